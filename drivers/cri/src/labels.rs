@@ -1,0 +1,166 @@
+//! CRI label and annotation keys shared with the kubelet, plus nodelet's own marker label.
+//!
+//! The `io.kubernetes.*` keys are the ones the kubelet puts on CRI sandboxes and containers
+//! (`pkg/kubelet/types/labels.go` and `pkg/kubelet/kuberuntime/labels.go`). Using the same keys keeps
+//! `crictl` output, log collectors and other node tooling working unchanged.
+//!
+//! Labels are indexed by the runtime and can be used in list filters; annotations are not and carry
+//! bookkeeping values (restart count, spec hash, grace period).
+//!
+//! Every object nodelet creates carries [`MANAGED`]`=`[`MANAGED_VALUE`], so that after a restart nodelet can
+//! list exactly its own sandboxes and containers with [`managed_selector`] and leave foreign ones alone.
+
+use std::collections::HashMap;
+
+/// Label: the pod's name (sandboxes and containers).
+pub const POD_NAME: &str = "io.kubernetes.pod.name";
+/// Label: the pod's namespace (sandboxes and containers).
+pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+/// Label: the pod's UID (sandboxes and containers).
+pub const POD_UID: &str = "io.kubernetes.pod.uid";
+/// Label: the container's name within the pod (containers only).
+pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+
+/// Annotation: how many times the container was restarted; decimal (containers only).
+pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+/// Annotation: hash of the container spec the container was created from; lowercase hex like the kubelet's
+/// `strconv.FormatUint(hash, 16)` (containers only).
+pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+/// Annotation: the pod's `terminationGracePeriodSeconds`; decimal seconds (containers only).
+pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
+/// Annotation: path of the termination message file inside the container (containers only).
+pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+/// Annotation: the termination message policy, `File` or `FallbackToLogsOnError` (containers only).
+pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+
+/// Label: marks sandboxes and containers created by nodelet.
+pub const MANAGED: &str = "io.nodelet.managed";
+/// The value of [`MANAGED`] on nodelet's objects.
+pub const MANAGED_VALUE: &str = "true";
+
+/// The identity of the pod a sandbox or container belongs to, as recorded in its labels.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodIdentity {
+    /// Pod name ([`POD_NAME`]).
+    pub name: String,
+    /// Pod namespace ([`POD_NAMESPACE`]).
+    pub namespace: String,
+    /// Pod UID ([`POD_UID`]).
+    pub uid: String,
+}
+
+impl PodIdentity {
+    /// Creates an identity from its parts.
+    pub fn new(name: impl Into<String>, namespace: impl Into<String>, uid: impl Into<String>) -> Self {
+        PodIdentity { name: name.into(), namespace: namespace.into(), uid: uid.into() }
+    }
+
+    /// Reads the identity back from a sandbox's or container's labels; `None` if any of the three is missing.
+    pub fn from_labels(labels: &HashMap<String, String>) -> Option<Self> {
+        Some(PodIdentity {
+            name: labels.get(POD_NAME)?.clone(),
+            namespace: labels.get(POD_NAMESPACE)?.clone(),
+            uid: labels.get(POD_UID)?.clone(),
+        })
+    }
+}
+
+/// Labels for a pod sandbox: pod name, namespace, UID and the nodelet marker.
+pub fn sandbox_labels(pod: &PodIdentity) -> HashMap<String, String> {
+    HashMap::from([
+        (POD_NAME.to_owned(), pod.name.clone()),
+        (POD_NAMESPACE.to_owned(), pod.namespace.clone()),
+        (POD_UID.to_owned(), pod.uid.clone()),
+        (MANAGED.to_owned(), MANAGED_VALUE.to_owned()),
+    ])
+}
+
+/// Labels for a container: the sandbox labels plus the container name.
+pub fn container_labels(pod: &PodIdentity, container_name: &str) -> HashMap<String, String> {
+    let mut labels = sandbox_labels(pod);
+    labels.insert(CONTAINER_NAME.to_owned(), container_name.to_owned());
+    labels
+}
+
+/// Annotations for a container: spec hash, restart count and, if known, the pod's termination grace period.
+pub fn container_annotations(
+    spec_hash: u64,
+    restart_count: u32,
+    termination_grace_period_secs: Option<i64>,
+) -> HashMap<String, String> {
+    let mut annotations = HashMap::from([
+        (CONTAINER_HASH.to_owned(), format!("{spec_hash:x}")),
+        (CONTAINER_RESTART_COUNT.to_owned(), restart_count.to_string()),
+    ]);
+    if let Some(secs) = termination_grace_period_secs {
+        annotations.insert(POD_TERMINATION_GRACE_PERIOD.to_owned(), secs.to_string());
+    }
+    annotations
+}
+
+/// The label selector that matches every object nodelet created (`io.nodelet.managed=true`).
+pub fn managed_selector() -> HashMap<String, String> {
+    HashMap::from([(MANAGED.to_owned(), MANAGED_VALUE.to_owned())])
+}
+
+/// True if the labels carry the nodelet marker.
+pub fn is_managed(labels: &HashMap<String, String>) -> bool {
+    labels.get(MANAGED).is_some_and(|v| v == MANAGED_VALUE)
+}
+
+/// Parses [`CONTAINER_RESTART_COUNT`]; `None` if absent or malformed.
+pub fn restart_count(annotations: &HashMap<String, String>) -> Option<u32> {
+    annotations.get(CONTAINER_RESTART_COUNT)?.parse().ok()
+}
+
+/// Parses [`CONTAINER_HASH`] (hex); `None` if absent or malformed.
+pub fn spec_hash(annotations: &HashMap<String, String>) -> Option<u64> {
+    u64::from_str_radix(annotations.get(CONTAINER_HASH)?, 16).ok()
+}
+
+/// Parses [`POD_TERMINATION_GRACE_PERIOD`] (seconds); `None` if absent or malformed.
+pub fn termination_grace_period_secs(annotations: &HashMap<String, String>) -> Option<i64> {
+    annotations.get(POD_TERMINATION_GRACE_PERIOD)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelet_compatible_keys() {
+        assert_eq!(POD_NAME, "io.kubernetes.pod.name");
+        assert_eq!(POD_NAMESPACE, "io.kubernetes.pod.namespace");
+        assert_eq!(POD_UID, "io.kubernetes.pod.uid");
+        assert_eq!(CONTAINER_NAME, "io.kubernetes.container.name");
+        assert_eq!(CONTAINER_RESTART_COUNT, "io.kubernetes.container.restartCount");
+        assert_eq!(CONTAINER_HASH, "io.kubernetes.container.hash");
+        assert_eq!(POD_TERMINATION_GRACE_PERIOD, "io.kubernetes.pod.terminationGracePeriod");
+        assert_eq!((MANAGED, MANAGED_VALUE), ("io.nodelet.managed", "true"));
+    }
+
+    #[test]
+    fn round_trips() {
+        let pod = PodIdentity::new("web", "default", "1234-abcd");
+        let labels = container_labels(&pod, "nginx");
+        assert!(is_managed(&labels));
+        assert_eq!(PodIdentity::from_labels(&labels), Some(pod.clone()));
+        assert_eq!(labels.get(CONTAINER_NAME).map(String::as_str), Some("nginx"));
+        assert!(!sandbox_labels(&pod).contains_key(CONTAINER_NAME));
+
+        let ann = container_annotations(0xdead_beef, 3, Some(30));
+        assert_eq!(ann.get(CONTAINER_HASH).map(String::as_str), Some("deadbeef"));
+        assert_eq!(spec_hash(&ann), Some(0xdead_beef));
+        assert_eq!(restart_count(&ann), Some(3));
+        assert_eq!(termination_grace_period_secs(&ann), Some(30));
+        assert_eq!(termination_grace_period_secs(&container_annotations(1, 0, None)), None);
+
+        let mut bad = HashMap::new();
+        bad.insert(CONTAINER_RESTART_COUNT.to_owned(), "-1".to_owned());
+        bad.insert(CONTAINER_HASH.to_owned(), "xyz".to_owned());
+        assert_eq!(restart_count(&bad), None);
+        assert_eq!(spec_hash(&bad), None);
+        assert!(!is_managed(&bad));
+        assert_eq!(PodIdentity::from_labels(&bad), None);
+    }
+}

@@ -1,0 +1,504 @@
+//! The engine loop: wakes on desired-state changes, completions, rechecks and a periodic resync,
+//! asks the reconciler for a plan per changed key, and hands the plan to the executor.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::time::{DelayQueue, delay_queue};
+
+use crate::executor::{Completion, Executor, ExecutorConfig};
+use crate::metrics::Metrics;
+use crate::reconciler::View;
+use crate::store::{Subscription, Writer};
+use crate::{BackoffConfig, Driver, Key, Operation, Outcome, Plan, Reconciler, Store, Update, store};
+
+/// Engine settings. Build with [`Default`] and the `with_*` methods, or through [`EngineBuilder`].
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Every key is reconsidered at this period, whether or not it changed. Default:
+    /// [`EngineConfig::DEFAULT_RESYNC`].
+    pub resync_period: Duration,
+    /// How long [`Engine::run`] lets running operations finish after shutdown was asked for.
+    /// Default: [`EngineConfig::DEFAULT_SHUTDOWN_DEADLINE`].
+    pub shutdown_deadline: Duration,
+    /// Executor settings.
+    pub executor: ExecutorConfig,
+}
+
+impl EngineConfig {
+    /// 30 s: changes are handled as they happen; the resync only catches what nobody reported.
+    pub const DEFAULT_RESYNC: Duration = Duration::from_secs(30);
+    /// 30 s, like a pod's default termination grace period.
+    pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(30);
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            resync_period: Self::DEFAULT_RESYNC,
+            shutdown_deadline: Self::DEFAULT_SHUTDOWN_DEADLINE,
+            executor: ExecutorConfig::default(),
+        }
+    }
+}
+
+/// What [`Engine::run`] did before it returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunReport {
+    /// Operations that finished (any result).
+    pub operations: u64,
+    /// Entries the driver reported at start-up.
+    pub reconstructed: usize,
+    /// Operations still running at the shutdown deadline, cancelled and abandoned.
+    pub abandoned: usize,
+}
+
+/// Builds an [`Engine`].
+pub struct EngineBuilder<D, A, R: Reconciler<D, A>, Dr> {
+    name: String,
+    reconciler: R,
+    driver: Arc<Dr>,
+    desired: Store<R::Key, D>,
+    config: EngineConfig,
+    metrics: Option<Metrics>,
+    _actual: PhantomData<fn() -> A>,
+}
+
+impl<D, A, R: Reconciler<D, A>, Dr> fmt::Debug for EngineBuilder<D, A, R, Dr> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EngineBuilder").field("name", &self.name).field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl<D, A, R, Dr> EngineBuilder<D, A, R, Dr>
+where
+    D: Send + Sync + 'static,
+    A: Send + Sync + 'static,
+    R: Reconciler<D, A>,
+    Dr: Driver<R::Key, R::Op, A>,
+{
+    /// Sets the whole configuration.
+    #[must_use]
+    pub fn config(mut self, config: EngineConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the resync period.
+    #[must_use]
+    pub fn resync_period(mut self, period: Duration) -> Self {
+        self.config.resync_period = period;
+        self
+    }
+
+    /// Sets the bound on concurrent operations (`0` = unbounded).
+    #[must_use]
+    pub fn max_concurrent(mut self, n: usize) -> Self {
+        self.config.executor.max_concurrent = n;
+        self
+    }
+
+    /// Sets the default operation timeout.
+    #[must_use]
+    pub fn default_timeout(mut self, timeout: Duration) -> Self {
+        self.config.executor.default_timeout = timeout;
+        self
+    }
+
+    /// Sets the backoff policy.
+    #[must_use]
+    pub fn backoff(mut self, backoff: BackoffConfig) -> Self {
+        self.config.executor.backoff = backoff;
+        self
+    }
+
+    /// Sets the shutdown deadline.
+    #[must_use]
+    pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
+        self.config.shutdown_deadline = deadline;
+        self
+    }
+
+    /// Reports metrics through `metrics` (shared by several engines; each adds its own
+    /// `reconciler` label). Without it the engine's metrics go to a private registry.
+    #[must_use]
+    pub fn metrics(mut self, metrics: &Metrics) -> Self {
+        self.metrics = Some(metrics.clone());
+        self
+    }
+
+    /// Builds the engine. Nothing runs until [`Engine::run`].
+    pub fn build(self) -> Engine<D, A, R, Dr> {
+        let metrics = self.metrics.unwrap_or_else(Metrics::unregistered);
+        let executor = Executor::new(&self.name, self.driver, self.config.executor.clone(), &metrics);
+        let (actual, actual_writer) = store();
+        let desired_sub = self.desired.subscribe();
+        Engine {
+            name: self.name,
+            reconciler: self.reconciler,
+            executor,
+            desired: self.desired,
+            desired_sub,
+            actual,
+            actual_writer,
+            config: self.config,
+            dirty: HashSet::new(),
+            children: HashMap::new(),
+            held: HashSet::new(),
+            rechecks: DelayQueue::new(),
+            recheck_keys: HashMap::new(),
+            operations: 0,
+        }
+    }
+}
+
+/// Runs one reconciler: desired store → reconciler → executor → driver → actual store.
+///
+/// Only operation completions (and start-up reconstruction) write the actual store, which the
+/// engine owns; read it through [`Engine::actual`].
+pub struct Engine<D, A, R, Dr>
+where
+    A: Send + 'static,
+    R: Reconciler<D, A>,
+    Dr: Driver<R::Key, R::Op, A>,
+{
+    name: String,
+    reconciler: R,
+    executor: Executor<R::Key, R::Op, A, Dr>,
+    desired: Store<R::Key, D>,
+    desired_sub: Subscription<R::Key>,
+    actual: Store<R::Key, A>,
+    actual_writer: Writer<R::Key, A>,
+    config: EngineConfig,
+    dirty: HashSet<R::Key>,
+    /// Parent → children present in either store, to reconsider descendants of a changed key.
+    children: HashMap<R::Key, HashSet<R::Key>>,
+    /// Keys whose teardown waits for the desired store to sync.
+    held: HashSet<R::Key>,
+    rechecks: DelayQueue<R::Key>,
+    recheck_keys: HashMap<R::Key, delay_queue::Key>,
+    operations: u64,
+}
+
+impl<D, A, R, Dr> fmt::Debug for Engine<D, A, R, Dr>
+where
+    A: Send + 'static,
+    R: Reconciler<D, A>,
+    Dr: Driver<R::Key, R::Op, A>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine").field("name", &self.name).field("dirty", &self.dirty.len()).finish_non_exhaustive()
+    }
+}
+
+enum Event<K, Op, A, E> {
+    Shutdown,
+    Completion(Completion<K, Op, A, E>),
+    DesiredChanged,
+    Resync,
+    Synced,
+    Recheck(K),
+}
+
+impl<D, A, R, Dr> Engine<D, A, R, Dr>
+where
+    D: Send + Sync + 'static,
+    A: Send + Sync + 'static,
+    R: Reconciler<D, A>,
+    Dr: Driver<R::Key, R::Op, A>,
+{
+    /// Starts building an engine named `name` (its `reconciler` metric label and tracing field)
+    /// that reconciles `desired` through `reconciler` and `driver`.
+    pub fn builder(
+        name: impl Into<String>,
+        reconciler: R,
+        driver: Arc<Dr>,
+        desired: Store<R::Key, D>,
+    ) -> EngineBuilder<D, A, R, Dr> {
+        EngineBuilder {
+            name: name.into(),
+            reconciler,
+            driver,
+            desired,
+            config: EngineConfig::default(),
+            metrics: None,
+            _actual: PhantomData,
+        }
+    }
+
+    /// A reader of the actual store.
+    pub fn actual(&self) -> Store<R::Key, A> {
+        self.actual.clone()
+    }
+
+    /// The engine's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs until `shutdown` completes, then lets running operations finish within the shutdown
+    /// deadline, cancels what is left and returns.
+    ///
+    /// First the driver reconstructs what exists into the actual store (retried with backoff
+    /// until it succeeds or shutdown is asked for); nothing is planned before that. Teardown
+    /// operations are held until the desired store has synced once.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> RunReport {
+        let mut report = RunReport::default();
+        tokio::pin!(shutdown);
+        match self.reconstruct(&mut shutdown).await {
+            Some(n) => report.reconstructed = n,
+            None => return report,
+        }
+        self.dirty_all();
+        let mut synced_rx = self.desired.synced_watch();
+        let mut synced_seen = *synced_rx.borrow_and_update();
+        let mut resync = tokio::time::interval_at(Instant::now() + self.config.resync_period, self.config.resync_period);
+        resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            self.plan_dirty();
+            self.update_gauges();
+            let event = {
+                let rechecks = &mut self.rechecks;
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => Event::Shutdown,
+                    c = self.executor.next_completion() => Event::Completion(c),
+                    () = self.desired_sub.changed() => Event::DesiredChanged,
+                    res = synced_rx.changed(), if !synced_seen => {
+                        if res.is_ok() { Event::Synced } else { synced_seen = true; Event::Resync }
+                    }
+                    Some(expired) = std::future::poll_fn(|cx| rechecks.poll_expired(cx)), if !rechecks.is_empty() => {
+                        Event::Recheck(expired.into_inner())
+                    }
+                    _ = resync.tick() => Event::Resync,
+                }
+            };
+            match event {
+                Event::Shutdown => break,
+                Event::Completion(c) => {
+                    self.operations += 1;
+                    self.complete(c);
+                }
+                Event::DesiredChanged => {
+                    for key in self.desired_sub.drain() {
+                        self.mark_changed(key);
+                    }
+                }
+                Event::Synced => {
+                    synced_seen = *synced_rx.borrow_and_update();
+                    if synced_seen {
+                        tracing::debug!(reconciler = %self.name, held = self.held.len(), "desired state synced");
+                        for key in std::mem::take(&mut self.held) {
+                            self.dirty.insert(key);
+                        }
+                    }
+                }
+                Event::Recheck(key) => {
+                    self.recheck_keys.remove(&key);
+                    self.dirty.insert(key);
+                }
+                Event::Resync => self.dirty_all(),
+            }
+        }
+        report.abandoned = self.shut_down().await;
+        report.operations = self.operations;
+        report
+    }
+
+    async fn reconstruct(&mut self, shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>) -> Option<usize> {
+        let backoff = self.config.executor.backoff.clone();
+        let mut rng = fastrand::Rng::new();
+        let mut failures = 0;
+        loop {
+            let attempt = self.executor.driver().clone();
+            tokio::select! {
+                biased;
+                () = shutdown.as_mut() => return None,
+                res = attempt.reconstruct() => match res {
+                    Ok(entries) => {
+                        let n = entries.len();
+                        for (key, value) in entries {
+                            self.actual_writer.insert(key, value);
+                        }
+                        tracing::info!(reconciler = %self.name, entries = n, "reconstructed actual state");
+                        return Some(n);
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        let delay = backoff.delay(failures, &mut rng);
+                        tracing::warn!(reconciler = %self.name, error = %e, retry_in = ?delay, "reconstruction failed");
+                        tokio::select! {
+                            biased;
+                            () = shutdown.as_mut() => return None,
+                            () = tokio::time::sleep(delay) => {}
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn shut_down(&mut self) -> usize {
+        self.executor.withdraw_all();
+        let deadline = Instant::now() + self.config.shutdown_deadline;
+        while self.executor.in_flight() > 0 {
+            match tokio::time::timeout_at(deadline, self.executor.next_completion()).await {
+                Ok(c) => {
+                    self.operations += 1;
+                    self.apply(c);
+                }
+                Err(_) => {
+                    let left = self.executor.in_flight();
+                    tracing::warn!(reconciler = %self.name, operations = left, "shutdown deadline passed; abandoning running operations");
+                    self.executor.cancel_all();
+                    return left;
+                }
+            }
+        }
+        0
+    }
+
+    /// Writes a completion's effect into the actual store; returns the key.
+    fn apply(&mut self, c: Completion<R::Key, R::Op, A, Dr::Error>) -> R::Key {
+        let update = match c.outcome {
+            Outcome::Done(update) => update,
+            Outcome::Failed(_) => Update::Keep,
+            Outcome::Uncertain(_) => {
+                let actual = self.actual.get(&c.key);
+                self.reconciler.uncertain(&c.key, &c.op, actual.as_deref())
+            }
+        };
+        match update {
+            Update::Set(value) => self.actual_writer.insert(c.key.clone(), value),
+            Update::Remove => {
+                self.actual_writer.remove(&c.key);
+            }
+            Update::Keep => {}
+        }
+        c.key
+    }
+
+    fn complete(&mut self, c: Completion<R::Key, R::Op, A, Dr::Error>) {
+        let key = self.apply(c);
+        self.mark_changed(key);
+    }
+
+    fn dirty_all(&mut self) {
+        for key in self.desired.keys().into_iter().chain(self.actual.keys()) {
+            self.mark_changed(key);
+        }
+        self.dirty.extend(self.held.drain());
+    }
+
+    /// Marks `key` for reconsideration with its ancestors and descendants, and keeps the
+    /// parent → children index up to date.
+    fn mark_changed(&mut self, key: R::Key) {
+        let mut cur = key.parent();
+        if let Some(parent) = &cur {
+            let present = self.desired.contains_key(&key) || self.actual.contains_key(&key);
+            if present {
+                self.children.entry(parent.clone()).or_default().insert(key.clone());
+            } else if let Some(set) = self.children.get_mut(parent) {
+                set.remove(&key);
+                if set.is_empty() {
+                    self.children.remove(parent);
+                }
+            }
+        }
+        while let Some(parent) = cur {
+            cur = parent.parent();
+            self.dirty.insert(parent);
+        }
+        if !self.children.is_empty() {
+            let mut stack = vec![key.clone()];
+            while let Some(k) = stack.pop() {
+                if let Some(kids) = self.children.get(&k) {
+                    for kid in kids {
+                        if self.dirty.insert(kid.clone()) {
+                            stack.push(kid.clone());
+                        }
+                    }
+                }
+            }
+        }
+        self.dirty.insert(key);
+    }
+
+    fn plan_dirty(&mut self) {
+        if self.dirty.is_empty() {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let synced = self.desired.is_synced();
+        let now = Instant::now();
+        let keys: Vec<R::Key> = self.dirty.drain().collect();
+        self.executor.metrics().reconciles.inc_by(keys.len() as u64);
+        for key in keys {
+            let desired = self.desired.get(&key);
+            let actual = self.actual.get(&key);
+            if desired.is_none() && actual.is_none() && self.executor.running_op(&key).is_none() {
+                self.executor.withdraw(&key);
+                self.executor.forget(&key);
+                self.held.remove(&key);
+                self.cancel_recheck(&key);
+                continue;
+            }
+            let view = View {
+                key: &key,
+                desired: desired.as_deref(),
+                actual: actual.as_deref(),
+                desired_store: &self.desired,
+                actual_store: &self.actual,
+                desired_synced: synced,
+                now,
+            };
+            let plan = self.reconciler.reconcile(&view);
+            self.cancel_recheck(&key);
+            match plan {
+                Plan::Run(op) => {
+                    if op.is_teardown() && !synced {
+                        self.executor.withdraw(&key);
+                        self.held.insert(key);
+                        continue;
+                    }
+                    self.held.remove(&key);
+                    if self.executor.running_op(&key).is_some_and(|running| *running != op) {
+                        self.executor.cancel(&key);
+                    }
+                    self.executor.submit(key, op);
+                }
+                Plan::Idle => {
+                    self.held.remove(&key);
+                    self.executor.withdraw(&key);
+                    self.executor.cancel(&key);
+                }
+                Plan::RecheckAfter(delay) => {
+                    self.held.remove(&key);
+                    self.executor.withdraw(&key);
+                    self.executor.cancel(&key);
+                    let timer = self.rechecks.insert(key.clone(), delay);
+                    self.recheck_keys.insert(key, timer);
+                }
+            }
+        }
+        self.executor.metrics().loop_duration.observe(started.elapsed().as_secs_f64());
+    }
+
+    fn cancel_recheck(&mut self, key: &R::Key) {
+        if let Some(timer) = self.recheck_keys.remove(key) {
+            self.rechecks.remove(&timer);
+        }
+    }
+
+    fn update_gauges(&mut self) {
+        self.executor.update_gauges();
+        let m = self.executor.metrics_mut();
+        m.desired_keys.set(self.desired.len() as i64);
+        m.actual_keys.set(self.actual.len() as i64);
+    }
+}

@@ -1,0 +1,618 @@
+//! The operation executor: runs operations through a driver, at most one in flight per key, with
+//! per-key backoff, timeouts, cancellation and bounded concurrency.
+//!
+//! The executor starts operations and never awaits them for the caller: [`Executor::submit`]
+//! returns at once, and finished operations come back from [`Executor::next_completion`]. The
+//! [`Engine`](crate::Engine) drives one; it can also be used on its own.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::FuturesUnordered;
+use futures::{Future, StreamExt};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::time::{DelayQueue, delay_queue};
+use tracing::Instrument;
+
+use crate::metrics::{Metrics, OpResult, ReconcilerMetrics};
+use crate::{BackoffConfig, Driver, Key, Operation, Outcome};
+
+/// Executor settings. Build with [`Default`] and the `with_*` methods.
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// At most this many operations run at once; `0` means no limit. Default:
+    /// [`ExecutorConfig::DEFAULT_MAX_CONCURRENT`].
+    pub max_concurrent: usize,
+    /// Timeout of an operation that does not set its own ([`Operation::timeout`]). Default:
+    /// [`ExecutorConfig::DEFAULT_TIMEOUT`].
+    pub default_timeout: Duration,
+    /// Per-key backoff after failures.
+    pub backoff: BackoffConfig,
+    /// Seed of the jitter's random numbers, for reproducible tests. Default: random.
+    pub seed: Option<u64>,
+}
+
+impl ExecutorConfig {
+    /// 64 operations at once: enough to keep a node's runtime busy without flooding it.
+    pub const DEFAULT_MAX_CONCURRENT: usize = 64;
+    /// 2 minutes, as the kubelet's runtime request timeout and CSI call timeout.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+    /// Sets the concurrency bound (`0` = unbounded).
+    #[must_use]
+    pub fn with_max_concurrent(mut self, n: usize) -> Self {
+        self.max_concurrent = n;
+        self
+    }
+
+    /// Sets the default operation timeout.
+    #[must_use]
+    pub fn with_default_timeout(mut self, timeout: Duration) -> Self {
+        self.default_timeout = timeout;
+        self
+    }
+
+    /// Sets the backoff policy.
+    #[must_use]
+    pub fn with_backoff(mut self, backoff: BackoffConfig) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Seeds the jitter.
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            max_concurrent: Self::DEFAULT_MAX_CONCURRENT,
+            default_timeout: Self::DEFAULT_TIMEOUT,
+            backoff: BackoffConfig::default(),
+            seed: None,
+        }
+    }
+}
+
+/// What [`Executor::submit`] did with an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submitted {
+    /// It started now.
+    Started,
+    /// An equal operation is already running on the key; nothing more will run.
+    Coalesced,
+    /// It will start when the key (or a related key) is free and a slot is available. A later
+    /// submit for the same key replaces it: requests coalesce, the latest wins, none is lost.
+    Queued,
+    /// The key is backing off after a failure of the same kind; it starts at `until`.
+    BackingOff {
+        /// When the backoff ends.
+        until: Instant,
+    },
+}
+
+/// Why an operation did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpError<E> {
+    /// The driver reported an error.
+    #[error(transparent)]
+    Driver(E),
+    /// The operation ran longer than its timeout and was dropped; its effect is unknown.
+    #[error("operation timed out after {0:?}")]
+    TimedOut(Duration),
+}
+
+/// A finished operation.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Completion<K, Op, A, E> {
+    /// The key it ran on.
+    pub key: K,
+    /// The operation.
+    pub op: Op,
+    /// How it ended. A timeout is an [`Outcome::Uncertain`] with [`OpError::TimedOut`].
+    pub outcome: Outcome<A, OpError<E>>,
+    /// The `result` label it was counted under.
+    pub result: OpResult,
+    /// How long it ran.
+    pub duration: Duration,
+    /// Failures of this kind in a row on this key, counting this one (0 after a success).
+    pub failures: u32,
+}
+
+struct Running<Op> {
+    op: Op,
+    cancel: CancellationToken,
+}
+
+struct Backoff {
+    kind: &'static str,
+    failures: u32,
+    until: Instant,
+    timer: Option<delay_queue::Key>,
+}
+
+struct KeyState<Op> {
+    running: Option<Running<Op>>,
+    pending: Option<Op>,
+    backoff: Option<Backoff>,
+    queued: bool,
+    blocked: bool,
+}
+
+impl<Op> Default for KeyState<Op> {
+    fn default() -> Self {
+        Self { running: None, pending: None, backoff: None, queued: false, blocked: false }
+    }
+}
+
+impl<Op> KeyState<Op> {
+    fn is_idle(&self) -> bool {
+        self.running.is_none() && self.pending.is_none() && self.backoff.is_none() && !self.queued && !self.blocked
+    }
+}
+
+struct Finished<K, Op, A, E> {
+    key: K,
+    op: Op,
+    result: Result<Outcome<A, E>, Duration>,
+    duration: Duration,
+    cancelled: bool,
+}
+
+type OpFuture<K, Op, A, E> = Pin<Box<dyn Future<Output = Finished<K, Op, A, E>> + Send>>;
+
+/// Runs operations through a [`Driver`]: one in flight per key (and none on a key while one runs
+/// on an ancestor or descendant of it), per-key exponential backoff with jitter, a timeout per
+/// operation, cancellation, and a bound on concurrency.
+pub struct Executor<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, A>> {
+    driver: Arc<Dr>,
+    config: ExecutorConfig,
+    keys: HashMap<K, KeyState<Op>>,
+    /// For each key, how many operations run on its strict descendants.
+    busy_below: HashMap<K, usize>,
+    running: usize,
+    pending: usize,
+    teardown_queue: VecDeque<K>,
+    setup_queue: VecDeque<K>,
+    blocked: HashSet<K>,
+    futures: FuturesUnordered<OpFuture<K, Op, A, Dr::Error>>,
+    timers: DelayQueue<K>,
+    rng: fastrand::Rng,
+    metrics: ReconcilerMetrics,
+}
+
+impl<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, A>> fmt::Debug for Executor<K, Op, A, Dr> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Executor")
+            .field("name", &self.metrics.name())
+            .field("running", &self.running)
+            .field("pending", &self.pending)
+            .field("backing_off", &self.timers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+enum Wake<K, Op, A, E> {
+    Finished(Finished<K, Op, A, E>),
+    Timer(K),
+}
+
+impl<K, Op, A, Dr> Executor<K, Op, A, Dr>
+where
+    K: Key,
+    Op: Operation,
+    A: Send + 'static,
+    Dr: Driver<K, Op, A>,
+{
+    /// An executor named `name` (the `reconciler` metric label) over `driver`.
+    pub fn new(name: &str, driver: Arc<Dr>, config: ExecutorConfig, metrics: &Metrics) -> Self {
+        let rng = config.seed.map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
+        Self {
+            driver,
+            config,
+            keys: HashMap::new(),
+            busy_below: HashMap::new(),
+            running: 0,
+            pending: 0,
+            teardown_queue: VecDeque::new(),
+            setup_queue: VecDeque::new(),
+            blocked: HashSet::new(),
+            futures: FuturesUnordered::new(),
+            timers: DelayQueue::new(),
+            rng,
+            metrics: metrics.for_reconciler(name),
+        }
+    }
+
+    /// The driver.
+    pub fn driver(&self) -> &Arc<Dr> {
+        &self.driver
+    }
+
+    /// Operations running now.
+    pub fn in_flight(&self) -> usize {
+        self.running
+    }
+
+    /// Operations planned but not started.
+    pub fn queued(&self) -> usize {
+        self.pending
+    }
+
+    /// Keys backing off now.
+    pub fn backing_off(&self) -> usize {
+        self.timers.len()
+    }
+
+    /// Whether nothing runs, waits or backs off.
+    pub fn is_idle(&self) -> bool {
+        self.running == 0 && self.pending == 0
+    }
+
+    /// The operation running on `key`, if any.
+    pub fn running_op(&self, key: &K) -> Option<&Op> {
+        self.keys.get(key).and_then(|s| s.running.as_ref()).map(|r| &r.op)
+    }
+
+    /// When `key` may next run an operation of `kind`, if it is backing off.
+    pub fn retry_at(&self, key: &K, kind: &str) -> Option<Instant> {
+        self.keys
+            .get(key)
+            .and_then(|s| s.backoff.as_ref())
+            .filter(|b| b.kind == kind && b.until > Instant::now())
+            .map(|b| b.until)
+    }
+
+    /// Asks for `op` to run on `key`. Returns at once; see [`Submitted`].
+    ///
+    /// If a different operation runs on `key`, `op` waits for it to finish (it is not cancelled:
+    /// call [`cancel`](Executor::cancel) for that). If the key is backing off after a failure of
+    /// the same kind, `op` waits out the backoff; an operation of another kind resets the
+    /// backoff and may run at once.
+    pub fn submit(&mut self, key: K, op: Op) -> Submitted {
+        let now = Instant::now();
+        let state = self.keys.entry(key.clone()).or_default();
+        if let Some(running) = &state.running {
+            if running.op == op {
+                if state.pending.take().is_some() {
+                    self.pending -= 1;
+                }
+                return Submitted::Coalesced;
+            }
+            if state.pending.replace(op).is_none() {
+                self.pending += 1;
+            }
+            return Submitted::Queued;
+        }
+        let mut backing_off = None;
+        if let Some(backoff) = &state.backoff {
+            if backoff.kind != op.kind() {
+                if let Some(timer) = backoff.timer {
+                    self.timers.remove(&timer);
+                }
+                state.backoff = None;
+            } else if backoff.until > now {
+                backing_off = Some(backoff.until);
+            }
+        }
+        if state.pending.replace(op).is_none() {
+            self.pending += 1;
+        }
+        if let Some(until) = backing_off {
+            return Submitted::BackingOff { until };
+        }
+        if state.blocked {
+            return Submitted::Queued;
+        }
+        if self.try_start(&key) { Submitted::Started } else { Submitted::Queued }
+    }
+
+    /// Drops the operation waiting for `key`, if any (the running one is unaffected).
+    pub fn withdraw(&mut self, key: &K) {
+        if let Some(state) = self.keys.get_mut(key) {
+            if state.pending.take().is_some() {
+                self.pending -= 1;
+            }
+        }
+        self.cleanup(key);
+    }
+
+    /// Drops every waiting operation (for shutdown).
+    pub fn withdraw_all(&mut self) {
+        for state in self.keys.values_mut() {
+            state.pending = None;
+        }
+        self.pending = 0;
+    }
+
+    /// Fires the cancellation token of the operation running on `key`; returns whether one runs.
+    pub fn cancel(&mut self, key: &K) -> bool {
+        match self.keys.get(key).and_then(|s| s.running.as_ref()) {
+            Some(running) => {
+                running.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Cancels every running operation.
+    pub fn cancel_all(&mut self) {
+        for running in self.keys.values().filter_map(|s| s.running.as_ref()) {
+            running.cancel.cancel();
+        }
+    }
+
+    /// Forgets the backoff history of `key` (when it left both desired and actual state).
+    pub fn forget(&mut self, key: &K) {
+        if let Some(state) = self.keys.get_mut(key) {
+            if let Some(timer) = state.backoff.take().and_then(|b| b.timer) {
+                self.timers.remove(&timer);
+            }
+        }
+        self.cleanup(key);
+    }
+
+    /// Starts whatever can start now: queued operations whose keys are free, teardown first.
+    pub fn pump(&mut self) {
+        loop {
+            if self.slots_full() {
+                return;
+            }
+            let Some(key) = self.teardown_queue.pop_front().or_else(|| self.setup_queue.pop_front()) else {
+                return;
+            };
+            if let Some(state) = self.keys.get_mut(&key) {
+                state.queued = false;
+            }
+            self.try_start(&key);
+        }
+    }
+
+    /// Waits for the next operation to finish. Starts queued operations (as [`pump`]) and those
+    /// whose backoff ended while it waits. Never returns while nothing runs or backs off.
+    /// Cancel-safe: dropping the future loses nothing.
+    ///
+    /// [`pump`]: Executor::pump
+    pub async fn next_completion(&mut self) -> Completion<K, Op, A, Dr::Error> {
+        loop {
+            self.pump();
+            let wake = {
+                let futures = &mut self.futures;
+                let timers = &mut self.timers;
+                tokio::select! {
+                    Some(finished) = futures.next(), if !futures.is_empty() => Wake::Finished(finished),
+                    Some(expired) = std::future::poll_fn(|cx| timers.poll_expired(cx)), if !timers.is_empty() => {
+                        Wake::Timer(expired.into_inner())
+                    }
+                    else => std::future::pending().await,
+                }
+            };
+            match wake {
+                Wake::Finished(finished) => return self.finish(finished),
+                Wake::Timer(key) => self.backoff_expired(key),
+            }
+        }
+    }
+
+    fn slots_full(&self) -> bool {
+        self.config.max_concurrent != 0 && self.running >= self.config.max_concurrent
+    }
+
+    fn conflicts(&self, key: &K) -> bool {
+        if self.busy_below.get(key).is_some_and(|n| *n > 0) {
+            return true;
+        }
+        let mut cur = key.parent();
+        while let Some(parent) = cur {
+            if self.keys.get(&parent).is_some_and(|s| s.running.is_some()) {
+                return true;
+            }
+            cur = parent.parent();
+        }
+        false
+    }
+
+    fn enqueue(&mut self, key: &K) {
+        let Some(state) = self.keys.get_mut(key) else { return };
+        if state.queued || state.blocked {
+            return;
+        }
+        let Some(op) = &state.pending else { return };
+        state.queued = true;
+        if op.is_teardown() {
+            self.teardown_queue.push_back(key.clone());
+        } else {
+            self.setup_queue.push_back(key.clone());
+        }
+    }
+
+    /// Starts the pending operation of `key` if everything allows it; otherwise parks it where
+    /// something will wake it (queue, blocked set, or backoff timer).
+    fn try_start(&mut self, key: &K) -> bool {
+        let now = Instant::now();
+        let Some(state) = self.keys.get(key) else { return false };
+        let Some(op) = &state.pending else {
+            self.cleanup(key);
+            return false;
+        };
+        if state.running.is_some() {
+            return false;
+        }
+        if let Some(backoff) = &state.backoff {
+            if backoff.kind == op.kind() && backoff.until > now {
+                return false; // its timer re-queues it
+            }
+        }
+        if self.conflicts(key) {
+            if let Some(state) = self.keys.get_mut(key) {
+                state.blocked = true;
+            }
+            self.blocked.insert(key.clone());
+            return false;
+        }
+        if self.slots_full() {
+            self.enqueue(key);
+            return false;
+        }
+        let Some(state) = self.keys.get_mut(key) else { return false };
+        let Some(op) = state.pending.take() else { return false };
+        self.pending -= 1;
+        let cancel = CancellationToken::new();
+        state.running = Some(Running { op: op.clone(), cancel: cancel.clone() });
+        self.running += 1;
+        let mut cur = key.parent();
+        while let Some(parent) = cur {
+            *self.busy_below.entry(parent.clone()).or_default() += 1;
+            cur = parent.parent();
+        }
+        let timeout = op.timeout().unwrap_or(self.config.default_timeout);
+        let driver = self.driver.clone();
+        let span = tracing::info_span!("operation", reconciler = self.metrics.name(), op.kind = op.kind(), op.key = ?key);
+        let key = key.clone();
+        self.futures.push(Box::pin(
+            async move {
+                let started = Instant::now();
+                let result = {
+                    let run = driver.execute(&key, &op, &cancel);
+                    tokio::time::timeout(timeout, run).await.map_err(|_| timeout)
+                };
+                Finished { key, op, result, duration: started.elapsed(), cancelled: cancel.is_cancelled() }
+            }
+            .instrument(span),
+        ));
+        true
+    }
+
+    fn finish(&mut self, finished: Finished<K, Op, A, Dr::Error>) -> Completion<K, Op, A, Dr::Error> {
+        let Finished { key, op, result, duration, cancelled } = finished;
+        self.running -= 1;
+        let mut cur = key.parent();
+        while let Some(parent) = cur {
+            if let Some(n) = self.busy_below.get_mut(&parent) {
+                *n -= 1;
+                if *n == 0 {
+                    self.busy_below.remove(&parent);
+                }
+            }
+            cur = parent.parent();
+        }
+        let kind = op.kind();
+        let (outcome, result_label) = match result {
+            Ok(Outcome::Done(update)) => (Outcome::Done(update), OpResult::Done),
+            Ok(Outcome::Failed(e)) if cancelled => (Outcome::Failed(OpError::Driver(e)), OpResult::Cancelled),
+            Ok(Outcome::Failed(e)) => (Outcome::Failed(OpError::Driver(e)), OpResult::Failed),
+            Ok(Outcome::Uncertain(e)) => (Outcome::Uncertain(OpError::Driver(e)), OpResult::Uncertain),
+            Err(timeout) => (Outcome::Uncertain(OpError::TimedOut(timeout)), OpResult::Timeout),
+        };
+        self.metrics.observe_operation(kind, result_label, duration.as_secs_f64());
+        let failures = self.record_backoff(&key, kind, result_label);
+        match &outcome {
+            Outcome::Done(_) => tracing::debug!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, ?duration, "operation done"),
+            Outcome::Failed(e) | Outcome::Uncertain(e) if result_label != OpResult::Cancelled => {
+                // The first failure of a streak, then every tenth, at warn; the rest at debug.
+                if failures <= 1 || failures % 10 == 0 {
+                    tracing::warn!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, failures, result = %result_label, error = %e, "operation failed");
+                } else {
+                    tracing::debug!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, failures, result = %result_label, error = %e, "operation failed");
+                }
+            }
+            _ => tracing::debug!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, "operation cancelled"),
+        }
+        if let Some(state) = self.keys.get_mut(&key) {
+            state.running = None;
+        }
+        // Operations parked behind this key may start now.
+        let unblocked: Vec<K> = self.blocked.iter().filter(|b| b.conflicts_with(&key)).cloned().collect();
+        for k in unblocked {
+            self.blocked.remove(&k);
+            if let Some(state) = self.keys.get_mut(&k) {
+                state.blocked = false;
+            }
+            self.enqueue(&k);
+            self.cleanup(&k);
+        }
+        self.enqueue(&key);
+        self.cleanup(&key);
+        Completion { key, op, outcome, result: result_label, duration, failures }
+    }
+
+    fn record_backoff(&mut self, key: &K, kind: &'static str, result: OpResult) -> u32 {
+        let Some(state) = self.keys.get_mut(key) else { return 0 };
+        match result {
+            OpResult::Done => {
+                if let Some(timer) = state.backoff.take().and_then(|b| b.timer) {
+                    self.timers.remove(&timer);
+                }
+                0
+            }
+            OpResult::Cancelled => state.backoff.as_ref().map_or(0, |b| b.failures),
+            OpResult::Failed | OpResult::Uncertain | OpResult::Timeout => {
+                let failures = match &state.backoff {
+                    Some(b) if b.kind == kind => b.failures.saturating_add(1),
+                    _ => 1,
+                };
+                if let Some(timer) = state.backoff.take().and_then(|b| b.timer) {
+                    self.timers.remove(&timer);
+                }
+                let delay = self.config.backoff.delay(failures, &mut self.rng);
+                let until = Instant::now() + delay;
+                let timer = Some(self.timers.insert_at(key.clone(), until));
+                state.backoff = Some(Backoff { kind, failures, until, timer });
+                failures
+            }
+        }
+    }
+
+    fn backoff_expired(&mut self, key: K) {
+        if let Some(state) = self.keys.get_mut(&key) {
+            if let Some(backoff) = &mut state.backoff {
+                backoff.timer = None;
+            }
+        }
+        // Keep the failure count (the next failure backs off longer) but let the key run.
+        if self.keys.get(&key).is_some_and(|s| s.running.is_none() && s.pending.is_some()) {
+            self.enqueue(&key);
+        }
+        self.cleanup(&key);
+    }
+
+    /// Removes bookkeeping of a key that has nothing left: no operation, no live backoff timer.
+    fn cleanup(&mut self, key: &K) {
+        if let Some(state) = self.keys.get_mut(key) {
+            if state.backoff.as_ref().is_some_and(|b| b.timer.is_none() && b.until <= Instant::now()) && state.pending.is_none() {
+                // An expired backoff with nothing waiting carries only the failure count; keep it
+                // while the key may fail again soon, drop it once nothing refers to the key.
+                if state.running.is_none() && !state.queued && !state.blocked {
+                    state.backoff = None;
+                }
+            }
+            if state.is_idle() {
+                self.keys.remove(key);
+            }
+        }
+    }
+
+    pub(crate) fn metrics(&self) -> &ReconcilerMetrics {
+        &self.metrics
+    }
+
+    pub(crate) fn metrics_mut(&mut self) -> &mut ReconcilerMetrics {
+        &mut self.metrics
+    }
+
+    pub(crate) fn update_gauges(&self) {
+        self.metrics.in_flight.set(self.running as i64);
+        self.metrics.queue_depth.set(self.pending as i64);
+        self.metrics.backing_off.set(self.timers.len() as i64);
+    }
+}

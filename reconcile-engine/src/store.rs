@@ -1,0 +1,336 @@
+//! Typed desired-state and actual-state stores: one writer, cheap-clone readers, change
+//! notification and a "synced once" gate.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use dashmap::DashMap;
+use tokio::sync::{Notify, watch};
+
+use crate::Key;
+
+/// Creates an empty store and returns its reader and its single writer.
+///
+/// The [`Writer`] is deliberately not `Clone`: exactly one populator (for desired state) or the
+/// engine (for actual state) owns it. [`Store`] readers are cheap clones of one shared map.
+///
+/// ```
+/// let (store, mut writer) = reconcile_engine::store::<String, u32>();
+/// writer.insert("a".to_string(), 1);
+/// assert_eq!(store.get(&"a".to_string()).as_deref(), Some(&1));
+/// assert!(!store.is_synced());
+/// writer.mark_synced();
+/// assert!(store.is_synced());
+/// ```
+pub fn store<K: Key, V: Send + Sync + 'static>() -> (Store<K, V>, Writer<K, V>) {
+    let (synced, _) = watch::channel(false);
+    let shared = Arc::new(Shared { map: DashMap::new(), subscribers: Mutex::new(Vec::new()), synced });
+    (Store { shared: shared.clone() }, Writer { shared })
+}
+
+struct Shared<K, V> {
+    map: DashMap<K, Arc<V>>,
+    subscribers: Mutex<Vec<Weak<SubShared<K>>>>,
+    synced: watch::Sender<bool>,
+}
+
+impl<K: Key, V> Shared<K, V> {
+    fn notify(&self, key: &K) {
+        let mut subs = self.subscribers.lock().unwrap_or_else(PoisonError::into_inner);
+        subs.retain(|weak| match weak.upgrade() {
+            Some(sub) => {
+                sub.dirty.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone());
+                sub.notify.notify_one();
+                true
+            }
+            None => false,
+        });
+    }
+}
+
+/// A cheap-clone, read-only view of a store.
+///
+/// Values are kept behind `Arc`, so [`get`](Store::get) never copies a value and never blocks
+/// the writer for longer than a map lookup.
+pub struct Store<K, V> {
+    shared: Arc<Shared<K, V>>,
+}
+
+impl<K, V> Clone for Store<K, V> {
+    fn clone(&self) -> Self {
+        Self { shared: self.shared.clone() }
+    }
+}
+
+impl<K: Key, V> fmt::Debug for Store<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("len", &self.shared.map.len())
+            .field("synced", &*self.shared.synced.borrow())
+            .finish()
+    }
+}
+
+impl<K: Key, V: Send + Sync + 'static> Store<K, V> {
+    /// The value stored for `key`, if any.
+    pub fn get(&self, key: &K) -> Option<Arc<V>> {
+        self.shared.map.get(key).map(|entry| entry.value().clone())
+    }
+
+    /// Whether the store holds `key`.
+    pub fn contains_key(&self, key: &K) -> bool {
+        self.shared.map.contains_key(key)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.shared.map.len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.shared.map.is_empty()
+    }
+
+    /// All keys, in no particular order.
+    pub fn keys(&self) -> Vec<K> {
+        self.shared.map.iter().map(|entry| entry.key().clone()).collect()
+    }
+
+    /// A copy of every entry, in no particular order (values are shared, not cloned).
+    pub fn entries(&self) -> Vec<(K, Arc<V>)> {
+        self.shared.map.iter().map(|entry| (entry.key().clone(), entry.value().clone())).collect()
+    }
+
+    /// Calls `f` for every entry. Do not write to this store from inside `f`.
+    pub fn for_each(&self, mut f: impl FnMut(&K, &V)) {
+        for entry in self.shared.map.iter() {
+            f(entry.key(), entry.value());
+        }
+    }
+
+    /// Whether the writer has declared the store complete once ([`Writer::mark_synced`]).
+    pub fn is_synced(&self) -> bool {
+        *self.shared.synced.borrow()
+    }
+
+    /// Waits until the writer has declared the store complete once. Returns at once if it has.
+    /// Returns [`WriterDropped`] if the writer was dropped without ever syncing.
+    pub async fn wait_until_synced(&self) -> Result<(), WriterDropped> {
+        let mut rx = self.shared.synced.subscribe();
+        rx.wait_for(|synced| *synced).await.map(|_| ()).map_err(|_| WriterDropped)
+    }
+
+    /// A receiver that observes the "synced" flag, for `select!` loops.
+    pub fn synced_watch(&self) -> watch::Receiver<bool> {
+        self.shared.synced.subscribe()
+    }
+
+    /// Subscribes to changes: every key written from now on is reported, coalesced, by the
+    /// returned [`Subscription`].
+    pub fn subscribe(&self) -> Subscription<K> {
+        let sub = Arc::new(SubShared { dirty: Mutex::new(HashSet::new()), notify: Notify::new() });
+        self.shared.subscribers.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::downgrade(&sub));
+        Subscription { shared: sub }
+    }
+}
+
+/// The single writer of a store. Not `Clone`: one owner writes, everyone else reads.
+pub struct Writer<K, V> {
+    shared: Arc<Shared<K, V>>,
+}
+
+impl<K: Key, V> fmt::Debug for Writer<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writer").field("len", &self.shared.map.len()).finish()
+    }
+}
+
+impl<K: Key, V: Send + Sync + 'static> Writer<K, V> {
+    /// A reader of this store.
+    pub fn reader(&self) -> Store<K, V> {
+        Store { shared: self.shared.clone() }
+    }
+
+    /// Sets the value for `key` and notifies subscribers.
+    pub fn insert(&mut self, key: K, value: V) {
+        self.insert_arc(key, Arc::new(value));
+    }
+
+    /// Sets an already shared value for `key` and notifies subscribers.
+    pub fn insert_arc(&mut self, key: K, value: Arc<V>) {
+        self.shared.map.insert(key.clone(), value);
+        self.shared.notify(&key);
+    }
+
+    /// Removes `key`, returning its value; subscribers are notified only if it was present.
+    pub fn remove(&mut self, key: &K) -> Option<Arc<V>> {
+        let old = self.shared.map.remove(key).map(|(_, v)| v);
+        if old.is_some() {
+            self.shared.notify(key);
+        }
+        old
+    }
+
+    /// Declares the store complete: everything the source knows has been written once. Readers
+    /// waiting in [`Store::wait_until_synced`] wake up; the engine starts running teardown
+    /// operations. Calling it again has no effect.
+    pub fn mark_synced(&mut self) {
+        self.shared.synced.send_if_modified(|synced| !std::mem::replace(synced, true));
+    }
+}
+
+impl<K: Key, V: PartialEq + Send + Sync + 'static> Writer<K, V> {
+    /// Sets `key` to `value` unless it already holds an equal value; returns whether it changed.
+    /// Unchanged values notify nobody.
+    pub fn upsert(&mut self, key: K, value: V) -> bool {
+        if self.shared.map.get(&key).is_some_and(|old| **old == value) {
+            return false;
+        }
+        self.insert(key, value);
+        true
+    }
+
+    /// Makes the store hold exactly `entries`: keys not listed are removed, changed values are
+    /// replaced, equal values are left alone. Returns the number of keys that changed. This is
+    /// what a populator calls after a full listing of its source.
+    pub fn replace_all(&mut self, entries: impl IntoIterator<Item = (K, V)>) -> usize {
+        let mut seen = HashSet::new();
+        let mut changed = 0;
+        for (key, value) in entries {
+            seen.insert(key.clone());
+            changed += usize::from(self.upsert(key, value));
+        }
+        let stale: Vec<K> =
+            self.shared.map.iter().filter(|e| !seen.contains(e.key())).map(|e| e.key().clone()).collect();
+        for key in stale {
+            changed += usize::from(self.remove(&key).is_some());
+        }
+        changed
+    }
+}
+
+/// Returned by [`Store::wait_until_synced`] when the writer was dropped before the store synced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("store writer was dropped before the store synced")]
+pub struct WriterDropped;
+
+struct SubShared<K> {
+    dirty: Mutex<HashSet<K>>,
+    notify: Notify,
+}
+
+/// Coalesced change notifications of one store: the set of keys written since the last
+/// [`drain`](Subscription::drain). A key written many times appears once.
+pub struct Subscription<K> {
+    shared: Arc<SubShared<K>>,
+}
+
+impl<K: Key> fmt::Debug for Subscription<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription").finish_non_exhaustive()
+    }
+}
+
+impl<K: Key> Subscription<K> {
+    /// Waits until at least one key changed since the last drain (returns at once if one did).
+    /// Cancel-safe.
+    pub async fn changed(&self) {
+        loop {
+            if !self.shared.dirty.lock().unwrap_or_else(PoisonError::into_inner).is_empty() {
+                return;
+            }
+            self.shared.notify.notified().await;
+        }
+    }
+
+    /// Takes the changed keys, leaving the set empty.
+    pub fn drain(&self) -> HashSet<K> {
+        std::mem::take(&mut *self.shared.dirty.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn subscription_should_coalesce_repeated_writes_to_one_key() {
+        let (store, mut writer) = store::<u32, String>();
+        let sub = store.subscribe();
+        writer.insert(1, "a".into());
+        writer.insert(1, "b".into());
+        writer.insert(2, "c".into());
+        tokio::time::timeout(Duration::from_secs(1), sub.changed()).await.expect("notified");
+        let mut keys: Vec<_> = sub.drain().into_iter().collect();
+        keys.sort();
+        assert_eq!(keys, vec![1, 2]);
+        assert!(sub.drain().is_empty());
+        assert_eq!(store.get(&1).as_deref().map(String::as_str), Some("b"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changed_should_wait_for_a_write_that_happens_later() {
+        let (store, mut writer) = store::<u32, u32>();
+        let sub = store.subscribe();
+        let waiter = tokio::spawn(async move {
+            sub.changed().await;
+            sub.drain()
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(!waiter.is_finished());
+        writer.insert(7, 7);
+        let keys = tokio::time::timeout(Duration::from_secs(1), waiter).await.expect("woke").expect("join");
+        assert!(keys.contains(&7));
+    }
+
+    #[test]
+    fn upsert_and_replace_all_should_notify_only_real_changes() {
+        let (store, mut writer) = store::<u32, u32>();
+        let sub = store.subscribe();
+        assert!(writer.upsert(1, 1));
+        assert!(!writer.upsert(1, 1));
+        sub.drain();
+        let changed = writer.replace_all([(1, 1), (2, 2)]);
+        assert_eq!(changed, 1);
+        assert_eq!(sub.drain().into_iter().collect::<Vec<_>>(), vec![2]);
+        let changed = writer.replace_all([(2, 3)]);
+        assert_eq!(changed, 2);
+        assert!(!store.contains_key(&1));
+        assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn removing_an_absent_key_should_not_notify() {
+        let (store, mut writer) = store::<u32, u32>();
+        let sub = store.subscribe();
+        assert!(writer.remove(&3).is_none());
+        assert!(sub.drain().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_until_synced_should_hold_until_mark_synced_and_fail_if_writer_dropped() {
+        let (store, mut writer) = store::<u32, u32>();
+        let reader = store.clone();
+        let waiter = tokio::spawn(async move { reader.wait_until_synced().await });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(!waiter.is_finished());
+        writer.mark_synced();
+        assert_eq!(waiter.await.expect("join"), Ok(()));
+
+        let (store2, writer2) = store::<u32, u32>();
+        drop(writer2);
+        assert_eq!(store2.wait_until_synced().await, Err(WriterDropped));
+    }
+
+    #[test]
+    fn dropped_subscriptions_should_be_pruned() {
+        let (store, mut writer) = store::<u32, u32>();
+        let sub = store.subscribe();
+        drop(sub);
+        writer.insert(1, 1);
+        assert!(store.shared.subscribers.lock().expect("lock").is_empty());
+    }
+}
