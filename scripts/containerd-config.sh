@@ -29,7 +29,7 @@ die() {
 	exit 2
 }
 usage() {
-	sed -n '2,19p' "$0" >&2
+	awk 'NR > 1 { if (!/^#/) exit; print }' "$0" >&2
 	exit 2
 }
 

@@ -38,7 +38,7 @@ case "${1:-}" in
 "") ;;
 --check) CHECK_ONLY=1 ;;
 -h | --help)
-	sed -n '2,12p' "$0"
+	awk 'NR > 1 { if (!/^#/) exit; print }' "$0"
 	exit 0
 	;;
 *) die "unknown argument: $1 (usage: $0 [--check])" ;;

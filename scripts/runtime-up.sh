@@ -26,6 +26,11 @@
 #   NODELET_TEST_REGISTRY     registry listen address   (default 127.0.0.1:5000, loopback only)
 #   NODELET_TEST_POD_SUBNET   pod CIDR                  (default 198.18.0.0/16; must lie in it)
 #   NODELET_TEST_BRIDGE       Linux bridge name         (default nlcni0)
+#   NODELET_TEST_CNI_NETWORK  CNI network name          (default nodelet-test)
+#   NODELET_TEST_CGROUP_PARENT top-level cgroup for pods (default /nodelet-test; exported for
+#                             tests, runtime-down.sh kills and removes everything under it)
+#   (a second instance next to the default one needs its own BASE, REGISTRY, BRIDGE,
+#    CNI_NETWORK and CGROUP_PARENT)
 #   NODELET_TEST_EXTRA_IMAGES extra test images: space-separated NAME:TAG=/abs/static-binary;
 #                             each becomes localhost/nodelet/NAME:TAG = busybox + the binary in
 #                             /usr/local/bin (entrypoint), imported and pushed as NAME:TAG
@@ -39,10 +44,10 @@ BASE=${NODELET_TEST_BASE:-/tmp/nodelet-test}
 REG_ADDR=${NODELET_TEST_REGISTRY:-127.0.0.1:5000}
 POD_SUBNET=${NODELET_TEST_POD_SUBNET:-198.18.0.0/16}
 BRIDGE=${NODELET_TEST_BRIDGE:-nlcni0}
+CNI_NET=${NODELET_TEST_CNI_NETWORK:-nodelet-test}
+CGROUP_PARENT=${NODELET_TEST_CGROUP_PARENT:-/nodelet-test}
 EXTRA_IMAGES_SPEC=${NODELET_TEST_EXTRA_IMAGES:-}
-CNI_NET=nodelet-test
 CNI_BIN_DIR=/usr/lib/cni
-CGROUP_PARENT=/nodelet-test
 
 RUN=$BASE/run
 SOCK=$RUN/containerd.sock
@@ -67,8 +72,6 @@ BUSYBOX2_IMAGE=localhost/nodelet/busybox:v2
 PAUSE_SRC=$REPO_ROOT/deploy/images/pause.c
 # fixed timestamp for every file, layer and config => reproducible image digests
 EPOCH=2024-01-01T00:00:00Z
-# bump when the image recipe below changes (forces a rebuild)
-RECIPE=nodelet-images-1
 
 log() { printf '[runtime-up %(%H:%M:%S)T] %s\n' -1 "$*"; }
 die() {
@@ -89,7 +92,7 @@ case "${1:-}" in
 	exit 0
 	;;
 -h | --help)
-	sed -n '2,34p' "$0"
+	awk 'NR > 1 { if (!/^#/) exit; print }' "$0"
 	exit 0
 	;;
 *) die "unknown argument: $1 (usage: $0 [--print-config])" ;;
@@ -115,6 +118,10 @@ if [[ ! $REG_ADDR =~ ^(127\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}|localhost):([0-9]
 fi
 REG_PORT=${BASH_REMATCH[2]}
 [[ $BRIDGE =~ ^[A-Za-z0-9_.-]{1,15}$ ]] || die "NODELET_TEST_BRIDGE '$BRIDGE' is not a valid interface name"
+[[ $CNI_NET =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] || die "NODELET_TEST_CNI_NETWORK '$CNI_NET' is not a valid CNI network name"
+if [[ ! $CGROUP_PARENT =~ ^/[A-Za-z0-9_.-]+$ ]] || [ "$CGROUP_PARENT" = /k8s.io ]; then
+	die "NODELET_TEST_CGROUP_PARENT must be a dedicated top-level cgroup like /nodelet-test, got '$CGROUP_PARENT'"
+fi
 
 [ "$(id -u)" = 0 ] || die "must run as root"
 PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
@@ -150,6 +157,60 @@ write_file() {
 	chmod 0644 "$tmp"
 	mv -f "$tmp" "$1"
 }
+
+# our_pid PIDFILE EXE CONFIG: print the pid from PIDFILE if that process runs EXE with CONFIG
+# as an argument; otherwise look for such a process (lost pid file) and adopt it.
+is_ours() { # pid exe config
+	[ "$(basename "$(readlink "/proc/$1/exe" 2>/dev/null)")" = "$2" ] &&
+		grep -qxzF -- "$3" "/proc/$1/cmdline" 2>/dev/null
+}
+our_pid() {
+	local f=$1 exe=$2 cfg=$3 pid c
+	pid=$(cat "$f" 2>/dev/null || true)
+	if [ -n "$pid" ] && is_ours "$pid" "$exe" "$cfg"; then
+		echo "$pid"
+		return 0
+	fi
+	# shellcheck disable=SC2013 # file names from /proc have no spaces
+	for c in $(grep -lxzF -- "$cfg" /proc/[0-9]*/cmdline 2>/dev/null); do
+		pid=${c#/proc/}
+		pid=${pid%/cmdline}
+		if is_ours "$pid" "$exe" "$cfg"; then
+			echo "$pid" >"$f"
+			echo "$pid"
+			return 0
+		fi
+	done
+	rm -f "$f"
+	return 1
+}
+
+# start_bg PIDFILE LOGFILE CMD...: own session, stdin from /dev/null, output appended to LOGFILE
+start_bg() {
+	local pidfile=$1 logfile=$2
+	shift 2
+	printf '\n=== %(%F %T)T runtime-up.sh: %s\n' -1 "$*" >>"$logfile"
+	# 9>&-: the daemon must not inherit (and hold) our lock
+	setsid "$@" </dev/null >>"$logfile" 2>&1 9>&- &
+	echo $! >"$pidfile"
+}
+
+# alive PID: process exists and is not a zombie (pid 1 here may be slow to reap orphans)
+alive() { [ -r "/proc/$1/stat" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+wait_gone() { # pid timeout_s
+	local i
+	for ((i = 0; i < $2 * 10; i++)); do
+		alive "$1" || return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+reg_up() { curl -fsS -o /dev/null --max-time 2 "http://$REG_ADDR/v2/" 2>/dev/null; }
+# fail early (before starting anything) if another registry owns our address
+if ! our_pid "$RUN/registry.pid" docker-registry "$REG_DIR/config.yml" >/dev/null && reg_up; then
+	die "something else already serves http://$REG_ADDR (not ours); set NODELET_TEST_REGISTRY"
+fi
 
 # ---------------------------------------------------------------- host state (first run only)
 # Recorded so runtime-down.sh restores/removes only what this setup changed or created.
@@ -205,7 +266,8 @@ done
 
 images_stamp() {
 	{
-		echo "$RECIPE $EPOCH"
+		echo "$EPOCH ${HIST[*]}"
+		declare -f build_images umoci_cfg # the recipe itself
 		sha256sum "$PAUSE_SRC" /bin/busybox | cut -d' ' -f1
 		gcc --version | head -n1
 		umoci --version
@@ -368,51 +430,6 @@ EOF
 ctd_config=$(print_config) || die "containerd-config.sh failed"
 if write_file "$CTD_CONFIG" <<<"$ctd_config"; then log "wrote containerd config $CTD_CONFIG"; fi
 
-# our_pid PIDFILE EXE CONFIG: print the pid from PIDFILE if that process runs EXE with CONFIG
-# as an argument; otherwise look for such a process (lost pid file) and adopt it.
-is_ours() { # pid exe config
-	[ "$(basename "$(readlink "/proc/$1/exe" 2>/dev/null)")" = "$2" ] &&
-		grep -qxzF -- "$3" "/proc/$1/cmdline" 2>/dev/null
-}
-our_pid() {
-	local f=$1 exe=$2 cfg=$3 pid c
-	pid=$(cat "$f" 2>/dev/null || true)
-	if [ -n "$pid" ] && is_ours "$pid" "$exe" "$cfg"; then
-		echo "$pid"
-		return 0
-	fi
-	# shellcheck disable=SC2013 # file names from /proc have no spaces
-	for c in $(grep -lxzF -- "$cfg" /proc/[0-9]*/cmdline 2>/dev/null); do
-		pid=${c#/proc/}
-		pid=${pid%/cmdline}
-		if is_ours "$pid" "$exe" "$cfg"; then
-			echo "$pid" >"$f"
-			echo "$pid"
-			return 0
-		fi
-	done
-	rm -f "$f"
-	return 1
-}
-
-# start_bg PIDFILE LOGFILE CMD...: own session, stdin from /dev/null, output appended to LOGFILE
-start_bg() {
-	local pidfile=$1 logfile=$2
-	shift 2
-	printf '\n=== %(%F %T)T runtime-up.sh: %s\n' -1 "$*" >>"$logfile"
-	setsid "$@" </dev/null >>"$logfile" 2>&1 &
-	echo $! >"$pidfile"
-}
-
-wait_gone() { # pid timeout_s
-	local i
-	for ((i = 0; i < $2 * 10; i++)); do
-		[ -d "/proc/$1" ] || return 0
-		sleep 0.1
-	done
-	return 1
-}
-
 CFG_SUM=$(sha256sum "$CTD_CONFIG" | cut -d' ' -f1)
 if CTD_PID=$(our_pid "$RUN/containerd.pid" containerd "$CTD_CONFIG"); then
 	if [ "$(cat "$RUN/containerd.config.sha256" 2>/dev/null)" != "$CFG_SUM" ]; then
@@ -441,7 +458,7 @@ for ((i = 0; i < 300; i++)); do
 		ready=1
 		break
 	fi
-	if [ ! -d "/proc/$CTD_PID" ]; then
+	if ! alive "$CTD_PID"; then
 		tail -n 20 "$CTD_LOG" >&2
 		die "containerd exited during startup (log $CTD_LOG)"
 	fi
@@ -457,15 +474,24 @@ for i in "${IMAGES[@]}"; do
 	IFS='|' read -r ltag ref _ imp <<<"$i"
 	[ "$imp" = 1 ] || continue
 	want=$(layout_digest "$ltag")
-	have=$(ctrk images ls "name==$ref" 2>/dev/null | awk -v r="$ref" '$1 == r {print $3}')
+	have=$(ctrk images ls "name==$ref" 2>/dev/null | awk -v r="$ref" '$1 == r {print $3}' || true)
 	if [ "$have" = "$want" ]; then
 		log "image $ref present"
 		continue
 	fi
+	old=$have
 	log "importing $ref"
 	ctrk images import "$IMG/$ltag.tar" >/dev/null
-	have=$(ctrk images ls "name==$ref" | awk -v r="$ref" '$1 == r {print $3}')
+	have=$(ctrk images ls "name==$ref" | awk -v r="$ref" '$1 == r {print $3}' || true)
 	[ "$have" = "$want" ] || die "import of $IMG/$ltag.tar gave '$ref' digest '${have:-none}', want $want"
+	if [ -n "$old" ]; then
+		# replaced an older build: drop CRI's sha256:<config> id refs of it unless still named
+		refs=$(ctrk images ls | awk -v d="$old" 'NR > 1 && $3 == d {print $1}' || true)
+		if ! grep -qv '^sha256:' <<<"$refs"; then
+			# shellcheck disable=SC2086 # one ref per word
+			ctrk images rm $refs >/dev/null 2>&1 || true
+		fi
+	fi
 done
 
 # ---------------------------------------------------------------- registry
@@ -483,7 +509,6 @@ storage:
 http:
   addr: $REG_ADDR
 EOF
-reg_up() { curl -fsS -o /dev/null --max-time 2 "http://$REG_ADDR/v2/" 2>/dev/null; }
 if REG_PID=$(our_pid "$RUN/registry.pid" docker-registry "$REG_DIR/config.yml"); then
 	log "registry already running (pid $REG_PID)"
 else
@@ -500,7 +525,7 @@ for ((i = 0; i < 100; i++)); do
 		ready=1
 		break
 	fi
-	if [ ! -d "/proc/$REG_PID" ]; then
+	if ! alive "$REG_PID"; then
 		tail -n 20 "$REG_LOG" >&2
 		die "registry exited during startup (log $REG_LOG)"
 	fi

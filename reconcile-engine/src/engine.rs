@@ -71,7 +71,10 @@ pub struct EngineBuilder<D, A, R: Reconciler<D, A>, Dr> {
 
 impl<D, A, R: Reconciler<D, A>, Dr> fmt::Debug for EngineBuilder<D, A, R, Dr> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EngineBuilder").field("name", &self.name).field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("EngineBuilder")
+            .field("name", &self.name)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -192,7 +195,10 @@ where
     Dr: Driver<R::Key, R::Op, A>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Engine").field("name", &self.name).field("dirty", &self.dirty.len()).finish_non_exhaustive()
+        f.debug_struct("Engine")
+            .field("name", &self.name)
+            .field("dirty", &self.dirty.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -255,9 +261,10 @@ where
             None => return report,
         }
         self.dirty_all();
-        let mut synced_rx = self.desired.synced_watch();
-        let mut synced_seen = *synced_rx.borrow_and_update();
-        let mut resync = tokio::time::interval_at(Instant::now() + self.config.resync_period, self.config.resync_period);
+        let mut sync_watch = self.desired.sync_watch();
+        let mut synced_seen = self.desired.is_synced();
+        let mut resync =
+            tokio::time::interval_at(Instant::now() + self.config.resync_period, self.config.resync_period);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.plan_dirty();
@@ -269,8 +276,8 @@ where
                     () = &mut shutdown => Event::Shutdown,
                     c = self.executor.next_completion() => Event::Completion(c),
                     () = self.desired_sub.changed() => Event::DesiredChanged,
-                    res = synced_rx.changed(), if !synced_seen => {
-                        if res.is_ok() { Event::Synced } else { synced_seen = true; Event::Resync }
+                    synced = self.desired.synced_changed(&mut sync_watch), if !synced_seen => {
+                        if synced { Event::Synced } else { Event::Resync }
                     }
                     Some(expired) = std::future::poll_fn(|cx| rechecks.poll_expired(cx)), if !rechecks.is_empty() => {
                         Event::Recheck(expired.into_inner())
@@ -290,12 +297,10 @@ where
                     }
                 }
                 Event::Synced => {
-                    synced_seen = *synced_rx.borrow_and_update();
-                    if synced_seen {
-                        tracing::debug!(reconciler = %self.name, held = self.held.len(), "desired state synced");
-                        for key in std::mem::take(&mut self.held) {
-                            self.dirty.insert(key);
-                        }
+                    synced_seen = true;
+                    tracing::debug!(reconciler = %self.name, held = self.held.len(), "desired state synced");
+                    for key in std::mem::take(&mut self.held) {
+                        self.dirty.insert(key);
                     }
                 }
                 Event::Recheck(key) => {
@@ -310,7 +315,10 @@ where
         report
     }
 
-    async fn reconstruct(&mut self, shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>) -> Option<usize> {
+    async fn reconstruct(
+        &mut self,
+        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Option<usize> {
         let backoff = self.config.executor.backoff.clone();
         let mut rng = fastrand::Rng::new();
         let mut failures = 0;

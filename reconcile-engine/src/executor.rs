@@ -156,7 +156,11 @@ impl<Op> Default for KeyState<Op> {
 
 impl<Op> KeyState<Op> {
     fn is_idle(&self) -> bool {
-        self.running.is_none() && self.pending.is_none() && self.backoff.is_none() && !self.queued && !self.blocked
+        self.running.is_none()
+            && self.pending.is_none()
+            && self.backoff.is_none()
+            && !self.queued
+            && !self.blocked
     }
 }
 
@@ -318,10 +322,10 @@ where
 
     /// Drops the operation waiting for `key`, if any (the running one is unaffected).
     pub fn withdraw(&mut self, key: &K) {
-        if let Some(state) = self.keys.get_mut(key) {
-            if state.pending.take().is_some() {
-                self.pending -= 1;
-            }
+        if let Some(state) = self.keys.get_mut(key)
+            && state.pending.take().is_some()
+        {
+            self.pending -= 1;
         }
         self.cleanup(key);
     }
@@ -354,10 +358,10 @@ where
 
     /// Forgets the backoff history of `key` (when it left both desired and actual state).
     pub fn forget(&mut self, key: &K) {
-        if let Some(state) = self.keys.get_mut(key) {
-            if let Some(timer) = state.backoff.take().and_then(|b| b.timer) {
-                self.timers.remove(&timer);
-            }
+        if let Some(state) = self.keys.get_mut(key)
+            && let Some(timer) = state.backoff.take().and_then(|b| b.timer)
+        {
+            self.timers.remove(&timer);
         }
         self.cleanup(key);
     }
@@ -448,10 +452,11 @@ where
         if state.running.is_some() {
             return false;
         }
-        if let Some(backoff) = &state.backoff {
-            if backoff.kind == op.kind() && backoff.until > now {
-                return false; // its timer re-queues it
-            }
+        if let Some(backoff) = &state.backoff
+            && backoff.kind == op.kind()
+            && backoff.until > now
+        {
+            return false; // its timer re-queues it
         }
         if self.conflicts(key) {
             if let Some(state) = self.keys.get_mut(key) {
@@ -517,16 +522,20 @@ where
         self.metrics.observe_operation(kind, result_label, duration.as_secs_f64());
         let failures = self.record_backoff(&key, kind, result_label);
         match &outcome {
-            Outcome::Done(_) => tracing::debug!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, ?duration, "operation done"),
+            Outcome::Done(_) => {
+                tracing::debug!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, ?duration, "operation done")
+            }
             Outcome::Failed(e) | Outcome::Uncertain(e) if result_label != OpResult::Cancelled => {
                 // The first failure of a streak, then every tenth, at warn; the rest at debug.
-                if failures <= 1 || failures % 10 == 0 {
+                if failures <= 1 || failures.is_multiple_of(10) {
                     tracing::warn!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, failures, result = %result_label, error = %e, "operation failed");
                 } else {
                     tracing::debug!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, failures, result = %result_label, error = %e, "operation failed");
                 }
             }
-            _ => tracing::debug!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, "operation cancelled"),
+            _ => {
+                tracing::debug!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, "operation cancelled")
+            }
         }
         if let Some(state) = self.keys.get_mut(&key) {
             state.running = None;
@@ -574,10 +583,10 @@ where
     }
 
     fn backoff_expired(&mut self, key: K) {
-        if let Some(state) = self.keys.get_mut(&key) {
-            if let Some(backoff) = &mut state.backoff {
-                backoff.timer = None;
-            }
+        if let Some(state) = self.keys.get_mut(&key)
+            && let Some(backoff) = &mut state.backoff
+        {
+            backoff.timer = None;
         }
         // Keep the failure count (the next failure backs off longer) but let the key run.
         if self.keys.get(&key).is_some_and(|s| s.running.is_none() && s.pending.is_some()) {
@@ -589,7 +598,9 @@ where
     /// Removes bookkeeping of a key that has nothing left: no operation, no live backoff timer.
     fn cleanup(&mut self, key: &K) {
         if let Some(state) = self.keys.get_mut(key) {
-            if state.backoff.as_ref().is_some_and(|b| b.timer.is_none() && b.until <= Instant::now()) && state.pending.is_none() {
+            if state.backoff.as_ref().is_some_and(|b| b.timer.is_none() && b.until <= Instant::now())
+                && state.pending.is_none()
+            {
                 // An expired backoff with nothing waiting carries only the failure count; keep it
                 // while the key may fail again soon, drop it once nothing refers to the key.
                 if state.running.is_none() && !state.queued && !state.blocked {

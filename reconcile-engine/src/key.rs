@@ -78,11 +78,7 @@ mod tests {
 
     impl Key for Path3 {
         fn parent(&self) -> Option<Self> {
-            if self.0.is_empty() {
-                None
-            } else {
-                Some(Path3(self.0[..self.0.len() - 1].to_vec()))
-            }
+            if self.0.is_empty() { None } else { Some(Path3(self.0[..self.0.len() - 1].to_vec())) }
         }
     }
 

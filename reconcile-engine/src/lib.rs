@@ -39,7 +39,7 @@
 //!   [`Outcome::Uncertain`] (timed out or unknown): the reconciler records uncertainty and plans
 //!   cleanup; nothing is assumed absent.
 //! - **Cancellation.** When a re-plan no longer asks for the running operation, its
-//!   [`CancellationToken`](tokio_util::sync::CancellationToken) fires.
+//!   [`CancellationToken`] fires.
 //! - **Incremental** planning of changed keys only, plus a periodic full resync.
 //! - **Safe start-up.** The driver reconstructs what exists before anything is planned, and
 //!   teardown waits until the desired store has synced once ([`Writer::mark_synced`]).
@@ -75,5 +75,5 @@ pub use executor::{Executor, ExecutorConfig, OpError, Submitted};
 pub use key::Key;
 pub use metrics::{Metrics, OpResult};
 pub use reconciler::{Operation, Plan, Reconciler, Update, View};
-pub use store::{Store, Subscription, Writer, WriterDropped, store};
+pub use store::{Store, Subscription, SyncWatch, Writer, WriterDropped, store};
 pub use tokio_util::sync::CancellationToken;

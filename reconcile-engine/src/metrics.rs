@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 /// How an operation ended, as the `result` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -78,7 +80,8 @@ struct Families {
 }
 
 /// Buckets for operation durations: 1 ms to about 2 min (driver calls are I/O, often slow).
-const OP_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
+const OP_BUCKETS: &[f64] =
+    &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
 /// Buckets for planning passes: 10 µs to 1 s (a pass is CPU only).
 const LOOP_BUCKETS: &[f64] = &[0.00001, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0];
 
@@ -209,7 +212,8 @@ impl ReconcilerMetrics {
         });
         handles.duration.observe(seconds);
         let slot = &mut handles.results[result as usize];
-        slot.get_or_insert_with(|| families.operations.with_label_values(&[name, kind, result.as_str()])).inc();
+        slot.get_or_insert_with(|| families.operations.with_label_values(&[name, kind, result.as_str()]))
+            .inc();
     }
 }
 
@@ -230,9 +234,21 @@ mod tests {
         let mut out = Vec::new();
         prometheus::TextEncoder::new().encode(&registry.gather(), &mut out).expect("encode");
         let text = String::from_utf8(out).expect("utf8");
-        assert!(text.contains(r#"reconcile_engine_operations_total{kind="mount",reconciler="a",result="done"} 1"#));
-        assert!(text.contains(r#"reconcile_engine_operations_total{kind="pull",reconciler="b",result="timeout"} 1"#));
-        assert!(text.contains(r#"reconcile_engine_operation_duration_seconds_count{kind="mount",reconciler="a"} 2"#));
+        assert!(
+            text.contains(
+                r#"reconcile_engine_operations_total{kind="mount",reconciler="a",result="done"} 1"#
+            )
+        );
+        assert!(
+            text.contains(
+                r#"reconcile_engine_operations_total{kind="pull",reconciler="b",result="timeout"} 1"#
+            )
+        );
+        assert!(
+            text.contains(
+                r#"reconcile_engine_operation_duration_seconds_count{kind="mount",reconciler="a"} 2"#
+            )
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::Key;
 /// assert!(store.is_synced());
 /// ```
 pub fn store<K: Key, V: Send + Sync + 'static>() -> (Store<K, V>, Writer<K, V>) {
-    let (synced, _) = watch::channel(false);
+    let (synced, _) = watch::channel(SyncState::Loading);
     let shared = Arc::new(Shared { map: DashMap::new(), subscribers: Mutex::new(Vec::new()), synced });
     (Store { shared: shared.clone() }, Writer { shared })
 }
@@ -32,7 +32,15 @@ pub fn store<K: Key, V: Send + Sync + 'static>() -> (Store<K, V>, Writer<K, V>) 
 struct Shared<K, V> {
     map: DashMap<K, Arc<V>>,
     subscribers: Mutex<Vec<Weak<SubShared<K>>>>,
-    synced: watch::Sender<bool>,
+    synced: watch::Sender<SyncState>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SyncState {
+    Loading,
+    Synced,
+    /// The writer was dropped before it ever synced.
+    Abandoned,
 }
 
 impl<K: Key, V> Shared<K, V> {
@@ -112,19 +120,31 @@ impl<K: Key, V: Send + Sync + 'static> Store<K, V> {
 
     /// Whether the writer has declared the store complete once ([`Writer::mark_synced`]).
     pub fn is_synced(&self) -> bool {
-        *self.shared.synced.borrow()
+        *self.shared.synced.borrow() == SyncState::Synced
     }
 
     /// Waits until the writer has declared the store complete once. Returns at once if it has.
     /// Returns [`WriterDropped`] if the writer was dropped without ever syncing.
     pub async fn wait_until_synced(&self) -> Result<(), WriterDropped> {
         let mut rx = self.shared.synced.subscribe();
-        rx.wait_for(|synced| *synced).await.map(|_| ()).map_err(|_| WriterDropped)
+        match rx.wait_for(|state| *state != SyncState::Loading).await.map(|state| *state) {
+            Ok(SyncState::Synced) => Ok(()),
+            _ => Err(WriterDropped),
+        }
     }
 
-    /// A receiver that observes the "synced" flag, for `select!` loops.
-    pub fn synced_watch(&self) -> watch::Receiver<bool> {
-        self.shared.synced.subscribe()
+    /// Waits until the "synced" flag may have changed (it changes at most once, from `false` to
+    /// `true`, or never if the writer is dropped first), for `select!` loops. Cancel-safe.
+    pub async fn synced_changed(&self, rx: &mut SyncWatch) -> bool {
+        match rx.0.changed().await {
+            Ok(()) => *rx.0.borrow_and_update() == SyncState::Synced,
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// A handle for [`synced_changed`](Store::synced_changed).
+    pub fn sync_watch(&self) -> SyncWatch {
+        SyncWatch(self.shared.synced.subscribe())
     }
 
     /// Subscribes to changes: every key written from now on is reported, coalesced, by the
@@ -177,9 +197,27 @@ impl<K: Key, V: Send + Sync + 'static> Writer<K, V> {
     /// waiting in [`Store::wait_until_synced`] wake up; the engine starts running teardown
     /// operations. Calling it again has no effect.
     pub fn mark_synced(&mut self) {
-        self.shared.synced.send_if_modified(|synced| !std::mem::replace(synced, true));
+        self.shared
+            .synced
+            .send_if_modified(|state| std::mem::replace(state, SyncState::Synced) != SyncState::Synced);
     }
 }
+
+impl<K, V> Drop for Writer<K, V> {
+    fn drop(&mut self) {
+        self.shared.synced.send_if_modified(|state| {
+            let abandon = *state == SyncState::Loading;
+            if abandon {
+                *state = SyncState::Abandoned;
+            }
+            abandon
+        });
+    }
+}
+
+/// Observes a store's "synced" flag; see [`Store::synced_changed`].
+#[derive(Debug)]
+pub struct SyncWatch(watch::Receiver<SyncState>);
 
 impl<K: Key, V: PartialEq + Send + Sync + 'static> Writer<K, V> {
     /// Sets `key` to `value` unless it already holds an equal value; returns whether it changed.
@@ -320,7 +358,7 @@ mod tests {
         writer.mark_synced();
         assert_eq!(waiter.await.expect("join"), Ok(()));
 
-        let (store2, writer2) = store::<u32, u32>();
+        let (store2, writer2) = super::store::<u32, u32>();
         drop(writer2);
         assert_eq!(store2.wait_until_synced().await, Err(WriterDropped));
     }

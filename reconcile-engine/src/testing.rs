@@ -87,7 +87,13 @@ struct CheckerState<K> {
 
 impl<K: Key> Default for OverlapChecker<K> {
     fn default() -> Self {
-        Self { inner: Mutex::new(CheckerState { in_flight: Vec::new(), violations: Vec::new(), max_in_flight: 0 }) }
+        Self {
+            inner: Mutex::new(CheckerState {
+                in_flight: Vec::new(),
+                violations: Vec::new(),
+                max_in_flight: 0,
+            }),
+        }
     }
 }
 
@@ -358,7 +364,9 @@ impl<K: Key, Op: Operation, A: Clone + Send + Sync + 'static> Driver<K, Op, A> f
 
 async fn sleep_or_forever(d: Duration) {
     match Instant::now().checked_add(d) {
-        Some(deadline) if d < Duration::from_secs(365 * 24 * 3600) => tokio::time::sleep_until(deadline).await,
+        Some(deadline) if d < Duration::from_secs(365 * 24 * 3600) => {
+            tokio::time::sleep_until(deadline).await
+        }
         _ => std::future::pending().await,
     }
 }

@@ -106,8 +106,11 @@ async fn hierarchical_keys_should_serialize_parent_and_children_but_run_siblings
     wait_converged(&h.desired, &actual, LONG, matches).await;
     let calls = h.driver.calls();
     let dev_delete = calls.iter().find(|c| c.key == K::Dev(0) && c.op == Op::Delete).expect("device deleted");
-    let last_pod_delete =
-        calls.iter().filter(|c| matches!(c.key, K::Pod(..)) && c.op == Op::Delete).filter_map(|c| c.finished).max();
+    let last_pod_delete = calls
+        .iter()
+        .filter(|c| matches!(c.key, K::Pod(..)) && c.op == Op::Delete)
+        .filter_map(|c| c.finished)
+        .max();
     assert!(dev_delete.started >= last_pod_delete.expect("pods deleted"));
     h.driver.assert_no_overlap();
 }
@@ -210,7 +213,12 @@ async fn an_operation_no_longer_desired_should_be_cancelled() {
     assert!(actual.is_empty());
     assert_eq!(h.driver.calls().len(), 1, "nothing to clean up after a cancelled put that changed nothing");
     let text = gather(&registry);
-    assert!(text.contains(r#"reconcile_engine_operations_total{kind="put",reconciler="test",result="cancelled"} 1"#), "{text}");
+    assert!(
+        text.contains(
+            r#"reconcile_engine_operations_total{kind="put",reconciler="test",result="cancelled"} 1"#
+        ),
+        "{text}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -275,9 +283,14 @@ async fn periodic_resync_should_reconsider_unchanged_keys() {
     let open = Arc::new(AtomicBool::new(false));
     h.writer.insert(K::Dev(0), 1);
     h.writer.mark_synced();
-    let engine = Engine::builder("gated", Gated { open: open.clone(), recheck: None }, h.driver.clone(), h.desired.clone())
-        .resync_period(Duration::from_secs(10))
-        .build();
+    let engine = Engine::builder(
+        "gated",
+        Gated { open: open.clone(), recheck: None },
+        h.driver.clone(),
+        h.desired.clone(),
+    )
+    .resync_period(Duration::from_secs(10))
+    .build();
     let actual = engine.actual();
     let _join = tokio::spawn(engine.run(std::future::pending()));
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -316,7 +329,12 @@ async fn shutdown_should_let_running_operations_finish_within_the_deadline() {
     h.writer.insert(K::Dev(0), 1);
     h.writer.insert(K::Dev(1), 1);
     h.writer.mark_synced();
-    let (actual, stop, join) = spawn(engine(&h).default_timeout(Duration::from_secs(600)).shutdown_deadline(Duration::from_secs(5)).build());
+    let (actual, stop, join) = spawn(
+        engine(&h)
+            .default_timeout(Duration::from_secs(600))
+            .shutdown_deadline(Duration::from_secs(5))
+            .build(),
+    );
     assert!(eventually(LONG, || h.driver.calls().len() == 2).await);
     let asked = Instant::now();
     stop.send(()).expect("engine running");
@@ -370,13 +388,23 @@ async fn every_operation_should_run_in_a_span_carrying_its_key() {
     });
     run.await;
     let spans = spans.lock().expect("spans").clone();
-    assert!(spans.iter().any(|s| s.contains("operation") && s.contains("op.key=Dev(5)") && s.contains("op.kind=put")), "{spans:?}");
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.contains("operation") && s.contains("op.key=Dev(5)") && s.contains("op.kind=put")),
+        "{spans:?}"
+    );
 }
 
 struct SpanRecorder(Arc<std::sync::Mutex<Vec<String>>>);
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanRecorder {
-    fn on_new_span(&self, attrs: &tracing::span::Attributes<'_>, _id: &tracing::span::Id, _ctx: tracing_subscriber::layer::Context<'_, S>) {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
         struct V(String);
         impl tracing::field::Visit for V {
             fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use common::*;
 use reconcile_engine::testing::Step;
-use reconcile_engine::{BackoffConfig, Executor, ExecutorConfig, Metrics, OpError, OpResult, Outcome, Submitted};
+use reconcile_engine::{
+    BackoffConfig, Executor, ExecutorConfig, Metrics, OpError, OpResult, Outcome, Submitted,
+};
 use tokio::time::Instant;
 
 fn executor(driver: &Arc<Fake>, config: ExecutorConfig) -> Executor<K, Op, Actual, Fake> {

@@ -105,7 +105,8 @@ impl CriConfig {
 /// Accepts `unix:///abs/path`, `unix:/abs/path` and plain paths (absolute or relative). Rejects other schemes
 /// (`tcp://`, `npipe://`, …) and empty paths.
 pub fn parse_endpoint(endpoint: &str) -> Result<PathBuf> {
-    let invalid = |reason: &str| CriError::InvalidEndpoint { endpoint: endpoint.to_owned(), reason: reason.to_owned() };
+    let invalid =
+        |reason: &str| CriError::InvalidEndpoint { endpoint: endpoint.to_owned(), reason: reason.to_owned() };
     let trimmed = endpoint.trim();
     let path = if let Some(rest) = trimmed.strip_prefix("unix://") {
         if !rest.is_empty() && !rest.starts_with('/') {
@@ -133,12 +134,19 @@ mod tests {
     #[test]
     fn endpoints() {
         let ok = |e: &str| parse_endpoint(e).map(|p| p.to_string_lossy().into_owned());
-        assert_eq!(ok("unix:///run/containerd/containerd.sock").ok().as_deref(), Some("/run/containerd/containerd.sock"));
-        assert_eq!(ok("/run/containerd/containerd.sock").ok().as_deref(), Some("/run/containerd/containerd.sock"));
+        assert_eq!(
+            ok("unix:///run/containerd/containerd.sock").ok().as_deref(),
+            Some("/run/containerd/containerd.sock")
+        );
+        assert_eq!(
+            ok("/run/containerd/containerd.sock").ok().as_deref(),
+            Some("/run/containerd/containerd.sock")
+        );
         assert_eq!(ok("unix:/run/c.sock").ok().as_deref(), Some("/run/c.sock"));
         assert_eq!(ok("  unix:///x.sock ").ok().as_deref(), Some("/x.sock"));
         assert_eq!(ok("relative.sock").ok().as_deref(), Some("relative.sock"));
-        for bad in ["", "unix://", "unix:", "tcp://127.0.0.1:1234", "http://[::]:50051", "unix://host/x.sock"] {
+        for bad in ["", "unix://", "unix:", "tcp://127.0.0.1:1234", "http://[::]:50051", "unix://host/x.sock"]
+        {
             let err = parse_endpoint(bad).err();
             assert!(matches!(err, Some(CriError::InvalidEndpoint { .. })), "{bad:?} accepted");
         }

@@ -20,13 +20,12 @@ pub enum CriError {
     },
 
     /// The initial connection to the runtime socket failed (socket missing, permission denied, refused, …).
-    #[error("cannot connect to container runtime at {endpoint}: {source}")]
+    #[error("cannot connect to container runtime at {endpoint}: {reason}")]
     Connect {
         /// The socket path that was dialled.
         endpoint: String,
-        /// The transport error.
-        #[source]
-        source: tonic::transport::Error,
+        /// The transport error and its causes.
+        reason: String,
     },
 
     /// The initial connection to the runtime socket did not complete within the connect timeout.

@@ -176,7 +176,10 @@ mod tests {
 
         let f = SandboxFilter::managed().state(v1::PodSandboxState::SandboxNotready).to_proto();
         let f = f.expect("filter");
-        assert_eq!(f.state, Some(v1::PodSandboxStateValue { state: v1::PodSandboxState::SandboxNotready as i32 }));
+        assert_eq!(
+            f.state,
+            Some(v1::PodSandboxStateValue { state: v1::PodSandboxState::SandboxNotready as i32 })
+        );
         assert_eq!(f.label_selector.get(labels::MANAGED).map(String::as_str), Some("true"));
         assert!(f.id.is_empty());
 

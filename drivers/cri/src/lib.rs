@@ -1,1 +1,73 @@
-//! placeholder
+//! Async CRI v1 client for containerd, used by nodelet's sandbox, pod, image and PLEG reconcilers.
+//!
+//! * [`CriClient`] speaks the CRI v1 runtime and image services (the [`k8s_cri`] protobufs, re-exported as
+//!   [`proto`]) over a unix socket, with one shared HTTP/2 channel, a deadline on every call and typed errors
+//!   ([`CriError`]).
+//! * [`events`] subscribes to containerd's native task events on the same connection — the fast path of an
+//!   evented PLEG, since containerd 1.6 does not implement CRI `GetContainerEvents` — and exposes them as a
+//!   [`futures::Stream`] of [`RuntimeEvent`]s that reconnects by itself.
+//! * [`labels`] has the kubelet's CRI label/annotation keys and nodelet's `io.nodelet.managed=true` marker,
+//!   with which nodelet finds its own sandboxes and containers after a restart ([`SandboxFilter::managed`],
+//!   [`ContainerFilter::managed`]).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use nodelet_cri::{CriClient, CriConfig, EventsConfig, RuntimeEvent, SandboxFilter};
+//!
+//! # async fn run() -> Result<(), nodelet_cri::CriError> {
+//! let cri = CriClient::connect(CriConfig::new("unix:///run/containerd/containerd.sock")).await?;
+//! let readiness = cri.status().await?;
+//! assert!(readiness.is_ready(), "{:?}", readiness.not_ready_reason());
+//!
+//! let mut events = cri.events(EventsConfig::default());
+//! while let Some(event) = events.recv().await {
+//!     match event {
+//!         // (Re)subscribed: events may have been missed, relist everything nodelet owns.
+//!         RuntimeEvent::Reconnected => {
+//!             let sandboxes = cri.list_pod_sandboxes(&SandboxFilter::managed()).await?;
+//!             println!("{} sandboxes", sandboxes.len());
+//!         }
+//!         RuntimeEvent::ContainerExited { id, exit_status, .. } => println!("{id} exited with {exit_status}"),
+//!         _ => {}
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Deadlines
+//!
+//! Every call is bounded by [`CriConfig::runtime_request_timeout`] (2 minutes by default, like the
+//! kubelet's `--runtime-request-timeout`), except: `RunPodSandbox` (twice that, as the kubelet),
+//! `StopContainer` (plus the grace period), `ExecSync` (the command timeout plus
+//! [`CriConfig::exec_sync_margin`]) and `PullImage` ([`CriConfig::image_pull_timeout`]).
+//!
+//! # containerd specifics worth knowing
+//!
+//! * `RemoveImage` deletes every tag of the image, not only the reference passed.
+//! * `ContainerStatus` lags the native exit event by tens of milliseconds.
+//! * `StopPodSandbox` kills the sandbox's containers without grace period: stop containers first.
+//! * CRI does not delete a sandbox's `log_directory`; the caller owns it.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod client;
+mod config;
+mod error;
+pub mod events;
+mod filter;
+pub mod labels;
+
+pub use client::{CriClient, ExecSyncOutput, NETWORK_READY, RUNTIME_READY, RuntimeReadiness};
+pub use config::{
+    CriConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONTAINERD_NAMESPACE, DEFAULT_EXEC_SYNC_MARGIN,
+    DEFAULT_IMAGE_PULL_TIMEOUT, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_RUNTIME_REQUEST_TIMEOUT, parse_endpoint,
+};
+pub use error::{CriError, Result};
+pub use events::{EventsConfig, RuntimeEvent, RuntimeEventStream};
+pub use filter::{ContainerFilter, SandboxFilter};
+
+/// The CRI v1 protobuf types (request/response messages, configs, enums), from the `k8s-cri` crate.
+pub mod proto {
+    pub use k8s_cri::v1::*;
+}

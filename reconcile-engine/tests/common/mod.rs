@@ -63,18 +63,18 @@ impl Reconciler<u32, Actual> for Rec {
         match (v.desired, v.actual) {
             (Some(d), Some(Actual::Val(a))) if a == d => Plan::Idle,
             (Some(d), _) => {
-                if let Some(parent) = v.key.parent() {
-                    if !matches!(v.actual_store.get(&parent).as_deref(), Some(Actual::Val(_))) {
-                        return Plan::Idle;
-                    }
+                if let Some(parent) = v.key.parent()
+                    && !matches!(v.actual_store.get(&parent).as_deref(), Some(Actual::Val(_)))
+                {
+                    return Plan::Idle;
                 }
                 Plan::Run(Op::Put(*d))
             }
             (None, Some(_)) => {
-                if let K::Dev(d) = v.key {
-                    if (0..PODS_PER_DEV).any(|p| v.actual_store.contains_key(&K::Pod(*d, p))) {
-                        return Plan::Idle;
-                    }
+                if let K::Dev(d) = v.key
+                    && (0..PODS_PER_DEV).any(|p| v.actual_store.contains_key(&K::Pod(*d, p)))
+                {
+                    return Plan::Idle;
                 }
                 Plan::Run(Op::Delete)
             }
@@ -123,7 +123,8 @@ pub fn engine(h: &Harness) -> reconcile_engine::EngineBuilder<u32, Actual, Rec, 
 /// Spawns the engine; returns the actual store, a shutdown trigger and the join handle.
 pub fn spawn(
     engine: TestEngine,
-) -> (Store<K, Actual>, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<reconcile_engine::RunReport>) {
+) -> (Store<K, Actual>, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<reconcile_engine::RunReport>)
+{
     let actual = engine.actual();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let handle = tokio::spawn(engine.run(async move {
