@@ -1,7 +1,6 @@
 //! The engine loop: wakes on desired-state changes, completions, rechecks and a periodic resync,
 //! asks the reconciler for a plan per changed key, and hands the plan to the executor.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -15,7 +14,7 @@ use crate::executor::{Completion, Executor, ExecutorConfig};
 use crate::metrics::Metrics;
 use crate::reconciler::View;
 use crate::store::{Subscription, Writer};
-use crate::{BackoffConfig, Driver, Key, Operation, Outcome, Plan, Reconciler, Store, Update, store};
+use crate::{BackoffConfig, Driver, Key, Map, Operation, Outcome, Plan, Reconciler, Set, Store, Update, store};
 
 /// Engine settings. Build with [`Default`] and the `with_*` methods, or through [`EngineBuilder`].
 #[derive(Debug, Clone)]
@@ -46,6 +45,9 @@ impl Default for EngineConfig {
         }
     }
 }
+
+/// Completions handled in one go before the engine plans again.
+const COMPLETION_BATCH: usize = 256;
 
 /// What [`Engine::run`] did before it returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -150,11 +152,11 @@ where
             actual,
             actual_writer,
             config: self.config,
-            dirty: HashSet::new(),
-            children: HashMap::new(),
-            held: HashSet::new(),
+            dirty: Set::default(),
+            children: Map::default(),
+            held: Set::default(),
             rechecks: DelayQueue::new(),
-            recheck_keys: HashMap::new(),
+            recheck_keys: Map::default(),
             operations: 0,
         }
     }
@@ -178,13 +180,13 @@ where
     actual: Store<R::Key, A>,
     actual_writer: Writer<R::Key, A>,
     config: EngineConfig,
-    dirty: HashSet<R::Key>,
+    dirty: Set<R::Key>,
     /// Parent → children present in either store, to reconsider descendants of a changed key.
-    children: HashMap<R::Key, HashSet<R::Key>>,
+    children: Map<R::Key, Set<R::Key>>,
     /// Keys whose teardown waits for the desired store to sync.
-    held: HashSet<R::Key>,
+    held: Set<R::Key>,
     rechecks: DelayQueue<R::Key>,
-    recheck_keys: HashMap<R::Key, delay_queue::Key>,
+    recheck_keys: Map<R::Key, delay_queue::Key>,
     operations: u64,
 }
 
@@ -290,6 +292,12 @@ where
                 Event::Completion(c) => {
                     self.operations += 1;
                     self.complete(c);
+                    // Take the rest of a burst before planning again.
+                    for _ in 0..COMPLETION_BATCH {
+                        let Some(c) = self.executor.try_next_completion() else { break };
+                        self.operations += 1;
+                        self.complete(c);
+                    }
                 }
                 Event::DesiredChanged => {
                     for key in self.desired_sub.drain() {
@@ -396,10 +404,21 @@ where
         self.mark_changed(key);
     }
 
+    /// Marks every key of both stores for reconsideration and rebuilds the children index.
     fn dirty_all(&mut self) {
-        for key in self.desired.keys().into_iter().chain(self.actual.keys()) {
-            self.mark_changed(key);
-        }
+        let (dirty, children) = (&mut self.dirty, &mut self.children);
+        children.clear();
+        dirty.reserve(self.desired.len() + self.actual.len());
+        let mut visit = |key: &R::Key| {
+            if !dirty.contains(key) {
+                if let Some(parent) = key.parent() {
+                    children.entry(parent).or_default().insert(key.clone());
+                }
+                dirty.insert(key.clone());
+            }
+        };
+        self.desired.for_each(|key, _| visit(key));
+        self.actual.for_each(|key, _| visit(key));
         self.dirty.extend(self.held.drain());
     }
 
@@ -444,7 +463,7 @@ where
         let started = std::time::Instant::now();
         let synced = self.desired.is_synced();
         let now = Instant::now();
-        let keys: Vec<R::Key> = self.dirty.drain().collect();
+        let keys = std::mem::take(&mut self.dirty);
         self.executor.metrics().reconciles.inc_by(keys.len() as u64);
         for key in keys {
             let desired = self.desired.get(&key);

@@ -5,7 +5,7 @@
 //! returns at once, and finished operations come back from [`Executor::next_completion`]. The
 //! [`Engine`](crate::Engine) drives one; it can also be used on its own.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use tokio_util::time::{DelayQueue, delay_queue};
 use tracing::Instrument;
 
 use crate::metrics::{Metrics, OpResult, ReconcilerMetrics};
-use crate::{BackoffConfig, Driver, Key, Operation, Outcome};
+use crate::{BackoffConfig, Driver, Key, Map, Operation, Outcome, Set};
 
 /// Executor settings. Build with [`Default`] and the `with_*` methods.
 #[derive(Debug, Clone)]
@@ -143,7 +143,8 @@ struct Backoff {
 struct KeyState<Op> {
     running: Option<Running<Op>>,
     pending: Option<Op>,
-    backoff: Option<Backoff>,
+    /// Boxed: most keys never fail, and a small entry keeps the map cache-friendly.
+    backoff: Option<Box<Backoff>>,
     queued: bool,
     blocked: bool,
 }
@@ -180,14 +181,14 @@ type OpFuture<K, Op, A, E> = Pin<Box<dyn Future<Output = Finished<K, Op, A, E>> 
 pub struct Executor<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, A>> {
     driver: Arc<Dr>,
     config: ExecutorConfig,
-    keys: HashMap<K, KeyState<Op>>,
+    keys: Map<K, KeyState<Op>>,
     /// For each key, how many operations run on its strict descendants.
-    busy_below: HashMap<K, usize>,
+    busy_below: Map<K, usize>,
     running: usize,
     pending: usize,
     teardown_queue: VecDeque<K>,
     setup_queue: VecDeque<K>,
-    blocked: HashSet<K>,
+    blocked: Set<K>,
     futures: FuturesUnordered<OpFuture<K, Op, A, Dr::Error>>,
     timers: DelayQueue<K>,
     rng: fastrand::Rng,
@@ -223,13 +224,13 @@ where
         Self {
             driver,
             config,
-            keys: HashMap::new(),
-            busy_below: HashMap::new(),
+            keys: Map::default(),
+            busy_below: Map::default(),
             running: 0,
             pending: 0,
             teardown_queue: VecDeque::new(),
             setup_queue: VecDeque::new(),
-            blocked: HashSet::new(),
+            blocked: Set::default(),
             futures: FuturesUnordered::new(),
             timers: DelayQueue::new(),
             rng,
@@ -283,7 +284,6 @@ where
     /// the same kind, `op` waits out the backoff; an operation of another kind resets the
     /// backoff and may run at once.
     pub fn submit(&mut self, key: K, op: Op) -> Submitted {
-        let now = Instant::now();
         let state = self.keys.entry(key.clone()).or_default();
         if let Some(running) = &state.running {
             if running.op == op {
@@ -304,7 +304,7 @@ where
                     self.timers.remove(&timer);
                 }
                 state.backoff = None;
-            } else if backoff.until > now {
+            } else if backoff.until > Instant::now() {
                 backing_off = Some(backoff.until);
             }
         }
@@ -408,6 +408,17 @@ where
         }
     }
 
+    /// A finished operation if one is ready now, without waiting and without starting anything.
+    /// Lets a caller handle a burst of completions in one go.
+    pub fn try_next_completion(&mut self) -> Option<Completion<K, Op, A, Dr::Error>> {
+        use futures::FutureExt;
+        if self.futures.is_empty() {
+            return None;
+        }
+        let finished = self.futures.next().now_or_never().flatten()?;
+        Some(self.finish(finished))
+    }
+
     fn slots_full(&self) -> bool {
         self.config.max_concurrent != 0 && self.running >= self.config.max_concurrent
     }
@@ -443,7 +454,6 @@ where
     /// Starts the pending operation of `key` if everything allows it; otherwise parks it where
     /// something will wake it (queue, blocked set, or backoff timer).
     fn try_start(&mut self, key: &K) -> bool {
-        let now = Instant::now();
         let Some(state) = self.keys.get(key) else { return false };
         let Some(op) = &state.pending else {
             self.cleanup(key);
@@ -454,7 +464,7 @@ where
         }
         if let Some(backoff) = &state.backoff
             && backoff.kind == op.kind()
-            && backoff.until > now
+            && backoff.until > Instant::now()
         {
             return false; // its timer re-queues it
         }
@@ -576,7 +586,7 @@ where
                 let delay = self.config.backoff.delay(failures, &mut self.rng);
                 let until = Instant::now() + delay;
                 let timer = Some(self.timers.insert_at(key.clone(), until));
-                state.backoff = Some(Backoff { kind, failures, until, timer });
+                state.backoff = Some(Box::new(Backoff { kind, failures, until, timer }));
                 failures
             }
         }

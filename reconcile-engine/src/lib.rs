@@ -77,3 +77,8 @@ pub use metrics::{Metrics, OpResult};
 pub use reconciler::{Operation, Plan, Reconciler, Update, View};
 pub use store::{Store, Subscription, SyncWatch, Writer, WriterDropped, store};
 pub use tokio_util::sync::CancellationToken;
+
+/// Hash maps and sets of the engine's internals: a fast keyed hasher (keys are hashed many times
+/// per operation), still randomly seeded against collision attacks.
+pub(crate) type Map<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+pub(crate) type Set<K> = std::collections::HashSet<K, ahash::RandomState>;

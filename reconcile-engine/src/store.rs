@@ -1,14 +1,14 @@
 //! Typed desired-state and actual-state stores: one writer, cheap-clone readers, change
 //! notification and a "synced once" gate.
 
-use std::collections::HashSet;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use dashmap::DashMap;
 use tokio::sync::{Notify, watch};
 
-use crate::Key;
+use crate::{Key, Set};
 
 /// Creates an empty store and returns its reader and its single writer.
 ///
@@ -25,12 +25,19 @@ use crate::Key;
 /// ```
 pub fn store<K: Key, V: Send + Sync + 'static>() -> (Store<K, V>, Writer<K, V>) {
     let (synced, _) = watch::channel(SyncState::Loading);
-    let shared = Arc::new(Shared { map: DashMap::new(), subscribers: Mutex::new(Vec::new()), synced });
+    let shared = Arc::new(Shared {
+        map: DashMap::default(),
+        len: AtomicUsize::new(0),
+        subscribers: Mutex::new(Vec::new()),
+        synced,
+    });
     (Store { shared: shared.clone() }, Writer { shared })
 }
 
 struct Shared<K, V> {
-    map: DashMap<K, Arc<V>>,
+    map: DashMap<K, Arc<V>, ahash::RandomState>,
+    /// Kept by the writer, so that readers never lock every shard to count.
+    len: AtomicUsize,
     subscribers: Mutex<Vec<Weak<SubShared<K>>>>,
     synced: watch::Sender<SyncState>,
 }
@@ -93,12 +100,12 @@ impl<K: Key, V: Send + Sync + 'static> Store<K, V> {
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.shared.map.len()
+        self.shared.len.load(Ordering::Relaxed)
     }
 
     /// Whether the store is empty.
     pub fn is_empty(&self) -> bool {
-        self.shared.map.is_empty()
+        self.len() == 0
     }
 
     /// All keys, in no particular order.
@@ -150,7 +157,7 @@ impl<K: Key, V: Send + Sync + 'static> Store<K, V> {
     /// Subscribes to changes: every key written from now on is reported, coalesced, by the
     /// returned [`Subscription`].
     pub fn subscribe(&self) -> Subscription<K> {
-        let sub = Arc::new(SubShared { dirty: Mutex::new(HashSet::new()), notify: Notify::new() });
+        let sub = Arc::new(SubShared { dirty: Mutex::new(Set::default()), notify: Notify::new() });
         self.shared.subscribers.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::downgrade(&sub));
         Subscription { shared: sub }
     }
@@ -180,7 +187,9 @@ impl<K: Key, V: Send + Sync + 'static> Writer<K, V> {
 
     /// Sets an already shared value for `key` and notifies subscribers.
     pub fn insert_arc(&mut self, key: K, value: Arc<V>) {
-        self.shared.map.insert(key.clone(), value);
+        if self.shared.map.insert(key.clone(), value).is_none() {
+            self.shared.len.fetch_add(1, Ordering::Relaxed);
+        }
         self.shared.notify(&key);
     }
 
@@ -188,6 +197,7 @@ impl<K: Key, V: Send + Sync + 'static> Writer<K, V> {
     pub fn remove(&mut self, key: &K) -> Option<Arc<V>> {
         let old = self.shared.map.remove(key).map(|(_, v)| v);
         if old.is_some() {
+            self.shared.len.fetch_sub(1, Ordering::Relaxed);
             self.shared.notify(key);
         }
         old
@@ -234,7 +244,7 @@ impl<K: Key, V: PartialEq + Send + Sync + 'static> Writer<K, V> {
     /// replaced, equal values are left alone. Returns the number of keys that changed. This is
     /// what a populator calls after a full listing of its source.
     pub fn replace_all(&mut self, entries: impl IntoIterator<Item = (K, V)>) -> usize {
-        let mut seen = HashSet::new();
+        let mut seen = Set::default();
         let mut changed = 0;
         for (key, value) in entries {
             seen.insert(key.clone());
@@ -255,7 +265,7 @@ impl<K: Key, V: PartialEq + Send + Sync + 'static> Writer<K, V> {
 pub struct WriterDropped;
 
 struct SubShared<K> {
-    dirty: Mutex<HashSet<K>>,
+    dirty: Mutex<Set<K>>,
     notify: Notify,
 }
 
@@ -283,9 +293,15 @@ impl<K: Key> Subscription<K> {
         }
     }
 
-    /// Takes the changed keys, leaving the set empty.
-    pub fn drain(&self) -> HashSet<K> {
-        std::mem::take(&mut *self.shared.dirty.lock().unwrap_or_else(PoisonError::into_inner))
+    /// Takes the changed keys (each once, in no particular order), leaving the set empty.
+    pub fn drain(&self) -> Vec<K> {
+        let taken = std::mem::take(&mut *self.shared.dirty.lock().unwrap_or_else(PoisonError::into_inner));
+        taken.into_iter().collect()
+    }
+
+    /// Whether no change is waiting to be drained.
+    pub fn is_empty(&self) -> bool {
+        self.shared.dirty.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
     }
 }
 
@@ -302,7 +318,7 @@ mod tests {
         writer.insert(1, "b".into());
         writer.insert(2, "c".into());
         tokio::time::timeout(Duration::from_secs(1), sub.changed()).await.expect("notified");
-        let mut keys: Vec<_> = sub.drain().into_iter().collect();
+        let mut keys = sub.drain();
         keys.sort();
         assert_eq!(keys, vec![1, 2]);
         assert!(sub.drain().is_empty());
@@ -333,7 +349,7 @@ mod tests {
         sub.drain();
         let changed = writer.replace_all([(1, 1), (2, 2)]);
         assert_eq!(changed, 1);
-        assert_eq!(sub.drain().into_iter().collect::<Vec<_>>(), vec![2]);
+        assert_eq!(sub.drain(), vec![2]);
         let changed = writer.replace_all([(2, 3)]);
         assert_eq!(changed, 2);
         assert!(!store.contains_key(&1));
