@@ -14,7 +14,9 @@ use crate::executor::{Completion, Executor, ExecutorConfig};
 use crate::metrics::Metrics;
 use crate::reconciler::View;
 use crate::store::{Subscription, Writer};
-use crate::{BackoffConfig, Driver, Key, Map, Operation, Outcome, Plan, Reconciler, Set, Store, Update, store};
+use crate::{
+    BackoffConfig, Driver, Key, Map, Operation, Outcome, Plan, Reconciler, Set, Store, Update, store,
+};
 
 /// Engine settings. Build with [`Default`] and the `with_*` methods, or through [`EngineBuilder`].
 #[derive(Debug, Clone)]
