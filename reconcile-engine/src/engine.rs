@@ -10,8 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::time::{DelayQueue, delay_queue};
 
+use crate::executor::OpError;
 use crate::executor::{Completion, Executor, ExecutorConfig};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, OpResult};
 use crate::reconciler::View;
 use crate::store::{Subscription, Writer};
 use crate::{
@@ -45,6 +46,52 @@ impl Default for EngineConfig {
             shutdown_deadline: Self::DEFAULT_SHUTDOWN_DEADLINE,
             executor: ExecutorConfig::default(),
         }
+    }
+}
+
+/// The last unsuccessful operation on a key, kept until an operation on the key succeeds:
+/// what status pages show as "why is this not done yet" and "when is the next try".
+#[derive(Debug)]
+pub struct OpStatus<Op, E> {
+    /// The operation.
+    pub op: Op,
+    /// How it ended: `failed`, `uncertain`, `timeout` (or `cancelled`).
+    pub result: OpResult,
+    /// The error.
+    pub error: OpError<E>,
+    /// Failures of this kind in a row.
+    pub failures: u32,
+    /// When the next attempt may start, if the key backs off.
+    pub retry_at: Option<Instant>,
+}
+
+/// Reports what the world looks like outside of operations (a PLEG-style relist, an event
+/// stream): [`observe`](Observer::observe) sets a key's actual value. Cheap to clone.
+///
+/// An observation is dropped when an operation runs on the key or one finished after the
+/// observation was made: the operation's own result is newer. Observers report again on their
+/// next relist, comparing with the actual store.
+pub struct Observer<K, A> {
+    tx: tokio::sync::mpsc::UnboundedSender<(K, Update<A>, Instant)>,
+}
+
+impl<K, A> Clone for Observer<K, A> {
+    fn clone(&self) -> Self {
+        Self { tx: self.tx.clone() }
+    }
+}
+
+impl<K, A> fmt::Debug for Observer<K, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Observer").finish_non_exhaustive()
+    }
+}
+
+impl<K, A> Observer<K, A> {
+    /// Reports that `key`'s actual value changed as `update` says, as seen at `observed_at`
+    /// (take the time before reading the world). Returns `false` if the engine has stopped.
+    pub fn observe(&self, key: K, update: Update<A>, observed_at: Instant) -> bool {
+        self.tx.send((key, update, observed_at)).is_ok()
     }
 }
 
@@ -145,6 +192,8 @@ where
         let executor = Executor::new(&self.name, self.driver, self.config.executor.clone(), &metrics);
         let (actual, actual_writer) = store();
         let desired_sub = self.desired.subscribe();
+        let (status, status_writer) = store();
+        let (tx, observations) = tokio::sync::mpsc::unbounded_channel();
         Engine {
             name: self.name,
             reconciler: self.reconciler,
@@ -160,6 +209,11 @@ where
             rechecks: DelayQueue::new(),
             recheck_keys: Map::default(),
             operations: 0,
+            status,
+            status_writer,
+            observations,
+            observer: Observer { tx },
+            last_completion: Map::default(),
         }
     }
 }
@@ -190,6 +244,12 @@ where
     rechecks: DelayQueue<R::Key>,
     recheck_keys: Map<R::Key, delay_queue::Key>,
     operations: u64,
+    status: Store<R::Key, OpStatus<R::Op, Dr::Error>>,
+    status_writer: Writer<R::Key, OpStatus<R::Op, Dr::Error>>,
+    observations: tokio::sync::mpsc::UnboundedReceiver<(R::Key, Update<A>, Instant)>,
+    observer: Observer<R::Key, A>,
+    /// When the last operation on a key finished, to drop older observations.
+    last_completion: Map<R::Key, Instant>,
 }
 
 impl<D, A, R, Dr> fmt::Debug for Engine<D, A, R, Dr>
@@ -213,6 +273,7 @@ enum Event<K, Op, A, E> {
     Resync,
     Synced,
     Recheck(K),
+    Observed(K, Update<A>, Instant),
 }
 
 impl<D, A, R, Dr> Engine<D, A, R, Dr>
@@ -244,6 +305,17 @@ where
     /// A reader of the actual store.
     pub fn actual(&self) -> Store<R::Key, A> {
         self.actual.clone()
+    }
+
+    /// A reader of the operation status store: for each key whose last operation did not
+    /// succeed, what happened and when it retries.
+    pub fn op_status(&self) -> Store<R::Key, OpStatus<R::Op, Dr::Error>> {
+        self.status.clone()
+    }
+
+    /// An observer that reports changes of the world seen outside operations.
+    pub fn observer(&self) -> Observer<R::Key, A> {
+        self.observer.clone()
     }
 
     /// The engine's name.
@@ -286,6 +358,7 @@ where
                     Some(expired) = std::future::poll_fn(|cx| rechecks.poll_expired(cx)), if !rechecks.is_empty() => {
                         Event::Recheck(expired.into_inner())
                     }
+                    Some((key, update, at)) = self.observations.recv() => Event::Observed(key, update, at),
                     _ = resync.tick() => Event::Resync,
                 }
             };
@@ -318,6 +391,12 @@ where
                     self.dirty.insert(key);
                 }
                 Event::Resync => self.dirty_all(),
+                Event::Observed(key, update, at) => {
+                    self.observed(key, update, at);
+                    while let Ok((key, update, at)) = self.observations.try_recv() {
+                        self.observed(key, update, at);
+                    }
+                }
             }
         }
         report.abandoned = self.shut_down().await;
@@ -381,16 +460,54 @@ where
         0
     }
 
-    /// Writes a completion's effect into the actual store; returns the key.
+    fn observed(&mut self, key: R::Key, update: Update<A>, at: Instant) {
+        let stale = self.executor.running_op(&key).is_some()
+            || self.last_completion.get(&key).is_some_and(|done| *done > at);
+        if stale {
+            tracing::trace!(reconciler = %self.name, key = ?key, "dropped an observation older than an operation");
+            return;
+        }
+        self.write_actual(&key, update);
+        self.mark_changed(key);
+    }
+
+    fn write_actual(&mut self, key: &R::Key, update: Update<A>) {
+        match update {
+            Update::Set(value) => self.actual_writer.insert(key.clone(), value),
+            Update::Remove => {
+                self.actual_writer.remove(key);
+            }
+            Update::Keep => {}
+        }
+    }
+
+    /// Writes a completion's effect into the actual and status stores; returns the key.
     fn apply(&mut self, c: Completion<R::Key, R::Op, A, Dr::Error>) -> R::Key {
-        let update = match c.outcome {
-            Outcome::Done(update) => update,
-            Outcome::Failed(_) => Update::Keep,
-            Outcome::Uncertain(_) => {
+        self.last_completion.insert(c.key.clone(), Instant::now());
+        let (update, error) = match c.outcome {
+            Outcome::Done(update) => (update, None),
+            Outcome::Failed(e) => (Update::Keep, Some(e)),
+            Outcome::Uncertain(e) => {
                 let actual = self.actual.get(&c.key);
-                self.reconciler.uncertain(&c.key, &c.op, actual.as_deref())
+                (self.reconciler.uncertain(&c.key, &c.op, actual.as_deref()), Some(e))
             }
         };
+        match error {
+            None => {
+                self.status_writer.remove(&c.key);
+            }
+            Some(_) if c.result == OpResult::Cancelled => {}
+            Some(error) => self.status_writer.insert(
+                c.key.clone(),
+                OpStatus {
+                    op: c.op.clone(),
+                    result: c.result,
+                    error,
+                    failures: c.failures,
+                    retry_at: c.retry_at,
+                },
+            ),
+        }
         match update {
             Update::Set(value) => self.actual_writer.insert(c.key.clone(), value),
             Update::Remove => {
@@ -474,6 +591,8 @@ where
                 self.executor.withdraw(&key);
                 self.executor.forget(&key);
                 self.held.remove(&key);
+                self.last_completion.remove(&key);
+                self.status_writer.remove(&key);
                 self.cancel_recheck(&key);
                 continue;
             }

@@ -126,6 +126,8 @@ pub struct Completion<K, Op, A, E> {
     pub duration: Duration,
     /// Failures of this kind in a row on this key, counting this one (0 after a success).
     pub failures: u32,
+    /// When the key may retry this kind of operation, if it now backs off.
+    pub retry_at: Option<Instant>,
 }
 
 struct Running<Op> {
@@ -531,6 +533,7 @@ where
         };
         self.metrics.observe_operation(kind, result_label, duration.as_secs_f64());
         let failures = self.record_backoff(&key, kind, result_label);
+        let retry_at = self.keys.get(&key).and_then(|s| s.backoff.as_ref()).map(|b| b.until);
         match &outcome {
             Outcome::Done(_) => {
                 tracing::debug!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, ?duration, "operation done")
@@ -562,7 +565,7 @@ where
         }
         self.enqueue(&key);
         self.cleanup(&key);
-        Completion { key, op, outcome, result: result_label, duration, failures }
+        Completion { key, op, outcome, result: result_label, duration, failures, retry_at }
     }
 
     fn record_backoff(&mut self, key: &K, kind: &'static str, result: OpResult) -> u32 {

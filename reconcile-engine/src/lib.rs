@@ -70,7 +70,7 @@ pub mod guide {}
 
 pub use backoff::BackoffConfig;
 pub use driver::{Driver, Outcome};
-pub use engine::{Engine, EngineBuilder, EngineConfig, RunReport};
+pub use engine::{Engine, EngineBuilder, EngineConfig, Observer, OpStatus, RunReport};
 pub use executor::{Executor, ExecutorConfig, OpError, Submitted};
 pub use key::Key;
 pub use metrics::{Metrics, OpResult};

@@ -436,3 +436,63 @@ fn engine_run_future_should_be_send() {
     assert_send(&fut);
     let _ = Op::Delete.kind();
 }
+
+#[tokio::test(start_paused = true)]
+async fn observations_should_update_actual_state_and_trigger_reconciliation() {
+    let mut h = harness();
+    h.writer.insert(K::Dev(0), 1);
+    h.writer.mark_synced();
+    let engine = engine(&h).build();
+    let observer = engine.observer();
+    let (actual, _stop, _join) = spawn(engine);
+    wait_converged(&h.desired, &actual, LONG, matches).await;
+    // The world drifts (someone changed it behind our back): the observation repairs it.
+    observer.observe(K::Dev(0), Update::Set(Actual::Val(9)), Instant::now());
+    assert!(eventually(LONG, || h.driver.call_count(&K::Dev(0), "put") == 2).await);
+    wait_converged(&h.desired, &actual, LONG, matches).await;
+    // Something appears that nobody wants: it is torn down.
+    observer.observe(K::Dev(7), Update::Set(Actual::Val(1)), Instant::now());
+    assert!(eventually(LONG, || h.driver.call_count(&K::Dev(7), "delete") == 1).await);
+    wait_converged(&h.desired, &actual, LONG, matches).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn observations_older_than_the_last_completion_should_be_dropped() {
+    let mut h = harness();
+    h.driver.script(K::Dev(0), [Step::Delay(Duration::from_secs(1))]);
+    h.writer.insert(K::Dev(0), 1);
+    h.writer.mark_synced();
+    let engine = engine(&h).build();
+    let observer = engine.observer();
+    let (actual, _stop, _join) = spawn(engine);
+    assert!(eventually(LONG, || h.driver.calls().len() == 1).await);
+    // A relist taken while the put runs sees nothing yet; it arrives after the put finished.
+    let seen_at = Instant::now();
+    wait_converged(&h.desired, &actual, LONG, matches).await;
+    observer.observe(K::Dev(0), Update::Remove, seen_at);
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(actual.get(&K::Dev(0)).as_deref(), Some(&Actual::Val(1)));
+    assert_eq!(h.driver.calls().len(), 1, "the stale observation caused no second put");
+}
+
+#[tokio::test(start_paused = true)]
+async fn op_status_should_show_the_last_failure_and_its_retry_time_until_success() {
+    let mut h = harness();
+    h.driver.script(K::Dev(0), [Step::Fail, Step::Fail]);
+    h.writer.insert(K::Dev(0), 1);
+    h.writer.mark_synced();
+    let engine = engine(&h).build();
+    let status = engine.op_status();
+    let (actual, _stop, _join) = spawn(engine);
+    assert!(eventually(LONG, || status.get(&K::Dev(0)).is_some_and(|s| s.failures == 2)).await);
+    let s = status.get(&K::Dev(0)).expect("status");
+    assert_eq!(s.op, Op::Put(1));
+    assert_eq!(s.result, reconcile_engine::OpResult::Failed);
+    assert_eq!(s.error.to_string(), "injected failure");
+    let retry_at = s.retry_at.expect("backing off");
+    let left = retry_at - Instant::now();
+    assert!(left > Duration::from_millis(990) && left <= Duration::from_secs(1), "{left:?}");
+    wait_converged(&h.desired, &actual, LONG, matches).await;
+    assert!(status.get(&K::Dev(0)).is_none(), "cleared by the success");
+}

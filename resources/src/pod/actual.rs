@@ -1,0 +1,117 @@
+//! Actual state of pods: the sandboxes and containers the runtime reports for each pod UID.
+//!
+//! Everything here is rebuilt from the runtime (labels and annotations nodelet puts on what it
+//! creates), so a restarted nodelet finds its pods again.
+
+/// What the runtime has for one pod.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodActual {
+    /// The pod's UID.
+    pub uid: String,
+    /// Its namespace, as labelled.
+    pub namespace: String,
+    /// Its name, as labelled.
+    pub name: String,
+    /// Its sandboxes, newest first (normally one; more after a sandbox was recreated).
+    pub sandboxes: Vec<SandboxRecord>,
+    /// Its containers, every attempt, newest first.
+    pub containers: Vec<ContainerRecord>,
+    /// An operation on this pod ended with an unknown result: refresh from the runtime before
+    /// planning anything else.
+    pub needs_refresh: bool,
+}
+
+/// A pod sandbox.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SandboxRecord {
+    /// Runtime ID.
+    pub id: String,
+    /// Whether the runtime reports it ready.
+    pub ready: bool,
+    /// The pod IP, if it has a network of its own.
+    pub ip: Option<String>,
+    /// Creation time, nanoseconds since the Unix epoch.
+    pub created_at: i64,
+    /// Which attempt this sandbox is (0 for the first).
+    pub attempt: u32,
+}
+
+/// The state of a container as the runtime reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContainerState {
+    /// Created, not started.
+    Created,
+    /// Running.
+    Running,
+    /// Exited.
+    Exited,
+    /// The runtime does not know.
+    #[default]
+    Unknown,
+}
+
+/// One container (one attempt of one container of the pod).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ContainerRecord {
+    /// Runtime ID.
+    pub id: String,
+    /// The container's name in the pod spec.
+    pub name: String,
+    /// The sandbox it runs in.
+    pub sandbox_id: String,
+    /// Its restart count (the attempt number), from its annotation.
+    pub restart_count: u32,
+    /// Hash of the container spec it was created from, from its annotation.
+    pub spec_hash: Option<String>,
+    /// Its state.
+    pub state: ContainerState,
+    /// The image as asked for.
+    pub image: String,
+    /// The image the runtime resolved (digest reference).
+    pub image_ref: String,
+    /// Creation, start and finish times, nanoseconds since the Unix epoch (0 when not yet).
+    pub created_at: i64,
+    /// See `created_at`.
+    pub started_at: i64,
+    /// See `created_at`.
+    pub finished_at: i64,
+    /// Exit code, once exited.
+    pub exit_code: i32,
+    /// Runtime reason (`Completed`, `Error`, `OOMKilled`).
+    pub reason: String,
+    /// Runtime message.
+    pub message: String,
+    /// Where its log is.
+    pub log_path: String,
+}
+
+impl PodActual {
+    /// The newest sandbox, if any.
+    pub fn sandbox(&self) -> Option<&SandboxRecord> {
+        self.sandboxes.first()
+    }
+
+    /// The newest attempt of the container named `name`, if any.
+    pub fn container(&self, name: &str) -> Option<&ContainerRecord> {
+        self.containers.iter().filter(|c| c.name == name).max_by_key(|c| (c.restart_count, c.created_at))
+    }
+
+    /// The attempt before the newest of the container named `name`, if any (for `lastState`).
+    pub fn previous(&self, name: &str) -> Option<&ContainerRecord> {
+        let newest = self.container(name)?;
+        self.containers
+            .iter()
+            .filter(|c| c.name == name && c.id != newest.id)
+            .max_by_key(|c| (c.restart_count, c.created_at))
+    }
+
+    /// Whether any container of the pod is running.
+    pub fn any_running(&self) -> bool {
+        self.containers.iter().any(|c| c.state == ContainerState::Running)
+    }
+
+    /// Whether nothing of the pod exists in the runtime.
+    pub fn is_empty(&self) -> bool {
+        self.sandboxes.is_empty() && self.containers.is_empty()
+    }
+}

@@ -1,0 +1,9 @@
+//! Pods: one desired/actual pair per pod, keyed by pod UID.
+//!
+//! - [`desired`]: what the sources ask for, validated and defaulted as the API server would.
+//! - [`actual`]: what the runtime reports for each pod (sandboxes and containers).
+//! - [`driver`]: the narrow runtime interface ([`driver::PodRuntime`]) the operations use.
+
+pub mod actual;
+pub mod desired;
+pub mod driver;
