@@ -5,7 +5,8 @@
 //! compares the two for one key at a time and plans an [`Operation`]. The engine runs the plan
 //! through an [`Executor`] that keeps at most one operation in flight per key, backs off per key
 //! after failures, times operations out, cancels the ones desired state no longer wants, and
-//! bounds concurrency. Only completions write the actual state.
+//! bounds concurrency. Only completions (and start-up reconstruction, and observations a driver
+//! reports) write the actual state.
 //!
 //! ```text
 //!  your source ──▶ Writer<K, D> ──▶ desired Store<K, D> ──┐ changed keys
@@ -44,6 +45,11 @@
 //! - **Safe start-up.** The driver reconstructs what exists before anything is planned, and
 //!   teardown waits until the desired store has synced once ([`Writer::mark_synced`]).
 //! - **Graceful shutdown** with a deadline.
+//! - **Observations.** Changes of the world that no operation made (a process died) reach the
+//!   actual store through an [`Observer`] (a PLEG-style relist); observations older than the
+//!   key's last completion, or made while an operation runs on it, are dropped.
+//! - **Status.** [`Engine::op_status`] shows, per key, the last failed operation, its error and
+//!   when it retries.
 //! - **Observability.** Prometheus metrics per reconciler ([`metrics`] lists them) and a
 //!   `tracing` span `operation` with `op.kind` and `op.key` around every operation.
 //!

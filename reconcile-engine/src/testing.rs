@@ -379,18 +379,26 @@ pub async fn settle() {
     }
 }
 
-/// Waits until `cond` holds, checking every millisecond of (possibly paused) tokio time; returns
-/// whether it held before `timeout`.
+/// Waits until `cond` holds, checking it on (possibly paused) tokio time; returns whether it
+/// held before `timeout`. It checks every millisecond for the first second, then every 10 ms, and
+/// every 100 ms after a minute, so that waits of virtual hours stay cheap.
 pub async fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
+    let start = Instant::now();
+    let deadline = start + timeout;
     loop {
         if cond() {
             return true;
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        let step = match now - start {
+            waited if waited < Duration::from_secs(1) => Duration::from_millis(1),
+            waited if waited < Duration::from_secs(60) => Duration::from_millis(10),
+            _ => Duration::from_millis(100),
+        };
+        tokio::time::sleep(step.min(deadline - now)).await;
     }
 }
 

@@ -16,6 +16,10 @@ pub struct PodActual {
     pub sandboxes: Vec<SandboxRecord>,
     /// Its containers, every attempt, newest first.
     pub containers: Vec<ContainerRecord>,
+    /// The pod's termination grace period in seconds, from the annotation nodelet puts on its
+    /// containers (`io.kubernetes.pod.terminationGracePeriod`), for tearing down a pod whose
+    /// manifest is gone.
+    pub termination_grace_secs: Option<u64>,
     /// An operation on this pod ended with an unknown result: refresh from the runtime before
     /// planning anything else.
     pub needs_refresh: bool,

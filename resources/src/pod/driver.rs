@@ -3,12 +3,17 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
 
-use super::actual::PodActual;
-use super::desired::DesiredPod;
+use reconcile_engine::{CancellationToken, Driver, Outcome, Update};
+
+use super::actual::{ContainerRecord, ContainerState, PodActual};
+use super::desired::{DesiredPod, PodUid};
+use super::metrics::PodMetrics;
+use super::ops::PodOp;
 
 /// Whether a container is an init container or an app container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,11 +97,159 @@ pub trait PodRuntime: Send + Sync + 'static {
     fn pod_state(&self, uid: &str) -> impl Future<Output = RuntimeResult<Option<PodActual>>> + Send;
 }
 
-/// The hash nodelet records on each container, to notice a changed container spec.
+/// The hash nodelet records on each container, to notice a changed container spec: 64-bit
+/// FNV-1a of the container's JSON, stable across nodelet versions and restarts.
 pub fn container_hash(container: &Container) -> String {
-    use std::hash::{Hash, Hasher};
-    let json = serde_json::to_string(container).unwrap_or_default();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    json.hash(&mut hasher);
-    format!("{:016x}", hasher.finish())
+    let json = serde_json::to_vec(container).unwrap_or_default();
+    let hash = json
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+    format!("{hash:016x}")
+}
+
+/// The engine driver of the pod reconciler: carries out [`PodOp`]s through a [`PodRuntime`] and
+/// reports the pod's state as the runtime has it afterwards.
+#[derive(Debug)]
+pub struct PodDriver<R> {
+    runtime: Arc<R>,
+    metrics: PodMetrics,
+}
+
+impl<R: PodRuntime> PodDriver<R> {
+    /// A driver over `runtime`, counting started pods and containers in `metrics`.
+    pub fn new(runtime: Arc<R>, metrics: PodMetrics) -> Self {
+        Self { runtime, metrics }
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &R {
+        &self.runtime
+    }
+
+    async fn state(&self, uid: &str) -> Outcome<PodActual, RuntimeError> {
+        match self.runtime.pod_state(uid).await {
+            Ok(Some(state)) => Outcome::Done(Update::Set(state)),
+            Ok(None) => Outcome::Done(Update::Remove),
+            Err(e) => Outcome::Uncertain(e),
+        }
+    }
+
+    async fn start(
+        &self,
+        uid: &str,
+        pod: &DesiredPod,
+        sandbox_id: &str,
+        name: &str,
+        kind: ContainerKind,
+        restart_count: u32,
+    ) -> Outcome<PodActual, RuntimeError> {
+        let containers = match kind {
+            ContainerKind::Init => pod.init_containers(),
+            ContainerKind::App => pod.containers(),
+        };
+        let Some(container) = containers.iter().find(|c| c.name == name) else {
+            return Outcome::Failed(RuntimeError::new(
+                "CreateContainerConfigError",
+                format!("container {name:?} is not in the pod spec"),
+            ));
+        };
+        if let Err(e) = self.runtime.start_container(pod, sandbox_id, container, kind, restart_count).await {
+            return Outcome::Failed(e);
+        }
+        self.metrics.started_containers.inc();
+        let outcome = self.state(uid).await;
+        // Keep only the newest exited attempt besides the new one (for `lastState` and
+        // `--previous` logs); older attempts are removed with their logs.
+        if let Outcome::Done(Update::Set(state)) = &outcome {
+            let stale: Vec<&ContainerRecord> = state
+                .containers
+                .iter()
+                .filter(|c| c.name == name && c.restart_count + 1 < restart_count)
+                .collect();
+            for c in stale {
+                if let Err(e) = self.runtime.remove_container(&c.id).await {
+                    tracing::warn!(pod = uid, container = name, id = %c.id, error = %e, "could not remove an old attempt");
+                }
+            }
+            if state.containers.iter().any(|c| c.name == name && c.restart_count + 1 < restart_count) {
+                return self.state(uid).await;
+            }
+        }
+        outcome
+    }
+
+    async fn kill(&self, uid: &str, grace: Duration, remove: bool) -> Outcome<PodActual, RuntimeError> {
+        let state = match self.runtime.pod_state(uid).await {
+            Ok(Some(state)) => state,
+            Ok(None) => return Outcome::Done(Update::Remove),
+            Err(e) => return Outcome::Failed(e),
+        };
+        let running: Vec<&ContainerRecord> =
+            state.containers.iter().filter(|c| c.state != ContainerState::Exited).collect();
+        let stops = running.iter().map(|c| self.runtime.stop_container(&c.id, grace));
+        let mut errors: Vec<RuntimeError> =
+            futures::future::join_all(stops).await.into_iter().filter_map(Result::err).collect();
+        for sandbox in &state.sandboxes {
+            if let Err(e) = self.runtime.stop_sandbox(&sandbox.id).await {
+                errors.push(e);
+            }
+        }
+        if remove && errors.is_empty() {
+            for c in &state.containers {
+                if let Err(e) = self.runtime.remove_container(&c.id).await {
+                    errors.push(e);
+                }
+            }
+            for sandbox in &state.sandboxes {
+                if let Err(e) = self.runtime.remove_sandbox(&sandbox.id).await {
+                    errors.push(e);
+                }
+            }
+        }
+        match errors.into_iter().next() {
+            // Something may have been stopped or removed: read the state again before going on.
+            Some(e) => Outcome::Uncertain(e),
+            None if remove => Outcome::Done(Update::Remove),
+            None => self.state(uid).await,
+        }
+    }
+}
+
+impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
+    type Error = RuntimeError;
+
+    async fn execute(
+        &self,
+        uid: &PodUid,
+        op: &PodOp,
+        _cancel: &CancellationToken,
+    ) -> Outcome<PodActual, RuntimeError> {
+        match op {
+            PodOp::Refresh => self.state(uid).await,
+            PodOp::CreateSandbox { pod, attempt } => match self.runtime.run_sandbox(pod, *attempt).await {
+                Ok(_) => {
+                    self.metrics.started_pods.inc();
+                    self.state(uid).await
+                }
+                Err(e) => Outcome::Failed(e),
+            },
+            PodOp::StartContainer { pod, sandbox_id, name, kind, restart_count } => {
+                self.start(uid, pod, sandbox_id, name, *kind, *restart_count).await
+            }
+            PodOp::KillContainers { ids, grace } => {
+                let stops = ids.iter().map(|id| self.runtime.stop_container(id, *grace));
+                let errors: Vec<RuntimeError> =
+                    futures::future::join_all(stops).await.into_iter().filter_map(Result::err).collect();
+                match errors.into_iter().next() {
+                    Some(e) => Outcome::Uncertain(e),
+                    None => self.state(uid).await,
+                }
+            }
+            PodOp::KillPod { grace, remove } => self.kill(uid, *grace, *remove).await,
+        }
+    }
+
+    async fn reconstruct(&self) -> Result<Vec<(PodUid, PodActual)>, RuntimeError> {
+        Ok(self.runtime.list_pods().await?.into_iter().collect())
+    }
 }

@@ -7,3 +7,11 @@
 pub mod actual;
 pub mod desired;
 pub mod driver;
+#[cfg(feature = "testing")]
+pub mod fake;
+pub mod metrics;
+pub mod ops;
+pub mod pleg;
+pub mod reconciler;
+pub mod status;
+pub mod validation;

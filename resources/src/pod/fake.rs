@@ -1,0 +1,277 @@
+//! A fake pod runtime with fault injection, for unit tests of the pod logic on paused time
+//! (feature `testing`).
+//!
+//! Containers do not run anything; their image name says how they behave:
+//! - `fake/exit:<code>` exits with `<code>` as soon as it starts;
+//! - `fake/ignore-term` ignores SIGTERM: a stop takes the whole grace period and ends with 137;
+//! - anything else runs until stopped (and exits 0 on SIGTERM), or until [`FakeRuntime::exit`];
+//! - `fake/missing` cannot be pulled (`ErrImagePull`) unless [`FakeRuntime::add_image`] adds it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Container;
+
+use super::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+use super::desired::DesiredPod;
+use super::driver::{ContainerKind, PodRuntime, RuntimeError, RuntimeResult, container_hash};
+use super::reconciler::Clock;
+
+/// One recorded runtime call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeCall {
+    /// The method (`run_sandbox`, `start_container`, `stop_container`, …).
+    pub method: &'static str,
+    /// Its main argument: a pod UID, or `uid/container`, or an ID.
+    pub target: String,
+    /// Wall-clock time of the call (the fake's clock).
+    pub at: i64,
+}
+
+struct FakeContainer {
+    uid: String,
+    record: ContainerRecord,
+    ignores_term: bool,
+}
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    sandboxes: Vec<(String, String, String, SandboxRecord, Option<u64>)>,
+    containers: Vec<FakeContainer>,
+    faults: HashMap<&'static str, VecDeque<RuntimeError>>,
+    calls: Vec<FakeCall>,
+    images: HashSet<String>,
+}
+
+/// The fake runtime.
+pub struct FakeRuntime {
+    state: Mutex<State>,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for FakeRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeRuntime").finish_non_exhaustive()
+    }
+}
+
+impl FakeRuntime {
+    /// A fake runtime stamping times with `clock`.
+    pub fn new(clock: Clock) -> Self {
+        Self { state: Mutex::new(State::default()), clock }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn record(&self, state: &mut State, method: &'static str, target: String) -> RuntimeResult<()> {
+        state.calls.push(FakeCall { method, target, at: (self.clock)() });
+        match state.faults.get_mut(method).and_then(VecDeque::pop_front) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the next call of `method` fail with `error`.
+    pub fn fail_next(&self, method: &'static str, error: RuntimeError) {
+        self.lock().faults.entry(method).or_default().push_back(error);
+    }
+
+    /// Makes an image pullable.
+    pub fn add_image(&self, image: &str) {
+        self.lock().images.insert(image.to_string());
+    }
+
+    /// Every call so far.
+    pub fn calls(&self) -> Vec<FakeCall> {
+        self.lock().calls.clone()
+    }
+
+    /// The calls of `method`.
+    pub fn calls_of(&self, method: &str) -> Vec<FakeCall> {
+        self.lock().calls.iter().filter(|c| c.method == method).cloned().collect()
+    }
+
+    /// Makes the running container `name` of pod `uid` exit with `code` now.
+    pub fn exit(&self, uid: &str, name: &str, code: i32) {
+        let now = (self.clock)();
+        let mut state = self.lock();
+        for c in state.containers.iter_mut().filter(|c| c.uid == uid && c.record.name == name) {
+            if c.record.state == ContainerState::Running {
+                c.record.state = ContainerState::Exited;
+                c.record.exit_code = code;
+                c.record.finished_at = now;
+            }
+        }
+    }
+
+    /// Makes the pod's newest sandbox not ready (as if its network died).
+    pub fn break_sandbox(&self, uid: &str) {
+        let mut state = self.lock();
+        if let Some(s) = state.sandboxes.iter_mut().rev().find(|s| s.0 == uid) {
+            s.3.ready = false;
+        }
+    }
+
+    /// Containers of a pod that exist now (any state).
+    pub fn container_count(&self, uid: &str) -> usize {
+        self.lock().containers.iter().filter(|c| c.uid == uid).count()
+    }
+
+    fn snapshot(state: &State, uid: &str) -> Option<PodActual> {
+        let mut sandboxes: Vec<&(String, String, String, SandboxRecord, Option<u64>)> =
+            state.sandboxes.iter().filter(|s| s.0 == uid).collect();
+        let containers: Vec<ContainerRecord> =
+            state.containers.iter().filter(|c| c.uid == uid).map(|c| c.record.clone()).collect();
+        if sandboxes.is_empty() && containers.is_empty() {
+            return None;
+        }
+        sandboxes.sort_by_key(|s| std::cmp::Reverse(s.3.created_at));
+        let first = sandboxes.first();
+        Some(PodActual {
+            uid: uid.to_string(),
+            namespace: first.map(|s| s.1.clone()).unwrap_or_default(),
+            name: first.map(|s| s.2.clone()).unwrap_or_default(),
+            termination_grace_secs: first.and_then(|s| s.4),
+            sandboxes: sandboxes.iter().map(|s| s.3.clone()).collect(),
+            containers,
+            needs_refresh: false,
+        })
+    }
+}
+
+impl PodRuntime for FakeRuntime {
+    async fn run_sandbox(&self, pod: &DesiredPod, attempt: u32) -> RuntimeResult<String> {
+        let now = (self.clock)();
+        let mut state = self.lock();
+        self.record(&mut state, "run_sandbox", pod.uid().to_string())?;
+        state.next_id += 1;
+        let id = format!("sandbox-{}", state.next_id);
+        let ip = (!pod.host_network()).then(|| format!("198.18.0.{}", 2 + state.next_id % 250));
+        let grace = pod.grace_period().as_secs();
+        let record = SandboxRecord { id: id.clone(), ready: true, ip, created_at: now, attempt };
+        state.sandboxes.push((
+            pod.uid().to_string(),
+            pod.namespace().to_string(),
+            pod.name().to_string(),
+            record,
+            Some(grace),
+        ));
+        Ok(id)
+    }
+
+    async fn stop_sandbox(&self, sandbox_id: &str) -> RuntimeResult<()> {
+        let mut state = self.lock();
+        self.record(&mut state, "stop_sandbox", sandbox_id.to_string())?;
+        if let Some(s) = state.sandboxes.iter_mut().find(|s| s.3.id == sandbox_id) {
+            s.3.ready = false;
+        }
+        Ok(())
+    }
+
+    async fn remove_sandbox(&self, sandbox_id: &str) -> RuntimeResult<()> {
+        let mut state = self.lock();
+        self.record(&mut state, "remove_sandbox", sandbox_id.to_string())?;
+        state.sandboxes.retain(|s| s.3.id != sandbox_id);
+        Ok(())
+    }
+
+    async fn start_container(
+        &self,
+        pod: &DesiredPod,
+        sandbox_id: &str,
+        container: &Container,
+        _kind: ContainerKind,
+        restart_count: u32,
+    ) -> RuntimeResult<String> {
+        let now = (self.clock)();
+        let mut state = self.lock();
+        self.record(&mut state, "start_container", format!("{}/{}", pod.uid(), container.name))?;
+        let image = container.image.clone().unwrap_or_default();
+        if image.starts_with("fake/missing") && !state.images.contains(&image) {
+            return Err(RuntimeError::new("ErrImagePull", format!("pull of {image} failed: not found")));
+        }
+        if !state.sandboxes.iter().any(|s| s.3.id == sandbox_id && s.3.ready) {
+            return Err(RuntimeError::new(
+                "CreateContainerError",
+                format!("sandbox {sandbox_id} is not ready"),
+            ));
+        }
+        state.next_id += 1;
+        let id = format!("container-{}", state.next_id);
+        let exit = image.strip_prefix("fake/exit:").and_then(|c| c.parse::<i32>().ok());
+        let record = ContainerRecord {
+            id: id.clone(),
+            name: container.name.clone(),
+            sandbox_id: sandbox_id.to_string(),
+            restart_count,
+            spec_hash: Some(container_hash(container)),
+            state: if exit.is_some() { ContainerState::Exited } else { ContainerState::Running },
+            image: image.clone(),
+            image_ref: format!("{image}@sha256:fake"),
+            created_at: now,
+            started_at: now,
+            finished_at: if exit.is_some() { now } else { 0 },
+            exit_code: exit.unwrap_or(0),
+            log_path: format!("{}/{restart_count}.log", container.name),
+            ..ContainerRecord::default()
+        };
+        state.containers.push(FakeContainer {
+            uid: pod.uid().to_string(),
+            record,
+            ignores_term: image == "fake/ignore-term",
+        });
+        Ok(id)
+    }
+
+    async fn stop_container(&self, container_id: &str, grace: Duration) -> RuntimeResult<()> {
+        let ignores = {
+            let mut state = self.lock();
+            self.record(&mut state, "stop_container", container_id.to_string())?;
+            state.containers.iter().any(|c| {
+                c.record.id == container_id && c.ignores_term && c.record.state == ContainerState::Running
+            })
+        };
+        if ignores {
+            tokio::time::sleep(grace).await;
+        }
+        let now = (self.clock)();
+        let mut state = self.lock();
+        if let Some(c) = state.containers.iter_mut().find(|c| c.record.id == container_id) {
+            if c.record.state == ContainerState::Running {
+                c.record.state = ContainerState::Exited;
+                c.record.exit_code = if ignores { 137 } else { 0 };
+                c.record.finished_at = now;
+            }
+        }
+        Ok(())
+    }
+
+    async fn remove_container(&self, container_id: &str) -> RuntimeResult<()> {
+        let mut state = self.lock();
+        self.record(&mut state, "remove_container", container_id.to_string())?;
+        state.containers.retain(|c| c.record.id != container_id);
+        Ok(())
+    }
+
+    async fn list_pods(&self) -> RuntimeResult<HashMap<String, PodActual>> {
+        let mut state = self.lock();
+        self.record(&mut state, "list_pods", String::new())?;
+        let uids: HashSet<String> = state
+            .sandboxes
+            .iter()
+            .map(|s| s.0.clone())
+            .chain(state.containers.iter().map(|c| c.uid.clone()))
+            .collect();
+        Ok(uids.into_iter().filter_map(|uid| Some((uid.clone(), Self::snapshot(&state, &uid)?))).collect())
+    }
+
+    async fn pod_state(&self, uid: &str) -> RuntimeResult<Option<PodActual>> {
+        let mut state = self.lock();
+        self.record(&mut state, "pod_state", uid.to_string())?;
+        Ok(Self::snapshot(&state, uid))
+    }
+}

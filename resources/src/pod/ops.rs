@@ -1,0 +1,82 @@
+//! The operations of the pod reconciler: each one step the kubelet's pod worker also takes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reconcile_engine::Operation;
+
+use super::desired::DesiredPod;
+use super::driver::ContainerKind;
+
+/// One step on one pod. At most one runs per pod at a time (the engine's per-key guarantee).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodOp {
+    /// Read the pod's state from the runtime again (after an operation whose result is unknown).
+    Refresh,
+    /// Create and start the pod's sandbox (network included).
+    CreateSandbox {
+        /// The pod.
+        pod: Arc<DesiredPod>,
+        /// Which sandbox attempt this is.
+        attempt: u32,
+    },
+    /// Pull the image if needed, then create and start one container.
+    StartContainer {
+        /// The pod.
+        pod: Arc<DesiredPod>,
+        /// The sandbox to start it in.
+        sandbox_id: String,
+        /// The container's name.
+        name: String,
+        /// Init or app container.
+        kind: ContainerKind,
+        /// Its restart count (0 for the first run).
+        restart_count: u32,
+    },
+    /// Stop running containers (whose spec changed) with the pod's grace period.
+    KillContainers {
+        /// Their IDs.
+        ids: Vec<String>,
+        /// The grace period.
+        grace: Duration,
+    },
+    /// Stop every container (with the grace period) and the sandbox; with `remove`, also remove
+    /// them (the pod is gone from desired state).
+    KillPod {
+        /// The grace period.
+        grace: Duration,
+        /// Remove containers and sandboxes afterwards.
+        remove: bool,
+    },
+}
+
+impl Operation for PodOp {
+    fn kind(&self) -> &'static str {
+        match self {
+            PodOp::Refresh => "refresh",
+            PodOp::CreateSandbox { .. } => "create_sandbox",
+            PodOp::StartContainer { .. } => "start_container",
+            PodOp::KillContainers { .. } => "kill_containers",
+            PodOp::KillPod { remove: false, .. } => "kill_pod",
+            PodOp::KillPod { remove: true, .. } => "remove_pod",
+        }
+    }
+
+    fn is_teardown(&self) -> bool {
+        matches!(self, PodOp::KillPod { remove: true, .. })
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        match self {
+            // An image pull can take long; the runtime client bounds the pull itself.
+            PodOp::StartContainer { .. } => Some(Duration::from_secs(30 * 60)),
+            // Containers get their whole grace period, then the runtime's own time to kill.
+            PodOp::KillContainers { grace, .. } | PodOp::KillPod { grace, .. } => {
+                Some(*grace + Duration::from_secs(120))
+            }
+            // The kubelet gives RunPodSandbox twice the runtime request timeout.
+            PodOp::CreateSandbox { .. } => Some(Duration::from_secs(240)),
+            PodOp::Refresh => None,
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! The pod lifecycle event generator: relists the runtime periodically (and at once when the
+//! runtime reports an event) and reports every pod whose state differs from the actual store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reconcile_engine::{Observer, Store, Update};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::actual::PodActual;
+use super::desired::PodUid;
+use super::driver::PodRuntime;
+use super::metrics::PodMetrics;
+
+/// The kubelet's relist period.
+pub const DEFAULT_RELIST_PERIOD: Duration = Duration::from_secs(1);
+
+/// The relist loop.
+#[derive(Debug)]
+pub struct Pleg<R> {
+    runtime: Arc<R>,
+    actual: Store<PodUid, PodActual>,
+    observer: Observer<PodUid, PodActual>,
+    period: Duration,
+    wake: Arc<Notify>,
+    metrics: PodMetrics,
+}
+
+impl<R: PodRuntime> Pleg<R> {
+    /// A PLEG that compares `runtime`'s listing with `actual` and reports through `observer`.
+    pub fn new(
+        runtime: Arc<R>,
+        actual: Store<PodUid, PodActual>,
+        observer: Observer<PodUid, PodActual>,
+        period: Duration,
+        metrics: PodMetrics,
+    ) -> Self {
+        Self { runtime, actual, observer, period, wake: Arc::new(Notify::new()), metrics }
+    }
+
+    /// A handle that makes the PLEG relist at once (for the runtime's event stream).
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// One relist: returns how many pods were reported.
+    pub async fn relist(&self) -> Result<usize, super::driver::RuntimeError> {
+        let started = Instant::now();
+        let listed = self.runtime.list_pods().await?;
+        self.metrics.pleg_relist_duration.observe(started.elapsed().as_secs_f64());
+        let mut reported = 0;
+        for (uid, state) in &listed {
+            if self.actual.get(uid).is_none_or(|a| *a != *state) {
+                self.observer.observe(uid.clone(), Update::Set(state.clone()), started);
+                reported += 1;
+            }
+        }
+        for uid in self.actual.keys() {
+            if !listed.contains_key(&uid) {
+                self.observer.observe(uid, Update::Remove, started);
+                reported += 1;
+            }
+        }
+        Ok(reported)
+    }
+
+    /// Relists every period, or sooner when woken, until `shutdown` completes.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut last = Instant::now();
+        loop {
+            let now = Instant::now();
+            self.metrics.pleg_relist_interval.observe((now - last).as_secs_f64());
+            last = now;
+            if let Err(e) = self.relist().await {
+                tracing::warn!(error = %e, "relist failed");
+            }
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = tokio::time::sleep(self.period) => {}
+                () = self.wake.notified() => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The pod reconciler: from a pod's desired spec and what the runtime has, the next step.
+//!
+//! It follows the kubelet's pod worker: a sandbox first; then the init containers one at a
+//! time, each of which must succeed; then the app containers; restarts by `restartPolicy` with
+//! CrashLoopBackOff (10 s doubling to 300 s, reset after 10 minutes of running); a container
+//! whose spec changed is killed and started again; a pod that is gone is torn down completely.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reconcile_engine::{Plan, Reconciler, Update, View};
+
+use super::actual::{ContainerRecord, ContainerState, PodActual};
+use super::desired::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy};
+use super::driver::{ContainerKind, container_hash};
+use super::ops::PodOp;
+
+/// Wall-clock time in nanoseconds since the Unix epoch. Runtimes stamp containers with wall
+/// time; tests pass a clock driven by paused tokio time.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// The system clock.
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    })
+}
+
+/// CrashLoopBackOff timing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrashLoopBackOff {
+    /// Delay before the second restart (the first restart is immediate): the kubelet's 10 s.
+    pub initial: Duration,
+    /// Cap: the kubelet's 300 s (`MaxContainerBackOff`).
+    pub max: Duration,
+    /// A container that ran this long before exiting restarts without delay: 10 minutes.
+    pub reset_after: Duration,
+}
+
+impl Default for CrashLoopBackOff {
+    fn default() -> Self {
+        Self {
+            initial: Duration::from_secs(10),
+            max: Duration::from_secs(300),
+            reset_after: Duration::from_secs(600),
+        }
+    }
+}
+
+impl CrashLoopBackOff {
+    /// How long a container that exited must wait before it starts again.
+    pub fn delay(&self, exited: &ContainerRecord) -> Duration {
+        let ran = Duration::from_nanos(u64::try_from(exited.finished_at - exited.started_at).unwrap_or(0));
+        if exited.restart_count == 0 || (exited.started_at > 0 && ran >= self.reset_after) {
+            return Duration::ZERO;
+        }
+        let exp = (exited.restart_count - 1).min(20);
+        self.initial.saturating_mul(1 << exp).min(self.max)
+    }
+}
+
+/// The pod reconciler.
+pub struct PodReconciler {
+    backoff: CrashLoopBackOff,
+    clock: Clock,
+}
+
+impl fmt::Debug for PodReconciler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PodReconciler").field("backoff", &self.backoff).finish_non_exhaustive()
+    }
+}
+
+impl PodReconciler {
+    /// A reconciler with the given crash-loop timing and clock.
+    pub fn new(backoff: CrashLoopBackOff, clock: Clock) -> Self {
+        Self { backoff, clock }
+    }
+
+    /// The crash-loop timing.
+    pub fn backoff(&self) -> &CrashLoopBackOff {
+        &self.backoff
+    }
+}
+
+/// Where a pod stands, as far as starting it goes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Progress {
+    /// Needs its sandbox.
+    NoSandbox,
+    /// Waits for init container `index` (running, or backing off).
+    Initializing(usize),
+    /// Init containers done; app containers are starting or running.
+    Started,
+    /// Every container finished for good (restartPolicy Never/OnFailure): the pod is done.
+    Finished {
+        /// Whether all succeeded.
+        succeeded: bool,
+    },
+}
+
+/// What the reconciler decides for one container.
+enum Step {
+    Start(u32),
+    Wait(Duration),
+    Done,
+    Running,
+}
+
+impl PodReconciler {
+    /// The restart count of the next attempt of `name`.
+    fn next_restart(actual: &PodActual, name: &str) -> u32 {
+        actual.containers.iter().filter(|c| c.name == name).map(|c| c.restart_count + 1).max().unwrap_or(0)
+    }
+
+    /// For a container that should run (or have run), what to do now.
+    fn step(&self, actual: &PodActual, name: &str, restarts: impl Fn(i32) -> bool) -> Step {
+        let sandbox = actual.sandbox().map(|s| s.id.as_str()).unwrap_or_default();
+        let newest = actual.container(name);
+        match newest {
+            // Everything starts afresh in a new sandbox (restart counts go on).
+            Some(c) if c.sandbox_id != sandbox => Step::Start(Self::next_restart(actual, name)),
+            Some(c) if c.state == ContainerState::Running => Step::Running,
+            Some(c) if c.state == ContainerState::Exited => {
+                if !restarts(c.exit_code) {
+                    return Step::Done;
+                }
+                let since = Duration::from_nanos(u64::try_from((self.clock)() - c.finished_at).unwrap_or(0));
+                let delay = self.backoff.delay(c);
+                if since >= delay { Step::Start(c.restart_count + 1) } else { Step::Wait(delay - since) }
+            }
+            // Missing, only in an older sandbox, or stuck in Created/Unknown: start a new attempt.
+            _ => Step::Start(Self::next_restart(actual, name)),
+        }
+    }
+
+    pub(crate) fn progress(&self, pod: &DesiredPod, actual: &PodActual) -> Progress {
+        let policy = pod.restart_policy();
+        if actual.sandbox().is_none_or(|s| !s.ready) {
+            if let Some(finished) = self.finished(pod, actual) {
+                return finished;
+            }
+            return Progress::NoSandbox;
+        }
+        let sandbox = actual.sandbox().map(|s| s.id.as_str()).unwrap_or_default();
+        for (i, init) in pod.init_containers().iter().enumerate() {
+            // Init containers run again in a new sandbox, as the kubelet does.
+            let done = actual.container(&init.name).is_some_and(|c| {
+                c.state == ContainerState::Exited && c.exit_code == 0 && c.sandbox_id == sandbox
+            });
+            if done {
+                continue;
+            }
+            if policy == RestartPolicy::Never
+                && actual.container(&init.name).is_some_and(|c| c.state == ContainerState::Exited)
+            {
+                return Progress::Finished { succeeded: false };
+            }
+            return Progress::Initializing(i);
+        }
+        self.finished(pod, actual).unwrap_or(Progress::Started)
+    }
+
+    /// Whether every app container has finished for good.
+    fn finished(&self, pod: &DesiredPod, actual: &PodActual) -> Option<Progress> {
+        let policy = pod.restart_policy();
+        if policy == RestartPolicy::Always {
+            return None;
+        }
+        let init_failed = pod.init_containers().iter().any(|c| {
+            actual.container(&c.name).is_some_and(|r| r.state == ContainerState::Exited && r.exit_code != 0)
+        });
+        if init_failed && policy == RestartPolicy::Never {
+            return Some(Progress::Finished { succeeded: false });
+        }
+        let mut succeeded = true;
+        for c in pod.containers() {
+            let r = actual.container(&c.name)?;
+            if r.state != ContainerState::Exited || policy.restarts(r.exit_code) {
+                return None;
+            }
+            succeeded &= r.exit_code == 0;
+        }
+        Some(Progress::Finished { succeeded })
+    }
+
+    fn plan_running(&self, pod: &DesiredPod, actual: &PodActual) -> Plan<PodOp> {
+        let arc = || Arc::new(pod.clone());
+        let policy = pod.restart_policy();
+        match self.progress(pod, actual) {
+            Progress::Finished { .. } => {
+                // Keep the exited containers (logs, status), but release the sandbox.
+                if actual.sandbox().is_some_and(|s| s.ready) || actual.any_running() {
+                    return Plan::Run(PodOp::KillPod { grace: pod.grace_period(), remove: false });
+                }
+                Plan::Idle
+            }
+            Progress::NoSandbox => {
+                if actual.any_running() {
+                    // The sandbox died under running containers: kill them, then start over.
+                    return Plan::Run(PodOp::KillPod { grace: pod.grace_period(), remove: false });
+                }
+                let attempt = actual.sandboxes.iter().map(|s| s.attempt + 1).max().unwrap_or(0);
+                Plan::Run(PodOp::CreateSandbox { pod: arc(), attempt })
+            }
+            Progress::Initializing(i) => {
+                let init = &pod.init_containers()[i];
+                let sandbox_id = actual.sandbox().map(|s| s.id.clone()).unwrap_or_default();
+                match self.step(actual, &init.name, |code| code != 0 && policy != RestartPolicy::Never) {
+                    Step::Start(restart_count) => Plan::Run(PodOp::StartContainer {
+                        pod: arc(),
+                        sandbox_id,
+                        name: init.name.clone(),
+                        kind: ContainerKind::Init,
+                        restart_count,
+                    }),
+                    Step::Wait(d) => Plan::RecheckAfter(d),
+                    Step::Running | Step::Done => Plan::Idle,
+                }
+            }
+            Progress::Started => {
+                let sandbox_id = actual.sandbox().map(|s| s.id.clone()).unwrap_or_default();
+                // Containers whose spec changed are killed first; the next pass starts them again.
+                let changed: Vec<String> = pod
+                    .containers()
+                    .iter()
+                    .filter_map(|c| {
+                        let r = actual.container(&c.name)?;
+                        let stale = r.state == ContainerState::Running
+                            && r.spec_hash.as_deref().is_some_and(|h| h != container_hash(c));
+                        stale.then(|| r.id.clone())
+                    })
+                    .collect();
+                if !changed.is_empty() {
+                    return Plan::Run(PodOp::KillContainers { ids: changed, grace: pod.grace_period() });
+                }
+                let mut wait: Option<Duration> = None;
+                for c in pod.containers() {
+                    match self.step(actual, &c.name, |code| policy.restarts(code)) {
+                        Step::Start(restart_count) => {
+                            return Plan::Run(PodOp::StartContainer {
+                                pod: arc(),
+                                sandbox_id,
+                                name: c.name.clone(),
+                                kind: ContainerKind::App,
+                                restart_count,
+                            });
+                        }
+                        Step::Wait(d) => wait = Some(wait.map_or(d, |w| w.min(d))),
+                        Step::Running | Step::Done => {}
+                    }
+                }
+                wait.map_or(Plan::Idle, Plan::RecheckAfter)
+            }
+        }
+    }
+}
+
+impl Reconciler<DesiredPod, PodActual> for PodReconciler {
+    type Key = PodUid;
+    type Op = PodOp;
+
+    fn reconcile(&self, view: &View<'_, PodUid, DesiredPod, PodActual>) -> Plan<PodOp> {
+        if view.actual.is_some_and(|a| a.needs_refresh) {
+            return Plan::Run(PodOp::Refresh);
+        }
+        match (view.desired, view.actual) {
+            (None, Some(actual)) if !actual.is_empty() => {
+                let grace = actual.termination_grace_secs.map_or(DEFAULT_GRACE_PERIOD, Duration::from_secs);
+                Plan::Run(PodOp::KillPod { grace, remove: true })
+            }
+            (None, _) => Plan::Idle,
+            (Some(pod), actual) => {
+                let empty = PodActual::default();
+                self.plan_running(pod, actual.unwrap_or(&empty))
+            }
+        }
+    }
+
+    fn uncertain(&self, _key: &PodUid, _op: &PodOp, actual: Option<&PodActual>) -> Update<PodActual> {
+        // Whatever happened, the runtime knows: read it again before the next step.
+        let mut next = actual.cloned().unwrap_or_default();
+        next.needs_refresh = true;
+        Update::Set(next)
+    }
+}

@@ -1,0 +1,254 @@
+//! A pod's v1 `PodStatus`, computed from its desired spec, what the runtime has, and the last
+//! failed operation on it.
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState as V1State, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, PodCondition, PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use reconcile_engine::{OpError, OpStatus};
+
+use super::actual::{ContainerRecord, ContainerState, PodActual};
+use super::desired::{DesiredPod, RestartPolicy};
+use super::driver::RuntimeError;
+use super::ops::PodOp;
+use super::reconciler::{PodReconciler, Progress};
+
+/// The last failed operation on a pod, as the engine records it.
+pub type PodOpStatus = OpStatus<PodOp, RuntimeError>;
+
+/// A timestamp from nanoseconds since the Unix epoch (`None` for 0).
+pub fn time(nanos: i64) -> Option<Time> {
+    if nanos <= 0 {
+        return None;
+    }
+    k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(nanos)).ok().map(Time)
+}
+
+/// The runtime's ID of a container, as the kubelet shows it (`containerd://<id>`).
+pub fn container_id(record: &ContainerRecord) -> String {
+    format!("containerd://{}", record.id)
+}
+
+/// Computes the pod's status. `now` is wall-clock nanoseconds (for crash-loop messages).
+pub fn pod_status(
+    reconciler: &PodReconciler,
+    pod: &DesiredPod,
+    actual: Option<&PodActual>,
+    failure: Option<&PodOpStatus>,
+    now: i64,
+) -> PodStatus {
+    let empty = PodActual::default();
+    let actual = actual.unwrap_or(&empty);
+    let progress = reconciler.progress(pod, actual);
+    let sandbox = actual.sandbox().filter(|s| s.ready);
+    let policy = pod.restart_policy();
+
+    let init_statuses: Vec<ContainerStatus> = pod
+        .init_containers()
+        .iter()
+        .map(|c| {
+            container_status(reconciler, c, actual, failure, "PodInitializing", now, |code| {
+                code != 0 && policy != RestartPolicy::Never
+            })
+        })
+        .collect();
+    let app_waiting = if matches!(progress, Progress::Started | Progress::Finished { .. }) {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+    let statuses: Vec<ContainerStatus> = pod
+        .containers()
+        .iter()
+        .map(|c| {
+            container_status(reconciler, c, actual, failure, app_waiting, now, |code| policy.restarts(code))
+        })
+        .collect();
+
+    let initialized = !matches!(progress, Progress::NoSandbox | Progress::Initializing(_));
+    let containers_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready);
+    let phase = match progress {
+        Progress::Finished { succeeded: true } => "Succeeded",
+        Progress::Finished { succeeded: false } => "Failed",
+        Progress::Started if statuses.iter().all(|s| s.started == Some(true) || s.last_state.is_some()) => {
+            "Running"
+        }
+        _ if statuses.iter().any(|s| s.state.as_ref().and_then(|st| st.running.as_ref()).is_some()) => {
+            "Running"
+        }
+        _ => "Pending",
+    };
+    let start_time = actual.sandboxes.iter().map(|s| s.created_at).filter(|t| *t > 0).min().and_then(time);
+    let ready_to_start = sandbox.is_some();
+    let condition = |kind: &str, ok: bool, reason: Option<&str>| PodCondition {
+        type_: kind.to_string(),
+        status: if ok { "True" } else { "False" }.to_string(),
+        reason: if ok { None } else { reason.map(str::to_string) },
+        ..PodCondition::default()
+    };
+    let not_ready_reason =
+        if phase == "Succeeded" || phase == "Failed" { "PodCompleted" } else { "ContainersNotReady" };
+    let conditions = vec![
+        condition("PodReadyToStartContainers", ready_to_start, None),
+        condition("Initialized", initialized, Some("ContainersNotInitialized")),
+        condition("Ready", containers_ready, Some(not_ready_reason)),
+        condition("ContainersReady", containers_ready, Some(not_ready_reason)),
+        condition("PodScheduled", true, None),
+    ];
+    let ip = sandbox.and_then(|s| s.ip.clone());
+    let failure_message = failure.and_then(|f| match &f.op {
+        PodOp::CreateSandbox { .. } => Some(f.error.to_string()),
+        _ => None,
+    });
+    PodStatus {
+        phase: Some(phase.to_string()),
+        conditions: Some(conditions),
+        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        container_statuses: Some(statuses),
+        pod_ip: ip.clone(),
+        pod_ips: ip.map(|ip| vec![PodIP { ip }]),
+        start_time,
+        qos_class: Some(qos_class(pod).to_string()),
+        message: failure_message,
+        ..PodStatus::default()
+    }
+}
+
+fn container_status(
+    reconciler: &PodReconciler,
+    spec: &Container,
+    actual: &PodActual,
+    failure: Option<&PodOpStatus>,
+    waiting_reason: &str,
+    now: i64,
+    restarts: impl Fn(i32) -> bool,
+) -> ContainerStatus {
+    let newest = actual.container(&spec.name);
+    let previous = actual.previous(&spec.name);
+    // A failed start of this container (image pull, config) is why it is waiting.
+    let start_failure = failure.and_then(|f| match (&f.op, &f.error) {
+        (PodOp::StartContainer { name, .. }, OpError::Driver(e)) if *name == spec.name => Some((f, e)),
+        _ => None,
+    });
+    let waiting = |reason: &str, message: Option<String>| V1State {
+        waiting: Some(ContainerStateWaiting { reason: Some(reason.to_string()), message }),
+        ..V1State::default()
+    };
+    let mut last_state = previous.map(terminated);
+    let (state, ready, started) = match newest {
+        Some(c) if c.state == ContainerState::Running => (
+            V1State {
+                running: Some(ContainerStateRunning { started_at: time(c.started_at) }),
+                ..V1State::default()
+            },
+            true,
+            true,
+        ),
+        Some(c) if c.state == ContainerState::Exited => {
+            if restarts(c.exit_code) {
+                // Waiting to restart: the exited attempt is the last state.
+                last_state = Some(terminated(c));
+                let delay = reconciler.backoff().delay(c);
+                let since = u64::try_from(now - c.finished_at).unwrap_or(0);
+                let in_backoff = u128::from(since) < delay.as_nanos();
+                match start_failure {
+                    Some((f, e)) => {
+                        (waiting(&image_reason(e.reason, f.failures), Some(e.message.clone())), false, false)
+                    }
+                    None if in_backoff => (
+                        waiting(
+                            "CrashLoopBackOff",
+                            Some(format!(
+                                "back-off {}s restarting failed container={} pod={}",
+                                delay.as_secs(),
+                                spec.name,
+                                actual.name
+                            )),
+                        ),
+                        false,
+                        false,
+                    ),
+                    None => (waiting("ContainerCreating", None), false, false),
+                }
+            } else {
+                (terminated(c), false, false)
+            }
+        }
+        _ => match start_failure {
+            Some((f, e)) => {
+                (waiting(&image_reason(e.reason, f.failures), Some(e.message.clone())), false, false)
+            }
+            None => (waiting(waiting_reason, None), false, false),
+        },
+    };
+    ContainerStatus {
+        name: spec.name.clone(),
+        image: spec.image.clone().unwrap_or_default(),
+        image_id: newest.map(|c| c.image_ref.clone()).unwrap_or_default(),
+        container_id: newest.map(container_id),
+        restart_count: newest.map_or(0, |c| i32::try_from(c.restart_count).unwrap_or(i32::MAX)),
+        ready,
+        started: Some(started),
+        state: Some(state),
+        last_state,
+        ..ContainerStatus::default()
+    }
+}
+
+/// `ErrImagePull` becomes `ImagePullBackOff` once pulls keep failing, as in the kubelet.
+fn image_reason(reason: &str, failures: u32) -> String {
+    if reason == "ErrImagePull" && failures > 1 { "ImagePullBackOff".to_string() } else { reason.to_string() }
+}
+
+fn terminated(c: &ContainerRecord) -> V1State {
+    let reason = if !c.reason.is_empty() {
+        c.reason.clone()
+    } else if c.exit_code == 0 {
+        "Completed".to_string()
+    } else {
+        "Error".to_string()
+    };
+    V1State {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: c.exit_code,
+            reason: Some(reason),
+            message: (!c.message.is_empty()).then(|| c.message.clone()),
+            started_at: time(c.started_at),
+            finished_at: time(c.finished_at),
+            container_id: Some(container_id(c)),
+            ..ContainerStateTerminated::default()
+        }),
+        ..V1State::default()
+    }
+}
+
+/// The pod's QoS class, as the API server computes it.
+pub fn qos_class(pod: &DesiredPod) -> &'static str {
+    let all: Vec<&Container> = pod.init_containers().iter().chain(pod.containers()).collect();
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in &all {
+        let res = c.resources.as_ref();
+        let requests = res.and_then(|r| r.requests.as_ref());
+        let limits = res.and_then(|r| r.limits.as_ref());
+        for name in ["cpu", "memory"] {
+            let request: Option<&Quantity> = requests.and_then(|r| r.get(name));
+            let limit: Option<&Quantity> = limits.and_then(|l| l.get(name));
+            any |= request.is_some() || limit.is_some();
+            match (request, limit) {
+                (Some(r), Some(l)) if r == l => {}
+                (None, Some(_)) => {}
+                _ => guaranteed = false,
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}

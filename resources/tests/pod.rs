@@ -1,0 +1,382 @@
+//! The pod logic on the fake runtime with paused time: start order, restart policies and
+//! CrashLoopBackOff, termination grace, spec changes, image pull failures, reconstruction.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use nodelet_resources::pod::actual::PodActual;
+use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::pod::driver::{PodDriver, RuntimeError};
+use nodelet_resources::pod::fake::FakeRuntime;
+use nodelet_resources::pod::metrics::PodMetrics;
+use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
+use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler};
+use nodelet_resources::pod::status::pod_status;
+use reconcile_engine::testing::eventually;
+use reconcile_engine::{Engine, OpStatus, Store, Writer, store};
+
+const LONG: Duration = Duration::from_secs(3600);
+
+fn pod(uid: &str, yaml: &str) -> DesiredPod {
+    let mut pod: Pod = serde_yaml::from_str(yaml).expect("test manifest");
+    pod.metadata.uid = Some(uid.to_string());
+    DesiredPod { pod, source: PodSource::Http }
+}
+
+struct Node {
+    runtime: Arc<FakeRuntime>,
+    writer: Writer<PodUid, DesiredPod>,
+    desired: Store<PodUid, DesiredPod>,
+    actual: Store<PodUid, PodActual>,
+    status: Store<PodUid, OpStatus<nodelet_resources::pod::ops::PodOp, RuntimeError>>,
+    reconciler: PodReconciler,
+    clock: Clock,
+}
+
+fn clock() -> Clock {
+    let start = tokio::time::Instant::now();
+    Arc::new(move || {
+        1_700_000_000_000_000_000 + i64::try_from(start.elapsed().as_nanos()).unwrap_or(i64::MAX)
+    })
+}
+
+/// Starts a pod engine over a fake runtime (optionally holding pods from "before a restart").
+fn node_with(runtime: Arc<FakeRuntime>, clock: Clock) -> Node {
+    let (desired, mut writer) = store();
+    writer.mark_synced();
+    let reconciler = PodReconciler::new(CrashLoopBackOff::default(), clock.clone());
+    let engine = Engine::builder(
+        "pods",
+        PodReconciler::new(CrashLoopBackOff::default(), clock.clone()),
+        Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
+        desired.clone(),
+    )
+    .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
+    .build();
+    let actual = engine.actual();
+    let status = engine.op_status();
+    let pleg = Pleg::new(
+        runtime.clone(),
+        actual.clone(),
+        engine.observer(),
+        DEFAULT_RELIST_PERIOD,
+        PodMetrics::unregistered(),
+    );
+    tokio::spawn(engine.run(std::future::pending()));
+    tokio::spawn(pleg.run(std::future::pending()));
+    Node { runtime, writer, desired, actual, status, reconciler, clock }
+}
+
+fn node() -> Node {
+    let clock = clock();
+    node_with(Arc::new(FakeRuntime::new(clock.clone())), clock)
+}
+
+impl Node {
+    fn add(&mut self, pod: DesiredPod) {
+        self.writer.insert(pod.uid().to_string(), pod);
+    }
+
+    fn status(&self, uid: &str) -> PodStatus {
+        let desired = self.desired.get(&uid.to_string()).expect("desired pod");
+        let actual = self.actual.get(&uid.to_string());
+        let failure = self.status.get(&uid.to_string());
+        pod_status(&self.reconciler, &desired, actual.as_deref(), failure.as_deref(), (self.clock)())
+    }
+
+    fn phase(&self, uid: &str) -> String {
+        self.status(uid).phase.unwrap_or_default()
+    }
+
+    fn waiting_reason(&self, uid: &str, container: &str) -> Option<String> {
+        let status = self.status(uid);
+        let all = status
+            .init_container_statuses
+            .into_iter()
+            .flatten()
+            .chain(status.container_statuses.into_iter().flatten());
+        all.into_iter()
+            .find(|c| c.name == container)
+            .and_then(|c| c.state)
+            .and_then(|s| s.waiting)
+            .and_then(|w| w.reason)
+    }
+
+    fn restart_count(&self, uid: &str, container: &str) -> i32 {
+        self.status(uid)
+            .container_statuses
+            .into_iter()
+            .flatten()
+            .find(|c| c.name == container)
+            .map_or(-1, |c| c.restart_count)
+    }
+
+    fn starts(&self, target: &str) -> Vec<i64> {
+        self.runtime
+            .calls_of("start_container")
+            .into_iter()
+            .filter(|c| c.target == target)
+            .map(|c| c.at)
+            .collect()
+    }
+}
+
+const WEB: &str = r#"
+metadata: {name: web, namespace: default}
+spec:
+  containers:
+  - {name: web, image: busybox}
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_should_get_a_sandbox_then_its_container_and_be_running_and_ready() {
+    let mut n = node();
+    n.add(pod("u1", WEB));
+    assert!(eventually(LONG, || n.actual.get(&"u1".into()).is_some_and(|a| a.any_running())).await);
+    let methods: Vec<&str> = n
+        .runtime
+        .calls()
+        .iter()
+        .map(|c| c.method)
+        .filter(|m| *m != "pod_state" && *m != "list_pods")
+        .collect();
+    assert_eq!(methods, vec!["run_sandbox", "start_container"]);
+    let status = n.status("u1");
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    assert!(status.pod_ip.is_some_and(|ip| ip.starts_with("198.18.")));
+    let ready = status.conditions.into_iter().flatten().find(|c| c.type_ == "Ready").expect("Ready");
+    assert_eq!(ready.status, "True");
+}
+
+const INIT: &str = r#"
+metadata: {name: init, namespace: default}
+spec:
+  initContainers:
+  - {name: first, image: "fake/exit:0"}
+  - {name: second, image: "fake/exit:0"}
+  containers:
+  - {name: app, image: busybox}
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn init_containers_should_run_one_at_a_time_in_order_before_the_app() {
+    let mut n = node();
+    n.add(pod("u1", INIT));
+    assert!(eventually(LONG, || n.phase("u1") == "Running").await);
+    let order: Vec<String> = n.runtime.calls_of("start_container").into_iter().map(|c| c.target).collect();
+    assert_eq!(order, vec!["u1/first", "u1/second", "u1/app"]);
+    let initialized =
+        n.status("u1").conditions.into_iter().flatten().find(|c| c.type_ == "Initialized").expect("cond");
+    assert_eq!(initialized.status, "True");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_init_container_should_block_the_app_and_fail_the_pod_under_never() {
+    let mut n = node();
+    n.add(pod(
+        "u1",
+        &INIT
+            .replace("first, image: \"fake/exit:0\"", "first, image: \"fake/exit:2\"")
+            .replace("spec:\n", "spec:\n  restartPolicy: Never\n"),
+    ));
+    assert!(eventually(LONG, || n.phase("u1") == "Failed").await);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(n.starts("u1/first").len(), 1);
+    assert!(n.starts("u1/app").is_empty());
+    assert!(n.starts("u1/second").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_init_container_should_be_retried_with_backoff_under_always() {
+    let mut n = node();
+    n.add(pod("u1", &INIT.replace("first, image: \"fake/exit:0\"", "first, image: \"fake/exit:2\"")));
+    assert!(eventually(LONG, || n.starts("u1/first").len() >= 3).await);
+    assert!(n.starts("u1/app").is_empty(), "the app never starts while init fails");
+    assert_eq!(n.phase("u1"), "Pending");
+}
+
+const CRASH: &str = r#"
+metadata: {name: crash, namespace: default}
+spec:
+  containers:
+  - {name: c, image: "fake/exit:1"}
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn a_crashing_container_should_restart_with_the_kubelets_backoff_sequence() {
+    let mut n = node();
+    n.add(pod("u1", CRASH));
+    assert!(eventually(LONG, || n.starts("u1/c").len() >= 7).await);
+    let starts = n.starts("u1/c");
+    let gaps: Vec<u64> =
+        starts.windows(2).map(|w| u64::try_from(w[1] - w[0]).unwrap_or(0) / 1_000_000_000).collect();
+    // Immediately, then 10 s doubling, capped at 300 s.
+    assert_eq!(gaps, vec![0, 10, 20, 40, 80, 160]);
+    assert!(eventually(LONG, || n.starts("u1/c").len() >= 9).await);
+    let starts = n.starts("u1/c");
+    assert_eq!((starts[8] - starts[7]) / 1_000_000_000, 300);
+    // Between restarts, status says why.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(n.waiting_reason("u1", "c").as_deref(), Some("CrashLoopBackOff"));
+    assert!(n.restart_count("u1", "c") >= 8);
+    // Old attempts are removed: the newest and the one before it are kept.
+    assert!(n.runtime.container_count("u1") <= 2, "{}", n.runtime.container_count("u1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_failure_should_restart_failures_but_not_successes() {
+    let mut n = node();
+    let yaml = r#"
+metadata: {name: jobs, namespace: default}
+spec:
+  restartPolicy: OnFailure
+  containers:
+  - {name: ok, image: "fake/exit:0"}
+  - {name: bad, image: "fake/exit:1"}
+"#;
+    n.add(pod("u1", yaml));
+    assert!(eventually(LONG, || n.starts("u1/bad").len() >= 3).await);
+    assert_eq!(n.starts("u1/ok").len(), 1);
+    n.add(pod("u2", &yaml.replace("fake/exit:1", "fake/exit:0")));
+    assert!(eventually(LONG, || n.phase("u2") == "Succeeded").await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn never_should_not_restart_and_the_pod_should_fail_and_release_its_sandbox() {
+    let mut n = node();
+    n.add(pod("u1", &CRASH.replace("spec:\n", "spec:\n  restartPolicy: Never\n")));
+    assert!(eventually(LONG, || n.phase("u1") == "Failed").await);
+    assert!(
+        eventually(LONG, || n
+            .actual
+            .get(&"u1".into())
+            .is_some_and(|a| a.sandbox().is_some_and(|s| !s.ready)))
+        .await
+    );
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(n.starts("u1/c").len(), 1);
+    let terminated = n
+        .status("u1")
+        .container_statuses
+        .into_iter()
+        .flatten()
+        .next()
+        .and_then(|c| c.state)
+        .and_then(|s| s.terminated);
+    assert_eq!(terminated.map(|t| (t.exit_code, t.reason)), Some((1, Some("Error".to_string()))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn removing_a_pod_should_honour_its_grace_period_and_remove_everything() {
+    let mut n = node();
+    let yaml = r#"
+metadata: {name: slow, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 7
+  containers:
+  - {name: stubborn, image: fake/ignore-term}
+  - {name: polite, image: busybox}
+"#;
+    n.add(pod("u1", yaml));
+    assert!(eventually(LONG, || n.phase("u1") == "Running" && n.starts("u1/polite").len() == 1).await);
+    let removed_at = tokio::time::Instant::now();
+    n.writer.remove(&"u1".to_string());
+    assert!(eventually(LONG, || n.actual.get(&"u1".into()).is_none()).await);
+    assert_eq!(removed_at.elapsed().as_secs(), 7, "the stubborn container got its whole grace period");
+    assert_eq!(n.runtime.container_count("u1"), 0);
+    assert_eq!(n.runtime.calls_of("remove_sandbox").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_changed_container_spec_should_kill_and_start_the_container_again() {
+    let mut n = node();
+    n.add(pod("u1", WEB));
+    assert!(eventually(LONG, || n.phase("u1") == "Running").await);
+    n.add(pod("u1", &WEB.replace("image: busybox", "image: busybox:2")));
+    assert!(eventually(LONG, || n.starts("u1/web").len() == 2).await);
+    assert!(
+        eventually(LONG, || n
+            .status("u1")
+            .container_statuses
+            .into_iter()
+            .flatten()
+            .any(|c| c.image == "busybox:2" && c.ready))
+        .await
+    );
+    assert_eq!(n.runtime.calls_of("stop_container").len(), 1);
+    assert_eq!(n.runtime.calls_of("run_sandbox").len(), 1, "the sandbox is kept");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_image_that_cannot_be_pulled_should_show_err_image_pull_then_backoff_then_run() {
+    let mut n = node();
+    n.add(pod("u1", &WEB.replace("image: busybox", "image: fake/missing:1")));
+    assert!(eventually(LONG, || n.waiting_reason("u1", "web").as_deref() == Some("ErrImagePull")).await);
+    assert!(eventually(LONG, || n.waiting_reason("u1", "web").as_deref() == Some("ImagePullBackOff")).await);
+    n.runtime.add_image("fake/missing:1");
+    assert!(eventually(LONG, || n.phase("u1") == "Running").await);
+    assert!(n.status.get(&"u1".into()).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_sandbox_should_be_replaced_and_init_containers_run_again() {
+    let mut n = node();
+    n.add(pod("u1", INIT));
+    assert!(eventually(LONG, || n.phase("u1") == "Running").await);
+    n.runtime.break_sandbox("u1");
+    // The PLEG notices; the pod is killed, gets a new sandbox, and its init containers run again.
+    assert!(eventually(LONG, || n.runtime.calls_of("run_sandbox").len() == 2).await);
+    assert!(eventually(LONG, || n.starts("u1/app").len() == 2 && n.phase("u1") == "Running").await);
+    assert_eq!(n.starts("u1/first").len(), 2);
+    assert_eq!(n.starts("u1/second").len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_that_exits_later_should_be_noticed_by_the_pleg_and_restarted() {
+    let mut n = node();
+    n.add(pod("u1", WEB));
+    assert!(eventually(LONG, || n.phase("u1") == "Running").await);
+    n.runtime.exit("u1", "web", 3);
+    assert!(eventually(LONG, || n.starts("u1/web").len() == 2).await);
+    let last = n
+        .status("u1")
+        .container_statuses
+        .into_iter()
+        .flatten()
+        .next()
+        .and_then(|c| c.last_state)
+        .and_then(|s| s.terminated);
+    assert_eq!(last.map(|t| t.exit_code), Some(3));
+    assert_eq!(n.restart_count("u1", "web"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_nodelet_should_adopt_existing_pods_without_creating_them_again() {
+    let clock = clock();
+    let runtime = Arc::new(FakeRuntime::new(clock.clone()));
+    {
+        let mut first = node_with(runtime.clone(), clock.clone());
+        first.add(pod("u1", WEB));
+        assert!(eventually(LONG, || first.phase("u1") == "Running").await);
+    }
+    // A second engine over the same runtime, as after a restart: nothing is created twice.
+    let mut second = node_with(runtime.clone(), clock);
+    second.add(pod("u1", WEB));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(runtime.calls_of("run_sandbox").len(), 1);
+    assert_eq!(runtime.calls_of("start_container").len(), 1);
+    assert_eq!(second.phase("u1"), "Running");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_sandbox_creation_should_be_retried_and_reported() {
+    let mut n = node();
+    n.runtime.fail_next("run_sandbox", RuntimeError::new("CreatePodSandboxError", "network not ready"));
+    n.add(pod("u1", WEB));
+    assert!(
+        eventually(LONG, || n.status("u1").message.is_some_and(|m| m.contains("network not ready"))).await
+    );
+    assert!(eventually(LONG, || n.phase("u1") == "Running").await);
+    assert_eq!(n.runtime.calls_of("run_sandbox").len(), 2);
+}
