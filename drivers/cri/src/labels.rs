@@ -33,6 +33,17 @@ pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.te
 /// Annotation: the termination message policy, `File` or `FallbackToLogsOnError` (containers only).
 pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
 
+/// Annotation (nodelet's): whether the container is an init container ([`CONTAINER_KIND_INIT`]) or an app
+/// container ([`CONTAINER_KIND_APP`]) (containers only).
+pub const CONTAINER_KIND: &str = "io.nodelet.container.kind";
+/// Value of [`CONTAINER_KIND`] for init containers.
+pub const CONTAINER_KIND_INIT: &str = "init";
+/// Value of [`CONTAINER_KIND`] for app containers.
+pub const CONTAINER_KIND_APP: &str = "app";
+/// Annotation (nodelet's): the image as the pod spec names it; the container itself is created from the
+/// image ID, like the kubelet does (containers only).
+pub const CONTAINER_IMAGE: &str = "io.nodelet.container.image";
+
 /// Label: marks sandboxes and containers created by nodelet.
 pub const MANAGED: &str = "io.nodelet.managed";
 /// The value of [`MANAGED`] on nodelet's objects.

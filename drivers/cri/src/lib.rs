@@ -6,6 +6,10 @@
 //! * [`events`] subscribes to containerd's native task events on the same connection — the fast path of an
 //!   evented PLEG, since containerd 1.6 does not implement CRI `GetContainerEvents` — and exposes them as a
 //!   [`futures::Stream`] of [`RuntimeEvent`]s that reconnects by itself.
+//! * [`CriPodRuntime`] is nodelet's `PodRuntime` (from `nodelet-resources`) on this client: the pod → CRI mapping
+//!   (sandbox and container configs, DNS, ports, resources, security context), image pull policies ([`images`]),
+//!   the kubelet's log layout under [`CriPodRuntimeConfig::pod_log_root`], and relists that rebuild every pod
+//!   from labels and annotations.
 //! * [`labels`] has the kubelet's CRI label/annotation keys and nodelet's `io.nodelet.managed=true` marker,
 //!   with which nodelet finds its own sandboxes and containers after a restart ([`SandboxFilter::managed`],
 //!   [`ContainerFilter::managed`]).
@@ -53,10 +57,15 @@
 
 mod client;
 mod config;
+mod dns;
 mod error;
 pub mod events;
 mod filter;
+pub mod images;
 pub mod labels;
+mod pod_runtime;
+mod quantity;
+mod spec;
 
 pub use client::{CriClient, ExecSyncOutput, NETWORK_READY, RUNTIME_READY, RuntimeReadiness};
 pub use config::{
@@ -66,6 +75,10 @@ pub use config::{
 pub use error::{CriError, Result};
 pub use events::{EventsConfig, RuntimeEvent, RuntimeEventStream};
 pub use filter::{ContainerFilter, SandboxFilter};
+pub use pod_runtime::{
+    CriPodRuntime, CriPodRuntimeConfig, DEFAULT_CGROUP_FS, DEFAULT_CLUSTER_DOMAIN, DEFAULT_POD_LOG_ROOT,
+    DEFAULT_RESOLV_CONF, DEFAULT_SECCOMP_PROFILE_ROOT,
+};
 
 /// The CRI v1 protobuf types (request/response messages, configs, enums), from the `k8s-cri` crate.
 pub mod proto {

@@ -1,0 +1,915 @@
+//! [`CriPodRuntime`]: nodelet's [`PodRuntime`] on a CRI v1 runtime (containerd), taking the steps the
+//! kubelet takes (`pkg/kubelet/kuberuntime`), with the kubelet's labels, annotations and log layout so that
+//! `crictl` and log collectors see nodelet's pods as they would the kubelet's.
+//!
+//! What it keeps in memory is a cache, never the truth: every fact is rebuilt from the runtime after a
+//! restart (labels, annotations, sandbox metadata).
+//!
+//! * Sandbox facts (attempt, IPs) per sandbox ID: they never change for a sandbox.
+//! * Container status per container ID and state: `ListContainers` lacks start and finish times, exit code,
+//!   reason and the resolved image, so `ContainerStatus` is called once when a container is first seen
+//!   running and once when first seen exited; a steady-state relist makes no per-container calls.
+//!
+//! Not done yet: volumes and mounts (including the kubelet-managed `/etc/hosts` and the termination-message
+//! file), reading termination messages, image pull secrets, `runtimeClassName` (the configured handler is
+//! used for every pod), the systemd cgroup driver's slice names, user namespaces.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_cri::v1;
+use k8s_openapi::api::core::v1::Container;
+use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+use nodelet_resources::pod::desired::DesiredPod;
+use nodelet_resources::pod::driver::{ContainerKind, PodRuntime, RuntimeError, RuntimeResult};
+
+use crate::client::CriClient;
+use crate::dns::{self, NodeDns, ResolvConf};
+use crate::error::CriError;
+use crate::filter::{ContainerFilter, SandboxFilter};
+use crate::images::{self, PullPolicy};
+use crate::labels::{self, PodIdentity};
+use crate::spec::{self, ContainerInputs, SpecError};
+
+/// Default root of pod log directories (the kubelet's `podLogsDir`).
+pub const DEFAULT_POD_LOG_ROOT: &str = "/var/log/pods";
+/// Default resolv.conf for `Default` and `ClusterFirst` DNS (the kubelet's `resolvConf`).
+pub const DEFAULT_RESOLV_CONF: &str = "/etc/resolv.conf";
+/// Default cluster domain.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+/// Default directory of `Localhost` seccomp profiles (the kubelet's `<root-dir>/seccomp`).
+pub const DEFAULT_SECCOMP_PROFILE_ROOT: &str = "/var/lib/kubelet/seccomp";
+/// Where cgroup hierarchies are mounted.
+pub const DEFAULT_CGROUP_FS: &str = "/sys/fs/cgroup";
+/// How many `ContainerStatus`/`PodSandboxStatus` calls a relist makes at once.
+const STATUS_CONCURRENCY: usize = 16;
+
+/// Configuration of a [`CriPodRuntime`]; [`Default`] has the kubelet's defaults.
+///
+/// ```
+/// use nodelet_cri::CriPodRuntimeConfig;
+/// let config = CriPodRuntimeConfig::default()
+///     .with_pod_log_root("/tmp/pods")
+///     .with_cgroup_root(Some("/nodelet".into()))
+///     .with_resolv_conf(Some("/etc/nodelet/resolv.conf".into()));
+/// assert!(!config.allow_privileged);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CriPodRuntimeConfig {
+    /// Root of the pod log directories `<root>/<namespace>_<name>_<uid>/<container>/<restart>.log`.
+    pub pod_log_root: PathBuf,
+    /// Parent of the pod cgroups (cgroupfs syntax): each pod's sandbox gets `<root>/pod<uid>`. `None` lets
+    /// the runtime choose.
+    pub cgroup_root: Option<String>,
+    /// Where the cgroup hierarchies are mounted (for removing pod cgroups the runtime leaves behind).
+    pub cgroup_fs: PathBuf,
+    /// The resolv.conf whose nameservers, search domains and options `Default` (and, without cluster DNS,
+    /// `ClusterFirst`) pods get. `None` is the kubelet's `--resolv-conf=""`: DNS to 127.0.0.1 only.
+    pub resolv_conf: Option<PathBuf>,
+    /// Cluster DNS server addresses for `ClusterFirst` pods (empty: they get the node's DNS).
+    pub cluster_dns: Vec<String>,
+    /// The cluster domain, for `ClusterFirst` search paths and `setHostnameAsFQDN`.
+    pub cluster_domain: String,
+    /// Whether privileged containers may run. Off: they fail with `CreateContainerConfigError`.
+    pub allow_privileged: bool,
+    /// The CRI runtime handler for every sandbox (`""`: the runtime's default).
+    pub runtime_handler: String,
+    /// The node's name, for `spec.nodeName` env references of pods that do not set it.
+    pub node_name: String,
+    /// The node's IPs, for `status.hostIP(s)` env references and host-network pods' `status.podIP(s)`.
+    pub node_ips: Vec<String>,
+    /// Directory of `Localhost` seccomp profiles.
+    pub seccomp_profile_root: PathBuf,
+    /// The node's memory, for Burstable containers' `oom_score_adj` and unset `limits.memory` env
+    /// references. `None`: read from `/proc/meminfo` when the runtime is created.
+    pub memory_capacity_bytes: Option<u64>,
+}
+
+impl Default for CriPodRuntimeConfig {
+    fn default() -> Self {
+        CriPodRuntimeConfig {
+            pod_log_root: PathBuf::from(DEFAULT_POD_LOG_ROOT),
+            cgroup_root: None,
+            cgroup_fs: PathBuf::from(DEFAULT_CGROUP_FS),
+            resolv_conf: Some(PathBuf::from(DEFAULT_RESOLV_CONF)),
+            cluster_dns: Vec::new(),
+            cluster_domain: DEFAULT_CLUSTER_DOMAIN.to_owned(),
+            allow_privileged: false,
+            runtime_handler: String::new(),
+            node_name: String::new(),
+            node_ips: Vec::new(),
+            seccomp_profile_root: PathBuf::from(DEFAULT_SECCOMP_PROFILE_ROOT),
+            memory_capacity_bytes: None,
+        }
+    }
+}
+
+impl CriPodRuntimeConfig {
+    /// Sets [`pod_log_root`](Self::pod_log_root).
+    pub fn with_pod_log_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.pod_log_root = root.into();
+        self
+    }
+
+    /// Sets [`cgroup_root`](Self::cgroup_root).
+    pub fn with_cgroup_root(mut self, root: Option<String>) -> Self {
+        self.cgroup_root = root.filter(|r| !r.trim_matches('/').is_empty() || r == "/");
+        self
+    }
+
+    /// Sets [`cgroup_fs`](Self::cgroup_fs).
+    pub fn with_cgroup_fs(mut self, path: impl Into<PathBuf>) -> Self {
+        self.cgroup_fs = path.into();
+        self
+    }
+
+    /// Sets [`resolv_conf`](Self::resolv_conf).
+    pub fn with_resolv_conf(mut self, path: Option<PathBuf>) -> Self {
+        self.resolv_conf = path;
+        self
+    }
+
+    /// Sets [`cluster_dns`](Self::cluster_dns).
+    pub fn with_cluster_dns(mut self, servers: Vec<String>) -> Self {
+        self.cluster_dns = servers;
+        self
+    }
+
+    /// Sets [`cluster_domain`](Self::cluster_domain).
+    pub fn with_cluster_domain(mut self, domain: impl Into<String>) -> Self {
+        self.cluster_domain = domain.into();
+        self
+    }
+
+    /// Sets [`allow_privileged`](Self::allow_privileged).
+    pub fn with_allow_privileged(mut self, allow: bool) -> Self {
+        self.allow_privileged = allow;
+        self
+    }
+
+    /// Sets [`runtime_handler`](Self::runtime_handler).
+    pub fn with_runtime_handler(mut self, handler: impl Into<String>) -> Self {
+        self.runtime_handler = handler.into();
+        self
+    }
+
+    /// Sets [`node_name`](Self::node_name).
+    pub fn with_node_name(mut self, name: impl Into<String>) -> Self {
+        self.node_name = name.into();
+        self
+    }
+
+    /// Sets [`node_ips`](Self::node_ips).
+    pub fn with_node_ips(mut self, ips: Vec<String>) -> Self {
+        self.node_ips = ips;
+        self
+    }
+
+    /// Sets [`seccomp_profile_root`](Self::seccomp_profile_root).
+    pub fn with_seccomp_profile_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.seccomp_profile_root = root.into();
+        self
+    }
+
+    /// Sets [`memory_capacity_bytes`](Self::memory_capacity_bytes).
+    pub fn with_memory_capacity_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.memory_capacity_bytes = bytes;
+        self
+    }
+}
+
+/// What never changes for a sandbox.
+#[derive(Debug, Clone)]
+struct SandboxFacts {
+    attempt: u32,
+    ips: Vec<String>,
+}
+
+/// The part of `ContainerStatus` that `ListContainers` lacks, as seen in `state`.
+#[derive(Debug, Clone)]
+struct StatusFacts {
+    state: ContainerState,
+    started_at: i64,
+    finished_at: i64,
+    exit_code: i32,
+    reason: String,
+    message: String,
+    image_ref: String,
+    log_path: String,
+}
+
+#[derive(Debug, Default)]
+struct Caches {
+    sandboxes: HashMap<String, SandboxFacts>,
+    containers: HashMap<String, StatusFacts>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: CriClient,
+    config: CriPodRuntimeConfig,
+    caches: Mutex<Caches>,
+}
+
+/// nodelet's [`PodRuntime`] on CRI. Cheap to clone (one `Arc`); clones share the client and the caches.
+///
+/// ```no_run
+/// use nodelet_cri::{CriClient, CriConfig, CriPodRuntime, CriPodRuntimeConfig};
+/// use nodelet_resources::pod::driver::PodRuntime;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = CriClient::connect(CriConfig::new("unix:///run/containerd/containerd.sock")).await?;
+/// let config = CriPodRuntimeConfig::default().with_cgroup_root(Some("/nodelet".into()));
+/// let runtime = CriPodRuntime::new(client, config);
+/// for (uid, pod) in runtime.list_pods().await? {
+///     println!("{uid}: {}/{} with {} containers", pod.namespace, pod.name, pod.containers.len());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct CriPodRuntime {
+    inner: Arc<Inner>,
+}
+
+/// A runtime error of `reason` for a failed CRI call; an unreachable runtime is `RuntimeUnavailable`.
+fn cri_error(reason: &'static str, what: impl std::fmt::Display, e: &CriError) -> RuntimeError {
+    let reason = if e.is_unavailable() { "RuntimeUnavailable" } else { reason };
+    RuntimeError { reason, message: format!("{what}: {e}"), not_found: e.is_not_found() }
+}
+
+fn spec_error(e: SpecError) -> RuntimeError {
+    RuntimeError::new(e.reason(), e.to_string())
+}
+
+fn container_state(state: i32) -> ContainerState {
+    match v1::ContainerState::try_from(state) {
+        Ok(v1::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(v1::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(v1::ContainerState::ContainerExited) => ContainerState::Exited,
+        _ => ContainerState::Unknown,
+    }
+}
+
+fn sandbox_ips(status: &v1::PodSandboxStatus) -> Vec<String> {
+    let Some(network) = &status.network else { return Vec::new() };
+    std::iter::once(network.ip.clone())
+        .chain(network.additional_ips.iter().map(|ip| ip.ip.clone()))
+        .filter(|ip| !ip.is_empty())
+        .collect()
+}
+
+/// `MemTotal` of `/proc/meminfo`, in bytes.
+fn read_memory_capacity() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Whether `path` is strictly inside `root`, judged by its components (no `..`, no `.`).
+fn is_inside(path: &Path, root: &Path) -> bool {
+    path.is_absolute()
+        && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        && path.starts_with(root)
+        && path != root
+}
+
+/// Removes `dir` and every cgroup below it that has no processes, deepest first; returns how many
+/// directories were removed. A cgroup in use stays (the kernel refuses with `EBUSY`).
+fn remove_cgroup_tree(dir: &Path, depth: usize) -> usize {
+    let mut removed = 0;
+    if depth < 16
+        && let Ok(entries) = std::fs::read_dir(dir)
+    {
+        for entry in entries.flatten() {
+            // `file_type` does not follow symlinks: only real child cgroups are descended into.
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                removed += remove_cgroup_tree(&entry.path(), depth + 1);
+            }
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        Ok(()) => removed + 1,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => removed,
+        Err(e) => {
+            tracing::debug!(cgroup = %dir.display(), error = %e, "cgroup not removed");
+            removed
+        }
+    }
+}
+
+/// Removes the cgroup `rel` (cgroupfs path) in the unified hierarchy at `cgroup_fs` and in every hierarchy
+/// mounted below it (cgroup v1 controllers, `unified`, `systemd`).
+fn remove_cgroup_everywhere(cgroup_fs: &Path, rel: &str) -> usize {
+    let rel = rel.trim_start_matches('/');
+    if rel.is_empty() {
+        return 0;
+    }
+    let mut roots = vec![cgroup_fs.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(cgroup_fs) {
+        roots.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+    }
+    roots.iter().map(|root| root.join(rel)).filter(|p| p.is_dir()).map(|p| remove_cgroup_tree(&p, 0)).sum()
+}
+
+impl CriPodRuntime {
+    /// A runtime over `client` with `config`. Reads the node's memory from `/proc/meminfo` when the
+    /// configuration does not say.
+    pub fn new(client: CriClient, mut config: CriPodRuntimeConfig) -> Self {
+        if config.memory_capacity_bytes.is_none() {
+            config.memory_capacity_bytes = read_memory_capacity();
+        }
+        CriPodRuntime { inner: Arc::new(Inner { client, config, caches: Mutex::default() }) }
+    }
+
+    /// The CRI client.
+    pub fn client(&self) -> &CriClient {
+        &self.inner.client
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CriPodRuntimeConfig {
+        &self.inner.config
+    }
+
+    fn caches(&self) -> MutexGuard<'_, Caches> {
+        self.inner.caches.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The pod's log directory, `<pod log root>/<namespace>_<name>_<uid>`; `None` if a part is empty or
+    /// not usable in a path.
+    pub fn pod_log_dir(&self, namespace: &str, name: &str, uid: &str) -> Option<PathBuf> {
+        if !spec::is_path_segment(namespace) || !spec::is_path_segment(name) || !spec::is_safe_uid(uid) {
+            return None;
+        }
+        Some(spec::pod_log_dir(&self.inner.config.pod_log_root, &PodIdentity::new(name, namespace, uid)))
+    }
+
+    /// The cgroup parent of the pod's sandbox, `<cgroup root>/pod<uid>`; `None` without a cgroup root or
+    /// for an unsafe UID.
+    pub fn pod_cgroup(&self, uid: &str) -> Option<String> {
+        let root = self.inner.config.cgroup_root.as_deref()?;
+        spec::is_safe_uid(uid).then(|| spec::cgroup_parent(Some(root), uid))
+    }
+
+    /// Removes the pod's log directory and everything in it (nodelet's pod teardown calls this once the pod
+    /// is gone for good; sandbox removal keeps the logs). A missing directory is fine.
+    pub async fn remove_pod_logs(&self, namespace: &str, name: &str, uid: &str) -> io::Result<()> {
+        let dir = self.pod_log_dir(namespace, name, uid).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("unusable pod identity {namespace}/{name} ({uid})"),
+            )
+        })?;
+        match tokio::fs::remove_dir_all(&dir).await {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => {
+                tracing::debug!(dir = %dir.display(), "removed pod logs");
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes the pod's cgroup `<cgroup root>/pod<uid>` (and empty cgroups below it) in every hierarchy,
+    /// where the runtime left them; cgroups with processes stay. Returns how many directories went away.
+    pub async fn remove_pod_cgroups(&self, uid: &str) -> usize {
+        let Some(cgroup) = self.pod_cgroup(uid) else { return 0 };
+        let cgroup_fs = self.inner.config.cgroup_fs.clone();
+        let removed =
+            tokio::task::spawn_blocking(move || remove_cgroup_everywhere(&cgroup_fs, &cgroup)).await;
+        removed.unwrap_or_else(|e| {
+            tracing::warn!(uid, error = %e, "cgroup removal task failed");
+            0
+        })
+    }
+
+    /// The node's DNS config for `pod` (reads the configured resolv.conf).
+    async fn dns_config(&self, pod: &DesiredPod) -> RuntimeResult<v1::DnsConfig> {
+        let config = &self.inner.config;
+        let spec = pod.spec();
+        let kind = dns::dns_kind(spec.dns_policy.as_deref(), pod.host_network()).map_err(|other| {
+            RuntimeError::new("CreatePodSandboxError", format!("spec.dnsPolicy: unsupported value {other:?}"))
+        })?;
+        let host = match (&config.resolv_conf, kind) {
+            (_, dns::DnsKind::None) | (None, _) => None,
+            (Some(path), _) => match tokio::fs::read_to_string(path).await {
+                Ok(text) => Some(ResolvConf::parse(&text)),
+                Err(e) => {
+                    return Err(RuntimeError::new(
+                        "CreatePodSandboxError",
+                        format!("cannot read the node's resolv.conf {}: {e}", path.display()),
+                    ));
+                }
+            },
+        };
+        let node = NodeDns {
+            host: host.as_ref(),
+            cluster_dns: &config.cluster_dns,
+            cluster_domain: &config.cluster_domain,
+        };
+        Ok(dns::pod_dns_config(kind, pod.namespace(), spec.dns_config.as_ref(), node))
+    }
+
+    /// The sandbox's attempt and IPs, from the cache or `PodSandboxStatus`.
+    async fn sandbox_facts(&self, sandbox_id: &str) -> Result<SandboxFacts, CriError> {
+        if let Some(facts) = self.caches().sandboxes.get(sandbox_id) {
+            return Ok(facts.clone());
+        }
+        let status = self.inner.client.pod_sandbox_status(sandbox_id).await?;
+        let facts = SandboxFacts {
+            attempt: status.metadata.as_ref().map_or(0, |m| m.attempt),
+            ips: sandbox_ips(&status),
+        };
+        self.caches().sandboxes.insert(sandbox_id.to_owned(), facts.clone());
+        Ok(facts)
+    }
+
+    /// Everything nodelet manages, or only the pod `uid`'s, grouped by pod UID.
+    async fn collect(&self, uid: Option<&str>) -> RuntimeResult<HashMap<String, PodActual>> {
+        let client = &self.inner.client;
+        let mut sandbox_filter = SandboxFilter::managed();
+        let mut container_filter = ContainerFilter::managed();
+        if let Some(uid) = uid {
+            sandbox_filter = sandbox_filter.label(labels::POD_UID, uid);
+            container_filter = container_filter.label(labels::POD_UID, uid);
+        }
+        let (sandboxes, containers) = futures::join!(
+            client.list_pod_sandboxes(&sandbox_filter),
+            client.list_containers(&container_filter)
+        );
+        let sandboxes =
+            sandboxes.map_err(|e| cri_error("RuntimeUnavailable", "listing pod sandboxes", &e))?;
+        let containers = containers.map_err(|e| cri_error("RuntimeUnavailable", "listing containers", &e))?;
+
+        // Sandbox facts not seen yet.
+        let unknown: Vec<String> = {
+            let caches = self.caches();
+            sandboxes.iter().filter(|s| !caches.sandboxes.contains_key(&s.id)).map(|s| s.id.clone()).collect()
+        };
+        let fetched: Vec<(String, Result<SandboxFacts, CriError>)> = futures::stream::iter(unknown)
+            .map(|id| async move {
+                let facts = self.sandbox_facts(&id).await;
+                (id, facts)
+            })
+            .buffer_unordered(STATUS_CONCURRENCY)
+            .collect()
+            .await;
+        for (id, result) in fetched {
+            match result {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {
+                    tracing::debug!(sandbox = %id, "sandbox went away during relist")
+                }
+                Err(e) => return Err(cri_error("RuntimeUnavailable", format!("status of sandbox {id}"), &e)),
+            }
+        }
+
+        // Container statuses for containers first seen running or exited.
+        let stale: Vec<(String, ContainerState)> = {
+            let caches = self.caches();
+            containers
+                .iter()
+                .map(|c| (c.id.clone(), container_state(c.state)))
+                .filter(|(id, state)| {
+                    matches!(state, ContainerState::Running | ContainerState::Exited)
+                        && caches.containers.get(id).is_none_or(|f| f.state != *state)
+                })
+                .collect()
+        };
+        let statuses: Vec<(String, Result<v1::ContainerStatus, CriError>)> = futures::stream::iter(stale)
+            .map(|(id, _)| async move {
+                let status = client.container_status(&id).await;
+                (id, status)
+            })
+            .buffer_unordered(STATUS_CONCURRENCY)
+            .collect()
+            .await;
+        let mut gone: HashSet<String> = HashSet::new();
+        {
+            let mut caches = self.caches();
+            for (id, result) in statuses {
+                match result {
+                    Ok(s) => {
+                        let facts = StatusFacts {
+                            state: container_state(s.state),
+                            started_at: s.started_at,
+                            finished_at: s.finished_at,
+                            exit_code: s.exit_code,
+                            reason: s.reason,
+                            message: s.message,
+                            image_ref: s.image_ref,
+                            log_path: s.log_path,
+                        };
+                        caches.containers.insert(id, facts);
+                    }
+                    Err(e) if e.is_not_found() => {
+                        gone.insert(id);
+                    }
+                    Err(e) => {
+                        return Err(cri_error("RuntimeUnavailable", format!("status of container {id}"), &e));
+                    }
+                }
+            }
+        }
+
+        let mut pods: HashMap<String, PodActual> = HashMap::new();
+        let mut graces: HashMap<String, u64> = HashMap::new();
+        let caches = self.caches();
+        let log_root = &self.inner.config.pod_log_root;
+        for sandbox in &sandboxes {
+            let Some(identity) = PodIdentity::from_labels(&sandbox.labels) else { continue };
+            let Some(facts) = caches.sandboxes.get(&sandbox.id) else { continue };
+            let pod = pods.entry(identity.uid.clone()).or_insert_with(|| PodActual {
+                uid: identity.uid.clone(),
+                namespace: identity.namespace.clone(),
+                name: identity.name.clone(),
+                ..PodActual::default()
+            });
+            pod.sandboxes.push(SandboxRecord {
+                id: sandbox.id.clone(),
+                ready: sandbox.state == v1::PodSandboxState::SandboxReady as i32,
+                ip: facts.ips.first().cloned(),
+                created_at: sandbox.created_at,
+                attempt: sandbox.metadata.as_ref().map_or(facts.attempt, |m| m.attempt),
+            });
+        }
+        for c in &containers {
+            if gone.contains(&c.id) {
+                continue;
+            }
+            let Some(identity) = PodIdentity::from_labels(&c.labels) else { continue };
+            let name = c
+                .labels
+                .get(labels::CONTAINER_NAME)
+                .cloned()
+                .or_else(|| c.metadata.as_ref().map(|m| m.name.clone()))
+                .unwrap_or_default();
+            let restart_count = labels::restart_count(&c.annotations)
+                .or_else(|| c.metadata.as_ref().map(|m| m.attempt))
+                .unwrap_or(0);
+            let facts = caches.containers.get(&c.id);
+            let computed_log = || {
+                spec::is_path_segment(&name).then(|| {
+                    spec::pod_log_dir(log_root, &identity)
+                        .join(spec::container_log_path(&name, restart_count))
+                        .to_string_lossy()
+                        .into_owned()
+                })
+            };
+            let record = ContainerRecord {
+                id: c.id.clone(),
+                sandbox_id: c.pod_sandbox_id.clone(),
+                restart_count,
+                spec_hash: c.annotations.get(labels::CONTAINER_HASH).cloned(),
+                // A status fetched during this relist may be newer than the list; otherwise the list is.
+                state: match (container_state(c.state), facts) {
+                    (ContainerState::Running | ContainerState::Exited, Some(f)) => f.state,
+                    (listed, _) => listed,
+                },
+                image: c
+                    .annotations
+                    .get(labels::CONTAINER_IMAGE)
+                    .cloned()
+                    .or_else(|| c.image.as_ref().map(|i| i.image.clone()))
+                    .unwrap_or_default(),
+                image_ref: facts
+                    .map(|f| f.image_ref.clone())
+                    .filter(|r| !r.is_empty())
+                    .unwrap_or(c.image_ref.clone()),
+                created_at: c.created_at,
+                started_at: facts.map_or(0, |f| f.started_at),
+                finished_at: facts.map_or(0, |f| f.finished_at),
+                exit_code: facts.map_or(0, |f| f.exit_code),
+                reason: facts.map(|f| f.reason.clone()).unwrap_or_default(),
+                message: facts.map(|f| f.message.clone()).unwrap_or_default(),
+                log_path: facts
+                    .map(|f| f.log_path.clone())
+                    .filter(|p| !p.is_empty())
+                    .or_else(computed_log)
+                    .unwrap_or_default(),
+                name,
+            };
+            if let Some(grace) =
+                labels::termination_grace_period_secs(&c.annotations).and_then(|g| u64::try_from(g).ok())
+            {
+                graces.insert(c.id.clone(), grace);
+            }
+            pods.entry(identity.uid.clone())
+                .or_insert_with(|| PodActual {
+                    uid: identity.uid.clone(),
+                    namespace: identity.namespace.clone(),
+                    name: identity.name.clone(),
+                    ..PodActual::default()
+                })
+                .containers
+                .push(record);
+        }
+        drop(caches);
+        for pod in pods.values_mut() {
+            pod.sandboxes
+                .sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.attempt.cmp(&a.attempt)));
+            pod.containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+            // The newest container's annotation, else the newest sandbox's.
+            pod.termination_grace_secs =
+                pod.containers.iter().find_map(|c| graces.get(&c.id).copied()).or_else(|| {
+                    let newest = pod.sandboxes.first()?;
+                    let sandbox = sandboxes.iter().find(|s| s.id == newest.id)?;
+                    labels::termination_grace_period_secs(&sandbox.annotations)
+                        .and_then(|g| u64::try_from(g).ok())
+                });
+        }
+
+        if uid.is_none() {
+            // Forget what the runtime no longer has.
+            let sandbox_ids: HashSet<&str> = sandboxes.iter().map(|s| s.id.as_str()).collect();
+            let container_ids: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
+            let mut caches = self.caches();
+            caches.sandboxes.retain(|id, _| sandbox_ids.contains(id.as_str()));
+            caches.containers.retain(|id, _| container_ids.contains(id.as_str()));
+        }
+        Ok(pods)
+    }
+
+    async fn start(
+        &self,
+        pod: &DesiredPod,
+        sandbox_id: &str,
+        container: &Container,
+        kind: ContainerKind,
+        restart_count: u32,
+    ) -> RuntimeResult<String> {
+        let config = &self.inner.config;
+        let client = &self.inner.client;
+        let path = spec::container_field_path(pod, &container.name, kind);
+        spec::check_privileged(pod, container, kind, config).map_err(spec_error)?;
+
+        let image_name = container.image.as_deref().unwrap_or_default();
+        let policy =
+            PullPolicy::resolve(container.image_pull_policy.as_deref(), image_name).ok_or_else(|| {
+                RuntimeError::new(
+                    "CreateContainerConfigError",
+                    format!(
+                        "container {:?}: {path}.imagePullPolicy: unsupported value {:?}",
+                        container.name, container.image_pull_policy
+                    ),
+                )
+            })?;
+
+        let facts = self.sandbox_facts(sandbox_id).await.map_err(|e| {
+            cri_error(
+                "CreateContainerError",
+                format!("container {:?}: status of sandbox {sandbox_id}", container.name),
+                &e,
+            )
+        })?;
+        let sandbox_config = spec::sandbox_config(pod, facts.attempt, config, None).map_err(spec_error)?;
+
+        let image =
+            images::ensure_image(client, image_name, policy, Some(&sandbox_config)).await.map_err(|e| {
+                let reason = if e.cri_error().is_some_and(CriError::is_unavailable) {
+                    "RuntimeUnavailable"
+                } else {
+                    e.reason()
+                };
+                RuntimeError::new(reason, format!("container {:?}: {e}", container.name))
+            })?;
+
+        let inputs = ContainerInputs { kind, restart_count, image: &image, pod_ips: &facts.ips };
+        let container_config = spec::container_config(pod, container, &inputs, config).map_err(spec_error)?;
+
+        // The kubelet creates the container's log directory; the runtime only opens the file.
+        let log_dir = Path::new(&sandbox_config.log_directory).join(&container.name);
+        if let Err(e) = tokio::fs::DirBuilder::new().recursive(true).mode(0o755).create(&log_dir).await {
+            return Err(RuntimeError::new(
+                "CreateContainerConfigError",
+                format!(
+                    "container {:?}: cannot create log directory {}: {e}",
+                    container.name,
+                    log_dir.display()
+                ),
+            ));
+        }
+
+        let id =
+            client.create_container(sandbox_id, container_config, sandbox_config).await.map_err(|e| {
+                cri_error(
+                    "CreateContainerError",
+                    format!("container {:?}: CreateContainer", container.name),
+                    &e,
+                )
+            })?;
+        if let Err(e) = client.start_container(&id).await {
+            let error =
+                cri_error("RunContainerError", format!("container {:?}: StartContainer", container.name), &e);
+            if let Err(remove) = client.remove_container(&id).await {
+                tracing::warn!(container = %id, error = %remove, "cannot remove the unstarted container");
+            }
+            return Err(RuntimeError { not_found: false, ..error });
+        }
+        tracing::info!(
+            pod = %pod.uid(), container = %container.name, id = %id, restart_count, image = %image.id,
+            "container started"
+        );
+        Ok(id)
+    }
+}
+
+impl PodRuntime for CriPodRuntime {
+    async fn run_sandbox(&self, pod: &DesiredPod, attempt: u32) -> RuntimeResult<String> {
+        let started = tokio::time::Instant::now();
+        let dns = self.dns_config(pod).await?;
+        let config = spec::sandbox_config(pod, attempt, &self.inner.config, Some(dns)).map_err(spec_error)?;
+        let log_dir = PathBuf::from(&config.log_directory);
+        if let Err(e) = tokio::fs::DirBuilder::new().recursive(true).mode(0o755).create(&log_dir).await {
+            return Err(RuntimeError::new(
+                "CreatePodSandboxError",
+                format!("cannot create pod log directory {}: {e}", log_dir.display()),
+            ));
+        }
+        let id = self
+            .inner
+            .client
+            .run_pod_sandbox(config, &self.inner.config.runtime_handler)
+            .await
+            .map_err(|e| {
+                cri_error(
+                    "CreatePodSandboxError",
+                    format!("pod {}/{}: RunPodSandbox", pod.namespace(), pod.name()),
+                    &e,
+                )
+            })
+            .map_err(|e| RuntimeError { not_found: false, ..e })?;
+        // Like the kubelet, read the sandbox's IPs right away (and keep them: they never change).
+        match self.sandbox_facts(&id).await {
+            Ok(facts) => tracing::info!(
+                pod = %pod.uid(), sandbox = %id, attempt, ips = ?facts.ips,
+                elapsed_ms = started.elapsed().as_millis(), "sandbox running"
+            ),
+            Err(e) => {
+                tracing::warn!(pod = %pod.uid(), sandbox = %id, error = %e, "sandbox runs, its status failed")
+            }
+        }
+        Ok(id)
+    }
+
+    async fn stop_sandbox(&self, sandbox_id: &str) -> RuntimeResult<()> {
+        match self.inner.client.stop_pod_sandbox(sandbox_id).await {
+            Err(e) if !e.is_not_found() => {
+                Err(cri_error("KillPodSandboxError", format!("StopPodSandbox {sandbox_id}"), &e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn remove_sandbox(&self, sandbox_id: &str) -> RuntimeResult<()> {
+        let client = &self.inner.client;
+        let uid = match client.pod_sandbox_status(sandbox_id).await {
+            Ok(status) => status.metadata.map(|m| m.uid).filter(|u| !u.is_empty()),
+            Err(e) if e.is_not_found() => {
+                self.caches().sandboxes.remove(sandbox_id);
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(cri_error("KillPodSandboxError", format!("PodSandboxStatus {sandbox_id}"), &e));
+            }
+        };
+        if let Err(e) = client.remove_pod_sandbox(sandbox_id).await
+            && !e.is_not_found()
+        {
+            return Err(cri_error("KillPodSandboxError", format!("RemovePodSandbox {sandbox_id}"), &e));
+        }
+        self.caches().sandboxes.remove(sandbox_id);
+        // The runtime leaves the pod cgroup behind: remove it once the pod has no sandbox left.
+        if let Some(uid) = uid
+            && self.pod_cgroup(&uid).is_some()
+        {
+            let others = SandboxFilter::managed().label(labels::POD_UID, uid.clone());
+            match client.list_pod_sandboxes(&others).await {
+                Ok(left) if left.is_empty() => {
+                    let removed = self.remove_pod_cgroups(&uid).await;
+                    tracing::debug!(pod = %uid, removed, "removed pod cgroups");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(pod = %uid, error = %e, "cannot tell whether the pod cgroup is still used")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn start_container(
+        &self,
+        pod: &DesiredPod,
+        sandbox_id: &str,
+        container: &Container,
+        kind: ContainerKind,
+        restart_count: u32,
+    ) -> RuntimeResult<String> {
+        self.start(pod, sandbox_id, container, kind, restart_count).await.inspect_err(|e| {
+            let (pod, container) = (pod.uid(), &container.name);
+            tracing::debug!(pod, container, reason = e.reason, error = %e.message, "container start failed");
+        })
+    }
+
+    async fn stop_container(&self, container_id: &str, grace: Duration) -> RuntimeResult<()> {
+        match self.inner.client.stop_container(container_id, grace).await {
+            Err(e) if !e.is_not_found() => {
+                Err(cri_error("KillContainerError", format!("StopContainer {container_id}"), &e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn remove_container(&self, container_id: &str) -> RuntimeResult<()> {
+        let client = &self.inner.client;
+        let log_path = match client.container_status(container_id).await {
+            Ok(status) => Some(PathBuf::from(status.log_path)),
+            Err(e) if e.is_not_found() => {
+                self.caches().containers.remove(container_id);
+                return Ok(());
+            }
+            Err(e) => {
+                tracing::debug!(container = %container_id, error = %e, "no status: its log stays");
+                None
+            }
+        };
+        if let Err(e) = client.remove_container(container_id).await
+            && !e.is_not_found()
+        {
+            return Err(cri_error("KillContainerError", format!("RemoveContainer {container_id}"), &e));
+        }
+        self.caches().containers.remove(container_id);
+        if let Some(path) = log_path.filter(|p| !p.as_os_str().is_empty()) {
+            let log = path.display();
+            if !is_inside(&path, &self.inner.config.pod_log_root) {
+                tracing::warn!(container = %container_id, %log, "log outside the log root: kept");
+            } else if let Err(e) = tokio::fs::remove_file(&path).await
+                && e.kind() != io::ErrorKind::NotFound
+            {
+                tracing::warn!(container = %container_id, %log, error = %e, "cannot remove log");
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_pods(&self) -> RuntimeResult<HashMap<String, PodActual>> {
+        self.collect(None).await
+    }
+
+    async fn pod_state(&self, uid: &str) -> RuntimeResult<Option<PodActual>> {
+        Ok(self.collect(Some(uid)).await?.remove(uid))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_paths_must_stay_inside_the_root() {
+        let root = Path::new("/var/log/pods");
+        assert!(is_inside(Path::new("/var/log/pods/ns_p_u/c/0.log"), root));
+        assert!(!is_inside(Path::new("/var/log/pods"), root));
+        assert!(!is_inside(Path::new("/var/log/pods/../../etc/passwd"), root));
+        assert!(!is_inside(Path::new("/var/log/podsX/a"), root));
+        assert!(!is_inside(Path::new("var/log/pods/a"), root));
+    }
+
+    #[test]
+    fn config_builders() {
+        let c = CriPodRuntimeConfig::default();
+        assert_eq!(c.pod_log_root, Path::new("/var/log/pods"));
+        assert_eq!(c.resolv_conf.as_deref(), Some(Path::new("/etc/resolv.conf")));
+        assert_eq!(c.cgroup_root, None);
+        assert_eq!(c.with_cgroup_root(Some(String::new())).cgroup_root, None);
+        assert_eq!(
+            CriPodRuntimeConfig::default().with_cgroup_root(Some("/".into())).cgroup_root.as_deref(),
+            Some("/")
+        );
+    }
+
+    #[test]
+    fn cgroup_trees_are_removed_bottom_up_when_empty() {
+        let base = std::env::temp_dir().join(format!("nodelet-cgroup-test-{}", fastrand::u64(..)));
+        let hierarchy = base.join("memory");
+        let pod = hierarchy.join("nodelet/poduid");
+        let nested = pod.join("sandbox");
+        let result =
+            std::fs::create_dir_all(&nested).and_then(|()| std::fs::write(pod.join("memory.limit"), "1"));
+        assert!(result.is_ok(), "{result:?}");
+        // A regular file in the pod directory keeps it (as tasks keep a cgroup): only the empty child goes.
+        assert_eq!(remove_cgroup_everywhere(&base, "/nodelet/poduid"), 1);
+        assert!(!nested.exists() && pod.exists());
+        let _ = std::fs::remove_file(pod.join("memory.limit"));
+        assert_eq!(remove_cgroup_everywhere(&base, "/nodelet/poduid"), 1);
+        assert!(!pod.exists() && hierarchy.join("nodelet").exists());
+        assert_eq!(remove_cgroup_everywhere(&base, "/nodelet/poduid"), 0, "absence is fine");
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}

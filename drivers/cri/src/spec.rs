@@ -1,0 +1,1293 @@
+//! The pod → CRI mapping: `PodSandboxConfig` and `ContainerConfig` from a validated, defaulted pod, as the
+//! kubelet's `generatePodSandboxConfig` and `generateContainerConfig` build them
+//! (`pkg/kubelet/kuberuntime/kuberuntime_sandbox.go`, `kuberuntime_container.go`, `helpers_linux.go`).
+//!
+//! Everything here is pure: file and runtime access happen in [`crate::pod_runtime`].
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+
+use k8s_cri::v1;
+use k8s_openapi::api::core::v1::{Container, EnvVarSource, SeccompProfile};
+use nodelet_resources::pod::desired::DesiredPod;
+use nodelet_resources::pod::driver::{ContainerKind, container_hash};
+
+use crate::labels::{self, PodIdentity};
+use crate::pod_runtime::CriPodRuntimeConfig;
+use crate::quantity::Quantity;
+
+/// Why a pod or container could not be mapped to a CRI config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SpecError {
+    /// The pod's sandbox config cannot be built (`CreatePodSandboxError`).
+    #[error("{0}")]
+    Sandbox(String),
+    /// A container's config cannot be built (`CreateContainerConfigError`).
+    #[error("{0}")]
+    Container(String),
+}
+
+impl SpecError {
+    /// The kubelet's waiting reason for this error.
+    pub(crate) fn reason(&self) -> &'static str {
+        match self {
+            SpecError::Sandbox(_) => "CreatePodSandboxError",
+            SpecError::Container(_) => "CreateContainerConfigError",
+        }
+    }
+}
+
+/// Annotation on sandboxes: where the pod came from (`file`, `http`, `api`).
+const CONFIG_SOURCE: &str = "kubernetes.io/config.source";
+/// Annotation on sandboxes: the pod's config hash (nodelet: its UID, like the kubelet's static pods).
+const CONFIG_HASH: &str = "kubernetes.io/config.hash";
+/// The CFS period the kubelet uses, in microseconds.
+const CPU_PERIOD_US: i64 = 100_000;
+/// The smallest CFS quota the kernel accepts, in microseconds.
+const MIN_CPU_QUOTA_US: i64 = 1_000;
+/// The smallest `cpu.shares`.
+const MIN_CPU_SHARES: i64 = 2;
+/// The largest `cpu.shares`.
+const MAX_CPU_SHARES: i64 = 262_144;
+/// `oom_score_adj` of Guaranteed pods' containers.
+const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
+/// `oom_score_adj` of BestEffort pods' containers.
+const BEST_EFFORT_OOM_SCORE_ADJ: i64 = 1000;
+/// Longest hostname (a DNS label).
+const MAX_HOSTNAME_LEN: usize = 63;
+/// Longest FQDN used as hostname (`setHostnameAsFQDN`).
+const MAX_FQDN_HOSTNAME_LEN: usize = 64;
+/// `terminationMessagePath` default.
+const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+/// `terminationMessagePolicy` default.
+const DEFAULT_TERMINATION_MESSAGE_POLICY: &str = "File";
+
+/// Whether `s` can be one path segment: non-empty, no `/` or NUL, not `.` or `..`.
+pub(crate) fn is_path_segment(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s != "." && s != ".." && !s.contains(['/', '\0'])
+}
+
+/// Whether `uid` is safe in paths, cgroup names and label filters: `[A-Za-z0-9._-]`, at most 128 bytes.
+pub(crate) fn is_safe_uid(uid: &str) -> bool {
+    is_path_segment(uid)
+        && uid.len() <= 128
+        && uid.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// The pod's name, namespace and UID, checked to be safe in paths (the sandbox's log directory) and names.
+pub(crate) fn pod_identity(pod: &DesiredPod) -> Result<PodIdentity, SpecError> {
+    let (name, namespace, uid) = (pod.name(), pod.namespace(), pod.uid());
+    if !is_path_segment(name) || !is_path_segment(namespace) {
+        return Err(SpecError::Sandbox(format!(
+            "pod name {name:?} or namespace {namespace:?} is empty or not usable in a path"
+        )));
+    }
+    if !is_safe_uid(uid) {
+        return Err(SpecError::Sandbox(format!(
+            "pod {namespace}/{name}: UID {uid:?} is empty or has characters other than [A-Za-z0-9._-]"
+        )));
+    }
+    Ok(PodIdentity::new(name, namespace, uid))
+}
+
+/// `<log root>/<namespace>_<name>_<uid>` (the kubelet's `BuildPodLogsDirectory`).
+pub(crate) fn pod_log_dir(root: &Path, pod: &PodIdentity) -> PathBuf {
+    root.join(format!("{}_{}_{}", pod.namespace, pod.name, pod.uid))
+}
+
+/// `/<root>/pod<uid>` (absolute, whether or not `root` starts with `/`), or empty (the runtime chooses)
+/// without a root.
+pub(crate) fn cgroup_parent(root: Option<&str>, uid: &str) -> String {
+    match root.map(|r| r.trim_matches('/')) {
+        Some("") => format!("/pod{uid}"),
+        Some(root) => format!("/{root}/pod{uid}"),
+        None => String::new(),
+    }
+}
+
+/// The JSON path of a container in the pod spec: `spec.containers[i]` or `spec.initContainers[i]`.
+pub(crate) fn container_field_path(pod: &DesiredPod, container: &str, kind: ContainerKind) -> String {
+    let (list, field) = match kind {
+        ContainerKind::Init => (pod.init_containers(), "spec.initContainers"),
+        ContainerKind::App => (pod.containers(), "spec.containers"),
+    };
+    match list.iter().position(|c| c.name == container) {
+        Some(i) => format!("{field}[{i}]"),
+        None => format!("{field}[name={container:?}]"),
+    }
+}
+
+fn is_privileged(container: &Container) -> bool {
+    container.security_context.as_ref().and_then(|sc| sc.privileged).unwrap_or(false)
+}
+
+/// Refuses a privileged container unless the node allows them.
+pub(crate) fn check_privileged(
+    pod: &DesiredPod,
+    container: &Container,
+    kind: ContainerKind,
+    config: &CriPodRuntimeConfig,
+) -> Result<(), SpecError> {
+    if is_privileged(container) && !config.allow_privileged {
+        let path = container_field_path(pod, &container.name, kind);
+        return Err(SpecError::Container(format!(
+            "container {:?}: {path}.securityContext.privileged: privileged containers are not allowed on this \
+             node (allow_privileged is off)",
+            container.name
+        )));
+    }
+    Ok(())
+}
+
+fn hostname(pod: &DesiredPod, config: &CriPodRuntimeConfig) -> Result<String, SpecError> {
+    let spec = pod.spec();
+    if pod.host_network() {
+        // The sandbox shares the node's UTS namespace; runc refuses a hostname without one of its own.
+        return Ok(String::new());
+    }
+    if let Some(name) = spec.hostname_override.as_deref().filter(|h| !h.is_empty()) {
+        return Ok(name.to_owned());
+    }
+    let mut host = spec.hostname.as_deref().filter(|h| !h.is_empty()).unwrap_or(pod.name()).to_owned();
+    if host.len() > MAX_HOSTNAME_LEN {
+        let mut cut = MAX_HOSTNAME_LEN;
+        while !host.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        host.truncate(cut);
+        let trimmed = host.trim_end_matches(['-', '.']).len();
+        host.truncate(trimmed);
+        if host.is_empty() {
+            return Err(SpecError::Sandbox(format!(
+                "hostname for pod {:?} is empty after truncation",
+                pod.name()
+            )));
+        }
+    }
+    let subdomain = spec.subdomain.as_deref().unwrap_or_default();
+    if spec.set_hostname_as_fqdn == Some(true) && !subdomain.is_empty() {
+        let mut fqdn = format!("{host}.{subdomain}.{}.svc", pod.namespace());
+        if !config.cluster_domain.is_empty() {
+            fqdn = format!("{fqdn}.{}", config.cluster_domain);
+        }
+        if fqdn.len() > MAX_FQDN_HOSTNAME_LEN {
+            return Err(SpecError::Sandbox(format!(
+                "spec.setHostnameAsFQDN: the FQDN {fqdn:?} is longer than {MAX_FQDN_HOSTNAME_LEN} characters"
+            )));
+        }
+        return Ok(fqdn);
+    }
+    Ok(host)
+}
+
+fn protocol(p: Option<&str>) -> Result<v1::Protocol, String> {
+    match p.unwrap_or("TCP") {
+        "TCP" => Ok(v1::Protocol::Tcp),
+        "UDP" => Ok(v1::Protocol::Udp),
+        "SCTP" => Ok(v1::Protocol::Sctp),
+        other => Err(other.to_owned()),
+    }
+}
+
+/// The sandbox's port mappings: every `hostPort` of the app containers, without duplicates.
+fn port_mappings(pod: &DesiredPod) -> Result<Vec<v1::PortMapping>, SpecError> {
+    let mut mappings: Vec<v1::PortMapping> = Vec::new();
+    for (i, c) in pod.containers().iter().enumerate() {
+        for (j, p) in c.ports.iter().flatten().enumerate() {
+            let host_port = p.host_port.unwrap_or(0);
+            if host_port == 0 {
+                continue;
+            }
+            let path = format!("spec.containers[{i}].ports[{j}]");
+            if !(1..=65535).contains(&host_port) || !(1..=65535).contains(&p.container_port) {
+                return Err(SpecError::Sandbox(format!("{path}: port out of range")));
+            }
+            let protocol = protocol(p.protocol.as_deref()).map_err(|other| {
+                SpecError::Sandbox(format!("{path}.protocol: unsupported value {other:?}"))
+            })?;
+            let host_ip = p.host_ip.clone().unwrap_or_default();
+            if !host_ip.is_empty() && host_ip.parse::<std::net::IpAddr>().is_err() {
+                return Err(SpecError::Sandbox(format!("{path}.hostIP: {host_ip:?} is not an IP address")));
+            }
+            let mapping = v1::PortMapping {
+                protocol: protocol as i32,
+                container_port: p.container_port,
+                host_port,
+                host_ip,
+            };
+            if !mappings.contains(&mapping) {
+                mappings.push(mapping);
+            }
+        }
+    }
+    Ok(mappings)
+}
+
+fn namespace_options(pod: &DesiredPod) -> v1::NamespaceOption {
+    let spec = pod.spec();
+    let mode = |host: bool, otherwise: v1::NamespaceMode| {
+        if host { v1::NamespaceMode::Node as i32 } else { otherwise as i32 }
+    };
+    let pid_otherwise = if spec.share_process_namespace == Some(true) {
+        v1::NamespaceMode::Pod
+    } else {
+        v1::NamespaceMode::Container
+    };
+    v1::NamespaceOption {
+        network: mode(pod.host_network(), v1::NamespaceMode::Pod),
+        pid: mode(spec.host_pid == Some(true), pid_otherwise),
+        ipc: mode(spec.host_ipc == Some(true), v1::NamespaceMode::Pod),
+        ..Default::default()
+    }
+}
+
+/// The pod's seccomp profile (or a container's, which takes precedence). Unset means `Unconfined`, the
+/// kubelet's default while `seccompDefault` is off.
+fn seccomp(
+    profile: Option<&SeccompProfile>,
+    root: &Path,
+    field: &str,
+) -> Result<v1::SecurityProfile, String> {
+    use v1::security_profile::ProfileType;
+    let Some(profile) = profile else {
+        return Ok(v1::SecurityProfile {
+            profile_type: ProfileType::Unconfined as i32,
+            ..Default::default()
+        });
+    };
+    match profile.type_.as_str() {
+        "RuntimeDefault" => {
+            Ok(v1::SecurityProfile { profile_type: ProfileType::RuntimeDefault as i32, ..Default::default() })
+        }
+        "Unconfined" => {
+            Ok(v1::SecurityProfile { profile_type: ProfileType::Unconfined as i32, ..Default::default() })
+        }
+        "Localhost" => {
+            let rel = profile.localhost_profile.as_deref().unwrap_or_default();
+            let rel_path = Path::new(rel);
+            if rel.is_empty() || !rel_path.components().all(|c| matches!(c, Component::Normal(_))) {
+                return Err(format!(
+                    "{field}.localhostProfile: {rel:?} must be a relative path without `..` under the seccomp root"
+                ));
+            }
+            Ok(v1::SecurityProfile {
+                profile_type: ProfileType::Localhost as i32,
+                localhost_ref: root.join(rel_path).to_string_lossy().into_owned(),
+            })
+        }
+        other => Err(format!("{field}.type: unsupported seccomp profile type {other:?}")),
+    }
+}
+
+fn supplemental_groups(pod: &DesiredPod) -> Vec<i64> {
+    let sc = pod.spec().security_context.as_ref();
+    let mut groups: Vec<i64> = sc.and_then(|s| s.supplemental_groups.clone()).unwrap_or_default();
+    if let Some(fs_group) = sc.and_then(|s| s.fs_group)
+        && !groups.contains(&fs_group)
+    {
+        groups.push(fs_group);
+    }
+    groups
+}
+
+/// The CRI sandbox config of `pod`'s sandbox number `attempt`. `dns` is the DNS config computed from the
+/// node's resolv.conf (see [`crate::dns`]); it matters only when the sandbox is created.
+pub(crate) fn sandbox_config(
+    pod: &DesiredPod,
+    attempt: u32,
+    config: &CriPodRuntimeConfig,
+    dns: Option<v1::DnsConfig>,
+) -> Result<v1::PodSandboxConfig, SpecError> {
+    let identity = pod_identity(pod)?;
+    let spec = pod.spec();
+
+    let mut sandbox_labels: HashMap<String, String> =
+        pod.pod.metadata.labels.clone().unwrap_or_default().into_iter().collect();
+    sandbox_labels.extend(labels::sandbox_labels(&identity));
+
+    let mut annotations: HashMap<String, String> =
+        pod.pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect();
+    annotations.entry(CONFIG_SOURCE.to_owned()).or_insert_with(|| pod.source.annotation().to_owned());
+    annotations.entry(CONFIG_HASH.to_owned()).or_insert_with(|| identity.uid.clone());
+    // For tearing the pod down with its grace period after a restart, even before it has containers.
+    annotations
+        .insert(labels::POD_TERMINATION_GRACE_PERIOD.to_owned(), pod.grace_period().as_secs().to_string());
+
+    let sysctls: HashMap<String, String> = spec
+        .security_context
+        .as_ref()
+        .and_then(|sc| sc.sysctls.as_ref())
+        .map(|s| s.iter().map(|s| (s.name.clone(), s.value.clone())).collect())
+        .unwrap_or_default();
+
+    let pod_sc = spec.security_context.as_ref();
+    let privileged =
+        config.allow_privileged && pod.init_containers().iter().chain(pod.containers()).any(is_privileged);
+    let seccomp = seccomp(
+        pod_sc.and_then(|sc| sc.seccomp_profile.as_ref()),
+        &config.seccomp_profile_root,
+        "spec.securityContext.seccompProfile",
+    )
+    .map_err(SpecError::Sandbox)?;
+    let security_context = v1::LinuxSandboxSecurityContext {
+        namespace_options: Some(namespace_options(pod)),
+        run_as_user: pod_sc.and_then(|sc| sc.run_as_user).map(|value| v1::Int64Value { value }),
+        run_as_group: pod_sc.and_then(|sc| sc.run_as_group).map(|value| v1::Int64Value { value }),
+        supplemental_groups: supplemental_groups(pod),
+        privileged,
+        seccomp: Some(seccomp),
+        ..Default::default()
+    };
+
+    Ok(v1::PodSandboxConfig {
+        metadata: Some(v1::PodSandboxMetadata {
+            name: identity.name.clone(),
+            uid: identity.uid.clone(),
+            namespace: identity.namespace.clone(),
+            attempt,
+        }),
+        hostname: hostname(pod, config)?,
+        log_directory: pod_log_dir(&config.pod_log_root, &identity).to_string_lossy().into_owned(),
+        dns_config: dns,
+        port_mappings: port_mappings(pod)?,
+        labels: sandbox_labels,
+        annotations,
+        linux: Some(v1::LinuxPodSandboxConfig {
+            cgroup_parent: cgroup_parent(config.cgroup_root.as_deref(), &identity.uid),
+            security_context: Some(security_context),
+            sysctls,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+// ------------------------------------------------------------------------------------------- containers
+
+/// What [`container_config`] needs besides the pod and the container.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ContainerInputs<'a> {
+    /// Init or app container.
+    pub(crate) kind: ContainerKind,
+    /// Restart count, the CRI attempt number.
+    pub(crate) restart_count: u32,
+    /// The image as the runtime has it (its ID is what the container is created from).
+    pub(crate) image: &'a v1::Image,
+    /// The pod's IPs (empty when not known), for `status.podIP(s)`.
+    pub(crate) pod_ips: &'a [String],
+}
+
+/// Kubernetes' `$(VAR)` expansion (`third_party/forked/golang/expansion`): `$(NAME)` becomes the value of
+/// `NAME` when `lookup` knows it and stays as written otherwise; `$$` is a literal `$`; any other `$` is kept.
+pub(crate) fn expand(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    let bytes = input.as_bytes();
+    let mut out = String::with_capacity(input.len());
+    let mut checkpoint = 0;
+    let mut cursor = 0;
+    while cursor < bytes.len() {
+        if bytes[cursor] == b'$' && cursor + 1 < bytes.len() {
+            out.push_str(&input[checkpoint..cursor]);
+            let rest = &input[cursor + 1..];
+            let advance = match bytes[cursor + 1] {
+                b'$' => {
+                    out.push('$');
+                    1
+                }
+                b'(' => match rest.find(')') {
+                    Some(close) => {
+                        let name = &rest[1..close];
+                        match lookup(name) {
+                            Some(value) => out.push_str(&value),
+                            None => {
+                                out.push_str("$(");
+                                out.push_str(name);
+                                out.push(')');
+                            }
+                        }
+                        close + 1
+                    }
+                    None => {
+                        out.push_str("$(");
+                        1
+                    }
+                },
+                _ => {
+                    // `$` and the next character, copied as they are (the character may be multi-byte).
+                    let next = rest.chars().next().map_or(1, char::len_utf8);
+                    out.push('$');
+                    out.push_str(&rest[..next]);
+                    next
+                }
+            };
+            cursor += advance;
+            checkpoint = cursor + 1;
+        }
+        cursor += 1;
+    }
+    out.push_str(&input[checkpoint.min(input.len())..]);
+    out
+}
+
+/// An ordered environment: a later variable of the same name replaces the earlier value in place.
+#[derive(Debug, Default)]
+struct Env(Vec<(String, String)>);
+
+impl Env {
+    fn set(&mut self, name: &str, value: String) {
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.0.push((name.to_owned(), value)),
+        }
+    }
+    fn get(&self, name: &str) -> Option<String> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+    }
+}
+
+fn quantity_of(
+    container: &Container,
+    which: &str,
+    resource: &str,
+    path: &str,
+) -> Result<Option<Quantity>, SpecError> {
+    let resources = container.resources.as_ref();
+    let map = match which {
+        "limits" => resources.and_then(|r| r.limits.as_ref()),
+        _ => resources.and_then(|r| r.requests.as_ref()),
+    };
+    match map.and_then(|m| m.get(resource)) {
+        None => Ok(None),
+        Some(q) => Quantity::parse(&q.0).map(Some).ok_or_else(|| {
+            SpecError::Container(format!("{path}.resources.{which}.{resource}: invalid quantity {:?}", q.0))
+        }),
+    }
+}
+
+fn field_ref_value(
+    pod: &DesiredPod,
+    field_path: &str,
+    inputs: &ContainerInputs<'_>,
+    config: &CriPodRuntimeConfig,
+) -> Result<String, String> {
+    let meta = &pod.pod.metadata;
+    let spec = pod.spec();
+    let subscript = |prefix: &str| {
+        field_path
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix("['"))
+            .and_then(|r| r.strip_suffix("']"))
+            .map(str::to_owned)
+    };
+    let pod_ips: Vec<String> =
+        if pod.host_network() { config.node_ips.clone() } else { inputs.pod_ips.to_vec() };
+    match field_path {
+        "metadata.name" => Ok(pod.name().to_owned()),
+        "metadata.namespace" => Ok(pod.namespace().to_owned()),
+        "metadata.uid" => Ok(pod.uid().to_owned()),
+        "spec.nodeName" => match spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+            Some(n) => Ok(n.to_owned()),
+            None if !config.node_name.is_empty() => Ok(config.node_name.clone()),
+            None => Err("the node name is not known".to_owned()),
+        },
+        "spec.serviceAccountName" => Ok(spec.service_account_name.clone().unwrap_or_default()),
+        "status.podIP" => Ok(pod_ips.first().cloned().unwrap_or_default()),
+        "status.podIPs" => Ok(pod_ips.join(",")),
+        "status.hostIP" => {
+            config.node_ips.first().cloned().ok_or_else(|| "the node IP is not known".to_owned())
+        }
+        "status.hostIPs" if !config.node_ips.is_empty() => Ok(config.node_ips.join(",")),
+        "status.hostIPs" => Err("the node IP is not known".to_owned()),
+        _ => {
+            if let Some(key) = subscript("metadata.labels") {
+                Ok(meta.labels.as_ref().and_then(|l| l.get(&key)).cloned().unwrap_or_default())
+            } else if let Some(key) = subscript("metadata.annotations") {
+                Ok(meta.annotations.as_ref().and_then(|a| a.get(&key)).cloned().unwrap_or_default())
+            } else {
+                Err(format!("unsupported field path {field_path:?}"))
+            }
+        }
+    }
+}
+
+fn resource_field_value(
+    pod: &DesiredPod,
+    this: &Container,
+    selector: &k8s_openapi::api::core::v1::ResourceFieldSelector,
+    config: &CriPodRuntimeConfig,
+    path: &str,
+) -> Result<String, SpecError> {
+    let err = |what: String| SpecError::Container(format!("{path}.valueFrom.resourceFieldRef: {what}"));
+    let container = match selector.container_name.as_deref().filter(|n| !n.is_empty()) {
+        None => this,
+        Some(name) => pod
+            .init_containers()
+            .iter()
+            .chain(pod.containers())
+            .find(|c| c.name == name)
+            .ok_or_else(|| err(format!("no container named {name:?}")))?,
+    };
+    let divisor = match &selector.divisor {
+        Some(d) => Quantity::parse(&d.0).ok_or_else(|| err(format!("invalid divisor {:?}", d.0)))?,
+        None => Quantity::parse("1").ok_or_else(|| err("internal: cannot parse 1".into()))?,
+    };
+    let (which, resource) = selector
+        .resource
+        .split_once('.')
+        .ok_or_else(|| err(format!("unsupported resource {:?}", selector.resource)))?;
+    if !matches!(which, "limits" | "requests") || !matches!(resource, "cpu" | "memory") {
+        return Err(err(format!("unsupported resource {:?}", selector.resource)));
+    }
+    let value = quantity_of(container, which, resource, path)?;
+    let (value, divisor) = if resource == "cpu" {
+        let node_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let default = if which == "limits" { i64::try_from(node_cpus).unwrap_or(1) * 1000 } else { 0 };
+        (value.map_or(default, |q| q.scaled_ceil(1000)), divisor.scaled_ceil(1000))
+    } else {
+        let default = if which == "limits" {
+            i64::try_from(config.memory_capacity_bytes.unwrap_or(0)).unwrap_or(i64::MAX)
+        } else {
+            0
+        };
+        (value.map_or(default, |q| q.scaled_ceil(1)), divisor.scaled_ceil(1))
+    };
+    if divisor <= 0 {
+        return Err(err("divisor must be positive".into()));
+    }
+    // Rounded up, like the kubelet's math.Ceil.
+    let out = value.div_euclid(divisor) + i64::from(value.rem_euclid(divisor) != 0);
+    Ok(out.to_string())
+}
+
+/// The container's environment, in order: `env` entries with `$(VAR)` references to earlier ones expanded
+/// and `valueFrom` resolved where nodelet can know the value.
+fn container_env(
+    pod: &DesiredPod,
+    container: &Container,
+    path: &str,
+    inputs: &ContainerInputs<'_>,
+    config: &CriPodRuntimeConfig,
+) -> Result<Env, SpecError> {
+    let mut env = Env::default();
+    for (i, from) in container.env_from.iter().flatten().enumerate() {
+        let (kind, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
+            (Some(c), _) => ("configMapRef", c.name.as_str(), c.optional),
+            (None, Some(s)) => ("secretRef", s.name.as_str(), s.optional),
+            (None, None) => continue,
+        };
+        if optional != Some(true) {
+            return Err(SpecError::Container(format!(
+                "container {:?}: {path}.envFrom[{i}].{kind}: cannot read {name:?}: nodelet has no API server",
+                container.name
+            )));
+        }
+    }
+    for (i, var) in container.env.iter().flatten().enumerate() {
+        let var_path = format!("{path}.env[{i}]");
+        let value = match (var.value.as_deref().filter(|v| !v.is_empty()), &var.value_from) {
+            (Some(v), _) => expand(v, |name| env.get(name)),
+            (None, None) => String::new(),
+            (None, Some(from)) => match env_var_source(pod, container, from, &var_path, inputs, config)? {
+                Some(v) => v,
+                None => continue,
+            },
+        };
+        env.set(&var.name, value);
+    }
+    Ok(env)
+}
+
+/// The value of a `valueFrom`; `None` to leave the variable out (an optional reference).
+fn env_var_source(
+    pod: &DesiredPod,
+    container: &Container,
+    from: &EnvVarSource,
+    var_path: &str,
+    inputs: &ContainerInputs<'_>,
+    config: &CriPodRuntimeConfig,
+) -> Result<Option<String>, SpecError> {
+    let name = &container.name;
+    if let Some(field) = &from.field_ref {
+        if field.api_version.as_deref().is_some_and(|v| v != "v1") {
+            return Err(SpecError::Container(format!(
+                "container {name:?}: {var_path}.valueFrom.fieldRef.apiVersion: unsupported {:?}",
+                field.api_version
+            )));
+        }
+        return field_ref_value(pod, &field.field_path, inputs, config).map(Some).map_err(|why| {
+            SpecError::Container(format!(
+                "container {name:?}: {var_path}.valueFrom.fieldRef.fieldPath: {why}"
+            ))
+        });
+    }
+    if let Some(resource) = &from.resource_field_ref {
+        return resource_field_value(pod, container, resource, config, var_path).map(Some);
+    }
+    let (kind, optional) = match (&from.config_map_key_ref, &from.secret_key_ref) {
+        (Some(c), _) => ("configMapKeyRef", c.optional),
+        (None, Some(s)) => ("secretKeyRef", s.optional),
+        (None, None) if from.file_key_ref.is_some() => ("fileKeyRef", Some(false)),
+        (None, None) => return Ok(Some(String::new())),
+    };
+    if optional == Some(true) {
+        return Ok(None);
+    }
+    Err(SpecError::Container(format!(
+        "container {name:?}: {var_path}.valueFrom.{kind}: not supported by nodelet (no API server)"
+    )))
+}
+
+/// The pod's QoS class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QosClass {
+    /// Every container has CPU and memory limits equal to its requests.
+    Guaranteed,
+    /// Some requests or limits, not Guaranteed.
+    Burstable,
+    /// No requests or limits at all.
+    BestEffort,
+}
+
+/// The pod's QoS class (`GetPodQOS`), from CPU and memory requests and limits of all its containers.
+pub(crate) fn qos_class(pod: &DesiredPod) -> QosClass {
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in pod.init_containers().iter().chain(pod.containers()) {
+        let resources = c.resources.as_ref();
+        let get = |map: Option<
+            &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+        >,
+                   key: &str| {
+            map.and_then(|m| m.get(key)).and_then(|q| Quantity::parse(&q.0)).filter(|q| !q.is_zero())
+        };
+        let limits = resources.and_then(|r| r.limits.as_ref());
+        let requests = resources.and_then(|r| r.requests.as_ref());
+        for key in ["cpu", "memory"] {
+            let (l, r) = (get(limits, key), get(requests, key));
+            any |= l.is_some() || r.is_some();
+            match (l, r) {
+                (Some(l), Some(r)) if l.scaled_ceil(1000) == r.scaled_ceil(1000) => {}
+                // Defaulting copies a limit to a missing request.
+                (Some(_), None) => {}
+                _ => guaranteed = false,
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => QosClass::BestEffort,
+        (true, true) => QosClass::Guaranteed,
+        (true, false) => QosClass::Burstable,
+    }
+}
+
+/// cgroup settings from the container's requests and limits (`generateLinuxContainerResources`, cgroup v1
+/// and v2 alike through CRI).
+fn linux_resources(
+    pod: &DesiredPod,
+    container: &Container,
+    path: &str,
+    config: &CriPodRuntimeConfig,
+) -> Result<v1::LinuxContainerResources, SpecError> {
+    let cpu_request = quantity_of(container, "requests", "cpu", path)?;
+    let cpu_limit = quantity_of(container, "limits", "cpu", path)?;
+    let memory_request = quantity_of(container, "requests", "memory", path)?;
+    let memory_limit = quantity_of(container, "limits", "memory", path)?;
+
+    let shares_from = match (cpu_request.filter(|q| !q.is_zero()), cpu_limit) {
+        (None, Some(limit)) => limit.scaled_ceil(1000),
+        (request, _) => request.map_or(0, |q| q.scaled_ceil(1000)),
+    };
+    let cpu_shares = if shares_from <= 0 {
+        MIN_CPU_SHARES
+    } else {
+        (shares_from.saturating_mul(1024) / 1000).clamp(MIN_CPU_SHARES, MAX_CPU_SHARES)
+    };
+    let (cpu_quota, cpu_period) = match cpu_limit.filter(|q| !q.is_zero()) {
+        Some(limit) => {
+            let quota = limit.scaled_ceil(1000).saturating_mul(CPU_PERIOD_US) / 1000;
+            (quota.max(MIN_CPU_QUOTA_US), CPU_PERIOD_US)
+        }
+        None => (0, 0),
+    };
+    let memory_limit_in_bytes = memory_limit.map_or(0, |q| q.scaled_ceil(1).max(0));
+
+    let oom_score_adj = match qos_class(pod) {
+        QosClass::Guaranteed => GUARANTEED_OOM_SCORE_ADJ,
+        QosClass::BestEffort => BEST_EFFORT_OOM_SCORE_ADJ,
+        QosClass::Burstable => {
+            let request = memory_request.map_or(0, |q| q.scaled_ceil(1).max(0));
+            let capacity = config.memory_capacity_bytes.and_then(|c| i64::try_from(c).ok()).unwrap_or(0);
+            let adj = if capacity > 0 {
+                1000 - i64::try_from(i128::from(request) * 1000 / i128::from(capacity)).unwrap_or(1000)
+            } else {
+                BEST_EFFORT_OOM_SCORE_ADJ - 1
+            };
+            if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ {
+                1000 + GUARANTEED_OOM_SCORE_ADJ
+            } else if adj >= BEST_EFFORT_OOM_SCORE_ADJ {
+                BEST_EFFORT_OOM_SCORE_ADJ - 1
+            } else {
+                adj
+            }
+        }
+    };
+    Ok(v1::LinuxContainerResources {
+        cpu_period,
+        cpu_quota,
+        cpu_shares,
+        memory_limit_in_bytes,
+        oom_score_adj,
+        ..Default::default()
+    })
+}
+
+fn container_security_context(
+    pod: &DesiredPod,
+    container: &Container,
+    path: &str,
+    config: &CriPodRuntimeConfig,
+) -> Result<v1::LinuxContainerSecurityContext, SpecError> {
+    let sc = container.security_context.as_ref();
+    let pod_sc = pod.spec().security_context.as_ref();
+    let privileged = is_privileged(container);
+    let capabilities = sc.and_then(|s| s.capabilities.as_ref()).map(|caps| v1::Capability {
+        add_capabilities: caps.add.clone().unwrap_or_default(),
+        drop_capabilities: caps.drop.clone().unwrap_or_default(),
+        ..Default::default()
+    });
+    let (profile, field) = match sc.and_then(|s| s.seccomp_profile.as_ref()) {
+        Some(p) => (Some(p), format!("{path}.securityContext.seccompProfile")),
+        None => (
+            pod_sc.and_then(|s| s.seccomp_profile.as_ref()),
+            "spec.securityContext.seccompProfile".to_owned(),
+        ),
+    };
+    let seccomp = seccomp(profile, &config.seccomp_profile_root, &field)
+        .map_err(|why| SpecError::Container(format!("container {:?}: {why}", container.name)))?;
+    Ok(v1::LinuxContainerSecurityContext {
+        capabilities,
+        privileged,
+        namespace_options: Some(namespace_options(pod)),
+        run_as_user: sc
+            .and_then(|s| s.run_as_user)
+            .or(pod_sc.and_then(|s| s.run_as_user))
+            .map(|value| v1::Int64Value { value }),
+        run_as_group: sc
+            .and_then(|s| s.run_as_group)
+            .or(pod_sc.and_then(|s| s.run_as_group))
+            .map(|value| v1::Int64Value { value }),
+        readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
+        supplemental_groups: supplemental_groups(pod),
+        no_new_privs: !privileged && sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
+        seccomp: Some(seccomp),
+        ..Default::default()
+    })
+}
+
+/// Refuses to run a `runAsNonRoot` container as root: the effective user is `runAsUser`, else the image's.
+fn check_run_as_non_root(
+    pod: &DesiredPod,
+    container: &Container,
+    image: &v1::Image,
+    path: &str,
+) -> Result<(), SpecError> {
+    let sc = container.security_context.as_ref();
+    let pod_sc = pod.spec().security_context.as_ref();
+    let non_root = sc.and_then(|s| s.run_as_non_root).or(pod_sc.and_then(|s| s.run_as_non_root));
+    if non_root != Some(true) {
+        return Ok(());
+    }
+    let fail = |why: String| {
+        Err(SpecError::Container(format!(
+            "container {:?}: {path}.securityContext.runAsNonRoot: {why}",
+            container.name
+        )))
+    };
+    match sc.and_then(|s| s.run_as_user).or(pod_sc.and_then(|s| s.run_as_user)) {
+        Some(0) => fail("runAsUser is 0 (root)".into()),
+        Some(_) => Ok(()),
+        None => match (&image.uid, image.username.as_str()) {
+            (Some(uid), _) if uid.value == 0 => fail("the image will run as root".into()),
+            (Some(_), _) => Ok(()),
+            (None, "") => fail("the image will run as root".into()),
+            (None, user) => {
+                fail(format!("the image has non-numeric user ({user}), cannot verify it is not root"))
+            }
+        },
+    }
+}
+
+/// The CRI container config of `container` (checked against the node's rules: see [`check_privileged`]).
+pub(crate) fn container_config(
+    pod: &DesiredPod,
+    container: &Container,
+    inputs: &ContainerInputs<'_>,
+    config: &CriPodRuntimeConfig,
+) -> Result<v1::ContainerConfig, SpecError> {
+    let identity = pod_identity(pod).map_err(|e| SpecError::Container(e.to_string()))?;
+    let path = container_field_path(pod, &container.name, inputs.kind);
+    if !is_path_segment(&container.name) {
+        return Err(SpecError::Container(format!(
+            "{path}.name: {:?} is not usable in a path",
+            container.name
+        )));
+    }
+    check_privileged(pod, container, inputs.kind, config)?;
+    check_run_as_non_root(pod, container, inputs.image, &path)?;
+
+    let env = container_env(pod, container, &path, inputs, config)?;
+    let expand_all = |items: &Option<Vec<String>>| -> Vec<String> {
+        items.iter().flatten().map(|s| expand(s, |name| env.get(name))).collect()
+    };
+    let command = expand_all(&container.command);
+    let args = expand_all(&container.args);
+
+    let container_labels = labels::container_labels(&identity, &container.name);
+    let mut annotations = HashMap::from([
+        (labels::CONTAINER_HASH.to_owned(), container_hash(container)),
+        (labels::CONTAINER_RESTART_COUNT.to_owned(), inputs.restart_count.to_string()),
+        (
+            labels::CONTAINER_TERMINATION_MESSAGE_PATH.to_owned(),
+            container
+                .termination_message_path
+                .clone()
+                .unwrap_or_else(|| DEFAULT_TERMINATION_MESSAGE_PATH.into()),
+        ),
+        (
+            labels::CONTAINER_TERMINATION_MESSAGE_POLICY.to_owned(),
+            container
+                .termination_message_policy
+                .clone()
+                .unwrap_or_else(|| DEFAULT_TERMINATION_MESSAGE_POLICY.into()),
+        ),
+        (
+            labels::CONTAINER_KIND.to_owned(),
+            match inputs.kind {
+                ContainerKind::Init => labels::CONTAINER_KIND_INIT,
+                ContainerKind::App => labels::CONTAINER_KIND_APP,
+            }
+            .to_owned(),
+        ),
+        (labels::CONTAINER_IMAGE.to_owned(), container.image.clone().unwrap_or_default()),
+    ]);
+    annotations
+        .insert(labels::POD_TERMINATION_GRACE_PERIOD.to_owned(), pod.grace_period().as_secs().to_string());
+
+    Ok(v1::ContainerConfig {
+        metadata: Some(v1::ContainerMetadata { name: container.name.clone(), attempt: inputs.restart_count }),
+        image: Some(v1::ImageSpec { image: inputs.image.id.clone(), ..Default::default() }),
+        command,
+        args,
+        working_dir: container.working_dir.clone().unwrap_or_default(),
+        envs: env.0.into_iter().map(|(key, value)| v1::KeyValue { key, value }).collect(),
+        labels: container_labels,
+        annotations,
+        log_path: container_log_path(&container.name, inputs.restart_count),
+        stdin: container.stdin.unwrap_or(false),
+        stdin_once: container.stdin_once.unwrap_or(false),
+        tty: container.tty.unwrap_or(false),
+        linux: Some(v1::LinuxContainerConfig {
+            resources: Some(linux_resources(pod, container, &path, config)?),
+            security_context: Some(container_security_context(pod, container, &path, config)?),
+        }),
+        ..Default::default()
+    })
+}
+
+/// `<container name>/<restart count>.log`, relative to the sandbox's log directory.
+pub(crate) fn container_log_path(name: &str, restart_count: u32) -> String {
+    format!("{name}/{restart_count}.log")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{
+        Capabilities, ContainerPort, EnvVar, ObjectFieldSelector, Pod, PodSecurityContext, PodSpec,
+        ResourceRequirements, SecurityContext, Sysctl,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use nodelet_resources::pod::desired::PodSource;
+
+    use super::*;
+
+    fn container(name: &str) -> Container {
+        Container { name: name.into(), image: Some("busybox:1".into()), ..Default::default() }
+    }
+
+    fn pod(containers: Vec<Container>) -> DesiredPod {
+        DesiredPod {
+            pod: Pod {
+                metadata: ObjectMeta {
+                    name: Some("web".into()),
+                    namespace: Some("prod".into()),
+                    uid: Some("0123-abcd".into()),
+                    labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+                    annotations: Some(BTreeMap::from([("note".into(), "x".into())])),
+                    ..Default::default()
+                },
+                spec: Some(PodSpec {
+                    containers,
+                    termination_grace_period_seconds: Some(7),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            source: PodSource::Http,
+        }
+    }
+
+    fn image() -> v1::Image {
+        v1::Image { id: "sha256:feed".into(), ..Default::default() }
+    }
+
+    fn inputs<'a>(image: &'a v1::Image, ips: &'a [String]) -> ContainerInputs<'a> {
+        ContainerInputs { kind: ContainerKind::App, restart_count: 2, image, pod_ips: ips }
+    }
+
+    fn cfg() -> CriPodRuntimeConfig {
+        CriPodRuntimeConfig::default()
+            .with_pod_log_root("/logs")
+            .with_cgroup_root(Some("/nodelet/".into()))
+            .with_memory_capacity_bytes(Some(1 << 30))
+    }
+
+    fn resources(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Option<ResourceRequirements> {
+        let map = |kv: &[(&str, &str)]| {
+            (!kv.is_empty()).then(|| kv.iter().map(|(k, v)| ((*k).to_owned(), Q((*v).to_owned()))).collect())
+        };
+        Some(ResourceRequirements { requests: map(requests), limits: map(limits), ..Default::default() })
+    }
+
+    #[test]
+    fn expansion_matches_kubernetes() {
+        let vars = |n: &str| match n {
+            "A" => Some("alpha".to_owned()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        };
+        assert_eq!(expand("$(A)", vars), "alpha");
+        assert_eq!(expand("x$(A)y$(A)", vars), "xalphayalpha");
+        assert_eq!(expand("$(MISSING)", vars), "$(MISSING)");
+        assert_eq!(expand("$$(A)", vars), "$(A)");
+        assert_eq!(expand("$$$(A)", vars), "$alpha");
+        assert_eq!(expand("$(A", vars), "$(A");
+        assert_eq!(expand("$A $", vars), "$A $");
+        assert_eq!(expand("$(EMPTY)-", vars), "-");
+        assert_eq!(expand("é$é$(A)ü", vars), "é$é".to_owned() + "alphaü");
+        assert_eq!(expand("", vars), "");
+        assert_eq!(expand("$()", vars), "$()");
+    }
+
+    #[test]
+    fn sandbox_config_like_the_kubelet() {
+        let mut c = container("app");
+        c.ports = Some(vec![
+            ContainerPort { container_port: 8080, host_port: Some(18080), ..Default::default() },
+            ContainerPort { container_port: 8080, host_port: Some(18080), ..Default::default() },
+            ContainerPort {
+                container_port: 53,
+                host_port: Some(1053),
+                protocol: Some("UDP".into()),
+                host_ip: Some("127.0.0.1".into()),
+                ..Default::default()
+            },
+            ContainerPort { container_port: 9090, ..Default::default() },
+        ]);
+        let mut p = pod(vec![c]);
+        if let Some(spec) = p.pod.spec.as_mut() {
+            spec.security_context = Some(PodSecurityContext {
+                sysctls: Some(vec![Sysctl {
+                    name: "net.ipv4.ip_unprivileged_port_start".into(),
+                    value: "0".into(),
+                }]),
+                fs_group: Some(2000),
+                ..Default::default()
+            });
+        }
+        let s = sandbox_config(&p, 3, &cfg(), None).expect("sandbox config");
+        let meta = s.metadata.as_ref().expect("metadata");
+        assert_eq!(
+            (meta.name.as_str(), meta.namespace.as_str(), meta.uid.as_str(), meta.attempt),
+            ("web", "prod", "0123-abcd", 3)
+        );
+        assert_eq!(s.hostname, "web");
+        assert_eq!(s.log_directory, "/logs/prod_web_0123-abcd");
+        assert_eq!(s.labels.get(labels::POD_UID).map(String::as_str), Some("0123-abcd"));
+        assert_eq!(s.labels.get("app").map(String::as_str), Some("web"));
+        assert!(labels::is_managed(&s.labels));
+        assert_eq!(s.annotations.get("note").map(String::as_str), Some("x"));
+        assert_eq!(s.annotations.get(CONFIG_SOURCE).map(String::as_str), Some("http"));
+        assert_eq!(s.port_mappings.len(), 2, "{:?}", s.port_mappings);
+        assert_eq!(s.port_mappings[1].protocol, v1::Protocol::Udp as i32);
+        assert_eq!(s.port_mappings[1].host_ip, "127.0.0.1");
+        let linux = s.linux.as_ref().expect("linux");
+        assert_eq!(linux.cgroup_parent, "/nodelet/pod0123-abcd");
+        assert_eq!(linux.sysctls.get("net.ipv4.ip_unprivileged_port_start").map(String::as_str), Some("0"));
+        let sc = linux.security_context.as_ref().expect("security context");
+        let ns = sc.namespace_options.as_ref().expect("namespaces");
+        assert_eq!((ns.network, ns.pid, ns.ipc), (0, v1::NamespaceMode::Container as i32, 0));
+        assert_eq!(sc.supplemental_groups, vec![2000]);
+        assert!(!sc.privileged);
+
+        // Host network: empty hostname, node network namespace.
+        if let Some(spec) = p.pod.spec.as_mut() {
+            spec.host_network = Some(true);
+            spec.host_pid = Some(true);
+        }
+        let s = sandbox_config(&p, 0, &cfg(), None).expect("sandbox config");
+        assert_eq!(s.hostname, "");
+        let ns = s.linux.and_then(|l| l.security_context).and_then(|sc| sc.namespace_options).expect("ns");
+        assert_eq!((ns.network, ns.pid), (v1::NamespaceMode::Node as i32, v1::NamespaceMode::Node as i32));
+    }
+
+    #[test]
+    fn hostile_names_are_refused() {
+        for (name, ns, uid) in [
+            ("..", "default", "u1"),
+            ("web", "a/b", "u1"),
+            ("web", "default", "../x"),
+            ("web", "default", ""),
+        ] {
+            let mut p = pod(vec![container("app")]);
+            p.pod.metadata.name = Some(name.into());
+            p.pod.metadata.namespace = Some(ns.into());
+            p.pod.metadata.uid = Some(uid.into());
+            let err = sandbox_config(&p, 0, &cfg(), None).expect_err("hostile identity accepted");
+            assert_eq!(err.reason(), "CreatePodSandboxError");
+        }
+        let p = pod(vec![container("../evil")]);
+        let img = image();
+        let err =
+            container_config(&p, &container("../evil"), &inputs(&img, &[]), &cfg()).expect_err("bad name");
+        assert!(err.to_string().contains("spec.containers[0].name"), "{err}");
+    }
+
+    #[test]
+    fn cgroup_parents_are_absolute() {
+        assert_eq!(cgroup_parent(Some("/nodelet/"), "u1"), "/nodelet/podu1");
+        assert_eq!(cgroup_parent(Some("nodelet/pods"), "u1"), "/nodelet/pods/podu1");
+        assert_eq!(cgroup_parent(Some("/"), "u1"), "/podu1");
+        assert_eq!(cgroup_parent(None, "u1"), "");
+    }
+
+    #[test]
+    fn long_hostnames_are_truncated() {
+        let mut p = pod(vec![container("app")]);
+        if let Some(spec) = p.pod.spec.as_mut() {
+            spec.hostname = Some(format!("{}-.x", "a".repeat(61)));
+        }
+        let s = sandbox_config(&p, 0, &cfg(), None).expect("sandbox config");
+        assert_eq!(s.hostname, "a".repeat(61));
+    }
+
+    #[test]
+    fn container_config_maps_everything() {
+        let mut c = container("app");
+        c.command = Some(vec!["/bin/$(PROG)".into()]);
+        c.args = Some(vec!["--name=$(POD_NAME)".into(), "$$(POD_NAME)".into(), "$(UNKNOWN)".into()]);
+        c.working_dir = Some("/srv".into());
+        c.tty = Some(true);
+        c.env = Some(vec![
+            EnvVar { name: "PROG".into(), value: Some("httpd".into()), ..Default::default() },
+            EnvVar {
+                name: "POD_NAME".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "metadata.name".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            EnvVar {
+                name: "IP".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "status.podIP".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            EnvVar {
+                name: "APP".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "metadata.labels['app']".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            EnvVar {
+                name: "GREETING".into(),
+                value: Some("hi $(POD_NAME) from $(IP)".into()),
+                ..Default::default()
+            },
+            EnvVar { name: "PROG".into(), value: Some("sh".into()), ..Default::default() },
+        ]);
+        c.resources =
+            resources(&[("cpu", "250m"), ("memory", "64Mi")], &[("cpu", "500m"), ("memory", "128Mi")]);
+        c.security_context = Some(SecurityContext {
+            run_as_user: Some(1000),
+            read_only_root_filesystem: Some(true),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                add: Some(vec!["NET_ADMIN".into()]),
+                drop: Some(vec!["ALL".into()]),
+            }),
+            ..Default::default()
+        });
+        let p = pod(vec![c.clone()]);
+        let img = image();
+        let ips = ["198.18.0.9".to_owned()];
+        let cc = container_config(&p, &c, &inputs(&img, &ips), &cfg()).expect("container config");
+        assert_eq!(cc.metadata, Some(v1::ContainerMetadata { name: "app".into(), attempt: 2 }));
+        assert_eq!(cc.image.as_ref().map(|i| i.image.as_str()), Some("sha256:feed"));
+        assert_eq!(cc.command, ["/bin/sh"]);
+        assert_eq!(cc.args, ["--name=web", "$(POD_NAME)", "$(UNKNOWN)"]);
+        let env: Vec<(&str, &str)> = cc.envs.iter().map(|kv| (kv.key.as_str(), kv.value.as_str())).collect();
+        assert_eq!(
+            env,
+            [
+                ("PROG", "sh"),
+                ("POD_NAME", "web"),
+                ("IP", "198.18.0.9"),
+                ("APP", "web"),
+                ("GREETING", "hi web from 198.18.0.9")
+            ]
+        );
+        assert_eq!(cc.log_path, "app/2.log");
+        assert_eq!(cc.working_dir, "/srv");
+        assert!(cc.tty && !cc.stdin);
+        assert_eq!(cc.annotations.get(labels::CONTAINER_HASH), Some(&container_hash(&c)));
+        assert_eq!(cc.annotations.get(labels::CONTAINER_RESTART_COUNT).map(String::as_str), Some("2"));
+        assert_eq!(cc.annotations.get(labels::POD_TERMINATION_GRACE_PERIOD).map(String::as_str), Some("7"));
+        assert_eq!(cc.annotations.get(labels::CONTAINER_KIND).map(String::as_str), Some("app"));
+        assert_eq!(cc.annotations.get(labels::CONTAINER_IMAGE).map(String::as_str), Some("busybox:1"));
+        assert_eq!(
+            cc.annotations.get(labels::CONTAINER_TERMINATION_MESSAGE_PATH).map(String::as_str),
+            Some("/dev/termination-log")
+        );
+        assert_eq!(cc.labels.get(labels::CONTAINER_NAME).map(String::as_str), Some("app"));
+        assert!(labels::is_managed(&cc.labels));
+        let linux = cc.linux.expect("linux");
+        let r = linux.resources.expect("resources");
+        assert_eq!((r.cpu_shares, r.cpu_quota, r.cpu_period), (256, 50_000, 100_000));
+        assert_eq!(r.memory_limit_in_bytes, 128 << 20);
+        // Burstable: 1000 - 1000 * 64Mi / 1Gi.
+        assert_eq!(r.oom_score_adj, 938);
+        let sc = linux.security_context.expect("security context");
+        assert_eq!(sc.run_as_user, Some(v1::Int64Value { value: 1000 }));
+        assert!(sc.readonly_rootfs && sc.no_new_privs && !sc.privileged);
+        let caps = sc.capabilities.expect("caps");
+        assert_eq!(
+            (caps.add_capabilities, caps.drop_capabilities),
+            (vec!["NET_ADMIN".into()], vec!["ALL".into()])
+        );
+    }
+
+    #[test]
+    fn qos_and_cpu_edges() {
+        let mut g = container("g");
+        g.resources = resources(&[], &[("cpu", "1m"), ("memory", "1Gi")]);
+        let p = pod(vec![g.clone()]);
+        assert_eq!(qos_class(&p), QosClass::Guaranteed);
+        let img = image();
+        let r = container_config(&p, &g, &inputs(&img, &[]), &cfg())
+            .expect("config")
+            .linux
+            .and_then(|l| l.resources)
+            .expect("resources");
+        assert_eq!((r.cpu_shares, r.cpu_quota, r.oom_score_adj), (2, 1000, -997));
+        let be = pod(vec![container("b")]);
+        assert_eq!(qos_class(&be), QosClass::BestEffort);
+        let r = container_config(&be, &container("b"), &inputs(&img, &[]), &cfg())
+            .expect("config")
+            .linux
+            .and_then(|l| l.resources)
+            .expect("resources");
+        assert_eq!(
+            (r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes, r.oom_score_adj),
+            (2, 0, 0, 0, 1000)
+        );
+        let mut bad = container("bad");
+        bad.resources = resources(&[("cpu", "lots")], &[]);
+        let err = container_config(&pod(vec![bad.clone()]), &bad, &inputs(&img, &[]), &cfg())
+            .expect_err("bad quantity");
+        assert!(err.to_string().contains("spec.containers[0].resources.requests.cpu"), "{err}");
+    }
+
+    #[test]
+    fn privileged_is_gated() {
+        let mut c = container("root");
+        c.security_context = Some(SecurityContext { privileged: Some(true), ..Default::default() });
+        let p = pod(vec![container("other"), c.clone()]);
+        let img = image();
+        let err = container_config(&p, &c, &inputs(&img, &[]), &cfg()).expect_err("privileged accepted");
+        assert_eq!(err.reason(), "CreateContainerConfigError");
+        assert!(err.to_string().contains("\"root\""), "{err}");
+        assert!(err.to_string().contains("spec.containers[1].securityContext.privileged"), "{err}");
+        assert!(
+            !sandbox_config(&p, 0, &cfg(), None)
+                .ok()
+                .and_then(|s| s.linux)
+                .and_then(|l| l.security_context)
+                .is_some_and(|s| s.privileged)
+        );
+
+        let allowed = cfg().with_allow_privileged(true);
+        let cc = container_config(&p, &c, &inputs(&img, &[]), &allowed).expect("allowed");
+        assert!(cc.linux.and_then(|l| l.security_context).is_some_and(|s| s.privileged));
+        let s = sandbox_config(&p, 0, &allowed, None).expect("sandbox");
+        assert!(s.linux.and_then(|l| l.security_context).is_some_and(|s| s.privileged));
+    }
+
+    #[test]
+    fn unknowable_env_is_an_error_naming_the_field() {
+        let mut c = container("app");
+        c.env = Some(vec![
+            EnvVar { name: "OK".into(), value: Some("1".into()), ..Default::default() },
+            EnvVar {
+                name: "NODE_IP".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "status.hostIP".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ]);
+        let p = pod(vec![c.clone()]);
+        let img = image();
+        let err = container_config(&p, &c, &inputs(&img, &[]), &cfg()).expect_err("unknown host IP");
+        assert!(err.to_string().contains("spec.containers[0].env[1].valueFrom.fieldRef.fieldPath"), "{err}");
+        let known = cfg().with_node_ips(vec!["127.0.0.1".into()]);
+        let cc = container_config(&p, &c, &inputs(&img, &[]), &known).expect("known host IP");
+        assert!(cc.envs.iter().any(|kv| kv.key == "NODE_IP" && kv.value == "127.0.0.1"));
+    }
+
+    #[test]
+    fn run_as_non_root() {
+        let mut c = container("app");
+        c.security_context = Some(SecurityContext { run_as_non_root: Some(true), ..Default::default() });
+        let p = pod(vec![c.clone()]);
+        let root_image =
+            v1::Image { id: "sha256:1".into(), uid: Some(v1::Int64Value { value: 0 }), ..Default::default() };
+        let err = container_config(&p, &c, &inputs(&root_image, &[]), &cfg()).expect_err("root image");
+        assert!(err.to_string().contains("runAsNonRoot"), "{err}");
+        let user_image = v1::Image {
+            id: "sha256:1".into(),
+            uid: Some(v1::Int64Value { value: 1000 }),
+            ..Default::default()
+        };
+        assert!(container_config(&p, &c, &inputs(&user_image, &[]), &cfg()).is_ok());
+    }
+}
