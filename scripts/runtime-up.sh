@@ -4,6 +4,9 @@
 #
 #   scripts/runtime-up.sh                  bring up (or verify) everything
 #   scripts/runtime-up.sh --print-config   print the containerd config it uses, and exit
+#   scripts/runtime-up.sh --images-only DIR  only build the OCI image archives into DIR (pause.tar,
+#                                          busybox.tar, busybox-v2.tar, + extra images) and exit; starts
+#                                          nothing (used by scripts/build-images.sh and the quick start)
 #   . "$NODELET_TEST_BASE/env.sh"          afterwards: endpoints and image names for tests
 #
 # What runs afterwards (everything under $NODELET_TEST_BASE):
@@ -85,17 +88,25 @@ print_config() {
 		--runc-root "$RUNC_ROOT" --cni-conf-dir "$CNI_CONF_DIR" --cni-bin-dir "$CNI_BIN_DIR" \
 		--certs-dir "$CERTS_D" --sandbox-image "$PAUSE_IMAGE"
 }
+IMAGES_ONLY=0
 case "${1:-}" in
 "") ;;
 --print-config)
 	print_config
 	exit 0
 	;;
+--images-only)
+	if [ $# -ne 2 ] || [ -z "$2" ]; then die "usage: $0 --images-only DIR"; fi
+	IMAGES_ONLY=1
+	IMG=$(realpath -m -- "$2")
+	LAYOUT=$IMG/layout
+	case "$IMG" in *[!A-Za-z0-9/._-]*) die "--images-only DIR may only contain [A-Za-z0-9/._-]: '$IMG'" ;; esac
+	;;
 -h | --help)
 	awk 'NR > 1 { if (!/^#/) exit; print }' "$0"
 	exit 0
 	;;
-*) die "unknown argument: $1 (usage: $0 [--print-config])" ;;
+*) die "unknown argument: $1 (usage: $0 [--print-config | --images-only DIR])" ;;
 esac
 
 case "$BASE" in
@@ -125,22 +136,36 @@ fi
 
 [ "$(id -u)" = 0 ] || die "must run as root"
 PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
-for b in containerd containerd-shim-runc-v2 ctr runc skopeo umoci docker-registry gcc jq curl \
-	setsid flock iptables ip sha256sum; do
+if [ "$IMAGES_ONLY" = 1 ]; then
+	NEEDED=(skopeo umoci gcc jq flock sha256sum)
+else
+	NEEDED=(containerd containerd-shim-runc-v2 ctr runc skopeo umoci docker-registry gcc jq curl
+		setsid flock iptables ip sha256sum)
+fi
+for b in "${NEEDED[@]}"; do
 	command -v "$b" >/dev/null || die "$b not found: run $SCRIPT_DIR/install-deps.sh first"
 done
-for b in bridge host-local loopback portmap; do
-	[ -x "$CNI_BIN_DIR/$b" ] || die "CNI plugin $CNI_BIN_DIR/$b missing: run $SCRIPT_DIR/install-deps.sh first"
-done
+if [ "$IMAGES_ONLY" = 0 ]; then
+	for b in bridge host-local loopback portmap; do
+		[ -x "$CNI_BIN_DIR/$b" ] || die "CNI plugin $CNI_BIN_DIR/$b missing: run $SCRIPT_DIR/install-deps.sh first"
+	done
+fi
 [ -x /bin/busybox ] || die "/bin/busybox missing (package busybox-static): run $SCRIPT_DIR/install-deps.sh first"
 [ -f "$PAUSE_SRC" ] || die "pause source not found: $PAUSE_SRC"
 
-mkdir -p "$RUN" "$CTD_DIR/root" "$CTD_DIR/state" "$CTD_DIR/opt" "$CERTS_D" "$RUNC_ROOT" \
-	"$CNI_CONF_DIR" "$IPAM_DIR" "$IMG" "$REG_DIR/data" "$LOGS" "$POD_LOGS"
+if [ "$IMAGES_ONLY" = 1 ]; then
+	mkdir -p "$IMG"
+	# one build at a time per image directory
+	exec 9>"$IMG/.lock"
+	flock -w 300 9 || die "timed out waiting for $IMG/.lock"
+else
+	mkdir -p "$RUN" "$CTD_DIR/root" "$CTD_DIR/state" "$CTD_DIR/opt" "$CERTS_D" "$RUNC_ROOT" \
+		"$CNI_CONF_DIR" "$IPAM_DIR" "$IMG" "$REG_DIR/data" "$LOGS" "$POD_LOGS"
 
-# one runtime-up/runtime-down at a time per base directory
-exec 9>"$RUN/lock"
-flock -w 300 9 || die "timed out waiting for $RUN/lock"
+	# one runtime-up/runtime-down at a time per base directory
+	exec 9>"$RUN/lock"
+	flock -w 300 9 || die "timed out waiting for $RUN/lock"
+fi
 
 ctr_() { ctr --address "$SOCK" "$@"; }
 ctrk() { ctr --address "$SOCK" -n k8s.io "$@"; }
@@ -208,13 +233,13 @@ wait_gone() { # pid timeout_s
 
 reg_up() { curl -fsS -o /dev/null --max-time 2 "http://$REG_ADDR/v2/" 2>/dev/null; }
 # fail early (before starting anything) if another registry owns our address
-if ! our_pid "$RUN/registry.pid" docker-registry "$REG_DIR/config.yml" >/dev/null && reg_up; then
+if [ "$IMAGES_ONLY" = 0 ] && ! our_pid "$RUN/registry.pid" docker-registry "$REG_DIR/config.yml" >/dev/null && reg_up; then
 	die "something else already serves http://$REG_ADDR (not ours); set NODELET_TEST_REGISTRY"
 fi
 
 # ---------------------------------------------------------------- host state (first run only)
 # Recorded so runtime-down.sh restores/removes only what this setup changed or created.
-if [ ! -f "$RUN/host-state" ]; then
+if [ "$IMAGES_ONLY" = 0 ] && [ ! -f "$RUN/host-state" ]; then
 	{
 		echo "IP_FORWARD_ORIG=$(cat /proc/sys/net/ipv4/ip_forward)"
 		if iptables -t nat -S CNI-HOSTPORT-DNAT >/dev/null 2>&1; then
@@ -230,12 +255,14 @@ if [ ! -f "$RUN/host-state" ]; then
 	} >"$RUN/host-state"
 fi
 # what runtime-down.sh needs to know about this instance (rewritten every run)
-write_file "$RUN/runtime.conf" <<EOF || true
+if [ "$IMAGES_ONLY" = 0 ]; then
+	write_file "$RUN/runtime.conf" <<EOF || true
 BRIDGE=$BRIDGE
 CNI_NET=$CNI_NET
 REG_ADDR=$REG_ADDR
 CGROUP_PARENT=$CGROUP_PARENT
 EOF
+fi
 
 # ---------------------------------------------------------------- images
 # Image table: LAYOUT_TAG|LOCAL_REF|REGISTRY_PATH|IMPORT(1/0)
@@ -380,6 +407,15 @@ if [ "$need_build" = 1 ]; then
 	done
 else
 	log "images up to date ($IMG)"
+fi
+
+if [ "$IMAGES_ONLY" = 1 ]; then
+	for i in "${IMAGES[@]}"; do
+		IFS='|' read -r ltag ref _ _ <<<"$i"
+		log "  $IMG/$ltag.tar  $ref"
+	done
+	log "images ready in $((($(date +%s%N) - START_NS) / 1000000)) ms"
+	exit 0
 fi
 
 # ---------------------------------------------------------------- CNI, registry hosts, resolv.conf

@@ -2,12 +2,286 @@
 
 use clap::Parser;
 
-/// Command-line interface.
-#[derive(Debug, Parser)]
-#[command(name = "nodelet", version, about = "Runs Kubernetes pods on this machine")]
-struct Cli {}
+mod cli;
+mod client;
+mod config;
+mod containerd;
+mod node;
+mod server;
+mod sources;
 
 fn main() -> anyhow::Result<()> {
-    let _cli = Cli::parse();
-    anyhow::bail!("nodelet cannot run pods yet: the pod reconcilers are being built (see the open issues)")
+    let command = cli::Cli::parse().into_command();
+    let default_log = if matches!(command, cli::Command::Run(_)) { "info" } else { "warn" };
+    cli::init_tracing(command.verbosity(), default_log)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        // client commands: a plain one-line error and exit code 1, like kubectl
+        let client_result = match command {
+            cli::Command::Get(args) => client::run_get(&args).await.map_err(|e| e.to_string()),
+            cli::Command::Logs(args) => client::run_logs(&args).await.map_err(|e| e.to_string()),
+            cli::Command::Run(args) => return run(&args).await,
+        };
+        if let Err(e) = client_result {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+        Ok(())
+    })
+}
+
+/// The daemon: sources → desired store → pod engine → CRI runtime → actual store (and the PLEG) →
+/// status on the HTTP servers.
+async fn run(args: &cli::RunArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+
+    let loaded = config::Config::load(args)?;
+    for w in &loaded.warnings {
+        tracing::warn!("config: {w}");
+    }
+    let config = loaded.config;
+    tracing::info!(node = %config.node_name, root = %config.root_dir.display(), "starting nodelet");
+    std::fs::create_dir_all(&config.root_dir)
+        .with_context(|| format!("cannot create the root directory {}", config.root_dir.display()))?;
+
+    // The container runtime: an external CRI endpoint, or nodelet's own containerd.
+    let (endpoint, embedded) = match &config.runtime.endpoint {
+        Some(endpoint) => {
+            tracing::info!(%endpoint, "using the external container runtime");
+            (endpoint.clone(), None)
+        }
+        None => {
+            let cfg = containerd::EmbeddedContainerdConfig::from_config(&config);
+            let embedded = containerd::EmbeddedContainerd::start(cfg).await?;
+            (embedded.endpoint().to_string(), Some(embedded))
+        }
+    };
+    let result = run_with_runtime(&config, &endpoint).await;
+    if let Some(embedded) = embedded {
+        embedded.shutdown().await?;
+    }
+    result
+}
+
+async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use anyhow::Context;
+    use nodelet_resources::pod::driver::PodDriver;
+    use nodelet_resources::pod::metrics::PodMetrics;
+    use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
+    use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler, system_clock};
+    use reconcile_engine::{BackoffConfig, Engine, Metrics};
+    use tokio_util::sync::CancellationToken;
+
+    let cri = nodelet_cri::CriClient::connect_lazy(
+        nodelet_cri::CriConfig::new(endpoint).with_runtime_request_timeout(config.runtime.request_timeout),
+    )
+    .with_context(|| format!("bad container runtime endpoint {endpoint}"))?;
+    if let (Some(dir), true) = (&config.runtime.preload_images, config.runtime.endpoint.is_some()) {
+        let socket = endpoint.trim_start_matches("unix://");
+        let imported = containerd::import_images(std::path::Path::new("ctr"), socket.as_ref(), dir).await?;
+        tracing::info!(images = imported.len(), dir = %dir.display(), "preloaded images");
+    }
+    let runtime = Arc::new(nodelet_cri::CriPodRuntime::new(
+        cri.clone(),
+        nodelet_cri::CriPodRuntimeConfig::default()
+            .with_pod_log_root(&config.pods.pod_logs_dir)
+            .with_cgroup_root(config.pods.cgroup_root.clone())
+            .with_resolv_conf(config.pods.resolv_conf.clone())
+            .with_allow_privileged(config.pods.allow_privileged)
+            .with_node_name(&config.node_name),
+    ));
+
+    // Wait for the runtime before planning anything: reconstruction needs it.
+    let runtime_ready = Arc::new(AtomicBool::new(false));
+    wait_for_runtime(&cri, &runtime_ready).await;
+
+    let registry = prometheus::Registry::new();
+    let engine_metrics = Metrics::new(&registry)?;
+    let pod_metrics = PodMetrics::new(&registry)?;
+    let shutdown = CancellationToken::new();
+
+    // Sources → desired store.
+    let pod_config = sources::PodConfig::new(config.node_name.clone());
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(path) = &config.sources.static_pod_path {
+        let mut cfg = sources::file::FileSourceConfig::new(path.clone());
+        cfg.check_frequency = config.sources.file_check_frequency;
+        let source = sources::file::FileSource::new(cfg, pod_config.add_source("file")?);
+        tasks.spawn(source.run(shutdown.clone()));
+    }
+    if let Some(url) = &config.sources.static_pod_url {
+        let mut cfg = sources::url::UrlSourceConfig::new(url.clone());
+        cfg.headers = config.sources.static_pod_url_headers.clone();
+        cfg.check_frequency = config.sources.http_check_frequency;
+        let source = sources::url::UrlSource::new(cfg, pod_config.add_source("url")?)?;
+        tasks.spawn(source.run(shutdown.clone()));
+    }
+    if let Some(addr) = config.sources.manifest_http_addr {
+        let source = sources::http::HttpSource::bind(
+            sources::http::HttpSourceConfig::new(addr),
+            pod_config.add_source("http")?,
+        )
+        .await?;
+        tracing::info!(addr = %source.local_addr(), "accepting manifests over HTTP");
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            if let Err(e) = source.run(stop).await {
+                tracing::error!(error = %e, "manifest endpoint failed");
+            }
+        });
+    }
+    pod_config.seal();
+    let desired = pod_config.store();
+
+    // The pod engine and its PLEG.
+    let crash_loop = CrashLoopBackOff {
+        initial: config.backoff.container_restart.initial,
+        max: config.backoff.container_restart.max,
+        reset_after: config.backoff.container_restart.reset_after,
+    };
+    let clock = system_clock();
+    let engine = Engine::builder(
+        "pods",
+        PodReconciler::new(crash_loop.clone(), clock.clone()),
+        Arc::new(PodDriver::new(runtime.clone(), pod_metrics.clone())),
+        desired.clone(),
+    )
+    .metrics(&engine_metrics)
+    .backoff(
+        BackoffConfig::default()
+            .with_initial(config.backoff.image_pull.initial)
+            .with_max(config.backoff.image_pull.max),
+    )
+    .resync_period(config.sync_frequency)
+    .build();
+    let actual = engine.actual();
+    let failures = engine.op_status();
+    let pleg =
+        Pleg::new(runtime.clone(), actual.clone(), engine.observer(), DEFAULT_RELIST_PERIOD, pod_metrics);
+    let waker = pleg.waker();
+    let events = cri.events(nodelet_cri::EventsConfig::default());
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        use futures::StreamExt;
+        let mut events = events;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                event = events.next() => match event {
+                    Some(event) => {
+                        tracing::trace!(?event, "runtime event");
+                        waker.notify_one();
+                    }
+                    None => return,
+                },
+            }
+        }
+    });
+    let stop = shutdown.clone();
+    tasks.spawn(async move { pleg.run(stop.cancelled_owned()).await });
+    let stop = shutdown.clone();
+    let engine_task = tokio::spawn(async move { engine.run(stop.cancelled_owned()).await });
+
+    // Runtime health for /healthz.
+    let ready = runtime_ready.clone();
+    let stop = shutdown.clone();
+    let health_cri = cri.clone();
+    tasks.spawn(async move {
+        loop {
+            let ok = matches!(health_cri.status().await, Ok(s) if s.is_ready());
+            if ready.swap(ok, Ordering::Relaxed) != ok {
+                if ok {
+                    tracing::info!("container runtime is ready");
+                } else {
+                    tracing::warn!("container runtime is not ready");
+                }
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+            }
+        }
+    });
+
+    // The HTTP servers.
+    let node = Arc::new(node::Node::new(
+        desired,
+        actual,
+        failures,
+        PodReconciler::new(crash_loop, clock.clone()),
+        clock,
+        registry,
+        config.pods.pod_logs_dir.clone(),
+        runtime_ready,
+    )?);
+    let servers = if config.server.enabled {
+        let mut server_config = server::ServerConfig::new(config.node_name.clone());
+        server_config.address = config.server.address;
+        server_config.port = config.server.port;
+        server_config.read_only_port = config.server.read_only_port;
+        server_config.healthz_port = config.server.healthz.map(|a| a.port());
+        if let Some(h) = config.server.healthz {
+            server_config.healthz_bind_address = h.ip();
+        }
+        server_config.tls_cert_file = config.server.tls.as_ref().map(|t| t.cert_file.clone());
+        server_config.tls_private_key_file = config.server.tls.as_ref().map(|t| t.key_file.clone());
+        server_config.client_ca_file = config.server.auth.client_ca_file.clone();
+        server_config.token_auth_file = config.server.auth.token_auth_file.clone();
+        server_config.anonymous_auth = config.server.auth.anonymous;
+        server_config.root_dir = config.root_dir.clone();
+        let servers = server::Servers::bind(&server_config, node).await?;
+        tracing::info!(
+            main = %servers.main_addr(),
+            read_only = ?servers.read_only_addr(),
+            healthz = ?servers.healthz_addr(),
+            "serving"
+        );
+        let stop = shutdown.clone();
+        Some(tokio::spawn(servers.run(stop.cancelled_owned())))
+    } else {
+        None
+    };
+
+    wait_for_signal().await?;
+    tracing::info!("shutting down; pods keep running");
+    shutdown.cancel();
+    if let Some(servers) = servers {
+        let _ = servers.await;
+    }
+    if let Ok(report) = engine_task.await {
+        tracing::info!(operations = report.operations, abandoned = report.abandoned, "pod engine stopped");
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Waits until the runtime answers `Status` with RuntimeReady (logging while it does not).
+async fn wait_for_runtime(cri: &nodelet_cri::CriClient, ready: &std::sync::atomic::AtomicBool) {
+    let mut delay = std::time::Duration::from_millis(100);
+    loop {
+        match cri.status().await {
+            Ok(status) if status.is_ready() => {
+                ready.store(true, std::sync::atomic::Ordering::Relaxed);
+                return;
+            }
+            Ok(status) => {
+                tracing::warn!(reason = ?status.not_ready_reason(), "container runtime not ready yet")
+            }
+            Err(e) => tracing::warn!(error = %e, "container runtime not reachable yet"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(5));
+    }
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    Ok(())
 }

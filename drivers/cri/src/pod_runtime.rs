@@ -720,6 +720,14 @@ impl CriPodRuntime {
 }
 
 impl PodRuntime for CriPodRuntime {
+    async fn remove_pod_leftovers(&self, namespace: &str, name: &str, uid: &str) -> RuntimeResult<()> {
+        match self.remove_pod_logs(namespace, name, uid).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(RuntimeError::new("KillPodSandboxError", format!("removing the pod's logs: {e}"))),
+        }
+    }
+
     async fn run_sandbox(&self, pod: &DesiredPod, attempt: u32) -> RuntimeResult<String> {
         let started = tokio::time::Instant::now();
         let dns = self.dns_config(pod).await?;

@@ -49,6 +49,23 @@ struct TestEnv {
     cgroup_parent: Option<String>,
 }
 
+/// Serializes the tests (in any process) that pull and remove `NODELET_TEST_REGISTRY_BUSYBOX2`;
+/// the same lock file as `pod_runtime.rs` uses.
+fn lock_busybox2() -> std::fs::File {
+    let base = PathBuf::from(var("NODELET_TEST_BASE").unwrap_or_else(|| "/tmp/nodelet-test".to_string()));
+    let path = base.join("busybox2-image.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+    if let Err(e) = file.lock() {
+        panic!("cannot lock {}: {e}", path.display());
+    }
+    file
+}
+
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
@@ -594,6 +611,8 @@ async fn pull_and_remove_image() {
     let env = env_or_skip!("pull_and_remove_image");
     let image = env.busybox2.clone().unwrap_or_else(|| required("NODELET_TEST_REGISTRY_BUSYBOX2"));
     let cri = connect(&env).await;
+    // Other tests (in other processes) pull and remove the same image: take their lock.
+    let _lock = lock_busybox2();
 
     // Start from "absent" so the pull really downloads. RemoveImage deletes every tag of the same image, which
     // is why only this registry-only image is ever removed.

@@ -95,6 +95,17 @@ pub trait PodRuntime: Send + Sync + 'static {
 
     /// What the runtime has for one pod now (`None` if nothing).
     fn pod_state(&self, uid: &str) -> impl Future<Output = RuntimeResult<Option<PodActual>>> + Send;
+
+    /// Removes what the pod left outside the runtime (its log directory) once it is gone.
+    /// Default: nothing to remove.
+    fn remove_pod_leftovers(
+        &self,
+        _namespace: &str,
+        _name: &str,
+        _uid: &str,
+    ) -> impl Future<Output = RuntimeResult<()>> + Send {
+        std::future::ready(Ok(()))
+    }
 }
 
 /// The hash nodelet records on each container, to notice a changed container spec: 64-bit
@@ -205,6 +216,12 @@ impl<R: PodRuntime> PodDriver<R> {
                     errors.push(e);
                 }
             }
+        }
+        if remove
+            && errors.is_empty()
+            && let Err(e) = self.runtime.remove_pod_leftovers(&state.namespace, &state.name, uid).await
+        {
+            tracing::warn!(pod = uid, error = %e, "could not remove the pod's logs");
         }
         match errors.into_iter().next() {
             // Something may have been stopped or removed: read the state again before going on.

@@ -240,12 +240,12 @@ impl PodRuntime for FakeRuntime {
         }
         let now = (self.clock)();
         let mut state = self.lock();
-        if let Some(c) = state.containers.iter_mut().find(|c| c.record.id == container_id) {
-            if c.record.state == ContainerState::Running {
-                c.record.state = ContainerState::Exited;
-                c.record.exit_code = if ignores { 137 } else { 0 };
-                c.record.finished_at = now;
-            }
+        if let Some(c) = state.containers.iter_mut().find(|c| c.record.id == container_id)
+            && c.record.state == ContainerState::Running
+        {
+            c.record.state = ContainerState::Exited;
+            c.record.exit_code = if ignores { 137 } else { 0 };
+            c.record.finished_at = now;
         }
         Ok(())
     }

@@ -1,0 +1,516 @@
+//! The `nodelet` command line: the daemon's flags (named like the kubelet's) and the `get` / `logs` commands.
+//!
+//! `nodelet` alone (or `nodelet run`) runs the daemon. Every daemon flag is optional here: a flag given
+//! explicitly overrides the `--config` file, which overrides the default ([`crate::config::Config::load`]
+//! does the merge). The defaults written in the help texts are checked against the constants in
+//! [`crate::config`] by a unit test.
+
+// The field docs below are the command-line help texts: plain text with <placeholders>, not HTML.
+#![allow(rustdoc::invalid_html_tags)]
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::GoDuration;
+
+/// Runs Kubernetes pods on this machine: static pods from a directory or a URL, on containerd.
+#[derive(Debug, Parser)]
+#[command(
+    name = "nodelet",
+    version,
+    about = "Runs Kubernetes pods on this machine by reconciling desired against actual state",
+    long_about = "Runs Kubernetes pods on this machine by reconciling desired against actual state.\n\n\
+        Without a command, runs the node agent (same as `nodelet run`). Flags are named like the kubelet's \
+        and override the fields of the --config file (a KubeletConfiguration, kubelet.config.k8s.io/v1beta1).\n\n\
+        Without --container-runtime-endpoint, nodelet starts and supervises its own containerd under \
+        <root-dir>/containerd (the containerd binary must be on PATH).",
+    args_conflicts_with_subcommands = true,
+    after_help = "Logging: -v/--v LEVEL sets the verbosity (0-1 info, 2-3 info with more detail from nodelet, \
+        4-5 debug, 6+ trace); RUST_LOG, when set, takes precedence (tracing EnvFilter syntax)."
+)]
+pub(crate) struct Cli {
+    /// What to do; the daemon when absent.
+    #[command(subcommand)]
+    pub(crate) command: Option<Command>,
+    /// The daemon's flags when no command is given.
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+}
+
+impl Cli {
+    /// The command to execute: the explicit subcommand, or `run` with the top-level flags.
+    pub(crate) fn into_command(self) -> Command {
+        self.command.unwrap_or(Command::Run(Box::new(self.run)))
+    }
+}
+
+/// nodelet's commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run the node agent (the default when no command is given).
+    Run(Box<RunArgs>),
+    /// Display pods like `kubectl get pods`, from the nodelet on this machine.
+    Get(GetArgs),
+    /// Print the logs of a container like `kubectl logs`, read from the CRI log files on this machine.
+    Logs(LogsArgs),
+}
+
+impl Command {
+    /// The `-v` level given to this command.
+    pub(crate) fn verbosity(&self) -> Option<u8> {
+        match self {
+            Command::Run(r) => r.log.verbosity,
+            Command::Get(g) => g.log.verbosity,
+            Command::Logs(l) => l.log.verbosity,
+        }
+    }
+}
+
+/// Log verbosity, shared by every command.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct LogArgs {
+    /// Log verbosity like the kubelet's -v: 0-1 info, 2-3 more detail, 4-5 debug, 6+ trace. RUST_LOG, when
+    /// set, takes precedence.
+    #[arg(short = 'v', long = "v", value_name = "LEVEL")]
+    pub(crate) verbosity: Option<u8>,
+}
+
+/// The daemon's flags. Every flag is optional: unset means "the config file's value, else the default".
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct RunArgs {
+    /// KubeletConfiguration file (kubelet.config.k8s.io/v1beta1). Flags given explicitly override its fields;
+    /// relative paths inside it are relative to the file's directory.
+    #[arg(long, value_name = "FILE", help_heading = "Configuration")]
+    pub(crate) config: Option<PathBuf>,
+
+    /// Directory (or single file) of static pod manifests, re-read every --file-check-frequency and on change
+    /// [config: staticPodPath]
+    #[arg(long, value_name = "PATH", help_heading = "Pod sources")]
+    pub(crate) pod_manifest_path: Option<PathBuf>,
+    /// URL of a pod manifest (a Pod or a PodList), fetched every --http-check-frequency [config: staticPodURL]
+    #[arg(long, value_name = "URL", help_heading = "Pod sources")]
+    pub(crate) manifest_url: Option<String>,
+    /// HTTP header(s) for --manifest-url requests, as 'key:value[,key:value...]'; repeatable
+    /// [config: staticPodURLHeader]
+    #[arg(long, value_name = "KEY:VALUE", action = ArgAction::Append, help_heading = "Pod sources")]
+    pub(crate) manifest_url_header: Vec<String>,
+    /// How often the manifest path is re-listed [default: 20s] [config: fileCheckFrequency]
+    #[arg(long, value_name = "DURATION", help_heading = "Pod sources")]
+    pub(crate) file_check_frequency: Option<GoDuration>,
+    /// How often the manifest URL is fetched [default: 20s] [config: httpCheckFrequency]
+    #[arg(long, value_name = "DURATION", help_heading = "Pod sources")]
+    pub(crate) http_check_frequency: Option<GoDuration>,
+    /// Maximum time between two syncs of a running pod [default: 1m] [config: syncFrequency]
+    #[arg(long, value_name = "DURATION", help_heading = "Pod sources")]
+    pub(crate) sync_frequency: Option<GoDuration>,
+    /// nodelet only: address (e.g. 127.0.0.1:10260) of an unauthenticated endpoint accepting pod manifests
+    /// (POST /pods, DELETE /pods/NS/NAME); keep it on loopback; off by default
+    /// [config: nodelet.manifestHTTPAddress]
+    #[arg(long, value_name = "IP:PORT", help_heading = "Pod sources")]
+    pub(crate) manifest_http_addr: Option<SocketAddr>,
+
+    /// Node name instead of the machine's hostname (static pods are named <pod>-<node>)
+    #[arg(long, value_name = "NAME", help_heading = "Node")]
+    pub(crate) hostname_override: Option<String>,
+    /// Directory for nodelet's state: pod volumes, certificates, the embedded containerd
+    /// [default: /var/lib/nodelet]
+    #[arg(long, value_name = "DIR", help_heading = "Node")]
+    pub(crate) root_dir: Option<PathBuf>,
+    /// Directory of the containers' CRI log files [default: /var/log/pods] [config: podLogsDir]
+    #[arg(long, value_name = "DIR", help_heading = "Node")]
+    pub(crate) pod_logs_dir: Option<PathBuf>,
+    /// Resolver configuration given to pods with dnsPolicy Default/ClusterFirst; '' disables
+    /// [default: /etc/resolv.conf] [config: resolvConf]
+    #[arg(long, value_name = "FILE", help_heading = "Node")]
+    pub(crate) resolv_conf: Option<String>,
+    /// Cgroup under which pod cgroups are created [default: the root cgroup] [config: cgroupRoot]
+    #[arg(long, value_name = "CGROUP", help_heading = "Node")]
+    pub(crate) cgroup_root: Option<String>,
+    /// Maximum number of pods on this node [default: 110] [config: maxPods]
+    #[arg(long, value_name = "N", help_heading = "Node")]
+    pub(crate) max_pods: Option<u32>,
+    /// Maximum number of processes per pod; -1 for no limit [default: -1] [config: podPidsLimit]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, help_heading = "Node")]
+    pub(crate) pod_max_pids: Option<i64>,
+    /// Allow containers to request privileged mode [default: false] [config: nodelet.allowPrivileged]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          help_heading = "Node")]
+    pub(crate) allow_privileged: Option<bool>,
+
+    /// CRI endpoint of an external runtime (unix:///path.sock); without it nodelet runs its own containerd
+    /// [config: containerRuntimeEndpoint]
+    #[arg(long, value_name = "ENDPOINT", help_heading = "Container runtime")]
+    pub(crate) container_runtime_endpoint: Option<String>,
+    /// Timeout of each runtime call, except long-running ones (pull, logs, exec, attach) [default: 2m]
+    /// [config: runtimeRequestTimeout]
+    #[arg(long, value_name = "DURATION", help_heading = "Container runtime")]
+    pub(crate) runtime_request_timeout: Option<GoDuration>,
+    /// Sandbox ("pause") image of the embedded containerd [default: localhost/nodelet/pause:3.9]
+    /// [config: nodelet.podInfraContainerImage]
+    #[arg(long, value_name = "IMAGE", help_heading = "Container runtime")]
+    pub(crate) pod_infra_container_image: Option<String>,
+    /// Pod network of the embedded runtime's CNI bridge (used when <root-dir>/cni/net.d has no other
+    /// network) [default: 198.18.0.0/16] [config: podCIDR]
+    #[arg(long, value_name = "CIDR", help_heading = "Container runtime")]
+    pub(crate) pod_cidr: Option<String>,
+    /// nodelet only: containerd binary for the embedded runtime [default: containerd, looked up on PATH]
+    /// [config: nodelet.containerdPath]
+    #[arg(long, value_name = "PATH", help_heading = "Container runtime")]
+    pub(crate) containerd_path: Option<PathBuf>,
+    /// nodelet only: TOML file merged over the embedded containerd's generated config (containerd
+    /// `imports`: a plugin table in it replaces the generated one for that plugin)
+    /// [config: nodelet.containerdConfigExtra]
+    #[arg(long, value_name = "FILE", help_heading = "Container runtime")]
+    pub(crate) containerd_config_extra: Option<PathBuf>,
+    /// nodelet only: directory of OCI/docker image archives (*.tar) imported into the runtime at start,
+    /// before any pod starts [config: nodelet.preloadImages]
+    #[arg(long, value_name = "DIR", help_heading = "Container runtime")]
+    pub(crate) preload_images: Option<PathBuf>,
+
+    /// IP address of the main (HTTPS) and read-only ports [default: 0.0.0.0] [config: address]
+    #[arg(long, value_name = "IP", help_heading = "Serving")]
+    pub(crate) address: Option<IpAddr>,
+    /// Main HTTPS port (authenticated: /pods, /metrics, /stats/summary, /containerLogs) [default: 10250]
+    /// [config: port]
+    #[arg(long, value_name = "PORT", help_heading = "Serving")]
+    pub(crate) port: Option<u16>,
+    /// Unauthenticated read-only HTTP port (/pods, /metrics, /healthz); 0 disables [default: 0]
+    /// [config: readOnlyPort]
+    #[arg(long, value_name = "PORT", help_heading = "Serving")]
+    pub(crate) read_only_port: Option<u16>,
+    /// Port of the plain-HTTP /healthz endpoint; 0 disables [default: 10248] [config: healthzPort]
+    #[arg(long, value_name = "PORT", help_heading = "Serving")]
+    pub(crate) healthz_port: Option<u16>,
+    /// IP address of the /healthz endpoint [default: 127.0.0.1] [config: healthzBindAddress]
+    #[arg(long, value_name = "IP", help_heading = "Serving")]
+    pub(crate) healthz_bind_address: Option<IpAddr>,
+    /// Certificate (PEM, may include intermediates) of the main port; without it a self-signed one is
+    /// generated under <root-dir>/pki [config: tlsCertFile]
+    #[arg(long, value_name = "FILE", help_heading = "Serving")]
+    pub(crate) tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) matching --tls-cert-file [config: tlsPrivateKeyFile]
+    #[arg(long, value_name = "FILE", help_heading = "Serving")]
+    pub(crate) tls_private_key_file: Option<PathBuf>,
+
+    /// CA bundle (PEM) that client certificates on the main port must chain to
+    /// [config: authentication.x509.clientCAFile]
+    #[arg(long, value_name = "FILE", help_heading = "Authentication")]
+    pub(crate) client_ca_file: Option<PathBuf>,
+    /// nodelet only: static bearer tokens for the main port, CSV lines 'token,user,uid[,"group1,group2"]'
+    /// [config: nodelet.tokenAuthFile]
+    #[arg(long, value_name = "FILE", help_heading = "Authentication")]
+    pub(crate) token_auth_file: Option<PathBuf>,
+    /// Allow unauthenticated requests on the main port. Default false: safer than the kubelet, whose
+    /// command-line default is true [default: false] [config: authentication.anonymous.enabled]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          help_heading = "Authentication")]
+    pub(crate) anonymous_auth: Option<bool>,
+
+    /// Logging.
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
+/// `nodelet get pods`.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "Server: --server, else $NODELET_SERVER, else http://127.0.0.1:10255 (the read-only \
+    port, if nodelet serves it) and then https://127.0.0.1:10250 (the main port, with a bearer token from \
+    --token, --token-file or $NODELET_TOKEN). The main port's certificate is checked against \
+    --certificate-authority, else /var/lib/nodelet/pki/nodelet.crt when that file exists (nodelet's \
+    self-signed certificate).")]
+pub(crate) struct GetArgs {
+    /// Resource type: pods (also pod, po).
+    #[arg(value_name = "TYPE", value_parser = ["pods", "pod", "po"])]
+    pub(crate) resource: String,
+    /// Names of the pods to show (all when none).
+    #[arg(value_name = "NAME")]
+    pub(crate) names: Vec<String>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub(crate) output: Option<OutputFormat>,
+    /// Namespace of the pods.
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub(crate) namespace: String,
+    /// Pods of every namespace (adds a NAMESPACE column).
+    #[arg(short = 'A', long)]
+    pub(crate) all_namespaces: bool,
+    /// nodelet's URL, e.g. http://127.0.0.1:10255 or https://127.0.0.1:10250.
+    #[arg(long, value_name = "URL", env = "NODELET_SERVER")]
+    pub(crate) server: Option<String>,
+    /// Bearer token for the main port (prefer --token-file: a command line is visible to every user).
+    #[arg(long, value_name = "TOKEN", env = "NODELET_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// File holding the bearer token for the main port.
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    pub(crate) token_file: Option<PathBuf>,
+    /// CA certificate (PEM) to verify the server's certificate with.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) certificate_authority: Option<PathBuf>,
+    /// Do not verify the server's certificate (insecure).
+    #[arg(long)]
+    pub(crate) insecure_skip_tls_verify: bool,
+    /// Timeout of the request.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub(crate) request_timeout: GoDuration,
+    /// Logging.
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
+/// Output formats of `get`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OutputFormat {
+    /// The table with IP, NODE, NOMINATED NODE and READINESS GATES columns.
+    Wide,
+    /// The objects as JSON.
+    Json,
+    /// The objects as YAML.
+    Yaml,
+    /// `pod/NAME` per line.
+    Name,
+}
+
+/// `nodelet logs POD`.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "Reads <pod-logs-dir>/<namespace>_<pod>_<uid>/<container>/<restart>.log directly \
+    (run it as root on the node; no API needed). With -f it follows the current log file until the container \
+    is restarted (a newer log file appears) or the pod's log directory is removed.")]
+pub(crate) struct LogsArgs {
+    /// Pod name (static pods are named <name>-<node>).
+    #[arg(value_name = "POD")]
+    pub(crate) pod: String,
+    /// Container name; optional when the pod has one container.
+    #[arg(short = 'c', long, value_name = "CONTAINER")]
+    pub(crate) container: Option<String>,
+    /// Namespace of the pod.
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub(crate) namespace: String,
+    /// Keep printing new lines as they are written.
+    #[arg(short = 'f', long)]
+    pub(crate) follow: bool,
+    /// Number of most recent lines to print; -1 for all.
+    #[arg(long, value_name = "N", default_value_t = -1, allow_negative_numbers = true)]
+    pub(crate) tail: i64,
+    /// Print the logs of the previous instance of the container (before its last restart).
+    #[arg(short = 'p', long)]
+    pub(crate) previous: bool,
+    /// Prefix every line with its RFC 3339 timestamp.
+    #[arg(long)]
+    pub(crate) timestamps: bool,
+    /// Directory of the CRI log files (the daemon's --pod-logs-dir).
+    #[arg(long, value_name = "DIR", env = "NODELET_POD_LOGS_DIR", default_value = "/var/log/pods")]
+    pub(crate) pod_logs_dir: PathBuf,
+    /// Logging.
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
+/// The tracing filter directive for a kubelet-style verbosity level (used when `RUST_LOG` is unset).
+pub(crate) fn log_filter_directive(verbosity: Option<u8>) -> &'static str {
+    match verbosity.unwrap_or(0) {
+        0 | 1 => "info",
+        2 | 3 => "info,nodelet=debug",
+        4 | 5 => "debug",
+        _ => "trace",
+    }
+}
+
+/// Installs the global tracing subscriber (stderr): `RUST_LOG` when set, else the `-v` level, else
+/// `default_directive` (e.g. `warn` for the client commands, whose stdout is the product).
+pub(crate) fn init_tracing(verbosity: Option<u8>, default_directive: &str) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(v) if !v.trim().is_empty() => {
+            EnvFilter::try_new(&v).map_err(|e| anyhow::anyhow!("invalid RUST_LOG {v:?}: {e}"))?
+        }
+        _ => match verbosity {
+            Some(_) => EnvFilter::new(log_filter_directive(verbosity)),
+            None => EnvFilter::new(default_directive),
+        },
+    };
+    use std::io::IsTerminal as _;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Command {
+        let mut v = vec!["nodelet"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).unwrap_or_else(|e| panic!("{args:?}: {e}")).into_command()
+    }
+
+    fn run(args: &[&str]) -> RunArgs {
+        match parse(args) {
+            Command::Run(r) => *r,
+            other => panic!("expected run, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn no_command_runs_the_daemon_with_the_top_level_flags() {
+        let r = run(&["--port", "11250", "--pod-manifest-path", "/etc/nodelet/manifests", "--v", "4"]);
+        assert_eq!(r.port, Some(11250));
+        assert_eq!(r.pod_manifest_path, Some(PathBuf::from("/etc/nodelet/manifests")));
+        assert_eq!(r.log.verbosity, Some(4));
+        let r = run(&["run", "--read-only-port", "10255", "-v", "2"]);
+        assert_eq!(r.read_only_port, Some(10255));
+        assert_eq!(r.log.verbosity, Some(2));
+        let r = run(&[]);
+        assert_eq!(r.port, None, "unset flags stay unset so the config file can apply");
+    }
+
+    #[test]
+    fn durations_and_booleans_parse_like_the_kubelets() {
+        let r = run(&["--runtime-request-timeout", "1m30s", "--sync-frequency=500ms", "--anonymous-auth"]);
+        assert_eq!(r.runtime_request_timeout.map(|d| d.0), Some(std::time::Duration::from_secs(90)));
+        assert_eq!(r.sync_frequency.map(|d| d.0), Some(std::time::Duration::from_millis(500)));
+        assert_eq!(r.anonymous_auth, Some(true));
+        let r = run(&["--anonymous-auth=false", "--allow-privileged=true"]);
+        assert_eq!(r.anonymous_auth, Some(false));
+        assert_eq!(r.allow_privileged, Some(true));
+        let err = Cli::try_parse_from(["nodelet", "--sync-frequency", "10"]).expect_err("missing unit");
+        assert!(err.to_string().contains("--sync-frequency"), "{err}");
+        let err = Cli::try_parse_from(["nodelet", "--port", "http"]).expect_err("not a port");
+        assert!(err.to_string().contains("--port"), "{err}");
+    }
+
+    #[test]
+    fn manifest_url_header_is_repeatable() {
+        let r = run(&["--manifest-url-header", "a:1,b:2", "--manifest-url-header", "b:3"]);
+        assert_eq!(r.manifest_url_header, vec!["a:1,b:2".to_owned(), "b:3".to_owned()]);
+    }
+
+    #[test]
+    fn get_pods_takes_kubectl_like_flags() {
+        let Command::Get(g) = parse(&[
+            "get",
+            "pods",
+            "web",
+            "-o",
+            "wide",
+            "-n",
+            "kube-system",
+            "--server",
+            "http://127.0.0.1:10255",
+        ]) else {
+            panic!("expected get");
+        };
+        assert_eq!(g.names, vec!["web".to_owned()]);
+        assert_eq!(g.output, Some(OutputFormat::Wide));
+        assert_eq!(g.namespace, "kube-system");
+        assert_eq!(g.server.as_deref(), Some("http://127.0.0.1:10255"));
+        assert!(Cli::try_parse_from(["nodelet", "get", "services"]).is_err(), "only pods are served");
+        assert!(
+            Cli::try_parse_from(["nodelet", "get", "pods", "--token", "t", "--token-file", "/f"]).is_err(),
+            "one token source"
+        );
+    }
+
+    #[test]
+    fn logs_takes_kubectl_like_flags() {
+        let Command::Logs(l) =
+            parse(&["logs", "web-node1", "-c", "httpd", "-f", "--tail", "10", "--timestamps"])
+        else {
+            panic!("expected logs");
+        };
+        assert_eq!((l.pod.as_str(), l.container.as_deref()), ("web-node1", Some("httpd")));
+        assert!(l.follow && l.timestamps && !l.previous);
+        assert_eq!(l.tail, 10);
+        assert_eq!(l.namespace, "default");
+        let Command::Logs(l) = parse(&["logs", "x", "--tail=-1", "-p"]) else { panic!("expected logs") };
+        assert_eq!(l.tail, -1);
+        assert!(l.previous);
+    }
+
+    #[test]
+    fn daemon_flags_are_not_accepted_by_the_client_commands() {
+        assert!(Cli::try_parse_from(["nodelet", "--port", "1", "get", "pods"]).is_err());
+    }
+
+    /// The help texts state the defaults; they must be the ones the config module applies.
+    #[test]
+    fn help_shows_the_defaults_config_applies() {
+        let mut cmd = Cli::command();
+        let help = cmd.render_long_help().to_string();
+        let expect = [
+            ("--port", format!("[default: {}]", config::DEFAULT_PORT)),
+            ("--read-only-port", format!("[default: {}]", config::DEFAULT_READ_ONLY_PORT)),
+            ("--healthz-port", format!("[default: {}]", config::DEFAULT_HEALTHZ_PORT)),
+            ("--healthz-bind-address", format!("[default: {}]", config::DEFAULT_HEALTHZ_BIND_ADDRESS)),
+            ("--address", format!("[default: {}]", config::DEFAULT_ADDRESS)),
+            ("--root-dir", format!("[default: {}]", config::DEFAULT_ROOT_DIR)),
+            ("--pod-logs-dir", format!("[default: {}]", config::DEFAULT_POD_LOGS_DIR)),
+            ("--resolv-conf", format!("[default: {}]", config::DEFAULT_RESOLV_CONF)),
+            ("--max-pods", format!("[default: {}]", config::DEFAULT_MAX_PODS)),
+            (
+                "--pod-infra-container-image",
+                format!("[default: {}]", config::DEFAULT_POD_INFRA_CONTAINER_IMAGE),
+            ),
+            ("--pod-cidr", format!("[default: {}]", config::DEFAULT_POD_CIDR)),
+            (
+                "--runtime-request-timeout",
+                format!("[default: {}]", short_go(config::DEFAULT_RUNTIME_REQUEST_TIMEOUT)),
+            ),
+            ("--sync-frequency", format!("[default: {}]", short_go(config::DEFAULT_SYNC_FREQUENCY))),
+            (
+                "--file-check-frequency",
+                format!("[default: {}]", short_go(config::DEFAULT_FILE_CHECK_FREQUENCY)),
+            ),
+            (
+                "--http-check-frequency",
+                format!("[default: {}]", short_go(config::DEFAULT_HTTP_CHECK_FREQUENCY)),
+            ),
+            ("--anonymous-auth", "[default: false]".to_owned()),
+            ("--allow-privileged", "[default: false]".to_owned()),
+        ];
+        for (flag, default) in expect {
+            // the flag's own entry: from its line to the next flag's line
+            let lines: Vec<&str> = help.lines().collect();
+            let start = lines
+                .iter()
+                .position(|l| {
+                    let t = l.trim_start();
+                    t.strip_prefix(flag).is_some_and(|rest| rest.starts_with([' ', '[', '=']))
+                })
+                .unwrap_or_else(|| panic!("{flag} missing from help:\n{help}"));
+            let end = lines[start + 1..]
+                .iter()
+                .position(|l| l.trim_start().starts_with('-'))
+                .map_or(lines.len(), |i| start + 1 + i);
+            let text = lines[start..end].join(" ").split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(text.contains(&default), "help of {flag} should state {default}: {text}");
+        }
+        assert!(help.contains("safer than the kubelet"), "the anonymous-auth difference is explained");
+    }
+
+    /// `2m0s` → `2m`, `20s` → `20s`: the short form written in help texts.
+    fn short_go(d: std::time::Duration) -> String {
+        let s = config::format_go_duration(d);
+        s.strip_suffix("m0s").map(|m| format!("{m}m")).unwrap_or(s)
+    }
+
+    #[test]
+    fn verbosity_maps_to_tracing_levels() {
+        assert_eq!(log_filter_directive(None), "info");
+        assert_eq!(log_filter_directive(Some(2)), "info,nodelet=debug");
+        assert_eq!(log_filter_directive(Some(4)), "debug");
+        assert_eq!(log_filter_directive(Some(9)), "trace");
+    }
+}

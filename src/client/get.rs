@@ -1,0 +1,586 @@
+//! `nodelet get pods`: fetches `/pods` from the local nodelet and prints it like `kubectl get pods`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use serde::Deserialize;
+use tracing::debug;
+
+use super::pods::{pod_row, pods_table};
+use crate::cli::{GetArgs, OutputFormat};
+
+/// The read-only port tried first when no server is given (only answers if nodelet serves it).
+pub(crate) const DEFAULT_READ_ONLY_URL: &str = "http://127.0.0.1:10255";
+/// The main port tried next.
+pub(crate) const DEFAULT_MAIN_URL: &str = "https://127.0.0.1:10250";
+/// The self-signed certificate the daemon keeps under its default root directory.
+pub(crate) const DEFAULT_SERVER_CA: &str = "/var/lib/nodelet/pki/nodelet.crt";
+
+/// Why `get` failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GetError {
+    /// A local file could not be read.
+    #[error("cannot read {what} {path}: {source}")]
+    ReadFile {
+        /// Which file.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The CA file is not a PEM certificate.
+    #[error("{path} is not a PEM certificate: {message}")]
+    BadCa {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The server URL cannot be used.
+    #[error("invalid server URL {url:?}: must start with http:// or https://")]
+    BadUrl {
+        /// The URL.
+        url: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("cannot set up the HTTP client: {0}")]
+    Client(String),
+    /// No server answered.
+    #[error(
+        "cannot reach nodelet at {tried}: {message}\n(is nodelet running? pass --server, or enable its \
+             read-only port with --read-only-port 10255)"
+    )]
+    Unreachable {
+        /// The URLs tried.
+        tried: String,
+        /// The last error.
+        message: String,
+    },
+    /// The server refused the credentials.
+    #[error(
+        "{url} answered {status}: {body}\n(pass --token-file FILE or set NODELET_TOKEN, or use the read-only \
+             port)"
+    )]
+    Unauthorized {
+        /// The URL.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The response body (truncated).
+        body: String,
+    },
+    /// Another HTTP error.
+    #[error("{url} answered {status}: {body}")]
+    Http {
+        /// The URL.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The response body (truncated).
+        body: String,
+    },
+    /// The response is not a pod list.
+    #[error("{url} did not return a pod list: {message}")]
+    Decode {
+        /// The URL.
+        url: String,
+        /// The decoding error.
+        message: String,
+    },
+    /// Some requested pods do not exist (the others were printed).
+    #[error("{}", .0.iter().map(|n| format!("Error from server (NotFound): pods {n:?} not found")).collect::<Vec<_>>().join("\n"))]
+    NotFound(Vec<String>),
+    /// Writing the output failed.
+    #[error("cannot write the output: {0}")]
+    Output(#[source] std::io::Error),
+}
+
+#[derive(Deserialize)]
+struct PodListBody {
+    #[serde(default)]
+    items: Vec<Pod>,
+}
+
+/// A server to ask: its URL and whether a connection failure means "try the next one".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// Base URL without a trailing slash.
+    pub(crate) url: String,
+    /// Skip to the next target when nothing listens here.
+    pub(crate) optional: bool,
+}
+
+/// The servers to ask, in order.
+pub(crate) fn targets(server: Option<&str>) -> Result<Vec<Target>, GetError> {
+    match server {
+        Some(s) => {
+            let lower = s.to_ascii_lowercase();
+            if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+                return Err(GetError::BadUrl { url: s.to_owned() });
+            }
+            Ok(vec![Target { url: s.trim_end_matches('/').to_owned(), optional: false }])
+        }
+        None => Ok(vec![
+            Target { url: DEFAULT_READ_ONLY_URL.into(), optional: true },
+            Target { url: DEFAULT_MAIN_URL.into(), optional: false },
+        ]),
+    }
+}
+
+/// The bearer token: `--token` (or `NODELET_TOKEN`), else the first line of `--token-file`.
+pub(crate) fn read_token(token: Option<&str>, token_file: Option<&Path>) -> Result<Option<String>, GetError> {
+    if let Some(path) = token_file {
+        let text = std::fs::read_to_string(path).map_err(|source| GetError::ReadFile {
+            what: "token file",
+            path: path.to_owned(),
+            source,
+        })?;
+        return Ok(text.lines().next().map(|l| l.trim().to_owned()).filter(|t| !t.is_empty()));
+    }
+    Ok(token.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()))
+}
+
+fn build_client(args: &GetArgs) -> Result<reqwest::Client, GetError> {
+    let mut builder = reqwest::Client::builder()
+        .timeout(args.request_timeout.0.max(Duration::from_millis(100)))
+        .connect_timeout(Duration::from_secs(3))
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy();
+    if args.insecure_skip_tls_verify {
+        builder = builder.danger_accept_invalid_certs(true);
+    } else {
+        let ca = match &args.certificate_authority {
+            Some(p) => Some(p.clone()),
+            None => Some(PathBuf::from(DEFAULT_SERVER_CA)).filter(|p| p.is_file()),
+        };
+        if let Some(path) = ca {
+            let pem = std::fs::read(&path).map_err(|source| GetError::ReadFile {
+                what: "CA certificate",
+                path: path.clone(),
+                source,
+            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| GetError::BadCa { path: path.clone(), message: e.to_string() })?;
+            if certs.is_empty() {
+                return Err(GetError::BadCa { path, message: "no certificate in the file".into() });
+            }
+            for c in certs {
+                builder = builder.add_root_certificate(c);
+            }
+        }
+    }
+    builder.build().map_err(|e| GetError::Client(e.to_string()))
+}
+
+/// Error chain of a reqwest error as one line.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// Fetches the pods from the first target that answers.
+pub(crate) async fn fetch_pods(args: &GetArgs) -> Result<Vec<Pod>, GetError> {
+    let client = build_client(args)?;
+    let token = read_token(args.token.as_deref(), args.token_file.as_deref())?;
+    let targets = targets(args.server.as_deref())?;
+    let mut tried = Vec::new();
+    let mut last = String::new();
+    for target in &targets {
+        let url = format!("{}/pods", target.url);
+        tried.push(url.clone());
+        let mut req = client.get(&url).header("Accept", "application/json");
+        if let Some(t) = &token
+            && url.starts_with("https://")
+        {
+            req = req.bearer_auth(t);
+        }
+        debug!(%url, "fetching pods");
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) if target.optional && e.is_connect() => {
+                debug!(%url, error = %chain(&e), "not answering; trying the next server");
+                last = chain(&e);
+                continue;
+            }
+            Err(e) => {
+                let mut message = chain(&e);
+                if message.contains("certificate") || message.contains("UnknownIssuer") {
+                    message.push_str(" (pass --certificate-authority FILE, or --insecure-skip-tls-verify)");
+                }
+                return Err(GetError::Unreachable { tried: tried.join(", "), message });
+            }
+        };
+        let status = resp.status();
+        let body =
+            resp.text().await.map_err(|e| GetError::Decode { url: url.clone(), message: chain(&e) })?;
+        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+            return Err(GetError::Unauthorized { url, status: status.as_u16(), body: truncate(&body) });
+        }
+        if !status.is_success() {
+            return Err(GetError::Http { url, status: status.as_u16(), body: truncate(&body) });
+        }
+        let list: PodListBody =
+            serde_json::from_str(&body).map_err(|e| GetError::Decode { url, message: e.to_string() })?;
+        return Ok(list.items);
+    }
+    Err(GetError::Unreachable { tried: tried.join(", "), message: last })
+}
+
+fn truncate(s: &str) -> String {
+    let t = s.trim();
+    match t.char_indices().nth(500) {
+        Some((i, _)) => format!("{}…", &t[..i]),
+        None => t.to_owned(),
+    }
+}
+
+/// Filters, sorts and prints `pods` as `args` asks. Returns `NotFound` (after printing the others) when a
+/// requested name is missing; prints "No resources found" to `err` when nothing matches.
+pub(crate) fn print_pods(
+    args: &GetArgs,
+    pods: Vec<Pod>,
+    now: Timestamp,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), GetError> {
+    let mut pods: Vec<Pod> = pods
+        .into_iter()
+        .filter(|p| {
+            args.all_namespaces || p.metadata.namespace.as_deref().unwrap_or("default") == args.namespace
+        })
+        .collect();
+    pods.sort_by(|a, b| {
+        (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
+            .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
+    });
+    let mut missing = Vec::new();
+    if !args.names.is_empty() {
+        let mut selected = Vec::new();
+        for name in &args.names {
+            let found: Vec<&Pod> =
+                pods.iter().filter(|p| p.metadata.name.as_deref() == Some(name.as_str())).collect();
+            if found.is_empty() {
+                missing.push(name.clone());
+            }
+            selected.extend(found.into_iter().cloned());
+        }
+        pods = selected;
+    }
+    if pods.is_empty() && missing.is_empty() {
+        let msg = if args.all_namespaces {
+            "No resources found\n".to_owned()
+        } else {
+            format!("No resources found in {} namespace.\n", args.namespace)
+        };
+        err.write_all(msg.as_bytes()).map_err(GetError::Output)?;
+        return Ok(());
+    }
+    let single = args.names.len() == 1 && pods.len() == 1;
+    let text = match args.output {
+        None | Some(OutputFormat::Wide) => {
+            if pods.is_empty() {
+                String::new()
+            } else {
+                let rows: Vec<_> = pods.iter().map(|p| pod_row(p, now)).collect();
+                pods_table(&rows, args.output == Some(OutputFormat::Wide), args.all_namespaces)
+            }
+        }
+        Some(OutputFormat::Name) => {
+            pods.iter().map(|p| format!("pod/{}\n", p.metadata.name.as_deref().unwrap_or_default())).collect()
+        }
+        Some(format @ (OutputFormat::Json | OutputFormat::Yaml)) => {
+            let value = if single {
+                serde_json::to_value(&pods[0])
+            } else {
+                serde_json::to_value(&pods).map(|items| {
+                    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items,
+                                       "metadata": {"resourceVersion": ""}})
+                })
+            }
+            .map_err(|e| GetError::Output(std::io::Error::other(e)))?;
+            if format == OutputFormat::Json {
+                let mut s = serde_json::to_string_pretty(&value)
+                    .map_err(|e| GetError::Output(std::io::Error::other(e)))?;
+                s.push('\n');
+                s
+            } else {
+                serde_yaml::to_string(&value).map_err(|e| GetError::Output(std::io::Error::other(e)))?
+            }
+        }
+    };
+    out.write_all(text.as_bytes()).map_err(GetError::Output)?;
+    out.flush().map_err(GetError::Output)?;
+    if missing.is_empty() { Ok(()) } else { Err(GetError::NotFound(missing)) }
+}
+
+/// The wall-clock time (jiff's `Timestamp::now` needs its `std` feature, which k8s-openapi does not enable).
+pub(crate) fn now() -> Timestamp {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let nanos = i128::try_from(since.as_nanos()).unwrap_or(0);
+    Timestamp::from_nanosecond(nanos).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// `nodelet get pods`.
+pub(crate) async fn run(args: &GetArgs) -> Result<(), GetError> {
+    let pods = fetch_pods(args).await?;
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    print_pods(args, pods, now(), &mut stdout.lock(), &mut stderr.lock())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn get_args(flags: &[&str]) -> GetArgs {
+        let mut v = vec!["nodelet", "get", "pods"];
+        v.extend_from_slice(flags);
+        match Cli::try_parse_from(v).expect("parse").into_command() {
+            Command::Get(g) => g,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn pod_list() -> String {
+        serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
+            {"metadata": {"name": "web-node1", "namespace": "default", "creationTimestamp": "2024-05-01T11:00:00Z"},
+             "spec": {"nodeName": "node1", "containers": [{"name": "httpd"}]},
+             "status": {"phase": "Running", "podIPs": [{"ip": "198.18.0.7"}],
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                        "containerStatuses": [{"name": "httpd", "ready": true, "restartCount": 0, "image": "i", "imageID": "",
+                                               "state": {"running": {}}}]}},
+            {"metadata": {"name": "crashloop-node1", "namespace": "default", "creationTimestamp": "2024-05-01T11:58:00Z"},
+             "spec": {"containers": [{"name": "app"}]},
+             "status": {"phase": "Running", "containerStatuses": [{"name": "app", "ready": false, "restartCount": 2,
+                        "image": "i", "imageID": "", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}},
+            {"metadata": {"name": "dns-node1", "namespace": "kube-system"},
+             "spec": {"containers": [{"name": "dns"}]}, "status": {"phase": "Pending"}}
+        ]})
+        .to_string()
+    }
+
+    /// A one-shot HTTP server on loopback answering every request with `status` and `body`; returns its URL
+    /// and the requests it saw.
+    async fn serve(status: &'static str, body: String) -> (String, tokio::task::JoinHandle<Vec<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let task = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            if let Ok(Ok((mut conn, _))) =
+                tokio::time::timeout(Duration::from_secs(10), listener.accept()).await
+            {
+                let mut buf = vec![0u8; 8192];
+                let n = conn.read(&mut buf).await.unwrap_or(0);
+                seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                let resp = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(resp.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            }
+            seen
+        });
+        (url, task)
+    }
+
+    fn now() -> Timestamp {
+        "2024-05-01T12:00:00Z".parse().expect("ts")
+    }
+
+    fn print(flags: &[&str], pods: Vec<Pod>) -> (String, String, Result<(), GetError>) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let r = print_pods(&get_args(flags), pods, now(), &mut out, &mut err);
+        (String::from_utf8(out).expect("utf8"), String::from_utf8(err).expect("utf8"), r)
+    }
+
+    fn pods() -> Vec<Pod> {
+        serde_json::from_str::<PodListBody>(&pod_list()).expect("list").items
+    }
+
+    #[tokio::test]
+    async fn get_pods_fetches_and_prints_a_kubectl_like_table() {
+        let (url, server) = serve("200 OK", pod_list()).await;
+        let args = get_args(&["--server", &url, "--token", "secret-token"]);
+        let pods = fetch_pods(&args).await.expect("fetch");
+        let requests = server.await.expect("server");
+        assert!(requests[0].starts_with("GET /pods HTTP/1.1"), "{requests:?}");
+        assert!(
+            !requests[0].to_ascii_lowercase().contains("secret-token"),
+            "tokens never go over plain http"
+        );
+        let (out, _, r) = print(&[], pods);
+        r.expect("printed");
+        assert_eq!(
+            out,
+            "NAME              READY   STATUS             RESTARTS   AGE\n\
+             crashloop-node1   0/1     CrashLoopBackOff   2          2m\n\
+             web-node1         1/1     Running            0          60m\n"
+        );
+    }
+
+    #[test]
+    fn namespaces_names_and_formats() {
+        let (out, _, _) = print(&["-A", "-o", "wide"], pods());
+        assert!(out.starts_with("NAMESPACE     NAME"), "{out}");
+        assert!(out.contains("kube-system   dns-node1"), "{out}");
+        assert!(out.contains("198.18.0.7"), "{out}");
+        let (out, _, _) = print(&["-o", "name"], pods());
+        assert_eq!(out, "pod/crashloop-node1\npod/web-node1\n");
+        let (out, _, _) = print(&["web-node1", "-o", "json"], pods());
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(v["kind"], "Pod", "one named pod prints the object");
+        assert_eq!(v["metadata"]["name"], "web-node1");
+        let (out, _, _) = print(&["-o", "yaml"], pods());
+        let v: serde_json::Value = serde_yaml::from_str(&out).expect("yaml");
+        assert_eq!(v["kind"], "List");
+        assert_eq!(v["items"].as_array().map(Vec::len), Some(2));
+        let (out, err, r) = print(&["-n", "empty"], pods());
+        assert!(out.is_empty() && r.is_ok());
+        assert_eq!(err, "No resources found in empty namespace.\n");
+        let (out, _, r) = print(&["web-node1", "nope"], pods());
+        assert!(out.contains("web-node1"), "found pods are printed");
+        let e = r.expect_err("missing name");
+        assert_eq!(e.to_string(), "Error from server (NotFound): pods \"nope\" not found");
+    }
+
+    #[tokio::test]
+    async fn unauthorized_answers_explain_how_to_pass_a_token() {
+        let (url, _server) =
+            serve("401 Unauthorized", "{\"kind\":\"Status\",\"message\":\"Unauthorized\"}".into()).await;
+        let e = fetch_pods(&get_args(&["--server", &url])).await.expect_err("401");
+        assert!(matches!(e, GetError::Unauthorized { status: 401, .. }), "{e}");
+        assert!(e.to_string().contains("--token-file"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_does_not_listen_is_reported_with_a_hint() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        drop(listener);
+        let e = fetch_pods(&get_args(&["--server", &url])).await.expect_err("refused");
+        assert!(e.to_string().contains("is nodelet running?"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn garbage_is_a_decode_error() {
+        let (url, _server) = serve("200 OK", "<html>".into()).await;
+        let e = fetch_pods(&get_args(&["--server", &url])).await.expect_err("not json");
+        assert!(matches!(e, GetError::Decode { .. }), "{e}");
+    }
+
+    #[test]
+    fn default_targets_try_the_read_only_port_then_the_main_port() {
+        let t = targets(None).expect("targets");
+        assert_eq!(t[0], Target { url: "http://127.0.0.1:10255".into(), optional: true });
+        assert_eq!(t[1], Target { url: "https://127.0.0.1:10250".into(), optional: false });
+        assert!(targets(Some("127.0.0.1:10250")).is_err());
+        assert_eq!(targets(Some("https://h:1/")).expect("ok")[0].url, "https://h:1");
+    }
+
+    /// Against nodelet's real HTTP servers (src/server): the read-only port over HTTP, and the main port over
+    /// HTTPS with its self-signed certificate under <root-dir>/pki and a bearer token from --token-file.
+    #[tokio::test]
+    async fn get_pods_works_against_nodelets_servers() {
+        use crate::server::{NodeView, ServerConfig, Servers};
+        struct View(Vec<Pod>);
+        impl NodeView for View {
+            fn pods(&self) -> k8s_openapi::List<Pod> {
+                k8s_openapi::List { items: self.0.clone(), metadata: Default::default() }
+            }
+            fn metrics(&self) -> String {
+                String::new()
+            }
+            fn healthy(&self) -> Result<(), String> {
+                Ok(())
+            }
+            fn container_log(&self, _: &str, _: &str, _: &str) -> Option<PathBuf> {
+                None
+            }
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tokens = dir.path().join("tokens.csv");
+        std::fs::write(&tokens, "s3cret,admin,uid-1\n").expect("write");
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, "s3cret\n").expect("write");
+        let mut config = ServerConfig::new("node1");
+        config.address = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+        config.port = 0;
+        config.read_only_port = Some(0);
+        config.healthz_port = None;
+        config.root_dir = dir.path().to_owned();
+        config.token_auth_file = Some(tokens);
+        let servers = Servers::bind(&config, std::sync::Arc::new(View(pods()))).await.expect("bind");
+        let main = format!("https://{}", servers.main_addr());
+        let read_only = format!("http://{}", servers.read_only_addr().expect("read-only port"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(servers.run(async move {
+            let _ = stopped.await;
+        }));
+        let ca = dir.path().join("pki/nodelet.crt");
+        let (ca, token_file) = (ca.to_str().expect("utf8"), token_file.to_str().expect("utf8"));
+
+        let via_read_only = fetch_pods(&get_args(&["--server", &read_only])).await.expect("read-only port");
+        assert_eq!(via_read_only.len(), 3);
+        let via_main = fetch_pods(&get_args(&[
+            "--server",
+            &main,
+            "--certificate-authority",
+            ca,
+            "--token-file",
+            token_file,
+        ]))
+        .await
+        .expect("main port with token and CA");
+        assert_eq!(via_main.len(), 3);
+        let (out, _, _) = print(&["-A"], via_main);
+        assert!(out.contains("web-node1") && out.contains("CrashLoopBackOff"), "{out}");
+        let no_token = fetch_pods(&get_args(&["--server", &main, "--certificate-authority", ca]))
+            .await
+            .expect_err("anonymous is refused");
+        assert!(matches!(no_token, GetError::Unauthorized { status: 401, .. }), "{no_token}");
+        let insecure =
+            fetch_pods(&get_args(&["--server", &main, "--insecure-skip-tls-verify", "--token", "s3cret"]))
+                .await
+                .expect("insecure");
+        assert_eq!(insecure.len(), 3);
+        if !Path::new(DEFAULT_SERVER_CA).exists() {
+            let untrusted = fetch_pods(&get_args(&["--server", &main, "--token", "s3cret"]))
+                .await
+                .expect_err("the self-signed certificate is not trusted without --certificate-authority");
+            assert!(untrusted.to_string().contains("--certificate-authority"), "{untrusted}");
+        }
+        let _ = stop.send(());
+        let _ = task.await;
+    }
+
+    #[test]
+    fn tokens_come_from_the_flag_env_or_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("token");
+        std::fs::write(&f, "abc123\n").expect("write");
+        assert_eq!(read_token(Some("x"), Some(&f)).expect("file").as_deref(), Some("abc123"));
+        assert_eq!(read_token(Some(" y "), None).expect("flag").as_deref(), Some("y"));
+        assert_eq!(read_token(None, None).expect("none"), None);
+        assert!(read_token(None, Some(&dir.path().join("missing"))).is_err());
+    }
+}

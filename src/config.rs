@@ -1,0 +1,1470 @@
+//! The daemon's configuration: a KubeletConfiguration file merged with the command-line flags into one
+//! validated [`Config`].
+//!
+//! Precedence is the kubelet's: a flag given explicitly wins over the file's field, which wins over the
+//! default. Field names are the kubelet's (kubelet.config.k8s.io/v1beta1); nodelet's own settings sit under
+//! the file's top-level `nodelet:` key. Every field nodelet does not act on is reported as a
+//! [`ConfigWarning`]: unknown fields (typos), kubelet fields nodelet ignores, and fields parsed now but
+//! enforced only by later work ([`NOT_YET_ENFORCED`]). A value of the wrong type or out of range is a
+//! [`ConfigError`] naming the field (or flag) and the file.
+//!
+//! Relative paths are resolved like the kubelet does: in the file, against the file's directory; on the
+//! command line, against the current directory.
+
+// Until main.rs wires the daemon, parts of this module are only used by tests.
+#![cfg_attr(not(test), allow(dead_code))]
+
+mod raw;
+mod units;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+#[cfg(test)]
+pub(crate) use units::format_go_duration;
+pub(crate) use units::{GoDuration, ThresholdValue, parse_go_duration, parse_quantity};
+
+use crate::cli::RunArgs;
+use raw::{KUBELET_FIELDS, RawBackOff, RawKubeletConfiguration};
+
+/// The only accepted `apiVersion`.
+pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+/// The only accepted `kind`.
+pub(crate) const KIND: &str = "KubeletConfiguration";
+
+/// `--root-dir`: nodelet's state (like the kubelet's /var/lib/kubelet).
+pub(crate) const DEFAULT_ROOT_DIR: &str = "/var/lib/nodelet";
+/// `address`: the main and read-only ports listen on every address, like the kubelet.
+pub(crate) const DEFAULT_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+/// `port`: the kubelet's HTTPS port.
+pub(crate) const DEFAULT_PORT: u16 = 10250;
+/// `readOnlyPort`: disabled, as in the kubelet's config-file defaults (10255 when enabled by convention).
+pub(crate) const DEFAULT_READ_ONLY_PORT: u16 = 0;
+/// `healthzPort`.
+pub(crate) const DEFAULT_HEALTHZ_PORT: u16 = 10248;
+/// `healthzBindAddress`: loopback only.
+pub(crate) const DEFAULT_HEALTHZ_BIND_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+/// `resolvConf`.
+pub(crate) const DEFAULT_RESOLV_CONF: &str = "/etc/resolv.conf";
+/// `runtimeRequestTimeout`: the kubelet's 2m.
+pub(crate) const DEFAULT_RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// `syncFrequency`: the kubelet's 1m.
+pub(crate) const DEFAULT_SYNC_FREQUENCY: Duration = Duration::from_secs(60);
+/// `fileCheckFrequency`: the kubelet's 20s.
+pub(crate) const DEFAULT_FILE_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
+/// `httpCheckFrequency`: the kubelet's 20s.
+pub(crate) const DEFAULT_HTTP_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
+/// `podLogsDir`.
+pub(crate) const DEFAULT_POD_LOGS_DIR: &str = "/var/log/pods";
+/// `maxPods`: the kubelet's 110.
+pub(crate) const DEFAULT_MAX_PODS: u32 = 110;
+/// `nodelet.podInfraContainerImage`: the pause image `scripts/build-images.sh` builds (no registry needed);
+/// a node with registry access may use `registry.k8s.io/pause:3.9`.
+pub(crate) const DEFAULT_POD_INFRA_CONTAINER_IMAGE: &str = "localhost/nodelet/pause:3.9";
+/// `podCIDR` of the embedded runtime's bridge network: RFC 2544's benchmark range, unlikely to clash with a
+/// real network.
+pub(crate) const DEFAULT_POD_CIDR: &str = "198.18.0.0/16";
+/// `nodelet.cniBridge`.
+pub(crate) const DEFAULT_CNI_BRIDGE: &str = "nodelet0";
+/// `nodelet.containerdPath`: looked up on PATH.
+pub(crate) const DEFAULT_CONTAINERD_PATH: &str = "containerd";
+/// Container restart back-off: the kubelet's 10s, doubling up to 300s, forgotten after 10 minutes.
+pub(crate) const DEFAULT_CONTAINER_RESTART_BACKOFF: BackOff = BackOff {
+    initial: Duration::from_secs(10),
+    max: Duration::from_secs(300),
+    reset_after: Duration::from_secs(600),
+};
+/// Image pull back-off: the kubelet's 10s to 300s.
+pub(crate) const DEFAULT_IMAGE_PULL_BACKOFF: BackOff = BackOff {
+    initial: Duration::from_secs(10),
+    max: Duration::from_secs(300),
+    reset_after: Duration::from_secs(600),
+};
+/// `evictionPressureTransitionPeriod`: 5m.
+pub(crate) const DEFAULT_EVICTION_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
+/// `imageGCHighThresholdPercent`.
+pub(crate) const DEFAULT_IMAGE_GC_HIGH_THRESHOLD_PERCENT: u8 = 85;
+/// `imageGCLowThresholdPercent`.
+pub(crate) const DEFAULT_IMAGE_GC_LOW_THRESHOLD_PERCENT: u8 = 80;
+/// `imageMinimumGCAge`: 2m.
+pub(crate) const DEFAULT_IMAGE_MINIMUM_GC_AGE: Duration = Duration::from_secs(120);
+/// `containerLogMaxSize`: 10Mi.
+pub(crate) const DEFAULT_CONTAINER_LOG_MAX_SIZE: u64 = 10 << 20;
+/// `containerLogMaxFiles`.
+pub(crate) const DEFAULT_CONTAINER_LOG_MAX_FILES: u32 = 5;
+/// The kubelet's Linux `evictionHard` defaults.
+pub(crate) const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
+    ("memory.available", "100Mi"),
+    ("nodefs.available", "10%"),
+    ("nodefs.inodesFree", "5%"),
+    ("imagefs.available", "15%"),
+];
+/// Eviction signals the kubelet knows.
+pub(crate) const EVICTION_SIGNALS: &[&str] = &[
+    "memory.available",
+    "allocatableMemory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "containerfs.available",
+    "containerfs.inodesFree",
+    "pid.available",
+];
+/// File fields nodelet parses and validates but does not act on yet; setting one gives a warning.
+pub(crate) const NOT_YET_ENFORCED: &[&str] = &[
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionPressureTransitionPeriod",
+    "evictionMaxPodGracePeriod",
+    "evictionMinimumReclaim",
+    "mergeDefaultEvictionSettings",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "imageMinimumGCAge",
+    "imageMaximumGCAge",
+    "containerLogMaxSize",
+    "containerLogMaxFiles",
+    "serializeImagePulls",
+    "maxParallelImagePulls",
+];
+
+/// The validated configuration of the daemon.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Config {
+    /// The `--config` file, if any.
+    pub(crate) config_file: Option<PathBuf>,
+    /// This node's name: `--hostname-override`, else the machine's hostname; lower-cased, a DNS subdomain.
+    pub(crate) node_name: String,
+    /// `--root-dir`: nodelet's state directory (absolute).
+    pub(crate) root_dir: PathBuf,
+    /// Where pods come from.
+    pub(crate) sources: SourcesConfig,
+    /// `syncFrequency`: maximum time between two syncs of a running pod.
+    pub(crate) sync_frequency: Duration,
+    /// The HTTP(S) endpoints.
+    pub(crate) server: ServerConfig,
+    /// The container runtime.
+    pub(crate) runtime: RuntimeConfig,
+    /// Settings applied to every pod.
+    pub(crate) pods: PodsConfig,
+    /// Retry delays.
+    pub(crate) backoff: BackOffConfig,
+    /// Node-pressure eviction (parsed; see [`NOT_YET_ENFORCED`]).
+    pub(crate) eviction: EvictionConfig,
+    /// Image garbage collection (parsed; see [`NOT_YET_ENFORCED`]).
+    pub(crate) image_gc: ImageGcConfig,
+    /// Container log rotation (parsed; see [`NOT_YET_ENFORCED`]).
+    pub(crate) container_logs: ContainerLogConfig,
+    /// Image pull parallelism (parsed; see [`NOT_YET_ENFORCED`]).
+    pub(crate) image_pulls: ImagePullConfig,
+}
+
+/// Pod sources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SourcesConfig {
+    /// `staticPodPath` / `--pod-manifest-path`: a directory or a file of manifests (absolute).
+    pub(crate) static_pod_path: Option<PathBuf>,
+    /// `staticPodURL` / `--manifest-url`: an http(s) URL.
+    pub(crate) static_pod_url: Option<String>,
+    /// `staticPodURLHeader` / `--manifest-url-header`: (name, value) pairs, in order; a name may repeat.
+    pub(crate) static_pod_url_headers: Vec<(String, String)>,
+    /// `fileCheckFrequency`.
+    pub(crate) file_check_frequency: Duration,
+    /// `httpCheckFrequency`.
+    pub(crate) http_check_frequency: Duration,
+    /// `--manifest-http-addr` / `nodelet.manifestHTTPAddress`: nodelet's manifest-accepting HTTP endpoint.
+    pub(crate) manifest_http_addr: Option<SocketAddr>,
+}
+
+/// The HTTP(S) endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServerConfig {
+    /// `enableServer`: serve the main port at all.
+    pub(crate) enabled: bool,
+    /// `address` / `--address`.
+    pub(crate) address: IpAddr,
+    /// `port` / `--port` (HTTPS, authenticated).
+    pub(crate) port: u16,
+    /// `readOnlyPort` / `--read-only-port`; `None` when 0 (disabled).
+    pub(crate) read_only_port: Option<u16>,
+    /// `healthzBindAddress:healthzPort`; `None` when the port is 0.
+    pub(crate) healthz: Option<SocketAddr>,
+    /// `tlsCertFile` + `tlsPrivateKeyFile`; `None`: a self-signed certificate under [`Self::cert_dir`].
+    pub(crate) tls: Option<TlsFiles>,
+    /// Where a self-signed certificate lives: `<root-dir>/pki` (`nodelet.crt`, `nodelet.key`).
+    pub(crate) cert_dir: PathBuf,
+    /// Who may use the main port.
+    pub(crate) auth: AuthConfig,
+}
+
+/// A certificate and its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TlsFiles {
+    /// PEM certificate chain.
+    pub(crate) cert_file: PathBuf,
+    /// PEM private key.
+    pub(crate) key_file: PathBuf,
+}
+
+/// Authentication of the main port (there is no authorization step: an authenticated client may do
+/// everything, like the kubelet's `AlwaysAllow` mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AuthConfig {
+    /// `authentication.x509.clientCAFile` / `--client-ca-file`.
+    pub(crate) client_ca_file: Option<PathBuf>,
+    /// `nodelet.tokenAuthFile` / `--token-auth-file`: static bearer tokens.
+    pub(crate) token_auth_file: Option<PathBuf>,
+    /// `authentication.anonymous.enabled` / `--anonymous-auth` (default false).
+    pub(crate) anonymous: bool,
+}
+
+/// The container runtime.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RuntimeConfig {
+    /// `containerRuntimeEndpoint` / `--container-runtime-endpoint`; `None`: run the embedded containerd.
+    pub(crate) endpoint: Option<String>,
+    /// `runtimeRequestTimeout`.
+    pub(crate) request_timeout: Duration,
+    /// The sandbox image (the embedded containerd's `sandbox_image`).
+    pub(crate) pod_infra_container_image: String,
+    /// The embedded containerd (used when [`Self::endpoint`] is `None`).
+    pub(crate) embedded: EmbeddedRuntimeConfig,
+    /// `--preload-images` / `nodelet.preloadImages`: image archives imported at start.
+    pub(crate) preload_images: Option<PathBuf>,
+}
+
+/// Settings of the embedded containerd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EmbeddedRuntimeConfig {
+    /// `--containerd-path`: the binary (a bare name is looked up on PATH).
+    pub(crate) containerd_path: PathBuf,
+    /// `--containerd-config-extra`: TOML merged over the generated config.
+    pub(crate) config_extra: Option<PathBuf>,
+    /// `podCIDR` / `--pod-cidr`: the bridge network's subnet.
+    pub(crate) pod_cidr: Ipv4Cidr,
+    /// `nodelet.cniBridge`: the Linux bridge's name.
+    pub(crate) cni_bridge: String,
+}
+
+/// Settings applied to every pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PodsConfig {
+    /// `podLogsDir`: where CRI log files go (absolute).
+    pub(crate) pod_logs_dir: PathBuf,
+    /// `resolvConf`; `None` when set to `""` (pods get no DNS from the host).
+    pub(crate) resolv_conf: Option<PathBuf>,
+    /// `cgroupRoot`; `None`: the root cgroup.
+    pub(crate) cgroup_root: Option<String>,
+    /// `maxPods`.
+    pub(crate) max_pods: u32,
+    /// `podPidsLimit`; `None`: no limit (-1 or 0).
+    pub(crate) pod_pids_limit: Option<i64>,
+    /// `--allow-privileged` / `nodelet.allowPrivileged`.
+    pub(crate) allow_privileged: bool,
+}
+
+/// Retry delays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BackOffConfig {
+    /// CrashLoopBackOff (`nodelet.containerRestartBackOff`; the max also from
+    /// `crashLoopBackOff.maxContainerRestartPeriod`).
+    pub(crate) container_restart: BackOff,
+    /// ImagePullBackOff (`nodelet.imagePullBackOff`).
+    pub(crate) image_pull: BackOff,
+}
+
+/// An exponential back-off: `initial`, doubling, capped at `max`; forgotten after `reset_after` without a
+/// new failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BackOff {
+    /// First delay.
+    pub(crate) initial: Duration,
+    /// Largest delay.
+    pub(crate) max: Duration,
+    /// Quiet time after which the next failure starts again at `initial`.
+    pub(crate) reset_after: Duration,
+}
+
+/// One eviction threshold.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EvictionThreshold {
+    /// A signal from [`EVICTION_SIGNALS`].
+    pub(crate) signal: String,
+    /// Evict when the signal falls below this.
+    pub(crate) value: ThresholdValue,
+}
+
+/// Node-pressure eviction settings.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EvictionConfig {
+    /// `evictionHard` (kubelet defaults when unset; with `mergeDefaultEvictionSettings`, merged over them).
+    pub(crate) hard: Vec<EvictionThreshold>,
+    /// `evictionSoft`.
+    pub(crate) soft: Vec<EvictionThreshold>,
+    /// `evictionSoftGracePeriod`, one per soft signal.
+    pub(crate) soft_grace_period: BTreeMap<String, Duration>,
+    /// `evictionPressureTransitionPeriod`.
+    pub(crate) pressure_transition_period: Duration,
+    /// `evictionMaxPodGracePeriod` (seconds).
+    pub(crate) max_pod_grace_period: i32,
+    /// `evictionMinimumReclaim`.
+    pub(crate) minimum_reclaim: BTreeMap<String, ThresholdValue>,
+}
+
+/// Image garbage collection settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ImageGcConfig {
+    /// `imageGCHighThresholdPercent` (100 disables image GC).
+    pub(crate) high_threshold_percent: u8,
+    /// `imageGCLowThresholdPercent`.
+    pub(crate) low_threshold_percent: u8,
+    /// `imageMinimumGCAge`.
+    pub(crate) minimum_age: Duration,
+    /// `imageMaximumGCAge`; `None` when 0.
+    pub(crate) maximum_age: Option<Duration>,
+}
+
+/// Container log rotation settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ContainerLogConfig {
+    /// `containerLogMaxSize` in bytes.
+    pub(crate) max_size: u64,
+    /// `containerLogMaxFiles` (≥ 2).
+    pub(crate) max_files: u32,
+}
+
+/// Image pull settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ImagePullConfig {
+    /// `serializeImagePulls`.
+    pub(crate) serialize: bool,
+    /// `maxParallelImagePulls`.
+    pub(crate) max_parallel: Option<u32>,
+}
+
+/// An IPv4 network in CIDR notation, aligned (`198.18.0.0/16`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Ipv4Cidr {
+    network: Ipv4Addr,
+    prefix: u8,
+}
+
+/// [`DEFAULT_POD_CIDR`] as a value.
+pub(crate) fn default_pod_cidr() -> Ipv4Cidr {
+    Ipv4Cidr { network: Ipv4Addr::new(198, 18, 0, 0), prefix: 16 }
+}
+
+impl Ipv4Cidr {
+    /// The first host address (the bridge's gateway address in the generated CNI network).
+    pub(crate) fn first_host(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.network) + 1)
+    }
+    /// Whether `ip` lies in this network.
+    pub(crate) fn contains(&self, ip: Ipv4Addr) -> bool {
+        let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
+        u32::from(ip) & mask == u32::from(self.network)
+    }
+}
+
+impl FromStr for Ipv4Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (ip, prefix) =
+            s.trim().split_once('/').ok_or_else(|| format!("{s:?} is not a CIDR like 198.18.0.0/16"))?;
+        let network: Ipv4Addr = ip.parse().map_err(|_| format!("{ip:?} is not an IPv4 address"))?;
+        let prefix: u8 = prefix.parse().map_err(|_| format!("{prefix:?} is not a prefix length"))?;
+        if !(8..=28).contains(&prefix) {
+            return Err(format!("prefix length /{prefix} must be between /8 and /28"));
+        }
+        let host_bits = u32::from(network) & (u32::MAX >> u32::from(prefix));
+        if host_bits != 0 {
+            return Err(format!("{s:?} has host bits set (not a network address)"));
+        }
+        Ok(Ipv4Cidr { network, prefix })
+    }
+}
+
+impl fmt::Display for Ipv4Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+/// Something in the configuration nodelet does not act on, or that looks dangerous. Log every one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConfigWarning {
+    /// The file field (dotted path) or flag it is about.
+    pub(crate) field: String,
+    /// What is wrong.
+    pub(crate) message: String,
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML/JSON, or a field has the wrong type.
+    #[error("config file {path}: {field}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The dotted field path (`.` for the document itself).
+        field: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// `apiVersion` / `kind` are missing or not KubeletConfiguration's.
+    #[error("config file {path}: {message}")]
+    WrongKind {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("invalid {origin}: {message}")]
+    Invalid {
+        /// The flag (`--port`) or file field (`port in /etc/nodelet/config.yaml`).
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The machine's hostname could not be read.
+    #[error("cannot determine the node name (set --hostname-override): {0}")]
+    Hostname(#[source] std::io::Error),
+}
+
+/// Result of [`Config::load`].
+#[derive(Debug, Clone)]
+pub(crate) struct Loaded {
+    /// The configuration.
+    pub(crate) config: Config,
+    /// Everything to log at warning level, in the order found.
+    pub(crate) warnings: Vec<ConfigWarning>,
+}
+
+/// A parsed, not yet merged config file.
+#[derive(Debug)]
+pub(crate) struct ConfigFile {
+    path: PathBuf,
+    raw: RawKubeletConfiguration,
+    warnings: Vec<ConfigWarning>,
+}
+
+impl ConfigFile {
+    /// Reads and parses `path`.
+    pub(crate) fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses `text` as the content of `path`: checks apiVersion/kind, types, and collects warnings for
+    /// unknown and ignored fields.
+    pub(crate) fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let parse_err =
+            |field: String, message: String| ConfigError::Parse { path: path.to_owned(), field, message };
+        if text.trim().is_empty() {
+            return Err(parse_err(".".into(), "the file is empty".into()));
+        }
+        let mut docs = serde_yaml::Deserializer::from_str(text);
+        let Some(doc) = docs.next() else {
+            return Err(parse_err(".".into(), "the file is empty".into()));
+        };
+        let mut ignored = Vec::new();
+        let raw: RawKubeletConfiguration = {
+            let mut record = |p: serde_ignored::Path<'_>| ignored.push(dotted(&p));
+            let de = serde_ignored::Deserializer::new(doc, &mut record);
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                let field = e.path().to_string();
+                let inner = e.into_inner().to_string();
+                // serde_yaml already prefixes its message with the path
+                let message = inner.strip_prefix(&format!("{field}: ")).map_or(inner.clone(), str::to_owned);
+                parse_err(field, message)
+            })?
+        };
+        if docs.next().is_some() {
+            return Err(parse_err(
+                ".".into(),
+                "holds more than one YAML document; nodelet reads exactly one".into(),
+            ));
+        }
+        let wrong_kind = |message: String| ConfigError::WrongKind { path: path.to_owned(), message };
+        match raw.api_version.as_deref() {
+            Some(API_VERSION) => {}
+            Some(other) => {
+                return Err(wrong_kind(format!("apiVersion {other:?} is not supported, use {API_VERSION}")));
+            }
+            None => return Err(wrong_kind(format!("apiVersion is missing (want {API_VERSION})"))),
+        }
+        match raw.kind.as_deref() {
+            Some(KIND) => {}
+            Some(other) => return Err(wrong_kind(format!("kind {other:?} is not {KIND}"))),
+            None => return Err(wrong_kind(format!("kind is missing (want {KIND})"))),
+        }
+        let mut warnings = Vec::new();
+        for field in ignored {
+            let top = field.split('.').next().unwrap_or(&field);
+            let message = if field.starts_with("nodelet.") {
+                "unknown nodelet field (typo?); ignored".to_owned()
+            } else if KUBELET_FIELDS.contains(&field.as_str())
+                || (KUBELET_FIELDS.contains(&top) && !is_read(top))
+            {
+                "kubelet field not supported by nodelet; ignored".to_owned()
+            } else {
+                "unknown field (typo?); ignored".to_owned()
+            };
+            warnings.push(ConfigWarning { field, message });
+        }
+        Ok(ConfigFile { path: path.to_owned(), raw, warnings })
+    }
+}
+
+/// `a.b[0].c` for a serde_ignored path (without its `?` markers for options).
+fn dotted(p: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match p {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", dotted(parent)),
+        Path::Map { parent, key } => {
+            let head = dotted(parent);
+            if head.is_empty() { key.clone() } else { format!("{head}.{key}") }
+        }
+        Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => {
+            dotted(parent)
+        }
+    }
+}
+
+/// Top-level fields nodelet reads (a sub-field of one of these that serde ignored is unknown, not ignored).
+fn is_read(top: &str) -> bool {
+    matches!(top, "authentication" | "authorization" | "crashLoopBackOff" | "nodelet")
+}
+
+/// Facts about the machine the configuration depends on (injected by tests).
+#[derive(Debug, Clone)]
+pub(crate) struct HostFacts {
+    /// The machine's hostname.
+    pub(crate) hostname: Result<String, std::sync::Arc<std::io::Error>>,
+    /// The current directory, for relative flag paths.
+    pub(crate) cwd: PathBuf,
+}
+
+impl HostFacts {
+    /// The real machine: `/proc/sys/kernel/hostname` and the current directory.
+    pub(crate) fn detect() -> Self {
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+            .map(|s| s.trim().to_owned())
+            .map_err(std::sync::Arc::new);
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        HostFacts { hostname, cwd }
+    }
+}
+
+impl Config {
+    /// Loads the configuration from the flags and the `--config` file they name.
+    pub(crate) fn load(args: &RunArgs) -> Result<Loaded, ConfigError> {
+        let file = args.config.as_deref().map(ConfigFile::read).transpose()?;
+        Self::resolve(args, file, &HostFacts::detect())
+    }
+
+    /// Merges flags over a parsed file over the defaults, and validates.
+    pub(crate) fn resolve(
+        args: &RunArgs,
+        file: Option<ConfigFile>,
+        host: &HostFacts,
+    ) -> Result<Loaded, ConfigError> {
+        let (mut raw, file_path, mut warnings) = match file {
+            Some(f) => (f.raw, Some(f.path), f.warnings),
+            None => (RawKubeletConfiguration::default(), None, Vec::new()),
+        };
+        let m = Merger { file: file_path.as_deref(), cwd: &host.cwd };
+
+        // ---- node
+        let node_name = match &args.hostname_override {
+            Some(h) => validate_node_name(h).map_err(|msg| m.flag_err("--hostname-override", msg))?,
+            None => {
+                let h = host.hostname.as_ref().map_err(|e| ConfigError::Hostname(clone_io(e)))?;
+                validate_node_name(h).map_err(|msg| ConfigError::Invalid {
+                    origin: "hostname".into(),
+                    message: format!("{msg}; set --hostname-override"),
+                })?
+            }
+        };
+        let root_dir = match &args.root_dir {
+            Some(p) => m.flag_path("--root-dir", p)?,
+            None => PathBuf::from(DEFAULT_ROOT_DIR),
+        };
+
+        // ---- sources
+        let static_pod_path = m.path_opt(
+            args.pod_manifest_path.as_deref(),
+            "--pod-manifest-path",
+            raw.static_pod_path.as_deref(),
+            "staticPodPath",
+        )?;
+        let static_pod_url = match (&args.manifest_url, &raw.static_pod_url) {
+            (Some(u), _) => Some((u.clone(), m.flag_origin("--manifest-url"))),
+            (None, Some(u)) if !u.is_empty() => Some((u.clone(), m.file_origin("staticPodURL"))),
+            _ => None,
+        };
+        let static_pod_url = match static_pod_url {
+            Some((u, origin)) => {
+                Some(validate_url(&u).map_err(|message| ConfigError::Invalid { origin, message })?)
+            }
+            None => None,
+        };
+        let static_pod_url_headers = if !args.manifest_url_header.is_empty() {
+            let mut out = Vec::new();
+            for h in &args.manifest_url_header {
+                out.extend(parse_header_flag(h).map_err(|msg| m.flag_err("--manifest-url-header", msg))?);
+            }
+            out
+        } else {
+            let mut out = Vec::new();
+            for (name, values) in raw.static_pod_url_header.iter().flatten() {
+                for v in values {
+                    validate_header(name, v).map_err(|msg| m.file_err("staticPodURLHeader", msg))?;
+                    out.push((name.clone(), v.clone()));
+                }
+            }
+            out
+        };
+        if static_pod_url.is_none() && !static_pod_url_headers.is_empty() {
+            warnings.push(ConfigWarning {
+                field: "staticPodURLHeader".into(),
+                message: "headers given without a manifest URL; ignored".into(),
+            });
+        }
+        let file_check_frequency = m.positive_duration(
+            args.file_check_frequency,
+            "--file-check-frequency",
+            raw.file_check_frequency,
+            "fileCheckFrequency",
+            DEFAULT_FILE_CHECK_FREQUENCY,
+        )?;
+        let http_check_frequency = m.positive_duration(
+            args.http_check_frequency,
+            "--http-check-frequency",
+            raw.http_check_frequency,
+            "httpCheckFrequency",
+            DEFAULT_HTTP_CHECK_FREQUENCY,
+        )?;
+        let sync_frequency = m.positive_duration(
+            args.sync_frequency,
+            "--sync-frequency",
+            raw.sync_frequency,
+            "syncFrequency",
+            DEFAULT_SYNC_FREQUENCY,
+        )?;
+        let nodelet = raw.nodelet.take().unwrap_or_default();
+        let manifest_http_addr = match (args.manifest_http_addr, &nodelet.manifest_http_address) {
+            (Some(a), _) => Some(a),
+            (None, Some(s)) if !s.is_empty() => Some(s.parse::<SocketAddr>().map_err(|_| {
+                m.file_err("nodelet.manifestHTTPAddress", format!("{s:?} is not an IP:PORT address"))
+            })?),
+            _ => None,
+        };
+
+        if let Some(addr) = manifest_http_addr
+            && !addr.ip().is_loopback()
+        {
+            warnings.push(ConfigWarning {
+                field: "nodelet.manifestHTTPAddress".into(),
+                message: format!(
+                    "the manifest endpoint {addr} has no authentication: whoever reaches it can run privileged \
+                     pods; bind it to 127.0.0.1"
+                ),
+            });
+        }
+
+        // ---- server
+        let address = m.ip(args.address, "--address", raw.address.as_deref(), "address", DEFAULT_ADDRESS)?;
+        let port = m.port(args.port, "--port", raw.port, "port", DEFAULT_PORT)?;
+        if port == 0 {
+            return Err(m.origin_err(
+                args.port.is_some(),
+                "--port",
+                "port",
+                "must be between 1 and 65535".into(),
+            ));
+        }
+        let read_only_port = m.port(
+            args.read_only_port,
+            "--read-only-port",
+            raw.read_only_port,
+            "readOnlyPort",
+            DEFAULT_READ_ONLY_PORT,
+        )?;
+        let healthz_port = m.port(
+            args.healthz_port,
+            "--healthz-port",
+            raw.healthz_port,
+            "healthzPort",
+            DEFAULT_HEALTHZ_PORT,
+        )?;
+        let healthz_ip = m.ip(
+            args.healthz_bind_address,
+            "--healthz-bind-address",
+            raw.healthz_bind_address.as_deref(),
+            "healthzBindAddress",
+            DEFAULT_HEALTHZ_BIND_ADDRESS,
+        )?;
+        let cert = m.path_opt(
+            args.tls_cert_file.as_deref(),
+            "--tls-cert-file",
+            raw.tls_cert_file.as_deref(),
+            "tlsCertFile",
+        )?;
+        let key = m.path_opt(
+            args.tls_private_key_file.as_deref(),
+            "--tls-private-key-file",
+            raw.tls_private_key_file.as_deref(),
+            "tlsPrivateKeyFile",
+        )?;
+        let tls = match (cert, key) {
+            (Some(cert_file), Some(key_file)) => Some(TlsFiles { cert_file, key_file }),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(ConfigError::Invalid {
+                    origin: "--tls-cert-file / tlsCertFile".into(),
+                    message:
+                        "a certificate needs its private key (--tls-private-key-file / tlsPrivateKeyFile)"
+                            .into(),
+                });
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::Invalid {
+                    origin: "--tls-private-key-file / tlsPrivateKeyFile".into(),
+                    message: "a private key needs its certificate (--tls-cert-file / tlsCertFile)".into(),
+                });
+            }
+        };
+        let authn = raw.authentication.as_ref();
+        let client_ca_file = m.path_opt(
+            args.client_ca_file.as_deref(),
+            "--client-ca-file",
+            authn.and_then(|a| a.x509.as_ref()).and_then(|x| x.client_ca_file.as_deref()),
+            "authentication.x509.clientCAFile",
+        )?;
+        let token_auth_file = m.path_opt(
+            args.token_auth_file.as_deref(),
+            "--token-auth-file",
+            nodelet.token_auth_file.as_deref(),
+            "nodelet.tokenAuthFile",
+        )?;
+        let anonymous = args
+            .anonymous_auth
+            .or(authn.and_then(|a| a.anonymous.as_ref()).and_then(|a| a.enabled))
+            .unwrap_or(false);
+        if let Some(w) = authn.and_then(|a| a.webhook.as_ref()) {
+            if w.enabled == Some(true) {
+                warnings.push(ConfigWarning {
+                    field: "authentication.webhook.enabled".into(),
+                    message:
+                        "webhook (TokenReview) authentication is not supported: nodelet has no API server; \
+                              use authentication.x509.clientCAFile or --token-auth-file"
+                            .into(),
+                });
+            }
+            if w.cache_ttl.is_some() {
+                warnings.push(ignored_warning("authentication.webhook.cacheTTL"));
+            }
+        }
+        if let Some(authz) = &raw.authorization {
+            match authz.mode.as_deref() {
+                None | Some("AlwaysAllow") => {}
+                Some("Webhook") => warnings.push(ConfigWarning {
+                    field: "authorization.mode".into(),
+                    message: "Webhook authorization is not supported (no API server): every authenticated \
+                              request is allowed, as with AlwaysAllow"
+                        .into(),
+                }),
+                Some(other) => {
+                    return Err(
+                        m.file_err("authorization.mode", format!("{other:?} is not AlwaysAllow or Webhook"))
+                    );
+                }
+            }
+            if authz.webhook.is_some() {
+                warnings.push(ignored_warning("authorization.webhook"));
+            }
+        }
+        let enabled = raw.enable_server.unwrap_or(true);
+        if enabled && !anonymous && client_ca_file.is_none() && token_auth_file.is_none() {
+            warnings.push(ConfigWarning {
+                field: "authentication".into(),
+                message: format!(
+                    "no authenticator configured: port {port} will refuse every request; set --client-ca-file \
+                     or --token-auth-file (or --read-only-port for local unauthenticated reads)"
+                ),
+            });
+        }
+        if enabled && anonymous && !address.is_loopback() {
+            warnings.push(ConfigWarning {
+                field: "authentication.anonymous.enabled".into(),
+                message: format!(
+                    "anonymous requests are allowed on {address}:{port}: anyone who reaches it can read pods and \
+                     logs"
+                ),
+            });
+        }
+        if read_only_port != 0 && !address.is_loopback() {
+            warnings.push(ConfigWarning {
+                field: "readOnlyPort".into(),
+                message: format!(
+                    "the read-only port {read_only_port} serves pod specs without authentication on {address}; \
+                     prefer --address 127.0.0.1 or port 0"
+                ),
+            });
+        }
+        let server = ServerConfig {
+            enabled,
+            address,
+            port,
+            read_only_port: (read_only_port != 0).then_some(read_only_port),
+            healthz: (healthz_port != 0).then_some(SocketAddr::new(healthz_ip, healthz_port)),
+            tls,
+            cert_dir: root_dir.join("pki"),
+            auth: AuthConfig { client_ca_file, token_auth_file, anonymous },
+        };
+
+        // ---- runtime
+        let endpoint = match (&args.container_runtime_endpoint, &raw.container_runtime_endpoint) {
+            (Some(e), _) => {
+                Some(validate_endpoint(e).map_err(|msg| m.flag_err("--container-runtime-endpoint", msg))?)
+            }
+            (None, Some(e)) if !e.is_empty() => {
+                Some(validate_endpoint(e).map_err(|msg| m.file_err("containerRuntimeEndpoint", msg))?)
+            }
+            _ => None,
+        };
+        if let Some(image_ep) = raw.image_service_endpoint.as_deref().filter(|e| !e.is_empty())
+            && Some(image_ep) != endpoint.as_deref()
+        {
+            warnings.push(ConfigWarning {
+                field: "imageServiceEndpoint".into(),
+                message: "a separate image service is not supported: images are managed through the runtime \
+                          endpoint; ignored"
+                    .into(),
+            });
+        }
+        let request_timeout = m.positive_duration(
+            args.runtime_request_timeout,
+            "--runtime-request-timeout",
+            raw.runtime_request_timeout,
+            "runtimeRequestTimeout",
+            DEFAULT_RUNTIME_REQUEST_TIMEOUT,
+        )?;
+        let (image, image_origin) =
+            match (&args.pod_infra_container_image, &nodelet.pod_infra_container_image) {
+                (Some(i), _) => (i.clone(), m.flag_origin("--pod-infra-container-image")),
+                (None, Some(i)) => (i.clone(), m.file_origin("nodelet.podInfraContainerImage")),
+                (None, None) => (DEFAULT_POD_INFRA_CONTAINER_IMAGE.to_owned(), String::new()),
+            };
+        validate_image_ref(&image)
+            .map_err(|message| ConfigError::Invalid { origin: image_origin, message })?;
+        let (cidr, cidr_origin) = match (&args.pod_cidr, &raw.pod_cidr) {
+            (Some(c), _) => (c.clone(), m.flag_origin("--pod-cidr")),
+            (None, Some(c)) if !c.is_empty() => (c.clone(), m.file_origin("podCIDR")),
+            _ => (String::new(), String::new()),
+        };
+        let pod_cidr = if cidr.is_empty() {
+            default_pod_cidr()
+        } else {
+            cidr.parse().map_err(|message| ConfigError::Invalid { origin: cidr_origin, message })?
+        };
+        let cni_bridge = nodelet.cni_bridge.clone().unwrap_or_else(|| DEFAULT_CNI_BRIDGE.to_owned());
+        if !valid_ifname(&cni_bridge) {
+            return Err(m.file_err(
+                "nodelet.cniBridge",
+                format!("{cni_bridge:?} is not a network interface name (1-15 of [A-Za-z0-9_.-])"),
+            ));
+        }
+        let containerd_path = match (&args.containerd_path, &nodelet.containerd_path) {
+            (Some(p), _) => p.clone(),
+            (None, Some(p)) if !p.is_empty() => {
+                let p = PathBuf::from(p);
+                // a bare name is looked up on PATH; a path with a slash is relative to the file
+                if p.components().count() > 1 { m.file_path("nodelet.containerdPath", &p)? } else { p }
+            }
+            _ => PathBuf::from(DEFAULT_CONTAINERD_PATH),
+        };
+        let config_extra = m.path_opt(
+            args.containerd_config_extra.as_deref(),
+            "--containerd-config-extra",
+            nodelet.containerd_config_extra.as_deref(),
+            "nodelet.containerdConfigExtra",
+        )?;
+        let preload_images = m.path_opt(
+            args.preload_images.as_deref(),
+            "--preload-images",
+            nodelet.preload_images.as_deref(),
+            "nodelet.preloadImages",
+        )?;
+        let runtime = RuntimeConfig {
+            endpoint,
+            request_timeout,
+            pod_infra_container_image: image,
+            embedded: EmbeddedRuntimeConfig { containerd_path, config_extra, pod_cidr, cni_bridge },
+            preload_images,
+        };
+
+        // ---- pods
+        let pod_logs_dir = m
+            .path_opt(
+                args.pod_logs_dir.as_deref(),
+                "--pod-logs-dir",
+                raw.pod_logs_dir.as_deref(),
+                "podLogsDir",
+            )?
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_POD_LOGS_DIR));
+        let resolv_conf = match (&args.resolv_conf, &raw.resolv_conf) {
+            (Some(s), _) if s.is_empty() => None,
+            (Some(s), _) => Some(m.flag_path("--resolv-conf", Path::new(s))?),
+            (None, Some(s)) if s.is_empty() => None,
+            (None, Some(s)) => Some(m.file_path("resolvConf", Path::new(s))?),
+            (None, None) => Some(PathBuf::from(DEFAULT_RESOLV_CONF)),
+        };
+        let cgroup_root = match (&args.cgroup_root, &raw.cgroup_root) {
+            (Some(c), _) => validate_cgroup(c).map_err(|msg| m.flag_err("--cgroup-root", msg))?,
+            (None, Some(c)) => validate_cgroup(c).map_err(|msg| m.file_err("cgroupRoot", msg))?,
+            (None, None) => None,
+        };
+        let max_pods = match (args.max_pods, raw.max_pods) {
+            (Some(n), _) => {
+                if n == 0 {
+                    return Err(m.flag_err("--max-pods", "must be at least 1".into()));
+                }
+                n
+            }
+            (None, Some(n)) => u32::try_from(n)
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| m.file_err("maxPods", format!("{n} is not between 1 and {}", u32::MAX)))?,
+            (None, None) => DEFAULT_MAX_PODS,
+        };
+        let pod_pids_limit = match (args.pod_max_pids, raw.pod_pids_limit) {
+            (Some(n), _) if n < -1 => return Err(m.flag_err("--pod-max-pids", format!("{n} is below -1"))),
+            (None, Some(n)) if n < -1 => return Err(m.file_err("podPidsLimit", format!("{n} is below -1"))),
+            (Some(n), _) | (None, Some(n)) => (n > 0).then_some(n),
+            (None, None) => None,
+        };
+        let allow_privileged = args.allow_privileged.or(nodelet.allow_privileged).unwrap_or(false);
+        let pods =
+            PodsConfig { pod_logs_dir, resolv_conf, cgroup_root, max_pods, pod_pids_limit, allow_privileged };
+
+        // ---- back-off
+        let kubelet_max = raw.crash_loop_back_off.as_ref().and_then(|c| c.max_container_restart_period);
+        if let Some(max) = kubelet_max
+            && !(Duration::from_secs(1)..=Duration::from_secs(300)).contains(&max.0)
+        {
+            return Err(m.file_err(
+                "crashLoopBackOff.maxContainerRestartPeriod",
+                format!("{max} is not between 1s and 300s"),
+            ));
+        }
+        let container_restart = m.backoff(
+            nodelet.container_restart_back_off.as_ref(),
+            "nodelet.containerRestartBackOff",
+            DEFAULT_CONTAINER_RESTART_BACKOFF,
+            kubelet_max.map(|d| d.0),
+        )?;
+        let image_pull = m.backoff(
+            nodelet.image_pull_back_off.as_ref(),
+            "nodelet.imagePullBackOff",
+            DEFAULT_IMAGE_PULL_BACKOFF,
+            None,
+        )?;
+        let backoff = BackOffConfig { container_restart, image_pull };
+
+        // ---- parsed for later issues
+        let eviction = m.eviction(&raw)?;
+        let image_gc = m.image_gc(&raw)?;
+        let container_logs = ContainerLogConfig {
+            max_size: match &raw.container_log_max_size {
+                Some(s) => parse_quantity(s).map_err(|e| m.file_err("containerLogMaxSize", e.to_string()))?,
+                None => DEFAULT_CONTAINER_LOG_MAX_SIZE,
+            },
+            max_files: match raw.container_log_max_files {
+                Some(n) => u32::try_from(n)
+                    .ok()
+                    .filter(|n| *n >= 2)
+                    .ok_or_else(|| m.file_err("containerLogMaxFiles", format!("{n} must be at least 2")))?,
+                None => DEFAULT_CONTAINER_LOG_MAX_FILES,
+            },
+        };
+        let serialize = raw.serialize_image_pulls.unwrap_or(true);
+        let max_parallel = match raw.max_parallel_image_pulls {
+            Some(n) => Some(
+                u32::try_from(n)
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| m.file_err("maxParallelImagePulls", format!("{n} must be at least 1")))?,
+            ),
+            None => None,
+        };
+        if serialize && max_parallel.is_some_and(|n| n > 1) {
+            return Err(m.file_err(
+                "maxParallelImagePulls",
+                "must be unset or 1 when serializeImagePulls is true".into(),
+            ));
+        }
+        let image_pulls = ImagePullConfig { serialize, max_parallel };
+        for field in NOT_YET_ENFORCED {
+            if m.file.is_some() && raw_field_set(&raw, field) {
+                warnings.push(ConfigWarning {
+                    field: (*field).to_owned(),
+                    message: "parsed and validated, but not enforced yet by this nodelet version".into(),
+                });
+            }
+        }
+
+        let config = Config {
+            config_file: file_path,
+            node_name,
+            root_dir,
+            sources: SourcesConfig {
+                static_pod_path,
+                static_pod_url,
+                static_pod_url_headers,
+                file_check_frequency,
+                http_check_frequency,
+                manifest_http_addr,
+            },
+            sync_frequency,
+            server,
+            runtime,
+            pods,
+            backoff,
+            eviction,
+            image_gc,
+            container_logs,
+            image_pulls,
+        };
+        Ok(Loaded { config, warnings })
+    }
+}
+
+fn raw_field_set(raw: &RawKubeletConfiguration, field: &str) -> bool {
+    match field {
+        "evictionHard" => raw.eviction_hard.is_some(),
+        "evictionSoft" => raw.eviction_soft.is_some(),
+        "evictionSoftGracePeriod" => raw.eviction_soft_grace_period.is_some(),
+        "evictionPressureTransitionPeriod" => raw.eviction_pressure_transition_period.is_some(),
+        "evictionMaxPodGracePeriod" => raw.eviction_max_pod_grace_period.is_some(),
+        "evictionMinimumReclaim" => raw.eviction_minimum_reclaim.is_some(),
+        "mergeDefaultEvictionSettings" => raw.merge_default_eviction_settings.is_some(),
+        "imageGCHighThresholdPercent" => raw.image_gc_high_threshold_percent.is_some(),
+        "imageGCLowThresholdPercent" => raw.image_gc_low_threshold_percent.is_some(),
+        "imageMinimumGCAge" => raw.image_minimum_gc_age.is_some(),
+        "imageMaximumGCAge" => raw.image_maximum_gc_age.is_some(),
+        "containerLogMaxSize" => raw.container_log_max_size.is_some(),
+        "containerLogMaxFiles" => raw.container_log_max_files.is_some(),
+        "serializeImagePulls" => raw.serialize_image_pulls.is_some(),
+        "maxParallelImagePulls" => raw.max_parallel_image_pulls.is_some(),
+        _ => false,
+    }
+}
+
+fn ignored_warning(field: &str) -> ConfigWarning {
+    ConfigWarning { field: field.to_owned(), message: "not supported by nodelet; ignored".into() }
+}
+
+fn clone_io(e: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), e.to_string())
+}
+
+/// Merging helpers: origins, path resolution, typed picks.
+struct Merger<'a> {
+    file: Option<&'a Path>,
+    cwd: &'a Path,
+}
+
+impl Merger<'_> {
+    fn flag_origin(&self, flag: &str) -> String {
+        flag.to_owned()
+    }
+    fn file_origin(&self, field: &str) -> String {
+        match self.file {
+            Some(p) => format!("{field} in {}", p.display()),
+            None => field.to_owned(),
+        }
+    }
+    fn flag_err(&self, flag: &str, message: String) -> ConfigError {
+        ConfigError::Invalid { origin: self.flag_origin(flag), message }
+    }
+    fn file_err(&self, field: &str, message: String) -> ConfigError {
+        ConfigError::Invalid { origin: self.file_origin(field), message }
+    }
+    fn origin_err(&self, from_flag: bool, flag: &str, field: &str, message: String) -> ConfigError {
+        if from_flag { self.flag_err(flag, message) } else { self.file_err(field, message) }
+    }
+
+    fn flag_path(&self, flag: &str, p: &Path) -> Result<PathBuf, ConfigError> {
+        check_path(p).map_err(|msg| self.flag_err(flag, msg))?;
+        Ok(if p.is_absolute() { p.to_owned() } else { self.cwd.join(p) })
+    }
+    fn file_path(&self, field: &str, p: &Path) -> Result<PathBuf, ConfigError> {
+        check_path(p).map_err(|msg| self.file_err(field, msg))?;
+        if p.is_absolute() {
+            return Ok(p.to_owned());
+        }
+        let base = self.file.and_then(Path::parent).filter(|d| !d.as_os_str().is_empty());
+        Ok(match base {
+            Some(dir) if dir.is_absolute() => dir.join(p),
+            Some(dir) => self.cwd.join(dir).join(p),
+            None => self.cwd.join(p),
+        })
+    }
+    fn path_opt(
+        &self,
+        flag: Option<&Path>,
+        flag_name: &str,
+        file: Option<&str>,
+        field: &str,
+    ) -> Result<Option<PathBuf>, ConfigError> {
+        match (flag, file) {
+            (Some(p), _) => self.flag_path(flag_name, p).map(Some),
+            (None, Some(s)) if !s.is_empty() => self.file_path(field, Path::new(s)).map(Some),
+            _ => Ok(None),
+        }
+    }
+    fn positive_duration(
+        &self,
+        flag: Option<GoDuration>,
+        flag_name: &str,
+        file: Option<GoDuration>,
+        field: &str,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
+        let (d, from_flag) = match (flag, file) {
+            (Some(d), _) => (d.0, true),
+            (None, Some(d)) => (d.0, false),
+            (None, None) => return Ok(default),
+        };
+        if d.is_zero() {
+            return Err(self.origin_err(from_flag, flag_name, field, "must be greater than 0".into()));
+        }
+        Ok(d)
+    }
+    fn port(
+        &self,
+        flag: Option<u16>,
+        _flag_name: &str,
+        file: Option<i64>,
+        field: &str,
+        default: u16,
+    ) -> Result<u16, ConfigError> {
+        match (flag, file) {
+            (Some(p), _) => Ok(p),
+            (None, Some(p)) => {
+                u16::try_from(p).map_err(|_| self.file_err(field, format!("{p} is not between 0 and 65535")))
+            }
+            (None, None) => Ok(default),
+        }
+    }
+    fn ip(
+        &self,
+        flag: Option<IpAddr>,
+        _flag_name: &str,
+        file: Option<&str>,
+        field: &str,
+        default: IpAddr,
+    ) -> Result<IpAddr, ConfigError> {
+        match (flag, file) {
+            (Some(ip), _) => Ok(ip),
+            (None, Some(s)) if !s.is_empty() => {
+                s.parse().map_err(|_| self.file_err(field, format!("{s:?} is not an IP address")))
+            }
+            _ => Ok(default),
+        }
+    }
+    fn backoff(
+        &self,
+        raw: Option<&RawBackOff>,
+        field: &str,
+        default: BackOff,
+        kubelet_max: Option<Duration>,
+    ) -> Result<BackOff, ConfigError> {
+        let raw_max = raw.and_then(|r| r.max).map(|d| d.0);
+        if let (Some(a), Some(b)) = (raw_max, kubelet_max)
+            && a != b
+        {
+            return Err(self.file_err(
+                &format!("{field}.max"),
+                "conflicts with crashLoopBackOff.maxContainerRestartPeriod; set only one".into(),
+            ));
+        }
+        let max = raw_max.or(kubelet_max).unwrap_or(default.max);
+        let initial = raw.and_then(|r| r.initial).map_or(default.initial.min(max), |d| d.0);
+        let reset_after = raw.and_then(|r| r.reset_after).map_or(default.reset_after, |d| d.0);
+        if initial.is_zero() {
+            return Err(self.file_err(&format!("{field}.initial"), "must be greater than 0".into()));
+        }
+        if max < initial {
+            return Err(
+                self.file_err(&format!("{field}.max"), format!("{} is below initial", GoDuration(max)))
+            );
+        }
+        if reset_after.is_zero() {
+            return Err(self.file_err(&format!("{field}.resetAfter"), "must be greater than 0".into()));
+        }
+        Ok(BackOff { initial, max, reset_after })
+    }
+
+    fn thresholds(
+        &self,
+        field: &str,
+        map: &BTreeMap<String, String>,
+    ) -> Result<Vec<EvictionThreshold>, ConfigError> {
+        map.iter()
+            .map(|(signal, value)| {
+                check_signal(signal).map_err(|msg| self.file_err(field, msg))?;
+                let value = value
+                    .parse::<ThresholdValue>()
+                    .map_err(|e| self.file_err(&format!("{field}.{signal}"), e.to_string()))?;
+                Ok(EvictionThreshold { signal: signal.clone(), value })
+            })
+            .collect()
+    }
+
+    fn eviction(&self, raw: &RawKubeletConfiguration) -> Result<EvictionConfig, ConfigError> {
+        let defaults: BTreeMap<String, String> =
+            DEFAULT_EVICTION_HARD.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let hard_map = match &raw.eviction_hard {
+            Some(m) if raw.merge_default_eviction_settings == Some(true) => {
+                let mut merged = defaults;
+                merged.extend(m.iter().map(|(k, v)| (k.clone(), v.clone())));
+                merged
+            }
+            Some(m) => m.clone(),
+            None => defaults,
+        };
+        let hard = self.thresholds("evictionHard", &hard_map)?;
+        let soft = self.thresholds("evictionSoft", raw.eviction_soft.as_ref().unwrap_or(&BTreeMap::new()))?;
+        let mut soft_grace_period = BTreeMap::new();
+        for (signal, d) in raw.eviction_soft_grace_period.iter().flatten() {
+            check_signal(signal).map_err(|msg| self.file_err("evictionSoftGracePeriod", msg))?;
+            let d = parse_go_duration(d)
+                .map_err(|e| self.file_err(&format!("evictionSoftGracePeriod.{signal}"), e.to_string()))?;
+            soft_grace_period.insert(signal.clone(), d);
+        }
+        for t in &soft {
+            if !soft_grace_period.contains_key(&t.signal) {
+                return Err(self.file_err(
+                    &format!("evictionSoft.{}", t.signal),
+                    "needs a grace period in evictionSoftGracePeriod".into(),
+                ));
+            }
+        }
+        for signal in soft_grace_period.keys() {
+            if !soft.iter().any(|t| &t.signal == signal) {
+                return Err(self.file_err(
+                    &format!("evictionSoftGracePeriod.{signal}"),
+                    "has no threshold in evictionSoft".into(),
+                ));
+            }
+        }
+        let mut minimum_reclaim = BTreeMap::new();
+        for (signal, v) in raw.eviction_minimum_reclaim.iter().flatten() {
+            check_signal(signal).map_err(|msg| self.file_err("evictionMinimumReclaim", msg))?;
+            let v = v
+                .parse::<ThresholdValue>()
+                .map_err(|e| self.file_err(&format!("evictionMinimumReclaim.{signal}"), e.to_string()))?;
+            minimum_reclaim.insert(signal.clone(), v);
+        }
+        let max_pod_grace_period = match raw.eviction_max_pod_grace_period {
+            Some(n) => i32::try_from(n)
+                .map_err(|_| self.file_err("evictionMaxPodGracePeriod", format!("{n} is out of range")))?,
+            None => 0,
+        };
+        Ok(EvictionConfig {
+            hard,
+            soft,
+            soft_grace_period,
+            pressure_transition_period: raw
+                .eviction_pressure_transition_period
+                .map_or(DEFAULT_EVICTION_PRESSURE_TRANSITION_PERIOD, |d| d.0),
+            max_pod_grace_period,
+            minimum_reclaim,
+        })
+    }
+
+    fn image_gc(&self, raw: &RawKubeletConfiguration) -> Result<ImageGcConfig, ConfigError> {
+        let percent = |v: Option<i64>, field: &str, default: u8| -> Result<u8, ConfigError> {
+            match v {
+                Some(n) => u8::try_from(n)
+                    .ok()
+                    .filter(|n| *n <= 100)
+                    .ok_or_else(|| self.file_err(field, format!("{n} is not between 0 and 100"))),
+                None => Ok(default),
+            }
+        };
+        let high = percent(
+            raw.image_gc_high_threshold_percent,
+            "imageGCHighThresholdPercent",
+            DEFAULT_IMAGE_GC_HIGH_THRESHOLD_PERCENT,
+        )?;
+        let low = percent(
+            raw.image_gc_low_threshold_percent,
+            "imageGCLowThresholdPercent",
+            DEFAULT_IMAGE_GC_LOW_THRESHOLD_PERCENT,
+        )?;
+        if low >= high {
+            return Err(self.file_err(
+                "imageGCLowThresholdPercent",
+                format!("{low} must be less than imageGCHighThresholdPercent ({high})"),
+            ));
+        }
+        Ok(ImageGcConfig {
+            high_threshold_percent: high,
+            low_threshold_percent: low,
+            minimum_age: raw.image_minimum_gc_age.map_or(DEFAULT_IMAGE_MINIMUM_GC_AGE, |d| d.0),
+            maximum_age: raw.image_maximum_gc_age.map(|d| d.0).filter(|d| !d.is_zero()),
+        })
+    }
+}
+
+fn check_signal(signal: &str) -> Result<(), String> {
+    if EVICTION_SIGNALS.contains(&signal) {
+        Ok(())
+    } else {
+        Err(format!("unknown eviction signal {signal:?} (known: {})", EVICTION_SIGNALS.join(", ")))
+    }
+}
+
+fn check_path(p: &Path) -> Result<(), String> {
+    let s = p.as_os_str().to_string_lossy();
+    if s.is_empty() {
+        return Err("empty path".into());
+    }
+    if s.chars().any(char::is_control) {
+        return Err(format!("path {s:?} contains control characters"));
+    }
+    Ok(())
+}
+
+/// Lower-cases and checks a node name: a DNS-1123 subdomain.
+pub(crate) fn validate_node_name(name: &str) -> Result<String, String> {
+    let n = name.trim().to_lowercase();
+    if is_dns_subdomain(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "{name:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253, starting \
+             and ending with a letter or digit)"
+        ))
+    }
+}
+
+/// Whether `s` is a DNS-1123 subdomain (what Kubernetes requires of pod and node names).
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label_part)
+}
+
+/// Whether `s` is a DNS-1123 label (namespaces, container names).
+pub(crate) fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && is_dns_label_part(s)
+}
+
+fn is_dns_label_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+fn validate_url(u: &str) -> Result<String, String> {
+    let lower = u.to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+        return Err(format!("{u:?} is not an http:// or https:// URL"));
+    }
+    if u.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(format!("{u:?} contains whitespace or control characters"));
+    }
+    Ok(u.to_owned())
+}
+
+/// `a:1,b:2` → [(a, 1), (b, 2)], like the kubelet's `--manifest-url-header`.
+fn parse_header_flag(s: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for pair in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let (k, v) = pair.split_once(':').ok_or_else(|| format!("{pair:?} is not key:value"))?;
+        let (k, v) = (k.trim(), v.trim());
+        validate_header(k, v)?;
+        out.push((k.to_owned(), v.to_owned()));
+    }
+    Ok(out)
+}
+
+fn validate_header(name: &str, value: &str) -> Result<(), String> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(token) {
+        return Err(format!("{name:?} is not a valid HTTP header name"));
+    }
+    if value.chars().any(|c| c.is_control() && c != '\t') {
+        return Err(format!("the value of header {name:?} contains control characters"));
+    }
+    Ok(())
+}
+
+fn validate_endpoint(e: &str) -> Result<String, String> {
+    nodelet_cri::parse_endpoint(e).map_err(|err| err.to_string())?;
+    Ok(e.to_owned())
+}
+
+fn validate_image_ref(image: &str) -> Result<(), String> {
+    if image.is_empty() || image.len() > 4096 || image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{image:?} is not an image reference"));
+    }
+    Ok(())
+}
+
+fn validate_cgroup(c: &str) -> Result<Option<String>, String> {
+    if c.is_empty() || c == "/" {
+        return Ok(None);
+    }
+    let ok = c.starts_with('/')
+        && c[1..].split('/').all(|seg| {
+            !seg.is_empty()
+                && seg != "."
+                && seg != ".."
+                && seg.chars().all(|ch| ch.is_ascii_alphanumeric() || "_.-".contains(ch))
+        });
+    if ok {
+        Ok(Some(c.trim_end_matches('/').to_owned()))
+    } else {
+        Err(format!("{c:?} is not an absolute cgroup path like /nodelet (segments of [A-Za-z0-9_.-])"))
+    }
+}
+
+fn valid_ifname(s: &str) -> bool {
+    (1..=15).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,288 @@
+//! The KubeletConfiguration file as written (serde), before merging with flags and validation.
+//!
+//! Every field is optional: absent means "not set in the file", so a flag or the default applies. Field names
+//! are the kubelet's (kubelet.config.k8s.io/v1beta1); nodelet's own settings live under the top-level
+//! `nodelet:` key so a reader can tell them apart.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::units::GoDuration;
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawKubeletConfiguration {
+    pub(super) api_version: Option<String>,
+    pub(super) kind: Option<String>,
+
+    // pod sources
+    pub(super) static_pod_path: Option<String>,
+    #[serde(rename = "staticPodURL")]
+    pub(super) static_pod_url: Option<String>,
+    #[serde(rename = "staticPodURLHeader")]
+    pub(super) static_pod_url_header: Option<BTreeMap<String, Vec<String>>>,
+    pub(super) file_check_frequency: Option<GoDuration>,
+    pub(super) http_check_frequency: Option<GoDuration>,
+    pub(super) sync_frequency: Option<GoDuration>,
+
+    // serving
+    pub(super) enable_server: Option<bool>,
+    pub(super) address: Option<String>,
+    pub(super) port: Option<i64>,
+    pub(super) read_only_port: Option<i64>,
+    pub(super) healthz_port: Option<i64>,
+    pub(super) healthz_bind_address: Option<String>,
+    pub(super) tls_cert_file: Option<String>,
+    pub(super) tls_private_key_file: Option<String>,
+    pub(super) authentication: Option<RawAuthentication>,
+    pub(super) authorization: Option<RawAuthorization>,
+
+    // runtime
+    pub(super) container_runtime_endpoint: Option<String>,
+    pub(super) image_service_endpoint: Option<String>,
+    pub(super) runtime_request_timeout: Option<GoDuration>,
+    pub(super) pod_logs_dir: Option<String>,
+    pub(super) cgroup_root: Option<String>,
+    #[serde(rename = "podCIDR")]
+    pub(super) pod_cidr: Option<String>,
+    pub(super) resolv_conf: Option<String>,
+    pub(super) max_pods: Option<i64>,
+    pub(super) pod_pids_limit: Option<i64>,
+    pub(super) crash_loop_back_off: Option<RawCrashLoopBackOff>,
+
+    // parsed for later: eviction, image GC, log rotation, pulls
+    pub(super) eviction_hard: Option<BTreeMap<String, String>>,
+    pub(super) eviction_soft: Option<BTreeMap<String, String>>,
+    pub(super) eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    pub(super) eviction_pressure_transition_period: Option<GoDuration>,
+    pub(super) eviction_max_pod_grace_period: Option<i64>,
+    pub(super) eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    pub(super) merge_default_eviction_settings: Option<bool>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub(super) image_gc_high_threshold_percent: Option<i64>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub(super) image_gc_low_threshold_percent: Option<i64>,
+    #[serde(rename = "imageMinimumGCAge")]
+    pub(super) image_minimum_gc_age: Option<GoDuration>,
+    #[serde(rename = "imageMaximumGCAge")]
+    pub(super) image_maximum_gc_age: Option<GoDuration>,
+    pub(super) container_log_max_size: Option<String>,
+    pub(super) container_log_max_files: Option<i64>,
+    pub(super) serialize_image_pulls: Option<bool>,
+    pub(super) max_parallel_image_pulls: Option<i64>,
+
+    /// nodelet's own settings.
+    pub(super) nodelet: Option<RawNodelet>,
+}
+
+/// `authentication:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawAuthentication {
+    pub(super) x509: Option<RawX509>,
+    pub(super) webhook: Option<RawWebhookAuthn>,
+    pub(super) anonymous: Option<RawAnonymous>,
+}
+
+/// `authentication.x509:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawX509 {
+    #[serde(rename = "clientCAFile")]
+    pub(super) client_ca_file: Option<String>,
+}
+
+/// `authentication.webhook:` (not supported: nodelet has no API server to send TokenReviews to).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawWebhookAuthn {
+    pub(super) enabled: Option<bool>,
+    #[serde(rename = "cacheTTL")]
+    pub(super) cache_ttl: Option<GoDuration>,
+}
+
+/// `authentication.anonymous:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawAnonymous {
+    pub(super) enabled: Option<bool>,
+}
+
+/// `authorization:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawAuthorization {
+    pub(super) mode: Option<String>,
+    /// Not supported: accepted whole, reported once.
+    pub(super) webhook: Option<serde::de::IgnoredAny>,
+}
+
+/// `crashLoopBackOff:` (kubelet 1.32+, gate `KubeletCrashLoopBackOffMax`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawCrashLoopBackOff {
+    pub(super) max_container_restart_period: Option<GoDuration>,
+}
+
+/// `nodelet:`: settings the kubelet does not have.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawNodelet {
+    pub(super) allow_privileged: Option<bool>,
+    pub(super) token_auth_file: Option<String>,
+    #[serde(rename = "manifestHTTPAddress")]
+    pub(super) manifest_http_address: Option<String>,
+    pub(super) pod_infra_container_image: Option<String>,
+    pub(super) containerd_path: Option<String>,
+    pub(super) containerd_config_extra: Option<String>,
+    pub(super) preload_images: Option<String>,
+    pub(super) cni_bridge: Option<String>,
+    pub(super) container_restart_back_off: Option<RawBackOff>,
+    pub(super) image_pull_back_off: Option<RawBackOff>,
+}
+
+/// A back-off policy: first delay, cap, and how long a success must last for the delay to start over.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawBackOff {
+    pub(super) initial: Option<GoDuration>,
+    pub(super) max: Option<GoDuration>,
+    pub(super) reset_after: Option<GoDuration>,
+}
+
+/// Every field of kubelet.config.k8s.io/v1beta1 KubeletConfiguration (top level and the nested structs nodelet
+/// reads), so an ignored field can be told apart from a typo. Paths as serde_ignored reports them.
+pub(super) const KUBELET_FIELDS: &[&str] = &[
+    "enableServer",
+    "staticPodPath",
+    "podLogsDir",
+    "syncFrequency",
+    "fileCheckFrequency",
+    "httpCheckFrequency",
+    "staticPodURL",
+    "staticPodURLHeader",
+    "address",
+    "port",
+    "readOnlyPort",
+    "tlsCertFile",
+    "tlsPrivateKeyFile",
+    "tlsCipherSuites",
+    "tlsMinVersion",
+    "rotateCertificates",
+    "serverTLSBootstrap",
+    "authentication",
+    "authentication.x509",
+    "authentication.webhook",
+    "authentication.anonymous",
+    "authorization",
+    "authorization.mode",
+    "authorization.webhook",
+    "registryPullQPS",
+    "registryBurst",
+    "imagePullCredentialsVerificationPolicy",
+    "preloadedImagesVerificationAllowlist",
+    "eventRecordQPS",
+    "eventBurst",
+    "enableDebuggingHandlers",
+    "enableContentionProfiling",
+    "healthzPort",
+    "healthzBindAddress",
+    "oomScoreAdj",
+    "clusterDomain",
+    "clusterDNS",
+    "streamingConnectionIdleTimeout",
+    "nodeStatusUpdateFrequency",
+    "nodeStatusReportFrequency",
+    "nodeLeaseDurationSeconds",
+    "imageMinimumGCAge",
+    "imageMaximumGCAge",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "volumeStatsAggPeriod",
+    "kubeletCgroups",
+    "systemCgroups",
+    "cgroupRoot",
+    "cgroupsPerQOS",
+    "cgroupDriver",
+    "cpuManagerPolicy",
+    "singleProcessOOMKill",
+    "cpuManagerPolicyOptions",
+    "cpuManagerReconcilePeriod",
+    "memoryManagerPolicy",
+    "topologyManagerPolicy",
+    "topologyManagerScope",
+    "topologyManagerPolicyOptions",
+    "qosReserved",
+    "runtimeRequestTimeout",
+    "hairpinMode",
+    "maxPods",
+    "podCIDR",
+    "podPidsLimit",
+    "resolvConf",
+    "runOnce",
+    "cpuCFSQuota",
+    "cpuCFSQuotaPeriod",
+    "nodeStatusMaxImages",
+    "maxOpenFiles",
+    "contentType",
+    "kubeAPIQPS",
+    "kubeAPIBurst",
+    "serializeImagePulls",
+    "maxParallelImagePulls",
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionPressureTransitionPeriod",
+    "evictionMaxPodGracePeriod",
+    "evictionMinimumReclaim",
+    "mergeDefaultEvictionSettings",
+    "podsPerCore",
+    "enableControllerAttachDetach",
+    "protectKernelDefaults",
+    "makeIPTablesUtilChains",
+    "iptablesMasqueradeBit",
+    "iptablesDropBit",
+    "featureGates",
+    "failSwapOn",
+    "failCgroupV1",
+    "memorySwap",
+    "containerLogMaxSize",
+    "containerLogMaxFiles",
+    "containerLogMaxWorkers",
+    "containerLogMonitorInterval",
+    "configMapAndSecretChangeDetectionStrategy",
+    "systemReserved",
+    "kubeReserved",
+    "reservedSystemCPUs",
+    "showHiddenMetricsForVersion",
+    "systemReservedCgroup",
+    "kubeReservedCgroup",
+    "enforceNodeAllocatable",
+    "allowedUnsafeSysctls",
+    "volumePluginDir",
+    "providerID",
+    "kernelMemcgNotification",
+    "logging",
+    "enableSystemLogHandler",
+    "enableSystemLogQuery",
+    "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods",
+    "shutdownGracePeriodByPodPriority",
+    "crashLoopBackOff",
+    "reservedMemory",
+    "enableProfilingHandler",
+    "enableDebugFlagsHandler",
+    "seccompDefault",
+    "memoryThrottlingFactor",
+    "registerWithTaints",
+    "registerNode",
+    "tracing",
+    "localStorageCapacityIsolation",
+    "containerRuntimeEndpoint",
+    "imageServiceEndpoint",
+    "failSwapOn",
+    "userNamespaces",
+    "podHousekeepingPeriod",
+];

@@ -1,0 +1,389 @@
+//! Value syntaxes shared with the kubelet: Go durations (`1m30s`) and Kubernetes quantities (`100Mi`).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// A duration written like Go's `time.ParseDuration` accepts it (`2m`, `1m30s`, `500ms`, `1.5h`, `0`), as
+/// the kubelet's flags and KubeletConfiguration fields take them. Negative durations are refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub(crate) struct GoDuration(pub(crate) Duration);
+
+/// Why a duration or a quantity could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum UnitError {
+    /// The text was empty.
+    #[error("empty value")]
+    Empty,
+    /// A duration number without a unit (other than `0`).
+    #[error("missing unit in duration {0:?} (use ns, us, ms, s, m or h, e.g. \"1m30s\")")]
+    MissingUnit(String),
+    /// A unit nodelet does not know.
+    #[error("unknown unit {unit:?} in {value:?}")]
+    UnknownUnit {
+        /// The unit as written.
+        unit: String,
+        /// The whole value.
+        value: String,
+    },
+    /// Not a number where one was expected.
+    #[error("invalid number in {0:?}")]
+    InvalidNumber(String),
+    /// A negative value where only non-negative ones make sense.
+    #[error("negative value {0:?} is not allowed")]
+    Negative(String),
+    /// The value does not fit.
+    #[error("value {0:?} is out of range")]
+    OutOfRange(String),
+}
+
+const NANOS_PER_UNIT: &[(&str, u128)] = &[
+    ("ns", 1),
+    ("us", 1_000),
+    ("\u{b5}s", 1_000),
+    ("\u{3bc}s", 1_000),
+    ("ms", 1_000_000),
+    ("s", 1_000_000_000),
+    ("m", 60_000_000_000),
+    ("h", 3_600_000_000_000),
+];
+
+/// Parses a Go duration string (`time.ParseDuration` syntax) into a [`Duration`]; negatives are refused.
+pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, UnitError> {
+    let s = text.trim();
+    if s.is_empty() {
+        return Err(UnitError::Empty);
+    }
+    let (negative, mut rest) = match s.as_bytes()[0] {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(UnitError::InvalidNumber(text.to_owned()));
+    }
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        // number: digits [. digits]
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let int_part = &rest[..int_len];
+        rest = &rest[int_len..];
+        let mut frac_part = "";
+        if let Some(after_dot) = rest.strip_prefix('.') {
+            let frac_len = after_dot.bytes().take_while(u8::is_ascii_digit).count();
+            frac_part = &after_dot[..frac_len];
+            rest = &after_dot[frac_len..];
+        }
+        if int_part.is_empty() && frac_part.is_empty() {
+            return Err(UnitError::InvalidNumber(text.to_owned()));
+        }
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        if unit.is_empty() {
+            return Err(UnitError::MissingUnit(text.to_owned()));
+        }
+        let Some(&(_, scale)) = NANOS_PER_UNIT.iter().find(|(u, _)| *u == unit) else {
+            return Err(UnitError::UnknownUnit { unit: unit.to_owned(), value: text.to_owned() });
+        };
+        let overflow = || UnitError::OutOfRange(text.to_owned());
+        let int: u128 = if int_part.is_empty() { 0 } else { int_part.parse().map_err(|_| overflow())? };
+        let mut value = int.checked_mul(scale).ok_or_else(overflow)?;
+        // fraction: keep at most 30 digits; exact for every unit (scale <= 3.6e12)
+        let mut denom: u128 = 1;
+        let mut frac: u128 = 0;
+        for d in frac_part.bytes().take(30) {
+            frac = frac * 10 + u128::from(d - b'0');
+            denom *= 10;
+        }
+        value =
+            value.checked_add(frac.checked_mul(scale).ok_or_else(overflow)? / denom).ok_or_else(overflow)?;
+        total = total.checked_add(value).ok_or_else(overflow)?;
+    }
+    if negative && total > 0 {
+        return Err(UnitError::Negative(text.to_owned()));
+    }
+    let secs = u64::try_from(total / 1_000_000_000).map_err(|_| UnitError::OutOfRange(text.to_owned()))?;
+    // Go durations are int64 nanoseconds: refuse what Go would refuse
+    if total > i64::MAX as u128 {
+        return Err(UnitError::OutOfRange(text.to_owned()));
+    }
+    Ok(Duration::new(secs, (total % 1_000_000_000) as u32))
+}
+
+/// Formats a duration like Go's `time.Duration.String()`: `0s`, `500ms`, `1.5µs`, `2m0s`, `1h30m0s`.
+pub(crate) fn format_go_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".to_owned();
+    }
+    if nanos < 1_000 {
+        return format!("{nanos}ns");
+    }
+    if nanos < 1_000_000 {
+        return format!("{}\u{b5}s", decimal(nanos, 1_000));
+    }
+    if nanos < 1_000_000_000 {
+        return format!("{}ms", decimal(nanos, 1_000_000));
+    }
+    let hours = nanos / 3_600_000_000_000;
+    let minutes = (nanos / 60_000_000_000) % 60;
+    let sec_nanos = nanos % 60_000_000_000;
+    let mut out = String::new();
+    if hours > 0 {
+        out.push_str(&format!("{hours}h"));
+    }
+    if hours > 0 || minutes > 0 {
+        out.push_str(&format!("{minutes}m"));
+    }
+    out.push_str(&format!("{}s", decimal(sec_nanos, 1_000_000_000)));
+    out
+}
+
+/// `value / unit` as a decimal without trailing zeros (`1500, 1000` → `1.5`).
+fn decimal(value: u128, unit: u128) -> String {
+    let int = value / unit;
+    let frac = value % unit;
+    if frac == 0 {
+        return int.to_string();
+    }
+    let width = unit.ilog10() as usize;
+    let digits = format!("{frac:0width$}");
+    format!("{int}.{}", digits.trim_end_matches('0'))
+}
+
+impl FromStr for GoDuration {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_go_duration(s).map(GoDuration)
+    }
+}
+
+impl fmt::Display for GoDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_go_duration(self.0))
+    }
+}
+
+impl From<GoDuration> for Duration {
+    fn from(d: GoDuration) -> Self {
+        d.0
+    }
+}
+
+impl Serialize for GoDuration {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for GoDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = GoDuration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration string like \"1m30s\", \"500ms\" or \"2h\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<GoDuration, E> {
+                v.parse().map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(V)
+    }
+}
+
+/// A threshold value as the kubelet's eviction settings write it: an absolute quantity (`100Mi`, `1k`, `500`)
+/// or a percentage of capacity (`10%`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum ThresholdValue {
+    /// An absolute amount (bytes, inodes or process ids), rounded up to a whole number.
+    Quantity(u64),
+    /// A percentage of the capacity, 0–100.
+    Percentage(f64),
+}
+
+impl FromStr for ThresholdValue {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        if let Some(p) = t.strip_suffix('%') {
+            let v: f64 = p.trim().parse().map_err(|_| UnitError::InvalidNumber(s.to_owned()))?;
+            if !v.is_finite() {
+                return Err(UnitError::InvalidNumber(s.to_owned()));
+            }
+            if v < 0.0 {
+                return Err(UnitError::Negative(s.to_owned()));
+            }
+            if v > 100.0 {
+                return Err(UnitError::OutOfRange(s.to_owned()));
+            }
+            return Ok(ThresholdValue::Percentage(v));
+        }
+        parse_quantity(t).map(ThresholdValue::Quantity)
+    }
+}
+
+impl fmt::Display for ThresholdValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ThresholdValue::Quantity(q) => write!(f, "{q}"),
+            ThresholdValue::Percentage(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+/// Parses a non-negative Kubernetes quantity (`128974848`, `129e6`, `129M`, `123Mi`, `1.5Gi`, `100m`) into a
+/// whole number, rounding up like `resource.Quantity.Value()`.
+pub(crate) fn parse_quantity(text: &str) -> Result<u64, UnitError> {
+    let s = text.trim();
+    if s.is_empty() {
+        return Err(UnitError::Empty);
+    }
+    if s.starts_with('-') {
+        return Err(UnitError::Negative(text.to_owned()));
+    }
+    let s = s.strip_prefix('+').unwrap_or(s);
+    let num_len = s.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
+    let (number, suffix) = s.split_at(num_len);
+    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+    if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
+        return Err(UnitError::InvalidNumber(text.to_owned()));
+    }
+    let out_of_range = || UnitError::OutOfRange(text.to_owned());
+    let digits: String = format!("{int_part}{frac_part}");
+    if digits.len() > 30 {
+        return Err(out_of_range());
+    }
+    let mantissa: u128 = digits.parse().map_err(|_| UnitError::InvalidNumber(text.to_owned()))?;
+    // value = mantissa * num / den
+    let mut num: u128 = 1;
+    let mut den: u128 = 10u128.pow(frac_part.len() as u32);
+    let pow10 = |e: u32| 10u128.checked_pow(e);
+    match suffix {
+        "" => {}
+        "Ki" => num = 1 << 10,
+        "Mi" => num = 1 << 20,
+        "Gi" => num = 1 << 30,
+        "Ti" => num = 1 << 40,
+        "Pi" => num = 1 << 50,
+        "Ei" => num = 1 << 60,
+        "n" => den = den.checked_mul(1_000_000_000).ok_or_else(out_of_range)?,
+        "u" => den = den.checked_mul(1_000_000).ok_or_else(out_of_range)?,
+        "m" => den = den.checked_mul(1_000).ok_or_else(out_of_range)?,
+        "k" => num = 1_000,
+        "M" => num = 1_000_000,
+        "G" => num = 1_000_000_000,
+        "T" => num = 1_000_000_000_000,
+        "P" => num = 1_000_000_000_000_000,
+        "E" => num = 1_000_000_000_000_000_000,
+        exp if exp.starts_with(['e', 'E']) => {
+            let e: i32 = exp[1..].parse().map_err(|_| UnitError::InvalidNumber(text.to_owned()))?;
+            if e >= 0 {
+                num = pow10(e.unsigned_abs()).ok_or_else(out_of_range)?;
+            } else {
+                den = den
+                    .checked_mul(pow10(e.unsigned_abs()).ok_or_else(out_of_range)?)
+                    .ok_or_else(out_of_range)?;
+            }
+        }
+        other => return Err(UnitError::UnknownUnit { unit: other.to_owned(), value: text.to_owned() }),
+    }
+    let product = mantissa.checked_mul(num).ok_or_else(out_of_range)?;
+    let value = product.div_ceil(den);
+    u64::try_from(value).map_err(|_| out_of_range())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(s: &str) -> Duration {
+        parse_go_duration(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn go_durations_parse_like_go() {
+        assert_eq!(d("2m"), Duration::from_secs(120));
+        assert_eq!(d("1m30s"), Duration::from_secs(90));
+        assert_eq!(d("500ms"), Duration::from_millis(500));
+        assert_eq!(d("1.5h"), Duration::from_secs(5400));
+        assert_eq!(d("0"), Duration::ZERO);
+        assert_eq!(d("0s"), Duration::ZERO);
+        assert_eq!(d("1h2m3s4ms5us6ns"), Duration::new(3723, 4_005_006));
+        assert_eq!(d("1µs"), Duration::from_micros(1));
+        assert_eq!(d(".5s"), Duration::from_millis(500));
+        assert_eq!(d("2.s"), Duration::from_secs(2));
+        assert_eq!(d("+20s"), Duration::from_secs(20));
+        assert_eq!(d("-0s"), Duration::ZERO);
+    }
+
+    #[test]
+    fn go_durations_reject_what_go_rejects_and_negatives() {
+        assert_eq!(parse_go_duration(""), Err(UnitError::Empty));
+        assert!(matches!(parse_go_duration("10"), Err(UnitError::MissingUnit(_))));
+        assert!(matches!(parse_go_duration("3d"), Err(UnitError::UnknownUnit { .. })));
+        assert!(matches!(parse_go_duration("-1s"), Err(UnitError::Negative(_))));
+        assert!(matches!(parse_go_duration("."), Err(UnitError::InvalidNumber(_))));
+        assert!(matches!(parse_go_duration("s"), Err(UnitError::InvalidNumber(_))));
+        assert!(matches!(parse_go_duration("1m 30s"), Err(UnitError::UnknownUnit { .. })));
+        assert!(matches!(parse_go_duration("3000000h"), Err(UnitError::OutOfRange(_))));
+    }
+
+    #[test]
+    fn go_durations_format_like_go() {
+        assert_eq!(format_go_duration(Duration::ZERO), "0s");
+        assert_eq!(format_go_duration(Duration::from_secs(120)), "2m0s");
+        assert_eq!(format_go_duration(Duration::from_secs(90)), "1m30s");
+        assert_eq!(format_go_duration(Duration::from_secs(3600)), "1h0m0s");
+        assert_eq!(format_go_duration(Duration::from_millis(500)), "500ms");
+        assert_eq!(format_go_duration(Duration::from_micros(1500)), "1.5ms");
+        assert_eq!(format_go_duration(Duration::from_nanos(1500)), "1.5\u{b5}s");
+        assert_eq!(format_go_duration(Duration::from_nanos(7)), "7ns");
+        assert_eq!(format_go_duration(Duration::from_millis(2500)), "2.5s");
+        for s in ["2m0s", "1m30s", "500ms", "1h0m20s", "20s"] {
+            assert_eq!(format_go_duration(d(s)), s);
+        }
+    }
+
+    #[test]
+    fn quantities_parse_binary_decimal_and_exponent_forms() {
+        assert_eq!(parse_quantity("100Mi"), Ok(100 << 20));
+        assert_eq!(parse_quantity("1.5Gi"), Ok(3 << 29));
+        assert_eq!(parse_quantity("129M"), Ok(129_000_000));
+        assert_eq!(parse_quantity("129e6"), Ok(129_000_000));
+        assert_eq!(parse_quantity("128974848"), Ok(128_974_848));
+        assert_eq!(parse_quantity("1k"), Ok(1000));
+        assert_eq!(parse_quantity("100m"), Ok(1), "milli-units round up");
+        assert_eq!(parse_quantity("0"), Ok(0));
+        assert!(matches!(parse_quantity("-1"), Err(UnitError::Negative(_))));
+        assert!(matches!(parse_quantity("12Xi"), Err(UnitError::UnknownUnit { .. })));
+        assert!(matches!(parse_quantity("Mi"), Err(UnitError::InvalidNumber(_))));
+        assert!(matches!(parse_quantity("99Ei"), Err(UnitError::OutOfRange(_))));
+    }
+
+    #[test]
+    fn threshold_values_are_quantities_or_percentages() {
+        assert_eq!("10%".parse::<ThresholdValue>(), Ok(ThresholdValue::Percentage(10.0)));
+        assert_eq!("100Mi".parse::<ThresholdValue>(), Ok(ThresholdValue::Quantity(100 << 20)));
+        assert!("101%".parse::<ThresholdValue>().is_err());
+        assert!("-5%".parse::<ThresholdValue>().is_err());
+        assert!("abc%".parse::<ThresholdValue>().is_err());
+    }
+
+    #[test]
+    fn go_duration_deserializes_from_strings_only() {
+        let v: GoDuration = serde_yaml::from_str("1m30s").expect("string");
+        assert_eq!(v.0, Duration::from_secs(90));
+        let err = serde_yaml::from_str::<GoDuration>("60").expect_err("a number is not a duration");
+        assert!(err.to_string().contains("missing unit"), "{err}");
+        let err = serde_yaml::from_str::<GoDuration>("[1]").expect_err("a list is not a duration");
+        assert!(err.to_string().contains("duration string"), "{err}");
+    }
+}

@@ -1,0 +1,976 @@
+//! The embedded container runtime: nodelet starts, supervises and stops its own containerd, as k3s does.
+//!
+//! When no `--container-runtime-endpoint` is given and `containerd` is on PATH, the daemon calls
+//! [`EmbeddedContainerd::start`]. Everything lives under `<root-dir>/containerd/`:
+//!
+//! | path | what |
+//! |---|---|
+//! | `config.toml` | generated at every start (containerd 1.6, config version 2); `--containerd-config-extra` is merged over it through containerd's `imports` (containerd replaces a plugin's whole table when the extra file has one: copy nodelet's table for that plugin and change it) |
+//! | `containerd.sock` (+ `.ttrpc`) | the gRPC socket: the CRI endpoint `unix://<root-dir>/containerd/containerd.sock` |
+//! | `containerd.log` | containerd's stdout and stderr (rotated to `containerd.log.1` past 10 MiB at a start) |
+//! | `containerd.pid` | the running containerd's pid, for operators |
+//! | `root/`, `state/`, `opt/`, `runc/` | containerd's root and state directories, its opt dir, runc's state |
+//! | `certs.d/<host>/hosts.toml` | registry hosts: `127.0.0.1:5000` and `localhost:5000` are reached over plain HTTP |
+//!
+//! The CNI network is configured in `<root-dir>/cni/net.d`: when that directory holds no other network
+//! configuration, nodelet writes `10-nodelet.conflist`: a bridge (`nodelet0`) with host-local IPAM on the pod
+//! CIDR (`198.18.0.0/16`), the bridge as gateway but no default route in pods (nothing leaves the host), no
+//! masquerading, and portmap for hostPorts. portmap runs with `snat: false`, so a hostPort is reached through
+//! the bridge address (`198.18.0.1:<hostPort>`) or a host address, not through 127.0.0.1: SNAT of localhost
+//! traffic needs `route_localnet=1` on the bridge, which lets pods reach the host's loopback services
+//! (CVE-2020-8558).
+//!
+//! Supervision: containerd runs as a child process in its own process group (a Ctrl-C on nodelet's terminal
+//! does not reach it); if it exits, it is restarted after a back-off (1 s, doubling, at most 30 s; reset
+//! after 60 s of uptime). Running containers survive a containerd restart (their shims are independent).
+//! [`EmbeddedContainerd::shutdown`] sends SIGTERM, waits, then SIGKILL. A containerd left running by a
+//! nodelet that was killed is found by its config path at the next start and stopped first.
+
+// Until main.rs wires the daemon, parts of this module are only used by tests.
+#![cfg_attr(not(test), allow(dead_code))]
+
+use std::fmt::Write as _;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nodelet_cri::{CriClient, CriConfig};
+use tokio::process::{Child, Command};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, timeout};
+use tracing::{debug, info, warn};
+
+use crate::config::{Config, Ipv4Cidr};
+
+/// Where the CNI plugins are (Debian's containernetworking-plugins).
+pub(crate) const DEFAULT_CNI_BIN_DIR: &str = "/usr/lib/cni";
+/// The generated CNI network's name.
+pub(crate) const CNI_NETWORK_NAME: &str = "nodelet";
+/// The generated CNI network's file in the CNI config directory.
+pub(crate) const CNI_CONFLIST_NAME: &str = "10-nodelet.conflist";
+/// Registries reached over plain HTTP (the local registry the quick start and tests use).
+pub(crate) const DEFAULT_PLAIN_HTTP_REGISTRIES: &[&str] = &["127.0.0.1:5000", "localhost:5000"];
+/// How long containerd may take to answer CRI `Version` after being started.
+pub(crate) const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long containerd may take to exit after SIGTERM before it gets SIGKILL.
+pub(crate) const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(15);
+/// First delay before restarting a containerd that exited.
+pub(crate) const DEFAULT_RESTART_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+/// Largest delay between restarts.
+pub(crate) const DEFAULT_RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Uptime after which the restart delay starts over at the initial value.
+pub(crate) const DEFAULT_HEALTHY_AFTER: Duration = Duration::from_secs(60);
+/// How long one `ctr images import` may take.
+pub(crate) const IMPORT_TIMEOUT: Duration = Duration::from_secs(300);
+/// containerd.log is rotated at a start when it is larger than this.
+const LOG_ROTATE_BYTES: u64 = 10 << 20;
+/// Longest path a unix socket can have (sun_path is 108 bytes with the NUL).
+const SOCKET_PATH_MAX: usize = 107;
+/// Interval of the readiness poll.
+const READY_POLL: Duration = Duration::from_millis(100);
+
+/// Why the embedded runtime could not be set up, started or stopped.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ContainerdError {
+    /// The containerd (or ctr) binary was not found.
+    #[error(
+        "{what} binary {path:?} not found (looked on PATH and in /usr/sbin, /sbin); install containerd or \
+             pass --container-runtime-endpoint"
+    )]
+    NotFound {
+        /// `containerd` or `ctr`.
+        what: &'static str,
+        /// The configured path or name.
+        path: PathBuf,
+    },
+    /// A path is too long for a unix socket.
+    #[error(
+        "socket path {path} is {len} bytes long, unix sockets allow {SOCKET_PATH_MAX}: use a shorter --root-dir"
+    )]
+    SocketPathTooLong {
+        /// The socket path.
+        path: PathBuf,
+        /// Its length.
+        len: usize,
+    },
+    /// A setting cannot be used.
+    #[error("invalid {what} {value:?}: {reason}")]
+    Invalid {
+        /// The setting.
+        what: &'static str,
+        /// Its value.
+        value: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A file or directory operation failed.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// containerd could not be started.
+    #[error("cannot start {path}: {source}")]
+    Spawn {
+        /// The binary.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// containerd exited before it was ready.
+    #[error("containerd exited during startup ({status}); last lines of {log}:\n{tail}")]
+    ExitedDuringStartup {
+        /// How it exited.
+        status: String,
+        /// Its log file.
+        log: PathBuf,
+        /// The log's last lines.
+        tail: String,
+    },
+    /// containerd did not answer in time.
+    #[error(
+        "containerd did not answer CRI Version within {after:?} ({last_error}); last lines of {log}:\n{tail}"
+    )]
+    NotReady {
+        /// The timeout.
+        after: Duration,
+        /// The last connection or call error.
+        last_error: String,
+        /// Its log file.
+        log: PathBuf,
+        /// The log's last lines.
+        tail: String,
+    },
+    /// A containerd left over from a previous nodelet could not be stopped.
+    #[error("a containerd left by a previous nodelet (pid {pid}) still runs with {config}: {reason}")]
+    Stale {
+        /// Its pid.
+        pid: u32,
+        /// Our config path it runs with.
+        config: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Importing an image archive failed.
+    #[error("cannot import image archive {archive}: {message}")]
+    Import {
+        /// The archive.
+        archive: PathBuf,
+        /// ctr's message.
+        message: String,
+    },
+    /// The supervisor task failed.
+    #[error("the containerd supervisor task failed: {0}")]
+    Task(String),
+}
+
+type Result<T, E = ContainerdError> = std::result::Result<T, E>;
+
+/// The generated CNI bridge network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CniNetwork {
+    /// CNI network name.
+    pub(crate) name: String,
+    /// Linux bridge name (at most 15 characters).
+    pub(crate) bridge: String,
+    /// Pod subnet; the bridge gets its first address.
+    pub(crate) subnet: Ipv4Cidr,
+    /// host-local IPAM's data directory.
+    pub(crate) ipam_dir: PathBuf,
+}
+
+/// Settings of the embedded containerd. [`Self::new`] has the defaults; [`Self::from_config`] applies the
+/// daemon's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EmbeddedContainerdConfig {
+    /// containerd binary (a bare name is looked up on PATH).
+    pub(crate) containerd_path: PathBuf,
+    /// ctr binary, for image imports (a bare name is looked up on PATH).
+    pub(crate) ctr_path: PathBuf,
+    /// containerd's directory (`<root-dir>/containerd`).
+    pub(crate) dir: PathBuf,
+    /// The CRI plugin's `sandbox_image`.
+    pub(crate) sandbox_image: String,
+    /// containerd's log level.
+    pub(crate) log_level: String,
+    /// TOML merged over the generated config (containerd `imports`).
+    pub(crate) config_extra: Option<PathBuf>,
+    /// CNI plugin binaries.
+    pub(crate) cni_bin_dir: PathBuf,
+    /// CNI configuration directory (`<root-dir>/cni/net.d`).
+    pub(crate) cni_conf_dir: PathBuf,
+    /// The network to generate there when the directory has no other network; `None`: never write one.
+    pub(crate) cni_network: Option<CniNetwork>,
+    /// `host:port` of registries reached over plain HTTP.
+    pub(crate) plain_http_registries: Vec<String>,
+    /// Directory of image archives (`*.tar`) imported into namespace k8s.io before `start` returns.
+    pub(crate) preload_images: Option<PathBuf>,
+    /// See [`DEFAULT_READY_TIMEOUT`].
+    pub(crate) ready_timeout: Duration,
+    /// See [`DEFAULT_STOP_TIMEOUT`].
+    pub(crate) stop_timeout: Duration,
+    /// See [`DEFAULT_RESTART_BACKOFF_INITIAL`].
+    pub(crate) restart_backoff_initial: Duration,
+    /// See [`DEFAULT_RESTART_BACKOFF_MAX`].
+    pub(crate) restart_backoff_max: Duration,
+    /// See [`DEFAULT_HEALTHY_AFTER`].
+    pub(crate) healthy_after: Duration,
+}
+
+impl EmbeddedContainerdConfig {
+    /// The defaults for a nodelet whose root directory is `root_dir`.
+    pub(crate) fn new(root_dir: &Path) -> Self {
+        let cni_root = root_dir.join("cni");
+        EmbeddedContainerdConfig {
+            containerd_path: PathBuf::from(crate::config::DEFAULT_CONTAINERD_PATH),
+            ctr_path: PathBuf::from("ctr"),
+            dir: root_dir.join("containerd"),
+            sandbox_image: crate::config::DEFAULT_POD_INFRA_CONTAINER_IMAGE.to_owned(),
+            log_level: "info".to_owned(),
+            config_extra: None,
+            cni_bin_dir: PathBuf::from(DEFAULT_CNI_BIN_DIR),
+            cni_conf_dir: cni_root.join("net.d"),
+            cni_network: Some(CniNetwork {
+                name: CNI_NETWORK_NAME.to_owned(),
+                bridge: crate::config::DEFAULT_CNI_BRIDGE.to_owned(),
+                subnet: crate::config::default_pod_cidr(),
+                ipam_dir: cni_root.join("ipam"),
+            }),
+            plain_http_registries: DEFAULT_PLAIN_HTTP_REGISTRIES.iter().map(|s| (*s).to_owned()).collect(),
+            preload_images: None,
+            ready_timeout: DEFAULT_READY_TIMEOUT,
+            stop_timeout: DEFAULT_STOP_TIMEOUT,
+            restart_backoff_initial: DEFAULT_RESTART_BACKOFF_INITIAL,
+            restart_backoff_max: DEFAULT_RESTART_BACKOFF_MAX,
+            healthy_after: DEFAULT_HEALTHY_AFTER,
+        }
+    }
+
+    /// The settings the daemon's configuration asks for.
+    pub(crate) fn from_config(config: &Config) -> Self {
+        let mut c = Self::new(&config.root_dir);
+        let e = &config.runtime.embedded;
+        c.containerd_path = e.containerd_path.clone();
+        c.config_extra = e.config_extra.clone();
+        c.sandbox_image = config.runtime.pod_infra_container_image.clone();
+        if let Some(net) = c.cni_network.as_mut() {
+            net.bridge = e.cni_bridge.clone();
+            net.subnet = e.pod_cidr;
+        }
+        c.preload_images = config.runtime.preload_images.clone();
+        c
+    }
+
+    /// `<dir>/config.toml`.
+    pub(crate) fn config_path(&self) -> PathBuf {
+        self.dir.join("config.toml")
+    }
+    /// `<dir>/containerd.sock`.
+    pub(crate) fn socket_path(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+    /// `unix://<dir>/containerd.sock`: the CRI endpoint.
+    pub(crate) fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket_path().display())
+    }
+    /// `<dir>/containerd.log`.
+    pub(crate) fn log_path(&self) -> PathBuf {
+        self.dir.join("containerd.log")
+    }
+    /// `<dir>/containerd.pid`.
+    pub(crate) fn pid_path(&self) -> PathBuf {
+        self.dir.join("containerd.pid")
+    }
+}
+
+/// Finds an executable: a path with a `/` is taken as is; a bare name is looked up on PATH, then in
+/// `/usr/local/sbin`, `/usr/sbin` and `/sbin` (root's PATH sometimes lacks them).
+pub(crate) fn find_executable(name: &Path) -> Option<PathBuf> {
+    let is_exec =
+        |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if name.components().count() > 1 || name.is_absolute() {
+        return is_exec(name).then(|| name.to_owned());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(
+            ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+                .map(PathBuf::from),
+        )
+        .map(|d| d.join(name))
+        .find(|p| is_exec(p))
+}
+
+/// Escapes `s` as a TOML basic string (with the quotes).
+fn toml_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn toml_path(p: &Path) -> String {
+    toml_str(&p.to_string_lossy())
+}
+
+/// The containerd configuration (1.6, version 2) for `cfg`. Same settings as `scripts/containerd-config.sh`.
+pub(crate) fn render_config(cfg: &EmbeddedContainerdConfig) -> String {
+    let d = &cfg.dir;
+    let socket = cfg.socket_path();
+    let ttrpc = PathBuf::from(format!("{}.ttrpc", socket.display()));
+    let imports = match &cfg.config_extra {
+        Some(p) => format!("imports = [{}]\n", toml_path(p)),
+        None => String::new(),
+    };
+    format!(
+        r#"# generated by nodelet at every start; do not edit: use --containerd-config-extra (merged over this)
+version = 2
+root = {root}
+state = {state}
+oom_score = 0
+{imports}
+[grpc]
+  address = {socket}
+  uid = 0
+  gid = 0
+
+[ttrpc]
+  address = {ttrpc}
+
+[debug]
+  level = {level}
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {opt}
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = {sandbox}
+  # pod network namespaces are bind-mounted under the state dir, not /var/run/netns
+  netns_mounts_under_state_dir = true
+  systemd_cgroup = false
+  disable_tcp_service = true
+  # The target machines' root lacks CAP_SYS_RESOURCE: runc cannot set the negative oom_score_adj CRI gives
+  # sandboxes (-998), so clamp every oom_score_adj to >= containerd's own (0).
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  disable_apparmor = true
+  stats_collect_period = 10
+  max_container_log_line_size = 16384
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = {cni_bin}
+    conf_dir = {cni_conf}
+    max_conf_num = 1
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    discard_unpacked_layers = false
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        # cgroupfs driver (no systemd on the target machines)
+        SystemdCgroup = false
+        Root = {runc}
+
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = {certs}
+"#,
+        root = toml_path(&d.join("root")),
+        state = toml_path(&d.join("state")),
+        socket = toml_path(&socket),
+        ttrpc = toml_path(&ttrpc),
+        level = toml_str(&cfg.log_level),
+        opt = toml_path(&d.join("opt")),
+        sandbox = toml_str(&cfg.sandbox_image),
+        cni_bin = toml_path(&cfg.cni_bin_dir),
+        cni_conf = toml_path(&cfg.cni_conf_dir),
+        runc = toml_path(&d.join("runc")),
+        certs = toml_path(&d.join("certs.d")),
+    )
+}
+
+/// The generated CNI network configuration (JSON).
+pub(crate) fn render_cni_conflist(net: &CniNetwork) -> String {
+    let v = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": net.name,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": net.bridge,
+                "isGateway": true,
+                "ipMasq": false,
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": net.ipam_dir,
+                    "ranges": [[{ "subnet": net.subnet.to_string(), "gateway": net.subnet.first_host().to_string() }]]
+                }
+            },
+            { "type": "portmap", "capabilities": { "portMappings": true }, "snat": false }
+        ]
+    });
+    let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// `hosts.toml` for a registry reached over plain HTTP.
+pub(crate) fn render_registry_hosts(host: &str) -> String {
+    format!(
+        "# generated by nodelet\nserver = {server}\n\n[host.{server}]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n",
+        server = toml_str(&format!("http://{host}"))
+    )
+}
+
+fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> ContainerdError + 'a {
+    move |source| ContainerdError::Io { action, path: path.to_owned(), source }
+}
+
+/// Writes `content` to `path` (atomically) unless it already holds exactly that. Returns whether it wrote.
+fn write_if_changed(path: &Path, content: &str) -> Result<bool> {
+    if std::fs::read(path).is_ok_and(|old| old == content.as_bytes()) {
+        return Ok(false);
+    }
+    let tmp = path.with_extension("nodelet-tmp");
+    std::fs::write(&tmp, content).map_err(io_err("write", &tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err("rename into place", path))?;
+    Ok(true)
+}
+
+/// Checks the settings and writes the configuration files: containerd's config, registry hosts and (when the
+/// directory has no other network) the CNI network.
+pub(crate) fn prepare(cfg: &EmbeddedContainerdConfig) -> Result<()> {
+    let socket = cfg.socket_path();
+    let ttrpc_len = socket.as_os_str().len() + ".ttrpc".len();
+    if ttrpc_len > SOCKET_PATH_MAX {
+        return Err(ContainerdError::SocketPathTooLong { path: socket, len: ttrpc_len });
+    }
+    if cfg.sandbox_image.is_empty() || cfg.sandbox_image.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(ContainerdError::Invalid {
+            what: "sandbox image",
+            value: cfg.sandbox_image.clone(),
+            reason: "not an image reference",
+        });
+    }
+    for dir in [
+        cfg.dir.clone(),
+        cfg.dir.join("root"),
+        cfg.dir.join("state"),
+        cfg.dir.join("opt"),
+        cfg.dir.join("runc"),
+        cfg.dir.join("certs.d"),
+        cfg.cni_conf_dir.clone(),
+    ] {
+        std::fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
+    }
+    std::fs::set_permissions(&cfg.dir, std::fs::Permissions::from_mode(0o711))
+        .map_err(io_err("set permissions of", &cfg.dir))?;
+    for host in &cfg.plain_http_registries {
+        let valid = !host.is_empty()
+            && host.len() <= 255
+            && host.chars().all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c));
+        if !valid {
+            return Err(ContainerdError::Invalid {
+                what: "registry host",
+                value: host.clone(),
+                reason: "expected HOST:PORT",
+            });
+        }
+        let dir = cfg.dir.join("certs.d").join(host);
+        std::fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
+        write_if_changed(&dir.join("hosts.toml"), &render_registry_hosts(host))?;
+    }
+    if let Some(net) = &cfg.cni_network {
+        ensure_cni_network(&cfg.cni_conf_dir, net)?;
+    }
+    if write_if_changed(&cfg.config_path(), &render_config(cfg))? {
+        info!(path = %cfg.config_path().display(), "wrote containerd configuration");
+    }
+    Ok(())
+}
+
+/// Writes the generated network into `conf_dir` unless another network configuration is there; in that case
+/// a previously generated one is removed, so the operator's network is the one containerd loads.
+fn ensure_cni_network(conf_dir: &Path, net: &CniNetwork) -> Result<()> {
+    let ours = conf_dir.join(CNI_CONFLIST_NAME);
+    let entries = std::fs::read_dir(conf_dir).map_err(io_err("read directory", conf_dir))?;
+    let mut others = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io_err("read directory", conf_dir))?;
+        let path = entry.path();
+        let is_conf = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| matches!(e, "conf" | "conflist" | "json"));
+        if is_conf && path != ours {
+            others.push(path);
+        }
+    }
+    if !others.is_empty() {
+        others.sort();
+        info!(files = ?others, "using the CNI network configuration found in {}", conf_dir.display());
+        if ours.exists() {
+            std::fs::remove_file(&ours).map_err(io_err("remove", &ours))?;
+        }
+        return Ok(());
+    }
+    std::fs::create_dir_all(&net.ipam_dir).map_err(io_err("create directory", &net.ipam_dir))?;
+    if write_if_changed(&ours, &render_cni_conflist(net))? {
+        info!(path = %ours.display(), bridge = %net.bridge, subnet = %net.subnet, "wrote CNI network configuration");
+    }
+    Ok(())
+}
+
+/// The last lines (at most ~4 KiB) of a log file.
+fn log_tail(path: &Path) -> String {
+    let Ok(mut f) = std::fs::File::open(path) else { return String::from("(no log)") };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(4096)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+fn describe_exit(status: std::io::Result<ExitStatus>) -> String {
+    match status {
+        Ok(s) => s.to_string(),
+        Err(e) => format!("wait failed: {e}"),
+    }
+}
+
+/// Whether a process exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "pid (comm) S ...": the state follows the last ')'
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn signal(pid: u32, sig: rustix::process::Signal) -> std::io::Result<()> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "invalid pid"))?;
+    rustix::process::kill_process(pid, sig).map_err(std::io::Error::from)
+}
+
+/// Pids of containerd processes started with `config` (left by a nodelet that died without stopping them).
+fn find_stale(config: &Path) -> Vec<u32> {
+    let want = config.as_os_str().as_encoded_bytes();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if !cmdline.split(|b| *b == 0).any(|arg| arg == want) {
+            continue;
+        }
+        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
+        let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.trim_end_matches(" (deleted)") == "containerd" && alive(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Stops a process that is not our child: SIGTERM, wait, SIGKILL.
+async fn stop_foreign(pid: u32, config: &Path, grace: Duration) -> Result<()> {
+    warn!(pid, "stopping a containerd left running by a previous nodelet");
+    if let Err(e) = signal(pid, rustix::process::Signal::TERM) {
+        if !alive(pid) {
+            return Ok(());
+        }
+        return Err(ContainerdError::Stale {
+            pid,
+            config: config.to_owned(),
+            reason: format!("SIGTERM: {e}"),
+        });
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if !alive(pid) {
+            return Ok(());
+        }
+        sleep(READY_POLL).await;
+    }
+    warn!(pid, "containerd did not stop within {grace:?}, sending SIGKILL");
+    let _ = signal(pid, rustix::process::Signal::KILL);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if !alive(pid) {
+            return Ok(());
+        }
+        sleep(READY_POLL).await;
+    }
+    Err(ContainerdError::Stale { pid, config: config.to_owned(), reason: "it survived SIGKILL".into() })
+}
+
+/// Starts containerd once (log file prepared, stale sockets removed); does not wait for readiness.
+fn spawn(cfg: &EmbeddedContainerdConfig, containerd: &Path, start_no: u32) -> Result<Child> {
+    let log_path = cfg.log_path();
+    if std::fs::metadata(&log_path).is_ok_and(|m| m.len() > LOG_ROTATE_BYTES) {
+        let old = cfg.dir.join("containerd.log.1");
+        std::fs::rename(&log_path, &old).map_err(io_err("rotate", &log_path))?;
+    }
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(io_err("open", &log_path))?;
+    let now = crate::client::now();
+    writeln!(log, "\n=== {now} nodelet: starting {} (start #{start_no})", containerd.display())
+        .map_err(io_err("write", &log_path))?;
+    let log2 = log.try_clone().map_err(io_err("open", &log_path))?;
+    let socket = cfg.socket_path();
+    for s in [socket.clone(), PathBuf::from(format!("{}.ttrpc", socket.display()))] {
+        match std::fs::remove_file(&s) {
+            Ok(()) => debug!(path = %s.display(), "removed stale socket"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ContainerdError::Io { action: "remove stale socket", path: s, source: e }),
+        }
+    }
+    let mut cmd = Command::new(containerd);
+    cmd.arg("--config")
+        .arg(cfg.config_path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log2))
+        .process_group(0)
+        .kill_on_drop(true);
+    let child =
+        cmd.spawn().map_err(|source| ContainerdError::Spawn { path: containerd.to_owned(), source })?;
+    if let Some(pid) = child.id() {
+        let pid_path = cfg.pid_path();
+        std::fs::write(&pid_path, format!("{pid}\n")).map_err(io_err("write", &pid_path))?;
+        info!(pid, log = %log_path.display(), "started containerd");
+    }
+    Ok(child)
+}
+
+/// Waits until containerd answers CRI `Version`, or fails if it exits or the timeout passes.
+async fn wait_ready(cfg: &EmbeddedContainerdConfig, child: &mut Child) -> Result<String> {
+    let started = Instant::now();
+    let socket = cfg.socket_path();
+    let mut last_error = String::from("socket not created yet");
+    loop {
+        if let Some(status) = child.try_wait().map_err(io_err("wait for", &cfg.containerd_path))? {
+            return Err(ContainerdError::ExitedDuringStartup {
+                status: status.to_string(),
+                log: cfg.log_path(),
+                tail: log_tail(&cfg.log_path()),
+            });
+        }
+        if socket.exists() {
+            let cri_cfg = CriConfig::new(cfg.endpoint())
+                .with_connect_timeout(Duration::from_secs(2))
+                .with_runtime_request_timeout(Duration::from_secs(5));
+            match CriClient::connect(cri_cfg).await {
+                Ok(client) => match client.version().await {
+                    Ok(v) => return Ok(format!("{} {}", v.runtime_name, v.runtime_version)),
+                    Err(e) => last_error = e.to_string(),
+                },
+                Err(e) => last_error = e.to_string(),
+            }
+        }
+        if started.elapsed() >= cfg.ready_timeout {
+            return Err(ContainerdError::NotReady {
+                after: cfg.ready_timeout,
+                last_error,
+                log: cfg.log_path(),
+                tail: log_tail(&cfg.log_path()),
+            });
+        }
+        sleep(READY_POLL).await;
+    }
+}
+
+/// Stops our child: SIGTERM, wait up to `grace`, SIGKILL.
+async fn stop_child(child: &mut Child, grace: Duration) {
+    let Some(pid) = child.id() else { return };
+    info!(pid, "stopping containerd");
+    if let Err(e) = signal(pid, rustix::process::Signal::TERM) {
+        warn!(pid, error = %e, "cannot send SIGTERM to containerd");
+    }
+    match timeout(grace, child.wait()).await {
+        Ok(status) => info!(pid, status = %describe_exit(status), "containerd stopped"),
+        Err(_) => {
+            warn!(pid, "containerd did not stop within {grace:?}, sending SIGKILL");
+            if let Err(e) = child.kill().await {
+                warn!(pid, error = %e, "cannot kill containerd");
+            }
+        }
+    }
+}
+
+/// Starts containerd and waits for it; kills it if it does not become ready.
+async fn start_once(
+    cfg: &EmbeddedContainerdConfig,
+    containerd: &Path,
+    start_no: u32,
+) -> Result<(Child, String)> {
+    let mut child = spawn(cfg, containerd, start_no)?;
+    match wait_ready(cfg, &mut child).await {
+        Ok(version) => Ok((child, version)),
+        Err(e) => {
+            stop_child(&mut child, Duration::from_secs(2)).await;
+            Err(e)
+        }
+    }
+}
+
+/// What the supervisor reports about containerd.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct ContainerdStatus {
+    /// The running containerd's pid; `None` while it is down.
+    pub(crate) pid: Option<u32>,
+    /// Whether it answered CRI `Version` since it was (re)started.
+    pub(crate) ready: bool,
+    /// How many times it was restarted after exiting.
+    pub(crate) restarts: u32,
+    /// How the last containerd exited.
+    pub(crate) last_exit: Option<String>,
+}
+
+/// A running, supervised containerd. Stop it with [`Self::shutdown`]; dropping it stops it too (in the
+/// background, while the tokio runtime lives).
+#[derive(Debug)]
+pub(crate) struct EmbeddedContainerd {
+    endpoint: String,
+    socket: PathBuf,
+    pid_path: PathBuf,
+    status: watch::Receiver<ContainerdStatus>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl EmbeddedContainerd {
+    /// Writes the configuration, stops a containerd left by a previous nodelet, starts containerd, waits until
+    /// it answers CRI `Version`, imports the preload images, and supervises it from then on.
+    pub(crate) async fn start(cfg: EmbeddedContainerdConfig) -> Result<Self> {
+        let containerd = find_executable(&cfg.containerd_path).ok_or_else(|| ContainerdError::NotFound {
+            what: "containerd",
+            path: cfg.containerd_path.clone(),
+        })?;
+        prepare(&cfg)?;
+        for pid in find_stale(&cfg.config_path()) {
+            stop_foreign(pid, &cfg.config_path(), cfg.stop_timeout).await?;
+        }
+        let (mut child, version) = start_once(&cfg, &containerd, 1).await?;
+        let pid = child.id();
+        info!(pid, endpoint = %cfg.endpoint(), runtime = %version, "containerd is ready");
+        if let Some(dir) = &cfg.preload_images {
+            let imported = match find_executable(&cfg.ctr_path) {
+                Some(ctr) => import_images(&ctr, &cfg.socket_path(), dir).await,
+                None => Err(ContainerdError::NotFound { what: "ctr", path: cfg.ctr_path.clone() }),
+            };
+            if let Err(e) = imported {
+                stop_child(&mut child, cfg.stop_timeout).await;
+                return Err(e);
+            }
+        }
+        let (status_tx, status) =
+            watch::channel(ContainerdStatus { pid, ready: true, restarts: 0, last_exit: None });
+        let (stop, stop_rx) = oneshot::channel();
+        let endpoint = cfg.endpoint();
+        let socket = cfg.socket_path();
+        let pid_path = cfg.pid_path();
+        let task = tokio::spawn(supervise(cfg, containerd, child, status_tx, stop_rx));
+        Ok(EmbeddedContainerd { endpoint, socket, pid_path, status, stop: Some(stop), task: Some(task) })
+    }
+
+    /// The CRI endpoint: `unix://<root-dir>/containerd/containerd.sock`.
+    pub(crate) fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The current status.
+    pub(crate) fn status(&self) -> ContainerdStatus {
+        self.status.borrow().clone()
+    }
+
+    /// A receiver that sees every status change (e.g. for node readiness and metrics).
+    pub(crate) fn watch_status(&self) -> watch::Receiver<ContainerdStatus> {
+        self.status.clone()
+    }
+
+    /// Stops containerd (SIGTERM, then SIGKILL after the stop timeout) and the supervisor. Running
+    /// containers keep running (their shims are independent of containerd).
+    pub(crate) async fn shutdown(mut self) -> Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.map_err(|e| ContainerdError::Task(e.to_string()))?;
+        }
+        for p in [
+            self.socket.clone(),
+            PathBuf::from(format!("{}.ttrpc", self.socket.display())),
+            self.pid_path.clone(),
+        ] {
+            let _ = std::fs::remove_file(p);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for EmbeddedContainerd {
+    fn drop(&mut self) {
+        // the supervisor sees the closed channel and stops containerd
+        drop(self.stop.take());
+    }
+}
+
+/// Watches the child; restarts it with back-off when it exits; stops it when asked (or when the handle is
+/// dropped).
+async fn supervise(
+    cfg: EmbeddedContainerdConfig,
+    containerd: PathBuf,
+    mut child: Child,
+    status: watch::Sender<ContainerdStatus>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut started_at = Instant::now();
+    let mut delay = cfg.restart_backoff_initial;
+    let mut starts: u32 = 1;
+    loop {
+        tokio::select! {
+            _ = &mut stop => {
+                stop_child(&mut child, cfg.stop_timeout).await;
+                status.send_modify(|s| { s.pid = None; s.ready = false; });
+                return;
+            }
+            exit = child.wait() => {
+                let exit = describe_exit(exit);
+                if started_at.elapsed() >= cfg.healthy_after {
+                    delay = cfg.restart_backoff_initial;
+                }
+                warn!(status = %exit, log = %cfg.log_path().display(), restart_in = ?delay,
+                      "containerd exited; restarting it");
+                status.send_modify(|s| { s.pid = None; s.ready = false; s.last_exit = Some(exit); });
+            }
+        }
+        // restart with back-off until one start succeeds or we are asked to stop
+        loop {
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = sleep(delay) => {}
+            }
+            delay = (delay * 2).min(cfg.restart_backoff_max);
+            starts += 1;
+            let attempt = tokio::select! {
+                _ = &mut stop => return,
+                r = start_once(&cfg, &containerd, starts) => r,
+            };
+            status.send_modify(|s| s.restarts += 1);
+            match attempt {
+                Ok((new_child, version)) => {
+                    child = new_child;
+                    started_at = Instant::now();
+                    let pid = child.id();
+                    info!(pid, runtime = %version, "containerd is ready again");
+                    status.send_modify(|s| {
+                        s.pid = pid;
+                        s.ready = true;
+                    });
+                    break;
+                }
+                Err(e) => {
+                    warn!(error = %e, retry_in = ?delay, "containerd restart failed");
+                }
+            }
+        }
+    }
+}
+
+/// Imports every `*.tar` image archive (OCI or docker format) in `dir`, in name order, into containerd's
+/// `k8s.io` namespace with `ctr images import` (unpacked for the overlayfs snapshotter, so CRI can use them).
+/// Returns the archives imported.
+pub(crate) async fn import_images(ctr: &Path, socket: &Path, dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir).map_err(io_err("read directory", dir))?;
+    let mut archives = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io_err("read directory", dir))?;
+        let path = entry.path();
+        let is_tar = path.extension().is_some_and(|e| e == "tar");
+        // symlinks to archives are fine (the operator put them there); directories are not
+        if is_tar && std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+            archives.push(path);
+        }
+    }
+    archives.sort();
+    if archives.is_empty() {
+        warn!(dir = %dir.display(), "no *.tar image archives to preload");
+    }
+    for archive in &archives {
+        let started = Instant::now();
+        let mut cmd = Command::new(ctr);
+        cmd.arg("--address")
+            .arg(socket)
+            .args(["--namespace", "k8s.io", "images", "import"])
+            .arg(archive)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let output = match timeout(IMPORT_TIMEOUT, cmd.output()).await {
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => {
+                return Err(ContainerdError::Import { archive: archive.clone(), message: e.to_string() });
+            }
+            Err(_) => {
+                return Err(ContainerdError::Import {
+                    archive: archive.clone(),
+                    message: format!("timed out after {IMPORT_TIMEOUT:?}"),
+                });
+            }
+        };
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return Err(ContainerdError::Import {
+                archive: archive.clone(),
+                message: format!("ctr {}: {}", output.status, stderr.trim()),
+            });
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        info!(archive = %archive.display(), took = ?started.elapsed(), images = %stdout.trim().replace('\n', "; "),
+              "imported image archive");
+    }
+    Ok(archives)
+}
+
+#[cfg(test)]
+mod tests;

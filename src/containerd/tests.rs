@@ -1,0 +1,454 @@
+use std::net::Ipv4Addr;
+
+use super::*;
+
+fn cfg_in(root: &Path) -> EmbeddedContainerdConfig {
+    let mut c = EmbeddedContainerdConfig::new(root);
+    if let Some(net) = c.cni_network.as_mut() {
+        // a subnet and bridge of its own, inside 198.18.0.0/16, so it never clashes with the test runtime
+        net.bridge = "nltest200".into();
+        net.subnet = "198.18.200.0/24".parse().expect("cidr");
+        net.name = "nodelet-embedded-test".into();
+    }
+    c
+}
+
+#[test]
+fn config_has_the_settings_the_target_machines_need() {
+    let c = cfg_in(Path::new("/var/lib/nodelet"));
+    let toml = render_config(&c);
+    for line in [
+        "version = 2",
+        "root = \"/var/lib/nodelet/containerd/root\"",
+        "state = \"/var/lib/nodelet/containerd/state\"",
+        "address = \"/var/lib/nodelet/containerd/containerd.sock\"",
+        "address = \"/var/lib/nodelet/containerd/containerd.sock.ttrpc\"",
+        "restrict_oom_score_adj = true",
+        "netns_mounts_under_state_dir = true",
+        "disable_apparmor = true",
+        "SystemdCgroup = false",
+        "sandbox_image = \"localhost/nodelet/pause:3.9\"",
+        "bin_dir = \"/usr/lib/cni\"",
+        "conf_dir = \"/var/lib/nodelet/cni/net.d\"",
+        "Root = \"/var/lib/nodelet/containerd/runc\"",
+        "config_path = \"/var/lib/nodelet/containerd/certs.d\"",
+    ] {
+        assert!(toml.lines().any(|l| l.trim() == line), "missing {line:?} in:\n{toml}");
+    }
+    assert!(!toml.contains("imports"), "no imports without an extra file");
+    assert_eq!(c.endpoint(), "unix:///var/lib/nodelet/containerd/containerd.sock");
+}
+
+#[test]
+fn extra_config_is_imported_and_strings_are_escaped() {
+    let mut c = cfg_in(Path::new("/var/lib/nodelet"));
+    c.config_extra = Some(PathBuf::from("/etc/nodelet/extra.toml"));
+    c.sandbox_image = "reg.example/pause\"x\\y".into();
+    let toml = render_config(&c);
+    assert!(toml.contains("imports = [\"/etc/nodelet/extra.toml\"]"), "{toml}");
+    assert!(toml.contains(r#"sandbox_image = "reg.example/pause\"x\\y""#), "{toml}");
+    assert_eq!(toml_str("a\nb\u{1}"), "\"a\\nb\\u0001\"");
+}
+
+#[test]
+fn cni_network_is_a_bridge_without_default_route_with_portmap() {
+    let c = cfg_in(Path::new("/r"));
+    let net = c.cni_network.as_ref().expect("network");
+    let v: serde_json::Value = serde_json::from_str(&render_cni_conflist(net)).expect("valid JSON");
+    assert_eq!(v["name"], "nodelet-embedded-test");
+    let bridge = &v["plugins"][0];
+    assert_eq!(bridge["type"], "bridge");
+    assert_eq!(bridge["bridge"], "nltest200");
+    assert_eq!(bridge["isGateway"], true);
+    assert_eq!(bridge["ipMasq"], false);
+    assert!(bridge.get("isDefaultGateway").is_none(), "no default route in pods");
+    assert!(bridge["ipam"].get("routes").is_none(), "no routes in pods beyond the subnet");
+    assert_eq!(bridge["ipam"]["ranges"][0][0]["subnet"], "198.18.200.0/24");
+    assert_eq!(bridge["ipam"]["ranges"][0][0]["gateway"], "198.18.200.1");
+    assert_eq!(bridge["ipam"]["dataDir"], "/r/cni/ipam");
+    assert_eq!(v["plugins"][1]["type"], "portmap");
+    assert_eq!(v["plugins"][1]["snat"], false);
+}
+
+#[test]
+fn registry_hosts_use_plain_http() {
+    let t = render_registry_hosts("127.0.0.1:5000");
+    assert!(t.contains("server = \"http://127.0.0.1:5000\""), "{t}");
+    assert!(t.contains("[host.\"http://127.0.0.1:5000\"]"), "{t}");
+}
+
+#[test]
+fn prepare_writes_the_files_and_respects_an_operators_cni_network() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let c = cfg_in(tmp.path());
+    prepare(&c).expect("prepare");
+    assert!(c.config_path().is_file());
+    assert!(c.dir.join("certs.d/127.0.0.1:5000/hosts.toml").is_file());
+    let ours = c.cni_conf_dir.join(CNI_CONFLIST_NAME);
+    assert!(ours.is_file(), "an empty net.d gets nodelet's network");
+    // idempotent: nothing rewritten
+    assert!(!write_if_changed(&c.config_path(), &render_config(&c)).expect("rewrite check"));
+
+    std::fs::write(c.cni_conf_dir.join("05-mine.conflist"), "{}").expect("write");
+    prepare(&c).expect("prepare again");
+    assert!(!ours.exists(), "the operator's network wins: ours is removed");
+    assert!(c.cni_conf_dir.join("05-mine.conflist").exists(), "the operator's file is untouched");
+}
+
+#[test]
+fn socket_paths_too_long_for_unix_sockets_are_refused() {
+    let long = PathBuf::from(format!("/tmp/{}", "x".repeat(100)));
+    let err = prepare(&cfg_in(&long)).expect_err("too long");
+    assert!(matches!(err, ContainerdError::SocketPathTooLong { .. }), "{err}");
+    assert!(err.to_string().contains("--root-dir"), "{err}");
+}
+
+#[test]
+fn executables_are_found_on_path_or_by_absolute_path() {
+    assert_eq!(find_executable(Path::new("sh")).map(|p| p.is_absolute()), Some(true));
+    assert_eq!(find_executable(Path::new("/bin/sh")), Some(PathBuf::from("/bin/sh")));
+    assert_eq!(find_executable(Path::new("no-such-binary-nodelet")), None);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let plain = tmp.path().join("plain");
+    std::fs::write(&plain, "#!/bin/sh\n").expect("write");
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    assert_eq!(find_executable(&plain), None, "not executable");
+}
+
+#[test]
+fn from_config_applies_the_daemons_settings() {
+    let mut config = crate::config::Config::resolve(
+        &crate::cli::RunArgs { hostname_override: Some("n".into()), ..Default::default() },
+        None,
+        &crate::config::HostFacts::detect(),
+    )
+    .expect("defaults")
+    .config;
+    config.root_dir = PathBuf::from("/srv/nodelet");
+    config.runtime.pod_infra_container_image = "registry.k8s.io/pause:3.9".into();
+    config.runtime.embedded.pod_cidr = "198.18.32.0/20".parse().expect("cidr");
+    let c = EmbeddedContainerdConfig::from_config(&config);
+    assert_eq!(c.dir, PathBuf::from("/srv/nodelet/containerd"));
+    assert_eq!(c.sandbox_image, "registry.k8s.io/pause:3.9");
+    assert_eq!(c.cni_conf_dir, PathBuf::from("/srv/nodelet/cni/net.d"));
+    let net = c.cni_network.expect("network");
+    assert_eq!(net.subnet.first_host(), Ipv4Addr::new(198, 18, 32, 1));
+    assert_eq!(net.bridge, "nodelet0");
+}
+
+// ------------------------------------------------------------------------------ against a real containerd
+
+/// The real containerd binary, or `None` (skip) when no runtime test environment is configured.
+fn real_runtime(test: &str) -> Option<PathBuf> {
+    let configured = std::env::var("NODELET_TEST_CRI_ENDPOINT").is_ok_and(|v| !v.trim().is_empty());
+    let required = std::env::var("NODELET_REQUIRE_RUNTIME").as_deref() == Ok("1");
+    if !configured && !required {
+        eprintln!("SKIP {test}: NODELET_TEST_CRI_ENDPOINT is unset (no container runtime to test against)");
+        return None;
+    }
+    match find_executable(Path::new("containerd")) {
+        Some(p) => Some(p),
+        None => panic!("{test}: the runtime environment is configured but containerd is not on PATH"),
+    }
+}
+
+fn proc_with_arg(arg: &Path) -> Vec<u32> {
+    find_stale(arg)
+}
+
+async fn wait_status(
+    rx: &mut watch::Receiver<ContainerdStatus>,
+    what: &str,
+    f: impl Fn(&ContainerdStatus) -> bool,
+) -> ContainerdStatus {
+    let r = timeout(Duration::from_secs(60), async { rx.wait_for(|s| f(s)).await.map(|s| s.clone()) }).await;
+    match r {
+        Ok(Ok(s)) => s,
+        Ok(Err(_)) => panic!("status channel closed while waiting for {what}"),
+        Err(_) => panic!("timed out waiting for {what}; status {:?}", rx.borrow()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_containerd_starts_is_restarted_after_sigkill_and_shuts_down_cleanly() {
+    let Some(_) =
+        real_runtime("embedded_containerd_starts_is_restarted_after_sigkill_and_shuts_down_cleanly")
+    else {
+        return;
+    };
+    let tmp = tempfile::Builder::new().prefix("nl-ctd").tempdir_in("/tmp").expect("tempdir");
+    let mut cfg = cfg_in(tmp.path());
+    cfg.restart_backoff_initial = Duration::from_millis(200);
+    cfg.stop_timeout = Duration::from_secs(10);
+    let config_path = cfg.config_path();
+
+    let ctd = EmbeddedContainerd::start(cfg.clone()).await.unwrap_or_else(|e| panic!("start: {e}"));
+    assert_eq!(ctd.endpoint(), format!("unix://{}/containerd/containerd.sock", tmp.path().display()));
+    let cri = CriClient::connect(CriConfig::new(ctd.endpoint())).await.expect("connect");
+    let v = cri.version().await.expect("CRI Version");
+    assert_eq!(v.runtime_name, "containerd");
+    let status = cri.status().await.expect("CRI Status");
+    assert!(status.is_ready() || status.not_ready_reason().is_some(), "status answered");
+
+    let first = ctd.status();
+    let pid = first.pid.expect("a pid");
+    assert!(first.ready);
+    assert_eq!(std::fs::read_to_string(cfg.pid_path()).expect("pid file").trim(), pid.to_string());
+    assert_eq!(proc_with_arg(&config_path), vec![pid], "exactly one containerd with our config");
+
+    // containerd dies: the supervisor starts a new one, which answers again
+    signal(pid, rustix::process::Signal::KILL).expect("SIGKILL");
+    let mut rx = ctd.watch_status();
+    let after = wait_status(&mut rx, "a restarted, ready containerd", |s| s.restarts >= 1 && s.ready).await;
+    let new_pid = after.pid.expect("new pid");
+    assert_ne!(new_pid, pid);
+    assert!(after.last_exit.as_deref().is_some_and(|e| e.contains("signal")), "{after:?}");
+    let cri = CriClient::connect(CriConfig::new(ctd.endpoint())).await.expect("reconnect");
+    cri.version().await.expect("CRI Version after restart");
+    let log = std::fs::read_to_string(cfg.log_path()).expect("log");
+    assert!(log.contains("(start #2)"), "the log records the restart:\n{log}");
+
+    // clean shutdown: nothing left running, sockets gone
+    ctd.shutdown().await.expect("shutdown");
+    assert!(!alive(new_pid), "containerd {new_pid} still alive after shutdown");
+    assert!(proc_with_arg(&config_path).is_empty(), "no containerd with our config remains");
+    assert!(!cfg.socket_path().exists(), "socket removed");
+    assert!(!cfg.pid_path().exists(), "pid file removed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containerd_left_by_a_dead_nodelet_is_replaced_and_preload_images_are_imported() {
+    let Some(containerd) =
+        real_runtime("a_containerd_left_by_a_dead_nodelet_is_replaced_and_preload_images_are_imported")
+    else {
+        return;
+    };
+    let image_dir = std::env::var("NODELET_TEST_IMAGE_DIR").map(PathBuf::from).ok();
+    let pause_tar = image_dir.map(|d| d.join("pause.tar")).filter(|p| p.is_file());
+    let Some(pause_tar) = pause_tar else {
+        panic!(
+            "NODELET_TEST_IMAGE_DIR/pause.tar is missing: run scripts/runtime-up.sh and source its env.sh"
+        );
+    };
+    let tmp = tempfile::Builder::new().prefix("nl-ctd").tempdir_in("/tmp").expect("tempdir");
+    let mut cfg = cfg_in(tmp.path());
+    let preload = tmp.path().join("preload");
+    std::fs::create_dir_all(&preload).expect("mkdir");
+    std::fs::copy(&pause_tar, preload.join("pause.tar")).expect("copy archive");
+    std::fs::write(preload.join("README"), "not an archive").expect("write");
+    cfg.preload_images = Some(preload);
+
+    // a previous nodelet started containerd and was killed: its containerd still runs with our config
+    prepare(&cfg).expect("prepare");
+    let mut orphan = spawn(&cfg, &containerd, 1).expect("spawn orphan");
+    wait_ready(&cfg, &mut orphan).await.expect("orphan ready");
+    let orphan_pid = orphan.id().expect("pid");
+
+    let ctd = EmbeddedContainerd::start(cfg.clone()).await.unwrap_or_else(|e| panic!("start: {e}"));
+    let _ = timeout(Duration::from_secs(5), orphan.wait()).await; // reap it (it is our child in this test)
+    assert!(!alive(orphan_pid), "the leftover containerd was stopped");
+    let pid = ctd.status().pid.expect("pid");
+    assert_ne!(pid, orphan_pid);
+    assert_eq!(find_stale(&cfg.config_path()), vec![pid]);
+
+    let cri = CriClient::connect(CriConfig::new(ctd.endpoint())).await.expect("connect");
+    let image = cri.image_status("localhost/nodelet/pause:3.9").await.expect("ImageStatus");
+    assert!(image.is_some(), "the preloaded pause image is known to CRI");
+    ctd.shutdown().await.expect("shutdown");
+    assert!(find_stale(&cfg.config_path()).is_empty());
+}
+
+#[tokio::test]
+async fn a_missing_containerd_binary_is_a_clear_error() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = cfg_in(tmp.path());
+    cfg.containerd_path = PathBuf::from("/nonexistent/containerd");
+    let err = EmbeddedContainerd::start(cfg).await.expect_err("no binary");
+    assert!(err.to_string().contains("--container-runtime-endpoint"), "{err}");
+}
+
+#[tokio::test]
+async fn a_containerd_that_exits_at_once_reports_its_log() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(tmp.path().join("bin")).expect("mkdir");
+    let fake = tmp.path().join("bin/containerd");
+    std::fs::write(&fake, "#!/bin/sh\necho \"fake containerd: bad config $2\" >&2\nexit 3\n").expect("write");
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut cfg = cfg_in(tmp.path());
+    cfg.containerd_path = fake;
+    let err = EmbeddedContainerd::start(cfg).await.expect_err("exits");
+    let msg = err.to_string();
+    assert!(matches!(err, ContainerdError::ExitedDuringStartup { .. }), "{msg}");
+    assert!(msg.contains("fake containerd: bad config") && msg.contains("exit status: 3"), "{msg}");
+}
+
+/// The generated configuration runs a real pod: sandbox from the preloaded pause image, the generated CNI
+/// bridge network (pod IP in the configured subnet), a container from the preloaded busybox image, and its
+/// hostPort answering on the bridge's address — what the quick start relies on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_on_the_embedded_containerd_gets_an_ip_and_its_host_port_answers_on_the_bridge_address() {
+    use nodelet_cri::proto;
+    const TEST: &str =
+        "a_pod_on_the_embedded_containerd_gets_an_ip_and_its_host_port_answers_on_the_bridge_address";
+    const BRIDGE: &str = "nltest201";
+    let Some(_) = real_runtime(TEST) else { return };
+    let Some(images) = std::env::var("NODELET_TEST_IMAGE_DIR").ok().map(PathBuf::from) else {
+        panic!("NODELET_TEST_IMAGE_DIR is unset: source the runtime env file (env.sh)");
+    };
+    let cgroup_parent =
+        std::env::var("NODELET_TEST_CGROUP_PARENT").unwrap_or_else(|_| "/nodelet-test".into());
+
+    let tmp = tempfile::Builder::new().prefix("nl-ctd").tempdir_in("/tmp").expect("tempdir");
+    let mut cfg = cfg_in(tmp.path());
+    if let Some(net) = cfg.cni_network.as_mut() {
+        net.bridge = BRIDGE.into();
+        net.subnet = "198.18.201.0/24".parse().expect("cidr");
+    }
+    let preload = tmp.path().join("preload");
+    std::fs::create_dir_all(&preload).expect("mkdir");
+    for a in ["pause.tar", "busybox.tar"] {
+        std::fs::copy(images.join(a), preload.join(a)).unwrap_or_else(|e| panic!("copy {a}: {e}"));
+    }
+    cfg.preload_images = Some(preload);
+    let log_dir = tmp.path().join("pods");
+    let uid = format!("{:032x}", unique_u128());
+    let cgroup = format!("{}/pod{uid}", cgroup_parent.trim_end_matches('/'));
+
+    let ctd = EmbeddedContainerd::start(cfg.clone()).await.unwrap_or_else(|e| panic!("start: {e}"));
+    let endpoint = ctd.endpoint().to_owned();
+    let sandbox_id = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+
+    // the body runs in a task so that cleanup runs even when it panics
+    let body = {
+        let sandbox_id = sandbox_id.clone();
+        let (log_dir, uid, cgroup) = (log_dir.clone(), uid.clone(), cgroup.clone());
+        tokio::spawn(async move {
+            let cri = CriClient::connect(CriConfig::new(&endpoint)).await.expect("connect");
+            let host_port: i32 = 30_880; // outside the CRI driver tests' random 20000-30000
+            let pod_log_dir = log_dir.join(format!("default_embedded-test_{uid}"));
+            std::fs::create_dir_all(pod_log_dir.join("web")).expect("log dir");
+            let sandbox = proto::PodSandboxConfig {
+                metadata: Some(proto::PodSandboxMetadata {
+                    name: "embedded-test".into(),
+                    uid: uid.clone(),
+                    namespace: "default".into(),
+                    attempt: 0,
+                }),
+                hostname: "embedded-test".into(),
+                log_directory: pod_log_dir.to_string_lossy().into_owned(),
+                dns_config: Some(proto::DnsConfig {
+                    servers: vec!["127.0.0.1".into()],
+                    ..Default::default()
+                }),
+                port_mappings: vec![proto::PortMapping {
+                    protocol: proto::Protocol::Tcp as i32,
+                    container_port: 8080,
+                    host_port,
+                    host_ip: String::new(),
+                }],
+                linux: Some(proto::LinuxPodSandboxConfig { cgroup_parent: cgroup, ..Default::default() }),
+                ..Default::default()
+            };
+            let id = cri.run_pod_sandbox(sandbox.clone(), "").await.expect("RunPodSandbox");
+            if let Ok(mut s) = sandbox_id.lock() {
+                *s = Some(id.clone());
+            }
+            let status = cri.pod_sandbox_status(&id).await.expect("PodSandboxStatus");
+            let ip: Ipv4Addr = status.network.map(|n| n.ip).unwrap_or_default().parse().expect("pod IP");
+            let subnet: crate::config::Ipv4Cidr = "198.18.201.0/24".parse().expect("cidr");
+            assert!(subnet.contains(ip), "pod IP {ip} is not in the generated network {subnet}");
+            let container = proto::ContainerConfig {
+                metadata: Some(proto::ContainerMetadata { name: "web".into(), attempt: 0 }),
+                image: Some(proto::ImageSpec {
+                    image: "localhost/nodelet/busybox:latest".into(),
+                    ..Default::default()
+                }),
+                command: ["httpd", "-f", "-p", "8080", "-h", "/var/www"].map(String::from).to_vec(),
+                log_path: "web/0.log".into(),
+                ..Default::default()
+            };
+            let cid = cri.create_container(&id, container, sandbox).await.expect("CreateContainer");
+            cri.start_container(&cid).await.expect("StartContainer");
+            // through the hostPort on the bridge address (loopback is deliberately not NATed)
+            let gateway = subnet.first_host();
+            let addr = std::net::SocketAddr::new(std::net::IpAddr::V4(gateway), host_port as u16);
+            let body = http_get_pod_network(addr).await;
+            assert!(body.contains("hello from nodelet busybox"), "{body}");
+            cri.stop_container(&cid, Duration::ZERO).await.expect("StopContainer");
+        })
+    };
+    let outcome = body.await;
+
+    // cleanup, whatever happened
+    if let Ok(cri) = CriClient::connect(CriConfig::new(ctd.endpoint())).await {
+        let id = sandbox_id.lock().ok().and_then(|s| s.clone());
+        if let Some(id) = id {
+            let _ = cri.stop_pod_sandbox(&id).await;
+            let _ = cri.remove_pod_sandbox(&id).await;
+        }
+    }
+    ctd.shutdown().await.expect("shutdown");
+    let _ = std::process::Command::new("ip").args(["link", "del", BRIDGE]).output();
+    if let Ok(controllers) = std::fs::read_dir("/sys/fs/cgroup") {
+        for c in controllers.flatten() {
+            let _ = std::fs::remove_dir(c.path().join(cgroup.trim_start_matches('/')));
+        }
+    }
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+fn unique_u128() -> u128 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    t.as_nanos() ^ (u128::from(std::process::id()) << 64)
+}
+
+/// One HTTP/1.0 GET to an address of the pod network (refuses anything else); retries while the server starts.
+async fn http_get_pod_network(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let std::net::IpAddr::V4(v4) = addr.ip() else { panic!("IPv4 only") };
+    assert!(v4.octets()[..2] == [198, 18], "refusing to send traffic outside 198.18.0.0/16: {addr}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let attempt = async {
+            let mut s = tokio::net::TcpStream::connect(addr).await?;
+            s.write_all(b"GET / HTTP/1.0\r\nHost: test\r\n\r\n").await?;
+            let mut out = Vec::new();
+            s.read_to_end(&mut out).await?;
+            Ok::<_, std::io::Error>(String::from_utf8_lossy(&out).into_owned())
+        };
+        match timeout(Duration::from_secs(3), attempt).await {
+            Ok(Ok(text)) if text.starts_with("HTTP/1.") => return text,
+            other if Instant::now() >= deadline => panic!("GET {addr} failed: {other:?}"),
+            _ => sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// containerd itself parses the generated file, and merges the extra file over it.
+#[test]
+fn containerd_accepts_the_generated_config_and_merges_the_extra_file() {
+    let Some(containerd) = real_runtime("containerd_accepts_the_generated_config_and_merges_the_extra_file")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let extra = tmp.path().join("extra.toml");
+    std::fs::write(&extra, "version = 2\n[debug]\n  level = \"debug\"\n").expect("write");
+    let mut c = cfg_in(tmp.path());
+    c.config_extra = Some(extra);
+    prepare(&c).expect("prepare");
+    let out = std::process::Command::new(containerd)
+        .arg("--config")
+        .arg(c.config_path())
+        .args(["config", "dump"])
+        .output()
+        .expect("run containerd config dump");
+    let dump = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{}", dump, String::from_utf8_lossy(&out.stderr));
+    assert!(dump.contains("sandbox_image = \"localhost/nodelet/pause:3.9\""), "{dump}");
+    assert!(dump.contains("restrict_oom_score_adj = true"), "{dump}");
+    assert!(dump.contains(&format!("address = \"{}\"", c.socket_path().display())), "{dump}");
+    assert!(dump.contains("level = \"debug\""), "the extra file wins: {dump}");
+}

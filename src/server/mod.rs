@@ -1,0 +1,471 @@
+//! nodelet's HTTP servers: the main HTTPS port, the optional read-only port and the healthz port.
+//!
+//! | Listener | Default | Transport | Authentication | Endpoints |
+//! |---|---|---|---|---|
+//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token, anonymous only if enabled | `/pods`, `/healthz`, `/metrics`, `/containerLogs/{ns}/{pod}/{container}` |
+//! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | `/pods`, `/healthz`, `/metrics` |
+//! | healthz (`--healthz-bind-address`:`--healthz-port`) | 127.0.0.1:10248 | HTTP | none | `/healthz` |
+//!
+//! **Authentication on the main port** works like the kubelet's union authenticator: a client certificate
+//! verified against `clientCAFile` (user = subject CN, groups = subject O) wins; otherwise an
+//! `Authorization: Bearer` token is looked up in the static token file; a request that presents credentials
+//! which do not authenticate is refused with 401, even when anonymous access is enabled. A request without
+//! credentials is served as `system:anonymous` (group `system:unauthenticated`) only when
+//! `anonymous_auth` is true; nodelet's default is false (the kubelet's command-line default is true).
+//!
+//! **Authorization**: every authenticated user (and the anonymous user, when enabled) may read every
+//! endpoint. The kubelet's `Webhook` authorization mode (SubjectAccessReview against an API server) is not
+//! implemented; only `GET` and `HEAD` are served, other methods get 405.
+//!
+//! Errors are JSON `Status` objects (`kind: Status`, `code`, `reason`, `message`) like the API server's,
+//! except `/healthz`, which answers plain text.
+//!
+//! The daemon provides the data through [`NodeView`], binds with [`Servers::bind`] (or [`serve`]) and stops
+//! the servers by completing the `shutdown` future.
+
+// Until main.rs wires the servers in, only the tests use most of this module.
+#![cfg_attr(not(test), allow(dead_code))]
+
+mod auth;
+mod logs;
+mod routes;
+mod status;
+mod tls;
+
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::service::TowerToHyperService;
+use k8s_openapi::List;
+use k8s_openapi::api::core::v1::Pod;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
+use tracing::{debug, info, warn};
+
+pub(crate) use auth::AuthError;
+pub(crate) use tls::TlsError;
+
+use auth::{Authenticator, ClientCert, TokenAuthenticator};
+use routes::{ConnInfo, Shared};
+
+/// What the servers show about the node. The daemon implements it over its live state.
+///
+/// The methods are synchronous and are called on the async runtime for every request: they must return
+/// quickly (copy a snapshot under a short lock, never wait on the runtime or the network).
+pub(crate) trait NodeView: Send + Sync + 'static {
+    /// The pods on this node with their live status, served as a v1 `PodList` on `/pods`.
+    fn pods(&self) -> List<Pod>;
+
+    /// The metrics in the Prometheus text exposition format (version 0.0.4), already encoded, served on
+    /// `/metrics`.
+    fn metrics(&self) -> String;
+
+    /// `Ok(())` when the node agent is healthy, else the reason, which `/healthz` returns with a 500.
+    fn healthy(&self) -> Result<(), String>;
+
+    /// The newest CRI log file of a container (`<podLogsDir>/<ns>_<pod>_<uid>/<container>/<restart>.log`),
+    /// or `None` when the pod or the container is unknown. The file is opened without following a final
+    /// symbolic link and must be a regular file.
+    fn container_log(&self, namespace: &str, pod: &str, container: &str) -> Option<PathBuf>;
+
+    /// Whether the container is running; `/containerLogs?follow=true` stops once the container is no longer
+    /// running and its log has been read to the end. The default looks the container up in [`Self::pods`]
+    /// (`status.containerStatuses[].state.running`, init and ephemeral containers included); override it
+    /// when a cheaper answer is at hand.
+    fn container_running(&self, namespace: &str, pod: &str, container: &str) -> bool {
+        self.pods().items.iter().any(|p| {
+            p.metadata.namespace.as_deref() == Some(namespace)
+                && p.metadata.name.as_deref() == Some(pod)
+                && p.status.as_ref().is_some_and(|s| {
+                    [&s.container_statuses, &s.init_container_statuses, &s.ephemeral_container_statuses]
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .any(|c| {
+                            c.name == container && c.state.as_ref().is_some_and(|st| st.running.is_some())
+                        })
+                })
+        })
+    }
+}
+
+/// Where and how the servers listen. Field names follow the kubelet's flags and
+/// `KubeletConfiguration` fields; [`ServerConfig::new`] fills in the defaults listed on each field.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerConfig {
+    /// `--address` / `address`: the main port's bind address. Default `0.0.0.0` (as the kubelet).
+    pub(crate) address: IpAddr,
+    /// `--port` / `port`: the main HTTPS port. Default 10250 (as the kubelet). 0 picks a free port (tests);
+    /// the kubelet rejects 0.
+    pub(crate) port: u16,
+    /// `--read-only-port` / `readOnlyPort`: the unauthenticated plain-HTTP port, bound to `address`.
+    /// Default `None` = disabled (the kubelet's config-file default; its command-line legacy default is
+    /// 10255). `Some(0)` picks a free port; map the flag value 0 to `None`.
+    pub(crate) read_only_port: Option<u16>,
+    /// `--healthz-bind-address` / `healthzBindAddress`. Default `127.0.0.1` (as the kubelet).
+    pub(crate) healthz_bind_address: IpAddr,
+    /// `--healthz-port` / `healthzPort`. Default `Some(10248)` (as the kubelet); `None` disables it (the
+    /// kubelet's value 0); `Some(0)` picks a free port.
+    pub(crate) healthz_port: Option<u16>,
+    /// `--tls-cert-file` / `tlsCertFile`: PEM certificate chain for the main port. When it and
+    /// `tls_private_key_file` are unset, a self-signed certificate is generated once and kept under
+    /// `<root_dir>/pki/nodelet.crt` and `nodelet.key` (the kubelet keeps `kubelet.crt|key` under `--cert-dir`).
+    pub(crate) tls_cert_file: Option<PathBuf>,
+    /// `--tls-private-key-file` / `tlsPrivateKeyFile`: PEM private key (PKCS#8, PKCS#1 or SEC1) matching
+    /// `tls_cert_file`. Both or neither must be set.
+    pub(crate) tls_private_key_file: Option<PathBuf>,
+    /// `--client-ca-file` / `authentication.x509.clientCAFile`: PEM bundle of CAs whose client certificates
+    /// authenticate (user = CN, groups = O). Default unset: client certificates are not requested.
+    pub(crate) client_ca_file: Option<PathBuf>,
+    /// `--token-auth-file`: static bearer tokens, CSV `token,user,uid[,"group1,group2"]` in the API
+    /// server's format. nodelet-specific (the kubelet authenticates tokens through a TokenReview webhook).
+    pub(crate) token_auth_file: Option<PathBuf>,
+    /// `--anonymous-auth` / `authentication.anonymous.enabled`: serve requests without credentials as
+    /// `system:anonymous`. Default false (the kubelet's command-line default is true).
+    pub(crate) anonymous_auth: bool,
+    /// `--root-dir`. Default `/var/lib/nodelet` (the kubelet: `/var/lib/kubelet`).
+    pub(crate) root_dir: PathBuf,
+    /// The node's host name, put with `localhost`, 127.0.0.1 and ::1 into the self-signed certificate.
+    pub(crate) hostname: String,
+    /// How long open connections (log streams included) may take to finish after shutdown is asked
+    /// before they are dropped. Default 5 s (nodelet-specific).
+    pub(crate) shutdown_grace: Duration,
+}
+
+impl ServerConfig {
+    /// The defaults documented on each field, for a node called `hostname`.
+    pub(crate) fn new(hostname: impl Into<String>) -> Self {
+        Self {
+            address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port: 10250,
+            read_only_port: None,
+            healthz_bind_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            healthz_port: Some(10248),
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            client_ca_file: None,
+            token_auth_file: None,
+            anonymous_auth: false,
+            root_dir: PathBuf::from("/var/lib/nodelet"),
+            hostname: hostname.into(),
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why the servers could not start.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ServerError {
+    /// A listener could not bind its address.
+    #[error("cannot listen on {addr} for the {listener}: {source}")]
+    Bind {
+        /// Which listener, with the flag that sets its port (e.g. "main HTTPS port (--port)").
+        listener: &'static str,
+        /// The address and port it tried.
+        addr: SocketAddr,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// The serving certificate, its key or the client CA bundle could not be loaded or generated.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The token file could not be read or parsed.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+}
+
+/// How long a client may take to finish the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Open connections per listener; further connections are closed at once.
+const MAX_CONNECTIONS_PER_LISTENER: usize = 1024;
+/// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// One bound listener with what it serves.
+struct Listener {
+    name: &'static str,
+    listener: TcpListener,
+    addr: SocketAddr,
+    router: Router,
+    tls: Option<TlsAcceptor>,
+}
+
+/// The bound listeners, ready to serve. Binding first lets the caller report the addresses (with port 0
+/// resolved) before serving.
+pub(crate) struct Servers {
+    main: Listener,
+    read_only: Option<Listener>,
+    healthz: Option<Listener>,
+    /// Cancelled when shutdown starts: ends log streams.
+    stopping: CancellationToken,
+    grace: Duration,
+}
+
+impl std::fmt::Debug for Servers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Servers")
+            .field("main", &self.main.addr)
+            .field("read_only", &self.read_only.as_ref().map(|l| l.addr))
+            .field("healthz", &self.healthz.as_ref().map(|l| l.addr))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Servers {
+    /// Loads or generates the TLS material, reads the token file and binds every enabled listener.
+    /// Fails with the listener, address and OS error when a port cannot be bound.
+    pub(crate) async fn bind<V: NodeView>(config: &ServerConfig, view: Arc<V>) -> Result<Self, ServerError> {
+        let tokens = match &config.token_auth_file {
+            Some(path) => {
+                let tokens = TokenAuthenticator::from_file(path)?;
+                info!(path = %path.display(), tokens = tokens.len(), "loaded static bearer tokens");
+                Some(tokens)
+            }
+            None => None,
+        };
+        let authenticator = Arc::new(Authenticator::new(tokens, config.anonymous_auth));
+        let tls_config = tls::server_config(config)?;
+        let stopping = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            view,
+            authenticator,
+            stopping: stopping.clone(),
+            log_poll_interval: logs::DEFAULT_POLL_INTERVAL,
+        });
+
+        let main = bind_listener(
+            "main HTTPS port (--port)",
+            SocketAddr::new(config.address, config.port),
+            routes::main_router(shared.clone()),
+            Some(TlsAcceptor::from(tls_config)),
+        )
+        .await?;
+        let read_only = match config.read_only_port {
+            Some(port) => Some(
+                bind_listener(
+                    "read-only HTTP port (--read-only-port)",
+                    SocketAddr::new(config.address, port),
+                    routes::read_only_router(shared.clone()),
+                    None,
+                )
+                .await?,
+            ),
+            None => None,
+        };
+        let healthz = match config.healthz_port {
+            Some(port) => Some(
+                bind_listener(
+                    "healthz port (--healthz-port)",
+                    SocketAddr::new(config.healthz_bind_address, port),
+                    routes::healthz_router(shared.clone()),
+                    None,
+                )
+                .await?,
+            ),
+            None => None,
+        };
+        Ok(Self { main, read_only, healthz, stopping, grace: config.shutdown_grace })
+    }
+
+    /// The main HTTPS port's bound address.
+    pub(crate) fn main_addr(&self) -> SocketAddr {
+        self.main.addr
+    }
+
+    /// The read-only port's bound address, when enabled.
+    pub(crate) fn read_only_addr(&self) -> Option<SocketAddr> {
+        self.read_only.as_ref().map(|l| l.addr)
+    }
+
+    /// The healthz port's bound address, when enabled.
+    pub(crate) fn healthz_addr(&self) -> Option<SocketAddr> {
+        self.healthz.as_ref().map(|l| l.addr)
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting, ends log streams, lets open requests finish
+    /// for up to the configured grace period and drops what is left.
+    pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send) {
+        let Self { main, read_only, healthz, stopping, grace } = self;
+        let graceful = GracefulShutdown::new();
+        let force = CancellationToken::new();
+        for l in [Some(&main), read_only.as_ref(), healthz.as_ref()].into_iter().flatten() {
+            info!(listener = l.name, addr = %l.addr, tls = l.tls.is_some(), "serving");
+        }
+        {
+            let accepting = async {
+                tokio::join!(
+                    accept_loop(main, &stopping, &graceful, &force),
+                    accept_optional(read_only, &stopping, &graceful, &force),
+                    accept_optional(healthz, &stopping, &graceful, &force),
+                );
+            };
+            tokio::select! {
+                () = accepting => {}
+                () = shutdown => stopping.cancel(),
+            }
+        }
+        // Every accept loop has returned (and dropped its listener) once `stopping` is cancelled.
+        stopping.cancel();
+        info!(open_connections = graceful.count(), "servers stopping");
+        if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+            warn!(grace = ?grace, "connections still open after the shutdown grace period; dropping them");
+        }
+        force.cancel();
+        info!("servers stopped");
+    }
+}
+
+/// Binds every enabled listener (see [`Servers::bind`]) and serves until `shutdown` completes.
+pub(crate) async fn serve<V: NodeView>(
+    config: &ServerConfig,
+    view: Arc<V>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServerError> {
+    Servers::bind(config, view).await?.run(shutdown).await;
+    Ok(())
+}
+
+async fn bind_listener(
+    name: &'static str,
+    addr: SocketAddr,
+    router: Router,
+    tls: Option<TlsAcceptor>,
+) -> Result<Listener, ServerError> {
+    let bind_error = |source| ServerError::Bind { listener: name, addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let addr = listener.local_addr().map_err(bind_error)?;
+    Ok(Listener { name, listener, addr, router, tls })
+}
+
+async fn accept_optional(
+    listener: Option<Listener>,
+    stopping: &CancellationToken,
+    graceful: &GracefulShutdown,
+    force: &CancellationToken,
+) {
+    if let Some(listener) = listener {
+        accept_loop(listener, stopping, graceful, force).await;
+    }
+}
+
+async fn accept_loop(
+    listener: Listener,
+    stopping: &CancellationToken,
+    graceful: &GracefulShutdown,
+    force: &CancellationToken,
+) {
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS_PER_LISTENER));
+    loop {
+        let accepted = tokio::select! {
+            () = stopping.cancelled() => return,
+            accepted = listener.listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, remote)) => {
+                let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    warn!(listener = listener.name, %remote, "too many open connections; closing a new one");
+                    continue;
+                };
+                let conn = Connection {
+                    listener: listener.name,
+                    stream,
+                    remote,
+                    router: listener.router.clone(),
+                    tls: listener.tls.clone(),
+                    watcher: graceful.watcher(),
+                };
+                let force = force.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = conn.serve() => {}
+                        () = force.cancelled() => {}
+                    }
+                    drop(permit);
+                });
+            }
+            Err(error) => {
+                warn!(listener = listener.name, %error, "accept failed");
+                tokio::select! {
+                    () = stopping.cancelled() => return,
+                    () = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => {}
+                }
+            }
+        }
+    }
+}
+
+/// One accepted connection.
+struct Connection {
+    listener: &'static str,
+    stream: TcpStream,
+    remote: SocketAddr,
+    router: Router,
+    tls: Option<TlsAcceptor>,
+    watcher: Watcher,
+}
+
+impl Connection {
+    async fn serve(self) {
+        let Self { listener, stream, remote, router, tls, watcher } = self;
+        match tls {
+            None => {
+                let info = ConnInfo { remote, client_cert: ClientCert::None };
+                serve_http(stream, info, router, watcher, listener).await;
+            }
+            Some(acceptor) => {
+                let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
+                {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(error)) => {
+                        debug!(listener, %remote, %error, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        debug!(listener, %remote, "TLS handshake timed out");
+                        return;
+                    }
+                };
+                let client_cert = match stream.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+                    None => ClientCert::None,
+                    Some(leaf) => auth::user_from_certificate(leaf.as_ref()),
+                };
+                let info = ConnInfo { remote, client_cert };
+                serve_http(stream, info, router, watcher, listener).await;
+            }
+        }
+    }
+}
+
+async fn serve_http<S>(stream: S, info: ConnInfo, router: Router, watcher: Watcher, listener: &'static str)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let remote = info.remote;
+    let service = router.map_request(move |mut request: hyper::Request<Incoming>| {
+        request.extensions_mut().insert(info.clone());
+        request
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+    if let Err(error) = watcher.watch(conn).await {
+        debug!(listener, %remote, %error, "connection ended with an error");
+    }
+}

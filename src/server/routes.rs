@@ -1,0 +1,226 @@
+//! The routers of the three listeners and their handlers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::NodeView;
+use super::auth::{Authenticator, ClientCert};
+use super::logs::{self, LogError, LogOptions};
+use super::status;
+
+/// What every handler needs.
+pub(crate) struct Shared<V> {
+    pub(crate) view: Arc<V>,
+    pub(crate) authenticator: Arc<Authenticator>,
+    /// Cancelled when the servers stop: ends followed log streams.
+    pub(crate) stopping: CancellationToken,
+    pub(crate) log_poll_interval: Duration,
+}
+
+/// Per-connection facts, put into every request's extensions by the connection's service.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnInfo {
+    pub(crate) remote: SocketAddr,
+    pub(crate) client_cert: ClientCert,
+}
+
+type St<V> = State<Arc<Shared<V>>>;
+
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The main port: everything, behind authentication.
+pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
+    Router::new()
+        .route("/pods", get(pods::<V>))
+        .route("/healthz", get(healthz::<V>))
+        .route("/metrics", get(metrics::<V>))
+        .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs::<V>))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(shared.clone(), authenticate::<V>))
+        .with_state(shared)
+}
+
+/// The read-only port: `/pods`, `/healthz`, `/metrics`, no authentication, no logs.
+pub(crate) fn read_only_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
+    Router::new()
+        .route("/pods", get(pods::<V>))
+        .route("/healthz", get(healthz::<V>))
+        .route("/metrics", get(metrics::<V>))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(shared)
+}
+
+/// The healthz port: `/healthz` only.
+pub(crate) fn healthz_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz::<V>))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(shared)
+}
+
+/// Authenticates the request (see [`Authenticator::authenticate`]); every authenticated user may read
+/// every endpoint (no authorization webhook).
+async fn authenticate<V: NodeView>(State(shared): St<V>, mut request: Request, next: Next) -> Response {
+    let none = ClientCert::None;
+    let conn = request.extensions().get::<ConnInfo>();
+    let remote = conn.map(|c| c.remote);
+    let cert = conn.map_or(&none, |c| &c.client_cert);
+    match shared.authenticator.authenticate(cert, request.headers().get(header::AUTHORIZATION)) {
+        Ok(user) => {
+            debug!(user = %user.name, remote = ?remote, method = %request.method(), path = %request.uri().path(), "authenticated request");
+            request.extensions_mut().insert(user);
+            next.run(request).await
+        }
+        Err(refused) => {
+            info!(remote = ?remote, path = %request.uri().path(), reason = %refused.0, "refused an unauthenticated request");
+            status::failure(StatusCode::UNAUTHORIZED, refused.0)
+        }
+    }
+}
+
+async fn pods<V: NodeView>(State(shared): St<V>) -> Response {
+    match serde_json::to_vec(&shared.view.pods()) {
+        Ok(body) => with_content_type(body.into_response(), "application/json"),
+        Err(e) => {
+            status::failure(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the pod list: {e}"))
+        }
+    }
+}
+
+async fn healthz<V: NodeView>(State(shared): St<V>) -> Response {
+    match shared.view.healthy() {
+        Ok(()) => with_content_type("ok".into_response(), "text/plain; charset=utf-8"),
+        Err(reason) => {
+            warn!(%reason, "health check failed");
+            let response = (StatusCode::INTERNAL_SERVER_ERROR, format!("healthz check failed: {reason}\n"));
+            with_content_type(response.into_response(), "text/plain; charset=utf-8")
+        }
+    }
+}
+
+async fn metrics<V: NodeView>(State(shared): St<V>) -> Response {
+    with_content_type(shared.view.metrics().into_response(), PROMETHEUS_TEXT)
+}
+
+async fn container_logs<V: NodeView>(
+    State(shared): St<V>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
+    for (what, value, valid) in [
+        ("namespace", &namespace, is_dns_label(&namespace)),
+        ("pod name", &pod, is_dns_subdomain(&pod)),
+        ("container name", &container, is_dns_label(&container)),
+    ] {
+        if !valid {
+            return status::failure(StatusCode::BAD_REQUEST, format!("invalid {what} {value:?}"));
+        }
+    }
+    let options = match LogOptions::from_query(&query) {
+        Ok(options) => options,
+        Err(message) => return status::failure(StatusCode::BAD_REQUEST, message),
+    };
+    let view = shared.view.clone();
+    let Some(path) = view.container_log(&namespace, &pod, &container) else {
+        let pod_known = view.pods().items.iter().any(|p| {
+            p.metadata.namespace.as_deref() == Some(namespace.as_str())
+                && p.metadata.name.as_deref() == Some(pod.as_str())
+        });
+        let message = if pod_known {
+            format!("container {container:?} in pod \"{namespace}/{pod}\" is not available")
+        } else {
+            format!("pod \"{namespace}/{pod}\" does not exist")
+        };
+        return status::failure(StatusCode::NOT_FOUND, message);
+    };
+    let file = match logs::open(&path, &options).await {
+        Ok(file) => file,
+        Err(LogError::NotFound) => {
+            return status::failure(
+                StatusCode::NOT_FOUND,
+                format!("container {container:?} in pod \"{namespace}/{pod}\" has no log yet"),
+            );
+        }
+        Err(e @ (LogError::Symlink | LogError::NotRegular)) => {
+            warn!(path = %path.display(), %namespace, %pod, %container, error = %e, "refusing to serve a log file");
+            return status::failure(StatusCode::FORBIDDEN, format!("log of container {container:?}: {e}"));
+        }
+        Err(e @ LogError::Io(_)) => {
+            warn!(path = %path.display(), error = %e, "cannot open a container log");
+            return status::failure(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("log of container {container:?}: {e}"),
+            );
+        }
+    };
+    let running: Box<dyn Fn() -> bool + Send + Sync> =
+        Box::new(move || view.container_running(&namespace, &pod, &container));
+    let stream = file.into_stream(options, running, shared.stopping.clone(), shared.log_poll_interval);
+    with_content_type(Body::from_stream(stream).into_response(), "text/plain; charset=utf-8")
+}
+
+async fn not_found(request: Request) -> Response {
+    status::failure(StatusCode::NOT_FOUND, format!("the path {:?} is not served here", request.uri().path()))
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    let mut response = status::failure(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "method {} is not allowed on {:?}; only GET and HEAD are",
+            request.method(),
+            request.uri().path()
+        ),
+    );
+    response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    response
+}
+
+fn with_content_type(mut response: Response, content_type: &'static str) -> Response {
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters (namespaces, containers).
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// RFC 1123 subdomain: dot-separated labels, at most 253 characters (pod names).
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_validated() {
+        assert!(is_dns_label("kube-system"));
+        assert!(is_dns_subdomain("web-node1.example"));
+        for bad in ["", "..", ".", "-a", "a-", "A", "a_b", "a/b", "a b", "%2e"] {
+            assert!(!is_dns_label(bad) && !is_dns_subdomain(bad), "{bad:?}");
+        }
+        assert!(!is_dns_label(&"a".repeat(64)));
+    }
+}

@@ -1,0 +1,582 @@
+//! The HTTP source (`--manifest-http-addr`, off by default): an endpoint to submit pod manifests.
+//!
+//! | Request | Answer |
+//! |---|---|
+//! | `POST /pods` with a manifest (YAML or JSON: one Pod, a PodList, or several documents; `Content-Type` a JSON or YAML type) | `201` with `{"pods": [{"namespace", "name", "uid"}]}`; `422` with a `Status` listing the field errors, and nothing applied; `400` for unparseable text; `409` when a pod collides with one from another source; `415` for another content type |
+//! | `GET /pods` | `200` with a `PodList` of the submitted pods |
+//! | `DELETE /pods/{namespace}/{name}` (the name as submitted or with the node suffix) | `200` with the removed pod's `{"namespace", "name", "uid"}`; `404` if there is none |
+//!
+//! Submitted pods are static pods (`kubernetes.io/config.source: http`; name suffixed with the
+//! node name; UID hashed from the content, so submitting the same manifest again changes nothing
+//! and a changed one replaces the pod of the same name). They live in memory: a restart of
+//! nodelet forgets them.
+//!
+//! **Security: there is no authentication and no authorization.** Whoever can reach the endpoint
+//! can run any pod, privileged ones included, i.e. is root on this machine. It therefore binds
+//! only to loopback addresses unless [`HttpSourceConfig::allow_remote`] is set, and must never be
+//! exposed. Against web pages in a local browser it refuses requests whose `Host` is not a
+//! loopback name (DNS rebinding) and submissions whose `Content-Type` is not JSON or YAML (so a
+//! cross-site form or `text/plain` request cannot reach it without a CORS preflight, which it never
+//! grants).
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get};
+use nodelet_resources::pod::desired::{DesiredPod, PodSource};
+use nodelet_resources::pod::validation::{FieldError, FieldErrorKind};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::SourceHandle;
+use super::manifest::{self, MAX_MANIFEST_BYTES};
+
+/// The problems' location of submitted pods.
+pub(crate) const LOCATION: &str = "http endpoint";
+/// The address suggested for `--manifest-http-addr` (loopback; a port the kubelet does not use).
+pub(crate) const DEFAULT_ADDR: &str = "127.0.0.1:10260";
+/// The default limit on submitted pods.
+pub(crate) const DEFAULT_MAX_PODS: usize = 256;
+
+/// Errors of the HTTP source.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HttpSourceError {
+    /// The address is not a loopback address and `allow_remote` is not set.
+    #[error(
+        "refusing to serve the manifest endpoint on {0}: it has no authentication; bind it to a loopback \
+         address, or set allow_remote if you really mean to let everyone who reaches it run pods"
+    )]
+    NotLoopback(SocketAddr),
+    /// The address cannot be bound.
+    #[error("cannot bind the manifest endpoint to {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Serving failed.
+    #[error("the manifest endpoint failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Settings of the [`HttpSource`].
+#[derive(Debug, Clone)]
+pub(crate) struct HttpSourceConfig {
+    /// The address to listen on (port 0 picks a free port).
+    pub(crate) addr: SocketAddr,
+    /// Serve on a non-loopback address too. **Dangerous**: see the [module docs](self).
+    pub(crate) allow_remote: bool,
+    /// The most pods that may be submitted at once (default 256).
+    pub(crate) max_pods: usize,
+}
+
+impl HttpSourceConfig {
+    /// The defaults for `addr`.
+    pub(crate) fn new(addr: SocketAddr) -> Self {
+        Self { addr, allow_remote: false, max_pods: DEFAULT_MAX_PODS }
+    }
+}
+
+/// The manifest submission endpoint; see the [module docs](self).
+#[derive(Debug)]
+pub(crate) struct HttpSource {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    state: Arc<EndpointState>,
+}
+
+#[derive(Debug)]
+struct EndpointState {
+    handle: SourceHandle,
+    allow_remote: bool,
+    max_pods: usize,
+    /// Submitted pods by `namespace/name` as submitted.
+    submitted: Mutex<BTreeMap<String, DesiredPod>>,
+}
+
+impl HttpSource {
+    /// Binds the endpoint and reports the (empty) set of submitted pods, so that this source
+    /// counts as reported at once.
+    pub(crate) async fn bind(
+        config: HttpSourceConfig,
+        handle: SourceHandle,
+    ) -> Result<Self, HttpSourceError> {
+        let addr = config.addr;
+        if !addr.ip().to_canonical().is_loopback() {
+            if !config.allow_remote {
+                return Err(HttpSourceError::NotLoopback(addr));
+            }
+            tracing::warn!(%addr, "the manifest endpoint has no authentication and listens beyond loopback");
+        }
+        let listener =
+            TcpListener::bind(addr).await.map_err(|source| HttpSourceError::Bind { addr, source })?;
+        let local_addr = listener.local_addr().map_err(|source| HttpSourceError::Bind { addr, source })?;
+        handle.report(Vec::new(), Vec::new());
+        let state = Arc::new(EndpointState {
+            handle,
+            allow_remote: config.allow_remote,
+            max_pods: config.max_pods,
+            submitted: Mutex::new(BTreeMap::new()),
+        });
+        Ok(Self { listener, local_addr, state })
+    }
+
+    /// The address it listens on.
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` fires.
+    pub(crate) async fn run(self, shutdown: CancellationToken) -> Result<(), HttpSourceError> {
+        tracing::info!(addr = %self.local_addr, "manifest endpoint listening");
+        let router = Router::new()
+            .route("/pods", get(list).post(submit))
+            .route("/pods/{namespace}/{name}", delete(remove))
+            .layer(DefaultBodyLimit::max(MAX_MANIFEST_BYTES))
+            .with_state(self.state);
+        axum::serve(self.listener, router)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await
+            .map_err(HttpSourceError::Serve)
+    }
+}
+
+impl EndpointState {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, DesiredPod>> {
+        self.submitted.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The refusal of a request whose `Host` is not a loopback name, unless remote access is
+    /// allowed.
+    fn refuse_host(&self, headers: &HeaderMap) -> Option<Response> {
+        if self.allow_remote {
+            return None;
+        }
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+        (!is_loopback_host(host)).then(|| {
+            status(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                format!("host {host:?} is not a loopback name"),
+                Vec::new(),
+            )
+        })
+    }
+}
+
+/// `localhost`, `127.0.0.1`, `[::1]`, with or without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or_default()
+    } else {
+        host.rsplit_once(':')
+            .map_or(host, |(name, port)| if port.bytes().all(|b| b.is_ascii_digit()) { name } else { host })
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.to_canonical().is_loopback())
+}
+
+fn json_response(code: StatusCode, body: &serde_json::Value) -> Response {
+    (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+/// An API-server-like `Status` answer.
+fn status(code: StatusCode, reason: &str, message: String, causes: Vec<serde_json::Value>) -> Response {
+    let mut body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    });
+    if !causes.is_empty() {
+        body["details"] = json!({ "causes": causes });
+    }
+    json_response(code, &body)
+}
+
+fn cause_reason(kind: FieldErrorKind) -> &'static str {
+    match kind {
+        FieldErrorKind::NotFound => "FieldValueNotFound",
+        FieldErrorKind::Required => "FieldValueRequired",
+        FieldErrorKind::Duplicate => "FieldValueDuplicate",
+        FieldErrorKind::Invalid => "FieldValueInvalid",
+        FieldErrorKind::NotSupported => "FieldValueNotSupported",
+        FieldErrorKind::Forbidden => "FieldValueForbidden",
+        FieldErrorKind::TooLong => "FieldValueTooLong",
+        FieldErrorKind::TooMany => "FieldValueTooMany",
+        FieldErrorKind::Internal => "InternalError",
+    }
+}
+
+fn cause(object: Option<&str>, error: &FieldError) -> serde_json::Value {
+    let message = match object {
+        Some(object) => format!("pod \"{object}\": {error}"),
+        None => error.to_string(),
+    };
+    json!({ "reason": cause_reason(error.kind), "message": message, "field": error.path })
+}
+
+fn pod_ref(pod: &DesiredPod) -> serde_json::Value {
+    json!({ "namespace": pod.namespace(), "name": pod.name(), "uid": pod.uid() })
+}
+
+fn is_manifest_type(headers: &HeaderMap) -> bool {
+    let Some(content_type) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    essence.ends_with("/json")
+        || essence.ends_with("+json")
+        || essence.ends_with("/yaml")
+        || essence.ends_with("/x-yaml")
+        || essence.ends_with("+yaml")
+}
+
+async fn submit(State(state): State<Arc<EndpointState>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(refusal) = state.refuse_host(&headers) {
+        return refusal;
+    }
+    if !is_manifest_type(&headers) {
+        return status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            "the Content-Type must be a JSON or YAML type (application/json, application/yaml)".into(),
+            Vec::new(),
+        );
+    }
+    let parsed = manifest::parse(&body, &PodSource::Http, state.handle.node_name());
+    if let Some(syntax) = parsed.problems.iter().find(|p| p.object.is_none() && p.field_errors.is_empty()) {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", syntax.message.clone(), Vec::new());
+    }
+    if !parsed.problems.is_empty() {
+        let causes = parsed
+            .problems
+            .iter()
+            .flat_map(|p| p.field_errors.iter().map(|e| cause(p.object.as_deref(), e)))
+            .collect();
+        let message = parsed
+            .problems
+            .iter()
+            .map(|p| match &p.object {
+                Some(object) => format!("pod \"{object}\": {}", p.message),
+                None => p.message.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        return status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message, causes);
+    }
+    if let Some(kind) = parsed.others.keys().next() {
+        return status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!("kind: Unsupported value: {kind:?}: only Pod, PodList and List of pods may be submitted"),
+            Vec::new(),
+        );
+    }
+    if parsed.pods.is_empty() {
+        return status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            "the request holds no pod".into(),
+            Vec::new(),
+        );
+    }
+
+    let mut submitted = state.lock();
+    let mut next = submitted.clone();
+    for pod in &parsed.pods {
+        next.insert(pod.key.clone(), pod.pod.clone());
+    }
+    if next.len() > state.max_pods {
+        return status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!("at most {} pods may be submitted", state.max_pods),
+            Vec::new(),
+        );
+    }
+    let new_pods: Vec<DesiredPod> = parsed.pods.iter().map(|p| p.pod.clone()).collect();
+    let mut conflicts = state.handle.conflicts(&new_pods);
+    // Two documents of one request with the same name: the API server would refuse the second.
+    let mut keys = std::collections::HashSet::new();
+    for pod in &parsed.pods {
+        if !keys.insert(pod.key.as_str()) {
+            conflicts.push(format!("pod \"{}\" appears twice in the request", pod.key));
+        }
+    }
+    if !conflicts.is_empty() {
+        return status(StatusCode::CONFLICT, "AlreadyExists", conflicts.join("; "), Vec::new());
+    }
+    *submitted = next;
+    state.handle.report(submitted.values().cloned().collect(), Vec::new());
+    drop(submitted);
+    for pod in &new_pods {
+        tracing::info!(pod = %format!("{}/{}", pod.namespace(), pod.name()), uid = pod.uid(), "pod submitted");
+    }
+    json_response(StatusCode::CREATED, &json!({ "pods": new_pods.iter().map(pod_ref).collect::<Vec<_>>() }))
+}
+
+async fn list(State(state): State<Arc<EndpointState>>, headers: HeaderMap) -> Response {
+    if let Some(refusal) = state.refuse_host(&headers) {
+        return refusal;
+    }
+    let items: Vec<serde_json::Value> =
+        state.lock().values().filter_map(|pod| serde_json::to_value(&pod.pod).ok()).collect();
+    json_response(
+        StatusCode::OK,
+        &json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items }),
+    )
+}
+
+async fn remove(
+    State(state): State<Arc<EndpointState>>,
+    headers: HeaderMap,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    if let Some(refusal) = state.refuse_host(&headers) {
+        return refusal;
+    }
+    let mut submitted = state.lock();
+    let key = submitted
+        .iter()
+        .find(|(key, pod)| {
+            **key == format!("{namespace}/{name}") || (pod.namespace() == namespace && pod.name() == name)
+        })
+        .map(|(key, _)| key.clone());
+    let Some(pod) = key.and_then(|key| submitted.remove(&key)) else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("no submitted pod \"{namespace}/{name}\""),
+            Vec::new(),
+        );
+    };
+    state.handle.report(submitted.values().cloned().collect(), Vec::new());
+    drop(submitted);
+    tracing::info!(pod = %format!("{}/{}", pod.namespace(), pod.name()), uid = pod.uid(), "submitted pod removed");
+    json_response(StatusCode::OK, &pod_ref(&pod))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use nodelet_resources::pod::desired::PodUid;
+    use reconcile_engine::Store;
+
+    use super::super::testutil::{NODE, by_name, desired, names, pod_yaml};
+    use super::super::{PodConfig, SourceHandle};
+    use super::*;
+
+    struct Endpoint {
+        base: String,
+        store: Store<PodUid, DesiredPod>,
+        client: reqwest::Client,
+        shutdown: CancellationToken,
+        files: SourceHandle,
+    }
+
+    async fn start() -> Endpoint {
+        let config = PodConfig::new(NODE);
+        let files = config.add_source("file").expect("file");
+        let handle = config.add_source("http").expect("http");
+        let source = HttpSource::bind(HttpSourceConfig::new("127.0.0.1:0".parse().expect("addr")), handle)
+            .await
+            .expect("binds on loopback");
+        let base = format!("http://{}", source.local_addr());
+        let shutdown = CancellationToken::new();
+        tokio::spawn(source.run(shutdown.clone()));
+        let client =
+            reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(5)).build().expect("client");
+        Endpoint { base, store: config.store(), client, shutdown, files }
+    }
+
+    impl Endpoint {
+        async fn post(&self, content_type: &str, body: String) -> (u16, serde_json::Value) {
+            let response = self
+                .client
+                .post(format!("{}/pods", self.base))
+                .header("content-type", content_type)
+                .body(body)
+                .send()
+                .await
+                .expect("request");
+            let status = response.status().as_u16();
+            let text = response.text().await.expect("body");
+            (status, serde_json::from_str(&text).expect("JSON answer"))
+        }
+    }
+
+    impl Drop for Endpoint {
+        fn drop(&mut self) {
+            self.shutdown.cancel();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_submitted_manifest_runs_is_listed_and_can_be_deleted() {
+        let endpoint = start().await;
+        let body = format!("{}---\n{}", pod_yaml("web", "nginx"), pod_yaml("api", "nginx"));
+        let (status, answer) = endpoint.post("application/yaml", body).await;
+        assert_eq!(status, 201, "{answer}");
+        let pods = answer["pods"].as_array().expect("pods");
+        assert_eq!(pods.len(), 2);
+        assert_eq!(pods[0]["name"], "web-node-a");
+        assert_eq!(pods[0]["namespace"], "default");
+        let uid = pods[0]["uid"].as_str().expect("uid").to_owned();
+        assert_eq!(by_name(&endpoint.store, "web-node-a").map(|p| p.uid().to_owned()), Some(uid.clone()));
+        assert_eq!(by_name(&endpoint.store, "web-node-a").map(|p| p.source), Some(PodSource::Http));
+
+        // Submitting the same manifest again is idempotent.
+        let (status, again) = endpoint.post("application/yaml", pod_yaml("web", "nginx")).await;
+        assert_eq!((status, again["pods"][0]["uid"].as_str()), (201, Some(uid.as_str())));
+        assert_eq!(endpoint.store.len(), 2);
+
+        let list = endpoint.client.get(format!("{}/pods", endpoint.base)).send().await.expect("list");
+        let list: serde_json::Value = serde_json::from_str(&list.text().await.expect("body")).expect("JSON");
+        assert_eq!(list["kind"], "PodList");
+        let listed: Vec<&str> = list["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter_map(|p| p["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(listed, ["api-node-a", "web-node-a"]);
+
+        let deleted = endpoint
+            .client
+            .delete(format!("{}/pods/default/web", endpoint.base))
+            .send()
+            .await
+            .expect("delete");
+        assert_eq!(deleted.status().as_u16(), 200);
+        assert_eq!(names(&endpoint.store), ["api-node-a"]);
+        let deleted = endpoint
+            .client
+            .delete(format!("{}/pods/default/api-node-a", endpoint.base))
+            .send()
+            .await
+            .expect("delete");
+        assert_eq!(deleted.status().as_u16(), 200, "the suffixed name works too");
+        assert!(endpoint.store.is_empty());
+        let missing = endpoint
+            .client
+            .delete(format!("{}/pods/default/web", endpoint.base))
+            .send()
+            .await
+            .expect("delete");
+        assert_eq!(missing.status().as_u16(), 404);
+    }
+
+    #[tokio::test]
+    async fn json_is_accepted_and_a_changed_manifest_replaces_the_pod() {
+        let endpoint = start().await;
+        let pod = |image: &str| {
+            format!(
+                r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"web"}},"spec":{{"containers":[{{"name":"app","image":"{image}"}}]}}}}"#
+            )
+        };
+        let (status, first) = endpoint.post("application/json; charset=utf-8", pod("nginx:1")).await;
+        assert_eq!(status, 201, "{first}");
+        let (status, second) = endpoint.post("application/json", pod("nginx:2")).await;
+        assert_eq!(status, 201, "{second}");
+        assert_ne!(first["pods"][0]["uid"], second["pods"][0]["uid"]);
+        assert_eq!(endpoint.store.len(), 1);
+        let web = by_name(&endpoint.store, "web-node-a").expect("web");
+        assert_eq!(web.containers()[0].image.as_deref(), Some("nginx:2"));
+    }
+
+    #[tokio::test]
+    async fn invalid_pods_get_422_with_the_field_errors_and_change_nothing() {
+        let endpoint = start().await;
+        let body = format!("{}---\n{}", pod_yaml("good", "nginx"), pod_yaml("bad", "''"));
+        let (status, answer) = endpoint.post("application/yaml", body).await;
+        assert_eq!(status, 422, "{answer}");
+        assert_eq!(answer["kind"], "Status");
+        assert_eq!(answer["reason"], "Invalid");
+        let cause = &answer["details"]["causes"][0];
+        assert_eq!(cause["field"], "spec.containers[0].image");
+        assert_eq!(cause["reason"], "FieldValueRequired");
+        assert_eq!(cause["message"], "pod \"default/bad\": spec.containers[0].image: Required value");
+        assert!(endpoint.store.is_empty(), "nothing of a refused request is applied");
+
+        let (status, answer) = endpoint.post("application/yaml", "kind: [".into()).await;
+        assert_eq!(status, 400, "{answer}");
+        let (status, answer) =
+            endpoint.post("application/yaml", "kind: ConfigMap\nmetadata: {name: c}\n".into()).await;
+        assert_eq!(status, 422, "{answer}");
+        let (status, _) = endpoint.post("application/yaml", String::new()).await;
+        assert_eq!(status, 422);
+    }
+
+    #[tokio::test]
+    async fn collisions_with_other_sources_get_409() {
+        let endpoint = start().await;
+        endpoint
+            .files
+            .report(vec![desired("web", "nginx", PodSource::File("/m/web.yaml".into()))], Vec::new());
+        let (status, answer) = endpoint.post("application/yaml", pod_yaml("web", "other")).await;
+        assert_eq!(status, 409, "{answer}");
+        assert!(answer["message"].as_str().unwrap_or_default().contains("/m/web.yaml"), "{answer}");
+        assert_eq!(
+            by_name(&endpoint.store, "web-node-a").map(|p| p.source),
+            Some(PodSource::File("/m/web.yaml".into()))
+        );
+    }
+
+    #[tokio::test]
+    async fn browser_style_requests_are_refused() {
+        let endpoint = start().await;
+        let (status, _) = endpoint.post("text/plain", pod_yaml("web", "nginx")).await;
+        assert_eq!(status, 415, "a simple cross-site request cannot submit pods");
+        let (status, _) = endpoint.post("application/x-www-form-urlencoded", pod_yaml("web", "nginx")).await;
+        assert_eq!(status, 415);
+        let rebound = endpoint
+            .client
+            .post(format!("{}/pods", endpoint.base))
+            .header("host", "attacker.example:10260")
+            .header("content-type", "application/yaml")
+            .body(pod_yaml("web", "nginx"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(rebound.status().as_u16(), 403, "DNS rebinding is refused");
+        assert!(endpoint.store.is_empty());
+    }
+
+    #[tokio::test]
+    async fn only_loopback_addresses_are_served_unless_allowed() {
+        let config = PodConfig::new(NODE);
+        let handle = config.add_source("http").expect("http");
+        let refused =
+            HttpSource::bind(HttpSourceConfig::new("0.0.0.0:0".parse().expect("addr")), handle).await;
+        assert!(matches!(refused, Err(HttpSourceError::NotLoopback(_))), "{refused:?}");
+        assert!(!config.store().is_synced(), "a refused endpoint reports nothing");
+        let suggested: SocketAddr = DEFAULT_ADDR.parse().expect("the suggested address parses");
+        assert!(suggested.ip().is_loopback());
+    }
+
+    #[test]
+    fn loopback_hosts_are_recognised() {
+        for host in
+            ["localhost", "localhost:10260", "127.0.0.1", "127.0.0.1:80", "[::1]:10260", "[::1]", "LOCALHOST"]
+        {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in ["", "example.com", "10.0.0.1:10260", "127.0.0.1.nip.io", "[::2]:1", "localhost.evil"] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+    }
+}

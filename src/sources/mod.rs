@@ -1,0 +1,424 @@
+//! Pod sources: the populators of the desired pod store.
+//!
+//! ```text
+//!  FileSource (--pod-manifest-path) ──┐ full set of its pods
+//!  UrlSource  (--manifest-url)     ───┼──▶ SourceHandle ──▶ PodConfig ──▶ desired Store<PodUid, DesiredPod>
+//!  HttpSource (--manifest-http-addr) ─┘    (one each)        (merge)  ──▶ SourceProblems
+//! ```
+//!
+//! [`PodConfig`] owns the single [`reconcile_engine::Writer`] of the desired store. Each source gets
+//! a [`SourceHandle`] from [`PodConfig::add_source`] and reports its **full current set** of pods
+//! (and problems) every time something changes; the pod config merges every source's set into the
+//! store (`replace_all`: a pod its source no longer lists disappears). After
+//! [`PodConfig::seal`], the store is marked synced once every source has reported once, so the
+//! engine never tears down a pod because a source has not been read yet (the kubelet's
+//! `SeenAllSources`).
+//!
+//! **Duplicates.** Two pods with the same UID or the same `namespace/name`, in one source or
+//! across sources: the one already in the store keeps running; otherwise the first in source
+//! order (sources in the order they were added, pods in their source's order) wins. The other is
+//! reported as a problem.
+//!
+//! **Problems** are visible through [`SourceProblems`]: every invalid document, unreadable file,
+//! failed fetch and duplicate, with its location (file path or URL), the pod (`namespace/name`)
+//! when known, and the message, which names the field like the API server. Each change is logged
+//! once, at `warn` (new) or `info` (resolved).
+//!
+//! **A manifest that becomes broken keeps its last good pods.** The kubelet skips a file that
+//! fails to parse, so its pods are stopped; nodelet instead keeps running the last good version of
+//! every pod the broken manifest may still mean, and reports the error, so that a typo never stops
+//! a running pod ("nothing a user wrote is lost"). Deleting the file (or the pod's document)
+//! removes the pod. The last good version lives in memory: after a restart of nodelet a manifest
+//! that is still broken contributes only its valid pods.
+//!
+//! **`kubernetes.io/config.seen`** is set here, from the first time the pod config saw the UID
+//! (RFC 3339, UTC); it stays the same while the pod stays, so rescans never change a desired pod.
+
+// Until main.rs wires the sources in, only the tests use most of this module.
+#![cfg_attr(not(test), allow(dead_code))]
+
+pub(crate) mod file;
+pub(crate) mod http;
+mod manifest;
+pub(crate) mod url;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::pod::validation::CONFIG_SEEN_ANNOTATION;
+use reconcile_engine::{Store, Writer};
+use tokio::sync::watch;
+
+// The binary's main.rs uses these; until it is wired, nothing does.
+#[allow(unused_imports)]
+pub(crate) use file::{FileSource, FileSourceConfig, ManifestObject, ManifestObjects};
+#[allow(unused_imports)]
+pub(crate) use http::{HttpSource, HttpSourceConfig, HttpSourceError};
+#[allow(unused_imports)]
+pub(crate) use url::{UrlSource, UrlSourceConfig, UrlSourceError, parse_header_flag};
+
+/// Errors of the pod config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PodConfigError {
+    /// A source with this name was added already.
+    #[error("pod source {0:?} was added twice")]
+    DuplicateSource(String),
+    /// [`PodConfig::seal`] was called: the set of sources is fixed.
+    #[error("pod source {0:?} added after the pod config was sealed")]
+    Sealed(String),
+}
+
+/// A problem with a source: an invalid manifest, an unreadable file, a failed fetch, a duplicate.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Problem {
+    /// Where: the file path, the URL, or `http endpoint`.
+    pub(crate) location: String,
+    /// The pod it is about, as `namespace/name`, when known: the name as written in the manifest
+    /// (without a static pod's node suffix), except for duplicates, which name the pod as it would
+    /// run (with the suffix).
+    pub(crate) object: Option<String>,
+    /// What is wrong; for an invalid pod, the field errors as the API server writes them
+    /// (`spec.containers[0].image: Required value`).
+    pub(crate) message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.object {
+            Some(object) => write!(f, "{}: pod \"{object}\": {}", self.location, self.message),
+            None => write!(f, "{}: {}", self.location, self.message),
+        }
+    }
+}
+
+/// A read-only, cheap-clone view of every source's current problems.
+#[derive(Debug, Clone)]
+pub(crate) struct SourceProblems {
+    rx: watch::Receiver<Arc<Vec<Problem>>>,
+}
+
+impl SourceProblems {
+    /// The current problems, sorted by location, object and message.
+    pub(crate) fn list(&self) -> Arc<Vec<Problem>> {
+        self.rx.borrow().clone()
+    }
+
+    /// Whether there is no problem.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rx.borrow().is_empty()
+    }
+
+    /// Waits until `predicate` holds for the problem list and returns that list (at once if it
+    /// holds already). Cancel-safe.
+    pub(crate) async fn wait_for(&self, mut predicate: impl FnMut(&[Problem]) -> bool) -> Arc<Vec<Problem>> {
+        let mut rx = self.rx.clone();
+        let found = rx.wait_for(|problems| predicate(problems)).await.map(|problems| problems.clone());
+        // The sender lives in the pod config's shared state; if it is gone, report what is there.
+        found.unwrap_or_else(|_| self.rx.borrow().clone())
+    }
+}
+
+/// Merges the pod sources into the desired pod store; see the [module docs](self).
+///
+/// Cheap to clone; every clone and every [`SourceHandle`] share one store.
+#[derive(Debug, Clone)]
+pub(crate) struct PodConfig {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    node_name: String,
+    store: Store<PodUid, DesiredPod>,
+    problems: watch::Sender<Arc<Vec<Problem>>>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    writer: Writer<PodUid, DesiredPod>,
+    sources: Vec<SourceState>,
+    sealed: bool,
+    synced: bool,
+    /// When each UID in the store was first seen (RFC 3339).
+    first_seen: HashMap<PodUid, String>,
+    /// Duplicates found by the last merge.
+    merge_problems: Vec<Problem>,
+}
+
+#[derive(Debug)]
+struct SourceState {
+    name: String,
+    reported: bool,
+    pods: Vec<DesiredPod>,
+    problems: Vec<Problem>,
+}
+
+impl PodConfig {
+    /// A pod config for the node `node_name` (static pods get its lowercased name as suffix),
+    /// with an empty, not yet synced desired store.
+    pub(crate) fn new(node_name: impl Into<String>) -> Self {
+        let (store, writer) = reconcile_engine::store();
+        let (problems, _) = watch::channel(Arc::new(Vec::new()));
+        Self {
+            shared: Arc::new(Shared {
+                node_name: node_name.into(),
+                store,
+                problems,
+                state: Mutex::new(State {
+                    writer,
+                    sources: Vec::new(),
+                    sealed: false,
+                    synced: false,
+                    first_seen: HashMap::new(),
+                    merge_problems: Vec::new(),
+                }),
+            }),
+        }
+    }
+
+    /// The desired pod store (read side), keyed by pod UID.
+    pub(crate) fn store(&self) -> Store<PodUid, DesiredPod> {
+        self.shared.store.clone()
+    }
+
+    /// The problems of every source.
+    pub(crate) fn problems(&self) -> SourceProblems {
+        SourceProblems { rx: self.shared.problems.subscribe() }
+    }
+
+    /// The node name the sources prepare pods for.
+    pub(crate) fn node_name(&self) -> &str {
+        &self.shared.node_name
+    }
+
+    /// Adds an enabled source named `name` (`file`, `url`, `http`, `api`) and returns the handle
+    /// it reports through. Sources take precedence over later ones when pods collide. Add every
+    /// source before [`seal`](Self::seal).
+    pub(crate) fn add_source(&self, name: impl Into<String>) -> Result<SourceHandle, PodConfigError> {
+        let name = name.into();
+        let mut state = self.shared.lock();
+        if state.sealed {
+            return Err(PodConfigError::Sealed(name));
+        }
+        if state.sources.iter().any(|s| s.name == name) {
+            return Err(PodConfigError::DuplicateSource(name));
+        }
+        let index = state.sources.len();
+        state.sources.push(SourceState { name, reported: false, pods: Vec::new(), problems: Vec::new() });
+        Ok(SourceHandle { shared: self.shared.clone(), index })
+    }
+
+    /// Declares that every source has been added: the store is marked synced as soon as each has
+    /// reported once (at once if they all have, or if there is none).
+    pub(crate) fn seal(&self) {
+        let mut state = self.shared.lock();
+        state.sealed = true;
+        state.maybe_mark_synced();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl State {
+    fn maybe_mark_synced(&mut self) {
+        if self.sealed && !self.synced && self.sources.iter().all(|s| s.reported) {
+            self.synced = true;
+            self.writer.mark_synced();
+            tracing::info!(
+                sources = self.sources.len(),
+                pods = self.writer.reader().len(),
+                "every pod source has reported"
+            );
+        }
+    }
+}
+
+/// Where a pod's source is, for problems.
+fn location_of(source: &PodSource) -> String {
+    match source {
+        PodSource::File(path) => path.display().to_string(),
+        PodSource::Url(url) => url.clone(),
+        PodSource::Http => http::LOCATION.to_owned(),
+        PodSource::Api => "api".to_owned(),
+    }
+}
+
+fn full_name(pod: &DesiredPod) -> String {
+    format!("{}/{}", pod.namespace(), pod.name())
+}
+
+/// The current time as RFC 3339 (UTC, seconds).
+fn now_rfc3339() -> String {
+    let seconds = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    i64::try_from(seconds)
+        .ok()
+        .and_then(|s| k8s_openapi::jiff::Timestamp::from_second(s).ok())
+        .map_or_else(|| "1970-01-01T00:00:00Z".to_owned(), |t| t.to_string())
+}
+
+/// How one source reports to the [`PodConfig`]. Not `Clone`: one source, one handle.
+#[derive(Debug)]
+pub(crate) struct SourceHandle {
+    shared: Arc<Shared>,
+    index: usize,
+}
+
+impl SourceHandle {
+    /// The node name to prepare pods for.
+    pub(crate) fn node_name(&self) -> &str {
+        &self.shared.node_name
+    }
+
+    /// Replaces this source's pods and problems with `pods` and `problems` (its full current
+    /// set) and merges every source into the desired store. Counts as the source's report for
+    /// [`PodConfig::seal`].
+    pub(crate) fn report(&self, pods: Vec<DesiredPod>, problems: Vec<Problem>) {
+        let mut state = self.shared.lock();
+        if let Some(source) = state.sources.get_mut(self.index) {
+            source.pods = pods;
+            source.problems = problems;
+            source.reported = true;
+        }
+        self.merge(&mut state);
+        state.maybe_mark_synced();
+    }
+
+    /// Replaces this source's problems only (its pods stay as last reported; it does not count
+    /// as a report): for a source that cannot be read yet.
+    pub(crate) fn set_problems(&self, problems: Vec<Problem>) {
+        let mut state = self.shared.lock();
+        if let Some(source) = state.sources.get_mut(self.index) {
+            source.problems = problems;
+        }
+        self.publish_problems(&state);
+    }
+
+    /// Which of `pods` would collide (same UID or `namespace/name`) with a pod another source
+    /// has in the store: one message per collision.
+    pub(crate) fn conflicts(&self, pods: &[DesiredPod]) -> Vec<String> {
+        let state = self.shared.lock();
+        let mut uids = HashMap::new();
+        let mut names = HashMap::new();
+        for (i, source) in state.sources.iter().enumerate() {
+            if i == self.index {
+                continue;
+            }
+            for pod in &source.pods {
+                if self.shared.store.get(&pod.uid().to_owned()).is_some_and(|p| p.source == pod.source) {
+                    uids.insert(pod.uid().to_owned(), location_of(&pod.source));
+                    names.insert(full_name(pod), location_of(&pod.source));
+                }
+            }
+        }
+        pods.iter()
+            .filter_map(|pod| {
+                let other = uids.get(pod.uid()).or_else(|| names.get(&full_name(pod)))?;
+                Some(format!("pod \"{}\" (uid {}) is already provided by {other}", full_name(pod), pod.uid()))
+            })
+            .collect()
+    }
+
+    fn merge(&self, state: &mut State) {
+        // A pod already in the store (the same UID, or the same name from the same place: an
+        // edited manifest) goes first, so that a new duplicate never displaces a running pod.
+        let mut current_uids: HashSet<(PodUid, PodSource)> = HashSet::new();
+        let mut current_names: HashSet<(String, PodSource)> = HashSet::new();
+        self.shared.store.for_each(|uid, pod| {
+            current_uids.insert((uid.clone(), pod.source.clone()));
+            current_names.insert((full_name(pod), pod.source.clone()));
+        });
+        let candidates: Vec<&DesiredPod> = state.sources.iter().flat_map(|s| s.pods.iter()).collect();
+        let is_incumbent = |pod: &DesiredPod| {
+            current_uids.contains(&(pod.uid().to_owned(), pod.source.clone()))
+                || current_names.contains(&(full_name(pod), pod.source.clone()))
+        };
+        let ordered = candidates
+            .iter()
+            .filter(|p| is_incumbent(p))
+            .chain(candidates.iter().filter(|p| !is_incumbent(p)));
+
+        let mut accepted: Vec<DesiredPod> = Vec::new();
+        let mut by_uid: HashMap<String, String> = HashMap::new();
+        let mut by_name: HashMap<String, String> = HashMap::new();
+        let mut merge_problems = Vec::new();
+        for pod in ordered {
+            let uid = pod.uid().to_owned();
+            let name = full_name(pod);
+            let location = location_of(&pod.source);
+            let clash = by_uid
+                .get(&uid)
+                .map(|other| ("UID", other))
+                .or_else(|| by_name.get(&name).map(|other| ("name", other)));
+            if let Some((what, other)) = clash {
+                merge_problems.push(Problem {
+                    location,
+                    object: Some(format!("{}/{}", pod.namespace(), pod.name())),
+                    message: format!(
+                        "duplicate pod {what}: the pod from {other} is kept and this one is ignored"
+                    ),
+                });
+                continue;
+            }
+            by_uid.insert(uid, location.clone());
+            by_name.insert(name, location);
+            accepted.push((*pod).clone());
+        }
+
+        let uids: HashSet<&str> = accepted.iter().map(DesiredPod::uid).collect();
+        state.first_seen.retain(|uid, _| uids.contains(uid.as_str()));
+        let mut entries = Vec::with_capacity(accepted.len());
+        for mut pod in accepted {
+            let uid = pod.uid().to_owned();
+            let seen = state.first_seen.entry(uid.clone()).or_insert_with(now_rfc3339).clone();
+            pod.pod
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(CONFIG_SEEN_ANNOTATION.into(), seen);
+            entries.push((uid, pod));
+        }
+        let changed = state.writer.replace_all(entries);
+        if changed > 0 {
+            tracing::debug!(changed, pods = self.shared.store.len(), "desired pods updated");
+        }
+        state.merge_problems = merge_problems;
+        self.publish_problems(state);
+    }
+
+    fn publish_problems(&self, state: &State) {
+        let previous = self.shared.problems.borrow().clone();
+        let all: BTreeSet<Problem> = state
+            .sources
+            .iter()
+            .flat_map(|s| s.problems.iter())
+            .chain(state.merge_problems.iter())
+            .cloned()
+            .collect();
+        let before: BTreeSet<&Problem> = previous.iter().collect();
+        let after: BTreeSet<&Problem> = all.iter().collect();
+        if before == after {
+            return;
+        }
+        for problem in after.difference(&before) {
+            tracing::warn!(location = %problem.location, object = problem.object.as_deref(), "pod source problem: {}", problem.message);
+        }
+        for problem in before.difference(&after) {
+            tracing::info!(location = %problem.location, object = problem.object.as_deref(), "pod source problem resolved: {}", problem.message);
+        }
+        self.shared.problems.send_replace(Arc::new(all.into_iter().collect()));
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,162 @@
+//! Tests of the pod config: merging, duplicates, sync, problems, `config.seen`.
+
+use std::path::PathBuf;
+
+use nodelet_resources::pod::desired::PodSource;
+use nodelet_resources::pod::validation::CONFIG_SEEN_ANNOTATION;
+
+use super::testutil::{NODE, by_name, desired, names};
+use super::*;
+
+fn file(name: &str) -> PodSource {
+    PodSource::File(PathBuf::from(format!("/manifests/{name}.yaml")))
+}
+
+fn problem(location: &str, message: &str) -> Problem {
+    Problem { location: location.into(), object: None, message: message.into() }
+}
+
+#[test]
+fn a_report_replaces_the_sources_whole_set() {
+    let config = PodConfig::new(NODE);
+    let store = config.store();
+    let files = config.add_source("file").expect("first source");
+    assert_eq!((config.node_name(), files.node_name()), (NODE, NODE));
+    files.report(vec![desired("a", "nginx", file("a")), desired("b", "nginx", file("b"))], Vec::new());
+    assert_eq!(names(&store), ["a-node-a", "b-node-a"]);
+    files.report(vec![desired("b", "nginx", file("b"))], Vec::new());
+    assert_eq!(names(&store), ["b-node-a"], "a pod its source no longer lists disappears");
+    let b = by_name(&store, "b-node-a").expect("b present");
+    assert!(store.contains_key(&b.uid().to_owned()), "keyed by UID");
+}
+
+#[test]
+fn the_store_syncs_once_every_source_reported_after_seal() {
+    let config = PodConfig::new(NODE);
+    let store = config.store();
+    let files = config.add_source("file").expect("file");
+    let http = config.add_source("http").expect("http");
+    files.report(Vec::new(), Vec::new());
+    assert!(!store.is_synced());
+    config.seal();
+    assert!(!store.is_synced(), "http has not reported");
+    http.set_problems(vec![problem("x", "not yet")]);
+    assert!(!store.is_synced(), "problems alone are not a report");
+    http.report(Vec::new(), Vec::new());
+    assert!(store.is_synced());
+    assert_eq!(config.add_source("api").err(), Some(PodConfigError::Sealed("api".into())));
+}
+
+#[test]
+fn a_config_without_sources_syncs_at_seal_and_names_are_unique() {
+    let config = PodConfig::new(NODE);
+    let _files = config.add_source("file").expect("file");
+    assert_eq!(config.add_source("file").err(), Some(PodConfigError::DuplicateSource("file".into())));
+    let empty = PodConfig::new(NODE);
+    empty.seal();
+    assert!(empty.store().is_synced());
+}
+
+#[test]
+fn duplicates_across_sources_first_wins_and_the_other_is_a_problem() {
+    let config = PodConfig::new(NODE);
+    let store = config.store();
+    let files = config.add_source("file").expect("file");
+    let http = config.add_source("http").expect("http");
+    files.report(vec![desired("web", "nginx:1", file("web"))], Vec::new());
+    http.report(vec![desired("web", "nginx:2", PodSource::Http)], Vec::new());
+    let web = by_name(&store, "web-node-a").expect("web present");
+    assert_eq!(web.source, file("web"));
+    let problems = config.problems().list();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].location, "http endpoint");
+    assert_eq!(problems[0].object.as_deref(), Some("default/web-node-a"));
+    assert!(problems[0].message.contains("duplicate pod name"), "{}", problems[0]);
+    assert!(problems[0].message.contains("/manifests/web.yaml"), "{}", problems[0]);
+
+    // The file pod goes away: the submitted one takes its place and the problem is resolved.
+    files.report(Vec::new(), Vec::new());
+    assert_eq!(by_name(&store, "web-node-a").map(|p| p.source), Some(PodSource::Http));
+    assert!(config.problems().is_empty(), "{:?}", config.problems().list());
+}
+
+#[test]
+fn a_running_pod_is_not_displaced_by_a_new_duplicate() {
+    let config = PodConfig::new(NODE);
+    let store = config.store();
+    let files = config.add_source("file").expect("file");
+    let http = config.add_source("http").expect("http");
+    http.report(vec![desired("web", "nginx:2", PodSource::Http)], Vec::new());
+    files.report(vec![desired("web", "nginx:1", file("web"))], Vec::new());
+    assert_eq!(by_name(&store, "web-node-a").map(|p| p.source), Some(PodSource::Http));
+    assert_eq!(config.problems().list()[0].location, "/manifests/web.yaml");
+
+    // Editing the running pod (new UID, same name, same place) keeps it first.
+    http.report(vec![desired("web", "nginx:3", PodSource::Http)], Vec::new());
+    let web = by_name(&store, "web-node-a").expect("web present");
+    assert_eq!(web.source, PodSource::Http);
+    assert_eq!(web.containers()[0].image.as_deref(), Some("nginx:3"));
+}
+
+#[test]
+fn the_same_uid_twice_in_one_source_is_reported() {
+    let config = PodConfig::new(NODE);
+    let files = config.add_source("file").expect("file");
+    let pod = desired("web", "nginx", file("web"));
+    files.report(vec![pod.clone(), pod], Vec::new());
+    assert_eq!(config.store().len(), 1);
+    let problems = config.problems().list();
+    assert!(problems[0].message.contains("duplicate pod UID"), "{problems:?}");
+}
+
+#[test]
+fn config_seen_is_set_once_and_rescans_change_nothing() {
+    let config = PodConfig::new(NODE);
+    let store = config.store();
+    let files = config.add_source("file").expect("file");
+    let pod = desired("web", "nginx", file("web"));
+    files.report(vec![pod.clone()], Vec::new());
+    let first = store.get(&pod.uid().to_owned()).expect("present");
+    let seen = first.pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_SEEN_ANNOTATION)).cloned();
+    let seen = seen.expect("config.seen set");
+    assert_eq!(seen.len(), "2024-01-01T00:00:00Z".len(), "{seen}");
+    assert!(seen.ends_with('Z') && seen.as_bytes()[10] == b'T', "{seen}");
+
+    let changes = store.subscribe();
+    files.report(vec![pod.clone()], Vec::new());
+    let again = store.get(&pod.uid().to_owned()).expect("present");
+    assert!(Arc::ptr_eq(&first, &again), "an identical report does not rewrite the pod");
+    assert!(changes.is_empty(), "and notifies nobody");
+}
+
+#[test]
+fn problems_are_listed_sorted_and_replaced_per_source() {
+    let config = PodConfig::new(NODE);
+    let problems = config.problems();
+    let files = config.add_source("file").expect("file");
+    let url = config.add_source("url").expect("url");
+    files.report(Vec::new(), vec![problem("/m/b.yaml", "bad"), problem("/m/a.yaml", "worse")]);
+    url.set_problems(vec![problem("http://127.0.0.1:1/", "connection refused")]);
+    let list: Vec<String> = problems.list().iter().map(ToString::to_string).collect();
+    assert_eq!(list, ["/m/a.yaml: worse", "/m/b.yaml: bad", "http://127.0.0.1:1/: connection refused"]);
+    files.report(Vec::new(), Vec::new());
+    assert_eq!(problems.list().len(), 1);
+    url.report(Vec::new(), Vec::new());
+    assert!(problems.is_empty());
+}
+
+#[test]
+fn conflicts_name_the_other_source() {
+    let config = PodConfig::new(NODE);
+    let files = config.add_source("file").expect("file");
+    let http = config.add_source("http").expect("http");
+    files.report(vec![desired("web", "nginx", file("web"))], Vec::new());
+    let clash =
+        http.conflicts(&[desired("web", "other", PodSource::Http), desired("api", "x", PodSource::Http)]);
+    assert_eq!(clash.len(), 1, "{clash:?}");
+    assert!(
+        clash[0].contains("\"default/web-node-a\"") && clash[0].contains("/manifests/web.yaml"),
+        "{clash:?}"
+    );
+    assert!(files.conflicts(&[desired("web", "nginx", file("web"))]).is_empty(), "own pods never conflict");
+}

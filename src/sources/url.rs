@@ -1,0 +1,469 @@
+//! The URL source (`--manifest-url`, `staticPodURL`): static pods fetched from a URL every
+//! `httpCheckFrequency` (20 s), with the headers of `--manifest-url-header`.
+//!
+//! - The body is a manifest like a file's: one Pod, a PodList, or several YAML/JSON documents.
+//!   An empty body means no pods. A body identical to the last one is not parsed again.
+//! - Pods get `kubernetes.io/config.source: http` and a UID hashed from the URL, the node and the
+//!   pod.
+//! - **Failures** (connection refused, timeout, a status other than 2xx, a body over 8 MiB) are
+//!   reported as problems and change nothing: the pods of the last good body keep running, and
+//!   until a first successful fetch the source does not count as reported, so nothing is torn
+//!   down for want of it (as in the kubelet). Invalid documents keep their last good pods, as in
+//!   the file source.
+//! - `https` URLs are verified against the system's CA bundle (the first of
+//!   `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`,
+//!   `/etc/ssl/ca-bundle.pem`, `/etc/ssl/cert.pem`), or [`UrlSourceConfig::ca_file`]. Proxies
+//!   from the environment (`HTTPS_PROXY`, ...) are used except for loopback URLs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nodelet_resources::pod::desired::PodSource;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tokio_util::sync::CancellationToken;
+
+use super::manifest::{self, MAX_MANIFEST_BYTES, ParsedPod};
+use super::{Problem, SourceHandle};
+
+/// The kubelet's default `httpCheckFrequency`.
+pub(crate) const DEFAULT_HTTP_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
+/// How long one fetch may take.
+pub(crate) const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the system CA bundle usually is.
+const CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// Errors of the URL source's configuration.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UrlSourceError {
+    /// The URL does not parse or is not `http`/`https`.
+    #[error("invalid manifest URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// A `--manifest-url-header` entry is not `name:value` with a valid name and value.
+    #[error("invalid manifest URL header {0:?}: expected name:value")]
+    InvalidHeader(String),
+    /// The CA file cannot be read or holds no certificate.
+    #[error("cannot use the CA file {path}: {reason}")]
+    CaFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The HTTP client cannot be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+/// Settings of the [`UrlSource`].
+#[derive(Debug, Clone)]
+pub(crate) struct UrlSourceConfig {
+    /// The URL (`http` or `https`).
+    pub(crate) url: String,
+    /// Headers sent with every request, in order (a name may repeat).
+    pub(crate) headers: Vec<(String, String)>,
+    /// Poll period (`httpCheckFrequency`, default 20 s).
+    pub(crate) check_frequency: Duration,
+    /// Timeout of one fetch (default 10 s).
+    pub(crate) timeout: Duration,
+    /// A PEM CA bundle to verify `https` servers with, instead of the system's.
+    pub(crate) ca_file: Option<PathBuf>,
+}
+
+impl UrlSourceConfig {
+    /// The defaults for `url`.
+    pub(crate) fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            headers: Vec::new(),
+            check_frequency: DEFAULT_HTTP_CHECK_FREQUENCY,
+            timeout: DEFAULT_FETCH_TIMEOUT,
+            ca_file: None,
+        }
+    }
+}
+
+/// Parses one `--manifest-url-header` value: comma-separated `name:value` pairs, as the kubelet
+/// reads them (`a:hello,b:again`). The flag may be repeated; concatenate the results.
+pub(crate) fn parse_header_flag(value: &str) -> Result<Vec<(String, String)>, UrlSourceError> {
+    value
+        .split(',')
+        .filter(|entry| !entry.trim().is_empty())
+        .map(|entry| {
+            let (name, value) =
+                entry.split_once(':').ok_or_else(|| UrlSourceError::InvalidHeader(entry.to_owned()))?;
+            let name = name.trim();
+            if HeaderName::from_bytes(name.as_bytes()).is_err() || HeaderValue::from_str(value).is_err() {
+                return Err(UrlSourceError::InvalidHeader(entry.to_owned()));
+            }
+            Ok((name.to_owned(), value.to_owned()))
+        })
+        .collect()
+}
+
+/// Polls the manifest URL; see the [module docs](self).
+#[derive(Debug)]
+pub(crate) struct UrlSource {
+    config: UrlSourceConfig,
+    handle: SourceHandle,
+    client: reqwest::Client,
+    headers: HeaderMap,
+    /// The last body fetched successfully.
+    last_body: Option<Vec<u8>>,
+    /// What the URL contributes: its valid pods, plus the last good version of broken ones.
+    pods: Vec<ParsedPod>,
+    /// Problems of the last body.
+    body_problems: Vec<Problem>,
+}
+
+impl UrlSource {
+    /// A URL source reporting through `handle`. Checks the URL and headers and builds the client;
+    /// nothing is fetched before [`run`](Self::run).
+    pub(crate) fn new(config: UrlSourceConfig, handle: SourceHandle) -> Result<Self, UrlSourceError> {
+        let invalid = |reason: String| UrlSourceError::InvalidUrl { url: config.url.clone(), reason };
+        let url = reqwest::Url::parse(&config.url).map_err(|e| invalid(e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(invalid("the scheme must be http or https".into()));
+        }
+        let mut headers = HeaderMap::new();
+        for (name, value) in &config.headers {
+            let entry = || UrlSourceError::InvalidHeader(format!("{name}:{value}"));
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| entry())?;
+            let value = HeaderValue::from_str(value).map_err(|_| entry())?;
+            headers.append(name, value);
+        }
+        let mut builder = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .user_agent(concat!("nodelet/", env!("CARGO_PKG_VERSION")));
+        if is_loopback(&url) {
+            builder = builder.no_proxy();
+        }
+        if url.scheme() == "https" {
+            for certificate in ca_certificates(config.ca_file.as_deref())? {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        let client = builder.build().map_err(UrlSourceError::Client)?;
+        Ok(Self {
+            config,
+            handle,
+            client,
+            headers,
+            last_body: None,
+            pods: Vec::new(),
+            body_problems: Vec::new(),
+        })
+    }
+
+    /// Fetches the URL now and every `check_frequency`, until `shutdown` fires.
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+        let mut ticker = tokio::time::interval(self.config.check_frequency);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = self.poll_once() => {}
+            }
+        }
+    }
+
+    /// One fetch, parse and report.
+    pub(crate) async fn poll_once(&mut self) {
+        match self.fetch().await {
+            Ok(body) => {
+                if self.last_body.as_ref() != Some(&body) {
+                    let source = PodSource::Url(self.config.url.clone());
+                    let parsed = manifest::parse(&body, &source, self.handle.node_name());
+                    let (pods, kept) = manifest::keep_last_good(&parsed, &self.pods);
+                    self.body_problems = super::file::problems_of(&self.config.url, &parsed, &pods, kept);
+                    self.pods = pods;
+                    self.last_body = Some(body);
+                    tracing::debug!(url = %self.config.url, pods = self.pods.len(), "manifest URL read");
+                }
+                let pods = self.pods.iter().map(|p| p.pod.clone()).collect();
+                self.handle.report(pods, self.body_problems.clone());
+            }
+            Err(message) => {
+                let kept = if self.pods.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (the pods of the last good response keep running: {})", self.pods.len())
+                };
+                let problem = Problem {
+                    location: self.config.url.clone(),
+                    object: None,
+                    message: format!("{message}{kept}"),
+                };
+                self.handle.set_problems(vec![problem]);
+            }
+        }
+    }
+
+    async fn fetch(&self) -> Result<Vec<u8>, String> {
+        let mut response = self
+            .client
+            .get(&self.config.url)
+            .headers(self.headers.clone())
+            .send()
+            .await
+            .map_err(|e| format!("cannot fetch the manifest URL: {}", error_chain(&e)))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!("fetching the manifest URL failed: HTTP {status}"));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| format!("cannot read the manifest URL's body: {}", error_chain(&e)))?
+        {
+            if body.len() + chunk.len() > MAX_MANIFEST_BYTES {
+                return Err(format!("the manifest URL's body is larger than {MAX_MANIFEST_BYTES} bytes"));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+}
+
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else { return false };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The certificates of `ca_file`, or of the first system CA bundle found (none if there is none:
+/// then `https` fails verification, with a clear error at fetch time).
+fn ca_certificates(ca_file: Option<&std::path::Path>) -> Result<Vec<reqwest::Certificate>, UrlSourceError> {
+    let read = |path: &std::path::Path| -> Result<Vec<reqwest::Certificate>, UrlSourceError> {
+        let fail = |reason: String| UrlSourceError::CaFile { path: path.to_path_buf(), reason };
+        let pem = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+        let certificates = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| fail(e.to_string()))?;
+        if certificates.is_empty() {
+            return Err(fail("no certificate in the file".into()));
+        }
+        Ok(certificates)
+    };
+    if let Some(path) = ca_file {
+        return read(path);
+    }
+    for path in CA_BUNDLES {
+        let path = std::path::Path::new(path);
+        if path.is_file() {
+            return read(path);
+        }
+    }
+    tracing::warn!("no system CA bundle found; https manifest URLs will fail verification");
+    Ok(Vec::new())
+}
+
+/// An error and its sources, `: `-joined (reqwest's top-level message alone says little).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
+
+    use axum::Router;
+    use axum::extract::State;
+    use axum::http::{HeaderMap as AxumHeaders, StatusCode};
+    use axum::routing::get;
+
+    use super::super::PodConfig;
+    use super::super::testutil::{NODE, by_name, eventually, names, pod_yaml};
+    use super::*;
+
+    /// What the test server answers, and what it saw.
+    #[derive(Debug, Default)]
+    struct Served {
+        status: u16,
+        body: String,
+        hits: usize,
+        last_headers: Vec<(String, String)>,
+    }
+
+    type Shared = Arc<Mutex<Served>>;
+
+    /// Serves `GET /pods` on a free loopback port until the test ends.
+    async fn serve(status: u16, body: &str) -> (SocketAddr, Shared) {
+        let shared = Arc::new(Mutex::new(Served { status, body: body.into(), ..Served::default() }));
+        async fn pods(State(shared): State<Shared>, headers: AxumHeaders) -> (StatusCode, String) {
+            let mut served = shared.lock().expect("test lock");
+            served.hits += 1;
+            served.last_headers = headers
+                .iter()
+                .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or_default().to_owned()))
+                .collect();
+            (StatusCode::from_u16(served.status).expect("valid status"), served.body.clone())
+        }
+        let router = Router::new().route("/pods", get(pods)).with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        (addr, shared)
+    }
+
+    fn set(shared: &Shared, status: u16, body: &str) {
+        let mut served = shared.lock().expect("test lock");
+        served.status = status;
+        served.body = body.into();
+    }
+
+    fn source_for(url: &str, headers: Vec<(String, String)>) -> (PodConfig, UrlSource) {
+        let config = PodConfig::new(NODE);
+        let handle = config.add_source("url").expect("url source");
+        config.seal();
+        let source =
+            UrlSource::new(UrlSourceConfig { headers, ..UrlSourceConfig::new(url) }, handle).expect("valid");
+        (config, source)
+    }
+
+    #[tokio::test]
+    async fn pods_are_fetched_with_the_configured_headers() {
+        let body = format!("{}---\n{}", pod_yaml("a", "nginx"), pod_yaml("b", "nginx"));
+        let (addr, shared) = serve(200, &body).await;
+        let url = format!("http://{addr}/pods");
+        let headers = parse_header_flag("X-Token:secret,X-Multi:one,X-Multi:two").expect("valid flag");
+        let (config, mut source) = source_for(&url, headers);
+        source.poll_once().await;
+        let store = config.store();
+        assert_eq!(names(&store), ["a-node-a", "b-node-a"]);
+        assert!(store.is_synced());
+        let pod = by_name(&store, "a-node-a").expect("a");
+        assert_eq!(pod.source, PodSource::Url(url.clone()));
+        let annotations = pod.pod.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(annotations.get("kubernetes.io/config.source").map(String::as_str), Some("http"));
+        let seen = shared.lock().expect("lock").last_headers.clone();
+        assert!(seen.contains(&("x-token".into(), "secret".into())), "{seen:?}");
+        let multi: Vec<_> = seen.iter().filter(|(k, _)| k == "x-multi").map(|(_, v)| v.as_str()).collect();
+        assert_eq!(multi, ["one", "two"]);
+    }
+
+    #[tokio::test]
+    async fn a_pod_list_a_single_pod_and_an_empty_body_are_understood() {
+        let list = r#"{"apiVersion":"v1","kind":"PodList","items":[{"metadata":{"name":"x"},"spec":{"containers":[{"name":"c","image":"nginx"}]}}]}"#;
+        let (addr, shared) = serve(200, list).await;
+        let (config, mut source) = source_for(&format!("http://{addr}/pods"), Vec::new());
+        source.poll_once().await;
+        assert_eq!(names(&config.store()), ["x-node-a"]);
+        set(&shared, 200, &pod_yaml("y", "nginx"));
+        source.poll_once().await;
+        assert_eq!(names(&config.store()), ["y-node-a"]);
+        set(&shared, 200, "");
+        source.poll_once().await;
+        assert!(config.store().is_empty(), "an empty body means no pods");
+    }
+
+    #[tokio::test]
+    async fn failures_keep_the_last_good_pods_and_are_reported() {
+        let (addr, shared) = serve(200, &pod_yaml("a", "nginx")).await;
+        let url = format!("http://{addr}/pods");
+        let (config, mut source) = source_for(&url, Vec::new());
+        source.poll_once().await;
+        assert_eq!(names(&config.store()), ["a-node-a"]);
+
+        set(&shared, 500, "boom");
+        source.poll_once().await;
+        assert_eq!(names(&config.store()), ["a-node-a"], "a failed fetch changes nothing");
+        let problems = config.problems().list();
+        assert_eq!(problems[0].location, url);
+        assert!(problems[0].message.contains("HTTP 500"), "{problems:?}");
+
+        set(&shared, 200, &format!("{}---\n{}", pod_yaml("a", "''"), pod_yaml("b", "nginx")));
+        source.poll_once().await;
+        assert_eq!(
+            names(&config.store()),
+            ["a-node-a", "b-node-a"],
+            "a broken pod keeps its last good version"
+        );
+        let problems = config.problems().list();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].object.as_deref(), Some("default/a"));
+        assert!(problems[0].message.contains("spec.containers[0].image: Required value"), "{problems:?}");
+
+        set(&shared, 200, &pod_yaml("b", "nginx"));
+        source.poll_once().await;
+        assert_eq!(names(&config.store()), ["b-node-a"]);
+        assert!(config.problems().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_source_is_not_synced_before_a_first_successful_fetch() {
+        // A port nothing listens on: bind one, then drop it.
+        let addr =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind").local_addr().expect("addr");
+        let (config, mut source) = source_for(&format!("http://{addr}/pods"), Vec::new());
+        source.poll_once().await;
+        assert!(!config.store().is_synced(), "nothing may be torn down for want of the URL");
+        let problems = config.problems().list();
+        assert!(problems[0].message.starts_with("cannot fetch the manifest URL"), "{problems:?}");
+    }
+
+    #[tokio::test]
+    async fn run_polls_every_check_frequency() {
+        let (addr, shared) = serve(200, &pod_yaml("a", "nginx")).await;
+        let config = PodConfig::new(NODE);
+        let handle = config.add_source("url").expect("url");
+        let settings = UrlSourceConfig {
+            check_frequency: Duration::from_millis(100),
+            ..UrlSourceConfig::new(format!("http://{addr}/pods"))
+        };
+        let source = UrlSource::new(settings, handle).expect("valid");
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(source.run(shutdown.clone()));
+        let store = config.store();
+        eventually("the first fetch", Duration::from_secs(2), || by_name(&store, "a-node-a")).await;
+        set(&shared, 200, &pod_yaml("b", "nginx"));
+        eventually("a later poll", Duration::from_secs(2), || by_name(&store, "b-node-a")).await;
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task).await.expect("stops").expect("no panic");
+        assert!(shared.lock().expect("lock").hits >= 2);
+    }
+
+    #[test]
+    fn bad_urls_and_headers_are_refused() {
+        let config = PodConfig::new(NODE);
+        for (i, url) in ["not a url", "ftp://127.0.0.1/pods", "file:///etc/passwd"].into_iter().enumerate() {
+            let handle = config.add_source(format!("url{i}")).expect("source");
+            assert!(
+                matches!(
+                    UrlSource::new(UrlSourceConfig::new(url), handle),
+                    Err(UrlSourceError::InvalidUrl { .. })
+                ),
+                "{url}"
+            );
+        }
+        assert!(matches!(parse_header_flag("novalue"), Err(UrlSourceError::InvalidHeader(_))));
+        assert!(matches!(parse_header_flag("bad name:x"), Err(UrlSourceError::InvalidHeader(_))));
+        assert!(matches!(parse_header_flag("a:line\nbreak"), Err(UrlSourceError::InvalidHeader(_))));
+        assert_eq!(
+            parse_header_flag("a:hello,b:again, c:x:y").expect("valid"),
+            vec![("a".into(), "hello".into()), ("b".into(), "again".into()), ("c".into(), "x:y".into())]
+        );
+    }
+}
