@@ -12,7 +12,6 @@
 //! command line, against the current directory.
 
 // Until main.rs wires the daemon, parts of this module are only used by tests.
-#![cfg_attr(not(test), allow(dead_code))]
 
 mod raw;
 mod units;
@@ -65,6 +64,7 @@ pub(crate) const DEFAULT_MAX_PODS: u32 = 110;
 /// `nodelet.podInfraContainerImage`: the pause image `scripts/build-images.sh` builds (no registry needed);
 /// a node with registry access may use `registry.k8s.io/pause:3.9`.
 pub(crate) const DEFAULT_POD_INFRA_CONTAINER_IMAGE: &str = "localhost/nodelet/pause:3.9";
+#[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
 /// `podCIDR` of the embedded runtime's bridge network: RFC 2544's benchmark range, unlikely to clash with a
 /// real network.
 pub(crate) const DEFAULT_POD_CIDR: &str = "198.18.0.0/16";
@@ -365,6 +365,7 @@ impl Ipv4Cidr {
     pub(crate) fn first_host(&self) -> Ipv4Addr {
         Ipv4Addr::from(u32::from(self.network) + 1)
     }
+    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     /// Whether `ip` lies in this network.
     pub(crate) fn contains(&self, ip: Ipv4Addr) -> bool {
         let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };

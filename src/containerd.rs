@@ -27,7 +27,6 @@
 //! nodelet that was killed is found by its config path at the next start and stopped first.
 
 // Until main.rs wires the daemon, parts of this module are only used by tests.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -774,6 +773,7 @@ pub(crate) struct EmbeddedContainerd {
     endpoint: String,
     socket: PathBuf,
     pid_path: PathBuf,
+    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     status: watch::Receiver<ContainerdStatus>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
@@ -819,11 +819,13 @@ impl EmbeddedContainerd {
         &self.endpoint
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     /// The current status.
     pub(crate) fn status(&self) -> ContainerdStatus {
         self.status.borrow().clone()
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     /// A receiver that sees every status change (e.g. for node readiness and metrics).
     pub(crate) fn watch_status(&self) -> watch::Receiver<ContainerdStatus> {
         self.status.clone()

@@ -216,6 +216,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         registry,
         config.pods.pod_logs_dir.clone(),
         runtime_ready,
+        pod_config.problems(),
+        config.node_name.clone(),
     )?);
     let servers = if config.server.enabled {
         let mut server_config = server::ServerConfig::new(config.node_name.clone());

@@ -6,15 +6,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::List;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::pod::actual::{ContainerState, PodActual};
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
 use nodelet_resources::pod::reconciler::{Clock, PodReconciler};
 use nodelet_resources::pod::status::{PodOpStatus, pod_status};
 use prometheus::{Encoder, IntGauge, IntGaugeVec, Opts, Registry};
-use reconcile_engine::Store;
+use reconcile_engine::{OpError, Store};
 
 use crate::server::NodeView;
+use crate::sources::SourceProblems;
 
 /// Gauges computed at scrape time from the actual store.
 struct ScrapeGauges {
@@ -34,6 +36,8 @@ pub(crate) struct Node {
     gauges: ScrapeGauges,
     pod_logs_dir: PathBuf,
     runtime_ready: Arc<AtomicBool>,
+    problems: SourceProblems,
+    node_name: String,
 }
 
 impl Node {
@@ -47,6 +51,8 @@ impl Node {
         registry: Registry,
         pod_logs_dir: PathBuf,
         runtime_ready: Arc<AtomicBool>,
+        problems: SourceProblems,
+        node_name: String,
     ) -> Result<Self, prometheus::Error> {
         let gauges = ScrapeGauges {
             running_pods: IntGauge::new(
@@ -75,7 +81,47 @@ impl Node {
             gauges,
             pod_logs_dir,
             runtime_ready,
+            problems,
+            node_name,
         })
+    }
+
+    fn event(
+        &self,
+        reason: &str,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+        message: String,
+        count: u32,
+    ) -> Event {
+        let suffix = uid.unwrap_or(reason);
+        Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}.{}", suffix.chars().take(16).collect::<String>())),
+                namespace: Some(namespace.to_string()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                kind: Some("Pod".to_string()),
+                api_version: Some("v1".to_string()),
+                namespace: Some(namespace.to_string()),
+                name: Some(name.to_string()),
+                uid: uid.map(str::to_string),
+                ..ObjectReference::default()
+            },
+            reason: Some(reason.to_string()),
+            message: Some(message),
+            type_: Some("Warning".to_string()),
+            count: Some(i32::try_from(count).unwrap_or(i32::MAX)),
+            source: Some(EventSource {
+                component: Some("nodelet".to_string()),
+                host: Some(self.node_name.clone()),
+            }),
+            reporting_component: Some("nodelet".to_string()),
+            reporting_instance: Some(self.node_name.clone()),
+            ..Event::default()
+        }
     }
 
     /// The desired pod with this namespace and name.
@@ -101,6 +147,16 @@ impl NodeView for Node {
                 let actual = self.actual.get(&uid);
                 let failure = self.failures.get(&uid);
                 let mut pod = desired.pod.clone();
+                if pod.metadata.creation_timestamp.is_none() {
+                    // Static pods exist since nodelet first saw them.
+                    pod.metadata.creation_timestamp = pod
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("kubernetes.io/config.seen"))
+                        .and_then(|seen| seen.parse().ok())
+                        .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
+                }
                 pod.status =
                     Some(pod_status(&self.reconciler, &desired, actual.as_deref(), failure.as_deref(), now));
                 pod
@@ -110,6 +166,32 @@ impl NodeView for Node {
             (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
                 .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
         });
+        List { items, ..List::default() }
+    }
+
+    fn events(&self) -> List<Event> {
+        let mut items = Vec::new();
+        for problem in self.problems.list().iter() {
+            let (namespace, name) = match problem.object.as_deref().and_then(|o| o.split_once('/')) {
+                Some((ns, name)) => (ns.to_string(), name.to_string()),
+                None => ("default".to_string(), problem.location.clone()),
+            };
+            items.push(self.event("InvalidManifest", &namespace, &name, None, problem.to_string(), 1));
+        }
+        for (uid, failure) in self.failures.entries() {
+            let (namespace, name) = match (self.desired.get(&uid), self.actual.get(&uid)) {
+                (Some(d), _) => (d.namespace().to_string(), d.name().to_string()),
+                (None, Some(a)) => (a.namespace.clone(), a.name.clone()),
+                (None, None) => continue,
+            };
+            let reason = match &failure.error {
+                OpError::Driver(e) => e.reason,
+                OpError::TimedOut(_) => "Timeout",
+            };
+            let message =
+                format!("{} failed: {}", reconcile_engine::Operation::kind(&failure.op), failure.error);
+            items.push(self.event(reason, &namespace, &name, Some(&uid), message, failure.failures));
+        }
         List { items, ..List::default() }
     }
 

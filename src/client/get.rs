@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
 use tracing::debug;
@@ -101,9 +101,9 @@ pub(crate) enum GetError {
 }
 
 #[derive(Deserialize)]
-struct PodListBody {
-    #[serde(default)]
-    items: Vec<Pod>,
+struct ListBody<T> {
+    #[serde(default = "Vec::new")]
+    items: Vec<T>,
 }
 
 /// A server to ask: its URL and whether a connection failure means "try the next one".
@@ -194,13 +194,18 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Fetches the pods from the first target that answers.
 pub(crate) async fn fetch_pods(args: &GetArgs) -> Result<Vec<Pod>, GetError> {
+    fetch_list(args, "/pods").await
+}
+
+/// Fetches a v1 list from `path` of the first target that answers.
+async fn fetch_list<T: serde::de::DeserializeOwned>(args: &GetArgs, path: &str) -> Result<Vec<T>, GetError> {
     let client = build_client(args)?;
     let token = read_token(args.token.as_deref(), args.token_file.as_deref())?;
     let targets = targets(args.server.as_deref())?;
     let mut tried = Vec::new();
     let mut last = String::new();
     for target in &targets {
-        let url = format!("{}/pods", target.url);
+        let url = format!("{}{path}", target.url);
         tried.push(url.clone());
         let mut req = client.get(&url).header("Accept", "application/json");
         if let Some(t) = &token
@@ -233,7 +238,7 @@ pub(crate) async fn fetch_pods(args: &GetArgs) -> Result<Vec<Pod>, GetError> {
         if !status.is_success() {
             return Err(GetError::Http { url, status: status.as_u16(), body: truncate(&body) });
         }
-        let list: PodListBody =
+        let list: ListBody<T> =
             serde_json::from_str(&body).map_err(|e| GetError::Decode { url, message: e.to_string() })?;
         return Ok(list.items);
     }
@@ -339,7 +344,26 @@ pub(crate) async fn run(args: &GetArgs) -> Result<(), GetError> {
     let pods = fetch_pods(args).await?;
     let stdout = std::io::stdout();
     let stderr = std::io::stderr();
-    print_pods(args, pods, now(), &mut stdout.lock(), &mut stderr.lock())
+    let printed = print_pods(args, pods, now(), &mut stdout.lock(), &mut stderr.lock());
+    // Broken manifests and failing pods, as warnings after the table (best effort: an older
+    // server without events is not an error).
+    if matches!(args.output, None | Some(OutputFormat::Wide)) {
+        match fetch_list::<Event>(args, "/api/v1/events").await {
+            Ok(events) => print_warnings(&events, &mut stderr.lock()),
+            Err(e) => debug!(error = %e, "no events"),
+        }
+    }
+    printed
+}
+
+/// Prints warning events, one line each, like kubectl prints warnings.
+fn print_warnings(events: &[Event], err: &mut dyn Write) {
+    for e in events.iter().filter(|e| e.type_.as_deref() == Some("Warning")) {
+        let object = e.involved_object.name.as_deref().unwrap_or_default();
+        let reason = e.reason.as_deref().unwrap_or_default();
+        let message = e.message.as_deref().unwrap_or_default();
+        let _ = writeln!(err, "Warning: {reason} {object}: {message}");
+    }
 }
 
 #[cfg(test)]
@@ -414,7 +438,7 @@ mod tests {
     }
 
     fn pods() -> Vec<Pod> {
-        serde_json::from_str::<PodListBody>(&pod_list()).expect("list").items
+        serde_json::from_str::<ListBody<Pod>>(&pod_list()).expect("list").items
     }
 
     #[tokio::test]

@@ -24,7 +24,6 @@
 //! the servers by completing the `shutdown` future.
 
 // Until main.rs wires the servers in, only the tests use most of this module.
-#![cfg_attr(not(test), allow(dead_code))]
 
 mod auth;
 mod logs;
@@ -81,6 +80,12 @@ pub(crate) trait NodeView: Send + Sync + 'static {
     /// or `None` when the pod or the container is unknown. The file is opened without following a final
     /// symbolic link and must be a regular file.
     fn container_log(&self, namespace: &str, pod: &str, container: &str) -> Option<PathBuf>;
+
+    /// Warning events (broken manifests, failing pod operations), served as a v1 `EventList` on
+    /// `/api/v1/events`. Default: none.
+    fn events(&self) -> k8s_openapi::List<k8s_openapi::api::core::v1::Event> {
+        k8s_openapi::List::default()
+    }
 
     /// Whether the container is running; `/containerLogs?follow=true` stops once the container is no longer
     /// running and its log has been read to the end. The default looks the container up in [`Self::pods`]
@@ -332,6 +337,7 @@ impl Servers {
     }
 }
 
+#[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
 /// Binds every enabled listener (see [`Servers::bind`]) and serves until `shutdown` completes.
 pub(crate) async fn serve<V: NodeView>(
     config: &ServerConfig,

@@ -45,6 +45,7 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .route("/pods", get(pods::<V>))
         .route("/healthz", get(healthz::<V>))
         .route("/metrics", get(metrics::<V>))
+        .route("/api/v1/events", get(events::<V>))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs::<V>))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -52,10 +53,12 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .with_state(shared)
 }
 
-/// The read-only port: `/pods`, `/healthz`, `/metrics`, no authentication, no logs.
+/// The read-only port: `/pods`, `/api/v1/events`, `/healthz`, `/metrics`, no authentication, no
+/// logs.
 pub(crate) fn read_only_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
     Router::new()
         .route("/pods", get(pods::<V>))
+        .route("/api/v1/events", get(events::<V>))
         .route("/healthz", get(healthz::<V>))
         .route("/metrics", get(metrics::<V>))
         .fallback(not_found)
@@ -97,6 +100,15 @@ async fn pods<V: NodeView>(State(shared): St<V>) -> Response {
         Ok(body) => with_content_type(body.into_response(), "application/json"),
         Err(e) => {
             status::failure(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the pod list: {e}"))
+        }
+    }
+}
+
+async fn events<V: NodeView>(State(shared): St<V>) -> Response {
+    match serde_json::to_vec(&shared.view.events()) {
+        Ok(body) => with_content_type(body.into_response(), "application/json"),
+        Err(e) => {
+            status::failure(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the event list: {e}"))
         }
     }
 }

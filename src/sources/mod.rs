@@ -35,7 +35,6 @@
 //! (RFC 3339, UTC); it stays the same while the pod stays, so rescans never change a desired pod.
 
 // Until main.rs wires the sources in, only the tests use most of this module.
-#![cfg_attr(not(test), allow(dead_code))]
 
 pub(crate) mod file;
 pub(crate) mod http;
@@ -106,11 +105,13 @@ impl SourceProblems {
         self.rx.borrow().clone()
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     /// Whether there is no problem.
     pub(crate) fn is_empty(&self) -> bool {
         self.rx.borrow().is_empty()
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     /// Waits until `predicate` holds for the problem list and returns that list (at once if it
     /// holds already). Cancel-safe.
     pub(crate) async fn wait_for(&self, mut predicate: impl FnMut(&[Problem]) -> bool) -> Arc<Vec<Problem>> {
@@ -190,6 +191,7 @@ impl PodConfig {
         SourceProblems { rx: self.shared.problems.subscribe() }
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     /// The node name the sources prepare pods for.
     pub(crate) fn node_name(&self) -> &str {
         &self.shared.node_name

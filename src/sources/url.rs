@@ -93,6 +93,7 @@ impl UrlSourceConfig {
     }
 }
 
+#[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
 /// Parses one `--manifest-url-header` value: comma-separated `name:value` pairs, as the kubelet
 /// reads them (`a:hello,b:again`). The flag may be repeated; concatenate the results.
 pub(crate) fn parse_header_flag(value: &str) -> Result<Vec<(String, String)>, UrlSourceError> {
