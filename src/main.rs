@@ -143,7 +143,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         reset_after: config.backoff.container_restart.reset_after,
     };
     let clock = system_clock();
-    let engine = Engine::builder(
+    let mut engine = Engine::builder(
         "pods",
         PodReconciler::new(crash_loop.clone(), clock.clone()),
         Arc::new(PodDriver::new(runtime.clone(), pod_metrics.clone())),

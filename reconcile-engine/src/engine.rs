@@ -214,6 +214,7 @@ where
             observations,
             observer: Observer { tx },
             last_completion: Map::default(),
+            observed_by_others: false,
         }
     }
 }
@@ -248,8 +249,10 @@ where
     status_writer: Writer<R::Key, OpStatus<R::Op, Dr::Error>>,
     observations: tokio::sync::mpsc::UnboundedReceiver<(R::Key, Update<A>, Instant)>,
     observer: Observer<R::Key, A>,
-    /// When the last operation on a key finished, to drop older observations.
+    /// When the last operation on a key finished, to drop older observations (kept only once an
+    /// observer was handed out).
     last_completion: Map<R::Key, Instant>,
+    observed_by_others: bool,
 }
 
 impl<D, A, R, Dr> fmt::Debug for Engine<D, A, R, Dr>
@@ -314,7 +317,8 @@ where
     }
 
     /// An observer that reports changes of the world seen outside operations.
-    pub fn observer(&self) -> Observer<R::Key, A> {
+    pub fn observer(&mut self) -> Observer<R::Key, A> {
+        self.observed_by_others = true;
         self.observer.clone()
     }
 
@@ -483,7 +487,9 @@ where
 
     /// Writes a completion's effect into the actual and status stores; returns the key.
     fn apply(&mut self, c: Completion<R::Key, R::Op, A, Dr::Error>) -> R::Key {
-        self.last_completion.insert(c.key.clone(), Instant::now());
+        if self.observed_by_others {
+            self.last_completion.insert(c.key.clone(), Instant::now());
+        }
         let (update, error) = match c.outcome {
             Outcome::Done(update) => (update, None),
             Outcome::Failed(e) => (Update::Keep, Some(e)),
@@ -493,6 +499,8 @@ where
             }
         };
         match error {
+            // Most keys never failed: skip the lookup while the status store is empty.
+            None if self.status.is_empty() => {}
             None => {
                 self.status_writer.remove(&c.key);
             }

@@ -442,7 +442,7 @@ async fn observations_should_update_actual_state_and_trigger_reconciliation() {
     let mut h = harness();
     h.writer.insert(K::Dev(0), 1);
     h.writer.mark_synced();
-    let engine = engine(&h).build();
+    let mut engine = engine(&h).build();
     let observer = engine.observer();
     let (actual, _stop, _join) = spawn(engine);
     wait_converged(&h.desired, &actual, LONG, matches).await;
@@ -462,7 +462,7 @@ async fn observations_older_than_the_last_completion_should_be_dropped() {
     h.driver.script(K::Dev(0), [Step::Delay(Duration::from_secs(1))]);
     h.writer.insert(K::Dev(0), 1);
     h.writer.mark_synced();
-    let engine = engine(&h).build();
+    let mut engine = engine(&h).build();
     let observer = engine.observer();
     let (actual, _stop, _join) = spawn(engine);
     assert!(eventually(LONG, || h.driver.calls().len() == 1).await);

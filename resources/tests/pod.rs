@@ -54,6 +54,7 @@ fn node_with(runtime: Arc<FakeRuntime>, clock: Clock) -> Node {
     )
     .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
     .build();
+    let mut engine = engine;
     let actual = engine.actual();
     let status = engine.op_status();
     let pleg = Pleg::new(
