@@ -4,7 +4,7 @@
 //! - **What is read.** Every regular file directly in the directory (symbolic links are
 //!   followed; subdirectories are not entered, as in the kubelet), except dotfiles and editor
 //!   leftovers (`*~`, `*.swp`, `*.swx`, `*.swo`, `*.tmp`, `#*#`, `4913`). Each file is YAML or JSON
-//!   with any number of documents; see [`manifest`](super::manifest).
+//!   with any number of documents; see [`super::manifest`].
 //! - **When.** At start, within about a second of any change (inotify on the directory, through
 //!   the `notify` crate, with a 100 ms quiet period to absorb bursts such as an editor's
 //!   save-by-rename), and every `fileCheckFrequency` (20 s) as a safety net: changes inotify cannot
