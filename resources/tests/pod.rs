@@ -170,6 +170,9 @@ async fn init_containers_should_run_one_at_a_time_in_order_before_the_app() {
     let initialized =
         n.status("u1").conditions.into_iter().flatten().find(|c| c.type_ == "Initialized").expect("cond");
     assert_eq!(initialized.status, "True");
+    // Completed init containers are ready, as the kubelet reports them.
+    let inits = n.status("u1").init_container_statuses.unwrap_or_default();
+    assert!(!inits.is_empty() && inits.iter().all(|s| s.ready), "{inits:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -186,6 +189,16 @@ async fn a_failing_init_container_should_block_the_app_and_fail_the_pod_under_ne
     assert_eq!(n.starts("u1/first").len(), 1);
     assert!(n.starts("u1/app").is_empty());
     assert!(n.starts("u1/second").is_empty());
+    // Never initialized: the condition says so and the app still waits for the init containers.
+    let status = n.status("u1");
+    let initialized = status.conditions.iter().flatten().find(|c| c.type_ == "Initialized").expect("cond");
+    assert_eq!(
+        (initialized.status.as_str(), initialized.reason.as_deref()),
+        ("False", Some("ContainersNotInitialized"))
+    );
+    let app = status.container_statuses.iter().flatten().find(|c| c.name == "app").expect("app status");
+    let waiting = app.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref());
+    assert_eq!(waiting, Some("PodInitializing"));
 }
 
 #[tokio::test(start_paused = true)]

@@ -6,7 +6,7 @@
 //!   leftovers (`*~`, `*.swp`, `*.swx`, `*.swo`, `*.tmp`, `#*#`, `4913`). Each file is YAML or JSON
 //!   with any number of documents; see [`super::manifest`].
 //! - **When.** At start, within about a second of any change (inotify on the directory, through
-//!   the `notify` crate, with a 100 ms quiet period to absorb bursts such as an editor's
+//!   the `notify` crate, with a 20 ms quiet period to absorb bursts such as an editor's
 //!   save-by-rename), and every `fileCheckFrequency` (20 s) as a safety net: changes inotify cannot
 //!   see (the target of a symbolic link) and a directory that appears, disappears or is replaced.
 //! - **Problems.** A file that cannot be read or that holds an invalid document is reported with
@@ -33,8 +33,11 @@ use super::{Problem, SourceHandle};
 
 /// The kubelet's default `fileCheckFrequency`.
 pub(crate) const DEFAULT_FILE_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
-/// How long the directory must be quiet after a change before it is read.
-pub(crate) const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
+/// How long the directory must be quiet after a change before it is read. Every change waits this long,
+/// usually twice (the rest of a write's inotify events reach the watcher just after the first one woke
+/// the loop), so it is kept short: a burst from one writer (an editor's save-by-rename, a tool writing many
+/// manifests) is events microseconds apart. At 100 ms it was most of nodelet's start latency for a pod.
+pub(crate) const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(20);
 /// A burst of changes delays a rescan by at most this much.
 const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
 
@@ -45,7 +48,7 @@ pub(crate) struct FileSourceConfig {
     pub(crate) path: PathBuf,
     /// Full rescan period (`fileCheckFrequency`, default 20 s).
     pub(crate) check_frequency: Duration,
-    /// Quiet period after a change before the rescan (default 100 ms).
+    /// Quiet period after a change before the rescan (default 20 ms).
     pub(crate) debounce: Duration,
     /// Whether to watch the directory with inotify (default true); without it, changes are seen
     /// only by the periodic rescan.

@@ -8,7 +8,9 @@
 //! bookkeeping values (restart count, spec hash, grace period).
 //!
 //! Every object nodelet creates carries [`MANAGED`]`=`[`MANAGED_VALUE`], so that after a restart nodelet can
-//! list exactly its own sandboxes and containers with [`managed_selector`] and leave foreign ones alone.
+//! list exactly its own sandboxes and containers with [`managed_selector`] and leave foreign ones alone. With a
+//! node name, they also carry [`NODE`], and nodelet lists only its node's objects (two nodelets sharing one
+//! runtime do not tear down each other's pods).
 
 use std::collections::HashMap;
 
@@ -48,6 +50,10 @@ pub const CONTAINER_IMAGE: &str = "io.nodelet.container.image";
 pub const MANAGED: &str = "io.nodelet.managed";
 /// The value of [`MANAGED`] on nodelet's objects.
 pub const MANAGED_VALUE: &str = "true";
+/// Label (nodelet's): the node whose nodelet created the sandbox or container (set when the runtime
+/// knows its node name). A nodelet lists, and so tears down, only its own node's objects: several
+/// nodelets sharing one runtime (tests, a second instance) leave each other's pods alone.
+pub const NODE: &str = "io.nodelet.node";
 
 /// The identity of the pod a sandbox or container belongs to, as recorded in its labels.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -10,9 +10,11 @@
 //!   reason and the resolved image, so `ContainerStatus` is called once when a container is first seen
 //!   running and once when first seen exited; a steady-state relist makes no per-container calls.
 //!
-//! Not done yet: volumes and mounts (including the kubelet-managed `/etc/hosts` and the termination-message
-//! file), reading termination messages, image pull secrets, `runtimeClassName` (the configured handler is
-//! used for every pod), the systemd cgroup driver's slice names, user namespaces.
+//! Not done yet: volumes and mounts (a container with `volumeMounts` or `volumeDevices` fails with
+//! `CreateContainerConfigError` naming the volume rather than running without it), the kubelet-managed
+//! `/etc/hosts` and the termination-message file, reading termination messages, image pull secrets,
+//! `runtimeClassName` (the configured handler is used for every pod), the systemd cgroup driver's slice
+//! names, user namespaces.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -79,7 +81,9 @@ pub struct CriPodRuntimeConfig {
     pub allow_privileged: bool,
     /// The CRI runtime handler for every sandbox (`""`: the runtime's default).
     pub runtime_handler: String,
-    /// The node's name, for `spec.nodeName` env references of pods that do not set it.
+    /// The node's name, for `spec.nodeName` env references of pods that do not set it. When set, sandboxes and
+    /// containers carry it as [`labels::NODE`] and relists see only those (another nodelet's pods on the same
+    /// runtime are left alone).
     pub node_name: String,
     /// The node's IPs, for `status.hostIP(s)` env references and host-network pods' `status.podIP(s)`.
     pub node_ips: Vec<String>,
@@ -434,6 +438,12 @@ impl CriPodRuntime {
         let client = &self.inner.client;
         let mut sandbox_filter = SandboxFilter::managed();
         let mut container_filter = ContainerFilter::managed();
+        // Only this node's objects: another nodelet on the same runtime owns the others.
+        let node = &self.inner.config.node_name;
+        if !node.is_empty() {
+            sandbox_filter = sandbox_filter.label(labels::NODE, node.clone());
+            container_filter = container_filter.label(labels::NODE, node.clone());
+        }
         if let Some(uid) = uid {
             sandbox_filter = sandbox_filter.label(labels::POD_UID, uid);
             container_filter = container_filter.label(labels::POD_UID, uid);

@@ -304,6 +304,9 @@ pub(crate) fn sandbox_config(
     let mut sandbox_labels: HashMap<String, String> =
         pod.pod.metadata.labels.clone().unwrap_or_default().into_iter().collect();
     sandbox_labels.extend(labels::sandbox_labels(&identity));
+    if !config.node_name.is_empty() {
+        sandbox_labels.insert(labels::NODE.to_owned(), config.node_name.clone());
+    }
 
     let mut annotations: HashMap<String, String> =
         pod.pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect();
@@ -816,7 +819,49 @@ fn check_run_as_non_root(
     }
 }
 
-/// The CRI container config of `container` (checked against the node's rules: see [`check_privileged`]).
+/// Refuses a container that mounts volumes: nodelet cannot provide volumes yet, and starting the container
+/// without them would hide the missing data behind whatever the container does next (the pod fails with
+/// `CreateContainerConfigError` naming the volume instead).
+pub(crate) fn check_volumes(pod: &DesiredPod, container: &Container, path: &str) -> Result<(), SpecError> {
+    let mounts = container.volume_mounts.iter().flatten().map(|m| &m.name).enumerate();
+    let devices = container.volume_devices.iter().flatten().map(|d| &d.name).enumerate();
+    let first = mounts
+        .map(|(i, name)| ("volumeMounts", i, name))
+        .chain(devices.map(|(i, name)| ("volumeDevices", i, name)))
+        .next();
+    match first {
+        None => Ok(()),
+        Some((field, i, name)) => Err(SpecError::Container(format!(
+            "container {:?}: {path}.{field}[{i}]: volume {name:?} ({}) cannot be mounted: nodelet does not \
+             support volumes yet",
+            container.name,
+            volume_type(pod, name)
+        ))),
+    }
+}
+
+/// The source type of the pod's volume `name`, as the API field calls it (`emptyDir`, `hostPath`, ...).
+fn volume_type(pod: &DesiredPod, name: &str) -> &'static str {
+    let Some(v) = pod.spec().volumes.iter().flatten().find(|v| v.name == name) else {
+        return "not defined";
+    };
+    let types = [
+        (v.empty_dir.is_some(), "emptyDir"),
+        (v.host_path.is_some(), "hostPath"),
+        (v.config_map.is_some(), "configMap"),
+        (v.secret.is_some(), "secret"),
+        (v.projected.is_some(), "projected"),
+        (v.downward_api.is_some(), "downwardAPI"),
+        (v.persistent_volume_claim.is_some(), "persistentVolumeClaim"),
+        (v.ephemeral.is_some(), "ephemeral"),
+        (v.csi.is_some(), "csi"),
+        (v.image.is_some(), "image"),
+    ];
+    types.iter().find(|(set, _)| *set).map_or("other", |(_, t)| t)
+}
+
+/// The CRI container config of `container` (checked against the node's rules: see [`check_privileged`] and
+/// [`check_volumes`]).
 pub(crate) fn container_config(
     pod: &DesiredPod,
     container: &Container,
@@ -832,6 +877,7 @@ pub(crate) fn container_config(
         )));
     }
     check_privileged(pod, container, inputs.kind, config)?;
+    check_volumes(pod, container, &path)?;
     check_run_as_non_root(pod, container, inputs.image, &path)?;
 
     let env = container_env(pod, container, &path, inputs, config)?;
@@ -841,7 +887,10 @@ pub(crate) fn container_config(
     let command = expand_all(&container.command);
     let args = expand_all(&container.args);
 
-    let container_labels = labels::container_labels(&identity, &container.name);
+    let mut container_labels = labels::container_labels(&identity, &container.name);
+    if !config.node_name.is_empty() {
+        container_labels.insert(labels::NODE.to_owned(), config.node_name.clone());
+    }
     let mut annotations = HashMap::from([
         (labels::CONTAINER_HASH.to_owned(), container_hash(container)),
         (labels::CONTAINER_RESTART_COUNT.to_owned(), inputs.restart_count.to_string()),
@@ -1017,6 +1066,9 @@ mod tests {
         assert_eq!(s.labels.get(labels::POD_UID).map(String::as_str), Some("0123-abcd"));
         assert_eq!(s.labels.get("app").map(String::as_str), Some("web"));
         assert!(labels::is_managed(&s.labels));
+        assert!(!s.labels.contains_key(labels::NODE), "no node name, no node label");
+        let on_node = sandbox_config(&p, 3, &cfg().with_node_name("node-1"), None).expect("sandbox config");
+        assert_eq!(on_node.labels.get(labels::NODE).map(String::as_str), Some("node-1"));
         assert_eq!(s.annotations.get("note").map(String::as_str), Some("x"));
         assert_eq!(s.annotations.get(CONFIG_SOURCE).map(String::as_str), Some("http"));
         assert_eq!(s.port_mappings.len(), 2, "{:?}", s.port_mappings);
@@ -1176,6 +1228,10 @@ mod tests {
         );
         assert_eq!(cc.labels.get(labels::CONTAINER_NAME).map(String::as_str), Some("app"));
         assert!(labels::is_managed(&cc.labels));
+        assert!(!cc.labels.contains_key(labels::NODE));
+        let on_node = container_config(&p, &c, &inputs(&img, &ips), &cfg().with_node_name("node-1"))
+            .expect("container config");
+        assert_eq!(on_node.labels.get(labels::NODE).map(String::as_str), Some("node-1"));
         let linux = cc.linux.expect("linux");
         let r = linux.resources.expect("resources");
         assert_eq!((r.cpu_shares, r.cpu_quota, r.cpu_period), (256, 50_000, 100_000));
@@ -1221,6 +1277,34 @@ mod tests {
         let err = container_config(&pod(vec![bad.clone()]), &bad, &inputs(&img, &[]), &cfg())
             .expect_err("bad quantity");
         assert!(err.to_string().contains("spec.containers[0].resources.requests.cpu"), "{err}");
+    }
+
+    #[test]
+    fn volume_mounts_fail_with_a_config_error_naming_the_volume() {
+        use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Volume, VolumeMount};
+        let mut c = container("server");
+        c.volume_mounts = Some(vec![VolumeMount {
+            name: "shared".into(),
+            mount_path: "/shared".into(),
+            ..Default::default()
+        }]);
+        let mut p = pod(vec![container("other"), c.clone()]);
+        if let Some(spec) = p.pod.spec.as_mut() {
+            spec.volumes = Some(vec![Volume {
+                name: "shared".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            }]);
+        }
+        let img = image();
+        let err = container_config(&p, &c, &inputs(&img, &[]), &cfg()).expect_err("volume mount accepted");
+        assert_eq!(err.reason(), "CreateContainerConfigError");
+        let msg = err.to_string();
+        assert!(msg.contains("spec.containers[1].volumeMounts[0]"), "{msg}");
+        assert!(msg.contains("volume \"shared\" (emptyDir)"), "{msg}");
+        // containers without mounts in the same pod are unaffected
+        let other = container("other");
+        assert!(container_config(&p, &other, &inputs(&img, &[]), &cfg()).is_ok());
     }
 
     #[test]

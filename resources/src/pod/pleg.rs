@@ -16,6 +16,14 @@ use super::metrics::PodMetrics;
 /// The kubelet's relist period.
 pub const DEFAULT_RELIST_PERIOD: Duration = Duration::from_secs(1);
 
+/// How soon the PLEG relists again after a runtime event or after a relist that reported changes;
+/// the follow-ups double up to the period. Two races make one relist not enough:
+/// - containerd's CRI view lags its native events by tens of milliseconds, so the relist an exit event
+///   triggers can still see the container running, and no further event comes;
+/// - the engine drops an observation that races an operation on the same pod (a container that exits
+///   while the operation that started it completes), and the PLEG must report it again.
+pub const FOLLOW_UP_RELIST: Duration = Duration::from_millis(100);
+
 /// The relist loop.
 #[derive(Debug)]
 pub struct Pleg<R> {
@@ -65,21 +73,35 @@ impl<R: PodRuntime> Pleg<R> {
         Ok(reported)
     }
 
-    /// Relists every period, or sooner when woken, until `shutdown` completes.
+    /// Relists every period, or sooner when woken, with follow-ups (see [`FOLLOW_UP_RELIST`]), until
+    /// `shutdown` completes.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut last = Instant::now();
+        let mut woken = false;
+        let mut follow_up: Option<Duration> = None;
         loop {
             let now = Instant::now();
             self.metrics.pleg_relist_interval.observe((now - last).as_secs_f64());
             last = now;
-            if let Err(e) = self.relist().await {
-                tracing::warn!(error = %e, "relist failed");
-            }
+            let reported = match self.relist().await {
+                Ok(reported) => reported,
+                Err(e) => {
+                    tracing::warn!(error = %e, "relist failed");
+                    0
+                }
+            };
+            follow_up = match follow_up {
+                _ if woken => Some(FOLLOW_UP_RELIST),
+                // a chain of follow-ups ends at the period
+                Some(d) => Some(d.saturating_mul(2)).filter(|d| *d < self.period),
+                None if reported > 0 => Some(FOLLOW_UP_RELIST),
+                None => None,
+            };
             tokio::select! {
                 () = &mut shutdown => return,
-                () = tokio::time::sleep(self.period) => {}
-                () = self.wake.notified() => {}
+                () = tokio::time::sleep(follow_up.unwrap_or(self.period)) => woken = false,
+                () = self.wake.notified() => woken = true,
             }
         }
     }

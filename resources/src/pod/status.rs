@@ -49,16 +49,26 @@ pub fn pod_status(
         .init_containers()
         .iter()
         .map(|c| {
-            container_status(reconciler, c, actual, failure, "PodInitializing", now, |code| {
-                code != 0 && policy != RestartPolicy::Never
-            })
+            let mut status =
+                container_status(reconciler, c, actual, failure, "PodInitializing", now, |code| {
+                    code != 0 && policy != RestartPolicy::Never
+                });
+            // An init container that completed is ready, as the kubelet reports it.
+            let completed =
+                status.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 0);
+            status.ready = completed;
+            status
         })
         .collect();
-    let app_waiting = if matches!(progress, Progress::Started | Progress::Finished { .. }) {
-        "ContainerCreating"
-    } else {
-        "PodInitializing"
+    // Initialized once every init container succeeded; a pod that finished because one failed never was.
+    let initialized = match progress {
+        Progress::Started => true,
+        Progress::Finished { .. } => pod.init_containers().iter().all(|c| {
+            actual.container(&c.name).is_some_and(|r| r.state == ContainerState::Exited && r.exit_code == 0)
+        }),
+        Progress::NoSandbox | Progress::Initializing(_) => false,
     };
+    let app_waiting = if initialized { "ContainerCreating" } else { "PodInitializing" };
     let statuses: Vec<ContainerStatus> = pod
         .containers()
         .iter()
@@ -67,7 +77,6 @@ pub fn pod_status(
         })
         .collect();
 
-    let initialized = !matches!(progress, Progress::NoSandbox | Progress::Initializing(_));
     let containers_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready);
     let phase = match progress {
         Progress::Finished { succeeded: true } => "Succeeded",
