@@ -72,6 +72,8 @@ pub(crate) const DEFAULT_POD_CIDR: &str = "198.18.0.0/16";
 pub(crate) const DEFAULT_CNI_BRIDGE: &str = "nodelet0";
 /// `nodelet.containerdPath`: looked up on PATH.
 pub(crate) const DEFAULT_CONTAINERD_PATH: &str = "containerd";
+/// How often the PLEG relists the runtime: the kubelet's 1 s.
+pub(crate) const DEFAULT_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// Container restart back-off: the kubelet's 10s, doubling up to 300s, forgotten after 10 minutes.
 pub(crate) const DEFAULT_CONTAINER_RESTART_BACKOFF: BackOff = BackOff {
     initial: Duration::from_secs(10),
@@ -147,6 +149,9 @@ pub(crate) struct Config {
     pub(crate) sources: SourcesConfig,
     /// `syncFrequency`: maximum time between two syncs of a running pod.
     pub(crate) sync_frequency: Duration,
+    /// `nodelet.plegRelistPeriod`: how often the runtime is relisted (the kubelet's fixed 1 s); the
+    /// runtime's event stream triggers relists in between.
+    pub(crate) pleg_relist_period: Duration,
     /// The HTTP(S) endpoints.
     pub(crate) server: ServerConfig,
     /// The container runtime.
@@ -680,6 +685,13 @@ impl Config {
             DEFAULT_SYNC_FREQUENCY,
         )?;
         let nodelet = raw.nodelet.take().unwrap_or_default();
+        let pleg_relist_period = m.positive_duration(
+            None,
+            "",
+            nodelet.pleg_relist_period,
+            "nodelet.plegRelistPeriod",
+            DEFAULT_PLEG_RELIST_PERIOD,
+        )?;
         let manifest_http_addr = match (args.manifest_http_addr, &nodelet.manifest_http_address) {
             (Some(a), _) => Some(a),
             (None, Some(s)) if !s.is_empty() => Some(s.parse::<SocketAddr>().map_err(|_| {
@@ -1055,6 +1067,7 @@ impl Config {
                 manifest_http_addr,
             },
             sync_frequency,
+            pleg_relist_period,
             server,
             runtime,
             pods,

@@ -70,7 +70,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     use anyhow::Context;
     use nodelet_resources::pod::driver::PodDriver;
     use nodelet_resources::pod::metrics::PodMetrics;
-    use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
+    use nodelet_resources::pod::pleg::Pleg;
     use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler, system_clock};
     use reconcile_engine::{BackoffConfig, Engine, Metrics};
     use tokio_util::sync::CancellationToken;
@@ -160,7 +160,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let actual = engine.actual();
     let failures = engine.op_status();
     let pleg =
-        Pleg::new(runtime.clone(), actual.clone(), engine.observer(), DEFAULT_RELIST_PERIOD, pod_metrics);
+        Pleg::new(runtime.clone(), actual.clone(), engine.observer(), config.pleg_relist_period, pod_metrics);
     let waker = pleg.waker();
     let events = cri.events(nodelet_cri::EventsConfig::default());
     let stop = shutdown.clone();

@@ -141,6 +141,7 @@ pub(super) struct RawNodelet {
     pub(super) cni_bridge: Option<String>,
     pub(super) container_restart_back_off: Option<RawBackOff>,
     pub(super) image_pull_back_off: Option<RawBackOff>,
+    pub(super) pleg_relist_period: Option<GoDuration>,
 }
 
 /// A back-off policy: first delay, cap, and how long a success must last for the delay to start over.
