@@ -2,7 +2,7 @@
 # nodelet quick start: from a fresh Debian 12 machine (as root) to pods running on nodelet's own containerd.
 #
 #   scripts/quickstart.sh           install, build, start nodelet in the background, show the pods
-#   scripts/quickstart.sh --stop    stop the nodelet started here (its containerd stops with it)
+#   scripts/quickstart.sh --stop    remove the pods, stop nodelet and its containerd, remove the bridge
 #   scripts/quickstart.sh --status  show whether it runs, and the pods
 #
 # Steps:
@@ -16,6 +16,12 @@
 #      log: /var/log/nodelet-quickstart.log, pid: /run/nodelet-quickstart.pid
 #   5. waits for /healthz and for the web pod, prints `nodelet get pods -o wide`, fetches the web page through
 #      the pod's hostPort 18080 on the bridge address (198.18.0.1), and prints what to try next
+#
+# --stop removes the pods the way nodelet removes any pod (grace period, CNI teardown with its hostPort rules,
+# log directories): it stops nodelet, runs it once more on the same root dir with an empty manifest
+# directory until its containerd holds no container, stops it, then deletes the bridge (nodelet0) and the
+# portmap plugin's top-level iptables chains if this script's first start created them and they are empty.
+# Installed packages, the binary, the images in $NODELET_QS_IMAGES and the root dir stay.
 #
 # Environment (all optional):
 #   NODELET_BIN              use this nodelet binary instead of building one
@@ -33,6 +39,9 @@ POD_CIDR=${NODELET_QS_POD_CIDR:-198.18.0.0/16}
 LOG=${NODELET_QS_LOG:-/var/log/nodelet-quickstart.log}
 TIMEOUT=${NODELET_QS_TIMEOUT:-180}
 PIDFILE=/run/nodelet-quickstart.pid
+STATEFILE=/run/nodelet-quickstart.state # what --stop needs: binary, root dir, pod CIDR, log, host state
+BRIDGE=nodelet0                         # the embedded runtime's CNI bridge (src/config.rs DEFAULT_CNI_BRIDGE)
+CNI_NET=nodelet                         # its CNI network name (src/containerd.rs CNI_NETWORK_NAME)
 MANIFESTS=$REPO/deploy/examples
 READ_ONLY_URL=http://127.0.0.1:10255
 HEALTHZ_URL=http://127.0.0.1:10248/healthz
@@ -46,6 +55,24 @@ die() {
 
 # ---------------------------------------------------------------- checks
 [ "$(id -u)" = 0 ] || die "run as root (nodelet manages containers, mounts and network namespaces)"
+PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
+
+# What the running quick start was started with wins over the environment (so that a plain --stop undoes a
+# start made with NODELET_QS_* settings). Only known keys with safe values are read.
+PORTMAP_CHAINS_PREEXISTING=
+STATE_BIN=
+if [ -f "$STATEFILE" ]; then
+	while IFS='=' read -r k v; do
+		case "$v" in *[!A-Za-z0-9/._-]*) continue ;; esac
+		case "$k" in
+		BIN) STATE_BIN=$v ;;
+		ROOT_DIR) ROOT_DIR=$v ;;
+		POD_CIDR) POD_CIDR=$v ;;
+		LOG) LOG=$v ;;
+		PORTMAP_CHAINS_PREEXISTING) PORTMAP_CHAINS_PREEXISTING=$v ;;
+		esac
+	done <"$STATEFILE"
+fi
 if [[ ! $POD_CIDR =~ ^198\.18\.([0-9]{1,3})\.([0-9]{1,3})/([0-9]{1,2})$ ]]; then
 	die "NODELET_QS_POD_CIDR must be a network inside 198.18.0.0/16, got '$POD_CIDR'"
 fi
@@ -53,36 +80,150 @@ GATEWAY=198.18.${BASH_REMATCH[1]}.$((BASH_REMATCH[2] + 1)) # the bridge's addres
 [[ $TIMEOUT =~ ^[0-9]+$ ]] || die "NODELET_QS_TIMEOUT must be a number of seconds"
 case "$ROOT_DIR$IMAGES$LOG" in *[!A-Za-z0-9/._-]*) die "paths may only contain [A-Za-z0-9/._-]" ;; esac
 
-# running_pid: the pid of the nodelet started here, if it still runs
-running_pid() {
-	local pid
-	pid=$(cat "$PIDFILE" 2>/dev/null) || return 1
-	[[ $pid =~ ^[0-9]+$ ]] || return 1
-	[ "$(basename "$(readlink "/proc/$pid/exe" 2>/dev/null)" 2>/dev/null)" = nodelet ] || return 1
-	[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 1
-	echo "$pid"
+# is_nodelet PID: whether PID is a live nodelet process (a rebuilt binary shows as "nodelet (deleted)")
+is_nodelet() {
+	case "$(basename "$(readlink "/proc/$1/exe" 2>/dev/null)" 2>/dev/null)" in
+	nodelet | "nodelet (deleted)") ;;
+	*) return 1 ;;
+	esac
+	[ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
 }
 
-stop() {
-	local pid i
-	if ! pid=$(running_pid); then
-		log "nodelet (quick start) is not running"
-		rm -f "$PIDFILE"
+# running_pid: the pid of the nodelet started here (from the pid file, else any nodelet running with our
+# --root-dir), if it still runs
+running_pid() {
+	local pid p
+	pid=$(cat "$PIDFILE" 2>/dev/null) || pid=
+	if [[ $pid =~ ^[0-9]+$ ]] && is_nodelet "$pid"; then
+		echo "$pid"
 		return 0
 	fi
-	log "stopping nodelet (pid $pid); it stops its containerd (pods' containers keep running until nodelet removes them)"
-	kill -TERM "$pid"
+	for p in /proc/[0-9]*; do
+		p=${p#/proc/}
+		is_nodelet "$p" || continue
+		if tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -qxF -- "$ROOT_DIR" &&
+			tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -qxF -- --root-dir; then
+			echo "$p"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# stop_nodelet PID: SIGTERM, wait up to 60 s, then SIGKILL
+stop_nodelet() {
+	local pid=$1 i
+	kill -TERM "$pid" 2>/dev/null || return 0
 	for ((i = 0; i < 600; i++)); do
-		if ! running_pid >/dev/null; then
-			rm -f "$PIDFILE"
-			log "stopped"
+		if [ ! -r "/proc/$pid/stat" ] || [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ]; then
 			return 0
 		fi
 		sleep 0.1
 	done
-	log "nodelet did not stop within 60s; sending SIGKILL"
+	log "nodelet (pid $pid) did not stop within 60s; sending SIGKILL"
 	kill -KILL "$pid" 2>/dev/null || true
+}
+
+# containers_left: the number of containers (sandboxes included) in the embedded containerd, or fails
+containers_left() {
+	local out
+	out=$(ctr --address "$ROOT_DIR/containerd/containerd.sock" -n k8s.io containers ls -q 2>/dev/null) || return 1
+	grep -c . <<<"$out" || true
+}
+
+# remove_pods BIN: nodelet on the same root dir with no manifests tears down every pod it finds
+remove_pods() {
+	local bin=$1 empty pid i port n=unknown
+	[ -d "$ROOT_DIR/containerd" ] || return 0
+	for port in 10248 10250; do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			die "something listens on 127.0.0.1:$port (another nodelet or kubelet?): stop it, then run --stop again"
+		fi
+	done
+	if [ ! -x "$bin" ]; then
+		log "WARNING: $bin is missing: pods (if any) were not removed; build nodelet and run --stop again"
+		return 0
+	fi
+	empty=$(mktemp -d /tmp/nodelet-quickstart-empty.XXXXXX)
+	log "removing the pods: nodelet runs once more on $ROOT_DIR with an empty manifest directory"
+	printf '\n=== %(%F %T)T quickstart.sh --stop: removing the pods\n' -1 >>"$LOG"
+	setsid "$bin" --root-dir "$ROOT_DIR" --pod-manifest-path "$empty" --address 127.0.0.1 \
+		--read-only-port 0 --pod-cidr "$POD_CIDR" </dev/null >>"$LOG" 2>&1 &
+	pid=$!
+	for ((i = 0; i < 1200; i++)); do # 120 s: grace periods, then SIGKILL
+		if [ ! -r "/proc/$pid/stat" ] || [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ]; then
+			rmdir "$empty"
+			tail -n 5 "$LOG" >&2
+			die "nodelet exited while removing the pods (log $LOG)"
+		fi
+		if curl -fsS --max-time 1 "$HEALTHZ_URL" >/dev/null 2>&1 && n=$(containers_left) && [ "$n" = 0 ]; then
+			break
+		fi
+		sleep 0.1
+	done
+	stop_nodelet "$pid"
+	rmdir "$empty"
+	if [ "$n" = 0 ]; then
+		log "all pods removed; nodelet and its containerd stopped"
+	else
+		log "WARNING: $n container(s) still there after 120s (log $LOG)"
+	fi
+}
+
+# remove_network: the bridge and, if the first start created them, portmap's top-level chains
+remove_network() {
+	local rule chain base_chain c rules
+	if ip link show "$BRIDGE" >/dev/null 2>&1; then
+		if [ -n "$(ip -o link show master "$BRIDGE" 2>/dev/null)" ]; then
+			log "WARNING: bridge $BRIDGE still has interfaces attached: left in place"
+		else
+			ip link delete "$BRIDGE" type bridge && log "removed bridge $BRIDGE"
+		fi
+	fi
+	command -v iptables >/dev/null && iptables -w -t nat -S CNI-HOSTPORT-DNAT >/dev/null 2>&1 || return 0
+	# hostPort rules of our network that a pod teardown left behind (nodelet's CNI DEL normally removes them)
+	rules=$(iptables -w -t nat -S CNI-HOSTPORT-DNAT | grep -F "dnat name: \\\"$CNI_NET\\\"" || true)
+	while read -r rule; do
+		[ -n "$rule" ] || continue
+		chain=$(sed -n 's/.* -j \(CNI-DN-[0-9a-f]*\).*/\1/p' <<<"$rule")
+		# the rule text comes from iptables -S, shell-quoted; replay it with -D
+		if eval "iptables -w -t nat -D ${rule#-A }"; then log "removed a leftover hostPort rule (${chain:-?})"; fi
+		if [ -n "$chain" ]; then
+			iptables -w -t nat -F "$chain" 2>/dev/null || true
+			iptables -w -t nat -X "$chain" 2>/dev/null || true
+		fi
+	done <<<"$rules"
+	# the top-level chains only if they did not exist before our first start and nobody uses them now
+	if [ "$PORTMAP_CHAINS_PREEXISTING" = 0 ] && ! iptables -w -t nat -S CNI-HOSTPORT-DNAT | grep -q -- '^-A'; then
+		for base_chain in PREROUTING OUTPUT POSTROUTING; do
+			rules=$(iptables -w -t nat -S "$base_chain" | grep -E -- '-j CNI-HOSTPORT-(DNAT|MASQ)$' || true)
+			while read -r rule; do
+				[ -n "$rule" ] || continue
+				eval "iptables -w -t nat -D ${rule#-A }" || true
+			done <<<"$rules"
+		done
+		for c in CNI-HOSTPORT-DNAT CNI-HOSTPORT-SETMARK CNI-HOSTPORT-MASQ; do
+			if iptables -w -t nat -F "$c" 2>/dev/null && iptables -w -t nat -X "$c" 2>/dev/null; then
+				log "removed iptables nat chain $c"
+			fi
+		done
+	fi
+}
+
+stop() {
+	local pid bin
+	bin=${STATE_BIN:-$(nodelet_bin)}
+	if pid=$(running_pid); then
+		log "stopping nodelet (pid $pid)"
+		stop_nodelet "$pid"
+	else
+		log "nodelet (quick start) is not running"
+	fi
 	rm -f "$PIDFILE"
+	remove_pods "$bin"
+	remove_network
+	rm -f "$STATEFILE"
+	log "stopped and cleaned up (kept: $ROOT_DIR, $IMAGES, $LOG)"
 }
 
 nodelet_bin() {
@@ -113,7 +254,6 @@ esac
 # ---------------------------------------------------------------- 1. packages
 log "1/5 installing missing Debian packages"
 "$REPO/scripts/install-deps.sh"
-PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
 
 # ---------------------------------------------------------------- 2. build
 BIN=$(nodelet_bin)
@@ -133,8 +273,9 @@ log "3/5 building the local images into $IMAGES"
 
 # ---------------------------------------------------------------- 4. start nodelet
 if pid=$(running_pid); then
-	log "a quick-start nodelet already runs (pid $pid): restarting it"
-	stop
+	log "a quick-start nodelet already runs (pid $pid): restarting it (its pods keep running)"
+	stop_nodelet "$pid"
+	rm -f "$PIDFILE"
 fi
 for port in 10248 10250 10255; do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
@@ -153,6 +294,16 @@ log "4/5 starting nodelet in the background (log $LOG):"
 log "    $BIN ${ARGS[*]}"
 mkdir -p "$(dirname "$LOG")"
 printf '\n=== %(%F %T)T quickstart.sh: %s\n' -1 "$BIN ${ARGS[*]}" >>"$LOG"
+if [ -z "$PORTMAP_CHAINS_PREEXISTING" ]; then
+	if iptables -w -t nat -S CNI-HOSTPORT-DNAT >/dev/null 2>&1; then
+		PORTMAP_CHAINS_PREEXISTING=1
+	else
+		PORTMAP_CHAINS_PREEXISTING=0
+	fi
+fi
+case "$BIN" in *[!A-Za-z0-9/._-]*) die "the nodelet binary's path may only contain [A-Za-z0-9/._-]: $BIN" ;; esac
+printf '%s\n' "BIN=$BIN" "ROOT_DIR=$ROOT_DIR" "POD_CIDR=$POD_CIDR" "LOG=$LOG" \
+	"PORTMAP_CHAINS_PREEXISTING=$PORTMAP_CHAINS_PREEXISTING" >"$STATEFILE"
 setsid "$BIN" "${ARGS[@]}" </dev/null >>"$LOG" 2>&1 &
 PID=$!
 echo "$PID" >"$PIDFILE"
@@ -191,15 +342,22 @@ echo
 log "curl http://$GATEWAY:$HOST_PORT/"
 curl -fsS --max-time 5 "http://$GATEWAY:$HOST_PORT/"
 NODE=$(tr '[:upper:]' '[:lower:]' </proc/sys/kernel/hostname)
-cat <<EOF
-
-nodelet runs in the background (pid $PID), with its own containerd under $ROOT_DIR/containerd.
-Try:
-  $BIN get pods                          # the pods, like kubectl get pods (read-only port 10255)
-  $BIN logs web-$NODE                    # the web server's log (CRI files under /var/log/pods)
-  $BIN logs crashloop-$NODE --previous   # the crash-looping container's last run
-  curl $READ_ONLY_URL/pods               # the v1 PodList nodelet serves
-  edit or add manifests in $MANIFESTS: nodelet picks changes up within seconds
-Log: $LOG
-Stop: $0 --stop
-EOF
+echo
+echo "nodelet runs in the background (pid $PID), with its own containerd under $ROOT_DIR/containerd."
+echo "Try:"
+N=$BIN
+[ "$BIN" = "$REPO/target/release/nodelet" ] && N=target/release/nodelet # as the README shows it
+TRY=(
+	"$N get pods" "the pods, like kubectl get pods (port 10255)"
+	"$N logs web-$NODE" "the web server's log (CRI log files)"
+	"$N logs crashloop-$NODE --previous" "the crash-looping container's last run"
+	"$N get pod shared-emptydir-$NODE -o yaml" "why that pod waits (it needs volumes)"
+	"curl -s $READ_ONLY_URL/pods" "the v1 PodList nodelet serves"
+	"curl http://$GATEWAY:$HOST_PORT/" "the web pod, through its hostPort"
+)
+width=0
+for ((i = 0; i < ${#TRY[@]}; i += 2)); do if ((${#TRY[i]} > width)); then width=${#TRY[i]}; fi; done
+for ((i = 0; i < ${#TRY[@]}; i += 2)); do printf '  %-*s  # %s\n' "$width" "${TRY[i]}" "${TRY[i + 1]}"; done
+echo "Add, edit or delete manifests in $MANIFESTS: nodelet picks the change up within seconds."
+echo "nodelet's log: $LOG"
+echo "Stop nodelet and remove its pods, containerd and bridge: $0 --stop"
