@@ -124,12 +124,23 @@ pub fn container_hash(container: &Container) -> String {
 pub struct PodDriver<R> {
     runtime: Arc<R>,
     metrics: PodMetrics,
+    sandbox_slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// Sandbox creations that run at once. Creating a sandbox (network namespace, CNI, pause
+/// container) is the runtime's heaviest call; on a small machine dozens at once make each one slow
+/// and the whole batch slower than a few at a time. Other operations are not limited by this.
+pub const DEFAULT_SANDBOX_CREATIONS_AT_ONCE: usize = 8;
 
 impl<R: PodRuntime> PodDriver<R> {
     /// A driver over `runtime`, counting started pods and containers in `metrics`.
     pub fn new(runtime: Arc<R>, metrics: PodMetrics) -> Self {
-        Self { runtime, metrics }
+        Self::with_sandbox_slots(runtime, metrics, DEFAULT_SANDBOX_CREATIONS_AT_ONCE)
+    }
+
+    /// A driver that creates at most `slots` sandboxes at once (at least one).
+    pub fn with_sandbox_slots(runtime: Arc<R>, metrics: PodMetrics, slots: usize) -> Self {
+        Self { runtime, metrics, sandbox_slots: Arc::new(tokio::sync::Semaphore::new(slots.max(1))) }
     }
 
     /// The runtime.
@@ -243,13 +254,19 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
     ) -> Outcome<PodActual, RuntimeError> {
         match op {
             PodOp::Refresh => self.state(uid).await,
-            PodOp::CreateSandbox { pod, attempt } => match self.runtime.run_sandbox(pod, *attempt).await {
-                Ok(_) => {
-                    self.metrics.started_pods.inc();
-                    self.state(uid).await
+            PodOp::CreateSandbox { pod, attempt } => {
+                let created = {
+                    let _slot = self.sandbox_slots.acquire().await;
+                    self.runtime.run_sandbox(pod, *attempt).await
+                };
+                match created {
+                    Ok(_) => {
+                        self.metrics.started_pods.inc();
+                        self.state(uid).await
+                    }
+                    Err(e) => Outcome::Failed(e),
                 }
-                Err(e) => Outcome::Failed(e),
-            },
+            }
             PodOp::StartContainer { pod, sandbox_id, name, kind, restart_count } => {
                 self.start(uid, pod, sandbox_id, name, *kind, *restart_count).await
             }
