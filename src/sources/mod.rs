@@ -57,7 +57,7 @@ pub(crate) use file::{FileSource, FileSourceConfig, ManifestObject, ManifestObje
 #[allow(unused_imports)]
 pub(crate) use http::{HttpSource, HttpSourceConfig, HttpSourceError};
 #[allow(unused_imports)]
-pub(crate) use url::{UrlSource, UrlSourceConfig, UrlSourceError, parse_header_flag};
+pub(crate) use url::{UrlSource, UrlSourceConfig, UrlSourceError};
 
 /// Errors of the pod config.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

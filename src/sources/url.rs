@@ -93,25 +93,6 @@ impl UrlSourceConfig {
     }
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
-/// Parses one `--manifest-url-header` value: comma-separated `name:value` pairs, as the kubelet
-/// reads them (`a:hello,b:again`). The flag may be repeated; concatenate the results.
-pub(crate) fn parse_header_flag(value: &str) -> Result<Vec<(String, String)>, UrlSourceError> {
-    value
-        .split(',')
-        .filter(|entry| !entry.trim().is_empty())
-        .map(|entry| {
-            let (name, value) =
-                entry.split_once(':').ok_or_else(|| UrlSourceError::InvalidHeader(entry.to_owned()))?;
-            let name = name.trim();
-            if HeaderName::from_bytes(name.as_bytes()).is_err() || HeaderValue::from_str(value).is_err() {
-                return Err(UrlSourceError::InvalidHeader(entry.to_owned()));
-            }
-            Ok((name.to_owned(), value.to_owned()))
-        })
-        .collect()
-}
-
 /// Polls the manifest URL; see the [module docs](self).
 #[derive(Debug)]
 pub(crate) struct UrlSource {
@@ -349,7 +330,9 @@ mod tests {
         let body = format!("{}---\n{}", pod_yaml("a", "nginx"), pod_yaml("b", "nginx"));
         let (addr, shared) = serve(200, &body).await;
         let url = format!("http://{addr}/pods");
-        let headers = parse_header_flag("X-Token:secret,X-Multi:one,X-Multi:two").expect("valid flag");
+        let headers: Vec<(String, String)> = [("X-Token", "secret"), ("X-Multi", "one"), ("X-Multi", "two")]
+            .map(|(k, v)| (k.into(), v.into()))
+            .into();
         let (config, mut source) = source_for(&url, headers);
         source.poll_once().await;
         let store = config.store();
@@ -459,12 +442,5 @@ mod tests {
                 "{url}"
             );
         }
-        assert!(matches!(parse_header_flag("novalue"), Err(UrlSourceError::InvalidHeader(_))));
-        assert!(matches!(parse_header_flag("bad name:x"), Err(UrlSourceError::InvalidHeader(_))));
-        assert!(matches!(parse_header_flag("a:line\nbreak"), Err(UrlSourceError::InvalidHeader(_))));
-        assert_eq!(
-            parse_header_flag("a:hello,b:again, c:x:y").expect("valid"),
-            vec![("a".into(), "hello".into()), ("b".into(), "again".into()), ("c".into(), "x:y".into())]
-        );
     }
 }
