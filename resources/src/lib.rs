@@ -15,3 +15,5 @@
 #![deny(missing_docs)]
 
 pub mod pod;
+
+pub mod quantity;

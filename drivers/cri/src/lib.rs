@@ -64,7 +64,6 @@ mod filter;
 pub mod images;
 pub mod labels;
 mod pod_runtime;
-mod quantity;
 mod spec;
 
 pub use client::{CriClient, ExecSyncOutput, NETWORK_READY, RUNTIME_READY, RuntimeReadiness};

@@ -14,7 +14,7 @@ use nodelet_resources::pod::driver::{ContainerKind, container_hash};
 
 use crate::labels::{self, PodIdentity};
 use crate::pod_runtime::CriPodRuntimeConfig;
-use crate::quantity::Quantity;
+use nodelet_resources::quantity::Quantity;
 
 /// Why a pod or container could not be mapped to a CRI config.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

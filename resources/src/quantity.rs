@@ -2,7 +2,7 @@
 
 /// A quantity as an exact fraction `num / den` (`den > 0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Quantity {
+pub struct Quantity {
     num: i128,
     den: i128,
 }
@@ -13,7 +13,7 @@ const MAX_DIGITS: usize = 30;
 impl Quantity {
     /// Parses `<sign><digits>[.<digits>]<suffix>` with suffix one of `Ki Mi Gi Ti Pi Ei`, `n u m k M G T P E`,
     /// `e<exp>`/`E<exp>` or nothing. `None` for anything else.
-    pub(crate) fn parse(text: &str) -> Option<Quantity> {
+    pub fn parse(text: &str) -> Option<Quantity> {
         let s = text.trim();
         let (negative, s) = match s.as_bytes().first()? {
             b'-' => (true, &s[1..]),
@@ -69,7 +69,7 @@ impl Quantity {
 
     /// The value times `scale`, rounded up (Kubernetes' `Value()` is `scale` 1, `MilliValue()` 1000),
     /// saturated to the `i64` range.
-    pub(crate) fn scaled_ceil(self, scale: i64) -> i64 {
+    pub fn scaled_ceil(self, scale: i64) -> i64 {
         let Some(n) = self.num.checked_mul(i128::from(scale)) else {
             return if self.num < 0 { i64::MIN } else { i64::MAX };
         };
@@ -78,7 +78,7 @@ impl Quantity {
     }
 
     /// Whether the quantity is zero.
-    pub(crate) fn is_zero(self) -> bool {
+    pub fn is_zero(self) -> bool {
         self.num == 0
     }
 }
