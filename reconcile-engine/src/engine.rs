@@ -95,6 +95,35 @@ impl<K, A> Observer<K, A> {
     }
 }
 
+/// Asks the engine to plan keys again because something the reconciler reads besides the
+/// desired and actual stores changed (another engine's actual store, probe results). Cheap to
+/// clone.
+///
+/// The reconciler must stay a function of what it reads: a wake only makes the engine look
+/// again, it carries no state.
+pub struct Waker<K> {
+    tx: tokio::sync::mpsc::UnboundedSender<K>,
+}
+
+impl<K> Clone for Waker<K> {
+    fn clone(&self) -> Self {
+        Self { tx: self.tx.clone() }
+    }
+}
+
+impl<K> fmt::Debug for Waker<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Waker").finish_non_exhaustive()
+    }
+}
+
+impl<K> Waker<K> {
+    /// Plans `key` again soon. Returns `false` if the engine has stopped.
+    pub fn wake(&self, key: K) -> bool {
+        self.tx.send(key).is_ok()
+    }
+}
+
 /// Completions handled in one go before the engine plans again.
 const COMPLETION_BATCH: usize = 256;
 
@@ -194,7 +223,10 @@ where
         let desired_sub = self.desired.subscribe();
         let (status, status_writer) = store();
         let (tx, observations) = tokio::sync::mpsc::unbounded_channel();
+        let (wake_tx, wakes) = tokio::sync::mpsc::unbounded_channel();
         Engine {
+            wakes,
+            waker: Waker { tx: wake_tx },
             name: self.name,
             reconciler: self.reconciler,
             executor,
@@ -253,6 +285,8 @@ where
     /// observer was handed out).
     last_completion: Map<R::Key, Instant>,
     observed_by_others: bool,
+    wakes: tokio::sync::mpsc::UnboundedReceiver<R::Key>,
+    waker: Waker<R::Key>,
 }
 
 impl<D, A, R, Dr> fmt::Debug for Engine<D, A, R, Dr>
@@ -277,6 +311,7 @@ enum Event<K, Op, A, E> {
     Synced,
     Recheck(K),
     Observed(K, Update<A>, Instant),
+    Wake(K),
 }
 
 impl<D, A, R, Dr> Engine<D, A, R, Dr>
@@ -314,6 +349,12 @@ where
     /// succeed, what happened and when it retries.
     pub fn op_status(&self) -> Store<R::Key, OpStatus<R::Op, Dr::Error>> {
         self.status.clone()
+    }
+
+    /// A waker that makes the engine plan keys again when something else the reconciler reads
+    /// changed.
+    pub fn waker(&self) -> Waker<R::Key> {
+        self.waker.clone()
     }
 
     /// An observer that reports changes of the world seen outside operations.
@@ -363,6 +404,7 @@ where
                         Event::Recheck(expired.into_inner())
                     }
                     Some((key, update, at)) = self.observations.recv() => Event::Observed(key, update, at),
+                    Some(key) = self.wakes.recv() => Event::Wake(key),
                     _ = resync.tick() => Event::Resync,
                 }
             };
@@ -395,6 +437,12 @@ where
                     self.dirty.insert(key);
                 }
                 Event::Resync => self.dirty_all(),
+                Event::Wake(key) => {
+                    self.dirty.insert(key);
+                    while let Ok(key) = self.wakes.try_recv() {
+                        self.dirty.insert(key);
+                    }
+                }
                 Event::Observed(key, update, at) => {
                     self.observed(key, update, at);
                     while let Ok((key, update, at)) = self.observations.try_recv() {

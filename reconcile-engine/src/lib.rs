@@ -48,6 +48,8 @@
 //! - **Observations.** Changes of the world that no operation made (a process died) reach the
 //!   actual store through an [`Observer`] (a PLEG-style relist); observations older than the
 //!   key's last completion, or made while an operation runs on it, are dropped.
+//! - **Wakes.** A reconciler that also reads something besides its two stores (another engine's
+//!   actual store, probe results) has the engine plan a key again through a [`Waker`].
 //! - **Status.** [`Engine::op_status`] shows, per key, the last failed operation, its error and
 //!   when it retries.
 //! - **Observability.** Prometheus metrics per reconciler ([`metrics`] lists them) and a
@@ -76,7 +78,7 @@ pub mod guide {}
 
 pub use backoff::BackoffConfig;
 pub use driver::{Driver, Outcome};
-pub use engine::{Engine, EngineBuilder, EngineConfig, Observer, OpStatus, RunReport};
+pub use engine::{Engine, EngineBuilder, EngineConfig, Observer, OpStatus, RunReport, Waker};
 pub use executor::{Executor, ExecutorConfig, OpError, Submitted};
 pub use key::Key;
 pub use metrics::{Metrics, OpResult};
