@@ -82,10 +82,14 @@ case "$ROOT_DIR$IMAGES$LOG" in *[!A-Za-z0-9/._-]*) die "paths may only contain [
 
 # is_nodelet PID: whether PID is a live nodelet process (a rebuilt binary shows as "nodelet (deleted)")
 is_nodelet() {
-	case "$(basename "$(readlink "/proc/$1/exe" 2>/dev/null)" 2>/dev/null)" in
-	nodelet | "nodelet (deleted)") ;;
-	*) return 1 ;;
-	esac
+	local exe
+	exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
+	exe=${exe% (deleted)}
+	# a binary called nodelet, or the one NODELET_BIN (or the state file) names, whatever its name
+	if [ "$(basename "$exe")" != nodelet ] &&
+		[ "$exe" != "$(readlink -f "${STATE_BIN:-$(nodelet_bin)}" 2>/dev/null)" ]; then
+		return 1
+	fi
 	[ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
 }
 
@@ -351,7 +355,7 @@ TRY=(
 	"$N get pods" "the pods, like kubectl get pods (port 10255)"
 	"$N logs web-$NODE" "the web server's log (CRI log files)"
 	"$N logs crashloop-$NODE --previous" "the crash-looping container's last run"
-	"$N get pod shared-emptydir-$NODE -o yaml" "why that pod waits (it needs volumes)"
+	"$N logs shared-emptydir-$NODE -c reader" "what the init container wrote into the shared emptyDir"
 	"curl -s $READ_ONLY_URL/pods" "the v1 PodList nodelet serves"
 	"curl http://$GATEWAY:$HOST_PORT/" "the web pod, through its hostPort"
 )

@@ -18,6 +18,8 @@
 #       localhost/nodelet/pause:3.9       static C pause (deploy/images/pause.c), the sandbox image
 #       localhost/nodelet/busybox:latest  busybox-static + one symlink per applet in /bin
 #       localhost/nodelet/busybox:v2      + layer with /etc/nodelet-image-version (registry only)
+#       localhost/nodelet/grpc-health:1  busybox + /usr/local/bin/grpc-health (gRPC health server of the
+#                                         probe tests, built from deploy/images/grpc-health when cargo is there)
 #     pause and busybox:latest are imported into containerd namespace k8s.io; v2 is not, so
 #     pulling it is a real download
 #   * docker-registry on 127.0.0.1:5000 (plain http) holding busybox:latest, busybox:v2, pause:3.9;
@@ -290,6 +292,22 @@ for spec in $EXTRA_IMAGES_SPEC; do
 	extra_image "${spec%%=*}" "${spec#*=}"
 done
 # (add project-wide extra_image calls here)
+# The gRPC health server of the gRPC probe tests (deploy/images/grpc-health), built from source with
+# crates.io dependencies only, statically (+crt-static), into localhost/nodelet/grpc-health:1.
+GRPC_HEALTH_IMAGE=
+if command -v cargo >/dev/null; then
+	grpc_src=$REPO_ROOT/deploy/images/grpc-health
+	grpc_target=$(rustc -vV | sed -n 's/^host: //p')
+	grpc_out=$IMG/grpc-health-build
+	log "building the gRPC health test server ($grpc_src)"
+	CARGO_TARGET_DIR=$grpc_out RUSTFLAGS="-C target-feature=+crt-static" \
+		cargo build -q --release --locked --manifest-path "$grpc_src/Cargo.toml" --target "$grpc_target" ||
+		die "building $grpc_src failed"
+	extra_image grpc-health:1 "$grpc_out/$grpc_target/release/grpc-health"
+	GRPC_HEALTH_IMAGE=localhost/nodelet/grpc-health:1
+else
+	log "cargo not found: no gRPC health test image (the gRPC probe tests need it)"
+fi
 
 images_stamp() {
 	{
@@ -602,6 +620,7 @@ export NODELET_TEST_LOG_DIR="$POD_LOGS"
 export NODELET_TEST_CGROUP_PARENT="$CGROUP_PARENT"
 export NODELET_TEST_RESOLV_CONF="$RESOLV"
 export NODELET_TEST_IMAGE_DIR="$IMG"
+export NODELET_TEST_GRPC_HEALTH_IMAGE="$GRPC_HEALTH_IMAGE"
 EOF
 
 log "ready in $((($(date +%s%N) - START_NS) / 1000000)) ms; use: . $BASE/env.sh"

@@ -221,8 +221,12 @@ pub(crate) struct RunArgs {
     --certificate-authority, else /var/lib/nodelet/pki/nodelet.crt when that file exists (nodelet's \
     self-signed certificate).")]
 pub(crate) struct GetArgs {
-    /// Resource type: pods (also pod, po).
-    #[arg(value_name = "TYPE", value_parser = ["pods", "pod", "po"])]
+    /// Resource type: pods (also pod, po), pv (persistentvolumes), pvc (persistentvolumeclaims),
+    /// storageclass (sc, storageclasses).
+    #[arg(value_name = "TYPE", value_parser = [
+        "pods", "pod", "po", "pv", "persistentvolume", "persistentvolumes", "pvc", "persistentvolumeclaim",
+        "persistentvolumeclaims", "sc", "storageclass", "storageclasses",
+    ])]
     pub(crate) resource: String,
     /// Names of the pods to show (all when none).
     #[arg(value_name = "NAME")]

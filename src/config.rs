@@ -168,6 +168,22 @@ pub(crate) struct Config {
     pub(crate) container_logs: ContainerLogConfig,
     /// Image pull parallelism (parsed; see [`NOT_YET_ENFORCED`]).
     pub(crate) image_pulls: ImagePullConfig,
+    /// `nodelet.storage`: the volume provisioners.
+    pub(crate) storage: StorageConfig,
+}
+
+/// `nodelet.storage`: where the provisioners put volumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StorageConfig {
+    /// `nodelet.storage.localPath.basePath`: the local-directory provisioner's directory.
+    /// Default `<root-dir>/storage/local`.
+    pub(crate) local_base_path: PathBuf,
+    /// `nodelet.storage.lvm.volumeGroup`: the LVM provisioner's volume group. Default unset (no
+    /// LVM provisioner).
+    pub(crate) lvm_volume_group: Option<String>,
+    /// `nodelet.storage.csi.pluginDir`: where CSI drivers register their sockets. Default
+    /// `<root-dir>/plugins_registry`.
+    pub(crate) csi_plugin_dir: PathBuf,
 }
 
 /// Pod sources.
@@ -936,6 +952,33 @@ impl Config {
             nodelet.preload_images.as_deref(),
             "nodelet.preloadImages",
         )?;
+        let raw_storage = nodelet.storage.as_ref();
+        let local_base_path = match raw_storage
+            .and_then(|s| s.local_path.as_ref())
+            .and_then(|l| l.base_path.as_deref())
+        {
+            Some(p) if !p.is_empty() => m.file_path("nodelet.storage.localPath.basePath", Path::new(p))?,
+            _ => root_dir.join("storage").join("local"),
+        };
+        let lvm_volume_group =
+            match raw_storage.and_then(|s| s.lvm.as_ref()).and_then(|l| l.volume_group.clone()) {
+                Some(vg) if vg.is_empty() => None,
+                Some(vg) if !nodelet_storage::lvm::valid_lvm_name(&vg) => {
+                    return Err(m.file_err(
+                    "nodelet.storage.lvm.volumeGroup",
+                    format!(
+                        "{vg:?} is not a valid LVM volume group name ([A-Za-z0-9+_.-], not starting with '-')"
+                    ),
+                ));
+                }
+                other => other,
+            };
+        let csi_plugin_dir =
+            match raw_storage.and_then(|s| s.csi.as_ref()).and_then(|c| c.plugin_dir.as_deref()) {
+                Some(p) if !p.is_empty() => m.file_path("nodelet.storage.csi.pluginDir", Path::new(p))?,
+                _ => root_dir.join("plugins_registry"),
+            };
+        let storage = StorageConfig { local_base_path, lvm_volume_group, csi_plugin_dir };
         let runtime = RuntimeConfig {
             endpoint,
             request_timeout,
@@ -1076,6 +1119,7 @@ impl Config {
             image_gc,
             container_logs,
             image_pulls,
+            storage,
         };
         Ok(Loaded { config, warnings })
     }

@@ -2,6 +2,7 @@
 
 use clap::Parser;
 
+mod claims;
 mod cli;
 mod client;
 mod config;
@@ -9,6 +10,7 @@ mod containerd;
 mod node;
 mod server;
 mod sources;
+mod volumes;
 
 fn main() -> anyhow::Result<()> {
     let command = cli::Cli::parse().into_command();
@@ -72,6 +74,11 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     use nodelet_resources::pod::metrics::PodMetrics;
     use nodelet_resources::pod::pleg::Pleg;
     use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler, system_clock};
+    use nodelet_resources::volume::driver::VolumeDriver;
+    use nodelet_resources::volume::metrics::VolumeMetrics;
+    use nodelet_resources::volume::populator::Populator;
+    use nodelet_resources::volume::reconciler::VolumeReconciler;
+    use nodelet_resources::volume::status::VolumeGate;
     use reconcile_engine::{BackoffConfig, Engine, Metrics};
     use tokio_util::sync::CancellationToken;
 
@@ -91,7 +98,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             .with_cgroup_root(config.pods.cgroup_root.clone())
             .with_resolv_conf(config.pods.resolv_conf.clone())
             .with_allow_privileged(config.pods.allow_privileged)
-            .with_node_name(&config.node_name),
+            .with_node_name(&config.node_name)
+            .with_root_dir(&config.root_dir),
     ));
 
     // Wait for the runtime before planning anything: reconstruction needs it.
@@ -106,10 +114,14 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     // Sources → desired store.
     let pod_config = sources::PodConfig::new(config.node_name.clone());
     let mut tasks = tokio::task::JoinSet::new();
+    let mut renderer = volumes::ManifestRenderer::empty();
+    let mut objects = tokio::sync::watch::channel(std::sync::Arc::new(sources::ManifestObjects::new())).1;
     if let Some(path) = &config.sources.static_pod_path {
         let mut cfg = sources::file::FileSourceConfig::new(path.clone());
         cfg.check_frequency = config.sources.file_check_frequency;
         let source = sources::file::FileSource::new(cfg, pod_config.add_source("file")?);
+        objects = source.objects();
+        renderer = volumes::ManifestRenderer::new(objects.clone());
         tasks.spawn(source.run(shutdown.clone()));
     }
     if let Some(url) = &config.sources.static_pod_url {
@@ -136,6 +148,50 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     pod_config.seal();
     let desired = pod_config.store();
 
+    let volume_metrics = VolumeMetrics::new(&registry)?;
+    // CSI node plugins register by socket in nodelet.storage.csi.pluginDir (<root-dir>/plugins_registry).
+    let csi_registry = Arc::new(nodelet_csi::Registry::new(
+        &config.storage.csi_plugin_dir,
+        nodelet_csi::CsiClientConfig::default(),
+    ));
+    std::fs::create_dir_all(&config.storage.csi_plugin_dir).with_context(|| {
+        format!("cannot create the CSI plugin directory {}", config.storage.csi_plugin_dir.display())
+    })?;
+    let _csi_watcher = csi_registry.spawn_watcher(std::time::Duration::from_secs(2), shutdown.clone());
+
+    // The claim engine: PersistentVolumes, claims and classes from the manifests, provisioners.
+    let claims = claims::start(
+        config,
+        objects.clone(),
+        desired.clone(),
+        &registry,
+        &engine_metrics,
+        volume_metrics.operation_duration.clone(),
+        csi_registry.clone(),
+        &shutdown,
+        &mut tasks,
+    )?;
+    let claim_lookup: Arc<dyn nodelet_resources::volume::populator::ClaimLookup> =
+        Arc::new(claims.view.clone());
+
+    // The volume engine: populated from the pods, gating their containers.
+    let (volume_desired, volume_writer) = reconcile_engine::store();
+    let volume_engine = Engine::builder(
+        "volumes",
+        VolumeReconciler::new(&config.root_dir),
+        Arc::new(VolumeDriver::new(
+            Arc::new(volumes::NodeVolumes::new(&config.root_dir, csi_registry.clone())),
+            volume_metrics.clone(),
+        )),
+        volume_desired.clone(),
+    )
+    .metrics(&engine_metrics)
+    .build();
+    let volume_actual = volume_engine.actual();
+    let volume_failures = volume_engine.op_status();
+    let gate =
+        VolumeGate::new(volume_desired.clone(), volume_actual.clone()).with_claims(claim_lookup.clone());
+
     // The pod engine and its PLEG.
     let crash_loop = CrashLoopBackOff {
         initial: config.backoff.container_restart.initial,
@@ -143,9 +199,19 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         reset_after: config.backoff.container_restart.reset_after,
     };
     let clock = system_clock();
+    // The prober: runs the probes of running containers; the pod reconciler and status read its results.
+    let prober = nodelet_resources::probe::worker::Prober::new(
+        Arc::new(runtime.prober().clone()),
+        desired.clone(),
+        nodelet_resources::probe::metrics::ProbeMetrics::new(&registry)?,
+        clock.clone(),
+    );
+    let probe_results = prober.results();
     let mut engine = Engine::builder(
         "pods",
-        PodReconciler::new(crash_loop.clone(), clock.clone()),
+        PodReconciler::new(crash_loop.clone(), clock.clone())
+            .with_volumes(gate.clone())
+            .with_probes(probe_results.clone()),
         Arc::new(PodDriver::new(runtime.clone(), pod_metrics.clone())),
         desired.clone(),
     )
@@ -159,6 +225,26 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     .build();
     let actual = engine.actual();
     let failures = engine.op_status();
+    tasks.spawn(prober.run(actual.clone(), engine.waker(), shutdown.clone().cancelled_owned()));
+    let populator = Populator::new(desired.clone(), actual.clone(), volume_writer, Arc::new(renderer));
+    let populator = populator.with_claims(claim_lookup);
+    // Re-populate when the objects (ConfigMaps, Secrets) or the claims' bindings change.
+    let (refresh_tx, refresh) = tokio::sync::watch::channel(());
+    tasks.spawn(volumes::forward_changes(objects, claims.view.subscribe(), refresh_tx, shutdown.clone()));
+    tasks.spawn(populator.run(refresh, shutdown.clone()));
+    tasks.spawn(volumes::claim_volume_stats(
+        desired.clone(),
+        volume_actual.clone(),
+        claims.metrics.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(volumes::wake_pods_on_volume_changes(
+        volume_actual.clone(),
+        engine.waker(),
+        shutdown.clone(),
+    ));
+    let stop = shutdown.clone();
+    let volume_task = tokio::spawn(async move { volume_engine.run(stop.cancelled_owned()).await });
     let pleg =
         Pleg::new(runtime.clone(), actual.clone(), engine.observer(), config.pleg_relist_period, pod_metrics);
     let waker = pleg.waker();
@@ -207,18 +293,27 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     });
 
     // The HTTP servers.
-    let node = Arc::new(node::Node::new(
-        desired,
-        actual,
-        failures,
-        PodReconciler::new(crash_loop, clock.clone()),
-        clock,
-        registry,
-        config.pods.pod_logs_dir.clone(),
-        runtime_ready,
-        pod_config.problems(),
-        config.node_name.clone(),
-    )?);
+    let node = Arc::new(
+        node::Node::new(
+            desired,
+            actual,
+            failures,
+            PodReconciler::new(crash_loop, clock.clone()).with_volumes(gate).with_probes(probe_results),
+            clock,
+            registry,
+            config.pods.pod_logs_dir.clone(),
+            runtime_ready,
+            pod_config.problems(),
+            config.node_name.clone(),
+        )?
+        .with_volumes(node::VolumeView {
+            desired: volume_desired,
+            actual: volume_actual,
+            failures: volume_failures,
+            metrics: volume_metrics,
+        })
+        .with_claims(claims.view.clone(), claims.metrics.clone()),
+    );
     let servers = if config.server.enabled {
         let mut server_config = server::ServerConfig::new(config.node_name.clone());
         server_config.address = config.server.address;
@@ -255,6 +350,12 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     }
     if let Ok(report) = engine_task.await {
         tracing::info!(operations = report.operations, abandoned = report.abandoned, "pod engine stopped");
+    }
+    if let Ok(report) = claims.task.await {
+        tracing::info!(operations = report.operations, abandoned = report.abandoned, "claim engine stopped");
+    }
+    if let Ok(report) = volume_task.await {
+        tracing::info!(operations = report.operations, abandoned = report.abandoned, "volume engine stopped");
     }
     while tasks.join_next().await.is_some() {}
     Ok(())

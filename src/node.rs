@@ -12,8 +12,13 @@ use nodelet_resources::pod::actual::{ContainerState, PodActual};
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
 use nodelet_resources::pod::reconciler::{Clock, PodReconciler};
 use nodelet_resources::pod::status::{PodOpStatus, pod_status};
+use nodelet_resources::volume::actual::VolumeActual;
+use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey, split_key};
+use nodelet_resources::volume::driver::VolumeError;
+use nodelet_resources::volume::metrics::VolumeMetrics;
+use nodelet_resources::volume::ops::VolumeOp;
 use prometheus::{Encoder, IntGauge, IntGaugeVec, Opts, Registry};
-use reconcile_engine::{OpError, Store};
+use reconcile_engine::{OpError, OpStatus, Store};
 
 use crate::server::NodeView;
 use crate::sources::SourceProblems;
@@ -25,8 +30,21 @@ struct ScrapeGauges {
     desired_pods: IntGauge,
 }
 
+/// The volume engine's stores, for events and metrics.
+pub(crate) struct VolumeView {
+    pub(crate) desired: Store<VolumeKey, DesiredVolume>,
+    pub(crate) actual: Store<VolumeKey, VolumeActual>,
+    pub(crate) failures: Store<VolumeKey, OpStatus<VolumeOp, VolumeError>>,
+    pub(crate) metrics: VolumeMetrics,
+}
+
 /// What the servers show of this node.
 pub(crate) struct Node {
+    volumes: Option<VolumeView>,
+    claims: Option<(
+        nodelet_resources::claim::status::ClaimView,
+        nodelet_resources::claim::metrics::ClaimMetrics,
+    )>,
     desired: Store<PodUid, DesiredPod>,
     actual: Store<PodUid, PodActual>,
     failures: Store<PodUid, PodOpStatus>,
@@ -72,6 +90,8 @@ impl Node {
         registry.register(Box::new(gauges.running_containers.clone()))?;
         registry.register(Box::new(gauges.desired_pods.clone()))?;
         Ok(Self {
+            volumes: None,
+            claims: None,
             desired,
             actual,
             failures,
@@ -84,6 +104,69 @@ impl Node {
             problems,
             node_name,
         })
+    }
+
+    /// Shows the volume engine's failures as events and its gauges as metrics.
+    pub(crate) fn with_volumes(mut self, volumes: VolumeView) -> Self {
+        self.volumes = Some(volumes);
+        self
+    }
+
+    /// Shows PersistentVolumes and claims, their events and metrics.
+    pub(crate) fn with_claims(
+        mut self,
+        view: nodelet_resources::claim::status::ClaimView,
+        metrics: nodelet_resources::claim::metrics::ClaimMetrics,
+    ) -> Self {
+        self.claims = Some((view, metrics));
+        self
+    }
+
+    /// Claims that cannot bind (and why), volumes whose reclaim failed.
+    fn claim_events(&self, items: &mut Vec<Event>) {
+        let Some((view, _)) = &self.claims else { return };
+        for e in view.events() {
+            let mut event = self.event(&e.reason, &e.namespace, &e.name, None, e.message, 1);
+            event.involved_object.kind = Some(e.kind.to_string());
+            if e.namespace.is_empty() {
+                event.involved_object.namespace = None;
+                event.metadata.namespace = Some("default".to_string());
+            }
+            event.type_ = Some(e.type_.to_string());
+            items.push(event);
+        }
+    }
+
+    /// `FailedMount` events: volumes whose content cannot be made and failed volume operations.
+    fn volume_events(&self, items: &mut Vec<Event>) {
+        let Some(v) = &self.volumes else { return };
+        for (_, volume) in v.desired.entries() {
+            if let Err(why) = &volume.source {
+                let message = format!("MountVolume.SetUp failed for volume {:?} : {why}", volume.name);
+                items.push(self.event(
+                    "FailedMount",
+                    &volume.namespace,
+                    &volume.pod_name,
+                    Some(&volume.pod_uid),
+                    message,
+                    1,
+                ));
+            }
+        }
+        for (key, failure) in v.failures.entries() {
+            let Some((uid, name)) = split_key(&key) else { continue };
+            let (namespace, pod) = match (v.desired.get(&key), self.actual.get(&uid.to_owned())) {
+                (Some(d), _) => (d.namespace.clone(), d.pod_name.clone()),
+                (None, Some(a)) => (a.namespace.clone(), a.name.clone()),
+                (None, None) => continue,
+            };
+            let (reason, what) = match failure.op {
+                VolumeOp::SetUp(_) => ("FailedMount", "MountVolume.SetUp"),
+                VolumeOp::TearDown { .. } => ("FailedUnMount", "UnmountVolume.TearDown"),
+            };
+            let message = format!("{what} failed for volume {name:?} : {}", failure.error);
+            items.push(self.event(reason, &namespace, &pod, Some(uid), message, failure.failures));
+        }
     }
 
     fn event(
@@ -192,6 +275,9 @@ impl NodeView for Node {
                 format!("{} failed: {}", reconcile_engine::Operation::kind(&failure.op), failure.error);
             items.push(self.event(reason, &namespace, &name, Some(&uid), message, failure.failures));
         }
+        self.volume_events(&mut items);
+        self.claim_events(&mut items);
+        self.probe_events(&mut items);
         List { items, ..List::default() }
     }
 
@@ -215,11 +301,32 @@ impl NodeView for Node {
             self.gauges.running_containers.with_label_values(&[label]).set(n);
         }
         self.gauges.desired_pods.set(i64::try_from(self.desired.len()).unwrap_or(i64::MAX));
+        if let Some(v) = &self.volumes {
+            v.metrics.refresh(&v.desired, &v.actual);
+        }
+        if let Some((view, metrics)) = &self.claims {
+            metrics.refresh(view.desired(), view.actual());
+        }
         let mut out = Vec::new();
         if let Err(e) = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut out) {
             tracing::warn!(error = %e, "could not encode metrics");
         }
         String::from_utf8(out).unwrap_or_default()
+    }
+
+    fn persistent_volumes(&self) -> List<k8s_openapi::api::core::v1::PersistentVolume> {
+        let items = self.claims.as_ref().map(|(v, _)| v.persistent_volumes()).unwrap_or_default();
+        List { items, ..List::default() }
+    }
+
+    fn persistent_volume_claims(&self) -> List<k8s_openapi::api::core::v1::PersistentVolumeClaim> {
+        let items = self.claims.as_ref().map(|(v, _)| v.persistent_volume_claims()).unwrap_or_default();
+        List { items, ..List::default() }
+    }
+
+    fn storage_classes(&self) -> List<k8s_openapi::api::storage::v1::StorageClass> {
+        let items = self.claims.as_ref().map(|(v, _)| v.storage_classes()).unwrap_or_default();
+        List { items, ..List::default() }
     }
 
     fn healthy(&self) -> Result<(), String> {
@@ -236,5 +343,40 @@ impl NodeView for Node {
         let record = actual.container(container)?;
         let dir = self.pod_logs_dir.join(format!("{namespace}_{pod}_{}", desired.uid()));
         Some(dir.join(container).join(format!("{}.log", record.restart_count)))
+    }
+}
+
+impl Node {
+    /// Probe events, as the kubelet records them: `Unhealthy` (Warning) for failed probe runs, with the
+    /// last failure and how many there were, and `Killing` (Normal) for a container restarted because its
+    /// liveness or startup probe failed.
+    fn probe_events(&self, items: &mut Vec<Event>) {
+        use nodelet_resources::probe::status::kill_message;
+        let Some(results) = self.reconciler.probes() else { return };
+        for (id, entry) in results.entries() {
+            let short: String = id.chars().take(12).collect();
+            let mut push = |reason: &str, kind: &str, message: String, count: u32| {
+                let mut event = self.event(
+                    reason,
+                    &entry.namespace,
+                    &entry.pod_name,
+                    Some(&entry.pod_uid),
+                    message,
+                    count,
+                );
+                event.metadata.name =
+                    Some(format!("{}.{short}.{}", entry.pod_name, reason.to_ascii_lowercase()));
+                event.type_ = Some(kind.to_string());
+                event.involved_object.field_path = Some(format!("spec.containers{{{}}}", entry.container));
+                items.push(event);
+            };
+            if let Some(failure) = &entry.last_failure {
+                let message = format!("{} probe failed: {}", failure.kind.as_str(), failure.message);
+                push("Unhealthy", "Warning", message, failure.count);
+            }
+            if let Some(kind) = entry.fatal_failure() {
+                push("Killing", "Normal", kill_message(&entry.container, kind), 1);
+            }
+        }
     }
 }

@@ -372,7 +372,8 @@ where
     /// deadline, cancels what is left and returns.
     ///
     /// First the driver reconstructs what exists into the actual store (retried with backoff
-    /// until it succeeds or shutdown is asked for); nothing is planned before that. Teardown
+    /// until it succeeds or shutdown is asked for), which then counts as synced
+    /// ([`Store::is_synced`] on [`Engine::actual`]); nothing is planned before that. Teardown
     /// operations are held until the desired store has synced once.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> RunReport {
         let mut report = RunReport::default();
@@ -474,6 +475,7 @@ where
                         for (key, value) in entries {
                             self.actual_writer.insert(key, value);
                         }
+                        self.actual_writer.mark_synced();
                         tracing::info!(reconciler = %self.name, entries = n, "reconstructed actual state");
                         return Some(n);
                     }

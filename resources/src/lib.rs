@@ -14,6 +14,9 @@
 
 #![deny(missing_docs)]
 
+pub mod claim;
 pub mod pod;
+pub mod probe;
 
 pub mod quantity;
+pub mod volume;

@@ -81,6 +81,11 @@ impl Quantity {
     pub fn is_zero(self) -> bool {
         self.num == 0
     }
+
+    /// Whether the quantity is below zero.
+    pub fn is_negative(self) -> bool {
+        self.num < 0
+    }
 }
 
 #[cfg(test)]

@@ -95,6 +95,14 @@ pub(crate) enum GetError {
     /// Some requested pods do not exist (the others were printed).
     #[error("{}", .0.iter().map(|n| format!("Error from server (NotFound): pods {n:?} not found")).collect::<Vec<_>>().join("\n"))]
     NotFound(Vec<String>),
+    /// Some requested objects of another kind do not exist (the others were printed).
+    #[error("{}", .names.iter().map(|n| format!("Error from server (NotFound): {kind} {n:?} not found")).collect::<Vec<_>>().join("\n"))]
+    Missing {
+        /// The kind (`persistentvolumeclaim`).
+        kind: &'static str,
+        /// The names.
+        names: Vec<String>,
+    },
     /// Writing the output failed.
     #[error("cannot write the output: {0}")]
     Output(#[source] std::io::Error),
@@ -198,7 +206,10 @@ pub(crate) async fn fetch_pods(args: &GetArgs) -> Result<Vec<Pod>, GetError> {
 }
 
 /// Fetches a v1 list from `path` of the first target that answers.
-async fn fetch_list<T: serde::de::DeserializeOwned>(args: &GetArgs, path: &str) -> Result<Vec<T>, GetError> {
+pub(super) async fn fetch_list<T: serde::de::DeserializeOwned>(
+    args: &GetArgs,
+    path: &str,
+) -> Result<Vec<T>, GetError> {
     let client = build_client(args)?;
     let token = read_token(args.token.as_deref(), args.token_file.as_deref())?;
     let targets = targets(args.server.as_deref())?;
@@ -341,6 +352,9 @@ pub(crate) fn now() -> Timestamp {
 
 /// `nodelet get pods`.
 pub(crate) async fn run(args: &GetArgs) -> Result<(), GetError> {
+    if let Some(kind) = super::storage::kind_of(&args.resource) {
+        return super::storage::run(args, kind, now()).await;
+    }
     let pods = fetch_pods(args).await?;
     let stdout = std::io::stdout();
     let stderr = std::io::stderr();
@@ -357,7 +371,7 @@ pub(crate) async fn run(args: &GetArgs) -> Result<(), GetError> {
 }
 
 /// Prints warning events, one line each, like kubectl prints warnings.
-fn print_warnings(events: &[Event], err: &mut dyn Write) {
+pub(super) fn print_warnings(events: &[Event], err: &mut dyn Write) {
     for e in events.iter().filter(|e| e.type_.as_deref() == Some("Warning")) {
         let object = e.involved_object.name.as_deref().unwrap_or_default();
         let reason = e.reason.as_deref().unwrap_or_default();

@@ -4,6 +4,7 @@
 mod get;
 mod logs;
 mod pods;
+mod storage;
 
 pub(crate) use get::{GetError, now};
 pub(crate) use logs::LogsError;

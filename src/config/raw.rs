@@ -142,6 +142,37 @@ pub(super) struct RawNodelet {
     pub(super) container_restart_back_off: Option<RawBackOff>,
     pub(super) image_pull_back_off: Option<RawBackOff>,
     pub(super) pleg_relist_period: Option<GoDuration>,
+    pub(super) storage: Option<RawStorage>,
+}
+
+/// `nodelet.storage:`: the volume provisioners.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawStorage {
+    pub(super) local_path: Option<RawLocalPath>,
+    pub(super) lvm: Option<RawLvm>,
+    pub(super) csi: Option<RawCsi>,
+}
+
+/// `nodelet.storage.localPath:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawLocalPath {
+    pub(super) base_path: Option<String>,
+}
+
+/// `nodelet.storage.lvm:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawLvm {
+    pub(super) volume_group: Option<String>,
+}
+
+/// `nodelet.storage.csi:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawCsi {
+    pub(super) plugin_dir: Option<String>,
 }
 
 /// A back-off policy: first delay, cap, and how long a success must last for the delay to start over.

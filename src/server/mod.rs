@@ -87,6 +87,26 @@ pub(crate) trait NodeView: Send + Sync + 'static {
         k8s_openapi::List::default()
     }
 
+    /// The PersistentVolumes with their status, served as a v1 `PersistentVolumeList` on
+    /// `/api/v1/persistentvolumes`. Default: none.
+    fn persistent_volumes(&self) -> k8s_openapi::List<k8s_openapi::api::core::v1::PersistentVolume> {
+        k8s_openapi::List::default()
+    }
+
+    /// The PersistentVolumeClaims with their status, served as a v1 `PersistentVolumeClaimList` on
+    /// `/api/v1/persistentvolumeclaims`. Default: none.
+    fn persistent_volume_claims(
+        &self,
+    ) -> k8s_openapi::List<k8s_openapi::api::core::v1::PersistentVolumeClaim> {
+        k8s_openapi::List::default()
+    }
+
+    /// The StorageClasses, served as a storage.k8s.io/v1 `StorageClassList` on
+    /// `/apis/storage.k8s.io/v1/storageclasses`. Default: none.
+    fn storage_classes(&self) -> k8s_openapi::List<k8s_openapi::api::storage::v1::StorageClass> {
+        k8s_openapi::List::default()
+    }
+
     /// Whether the container is running; `/containerLogs?follow=true` stops once the container is no longer
     /// running and its log has been read to the end. The default looks the container up in [`Self::pods`]
     /// (`status.containerStatuses[].state.running`, init and ephemeral containers included); override it

@@ -46,6 +46,9 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .route("/healthz", get(healthz::<V>))
         .route("/metrics", get(metrics::<V>))
         .route("/api/v1/events", get(events::<V>))
+        .route("/api/v1/persistentvolumes", get(persistent_volumes::<V>))
+        .route("/api/v1/persistentvolumeclaims", get(persistent_volume_claims::<V>))
+        .route("/apis/storage.k8s.io/v1/storageclasses", get(storage_classes::<V>))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs::<V>))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -59,6 +62,9 @@ pub(crate) fn read_only_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
     Router::new()
         .route("/pods", get(pods::<V>))
         .route("/api/v1/events", get(events::<V>))
+        .route("/api/v1/persistentvolumes", get(persistent_volumes::<V>))
+        .route("/api/v1/persistentvolumeclaims", get(persistent_volume_claims::<V>))
+        .route("/apis/storage.k8s.io/v1/storageclasses", get(storage_classes::<V>))
         .route("/healthz", get(healthz::<V>))
         .route("/metrics", get(metrics::<V>))
         .fallback(not_found)
@@ -111,6 +117,27 @@ async fn events<V: NodeView>(State(shared): St<V>) -> Response {
             status::failure(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the event list: {e}"))
         }
     }
+}
+
+fn json_list<T: serde::Serialize>(list: &T, what: &str) -> Response {
+    match serde_json::to_vec(list) {
+        Ok(body) => with_content_type(body.into_response(), "application/json"),
+        Err(e) => {
+            status::failure(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the {what} list: {e}"))
+        }
+    }
+}
+
+async fn persistent_volumes<V: NodeView>(State(shared): St<V>) -> Response {
+    json_list(&shared.view.persistent_volumes(), "persistent volume")
+}
+
+async fn persistent_volume_claims<V: NodeView>(State(shared): St<V>) -> Response {
+    json_list(&shared.view.persistent_volume_claims(), "persistent volume claim")
+}
+
+async fn storage_classes<V: NodeView>(State(shared): St<V>) -> Response {
+    json_list(&shared.view.storage_classes(), "storage class")
 }
 
 async fn healthz<V: NodeView>(State(shared): St<V>) -> Response {

@@ -16,6 +16,8 @@
 
 mod api;
 mod lifecycle;
+mod probes;
 mod restarts;
 mod sources;
 mod support;
+mod volumes;

@@ -522,6 +522,22 @@ impl Nodelet {
         }
     }
 
+    /// Kills nodelet with SIGKILL (no cleanup of any kind) and waits for it to exit.
+    pub(crate) async fn kill9(&mut self) {
+        let Some(mut child) = self.child.take() else { panic!("nodelet is not running") };
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Runs `cmd` in the container `id` (CRI ExecSync, 10 s); returns (exit code, stdout + stderr).
+    pub(crate) async fn exec(&self, id: &str, cmd: &[&str]) -> (i32, String) {
+        let cmd = cmd.iter().map(|s| (*s).to_owned()).collect();
+        match self.cri.exec_sync(id, cmd, Duration::from_secs(10)).await {
+            Ok(out) => (out.exit_code, format!("{}{}", out.stdout_lossy(), out.stderr_lossy())),
+            Err(e) => panic!("exec in container {id}: {e}"),
+        }
+    }
+
     /// Starts nodelet again with the same directories, node name and ports (after [`stop`](Self::stop)).
     pub(crate) async fn start_again(&mut self) {
         assert!(self.child.is_none(), "nodelet is still running");

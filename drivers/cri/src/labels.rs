@@ -34,6 +34,11 @@ pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGra
 pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
 /// Annotation: the termination message policy, `File` or `FallbackToLogsOnError` (containers only).
 pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+/// Container annotation: the container's `lifecycle.preStop` handler as JSON, so that the hook runs even
+/// when the pod's spec is gone (the kubelet's key).
+pub const CONTAINER_PRE_STOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
+/// Container annotation: the container's `ports` as JSON, to resolve a hook's named port (the kubelet's key).
+pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
 
 /// Annotation (nodelet's): whether the container is an init container ([`CONTAINER_KIND_INIT`]) or an app
 /// container ([`CONTAINER_KIND_APP`]) (containers only).

@@ -64,6 +64,7 @@ mod filter;
 pub mod images;
 pub mod labels;
 mod pod_runtime;
+pub mod probe;
 mod spec;
 
 pub use client::{CriClient, ExecSyncOutput, NETWORK_READY, RUNTIME_READY, RuntimeReadiness};
@@ -78,6 +79,7 @@ pub use pod_runtime::{
     CriPodRuntime, CriPodRuntimeConfig, DEFAULT_CGROUP_FS, DEFAULT_CLUSTER_DOMAIN, DEFAULT_POD_LOG_ROOT,
     DEFAULT_RESOLV_CONF, DEFAULT_SECCOMP_PROFILE_ROOT,
 };
+pub use probe::CriProber;
 
 /// The CRI v1 protobuf types (request/response messages, configs, enums), from the `k8s-cri` crate.
 pub mod proto {

@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::Container;
 use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use nodelet_resources::pod::desired::DesiredPod;
 use nodelet_resources::pod::driver::{ContainerKind, PodRuntime, RuntimeError, RuntimeResult};
+use nodelet_resources::volume::status::PodVolumes;
 
 use crate::client::CriClient;
 use crate::dns::{self, NodeDns, ResolvConf};
@@ -35,6 +36,7 @@ use crate::error::CriError;
 use crate::filter::{ContainerFilter, SandboxFilter};
 use crate::images::{self, PullPolicy};
 use crate::labels::{self, PodIdentity};
+use crate::probe::{self, CriProber};
 use crate::spec::{self, ContainerInputs, SpecError};
 
 /// Default root of pod log directories (the kubelet's `podLogsDir`).
@@ -92,6 +94,8 @@ pub struct CriPodRuntimeConfig {
     /// The node's memory, for Burstable containers' `oom_score_adj` and unset `limits.memory` env
     /// references. `None`: read from `/proc/meminfo` when the runtime is created.
     pub memory_capacity_bytes: Option<u64>,
+    /// nodelet's root directory (`--root-dir`): subPath binds go under `<root>/pods/<uid>/volume-subpaths`.
+    pub root_dir: PathBuf,
 }
 
 impl Default for CriPodRuntimeConfig {
@@ -109,11 +113,21 @@ impl Default for CriPodRuntimeConfig {
             node_ips: Vec::new(),
             seccomp_profile_root: PathBuf::from(DEFAULT_SECCOMP_PROFILE_ROOT),
             memory_capacity_bytes: None,
+            root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
         }
     }
 }
 
+/// The default [`CriPodRuntimeConfig::root_dir`].
+const DEFAULT_ROOT_DIR: &str = "/var/lib/nodelet";
+
 impl CriPodRuntimeConfig {
+    /// Sets [`root_dir`](Self::root_dir).
+    pub fn with_root_dir(mut self, root: impl Into<PathBuf>) -> Self {
+        self.root_dir = root.into();
+        self
+    }
+
     /// Sets [`pod_log_root`](Self::pod_log_root).
     pub fn with_pod_log_root(mut self, root: impl Into<PathBuf>) -> Self {
         self.pod_log_root = root.into();
@@ -218,6 +232,8 @@ struct Inner {
     client: CriClient,
     config: CriPodRuntimeConfig,
     caches: Mutex<Caches>,
+    /// Runs lifecycle hooks.
+    prober: CriProber,
 }
 
 /// nodelet's [`PodRuntime`] on CRI. Cheap to clone (one `Arc`); clones share the client and the caches.
@@ -328,12 +344,18 @@ impl CriPodRuntime {
         if config.memory_capacity_bytes.is_none() {
             config.memory_capacity_bytes = read_memory_capacity();
         }
-        CriPodRuntime { inner: Arc::new(Inner { client, config, caches: Mutex::default() }) }
+        let prober = CriProber::new(client.clone());
+        CriPodRuntime { inner: Arc::new(Inner { client, config, caches: Mutex::default(), prober }) }
     }
 
     /// The CRI client.
     pub fn client(&self) -> &CriClient {
         &self.inner.client
+    }
+
+    /// The probe and lifecycle-hook runner (the same one the hooks of this runtime use).
+    pub fn prober(&self) -> &CriProber {
+        &self.inner.prober
     }
 
     /// The configuration.
@@ -652,6 +674,7 @@ impl CriPodRuntime {
         container: &Container,
         kind: ContainerKind,
         restart_count: u32,
+        volumes: &PodVolumes,
     ) -> RuntimeResult<String> {
         let config = &self.inner.config;
         let client = &self.inner.client;
@@ -689,7 +712,13 @@ impl CriPodRuntime {
                 RuntimeError::new(reason, format!("container {:?}: {e}", container.name))
             })?;
 
-        let inputs = ContainerInputs { kind, restart_count, image: &image, pod_ips: &facts.ips };
+        let inputs =
+            ContainerInputs { kind, restart_count, image: &image, pod_ips: &facts.ips, volumes, mounts: &[] };
+        let pod_dir = config.root_dir.join("pods").join(pod.uid());
+        let (mounts, binds) =
+            spec::container_mounts(pod, container, &inputs, config, &pod_dir).map_err(spec_error)?;
+        bind_sub_paths(&container.name, binds).await?;
+        let inputs = ContainerInputs { mounts: &mounts, ..inputs };
         let container_config = spec::container_config(pod, container, &inputs, config).map_err(spec_error)?;
 
         // The kubelet creates the container's log directory; the runtime only opens the file.
@@ -721,11 +750,49 @@ impl CriPodRuntime {
             }
             return Err(RuntimeError { not_found: false, ..error });
         }
+        // postStart right after the start; its failure kills the container, as the kubelet does.
+        let pod_ip = facts.ips.first().map(String::as_str);
+        if let Err(e) = probe::post_start(&self.inner.prober, container, &id, pod_ip).await {
+            if let Err(stop) = self.stop_container(&id, pod.grace_period()).await {
+                tracing::warn!(container = %id, error = %stop, "cannot kill the container whose postStart failed");
+            }
+            return Err(e);
+        }
         tracing::info!(
             pod = %pod.uid(), container = %container.name, id = %id, restart_count, image = %image.id,
             "container started"
         );
         Ok(id)
+    }
+}
+
+/// Makes a container's subPath binds (safely, beneath each volume: `nodelet_host::subpath`), replacing binds
+/// an earlier attempt of the container left.
+async fn bind_sub_paths(container: &str, binds: Vec<spec::SubPathBind>) -> RuntimeResult<()> {
+    if binds.is_empty() {
+        return Ok(());
+    }
+    let container = container.to_owned();
+    let joined = tokio::task::spawn_blocking(move || {
+        for bind in &binds {
+            nodelet_host::subpath::unbind_sub_paths(&bind.target).map_err(|e| {
+                format!(
+                    "container {container:?}: removing the old subPath bind {}: {e}",
+                    bind.target.display()
+                )
+            })?;
+            nodelet_host::subpath::bind_sub_path(&bind.volume_root, &bind.sub_path, &bind.target)
+                .map_err(|e| format!("container {container:?}: subPath {:?}: {e}", bind.sub_path))?;
+        }
+        Ok::<(), String>(())
+    })
+    .await;
+    match joined {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(message)) => Err(RuntimeError::new("CreateContainerConfigError", message)),
+        Err(e) => {
+            Err(RuntimeError::new("CreateContainerConfigError", format!("subPath binding task failed: {e}")))
+        }
     }
 }
 
@@ -828,14 +895,17 @@ impl PodRuntime for CriPodRuntime {
         container: &Container,
         kind: ContainerKind,
         restart_count: u32,
+        volumes: &PodVolumes,
     ) -> RuntimeResult<String> {
-        self.start(pod, sandbox_id, container, kind, restart_count).await.inspect_err(|e| {
+        self.start(pod, sandbox_id, container, kind, restart_count, volumes).await.inspect_err(|e| {
             let (pod, container) = (pod.uid(), &container.name);
             tracing::debug!(pod, container, reason = e.reason, error = %e.message, "container start failed");
         })
     }
 
     async fn stop_container(&self, container_id: &str, grace: Duration) -> RuntimeResult<()> {
+        // preStop first, within the grace period; the stop gets what is left.
+        let grace = probe::pre_stop(&self.inner.prober, container_id, grace).await;
         match self.inner.client.stop_container(container_id, grace).await {
             Err(e) if !e.is_not_found() => {
                 Err(cri_error("KillContainerError", format!("StopContainer {container_id}"), &e))

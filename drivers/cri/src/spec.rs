@@ -11,6 +11,7 @@ use k8s_cri::v1;
 use k8s_openapi::api::core::v1::{Container, EnvVarSource, SeccompProfile};
 use nodelet_resources::pod::desired::DesiredPod;
 use nodelet_resources::pod::driver::{ContainerKind, container_hash};
+use nodelet_resources::volume::status::PodVolumes;
 
 use crate::labels::{self, PodIdentity};
 use crate::pod_runtime::CriPodRuntimeConfig;
@@ -378,6 +379,10 @@ pub(crate) struct ContainerInputs<'a> {
     pub(crate) image: &'a v1::Image,
     /// The pod's IPs (empty when not known), for `status.podIP(s)`.
     pub(crate) pod_ips: &'a [String],
+    /// The pod's volumes, set up.
+    pub(crate) volumes: &'a PodVolumes,
+    /// The container's mounts ([`container_mounts`]).
+    pub(crate) mounts: &'a [v1::Mount],
 }
 
 /// Kubernetes' `$(VAR)` expansion (`third_party/forked/golang/expansion`): `$(NAME)` becomes the value of
@@ -819,25 +824,100 @@ fn check_run_as_non_root(
     }
 }
 
-/// Refuses a container that mounts volumes: nodelet cannot provide volumes yet, and starting the container
-/// without them would hide the missing data behind whatever the container does next (the pod fails with
-/// `CreateContainerConfigError` naming the volume instead).
-pub(crate) fn check_volumes(pod: &DesiredPod, container: &Container, path: &str) -> Result<(), SpecError> {
-    let mounts = container.volume_mounts.iter().flatten().map(|m| &m.name).enumerate();
-    let devices = container.volume_devices.iter().flatten().map(|d| &d.name).enumerate();
-    let first = mounts
-        .map(|(i, name)| ("volumeMounts", i, name))
-        .chain(devices.map(|(i, name)| ("volumeDevices", i, name)))
-        .next();
-    match first {
-        None => Ok(()),
-        Some((field, i, name)) => Err(SpecError::Container(format!(
-            "container {:?}: {path}.{field}[{i}]: volume {name:?} ({}) cannot be mounted: nodelet does not \
-             support volumes yet",
-            container.name,
-            volume_type(pod, name)
-        ))),
+/// A bind mount of a volume's `subPath` the runtime makes before it creates the container (safely: see
+/// `nodelet_host::subpath`); the container mounts `target`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SubPathBind {
+    /// The volume's directory.
+    pub(crate) volume_root: PathBuf,
+    /// The path beneath it (relative, checked again when binding).
+    pub(crate) sub_path: String,
+    /// Where the bind goes: `<pod dir>/volume-subpaths/<volume>/<container>/<mount index>`.
+    pub(crate) target: PathBuf,
+}
+
+/// The container's CRI mounts from its `volumeMounts` and the pod's set-up `volumes`, plus the subPath binds to
+/// make first. `pod_dir` is the pod's directory (`<root>/pods/<uid>`). Block devices (`volumeDevices`) are
+/// refused with an error naming the field.
+pub(crate) fn container_mounts(
+    pod: &DesiredPod,
+    container: &Container,
+    inputs: &ContainerInputs<'_>,
+    config: &CriPodRuntimeConfig,
+    pod_dir: &Path,
+) -> Result<(Vec<v1::Mount>, Vec<SubPathBind>), SpecError> {
+    let path = container_field_path(pod, &container.name, inputs.kind);
+    if let Some(device) = container.volume_devices.iter().flatten().next() {
+        return Err(SpecError::Container(format!(
+            "container {:?}: {path}.volumeDevices[0]: volume {:?}: raw block devices are not supported by nodelet yet",
+            container.name, device.name
+        )));
     }
+    let mut mounts = Vec::new();
+    let mut binds = Vec::new();
+    let mut env = None;
+    for (i, mount) in container.volume_mounts.iter().flatten().enumerate() {
+        let field = format!("{path}.volumeMounts[{i}]");
+        let Some(volume) = inputs.volumes.get(&mount.name) else {
+            return Err(SpecError::Container(format!(
+                "container {:?}: {field}: volume {:?} ({}) is not set up",
+                container.name,
+                mount.name,
+                volume_type(pod, &mount.name)
+            )));
+        };
+        let sub_path = match (mount.sub_path.as_deref(), mount.sub_path_expr.as_deref()) {
+            (Some(s), _) if !s.is_empty() => Some(s.to_owned()),
+            (_, Some(expr)) if !expr.is_empty() => {
+                if env.is_none() {
+                    env = Some(container_env(pod, container, &path, inputs, config)?);
+                }
+                let env = env.get_or_insert_with(Env::default);
+                let expanded = expand(expr, |name| env.get(name));
+                if expanded.starts_with('/')
+                    || expanded.split('/').any(|e| e == "..")
+                    || expanded.contains('\0')
+                {
+                    return Err(SpecError::Container(format!(
+                        "container {:?}: {field}.subPathExpr: {expr:?} expands to {expanded:?}, which is not a \
+                         relative path beneath the volume",
+                        container.name
+                    )));
+                }
+                Some(expanded)
+            }
+            _ => None,
+        };
+        let host_path = match sub_path {
+            Some(sub_path) if !sub_path.trim_matches('/').is_empty() && sub_path != "." => {
+                let target = pod_dir
+                    .join("volume-subpaths")
+                    .join(&mount.name)
+                    .join(&container.name)
+                    .join(i.to_string());
+                binds.push(SubPathBind {
+                    volume_root: volume.path.clone(),
+                    sub_path,
+                    target: target.clone(),
+                });
+                target
+            }
+            _ => volume.path.clone(),
+        };
+        let propagation = match mount.mount_propagation.as_deref() {
+            Some("HostToContainer") => v1::MountPropagation::PropagationHostToContainer,
+            Some("Bidirectional") => v1::MountPropagation::PropagationBidirectional,
+            _ => v1::MountPropagation::PropagationPrivate,
+        };
+        mounts.push(v1::Mount {
+            container_path: mount.mount_path.clone(),
+            host_path: host_path.to_string_lossy().into_owned(),
+            readonly: mount.read_only.unwrap_or(false) || volume.forced_read_only(),
+            propagation: propagation as i32,
+            ..Default::default()
+        });
+    }
+    Ok((mounts, binds))
 }
 
 /// The source type of the pod's volume `name`, as the API field calls it (`emptyDir`, `hostPath`, ...).
@@ -860,8 +940,8 @@ fn volume_type(pod: &DesiredPod, name: &str) -> &'static str {
     types.iter().find(|(set, _)| *set).map_or("other", |(_, t)| t)
 }
 
-/// The CRI container config of `container` (checked against the node's rules: see [`check_privileged`] and
-/// [`check_volumes`]).
+/// The CRI container config of `container` (checked against the node's rules: see [`check_privileged`]), with
+/// `inputs.mounts` as its mounts (from [`container_mounts`]).
 pub(crate) fn container_config(
     pod: &DesiredPod,
     container: &Container,
@@ -877,7 +957,6 @@ pub(crate) fn container_config(
         )));
     }
     check_privileged(pod, container, inputs.kind, config)?;
-    check_volumes(pod, container, &path)?;
     check_run_as_non_root(pod, container, inputs.image, &path)?;
 
     let env = container_env(pod, container, &path, inputs, config)?;
@@ -920,6 +999,15 @@ pub(crate) fn container_config(
     ]);
     annotations
         .insert(labels::POD_TERMINATION_GRACE_PERIOD.to_owned(), pod.grace_period().as_secs().to_string());
+    // As the kubelet: the preStop hook and the ports it may name travel with the container.
+    if let Some(Ok(json)) =
+        container.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).map(serde_json::to_string)
+    {
+        annotations.insert(labels::CONTAINER_PRE_STOP_HANDLER.to_owned(), json);
+    }
+    if let Some(Ok(json)) = container.ports.as_ref().filter(|p| !p.is_empty()).map(serde_json::to_string) {
+        annotations.insert(labels::CONTAINER_PORTS.to_owned(), json);
+    }
 
     Ok(v1::ContainerConfig {
         metadata: Some(v1::ContainerMetadata { name: container.name.clone(), attempt: inputs.restart_count }),
@@ -931,6 +1019,7 @@ pub(crate) fn container_config(
         labels: container_labels,
         annotations,
         log_path: container_log_path(&container.name, inputs.restart_count),
+        mounts: inputs.mounts.to_vec(),
         stdin: container.stdin.unwrap_or(false),
         stdin_once: container.stdin_once.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
@@ -991,8 +1080,17 @@ mod tests {
         v1::Image { id: "sha256:feed".into(), ..Default::default() }
     }
 
+    static NO_VOLUMES: std::sync::LazyLock<PodVolumes> = std::sync::LazyLock::new(PodVolumes::new);
+
     fn inputs<'a>(image: &'a v1::Image, ips: &'a [String]) -> ContainerInputs<'a> {
-        ContainerInputs { kind: ContainerKind::App, restart_count: 2, image, pod_ips: ips }
+        ContainerInputs {
+            kind: ContainerKind::App,
+            restart_count: 2,
+            image,
+            pod_ips: ips,
+            volumes: &NO_VOLUMES,
+            mounts: &[],
+        }
     }
 
     fn cfg() -> CriPodRuntimeConfig {
@@ -1279,32 +1377,120 @@ mod tests {
         assert!(err.to_string().contains("spec.containers[0].resources.requests.cpu"), "{err}");
     }
 
-    #[test]
-    fn volume_mounts_fail_with_a_config_error_naming_the_volume() {
-        use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Volume, VolumeMount};
+    fn volume_pod(mounts: Vec<k8s_openapi::api::core::v1::VolumeMount>) -> (DesiredPod, Container) {
+        use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Volume};
         let mut c = container("server");
-        c.volume_mounts = Some(vec![VolumeMount {
-            name: "shared".into(),
-            mount_path: "/shared".into(),
-            ..Default::default()
-        }]);
+        c.volume_mounts = Some(mounts);
+        c.env = Some(vec![EnvVar { name: "DIR".into(), value: Some("logs/a".into()), ..Default::default() }]);
         let mut p = pod(vec![container("other"), c.clone()]);
         if let Some(spec) = p.pod.spec.as_mut() {
-            spec.volumes = Some(vec![Volume {
-                name: "shared".into(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
-                ..Default::default()
-            }]);
+            spec.volumes = Some(vec![
+                Volume {
+                    name: "shared".into(),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
+                    ..Default::default()
+                },
+                Volume { name: "cfg".into(), config_map: Some(Default::default()), ..Default::default() },
+            ]);
+        }
+        (p, c)
+    }
+
+    fn mount(name: &str, path: &str) -> k8s_openapi::api::core::v1::VolumeMount {
+        k8s_openapi::api::core::v1::VolumeMount {
+            name: name.into(),
+            mount_path: path.into(),
+            ..Default::default()
+        }
+    }
+
+    fn set_up_volumes() -> PodVolumes {
+        use nodelet_resources::volume::desired::Plugin;
+        use nodelet_resources::volume::status::MountedVolume;
+        PodVolumes::from([
+            (
+                "shared".into(),
+                MountedVolume { path: "/root/pods/u/volumes/e/shared".into(), plugin: Plugin::EmptyDir },
+            ),
+            (
+                "cfg".into(),
+                MountedVolume { path: "/root/pods/u/volumes/c/cfg".into(), plugin: Plugin::ConfigMap },
+            ),
+        ])
+    }
+
+    #[test]
+    fn volume_mounts_become_cri_mounts_with_subpath_binds() {
+        let mut ro = mount("shared", "/ro");
+        ro.read_only = Some(true);
+        let mut sub = mount("shared", "/sub");
+        sub.sub_path = Some("a/b".into());
+        let mut expr = mount("shared", "/expr");
+        expr.sub_path_expr = Some("$(DIR)/x".into());
+        let mut prop = mount("shared", "/prop");
+        prop.mount_propagation = Some("HostToContainer".into());
+        let (p, c) = volume_pod(vec![mount("shared", "/rw"), ro, mount("cfg", "/cfg"), sub, expr, prop]);
+        let img = image();
+        let volumes = set_up_volumes();
+        let inputs = ContainerInputs { volumes: &volumes, ..inputs(&img, &[]) };
+        let (mounts, binds) =
+            container_mounts(&p, &c, &inputs, &cfg(), Path::new("/root/pods/u")).expect("mounts");
+        let summary: Vec<(&str, &str, bool)> =
+            mounts.iter().map(|m| (m.container_path.as_str(), m.host_path.as_str(), m.readonly)).collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("/rw", "/root/pods/u/volumes/e/shared", false),
+                ("/ro", "/root/pods/u/volumes/e/shared", true),
+                // configMap volumes are always read-only
+                ("/cfg", "/root/pods/u/volumes/c/cfg", true),
+                ("/sub", "/root/pods/u/volume-subpaths/shared/server/3", false),
+                ("/expr", "/root/pods/u/volume-subpaths/shared/server/4", false),
+                ("/prop", "/root/pods/u/volumes/e/shared", false),
+            ]
+        );
+        assert_eq!(mounts[5].propagation, v1::MountPropagation::PropagationHostToContainer as i32);
+        assert_eq!(mounts[0].propagation, v1::MountPropagation::PropagationPrivate as i32);
+        let subs: Vec<(&str, &str)> =
+            binds.iter().map(|b| (b.sub_path.as_str(), b.volume_root.to_str().unwrap_or(""))).collect();
+        assert_eq!(
+            subs,
+            vec![("a/b", "/root/pods/u/volumes/e/shared"), ("logs/a/x", "/root/pods/u/volumes/e/shared")]
+        );
+        // the config carries the mounts
+        let inputs = ContainerInputs { mounts: &mounts, ..inputs };
+        let config = container_config(&p, &c, &inputs, &cfg()).expect("config");
+        assert_eq!(config.mounts, mounts);
+    }
+
+    #[test]
+    fn a_subpath_expr_escaping_the_volume_is_refused_naming_the_field() {
+        let mut expr = mount("shared", "/expr");
+        expr.sub_path_expr = Some("$(UP)/etc".into());
+        let (mut p, mut c) = volume_pod(vec![expr]);
+        c.env = Some(vec![EnvVar { name: "UP".into(), value: Some("..".into()), ..Default::default() }]);
+        if let Some(spec) = p.pod.spec.as_mut() {
+            spec.containers[1] = c.clone();
         }
         let img = image();
-        let err = container_config(&p, &c, &inputs(&img, &[]), &cfg()).expect_err("volume mount accepted");
+        let volumes = set_up_volumes();
+        let inputs = ContainerInputs { volumes: &volumes, ..inputs(&img, &[]) };
+        let err = container_mounts(&p, &c, &inputs, &cfg(), Path::new("/r")).expect_err("escape accepted");
         assert_eq!(err.reason(), "CreateContainerConfigError");
-        let msg = err.to_string();
-        assert!(msg.contains("spec.containers[1].volumeMounts[0]"), "{msg}");
-        assert!(msg.contains("volume \"shared\" (emptyDir)"), "{msg}");
-        // containers without mounts in the same pod are unaffected
-        let other = container("other");
-        assert!(container_config(&p, &other, &inputs(&img, &[]), &cfg()).is_ok());
+        assert!(err.to_string().contains("spec.containers[1].volumeMounts[0].subPathExpr"), "{err}");
+    }
+
+    #[test]
+    fn a_mount_of_a_volume_not_set_up_fails_naming_the_volume() {
+        let (p, c) = volume_pod(vec![mount("shared", "/shared")]);
+        let img = image();
+        let err =
+            container_mounts(&p, &c, &inputs(&img, &[]), &cfg(), Path::new("/r")).expect_err("accepted");
+        assert_eq!(err.reason(), "CreateContainerConfigError");
+        assert!(
+            err.to_string().contains("spec.containers[1].volumeMounts[0]: volume \"shared\" (emptyDir)"),
+            "{err}"
+        );
     }
 
     #[test]

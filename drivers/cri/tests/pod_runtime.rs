@@ -315,7 +315,7 @@ async fn start(
     kind: ContainerKind,
     n: u32,
 ) -> String {
-    match rt.start_container(pod, sandbox, c, kind, n).await {
+    match rt.start_container(pod, sandbox, c, kind, n, &Default::default()).await {
         Ok(id) => id,
         Err(e) => panic!("start_container {}: {e}", c.name),
     }
@@ -726,8 +726,10 @@ async fn start_failures_have_kubelet_reasons() {
     let uid = pod.uid().to_owned();
     let sandbox_id = run_sandbox(&rt, &mut cleanup, &pod).await;
 
-    let err =
-        rt.start_container(&pod, &sandbox_id, &root, ContainerKind::App, 0).await.expect_err("privileged");
+    let err = rt
+        .start_container(&pod, &sandbox_id, &root, ContainerKind::App, 0, &Default::default())
+        .await
+        .expect_err("privileged");
     assert_eq!(err.reason, "CreateContainerConfigError", "{err}");
     assert!(
         err.message.contains("\"root\"")
@@ -735,20 +737,29 @@ async fn start_failures_have_kubelet_reasons() {
         "{err}"
     );
 
-    let err = rt.start_container(&pod, &sandbox_id, &never, ContainerKind::App, 0).await.expect_err("never");
+    let err = rt
+        .start_container(&pod, &sandbox_id, &never, ContainerKind::App, 0, &Default::default())
+        .await
+        .expect_err("never");
     assert_eq!(err.reason, "ErrImageNeverPull", "{err}");
     assert!(err.message.contains("localhost/nodelet/no-such-image:v1"), "{err}");
 
-    let err =
-        rt.start_container(&pod, &sandbox_id, &invalid, ContainerKind::App, 0).await.expect_err("invalid");
+    let err = rt
+        .start_container(&pod, &sandbox_id, &invalid, ContainerKind::App, 0, &Default::default())
+        .await
+        .expect_err("invalid");
     assert_eq!(err.reason, "InvalidImageName", "{err}");
 
-    let err =
-        rt.start_container(&pod, &sandbox_id, &missing, ContainerKind::App, 0).await.expect_err("missing");
+    let err = rt
+        .start_container(&pod, &sandbox_id, &missing, ContainerKind::App, 0, &Default::default())
+        .await
+        .expect_err("missing");
     assert_eq!(err.reason, "ErrImagePull", "{err}");
 
-    let err =
-        rt.start_container(&pod, &sandbox_id, &env_ref, ContainerKind::App, 0).await.expect_err("host IP");
+    let err = rt
+        .start_container(&pod, &sandbox_id, &env_ref, ContainerKind::App, 0, &Default::default())
+        .await
+        .expect_err("host IP");
     assert_eq!(err.reason, "CreateContainerConfigError", "{err}");
     assert!(err.message.contains("spec.containers[5].env[0].valueFrom.fieldRef.fieldPath"), "{err}");
 

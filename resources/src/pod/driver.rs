@@ -14,6 +14,7 @@ use super::actual::{ContainerRecord, ContainerState, PodActual};
 use super::desired::{DesiredPod, PodUid};
 use super::metrics::PodMetrics;
 use super::ops::PodOp;
+use crate::volume::status::PodVolumes;
 
 /// Whether a container is an init container or an app container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +70,8 @@ pub trait PodRuntime: Send + Sync + 'static {
 
     /// Makes sure the container's image is present as its `imagePullPolicy` says, then creates
     /// and starts the container in the sandbox; returns the container ID. The container is
-    /// labelled and annotated with its restart count and spec hash.
+    /// labelled and annotated with its restart count and spec hash. Its `volumeMounts` refer to
+    /// `volumes`, which are set up.
     fn start_container(
         &self,
         pod: &DesiredPod,
@@ -77,6 +79,7 @@ pub trait PodRuntime: Send + Sync + 'static {
         container: &Container,
         kind: ContainerKind,
         restart_count: u32,
+        volumes: &PodVolumes,
     ) -> impl Future<Output = RuntimeResult<String>> + Send;
 
     /// Stops a container: SIGTERM (or its stop signal), then SIGKILL after `grace`. Stopping an
@@ -156,15 +159,15 @@ impl<R: PodRuntime> PodDriver<R> {
         }
     }
 
-    async fn start(
-        &self,
-        uid: &str,
-        pod: &DesiredPod,
-        sandbox_id: &str,
-        name: &str,
-        kind: ContainerKind,
-        restart_count: u32,
-    ) -> Outcome<PodActual, RuntimeError> {
+    /// Runs a [`PodOp::StartContainer`].
+    async fn start(&self, uid: &str, op: &PodOp) -> Outcome<PodActual, RuntimeError> {
+        let PodOp::StartContainer { pod, sandbox_id, name, kind, restart_count, volumes } = op else {
+            return Outcome::Failed(RuntimeError::new(
+                "CreateContainerError",
+                format!("not a container start: {op:?}"),
+            ));
+        };
+        let (kind, restart_count, name) = (*kind, *restart_count, name.as_str());
         let containers = match kind {
             ContainerKind::Init => pod.init_containers(),
             ContainerKind::App => pod.containers(),
@@ -175,7 +178,9 @@ impl<R: PodRuntime> PodDriver<R> {
                 format!("container {name:?} is not in the pod spec"),
             ));
         };
-        if let Err(e) = self.runtime.start_container(pod, sandbox_id, container, kind, restart_count).await {
+        if let Err(e) =
+            self.runtime.start_container(pod, sandbox_id, container, kind, restart_count, volumes).await
+        {
             return Outcome::Failed(e);
         }
         self.metrics.started_containers.inc();
@@ -267,9 +272,7 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
                     Err(e) => Outcome::Failed(e),
                 }
             }
-            PodOp::StartContainer { pod, sandbox_id, name, kind, restart_count } => {
-                self.start(uid, pod, sandbox_id, name, *kind, *restart_count).await
-            }
+            PodOp::StartContainer { .. } => self.start(uid, op).await,
             PodOp::KillContainers { ids, grace } => {
                 let stops = ids.iter().map(|id| self.runtime.stop_container(id, *grace));
                 let errors: Vec<RuntimeError> =

@@ -27,6 +27,8 @@ pub struct FakeCall {
     pub target: String,
     /// Wall-clock time of the call (the fake's clock).
     pub at: i64,
+    /// For `start_container`: the host paths of the volumes the container was given, by name.
+    pub volumes: Vec<(String, std::path::PathBuf)>,
 }
 
 struct FakeContainer {
@@ -68,7 +70,7 @@ impl FakeRuntime {
     }
 
     fn record(&self, state: &mut State, method: &'static str, target: String) -> RuntimeResult<()> {
-        state.calls.push(FakeCall { method, target, at: (self.clock)() });
+        state.calls.push(FakeCall { method, target, at: (self.clock)(), volumes: Vec::new() });
         match state.faults.get_mut(method).and_then(VecDeque::pop_front) {
             Some(e) => Err(e),
             None => Ok(()),
@@ -186,10 +188,16 @@ impl PodRuntime for FakeRuntime {
         container: &Container,
         _kind: ContainerKind,
         restart_count: u32,
+        volumes: &crate::volume::status::PodVolumes,
     ) -> RuntimeResult<String> {
         let now = (self.clock)();
         let mut state = self.lock();
-        self.record(&mut state, "start_container", format!("{}/{}", pod.uid(), container.name))?;
+        let recorded =
+            self.record(&mut state, "start_container", format!("{}/{}", pod.uid(), container.name));
+        if let Some(call) = state.calls.last_mut() {
+            call.volumes = volumes.iter().map(|(name, v)| (name.clone(), v.path.clone())).collect();
+        }
+        recorded?;
         let image = container.image.clone().unwrap_or_default();
         if image.starts_with("fake/missing") && !state.images.contains(&image) {
             return Err(RuntimeError::new("ErrImagePull", format!("pull of {image} failed: not found")));

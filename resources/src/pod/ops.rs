@@ -7,6 +7,7 @@ use reconcile_engine::Operation;
 
 use super::desired::DesiredPod;
 use super::driver::ContainerKind;
+use crate::volume::status::PodVolumes;
 
 /// One step on one pod. At most one runs per pod at a time (the engine's per-key guarantee).
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +33,8 @@ pub enum PodOp {
         kind: ContainerKind,
         /// Its restart count (0 for the first run).
         restart_count: u32,
+        /// The pod's volumes, set up (what the container's `volumeMounts` refer to).
+        volumes: Arc<PodVolumes>,
     },
     /// Stop running containers (whose spec changed) with the pod's grace period.
     KillContainers {

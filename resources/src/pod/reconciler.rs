@@ -15,6 +15,7 @@ use super::actual::{ContainerRecord, ContainerState, PodActual};
 use super::desired::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy};
 use super::driver::{ContainerKind, container_hash};
 use super::ops::PodOp;
+use crate::volume::status::{VolumeGate, VolumeReadiness};
 
 /// Wall-clock time in nanoseconds since the Unix epoch. Runtimes stamp containers with wall
 /// time; tests pass a clock driven by paused tokio time.
@@ -66,6 +67,8 @@ impl CrashLoopBackOff {
 pub struct PodReconciler {
     backoff: CrashLoopBackOff,
     clock: Clock,
+    volumes: Option<VolumeGate>,
+    probes: Option<crate::probe::results::ProbeResults>,
 }
 
 impl fmt::Debug for PodReconciler {
@@ -77,7 +80,37 @@ impl fmt::Debug for PodReconciler {
 impl PodReconciler {
     /// A reconciler with the given crash-loop timing and clock.
     pub fn new(backoff: CrashLoopBackOff, clock: Clock) -> Self {
-        Self { backoff, clock }
+        Self { backoff, clock, volumes: None, probes: None }
+    }
+
+    /// Restarts containers whose liveness or startup probe failed, as `results` says, and lets
+    /// status show readiness from it. The engine must be woken when a result changes (the
+    /// [`Prober`](crate::probe::worker::Prober) does). Without results, probes are ignored.
+    pub fn with_probes(mut self, results: crate::probe::results::ProbeResults) -> Self {
+        self.probes = Some(results);
+        self
+    }
+
+    /// The probe results, if probes are run.
+    pub fn probes(&self) -> Option<&crate::probe::results::ProbeResults> {
+        self.probes.as_ref()
+    }
+
+    /// Makes pods wait for their volumes: no sandbox is created and no container started until
+    /// `gate` reports all of the pod's volumes set up (the kubelet's WaitForAttachAndMount). The
+    /// engine must be woken when the volumes change (see [`reconcile_engine::Waker`]). Without a
+    /// gate, pods get no volumes.
+    pub fn with_volumes(mut self, gate: VolumeGate) -> Self {
+        self.volumes = Some(gate);
+        self
+    }
+
+    /// Whether `pod`'s volumes are ready, and where they are.
+    pub fn volumes(&self, pod: &DesiredPod) -> VolumeReadiness {
+        match &self.volumes {
+            Some(gate) => gate.check(pod),
+            None => VolumeReadiness::Ready(Arc::default()),
+        }
     }
 
     /// The crash-loop timing.
@@ -203,6 +236,10 @@ impl PodReconciler {
                     // The sandbox died under running containers: kill them, then start over.
                     return Plan::Run(PodOp::KillPod { grace: pod.grace_period(), remove: false });
                 }
+                if let VolumeReadiness::Waiting(_) = self.volumes(pod) {
+                    // Woken when the volumes change.
+                    return Plan::Idle;
+                }
                 let attempt = actual.sandboxes.iter().map(|s| s.attempt + 1).max().unwrap_or(0);
                 Plan::Run(PodOp::CreateSandbox { pod: arc(), attempt })
             }
@@ -210,13 +247,17 @@ impl PodReconciler {
                 let init = &pod.init_containers()[i];
                 let sandbox_id = actual.sandbox().map(|s| s.id.clone()).unwrap_or_default();
                 match self.step(actual, &init.name, |code| code != 0 && policy != RestartPolicy::Never) {
-                    Step::Start(restart_count) => Plan::Run(PodOp::StartContainer {
-                        pod: arc(),
-                        sandbox_id,
-                        name: init.name.clone(),
-                        kind: ContainerKind::Init,
-                        restart_count,
-                    }),
+                    Step::Start(restart_count) => match self.volumes(pod) {
+                        VolumeReadiness::Ready(volumes) => Plan::Run(PodOp::StartContainer {
+                            pod: arc(),
+                            sandbox_id,
+                            name: init.name.clone(),
+                            kind: ContainerKind::Init,
+                            restart_count,
+                            volumes,
+                        }),
+                        VolumeReadiness::Waiting(_) => Plan::Idle,
+                    },
                     Step::Wait(d) => Plan::RecheckAfter(d),
                     Step::Running | Step::Done => Plan::Idle,
                 }
@@ -237,16 +278,26 @@ impl PodReconciler {
                 if !changed.is_empty() {
                     return Plan::Run(PodOp::KillContainers { ids: changed, grace: pod.grace_period() });
                 }
+                // Containers whose liveness or startup probe failed are killed; they restart as after any exit.
+                if let Some((ids, grace)) =
+                    self.probes.as_ref().and_then(|r| crate::probe::status::unhealthy(pod, actual, r))
+                {
+                    return Plan::Run(PodOp::KillContainers { ids, grace });
+                }
                 let mut wait: Option<Duration> = None;
                 for c in pod.containers() {
                     match self.step(actual, &c.name, |code| policy.restarts(code)) {
                         Step::Start(restart_count) => {
+                            let VolumeReadiness::Ready(volumes) = self.volumes(pod) else {
+                                return Plan::Idle;
+                            };
                             return Plan::Run(PodOp::StartContainer {
                                 pod: arc(),
                                 sandbox_id,
                                 name: c.name.clone(),
                                 kind: ContainerKind::App,
                                 restart_count,
+                                volumes,
                             });
                         }
                         Step::Wait(d) => wait = Some(wait.map_or(d, |w| w.min(d))),

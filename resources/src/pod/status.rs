@@ -14,6 +14,7 @@ use super::desired::{DesiredPod, RestartPolicy};
 use super::driver::RuntimeError;
 use super::ops::PodOp;
 use super::reconciler::{PodReconciler, Progress};
+use crate::probe::status as probe_status;
 
 /// The last failed operation on a pod, as the engine records it.
 pub type PodOpStatus = OpStatus<PodOp, RuntimeError>;
@@ -152,8 +153,9 @@ fn container_status(
                 running: Some(ContainerStateRunning { started_at: time(c.started_at) }),
                 ..V1State::default()
             },
-            true,
-            true,
+            // Readiness and startup probes decide, when the container has them.
+            probe_status::container_ready(spec, c, reconciler.probes()),
+            probe_status::container_started(spec, c, reconciler.probes()),
         ),
         Some(c) if c.state == ContainerState::Exited => {
             if restarts(c.exit_code) {
@@ -192,6 +194,16 @@ fn container_status(
             None => (waiting(waiting_reason, None), false, false),
         },
     };
+    // A container killed because its liveness or startup probe failed says so in its lastState.
+    let last_record = match newest {
+        Some(c) if c.state == ContainerState::Exited && restarts(c.exit_code) => Some(c),
+        _ => previous,
+    };
+    if let Some(message) = last_record.and_then(|r| probe_status::killed_because(r, reconciler.probes()))
+        && let Some(t) = last_state.as_mut().and_then(|s| s.terminated.as_mut())
+    {
+        t.message = Some(message);
+    }
     ContainerStatus {
         name: spec.name.clone(),
         image: spec.image.clone().unwrap_or_default(),

@@ -1,0 +1,350 @@
+//! Discovery of CSI drivers by their sockets in a plugin registration directory.
+//!
+//! The kubelet layout: every node plugin puts a unix socket into `<root-dir>/plugins_registry/`
+//! ([`default_registration_dir`]). nodelet accepts plain CSI sockets there (the kubelet's
+//! pluginregistration `GetInfo` handshake is not required): for each socket it calls `GetPluginInfo`,
+//! `Probe`, `GetPluginCapabilities`, `NodeGetInfo`, `NodeGetCapabilities` and, for drivers with the
+//! Controller service, `ControllerGetCapabilities`, and remembers the driver by name. A socket that vanishes
+//! (or is replaced by a new one at the same path) drops the driver; a replaced socket is discovered again.
+//! Sockets that do not speak CSI (e.g. a node-driver-registrar's `*-reg.sock`) are skipped and retried on
+//! the next scan, as are drivers whose `Probe` says "not ready".
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{
+    ControllerCapabilities, CsiClient, CsiClientConfig, NodeCapabilities, NodeInfo, PluginCapabilities,
+    PluginInfo,
+};
+use crate::error::CsiError;
+
+/// Name of the registration directory under the root dir (the kubelet's
+/// `DefaultKubeletPluginsRegistrationDirName`).
+pub const REGISTRATION_DIR_NAME: &str = "plugins_registry";
+/// How deep below the registration directory sockets are looked for (the directory itself is depth 1).
+const MAX_DEPTH: usize = 3;
+/// Deadline of each discovery call: a driver that takes longer to answer `GetPluginInfo` is retried on the
+/// next scan instead of holding the scan for the full 2-minute call timeout.
+pub const DEFAULT_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `<root_dir>/plugins_registry`.
+pub fn default_registration_dir(root_dir: &Path) -> PathBuf {
+    root_dir.join(REGISTRATION_DIR_NAME)
+}
+
+/// Errors of [`Registry::scan`] itself (per-socket failures are reported in [`ScanReport::failed`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The registration directory (or a subdirectory) could not be read.
+    #[error("cannot read plugin registration directory {dir}: {source}")]
+    ReadDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// A discovered CSI driver: what it said about itself and a client for its socket.
+#[derive(Debug)]
+pub struct Driver {
+    /// `GetPluginInfo`.
+    pub info: PluginInfo,
+    /// The socket it was found at.
+    pub socket: PathBuf,
+    /// `GetPluginCapabilities`.
+    pub plugin_capabilities: PluginCapabilities,
+    /// `NodeGetInfo`.
+    pub node: NodeInfo,
+    /// `NodeGetCapabilities`.
+    pub node_capabilities: NodeCapabilities,
+    /// `ControllerGetCapabilities`, for drivers with the `CONTROLLER_SERVICE` capability.
+    pub controller_capabilities: Option<ControllerCapabilities>,
+    client: CsiClient,
+    socket_id: (u64, u64),
+}
+
+impl Driver {
+    /// Connects to `socket` and asks the driver who it is and what it can do. Each call has
+    /// `discovery_timeout` as deadline; the returned driver's [`client`](Self::client) uses `config`.
+    /// Fails if the driver is not ready (a [`CsiError::Status`] with code `UNAVAILABLE`).
+    pub async fn discover(
+        socket: &Path,
+        config: CsiClientConfig,
+        discovery_timeout: Duration,
+    ) -> Result<Self, CsiError> {
+        let socket_id = socket_id(socket)
+            .await
+            .map_err(|e| CsiError::Connect { socket: socket.display().to_string(), reason: e.to_string() })?;
+        let probe_config = CsiClientConfig {
+            call_timeout: discovery_timeout.min(config.call_timeout),
+            connect_timeout: discovery_timeout.min(config.connect_timeout),
+        };
+        let probe_client = CsiClient::connect(socket, probe_config).await?;
+        let info = probe_client.plugin_info().await?;
+        if !probe_client.probe().await? {
+            return Err(CsiError::Status {
+                call: "Probe",
+                code: tonic::Code::Unavailable,
+                message: format!("driver {} is not ready", info.name),
+            });
+        }
+        let plugin_capabilities = probe_client.plugin_capabilities().await?;
+        let node = probe_client.node_info().await?;
+        let node_capabilities = probe_client.node_capabilities().await?;
+        let controller_capabilities = if plugin_capabilities.controller_service {
+            Some(probe_client.controller_capabilities().await?)
+        } else {
+            None
+        };
+        let client = CsiClient::connect_lazy(socket, config)?;
+        Ok(Driver {
+            info,
+            socket: socket.to_path_buf(),
+            plugin_capabilities,
+            node,
+            node_capabilities,
+            controller_capabilities,
+            client,
+            socket_id,
+        })
+    }
+
+    /// The driver name.
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// A client for the driver's socket (clone it freely).
+    pub fn client(&self) -> &CsiClient {
+        &self.client
+    }
+
+    /// The driver needs `ControllerPublishVolume` before the node calls (`PUBLISH_UNPUBLISH_VOLUME`).
+    pub fn requires_controller_publish(&self) -> bool {
+        self.controller_capabilities.as_ref().is_some_and(|c| c.publish_unpublish_volume)
+    }
+
+    /// The driver provisions volumes (`CREATE_DELETE_VOLUME`).
+    pub fn can_create_volumes(&self) -> bool {
+        self.controller_capabilities.as_ref().is_some_and(|c| c.create_delete_volume)
+    }
+
+    /// The driver needs `NodeStageVolume` before `NodePublishVolume` (`STAGE_UNSTAGE_VOLUME`).
+    pub fn requires_stage(&self) -> bool {
+        self.node_capabilities.stage_unstage_volume
+    }
+}
+
+/// What one [`Registry::scan`] changed.
+#[derive(Debug, Default)]
+pub struct ScanReport {
+    /// Drivers registered by this scan (names).
+    pub added: Vec<String>,
+    /// Drivers dropped by this scan because their socket vanished or was replaced (names).
+    pub removed: Vec<String>,
+    /// Sockets that were not (yet) registered, with the reason; they are tried again on the next scan.
+    pub failed: Vec<(PathBuf, String)>,
+}
+
+impl ScanReport {
+    /// The scan changed the set of drivers.
+    pub fn changed(&self) -> bool {
+        !self.added.is_empty() || !self.removed.is_empty()
+    }
+}
+
+/// The CSI drivers registered on this node, by name.
+///
+/// [`scan`](Self::scan) reconciles it with the registration directory; [`spawn_watcher`](Self::spawn_watcher)
+/// scans periodically. [`subscribe`](Self::subscribe) wakes a consumer (the volume reconciler) whenever the
+/// set of drivers changes.
+#[derive(Debug)]
+pub struct Registry {
+    dir: PathBuf,
+    config: CsiClientConfig,
+    discovery_timeout: Duration,
+    drivers: Mutex<BTreeMap<String, Arc<Driver>>>,
+    generation: watch::Sender<u64>,
+}
+
+impl Registry {
+    /// A registry of the drivers whose sockets are in `dir` (see [`default_registration_dir`]); their
+    /// clients use `config`. Nothing is scanned yet.
+    pub fn new(dir: impl Into<PathBuf>, config: CsiClientConfig) -> Self {
+        Registry {
+            dir: dir.into(),
+            config,
+            discovery_timeout: DEFAULT_DISCOVERY_TIMEOUT,
+            drivers: Mutex::new(BTreeMap::new()),
+            generation: watch::Sender::new(0),
+        }
+    }
+
+    /// Sets the deadline of each discovery call (default [`DEFAULT_DISCOVERY_TIMEOUT`]).
+    pub fn with_discovery_timeout(mut self, timeout: Duration) -> Self {
+        self.discovery_timeout = timeout;
+        self
+    }
+
+    /// The registration directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The driver registered under `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<Driver>> {
+        self.lock().get(name).cloned()
+    }
+
+    /// All registered drivers, ordered by name.
+    pub fn drivers(&self) -> Vec<Arc<Driver>> {
+        self.lock().values().cloned().collect()
+    }
+
+    /// A receiver whose value (a generation counter) changes whenever drivers are added or removed.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Driver>>> {
+        self.drivers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reconciles the registered drivers with the sockets in the registration directory: drops drivers
+    /// whose socket is gone or was replaced, and discovers sockets not registered yet. A missing directory
+    /// counts as empty.
+    pub async fn scan(&self) -> Result<ScanReport, RegistryError> {
+        let sockets = list_sockets(&self.dir).await?;
+        let mut report = ScanReport::default();
+
+        // Drop drivers whose socket vanished or is now a different file.
+        {
+            let mut drivers = self.lock();
+            let gone: Vec<String> = drivers
+                .iter()
+                .filter(|(_, d)| sockets.get(&d.socket) != Some(&d.socket_id))
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in gone {
+                if let Some(d) = drivers.remove(&name) {
+                    tracing::info!(driver = %name, socket = %d.socket.display(), "CSI driver unregistered");
+                }
+                report.removed.push(name);
+            }
+        }
+
+        let known: HashSet<PathBuf> = self.lock().values().map(|d| d.socket.clone()).collect();
+        let mut candidates: Vec<&PathBuf> = sockets.keys().filter(|s| !known.contains(*s)).collect();
+        candidates.sort();
+        for socket in candidates {
+            match Driver::discover(socket, self.config.clone(), self.discovery_timeout).await {
+                Ok(driver) => {
+                    let name = driver.name().to_owned();
+                    let mut drivers = self.lock();
+                    if let Some(existing) = drivers.get(&name) {
+                        let reason = format!(
+                            "driver name {name} is already registered from {}",
+                            existing.socket.display()
+                        );
+                        tracing::warn!(socket = %socket.display(), "{reason}");
+                        report.failed.push((socket.clone(), reason));
+                        continue;
+                    }
+                    tracing::info!(
+                        driver = %name,
+                        version = %driver.info.vendor_version,
+                        node_id = %driver.node.node_id,
+                        socket = %socket.display(),
+                        "CSI driver registered"
+                    );
+                    drivers.insert(name.clone(), Arc::new(driver));
+                    report.added.push(name);
+                }
+                Err(e) => {
+                    tracing::debug!(socket = %socket.display(), error = %e, "socket is not a usable CSI driver");
+                    report.failed.push((socket.clone(), e.to_string()));
+                }
+            }
+        }
+        if report.changed() {
+            self.generation.send_modify(|g| *g = g.wrapping_add(1));
+        }
+        Ok(report)
+    }
+
+    /// Scans every `period` until `cancel` fires, logging failures. The first scan runs at once.
+    pub fn spawn_watcher(
+        self: &Arc<Self>,
+        period: Duration,
+        cancel: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let registry = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut last_failed: HashMap<PathBuf, String> = HashMap::new();
+            loop {
+                match registry.scan().await {
+                    Ok(report) => {
+                        // Log a socket's failure once per distinct reason, not on every scan.
+                        let failed: HashMap<PathBuf, String> = report.failed.into_iter().collect();
+                        for (socket, reason) in &failed {
+                            if last_failed.get(socket) != Some(reason) {
+                                tracing::warn!(socket = %socket.display(), %reason, "CSI socket not registered");
+                            }
+                        }
+                        last_failed = failed;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "CSI plugin registration scan failed"),
+                }
+                tokio::select! {
+                    () = cancel.cancelled() => break,
+                    () = tokio::time::sleep(period) => {}
+                }
+            }
+        })
+    }
+}
+
+async fn socket_id(path: &Path) -> std::io::Result<(u64, u64)> {
+    let meta = tokio::fs::symlink_metadata(path).await?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// The unix sockets below `dir` (not following symlinks, skipping dot-names), with their (dev, inode).
+async fn list_sockets(dir: &Path) -> Result<HashMap<PathBuf, (u64, u64)>, RegistryError> {
+    let mut found = HashMap::new();
+    let mut pending = vec![(dir.to_path_buf(), 1usize)];
+    while let Some((current, depth)) = pending.pop() {
+        let mut entries = match tokio::fs::read_dir(&current).await {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(RegistryError::ReadDir { dir: current, source }),
+        };
+        loop {
+            let entry = match entries.next_entry().await {
+                Ok(Some(entry)) => entry,
+                Ok(None) => break,
+                Err(source) => return Err(RegistryError::ReadDir { dir: current.clone(), source }),
+            };
+            if entry.file_name().as_encoded_bytes().starts_with(b".") {
+                continue;
+            }
+            // `DirEntry::metadata` does not follow symlinks.
+            let Ok(meta) = entry.metadata().await else { continue };
+            let file_type = meta.file_type();
+            if file_type.is_socket() {
+                found.insert(entry.path(), (meta.dev(), meta.ino()));
+            } else if file_type.is_dir() && depth < MAX_DEPTH {
+                pending.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    Ok(found)
+}

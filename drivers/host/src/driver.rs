@@ -1,0 +1,285 @@
+//! [`HostVolumes`]: the [`VolumeHost`] that sets up emptyDir, hostPath, configMap, secret,
+//! downwardAPI and projected volumes on this machine, in the kubelet's layout:
+//!
+//! ```text
+//! <root>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>     directory, or a tmpfs (medium: Memory)
+//! <root>/pods/<uid>/volumes/kubernetes.io~configmap/<name>     atomic writer (..data symlink swap)
+//! <root>/pods/<uid>/volumes/kubernetes.io~secret/<name>        the same, on a tmpfs
+//! <root>/pods/<uid>/volume-subpaths/<name>/<container>/<i>     subPath bind mounts
+//! ```
+//!
+//! `<root>/pods/<uid>/volumes/kubernetes.io~local-volume/<name>` a bind mount of a `local` PersistentVolume
+//!
+//! hostPath volumes are used in place (checked as their `type` says); teardown never touches
+//! them. Every operation is idempotent and runs on a blocking thread.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use nodelet_resources::volume::actual::{MountState, VolumeActual};
+use nodelet_resources::volume::desired::{
+    DesiredVolume, Plugin, VolumeKey, VolumeSource, pod_dir, split_key, volume_key, volume_path,
+};
+use nodelet_resources::volume::driver::{VolumeError, VolumeHost};
+use nodelet_resources::volume::ops::VolumeOp;
+
+use crate::hostpath::{HostPathType, check_host_path};
+use crate::{atomic, mounts, subpath};
+
+/// Permissions of an emptyDir, as the kubelet makes them (world-writable: any container user).
+const EMPTY_DIR_MODE: u32 = 0o777;
+/// Permissions of the directories nodelet makes on the way to a volume.
+const PARENT_MODE: u32 = 0o750;
+
+/// Sets volumes up under nodelet's root directory.
+#[derive(Debug, Clone)]
+pub struct HostVolumes {
+    root: PathBuf,
+}
+
+impl HostVolumes {
+    /// Volumes under `root` (`--root-dir`).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn set_up_blocking(&self, volume: &DesiredVolume) -> Result<VolumeActual, VolumeError> {
+        let what = || format!("volume {:?} of pod {}/{}", volume.name, volume.namespace, volume.pod_name);
+        let source = volume.source.as_ref().map_err(|why| VolumeError::failed(why.clone()))?;
+        let path = volume_path(&self.root, volume);
+        let actual = |tmpfs: bool, digest: Option<String>| VolumeActual {
+            plugin: volume.plugin,
+            path: path.clone(),
+            state: MountState::Mounted,
+            digest,
+            tmpfs,
+        };
+        match source {
+            VolumeSource::HostPath { path: host, kind } => {
+                let kind = HostPathType::parse(kind.as_deref())
+                    .map_err(|e| VolumeError::failed(format!("{}: hostPath.type: {e}", what())))?;
+                check_host_path(host, kind).map_err(|e| VolumeError::failed(format!("{}: {e}", what())))?;
+                Ok(actual(false, None))
+            }
+            VolumeSource::EmptyDir { memory, size_limit } => {
+                make_dir(&path, EMPTY_DIR_MODE).map_err(|e| io_error(&what(), "creating", &path, &e))?;
+                if *memory {
+                    mount_tmpfs_once(&path, *size_limit, EMPTY_DIR_MODE).map_err(|e| {
+                        VolumeError::uncertain(format!(
+                            "{}: mounting a tmpfs at {}: {e}",
+                            what(),
+                            path.display()
+                        ))
+                    })?;
+                }
+                Ok(actual(*memory, None))
+            }
+            VolumeSource::Local { volume: pv, path: source } => {
+                make_dir(&path, PARENT_MODE).map_err(|e| io_error(&what(), "creating", &path, &e))?;
+                if !mounts::is_mount_point(&path)
+                    .map_err(|e| VolumeError::failed(format!("{}: {e}", what())))?
+                {
+                    mounts::bind_mount(source, &path, false).map_err(|e| {
+                        VolumeError::uncertain(format!(
+                            "{}: mounting local persistentvolume {pv:?} ({}): {e}",
+                            what(),
+                            source.display()
+                        ))
+                    })?;
+                }
+                Ok(actual(false, None))
+            }
+            VolumeSource::Csi(csi) => Err(VolumeError::failed(format!(
+                "{}: CSI volume of driver {:?}: not served by the host volume driver",
+                what(),
+                csi.driver
+            ))),
+            VolumeSource::Files { plugin, files, digest } => {
+                make_dir(&path, PARENT_MODE).map_err(|e| io_error(&what(), "creating", &path, &e))?;
+                // Secrets never touch the disk.
+                let tmpfs = *plugin == Plugin::Secret;
+                if tmpfs {
+                    mount_tmpfs_once(&path, None, 0o755).map_err(|e| {
+                        VolumeError::uncertain(format!(
+                            "{}: mounting a tmpfs at {}: {e}",
+                            what(),
+                            path.display()
+                        ))
+                    })?;
+                }
+                atomic::write_atomic(&path, files.as_ref())
+                    .map_err(|e| VolumeError::uncertain(format!("{}: writing its files: {e}", what())))?;
+                Ok(actual(tmpfs, Some(digest.clone())))
+            }
+        }
+    }
+
+    fn tear_down_blocking(&self, key: &VolumeKey, plugin: Plugin, path: &Path) -> Result<(), VolumeError> {
+        let Some((uid, name)) = split_key(key) else {
+            return Err(VolumeError::failed(format!("bad volume key {key:?}")));
+        };
+        let pod = pod_dir(&self.root, uid);
+        let subpaths = pod.join("volume-subpaths").join(name);
+        subpath::unbind_sub_paths(&subpaths).map_err(|e| {
+            VolumeError::uncertain(format!("volume {name:?} of pod {uid}: removing subPath binds: {e}"))
+        })?;
+        remove_empty(&subpaths);
+        remove_empty(&pod.join("volume-subpaths"));
+        if plugin != Plugin::HostPath {
+            // Only ever remove what lies in the pod's own volume directory.
+            let expected = pod.join("volumes").join(plugin.dir_name()).join(name);
+            if path != expected {
+                return Err(VolumeError::failed(format!(
+                    "volume {name:?} of pod {uid}: refusing to remove {} (expected {})",
+                    path.display(),
+                    expected.display()
+                )));
+            }
+            let teardown = || -> Result<(), mounts::MountError> {
+                if mounts::is_mount_point(path)? {
+                    mounts::unmount(path)?;
+                }
+                mounts::remove_dir_beneath(path)
+            };
+            match teardown() {
+                Ok(()) => {}
+                Err(e) if !path.exists() => tracing::debug!(error = %e, "volume already gone"),
+                Err(e) => {
+                    return Err(VolumeError::uncertain(format!(
+                        "volume {name:?} of pod {uid}: removing {}: {e}",
+                        path.display()
+                    )));
+                }
+            }
+            remove_empty(&pod.join("volumes").join(plugin.dir_name()));
+            remove_empty(&pod.join("volumes"));
+        }
+        remove_empty(&pod);
+        Ok(())
+    }
+
+    fn reconstruct_blocking(&self) -> Result<Vec<(VolumeKey, VolumeActual)>, VolumeError> {
+        let pods = self.root.join("pods");
+        let mut found = Vec::new();
+        let uids = match read_dir_names(&pods) {
+            Ok(uids) => uids,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(found),
+            Err(e) => return Err(VolumeError::failed(format!("reading {}: {e}", pods.display()))),
+        };
+        for uid in uids {
+            let volumes = pods.join(&uid).join("volumes");
+            for dir in read_dir_names(&volumes).unwrap_or_default() {
+                let Some(plugin) = Plugin::from_dir_name(&dir) else { continue };
+                for name in read_dir_names(&volumes.join(&dir)).unwrap_or_default() {
+                    let mut path = volumes.join(&dir).join(&name);
+                    if plugin == Plugin::Csi {
+                        path.push("mount");
+                    }
+                    let tmpfs = mounts::is_mount_point(&path).unwrap_or(false);
+                    let actual =
+                        VolumeActual { plugin, path, state: MountState::Mounted, digest: None, tmpfs };
+                    found.push((volume_key(&uid, &name), actual));
+                }
+            }
+            // subPath binds of hostPath volumes (which have no directory of their own).
+            let subpaths = pods.join(&uid).join("volume-subpaths");
+            for name in read_dir_names(&subpaths).unwrap_or_default() {
+                let key = volume_key(&uid, &name);
+                if !found.iter().any(|(k, _)| *k == key) {
+                    let actual = VolumeActual {
+                        plugin: Plugin::HostPath,
+                        path: PathBuf::new(),
+                        state: MountState::Uncertain,
+                        digest: None,
+                        tmpfs: false,
+                    };
+                    found.push((key, actual));
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+impl VolumeHost for HostVolumes {
+    async fn set_up(&self, volume: &DesiredVolume) -> Result<VolumeActual, VolumeError> {
+        let (this, volume) = (self.clone(), volume.clone());
+        blocking(move || this.set_up_blocking(&volume)).await
+    }
+
+    async fn tear_down(&self, key: &VolumeKey, op: &VolumeOp) -> Result<(), VolumeError> {
+        let VolumeOp::TearDown { plugin, path } = op else {
+            return Err(VolumeError::failed(format!("volume {key:?}: not a teardown: {op:?}")));
+        };
+        let (this, key, plugin, path) = (self.clone(), key.clone(), *plugin, path.clone());
+        blocking(move || this.tear_down_blocking(&key, plugin, &path)).await
+    }
+
+    async fn reconstruct(&self) -> Result<Vec<(VolumeKey, VolumeActual)>, VolumeError> {
+        let this = self.clone();
+        blocking(move || this.reconstruct_blocking()).await
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, VolumeError> + Send + 'static,
+) -> Result<T, VolumeError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(VolumeError::uncertain(format!("volume task failed: {e}"))))
+}
+
+fn io_error(what: &str, doing: &str, path: &Path, e: &io::Error) -> VolumeError {
+    VolumeError::failed(format!("{what}: {doing} {}: {e}", path.display()))
+}
+
+/// Creates `path` (and its parents, 0750) and gives it `mode`.
+fn make_dir(path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if let Some(parent) = path.parent() {
+        std::fs::DirBuilder::new().recursive(true).mode(PARENT_MODE).create(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(mode).create(path) {
+        Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let meta = std::fs::symlink_metadata(path)?;
+            if meta.is_dir() {
+                Ok(())
+            } else {
+                Err(io::Error::new(io::ErrorKind::AlreadyExists, "exists and is not a directory"))
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn mount_tmpfs_once(path: &Path, size: Option<u64>, mode: u32) -> Result<(), mounts::MountError> {
+    if mounts::is_mount_point(path)? {
+        return Ok(());
+    }
+    mounts::mount_tmpfs(path, size, mode)
+}
+
+/// Removes `dir` if it is an empty directory; anything else is left alone.
+fn remove_empty(dir: &Path) {
+    let _ = std::fs::remove_dir(dir);
+}
+
+fn read_dir_names(dir: &Path) -> io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir()
+            && let Some(name) = entry.file_name().to_str()
+        {
+            names.push(name.to_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
+}

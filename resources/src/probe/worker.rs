@@ -1,0 +1,375 @@
+//! The prober: one timer-driven tokio task per probe of each running container (no threads; time
+//! only through `tokio::time`), started when the container is seen running in the actual store and
+//! stopped when it stops, and one manager task that owns the results store, applies what the
+//! workers report and wakes the pod's engine key when a result flips.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{Histogram, IntCounter};
+use reconcile_engine::{Store, Waker, Writer, store};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::desired::{ProbeKind, ProbeSpec, container_probes};
+use super::handler::{ProbeHandler, ProbeOutcome, ProbeTarget};
+use super::metrics::ProbeMetrics;
+use super::results::{ContainerProbes, ProbeFailure, ProbeResult, ProbeResults};
+use crate::pod::actual::{ContainerState, PodActual};
+use crate::pod::desired::{DesiredPod, PodUid};
+use crate::pod::reconciler::Clock;
+
+/// What the prober waits for a handler beyond the probe's own timeout before it gives up on it
+/// (handlers enforce the timeout; this only keeps a hung handler from stopping the worker).
+pub const HANDLER_GRACE: Duration = Duration::from_secs(10);
+
+/// What a worker tells the manager.
+#[derive(Debug)]
+struct Report {
+    container_id: String,
+    pod_uid: String,
+    kind: ProbeKind,
+    /// The new result, when it flipped.
+    flipped: Option<ProbeResult>,
+    /// The message of a failed run.
+    failure: Option<String>,
+}
+
+/// Aborts the task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The prober; see the [module docs](self). Build it with [`Prober::new`], hand
+/// [`results`](Prober::results) to the pod reconciler, then [`run`](Prober::run) it.
+pub struct Prober<H> {
+    handler: Arc<H>,
+    desired: Store<PodUid, DesiredPod>,
+    results: ProbeResults,
+    writer: Writer<String, ContainerProbes>,
+    metrics: ProbeMetrics,
+    clock: Clock,
+    /// Per pod: the probed containers (by ID) and their workers.
+    workers: HashMap<PodUid, HashMap<String, Vec<AbortOnDrop>>>,
+    /// Per pod: the container IDs with an entry in the results store.
+    entries: HashMap<PodUid, HashSet<String>>,
+    tx: mpsc::UnboundedSender<Report>,
+    rx: mpsc::UnboundedReceiver<Report>,
+}
+
+impl<H> std::fmt::Debug for Prober<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prober").field("pods", &self.workers.len()).finish_non_exhaustive()
+    }
+}
+
+impl<H> std::fmt::Debug for WorkerCtx<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerCtx")
+            .field("spec", &self.spec)
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything one worker needs.
+struct WorkerCtx<H> {
+    handler: Arc<H>,
+    spec: ProbeSpec,
+    target: ProbeTarget,
+    /// Waits before the first run (what is left of `initialDelaySeconds`).
+    delay: Duration,
+    /// Liveness and readiness of a container with a startup probe: skip runs until it succeeded.
+    gate: Option<ProbeResults>,
+    tx: mpsc::UnboundedSender<Report>,
+    /// `successful`, `failed`, `unknown`.
+    counters: [IntCounter; 3],
+    duration: Histogram,
+}
+
+impl<H: ProbeHandler> Prober<H> {
+    /// A prober of the pods in `desired`, running probes through `handler`. `clock` is the wall
+    /// clock the containers' start times are compared with (for `initialDelaySeconds`).
+    pub fn new(
+        handler: Arc<H>,
+        desired: Store<PodUid, DesiredPod>,
+        metrics: ProbeMetrics,
+        clock: Clock,
+    ) -> Self {
+        let (results, writer) = store();
+        let (tx, rx) = mpsc::unbounded_channel();
+        Prober {
+            handler,
+            desired,
+            results,
+            writer,
+            metrics,
+            clock,
+            workers: HashMap::new(),
+            entries: HashMap::new(),
+            tx,
+            rx,
+        }
+    }
+
+    /// A reader of the results (for the pod reconciler and status).
+    pub fn results(&self) -> ProbeResults {
+        self.results.clone()
+    }
+
+    /// How many probe workers run now.
+    pub fn worker_count(&self) -> usize {
+        self.workers.values().flat_map(HashMap::values).map(Vec::len).sum()
+    }
+
+    /// Follows the desired and `actual` pod stores, runs the probes of running containers and
+    /// wakes a pod's key in the pod engine through `waker` when a result flips, until `shutdown`
+    /// completes; then stops every worker.
+    pub async fn run(
+        mut self,
+        actual: Store<PodUid, PodActual>,
+        waker: Waker<PodUid>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let desired_sub = self.desired.subscribe();
+        let actual_sub = actual.subscribe();
+        let mut all: HashSet<PodUid> = self.desired.keys().into_iter().collect();
+        all.extend(actual.keys());
+        for uid in all {
+            self.sync_pod(&uid, &actual);
+        }
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                () = desired_sub.changed() => {
+                    for uid in desired_sub.drain() {
+                        self.sync_pod(&uid, &actual);
+                    }
+                }
+                () = actual_sub.changed() => {
+                    for uid in actual_sub.drain() {
+                        self.sync_pod(&uid, &actual);
+                    }
+                }
+                Some(report) = self.rx.recv() => {
+                    self.apply(report, &waker);
+                    while let Ok(report) = self.rx.try_recv() {
+                        self.apply(report, &waker);
+                    }
+                }
+            }
+        }
+        self.workers.clear();
+    }
+
+    fn apply(&mut self, report: Report, waker: &Waker<PodUid>) {
+        let Some(current) = self.results.get(&report.container_id) else {
+            // The container stopped meanwhile.
+            return;
+        };
+        let mut entry = (*current).clone();
+        if let Some(result) = report.flipped {
+            *entry.result_mut(report.kind) = Some(result);
+            tracing::info!(
+                pod = %report.pod_uid, container = %entry.container, probe = report.kind.as_str(), ?result,
+                "probe result changed"
+            );
+        }
+        if let Some(message) = report.failure {
+            let count = entry.last_failure.as_ref().map_or(0, |f| f.count).saturating_add(1);
+            tracing::debug!(
+                pod = %report.pod_uid, container = %entry.container, probe = report.kind.as_str(), %message,
+                "probe failed"
+            );
+            entry.last_failure = Some(ProbeFailure { kind: report.kind, message, count });
+        }
+        self.writer.insert(report.container_id, entry);
+        if report.flipped.is_some() {
+            waker.wake(report.pod_uid);
+        }
+    }
+
+    /// Starts and stops the pod's workers to match its running containers; drops the results of
+    /// containers the runtime no longer has.
+    fn sync_pod(&mut self, uid: &PodUid, actual: &Store<PodUid, PodActual>) {
+        let desired = self.desired.get(uid);
+        let state = actual.get(uid);
+        let mut wanted = Vec::new();
+        if let (Some(pod), Some(state)) = (desired.as_deref(), state.as_deref())
+            && let Some(sandbox) = state.sandbox().filter(|s| s.ready)
+        {
+            for c in pod.containers() {
+                let probes = container_probes(c);
+                if probes.is_empty() {
+                    continue;
+                }
+                if let Some(record) = state
+                    .container(&c.name)
+                    .filter(|r| r.state == ContainerState::Running && r.sandbox_id == sandbox.id)
+                {
+                    wanted.push((record.clone(), probes, sandbox.ip.clone()));
+                }
+            }
+        }
+        let running = self.workers.entry(uid.clone()).or_default();
+        running.retain(|id, _| wanted.iter().any(|(r, _, _)| r.id == *id));
+        let entries = self.entries.entry(uid.clone()).or_default();
+        for (record, probes, pod_ip) in wanted {
+            if running.contains_key(&record.id) {
+                continue;
+            }
+            let Some(pod) = desired.as_deref() else { continue };
+            if !entries.contains(&record.id) {
+                let kinds = probes.iter().map(|p| p.kind);
+                let initial = ContainerProbes::initial(uid, pod.namespace(), pod.name(), &record.name, kinds);
+                self.writer.insert(record.id.clone(), initial);
+                entries.insert(record.id.clone());
+            }
+            let target = ProbeTarget {
+                pod_uid: uid.clone(),
+                namespace: pod.namespace().to_string(),
+                pod_name: pod.name().to_string(),
+                container: record.name.clone(),
+                container_id: record.id.clone(),
+                pod_ip,
+            };
+            let ran_for =
+                Duration::from_nanos(u64::try_from((self.clock)() - record.started_at).unwrap_or(0));
+            let ran_for = if record.started_at > 0 { ran_for } else { Duration::ZERO };
+            let has_startup = probes.iter().any(|p| p.kind == ProbeKind::Startup);
+            let mut tasks = Vec::with_capacity(probes.len());
+            for spec in probes {
+                let labels = [spec.kind.as_str(), &target.container, &target.pod_name, &target.namespace];
+                let counter = |result: &str| {
+                    self.metrics.probe_total.with_label_values(&[
+                        spec.kind.as_str(),
+                        result,
+                        &target.container,
+                        &target.pod_name,
+                        &target.namespace,
+                    ])
+                };
+                let ctx = WorkerCtx {
+                    handler: self.handler.clone(),
+                    delay: spec.initial_delay.saturating_sub(ran_for),
+                    gate: (spec.kind != ProbeKind::Startup && has_startup).then(|| self.results.clone()),
+                    tx: self.tx.clone(),
+                    counters: [counter("successful"), counter("failed"), counter("unknown")],
+                    duration: self.metrics.probe_duration.with_label_values(&labels),
+                    target: target.clone(),
+                    spec,
+                };
+                tasks.push(AbortOnDrop(tokio::spawn(ctx.run())));
+            }
+            tracing::debug!(pod = %uid, container = %record.name, id = %record.id, probes = tasks.len(), "probing");
+            running.insert(record.id.clone(), tasks);
+        }
+        if running.is_empty() {
+            self.workers.remove(uid);
+        }
+        // Results live as long as the runtime has the container (the last attempt's explain its
+        // lastState); the workers only while it runs.
+        let present: HashSet<&str> = state
+            .as_deref()
+            .map(|s| s.containers.iter().map(|c| c.id.as_str()).collect())
+            .unwrap_or_default();
+        entries.retain(|id| {
+            let keep = present.contains(id.as_str());
+            if !keep {
+                self.writer.remove(id);
+            }
+            keep
+        });
+        if entries.is_empty() {
+            self.entries.remove(uid);
+        }
+    }
+}
+
+/// The result a probe of `kind` starts with.
+fn initial_result(kind: ProbeKind) -> ProbeResult {
+    match kind {
+        ProbeKind::Liveness => ProbeResult::Success,
+        ProbeKind::Readiness => ProbeResult::Failure,
+        ProbeKind::Startup => ProbeResult::Unknown,
+    }
+}
+
+impl<H: ProbeHandler> WorkerCtx<H> {
+    /// Probes every period until the container stops (the task is aborted), or for good after a
+    /// liveness or startup failure (the container is restarted with a new ID and new workers) or a
+    /// startup success.
+    async fn run(self) {
+        let spec = &self.spec;
+        tokio::time::sleep(self.delay).await;
+        let mut ticker = tokio::time::interval(spec.period);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut reported = initial_result(spec.kind);
+        let mut last = ProbeResult::Unknown;
+        let mut run: u32 = 0;
+        loop {
+            ticker.tick().await;
+            if let Some(results) = &self.gate
+                && !results.get(&self.target.container_id).is_some_and(|r| r.started())
+            {
+                continue;
+            }
+            let started = Instant::now();
+            let outcome = match tokio::time::timeout(
+                spec.timeout + HANDLER_GRACE,
+                self.handler.probe(&self.target, &spec.action, spec.timeout),
+            )
+            .await
+            {
+                Ok(outcome) => outcome,
+                Err(_) => ProbeOutcome::Error(format!("probe did not finish within {:?}", spec.timeout)),
+            };
+            self.duration.observe(started.elapsed().as_secs_f64());
+            let i = match outcome {
+                ProbeOutcome::Success => 0,
+                ProbeOutcome::Failure(_) => 1,
+                ProbeOutcome::Error(_) => 2,
+            };
+            self.counters[i].inc();
+            let result = outcome.result();
+            if result == last {
+                run = run.saturating_add(1);
+            } else {
+                last = result;
+                run = 1;
+            }
+            let threshold =
+                if result == ProbeResult::Success { spec.success_threshold } else { spec.failure_threshold };
+            let flipped = (run >= threshold && result != reported).then_some(result);
+            let failure = outcome.message().map(|m| m.chars().take(1024).collect::<String>());
+            if flipped.is_some() || failure.is_some() {
+                let report = Report {
+                    container_id: self.target.container_id.clone(),
+                    pod_uid: self.target.pod_uid.clone(),
+                    kind: spec.kind,
+                    flipped,
+                    failure,
+                };
+                if self.tx.send(report).is_err() {
+                    return;
+                }
+            }
+            if let Some(result) = flipped {
+                reported = result;
+                let fatal = spec.kind != ProbeKind::Readiness && result == ProbeResult::Failure;
+                let startup_done = spec.kind == ProbeKind::Startup && result == ProbeResult::Success;
+                if fatal || startup_done {
+                    return;
+                }
+            }
+        }
+    }
+}

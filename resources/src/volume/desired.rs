@@ -1,0 +1,241 @@
+//! Desired state of volumes: for every pod that needs them, its volumes, content rendered.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+/// The key of a volume in the desired and actual stores: `<pod uid>/<volume name>`.
+pub type VolumeKey = String;
+
+/// The key of volume `volume` of pod `pod_uid`.
+pub fn volume_key(pod_uid: &str, volume: &str) -> VolumeKey {
+    format!("{pod_uid}/{volume}")
+}
+
+/// Splits a key into pod UID and volume name.
+pub fn split_key(key: &str) -> Option<(&str, &str)> {
+    key.split_once('/')
+}
+
+/// `<root>/pods/<uid>`: everything nodelet keeps for one pod.
+pub fn pod_dir(root: &Path, pod_uid: &str) -> PathBuf {
+    root.join("pods").join(pod_uid)
+}
+
+/// Where a volume lives: `<root>/pods/<uid>/volumes/<plugin dir>/<name>` as the kubelet lays it
+/// out (`.../kubernetes.io~csi/<name>/mount` for CSI), or the host path itself for a hostPath
+/// volume.
+pub fn volume_path(root: &Path, volume: &DesiredVolume) -> PathBuf {
+    if let Ok(VolumeSource::HostPath { path, .. }) = &volume.source {
+        return path.clone();
+    }
+    let dir =
+        pod_dir(root, &volume.pod_uid).join("volumes").join(volume.plugin.dir_name()).join(&volume.name);
+    // CSI volumes are published into `mount` beside the kubelet's `vol_data.json`.
+    if volume.plugin == Plugin::Csi { dir.join("mount") } else { dir }
+}
+
+/// One file of a configMap, secret, downwardAPI or projected volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileEntry {
+    /// The content.
+    pub data: Vec<u8>,
+    /// The permission bits (`defaultMode` or the item's `mode`).
+    pub mode: u32,
+}
+
+/// The files of a volume by relative path (validated: no `..`, not absolute).
+pub type FileSet = BTreeMap<String, FileEntry>;
+
+/// The volume plugins nodelet knows, named as the kubelet names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Plugin {
+    /// `kubernetes.io/empty-dir`.
+    EmptyDir,
+    /// `kubernetes.io/host-path`.
+    HostPath,
+    /// `kubernetes.io/configmap`.
+    ConfigMap,
+    /// `kubernetes.io/secret`.
+    Secret,
+    /// `kubernetes.io/downward-api`.
+    DownwardApi,
+    /// `kubernetes.io/projected`.
+    Projected,
+    /// `kubernetes.io/local-volume`: a `local` PersistentVolume, bind-mounted.
+    LocalVolume,
+    /// `kubernetes.io/csi`: a CSI PersistentVolume, staged and published by its driver.
+    Csi,
+}
+
+impl Plugin {
+    /// Every plugin.
+    pub const ALL: [Plugin; 8] = [
+        Plugin::EmptyDir,
+        Plugin::HostPath,
+        Plugin::ConfigMap,
+        Plugin::Secret,
+        Plugin::DownwardApi,
+        Plugin::Projected,
+        Plugin::LocalVolume,
+        Plugin::Csi,
+    ];
+
+    /// The plugin's name (`kubernetes.io/empty-dir`), as in metrics labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Plugin::EmptyDir => "kubernetes.io/empty-dir",
+            Plugin::HostPath => "kubernetes.io/host-path",
+            Plugin::ConfigMap => "kubernetes.io/configmap",
+            Plugin::Secret => "kubernetes.io/secret",
+            Plugin::DownwardApi => "kubernetes.io/downward-api",
+            Plugin::Projected => "kubernetes.io/projected",
+            Plugin::LocalVolume => "kubernetes.io/local-volume",
+            Plugin::Csi => "kubernetes.io/csi",
+        }
+    }
+
+    /// The directory name under `<root>/pods/<uid>/volumes/` (`kubernetes.io~empty-dir`).
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Plugin::EmptyDir => "kubernetes.io~empty-dir",
+            Plugin::HostPath => "kubernetes.io~host-path",
+            Plugin::ConfigMap => "kubernetes.io~configmap",
+            Plugin::Secret => "kubernetes.io~secret",
+            Plugin::DownwardApi => "kubernetes.io~downward-api",
+            Plugin::Projected => "kubernetes.io~projected",
+            Plugin::LocalVolume => "kubernetes.io~local-volume",
+            Plugin::Csi => "kubernetes.io~csi",
+        }
+    }
+
+    /// The plugin whose directory is called `dir` (for reconstruction).
+    pub fn from_dir_name(dir: &str) -> Option<Plugin> {
+        Plugin::ALL.into_iter().find(|p| p.dir_name() == dir)
+    }
+
+    /// Whether containers always mount it read-only (configMap, secret, downwardAPI, projected).
+    pub fn read_only(self) -> bool {
+        matches!(self, Plugin::ConfigMap | Plugin::Secret | Plugin::DownwardApi | Plugin::Projected)
+    }
+}
+
+/// What a volume is made of, ready to set up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeSource {
+    /// A directory on the node's disk, or a tmpfs (`medium: Memory`) limited to `size_limit`.
+    EmptyDir {
+        /// `medium: Memory`.
+        memory: bool,
+        /// `sizeLimit` in bytes.
+        size_limit: Option<u64>,
+    },
+    /// A path on the host, checked as its `type` says.
+    HostPath {
+        /// The host path (absolute).
+        path: PathBuf,
+        /// The `type` field, as written (`None` or `""`: no check).
+        kind: Option<String>,
+    },
+    /// A `local` PersistentVolume: its path bind-mounted into the pod's volume directory.
+    Local {
+        /// The PersistentVolume's name.
+        volume: String,
+        /// The path on this node (`spec.local.path`).
+        path: PathBuf,
+    },
+    /// A CSI PersistentVolume.
+    Csi(CsiSource),
+    /// Files written atomically into the volume directory (configMap, secret, downwardAPI,
+    /// projected). Secrets go on a tmpfs.
+    Files {
+        /// Which plugin.
+        plugin: Plugin,
+        /// The files.
+        files: Arc<FileSet>,
+        /// A digest of the files, to notice updates.
+        digest: String,
+    },
+}
+
+/// What a CSI driver needs to stage and publish a PersistentVolume (its `spec.csi`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsiSource {
+    /// The PersistentVolume's name.
+    pub volume: String,
+    /// `driver`.
+    pub driver: String,
+    /// `volumeHandle`.
+    pub volume_handle: String,
+    /// `readOnly` of the PV or of the pod's claim reference.
+    pub read_only: bool,
+    /// `fsType` (empty: the driver's default).
+    pub fs_type: String,
+    /// `volumeAttributes`.
+    pub attributes: BTreeMap<String, String>,
+    /// The PV's first access mode (`ReadWriteOnce`, ...), for the CSI volume capability.
+    pub access_mode: String,
+}
+
+impl VolumeSource {
+    /// A `Files` source with its digest computed.
+    pub fn files(plugin: Plugin, files: FileSet) -> Self {
+        let mut h = Sha256::new();
+        for (path, entry) in &files {
+            h.update((path.len() as u64).to_le_bytes());
+            h.update(path.as_bytes());
+            h.update(entry.mode.to_le_bytes());
+            h.update((entry.data.len() as u64).to_le_bytes());
+            h.update(&entry.data);
+        }
+        let digest = h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+        VolumeSource::Files { plugin, files: Arc::new(files), digest }
+    }
+
+    /// The plugin.
+    pub fn plugin(&self) -> Plugin {
+        match self {
+            VolumeSource::EmptyDir { .. } => Plugin::EmptyDir,
+            VolumeSource::HostPath { .. } => Plugin::HostPath,
+            VolumeSource::Files { plugin, .. } => *plugin,
+            VolumeSource::Local { .. } => Plugin::LocalVolume,
+            VolumeSource::Csi(_) => Plugin::Csi,
+        }
+    }
+
+    /// The content digest of a `Files` source.
+    pub fn digest(&self) -> Option<&str> {
+        match self {
+            VolumeSource::Files { digest, .. } => Some(digest),
+            _ => None,
+        }
+    }
+}
+
+/// One volume of one pod, as the pod needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredVolume {
+    /// The pod's UID.
+    pub pod_uid: String,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub pod_name: String,
+    /// The volume's name in the pod spec.
+    pub name: String,
+    /// The plugin (known even when the source cannot be made).
+    pub plugin: Plugin,
+    /// What to set up, or why it cannot be made now (a configMap that does not exist): the
+    /// message names the volume and the object. Nothing is set up until it can be; a volume
+    /// already set up keeps its last content.
+    pub source: Result<VolumeSource, String>,
+}
+
+impl DesiredVolume {
+    /// The store key.
+    pub fn key(&self) -> VolumeKey {
+        volume_key(&self.pod_uid, &self.name)
+    }
+}

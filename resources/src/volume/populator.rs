@@ -1,0 +1,296 @@
+//! The desired-state populator: from the pods, the volumes they need.
+//!
+//! A pod's volumes are desired while the pod is desired, and after that for as long as any of
+//! its containers still runs (so a volume is never torn down under a running container). The
+//! content of configMap, secret, downwardAPI and projected volumes is rendered here, by a
+//! [`Renderer`], so that an update of a ConfigMap is a change of desired state that the
+//! reconciler writes into the running pod's volume.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, Volume};
+use reconcile_engine::CancellationToken;
+use reconcile_engine::{Store, Writer};
+
+use super::desired::{CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, split_key};
+use super::status::plugin_of;
+use crate::pod::actual::PodActual;
+use crate::pod::desired::{DesiredPod, PodUid};
+use crate::quantity::Quantity;
+
+/// Renders the files of configMap, secret, downwardAPI and projected volumes.
+pub trait Renderer: Send + Sync + 'static {
+    /// The files of `volume` (of plugin `plugin`) of `pod`, or why they cannot be made now
+    /// (naming the volume and the object or field).
+    fn render(&self, pod: &DesiredPod, volume: &Volume, plugin: Plugin) -> Result<VolumeSource, String>;
+}
+
+/// Finds the PersistentVolume bound to a claim.
+pub trait ClaimLookup: Send + Sync + 'static {
+    /// The PersistentVolume bound to claim `claim` in `namespace`, or why there is none (yet).
+    fn bound_volume(&self, namespace: &str, claim: &str) -> Result<PersistentVolume, String>;
+}
+
+impl ClaimLookup for crate::claim::status::ClaimView {
+    fn bound_volume(&self, namespace: &str, claim: &str) -> Result<PersistentVolume, String> {
+        crate::claim::status::ClaimView::bound_volume(self, namespace, claim)
+    }
+}
+
+/// Keeps the desired volume store in step with the pods.
+pub struct Populator<R> {
+    pods: Store<PodUid, DesiredPod>,
+    pod_actual: Store<PodUid, PodActual>,
+    writer: Writer<VolumeKey, DesiredVolume>,
+    renderer: Arc<R>,
+    claims: Option<Arc<dyn ClaimLookup>>,
+}
+
+impl<R> std::fmt::Debug for Populator<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Populator").field("volumes", &self.writer.reader().len()).finish_non_exhaustive()
+    }
+}
+
+/// How often the populator renders everything again even without a change it was told of.
+pub const RESYNC_PERIOD: Duration = Duration::from_secs(60);
+
+impl<R: Renderer> Populator<R> {
+    /// A populator writing `writer` from the desired pods and the pod engine's actual store.
+    pub fn new(
+        pods: Store<PodUid, DesiredPod>,
+        pod_actual: Store<PodUid, PodActual>,
+        writer: Writer<VolumeKey, DesiredVolume>,
+        renderer: Arc<R>,
+    ) -> Self {
+        Self { pods, pod_actual, writer, renderer, claims: None }
+    }
+
+    /// Mounts `persistentVolumeClaim` volumes: the PersistentVolume bound to the claim, found
+    /// through `claims`. A claim that is not bound gets no desired volume (the pod waits).
+    pub fn with_claims(mut self, claims: Arc<dyn ClaimLookup>) -> Self {
+        self.claims = Some(claims);
+        self
+    }
+
+    /// The volumes `pod` needs.
+    pub fn volumes_of(&self, pod: &DesiredPod) -> Vec<DesiredVolume> {
+        pod.spec()
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|volume| {
+                let (plugin, source) = if let Some(claim) = &volume.persistent_volume_claim {
+                    let pv = self.claims.as_ref()?.bound_volume(pod.namespace(), &claim.claim_name).ok()?;
+                    claim_source(volume, claim.read_only.unwrap_or(false), &pv)
+                } else {
+                    let plugin = plugin_of(volume).ok()?;
+                    let source = match plugin {
+                        Plugin::EmptyDir => empty_dir(volume),
+                        Plugin::HostPath => host_path(volume),
+                        _ => self.renderer.render(pod, volume, plugin),
+                    };
+                    (plugin, source)
+                };
+                Some(DesiredVolume {
+                    pod_uid: pod.uid().to_owned(),
+                    namespace: pod.namespace().to_owned(),
+                    pod_name: pod.name().to_owned(),
+                    name: volume.name.clone(),
+                    plugin,
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    /// Recomputes the whole desired volume store; returns the number of keys that changed.
+    pub fn sync(&mut self) -> usize {
+        let current = self.writer.reader();
+        let mut entries: Vec<(VolumeKey, DesiredVolume)> = Vec::new();
+        self.pods.for_each(|_, pod| {
+            entries.extend(self.volumes_of(pod).into_iter().map(|v| (v.key(), v)));
+        });
+        // Pods no longer desired keep their volumes while a container of theirs runs.
+        for (key, volume) in current.entries() {
+            let Some((uid, _)) = split_key(&key) else { continue };
+            let uid = uid.to_owned();
+            if !self.pods.contains_key(&uid) && self.pod_actual.get(&uid).is_some_and(|a| a.any_running()) {
+                entries.push((key, (*volume).clone()));
+            }
+        }
+        self.writer.replace_all(entries)
+    }
+
+    /// Populates until `shutdown`: first once the pod sources and the pod engine's
+    /// reconstruction are complete (then the volume store counts as synced, and teardowns of
+    /// volumes nobody needs may start), then on every change of the pods, whenever `refresh`
+    /// fires (the objects a [`Renderer`] reads changed), and every [`RESYNC_PERIOD`].
+    pub async fn run<T: Send + Sync>(
+        mut self,
+        mut refresh: tokio::sync::watch::Receiver<T>,
+        shutdown: CancellationToken,
+    ) {
+        let pods_sub = self.pods.subscribe();
+        let actual_sub = self.pod_actual.subscribe();
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = async {
+                let _ = self.pods.wait_until_synced().await;
+                let _ = self.pod_actual.wait_until_synced().await;
+            } => {}
+        }
+        let changed = self.sync();
+        self.writer.mark_synced();
+        tracing::debug!(changed, volumes = self.writer.reader().len(), "desired volumes synced");
+        let mut refresh_closed = false;
+        let mut resync = tokio::time::interval(RESYNC_PERIOD);
+        resync.tick().await;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = pods_sub.changed() => { pods_sub.drain(); }
+                () = actual_sub.changed() => { actual_sub.drain(); }
+                r = refresh.changed(), if !refresh_closed => refresh_closed = r.is_err(),
+                _ = resync.tick() => {}
+            }
+            let changed = self.sync();
+            if changed > 0 {
+                tracing::debug!(changed, "desired volumes updated");
+            }
+        }
+    }
+}
+
+/// The source of a pod volume backed by the PersistentVolume `pv`.
+fn claim_source(
+    volume: &Volume,
+    read_only: bool,
+    pv: &PersistentVolume,
+) -> (Plugin, Result<VolumeSource, String>) {
+    let pv_name = pv.metadata.name.clone().unwrap_or_default();
+    let Some(spec) = &pv.spec else {
+        return (
+            Plugin::LocalVolume,
+            Err(format!("volume {:?}: persistentvolume {pv_name:?} has no spec", volume.name)),
+        );
+    };
+    if let Some(local) = &spec.local {
+        let source = if local.path.starts_with('/') {
+            Ok(VolumeSource::Local { volume: pv_name, path: local.path.clone().into() })
+        } else {
+            Err(format!(
+                "volume {:?}: persistentvolume {pv_name:?}: local.path must be absolute",
+                volume.name
+            ))
+        };
+        return (Plugin::LocalVolume, source);
+    }
+    if let Some(h) = &spec.host_path {
+        let source = if h.path.starts_with('/') {
+            Ok(VolumeSource::HostPath {
+                path: h.path.clone().into(),
+                kind: h.type_.clone().filter(|t| !t.is_empty()),
+            })
+        } else {
+            Err(format!(
+                "volume {:?}: persistentvolume {pv_name:?}: hostPath.path must be absolute",
+                volume.name
+            ))
+        };
+        return (Plugin::HostPath, source);
+    }
+    if let Some(csi) = &spec.csi {
+        if csi.node_stage_secret_ref.is_some() || csi.node_publish_secret_ref.is_some() {
+            return (
+                Plugin::Csi,
+                Err(format!(
+                    "volume {:?}: persistentvolume {pv_name:?}: CSI secret references are not supported by nodelet yet",
+                    volume.name
+                )),
+            );
+        }
+        let source = CsiSource {
+            volume: pv_name,
+            driver: csi.driver.clone(),
+            volume_handle: csi.volume_handle.clone(),
+            read_only: read_only || csi.read_only.unwrap_or(false),
+            fs_type: csi.fs_type.clone().unwrap_or_default(),
+            attributes: csi.volume_attributes.clone().unwrap_or_default().into_iter().collect(),
+            access_mode: spec
+                .access_modes
+                .iter()
+                .flatten()
+                .next()
+                .cloned()
+                .unwrap_or_else(|| "ReadWriteOnce".into()),
+        };
+        return (Plugin::Csi, Ok(VolumeSource::Csi(source)));
+    }
+    let kind = serde_json::to_value(spec)
+        .ok()
+        .and_then(|v| {
+            v.as_object().and_then(|o| {
+                o.keys()
+                    .find(|k| {
+                        !matches!(
+                            k.as_str(),
+                            "accessModes"
+                                | "capacity"
+                                | "claimRef"
+                                | "mountOptions"
+                                | "nodeAffinity"
+                                | "persistentVolumeReclaimPolicy"
+                                | "storageClassName"
+                                | "volumeMode"
+                                | "volumeAttributesClassName"
+                        )
+                    })
+                    .cloned()
+            })
+        })
+        .unwrap_or_else(|| "unknown".into());
+    (
+        Plugin::LocalVolume,
+        Err(format!(
+            "volume {:?}: persistentvolume {pv_name:?}: {kind} volumes are not supported by nodelet",
+            volume.name
+        )),
+    )
+}
+
+fn empty_dir(volume: &Volume) -> Result<VolumeSource, String> {
+    let Some(e) = &volume.empty_dir else { return Err(format!("volume {:?}: not an emptyDir", volume.name)) };
+    let memory = match e.medium.as_deref() {
+        None | Some("") => false,
+        Some("Memory") => true,
+        Some(other) => {
+            return Err(format!("volume {:?}: emptyDir.medium: unsupported value {other:?}", volume.name));
+        }
+    };
+    let size_limit = match &e.size_limit {
+        None => None,
+        Some(q) => {
+            let parsed = Quantity::parse(&q.0).filter(|q| !q.is_negative()).ok_or_else(|| {
+                format!("volume {:?}: emptyDir.sizeLimit: invalid quantity {:?}", volume.name, q.0)
+            })?;
+            Some(u64::try_from(parsed.scaled_ceil(1)).unwrap_or(u64::MAX))
+        }
+    };
+    Ok(VolumeSource::EmptyDir { memory, size_limit })
+}
+
+fn host_path(volume: &Volume) -> Result<VolumeSource, String> {
+    let Some(h) = &volume.host_path else { return Err(format!("volume {:?}: not a hostPath", volume.name)) };
+    if !h.path.starts_with('/') {
+        return Err(format!(
+            "volume {:?}: hostPath.path: {:?} must be an absolute path",
+            volume.name, h.path
+        ));
+    }
+    Ok(VolumeSource::HostPath {
+        path: h.path.clone().into(),
+        kind: h.type_.clone().filter(|t| !t.is_empty()),
+    })
+}

@@ -1,0 +1,142 @@
+//! What the pod reconciler asks of volumes: are a pod's volumes ready, and where are they.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Volume;
+use reconcile_engine::Store;
+
+use super::actual::VolumeActual;
+use super::desired::{DesiredVolume, Plugin, VolumeKey, volume_key};
+use super::populator::ClaimLookup;
+use crate::pod::desired::DesiredPod;
+
+/// A volume ready for a pod's containers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountedVolume {
+    /// The host path to bind-mount into containers.
+    pub path: PathBuf,
+    /// The plugin.
+    pub plugin: Plugin,
+}
+
+impl MountedVolume {
+    /// Whether containers must mount it read-only whatever the mount says (configMap, secret,
+    /// downwardAPI, projected).
+    pub fn forced_read_only(&self) -> bool {
+        self.plugin.read_only()
+    }
+}
+
+/// A pod's volumes by name, all ready.
+pub type PodVolumes = BTreeMap<String, MountedVolume>;
+
+/// Whether a pod may start containers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VolumeReadiness {
+    /// Every volume is set up.
+    Ready(Arc<PodVolumes>),
+    /// Some volume is not: why (naming the volume).
+    Waiting(String),
+}
+
+/// The plugin serving a volume of a pod spec, or why none does.
+pub fn plugin_of(volume: &Volume) -> Result<Plugin, String> {
+    let plugin = if volume.empty_dir.is_some() {
+        Plugin::EmptyDir
+    } else if volume.host_path.is_some() {
+        Plugin::HostPath
+    } else if volume.config_map.is_some() {
+        Plugin::ConfigMap
+    } else if volume.secret.is_some() {
+        Plugin::Secret
+    } else if volume.downward_api.is_some() {
+        Plugin::DownwardApi
+    } else if volume.projected.is_some() {
+        Plugin::Projected
+    } else if volume.persistent_volume_claim.is_some() {
+        // Which plugin serves a claim depends on the volume bound to it.
+        return Err(format!(
+            "volume {:?}: persistentVolumeClaim volumes need a bound PersistentVolume",
+            volume.name
+        ));
+    } else {
+        let kind = serde_json::to_value(volume)
+            .ok()
+            .and_then(|v| v.as_object().and_then(|o| o.keys().find(|k| *k != "name").cloned()))
+            .unwrap_or_else(|| "unknown".into());
+        return Err(format!("volume {:?}: {kind} volumes are not supported by nodelet yet", volume.name));
+    };
+    Ok(plugin)
+}
+
+/// Reads the volume stores for the pod reconciler. Cheap to clone.
+#[derive(Clone)]
+pub struct VolumeGate {
+    desired: Store<VolumeKey, DesiredVolume>,
+    actual: Store<VolumeKey, VolumeActual>,
+    claims: Option<Arc<dyn ClaimLookup>>,
+}
+
+impl std::fmt::Debug for VolumeGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VolumeGate").field("volumes", &self.actual.len()).finish_non_exhaustive()
+    }
+}
+
+impl VolumeGate {
+    /// A gate over the volume engine's desired and actual stores.
+    pub fn new(desired: Store<VolumeKey, DesiredVolume>, actual: Store<VolumeKey, VolumeActual>) -> Self {
+        Self { desired, actual, claims: None }
+    }
+
+    /// Says why a pod waits for a claim that is not bound (from the claim engine).
+    pub fn with_claims(mut self, claims: Arc<dyn ClaimLookup>) -> Self {
+        self.claims = Some(claims);
+        self
+    }
+
+    /// Whether all of `pod`'s volumes are set up, and where.
+    pub fn check(&self, pod: &DesiredPod) -> VolumeReadiness {
+        let mut ready = PodVolumes::new();
+        for volume in pod.spec().volumes.iter().flatten() {
+            if let (Err(why), None) = (plugin_of(volume), &volume.persistent_volume_claim) {
+                return VolumeReadiness::Waiting(why);
+            }
+            let key = volume_key(pod.uid(), &volume.name);
+            match self.actual.get(&key) {
+                Some(a) if a.is_mounted() => {
+                    ready.insert(
+                        volume.name.clone(),
+                        MountedVolume { path: a.path.clone(), plugin: a.plugin },
+                    );
+                }
+                _ => {
+                    let why = match (
+                        self.desired.get(&key).map(|d| d.source.clone()),
+                        &volume.persistent_volume_claim,
+                    ) {
+                        (Some(Err(why)), _) => why,
+                        (None, Some(claim)) => {
+                            let why = self
+                                .claims
+                                .as_ref()
+                                .and_then(|c| c.bound_volume(pod.namespace(), &claim.claim_name).err())
+                                .unwrap_or_else(|| {
+                                    format!(
+                                        "persistentvolumeclaim {:?} is not bound to a volume yet",
+                                        claim.claim_name
+                                    )
+                                });
+                            format!("volume {:?}: {why}", volume.name)
+                        }
+                        _ => format!("volume {:?} is not set up yet", volume.name),
+                    };
+                    return VolumeReadiness::Waiting(why);
+                }
+            }
+        }
+        VolumeReadiness::Ready(Arc::new(ready))
+    }
+}

@@ -1,0 +1,138 @@
+//! Claim wiring of the daemon: PersistentVolume, PersistentVolumeClaim and StorageClass objects
+//! from the manifest directory, the provisioners from the configuration, and the claim engine.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use nodelet_resources::claim::binding::NodeInfo;
+use nodelet_resources::claim::desired::ClaimKey;
+use nodelet_resources::claim::driver::{ClaimDriver, Provisioner, ProvisionerSet};
+use nodelet_resources::claim::metrics::ClaimMetrics;
+use nodelet_resources::claim::populator::{ClaimObjects, Populator};
+use nodelet_resources::claim::reconciler::{ClaimReconciler, wake_related};
+use nodelet_resources::claim::status::ClaimView;
+use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use reconcile_engine::{Engine, Metrics, RunReport, Store};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::sources::ManifestObjects;
+
+/// The storage objects among the manifest directory's objects (the last document of a name wins).
+fn claim_objects(objects: &ManifestObjects) -> ClaimObjects {
+    fn parse<T: serde::de::DeserializeOwned>(objects: &ManifestObjects, kind: &str) -> Vec<T> {
+        objects
+            .get(kind)
+            .into_iter()
+            .flatten()
+            .filter_map(|o| match serde_json::from_value::<T>(o.value.clone()) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    tracing::warn!(kind, file = %o.file.display(), error = %e, "unreadable object");
+                    None
+                }
+            })
+            .collect()
+    }
+    ClaimObjects {
+        volumes: parse::<PersistentVolume>(objects, "PersistentVolume"),
+        claims: parse::<PersistentVolumeClaim>(objects, "PersistentVolumeClaim"),
+        classes: parse::<StorageClass>(objects, "StorageClass"),
+    }
+}
+
+/// The running claim engine's handles.
+pub(crate) struct Claims {
+    /// What the servers and the volume populator read.
+    pub(crate) view: ClaimView,
+    /// Binding counts and `kubelet_volume_stats_*`.
+    pub(crate) metrics: ClaimMetrics,
+    /// The engine task.
+    pub(crate) task: tokio::task::JoinHandle<RunReport>,
+}
+
+/// Starts the claim engine and its helpers on `tasks`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start(
+    config: &Config,
+    mut manifests: watch::Receiver<Arc<ManifestObjects>>,
+    pods: Store<PodUid, DesiredPod>,
+    registry: &prometheus::Registry,
+    engine_metrics: &Metrics,
+    operation_duration: prometheus::HistogramVec,
+    csi: Arc<nodelet_csi::Registry>,
+    shutdown: &CancellationToken,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> anyhow::Result<Claims> {
+    // Objects: converted whenever the manifest directory changes.
+    let (objects_tx, objects) = watch::channel(Arc::new(claim_objects(&manifests.borrow())));
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                r = manifests.changed() => if r.is_err() { return },
+            }
+            let next = claim_objects(&manifests.borrow_and_update());
+            objects_tx.send_if_modified(|current| {
+                let changed = **current != next;
+                if changed {
+                    *current = Arc::new(next);
+                }
+                changed
+            });
+        }
+    });
+
+    // Provisioners.
+    let mut provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(
+        nodelet_storage::local::LocalDirProvisioner::new(&config.storage.local_base_path, &config.node_name),
+    )];
+    if let Some(vg) = &config.storage.lvm_volume_group {
+        provisioners.push(Arc::new(nodelet_storage::lvm::LvmProvisioner::new(
+            vg,
+            &config.root_dir,
+            &config.node_name,
+        )?));
+    }
+    provisioners.push(Arc::new(nodelet_storage::csi::CsiProvisioner::new(csi.clone())));
+    let set = ProvisionerSet::new(provisioners);
+
+    let records =
+        Arc::new(nodelet_storage::records::FileRecords::new(config.root_dir.join("storage").join("claims")));
+    let driver = ClaimDriver::new(records, set.clone()).with_operation_metrics(operation_duration);
+    let provisioned = driver.provisioned();
+    let reconciler = ClaimReconciler::new(NodeInfo::new(&config.node_name), set);
+    let (desired, writer) = reconcile_engine::store();
+    let engine = Engine::builder("claims", reconciler.clone(), Arc::new(driver), desired.clone())
+        .metrics(engine_metrics)
+        .build();
+    let actual = engine.actual();
+    let view = ClaimView::new(desired.clone(), actual.clone(), reconciler).with_failures(engine.op_status());
+    let waker = engine.waker();
+
+    tasks.spawn(Populator::new(objects, provisioned, pods, actual.clone(), writer).run(shutdown.clone()));
+    tasks.spawn(wake_related(desired.clone(), actual, waker.clone(), shutdown.clone()));
+    // A CSI driver registering (or going away) changes what can be provisioned (the caller runs the
+    // registry's watcher).
+    let mut drivers = csi.subscribe();
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                r = drivers.changed() => if r.is_err() { return },
+            }
+            for key in desired.keys() {
+                if matches!(key, ClaimKey::Claim { .. }) && !waker.wake(key) {
+                    return;
+                }
+            }
+        }
+    });
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move { engine.run(stop.cancelled_owned()).await });
+    Ok(Claims { view, metrics: ClaimMetrics::new(registry)?, task })
+}

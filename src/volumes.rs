@@ -1,0 +1,319 @@
+//! Volume wiring of the daemon: the renderer that reads ConfigMaps and Secrets from the manifest
+//! directory, and the task that wakes the pod engine when a pod's volumes change.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Volume};
+use nodelet_host::files::ObjectLookup;
+use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::volume::actual::{MountState, VolumeActual};
+use nodelet_resources::volume::desired::{
+    CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, split_key,
+};
+use nodelet_resources::volume::driver::{VolumeError, VolumeHost};
+use nodelet_resources::volume::ops::VolumeOp;
+use nodelet_resources::volume::populator::Renderer;
+use reconcile_engine::{Store, Waker};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::sources::ManifestObjects;
+
+/// Renders configMap, secret, downwardAPI and projected volumes from the ConfigMap and Secret
+/// objects in the manifest directory (standalone mode).
+#[derive(Debug)]
+pub(crate) struct ManifestRenderer {
+    objects: watch::Receiver<Arc<ManifestObjects>>,
+}
+
+impl ManifestRenderer {
+    /// A renderer reading the manifest source's objects.
+    pub(crate) fn new(objects: watch::Receiver<Arc<ManifestObjects>>) -> Self {
+        Self { objects }
+    }
+
+    /// A renderer that knows no objects (no manifest directory).
+    pub(crate) fn empty() -> Self {
+        Self { objects: watch::channel(Arc::new(ManifestObjects::new())).1 }
+    }
+}
+
+/// A snapshot of the objects, looked up by kind, namespace and name.
+struct Snapshot(Arc<ManifestObjects>);
+
+impl Snapshot {
+    fn find<T: serde::de::DeserializeOwned>(&self, kind: &str, namespace: &str, name: &str) -> Option<T> {
+        // The last document wins, as a later `kubectl apply` would.
+        self.0.get(kind)?.iter().rev().find_map(|object| {
+            let meta = object.value.get("metadata")?;
+            let ns = meta.get("namespace").and_then(|v| v.as_str()).unwrap_or("default");
+            let n = meta.get("name").and_then(|v| v.as_str())?;
+            if ns != namespace || n != name {
+                return None;
+            }
+            match serde_json::from_value::<T>(object.value.clone()) {
+                Ok(parsed) => Some(parsed),
+                Err(e) => {
+                    tracing::warn!(kind, namespace, name, file = %object.file.display(), error = %e, "unreadable object");
+                    None
+                }
+            }
+        })
+    }
+}
+
+impl ObjectLookup for Snapshot {
+    fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
+        self.find("ConfigMap", namespace, name)
+    }
+
+    fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
+        self.find("Secret", namespace, name)
+    }
+}
+
+impl Renderer for ManifestRenderer {
+    fn render(&self, pod: &DesiredPod, volume: &Volume, plugin: Plugin) -> Result<VolumeSource, String> {
+        let snapshot = Snapshot(self.objects.borrow().clone());
+        let files =
+            nodelet_host::files::volume_files(&pod.pod, volume, &snapshot).map_err(|e| e.to_string())?;
+        Ok(VolumeSource::files(plugin, files))
+    }
+}
+
+/// Wakes the pod engine for every pod whose volumes changed in the actual store, until
+/// `shutdown`.
+pub(crate) async fn wake_pods_on_volume_changes(
+    actual: Store<VolumeKey, VolumeActual>,
+    waker: Waker<PodUid>,
+    shutdown: CancellationToken,
+) {
+    let sub = actual.subscribe();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = sub.changed() => {}
+        }
+        for key in sub.drain() {
+            if let Some((uid, _)) = split_key(&key)
+                && !waker.wake(uid.to_owned())
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// The daemon's volume host: CSI volumes through their drivers (found in the plugin registry),
+/// everything else on the host ([`nodelet_host::driver::HostVolumes`]).
+#[derive(Debug, Clone)]
+pub(crate) struct NodeVolumes {
+    host: nodelet_host::driver::HostVolumes,
+    registry: Arc<nodelet_csi::Registry>,
+    layout: nodelet_csi::VolumeLayout,
+}
+
+impl NodeVolumes {
+    /// Volumes under `root`; CSI drivers from `registry`.
+    pub(crate) fn new(root: &std::path::Path, registry: Arc<nodelet_csi::Registry>) -> Self {
+        Self {
+            host: nodelet_host::driver::HostVolumes::new(root),
+            registry,
+            layout: nodelet_csi::VolumeLayout::new(root),
+        }
+    }
+
+    fn ops(&self, driver: &str) -> Result<nodelet_csi::VolumeOps, VolumeError> {
+        let found = self.registry.get(driver).ok_or_else(|| {
+            VolumeError::failed(format!("CSI driver {driver:?} is not registered on this node"))
+        })?;
+        Ok(nodelet_csi::VolumeOps::new(found, self.layout.clone()))
+    }
+
+    async fn csi_set_up(&self, volume: &DesiredVolume, src: &CsiSource) -> Result<VolumeActual, VolumeError> {
+        use nodelet_csi::proto::volume_capability::{AccessType, access_mode::Mode};
+        let what = format!("volume {:?} of pod {}/{}", volume.name, volume.namespace, volume.pod_name);
+        let ops = self.ops(&src.driver).map_err(|e| VolumeError::failed(format!("{what}: {e}")))?;
+        let mut csi = nodelet_csi::CsiVolume::filesystem(
+            &src.driver,
+            &src.volume_handle,
+            &volume.pod_uid,
+            &volume.name,
+        );
+        let mode = match src.access_mode.as_str() {
+            "ReadOnlyMany" => Mode::MultiNodeReaderOnly,
+            "ReadWriteMany" => Mode::MultiNodeMultiWriter,
+            "ReadWriteOncePod" => Mode::SingleNodeSingleWriter,
+            _ => Mode::SingleNodeWriter,
+        };
+        csi.capability = nodelet_csi::mount_capability(mode);
+        if let Some(AccessType::Mount(m)) = csi.capability.access_type.as_mut() {
+            m.fs_type = src.fs_type.clone();
+        }
+        csi.readonly = src.read_only;
+        csi.volume_context = src.attributes.clone().into_iter().collect();
+        match ops.set_up(&csi).await {
+            Ok(target) => Ok(VolumeActual {
+                plugin: Plugin::Csi,
+                path: target,
+                state: MountState::Mounted,
+                digest: None,
+                tmpfs: false,
+            }),
+            Err(e) if e.is_uncertain() => Err(VolumeError::uncertain(format!("{what}: {e}"))),
+            Err(e) => Err(VolumeError::failed(format!("{what}: {e}"))),
+        }
+    }
+
+    /// Unpublishes a CSI volume, and unstages it when no other pod on this node publishes it.
+    async fn csi_tear_down(&self, key: &VolumeKey, target: &std::path::Path) -> Result<(), VolumeError> {
+        let Some((uid, name)) = split_key(key) else {
+            return Err(VolumeError::failed(format!("bad volume key {key:?}")));
+        };
+        let dir = target.parent().unwrap_or(target);
+        let data = match nodelet_csi::read_vol_data(&dir.join(nodelet_csi::VOL_DATA_FILE_NAME)).await {
+            Ok(data) => data,
+            // Never published: only the directory may be left.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let _ = tokio::fs::remove_dir(target).await;
+                let _ = tokio::fs::remove_dir(dir).await;
+                return Ok(());
+            }
+            Err(e) => return Err(VolumeError::uncertain(format!("volume {name:?} of pod {uid}: {e}"))),
+        };
+        let ops = self.ops(&data.driver_name).map_err(|e| VolumeError::uncertain(e.message))?;
+        let csi = nodelet_csi::CsiVolume::filesystem(&data.driver_name, &data.volume_handle, uid, name);
+        ops.unpublish(&csi)
+            .await
+            .map_err(|e| VolumeError::uncertain(format!("volume {name:?} of pod {uid}: {e}")))?;
+        if !self.published_elsewhere(&data, uid, name).await {
+            ops.unstage(&csi)
+                .await
+                .map_err(|e| VolumeError::uncertain(format!("volume {name:?} of pod {uid}: {e}")))?;
+            ops.detach(&csi)
+                .await
+                .map_err(|e| VolumeError::uncertain(format!("volume {name:?} of pod {uid}: {e}")))?;
+        }
+        let pod = self.host.root().join("pods").join(uid);
+        for d in [pod.join("volumes").join(Plugin::Csi.dir_name()), pod.join("volumes"), pod] {
+            let _ = tokio::fs::remove_dir(d).await;
+        }
+        Ok(())
+    }
+
+    /// Whether another pod volume on this node still publishes the same CSI volume.
+    async fn published_elsewhere(&self, data: &nodelet_csi::VolData, uid: &str, name: &str) -> bool {
+        let pods = self.host.root().join("pods");
+        let Ok(mut entries) = tokio::fs::read_dir(&pods).await else { return false };
+        while let Ok(Some(pod)) = entries.next_entry().await {
+            let csi_dir = pod.path().join("volumes").join(Plugin::Csi.dir_name());
+            let Ok(mut volumes) = tokio::fs::read_dir(&csi_dir).await else { continue };
+            while let Ok(Some(v)) = volumes.next_entry().await {
+                let same_volume =
+                    pod.file_name().to_str() == Some(uid) && v.file_name().to_str() == Some(name);
+                if same_volume {
+                    continue;
+                }
+                let file = v.path().join(nodelet_csi::VOL_DATA_FILE_NAME);
+                if let Ok(other) = nodelet_csi::read_vol_data(&file).await
+                    && other.driver_name == data.driver_name
+                    && other.volume_handle == data.volume_handle
+                {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
+
+impl VolumeHost for NodeVolumes {
+    async fn set_up(&self, volume: &DesiredVolume) -> Result<VolumeActual, VolumeError> {
+        match &volume.source {
+            Ok(VolumeSource::Csi(src)) => self.csi_set_up(volume, src).await,
+            _ => self.host.set_up(volume).await,
+        }
+    }
+
+    async fn tear_down(&self, key: &VolumeKey, op: &VolumeOp) -> Result<(), VolumeError> {
+        match op {
+            VolumeOp::TearDown { plugin: Plugin::Csi, path } => self.csi_tear_down(key, path).await,
+            _ => self.host.tear_down(key, op).await,
+        }
+    }
+
+    async fn reconstruct(&self) -> Result<Vec<(VolumeKey, VolumeActual)>, VolumeError> {
+        self.host.reconstruct().await
+    }
+}
+
+/// Pokes `tx` whenever the manifest objects or the claims change, until `shutdown`.
+pub(crate) async fn forward_changes(
+    mut objects: watch::Receiver<Arc<ManifestObjects>>,
+    claims: nodelet_resources::claim::status::ClaimSubscription,
+    tx: watch::Sender<()>,
+    shutdown: CancellationToken,
+) {
+    let mut objects_open = true;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            r = objects.changed(), if objects_open => objects_open = r.is_ok(),
+            () = claims.changed() => { claims.drain(); }
+        }
+        tx.send_replace(());
+    }
+}
+
+/// How often the `kubelet_volume_stats_*` of claim-backed volumes are refreshed (the kubelet's
+/// `volumeStatsAggPeriod`).
+const VOLUME_STATS_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Keeps `kubelet_volume_stats_*` for every mounted volume of a desired pod that comes from a
+/// claim: at start, when volumes are set up or torn down, and every [`VOLUME_STATS_PERIOD`].
+pub(crate) async fn claim_volume_stats(
+    pods: Store<PodUid, DesiredPod>,
+    actual: Store<VolumeKey, VolumeActual>,
+    metrics: nodelet_resources::claim::metrics::ClaimMetrics,
+    shutdown: CancellationToken,
+) {
+    let changes = actual.subscribe();
+    let mut tick = tokio::time::interval(VOLUME_STATS_PERIOD);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+            () = changes.changed() => { changes.drain(); }
+        }
+        let mut mounted = Vec::new();
+        pods.for_each(|uid, pod| {
+            for volume in pod.spec().volumes.iter().flatten() {
+                let Some(claim) = &volume.persistent_volume_claim else { continue };
+                let key = nodelet_resources::volume::desired::volume_key(uid, &volume.name);
+                if let Some(a) = actual.get(&key).filter(|a| a.is_mounted()) {
+                    mounted.push((pod.namespace().to_owned(), claim.claim_name.clone(), a.path.clone()));
+                }
+            }
+        });
+        let stats = tokio::task::spawn_blocking(move || {
+            mounted
+                .into_iter()
+                .filter_map(|(ns, claim, path)| match nodelet_storage::stats::fs_stats(&path) {
+                    Ok(s) => Some((ns, claim, s)),
+                    Err(e) => {
+                        tracing::debug!(path = %path.display(), error = %e, "no volume stats");
+                        None
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let mut seen = std::collections::BTreeSet::new();
+        for (ns, claim, s) in &stats {
+            metrics.set_volume_stats(ns, claim, s);
+            seen.insert((ns.clone(), claim.clone()));
+        }
+        metrics.retain_volume_stats(&seen);
+    }
+}

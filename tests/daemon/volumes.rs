@@ -1,0 +1,655 @@
+//! Volumes on the real runtime with real mounts: emptyDir (disk and Memory), every hostPath type,
+//! configMap/secret/downwardAPI content and updates, subPath attacks, and restarts of nodelet with
+//! volumes mounted.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use crate::support::{
+    Nodelet, container, env_or_skip, phase, pod_ip, runtime_id, sleep_until_term, uid, waiting,
+};
+
+/// The mount points at or beneath `dir`, from this process's mount table.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let dir = dir.to_string_lossy().into_owned();
+    table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|p| p.replace("\\040", " "))
+        .filter(|p| *p == dir || p.starts_with(&format!("{dir}/")))
+        .collect()
+}
+
+fn is_mount_point(path: &Path) -> bool {
+    let path = path.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|line| line.split(' ').nth(4) == Some(path.as_str()))
+}
+
+fn volume_dir(n: &Nodelet, uid: &str, plugin: &str, name: &str) -> PathBuf {
+    n.root_dir().join("pods").join(uid).join("volumes").join(plugin).join(name)
+}
+
+/// Waits until the pod `name` is gone from `/pods` and its directory from the root.
+async fn wait_gone(n: &Nodelet, name: &str, uid: &str) {
+    let pod_dir = n.root_dir().join("pods").join(uid);
+    n.wait_for(&format!("pod {name} and {} gone", pod_dir.display()), Duration::from_secs(60), async || {
+        (n.pod(name).await.is_none() && !pod_dir.exists()).then_some(())
+    })
+    .await;
+}
+
+/// The (reason, message) of every event on `/api/v1/events`.
+async fn events(n: &Nodelet) -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{}/api/v1/events", n.ports().read_only);
+    let Ok(response) = n.http().get(url).send().await else { return Vec::new() };
+    let list: k8s_openapi::List<k8s_openapi::api::core::v1::Event> =
+        serde_json::from_slice(&response.bytes().await.unwrap_or_default()).unwrap_or_default();
+    list.items.into_iter().map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default())).collect()
+}
+
+fn container_id(pod: &Pod, name: &str) -> String {
+    runtime_id(container(pod, name).unwrap_or_else(|| panic!("no status of container {name}")))
+}
+
+#[tokio::test]
+async fn the_shared_emptydir_example_runs_and_its_containers_share_the_volume() {
+    let env = env_or_skip!("the_shared_emptydir_example_runs_and_its_containers_share_the_volume");
+    let n = Nodelet::start(&env, "emptydir-example").await;
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/examples/shared-emptydir.yaml");
+    let text = std::fs::read_to_string(example).unwrap_or_else(|e| panic!("{example}: {e}"));
+    let text = text.replace("localhost/nodelet/busybox:latest", &env.busybox);
+    n.write_manifest_text("shared-emptydir.yaml", &text);
+    let pod = n.wait_running("shared-emptydir").await;
+    let ip = pod_ip(&pod);
+    let page = n
+        .wait_for("the page over HTTP", Duration::from_secs(20), async || {
+            let r = n.http().get(format!("http://{ip}:8081/index.html")).send().await.ok()?;
+            r.text().await.ok().filter(|t| t.contains("written by the init container"))
+        })
+        .await;
+    assert!(page.starts_with("written by the init container at "), "{page}");
+    let (code, out) = n.exec(&container_id(&pod, "reader"), &["cat", "/shared/index.html"]).await;
+    assert_eq!((code, out.as_str()), (0, page.as_str()));
+    // The readers mount it read-only.
+    let (code, _) = n.exec(&container_id(&pod, "server"), &["touch", "/shared/x"]).await;
+    assert_ne!(code, 0, "a readOnly mount was writable");
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn emptydir_on_disk_and_in_memory_with_a_size_limit_survive_restarts_and_go_with_the_pod() {
+    let env =
+        env_or_skip!("emptydir_on_disk_and_in_memory_with_a_size_limit_survive_restarts_and_go_with_the_pod");
+    let n = Nodelet::start(&env, "emptydir").await;
+    let manifest = n.pod_manifest(
+        "scratch",
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "volumes": [
+                {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+                {"name": "disk", "emptyDir": {}},
+            ],
+            "containers": [{
+                "name": "app",
+                "command": sleep_until_term(""),
+                "volumeMounts": [{"name": "mem", "mountPath": "/mem"}, {"name": "disk", "mountPath": "/disk"}],
+            }],
+        }),
+    );
+    n.write_manifest("scratch.yaml", &manifest);
+    let pod = n.wait_running("scratch").await;
+    let uid = uid(&pod);
+    let id = container_id(&pod, "app");
+    let mem = volume_dir(&n, &uid, "kubernetes.io~empty-dir", "mem");
+    let disk = volume_dir(&n, &uid, "kubernetes.io~empty-dir", "disk");
+    assert!(is_mount_point(&mem), "the Memory emptyDir is not a mount");
+    assert!(!is_mount_point(&disk) && disk.is_dir(), "the disk emptyDir is a plain directory");
+
+    let (_, mounts) = n.exec(&id, &["cat", "/proc/mounts"]).await;
+    let line = mounts.lines().find(|l| l.split(' ').nth(1) == Some("/mem")).unwrap_or_default().to_owned();
+    assert!(line.starts_with("tmpfs /mem tmpfs") && line.contains("size=1024k"), "{line}");
+    // Within the limit: fine. Past it: ENOSPC.
+    let (code, out) = n.exec(&id, &["dd", "if=/dev/zero", "of=/mem/small", "bs=1024", "count=512"]).await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = n.exec(&id, &["dd", "if=/dev/zero", "of=/mem/big", "bs=1024", "count=2048"]).await;
+    assert_ne!(code, 0, "wrote 2 MiB into a 1 MiB emptyDir: {out}");
+    assert!(out.contains("No space left"), "{out}");
+
+    // The container's writes reach the host directory and survive a container restart.
+    let (code, _) =
+        n.exec(&id, &["sh", "-c", "rm /mem/big && echo kept > /disk/file && echo kept > /mem/file"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(std::fs::read_to_string(disk.join("file")).unwrap_or_default(), "kept\n");
+    let _ = n.exec(&id, &["kill", "1"]).await;
+    let pod = n
+        .wait_for_pod("scratch", "restarted once", Duration::from_secs(30), |p| {
+            phase(p) == "Running" && container(p, "app").is_some_and(|c| c.restart_count == 1 && c.ready)
+        })
+        .await;
+    let id = container_id(&pod, "app");
+    let (code, out) = n.exec(&id, &["cat", "/disk/file", "/mem/file"]).await;
+    assert_eq!((code, out.as_str()), (0, "kept\nkept\n"));
+
+    n.remove_manifest("scratch.yaml");
+    wait_gone(&n, &n.pod_name("scratch"), &uid).await;
+    assert_eq!(mounts_under(&n.root_dir()), Vec::<String>::new());
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn host_path_volumes_of_every_type_are_checked_and_mounted() {
+    let env = env_or_skip!("host_path_volumes_of_every_type_are_checked_and_mounted");
+    let n = Nodelet::start(&env, "hostpath").await;
+    let host = n.root_dir().parent().map(|p| p.join("host")).unwrap_or_default();
+    std::fs::create_dir_all(host.join("dir")).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::fs::write(host.join("file"), "from the host\n").unwrap_or_else(|e| panic!("write: {e}"));
+    let _socket =
+        std::os::unix::net::UnixListener::bind(host.join("sock")).unwrap_or_else(|e| panic!("bind: {e}"));
+    let status = std::process::Command::new("mknod")
+        .arg(host.join("blk"))
+        .args(["b", "7", "250"])
+        .status()
+        .unwrap_or_else(|e| panic!("mknod: {e}"));
+    assert!(status.success());
+    let h = |p: &str| host.join(p).display().to_string();
+    let volumes = [
+        ("new-dir", h("new/dir"), "DirectoryOrCreate"),
+        ("dir", h("dir"), "Directory"),
+        ("new-file", h("new-file"), "FileOrCreate"),
+        ("file", h("file"), "File"),
+        ("sock", h("sock"), "Socket"),
+        ("chr", "/dev/null".to_owned(), "CharDevice"),
+        ("blk", h("blk"), "BlockDevice"),
+        ("any", h("dir"), ""),
+    ];
+    let spec_volumes: Vec<Value> = volumes
+        .iter()
+        .map(|(name, path, kind)| json!({"name": name, "hostPath": {"path": path, "type": kind}}))
+        .collect();
+    let mounts: Vec<Value> =
+        volumes.iter().map(|(name, _, _)| json!({"name": name, "mountPath": format!("/v/{name}")})).collect();
+    let manifest = n.pod_manifest(
+        "hostpaths",
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "volumes": spec_volumes,
+            "containers": [{"name": "app", "command": sleep_until_term(""), "volumeMounts": mounts}],
+        }),
+    );
+    n.write_manifest("hostpaths.yaml", &manifest);
+    // A pod whose hostPath has the wrong type does not start, and says why; the other pod is unaffected.
+    let wrong = n.pod_manifest(
+        "wrong-type",
+        json!({
+            "volumes": [{"name": "notadir", "hostPath": {"path": h("file"), "type": "Directory"}}],
+            "containers": [{"name": "app", "command": sleep_until_term(""),
+                            "volumeMounts": [{"name": "notadir", "mountPath": "/x"}]}],
+        }),
+    );
+    n.write_manifest("wrong.yaml", &wrong);
+
+    let pod = n.wait_running("hostpaths").await;
+    let id = container_id(&pod, "app");
+    let script = "test -d /v/new-dir && test -d /v/dir && test -f /v/new-file && test -s /v/file && \
+                  test -S /v/sock && test -c /v/chr && test -b /v/blk && test -d /v/any && cat /v/file";
+    let (code, out) = n.exec(&id, &["sh", "-c", script]).await;
+    assert_eq!((code, out.as_str()), (0, "from the host\n"));
+    assert!(host.join("new/dir").is_dir() && host.join("new-file").is_file());
+    let (code, _) = n.exec(&id, &["sh", "-c", "echo from the pod > /v/dir/out"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(std::fs::read_to_string(host.join("dir/out")).unwrap_or_default(), "from the pod\n");
+
+    let event = n
+        .wait_for("a FailedMount event for the wrong type", Duration::from_secs(20), async || {
+            events(&n).await.into_iter().find(|(reason, _)| reason == "FailedMount")
+        })
+        .await;
+    assert!(event.1.contains("\"notadir\"") && event.1.contains("wrong-type"), "{event:?}");
+    let wrong_pod = n.pod("wrong-type").await.unwrap_or_else(|| panic!("wrong-type pod listed"));
+    assert_eq!(phase(&wrong_pod), "Pending");
+    assert!(n.sandboxes_of(&uid(&wrong_pod)).await.is_empty(), "a sandbox for a pod whose volume failed");
+
+    let hostpaths_uid = uid(&pod);
+    n.remove_manifest("hostpaths.yaml");
+    wait_gone(&n, &n.pod_name("hostpaths"), &hostpaths_uid).await;
+    // Teardown never touches host paths.
+    assert!(host.join("dir/out").is_file() && host.join("file").is_file() && host.join("new/dir").is_dir());
+    n.shutdown().await;
+}
+
+const CONFIG: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: app-config, namespace: default}
+data:
+  greeting: GREETING
+  other: unused
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: app-secret, namespace: default}
+data:
+  token: c2VjcmV0LXRva2Vu
+"#;
+
+#[tokio::test]
+async fn config_map_secret_and_downward_api_volumes_have_their_content_and_updates_reach_the_container() {
+    let env = env_or_skip!(
+        "config_map_secret_and_downward_api_volumes_have_their_content_and_updates_reach_the_container"
+    );
+    let n = Nodelet::start(&env, "configmap").await;
+    n.write_manifest_text("config.yaml", &CONFIG.replace("GREETING", "hello-v1"));
+    let mut manifest = n.pod_manifest(
+        "configured",
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "app-config",
+                    "items": [{"key": "greeting", "path": "greet/hello.txt", "mode": 0o600}]}},
+                {"name": "sec", "secret": {"secretName": "app-secret", "defaultMode": 0o400}},
+                {"name": "info", "downwardAPI": {"items": [
+                    {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                    {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                ]}},
+                {"name": "all", "projected": {"sources": [
+                    {"configMap": {"name": "app-config"}},
+                    {"secret": {"name": "app-secret"}},
+                ]}},
+            ],
+            "containers": [{
+                "name": "app",
+                "command": sleep_until_term(""),
+                "volumeMounts": [
+                    {"name": "cfg", "mountPath": "/cfg"},
+                    {"name": "sec", "mountPath": "/sec"},
+                    {"name": "info", "mountPath": "/info"},
+                    {"name": "all", "mountPath": "/all"},
+                ],
+            }],
+        }),
+    );
+    manifest["metadata"]["labels"] = json!({"app": "demo"});
+    n.write_manifest("configured.yaml", &manifest);
+    let pod = n.wait_running("configured").await;
+    let id = container_id(&pod, "app");
+    let read = async |path: &str| n.exec(&id, &["cat", path]).await;
+    assert_eq!(read("/cfg/greet/hello.txt").await, (0, "hello-v1".to_owned()));
+    assert_eq!(read("/sec/token").await, (0, "secret-token".to_owned()));
+    assert_eq!(read("/info/labels").await, (0, "app=\"demo\"".to_owned()));
+    assert_eq!(read("/info/name").await, (0, n.pod_name("configured")));
+    assert_eq!(read("/all/other").await, (0, "unused".to_owned()));
+    assert_eq!(read("/all/token").await, (0, "secret-token".to_owned()));
+    let (_, modes) = n.exec(&id, &["sh", "-c", "stat -L -c %a /cfg/greet/hello.txt /sec/token"]).await;
+    assert_eq!(modes, "600\n400\n");
+    // Only the listed item is there; the volumes are read-only; the secret lives on a tmpfs.
+    let (code, _) = n.exec(&id, &["test", "-e", "/cfg/other"]).await;
+    assert_ne!(code, 0);
+    let (code, _) = n.exec(&id, &["touch", "/cfg/new"]).await;
+    assert_ne!(code, 0, "a configMap volume was writable");
+    let (_, mounts) = n.exec(&id, &["cat", "/proc/mounts"]).await;
+    assert!(mounts.lines().any(|l| l.starts_with("tmpfs /sec ")), "{mounts}");
+    let host_secret = volume_dir(&n, &uid(&pod), "kubernetes.io~secret", "sec");
+    assert!(is_mount_point(&host_secret), "the secret is not on a tmpfs on the host");
+
+    // An update of the ConfigMap reaches the running container (through the ..data swap), no restart.
+    n.write_manifest_text("config.yaml", &CONFIG.replace("GREETING", "hello-v2"));
+    n.wait_for("the updated greeting in the container", Duration::from_secs(30), async || {
+        (read("/cfg/greet/hello.txt").await.1 == "hello-v2").then_some(())
+    })
+    .await;
+    let pod = n.pod("configured").await.unwrap_or_else(|| panic!("pod listed"));
+    assert_eq!(container(&pod, "app").map(|c| c.restart_count), Some(0));
+    assert_eq!(container_id(&pod, "app"), id);
+
+    // A pod whose ConfigMap does not exist waits, saying why.
+    let missing = n.pod_manifest(
+        "missing-config",
+        json!({
+            "volumes": [{"name": "cfg", "configMap": {"name": "nope"}}],
+            "containers": [{"name": "app", "command": sleep_until_term(""),
+                            "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}],
+        }),
+    );
+    n.write_manifest("missing.yaml", &missing);
+    let event = n
+        .wait_for("a FailedMount event for the missing ConfigMap", Duration::from_secs(20), async || {
+            events(&n).await.into_iter().find(|(_, message)| message.contains("\"nope\""))
+        })
+        .await;
+    assert_eq!(event.0, "FailedMount", "{event:?}");
+    assert!(event.1.contains("volume \"cfg\""), "{event:?}");
+    let pod = n.pod("missing-config").await.unwrap_or_else(|| panic!("pod listed"));
+    assert_eq!(phase(&pod), "Pending");
+    n.shutdown().await;
+}
+
+/// A pod whose init container plants `setup` in an emptyDir, then mounts `sub_path` of it.
+fn sub_path_pod(n: &Nodelet, name: &str, setup: &str, sub_path: Value) -> Value {
+    let mut mount = json!({"name": "vol", "mountPath": "/data"});
+    if let (Some(m), Some(extra)) = (mount.as_object_mut(), sub_path.as_object()) {
+        m.extend(extra.clone());
+    }
+    n.pod_manifest(
+        name,
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "vol", "emptyDir": {}}],
+            "initContainers": [{"name": "setup", "command": ["sh", "-c", setup],
+                                "volumeMounts": [{"name": "vol", "mountPath": "/vol"}]}],
+            "containers": [{"name": "app", "command": sleep_until_term(""),
+                            "env": [{"name": "UP", "value": ".."}],
+                            "volumeMounts": [mount]}],
+        }),
+    )
+}
+
+#[tokio::test]
+async fn sub_path_attacks_through_symlinks_fail_and_good_sub_paths_work() {
+    let env = env_or_skip!("sub_path_attacks_through_symlinks_fail_and_good_sub_paths_work");
+    let n = Nodelet::start(&env, "subpath").await;
+    let plant = "mkdir -p /vol/good/dir /vol/d && echo safe > /vol/good/dir/file && ln -s /etc /vol/evil && \
+                 ln -s / /vol/root && ln -s /etc /vol/d/link && ln -s /etc/hostname /vol/file-link";
+    let attacks = [
+        ("final-link", json!({"subPath": "evil"})),
+        ("middle-link", json!({"subPath": "root/etc"})),
+        ("nested-link", json!({"subPath": "d/link"})),
+        ("file-link", json!({"subPath": "file-link"})),
+        ("expr-escape", json!({"subPathExpr": "$(UP)/$(UP)/etc"})),
+    ];
+    n.write_manifest("good.yaml", &sub_path_pod(&n, "good", plant, json!({"subPath": "good/dir"})));
+    for (name, sub) in &attacks {
+        n.write_manifest(&format!("{name}.yaml"), &sub_path_pod(&n, name, plant, sub.clone()));
+    }
+    let pod = n.wait_running("good").await;
+    let (code, out) = n.exec(&container_id(&pod, "app"), &["cat", "/data/file"]).await;
+    assert_eq!((code, out.as_str()), (0, "safe\n"));
+
+    for (name, _) in &attacks {
+        let pod = n
+            .wait_for_pod(name, "app waiting with CreateContainerConfigError", Duration::from_secs(30), |p| {
+                container(p, "app")
+                    .and_then(waiting)
+                    .is_some_and(|(reason, _)| reason == "CreateContainerConfigError")
+            })
+            .await;
+        let (_, message) = container(&pod, "app").and_then(waiting).unwrap_or_default();
+        assert!(message.contains("subPath"), "{name}: {message}");
+        // The container never existed: nothing of the host's /etc was ever mounted into it.
+        let app: Vec<_> = n
+            .containers_of(&uid(&pod))
+            .await
+            .into_iter()
+            .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == "app"))
+            .collect();
+        assert!(app.is_empty(), "{name}: an app container was created: {app:?}");
+    }
+    // The only subPath bind is the good pod's.
+    let good = n.root_dir().join("pods").join(uid(&pod)).display().to_string();
+    let binds: Vec<String> =
+        mounts_under(&n.root_dir()).into_iter().filter(|m| m.contains("volume-subpaths")).collect();
+    assert_eq!(binds, vec![format!("{good}/volume-subpaths/vol/app/0")]);
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn kill_9_with_volumes_mounted_then_restart_and_delete_leaves_no_double_or_leaked_mounts() {
+    let env =
+        env_or_skip!("kill_9_with_volumes_mounted_then_restart_and_delete_leaves_no_double_or_leaked_mounts");
+    let mut n = Nodelet::start(&env, "vol-restart").await;
+    n.write_manifest_text("config.yaml", &CONFIG.replace("GREETING", "hi"));
+    let manifest = n.pod_manifest(
+        "mounted",
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "volumes": [
+                {"name": "mem", "emptyDir": {"medium": "Memory"}},
+                {"name": "disk", "emptyDir": {}},
+                {"name": "cfg", "configMap": {"name": "app-config"}},
+                {"name": "sec", "secret": {"secretName": "app-secret"}},
+            ],
+            "initContainers": [{"name": "setup", "command": ["mkdir", "-p", "/disk/sub"],
+                                "volumeMounts": [{"name": "disk", "mountPath": "/disk"}]}],
+            "containers": [{
+                "name": "app",
+                "command": sleep_until_term(""),
+                "volumeMounts": [
+                    {"name": "mem", "mountPath": "/mem"},
+                    {"name": "disk", "mountPath": "/sub", "subPath": "sub"},
+                    {"name": "cfg", "mountPath": "/cfg"},
+                    {"name": "sec", "mountPath": "/sec"},
+                ],
+            }],
+        }),
+    );
+    n.write_manifest("mounted.yaml", &manifest);
+    let pod = n.wait_running("mounted").await;
+    let uid = uid(&pod);
+    let id = container_id(&pod, "app");
+    let before = mounts_under(&n.root_dir());
+    // mem and sec tmpfs, the subPath bind
+    assert_eq!(before.len(), 3, "{before:?}");
+
+    n.kill9().await;
+    n.start_again().await;
+    // Adopted, not restarted; nothing mounted again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pod = n.wait_running("mounted").await;
+    assert_eq!(container_id(&pod, "app"), id);
+    let mut after = mounts_under(&n.root_dir());
+    let mut sorted = before.clone();
+    sorted.sort();
+    after.sort();
+    assert_eq!(after, sorted, "mounts changed across the restart");
+    let (code, out) = n.exec(&id, &["cat", "/cfg/greeting"]).await;
+    assert_eq!((code, out.as_str()), (0, "hi"));
+
+    n.remove_manifest("mounted.yaml");
+    wait_gone(&n, &n.pod_name("mounted"), &uid).await;
+    assert_eq!(mounts_under(&n.root_dir()), Vec::<String>::new(), "leaked mounts");
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_pod_writes_through_its_claim_into_a_local_persistent_volume() {
+    let env = env_or_skip!("a_pod_writes_through_its_claim_into_a_local_persistent_volume");
+    let n = Nodelet::start(&env, "local-pv").await;
+    let disk = n.root_dir().parent().map(|p| p.join("disk")).unwrap_or_default();
+    std::fs::create_dir_all(&disk).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    let storage = format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: local-disk}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  storageClassName: manual
+  persistentVolumeReclaimPolicy: Retain
+  local: {{path: "{}"}}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - {{key: kubernetes.io/hostname, operator: In, values: ["{}"]}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data, namespace: default}}
+spec:
+  storageClassName: manual
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 500Mi}}}}
+"#,
+        disk.display(),
+        n.node()
+    );
+    n.write_manifest_text("storage.yaml", &storage);
+    let manifest = n.pod_manifest(
+        "claimer",
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+            "containers": [{"name": "app", "command": sleep_until_term("echo from the pod > /data/out; "),
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+        }),
+    );
+    n.write_manifest("claimer.yaml", &manifest);
+    let pod = n.wait_running("claimer").await;
+    let uid = uid(&pod);
+    n.wait_for("the pod's write on the local disk", Duration::from_secs(10), async || {
+        std::fs::read_to_string(disk.join("out")).ok().filter(|t| t == "from the pod\n")
+    })
+    .await;
+    let target = volume_dir(&n, &uid, "kubernetes.io~local-volume", "data");
+    assert!(is_mount_point(&target), "the local volume is not bind-mounted into the pod directory");
+
+    // The pod goes: the bind mount goes, the data stays.
+    n.remove_manifest("claimer.yaml");
+    wait_gone(&n, &n.pod_name("claimer"), &uid).await;
+    assert_eq!(mounts_under(&n.root_dir()), Vec::<String>::new());
+    assert_eq!(std::fs::read_to_string(disk.join("out")).unwrap_or_default(), "from the pod\n");
+    n.shutdown().await;
+}
+
+/// The `nodelet-csi-hostpath` binary, built beside this test binary (`cargo nextest run --workspace`
+/// builds it for its own tests).
+fn csi_hostpath_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    let bin = dir.join("nodelet-csi-hostpath");
+    assert!(bin.is_file(), "{} is missing: cargo build -p nodelet-csi-hostpath", bin.display());
+    bin
+}
+
+/// Kills the CSI driver when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_claim_of_a_csi_storage_class_is_provisioned_staged_published_and_cleaned_up() {
+    let env = env_or_skip!("a_claim_of_a_csi_storage_class_is_provisioned_staged_published_and_cleaned_up");
+    let n = Nodelet::start(&env, "csi").await;
+    let base = n.root_dir().parent().map(Path::to_path_buf).unwrap_or_default();
+    let data = base.join("csi-data");
+    let calls = base.join("csi-calls.jsonl");
+    std::fs::create_dir_all(&data).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    let socket = n.root_dir().join("plugins_registry").join("hostpath.sock");
+    let driver = std::process::Command::new(csi_hostpath_binary())
+        .arg("--endpoint")
+        .arg(format!("unix://{}", socket.display()))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--node-id", n.node()])
+        .arg("--call-log")
+        .arg(&calls)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start the CSI driver: {e}"));
+    let _driver = Killed(driver);
+    let storage = r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: csi-hostpath}
+provisioner: hostpath.csi.nodelet.dev
+reclaimPolicy: Delete
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: scratch, namespace: default}
+spec:
+  storageClassName: csi-hostpath
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 64Mi}}
+"#;
+    n.write_manifest_text("storage.yaml", storage);
+    let manifest = n.pod_manifest(
+        "csi-user",
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}],
+            "containers": [{"name": "app", "command": sleep_until_term("echo via csi > /scratch/out; "),
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+        }),
+    );
+    n.write_manifest("csi-user.yaml", &manifest);
+    let pod = n.wait_running("csi-user").await;
+    let uid = uid(&pod);
+    // The file lands in the driver's data directory.
+    let written = n
+        .wait_for("the pod's file in the CSI driver's data", Duration::from_secs(10), async || {
+            let found = walk_files(&data).into_iter().find(|p| p.ends_with("out"))?;
+            (std::fs::read_to_string(&found).ok()? == "via csi\n").then_some(found)
+        })
+        .await;
+    let target = volume_dir(&n, &uid, "kubernetes.io~csi", "scratch").join("mount");
+    assert!(is_mount_point(&target), "the CSI volume is not published at {}", target.display());
+
+    // Pod deleted: unpublished, unstaged; then the claim deleted: the volume is deleted (reclaim Delete).
+    n.remove_manifest("csi-user.yaml");
+    wait_gone(&n, &n.pod_name("csi-user"), &uid).await;
+    assert_eq!(mounts_under(&n.root_dir()), Vec::<String>::new(), "leaked mounts");
+    n.remove_manifest("storage.yaml");
+    n.wait_for("the CSI volume deleted", Duration::from_secs(20), async || (!written.exists()).then_some(()))
+        .await;
+    let log = std::fs::read_to_string(&calls).unwrap_or_default();
+    let methods: Vec<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v.get("method").and_then(Value::as_str).map(str::to_owned))
+        .filter(|m| {
+            matches!(
+                m.as_str(),
+                "CreateVolume"
+                    | "NodeStageVolume"
+                    | "NodePublishVolume"
+                    | "NodeUnpublishVolume"
+                    | "NodeUnstageVolume"
+                    | "DeleteVolume"
+            )
+        })
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "CreateVolume",
+            "NodeStageVolume",
+            "NodePublishVolume",
+            "NodeUnpublishVolume",
+            "NodeUnstageVolume",
+            "DeleteVolume"
+        ],
+        "{log}"
+    );
+    n.shutdown().await;
+}
+
+/// Every regular file beneath `dir`.
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(entry.path()),
+                Ok(t) if t.is_file() => out.push(entry.path()),
+                _ => {}
+            }
+        }
+    }
+    out
+}
