@@ -73,6 +73,11 @@ async fn run(endpoint: String) -> anyhow::Result<()> {
             let before = nodelet.probe_runs().await?;
             let cpu = nodelet.cpu_over(idle).await?;
             let runs = nodelet.probe_runs().await? - before;
+            let failed = nodelet.probe_runs_with("result=\"failed\"").await?
+                + nodelet.probe_runs_with("result=\"unknown\"").await?;
+            if failed > 0.0 {
+                bail!("{failed} probe runs failed: the figures would include container restarts");
+            }
             let (rss, _) = nodelet.memory()?;
             let label = if probes { "with 3 probes each" } else { "without probes" };
             println!(
@@ -256,13 +261,18 @@ impl Nodelet {
         Ok(pods)
     }
 
-    /// The sum of `prober_probe_total`.
+    /// The sum of `prober_probe_total` (all results, or those with `result`).
     async fn probe_runs(&self) -> anyhow::Result<f64> {
+        self.probe_runs_with("").await
+    }
+
+    /// The sum of `prober_probe_total` series whose labels contain `filter`.
+    async fn probe_runs_with(&self, filter: &str) -> anyhow::Result<f64> {
         let text =
             self.http.get(format!("{}/metrics", self.base)).send().await?.error_for_status()?.text().await?;
         Ok(text
             .lines()
-            .filter(|l| l.starts_with("prober_probe_total{"))
+            .filter(|l| l.starts_with("prober_probe_total{") && l.contains(filter))
             .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
             .sum())
     }
@@ -314,7 +324,7 @@ fn manifest(name: &str, image: &str, probes: bool) -> String {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  \
          terminationGracePeriodSeconds: 1\n  dnsPolicy: None\n  dnsConfig:\n    nameservers: [\"127.0.0.1\"]\n  \
          containers:\n  - name: web\n    image: {image}\n    imagePullPolicy: IfNotPresent\n    \
-         command: [\"httpd\", \"-f\", \"-p\", \"8080\", \"-h\", \"/\"]\n{probes}"
+         command: [\"sh\", \"-c\", \"mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www\"]\n{probes}"
     )
 }
 

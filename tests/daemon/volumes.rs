@@ -490,7 +490,35 @@ spec:
         disk.display(),
         n.node()
     );
-    n.write_manifest_text("storage.yaml", &storage);
+    // The claim alone first: no volume yet, it is Pending and says why.
+    let (pv_doc, claim_doc) = storage.split_once("---").unwrap_or_default();
+    n.write_manifest_text("claim.yaml", claim_doc);
+    let server = format!("http://127.0.0.1:{}", n.ports().read_only);
+    let pending = n
+        .wait_for("the claim Pending with a reason", Duration::from_secs(10), async || {
+            let table = crate::support::nodelet_cli(&["get", "pvc", "--server", &server]).await;
+            table.lines().any(|l| l.starts_with("data ") && l.contains("Pending")).then_some(table)
+        })
+        .await;
+    assert!(pending.contains("manual"), "{pending}");
+    let claims = api_list(&n, "/api/v1/persistentvolumeclaims").await;
+    let condition =
+        claims["items"][0]["status"]["conditions"][0]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(condition.contains("no persistent volume of class \"manual\""), "{claims}");
+    // The volume arrives: the claim binds.
+    n.write_manifest_text("storage.yaml", pv_doc);
+    n.wait_for("the claim Bound", Duration::from_secs(10), async || {
+        let pvs = api_list(&n, "/api/v1/persistentvolumes").await;
+        (pvs["items"][0]["status"]["phase"] == "Bound").then_some(())
+    })
+    .await;
+    let table = crate::support::nodelet_cli(&["get", "pv", "--server", &server]).await;
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("local-disk ") && l.contains("Bound") && l.contains("default/data")),
+        "{table}"
+    );
     let manifest = n.pod_manifest(
         "claimer",
         json!({
@@ -515,7 +543,22 @@ spec:
     wait_gone(&n, &n.pod_name("claimer"), &uid).await;
     assert_eq!(mounts_under(&n.root_dir()), Vec::<String>::new());
     assert_eq!(std::fs::read_to_string(disk.join("out")).unwrap_or_default(), "from the pod\n");
+    // The claim goes: the volume is Released and, under Retain, keeps its data.
+    n.remove_manifest("claim.yaml");
+    n.wait_for("the volume Released", Duration::from_secs(10), async || {
+        let pvs = api_list(&n, "/api/v1/persistentvolumes").await;
+        (pvs["items"][0]["status"]["phase"] == "Released").then_some(())
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(disk.join("out")).unwrap_or_default(), "from the pod\n");
     n.shutdown().await;
+}
+
+/// A v1 List from the read-only port.
+async fn api_list(n: &Nodelet, path: &str) -> Value {
+    let url = format!("http://127.0.0.1:{}{path}", n.ports().read_only);
+    let Ok(response) = n.http().get(&url).send().await else { return Value::Null };
+    serde_json::from_slice(&response.bytes().await.unwrap_or_default()).unwrap_or(Value::Null)
 }
 
 /// The `nodelet-csi-hostpath` binary, built beside this test binary (`cargo nextest run --workspace`
