@@ -10,7 +10,16 @@
 //!                           status (v1 PodStatus), metrics
 //! ```
 //!
-//! Start with [`pod`]: its module doc walks through the pod lifecycle.
+//! Start with [`pod`]: its module doc walks through the pod lifecycle. The pairs feed each other
+//! through their stores, never by calling each other:
+//!
+//! - [`volume`]: the volumes the desired pods need (set up before their containers start, torn
+//!   down after their containers are gone); the pod reconciler reads its actual store.
+//! - [`claim`]: PersistentVolumes, claims and classes, bound and provisioned; the volume
+//!   populator mounts the volume bound to a pod's claim.
+//! - [`probe`]: liveness, readiness and startup probes of running containers; the pod reconciler
+//!   and status read their results.
+//! - [`quantity`]: Kubernetes resource quantities, exactly.
 
 #![deny(missing_docs)]
 
