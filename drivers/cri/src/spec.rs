@@ -388,52 +388,7 @@ pub(crate) struct ContainerInputs<'a> {
 /// Kubernetes' `$(VAR)` expansion (`third_party/forked/golang/expansion`): `$(NAME)` becomes the value of
 /// `NAME` when `lookup` knows it and stays as written otherwise; `$$` is a literal `$`; any other `$` is kept.
 pub(crate) fn expand(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
-    let bytes = input.as_bytes();
-    let mut out = String::with_capacity(input.len());
-    let mut checkpoint = 0;
-    let mut cursor = 0;
-    while cursor < bytes.len() {
-        if bytes[cursor] == b'$' && cursor + 1 < bytes.len() {
-            out.push_str(&input[checkpoint..cursor]);
-            let rest = &input[cursor + 1..];
-            let advance = match bytes[cursor + 1] {
-                b'$' => {
-                    out.push('$');
-                    1
-                }
-                b'(' => match rest.find(')') {
-                    Some(close) => {
-                        let name = &rest[1..close];
-                        match lookup(name) {
-                            Some(value) => out.push_str(&value),
-                            None => {
-                                out.push_str("$(");
-                                out.push_str(name);
-                                out.push(')');
-                            }
-                        }
-                        close + 1
-                    }
-                    None => {
-                        out.push_str("$(");
-                        1
-                    }
-                },
-                _ => {
-                    // `$` and the next character, copied as they are (the character may be multi-byte).
-                    let next = rest.chars().next().map_or(1, char::len_utf8);
-                    out.push('$');
-                    out.push_str(&rest[..next]);
-                    next
-                }
-            };
-            cursor += advance;
-            checkpoint = cursor + 1;
-        }
-        cursor += 1;
-    }
-    out.push_str(&input[checkpoint.min(input.len())..]);
-    out
+    nodelet_host::subpath::expand_vars(input, |name| lookup(name).unwrap_or_else(|| format!("$({name})")))
 }
 
 /// An ordered environment: a later variable of the same name replaces the earlier value in place.
@@ -872,18 +827,11 @@ pub(crate) fn container_mounts(
                 if env.is_none() {
                     env = Some(container_env(pod, container, &path, inputs, config)?);
                 }
-                let env = env.get_or_insert_with(Env::default);
-                let expanded = expand(expr, |name| env.get(name));
-                if expanded.starts_with('/')
-                    || expanded.split('/').any(|e| e == "..")
-                    || expanded.contains('\0')
-                {
-                    return Err(SpecError::Container(format!(
-                        "container {:?}: {field}.subPathExpr: {expr:?} expands to {expanded:?}, which is not a \
-                         relative path beneath the volume",
-                        container.name
-                    )));
-                }
+                let vars: std::collections::BTreeMap<String, String> =
+                    env.iter().flat_map(|e| e.0.iter().cloned()).collect();
+                let expanded = nodelet_host::subpath::expand_sub_path_expr(expr, &vars).map_err(|e| {
+                    SpecError::Container(format!("container {:?}: {field}.subPathExpr: {e}", container.name))
+                })?;
                 Some(expanded)
             }
             _ => None,

@@ -117,7 +117,7 @@ pub fn validate_sub_path(sub_path: &str) -> Result<(), SubPathError> {
 /// copies its first byte as a Latin-1 rune, corrupting it).
 pub fn expand_sub_path_expr(expr: &str, env: &BTreeMap<String, String>) -> Result<String, SubPathError> {
     let mut missing = BTreeSet::new();
-    let expanded = expand(expr, |name| match env.get(name) {
+    let expanded = expand_vars(expr, |name| match env.get(name) {
         Some(value) if !value.is_empty() => value.clone(),
         _ => {
             missing.insert(name.to_string());
@@ -134,8 +134,9 @@ pub fn expand_sub_path_expr(expr: &str, env: &BTreeMap<String, String>) -> Resul
     Ok(expanded)
 }
 
-/// The kubelet's `third_party/forked/golang/expansion.Expand`.
-fn expand(input: &str, mut mapping: impl FnMut(&str) -> String) -> String {
+/// The kubelet's `third_party/forked/golang/expansion.Expand`: `$(NAME)` becomes `mapping(NAME)`, `$$` a
+/// literal `$`, any other `$` stays (also used for command, args and env expansion).
+pub fn expand_vars(input: &str, mut mapping: impl FnMut(&str) -> String) -> String {
     let bytes = input.as_bytes();
     let mut out = String::with_capacity(input.len());
     let mut checkpoint = 0;
