@@ -208,6 +208,40 @@ pub(crate) struct RunArgs {
           help_heading = "Authentication")]
     pub(crate) anonymous_auth: Option<bool>,
 
+    /// Hard eviction thresholds, 'signal<value' pairs separated by commas, e.g.
+    /// 'memory.available<100Mi,nodefs.available<10%'; setting one drops the other defaults
+    /// [default: memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%]
+    /// [config: evictionHard]
+    #[arg(long, value_name = "SIGNAL<VALUE,...", help_heading = "Eviction and garbage collection")]
+    pub(crate) eviction_hard: Option<String>,
+    /// Soft eviction thresholds, 'signal<value' pairs; each needs --eviction-soft-grace-period
+    /// [config: evictionSoft]
+    #[arg(long, value_name = "SIGNAL<VALUE,...", help_heading = "Eviction and garbage collection")]
+    pub(crate) eviction_soft: Option<String>,
+    /// How long each soft threshold must be met before pods are evicted, 'signal=duration' pairs
+    /// [config: evictionSoftGracePeriod]
+    #[arg(long, value_name = "SIGNAL=DURATION,...", help_heading = "Eviction and garbage collection")]
+    pub(crate) eviction_soft_grace_period: Option<String>,
+    /// Minimum amount reclaimed beyond a met threshold, 'signal=quantity' pairs
+    /// [config: evictionMinimumReclaim]
+    #[arg(long, value_name = "SIGNAL=VALUE,...", help_heading = "Eviction and garbage collection")]
+    pub(crate) eviction_minimum_reclaim: Option<String>,
+    /// How long a pressure condition stays true after its thresholds were last met [default: 5m]
+    /// [config: evictionPressureTransitionPeriod]
+    #[arg(long, value_name = "DURATION", help_heading = "Eviction and garbage collection")]
+    pub(crate) eviction_pressure_transition_period: Option<GoDuration>,
+    /// Image filesystem usage (percent) at which image garbage collection starts; 100 disables it
+    /// [default: 85] [config: imageGCHighThresholdPercent]
+    #[arg(long, value_name = "PERCENT", help_heading = "Eviction and garbage collection")]
+    pub(crate) image_gc_high_threshold: Option<i64>,
+    /// Image filesystem usage (percent) image garbage collection brings it down to [default: 80]
+    /// [config: imageGCLowThresholdPercent]
+    #[arg(long, value_name = "PERCENT", help_heading = "Eviction and garbage collection")]
+    pub(crate) image_gc_low_threshold: Option<i64>,
+    /// Minimum age of an unused image before it may be removed [default: 2m] [config: imageMinimumGCAge]
+    #[arg(long, value_name = "DURATION", help_heading = "Eviction and garbage collection")]
+    pub(crate) minimum_image_ttl_duration: Option<GoDuration>,
+
     /// Logging.
     #[command(flatten)]
     pub(crate) log: LogArgs,
@@ -221,11 +255,11 @@ pub(crate) struct RunArgs {
     --certificate-authority, else /var/lib/nodelet/pki/nodelet.crt when that file exists (nodelet's \
     self-signed certificate).")]
 pub(crate) struct GetArgs {
-    /// Resource type: pods (also pod, po), pv (persistentvolumes), pvc (persistentvolumeclaims),
-    /// storageclass (sc, storageclasses).
+    /// Resource type: pods (also pod, po), nodes (node, no), pv (persistentvolumes),
+    /// pvc (persistentvolumeclaims), storageclass (sc, storageclasses).
     #[arg(value_name = "TYPE", value_parser = [
-        "pods", "pod", "po", "pv", "persistentvolume", "persistentvolumes", "pvc", "persistentvolumeclaim",
-        "persistentvolumeclaims", "sc", "storageclass", "storageclasses",
+        "pods", "pod", "po", "nodes", "node", "no", "pv", "persistentvolume", "persistentvolumes", "pvc",
+        "persistentvolumeclaim", "persistentvolumeclaims", "sc", "storageclass", "storageclasses",
     ])]
     pub(crate) resource: String,
     /// Names of the pods to show (all when none).

@@ -117,24 +117,14 @@ pub(crate) const EVICTION_SIGNALS: &[&str] = &[
     "containerfs.inodesFree",
     "pid.available",
 ];
+/// `nodelet.imageGCPeriod`: how often image garbage collection runs (the kubelet's fixed 5m).
+pub(crate) const DEFAULT_IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
+/// `nodelet.evictionMonitoringPeriod`: how often the eviction manager checks the signals (the
+/// kubelet's fixed 10s housekeeping interval).
+pub(crate) const DEFAULT_EVICTION_MONITORING_PERIOD: Duration = Duration::from_secs(10);
 /// File fields nodelet parses and validates but does not act on yet; setting one gives a warning.
-pub(crate) const NOT_YET_ENFORCED: &[&str] = &[
-    "evictionHard",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionPressureTransitionPeriod",
-    "evictionMaxPodGracePeriod",
-    "evictionMinimumReclaim",
-    "mergeDefaultEvictionSettings",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
-    "imageMinimumGCAge",
-    "imageMaximumGCAge",
-    "containerLogMaxSize",
-    "containerLogMaxFiles",
-    "serializeImagePulls",
-    "maxParallelImagePulls",
-];
+pub(crate) const NOT_YET_ENFORCED: &[&str] =
+    &["containerLogMaxSize", "containerLogMaxFiles", "serializeImagePulls", "maxParallelImagePulls"];
 
 /// The validated configuration of the daemon.
 #[derive(Debug, Clone, PartialEq)]
@@ -170,6 +160,8 @@ pub(crate) struct Config {
     pub(crate) image_pulls: ImagePullConfig,
     /// `nodelet.storage`: the volume provisioners.
     pub(crate) storage: StorageConfig,
+    /// `nodelet.containerGC`: dead container garbage collection.
+    pub(crate) container_gc: crate::container_gc::ContainerGcPolicy,
 }
 
 /// `nodelet.storage`: where the provisioners put volumes.
@@ -336,6 +328,8 @@ pub(crate) struct EvictionConfig {
     pub(crate) max_pod_grace_period: i32,
     /// `evictionMinimumReclaim`.
     pub(crate) minimum_reclaim: BTreeMap<String, ThresholdValue>,
+    /// `nodelet.evictionMonitoringPeriod`: how often the signals are checked.
+    pub(crate) monitoring_period: Duration,
 }
 
 /// Image garbage collection settings.
@@ -349,6 +343,8 @@ pub(crate) struct ImageGcConfig {
     pub(crate) minimum_age: Duration,
     /// `imageMaximumGCAge`; `None` when 0.
     pub(crate) maximum_age: Option<Duration>,
+    /// `nodelet.imageGCPeriod`: how often image garbage collection runs.
+    pub(crate) period: Duration,
 }
 
 /// Container log rotation settings.
@@ -1056,8 +1052,24 @@ impl Config {
         let backoff = BackOffConfig { container_restart, image_pull };
 
         // ---- parsed for later issues
-        let eviction = m.eviction(&raw)?;
-        let image_gc = m.image_gc(&raw)?;
+        eviction_flags(args, &mut raw)?;
+        let mut eviction = m.eviction(&raw)?;
+        eviction.monitoring_period = m.positive_duration(
+            None,
+            "",
+            nodelet.eviction_monitoring_period,
+            "nodelet.evictionMonitoringPeriod",
+            DEFAULT_EVICTION_MONITORING_PERIOD,
+        )?;
+        let mut image_gc = m.image_gc(&raw)?;
+        image_gc.period = m.positive_duration(
+            None,
+            "",
+            nodelet.image_gc_period,
+            "nodelet.imageGCPeriod",
+            DEFAULT_IMAGE_GC_PERIOD,
+        )?;
+        let container_gc = m.container_gc(nodelet.container_gc.as_ref())?;
         let container_logs = ContainerLogConfig {
             max_size: match &raw.container_log_max_size {
                 Some(s) => parse_quantity(s).map_err(|e| m.file_err("containerLogMaxSize", e.to_string()))?,
@@ -1120,6 +1132,7 @@ impl Config {
             container_logs,
             image_pulls,
             storage,
+            container_gc,
         };
         Ok(Loaded { config, warnings })
     }
@@ -1367,6 +1380,7 @@ impl Merger<'_> {
                 .map_or(DEFAULT_EVICTION_PRESSURE_TRANSITION_PERIOD, |d| d.0),
             max_pod_grace_period,
             minimum_reclaim,
+            monitoring_period: DEFAULT_EVICTION_MONITORING_PERIOD,
         })
     }
 
@@ -1401,8 +1415,106 @@ impl Merger<'_> {
             low_threshold_percent: low,
             minimum_age: raw.image_minimum_gc_age.map_or(DEFAULT_IMAGE_MINIMUM_GC_AGE, |d| d.0),
             maximum_age: raw.image_maximum_gc_age.map(|d| d.0).filter(|d| !d.is_zero()),
+            period: DEFAULT_IMAGE_GC_PERIOD,
         })
     }
+}
+
+impl Merger<'_> {
+    /// `nodelet.containerGC`: `period` (1m), `minAge` (0), `maxPerPodContainer` (1, at least 1: pod
+    /// status shows the previous attempt), `maxContainers` (-1: no limit).
+    fn container_gc(
+        &self,
+        raw: Option<&raw::RawContainerGc>,
+    ) -> Result<crate::container_gc::ContainerGcPolicy, ConfigError> {
+        let mut policy = crate::container_gc::ContainerGcPolicy::default();
+        let Some(raw) = raw else { return Ok(policy) };
+        policy.period =
+            self.positive_duration(None, "", raw.period, "nodelet.containerGC.period", policy.period)?;
+        policy.min_age = raw.min_age.map_or(policy.min_age, |d| d.0);
+        if let Some(n) = raw.max_per_pod_container {
+            policy.max_per_pod_container = u32::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(|| {
+                self.file_err(
+                    "nodelet.containerGC.maxPerPodContainer",
+                    format!("{n} must be at least 1 (pod status shows the previous attempt)"),
+                )
+            })?;
+        }
+        if let Some(n) = raw.max_containers {
+            policy.max_containers = match n {
+                n if n < 0 => None,
+                n => Some(u32::try_from(n).map_err(|_| {
+                    self.file_err("nodelet.containerGC.maxContainers", format!("{n} is too large"))
+                })?),
+            };
+        }
+        Ok(policy)
+    }
+}
+
+/// Puts the eviction and image GC flags over the file's fields (a flag replaces the whole field, as
+/// with the kubelet), after checking them so that errors name the flag.
+fn eviction_flags(args: &RunArgs, raw: &mut RawKubeletConfiguration) -> Result<(), ConfigError> {
+    let flag_err = |flag: &str, message: String| ConfigError::Invalid { origin: flag.to_owned(), message };
+    // `signal<value,...` (--eviction-hard, --eviction-soft) or `signal=value,...` (the others).
+    let parse_map = |flag: &str, text: &str, sep: char| -> Result<BTreeMap<String, String>, ConfigError> {
+        let mut map = BTreeMap::new();
+        for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = pair
+                .split_once(sep)
+                .ok_or_else(|| flag_err(flag, format!("{pair:?} is not signal{sep}value")))?;
+            let (k, v) = (k.trim(), v.trim());
+            check_signal(k).map_err(|m| flag_err(flag, m))?;
+            map.insert(k.to_owned(), v.to_owned());
+        }
+        Ok(map)
+    };
+    let thresholds = |flag: &str, map: &BTreeMap<String, String>| -> Result<(), ConfigError> {
+        for v in map.values() {
+            v.parse::<ThresholdValue>().map_err(|e| flag_err(flag, e.to_string()))?;
+        }
+        Ok(())
+    };
+    if let Some(text) = &args.eviction_hard {
+        let map = parse_map("--eviction-hard", text, '<')?;
+        thresholds("--eviction-hard", &map)?;
+        raw.eviction_hard = Some(map);
+    }
+    if let Some(text) = &args.eviction_soft {
+        let map = parse_map("--eviction-soft", text, '<')?;
+        thresholds("--eviction-soft", &map)?;
+        raw.eviction_soft = Some(map);
+    }
+    if let Some(text) = &args.eviction_soft_grace_period {
+        let map = parse_map("--eviction-soft-grace-period", text, '=')?;
+        for v in map.values() {
+            parse_go_duration(v).map_err(|e| flag_err("--eviction-soft-grace-period", e.to_string()))?;
+        }
+        raw.eviction_soft_grace_period = Some(map);
+    }
+    if let Some(text) = &args.eviction_minimum_reclaim {
+        let map = parse_map("--eviction-minimum-reclaim", text, '=')?;
+        thresholds("--eviction-minimum-reclaim", &map)?;
+        raw.eviction_minimum_reclaim = Some(map);
+    }
+    if let Some(d) = args.eviction_pressure_transition_period {
+        raw.eviction_pressure_transition_period = Some(d);
+    }
+    for (flag, value, field) in [
+        ("--image-gc-high-threshold", args.image_gc_high_threshold, &mut raw.image_gc_high_threshold_percent),
+        ("--image-gc-low-threshold", args.image_gc_low_threshold, &mut raw.image_gc_low_threshold_percent),
+    ] {
+        if let Some(n) = value {
+            if !(0..=100).contains(&n) {
+                return Err(flag_err(flag, format!("{n} is not between 0 and 100")));
+            }
+            *field = Some(n);
+        }
+    }
+    if let Some(d) = args.minimum_image_ttl_duration {
+        raw.image_minimum_gc_age = Some(d);
+    }
+    Ok(())
 }
 
 fn check_signal(signal: &str) -> Result<(), String> {

@@ -6,10 +6,13 @@ mod claims;
 mod cli;
 mod client;
 mod config;
+mod container_gc;
 mod containerd;
 mod node;
+mod pressure;
 mod server;
 mod sources;
+mod stats;
 mod volumes;
 
 fn main() -> anyhow::Result<()> {
@@ -109,6 +112,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let registry = prometheus::Registry::new();
     let engine_metrics = Metrics::new(&registry)?;
     let pod_metrics = PodMetrics::new(&registry)?;
+    // kubelet_runtime_operations_{total,errors_total,duration_seconds}, counted in every clone of `cri`.
+    cri.set_metrics(nodelet_cri::CriMetrics::new(&registry)?);
     let shutdown = CancellationToken::new();
 
     // Sources → desired store.
@@ -207,11 +212,14 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         clock.clone(),
     );
     let probe_results = prober.results();
+    // Pods evicted or refused under node pressure (the eviction manager decides, the pod engine acts).
+    let verdicts = nodelet_resources::eviction::verdict::PodVerdicts::new();
     let mut engine = Engine::builder(
         "pods",
         PodReconciler::new(crash_loop.clone(), clock.clone())
             .with_volumes(gate.clone())
-            .with_probes(probe_results.clone()),
+            .with_probes(probe_results.clone())
+            .with_verdicts(verdicts.clone()),
         Arc::new(PodDriver::new(runtime.clone(), pod_metrics.clone())),
         desired.clone(),
     )
@@ -225,9 +233,10 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     .build();
     let actual = engine.actual();
     let failures = engine.op_status();
+    let pod_waker = engine.waker();
     tasks.spawn(prober.run(actual.clone(), engine.waker(), shutdown.clone().cancelled_owned()));
     let populator = Populator::new(desired.clone(), actual.clone(), volume_writer, Arc::new(renderer));
-    let populator = populator.with_claims(claim_lookup);
+    let populator = populator.with_claims(claim_lookup).with_verdicts(verdicts.clone());
     // Re-populate when the objects (ConfigMaps, Secrets) or the claims' bindings change.
     let (refresh_tx, refresh) = tokio::sync::watch::channel(());
     tasks.spawn(volumes::forward_changes(objects, claims.view.subscribe(), refresh_tx, shutdown.clone()));
@@ -248,6 +257,16 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let pleg =
         Pleg::new(runtime.clone(), actual.clone(), engine.observer(), config.pleg_relist_period, pod_metrics);
     let waker = pleg.waker();
+    // Dead containers and sandboxes beyond the newest per container (kubelet's container GC).
+    let container_gc = container_gc::ContainerGc::new(
+        runtime.clone(),
+        desired.clone(),
+        actual.clone(),
+        config.container_gc,
+        clock.clone(),
+    )
+    .with_pleg(waker.clone());
+    tasks.spawn(container_gc.run(shutdown.clone()));
     let events = cri.events(nodelet_cri::EventsConfig::default());
     let stop = shutdown.clone();
     tasks.spawn(async move {
@@ -292,13 +311,42 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         }
     });
 
+    // Node, pod and container statistics (/stats/summary, /metrics/resource, eviction signals).
+    let stats = stats::StatsProvider::new(
+        runtime.clone(),
+        stats::StatsConfig::new(&config.node_name, &config.root_dir, &config.pods.pod_logs_dir),
+        clock.clone(),
+    )
+    .with_volumes(desired.clone(), volume_actual.clone());
+
+    // Image garbage collection and the eviction manager.
+    let pressure = pressure::start(
+        pressure::Wiring {
+            config,
+            cri: cri.clone(),
+            stats: stats.clone(),
+            desired: desired.clone(),
+            actual: actual.clone(),
+            volumes: volume_actual.clone(),
+            verdicts: verdicts.clone(),
+            waker: pod_waker,
+            registry: &registry,
+            clock: clock.clone(),
+        },
+        &shutdown,
+        &mut tasks,
+    )?;
+
     // The HTTP servers.
     let node = Arc::new(
         node::Node::new(
             desired,
             actual,
             failures,
-            PodReconciler::new(crash_loop, clock.clone()).with_volumes(gate).with_probes(probe_results),
+            PodReconciler::new(crash_loop, clock.clone())
+                .with_volumes(gate)
+                .with_probes(probe_results)
+                .with_verdicts(verdicts),
             clock,
             registry,
             config.pods.pod_logs_dir.clone(),
@@ -312,7 +360,9 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             failures: volume_failures,
             metrics: volume_metrics,
         })
-        .with_claims(claims.view.clone(), claims.metrics.clone()),
+        .with_claims(claims.view.clone(), claims.metrics.clone())
+        .with_stats(stats.clone())
+        .with_pressure(pressure),
     );
     let servers = if config.server.enabled {
         let mut server_config = server::ServerConfig::new(config.node_name.clone());

@@ -40,6 +40,10 @@ pub(crate) struct VolumeView {
 
 /// What the servers show of this node.
 pub(crate) struct Node {
+    stats: Option<crate::stats::StatsProvider>,
+    pressure: Option<crate::pressure::PressureState>,
+    /// When this nodelet started (wall-clock nanoseconds), the node's creation time.
+    started: i64,
     volumes: Option<VolumeView>,
     claims: Option<(
         nodelet_resources::claim::status::ClaimView,
@@ -90,6 +94,9 @@ impl Node {
         registry.register(Box::new(gauges.running_containers.clone()))?;
         registry.register(Box::new(gauges.desired_pods.clone()))?;
         Ok(Self {
+            stats: None,
+            pressure: None,
+            started: clock(),
             volumes: None,
             claims: None,
             desired,
@@ -104,6 +111,46 @@ impl Node {
             problems,
             node_name,
         })
+    }
+
+    /// Shows the node's pressure conditions (`/api/v1/nodes`) and the eviction and image GC events.
+    pub(crate) fn with_pressure(mut self, pressure: crate::pressure::PressureState) -> Self {
+        self.pressure = Some(pressure);
+        self
+    }
+
+    /// Eviction and image GC events: on pods (`Evicted`) and on the node.
+    fn pressure_events(&self, items: &mut Vec<Event>) {
+        use nodelet_resources::eviction::events::Involved;
+        let Some(p) = &self.pressure else { return };
+        for e in p.events.list() {
+            let mut event = match &e.involved {
+                Involved::Pod { namespace, name, uid } => {
+                    self.event(&e.reason, namespace, name, Some(uid), e.message.clone(), e.count)
+                }
+                Involved::Node => {
+                    let mut event =
+                        self.event(&e.reason, "default", &self.node_name, None, e.message.clone(), e.count);
+                    event.involved_object.kind = Some("Node".to_owned());
+                    event.involved_object.namespace = None;
+                    event.involved_object.uid = Some(self.node_name.clone());
+                    event
+                }
+            };
+            let suffix = format!("{:x}", e.first);
+            event.metadata.name =
+                Some(format!("{}.{}", event.metadata.name.as_deref().unwrap_or_default(), suffix));
+            event.type_ = Some(e.type_.to_owned());
+            event.first_timestamp = nodelet_resources::pod::status::time(e.first);
+            event.last_timestamp = nodelet_resources::pod::status::time(e.last);
+            items.push(event);
+        }
+    }
+
+    /// Serves `/stats/summary` and `/metrics/resource` from `stats`.
+    pub(crate) fn with_stats(mut self, stats: crate::stats::StatsProvider) -> Self {
+        self.stats = Some(stats);
+        self
     }
 
     /// Shows the volume engine's failures as events and its gauges as metrics.
@@ -278,6 +325,8 @@ impl NodeView for Node {
         self.volume_events(&mut items);
         self.claim_events(&mut items);
         self.probe_events(&mut items);
+        self.oom_events(&mut items);
+        self.pressure_events(&mut items);
         List { items, ..List::default() }
     }
 
@@ -314,6 +363,18 @@ impl NodeView for Node {
         String::from_utf8(out).unwrap_or_default()
     }
 
+    fn stats_summary(
+        &self,
+    ) -> impl Future<Output = Result<crate::stats::summary::Summary, crate::stats::StatsError>> + Send {
+        let stats = self.stats.clone();
+        async move {
+            match stats {
+                Some(stats) => stats.summary().await,
+                None => Err(crate::stats::StatsError::Task("stats are not available".to_owned())),
+            }
+        }
+    }
+
     fn persistent_volumes(&self) -> List<k8s_openapi::api::core::v1::PersistentVolume> {
         let items = self.claims.as_ref().map(|(v, _)| v.persistent_volumes()).unwrap_or_default();
         List { items, ..List::default() }
@@ -322,6 +383,17 @@ impl NodeView for Node {
     fn persistent_volume_claims(&self) -> List<k8s_openapi::api::core::v1::PersistentVolumeClaim> {
         let items = self.claims.as_ref().map(|(v, _)| v.persistent_volume_claims()).unwrap_or_default();
         List { items, ..List::default() }
+    }
+
+    fn nodes(&self) -> List<k8s_openapi::api::core::v1::Node> {
+        let node = crate::pressure::node_object(
+            &self.node_name,
+            self.pressure.as_ref().map(|p| &p.view),
+            &self.runtime_ready,
+            self.started,
+            (self.clock)(),
+        );
+        List { items: vec![node], ..List::default() }
     }
 
     fn storage_classes(&self) -> List<k8s_openapi::api::storage::v1::StorageClass> {
@@ -347,6 +419,24 @@ impl NodeView for Node {
 }
 
 impl Node {
+    /// `OOMKilling` (Warning) for every container attempt the runtime reports killed by the OOM killer
+    /// (CRI reason `OOMKilled`; the status shows it as the reason of the state or `lastState`).
+    fn oom_events(&self, items: &mut Vec<Event>) {
+        for (uid, pod) in self.actual.entries() {
+            for c in pod.containers.iter().filter(|c| c.reason == "OOMKilled") {
+                let message = format!(
+                    "Container {} was OOM-killed (memory cgroup out of memory; exit code {}, restart {})",
+                    c.name, c.exit_code, c.restart_count
+                );
+                let mut event = self.event("OOMKilling", &pod.namespace, &pod.name, Some(&uid), message, 1);
+                let short: String = c.id.chars().take(12).collect();
+                event.metadata.name = Some(format!("{}.{short}.oomkilling", pod.name));
+                event.involved_object.field_path = Some(format!("spec.containers{{{}}}", c.name));
+                items.push(event);
+            }
+        }
+    }
+
     /// Probe events, as the kubelet records them: `Unhealthy` (Warning) for failed probe runs, with the
     /// last failure and how many there were, and `Killing` (Normal) for a container restarted because its
     /// liveness or startup probe failed.

@@ -24,6 +24,8 @@
 #![deny(missing_docs)]
 
 pub mod claim;
+pub mod eviction;
+pub mod image;
 pub mod pod;
 pub mod probe;
 

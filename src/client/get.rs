@@ -352,6 +352,9 @@ pub(crate) fn now() -> Timestamp {
 
 /// `nodelet get pods`.
 pub(crate) async fn run(args: &GetArgs) -> Result<(), GetError> {
+    if super::nodes::is_nodes(&args.resource) {
+        return super::nodes::run(args, now()).await;
+    }
     if let Some(kind) = super::storage::kind_of(&args.resource) {
         return super::storage::run(args, kind, now()).await;
     }

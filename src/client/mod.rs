@@ -3,6 +3,7 @@
 
 mod get;
 mod logs;
+mod nodes;
 mod pods;
 mod storage;
 

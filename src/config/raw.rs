@@ -143,6 +143,21 @@ pub(super) struct RawNodelet {
     pub(super) image_pull_back_off: Option<RawBackOff>,
     pub(super) pleg_relist_period: Option<GoDuration>,
     pub(super) storage: Option<RawStorage>,
+    #[serde(rename = "imageGCPeriod")]
+    pub(super) image_gc_period: Option<GoDuration>,
+    pub(super) eviction_monitoring_period: Option<GoDuration>,
+    #[serde(rename = "containerGC")]
+    pub(super) container_gc: Option<RawContainerGc>,
+}
+
+/// `nodelet.containerGC:`: dead container garbage collection (the kubelet's GC policy).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawContainerGc {
+    pub(super) period: Option<GoDuration>,
+    pub(super) min_age: Option<GoDuration>,
+    pub(super) max_per_pod_container: Option<i64>,
+    pub(super) max_containers: Option<i64>,
 }
 
 /// `nodelet.storage:`: the volume provisioners.

@@ -205,10 +205,11 @@ fn unknown_and_unsupported_fields_are_named_in_warnings() {
 }
 
 #[test]
-fn fields_parsed_for_later_work_warn_that_they_are_not_enforced() {
+fn eviction_and_image_gc_fields_are_enforced_without_warnings() {
     let l = ok(&[], Some("evictionHard: {memory.available: 200Mi}\nimageGCHighThresholdPercent: 90\n"));
-    assert!(warned(&l, "evictionHard").is_some_and(|m| m.contains("not enforced")));
-    assert!(warned(&l, "imageGCHighThresholdPercent").is_some_and(|m| m.contains("not enforced")));
+    assert_eq!(warned(&l, "evictionHard"), None);
+    assert_eq!(warned(&l, "imageGCHighThresholdPercent"), None);
+    assert_eq!(l.config.image_gc.high_threshold_percent, 90);
     assert_eq!(
         l.config.eviction.hard,
         vec![EvictionThreshold {
@@ -441,4 +442,81 @@ fn the_example_manifests_are_valid_static_pods() {
     let web: serde_json::Value =
         serde_yaml::from_str(&std::fs::read_to_string(dir.join("web.yaml")).expect("web")).expect("yaml");
     assert_eq!(web["spec"]["containers"][0]["ports"][0]["hostPort"], 18080);
+}
+
+#[test]
+fn container_gc_fields_are_read_and_errors_name_them() {
+    let default = ok(&[], None).config.container_gc;
+    assert_eq!(default, crate::container_gc::ContainerGcPolicy::default());
+    assert_eq!(
+        (default.period, default.max_per_pod_container, default.max_containers),
+        (Duration::from_secs(60), 1, None)
+    );
+    let l = ok(
+        &[],
+        Some("nodelet:\n  containerGC: {period: 5s, minAge: 1m, maxPerPodContainer: 2, maxContainers: 10}\n"),
+    );
+    let gc = l.config.container_gc;
+    assert_eq!((gc.period, gc.min_age), (Duration::from_secs(5), Duration::from_secs(60)));
+    assert_eq!((gc.max_per_pod_container, gc.max_containers), (2, Some(10)));
+    assert!(!l.warnings.iter().any(|w| w.field.contains("containerGC")), "{:?}", l.warnings);
+    assert_eq!(
+        ok(&[], Some("nodelet:\n  containerGC: {maxContainers: -1}\n")).config.container_gc.max_containers,
+        None
+    );
+    assert!(err(&[], Some("nodelet:\n  containerGC: {period: 0s}\n")).contains("nodelet.containerGC.period"));
+    assert!(
+        err(&[], Some("nodelet:\n  containerGC: {maxPerPodContainer: 0}\n"))
+            .contains("nodelet.containerGC.maxPerPodContainer")
+    );
+}
+
+#[test]
+fn eviction_and_image_gc_flags_replace_the_file_fields() {
+    let l = ok(
+        &[
+            "--eviction-hard",
+            "memory.available<1Gi,nodefs.available<5%",
+            "--eviction-soft",
+            "memory.available<2Gi",
+            "--eviction-soft-grace-period",
+            "memory.available=1m30s",
+            "--eviction-minimum-reclaim",
+            "nodefs.available=500Mi",
+            "--eviction-pressure-transition-period",
+            "30s",
+            "--image-gc-high-threshold",
+            "70",
+            "--image-gc-low-threshold",
+            "60",
+            "--minimum-image-ttl-duration",
+            "5m",
+        ],
+        Some("evictionHard: {imagefs.available: 20%}\nnodelet: {imageGCPeriod: 1m, evictionMonitoringPeriod: 2s}\n"),
+    );
+    let e = &l.config.eviction;
+    assert_eq!(
+        e.hard,
+        vec![
+            EvictionThreshold { signal: "memory.available".into(), value: ThresholdValue::Quantity(1 << 30) },
+            EvictionThreshold { signal: "nodefs.available".into(), value: ThresholdValue::Percentage(5.0) },
+        ],
+        "the flag replaces the file's evictionHard"
+    );
+    assert_eq!(e.soft.len(), 1);
+    assert_eq!(e.soft_grace_period.get("memory.available"), Some(&Duration::from_secs(90)));
+    assert_eq!(e.minimum_reclaim.get("nodefs.available"), Some(&ThresholdValue::Quantity(500 << 20)));
+    assert_eq!(e.pressure_transition_period, Duration::from_secs(30));
+    assert_eq!(e.monitoring_period, Duration::from_secs(2));
+    let gc = &l.config.image_gc;
+    assert_eq!((gc.high_threshold_percent, gc.low_threshold_percent), (70, 60));
+    assert_eq!((gc.minimum_age, gc.period), (Duration::from_secs(300), Duration::from_secs(60)));
+
+    let defaults = ok(&[], None);
+    assert_eq!(defaults.config.eviction.monitoring_period, Duration::from_secs(10));
+    assert_eq!(defaults.config.image_gc.period, Duration::from_secs(300));
+    assert!(err(&["--eviction-hard", "memory.free<1Gi"], None).contains("--eviction-hard"));
+    assert!(err(&["--eviction-hard", "memory.available=1Gi"], None).contains("not signal<value"));
+    assert!(err(&["--image-gc-high-threshold", "101"], None).contains("--image-gc-high-threshold"));
+    assert!(err(&["--eviction-soft", "memory.available<1Gi"], None).contains("needs a grace period"));
 }

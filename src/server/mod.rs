@@ -2,8 +2,8 @@
 //!
 //! | Listener | Default | Transport | Authentication | Endpoints |
 //! |---|---|---|---|---|
-//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token, anonymous only if enabled | `/pods`, `/healthz`, `/metrics`, `/containerLogs/{ns}/{pod}/{container}` |
-//! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | `/pods`, `/healthz`, `/metrics` |
+//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token, anonymous only if enabled | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}` |
+//! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary` |
 //! | healthz (`--healthz-bind-address`:`--healthz-port`) | 127.0.0.1:10248 | HTTP | none | `/healthz` |
 //!
 //! **Authentication on the main port** works like the kubelet's union authenticator: a client certificate
@@ -105,6 +105,20 @@ pub(crate) trait NodeView: Send + Sync + 'static {
     /// `/apis/storage.k8s.io/v1/storageclasses`. Default: none.
     fn storage_classes(&self) -> k8s_openapi::List<k8s_openapi::api::storage::v1::StorageClass> {
         k8s_openapi::List::default()
+    }
+
+    /// This node as a v1 `Node` (conditions `MemoryPressure`, `DiskPressure`, `PIDPressure`, `Ready`),
+    /// served as a `NodeList` on `/api/v1/nodes` and alone on `/api/v1/nodes/{name}`. Default: none.
+    fn nodes(&self) -> k8s_openapi::List<k8s_openapi::api::core::v1::Node> {
+        k8s_openapi::List::default()
+    }
+
+    /// The Summary API document served on `/stats/summary` (and turned into `/metrics/resource`); gathered
+    /// from the runtime and the host, so it may take a while. Default: unavailable.
+    fn stats_summary(
+        &self,
+    ) -> impl Future<Output = Result<crate::stats::summary::Summary, crate::stats::StatsError>> + Send {
+        std::future::ready(Err(crate::stats::StatsError::Task("stats are not available".to_owned())))
     }
 
     /// Whether the container is running; `/containerLogs?follow=true` stops once the container is no longer

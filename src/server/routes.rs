@@ -45,10 +45,14 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .route("/pods", get(pods::<V>))
         .route("/healthz", get(healthz::<V>))
         .route("/metrics", get(metrics::<V>))
+        .route("/metrics/resource", get(metrics_resource::<V>))
+        .route("/stats/summary", get(stats_summary::<V>))
         .route("/api/v1/events", get(events::<V>))
         .route("/api/v1/persistentvolumes", get(persistent_volumes::<V>))
         .route("/api/v1/persistentvolumeclaims", get(persistent_volume_claims::<V>))
         .route("/apis/storage.k8s.io/v1/storageclasses", get(storage_classes::<V>))
+        .route("/api/v1/nodes", get(nodes::<V>))
+        .route("/api/v1/nodes/{name}", get(node::<V>))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs::<V>))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -56,7 +60,8 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .with_state(shared)
 }
 
-/// The read-only port: `/pods`, `/api/v1/events`, `/healthz`, `/metrics`, no authentication, no
+/// The read-only port: `/pods`, `/api/v1/events`, `/healthz`, `/metrics`, `/metrics/resource`,
+/// `/stats/summary`, no authentication, no
 /// logs.
 pub(crate) fn read_only_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
     Router::new()
@@ -65,8 +70,12 @@ pub(crate) fn read_only_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .route("/api/v1/persistentvolumes", get(persistent_volumes::<V>))
         .route("/api/v1/persistentvolumeclaims", get(persistent_volume_claims::<V>))
         .route("/apis/storage.k8s.io/v1/storageclasses", get(storage_classes::<V>))
+        .route("/api/v1/nodes", get(nodes::<V>))
+        .route("/api/v1/nodes/{name}", get(node::<V>))
         .route("/healthz", get(healthz::<V>))
         .route("/metrics", get(metrics::<V>))
+        .route("/metrics/resource", get(metrics_resource::<V>))
+        .route("/stats/summary", get(stats_summary::<V>))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(shared)
@@ -140,6 +149,17 @@ async fn storage_classes<V: NodeView>(State(shared): St<V>) -> Response {
     json_list(&shared.view.storage_classes(), "storage class")
 }
 
+async fn nodes<V: NodeView>(State(shared): St<V>) -> Response {
+    json_list(&shared.view.nodes(), "node")
+}
+
+async fn node<V: NodeView>(State(shared): St<V>, Path(name): Path<String>) -> Response {
+    match shared.view.nodes().items.into_iter().find(|n| n.metadata.name.as_deref() == Some(name.as_str())) {
+        Some(node) => json_list(&node, "node"),
+        None => status::failure(StatusCode::NOT_FOUND, format!("nodes {name:?} not found")),
+    }
+}
+
 async fn healthz<V: NodeView>(State(shared): St<V>) -> Response {
     match shared.view.healthy() {
         Ok(()) => with_content_type("ok".into_response(), "text/plain; charset=utf-8"),
@@ -153,6 +173,32 @@ async fn healthz<V: NodeView>(State(shared): St<V>) -> Response {
 
 async fn metrics<V: NodeView>(State(shared): St<V>) -> Response {
     with_content_type(shared.view.metrics().into_response(), PROMETHEUS_TEXT)
+}
+
+/// `/stats/summary`; `?only_cpu_and_memory=true` leaves out filesystems, network and volumes.
+async fn stats_summary<V: NodeView>(
+    State(shared): St<V>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
+    let only = query.iter().any(|(k, v)| k == "only_cpu_and_memory" && v == "true");
+    match shared.view.stats_summary().await {
+        Ok(summary) => {
+            json_list(&if only { summary.only_cpu_and_memory() } else { summary }, "stats summary")
+        }
+        Err(e) => {
+            status::failure(StatusCode::SERVICE_UNAVAILABLE, format!("cannot get the stats summary: {e}"))
+        }
+    }
+}
+
+/// `/metrics/resource`: the kubelet's resource metrics, from the summary.
+async fn metrics_resource<V: NodeView>(State(shared): St<V>) -> Response {
+    let summary = shared.view.stats_summary().await;
+    let text = match &summary {
+        Ok(s) => crate::stats::resource::encode(Ok(s)),
+        Err(e) => crate::stats::resource::encode(Err(e)),
+    };
+    with_content_type(text.into_response(), PROMETHEUS_TEXT)
 }
 
 async fn container_logs<V: NodeView>(

@@ -15,9 +15,11 @@
 //! and to pod IPs in 198.18.0.0/16.
 
 mod api;
+mod eviction;
 mod lifecycle;
 mod probes;
 mod restarts;
 mod sources;
+mod stats;
 mod support;
 mod volumes;

@@ -130,6 +130,20 @@ impl Ports {
     }
 }
 
+/// How [`Nodelet::start_with`] differs from [`Nodelet::start`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StartOptions {
+    /// KubeletConfiguration fields (YAML, top level, one per line) added to the config file.
+    pub(crate) config_extra: String,
+    /// Fields under `nodelet:` (YAML, one per line, unindented) added to the config file.
+    pub(crate) nodelet_extra: String,
+    /// `--root-dir` instead of `<tmp>/root` (e.g. a small filesystem the test mounted).
+    pub(crate) root_dir: Option<PathBuf>,
+    /// Run nodelet's own containerd under the root directory (no `--container-runtime-endpoint`),
+    /// importing the image archives of this directory (`--preload-images`).
+    pub(crate) embedded_runtime: Option<PathBuf>,
+}
+
 /// A running nodelet daemon and everything it owns; see the [module docs](self).
 #[derive(Debug)]
 pub(crate) struct Nodelet {
@@ -141,6 +155,7 @@ pub(crate) struct Nodelet {
     http: reqwest::Client,
     cri: CriClient,
     torn_down: bool,
+    options: StartOptions,
 }
 
 static NEXT_NODE: AtomicU32 = AtomicU32::new(0);
@@ -148,7 +163,13 @@ static NEXT_NODE: AtomicU32 = AtomicU32::new(0);
 impl Nodelet {
     /// Starts nodelet for the test `hint` (part of the node name) and waits until it is healthy.
     pub(crate) async fn start(env: &Env, hint: &str) -> Nodelet {
+        Nodelet::start_with(env, hint, StartOptions::default()).await
+    }
+
+    /// [`start`](Self::start) with other settings.
+    pub(crate) async fn start_with(env: &Env, hint: &str, options: StartOptions) -> Nodelet {
         sweep_leftovers(&env.endpoint).await;
+        let mut env = env.clone();
         let n = NEXT_NODE.fetch_add(1, Ordering::Relaxed);
         let node = format!("{NODE_PREFIX}{hint}-{}-{n}", std::process::id());
         let dir = match tempfile::Builder::new().prefix("nodelet-e2e-").tempdir() {
@@ -165,10 +186,26 @@ impl Nodelet {
              nodelet:\n  \
                tokenAuthFile: tokens.csv\n  \
                containerRestartBackOff: {{initial: {}ms, max: {}ms, resetAfter: 10m}}\n  \
-               imagePullBackOff: {{initial: 1s, max: 4s}}\n",
+               imagePullBackOff: {{initial: 1s, max: 4s}}\n{}{}",
             BACKOFF_INITIAL.as_millis(),
-            BACKOFF_MAX.as_millis()
+            BACKOFF_MAX.as_millis(),
+            options.nodelet_extra.lines().map(|l| format!("  {l}\n")).collect::<String>(),
+            options.config_extra.lines().map(|l| format!("{l}\n")).collect::<String>(),
         );
+        // The tests share one runtime on a disk that may be nearly full: no disk-pressure eviction (it
+        // would refuse every pod) and no image garbage collection (it would remove images other tests
+        // use), unless a test asks for them.
+        let mut config = config;
+        if !options.config_extra.contains("evictionHard:") {
+            config.push_str("evictionHard: {memory.available: 100Mi}\n");
+        }
+        if !options.config_extra.contains("imageGCHighThresholdPercent:") {
+            config.push_str("imageGCHighThresholdPercent: 100\n");
+        }
+        if options.embedded_runtime.is_some() {
+            let root = options.root_dir.clone().unwrap_or_else(|| dir.path().join("root"));
+            env.endpoint = format!("unix://{}", root.join("containerd/containerd.sock").display());
+        }
         write_file(&dir.path().join("config.yaml"), &config);
         let http = match reqwest::Client::builder()
             .no_proxy()
@@ -192,6 +229,7 @@ impl Nodelet {
             http,
             cri,
             torn_down: false,
+            options,
         };
         nodelet.launch().await;
         nodelet
@@ -236,10 +274,13 @@ impl Nodelet {
         let path = |p: &str| d.join(p).display().to_string();
         [
             ("--config", path("config.yaml")),
-            ("--root-dir", path("root")),
+            ("--root-dir", self.root_dir().display().to_string()),
             ("--pod-manifest-path", path("manifests")),
             ("--pod-logs-dir", path("logs")),
-            ("--container-runtime-endpoint", self.env.endpoint.clone()),
+            match &self.options.embedded_runtime {
+                Some(images) => ("--preload-images", images.display().to_string()),
+                None => ("--container-runtime-endpoint", self.env.endpoint.clone()),
+            },
             ("--hostname-override", self.node.clone()),
             ("--address", "127.0.0.1".to_owned()),
             ("--read-only-port", self.ports.read_only.to_string()),
@@ -304,7 +345,17 @@ impl Nodelet {
 
     /// `--root-dir`.
     pub(crate) fn root_dir(&self) -> PathBuf {
-        self.dir.path().join("root")
+        self.options.root_dir.clone().unwrap_or_else(|| self.dir.path().join("root"))
+    }
+
+    /// The config file (`--config`); a change applies at the next [`start_again`](Self::start_again).
+    pub(crate) fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.yaml")
+    }
+
+    /// The runtime this nodelet uses (its own containerd's socket with an embedded runtime).
+    pub(crate) fn endpoint(&self) -> &str {
+        &self.env.endpoint
     }
 
     /// `--pod-manifest-path`.

@@ -2,12 +2,14 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -39,6 +41,78 @@ pub struct CriClient {
     image: ImageServiceClient<Channel>,
     channel: Channel,
     config: CriConfig,
+    /// Shared by every clone, so metrics installed later count the calls of earlier clones too.
+    metrics: Arc<OnceLock<CriMetrics>>,
+}
+
+/// The kubelet's metrics of runtime calls, labelled `operation_type` with the kubelet's names
+/// (`run_podsandbox`, `list_containers`, `pull_image`…): `kubelet_runtime_operations_total`,
+/// `kubelet_runtime_operations_errors_total` and the histogram `kubelet_runtime_operations_duration_seconds`
+/// (buckets 0.005 s × 2.5ⁿ, 14 of them).
+#[derive(Debug, Clone)]
+pub struct CriMetrics {
+    total: IntCounterVec,
+    errors: IntCounterVec,
+    duration: HistogramVec,
+}
+
+impl CriMetrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn new(registry: &prometheus::Registry) -> std::result::Result<Self, prometheus::Error> {
+        let total = IntCounterVec::new(
+            Opts::new(
+                "kubelet_runtime_operations_total",
+                "Cumulative number of runtime operations by operation type.",
+            ),
+            &["operation_type"],
+        )?;
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "kubelet_runtime_operations_errors_total",
+                "Cumulative number of runtime operation errors by operation type.",
+            ),
+            &["operation_type"],
+        )?;
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                "kubelet_runtime_operations_duration_seconds",
+                "Duration in seconds of runtime operations. Broken down by operation type.",
+            )
+            .buckets(prometheus::exponential_buckets(0.005, 2.5, 14)?),
+            &["operation_type"],
+        )?;
+        registry.register(Box::new(total.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(duration.clone()))?;
+        Ok(Self { total, errors, duration })
+    }
+
+    fn record(&self, call: &'static str, elapsed: Duration, failed: bool) {
+        let op = operation_type(call);
+        self.total.with_label_values(&[&op]).inc();
+        if failed {
+            self.errors.with_label_values(&[&op]).inc();
+        }
+        self.duration.with_label_values(&[&op]).observe(elapsed.as_secs_f64());
+    }
+}
+
+/// The kubelet's `operation_type` of a CRI call: `RunPodSandbox` → `run_podsandbox`,
+/// `ListContainerStats` → `list_container_stats`.
+fn operation_type(call: &str) -> String {
+    let call = call.replace("PodSandbox", "Podsandbox");
+    let mut out = String::with_capacity(call.len() + 4);
+    for (i, ch) in call.chars().enumerate() {
+        if ch.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(ch.to_ascii_lowercase());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
 
 /// Readiness of the runtime as reported by CRI `Status`.
@@ -184,7 +258,7 @@ impl CriClient {
         let image = ImageServiceClient::new(channel.clone())
             .max_decoding_message_size(max)
             .max_encoding_message_size(max);
-        CriClient { runtime, image, channel, config }
+        CriClient { runtime, image, channel, config, metrics: Arc::default() }
     }
 
     fn grpc_endpoint(config: &CriConfig, path: &Path) -> Result<Endpoint> {
@@ -194,6 +268,12 @@ impl CriClient {
             reason: error_chain(&e),
         })?;
         Ok(endpoint.connect_timeout(config.connect_timeout))
+    }
+
+    /// Counts and times every call of this client and of all its clones (made before or after) in
+    /// `metrics`. Only the first metrics installed count; returns false when some were installed already.
+    pub fn set_metrics(&self, metrics: CriMetrics) -> bool {
+        self.metrics.set(metrics).is_ok()
     }
 
     /// The configuration this client was built with.
@@ -237,7 +317,11 @@ impl CriClient {
             },
             None => f(request).await.map_err(|s| CriError::from_status(call, s)),
         };
-        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let elapsed = started.elapsed();
+        if let Some(metrics) = self.metrics.get() {
+            metrics.record(call, elapsed, outcome.is_err());
+        }
+        let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
         match &outcome {
             Ok(_) => tracing::trace!(call, elapsed_ms, "CRI call ok"),
             Err(e) => tracing::debug!(call, elapsed_ms, error = %e, "CRI call failed"),
@@ -626,6 +710,46 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_secs(30)), 30);
         assert_eq!(ceil_secs(Duration::from_millis(30_001)), 31);
         assert_eq!(ceil_secs(Duration::MAX), i64::MAX);
+    }
+
+    #[test]
+    fn operation_types_are_the_kubelets() {
+        for (call, op) in [
+            ("RunPodSandbox", "run_podsandbox"),
+            ("ListPodSandbox", "list_podsandbox"),
+            ("PodSandboxStatus", "podsandbox_status"),
+            ("ListPodSandboxStats", "list_podsandbox_stats"),
+            ("ListContainerStats", "list_container_stats"),
+            ("ImageFsInfo", "image_fs_info"),
+            ("ExecSync", "exec_sync"),
+            ("Version", "version"),
+        ] {
+            assert_eq!(operation_type(call), op);
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_are_counted_in_every_clone() {
+        let dir = std::env::temp_dir().join(format!("nodelet-cri-metrics-{}", fastrand::u64(..)));
+        let config = CriConfig::new(format!("unix://{}/nope.sock", dir.display()))
+            .with_connect_timeout(Duration::from_secs(5));
+        let client = CriClient::connect_lazy(config).expect("lazy client");
+        let early_clone = client.clone();
+        let registry = prometheus::Registry::new();
+        assert!(client.set_metrics(CriMetrics::new(&registry).expect("metrics")));
+        assert!(!client.set_metrics(CriMetrics::new(&prometheus::Registry::new()).expect("metrics")));
+        assert!(early_clone.version().await.is_err());
+        let mut out = Vec::new();
+        prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &registry.gather(), &mut out)
+            .expect("encode");
+        let text = String::from_utf8(out).expect("utf-8");
+        for line in [
+            "kubelet_runtime_operations_total{operation_type=\"version\"} 1",
+            "kubelet_runtime_operations_errors_total{operation_type=\"version\"} 1",
+            "kubelet_runtime_operations_duration_seconds_count{operation_type=\"version\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
     }
 
     #[test]

@@ -61,13 +61,14 @@ mod dns;
 mod error;
 pub mod events;
 mod filter;
+pub mod image_gc;
 pub mod images;
 pub mod labels;
 mod pod_runtime;
 pub mod probe;
 mod spec;
 
-pub use client::{CriClient, ExecSyncOutput, NETWORK_READY, RUNTIME_READY, RuntimeReadiness};
+pub use client::{CriClient, CriMetrics, ExecSyncOutput, NETWORK_READY, RUNTIME_READY, RuntimeReadiness};
 pub use config::{
     CriConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONTAINERD_NAMESPACE, DEFAULT_EXEC_SYNC_MARGIN,
     DEFAULT_IMAGE_PULL_TIMEOUT, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_RUNTIME_REQUEST_TIMEOUT, parse_endpoint,

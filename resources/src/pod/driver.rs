@@ -128,6 +128,8 @@ pub struct PodDriver<R> {
     runtime: Arc<R>,
     metrics: PodMetrics,
     sandbox_slots: Arc<tokio::sync::Semaphore>,
+    /// When nodelet started each pod that is not running yet (for `kubelet_pod_start_duration_seconds`).
+    starting: Arc<std::sync::Mutex<HashMap<PodUid, tokio::time::Instant>>>,
 }
 
 /// Sandbox creations that run at once. Creating a sandbox (network namespace, CNI, pause
@@ -143,12 +145,33 @@ impl<R: PodRuntime> PodDriver<R> {
 
     /// A driver that creates at most `slots` sandboxes at once (at least one).
     pub fn with_sandbox_slots(runtime: Arc<R>, metrics: PodMetrics, slots: usize) -> Self {
-        Self { runtime, metrics, sandbox_slots: Arc::new(tokio::sync::Semaphore::new(slots.max(1))) }
+        Self {
+            runtime,
+            metrics,
+            sandbox_slots: Arc::new(tokio::sync::Semaphore::new(slots.max(1))),
+            starting: Arc::default(),
+        }
     }
 
     /// The runtime.
     pub fn runtime(&self) -> &R {
         &self.runtime
+    }
+
+    fn starting(&self) -> std::sync::MutexGuard<'_, HashMap<PodUid, tokio::time::Instant>> {
+        self.starting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Observes the pod's start duration once all its app containers run.
+    fn observe_started(&self, uid: &str, pod: &DesiredPod, outcome: &Outcome<PodActual, RuntimeError>) {
+        let Outcome::Done(Update::Set(state)) = outcome else { return };
+        let all_running = pod
+            .containers()
+            .iter()
+            .all(|spec| state.container(&spec.name).is_some_and(|c| c.state == ContainerState::Running));
+        if all_running && let Some(since) = self.starting().remove(uid) {
+            self.metrics.pod_start_duration.observe(since.elapsed().as_secs_f64());
+        }
     }
 
     async fn state(&self, uid: &str) -> Outcome<PodActual, RuntimeError> {
@@ -255,6 +278,40 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
         &self,
         uid: &PodUid,
         op: &PodOp,
+        cancel: &CancellationToken,
+    ) -> Outcome<PodActual, RuntimeError> {
+        let started = tokio::time::Instant::now();
+        let kind = match op {
+            PodOp::CreateSandbox { .. } => "create",
+            PodOp::StartContainer { .. } | PodOp::KillContainers { .. } => "update",
+            PodOp::KillPod { .. } => "kill",
+            PodOp::Refresh => "sync",
+        };
+        let outcome = self.execute_op(uid, op, cancel).await;
+        self.metrics.pod_worker_duration.with_label_values(&[kind]).observe(started.elapsed().as_secs_f64());
+        match op {
+            PodOp::CreateSandbox { attempt: 0, .. } => {
+                self.starting().entry(uid.clone()).or_insert(started);
+            }
+            PodOp::StartContainer { pod, .. } => self.observe_started(uid, pod, &outcome),
+            PodOp::KillPod { .. } => {
+                self.starting().remove(uid);
+            }
+            _ => {}
+        }
+        outcome
+    }
+
+    async fn reconstruct(&self) -> Result<Vec<(PodUid, PodActual)>, RuntimeError> {
+        Ok(self.runtime.list_pods().await?.into_iter().collect())
+    }
+}
+
+impl<R: PodRuntime> PodDriver<R> {
+    async fn execute_op(
+        &self,
+        uid: &PodUid,
+        op: &PodOp,
         _cancel: &CancellationToken,
     ) -> Outcome<PodActual, RuntimeError> {
         match op {
@@ -284,9 +341,5 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
             }
             PodOp::KillPod { grace, remove } => self.kill(uid, *grace, *remove).await,
         }
-    }
-
-    async fn reconstruct(&self) -> Result<Vec<(PodUid, PodActual)>, RuntimeError> {
-        Ok(self.runtime.list_pods().await?.into_iter().collect())
     }
 }

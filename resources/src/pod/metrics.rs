@@ -1,6 +1,6 @@
 //! Pod metrics with the kubelet's names (see the shared reference, §10).
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, Registry};
 
 /// The pod metrics kept live; gauges of running pods and containers are computed at scrape time
 /// from the actual store.
@@ -14,7 +14,20 @@ pub struct PodMetrics {
     pub started_containers: IntCounter,
     /// `kubelet_started_pods_total`.
     pub started_pods: IntCounter,
+    /// `kubelet_pod_start_duration_seconds`: from nodelet starting a pod (its first sandbox) to all its
+    /// app containers running.
+    pub pod_start_duration: Histogram,
+    /// `kubelet_pod_worker_duration_seconds{operation_type}`: one pod operation, labelled as the
+    /// kubelet's sync types: `create` (sandbox), `update` (start or kill containers), `kill` (the whole
+    /// pod), `sync` (refresh).
+    pub pod_worker_duration: HistogramVec,
 }
+
+/// The kubelet's buckets of `kubelet_pod_start_duration_seconds`.
+const POD_START_BUCKETS: &[f64] = &[
+    0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0,
+    480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
+];
 
 const PLEG_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
@@ -44,7 +57,23 @@ impl PodMetrics {
                 "kubelet_started_pods_total",
                 "Cumulative number of pods started.",
             )?,
+            pod_start_duration: Histogram::with_opts(
+                HistogramOpts::new(
+                    "kubelet_pod_start_duration_seconds",
+                    "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+                )
+                .buckets(POD_START_BUCKETS.to_vec()),
+            )?,
+            pod_worker_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "kubelet_pod_worker_duration_seconds",
+                    "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
+                ),
+                &["operation_type"],
+            )?,
         };
+        registry.register(Box::new(m.pod_start_duration.clone()))?;
+        registry.register(Box::new(m.pod_worker_duration.clone()))?;
         registry.register(Box::new(m.pleg_relist_duration.clone()))?;
         registry.register(Box::new(m.pleg_relist_interval.clone()))?;
         registry.register(Box::new(m.started_containers.clone()))?;

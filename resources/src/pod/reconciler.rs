@@ -69,6 +69,7 @@ pub struct PodReconciler {
     clock: Clock,
     volumes: Option<VolumeGate>,
     probes: Option<crate::probe::results::ProbeResults>,
+    verdicts: Option<crate::eviction::verdict::PodVerdicts>,
 }
 
 impl fmt::Debug for PodReconciler {
@@ -80,7 +81,7 @@ impl fmt::Debug for PodReconciler {
 impl PodReconciler {
     /// A reconciler with the given crash-loop timing and clock.
     pub fn new(backoff: CrashLoopBackOff, clock: Clock) -> Self {
-        Self { backoff, clock, volumes: None, probes: None }
+        Self { backoff, clock, volumes: None, probes: None, verdicts: None }
     }
 
     /// Restarts containers whose liveness or startup probe failed, as `results` says, and lets
@@ -111,6 +112,18 @@ impl PodReconciler {
             Some(gate) => gate.check(pod),
             None => VolumeReadiness::Ready(Arc::default()),
         }
+    }
+
+    /// Applies the node's verdicts: pods refused at admission (under node pressure) never start,
+    /// evicted pods are killed and never start again. Wake the engine when a verdict is added.
+    pub fn with_verdicts(mut self, verdicts: crate::eviction::verdict::PodVerdicts) -> Self {
+        self.verdicts = Some(verdicts);
+        self
+    }
+
+    /// The node's verdicts, if applied.
+    pub fn verdicts(&self) -> Option<&crate::eviction::verdict::PodVerdicts> {
+        self.verdicts.as_ref()
     }
 
     /// The crash-loop timing.
@@ -325,6 +338,11 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
             }
             (None, _) => Plan::Idle,
             (Some(pod), actual) => {
+                if let Some(verdict) =
+                    self.verdicts.as_ref().and_then(|v| v.admit(pod, actual.is_some_and(|a| !a.is_empty())))
+                {
+                    return crate::eviction::verdict::plan_stopped(actual, &verdict);
+                }
                 let empty = PodActual::default();
                 self.plan_running(pod, actual.unwrap_or(&empty))
             }

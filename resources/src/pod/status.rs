@@ -112,7 +112,7 @@ pub fn pod_status(
         PodOp::CreateSandbox { .. } => Some(f.error.to_string()),
         _ => None,
     });
-    PodStatus {
+    let status = PodStatus {
         phase: Some(phase.to_string()),
         conditions: Some(conditions),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
@@ -123,6 +123,11 @@ pub fn pod_status(
         qos_class: Some(qos_class(pod).to_string()),
         message: failure_message,
         ..PodStatus::default()
+    };
+    // An evicted or refused pod is Failed with the verdict's reason and message.
+    match reconciler.verdicts().and_then(|v| v.verdict(pod.uid())) {
+        Some(verdict) => crate::eviction::verdict::apply(&verdict, status, now),
+        None => status,
     }
 }
 

@@ -45,6 +45,7 @@ pub struct Populator<R> {
     writer: Writer<VolumeKey, DesiredVolume>,
     renderer: Arc<R>,
     claims: Option<Arc<dyn ClaimLookup>>,
+    verdicts: Option<crate::eviction::verdict::PodVerdicts>,
 }
 
 impl<R> std::fmt::Debug for Populator<R> {
@@ -64,7 +65,14 @@ impl<R: Renderer> Populator<R> {
         writer: Writer<VolumeKey, DesiredVolume>,
         renderer: Arc<R>,
     ) -> Self {
-        Self { pods, pod_actual, writer, renderer, claims: None }
+        Self { pods, pod_actual, writer, renderer, claims: None, verdicts: None }
+    }
+
+    /// Releases the volumes of pods evicted or refused under node pressure once nothing of theirs
+    /// runs (the kubelet tears down the volumes of terminated pods, which frees their emptyDirs).
+    pub fn with_verdicts(mut self, verdicts: crate::eviction::verdict::PodVerdicts) -> Self {
+        self.verdicts = Some(verdicts);
+        self
     }
 
     /// Mounts `persistentVolumeClaim` volumes: the PersistentVolume bound to the claim, found
@@ -109,8 +117,12 @@ impl<R: Renderer> Populator<R> {
     pub fn sync(&mut self) -> usize {
         let current = self.writer.reader();
         let mut entries: Vec<(VolumeKey, DesiredVolume)> = Vec::new();
-        self.pods.for_each(|_, pod| {
-            entries.extend(self.volumes_of(pod).into_iter().map(|v| (v.key(), v)));
+        self.pods.for_each(|uid, pod| {
+            let stopped = self.verdicts.as_ref().is_some_and(|v| v.verdict(uid).is_some())
+                && !self.pod_actual.get(uid).is_some_and(|a| a.any_running());
+            if !stopped {
+                entries.extend(self.volumes_of(pod).into_iter().map(|v| (v.key(), v)));
+            }
         });
         // Pods no longer desired keep their volumes while a container of theirs runs.
         for (key, volume) in current.entries() {

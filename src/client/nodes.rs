@@ -1,0 +1,185 @@
+//! `nodelet get nodes`: the node with its status and pressure conditions, like `kubectl get nodes`
+//! (plus a PRESSURE column: the pressure conditions that are true).
+
+use std::io::Write;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+
+use super::get::{GetError, fetch_list};
+use super::pods::{human_duration_since, render_table};
+use crate::cli::{GetArgs, OutputFormat};
+
+/// Whether a `get` resource argument names nodes.
+pub(crate) fn is_nodes(resource: &str) -> bool {
+    matches!(resource, "nodes" | "node" | "no")
+}
+
+fn condition<'a>(node: &'a Node, kind: &str) -> Option<&'a str> {
+    node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind).map(|c| c.status.as_str())
+}
+
+/// One table row: NAME, STATUS, ROLES, AGE, VERSION, PRESSURE.
+pub(crate) fn node_row(node: &Node, now: Timestamp) -> Vec<String> {
+    let status = match condition(node, "Ready") {
+        Some("True") => "Ready",
+        Some("False") => "NotReady",
+        _ => "Unknown",
+    };
+    let pressure: Vec<&str> = ["MemoryPressure", "DiskPressure", "PIDPressure"]
+        .into_iter()
+        .filter(|c| condition(node, c) == Some("True"))
+        .collect();
+    let roles: Vec<&str> = node
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .filter_map(|(k, _)| k.strip_prefix("node-role.kubernetes.io/"))
+        .collect();
+    vec![
+        node.metadata.name.clone().unwrap_or_default(),
+        status.to_owned(),
+        if roles.is_empty() { "<none>".to_owned() } else { roles.join(",") },
+        node.metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or_else(|| "<unknown>".to_owned(), |t| human_duration_since(t.0, now)),
+        node.status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.kubelet_version.clone())
+            .unwrap_or_default(),
+        if pressure.is_empty() { "<none>".to_owned() } else { pressure.join(",") },
+    ]
+}
+
+/// Prints `nodes` as `args` asks.
+pub(crate) fn print_nodes(
+    args: &GetArgs,
+    nodes: Vec<Node>,
+    now: Timestamp,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), GetError> {
+    let mut missing = Vec::new();
+    let nodes: Vec<Node> = if args.names.is_empty() {
+        nodes
+    } else {
+        let mut picked = Vec::new();
+        for name in &args.names {
+            match nodes.iter().find(|n| n.metadata.name.as_deref() == Some(name.as_str())) {
+                Some(n) => picked.push(n.clone()),
+                None => missing.push(name.clone()),
+            }
+        }
+        picked
+    };
+    let io = GetError::Output;
+    let encode = |e: &dyn std::fmt::Display| GetError::Output(std::io::Error::other(e.to_string()));
+    let value = || -> Result<serde_json::Value, GetError> {
+        if args.names.len() == 1 && nodes.len() == 1 {
+            serde_json::to_value(&nodes[0]).map_err(|e| encode(&e))
+        } else {
+            let mut items = serde_json::to_value(&nodes).map_err(|e| encode(&e))?;
+            for item in items.as_array_mut().into_iter().flatten() {
+                item["apiVersion"] = "v1".into();
+                item["kind"] = "Node".into();
+            }
+            Ok(serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items,
+                                  "metadata": {"resourceVersion": ""}}))
+        }
+    };
+    match args.output {
+        Some(OutputFormat::Json) => {
+            let text = serde_json::to_string_pretty(&value()?).map_err(|e| encode(&e))?;
+            writeln!(out, "{text}").map_err(io)?;
+        }
+        Some(OutputFormat::Yaml) => {
+            let text = serde_yaml::to_string(&value()?).map_err(|e| encode(&e))?;
+            write!(out, "{text}").map_err(io)?;
+        }
+        Some(OutputFormat::Name) => {
+            for n in &nodes {
+                writeln!(out, "node/{}", n.metadata.name.as_deref().unwrap_or_default()).map_err(io)?;
+            }
+        }
+        None | Some(OutputFormat::Wide) => {
+            if nodes.is_empty() && missing.is_empty() {
+                writeln!(err, "No resources found").map_err(io)?;
+            } else if !nodes.is_empty() {
+                let rows: Vec<Vec<String>> = nodes.iter().map(|n| node_row(n, now)).collect();
+                let headers = ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "PRESSURE"];
+                write!(out, "{}", render_table(&headers, &rows)).map_err(io)?;
+            }
+        }
+    }
+    out.flush().map_err(io)?;
+    if missing.is_empty() { Ok(()) } else { Err(GetError::Missing { kind: "node", names: missing }) }
+}
+
+/// Fetches `/api/v1/nodes` and prints it.
+pub(crate) async fn run(args: &GetArgs, now: Timestamp) -> Result<(), GetError> {
+    let nodes: Vec<Node> = fetch_list(args, "/api/v1/nodes").await?;
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    print_nodes(args, nodes, now, &mut stdout.lock(), &mut stderr.lock())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(flags: &[&str]) -> GetArgs {
+        let mut v = vec!["nodelet", "get", "nodes"];
+        v.extend_from_slice(flags);
+        match crate::cli::Cli::try_parse_from(v).map(crate::cli::Cli::into_command) {
+            Ok(crate::cli::Command::Get(g)) => g,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn node() -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "node1", "creationTimestamp": "2024-05-01T11:00:00Z"},
+            "status": {
+                "nodeInfo": {"kubeletVersion": "nodelet/v0.1.0", "architecture": "", "bootID": "",
+                    "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "",
+                    "machineID": "",
+                    "operatingSystem": "", "osImage": "", "systemUUID": ""},
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False"},
+                    {"type": "DiskPressure", "status": "True"},
+                    {"type": "PIDPressure", "status": "False"},
+                    {"type": "Ready", "status": "True"}
+                ]
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_table_shows_readiness_and_the_pressure_conditions() {
+        let now = "2024-05-01T12:00:00Z".parse().unwrap_or(Timestamp::UNIX_EPOCH);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        print_nodes(&args(&[]), vec![node()], now, &mut out, &mut err).unwrap_or_else(|e| panic!("{e}"));
+        let text = String::from_utf8_lossy(&out);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "PRESSURE"]
+        );
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            ["node1", "Ready", "<none>", "60m", "nodelet/v0.1.0", "DiskPressure"]
+        );
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        print_nodes(&args(&["node1", "-o", "yaml"]), vec![node()], now, &mut out, &mut err)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("type: DiskPressure") && text.contains("status: 'True'"), "{text}");
+        let r = print_nodes(&args(&["other"]), vec![node()], now, &mut Vec::new(), &mut Vec::new());
+        assert!(matches!(r, Err(GetError::Missing { kind: "node", .. })));
+    }
+}

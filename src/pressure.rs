@@ -1,0 +1,284 @@
+//! Node pressure: the image garbage collector and the eviction manager wired to the stats
+//! provider and the pod engine, and the v1 `Node` object that shows the pressure conditions.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, NodeSystemInfo};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use nodelet_resources::eviction::events::NodeEvents;
+use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, PressureView};
+use nodelet_resources::eviction::metrics::EvictionMetrics;
+use nodelet_resources::eviction::signal::{
+    Amount, BoxFuture, Observation, Observations, PodUsage, Signal, SignalError, SignalSource, Threshold,
+};
+use nodelet_resources::eviction::state::Policy;
+use nodelet_resources::eviction::verdict::PodVerdicts;
+use nodelet_resources::image::gc::{ImageGc, ImageGcMetrics, ImageReclaimer};
+use nodelet_resources::image::plan::ImageGcPolicy;
+use nodelet_resources::pod::actual::PodActual;
+use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::pod::reconciler::Clock;
+use nodelet_resources::pod::status::time;
+use nodelet_resources::volume::actual::VolumeActual;
+use nodelet_resources::volume::desired::{VolumeKey, split_key};
+use reconcile_engine::{Store, Waker};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, ThresholdValue};
+use crate::stats::StatsProvider;
+
+/// The eviction signals from the stats provider.
+struct StatsSignals(StatsProvider);
+
+fn amount(v: &ThresholdValue) -> Amount {
+    match v {
+        ThresholdValue::Quantity(q) => Amount::Quantity(*q),
+        ThresholdValue::Percentage(p) => Amount::Percentage(*p),
+    }
+}
+
+impl SignalSource for StatsSignals {
+    fn observe(&self) -> BoxFuture<'_, Result<Observations, SignalError>> {
+        Box::pin(async move {
+            let node = self.0.node().await.map_err(|e| SignalError(e.to_string()))?;
+            let mut out = Observations::new();
+            if let Some(m) = &node.memory
+                && let (Some(available), Some(ws)) = (m.available_bytes, m.working_set_bytes)
+            {
+                out.insert(Signal::MemoryAvailable, Observation { available, capacity: available + ws });
+            }
+            let mut fs = |bytes: Signal, inodes: Signal, f: &crate::stats::summary::FsStats| {
+                if let (Some(available), Some(capacity)) = (f.available_bytes, f.capacity_bytes) {
+                    out.insert(bytes, Observation { available, capacity });
+                }
+                if let (Some(available), Some(capacity)) = (f.inodes_free, f.inodes) {
+                    out.insert(inodes, Observation { available, capacity });
+                }
+            };
+            if let Some(f) = &node.fs {
+                fs(Signal::NodeFsAvailable, Signal::NodeFsInodesFree, f);
+            }
+            if let Some(f) = node.runtime.as_ref().and_then(|r| r.image_fs.as_ref()) {
+                fs(Signal::ImageFsAvailable, Signal::ImageFsInodesFree, f);
+            }
+            if let Some(f) = node.runtime.as_ref().and_then(|r| r.container_fs.as_ref()) {
+                fs(Signal::ContainerFsAvailable, Signal::ContainerFsInodesFree, f);
+            }
+            if let Some(r) = &node.rlimit
+                && let (Some(max), Some(cur)) = (r.maxpid, r.curproc)
+            {
+                let capacity = u64::try_from(max).unwrap_or(0);
+                let used = u64::try_from(cur).unwrap_or(0);
+                out.insert(
+                    Signal::PidAvailable,
+                    Observation { available: capacity.saturating_sub(used), capacity },
+                );
+            }
+            Ok(out)
+        })
+    }
+
+    fn pod_usage(&self) -> BoxFuture<'_, Result<BTreeMap<String, PodUsage>, SignalError>> {
+        Box::pin(async move {
+            let summary = self.0.summary().await.map_err(|e| SignalError(e.to_string()))?;
+            Ok(summary
+                .pods
+                .into_iter()
+                .map(|p| {
+                    let usage = PodUsage {
+                        memory: p.memory.as_ref().and_then(|m| m.working_set_bytes),
+                        disk: p.ephemeral_storage.as_ref().and_then(|f| f.used_bytes),
+                        inodes: p.ephemeral_storage.as_ref().and_then(|f| f.inodes_used),
+                        processes: p.process_stats.as_ref().and_then(|s| s.process_count),
+                    };
+                    (p.pod_ref.uid, usage)
+                })
+                .collect())
+        })
+    }
+}
+
+/// The eviction manager's settings from the configuration.
+pub(crate) fn eviction_config(c: &config::EvictionConfig) -> EvictionConfig {
+    let signal = |name: &str| Signal::parse(name);
+    let mut thresholds = Vec::new();
+    for t in &c.hard {
+        if let Some(s) = signal(&t.signal) {
+            thresholds.push(Threshold::hard(s, amount(&t.value)));
+        }
+    }
+    for t in &c.soft {
+        if let (Some(s), Some(grace)) = (signal(&t.signal), c.soft_grace_period.get(&t.signal)) {
+            thresholds.push(Threshold::soft(s, amount(&t.value), *grace));
+        }
+    }
+    for t in &mut thresholds {
+        if let Some(v) = c.minimum_reclaim.get(t.signal.as_str()) {
+            t.min_reclaim = Some(amount(v));
+        }
+    }
+    // A threshold of 0 is never met; the kubelet drops such thresholds too.
+    thresholds.retain(|t| !matches!(t.value, Amount::Quantity(0)) && t.value != Amount::Percentage(0.0));
+    EvictionConfig {
+        policy: Policy { thresholds, pressure_transition_period: c.pressure_transition_period },
+        monitoring_period: c.monitoring_period,
+        max_pod_grace_period: Duration::from_secs(u64::try_from(c.max_pod_grace_period).unwrap_or(0)),
+        pod_cleanup_timeout: Duration::from_secs(30),
+    }
+}
+
+/// The image GC policy from the configuration.
+pub(crate) fn image_gc_policy(c: &config::ImageGcConfig) -> ImageGcPolicy {
+    ImageGcPolicy {
+        high_threshold_percent: c.high_threshold_percent,
+        low_threshold_percent: c.low_threshold_percent,
+        minimum_age: c.minimum_age,
+        maximum_age: c.maximum_age,
+    }
+}
+
+/// What the node view shows of the node's pressure.
+#[derive(Clone)]
+pub(crate) struct PressureState {
+    /// The pressure conditions.
+    pub(crate) view: PressureView,
+    /// Eviction and image GC events.
+    pub(crate) events: NodeEvents,
+}
+
+/// What [`start`] needs.
+pub(crate) struct Wiring<'a> {
+    pub(crate) config: &'a config::Config,
+    pub(crate) cri: nodelet_cri::CriClient,
+    pub(crate) stats: StatsProvider,
+    pub(crate) desired: Store<PodUid, DesiredPod>,
+    pub(crate) actual: Store<PodUid, PodActual>,
+    pub(crate) volumes: Store<VolumeKey, VolumeActual>,
+    pub(crate) verdicts: PodVerdicts,
+    pub(crate) waker: Waker<PodUid>,
+    pub(crate) registry: &'a prometheus::Registry,
+    pub(crate) clock: Clock,
+}
+
+/// Starts image garbage collection and the eviction manager on `tasks`.
+pub(crate) fn start(
+    w: Wiring<'_>,
+    shutdown: &CancellationToken,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> Result<PressureState, prometheus::Error> {
+    let events = NodeEvents::new();
+    let image_gc = Arc::new(
+        ImageGc::new(
+            image_gc_policy(&w.config.image_gc),
+            Arc::new(nodelet_cri::image_gc::CriImageGc::new(w.cri)),
+            w.desired.clone(),
+            w.actual.clone(),
+            ImageGcMetrics::new(w.registry)?,
+            events.clone(),
+            w.clock.clone(),
+        )
+        .with_pinned(vec![w.config.runtime.pod_infra_container_image.clone()]),
+    );
+    tasks.spawn(image_gc.clone().run(w.config.image_gc.period, shutdown.clone().cancelled_owned()));
+    let manager = EvictionManager::new(
+        eviction_config(&w.config.eviction),
+        Arc::new(StatsSignals(w.stats)),
+        w.desired,
+        w.actual,
+        w.verdicts,
+        Arc::new(move |uid| {
+            w.waker.wake(uid);
+        }),
+        EvictionMetrics::new(w.registry)?,
+        events.clone(),
+        w.clock,
+    )
+    .with_reclaimer(Arc::new(ImageReclaimer(image_gc)))
+    .with_cleanup_check(Arc::new(move |uid: &str| {
+        !w.volumes.keys().iter().any(|k| split_key(k).is_some_and(|(u, _)| u == uid))
+    }));
+    let view = manager.pressure();
+    tasks.spawn(manager.run(shutdown.clone().cancelled_owned()));
+    Ok(PressureState { view, events })
+}
+
+/// The node as a v1 `Node`: its name and labels, the `Ready` condition from the runtime's health and
+/// the pressure conditions.
+pub(crate) fn node_object(
+    name: &str,
+    pressure: Option<&PressureView>,
+    runtime_ready: &AtomicBool,
+    started: i64,
+    now: i64,
+) -> Node {
+    let mut conditions: Vec<NodeCondition> = pressure
+        .map(|p| p.conditions())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| {
+            let (reason, message) = c.condition.reason_and_message(c.pressure);
+            NodeCondition {
+                type_: c.condition.as_str().to_owned(),
+                status: if c.pressure { "True" } else { "False" }.to_owned(),
+                reason: Some(reason.to_owned()),
+                message: Some(message.to_owned()),
+                last_heartbeat_time: time(c.last_heartbeat),
+                last_transition_time: time(c.last_transition),
+            }
+        })
+        .collect();
+    let ready = runtime_ready.load(Ordering::Relaxed);
+    conditions.push(NodeCondition {
+        type_: "Ready".to_owned(),
+        status: if ready { "True" } else { "False" }.to_owned(),
+        reason: Some(if ready { "KubeletReady" } else { "KubeletNotReady" }.to_owned()),
+        message: Some(
+            if ready { "kubelet is posting ready status" } else { "container runtime is not ready" }
+                .to_owned(),
+        ),
+        last_heartbeat_time: time(now),
+        last_transition_time: time(started),
+    });
+    let labels: BTreeMap<String, String> = [
+        ("kubernetes.io/hostname", name),
+        ("kubernetes.io/os", std::env::consts::OS),
+        ("kubernetes.io/arch", go_arch()),
+        ("beta.kubernetes.io/os", std::env::consts::OS),
+        ("beta.kubernetes.io/arch", go_arch()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            creation_timestamp: time(started),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(NodeStatus {
+            conditions: Some(conditions),
+            node_info: Some(NodeSystemInfo {
+                architecture: go_arch().to_owned(),
+                operating_system: std::env::consts::OS.to_owned(),
+                kubelet_version: format!("nodelet/v{}", env!("CARGO_PKG_VERSION")),
+                container_runtime_version: "remote".to_owned(),
+                ..NodeSystemInfo::default()
+            }),
+            ..NodeStatus::default()
+        }),
+    }
+}
+
+/// The architecture as Go names it (`amd64`, `arm64`).
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}

@@ -1,0 +1,680 @@
+//! Node, pod and container statistics: the numbers behind `/stats/summary`, `/metrics/resource` and the
+//! eviction signals.
+//!
+//! | What | Where from |
+//! |---|---|
+//! | node CPU | the root cgroup's cumulative CPU time (`/proc/stat` busy time without one) |
+//! | node memory | `MemTotal` minus the root cgroup's working set (usage minus inactive file pages), as the kubelet computes `memory.available`; on cgroup v2 usage is `MemTotal - MemFree` |
+//! | nodefs | `statvfs` of `--root-dir` |
+//! | imagefs | CRI `ImageFsInfo` (bytes and inodes the images use) plus `statvfs` of its mountpoint |
+//! | PIDs | `min(kernel.pid_max, kernel.threads-max)` and the task count of `/proc/loadavg` |
+//! | pod CPU, memory, network, processes | CRI `ListPodSandboxStats`; the pod cgroup `<cgroupRoot>/pod<uid>` where the runtime gives nothing |
+//! | container CPU, memory, writable layer | CRI `ListContainerStats`; the container cgroup `<pod cgroup>/<id>` where the runtime gives nothing |
+//! | container logs | disk usage of `<podLogsDir>/<ns>_<pod>_<uid>/<container>/` |
+//! | volumes | disk usage of the volume's directory and `statvfs` of its filesystem (not hostPath) |
+//!
+//! CPU `usageNanoCores` is the runtime's when it gives one, else the rate since the previous sample of
+//! the same cgroup (absent on the first).
+
+pub(crate) mod host;
+pub(crate) mod resource;
+pub(crate) mod summary;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use nodelet_cri::labels;
+use nodelet_cri::proto as v1;
+use nodelet_cri::{ContainerFilter, CriPodRuntime, SandboxFilter};
+use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::pod::reconciler::Clock;
+use nodelet_resources::volume::actual::VolumeActual;
+use nodelet_resources::volume::desired::{Plugin, VolumeKey, split_key};
+use reconcile_engine::Store;
+
+use host::{CgroupVersion, FsInfo, MemorySample};
+use summary::{
+    ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats, PodReference,
+    PodStats, ProcessStats, PvcReference, RlimitStats, RuntimeStats, Summary, Time, VolumeStats,
+};
+
+/// Why stats could not be gathered.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StatsError {
+    /// A CRI call the summary cannot do without (listing sandboxes or containers) failed.
+    #[error("container runtime: {0}")]
+    Runtime(#[from] nodelet_cri::CriError),
+    /// The host's memory could not be read (`/proc/meminfo`, the root memory cgroup).
+    #[error("cannot read the node's memory from {0}")]
+    Memory(String),
+    /// The blocking task reading the host failed.
+    #[error("stats task failed: {0}")]
+    Task(String),
+}
+
+/// Where the provider reads from.
+#[derive(Debug, Clone)]
+pub(crate) struct StatsConfig {
+    /// The node's name (`nodeName` of the summary; nodelet's sandboxes are labelled with it).
+    pub(crate) node_name: String,
+    /// `--root-dir`: its filesystem is nodefs.
+    pub(crate) root_dir: PathBuf,
+    /// `podLogsDir`: container logs.
+    pub(crate) pod_logs_dir: PathBuf,
+    /// Where `/proc` is (tests point it elsewhere).
+    pub(crate) proc_fs: PathBuf,
+}
+
+impl StatsConfig {
+    /// Reads the real `/proc`.
+    pub(crate) fn new(node_name: impl Into<String>, root_dir: &Path, pod_logs_dir: &Path) -> Self {
+        Self {
+            node_name: node_name.into(),
+            root_dir: root_dir.to_path_buf(),
+            pod_logs_dir: pod_logs_dir.to_path_buf(),
+            proc_fs: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// Gathers node and pod statistics on demand. Cheap to clone (one `Arc`).
+#[derive(Clone)]
+pub(crate) struct StatsProvider {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for StatsProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatsProvider").field("node", &self.inner.config.node_name).finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    runtime: Arc<CriPodRuntime>,
+    config: StatsConfig,
+    cgroup_fs: PathBuf,
+    cgroup_version: CgroupVersion,
+    clock: Clock,
+    pods: Option<Store<PodUid, DesiredPod>>,
+    volumes: Option<Store<VolumeKey, VolumeActual>>,
+    /// The previous CPU sample of each cgroup (`node`, pod UID, container ID): (time, cumulative ns).
+    cpu_samples: Mutex<HashMap<String, (i64, u64)>>,
+}
+
+/// One reading of the node, before it is turned into [`NodeStats`].
+struct NodeSample {
+    boot: Option<i64>,
+    cpu: Option<u64>,
+    memory: Option<(u64, MemorySample)>,
+    nodefs: Option<FsInfo>,
+    /// The filesystem of the pod logs.
+    logfs: Option<FsInfo>,
+    pids: (Option<i64>, Option<i64>),
+    net: (Vec<host::NetDev>, Option<String>),
+    /// `pods` system container: the cgroup root's CPU and memory.
+    pods_cpu: Option<u64>,
+    pods_memory: Option<MemorySample>,
+}
+
+/// One volume's usage, read off the disk.
+struct VolumeDisk {
+    name: String,
+    usage: host::DiskUsage,
+    fs: Option<FsInfo>,
+    claim: Option<PvcReference>,
+    /// Counts as the pod's local ephemeral storage (not a persistent volume).
+    ephemeral: bool,
+}
+
+/// What a pod's files take, read off the disk.
+#[derive(Default)]
+struct PodDisk {
+    /// Per container name: its logs.
+    logs: HashMap<String, host::DiskUsage>,
+    /// The volumes that report usage.
+    volumes: Vec<VolumeDisk>,
+    /// Cgroup fallbacks: pod CPU, memory, processes; container CPU and memory by ID.
+    cpu: Option<u64>,
+    memory: Option<MemorySample>,
+    processes: Option<u64>,
+    containers: HashMap<String, (Option<u64>, Option<MemorySample>)>,
+}
+
+impl StatsProvider {
+    /// A provider over the runtime's CRI client and its pod cgroups.
+    pub(crate) fn new(runtime: Arc<CriPodRuntime>, config: StatsConfig, clock: Clock) -> Self {
+        let cgroup_fs = runtime.config().cgroup_fs.clone();
+        let cgroup_version = CgroupVersion::detect(&cgroup_fs);
+        Self {
+            inner: Arc::new(Inner {
+                runtime,
+                config,
+                cgroup_fs,
+                cgroup_version,
+                clock,
+                pods: None,
+                volumes: None,
+                cpu_samples: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Also reports the pods' volumes: their claims from the pod specs in `pods`, their paths from
+    /// `volumes`. Call before cloning.
+    pub(crate) fn with_volumes(
+        mut self,
+        pods: Store<PodUid, DesiredPod>,
+        volumes: Store<VolumeKey, VolumeActual>,
+    ) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.pods = Some(pods);
+            inner.volumes = Some(volumes);
+        }
+        self
+    }
+
+    #[allow(dead_code)] // the eviction manager's signals
+    /// The node's stats: CPU, memory (with `availableBytes` = capacity minus working set), nodefs,
+    /// imagefs and container fs, PIDs, network. Fails only when the node's memory cannot be read; a
+    /// runtime that does not answer `ImageFsInfo` leaves `runtime` out.
+    pub(crate) async fn node(&self) -> Result<NodeStats, StatsError> {
+        let (sample, image_fs) = tokio::join!(self.node_sample(), self.image_fs());
+        let sample = sample?;
+        Ok(self.node_stats(sample, image_fs))
+    }
+
+    /// The whole Summary API document: the node and every pod with a sandbox of this node.
+    pub(crate) async fn summary(&self) -> Result<Summary, StatsError> {
+        let cri = self.inner.runtime.client();
+        let node = &self.inner.config.node_name;
+        let (mut sandbox_filter, mut container_filter) =
+            (SandboxFilter::managed(), ContainerFilter::managed());
+        if !node.is_empty() {
+            sandbox_filter = sandbox_filter.label(labels::NODE, node.clone());
+            container_filter = container_filter.label(labels::NODE, node.clone());
+        }
+        let (sandboxes, containers, container_stats, sandbox_stats, node_sample, image_fs) = tokio::join!(
+            cri.list_pod_sandboxes(&sandbox_filter),
+            cri.list_containers(&container_filter),
+            cri.list_container_stats(&container_filter),
+            cri.list_pod_sandbox_stats(&sandbox_filter),
+            self.node_sample(),
+            self.image_fs(),
+        );
+        let (sandboxes, containers) = (sandboxes?, containers?);
+        let container_stats: HashMap<String, v1::ContainerStats> = container_stats
+            .inspect_err(|e| tracing::debug!(error = %e, "ListContainerStats failed; reading cgroups"))
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|s| Some((s.attributes.as_ref()?.id.clone(), s)))
+            .collect();
+        let sandbox_stats: HashMap<String, v1::LinuxPodSandboxStats> = sandbox_stats
+            .inspect_err(|e| tracing::debug!(error = %e, "ListPodSandboxStats failed; reading cgroups"))
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|s| Some((s.attributes?.id, s.linux?)))
+            .collect();
+        let node_sample = node_sample?;
+        let log_fs = node_sample.logfs.map(|f| FsStats {
+            available_bytes: Some(f.available),
+            capacity_bytes: Some(f.capacity),
+            inodes_free: Some(f.inodes_free),
+            inodes: Some(f.inodes),
+            ..FsStats::default()
+        });
+        let node_fs = node_sample.nodefs.map(|f| FsStats {
+            available_bytes: Some(f.available),
+            capacity_bytes: Some(f.capacity),
+            inodes_free: Some(f.inodes_free),
+            inodes: Some(f.inodes),
+            ..FsStats::default()
+        });
+        let node_stats = self.node_stats(node_sample, image_fs);
+
+        // The newest sandbox of each pod, and the running containers in it (newest attempt per name).
+        let mut newest: HashMap<String, &v1::PodSandbox> = HashMap::new();
+        for s in &sandboxes {
+            let Some(uid) = s.labels.get(labels::POD_UID) else { continue };
+            let entry = newest.entry(uid.clone()).or_insert(s);
+            if s.created_at > entry.created_at {
+                *entry = s;
+            }
+        }
+        let mut running: HashMap<String, Vec<&v1::Container>> = HashMap::new();
+        let mut newest_attempt: HashMap<(String, String), &v1::Container> = HashMap::new();
+        for c in &containers {
+            let (Some(uid), Some(name)) =
+                (c.labels.get(labels::POD_UID), c.labels.get(labels::CONTAINER_NAME))
+            else {
+                continue;
+            };
+            let entry = newest_attempt.entry((uid.clone(), name.clone())).or_insert(c);
+            if c.created_at > entry.created_at {
+                *entry = c;
+            }
+        }
+        for ((uid, _), c) in newest_attempt {
+            if c.state == v1::ContainerState::ContainerRunning as i32 {
+                running.entry(uid).or_default().push(c);
+            }
+        }
+
+        // Disk usage and cgroup fallbacks, off the async threads.
+        let mut wanted = Vec::new();
+        for (uid, sandbox) in &newest {
+            let Some(id) = labels::PodIdentity::from_labels(&sandbox.labels) else { continue };
+            let mine = running.get(uid).map(Vec::as_slice).unwrap_or_default();
+            let names: Vec<String> =
+                mine.iter().filter_map(|c| c.labels.get(labels::CONTAINER_NAME).cloned()).collect();
+            let need_cgroup: Vec<String> = mine
+                .iter()
+                .filter(|c| container_stats.get(&c.id).is_none_or(|s| s.cpu.is_none() || s.memory.is_none()))
+                .map(|c| c.id.clone())
+                .collect();
+            let pod_cgroup_needed = sandbox_stats
+                .get(&sandbox.id)
+                .is_none_or(|s| s.cpu.is_none() || s.memory.is_none() || s.process.is_none());
+            wanted.push((id, names, need_cgroup, pod_cgroup_needed));
+        }
+        let this = self.clone();
+        let disks = tokio::task::spawn_blocking(move || {
+            wanted
+                .into_iter()
+                .map(|(id, names, ids, pod_cg)| {
+                    let disk = this.pod_disk(&id, &names, &ids, pod_cg);
+                    (id.uid.clone(), (id, disk))
+                })
+                .collect::<HashMap<_, _>>()
+        })
+        .await
+        .map_err(|e| StatsError::Task(e.to_string()))?;
+
+        let now = (self.inner.clock)();
+        let container_fs = node_stats.runtime.as_ref().and_then(|r| r.container_fs.clone());
+        let mut pods = Vec::new();
+        for (uid, (identity, disk)) in disks {
+            let Some(sandbox) = newest.get(&uid) else { continue };
+            let sstats = sandbox_stats.get(&sandbox.id);
+            let mut ephemeral_used = 0_u64;
+            let mut ephemeral_inodes = 0_u64;
+            let mut container_list = Vec::new();
+            let mut sum_cpu: Option<u64> = None;
+            let mut sum_ws: Option<u64> = None;
+            for c in running.get(&uid).map(Vec::as_slice).unwrap_or_default() {
+                let name = c.labels.get(labels::CONTAINER_NAME).cloned().unwrap_or_default();
+                let cs = container_stats.get(&c.id);
+                let fallback = disk.containers.get(&c.id);
+                let cpu = cs
+                    .and_then(|s| s.cpu.as_ref())
+                    .and_then(|u| self.cpu_from_cri(&c.id, u))
+                    .or_else(|| fallback.and_then(|f| f.0).map(|ns| self.cpu_from_total(&c.id, now, ns)));
+                let memory = cs
+                    .and_then(|s| s.memory.as_ref())
+                    .and_then(memory_from_cri)
+                    .or_else(|| fallback.and_then(|f| f.1).map(|m| memory_from_sample(now, &m, None)));
+                let rootfs = cs.and_then(|s| s.writable_layer.as_ref()).map(|w| {
+                    let used = w.used_bytes.as_ref().map(|v| v.value);
+                    let inodes = w.inodes_used.as_ref().map(|v| v.value);
+                    ephemeral_used = ephemeral_used.saturating_add(used.unwrap_or(0));
+                    ephemeral_inodes = ephemeral_inodes.saturating_add(inodes.unwrap_or(0));
+                    FsStats {
+                        time: Time(if w.timestamp > 0 { w.timestamp } else { now }),
+                        used_bytes: used,
+                        inodes_used: inodes,
+                        ..share_of(container_fs.as_ref())
+                    }
+                });
+                let logs = disk.logs.get(&name).map(|u| {
+                    ephemeral_used = ephemeral_used.saturating_add(u.bytes);
+                    ephemeral_inodes = ephemeral_inodes.saturating_add(u.inodes);
+                    FsStats {
+                        time: Time(now),
+                        used_bytes: Some(u.bytes),
+                        inodes_used: Some(u.inodes),
+                        ..share_of(log_fs.as_ref())
+                    }
+                });
+                if let Some(ns) = cpu.as_ref().and_then(|c| c.usage_core_nano_seconds) {
+                    sum_cpu = Some(sum_cpu.unwrap_or(0).saturating_add(ns));
+                }
+                if let Some(ws) = memory.as_ref().and_then(|m| m.working_set_bytes) {
+                    sum_ws = Some(sum_ws.unwrap_or(0).saturating_add(ws));
+                }
+                container_list.push(ContainerStats {
+                    name,
+                    start_time: Time(c.created_at),
+                    cpu,
+                    memory,
+                    rootfs,
+                    logs,
+                });
+            }
+            container_list.sort_by(|a, b| a.name.cmp(&b.name));
+            let mut volumes = Vec::new();
+            for VolumeDisk { name, usage, fs, claim, ephemeral } in &disk.volumes {
+                if *ephemeral {
+                    ephemeral_used = ephemeral_used.saturating_add(usage.bytes);
+                    ephemeral_inodes = ephemeral_inodes.saturating_add(usage.inodes);
+                }
+                volumes.push(VolumeStats {
+                    fs: FsStats {
+                        time: Time(now),
+                        available_bytes: fs.map(|f| f.available),
+                        capacity_bytes: fs.map(|f| f.capacity),
+                        used_bytes: Some(usage.bytes),
+                        inodes_free: fs.map(|f| f.inodes_free),
+                        inodes: fs.map(|f| f.inodes),
+                        inodes_used: Some(usage.inodes),
+                    },
+                    name: name.clone(),
+                    pvc_ref: claim.clone(),
+                });
+            }
+            volumes.sort_by(|a, b| a.name.cmp(&b.name));
+            let cpu = sstats
+                .and_then(|s| s.cpu.as_ref())
+                .and_then(|u| self.cpu_from_cri(&format!("pod/{uid}"), u))
+                .or_else(|| disk.cpu.map(|ns| self.cpu_from_total(&format!("pod/{uid}"), now, ns)))
+                .or_else(|| {
+                    sum_cpu.map(|ns| CpuStats {
+                        time: Time(now),
+                        usage_nano_cores: None,
+                        usage_core_nano_seconds: Some(ns),
+                    })
+                });
+            let memory = sstats
+                .and_then(|s| s.memory.as_ref())
+                .and_then(memory_from_cri)
+                .or_else(|| disk.memory.map(|m| memory_from_sample(now, &m, None)))
+                .or_else(|| {
+                    sum_ws.map(|ws| MemoryStats {
+                        time: Time(now),
+                        working_set_bytes: Some(ws),
+                        ..MemoryStats::default()
+                    })
+                });
+            let network = sstats.and_then(|s| s.network.as_ref()).map(|n| network_from_cri(n, now));
+            let processes = sstats
+                .and_then(|s| s.process.as_ref())
+                .and_then(|p| p.process_count.as_ref().map(|v| v.value))
+                .or(disk.processes);
+            pods.push(PodStats {
+                pod_ref: PodReference { name: identity.name, namespace: identity.namespace, uid },
+                start_time: Time(sandbox.created_at),
+                containers: container_list,
+                cpu,
+                memory,
+                network,
+                volume: volumes,
+                ephemeral_storage: Some(FsStats {
+                    time: Time(now),
+                    used_bytes: Some(ephemeral_used),
+                    inodes_used: Some(ephemeral_inodes),
+                    ..share_of(node_fs.as_ref())
+                }),
+                process_stats: processes.map(|n| ProcessStats { process_count: Some(n) }),
+            });
+        }
+        pods.sort_by(|a, b| {
+            (&a.pod_ref.namespace, &a.pod_ref.name).cmp(&(&b.pod_ref.namespace, &b.pod_ref.name))
+        });
+        self.forget_old_samples(now);
+        Ok(Summary { node: node_stats, pods })
+    }
+
+    async fn node_sample(&self) -> Result<NodeSample, StatsError> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let i = &this.inner;
+            let (proc_fs, fs, v) = (&i.config.proc_fs, &i.cgroup_fs, i.cgroup_version);
+            let memory = host::node_memory(proc_fs, fs, v)
+                .ok_or_else(|| StatsError::Memory(proc_fs.join("meminfo").display().to_string()))?;
+            let pods_cgroup = i.runtime.config().cgroup_root.clone();
+            Ok(NodeSample {
+                boot: host::boot_time_ns(proc_fs),
+                cpu: host::node_cpu_usage_ns(proc_fs, fs, v),
+                memory: Some(memory),
+                nodefs: host::statvfs(&i.config.root_dir),
+                logfs: host::statvfs(&i.config.pod_logs_dir),
+                pids: host::pids(proc_fs),
+                net: host::net_devices(proc_fs),
+                pods_cpu: pods_cgroup.as_deref().and_then(|c| host::cpu_usage_ns(fs, v, c)),
+                pods_memory: pods_cgroup.as_deref().and_then(|c| host::cgroup_memory(fs, v, c)),
+            })
+        })
+        .await
+        .map_err(|e| StatsError::Task(e.to_string()))?
+    }
+
+    /// The image filesystem (CRI `ImageFsInfo` + `statvfs` of its mountpoint) and the container
+    /// filesystem (the runtime's own entry, else the image filesystem).
+    async fn image_fs(&self) -> Option<RuntimeStats> {
+        let info = match self.inner.runtime.client().image_fs_info().await {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::debug!(error = %e, "ImageFsInfo failed");
+                return None;
+            }
+        };
+        let now = (self.inner.clock)();
+        let convert = |usage: &v1::FilesystemUsage| {
+            let mountpoint = usage.fs_id.as_ref().map(|f| PathBuf::from(&f.mountpoint));
+            let fs = mountpoint.as_deref().filter(|p| p.is_absolute()).and_then(host::statvfs);
+            FsStats {
+                time: Time(if usage.timestamp > 0 { usage.timestamp } else { now }),
+                available_bytes: fs.map(|f| f.available),
+                capacity_bytes: fs.map(|f| f.capacity),
+                used_bytes: usage.used_bytes.as_ref().map(|v| v.value),
+                inodes_free: fs.map(|f| f.inodes_free),
+                inodes: fs.map(|f| f.inodes),
+                inodes_used: usage.inodes_used.as_ref().map(|v| v.value),
+            }
+        };
+        let image_fs = info.image_filesystems.first().map(convert);
+        let container_fs = info.container_filesystems.first().map(convert).or_else(|| image_fs.clone());
+        Some(RuntimeStats { image_fs, container_fs })
+    }
+
+    fn node_stats(&self, s: NodeSample, runtime: Option<RuntimeStats>) -> NodeStats {
+        let now = (self.inner.clock)();
+        let cpu = s.cpu.map(|ns| self.cpu_from_total("node", now, ns));
+        let memory = s.memory.map(|(capacity, m)| memory_from_sample(now, &m, Some(capacity)));
+        let fs = s.nodefs.map(|f| FsStats {
+            time: Time(now),
+            available_bytes: Some(f.available),
+            capacity_bytes: Some(f.capacity),
+            used_bytes: Some(f.used),
+            inodes_free: Some(f.inodes_free),
+            inodes: Some(f.inodes),
+            inodes_used: Some(f.inodes.saturating_sub(f.inodes_free)),
+        });
+        let (devs, default) = s.net;
+        let iface = |d: &host::NetDev| InterfaceStats {
+            name: d.name.clone(),
+            rx_bytes: Some(d.rx_bytes),
+            rx_errors: Some(d.rx_errors),
+            tx_bytes: Some(d.tx_bytes),
+            tx_errors: Some(d.tx_errors),
+        };
+        let network = (!devs.is_empty()).then(|| NetworkStats {
+            time: Time(now),
+            default: devs
+                .iter()
+                .find(|d| Some(&d.name) == default.as_ref())
+                .or(devs.first())
+                .map(iface)
+                .unwrap_or_default(),
+            interfaces: devs.iter().map(iface).collect(),
+        });
+        let mut system_containers = Vec::new();
+        if s.pods_cpu.is_some() || s.pods_memory.is_some() {
+            system_containers.push(ContainerStats {
+                name: "pods".to_owned(),
+                start_time: Time(s.boot.unwrap_or(0)),
+                cpu: s.pods_cpu.map(|ns| self.cpu_from_total("pods", now, ns)),
+                memory: s.pods_memory.map(|m| {
+                    let capacity = s.memory.map(|(c, _)| c);
+                    memory_from_sample(now, &m, m.limit.or(capacity))
+                }),
+                ..ContainerStats::default()
+            });
+        }
+        NodeStats {
+            node_name: self.inner.config.node_name.clone(),
+            system_containers,
+            start_time: Time(s.boot.unwrap_or(0)),
+            cpu,
+            memory,
+            network,
+            fs,
+            runtime,
+            rlimit: Some(RlimitStats { time: Time(now), maxpid: s.pids.0, curproc: s.pids.1 }),
+        }
+    }
+
+    /// Log and volume disk usage and cgroup readings of one pod (blocking).
+    fn pod_disk(
+        &self,
+        id: &labels::PodIdentity,
+        names: &[String],
+        ids: &[String],
+        pod_cgroup: bool,
+    ) -> PodDisk {
+        let i = &self.inner;
+        let mut disk = PodDisk::default();
+        if let Some(dir) = i.runtime.pod_log_dir(&id.namespace, &id.name, &id.uid) {
+            for name in names.iter().filter(|n| is_path_segment(n)) {
+                if let Some(u) = host::disk_usage(&dir.join(name)) {
+                    disk.logs.insert(name.clone(), u);
+                }
+            }
+        }
+        if let Some(volumes) = &i.volumes {
+            let spec = i.pods.as_ref().and_then(|p| p.get(&id.uid));
+            for (key, volume) in volumes.entries() {
+                let Some((uid, name)) = split_key(&key) else { continue };
+                if uid != id.uid || volume.plugin == Plugin::HostPath {
+                    continue;
+                }
+                let Some(usage) = host::disk_usage(&volume.path) else { continue };
+                let claim = spec.as_ref().and_then(|p| {
+                    let v = p.spec().volumes.as_ref()?.iter().find(|v| v.name == name)?;
+                    Some(PvcReference {
+                        name: v.persistent_volume_claim.as_ref()?.claim_name.clone(),
+                        namespace: id.namespace.clone(),
+                    })
+                });
+                let ephemeral =
+                    claim.is_none() && !matches!(volume.plugin, Plugin::LocalVolume | Plugin::Csi);
+                let fs = host::statvfs(&volume.path);
+                disk.volumes.push(VolumeDisk { name: name.to_owned(), usage, fs, claim, ephemeral });
+            }
+        }
+        if let Some(cgroup) = i.runtime.pod_cgroup(&id.uid) {
+            let (fs, v) = (&i.cgroup_fs, i.cgroup_version);
+            if pod_cgroup {
+                disk.cpu = host::cpu_usage_ns(fs, v, &cgroup);
+                disk.memory = host::cgroup_memory(fs, v, &cgroup);
+                disk.processes = host::cgroup_pids(fs, v, &cgroup);
+            }
+            for cid in ids.iter().filter(|c| is_path_segment(c)) {
+                let rel = format!("{cgroup}/{cid}");
+                disk.containers
+                    .insert(cid.clone(), (host::cpu_usage_ns(fs, v, &rel), host::cgroup_memory(fs, v, &rel)));
+            }
+        }
+        disk
+    }
+
+    /// CPU from the runtime; the rate from our own samples when it gives only the total.
+    fn cpu_from_cri(&self, key: &str, u: &v1::CpuUsage) -> Option<CpuStats> {
+        let total = u.usage_core_nano_seconds.as_ref().map(|v| v.value)?;
+        let time = if u.timestamp > 0 { u.timestamp } else { (self.inner.clock)() };
+        let mut stats = self.cpu_from_total(key, time, total);
+        if let Some(rate) = &u.usage_nano_cores {
+            stats.usage_nano_cores = Some(rate.value);
+        }
+        Some(stats)
+    }
+
+    /// CPU stats from a cumulative total, with the rate since the previous sample of `key`.
+    fn cpu_from_total(&self, key: &str, now: i64, total: u64) -> CpuStats {
+        let mut samples = self.inner.cpu_samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let rate = samples.get(key).and_then(|(t, prev)| {
+            let dt = u64::try_from(now.checked_sub(*t)?).ok().filter(|dt| *dt > 0)?;
+            let used = total.checked_sub(*prev)?;
+            u64::try_from(u128::from(used) * 1_000_000_000 / u128::from(dt)).ok()
+        });
+        if samples.get(key).is_none_or(|(t, _)| *t != now) {
+            samples.insert(key.to_owned(), (now, total));
+        }
+        CpuStats { time: Time(now), usage_nano_cores: rate, usage_core_nano_seconds: Some(total) }
+    }
+
+    /// Drops CPU samples not refreshed for ten minutes (containers and pods that are gone).
+    fn forget_old_samples(&self, now: i64) {
+        const TEN_MINUTES_NS: i64 = 600 * 1_000_000_000;
+        let mut samples = self.inner.cpu_samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        samples.retain(|_, (t, _)| now.saturating_sub(*t) < TEN_MINUTES_NS);
+    }
+}
+
+/// Whether `s` is one plain path component.
+fn is_path_segment(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\0'])
+}
+
+/// Capacity and availability of a filesystem, without usage (the container's own usage goes in).
+fn share_of(fs: Option<&FsStats>) -> FsStats {
+    FsStats {
+        available_bytes: fs.and_then(|f| f.available_bytes),
+        capacity_bytes: fs.and_then(|f| f.capacity_bytes),
+        inodes_free: fs.and_then(|f| f.inodes_free),
+        inodes: fs.and_then(|f| f.inodes),
+        ..FsStats::default()
+    }
+}
+
+fn memory_from_cri(m: &v1::MemoryUsage) -> Option<MemoryStats> {
+    let value = |v: &Option<v1::UInt64Value>| v.as_ref().map(|v| v.value);
+    let working_set = value(&m.working_set_bytes)?;
+    Some(MemoryStats {
+        time: Time(m.timestamp),
+        // containerd reports 0 for a cgroup without a memory limit: leave it out rather than say "none left".
+        available_bytes: value(&m.available_bytes).filter(|v| *v > 0),
+        usage_bytes: value(&m.usage_bytes),
+        working_set_bytes: Some(working_set),
+        rss_bytes: value(&m.rss_bytes),
+        page_faults: value(&m.page_faults),
+        major_page_faults: value(&m.major_page_faults),
+    })
+}
+
+/// Memory stats of a sample; `availableBytes` is `limit - workingSet` when there is a limit.
+fn memory_from_sample(now: i64, m: &MemorySample, limit: Option<u64>) -> MemoryStats {
+    MemoryStats {
+        time: Time(now),
+        available_bytes: limit.or(m.limit).map(|l| l.saturating_sub(m.working_set)),
+        usage_bytes: Some(m.usage),
+        working_set_bytes: Some(m.working_set),
+        rss_bytes: m.rss,
+        page_faults: m.page_faults,
+        major_page_faults: m.major_page_faults,
+    }
+}
+
+fn network_from_cri(n: &v1::NetworkUsage, now: i64) -> NetworkStats {
+    let iface = |i: &v1::NetworkInterfaceUsage| InterfaceStats {
+        name: i.name.clone(),
+        rx_bytes: i.rx_bytes.as_ref().map(|v| v.value),
+        rx_errors: i.rx_errors.as_ref().map(|v| v.value),
+        tx_bytes: i.tx_bytes.as_ref().map(|v| v.value),
+        tx_errors: i.tx_errors.as_ref().map(|v| v.value),
+    };
+    NetworkStats {
+        time: Time(if n.timestamp > 0 { n.timestamp } else { now }),
+        default: n.default_interface.as_ref().map(iface).unwrap_or_default(),
+        interfaces: n.interfaces.iter().map(iface).collect(),
+    }
+}

@@ -1,0 +1,271 @@
+//! Stats (`/stats/summary`, `/metrics/resource`), `/metrics` through `promtool`, container garbage
+//! collection and OOM kills, on the real runtime.
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{Nodelet, StartOptions, TOKEN, container, env_or_skip, uid};
+
+const MIB: u64 = 1024 * 1024;
+
+/// `GET <path>` on the read-only port, as text.
+async fn read_only(n: &Nodelet, path: &str) -> String {
+    let url = format!("http://127.0.0.1:{}{path}", n.ports().read_only);
+    match n.http().get(&url).send().await {
+        Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
+        Ok(r) => panic!("GET {url}: {}: {}", r.status(), r.text().await.unwrap_or_default()),
+        Err(e) => panic!("GET {url}: {e}"),
+    }
+}
+
+/// `promtool check metrics` of `text`; returns its complaints when it fails.
+fn promtool(text: &str) -> Result<(), String> {
+    let child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run promtool (scripts/install-deps.sh installs it): {e}"),
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(text.as_bytes());
+    }
+    match child.wait_with_output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => {
+            Err(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+        }
+        Err(e) => panic!("promtool: {e}"),
+    }
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// The value of the sample `name{labels…}` whose label set contains every one of `labels`.
+fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (series, rest) = l.split_once(' ')?;
+        let matches = (series == name || series.starts_with(&format!("{name}{{")))
+            && labels.iter().all(|want| series.contains(want));
+        if matches { rest.split_whitespace().next()?.parse().ok() } else { None }
+    })
+}
+
+#[tokio::test]
+async fn stats_summary_and_resource_metrics_show_what_the_pod_uses() {
+    let env = env_or_skip!("stats_summary_and_resource_metrics_show_what_the_pod_uses");
+    let n = Nodelet::start(&env, "stats").await;
+    // 24 MiB in /dev/shm (memory, charged to the container), 8 MiB in the writable layer, 5 MiB in an
+    // emptyDir, ~290 KB of log.
+    let script = "head -c 25165824 /dev/zero > /dev/shm/fill && \
+                  head -c 8388608 /dev/zero > /tmp/layer && \
+                  head -c 5242880 /dev/zero > /scratch/data && \
+                  seq 1 50000 && touch /tmp/done && exec sleep 3600";
+    n.write_manifest(
+        "stats.yaml",
+        &n.pod_manifest(
+            "stats",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "scratch", "emptyDir": {}}],
+                "containers": [{
+                    "name": "hog",
+                    "command": ["sh", "-c", script],
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                }],
+            }),
+        ),
+    );
+    let pod = n.wait_running("stats").await;
+    let pod_uid = uid(&pod);
+    let pod_name = n.pod_name("stats");
+
+    // Poll until the numbers show what the container wrote.
+    let summary: Value = n
+        .wait_for("the summary to show the pod's usage", Duration::from_secs(30), async || {
+            let s: Value = serde_json::from_str(&read_only(&n, "/stats/summary").await).ok()?;
+            let p = s["pods"].as_array()?.iter().find(|p| p["podRef"]["uid"] == pod_uid.as_str())?.clone();
+            let c = p["containers"].as_array()?.iter().find(|c| c["name"] == "hog")?.clone();
+            let scratch = p["volume"].as_array()?.iter().find(|v| v["name"] == "scratch")?.clone();
+            let ok = u(&c["memory"]["workingSetBytes"]) >= 24 * MIB
+                && u(&c["rootfs"]["usedBytes"]) >= 8 * MIB
+                && u(&scratch["usedBytes"]) >= 5 * MIB
+                && u(&c["logs"]["usedBytes"]) >= 200_000;
+            ok.then_some(s)
+        })
+        .await;
+    let node = &summary["node"];
+    assert_eq!(node["nodeName"], n.node());
+    let mem = &node["memory"];
+    assert!(u(&mem["workingSetBytes"]) > 0 && u(&mem["availableBytes"]) > 0, "{mem}");
+    assert!(u(&mem["usageBytes"]) >= u(&mem["workingSetBytes"]), "{mem}");
+    let fs = &node["fs"];
+    assert!(u(&fs["capacityBytes"]) >= u(&fs["availableBytes"]) && u(&fs["availableBytes"]) > 0, "{fs}");
+    assert!(u(&fs["inodes"]) >= u(&fs["inodesFree"]) && u(&fs["inodesFree"]) > 0, "{fs}");
+    assert!(u(&node["runtime"]["imageFs"]["usedBytes"]) > 0, "{node}");
+    assert!(u(&node["runtime"]["imageFs"]["capacityBytes"]) > 0, "{node}");
+    let rlimit = &node["rlimit"];
+    assert!(u(&rlimit["maxpid"]) > u(&rlimit["curproc"]) && u(&rlimit["curproc"]) > 0, "{rlimit}");
+    assert!(u(&node["cpu"]["usageCoreNanoSeconds"]) > 0, "{node}");
+
+    let p = summary["pods"]
+        .as_array()
+        .and_then(|pods| pods.iter().find(|p| p["podRef"]["uid"] == pod_uid.as_str()))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(p["podRef"]["name"], pod_name.as_str());
+    assert_eq!(p["podRef"]["namespace"], "default");
+    assert!(u(&p["memory"]["workingSetBytes"]) >= 24 * MIB, "pod memory: {}", p["memory"]);
+    assert!(u(&p["cpu"]["usageCoreNanoSeconds"]) > 0, "pod cpu: {}", p["cpu"]);
+    // Local ephemeral storage: writable layer + logs + the emptyDir.
+    assert!(u(&p["ephemeral-storage"]["usedBytes"]) >= 13 * MIB, "{}", p["ephemeral-storage"]);
+    assert!(u(&p["process_stats"]["process_count"]) >= 1, "{}", p["process_stats"]);
+    let c = &p["containers"][0];
+    assert!(c["startTime"].as_str().is_some_and(|t| t.ends_with('Z')), "{c}");
+
+    // The main port serves the same, with authentication; CPU and memory only on request.
+    let https = n.main_client();
+    let url = n.main_url("/stats/summary?only_cpu_and_memory=true");
+    let refused = https.get(&url).send().await.map(|r| r.status().as_u16()).unwrap_or_default();
+    assert_eq!(refused, 401);
+    let text = match https.get(&url).bearer_auth(TOKEN).send().await {
+        Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
+        other => panic!("GET {url}: {other:?}"),
+    };
+    let small: Value = serde_json::from_str(&text).unwrap_or_default();
+    let sp =
+        small["pods"].as_array().and_then(|ps| ps.iter().find(|p| p["podRef"]["uid"] == pod_uid.as_str()));
+    let sp = sp.cloned().unwrap_or_default();
+    assert!(u(&sp["memory"]["workingSetBytes"]) >= 24 * MIB, "{sp}");
+    assert!(sp.get("volume").is_none() && sp.get("ephemeral-storage").is_none(), "{sp}");
+    assert!(small["node"].get("fs").is_none(), "{}", small["node"]);
+
+    // /metrics/resource carries the same numbers and passes promtool.
+    let resource = read_only(&n, "/metrics/resource").await;
+    let pod_label = format!("pod=\"{pod_name}\"");
+    let labels = ["container=\"hog\"", "namespace=\"default\"", pod_label.as_str()];
+    let ws = sample(&resource, "container_memory_working_set_bytes", &labels).unwrap_or(0.0);
+    assert!(ws >= (24 * MIB) as f64, "container_memory_working_set_bytes {ws}:\n{resource}");
+    assert!(sample(&resource, "container_cpu_usage_seconds_total", &labels).is_some_and(|v| v > 0.0));
+    assert!(sample(&resource, "container_start_time_seconds", &labels).is_some_and(|v| v > 1.6e9));
+    assert!(sample(&resource, "pod_memory_working_set_bytes", &labels[1..]).is_some_and(|v| v >= ws));
+    assert!(sample(&resource, "node_memory_working_set_bytes", &[]).is_some_and(|v| v > 0.0));
+    assert_eq!(sample(&resource, "resource_scrape_error", &[]), Some(0.0));
+    if let Err(problems) = promtool(&resource) {
+        panic!("/metrics/resource fails promtool:\n{problems}\n{resource}");
+    }
+
+    // /metrics: the kubelet's names, and promtool is happy with all of it.
+    let metrics = read_only(&n, "/metrics").await;
+    for (name, labels) in [
+        ("kubelet_runtime_operations_total", &["operation_type=\"run_podsandbox\""][..]),
+        ("kubelet_runtime_operations_duration_seconds_count", &["operation_type=\"create_container\""][..]),
+        ("kubelet_pod_start_duration_seconds_count", &[][..]),
+        ("kubelet_pod_worker_duration_seconds_count", &["operation_type=\"create\""][..]),
+        ("kubelet_started_pods_total", &[][..]),
+        ("kubelet_running_pods", &[][..]),
+    ] {
+        assert!(
+            sample(&metrics, name, labels).is_some_and(|v| v >= 1.0),
+            "{name}{labels:?} missing:\n{metrics}"
+        );
+    }
+    if let Err(problems) = promtool(&metrics) {
+        panic!("/metrics fails promtool:\n{problems}");
+    }
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn dead_attempts_of_a_crash_looping_container_are_collected_with_their_logs() {
+    let env = env_or_skip!("dead_attempts_of_a_crash_looping_container_are_collected_with_their_logs");
+    let options =
+        StartOptions { nodelet_extra: "containerGC: {period: 1s}".to_owned(), ..StartOptions::default() };
+    let n = Nodelet::start_with(&env, "cgc", options).await;
+    n.write_manifest(
+        "crash.yaml",
+        &n.pod_manifest(
+            "crash",
+            json!({
+                "restartPolicy": "Always",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "app", "command": ["sh", "-c", "echo crashing; exit 3"]}],
+            }),
+        ),
+    );
+    let pod = n.wait_for_pod("crash", "created", Duration::from_secs(20), |_| true).await;
+    let pod_uid = uid(&pod);
+    let log_dir = n.logs_dir().join(format!("default_{}_{pod_uid}", n.pod_name("crash"))).join("app");
+    // Without GC the pod driver keeps two attempts (the newest and the one before it) at all times once
+    // it restarted; with it, while the newest waits in back-off, it is the only one, with the only log.
+    let (attempt, logs) = n
+        .wait_for("only the newest dead attempt to remain", Duration::from_secs(30), async || {
+            let containers = n.containers_of(&pod_uid).await;
+            let [only] = containers.as_slice() else { return None };
+            let attempt = only.metadata.as_ref().map_or(0, |m| m.attempt);
+            let mut logs: Vec<String> = std::fs::read_dir(&log_dir)
+                .ok()?
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            logs.sort();
+            (attempt >= 2 && logs == [format!("{attempt}.log")]).then_some((attempt, logs))
+        })
+        .await;
+    // Status still shows the last attempt: restart count and exit code.
+    let pod = n.pod("crash").await.unwrap_or_default();
+    let app = container(&pod, "app").cloned().unwrap_or_default();
+    assert!(u64::try_from(app.restart_count).unwrap_or(0) >= u64::from(attempt), "{app:?} {logs:?}");
+    let last = app.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| t.exit_code);
+    assert_eq!(last, Some(3), "{app:?}");
+    assert!(n.log().contains("container GC removed dead containers"), "{}", n.log());
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_oom_killed_container_shows_oomkilled_and_an_event() {
+    let env = env_or_skip!("an_oom_killed_container_shows_oomkilled_and_an_event");
+    let n = Nodelet::start(&env, "oom").await;
+    n.write_manifest(
+        "oom.yaml",
+        &n.pod_manifest(
+            "oom",
+            json!({
+                "restartPolicy": "Always",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "eat",
+                    // `tail` keeps the endless line of zeros in memory until the OOM killer stops it.
+                    "command": ["sh", "-c", "tail /dev/zero"],
+                    "resources": {"limits": {"memory": "16Mi"}},
+                }],
+            }),
+        ),
+    );
+    let pod = n
+        .wait_for_pod("oom", "lastState OOMKilled", Duration::from_secs(30), |p| {
+            container(p, "eat")
+                .and_then(|c| c.last_state.as_ref()?.terminated.as_ref())
+                .is_some_and(|t| t.reason.as_deref() == Some("OOMKilled") && t.exit_code == 137)
+        })
+        .await;
+    let pod_name = n.pod_name("oom");
+    let events: Value = serde_json::from_str(&read_only(&n, "/api/v1/events").await).unwrap_or_default();
+    let oom = events["items"].as_array().and_then(|items| {
+        items.iter().find(|e| e["reason"] == "OOMKilling" && e["involvedObject"]["name"] == pod_name.as_str())
+    });
+    let oom = oom.cloned().unwrap_or_default();
+    assert_eq!(oom["type"], "Warning", "{events}");
+    assert_eq!(oom["involvedObject"]["uid"], uid(&pod).as_str());
+    assert_eq!(oom["involvedObject"]["fieldPath"], "spec.containers{eat}");
+    assert!(oom["message"].as_str().is_some_and(|m| m.contains("Container eat was OOM-killed")), "{oom}");
+    n.shutdown().await;
+}
