@@ -620,6 +620,15 @@ spec:
   resources: {requests: {storage: 64Mi}}
 "#;
     n.write_manifest_text("storage.yaml", storage);
+    let server = format!("http://127.0.0.1:{}", n.ports().read_only);
+    n.wait_for("the storage class in nodelet get storageclass", Duration::from_secs(10), async || {
+        let classes = crate::support::nodelet_cli(&["get", "storageclass", "--server", &server]).await;
+        classes
+            .lines()
+            .any(|l| l.starts_with("csi-hostpath ") && l.contains("hostpath.csi.nodelet.dev"))
+            .then_some(())
+    })
+    .await;
     let manifest = n.pod_manifest(
         "csi-user",
         json!({
