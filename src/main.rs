@@ -181,7 +181,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
 
     // The volume engine: populated from the pods, gating their containers.
     let (volume_desired, volume_writer) = reconcile_engine::store();
-    let volume_engine = Engine::builder(
+    let mut volume_engine = Engine::builder(
         "volumes",
         VolumeReconciler::new(&config.root_dir),
         Arc::new(VolumeDriver::new(
@@ -194,6 +194,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     .build();
     let volume_actual = volume_engine.actual();
     let volume_failures = volume_engine.op_status();
+    tasks.spawn(volumes::watch_volumes(volume_actual.clone(), volume_engine.observer(), shutdown.clone()));
     let gate =
         VolumeGate::new(volume_desired.clone(), volume_actual.clone()).with_claims(claim_lookup.clone());
 

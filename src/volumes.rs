@@ -317,3 +317,51 @@ pub(crate) async fn claim_volume_stats(
         metrics.retain_volume_stats(&seen);
     }
 }
+
+/// How often set-up volumes are checked against the host.
+pub(crate) const VOLUME_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether the volume that `actual` describes is still there on the host: its directory exists and,
+/// for tmpfs, bind and CSI volumes, is still a mount point. hostPath volumes are the host's own.
+fn still_there(actual: &VolumeActual) -> bool {
+    use nodelet_host::mounts::is_mount_point;
+    match actual.plugin {
+        Plugin::HostPath => true,
+        Plugin::LocalVolume | Plugin::Csi => is_mount_point(&actual.path).unwrap_or(true),
+        _ if actual.tmpfs => is_mount_point(&actual.path).unwrap_or(true),
+        _ => actual.path.is_dir(),
+    }
+}
+
+/// Every [`VOLUME_CHECK_PERIOD`], reports volumes that vanished behind nodelet's back (a tmpfs or
+/// bind mount unmounted, a directory removed) as uncertain, so the volume reconciler sets them up
+/// again (every setup is idempotent). Stops at `shutdown`.
+pub(crate) async fn watch_volumes(
+    actual: Store<VolumeKey, VolumeActual>,
+    observer: reconcile_engine::Observer<VolumeKey, VolumeActual>,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(VOLUME_CHECK_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let observed_at = tokio::time::Instant::now();
+        let mounted: Vec<(VolumeKey, Arc<VolumeActual>)> =
+            actual.entries().into_iter().filter(|(_, a)| a.is_mounted()).collect();
+        let gone = tokio::task::spawn_blocking(move || {
+            mounted.into_iter().filter(|(_, a)| !still_there(a)).collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (key, a) in gone {
+            tracing::warn!(volume = %key, path = %a.path.display(), "volume vanished from the host; setting it up again");
+            let update = VolumeActual { state: MountState::Uncertain, ..(*a).clone() };
+            if !observer.observe(key, reconcile_engine::Update::Set(update), observed_at) {
+                return;
+            }
+        }
+    }
+}

@@ -137,6 +137,16 @@ async fn emptydir_on_disk_and_in_memory_with_a_size_limit_survive_restarts_and_g
     let (code, out) = n.exec(&id, &["cat", "/disk/file", "/mem/file"]).await;
     assert_eq!((code, out.as_str()), (0, "kept\nkept\n"));
 
+    // Unmounted behind nodelet's back: noticed and mounted again.
+    let status =
+        std::process::Command::new("umount").arg(&mem).status().unwrap_or_else(|e| panic!("umount: {e}"));
+    assert!(status.success());
+    assert!(!is_mount_point(&mem));
+    n.wait_for("the Memory emptyDir mounted again", Duration::from_secs(30), async || {
+        is_mount_point(&mem).then_some(())
+    })
+    .await;
+
     n.remove_manifest("scratch.yaml");
     wait_gone(&n, &n.pod_name("scratch"), &uid).await;
     assert_eq!(mounts_under(&n.root_dir()), Vec::<String>::new());
