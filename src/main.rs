@@ -331,6 +331,13 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             volumes: volume_actual.clone(),
             verdicts: verdicts.clone(),
             waker: pod_waker,
+            container_gc: container_gc::ContainerGc::new(
+                runtime.clone(),
+                desired.clone(),
+                actual.clone(),
+                config.container_gc,
+                clock.clone(),
+            ),
             registry: &registry,
             clock: clock.clone(),
         },

@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::eviction::events::NodeEvents;
-use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, PressureView};
+use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, PressureView, Reclaimer};
 use nodelet_resources::eviction::metrics::EvictionMetrics;
 use nodelet_resources::eviction::signal::{
     Amount, BoxFuture, Observation, Observations, PodUsage, Signal, SignalError, SignalSource, Threshold,
@@ -140,6 +140,27 @@ pub(crate) fn image_gc_policy(c: &config::ImageGcConfig) -> ImageGcPolicy {
     }
 }
 
+/// Container GC as node-level reclaim: dead containers and sandboxes go before images, as the
+/// kubelet reclaims on a single filesystem.
+struct ContainerReclaimer(crate::container_gc::ContainerGc<nodelet_cri::CriPodRuntime>);
+
+impl Reclaimer for ContainerReclaimer {
+    fn name(&self) -> &'static str {
+        "container-gc"
+    }
+
+    fn reclaim(&self, signal: Signal, _bytes: u64) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async move {
+            if signal.is_disk() {
+                let (containers, sandboxes) = self.0.collect().await;
+                tracing::debug!(containers, sandboxes, "container GC for disk pressure");
+            }
+            // The runtime does not say how much a removed container took; the signals show it.
+            Ok(0)
+        })
+    }
+}
+
 /// What the node view shows of the node's pressure.
 #[derive(Clone)]
 pub(crate) struct PressureState {
@@ -159,6 +180,8 @@ pub(crate) struct Wiring<'a> {
     pub(crate) volumes: Store<VolumeKey, VolumeActual>,
     pub(crate) verdicts: PodVerdicts,
     pub(crate) waker: Waker<PodUid>,
+    /// Container GC, tried first under disk pressure.
+    pub(crate) container_gc: crate::container_gc::ContainerGc<nodelet_cri::CriPodRuntime>,
     pub(crate) registry: &'a prometheus::Registry,
     pub(crate) clock: Clock,
 }
@@ -196,6 +219,7 @@ pub(crate) fn start(
         events.clone(),
         w.clock,
     )
+    .with_reclaimer(Arc::new(ContainerReclaimer(w.container_gc)))
     .with_reclaimer(Arc::new(ImageReclaimer(image_gc)))
     .with_cleanup_check(Arc::new(move |uid: &str| {
         !w.volumes.keys().iter().any(|k| split_key(k).is_some_and(|(u, _)| u == uid))

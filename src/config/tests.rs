@@ -492,7 +492,9 @@ fn eviction_and_image_gc_flags_replace_the_file_fields() {
             "--minimum-image-ttl-duration",
             "5m",
         ],
-        Some("evictionHard: {imagefs.available: 20%}\nnodelet: {imageGCPeriod: 1m, evictionMonitoringPeriod: 2s}\n"),
+        Some(
+            "evictionHard: {imagefs.available: 20%}\nnodelet: {imageGCPeriod: 1m, evictionMonitoringPeriod: 2s}\n",
+        ),
     );
     let e = &l.config.eviction;
     assert_eq!(

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use nodelet_cri::{CriClient, CriConfig};
 use serde_json::{Value, json};
 
-use crate::support::{Nodelet, StartOptions, condition, env_or_skip, nodelet_cli, phase};
+use crate::support::{Nodelet, StartOptions, TOKEN, condition, env_or_skip, nodelet_cli, phase};
 
 const MI: u64 = 1 << 20;
 
@@ -125,6 +125,20 @@ async fn memory_pressure_evicts_the_pod_over_its_request_and_refuses_best_effort
         "{evicted:?}"
     );
     assert_eq!(node_condition(&n, "MemoryPressure").await, "True");
+    // The same NodeList on the main port (authenticated), and 404 for another node's name.
+    let https = n.main_client();
+    let url = n.main_url("/api/v1/nodes");
+    let list: Value = match https.get(&url).bearer_auth(TOKEN).send().await {
+        Ok(r) => serde_json::from_str(&r.text().await.unwrap_or_default()).unwrap_or_default(),
+        Err(e) => panic!("GET {url}: {e}"),
+    };
+    let conditions = &list["items"][0]["status"]["conditions"];
+    let pressure = conditions.as_array().into_iter().flatten().find(|c| c["type"] == "MemoryPressure");
+    assert_eq!(pressure.map(|c| c["status"].clone()), Some(json!("True")), "{list}");
+    assert_eq!(pressure.map(|c| c["reason"].clone()), Some(json!("KubeletHasInsufficientMemory")));
+    let url = format!("http://127.0.0.1:{}/api/v1/nodes/no-such-node", n.ports().read_only);
+    let status = n.http().get(&url).send().await.map(|r| r.status().as_u16()).unwrap_or(0);
+    assert_eq!(status, 404, "GET {url}");
     // The hog's containers are killed and not started again.
     n.wait_for_pod("hog", "no container running", Duration::from_secs(30), |p| {
         p.status
