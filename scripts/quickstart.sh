@@ -28,6 +28,7 @@
 #   NODELET_QS_ROOT_DIR      --root-dir                      (default /var/lib/nodelet)
 #   NODELET_QS_IMAGES        image archive directory         (default /var/cache/nodelet/images)
 #   NODELET_QS_POD_CIDR      pod network, inside 198.18.0.0/16 (default 198.18.0.0/16)
+#   NODELET_QS_EVICTION_HARD --eviction-hard (default: the kubelet's memory threshold, 1Gi free for disks)
 #   NODELET_QS_LOG           nodelet's log file              (default /var/log/nodelet-quickstart.log)
 #   NODELET_QS_TIMEOUT       seconds to wait for the web pod (default 180)
 set -euo pipefail
@@ -36,6 +37,9 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROOT_DIR=${NODELET_QS_ROOT_DIR:-/var/lib/nodelet}
 IMAGES=${NODELET_QS_IMAGES:-/var/cache/nodelet/images}
 POD_CIDR=${NODELET_QS_POD_CIDR:-198.18.0.0/16}
+# The kubelet's defaults are nodefs.available<10% and imagefs.available<15%: on a large disk that is mostly
+# used by other things, the demo would only show DiskPressure. Absolute disk thresholds keep it running.
+EVICTION_HARD=${NODELET_QS_EVICTION_HARD:-memory.available<100Mi,nodefs.available<1Gi,nodefs.inodesFree<5%,imagefs.available<1Gi}
 LOG=${NODELET_QS_LOG:-/var/log/nodelet-quickstart.log}
 TIMEOUT=${NODELET_QS_TIMEOUT:-180}
 PIDFILE=/run/nodelet-quickstart.pid
@@ -293,6 +297,7 @@ ARGS=(
 	--read-only-port 10255
 	--pod-cidr "$POD_CIDR"
 	--preload-images "$IMAGES"
+	--eviction-hard "$EVICTION_HARD"
 )
 log "4/5 starting nodelet in the background (log $LOG):"
 log "    $BIN ${ARGS[*]}"
