@@ -547,6 +547,23 @@ spec:
     .await;
     let target = volume_dir(&n, &uid, "kubernetes.io~local-volume", "data");
     assert!(is_mount_point(&target), "the local volume is not bind-mounted into the pod directory");
+    // The claim's volume stats are on /metrics (the local disk's filesystem).
+    let metrics_url = format!("http://127.0.0.1:{}/metrics", n.ports().read_only);
+    let line = n
+        .wait_for("kubelet_volume_stats_capacity_bytes of the claim", Duration::from_secs(10), async || {
+            let text = n.http().get(&metrics_url).send().await.ok()?.text().await.ok()?;
+            text.lines()
+                .find(|l| {
+                    l.starts_with("kubelet_volume_stats_capacity_bytes{")
+                        && l.contains("persistentvolumeclaim=\"data\"")
+                        && l.contains("namespace=\"default\"")
+                })
+                .map(str::to_owned)
+        })
+        .await;
+    let capacity: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let fs = fs_capacity(&disk);
+    assert!((capacity - fs).abs() < 1.0, "{line} vs statvfs {fs}");
 
     // The pod goes: the bind mount goes, the data stays.
     n.remove_manifest("claimer.yaml");
@@ -562,6 +579,12 @@ spec:
     .await;
     assert_eq!(std::fs::read_to_string(disk.join("out")).unwrap_or_default(), "from the pod\n");
     n.shutdown().await;
+}
+
+/// The size of the filesystem holding `path` (statvfs), in bytes.
+fn fs_capacity(path: &Path) -> f64 {
+    let st = rustix::fs::statvfs(path).unwrap_or_else(|e| panic!("statvfs {}: {e}", path.display()));
+    (st.f_blocks * st.f_frsize) as f64
 }
 
 /// A v1 List from the read-only port.
