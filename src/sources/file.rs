@@ -115,7 +115,6 @@ impl FileSource {
         Self { config, handle, files: BTreeMap::new(), path_problem: None, objects }
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     /// The documents of other kinds than Pod, updated after every rescan.
     pub(crate) fn objects(&self) -> watch::Receiver<Arc<ManifestObjects>> {
         self.objects.subscribe()

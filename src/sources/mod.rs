@@ -51,13 +51,7 @@ use nodelet_resources::pod::validation::CONFIG_SEEN_ANNOTATION;
 use reconcile_engine::{Store, Writer};
 use tokio::sync::watch;
 
-// The binary's main.rs uses these; until it is wired, nothing does.
-#[allow(unused_imports)]
-pub(crate) use file::{FileSource, FileSourceConfig, ManifestObject, ManifestObjects};
-#[allow(unused_imports)]
-pub(crate) use http::{HttpSource, HttpSourceConfig, HttpSourceError};
-#[allow(unused_imports)]
-pub(crate) use url::{UrlSource, UrlSourceConfig, UrlSourceError};
+pub(crate) use file::ManifestObjects;
 
 /// Errors of the pod config.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -174,7 +174,6 @@ impl StatsProvider {
         self
     }
 
-    #[allow(dead_code)] // the eviction manager's signals
     /// The node's stats: CPU, memory (with `availableBytes` = capacity minus working set), nodefs,
     /// imagefs and container fs, PIDs, network. Fails only when the node's memory cannot be read; a
     /// runtime that does not answer `ImageFsInfo` leaves `runtime` out.
