@@ -527,6 +527,10 @@ impl Nodelet {
             ("--healthz-port", healthz.to_string()),
             ("--cgroup-root", env.cgroup_parent.clone()),
             ("--resolv-conf", env.resolv_conf.clone()),
+            // The shared test runtime's disk may be nearly full: measure pods, not DiskPressure, and never
+            // garbage-collect the test images.
+            ("--eviction-hard", "memory.available<100Mi".to_owned()),
+            ("--image-gc-high-threshold", "100".to_owned()),
         ];
         let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
             .args(args.iter().flat_map(|(flag, value)| [*flag, value.as_str()]))

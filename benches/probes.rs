@@ -159,6 +159,10 @@ impl Nodelet {
             ("--healthz-port", healthz.to_string()),
             ("--cgroup-root", var("NODELET_TEST_CGROUP_PARENT", "/nodelet-test")),
             ("--resolv-conf", var("NODELET_TEST_RESOLV_CONF", "")),
+            // The shared test runtime's disk may be nearly full: measure pods, not DiskPressure, and never
+            // garbage-collect the test images.
+            ("--eviction-hard", "memory.available<100Mi".to_owned()),
+            ("--image-gc-high-threshold", "100".to_owned()),
         ];
         let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
             .args(args.iter().flat_map(|(flag, value)| [*flag, value.as_str()]))
