@@ -15,6 +15,8 @@
 //! the pod network 198.18.0.0/16 (pods and the bridge address), which every test asserts before connecting.
 //! Each test removes its sandboxes, pod cgroups and log directories even when it fails (see [`Cleanup`]).
 
+mod common;
+
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -27,10 +29,11 @@ use nodelet_cri::{
     ContainerFilter, CriClient, CriConfig, CriError, EventsConfig, RuntimeEvent, RuntimeEventStream,
     SandboxFilter,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep};
+
+use common::{http_get, in_pod_network, lock_busybox2, random_hex, random_uid, required, short, var};
 
 /// A label unique to one test, so parallel tests (and leftovers of other runs) never see each other's objects.
 const TEST_RUN_LABEL: &str = "io.nodelet.test-run";
@@ -47,33 +50,6 @@ struct TestEnv {
     busybox2: Option<String>,
     pause: Option<String>,
     cgroup_parent: Option<String>,
-}
-
-/// Serializes the tests (in any process) that pull and remove `NODELET_TEST_REGISTRY_BUSYBOX2`;
-/// the same lock file as `pod_runtime.rs` uses.
-fn lock_busybox2() -> std::fs::File {
-    let base = PathBuf::from(var("NODELET_TEST_BASE").unwrap_or_else(|| "/tmp/nodelet-test".to_string()));
-    let path = base.join("busybox2-image.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-    if let Err(e) = file.lock() {
-        panic!("cannot lock {}: {e}", path.display());
-    }
-    file
-}
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-fn required(name: &str) -> String {
-    var(name).unwrap_or_else(|| {
-        panic!("NODELET_TEST_CRI_ENDPOINT is set but {name} is not: source the runtime env file (env.sh)")
-    })
 }
 
 /// Reads the environment; `None` means "no runtime configured, skip".
@@ -248,14 +224,6 @@ struct TestPod {
     log_dir: PathBuf,
 }
 
-fn random_hex(n: usize) -> String {
-    (0..n).map(|_| char::from_digit(fastrand::u32(0..16), 16).unwrap_or('0')).collect()
-}
-
-fn random_uid() -> String {
-    format!("{}-{}-{}-{}-{}", random_hex(8), random_hex(4), random_hex(4), random_hex(4), random_hex(12))
-}
-
 /// Builds a sandbox config like the kubelet's: labels, log directory, DNS, cgroup parent, optional hostPort.
 /// Creates the pod log directory (and the container's subdirectory) and registers everything with `cleanup`.
 fn test_pod(
@@ -322,10 +290,6 @@ async fn run_sandbox(cri: &CriClient, cleanup: &mut Cleanup, pod: &TestPod) -> S
     id
 }
 
-fn short(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
-}
-
 /// A container of busybox in the test pod: `command`, logging to `web/0.log`, 64 MiB memory limit.
 fn container_config(env: &TestEnv, pod: &TestPod, command: &[&str]) -> proto::ContainerConfig {
     let mut container_labels = labels::container_labels(&pod.identity, "web");
@@ -368,14 +332,6 @@ async fn create_and_start(
     id
 }
 
-/// The pod network, the only non-loopback destination tests may talk to.
-fn in_pod_network(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => v4.octets()[0] == 198 && v4.octets()[1] == 18,
-        IpAddr::V6(_) => false,
-    }
-}
-
 async fn pod_ip(cri: &CriClient, sandbox_id: &str) -> Ipv4Addr {
     let status = match cri.pod_sandbox_status(sandbox_id).await {
         Ok(s) => s,
@@ -389,42 +345,6 @@ async fn pod_ip(cri: &CriClient, sandbox_id: &str) -> Ipv4Addr {
     };
     assert!(in_pod_network(IpAddr::V4(ip)), "pod IP {ip} is outside 198.18.0.0/16");
     ip
-}
-
-/// One HTTP/1.0 GET over a raw TCP connection; returns (status code, body, local address of the connection).
-/// Connects only to the pod network; retries the connection for a few seconds while the server starts.
-async fn http_get(addr: SocketAddr) -> (u16, String, SocketAddr) {
-    assert!(in_pod_network(addr.ip()), "refusing to send traffic to {addr}: not in the pod network");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut stream = loop {
-        match timeout(Duration::from_secs(2), TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => break s,
-            Ok(Err(e)) if Instant::now() < deadline => {
-                tracing::debug!(%addr, error = %e, "connect failed, retrying")
-            }
-            Err(_) if Instant::now() < deadline => tracing::debug!(%addr, "connect timed out, retrying"),
-            other => panic!("cannot connect to {addr}: {other:?}"),
-        }
-        sleep(Duration::from_millis(100)).await;
-    };
-    let local = match stream.local_addr() {
-        Ok(a) => a,
-        Err(e) => panic!("local_addr: {e}"),
-    };
-    let request = format!("GET / HTTP/1.0\r\nHost: {addr}\r\nUser-Agent: nodelet-cri-test\r\n\r\n");
-    let mut response = Vec::new();
-    let io = async {
-        stream.write_all(request.as_bytes()).await?;
-        stream.read_to_end(&mut response).await
-    };
-    match timeout(Duration::from_secs(10), io).await {
-        Ok(Ok(_)) => {}
-        other => panic!("HTTP GET {addr} failed: {other:?}"),
-    }
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text.as_str(), ""));
-    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (code, body.to_owned(), local)
 }
 
 async fn exec(cri: &CriClient, id: &str, cmd: &[&str]) -> nodelet_cri::ExecSyncOutput {

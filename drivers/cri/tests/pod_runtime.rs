@@ -14,6 +14,8 @@
 //! Traffic goes only to the pod network 198.18.0.0/16 and to loopback, which [`http_get`] asserts. Every test
 //! tears its pods down even when it fails ([`Cleanup`]).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -29,9 +31,9 @@ use nodelet_cri::{CriClient, CriConfig, CriPodRuntime, CriPodRuntimeConfig};
 use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual};
 use nodelet_resources::pod::desired::{DesiredPod, PodSource};
 use nodelet_resources::pod::driver::{ContainerKind, PodRuntime, container_hash};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep};
+
+use common::{allowed_destination, http_get, lock_busybox2, random_hex, random_uid, required, short, var};
 
 const NAMESPACE: &str = "nodelet-pod-runtime-test";
 const HTTPD_PORT: u16 = 8080;
@@ -46,17 +48,6 @@ struct TestEnv {
     resolv_conf: PathBuf,
     cgroup_parent: Option<String>,
     busybox2: Option<String>,
-    base: PathBuf,
-}
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-fn required(name: &str) -> String {
-    var(name).unwrap_or_else(|| {
-        panic!("NODELET_TEST_CRI_ENDPOINT is set but {name} is not: source the runtime env file (env.sh)")
-    })
 }
 
 fn test_env(test: &str) -> Option<TestEnv> {
@@ -80,7 +71,6 @@ fn test_env(test: &str) -> Option<TestEnv> {
         resolv_conf: PathBuf::from(required("NODELET_TEST_RESOLV_CONF")),
         cgroup_parent: var("NODELET_TEST_CGROUP_PARENT"),
         busybox2: var("NODELET_TEST_REGISTRY_BUSYBOX2"),
-        base: PathBuf::from(var("NODELET_TEST_BASE").unwrap_or_else(|| "/tmp/nodelet-test".to_owned())),
     })
 }
 
@@ -256,14 +246,6 @@ fn cgroup_dirs(rel: &str) -> Vec<PathBuf> {
 
 // ------------------------------------------------------------------------------------------------ pods
 
-fn random_hex(n: usize) -> String {
-    (0..n).map(|_| char::from_digit(fastrand::u32(0..16), 16).unwrap_or('0')).collect()
-}
-
-fn random_uid() -> String {
-    format!("{}-{}-{}-{}-{}", random_hex(8), random_hex(4), random_hex(4), random_hex(4), random_hex(12))
-}
-
 fn container(name: &str, image: &str, command: &[&str]) -> Container {
     Container {
         name: name.to_owned(),
@@ -321,10 +303,6 @@ async fn start(
     }
 }
 
-fn short(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
-}
-
 async fn pod_state(rt: &CriPodRuntime, uid: &str) -> PodActual {
     match rt.pod_state(uid).await {
         Ok(Some(pod)) => pod,
@@ -358,42 +336,6 @@ async fn exec(rt: &CriPodRuntime, id: &str, cmd: &[&str]) -> String {
         Ok(out) if out.success() => out.stdout_lossy(),
         other => panic!("ExecSync {cmd:?}: {other:?}"),
     }
-}
-
-fn allowed_destination(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => v4.is_loopback() || (v4.octets()[0] == 198 && v4.octets()[1] == 18),
-        IpAddr::V6(v6) => v6.is_loopback(),
-    }
-}
-
-/// One HTTP/1.0 GET; returns (status code, body, local address). Only to loopback and the pod network;
-/// retries the connection for a few seconds while the server starts.
-async fn http_get(addr: SocketAddr) -> (u16, String, SocketAddr) {
-    assert!(allowed_destination(addr.ip()), "refusing to send traffic to {addr}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut stream = loop {
-        match timeout(Duration::from_secs(2), TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => break s,
-            other if Instant::now() >= deadline => panic!("cannot connect to {addr}: {other:?}"),
-            _ => sleep(Duration::from_millis(100)).await,
-        }
-    };
-    let local = stream.local_addr().expect("local address");
-    let request = format!("GET / HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-    let mut response = Vec::new();
-    let io = async {
-        stream.write_all(request.as_bytes()).await?;
-        stream.read_to_end(&mut response).await
-    };
-    match timeout(Duration::from_secs(10), io).await {
-        Ok(Ok(_)) => {}
-        other => panic!("HTTP GET {addr} failed: {other:?}"),
-    }
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text.as_str(), ""));
-    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (code, body.to_owned(), local)
 }
 
 /// Waits for a CRI-format line (`<RFC 3339> <stream> F <text>`) whose text is `text` in the log at `path`.
@@ -777,28 +719,13 @@ async fn start_failures_have_kubelet_reasons() {
     cleanup.run(&rt).await;
 }
 
-/// Serializes the tests (in any process) that pull and remove `NODELET_TEST_REGISTRY_BUSYBOX2`.
-fn lock_busybox2(env: &TestEnv) -> std::fs::File {
-    let path = env.base.join("busybox2-image.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-    if let Err(e) = file.lock() {
-        panic!("cannot lock {}: {e}", path.display());
-    }
-    file
-}
-
 #[tokio::test]
 async fn if_not_present_pulls_a_missing_image() {
     let env = env_or_skip!("if_not_present_pulls_a_missing_image");
     let image = env.busybox2.clone().unwrap_or_else(|| required("NODELET_TEST_REGISTRY_BUSYBOX2"));
     let rt = runtime(&env).await;
     // Blocks this test's thread while another process holds the lock: nothing else runs on it meanwhile.
-    let _lock = lock_busybox2(&env);
+    let _lock = lock_busybox2();
     let mut cleanup = Cleanup::new(&env);
 
     rt.client().remove_image(&image).await.expect("RemoveImage (pre-clean)");
