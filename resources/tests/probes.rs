@@ -89,6 +89,7 @@ struct Node {
     reconciler: PodReconciler,
     results: ProbeResults,
     clock: Clock,
+    waker: reconcile_engine::Waker<PodUid>,
 }
 
 fn clock() -> Clock {
@@ -130,9 +131,9 @@ fn node() -> Node {
     let waker = engine.waker();
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
-    tokio::spawn(prober.run(actual.clone(), waker, std::future::pending()));
+    tokio::spawn(prober.run(actual.clone(), waker.clone(), std::future::pending()));
     let reconciler = PodReconciler::new(backoff, clock.clone()).with_probes(results.clone());
-    Node { runtime, handler, writer, actual, desired, reconciler, results, clock }
+    Node { runtime, handler, writer, actual, desired, reconciler, results, clock, waker }
 }
 
 fn pod(uid: &str, yaml: &str) -> DesiredPod {
@@ -374,4 +375,31 @@ async fn probes_stop_when_the_container_stops_and_start_again_with_the_new_one()
     let count = n.handler.runs(ProbeKind::Readiness).len();
     sleep(Duration::from_secs(5)).await;
     assert_eq!(n.handler.runs(ProbeKind::Readiness).len(), count);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_restart_the_first_probes_of_running_containers_are_spread_over_a_period() {
+    let mut n = node();
+    let uids: Vec<String> = (0..20).map(|i| format!("u{i}")).collect();
+    for uid in &uids {
+        n.add(pod(uid, &probed("    readinessProbe: {exec: {command: [ok, ready]}, periodSeconds: 10}\n")));
+    }
+    assert!(eventually(LONG, || uids.iter().all(|u| n.running_id(u, "app").is_some())).await);
+    sleep(Duration::from_secs(30)).await;
+    // A prober made now sees containers that started before it, as after a nodelet restart.
+    let handler = Arc::new(FakeHandler::default());
+    let prober =
+        Prober::new(handler.clone(), n.desired.clone(), ProbeMetrics::unregistered(), n.clock.clone());
+    let restarted = Instant::now();
+    tokio::spawn(prober.run(n.actual.clone(), n.waker.clone(), std::future::pending()));
+    sleep(Duration::from_secs(25)).await;
+    let mut first: HashMap<String, Instant> = HashMap::new();
+    for run in handler.runs(ProbeKind::Readiness) {
+        first.entry(run.container_id).and_modify(|t| *t = (*t).min(run.at)).or_insert(run.at);
+    }
+    assert_eq!(first.len(), uids.len(), "every running container is probed again");
+    let offsets: Vec<Duration> = first.values().map(|t| *t - restarted).collect();
+    assert!(offsets.iter().all(|d| *d <= Duration::from_secs(11)), "{offsets:?}");
+    let distinct: std::collections::HashSet<u128> = offsets.iter().map(|d| d.as_millis() / 100).collect();
+    assert!(distinct.len() >= 5, "first probes not spread over the period: {offsets:?}");
 }

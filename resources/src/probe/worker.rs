@@ -56,6 +56,9 @@ pub struct Prober<H> {
     writer: Writer<String, ContainerProbes>,
     metrics: ProbeMetrics,
     clock: Clock,
+    /// When the prober was made (the clock's nanoseconds): containers that started before ran
+    /// while nodelet was down, and their first probes are spread over a period.
+    created_at: i64,
     /// Per pod: the probed containers (by ID) and their workers.
     workers: HashMap<PodUid, HashMap<String, Vec<AbortOnDrop>>>,
     /// Per pod: the container IDs with an entry in the results store.
@@ -105,6 +108,7 @@ impl<H: ProbeHandler> Prober<H> {
     ) -> Self {
         let (results, writer) = store();
         let (tx, rx) = mpsc::unbounded_channel();
+        let created_at = clock();
         Prober {
             handler,
             desired,
@@ -112,6 +116,7 @@ impl<H: ProbeHandler> Prober<H> {
             writer,
             metrics,
             clock,
+            created_at,
             workers: HashMap::new(),
             entries: HashMap::new(),
             tx,
@@ -257,9 +262,16 @@ impl<H: ProbeHandler> Prober<H> {
                         &target.namespace,
                     ])
                 };
+                // As the kubelet does after a restart: containers that were already running get
+                // their first probe at a random point of the first period, not all at once.
+                let jitter = if record.started_at > 0 && record.started_at < self.created_at {
+                    spec.period.mul_f64(fastrand::f64())
+                } else {
+                    Duration::ZERO
+                };
                 let ctx = WorkerCtx {
                     handler: self.handler.clone(),
-                    delay: spec.initial_delay.saturating_sub(ran_for),
+                    delay: spec.initial_delay.saturating_sub(ran_for).max(jitter),
                     gate: (spec.kind != ProbeKind::Startup && has_startup).then(|| self.results.clone()),
                     tx: self.tx.clone(),
                     counters: [counter("successful"), counter("failed"), counter("unknown")],
