@@ -23,18 +23,7 @@ use crate::sources::ManifestObjects;
 /// The storage objects among the manifest directory's objects (the last document of a name wins).
 fn claim_objects(objects: &ManifestObjects) -> ClaimObjects {
     fn parse<T: serde::de::DeserializeOwned>(objects: &ManifestObjects, kind: &str) -> Vec<T> {
-        objects
-            .get(kind)
-            .into_iter()
-            .flatten()
-            .filter_map(|o| match serde_json::from_value::<T>(o.value.clone()) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    tracing::warn!(kind, file = %o.file.display(), error = %e, "unreadable object");
-                    None
-                }
-            })
-            .collect()
+        objects.get(kind).into_iter().flatten().filter_map(|o| o.parse(kind)).collect()
     }
     ClaimObjects {
         volumes: parse::<PersistentVolume>(objects, "PersistentVolume"),

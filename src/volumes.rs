@@ -51,13 +51,7 @@ impl Snapshot {
             if ns != namespace || n != name {
                 return None;
             }
-            match serde_json::from_value::<T>(object.value.clone()) {
-                Ok(parsed) => Some(parsed),
-                Err(e) => {
-                    tracing::warn!(kind, namespace, name, file = %object.file.display(), error = %e, "unreadable object");
-                    None
-                }
-            }
+            object.parse(kind)
         })
     }
 }
@@ -295,6 +289,10 @@ pub(crate) async fn claim_volume_stats(
                 }
             }
         });
+        if mounted.is_empty() {
+            metrics.retain_volume_stats(&std::collections::BTreeSet::new());
+            continue;
+        }
         let stats = tokio::task::spawn_blocking(move || {
             mounted
                 .into_iter()
@@ -349,8 +347,14 @@ pub(crate) async fn watch_volumes(
             _ = tick.tick() => {}
         }
         let observed_at = tokio::time::Instant::now();
-        let mounted: Vec<(VolumeKey, Arc<VolumeActual>)> =
-            actual.entries().into_iter().filter(|(_, a)| a.is_mounted()).collect();
+        let mounted: Vec<(VolumeKey, Arc<VolumeActual>)> = actual
+            .entries()
+            .into_iter()
+            .filter(|(_, a)| a.is_mounted() && a.plugin != Plugin::HostPath)
+            .collect();
+        if mounted.is_empty() {
+            continue;
+        }
         let gone = tokio::task::spawn_blocking(move || {
             mounted.into_iter().filter(|(_, a)| !still_there(a)).collect::<Vec<_>>()
         })

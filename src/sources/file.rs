@@ -76,6 +76,19 @@ pub(crate) struct ManifestObject {
     pub(crate) value: serde_json::Value,
 }
 
+impl ManifestObject {
+    /// The document as a `T` of `kind`; an unreadable one is logged with its file and skipped.
+    pub(crate) fn parse<T: serde::de::DeserializeOwned>(&self, kind: &str) -> Option<T> {
+        match serde_json::from_value::<T>(self.value.clone()) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(kind, file = %self.file.display(), error = %e, "unreadable object");
+                None
+            }
+        }
+    }
+}
+
 /// The documents of other kinds than Pod in the manifest files, by kind (`ConfigMap`, `Secret`,
 /// ...), in file and document order. Replaced as a whole after every rescan that changes it.
 pub(crate) type ManifestObjects = BTreeMap<String, Vec<ManifestObject>>;

@@ -160,12 +160,21 @@ impl<R: Renderer> Populator<R> {
         let mut resync = tokio::time::interval(RESYNC_PERIOD);
         resync.tick().await;
         loop {
-            tokio::select! {
+            let needed = tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = pods_sub.changed() => { pods_sub.drain(); }
-                () = actual_sub.changed() => { actual_sub.drain(); }
-                r = refresh.changed(), if !refresh_closed => refresh_closed = r.is_err(),
-                _ = resync.tick() => {}
+                () = pods_sub.changed() => { pods_sub.drain(); true }
+                // The runtime's view changes with every container start and exit; it matters here only
+                // for pods that keep their volumes without being desired, or that were evicted.
+                () = actual_sub.changed() => {
+                    actual_sub.drain().iter().any(|uid| {
+                        !self.pods.contains_key(uid) || self.verdicts.as_ref().is_some_and(|v| v.verdict(uid).is_some())
+                    })
+                }
+                r = refresh.changed(), if !refresh_closed => { refresh_closed = r.is_err(); true }
+                _ = resync.tick() => true,
+            };
+            if !needed {
+                continue;
             }
             let changed = self.sync();
             if changed > 0 {
