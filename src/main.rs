@@ -119,14 +119,12 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     // Sources → desired store.
     let pod_config = sources::PodConfig::new(config.node_name.clone());
     let mut tasks = tokio::task::JoinSet::new();
-    let mut renderer = volumes::ManifestRenderer::empty();
     let mut objects = tokio::sync::watch::channel(std::sync::Arc::new(sources::ManifestObjects::new())).1;
     if let Some(path) = &config.sources.static_pod_path {
         let mut cfg = sources::file::FileSourceConfig::new(path.clone());
         cfg.check_frequency = config.sources.file_check_frequency;
         let source = sources::file::FileSource::new(cfg, pod_config.add_source("file")?);
         objects = source.objects();
-        renderer = volumes::ManifestRenderer::new(objects.clone());
         tasks.spawn(source.run(shutdown.clone()));
     }
     if let Some(url) = &config.sources.static_pod_url {
@@ -152,6 +150,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     }
     pod_config.seal();
     let desired = pod_config.store();
+    let renderer = volumes::ManifestRenderer::new(objects.clone());
 
     let volume_metrics = VolumeMetrics::new(&registry)?;
     // CSI node plugins register by socket in nodelet.storage.csi.pluginDir (<root-dir>/plugins_registry).

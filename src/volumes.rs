@@ -31,11 +31,6 @@ impl ManifestRenderer {
     pub(crate) fn new(objects: watch::Receiver<Arc<ManifestObjects>>) -> Self {
         Self { objects }
     }
-
-    /// A renderer that knows no objects (no manifest directory).
-    pub(crate) fn empty() -> Self {
-        Self { objects: watch::channel(Arc::new(ManifestObjects::new())).1 }
-    }
 }
 
 /// A snapshot of the objects, looked up by kind, namespace and name.
