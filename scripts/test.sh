@@ -26,6 +26,11 @@ scripts/runtime-up.sh
 # shellcheck disable=SC1091
 . "${NODELET_TEST_BASE:-/tmp/nodelet-test}/env.sh"
 export NODELET_REQUIRE_RUNTIME=1
+# A one-off build (CI, a fresh clone) gains nothing from incremental caches, which would
+# double the disk that target/ needs.
+if [[ "${CI:-}" == "true" ]]; then
+  export CARGO_INCREMENTAL=0
+fi
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
