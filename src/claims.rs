@@ -9,7 +9,7 @@ use nodelet_resources::claim::binding::NodeInfo;
 use nodelet_resources::claim::desired::ClaimKey;
 use nodelet_resources::claim::driver::{ClaimDriver, Provisioner, ProvisionerSet};
 use nodelet_resources::claim::metrics::ClaimMetrics;
-use nodelet_resources::claim::populator::{ClaimObjects, Populator};
+use nodelet_resources::claim::populator::{ClaimObjects, ObjectFeed, Populator};
 use nodelet_resources::claim::reconciler::{ClaimReconciler, wake_related};
 use nodelet_resources::claim::status::ClaimView;
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
@@ -46,7 +46,7 @@ pub(crate) struct Claims {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     config: &Config,
-    mut manifests: watch::Receiver<Arc<ManifestObjects>>,
+    manifests: watch::Receiver<Arc<ManifestObjects>>,
     pods: Store<PodUid, DesiredPod>,
     registry: &prometheus::Registry,
     engine_metrics: &Metrics,
@@ -55,25 +55,8 @@ pub(crate) fn start(
     shutdown: &CancellationToken,
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> anyhow::Result<Claims> {
-    // Objects: converted whenever the manifest directory changes.
-    let (objects_tx, objects) = watch::channel(Arc::new(claim_objects(&manifests.borrow())));
-    let stop = shutdown.clone();
-    tasks.spawn(async move {
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                r = manifests.changed() => if r.is_err() { return },
-            }
-            let next = claim_objects(&manifests.borrow_and_update());
-            objects_tx.send_if_modified(|current| {
-                let changed = **current != next;
-                if changed {
-                    *current = Arc::new(next);
-                }
-                changed
-            });
-        }
-    });
+    // Objects: read from the manifest directory's objects whenever they change.
+    let objects = ObjectFeed::mapped(manifests, claim_objects);
 
     // Provisioners.
     let mut provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(

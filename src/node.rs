@@ -13,7 +13,7 @@ use nodelet_resources::pod::desired::{DesiredPod, PodUid};
 use nodelet_resources::pod::reconciler::{Clock, PodReconciler};
 use nodelet_resources::pod::status::{PodOpStatus, pod_status};
 use nodelet_resources::volume::actual::VolumeActual;
-use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey, split_key};
+use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey, is_device_key, split_key};
 use nodelet_resources::volume::driver::VolumeError;
 use nodelet_resources::volume::metrics::VolumeMetrics;
 use nodelet_resources::volume::ops::VolumeOp;
@@ -200,7 +200,32 @@ impl Node {
                 ));
             }
         }
+        let desired = v.desired.entries();
         for (key, failure) in v.failures.entries() {
+            if is_device_key(&key) {
+                // A device step failed: every pod waiting for the device hears of it.
+                let (reason, what) = match failure.op {
+                    VolumeOp::Attach { .. } | VolumeOp::Detach { .. } => {
+                        ("FailedAttachVolume", "AttachVolume")
+                    }
+                    VolumeOp::Unstage { .. } => ("FailedUnMount", "UnmountDevice"),
+                    _ => ("FailedMount", "MountVolume.MountDevice"),
+                };
+                for (_, volume) in
+                    desired.iter().filter(|(_, d)| d.device().is_some_and(|dev| dev.key() == key))
+                {
+                    let message = format!("{what} failed for volume {:?} : {}", volume.name, failure.error);
+                    items.push(self.event(
+                        reason,
+                        &volume.namespace,
+                        &volume.pod_name,
+                        Some(&volume.pod_uid),
+                        message,
+                        failure.failures,
+                    ));
+                }
+                continue;
+            }
             let Some((uid, name)) = split_key(&key) else { continue };
             let (namespace, pod) = match (v.desired.get(&key), self.actual.get(&uid.to_owned())) {
                 (Some(d), _) => (d.namespace.clone(), d.pod_name.clone()),
@@ -208,8 +233,8 @@ impl Node {
                 (None, None) => continue,
             };
             let (reason, what) = match failure.op {
-                VolumeOp::SetUp(_) => ("FailedMount", "MountVolume.SetUp"),
                 VolumeOp::TearDown { .. } => ("FailedUnMount", "UnmountVolume.TearDown"),
+                _ => ("FailedMount", "MountVolume.SetUp"),
             };
             let message = format!("{what} failed for volume {name:?} : {}", failure.error);
             items.push(self.event(reason, &namespace, &pod, Some(uid), message, failure.failures));

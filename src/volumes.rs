@@ -6,9 +6,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Volume};
 use nodelet_host::files::ObjectLookup;
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
-use nodelet_resources::volume::actual::{MountState, VolumeActual};
+use nodelet_resources::volume::actual::{DeviceActual, MountState, VolumeActual};
 use nodelet_resources::volume::desired::{
-    CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, split_key,
+    CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, split_key,
 };
 use nodelet_resources::volume::driver::{VolumeError, VolumeHost};
 use nodelet_resources::volume::ops::VolumeOp;
@@ -100,6 +100,38 @@ pub(crate) struct NodeVolumes {
     host: nodelet_host::driver::HostVolumes,
     registry: Arc<nodelet_csi::Registry>,
     layout: nodelet_csi::VolumeLayout,
+    /// One lock per CSI device: its publishes, unpublishes and unstage never overlap, so no pod
+    /// publishes from a device while it is being unstaged.
+    device_locks: Arc<std::sync::Mutex<std::collections::HashMap<VolumeKey, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+/// A CSI volume of `src` as pod `pod_uid` uses it as `volume_name` (both empty for the device
+/// steps, which are not per pod).
+fn csi_volume(src: &CsiSource, pod_uid: &str, volume_name: &str) -> nodelet_csi::CsiVolume {
+    use nodelet_csi::proto::volume_capability::{AccessType, access_mode::Mode};
+    let mut csi = nodelet_csi::CsiVolume::filesystem(&src.driver, &src.volume_handle, pod_uid, volume_name);
+    let mode = match src.access_mode.as_str() {
+        "ReadOnlyMany" => Mode::MultiNodeReaderOnly,
+        "ReadWriteMany" => Mode::MultiNodeMultiWriter,
+        "ReadWriteOncePod" => Mode::SingleNodeSingleWriter,
+        _ => Mode::SingleNodeWriter,
+    };
+    csi.capability = nodelet_csi::mount_capability(mode);
+    if let Some(AccessType::Mount(m)) = csi.capability.access_type.as_mut() {
+        m.fs_type = src.fs_type.clone();
+    }
+    csi.readonly = src.read_only;
+    csi.volume_context = src.attributes.clone().into_iter().collect();
+    csi
+}
+
+/// A failed CSI step as a volume error: uncertain when the step may have happened.
+fn step_error(what: &str, e: &nodelet_csi::VolumeOpError) -> VolumeError {
+    if e.is_uncertain() {
+        VolumeError::uncertain(format!("{what}: {e}"))
+    } else {
+        VolumeError::failed(format!("{what}: {e}"))
+    }
 }
 
 impl NodeVolumes {
@@ -109,6 +141,7 @@ impl NodeVolumes {
             host: nodelet_host::driver::HostVolumes::new(root),
             registry,
             layout: nodelet_csi::VolumeLayout::new(root),
+            device_locks: Arc::default(),
         }
     }
 
@@ -119,46 +152,29 @@ impl NodeVolumes {
         Ok(nodelet_csi::VolumeOps::new(found, self.layout.clone()))
     }
 
-    async fn csi_set_up(&self, volume: &DesiredVolume, src: &CsiSource) -> Result<VolumeActual, VolumeError> {
-        use nodelet_csi::proto::volume_capability::{AccessType, access_mode::Mode};
-        let what = format!("volume {:?} of pod {}/{}", volume.name, volume.namespace, volume.pod_name);
-        let ops = self.ops(&src.driver).map_err(|e| VolumeError::failed(format!("{what}: {e}")))?;
-        let mut csi = nodelet_csi::CsiVolume::filesystem(
-            &src.driver,
-            &src.volume_handle,
-            &volume.pod_uid,
-            &volume.name,
-        );
-        let mode = match src.access_mode.as_str() {
-            "ReadOnlyMany" => Mode::MultiNodeReaderOnly,
-            "ReadWriteMany" => Mode::MultiNodeMultiWriter,
-            "ReadWriteOncePod" => Mode::SingleNodeSingleWriter,
-            _ => Mode::SingleNodeWriter,
+    /// The lock of device `key`, held for the returned guard's life.
+    async fn lock_device(&self, key: &VolumeKey) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self.device_locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            locks.entry(key.clone()).or_default().clone()
         };
-        csi.capability = nodelet_csi::mount_capability(mode);
-        if let Some(AccessType::Mount(m)) = csi.capability.access_type.as_mut() {
-            m.fs_type = src.fs_type.clone();
-        }
-        csi.readonly = src.read_only;
-        csi.volume_context = src.attributes.clone().into_iter().collect();
-        match ops.set_up(&csi).await {
-            Ok(target) => Ok(VolumeActual {
-                plugin: Plugin::Csi,
-                path: target,
-                state: MountState::Mounted,
-                digest: None,
-                tmpfs: false,
-            }),
-            Err(e) if e.is_uncertain() => Err(VolumeError::uncertain(format!("{what}: {e}"))),
-            Err(e) => Err(VolumeError::failed(format!("{what}: {e}"))),
+        lock.lock_owned().await
+    }
+
+    /// Forgets the lock of a device that is gone.
+    fn forget_device(&self, key: &VolumeKey) {
+        let mut locks = self.device_locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if locks.get(key).is_some_and(|l| Arc::strong_count(l) == 1) {
+            locks.remove(key);
         }
     }
 
-    /// Unpublishes a CSI volume, and unstages it when no other pod on this node publishes it.
+    /// Unpublishes a CSI pod volume (its device is unstaged later, when no pod publishes it).
     async fn csi_tear_down(&self, key: &VolumeKey, target: &std::path::Path) -> Result<(), VolumeError> {
         let Some((uid, name)) = split_key(key) else {
             return Err(VolumeError::failed(format!("bad volume key {key:?}")));
         };
+        let what = format!("volume {name:?} of pod {uid}");
         let dir = target.parent().unwrap_or(target);
         let data = match nodelet_csi::read_vol_data(&dir.join(nodelet_csi::VOL_DATA_FILE_NAME)).await {
             Ok(data) => data,
@@ -168,20 +184,14 @@ impl NodeVolumes {
                 let _ = tokio::fs::remove_dir(dir).await;
                 return Ok(());
             }
-            Err(e) => return Err(VolumeError::uncertain(format!("volume {name:?} of pod {uid}: {e}"))),
+            Err(e) => return Err(VolumeError::uncertain(format!("{what}: {e}"))),
         };
-        let ops = self.ops(&data.driver_name).map_err(|e| VolumeError::uncertain(e.message))?;
+        let ops = self.ops(&data.driver_name).map_err(|e| VolumeError::uncertain(format!("{what}: {e}")))?;
         let csi = nodelet_csi::CsiVolume::filesystem(&data.driver_name, &data.volume_handle, uid, name);
-        ops.unpublish(&csi)
-            .await
-            .map_err(|e| VolumeError::uncertain(format!("volume {name:?} of pod {uid}: {e}")))?;
-        if !self.published_elsewhere(&data, uid, name).await {
-            ops.unstage(&csi)
-                .await
-                .map_err(|e| VolumeError::uncertain(format!("volume {name:?} of pod {uid}: {e}")))?;
-            ops.detach(&csi)
-                .await
-                .map_err(|e| VolumeError::uncertain(format!("volume {name:?} of pod {uid}: {e}")))?;
+        let device = device_key(&data.driver_name, &data.volume_handle);
+        {
+            let _guard = self.lock_device(&device).await;
+            ops.unpublish(&csi).await.map_err(|e| VolumeError::uncertain(format!("{what}: {e}")))?;
         }
         let pod = self.host.root().join("pods").join(uid);
         for d in [pod.join("volumes").join(Plugin::Csi.dir_name()), pod.join("volumes"), pod] {
@@ -190,36 +200,90 @@ impl NodeVolumes {
         Ok(())
     }
 
-    /// Whether another pod volume on this node still publishes the same CSI volume.
-    async fn published_elsewhere(&self, data: &nodelet_csi::VolData, uid: &str, name: &str) -> bool {
+    /// A pod volume on this node that still publishes the CSI volume `handle` of `driver`
+    /// (from the `vol_data.json` files on disk), as `<pod uid>/<volume name>`.
+    async fn published_by(&self, driver: &str, handle: &str) -> Option<String> {
         let pods = self.host.root().join("pods");
-        let Ok(mut entries) = tokio::fs::read_dir(&pods).await else { return false };
+        let Ok(mut entries) = tokio::fs::read_dir(&pods).await else { return None };
         while let Ok(Some(pod)) = entries.next_entry().await {
             let csi_dir = pod.path().join("volumes").join(Plugin::Csi.dir_name());
             let Ok(mut volumes) = tokio::fs::read_dir(&csi_dir).await else { continue };
             while let Ok(Some(v)) = volumes.next_entry().await {
-                let same_volume =
-                    pod.file_name().to_str() == Some(uid) && v.file_name().to_str() == Some(name);
-                if same_volume {
-                    continue;
-                }
                 let file = v.path().join(nodelet_csi::VOL_DATA_FILE_NAME);
                 if let Ok(other) = nodelet_csi::read_vol_data(&file).await
-                    && other.driver_name == data.driver_name
-                    && other.volume_handle == data.volume_handle
+                    && other.driver_name == driver
+                    && other.volume_handle == handle
                 {
-                    return true;
+                    return Some(format!(
+                        "{}/{}",
+                        pod.file_name().to_string_lossy(),
+                        v.file_name().to_string_lossy()
+                    ));
                 }
             }
         }
-        false
+        None
+    }
+
+    /// The CSI entries on disk: every pod volume's device (from its `vol_data.json`), and every
+    /// device with a global directory. Devices come back with both steps uncertain: they are
+    /// attached and staged again (idempotent) if still needed, else unstaged and detached.
+    async fn reconstruct_csi(
+        &self,
+        found: &mut [(VolumeKey, VolumeActual)],
+    ) -> Vec<(VolumeKey, VolumeActual)> {
+        use nodelet_resources::volume::actual::{CsiActual, DeviceActual, Step};
+        let mut devices: std::collections::BTreeMap<VolumeKey, VolumeActual> = Default::default();
+        let device = |driver: &str, handle: &str, path: std::path::PathBuf| {
+            VolumeActual::of_device(
+                DeviceActual {
+                    driver: driver.to_owned(),
+                    volume_handle: handle.to_owned(),
+                    attach: Step::Uncertain,
+                    stage: Step::Uncertain,
+                    publish_context: Default::default(),
+                },
+                path,
+            )
+        };
+        let global = self.host.root().join("plugins").join("kubernetes.io").join("csi");
+        if let Ok(mut drivers) = tokio::fs::read_dir(&global).await {
+            while let Ok(Some(driver_dir)) = drivers.next_entry().await {
+                let Ok(mut volumes) = tokio::fs::read_dir(driver_dir.path()).await else { continue };
+                while let Ok(Some(v)) = volumes.next_entry().await {
+                    let file = v.path().join(nodelet_csi::VOL_DATA_FILE_NAME);
+                    let Ok(data) = nodelet_csi::read_vol_data(&file).await else { continue };
+                    let path = v.path().join(nodelet_csi::GLOBAL_MOUNT_DIR_NAME);
+                    devices.insert(
+                        device_key(&data.driver_name, &data.volume_handle),
+                        device(&data.driver_name, &data.volume_handle, path),
+                    );
+                }
+            }
+        }
+        for (_, actual) in found.iter_mut().filter(|(_, a)| a.plugin == Plugin::Csi) {
+            let dir = actual.path.parent().unwrap_or(&actual.path);
+            let Ok(data) = nodelet_csi::read_vol_data(&dir.join(nodelet_csi::VOL_DATA_FILE_NAME)).await
+            else {
+                continue;
+            };
+            let key = device_key(&data.driver_name, &data.volume_handle);
+            devices
+                .entry(key.clone())
+                .or_insert_with(|| device(&data.driver_name, &data.volume_handle, Default::default()));
+            actual.csi = Some(Arc::new(CsiActual::Published { device: key }));
+        }
+        devices.into_iter().collect()
     }
 }
 
 impl VolumeHost for NodeVolumes {
     async fn set_up(&self, volume: &DesiredVolume) -> Result<VolumeActual, VolumeError> {
         match &volume.source {
-            Ok(VolumeSource::Csi(src)) => self.csi_set_up(volume, src).await,
+            Ok(VolumeSource::Csi(_) | VolumeSource::CsiDevice(_)) => Err(VolumeError::failed(format!(
+                "volume {:?} of pod {}/{}: CSI volumes are published from their device, not set up",
+                volume.name, volume.namespace, volume.pod_name
+            ))),
             _ => self.host.set_up(volume).await,
         }
     }
@@ -232,7 +296,87 @@ impl VolumeHost for NodeVolumes {
     }
 
     async fn reconstruct(&self) -> Result<Vec<(VolumeKey, VolumeActual)>, VolumeError> {
-        self.host.reconstruct().await
+        let mut found = self.host.reconstruct().await?;
+        let devices = self.reconstruct_csi(&mut found).await;
+        found.extend(devices);
+        Ok(found)
+    }
+
+    async fn attach(
+        &self,
+        source: &CsiSource,
+    ) -> Result<std::collections::BTreeMap<String, String>, VolumeError> {
+        let what = format!("attaching persistentvolume {:?}", source.volume);
+        let ops =
+            self.ops(&source.driver).map_err(|e| VolumeError::failed(format!("{what}: {}", e.message)))?;
+        let context = ops.attach(&csi_volume(source, "", "")).await.map_err(|e| step_error(&what, &e))?;
+        Ok(context.into_iter().collect())
+    }
+
+    async fn stage(
+        &self,
+        source: &CsiSource,
+        publish_context: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Option<std::path::PathBuf>, VolumeError> {
+        let what = format!("staging persistentvolume {:?}", source.volume);
+        let ops =
+            self.ops(&source.driver).map_err(|e| VolumeError::failed(format!("{what}: {}", e.message)))?;
+        let context = publish_context.clone().into_iter().collect();
+        let _guard = self.lock_device(&device_key(&source.driver, &source.volume_handle)).await;
+        ops.stage(&csi_volume(source, "", ""), &context).await.map_err(|e| step_error(&what, &e))
+    }
+
+    async fn publish(
+        &self,
+        volume: &DesiredVolume,
+        device_key: &VolumeKey,
+        device: &DeviceActual,
+    ) -> Result<VolumeActual, VolumeError> {
+        let what = format!("volume {:?} of pod {}/{}", volume.name, volume.namespace, volume.pod_name);
+        let Ok(VolumeSource::Csi(source)) = &volume.source else {
+            return Err(VolumeError::failed(format!("{what}: not a CSI volume")));
+        };
+        let ops =
+            self.ops(&source.driver).map_err(|e| VolumeError::failed(format!("{what}: {}", e.message)))?;
+        let context = device.publish_context.clone().into_iter().collect();
+        let _guard = self.lock_device(device_key).await;
+        let target = ops
+            .publish(&csi_volume(source, &volume.pod_uid, &volume.name), &context)
+            .await
+            .map_err(|e| step_error(&what, &e))?;
+        Ok(VolumeActual {
+            plugin: Plugin::Csi,
+            path: target,
+            state: MountState::Mounted,
+            digest: None,
+            tmpfs: false,
+            csi: Some(Arc::new(nodelet_resources::volume::actual::CsiActual::Published {
+                device: device_key.clone(),
+            })),
+        })
+    }
+
+    async fn unstage(&self, device: &DeviceActual) -> Result<(), VolumeError> {
+        let what = format!("unstaging CSI volume {:?} of driver {:?}", device.volume_handle, device.driver);
+        let ops =
+            self.ops(&device.driver).map_err(|e| VolumeError::failed(format!("{what}: {}", e.message)))?;
+        let key = device_key(&device.driver, &device.volume_handle);
+        let _guard = self.lock_device(&key).await;
+        if let Some(user) = self.published_by(&device.driver, &device.volume_handle).await {
+            return Err(VolumeError::failed(format!("{what}: still published by pod volume {user}")));
+        }
+        let csi = nodelet_csi::CsiVolume::filesystem(&device.driver, &device.volume_handle, "", "");
+        ops.unstage(&csi).await.map_err(|e| step_error(&what, &e))
+    }
+
+    async fn detach(&self, device: &DeviceActual) -> Result<(), VolumeError> {
+        let what = format!("detaching CSI volume {:?} of driver {:?}", device.volume_handle, device.driver);
+        let ops =
+            self.ops(&device.driver).map_err(|e| VolumeError::failed(format!("{what}: {}", e.message)))?;
+        let csi = nodelet_csi::CsiVolume::filesystem(&device.driver, &device.volume_handle, "", "");
+        ops.detach(&csi).await.map_err(|e| step_error(&what, &e))?;
+        self.forget_device(&device_key(&device.driver, &device.volume_handle));
+        Ok(())
     }
 }
 
@@ -320,6 +464,7 @@ fn still_there(actual: &VolumeActual) -> bool {
     use nodelet_host::mounts::is_mount_point;
     match actual.plugin {
         Plugin::HostPath => true,
+        Plugin::Csi if actual.path.as_os_str().is_empty() => true,
         Plugin::LocalVolume | Plugin::Csi => is_mount_point(&actual.path).unwrap_or(true),
         _ if actual.tmpfs => is_mount_point(&actual.path).unwrap_or(true),
         _ => actual.path.is_dir(),

@@ -103,6 +103,7 @@ impl VolumeHost for FakeHost {
             state: MountState::Mounted,
             digest: source.digest().map(str::to_owned),
             tmpfs: false,
+            csi: None,
         })
     }
 
@@ -347,6 +348,7 @@ async fn reconstructed_volumes_should_not_be_set_up_twice_and_orphans_should_be_
         state: MountState::Mounted,
         digest: None,
         tmpfs: false,
+        csi: None,
     };
     host.existing = vec![("u1/s".into(), mounted("u1", "s")), ("gone/s".into(), mounted("gone", "s"))];
     let mut n = node_with(host, clock);

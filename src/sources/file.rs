@@ -326,14 +326,8 @@ impl FileSource {
     }
 
     fn report(&self) {
-        let pods = self.files.values().flat_map(|f| f.pods.iter().map(|p| p.pod.clone())).collect();
-        let problems = self
-            .path_problem
-            .iter()
-            .cloned()
-            .chain(self.files.values().flat_map(|f| f.problems.iter().cloned()))
-            .collect();
-        self.handle.report(pods, problems);
+        // The objects first: whoever waits for the pods to sync (the claim and volume
+        // populators) then finds the objects of the same read.
         let objects: ManifestObjects = self.files.iter().fold(BTreeMap::new(), |mut acc, (file, state)| {
             for (kind, values) in &state.others {
                 let entry: &mut Vec<ManifestObject> = acc.entry(kind.clone()).or_default();
@@ -350,6 +344,14 @@ impl FileSource {
             }
             changed
         });
+        let pods = self.files.values().flat_map(|f| f.pods.iter().map(|p| p.pod.clone())).collect();
+        let problems = self
+            .path_problem
+            .iter()
+            .cloned()
+            .chain(self.files.values().flat_map(|f| f.problems.iter().cloned()))
+            .collect();
+        self.handle.report(pods, problems);
     }
 }
 

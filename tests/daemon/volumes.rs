@@ -614,28 +614,67 @@ impl Drop for Killed {
     }
 }
 
+/// A running `nodelet-csi-hostpath` for `n`, registered in its plugin registry.
+struct CsiDriver {
+    _process: Killed,
+    /// Where the driver keeps its volumes.
+    data: PathBuf,
+    /// Its call log (one JSON line per call).
+    calls: PathBuf,
+}
+
+impl CsiDriver {
+    fn start(n: &Nodelet, extra: &[&str]) -> CsiDriver {
+        let base = n.root_dir().parent().map(Path::to_path_buf).unwrap_or_default();
+        let data = base.join("csi-data");
+        let calls = base.join("csi-calls.jsonl");
+        std::fs::create_dir_all(&data).unwrap_or_else(|e| panic!("mkdir: {e}"));
+        let socket = n.root_dir().join("plugins_registry").join("hostpath.sock");
+        let process = std::process::Command::new(csi_hostpath_binary())
+            .arg("--endpoint")
+            .arg(format!("unix://{}", socket.display()))
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--node-id", n.node()])
+            .arg("--call-log")
+            .arg(&calls)
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the CSI driver: {e}"));
+        CsiDriver { _process: Killed(process), data, calls }
+    }
+
+    /// The volume lifecycle calls the driver received so far, in order.
+    fn lifecycle(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.calls)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| v.get("method").and_then(Value::as_str).map(str::to_owned))
+            .filter(|m| {
+                matches!(
+                    m.as_str(),
+                    "CreateVolume"
+                        | "ControllerPublishVolume"
+                        | "NodeStageVolume"
+                        | "NodePublishVolume"
+                        | "NodeUnpublishVolume"
+                        | "NodeUnstageVolume"
+                        | "ControllerUnpublishVolume"
+                        | "DeleteVolume"
+                )
+            })
+            .collect()
+    }
+}
+
 #[tokio::test]
 async fn a_claim_of_a_csi_storage_class_is_provisioned_staged_published_and_cleaned_up() {
     let env = env_or_skip!("a_claim_of_a_csi_storage_class_is_provisioned_staged_published_and_cleaned_up");
     let n = Nodelet::start(&env, "csi").await;
-    let base = n.root_dir().parent().map(Path::to_path_buf).unwrap_or_default();
-    let data = base.join("csi-data");
-    let calls = base.join("csi-calls.jsonl");
-    std::fs::create_dir_all(&data).unwrap_or_else(|e| panic!("mkdir: {e}"));
-    let socket = n.root_dir().join("plugins_registry").join("hostpath.sock");
-    let driver = std::process::Command::new(csi_hostpath_binary())
-        .arg("--endpoint")
-        .arg(format!("unix://{}", socket.display()))
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["--node-id", n.node()])
-        .arg("--call-log")
-        .arg(&calls)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start the CSI driver: {e}"));
-    let _driver = Killed(driver);
+    let driver = CsiDriver::start(&n, &[]);
     let storage = r#"
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -677,7 +716,7 @@ spec:
     // The file lands in the driver's data directory.
     let written = n
         .wait_for("the pod's file in the CSI driver's data", Duration::from_secs(10), async || {
-            let found = walk_files(&data).into_iter().find(|p| p.ends_with("out"))?;
+            let found = walk_files(&driver.data).into_iter().find(|p| p.ends_with("out"))?;
             (std::fs::read_to_string(&found).ok()? == "via csi\n").then_some(found)
         })
         .await;
@@ -687,29 +726,16 @@ spec:
     // Pod deleted: unpublished, unstaged; then the claim deleted: the volume is deleted (reclaim Delete).
     n.remove_manifest("csi-user.yaml");
     wait_gone(&n, &n.pod_name("csi-user"), &uid).await;
-    assert_eq!(mounts_under(&n.root_dir()), Vec::<String>::new(), "leaked mounts");
+    // The device is unstaged once no pod publishes it (a step of its own, right after).
+    n.wait_for("no mounts left", Duration::from_secs(10), async || {
+        mounts_under(&n.root_dir()).is_empty().then_some(())
+    })
+    .await;
     n.remove_manifest("storage.yaml");
     n.wait_for("the CSI volume deleted", Duration::from_secs(20), async || (!written.exists()).then_some(()))
         .await;
-    let log = std::fs::read_to_string(&calls).unwrap_or_default();
-    let methods: Vec<String> = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|v| v.get("method").and_then(Value::as_str).map(str::to_owned))
-        .filter(|m| {
-            matches!(
-                m.as_str(),
-                "CreateVolume"
-                    | "NodeStageVolume"
-                    | "NodePublishVolume"
-                    | "NodeUnpublishVolume"
-                    | "NodeUnstageVolume"
-                    | "DeleteVolume"
-            )
-        })
-        .collect();
     assert_eq!(
-        methods,
+        driver.lifecycle(),
         [
             "CreateVolume",
             "NodeStageVolume",
@@ -718,8 +744,117 @@ spec:
             "NodeUnstageVolume",
             "DeleteVolume"
         ],
-        "{log}"
     );
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_csi_device_is_attached_and_staged_once_for_two_pods_survives_kill_9_and_goes_after_the_last_pod() {
+    let env = env_or_skip!(
+        "a_csi_device_is_attached_and_staged_once_for_two_pods_survives_kill_9_and_goes_after_the_last_pod"
+    );
+    let mut n = Nodelet::start(&env, "csi-shared").await;
+    // A driver with ControllerPublish/Unpublish: its stage and publish fail unless nodelet passes
+    // on the publish context that the attach returned.
+    let driver = CsiDriver::start(&n, &["--attach"]);
+    let storage = r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: csi-attach}
+provisioner: hostpath.csi.nodelet.dev
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: shared, namespace: default}
+spec:
+  storageClassName: csi-attach
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 64Mi}}
+"#;
+    n.write_manifest_text("storage.yaml", storage);
+    let user = |name: &str| {
+        n.pod_manifest(
+            name,
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}],
+                "containers": [{"name": "app",
+                                "command": sleep_until_term(&format!("echo {name} > /data/{name}; ")),
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            }),
+        )
+    };
+    n.write_manifest("csi-a.yaml", &user("csi-a"));
+    n.write_manifest("csi-b.yaml", &user("csi-b"));
+    let a = n.wait_running("csi-a").await;
+    let b = n.wait_running("csi-b").await;
+    let (uid_a, uid_b) = (uid(&a), uid(&b));
+    let (id_a, id_b) = (container_id(&a, "app"), container_id(&b, "app"));
+    // Both pods write into the same volume: each sees the other's file.
+    n.wait_for("each pod's file in the shared volume", Duration::from_secs(10), async || {
+        let (ca, _) = n.exec(&id_a, &["cat", "/data/csi-b"]).await;
+        let (cb, _) = n.exec(&id_b, &["cat", "/data/csi-a"]).await;
+        (ca == 0 && cb == 0).then_some(())
+    })
+    .await;
+    let global = n.root_dir().join("plugins/kubernetes.io/csi/hostpath.csi.nodelet.dev");
+    let mut before = mounts_under(&n.root_dir());
+    before.sort();
+    let staged: Vec<&String> = before.iter().filter(|m| m.ends_with("/globalmount")).collect();
+    assert_eq!(staged.len(), 1, "one global mount for the device: {before:?}");
+    assert!(staged[0].starts_with(&global.to_string_lossy().into_owned()), "{before:?}");
+    assert_eq!(before.len(), 3, "the global mount and one publish per pod: {before:?}");
+    assert_eq!(
+        driver.lifecycle(),
+        [
+            "CreateVolume",
+            "ControllerPublishVolume",
+            "NodeStageVolume",
+            "NodePublishVolume",
+            "NodePublishVolume"
+        ]
+    );
+
+    // kill -9 with everything mounted: the restarted nodelet takes the device and both pods over
+    // (it attaches and stages again, both idempotent, to be sure) and mounts nothing twice.
+    n.kill9().await;
+    n.start_again().await;
+    n.wait_for("the device taken over", Duration::from_secs(20), async || {
+        (driver.lifecycle().len() >= 7).then_some(())
+    })
+    .await;
+    assert_eq!(driver.lifecycle()[5..], ["ControllerPublishVolume", "NodeStageVolume"]);
+    assert_eq!(container_id(&n.wait_running("csi-a").await, "app"), id_a);
+    let mut after = mounts_under(&n.root_dir());
+    after.sort();
+    assert_eq!(after, before, "mounts changed across the restart");
+
+    // The first pod goes: its volume is unpublished, the device stays for the second.
+    n.remove_manifest("csi-a.yaml");
+    wait_gone(&n, &n.pod_name("csi-a"), &uid_a).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(driver.lifecycle()[7..], ["NodeUnpublishVolume"]);
+    assert_eq!(mounts_under(&n.root_dir()).len(), 2, "{:?}", mounts_under(&n.root_dir()));
+    let (code, _) = n.exec(&id_b, &["cat", "/data/csi-a"]).await;
+    assert_eq!(code, 0, "the second pod lost the volume");
+
+    // The last pod goes: unpublished, then unstaged, then detached; nothing left behind.
+    n.remove_manifest("csi-b.yaml");
+    wait_gone(&n, &n.pod_name("csi-b"), &uid_b).await;
+    n.wait_for("the device detached", Duration::from_secs(20), async || {
+        driver.lifecycle().contains(&"ControllerUnpublishVolume".to_string()).then_some(())
+    })
+    .await;
+    assert_eq!(
+        driver.lifecycle()[8..],
+        ["NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"]
+    );
+    assert_eq!(mounts_under(&n.root_dir()), Vec::<String>::new(), "leaked mounts");
+    let left: Vec<_> =
+        std::fs::read_dir(&global).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "global directories left: {left:?}");
     n.shutdown().await;
 }
 

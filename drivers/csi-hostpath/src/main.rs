@@ -6,6 +6,15 @@
 //! `NodeGetVolumeStats` reports the file system's `statvfs` and the volume's own usage from a directory
 //! walk. Every call can be recorded as a JSON line (`--call-log`), so tests can check the order of calls.
 //!
+//! With `--attach` the driver also needs attaching, like a network block device would:
+//! ControllerGetCapabilities adds `PUBLISH_UNPUBLISH_VOLUME`, and ControllerPublishVolume (to this node
+//! only) records the attachment in the data dir (`volumes/<id>.attached`, holding the node ID) and
+//! returns the publish context `{"hostpath.csi.nodelet.dev/device": "<volume_id>"}`. NodeStageVolume and
+//! NodePublishVolume then fail with FAILED_PRECONDITION unless the volume is attached and the request
+//! carries that exact context; ControllerUnpublishVolume refuses (FAILED_PRECONDITION) while the volume
+//! is staged, DeleteVolume while it is attached. This lets a CO's attach/detach path be tested end to
+//! end. Without `--attach`, ControllerPublishVolume/ControllerUnpublishVolume answer UNIMPLEMENTED.
+//!
 //! It needs root (mounts) and serves one node: nodelet's tests use it end to end, and it can back a
 //! StorageClass on a single-node setup.
 
@@ -56,6 +65,10 @@ struct Args {
     /// Append one JSON line per call (`{"method","volume_id","code"}`) to this file.
     #[arg(long)]
     call_log: Option<PathBuf>,
+    /// Attach mode: offer ControllerPublishVolume/ControllerUnpublishVolume and require the attachment and
+    /// its publish context for NodeStageVolume and NodePublishVolume.
+    #[arg(long)]
+    attach: bool,
 }
 
 /// The socket path of a `unix://` endpoint.
@@ -124,6 +137,7 @@ async fn main() -> anyhow::Result<()> {
         max_volumes_per_node: args.max_volumes_per_node,
         default_volume_bytes: args.default_volume_bytes,
         max_volume_bytes: args.max_volume_bytes,
+        attach: args.attach,
     };
     let driver = HostPath::new(config, store, log);
 
@@ -133,7 +147,13 @@ async fn main() -> anyhow::Result<()> {
     remove_stale_socket(&socket)?;
     let listener =
         UnixListener::bind(&socket).with_context(|| format!("listening on {}", socket.display()))?;
-    tracing::info!(name = %args.name, node_id = %args.node_id, socket = %socket.display(), "CSI driver serving");
+    tracing::info!(
+        name = %args.name,
+        node_id = %args.node_id,
+        attach = args.attach,
+        socket = %socket.display(),
+        "CSI driver serving"
+    );
 
     let incoming = futures::stream::unfold(listener, |listener| async move {
         let conn = listener.accept().await.map(|(stream, _)| stream);

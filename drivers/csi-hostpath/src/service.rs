@@ -1,5 +1,12 @@
-//! The CSI services: Identity, Controller (create/delete) and Node (bind-mount stage/publish, stats).
+//! The CSI services: Identity, Controller (create/delete; attach/detach in attach mode) and Node
+//! (bind-mount stage/publish, stats).
+//!
+//! In attach mode (`Config::attach`) the controller also offers `PUBLISH_UNPUBLISH_VOLUME`: an attachment
+//! is a marker in the store, and the node calls refuse (FAILED_PRECONDITION) a volume that is not attached
+//! or whose request does not carry the publish context ControllerPublishVolume returned, so a test can see
+//! that the CO attached first and passed the context along.
 
+use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
@@ -25,7 +32,13 @@ pub(crate) struct Config {
     pub(crate) default_volume_bytes: i64,
     /// Largest capacity a volume may be created with (larger requests get OUT_OF_RANGE).
     pub(crate) max_volume_bytes: i64,
+    /// Attach mode: offer ControllerPublishVolume/ControllerUnpublishVolume and require the attachment (and
+    /// its publish context) for NodeStageVolume and NodePublishVolume.
+    pub(crate) attach: bool,
 }
+
+/// The publish context key ControllerPublishVolume returns (attach mode); its value is the volume ID.
+pub(crate) const PUBLISH_CONTEXT_DEVICE_KEY: &str = "hostpath.csi.nodelet.dev/device";
 
 /// The driver state shared by the three services.
 #[derive(Debug)]
@@ -262,7 +275,21 @@ impl Inner {
         if self.store.get(&req.volume_id).map_err(|e| Status::internal(e.to_string()))?.is_none() {
             return Ok(()); // Deleting a volume that does not exist succeeds.
         }
-        let marker = self.store.staged_marker(&req.volume_id);
+        self.refuse_if_staged(&req.volume_id)?;
+        if self.config.attach
+            && let Some(node) = self.attachment(&req.volume_id)?
+        {
+            return Err(Status::failed_precondition(format!(
+                "volume {} is still attached to node {node:?}",
+                req.volume_id
+            )));
+        }
+        self.store.delete(&req.volume_id).map_err(|e| Status::internal(format!("cannot delete volume: {e}")))
+    }
+
+    /// FAILED_PRECONDITION while the staged marker names a staging path that is still a mount point.
+    fn refuse_if_staged(&self, volume_id: &str) -> Result<(), Status> {
+        let marker = self.store.staged_marker(volume_id);
         match std::fs::read_to_string(&marker) {
             Ok(staging) => {
                 let staging = Path::new(staging.trim());
@@ -274,16 +301,111 @@ impl Inner {
                     .is_some();
                 if mounted {
                     return Err(Status::failed_precondition(format!(
-                        "volume {} is still staged at {}",
-                        req.volume_id,
+                        "volume {volume_id} is still staged at {}",
                         staging.display()
                     )));
                 }
+                Ok(())
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(internal("cannot read", &marker, &e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(internal("cannot read", &marker, &e)),
         }
-        self.store.delete(&req.volume_id).map_err(|e| Status::internal(format!("cannot delete volume: {e}")))
+    }
+
+    /// The node the volume is attached to, if any.
+    fn attachment(&self, volume_id: &str) -> Result<Option<String>, Status> {
+        self.store
+            .attachment(volume_id)
+            .map_err(|e| internal("cannot read the attachment", &self.store.attached_marker(volume_id), &e))
+    }
+
+    /// The publish context of an attached volume: deterministic, so a repeated publish returns the same.
+    fn publish_context(volume_id: &str) -> HashMap<String, String> {
+        HashMap::from([(PUBLISH_CONTEXT_DEVICE_KEY.to_owned(), volume_id.to_owned())])
+    }
+
+    /// In attach mode, FAILED_PRECONDITION unless the volume is attached to this node and `publish_context`
+    /// carries the value ControllerPublishVolume returned (proof that the CO passed it along).
+    fn require_attached(
+        &self,
+        call: &str,
+        volume_id: &str,
+        publish_context: &HashMap<String, String>,
+    ) -> Result<(), Status> {
+        if !self.config.attach {
+            return Ok(());
+        }
+        match self.attachment(volume_id)? {
+            Some(node) if node == self.config.node_id => {}
+            Some(node) => {
+                return Err(Status::failed_precondition(format!(
+                    "volume {volume_id} is attached to node {node:?}, not to this node ({:?})",
+                    self.config.node_id
+                )));
+            }
+            None => {
+                return Err(Status::failed_precondition(format!(
+                    "volume {volume_id} is not attached (ControllerPublishVolume first)"
+                )));
+            }
+        }
+        match publish_context.get(PUBLISH_CONTEXT_DEVICE_KEY) {
+            Some(value) if value == volume_id => Ok(()),
+            Some(value) => Err(Status::failed_precondition(format!(
+                "{call}: publish_context[{PUBLISH_CONTEXT_DEVICE_KEY:?}] is {value:?}, \
+                 not what ControllerPublishVolume returned ({volume_id:?})"
+            ))),
+            None => Err(Status::failed_precondition(format!(
+                "{call}: publish_context lacks {PUBLISH_CONTEXT_DEVICE_KEY:?} (the context \
+                 ControllerPublishVolume returned must be passed along)"
+            ))),
+        }
+    }
+
+    fn controller_publish(
+        &self,
+        req: &v1::ControllerPublishVolumeRequest,
+    ) -> Result<v1::ControllerPublishVolumeResponse, Status> {
+        if !self.config.attach {
+            return Err(unimplemented_status("ControllerPublishVolume"));
+        }
+        require("volume_id", &req.volume_id)?;
+        require("node_id", &req.node_id)?;
+        check_capability(req.volume_capability.as_ref())?;
+        self.record(&req.volume_id)?;
+        if req.node_id != self.config.node_id {
+            return Err(Status::not_found(format!("node {:?} does not exist", req.node_id)));
+        }
+        // `readonly` is accepted and not recorded: NodePublishVolume enforces read-only mounts.
+        match self.attachment(&req.volume_id)? {
+            Some(node) if node == req.node_id => {} // Already attached here: idempotent.
+            Some(node) => {
+                return Err(Status::failed_precondition(format!(
+                    "volume {} is attached to another node ({node:?})",
+                    req.volume_id
+                )));
+            }
+            None => self.store.attach(&req.volume_id, &req.node_id).map_err(|e| {
+                internal("cannot record the attachment", &self.store.attached_marker(&req.volume_id), &e)
+            })?,
+        }
+        Ok(v1::ControllerPublishVolumeResponse { publish_context: Self::publish_context(&req.volume_id) })
+    }
+
+    fn controller_unpublish(&self, req: &v1::ControllerUnpublishVolumeRequest) -> Result<(), Status> {
+        if !self.config.attach {
+            return Err(unimplemented_status("ControllerUnpublishVolume"));
+        }
+        require("volume_id", &req.volume_id)?;
+        // An unknown volume, or one not attached (to that node), is already unpublished: OK.
+        let Some(node) = self.attachment(&req.volume_id)? else { return Ok(()) };
+        if !req.node_id.is_empty() && req.node_id != node {
+            return Ok(());
+        }
+        self.refuse_if_staged(&req.volume_id)?;
+        self.store.detach(&req.volume_id).map_err(|e| {
+            internal("cannot remove the attachment", &self.store.attached_marker(&req.volume_id), &e)
+        })
     }
 
     fn validate_capabilities(
@@ -317,6 +439,7 @@ impl Inner {
         let staging = require_path("staging_target_path", &req.staging_target_path)?;
         check_capability(req.volume_capability.as_ref())?;
         self.record(&req.volume_id)?;
+        self.require_attached("NodeStageVolume", &req.volume_id, &req.publish_context)?;
         let source = self.store.volume_dir(&req.volume_id);
         std::fs::create_dir_all(&staging).map_err(|e| internal("cannot create", &staging, &e))?;
         let staging = canonical("staging_target_path", &staging)?;
@@ -375,6 +498,7 @@ impl Inner {
         let staging = require_path("staging_target_path", &req.staging_target_path)?;
         check_capability(req.volume_capability.as_ref())?;
         self.record(&req.volume_id)?;
+        self.require_attached("NodePublishVolume", &req.volume_id, &req.publish_context)?;
         let source = self.store.volume_dir(&req.volume_id);
         let staged = exists(&staging)? && {
             let staging = canonical("staging_target_path", &staging)?;
@@ -491,8 +615,12 @@ impl v1::identity_server::Identity for HostPath {
     }
 }
 
+fn unimplemented_status(method: &str) -> Status {
+    Status::unimplemented(format!("{method} is not implemented by this driver"))
+}
+
 fn unimplemented<T>(method: &str) -> Result<Response<T>, Status> {
-    Err(Status::unimplemented(format!("{method} is not implemented by this driver")))
+    Err(unimplemented_status(method))
 }
 
 #[tonic::async_trait]
@@ -521,16 +649,23 @@ impl v1::controller_server::Controller for HostPath {
 
     async fn controller_publish_volume(
         &self,
-        _: Request<v1::ControllerPublishVolumeRequest>,
+        req: Request<v1::ControllerPublishVolumeRequest>,
     ) -> Result<Response<v1::ControllerPublishVolumeResponse>, Status> {
-        unimplemented("ControllerPublishVolume")
+        let req = req.into_inner();
+        let id = req.volume_id.clone();
+        self.call("ControllerPublishVolume", id, move |d| d.controller_publish(&req)).await
     }
 
     async fn controller_unpublish_volume(
         &self,
-        _: Request<v1::ControllerUnpublishVolumeRequest>,
+        req: Request<v1::ControllerUnpublishVolumeRequest>,
     ) -> Result<Response<v1::ControllerUnpublishVolumeResponse>, Status> {
-        unimplemented("ControllerUnpublishVolume")
+        let req = req.into_inner();
+        let id = req.volume_id.clone();
+        self.call("ControllerUnpublishVolume", id, move |d| {
+            d.controller_unpublish(&req).map(|()| v1::ControllerUnpublishVolumeResponse {})
+        })
+        .await
     }
 
     async fn validate_volume_capabilities(
@@ -561,12 +696,15 @@ impl v1::controller_server::Controller for HostPath {
         _: Request<v1::ControllerGetCapabilitiesRequest>,
     ) -> Result<Response<v1::ControllerGetCapabilitiesResponse>, Status> {
         use v1::controller_service_capability::{Rpc, Type, rpc};
-        self.call("ControllerGetCapabilities", String::new(), |_| {
-            Ok(v1::ControllerGetCapabilitiesResponse {
-                capabilities: vec![v1::ControllerServiceCapability {
-                    r#type: Some(Type::Rpc(Rpc { r#type: rpc::Type::CreateDeleteVolume as i32 })),
-                }],
-            })
+        self.call("ControllerGetCapabilities", String::new(), |d| {
+            let cap = |t: rpc::Type| v1::ControllerServiceCapability {
+                r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })),
+            };
+            let mut capabilities = vec![cap(rpc::Type::CreateDeleteVolume)];
+            if d.config.attach {
+                capabilities.push(cap(rpc::Type::PublishUnpublishVolume));
+            }
+            Ok(v1::ControllerGetCapabilitiesResponse { capabilities })
         })
         .await
     }

@@ -1,7 +1,8 @@
 //! Volumes on disk: `<data-dir>/volumes/<id>/` with a JSON sidecar `<id>.json` holding the name and
-//! capacity, and a marker `<id>.staged` while the volume is staged.
+//! capacity, a marker `<id>.staged` while the volume is staged and, in attach mode, a marker
+//! `<id>.attached` (holding the node ID) while the volume is attached (ControllerPublishVolume).
 
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -67,6 +68,45 @@ impl Store {
         self.dir.join(format!("{id}.staged"))
     }
 
+    /// The marker that records the node the volume is attached to (attach mode).
+    pub(crate) fn attached_marker(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.attached"))
+    }
+
+    /// The node the volume is attached to, `None` when it is not attached (or `id` is not a valid ID).
+    pub(crate) fn attachment(&self, id: &str) -> io::Result<Option<String>> {
+        if !Self::is_valid_id(id) {
+            return Ok(None);
+        }
+        match std::fs::read_to_string(self.attached_marker(id)) {
+            Ok(node) => Ok(Some(node)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records that the volume is attached to `node_id`: written to a temporary file, synced and renamed
+    /// over the marker, so the attachment survives a crash or restart of the driver whole or not at all.
+    pub(crate) fn attach(&self, id: &str, node_id: &str) -> io::Result<()> {
+        if !Self::is_valid_id(id) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid volume ID {id:?}")));
+        }
+        let tmp = self.dir.join(format!("{id}.attached.tmp"));
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(node_id.as_bytes())?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, self.attached_marker(id))
+    }
+
+    /// Forgets the attachment (no error if there was none).
+    pub(crate) fn detach(&self, id: &str) -> io::Result<()> {
+        if !Self::is_valid_id(id) {
+            return Ok(());
+        }
+        ignore_not_found(std::fs::remove_file(self.attached_marker(id)))
+    }
+
     /// The volume's record, `None` if `id` is not a volume of this store.
     pub(crate) fn get(&self, id: &str) -> io::Result<Option<VolumeRecord>> {
         if !Self::is_valid_id(id) {
@@ -97,14 +137,15 @@ impl Store {
     }
 
     /// Deletes the sidecar first (so a crash half-way leaves a directory that no longer counts as a
-    /// volume), then the data (not following symlinks) and the staged marker.
+    /// volume), then the data (not following symlinks) and the staged and attached markers.
     pub(crate) fn delete(&self, id: &str) -> io::Result<()> {
         if !Self::is_valid_id(id) {
             return Ok(());
         }
         ignore_not_found(std::fs::remove_file(self.sidecar(id)))?;
         ignore_not_found(std::fs::remove_dir_all(self.volume_dir(id)))?;
-        ignore_not_found(std::fs::remove_file(self.staged_marker(id)))
+        ignore_not_found(std::fs::remove_file(self.staged_marker(id)))?;
+        ignore_not_found(std::fs::remove_file(self.attached_marker(id)))
     }
 }
 
@@ -147,5 +188,30 @@ mod tests {
         assert_eq!(store.get(&id).unwrap(), None);
         assert!(!store.volume_dir(&id).exists());
         store.delete(&id).unwrap();
+    }
+
+    #[test]
+    fn attachments_are_recorded_and_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path()).unwrap();
+        let id = Store::id_for_name("n");
+        store.create(&VolumeRecord { name: "n".into(), volume_id: id.clone(), capacity_bytes: 1 }).unwrap();
+        assert_eq!(store.attachment(&id).unwrap(), None);
+        store.attach(&id, "node-a").unwrap();
+        assert_eq!(store.attachment(&id).unwrap().as_deref(), Some("node-a"));
+        // A store opened afresh (a restarted driver) still sees it.
+        let reopened = Store::open(tmp.path()).unwrap();
+        assert_eq!(reopened.attachment(&id).unwrap().as_deref(), Some("node-a"));
+        assert!(!tmp.path().join("volumes").join(format!("{id}.attached.tmp")).exists());
+        store.detach(&id).unwrap();
+        store.detach(&id).unwrap();
+        assert_eq!(store.attachment(&id).unwrap(), None);
+        // Never a path outside the store for a hostile ID.
+        assert!(store.attach("../../etc/x", "node-a").is_err());
+        assert_eq!(store.attachment("../../etc/x").unwrap(), None);
+        // Deleting the volume removes a leftover attachment too.
+        store.attach(&id, "node-a").unwrap();
+        store.delete(&id).unwrap();
+        assert!(!store.attached_marker(&id).exists());
     }
 }

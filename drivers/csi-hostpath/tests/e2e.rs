@@ -60,6 +60,11 @@ impl Env {
 
     /// Starts the driver and waits for its socket.
     async fn start_driver(&mut self) {
+        self.start_driver_with(&[]).await;
+    }
+
+    /// Starts the driver with extra arguments and waits for its socket.
+    async fn start_driver_with(&mut self, extra_args: &[&str]) {
         let socket = self.socket();
         let child = Command::new(env!("CARGO_BIN_EXE_nodelet-csi-hostpath"))
             .arg("--endpoint")
@@ -70,6 +75,7 @@ impl Env {
             .arg(NODE_ID)
             .arg("--call-log")
             .arg(self.call_log())
+            .args(extra_args)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .kill_on_drop(true)
@@ -148,6 +154,22 @@ fn create_request(name: &str, required: i64) -> proto::CreateVolumeRequest {
         )],
         ..Default::default()
     }
+}
+
+fn publish_request(volume_id: &str, node_id: &str) -> proto::ControllerPublishVolumeRequest {
+    proto::ControllerPublishVolumeRequest {
+        volume_id: volume_id.into(),
+        node_id: node_id.into(),
+        volume_capability: Some(nodelet_csi::mount_capability(
+            proto::volume_capability::access_mode::Mode::SingleNodeWriter,
+        )),
+        ..Default::default()
+    }
+}
+
+/// The code of a failed volume step's CSI call.
+fn op_code(err: &nodelet_csi::VolumeOpError) -> Option<tonic::Code> {
+    err.csi_error().and_then(|e| e.code())
 }
 
 async fn registered(env: &Env) -> (Arc<Registry>, Arc<nodelet_csi::Driver>) {
@@ -339,6 +361,18 @@ async fn errors_are_final_or_uncertain() {
 
     // Publishing an unstaged volume is refused (FAILED_PRECONDITION), so the order matters.
     let volume = client.create_volume(create_request("pvc-errors", 1 << 20)).await.expect("create");
+
+    // Without --attach there is no attach/detach.
+    let err = client
+        .controller_publish(publish_request(&volume.volume_id, NODE_ID))
+        .await
+        .expect_err("controller publish without --attach");
+    assert!(err.is_unimplemented(), "{err:?}");
+    let err = client
+        .controller_unpublish(&volume.volume_id, Some(NODE_ID), HashMap::new())
+        .await
+        .expect_err("controller unpublish without --attach");
+    assert!(err.is_unimplemented(), "{err:?}");
     let vol = CsiVolume::filesystem(DRIVER, &volume.volume_id, POD_UID, "data");
     let err = ops.publish(&vol, &HashMap::new()).await.expect_err("publish before stage");
     assert!(err.csi_error().is_some_and(|e| e.code() == Some(tonic::Code::FailedPrecondition)), "{err}");
@@ -402,4 +436,169 @@ async fn watcher_follows_the_registration_dir() {
 
 fn tokio_util_cancel() -> tokio_util::sync::CancellationToken {
     tokio_util::sync::CancellationToken::new()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_mode_lifecycle() {
+    if !can_mount() {
+        return;
+    }
+    let mut env = Env::new();
+    env.start_driver_with(&["--attach"]).await;
+    let (_registry, driver) = registered(&env).await;
+    assert!(driver.requires_controller_publish(), "--attach offers PUBLISH_UNPUBLISH_VOLUME");
+    assert!(driver.can_create_volumes() && driver.requires_stage());
+    let client = driver.client().clone();
+    let caps = client.controller_capabilities().await.expect("controller capabilities");
+    assert!(caps.publish_unpublish_volume && caps.create_delete_volume, "{caps:?}");
+
+    let volume = client.create_volume(create_request("pvc-attach", 1 << 20)).await.expect("create");
+    let id = volume.volume_id.clone();
+    let backing = env.data().join("volumes").join(&id);
+    let marker = env.data().join("volumes").join(format!("{id}.attached"));
+    let layout = VolumeLayout::new(env.root());
+    let ops = VolumeOps::new(Arc::clone(&driver), layout.clone());
+    let vol = CsiVolume::filesystem(DRIVER, &id, POD_UID, "data");
+    let staging = layout.staging_path(DRIVER, &id).unwrap();
+
+    // Staging a volume that is not attached is refused, whatever the context says; nothing is mounted.
+    let expected: HashMap<String, String> =
+        HashMap::from([("hostpath.csi.nodelet.dev/device".into(), id.clone())]);
+    let err = ops.stage(&vol, &HashMap::new()).await.expect_err("stage before attach");
+    assert_eq!(op_code(&err), Some(tonic::Code::FailedPrecondition), "{err}");
+    let err = ops.stage(&vol, &expected).await.expect_err("stage before attach, with a forged context");
+    assert_eq!(op_code(&err), Some(tonic::Code::FailedPrecondition), "{err}");
+    assert_eq!(env.mounts(), Vec::<PathBuf>::new());
+
+    // ControllerPublishVolume validates the volume, the node and the capability.
+    let err = client
+        .controller_publish(publish_request("hp-00000000000000000000000000000000", NODE_ID))
+        .await
+        .expect_err("unknown volume");
+    assert_eq!(err.code(), Some(tonic::Code::NotFound));
+    let err = client.controller_publish(publish_request(&id, "other-node")).await.expect_err("other node");
+    assert_eq!(err.code(), Some(tonic::Code::NotFound));
+    let mut no_cap = publish_request(&id, NODE_ID);
+    no_cap.volume_capability = None;
+    let err = client.controller_publish(no_cap).await.expect_err("no capability");
+    assert_eq!(err.code(), Some(tonic::Code::InvalidArgument));
+    assert!(!marker.exists(), "failed publishes attach nothing");
+
+    // Attach (through the CO's step), idempotently: the same context, recorded durably with the node ID.
+    let context = ops.attach(&vol).await.expect("attach");
+    assert_eq!(context, expected);
+    assert_eq!(std::fs::read_to_string(&marker).expect("attachment marker"), NODE_ID);
+    assert_eq!(ops.attach(&vol).await.expect("attach again"), context);
+
+    // Attached, but the context was not passed along (or is wrong): still refused.
+    let err = ops.stage(&vol, &HashMap::new()).await.expect_err("stage without context");
+    assert_eq!(op_code(&err), Some(tonic::Code::FailedPrecondition), "{err}");
+    let wrong = HashMap::from([("hostpath.csi.nodelet.dev/device".to_owned(), "hp-other".to_owned())]);
+    let err = ops.stage(&vol, &wrong).await.expect_err("stage with a wrong context");
+    assert_eq!(op_code(&err), Some(tonic::Code::FailedPrecondition), "{err}");
+    assert_eq!(count_mounts_at(&staging), 0);
+
+    // The attachment survives a driver restart (it is on disk, not in memory).
+    env.kill_driver().await;
+    std::fs::remove_file(env.socket()).expect("remove the dead driver's socket");
+    env.start_driver_with(&["--attach"]).await;
+    let (_registry, driver) = registered(&env).await;
+    let client = driver.client().clone();
+    let ops = VolumeOps::new(Arc::clone(&driver), layout.clone());
+
+    // Stage and publish with the context.
+    ops.stage(&vol, &context).await.expect("stage with context");
+    assert_eq!(count_mounts_at(&staging), 1);
+    let err = ops.publish(&vol, &HashMap::new()).await.expect_err("publish without context");
+    assert_eq!(op_code(&err), Some(tonic::Code::FailedPrecondition), "{err}");
+    let target = ops.publish(&vol, &context).await.expect("publish with context");
+    assert_eq!(count_mounts_at(&target), 1);
+    std::fs::write(target.join("hello.txt"), b"attached").expect("write through target");
+    assert_eq!(std::fs::read(backing.join("hello.txt")).expect("in data dir"), b"attached");
+
+    // No detach while staged, no delete while staged or attached.
+    let err = ops.detach(&vol).await.expect_err("detach while staged");
+    assert_eq!(op_code(&err), Some(tonic::Code::FailedPrecondition), "{err}");
+    assert!(marker.exists(), "still attached");
+    let err = client.delete_volume(&id, HashMap::new()).await.expect_err("delete while staged");
+    assert_eq!(err.code(), Some(tonic::Code::FailedPrecondition));
+
+    // Unpublish, unstage: still attached, so delete is still refused.
+    ops.unpublish(&vol).await.expect("unpublish");
+    ops.unstage(&vol).await.expect("unstage");
+    assert_eq!(env.mounts(), Vec::<PathBuf>::new(), "no mounts left");
+    let err = client.delete_volume(&id, HashMap::new()).await.expect_err("delete while attached");
+    assert_eq!(err.code(), Some(tonic::Code::FailedPrecondition));
+
+    // Unpublishing from another node changes nothing; detach is idempotent, and once detached the
+    // volume cannot be staged again, even with the old context.
+    client.controller_unpublish(&id, Some("other-node"), HashMap::new()).await.expect("other node: OK");
+    assert!(marker.exists(), "other node's unpublish left the attachment");
+    ops.detach(&vol).await.expect("detach");
+    assert!(!marker.exists(), "attachment removed");
+    ops.detach(&vol).await.expect("detach again");
+    client
+        .controller_unpublish("hp-00000000000000000000000000000000", Some(NODE_ID), HashMap::new())
+        .await
+        .expect("unknown volume: OK");
+    let err = ops.stage(&vol, &context).await.expect_err("stage after detach");
+    assert_eq!(op_code(&err), Some(tonic::Code::FailedPrecondition), "{err}");
+
+    // The whole CO sequence in one go, as the volume manager runs it; then the volume can be deleted.
+    let target = ops.set_up(&vol).await.expect("set up");
+    assert_eq!(std::fs::read(target.join("hello.txt")).expect("data kept"), b"attached");
+    assert!(marker.exists());
+    ops.tear_down(&vol).await.expect("tear down");
+    ops.tear_down(&vol).await.expect("tear down twice");
+    assert!(!marker.exists());
+    assert_eq!(env.mounts(), Vec::<PathBuf>::new(), "no mounts left");
+    client.controller_unpublish(&id, None, HashMap::new()).await.expect("unpublish from all nodes: OK");
+    client.delete_volume(&id, HashMap::new()).await.expect("delete once detached");
+    assert!(!backing.exists());
+    let err = client.controller_publish(publish_request(&id, NODE_ID)).await.expect_err("deleted volume");
+    assert_eq!(err.code(), Some(tonic::Code::NotFound));
+
+    // Every call is in the call log, by method name.
+    let volume_calls: Vec<(String, String)> =
+        env.calls().into_iter().filter(|(_, v, _)| *v == id).map(|(m, _, c)| (m, c)).collect();
+    let volume_calls: Vec<(&str, &str)> =
+        volume_calls.iter().map(|(m, c)| (m.as_str(), c.as_str())).collect();
+    assert_eq!(
+        volume_calls,
+        [
+            ("CreateVolume", "Ok"),
+            ("NodeStageVolume", "FailedPrecondition"),
+            ("NodeStageVolume", "FailedPrecondition"),
+            ("ControllerPublishVolume", "NotFound"),
+            ("ControllerPublishVolume", "InvalidArgument"),
+            ("ControllerPublishVolume", "Ok"),
+            ("ControllerPublishVolume", "Ok"),
+            ("NodeStageVolume", "FailedPrecondition"),
+            ("NodeStageVolume", "FailedPrecondition"),
+            ("NodeStageVolume", "Ok"),
+            ("NodePublishVolume", "FailedPrecondition"),
+            ("NodePublishVolume", "Ok"),
+            ("ControllerUnpublishVolume", "FailedPrecondition"),
+            ("DeleteVolume", "FailedPrecondition"),
+            ("NodeUnpublishVolume", "Ok"),
+            ("NodeUnstageVolume", "Ok"),
+            ("DeleteVolume", "FailedPrecondition"),
+            ("ControllerUnpublishVolume", "Ok"),
+            ("ControllerUnpublishVolume", "Ok"),
+            ("ControllerUnpublishVolume", "Ok"),
+            ("NodeStageVolume", "FailedPrecondition"),
+            ("ControllerPublishVolume", "Ok"),
+            ("NodeStageVolume", "Ok"),
+            ("NodePublishVolume", "Ok"),
+            ("NodeUnpublishVolume", "Ok"),
+            ("NodeUnstageVolume", "Ok"),
+            ("ControllerUnpublishVolume", "Ok"),
+            ("NodeUnpublishVolume", "Ok"),
+            ("NodeUnstageVolume", "Ok"),
+            ("ControllerUnpublishVolume", "Ok"),
+            ("ControllerUnpublishVolume", "Ok"),
+            ("DeleteVolume", "Ok"),
+            ("ControllerPublishVolume", "NotFound"),
+        ]
+    );
 }

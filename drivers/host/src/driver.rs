@@ -58,6 +58,7 @@ impl HostVolumes {
             state: MountState::Mounted,
             digest,
             tmpfs,
+            csi: None,
         };
         match source {
             VolumeSource::HostPath { path: host, kind } => {
@@ -94,7 +95,7 @@ impl HostVolumes {
                 }
                 Ok(actual(false, None))
             }
-            VolumeSource::Csi(csi) => Err(VolumeError::failed(format!(
+            VolumeSource::Csi(csi) | VolumeSource::CsiDevice(csi) => Err(VolumeError::failed(format!(
                 "{}: CSI volume of driver {:?}: not served by the host volume driver",
                 what(),
                 csi.driver
@@ -181,8 +182,14 @@ impl HostVolumes {
                         path.push("mount");
                     }
                     let tmpfs = mounts::is_mount_point(&path).unwrap_or(false);
-                    let actual =
-                        VolumeActual { plugin, path, state: MountState::Mounted, digest: None, tmpfs };
+                    let actual = VolumeActual {
+                        plugin,
+                        path,
+                        state: MountState::Mounted,
+                        digest: None,
+                        tmpfs,
+                        csi: None,
+                    };
                     found.push((volume_key(&uid, &name), actual));
                 }
             }
@@ -197,6 +204,7 @@ impl HostVolumes {
                         state: MountState::Uncertain,
                         digest: None,
                         tmpfs: false,
+                        csi: None,
                     };
                     found.push((key, actual));
                 }

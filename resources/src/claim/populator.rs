@@ -30,12 +30,68 @@ pub struct ClaimObjects {
     pub classes: Vec<StorageClass>,
 }
 
+/// Where the populator reads the storage objects from: a watch channel of [`ClaimObjects`], or
+/// of anything they are read from ([`ObjectFeed::mapped`]), so that they are never behind the
+/// channel they come from.
+pub struct ObjectFeed(Box<dyn Feed>);
+
+impl std::fmt::Debug for ObjectFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectFeed").finish_non_exhaustive()
+    }
+}
+
+impl ObjectFeed {
+    /// The objects read by `map` from the values of `objects` (once per value).
+    pub fn mapped<T: Send + Sync + 'static>(
+        objects: watch::Receiver<Arc<T>>,
+        map: fn(&T) -> ClaimObjects,
+    ) -> Self {
+        ObjectFeed(Box::new(Mapped { objects, map, cache: None }))
+    }
+}
+
+impl From<watch::Receiver<Arc<ClaimObjects>>> for ObjectFeed {
+    fn from(objects: watch::Receiver<Arc<ClaimObjects>>) -> Self {
+        ObjectFeed::mapped(objects, ClaimObjects::clone)
+    }
+}
+
+trait Feed: Send + Sync {
+    fn current(&mut self) -> Arc<ClaimObjects>;
+    fn changed(&mut self) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send + '_>>;
+}
+
+struct Mapped<T> {
+    objects: watch::Receiver<Arc<T>>,
+    map: fn(&T) -> ClaimObjects,
+    cache: Option<(Arc<T>, Arc<ClaimObjects>)>,
+}
+
+impl<T: Send + Sync + 'static> Feed for Mapped<T> {
+    fn current(&mut self) -> Arc<ClaimObjects> {
+        let now = self.objects.borrow_and_update().clone();
+        match &self.cache {
+            Some((from, mapped)) if Arc::ptr_eq(from, &now) => mapped.clone(),
+            _ => {
+                let mapped = Arc::new((self.map)(&now));
+                self.cache = Some((now, mapped.clone()));
+                mapped
+            }
+        }
+    }
+
+    fn changed(&mut self) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        Box::pin(async move { self.objects.changed().await.is_ok() })
+    }
+}
+
 /// How often the populator recomputes everything even without a change it was told of.
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(60);
 
 /// Keeps the desired claim store in step with the objects and the pods.
 pub struct Populator {
-    objects: watch::Receiver<Arc<ClaimObjects>>,
+    objects: ObjectFeed,
     provisioned: ProvisionedVolumes,
     pods: Store<PodUid, DesiredPod>,
     actual: Store<ClaimKey, ClaimActual>,
@@ -68,14 +124,14 @@ impl Populator {
     /// A populator writing `writer` from `objects`, the provisioned volumes, the desired pods,
     /// and the claim engine's actual store (claim UIDs survive restarts through it).
     pub fn new(
-        objects: watch::Receiver<Arc<ClaimObjects>>,
+        objects: impl Into<ObjectFeed>,
         provisioned: ProvisionedVolumes,
         pods: Store<PodUid, DesiredPod>,
         actual: Store<ClaimKey, ClaimActual>,
         writer: Writer<ClaimKey, ClaimDesired>,
     ) -> Self {
         Self {
-            objects,
+            objects: objects.into(),
             provisioned,
             pods,
             actual,
@@ -104,7 +160,7 @@ impl Populator {
 
     /// Recomputes the whole desired store; returns the number of keys that changed.
     pub fn sync(&mut self) -> usize {
-        let objects = self.objects.borrow().clone();
+        let objects = self.objects.0.current();
         let current = self.writer.reader();
         let in_use = claims_in_use(&self.pods);
         let mut entries: BTreeMap<ClaimKey, ClaimDesired> = BTreeMap::new();
@@ -257,7 +313,7 @@ impl Populator {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = pods_sub.changed() => { pods_sub.drain(); }
-                r = self.objects.changed(), if !objects_closed => objects_closed = r.is_err(),
+                open = self.objects.0.changed(), if !objects_closed => objects_closed = !open,
                 r = provisioned.changed(), if !provisioned_closed => provisioned_closed = r.is_err(),
                 _ = resync.tick() => {}
             }

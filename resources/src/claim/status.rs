@@ -115,6 +115,14 @@ impl ClaimView {
         &self.actual
     }
 
+    /// Resolves once both stores have synced: the claims, volumes and classes the sources
+    /// declare are known, and so are the bindings recorded before a restart. Also resolves if
+    /// the claim engine is gone (there is nothing more to wait for).
+    pub async fn wait_until_synced(&self) {
+        let _ = self.desired.wait_until_synced().await;
+        let _ = self.actual.wait_until_synced().await;
+    }
+
     /// Notices every change of a claim, volume, class or binding.
     pub fn subscribe(&self) -> ClaimSubscription {
         ClaimSubscription { desired: self.desired.subscribe(), actual: self.actual.subscribe() }

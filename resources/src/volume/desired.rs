@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-/// The key of a volume in the desired and actual stores: `<pod uid>/<volume name>`.
+/// The key of a volume in the desired and actual stores: `<pod uid>/<volume name>` for a pod's
+/// volume, `csi:<driver>:<sha256 of the volume handle>` for the device of a CSI volume (attached
+/// to the node and staged at its global mount once, shared by every pod that publishes it).
 pub type VolumeKey = String;
 
 /// The key of volume `volume` of pod `pod_uid`.
@@ -14,7 +16,22 @@ pub fn volume_key(pod_uid: &str, volume: &str) -> VolumeKey {
     format!("{pod_uid}/{volume}")
 }
 
-/// Splits a key into pod UID and volume name.
+/// The key of the device of the CSI volume `volume_handle` of driver `driver`. It has no `/`, so
+/// [`split_key`] tells it from a pod volume's key.
+pub fn device_key(driver: &str, volume_handle: &str) -> VolumeKey {
+    let hash: String = Sha256::digest(volume_handle.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    format!("{DEVICE_KEY_PREFIX}{driver}:{hash}")
+}
+
+/// How every device key starts.
+pub const DEVICE_KEY_PREFIX: &str = "csi:";
+
+/// Whether `key` is a device key ([`device_key`]).
+pub fn is_device_key(key: &str) -> bool {
+    key.starts_with(DEVICE_KEY_PREFIX) && !key.contains('/')
+}
+
+/// Splits a pod volume's key into pod UID and volume name (`None` for a device key).
 pub fn split_key(key: &str) -> Option<(&str, &str)> {
     key.split_once('/')
 }
@@ -146,8 +163,13 @@ pub enum VolumeSource {
         /// The path on this node (`spec.local.path`).
         path: PathBuf,
     },
-    /// A CSI PersistentVolume.
+    /// A CSI PersistentVolume, as one pod uses it: published into the pod's volume directory from
+    /// the volume's device (a [`VolumeSource::CsiDevice`] entry, set up first).
     Csi(CsiSource),
+    /// The device of a CSI PersistentVolume, shared by every pod on this node that uses it:
+    /// attached to the node (`ControllerPublishVolume`, when the driver needs it) and staged at
+    /// its global mount (`NodeStageVolume`, when the driver stages).
+    CsiDevice(CsiSource),
     /// Files written atomically into the volume directory (configMap, secret, downwardAPI,
     /// projected). Secrets go on a tmpfs.
     Files {
@@ -201,7 +223,7 @@ impl VolumeSource {
             VolumeSource::HostPath { .. } => Plugin::HostPath,
             VolumeSource::Files { plugin, .. } => *plugin,
             VolumeSource::Local { .. } => Plugin::LocalVolume,
-            VolumeSource::Csi(_) => Plugin::Csi,
+            VolumeSource::Csi(_) | VolumeSource::CsiDevice(_) => Plugin::Csi,
         }
     }
 
@@ -214,7 +236,9 @@ impl VolumeSource {
     }
 }
 
-/// One volume of one pod, as the pod needs it.
+/// One volume of one pod, as the pod needs it; or the device of a CSI volume
+/// ([`VolumeSource::CsiDevice`], made by [`DesiredVolume::device`]: its pod fields are empty and
+/// `name` is the PersistentVolume's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredVolume {
     /// The pod's UID.
@@ -234,8 +258,31 @@ pub struct DesiredVolume {
 }
 
 impl DesiredVolume {
-    /// The store key.
+    /// The store key: the pod volume's, or the device's for a [`VolumeSource::CsiDevice`].
     pub fn key(&self) -> VolumeKey {
-        volume_key(&self.pod_uid, &self.name)
+        match &self.source {
+            Ok(VolumeSource::CsiDevice(csi)) => device_key(&csi.driver, &csi.volume_handle),
+            _ => volume_key(&self.pod_uid, &self.name),
+        }
+    }
+
+    /// The device entry that a CSI pod volume is published from (`None` for other volumes).
+    pub fn device(&self) -> Option<DesiredVolume> {
+        let Ok(VolumeSource::Csi(csi)) = &self.source else { return None };
+        // Publishing is per pod (read-only or not); the device is the same for every pod.
+        let device = CsiSource { read_only: false, ..csi.clone() };
+        Some(DesiredVolume {
+            pod_uid: String::new(),
+            namespace: String::new(),
+            pod_name: String::new(),
+            name: csi.volume.clone(),
+            plugin: Plugin::Csi,
+            source: Ok(VolumeSource::CsiDevice(device)),
+        })
+    }
+
+    /// Whether this is a device entry rather than a pod's volume.
+    pub fn is_device(&self) -> bool {
+        matches!(self.source, Ok(VolumeSource::CsiDevice(_)))
     }
 }

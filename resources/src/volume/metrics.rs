@@ -4,7 +4,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntGaugeVec, Opts, Registry};
 use reconcile_engine::Store;
 
 use super::actual::VolumeActual;
-use super::desired::{DesiredVolume, Plugin, VolumeKey};
+use super::desired::{DesiredVolume, Plugin, VolumeKey, is_device_key};
 
 /// The volume metrics.
 #[derive(Debug, Clone)]
@@ -51,9 +51,14 @@ impl VolumeMetrics {
         let mut wanted = [0i64; Plugin::ALL.len()];
         let mut have = [0i64; Plugin::ALL.len()];
         let index = |p: Plugin| Plugin::ALL.iter().position(|q| *q == p).unwrap_or(0);
-        desired.for_each(|_, v| wanted[index(v.plugin)] += 1);
-        actual.for_each(|_, v| {
-            if v.is_mounted() {
+        // Pod volumes only: a CSI device is counted through the pod volumes published from it.
+        desired.for_each(|k, v| {
+            if !is_device_key(k) {
+                wanted[index(v.plugin)] += 1;
+            }
+        });
+        actual.for_each(|k, v| {
+            if v.is_mounted() && !is_device_key(k) {
                 have[index(v.plugin)] += 1;
             }
         });

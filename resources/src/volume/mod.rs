@@ -1,4 +1,5 @@
-//! Volumes: one desired/actual pair per (pod, volume), keyed `<pod uid>/<volume name>`.
+//! Volumes: one desired/actual pair per (pod, volume), keyed `<pod uid>/<volume name>`, plus one
+//! per CSI device (`csi:<driver>:<handle hash>`), which pods publish from.
 //!
 //! The kubelet's volume manager is the model:
 //!
@@ -11,8 +12,12 @@
 //!
 //! - [`desired`]: the volumes the pods need, with their content already rendered (configMap,
 //!   secret, downwardAPI, projected) so that an object update is a desired-state change.
-//! - [`actual`]: what is set up on the host: the directory containers mount, mounted or uncertain.
-//! - [`reconciler`] and [`ops`]: set up what is missing or stale, tear down what no pod needs.
+//! - [`actual`]: what is set up on the host: the directory containers mount, mounted or uncertain;
+//!   for CSI volumes also the device (attached, staged), which pods publish from.
+//! - [`reconciler`] and [`ops`]: set up what is missing or stale, tear down what no pod needs;
+//!   for CSI: attach → stage (per device) → publish (per pod), and unpublish (per pod) → unstage
+//!   → detach (per device, once no pod publishes it), each step its own operation that can be
+//!   uncertain.
 //! - [`driver`]: the [`driver::VolumeHost`] trait the operations call, and the engine driver.
 //! - [`populator`]: derives the desired volumes from the pods. A pod's volumes stay desired
 //!   while any of its containers runs, so volumes are torn down only after the containers are gone.

@@ -30,11 +30,22 @@ pub trait Renderer: Send + Sync + 'static {
 pub trait ClaimLookup: Send + Sync + 'static {
     /// The PersistentVolume bound to claim `claim` in `namespace`, or why there is none (yet).
     fn bound_volume(&self, namespace: &str, claim: &str) -> Result<PersistentVolume, String>;
+
+    /// Resolves once the answers of [`bound_volume`](Self::bound_volume) are complete (after a
+    /// restart: once the claims and their bindings are known again), so that no volume is torn
+    /// down for a claim that is merely not loaded yet. Default: at once.
+    fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 impl ClaimLookup for crate::claim::status::ClaimView {
     fn bound_volume(&self, namespace: &str, claim: &str) -> Result<PersistentVolume, String> {
         crate::claim::status::ClaimView::bound_volume(self, namespace, claim)
+    }
+
+    fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(crate::claim::status::ClaimView::wait_until_synced(self))
     }
 }
 
@@ -120,9 +131,22 @@ impl<R: Renderer> Populator<R> {
         self.pods.for_each(|uid, pod| {
             let stopped = self.verdicts.as_ref().is_some_and(|v| v.verdict(uid).is_some())
                 && !self.pod_actual.get(uid).is_some_and(|a| a.any_running());
-            if !stopped {
-                entries.extend(self.volumes_of(pod).into_iter().map(|v| (v.key(), v)));
+            if stopped {
+                return;
             }
+            let volumes = self.volumes_of(pod);
+            // A claim that cannot be looked up now (deleted, lost) takes nothing away from a
+            // pod that has its volume: what is desired stays until the pod goes.
+            for volume in pod.spec().volumes.iter().flatten().filter(|v| v.persistent_volume_claim.is_some())
+            {
+                if !volumes.iter().any(|v| v.name == volume.name) {
+                    let key = super::desired::volume_key(uid, &volume.name);
+                    if let Some(kept) = current.get(&key) {
+                        entries.push((key, (*kept).clone()));
+                    }
+                }
+            }
+            entries.extend(volumes.into_iter().map(|v| (v.key(), v)));
         });
         // Pods no longer desired keep their volumes while a container of theirs runs.
         for (key, volume) in current.entries() {
@@ -132,6 +156,14 @@ impl<R: Renderer> Populator<R> {
                 entries.push((key, (*volume).clone()));
             }
         }
+        // The devices of the CSI volumes: desired while any pod volume published from them is.
+        let mut devices = std::collections::BTreeMap::new();
+        for (_, volume) in &entries {
+            if let Some(device) = volume.device() {
+                devices.entry(device.key()).or_insert(device);
+            }
+        }
+        entries.extend(devices);
         self.writer.replace_all(entries)
     }
 
@@ -151,6 +183,9 @@ impl<R: Renderer> Populator<R> {
             _ = async {
                 let _ = self.pods.wait_until_synced().await;
                 let _ = self.pod_actual.wait_until_synced().await;
+                if let Some(claims) = &self.claims {
+                    claims.wait_synced().await;
+                }
             } => {}
         }
         let changed = self.sync();
