@@ -140,11 +140,17 @@ impl VolumeHost for FakeCsi {
     }
 }
 
-/// Every claim is bound to the same CSI PersistentVolume.
-struct OneVolume;
+/// Every claim is bound to the same CSI PersistentVolume, unless the lookup is switched off.
+#[derive(Default)]
+struct OneVolume {
+    unknown: std::sync::atomic::AtomicBool,
+}
 
 impl ClaimLookup for OneVolume {
-    fn bound_volume(&self, _namespace: &str, _claim: &str) -> Result<PersistentVolume, String> {
+    fn bound_volume(&self, _namespace: &str, claim: &str) -> Result<PersistentVolume, String> {
+        if self.unknown.load(Ordering::SeqCst) {
+            return Err(format!("persistentvolumeclaim {claim:?} not found"));
+        }
         serde_yaml::from_str(&format!(
             "metadata: {{name: pv-1}}\nspec:\n  accessModes: [ReadWriteOnce]\n  csi: {{driver: {DRIVER}, volumeHandle: {HANDLE}}}\n"
         ))
@@ -170,6 +176,7 @@ fn pod(uid: &str) -> DesiredPod {
 
 struct Node {
     host: Arc<FakeCsi>,
+    claims: Arc<OneVolume>,
     pods: Writer<PodUid, DesiredPod>,
     actual: Store<VolumeKey, VolumeActual>,
     // Kept so that the pod actual store stays open (no pod runs: volumes follow the pods).
@@ -192,11 +199,12 @@ fn node(host: FakeCsi) -> Node {
     pods.mark_synced();
     let (pod_actual_store, mut pod_actual) = store();
     pod_actual.mark_synced();
+    let claims = Arc::new(OneVolume::default());
     let populator = Populator::new(pod_store, pod_actual_store, volume_writer, Arc::new(NoFiles))
-        .with_claims(Arc::new(OneVolume));
+        .with_claims(claims.clone());
     tokio::spawn(populator.run(tokio::sync::watch::channel(()).1, CancellationToken::new()));
     tokio::spawn(engine.run(std::future::pending()));
-    Node { host, pods, actual, _pod_actual: pod_actual }
+    Node { host, claims, pods, actual, _pod_actual: pod_actual }
 }
 
 fn device() -> VolumeKey {
@@ -326,4 +334,21 @@ async fn after_a_restart_a_device_still_needed_should_be_attached_and_staged_aga
     // mount was found in place and is left alone.
     assert_eq!(n.host.methods(), ["attach", "stage"]);
     assert!(n.mounted("u1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_that_cannot_be_looked_up_any_more_takes_nothing_from_a_pod_that_uses_it() {
+    let mut n = node(FakeCsi::default());
+    n.pods.insert("u1".into(), pod("u1"));
+    assert!(eventually(LONG, || n.mounted("u1")).await);
+    // The claim disappears from view (deleted while in use, or not loaded yet).
+    n.claims.unknown.store(true, Ordering::SeqCst);
+    n.pods.insert("u2".into(), pod("u2"));
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(n.mounted("u1"));
+    assert_eq!(n.host.methods(), ["attach", "stage", "publish"], "nothing torn down, nothing new set up");
+    // The pod goes: now its volume does.
+    n.pods.remove(&"u1".to_string());
+    assert!(eventually(LONG, || n.actual.is_empty()).await);
+    assert_eq!(n.host.methods()[3..], ["unpublish", "unstage", "detach"]);
 }

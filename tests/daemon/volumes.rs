@@ -873,3 +873,163 @@ fn walk_files(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// A volume group over a loop device, for one test; torn down on drop (after nodelet is gone).
+struct TestVolumeGroup {
+    name: String,
+    file: PathBuf,
+    device: String,
+    /// `--driverloaded n` on a kernel without device-mapper (LVM's metadata tools still work).
+    lvm_args: Vec<&'static str>,
+}
+
+impl TestVolumeGroup {
+    fn create(n: &Nodelet, size: &str) -> TestVolumeGroup {
+        let base = n.root_dir().parent().map(Path::to_path_buf).unwrap_or_default();
+        let file = base.join("lvm-disk.img");
+        let run = |program: &str, args: &[&str]| {
+            let out = std::process::Command::new(program)
+                .args(args)
+                .env("LVM_SUPPRESS_FD_WARNINGS", "1")
+                .output()
+                .unwrap_or_else(|e| panic!("{program}: {e}"));
+            assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        run("truncate", &["-s", size, &file.to_string_lossy()]);
+        let device = run("losetup", &["--find", "--show", &file.to_string_lossy()]);
+        let lvm_args = match nodelet_storage::lvm::Activation::detect() {
+            nodelet_storage::lvm::Activation::Loop => vec!["--driverloaded", "n"],
+            nodelet_storage::lvm::Activation::DeviceMapper => Vec::new(),
+        };
+        let name = format!("nodelet-e2e-{}", std::process::id());
+        let vg = TestVolumeGroup { name, file, device, lvm_args };
+        run("pvcreate", &[vg.lvm_args.as_slice(), &["-f", "-y", &vg.device]].concat());
+        run("vgcreate", &[vg.lvm_args.as_slice(), &[&vg.name, &vg.device]].concat());
+        vg
+    }
+
+    /// The logical volumes of the group.
+    fn volumes(&self) -> Vec<String> {
+        let out = std::process::Command::new("lvs")
+            .args(&self.lvm_args)
+            .args(["--noheadings", "-o", "lv_name", &self.name])
+            .env("LVM_SUPPRESS_FD_WARNINGS", "1")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        out.split_whitespace().map(str::to_owned).collect()
+    }
+
+    /// Loop devices over the group's disk (those nodelet made to activate volumes).
+    fn volume_loops(&self) -> Vec<String> {
+        let out = std::process::Command::new("losetup")
+            .args(["-n", "-l", "-O", "NAME,BACK-FILE"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        out.lines()
+            .filter_map(|l| l.split_once(' ').map(|(n, b)| (n.to_owned(), b.trim().to_owned())))
+            .filter(|(_, back)| *back == self.device)
+            .map(|(name, _)| name)
+            .collect()
+    }
+}
+
+impl Drop for TestVolumeGroup {
+    fn drop(&mut self) {
+        for dev in self.volume_loops() {
+            let _ = std::process::Command::new("losetup").args(["-d", &dev]).output();
+        }
+        let _ = std::process::Command::new("vgremove")
+            .args(&self.lvm_args)
+            .args(["-f", "-y", &self.name])
+            .output();
+        let _ = std::process::Command::new("pvremove")
+            .args(&self.lvm_args)
+            .args(["-f", "-y", &self.device])
+            .output();
+        let _ = std::process::Command::new("losetup").args(["-d", &self.device]).output();
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+#[tokio::test]
+async fn an_lvm_storage_class_provisions_a_logical_volume_for_a_pod_and_deletes_it_with_the_claim() {
+    let env = env_or_skip!(
+        "an_lvm_storage_class_provisions_a_logical_volume_for_a_pod_and_deletes_it_with_the_claim"
+    );
+    // The group exists before nodelet starts (as an admin would set a node up); its name is
+    // known in advance so that the configuration can name it.
+    let name = format!("nodelet-e2e-{}", std::process::id());
+    let options = crate::support::StartOptions {
+        nodelet_extra: format!("storage: {{lvm: {{volumeGroup: {name}}}}}\n"),
+        ..Default::default()
+    };
+    let n = Nodelet::start_with(&env, "lvm", options).await;
+    let vg = TestVolumeGroup::create(&n, "256M");
+    assert_eq!(vg.name, name);
+    let storage = r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: lvm}
+provisioner: nodelet.dev/lvm
+reclaimPolicy: Delete
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: fast, namespace: default}
+spec:
+  storageClassName: lvm
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 64Mi}}
+"#;
+    n.write_manifest_text("storage.yaml", storage);
+    let manifest = n.pod_manifest(
+        "lvm-user",
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "fast", "persistentVolumeClaim": {"claimName": "fast"}}],
+            "containers": [{"name": "app", "command": sleep_until_term("echo on lvm > /fast/out; df -k /fast > /fast/df; "),
+                            "volumeMounts": [{"name": "fast", "mountPath": "/fast"}]}],
+        }),
+    );
+    n.write_manifest("lvm-user.yaml", &manifest);
+    let pod = n.wait_running("lvm-user").await;
+    let uid = uid(&pod);
+    // One logical volume, named after the claim, mounted under the root and bound into the pod.
+    let volumes = vg.volumes();
+    assert_eq!(volumes.len(), 1, "{volumes:?}");
+    assert!(volumes[0].starts_with("pvc-"), "{volumes:?}");
+    let mount = n.root_dir().join("plugins/kubernetes.io~lvm").join(&name).join(&volumes[0]);
+    let out = n
+        .wait_for("the pod's file on the logical volume", Duration::from_secs(10), async || {
+            std::fs::read_to_string(mount.join("out")).ok().filter(|t| t == "on lvm\n")
+        })
+        .await;
+    assert_eq!(out, "on lvm\n");
+    // The pod sees a file system of the claim's size, not the node's disk.
+    let df = n
+        .wait_for("df inside the pod", Duration::from_secs(10), async || {
+            std::fs::read_to_string(mount.join("df")).ok().filter(|t| t.lines().count() >= 2)
+        })
+        .await;
+    let size_kib: u64 =
+        df.lines().nth(1).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!((40 << 10..=64 << 10).contains(&size_kib), "{df}");
+    assert!(is_mount_point(&volume_dir(&n, &uid, "kubernetes.io~local-volume", "fast")));
+
+    // Pod gone, then claim gone: reclaim Delete removes the logical volume (and, under loop
+    // activation, its loop device); nothing stays mounted.
+    n.remove_manifest("lvm-user.yaml");
+    wait_gone(&n, &n.pod_name("lvm-user"), &uid).await;
+    n.remove_manifest("storage.yaml");
+    n.wait_for("the logical volume removed", Duration::from_secs(20), async || {
+        vg.volumes().is_empty().then_some(())
+    })
+    .await;
+    assert_eq!(vg.volume_loops(), Vec::<String>::new());
+    assert_eq!(mounts_under(&n.root_dir()), Vec::<String>::new(), "leaked mounts");
+    n.shutdown().await;
+}
