@@ -9,6 +9,7 @@ mod config;
 mod container_gc;
 mod containerd;
 mod node;
+mod node_facts;
 mod pressure;
 mod server;
 mod sources;
@@ -108,6 +109,9 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     // Wait for the runtime before planning anything: reconstruction needs it.
     let runtime_ready = Arc::new(AtomicBool::new(false));
     wait_for_runtime(&cri, &runtime_ready).await;
+
+    // What the Node object shows of this machine: read once.
+    let node_facts = Arc::new(node_facts::NodeFacts::detect(config, node_facts::runtime_version(&cri).await));
 
     let registry = prometheus::Registry::new();
     let engine_metrics = Metrics::new(&registry)?;
@@ -369,7 +373,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         })
         .with_claims(claims.view.clone(), claims.metrics.clone())
         .with_stats(stats.clone())
-        .with_pressure(pressure),
+        .with_pressure(pressure)
+        .with_facts(node_facts),
     );
     let servers = if config.server.enabled {
         let mut server_config = server::ServerConfig::new(config.node_name.clone());

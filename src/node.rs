@@ -60,6 +60,8 @@ pub(crate) struct Node {
     runtime_ready: Arc<AtomicBool>,
     problems: SourceProblems,
     node_name: String,
+    /// What the `Node` shows of the machine (read once at start-up).
+    facts: Option<Arc<crate::node_facts::NodeFacts>>,
 }
 
 impl Node {
@@ -110,7 +112,14 @@ impl Node {
             runtime_ready,
             problems,
             node_name,
+            facts: None,
         })
+    }
+
+    /// Shows the machine's capacity, addresses and system information on `/api/v1/nodes`.
+    pub(crate) fn with_facts(mut self, facts: Arc<crate::node_facts::NodeFacts>) -> Self {
+        self.facts = Some(facts);
+        self
     }
 
     /// Shows the node's pressure conditions (`/api/v1/nodes`) and the eviction and image GC events.
@@ -413,6 +422,7 @@ impl NodeView for Node {
     fn nodes(&self) -> List<k8s_openapi::api::core::v1::Node> {
         let node = crate::pressure::node_object(
             &self.node_name,
+            self.facts.as_deref(),
             self.pressure.as_ref().map(|p| &p.view),
             &self.runtime_ready,
             self.started,

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, NodeSystemInfo};
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSystemInfo,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::eviction::events::NodeEvents;
 use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, PressureView, Reclaimer};
@@ -230,9 +232,11 @@ pub(crate) fn start(
 }
 
 /// The node as a v1 `Node`: its name and labels, the `Ready` condition from the runtime's health and
-/// the pressure conditions.
+/// the pressure conditions; with `facts`, its capacity, allocatable resources, addresses, system
+/// information and kubelet port.
 pub(crate) fn node_object(
     name: &str,
+    facts: Option<&crate::node_facts::NodeFacts>,
     pressure: Option<&PressureView>,
     runtime_ready: &AtomicBool,
     started: i64,
@@ -285,12 +289,24 @@ pub(crate) fn node_object(
         },
         spec: None,
         status: Some(NodeStatus {
+            capacity: facts.map(|f| f.capacity.clone()),
+            allocatable: facts.map(|f| f.allocatable.clone()),
+            addresses: facts.map(|f| f.addresses.clone()),
             conditions: Some(conditions),
+            daemon_endpoints: facts.map(|f| NodeDaemonEndpoints {
+                kubelet_endpoint: Some(DaemonEndpoint { port: i32::from(f.kubelet_port) }),
+            }),
             node_info: Some(NodeSystemInfo {
                 architecture: go_arch().to_owned(),
                 operating_system: std::env::consts::OS.to_owned(),
                 kubelet_version: format!("nodelet/v{}", env!("CARGO_PKG_VERSION")),
-                container_runtime_version: "remote".to_owned(),
+                container_runtime_version: facts
+                    .map_or_else(|| "remote".to_owned(), |f| f.container_runtime_version.clone()),
+                kernel_version: facts.map(|f| f.kernel_version.clone()).unwrap_or_default(),
+                os_image: facts.map(|f| f.os_image.clone()).unwrap_or_default(),
+                machine_id: facts.map(|f| f.machine_id.clone()).unwrap_or_default(),
+                boot_id: facts.map(|f| f.boot_id.clone()).unwrap_or_default(),
+                system_uuid: facts.map(|f| f.system_uuid.clone()).unwrap_or_default(),
                 ..NodeSystemInfo::default()
             }),
             ..NodeStatus::default()

@@ -9,8 +9,12 @@
 //!   containerd under it (so nodefs and imagefs are that small filesystem and image GC touches no image other
 //!   tests use): unused images are garbage collected LRU-first while images in use stay, then a pod filling
 //!   an emptyDir brings `DiskPressure`, is evicted, its emptyDir is released, new pods are refused, and the
-//!   condition clears after the transition period.
+//!   condition clears after the transition period;
+//! - **node status**: `/api/v1/nodes/<node>` shows the machine as the test reads it itself (CPUs, memory,
+//!   the root filesystem's size, boot id), allocatable as capacity minus the hard eviction thresholds,
+//!   the node's addresses and port, and `nodelet get nodes -o wide` shows them.
 
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -355,4 +359,149 @@ async fn disk_pressure_collects_unused_images_then_evicts_the_pod_filling_the_di
     assert_eq!(metric(&n, "kubelet_evictions_total{eviction_signal=\"nodefs.available\"}").await, Some(1.0));
     n.shutdown().await;
     drop(fs);
+}
+
+// ------------------------------------------------------------------------------------------- node status
+
+/// A quantity as a number (bytes, CPUs, pods): `110`, `16389712Ki`, `2Mi`, `1k`.
+fn quantity(q: &Value) -> u64 {
+    let Some(s) = q.as_str() else { panic!("not a quantity: {q}") };
+    let units: [(&str, u64); 7] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("k", 1000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+    ];
+    let (number, unit) =
+        units.iter().find_map(|(suffix, m)| Some((s.strip_suffix(suffix)?, *m))).unwrap_or((s, 1));
+    match number.parse::<u64>() {
+        Ok(n) => n * unit,
+        Err(e) => panic!("quantity {s:?}: {e}"),
+    }
+}
+
+fn read_trimmed(path: &str) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(s) => s.trim().to_owned(),
+        Err(e) => panic!("cannot read {path}: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_status_shows_the_machines_capacity_allocatable_addresses_and_system_info() {
+    let env = env_or_skip!("node_status_shows_the_machines_capacity_allocatable_addresses_and_system_info");
+    // An absolute memory threshold and a percentage of the root filesystem (small: the shared disk may be
+    // nearly full, and disk pressure would make nodelet reclaim images other tests use).
+    let options = StartOptions {
+        config_extra: "evictionHard: {memory.available: 100Mi, nodefs.available: 1%}".into(),
+        ..StartOptions::default()
+    };
+    let n = Nodelet::start_with(&env, "node-status", options).await;
+    let node = get_json(&n, &format!("/api/v1/nodes/{}", n.node())).await;
+    let status = &node["status"];
+    eprintln!("node status: {}", serde_json::to_string_pretty(status).unwrap_or_default());
+    let capacity = &status["capacity"];
+    let allocatable = &status["allocatable"];
+
+    // Capacity: what the test reads from the machine itself.
+    let nproc =
+        match Command::new("nproc").env_remove("OMP_NUM_THREADS").env_remove("OMP_THREAD_LIMIT").output() {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+            other => panic!("nproc: {other:?}"),
+        };
+    assert_eq!(capacity["cpu"], json!(nproc), "{status}");
+    let mem_total_kib: u64 = read_trimmed("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no MemTotal in /proc/meminfo"));
+    assert_eq!(quantity(&capacity["memory"]), mem_total_kib * 1024, "{status}");
+    assert_eq!(capacity["pods"], json!("110"));
+    let fs = match rustix::fs::statvfs(n.root_dir()) {
+        Ok(fs) => fs,
+        Err(e) => panic!("statvfs {}: {e}", n.root_dir().display()),
+    };
+    let storage = fs.f_blocks * fs.f_frsize;
+    assert_eq!(quantity(&capacity["ephemeral-storage"]), storage, "{status}");
+    let hugepages: u64 = capacity
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with("hugepages-"))
+        .map(|(_, v)| quantity(v))
+        .sum();
+    assert!(capacity.get("hugepages-2Mi").is_some() || capacity.get("hugepages-1Gi").is_some(), "{status}");
+
+    // Allocatable: capacity minus the hard thresholds (1% as the kubelet computes it, a float32 fraction),
+    // memory minus the huge pages too.
+    assert_eq!(quantity(&allocatable["memory"]), mem_total_kib * 1024 - 100 * MI - hugepages, "{status}");
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+    let one_percent = (storage as f64 * f64::from(0.01_f32)) as u64;
+    assert_eq!(quantity(&allocatable["ephemeral-storage"]), storage - one_percent, "{status}");
+    assert_eq!(allocatable["cpu"], capacity["cpu"]);
+    assert_eq!(allocatable["pods"], capacity["pods"]);
+
+    // Addresses: the node name, and one of the machine's own IPv4 addresses.
+    let addresses = status["addresses"].as_array().cloned().unwrap_or_default();
+    let of_type = |t: &str| {
+        addresses
+            .iter()
+            .find(|a| a["type"] == t)
+            .and_then(|a| a["address"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(of_type("Hostname"), n.node(), "{status}");
+    let internal_ip = of_type("InternalIP");
+    let ip: Ipv4Addr =
+        internal_ip.parse().unwrap_or_else(|e| panic!("InternalIP {internal_ip:?}: {e}: {status}"));
+    assert!(!ip.is_loopback(), "{status}");
+    assert!(
+        read_trimmed("/proc/net/fib_trie").contains(&format!("|-- {ip}\n")),
+        "{ip} is not this machine's"
+    );
+
+    // System information and the main port.
+    let info = &status["nodeInfo"];
+    assert_eq!(info["bootID"], json!(read_trimmed("/proc/sys/kernel/random/boot_id")));
+    assert_eq!(info["kernelVersion"], json!(read_trimmed("/proc/sys/kernel/osrelease")));
+    if let Ok(id) = std::fs::read_to_string("/etc/machine-id") {
+        assert_eq!(info["machineID"], json!(id.trim()));
+    }
+    let os_image = info["osImage"].as_str().unwrap_or_default().to_owned();
+    assert!(!os_image.is_empty() && read_trimmed("/etc/os-release").contains(&os_image), "{status}");
+    let runtime = info["containerRuntimeVersion"].as_str().unwrap_or_default().to_owned();
+    assert!(runtime.starts_with("containerd://") && runtime.len() > "containerd://".len(), "{status}");
+    assert_eq!(status["daemonEndpoints"]["kubeletEndpoint"]["Port"], json!(n.ports().main));
+
+    // The same on the main port.
+    let url = n.main_url("/api/v1/nodes");
+    let list: Value = match n.main_client().get(&url).bearer_auth(TOKEN).send().await {
+        Ok(r) => serde_json::from_str(&r.text().await.unwrap_or_default()).unwrap_or_default(),
+        Err(e) => panic!("GET {url}: {e}"),
+    };
+    assert_eq!(list["items"][0]["status"]["capacity"], *capacity, "{list}");
+    assert_eq!(list["items"][0]["status"]["addresses"], status["addresses"], "{list}");
+
+    // What a user sees: kubectl's columns, and the wide ones.
+    let server = format!("http://127.0.0.1:{}", n.ports().read_only);
+    let table = nodelet_cli(&["get", "nodes", "--server", &server]).await;
+    let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "PRESSURE"], "{table}");
+    let wide = nodelet_cli(&["get", "nodes", "-o", "wide", "--server", &server]).await;
+    let mut lines = wide.lines();
+    let header = lines.next().unwrap_or_default();
+    let row = lines.next().unwrap_or_default();
+    for h in ["INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME"] {
+        assert!(header.contains(h), "{wide}");
+    }
+    for cell in [n.node(), internal_ip.as_str(), os_image.as_str(), runtime.as_str()] {
+        assert!(row.contains(cell), "{cell:?} in {wide}");
+    }
+    assert!(row.contains(&read_trimmed("/proc/sys/kernel/osrelease")), "{wide}");
+    n.shutdown().await;
 }
