@@ -344,16 +344,7 @@ impl VolumeHost for NodeVolumes {
             .publish(&csi_volume(source, &volume.pod_uid, &volume.name), &context)
             .await
             .map_err(|e| step_error(&what, &e))?;
-        Ok(VolumeActual {
-            plugin: Plugin::Csi,
-            path: target,
-            state: MountState::Mounted,
-            digest: None,
-            tmpfs: false,
-            csi: Some(Arc::new(nodelet_resources::volume::actual::CsiActual::Published {
-                device: device_key.clone(),
-            })),
-        })
+        Ok(VolumeActual::published(target, device_key.clone(), MountState::Mounted))
     }
 
     async fn unstage(&self, device: &DeviceActual) -> Result<(), VolumeError> {

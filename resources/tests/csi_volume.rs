@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Volume};
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
-use nodelet_resources::volume::actual::{CsiActual, DeviceActual, MountState, Step, VolumeActual};
+use nodelet_resources::volume::actual::{DeviceActual, MountState, Step, VolumeActual};
 use nodelet_resources::volume::desired::{
     CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, volume_key, volume_path,
 };
@@ -121,14 +121,11 @@ impl VolumeHost for FakeCsi {
             return Err(VolumeError::failed(format!("publish from a device not ready: {device:?}")));
         }
         self.record("publish", volume.key())?;
-        Ok(VolumeActual {
-            plugin: Plugin::Csi,
-            path: volume_path(std::path::Path::new(ROOT), volume),
-            state: MountState::Mounted,
-            digest: None,
-            tmpfs: false,
-            csi: Some(Arc::new(CsiActual::Published { device: device_key.clone() })),
-        })
+        Ok(VolumeActual::published(
+            volume_path(std::path::Path::new(ROOT), volume),
+            device_key.clone(),
+            MountState::Mounted,
+        ))
     }
 
     async fn unstage(&self, device: &DeviceActual) -> Result<(), VolumeError> {
@@ -295,14 +292,11 @@ async fn an_uncertain_attach_of_a_device_nobody_needs_any_more_should_still_be_d
 }
 
 fn reconstructed() -> Vec<(VolumeKey, VolumeActual)> {
-    let published = VolumeActual {
-        plugin: Plugin::Csi,
-        path: PathBuf::from(format!("{ROOT}/pods/u1/volumes/kubernetes.io~csi/data/mount")),
-        state: MountState::Mounted,
-        digest: None,
-        tmpfs: false,
-        csi: Some(Arc::new(CsiActual::Published { device: device() })),
-    };
+    let published = VolumeActual::published(
+        PathBuf::from(format!("{ROOT}/pods/u1/volumes/kubernetes.io~csi/data/mount")),
+        device(),
+        MountState::Mounted,
+    );
     let device_actual = VolumeActual::of_device(
         DeviceActual {
             driver: DRIVER.into(),

@@ -100,6 +100,18 @@ impl VolumeActual {
         }
     }
 
+    /// A CSI pod volume published at `path` from the device `device` (its key).
+    pub fn published(path: PathBuf, device: VolumeKey, state: MountState) -> Self {
+        VolumeActual {
+            plugin: Plugin::Csi,
+            path,
+            state,
+            digest: None,
+            tmpfs: false,
+            csi: Some(Arc::new(CsiActual::Published { device })),
+        }
+    }
+
     /// The actual value of a device in state `device`, staged at `path`: mounted when attached
     /// and staged, else uncertain.
     pub fn of_device(device: DeviceActual, path: PathBuf) -> Self {

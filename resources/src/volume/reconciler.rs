@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use reconcile_engine::{Plan, Reconciler, Update, View};
 
-use super::actual::{CsiActual, DeviceActual, MountState, Step, VolumeActual};
+use super::actual::{DeviceActual, MountState, Step, VolumeActual};
 use super::desired::{CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, volume_path};
 use super::ops::VolumeOp;
 
@@ -138,14 +138,11 @@ impl Reconciler<DesiredVolume, VolumeActual> for VolumeReconciler {
                     || desired.plugin == Plugin::Secret,
                 csi: None,
             }),
-            (VolumeOp::Publish { volume, device_key, .. }, None) => Update::Set(VolumeActual {
-                plugin: Plugin::Csi,
-                path: volume_path(&self.root, volume),
-                state: MountState::Uncertain,
-                digest: None,
-                tmpfs: false,
-                csi: Some(Arc::new(CsiActual::Published { device: device_key.clone() })),
-            }),
+            (VolumeOp::Publish { volume, device_key, .. }, None) => Update::Set(VolumeActual::published(
+                volume_path(&self.root, volume),
+                device_key.clone(),
+                MountState::Uncertain,
+            )),
             (_, None) => Update::Keep,
         }
     }
