@@ -59,6 +59,8 @@ pub(crate) const DEFAULT_FILE_CHECK_FREQUENCY: Duration = Duration::from_secs(20
 pub(crate) const DEFAULT_HTTP_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
 /// `podLogsDir`.
 pub(crate) const DEFAULT_POD_LOGS_DIR: &str = "/var/log/pods";
+/// `volumeStatsAggPeriod`: the kubelet's 1 minute.
+pub(crate) const DEFAULT_VOLUME_STATS_AGG_PERIOD: Duration = Duration::from_secs(60);
 /// `maxPods`: the kubelet's 110.
 pub(crate) const DEFAULT_MAX_PODS: u32 = 110;
 /// `nodelet.podInfraContainerImage`: the pause image `scripts/build-images.sh` builds (no registry needed);
@@ -176,6 +178,9 @@ pub(crate) struct StorageConfig {
     /// `nodelet.storage.csi.pluginDir`: where CSI drivers register their sockets. Default
     /// `<root-dir>/plugins_registry`.
     pub(crate) csi_plugin_dir: PathBuf,
+    /// `volumeStatsAggPeriod`: how often the `kubelet_volume_stats_*` of claim-backed volumes are
+    /// measured again (they are also measured whenever volumes are set up or torn down). Default 1m.
+    pub(crate) volume_stats_agg_period: Duration,
 }
 
 /// Pod sources.
@@ -974,7 +979,15 @@ impl Config {
                 Some(p) if !p.is_empty() => m.file_path("nodelet.storage.csi.pluginDir", Path::new(p))?,
                 _ => root_dir.join("plugins_registry"),
             };
-        let storage = StorageConfig { local_base_path, lvm_volume_group, csi_plugin_dir };
+        let volume_stats_agg_period = m.positive_duration(
+            None,
+            "",
+            raw.volume_stats_agg_period,
+            "volumeStatsAggPeriod",
+            DEFAULT_VOLUME_STATS_AGG_PERIOD,
+        )?;
+        let storage =
+            StorageConfig { local_base_path, lvm_volume_group, csi_plugin_dir, volume_stats_agg_period };
         let runtime = RuntimeConfig {
             endpoint,
             request_timeout,

@@ -248,7 +248,9 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     tasks.spawn(volumes::claim_volume_stats(
         desired.clone(),
         volume_actual.clone(),
+        csi_registry.clone(),
         claims.metrics.clone(),
+        config.storage.volume_stats_agg_period,
         shutdown.clone(),
     ));
     tasks.spawn(volumes::wake_pods_on_volume_changes(

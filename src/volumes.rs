@@ -389,20 +389,74 @@ pub(crate) async fn forward_changes(
     }
 }
 
-/// How often the `kubelet_volume_stats_*` of claim-backed volumes are refreshed (the kubelet's
-/// `volumeStatsAggPeriod`).
-const VOLUME_STATS_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long one `NodeGetVolumeStats` call may take before the volume's stats are read with
+/// `statvfs` instead.
+const CSI_STATS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A mounted claim-backed volume whose stats are wanted.
+struct StatsTarget {
+    namespace: String,
+    claim: String,
+    path: std::path::PathBuf,
+    /// For a CSI volume: its device (driver, volume handle, global mount).
+    csi: Option<DeviceActual>,
+    staging: std::path::PathBuf,
+}
+
+/// The stats of a CSI volume from its driver (`NodeGetVolumeStats`), with its condition
+/// (`Some(abnormal)` when the driver reports one); `None` when the driver does not offer them,
+/// is not registered, fails or reports no byte usage.
+async fn csi_volume_stats(
+    registry: &nodelet_csi::Registry,
+    target: &StatsTarget,
+) -> Option<(nodelet_resources::claim::metrics::FsStats, Option<bool>)> {
+    let device = target.csi.as_ref()?;
+    let driver = registry.get(&device.driver)?;
+    if !driver.node_capabilities.get_volume_stats {
+        return None;
+    }
+    let staging = (!target.staging.as_os_str().is_empty()).then_some(target.staging.as_path());
+    let call = driver.client().node_get_volume_stats(&device.volume_handle, &target.path, staging);
+    let stats = match tokio::time::timeout(CSI_STATS_TIMEOUT, call).await {
+        Ok(Ok(stats)) => stats,
+        Ok(Err(e)) => {
+            tracing::debug!(driver = %device.driver, path = %target.path.display(), error = %e, "NodeGetVolumeStats failed");
+            return None;
+        }
+        Err(_) => {
+            tracing::debug!(driver = %device.driver, path = %target.path.display(), "NodeGetVolumeStats timed out");
+            return None;
+        }
+    };
+    let bytes = stats.bytes?;
+    let inodes = stats.inodes.unwrap_or_default();
+    let fs = nodelet_resources::claim::metrics::FsStats {
+        capacity_bytes: bytes.total,
+        available_bytes: bytes.available,
+        used_bytes: bytes.used,
+        inodes: inodes.total,
+        inodes_free: inodes.available,
+        inodes_used: inodes.used,
+    };
+    Some((fs, stats.condition.map(|(abnormal, _)| abnormal)))
+}
 
 /// Keeps `kubelet_volume_stats_*` for every mounted volume of a desired pod that comes from a
-/// claim: at start, when volumes are set up or torn down, and every [`VOLUME_STATS_PERIOD`].
+/// claim: at start, when volumes are set up or torn down, and every `period`
+/// (`volumeStatsAggPeriod`). CSI
+/// volumes are asked of their driver (`NodeGetVolumeStats`, with the volume's health when the
+/// driver reports it) when it offers that; other volumes, and CSI volumes whose driver does not
+/// answer, are measured with `statvfs`.
 pub(crate) async fn claim_volume_stats(
     pods: Store<PodUid, DesiredPod>,
     actual: Store<VolumeKey, VolumeActual>,
+    registry: Arc<nodelet_csi::Registry>,
     metrics: nodelet_resources::claim::metrics::ClaimMetrics,
+    period: std::time::Duration,
     shutdown: CancellationToken,
 ) {
     let changes = actual.subscribe();
-    let mut tick = tokio::time::interval(VOLUME_STATS_PERIOD);
+    let mut tick = tokio::time::interval(period);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -414,22 +468,36 @@ pub(crate) async fn claim_volume_stats(
             for volume in pod.spec().volumes.iter().flatten() {
                 let Some(claim) = &volume.persistent_volume_claim else { continue };
                 let key = nodelet_resources::volume::desired::volume_key(uid, &volume.name);
-                if let Some(a) = actual.get(&key).filter(|a| a.is_mounted()) {
-                    mounted.push((pod.namespace().to_owned(), claim.claim_name.clone(), a.path.clone()));
-                }
+                let Some(a) = actual.get(&key).filter(|a| a.is_mounted()) else { continue };
+                let device = a.published_from().and_then(|d| actual.get(d));
+                mounted.push(StatsTarget {
+                    namespace: pod.namespace().to_owned(),
+                    claim: claim.claim_name.clone(),
+                    path: a.path.clone(),
+                    csi: device.as_ref().and_then(|d| d.device().cloned()),
+                    staging: device.map(|d| d.path.clone()).unwrap_or_default(),
+                });
             }
         });
         if mounted.is_empty() {
             metrics.retain_volume_stats(&std::collections::BTreeSet::new());
             continue;
         }
-        let stats = tokio::task::spawn_blocking(move || {
-            mounted
+        let mut stats = Vec::new();
+        let mut by_statvfs = Vec::new();
+        for target in mounted {
+            match csi_volume_stats(&registry, &target).await {
+                Some((fs, health)) => stats.push((target.namespace, target.claim, fs, health)),
+                None => by_statvfs.push(target),
+            }
+        }
+        let measured = tokio::task::spawn_blocking(move || {
+            by_statvfs
                 .into_iter()
-                .filter_map(|(ns, claim, path)| match nodelet_storage::stats::fs_stats(&path) {
-                    Ok(s) => Some((ns, claim, s)),
+                .filter_map(|t| match nodelet_storage::stats::fs_stats(&t.path) {
+                    Ok(s) => Some((t.namespace, t.claim, s, None)),
                     Err(e) => {
-                        tracing::debug!(path = %path.display(), error = %e, "no volume stats");
+                        tracing::debug!(path = %t.path.display(), error = %e, "no volume stats");
                         None
                     }
                 })
@@ -437,9 +505,13 @@ pub(crate) async fn claim_volume_stats(
         })
         .await
         .unwrap_or_default();
+        stats.extend(measured);
         let mut seen = std::collections::BTreeSet::new();
-        for (ns, claim, s) in &stats {
+        for (ns, claim, s, health) in &stats {
             metrics.set_volume_stats(ns, claim, s);
+            if let Some(abnormal) = health {
+                metrics.set_volume_health(ns, claim, *abnormal);
+            }
             seen.insert((ns.clone(), claim.clone()));
         }
         metrics.retain_volume_stats(&seen);

@@ -26,6 +26,7 @@ pub(super) struct RawKubeletConfiguration {
     pub(super) file_check_frequency: Option<GoDuration>,
     pub(super) http_check_frequency: Option<GoDuration>,
     pub(super) sync_frequency: Option<GoDuration>,
+    pub(super) volume_stats_agg_period: Option<GoDuration>,
 
     // serving
     pub(super) enable_server: Option<bool>,
@@ -247,7 +248,6 @@ pub(super) const KUBELET_FIELDS: &[&str] = &[
     "imageMaximumGCAge",
     "imageGCHighThresholdPercent",
     "imageGCLowThresholdPercent",
-    "volumeStatsAggPeriod",
     "kubeletCgroups",
     "systemCgroups",
     "cgroupRoot",

@@ -646,13 +646,20 @@ impl CsiDriver {
         CsiDriver { _process: Killed(process), data, calls }
     }
 
-    /// The volume lifecycle calls the driver received so far, in order.
-    fn lifecycle(&self) -> Vec<String> {
+    /// Every call the driver received so far, in order.
+    fn calls(&self) -> Vec<String> {
         std::fs::read_to_string(&self.calls)
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter_map(|v| v.get("method").and_then(Value::as_str).map(str::to_owned))
+            .collect()
+    }
+
+    /// The volume lifecycle calls the driver received so far, in order.
+    fn lifecycle(&self) -> Vec<String> {
+        self.calls()
+            .into_iter()
             .filter(|m| {
                 matches!(
                     m.as_str(),
@@ -673,7 +680,11 @@ impl CsiDriver {
 #[tokio::test]
 async fn a_claim_of_a_csi_storage_class_is_provisioned_staged_published_and_cleaned_up() {
     let env = env_or_skip!("a_claim_of_a_csi_storage_class_is_provisioned_staged_published_and_cleaned_up");
-    let n = Nodelet::start(&env, "csi").await;
+    let options = crate::support::StartOptions {
+        config_extra: "volumeStatsAggPeriod: 1s".into(),
+        ..Default::default()
+    };
+    let n = Nodelet::start_with(&env, "csi", options).await;
     let driver = CsiDriver::start(&n, &[]);
     let storage = r#"
 apiVersion: storage.k8s.io/v1
@@ -706,7 +717,9 @@ spec:
         json!({
             "terminationGracePeriodSeconds": 1,
             "volumes": [{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}],
-            "containers": [{"name": "app", "command": sleep_until_term("echo via csi > /scratch/out; "),
+            "containers": [{"name": "app",
+                            "command": sleep_until_term(
+                                "echo via csi > /scratch/out; dd if=/dev/urandom of=/scratch/blob bs=1024 count=3072 2>/dev/null; "),
                             "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
         }),
     );
@@ -722,6 +735,22 @@ spec:
         .await;
     let target = volume_dir(&n, &uid, "kubernetes.io~csi", "scratch").join("mount");
     assert!(is_mount_point(&target), "the CSI volume is not published at {}", target.display());
+    // The claim's stats come from the driver (NodeGetVolumeStats): it counts what the volume holds
+    // (3 MiB and a line), where statvfs would tell the whole disk's usage.
+    let metrics_url = format!("http://127.0.0.1:{}/metrics", n.ports().read_only);
+    let used = n
+        .wait_for("kubelet_volume_stats_used_bytes of the CSI claim", Duration::from_secs(20), async || {
+            let text = n.http().get(&metrics_url).send().await.ok()?.text().await.ok()?;
+            let line = text.lines().find(|l| {
+                l.starts_with("kubelet_volume_stats_used_bytes{")
+                    && l.contains("persistentvolumeclaim=\"scratch\"")
+            })?;
+            let used: u64 = line.rsplit(' ').next()?.parse().ok()?;
+            (used >= 3 << 20).then_some(used)
+        })
+        .await;
+    assert!(used < 4 << 20, "used bytes {used}: not the volume's own usage");
+    assert!(driver.calls().contains(&"NodeGetVolumeStats".to_string()));
 
     // Pod deleted: unpublished, unstaged; then the claim deleted: the volume is deleted (reclaim Delete).
     n.remove_manifest("csi-user.yaml");

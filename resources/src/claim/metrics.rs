@@ -50,6 +50,10 @@ pub struct ClaimMetrics {
     pub inodes_free: IntGaugeVec,
     /// `kubelet_volume_stats_inodes_used{namespace,persistentvolumeclaim}`.
     pub inodes_used: IntGaugeVec,
+    /// `kubelet_volume_stats_health_status_abnormal{namespace,persistentvolumeclaim}`: 1 when the
+    /// volume's CSI driver reports it abnormal, 0 when it reports it healthy (absent when the
+    /// driver does not report volume conditions).
+    pub health_abnormal: IntGaugeVec,
     stats_keys: std::sync::Arc<std::sync::Mutex<BTreeSet<(String, String)>>>,
 }
 
@@ -112,6 +116,11 @@ impl ClaimMetrics {
                 "Number of used inodes in the volume",
                 &stats,
             )?,
+            health_abnormal: gauge(
+                "kubelet_volume_stats_health_status_abnormal",
+                "Abnormal volume health status. The count is either 1 or 0. 1 indicates the volume is unhealthy and 0 indicates volume is healthy",
+                &stats,
+            )?,
             stats_keys: Default::default(),
         };
         for g in [
@@ -125,6 +134,7 @@ impl ClaimMetrics {
             &m.inodes,
             &m.inodes_free,
             &m.inodes_used,
+            &m.health_abnormal,
         ] {
             registry.register(Box::new(g.clone()))?;
         }
@@ -182,6 +192,12 @@ impl ClaimMetrics {
         }
     }
 
+    /// Sets `kubelet_volume_stats_health_status_abnormal` of claim `namespace/claim` (call after
+    /// [`set_volume_stats`](Self::set_volume_stats), which keeps the series' key).
+    pub fn set_volume_health(&self, namespace: &str, claim: &str, abnormal: bool) {
+        self.health_abnormal.with_label_values(&[namespace, claim]).set(i64::from(abnormal));
+    }
+
     /// Drops the `kubelet_volume_stats_*` series of every claim not in `mounted` (claims no
     /// longer mounted by any pod).
     pub fn retain_volume_stats(&self, mounted: &BTreeSet<(String, String)>) {
@@ -198,6 +214,7 @@ impl ClaimMetrics {
                 &self.inodes,
                 &self.inodes_free,
                 &self.inodes_used,
+                &self.health_abnormal,
             ] {
                 let _ = g.remove_label_values(&labels);
             }
