@@ -21,6 +21,7 @@ use nodelet_resources::volume::metrics::VolumeMetrics;
 use nodelet_resources::volume::ops::VolumeOp;
 use nodelet_resources::volume::populator::{ClaimLookup, Populator, Renderer};
 use nodelet_resources::volume::reconciler::VolumeReconciler;
+use nodelet_resources::volume::status::{VolumeGate, VolumeReadiness};
 use reconcile_engine::testing::eventually;
 use reconcile_engine::{CancellationToken, Engine, Store, Writer, store};
 
@@ -172,6 +173,7 @@ fn pod(uid: &str) -> DesiredPod {
 }
 
 struct Node {
+    gate: VolumeGate,
     host: Arc<FakeCsi>,
     claims: Arc<OneVolume>,
     pods: Writer<PodUid, DesiredPod>,
@@ -187,11 +189,12 @@ fn node(host: FakeCsi) -> Node {
         "volumes",
         VolumeReconciler::new(ROOT),
         Arc::new(VolumeDriver::new(host.clone(), VolumeMetrics::unregistered())),
-        desired,
+        desired.clone(),
     )
     .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
     .build();
     let actual = engine.actual();
+    let gate = VolumeGate::new(desired, actual.clone());
     let (pod_store, mut pods) = store();
     pods.mark_synced();
     let (pod_actual_store, mut pod_actual) = store();
@@ -201,7 +204,7 @@ fn node(host: FakeCsi) -> Node {
         .with_claims(claims.clone());
     tokio::spawn(populator.run(tokio::sync::watch::channel(()).1, CancellationToken::new()));
     tokio::spawn(engine.run(std::future::pending()));
-    Node { host, claims, pods, actual, _pod_actual: pod_actual }
+    Node { gate, host, claims, pods, actual, _pod_actual: pod_actual }
 }
 
 fn device() -> VolumeKey {
@@ -284,6 +287,16 @@ async fn an_uncertain_attach_of_a_device_nobody_needs_any_more_should_still_be_d
     n.pods.insert("u1".into(), pod("u1"));
     assert!(eventually(LONG, || n.actual.get(&device()).is_some()).await);
     assert_eq!(n.actual.get(&device()).and_then(|d| d.device().map(|d| d.attach)), Some(Step::Uncertain));
+    // The pod says what it waits for.
+    match n.gate.check(&pod("u1")) {
+        VolumeReadiness::Waiting(why) => assert_eq!(
+            why,
+            format!(
+                "volume \"data\": waiting for persistentvolume \"pv-1\" to be attached by CSI driver \"{DRIVER}\""
+            )
+        ),
+        other => panic!("{other:?}"),
+    }
     n.pods.remove(&"u1".to_string());
     assert!(eventually(LONG, || n.actual.is_empty()).await);
     let methods = n.host.methods();

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Volume;
 use reconcile_engine::Store;
 
-use super::actual::VolumeActual;
-use super::desired::{DesiredVolume, Plugin, VolumeKey, volume_key};
+use super::actual::{Step, VolumeActual};
+use super::desired::{CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, volume_key};
 use super::populator::ClaimLookup;
 use crate::pod::desired::DesiredPod;
 
@@ -86,6 +86,22 @@ impl std::fmt::Debug for VolumeGate {
 }
 
 impl VolumeGate {
+    /// Why the CSI volume `name` (of PersistentVolume `csi.volume`) is not published yet.
+    fn csi_waiting(&self, name: &str, csi: &CsiSource) -> String {
+        let device = self.actual.get(&device_key(&csi.driver, &csi.volume_handle));
+        let step = match device.as_deref().and_then(VolumeActual::device) {
+            None => "to be attached",
+            Some(d) if d.attach != Step::Done => "to be attached",
+            Some(d) if d.stage != Step::Done => "to be staged",
+            Some(_) if device.as_deref().is_some_and(|d| !d.is_mounted()) => "to be staged again",
+            Some(_) => "to be published",
+        };
+        format!(
+            "volume {name:?}: waiting for persistentvolume {:?} {step} by CSI driver {:?}",
+            csi.volume, csi.driver
+        )
+    }
+
     /// A gate over the volume engine's desired and actual stores.
     pub fn new(desired: Store<VolumeKey, DesiredVolume>, actual: Store<VolumeKey, VolumeActual>) -> Self {
         Self { desired, actual, claims: None }
@@ -131,6 +147,7 @@ impl VolumeGate {
                                 });
                             format!("volume {:?}: {why}", volume.name)
                         }
+                        (Some(Ok(VolumeSource::Csi(csi))), _) => self.csi_waiting(&volume.name, &csi),
                         _ => format!("volume {:?} is not set up yet", volume.name),
                     };
                     return VolumeReadiness::Waiting(why);
