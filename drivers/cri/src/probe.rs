@@ -370,6 +370,7 @@ impl ProbeHandler for CriProber {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -454,6 +455,63 @@ mod tests {
         assert!(first.contains(&format!("user-agent: {}", PROBE_USER_AGENT.to_ascii_lowercase())), "{first}");
         assert!(first.contains("accept: */*"), "{first}");
         assert!(first.contains("x-custom: v1"), "{first}");
+    }
+
+    /// A loopback HTTPS server with a fresh self-signed certificate (no client could verify it)
+    /// answering each of `statuses` in turn; returns its port and the request lines it saw.
+    async fn https_server(statuses: Vec<u16>) -> (u16, tokio::task::JoinHandle<Vec<String>>) {
+        let cert = match rcgen::generate_simple_self_signed(vec!["probe-test.invalid".to_owned()]) {
+            Ok(c) => c,
+            Err(e) => panic!("certificate: {e}"),
+        };
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+        let config =
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .and_then(|b| b.with_no_client_auth().with_single_cert(vec![cert.cert.der().clone()], key));
+        let config = match config {
+            Ok(c) => Arc::new(c),
+            Err(e) => panic!("TLS config: {e}"),
+        };
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let listener = match TcpListener::bind("127.0.0.1:0").await {
+            Ok(l) => l,
+            Err(e) => panic!("bind: {e}"),
+        };
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        let task = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for status in statuses {
+                let Ok((tcp, _)) = listener.accept().await else { break };
+                let Ok(mut stream) = acceptor.accept(tcp).await else { break };
+                let mut buf = vec![0_u8; 8192];
+                let n = stream.read(&mut buf).await.unwrap_or(0);
+                seen.push(String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or_default().to_owned());
+                let reply =
+                    format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+                let _ = stream.write_all(reply.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            }
+            seen
+        });
+        (port, task)
+    }
+
+    #[tokio::test]
+    async fn https_probes_talk_tls_and_skip_certificate_verification_as_the_kubelet_does() {
+        let p = prober();
+        let (port, seen) = https_server(vec![200, 503]).await;
+        let https = |path: &str| {
+            Action::HttpGet(HttpGet { https: true, host: None, port, path: path.into(), headers: vec![] })
+        };
+        assert_eq!(p.probe(&target(), &https("/ready"), Duration::from_secs(5)).await, ProbeOutcome::Success);
+        let failed = p.probe(&target(), &https("/ready"), Duration::from_secs(5)).await;
+        assert!(matches!(&failed, ProbeOutcome::Failure(m) if m.contains("503")), "{failed:?}");
+        assert_eq!(seen.await.unwrap_or_default(), ["GET /ready HTTP/1.1", "GET /ready HTTP/1.1"]);
+        // Plain HTTP to the TLS port is no success.
+        let (port, _seen) = https_server(vec![200]).await;
+        let plain = p.probe(&target(), &get(port, "/", vec![]), Duration::from_secs(2)).await;
+        assert_ne!(plain, ProbeOutcome::Success);
     }
 
     #[tokio::test]
