@@ -235,16 +235,7 @@ impl NodeVolumes {
         use nodelet_resources::volume::actual::{CsiActual, DeviceActual, Step};
         let mut devices: std::collections::BTreeMap<VolumeKey, VolumeActual> = Default::default();
         let device = |driver: &str, handle: &str, path: std::path::PathBuf| {
-            VolumeActual::of_device(
-                DeviceActual {
-                    driver: driver.to_owned(),
-                    volume_handle: handle.to_owned(),
-                    attach: Step::Uncertain,
-                    stage: Step::Uncertain,
-                    publish_context: Default::default(),
-                },
-                path,
-            )
+            VolumeActual::of_device(DeviceActual::new(driver, handle, Step::Uncertain), path)
         };
         let global = self.host.root().join("plugins").join("kubernetes.io").join("csi");
         if let Ok(mut drivers) = tokio::fs::read_dir(&global).await {

@@ -311,13 +311,7 @@ fn reconstructed() -> Vec<(VolumeKey, VolumeActual)> {
         MountState::Mounted,
     );
     let device_actual = VolumeActual::of_device(
-        DeviceActual {
-            driver: DRIVER.into(),
-            volume_handle: HANDLE.into(),
-            attach: Step::Uncertain,
-            stage: Step::Uncertain,
-            publish_context: BTreeMap::new(),
-        },
+        DeviceActual::new(DRIVER, HANDLE, Step::Uncertain),
         PathBuf::from(format!("{ROOT}/plugins/kubernetes.io/csi/{DRIVER}/h/globalmount")),
     );
     vec![(volume_key("u1", "data"), published), (device(), device_actual)]

@@ -614,6 +614,29 @@ impl Drop for Killed {
     }
 }
 
+/// A StorageClass `class` of `provisioner` (reclaim Delete, `binding` mode) and a 64 MiB
+/// ReadWriteOnce claim `claim` of it in namespace `default`, as one manifest.
+fn class_and_claim(class: &str, provisioner: &str, binding: &str, claim: &str) -> String {
+    format!(
+        r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {{name: {class}}}
+provisioner: {provisioner}
+reclaimPolicy: Delete
+volumeBindingMode: {binding}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {claim}, namespace: default}}
+spec:
+  storageClassName: {class}
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 64Mi}}}}
+"#
+    )
+}
+
 /// A running `nodelet-csi-hostpath` for `n`, registered in its plugin registry.
 struct CsiDriver {
     _process: Killed,
@@ -686,23 +709,9 @@ async fn a_claim_of_a_csi_storage_class_is_provisioned_staged_published_and_clea
     };
     let n = Nodelet::start_with(&env, "csi", options).await;
     let driver = CsiDriver::start(&n, &[]);
-    let storage = r#"
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: csi-hostpath}
-provisioner: hostpath.csi.nodelet.dev
-reclaimPolicy: Delete
-volumeBindingMode: WaitForFirstConsumer
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: scratch, namespace: default}
-spec:
-  storageClassName: csi-hostpath
-  accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 64Mi}}
-"#;
-    n.write_manifest_text("storage.yaml", storage);
+    let storage =
+        class_and_claim("csi-hostpath", "hostpath.csi.nodelet.dev", "WaitForFirstConsumer", "scratch");
+    n.write_manifest_text("storage.yaml", &storage);
     let server = format!("http://127.0.0.1:{}", n.ports().read_only);
     n.wait_for("the storage class in nodelet get storageclass", Duration::from_secs(10), async || {
         let classes = crate::support::nodelet_cli(&["get", "storageclass", "--server", &server]).await;
@@ -786,23 +795,8 @@ async fn a_csi_device_is_attached_and_staged_once_for_two_pods_survives_kill_9_a
     // A driver with ControllerPublish/Unpublish: its stage and publish fail unless nodelet passes
     // on the publish context that the attach returned.
     let driver = CsiDriver::start(&n, &["--attach"]);
-    let storage = r#"
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: csi-attach}
-provisioner: hostpath.csi.nodelet.dev
-reclaimPolicy: Delete
-volumeBindingMode: Immediate
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: shared, namespace: default}
-spec:
-  storageClassName: csi-attach
-  accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 64Mi}}
-"#;
-    n.write_manifest_text("storage.yaml", storage);
+    let storage = class_and_claim("csi-attach", "hostpath.csi.nodelet.dev", "Immediate", "shared");
+    n.write_manifest_text("storage.yaml", &storage);
     let user = |name: &str| {
         n.pod_manifest(
             name,
@@ -998,23 +992,8 @@ async fn an_lvm_storage_class_provisions_a_logical_volume_for_a_pod_and_deletes_
     let n = Nodelet::start_with(&env, "lvm", options).await;
     let vg = TestVolumeGroup::create(&n, "256M");
     assert_eq!(vg.name, name);
-    let storage = r#"
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: lvm}
-provisioner: nodelet.dev/lvm
-reclaimPolicy: Delete
-volumeBindingMode: WaitForFirstConsumer
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: fast, namespace: default}
-spec:
-  storageClassName: lvm
-  accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 64Mi}}
-"#;
-    n.write_manifest_text("storage.yaml", storage);
+    let storage = class_and_claim("lvm", "nodelet.dev/lvm", "WaitForFirstConsumer", "fast");
+    n.write_manifest_text("storage.yaml", &storage);
     let manifest = n.pod_manifest(
         "lvm-user",
         json!({

@@ -46,6 +46,21 @@ pub struct DeviceActual {
     pub publish_context: BTreeMap<String, String>,
 }
 
+impl DeviceActual {
+    /// The device of volume `volume_handle` of `driver` with both steps at `steps` and no
+    /// publish context (a device not yet attached: `NotDone`; one found again after a restart:
+    /// `Uncertain`).
+    pub fn new(driver: &str, volume_handle: &str, steps: Step) -> Self {
+        DeviceActual {
+            driver: driver.to_owned(),
+            volume_handle: volume_handle.to_owned(),
+            attach: steps,
+            stage: steps,
+            publish_context: BTreeMap::new(),
+        }
+    }
+}
+
 /// What a CSI entry of the actual store is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CsiActual {

@@ -280,9 +280,4 @@ impl DesiredVolume {
             source: Ok(VolumeSource::CsiDevice(device)),
         })
     }
-
-    /// Whether this is a device entry rather than a pod's volume.
-    pub fn is_device(&self) -> bool {
-        matches!(self.source, Ok(VolumeSource::CsiDevice(_)))
-    }
 }

@@ -120,16 +120,7 @@ fn outcome(result: Result<Update<VolumeActual>, VolumeError>) -> Outcome<VolumeA
 fn device_before(source: &CsiSource, prior: Option<&VolumeActual>) -> (DeviceActual, PathBuf) {
     match prior.and_then(|p| p.device().map(|d| (d.clone(), p.path.clone()))) {
         Some(found) => found,
-        None => (
-            DeviceActual {
-                driver: source.driver.clone(),
-                volume_handle: source.volume_handle.clone(),
-                attach: Step::NotDone,
-                stage: Step::NotDone,
-                publish_context: BTreeMap::new(),
-            },
-            PathBuf::new(),
-        ),
+        None => (DeviceActual::new(&source.driver, &source.volume_handle, Step::NotDone), PathBuf::new()),
     }
 }
 

@@ -89,17 +89,6 @@ impl VolumeOp {
             _ => Plugin::Csi,
         }
     }
-
-    /// The device a device step acts on, as it was before the step.
-    pub fn prior_device(&self) -> Option<&DeviceActual> {
-        match self {
-            VolumeOp::Attach { prior: Some(p), .. }
-            | VolumeOp::Stage { prior: p, .. }
-            | VolumeOp::Unstage { prior: p }
-            | VolumeOp::Detach { prior: p } => p.device(),
-            _ => None,
-        }
-    }
 }
 
 impl Operation for VolumeOp {

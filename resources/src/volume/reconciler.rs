@@ -159,13 +159,9 @@ fn uncertain_device(op: &VolumeOp, actual: Option<&VolumeActual>) -> Option<Upda
             | VolumeOp::Detach { .. },
             Some(d),
         ) => d.clone(),
-        (VolumeOp::Attach { source, .. }, None) => DeviceActual {
-            driver: source.driver.clone(),
-            volume_handle: source.volume_handle.clone(),
-            attach: Step::NotDone,
-            stage: Step::NotDone,
-            publish_context: Default::default(),
-        },
+        (VolumeOp::Attach { source, .. }, None) => {
+            DeviceActual::new(&source.driver, &source.volume_handle, Step::NotDone)
+        }
         _ => return None,
     };
     match op {
