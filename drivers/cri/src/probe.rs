@@ -393,14 +393,20 @@ mod tests {
         }
     }
 
-    /// A one-shot HTTP server on loopback answering each request with `status` (and a `Location`
-    /// to `location` if set); returns its port and the requests it saw.
-    async fn http_server(answers: Vec<(u16, Option<String>)>) -> (u16, tokio::task::JoinHandle<Vec<String>>) {
+    /// A listener on a free loopback port, and the port.
+    async fn loopback_listener() -> (TcpListener, u16) {
         let listener = match TcpListener::bind("127.0.0.1:0").await {
             Ok(l) => l,
             Err(e) => panic!("bind: {e}"),
         };
         let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        (listener, port)
+    }
+
+    /// A one-shot HTTP server on loopback answering each request with `status` (and a `Location`
+    /// to `location` if set); returns its port and the requests it saw.
+    async fn http_server(answers: Vec<(u16, Option<String>)>) -> (u16, tokio::task::JoinHandle<Vec<String>>) {
+        let (listener, port) = loopback_listener().await;
         let task = tokio::spawn(async move {
             let mut seen = Vec::new();
             for (status, location) in answers {
@@ -474,11 +480,7 @@ mod tests {
             Err(e) => panic!("TLS config: {e}"),
         };
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
-        let listener = match TcpListener::bind("127.0.0.1:0").await {
-            Ok(l) => l,
-            Err(e) => panic!("bind: {e}"),
-        };
-        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        let (listener, port) = loopback_listener().await;
         let task = tokio::spawn(async move {
             let mut seen = Vec::new();
             for status in statuses {
@@ -526,11 +528,7 @@ mod tests {
 
     #[tokio::test]
     async fn tcp_probes_connect_or_fail() {
-        let listener = match TcpListener::bind("127.0.0.1:0").await {
-            Ok(l) => l,
-            Err(e) => panic!("bind: {e}"),
-        };
-        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        let (listener, port) = loopback_listener().await;
         let p = prober();
         let action = Action::TcpSocket { host: None, port };
         assert_eq!(p.probe(&target(), &action, Duration::from_secs(1)).await, ProbeOutcome::Success);
@@ -541,11 +539,7 @@ mod tests {
 
     #[tokio::test]
     async fn grpc_probes_fail_without_a_server_and_without_an_ip() {
-        let listener = match TcpListener::bind("127.0.0.1:0").await {
-            Ok(l) => l,
-            Err(e) => panic!("bind: {e}"),
-        };
-        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        let (listener, port) = loopback_listener().await;
         drop(listener);
         let p = prober();
         let action = Action::Grpc { port, service: String::new() };

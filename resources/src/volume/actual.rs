@@ -117,13 +117,17 @@ impl VolumeActual {
 
     /// A CSI pod volume published at `path` from the device `device` (its key).
     pub fn published(path: PathBuf, device: VolumeKey, state: MountState) -> Self {
+        Self::csi_entry(path, state, CsiActual::Published { device })
+    }
+
+    fn csi_entry(path: PathBuf, state: MountState, csi: CsiActual) -> Self {
         VolumeActual {
             plugin: Plugin::Csi,
             path,
             state,
             digest: None,
             tmpfs: false,
-            csi: Some(Arc::new(CsiActual::Published { device })),
+            csi: Some(Arc::new(csi)),
         }
     }
 
@@ -135,13 +139,6 @@ impl VolumeActual {
         } else {
             MountState::Uncertain
         };
-        VolumeActual {
-            plugin: Plugin::Csi,
-            path,
-            state,
-            digest: None,
-            tmpfs: false,
-            csi: Some(Arc::new(CsiActual::Device(device))),
-        }
+        Self::csi_entry(path, state, CsiActual::Device(device))
     }
 }
