@@ -166,6 +166,7 @@ pub(crate) struct Config {
     pub(crate) container_gc: crate::container_gc::ContainerGcPolicy,
 }
 
+
 /// `nodelet.storage`: where the provisioners put volumes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StorageConfig {

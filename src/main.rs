@@ -5,6 +5,7 @@ use clap::Parser;
 mod claims;
 mod cli;
 mod client;
+mod cluster;
 mod config;
 mod container_gc;
 mod containerd;
@@ -152,6 +153,13 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             }
         });
     }
+    // Cluster mode: the API server is one more source.
+    let cluster = match &config.cluster {
+        Some(c) => {
+            Some(cluster::Cluster::connect(&config.node_name, c, &pod_config, &shutdown, &mut tasks).await?)
+        }
+        None => None,
+    };
     pod_config.seal();
     let desired = pod_config.store();
     let renderer = volumes::ManifestRenderer::new(objects.clone());
@@ -351,6 +359,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     )?;
 
     // The HTTP servers.
+    let (pod_desired, pod_actual) = (desired.clone(), actual.clone());
     let node = Arc::new(
         node::Node::new(
             desired,
@@ -378,6 +387,18 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         .with_pressure(pressure)
         .with_facts(node_facts),
     );
+    if let (Some(cluster), Some(c)) = (cluster, &config.cluster) {
+        cluster.start(
+            &config.node_name,
+            c,
+            node.clone(),
+            pod_desired,
+            pod_actual,
+            cri.clone(),
+            &shutdown,
+            &mut tasks,
+        );
+    }
     let servers = if config.server.enabled {
         let mut server_config = server::ServerConfig::new(config.node_name.clone());
         server_config.address = config.server.address;

@@ -359,6 +359,7 @@ impl NodeView for Node {
         self.volume_events(&mut items);
         self.claim_events(&mut items);
         self.probe_events(&mut items);
+        self.lifecycle_events(&mut items);
         self.oom_events(&mut items);
         self.pressure_events(&mut items);
         List { items, ..List::default() }
@@ -454,6 +455,69 @@ impl NodeView for Node {
 }
 
 impl Node {
+    /// The container lifecycle events the kubelet records, derived from what the runtime has:
+    /// `Created` and `Started` (Normal) for each container, counted over its attempts, and `BackOff`
+    /// (Warning) while a container waits in CrashLoopBackOff, counted over its restarts.
+    fn lifecycle_events(&self, items: &mut Vec<Event>) {
+        let now = (self.clock)();
+        for (uid, pod) in self.actual.entries() {
+            let Some(desired) = self.desired.get(&uid) else { continue };
+            let status = pod_status(&self.reconciler, &desired, Some(&pod), None, now);
+            let backing_off: Vec<&str> = status
+                .container_statuses
+                .iter()
+                .flatten()
+                .chain(status.init_container_statuses.iter().flatten())
+                .filter(|c| {
+                    c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref())
+                        == Some("CrashLoopBackOff")
+                })
+                .map(|c| c.name.as_str())
+                .collect();
+            let mut names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+            names.sort_unstable();
+            names.dedup();
+            for name in names {
+                let Some(newest) = pod.container(name) else { continue };
+                let attempts = newest.restart_count + 1;
+                let mut push = |reason: &str, kind: &str, message: String, count: u32, at: i64| {
+                    let mut event = self.event(reason, &pod.namespace, &pod.name, Some(&uid), message, count);
+                    event.metadata.name =
+                        Some(format!("{}.{name}.{}", pod.name, reason.to_ascii_lowercase()));
+                    event.type_ = Some(kind.to_owned());
+                    event.involved_object.field_path = Some(format!("spec.containers{{{name}}}"));
+                    event.last_timestamp = nodelet_resources::pod::status::time(at);
+                    items.push(event);
+                };
+                if newest.created_at > 0 {
+                    push(
+                        "Created",
+                        "Normal",
+                        format!("Created container {name}"),
+                        attempts,
+                        newest.created_at,
+                    );
+                }
+                if newest.started_at > 0 {
+                    push(
+                        "Started",
+                        "Normal",
+                        format!("Started container {name}"),
+                        attempts,
+                        newest.started_at,
+                    );
+                }
+                if backing_off.contains(&name) {
+                    let message = format!(
+                        "Back-off restarting failed container {name} in pod {}_{}({uid})",
+                        pod.name, pod.namespace
+                    );
+                    push("BackOff", "Warning", message, newest.restart_count.max(1), now);
+                }
+            }
+        }
+    }
+
     /// `OOMKilling` (Warning) for every container attempt the runtime reports killed by the OOM killer
     /// (CRI reason `OOMKilled`; the status shows it as the reason of the state or `lastState`).
     fn oom_events(&self, items: &mut Vec<Event>) {

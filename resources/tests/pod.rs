@@ -394,3 +394,36 @@ async fn a_failed_sandbox_creation_should_be_retried_and_reported() {
     assert!(eventually(LONG, || n.phase("u1") == "Running").await);
     assert_eq!(n.runtime.calls_of("run_sandbox").len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_deleted_through_the_api_should_stop_with_the_deletion_grace_and_stay_until_dropped() {
+    let mut n = node();
+    let yaml = r#"
+metadata: {name: slow, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 30
+  containers:
+  - {name: stubborn, image: fake/ignore-term}
+"#;
+    let mut desired = pod("u1", yaml);
+    desired.source = PodSource::Api;
+    n.add(desired.clone());
+    assert!(eventually(LONG, || n.phase("u1") == "Running").await);
+    // The API server sets the deletion timestamp and grace period; the pod stays in the source.
+    desired.pod.metadata.deletion_timestamp = nodelet_resources::pod::status::time((n.clock)());
+    desired.pod.metadata.deletion_grace_period_seconds = Some(5);
+    let deleted_at = tokio::time::Instant::now();
+    n.add(desired);
+    let stopped = || {
+        n.actual.get(&"u1".into()).is_some_and(|a| !a.any_running() && a.sandboxes.iter().all(|s| !s.ready))
+    };
+    assert!(eventually(LONG, stopped).await);
+    assert_eq!(deleted_at.elapsed().as_secs(), 5, "the deletion's grace period, not the spec's");
+    // Stopped but kept (for the final status), never started again.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(n.starts("u1/stubborn").len(), 1);
+    assert!(n.runtime.container_count("u1") > 0, "containers stay until the pod is dropped");
+    n.writer.remove(&"u1".to_string());
+    assert!(eventually(LONG, || n.actual.get(&"u1".into()).is_none()).await);
+    assert_eq!(n.runtime.container_count("u1"), 0);
+}

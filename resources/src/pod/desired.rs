@@ -76,6 +76,19 @@ impl DesiredPod {
             .map_or(DEFAULT_GRACE_PERIOD, Duration::from_secs)
     }
 
+    /// For a pod being deleted through the API (`metadata.deletionTimestamp` set): the grace period
+    /// it is stopped with (`metadata.deletionGracePeriodSeconds`, else the spec's); `None` otherwise.
+    pub fn deletion_grace(&self) -> Option<Duration> {
+        self.pod.metadata.deletion_timestamp.as_ref()?;
+        Some(
+            self.pod
+                .metadata
+                .deletion_grace_period_seconds
+                .and_then(|s| u64::try_from(s).ok())
+                .map_or_else(|| self.grace_period(), Duration::from_secs),
+        )
+    }
+
     /// `restartPolicy`, defaulted to `Always`.
     pub fn restart_policy(&self) -> RestartPolicy {
         match self.spec().restart_policy.as_deref() {

@@ -338,6 +338,17 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
             }
             (None, _) => Plan::Idle,
             (Some(pod), actual) => {
+                // Deleted through the API: stop everything with the deletion's grace period and keep
+                // the pod (its final status is written, then the API object deleted) until its source
+                // drops it.
+                if let Some(grace) = pod.deletion_grace() {
+                    return match actual {
+                        Some(a) if a.any_running() || a.sandboxes.iter().any(|s| s.ready) => {
+                            Plan::Run(PodOp::KillPod { grace, remove: false })
+                        }
+                        _ => Plan::Idle,
+                    };
+                }
                 if let Some(verdict) =
                     self.verdicts.as_ref().and_then(|v| v.admit(pod, actual.is_some_and(|a| !a.is_empty())))
                 {

@@ -1,0 +1,335 @@
+//! This node's `Node` object and `Lease` in the API, kept as the kubelet keeps them.
+//!
+//! - **Registration** (`registerNode`): the Node is created with the standard labels
+//!   (`kubernetes.io/hostname`, `kubernetes.io/os`, `kubernetes.io/arch` and their `beta.` forms),
+//!   the `--node-labels` and the `registerWithTaints`; when it exists already its labels are brought
+//!   up to date. A Node deleted later is registered again on the next status update.
+//! - **Status**: computed every `nodeStatusUpdateFrequency` from the node view (the same Node that
+//!   `/api/v1/nodes` shows: capacity, allocatable, addresses, conditions, nodeInfo, daemon
+//!   endpoints) plus the images the runtime holds (at most 50, largest first, as the kubelet's
+//!   `nodeStatusMaxImages`), and patched (strategic merge on `nodes/status`) when it changed (heartbeat
+//!   times aside) or `nodeStatusReportFrequency` has passed since the last patch.
+//! - **Lease** `kube-node-lease/<node>`: held by this node for `nodeLeaseDurationSeconds` and renewed
+//!   every quarter of it (10 s by default), owned by the Node so it goes with it.
+//!
+//! A failed call is retried with back-off; nothing here ever touches a pod.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{ContainerImage, Node, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Backoff, is_status};
+use crate::server::NodeView;
+
+/// The most images the Node status lists (the kubelet's default `nodeStatusMaxImages`).
+const MAX_IMAGES: usize = 50;
+/// The namespace of node leases.
+const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// How the Node is registered and kept.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeSyncConfig {
+    /// Create the Node when it does not exist (`registerNode`).
+    pub(crate) register: bool,
+    /// Labels besides the standard ones (`--node-labels`).
+    pub(crate) labels: BTreeMap<String, String>,
+    /// Taints of a newly registered Node (`registerWithTaints`).
+    pub(crate) taints: Vec<Taint>,
+    /// `nodeStatusUpdateFrequency`.
+    pub(crate) update_frequency: Duration,
+    /// `nodeStatusReportFrequency`.
+    pub(crate) report_frequency: Duration,
+    /// `nodeLeaseDurationSeconds`.
+    pub(crate) lease_duration: Duration,
+}
+
+/// The Node's identity in the API once registered (for owner references).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeRef {
+    /// `metadata.name`.
+    pub(crate) name: String,
+    /// `metadata.uid`.
+    pub(crate) uid: String,
+}
+
+impl NodeRef {
+    /// An owner reference to the Node (controller), as mirror pods and the Lease carry.
+    pub(crate) fn owner_reference(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: "v1".to_owned(),
+            kind: "Node".to_owned(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }
+    }
+}
+
+/// Keeps the Node and its Lease; see the [module docs](self).
+pub(crate) struct NodeSync<V> {
+    nodes: Api<Node>,
+    leases: Api<Lease>,
+    name: String,
+    config: NodeSyncConfig,
+    view: Arc<V>,
+    cri: nodelet_cri::CriClient,
+    registered: watch::Sender<Option<NodeRef>>,
+}
+
+impl<V> std::fmt::Debug for NodeSync<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeSync").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl<V: NodeView> NodeSync<V> {
+    /// Keeps Node `name` from `view` (and the runtime's images from `cri`).
+    pub(crate) fn new(
+        client: kube::Client,
+        name: String,
+        config: NodeSyncConfig,
+        view: Arc<V>,
+        cri: nodelet_cri::CriClient,
+    ) -> Self {
+        Self {
+            nodes: Api::all(client.clone()),
+            leases: Api::namespaced(client, LEASE_NAMESPACE),
+            name,
+            config,
+            view,
+            cri,
+            registered: watch::channel(None).0,
+        }
+    }
+
+    /// The Node's identity, once it is known to exist in the API.
+    pub(crate) fn registered(&self) -> watch::Receiver<Option<NodeRef>> {
+        self.registered.subscribe()
+    }
+
+    /// Registers, updates the status and renews the Lease until `shutdown`.
+    pub(crate) async fn run(self, shutdown: CancellationToken) {
+        let this = Arc::new(self);
+        let lease = tokio::spawn(this.clone().renew_leases(shutdown.clone()));
+        this.update_status(shutdown).await;
+        let _ = lease.await;
+    }
+
+    /// The Node as this node would register it.
+    fn node_object(&self) -> Node {
+        let mut node = self.view.nodes().items.into_iter().next().unwrap_or_default();
+        node.metadata.name = Some(self.name.clone());
+        node.metadata.creation_timestamp = None;
+        let labels = node.metadata.labels.get_or_insert_with(BTreeMap::new);
+        labels.extend(self.config.labels.clone());
+        node.spec = Some(NodeSpec {
+            taints: (!self.config.taints.is_empty()).then(|| self.config.taints.clone()),
+            ..NodeSpec::default()
+        });
+        node
+    }
+
+    /// Makes sure the Node exists (creating it if allowed) with this node's labels.
+    async fn ensure_registered(&self) -> Result<NodeRef, kube::Error> {
+        let wanted = self.node_object();
+        let existing = match self.nodes.get_opt(&self.name).await? {
+            Some(node) => node,
+            None if self.config.register => {
+                let mut create = wanted.clone();
+                create.status = None;
+                match self.nodes.create(&PostParams::default(), &create).await {
+                    Ok(node) => {
+                        tracing::info!(node = %self.name, "registered the node");
+                        node
+                    }
+                    Err(e) if is_status(&e, 409) => self.nodes.get(&self.name).await?,
+                    Err(e) => return Err(e),
+                }
+            }
+            None => {
+                return Err(kube::Error::Api(Box::new(
+                    kube::core::Status::failure(
+                        &format!("node {:?} does not exist and registerNode is false", self.name),
+                        "NotFound",
+                    )
+                    .with_code(404),
+                )));
+            }
+        };
+        // Labels this node sets that the existing Node lacks or has otherwise.
+        let have = existing.metadata.labels.clone().unwrap_or_default();
+        let missing: BTreeMap<&String, &String> =
+            wanted.metadata.labels.iter().flatten().filter(|(k, v)| have.get(*k) != Some(*v)).collect();
+        if !missing.is_empty() {
+            let patch = serde_json::json!({ "metadata": { "labels": missing } });
+            self.nodes.patch(&self.name, &PatchParams::default(), &Patch::Strategic(patch)).await?;
+        }
+        let node = NodeRef { name: self.name.clone(), uid: existing.metadata.uid.unwrap_or_default() };
+        self.registered.send_replace(Some(node.clone()));
+        Ok(node)
+    }
+
+    /// The status to report now: the node view's plus the runtime's images.
+    async fn status(&self) -> NodeStatus {
+        let mut status = self.node_object().status.unwrap_or_default();
+        match self.cri.list_images(None).await {
+            Ok(images) => {
+                let mut images: Vec<ContainerImage> = images
+                    .into_iter()
+                    .filter(|i| !i.repo_tags.is_empty() || !i.repo_digests.is_empty())
+                    .map(|i| ContainerImage {
+                        names: Some(i.repo_digests.into_iter().chain(i.repo_tags).collect()),
+                        size_bytes: i64::try_from(i.size).ok(),
+                    })
+                    .collect();
+                images.sort_by_key(|i| std::cmp::Reverse(i.size_bytes));
+                images.truncate(MAX_IMAGES);
+                status.images = Some(images);
+            }
+            Err(e) => tracing::debug!(error = %e, "could not list images for the node status"),
+        }
+        status
+    }
+
+    async fn update_status(&self, shutdown: CancellationToken) {
+        let mut registered: Option<NodeRef> = None;
+        let mut last_sent: Option<(NodeStatus, Instant)> = None;
+        let mut backoff = Backoff::default();
+        loop {
+            let delay = match self.sync_once(&mut registered, &mut last_sent).await {
+                Ok(()) => {
+                    backoff.reset();
+                    self.config.update_frequency
+                }
+                Err(e) => {
+                    let delay = backoff.next_delay().min(self.config.update_frequency);
+                    tracing::warn!(node = %self.name, error = %e, retry_in = ?delay, "updating the node status failed");
+                    delay
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    async fn sync_once(
+        &self,
+        registered: &mut Option<NodeRef>,
+        last_sent: &mut Option<(NodeStatus, Instant)>,
+    ) -> Result<(), kube::Error> {
+        if registered.is_none() {
+            *registered = Some(self.ensure_registered().await?);
+            *last_sent = None;
+        }
+        let status = self.status().await;
+        let unchanged = last_sent.as_ref().is_some_and(|(sent, at)| {
+            without_heartbeats(sent) == without_heartbeats(&status)
+                && at.elapsed() < self.config.report_frequency
+        });
+        if unchanged {
+            return Ok(());
+        }
+        let patch = serde_json::json!({ "status": status });
+        match self.nodes.patch_status(&self.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+            Ok(_) => {
+                *last_sent = Some((status, Instant::now()));
+                Ok(())
+            }
+            Err(e) if is_status(&e, 404) => {
+                tracing::warn!(node = %self.name, "the node was deleted from the API; registering it again");
+                *registered = None;
+                self.registered.send_replace(None);
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn renew_leases(self: Arc<Self>, shutdown: CancellationToken) {
+        let period = self.config.lease_duration / 4;
+        let mut registered = self.registered();
+        let mut lease: Option<Lease> = None;
+        let mut backoff = Backoff::default();
+        loop {
+            let node = registered.borrow_and_update().clone();
+            let delay = match self.renew_lease(&mut lease, node).await {
+                Ok(()) => {
+                    backoff.reset();
+                    period
+                }
+                Err(e) => {
+                    lease = None;
+                    let delay = backoff.next_delay().min(period);
+                    tracing::warn!(node = %self.name, error = %e, retry_in = ?delay, "renewing the node lease failed");
+                    delay
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    async fn renew_lease(&self, lease: &mut Option<Lease>, node: Option<NodeRef>) -> Result<(), kube::Error> {
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let duration = i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let owner = node.map(|n| vec![n.owner_reference()]);
+        let current = match lease.take() {
+            Some(l) => Some(l),
+            None => self.leases.get_opt(&self.name).await?,
+        };
+        let updated = match current {
+            None => {
+                let new = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        namespace: Some(LEASE_NAMESPACE.to_owned()),
+                        owner_references: owner,
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(self.name.clone()),
+                        lease_duration_seconds: Some(duration),
+                        renew_time: Some(now),
+                        ..LeaseSpec::default()
+                    }),
+                };
+                self.leases.create(&PostParams::default(), &new).await?
+            }
+            Some(mut l) => {
+                let spec = l.spec.get_or_insert_with(LeaseSpec::default);
+                spec.holder_identity = Some(self.name.clone());
+                spec.lease_duration_seconds = Some(duration);
+                spec.renew_time = Some(now);
+                if l.metadata.owner_references.as_ref().is_none_or(Vec::is_empty) && owner.is_some() {
+                    l.metadata.owner_references = owner;
+                }
+                self.leases.replace(&self.name, &PostParams::default(), &l).await?
+            }
+        };
+        *lease = Some(updated);
+        Ok(())
+    }
+}
+
+/// The status with the conditions' heartbeat times cleared (what "changed" compares).
+fn without_heartbeats(status: &NodeStatus) -> NodeStatus {
+    let mut status = status.clone();
+    for c in status.conditions.iter_mut().flatten() {
+        c.last_heartbeat_time = None;
+    }
+    status
+}

@@ -1,0 +1,180 @@
+//! The API server pod source: a `kube-runtime` watcher on the pods bound to this node
+//! (`spec.nodeName=<node>`, all namespaces), as the kubelet's reflector.
+//!
+//! Each complete list (the first one, and each relist after a watch expired or failed) and each
+//! change after it gives the pod config the source's full set of pods ("api"). Until the first list
+//! completes the source has not reported, so nothing is torn down because the API server is slow or
+//! away at start-up; while the watch is broken the last set stays. Mirror pods (annotation
+//! `kubernetes.io/config.mirror`) are this node's own reflection of its static pods: they are not run,
+//! only handed to the mirror-pod manager through the [`ApiPodSnapshot`].
+//!
+//! Pods are validated and defaulted like every source's ([`prepare`]); what the API server wrote
+//! that is not the pod's spec (status, `resourceVersion`, managed fields) is dropped first, so a
+//! status update does not touch the desired pod. A pod that fails nodelet's validation is reported as
+//! a source problem (an `InvalidManifest` event on the pod) and not run.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use nodelet_resources::pod::desired::{DesiredPod, PodSource};
+use nodelet_resources::pod::validation::{CONFIG_MIRROR_ANNOTATION, prepare};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::sources::{Problem, SourceHandle};
+
+/// `(namespace, name)` of a pod.
+pub(crate) type PodName = (String, String);
+
+/// This node's pods in the API, as last listed and watched.
+#[derive(Debug, Default)]
+pub(crate) struct ApiPodSnapshot {
+    /// Whether a complete list was received (the pods below are the API's, not a partial view).
+    pub(crate) synced: bool,
+    /// Every pod bound to this node, mirror pods included.
+    pub(crate) pods: BTreeMap<PodName, Arc<Pod>>,
+}
+
+impl ApiPodSnapshot {
+    /// The pod `namespace/name`, if the API has it.
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<&Arc<Pod>> {
+        self.pods.get(&(namespace.to_owned(), name.to_owned()))
+    }
+}
+
+/// Whether `pod` is a mirror pod.
+pub(crate) fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION))
+}
+
+fn name_of(pod: &Pod) -> PodName {
+    (
+        pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned()),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The pod as a spec: without status and the server's bookkeeping.
+fn spec_only(pod: &Pod) -> Pod {
+    let mut pod = pod.clone();
+    pod.status = None;
+    pod.metadata.resource_version = None;
+    pod.metadata.managed_fields = None;
+    pod
+}
+
+/// The API server source; see the [module docs](self).
+#[derive(Debug)]
+pub(crate) struct ApiPods {
+    api: Api<Pod>,
+    node: String,
+    handle: SourceHandle,
+    tx: watch::Sender<Arc<ApiPodSnapshot>>,
+    /// The last preparation of each pod, by UID: reused while the spec stays the same.
+    prepared: HashMap<String, (Pod, Result<DesiredPod, String>)>,
+}
+
+impl ApiPods {
+    /// A source for the pods bound to `handle`'s node.
+    pub(crate) fn new(client: kube::Client, handle: SourceHandle) -> Self {
+        let node = handle.node_name().to_owned();
+        Self {
+            api: Api::all(client),
+            node,
+            handle,
+            tx: watch::channel(Arc::new(ApiPodSnapshot::default())).0,
+            prepared: HashMap::new(),
+        }
+    }
+
+    /// The pods in the API, updated as they change.
+    pub(crate) fn snapshot(&self) -> watch::Receiver<Arc<ApiPodSnapshot>> {
+        self.tx.subscribe()
+    }
+
+    /// Watches until `shutdown`.
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+        let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node));
+        let mut stream = watcher::watcher(self.api.clone(), config).default_backoff().boxed();
+        let mut building: BTreeMap<PodName, Arc<Pod>> = BTreeMap::new();
+        let mut current: BTreeMap<PodName, Arc<Pod>> = BTreeMap::new();
+        let mut synced = false;
+        let mut failing = false;
+        loop {
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return,
+                event = stream.next() => event,
+            };
+            let changed = match event {
+                None => return,
+                Some(Err(e)) => {
+                    if !failing {
+                        tracing::warn!(error = %e, "watching this node's pods failed; retrying with back-off");
+                        failing = true;
+                    }
+                    continue;
+                }
+                Some(Ok(Event::Init)) => {
+                    building.clear();
+                    false
+                }
+                Some(Ok(Event::InitApply(pod))) => {
+                    building.insert(name_of(&pod), Arc::new(pod));
+                    false
+                }
+                Some(Ok(Event::InitDone)) => {
+                    current = std::mem::take(&mut building);
+                    if failing || !synced {
+                        tracing::info!(pods = current.len(), "listed this node's pods in the API");
+                    }
+                    failing = false;
+                    synced = true;
+                    true
+                }
+                Some(Ok(Event::Apply(pod))) => {
+                    current.insert(name_of(&pod), Arc::new(pod));
+                    true
+                }
+                Some(Ok(Event::Delete(pod))) => current.remove(&name_of(&pod)).is_some(),
+            };
+            if changed && synced {
+                self.publish(&current);
+            }
+        }
+    }
+
+    /// Gives the pod config the current set and the snapshot's readers the pods.
+    fn publish(&mut self, current: &BTreeMap<PodName, Arc<Pod>>) {
+        let mut pods = Vec::new();
+        let mut problems = Vec::new();
+        let mut seen = HashMap::new();
+        for ((namespace, name), pod) in current {
+            if is_mirror(pod) {
+                continue;
+            }
+            let Some(uid) = pod.metadata.uid.clone() else { continue };
+            let spec = spec_only(pod);
+            let result = match self.prepared.remove(&uid) {
+                Some((old, result)) if old == spec => result,
+                _ => prepare(spec.clone(), PodSource::Api, &self.node).map_err(|e| e.to_string()),
+            };
+            match &result {
+                Ok(desired) => pods.push(desired.clone()),
+                Err(message) => problems.push(Problem {
+                    location: "api server".to_owned(),
+                    object: Some(format!("{namespace}/{name}")),
+                    message: message.clone(),
+                }),
+            }
+            seen.insert(uid, (spec, result));
+        }
+        self.prepared = seen;
+        self.handle.report(pods, problems);
+        self.tx.send_replace(Arc::new(ApiPodSnapshot { synced: true, pods: current.clone() }));
+    }
+}
