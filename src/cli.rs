@@ -24,6 +24,8 @@ use crate::config::GoDuration;
     long_about = "Runs Kubernetes pods on this machine by reconciling desired against actual state.\n\n\
         Without a command, runs the node agent (same as `nodelet run`). Flags are named like the kubelet's \
         and override the fields of the --config file (a KubeletConfiguration, kubelet.config.k8s.io/v1beta1).\n\n\
+        With --kubeconfig, nodelet registers this node with the cluster's API server (cluster mode); without \
+        it, it runs static pods only (standalone mode).\n\n\
         Without --container-runtime-endpoint, nodelet starts and supervises its own containerd under \
         <root-dir>/containerd (the containerd binary must be on PATH).",
     args_conflicts_with_subcommands = true,
@@ -138,6 +140,50 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Node")]
     pub(crate) allow_privileged: Option<bool>,
+
+    /// Kubeconfig of the API server to register this node with; enables cluster mode (without it nodelet
+    /// runs static pods only, standalone). Its credentials must be in the file (a client certificate): TLS
+    /// bootstrap is not supported yet
+    #[arg(long, value_name = "FILE", help_heading = "Cluster")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// Not supported yet (TLS bootstrap): refused with an error, never ignored; give --kubeconfig instead
+    #[arg(long, value_name = "FILE", help_heading = "Cluster")]
+    pub(crate) bootstrap_kubeconfig: Option<PathBuf>,
+    /// The node's InternalIP address(es): one IP, or an IPv4 and an IPv6 address separated by a comma
+    /// [default: detected]
+    #[arg(long, value_name = "IP[,IP]", help_heading = "Cluster")]
+    pub(crate) node_ip: Option<String>,
+    /// Labels of the Node object, 'key=value[,key=value...]'; repeatable. Keys in the kubernetes.io and
+    /// k8s.io namespaces are refused except the kubelet's own (kubernetes.io/hostname, ...) and the
+    /// kubelet.kubernetes.io and node.kubernetes.io namespaces
+    #[arg(long, value_name = "KEY=VALUE,...", action = ArgAction::Append, help_heading = "Cluster")]
+    pub(crate) node_labels: Vec<String>,
+    /// Register this node with the API server [default: true] [config: registerNode]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          help_heading = "Cluster")]
+    pub(crate) register_node: Option<bool>,
+    /// Taints the node is registered with, 'key[=value]:Effect[,...]' (Effect: NoSchedule,
+    /// PreferNoSchedule or NoExecute) [config: registerWithTaints]
+    #[arg(long, value_name = "KEY[=VALUE]:EFFECT,...", help_heading = "Cluster")]
+    pub(crate) register_with_taints: Option<String>,
+    /// Queries per second to the API server; 0 means the default [default: 50] [config: kubeAPIQPS]
+    #[arg(long, value_name = "QPS", allow_negative_numbers = true, help_heading = "Cluster")]
+    pub(crate) kube_api_qps: Option<f64>,
+    /// Burst of queries to the API server [default: 100] [config: kubeAPIBurst]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, help_heading = "Cluster")]
+    pub(crate) kube_api_burst: Option<i64>,
+    /// How often the node's status is computed, and posted when it changed [default: 10s]
+    /// [config: nodeStatusUpdateFrequency]
+    #[arg(long, value_name = "DURATION", help_heading = "Cluster")]
+    pub(crate) node_status_update_frequency: Option<GoDuration>,
+    /// DNS server IP(s) of pods with dnsPolicy ClusterFirst, comma-separated; repeatable. Without it they
+    /// get the node's resolv.conf (also in standalone mode) [config: clusterDNS]
+    #[arg(long, value_name = "IP,...", action = ArgAction::Append, help_heading = "Cluster")]
+    pub(crate) cluster_dns: Vec<String>,
+    /// The cluster's DNS domain (e.g. cluster.local), searched by ClusterFirst pods; empty for none
+    /// (also in standalone mode) [config: clusterDomain]
+    #[arg(long, value_name = "DOMAIN", help_heading = "Cluster")]
+    pub(crate) cluster_domain: Option<String>,
 
     /// CRI endpoint of an external runtime (unix:///path.sock); without it nodelet runs its own containerd
     /// [config: containerRuntimeEndpoint]
@@ -514,6 +560,13 @@ mod tests {
             (
                 "--http-check-frequency",
                 format!("[default: {}]", short_go(config::DEFAULT_HTTP_CHECK_FREQUENCY)),
+            ),
+            ("--register-node", format!("[default: {}]", config::DEFAULT_REGISTER_NODE)),
+            ("--kube-api-qps", format!("[default: {}]", config::DEFAULT_KUBE_API_QPS)),
+            ("--kube-api-burst", format!("[default: {}]", config::DEFAULT_KUBE_API_BURST)),
+            (
+                "--node-status-update-frequency",
+                format!("[default: {}]", short_go(config::DEFAULT_NODE_STATUS_UPDATE_FREQUENCY)),
             ),
             ("--anonymous-auth", "[default: false]".to_owned()),
             ("--allow-privileged", "[default: false]".to_owned()),

@@ -13,6 +13,7 @@
 
 // Until main.rs wires the daemon, parts of this module are only used by tests.
 
+mod cluster_mode;
 mod raw;
 mod units;
 
@@ -124,6 +125,21 @@ pub(crate) const DEFAULT_IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 /// `nodelet.evictionMonitoringPeriod`: how often the eviction manager checks the signals (the
 /// kubelet's fixed 10s housekeeping interval).
 pub(crate) const DEFAULT_EVICTION_MONITORING_PERIOD: Duration = Duration::from_secs(10);
+/// `registerNode`: the kubelet registers its node by default.
+pub(crate) const DEFAULT_REGISTER_NODE: bool = true;
+/// `kubeAPIQPS`: the kubelet's 50 (an explicit 0 means this default too).
+pub(crate) const DEFAULT_KUBE_API_QPS: f64 = 50.0;
+/// `kubeAPIBurst`: the kubelet's 100.
+pub(crate) const DEFAULT_KUBE_API_BURST: u32 = 100;
+/// `nodeStatusUpdateFrequency`: the kubelet's 10s.
+pub(crate) const DEFAULT_NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
+/// `nodeStatusReportFrequency`: the kubelet's 5m, unless `nodeStatusUpdateFrequency` is set explicitly
+/// (then it is that).
+pub(crate) const DEFAULT_NODE_STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
+/// `nodeLeaseDurationSeconds`: the kubelet's 40.
+pub(crate) const DEFAULT_NODE_LEASE_DURATION: Duration = Duration::from_secs(40);
+/// `clusterDomain`: the kubelet's empty default (no cluster domain).
+pub(crate) const DEFAULT_CLUSTER_DOMAIN: &str = "";
 /// File fields nodelet parses and validates but does not act on yet; setting one gives a warning.
 pub(crate) const NOT_YET_ENFORCED: &[&str] =
     &["containerLogMaxSize", "containerLogMaxFiles", "serializeImagePulls", "maxParallelImagePulls"];
@@ -164,6 +180,35 @@ pub(crate) struct Config {
     pub(crate) storage: StorageConfig,
     /// `nodelet.containerGC`: dead container garbage collection.
     pub(crate) container_gc: crate::container_gc::ContainerGcPolicy,
+    /// Cluster mode: `Some` when `--kubeconfig` is given.
+    #[cfg_attr(not(test), allow(dead_code))] // used by src/cluster (being written)
+    pub(crate) cluster: Option<ClusterConfig>,
+}
+
+/// How nodelet joins a Kubernetes cluster (`--kubeconfig` and the settings that go with it).
+#[cfg_attr(not(test), allow(dead_code))] // used by src/cluster (being written)
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ClusterConfig {
+    /// `--kubeconfig` (absolute).
+    pub(crate) kubeconfig: PathBuf,
+    /// `--node-ip`: the node's InternalIP addresses (empty: detected).
+    pub(crate) node_ips: Vec<IpAddr>,
+    /// `--node-labels`.
+    pub(crate) node_labels: BTreeMap<String, String>,
+    /// `registerNode`.
+    pub(crate) register_node: bool,
+    /// `registerWithTaints`.
+    pub(crate) register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// `kubeAPIQPS`.
+    pub(crate) kube_api_qps: f64,
+    /// `kubeAPIBurst`.
+    pub(crate) kube_api_burst: u32,
+    /// `nodeStatusUpdateFrequency`.
+    pub(crate) node_status_update_frequency: Duration,
+    /// `nodeStatusReportFrequency`.
+    pub(crate) node_status_report_frequency: Duration,
+    /// `nodeLeaseDurationSeconds`.
+    pub(crate) node_lease_duration: Duration,
 }
 
 
@@ -286,6 +331,10 @@ pub(crate) struct PodsConfig {
     pub(crate) pod_pids_limit: Option<i64>,
     /// `--allow-privileged` / `nodelet.allowPrivileged`.
     pub(crate) allow_privileged: bool,
+    /// `clusterDNS` / `--cluster-dns`: DNS servers of ClusterFirst pods (empty: the node's resolv.conf).
+    pub(crate) cluster_dns: Vec<std::net::IpAddr>,
+    /// `clusterDomain` / `--cluster-domain`: the cluster's DNS domain ("" for none).
+    pub(crate) cluster_domain: String,
 }
 
 /// Retry delays.
@@ -1038,8 +1087,21 @@ impl Config {
             (None, None) => None,
         };
         let allow_privileged = args.allow_privileged.or(nodelet.allow_privileged).unwrap_or(false);
-        let pods =
-            PodsConfig { pod_logs_dir, resolv_conf, cgroup_root, max_pods, pod_pids_limit, allow_privileged };
+        let cluster_dns = m.cluster_dns(args, &raw)?;
+        let cluster_domain = m.cluster_domain(args, &raw)?;
+        let pods = PodsConfig {
+            pod_logs_dir,
+            resolv_conf,
+            cgroup_root,
+            max_pods,
+            pod_pids_limit,
+            allow_privileged,
+            cluster_dns,
+            cluster_domain,
+        };
+
+        // ---- cluster mode
+        let cluster = m.cluster(args, &raw, &mut warnings)?;
 
         // ---- back-off
         let kubelet_max = raw.crash_loop_back_off.as_ref().and_then(|c| c.max_container_restart_period);
@@ -1147,6 +1209,7 @@ impl Config {
             image_pulls,
             storage,
             container_gc,
+            cluster,
         };
         Ok(Loaded { config, warnings })
     }

@@ -102,6 +102,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             .with_pod_log_root(&config.pods.pod_logs_dir)
             .with_cgroup_root(config.pods.cgroup_root.clone())
             .with_resolv_conf(config.pods.resolv_conf.clone())
+            .with_cluster_dns(config.pods.cluster_dns.iter().map(ToString::to_string).collect())
+            .with_cluster_domain(&config.pods.cluster_domain)
             .with_allow_privileged(config.pods.allow_privileged)
             .with_node_name(&config.node_name)
             .with_root_dir(&config.root_dir),

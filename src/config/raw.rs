@@ -53,6 +53,22 @@ pub(super) struct RawKubeletConfiguration {
     pub(super) pod_pids_limit: Option<i64>,
     pub(super) crash_loop_back_off: Option<RawCrashLoopBackOff>,
 
+    // DNS of ClusterFirst pods
+    pub(super) cluster_domain: Option<String>,
+    #[serde(rename = "clusterDNS")]
+    pub(super) cluster_dns: Option<Vec<String>>,
+
+    // cluster mode (with --kubeconfig)
+    pub(super) register_node: Option<bool>,
+    pub(super) register_with_taints: Option<Vec<RawTaint>>,
+    #[serde(rename = "kubeAPIQPS")]
+    pub(super) kube_api_qps: Option<f64>,
+    #[serde(rename = "kubeAPIBurst")]
+    pub(super) kube_api_burst: Option<i64>,
+    pub(super) node_status_update_frequency: Option<GoDuration>,
+    pub(super) node_status_report_frequency: Option<GoDuration>,
+    pub(super) node_lease_duration_seconds: Option<i64>,
+
     // parsed for later: eviction, image GC, log rotation, pulls
     pub(super) eviction_hard: Option<BTreeMap<String, String>>,
     pub(super) eviction_soft: Option<BTreeMap<String, String>>,
@@ -118,6 +134,15 @@ pub(super) struct RawAuthorization {
     pub(super) mode: Option<String>,
     /// Not supported: accepted whole, reported once.
     pub(super) webhook: Option<serde::de::IgnoredAny>,
+}
+
+/// One `registerWithTaints:` entry (a core/v1 Taint; `timeAdded` is not read).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawTaint {
+    pub(super) key: Option<String>,
+    pub(super) value: Option<String>,
+    pub(super) effect: Option<String>,
 }
 
 /// `crashLoopBackOff:` (kubelet 1.32+, gate `KubeletCrashLoopBackOffMax`).

@@ -67,6 +67,9 @@ fn defaults_match_the_kubelets_config_file_defaults_except_where_documented() {
     assert_eq!(c.runtime.embedded.pod_cidr.to_string(), "198.18.0.0/16");
     assert_eq!(c.eviction.hard.len(), 4, "the kubelet's evictionHard defaults");
     assert_eq!(c.image_gc.high_threshold_percent, 85);
+    assert_eq!(c.cluster, None, "standalone without --kubeconfig");
+    assert_eq!(c.pods.cluster_dns, Vec::<IpAddr>::new());
+    assert_eq!(c.pods.cluster_domain, "", "the kubelet's default: no cluster domain");
 }
 
 #[test]
@@ -184,13 +187,13 @@ fn unknown_and_unsupported_fields_are_named_in_warnings() {
     let l = ok(
         &[],
         Some(
-            "staticPodPth: /typo\nclusterDNS: [10.0.0.10]\nfeatureGates: {Foo: true}\nauthentication:\n  \
+            "staticPodPth: /typo\nproviderID: aws:///i-1\nfeatureGates: {Foo: true}\nauthentication:\n  \
              x509: {clientCAFile: /ca, bogus: 1}\n  webhook: {enabled: true}\nauthorization: {mode: Webhook}\n\
              nodelet: {podInfraImage: x}\n",
         ),
     );
     assert_eq!(warned(&l, "staticPodPth").as_deref(), Some("unknown field (typo?); ignored"));
-    assert_eq!(warned(&l, "clusterDNS").as_deref(), Some("kubelet field not supported by nodelet; ignored"));
+    assert_eq!(warned(&l, "providerID").as_deref(), Some("kubelet field not supported by nodelet; ignored"));
     assert_eq!(
         warned(&l, "featureGates").as_deref(),
         Some("kubelet field not supported by nodelet; ignored")
@@ -521,4 +524,358 @@ fn eviction_and_image_gc_flags_replace_the_file_fields() {
     assert!(err(&["--eviction-hard", "memory.available=1Gi"], None).contains("not signal<value"));
     assert!(err(&["--image-gc-high-threshold", "101"], None).contains("--image-gc-high-threshold"));
     assert!(err(&["--eviction-soft", "memory.available<1Gi"], None).contains("needs a grace period"));
+}
+
+/// A kubeconfig file that exists (its content is not read by the config module).
+fn kubeconfig() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kubelet.kubeconfig");
+    std::fs::write(&path, "apiVersion: v1\nkind: Config\n").expect("write");
+    let s = path.to_str().expect("utf8").to_owned();
+    (dir, s)
+}
+
+#[test]
+fn cluster_mode_defaults_are_the_kubelets() {
+    let (_dir, kc) = kubeconfig();
+    let l = ok(&["--kubeconfig", &kc], None);
+    let c = l.config.cluster.expect("cluster mode");
+    assert_eq!(c.kubeconfig, PathBuf::from(&kc));
+    assert_eq!(c.node_ips, Vec::<IpAddr>::new(), "detected");
+    assert!(c.node_labels.is_empty());
+    assert!(c.register_node);
+    assert!(c.register_with_taints.is_empty());
+    assert_eq!((c.kube_api_qps, c.kube_api_burst), (50.0, 100));
+    assert_eq!(c.node_status_update_frequency, Duration::from_secs(10));
+    assert_eq!(c.node_status_report_frequency, Duration::from_secs(300));
+    assert_eq!(c.node_lease_duration, Duration::from_secs(40));
+    assert!(!l.warnings.iter().any(|w| w.message.contains("--kubeconfig")), "{:?}", l.warnings);
+}
+
+#[test]
+fn cluster_mode_reads_flags_and_file_fields_and_flags_win() {
+    use k8s_openapi::api::core::v1::Taint;
+    let (_dir, kc) = kubeconfig();
+    let body = "registerNode: true\nregisterWithTaints:\n- {key: dedicated, value: gpu, effect: NoSchedule}\n\
+                - {key: example.com/maint, effect: NoExecute}\nkubeAPIQPS: 20\nkubeAPIBurst: 40\n\
+                nodeStatusUpdateFrequency: 20s\nnodeStatusReportFrequency: 1m\nnodeLeaseDurationSeconds: 60\n";
+    let l = ok(&["--kubeconfig", &kc], Some(body));
+    let c = l.config.cluster.expect("cluster mode");
+    assert_eq!(
+        c.register_with_taints,
+        vec![
+            Taint {
+                key: "dedicated".into(),
+                value: Some("gpu".into()),
+                effect: "NoSchedule".into(),
+                time_added: None
+            },
+            Taint {
+                key: "example.com/maint".into(),
+                value: None,
+                effect: "NoExecute".into(),
+                time_added: None
+            },
+        ]
+    );
+    assert_eq!((c.kube_api_qps, c.kube_api_burst), (20.0, 40));
+    assert_eq!(c.node_status_update_frequency, Duration::from_secs(20));
+    assert_eq!(c.node_status_report_frequency, Duration::from_secs(60), "set explicitly: kept");
+    assert_eq!(c.node_lease_duration, Duration::from_secs(60));
+    assert!(!l.warnings.iter().any(|w| w.message.contains("--kubeconfig")), "{:?}", l.warnings);
+
+    let c = ok(
+        &[
+            "--kubeconfig",
+            &kc,
+            "--register-node=false",
+            "--register-with-taints",
+            "a=1:PreferNoSchedule, b:NoSchedule",
+            "--kube-api-qps",
+            "7.5",
+            "--kube-api-burst",
+            "9",
+            "--node-status-update-frequency",
+            "4s",
+            "--node-ip",
+            "10.1.2.3, fd00::3",
+            "--node-labels",
+            "zone=a,example.com/rack=r1",
+            "--node-labels",
+            "zone=b, node.kubernetes.io/pool = blue,kubernetes.io/arch=amd64",
+        ],
+        Some(body),
+    )
+    .config
+    .cluster
+    .expect("cluster mode");
+    assert!(!c.register_node, "flag wins");
+    assert_eq!(
+        c.register_with_taints,
+        vec![
+            Taint {
+                key: "a".into(),
+                value: Some("1".into()),
+                effect: "PreferNoSchedule".into(),
+                time_added: None
+            },
+            Taint { key: "b".into(), value: None, effect: "NoSchedule".into(), time_added: None },
+        ],
+        "the flag replaces the file's list"
+    );
+    assert_eq!((c.kube_api_qps, c.kube_api_burst), (7.5, 9));
+    assert_eq!(c.node_status_update_frequency, Duration::from_secs(4));
+    assert_eq!(c.node_status_report_frequency, Duration::from_secs(60), "the file's explicit value stays");
+    assert_eq!(c.node_ips, vec!["10.1.2.3".parse::<IpAddr>().expect("ip"), "fd00::3".parse().expect("ip")]);
+    let labels: Vec<(&str, &str)> = c.node_labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        labels,
+        vec![
+            ("example.com/rack", "r1"),
+            ("kubernetes.io/arch", "amd64"),
+            ("node.kubernetes.io/pool", "blue"),
+            ("zone", "b")
+        ],
+        "repeatable, later values win, spaces trimmed"
+    );
+    let c =
+        ok(&["--kubeconfig", &kc, "--register-with-taints", ""], Some(body)).config.cluster.expect("cluster");
+    assert!(c.register_with_taints.is_empty(), "an empty flag clears the file's taints");
+    let c = ok(&["--kubeconfig", &kc, "--kube-api-qps", "0"], Some(body)).config.cluster.expect("cluster");
+    assert_eq!(c.kube_api_qps, 50.0, "0 means the default");
+}
+
+#[test]
+fn report_frequency_follows_an_explicit_update_frequency() {
+    let (_dir, kc) = kubeconfig();
+    let c =
+        ok(&["--kubeconfig", &kc, "--node-status-update-frequency", "30s"], None).config.cluster.expect("c");
+    assert_eq!(c.node_status_report_frequency, Duration::from_secs(30), "flag");
+    let c = ok(&["--kubeconfig", &kc], Some("nodeStatusUpdateFrequency: 15s\n")).config.cluster.expect("c");
+    assert_eq!(c.node_status_report_frequency, Duration::from_secs(15), "file");
+    let c = ok(&["--kubeconfig", &kc], Some("nodeStatusReportFrequency: 2m\n")).config.cluster.expect("c");
+    assert_eq!(
+        (c.node_status_update_frequency, c.node_status_report_frequency),
+        (Duration::from_secs(10), Duration::from_secs(120))
+    );
+}
+
+#[test]
+fn kubeconfig_is_made_absolute_and_must_be_readable() {
+    let (dir, _kc) = kubeconfig();
+    let h = HostFacts { hostname: Ok("n".into()), cwd: dir.path().to_owned() };
+    let c =
+        Config::resolve(&args(&["--kubeconfig", "kubelet.kubeconfig"]), None, &h).expect("relative").config;
+    assert_eq!(c.cluster.expect("cluster").kubeconfig, dir.path().join("kubelet.kubeconfig"));
+    let missing = dir.path().join("missing.kubeconfig");
+    let e = err(&["--kubeconfig", missing.to_str().expect("utf8")], None);
+    assert!(e.starts_with("invalid --kubeconfig: cannot read") && e.contains("missing.kubeconfig"), "{e}");
+    let e = err(&["--kubeconfig", dir.path().to_str().expect("utf8")], None);
+    assert!(e.contains("--kubeconfig") && e.contains("directory"), "{e}");
+    let e = Cli::try_parse_from(["nodelet", "--kubeconfig", ""]).expect_err("empty path");
+    assert!(e.to_string().contains("--kubeconfig"), "{e}");
+}
+
+#[test]
+fn bootstrap_kubeconfig_is_refused_not_ignored() {
+    let (_dir, kc) = kubeconfig();
+    for flags in [
+        vec!["--bootstrap-kubeconfig", "/etc/bootstrap.kubeconfig"],
+        vec!["--bootstrap-kubeconfig", "/etc/bootstrap.kubeconfig", "--kubeconfig", &kc],
+    ] {
+        let e = err(&flags, None);
+        assert!(
+            e.contains(
+                "--bootstrap-kubeconfig: TLS bootstrap is not supported yet; give --kubeconfig with a client \
+                 certificate"
+            ),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn node_labels_follow_the_kubelets_rules() {
+    let (_dir, kc) = kubeconfig();
+    let label_err = |labels: &str| err(&["--kubeconfig", &kc, &format!("--node-labels={labels}")], None);
+    let allowed = [
+        "kubernetes.io/hostname=h",
+        "topology.kubernetes.io/zone=z1",
+        "failure-domain.beta.kubernetes.io/region=r",
+        "beta.kubernetes.io/os=linux",
+        "node.kubernetes.io/instance-type=m5",
+        "node.kubernetes.io/anything=x",
+        "kubelet.kubernetes.io/x=",
+        "a.kubelet.kubernetes.io/x=1",
+        "sub.node.kubernetes.io/y=2",
+        "example.com/k8s.io=1",
+        "k8s.io.example.com/x=1",
+    ];
+    for label in allowed {
+        ok(&["--kubeconfig", &kc, "--node-labels", label], None);
+    }
+    for label in [
+        "node-role.kubernetes.io/worker=",
+        "kubernetes.io/role=worker",
+        "k8s.io/x=1",
+        "sub.k8s.io/x=1",
+        "foo.kubernetes.io/x=1",
+    ] {
+        let e = label_err(label);
+        let key = label.split('=').next().expect("key");
+        assert!(
+            e.starts_with("invalid --node-labels:")
+                && e.contains(&format!("{key:?}"))
+                && e.contains("kubernetes.io"),
+            "{label}: {e}"
+        );
+    }
+    for (label, what) in [
+        ("Bad_Prefix/x=1", "prefix"),
+        ("a/b/c=1", "at most one '/'"),
+        ("/x=1", "prefix"),
+        ("-x=1", "alphanumeric"),
+        ("x=-bad", "value"),
+        (&format!("{}=1", "k".repeat(64)), "63"),
+        (&format!("x={}", "v".repeat(64)), "63"),
+        ("novalue", "key=value"),
+        ("=v", "empty"),
+    ] {
+        let e = label_err(label);
+        assert!(e.starts_with("invalid --node-labels:") && e.contains(what), "{label}: {e}");
+    }
+}
+
+#[test]
+fn taints_are_checked_in_flags_and_file() {
+    let (_dir, kc) = kubeconfig();
+    for (spec, what) in [
+        ("a=1:NoWay", "effect \"NoWay\""),
+        ("a=1", "key[=value]:Effect"),
+        ("a=1=2:NoSchedule", "key[=value]:Effect"),
+        ("bad key:NoSchedule", "taint key"),
+        ("a=bad value:NoSchedule", "value"),
+        ("a:NoSchedule,a=2:NoSchedule", "twice"),
+    ] {
+        let e = err(&["--kubeconfig", &kc, "--register-with-taints", spec], None);
+        assert!(e.starts_with("invalid --register-with-taints:") && e.contains(what), "{spec}: {e}");
+    }
+    assert!(
+        ok(&["--kubeconfig", &kc, "--register-with-taints", "a:NoSchedule,a:NoExecute"], None)
+            .config
+            .cluster
+            .is_some_and(|c| c.register_with_taints.len() == 2)
+    );
+    let e = err(&["--kubeconfig", &kc], Some("registerWithTaints: [{key: a, effect: Never}]\n"));
+    assert!(e.contains("registerWithTaints[0] in /etc/nodelet/config.yaml") && e.contains("Never"), "{e}");
+    let e =
+        err(&["--kubeconfig", &kc], Some("registerWithTaints: [{key: a, effect: NoSchedule}, {value: x}]\n"));
+    assert!(e.contains("registerWithTaints[1]") && e.contains("taint key"), "{e}");
+}
+
+#[test]
+fn node_ips_qps_burst_and_durations_are_range_checked() {
+    let (_dir, kc) = kubeconfig();
+    let e = |flags: &[&str], body: Option<&str>| {
+        let mut v = vec!["--kubeconfig", kc.as_str()];
+        v.extend_from_slice(flags);
+        err(&v, body)
+    };
+    for (ip, what) in [
+        ("10.0.0.300", "not an IP address"),
+        ("10.0.0.1,", "not an IP address"),
+        ("10.0.0.1,10.0.0.2", "one IPv4 and one IPv6"),
+        ("10.0.0.1,fd00::1,10.0.0.2", "at most two"),
+        ("0.0.0.0", "not supported"),
+    ] {
+        let msg = e(&["--node-ip", ip], None);
+        assert!(msg.starts_with("invalid --node-ip:") && msg.contains(what), "{ip}: {msg}");
+    }
+    assert!(e(&["--kube-api-qps", "-1"], None).starts_with("invalid --kube-api-qps:"));
+    assert!(e(&["--kube-api-qps", "NaN"], None).starts_with("invalid --kube-api-qps:"));
+    assert!(e(&[], Some("kubeAPIQPS: -5\n")).contains("kubeAPIQPS in /etc/nodelet/config.yaml"));
+    assert!(e(&["--kube-api-burst", "0"], None).starts_with("invalid --kube-api-burst:"));
+    assert!(e(&[], Some("kubeAPIBurst: 0\n")).contains("kubeAPIBurst in"));
+    assert!(e(&[], Some("kubeAPIBurst: -3\n")).contains("kubeAPIBurst in"));
+    assert!(e(&["--node-status-update-frequency", "0s"], None).contains("--node-status-update-frequency"));
+    assert!(e(&[], Some("nodeStatusUpdateFrequency: 0s\n")).contains("nodeStatusUpdateFrequency in"));
+    assert!(e(&[], Some("nodeStatusReportFrequency: 0s\n")).contains("nodeStatusReportFrequency in"));
+    assert!(e(&[], Some("nodeLeaseDurationSeconds: 0\n")).contains("nodeLeaseDurationSeconds in"));
+    assert!(e(&["--kube-api-burst", "-1"], None).starts_with("invalid --kube-api-burst:"));
+}
+
+#[test]
+fn cluster_settings_without_kubeconfig_are_validated_and_warned_about() {
+    let l = ok(
+        &["--node-ip", "10.0.0.5", "--node-labels", "a=b", "--register-node=false", "--kube-api-burst", "5"],
+        Some(
+            "registerWithTaints: [{key: a, effect: NoSchedule}]\nkubeAPIQPS: 10\nnodeLeaseDurationSeconds: 20\n\
+              nodeStatusUpdateFrequency: 1s\nnodeStatusReportFrequency: 1m\nclusterDomain: cluster.local\n",
+        ),
+    );
+    assert_eq!(l.config.cluster, None);
+    for field in [
+        "--node-ip",
+        "--node-labels",
+        "--register-node",
+        "--kube-api-burst",
+        "registerWithTaints",
+        "kubeAPIQPS",
+        "nodeLeaseDurationSeconds",
+        "nodeStatusUpdateFrequency",
+        "nodeStatusReportFrequency",
+    ] {
+        assert!(
+            warned(&l, field).is_some_and(|m| m.contains("no effect without --kubeconfig")),
+            "{field}: {:?}",
+            l.warnings
+        );
+    }
+    assert_eq!(warned(&l, "clusterDomain"), None, "cluster DNS settings apply in standalone mode too");
+    assert_eq!(warned(&l, "registerNode"), None, "given as a flag: named once, as the flag");
+    assert!(ok(&[], None).warnings.iter().all(|w| !w.message.contains("--kubeconfig")));
+    assert!(
+        err(&["--node-labels", "kubernetes.io/role=x"], None).contains("--node-labels"),
+        "still validated"
+    );
+    assert!(err(&["--node-ip", "nowhere"], None).contains("--node-ip"), "still validated");
+}
+
+#[test]
+fn cluster_dns_and_domain_are_parsed_in_standalone_mode_too() {
+    let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+    let c = ok(&[], Some("clusterDNS: [10.96.0.10, \"fd00::a\"]\nclusterDomain: Cluster.Local.\n")).config;
+    assert_eq!(c.pods.cluster_dns, vec![ip("10.96.0.10"), ip("fd00::a")]);
+    assert_eq!(c.pods.cluster_domain, "cluster.local", "lower-cased, trailing dot trimmed");
+    let c = ok(
+        &[
+            "--cluster-dns",
+            "10.0.0.10,10.0.0.11",
+            "--cluster-dns",
+            "10.0.0.12",
+            "--cluster-domain",
+            "example.org",
+        ],
+        Some("clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\n"),
+    )
+    .config;
+    assert_eq!(
+        c.pods.cluster_dns,
+        vec![ip("10.0.0.10"), ip("10.0.0.11"), ip("10.0.0.12")],
+        "flags replace the file"
+    );
+    assert_eq!(c.pods.cluster_domain, "example.org");
+    let c = ok(
+        &["--cluster-dns", "", "--cluster-domain", ""],
+        Some("clusterDNS: [10.96.0.10]\nclusterDomain: x\n"),
+    )
+    .config;
+    assert_eq!((c.pods.cluster_dns.len(), c.pods.cluster_domain.as_str()), (0, ""), "empty flags clear");
+    assert!(err(&["--cluster-dns", "10.0.0.1,dns.local"], None).starts_with("invalid --cluster-dns:"));
+    let e = err(&[], Some("clusterDNS: [10.96.0.10, nope]\n"));
+    assert!(e.contains("clusterDNS[1] in /etc/nodelet/config.yaml") && e.contains("\"nope\""), "{e}");
+    assert!(err(&["--cluster-domain", "bad_domain"], None).starts_with("invalid --cluster-domain:"));
+    assert!(err(&[], Some("clusterDomain: \".\"\n")).contains("clusterDomain in"));
+    let l = ok(&[], Some("clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\n"));
+    assert!(warned(&l, "clusterDNS").is_none() && warned(&l, "clusterDomain").is_none(), "{:?}", l.warnings);
 }
