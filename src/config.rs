@@ -181,12 +181,10 @@ pub(crate) struct Config {
     /// `nodelet.containerGC`: dead container garbage collection.
     pub(crate) container_gc: crate::container_gc::ContainerGcPolicy,
     /// Cluster mode: `Some` when `--kubeconfig` is given.
-    #[cfg_attr(not(test), allow(dead_code))] // used by src/cluster (being written)
     pub(crate) cluster: Option<ClusterConfig>,
 }
 
 /// How nodelet joins a Kubernetes cluster (`--kubeconfig` and the settings that go with it).
-#[cfg_attr(not(test), allow(dead_code))] // used by src/cluster (being written)
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ClusterConfig {
     /// `--kubeconfig` (absolute).
@@ -210,7 +208,6 @@ pub(crate) struct ClusterConfig {
     /// `nodeLeaseDurationSeconds`.
     pub(crate) node_lease_duration: Duration,
 }
-
 
 /// `nodelet.storage`: where the provisioners put volumes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 //! | `capacity.ephemeral-storage` | `statvfs` size of the filesystem holding `--root-dir` |
 //! | `capacity.hugepages-<size>` | `nr_hugepages` × size of `/sys/kernel/mm/hugepages/hugepages-<n>kB` (else `HugePages_Total` × `Hugepagesize` of `/proc/meminfo`) |
 //! | `allocatable` | capacity minus the hard eviction thresholds of `memory.available` and `nodefs.available` (percentages of the capacity), memory also minus the huge pages; never negative |
-//! | `addresses` | `InternalIP`: `address` when it names one address (not loopback), else the host's IPv4 address on the interface of the default route (`/proc/net/route`, `/proc/net/fib_trie`), else its first global IPv4 address; `Hostname`: the node name |
+//! | `addresses` | `InternalIP`: `address` when it names one address (not loopback), else the host's IPv4 address on the interface of the default route (`/proc/net/route`, `/proc/net/fib_trie`), else its first global IPv4 address; `Hostname`: the node name; `--node-ip` replaces the InternalIP in cluster mode |
 //! | `nodeInfo` | `/proc/sys/kernel/osrelease`, `PRETTY_NAME` of `/etc/os-release`, `/etc/machine-id`, `/proc/sys/kernel/random/boot_id`, `/sys/class/dmi/id/product_uuid`, CRI `Version` |
 //!
 //! nodelet has no `systemReserved`/`kubeReserved` (the config file ignores them), so only the eviction
@@ -88,9 +88,15 @@ impl NodeFacts {
             read("proc/net/fib_trie").as_deref(),
         );
         let mut addresses = Vec::new();
-        match internal_ip {
-            Some(ip) => addresses.push(address("InternalIP", ip.to_string())),
-            None => tracing::warn!("no IP address found for the node: status.addresses has no InternalIP"),
+        // `--node-ip` (cluster mode) names them; otherwise one is detected.
+        let node_ips = config.cluster.as_ref().map(|c| c.node_ips.clone()).unwrap_or_default();
+        if !node_ips.is_empty() {
+            addresses.extend(node_ips.iter().map(|ip| address("InternalIP", ip.to_string())));
+        } else {
+            match internal_ip {
+                Some(ip) => addresses.push(address("InternalIP", ip.to_string())),
+                None => tracing::warn!("no IP address found for the node: status.addresses has no InternalIP"),
+            }
         }
         addresses.push(address("Hostname", config.node_name.clone()));
 

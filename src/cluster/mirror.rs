@@ -2,7 +2,8 @@
 //! annotated `kubernetes.io/config.mirror: <config hash>` and owned by the Node (which the
 //! NodeRestriction admission plugin requires).
 //!
-//! Kept like the kubelet keeps them: a missing mirror is created (again, after a `kubectl delete`);
+//! Kept like the kubelet keeps them: a missing mirror is created (again, after a `kubectl delete`:
+//! a mirror marked for deletion is deleted at once with grace period 0, then created anew);
 //! a mirror whose hash is not the static pod's current one (the manifest changed) is deleted and
 //! created anew; a mirror whose static pod is gone is deleted. The static pod itself is never
 //! touched by any of this. Mirror pods are not run: the API pod source skips them.
@@ -96,6 +97,10 @@ impl MirrorPods {
             let hash =
                 pod.pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_HASH_ANNOTATION)).cloned();
             let result = match snapshot.get(&namespace, &name) {
+                // Deleted through the API (gracefully): finish the deletion; a new mirror follows.
+                Some(existing) if is_mirror(existing) && existing.metadata.deletion_timestamp.is_some() => {
+                    self.delete(existing).await
+                }
                 Some(existing) if is_mirror(existing) && mirror_hash(existing) == hash.as_deref() => Ok(()),
                 Some(existing) if is_mirror(existing) => {
                     // An old version of the static pod: replace it (the new one follows on the next pass).
