@@ -95,7 +95,9 @@ impl NodeFacts {
         } else {
             match internal_ip {
                 Some(ip) => addresses.push(address("InternalIP", ip.to_string())),
-                None => tracing::warn!("no IP address found for the node: status.addresses has no InternalIP"),
+                None => {
+                    tracing::warn!("no IP address found for the node: status.addresses has no InternalIP")
+                }
             }
         }
         addresses.push(address("Hostname", config.node_name.clone()));

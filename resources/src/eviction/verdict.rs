@@ -1,7 +1,9 @@
-//! Pods the node stopped for good: evicted under pressure, or refused at admission. The pod
+//! Pods the node stopped for good: evicted under pressure, or refused at admission (node pressure,
+//! or, once [`PodVerdicts::set_resources`] gave the node's allocatable resources, not enough
+//! `pods`, `cpu` or `memory` left: the kubelet's `OutOfpods`, `OutOfcpu`, `OutOfmemory`). The pod
 //! reconciler consults [`PodVerdicts`] before running a pod and the status shows the verdict.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -42,11 +44,43 @@ pub struct Verdict {
     pub at: i64,
 }
 
+/// What admission checks a new pod's requests against: the node's allocatable resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeResources {
+    /// Allocatable CPU, in millicores.
+    pub cpu_milli: i64,
+    /// Allocatable memory, in bytes.
+    pub memory_bytes: i64,
+    /// `maxPods`.
+    pub max_pods: usize,
+}
+
+/// A pod's requests as admission counts them: the larger of the sum over its app containers and
+/// the largest init container, per resource (a request defaults to the limit when only that is set).
+fn pod_requests(pod: &DesiredPod) -> (i64, i64) {
+    let request = |c: &k8s_openapi::api::core::v1::Container, name: &str, scale: i64| -> i64 {
+        let res = c.resources.as_ref();
+        res.and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get(name))
+            .or_else(|| res.and_then(|r| r.limits.as_ref()).and_then(|l| l.get(name)))
+            .and_then(|q| crate::quantity::Quantity::parse(&q.0))
+            .map_or(0, |q| q.scaled_ceil(scale))
+    };
+    let sum = |name: &str, scale: i64| -> i64 {
+        let apps = pod.containers().iter().map(|c| request(c, name, scale)).fold(0_i64, i64::saturating_add);
+        let init = pod.init_containers().iter().map(|c| request(c, name, scale)).max().unwrap_or(0);
+        apps.max(init)
+    };
+    (sum("cpu", 1000), sum("memory", 1))
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     verdicts: HashMap<String, Verdict>,
-    admitted: HashSet<String>,
+    /// Admitted pods and their (cpu milli, memory bytes) requests.
+    admitted: HashMap<String, (i64, i64)>,
     conditions: BTreeSet<Condition>,
+    resources: Option<NodeResources>,
 }
 
 /// The node's verdicts on its pods, and the pressure conditions admission reads. Cheap to
@@ -100,6 +134,12 @@ impl PodVerdicts {
         self.write().conditions = conditions;
     }
 
+    /// Makes admission refuse pods that do not fit in `resources` besides the pods admitted
+    /// before them.
+    pub fn set_resources(&self, resources: NodeResources) {
+        self.write().resources = Some(resources);
+    }
+
     /// Records that `uid` is evicted: the pod reconciler kills it and never starts it again.
     pub fn evict(&self, uid: &str, message: String, grace: Duration, at: i64) {
         let verdict = Verdict { kind: VerdictKind::Evicted, reason: "Evicted".into(), message, grace, at };
@@ -110,7 +150,7 @@ impl PodVerdicts {
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
         let mut inner = self.write();
         inner.verdicts.retain(|uid, _| keep(uid));
-        inner.admitted.retain(|uid| keep(uid));
+        inner.admitted.retain(|uid, _| keep(uid));
     }
 
     /// Admission, as the kubelet's eviction admit handler: under memory pressure alone,
@@ -125,7 +165,7 @@ impl PodVerdicts {
             if let Some(v) = inner.verdicts.get(uid) {
                 return Some(v.clone());
             }
-            if inner.admitted.contains(uid) {
+            if inner.admitted.contains_key(uid) {
                 return None;
             }
         }
@@ -149,7 +189,45 @@ impl PodVerdicts {
             inner.verdicts.insert(uid.to_string(), verdict.clone());
             return Some(verdict);
         }
-        inner.admitted.insert(uid.to_string());
+        let requests = pod_requests(pod);
+        if !started
+            && let Some(verdict) = inner.resources.and_then(|r| Self::fits(&inner.admitted, r, requests))
+        {
+            inner.verdicts.insert(uid.to_string(), verdict.clone());
+            return Some(verdict);
+        }
+        inner.admitted.insert(uid.to_string(), requests);
+        None
+    }
+
+    /// The kubelet's resource fit check: `None` when a pod with `requests` fits beside `admitted`.
+    fn fits(
+        admitted: &HashMap<String, (i64, i64)>,
+        node: NodeResources,
+        requests: (i64, i64),
+    ) -> Option<Verdict> {
+        let refuse = |resource: &str, requested: i64, used: i64, capacity: i64| Verdict {
+            kind: VerdictKind::Rejected,
+            reason: format!("OutOf{resource}"),
+            message: format!(
+                "Pod was rejected: Node didn't have enough resource: {resource}, requested: {requested}, used: {used}, capacity: {capacity}"
+            ),
+            grace: Duration::ZERO,
+            at: 0,
+        };
+        let pods = i64::try_from(admitted.len()).unwrap_or(i64::MAX);
+        let max_pods = i64::try_from(node.max_pods).unwrap_or(i64::MAX);
+        if pods + 1 > max_pods {
+            return Some(refuse("pods", 1, pods, max_pods));
+        }
+        let used_cpu = admitted.values().map(|r| r.0).fold(0_i64, i64::saturating_add);
+        if requests.0 > 0 && used_cpu.saturating_add(requests.0) > node.cpu_milli {
+            return Some(refuse("cpu", requests.0, used_cpu, node.cpu_milli));
+        }
+        let used_memory = admitted.values().map(|r| r.1).fold(0_i64, i64::saturating_add);
+        if requests.1 > 0 && used_memory.saturating_add(requests.1) > node.memory_bytes {
+            return Some(refuse("memory", requests.1, used_memory, node.memory_bytes));
+        }
         None
     }
 }
@@ -212,6 +290,57 @@ mod tests {
             serde_json::json!({"containers": [{"name": "c", "image": "i",
                 "resources": {"requests": {"memory": "10Mi"}}}]}),
         )
+    }
+
+    fn requesting(uid: &str, cpu: &str, memory: &str) -> DesiredPod {
+        pod(
+            uid,
+            serde_json::json!({
+                "initContainers": [{"name": "i", "image": "i", "resources": {"limits": {"cpu": "1500m"}}}],
+                "containers": [
+                {"name": "a", "image": "i", "resources": {"requests": {"cpu": cpu, "memory": memory}}},
+                {"name": "b", "image": "i", "resources": {"requests": {"cpu": cpu}}}]}),
+        )
+    }
+
+    #[test]
+    fn requests_count_app_containers_summed_or_the_largest_init_container() {
+        assert_eq!(
+            pod_requests(&requesting("p", "500m", "1Gi")),
+            (1500, 1 << 30),
+            "init limit 1500m > 2×500m"
+        );
+        assert_eq!(pod_requests(&requesting("p", "1", "1Mi")), (2000, 1 << 20));
+        assert_eq!(pod_requests(&best_effort("p")), (0, 0));
+    }
+
+    #[test]
+    fn pods_that_do_not_fit_are_refused_with_the_kubelets_reasons() {
+        let v = PodVerdicts::new();
+        v.set_resources(NodeResources { cpu_milli: 4000, memory_bytes: 3 << 30, max_pods: 3 });
+        assert_eq!(v.admit(&requesting("a", "1", "1Gi"), false), None);
+        let cpu = v.admit(&requesting("b", "2", "1Gi"), false).map(|v| (v.reason, v.message));
+        assert_eq!(
+            cpu,
+            Some((
+                "OutOfcpu".to_owned(),
+                "Pod was rejected: Node didn't have enough resource: cpu, requested: 4000, used: 2000, capacity: 4000"
+                    .to_owned()
+            ))
+        );
+        let memory = v.admit(&requesting("c", "100m", "3Gi"), false).map(|v| v.reason);
+        assert_eq!(memory.as_deref(), Some("OutOfmemory"));
+        // A refusal is final for that pod; other pods still fit.
+        assert!(v.admit(&requesting("b", "2", "1Gi"), false).is_some());
+        assert_eq!(v.admit(&best_effort("d"), false), None);
+        assert_eq!(v.admit(&best_effort("e"), false), None);
+        let pods = v.admit(&best_effort("f"), false).map(|v| v.reason);
+        assert_eq!(pods.as_deref(), Some("OutOfpods"));
+        // Pods that already run (after a restart of nodelet) are admitted whatever they request.
+        assert_eq!(v.admit(&requesting("g", "8", "8Gi"), true), None);
+        // A pod that is gone frees its share.
+        v.retain(|uid| uid != "a" && uid != "g");
+        assert_eq!(v.admit(&requesting("h", "1", "1Gi"), false), None);
     }
 
     #[test]
