@@ -12,6 +12,9 @@
 # network "nodelet-test" and of our sandbox ids, portmap rules tagged with our network name,
 # and the top-level portmap chains / ip_forward only if runtime-up.sh found them absent / off.
 #
+# First the envtest control plane scripts/test.sh starts for the cluster tests ($NODELET_TEST_BASE/envtest),
+# with envtest's stop.sh ($NODELET_TEST_ENVTEST_SCRIPTS, else ../shared/envtest; --purge passed on).
+#
 # Order: with containerd up (started briefly if it is down but containers were left behind),
 # kill + delete every task and container via ctr (crictl, if installed, first removes pods
 # properly); stop containerd and the registry; force-delete leftover runc containers, kill stray
@@ -171,6 +174,30 @@ cri_ids() { # ids of CRI sandboxes/containers that still have directories
 		if [ -d "$d" ]; then basename "$d"; fi
 	done | sort -u
 }
+
+# ---------------------------------------------------------------- 0. the envtest control plane
+# scripts/test.sh starts one for the cluster tests under $BASE/envtest with envtest's start.sh: stop it with
+# envtest's stop.sh (by its pid files; --purge as given here), else by those pid files ourselves.
+ENVTEST_DIR=$BASE/envtest
+if compgen -G "$ENVTEST_DIR/run/*.pid" >/dev/null; then
+	ENVTEST_SCRIPTS=${NODELET_TEST_ENVTEST_SCRIPTS:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/../shared/envtest}
+	if [ -x "$ENVTEST_SCRIPTS/stop.sh" ]; then
+		log "stopping the envtest control plane in $ENVTEST_DIR ($ENVTEST_SCRIPTS/stop.sh)"
+		if [ "$PURGE" = 1 ]; then set -- --purge; else set --; fi
+		ENVTEST_BASE=$ENVTEST_DIR "$ENVTEST_SCRIPTS/stop.sh" "$@" 9>&- || warn "envtest stop.sh failed"
+	else
+		warn "no envtest stop.sh at $ENVTEST_SCRIPTS: stopping the control plane by its pid files"
+		for n in kube-scheduler kube-controller-manager kube-apiserver etcd; do
+			f=$ENVTEST_DIR/run/$n.pid
+			[ -f "$f" ] || continue
+			pid=$(cat "$f" 2>/dev/null || true)
+			if [ -n "$pid" ] && [ "$(basename "$(readlink "/proc/$pid/exe" 2>/dev/null)")" = "$n" ]; then
+				stop_pid "$pid" "$n" 10
+			fi
+			rm -f "$f"
+		done
+	fi
+fi
 
 # ---------------------------------------------------------------- 1. runtime-level cleanup
 CTD_PID=$(our_pid "$RUN/containerd.pid" containerd "$CTD_CONFIG" || true)

@@ -26,6 +26,48 @@ scripts/runtime-up.sh
 # shellcheck disable=SC1091
 . "${NODELET_TEST_BASE:-/tmp/nodelet-test}/env.sh"
 export NODELET_REQUIRE_RUNTIME=1
+
+# The cluster-mode tests need a real Kubernetes control plane (envtest: etcd + kube-apiserver, plus
+# kube-controller-manager and kube-scheduler where present): assets from $KUBEBUILDER_ASSETS, else from
+# ../shared/envtest/install.sh; the control plane itself is started with envtest's start.sh (from
+# $NODELET_TEST_ENVTEST_SCRIPTS, else ../shared/envtest). One control plane serves the whole suite;
+# scripts/runtime-down.sh stops it. Without assets the cluster tests cannot run: said before the tests and
+# again at the very end.
+step "starting the Kubernetes control plane for the cluster tests (envtest)"
+NOTES=()
+print_notes() {
+  local n
+  for n in "${NOTES[@]}"; do printf '\nNOTE: %s\n' "$n"; done
+}
+trap print_notes EXIT
+ENVTEST_SCRIPTS=${NODELET_TEST_ENVTEST_SCRIPTS:-}
+if [[ -z "$ENVTEST_SCRIPTS" && -d ../shared/envtest ]]; then
+  ENVTEST_SCRIPTS=$(cd ../shared/envtest && pwd)
+fi
+ASSETS=${KUBEBUILDER_ASSETS:-}
+if [[ -z "$ASSETS" && -n "$ENVTEST_SCRIPTS" && -x "$ENVTEST_SCRIPTS/install.sh" ]]; then
+  ASSETS=$("$ENVTEST_SCRIPTS/install.sh" | tail -1)
+fi
+if [[ -z "$ASSETS" ]]; then
+  NOTES+=("cluster tests did NOT run: no envtest assets (set KUBEBUILDER_ASSETS, e.g. with 'setup-envtest use 1.28 -p path', or provide ../shared/envtest)")
+elif [[ -z "$ENVTEST_SCRIPTS" || ! -x "$ENVTEST_SCRIPTS/start.sh" ]]; then
+  NOTES+=("cluster tests did NOT run: KUBEBUILDER_ASSETS=$ASSETS is set, but there is no envtest start.sh to start a control plane with (provide ../shared/envtest or set NODELET_TEST_ENVTEST_SCRIPTS)")
+else
+  ENVTEST_BASE="${NODELET_TEST_BASE:-/tmp/nodelet-test}/envtest"
+  ENVTEST_BASE=$ENVTEST_BASE ENVTEST_APISERVER_PORT=26443 ENVTEST_ETCD_PORT=22379 ENVTEST_CONTROLLERS=1 \
+    KUBEBUILDER_ASSETS=$ASSETS "$ENVTEST_SCRIPTS/start.sh"
+  export NODELET_TEST_ENVTEST_ENV=$ENVTEST_BASE/env.sh
+  export NODELET_TEST_ENVTEST_SCRIPTS=$ENVTEST_SCRIPTS
+  export NODELET_REQUIRE_CLUSTER=1
+  for bin in kube-controller-manager kube-scheduler; do
+    if [[ ! -x "$ASSETS/$bin" ]]; then
+      NOTES+=("the Deployment cluster test did NOT run: no $bin in $ASSETS (it needs kube-controller-manager and kube-scheduler)")
+      break
+    fi
+  done
+fi
+print_notes
+
 # A one-off build (CI, a fresh clone) gains nothing from incremental caches, which would
 # double the disk that target/ needs.
 if [[ "${CI:-}" == "true" ]]; then

@@ -298,6 +298,7 @@ async fn disk_pressure_collects_unused_images_then_evicts_the_pod_filling_the_di
         nodelet_extra: "imageGCPeriod: 1s\nevictionMonitoringPeriod: 1s".into(),
         root_dir: Some(fs.mountpoint.clone()),
         embedded_runtime: Some(preload),
+        ..StartOptions::default()
     };
     let n = Nodelet::start_with(&env, "disk", options).await;
     let endpoint = n.endpoint().to_owned();

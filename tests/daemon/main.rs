@@ -10,11 +10,17 @@
 //! | `NODELET_TEST_CGROUP_PARENT` | `--cgroup-root` |
 //! | `NODELET_TEST_RESOLV_CONF` | `--resolv-conf` (nameserver 127.0.0.1) |
 //!
+//! The cluster-mode tests ([`cluster`]) also need a Kubernetes control plane on loopback (envtest), which
+//! `scripts/test.sh` starts and describes with `NODELET_TEST_ENVTEST_ENV`, `NODELET_TEST_ENVTEST_SCRIPTS` and
+//! `NODELET_REQUIRE_CLUSTER=1`; see [`cluster_support`].
+//!
 //! Each test runs its own nodelet ([`support::Nodelet`]) with its own node name, directories and loopback
 //! ports, so the tests run in parallel; pods use DNS 127.0.0.1 only, and the tests connect only to loopback
 //! and to pod IPs in 198.18.0.0/16.
 
 mod api;
+mod cluster;
+mod cluster_support;
 mod eviction;
 mod lifecycle;
 mod probes;

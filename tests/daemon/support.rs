@@ -142,6 +142,10 @@ pub(crate) struct StartOptions {
     /// Run nodelet's own containerd under the root directory (no `--container-runtime-endpoint`),
     /// importing the image archives of this directory (`--preload-images`).
     pub(crate) embedded_runtime: Option<PathBuf>,
+    /// More command-line arguments, appended after the fixture's own (e.g. `--kubeconfig`, `--node-ip`).
+    pub(crate) extra_args: Vec<String>,
+    /// The node name instead of a new [`node_name`] (e.g. one a node kubeconfig was minted for).
+    pub(crate) node_name: Option<String>,
 }
 
 /// A running nodelet daemon and everything it owns; see the [module docs](self).
@@ -160,6 +164,13 @@ pub(crate) struct Nodelet {
 
 static NEXT_NODE: AtomicU32 = AtomicU32::new(0);
 
+/// A new node name for the test `hint`: `e2e-<hint>-<pid>-<n>` (unique, and recognised by the leftover
+/// sweep).
+pub(crate) fn node_name(hint: &str) -> String {
+    let n = NEXT_NODE.fetch_add(1, Ordering::Relaxed);
+    format!("{NODE_PREFIX}{hint}-{}-{n}", std::process::id())
+}
+
 impl Nodelet {
     /// Starts nodelet for the test `hint` (part of the node name) and waits until it is healthy.
     pub(crate) async fn start(env: &Env, hint: &str) -> Nodelet {
@@ -170,8 +181,7 @@ impl Nodelet {
     pub(crate) async fn start_with(env: &Env, hint: &str, options: StartOptions) -> Nodelet {
         sweep_leftovers(&env.endpoint).await;
         let mut env = env.clone();
-        let n = NEXT_NODE.fetch_add(1, Ordering::Relaxed);
-        let node = format!("{NODE_PREFIX}{hint}-{}-{n}", std::process::id());
+        let node = options.node_name.clone().unwrap_or_else(|| node_name(hint));
         let dir = match tempfile::Builder::new().prefix("nodelet-e2e-").tempdir() {
             Ok(d) => d,
             Err(e) => panic!("cannot create a temporary directory: {e}"),
@@ -292,6 +302,7 @@ impl Nodelet {
         ]
         .into_iter()
         .flat_map(|(flag, value)| [flag.to_owned(), value])
+        .chain(self.options.extra_args.iter().cloned())
         .collect()
     }
 
@@ -316,6 +327,16 @@ impl Nodelet {
 
     fn exited(&mut self) -> Option<ExitStatus> {
         self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// How nodelet exited, if it is no longer running (`None` while it runs).
+    pub(crate) fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.exited()
+    }
+
+    /// The test's temporary directory (nodelet's directories and log are in it; tests may add their own).
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// The node name (`--hostname-override`).
@@ -370,6 +391,13 @@ impl Nodelet {
     /// nodelet's output so far.
     pub(crate) fn log(&self) -> String {
         std::fs::read(self.log_path()).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+    }
+
+    /// The last `lines` lines of nodelet's output.
+    pub(crate) fn log_tail(&self, lines: usize) -> String {
+        let log = self.log();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 
     // -------------------------------------------------------------------------------------------- manifests
@@ -761,9 +789,11 @@ async fn terminate(mut child: Child) -> Result<ExitStatus, String> {
     }
 }
 
-/// Whether labels name a pod of `node` (static pods are named `<name>-<node>`).
+/// Whether labels name a pod of `node`: static pods are named `<name>-<node>`; pods from the API server
+/// (cluster tests) are recognised by nodelet's node label.
 fn of_node(labels: &HashMap<String, String>, node: &str) -> bool {
     labels.get(labels::POD_NAME).is_some_and(|name| name.ends_with(&format!("-{node}")))
+        || labels.get(labels::NODE).is_some_and(|n| n == node)
 }
 
 /// Removes the pods of fixture nodes whose test process is gone (a test binary killed by a timeout leaves its

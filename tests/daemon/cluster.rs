@@ -1,0 +1,763 @@
+//! Cluster mode (`--kubeconfig`): nodelet against a real Kubernetes v1.28.7 API server (envtest), with the
+//! node's own identity `system:node:<node>` (authorization Node,RBAC; admission NodeRestriction). Node
+//! registration, the node Lease, pods from the API, graceful deletion, crash loops, events, mirror pods, an
+//! API server outage and a Deployment scheduled onto the node. The fixture is
+//! [`ClusterNode`](crate::cluster_support::ClusterNode); every check reads the API with an admin client.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, Node, NodeCondition, Pod};
+use kube::api::{Api, DeleteParams, ListParams};
+use serde_json::{Value, json};
+use tokio::time::{Instant, sleep, sleep_until};
+
+use crate::cluster_support::{
+    ClusterNode, ControlPlane, LEASE_DURATION_SECONDS, cluster_or_skip, parse_env_file, pretty,
+};
+use crate::support::{
+    StartOptions, condition, container, cri_state, phase, runtime_id, sleep_until_term, terminated, uid,
+    waiting,
+};
+
+/// The generous bound of the waits for something nodelet should do within seconds.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// `kubernetes.io/arch` of this machine (Go's GOARCH names).
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        "loongarch64" => "loong64",
+        other => other,
+    }
+}
+
+/// The node condition `kind`.
+fn node_condition<'a>(node: &'a Node, kind: &str) -> Option<&'a NodeCondition> {
+    node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind)
+}
+
+/// Whether the pod's condition `kind` is True.
+fn is_true(pod: &Pod, kind: &str) -> bool {
+    condition(pod, kind).is_some_and(|c| c.status == "True")
+}
+
+/// The running containers of a CRI list.
+fn running(containers: &[nodelet_cri::proto::Container]) -> Vec<String> {
+    containers
+        .iter()
+        .filter(|c| cri_state(c) == nodelet_cri::proto::ContainerState::ContainerRunning)
+        .map(|c| c.id.clone())
+        .collect()
+}
+
+/// A container that runs `sleep 1`, then exits 1 (restartPolicy Always: a crash loop).
+fn crash_loop_spec() -> Value {
+    json!({
+        "restartPolicy": "Always",
+        "containers": [{"name": "main", "command": ["sh", "-c", "sleep 1; exit 1"]}],
+    })
+}
+
+// ------------------------------------------------------------------------------------------------ (a) the Node
+
+#[tokio::test]
+async fn the_node_registers_with_its_labels_taints_addresses_and_capacity_and_is_ready() {
+    let (env, cluster) =
+        cluster_or_skip!("the_node_registers_with_its_labels_taints_addresses_and_capacity_and_is_ready");
+    let options = StartOptions {
+        extra_args: vec![
+            "--node-labels".to_owned(),
+            "e2e.nodelet.io/suite=cluster,e2e.nodelet.io/role=register".to_owned(),
+            "--register-with-taints".to_owned(),
+            "e2e.nodelet.io/dedicated=register:NoSchedule".to_owned(),
+        ],
+        ..StartOptions::default()
+    };
+    let n = ClusterNode::start_with(&env, &cluster, "register", options).await;
+    let node = n
+        .wait_until(&format!("Node {} with condition Ready=True", n.node()), WAIT, async || {
+            match n.node_object().await {
+                Some(node) if node_condition(&node, "Ready").is_some_and(|c| c.status == "True") => Ok(node),
+                Some(node) => Err(pretty(&node)),
+                None => Err("no such Node".to_owned()),
+            }
+        })
+        .await;
+    let dump = pretty(&node);
+
+    // labels: the well-known ones and --node-labels
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    for (key, value) in [
+        ("kubernetes.io/hostname", n.node()),
+        ("kubernetes.io/os", "linux"),
+        ("kubernetes.io/arch", go_arch()),
+        ("e2e.nodelet.io/suite", "cluster"),
+        ("e2e.nodelet.io/role", "register"),
+    ] {
+        assert_eq!(labels.get(key).map(String::as_str), Some(value), "label {key} of the Node:\n{dump}");
+    }
+
+    // --register-with-taints
+    let spec = node.spec.clone().unwrap_or_default();
+    let taints = spec.taints.unwrap_or_default();
+    assert!(
+        taints.iter().any(|t| t.key == "e2e.nodelet.io/dedicated"
+            && t.value.as_deref() == Some("register")
+            && t.effect == "NoSchedule"),
+        "spec.taints lacks e2e.nodelet.io/dedicated=register:NoSchedule:\n{dump}"
+    );
+
+    // conditions
+    let status = node.status.clone().unwrap_or_default();
+    let ready = node_condition(&node, "Ready").map(|c| c.reason.clone().unwrap_or_default());
+    assert_eq!(ready.as_deref(), Some("KubeletReady"), "reason of condition Ready:\n{dump}");
+    for kind in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+        let c = node_condition(&node, kind).map(|c| c.status.as_str());
+        assert_eq!(c, Some("False"), "condition {kind}:\n{dump}");
+    }
+
+    // addresses: InternalIP from --node-ip, Hostname
+    let addresses = status.addresses.clone().unwrap_or_default();
+    let has = |kind: &str, address: &str| addresses.iter().any(|a| a.type_ == kind && a.address == address);
+    assert!(has("InternalIP", "127.0.0.1"), "no InternalIP 127.0.0.1 (--node-ip):\n{dump}");
+    assert!(has("Hostname", n.node()), "no Hostname address {}:\n{dump}", n.node());
+
+    // the kubelet endpoint the API server uses for logs and exec: nodelet's main port
+    let port = status.daemon_endpoints.as_ref().and_then(|d| d.kubelet_endpoint.as_ref()).map(|e| e.port);
+    assert_eq!(port, Some(i32::from(n.ports().main)), "daemonEndpoints.kubeletEndpoint.Port:\n{dump}");
+
+    // capacity and allocatable
+    for (what, list) in [("capacity", &status.capacity), ("allocatable", &status.allocatable)] {
+        let list = list.clone().unwrap_or_default();
+        for resource in ["cpu", "memory", "pods"] {
+            let q = list.get(resource).map(|q| q.0.clone()).unwrap_or_default();
+            assert!(!q.is_empty() && q != "0", "status.{what}.{resource} is {q:?}:\n{dump}");
+        }
+    }
+    let runtime = status.node_info.as_ref().map(|i| i.container_runtime_version.clone()).unwrap_or_default();
+    assert!(runtime.starts_with("containerd://"), "nodeInfo.containerRuntimeVersion {runtime:?}:\n{dump}");
+
+    // what an operator sees: `kubectl get nodes`
+    let (ok, out, err) = n.kubectl(&["get", "nodes", "--no-headers"], None).await;
+    assert!(ok, "kubectl get nodes: {err}");
+    let row: Vec<&str> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cols| cols.first() == Some(&n.node()))
+        .unwrap_or_default();
+    assert_eq!(
+        row.get(1).copied(),
+        Some("Ready"),
+        "kubectl get nodes does not list {} Ready:\n{out}",
+        n.node()
+    );
+
+    n.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------ (b) the Lease
+
+#[tokio::test]
+async fn the_node_lease_is_renewed_and_a_deleted_node_registers_again() {
+    let (env, cluster) = cluster_or_skip!("the_node_lease_is_renewed_and_a_deleted_node_registers_again");
+    let n = ClusterNode::start(&env, &cluster, "lease").await;
+    let node = n.node().to_owned();
+    let held = async |what: &str| {
+        n.wait_until(&format!("Lease kube-node-lease/{node} held by {node}: {what}"), WAIT, async || {
+            let Some(lease) = n.lease().await else { return Err("no such Lease".to_owned()) };
+            let spec = lease.spec.clone().unwrap_or_default();
+            match (spec.holder_identity.as_deref(), spec.renew_time) {
+                (Some(h), Some(t)) if h == node => Ok((lease, t.0)),
+                _ => Err(pretty(&lease)),
+            }
+        })
+        .await
+    };
+    let (lease, first) = held("with a renewTime").await;
+    let duration = lease.spec.as_ref().and_then(|s| s.lease_duration_seconds);
+    assert_eq!(duration, Some(LEASE_DURATION_SECONDS), "leaseDurationSeconds:\n{}", pretty(&lease));
+
+    // renewals every quarter of the 8 s lease: a second look 5 s later sees a later renewTime
+    sleep(Duration::from_secs(5)).await;
+    let (lease, second) = held("renewed").await;
+    assert!(
+        second > first,
+        "the Lease's renewTime did not advance in 5 s (first {first}, now {second}; lease duration \
+         {LEASE_DURATION_SECONDS} s):\n{}\n{}",
+        pretty(&lease),
+        n.tail()
+    );
+
+    // a deleted Node object is registered again
+    let Some(old) = n.node_object().await else { panic!("no Node {node}\n{}", n.tail()) };
+    let old_uid = old.metadata.uid.clone().unwrap_or_default();
+    let nodes: Api<Node> = Api::all(n.client());
+    if let Err(e) = nodes.delete(&node, &DeleteParams::default()).await {
+        panic!("cannot delete Node {node}: {e}");
+    }
+    let again = n
+        .wait_until(&format!("Node {node} registered again (new UID)"), Duration::from_secs(15), async || {
+            match n.node_object().await {
+                Some(x) if x.metadata.uid.as_deref().is_some_and(|u| u != old_uid) => Ok(x),
+                Some(x) => Err(format!("still the old object (UID {old_uid}):\n{}", pretty(&x))),
+                None => Err("no such Node".to_owned()),
+            }
+        })
+        .await;
+    let labels = again.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("kubernetes.io/hostname").map(String::as_str),
+        Some(node.as_str()),
+        "the re-registered Node:\n{}",
+        pretty(&again)
+    );
+    n.wait_until(&format!("the re-registered Node {node} Ready=True"), WAIT, async || {
+        match n.node_object().await {
+            Some(x) if node_condition(&x, "Ready").is_some_and(|c| c.status == "True") => Ok(()),
+            Some(x) => Err(pretty(&x)),
+            None => Err("no such Node".to_owned()),
+        }
+    })
+    .await;
+
+    n.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------ (c, i) a pod
+
+#[tokio::test]
+async fn a_pod_from_the_api_runs_and_its_status_reaches_the_api_without_forbidden_requests() {
+    let (env, cluster) =
+        cluster_or_skip!("a_pod_from_the_api_runs_and_its_status_reaches_the_api_without_forbidden_requests");
+    let n = ClusterNode::start(&env, &cluster, "apipod").await;
+    let manifest = n.api_pod_manifest(
+        "sleeper",
+        json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}),
+    );
+    let created = n.create_pod(&manifest).await;
+    let pod = n.wait_api_running("sleeper").await;
+    let dump = pretty(&pod);
+    let uid = uid(&pod);
+    assert_eq!(uid, self::uid(&created), "the pod in the API is the one created");
+
+    let status = pod.status.clone().unwrap_or_default();
+    let ip = status.pod_ip.clone().unwrap_or_default();
+    let in_pod_network = ip.parse::<Ipv4Addr>().is_ok_and(|v4| v4.octets()[..2] == [198, 18]);
+    assert!(in_pod_network, "podIP {ip:?} is not in the pod network 198.18.0.0/16:\n{dump}");
+    let first_ip = status.pod_ips.iter().flatten().next().map(|p| p.ip.clone());
+    assert_eq!(first_ip.as_deref(), Some(ip.as_str()), "podIPs[0].ip:\n{dump}");
+    assert_eq!(status.host_ip.as_deref(), Some("127.0.0.1"), "hostIP (--node-ip):\n{dump}");
+    assert!(status.start_time.is_some(), "startTime:\n{dump}");
+    assert!(is_true(&pod, "Ready"), "condition Ready:\n{dump}");
+    let Some(main) = container(&pod, "main") else { panic!("no status of container main:\n{dump}") };
+    assert!(main.state.as_ref().and_then(|s| s.running.as_ref()).is_some(), "state.running:\n{dump}");
+    assert!(main.ready, "containerStatuses[0].ready:\n{dump}");
+    assert_eq!(main.restart_count, 0, "restartCount:\n{dump}");
+    let id = runtime_id(main);
+
+    // the container really runs in containerd, in the pod's one sandbox
+    let containers = n.containers_of(&uid).await;
+    assert_eq!(running(&containers), vec![id.clone()], "running containers of UID {uid} in the runtime");
+    let sandboxes = n.sandboxes_of(&uid).await;
+    assert_eq!(sandboxes.len(), 1, "sandboxes of UID {uid}: {sandboxes:?}");
+
+    // NodeRestriction: a few status and lease rounds later, no request of nodelet was refused
+    sleep(Duration::from_secs(5)).await;
+    n.assert_no_forbidden_in_log();
+
+    n.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------ (d) deletion
+
+#[tokio::test]
+async fn a_pod_deleted_through_the_api_gets_sigterm_and_leaves_the_api_and_the_runtime() {
+    let (env, cluster) =
+        cluster_or_skip!("a_pod_deleted_through_the_api_gets_sigterm_and_leaves_the_api_and_the_runtime");
+    const GRACE: Duration = Duration::from_secs(10);
+    let n = ClusterNode::start(&env, &cluster, "graceful").await;
+    let out = n.dir().join("out");
+    if let Err(e) = std::fs::create_dir_all(&out) {
+        panic!("cannot create {}: {e}", out.display());
+    }
+    let marker = out.join("term");
+    let manifest = n.api_pod_manifest(
+        "graceful",
+        json!({
+            "terminationGracePeriodSeconds": 30,
+            "volumes": [{"name": "out", "hostPath": {"path": out.display().to_string(), "type": "Directory"}}],
+            "containers": [{
+                "name": "main",
+                "command": ["sh", "-c", "trap 'echo TERM > /out/term; exit 0' TERM; while true; do sleep 1 & wait $!; done"],
+                "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+            }],
+        }),
+    );
+    n.create_pod(&manifest).await;
+    let pod = n.wait_api_running("graceful").await;
+    let uid = uid(&pod);
+    assert!(!marker.exists(), "{} exists before the deletion", marker.display());
+
+    let deleted_at = Instant::now();
+    match n.pods_api().delete("graceful", &DeleteParams::default().grace_period(10)).await {
+        Ok(either) => {
+            if let Some(p) = either.left() {
+                assert!(p.metadata.deletion_timestamp.is_some(), "a graceful deletion:\n{}", pretty(&p));
+            }
+        }
+        Err(e) => panic!("cannot delete pod graceful: {e}"),
+    }
+
+    // SIGTERM reaches the container
+    let text = n
+        .wait_until("the container's TERM marker (SIGTERM delivered)", GRACE, async || {
+            std::fs::read_to_string(&marker).map_err(|e| format!("{}: {e}", marker.display()))
+        })
+        .await;
+    assert_eq!(text.trim(), "TERM", "{}", marker.display());
+
+    // nodelet deletes the pod object once its containers stopped: long before the grace period is over
+    n.wait_api_pod_gone("graceful", GRACE + Duration::from_secs(10)).await;
+    let took = deleted_at.elapsed();
+    assert!(
+        took < GRACE - Duration::from_secs(2),
+        "the pod left the API {took:?} after the deletion although its container exited on SIGTERM at once \
+         (grace period {GRACE:?})\n{}",
+        n.tail()
+    );
+    n.wait_runtime_clear_of(&uid, Duration::from_secs(30)).await;
+
+    n.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------ (e) crash loop
+
+#[tokio::test]
+async fn a_crash_looping_pod_reports_its_restarts_and_crash_loop_back_off_in_the_api() {
+    let (env, cluster) =
+        cluster_or_skip!("a_crash_looping_pod_reports_its_restarts_and_crash_loop_back_off_in_the_api");
+    let n = ClusterNode::start(&env, &cluster, "crashloop").await;
+    n.create_pod(&n.api_pod_manifest("crasher", crash_loop_spec())).await;
+
+    let mut saw_back_off = false;
+    let mut reasons = BTreeSet::new();
+    let pod = n
+        .wait_until(
+            "restartCount >= 2 and, at some point, state.waiting.reason CrashLoopBackOff",
+            WAIT,
+            async || {
+                let Some(pod) = n.api_pod("crasher").await else { return Err("no such pod".to_owned()) };
+                if let Some(main) = container(&pod, "main") {
+                    if let Some((reason, _)) = waiting(main) {
+                        saw_back_off |= reason == "CrashLoopBackOff";
+                        reasons.insert(reason);
+                    }
+                    if main.restart_count >= 2 && saw_back_off {
+                        return Ok(pod);
+                    }
+                }
+                Err(format!(
+                    "CrashLoopBackOff seen: {saw_back_off}; waiting reasons seen: {reasons:?}; the pod:\n{}",
+                    pretty(&pod)
+                ))
+            },
+        )
+        .await;
+    let Some(main) = container(&pod, "main") else { panic!("no status of main:\n{}", pretty(&pod)) };
+    let last = main.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| t.exit_code);
+    assert_eq!(last, Some(1), "lastState.terminated.exitCode of a container that exits 1:\n{}", pretty(&pod));
+
+    n.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------ (g) events
+
+#[tokio::test]
+async fn events_of_a_crash_looping_pod_are_recorded_and_aggregated() {
+    let (env, cluster) = cluster_or_skip!("events_of_a_crash_looping_pod_are_recorded_and_aggregated");
+    const LOOPING: Duration = Duration::from_secs(20);
+    const MAX_EVENTS: usize = 30;
+    let n = ClusterNode::start(&env, &cluster, "events").await;
+    let created = n.create_pod(&n.api_pod_manifest("flapper", crash_loop_spec())).await;
+    let created_at = Instant::now();
+    let pod_uid = uid(&created);
+    let events: Api<Event> = Api::namespaced(n.client(), n.namespace());
+    let of_pod = ListParams::default().fields("involvedObject.name=flapper");
+    let list = async || -> Vec<Event> {
+        match events.list(&of_pod).await {
+            Ok(l) => {
+                l.items.into_iter().filter(|e| e.involved_object.uid.as_deref() == Some(&pod_uid)).collect()
+            }
+            Err(e) => panic!("cannot list events of {}: {e}", n.namespace()),
+        }
+    };
+    let summary = |list: &[Event]| -> String {
+        list.iter()
+            .map(|e| {
+                format!(
+                    "{} x{:?} (series {:?}) from {:?}/{:?} on {:?}/{:?}: {}",
+                    e.reason.as_deref().unwrap_or_default(),
+                    e.count,
+                    e.series.as_ref().and_then(|s| s.count),
+                    e.source.as_ref().and_then(|s| s.component.as_deref()),
+                    e.reporting_component,
+                    e.source.as_ref().and_then(|s| s.host.as_deref()),
+                    e.reporting_instance,
+                    e.message.as_deref().unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+
+    n.wait_until("events Started and BackOff for pod flapper", WAIT, async || {
+        let all = list().await;
+        let reasons: BTreeSet<&str> = all.iter().filter_map(|e| e.reason.as_deref()).collect();
+        if reasons.contains("Started") && reasons.contains("BackOff") { Ok(()) } else { Err(summary(&all)) }
+    })
+    .await;
+
+    // who reports them: nodelet, on this node, about this pod
+    let node = n.node().to_owned();
+    for e in list().await {
+        let component = e.source.as_ref().and_then(|s| s.component.as_deref());
+        assert!(
+            component == Some("nodelet") || e.reporting_component.as_deref() == Some("nodelet"),
+            "source.component or reportingComponent should be nodelet:\n{}",
+            pretty(&e)
+        );
+        let host = e.source.as_ref().and_then(|s| s.host.as_deref());
+        assert!(
+            host == Some(node.as_str()) || e.reporting_instance.as_deref() == Some(node.as_str()),
+            "source.host (or reportingInstance) should be {node}:\n{}",
+            pretty(&e)
+        );
+        assert_eq!(e.involved_object.kind.as_deref(), Some("Pod"), "involvedObject:\n{}", pretty(&e));
+        assert_eq!(e.involved_object.namespace.as_deref(), Some(n.namespace()), "{}", pretty(&e));
+    }
+
+    // bounded: repeated occurrences update an Event's count instead of creating new Events
+    sleep_until(created_at + LOOPING + Duration::from_secs(5)).await;
+    let all = list().await;
+    assert!(
+        all.len() <= MAX_EVENTS,
+        "{} Event objects for pod flapper after {LOOPING:?} of crash-looping (at most {MAX_EVENTS}):\n{}",
+        all.len(),
+        summary(&all)
+    );
+    let repeated = |e: &Event| e.count.unwrap_or(0).max(e.series.as_ref().and_then(|s| s.count).unwrap_or(0));
+    assert!(
+        all.iter().filter(|e| e.reason.as_deref() == Some("BackOff")).any(|e| repeated(e) >= 2),
+        "no BackOff event with count (or series.count) >= 2 after {LOOPING:?} of crash-looping:\n{}",
+        summary(&all)
+    );
+
+    // and what an operator sees: `kubectl get events`
+    let (ok, out, err) = n
+        .kubectl(
+            &[
+                "get",
+                "events",
+                "-n",
+                n.namespace(),
+                "--field-selector",
+                "involvedObject.name=flapper",
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .await;
+    assert!(ok, "kubectl get events: {err}");
+    let listed: Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl get events: {e}: {out}"));
+    let reasons: BTreeSet<&str> =
+        listed["items"].as_array().into_iter().flatten().filter_map(|e| e["reason"].as_str()).collect();
+    assert!(reasons.contains("Started") && reasons.contains("BackOff"), "kubectl get events: {reasons:?}");
+
+    n.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------ (f) mirror pods
+
+#[tokio::test]
+async fn a_static_pod_gets_a_mirror_pod_that_comes_back_after_deletion_and_goes_with_the_manifest() {
+    let (env, cluster) = cluster_or_skip!(
+        "a_static_pod_gets_a_mirror_pod_that_comes_back_after_deletion_and_goes_with_the_manifest"
+    );
+    let n = ClusterNode::start(&env, &cluster, "mirror").await;
+    let manifest = n.pod_manifest(
+        "static",
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "main", "command": sleep_until_term("")}],
+        }),
+    );
+    n.write_manifest("static.yaml", &manifest);
+    let name = n.pod_name("static");
+    let default_pods: Api<Pod> = Api::namespaced(n.client(), "default");
+    let get = async || match default_pods.get_opt(&name).await {
+        Ok(p) => p,
+        Err(e) => panic!("GET pod default/{name}: {e}"),
+    };
+
+    let mirror = n
+        .wait_until(&format!("mirror pod default/{name} Running"), WAIT, async || match get().await {
+            Some(p) if phase(&p) == "Running" => Ok(p),
+            Some(p) => Err(pretty(&p)),
+            None => Err("no such pod".to_owned()),
+        })
+        .await;
+    let dump = pretty(&mirror);
+    let annotations = mirror.metadata.annotations.clone().unwrap_or_default();
+    let hash = annotations.get("kubernetes.io/config.hash").cloned().unwrap_or_default();
+    assert!(!hash.is_empty(), "annotation kubernetes.io/config.hash:\n{dump}");
+    assert_eq!(
+        annotations.get("kubernetes.io/config.mirror"),
+        Some(&hash),
+        "annotation kubernetes.io/config.mirror = config.hash:\n{dump}"
+    );
+    let owners = mirror.metadata.owner_references.clone().unwrap_or_default();
+    assert!(
+        owners.iter().any(|o| o.kind == "Node" && o.name == n.node() && o.controller == Some(true)),
+        "ownerReference kind Node name {} controller true:\n{dump}",
+        n.node()
+    );
+    let first_uid = uid(&mirror);
+    assert_ne!(first_uid, hash, "a mirror pod has a UID of its own:\n{dump}");
+
+    // the static pod's container in the runtime (its pods are labelled with the config hash as UID)
+    let before = running(&n.containers_of(&hash).await);
+    assert_eq!(before.len(), 1, "running containers of the static pod (UID {hash}): {before:?}");
+    let id = before[0].clone();
+    if let Some(main) = container(&mirror, "main").filter(|c| c.container_id.is_some()) {
+        assert_eq!(
+            runtime_id(main),
+            id,
+            "the mirror pod's containerID is the static pod's container:\n{dump}"
+        );
+    }
+
+    // `kubectl delete pod` of the mirror: it comes back (new UID); the static pod is not touched
+    let (ok, _, err) = n.kubectl(&["delete", "pod", &name, "-n", "default", "--wait=false"], None).await;
+    assert!(ok, "kubectl delete pod {name}: {err}");
+    let again = n
+        .wait_until(&format!("mirror pod default/{name} back with a new UID"), WAIT, async || {
+            match get().await {
+                Some(p)
+                    if p.metadata.uid.as_deref() != Some(first_uid.as_str())
+                        && p.metadata.deletion_timestamp.is_none()
+                        && phase(&p) == "Running" =>
+                {
+                    Ok(p)
+                }
+                Some(p) => Err(pretty(&p)),
+                None => Err("no such pod".to_owned()),
+            }
+        })
+        .await;
+    let all: Vec<String> = n.containers_of(&hash).await.into_iter().map(|c| c.id).collect();
+    assert_eq!(
+        all,
+        vec![id.clone()],
+        "the static pod's container was restarted or replaced when its mirror pod was deleted\nmirror now:\n{}\n{}",
+        pretty(&again),
+        n.tail()
+    );
+    assert_eq!(running(&n.containers_of(&hash).await), vec![id], "the static pod's container still runs");
+
+    // removing the manifest removes the mirror pod
+    n.remove_manifest("static.yaml");
+    n.wait_until(&format!("mirror pod default/{name} to be gone"), WAIT, async || match get().await {
+        None => Ok(()),
+        Some(p) => Err(pretty(&p)),
+    })
+    .await;
+    n.wait_runtime_clear_of(&hash, Duration::from_secs(30)).await;
+
+    n.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------ (h) outage
+
+#[tokio::test]
+async fn pods_keep_running_through_an_api_server_outage_and_their_status_catches_up() {
+    let (env, suite) =
+        cluster_or_skip!("pods_keep_running_through_an_api_server_outage_and_their_status_catches_up");
+    const OUTAGE: Duration = Duration::from_secs(30);
+    // a control plane of this test's own: stopping the suite's would break the other tests
+    let plane = ControlPlane::start(&suite).await;
+    let cluster = plane.env();
+    let mut n = ClusterNode::start(&env, &cluster, "outage").await;
+    n.create_pod(&n.api_pod_manifest(
+        "steady",
+        json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}),
+    ))
+    .await;
+    n.create_pod(&n.api_pod_manifest(
+        "finisher",
+        json!({
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "command": ["sh", "-c", "sleep 15; exit 0"]}],
+        }),
+    ))
+    .await;
+    let steady = n.wait_api_running("steady").await;
+    n.wait_api_running("finisher").await;
+    let steady_uid = uid(&steady);
+    let Some(main) = container(&steady, "main") else { panic!("no status of main:\n{}", pretty(&steady)) };
+    let steady_id = runtime_id(main);
+
+    // the outage: kube-apiserver stops (etcd keeps the cluster's state); the finisher exits meanwhile
+    plane.stop_apiserver().await;
+    if let Ok(p) = n.pods_api().get_opt("steady").await {
+        panic!("the API server still answers after it was stopped: {p:?}");
+    }
+    let until = Instant::now() + OUTAGE;
+    while Instant::now() < until {
+        if let Some(status) = n.exit_status() {
+            panic!("nodelet exited during the API server outage ({status})\n{}", n.tail());
+        }
+        sleep(Duration::from_secs(1)).await;
+    }
+    plane.start_again().await;
+
+    // the status change of the outage reaches the API
+    let finisher = n
+        .wait_api_pod("finisher", "phase Succeeded (its container exited 0 during the outage)", WAIT, |p| {
+            phase(p) == "Succeeded"
+        })
+        .await;
+    let exit = container(&finisher, "main").and_then(terminated).map(|(code, _)| code);
+    assert_eq!(exit, Some(0), "the finisher's exit code:\n{}", pretty(&finisher));
+
+    // the steady pod was never restarted
+    let steady = n.wait_api_running("steady").await;
+    let Some(main) = container(&steady, "main") else { panic!("no status of main:\n{}", pretty(&steady)) };
+    assert_eq!(
+        runtime_id(main),
+        steady_id,
+        "the container ID changed across the outage:\n{}",
+        pretty(&steady)
+    );
+    assert_eq!(main.restart_count, 0, "restartCount after the outage:\n{}", pretty(&steady));
+    let in_runtime: Vec<String> = n.containers_of(&steady_uid).await.into_iter().map(|c| c.id).collect();
+    assert_eq!(in_runtime, vec![steady_id.clone()], "the steady pod's containers in the runtime");
+    assert_eq!(running(&n.containers_of(&steady_uid).await), vec![steady_id], "still running");
+    if let Err(e) = n.healthz_ok().await {
+        panic!("nodelet is not healthy after the outage: {e}\n{}", n.tail());
+    }
+
+    n.shutdown().await;
+    drop(plane);
+}
+
+// ------------------------------------------------------------------------------------------------ (j) Deployment
+
+#[tokio::test]
+async fn a_deployment_is_scheduled_onto_the_node_and_its_pods_run() {
+    const TEST: &str = "a_deployment_is_scheduled_onto_the_node_and_its_pods_run";
+    let (env, cluster) = cluster_or_skip!(TEST);
+    if let Err(why) = cluster.controllers_running() {
+        let binaries =
+            ["kube-controller-manager", "kube-scheduler"].iter().all(|b| cluster.assets.join(b).is_file());
+        if binaries && std::env::var("NODELET_REQUIRE_CLUSTER").as_deref() == Ok("1") {
+            panic!(
+                "{why}, though their binaries are in {}: start the control plane with ENVTEST_CONTROLLERS=1",
+                cluster.assets.display()
+            );
+        }
+        eprintln!(
+            "SKIP {TEST}: {why} (needs kube-controller-manager and kube-scheduler: ENVTEST_CONTROLLERS=1)"
+        );
+        return;
+    }
+    let n = ClusterNode::start(&env, &cluster, "deploy").await;
+    let ns = n.namespace().to_owned();
+    n.wait_until(&format!("Node {} Ready=True", n.node()), WAIT, async || match n.node_object().await {
+        Some(x) if node_condition(&x, "Ready").is_some_and(|c| c.status == "True") => Ok(()),
+        Some(x) => Err(pretty(&x)),
+        None => Err("no such Node".to_owned()),
+    })
+    .await;
+
+    let image = format!("--image={}", env.busybox);
+    let create =
+        ["create", "deployment", "web", &image, "--replicas=3", "-n", &ns, "--dry-run=client", "-o", "json"];
+    let args: Vec<&str> = create.iter().copied().chain(["--", "sleep", "3600"]).collect();
+    let (ok, out, err) = n.kubectl(&args, None).await;
+    assert!(ok, "kubectl {args:?}: {err}");
+    let mut deployment: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    deployment["metadata"]["namespace"] = json!(ns);
+    let spec = &mut deployment["spec"]["template"]["spec"];
+    spec["nodeSelector"] = json!({"kubernetes.io/hostname": n.node()});
+    spec["automountServiceAccountToken"] = json!(false);
+    spec["terminationGracePeriodSeconds"] = json!(2);
+    spec["dnsPolicy"] = json!("None");
+    spec["dnsConfig"] = json!({"nameservers": ["127.0.0.1"]});
+    for c in spec["containers"].as_array_mut().into_iter().flatten() {
+        c["imagePullPolicy"] = json!("IfNotPresent");
+    }
+    let text = deployment.to_string();
+    let (ok, _, err) = n.kubectl(&["apply", "-n", &ns, "-f", "-"], Some(&text)).await;
+    assert!(ok, "kubectl apply of\n{}\n: {err}", pretty(&deployment));
+
+    let web = ListParams::default().labels("app=web");
+    let list = async || match n.pods_api().list(&web).await {
+        Ok(l) => l.items,
+        Err(e) => panic!("cannot list the pods of deployment web: {e}"),
+    };
+    n.wait_until(
+        "3 pods of deployment web Running and Ready on the node",
+        Duration::from_secs(90),
+        async || {
+            let pods = list().await;
+            let good = pods
+                .iter()
+                .filter(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n.node())
+                        && phase(p) == "Running"
+                        && is_true(p, "Ready")
+                })
+                .count();
+            if good == 3 && pods.len() == 3 { Ok(()) } else { Err(pretty(&pods)) }
+        },
+    )
+    .await;
+    let uids: Vec<String> = list().await.iter().map(uid).collect();
+    for u in &uids {
+        assert_eq!(running(&n.containers_of(u).await).len(), 1, "running containers of pod UID {u}");
+    }
+
+    // clean up: the deployment, then its pods leave the API and the runtime
+    let (ok, _, err) =
+        n.kubectl(&["delete", "deployment", "web", "-n", &ns, "--wait=true", "--timeout=60s"], None).await;
+    assert!(ok, "kubectl delete deployment web: {err}");
+    n.wait_until("the pods of deployment web to be gone from the API", WAIT, async || {
+        let pods = list().await;
+        if pods.is_empty() { Ok(()) } else { Err(pretty(&pods)) }
+    })
+    .await;
+    for u in &uids {
+        n.wait_runtime_clear_of(u, Duration::from_secs(30)).await;
+    }
+
+    n.shutdown().await;
+}
+
+/// The fixture reads envtest's `env.sh` without a shell: the lines `start.sh` writes.
+#[test]
+fn envtest_env_files_are_parsed_without_a_shell() {
+    let vars = parse_env_file(
+        "export ENVTEST_BASE=\"/tmp/x y\"\nexport APISERVER_URL=\"https://127.0.0.1:26443\"\n# comment\nexport PLAIN=v=1\n",
+    );
+    assert_eq!(vars.get("ENVTEST_BASE").map(String::as_str), Some("/tmp/x y"));
+    assert_eq!(vars.get("APISERVER_URL").map(String::as_str), Some("https://127.0.0.1:26443"));
+    assert_eq!(vars.get("PLAIN").map(String::as_str), Some("v=1"));
+    assert_eq!(vars.len(), 3, "{vars:?}");
+}
