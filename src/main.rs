@@ -228,6 +228,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let probe_results = prober.results();
     // Pods evicted or refused under node pressure (the eviction manager decides, the pod engine acts).
     let verdicts = nodelet_resources::eviction::verdict::PodVerdicts::new();
+    verdicts.set_resources(node_facts.admission_resources(config.pods.max_pods));
     let mut engine = Engine::builder(
         "pods",
         PodReconciler::new(crash_loop.clone(), clock.clone())

@@ -54,6 +54,24 @@ pub(crate) struct NodeFacts {
 }
 
 impl NodeFacts {
+    /// What admission checks new pods against: allocatable cpu and memory, and `max_pods`.
+    pub(crate) fn admission_resources(
+        &self,
+        max_pods: u32,
+    ) -> nodelet_resources::eviction::verdict::NodeResources {
+        let get = |name: &str, scale: i64| {
+            self.allocatable
+                .get(name)
+                .and_then(|q| nodelet_resources::quantity::Quantity::parse(&q.0))
+                .map_or(i64::MAX, |q| q.scaled_ceil(scale))
+        };
+        nodelet_resources::eviction::verdict::NodeResources {
+            cpu_milli: get("cpu", 1000),
+            memory_bytes: get("memory", 1),
+            max_pods: usize::try_from(max_pods).unwrap_or(usize::MAX),
+        }
+    }
+
     /// Reads the facts of this machine for `config`; `runtime_version` from [`runtime_version`].
     pub(crate) fn detect(config: &config::Config, runtime_version: String) -> NodeFacts {
         Self::detect_in(Path::new("/"), config, runtime_version)
