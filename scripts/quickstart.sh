@@ -31,6 +31,7 @@
 #   NODELET_QS_EVICTION_HARD --eviction-hard (default: the kubelet's memory threshold, 1Gi free for disks)
 #   NODELET_QS_LOG           nodelet's log file              (default /var/log/nodelet-quickstart.log)
 #   NODELET_QS_TIMEOUT       seconds to wait for the web pod (default 180)
+#   NODELET_QS_KUBECONFIG    join the cluster of this kubeconfig (--kubeconfig, with --node-ip 127.0.0.1)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -42,6 +43,7 @@ POD_CIDR=${NODELET_QS_POD_CIDR:-198.18.0.0/16}
 EVICTION_HARD=${NODELET_QS_EVICTION_HARD:-memory.available<100Mi,nodefs.available<1Gi,nodefs.inodesFree<5%,imagefs.available<1Gi}
 LOG=${NODELET_QS_LOG:-/var/log/nodelet-quickstart.log}
 TIMEOUT=${NODELET_QS_TIMEOUT:-180}
+KUBECONFIG_FILE=${NODELET_QS_KUBECONFIG:-}
 PIDFILE=/run/nodelet-quickstart.pid
 STATEFILE=/run/nodelet-quickstart.state # what --stop needs: binary, root dir, pod CIDR, log, host state
 BRIDGE=nodelet0                         # the embedded runtime's CNI bridge (src/config.rs DEFAULT_CNI_BRIDGE)
@@ -299,6 +301,11 @@ ARGS=(
 	--preload-images "$IMAGES"
 	--eviction-hard "$EVICTION_HARD"
 )
+if [ -n "$KUBECONFIG_FILE" ]; then
+	[ -r "$KUBECONFIG_FILE" ] || die "NODELET_QS_KUBECONFIG: cannot read $KUBECONFIG_FILE"
+	# The API server reaches the node (logs, exec) at its InternalIP: loopback here.
+	ARGS+=(--kubeconfig "$KUBECONFIG_FILE" --node-ip 127.0.0.1)
+fi
 log "4/5 starting nodelet in the background (log $LOG):"
 log "    $BIN ${ARGS[*]}"
 mkdir -p "$(dirname "$LOG")"

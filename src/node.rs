@@ -456,8 +456,9 @@ impl NodeView for Node {
 
 impl Node {
     /// The container lifecycle events the kubelet records, derived from what the runtime has:
-    /// `Created` and `Started` (Normal) for each container, counted over its attempts, and `BackOff`
-    /// (Warning) while a container waits in CrashLoopBackOff, counted over its restarts.
+    /// `Created` and `Started` (Normal) for each container, counted over its attempts, `Killing`
+    /// (Normal) for the containers of a pod being deleted through the API, and `BackOff` (Warning)
+    /// while a container waits in CrashLoopBackOff, counted over its restarts.
     fn lifecycle_events(&self, items: &mut Vec<Event>) {
         let now = (self.clock)();
         for (uid, pod) in self.actual.entries() {
@@ -506,6 +507,9 @@ impl Node {
                         attempts,
                         newest.started_at,
                     );
+                }
+                if desired.deletion_grace().is_some() {
+                    push("Killing", "Normal", format!("Stopping container {name}"), 1, now);
                 }
                 if backing_off.contains(&name) {
                     let message = format!(

@@ -72,8 +72,12 @@ impl<V: NodeView> EventSink<V> {
         let mut writes = 0;
         for event in self.view.events().items {
             let (key, event) = self.prepare(event, &now);
+            // Two entries for the same object, reason and container (e.g. `Killing` after a failed
+            // probe and for a deletion): the first one stands for both.
+            if current.insert(key.clone(), ()).is_some() {
+                continue;
+            }
             let posted = self.posted.get(&key).cloned();
-            current.insert(key.clone(), ());
             let unchanged = posted
                 .as_ref()
                 .is_some_and(|p| p.count >= event.count.unwrap_or(1) && p.message == event.message);
