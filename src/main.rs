@@ -96,18 +96,6 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         let imported = containerd::import_images(std::path::Path::new("ctr"), socket.as_ref(), dir).await?;
         tracing::info!(images = imported.len(), dir = %dir.display(), "preloaded images");
     }
-    let runtime = Arc::new(nodelet_cri::CriPodRuntime::new(
-        cri.clone(),
-        nodelet_cri::CriPodRuntimeConfig::default()
-            .with_pod_log_root(&config.pods.pod_logs_dir)
-            .with_cgroup_root(config.pods.cgroup_root.clone())
-            .with_resolv_conf(config.pods.resolv_conf.clone())
-            .with_cluster_dns(config.pods.cluster_dns.iter().map(ToString::to_string).collect())
-            .with_cluster_domain(&config.pods.cluster_domain)
-            .with_allow_privileged(config.pods.allow_privileged)
-            .with_node_name(&config.node_name)
-            .with_root_dir(&config.root_dir),
-    ));
 
     // Wait for the runtime before planning anything: reconstruction needs it.
     let runtime_ready = Arc::new(AtomicBool::new(false));
@@ -164,7 +152,23 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     };
     pod_config.seal();
     let desired = pod_config.store();
-    let renderer = volumes::ManifestRenderer::new(objects.clone());
+    // ConfigMaps, Secrets and tokens for volumes and environment variables.
+    let node_objects = volumes::NodeObjects::new(objects.clone(), cluster.as_ref().map(|c| c.pod_data()));
+    let renderer = volumes::ManifestRenderer::new(node_objects.clone());
+    let runtime = Arc::new(nodelet_cri::CriPodRuntime::new(
+        cri.clone(),
+        nodelet_cri::CriPodRuntimeConfig::default()
+            .with_pod_log_root(&config.pods.pod_logs_dir)
+            .with_cgroup_root(config.pods.cgroup_root.clone())
+            .with_resolv_conf(config.pods.resolv_conf.clone())
+            .with_cluster_dns(config.pods.cluster_dns.iter().map(ToString::to_string).collect())
+            .with_cluster_domain(&config.pods.cluster_domain)
+            .with_allow_privileged(config.pods.allow_privileged)
+            .with_node_name(&config.node_name)
+            .with_root_dir(&config.root_dir)
+            .with_node_ips(node_facts.internal_ips())
+            .with_objects(Arc::new(node_objects.clone())),
+    ));
 
     let volume_metrics = VolumeMetrics::new(&registry)?;
     // CSI node plugins register by socket in nodelet.storage.csi.pluginDir (<root-dir>/plugins_registry).
@@ -254,7 +258,12 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let populator = populator.with_claims(claim_lookup).with_verdicts(verdicts.clone());
     // Re-populate when the objects (ConfigMaps, Secrets) or the claims' bindings change.
     let (refresh_tx, refresh) = tokio::sync::watch::channel(());
-    tasks.spawn(volumes::forward_changes(objects, claims.view.subscribe(), refresh_tx, shutdown.clone()));
+    tasks.spawn(volumes::forward_changes(
+        objects,
+        claims.view.subscribe(),
+        refresh_tx.clone(),
+        shutdown.clone(),
+    ));
     tasks.spawn(populator.run(refresh, shutdown.clone()));
     tasks.spawn(volumes::claim_volume_stats(
         desired.clone(),
@@ -398,6 +407,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             pod_desired,
             pod_actual,
             cri.clone(),
+            refresh_tx,
             &shutdown,
             &mut tasks,
         );

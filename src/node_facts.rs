@@ -54,6 +54,11 @@ pub(crate) struct NodeFacts {
 }
 
 impl NodeFacts {
+    /// The `InternalIP` addresses.
+    pub(crate) fn internal_ips(&self) -> Vec<String> {
+        self.addresses.iter().filter(|a| a.type_ == "InternalIP").map(|a| a.address.clone()).collect()
+    }
+
     /// What admission checks new pods against: allocatable cpu and memory, and `max_pods`.
     pub(crate) fn admission_resources(
         &self,

@@ -1,5 +1,6 @@
-//! Volume wiring of the daemon: the renderer that reads ConfigMaps and Secrets from the manifest
-//! directory, and the task that wakes the pod engine when a pod's volumes change.
+//! Volume wiring of the daemon: the renderer that reads ConfigMaps, Secrets and tokens from the
+//! manifest directory and (cluster mode) the API server, and the task that wakes the pod engine when a
+//! pod's volumes change.
 
 use std::sync::Arc;
 
@@ -19,21 +20,74 @@ use tokio_util::sync::CancellationToken;
 
 use crate::sources::ManifestObjects;
 
-/// Renders configMap, secret, downwardAPI and projected volumes from the ConfigMap and Secret
-/// objects in the manifest directory (standalone mode).
+/// The ConfigMaps, Secrets and service-account tokens pods get: in cluster mode the API server's
+/// (the objects API pods refer to, tokens for API pods), then the manifest directory's. Cheap to
+/// clone; reads from memory.
+#[derive(Clone)]
+pub(crate) struct NodeObjects {
+    manifest: watch::Receiver<Arc<ManifestObjects>>,
+    api: Option<crate::cluster::podobjects::PodData>,
+}
+
+impl std::fmt::Debug for NodeObjects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeObjects").field("api", &self.api.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl NodeObjects {
+    /// The manifest directory's objects, and in cluster mode the API's.
+    pub(crate) fn new(
+        manifest: watch::Receiver<Arc<ManifestObjects>>,
+        api: Option<crate::cluster::podobjects::PodData>,
+    ) -> Self {
+        Self { manifest, api }
+    }
+
+    fn manifest(&self) -> Snapshot {
+        Snapshot(self.manifest.borrow().clone())
+    }
+}
+
+impl ObjectLookup for NodeObjects {
+    fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
+        self.api
+            .as_ref()
+            .and_then(|a| a.config_map(namespace, name))
+            .or_else(|| self.manifest().config_map(namespace, name))
+    }
+
+    fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
+        self.api
+            .as_ref()
+            .and_then(|a| a.secret(namespace, name))
+            .or_else(|| self.manifest().secret(namespace, name))
+    }
+
+    fn service_account_token(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+        audience: &str,
+        expiration_seconds: i64,
+    ) -> Option<Result<String, String>> {
+        self.api.as_ref()?.service_account_token(pod, audience, expiration_seconds)
+    }
+}
+
+/// Renders configMap, secret, downwardAPI and projected volumes from the [`NodeObjects`].
 #[derive(Debug)]
 pub(crate) struct ManifestRenderer {
-    objects: watch::Receiver<Arc<ManifestObjects>>,
+    objects: NodeObjects,
 }
 
 impl ManifestRenderer {
-    /// A renderer reading the manifest source's objects.
-    pub(crate) fn new(objects: watch::Receiver<Arc<ManifestObjects>>) -> Self {
+    /// A renderer reading `objects`.
+    pub(crate) fn new(objects: NodeObjects) -> Self {
         Self { objects }
     }
 }
 
-/// A snapshot of the objects, looked up by kind, namespace and name.
+/// A snapshot of the manifest objects, looked up by kind, namespace and name.
 struct Snapshot(Arc<ManifestObjects>);
 
 impl Snapshot {
@@ -63,9 +117,8 @@ impl ObjectLookup for Snapshot {
 
 impl Renderer for ManifestRenderer {
     fn render(&self, pod: &DesiredPod, volume: &Volume, plugin: Plugin) -> Result<VolumeSource, String> {
-        let snapshot = Snapshot(self.objects.borrow().clone());
         let files =
-            nodelet_host::files::volume_files(&pod.pod, volume, &snapshot).map_err(|e| e.to_string())?;
+            nodelet_host::files::volume_files(&pod.pod, volume, &self.objects).map_err(|e| e.to_string())?;
         Ok(VolumeSource::files(plugin, files))
     }
 }

@@ -18,6 +18,7 @@
 pub(crate) mod events;
 pub(crate) mod mirror;
 pub(crate) mod node;
+pub(crate) mod podobjects;
 pub(crate) mod pods;
 pub(crate) mod ratelimit;
 pub(crate) mod status;
@@ -126,6 +127,7 @@ pub(crate) fn is_status(e: &kube::Error, code: u16) -> bool {
 /// Cluster mode's first half, set up with the pod sources: the client and the API pod source.
 pub(crate) struct Cluster {
     client: Client,
+    pod_data: podobjects::PodData,
     snapshot: tokio::sync::watch::Receiver<std::sync::Arc<pods::ApiPodSnapshot>>,
 }
 
@@ -151,11 +153,17 @@ impl Cluster {
         let source = pods::ApiPods::new(client.clone(), pod_config.add_source("api")?);
         let snapshot = source.snapshot();
         tasks.spawn(source.run(shutdown.clone()));
-        Ok(Self { client, snapshot })
+        Ok(Self { client, snapshot, pod_data: podobjects::PodData::new() })
     }
 
-    /// Starts the writers: the Node and its Lease, pod statuses, mirror pods and events, all read
-    /// from `view` and the pod stores.
+    /// The ConfigMaps, Secrets and tokens of API pods (filled once [`start`](Self::start)ed).
+    pub(crate) fn pod_data(&self) -> podobjects::PodData {
+        self.pod_data.clone()
+    }
+
+    /// Starts the writers (the Node and its Lease, pod statuses, mirror pods and events, all read
+    /// from `view` and the pod stores) and the pod data watches, which poke `refresh` when the
+    /// volumes must be rendered again.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start<V: crate::server::NodeView + Send + Sync + 'static>(
         self,
@@ -171,9 +179,22 @@ impl Cluster {
             nodelet_resources::pod::actual::PodActual,
         >,
         cri: nodelet_cri::CriClient,
+        refresh: tokio::sync::watch::Sender<()>,
         shutdown: &tokio_util::sync::CancellationToken,
         tasks: &mut tokio::task::JoinSet<()>,
     ) {
+        let mut changes = self.pod_data.subscribe();
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    r = changes.changed() => if r.is_err() { return },
+                }
+                refresh.send_replace(());
+            }
+        });
+        tasks.spawn(self.pod_data.clone().run(self.client.clone(), desired.clone(), shutdown.clone()));
         let host_ips: Vec<String> = view
             .nodes()
             .items

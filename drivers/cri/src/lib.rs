@@ -78,7 +78,7 @@ pub use events::{EventsConfig, RuntimeEvent, RuntimeEventStream};
 pub use filter::{ContainerFilter, SandboxFilter};
 pub use pod_runtime::{
     CriPodRuntime, CriPodRuntimeConfig, DEFAULT_CGROUP_FS, DEFAULT_CLUSTER_DOMAIN, DEFAULT_POD_LOG_ROOT,
-    DEFAULT_RESOLV_CONF, DEFAULT_SECCOMP_PROFILE_ROOT,
+    DEFAULT_RESOLV_CONF, DEFAULT_SECCOMP_PROFILE_ROOT, EnvObjects,
 };
 pub use probe::CriProber;
 

@@ -96,7 +96,33 @@ pub struct CriPodRuntimeConfig {
     pub memory_capacity_bytes: Option<u64>,
     /// nodelet's root directory (`--root-dir`): subPath binds go under `<root>/pods/<uid>/volume-subpaths`.
     pub root_dir: PathBuf,
+    /// Where `env`/`envFrom` references to ConfigMaps and Secrets are looked up (none: such references
+    /// are errors unless optional).
+    pub objects: EnvObjects,
 }
+
+/// The ConfigMaps and Secrets environment variables may refer to (see
+/// [`CriPodRuntimeConfig::objects`]); equal when both are unset or the same lookup.
+#[derive(Clone, Default)]
+pub struct EnvObjects(pub Option<std::sync::Arc<dyn nodelet_host::files::ObjectLookup + Send + Sync>>);
+
+impl std::fmt::Debug for EnvObjects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "EnvObjects(Some(..))" } else { "EnvObjects(None)" })
+    }
+}
+
+impl PartialEq for EnvObjects {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for EnvObjects {}
 
 impl Default for CriPodRuntimeConfig {
     fn default() -> Self {
@@ -113,6 +139,7 @@ impl Default for CriPodRuntimeConfig {
             node_ips: Vec::new(),
             seccomp_profile_root: PathBuf::from(DEFAULT_SECCOMP_PROFILE_ROOT),
             memory_capacity_bytes: None,
+            objects: EnvObjects::default(),
             root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
         }
     }
@@ -149,6 +176,15 @@ impl CriPodRuntimeConfig {
     /// Sets [`resolv_conf`](Self::resolv_conf).
     pub fn with_resolv_conf(mut self, path: Option<PathBuf>) -> Self {
         self.resolv_conf = path;
+        self
+    }
+
+    /// Sets [`objects`](Self::objects).
+    pub fn with_objects(
+        mut self,
+        objects: std::sync::Arc<dyn nodelet_host::files::ObjectLookup + Send + Sync>,
+    ) -> Self {
+        self.objects = EnvObjects(Some(objects));
         self
     }
 

@@ -531,17 +531,34 @@ fn container_env(
     config: &CriPodRuntimeConfig,
 ) -> Result<Env, SpecError> {
     let mut env = Env::default();
+    let namespace = pod.namespace();
     for (i, from) in container.env_from.iter().flatten().enumerate() {
         let (kind, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
             (Some(c), _) => ("configMapRef", c.name.as_str(), c.optional),
             (None, Some(s)) => ("secretRef", s.name.as_str(), s.optional),
             (None, None) => continue,
         };
-        if optional != Some(true) {
+        let field = format!("{path}.envFrom[{i}].{kind}");
+        let Some(data) = object_data(config, kind == "configMapRef", namespace, name) else {
+            if optional == Some(true) {
+                continue;
+            }
             return Err(SpecError::Container(format!(
-                "container {:?}: {path}.envFrom[{i}].{kind}: cannot read {name:?}: nodelet has no API server",
-                container.name
+                "container {:?}: {field}: {} {name:?} not found",
+                container.name,
+                if kind == "configMapRef" { "configmap" } else { "secret" },
             )));
+        };
+        let prefix = from.prefix.as_deref().unwrap_or_default();
+        for (key, value) in data {
+            // Keys that are no valid variable names are skipped, as the kubelet does.
+            let var = format!("{prefix}{key}");
+            if !var.is_empty()
+                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+                && !var.starts_with(|c: char| c.is_ascii_digit())
+            {
+                env.set(&var, value);
+            }
         }
     }
     for (i, var) in container.env.iter().flatten().enumerate() {
@@ -585,18 +602,62 @@ fn env_var_source(
     if let Some(resource) = &from.resource_field_ref {
         return resource_field_value(pod, container, resource, config, var_path).map(Some);
     }
-    let (kind, optional) = match (&from.config_map_key_ref, &from.secret_key_ref) {
-        (Some(c), _) => ("configMapKeyRef", c.optional),
-        (None, Some(s)) => ("secretKeyRef", s.optional),
-        (None, None) if from.file_key_ref.is_some() => ("fileKeyRef", Some(false)),
+    let (kind, object, key, optional) = match (&from.config_map_key_ref, &from.secret_key_ref) {
+        (Some(c), _) => ("configMapKeyRef", c.name.as_str(), c.key.as_str(), c.optional),
+        (None, Some(s)) => ("secretKeyRef", s.name.as_str(), s.key.as_str(), s.optional),
+        (None, None) if from.file_key_ref.is_some() => {
+            return Err(SpecError::Container(format!(
+                "container {name:?}: {var_path}.valueFrom.fileKeyRef: not supported by nodelet"
+            )));
+        }
         (None, None) => return Ok(Some(String::new())),
     };
-    if optional == Some(true) {
-        return Ok(None);
+    let is_config_map = kind == "configMapKeyRef";
+    let what = if is_config_map { "configmap" } else { "secret" };
+    match object_data(config, is_config_map, pod.namespace(), object) {
+        Some(data) => match data.into_iter().find(|(k, _)| k == key) {
+            Some((_, value)) => Ok(Some(value)),
+            None if optional == Some(true) => Ok(None),
+            None => Err(SpecError::Container(format!(
+                "container {name:?}: {var_path}.valueFrom.{kind}: couldn't find key {key} in {what} {}/{object}",
+                pod.namespace()
+            ))),
+        },
+        None if optional == Some(true) => Ok(None),
+        None if config.objects.0.is_none() => Err(SpecError::Container(format!(
+            "container {name:?}: {var_path}.valueFrom.{kind}: not supported by nodelet without an API server"
+        ))),
+        None => Err(SpecError::Container(format!(
+            "container {name:?}: {var_path}.valueFrom.{kind}: {what} {:?} not found",
+            object
+        ))),
     }
-    Err(SpecError::Container(format!(
-        "container {name:?}: {var_path}.valueFrom.{kind}: not supported by nodelet (no API server)"
-    )))
+}
+
+/// The data of the ConfigMap (or Secret) `namespace/name` as strings (a Secret's bytes decoded as
+/// UTF-8, lossily; a ConfigMap's `binaryData` is not used for variables), sorted by key; `None` when
+/// there is no such object or no lookup.
+fn object_data(
+    config: &CriPodRuntimeConfig,
+    config_map: bool,
+    namespace: &str,
+    name: &str,
+) -> Option<Vec<(String, String)>> {
+    let lookup = config.objects.0.as_ref()?;
+    if config_map {
+        let cm = lookup.config_map(namespace, name)?;
+        Some(cm.data.unwrap_or_default().into_iter().collect())
+    } else {
+        let secret = lookup.secret(namespace, name)?;
+        let mut data: std::collections::BTreeMap<String, String> = secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .collect();
+        data.extend(secret.string_data.unwrap_or_default());
+        Some(data.into_iter().collect())
+    }
 }
 
 /// The pod's QoS class.
@@ -1490,6 +1551,81 @@ mod tests {
         let known = cfg().with_node_ips(vec!["127.0.0.1".into()]);
         let cc = container_config(&p, &c, &inputs(&img, &[]), &known).expect("known host IP");
         assert!(cc.envs.iter().any(|kv| kv.key == "NODE_IP" && kv.value == "127.0.0.1"));
+    }
+
+    #[test]
+    fn env_from_config_maps_and_secrets_reads_the_lookup() {
+        use k8s_openapi::api::core::v1::{
+            ConfigMap, ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, Secret, SecretKeySelector,
+        };
+        let ns = pod(vec![container("x")]).namespace().to_owned();
+        let mut objects = nodelet_host::files::StaticObjects::new();
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("cfg".into());
+        cm.metadata.namespace = Some(ns.clone());
+        cm.data = Some([("A".to_owned(), "1".to_owned()), ("bad key".to_owned(), "x".to_owned())].into());
+        objects.insert_config_map(cm);
+        let mut secret = Secret::default();
+        secret.metadata.name = Some("sec".into());
+        secret.metadata.namespace = Some(ns);
+        secret.data = Some([("pw".to_owned(), k8s_openapi::ByteString(b"hunter2".to_vec()))].into());
+        objects.insert_secret(secret);
+        let mut c = container("app");
+        c.env_from = Some(vec![EnvFromSource {
+            config_map_ref: Some(ConfigMapEnvSource { name: "cfg".into(), optional: None }),
+            prefix: Some("CFG_".into()),
+            ..Default::default()
+        }]);
+        let key_ref = |name: &str, key: &str, optional: Option<bool>, secret: bool| EnvVarSource {
+            config_map_key_ref: (!secret).then(|| ConfigMapKeySelector {
+                name: name.into(),
+                key: key.into(),
+                optional,
+            }),
+            secret_key_ref: secret.then(|| SecretKeySelector {
+                name: name.into(),
+                key: key.into(),
+                optional,
+            }),
+            ..Default::default()
+        };
+        c.env = Some(vec![
+            EnvVar {
+                name: "PW".into(),
+                value_from: Some(key_ref("sec", "pw", None, true)),
+                ..Default::default()
+            },
+            EnvVar {
+                name: "OPT".into(),
+                value_from: Some(key_ref("none", "x", Some(true), false)),
+                ..Default::default()
+            },
+        ]);
+        let p = pod(vec![c.clone()]);
+        let img = image();
+        let with = cfg().with_objects(std::sync::Arc::new(objects));
+        let cc = container_config(&p, &c, &inputs(&img, &[]), &with).expect("resolved");
+        let get = |k: &str| cc.envs.iter().find(|kv| kv.key == k).map(|kv| kv.value.clone());
+        assert_eq!(get("CFG_A").as_deref(), Some("1"));
+        assert_eq!(get("CFG_bad key"), None, "not a variable name");
+        assert_eq!(get("PW").as_deref(), Some("hunter2"));
+        assert_eq!(get("OPT"), None, "optional and missing: left out");
+        // A required key that is missing names the field and the object.
+        let mut missing = c.clone();
+        missing.env = Some(vec![EnvVar {
+            name: "X".into(),
+            value_from: Some(key_ref("cfg", "nope", None, false)),
+            ..Default::default()
+        }]);
+        let err = container_config(&pod(vec![missing.clone()]), &missing, &inputs(&img, &[]), &with)
+            .expect_err("missing key");
+        assert!(
+            err.to_string().contains("env[0].valueFrom.configMapKeyRef: couldn't find key nope"),
+            "{err}"
+        );
+        // Without a lookup (standalone), a required reference is refused.
+        let err = container_config(&p, &c, &inputs(&img, &[]), &cfg()).expect_err("no lookup");
+        assert!(err.to_string().contains("envFrom[0].configMapRef"), "{err}");
     }
 
     #[test]

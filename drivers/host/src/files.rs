@@ -17,8 +17,10 @@
 //!   `cpu`, `memory`, `ephemeral-storage` and `hugepages-<size>`, with `divisor`; an unset limit
 //!   defaults to the node's allocatable amount ([`NodeAllocatable`]), an unset request to the limit
 //!   (the API server's defaulting).
-//! - `serviceAccountToken`, `clusterTrustBundle` and `podCertificate` projections are errors: standalone
-//!   mode has no API server to issue or serve them.
+//! - `serviceAccountToken` projections are written from the token the [`ObjectLookup`] gives for the
+//!   pod (in cluster mode, issued by the API server's TokenRequest API for the pod's service account);
+//!   a lookup without tokens (standalone mode) makes them an error, and so are `clusterTrustBundle`
+//!   and `podCertificate` projections.
 //!
 //! Errors name the volume and the field, e.g. `volume "cfg": configMap "app-config" not found` or
 //! `volume "cfg": items[1].path "../x": must not contain ".."`.
@@ -32,6 +34,9 @@ use k8s_openapi::api::core::v1::{
 use nodelet_resources::quantity::Quantity;
 
 use crate::fsutil;
+
+/// `expirationSeconds` of a projected `serviceAccountToken` when unset (the API server's default).
+pub const DEFAULT_TOKEN_EXPIRATION_SECONDS: i64 = 3600;
 
 /// The mode of a file without `mode` when `defaultMode` is unset (all four volume types).
 pub const DEFAULT_MODE: u32 = 0o644;
@@ -47,6 +52,18 @@ pub trait ObjectLookup {
     fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap>;
     /// The Secret `namespace/name`, if it exists.
     fn secret(&self, namespace: &str, name: &str) -> Option<Secret>;
+    /// A token of `pod`'s service account for a projected `serviceAccountToken` (`audience` empty
+    /// for the API server's own): `None` where nothing issues tokens (standalone mode), else the token
+    /// or why there is none yet.
+    fn service_account_token(
+        &self,
+        pod: &Pod,
+        audience: &str,
+        expiration_seconds: i64,
+    ) -> Option<Result<String, String>> {
+        let _ = (pod, audience, expiration_seconds);
+        None
+    }
 }
 
 /// A fixed set of ConfigMaps and Secrets, keyed by namespace (`default` when unset) and name.
@@ -181,6 +198,16 @@ pub enum FilesError {
         /// The volume name.
         volume: String,
         /// The field.
+        field: String,
+        /// Why.
+        reason: String,
+    },
+    /// A service-account token is not issued yet (or could not be).
+    #[error("volume {volume:?}: {field}: no token yet: {reason}")]
+    TokenNotReady {
+        /// The volume.
+        volume: String,
+        /// The projection's field.
         field: String,
         /// Why.
         reason: String,
@@ -387,6 +414,26 @@ impl<'a> Renderer<'a> {
                         p.items.as_deref().unwrap_or_default(),
                         mode,
                     )?;
+                } else if let Some((p, Some(result))) = source.service_account_token.as_ref().map(|p| {
+                    let expiration = p.expiration_seconds.unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS);
+                    let audience = p.audience.as_deref().unwrap_or_default();
+                    (p, self.lookup.service_account_token(self.pod, audience, expiration))
+                }) {
+                    // A lookup that issues tokens (cluster mode); otherwise the error below.
+                    let field = format!("{field}.serviceAccountToken");
+                    let path = self.path(&p.path, &format!("{field}.path"), &mut paths)?;
+                    match result {
+                        Ok(token) => {
+                            out.insert(path, FileEntry { data: token.into_bytes(), mode });
+                        }
+                        Err(reason) => {
+                            return Err(FilesError::TokenNotReady {
+                                volume: self.volume.to_string(),
+                                field,
+                                reason,
+                            });
+                        }
+                    }
                 } else {
                     let (what, reason) = if source.service_account_token.is_some() {
                         (
