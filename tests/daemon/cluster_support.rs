@@ -453,8 +453,8 @@ impl ClusterNode {
     }
 
     /// A pod for the test's namespace, bound to this node: the fixture's defaults (busybox image,
-    /// `IfNotPresent`, DNS 127.0.0.1 only), `automountServiceAccountToken: false` (nodelet issues no
-    /// service-account tokens) and a grace period of 2 s unless `spec` sets them.
+    /// `IfNotPresent`, DNS 127.0.0.1 only), `automountServiceAccountToken: false` (unless `spec` sets it:
+    /// most tests need no token) and a grace period of 2 s unless `spec` sets them.
     pub(crate) fn api_pod_manifest(&self, name: &str, spec: Value) -> Value {
         let mut manifest = self.pod_manifest(name, spec);
         manifest["metadata"]["namespace"] = json!(self.namespace);

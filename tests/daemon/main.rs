@@ -20,6 +20,7 @@
 
 mod api;
 mod cluster;
+mod cluster_data;
 mod cluster_support;
 mod eviction;
 mod lifecycle;

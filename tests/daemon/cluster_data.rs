@@ -1,0 +1,195 @@
+//! Pod data from the API server in cluster mode: ConfigMaps and Secrets as volumes and environment
+//! variables (watched: a change reaches the running pod), projected service-account tokens from the
+//! TokenRequest API (the automatic `kube-api-access-*` volume and an audience-bound projection), a
+//! missing ConfigMap that keeps the pod waiting with a `FailedMount` event until it appears, and no
+//! secret in nodelet's log. Against the real API server (envtest) and the real containerd.
+
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::cluster_support::{ClusterNode, cluster_or_skip, pretty};
+use crate::support::{phase, uid};
+
+/// The generous bound of the waits for something nodelet should do within seconds.
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn create_config_map(n: &ClusterNode, name: &str, data: serde_json::Value) {
+    let api: Api<ConfigMap> = Api::namespaced(n.client(), n.namespace());
+    let cm: ConfigMap = match serde_json::from_value(json!({"metadata": {"name": name}, "data": data})) {
+        Ok(c) => c,
+        Err(e) => panic!("bad ConfigMap: {e}"),
+    };
+    if let Err(e) = api.create(&PostParams::default(), &cm).await {
+        panic!("cannot create ConfigMap {name}: {e}");
+    }
+}
+
+/// The text of the container's first log file (CRI format lines, message parts only).
+fn container_output(n: &ClusterNode, pod: &str, uid: &str, container: &str) -> String {
+    let path = n.logs_dir().join(format!("{}_{pod}_{uid}", n.namespace())).join(container).join("0.log");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    text.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).collect::<Vec<_>>().join("\n")
+}
+
+/// Reviews `token` with the admin client for `audience` (empty: the API server's).
+async fn review(n: &ClusterNode, token: &str, audience: &str) -> TokenReview {
+    let api: Api<TokenReview> = Api::all(n.client());
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: token.to_owned(),
+            audiences: (!audience.is_empty()).then(|| vec![audience.to_owned()]),
+        },
+        ..TokenReview::default()
+    };
+    match api.create(&PostParams::default(), &review).await {
+        Ok(r) => r,
+        Err(e) => panic!("TokenReview: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn config_maps_secrets_and_service_account_tokens_reach_api_pods_and_updates_follow() {
+    let (env, cluster) =
+        cluster_or_skip!("config_maps_secrets_and_service_account_tokens_reach_api_pods_and_updates_follow");
+    let n = ClusterNode::start(&env, &cluster, "poddata").await;
+    create_config_map(&n, "app-config", json!({"greeting": "hello"})).await;
+    let secrets: Api<Secret> = Api::namespaced(n.client(), n.namespace());
+    let secret: Secret = match serde_json::from_value(
+        json!({"metadata": {"name": "app-secret"}, "stringData": {"password": "s3cret-9f8e7d"}}),
+    ) {
+        Ok(s) => s,
+        Err(e) => panic!("bad Secret: {e}"),
+    };
+    if let Err(e) = secrets.create(&PostParams::default(), &secret).await {
+        panic!("cannot create Secret: {e}");
+    }
+    let script = "echo PW=$PW; echo CFG=$CFG_greeting; echo FILE=$(cat /cfg/greeting); \
+                  echo NS=$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace); \
+                  test -s /var/run/secrets/kubernetes.io/serviceaccount/ca.crt && echo CA=yes; \
+                  echo TOKEN=$(cat /var/run/secrets/kubernetes.io/serviceaccount/token); \
+                  echo AUD=$(cat /aud/token); sleep 3600";
+    let manifest = n.api_pod_manifest(
+        "data",
+        json!({
+            "automountServiceAccountToken": true,
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "app-config"}},
+                {"name": "opt", "configMap": {"name": "not-there", "optional": true}},
+                {"name": "aud", "projected": {"sources": [{"serviceAccountToken": {
+                    "path": "token", "audience": "nodelet-test", "expirationSeconds": 3600}}]}},
+            ],
+            "containers": [{
+                "name": "main",
+                "command": ["sh", "-c", script],
+                "env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "app-secret", "key": "password"}}}],
+                "envFrom": [{"configMapRef": {"name": "app-config"}, "prefix": "CFG_"}],
+                "volumeMounts": [
+                    {"name": "cfg", "mountPath": "/cfg"},
+                    {"name": "opt", "mountPath": "/opt-cfg"},
+                    {"name": "aud", "mountPath": "/aud"},
+                ],
+            }],
+        }),
+    );
+    n.create_pod(&manifest).await;
+    let pod = n.wait_api_running("data").await;
+    let pod_uid = uid(&pod);
+    let output = n
+        .wait_until("the container's output", WAIT, async || {
+            let out = container_output(&n, "data", &pod_uid, "main");
+            if out.contains("AUD=") { Ok(out) } else { Err(out) }
+        })
+        .await;
+    let line =
+        |key: &str| output.lines().find_map(|l| l.strip_prefix(key)).map(str::to_owned).unwrap_or_default();
+    assert_eq!(line("PW="), "s3cret-9f8e7d", "secretKeyRef\n{output}");
+    assert_eq!(line("CFG="), "hello", "envFrom with a prefix\n{output}");
+    assert_eq!(line("FILE="), "hello", "configMap volume\n{output}");
+    assert_eq!(line("NS="), n.namespace(), "the automatic volume's downwardAPI part\n{output}");
+    assert_eq!(line("CA="), "yes", "kube-root-ca.crt in the automatic volume\n{output}");
+
+    // The tokens are real: the API server authenticates them as the pod's service account, bound to it.
+    let token = line("TOKEN=");
+    let r = review(&n, &token, "").await;
+    let status = r.status.unwrap_or_default();
+    assert_eq!(status.authenticated, Some(true), "automatic token: {}", pretty(&status));
+    let user = status.user.unwrap_or_default();
+    assert_eq!(
+        user.username.as_deref(),
+        Some(format!("system:serviceaccount:{}:default", n.namespace()).as_str())
+    );
+    let bound = user.extra.unwrap_or_default().get("authentication.kubernetes.io/pod-name").cloned();
+    assert_eq!(bound, Some(vec!["data".to_owned()]), "bound to the pod");
+    let aud = line("AUD=");
+    let r = review(&n, &aud, "nodelet-test").await;
+    assert_eq!(r.status.and_then(|s| s.authenticated), Some(true), "the audience-bound token");
+    let r = review(&n, &aud, "").await;
+    assert_ne!(r.status.and_then(|s| s.authenticated), Some(true), "not valid for the API server's audience");
+
+    // A change of the ConfigMap reaches the running pod's volume (atomically rewritten), no restart.
+    let cms: Api<ConfigMap> = Api::namespaced(n.client(), n.namespace());
+    let patch = json!({"data": {"greeting": "bonjour"}});
+    if let Err(e) = cms.patch("app-config", &PatchParams::default(), &Patch::Merge(&patch)).await {
+        panic!("cannot patch the ConfigMap: {e}");
+    }
+    let file = n.root_dir().join("pods").join(&pod_uid).join("volumes/kubernetes.io~configmap/cfg/greeting");
+    n.wait_until("the updated ConfigMap in the pod's volume", WAIT, async || {
+        let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        if text == "bonjour" { Ok(()) } else { Err(text) }
+    })
+    .await;
+    let pod = n.api_pod("data").await;
+    assert_eq!(
+        pod.as_ref()
+            .and_then(|p| p.status.as_ref())
+            .and_then(|s| s.container_statuses.as_ref())
+            .map(|c| c[0].restart_count),
+        Some(0)
+    );
+
+    // Secrets and tokens never appear in nodelet's log.
+    let log = n.log();
+    assert!(!log.contains("s3cret-9f8e7d"), "the secret is in nodelet's log");
+    assert!(!log.contains(&token[..token.len().min(40)]), "a token is in nodelet's log");
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_pod_waits_for_a_missing_config_map_with_an_event_and_starts_when_it_appears() {
+    let (env, cluster) =
+        cluster_or_skip!("a_pod_waits_for_a_missing_config_map_with_an_event_and_starts_when_it_appears");
+    let n = ClusterNode::start(&env, &cluster, "waitcm").await;
+    let manifest = n.api_pod_manifest(
+        "waiter",
+        json!({
+            "volumes": [{"name": "cfg", "configMap": {"name": "later"}}],
+            "containers": [{"name": "main", "command": ["sleep", "3600"],
+                            "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}],
+        }),
+    );
+    n.create_pod(&manifest).await;
+    let events: Api<Event> = Api::namespaced(n.client(), n.namespace());
+    let event = n
+        .wait_until("a FailedMount event for the missing ConfigMap", WAIT, async || {
+            let list = events.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+            list.items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("FailedMount")
+                        && e.involved_object.name.as_deref() == Some("waiter")
+                        && e.message.as_deref().is_some_and(|m| m.contains("\"later\""))
+                })
+                .ok_or_else(|| "no such event".to_owned())
+        })
+        .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"), "{}", pretty(&event));
+    let pod = n.api_pod("waiter").await;
+    assert_eq!(pod.as_ref().map(phase).as_deref(), Some("Pending"), "waits, not Failed");
+    create_config_map(&n, "later", json!({"k": "v"})).await;
+    n.wait_api_running("waiter").await;
+    n.shutdown().await;
+}
