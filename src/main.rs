@@ -193,8 +193,13 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         &shutdown,
         &mut tasks,
     )?;
-    let claim_lookup: Arc<dyn nodelet_resources::volume::populator::ClaimLookup> =
+    let mut claim_lookup: Arc<dyn nodelet_resources::volume::populator::ClaimLookup> =
         Arc::new(claims.view.clone());
+    if let Some(c) = &cluster {
+        // API pods' claims come from the API server, bound by the control plane.
+        claim_lookup =
+            Arc::new(cluster::podobjects::ClusterClaims { api: c.pod_data(), local: claim_lookup });
+    }
 
     // The volume engine: populated from the pods, gating their containers.
     let (volume_desired, volume_writer) = reconcile_engine::store();

@@ -14,8 +14,14 @@
 //!   renders (the render waits, then is redone), and again when 80 % of its lifetime or 24 hours have
 //!   passed; the old one is served until the new one is there. Tokens of pods that are gone are dropped.
 //!
-//! The lookups ([`ObjectLookup`]) answer from memory and never block; secrets and tokens are never
-//! logged.
+//! - **PersistentVolumeClaims** of API pods, and the PersistentVolumes they are bound to, are read
+//!   with `get` (all the Node authorizer allows a node for them): every 2 s while a claim is missing or
+//!   not bound yet, every minute once bound. Binding is the control plane's job (the PV controller);
+//!   nodelet's own binder serves static pods only. The volume of a bound claim mounts as today (local,
+//!   hostPath, CSI).
+//!
+//! The lookups ([`ObjectLookup`], [`ClaimLookup`]) answer from memory and never block; secrets and
+//! tokens are never logged.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,7 +29,9 @@ use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
+};
 use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::WatchStreamExt;
@@ -31,12 +39,17 @@ use kube::runtime::watcher::{self, Event};
 use nodelet_host::files::ObjectLookup;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::validation::CONFIG_SOURCE_ANNOTATION;
+use nodelet_resources::volume::populator::ClaimLookup;
 use reconcile_engine::Store;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 /// How often token lifetimes are checked.
 const TOKEN_CHECK_PERIOD: Duration = Duration::from_secs(30);
+/// How often a claim that is missing or not bound is read again.
+const CLAIM_PENDING_PERIOD: Duration = Duration::from_secs(2);
+/// How often a bound claim (and its volume) is read again.
+const CLAIM_BOUND_PERIOD: Duration = Duration::from_secs(60);
 /// The longest a token is used before a new one is asked for.
 const TOKEN_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
@@ -75,9 +88,19 @@ enum Object {
     Secret(Secret),
 }
 
+/// A claim an API pod uses, as last read.
+struct Claim {
+    /// The bound volume, or why there is none.
+    volume: Result<PersistentVolume, String>,
+    /// When to read it again.
+    next_check: tokio::time::Instant,
+}
+
 #[derive(Default)]
 struct State {
     objects: HashMap<ObjectKey, Watched>,
+    /// Claims by (namespace, name).
+    claims: HashMap<(String, String), Claim>,
     tokens: HashMap<TokenKey, Token>,
     /// Tokens asked for by a render and not issued yet (with the last error, if any).
     wanted: HashMap<TokenKey, Option<String>>,
@@ -124,11 +147,13 @@ impl PodData {
         loop {
             self.sync_watches(&client, &desired);
             self.issue_tokens(&client, &desired).await;
+            let next_claim = self.read_claims(&client, &desired).await;
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = changes.changed() => { changes.drain(); }
                 () = self.wake.notified() => {}
                 _ = check.tick() => {}
+                () = tokio::time::sleep_until(next_claim) => {}
             }
         }
         for (_, watched) in self.lock().objects.drain() {
@@ -227,6 +252,58 @@ impl PodData {
         }
     }
 
+    /// Reads the claims API pods use that are due, and their volumes; returns when the next is due.
+    async fn read_claims(
+        &self,
+        client: &kube::Client,
+        desired: &Store<PodUid, DesiredPod>,
+    ) -> tokio::time::Instant {
+        let mut used = HashSet::new();
+        desired.for_each(|_, pod| {
+            if matches!(pod.source, PodSource::Api) {
+                for volume in pod.spec().volumes.iter().flatten() {
+                    if let Some(c) = &volume.persistent_volume_claim {
+                        used.insert((pod.namespace().to_owned(), c.claim_name.clone()));
+                    }
+                }
+            }
+        });
+        let now = tokio::time::Instant::now();
+        let due: Vec<(String, String)> = {
+            let mut state = self.lock();
+            state.claims.retain(|k, _| used.contains(k));
+            used.into_iter().filter(|k| state.claims.get(k).is_none_or(|c| c.next_check <= now)).collect()
+        };
+        let mut changed = false;
+        for (namespace, name) in due {
+            let volume = read_claim(client, &namespace, &name).await;
+            let period = if volume.is_ok() { CLAIM_BOUND_PERIOD } else { CLAIM_PENDING_PERIOD };
+            let mut state = self.lock();
+            let entry = state.claims.entry((namespace, name));
+            match entry {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    let claim = e.get_mut();
+                    // A failed read keeps a volume already known (the API server may be away).
+                    let keep = claim.volume.is_ok() && matches!(&volume, Err(e) if e.starts_with("reading"));
+                    if !keep && claim.volume != volume {
+                        claim.volume = volume;
+                        changed = true;
+                    }
+                    claim.next_check = now + period;
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(Claim { volume, next_check: now + period });
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.changed.send_replace(());
+        }
+        let state = self.lock();
+        state.claims.values().map(|c| c.next_check).min().unwrap_or(now + CLAIM_BOUND_PERIOD)
+    }
+
     /// Asks for the tokens renders wanted and renews those past their refresh time.
     async fn issue_tokens(&self, client: &kube::Client, desired: &Store<PodUid, DesiredPod>) {
         let now = SystemTime::now();
@@ -268,6 +345,29 @@ impl PodData {
         if issued {
             self.changed.send_replace(());
         }
+    }
+}
+
+/// The volume bound to claim `namespace/name`, or why there is none.
+async fn read_claim(client: &kube::Client, namespace: &str, name: &str) -> Result<PersistentVolume, String> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let claim = match claims.get_opt(name).await {
+        Ok(Some(c)) => c,
+        Ok(None) => return Err(format!("persistentvolumeclaim {name:?} not found")),
+        Err(e) => return Err(format!("reading persistentvolumeclaim {name:?}: {e}")),
+    };
+    let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+    let volume = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()).filter(|v| !v.is_empty());
+    let (Some(volume), "Bound") = (volume, phase) else {
+        return Err(format!("persistentvolumeclaim {name:?} is not bound (phase {phase})"));
+    };
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    match volumes.get_opt(volume).await {
+        Ok(Some(pv)) => Ok(pv),
+        Ok(None) => {
+            Err(format!("persistentvolumeclaim {name:?} is bound to volume {volume:?}, which is gone"))
+        }
+        Err(e) => Err(format!("reading persistentvolume {volume:?}: {e}")),
     }
 }
 
@@ -402,5 +502,35 @@ impl ObjectLookup for PodData {
         drop(state);
         self.wake.notify_one();
         Some(Err(reason))
+    }
+}
+
+impl PodData {
+    /// The bound volume of claim `namespace/name` if an API pod uses it (`None`: not an API pod's
+    /// claim, ask nodelet's own binder).
+    fn api_claim(&self, namespace: &str, claim: &str) -> Option<Result<PersistentVolume, String>> {
+        let state = self.lock();
+        state.claims.get(&(namespace.to_owned(), claim.to_owned())).map(|c| c.volume.clone())
+    }
+}
+
+/// The claims of API pods from the API server, the others from nodelet's own binder.
+pub(crate) struct ClusterClaims {
+    /// The API's claims.
+    pub(crate) api: PodData,
+    /// nodelet's own binder (static pods' claims from the manifests).
+    pub(crate) local: Arc<dyn ClaimLookup>,
+}
+
+impl ClaimLookup for ClusterClaims {
+    fn bound_volume(&self, namespace: &str, claim: &str) -> Result<PersistentVolume, String> {
+        match self.api.api_claim(namespace, claim) {
+            Some(result) => result,
+            None => self.local.bound_volume(namespace, claim),
+        }
+    }
+
+    fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        self.local.wait_synced()
     }
 }

@@ -193,3 +193,74 @@ async fn a_pod_waits_for_a_missing_config_map_with_an_event_and_starts_when_it_a
     n.wait_api_running("waiter").await;
     n.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_claim_bound_by_the_control_plane_mounts_its_volume_in_an_api_pod() {
+    const TEST: &str = "a_claim_bound_by_the_control_plane_mounts_its_volume_in_an_api_pod";
+    let (env, cluster) = cluster_or_skip!(TEST);
+    if let Err(why) = cluster.controllers_running() {
+        // The PV controller (kube-controller-manager) binds claims.
+        let binary = cluster.assets.join("kube-controller-manager").is_file();
+        if binary && std::env::var("NODELET_REQUIRE_CLUSTER").as_deref() == Ok("1") {
+            panic!("{why}: start the control plane with ENVTEST_CONTROLLERS=1");
+        }
+        eprintln!("SKIP {TEST}: {why} (needs kube-controller-manager's PV controller)");
+        return;
+    }
+    let n = ClusterNode::start(&env, &cluster, "pvc").await;
+    let data = n.dir().join("pv-data");
+    if let Err(e) = std::fs::create_dir_all(&data) {
+        panic!("cannot create {}: {e}", data.display());
+    }
+    let pv_name = format!("{}-pv", n.namespace());
+    let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(n.client());
+    let pv = match serde_json::from_value(json!({
+        "metadata": {"name": pv_name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": pv_name,
+            "hostPath": {"path": data.display().to_string(), "type": "Directory"},
+        },
+    })) {
+        Ok(pv) => pv,
+        Err(e) => panic!("bad PersistentVolume: {e}"),
+    };
+    if let Err(e) = pvs.create(&PostParams::default(), &pv).await {
+        panic!("cannot create the PersistentVolume: {e}");
+    }
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(n.client(), n.namespace());
+    let claim = match serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": pv_name,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })) {
+        Ok(c) => c,
+        Err(e) => panic!("bad PersistentVolumeClaim: {e}"),
+    };
+    if let Err(e) = claims.create(&PostParams::default(), &claim).await {
+        panic!("cannot create the claim: {e}");
+    }
+    let manifest = n.api_pod_manifest(
+        "writer",
+        json!({
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+            "containers": [{"name": "main", "command": ["sh", "-c", "echo from-the-pod > /data/out; sleep 3600"],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+        }),
+    );
+    n.create_pod(&manifest).await;
+    n.wait_api_running("writer").await;
+    let out = data.join("out");
+    n.wait_until("the pod's file on the claim's volume", WAIT, async || {
+        std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(&out).unwrap_or_default(), "from-the-pod\n");
+    n.shutdown().await;
+    if let Err(e) = pvs.delete(&pv_name, &Default::default()).await {
+        eprintln!("could not delete the PersistentVolume {pv_name}: {e}");
+    }
+}
