@@ -331,12 +331,12 @@ impl Servers {
                     ?cache_unauthorized_ttl,
                     "requests are authorized with SubjectAccessReviews"
                 );
-                Authorizer::Webhook(AccessReviewer::new(
+                Authorizer::Webhook(Box::new(AccessReviewer::new(
                     client.0.clone(),
                     config.hostname.clone(),
                     cache_authorized_ttl,
                     cache_unauthorized_ttl,
-                ))
+                )))
             }
             (AuthorizationMode::Webhook { .. }, None) => {
                 return Err(ServerError::NoApiClient("Webhook authorization"));

@@ -26,7 +26,7 @@ pub(crate) enum Authorizer {
     /// Every authenticated request (anonymous ones too, when enabled) is allowed.
     AlwaysAllow,
     /// A SubjectAccessReview decides (cluster mode).
-    Webhook(AccessReviewer),
+    Webhook(Box<AccessReviewer>),
 }
 
 /// What every handler needs.
