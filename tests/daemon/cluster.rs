@@ -2,7 +2,8 @@
 //! node's own identity `system:node:<node>` (authorization Node,RBAC; admission NodeRestriction). Node
 //! registration, the node Lease, pods from the API, graceful deletion, crash loops, events, mirror pods, an
 //! API server outage, a Deployment scheduled onto the node, and the main port's TokenReview and
-//! SubjectAccessReview checks (with `kubectl logs` through the API server). The fixture is [`ClusterNode`](crate::cluster_support::ClusterNode); every check reads the API with an admin client.
+//! SubjectAccessReview checks (with `kubectl logs` through the API server). The fixture is
+//! [`ClusterNode`](crate::cluster_support::ClusterNode); every check reads the API with an admin client.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
