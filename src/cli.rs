@@ -253,6 +253,28 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Authentication")]
     pub(crate) anonymous_auth: Option<bool>,
+    /// Cluster mode only: check bearer tokens that are not in --token-auth-file with a TokenReview through
+    /// the API server. Default false (the kubelet's config-file default is true) [default: false]
+    /// [config: authentication.webhook.enabled]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          help_heading = "Authentication")]
+    pub(crate) authentication_token_webhook: Option<bool>,
+    /// How long TokenReview answers (authenticated or not) are cached; 0 disables the cache [default: 2m]
+    /// [config: authentication.webhook.cacheTTL]
+    #[arg(long, value_name = "DURATION", help_heading = "Authentication")]
+    pub(crate) authentication_token_webhook_cache_ttl: Option<GoDuration>,
+    /// Authorization of the main port: AlwaysAllow, or Webhook (cluster mode only: a SubjectAccessReview
+    /// for each request, as the kubelet) [default: AlwaysAllow] [config: authorization.mode]
+    #[arg(long, value_name = "MODE", help_heading = "Authentication")]
+    pub(crate) authorization_mode: Option<String>,
+    /// How long an allowing SubjectAccessReview answer is cached; 0 disables [default: 5m]
+    /// [config: authorization.webhook.cacheAuthorizedTTL]
+    #[arg(long, value_name = "DURATION", help_heading = "Authentication")]
+    pub(crate) authorization_webhook_cache_authorized_ttl: Option<GoDuration>,
+    /// How long a denying SubjectAccessReview answer is cached; 0 disables [default: 30s]
+    /// [config: authorization.webhook.cacheUnauthorizedTTL]
+    #[arg(long, value_name = "DURATION", help_heading = "Authentication")]
+    pub(crate) authorization_webhook_cache_unauthorized_ttl: Option<GoDuration>,
 
     /// Hard eviction thresholds, 'signal<value' pairs separated by commas, e.g.
     /// 'memory.available<100Mi,nodefs.available<10%'; setting one drops the other defaults
@@ -569,6 +591,20 @@ mod tests {
                 format!("[default: {}]", short_go(config::DEFAULT_NODE_STATUS_UPDATE_FREQUENCY)),
             ),
             ("--anonymous-auth", "[default: false]".to_owned()),
+            ("--authentication-token-webhook", "[default: false]".to_owned()),
+            (
+                "--authentication-token-webhook-cache-ttl",
+                format!("[default: {}]", short_go(config::DEFAULT_TOKEN_WEBHOOK_CACHE_TTL)),
+            ),
+            ("--authorization-mode", "[default: AlwaysAllow]".to_owned()),
+            (
+                "--authorization-webhook-cache-authorized-ttl",
+                format!("[default: {}]", short_go(config::DEFAULT_AUTHORIZED_CACHE_TTL)),
+            ),
+            (
+                "--authorization-webhook-cache-unauthorized-ttl",
+                format!("[default: {}]", short_go(config::DEFAULT_UNAUTHORIZED_CACHE_TTL)),
+            ),
             ("--allow-privileged", "[default: false]".to_owned()),
         ];
         for (flag, default) in expect {

@@ -48,6 +48,12 @@ pub(crate) const DEFAULT_READ_ONLY_PORT: u16 = 0;
 pub(crate) const DEFAULT_HEALTHZ_PORT: u16 = 10248;
 /// `healthzBindAddress`: loopback only.
 pub(crate) const DEFAULT_HEALTHZ_BIND_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+/// `authentication.webhook.cacheTTL`: the kubelet's 2m.
+pub(crate) const DEFAULT_TOKEN_WEBHOOK_CACHE_TTL: Duration = Duration::from_secs(120);
+/// `authorization.webhook.cacheAuthorizedTTL`: the kubelet's 5m.
+pub(crate) const DEFAULT_AUTHORIZED_CACHE_TTL: Duration = Duration::from_secs(300);
+/// `authorization.webhook.cacheUnauthorizedTTL`: the kubelet's 30s.
+pub(crate) const DEFAULT_UNAUTHORIZED_CACHE_TTL: Duration = Duration::from_secs(30);
 /// `resolvConf`.
 pub(crate) const DEFAULT_RESOLV_CONF: &str = "/etc/resolv.conf";
 /// `runtimeRequestTimeout`: the kubelet's 2m.
@@ -273,8 +279,7 @@ pub(crate) struct TlsFiles {
     pub(crate) key_file: PathBuf,
 }
 
-/// Authentication of the main port (there is no authorization step: an authenticated client may do
-/// everything, like the kubelet's `AlwaysAllow` mode).
+/// Authentication and authorization of the main port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct AuthConfig {
     /// `authentication.x509.clientCAFile` / `--client-ca-file`.
@@ -283,6 +288,33 @@ pub(crate) struct AuthConfig {
     pub(crate) token_auth_file: Option<PathBuf>,
     /// `authentication.anonymous.enabled` / `--anonymous-auth` (default false).
     pub(crate) anonymous: bool,
+    /// `authentication.webhook.enabled` / `--authentication-token-webhook` (default false; cluster mode
+    /// only): `Some` when bearer tokens not in the token file are checked with a TokenReview.
+    pub(crate) token_webhook: Option<TokenWebhookConfig>,
+    /// `authorization.mode` / `--authorization-mode` (default `AlwaysAllow`).
+    pub(crate) authorization: AuthorizationMode,
+}
+
+/// `authentication.webhook`: TokenReview authentication of bearer tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TokenWebhookConfig {
+    /// `cacheTTL` / `--authentication-token-webhook-cache-ttl`: how long an answer (authenticated or not) is
+    /// kept; zero: not cached. Default 2m.
+    pub(crate) cache_ttl: Duration,
+}
+
+/// `authorization.mode`: who may do what on the main port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AuthorizationMode {
+    /// Every authenticated request is allowed (the default, as the kubelet's command line).
+    AlwaysAllow,
+    /// A SubjectAccessReview for each request (cluster mode only).
+    Webhook {
+        /// `authorization.webhook.cacheAuthorizedTTL`: how long an allowing answer is kept (default 5m).
+        cache_authorized_ttl: Duration,
+        /// `authorization.webhook.cacheUnauthorizedTTL`: how long a denying answer is kept (default 30s).
+        cache_unauthorized_ttl: Duration,
+    },
 }
 
 /// The container runtime.
@@ -855,46 +887,20 @@ impl Config {
             .anonymous_auth
             .or(authn.and_then(|a| a.anonymous.as_ref()).and_then(|a| a.enabled))
             .unwrap_or(false);
-        if let Some(w) = authn.and_then(|a| a.webhook.as_ref()) {
-            if w.enabled == Some(true) {
-                warnings.push(ConfigWarning {
-                    field: "authentication.webhook.enabled".into(),
-                    message:
-                        "webhook (TokenReview) authentication is not supported: nodelet has no API server; \
-                              use authentication.x509.clientCAFile or --token-auth-file"
-                            .into(),
-                });
-            }
-            if w.cache_ttl.is_some() {
-                warnings.push(ignored_warning("authentication.webhook.cacheTTL"));
-            }
-        }
-        if let Some(authz) = &raw.authorization {
-            match authz.mode.as_deref() {
-                None | Some("AlwaysAllow") => {}
-                Some("Webhook") => warnings.push(ConfigWarning {
-                    field: "authorization.mode".into(),
-                    message: "Webhook authorization is not supported (no API server): every authenticated \
-                              request is allowed, as with AlwaysAllow"
-                        .into(),
-                }),
-                Some(other) => {
-                    return Err(
-                        m.file_err("authorization.mode", format!("{other:?} is not AlwaysAllow or Webhook"))
-                    );
-                }
-            }
-            if authz.webhook.is_some() {
-                warnings.push(ignored_warning("authorization.webhook"));
-            }
-        }
+        let (token_webhook, authorization) = m.webhooks(args, &raw, &mut warnings)?;
         let enabled = raw.enable_server.unwrap_or(true);
-        if enabled && !anonymous && client_ca_file.is_none() && token_auth_file.is_none() {
+        if enabled
+            && !anonymous
+            && client_ca_file.is_none()
+            && token_auth_file.is_none()
+            && token_webhook.is_none()
+        {
             warnings.push(ConfigWarning {
                 field: "authentication".into(),
                 message: format!(
-                    "no authenticator configured: port {port} will refuse every request; set --client-ca-file \
-                     or --token-auth-file (or --read-only-port for local unauthenticated reads)"
+                    "no authenticator configured: port {port} will refuse every request; set --client-ca-file, \
+                     --token-auth-file or --authentication-token-webhook (or --read-only-port for local \
+                     unauthenticated reads)"
                 ),
             });
         }
@@ -924,7 +930,7 @@ impl Config {
             healthz: (healthz_port != 0).then_some(SocketAddr::new(healthz_ip, healthz_port)),
             tls,
             cert_dir: root_dir.join("pki"),
-            auth: AuthConfig { client_ca_file, token_auth_file, anonymous },
+            auth: AuthConfig { client_ca_file, token_auth_file, anonymous, token_webhook, authorization },
         };
 
         // ---- runtime
@@ -1233,10 +1239,6 @@ fn raw_field_set(raw: &RawKubeletConfiguration, field: &str) -> bool {
     }
 }
 
-fn ignored_warning(field: &str) -> ConfigWarning {
-    ConfigWarning { field: field.to_owned(), message: "not supported by nodelet; ignored".into() }
-}
-
 fn clone_io(e: &std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), e.to_string())
 }
@@ -1296,6 +1298,106 @@ impl Merger<'_> {
             _ => Ok(None),
         }
     }
+    /// `authentication.webhook` and `authorization` (flags over the file). Both webhooks need cluster mode
+    /// (`--kubeconfig`): without it enabling either is an error. Cache lifetimes given for a webhook that is
+    /// off are reported as ignored.
+    fn webhooks(
+        &self,
+        args: &RunArgs,
+        raw: &RawKubeletConfiguration,
+        warnings: &mut Vec<ConfigWarning>,
+    ) -> Result<(Option<TokenWebhookConfig>, AuthorizationMode), ConfigError> {
+        let cluster_mode = args.kubeconfig.is_some();
+        let authn = raw.authentication.as_ref().and_then(|a| a.webhook.as_ref());
+        let (enabled, from_flag) = match (args.authentication_token_webhook, authn.and_then(|w| w.enabled)) {
+            (Some(e), _) => (e, true),
+            (None, Some(e)) => (e, false),
+            (None, None) => (false, false),
+        };
+        let ttl_flag = args.authentication_token_webhook_cache_ttl;
+        let ttl_file = authn.and_then(|w| w.cache_ttl);
+        let token_webhook = if enabled {
+            if !cluster_mode {
+                return Err(self.origin_err(
+                    from_flag,
+                    "--authentication-token-webhook",
+                    "authentication.webhook.enabled",
+                    "TokenReview authentication needs cluster mode (--kubeconfig): the reviews go to its API \
+                     server"
+                        .into(),
+                ));
+            }
+            let cache_ttl = ttl_flag.or(ttl_file).map_or(DEFAULT_TOKEN_WEBHOOK_CACHE_TTL, |d| d.0);
+            Some(TokenWebhookConfig { cache_ttl })
+        } else {
+            if ttl_flag.is_some() || ttl_file.is_some() {
+                warnings.push(ConfigWarning {
+                    field: "authentication.webhook.cacheTTL".into(),
+                    message: "TokenReview authentication is off (authentication.webhook.enabled); ignored"
+                        .into(),
+                });
+            }
+            None
+        };
+
+        let authz = raw.authorization.as_ref();
+        let (mode, from_flag) = match (&args.authorization_mode, authz.and_then(|a| a.mode.as_deref())) {
+            (Some(m), _) => (m.as_str(), true),
+            (None, Some(m)) => (m, false),
+            (None, None) => ("AlwaysAllow", false),
+        };
+        let hook = authz.and_then(|a| a.webhook.as_ref());
+        let authorized_flag = args.authorization_webhook_cache_authorized_ttl;
+        let unauthorized_flag = args.authorization_webhook_cache_unauthorized_ttl;
+        let authorized_file = hook.and_then(|h| h.cache_authorized_ttl);
+        let unauthorized_file = hook.and_then(|h| h.cache_unauthorized_ttl);
+        let authorization = match mode {
+            "AlwaysAllow" => {
+                for (set, field) in [
+                    (authorized_flag.is_some() || authorized_file.is_some(), "cacheAuthorizedTTL"),
+                    (unauthorized_flag.is_some() || unauthorized_file.is_some(), "cacheUnauthorizedTTL"),
+                ] {
+                    if set {
+                        warnings.push(ConfigWarning {
+                            field: format!("authorization.webhook.{field}"),
+                            message: "authorization.mode is AlwaysAllow; ignored".into(),
+                        });
+                    }
+                }
+                AuthorizationMode::AlwaysAllow
+            }
+            "Webhook" => {
+                if !cluster_mode {
+                    return Err(self.origin_err(
+                        from_flag,
+                        "--authorization-mode",
+                        "authorization.mode",
+                        "Webhook authorization needs cluster mode (--kubeconfig): the SubjectAccessReviews go \
+                         to its API server"
+                            .into(),
+                    ));
+                }
+                AuthorizationMode::Webhook {
+                    cache_authorized_ttl: authorized_flag
+                        .or(authorized_file)
+                        .map_or(DEFAULT_AUTHORIZED_CACHE_TTL, |d| d.0),
+                    cache_unauthorized_ttl: unauthorized_flag
+                        .or(unauthorized_file)
+                        .map_or(DEFAULT_UNAUTHORIZED_CACHE_TTL, |d| d.0),
+                }
+            }
+            other => {
+                return Err(self.origin_err(
+                    from_flag,
+                    "--authorization-mode",
+                    "authorization.mode",
+                    format!("{other:?} is not AlwaysAllow or Webhook"),
+                ));
+            }
+        };
+        Ok((token_webhook, authorization))
+    }
+
     fn positive_duration(
         &self,
         flag: Option<GoDuration>,

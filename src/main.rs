@@ -404,6 +404,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         .with_pressure(pressure)
         .with_facts(node_facts),
     );
+    let kube_client = cluster.as_ref().map(cluster::Cluster::client);
     if let (Some(cluster), Some(c)) = (cluster, &config.cluster) {
         cluster.start(
             &config.node_name,
@@ -431,6 +432,9 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         server_config.client_ca_file = config.server.auth.client_ca_file.clone();
         server_config.token_auth_file = config.server.auth.token_auth_file.clone();
         server_config.anonymous_auth = config.server.auth.anonymous;
+        server_config.token_webhook = config.server.auth.token_webhook;
+        server_config.authorization = config.server.auth.authorization;
+        server_config.kube_client = kube_client.map(server::ApiClient);
         server_config.root_dir = config.root_dir.clone();
         let servers = server::Servers::bind(&server_config, node).await?;
         tracing::info!(

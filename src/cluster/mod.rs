@@ -138,6 +138,11 @@ impl std::fmt::Debug for Cluster {
 }
 
 impl Cluster {
+    /// The API client (rate limited), for the main port's TokenReviews and SubjectAccessReviews.
+    pub(crate) fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     /// Connects to the API server of `cluster` and adds the API pod source ("api") to
     /// `pod_config`; the source's task goes into `tasks`.
     pub(crate) async fn connect(

@@ -111,7 +111,7 @@ pub(super) struct RawX509 {
     pub(super) client_ca_file: Option<String>,
 }
 
-/// `authentication.webhook:` (not supported: nodelet has no API server to send TokenReviews to).
+/// `authentication.webhook:` (TokenReview through the cluster client; cluster mode only).
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct RawWebhookAuthn {
@@ -132,8 +132,17 @@ pub(super) struct RawAnonymous {
 #[serde(rename_all = "camelCase")]
 pub(super) struct RawAuthorization {
     pub(super) mode: Option<String>,
-    /// Not supported: accepted whole, reported once.
-    pub(super) webhook: Option<serde::de::IgnoredAny>,
+    pub(super) webhook: Option<RawWebhookAuthz>,
+}
+
+/// `authorization.webhook:` (SubjectAccessReview cache lifetimes).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawWebhookAuthz {
+    #[serde(rename = "cacheAuthorizedTTL")]
+    pub(super) cache_authorized_ttl: Option<GoDuration>,
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    pub(super) cache_unauthorized_ttl: Option<GoDuration>,
 }
 
 /// One `registerWithTaints:` entry (a core/v1 Taint; `timeAdded` is not read).

@@ -188,8 +188,8 @@ fn unknown_and_unsupported_fields_are_named_in_warnings() {
         &[],
         Some(
             "staticPodPth: /typo\nproviderID: aws:///i-1\nfeatureGates: {Foo: true}\nauthentication:\n  \
-             x509: {clientCAFile: /ca, bogus: 1}\n  webhook: {enabled: true}\nauthorization: {mode: Webhook}\n\
-             nodelet: {podInfraImage: x}\n",
+             x509: {clientCAFile: /ca, bogus: 1}\n  webhook: {cacheTTL: 1m}\n\
+             authorization: {webhook: {cacheAuthorizedTTL: 1m, typo: 1}}\nnodelet: {podInfraImage: x}\n",
         ),
     );
     assert_eq!(warned(&l, "staticPodPth").as_deref(), Some("unknown field (typo?); ignored"));
@@ -203,8 +203,87 @@ fn unknown_and_unsupported_fields_are_named_in_warnings() {
         warned(&l, "nodelet.podInfraImage").as_deref(),
         Some("unknown nodelet field (typo?); ignored")
     );
-    assert!(warned(&l, "authentication.webhook.enabled").is_some_and(|m| m.contains("not supported")));
-    assert!(warned(&l, "authorization.mode").is_some_and(|m| m.contains("not supported")));
+    // Cache lifetimes of webhooks that are off have no effect: named, never silently taken.
+    assert!(warned(&l, "authentication.webhook.cacheTTL").is_some_and(|m| m.contains("ignored")));
+    assert!(warned(&l, "authorization.webhook.cacheAuthorizedTTL").is_some_and(|m| m.contains("ignored")));
+    assert_eq!(warned(&l, "authorization.webhook.typo").as_deref(), Some("unknown field (typo?); ignored"));
+    assert_eq!(l.config.server.auth.token_webhook, None);
+    assert_eq!(l.config.server.auth.authorization, AuthorizationMode::AlwaysAllow);
+}
+
+#[test]
+fn webhook_authentication_and_authorization_need_cluster_mode() {
+    // Standalone: enabling either webhook is an error naming the field or the flag.
+    let e = err(&[], Some("authentication: {webhook: {enabled: true}}\n"));
+    assert!(e.contains("authentication.webhook.enabled") && e.contains("--kubeconfig"), "{e}");
+    let e = err(&[], Some("authorization: {mode: Webhook}\n"));
+    assert!(e.contains("authorization.mode") && e.contains("--kubeconfig"), "{e}");
+    let e = err(&["--authentication-token-webhook"], None);
+    assert!(e.contains("--authentication-token-webhook"), "{e}");
+    let e = err(&["--authorization-mode", "Webhook"], None);
+    assert!(e.contains("--authorization-mode"), "{e}");
+    assert!(err(&["--authorization-mode", "RBAC"], None).contains("is not AlwaysAllow or Webhook"));
+
+    // Cluster mode: the kubelet's cache defaults, or the file's, or the flags'.
+    let (_dir, kc) = kubeconfig();
+    let body = "authentication: {webhook: {enabled: true}}\nauthorization: {mode: Webhook}\n";
+    let l = ok(&["--kubeconfig", &kc], Some(body));
+    assert_eq!(
+        l.config.server.auth.token_webhook,
+        Some(TokenWebhookConfig { cache_ttl: Duration::from_secs(120) })
+    );
+    assert_eq!(
+        l.config.server.auth.authorization,
+        AuthorizationMode::Webhook {
+            cache_authorized_ttl: Duration::from_secs(300),
+            cache_unauthorized_ttl: Duration::from_secs(30)
+        }
+    );
+    assert!(warned(&l, "authentication").is_none(), "the webhook is an authenticator: {:?}", l.warnings);
+    assert!(warned(&l, "authorization.mode").is_none(), "{:?}", l.warnings);
+    let body = "authentication: {webhook: {enabled: true, cacheTTL: 10s}}\n\
+                authorization: {mode: Webhook, webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 1s}}\n";
+    let c = ok(&["--kubeconfig", &kc], Some(body)).config;
+    assert_eq!(c.server.auth.token_webhook, Some(TokenWebhookConfig { cache_ttl: Duration::from_secs(10) }));
+    assert_eq!(
+        c.server.auth.authorization,
+        AuthorizationMode::Webhook {
+            cache_authorized_ttl: Duration::from_secs(60),
+            cache_unauthorized_ttl: Duration::from_secs(1)
+        }
+    );
+    let c = ok(
+        &["--kubeconfig", &kc, "--authentication-token-webhook=false", "--authorization-mode", "AlwaysAllow"],
+        Some("authentication: {webhook: {enabled: true}}\nauthorization: {mode: Webhook}\n"),
+    )
+    .config;
+    assert_eq!(c.server.auth.token_webhook, None, "the flag wins over the file");
+    assert_eq!(c.server.auth.authorization, AuthorizationMode::AlwaysAllow);
+    let c = ok(
+        &[
+            "--kubeconfig",
+            &kc,
+            "--authentication-token-webhook",
+            "--authentication-token-webhook-cache-ttl",
+            "0s",
+            "--authorization-mode",
+            "Webhook",
+            "--authorization-webhook-cache-authorized-ttl",
+            "2s",
+            "--authorization-webhook-cache-unauthorized-ttl",
+            "0s",
+        ],
+        None,
+    )
+    .config;
+    assert_eq!(c.server.auth.token_webhook, Some(TokenWebhookConfig { cache_ttl: Duration::ZERO }));
+    assert_eq!(
+        c.server.auth.authorization,
+        AuthorizationMode::Webhook {
+            cache_authorized_ttl: Duration::from_secs(2),
+            cache_unauthorized_ttl: Duration::ZERO
+        }
+    );
 }
 
 #[test]

@@ -1,12 +1,15 @@
-//! Authentication on the main port: client certificates, static bearer tokens and (optionally) anonymous.
+//! Authentication on the main port: client certificates, static bearer tokens, TokenReview webhook
+//! (cluster mode, [`super::webhook`]) and (optionally) anonymous.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use axum::http::HeaderValue;
 use ring::digest;
-use tracing::warn;
+use tracing::{error, warn};
+
+use super::webhook::TokenReviewer;
 
 /// An authenticated user, as the API server's `user.Info`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +20,8 @@ pub(crate) struct UserInfo {
     pub(crate) uid: String,
     /// Groups (a client certificate's O values, or the token file's fourth column).
     pub(crate) groups: Vec<String>,
+    /// Extra attributes (only a TokenReview gives them).
+    pub(crate) extra: BTreeMap<String, Vec<String>>,
 }
 
 impl UserInfo {
@@ -26,6 +31,7 @@ impl UserInfo {
             name: "system:anonymous".to_owned(),
             uid: String::new(),
             groups: vec!["system:unauthenticated".to_owned()],
+            extra: BTreeMap::new(),
         }
     }
 }
@@ -79,7 +85,7 @@ pub(crate) fn user_from_certificate(der: &[u8]) -> ClientCert {
         return ClientCert::Unusable("the client certificate's subject has no common name".to_owned());
     }
     let groups = subject.iter_organization().filter_map(|o| o.as_str().ok()).map(str::to_owned).collect();
-    ClientCert::User(UserInfo { name: name.to_owned(), uid: String::new(), groups })
+    ClientCert::User(UserInfo { name: name.to_owned(), uid: String::new(), groups, extra: BTreeMap::new() })
 }
 
 /// Static bearer tokens from a CSV file in the API server's `--token-auth-file` format:
@@ -97,7 +103,8 @@ impl std::fmt::Debug for TokenAuthenticator {
     }
 }
 
-fn token_digest(token: &str) -> [u8; 32] {
+/// The SHA-256 of a token (what the token file and the TokenReview cache keep instead of the token).
+pub(crate) fn token_digest(token: &str) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(digest::digest(&digest::SHA256, token.as_bytes()).as_ref());
     out
@@ -138,7 +145,8 @@ impl TokenAuthenticator {
                 .get(3)
                 .map(|g| g.split(',').filter(|g| !g.is_empty()).map(str::to_owned).collect())
                 .unwrap_or_default();
-            let user = UserInfo { name: fields[1].clone(), uid: fields[2].clone(), groups };
+            let user =
+                UserInfo { name: fields[1].clone(), uid: fields[2].clone(), groups, extra: BTreeMap::new() };
             match by_digest.entry(token_digest(&fields[0])) {
                 Entry::Occupied(mut e) => {
                     warn!(path = %path.display(), line = line_no, "duplicate token in the token file; the later record wins");
@@ -215,20 +223,26 @@ pub(crate) struct Refused(pub(crate) String);
 #[derive(Debug)]
 pub(crate) struct Authenticator {
     tokens: Option<TokenAuthenticator>,
+    webhook: Option<TokenReviewer>,
     anonymous: bool,
 }
 
 impl Authenticator {
-    /// Token file (if any) and whether anonymous requests are allowed.
-    pub(crate) fn new(tokens: Option<TokenAuthenticator>, anonymous: bool) -> Self {
-        Self { tokens, anonymous }
+    /// Token file (if any), TokenReview webhook (if any) and whether anonymous requests are allowed.
+    pub(crate) fn new(
+        tokens: Option<TokenAuthenticator>,
+        webhook: Option<TokenReviewer>,
+        anonymous: bool,
+    ) -> Self {
+        Self { tokens, webhook, anonymous }
     }
 
-    /// The request's user: a verified client certificate first, then a bearer token, then anonymous when
-    /// enabled. Credentials that are presented but do not authenticate refuse the request even when
-    /// anonymous access is on. An `Authorization` header with another scheme counts as no credentials (as
-    /// in the API server).
-    pub(crate) fn authenticate(
+    /// The request's user: a verified client certificate first, then a bearer token (the token file, then
+    /// a TokenReview when the webhook is on), then anonymous when enabled. Credentials that are presented
+    /// but do not authenticate refuse the request even when anonymous access is on; so does a TokenReview
+    /// that fails (logged, as the kubelet does: 401, not cached). An `Authorization` header with another
+    /// scheme counts as no credentials (as in the API server).
+    pub(crate) async fn authenticate(
         &self,
         cert: &ClientCert,
         authorization: Option<&HeaderValue>,
@@ -237,10 +251,22 @@ impl Authenticator {
             return Ok(user.clone());
         }
         if let Some(token) = authorization.and_then(bearer_token) {
-            return match self.tokens.as_ref().and_then(|t| t.authenticate(token)) {
-                Some(user) => Ok(user.clone()),
+            if let Some(user) = self.tokens.as_ref().and_then(|t| t.authenticate(token)) {
+                return Ok(user.clone());
+            }
+            return match &self.webhook {
+                Some(webhook) => match webhook.review(token).await {
+                    Ok(Some(user)) => Ok(user),
+                    Ok(None) => Err(Refused("Unauthorized: invalid bearer token".to_owned())),
+                    Err(e) => {
+                        error!(error = %e, "cannot authenticate a bearer token: the TokenReview failed");
+                        Err(Refused("Unauthorized".to_owned()))
+                    }
+                },
                 None if self.tokens.is_none() => Err(Refused(
-                    "bearer token authentication is not configured (--token-auth-file)".to_owned(),
+                    "bearer token authentication is not configured (--token-auth-file, \
+                     --authentication-token-webhook)"
+                        .to_owned(),
                 )),
                 None => Err(Refused("invalid bearer token".to_owned())),
             };
@@ -286,7 +312,8 @@ mod tests {
             Some(&UserInfo {
                 name: "alice".into(),
                 uid: "uid-1".into(),
-                groups: vec!["system:masters".into(), "devs".into()]
+                groups: vec!["system:masters".into(), "devs".into()],
+                extra: BTreeMap::new(),
             })
         );
         assert_eq!(tokens.authenticate("xyz").map(|u| u.groups.len()), Some(0));
@@ -321,23 +348,23 @@ mod tests {
         assert!(split_csv_record(r#"a,b"c"#).is_err());
     }
 
-    #[test]
-    fn credentials_that_fail_refuse_even_with_anonymous_enabled() {
+    #[tokio::test]
+    async fn credentials_that_fail_refuse_even_with_anonymous_enabled() {
         let tokens = parse("good,alice,1\n").expect("valid");
-        let auth = Authenticator::new(Some(tokens), true);
+        let auth = Authenticator::new(Some(tokens), None, true);
         let bearer = |t: &str| HeaderValue::from_str(&format!("Bearer {t}")).expect("header");
         assert_eq!(
-            auth.authenticate(&ClientCert::None, Some(&bearer("good"))).map(|u| u.name),
+            auth.authenticate(&ClientCert::None, Some(&bearer("good"))).await.map(|u| u.name),
             Ok("alice".into())
         );
-        assert!(auth.authenticate(&ClientCert::None, Some(&bearer("bad"))).is_err());
-        assert_eq!(auth.authenticate(&ClientCert::None, None), Ok(UserInfo::anonymous()));
+        assert!(auth.authenticate(&ClientCert::None, Some(&bearer("bad"))).await.is_err());
+        assert_eq!(auth.authenticate(&ClientCert::None, None).await, Ok(UserInfo::anonymous()));
         // Another scheme is not a credential this server checks.
         let basic = HeaderValue::from_static("Basic dXNlcjpwYXNz");
-        assert_eq!(auth.authenticate(&ClientCert::None, Some(&basic)), Ok(UserInfo::anonymous()));
-        assert!(auth.authenticate(&ClientCert::Unusable("no CN".into()), None).is_err());
-        let strict = Authenticator::new(None, false);
-        assert!(strict.authenticate(&ClientCert::None, None).is_err());
-        assert!(strict.authenticate(&ClientCert::None, Some(&bearer("good"))).is_err());
+        assert_eq!(auth.authenticate(&ClientCert::None, Some(&basic)).await, Ok(UserInfo::anonymous()));
+        assert!(auth.authenticate(&ClientCert::Unusable("no CN".into()), None).await.is_err());
+        let strict = Authenticator::new(None, None, false);
+        assert!(strict.authenticate(&ClientCert::None, None).await.is_err());
+        assert!(strict.authenticate(&ClientCert::None, Some(&bearer("good"))).await.is_err());
     }
 }

@@ -2,20 +2,27 @@
 //!
 //! | Listener | Default | Transport | Authentication | Endpoints |
 //! |---|---|---|---|---|
-//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token, anonymous only if enabled | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}` |
+//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}` |
 //! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary` |
 //! | healthz (`--healthz-bind-address`:`--healthz-port`) | 127.0.0.1:10248 | HTTP | none | `/healthz` |
 //!
 //! **Authentication on the main port** works like the kubelet's union authenticator: a client certificate
 //! verified against `clientCAFile` (user = subject CN, groups = subject O) wins; otherwise an
-//! `Authorization: Bearer` token is looked up in the static token file; a request that presents credentials
-//! which do not authenticate is refused with 401, even when anonymous access is enabled. A request without
-//! credentials is served as `system:anonymous` (group `system:unauthenticated`) only when
-//! `anonymous_auth` is true; nodelet's default is false (the kubelet's command-line default is true).
+//! `Authorization: Bearer` token is looked up in the static token file, and, when
+//! `authentication.webhook.enabled` (cluster mode), a token not in the file is sent in a `TokenReview` to the
+//! API server (answers cached by the token's SHA-256 for `cacheTTL`; see `webhook.rs`). A request that
+//! presents credentials which do not authenticate is refused with 401, even when anonymous access is
+//! enabled; so is one whose TokenReview failed (logged, not cached), as the kubelet does. A request without
+//! credentials is served as `system:anonymous` (group `system:unauthenticated`) only when `anonymous_auth` is
+//! true; nodelet's default is false (the kubelet's command-line default is true).
 //!
-//! **Authorization**: every authenticated user (and the anonymous user, when enabled) may read every
-//! endpoint. The kubelet's `Webhook` authorization mode (SubjectAccessReview against an API server) is not
-//! implemented; only `GET` and `HEAD` are served, other methods get 405.
+//! **Authorization**: with `authorization.mode: AlwaysAllow` (the default) every authenticated user (and
+//! the anonymous user, when enabled) may use every endpoint. With `Webhook` (cluster mode) each request is
+//! checked with a `SubjectAccessReview` for resource `nodes`, the node's name, the verb of the method and the
+//! subresource of the path (`stats`, `metrics`, `log`, `spec`, `checkpoint`, else `proxy`), the kubelet's
+//! mapping; a denial is a 403 `Forbidden (user=…, verb=…, resource=nodes, subresource(s)=[…])`, a failed
+//! review a 500. Answers are cached (`cacheAuthorizedTTL`, `cacheUnauthorizedTTL`). Only `GET` and `HEAD`
+//! are served, other methods get 405 (after authorization).
 //!
 //! Errors are JSON `Status` objects (`kind: Status`, `code`, `reason`, `message`) like the API server's,
 //! except `/healthz`, which answers plain text.
@@ -30,6 +37,7 @@ mod logs;
 mod routes;
 mod status;
 mod tls;
+mod webhook;
 
 #[cfg(test)]
 mod tests;
@@ -59,7 +67,10 @@ pub(crate) use auth::AuthError;
 pub(crate) use tls::TlsError;
 
 use auth::{Authenticator, ClientCert, TokenAuthenticator};
-use routes::{ConnInfo, Shared};
+use routes::{Authorizer, ConnInfo, Shared};
+use webhook::{AccessReviewer, TokenReviewer};
+
+pub(crate) use crate::config::{AuthorizationMode, TokenWebhookConfig};
 
 /// What the servers show about the node. The daemon implements it over its live state.
 ///
@@ -176,6 +187,14 @@ pub(crate) struct ServerConfig {
     /// `--anonymous-auth` / `authentication.anonymous.enabled`: serve requests without credentials as
     /// `system:anonymous`. Default false (the kubelet's command-line default is true).
     pub(crate) anonymous_auth: bool,
+    /// `--authentication-token-webhook` / `authentication.webhook`: bearer tokens not in the token file
+    /// are checked with a TokenReview through [`Self::kube_client`]. Default `None` (off).
+    pub(crate) token_webhook: Option<TokenWebhookConfig>,
+    /// `--authorization-mode` / `authorization`: `Webhook` checks every request with a
+    /// SubjectAccessReview through [`Self::kube_client`]. Default `AlwaysAllow`.
+    pub(crate) authorization: AuthorizationMode,
+    /// The cluster's API client (cluster mode), which both webhooks need.
+    pub(crate) kube_client: Option<ApiClient>,
     /// `--root-dir`. Default `/var/lib/nodelet` (the kubelet: `/var/lib/kubelet`).
     pub(crate) root_dir: PathBuf,
     /// The node's host name, put with `localhost`, 127.0.0.1 and ::1 into the self-signed certificate.
@@ -199,10 +218,23 @@ impl ServerConfig {
             client_ca_file: None,
             token_auth_file: None,
             anonymous_auth: false,
+            token_webhook: None,
+            authorization: AuthorizationMode::AlwaysAllow,
+            kube_client: None,
             root_dir: PathBuf::from("/var/lib/nodelet"),
             hostname: hostname.into(),
             shutdown_grace: Duration::from_secs(5),
         }
+    }
+}
+
+/// The cluster's API client, as [`ServerConfig::kube_client`] holds it.
+#[derive(Clone)]
+pub(crate) struct ApiClient(pub(crate) kube::Client);
+
+impl std::fmt::Debug for ApiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiClient")
     }
 }
 
@@ -226,6 +258,9 @@ pub(crate) enum ServerError {
     /// The token file could not be read or parsed.
     #[error(transparent)]
     Auth(#[from] AuthError),
+    /// A webhook is configured but there is no API client (not in cluster mode).
+    #[error("{0} needs the cluster's API client (cluster mode, --kubeconfig)")]
+    NoApiClient(&'static str),
 }
 
 /// How long a client may take to finish the TLS handshake.
@@ -279,12 +314,40 @@ impl Servers {
             }
             None => None,
         };
-        let authenticator = Arc::new(Authenticator::new(tokens, config.anonymous_auth));
+        let webhook = match (&config.token_webhook, &config.kube_client) {
+            (None, _) => None,
+            (Some(w), Some(client)) => {
+                info!(cache_ttl = ?w.cache_ttl, "bearer tokens are checked with TokenReviews");
+                Some(TokenReviewer::new(client.0.clone(), w.cache_ttl))
+            }
+            (Some(_), None) => return Err(ServerError::NoApiClient("TokenReview authentication")),
+        };
+        let authenticator = Arc::new(Authenticator::new(tokens, webhook, config.anonymous_auth));
+        let authorizer = Arc::new(match (config.authorization, &config.kube_client) {
+            (AuthorizationMode::AlwaysAllow, _) => Authorizer::AlwaysAllow,
+            (AuthorizationMode::Webhook { cache_authorized_ttl, cache_unauthorized_ttl }, Some(client)) => {
+                info!(
+                    ?cache_authorized_ttl,
+                    ?cache_unauthorized_ttl,
+                    "requests are authorized with SubjectAccessReviews"
+                );
+                Authorizer::Webhook(Box::new(AccessReviewer::new(
+                    client.0.clone(),
+                    config.hostname.clone(),
+                    cache_authorized_ttl,
+                    cache_unauthorized_ttl,
+                )))
+            }
+            (AuthorizationMode::Webhook { .. }, None) => {
+                return Err(ServerError::NoApiClient("Webhook authorization"));
+            }
+        });
         let tls_config = tls::server_config(config)?;
         let stopping = CancellationToken::new();
         let shared = Arc::new(Shared {
             view,
             authenticator,
+            authorizer,
             stopping: stopping.clone(),
             log_poll_interval: logs::DEFAULT_POLL_INTERVAL,
         });

@@ -12,17 +12,28 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::NodeView;
-use super::auth::{Authenticator, ClientCert};
+use super::auth::{Authenticator, ClientCert, UserInfo};
 use super::logs::{self, LogError, LogOptions};
 use super::status;
+use super::webhook::{AccessReviewer, Decision, request_attributes};
+
+/// Who may do what on the main port (`authorization.mode`).
+#[derive(Debug)]
+pub(crate) enum Authorizer {
+    /// Every authenticated request (anonymous ones too, when enabled) is allowed.
+    AlwaysAllow,
+    /// A SubjectAccessReview decides (cluster mode).
+    Webhook(Box<AccessReviewer>),
+}
 
 /// What every handler needs.
 pub(crate) struct Shared<V> {
     pub(crate) view: Arc<V>,
     pub(crate) authenticator: Arc<Authenticator>,
+    pub(crate) authorizer: Arc<Authorizer>,
     /// Cancelled when the servers stop: ends followed log streams.
     pub(crate) stopping: CancellationToken,
     pub(crate) log_poll_interval: Duration,
@@ -90,24 +101,54 @@ pub(crate) fn healthz_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .with_state(shared)
 }
 
-/// Authenticates the request (see [`Authenticator::authenticate`]); every authenticated user may read
-/// every endpoint (no authorization webhook).
+/// Authenticates the request (see [`Authenticator::authenticate`]): 401 when it does not authenticate.
+/// Then authorizes it: with [`Authorizer::Webhook`], a SubjectAccessReview for the request's verb and
+/// subresource (see [`request_attributes`]); denied → 403 `Forbidden (user=…, verb=…, resource=nodes,
+/// subresource(s)=[…])`, a failed review → 500 `Authorization error (…)` (the kubelet's answers).
 async fn authenticate<V: NodeView>(State(shared): St<V>, mut request: Request, next: Next) -> Response {
     let none = ClientCert::None;
     let conn = request.extensions().get::<ConnInfo>();
     let remote = conn.map(|c| c.remote);
     let cert = conn.map_or(&none, |c| &c.client_cert);
-    match shared.authenticator.authenticate(cert, request.headers().get(header::AUTHORIZATION)) {
-        Ok(user) => {
-            debug!(user = %user.name, remote = ?remote, method = %request.method(), path = %request.uri().path(), "authenticated request");
-            request.extensions_mut().insert(user);
-            next.run(request).await
-        }
+    let user = match shared
+        .authenticator
+        .authenticate(cert, request.headers().get(header::AUTHORIZATION))
+        .await
+    {
+        Ok(user) => user,
         Err(refused) => {
             info!(remote = ?remote, path = %request.uri().path(), reason = %refused.0, "refused an unauthenticated request");
-            status::failure(StatusCode::UNAUTHORIZED, refused.0)
+            return status::failure(StatusCode::UNAUTHORIZED, refused.0);
+        }
+    };
+    debug!(user = %user.name, remote = ?remote, method = %request.method(), path = %request.uri().path(), "authenticated request");
+    if let Authorizer::Webhook(reviewer) = shared.authorizer.as_ref() {
+        let attributes = request_attributes(request.method(), request.uri().path());
+        let what = |first: &str, user: &UserInfo| {
+            format!(
+                "{first} (user={}, verb={}, resource=nodes, subresource(s)=[{}])",
+                user.name, attributes.verb, attributes.subresource
+            )
+        };
+        match reviewer.review(&user, attributes).await {
+            Ok(Decision::Allowed) => {}
+            Ok(Decision::Denied(reason)) => {
+                info!(user = %user.name, verb = attributes.verb, subresource = attributes.subresource,
+                      path = %request.uri().path(), reason = %reason, "refused an unauthorized request");
+                return status::failure(StatusCode::FORBIDDEN, what("Forbidden", &user));
+            }
+            Err(e) => {
+                error!(user = %user.name, verb = attributes.verb, subresource = attributes.subresource,
+                       error = %e, "cannot authorize a request");
+                return status::failure(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    what("Authorization error", &user),
+                );
+            }
         }
     }
+    request.extensions_mut().insert(user);
+    next.run(request).await
 }
 
 async fn pods<V: NodeView>(State(shared): St<V>) -> Response {

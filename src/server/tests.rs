@@ -415,6 +415,102 @@ async fn bearer_tokens_from_the_token_file_authenticate() {
 }
 
 #[tokio::test]
+async fn token_reviews_and_subject_access_reviews_decide_on_the_main_port() {
+    use serde_json::{Value, json};
+    // The "API server": TokenReviews by token, SubjectAccessReviews by user and subresource.
+    let (client, seen, _calls) = webhook::tests::fake_client(|body: &Value| {
+        if body["kind"] == "TokenReview" {
+            let user = match body["spec"]["token"].as_str() {
+                Some("sa-token") => json!({"username": "system:serviceaccount:ns:sa", "uid": "sa-uid",
+                                           "groups": ["system:serviceaccounts"]}),
+                Some("broken-authz") => json!({"username": "broken"}),
+                Some("forged") => {
+                    return Ok(json!({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+                                     "spec": body["spec"], "status": {"authenticated": false}}));
+                }
+                _ => return Err(503),
+            };
+            return Ok(json!({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+                             "spec": body["spec"], "status": {"authenticated": true, "user": user}}));
+        }
+        let spec = &body["spec"];
+        if spec["user"] == "broken" {
+            return Err(500);
+        }
+        let allowed = spec["user"] == "alice"
+            || (spec["user"] == "system:serviceaccount:ns:sa"
+                && spec["resourceAttributes"]["subresource"] == "metrics");
+        Ok(json!({"kind": "SubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "spec": spec,
+                  "status": {"allowed": allowed}}))
+    });
+    let dir = tempdir();
+    let token_file = dir.path().join("tokens.csv");
+    write_file(&token_file, "static-token,alice,uid-1\n");
+    let mut config = test_config(dir.path());
+    config.token_auth_file = Some(token_file);
+    config.token_webhook = Some(TokenWebhookConfig { cache_ttl: Duration::from_secs(120) });
+    config.authorization = AuthorizationMode::Webhook {
+        cache_authorized_ttl: Duration::from_secs(300),
+        cache_unauthorized_ttl: Duration::from_secs(30),
+    };
+    config.kube_client = Some(ApiClient(client));
+    let server = Running::start(&config, FakeView::new()).await;
+    let reviews =
+        |path: &str| seen.lock().expect("lock").iter().filter(|(_, p, _)| p.ends_with(path)).count();
+
+    // The token file first: no TokenReview for its tokens, but a SubjectAccessReview.
+    let ok = get(server.main, &https(), "/pods", Some("static-token")).await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.body);
+    assert_eq!(reviews("/tokenreviews"), 0);
+    assert_eq!(reviews("/subjectaccessreviews"), 1);
+
+    // A reviewed token: its user is authorized per subresource.
+    let denied = get(server.main, &https(), "/pods", Some("sa-token")).await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN, "{}", denied.body);
+    assert_eq!(
+        denied.api_status().message.as_deref(),
+        Some(
+            "Forbidden (user=system:serviceaccount:ns:sa, verb=get, resource=nodes, subresource(s)=[proxy])"
+        )
+    );
+    let metrics = get(server.main, &https(), "/metrics", Some("sa-token")).await;
+    assert_eq!(metrics.status, StatusCode::OK, "{}", metrics.body);
+    assert_eq!(reviews("/tokenreviews"), 1, "the second request's token came from the cache");
+    let sar = seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .rev()
+        .find(|(_, p, _)| p.ends_with("/subjectaccessreviews"))
+        .cloned();
+    let Some((_, _, sar)) = sar else { panic!("no SubjectAccessReview") };
+    assert_eq!(
+        sar["spec"],
+        json!({"user": "system:serviceaccount:ns:sa", "uid": "sa-uid", "groups": ["system:serviceaccounts"],
+               "resourceAttributes": {"verb": "get", "version": "v1", "resource": "nodes",
+                                      "subresource": "metrics", "name": "node-a"}})
+    );
+
+    // Not authenticated, a failed TokenReview, no credentials: 401. A failed SubjectAccessReview: 500.
+    for token in [Some("forged"), Some("api-down"), None] {
+        let reply = get(server.main, &https(), "/pods", token).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{token:?}: {}", reply.body);
+    }
+    let broken = get(server.main, &https(), "/stats/summary", Some("broken-authz")).await;
+    assert_eq!(broken.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", broken.body);
+    assert_eq!(
+        broken.api_status().message.as_deref(),
+        Some("Authorization error (user=broken, verb=get, resource=nodes, subresource(s)=[stats])")
+    );
+    server.stop().await;
+
+    // Webhooks without the cluster's client do not start.
+    config.kube_client = None;
+    let err = Servers::bind(&config, FakeView::new()).await.expect_err("no API client");
+    assert!(err.to_string().contains("cluster mode"), "{err}");
+}
+
+#[tokio::test]
 async fn unreadable_or_malformed_token_files_stop_the_start() {
     let dir = tempdir();
     let mut config = test_config(dir.path());

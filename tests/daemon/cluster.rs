@@ -1,7 +1,8 @@
 //! Cluster mode (`--kubeconfig`): nodelet against a real Kubernetes v1.28.7 API server (envtest), with the
 //! node's own identity `system:node:<node>` (authorization Node,RBAC; admission NodeRestriction). Node
 //! registration, the node Lease, pods from the API, graceful deletion, crash loops, events, mirror pods, an
-//! API server outage and a Deployment scheduled onto the node. The fixture is
+//! API server outage, a Deployment scheduled onto the node, and the main port's TokenReview and
+//! SubjectAccessReview checks (with `kubectl logs` through the API server). The fixture is
 //! [`ClusterNode`](crate::cluster_support::ClusterNode); every check reads the API with an admin client.
 
 use std::collections::BTreeSet;
@@ -747,6 +748,214 @@ async fn a_deployment_is_scheduled_onto_the_node_and_its_pods_run() {
         n.wait_runtime_clear_of(u, Duration::from_secs(30)).await;
     }
 
+    n.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------ the kubelet API
+
+/// GET `path` on nodelet's main port with `client` and an optional bearer token: (status, body), or the
+/// transport error (e.g. a refused TLS handshake).
+async fn main_get(
+    n: &ClusterNode,
+    client: &reqwest::Client,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
+    let mut request = client.get(n.main_url(path));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.map_err(|e| format!("GET {path}: {e:?}"))?;
+    let status = response.status().as_u16();
+    let body = response.text().await.map_err(|e| format!("GET {path}: body: {e}"))?;
+    Ok((status, body))
+}
+
+/// Like [`main_get`], panicking on a transport error.
+async fn main_get_ok(
+    n: &ClusterNode,
+    client: &reqwest::Client,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    match main_get(n, client, path, token).await {
+        Ok(r) => r,
+        Err(e) => panic!("{e}\n{}", n.tail()),
+    }
+}
+
+#[tokio::test]
+async fn the_main_port_authenticates_with_token_reviews_and_authorizes_with_subject_access_reviews() {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::PostParams;
+
+    let (env, cluster) = cluster_or_skip!(
+        "the_main_port_authenticates_with_token_reviews_and_authorizes_with_subject_access_reviews"
+    );
+    // The API server's CA also signs its kubelet client certificate (user kube-apiserver-kubelet-client,
+    // group system:masters): the client CA of nodelet's main port.
+    let options = StartOptions {
+        config_extra: format!(
+            "authentication:\n  x509: {{clientCAFile: {}}}\n  webhook: {{enabled: true, cacheTTL: 30s}}\n\
+             authorization:\n  mode: Webhook\n  webhook: {{cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 1s}}",
+            cluster.ca.display()
+        ),
+        ..StartOptions::default()
+    };
+    let n = ClusterNode::start_with(&env, &cluster, "webhook", options).await;
+    let client = n.main_client_with(None);
+    let ns = n.namespace().to_owned();
+
+    // (a) the API server's admin token (a static token of the API server, not of nodelet): TokenReview says
+    // admin in system:masters, the SubjectAccessReview allows.
+    let admin_token = n.cluster().admin_token.clone();
+    let (code, body) = main_get_ok(&n, &client, "/pods", Some(&admin_token)).await;
+    assert_eq!(code, 200, "GET /pods with the admin token: {body}\n{}", n.tail());
+    assert!(body.contains("\"kind\":\"PodList\""), "{body}");
+
+    // (b) a fresh ServiceAccount without RBAC: authenticated, not authorized.
+    let accounts: Api<ServiceAccount> = Api::namespaced(n.client(), &ns);
+    let sa: ServiceAccount = match serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader", "namespace": ns},
+    })) {
+        Ok(sa) => sa,
+        Err(e) => panic!("bad service account: {e}"),
+    };
+    if let Err(e) = accounts.create(&PostParams::default(), &sa).await {
+        panic!("cannot create service account {ns}/reader: {e}");
+    }
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(600), ..TokenRequestSpec::default() }),
+        ..TokenRequest::default()
+    };
+    let sa_token = match accounts.create_token_request("reader", &PostParams::default(), &request).await {
+        Ok(t) => t.status.and_then(|s| s.token).unwrap_or_default(),
+        Err(e) => panic!("cannot request a token of {ns}/reader: {e}"),
+    };
+    assert!(!sa_token.is_empty(), "the TokenRequest returned no token");
+    let sa_user = format!("system:serviceaccount:{ns}:reader");
+    let (code, body) = main_get_ok(&n, &client, "/pods", Some(&sa_token)).await;
+    assert_eq!(code, 403, "GET /pods as {sa_user}: {body}");
+    let forbidden =
+        |sub: &str| format!("Forbidden (user={sa_user}, verb=get, resource=nodes, subresource(s)=[{sub}])");
+    assert!(body.contains(&forbidden("proxy")), "GET /pods as {sa_user}: {body}");
+    let (code, body) = main_get_ok(&n, &client, "/metrics", Some(&sa_token)).await;
+    assert_eq!(code, 403, "GET /metrics as {sa_user}: {body}");
+    assert!(body.contains(&forbidden("metrics")), "GET /metrics as {sa_user}: {body}");
+
+    // ... then granted nodes/metrics: /metrics within the unauthorized cache TTL (1 s), /pods still not.
+    let role_name = format!("e2e-node-metrics-{}", n.node());
+    let role: ClusterRole = match serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role_name},
+        "rules": [{"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]}],
+    })) {
+        Ok(r) => r,
+        Err(e) => panic!("bad cluster role: {e}"),
+    };
+    let binding: ClusterRoleBinding = match serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role_name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}],
+    })) {
+        Ok(b) => b,
+        Err(e) => panic!("bad cluster role binding: {e}"),
+    };
+    let roles: Api<ClusterRole> = Api::all(n.client());
+    let bindings: Api<ClusterRoleBinding> = Api::all(n.client());
+    if let Err(e) = roles.create(&PostParams::default(), &role).await {
+        panic!("cannot create cluster role {role_name}: {e}");
+    }
+    if let Err(e) = bindings.create(&PostParams::default(), &binding).await {
+        panic!("cannot create cluster role binding {role_name}: {e}");
+    }
+    let granted_at = Instant::now();
+    let metrics = n
+        .wait_until("GET /metrics to be allowed after the grant", Duration::from_secs(20), async || {
+            match main_get(&n, &client, "/metrics", Some(&sa_token)).await {
+                Ok((200, body)) => Ok(body),
+                Ok((code, body)) => Err(format!("{code}: {body}")),
+                Err(e) => Err(e),
+            }
+        })
+        .await;
+    assert!(metrics.contains("# TYPE"), "the metrics: {metrics}");
+    assert!(granted_at.elapsed() < Duration::from_secs(10), "allowed only after {:?}", granted_at.elapsed());
+    let (code, body) = main_get_ok(&n, &client, "/pods", Some(&sa_token)).await;
+    assert_eq!(code, 403, "GET /pods after the nodes/metrics grant: {body}");
+
+    // (c) a forged token: the TokenReview says not authenticated.
+    // The service account's header and claims with another signature.
+    let signed = sa_token.rsplit_once('.').map_or(sa_token.as_str(), |(head, _)| head);
+    let forged = format!("{signed}.{}", "A".repeat(342));
+    let (code, body) = main_get_ok(&n, &client, "/pods", Some(&forged)).await;
+    assert_eq!(code, 401, "GET /pods with a forged token: {body}");
+    let (code, body) = main_get_ok(&n, &client, "/pods", None).await;
+    assert_eq!(code, 401, "GET /pods without credentials (anonymous is off): {body}");
+
+    // (d) the API server's kubelet client certificate (envtest's CA): kube-apiserver-kubelet-client in
+    // system:masters.
+    let pki = cluster.base.join("pki");
+    let mut identity = Vec::new();
+    for file in ["apiserver-kubelet-client.key", "apiserver-kubelet-client.crt"] {
+        match std::fs::read(pki.join(file)) {
+            Ok(bytes) => identity.extend(bytes),
+            Err(e) => panic!("cannot read {}: {e}", pki.join(file).display()),
+        }
+    }
+    let cert_client = n.main_client_with(Some(&identity));
+    let (code, body) = main_get_ok(&n, &cert_client, "/pods", None).await;
+    assert_eq!(code, 200, "GET /pods with the API server's kubelet client certificate: {body}");
+    // A certificate of another CA naming the same user never authenticates.
+    let mut params = match rcgen::CertificateParams::new(Vec::<String>::new()) {
+        Ok(p) => p,
+        Err(e) => panic!("certificate params: {e}"),
+    };
+    params.distinguished_name.push(rcgen::DnType::CommonName, "kube-apiserver-kubelet-client");
+    params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:masters");
+    let key = match rcgen::KeyPair::generate() {
+        Ok(k) => k,
+        Err(e) => panic!("key: {e}"),
+    };
+    let self_signed = match params.self_signed(&key) {
+        Ok(c) => c,
+        Err(e) => panic!("self-signed certificate: {e}"),
+    };
+    let foreign = format!("{}{}", key.serialize_pem(), self_signed.pem());
+    let foreign_client = n.main_client_with(Some(foreign.as_bytes()));
+    match main_get(&n, &foreign_client, "/pods", None).await {
+        Err(_) => {} // the handshake refused the certificate
+        Ok((code, body)) => assert_eq!(code, 401, "GET /pods with a self-signed client certificate: {body}"),
+    }
+
+    // (e) kubectl logs: the API server fetches the log from nodelet's main port with its kubelet client
+    // certificate, authorized by a SubjectAccessReview (nodes/proxy).
+    let manifest = n.api_pod_manifest(
+        "talker",
+        json!({"containers": [{"name": "main", "command": sleep_until_term("echo hello-from-nodelet; ")}]}),
+    );
+    n.create_pod(&manifest).await;
+    n.wait_api_running("talker").await;
+    let logs = n
+        .wait_until("kubectl logs to show the container's output", WAIT, async || {
+            match n.kubectl(&["-n", &ns, "logs", "talker"], None).await {
+                (true, out, _) if out.contains("hello-from-nodelet") => Ok(out),
+                (ok, out, err) => Err(format!("success {ok}, stdout {out:?}, stderr {err:?}")),
+            }
+        })
+        .await;
+    assert_eq!(logs.trim(), "hello-from-nodelet", "kubectl logs");
+
+    // nodelet's own TokenReviews and SubjectAccessReviews were allowed for system:node:<node>.
+    n.assert_no_forbidden_in_log();
+    let log = n.log();
+    for secret in [&admin_token, &sa_token] {
+        assert!(!log.contains(secret.as_str()), "a bearer token is in nodelet's log");
+    }
+
+    let _ = bindings.delete(&role_name, &DeleteParams::default()).await;
+    let _ = roles.delete(&role_name, &DeleteParams::default()).await;
     n.shutdown().await;
 }
 

@@ -55,8 +55,9 @@ const API_TEARDOWN_WAIT: Duration = Duration::from_secs(60);
 
 // ------------------------------------------------------------------------------------------------ environment
 
-/// A control plane to test against (from the `env.sh` that envtest's `start.sh` writes).
-#[derive(Debug, Clone)]
+/// A control plane to test against (from the `env.sh` that envtest's `start.sh` writes). Its `Debug`
+/// leaves the admin token out.
+#[derive(Clone)]
 pub(crate) struct ClusterEnv {
     /// `ENVTEST_BASE`: the control plane's state, PKI, pid files, logs.
     pub(crate) base: PathBuf,
@@ -66,10 +67,25 @@ pub(crate) struct ClusterEnv {
     pub(crate) ca: PathBuf,
     /// A kubeconfig of a `system:masters` user.
     pub(crate) admin_kubeconfig: PathBuf,
+    /// `ADMIN_TOKEN`: a static bearer token of the API server, user `admin` in group `system:masters`.
+    pub(crate) admin_token: String,
     /// `KUBEBUILDER_ASSETS`: kube-apiserver, etcd, kubectl (and maybe the controller manager and scheduler).
     pub(crate) assets: PathBuf,
     /// The envtest scripts (`start.sh`, `stop.sh`, `mint-node-kubeconfig.sh`).
     pub(crate) scripts: PathBuf,
+}
+
+impl std::fmt::Debug for ClusterEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterEnv")
+            .field("base", &self.base)
+            .field("apiserver_url", &self.apiserver_url)
+            .field("ca", &self.ca)
+            .field("admin_kubeconfig", &self.admin_kubeconfig)
+            .field("assets", &self.assets)
+            .field("scripts", &self.scripts)
+            .finish_non_exhaustive()
+    }
 }
 
 fn var(name: &str) -> Option<String> {
@@ -111,6 +127,7 @@ impl ClusterEnv {
             apiserver_url: get("APISERVER_URL"),
             ca: PathBuf::from(get("APISERVER_CA")),
             admin_kubeconfig: PathBuf::from(get("ADMIN_KUBECONFIG")),
+            admin_token: get("ADMIN_TOKEN"),
             assets: PathBuf::from(get("KUBEBUILDER_ASSETS")),
             scripts,
         };
@@ -430,6 +447,37 @@ impl ClusterNode {
     /// The admin client.
     pub(crate) fn client(&self) -> kube::Client {
         self.client.clone()
+    }
+
+    /// The control plane this node belongs to.
+    pub(crate) fn cluster(&self) -> &ClusterEnv {
+        &self.cluster
+    }
+
+    /// An HTTPS client for nodelet's main port (trusting its self-signed certificate) that presents the
+    /// client certificate and key of `identity_pem` (PEM: key and certificate), or none.
+    pub(crate) fn main_client_with(&self, identity_pem: Option<&[u8]>) -> reqwest::Client {
+        let cert_path = self.root_dir().join("pki").join("nodelet.crt");
+        let pem = match std::fs::read(&cert_path) {
+            Ok(p) => p,
+            Err(e) => panic!("cannot read nodelet's certificate {}: {e}", cert_path.display()),
+        };
+        let cert = match reqwest::Certificate::from_pem(&pem) {
+            Ok(c) => c,
+            Err(e) => panic!("bad certificate {}: {e}", cert_path.display()),
+        };
+        let mut builder =
+            reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(10)).add_root_certificate(cert);
+        if let Some(identity) = identity_pem {
+            match reqwest::Identity::from_pem(identity) {
+                Ok(id) => builder = builder.identity(id),
+                Err(e) => panic!("bad client identity: {e}"),
+            }
+        }
+        match builder.build() {
+            Ok(c) => c,
+            Err(e) => panic!("cannot build an HTTPS client: {e}"),
+        }
     }
 
     /// The test's namespace (named like the node).
