@@ -429,6 +429,32 @@ impl NodeView for Node {
             self.started,
             (self.clock)(),
         );
+        let mut node = node;
+        if let (Some(v), Some(status)) = (&self.volumes, node.status.as_mut()) {
+            // CSI devices, named as the kubelet names them (`kubernetes.io/csi/<driver>^<handle>`):
+            // in use once staged (or being staged), attached once ControllerPublish succeeded.
+            use nodelet_resources::volume::actual::{CsiActual, Step};
+            let mut in_use = Vec::new();
+            let mut attached = Vec::new();
+            v.actual.for_each(|_, volume| {
+                if let Some(CsiActual::Device(d)) = volume.csi.as_deref() {
+                    let name = format!("kubernetes.io/csi/{}^{}", d.driver, d.volume_handle);
+                    if d.stage != Step::NotDone {
+                        in_use.push(name.clone());
+                    }
+                    if d.attach == Step::Done {
+                        attached.push(k8s_openapi::api::core::v1::AttachedVolume {
+                            name,
+                            device_path: String::new(),
+                        });
+                    }
+                }
+            });
+            in_use.sort();
+            attached.sort_by(|a, b| a.name.cmp(&b.name));
+            status.volumes_in_use = (!in_use.is_empty()).then_some(in_use);
+            status.volumes_attached = (!attached.is_empty()).then_some(attached);
+        }
         List { items: vec![node], ..List::default() }
     }
 

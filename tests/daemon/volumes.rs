@@ -829,6 +829,15 @@ async fn a_csi_device_is_attached_and_staged_once_for_two_pods_survives_kill_9_a
     assert_eq!(staged.len(), 1, "one global mount for the device: {before:?}");
     assert!(staged[0].starts_with(&global.to_string_lossy().into_owned()), "{before:?}");
     assert_eq!(before.len(), 3, "the global mount and one publish per pod: {before:?}");
+    // The Node status names the device as in use and attached, as the kubelet names it.
+    let node = node_status(&n).await;
+    let in_use = node["volumesInUse"].as_array().cloned().unwrap_or_default();
+    assert_eq!(in_use.len(), 1, "{node}");
+    assert!(
+        in_use[0].as_str().is_some_and(|v| v.starts_with("kubernetes.io/csi/hostpath.csi.nodelet.dev^")),
+        "{node}"
+    );
+    assert_eq!(node["volumesAttached"][0]["name"], in_use[0], "{node}");
     assert_eq!(
         driver.lifecycle(),
         [
@@ -875,6 +884,8 @@ async fn a_csi_device_is_attached_and_staged_once_for_two_pods_survives_kill_9_a
         ["NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"]
     );
     assert_eq!(mounts_under(&n.root_dir()), Vec::<String>::new(), "leaked mounts");
+    let node = node_status(&n).await;
+    assert!(node.get("volumesInUse").is_none() && node.get("volumesAttached").is_none(), "{node}");
     let left: Vec<_> =
         std::fs::read_dir(&global).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
     assert!(left.is_empty(), "global directories left: {left:?}");
@@ -1040,4 +1051,15 @@ async fn an_lvm_storage_class_provisions_a_logical_volume_for_a_pod_and_deletes_
     assert_eq!(vg.volume_loops(), Vec::<String>::new());
     assert_eq!(mounts_under(&n.root_dir()), Vec::<String>::new(), "leaked mounts");
     n.shutdown().await;
+}
+
+/// `status` of the Node on `/api/v1/nodes` (read-only port).
+async fn node_status(n: &Nodelet) -> serde_json::Value {
+    let url = format!("http://127.0.0.1:{}/api/v1/nodes", n.ports().read_only);
+    let body = match n.http().get(&url).send().await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(e) => panic!("GET {url}: {e}"),
+    };
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    list["items"][0]["status"].clone()
 }
