@@ -970,3 +970,35 @@ fn envtest_env_files_are_parsed_without_a_shell() {
     assert_eq!(vars.get("PLAIN").map(String::as_str), Some("v=1"));
     assert_eq!(vars.len(), 3, "{vars:?}");
 }
+
+// ------------------------------------------------------------------------------------------------ admission
+
+#[tokio::test]
+async fn a_pod_that_does_not_fit_the_node_is_refused_with_the_kubelets_reason() {
+    let (env, cluster) =
+        cluster_or_skip!("a_pod_that_does_not_fit_the_node_is_refused_with_the_kubelets_reason");
+    let n = ClusterNode::start(&env, &cluster, "admission").await;
+    let manifest = n.api_pod_manifest(
+        "greedy",
+        json!({"containers": [{"name": "main", "command": ["sleep", "3600"],
+                               "resources": {"requests": {"cpu": "100000"}}}]}),
+    );
+    n.create_pod(&manifest).await;
+    let pod = n
+        .wait_api_pod("greedy", "phase Failed with reason OutOfcpu", WAIT, |p| {
+            phase(p) == "Failed" && p.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("OutOfcpu")
+        })
+        .await;
+    let message = pod.status.as_ref().and_then(|s| s.message.clone()).unwrap_or_default();
+    assert!(message.contains("Node didn't have enough resource: cpu, requested: 100000000"), "{message}");
+    assert!(n.sandboxes_of(&uid(&pod)).await.is_empty(), "a refused pod never gets a sandbox");
+    // A pod that fits still runs.
+    n.create_pod(&n.api_pod_manifest(
+        "small",
+        json!({"containers": [{"name": "main", "command": ["sleep", "3600"],
+        "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}}}]}),
+    ))
+    .await;
+    n.wait_api_running("small").await;
+    n.shutdown().await;
+}
