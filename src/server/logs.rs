@@ -36,14 +36,22 @@ pub(crate) struct LogOptions {
     pub(crate) timestamps: bool,
     /// `limitBytes=N`: stop after N bytes of output (N > 0).
     pub(crate) limit_bytes: Option<u64>,
+    /// `previous=true`: the log of the container's previous instance.
+    pub(crate) previous: bool,
+    /// `sinceSeconds=N` / `sinceTime=T`: only lines logged at or after this time.
+    pub(crate) since: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 impl LogOptions {
     /// Parses the query parameters; the error is the message of a 400 response. Unknown parameters are
-    /// ignored (as the kubelet does); `previous`, `sinceSeconds`, `sinceTime` and `stream` are refused
-    /// rather than silently ignored, because ignoring them would return other lines than asked for.
-    pub(crate) fn from_query(params: &[(String, String)]) -> Result<Self, String> {
+    /// ignored (as the kubelet does); `stream` is refused rather than silently ignored, because ignoring
+    /// it would return other lines than asked for. `sinceSeconds` counts back from `now`.
+    pub(crate) fn from_query(
+        params: &[(String, String)],
+        now: k8s_openapi::jiff::Timestamp,
+    ) -> Result<Self, String> {
         let mut options = Self::default();
+        let mut since_given = false;
         for (key, value) in params {
             match key.as_str() {
                 "follow" => options.follow = parse_bool(key, value)?,
@@ -62,12 +70,25 @@ impl LogOptions {
                         _ => return Err(format!("limitBytes: must be greater than 0, got {n}")),
                     }
                 }
-                "previous" if parse_bool(key, value)? => {
-                    return Err(
-                        "previous=true is not supported: nodelet serves the current container's log".into()
-                    );
+                "previous" => options.previous = parse_bool(key, value)?,
+                "sinceSeconds" | "sinceTime" => {
+                    if std::mem::replace(&mut since_given, true) {
+                        return Err("at most one of sinceTime or sinceSeconds may be specified".into());
+                    }
+                    options.since = Some(if key == "sinceSeconds" {
+                        let n: i64 = value
+                            .parse()
+                            .map_err(|_| format!("sinceSeconds: {value:?} is not an integer"))?;
+                        if n <= 0 {
+                            return Err(format!("sinceSeconds: must be greater than 0, got {n}"));
+                        }
+                        let span = k8s_openapi::jiff::SignedDuration::from_secs(n);
+                        now.checked_sub(span).unwrap_or(k8s_openapi::jiff::Timestamp::MIN)
+                    } else {
+                        value.parse().map_err(|_| format!("sinceTime: {value:?} is not an RFC 3339 time"))?
+                    });
                 }
-                "sinceSeconds" | "sinceTime" | "stream" => {
+                "stream" => {
                     return Err(format!("{key} is not supported by nodelet yet"));
                 }
                 _ => {}
@@ -310,6 +331,7 @@ impl LogFile {
             poll_interval,
             last_running_check: None,
             finished: false,
+            skipping: false,
         };
         futures::stream::unfold(follower, |mut f| async move { f.next_chunk().await.map(|chunk| (chunk, f)) })
     }
@@ -326,6 +348,8 @@ struct Follower {
     poll_interval: Duration,
     last_running_check: Option<Instant>,
     finished: bool,
+    /// The current line is before `since`.
+    skipping: bool,
 }
 
 impl Follower {
@@ -388,6 +412,17 @@ impl Follower {
             debug!(line = %String::from_utf8_lossy(&line[..line.len().min(200)]), "skipping a malformed CRI log line");
             return false;
         };
+        if let Some(since) = self.options.since {
+            // A line (its first segment decides for its partial continuation) before `since` is skipped.
+            if self.at_line_start {
+                self.skipping =
+                    parsed.timestamp.parse::<k8s_openapi::jiff::Timestamp>().is_ok_and(|t| t < since);
+            }
+            if self.skipping {
+                self.at_line_start = !parsed.partial;
+                return false;
+            }
+        }
         let start = out.len();
         if self.options.timestamps
             && self.at_line_start
@@ -469,28 +504,62 @@ mod tests {
 
     #[test]
     fn query_parameters() {
+        let now: k8s_openapi::jiff::Timestamp = "2026-01-02T03:04:05Z".parse().unwrap_or_default();
+        let parse = |pairs: &[(&str, &str)]| LogOptions::from_query(&q(pairs), now);
         assert_eq!(
-            LogOptions::from_query(&q(&[
-                ("follow", "true"),
-                ("tailLines", "10"),
-                ("timestamps", "1"),
-                ("limitBytes", "5")
-            ])),
-            Ok(LogOptions { follow: true, tail_lines: Some(10), timestamps: true, limit_bytes: Some(5) })
+            parse(&[("follow", "true"), ("tailLines", "10"), ("timestamps", "1"), ("limitBytes", "5")]),
+            Ok(LogOptions {
+                follow: true,
+                tail_lines: Some(10),
+                timestamps: true,
+                limit_bytes: Some(5),
+                ..LogOptions::default()
+            })
+        );
+        assert_eq!(parse(&[("pretty", "x"), ("previous", "false")]), Ok(LogOptions::default()));
+        assert_eq!(parse(&[("previous", "true")]).map(|o| o.previous), Ok(true));
+        assert_eq!(
+            parse(&[("sinceSeconds", "5")]).map(|o| o.since.map(|t| t.to_string())),
+            Ok(Some("2026-01-02T03:04:00Z".to_owned()))
         );
         assert_eq!(
-            LogOptions::from_query(&q(&[("pretty", "x"), ("previous", "false")])),
-            Ok(LogOptions::default())
+            parse(&[("sinceTime", "2026-01-01T00:00:00.5Z")]).map(|o| o.since.map(|t| t.to_string())),
+            Ok(Some("2026-01-01T00:00:00.5Z".to_owned()))
         );
         for bad in [
-            ("follow", "yes"),
-            ("tailLines", "-1"),
-            ("tailLines", "ten"),
-            ("limitBytes", "0"),
-            ("previous", "true"),
-            ("sinceSeconds", "5"),
+            vec![("follow", "yes")],
+            vec![("tailLines", "-1")],
+            vec![("tailLines", "ten")],
+            vec![("limitBytes", "0")],
+            vec![("previous", "maybe")],
+            vec![("sinceSeconds", "0")],
+            vec![("sinceTime", "yesterday")],
+            vec![("sinceSeconds", "5"), ("sinceTime", "2026-01-01T00:00:00Z")],
+            vec![("stream", "Stdout")],
         ] {
-            assert!(LogOptions::from_query(&q(&[bad])).is_err(), "{bad:?} should be refused");
+            assert!(parse(&bad).is_err(), "{bad:?} should be refused");
         }
+    }
+
+    #[tokio::test]
+    async fn since_skips_earlier_lines_partial_continuations_included() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let path = dir.path().join("0.log");
+        let text = "2026-01-01T00:00:01.000000000Z stdout F old\n\
+                    2026-01-01T00:00:02.000000000Z stdout P old-partial-\n\
+                    2026-01-01T00:00:03.000000000Z stdout F continued\n\
+                    2026-01-01T00:00:03.500000000Z stderr F new\n\
+                    2026-01-01T00:00:04.000000000Z stdout F newer\n";
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write: {e}"));
+        let now: k8s_openapi::jiff::Timestamp = "2026-01-01T00:00:10Z".parse().unwrap_or_default();
+        let options =
+            LogOptions::from_query(&q(&[("sinceTime", "2026-01-01T00:00:03Z")]), now).unwrap_or_default();
+        let file = open(&path, &options).await.unwrap_or_else(|e| panic!("open: {e}"));
+        let stream =
+            file.into_stream(options, Box::new(|| false), CancellationToken::new(), DEFAULT_POLL_INTERVAL);
+        let chunks: Vec<io::Result<Bytes>> = futures::StreamExt::collect(stream).await;
+        let out: Vec<u8> =
+            chunks.into_iter().flat_map(|c| c.map(|b| b.to_vec()).unwrap_or_default()).collect();
+        assert_eq!(String::from_utf8_lossy(&out), "new\nnewer\n");
     }
 }

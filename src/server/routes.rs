@@ -256,7 +256,7 @@ async fn container_logs<V: NodeView>(
             return status::failure(StatusCode::BAD_REQUEST, format!("invalid {what} {value:?}"));
         }
     }
-    let options = match LogOptions::from_query(&query) {
+    let options = match LogOptions::from_query(&query, k8s_openapi::jiff::Timestamp::now()) {
         Ok(options) => options,
         Err(message) => return status::failure(StatusCode::BAD_REQUEST, message),
     };
@@ -272,6 +272,23 @@ async fn container_logs<V: NodeView>(
             format!("pod \"{namespace}/{pod}\" does not exist")
         };
         return status::failure(StatusCode::NOT_FOUND, message);
+    };
+    // The previous instance's log is the file of the restart before the newest
+    // (`<container>/<restart>.log`).
+    let path = if options.previous {
+        let newest = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<u32>().ok());
+        let previous = newest.and_then(|n| n.checked_sub(1)).map(|n| path.with_file_name(format!("{n}.log")));
+        match previous.filter(|p| std::fs::symlink_metadata(p).is_ok()) {
+            Some(p) => p,
+            None => {
+                return status::failure(
+                    StatusCode::BAD_REQUEST,
+                    format!("previous terminated container {container:?} in pod {pod:?} not found"),
+                );
+            }
+        }
+    } else {
+        path
     };
     let file = match logs::open(&path, &options).await {
         Ok(file) => file,
@@ -293,8 +310,10 @@ async fn container_logs<V: NodeView>(
             );
         }
     };
+    // A previous instance has stopped: its log is read to the end, never followed.
+    let previous = options.previous;
     let running: Box<dyn Fn() -> bool + Send + Sync> =
-        Box::new(move || view.container_running(&namespace, &pod, &container));
+        Box::new(move || !previous && view.container_running(&namespace, &pod, &container));
     let stream = file.into_stream(options, running, shared.stopping.clone(), shared.log_poll_interval);
     with_content_type(Body::from_stream(stream).into_response(), "text/plain; charset=utf-8")
 }

@@ -810,7 +810,22 @@ async fn container_logs_return_the_containers_lines() {
     let bad = logs("?tailLines=-1").await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(bad.api_status().reason.as_deref(), Some("BadRequest"));
-    assert_eq!(logs("?previous=true").await.status, StatusCode::BAD_REQUEST);
+    // The newest log is 2.log: no 1.log yet, so no previous instance.
+    let no_previous = logs("?previous=true").await;
+    assert_eq!(no_previous.status, StatusCode::BAD_REQUEST);
+    assert!(
+        no_previous
+            .api_status()
+            .message
+            .unwrap_or_default()
+            .contains("previous terminated container \"app\""),
+        "{}",
+        no_previous.body
+    );
+    write_file(&dir.path().join("1.log"), "2024-05-01T09:00:00.000000000Z stdout F the previous run\n");
+    let previous = logs("?previous=true&follow=true").await;
+    assert_eq!(previous.body, "the previous run\n", "a previous instance is read to its end, not followed");
+    assert_eq!(logs("?sinceTime=2024-05-01T10:00:01.5Z").await.body, "third line\nfourth line\n");
 
     let missing_container =
         get(server.main, &https(), "/containerLogs/default/web/sidecar", Some("tok")).await;
