@@ -188,7 +188,7 @@ async fn a_pod_waits_for_a_missing_config_map_with_an_event_and_starts_when_it_a
         .await;
     assert_eq!(event.type_.as_deref(), Some("Warning"), "{}", pretty(&event));
     let pod = n.api_pod("waiter").await;
-    assert_eq!(pod.as_ref().map(phase).as_deref(), Some("Pending"), "waits, not Failed");
+    assert_eq!(pod.as_ref().map(phase), Some("Pending"), "waits, not Failed");
     create_config_map(&n, "later", json!({"k": "v"})).await;
     n.wait_api_running("waiter").await;
     n.shutdown().await;
