@@ -43,6 +43,9 @@
 //! Teardown, also after an error: the API pods deleted and the manifests removed, then nodelet stopped once
 //! the runtime holds none of its pods (leftovers swept through the CRI), then `stop.sh --purge`.
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{USER_HZ, cpu_ticks, cpus, free_port, loadavg, median, ms, sweep};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -76,8 +79,6 @@ const API_LABEL: &str = "nodelet-bench/kind";
 /// The kubelet's API requests per minute for the same work: a Lease renewal every 10 s (6/min) and a node
 /// status patch per `nodeStatusReportFrequency` (5 min: 0.2/min); no lists.
 const KUBELET_BUDGET_PER_MIN: f64 = 6.2;
-/// `/proc/<pid>/stat` times are in USER_HZ, which is 100 on Linux.
-const USER_HZ: f64 = 100.0;
 
 // ------------------------------------------------------------------------------------------------ settings
 
@@ -1176,58 +1177,4 @@ impl Nodelet {
         }
         Ok(())
     }
-}
-
-/// Stops and removes the sandboxes `filter` selects (their containers with them), 8 at a time; how many.
-async fn sweep(cri: &CriClient, filter: SandboxFilter) -> usize {
-    let Ok(sandboxes) = cri.list_pod_sandboxes(&filter).await else { return 0 };
-    let n = sandboxes.len();
-    futures::stream::iter(sandboxes)
-        .for_each_concurrent(8, |s| async move {
-            if let Err(e) = cri.stop_pod_sandbox(&s.id).await {
-                eprintln!("StopPodSandbox {}: {e}", s.id);
-            }
-            if let Err(e) = cri.remove_pod_sandbox(&s.id).await {
-                eprintln!("RemovePodSandbox {}: {e}", s.id);
-            }
-        })
-        .await;
-    n
-}
-
-/// utime + stime of `pid` in USER_HZ ticks.
-fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // the command name may contain spaces: fields after the last ')'
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).context("bad /proc/pid/stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // after ')': state is field 3, so utime (14) and stime (15) are at indexes 11 and 12
-    let utime: u64 = fields.get(11).context("no utime")?.parse()?;
-    let stime: u64 = fields.get(12).context("no stime")?.parse()?;
-    Ok(utime + stime)
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
-}
-
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(0, usize::from)
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_default()
 }

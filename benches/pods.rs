@@ -30,6 +30,9 @@
 //! Every pod it creates is removed at the end, also after an error: the floor's by their run label, nodelet's
 //! by nodelet itself (manifests removed) and then by its node label.
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{USER_HZ, cpu_ticks, cpus, free_port, loadavg, median, ms, sweep};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -47,8 +50,6 @@ const POLL: Duration = Duration::from_millis(20);
 const DEADLINE: Duration = Duration::from_secs(180);
 /// Label on the floor's sandboxes and containers: the run they belong to.
 const RUN_LABEL: &str = "io.nodelet.bench.run";
-/// `/proc/<pid>/stat` times are in USER_HZ, which is 100 on Linux.
-const USER_HZ: f64 = 100.0;
 
 /// What the test runtime's `env.sh` exports.
 #[derive(Debug, Clone)]
@@ -469,23 +470,6 @@ fn fastrand_suffix() -> String {
     NEXT.fetch_add(1, Ordering::Relaxed).to_string()
 }
 
-/// Stops and removes the sandboxes `filter` selects (their containers with them), 8 at a time; how many.
-async fn sweep(cri: &CriClient, filter: SandboxFilter) -> usize {
-    let Ok(sandboxes) = cri.list_pod_sandboxes(&filter).await else { return 0 };
-    let n = sandboxes.len();
-    futures::stream::iter(sandboxes)
-        .for_each_concurrent(8, |s| async move {
-            if let Err(e) = cri.stop_pod_sandbox(&s.id).await {
-                eprintln!("StopPodSandbox {}: {e}", s.id);
-            }
-            if let Err(e) = cri.remove_pod_sandbox(&s.id).await {
-                eprintln!("RemovePodSandbox {}: {e}", s.id);
-            }
-        })
-        .await;
-    n
-}
-
 /// Removes the (empty) cgroups `<hierarchy>/<parent>/<prefix>*` in every cgroup hierarchy (v1 and v2).
 fn remove_pod_cgroups(parent: &str, prefix: &str) {
     let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else { return };
@@ -716,41 +700,4 @@ fn manifest(name: &str) -> String {
          containers:\n  - name: sleep\n    image: localhost/nodelet/busybox:latest\n    \
          imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n"
     )
-}
-
-/// utime + stime of `pid` in USER_HZ ticks.
-fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // the command name may contain spaces: fields after the last ')'
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).context("bad /proc/pid/stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // after ')': state is field 3, so utime (14) and stime (15) are at indexes 11 and 12
-    let utime: u64 = fields.get(11).context("no utime")?.parse()?;
-    let stime: u64 = fields.get(12).context("no stime")?.parse()?;
-    Ok(utime + stime)
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
-}
-
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(0, usize::from)
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_default()
 }
