@@ -384,7 +384,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             failures,
             PodReconciler::new(crash_loop, clock.clone())
                 .with_volumes(gate)
-                .with_probes(probe_results)
+                .with_probes(probe_results.clone())
                 .with_verdicts(verdicts),
             clock,
             registry,
@@ -412,6 +412,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             node.clone(),
             pod_desired,
             pod_actual,
+            probe_results,
             cri.clone(),
             refresh_tx,
             &shutdown,

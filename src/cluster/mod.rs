@@ -183,6 +183,7 @@ impl Cluster {
             nodelet_resources::pod::desired::PodUid,
             nodelet_resources::pod::actual::PodActual,
         >,
+        probes: nodelet_resources::probe::results::ProbeResults,
         cri: nodelet_cri::CriClient,
         refresh: tokio::sync::watch::Sender<()>,
         shutdown: &tokio_util::sync::CancellationToken,
@@ -229,6 +230,7 @@ impl Cluster {
             view.clone(),
             desired.clone(),
             actual,
+            probes,
             self.snapshot.clone(),
             host_ips,
         );

@@ -14,9 +14,9 @@
 //!   exited 0, else `Failed`) is written and the pod deleted with grace period 0 (UID
 //!   precondition), which finishes the deletion as the kubelet does.
 //!
-//! Woken by changes of the desired and actual pod stores and of the API's pods, and at least
-//! every second (readiness from probes); statuses are computed locally, API calls happen only for
-//! changes.
+//! Woken by changes of the desired and actual pod stores, of the probe results and of the API's
+//! pods, and every 10 s at the latest (the kubelet's status batch period); statuses are computed
+//! locally, API calls happen only for changes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -55,6 +55,9 @@ const OWNED_FIELDS: [&str; 11] = [
     "qosClass",
 ];
 
+/// The longest time between two passes (the kubelet's status manager syncs every 10 s).
+const BATCH_PERIOD: Duration = Duration::from_secs(10);
+
 /// Where a pod's status goes: the API pod (its own, or the static pod's mirror).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Target {
@@ -69,6 +72,7 @@ pub(crate) struct StatusManager<V> {
     view: Arc<V>,
     desired: Store<PodUid, DesiredPod>,
     actual: Store<PodUid, PodActual>,
+    probes: nodelet_resources::probe::results::ProbeResults,
     snapshot: watch::Receiver<Arc<ApiPodSnapshot>>,
     host_ips: Vec<String>,
     /// What was last written, per target UID.
@@ -94,6 +98,7 @@ impl<V: NodeView> StatusManager<V> {
         view: Arc<V>,
         desired: Store<PodUid, DesiredPod>,
         actual: Store<PodUid, PodActual>,
+        probes: nodelet_resources::probe::results::ProbeResults,
         snapshot: watch::Receiver<Arc<ApiPodSnapshot>>,
         host_ips: Vec<String>,
     ) -> Self {
@@ -102,6 +107,7 @@ impl<V: NodeView> StatusManager<V> {
             view,
             desired,
             actual,
+            probes,
             snapshot,
             host_ips,
             sent: HashMap::new(),
@@ -115,19 +121,31 @@ impl<V: NodeView> StatusManager<V> {
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         let desired_changes = self.desired.subscribe();
         let actual_changes = self.actual.subscribe();
+        let probe_changes = self.probes.subscribe();
+        // Failed writes are retried on the next pass: soon, while there are any.
+        let mut next_pass = BATCH_PERIOD;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = desired_changes.changed() => {}
                 () = actual_changes.changed() => {}
+                () = probe_changes.changed() => {}
                 r = self.snapshot.changed() => if r.is_err() { return },
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = tokio::time::sleep(next_pass) => {}
             }
             // Coalesce a burst of changes into one pass.
             tokio::time::sleep(Duration::from_millis(20)).await;
             desired_changes.drain();
             actual_changes.drain();
+            probe_changes.drain();
             self.sync().await;
+            let now = Instant::now();
+            next_pass = self
+                .retry
+                .values()
+                .map(|(at, _)| at.saturating_duration_since(now))
+                .min()
+                .map_or(BATCH_PERIOD, |d| d.clamp(Duration::from_millis(100), BATCH_PERIOD));
         }
     }
 
