@@ -107,6 +107,10 @@ pub(crate) const DEFAULT_IMAGE_MINIMUM_GC_AGE: Duration = Duration::from_secs(12
 pub(crate) const DEFAULT_CONTAINER_LOG_MAX_SIZE: u64 = 10 << 20;
 /// `containerLogMaxFiles`.
 pub(crate) const DEFAULT_CONTAINER_LOG_MAX_FILES: u32 = 5;
+/// `containerLogMonitorInterval`: the kubelet's 10 s.
+pub(crate) const DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL: Duration = Duration::from_secs(10);
+/// The shortest `containerLogMonitorInterval` the kubelet accepts.
+const MIN_CONTAINER_LOG_MONITOR_INTERVAL: Duration = Duration::from_secs(3);
 /// The kubelet's Linux `evictionHard` defaults.
 pub(crate) const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
     ("memory.available", "100Mi"),
@@ -147,8 +151,7 @@ pub(crate) const DEFAULT_NODE_LEASE_DURATION: Duration = Duration::from_secs(40)
 /// `clusterDomain`: the kubelet's empty default (no cluster domain).
 pub(crate) const DEFAULT_CLUSTER_DOMAIN: &str = "";
 /// File fields nodelet parses and validates but does not act on yet; setting one gives a warning.
-pub(crate) const NOT_YET_ENFORCED: &[&str] =
-    &["containerLogMaxSize", "containerLogMaxFiles", "serializeImagePulls", "maxParallelImagePulls"];
+pub(crate) const NOT_YET_ENFORCED: &[&str] = &["serializeImagePulls", "maxParallelImagePulls"];
 
 /// The validated configuration of the daemon.
 #[derive(Debug, Clone, PartialEq)]
@@ -438,6 +441,8 @@ pub(crate) struct ContainerLogConfig {
     pub(crate) max_size: u64,
     /// `containerLogMaxFiles` (≥ 2).
     pub(crate) max_files: u32,
+    /// `containerLogMonitorInterval` (≥ 3 s): how often log sizes are checked.
+    pub(crate) monitor_interval: Duration,
 }
 
 /// Image pull settings.
@@ -1160,6 +1165,15 @@ impl Config {
                     .filter(|n| *n >= 2)
                     .ok_or_else(|| m.file_err("containerLogMaxFiles", format!("{n} must be at least 2")))?,
                 None => DEFAULT_CONTAINER_LOG_MAX_FILES,
+            },
+            monitor_interval: match raw.container_log_monitor_interval {
+                Some(d) if d.0 < MIN_CONTAINER_LOG_MONITOR_INTERVAL => {
+                    return Err(
+                        m.file_err("containerLogMonitorInterval", format!("{:?} must be at least 3s", d.0))
+                    );
+                }
+                Some(d) => d.0,
+                None => DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL,
             },
         };
         let serialize = raw.serialize_image_pulls.unwrap_or(true);

@@ -9,6 +9,7 @@ mod cluster;
 mod config;
 mod container_gc;
 mod containerd;
+mod log_rotation;
 mod node;
 mod node_facts;
 mod pressure;
@@ -298,6 +299,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     )
     .with_pleg(waker.clone());
     tasks.spawn(container_gc.run(shutdown.clone()));
+    tasks.spawn(log_rotation::run(cri.clone(), actual.clone(), config.container_logs, shutdown.clone()));
     let events = cri.events(nodelet_cri::EventsConfig::default());
     let stop = shutdown.clone();
     tasks.spawn(async move {

@@ -87,6 +87,7 @@ pub(super) struct RawKubeletConfiguration {
     pub(super) image_maximum_gc_age: Option<GoDuration>,
     pub(super) container_log_max_size: Option<String>,
     pub(super) container_log_max_files: Option<i64>,
+    pub(super) container_log_monitor_interval: Option<GoDuration>,
     pub(super) serialize_image_pulls: Option<bool>,
     pub(super) max_parallel_image_pulls: Option<i64>,
 

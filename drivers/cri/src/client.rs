@@ -501,6 +501,18 @@ impl CriClient {
             .map(drop)
     }
 
+    /// CRI `ReopenContainerLog`: the runtime closes the container's log file and opens its path
+    /// again (after the file was renamed for rotation).
+    pub async fn reopen_container_log(&self, container_id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = v1::ReopenContainerLogRequest { container_id: container_id.to_owned() };
+        self.unary("ReopenContainerLog", self.default_deadline(), req, move |r| async move {
+            c.reopen_container_log(r).await
+        })
+        .await
+        .map(drop)
+    }
+
     /// CRI `RemoveContainer` (forcibly, if still running). Idempotent on containerd.
     pub async fn remove_container(&self, container_id: &str) -> Result<()> {
         let mut c = self.runtime.clone();

@@ -64,6 +64,7 @@ mod filter;
 pub mod image_gc;
 pub mod images;
 pub mod labels;
+pub mod log_rotation;
 mod pod_runtime;
 pub mod probe;
 mod spec;
