@@ -2,6 +2,7 @@
 
 use clap::Parser;
 
+mod atomic;
 mod claims;
 mod cli;
 mod client;
@@ -158,7 +159,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     // Cluster mode: the API server is one more source.
     let cluster = match &config.cluster {
         Some(c) => {
-            Some(cluster::Cluster::connect(&config.node_name, c, &pod_config, &shutdown, &mut tasks).await?)
+            Some(cluster::Cluster::connect(&config.node_name, c, &pod_config, &registry, &shutdown, &mut tasks).await?)
         }
         None => None,
     };
@@ -390,6 +391,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         .with_pressure(pressure)
         .with_facts(node_facts),
     );
+    let serving_cert = cluster.as_ref().and_then(cluster::Cluster::serving_cert);
     if let (Some(cluster), Some(c)) = (cluster, &config.cluster) {
         cluster.start(
             &config.node_name,
@@ -417,6 +419,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         server_config.token_auth_file = config.server.auth.token_auth_file.clone();
         server_config.anonymous_auth = config.server.auth.anonymous;
         server_config.root_dir = config.root_dir.clone();
+        server_config.serving_cert = serving_cert;
         let servers = server::Servers::bind(&server_config, node).await?;
         tracing::info!(
             main = %servers.main_addr(),
