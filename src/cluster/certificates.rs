@@ -222,7 +222,7 @@ pub(crate) fn parse_cert_pem(pem: &[u8], origin: &str) -> Result<CertInfo, CertE
 /// [0, 1).
 pub(crate) fn rotation_deadline(info: &CertInfo, jitter: f64) -> i64 {
     let total = (info.not_after - info.not_before).max(0) as f64;
-    info.not_before + (total * (0.7 + 0.2 * jitter.clamp(0.0, 1.0))) as i64
+    info.not_before + (total * (0.7 + 0.2 * jitter.clamp(0.0, 1.0))).round() as i64
 }
 
 /// A new ECDSA P-256 key and a PEM CSR for `system:node:<node>` in `system:nodes` with `sans` (DNS names
@@ -1051,7 +1051,7 @@ mod tests {
     fn rotation_deadline_is_between_70_and_90_percent() {
         let info = sample(1000, 1060);
         assert_eq!(rotation_deadline(&info, 0.0), 1042);
-        assert_eq!(rotation_deadline(&info, 0.999_999), 1053);
+        assert_eq!(rotation_deadline(&info, 0.999_999), 1054);
         assert_eq!(rotation_deadline(&info, 0.5), 1048);
     }
 
@@ -1062,6 +1062,7 @@ mod tests {
         let der = rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes())
             .map(|d: rustls::pki_types::CertificateSigningRequestDer<'static>| d)
             .unwrap_or_else(|e| panic!("{e}"));
+        use x509_parser::prelude::FromDer as _;
         let (_, csr) = x509_parser::certification_request::X509CertificationRequest::from_der(der.as_ref())
             .unwrap_or_else(|e| panic!("{e}"));
         let subject = csr.certification_request_info.subject.to_string();
