@@ -61,7 +61,8 @@ pub(crate) fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> Resul
 pub(crate) fn replace_symlink(link: &Path, target: &Path) -> Result<(), AtomicWriteError> {
     let tmp = tmp_path(link);
     remove_if_there(&tmp)?;
-    std::os::unix::fs::symlink(target, &tmp).map_err(|source| AtomicWriteError { path: tmp.clone(), source })?;
+    std::os::unix::fs::symlink(target, &tmp)
+        .map_err(|source| AtomicWriteError { path: tmp.clone(), source })?;
     fs::rename(&tmp, link).map_err(|source| AtomicWriteError { path: link.to_owned(), source })?;
     sync_dir(link);
     Ok(())

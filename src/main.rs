@@ -158,9 +158,10 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     }
     // Cluster mode: the API server is one more source.
     let cluster = match &config.cluster {
-        Some(c) => {
-            Some(cluster::Cluster::connect(&config.node_name, c, &pod_config, &registry, &shutdown, &mut tasks).await?)
-        }
+        Some(c) => Some(
+            cluster::Cluster::connect(&config.node_name, c, &pod_config, &registry, &shutdown, &mut tasks)
+                .await?,
+        ),
         None => None,
     };
     pod_config.seal();

@@ -36,12 +36,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
-use rcgen::PublicKeyData as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::config::Kubeconfig;
+use rcgen::PublicKeyData as _;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -272,15 +272,19 @@ pub(crate) async fn request_certificate(
         },
         status: None,
     };
-    api.create(&PostParams::default(), &object)
-        .await
-        .map_err(|source| CertError::Api { what: format!("creating CertificateSigningRequest {name}"), source })?;
+    api.create(&PostParams::default(), &object).await.map_err(|source| CertError::Api {
+        what: format!("creating CertificateSigningRequest {name}"),
+        source,
+    })?;
     info!(csr = %name, signer, "created a CertificateSigningRequest; waiting for it to be approved and issued");
     let decided = |o: Option<&CertificateSigningRequest>| match o {
         None => true,
-        Some(c) => issued(c).is_some() || condition(c, "Denied").is_some() || condition(c, "Failed").is_some(),
+        Some(c) => {
+            issued(c).is_some() || condition(c, "Denied").is_some() || condition(c, "Failed").is_some()
+        }
     };
-    let waited = tokio::time::timeout(CSR_WAIT, kube::runtime::wait::await_condition(api, &name, decided)).await;
+    let waited =
+        tokio::time::timeout(CSR_WAIT, kube::runtime::wait::await_condition(api, &name, decided)).await;
     let csr = match waited {
         Err(_) => return Err(CertError::Timeout { name, waited: CSR_WAIT }),
         Ok(Err(source)) => return Err(CertError::Watch { name, source }),
@@ -728,7 +732,9 @@ pub(crate) async fn start_client(
             Kubeconfig::read_from(bootstrap).map_err(kubeconfig_err(bootstrap))?;
             let why = match cert {
                 None => format!("{} does not exist", config.kubeconfig.display()),
-                Some(Ok(info)) => format!("its client certificate expired at {}", format_unix(info.not_after)),
+                Some(Ok(info)) => {
+                    format!("its client certificate expired at {}", format_unix(info.not_after))
+                }
                 Some(Err(e)) => e.to_string(),
             };
             info!(
@@ -980,7 +986,13 @@ impl ServingCerts {
 
     /// Requests the first certificate (unless one is stored) and rotates it at 70–90 % of its lifetime,
     /// with `client`; SANs: the node name and `ips`.
-    pub(crate) async fn run(mut self, client: Client, node: String, ips: Vec<String>, shutdown: CancellationToken) {
+    pub(crate) async fn run(
+        mut self,
+        client: Client,
+        node: String,
+        ips: Vec<String>,
+        shutdown: CancellationToken,
+    ) {
         let mut sans = vec![node.clone()];
         sans.extend(ips);
         let mut backoff = Backoff::default();
@@ -1057,8 +1069,8 @@ mod tests {
 
     #[test]
     fn csr_has_the_node_identity_and_sans() {
-        let (key, pem) =
-            new_key_and_csr("n1", &["n1".to_owned(), "10.0.0.5".to_owned()]).unwrap_or_else(|e| panic!("{e}"));
+        let (key, pem) = new_key_and_csr("n1", &["n1".to_owned(), "10.0.0.5".to_owned()])
+            .unwrap_or_else(|e| panic!("{e}"));
         let der = rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes())
             .map(|d: rustls::pki_types::CertificateSigningRequestDer<'static>| d)
             .unwrap_or_else(|e| panic!("{e}"));
@@ -1079,14 +1091,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let pki = dir.path().join("pki");
         let store = PemStore::new(&pki, "nodelet-client");
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap_or_else(|e| panic!("{e}"));
+        let key =
+            rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap_or_else(|e| panic!("{e}"));
         let cert = rcgen::CertificateParams::new(vec!["x".to_owned()])
             .and_then(|p| p.self_signed(&key))
             .unwrap_or_else(|e| panic!("{e}"));
         let link = store.store(cert.pem().as_bytes(), &key.serialize_pem()).unwrap_or_else(|e| panic!("{e}"));
         let target = std::fs::read_link(&link).unwrap_or_else(|e| panic!("{e}"));
         let name = target.display().to_string();
-        assert!(name.starts_with("nodelet-client-20") && name.ends_with(".pem") && name.len() == 38, "{name}");
+        assert!(
+            name.starts_with("nodelet-client-20") && name.ends_with(".pem") && name.len() == 38,
+            "{name}"
+        );
         let mode = std::fs::metadata(pki.join(&target)).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
         assert_eq!(mode, 0o600);
         let (_, info) = store.load_current().unwrap_or_else(|| panic!("nothing stored"));

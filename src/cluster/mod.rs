@@ -114,19 +114,17 @@ impl std::fmt::Debug for Cluster {
 }
 
 /// Runs `task` once the node has client credentials (at once, or after TLS bootstrap); never on shutdown.
-fn when_ready(
+async fn when_ready(
     mut current: certificates::CurrentClient,
     shutdown: tokio_util::sync::CancellationToken,
     task: impl std::future::Future<Output = ()> + Send + 'static,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    async move {
-        let ready = tokio::select! {
-            () = shutdown.cancelled() => false,
-            ready = current.wait_for(Option::is_some) => ready.is_ok(),
-        };
-        if ready {
-            task.await;
-        }
+) {
+    let ready = tokio::select! {
+        () = shutdown.cancelled() => false,
+        ready = current.wait_for(Option::is_some) => ready.is_ok(),
+    };
+    if ready {
+        task.await;
     }
 }
 
@@ -162,8 +160,9 @@ impl Cluster {
         let source = pods::ApiPods::new(certs.client.clone(), pod_config.add_source("api")?);
         let snapshot = source.snapshot();
         tasks.spawn(when_ready(certs.current.clone(), shutdown.clone(), source.run(shutdown.clone())));
-        let serving =
-            cluster.server_tls_bootstrap.then(|| certificates::ServingCerts::new(&cluster.cert_dir, &metrics));
+        let serving = cluster
+            .server_tls_bootstrap
+            .then(|| certificates::ServingCerts::new(&cluster.cert_dir, &metrics));
         Ok(Self { client: certs.client, current: certs.current, snapshot, serving })
     }
 
@@ -203,7 +202,8 @@ impl Cluster {
             .map(|a| a.iter().filter(|a| a.type_ == "InternalIP").map(|a| a.address.clone()).collect())
             .unwrap_or_default();
         if let Some(serving) = self.serving {
-            let run = serving.run(self.client.clone(), node_name.to_owned(), host_ips.clone(), shutdown.clone());
+            let run =
+                serving.run(self.client.clone(), node_name.to_owned(), host_ips.clone(), shutdown.clone());
             tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), run));
         }
         let node_sync = node::NodeSync::new(

@@ -80,7 +80,8 @@ impl Merger<'_> {
         if server_tls_bootstrap && tls_files_given {
             return Err(self.file_err(
                 "serverTLSBootstrap",
-                "the serving certificate comes from the cluster: leave tlsCertFile and tlsPrivateKeyFile out".into(),
+                "the serving certificate comes from the cluster: leave tlsCertFile and tlsPrivateKeyFile out"
+                    .into(),
             ));
         }
 

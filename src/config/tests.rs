@@ -682,7 +682,10 @@ fn bootstrap_kubeconfig_lets_the_kubeconfig_be_missing_and_needs_it_named() {
     let boot = kc.clone();
     let missing = dir.path().join("node.kubeconfig");
     let missing = missing.to_str().expect("utf8");
-    let c = ok(&["--bootstrap-kubeconfig", &boot, "--kubeconfig", missing], None).config.cluster.expect("cluster");
+    let c = ok(&["--bootstrap-kubeconfig", &boot, "--kubeconfig", missing], None)
+        .config
+        .cluster
+        .expect("cluster");
     assert_eq!(c.bootstrap_kubeconfig.as_deref(), Some(Path::new(&boot)));
     assert_eq!(c.kubeconfig, PathBuf::from(missing));
     assert_eq!(c.cert_dir, PathBuf::from("/var/lib/nodelet/pki"));

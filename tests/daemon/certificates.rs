@@ -61,8 +61,10 @@ fn cert_facts(pem: &[u8]) -> (String, String, i64, i64, String) {
 }
 
 fn cert_facts_der(der: &[u8]) -> (String, String, i64, i64, String) {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).unwrap_or_else(|e| panic!("bad certificate: {e}"));
-    let sans = cert.subject_alternative_name().ok().flatten().map(|s| format!("{:?}", s.value)).unwrap_or_default();
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(der).unwrap_or_else(|e| panic!("bad certificate: {e}"));
+    let sans =
+        cert.subject_alternative_name().ok().flatten().map(|s| format!("{:?}", s.value)).unwrap_or_default();
     (
         cert.subject().to_string(),
         cert.issuer().to_string(),
@@ -91,7 +93,8 @@ fn sign(
     lifetime: i64,
     server: bool,
 ) -> String {
-    let mut csr = rcgen::CertificateSigningRequestParams::from_pem(request).unwrap_or_else(|e| panic!("CSR: {e}"));
+    let mut csr =
+        rcgen::CertificateSigningRequestParams::from_pem(request).unwrap_or_else(|e| panic!("CSR: {e}"));
     let start = time::OffsetDateTime::from_unix_timestamp(from).unwrap_or_else(|e| panic!("{e}"));
     csr.params.not_before = start;
     csr.params.not_after = start + Duration::from_secs(lifetime.unsigned_abs());
@@ -192,11 +195,14 @@ async fn signer_loop(
             let seen = now_unix();
             if !has_condition(&csr, "Approved") {
                 let denying = deny.load(std::sync::atomic::Ordering::SeqCst);
-                let (kind, reason) = if denying { ("Denied", "E2EDenied") } else { ("Approved", "E2EApproved") };
+                let (kind, reason) =
+                    if denying { ("Denied", "E2EDenied") } else { ("Approved", "E2EApproved") };
                 let patch = json!({"status": {"conditions": [{
                     "type": kind, "status": "True", "reason": reason, "message": "the e2e test decided",
                 }]}});
-                if let Err(e) = api.patch_approval(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                if let Err(e) =
+                    api.patch_approval(&name, &PatchParams::default(), &Patch::Merge(&patch)).await
+                {
                     panic!("approval of {name}: {e}");
                 }
                 if denying {
@@ -206,7 +212,8 @@ async fn signer_loop(
             let request = String::from_utf8_lossy(&csr.spec.request.0).into_owned();
             let server = csr.spec.signer_name == "kubernetes.io/kubelet-serving";
             let pem = sign(&request, &issuer, seen, SHORT_CERT, server);
-            let patch = json!({"status": {"certificate": base64::engine::general_purpose::STANDARD.encode(&pem)}});
+            let patch =
+                json!({"status": {"certificate": base64::engine::general_purpose::STANDARD.encode(&pem)}});
             if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 panic!("status of {name}: {e}");
             }
@@ -254,13 +261,18 @@ fn ready(node: &k8s_openapi::api::core::v1::Node) -> bool {
 
 #[tokio::test]
 async fn tls_bootstrap_gets_a_client_certificate_from_the_cluster_and_the_node_joins() {
-    let (env, cluster) = cluster_or_skip!("tls_bootstrap_gets_a_client_certificate_from_the_cluster_and_the_node_joins");
+    let (env, cluster) =
+        cluster_or_skip!("tls_bootstrap_gets_a_client_certificate_from_the_cluster_and_the_node_joins");
     if let Err(e) = cluster.controllers_running() {
         panic!("this test needs the suite's kube-controller-manager (ENVTEST_CONTROLLERS=1): {e}");
     }
-    let mut n = ClusterNode::start_with_credentials(&env, &cluster, "tlsboot", StartOptions::default(), async |c, _, d| {
-        bootstrap_args(c, d).await
-    })
+    let mut n = ClusterNode::start_with_credentials(
+        &env,
+        &cluster,
+        "tlsboot",
+        StartOptions::default(),
+        async |c, _, d| bootstrap_args(c, d).await,
+    )
     .await;
     let node = n.node().to_owned();
     n.wait_until("the Node to register and be Ready", WAIT, async || match n.node_object().await {
@@ -273,10 +285,13 @@ async fn tls_bootstrap_gets_a_client_certificate_from_the_cluster_and_the_node_j
     // the pem, its symlink and the kubeconfig
     let pki = n.root_dir().join("pki");
     let link = pki.join("nodelet-client-current.pem");
-    let target = std::fs::read_link(&link).unwrap_or_else(|e| panic!("{}: not a symlink: {e}", link.display()));
+    let target =
+        std::fs::read_link(&link).unwrap_or_else(|e| panic!("{}: not a symlink: {e}", link.display()));
     let target_name = target.display().to_string();
     assert!(
-        target_name.starts_with("nodelet-client-20") && target_name.ends_with(".pem") && target_name.len() == 38,
+        target_name.starts_with("nodelet-client-20")
+            && target_name.ends_with(".pem")
+            && target_name.len() == 38,
         "the symlink points at {target_name}"
     );
     use std::os::unix::fs::PermissionsExt as _;
@@ -285,19 +300,28 @@ async fn tls_bootstrap_gets_a_client_certificate_from_the_cluster_and_the_node_j
     let pem = std::fs::read(&link).unwrap_or_else(|e| panic!("{e}"));
     assert!(String::from_utf8_lossy(&pem).contains("PRIVATE KEY"), "cert and key in one file");
     let (subject, issuer, ..) = cert_facts(&pem);
-    assert!(subject.contains(&format!("CN=system:node:{node}")) && subject.contains("O=system:nodes"), "{subject}");
+    assert!(
+        subject.contains(&format!("CN=system:node:{node}")) && subject.contains("O=system:nodes"),
+        "{subject}"
+    );
     assert!(issuer.contains("nodelet-envtest-ca"), "{issuer}");
     let kubeconfig_path = PathBuf::from(
         n.log()
             .lines()
             .filter(|l| l.contains("wrote the node's kubeconfig"))
-            .find_map(|l| l.split("kubeconfig=").nth(1).and_then(|s| s.split_whitespace().next()).map(str::to_owned))
+            .find_map(|l| {
+                l.split("kubeconfig=").nth(1).and_then(|s| s.split_whitespace().next()).map(str::to_owned)
+            })
             .unwrap_or_default(),
     );
-    let kubeconfig = std::fs::read_to_string(&kubeconfig_path).unwrap_or_else(|e| panic!("{}: {e}\n{}", kubeconfig_path.display(), n.tail()));
+    let kubeconfig = std::fs::read_to_string(&kubeconfig_path)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", kubeconfig_path.display(), n.tail()));
     assert!(kubeconfig.contains(&format!("client-certificate: {}", link.display())), "{kubeconfig}");
     assert!(kubeconfig.contains(&format!("client-key: {}", link.display())), "{kubeconfig}");
-    assert!(!kubeconfig.contains("token"), "the bootstrap token is not in the node's kubeconfig: {kubeconfig}");
+    assert!(
+        !kubeconfig.contains("token"),
+        "the bootstrap token is not in the node's kubeconfig: {kubeconfig}"
+    );
 
     // the CSR: Approved,Issued by the controller manager, kube-apiserver-client-kubelet
     let csrs = csrs_of(&n.client(), &node).await;
@@ -366,7 +390,10 @@ async fn short_client_and_serving_certificates_rotate_without_a_restart() {
     let of = |signer: &str| snapshot().into_iter().filter(|i| i.signer == signer).collect::<Vec<_>>();
     // bootstrap (client) and the first serving certificate
     n.wait_until("the bootstrap CSR to be issued", WAIT, async || {
-        of("kubernetes.io/kube-apiserver-client-kubelet").first().cloned().ok_or_else(|| format!("{:?}", snapshot()))
+        of("kubernetes.io/kube-apiserver-client-kubelet")
+            .first()
+            .cloned()
+            .ok_or_else(|| format!("{:?}", snapshot()))
     })
     .await;
     let first = of("kubernetes.io/kube-apiserver-client-kubelet")[0].clone();
@@ -402,7 +429,10 @@ async fn short_client_and_serving_certificates_rotate_without_a_restart() {
     // rotation: a new client CSR between 42 and 54 s into the first certificate, with the node's identity
     let second = n
         .wait_until("the client certificate to be renewed", Duration::from_secs(70), async || {
-            of("kubernetes.io/kube-apiserver-client-kubelet").get(1).cloned().ok_or_else(|| format!("{:?}", snapshot()))
+            of("kubernetes.io/kube-apiserver-client-kubelet")
+                .get(1)
+                .cloned()
+                .ok_or_else(|| format!("{:?}", snapshot()))
         })
         .await;
     let into = second.seen - first.not_before;
@@ -417,14 +447,22 @@ async fn short_client_and_serving_certificates_rotate_without_a_restart() {
     while now_unix() < deadline {
         sleep(Duration::from_millis(500)).await;
     }
-    n.wait_until("a Lease renewal after the first certificate expired", Duration::from_secs(20), async || {
-        let lease = n.lease().await.ok_or("no lease")?;
-        let renewed = lease.spec.and_then(|s| s.renew_time).map(|t| t.0.as_second()).unwrap_or(0);
-        if renewed > first.not_after + 1 { Ok(()) } else { Err(format!("renewTime {renewed}")) }
-    })
+    n.wait_until(
+        "a Lease renewal after the first certificate expired",
+        Duration::from_secs(20),
+        async || {
+            let lease = n.lease().await.ok_or("no lease")?;
+            let renewed = lease.spec.and_then(|s| s.renew_time).map(|t| t.0.as_second()).unwrap_or(0);
+            if renewed > first.not_after + 1 { Ok(()) } else { Err(format!("renewTime {renewed}")) }
+        },
+    )
     .await;
     let ttl = metric(&n, "kubelet_certificate_manager_client_ttl_seconds").await.unwrap_or(f64::NAN);
-    assert!(ttl > 0.0 && ttl <= SHORT_CERT as f64, "client TTL {ttl} reflects a new certificate\n{}", n.tail());
+    assert!(
+        ttl > 0.0 && ttl <= SHORT_CERT as f64,
+        "client TTL {ttl} reflects a new certificate\n{}",
+        n.tail()
+    );
     let server_ttl = metric(&n, "kubelet_certificate_manager_server_ttl_seconds").await.unwrap_or(f64::NAN);
     assert!(server_ttl > -5.0 && server_ttl <= SHORT_CERT as f64, "server TTL {server_ttl}");
     assert!(n.node_object().await.is_some_and(|o| ready(&o)), "the Node is Ready");
@@ -448,20 +486,28 @@ async fn a_denied_csr_is_an_error_and_retried_while_static_pods_run() {
     let issued = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Issued>::new()));
     let stop = tokio_util::sync::CancellationToken::new();
     let deny = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let signer =
-        tokio::spawn(signer_loop(admin.clone(), cluster.clone(), node.clone(), deny.clone(), issued.clone(), stop.clone()));
+    let signer = tokio::spawn(signer_loop(
+        admin.clone(),
+        cluster.clone(),
+        node.clone(),
+        deny.clone(),
+        issued.clone(),
+        stop.clone(),
+    ));
     let _stop_guard = stop.clone().drop_guard();
     let options = StartOptions { node_name: Some(node.clone()), ..StartOptions::default() };
     let mut n = ClusterNode::start_with_credentials(&env, &cluster, "denied", options, async |c, _, d| {
         bootstrap_args(c, d).await
     })
     .await;
-    let manifest = n.pod_manifest("static", json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}));
+    let manifest =
+        n.pod_manifest("static", json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}));
     n.write_manifest("static.yaml", &manifest);
     n.wait_running("static").await;
     n.wait_until("a clear error about the denied CSR, twice (retried)", WAIT, async || {
         let log = n.log();
-        let lines: Vec<_> = log.lines().filter(|l| l.contains("TLS bootstrap failed") && l.contains("was denied")).collect();
+        let lines: Vec<_> =
+            log.lines().filter(|l| l.contains("TLS bootstrap failed") && l.contains("was denied")).collect();
         if lines.len() >= 2 { Ok(()) } else { Err(format!("{lines:?}")) }
     })
     .await;
@@ -470,9 +516,11 @@ async fn a_denied_csr_is_an_error_and_retried_while_static_pods_run() {
     assert!(n.node_object().await.is_none(), "no Node without credentials");
     // approving the next one: the node joins
     deny.store(false, std::sync::atomic::Ordering::SeqCst);
-    n.wait_until("the Node to register once a CSR is approved", Duration::from_secs(90), async || match n.node_object().await {
-        Some(o) if ready(&o) => Ok(()),
-        _ => Err("not yet".to_owned()),
+    n.wait_until("the Node to register once a CSR is approved", Duration::from_secs(90), async || {
+        match n.node_object().await {
+            Some(o) if ready(&o) => Ok(()),
+            _ => Err("not yet".to_owned()),
+        }
     })
     .await;
     n.wait_running("static").await;
@@ -485,26 +533,36 @@ async fn a_denied_csr_is_an_error_and_retried_while_static_pods_run() {
 
 #[tokio::test]
 async fn an_expired_client_certificate_without_bootstrap_is_a_clear_error_and_pods_keep_running() {
-    let (env, cluster) =
-        cluster_or_skip!("an_expired_client_certificate_without_bootstrap_is_a_clear_error_and_pods_keep_running");
+    let (env, cluster) = cluster_or_skip!(
+        "an_expired_client_certificate_without_bootstrap_is_a_clear_error_and_pods_keep_running"
+    );
     let kubeconfig = std::sync::Mutex::new(PathBuf::new());
-    let mut n = ClusterNode::start_with_credentials(&env, &cluster, "expired", StartOptions::default(), async |c, node, d| {
-        let (key, csr) = node_key_and_csr(node);
-        let cert = sign(&csr, &ca_issuer(c), now_unix() - 7200, 3600, false);
-        let path = d.join("kubeconfig");
-        write_cert_kubeconfig(c, &path, &cert, &key.serialize_pem());
-        if let Ok(mut k) = kubeconfig.lock() {
-            *k = path.clone();
-        }
-        vec!["--kubeconfig".to_owned(), path.display().to_string()]
-    })
+    let mut n = ClusterNode::start_with_credentials(
+        &env,
+        &cluster,
+        "expired",
+        StartOptions::default(),
+        async |c, node, d| {
+            let (key, csr) = node_key_and_csr(node);
+            let cert = sign(&csr, &ca_issuer(c), now_unix() - 7200, 3600, false);
+            let path = d.join("kubeconfig");
+            write_cert_kubeconfig(c, &path, &cert, &key.serialize_pem());
+            if let Ok(mut k) = kubeconfig.lock() {
+                *k = path.clone();
+            }
+            vec!["--kubeconfig".to_owned(), path.display().to_string()]
+        },
+    )
     .await;
-    let manifest = n.pod_manifest("static", json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}));
+    let manifest =
+        n.pod_manifest("static", json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}));
     n.write_manifest("static.yaml", &manifest);
     n.wait_running("static").await;
     n.wait_until("a clear error about the expired certificate", WAIT, async || {
         let log = n.log();
-        let expired = log.lines().any(|l| l.contains("ERROR") && l.contains("client certificate") && l.contains("expired"));
+        let expired = log
+            .lines()
+            .any(|l| l.contains("ERROR") && l.contains("client certificate") && l.contains("expired"));
         let refused = log.lines().any(|l| l.contains("ERROR") && l.contains("401 Unauthorized"));
         if expired && refused { Ok(()) } else { Err(format!("expired error {expired}, 401 error {refused}")) }
     })
@@ -517,11 +575,13 @@ async fn an_expired_client_certificate_without_bootstrap_is_a_clear_error_and_po
     // a valid certificate in the kubeconfig and a restart: the node joins, the static pod still runs
     let path = kubeconfig.lock().map(|k| k.clone()).unwrap_or_default();
     n.stop().await;
-    crate::cluster_support::mint_node_kubeconfig(&cluster, &n.node().to_owned(), &path).await;
+    crate::cluster_support::mint_node_kubeconfig(&cluster, n.node(), &path).await;
     n.start_again().await;
-    n.wait_until("the Node to register with a valid certificate", WAIT, async || match n.node_object().await {
-        Some(o) if ready(&o) => Ok(()),
-        _ => Err("not yet".to_owned()),
+    n.wait_until("the Node to register with a valid certificate", WAIT, async || {
+        match n.node_object().await {
+            Some(o) if ready(&o) => Ok(()),
+            _ => Err("not yet".to_owned()),
+        }
     })
     .await;
     n.wait_running("static").await;
@@ -532,22 +592,32 @@ async fn an_expired_client_certificate_without_bootstrap_is_a_clear_error_and_po
 #[tokio::test]
 async fn a_client_certificate_of_another_ca_is_a_clear_401_error() {
     let (env, cluster) = cluster_or_skip!("a_client_certificate_of_another_ca_is_a_clear_401_error");
-    let n = ClusterNode::start_with_credentials(&env, &cluster, "wrongca", StartOptions::default(), async |c, node, d| {
-        let (key, csr) = node_key_and_csr(node);
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| panic!("{e}"));
-        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "another-ca");
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca_key = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
-        let issuer = rcgen::Issuer::new(ca_params, ca_key);
-        let cert = sign(&csr, &issuer, now_unix() - 60, 3600, false);
-        let path = d.join("kubeconfig");
-        write_cert_kubeconfig(c, &path, &cert, &key.serialize_pem());
-        vec!["--kubeconfig".to_owned(), path.display().to_string()]
-    })
+    let n = ClusterNode::start_with_credentials(
+        &env,
+        &cluster,
+        "wrongca",
+        StartOptions::default(),
+        async |c, node, d| {
+            let (key, csr) = node_key_and_csr(node);
+            let mut ca_params =
+                rcgen::CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| panic!("{e}"));
+            ca_params.distinguished_name.push(rcgen::DnType::CommonName, "another-ca");
+            ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            let ca_key = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+            let issuer = rcgen::Issuer::new(ca_params, ca_key);
+            let cert = sign(&csr, &issuer, now_unix() - 60, 3600, false);
+            let path = d.join("kubeconfig");
+            write_cert_kubeconfig(c, &path, &cert, &key.serialize_pem());
+            vec!["--kubeconfig".to_owned(), path.display().to_string()]
+        },
+    )
     .await;
     n.wait_until("a clear 401 error", WAIT, async || {
         let log = n.log();
-        let lines: Vec<_> = log.lines().filter(|l| l.contains("ERROR") && l.contains("401 Unauthorized") && l.contains("not trusted")).collect();
+        let lines: Vec<_> = log
+            .lines()
+            .filter(|l| l.contains("ERROR") && l.contains("401 Unauthorized") && l.contains("not trusted"))
+            .collect();
         if lines.is_empty() { Err("none yet".to_owned()) } else { Ok(()) }
     })
     .await;
