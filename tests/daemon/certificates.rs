@@ -337,7 +337,12 @@ async fn tls_bootstrap_gets_a_client_certificate_from_the_cluster_and_the_node_j
     );
     assert!(out.contains("system:bootstrap:"), "created with the bootstrap token: {out}");
     let log = n.log();
-    assert!(!log.contains(&std::env::var("BOOTSTRAP_TOKEN").unwrap_or_else(|_| "\u{0}".into())));
+    let token = std::fs::read_to_string(cluster.base.join("pki/bootstrap.token")).unwrap_or_default();
+    let token = token.trim();
+    assert!(token.len() > 10, "the envtest bootstrap token: {token:?}");
+    assert!(!log.contains(token), "the bootstrap token is not in the log");
+    let secret = token.split('.').nth(1).unwrap_or(token);
+    assert!(!log.contains(secret), "the bootstrap token's secret is not in the log");
     assert!(!log.contains("BEGIN EC PRIVATE") && !log.contains("BEGIN PRIVATE"), "no key in the log");
 
     // a second start with the kubeconfig in place: no new CSR
@@ -623,4 +628,78 @@ async fn a_client_certificate_of_another_ca_is_a_clear_401_error() {
     .await;
     assert!(n.healthz_ok().await.is_ok(), "nodelet is healthy");
     n.shutdown().await;
+}
+
+#[tokio::test]
+async fn rotate_certificates_renews_a_kubeconfig_certificate_without_bootstrap() {
+    let (env, suite) =
+        cluster_or_skip!("rotate_certificates_renews_a_kubeconfig_certificate_without_bootstrap");
+    let plane = ControlPlane::start(&suite).await;
+    let cluster = plane.env();
+    let admin = crate::cluster_support::admin_client(&cluster).await;
+    let node = crate::support::node_name("rotkc");
+    let issued = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Issued>::new()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let deny = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let signer = tokio::spawn(signer_loop(
+        admin.clone(),
+        cluster.clone(),
+        node.clone(),
+        deny,
+        issued.clone(),
+        stop.clone(),
+    ));
+    let _stop_guard = stop.clone().drop_guard();
+    let first_not_after = now_unix() + SHORT_CERT;
+    let kubeconfig = std::sync::Mutex::new(PathBuf::new());
+    let options = StartOptions {
+        config_extra: "rotateCertificates: true\n".to_owned(),
+        node_name: Some(node.clone()),
+        ..StartOptions::default()
+    };
+    let n = ClusterNode::start_with_credentials(&env, &cluster, "rotkc", options, async |c, node, d| {
+        let (key, csr) = node_key_and_csr(node);
+        let cert = sign(&csr, &ca_issuer(c), first_not_after - SHORT_CERT, SHORT_CERT, false);
+        let path = d.join("kubeconfig");
+        write_cert_kubeconfig(c, &path, &cert, &key.serialize_pem());
+        if let Ok(mut k) = kubeconfig.lock() {
+            *k = path.clone();
+        }
+        vec!["--kubeconfig".to_owned(), path.display().to_string()]
+    })
+    .await;
+    let path = kubeconfig.lock().map(|k| k.clone()).unwrap_or_default();
+    let before = std::fs::read(&path).unwrap_or_default();
+    let snapshot = || issued.lock().map(|v| v.clone()).unwrap_or_default();
+    let renewal = n
+        .wait_until("the kubeconfig's certificate to be renewed", Duration::from_secs(75), async || {
+            snapshot().first().cloned().ok_or_else(|| "no CSR yet".to_owned())
+        })
+        .await;
+    let into = renewal.seen - (first_not_after - SHORT_CERT);
+    assert!((41..=56).contains(&into), "renewed {into} s into the certificate: {renewal:?}");
+    assert_eq!(renewal.username, format!("system:node:{node}"));
+    while now_unix() < first_not_after + 4 {
+        sleep(Duration::from_millis(500)).await;
+    }
+    n.wait_until(
+        "a Lease renewal after the kubeconfig's certificate expired",
+        Duration::from_secs(20),
+        async || {
+            let lease = n.lease().await.ok_or("no lease")?;
+            let renewed = lease.spec.and_then(|s| s.renew_time).map(|t| t.0.as_second()).unwrap_or(0);
+            if renewed > first_not_after + 1 { Ok(()) } else { Err(format!("renewTime {renewed}")) }
+        },
+    )
+    .await;
+    assert_eq!(
+        std::fs::read(&path).unwrap_or_default(),
+        before,
+        "nodelet leaves a kubeconfig it did not write alone"
+    );
+    assert!(n.root_dir().join("pki/nodelet-client-current.pem").is_file());
+    stop.cancel();
+    let _ = signer.await;
+    n.shutdown().await;
+    drop(plane);
 }
