@@ -598,7 +598,8 @@ impl Unauthorized {
 
 impl tower::Service<http::Request<kube::client::Body>> for SwapService {
     type Response = http::Response<kube::client::Body>;
-    type Error = CertError;
+    /// The inner client's error as it is (the outer client hands it on unchanged).
+    type Error = kube::Error;
     type Future = std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>,
     >;
@@ -611,11 +612,10 @@ impl tower::Service<http::Request<kube::client::Body>> for SwapService {
         let inner = self.current.borrow().clone();
         let unauthorized = self.unauthorized.clone();
         Box::pin(async move {
-            let Some(inner) = inner else { return Err(CertError::NoCredentials) };
-            let res = inner
-                .send(req)
-                .await
-                .map_err(|source| CertError::Api { what: "request".to_owned(), source })?;
+            let Some(inner) = inner else {
+                return Err(kube::Error::Service(Box::new(CertError::NoCredentials)));
+            };
+            let res = inner.send(req).await?;
             if res.status() == http::StatusCode::UNAUTHORIZED {
                 unauthorized.log();
             }
