@@ -142,11 +142,13 @@ pub(crate) struct RunArgs {
     pub(crate) allow_privileged: Option<bool>,
 
     /// Kubeconfig of the API server to register this node with; enables cluster mode (without it nodelet
-    /// runs static pods only, standalone). Its credentials must be in the file (a client certificate): TLS
-    /// bootstrap is not supported yet
+    /// runs static pods only, standalone). With --bootstrap-kubeconfig it may be missing: TLS bootstrap
+    /// writes it
     #[arg(long, value_name = "FILE", help_heading = "Cluster")]
     pub(crate) kubeconfig: Option<PathBuf>,
-    /// Not supported yet (TLS bootstrap): refused with an error, never ignored; give --kubeconfig instead
+    /// TLS bootstrap: when --kubeconfig is missing or its client certificate is missing or expired, ask the
+    /// cluster for one (a CertificateSigningRequest) with these credentials (e.g. a bootstrap token), store it
+    /// under <root-dir>/pki and write --kubeconfig; the client certificate is then rotated before it expires
     #[arg(long, value_name = "FILE", help_heading = "Cluster")]
     pub(crate) bootstrap_kubeconfig: Option<PathBuf>,
     /// The node's InternalIP address(es): one IP, or an IPv4 and an IPv6 address separated by a comma

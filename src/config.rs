@@ -216,6 +216,15 @@ pub(crate) struct ClusterConfig {
     pub(crate) node_status_report_frequency: Duration,
     /// `nodeLeaseDurationSeconds`.
     pub(crate) node_lease_duration: Duration,
+    /// `--bootstrap-kubeconfig` (absolute): TLS bootstrap when `kubeconfig` has no valid client certificate.
+    pub(crate) bootstrap_kubeconfig: Option<PathBuf>,
+    /// `rotateCertificates` (default false, the kubelet's): renew the client certificate before it expires.
+    /// Rotation happens too whenever `bootstrap_kubeconfig` is given.
+    pub(crate) rotate_certificates: bool,
+    /// `serverTLSBootstrap` (default false): the main port's certificate comes from the cluster.
+    pub(crate) server_tls_bootstrap: bool,
+    /// Where the certificates from the cluster are kept: `<root-dir>/pki`.
+    pub(crate) cert_dir: PathBuf,
 }
 
 /// `nodelet.storage`: where the provisioners put volumes.
@@ -1109,7 +1118,7 @@ impl Config {
         };
 
         // ---- cluster mode
-        let cluster = m.cluster(args, &raw, &mut warnings)?;
+        let cluster = m.cluster(args, &raw, &server.cert_dir, server.tls.is_some(), &mut warnings)?;
 
         // ---- back-off
         let kubelet_max = raw.crash_loop_back_off.as_ref().and_then(|c| c.max_container_restart_period);

@@ -2,6 +2,7 @@
 
 use clap::Parser;
 
+mod atomic;
 mod claims;
 mod cli;
 mod client;
@@ -146,9 +147,10 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     }
     // Cluster mode: the API server is one more source.
     let cluster = match &config.cluster {
-        Some(c) => {
-            Some(cluster::Cluster::connect(&config.node_name, c, &pod_config, &shutdown, &mut tasks).await?)
-        }
+        Some(c) => Some(
+            cluster::Cluster::connect(&config.node_name, c, &pod_config, &registry, &shutdown, &mut tasks)
+                .await?,
+        ),
         None => None,
     };
     pod_config.seal();
@@ -407,6 +409,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         .with_facts(node_facts),
     );
     let kube_client = cluster.as_ref().map(cluster::Cluster::client);
+    let serving_cert = cluster.as_ref().and_then(cluster::Cluster::serving_cert);
     if let (Some(cluster), Some(c)) = (cluster, &config.cluster) {
         cluster.start(
             &config.node_name,
@@ -439,6 +442,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         server_config.authorization = config.server.auth.authorization;
         server_config.kube_client = kube_client.map(server::ApiClient);
         server_config.root_dir = config.root_dir.clone();
+        server_config.serving_cert = serving_cert;
         let servers = server::Servers::bind(&server_config, node).await?;
         tracing::info!(
             main = %servers.main_addr(),

@@ -11,10 +11,13 @@
 //! ```
 //!
 //! Every API call goes through one [`kube::Client`] with the kubelet's client-side rate limit
-//! (`kubeAPIQPS`, `kubeAPIBurst`; see [`ratelimit`]). None of these tasks ever stops or restarts a
+//! (`kubeAPIQPS`, `kubeAPIBurst`; see [`ratelimit`]), which forwards each request to the client of the
+//! current client certificate ([`certificates`]: TLS bootstrap, rotation, the serving certificate). With
+//! TLS bootstrap the tasks below start once the certificate is issued. None of these tasks ever stops or restarts a
 //! pod because the API server is unreachable: each retries with back-off and catches up when the API
 //! server is back, and the pod source keeps its last complete list meanwhile.
 
+pub(crate) mod certificates;
 pub(crate) mod events;
 pub(crate) mod mirror;
 pub(crate) mod node;
@@ -30,24 +33,12 @@ use kube::Client;
 /// Errors of cluster mode's set-up.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ClusterError {
-    /// The kubeconfig file could not be read or understood.
-    #[error("kubeconfig {path}: {source}")]
-    Kubeconfig {
-        /// The file.
-        path: String,
-        /// Why.
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
-    /// The client could not be built from the kubeconfig.
-    #[error("API client from {path}: {source}")]
-    Client {
-        /// The kubeconfig file.
-        path: String,
-        /// Why.
-        #[source]
-        source: kube::Error,
-    },
+    /// The client certificate could not be set up.
+    #[error(transparent)]
+    Certificates(#[from] certificates::CertError),
+    /// The certificate manager's metrics could not be registered.
+    #[error("certificate manager metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
     /// The API pod source could not be added to the pod config.
     #[error(transparent)]
     Source(#[from] crate::sources::PodConfigError),
@@ -58,20 +49,8 @@ pub(crate) fn user_agent(node: &str) -> String {
     format!("nodelet/v{} ({node})", env!("CARGO_PKG_VERSION"))
 }
 
-/// A client for the API server of `kubeconfig`, rate limited to `qps` requests per second with
-/// bursts of `burst`.
-pub(crate) async fn connect(
-    kubeconfig: &std::path::Path,
-    node: &str,
-    qps: f64,
-    burst: u32,
-) -> Result<Client, ClusterError> {
-    let path = kubeconfig.display().to_string();
-    let file = kube::config::Kubeconfig::read_from(kubeconfig)
-        .map_err(|source| ClusterError::Kubeconfig { path: path.clone(), source })?;
-    let mut config = kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-        .await
-        .map_err(|source| ClusterError::Kubeconfig { path: path.clone(), source })?;
+/// The timeouts and user agent of every client of cluster mode.
+pub(crate) fn tune(config: &mut kube::Config, node: &str) {
     // Calls that hang are cut off; watches have their own server-side timeout.
     config.connect_timeout = Some(Duration::from_secs(10));
     config.read_timeout = Some(Duration::from_secs(330));
@@ -80,9 +59,6 @@ pub(crate) async fn connect(
         http_header_name("user-agent"),
         user_agent(node).parse().unwrap_or_else(|_| "nodelet".parse().expect("static header value")),
     ));
-    let builder = kube::client::ClientBuilder::try_from(config)
-        .map_err(|source| ClusterError::Client { path: path.clone(), source })?;
-    Ok(builder.with_layer(&ratelimit::RateLimitLayer::new(qps, burst)).build())
 }
 
 fn http_header_name(name: &'static str) -> http::HeaderName {
@@ -124,16 +100,35 @@ pub(crate) fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
-/// Cluster mode's first half, set up with the pod sources: the client and the API pod source.
+/// Cluster mode's first half, set up with the pod sources: the client, its certificate manager and the
+/// API pod source.
 pub(crate) struct Cluster {
     client: Client,
     pod_data: podobjects::PodData,
+    /// The current inner client; the tasks start once it is there (after TLS bootstrap).
+    current: certificates::CurrentClient,
     snapshot: tokio::sync::watch::Receiver<std::sync::Arc<pods::ApiPodSnapshot>>,
+    serving: Option<certificates::ServingCerts>,
 }
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster").finish_non_exhaustive()
+    }
+}
+
+/// Runs `task` once the node has client credentials (at once, or after TLS bootstrap); never on shutdown.
+async fn when_ready(
+    mut current: certificates::CurrentClient,
+    shutdown: tokio_util::sync::CancellationToken,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let ready = tokio::select! {
+        () = shutdown.cancelled() => false,
+        ready = current.wait_for(Option::is_some) => ready.is_ok(),
+    };
+    if ready {
+        task.await;
     }
 }
 
@@ -143,32 +138,64 @@ impl Cluster {
         self.client.clone()
     }
 
-    /// Connects to the API server of `cluster` and adds the API pod source ("api") to
-    /// `pod_config`; the source's task goes into `tasks`.
+    /// Sets up the client of `cluster` (TLS bootstrap in the background when needed, certificate
+    /// rotation; see [`certificates`]) and adds the API pod source ("api") to `pod_config`; the tasks go
+    /// into `tasks`, the metrics into `registry`.
     pub(crate) async fn connect(
         node_name: &str,
         cluster: &crate::config::ClusterConfig,
         pod_config: &crate::sources::PodConfig,
+        registry: &prometheus::Registry,
         shutdown: &tokio_util::sync::CancellationToken,
         tasks: &mut tokio::task::JoinSet<()>,
     ) -> Result<Self, ClusterError> {
-        let client =
-            connect(&cluster.kubeconfig, node_name, cluster.kube_api_qps, cluster.kube_api_burst).await?;
+        let metrics = certificates::CertMetrics::new(registry)?;
+        let layer = ratelimit::RateLimitLayer::new(cluster.kube_api_qps, cluster.kube_api_burst);
+        let certs = certificates::start_client(
+            node_name,
+            &certificates::ClientCertConfig {
+                kubeconfig: cluster.kubeconfig.clone(),
+                bootstrap_kubeconfig: cluster.bootstrap_kubeconfig.clone(),
+                rotate: cluster.rotate_certificates,
+                cert_dir: cluster.cert_dir.clone(),
+            },
+            &layer,
+            &metrics,
+            shutdown,
+            tasks,
+        )
+        .await?;
         tracing::info!(kubeconfig = %cluster.kubeconfig.display(), "cluster mode: pods come from the API server too");
-        let source = pods::ApiPods::new(client.clone(), pod_config.add_source("api")?);
+        let source = pods::ApiPods::new(certs.client.clone(), pod_config.add_source("api")?);
         let snapshot = source.snapshot();
-        tasks.spawn(source.run(shutdown.clone()));
-        Ok(Self { client, snapshot, pod_data: podobjects::PodData::new() })
+        tasks.spawn(when_ready(certs.current.clone(), shutdown.clone(), source.run(shutdown.clone())));
+        let serving = cluster
+            .server_tls_bootstrap
+            .then(|| certificates::ServingCerts::new(&cluster.cert_dir, &metrics));
+        Ok(Self {
+            client: certs.client,
+            current: certs.current,
+            snapshot,
+            serving,
+            pod_data: podobjects::PodData::new(),
+        })
     }
 
-    /// The ConfigMaps, Secrets and tokens of API pods (filled once [`start`](Self::start)ed).
+    /// The ConfigMaps, Secrets, claims and tokens of API pods (filled once [`start`](Self::start)ed).
     pub(crate) fn pod_data(&self) -> podobjects::PodData {
         self.pod_data.clone()
     }
 
+    /// With `serverTLSBootstrap`: the main port's certificate from the cluster (the server reads it at
+    /// each handshake).
+    pub(crate) fn serving_cert(&self) -> Option<crate::server::ServingCertHandle> {
+        self.serving.as_ref().map(certificates::ServingCerts::handle)
+    }
+
     /// Starts the writers (the Node and its Lease, pod statuses, mirror pods and events, all read
-    /// from `view` and the pod stores) and the pod data watches, which poke `refresh` when the
-    /// volumes must be rendered again.
+    /// from `view` and the pod stores), the pod data watches, which poke `refresh` when the volumes
+    /// must be rendered again, and the serving certificate's manager. All wait for the node's
+    /// credentials.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start<V: crate::server::NodeView + Send + Sync + 'static>(
         self,
@@ -200,7 +227,8 @@ impl Cluster {
                 refresh.send_replace(());
             }
         });
-        tasks.spawn(self.pod_data.clone().run(self.client.clone(), desired.clone(), shutdown.clone()));
+        let pod_data = self.pod_data.clone().run(self.client.clone(), desired.clone(), shutdown.clone());
+        tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), pod_data));
         let host_ips: Vec<String> = view
             .nodes()
             .items
@@ -209,6 +237,11 @@ impl Cluster {
             .and_then(|s| s.addresses.as_ref())
             .map(|a| a.iter().filter(|a| a.type_ == "InternalIP").map(|a| a.address.clone()).collect())
             .unwrap_or_default();
+        if let Some(serving) = self.serving {
+            let run =
+                serving.run(self.client.clone(), node_name.to_owned(), host_ips.clone(), shutdown.clone());
+            tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), run));
+        }
         let node_sync = node::NodeSync::new(
             self.client.clone(),
             node_name.to_owned(),
@@ -224,7 +257,7 @@ impl Cluster {
             cri,
         );
         let registered = node_sync.registered();
-        tasks.spawn(node_sync.run(shutdown.clone()));
+        tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), node_sync.run(shutdown.clone())));
         let status = status::StatusManager::new(
             self.client.clone(),
             view.clone(),
@@ -234,10 +267,10 @@ impl Cluster {
             self.snapshot.clone(),
             host_ips,
         );
-        tasks.spawn(status.run(shutdown.clone()));
+        tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), status.run(shutdown.clone())));
         let mirrors = mirror::MirrorPods::new(self.client.clone(), desired, self.snapshot, registered);
-        tasks.spawn(mirrors.run(shutdown.clone()));
+        tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), mirrors.run(shutdown.clone())));
         let events = events::EventSink::new(self.client, view, node_name.to_owned());
-        tasks.spawn(events.run(shutdown.clone()));
+        tasks.spawn(when_ready(self.current, shutdown.clone(), events.run(shutdown.clone())));
     }
 }

@@ -46,22 +46,44 @@ impl Merger<'_> {
         &self,
         args: &RunArgs,
         raw: &RawKubeletConfiguration,
+        cert_dir: &Path,
+        tls_files_given: bool,
         warnings: &mut Vec<ConfigWarning>,
     ) -> Result<Option<ClusterConfig>, ConfigError> {
-        if args.bootstrap_kubeconfig.is_some() {
-            return Err(self.flag_err(
-                "--bootstrap-kubeconfig",
-                "TLS bootstrap is not supported yet; give --kubeconfig with a client certificate".into(),
-            ));
-        }
-        let kubeconfig = match args.kubeconfig.as_deref() {
+        let bootstrap_kubeconfig = match args.bootstrap_kubeconfig.as_deref() {
             Some(p) => {
-                let p = self.flag_path("--kubeconfig", p)?;
-                check_readable_file(&p).map_err(|msg| self.flag_err("--kubeconfig", msg))?;
+                let p = self.flag_path("--bootstrap-kubeconfig", p)?;
+                check_readable_file(&p).map_err(|msg| self.flag_err("--bootstrap-kubeconfig", msg))?;
+                if args.kubeconfig.is_none() {
+                    return Err(self.flag_err(
+                        "--bootstrap-kubeconfig",
+                        "needs --kubeconfig: the file TLS bootstrap writes the node's kubeconfig to".into(),
+                    ));
+                }
                 Some(p)
             }
             None => None,
         };
+        let kubeconfig = match args.kubeconfig.as_deref() {
+            Some(p) => {
+                let p = self.flag_path("--kubeconfig", p)?;
+                // with TLS bootstrap the file is written when it is missing
+                if bootstrap_kubeconfig.is_none() || p.exists() {
+                    check_readable_file(&p).map_err(|msg| self.flag_err("--kubeconfig", msg))?;
+                }
+                Some(p)
+            }
+            None => None,
+        };
+        let rotate_certificates = raw.rotate_certificates.unwrap_or(false);
+        let server_tls_bootstrap = raw.server_tls_bootstrap.unwrap_or(false);
+        if server_tls_bootstrap && tls_files_given {
+            return Err(self.file_err(
+                "serverTLSBootstrap",
+                "the serving certificate comes from the cluster: leave tlsCertFile and tlsPrivateKeyFile out"
+                    .into(),
+            ));
+        }
 
         let node_ips = match &args.node_ip {
             Some(s) => parse_node_ips(s).map_err(|msg| self.flag_err("--node-ip", msg))?,
@@ -153,6 +175,8 @@ impl Merger<'_> {
                 ),
                 (raw.node_status_report_frequency.is_some(), "nodeStatusReportFrequency"),
                 (raw.node_lease_duration_seconds.is_some(), "nodeLeaseDurationSeconds"),
+                (raw.rotate_certificates.is_some(), "rotateCertificates"),
+                (raw.server_tls_bootstrap.is_some(), "serverTLSBootstrap"),
             ];
             for (_, name) in given.iter().filter(|(set, _)| *set) {
                 warnings.push(ConfigWarning {
@@ -173,6 +197,10 @@ impl Merger<'_> {
             node_status_update_frequency,
             node_status_report_frequency,
             node_lease_duration,
+            bootstrap_kubeconfig,
+            rotate_certificates,
+            server_tls_bootstrap,
+            cert_dir: cert_dir.to_owned(),
         }))
     }
 

@@ -37,6 +37,9 @@ pub(super) struct RawKubeletConfiguration {
     pub(super) healthz_bind_address: Option<String>,
     pub(super) tls_cert_file: Option<String>,
     pub(super) tls_private_key_file: Option<String>,
+    pub(super) rotate_certificates: Option<bool>,
+    #[serde(rename = "serverTLSBootstrap")]
+    pub(super) server_tls_bootstrap: Option<bool>,
     pub(super) authentication: Option<RawAuthentication>,
     pub(super) authorization: Option<RawAuthorization>,
 

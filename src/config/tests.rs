@@ -756,21 +756,44 @@ fn kubeconfig_is_made_absolute_and_must_be_readable() {
 }
 
 #[test]
-fn bootstrap_kubeconfig_is_refused_not_ignored() {
+fn bootstrap_kubeconfig_lets_the_kubeconfig_be_missing_and_needs_it_named() {
+    let (dir, kc) = kubeconfig();
+    let boot = kc.clone();
+    let missing = dir.path().join("node.kubeconfig");
+    let missing = missing.to_str().expect("utf8");
+    let c = ok(&["--bootstrap-kubeconfig", &boot, "--kubeconfig", missing], None)
+        .config
+        .cluster
+        .expect("cluster");
+    assert_eq!(c.bootstrap_kubeconfig.as_deref(), Some(Path::new(&boot)));
+    assert_eq!(c.kubeconfig, PathBuf::from(missing));
+    assert_eq!(c.cert_dir, PathBuf::from("/var/lib/nodelet/pki"));
+    assert!(!c.rotate_certificates && !c.server_tls_bootstrap, "the kubelet's defaults");
+    // without --bootstrap-kubeconfig a missing kubeconfig is still an error
+    let e = err(&["--kubeconfig", missing], None);
+    assert!(e.starts_with("invalid --kubeconfig: cannot read"), "{e}");
+    let e = err(&["--bootstrap-kubeconfig", &boot], None);
+    assert!(e.contains("--bootstrap-kubeconfig: needs --kubeconfig"), "{e}");
+    let e = err(&["--bootstrap-kubeconfig", "/etc/none.kubeconfig", "--kubeconfig", &kc], None);
+    assert!(e.starts_with("invalid --bootstrap-kubeconfig: cannot read /etc/none.kubeconfig"), "{e}");
+}
+
+#[test]
+fn certificate_settings_are_read_and_checked() {
     let (_dir, kc) = kubeconfig();
-    for flags in [
-        vec!["--bootstrap-kubeconfig", "/etc/bootstrap.kubeconfig"],
-        vec!["--bootstrap-kubeconfig", "/etc/bootstrap.kubeconfig", "--kubeconfig", &kc],
-    ] {
-        let e = err(&flags, None);
-        assert!(
-            e.contains(
-                "--bootstrap-kubeconfig: TLS bootstrap is not supported yet; give --kubeconfig with a client \
-                 certificate"
-            ),
-            "{e}"
-        );
-    }
+    let l = ok(&["--kubeconfig", &kc], Some("rotateCertificates: true\nserverTLSBootstrap: true\n"));
+    let c = l.config.cluster.clone().expect("cluster");
+    assert!(c.rotate_certificates && c.server_tls_bootstrap);
+    assert_eq!(warned(&l, "rotateCertificates"), None);
+    let e = err(
+        &["--kubeconfig", &kc],
+        Some("serverTLSBootstrap: true\ntlsCertFile: /etc/c.crt\ntlsPrivateKeyFile: /etc/c.key\n"),
+    );
+    assert!(e.contains("serverTLSBootstrap") && e.contains("tlsCertFile"), "{e}");
+    // without --kubeconfig they do nothing: warned
+    let l = ok(&[], Some("rotateCertificates: true\nserverTLSBootstrap: true\n"));
+    assert!(warned(&l, "rotateCertificates").is_some_and(|m| m.contains("no effect without --kubeconfig")));
+    assert!(warned(&l, "serverTLSBootstrap").is_some_and(|m| m.contains("no effect without --kubeconfig")));
 }
 
 #[test]

@@ -64,7 +64,7 @@ use tower::ServiceExt as _;
 use tracing::{debug, info, warn};
 
 pub(crate) use auth::AuthError;
-pub(crate) use tls::TlsError;
+pub(crate) use tls::{ServingCertHandle, TlsError};
 
 use auth::{Authenticator, ClientCert, TokenAuthenticator};
 use routes::{Authorizer, ConnInfo, Shared};
@@ -197,6 +197,9 @@ pub(crate) struct ServerConfig {
     pub(crate) kube_client: Option<ApiClient>,
     /// `--root-dir`. Default `/var/lib/nodelet` (the kubelet: `/var/lib/kubelet`).
     pub(crate) root_dir: PathBuf,
+    /// With `serverTLSBootstrap`: the certificate from the cluster, served instead of the self-signed one
+    /// once it is there (read at each handshake, so rotation needs no restart). Default `None`.
+    pub(crate) serving_cert: Option<ServingCertHandle>,
     /// The node's host name, put with `localhost`, 127.0.0.1 and ::1 into the self-signed certificate.
     pub(crate) hostname: String,
     /// How long open connections (log streams included) may take to finish after shutdown is asked
@@ -222,6 +225,7 @@ impl ServerConfig {
             authorization: AuthorizationMode::AlwaysAllow,
             kube_client: None,
             root_dir: PathBuf::from("/var/lib/nodelet"),
+            serving_cert: None,
             hostname: hostname.into(),
             shutdown_grace: Duration::from_secs(5),
         }

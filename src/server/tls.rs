@@ -1,9 +1,10 @@
-//! TLS for the main port: the serving certificate (given, or self-signed and kept under `<root-dir>/pki`)
-//! and client-certificate verification against the client CA bundle.
+//! TLS for the main port: the serving certificate (given, or self-signed and kept under `<root-dir>/pki`,
+//! or with `serverTLSBootstrap` the one from the cluster in a [`ServingCertHandle`], read at each handshake,
+//! with the self-signed one until the first is issued) and client-certificate verification against the
+//! client CA bundle.
 
 use std::fs;
-use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,9 +112,68 @@ pub(crate) fn server_config(config: &ServerConfig) -> Result<Arc<rustls::ServerC
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut server = builder.with_single_cert(chain, key)?;
+    let mut server = match &config.serving_cert {
+        None => builder.with_single_cert(chain, key)?,
+        Some(handle) => {
+            let fallback = Arc::new(certified_key(chain, &key)?);
+            builder.with_cert_resolver(Arc::new(SwappableCert { handle: handle.clone(), fallback }))
+        }
+    };
     server.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(server))
+}
+
+fn certified_key(
+    chain: Vec<CertificateDer<'static>>,
+    key: &PrivateKeyDer<'static>,
+) -> Result<rustls::sign::CertifiedKey, TlsError> {
+    let signing = provider().key_provider.load_private_key(key.clone_key())?;
+    let certified = rustls::sign::CertifiedKey::new(chain, signing);
+    certified.keys_match()?;
+    Ok(certified)
+}
+
+/// The main port's certificate from the cluster (`serverTLSBootstrap`), replaced when it is rotated; the
+/// server reads it at each TLS handshake.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ServingCertHandle(Arc<std::sync::RwLock<Option<Arc<rustls::sign::CertifiedKey>>>>);
+
+impl ServingCertHandle {
+    /// Serves the certificate chain and key of `pem` from now on.
+    pub(crate) fn set_pem(&self, pem: &[u8]) -> Result<(), TlsError> {
+        let invalid = |reason: String| TlsError::Invalid {
+            what: "serving certificate from the cluster",
+            path: PathBuf::new(),
+            reason,
+        };
+        let chain = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid(e.to_string()))?;
+        if chain.is_empty() {
+            return Err(invalid("no certificate".to_owned()));
+        }
+        let key = PrivateKeyDer::from_pem_slice(pem).map_err(|e| invalid(e.to_string()))?;
+        let certified = Arc::new(certified_key(chain, &key)?);
+        *self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(certified);
+        Ok(())
+    }
+
+    fn current(&self) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+/// The handle's certificate, or `fallback` (self-signed) while there is none.
+#[derive(Debug)]
+struct SwappableCert {
+    handle: ServingCertHandle,
+    fallback: Arc<rustls::sign::CertifiedKey>,
+}
+
+impl rustls::server::ResolvesServerCert for SwappableCert {
+    fn resolve(&self, _hello: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.handle.current().unwrap_or_else(|| self.fallback.clone()))
+    }
 }
 
 fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, TlsError> {
@@ -233,29 +293,8 @@ fn generate_self_signed(
     Ok((vec![cert.der().clone()], key))
 }
 
-/// Writes `contents` to a fresh temporary file with `mode`, syncs it and renames it over `path`.
+/// [`crate::atomic::write_atomically`], its error as a [`TlsError::Write`].
 fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> Result<(), TlsError> {
-    let write_err = |p: &Path| {
-        let p = p.to_owned();
-        move |source| TlsError::Write { path: p, source }
-    };
-    let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(".tmp");
-    let tmp = PathBuf::from(tmp_name);
-    match fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(write_err(&tmp)(e)),
-    }
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(write_err(&tmp))?;
-    file.write_all(contents).map_err(write_err(&tmp))?;
-    file.sync_all().map_err(write_err(&tmp))?;
-    drop(file);
-    fs::rename(&tmp, path).map_err(write_err(path))
+    crate::atomic::write_atomically(path, contents, mode)
+        .map_err(|e| TlsError::Write { path: e.path, source: e.source })
 }

@@ -376,22 +376,33 @@ impl ClusterNode {
         env: &Env,
         cluster: &ClusterEnv,
         hint: &str,
-        mut options: StartOptions,
+        options: StartOptions,
     ) -> ClusterNode {
-        let node = node_name(hint);
+        ClusterNode::start_with_credentials(env, cluster, hint, options, async |cluster, node, dir| {
+            let kubeconfig = dir.join("node.kubeconfig");
+            mint_node_kubeconfig(cluster, node, &kubeconfig).await;
+            vec!["--kubeconfig".to_owned(), kubeconfig.display().to_string()]
+        })
+        .await
+    }
+
+    /// [`start_with`](Self::start_with), the credential flags (`--kubeconfig`, `--bootstrap-kubeconfig`)
+    /// from `credentials(cluster, node, secrets_dir)` instead of a minted node kubeconfig.
+    pub(crate) async fn start_with_credentials(
+        env: &Env,
+        cluster: &ClusterEnv,
+        hint: &str,
+        mut options: StartOptions,
+        credentials: impl AsyncFnOnce(&ClusterEnv, &str, &Path) -> Vec<String>,
+    ) -> ClusterNode {
+        let node = options.node_name.clone().unwrap_or_else(|| node_name(hint));
         let secrets = match tempfile::Builder::new().prefix("nodelet-e2e-kubeconfig-").tempdir() {
             Ok(d) => d,
             Err(e) => panic!("cannot create a temporary directory: {e}"),
         };
-        let kubeconfig = secrets.path().join("node.kubeconfig");
-        mint_node_kubeconfig(cluster, &node, &kubeconfig).await;
         let client = admin_client(cluster).await;
-        let mut args = vec![
-            "--kubeconfig".to_owned(),
-            kubeconfig.display().to_string(),
-            "--node-ip".to_owned(),
-            "127.0.0.1".to_owned(),
-        ];
+        let mut args = credentials(cluster, &node, secrets.path()).await;
+        args.extend(["--node-ip".to_owned(), "127.0.0.1".to_owned()]);
         args.append(&mut options.extra_args);
         options.extra_args = args;
         options.config_extra = format!(

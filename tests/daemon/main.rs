@@ -19,6 +19,7 @@
 //! and to pod IPs in 198.18.0.0/16.
 
 mod api;
+mod certificates;
 mod cluster;
 mod cluster_data;
 mod cluster_support;
