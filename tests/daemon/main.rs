@@ -25,6 +25,7 @@ mod cluster_data;
 mod cluster_support;
 mod eviction;
 mod lifecycle;
+mod logs;
 mod probes;
 mod restarts;
 mod sources;

@@ -1,0 +1,85 @@
+//! Container logs on disk: rotation by size (`containerLogMaxSize`, `containerLogMaxFiles`, checked every
+//! `containerLogMonitorInterval`) under a chatty container, against the real containerd (`ReopenContainerLog`).
+
+use std::io::Read as _;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{Nodelet, StartOptions, env_or_skip, uid};
+
+/// The numbers (`line N`) in the CRI log text `text`, in order.
+fn numbers(text: &str) -> Vec<u64> {
+    text.lines()
+        .filter_map(|l| l.splitn(4, ' ').nth(3))
+        .filter_map(|m| m.strip_prefix("line "))
+        .filter_map(|n| n.trim().parse().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_chatty_containers_log_is_rotated_compressed_and_bounded_without_losing_lines() {
+    let env = env_or_skip!("a_chatty_containers_log_is_rotated_compressed_and_bounded_without_losing_lines");
+    let options = StartOptions {
+        config_extra: "containerLogMaxSize: 64Ki\ncontainerLogMaxFiles: 4\ncontainerLogMonitorInterval: 3s\n"
+            .to_owned(),
+        ..StartOptions::default()
+    };
+    let n = Nodelet::start_with(&env, "logrotate", options).await;
+    // About 50 KiB a second of numbered lines (with the CRI prefix).
+    let script = "i=0; while true; do i=$((i+1)); echo \"line $i\"; \
+                  if [ $((i % 100)) -eq 0 ]; then sleep 0.1; fi; done";
+    n.write_manifest(
+        "chatty.yaml",
+        &n.pod_manifest(
+            "chatty",
+            json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "command": ["sh", "-c", script]}]}),
+        ),
+    );
+    let pod = n.wait_running("chatty").await;
+    let dir = n.logs_dir().join(format!("default_{}_{}", n.pod_name("chatty"), uid(&pod))).join("main");
+    let files = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    // Wait until there was a rotation with compression: a .gz file beside a plain rotated one (with 4
+    // files: the current one, the newest rotated one as it is, the older ones compressed).
+    n.wait_for("a compressed rotated log", Duration::from_secs(60), async || {
+        let f = files();
+        (f.iter().any(|f| f.ends_with(".gz")) && f.iter().filter(|f| f.starts_with("0.log.")).count() >= 2)
+            .then_some(())
+    })
+    .await;
+    // Let it go on for a few more rotations: the number of files stays bounded.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let listed = files();
+    assert!(listed.len() <= 4, "containerLogMaxFiles 4: {listed:?}");
+    assert!(listed.contains(&"0.log".to_owned()), "{listed:?}");
+    // The files, oldest first, hold one unbroken run of numbers: no line lost or repeated across them.
+    let mut all = Vec::new();
+    for name in &listed {
+        let path = dir.join(name);
+        let mut text = String::new();
+        if name.ends_with(".gz") {
+            let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            flate2::read::GzDecoder::new(file)
+                .read_to_string(&mut text)
+                .unwrap_or_else(|e| panic!("gunzip {}: {e}", path.display()));
+        } else if name != "0.log" {
+            text = std::fs::read_to_string(&path).unwrap_or_default();
+        }
+        all.extend(numbers(&text));
+    }
+    all.extend(numbers(&std::fs::read_to_string(dir.join("0.log")).unwrap_or_default()));
+    assert!(all.len() > 1000, "{} lines", all.len());
+    for pair in all.windows(2) {
+        assert_eq!(pair[1], pair[0] + 1, "a gap or a repeat between lines {} and {}", pair[0], pair[1]);
+    }
+    let current = std::fs::metadata(dir.join("0.log")).map(|m| m.len()).unwrap_or_default();
+    assert!(current < 1 << 20, "the current file keeps growing: {current} bytes");
+    n.remove_manifest("chatty.yaml");
+    n.shutdown().await;
+}
