@@ -29,7 +29,6 @@
 //! The size of the input itself is the caller's limit (manifests: 8 MiB).
 
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_saphyr::budget::BudgetBreach;
 use serde_saphyr::granit_parser::ErrorKind;
 use serde_saphyr::options::NonFiniteFloatPolicy;
@@ -210,7 +209,7 @@ pub(crate) fn documents(text: &str) -> Result<Vec<serde_json::Value>, (Vec<serde
 
 /// One document of `text` as a `T`, within the limits (for tests: test manifests and configs).
 #[cfg(test)]
-pub(crate) fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, DecodeError> {
+pub(crate) fn from_str<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, DecodeError> {
     serde_saphyr::from_str_with_options(text, options(text.len()))
         .map_err(|e| DecodeError::new(&e, text.len()))
 }
