@@ -29,6 +29,7 @@ pub(crate) use units::format_go_duration;
 pub(crate) use units::{GoDuration, ThresholdValue, parse_go_duration, parse_quantity};
 
 use crate::cli::RunArgs;
+use crate::yaml;
 use raw::{KUBELET_FIELDS, RawBackOff, RawKubeletConfiguration};
 
 /// The only accepted `apiVersion`.
@@ -603,28 +604,35 @@ impl ConfigFile {
         if text.trim().is_empty() {
             return Err(parse_err(".".into(), "the file is empty".into()));
         }
-        let mut docs = serde_yaml::Deserializer::from_str(text);
-        let Some(doc) = docs.next() else {
-            return Err(parse_err(".".into(), "the file is empty".into()));
-        };
         let mut ignored = Vec::new();
-        let raw: RawKubeletConfiguration = {
+        let mut field = None;
+        let decoded = {
             let mut record = |p: serde_ignored::Path<'_>| ignored.push(dotted(&p));
-            let de = serde_ignored::Deserializer::new(doc, &mut record);
-            serde_path_to_error::deserialize(de).map_err(|e| {
-                let field = e.path().to_string();
-                let inner = e.into_inner().to_string();
-                // serde_yaml already prefixes its message with the path
-                let message = inner.strip_prefix(&format!("{field}: ")).map_or(inner.clone(), str::to_owned);
-                parse_err(field, message)
-            })?
+            serde_saphyr::with_deserializer_from_str_with_options(text, yaml::options(text.len()), |doc| {
+                let de = serde_ignored::Deserializer::new(doc, &mut record);
+                serde_path_to_error::deserialize::<_, RawKubeletConfiguration>(de).map_err(|e| {
+                    field = Some(e.path().to_string());
+                    e.into_inner()
+                })
+            })
         };
-        if docs.next().is_some() {
-            return Err(parse_err(
-                ".".into(),
-                "holds more than one YAML document; nodelet reads exactly one".into(),
-            ));
-        }
+        let raw = match decoded {
+            Ok(raw) => raw,
+            Err(e) => {
+                let error = yaml::DecodeError::new(&e, text.len());
+                let field = match &error {
+                    yaml::DecodeError::Invalid { .. } => field.unwrap_or_else(|| ".".into()),
+                    _ => ".".into(),
+                };
+                let message = match error {
+                    yaml::DecodeError::MultipleDocuments { .. } => {
+                        "holds more than one YAML document; nodelet reads exactly one".into()
+                    }
+                    other => other.to_string(),
+                };
+                return Err(parse_err(field, message));
+            }
+        };
         let wrong_kind = |message: String| ConfigError::WrongKind { path: path.to_owned(), message };
         match raw.api_version.as_deref() {
             Some(API_VERSION) => {}

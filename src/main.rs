@@ -18,6 +18,7 @@ mod server;
 mod sources;
 mod stats;
 mod volumes;
+mod yaml;
 
 fn main() -> anyhow::Result<()> {
     let command = cli::Cli::parse().into_command();

@@ -27,13 +27,13 @@ const WAIT: Duration = Duration::from_secs(30);
 const NODE: &str = "node-a";
 
 fn pv(yaml: &str) -> PersistentVolume {
-    serde_yaml::from_str(yaml).expect("test PV")
+    serde_saphyr::from_str(yaml).expect("test PV")
 }
 fn pvc(yaml: &str) -> PersistentVolumeClaim {
-    serde_yaml::from_str(yaml).expect("test PVC")
+    serde_saphyr::from_str(yaml).expect("test PVC")
 }
 fn class(yaml: &str) -> StorageClass {
-    serde_yaml::from_str(yaml).expect("test class")
+    serde_saphyr::from_str(yaml).expect("test class")
 }
 
 fn volume(name: &str, size: &str, modes: &str, class: &str) -> PersistentVolume {
@@ -134,7 +134,7 @@ impl Harness {
     }
 
     fn add_pod_using(&mut self, uid: &str, claim: &str) {
-        let mut pod: Pod = serde_yaml::from_str(&format!(
+        let mut pod: Pod = serde_saphyr::from_str(&format!(
             "metadata: {{name: p-{uid}, namespace: default, uid: {uid}}}\nspec:\n  containers: [{{name: c, image: busybox}}]\n  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {claim}}}}}]\n"
         ))
         .unwrap();
@@ -241,11 +241,11 @@ async fn a_larger_claim_stays_pending_and_says_why_until_a_volume_fits() {
 #[tokio::test(start_paused = true)]
 async fn access_modes_class_and_node_affinity_are_honoured() {
     let mut elsewhere = volume("elsewhere", "5Gi", "ReadWriteOnce", "");
-    elsewhere.spec.as_mut().unwrap().node_affinity = Some(serde_yaml::from_str(
+    elsewhere.spec.as_mut().unwrap().node_affinity = Some(serde_saphyr::from_str(
         "required: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [node-b]}]}]}",
     ).unwrap());
     let mut here = volume("here", "6Gi", "ReadWriteOnce", "");
-    here.spec.as_mut().unwrap().node_affinity = Some(serde_yaml::from_str(
+    here.spec.as_mut().unwrap().node_affinity = Some(serde_saphyr::from_str(
         "required: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [node-a]}]}]}",
     ).unwrap());
     let h = Harness::start(objects(
@@ -280,7 +280,7 @@ async fn access_modes_class_and_node_affinity_are_honoured() {
 async fn volume_name_and_claim_ref_pre_binding() {
     let mut reserved = volume("reserved", "5Gi", "ReadWriteOnce", "");
     reserved.spec.as_mut().unwrap().claim_ref =
-        Some(serde_yaml::from_str("{namespace: default, name: owner}").unwrap());
+        Some(serde_saphyr::from_str("{namespace: default, name: owner}").unwrap());
     let mut by_name = claim("picky", "1Gi", "ReadWriteOnce", Some(""));
     by_name.spec.as_mut().unwrap().volume_name = Some("large".into());
     let h = Harness::start(objects(
@@ -300,7 +300,7 @@ async fn volume_name_and_claim_ref_pre_binding() {
     // The owner appears and gets its volume, though a smaller one would do.
     let mut reserved = volume("reserved", "5Gi", "ReadWriteOnce", "");
     reserved.spec.as_mut().unwrap().claim_ref =
-        Some(serde_yaml::from_str("{namespace: default, name: owner}").unwrap());
+        Some(serde_saphyr::from_str("{namespace: default, name: owner}").unwrap());
     let mut by_name = claim("picky", "1Gi", "ReadWriteOnce", Some(""));
     by_name.spec.as_mut().unwrap().volume_name = Some("large".into());
     h.set(objects(

@@ -149,7 +149,7 @@ impl ClaimLookup for OneVolume {
         if self.unknown.load(Ordering::SeqCst) {
             return Err(format!("persistentvolumeclaim {claim:?} not found"));
         }
-        serde_yaml::from_str(&format!(
+        serde_saphyr::from_str(&format!(
             "metadata: {{name: pv-1}}\nspec:\n  accessModes: [ReadWriteOnce]\n  csi: {{driver: {DRIVER}, volumeHandle: {HANDLE}}}\n"
         ))
         .map_err(|e| e.to_string())
@@ -168,7 +168,7 @@ fn pod(uid: &str) -> DesiredPod {
     let yaml = format!(
         "metadata: {{name: p-{uid}, namespace: default, uid: {uid}}}\nspec:\n  volumes:\n  - {{name: data, persistentVolumeClaim: {{claimName: data}}}}\n  containers: [{{name: app, image: fake/app}}]\n"
     );
-    let pod: Pod = serde_yaml::from_str(&yaml).expect("test manifest");
+    let pod: Pod = serde_saphyr::from_str(&yaml).expect("test manifest");
     DesiredPod { pod, source: PodSource::Http }
 }
 

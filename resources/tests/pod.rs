@@ -19,7 +19,7 @@ use reconcile_engine::{Engine, OpStatus, Store, Writer, store};
 const LONG: Duration = Duration::from_secs(3600);
 
 fn pod(uid: &str, yaml: &str) -> DesiredPod {
-    let mut pod: Pod = serde_yaml::from_str(yaml).expect("test manifest");
+    let mut pod: Pod = serde_saphyr::from_str(yaml).expect("test manifest");
     pod.metadata.uid = Some(uid.to_string());
     DesiredPod { pod, source: PodSource::Http }
 }

@@ -137,7 +137,7 @@ fn node() -> Node {
 }
 
 fn pod(uid: &str, yaml: &str) -> DesiredPod {
-    let mut pod: Pod = match serde_yaml::from_str(yaml) {
+    let mut pod: Pod = match serde_saphyr::from_str(yaml) {
         Ok(p) => p,
         Err(e) => panic!("bad test manifest: {e}"),
     };

@@ -334,7 +334,7 @@ pub(crate) fn print_pods(
                 s.push('\n');
                 s
             } else {
-                serde_yaml::to_string(&value).map_err(|e| GetError::Output(std::io::Error::other(e)))?
+                crate::yaml::to_string(&value).map_err(|e| GetError::Output(std::io::Error::other(e)))?
             }
         }
     };
@@ -492,7 +492,7 @@ mod tests {
         assert_eq!(v["kind"], "Pod", "one named pod prints the object");
         assert_eq!(v["metadata"]["name"], "web-node1");
         let (out, _, _) = print(&["-o", "yaml"], pods());
-        let v: serde_json::Value = serde_yaml::from_str(&out).expect("yaml");
+        let v: serde_json::Value = crate::yaml::from_str(&out).expect("yaml");
         assert_eq!(v["kind"], "List");
         assert_eq!(v["items"].as_array().map(Vec::len), Some(2));
         let (out, err, r) = print(&["-n", "empty"], pods());

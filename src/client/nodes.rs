@@ -124,7 +124,7 @@ pub(crate) fn print_nodes(
             writeln!(out, "{text}").map_err(io)?;
         }
         Some(OutputFormat::Yaml) => {
-            let text = serde_yaml::to_string(&value()?).map_err(|e| encode(&e))?;
+            let text = crate::yaml::to_string(&value()?).map_err(|e| encode(&e))?;
             write!(out, "{text}").map_err(io)?;
         }
         Some(OutputFormat::Name) => {
@@ -210,7 +210,7 @@ mod tests {
         print_nodes(&args(&["node1", "-o", "yaml"]), vec![node()], now, &mut out, &mut err)
             .unwrap_or_else(|e| panic!("{e}"));
         let text = String::from_utf8_lossy(&out);
-        assert!(text.contains("type: DiskPressure") && text.contains("status: 'True'"), "{text}");
+        assert!(text.contains("type: DiskPressure") && text.contains("status: \"True\""), "{text}");
         let r = print_nodes(&args(&["other"]), vec![node()], now, &mut Vec::new(), &mut Vec::new());
         assert!(matches!(r, Err(GetError::Missing { kind: "node", .. })));
     }

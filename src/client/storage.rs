@@ -87,7 +87,7 @@ fn print<T: Serialize>(
         Some(OutputFormat::Yaml) => {
             let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
             let text =
-                serde_yaml::to_string(&list).map_err(|e| GetError::Output(std::io::Error::other(e)))?;
+                crate::yaml::to_string(&list).map_err(|e| GetError::Output(std::io::Error::other(e)))?;
             write!(out, "{text}").map_err(io)?;
         }
         Some(OutputFormat::Name) => {

@@ -311,7 +311,7 @@ fn eviction_and_image_gc_fields_are_enforced_without_warnings() {
 #[test]
 fn wrong_types_name_the_field_and_the_file() {
     let e = err(&[], Some("port: \"abc\"\n"));
-    assert!(e.starts_with("config file /etc/nodelet/config.yaml: port: invalid type: string"), "{e}");
+    assert!(e.starts_with("config file /etc/nodelet/config.yaml: port: invalid i64 at line "), "{e}");
     let e = err(&[], Some("syncFrequency: 10\n"));
     assert!(e.contains("syncFrequency") && e.contains("unit"), "{e}");
     let e = err(&[], Some("authentication:\n  anonymous:\n    enabled: maybe\n"));
@@ -505,7 +505,7 @@ fn the_example_manifests_are_valid_static_pods() {
             dir.display()
         );
         let value: serde_json::Value =
-            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            crate::yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let desired = prepare_value(value, PodSource::File(path.clone()), "node1")
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let pod = &desired.pod;
@@ -522,7 +522,7 @@ fn the_example_manifests_are_valid_static_pods() {
     names.sort();
     assert_eq!(names, vec!["crashloop-node1", "shared-emptydir-node1", "web-node1"]);
     let web: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(dir.join("web.yaml")).expect("web")).expect("yaml");
+        crate::yaml::from_str(&std::fs::read_to_string(dir.join("web.yaml")).expect("web")).expect("yaml");
     assert_eq!(web["spec"]["containers"][0]["ports"][0]["hostPort"], 18080);
 }
 
@@ -980,4 +980,39 @@ fn cluster_dns_and_domain_are_parsed_in_standalone_mode_too() {
     assert!(err(&[], Some("clusterDomain: \".\"\n")).contains("clusterDomain in"));
     let l = ok(&[], Some("clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\n"));
     assert!(warned(&l, "clusterDNS").is_none() && warned(&l, "clusterDomain").is_none(), "{:?}", l.warnings);
+}
+
+#[test]
+fn the_config_file_is_yaml_as_the_kubelet_reads_it_within_limits() {
+    // YAML 1.1 octal (go-yaml v2 reads 0144 as 100), anchors, aliases.
+    let l = ok(&[], Some("maxPods: 0144\nstaticPodURLHeader:\n  X-A: &v [\"a\"]\n  X-B: *v\n"));
+    assert_eq!(l.config.pods.max_pods, 100);
+    assert_eq!(
+        l.config.sources.static_pod_url_headers,
+        vec![("X-A".to_owned(), "a".to_owned()), ("X-B".to_owned(), "a".to_owned())]
+    );
+
+    // A "billion laughs" is refused, naming the file and the limit.
+    let mut bomb = String::from("x: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for pair in ["a", "b", "c", "d", "e", "f", "g", "h", "i"].windows(2) {
+        bomb.push_str(&format!(
+            "x{}: &{} [{}]\n",
+            pair[1],
+            pair[1],
+            vec![format!("*{}", pair[0]); 9].join(", ")
+        ));
+    }
+    let e = err(&[], Some(&bomb));
+    assert!(e.starts_with("config file /etc/nodelet/config.yaml: .: the "), "{e}");
+    assert!(e.contains("aliases expand"), "{e}");
+    let e = err(&[], Some(&format!("nodelet: {}", "[".repeat(10_000))));
+    assert!(e.starts_with("config file /etc/nodelet/config.yaml: .: nested more than 64 levels deep"), "{e}");
+
+    let e = err(&[], Some("port: 1\n---\nport: 2\n"));
+    assert!(e.ends_with(".: holds more than one YAML document; nodelet reads exactly one"), "{e}");
+    let e = match ConfigFile::parse(Path::new("/c.yaml"), "# only a comment\n") {
+        Ok(_) => panic!("a file without a document is refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.starts_with("config file /c.yaml: "), "{e}");
 }

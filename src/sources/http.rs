@@ -523,6 +523,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn bodies_past_the_yaml_limits_get_400_and_change_nothing() {
+        let endpoint = start().await;
+        // A "billion laughs" (9 levels of 9 aliases) after a valid pod: refused whole, quickly.
+        let mut bomb = format!(
+            "{}---\nkind: Pod\nmetadata:\n  name: bomb\n  labels:\n    a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+            pod_yaml("ok", "nginx")
+        );
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+        for pair in names.windows(2) {
+            let refs = vec![format!("*{}", pair[0]); 9].join(", ");
+            bomb.push_str(&format!("    {}: &{} [{refs}]\n", pair[1], pair[1]));
+        }
+        let started = std::time::Instant::now();
+        let (status, answer) = endpoint.post("application/yaml", bomb).await;
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert_eq!(status, 400, "{answer}");
+        let message = answer["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("invalid YAML: the ") && message.contains("aliases expand"), "{message}");
+        assert!(endpoint.store.is_empty(), "nothing of a refused request is applied");
+
+        let (status, answer) = endpoint.post("application/yaml", "---\n".repeat(10_000)).await;
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(answer["message"], "invalid YAML: more than 1000 YAML documents at line 1001, column 1");
+        let (status, answer) =
+            endpoint.post("application/yaml", format!("kind: {}", "[".repeat(10_000))).await;
+        assert_eq!(status, 400, "{answer}");
+        let message = answer["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("invalid YAML: nested more than 64 levels deep"), "{message}");
+        assert!(endpoint.store.is_empty());
+    }
+
+    #[tokio::test]
     async fn collisions_with_other_sources_get_409() {
         let endpoint = start().await;
         endpoint

@@ -4,13 +4,31 @@
 //! A manifest is YAML or JSON (JSON when its first non-blank character is `{` or `[`), with one or
 //! more documents (`---` between YAML documents; JSON objects one after another). A document is a
 //! `Pod`, a `PodList` or `List` of pods, or another kind, which is kept aside ([`Parsed::others`])
-//! for the sources that will read ConfigMaps, Secrets and volumes.
+//! for the sources that will read ConfigMaps, Secrets and volumes. Empty documents are skipped.
+//!
+//! # What is accepted, and the limits
+//!
+//! - At most [`MAX_MANIFEST_BYTES`] of UTF-8 text and at most [`yaml::MAX_DOCUMENTS`] documents
+//!   (YAML or JSON; empty YAML documents count).
+//! - YAML is read as Kubernetes reads manifests (YAML 1.1 scalars, see [`crate::yaml`]):
+//!   `defaultMode: 0644` is the octal 420 (`'0644'` is a string), anchors, aliases and merge keys
+//!   are expanded, a repeated key keeps its last value; booleans are only `true` and `false`
+//!   (`name: y` is the string `y`, unlike in the kubelet).
+//! - YAML nesting is at most [`yaml::MAX_DEPTH`] deep (JSON: serde_json's 128), aliases expand to
+//!   at most twice the manifest's size in nodes and scalar bytes: a manifest past a limit is
+//!   refused as a whole, with a problem that says which limit and where (line, column), and no
+//!   document of it is used.
+//! - A syntax error keeps the documents before it and reports the error (line, column).
+//!
+//! The problems do not name the manifest: the sources add where they read it (the file, the URL,
+//! the HTTP endpoint) to each [`super::Problem`].
 
 use std::collections::{BTreeMap, HashSet};
 
 use nodelet_resources::pod::desired::{DesiredPod, PodSource};
 use nodelet_resources::pod::validation::{self, FieldError, ValidationError};
-use serde::Deserialize;
+
+use crate::yaml;
 
 /// The largest manifest read, from any source (a file, a URL's body, a request body).
 pub(crate) const MAX_MANIFEST_BYTES: usize = 8 * 1024 * 1024;
@@ -77,25 +95,23 @@ pub(crate) fn parse(bytes: &[u8], source: &PodSource, node_name: &str) -> Parsed
 }
 
 /// Splits `text` into documents. On a syntax error, returns the documents read before it and the
-/// error.
+/// error; past a limit, no document and the limit.
 fn read_documents(text: &str) -> Result<Vec<serde_json::Value>, (Vec<serde_json::Value>, String)> {
     let mut documents = Vec::new();
     let first = text.trim_start().chars().next();
     if matches!(first, Some('{' | '[')) {
         for value in serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>() {
             match value {
+                Ok(_) if documents.len() == yaml::MAX_DOCUMENTS => {
+                    let message = format!("invalid JSON: more than {} documents", yaml::MAX_DOCUMENTS);
+                    return Err((Vec::new(), message));
+                }
                 Ok(value) => documents.push(value),
                 Err(e) => return Err((documents, format!("invalid JSON: {e}"))),
             }
         }
     } else {
-        for document in serde_yaml::Deserializer::from_str(text) {
-            match serde_json::Value::deserialize(document) {
-                Ok(serde_json::Value::Null) => {}
-                Ok(value) => documents.push(value),
-                Err(e) => return Err((documents, format!("invalid YAML: {e}"))),
-            }
-        }
+        documents = yaml::documents(text).map_err(|(before, e)| (before, format!("invalid YAML: {e}")))?;
     }
     Ok(documents)
 }
@@ -300,6 +316,100 @@ mod tests {
         assert_eq!(parsed.problems[0].message, "manifest is not UTF-8 text");
         let parsed = parse(b"", &source(), "n");
         assert_eq!(parsed, Parsed::default(), "an empty manifest has no pods and no problems");
+    }
+
+    /// A "billion laughs": 9 levels of 9 aliases, a few hundred bytes that would expand to 9^9
+    /// scalars.
+    fn billion_laughs() -> String {
+        let mut text = String::from(
+            "apiVersion: v1\nkind: ConfigMap\ndata:\n  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+        );
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+        for pair in names.windows(2) {
+            let refs = vec![format!("*{}", pair[0]); 9].join(", ");
+            text.push_str(&format!("  {}: &{} [{refs}]\n", pair[1], pair[1]));
+        }
+        text
+    }
+
+    #[test]
+    fn a_billion_laughs_manifest_is_refused_quickly_with_the_file_named() {
+        let text = format!("{}---\n{}", pod_yaml("a", "nginx"), billion_laughs());
+        assert!(text.len() < 600, "{}", text.len());
+        let started = std::time::Instant::now();
+        let parsed = parse(text.as_bytes(), &source(), "n");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(parsed.pods.is_empty() && parsed.others.is_empty(), "nothing of it is used: {parsed:?}");
+        assert_eq!(parsed.problems.len(), 1);
+        let message = &parsed.problems[0].message;
+        assert!(message.starts_with("invalid YAML: the "), "{message}");
+        assert!(message.contains("aliases expand"), "{message}");
+        assert!(message.contains(" at line "), "{message}");
+        let problems = super::super::file::problems_of("/m/pods.yaml", &parsed, &[], 0);
+        assert!(problems[0].to_string().starts_with("/m/pods.yaml: invalid YAML: the "), "{}", problems[0]);
+    }
+
+    #[test]
+    fn document_count_and_nesting_are_capped() {
+        let parsed = parse("---\n".repeat(10_000).as_bytes(), &source(), "n");
+        assert_eq!(parsed.problems.len(), 1);
+        assert_eq!(
+            parsed.problems[0].message,
+            "invalid YAML: more than 1000 YAML documents at line 1001, column 1"
+        );
+        let many_pods = (0..1001).map(|i| pod_yaml(&format!("p{i}"), "x")).collect::<Vec<_>>().join("---\n");
+        let parsed = parse(many_pods.as_bytes(), &source(), "n");
+        assert!(parsed.pods.is_empty(), "a manifest past a limit is refused as a whole");
+        assert!(parsed.problems[0].message.starts_with("invalid YAML: more than 1000 YAML documents"));
+        let json = "{}".repeat(1001);
+        let parsed = parse(json.as_bytes(), &source(), "n");
+        assert_eq!(parsed.problems.len(), 1);
+        assert_eq!(parsed.problems[0].message, "invalid JSON: more than 1000 documents");
+
+        let deep = format!("kind: Pod\nspec: {}", "[".repeat(10_000));
+        let parsed = parse(deep.as_bytes(), &source(), "n");
+        assert_eq!(parsed.problems.len(), 1);
+        let message = &parsed.problems[0].message;
+        assert!(
+            message.starts_with("invalid YAML: nested more than 64 levels deep at line 2, column "),
+            "{message}"
+        );
+        // JSON (first character `[`) has serde_json's limit.
+        let parsed = parse("[".repeat(10_000).as_bytes(), &source(), "n");
+        let message = &parsed.problems[0].message;
+        assert!(message.starts_with("invalid JSON: recursion limit exceeded"), "{message}");
+    }
+
+    #[test]
+    fn yaml_1_1_octal_modes_are_read_as_kubernetes_reads_them() {
+        // The volumes of the Kubernetes docs (configMap defaultMode 0400, secret items mode 0511).
+        let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: modes\nspec:\n  containers:\n  - name: app\n    image: busybox\n    volumeMounts:\n    - {name: config, mountPath: /etc/config}\n    - {name: secret, mountPath: /etc/secret}\n  volumes:\n  - name: config\n    configMap:\n      name: log-config\n      defaultMode: 0400\n  - name: secret\n    secret:\n      secretName: mysecret\n      defaultMode: 0o644\n      items:\n      - key: username\n        path: my-group/my-username\n        mode: 0511\n";
+        let parsed = parse(text.as_bytes(), &source(), "n");
+        assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
+        let volumes =
+            parsed.pods[0].pod.pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
+        let config_map = volumes[0].config_map.as_ref().and_then(|c| c.default_mode);
+        assert_eq!(config_map, Some(0o400));
+        let secret = volumes[1].secret.as_ref().expect("secret volume");
+        assert_eq!(secret.default_mode, Some(0o644));
+        assert_eq!(secret.items.as_ref().map(|items| items[0].mode), Some(Some(0o511)));
+        // Quoted, it is a string, which a mode is not.
+        let quoted = text.replace("defaultMode: 0400", "defaultMode: '0400'");
+        let parsed = parse(quoted.as_bytes(), &source(), "n");
+        assert!(parsed.pods.is_empty());
+        assert_eq!(parsed.problems.len(), 1, "{:?}", parsed.problems);
+    }
+
+    #[test]
+    fn anchors_and_aliases_within_the_limits_are_expanded() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: anchors\nspec:\n  containers:\n  - &app {name: a, image: nginx, env: [{name: X, value: \"1\"}]}\n  - <<: *app\n    name: b\n";
+        let parsed = parse(text.as_bytes(), &source(), "n");
+        assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
+        let containers =
+            parsed.pods[0].pod.pod.spec.as_ref().map(|s| s.containers.clone()).unwrap_or_default();
+        let summary: Vec<_> = containers.iter().map(|c| (c.name.as_str(), c.image.as_deref())).collect();
+        assert_eq!(summary, [("a", Some("nginx")), ("b", Some("nginx"))]);
+        assert_eq!(containers[1].env, containers[0].env);
     }
 
     #[test]

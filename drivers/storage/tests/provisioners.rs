@@ -17,7 +17,7 @@ use nodelet_storage::records::FileRecords;
 
 fn request(volume: &str, provisioner: &str, capacity: u64) -> ProvisionRequest {
     let class: StorageClass =
-        serde_yaml::from_str(&format!("metadata: {{name: c}}\nprovisioner: {provisioner}\n")).unwrap();
+        serde_saphyr::from_str(&format!("metadata: {{name: c}}\nprovisioner: {provisioner}\n")).unwrap();
     ProvisionRequest {
         volume_name: volume.into(),
         claim: ClaimRef { namespace: "default".into(), name: "data".into(), uid: "u-1".into() },

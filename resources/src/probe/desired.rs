@@ -253,7 +253,7 @@ mod tests {
     use super::*;
 
     fn container(yaml: &str) -> Container {
-        match serde_yaml::from_str(yaml) {
+        match serde_saphyr::from_str(yaml) {
             Ok(c) => c,
             Err(e) => panic!("bad test container: {e}"),
         }
