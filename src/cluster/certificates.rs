@@ -151,7 +151,7 @@ pub(crate) enum CertError {
     },
     /// The kubeconfig could not be encoded.
     #[error("cannot encode the kubeconfig: {0}")]
-    Encode(#[from] serde_yaml::Error),
+    Encode(#[from] crate::yaml::EncodeError),
     /// A client could not be built.
     #[error("API client from {path}: {source}")]
     Client {
@@ -499,7 +499,7 @@ fn write_node_kubeconfig(kubeconfig: &Path, bootstrap: &Path, pem: &Path) -> Res
         current_context: Some("default-context".to_owned()),
         ..Default::default()
     };
-    let yaml = serde_yaml::to_string(&out)?;
+    let yaml = crate::yaml::to_string(&out)?;
     if let Some(dir) = kubeconfig.parent() {
         std::fs::create_dir_all(dir).map_err(|source| CertError::Io { path: dir.to_owned(), source })?;
     }
