@@ -11,8 +11,6 @@
 //! Relative paths are resolved like the kubelet does: in the file, against the file's directory; on the
 //! command line, against the current directory.
 
-// Until main.rs wires the daemon, parts of this module are only used by tests.
-
 mod cluster_mode;
 mod raw;
 mod units;

@@ -26,8 +26,6 @@
 //! [`EmbeddedContainerd::shutdown`] sends SIGTERM, waits, then SIGKILL. A containerd left running by a
 //! nodelet that was killed is found by its config path at the next start and stopped first.
 
-// Until main.rs wires the daemon, parts of this module are only used by tests.
-
 use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;

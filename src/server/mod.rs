@@ -30,8 +30,6 @@
 //! The daemon provides the data through [`NodeView`], binds with [`Servers::bind`] (or [`serve`]) and stops
 //! the servers by completing the `shutdown` future.
 
-// Until main.rs wires the servers in, only the tests use most of this module.
-
 mod auth;
 mod logs;
 mod routes;

@@ -2,8 +2,10 @@
 //!
 //! ```text
 //!  FileSource (--pod-manifest-path) ──┐ full set of its pods
-//!  UrlSource  (--manifest-url)     ───┼──▶ SourceHandle ──▶ PodConfig ──▶ desired Store<PodUid, DesiredPod>
-//!  HttpSource (--manifest-http-addr) ─┘    (one each)        (merge)  ──▶ SourceProblems
+//!  UrlSource  (--manifest-url)     ───┤
+//!  HttpSource (--manifest-http-addr) ─┼──▶ SourceHandle ──▶ PodConfig ──▶ desired Store<PodUid, DesiredPod>
+//!  ApiPods    (--kubeconfig;           │    (one each)        (merge)  ──▶ SourceProblems
+//!             crate::cluster::pods) ──┘
 //! ```
 //!
 //! [`PodConfig`] owns the single [`reconcile_engine::Writer`] of the desired store. Each source gets
@@ -33,8 +35,6 @@
 //!
 //! **`kubernetes.io/config.seen`** is set here, from the first time the pod config saw the UID
 //! (RFC 3339, UTC); it stays the same while the pod stays, so rescans never change a desired pod.
-
-// Until main.rs wires the sources in, only the tests use most of this module.
 
 pub(crate) mod file;
 pub(crate) mod http;

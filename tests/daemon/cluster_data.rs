@@ -264,3 +264,101 @@ async fn a_claim_bound_by_the_control_plane_mounts_its_volume_in_an_api_pod() {
         eprintln!("could not delete the PersistentVolume {pv_name}: {e}");
     }
 }
+
+#[tokio::test]
+async fn a_wait_for_first_consumer_claim_is_bound_by_the_scheduler_to_a_local_volume_of_this_node() {
+    const TEST: &str =
+        "a_wait_for_first_consumer_claim_is_bound_by_the_scheduler_to_a_local_volume_of_this_node";
+    let (env, cluster) = cluster_or_skip!(TEST);
+    if let Err(why) = cluster.controllers_running() {
+        let binaries =
+            ["kube-controller-manager", "kube-scheduler"].iter().all(|b| cluster.assets.join(b).is_file());
+        if binaries && std::env::var("NODELET_REQUIRE_CLUSTER").as_deref() == Ok("1") {
+            panic!("{why}: start the control plane with ENVTEST_CONTROLLERS=1");
+        }
+        eprintln!("SKIP {TEST}: {why} (needs kube-scheduler and kube-controller-manager)");
+        return;
+    }
+    let n = ClusterNode::start(&env, &cluster, "wffc").await;
+    let data = n.dir().join("local-pv");
+    if let Err(e) = std::fs::create_dir_all(&data) {
+        panic!("cannot create {}: {e}", data.display());
+    }
+    let class = format!("{}-local", n.namespace());
+    let classes: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(n.client());
+    let sc = match serde_json::from_value(json!({
+        "metadata": {"name": class},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    })) {
+        Ok(sc) => sc,
+        Err(e) => panic!("bad StorageClass: {e}"),
+    };
+    if let Err(e) = classes.create(&PostParams::default(), &sc).await {
+        panic!("cannot create the StorageClass: {e}");
+    }
+    let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(n.client());
+    let pv_name = format!("{class}-pv");
+    let pv = match serde_json::from_value(json!({
+        "metadata": {"name": pv_name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": class,
+            "local": {"path": data.display().to_string()},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [n.node()]}]}]}},
+        },
+    })) {
+        Ok(pv) => pv,
+        Err(e) => panic!("bad PersistentVolume: {e}"),
+    };
+    if let Err(e) = pvs.create(&PostParams::default(), &pv).await {
+        panic!("cannot create the PersistentVolume: {e}");
+    }
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(n.client(), n.namespace());
+    let claim = match serde_json::from_value(json!({
+        "metadata": {"name": "local"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })) {
+        Ok(c) => c,
+        Err(e) => panic!("bad PersistentVolumeClaim: {e}"),
+    };
+    if let Err(e) = claims.create(&PostParams::default(), &claim).await {
+        panic!("cannot create the claim: {e}");
+    }
+    // No nodeName: the scheduler picks the node the volume is on and binds the claim first.
+    let mut manifest = n.api_pod_manifest(
+        "consumer",
+        json!({
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "local"}}],
+            "containers": [{"name": "main", "command": ["sh", "-c", "echo consumed > /data/out; sleep 3600"],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+        }),
+    );
+    if let Some(spec) = manifest["spec"].as_object_mut() {
+        spec.remove("nodeName");
+    }
+    n.create_pod(&manifest).await;
+    let pod = n.wait_api_running("consumer").await;
+    assert_eq!(pod.spec.as_ref().and_then(|s| s.node_name.as_deref()), Some(n.node()), "scheduled here");
+    let bound = claims.get("local").await.unwrap_or_else(|e| panic!("GET claim: {e}"));
+    assert_eq!(bound.spec.as_ref().and_then(|s| s.volume_name.as_deref()), Some(pv_name.as_str()));
+    let out = data.join("out");
+    n.wait_until("the pod's file on the local volume", WAIT, async || {
+        std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))
+    })
+    .await;
+    n.shutdown().await;
+    for result in [
+        pvs.delete(&pv_name, &Default::default()).await.map(drop),
+        classes.delete(&class, &Default::default()).await.map(drop),
+    ] {
+        if let Err(e) = result {
+            eprintln!("cleanup: {e}");
+        }
+    }
+}
