@@ -72,7 +72,7 @@ pub(crate) const DEFAULT_MAX_PODS: u32 = 110;
 /// `nodelet.podInfraContainerImage`: the pause image `scripts/build-images.sh` builds (no registry needed);
 /// a node with registry access may use `registry.k8s.io/pause:3.9`.
 pub(crate) const DEFAULT_POD_INFRA_CONTAINER_IMAGE: &str = "localhost/nodelet/pause:3.9";
-#[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
+#[cfg(test)]
 /// `podCIDR` of the embedded runtime's bridge network: RFC 2544's benchmark range, unlikely to clash with a
 /// real network.
 pub(crate) const DEFAULT_POD_CIDR: &str = "198.18.0.0/16";
@@ -176,11 +176,11 @@ pub(crate) struct Config {
     pub(crate) pods: PodsConfig,
     /// Retry delays.
     pub(crate) backoff: BackOffConfig,
-    /// Node-pressure eviction (parsed; see [`NOT_YET_ENFORCED`]).
+    /// Node-pressure eviction.
     pub(crate) eviction: EvictionConfig,
-    /// Image garbage collection (parsed; see [`NOT_YET_ENFORCED`]).
+    /// Image garbage collection.
     pub(crate) image_gc: ImageGcConfig,
-    /// Container log rotation (parsed; see [`NOT_YET_ENFORCED`]).
+    /// Container log rotation.
     pub(crate) container_logs: ContainerLogConfig,
     /// Image pull parallelism (parsed; see [`NOT_YET_ENFORCED`]).
     pub(crate) image_pulls: ImagePullConfig,
@@ -479,7 +479,7 @@ impl Ipv4Cidr {
     pub(crate) fn first_host(&self) -> Ipv4Addr {
         Ipv4Addr::from(u32::from(self.network) + 1)
     }
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
+    #[cfg(test)]
     /// Whether `ip` lies in this network.
     pub(crate) fn contains(&self, ip: Ipv4Addr) -> bool {
         let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
@@ -1150,7 +1150,7 @@ impl Config {
         )?;
         let backoff = BackOffConfig { container_restart, image_pull };
 
-        // ---- parsed for later issues
+        // ---- eviction, image and container GC, container logs, image pulls
         eviction_flags(args, &mut raw)?;
         let mut eviction = m.eviction(&raw)?;
         eviction.monitoring_period = m.positive_duration(

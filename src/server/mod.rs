@@ -436,7 +436,7 @@ impl Servers {
     }
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
+#[cfg(test)]
 /// Binds every enabled listener (see [`Servers::bind`]) and serves until `shutdown` completes.
 pub(crate) async fn serve<V: NodeView>(
     config: &ServerConfig,

@@ -40,7 +40,7 @@ use super::manifest::{self, MAX_MANIFEST_BYTES};
 
 /// The problems' location of submitted pods.
 pub(crate) const LOCATION: &str = "http endpoint";
-#[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
+#[cfg(test)]
 /// The address suggested for `--manifest-http-addr` (loopback; a port the kubelet does not use).
 pub(crate) const DEFAULT_ADDR: &str = "127.0.0.1:10260";
 /// The default limit on submitted pods.

@@ -99,13 +99,13 @@ impl SourceProblems {
         self.rx.borrow().clone()
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
+    #[cfg(test)]
     /// Whether there is no problem.
     pub(crate) fn is_empty(&self) -> bool {
         self.rx.borrow().is_empty()
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
+    #[cfg(test)]
     /// Waits until `predicate` holds for the problem list and returns that list (at once if it
     /// holds already). Cancel-safe.
     pub(crate) async fn wait_for(&self, mut predicate: impl FnMut(&[Problem]) -> bool) -> Arc<Vec<Problem>> {
@@ -185,7 +185,7 @@ impl PodConfig {
         SourceProblems { rx: self.shared.problems.subscribe() }
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
+    #[cfg(test)]
     /// The node name the sources prepare pods for.
     pub(crate) fn node_name(&self) -> &str {
         &self.shared.node_name
