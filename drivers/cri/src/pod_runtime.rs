@@ -10,9 +10,9 @@
 //!   reason and the resolved image, so `ContainerStatus` is called once when a container is first seen
 //!   running and once when first seen exited; a steady-state relist makes no per-container calls.
 //!
-//! Not done yet: volumes and mounts (a container with `volumeMounts` or `volumeDevices` fails with
-//! `CreateContainerConfigError` naming the volume rather than running without it), the kubelet-managed
-//! `/etc/hosts` and the termination-message file, reading termination messages, image pull secrets,
+//! Not done yet: raw block `volumeDevices` (a container with one fails with `CreateContainerConfigError`
+//! naming the volume rather than running without it), the kubelet-managed `/etc/hosts` and the
+//! termination-message file, reading termination messages, image pull secrets,
 //! `runtimeClassName` (the configured handler is used for every pod), the systemd cgroup driver's slice
 //! names, user namespaces.
 
