@@ -28,6 +28,20 @@ async fn create_config_map(n: &ClusterNode, name: &str, data: serde_json::Value)
     }
 }
 
+/// Creates the object `value` (JSON) through `api`; panics naming the kind on failure.
+async fn create<K>(api: &Api<K>, value: serde_json::Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = match serde_json::from_value(value.clone()) {
+        Ok(o) => o,
+        Err(e) => panic!("not a {}: {e}: {value}", std::any::type_name::<K>()),
+    };
+    if let Err(e) = api.create(&PostParams::default(), &object).await {
+        panic!("cannot create {value}: {e}");
+    }
+}
+
 /// The text of the container's first log file (CRI format lines, message parts only).
 fn container_output(n: &ClusterNode, pod: &str, uid: &str, container: &str) -> String {
     let path = n.logs_dir().join(format!("{}_{pod}_{uid}", n.namespace())).join(container).join("0.log");
@@ -214,35 +228,31 @@ async fn a_claim_bound_by_the_control_plane_mounts_its_volume_in_an_api_pod() {
     }
     let pv_name = format!("{}-pv", n.namespace());
     let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(n.client());
-    let pv = match serde_json::from_value(json!({
-        "metadata": {"name": pv_name},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": pv_name,
-            "hostPath": {"path": data.display().to_string(), "type": "Directory"},
-        },
-    })) {
-        Ok(pv) => pv,
-        Err(e) => panic!("bad PersistentVolume: {e}"),
-    };
-    if let Err(e) = pvs.create(&PostParams::default(), &pv).await {
-        panic!("cannot create the PersistentVolume: {e}");
-    }
+    create(
+        &pvs,
+        json!({
+            "metadata": {"name": pv_name},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": pv_name,
+                "hostPath": {"path": data.display().to_string(), "type": "Directory"},
+            },
+        }),
+    )
+    .await;
     let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
         Api::namespaced(n.client(), n.namespace());
-    let claim = match serde_json::from_value(json!({
-        "metadata": {"name": "data"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": pv_name,
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    })) {
-        Ok(c) => c,
-        Err(e) => panic!("bad PersistentVolumeClaim: {e}"),
-    };
-    if let Err(e) = claims.create(&PostParams::default(), &claim).await {
-        panic!("cannot create the claim: {e}");
-    }
+    create(
+        &claims,
+        json!({
+            "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": pv_name,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }),
+    )
+    .await;
     let manifest = n.api_pod_manifest(
         "writer",
         json!({
@@ -299,37 +309,33 @@ async fn a_wait_for_first_consumer_claim_is_bound_by_the_scheduler_to_a_local_vo
     }
     let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(n.client());
     let pv_name = format!("{class}-pv");
-    let pv = match serde_json::from_value(json!({
-        "metadata": {"name": pv_name},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": class,
-            "local": {"path": data.display().to_string()},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [n.node()]}]}]}},
-        },
-    })) {
-        Ok(pv) => pv,
-        Err(e) => panic!("bad PersistentVolume: {e}"),
-    };
-    if let Err(e) = pvs.create(&PostParams::default(), &pv).await {
-        panic!("cannot create the PersistentVolume: {e}");
-    }
+    create(
+        &pvs,
+        json!({
+            "metadata": {"name": pv_name},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": class,
+                "local": {"path": data.display().to_string()},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [n.node()]}]}]}},
+            },
+        }),
+    )
+    .await;
     let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
         Api::namespaced(n.client(), n.namespace());
-    let claim = match serde_json::from_value(json!({
-        "metadata": {"name": "local"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    })) {
-        Ok(c) => c,
-        Err(e) => panic!("bad PersistentVolumeClaim: {e}"),
-    };
-    if let Err(e) = claims.create(&PostParams::default(), &claim).await {
-        panic!("cannot create the claim: {e}");
-    }
+    create(
+        &claims,
+        json!({
+            "metadata": {"name": "local"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }),
+    )
+    .await;
     // No nodeName: the scheduler picks the node the volume is on and binds the claim first.
     let mut manifest = n.api_pod_manifest(
         "consumer",
