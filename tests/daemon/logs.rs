@@ -83,3 +83,54 @@ async fn a_chatty_containers_log_is_rotated_compressed_and_bounded_without_losin
     n.remove_manifest("chatty.yaml");
     n.shutdown().await;
 }
+
+#[tokio::test]
+async fn termination_messages_come_from_the_file_or_with_fallback_from_the_log() {
+    let env = env_or_skip!("termination_messages_come_from_the_file_or_with_fallback_from_the_log");
+    let n = Nodelet::start(&env, "termmsg").await;
+    n.write_manifest(
+        "done.yaml",
+        &n.pod_manifest(
+            "done",
+            json!({
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "file", "command": ["sh", "-c", "echo -n 'all good' > /dev/termination-log; exit 0"]},
+                    {"name": "custom", "terminationMessagePath": "/tmp/why",
+                     "command": ["sh", "-c", "echo -n 'custom path' > /tmp/why; exit 1"]},
+                    {"name": "fallback", "terminationMessagePolicy": "FallbackToLogsOnError",
+                     "command": ["sh", "-c", "echo first; echo 'it broke'; exit 3"]},
+                    {"name": "nofallback", "command": ["sh", "-c", "echo not a message; exit 4"]},
+                ],
+            }),
+        ),
+    );
+    let pod = n
+        .wait_for_pod("done", "every container terminated", Duration::from_secs(60), |p| {
+            p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|cs| {
+                cs.len() == 4 && cs.iter().all(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+            })
+        })
+        .await;
+    let message = |name: &str| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == name))
+            .and_then(|c| c.state.as_ref())
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| t.message.clone())
+    };
+    assert_eq!(message("file").as_deref(), Some("all good"));
+    assert_eq!(message("custom").as_deref(), Some("custom path"));
+    assert_eq!(message("fallback").as_deref(), Some("first\nit broke\n"));
+    assert_eq!(message("nofallback"), None, "policy File: the log is not the message");
+    let pod_dir = n.root_dir().join("pods").join(uid(&pod));
+    assert!(pod_dir.join("containers/file/0").is_file(), "the message file is the kubelet's layout");
+    n.remove_manifest("done.yaml");
+    n.wait_for("the pod directory removed with the pod", Duration::from_secs(30), async || {
+        (!pod_dir.exists()).then_some(())
+    })
+    .await;
+    n.shutdown().await;
+}

@@ -68,6 +68,7 @@ pub mod log_rotation;
 mod pod_runtime;
 pub mod probe;
 mod spec;
+mod termination;
 
 pub use client::{CriClient, CriMetrics, ExecSyncOutput, NETWORK_READY, RUNTIME_READY, RuntimeReadiness};
 pub use config::{

@@ -11,8 +11,8 @@
 //!   running and once when first seen exited; a steady-state relist makes no per-container calls.
 //!
 //! Not done yet: raw block `volumeDevices` (a container with one fails with `CreateContainerConfigError`
-//! naming the volume rather than running without it), the kubelet-managed `/etc/hosts` and the
-//! termination-message file, reading termination messages, image pull secrets,
+//! naming the volume rather than running without it), the kubelet-managed `/etc/hosts`, image pull
+//! secrets,
 //! `runtimeClassName` (the configured handler is used for every pod), the systemd cgroup driver's slice
 //! names, user namespaces.
 
@@ -38,6 +38,7 @@ use crate::images::{self, PullPolicy};
 use crate::labels::{self, PodIdentity};
 use crate::probe::{self, CriProber};
 use crate::spec::{self, ContainerInputs, SpecError};
+use crate::termination;
 
 /// Default root of pod log directories (the kubelet's `podLogsDir`).
 pub const DEFAULT_POD_LOG_ROOT: &str = "/var/log/pods";
@@ -563,13 +564,18 @@ impl CriPodRuntime {
             for (id, result) in statuses {
                 match result {
                     Ok(s) => {
+                        // An exited container's termination message (file, or log tail) comes first.
+                        let message = match container_state(s.state) {
+                            ContainerState::Exited => termination::message(&s).unwrap_or(s.message),
+                            _ => s.message,
+                        };
                         let facts = StatusFacts {
                             state: container_state(s.state),
                             started_at: s.started_at,
                             finished_at: s.finished_at,
                             exit_code: s.exit_code,
                             reason: s.reason,
-                            message: s.message,
+                            message,
                             image_ref: s.image_ref,
                             log_path: s.log_path,
                         };
@@ -751,9 +757,33 @@ impl CriPodRuntime {
         let inputs =
             ContainerInputs { kind, restart_count, image: &image, pod_ips: &facts.ips, volumes, mounts: &[] };
         let pod_dir = config.root_dir.join("pods").join(pod.uid());
-        let (mounts, binds) =
+        let (mut mounts, binds) =
             spec::container_mounts(pod, container, &inputs, config, &pod_dir).map_err(spec_error)?;
         bind_sub_paths(&container.name, binds).await?;
+        // The termination message file, at `terminationMessagePath`.
+        if let Some(path) = container.termination_message_path.as_deref().filter(|p| !p.is_empty()) {
+            let (root, uid, name) = (config.root_dir.clone(), pod.uid().to_owned(), container.name.clone());
+            let file = tokio::task::spawn_blocking(move || {
+                termination::create_file(&root, &uid, &name, restart_count)
+            })
+            .await
+            .map_err(io::Error::other)
+            .and_then(|r| r)
+            .map_err(|e| {
+                RuntimeError::new(
+                    "CreateContainerConfigError",
+                    format!(
+                        "container {:?}: cannot create its termination message file: {e}",
+                        container.name
+                    ),
+                )
+            })?;
+            mounts.push(v1::Mount {
+                container_path: path.to_owned(),
+                host_path: file.display().to_string(),
+                ..v1::Mount::default()
+            });
+        }
         let inputs = ContainerInputs { mounts: &mounts, ..inputs };
         let container_config = spec::container_config(pod, container, &inputs, config).map_err(spec_error)?;
 
@@ -834,6 +864,23 @@ async fn bind_sub_paths(container: &str, binds: Vec<spec::SubPathBind>) -> Runti
 
 impl PodRuntime for CriPodRuntime {
     async fn remove_pod_leftovers(&self, namespace: &str, name: &str, uid: &str) -> RuntimeResult<()> {
+        // The termination message files (and the pod directory, when nothing else is left in it).
+        if !uid.is_empty() && !uid.contains('/') && uid != "." && uid != ".." {
+            let dir = termination::pod_containers_dir(&self.inner.config.root_dir, uid);
+            match tokio::fs::remove_dir_all(&dir).await {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(RuntimeError::new(
+                        "KillPodSandboxError",
+                        format!("removing {}: {e}", dir.display()),
+                    ));
+                }
+                _ => {
+                    if let Some(pod_dir) = dir.parent() {
+                        let _ = tokio::fs::remove_dir(pod_dir).await;
+                    }
+                }
+            }
+        }
         match self.remove_pod_logs(namespace, name, uid).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
