@@ -444,6 +444,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         server_config.kube_client = kube_client.map(server::ApiClient);
         server_config.root_dir = config.root_dir.clone();
         server_config.serving_cert = serving_cert;
+        server_config.runtime = Some(cri.clone());
         let servers = server::Servers::bind(&server_config, node).await?;
         tracing::info!(
             main = %servers.main_addr(),

@@ -1,0 +1,300 @@
+//! `/exec`, `/run` and `/portForward` on the main port against the real containerd, with a WebSocket client
+//! (`v4.channel.k8s.io`) written here, and the `nodelet exec` / `nodelet port-forward` commands. The
+//! cluster-mode tests (real `kubectl exec` and `kubectl port-forward` through the API server) are in
+//! `cluster.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt as _, StreamExt as _};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::{self, Message};
+
+use crate::support::{Nodelet, TOKEN, env_or_skip, sleep_until_term};
+
+/// How long one exec may take in these tests.
+const EXEC_LIMIT: Duration = Duration::from_secs(30);
+
+type Ws = WebSocketStream<TlsStream<TcpStream>>;
+
+/// A TLS connection to the main port, trusting nodelet's self-signed certificate.
+async fn tls(n: &Nodelet) -> TlsStream<TcpStream> {
+    let path = n.root_dir().join("pki").join("nodelet.crt");
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())) {
+        roots.add(cert.unwrap_or_else(|e| panic!("{}: {e}", path.display()))).expect("a CA certificate");
+    }
+    let config =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let tcp = TcpStream::connect(("127.0.0.1", n.ports().main)).await.expect("connect to the main port");
+    let name = ServerName::try_from("127.0.0.1").expect("server name");
+    TlsConnector::from(Arc::new(config)).connect(name, tcp).await.expect("TLS handshake")
+}
+
+/// Opens a WebSocket on the main port; `Err((status, body))` when the server refuses the upgrade.
+async fn ws(n: &Nodelet, path: &str, token: Option<&str>, protocol: &str) -> Result<Ws, (u16, String)> {
+    let url = format!("wss://127.0.0.1:{}{path}", n.ports().main);
+    let mut request = url.as_str().into_client_request().expect("a WebSocket request");
+    if let Some(t) = token {
+        request
+            .headers_mut()
+            .insert("Authorization", HeaderValue::from_str(&format!("Bearer {t}")).expect("header"));
+    }
+    request.headers_mut().insert("Sec-WebSocket-Protocol", HeaderValue::from_str(protocol).expect("header"));
+    match tokio_tungstenite::client_async(request, tls(n).await).await {
+        Ok((stream, response)) => {
+            let chosen = response.headers().get("Sec-WebSocket-Protocol").and_then(|v| v.to_str().ok());
+            assert_eq!(chosen, Some(protocol), "the runtime's subprotocol is relayed");
+            Ok(stream)
+        }
+        Err(tungstenite::Error::Http(response)) => {
+            let body =
+                response.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default().into_owned();
+            Err((response.status().as_u16(), body))
+        }
+        Err(e) => panic!("WebSocket to {url}: {e}"),
+    }
+}
+
+/// What an exec printed and how it ended.
+#[derive(Debug, Default)]
+struct ExecOutput {
+    stdout: String,
+    stderr: String,
+    /// The status frame (channel 3).
+    status: Value,
+}
+
+impl ExecOutput {
+    /// The exit code from the status frame: 0 for Success, else `details.causes[reason=ExitCode]`.
+    fn exit_code(&self) -> i32 {
+        if self.status["status"] == "Success" {
+            return 0;
+        }
+        let causes = self.status["details"]["causes"].as_array().cloned().unwrap_or_default();
+        match causes.iter().find(|c| c["reason"] == "ExitCode").and_then(|c| c["message"].as_str()) {
+            Some(code) => code.parse().unwrap_or_else(|_| panic!("exit code {code:?}")),
+            None => panic!("no exit code in the status {}", self.status),
+        }
+    }
+}
+
+/// The query of an exec of `cmd`.
+fn exec_query(cmd: &[&str], stdin: bool, tty: bool) -> String {
+    let mut q: Vec<String> = cmd.iter().map(|c| format!("command={}", urlencode(c))).collect();
+    q.push("stdout=1".into());
+    if !tty {
+        q.push("stderr=1".into());
+    }
+    if stdin {
+        q.push("stdin=1".into());
+    }
+    if tty {
+        q.push("tty=1".into());
+    }
+    q.join("&")
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Reads frames until the server closes; `input` frames are sent on stdin first.
+async fn collect(mut ws: Ws, input: &[&str]) -> ExecOutput {
+    for chunk in input {
+        let mut frame = vec![0_u8];
+        frame.extend_from_slice(chunk.as_bytes());
+        ws.send(Message::binary(frame)).await.expect("send stdin");
+    }
+    let mut out = ExecOutput::default();
+    let read = async {
+        while let Some(message) = ws.next().await {
+            let data = match message {
+                Ok(Message::Binary(d)) => d.to_vec(),
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => continue,
+            };
+            let Some((channel, payload)) = data.split_first() else { continue };
+            let text = String::from_utf8_lossy(payload);
+            match channel {
+                1 => out.stdout.push_str(&text),
+                2 => out.stderr.push_str(&text),
+                3 if !payload.is_empty() => {
+                    out.status =
+                        serde_json::from_slice(payload).unwrap_or_else(|e| panic!("status {text}: {e}"))
+                }
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(EXEC_LIMIT, read).await.expect("the exec ends in time");
+    out
+}
+
+/// Execs `cmd` in `pod`'s container `app` over a WebSocket.
+async fn exec(n: &Nodelet, pod: &str, cmd: &[&str], input: &[&str], tty: bool) -> ExecOutput {
+    let path = format!("/exec/default/{pod}/app?{}", exec_query(cmd, !input.is_empty(), tty));
+    match ws(n, &path, Some(TOKEN), "v4.channel.k8s.io").await {
+        Ok(stream) => collect(stream, input).await,
+        Err((status, body)) => panic!("exec {cmd:?}: {status}: {body}\nnodelet log:\n{}", n.log_tail(40)),
+    }
+}
+
+async fn shell_pod(n: &Nodelet, name: &str) -> (String, String) {
+    n.write_manifest(
+        &format!("{name}.yaml"),
+        &n.pod_manifest(
+            name,
+            json!({
+                "terminationGracePeriodSeconds": 2,
+                "containers": [
+                    {"name": "app", "command": sleep_until_term("")},
+                    {"name": "done", "command": ["true"]},
+                ],
+                "restartPolicy": "Never",
+            }),
+        ),
+    );
+    let pod = n
+        .wait_for_pod(name, "app running and done exited", Duration::from_secs(30), |p| {
+            let statuses = p.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+            let state = |c: &str| statuses.iter().find(|s| s.name == c).and_then(|s| s.state.clone());
+            state("app").is_some_and(|s| s.running.is_some())
+                && state("done").is_some_and(|s| s.terminated.is_some())
+        })
+        .await;
+    (n.pod_name(name), pod.metadata.uid.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn exec_over_websocket_streams_stdio_and_reports_exit_codes() {
+    let env = env_or_skip!("exec_over_websocket_streams_stdio_and_reports_exit_codes");
+    let n = Nodelet::start(&env, "exec").await;
+    let (pod, uid) = shell_pod(&n, "shell").await;
+
+    let out = exec(&n, &pod, &["echo", "hi"], &[], false).await;
+    assert_eq!((out.stdout.as_str(), out.stderr.as_str(), out.exit_code()), ("hi\n", "", 0), "{out:?}");
+
+    let out = exec(&n, &pod, &["sh", "-c", "echo out; echo err >&2; exit 1"], &[], false).await;
+    assert_eq!((out.stdout.as_str(), out.stderr.as_str(), out.exit_code()), ("out\n", "err\n", 1), "{out:?}");
+    assert_eq!(out.status["reason"], "NonZeroExitCode", "{}", out.status);
+
+    let out = exec(&n, &pod, &["sh", "-c", "kill -9 $$"], &[], false).await;
+    assert_eq!(out.exit_code(), 137, "{out:?}");
+
+    // stdin reaches the command: two lines in two frames, echoed back by the command
+    let out =
+        exec(&n, &pod, &["sh", "-c", "read a; read b; echo got:$a:$b"], &["one\n", "two\n"], false).await;
+    assert_eq!((out.stdout.as_str(), out.exit_code()), ("got:one:two\n", 0), "{out:?}");
+
+    // with a terminal: stdout is a tty (and the terminal turns \n into \r\n); containerd 1.6 may drop the
+    // last output of a tty exec whose process exits at once, hence the sleep
+    let out = exec(&n, &pod, &["sh", "-c", "test -t 1 && echo on-a-tty; sleep 0.5"], &[], true).await;
+    assert_eq!((out.stdout.as_str(), out.exit_code()), ("on-a-tty\r\n", 0), "{out:?}");
+
+    // the path with the pod's UID works; another UID does not
+    let path = format!("/exec/default/{pod}/{uid}/app?{}", exec_query(&["echo", "uid"], false, false));
+    let out =
+        collect(ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io").await.expect("exec with the UID"), &[]).await;
+    assert_eq!(out.stdout, "uid\n");
+
+    let q = exec_query(&["true"], false, false);
+    for (path, code, text) in [
+        (format!("/exec/default/{pod}/nope?{q}"), 404, "container not found (\\\"nope\\\")"),
+        (format!("/exec/default/no-such-pod/app?{q}"), 404, "pod does not exist"),
+        (format!("/exec/default/{pod}/0000-1111/app?{q}"), 404, "pod not found"),
+        (format!("/exec/default/{pod}/done?{q}"), 400, "cannot exec in a stopped state"),
+        (format!("/exec/default/{pod}/app?command=true"), 400, "at least 1 of stdin, stdout, stderr"),
+        (format!("/exec/default/{pod}/app?stdout=1"), 400, "you must specify a command"),
+    ] {
+        let (status, body) = ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io")
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{path} upgraded"));
+        assert_eq!(status, code, "{path}: {body}");
+        assert!(body.contains(text), "{path}: {body:?} should contain {text:?}");
+    }
+    // authentication as on every other path
+    for token in [None, Some("wrong")] {
+        let refused = ws(&n, &format!("/exec/default/{pod}/app?{q}"), token, "v4.channel.k8s.io").await;
+        assert!(matches!(refused, Err((401, _))), "token {token:?}");
+    }
+
+    // a plain (not upgraded) request is refused before anything runs
+    let https = n.main_client();
+    let url = n.main_url(&format!("/exec/default/{pod}/app?{q}"));
+    let response = https.get(&url).bearer_auth(TOKEN).send().await.expect("GET exec");
+    assert_eq!(response.status(), 400);
+    assert!(response.text().await.unwrap_or_default().contains("Upgrade request required"));
+
+    // /run: ExecSync, combined output
+    let url = n.main_url(&format!("/run/default/{pod}/app?cmd=echo%20run%20works"));
+    let response = https.post(&url).bearer_auth(TOKEN).send().await.expect("POST run");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.text().await.unwrap_or_default(), "run works\n");
+    let url = n.main_url(&format!("/run/default/{pod}/{uid}/app?cmd=ls%20/no-such-dir"));
+    let response = https.post(&url).bearer_auth(TOKEN).send().await.expect("POST run");
+    assert_eq!(response.status(), 500);
+    let body = response.text().await.unwrap_or_default();
+    assert!(body.contains("exited with 1") && body.contains("no-such-dir"), "{body}");
+    let response = https.get(&url).bearer_auth(TOKEN).send().await.expect("GET run");
+    assert_eq!(response.status(), 405, "/run is POST only");
+
+    n.shutdown().await;
+}
+
+/// Open file descriptors of a process.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(Iterator::count)
+        .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"))
+}
+
+#[tokio::test]
+async fn exec_sessions_do_not_leak() {
+    let env = env_or_skip!("exec_sessions_do_not_leak");
+    let n = Nodelet::start(&env, "exec-leak").await;
+    let (pod, _) = shell_pod(&n, "leak").await;
+    let pid = n.pid().expect("nodelet runs");
+    // warm up (connection pools to the runtime, lazily started tasks)
+    for _ in 0..5 {
+        assert_eq!(exec(&n, &pod, &["true"], &[], false).await.exit_code(), 0);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = open_fds(pid);
+    for i in 0..200 {
+        let out = exec(&n, &pod, &["echo", &i.to_string()], &[], false).await;
+        assert_eq!(out.stdout, format!("{i}\n"));
+    }
+    // clients that go away in the middle of a session: the TCP connection is dropped without a close frame
+    for _ in 0..20 {
+        let path = format!("/exec/default/{pod}/app?{}", exec_query(&["sleep", "60"], true, false));
+        let stream = ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io").await.expect("exec sleep");
+        drop(stream);
+    }
+    let after = n
+        .wait_for("nodelet's open files back to where they were", Duration::from_secs(20), async || {
+            let now = open_fds(pid);
+            (now <= before + 5).then_some(now)
+        })
+        .await;
+    assert!(after <= before + 5, "fds before {before}, after {after}");
+    n.shutdown().await;
+}
