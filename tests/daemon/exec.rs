@@ -204,9 +204,13 @@ async fn exec_over_websocket_streams_stdio_and_reports_exit_codes() {
         exec(&n, &pod, &["sh", "-c", "read a; read b; echo got:$a:$b"], &["one\n", "two\n"], false).await;
     assert_eq!((out.stdout.as_str(), out.exit_code()), ("got:one:two\n", 0), "{out:?}");
 
-    // with a terminal: stdout is a tty (and the terminal turns \n into \r\n); containerd 1.6 may drop the
-    // last output of a tty exec whose process exits at once, hence the sleep
-    let out = exec(&n, &pod, &["sh", "-c", "test -t 1 && echo on-a-tty; sleep 0.5"], &[], true).await;
+    // with a terminal (and stdin, as `kubectl exec -it`; containerd 1.6 loses a tty exec's output when stdin
+    // is not attached): stdin and stdout are a tty, which turns \n into \r\n
+    let path = format!(
+        "/exec/default/{pod}/app?{}",
+        exec_query(&["sh", "-c", "test -t 0 && test -t 1 && sleep 0.2 && echo on-a-tty"], true, true)
+    );
+    let out = collect(ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io").await.expect("tty exec"), &[]).await;
     assert_eq!((out.stdout.as_str(), out.exit_code()), ("on-a-tty\r\n", 0), "{out:?}");
 
     // the path with the pod's UID works; another UID does not
@@ -296,5 +300,152 @@ async fn exec_sessions_do_not_leak() {
         })
         .await;
     assert!(after <= before + 5, "fds before {before}, after {after}");
+    n.shutdown().await;
+}
+
+/// Runs `nodelet ARGS[0] --server <main port> --certificate-authority <its cert> ARGS[1..]…` with the token in
+/// `NODELET_TOKEN` and `input` on stdin; returns (exit code, stdout, stderr).
+async fn nodelet_streaming_cli(n: &Nodelet, args: &[&str], input: &str) -> (i32, String, String) {
+    use tokio::io::AsyncWriteExt as _;
+    let ca = n.root_dir().join("pki").join("nodelet.crt");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(&args[..1])
+        .arg("--server")
+        .arg(n.main_url(""))
+        .arg("--certificate-authority")
+        .arg(&ca)
+        .args(&args[1..])
+        .env("NODELET_TOKEN", TOKEN)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run nodelet {args:?}: {e}"));
+    // kept open until the end: v4.channel.k8s.io cannot pass the end of input on, the command must not need it
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).await.expect("write stdin");
+    let output = tokio::time::timeout(EXEC_LIMIT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("nodelet {args:?} did not end in time"))
+        .expect("nodelet's output");
+    drop(stdin);
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn nodelet_exec_prints_the_output_and_exits_with_the_commands_code() {
+    let env = env_or_skip!("nodelet_exec_prints_the_output_and_exits_with_the_commands_code");
+    let n = Nodelet::start(&env, "exec-cli").await;
+    let (pod, _) = shell_pod(&n, "cli").await;
+
+    let (code, out, err) =
+        nodelet_streaming_cli(&n, &["exec", &pod, "-c", "app", "--", "sh", "-c", "echo ok; exit 3"], "")
+            .await;
+    assert_eq!((code, out.as_str()), (3, "ok\n"), "stderr: {err}");
+
+    // no -c: the first container, said on stderr; stderr of the command on stderr
+    let (code, out, err) =
+        nodelet_streaming_cli(&n, &["exec", &pod, "--", "sh", "-c", "echo out; echo err >&2"], "").await;
+    assert_eq!((code, out.as_str()), (0, "out\n"), "stderr: {err}");
+    assert!(err.contains("Defaulted container \"app\" out of: app, done") && err.contains("err\n"), "{err}");
+
+    // -i: stdin reaches the command
+    let (code, out, err) =
+        nodelet_streaming_cli(&n, &["exec", "-i", &pod, "-c", "app", "--", "head", "-n", "1"], "typed\n")
+            .await;
+    assert_eq!((code, out.as_str()), (0, "typed\n"), "stderr: {err}");
+
+    let (code, _, err) = nodelet_streaming_cli(&n, &["exec", &pod, "-c", "nope", "--", "true"], "").await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("404") && err.contains("container not found (\"nope\")"), "{err}");
+    n.shutdown().await;
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, data).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn port_forward_carries_concurrent_connections_to_a_pod() {
+    let env = env_or_skip!("port_forward_carries_concurrent_connections_to_a_pod");
+    let n = Nodelet::start(&env, "port-forward").await;
+    n.write_manifest(
+        "web.yaml",
+        &n.pod_manifest(
+            "web",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "app",
+                    "command": ["sh", "-c", "mkdir -p /www && head -c 3145728 /dev/urandom > /www/big && \
+                                echo hello > /www/index.html && exec httpd -f -p 8080 -h /www"],
+                }],
+            }),
+        ),
+    );
+    n.wait_running("web").await;
+    let pod = n.pod_name("web");
+    // the file's hash, computed in the pod (/run)
+    let https = n.main_client();
+    let url = n.main_url(&format!("/run/default/{pod}/app?cmd=sha256sum%20/www/big"));
+    let expected = n
+        .wait_for("/www/big written", Duration::from_secs(20), async || {
+            let response = https.post(&url).bearer_auth(TOKEN).send().await.ok()?;
+            let text = response.status().is_success().then_some(response.text().await.ok()?)?;
+            text.split_whitespace().next().map(str::to_owned)
+        })
+        .await;
+
+    let ca = n.root_dir().join("pki").join("nodelet.crt");
+    let mut forwarder = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(["port-forward", &pod, ":8080", "--server", &n.main_url(""), "--certificate-authority"])
+        .arg(&ca)
+        .env("NODELET_TOKEN", TOKEN)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("nodelet port-forward");
+    let stdout = forwarder.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout);
+    let mut first = String::new();
+    tokio::time::timeout(EXEC_LIMIT, tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut first))
+        .await
+        .expect("port-forward says where it listens")
+        .expect("read its stdout");
+    // Forwarding from 127.0.0.1:PORT -> 8080
+    let local = first
+        .strip_prefix("Forwarding from ")
+        .and_then(|rest| rest.split_once(" -> 8080"))
+        .map(|(addr, _)| addr.to_owned())
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"));
+    // keep reading its stdout so that it never blocks on a full pipe
+    tokio::spawn(async move {
+        let mut sink = tokio::io::sink();
+        let _ = tokio::io::copy(&mut lines, &mut sink).await;
+    });
+
+    let http = reqwest::Client::builder().no_proxy().timeout(EXEC_LIMIT).build().expect("HTTP client");
+    let index = http.get(format!("http://{local}/index.html")).send().await.expect("GET index.html");
+    assert_eq!(index.text().await.unwrap_or_default(), "hello\n");
+    let gets = (0..4).map(|_| {
+        let (http, url) = (http.clone(), format!("http://{local}/big"));
+        async move {
+            let response = http.get(&url).send().await.unwrap_or_else(|e| panic!("GET {url}: {e}"));
+            assert_eq!(response.status(), 200);
+            let body = response.bytes().await.unwrap_or_else(|e| panic!("GET {url}: {e}"));
+            (body.len(), sha256_hex(&body))
+        }
+    });
+    for (len, hash) in futures::future::join_all(gets).await {
+        assert_eq!((len, hash.as_str()), (3_145_728, expected.as_str()));
+    }
+    drop(forwarder);
     n.shutdown().await;
 }
