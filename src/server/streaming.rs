@@ -12,9 +12,10 @@
 //! does not parse them. A runtime answer other than 101 is passed on with its status and (at most 64 KiB of)
 //! its body.
 //!
-//! Query parameters, as the kubelet's: `command` (repeated) for exec; `stdin`, `stdout`, `stderr`, `tty`
-//! (`1`/`true`; the older `input`/`output` for stdin/stdout); with `tty`, stderr is dropped (merged by the
-//! terminal), and at least one of stdin/stdout/stderr must be asked for. `port` (repeated) for
+//! Query parameters: `command` (repeated) for exec; `input`, `output`, `error`, `tty` (the kubelet's names,
+//! which the API server sends) or `stdin`, `stdout`, `stderr` (the `PodExecOptions` names), each `1`/`true`;
+//! with `tty`, stderr is dropped (the terminal merges it), and at least one of the three streams must be
+//! asked for. `port` (repeated) for
 //! portForward is passed to CRI `PortForward`; the SPDY client names its ports in stream headers instead,
 //! which the runtime reads itself.
 //!
@@ -166,7 +167,7 @@ pub(crate) fn parse_stdio(query: &[(String, String)]) -> Result<(Vec<String>, St
             "command" => command.push(value.clone()),
             "stdin" | "input" => s.stdin = truthy(value),
             "stdout" | "output" => s.stdout = truthy(value),
-            "stderr" => s.stderr = truthy(value),
+            "stderr" | "error" => s.stderr = truthy(value),
             "tty" => s.tty = truthy(value),
             _ => {}
         }
@@ -448,8 +449,10 @@ async fn proxy(
             forwarded.append(name.clone(), value.clone());
         }
     }
+    debug!(%what, method = %request.method(), headers = ?forwarded, "forwarding the upgrade to the runtime");
     match open_upstream(request.method().clone(), forwarded, url).await {
         Ok(Upstream::Switched { headers, upgrade }) => {
+            debug!(%what, ?headers, "the runtime switched protocols");
             let client = hyper::upgrade::on(&mut request);
             tokio::spawn(relay(client, upgrade, permit, stopping, what));
             let mut response = Response::new(Body::empty());
@@ -533,10 +536,12 @@ async fn relay(
     let _permit = permit;
     let session = async {
         let runtime = runtime.await.map_err(|e| format!("runtime side: {e}"))?;
+        debug!(%what, "runtime side upgraded");
         let client = tokio::time::timeout(UPGRADE_WAIT, client)
             .await
             .map_err(|_| format!("the client did not take up the connection within {UPGRADE_WAIT:?}"))?
             .map_err(|e| format!("client side: {e}"))?;
+        debug!(%what, "client side upgraded; relaying");
         tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(runtime))
             .await
             .map_err(|e| format!("copying: {e}"))
@@ -570,8 +575,10 @@ mod tests {
         .expect("valid");
         assert_eq!(cmd, ["sh", "-c"]);
         assert_eq!(s, Stdio { stdin: false, stdout: true, stderr: false, tty: true });
-        let (_, s) = parse_stdio(&q(&[("input", "1"), ("output", "1")])).expect("old names");
-        assert!(s.stdin && s.stdout);
+        // the names the API server sends (the kubelet's `input`, `output`, `error`)
+        let (_, s) =
+            parse_stdio(&q(&[("input", "1"), ("output", "1"), ("error", "1")])).expect("kubelet names");
+        assert!(s.stdin && s.stdout && s.stderr);
         assert!(parse_stdio(&q(&[("command", "ls"), ("stdout", "0")])).is_err());
         assert!(parse_stdio(&q(&[("tty", "1"), ("stderr", "1")])).is_err());
     }

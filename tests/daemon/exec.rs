@@ -18,7 +18,8 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::{self, Message};
 
-use crate::support::{Nodelet, TOKEN, env_or_skip, sleep_until_term};
+use crate::cluster_support::{ClusterEnv, ClusterNode, cluster_or_skip};
+use crate::support::{Nodelet, StartOptions, TOKEN, env_or_skip, sleep_until_term};
 
 /// How long one exec may take in these tests.
 const EXEC_LIMIT: Duration = Duration::from_secs(30);
@@ -447,5 +448,119 @@ async fn port_forward_carries_concurrent_connections_to_a_pod() {
         assert_eq!((len, hash.as_str()), (3_145_728, expected.as_str()));
     }
     drop(forwarder);
+    n.shutdown().await;
+}
+
+/// `kubectl --kubeconfig <admin> ARGS…` with `input` on stdin (closed after it); returns (exit code, stdout,
+/// stderr).
+async fn kubectl_code(cluster: &ClusterEnv, args: &[&str], input: &str) -> (i32, String, String) {
+    use tokio::io::AsyncWriteExt as _;
+    let mut child = tokio::process::Command::new(cluster.kubectl())
+        .arg("--kubeconfig")
+        .arg(&cluster.admin_kubeconfig)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"));
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).await.expect("write stdin");
+    drop(stdin);
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("kubectl {args:?} did not end in time"))
+        .expect("kubectl's output");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn kubectl_exec_and_port_forward_reach_the_pod_through_the_api_server() {
+    let (env, cluster) =
+        cluster_or_skip!("kubectl_exec_and_port_forward_reach_the_pod_through_the_api_server");
+    // The API server's kubelet client certificate is signed by envtest's CA: nodelet's client CA.
+    let options = StartOptions {
+        config_extra: format!(
+            "authentication:\n  x509: {{clientCAFile: {}}}\n  webhook: {{enabled: true, cacheTTL: 30s}}\n\
+             authorization:\n  mode: Webhook\n  webhook: {{cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 1s}}",
+            cluster.ca.display()
+        ),
+        ..StartOptions::default()
+    };
+    let n = ClusterNode::start_with(&env, &cluster, "kubectl-exec", options).await;
+    let ns = n.namespace().to_owned();
+    let manifest = n.api_pod_manifest(
+        "web",
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "command": ["sh", "-c", "mkdir -p /www && echo hello-through-port-forward > /www/index.html && \
+                            exec httpd -f -p 8080 -h /www"],
+            }],
+        }),
+    );
+    n.create_pod(&manifest).await;
+    n.wait_api_running("web").await;
+
+    // kubectl exec (SPDY through the API server): output and exit code
+    let (code, out, err) =
+        kubectl_code(&cluster, &["-n", &ns, "exec", "web", "--", "sh", "-c", "echo ok; exit 3"], "").await;
+    assert_eq!((code, out.as_str()), (3, "ok\n"), "kubectl exec: {err}\n{}", n.tail());
+    // stdin, closed at its end: cat sees the end of input and exits
+    let (code, out, err) =
+        kubectl_code(&cluster, &["-n", &ns, "exec", "-i", "web", "--", "cat"], "piped\n").await;
+    assert_eq!((code, out.as_str()), (0, "piped\n"), "kubectl exec -i: {err}");
+    let (code, _, err) =
+        kubectl_code(&cluster, &["-n", &ns, "exec", "web", "-c", "nope", "--", "true"], "").await;
+    assert_ne!(code, 0);
+    assert!(err.contains("container nope is not valid") || err.contains("container not found"), "{err}");
+
+    // kubectl port-forward, then an HTTP GET through the local port
+    let mut forwarder = tokio::process::Command::new(cluster.kubectl())
+        .arg("--kubeconfig")
+        .arg(&cluster.admin_kubeconfig)
+        .args(["-n", &ns, "port-forward", "pod/web", ":8080"])
+        .env_remove("KUBECONFIG")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl port-forward");
+    let stdout = forwarder.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout);
+    let mut first = String::new();
+    tokio::time::timeout(EXEC_LIMIT, tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut first))
+        .await
+        .expect("kubectl port-forward says where it listens")
+        .expect("read its stdout");
+    let local = first
+        .strip_prefix("Forwarding from ")
+        .and_then(|rest| rest.split_once(" -> 8080"))
+        .map(|(addr, _)| addr.to_owned())
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"));
+    tokio::spawn(async move {
+        let mut sink = tokio::io::sink();
+        let _ = tokio::io::copy(&mut lines, &mut sink).await;
+    });
+    let http = reqwest::Client::builder().no_proxy().timeout(EXEC_LIMIT).build().expect("HTTP client");
+    for _ in 0..3 {
+        let url = format!("http://{local}/index.html");
+        let response = http.get(&url).send().await.unwrap_or_else(|e| panic!("GET {url}: {e}\n{}", n.tail()));
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.text().await.unwrap_or_default(), "hello-through-port-forward\n");
+    }
+    drop(forwarder);
+    n.assert_no_forbidden_in_log();
     n.shutdown().await;
 }
