@@ -168,16 +168,18 @@ async fn shell_pod(n: &Nodelet, name: &str) -> (String, String) {
                 "containers": [
                     {"name": "app", "command": sleep_until_term("")},
                     {"name": "done", "command": ["true"]},
+                    {"name": "ticker", "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do echo tick; sleep 0.2; done"]},
                 ],
                 "restartPolicy": "Never",
             }),
         ),
     );
     let pod = n
-        .wait_for_pod(name, "app running and done exited", Duration::from_secs(30), |p| {
+        .wait_for_pod(name, "app and ticker running, done exited", Duration::from_secs(30), |p| {
             let statuses = p.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
             let state = |c: &str| statuses.iter().find(|s| s.name == c).and_then(|s| s.state.clone());
             state("app").is_some_and(|s| s.running.is_some())
+                && state("ticker").is_some_and(|s| s.running.is_some())
                 && state("done").is_some_and(|s| s.terminated.is_some())
         })
         .await;
@@ -213,6 +215,28 @@ async fn exec_over_websocket_streams_stdio_and_reports_exit_codes() {
     );
     let out = collect(ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io").await.expect("tty exec"), &[]).await;
     assert_eq!((out.stdout.as_str(), out.exit_code()), ("on-a-tty\r\n", 0), "{out:?}");
+
+    // attach: the main process's output, until the client goes away
+    let path = format!("/attach/default/{pod}/ticker?output=1&error=1");
+    let mut attached = ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io").await.expect("attach");
+    let ticks = tokio::time::timeout(EXEC_LIMIT, async {
+        let mut seen = String::new();
+        while let Some(Ok(message)) = attached.next().await {
+            if let Message::Binary(data) = message
+                && data.first() == Some(&1)
+            {
+                seen.push_str(&String::from_utf8_lossy(&data[1..]));
+                if seen.matches("tick\n").count() >= 2 {
+                    break;
+                }
+            }
+        }
+        seen
+    })
+    .await
+    .expect("attach shows the output in time");
+    assert!(ticks.starts_with("tick\n"), "{ticks:?}");
+    drop(attached);
 
     // the path with the pod's UID works; another UID does not
     let path = format!("/exec/default/{pod}/{uid}/app?{}", exec_query(&["echo", "uid"], false, false));
@@ -354,7 +378,10 @@ async fn nodelet_exec_prints_the_output_and_exits_with_the_commands_code() {
     let (code, out, err) =
         nodelet_streaming_cli(&n, &["exec", &pod, "--", "sh", "-c", "echo out; echo err >&2"], "").await;
     assert_eq!((code, out.as_str()), (0, "out\n"), "stderr: {err}");
-    assert!(err.contains("Defaulted container \"app\" out of: app, done") && err.contains("err\n"), "{err}");
+    assert!(
+        err.contains("Defaulted container \"app\" out of: app, done, ticker") && err.contains("err\n"),
+        "{err}"
+    );
 
     // -i: stdin reaches the command
     let (code, out, err) =
