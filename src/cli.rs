@@ -57,6 +57,10 @@ pub(crate) enum Command {
     Get(GetArgs),
     /// Print the logs of a container like `kubectl logs`, read from the CRI log files on this machine.
     Logs(LogsArgs),
+    /// Run a command in a container like `kubectl exec`, through the local nodelet's main port.
+    Exec(ExecArgs),
+    /// Forward local ports to a pod like `kubectl port-forward`, through the local nodelet's main port.
+    PortForward(PortForwardArgs),
 }
 
 impl Command {
@@ -66,6 +70,8 @@ impl Command {
             Command::Run(r) => r.log.verbosity,
             Command::Get(g) => g.log.verbosity,
             Command::Logs(l) => l.log.verbosity,
+            Command::Exec(e) => e.log.verbosity,
+            Command::PortForward(p) => p.log.verbosity,
         }
     }
 }
@@ -415,6 +421,85 @@ pub(crate) struct LogsArgs {
     pub(crate) log: LogArgs,
 }
 
+/// How the streaming commands reach the local nodelet's main port (the flags of `nodelet get`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct MainPortArgs {
+    /// nodelet's main port.
+    #[arg(long, value_name = "URL", env = "NODELET_SERVER", default_value = "https://127.0.0.1:10250")]
+    pub(crate) server: String,
+    /// Bearer token for the main port (prefer --token-file: a command line is visible to every user).
+    #[arg(long, value_name = "TOKEN", env = "NODELET_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// File holding the bearer token for the main port.
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    pub(crate) token_file: Option<PathBuf>,
+    /// CA certificate (PEM) to verify the server's certificate with (default: nodelet's self-signed
+    /// certificate under /var/lib/nodelet/pki, when present).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) certificate_authority: Option<PathBuf>,
+    /// Do not verify the server's certificate (insecure).
+    #[arg(long)]
+    pub(crate) insecure_skip_tls_verify: bool,
+}
+
+/// `nodelet exec POD -- COMMAND…`.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "Talks WebSocket (v5.channel.k8s.io, else v4.channel.k8s.io) to /exec on the main \
+    port; nodelet proxies it to the container runtime. The exit code is the command's. With v4 (containerd \
+    1.6) the end of -i input cannot be passed on: a command that reads until end of input keeps waiting.")]
+pub(crate) struct ExecArgs {
+    /// Pod name (static pods are named <name>-<node>).
+    #[arg(value_name = "POD")]
+    pub(crate) pod: String,
+    /// The command and its arguments.
+    #[arg(value_name = "COMMAND", last = true, required = true)]
+    pub(crate) command: Vec<String>,
+    /// Container name; default: the pod's kubectl.kubernetes.io/default-container, else its first.
+    #[arg(short = 'c', long, value_name = "CONTAINER")]
+    pub(crate) container: Option<String>,
+    /// Namespace of the pod.
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub(crate) namespace: String,
+    /// Pass stdin to the container.
+    #[arg(short = 'i', long)]
+    pub(crate) stdin: bool,
+    /// Stdin is a TTY (raw terminal, window size passed on).
+    #[arg(short = 't', long)]
+    pub(crate) tty: bool,
+    /// The main port.
+    #[command(flatten)]
+    pub(crate) server: MainPortArgs,
+    /// Logging.
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
+/// `nodelet port-forward POD [LOCAL:]REMOTE…`.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "Each local connection is one WebSocket (v4.channel.k8s.io) to /portForward on the \
+    main port; nodelet proxies it to the container runtime. LOCAL 0 picks a free port; the chosen ports are \
+    printed as `Forwarding from 127.0.0.1:LOCAL -> REMOTE`. Runs until interrupted.")]
+pub(crate) struct PortForwardArgs {
+    /// Pod name (static pods are named <name>-<node>).
+    #[arg(value_name = "POD")]
+    pub(crate) pod: String,
+    /// Ports: REMOTE (same local port), LOCAL:REMOTE, or :REMOTE (a free local port).
+    #[arg(value_name = "[LOCAL:]REMOTE", required = true)]
+    pub(crate) ports: Vec<String>,
+    /// Namespace of the pod.
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub(crate) namespace: String,
+    /// Local address to listen on.
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    pub(crate) address: IpAddr,
+    /// The main port.
+    #[command(flatten)]
+    pub(crate) server: MainPortArgs,
+    /// Logging.
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
 /// The tracing filter directive for a kubelet-style verbosity level (used when `RUST_LOG` is unset).
 pub(crate) fn log_filter_directive(verbosity: Option<u8>) -> &'static str {
     match verbosity.unwrap_or(0) {
@@ -543,6 +628,17 @@ mod tests {
         assert_eq!(l.tail, 10);
         assert_eq!(l.namespace, "default");
         let Command::Logs(l) = parse(&["logs", "x", "--tail=-1", "-p"]) else { panic!("expected logs") };
+        let Command::Exec(e) = parse(&["exec", "-it", "web", "-c", "app", "--", "sh", "-c", "exit 3"]) else {
+            panic!("expected exec")
+        };
+        assert!(e.stdin && e.tty);
+        assert_eq!((e.pod.as_str(), e.container.as_deref()), ("web", Some("app")));
+        assert_eq!(e.command, ["sh", "-c", "exit 3"]);
+        assert_eq!(e.server.server, "https://127.0.0.1:10250");
+        let Command::PortForward(p) = parse(&["port-forward", "web", "8080:80", ":90", "70"]) else {
+            panic!("expected port-forward")
+        };
+        assert_eq!(p.ports, ["8080:80", ":90", "70"]);
         assert_eq!(l.tail, -1);
         assert!(l.previous);
     }

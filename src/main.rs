@@ -30,6 +30,20 @@ fn main() -> anyhow::Result<()> {
         let client_result = match command {
             cli::Command::Get(args) => client::run_get(&args).await.map_err(|e| e.to_string()),
             cli::Command::Logs(args) => client::run_logs(&args).await.map_err(|e| e.to_string()),
+            cli::Command::PortForward(args) => {
+                client::run_port_forward(&args).await.map_err(|e| e.to_string())
+            }
+            cli::Command::Exec(args) => {
+                // The command's exit code; exiting here also ends a blocked read of stdin.
+                let code = match client::run_exec(&args).await {
+                    Ok(code) => code,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        1
+                    }
+                };
+                std::process::exit(code);
+            }
             cli::Command::Run(args) => return run(&args).await,
         };
         if let Err(e) = client_result {
@@ -444,6 +458,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         server_config.kube_client = kube_client.map(server::ApiClient);
         server_config.root_dir = config.root_dir.clone();
         server_config.serving_cert = serving_cert;
+        server_config.runtime = Some(cri.clone());
         let servers = server::Servers::bind(&server_config, node).await?;
         tracing::info!(
             main = %servers.main_addr(),

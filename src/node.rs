@@ -20,7 +20,7 @@ use nodelet_resources::volume::ops::VolumeOp;
 use prometheus::{Encoder, IntGauge, IntGaugeVec, Opts, Registry};
 use reconcile_engine::{OpError, OpStatus, Store};
 
-use crate::server::NodeView;
+use crate::server::{NodeView, StreamTarget, StreamTargetError};
 use crate::sources::SourceProblems;
 
 /// Gauges computed at scrape time from the actual store.
@@ -477,6 +477,34 @@ impl NodeView for Node {
         let record = actual.container(container)?;
         let dir = self.pod_logs_dir.join(format!("{namespace}_{pod}_{}", desired.uid()));
         Some(dir.join(container).join(format!("{}.log", record.restart_count)))
+    }
+
+    fn stream_target(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: Option<&str>,
+        container: Option<&str>,
+    ) -> Result<StreamTarget, StreamTargetError> {
+        let desired = self.find(namespace, pod).ok_or(StreamTargetError::PodNotFound)?;
+        let pod_uid = desired.uid().to_string();
+        if uid.is_some_and(|u| u != pod_uid) {
+            return Err(StreamTargetError::UidMismatch);
+        }
+        let actual = self.actual.get(&pod_uid);
+        let Some(container) = container else {
+            let sandbox =
+                actual.as_deref().and_then(PodActual::sandbox).ok_or(StreamTargetError::NoSandbox)?;
+            return Ok(StreamTarget { sandbox_id: sandbox.id.clone(), container_id: None });
+        };
+        let record = actual
+            .as_deref()
+            .and_then(|a| a.container(container))
+            .ok_or(StreamTargetError::ContainerNotFound)?;
+        if record.state != ContainerState::Running {
+            return Err(StreamTargetError::NotRunning);
+        }
+        Ok(StreamTarget { sandbox_id: record.sandbox_id.clone(), container_id: Some(record.id.clone()) })
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! | Listener | Default | Transport | Authentication | Endpoints |
 //! |---|---|---|---|---|
-//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}` |
+//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`) |
 //! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary` |
 //! | healthz (`--healthz-bind-address`:`--healthz-port`) | 127.0.0.1:10248 | HTTP | none | `/healthz` |
 //!
@@ -21,8 +21,13 @@
 //! checked with a `SubjectAccessReview` for resource `nodes`, the node's name, the verb of the method and the
 //! subresource of the path (`stats`, `metrics`, `log`, `spec`, `checkpoint`, else `proxy`), the kubelet's
 //! mapping; a denial is a 403 `Forbidden (user=…, verb=…, resource=nodes, subresource(s)=[…])`, a failed
-//! review a 500. Answers are cached (`cacheAuthorizedTTL`, `cacheUnauthorizedTTL`). Only `GET` and `HEAD`
-//! are served, other methods get 405 (after authorization).
+//! review a 500. Answers are cached (`cacheAuthorizedTTL`, `cacheUnauthorizedTTL`). `GET` and `HEAD` are
+//! served; the streaming paths also take `POST` (SPDY clients), `/run` only `POST`; other methods get 405
+//! (after authorization).
+//!
+//! Connections are HTTP/1.1 with upgrades enabled: an upgraded exec/attach/port-forward connection leaves the
+//! connection limit and graceful shutdown (it is counted by the streaming session limit instead and closed
+//! when the servers stop).
 //!
 //! Errors are JSON `Status` objects (`kind: Status`, `code`, `reason`, `message`) like the API server's,
 //! except `/healthz`, which answers plain text.
@@ -34,6 +39,7 @@ mod auth;
 mod logs;
 mod routes;
 mod status;
+mod streaming;
 mod tls;
 mod webhook;
 
@@ -49,7 +55,7 @@ use std::time::Duration;
 
 use axum::Router;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use k8s_openapi::List;
@@ -89,6 +95,20 @@ pub(crate) trait NodeView: Send + Sync + 'static {
     /// or `None` when the pod or the container is unknown. The file is opened without following a final
     /// symbolic link and must be a regular file.
     fn container_log(&self, namespace: &str, pod: &str, container: &str) -> Option<PathBuf>;
+
+    /// The runtime IDs behind `/exec`, `/attach` (a `container`) and `/portForward` (no container): the
+    /// pod's newest sandbox and, when a container is named, its newest attempt, which must be running. `uid`,
+    /// when given, must be the pod's UID. Default: no pods.
+    fn stream_target(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: Option<&str>,
+        container: Option<&str>,
+    ) -> Result<StreamTarget, StreamTargetError> {
+        let _ = (namespace, pod, uid, container);
+        Err(StreamTargetError::PodNotFound)
+    }
 
     /// Warning events (broken manifests, failing pod operations), served as a v1 `EventList` on
     /// `/api/v1/events`. Default: none.
@@ -151,6 +171,35 @@ pub(crate) trait NodeView: Send + Sync + 'static {
     }
 }
 
+/// What [`NodeView::stream_target`] resolves a streaming request to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StreamTarget {
+    /// The pod's newest sandbox (for CRI `PortForward`).
+    pub(crate) sandbox_id: String,
+    /// The running container (for CRI `Exec` / `Attach` / `ExecSync`), when one was named.
+    pub(crate) container_id: Option<String>,
+}
+
+/// Why [`NodeView::stream_target`] found nothing to stream to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum StreamTargetError {
+    /// No such pod on this node.
+    #[error("pod does not exist")]
+    PodNotFound,
+    /// The pod exists with another UID.
+    #[error("pod not found (another UID)")]
+    UidMismatch,
+    /// The pod has no container of that name in the runtime.
+    #[error("container not found")]
+    ContainerNotFound,
+    /// The container exists but is not running.
+    #[error("container not running")]
+    NotRunning,
+    /// The pod has no sandbox (port-forward).
+    #[error("pod has no sandbox")]
+    NoSandbox,
+}
+
 /// Where and how the servers listen. Field names follow the kubelet's flags and
 /// `KubeletConfiguration` fields; [`ServerConfig::new`] fills in the defaults listed on each field.
 #[derive(Debug, Clone)]
@@ -193,6 +242,9 @@ pub(crate) struct ServerConfig {
     pub(crate) authorization: AuthorizationMode,
     /// The cluster's API client (cluster mode), which both webhooks need.
     pub(crate) kube_client: Option<ApiClient>,
+    /// The container runtime, for `/exec`, `/attach`, `/portForward` and `/run`. Default `None`: those
+    /// answer 503.
+    pub(crate) runtime: Option<nodelet_cri::CriClient>,
     /// `--root-dir`. Default `/var/lib/nodelet` (the kubelet: `/var/lib/kubelet`).
     pub(crate) root_dir: PathBuf,
     /// With `serverTLSBootstrap`: the certificate from the cluster, served instead of the self-signed one
@@ -222,6 +274,7 @@ impl ServerConfig {
             token_webhook: None,
             authorization: AuthorizationMode::AlwaysAllow,
             kube_client: None,
+            runtime: None,
             root_dir: PathBuf::from("/var/lib/nodelet"),
             serving_cert: None,
             hostname: hostname.into(),
@@ -352,6 +405,8 @@ impl Servers {
             authorizer,
             stopping: stopping.clone(),
             log_poll_interval: logs::DEFAULT_POLL_INTERVAL,
+            runtime: config.runtime.clone(),
+            sessions: Arc::new(Semaphore::new(streaming::MAX_SESSIONS)),
         });
 
         let main = bind_listener(
@@ -567,9 +622,12 @@ where
         request.extensions_mut().insert(info.clone());
         request
     });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
-    let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+    // The auto builder, HTTP/1 only, because its upgradeable connection works with graceful shutdown;
+    // upgrades (exec, attach, port-forward) hand the socket over to `streaming`.
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http1_only();
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    let conn =
+        builder.serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service));
     if let Err(error) = watcher.watch(conn).await {
         debug!(listener, %remote, %error, "connection ended with an error");
     }

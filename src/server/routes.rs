@@ -10,7 +10,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
@@ -18,6 +18,7 @@ use super::NodeView;
 use super::auth::{Authenticator, ClientCert, UserInfo};
 use super::logs::{self, LogError, LogOptions};
 use super::status;
+use super::streaming;
 use super::webhook::{AccessReviewer, Decision, request_attributes};
 
 /// Who may do what on the main port (`authorization.mode`).
@@ -37,6 +38,10 @@ pub(crate) struct Shared<V> {
     /// Cancelled when the servers stop: ends followed log streams.
     pub(crate) stopping: CancellationToken,
     pub(crate) log_poll_interval: Duration,
+    /// The container runtime for the streaming endpoints.
+    pub(crate) runtime: Option<nodelet_cri::CriClient>,
+    /// Open streaming sessions (see [`streaming::MAX_SESSIONS`]).
+    pub(crate) sessions: Arc<tokio::sync::Semaphore>,
 }
 
 /// Per-connection facts, put into every request's extensions by the connection's service.
@@ -65,6 +70,29 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .route("/api/v1/nodes", get(nodes::<V>))
         .route("/api/v1/nodes/{name}", get(node::<V>))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs::<V>))
+        .route("/exec/{namespace}/{pod}/{container}", get(streaming::exec::<V>).post(streaming::exec::<V>))
+        .route(
+            "/exec/{namespace}/{pod}/{uid}/{container}",
+            get(streaming::exec::<V>).post(streaming::exec::<V>),
+        )
+        .route(
+            "/attach/{namespace}/{pod}/{container}",
+            get(streaming::attach::<V>).post(streaming::attach::<V>),
+        )
+        .route(
+            "/attach/{namespace}/{pod}/{uid}/{container}",
+            get(streaming::attach::<V>).post(streaming::attach::<V>),
+        )
+        .route(
+            "/portForward/{namespace}/{pod}",
+            get(streaming::port_forward::<V>).post(streaming::port_forward::<V>),
+        )
+        .route(
+            "/portForward/{namespace}/{pod}/{uid}",
+            get(streaming::port_forward::<V>).post(streaming::port_forward::<V>),
+        )
+        .route("/run/{namespace}/{pod}/{container}", post(streaming::run::<V>))
+        .route("/run/{namespace}/{pod}/{uid}/{container}", post(streaming::run::<V>))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(shared.clone(), authenticate::<V>))
@@ -323,15 +351,19 @@ async fn not_found(request: Request) -> Response {
 }
 
 async fn method_not_allowed(request: Request) -> Response {
+    let path = request.uri().path();
+    let allowed = if ["/exec/", "/attach/", "/portForward/"].iter().any(|p| path.starts_with(p)) {
+        "GET, POST"
+    } else if path.starts_with("/run/") {
+        "POST"
+    } else {
+        "GET, HEAD"
+    };
     let mut response = status::failure(
         StatusCode::METHOD_NOT_ALLOWED,
-        format!(
-            "method {} is not allowed on {:?}; only GET and HEAD are",
-            request.method(),
-            request.uri().path()
-        ),
+        format!("method {} is not allowed on {path:?}; only {allowed} are", request.method()),
     );
-    response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allowed));
     response
 }
 
@@ -341,7 +373,7 @@ fn with_content_type(mut response: Response, content_type: &'static str) -> Resp
 }
 
 /// RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters (namespaces, containers).
-fn is_dns_label(s: &str) -> bool {
+pub(crate) fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
@@ -351,7 +383,7 @@ fn is_dns_label(s: &str) -> bool {
 }
 
 /// RFC 1123 subdomain: dot-separated labels, at most 253 characters (pod names).
-fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 

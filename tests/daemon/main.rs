@@ -24,6 +24,7 @@ mod cluster;
 mod cluster_data;
 mod cluster_support;
 mod eviction;
+mod exec;
 mod lifecycle;
 mod logs;
 mod probes;

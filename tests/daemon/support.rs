@@ -334,6 +334,11 @@ impl Nodelet {
         self.exited()
     }
 
+    /// The daemon's process ID (while it runs).
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The test's temporary directory (nodelet's directories and log are in it; tests may add their own).
     pub(crate) fn dir(&self) -> &Path {
         self.dir.path()

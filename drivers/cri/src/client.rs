@@ -580,6 +580,39 @@ impl CriClient {
         Ok(ExecSyncOutput { stdout: resp.stdout, stderr: resp.stderr, exit_code: resp.exit_code })
     }
 
+    /// CRI `Exec`: asks the runtime to prepare a streaming exec of `cmd` in the container and returns the URL
+    /// of its streaming server where a client upgrades the connection (SPDY or WebSocket) to run it. The URL
+    /// is single-use and expires if not used soon (containerd: 1 minute).
+    pub async fn exec(&self, request: v1::ExecRequest) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let resp = self
+            .unary("Exec", self.default_deadline(), request, move |r| async move { c.exec(r).await })
+            .await?;
+        Ok(resp.url)
+    }
+
+    /// CRI `Attach`: like [`Self::exec`], for attaching to the container's main process.
+    pub async fn attach(&self, request: v1::AttachRequest) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let resp = self
+            .unary("Attach", self.default_deadline(), request, move |r| async move { c.attach(r).await })
+            .await?;
+        Ok(resp.url)
+    }
+
+    /// CRI `PortForward`: like [`Self::exec`], for forwarding connections to ports of the pod sandbox's
+    /// network namespace.
+    pub async fn port_forward(&self, pod_sandbox_id: &str, ports: Vec<i32>) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let req = v1::PortForwardRequest { pod_sandbox_id: pod_sandbox_id.to_owned(), port: ports };
+        let resp = self
+            .unary("PortForward", self.default_deadline(), req, move |r| async move {
+                c.port_forward(r).await
+            })
+            .await?;
+        Ok(resp.url)
+    }
+
     // ---------------------------------------------------------------- runtime service: stats
 
     /// CRI `ContainerStats` of one container (CPU, memory, writable layer).

@@ -1,0 +1,622 @@
+//! `/exec`, `/attach`, `/portForward` and `/run` on the main port.
+//!
+//! `/exec/{namespace}/{pod}[/{uid}]/{container}`, `/attach/…` (same shapes) and
+//! `/portForward/{namespace}/{pod}[/{uid}]` work as the kubelet's default (non-redirecting) streaming: the
+//! handler checks the request, asks the runtime with CRI `Exec` / `Attach` / `PortForward` for a one-time URL
+//! of its streaming server (containerd's runs on 127.0.0.1), forwards the client's upgrade request (its
+//! method, path of the runtime's URL, and only the streaming headers `Connection`, `Upgrade`,
+//! `X-Stream-Protocol-Version`, `Sec-WebSocket-*`: never the client's credentials) to that URL, relays the
+//! runtime's `101 Switching Protocols` with its headers, and then copies bytes both ways between the two
+//! upgraded connections. The protocols (SPDY/3.1 with `v4.channel.k8s.io` or `portforward.k8s.io`, WebSocket
+//! with `v4.channel.k8s.io`, `channel.k8s.io`, `base64.channel.k8s.io`) are spoken by the runtime; nodelet
+//! does not parse them. A runtime answer other than 101 is passed on with its status and (at most 64 KiB of)
+//! its body.
+//!
+//! Query parameters: `command` (repeated) for exec; `input`, `output`, `error`, `tty` (the kubelet's names,
+//! which the API server sends) or `stdin`, `stdout`, `stderr` (the `PodExecOptions` names), each `1`/`true`;
+//! with `tty`, stderr is dropped (the terminal merges it), and at least one of the three streams must be
+//! asked for. `port` (repeated) for
+//! portForward is passed to CRI `PortForward`; the SPDY client names its ports in stream headers instead,
+//! which the runtime reads itself.
+//!
+//! `POST /run/{namespace}/{pod}[/{uid}]/{container}?cmd=…` runs `cmd` (split at spaces, as the kubelet
+//! does) with CRI `ExecSync` and returns stdout followed by stderr as text; a non-zero exit is a 500 whose
+//! message has the exit code and the output.
+//!
+//! Bounds: at most [`MAX_SESSIONS`] streaming sessions at once (further requests get 429); a session
+//! ends, closing both connections (which ends the runtime's session), when either side closes or fails,
+//! when the client does not take up its upgraded connection within [`UPGRADE_WAIT`], or when the servers
+//! stop. The runtime's URL must be plain HTTP on a loopback address; anything else is refused.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::TokioIo;
+use nodelet_cri::proto;
+use serde::Deserialize;
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::routes::{Shared, is_dns_label, is_dns_subdomain};
+use super::{NodeView, StreamTargetError, status};
+
+/// Streaming sessions (exec, attach, port-forward) open at once; more get 429.
+pub(crate) const MAX_SESSIONS: usize = 256;
+/// How long the client may take to take up the upgraded connection after the 101.
+pub(crate) const UPGRADE_WAIT: Duration = Duration::from_secs(30);
+/// How long connecting to the runtime's streaming server and getting its answer may take.
+const RUNTIME_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most of a runtime's non-101 answer body that is passed on.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// Why a streaming request failed; each maps to an HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StreamError {
+    /// Bad parameters or a request that is not an upgrade.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The pod or container does not exist here.
+    #[error("{0}")]
+    NotFound(String),
+    /// The container exists but does not run.
+    #[error("{0}")]
+    NotRunning(String),
+    /// Too many sessions.
+    #[error("too many streaming sessions (at most {MAX_SESSIONS}); try again later")]
+    TooMany,
+    /// No CRI client (servers started without a runtime).
+    #[error("container runtime streaming is not available")]
+    NoRuntime,
+    /// A CRI call failed.
+    #[error("{call} in the container runtime failed: {source}")]
+    Cri {
+        /// The call.
+        call: &'static str,
+        /// Why.
+        #[source]
+        source: nodelet_cri::CriError,
+    },
+    /// The runtime's streaming server could not be used.
+    #[error("runtime streaming server: {0}")]
+    Upstream(String),
+}
+
+impl StreamError {
+    fn code(&self) -> StatusCode {
+        match self {
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::NotRunning(_) => StatusCode::BAD_REQUEST,
+            Self::TooMany => StatusCode::TOO_MANY_REQUESTS,
+            Self::NoRuntime => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Cri { source, .. } if source.is_not_found() => StatusCode::NOT_FOUND,
+            Self::Cri { .. } | Self::Upstream(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for StreamError {
+    fn into_response(self) -> Response {
+        let code = self.code();
+        if code.is_server_error() {
+            warn!(error = %self, "streaming request failed");
+        }
+        status::failure(code, self.to_string())
+    }
+}
+
+/// The path of a streaming request: `{namespace}/{pod}[/{uid}][/{container}]`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StreamPath {
+    namespace: String,
+    pod: String,
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
+    container: Option<String>,
+}
+
+impl StreamPath {
+    fn validate(&self) -> Result<(), StreamError> {
+        let mut checks = vec![
+            ("namespace", &self.namespace, is_dns_label(&self.namespace)),
+            ("pod name", &self.pod, is_dns_subdomain(&self.pod)),
+        ];
+        if let Some(c) = &self.container {
+            checks.push(("container name", c, is_dns_label(c)));
+        }
+        if let Some(u) = &self.uid {
+            let ok =
+                !u.is_empty() && u.len() <= 128 && u.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+            checks.push(("pod UID", u, ok));
+        }
+        match checks.into_iter().find(|(_, _, ok)| !ok) {
+            Some((what, value, _)) => Err(StreamError::BadRequest(format!("invalid {what} {value:?}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The stdio flags of exec and attach.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Stdio {
+    pub(crate) stdin: bool,
+    pub(crate) stdout: bool,
+    pub(crate) stderr: bool,
+    pub(crate) tty: bool,
+}
+
+/// Go's `strconv.ParseBool` truth values (the kubelet's clients send `1`).
+fn truthy(value: &str) -> bool {
+    matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
+/// Parses `command` (repeated) and the stdio flags; the error is a 400's message.
+pub(crate) fn parse_stdio(query: &[(String, String)]) -> Result<(Vec<String>, Stdio), String> {
+    let mut command = Vec::new();
+    let mut s = Stdio::default();
+    for (key, value) in query {
+        match key.as_str() {
+            "command" => command.push(value.clone()),
+            "stdin" | "input" => s.stdin = truthy(value),
+            "stdout" | "output" => s.stdout = truthy(value),
+            "stderr" | "error" => s.stderr = truthy(value),
+            "tty" => s.tty = truthy(value),
+            _ => {}
+        }
+    }
+    if s.tty && s.stderr {
+        // The kubelet does the same: a terminal has one output stream.
+        s.stderr = false;
+    }
+    if !s.stdin && !s.stdout && !s.stderr {
+        return Err("you must specify at least 1 of stdin, stdout, stderr".to_owned());
+    }
+    Ok((command, s))
+}
+
+/// Parses the repeated `port` parameter (each may also be a comma-separated list).
+pub(crate) fn parse_ports(query: &[(String, String)]) -> Result<Vec<i32>, String> {
+    let mut ports = Vec::new();
+    for (key, value) in query {
+        if key != "port" {
+            continue;
+        }
+        for p in value.split(',').filter(|p| !p.is_empty()) {
+            match p.parse::<u16>() {
+                Ok(n) if n > 0 => ports.push(i32::from(n)),
+                _ => return Err(format!("invalid port {p:?}: must be 1-65535")),
+            }
+        }
+    }
+    Ok(ports)
+}
+
+/// Whether the request asks for a connection upgrade.
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    let connection_upgrade = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade"))));
+    connection_upgrade && headers.contains_key(header::UPGRADE)
+}
+
+type St<V> = State<Arc<Shared<V>>>;
+
+/// Common start of exec, attach and port-forward: names, upgrade, a session slot, the runtime.
+fn begin<V: NodeView>(
+    shared: &Shared<V>,
+    path: &StreamPath,
+    request: &Request,
+) -> Result<(OwnedSemaphorePermit, nodelet_cri::CriClient), StreamError> {
+    path.validate()?;
+    if !is_upgrade(request.headers()) {
+        return Err(StreamError::BadRequest(
+            "Upgrade request required (Connection: Upgrade with SPDY/3.1 or websocket)".to_owned(),
+        ));
+    }
+    let runtime = shared.runtime.clone().ok_or(StreamError::NoRuntime)?;
+    let permit = shared.sessions.clone().try_acquire_owned().map_err(|_| StreamError::TooMany)?;
+    Ok((permit, runtime))
+}
+
+fn target_error(path: &StreamPath, e: StreamTargetError) -> StreamError {
+    let container = path.container.as_deref().unwrap_or_default();
+    match e {
+        StreamTargetError::PodNotFound => StreamError::NotFound(format!(
+            "pod does not exist: pod \"{}/{}\" is not on this node",
+            path.namespace, path.pod
+        )),
+        StreamTargetError::UidMismatch => StreamError::NotFound(format!(
+            "pod not found: pod \"{}/{}\" has another UID",
+            path.namespace, path.pod
+        )),
+        StreamTargetError::ContainerNotFound => StreamError::NotFound(format!(
+            "container not found ({container:?}) in pod \"{}/{}\"",
+            path.namespace, path.pod
+        )),
+        StreamTargetError::NotRunning => StreamError::NotRunning(format!(
+            "container {container:?} in pod \"{}/{}\" is not running: cannot exec in a stopped state",
+            path.namespace, path.pod
+        )),
+        StreamTargetError::NoSandbox => {
+            StreamError::NotRunning(format!("pod \"{}/{}\" has no running sandbox", path.namespace, path.pod))
+        }
+    }
+}
+
+/// `GET|POST /exec/{namespace}/{pod}[/{uid}]/{container}`.
+pub(crate) async fn exec<V: NodeView>(
+    State(shared): St<V>,
+    Path(path): Path<StreamPath>,
+    Query(query): Query<Vec<(String, String)>>,
+    request: Request,
+) -> Response {
+    let (command, stdio) = match parse_stdio(&query) {
+        Ok(parsed) => parsed,
+        Err(message) => return StreamError::BadRequest(message).into_response(),
+    };
+    if command.is_empty() {
+        return StreamError::BadRequest("you must specify a command (the command parameter)".to_owned())
+            .into_response();
+    }
+    let (permit, runtime) = match begin(&shared, &path, &request) {
+        Ok(started) => started,
+        Err(e) => return e.into_response(),
+    };
+    let target = match resolve(&shared, &path) {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    let req = proto::ExecRequest {
+        container_id: target.container_id.unwrap_or_default(),
+        cmd: command,
+        tty: stdio.tty,
+        stdin: stdio.stdin,
+        stdout: stdio.stdout,
+        stderr: stdio.stderr,
+    };
+    let url = match runtime.exec(req).await {
+        Ok(url) => url,
+        Err(source) => return StreamError::Cri { call: "Exec", source }.into_response(),
+    };
+    let what = format!("exec {}/{}/{}", path.namespace, path.pod, path.container.unwrap_or_default());
+    proxy(request, &url, permit, shared.stopping.clone(), what).await
+}
+
+/// `GET|POST /attach/{namespace}/{pod}[/{uid}]/{container}`.
+pub(crate) async fn attach<V: NodeView>(
+    State(shared): St<V>,
+    Path(path): Path<StreamPath>,
+    Query(query): Query<Vec<(String, String)>>,
+    request: Request,
+) -> Response {
+    let (_, stdio) = match parse_stdio(&query) {
+        Ok(parsed) => parsed,
+        Err(message) => return StreamError::BadRequest(message).into_response(),
+    };
+    let (permit, runtime) = match begin(&shared, &path, &request) {
+        Ok(started) => started,
+        Err(e) => return e.into_response(),
+    };
+    let target = match resolve(&shared, &path) {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    let req = proto::AttachRequest {
+        container_id: target.container_id.unwrap_or_default(),
+        stdin: stdio.stdin,
+        tty: stdio.tty,
+        stdout: stdio.stdout,
+        stderr: stdio.stderr,
+    };
+    let url = match runtime.attach(req).await {
+        Ok(url) => url,
+        Err(source) => return StreamError::Cri { call: "Attach", source }.into_response(),
+    };
+    let what = format!("attach {}/{}/{}", path.namespace, path.pod, path.container.unwrap_or_default());
+    proxy(request, &url, permit, shared.stopping.clone(), what).await
+}
+
+/// `GET|POST /portForward/{namespace}/{pod}[/{uid}]`.
+pub(crate) async fn port_forward<V: NodeView>(
+    State(shared): St<V>,
+    Path(path): Path<StreamPath>,
+    Query(query): Query<Vec<(String, String)>>,
+    request: Request,
+) -> Response {
+    let ports = match parse_ports(&query) {
+        Ok(p) => p,
+        Err(message) => return StreamError::BadRequest(message).into_response(),
+    };
+    let (permit, runtime) = match begin(&shared, &path, &request) {
+        Ok(started) => started,
+        Err(e) => return e.into_response(),
+    };
+    let target = match resolve(&shared, &path) {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    let url = match runtime.port_forward(&target.sandbox_id, ports).await {
+        Ok(url) => url,
+        Err(source) => return StreamError::Cri { call: "PortForward", source }.into_response(),
+    };
+    let what = format!("port-forward {}/{}", path.namespace, path.pod);
+    proxy(request, &url, permit, shared.stopping.clone(), what).await
+}
+
+/// `POST /run/{namespace}/{pod}[/{uid}]/{container}?cmd=…`.
+pub(crate) async fn run<V: NodeView>(
+    State(shared): St<V>,
+    Path(path): Path<StreamPath>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
+    if let Err(e) = path.validate() {
+        return e.into_response();
+    }
+    let cmd: Vec<String> = query
+        .iter()
+        .filter(|(k, _)| k == "cmd")
+        .flat_map(|(_, v)| v.split(' ').filter(|w| !w.is_empty()).map(str::to_owned))
+        .collect();
+    if cmd.is_empty() {
+        return StreamError::BadRequest("you must specify a command (the cmd parameter)".to_owned())
+            .into_response();
+    }
+    let Some(runtime) = shared.runtime.clone() else { return StreamError::NoRuntime.into_response() };
+    let target = match resolve(&shared, &path) {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    let container_id = target.container_id.unwrap_or_default();
+    match runtime.exec_sync(&container_id, cmd.clone(), Duration::ZERO).await {
+        Ok(out) => {
+            let mut body = out.stdout;
+            body.extend_from_slice(&out.stderr);
+            if out.exit_code == 0 {
+                let mut response = body.into_response();
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+                response
+            } else {
+                status::failure(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!(
+                        "command '{}' exited with {}: {}",
+                        cmd.join(" "),
+                        out.exit_code,
+                        String::from_utf8_lossy(&body)
+                    ),
+                )
+            }
+        }
+        Err(source) => StreamError::Cri { call: "ExecSync", source }.into_response(),
+    }
+}
+
+fn resolve<V: NodeView>(shared: &Shared<V>, path: &StreamPath) -> Result<super::StreamTarget, StreamError> {
+    shared
+        .view
+        .stream_target(&path.namespace, &path.pod, path.uid.as_deref(), path.container.as_deref())
+        .map_err(|e| target_error(path, e))
+}
+
+/// The request headers passed on to the runtime's streaming server.
+fn is_streaming_header(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    n == "connection" || n == "upgrade" || n == "x-stream-protocol-version" || n.starts_with("sec-websocket-")
+}
+
+/// The loopback address of the runtime's streaming URL (plain HTTP only).
+fn upstream_addr(uri: &Uri) -> Result<SocketAddr, StreamError> {
+    if uri.scheme_str() != Some("http") {
+        return Err(StreamError::Upstream(format!("unsupported streaming URL {uri}: only http on loopback")));
+    }
+    let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+    let ip: IpAddr = if host == "localhost" {
+        IpAddr::from([127, 0, 0, 1])
+    } else {
+        host.parse().map_err(|_| StreamError::Upstream(format!("streaming URL {uri} has no IP address")))?
+    };
+    if !ip.is_loopback() {
+        return Err(StreamError::Upstream(format!(
+            "streaming URL {uri} is not on loopback; refusing to proxy to it"
+        )));
+    }
+    Ok(SocketAddr::new(ip, uri.port_u16().unwrap_or(80)))
+}
+
+/// Forwards the upgrade request to `url`, relays the runtime's answer and, on 101, copies bytes between the
+/// two upgraded connections in a task that holds `permit` until the session ends.
+async fn proxy(
+    mut request: Request,
+    url: &str,
+    permit: OwnedSemaphorePermit,
+    stopping: CancellationToken,
+    what: String,
+) -> Response {
+    let mut forwarded = HeaderMap::new();
+    for (name, value) in request.headers() {
+        if is_streaming_header(name) {
+            forwarded.append(name.clone(), value.clone());
+        }
+    }
+    debug!(%what, method = %request.method(), headers = ?forwarded, "forwarding the upgrade to the runtime");
+    match open_upstream(request.method().clone(), forwarded, url).await {
+        Ok(Upstream::Switched { headers, upgrade }) => {
+            debug!(%what, ?headers, "the runtime switched protocols");
+            let client = hyper::upgrade::on(&mut request);
+            tokio::spawn(relay(client, upgrade, permit, stopping, what));
+            let mut response = Response::new(Body::empty());
+            *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+            *response.headers_mut() = headers;
+            response
+        }
+        Ok(Upstream::Refused(response)) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+enum Upstream {
+    Switched { headers: HeaderMap, upgrade: hyper::upgrade::OnUpgrade },
+    Refused(Response),
+}
+
+async fn open_upstream(method: Method, forwarded: HeaderMap, url: &str) -> Result<Upstream, StreamError> {
+    let uri: Uri = url
+        .parse()
+        .map_err(|e| StreamError::Upstream(format!("the runtime returned a bad URL {url:?}: {e}")))?;
+    let addr = upstream_addr(&uri)?;
+    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let fail = |what: &str, e: &dyn std::fmt::Display| StreamError::Upstream(format!("{what} {addr}: {e}"));
+    let exchange = async {
+        let tcp = TcpStream::connect(addr).await.map_err(|e| fail("cannot connect to", &e))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Body>(TokioIo::new(tcp))
+            .await
+            .map_err(|e| fail("HTTP handshake with", &e))?;
+        // Drives the connection until the upgrade hands its socket over (or it fails).
+        tokio::spawn(async move {
+            if let Err(error) = conn.with_upgrades().await {
+                debug!(%error, "runtime streaming connection ended with an error");
+            }
+        });
+        let mut forward = hyper::Request::builder().method(method).uri(path.as_str());
+        if let Some(headers) = forward.headers_mut() {
+            *headers = forwarded;
+            if let Ok(host) = HeaderValue::from_str(&addr.to_string()) {
+                headers.insert(header::HOST, host);
+            }
+        }
+        let forward = forward.body(Body::empty()).map_err(|e| fail("cannot build the request to", &e))?;
+        sender.send_request(forward).await.map_err(|e| fail("no answer from", &e))
+    };
+    let mut response = tokio::time::timeout(RUNTIME_TIMEOUT, exchange)
+        .await
+        .map_err(|_| StreamError::Upstream(format!("{addr} did not answer within {RUNTIME_TIMEOUT:?}")))??;
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let upgrade = hyper::upgrade::on(&mut response);
+        return Ok(Upstream::Switched { headers: response.headers().clone(), upgrade });
+    }
+    // Pass the runtime's refusal on (e.g. 400 for an unsupported protocol version).
+    let status = response.status();
+    let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    let body = tokio::time::timeout(
+        RUNTIME_TIMEOUT,
+        axum::body::to_bytes(Body::new(response.into_body()), MAX_ERROR_BODY),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or_default();
+    debug!(%status, body = %String::from_utf8_lossy(&body), "the runtime refused a streaming upgrade");
+    let mut out = (status, body).into_response();
+    if let Some(ct) = content_type {
+        out.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    Ok(Upstream::Refused(out))
+}
+
+/// Copies between the client's and the runtime's upgraded connections until one side closes, the client
+/// does not take up its connection in time, or the servers stop.
+async fn relay(
+    client: hyper::upgrade::OnUpgrade,
+    runtime: hyper::upgrade::OnUpgrade,
+    permit: OwnedSemaphorePermit,
+    stopping: CancellationToken,
+    what: String,
+) {
+    let _permit = permit;
+    let session = async {
+        let runtime = runtime.await.map_err(|e| format!("runtime side: {e}"))?;
+        debug!(%what, "runtime side upgraded");
+        let client = tokio::time::timeout(UPGRADE_WAIT, client)
+            .await
+            .map_err(|_| format!("the client did not take up the connection within {UPGRADE_WAIT:?}"))?
+            .map_err(|e| format!("client side: {e}"))?;
+        debug!(%what, "client side upgraded; relaying");
+        tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(runtime))
+            .await
+            .map_err(|e| format!("copying: {e}"))
+    };
+    tokio::select! {
+        result = session => match result {
+            Ok((to_runtime, to_client)) => debug!(%what, to_runtime, to_client, "streaming session ended"),
+            Err(error) => debug!(%what, %error, "streaming session ended"),
+        },
+        () = stopping.cancelled() => info!(%what, "streaming session closed: the servers are stopping"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn stdio_flags_follow_the_kubelet() {
+        let (cmd, s) = parse_stdio(&q(&[
+            ("command", "sh"),
+            ("command", "-c"),
+            ("stdout", "1"),
+            ("tty", "true"),
+            ("stderr", "1"),
+        ]))
+        .expect("valid");
+        assert_eq!(cmd, ["sh", "-c"]);
+        assert_eq!(s, Stdio { stdin: false, stdout: true, stderr: false, tty: true });
+        // the names the API server sends (the kubelet's `input`, `output`, `error`)
+        let (_, s) =
+            parse_stdio(&q(&[("input", "1"), ("output", "1"), ("error", "1")])).expect("kubelet names");
+        assert!(s.stdin && s.stdout && s.stderr);
+        assert!(parse_stdio(&q(&[("command", "ls"), ("stdout", "0")])).is_err());
+        assert!(parse_stdio(&q(&[("tty", "1"), ("stderr", "1")])).is_err());
+    }
+
+    #[test]
+    fn ports_are_validated() {
+        assert_eq!(parse_ports(&q(&[("port", "80"), ("port", "8080,9090")])), Ok(vec![80, 8080, 9090]));
+        assert!(parse_ports(&q(&[("port", "0")])).is_err());
+        assert!(parse_ports(&q(&[("port", "70000")])).is_err());
+        assert!(parse_ports(&q(&[("port", "x")])).is_err());
+    }
+
+    #[test]
+    fn only_loopback_http_is_proxied() {
+        let addr = |u: &str| upstream_addr(&u.parse().expect("uri"));
+        assert_eq!(
+            addr("http://127.0.0.1:4567/exec/abc").ok(),
+            Some(SocketAddr::from(([127, 0, 0, 1], 4567)))
+        );
+        assert!(addr("http://[::1]:4567/exec/abc").is_ok());
+        assert!(addr("http://10.0.0.1:4567/exec/abc").is_err());
+        assert!(addr("https://127.0.0.1:4567/exec/abc").is_err());
+        assert!(addr("http://example.com/exec/abc").is_err());
+    }
+
+    #[test]
+    fn only_streaming_headers_are_forwarded() {
+        for name in [
+            "connection",
+            "upgrade",
+            "x-stream-protocol-version",
+            "sec-websocket-key",
+            "sec-websocket-protocol",
+        ] {
+            assert!(is_streaming_header(&HeaderName::from_static(name)), "{name}");
+        }
+        for name in ["authorization", "cookie", "x-remote-user", "impersonate-user"] {
+            assert!(!is_streaming_header(&HeaderName::from_static(name)), "{name}");
+        }
+    }
+}

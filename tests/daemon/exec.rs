@@ -1,0 +1,593 @@
+//! `/exec`, `/run` and `/portForward` on the main port against the real containerd, with a WebSocket client
+//! (`v4.channel.k8s.io`) written here, and the `nodelet exec` / `nodelet port-forward` commands. The
+//! cluster-mode tests (real `kubectl exec` and `kubectl port-forward` through the API server) are in
+//! `cluster.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt as _, StreamExt as _};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::{self, Message};
+
+use crate::cluster_support::{ClusterEnv, ClusterNode, cluster_or_skip};
+use crate::support::{Nodelet, StartOptions, TOKEN, env_or_skip, sleep_until_term};
+
+/// How long one exec may take in these tests.
+const EXEC_LIMIT: Duration = Duration::from_secs(30);
+
+type Ws = WebSocketStream<TlsStream<TcpStream>>;
+
+/// A TLS connection to the main port, trusting nodelet's self-signed certificate.
+async fn tls(n: &Nodelet) -> TlsStream<TcpStream> {
+    let path = n.root_dir().join("pki").join("nodelet.crt");
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())) {
+        roots.add(cert.unwrap_or_else(|e| panic!("{}: {e}", path.display()))).expect("a CA certificate");
+    }
+    let config =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let tcp = TcpStream::connect(("127.0.0.1", n.ports().main)).await.expect("connect to the main port");
+    let name = ServerName::try_from("127.0.0.1").expect("server name");
+    TlsConnector::from(Arc::new(config)).connect(name, tcp).await.expect("TLS handshake")
+}
+
+/// Opens a WebSocket on the main port; `Err((status, body))` when the server refuses the upgrade.
+async fn ws(n: &Nodelet, path: &str, token: Option<&str>, protocol: &str) -> Result<Ws, (u16, String)> {
+    let url = format!("wss://127.0.0.1:{}{path}", n.ports().main);
+    let mut request = url.as_str().into_client_request().expect("a WebSocket request");
+    if let Some(t) = token {
+        request
+            .headers_mut()
+            .insert("Authorization", HeaderValue::from_str(&format!("Bearer {t}")).expect("header"));
+    }
+    request.headers_mut().insert("Sec-WebSocket-Protocol", HeaderValue::from_str(protocol).expect("header"));
+    match tokio_tungstenite::client_async(request, tls(n).await).await {
+        Ok((stream, response)) => {
+            let chosen = response.headers().get("Sec-WebSocket-Protocol").and_then(|v| v.to_str().ok());
+            assert_eq!(chosen, Some(protocol), "the runtime's subprotocol is relayed");
+            Ok(stream)
+        }
+        Err(tungstenite::Error::Http(response)) => {
+            let body =
+                response.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default().into_owned();
+            Err((response.status().as_u16(), body))
+        }
+        Err(e) => panic!("WebSocket to {url}: {e}"),
+    }
+}
+
+/// What an exec printed and how it ended.
+#[derive(Debug, Default)]
+struct ExecOutput {
+    stdout: String,
+    stderr: String,
+    /// The status frame (channel 3).
+    status: Value,
+}
+
+impl ExecOutput {
+    /// The exit code from the status frame: 0 for Success, else `details.causes[reason=ExitCode]`.
+    fn exit_code(&self) -> i32 {
+        if self.status["status"] == "Success" {
+            return 0;
+        }
+        let causes = self.status["details"]["causes"].as_array().cloned().unwrap_or_default();
+        match causes.iter().find(|c| c["reason"] == "ExitCode").and_then(|c| c["message"].as_str()) {
+            Some(code) => code.parse().unwrap_or_else(|_| panic!("exit code {code:?}")),
+            None => panic!("no exit code in the status {}", self.status),
+        }
+    }
+}
+
+/// The query of an exec of `cmd`.
+fn exec_query(cmd: &[&str], stdin: bool, tty: bool) -> String {
+    let mut q: Vec<String> = cmd.iter().map(|c| format!("command={}", urlencode(c))).collect();
+    q.push("stdout=1".into());
+    if !tty {
+        q.push("stderr=1".into());
+    }
+    if stdin {
+        q.push("stdin=1".into());
+    }
+    if tty {
+        q.push("tty=1".into());
+    }
+    q.join("&")
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Reads frames until the server closes; `input` frames are sent on stdin first.
+async fn collect(mut ws: Ws, input: &[&str]) -> ExecOutput {
+    for chunk in input {
+        let mut frame = vec![0_u8];
+        frame.extend_from_slice(chunk.as_bytes());
+        ws.send(Message::binary(frame)).await.expect("send stdin");
+    }
+    let mut out = ExecOutput::default();
+    let read = async {
+        while let Some(message) = ws.next().await {
+            let data = match message {
+                Ok(Message::Binary(d)) => d.to_vec(),
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => continue,
+            };
+            let Some((channel, payload)) = data.split_first() else { continue };
+            let text = String::from_utf8_lossy(payload);
+            match channel {
+                1 => out.stdout.push_str(&text),
+                2 => out.stderr.push_str(&text),
+                3 if !payload.is_empty() => {
+                    out.status =
+                        serde_json::from_slice(payload).unwrap_or_else(|e| panic!("status {text}: {e}"))
+                }
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(EXEC_LIMIT, read).await.expect("the exec ends in time");
+    out
+}
+
+/// Execs `cmd` in `pod`'s container `app` over a WebSocket.
+async fn exec(n: &Nodelet, pod: &str, cmd: &[&str], input: &[&str], tty: bool) -> ExecOutput {
+    let path = format!("/exec/default/{pod}/app?{}", exec_query(cmd, !input.is_empty(), tty));
+    match ws(n, &path, Some(TOKEN), "v4.channel.k8s.io").await {
+        Ok(stream) => collect(stream, input).await,
+        Err((status, body)) => panic!("exec {cmd:?}: {status}: {body}\nnodelet log:\n{}", n.log_tail(40)),
+    }
+}
+
+async fn shell_pod(n: &Nodelet, name: &str) -> (String, String) {
+    n.write_manifest(
+        &format!("{name}.yaml"),
+        &n.pod_manifest(
+            name,
+            json!({
+                "terminationGracePeriodSeconds": 2,
+                "containers": [
+                    {"name": "app", "command": sleep_until_term("")},
+                    {"name": "done", "command": ["true"]},
+                    {"name": "ticker", "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do echo tick; sleep 0.2; done"]},
+                ],
+                "restartPolicy": "Never",
+            }),
+        ),
+    );
+    let pod = n
+        .wait_for_pod(name, "app and ticker running, done exited", Duration::from_secs(30), |p| {
+            let statuses = p.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+            let state = |c: &str| statuses.iter().find(|s| s.name == c).and_then(|s| s.state.clone());
+            state("app").is_some_and(|s| s.running.is_some())
+                && state("ticker").is_some_and(|s| s.running.is_some())
+                && state("done").is_some_and(|s| s.terminated.is_some())
+        })
+        .await;
+    (n.pod_name(name), pod.metadata.uid.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn exec_over_websocket_streams_stdio_and_reports_exit_codes() {
+    let env = env_or_skip!("exec_over_websocket_streams_stdio_and_reports_exit_codes");
+    let n = Nodelet::start(&env, "exec").await;
+    let (pod, uid) = shell_pod(&n, "shell").await;
+
+    let out = exec(&n, &pod, &["echo", "hi"], &[], false).await;
+    assert_eq!((out.stdout.as_str(), out.stderr.as_str(), out.exit_code()), ("hi\n", "", 0), "{out:?}");
+
+    let out = exec(&n, &pod, &["sh", "-c", "echo out; echo err >&2; exit 1"], &[], false).await;
+    assert_eq!((out.stdout.as_str(), out.stderr.as_str(), out.exit_code()), ("out\n", "err\n", 1), "{out:?}");
+    assert_eq!(out.status["reason"], "NonZeroExitCode", "{}", out.status);
+
+    let out = exec(&n, &pod, &["sh", "-c", "kill -9 $$"], &[], false).await;
+    assert_eq!(out.exit_code(), 137, "{out:?}");
+
+    // stdin reaches the command: two lines in two frames, echoed back by the command
+    let out =
+        exec(&n, &pod, &["sh", "-c", "read a; read b; echo got:$a:$b"], &["one\n", "two\n"], false).await;
+    assert_eq!((out.stdout.as_str(), out.exit_code()), ("got:one:two\n", 0), "{out:?}");
+
+    // with a terminal (and stdin, as `kubectl exec -it`; containerd 1.6 loses a tty exec's output when stdin
+    // is not attached): stdin and stdout are a tty, which turns \n into \r\n
+    let path = format!(
+        "/exec/default/{pod}/app?{}",
+        exec_query(&["sh", "-c", "test -t 0 && test -t 1 && sleep 0.2 && echo on-a-tty"], true, true)
+    );
+    let out = collect(ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io").await.expect("tty exec"), &[]).await;
+    assert_eq!((out.stdout.as_str(), out.exit_code()), ("on-a-tty\r\n", 0), "{out:?}");
+
+    // attach: the main process's output, until the client goes away
+    let path = format!("/attach/default/{pod}/ticker?output=1&error=1");
+    let mut attached = ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io").await.expect("attach");
+    let ticks = tokio::time::timeout(EXEC_LIMIT, async {
+        let mut seen = String::new();
+        while let Some(Ok(message)) = attached.next().await {
+            if let Message::Binary(data) = message
+                && data.first() == Some(&1)
+            {
+                seen.push_str(&String::from_utf8_lossy(&data[1..]));
+                if seen.matches("tick\n").count() >= 2 {
+                    break;
+                }
+            }
+        }
+        seen
+    })
+    .await
+    .expect("attach shows the output in time");
+    assert!(ticks.starts_with("tick\n"), "{ticks:?}");
+    drop(attached);
+
+    // the path with the pod's UID works; another UID does not
+    let path = format!("/exec/default/{pod}/{uid}/app?{}", exec_query(&["echo", "uid"], false, false));
+    let out =
+        collect(ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io").await.expect("exec with the UID"), &[]).await;
+    assert_eq!(out.stdout, "uid\n");
+
+    let q = exec_query(&["true"], false, false);
+    for (path, code, text) in [
+        (format!("/exec/default/{pod}/nope?{q}"), 404, "container not found (\\\"nope\\\")"),
+        (format!("/exec/default/no-such-pod/app?{q}"), 404, "pod does not exist"),
+        (format!("/exec/default/{pod}/0000-1111/app?{q}"), 404, "pod not found"),
+        (format!("/exec/default/{pod}/done?{q}"), 400, "cannot exec in a stopped state"),
+        (format!("/exec/default/{pod}/app?command=true"), 400, "at least 1 of stdin, stdout, stderr"),
+        (format!("/exec/default/{pod}/app?stdout=1"), 400, "you must specify a command"),
+    ] {
+        let (status, body) = ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io")
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{path} upgraded"));
+        assert_eq!(status, code, "{path}: {body}");
+        assert!(body.contains(text), "{path}: {body:?} should contain {text:?}");
+    }
+    // authentication as on every other path
+    for token in [None, Some("wrong")] {
+        let refused = ws(&n, &format!("/exec/default/{pod}/app?{q}"), token, "v4.channel.k8s.io").await;
+        assert!(matches!(refused, Err((401, _))), "token {token:?}");
+    }
+
+    // a plain (not upgraded) request is refused before anything runs
+    let https = n.main_client();
+    let url = n.main_url(&format!("/exec/default/{pod}/app?{q}"));
+    let response = https.get(&url).bearer_auth(TOKEN).send().await.expect("GET exec");
+    assert_eq!(response.status(), 400);
+    assert!(response.text().await.unwrap_or_default().contains("Upgrade request required"));
+
+    // /run: ExecSync, combined output
+    let url = n.main_url(&format!("/run/default/{pod}/app?cmd=echo%20run%20works"));
+    let response = https.post(&url).bearer_auth(TOKEN).send().await.expect("POST run");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.text().await.unwrap_or_default(), "run works\n");
+    let url = n.main_url(&format!("/run/default/{pod}/{uid}/app?cmd=ls%20/no-such-dir"));
+    let response = https.post(&url).bearer_auth(TOKEN).send().await.expect("POST run");
+    assert_eq!(response.status(), 500);
+    let body = response.text().await.unwrap_or_default();
+    assert!(body.contains("exited with 1") && body.contains("no-such-dir"), "{body}");
+    let response = https.get(&url).bearer_auth(TOKEN).send().await.expect("GET run");
+    assert_eq!(response.status(), 405, "/run is POST only");
+
+    n.shutdown().await;
+}
+
+/// Open file descriptors of a process.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(Iterator::count)
+        .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"))
+}
+
+#[tokio::test]
+async fn exec_sessions_do_not_leak() {
+    let env = env_or_skip!("exec_sessions_do_not_leak");
+    let n = Nodelet::start(&env, "exec-leak").await;
+    let (pod, _) = shell_pod(&n, "leak").await;
+    let pid = n.pid().expect("nodelet runs");
+    // warm up (connection pools to the runtime, lazily started tasks)
+    for _ in 0..5 {
+        assert_eq!(exec(&n, &pod, &["true"], &[], false).await.exit_code(), 0);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = open_fds(pid);
+    for i in 0..200 {
+        let out = exec(&n, &pod, &["echo", &i.to_string()], &[], false).await;
+        assert_eq!(out.stdout, format!("{i}\n"));
+    }
+    // clients that go away in the middle of a session: the TCP connection is dropped without a close frame
+    for _ in 0..20 {
+        let path = format!("/exec/default/{pod}/app?{}", exec_query(&["sleep", "60"], true, false));
+        let stream = ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io").await.expect("exec sleep");
+        drop(stream);
+    }
+    let after = n
+        .wait_for("nodelet's open files back to where they were", Duration::from_secs(20), async || {
+            let now = open_fds(pid);
+            (now <= before + 5).then_some(now)
+        })
+        .await;
+    assert!(after <= before + 5, "fds before {before}, after {after}");
+    n.shutdown().await;
+}
+
+/// Runs `nodelet ARGS[0] --server <main port> --certificate-authority <its cert> ARGS[1..]…` with the token in
+/// `NODELET_TOKEN` and `input` on stdin; returns (exit code, stdout, stderr).
+async fn nodelet_streaming_cli(n: &Nodelet, args: &[&str], input: &str) -> (i32, String, String) {
+    use tokio::io::AsyncWriteExt as _;
+    let ca = n.root_dir().join("pki").join("nodelet.crt");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(&args[..1])
+        .arg("--server")
+        .arg(n.main_url(""))
+        .arg("--certificate-authority")
+        .arg(&ca)
+        .args(&args[1..])
+        .env("NODELET_TOKEN", TOKEN)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run nodelet {args:?}: {e}"));
+    // kept open until the end: v4.channel.k8s.io cannot pass the end of input on, the command must not need it
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).await.expect("write stdin");
+    let output = tokio::time::timeout(EXEC_LIMIT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("nodelet {args:?} did not end in time"))
+        .expect("nodelet's output");
+    drop(stdin);
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn nodelet_exec_prints_the_output_and_exits_with_the_commands_code() {
+    let env = env_or_skip!("nodelet_exec_prints_the_output_and_exits_with_the_commands_code");
+    let n = Nodelet::start(&env, "exec-cli").await;
+    let (pod, _) = shell_pod(&n, "cli").await;
+
+    let (code, out, err) =
+        nodelet_streaming_cli(&n, &["exec", &pod, "-c", "app", "--", "sh", "-c", "echo ok; exit 3"], "")
+            .await;
+    assert_eq!((code, out.as_str()), (3, "ok\n"), "stderr: {err}");
+
+    // no -c: the first container, said on stderr; stderr of the command on stderr
+    let (code, out, err) =
+        nodelet_streaming_cli(&n, &["exec", &pod, "--", "sh", "-c", "echo out; echo err >&2"], "").await;
+    assert_eq!((code, out.as_str()), (0, "out\n"), "stderr: {err}");
+    assert!(
+        err.contains("Defaulted container \"app\" out of: app, done, ticker") && err.contains("err\n"),
+        "{err}"
+    );
+
+    // -i: stdin reaches the command
+    let (code, out, err) =
+        nodelet_streaming_cli(&n, &["exec", "-i", &pod, "-c", "app", "--", "head", "-n", "1"], "typed\n")
+            .await;
+    assert_eq!((code, out.as_str()), (0, "typed\n"), "stderr: {err}");
+
+    let (code, _, err) = nodelet_streaming_cli(&n, &["exec", &pod, "-c", "nope", "--", "true"], "").await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("404") && err.contains("container not found (\"nope\")"), "{err}");
+    n.shutdown().await;
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, data).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn port_forward_carries_concurrent_connections_to_a_pod() {
+    let env = env_or_skip!("port_forward_carries_concurrent_connections_to_a_pod");
+    let n = Nodelet::start(&env, "port-forward").await;
+    n.write_manifest(
+        "web.yaml",
+        &n.pod_manifest(
+            "web",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "app",
+                    "command": ["sh", "-c", "mkdir -p /www && head -c 3145728 /dev/urandom > /www/big && \
+                                echo hello > /www/index.html && exec httpd -f -p 8080 -h /www"],
+                }],
+            }),
+        ),
+    );
+    n.wait_running("web").await;
+    let pod = n.pod_name("web");
+    // the file's hash, computed in the pod (/run)
+    let https = n.main_client();
+    let url = n.main_url(&format!("/run/default/{pod}/app?cmd=sha256sum%20/www/big"));
+    let expected = n
+        .wait_for("/www/big written", Duration::from_secs(20), async || {
+            let response = https.post(&url).bearer_auth(TOKEN).send().await.ok()?;
+            let text = response.status().is_success().then_some(response.text().await.ok()?)?;
+            text.split_whitespace().next().map(str::to_owned)
+        })
+        .await;
+
+    let ca = n.root_dir().join("pki").join("nodelet.crt");
+    let mut forwarder = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(["port-forward", &pod, ":8080", "--server", &n.main_url(""), "--certificate-authority"])
+        .arg(&ca)
+        .env("NODELET_TOKEN", TOKEN)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("nodelet port-forward");
+    let stdout = forwarder.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout);
+    let mut first = String::new();
+    tokio::time::timeout(EXEC_LIMIT, tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut first))
+        .await
+        .expect("port-forward says where it listens")
+        .expect("read its stdout");
+    // Forwarding from 127.0.0.1:PORT -> 8080
+    let local = first
+        .strip_prefix("Forwarding from ")
+        .and_then(|rest| rest.split_once(" -> 8080"))
+        .map(|(addr, _)| addr.to_owned())
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"));
+    // keep reading its stdout so that it never blocks on a full pipe
+    tokio::spawn(async move {
+        let mut sink = tokio::io::sink();
+        let _ = tokio::io::copy(&mut lines, &mut sink).await;
+    });
+
+    let http = reqwest::Client::builder().no_proxy().timeout(EXEC_LIMIT).build().expect("HTTP client");
+    let index = http.get(format!("http://{local}/index.html")).send().await.expect("GET index.html");
+    assert_eq!(index.text().await.unwrap_or_default(), "hello\n");
+    let gets = (0..4).map(|_| {
+        let (http, url) = (http.clone(), format!("http://{local}/big"));
+        async move {
+            let response = http.get(&url).send().await.unwrap_or_else(|e| panic!("GET {url}: {e}"));
+            assert_eq!(response.status(), 200);
+            let body = response.bytes().await.unwrap_or_else(|e| panic!("GET {url}: {e}"));
+            (body.len(), sha256_hex(&body))
+        }
+    });
+    for (len, hash) in futures::future::join_all(gets).await {
+        assert_eq!((len, hash.as_str()), (3_145_728, expected.as_str()));
+    }
+    drop(forwarder);
+    n.shutdown().await;
+}
+
+/// `kubectl --kubeconfig <admin> ARGS…` with `input` on stdin (closed after it); returns (exit code, stdout,
+/// stderr).
+async fn kubectl_code(cluster: &ClusterEnv, args: &[&str], input: &str) -> (i32, String, String) {
+    use tokio::io::AsyncWriteExt as _;
+    let mut child = tokio::process::Command::new(cluster.kubectl())
+        .arg("--kubeconfig")
+        .arg(&cluster.admin_kubeconfig)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"));
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).await.expect("write stdin");
+    drop(stdin);
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("kubectl {args:?} did not end in time"))
+        .expect("kubectl's output");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn kubectl_exec_and_port_forward_reach_the_pod_through_the_api_server() {
+    let (env, cluster) =
+        cluster_or_skip!("kubectl_exec_and_port_forward_reach_the_pod_through_the_api_server");
+    // The API server's kubelet client certificate is signed by envtest's CA: nodelet's client CA.
+    let options = StartOptions {
+        config_extra: format!(
+            "authentication:\n  x509: {{clientCAFile: {}}}\n  webhook: {{enabled: true, cacheTTL: 30s}}\n\
+             authorization:\n  mode: Webhook\n  webhook: {{cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 1s}}",
+            cluster.ca.display()
+        ),
+        ..StartOptions::default()
+    };
+    let n = ClusterNode::start_with(&env, &cluster, "kubectl-exec", options).await;
+    let ns = n.namespace().to_owned();
+    let manifest = n.api_pod_manifest(
+        "web",
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "command": ["sh", "-c", "mkdir -p /www && echo hello-through-port-forward > /www/index.html && \
+                            exec httpd -f -p 8080 -h /www"],
+            }],
+        }),
+    );
+    n.create_pod(&manifest).await;
+    n.wait_api_running("web").await;
+
+    // kubectl exec (SPDY through the API server): output and exit code
+    let (code, out, err) =
+        kubectl_code(&cluster, &["-n", &ns, "exec", "web", "--", "sh", "-c", "echo ok; exit 3"], "").await;
+    assert_eq!((code, out.as_str()), (3, "ok\n"), "kubectl exec: {err}\n{}", n.tail());
+    // stdin, closed at its end: cat sees the end of input and exits
+    let (code, out, err) =
+        kubectl_code(&cluster, &["-n", &ns, "exec", "-i", "web", "--", "cat"], "piped\n").await;
+    assert_eq!((code, out.as_str()), (0, "piped\n"), "kubectl exec -i: {err}");
+    let (code, _, err) =
+        kubectl_code(&cluster, &["-n", &ns, "exec", "web", "-c", "nope", "--", "true"], "").await;
+    assert_ne!(code, 0);
+    assert!(err.contains("container nope is not valid") || err.contains("container not found"), "{err}");
+
+    // kubectl port-forward, then an HTTP GET through the local port
+    let mut forwarder = tokio::process::Command::new(cluster.kubectl())
+        .arg("--kubeconfig")
+        .arg(&cluster.admin_kubeconfig)
+        .args(["-n", &ns, "port-forward", "pod/web", ":8080"])
+        .env_remove("KUBECONFIG")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl port-forward");
+    let stdout = forwarder.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout);
+    let mut first = String::new();
+    tokio::time::timeout(EXEC_LIMIT, tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut first))
+        .await
+        .expect("kubectl port-forward says where it listens")
+        .expect("read its stdout");
+    let local = first
+        .strip_prefix("Forwarding from ")
+        .and_then(|rest| rest.split_once(" -> 8080"))
+        .map(|(addr, _)| addr.to_owned())
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"));
+    tokio::spawn(async move {
+        let mut sink = tokio::io::sink();
+        let _ = tokio::io::copy(&mut lines, &mut sink).await;
+    });
+    let http = reqwest::Client::builder().no_proxy().timeout(EXEC_LIMIT).build().expect("HTTP client");
+    for _ in 0..3 {
+        let url = format!("http://{local}/index.html");
+        let response = http.get(&url).send().await.unwrap_or_else(|e| panic!("GET {url}: {e}\n{}", n.tail()));
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.text().await.unwrap_or_default(), "hello-through-port-forward\n");
+    }
+    drop(forwarder);
+    n.assert_no_forbidden_in_log();
+    n.shutdown().await;
+}
