@@ -605,8 +605,8 @@ impl CriClient {
     pub async fn port_forward(&self, pod_sandbox_id: &str, ports: Vec<i32>) -> Result<String> {
         let mut c = self.runtime.clone();
         let req = v1::PortForwardRequest { pod_sandbox_id: pod_sandbox_id.to_owned(), port: ports };
-        let resp = self
-            .unary("PortForward", self.default_deadline(), req, move |r| async move {
+        let resp =
+            self.unary("PortForward", self.default_deadline(), req, move |r| async move {
                 c.port_forward(r).await
             })
             .await?;
