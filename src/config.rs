@@ -469,7 +469,7 @@ pub(crate) struct Ipv4Cidr {
     prefix: u8,
 }
 
-/// [`DEFAULT_POD_CIDR`] as a value.
+/// The default pod network, 198.18.0.0/16, as a value.
 pub(crate) fn default_pod_cidr() -> Ipv4Cidr {
     Ipv4Cidr { network: Ipv4Addr::new(198, 18, 0, 0), prefix: 16 }
 }

@@ -32,7 +32,7 @@
 //! Errors are JSON `Status` objects (`kind: Status`, `code`, `reason`, `message`) like the API server's,
 //! except `/healthz`, which answers plain text.
 //!
-//! The daemon provides the data through [`NodeView`], binds with [`Servers::bind`] (or [`serve`]) and stops
+//! The daemon provides the data through [`NodeView`], binds with [`Servers::bind`] and stops
 //! the servers by completing the `shutdown` future.
 
 mod auth;
