@@ -210,12 +210,13 @@ fn is_upgrade(headers: &HeaderMap) -> bool {
 
 type St<V> = State<Arc<Shared<V>>>;
 
-/// Common start of exec, attach and port-forward: names, upgrade, a session slot, the runtime.
+/// Common start of exec, attach and port-forward: names, upgrade, a session slot, the runtime and the
+/// resolved pod or container.
 fn begin<V: NodeView>(
     shared: &Shared<V>,
     path: &StreamPath,
     request: &Request,
-) -> Result<(OwnedSemaphorePermit, nodelet_cri::CriClient), StreamError> {
+) -> Result<(OwnedSemaphorePermit, nodelet_cri::CriClient, super::StreamTarget), StreamError> {
     path.validate()?;
     if !is_upgrade(request.headers()) {
         return Err(StreamError::BadRequest(
@@ -224,7 +225,7 @@ fn begin<V: NodeView>(
     }
     let runtime = shared.runtime.clone().ok_or(StreamError::NoRuntime)?;
     let permit = shared.sessions.clone().try_acquire_owned().map_err(|_| StreamError::TooMany)?;
-    Ok((permit, runtime))
+    Ok((permit, runtime, resolve(shared, path)?))
 }
 
 fn target_error(path: &StreamPath, e: StreamTargetError) -> StreamError {
@@ -267,12 +268,8 @@ pub(crate) async fn exec<V: NodeView>(
         return StreamError::BadRequest("you must specify a command (the command parameter)".to_owned())
             .into_response();
     }
-    let (permit, runtime) = match begin(&shared, &path, &request) {
+    let (permit, runtime, target) = match begin(&shared, &path, &request) {
         Ok(started) => started,
-        Err(e) => return e.into_response(),
-    };
-    let target = match resolve(&shared, &path) {
-        Ok(t) => t,
         Err(e) => return e.into_response(),
     };
     let req = proto::ExecRequest {
@@ -302,12 +299,8 @@ pub(crate) async fn attach<V: NodeView>(
         Ok(parsed) => parsed,
         Err(message) => return StreamError::BadRequest(message).into_response(),
     };
-    let (permit, runtime) = match begin(&shared, &path, &request) {
+    let (permit, runtime, target) = match begin(&shared, &path, &request) {
         Ok(started) => started,
-        Err(e) => return e.into_response(),
-    };
-    let target = match resolve(&shared, &path) {
-        Ok(t) => t,
         Err(e) => return e.into_response(),
     };
     let req = proto::AttachRequest {
@@ -336,12 +329,8 @@ pub(crate) async fn port_forward<V: NodeView>(
         Ok(p) => p,
         Err(message) => return StreamError::BadRequest(message).into_response(),
     };
-    let (permit, runtime) = match begin(&shared, &path, &request) {
+    let (permit, runtime, target) = match begin(&shared, &path, &request) {
         Ok(started) => started,
-        Err(e) => return e.into_response(),
-    };
-    let target = match resolve(&shared, &path) {
-        Ok(t) => t,
         Err(e) => return e.into_response(),
     };
     let url = match runtime.port_forward(&target.sandbox_id, ports).await {
