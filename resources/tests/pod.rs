@@ -427,3 +427,130 @@ spec:
     assert!(eventually(LONG, || n.actual.get(&"u1".into()).is_none()).await);
     assert_eq!(n.runtime.container_count("u1"), 0);
 }
+
+const SIDECARS: &str = r#"
+metadata: {name: mesh, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 7
+  initContainers:
+  - {name: setup, image: "fake/exit:0"}
+  - {name: proxy, image: busybox, restartPolicy: Always}
+  - {name: log, image: busybox, restartPolicy: Always}
+  containers:
+  - {name: app, image: busybox}
+"#;
+
+impl Node {
+    fn init_status(&self, uid: &str, name: &str) -> k8s_openapi::api::core::v1::ContainerStatus {
+        self.status(uid).init_container_statuses.into_iter().flatten().find(|c| c.name == name).expect(name)
+    }
+
+    fn condition(&self, uid: &str, kind: &str) -> String {
+        let status = self.status(uid);
+        status
+            .conditions
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == kind)
+            .map(|c| c.status)
+            .unwrap_or_default()
+    }
+
+    fn running(&self, uid: &str, name: &str) -> bool {
+        self.actual.get(&uid.to_string()).is_some_and(|a| {
+            a.container(name)
+                .is_some_and(|c| c.state == nodelet_resources::pod::actual::ContainerState::Running)
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn sidecars_should_start_in_order_and_keep_running_beside_the_app() {
+    let mut n = node();
+    n.add(pod("u1", SIDECARS));
+    assert!(eventually(LONG, || n.phase("u1") == "Running" && n.condition("u1", "Ready") == "True").await);
+    let order: Vec<String> = n.runtime.calls_of("start_container").into_iter().map(|c| c.target).collect();
+    assert_eq!(order, vec!["u1/setup", "u1/proxy", "u1/log", "u1/app"]);
+    assert_eq!(n.condition("u1", "Initialized"), "True");
+    for sidecar in ["proxy", "log"] {
+        assert!(n.running("u1", sidecar), "{sidecar} keeps running");
+        let status = n.init_status("u1", sidecar);
+        assert_eq!((status.started, status.ready), (Some(true), true), "{status:?}");
+        assert!(status.state.and_then(|s| s.running).is_some());
+    }
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(n.starts("u1/proxy").len(), 1, "a running sidecar is left alone");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sidecar_that_exits_should_be_restarted_with_backoff_whatever_the_restart_policy() {
+    let mut n = node();
+    n.add(pod("u1", &SIDECARS.replace("spec:\n", "spec:\n  restartPolicy: Never\n")));
+    assert!(eventually(LONG, || n.running("u1", "app")).await);
+    n.runtime.exit("u1", "proxy", 1);
+    assert!(eventually(LONG, || n.starts("u1/proxy").len() == 2).await, "restarted at once");
+    n.runtime.exit("u1", "proxy", 1);
+    assert!(
+        eventually(Duration::from_secs(5), || n.waiting_reason("u1", "proxy").as_deref()
+            == Some("CrashLoopBackOff"))
+        .await
+    );
+    assert!(eventually(LONG, || n.starts("u1/proxy").len() == 3).await);
+    let starts = n.starts("u1/proxy");
+    assert_eq!((starts[2] - starts[1]) / 1_000_000_000, 10, "the second restart waits the back-off");
+    assert_eq!(n.starts("u1/app").len(), 1, "the app is not touched");
+    assert_eq!(n.starts("u1/log").len(), 1);
+    assert_eq!(n.init_status("u1", "proxy").restart_count, 2);
+    assert_eq!(n.phase("u1"), "Running");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_with_sidecars_should_complete_when_its_app_is_done_and_stop_the_sidecars() {
+    let mut n = node();
+    n.add(pod(
+        "u1",
+        &SIDECARS
+            .replace("spec:\n", "spec:\n  restartPolicy: Never\n")
+            .replace("{name: app, image: busybox}", "{name: app, image: \"fake/exit:0\"}"),
+    ));
+    assert!(eventually(LONG, || n.phase("u1") == "Succeeded").await);
+    assert!(eventually(LONG, || !n.running("u1", "proxy") && !n.running("u1", "log")).await);
+    assert!(
+        eventually(LONG, || n
+            .actual
+            .get(&"u1".into())
+            .is_some_and(|a| a.sandbox().is_some_and(|s| !s.ready)))
+        .await
+    );
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(n.phase("u1"), "Succeeded", "stopped sidecars do not fail the pod");
+    assert_eq!(n.starts("u1/proxy").len(), 1, "stopped sidecars of a finished pod are not restarted");
+    assert_eq!(n.condition("u1", "Initialized"), "True");
+    // The stopped sidecars show as terminated, not as waiting to restart.
+    for sidecar in ["proxy", "log"] {
+        let status = n.init_status("u1", sidecar);
+        assert!(status.state.and_then(|s| s.terminated).is_some(), "{sidecar}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn sidecars_should_be_stopped_after_the_app_containers_last_one_first() {
+    let mut n = node();
+    n.add(pod(
+        "u1",
+        &SIDECARS.replace("{name: app, image: busybox}", "{name: app, image: fake/ignore-term}"),
+    ));
+    assert!(eventually(LONG, || n.running("u1", "app")).await);
+    let actual = n.actual.get(&"u1".to_string()).expect("actual");
+    let name_of = |id: &str| actual.containers.iter().find(|c| c.id == id).map(|c| c.name.clone());
+    let removed_at = tokio::time::Instant::now();
+    n.writer.remove(&"u1".to_string());
+    assert!(eventually(LONG, || n.actual.get(&"u1".into()).is_none()).await);
+    let stops: Vec<(Option<String>, i64)> =
+        n.runtime.calls_of("stop_container").into_iter().map(|c| (name_of(&c.target), c.at)).collect();
+    let names: Vec<&str> = stops.iter().filter_map(|(n, _)| n.as_deref()).collect();
+    assert_eq!(names, vec!["app", "log", "proxy"], "{stops:?}");
+    // The app used the whole grace period; each sidecar then gets the minimum of 2 s (they stop at once here).
+    assert_eq!((stops[1].1 - stops[0].1) / 1_000_000_000, 7);
+    assert!(removed_at.elapsed() < Duration::from_secs(8));
+}

@@ -315,3 +315,128 @@ async fn a_failing_init_container_fails_a_never_pod_and_the_app_never_starts() {
 
     n.shutdown().await;
 }
+
+/// A sidecar's command: says it is up, then (after `ready_after` seconds) creates /tmp/started for its
+/// startup probe; on SIGTERM it takes a second to stop (so the stop order shows in the runtime's times).
+fn sidecar_command(ready_after: u32) -> serde_json::Value {
+    json!([
+        "sh",
+        "-c",
+        format!(
+            "trap 'sleep 1; exit 0' TERM; echo up; sleep {ready_after}; touch /tmp/started; \
+         while true; do sleep 1 & wait $!; done"
+        )
+    ])
+}
+
+#[tokio::test]
+async fn sidecars_start_in_order_restart_on_exit_and_stop_after_the_app() {
+    let env = env_or_skip!("sidecars_start_in_order_restart_on_exit_and_stop_after_the_app");
+    let n = Nodelet::start(&env, "sidecars").await;
+    let startup = json!({"exec": {"command": ["test", "-f", "/tmp/started"]}, "periodSeconds": 1, "failureThreshold": 30});
+    // A long-running pod: the proxy must pass its startup probe before the next init container starts;
+    // `flaky` exits after a few seconds and is restarted beside the running app.
+    n.write_manifest(
+        "mesh.yaml",
+        &n.pod_manifest(
+            "mesh",
+            json!({
+                "terminationGracePeriodSeconds": 5,
+                "initContainers": [
+                    {"name": "setup", "command": ["sh", "-c", "echo set up"]},
+                    {"name": "proxy", "restartPolicy": "Always", "command": sidecar_command(2), "startupProbe": startup},
+                    {"name": "flaky", "restartPolicy": "Always", "command": ["sh", "-c", "sleep 3; exit 1"]},
+                ],
+                "containers": [{"name": "app", "command": sleep_until_term("")}],
+            }),
+        ),
+    );
+    // A Job-like pod: completes when its app is done; its sidecars are then stopped, the last one first.
+    n.write_manifest(
+        "job.yaml",
+        &n.pod_manifest(
+            "job",
+            json!({
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 10,
+                "initContainers": [
+                    {"name": "first", "restartPolicy": "Always", "command": sidecar_command(0)},
+                    {"name": "second", "restartPolicy": "Always", "command": sidecar_command(0)},
+                ],
+                "containers": [{"name": "work", "command": ["sh", "-c", "sleep 2; echo done"]}],
+            }),
+        ),
+    );
+
+    let pod = n.wait_running("mesh").await;
+    assert_eq!(condition(&pod, "Initialized").map(|c| c.status.as_str()), Some("True"));
+    let proxy = init_container(&pod, "proxy").unwrap_or_else(|| panic!("no proxy status: {:?}", pod.status));
+    assert_eq!((proxy.started, proxy.ready), (Some(true), true), "{proxy:?}");
+    assert!(proxy.state.as_ref().and_then(|s| s.running.as_ref()).is_some(), "{proxy:?}");
+
+    let started_at = |containers: &[(String, proto::ContainerStatus)], name: &str| {
+        containers
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, s)| s.started_at)
+            .min()
+            .unwrap_or_else(|| panic!("no container {name}"))
+    };
+    let statuses = async |uid: &str| {
+        let mut all = Vec::new();
+        for c in n.containers_of(uid).await {
+            let name = c.labels.get(labels::CONTAINER_NAME).cloned().unwrap_or_default();
+            all.push((name, n.container_status(&c.id).await));
+        }
+        all
+    };
+    let mesh = statuses(&uid(&pod)).await;
+    let (setup, proxy, flaky, app) = (
+        started_at(&mesh, "setup"),
+        started_at(&mesh, "proxy"),
+        started_at(&mesh, "flaky"),
+        started_at(&mesh, "app"),
+    );
+    assert!(setup < proxy && proxy < flaky && flaky <= app, "start order: {mesh:?}");
+    assert!(
+        flaky - proxy >= 2_000_000_000,
+        "flaky started before the proxy's startup probe passed: {mesh:?}"
+    );
+
+    // the flaky sidecar is restarted (the pod's restartPolicy does not matter); the app is not touched
+    let app_id = runtime_id(container(&pod, "app").expect("app status"));
+    let pod = n
+        .wait_for_pod("mesh", "the flaky sidecar restarted", Duration::from_secs(30), |p| {
+            init_container(p, "flaky").is_some_and(|s| s.restart_count >= 1)
+        })
+        .await;
+    assert_eq!(container(&pod, "app").map(|s| s.restart_count), Some(0));
+    assert_eq!(container(&pod, "app").map(runtime_id), Some(app_id));
+    assert_eq!(phase(&pod), "Running");
+
+    // the job completes when its app is done, and stops its sidecars: second, then first
+    let job = n
+        .wait_for_pod("job", "Succeeded with its sidecars stopped", Duration::from_secs(40), |p| {
+            phase(p) == "Succeeded"
+                && ["first", "second"].iter().all(|s| {
+                    init_container(p, s)
+                        .and_then(|c| c.state.as_ref())
+                        .is_some_and(|st| st.terminated.is_some())
+                })
+        })
+        .await;
+    let finished = statuses(&uid(&job)).await;
+    let finished_at = |name: &str| {
+        finished
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s.finished_at)
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    let (work, second, first) = (finished_at("work"), finished_at("second"), finished_at("first"));
+    assert!(work < second && second < first, "stop order: {finished:?}");
+    assert!(first - second >= 900_000_000, "first was stopped only after second had stopped: {finished:?}");
+    assert_eq!(container(&job, "work").and_then(terminated), Some((0, "Completed".to_owned())));
+
+    n.shutdown().await;
+}

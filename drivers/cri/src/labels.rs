@@ -47,6 +47,9 @@ pub const CONTAINER_KIND: &str = "io.nodelet.container.kind";
 pub const CONTAINER_KIND_INIT: &str = "init";
 /// Value of [`CONTAINER_KIND`] for app containers.
 pub const CONTAINER_KIND_APP: &str = "app";
+/// Annotation (nodelet's): on a sidecar (an init container with `restartPolicy: Always`), its index
+/// among the init containers (they are stopped after the app containers, the last one first).
+pub const CONTAINER_SIDECAR_INDEX: &str = "io.nodelet.container.sidecarIndex";
 /// Annotation (nodelet's): the image as the pod spec names it; the container itself is created from the
 /// image ID, like the kubelet does (containers only).
 pub const CONTAINER_IMAGE: &str = "io.nodelet.container.image";
@@ -133,6 +136,11 @@ pub fn is_managed(labels: &HashMap<String, String>) -> bool {
 /// Parses [`CONTAINER_RESTART_COUNT`]; `None` if absent or malformed.
 pub fn restart_count(annotations: &HashMap<String, String>) -> Option<u32> {
     annotations.get(CONTAINER_RESTART_COUNT)?.parse().ok()
+}
+
+/// Parses [`CONTAINER_SIDECAR_INDEX`]; `None` if absent (not a sidecar) or malformed.
+pub fn sidecar_index(annotations: &HashMap<String, String>) -> Option<u32> {
+    annotations.get(CONTAINER_SIDECAR_INDEX)?.parse().ok()
 }
 
 /// Parses [`CONTAINER_HASH`] (hex); `None` if absent or malformed.

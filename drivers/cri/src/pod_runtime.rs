@@ -640,6 +640,7 @@ impl CriPodRuntime {
                 sandbox_id: c.pod_sandbox_id.clone(),
                 restart_count,
                 spec_hash: c.annotations.get(labels::CONTAINER_HASH).cloned(),
+                sidecar: labels::sidecar_index(&c.annotations),
                 // A status fetched during this relist may be newer than the list; otherwise the list is.
                 state: match (container_state(c.state), facts) {
                     (ContainerState::Running | ContainerState::Exited, Some(f)) => f.state,

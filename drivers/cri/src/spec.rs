@@ -1008,6 +1008,16 @@ pub(crate) fn container_config(
     ]);
     annotations
         .insert(labels::POD_TERMINATION_GRACE_PERIOD.to_owned(), pod.grace_period().as_secs().to_string());
+    if inputs.kind == ContainerKind::Init
+        && let Some((index, _)) = pod.sidecars().find(|(_, c)| c.name == container.name)
+    {
+        annotations.insert(labels::CONTAINER_SIDECAR_INDEX.to_owned(), index.to_string());
+    }
+    if inputs.kind == ContainerKind::Init
+        && let Some((index, _)) = pod.sidecars().find(|(_, c)| c.name == container.name)
+    {
+        annotations.insert(labels::CONTAINER_SIDECAR_INDEX.to_owned(), index.to_string());
+    }
     // As the kubelet: the preStop hook and the ports it may name travel with the container.
     if let Some(Ok(json)) =
         container.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).map(serde_json::to_string)

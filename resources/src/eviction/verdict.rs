@@ -13,7 +13,7 @@ use reconcile_engine::Plan;
 use super::rank::is_critical;
 use super::signal::Condition;
 use crate::pod::actual::PodActual;
-use crate::pod::desired::DesiredPod;
+use crate::pod::desired::{DesiredPod, is_sidecar};
 use crate::pod::ops::PodOp;
 use crate::pod::status::qos_class;
 
@@ -56,7 +56,7 @@ pub struct NodeResources {
 }
 
 /// A pod's requests as admission counts them: the larger of the sum over its app containers and
-/// the largest init container, per resource (a request defaults to the limit when only that is set).
+/// sidecars and the largest init container (plus the sidecars started before it), per resource (a request defaults to the limit when only that is set).
 fn pod_requests(pod: &DesiredPod) -> (i64, i64) {
     let request = |c: &k8s_openapi::api::core::v1::Container, name: &str, scale: i64| -> i64 {
         let res = c.resources.as_ref();
@@ -66,10 +66,24 @@ fn pod_requests(pod: &DesiredPod) -> (i64, i64) {
             .and_then(|q| crate::quantity::Quantity::parse(&q.0))
             .map_or(0, |q| q.scaled_ceil(scale))
     };
+    // Sidecars run beside everything started after them: they add to the app containers' sum and
+    // to every later init container (the API's `PodRequests`).
     let sum = |name: &str, scale: i64| -> i64 {
-        let apps = pod.containers().iter().map(|c| request(c, name, scale)).fold(0_i64, i64::saturating_add);
-        let init = pod.init_containers().iter().map(|c| request(c, name, scale)).max().unwrap_or(0);
-        apps.max(init)
+        let mut running =
+            pod.containers().iter().map(|c| request(c, name, scale)).fold(0_i64, i64::saturating_add);
+        let (mut sidecars, mut init) = (0_i64, 0_i64);
+        for c in pod.init_containers() {
+            let own = request(c, name, scale);
+            let peak = if is_sidecar(c) {
+                running = running.saturating_add(own);
+                sidecars = sidecars.saturating_add(own);
+                sidecars
+            } else {
+                own.saturating_add(sidecars)
+            };
+            init = init.max(peak);
+        }
+        running.max(init)
     };
     (sum("cpu", 1000), sum("memory", 1))
 }
@@ -312,6 +326,25 @@ mod tests {
         );
         assert_eq!(pod_requests(&requesting("p", "1", "1Mi")), (2000, 1 << 20));
         assert_eq!(pod_requests(&best_effort("p")), (0, 0));
+    }
+
+    #[test]
+    fn sidecars_add_to_the_app_containers_and_to_later_init_containers() {
+        let cpu = |m: &str| serde_json::json!({"requests": {"cpu": m}});
+        let with = |init_last: &str| {
+            pod(
+                "p",
+                serde_json::json!({
+                    "initContainers": [
+                        {"name": "s1", "image": "i", "restartPolicy": "Always", "resources": cpu("200m")},
+                        {"name": "s2", "image": "i", "restartPolicy": "Always", "resources": cpu("300m")},
+                        {"name": "i", "image": "i", "resources": cpu(init_last)}],
+                    "containers": [{"name": "a", "image": "i", "resources": cpu("100m")}]}),
+            )
+        };
+        // running: 100 + 200 + 300; the init container runs beside both sidecars: 500 + its own
+        assert_eq!(pod_requests(&with("50m")).0, 600);
+        assert_eq!(pod_requests(&with("400m")).0, 900);
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub struct ContainerRecord {
     pub message: String,
     /// Where its log is.
     pub log_path: String,
+    /// For a sidecar (an init container with `restartPolicy: Always`), its index among the init
+    /// containers: sidecars are stopped after the other containers, the last one first.
+    pub sidecar: Option<u32>,
 }
 
 impl PodActual {

@@ -108,10 +108,29 @@ impl DesiredPod {
         &self.spec().containers
     }
 
+    /// The sidecar containers (init containers with `restartPolicy: Always`) with their index
+    /// among the init containers, in order.
+    pub fn sidecars(&self) -> impl Iterator<Item = (usize, &Container)> {
+        self.init_containers().iter().enumerate().filter(|(_, c)| is_sidecar(c))
+    }
+
+    /// The containers that run for the pod's whole life: the sidecars, then the app containers.
+    /// They are the ones probed, restarted when they fail, and counted for readiness.
+    pub fn long_running(&self) -> impl Iterator<Item = &Container> {
+        self.sidecars().map(|(_, c)| c).chain(self.containers())
+    }
+
     /// Whether the pod uses the host's network namespace.
     pub fn host_network(&self) -> bool {
         self.spec().host_network.unwrap_or(false)
     }
+}
+
+/// Whether an init container is a sidecar (KEP-753): `restartPolicy: Always`. It starts in order
+/// with the other init containers, keeps running beside the app containers, is restarted whenever
+/// it exits (whatever the pod's restart policy) and is stopped after the app containers.
+pub fn is_sidecar(container: &Container) -> bool {
+    container.restart_policy.as_deref() == Some("Always")
 }
 
 /// A pod's restart policy.

@@ -16,6 +16,10 @@ use super::metrics::PodMetrics;
 use super::ops::PodOp;
 use crate::volume::status::PodVolumes;
 
+/// The shortest grace period a sidecar is stopped with when the app containers used up the pod's
+/// (the kubelet's `minimumGracePeriodInSeconds`).
+pub const MIN_SIDECAR_GRACE: Duration = Duration::from_secs(2);
+
 /// Whether a container is an init container or an app container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContainerKind {
@@ -228,17 +232,36 @@ impl<R: PodRuntime> PodDriver<R> {
         outcome
     }
 
+    /// Stops the pod's containers that still run: the app (and init) containers together with
+    /// `grace`, then the sidecars one at a time, the last one first, each with what is left of
+    /// `grace` but at least [`MIN_SIDECAR_GRACE`] (as the kubelet stops sidecars).
+    async fn stop_in_order(&self, state: &PodActual, grace: Duration) -> Vec<RuntimeError> {
+        let started = tokio::time::Instant::now();
+        let (mut sidecars, others): (Vec<&ContainerRecord>, Vec<&ContainerRecord>) = state
+            .containers
+            .iter()
+            .filter(|c| c.state != ContainerState::Exited)
+            .partition(|c| c.sidecar.is_some());
+        let stops = others.iter().map(|c| self.runtime.stop_container(&c.id, grace));
+        let mut errors: Vec<RuntimeError> =
+            futures::future::join_all(stops).await.into_iter().filter_map(Result::err).collect();
+        sidecars.sort_by_key(|c| std::cmp::Reverse(c.sidecar));
+        for sidecar in sidecars {
+            let left = grace.saturating_sub(started.elapsed()).max(MIN_SIDECAR_GRACE);
+            if let Err(e) = self.runtime.stop_container(&sidecar.id, left).await {
+                errors.push(e);
+            }
+        }
+        errors
+    }
+
     async fn kill(&self, uid: &str, grace: Duration, remove: bool) -> Outcome<PodActual, RuntimeError> {
         let state = match self.runtime.pod_state(uid).await {
             Ok(Some(state)) => state,
             Ok(None) => return Outcome::Done(Update::Remove),
             Err(e) => return Outcome::Failed(e),
         };
-        let running: Vec<&ContainerRecord> =
-            state.containers.iter().filter(|c| c.state != ContainerState::Exited).collect();
-        let stops = running.iter().map(|c| self.runtime.stop_container(&c.id, grace));
-        let mut errors: Vec<RuntimeError> =
-            futures::future::join_all(stops).await.into_iter().filter_map(Result::err).collect();
+        let mut errors = self.stop_in_order(&state, grace).await;
         for sandbox in &state.sandboxes {
             if let Err(e) = self.runtime.stop_sandbox(&sandbox.id).await {
                 errors.push(e);

@@ -225,6 +225,10 @@ impl PodRuntime for FakeRuntime {
             finished_at: if exit.is_some() { now } else { 0 },
             exit_code: exit.unwrap_or(0),
             log_path: format!("{}/{restart_count}.log", container.name),
+            sidecar: pod
+                .sidecars()
+                .find(|(_, c)| c.name == container.name)
+                .and_then(|(i, _)| u32::try_from(i).ok()),
             ..ContainerRecord::default()
         };
         state.containers.push(FakeContainer {

@@ -1,9 +1,11 @@
 //! The pod reconciler: from a pod's desired spec and what the runtime has, the next step.
 //!
 //! It follows the kubelet's pod worker: a sandbox first; then the init containers one at a
-//! time, each of which must succeed; then the app containers; restarts by `restartPolicy` with
-//! CrashLoopBackOff (10 s doubling to 300 s, reset after 10 minutes of running); a container
-//! whose spec changed is killed and started again; a pod that is gone is torn down completely.
+//! time, each of which must succeed, except sidecars (`restartPolicy: Always`), which only need to
+//! be started and then keep running (restarted whenever they exit); then the app containers;
+//! restarts by `restartPolicy` with CrashLoopBackOff (10 s doubling to 300 s, reset after 10
+//! minutes of running); a container whose spec changed is killed and started again; a pod whose
+//! app containers are done is stopped (its sidecars too); a pod that is gone is torn down completely.
 
 use std::fmt;
 use std::sync::Arc;
@@ -12,9 +14,10 @@ use std::time::Duration;
 use reconcile_engine::{Plan, Reconciler, Update, View};
 
 use super::actual::{ContainerRecord, ContainerState, PodActual};
-use super::desired::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy};
+use super::desired::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy, is_sidecar};
 use super::driver::{ContainerKind, container_hash};
 use super::ops::PodOp;
+use crate::probe::status as probe_status;
 use crate::volume::status::{VolumeGate, VolumeReadiness};
 
 /// Wall-clock time in nanoseconds since the Unix epoch. Runtimes stamp containers with wall
@@ -192,11 +195,25 @@ impl PodReconciler {
             return Progress::NoSandbox;
         }
         let sandbox = actual.sandbox().map(|s| s.id.as_str()).unwrap_or_default();
-        for (i, init) in pod.init_containers().iter().enumerate() {
+        let in_sandbox = |name: &str| actual.container(name).filter(|c| c.sandbox_id == sandbox);
+        let inits = pod.init_containers();
+        for (i, init) in inits.iter().enumerate() {
+            if is_sidecar(init) {
+                // A sidecar lets the next container start once it is started (running, past its
+                // startup probe). Once a later container exists in this sandbox the sidecar was passed:
+                // its exits are restarts beside the others, not a return to initialization.
+                let started = in_sandbox(&init.name)
+                    .is_some_and(|c| probe_status::container_started(init, c, self.probes.as_ref()));
+                let passed =
+                    inits[i + 1..].iter().chain(pod.containers()).any(|c| in_sandbox(&c.name).is_some());
+                if started || passed {
+                    continue;
+                }
+                return Progress::Initializing(i);
+            }
             // Init containers run again in a new sandbox, as the kubelet does.
-            let done = actual.container(&init.name).is_some_and(|c| {
-                c.state == ContainerState::Exited && c.exit_code == 0 && c.sandbox_id == sandbox
-            });
+            let done =
+                in_sandbox(&init.name).is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0);
             if done {
                 continue;
             }
@@ -210,13 +227,14 @@ impl PodReconciler {
         self.finished(pod, actual).unwrap_or(Progress::Started)
     }
 
-    /// Whether every app container has finished for good.
+    /// Whether every app container has finished for good (sidecars do not count: they are
+    /// stopped once the app containers are done).
     fn finished(&self, pod: &DesiredPod, actual: &PodActual) -> Option<Progress> {
         let policy = pod.restart_policy();
         if policy == RestartPolicy::Always {
             return None;
         }
-        let init_failed = pod.init_containers().iter().any(|c| {
+        let init_failed = pod.init_containers().iter().filter(|c| !is_sidecar(c)).any(|c| {
             actual.container(&c.name).is_some_and(|r| r.state == ContainerState::Exited && r.exit_code != 0)
         });
         if init_failed && policy == RestartPolicy::Never {
@@ -231,6 +249,56 @@ impl PodReconciler {
             succeeded &= r.exit_code == 0;
         }
         Some(Progress::Finished { succeeded })
+    }
+
+    /// A start of the container `name` of kind `kind` in the pod's sandbox, once its volumes are ready.
+    fn start_op(
+        &self,
+        pod: &DesiredPod,
+        actual: &PodActual,
+        name: &str,
+        kind: ContainerKind,
+        restart_count: u32,
+    ) -> Plan<PodOp> {
+        let VolumeReadiness::Ready(volumes) = self.volumes(pod) else {
+            // Woken when the volumes change.
+            return Plan::Idle;
+        };
+        Plan::Run(PodOp::StartContainer {
+            pod: Arc::new(pod.clone()),
+            sandbox_id: actual.sandbox().map(|s| s.id.clone()).unwrap_or_default(),
+            name: name.to_owned(),
+            kind,
+            restart_count,
+            volumes,
+        })
+    }
+
+    /// Restarts (after their back-off) the sidecars among the first `upto` init containers that
+    /// are not running: a start to run now, or how long until the next one is due.
+    fn restart_sidecars(
+        &self,
+        pod: &DesiredPod,
+        actual: &PodActual,
+        upto: usize,
+    ) -> Result<Option<Duration>, Plan<PodOp>> {
+        let mut wait: Option<Duration> = None;
+        for (_, sidecar) in pod.sidecars().take_while(|(i, _)| *i < upto) {
+            match self.step(actual, &sidecar.name, |_| true) {
+                Step::Start(restart_count) => {
+                    return Err(self.start_op(
+                        pod,
+                        actual,
+                        &sidecar.name,
+                        ContainerKind::Init,
+                        restart_count,
+                    ));
+                }
+                Step::Wait(d) => wait = Some(wait.map_or(d, |w| w.min(d))),
+                Step::Running | Step::Done => {}
+            }
+        }
+        Ok(wait)
     }
 
     fn plan_running(&self, pod: &DesiredPod, actual: &PodActual) -> Plan<PodOp> {
@@ -256,27 +324,30 @@ impl PodReconciler {
                 let attempt = actual.sandboxes.iter().map(|s| s.attempt + 1).max().unwrap_or(0);
                 Plan::Run(PodOp::CreateSandbox { pod: arc(), attempt })
             }
+            // Containers (sidecars too) whose liveness or startup probe failed are killed; they
+            // restart as after any exit.
+            Progress::Initializing(_) | Progress::Started
+                if let Some((ids, grace)) =
+                    self.probes.as_ref().and_then(|r| probe_status::unhealthy(pod, actual, r)) =>
+            {
+                Plan::Run(PodOp::KillContainers { ids, grace })
+            }
             Progress::Initializing(i) => {
+                let earlier = match self.restart_sidecars(pod, actual, i) {
+                    Ok(wait) => wait,
+                    Err(start) => return start,
+                };
                 let init = &pod.init_containers()[i];
-                let sandbox_id = actual.sandbox().map(|s| s.id.clone()).unwrap_or_default();
-                match self.step(actual, &init.name, |code| code != 0 && policy != RestartPolicy::Never) {
-                    Step::Start(restart_count) => match self.volumes(pod) {
-                        VolumeReadiness::Ready(volumes) => Plan::Run(PodOp::StartContainer {
-                            pod: arc(),
-                            sandbox_id,
-                            name: init.name.clone(),
-                            kind: ContainerKind::Init,
-                            restart_count,
-                            volumes,
-                        }),
-                        VolumeReadiness::Waiting(_) => Plan::Idle,
-                    },
-                    Step::Wait(d) => Plan::RecheckAfter(d),
-                    Step::Running | Step::Done => Plan::Idle,
+                let restarts = |code: i32| is_sidecar(init) || (code != 0 && policy != RestartPolicy::Never);
+                match self.step(actual, &init.name, restarts) {
+                    Step::Start(restart_count) => {
+                        self.start_op(pod, actual, &init.name, ContainerKind::Init, restart_count)
+                    }
+                    Step::Wait(d) => Plan::RecheckAfter(earlier.map_or(d, |w| w.min(d))),
+                    Step::Running | Step::Done => earlier.map_or(Plan::Idle, Plan::RecheckAfter),
                 }
             }
             Progress::Started => {
-                let sandbox_id = actual.sandbox().map(|s| s.id.clone()).unwrap_or_default();
                 // Containers whose spec changed are killed first; the next pass starts them again.
                 let changed: Vec<String> = pod
                     .containers()
@@ -291,27 +362,15 @@ impl PodReconciler {
                 if !changed.is_empty() {
                     return Plan::Run(PodOp::KillContainers { ids: changed, grace: pod.grace_period() });
                 }
-                // Containers whose liveness or startup probe failed are killed; they restart as after any exit.
-                if let Some((ids, grace)) =
-                    self.probes.as_ref().and_then(|r| crate::probe::status::unhealthy(pod, actual, r))
-                {
-                    return Plan::Run(PodOp::KillContainers { ids, grace });
-                }
-                let mut wait: Option<Duration> = None;
+                // Sidecars that exited are restarted (with back-off) whatever the pod's restart policy.
+                let mut wait = match self.restart_sidecars(pod, actual, usize::MAX) {
+                    Ok(wait) => wait,
+                    Err(start) => return start,
+                };
                 for c in pod.containers() {
                     match self.step(actual, &c.name, |code| policy.restarts(code)) {
                         Step::Start(restart_count) => {
-                            let VolumeReadiness::Ready(volumes) = self.volumes(pod) else {
-                                return Plan::Idle;
-                            };
-                            return Plan::Run(PodOp::StartContainer {
-                                pod: arc(),
-                                sandbox_id,
-                                name: c.name.clone(),
-                                kind: ContainerKind::App,
-                                restart_count,
-                                volumes,
-                            });
+                            return self.start_op(pod, actual, &c.name, ContainerKind::App, restart_count);
                         }
                         Step::Wait(d) => wait = Some(wait.map_or(d, |w| w.min(d))),
                         Step::Running | Step::Done => {}

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use reconcile_engine::{OpError, OpStatus};
 
 use super::actual::{ContainerRecord, ContainerState, PodActual};
-use super::desired::{DesiredPod, RestartPolicy};
+use super::desired::{DesiredPod, RestartPolicy, is_sidecar};
 use super::driver::RuntimeError;
 use super::ops::PodOp;
 use super::reconciler::{PodReconciler, Progress};
@@ -50,6 +50,14 @@ pub fn pod_status(
         .init_containers()
         .iter()
         .map(|c| {
+            if is_sidecar(c) {
+                // Restarted whenever it exits, until the pod is done; `started` and `ready` from its
+                // probes, as an app container.
+                let finished = matches!(progress, Progress::Finished { .. });
+                return container_status(reconciler, c, actual, failure, "PodInitializing", now, |_| {
+                    !finished
+                });
+            }
             let mut status =
                 container_status(reconciler, c, actual, failure, "PodInitializing", now, |code| {
                     code != 0 && policy != RestartPolicy::Never
@@ -61,10 +69,11 @@ pub fn pod_status(
             status
         })
         .collect();
-    // Initialized once every init container succeeded; a pod that finished because one failed never was.
+    // Initialized once every init container succeeded (sidecars: started); a pod that finished
+    // because one failed never was.
     let initialized = match progress {
         Progress::Started => true,
-        Progress::Finished { .. } => pod.init_containers().iter().all(|c| {
+        Progress::Finished { .. } => pod.init_containers().iter().filter(|c| !is_sidecar(c)).all(|c| {
             actual.container(&c.name).is_some_and(|r| r.state == ContainerState::Exited && r.exit_code == 0)
         }),
         Progress::NoSandbox | Progress::Initializing(_) => false,
@@ -78,7 +87,11 @@ pub fn pod_status(
         })
         .collect();
 
-    let containers_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready);
+    // Sidecars count for readiness, as the kubelet counts them.
+    let sidecar_statuses = init_statuses.iter().zip(pod.init_containers()).filter(|(_, c)| is_sidecar(c));
+    let containers_ready = !statuses.is_empty()
+        && statuses.iter().all(|s| s.ready)
+        && sidecar_statuses.into_iter().all(|(s, _)| s.ready);
     let phase = match progress {
         Progress::Finished { succeeded: true } => "Succeeded",
         Progress::Finished { succeeded: false } => "Failed",

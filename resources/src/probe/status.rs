@@ -52,7 +52,7 @@ pub fn killed_because(record: &ContainerRecord, results: Option<&ProbeResults>) 
     Some(kill_message(&record.name, kind))
 }
 
-/// The running app containers of the pod whose liveness or startup probe failed, and the grace
+/// The running app and sidecar containers of the pod whose liveness or startup probe failed, and the grace
 /// period to kill them with (the failed probe's `terminationGracePeriodSeconds`, else the pod's;
 /// the shortest when several).
 pub fn unhealthy(
@@ -65,7 +65,7 @@ pub fn unhealthy(
     }
     let mut ids = Vec::new();
     let mut grace: Option<Duration> = None;
-    for c in pod.containers() {
+    for c in pod.long_running() {
         let Some(record) = actual.container(&c.name).filter(|r| r.state == ContainerState::Running) else {
             continue;
         };

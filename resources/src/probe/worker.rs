@@ -211,7 +211,7 @@ impl<H: ProbeHandler> Prober<H> {
         if let (Some(pod), Some(state)) = (desired.as_deref(), state.as_deref())
             && let Some(sandbox) = state.sandbox().filter(|s| s.ready)
         {
-            for c in pod.containers() {
+            for c in pod.long_running() {
                 let probes = container_probes(c);
                 if probes.is_empty() {
                     continue;
