@@ -171,7 +171,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     pod_config.seal();
     let desired = pod_config.store();
     // ConfigMaps, Secrets and tokens for volumes and environment variables.
-    let node_objects = volumes::NodeObjects::new(objects.clone(), cluster.as_ref().map(|c| c.pod_data()));
+    let node_objects = volumes::NodeObjects::new(objects.clone(), cluster.as_ref().map(|c| c.pod_data()))
+        .with_api_runtime_classes(cluster.as_ref().map(cluster::Cluster::runtime_classes));
     let renderer = volumes::ManifestRenderer::new(node_objects.clone());
     let runtime = Arc::new(nodelet_cri::CriPodRuntime::new(
         cri.clone(),
@@ -185,7 +186,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             .with_node_name(&config.node_name)
             .with_root_dir(&config.root_dir)
             .with_node_ips(node_facts.internal_ips())
-            .with_objects(Arc::new(node_objects.clone())),
+            .with_objects(Arc::new(node_objects.clone()))
+            .with_runtime_classes(Arc::new(node_objects.clone())),
     ));
 
     let volume_metrics = VolumeMetrics::new(&registry)?;
@@ -256,6 +258,11 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     // Pods evicted or refused under node pressure (the eviction manager decides, the pod engine acts).
     let verdicts = nodelet_resources::eviction::verdict::PodVerdicts::new();
     verdicts.set_resources(node_facts.admission_resources(config.pods.max_pods));
+    verdicts.set_runtime_classes(Arc::new(node_objects.clone()));
+    verdicts.set_node_labels(pressure::node_labels(
+        &config.node_name,
+        config.cluster.as_ref().map(|c| &c.node_labels),
+    ));
     let mut engine = Engine::builder(
         "pods",
         PodReconciler::new(crash_loop.clone(), clock.clone())

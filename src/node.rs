@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::pod::actual::{ContainerState, PodActual};
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::pod::ops::PodOp;
 use nodelet_resources::pod::reconciler::{Clock, PodReconciler};
 use nodelet_resources::pod::status::{PodOpStatus, pod_status};
 use nodelet_resources::volume::actual::VolumeActual;
@@ -348,12 +349,19 @@ impl NodeView for Node {
                 (None, Some(a)) => (a.namespace.clone(), a.name.clone()),
                 (None, None) => continue,
             };
-            let reason = match &failure.error {
-                OpError::Driver(e) => e.reason,
-                OpError::TimedOut(_) => "Timeout",
+            let (reason, message) = match (&failure.op, &failure.error) {
+                // The kubelet's words for a sandbox that could not be made.
+                (PodOp::CreateSandbox { .. }, OpError::Driver(e)) => {
+                    ("FailedCreatePodSandBox", format!("Failed to create pod sandbox: {}", e.message))
+                }
+                (op, OpError::Driver(e)) => {
+                    (e.reason, format!("{} failed: {}", reconcile_engine::Operation::kind(op), failure.error))
+                }
+                (op, OpError::TimedOut(_)) => (
+                    "Timeout",
+                    format!("{} failed: {}", reconcile_engine::Operation::kind(op), failure.error),
+                ),
             };
-            let message =
-                format!("{} failed: {}", reconcile_engine::Operation::kind(&failure.op), failure.error);
             items.push(self.event(reason, &namespace, &name, Some(&uid), message, failure.failures));
         }
         self.volume_events(&mut items);

@@ -270,16 +270,7 @@ pub(crate) fn node_object(
         last_heartbeat_time: time(now),
         last_transition_time: time(started),
     });
-    let labels: BTreeMap<String, String> = [
-        ("kubernetes.io/hostname", name),
-        ("kubernetes.io/os", std::env::consts::OS),
-        ("kubernetes.io/arch", go_arch()),
-        ("beta.kubernetes.io/os", std::env::consts::OS),
-        ("beta.kubernetes.io/arch", go_arch()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
+    let labels = node_labels(name, None);
     Node {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -315,6 +306,23 @@ pub(crate) fn node_object(
 }
 
 /// The architecture as Go names it (`amd64`, `arm64`).
+/// The node's labels: the kubelet's own (`kubernetes.io/hostname`, `kubernetes.io/os`,
+/// `kubernetes.io/arch` and their `beta.` forms) and, in cluster mode, `--node-labels`.
+pub(crate) fn node_labels(name: &str, extra: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = [
+        ("kubernetes.io/hostname", name),
+        ("kubernetes.io/os", std::env::consts::OS),
+        ("kubernetes.io/arch", go_arch()),
+        ("beta.kubernetes.io/os", std::env::consts::OS),
+        ("beta.kubernetes.io/arch", go_arch()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    labels.extend(extra.into_iter().flatten().map(|(k, v)| (k.clone(), v.clone())));
+    labels
+}
+
 fn go_arch() -> &'static str {
     match std::env::consts::ARCH {
         "x86_64" => "amd64",

@@ -1,12 +1,15 @@
-//! Volume wiring of the daemon: the renderer that reads ConfigMaps, Secrets and tokens from the
-//! manifest directory and (cluster mode) the API server, and the task that wakes the pod engine when a
+//! Volume wiring of the daemon: the renderer that reads ConfigMaps, Secrets and tokens (and, for
+//! the pod runtime and admission, RuntimeClasses) from the manifest directory and (cluster mode) the
+//! API server, and the task that wakes the pod engine when a
 //! pod's volumes change.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Volume};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use nodelet_host::files::ObjectLookup;
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::pod::runtime_class::RuntimeClasses;
 use nodelet_resources::volume::actual::{DeviceActual, MountState, VolumeActual};
 use nodelet_resources::volume::desired::{
     CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, split_key,
@@ -27,6 +30,7 @@ use crate::sources::ManifestObjects;
 pub(crate) struct NodeObjects {
     manifest: watch::Receiver<Arc<ManifestObjects>>,
     api: Option<crate::cluster::podobjects::PodData>,
+    api_classes: Option<crate::cluster::runtimeclasses::ApiRuntimeClasses>,
 }
 
 impl std::fmt::Debug for NodeObjects {
@@ -41,7 +45,16 @@ impl NodeObjects {
         manifest: watch::Receiver<Arc<ManifestObjects>>,
         api: Option<crate::cluster::podobjects::PodData>,
     ) -> Self {
-        Self { manifest, api }
+        Self { manifest, api, api_classes: None }
+    }
+
+    /// Also looks RuntimeClasses up in the API server's (before the manifest directory's).
+    pub(crate) fn with_api_runtime_classes(
+        mut self,
+        classes: Option<crate::cluster::runtimeclasses::ApiRuntimeClasses>,
+    ) -> Self {
+        self.api_classes = classes;
+        self
     }
 
     fn manifest(&self) -> Snapshot {
@@ -71,6 +84,16 @@ impl ObjectLookup for NodeObjects {
         expiration_seconds: i64,
     ) -> Option<Result<String, String>> {
         self.api.as_ref()?.service_account_token(pod, audience, expiration_seconds)
+    }
+}
+
+impl RuntimeClasses for NodeObjects {
+    fn runtime_class(&self, name: &str) -> Option<RuntimeClass> {
+        // Cluster-scoped: a manifest's RuntimeClass has no namespace (`default` is what `find` assumes).
+        self.api_classes
+            .as_ref()
+            .and_then(|a| a.get(name))
+            .or_else(|| self.manifest().find("RuntimeClass", "default", name))
     }
 }
 

@@ -24,6 +24,7 @@ pub(crate) mod node;
 pub(crate) mod podobjects;
 pub(crate) mod pods;
 pub(crate) mod ratelimit;
+pub(crate) mod runtimeclasses;
 pub(crate) mod status;
 
 use std::time::Duration;
@@ -109,6 +110,8 @@ pub(crate) struct Cluster {
     current: certificates::CurrentClient,
     snapshot: tokio::sync::watch::Receiver<std::sync::Arc<pods::ApiPodSnapshot>>,
     serving: Option<certificates::ServingCerts>,
+    runtime_classes: runtimeclasses::ApiRuntimeClasses,
+    runtime_class_feed: runtimeclasses::RuntimeClassFeed,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -172,7 +175,10 @@ impl Cluster {
         let serving = cluster
             .server_tls_bootstrap
             .then(|| certificates::ServingCerts::new(&cluster.cert_dir, &metrics));
+        let (runtime_classes, runtime_class_feed) = runtimeclasses::runtime_classes();
         Ok(Self {
+            runtime_classes,
+            runtime_class_feed,
             client: certs.client,
             current: certs.current,
             snapshot,
@@ -184,6 +190,11 @@ impl Cluster {
     /// The ConfigMaps, Secrets, claims and tokens of API pods (filled once [`start`](Self::start)ed).
     pub(crate) fn pod_data(&self) -> podobjects::PodData {
         self.pod_data.clone()
+    }
+
+    /// The API server's RuntimeClasses (filled once [`start`](Self::start) ran).
+    pub(crate) fn runtime_classes(&self) -> runtimeclasses::ApiRuntimeClasses {
+        self.runtime_classes.clone()
     }
 
     /// With `serverTLSBootstrap`: the main port's certificate from the cluster (the server reads it at
@@ -227,6 +238,8 @@ impl Cluster {
                 refresh.send_replace(());
             }
         });
+        let classes = self.runtime_class_feed.run(self.client.clone(), shutdown.clone());
+        tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), classes));
         let pod_data = self.pod_data.clone().run(self.client.clone(), desired.clone(), shutdown.clone());
         tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), pod_data));
         let host_ips: Vec<String> = view

@@ -440,3 +440,86 @@ async fn sidecars_start_in_order_restart_on_exit_and_stop_after_the_app() {
 
     n.shutdown().await;
 }
+
+#[tokio::test]
+async fn runtime_classes_pick_the_sandbox_handler_and_unknown_ones_keep_the_pod_from_starting() {
+    let env =
+        env_or_skip!("runtime_classes_pick_the_sandbox_handler_and_unknown_ones_keep_the_pod_from_starting");
+    let n = Nodelet::start(&env, "rtclass").await;
+    let class = |name: &str, handler: &str| {
+        format!(
+            "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: {name}\nhandler: {handler}\n"
+        )
+    };
+    n.write_manifest_text(
+        "classes.yaml",
+        &format!("{}---\n{}", class("standard", "runc"), class("broken", "no-such-handler")),
+    );
+    let with_class = |name: &str, class: &str| {
+        n.pod_manifest(
+            name,
+            json!({"runtimeClassName": class, "terminationGracePeriodSeconds": 1,
+                   "containers": [{"name": "app", "command": sleep_until_term("")}]}),
+        )
+    };
+    n.write_manifest("standard.yaml", &with_class("standard", "standard"));
+    n.write_manifest("missing.yaml", &with_class("missing", "later"));
+    n.write_manifest("broken.yaml", &with_class("broken", "broken"));
+
+    // the class's handler runs the sandbox (a pod without a class gets the runtime's default, "")
+    let pod = n.wait_running("standard").await;
+    let sandboxes = n.sandboxes_of(&uid(&pod)).await;
+    assert_eq!(sandboxes.iter().map(|s| s.runtime_handler.as_str()).collect::<Vec<_>>(), vec!["runc"]);
+
+    // an unknown class, and a handler the runtime does not have: Pending, saying why, with an event
+    for (name, text) in
+        [("missing", "runtimeclass.node.k8s.io \"later\" not found"), ("broken", "no-such-handler")]
+    {
+        let pod = n
+            .wait_for_pod(
+                name,
+                &format!("Pending with a message naming {text:?}"),
+                Duration::from_secs(30),
+                |p| {
+                    phase(p) == "Pending"
+                        && p.status
+                            .as_ref()
+                            .and_then(|s| s.message.as_deref())
+                            .is_some_and(|m| m.contains(text))
+                },
+            )
+            .await;
+        assert!(n.sandboxes_of(&uid(&pod)).await.is_empty(), "{name}: no sandbox");
+        assert!(
+            container(&pod, "app").and_then(|c| c.state.as_ref()).and_then(|s| s.running.as_ref()).is_none()
+        );
+    }
+    let events = n
+        .wait_for("a FailedCreatePodSandBox event", Duration::from_secs(10), async || {
+            let url = format!("http://127.0.0.1:{}/api/v1/events", n.ports().read_only);
+            let body = n.http().get(&url).send().await.ok()?.text().await.ok()?;
+            body.contains("FailedCreatePodSandBox").then_some(body)
+        })
+        .await;
+    assert!(
+        events.contains("Failed to create pod sandbox: runtimeclass.node.k8s.io \\\"later\\\" not found"),
+        "{events}"
+    );
+
+    // once the class exists, the pod starts (at its next sandbox attempt)
+    n.write_manifest_text(
+        "classes.yaml",
+        &format!(
+            "{}---\n{}---\n{}",
+            class("standard", "runc"),
+            class("broken", "no-such-handler"),
+            class("later", "runc")
+        ),
+    );
+    n.wait_for_pod("missing", "Running once its class exists", Duration::from_secs(60), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+
+    n.shutdown().await;
+}

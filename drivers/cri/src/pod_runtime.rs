@@ -10,11 +10,12 @@
 //!   reason and the resolved image, so `ContainerStatus` is called once when a container is first seen
 //!   running and once when first seen exited; a steady-state relist makes no per-container calls.
 //!
+//! A pod's `runtimeClassName` is looked up at every sandbox creation (see
+//! [`CriPodRuntimeConfig::runtime_classes`]); its class's `handler` is passed to `RunPodSandbox`.
+//!
 //! Not done yet: raw block `volumeDevices` (a container with one fails with `CreateContainerConfigError`
 //! naming the volume rather than running without it), the kubelet-managed `/etc/hosts`, image pull
-//! secrets,
-//! `runtimeClassName` (the configured handler is used for every pod), the systemd cgroup driver's slice
-//! names, user namespaces.
+//! secrets, the systemd cgroup driver's slice names, user namespaces.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -28,6 +29,7 @@ use k8s_openapi::api::core::v1::Container;
 use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use nodelet_resources::pod::desired::DesiredPod;
 use nodelet_resources::pod::driver::{ContainerKind, PodRuntime, RuntimeError, RuntimeResult};
+use nodelet_resources::pod::runtime_class::{self, RuntimeClasses};
 use nodelet_resources::volume::status::PodVolumes;
 
 use crate::client::CriClient;
@@ -82,8 +84,12 @@ pub struct CriPodRuntimeConfig {
     pub cluster_domain: String,
     /// Whether privileged containers may run. Off: they fail with `CreateContainerConfigError`.
     pub allow_privileged: bool,
-    /// The CRI runtime handler for every sandbox (`""`: the runtime's default).
+    /// The CRI runtime handler for sandboxes of pods without a `runtimeClassName` (`""`: the
+    /// runtime's default).
     pub runtime_handler: String,
+    /// Where pods' `runtimeClassName`s are looked up (their class's `handler` runs their sandbox).
+    /// None: a pod that names a class fails to get a sandbox.
+    pub runtime_classes: RuntimeClassLookup,
     /// The node's name, for `spec.nodeName` env references of pods that do not set it. When set, sandboxes and
     /// containers carry it as [`labels::NODE`] and relists see only those (another nodelet's pods on the same
     /// runtime are left alone).
@@ -125,6 +131,33 @@ impl PartialEq for EnvObjects {
 
 impl Eq for EnvObjects {}
 
+/// The RuntimeClasses pods may name (see [`CriPodRuntimeConfig::runtime_classes`]); equal when both
+/// are unset or the same lookup.
+#[derive(Clone, Default)]
+pub struct RuntimeClassLookup(pub Option<std::sync::Arc<dyn RuntimeClasses>>);
+
+impl std::fmt::Debug for RuntimeClassLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "RuntimeClassLookup(Some(..))"
+        } else {
+            "RuntimeClassLookup(None)"
+        })
+    }
+}
+
+impl PartialEq for RuntimeClassLookup {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for RuntimeClassLookup {}
+
 impl Default for CriPodRuntimeConfig {
     fn default() -> Self {
         CriPodRuntimeConfig {
@@ -136,6 +169,7 @@ impl Default for CriPodRuntimeConfig {
             cluster_domain: DEFAULT_CLUSTER_DOMAIN.to_owned(),
             allow_privileged: false,
             runtime_handler: String::new(),
+            runtime_classes: RuntimeClassLookup::default(),
             node_name: String::new(),
             node_ips: Vec::new(),
             seccomp_profile_root: PathBuf::from(DEFAULT_SECCOMP_PROFILE_ROOT),
@@ -204,6 +238,12 @@ impl CriPodRuntimeConfig {
     /// Sets [`allow_privileged`](Self::allow_privileged).
     pub fn with_allow_privileged(mut self, allow: bool) -> Self {
         self.allow_privileged = allow;
+        self
+    }
+
+    /// Sets [`runtime_classes`](Self::runtime_classes).
+    pub fn with_runtime_classes(mut self, classes: std::sync::Arc<dyn RuntimeClasses>) -> Self {
+        self.runtime_classes = RuntimeClassLookup(Some(classes));
         self
     }
 
@@ -891,6 +931,10 @@ impl PodRuntime for CriPodRuntime {
 
     async fn run_sandbox(&self, pod: &DesiredPod, attempt: u32) -> RuntimeResult<String> {
         let started = tokio::time::Instant::now();
+        // As the kubelet: the class is looked up at every sandbox creation; a missing one fails it.
+        let handler = runtime_class::handler(pod, self.inner.config.runtime_classes.0.as_deref())
+            .map_err(|e| RuntimeError::new("CreatePodSandboxError", e.to_string()))?
+            .unwrap_or_else(|| self.inner.config.runtime_handler.clone());
         let dns = self.dns_config(pod).await?;
         let config = spec::sandbox_config(pod, attempt, &self.inner.config, Some(dns)).map_err(spec_error)?;
         let log_dir = PathBuf::from(&config.log_directory);
@@ -903,7 +947,7 @@ impl PodRuntime for CriPodRuntime {
         let id = self
             .inner
             .client
-            .run_pod_sandbox(config, &self.inner.config.runtime_handler)
+            .run_pod_sandbox(config, &handler)
             .await
             .map_err(|e| {
                 cri_error(

@@ -1,9 +1,11 @@
 //! Pods the node stopped for good: evicted under pressure, or refused at admission (node pressure,
 //! or, once [`PodVerdicts::set_resources`] gave the node's allocatable resources, not enough
-//! `pods`, `cpu` or `memory` left: the kubelet's `OutOfpods`, `OutOfcpu`, `OutOfmemory`). The pod
+//! `pods`, `cpu` or `memory` left: the kubelet's `OutOfpods`, `OutOfcpu`, `OutOfmemory`, counting
+//! RuntimeClass overhead; once [`PodVerdicts::set_node_labels`] gave the node's labels, a
+//! `nodeSelector` (with the RuntimeClass's) they do not match: `NodeAffinity`). The pod
 //! reconciler consults [`PodVerdicts`] before running a pod and the status shows the verdict.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -15,6 +17,7 @@ use super::signal::Condition;
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, is_sidecar};
 use crate::pod::ops::PodOp;
+use crate::pod::runtime_class::{self, RuntimeClasses};
 use crate::pod::status::qos_class;
 
 /// The taint a pod tolerates to be admitted under memory pressure when it is BestEffort.
@@ -95,6 +98,18 @@ struct Inner {
     admitted: HashMap<String, (i64, i64)>,
     conditions: BTreeSet<Condition>,
     resources: Option<NodeResources>,
+    classes: Option<ClassLookup>,
+    node_labels: Option<BTreeMap<String, String>>,
+}
+
+/// The RuntimeClass lookup admission uses (for overhead and node selectors).
+#[derive(Clone)]
+struct ClassLookup(Arc<dyn RuntimeClasses>);
+
+impl std::fmt::Debug for ClassLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClassLookup")
+    }
 }
 
 /// The node's verdicts on its pods, and the pressure conditions admission reads. Cheap to
@@ -154,6 +169,18 @@ impl PodVerdicts {
         self.write().resources = Some(resources);
     }
 
+    /// Lets admission add the pods' RuntimeClass overhead to their requests and require their
+    /// class's `scheduling.nodeSelector`.
+    pub fn set_runtime_classes(&self, classes: Arc<dyn RuntimeClasses>) {
+        self.write().classes = Some(ClassLookup(classes));
+    }
+
+    /// Makes admission refuse pods whose `nodeSelector` (merged with their RuntimeClass's) the
+    /// node's `labels` do not match: the kubelet's `NodeAffinity`.
+    pub fn set_node_labels(&self, labels: BTreeMap<String, String>) {
+        self.write().node_labels = Some(labels);
+    }
+
     /// Records that `uid` is evicted: the pod reconciler kills it and never starts it again.
     pub fn evict(&self, uid: &str, message: String, grace: Duration, at: i64) {
         let verdict = Verdict { kind: VerdictKind::Evicted, reason: "Evicted".into(), message, grace, at };
@@ -203,10 +230,34 @@ impl PodVerdicts {
             inner.verdicts.insert(uid.to_string(), verdict.clone());
             return Some(verdict);
         }
-        let requests = pod_requests(pod);
+        let classes = inner.classes.clone();
+        let classes = classes.as_ref().map(|c| &*c.0);
+        let overhead = runtime_class::overhead(pod, classes);
+        let extra = |name: &str, scale: i64| {
+            overhead
+                .get(name)
+                .and_then(|q| crate::quantity::Quantity::parse(&q.0))
+                .map_or(0, |q| q.scaled_ceil(scale))
+        };
+        let (cpu, memory) = pod_requests(pod);
+        let requests = (cpu.saturating_add(extra("cpu", 1000)), memory.saturating_add(extra("memory", 1)));
         if !started
             && let Some(verdict) = inner.resources.and_then(|r| Self::fits(&inner.admitted, r, requests))
         {
+            inner.verdicts.insert(uid.to_string(), verdict.clone());
+            return Some(verdict);
+        }
+        if !started
+            && let Some(labels) = &inner.node_labels
+            && !runtime_class::node_selector(pod, classes).iter().all(|(k, v)| labels.get(k) == Some(v))
+        {
+            let verdict = Verdict {
+                kind: VerdictKind::Rejected,
+                reason: "NodeAffinity".into(),
+                message: "Predicate NodeAffinity failed".into(),
+                grace: Duration::ZERO,
+                at: 0,
+            };
             inner.verdicts.insert(uid.to_string(), verdict.clone());
             return Some(verdict);
         }
@@ -374,6 +425,46 @@ mod tests {
         // A pod that is gone frees its share.
         v.retain(|uid| uid != "a" && uid != "g");
         assert_eq!(v.admit(&requesting("h", "1", "1Gi"), false), None);
+    }
+
+    struct OneClass(k8s_openapi::api::node::v1::RuntimeClass);
+
+    impl RuntimeClasses for OneClass {
+        fn runtime_class(&self, name: &str) -> Option<k8s_openapi::api::node::v1::RuntimeClass> {
+            (self.0.metadata.name.as_deref() == Some(name)).then(|| self.0.clone())
+        }
+    }
+
+    #[test]
+    fn runtime_class_overhead_counts_and_node_selectors_must_match() {
+        let v = PodVerdicts::new();
+        v.set_resources(NodeResources { cpu_milli: 2000, memory_bytes: 1 << 30, max_pods: 10 });
+        v.set_node_labels(BTreeMap::from([("kubernetes.io/os".to_owned(), "linux".to_owned())]));
+        let class = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "heavy"}, "handler": "runc",
+            "overhead": {"podFixed": {"cpu": "1500m"}},
+            "scheduling": {"nodeSelector": {"kubernetes.io/os": "linux"}}}))
+        .unwrap_or_default();
+        v.set_runtime_classes(Arc::new(OneClass(class)));
+        let with_class = |uid: &str, class: &str| {
+            pod(
+                uid,
+                serde_json::json!({"runtimeClassName": class, "containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": "400m"}}}]}),
+            )
+        };
+        assert_eq!(v.admit(&with_class("a", "heavy"), false), None, "1900m of 2000m");
+        let refused = v.admit(&with_class("b", "heavy"), false).map(|v| v.reason);
+        assert_eq!(refused.as_deref(), Some("OutOfcpu"), "the overhead counts");
+        // a class not (yet) known adds nothing; the sandbox creation reports it
+        v.retain(|uid| uid != "a");
+        assert_eq!(v.admit(&with_class("c", "unknown"), false), None);
+        let elsewhere = pod(
+            "d",
+            serde_json::json!({"nodeSelector": {"kubernetes.io/os": "windows"}, "containers": [{"name": "c", "image": "i"}]}),
+        );
+        let refused = v.admit(&elsewhere, false).map(|v| (v.reason, v.message));
+        assert_eq!(refused, Some(("NodeAffinity".to_owned(), "Predicate NodeAffinity failed".to_owned())));
     }
 
     #[test]

@@ -1,0 +1,141 @@
+//! RuntimeClass (`node.k8s.io/v1`): which CRI runtime handler runs a pod's sandbox
+//! (`spec.runtimeClassName` → the class's `handler`), what the class adds to the pod's resource
+//! accounting (`overhead.podFixed`, unless the pod already carries `spec.overhead` from the API
+//! server's RuntimeClass admission) and where such pods may run (`scheduling.nodeSelector`).
+//!
+//! The classes come from wherever the daemon finds them (manifest directory, API server) through
+//! [`RuntimeClasses`]; the pod runtime asks at sandbox creation and admission asks when a pod
+//! arrives, so a class created after its pods takes effect at their next sandbox attempt.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::desired::DesiredPod;
+
+/// Looks RuntimeClass objects up by name.
+pub trait RuntimeClasses: Send + Sync + 'static {
+    /// The class named `name`, if it exists.
+    fn runtime_class(&self, name: &str) -> Option<RuntimeClass>;
+}
+
+/// Why a pod's runtime class cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeClassError {
+    /// No class of that name exists (the kubelet's words).
+    #[error("runtimeclass.node.k8s.io {0:?} not found")]
+    NotFound(String),
+    /// The pod names a class but the node was given no place to look classes up.
+    #[error("runtimeclass.node.k8s.io {0:?}: RuntimeClasses are not available on this node")]
+    Unavailable(String),
+}
+
+/// The pod's `runtimeClassName`, when set and not empty.
+pub fn class_name(pod: &DesiredPod) -> Option<&str> {
+    pod.spec().runtime_class_name.as_deref().filter(|n| !n.is_empty())
+}
+
+/// The CRI runtime handler for `pod`'s sandbox: `None` for the runtime's default (no class), the
+/// class's handler otherwise.
+pub fn handler(
+    pod: &DesiredPod,
+    classes: Option<&dyn RuntimeClasses>,
+) -> Result<Option<String>, RuntimeClassError> {
+    let Some(name) = class_name(pod) else { return Ok(None) };
+    let classes = classes.ok_or_else(|| RuntimeClassError::Unavailable(name.to_owned()))?;
+    let class = classes.runtime_class(name).ok_or_else(|| RuntimeClassError::NotFound(name.to_owned()))?;
+    Ok(Some(class.handler))
+}
+
+/// What a pod costs beyond its containers: `spec.overhead` when set (the API server put it there),
+/// else its class's `overhead.podFixed` (pods from manifests never went through the API server).
+pub fn overhead(pod: &DesiredPod, classes: Option<&dyn RuntimeClasses>) -> BTreeMap<String, Quantity> {
+    if let Some(overhead) = &pod.spec().overhead {
+        return overhead.clone();
+    }
+    class_name(pod)
+        .and_then(|name| classes?.runtime_class(name))
+        .and_then(|c| c.overhead)
+        .and_then(|o| o.pod_fixed)
+        .unwrap_or_default()
+}
+
+/// The node labels a pod requires: its `nodeSelector` plus its class's `scheduling.nodeSelector`
+/// (as the API server's RuntimeClass admission merges them).
+pub fn node_selector(pod: &DesiredPod, classes: Option<&dyn RuntimeClasses>) -> BTreeMap<String, String> {
+    let mut selector = pod.spec().node_selector.clone().unwrap_or_default();
+    let from_class = class_name(pod)
+        .and_then(|name| classes?.runtime_class(name))
+        .and_then(|c| c.scheduling)
+        .and_then(|s| s.node_selector)
+        .unwrap_or_default();
+    for (key, value) in from_class {
+        selector.entry(key).or_insert(value);
+    }
+    selector
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::desired::PodSource;
+    use std::collections::HashMap;
+
+    struct Classes(HashMap<String, RuntimeClass>);
+
+    impl RuntimeClasses for Classes {
+        fn runtime_class(&self, name: &str) -> Option<RuntimeClass> {
+            self.0.get(name).cloned()
+        }
+    }
+
+    fn pod(spec: serde_json::Value) -> DesiredPod {
+        let pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
+            .expect("test pod");
+        DesiredPod { pod, source: PodSource::Http }
+    }
+
+    fn classes() -> Classes {
+        let class: RuntimeClass = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "sandboxed"}, "handler": "runsc",
+            "overhead": {"podFixed": {"cpu": "250m", "memory": "64Mi"}},
+            "scheduling": {"nodeSelector": {"sandbox": "yes", "zone": "class"}}}))
+        .expect("test class");
+        Classes(HashMap::from([("sandboxed".to_owned(), class)]))
+    }
+
+    #[test]
+    fn handlers_come_from_the_class() {
+        let c = classes();
+        let plain = pod(serde_json::json!({"containers": []}));
+        assert_eq!(handler(&plain, None), Ok(None));
+        let named = pod(serde_json::json!({"runtimeClassName": "sandboxed", "containers": []}));
+        assert_eq!(handler(&named, Some(&c)), Ok(Some("runsc".to_owned())));
+        let unknown = pod(serde_json::json!({"runtimeClassName": "nope", "containers": []}));
+        let err = handler(&unknown, Some(&c)).expect_err("unknown class");
+        assert_eq!(err.to_string(), "runtimeclass.node.k8s.io \"nope\" not found");
+        assert!(matches!(handler(&named, None), Err(RuntimeClassError::Unavailable(_))));
+    }
+
+    #[test]
+    fn overhead_and_selector_merge_as_the_api_server_does() {
+        let c = classes();
+        let named = pod(
+            serde_json::json!({"runtimeClassName": "sandboxed", "nodeSelector": {"zone": "pod"}, "containers": []}),
+        );
+        assert_eq!(overhead(&named, Some(&c)).get("cpu").map(|q| q.0.as_str()), Some("250m"));
+        let selector = node_selector(&named, Some(&c));
+        assert_eq!(selector.get("zone").map(String::as_str), Some("pod"), "the pod's own value stays");
+        assert_eq!(selector.get("sandbox").map(String::as_str), Some("yes"));
+        let api = pod(
+            serde_json::json!({"runtimeClassName": "sandboxed", "overhead": {"cpu": "1"}, "containers": []}),
+        );
+        assert_eq!(
+            overhead(&api, Some(&c)).get("cpu").map(|q| q.0.as_str()),
+            Some("1"),
+            "spec.overhead wins"
+        );
+        assert!(!overhead(&api, Some(&c)).contains_key("memory"));
+    }
+}
