@@ -1002,3 +1002,34 @@ async fn a_pod_that_does_not_fit_the_node_is_refused_with_the_kubelets_reason() 
     n.wait_api_running("small").await;
     n.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_runtime_class_from_the_api_picks_the_sandbox_handler_and_its_overhead_counts() {
+    let (env, cluster) =
+        cluster_or_skip!("a_runtime_class_from_the_api_picks_the_sandbox_handler_and_its_overhead_counts");
+    let n = ClusterNode::start(&env, &cluster, "rtclass").await;
+    // RuntimeClasses are cluster-scoped: one named after this node
+    let name = format!("runc-{}", n.node());
+    let classes: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(n.client());
+    let class = serde_json::from_value(json!({
+        "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name},
+        "handler": "runc", "overhead": {"podFixed": {"cpu": "5m", "memory": "1Mi"}}}))
+    .unwrap_or_else(|e| panic!("RuntimeClass: {e}"));
+    if let Err(e) = classes.create(&kube::api::PostParams::default(), &class).await {
+        panic!("cannot create RuntimeClass {name}: {e}");
+    }
+    n.create_pod(&n.api_pod_manifest(
+        "classy",
+        json!({"runtimeClassName": name, "terminationGracePeriodSeconds": 1,
+               "containers": [{"name": "main", "command": sleep_until_term("")}]}),
+    ))
+    .await;
+    let pod = n.wait_api_running("classy").await;
+    // the API server's RuntimeClass admission copied the overhead into the pod
+    let overhead = pod.spec.as_ref().and_then(|s| s.overhead.clone()).unwrap_or_default();
+    assert_eq!(overhead.get("cpu").map(|q| q.0.as_str()), Some("5m"), "{}", pretty(&pod));
+    let sandboxes = n.sandboxes_of(&uid(&pod)).await;
+    assert_eq!(sandboxes.iter().map(|s| s.runtime_handler.as_str()).collect::<Vec<_>>(), vec!["runc"]);
+    let _ = classes.delete(&name, &DeleteParams::default()).await;
+    n.shutdown().await;
+}
