@@ -525,7 +525,7 @@ pub(crate) struct AttachArgs {
     cp: from a pod, `tar cf - PATH` runs in the container and the archive is unpacked locally (entries that \
     would land outside DEST, symbolic links and special files are skipped with a warning); to a pod, the \
     archive is made locally and unpacked by `tar xmf -` in the container (into DEST when DEST is a \
-    directory there, else as DEST). The container needs tar, sh and head (busybox has them).")]
+    directory there, else as DEST). The container needs tar, sh, head and cat (busybox has them).")]
 pub(crate) struct CpArgs {
     /// Source: a local path or [NAMESPACE/]POD:PATH.
     #[arg(value_name = "SRC")]

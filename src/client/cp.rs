@@ -14,7 +14,9 @@
 //!   (containerd 1.6) the end of stdin cannot be passed on, and busybox's tar reads its input to the end
 //!   even after the end-of-archive blocks, so the container runs `head -c SIZE | tar xmf - -C DIR` (a
 //!   fixed script, the size and directory passed as arguments, never spliced into it): `head` ends the
-//!   input after exactly the archive's bytes. The container needs `sh`, `head` and `tar`.
+//!   input after exactly the archive's bytes; when tar fails early, `cat` reads the rest, because
+//!   containerd 1.6 does not end a session whose input it cannot hand to the process. The container needs
+//!   `sh`, `head`, `cat` and `tar`.
 //!
 //! A failing remote command (a path that does not exist, a directory that cannot be written) is an error
 //! with tar's message and a nonzero exit.
@@ -35,8 +37,10 @@ use crate::cli::CpArgs;
 const MAX_STDERR: usize = 64 * 1024;
 /// Size of the chunks of the archive sent to the container.
 const CHUNK: usize = 32 * 1024;
-/// The upload script: `$1` bytes of stdin unpacked into `$2` (see the module docs).
-const UNPACK_SCRIPT: &str = r#"head -c "$1" | tar xmf - -C "$2""#;
+/// The upload script: `$1` bytes of stdin unpacked into `$2` (see the module docs). Whatever tar leaves
+/// unread (it failed) is read to its end: containerd 1.6 does not end an exec session while input it
+/// was given cannot be written to the process.
+const UNPACK_SCRIPT: &str = r#"head -c "$1" | { tar xmf - -C "$2"; s=$?; cat >/dev/null; exit $s; }"#;
 
 /// Why `nodelet cp` failed.
 #[derive(Debug, thiserror::Error)]
@@ -469,7 +473,16 @@ fn extract(reader: impl Read, prefix: &str, dest: &Path, warnings: &mut dyn Writ
                 continue;
             }
         }
-        if let Err(message) = make_dirs_beneath(dest, dirs) {
+        let made = match (parts.is_empty(), dest.parent()) {
+            // a file copied as `dest` itself: only its directory is made
+            (true, Some(parent)) if !is_dir && !parent.as_os_str().is_empty() => {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("cannot create {}: {e}", parent.display()))
+            }
+            (true, _) if !is_dir => Ok(()),
+            _ => make_dirs_beneath(dest, dirs),
+        };
+        if let Err(message) = made {
             warn(format!("skipping {shown:?}: {message}"));
             continue;
         }
@@ -612,7 +625,11 @@ mod tests {
         let warnings = String::from_utf8_lossy(&warnings).into_owned();
         assert!(!tmp.path().join("escaped").exists());
         assert_eq!(std::fs::read_dir(&outside).map(Iterator::count).ok(), Some(0), "nothing written outside");
-        assert!(!dest.join("link").exists() && !dest.join("hard").exists() && !dest.join("fifo").exists());
+        assert!(
+            !dest.join("link").is_symlink() && !dest.join("hard").exists() && !dest.join("fifo").exists()
+        );
+        // the skipped link's name became a plain directory for the entry beneath it
+        assert_eq!(std::fs::read(dest.join("link/through")).ok(), Some(b"x".to_vec()));
         assert_eq!(std::fs::read(dest.join("ok")).ok(), Some(b"fine".to_vec()));
         // the planted link itself is replaced by the regular file, never written through
         assert_eq!(std::fs::read(dest.join("planted")).ok(), Some(b"y".to_vec()));
@@ -647,6 +664,6 @@ mod tests {
             .map(|e| e.expect("entry").path().expect("path").display().to_string())
             .collect();
         names.sort();
-        assert_eq!(names, ["renamed", "renamed/sub", "renamed/sub/f"]);
+        assert_eq!(names, ["renamed/", "renamed/sub", "renamed/sub/f"]);
     }
 }

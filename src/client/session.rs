@@ -96,7 +96,8 @@ impl Session {
 
     /// Relays `input` (chunks of stdin, ended by closing the channel) to the process and its output to
     /// `output` until the server closes; with `resize`, sends the local terminal's size at the start and on
-    /// every SIGWINCH. Returns the final `Status`, if one came. When the server stops taking stdin (the
+    /// every SIGWINCH. Returns the final `Status`, if one came. Sending runs in a task of its own, so the
+    /// output is read even while the server takes no input; when the server stops taking stdin (the
     /// process exited), the rest of the input is dropped and the output is still read to its end.
     pub(crate) async fn relay<O: Output>(
         self,
@@ -104,65 +105,85 @@ impl Session {
         resize: bool,
         output: &mut O,
     ) -> Result<Option<serde_json::Value>, StreamError> {
-        let (mut sink, mut stream) = self.ws.split();
-        let mut winch = if resize {
+        let (sink, mut stream) = self.ws.split();
+        let winch = if resize {
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok()
         } else {
             None
         };
-        if resize && let Some(frame) = resize_frame() {
-            send(&mut sink, frame).await?;
-        }
-        let mut input_open = input.is_some();
-        let mut input = input.unwrap_or_else(|| mpsc::channel(1).1);
+        let sender = tokio::spawn(send_input(sink, input, winch, resize, self.v5));
         let mut status: Option<serde_json::Value> = None;
-        loop {
-            tokio::select! {
-                message = stream.next() => {
-                    let data = match message {
-                        None | Some(Ok(Message::Close(_))) => break,
-                        Some(Ok(Message::Binary(d))) => d,
-                        Some(Ok(_)) => continue,
-                        Some(Err(e)) => return Err(StreamError::WebSocket(e.to_string())),
-                    };
-                    let Some((channel, payload)) = data.split_first() else { continue };
-                    match channel {
-                        1 | 2 => output.write(*channel, payload).await?,
-                        3 if !payload.is_empty() => {
-                            status = Some(serde_json::from_slice(payload).map_err(|e| {
-                                StreamError::WebSocket(format!("bad status message: {e}"))
-                            })?);
-                        }
-                        _ => {}
+        let result = loop {
+            let data = match stream.next().await {
+                None | Some(Ok(Message::Close(_))) => break Ok(()),
+                Some(Ok(Message::Binary(d))) => d,
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => break Err(StreamError::WebSocket(e.to_string())),
+            };
+            let Some((channel, payload)) = data.split_first() else { continue };
+            match channel {
+                1 | 2 => {
+                    if let Err(e) = output.write(*channel, payload).await {
+                        break Err(e);
                     }
                 }
-                chunk = input.recv(), if input_open => match chunk {
-                    Some(chunk) => {
-                        let mut frame = Vec::with_capacity(chunk.len() + 1);
-                        frame.push(0);
-                        frame.extend_from_slice(&chunk);
-                        if let Err(e) = send(&mut sink, frame).await {
-                            // the process may have exited without reading all its input: read its end
-                            debug!(error = %e, "stdin not taken any more");
-                            input_open = false;
-                        }
-                    }
-                    None => {
-                        input_open = false;
-                        if self.v5 {
-                            send(&mut sink, vec![255, 0]).await?;
-                        }
-                    }
+                3 if !payload.is_empty() => match serde_json::from_slice(payload) {
+                    Ok(s) => status = Some(s),
+                    Err(e) => break Err(StreamError::WebSocket(format!("bad status message: {e}"))),
                 },
-                Some(()) = async { match winch.as_mut() { Some(w) => w.recv().await, None => std::future::pending().await } } => {
-                    if let Some(frame) = resize_frame() {
-                        send(&mut sink, frame).await?;
+                _ => {}
+            }
+        };
+        sender.abort();
+        result.map(|()| status)
+    }
+}
+
+/// The sending half of a session: the terminal size (at the start and on every SIGWINCH) and the input,
+/// then (v5) the close of stdin; stops at the first failed send (the server no longer takes input).
+async fn send_input(
+    mut sink: futures::stream::SplitSink<Ws, Message>,
+    input: Option<mpsc::Receiver<Vec<u8>>>,
+    mut winch: Option<tokio::signal::unix::Signal>,
+    resize: bool,
+    v5: bool,
+) {
+    if resize && let Some(frame) = resize_frame() {
+        if send(&mut sink, frame).await.is_err() {
+            return;
+        }
+    }
+    let mut input_open = input.is_some();
+    let mut input = input.unwrap_or_else(|| mpsc::channel(1).1);
+    loop {
+        let frame = tokio::select! {
+            chunk = input.recv(), if input_open => match chunk {
+                Some(chunk) => {
+                    let mut frame = Vec::with_capacity(chunk.len() + 1);
+                    frame.push(0);
+                    frame.extend_from_slice(&chunk);
+                    frame
+                }
+                None => {
+                    input_open = false;
+                    if !v5 {
+                        continue;
                     }
+                    vec![255, 0]
+                }
+            },
+            Some(()) = async { match winch.as_mut() { Some(w) => w.recv().await, None => std::future::pending().await } } => {
+                match resize_frame() {
+                    Some(frame) => frame,
+                    None => continue,
                 }
             }
+            else => return,
+        };
+        if let Err(e) = send(&mut sink, frame).await {
+            debug!(error = %e, "the server takes no more input");
+            return;
         }
-        let _ = sink.close().await;
-        Ok(status)
     }
 }
 
