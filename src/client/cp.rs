@@ -427,12 +427,8 @@ fn extract(reader: impl Read, prefix: &str, dest: &Path, warnings: &mut dyn Writ
         let mut entry = entry.map_err(read_err())?;
         let raw = entry.path_bytes().into_owned();
         let mut name: &[u8] = &raw;
-        loop {
-            if let Some(rest) = name.strip_prefix(b"/").or_else(|| name.strip_prefix(b"./")) {
-                name = rest;
-            } else {
-                break;
-            }
+        while let Some(rest) = name.strip_prefix(b"/").or_else(|| name.strip_prefix(b"./")) {
+            name = rest;
         }
         let Some(rel) = name.strip_prefix(prefix.as_bytes()) else {
             return Err(CpError::Corrupted(String::from_utf8_lossy(&raw).into_owned()));

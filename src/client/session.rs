@@ -148,10 +148,11 @@ async fn send_input(
     resize: bool,
     v5: bool,
 ) {
-    if resize && let Some(frame) = resize_frame() {
-        if send(&mut sink, frame).await.is_err() {
-            return;
-        }
+    if resize
+        && let Some(frame) = resize_frame()
+        && send(&mut sink, frame).await.is_err()
+    {
+        return;
     }
     let mut input_open = input.is_some();
     let mut input = input.unwrap_or_else(|| mpsc::channel(1).1);
