@@ -181,7 +181,7 @@ impl Remote {
     }
 }
 
-/// Output kept in memory (stdout dropped unless asked for, stderr bounded).
+/// Output of a command whose stdout does not matter: stdout dropped, stderr kept (bounded).
 #[derive(Debug, Default)]
 struct Collect {
     stderr: Vec<u8>,
