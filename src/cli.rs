@@ -1,4 +1,5 @@
-//! The `nodelet` command line: the daemon's flags (named like the kubelet's) and the `get` / `logs` commands.
+//! The `nodelet` command line: the daemon's flags (named like the kubelet's) and the client commands (`get`,
+//! `logs`, `exec`, `attach`, `cp`, `port-forward`).
 //!
 //! `nodelet` alone (or `nodelet run`) runs the daemon. Every daemon flag is optional here: a flag given
 //! explicitly overrides the `--config` file, which overrides the default ([`crate::config::Config::load`]
@@ -59,6 +60,10 @@ pub(crate) enum Command {
     Logs(LogsArgs),
     /// Run a command in a container like `kubectl exec`, through the local nodelet's main port.
     Exec(ExecArgs),
+    /// Attach to a container's main process like `kubectl attach`, through the local nodelet's main port.
+    Attach(AttachArgs),
+    /// Copy files and directories to and from containers like `kubectl cp` (tar over exec).
+    Cp(CpArgs),
     /// Forward local ports to a pod like `kubectl port-forward`, through the local nodelet's main port.
     PortForward(PortForwardArgs),
 }
@@ -71,6 +76,8 @@ impl Command {
             Command::Get(g) => g.log.verbosity,
             Command::Logs(l) => l.log.verbosity,
             Command::Exec(e) => e.log.verbosity,
+            Command::Attach(a) => a.log.verbosity,
+            Command::Cp(c) => c.log.verbosity,
             Command::PortForward(p) => p.log.verbosity,
         }
     }
@@ -413,6 +420,15 @@ pub(crate) struct LogsArgs {
     /// Prefix every line with its RFC 3339 timestamp.
     #[arg(long)]
     pub(crate) timestamps: bool,
+    /// Only lines newer than this relative duration, like 5s, 2m or 3h (0: all).
+    #[arg(long, value_name = "DURATION", conflicts_with = "since_time")]
+    pub(crate) since: Option<GoDuration>,
+    /// Only lines logged at or after this RFC 3339 time (e.g. 2024-05-01T12:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    pub(crate) since_time: Option<String>,
+    /// Maximum bytes of output; 0 for no limit.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) limit_bytes: u64,
     /// Directory of the CRI log files (the daemon's --pod-logs-dir).
     #[arg(long, value_name = "DIR", env = "NODELET_POD_LOGS_DIR", default_value = "/var/log/pods")]
     pub(crate) pod_logs_dir: PathBuf,
@@ -466,6 +482,63 @@ pub(crate) struct ExecArgs {
     /// Stdin is a TTY (raw terminal, window size passed on).
     #[arg(short = 't', long)]
     pub(crate) tty: bool,
+    /// The main port.
+    #[command(flatten)]
+    pub(crate) server: MainPortArgs,
+    /// Logging.
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
+/// `nodelet attach POD`.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "Talks WebSocket (v5.channel.k8s.io, else v4.channel.k8s.io) to /attach on the \
+    main port; nodelet proxies it to the container runtime. Shows the output of the container's main process \
+    (and passes input with -i) until it exits or the command is interrupted.")]
+pub(crate) struct AttachArgs {
+    /// Pod name (static pods are named <name>-<node>).
+    #[arg(value_name = "POD")]
+    pub(crate) pod: String,
+    /// Container name; default: the pod's kubectl.kubernetes.io/default-container, else its first.
+    #[arg(short = 'c', long, value_name = "CONTAINER")]
+    pub(crate) container: Option<String>,
+    /// Namespace of the pod.
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub(crate) namespace: String,
+    /// Pass stdin to the container (it must have `stdin: true`).
+    #[arg(short = 'i', long)]
+    pub(crate) stdin: bool,
+    /// Stdin is a TTY (the container must have `tty: true`).
+    #[arg(short = 't', long)]
+    pub(crate) tty: bool,
+    /// The main port.
+    #[command(flatten)]
+    pub(crate) server: MainPortArgs,
+    /// Logging.
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
+/// `nodelet cp SRC DEST`.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "One of SRC and DEST is [NAMESPACE/]POD:PATH, the other a local path. Like kubectl \
+    cp: from a pod, `tar cf - PATH` runs in the container and the archive is unpacked locally (entries that \
+    would land outside DEST, symbolic links and special files are skipped with a warning); to a pod, the \
+    archive is made locally and unpacked by `tar xmf -` in the container (into DEST when DEST is a \
+    directory there, else as DEST). The container needs tar, sh, head and cat (busybox has them).")]
+pub(crate) struct CpArgs {
+    /// Source: a local path or [NAMESPACE/]POD:PATH.
+    #[arg(value_name = "SRC")]
+    pub(crate) src: String,
+    /// Destination: a local path or [NAMESPACE/]POD:PATH.
+    #[arg(value_name = "DEST")]
+    pub(crate) dest: String,
+    /// Container name; default: the pod's kubectl.kubernetes.io/default-container, else its first.
+    #[arg(short = 'c', long, value_name = "CONTAINER")]
+    pub(crate) container: Option<String>,
+    /// Namespace of the pod (when the pod path does not name one).
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub(crate) namespace: String,
     /// The main port.
     #[command(flatten)]
     pub(crate) server: MainPortArgs,
@@ -639,6 +712,30 @@ mod tests {
             panic!("expected port-forward")
         };
         assert_eq!(p.ports, ["8080:80", ":90", "70"]);
+        let Command::Attach(a) = parse(&["attach", "web", "-c", "ticker", "-it", "-n", "ns"]) else {
+            panic!("expected attach")
+        };
+        assert!(a.stdin && a.tty);
+        assert_eq!(
+            (a.pod.as_str(), a.container.as_deref(), a.namespace.as_str()),
+            ("web", Some("ticker"), "ns")
+        );
+        let Command::Cp(c) = parse(&["cp", "ns/web:/etc/hosts", "./hosts", "-c", "app"]) else {
+            panic!("expected cp")
+        };
+        assert_eq!(
+            (c.src.as_str(), c.dest.as_str(), c.container.as_deref()),
+            ("ns/web:/etc/hosts", "./hosts", Some("app"))
+        );
+        let Command::Logs(l2) = parse(&["logs", "web", "--since", "5m", "--limit-bytes", "100"]) else {
+            panic!("expected logs")
+        };
+        assert_eq!(l2.since.map(|d| d.0), Some(std::time::Duration::from_secs(300)));
+        assert_eq!(l2.limit_bytes, 100);
+        let Command::Logs(l3) = parse(&["logs", "web", "--since-time", "2024-05-01T12:00:00Z"]) else {
+            panic!("expected logs")
+        };
+        assert_eq!(l3.since_time.as_deref(), Some("2024-05-01T12:00:00Z"));
         assert_eq!(l.tail, -1);
         assert!(l.previous);
     }

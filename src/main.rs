@@ -10,6 +10,7 @@ mod cluster;
 mod config;
 mod container_gc;
 mod containerd;
+mod cri_log;
 mod log_rotation;
 mod node;
 mod node_facts;
@@ -33,17 +34,10 @@ fn main() -> anyhow::Result<()> {
             cli::Command::PortForward(args) => {
                 client::run_port_forward(&args).await.map_err(|e| e.to_string())
             }
-            cli::Command::Exec(args) => {
-                // The command's exit code; exiting here also ends a blocked read of stdin.
-                let code = match client::run_exec(&args).await {
-                    Ok(code) => code,
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        1
-                    }
-                };
-                std::process::exit(code);
-            }
+            // The command's exit code; exiting here also ends a blocked read of stdin.
+            cli::Command::Exec(args) => exit_with(client::run_exec(&args).await),
+            cli::Command::Attach(args) => exit_with(client::run_attach(&args).await),
+            cli::Command::Cp(args) => client::run_cp(&args).await.map_err(|e| e.to_string()),
             cli::Command::Run(args) => return run(&args).await,
         };
         if let Err(e) = client_result {
@@ -52,6 +46,15 @@ fn main() -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// Exits with the exit code of `nodelet exec` / `nodelet attach`, or 1 after printing the error.
+fn exit_with(result: Result<i32, client::StreamError>) -> ! {
+    let code = result.unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        1
+    });
+    std::process::exit(code)
 }
 
 /// The daemon: sources → desired store → pod engine → CRI runtime → actual store (and the PLEG) →

@@ -2,20 +2,24 @@
 //!
 //! Layout (the kubelet's): `<pod-logs-dir>/<namespace>_<pod>_<uid>/<container>/<restart-count>.log`, each
 //! line `<RFC3339Nano timestamp> <stdout|stderr> <P|F> <content>`, where `P` marks a partial line continued
-//! by the next record. Files are opened component by component without following symbolic links, so a pod
-//! that can write into the logs directory (a hostPath) cannot make this command read other host files.
+//! by the next record. The lines are parsed and rendered by [`crate::cri_log`], as the server's
+//! `/containerLogs` does (`--tail`, `--since`/`--since-time`, `--timestamps`, `--limit-bytes`). Files are
+//! opened component by component without following symbolic links, so a pod that can write into the logs
+//! directory (a hostPath) cannot make this command read other host files.
 
 use std::fs::File;
-use std::io::{ErrorKind, Read, Seek, Write};
+use std::io::{ErrorKind, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rustix::fs::{Mode, OFlags};
+use tokio::io::AsyncSeekExt as _;
 use tokio::time::sleep;
 
 use crate::cli::LogsArgs;
 use crate::config::{is_dns_label, is_dns_subdomain};
+use crate::cri_log::{LineReader, Renderer, tail_start};
 
 /// How often `-f` looks for new lines.
 pub(crate) const FOLLOW_POLL: Duration = Duration::from_millis(200);
@@ -97,108 +101,12 @@ pub(crate) enum LogsError {
         #[source]
         source: std::io::Error,
     },
+    /// `--since-time` is not an RFC 3339 time.
+    #[error("--since-time: {0:?} is not an RFC 3339 time (e.g. 2024-05-01T12:00:00Z)")]
+    BadSinceTime(String),
     /// Writing the output failed.
     #[error("cannot write the output: {0}")]
     Output(#[source] std::io::Error),
-}
-
-/// One CRI log record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Record {
-    /// RFC 3339 timestamp as written.
-    pub(crate) timestamp: String,
-    /// `stdout` or `stderr`.
-    pub(crate) stream: String,
-    /// `P`: the line continues in the next record.
-    pub(crate) partial: bool,
-    /// The content, without the newline.
-    pub(crate) content: Vec<u8>,
-}
-
-/// Parses one CRI log line (without its newline); `None` when it is not in CRI format.
-pub(crate) fn parse_record(line: &[u8]) -> Option<Record> {
-    let mut parts = line.splitn(4, |b| *b == b' ');
-    let ts = std::str::from_utf8(parts.next()?).ok()?;
-    let stream = std::str::from_utf8(parts.next()?).ok()?;
-    if ts.is_empty() || !(stream == "stdout" || stream == "stderr") {
-        return None;
-    }
-    let tag = parts.next()?;
-    // tags may carry more flags separated by ':'; the first is P or F
-    let partial = match tag.split(|b| *b == b':').next()? {
-        b"P" => true,
-        b"F" => false,
-        _ => return None,
-    };
-    let content = parts.next().unwrap_or_default().to_vec();
-    Some(Record { timestamp: ts.to_owned(), stream: stream.to_owned(), partial, content })
-}
-
-/// Writes records the way the kubelet serves them: a `P` record's content without a newline, the timestamp
-/// (with `--timestamps`) only at the start of a line.
-#[derive(Debug, Default)]
-pub(crate) struct Printer {
-    timestamps: bool,
-    mid_line: bool,
-}
-
-impl Printer {
-    /// A printer; `timestamps` prefixes each line with its first record's timestamp.
-    pub(crate) fn new(timestamps: bool) -> Self {
-        Printer { timestamps, mid_line: false }
-    }
-
-    /// Appends `r` to `out`.
-    pub(crate) fn print(&mut self, r: &Record, out: &mut Vec<u8>) {
-        if self.timestamps && !self.mid_line {
-            out.extend_from_slice(r.timestamp.as_bytes());
-            out.push(b' ');
-        }
-        out.extend_from_slice(&r.content);
-        if r.partial {
-            self.mid_line = true;
-        } else {
-            out.push(b'\n');
-            self.mid_line = false;
-        }
-    }
-}
-
-/// The records of the last `tail` lines (a line = `P` records up to an `F` one); all when `tail` < 0.
-pub(crate) fn last_lines(records: Vec<Record>, tail: i64) -> Vec<Record> {
-    let Ok(n) = usize::try_from(tail) else { return records };
-    // index where each line starts
-    let mut starts = Vec::new();
-    let mut at_start = true;
-    for (i, r) in records.iter().enumerate() {
-        if at_start {
-            starts.push(i);
-        }
-        at_start = !r.partial;
-    }
-    if starts.len() <= n {
-        return records;
-    }
-    let from = if n == 0 { records.len() } else { starts[starts.len() - n] };
-    records.into_iter().skip(from).collect()
-}
-
-/// Splits complete lines off `buf` (keeping an unterminated rest) and parses them.
-fn take_records(buf: &mut Vec<u8>) -> Vec<Record> {
-    let Some(last_nl) = buf.iter().rposition(|b| *b == b'\n') else { return Vec::new() };
-    let rest = buf.split_off(last_nl + 1);
-    let complete = std::mem::replace(buf, rest);
-    complete
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .filter_map(|l| {
-            let r = parse_record(l);
-            if r.is_none() {
-                tracing::debug!(line = %String::from_utf8_lossy(l), "skipping a line not in CRI log format");
-            }
-            r
-        })
-        .collect()
 }
 
 fn check_name(what: &'static str, value: &str, ok: bool) -> Result<(), LogsError> {
@@ -378,6 +286,7 @@ pub(crate) async fn print_logs(
     out: &mut (dyn Write + Send),
     poll: Duration,
 ) -> Result<(), LogsError> {
+    let since = since(args, k8s_openapi::jiff::Timestamp::now())?;
     let loc = locate(&args.pod_logs_dir, &args.namespace, &args.pod, args.container.as_deref())?;
     let instance = if args.previous {
         loc.instances.iter().rev().nth(1).copied().ok_or_else(|| LogsError::NoPrevious {
@@ -394,46 +303,48 @@ pub(crate) async fn print_logs(
     let rel = [loc.pod_dir.as_str(), loc.container.as_str(), file_name.as_str()];
     let path = args.pod_logs_dir.join(&loc.pod_dir).join(&loc.container).join(&file_name);
     let read_err = |source| LogsError::Read { path: path.clone(), source };
-    let mut file = open_beneath(&args.pod_logs_dir, &rel).map_err(read_err)?;
-    let mut buf = Vec::new();
-    file.read_to_end(&mut buf).map_err(read_err)?;
-    let records = last_lines(take_records(&mut buf), args.tail);
-    let mut printer = Printer::new(args.timestamps);
+    let file = open_beneath(&args.pod_logs_dir, &rel).map_err(read_err)?;
+    let mut ino = file.metadata().map_err(read_err)?.ino();
+    let mut file = tokio::fs::File::from_std(file);
+    let start = match u64::try_from(args.tail) {
+        Ok(n) => tail_start(file.try_clone().await.map_err(read_err)?, n).await.map_err(read_err)?,
+        Err(_) => 0,
+    };
+    file.seek(SeekFrom::Start(start)).await.map_err(read_err)?;
+    let mut lines = LineReader::new(file, start);
+    let limit = (args.limit_bytes > 0).then_some(args.limit_bytes);
+    let mut renderer = Renderer::new(args.timestamps, since, limit);
+    let follow = args.follow && !args.previous;
     let mut text = Vec::new();
-    for r in &records {
-        printer.print(r, &mut text);
+    let limited = render_available(&mut lines, &mut renderer, &mut text).await.map_err(read_err)?;
+    if limited || !follow {
+        // the file is read to its end: its unterminated last line is printed too, as the kubelet does
+        if !limited && let Some(line) = lines.take_incomplete() {
+            renderer.render(&line, &mut text);
+        }
+        write_out(out, &text)?;
+        return Ok(());
     }
-    if !write_out(out, &text)? || !args.follow || args.previous {
+    if !write_out(out, &text)? {
         return Ok(());
     }
 
     // follow
     let container_dir = args.pod_logs_dir.join(&loc.pod_dir).join(&loc.container);
-    let mut offset = file.stream_position().map_err(read_err)?;
     loop {
-        let mut chunk = Vec::new();
-        file.read_to_end(&mut chunk).map_err(read_err)?;
-        offset += chunk.len() as u64;
-        buf.extend_from_slice(&chunk);
         let mut text = Vec::new();
-        for r in take_records(&mut buf) {
-            printer.print(&r, &mut text);
-        }
-        if !text.is_empty() && !write_out(out, &text)? {
+        let limited = render_available(&mut lines, &mut renderer, &mut text).await.map_err(read_err)?;
+        if (!text.is_empty() && !write_out(out, &text)?) || limited {
             return Ok(());
-        }
-        if !chunk.is_empty() {
-            continue;
         }
         // at the end of the file: was it rotated, or the container restarted, or the pod removed?
         match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.ino() != file.metadata().map_err(read_err)?.ino() || m.len() < offset => {
+            Ok(m) if m.ino() != ino || m.len() < lines.pos() => {
                 // rotated (renamed away and recreated, or truncated): continue with the new file
                 match open_beneath(&args.pod_logs_dir, &rel) {
                     Ok(f) => {
-                        file = f;
-                        offset = 0;
-                        buf.clear();
+                        ino = f.metadata().map_err(read_err)?.ino();
+                        lines = LineReader::new(tokio::fs::File::from_std(f), 0);
                         continue;
                     }
                     Err(e) if e.kind() == ErrorKind::NotFound => {}
@@ -453,18 +364,41 @@ pub(crate) async fn print_logs(
         });
         if restarted {
             // the container we followed has exited; one last read, then stop like kubectl does
-            let mut chunk = Vec::new();
-            file.read_to_end(&mut chunk).map_err(read_err)?;
-            buf.extend_from_slice(&chunk);
             let mut text = Vec::new();
-            for r in take_records(&mut buf) {
-                printer.print(&r, &mut text);
-            }
+            render_available(&mut lines, &mut renderer, &mut text).await.map_err(read_err)?;
             write_out(out, &text)?;
             return Ok(());
         }
         sleep(poll).await;
     }
+}
+
+/// Renders the complete lines up to the end of the file into `text`; true when the byte limit is reached.
+async fn render_available(
+    lines: &mut LineReader,
+    renderer: &mut Renderer,
+    text: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    while let Some((_, line)) = lines.next_line().await? {
+        if renderer.render(&line, text) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The time from which lines are printed: `--since-time`, or `now` less `--since`.
+fn since(
+    args: &LogsArgs,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Result<Option<k8s_openapi::jiff::Timestamp>, LogsError> {
+    if let Some(time) = &args.since_time {
+        return time.parse().map(Some).map_err(|_| LogsError::BadSinceTime(time.clone()));
+    }
+    let Some(duration) = args.since.filter(|d| !d.0.is_zero()) else { return Ok(None) };
+    let span = k8s_openapi::jiff::SignedDuration::try_from(duration.0)
+        .unwrap_or(k8s_openapi::jiff::SignedDuration::MAX);
+    Ok(Some(now.checked_sub(span).unwrap_or(k8s_openapi::jiff::Timestamp::MIN)))
 }
 
 /// `nodelet logs`.
@@ -521,17 +455,6 @@ mod tests {
         "not a cri line",
         "2024-05-01T12:00:03.000000001Z stdout F bye",
     ];
-
-    #[test]
-    fn cri_records_parse() {
-        let r = parse_record(b"2016-10-06T00:17:09.669794202Z stdout P log content 1").expect("record");
-        assert_eq!(r.stream, "stdout");
-        assert!(r.partial);
-        assert_eq!(r.content, b"log content 1");
-        assert_eq!(parse_record(b"2016-10-06T00:17:09Z stderr F").map(|r| r.content), Some(Vec::new()));
-        assert!(parse_record(b"garbage").is_none());
-        assert!(parse_record(b"ts stdin F x").is_none());
-    }
 
     #[tokio::test]
     async fn a_single_container_pod_needs_no_container_name() {
@@ -683,23 +606,58 @@ mod tests {
         assert!(!out.text().contains("next instance"), "the next instance is not part of this follow");
     }
 
-    #[test]
-    fn tail_counts_whole_lines() {
-        let recs = |v: &[(&str, bool)]| -> Vec<Record> {
-            v.iter()
-                .map(|(c, p)| Record {
-                    timestamp: "t".into(),
-                    stream: "stdout".into(),
-                    partial: *p,
-                    content: c.as_bytes().to_vec(),
-                })
-                .collect()
+    #[tokio::test]
+    async fn since_since_time_and_limit_bytes_select_the_output() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        write_log(tmp.path(), "web-node1", "httpd", 0, LINES);
+        let run = |flags: &'static [&'static str]| {
+            let args = logs_args(tmp.path(), &[&["web-node1"][..], flags].concat());
+            async move { run_to_string(&args).await }
         };
-        let all = recs(&[("a", false), ("b1", true), ("b2", false), ("c", false)]);
-        let last2: Vec<_> = last_lines(all.clone(), 2).into_iter().map(|r| r.content).collect();
-        assert_eq!(last2, vec![b"b1".to_vec(), b"b2".to_vec(), b"c".to_vec()]);
-        assert_eq!(last_lines(all.clone(), -1).len(), 4);
-        assert_eq!(last_lines(all.clone(), 10).len(), 4);
-        assert!(last_lines(all, 0).is_empty());
+        assert_eq!(run(&["--since-time", "2024-05-01T12:00:01.5Z"]).await.expect("logs"), "long line\nbye\n");
+        assert_eq!(
+            run(&["--since-time", "2024-05-01T12:00:01.5Z", "--timestamps", "--tail", "1"])
+                .await
+                .expect("logs"),
+            "2024-05-01T12:00:03.000000001Z bye\n"
+        );
+        assert_eq!(run(&["--limit-bytes", "8"]).await.expect("logs"), "hello\noo");
+        assert_eq!(run(&["--limit-bytes", "0"]).await.expect("logs"), "hello\noops\nlong line\nbye\n");
+        // the lines are from 2024: none is newer than an hour, all are newer than 100000 days
+        assert_eq!(run(&["--since", "1h"]).await.expect("logs"), "");
+        assert_eq!(run(&["--since", "2400000h"]).await.expect("logs"), "hello\noops\nlong line\nbye\n");
+        let e = run(&["--since-time", "yesterday"]).await.expect_err("bad time");
+        assert!(matches!(e, LogsError::BadSinceTime(_)), "{e}");
+        let conflict = Cli::try_parse_from([
+            "nodelet",
+            "logs",
+            "x",
+            "--since",
+            "1m",
+            "--since-time",
+            "2024-05-01T12:00:00Z",
+        ]);
+        assert!(conflict.is_err(), "--since and --since-time exclude each other");
+        assert!(Cli::try_parse_from(["nodelet", "logs", "x", "--since", "5"]).is_err(), "needs a unit");
+    }
+
+    #[test]
+    fn since_counts_back_from_now() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let now: k8s_openapi::jiff::Timestamp = "2026-01-02T03:04:05Z".parse().expect("time");
+        let at = |flags: &[&str]| since(&logs_args(tmp.path(), flags), now).map(|t| t.map(|t| t.to_string()));
+        assert_eq!(at(&["p", "--since", "2m5s"]).ok(), Some(Some("2026-01-02T03:02:00Z".to_owned())));
+        assert_eq!(at(&["p", "--since", "0s"]).ok(), Some(None));
+        assert_eq!(at(&["p"]).ok(), Some(None));
+    }
+
+    #[tokio::test]
+    async fn an_unterminated_last_line_is_printed_without_follow() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = write_log(tmp.path(), "web-node1", "httpd", 0, &["2024-05-01T12:00:00Z stdout F one"]);
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).expect("open");
+        f.write_all(b"2024-05-01T12:00:01Z stdout F two").expect("append");
+        let out = run_to_string(&logs_args(tmp.path(), &["web-node1"])).await.expect("logs");
+        assert_eq!(out, "one\ntwo\n");
     }
 }

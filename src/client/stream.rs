@@ -1,5 +1,5 @@
-//! The WebSocket connection of `nodelet exec` and `nodelet port-forward` to the local nodelet's main port:
-//! TLS (tokio-rustls) verified against `--certificate-authority` (default: nodelet's self-signed
+//! The WebSocket connection of `nodelet exec`, `attach`, `cp` and `port-forward` to the local nodelet's
+//! main port: TLS (tokio-rustls) verified against `--certificate-authority` (default: nodelet's self-signed
 //! certificate under /var/lib/nodelet/pki, when it exists) or not at all with `--insecure-skip-tls-verify`,
 //! the bearer token of `--token` / `--token-file` / `NODELET_TOKEN`, and the subprotocols offered.
 

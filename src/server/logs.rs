@@ -1,19 +1,19 @@
-//! `/containerLogs`: reads a CRI log file (`<RFC3339Nano> <stdout|stderr> <P|F> <content>` per line) and
-//! returns the container's output the way the kubelet does: partial (`P`) segments joined into one line,
-//! optional timestamps, the last N lines, a byte limit, and following the file as it grows.
+//! `/containerLogs`: opens a container's CRI log file and streams the container's output the way the
+//! kubelet does (the parsing and rendering are in [`crate::cri_log`], shared with `nodelet logs`): the last
+//! N lines, lines since a time, optional timestamps, a byte limit, and following the file as it grows.
 
-use std::collections::VecDeque;
 use std::io::{self, SeekFrom};
 use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
-use tokio::fs::File;
-use tokio::io::{AsyncBufReadExt as _, AsyncSeekExt as _, BufReader};
+use tokio::io::AsyncSeekExt as _;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::debug;
+
+use crate::cri_log::{LineReader, Renderer, tail_start};
 
 /// How often a followed log file is checked for new lines.
 pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -21,9 +21,6 @@ pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 const RUNNING_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// Output is sent in chunks of about this size.
 const CHUNK_BYTES: usize = 32 * 1024;
-/// A raw line longer than this is dropped (containerd splits lines at 16 KiB, so only a damaged or forged
-/// file has such lines); it would otherwise grow without bound in memory.
-const MAX_RAW_LINE: usize = 1024 * 1024;
 
 /// The query parameters of `/containerLogs` that nodelet serves.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -125,136 +122,6 @@ pub(crate) enum LogError {
     Io(#[from] io::Error),
 }
 
-/// Reads raw lines (without the `\n`) and tracks the offset of each.
-struct LineReader {
-    reader: BufReader<File>,
-    /// Bytes of the line being read (no `\n` seen yet).
-    raw: Vec<u8>,
-    /// Dropping an over-long line until its `\n`.
-    discarding: bool,
-    /// File offset just past what has been consumed.
-    pos: u64,
-    /// File offset where `raw` started.
-    line_start: u64,
-}
-
-impl LineReader {
-    fn new(file: File, pos: u64) -> Self {
-        Self { reader: BufReader::new(file), raw: Vec::new(), discarding: false, pos, line_start: pos }
-    }
-
-    /// The next complete line and its starting offset, or `None` at the end of the file (an incomplete
-    /// last line stays buffered until its `\n` arrives).
-    async fn next_line(&mut self) -> io::Result<Option<(u64, Vec<u8>)>> {
-        loop {
-            let buf = self.reader.fill_buf().await?;
-            if buf.is_empty() {
-                return Ok(None);
-            }
-            if let Some(i) = buf.iter().position(|b| *b == b'\n') {
-                if !self.discarding {
-                    self.raw.extend_from_slice(&buf[..i]);
-                }
-                self.reader.consume(i + 1);
-                self.pos += i as u64 + 1;
-                let start = self.line_start;
-                self.line_start = self.pos;
-                if std::mem::take(&mut self.discarding) {
-                    self.raw.clear();
-                    continue;
-                }
-                return Ok(Some((start, std::mem::take(&mut self.raw))));
-            }
-            let n = buf.len();
-            if !self.discarding {
-                self.raw.extend_from_slice(buf);
-            }
-            self.reader.consume(n);
-            self.pos += n as u64;
-            if self.raw.len() > MAX_RAW_LINE {
-                warn!(offset = self.line_start, "log line longer than {MAX_RAW_LINE} bytes; dropped");
-                self.raw = Vec::new();
-                self.discarding = true;
-            }
-        }
-    }
-
-    /// What is left of an incomplete last line (for a reader that stops at the end of the file).
-    fn take_incomplete(&mut self) -> Option<Vec<u8>> {
-        (!self.raw.is_empty() && !self.discarding).then(|| std::mem::take(&mut self.raw))
-    }
-}
-
-/// One parsed CRI log line.
-#[derive(Debug, PartialEq, Eq)]
-struct CriLine<'a> {
-    timestamp: &'a str,
-    stream: &'a str,
-    partial: bool,
-    content: &'a [u8],
-}
-
-/// Parses `<timestamp> <stdout|stderr> <tag[:tag…]> <content>` (the kubelet's `parseCRILog`); a line
-/// that does not parse is skipped by the readers, as the kubelet does.
-fn parse_cri_line(line: &[u8]) -> Option<CriLine<'_>> {
-    let mut rest = line;
-    let mut field = || {
-        let i = rest.iter().position(|b| *b == b' ')?;
-        let (f, r) = (&rest[..i], &rest[i + 1..]);
-        rest = r;
-        Some(f)
-    };
-    let timestamp = std::str::from_utf8(field()?).ok()?;
-    normalize_timestamp(timestamp)?;
-    let stream = std::str::from_utf8(field()?).ok()?;
-    if stream != "stdout" && stream != "stderr" {
-        return None;
-    }
-    let tags = field()?;
-    let partial = tags.split(|b| *b == b':').next() == Some(b"P");
-    Some(CriLine { timestamp, stream, partial, content: rest })
-}
-
-/// Re-formats an RFC 3339 timestamp the way the kubelet prints it (`RFC3339NanoFixed`: exactly nine
-/// fractional digits, `Z` for a zero offset), or `None` if it is not RFC 3339.
-fn normalize_timestamp(ts: &str) -> Option<String> {
-    let b = ts.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
-    let at = |i: usize, c: u8| b.get(i) == Some(&c);
-    if !(digits(0..4) && at(4, b'-') && digits(5..7) && at(7, b'-') && digits(8..10) && at(10, b'T'))
-        || !(digits(11..13) && at(13, b':') && digits(14..16) && at(16, b':') && digits(17..19))
-    {
-        return None;
-    }
-    let mut i = 19;
-    let mut fraction = String::new();
-    if at(i, b'.') {
-        i += 1;
-        let start = i;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        if i == start {
-            return None;
-        }
-        fraction.push_str(&ts[start..i]);
-    }
-    fraction.truncate(9);
-    while fraction.len() < 9 {
-        fraction.push('0');
-    }
-    let zone = match b.get(i) {
-        Some(b'Z') if i + 1 == b.len() => "Z",
-        Some(b'+' | b'-')
-            if i + 6 == b.len() && digits(i + 1..i + 3) && at(i + 3, b':') && digits(i + 4..i + 6) =>
-        {
-            if &ts[i + 1..] == "00:00" { "Z" } else { &ts[i..] }
-        }
-        _ => return None,
-    };
-    Some(format!("{}.{fraction}{zone}", &ts[..19]))
-}
-
 /// Opens a container's log file without following a final symbolic link, checks it is a regular file,
 /// and positions it at the first of the last `tail_lines` lines (or at the start).
 pub(crate) async fn open(path: &Path, options: &LogOptions) -> Result<LogFile, LogError> {
@@ -280,26 +147,6 @@ pub(crate) async fn open(path: &Path, options: &LogOptions) -> Result<LogFile, L
     Ok(LogFile { lines: LineReader::new(file, start) })
 }
 
-/// The offset where the last `n` lines (partial segments joined) begin.
-async fn tail_start(file: File, n: u64) -> io::Result<u64> {
-    let mut reader = LineReader::new(file, 0);
-    let mut starts: VecDeque<u64> = VecDeque::new();
-    let mut at_line_start = true;
-    let mut end = 0;
-    while let Some((offset, line)) = reader.next_line().await? {
-        end = reader.pos;
-        let Some(parsed) = parse_cri_line(&line) else { continue };
-        if at_line_start && n > 0 {
-            if starts.len() as u64 == n {
-                starts.pop_front();
-            }
-            starts.push_back(offset);
-        }
-        at_line_start = !parsed.partial;
-    }
-    Ok(if n == 0 { end } else { starts.front().copied().unwrap_or(0) })
-}
-
 /// An opened, positioned log file.
 pub(crate) struct LogFile {
     lines: LineReader,
@@ -307,7 +154,7 @@ pub(crate) struct LogFile {
 
 impl std::fmt::Debug for LogFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogFile").field("pos", &self.lines.pos).finish_non_exhaustive()
+        f.debug_struct("LogFile").field("pos", &self.lines.pos()).finish_non_exhaustive()
     }
 }
 
@@ -323,15 +170,13 @@ impl LogFile {
     ) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static {
         let follower = Follower {
             lines: self.lines,
-            remaining: options.limit_bytes,
-            options,
-            at_line_start: true,
+            renderer: Renderer::new(options.timestamps, options.since, options.limit_bytes),
+            follow: options.follow,
             running,
             stopping,
             poll_interval,
             last_running_check: None,
             finished: false,
-            skipping: false,
         };
         futures::stream::unfold(follower, |mut f| async move { f.next_chunk().await.map(|chunk| (chunk, f)) })
     }
@@ -339,17 +184,13 @@ impl LogFile {
 
 struct Follower {
     lines: LineReader,
-    options: LogOptions,
-    remaining: Option<u64>,
-    /// The next output starts a new line (gets a timestamp prefix).
-    at_line_start: bool,
+    renderer: Renderer,
+    follow: bool,
     running: Box<dyn Fn() -> bool + Send + Sync>,
     stopping: CancellationToken,
     poll_interval: Duration,
     last_running_check: Option<Instant>,
     finished: bool,
-    /// The current line is before `since`.
-    skipping: bool,
 }
 
 impl Follower {
@@ -358,7 +199,7 @@ impl Follower {
             return None;
         }
         let mut out = Vec::new();
-        let mut last_pass = !self.options.follow;
+        let mut last_pass = !self.follow;
         loop {
             loop {
                 let line = match self.lines.next_line().await {
@@ -369,7 +210,7 @@ impl Follower {
                         return Some(Err(e));
                     }
                 };
-                if self.render(&line, &mut out) {
+                if self.renderer.render(&line, &mut out) {
                     self.finished = true;
                     return Some(Ok(out.into()));
                 }
@@ -384,7 +225,7 @@ impl Follower {
             if last_pass {
                 self.finished = true;
                 if let Some(line) = self.lines.take_incomplete() {
-                    self.render(&line, &mut out);
+                    self.renderer.render(&line, &mut out);
                 }
                 return (!out.is_empty()).then(|| Ok(out.into()));
             }
@@ -405,48 +246,6 @@ impl Follower {
             }
         }
     }
-
-    /// Appends one raw line's output; true when the byte limit is reached.
-    fn render(&mut self, line: &[u8], out: &mut Vec<u8>) -> bool {
-        let Some(parsed) = parse_cri_line(line) else {
-            debug!(line = %String::from_utf8_lossy(&line[..line.len().min(200)]), "skipping a malformed CRI log line");
-            return false;
-        };
-        if let Some(since) = self.options.since {
-            // A line (its first segment decides for its partial continuation) before `since` is skipped.
-            if self.at_line_start {
-                self.skipping =
-                    parsed.timestamp.parse::<k8s_openapi::jiff::Timestamp>().is_ok_and(|t| t < since);
-            }
-            if self.skipping {
-                self.at_line_start = !parsed.partial;
-                return false;
-            }
-        }
-        let start = out.len();
-        if self.options.timestamps
-            && self.at_line_start
-            && let Some(ts) = normalize_timestamp(parsed.timestamp)
-        {
-            out.extend_from_slice(ts.as_bytes());
-            out.push(b' ');
-        }
-        out.extend_from_slice(parsed.content);
-        if !parsed.partial {
-            out.push(b'\n');
-        }
-        self.at_line_start = !parsed.partial;
-        if let Some(remaining) = &mut self.remaining {
-            let added = (out.len() - start) as u64;
-            if added >= *remaining {
-                out.truncate(start + usize::try_from(*remaining).unwrap_or(usize::MAX));
-                *remaining = 0;
-                return true;
-            }
-            *remaining -= added;
-        }
-        false
-    }
 }
 
 #[cfg(test)]
@@ -455,51 +254,6 @@ mod tests {
 
     fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
-    }
-
-    #[test]
-    fn parses_cri_lines_like_the_kubelet() {
-        assert_eq!(
-            parse_cri_line(b"2016-10-06T00:17:09.669794202Z stdout P log content 1"),
-            Some(CriLine {
-                timestamp: "2016-10-06T00:17:09.669794202Z",
-                stream: "stdout",
-                partial: true,
-                content: b"log content 1"
-            })
-        );
-        let full =
-            parse_cri_line(b"2016-10-06T00:17:09.669794203+02:00 stderr F:x  two spaces").expect("valid");
-        assert!(!full.partial);
-        assert_eq!(full.content, b" two spaces");
-        assert_eq!(parse_cri_line(b"2016-10-06T00:17:09Z stdout F ").map(|l| l.content), Some(&b""[..]));
-        assert!(parse_cri_line(b"2016-10-06T00:17:09Z stdout F").is_none(), "the tag needs its delimiter");
-        assert!(parse_cri_line(b"2016-10-06T00:17:09Z stdin F x").is_none());
-        assert!(parse_cri_line(b"yesterday stdout F x").is_none());
-        assert!(parse_cri_line(b"").is_none());
-    }
-
-    #[test]
-    fn timestamps_are_printed_with_nine_fraction_digits() {
-        assert_eq!(
-            normalize_timestamp("2016-10-06T00:17:09.6697942Z").as_deref(),
-            Some("2016-10-06T00:17:09.669794200Z")
-        );
-        assert_eq!(
-            normalize_timestamp("2016-10-06T00:17:09Z").as_deref(),
-            Some("2016-10-06T00:17:09.000000000Z")
-        );
-        assert_eq!(
-            normalize_timestamp("2016-10-06T02:17:09.1234567891+02:00").as_deref(),
-            Some("2016-10-06T02:17:09.123456789+02:00")
-        );
-        assert_eq!(
-            normalize_timestamp("2016-10-06T00:17:09.5+00:00").as_deref(),
-            Some("2016-10-06T00:17:09.500000000Z")
-        );
-        assert_eq!(normalize_timestamp("2016-10-06T00:17:09."), None);
-        assert_eq!(normalize_timestamp("2016-10-06 00:17:09Z"), None);
-        assert_eq!(normalize_timestamp("2016-10-06T00:17:09+0200"), None);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::cluster_support::{ClusterEnv, ClusterNode, cluster_or_skip};
 use crate::support::{Nodelet, StartOptions, TOKEN, env_or_skip, sleep_until_term};
 
 /// How long one exec may take in these tests.
-const EXEC_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const EXEC_LIMIT: Duration = Duration::from_secs(30);
 
 type Ws = WebSocketStream<TlsStream<TcpStream>>;
 
@@ -158,7 +158,7 @@ async fn exec(n: &Nodelet, pod: &str, cmd: &[&str], input: &[&str], tty: bool) -
     }
 }
 
-async fn shell_pod(n: &Nodelet, name: &str) -> (String, String) {
+pub(crate) async fn shell_pod(n: &Nodelet, name: &str) -> (String, String) {
     n.write_manifest(
         &format!("{name}.yaml"),
         &n.pod_manifest(
@@ -330,7 +330,7 @@ async fn exec_sessions_do_not_leak() {
 
 /// Runs `nodelet ARGS[0] --server <main port> --certificate-authority <its cert> ARGS[1..]…` with the token in
 /// `NODELET_TOKEN` and `input` on stdin; returns (exit code, stdout, stderr).
-async fn nodelet_streaming_cli(n: &Nodelet, args: &[&str], input: &str) -> (i32, String, String) {
+pub(crate) async fn nodelet_streaming_cli(n: &Nodelet, args: &[&str], input: &str) -> (i32, String, String) {
     use tokio::io::AsyncWriteExt as _;
     let ca = n.root_dir().join("pki").join("nodelet.crt");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
@@ -395,7 +395,7 @@ async fn nodelet_exec_prints_the_output_and_exits_with_the_commands_code() {
     n.shutdown().await;
 }
 
-fn sha256_hex(data: &[u8]) -> String {
+pub(crate) fn sha256_hex(data: &[u8]) -> String {
     ring::digest::digest(&ring::digest::SHA256, data).as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -20,6 +20,7 @@
 
 mod api;
 mod certificates;
+mod cli_streaming;
 mod cluster;
 mod cluster_data;
 mod cluster_support;
