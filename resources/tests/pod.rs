@@ -554,3 +554,49 @@ async fn sidecars_should_be_stopped_after_the_app_containers_last_one_first() {
     assert_eq!((stops[1].1 - stops[0].1) / 1_000_000_000, 7);
     assert!(removed_at.elapsed() < Duration::from_secs(8));
 }
+
+const SIZED: &str = r#"
+metadata: {name: sized, namespace: default}
+spec:
+  containers:
+  - name: app
+    image: busybox
+    resources: {requests: {cpu: 100m}, limits: {cpu: 200m, memory: 64Mi}}
+    resizePolicy: [{resourceName: memory, restartPolicy: RestartContainer}]
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn a_resources_change_should_resize_in_place_or_restart_as_the_resize_policy_says() {
+    let mut n = node();
+    n.add(pod("u1", SIZED));
+    assert!(eventually(LONG, || n.running("u1", "app")).await);
+    let first = n.actual.get(&"u1".into()).and_then(|a| a.container("app").map(|c| c.id.clone()));
+    // CPU: NotRequired (the default) — updated in place, same container
+    n.add(pod("u1", &SIZED.replace("cpu: 200m", "cpu: 500m")));
+    assert!(eventually(LONG, || !n.runtime.calls_of("update_container_resources").is_empty()).await);
+    assert!(
+        eventually(LONG, || n
+            .actual
+            .get(&"u1".into())
+            .and_then(|a| a.container("app").and_then(|c| c.applied))
+            .is_some_and(|r| r.cpu_quota == 50_000))
+        .await
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let now = n.actual.get(&"u1".into()).and_then(|a| a.container("app").map(|c| c.id.clone()));
+    assert_eq!(now, first, "resized in place");
+    assert_eq!(n.starts("u1/app").len(), 1);
+    let status = n.status("u1");
+    assert_eq!(status.resize, None, "nothing pending");
+    let app = status.container_statuses.unwrap_or_default().into_iter().next().expect("app");
+    let limits = app.resources.and_then(|r| r.limits).unwrap_or_default();
+    assert_eq!(limits.get("cpu").map(|q| q.0.as_str()), Some("500m"));
+    assert_eq!(
+        app.allocated_resources.and_then(|a| a.get("cpu").cloned()).map(|q| q.0),
+        Some("100m".to_owned())
+    );
+    // Memory: RestartContainer — the container is replaced
+    n.add(pod("u1", &SIZED.replace("cpu: 200m", "cpu: 500m").replace("64Mi", "128Mi")));
+    assert!(eventually(LONG, || n.starts("u1/app").len() == 2).await);
+    assert_eq!(n.runtime.calls_of("update_container_resources").len(), 1);
+}

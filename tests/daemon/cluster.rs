@@ -1033,3 +1033,82 @@ async fn a_runtime_class_from_the_api_picks_the_sandbox_handler_and_its_overhead
     let _ = classes.delete(&name, &DeleteParams::default()).await;
     n.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_running_pods_resources_are_resized_in_place_or_with_a_restart_as_its_resize_policy_says() {
+    let (env, cluster) = cluster_or_skip!(
+        "a_running_pods_resources_are_resized_in_place_or_with_a_restart_as_its_resize_policy_says"
+    );
+    let n = ClusterNode::start(&env, &cluster, "resize").await;
+    let resources = |cpu_request: &str, cpu_limit: &str, memory_limit: &str| json!({"requests": {"cpu": cpu_request, "memory": "16Mi"}, "limits": {"cpu": cpu_limit, "memory": memory_limit}});
+    n.create_pod(&n.api_pod_manifest(
+        "resizable",
+        json!({"containers": [{"name": "main", "command": sleep_until_term(""),
+            "resources": resources("100m", "200m", "64Mi"),
+            "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                             {"resourceName": "memory", "restartPolicy": "RestartContainer"}]}]}),
+    ))
+    .await;
+    let pod = n.wait_api_running("resizable").await;
+    let first_id = container(&pod, "main").map(runtime_id).unwrap_or_default();
+    let patch =
+        |resources: Value| json!({"spec": {"containers": [{"name": "main", "resources": resources}]}});
+    let apply = async |body: Value| {
+        let params = kube::api::PatchParams::default();
+        if let Err(e) = n.pods_api().patch("resizable", &params, &kube::api::Patch::Strategic(body)).await {
+            panic!("cannot patch the pod's resources (is InPlacePodVerticalScaling on?): {e}");
+        }
+    };
+    let limits_of = |p: &Pod, key: &str| {
+        container(p, "main")
+            .and_then(|c| c.resources.as_ref())
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get(key))
+            .map(|q| q.0.clone())
+    };
+
+    // CPU (NotRequired): the same container, its cgroup changed, reported in the status
+    apply(patch(resources("100m", "400m", "64Mi"))).await;
+    let pod = n
+        .wait_api_pod(
+            "resizable",
+            "containerStatuses[0].resources.limits.cpu 400m, no resize pending",
+            WAIT,
+            |p| {
+                limits_of(p, "cpu").as_deref() == Some("400m")
+                    && p.status.as_ref().is_some_and(|s| s.resize.is_none())
+            },
+        )
+        .await;
+    let main = container(&pod, "main").expect("main status");
+    assert_eq!((runtime_id(main), main.restart_count), (first_id.clone(), 0), "resized in place");
+    let cri = n.container_status(&first_id).await;
+    let linux = cri.resources.and_then(|r| r.linux).unwrap_or_default();
+    assert_eq!((linux.cpu_quota, linux.cpu_period), (40_000, 100_000), "the runtime applied the new quota");
+    let allocated = main.allocated_resources.clone().unwrap_or_default();
+    assert_eq!(allocated.get("cpu").map(|q| q.0.as_str()), Some("100m"), "{}", pretty(&pod));
+
+    // Memory (RestartContainer): the container is restarted with the new limit
+    apply(patch(resources("100m", "400m", "128Mi"))).await;
+    let pod = n
+        .wait_api_pod("resizable", "restarted with a 128Mi limit", WAIT, |p| {
+            container(p, "main").is_some_and(|c| c.restart_count == 1)
+                && limits_of(p, "memory").as_deref() == Some(&(128_i64 << 20).to_string())
+        })
+        .await;
+    let second_id = container(&pod, "main").map(runtime_id).unwrap_or_default();
+    assert_ne!(second_id, first_id);
+    let linux = n.container_status(&second_id).await.resources.and_then(|r| r.linux).unwrap_or_default();
+    assert_eq!(linux.memory_limit_in_bytes, 128 << 20);
+
+    // More than the node has: Infeasible, the container keeps what it has
+    apply(patch(resources("100000", "100000", "128Mi"))).await;
+    let pod = n
+        .wait_api_pod("resizable", "status.resize Infeasible", WAIT, |p| {
+            p.status.as_ref().and_then(|s| s.resize.as_deref()) == Some("Infeasible")
+        })
+        .await;
+    assert_eq!(container(&pod, "main").map(runtime_id), Some(second_id.clone()));
+    assert_eq!(limits_of(&pod, "cpu").as_deref(), Some("400m"));
+    n.shutdown().await;
+}

@@ -543,6 +543,26 @@ impl CriClient {
         })
     }
 
+    /// CRI `UpdateContainerResources`: changes a running container's Linux resources (CPU shares,
+    /// quota and period, memory limit) in place.
+    pub async fn update_container_resources(
+        &self,
+        container_id: &str,
+        linux: v1::LinuxContainerResources,
+    ) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = v1::UpdateContainerResourcesRequest {
+            container_id: container_id.to_owned(),
+            linux: Some(linux),
+            ..Default::default()
+        };
+        self.unary("UpdateContainerResources", self.default_deadline(), req, move |r| async move {
+            c.update_container_resources(r).await
+        })
+        .await?;
+        Ok(())
+    }
+
     /// CRI `ListContainers` with a filter.
     pub async fn list_containers(&self, filter: &ContainerFilter) -> Result<Vec<v1::Container>> {
         let mut c = self.runtime.clone();

@@ -28,6 +28,9 @@ pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount"
 /// Annotation: hash of the container spec the container was created from; lowercase hex like the kubelet's
 /// `strconv.FormatUint(hash, 16)` (containers only).
 pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+/// Annotation (the kubelet's): the container spec's hash without `resources`, which decides whether a
+/// changed spec replaces the container (a resources change is resized in place instead).
+pub const CONTAINER_HASH_WITHOUT_RESOURCES: &str = "io.kubernetes.container.hashWithoutResources";
 /// Annotation: the pod's `terminationGracePeriodSeconds`; decimal seconds (containers only).
 pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
 /// Annotation: path of the termination message file inside the container (containers only).

@@ -29,6 +29,7 @@ use k8s_openapi::api::core::v1::Container;
 use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use nodelet_resources::pod::desired::DesiredPod;
 use nodelet_resources::pod::driver::{ContainerKind, PodRuntime, RuntimeError, RuntimeResult};
+use nodelet_resources::pod::resize::CgroupResources;
 use nodelet_resources::pod::runtime_class::{self, RuntimeClasses};
 use nodelet_resources::volume::status::PodVolumes;
 
@@ -296,6 +297,19 @@ struct StatusFacts {
     message: String,
     image_ref: String,
     log_path: String,
+    /// The CPU and memory cgroup settings the runtime reports (containerd ≥ 1.6 does).
+    applied: Option<CgroupResources>,
+}
+
+/// The cgroup settings in a CRI status, if reported.
+fn applied_resources(resources: Option<&v1::ContainerResources>) -> Option<CgroupResources> {
+    let linux = resources?.linux.as_ref()?;
+    Some(CgroupResources {
+        cpu_shares: linux.cpu_shares,
+        cpu_quota: linux.cpu_quota,
+        cpu_period: linux.cpu_period,
+        memory_limit: linux.memory_limit_in_bytes,
+    })
 }
 
 #[derive(Debug, Default)]
@@ -610,6 +624,7 @@ impl CriPodRuntime {
                             _ => s.message,
                         };
                         let facts = StatusFacts {
+                            applied: applied_resources(s.resources.as_ref()),
                             state: container_state(s.state),
                             started_at: s.started_at,
                             finished_at: s.finished_at,
@@ -680,6 +695,11 @@ impl CriPodRuntime {
                 sandbox_id: c.pod_sandbox_id.clone(),
                 restart_count,
                 spec_hash: c.annotations.get(labels::CONTAINER_HASH).cloned(),
+                spec_hash_without_resources: c
+                    .annotations
+                    .get(labels::CONTAINER_HASH_WITHOUT_RESOURCES)
+                    .cloned(),
+                applied: facts.and_then(|f| f.applied),
                 sidecar: labels::sidecar_index(&c.annotations),
                 // A status fetched during this relist may be newer than the list; otherwise the list is.
                 state: match (container_state(c.state), facts) {
@@ -1038,6 +1058,41 @@ impl PodRuntime for CriPodRuntime {
             Err(e) if !e.is_not_found() => {
                 Err(cri_error("KillContainerError", format!("StopContainer {container_id}"), &e))
             }
+            _ => Ok(()),
+        }
+    }
+
+    async fn update_container_resources(
+        &self,
+        container_id: &str,
+        resources: &CgroupResources,
+    ) -> RuntimeResult<()> {
+        let client = &self.inner.client;
+        let err = |e: &CriError| {
+            cri_error("UpdateContainerResourcesError", format!("UpdateContainerResources {container_id}"), e)
+        };
+        // Only CPU and memory change: the rest (oom_score_adj, cpusets, hugepages) stays as it is.
+        let current = client.container_status(container_id).await.map_err(|e| err(&e))?;
+        let mut linux = current.resources.and_then(|r| r.linux).unwrap_or_default();
+        linux.cpu_shares = resources.cpu_shares;
+        linux.cpu_quota = resources.cpu_quota;
+        linux.cpu_period = resources.cpu_period;
+        linux.memory_limit_in_bytes = resources.memory_limit;
+        linux.memory_swap_limit_in_bytes = resources.memory_limit;
+        client.update_container_resources(container_id, linux).await.map_err(|e| err(&e))?;
+        // What the runtime now reports is the container's actual state.
+        let status = client.container_status(container_id).await.map_err(|e| err(&e))?;
+        let applied = applied_resources(status.resources.as_ref());
+        if let Some(facts) = self.caches().containers.get_mut(container_id) {
+            facts.applied = applied;
+        }
+        match applied {
+            Some(a) if a.cpu_differs(resources) || a.memory_differs(resources) => Err(RuntimeError::new(
+                "UpdateContainerResourcesError",
+                format!(
+                    "container {container_id}: the runtime reports {a:?} after an update to {resources:?}"
+                ),
+            )),
             _ => Ok(()),
         }
     }

@@ -11,6 +11,7 @@ use k8s_cri::v1;
 use k8s_openapi::api::core::v1::{Container, EnvVarSource, SeccompProfile};
 use nodelet_resources::pod::desired::DesiredPod;
 use nodelet_resources::pod::driver::{ContainerKind, container_hash};
+use nodelet_resources::pod::resize::{CgroupResources, container_hash_without_resources};
 use nodelet_resources::volume::status::PodVolumes;
 
 use crate::labels::{self, PodIdentity};
@@ -42,14 +43,6 @@ impl SpecError {
 const CONFIG_SOURCE: &str = "kubernetes.io/config.source";
 /// Annotation on sandboxes: the pod's config hash (nodelet: its UID, like the kubelet's static pods).
 const CONFIG_HASH: &str = "kubernetes.io/config.hash";
-/// The CFS period the kubelet uses, in microseconds.
-const CPU_PERIOD_US: i64 = 100_000;
-/// The smallest CFS quota the kernel accepts, in microseconds.
-const MIN_CPU_QUOTA_US: i64 = 1_000;
-/// The smallest `cpu.shares`.
-const MIN_CPU_SHARES: i64 = 2;
-/// The largest `cpu.shares`.
-const MAX_CPU_SHARES: i64 = 262_144;
 /// `oom_score_adj` of Guaranteed pods' containers.
 const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
 /// `oom_score_adj` of BestEffort pods' containers.
@@ -716,23 +709,7 @@ fn linux_resources(
     let memory_request = quantity_of(container, "requests", "memory", path)?;
     let memory_limit = quantity_of(container, "limits", "memory", path)?;
 
-    let shares_from = match (cpu_request.filter(|q| !q.is_zero()), cpu_limit) {
-        (None, Some(limit)) => limit.scaled_ceil(1000),
-        (request, _) => request.map_or(0, |q| q.scaled_ceil(1000)),
-    };
-    let cpu_shares = if shares_from <= 0 {
-        MIN_CPU_SHARES
-    } else {
-        (shares_from.saturating_mul(1024) / 1000).clamp(MIN_CPU_SHARES, MAX_CPU_SHARES)
-    };
-    let (cpu_quota, cpu_period) = match cpu_limit.filter(|q| !q.is_zero()) {
-        Some(limit) => {
-            let quota = limit.scaled_ceil(1000).saturating_mul(CPU_PERIOD_US) / 1000;
-            (quota.max(MIN_CPU_QUOTA_US), CPU_PERIOD_US)
-        }
-        None => (0, 0),
-    };
-    let memory_limit_in_bytes = memory_limit.map_or(0, |q| q.scaled_ceil(1).max(0));
+    let cgroup = CgroupResources::from_quantities(cpu_request, cpu_limit, memory_limit);
 
     let oom_score_adj = match qos_class(pod) {
         QosClass::Guaranteed => GUARANTEED_OOM_SCORE_ADJ,
@@ -755,10 +732,10 @@ fn linux_resources(
         }
     };
     Ok(v1::LinuxContainerResources {
-        cpu_period,
-        cpu_quota,
-        cpu_shares,
-        memory_limit_in_bytes,
+        cpu_period: cgroup.cpu_period,
+        cpu_quota: cgroup.cpu_quota,
+        cpu_shares: cgroup.cpu_shares,
+        memory_limit_in_bytes: cgroup.memory_limit,
         oom_score_adj,
         ..Default::default()
     })
@@ -981,6 +958,7 @@ pub(crate) fn container_config(
     }
     let mut annotations = HashMap::from([
         (labels::CONTAINER_HASH.to_owned(), container_hash(container)),
+        (labels::CONTAINER_HASH_WITHOUT_RESOURCES.to_owned(), container_hash_without_resources(container)),
         (labels::CONTAINER_RESTART_COUNT.to_owned(), inputs.restart_count.to_string()),
         (
             labels::CONTAINER_TERMINATION_MESSAGE_PATH.to_owned(),

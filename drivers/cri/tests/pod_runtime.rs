@@ -31,6 +31,7 @@ use nodelet_cri::{CriClient, CriConfig, CriPodRuntime, CriPodRuntimeConfig};
 use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual};
 use nodelet_resources::pod::desired::{DesiredPod, PodSource};
 use nodelet_resources::pod::driver::{ContainerKind, PodRuntime, container_hash};
+use nodelet_resources::pod::resize::CgroupResources;
 use tokio::time::{Instant, sleep};
 
 use common::{allowed_destination, http_get, lock_busybox2, random_hex, random_uid, required, short, var};
@@ -802,4 +803,30 @@ async fn stop_honours_the_grace_period() {
     );
     eprintln!("stop: polite {polite_took:?}, stubborn {stubborn_took:?}");
     cleanup.run(&rt).await;
+}
+
+#[tokio::test]
+async fn container_resources_are_reported_and_updated_in_place() {
+    let env = env_or_skip!("container_resources_are_reported_and_updated_in_place");
+    let rt = runtime(&env).await;
+    let mut cleanup = Cleanup::new(&env);
+    let mut app = httpd(&env, "app");
+    app.command = Some(vec!["sleep".into(), "60".into()]);
+    app.resources = limits("200m", "64Mi");
+    let pod = desired("resize", PodSpec { containers: vec![app.clone()], ..Default::default() });
+    let sandbox_id = run_sandbox(&rt, &mut cleanup, &pod).await;
+    let id = start(&rt, &pod, &sandbox_id, &app, ContainerKind::App, 0).await;
+    let running =
+        wait_container(&rt, pod.uid(), &id, "running", |c| c.state == ContainerState::Running).await;
+    assert_eq!(running.applied, Some(CgroupResources::of(&app)), "the runtime reports what the spec asks");
+    let wanted =
+        CgroupResources { cpu_shares: 512, cpu_quota: 50_000, cpu_period: 100_000, memory_limit: 128 << 20 };
+    if let Err(e) = rt.update_container_resources(&id, &wanted).await {
+        panic!("update_container_resources: {e}");
+    }
+    let state = pod_state(&rt, pod.uid()).await;
+    let record = state.containers.iter().find(|c| c.id == id).expect("the container");
+    assert_eq!(record.applied, Some(wanted));
+    assert_eq!(record.state, ContainerState::Running, "still the same running container");
+    let _ = teardown(&rt, pod.uid(), NAMESPACE, pod.name()).await;
 }

@@ -91,6 +91,41 @@ fn pod_requests(pod: &DesiredPod) -> (i64, i64) {
     (sum("cpu", 1000), sum("memory", 1))
 }
 
+/// A pod's requests plus its RuntimeClass overhead, as admission counts them.
+fn requests_with_overhead(pod: &DesiredPod, classes: Option<&dyn RuntimeClasses>) -> (i64, i64) {
+    let overhead = runtime_class::overhead(pod, classes);
+    let extra = |name: &str, scale: i64| {
+        overhead
+            .get(name)
+            .and_then(|q| crate::quantity::Quantity::parse(&q.0))
+            .map_or(0, |q| q.scaled_ceil(scale))
+    };
+    let (cpu, memory) = pod_requests(pod);
+    (cpu.saturating_add(extra("cpu", 1000)), memory.saturating_add(extra("memory", 1)))
+}
+
+/// What admission says of a running pod's new requests (in-place resize), as `status.resize` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeDecision {
+    /// The node has room: the new requests are the pod's allocation now.
+    Accepted,
+    /// Not now: other pods use what it needs (tried again at every sync).
+    Deferred,
+    /// Never: more than the node's allocatable resources.
+    Infeasible,
+}
+
+impl ResizeDecision {
+    /// The `status.resize` value while the resize is pending or under way.
+    pub fn status(self) -> &'static str {
+        match self {
+            ResizeDecision::Accepted => "InProgress",
+            ResizeDecision::Deferred => "Deferred",
+            ResizeDecision::Infeasible => "Infeasible",
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     verdicts: HashMap<String, Verdict>,
@@ -181,6 +216,36 @@ impl PodVerdicts {
         self.write().node_labels = Some(labels);
     }
 
+    /// Admission of an admitted pod's changed requests (in-place resize): without the node's
+    /// resources, or when the node has room for them besides the other pods, the new requests
+    /// become the pod's allocation; otherwise the resize waits (`Deferred`) or is refused
+    /// (`Infeasible`, more than the node has). With `commit` false it only asks.
+    pub fn resize(&self, pod: &DesiredPod, commit: bool) -> ResizeDecision {
+        let mut inner = self.write();
+        let classes = inner.classes.clone();
+        let requests = requests_with_overhead(pod, classes.as_ref().map(|c| &*c.0));
+        let uid = pod.uid();
+        let Some(node) = inner.resources else { return ResizeDecision::Accepted };
+        if inner.admitted.get(uid) == Some(&requests) {
+            return ResizeDecision::Accepted;
+        }
+        if requests.0 > node.cpu_milli || requests.1 > node.memory_bytes {
+            return ResizeDecision::Infeasible;
+        }
+        let others = inner.admitted.iter().filter(|(u, _)| u.as_str() != uid);
+        let (cpu, memory) =
+            others.fold((0_i64, 0_i64), |(c, m), (_, r)| (c.saturating_add(r.0), m.saturating_add(r.1)));
+        if cpu.saturating_add(requests.0) > node.cpu_milli
+            || memory.saturating_add(requests.1) > node.memory_bytes
+        {
+            return ResizeDecision::Deferred;
+        }
+        if commit {
+            inner.admitted.insert(uid.to_owned(), requests);
+        }
+        ResizeDecision::Accepted
+    }
+
     /// Records that `uid` is evicted: the pod reconciler kills it and never starts it again.
     pub fn evict(&self, uid: &str, message: String, grace: Duration, at: i64) {
         let verdict = Verdict { kind: VerdictKind::Evicted, reason: "Evicted".into(), message, grace, at };
@@ -232,15 +297,7 @@ impl PodVerdicts {
         }
         let classes = inner.classes.clone();
         let classes = classes.as_ref().map(|c| &*c.0);
-        let overhead = runtime_class::overhead(pod, classes);
-        let extra = |name: &str, scale: i64| {
-            overhead
-                .get(name)
-                .and_then(|q| crate::quantity::Quantity::parse(&q.0))
-                .map_or(0, |q| q.scaled_ceil(scale))
-        };
-        let (cpu, memory) = pod_requests(pod);
-        let requests = (cpu.saturating_add(extra("cpu", 1000)), memory.saturating_add(extra("memory", 1)));
+        let requests = requests_with_overhead(pod, classes);
         if !started
             && let Some(verdict) = inner.resources.and_then(|r| Self::fits(&inner.admitted, r, requests))
         {

@@ -67,6 +67,10 @@ pub struct ContainerRecord {
     pub restart_count: u32,
     /// Hash of the container spec it was created from, from its annotation.
     pub spec_hash: Option<String>,
+    /// The same without `resources` (containers created by nodelet ≥ 0.1 with resize support).
+    pub spec_hash_without_resources: Option<String>,
+    /// Its CPU and memory cgroup settings as the runtime reports them (`None`: not reported).
+    pub applied: Option<crate::pod::resize::CgroupResources>,
     /// Its state.
     pub state: ContainerState,
     /// The image as asked for.

@@ -94,6 +94,14 @@ pub trait PodRuntime: Send + Sync + 'static {
         grace: Duration,
     ) -> impl Future<Output = RuntimeResult<()>> + Send;
 
+    /// Changes a running container's CPU and memory cgroup settings in place (in-place resize);
+    /// fails if the runtime does not report them changed afterwards.
+    fn update_container_resources(
+        &self,
+        container_id: &str,
+        resources: &crate::pod::resize::CgroupResources,
+    ) -> impl Future<Output = RuntimeResult<()>> + Send;
+
     /// Removes a container and its log. Removing a missing one succeeds.
     fn remove_container(&self, container_id: &str) -> impl Future<Output = RuntimeResult<()>> + Send;
 
@@ -306,7 +314,9 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
         let started = tokio::time::Instant::now();
         let kind = match op {
             PodOp::CreateSandbox { .. } => "create",
-            PodOp::StartContainer { .. } | PodOp::KillContainers { .. } => "update",
+            PodOp::StartContainer { .. } | PodOp::KillContainers { .. } | PodOp::ResizeContainer { .. } => {
+                "update"
+            }
             PodOp::KillPod { .. } => "kill",
             PodOp::Refresh => "sync",
         };
@@ -363,6 +373,12 @@ impl<R: PodRuntime> PodDriver<R> {
                 }
             }
             PodOp::KillPod { grace, remove } => self.kill(uid, *grace, *remove).await,
+            PodOp::ResizeContainer { id, resources } => {
+                match self.runtime.update_container_resources(id, resources).await {
+                    Ok(()) => self.state(uid).await,
+                    Err(e) => Outcome::Failed(e),
+                }
+            }
         }
     }
 }

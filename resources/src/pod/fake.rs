@@ -217,6 +217,10 @@ impl PodRuntime for FakeRuntime {
             sandbox_id: sandbox_id.to_string(),
             restart_count,
             spec_hash: Some(container_hash(container)),
+            spec_hash_without_resources: Some(crate::pod::resize::container_hash_without_resources(
+                container,
+            )),
+            applied: Some(crate::pod::resize::CgroupResources::of(container)),
             state: if exit.is_some() { ContainerState::Exited } else { ContainerState::Running },
             image: image.clone(),
             image_ref: format!("{image}@sha256:fake"),
@@ -258,6 +262,19 @@ impl PodRuntime for FakeRuntime {
             c.record.state = ContainerState::Exited;
             c.record.exit_code = if ignores { 137 } else { 0 };
             c.record.finished_at = now;
+        }
+        Ok(())
+    }
+
+    async fn update_container_resources(
+        &self,
+        container_id: &str,
+        resources: &crate::pod::resize::CgroupResources,
+    ) -> RuntimeResult<()> {
+        let mut state = self.lock();
+        self.record(&mut state, "update_container_resources", container_id.to_string())?;
+        if let Some(c) = state.containers.iter_mut().find(|c| c.record.id == container_id) {
+            c.record.applied = Some(*resources);
         }
         Ok(())
     }

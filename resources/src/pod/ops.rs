@@ -43,6 +43,13 @@ pub enum PodOp {
         /// The grace period.
         grace: Duration,
     },
+    /// Change a running container's CPU and memory in place (in-place resize).
+    ResizeContainer {
+        /// The container's runtime ID.
+        id: String,
+        /// Its new cgroup settings.
+        resources: crate::pod::resize::CgroupResources,
+    },
     /// Stop every container (with the grace period) and the sandbox; with `remove`, also remove
     /// them (the pod is gone from desired state).
     KillPod {
@@ -60,6 +67,7 @@ impl Operation for PodOp {
             PodOp::CreateSandbox { .. } => "create_sandbox",
             PodOp::StartContainer { .. } => "start_container",
             PodOp::KillContainers { .. } => "kill_containers",
+            PodOp::ResizeContainer { .. } => "resize_container",
             PodOp::KillPod { remove: false, .. } => "kill_pod",
             PodOp::KillPod { remove: true, .. } => "remove_pod",
         }
@@ -79,7 +87,7 @@ impl Operation for PodOp {
             }
             // The kubelet gives RunPodSandbox twice the runtime request timeout.
             PodOp::CreateSandbox { .. } => Some(Duration::from_secs(240)),
-            PodOp::Refresh => None,
+            PodOp::Refresh | PodOp::ResizeContainer { .. } => None,
         }
     }
 }

@@ -17,6 +17,7 @@ use super::actual::{ContainerRecord, ContainerState, PodActual};
 use super::desired::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy, is_sidecar};
 use super::driver::{ContainerKind, container_hash};
 use super::ops::PodOp;
+use super::resize::{CgroupResources, container_hash_without_resources, needs_restart};
 use crate::probe::status as probe_status;
 use crate::volume::status::{VolumeGate, VolumeReadiness};
 
@@ -274,6 +275,31 @@ impl PodReconciler {
         })
     }
 
+    /// In-place resize: the first running container whose cgroup settings differ from what its
+    /// spec asks is updated (or restarted, when its `resizePolicy` says `RestartContainer` for a
+    /// changed resource), once admission accepted the pod's new requests.
+    fn resize(&self, pod: &DesiredPod, actual: &PodActual) -> Option<Plan<PodOp>> {
+        let (c, record, applied) = pod.long_running().find_map(|c| {
+            let r = actual.container(&c.name).filter(|r| r.state == ContainerState::Running)?;
+            let applied = r.applied?;
+            let wanted = CgroupResources::of(c);
+            (wanted.cpu_differs(&applied) || wanted.memory_differs(&applied)).then_some((c, r, applied))
+        })?;
+        if let Some(verdicts) = &self.verdicts
+            && verdicts.resize(pod, true) != crate::eviction::verdict::ResizeDecision::Accepted
+        {
+            // Deferred or infeasible: the container keeps what it has; status says why.
+            return None;
+        }
+        if needs_restart(c, &applied) {
+            return Some(Plan::Run(PodOp::KillContainers {
+                ids: vec![record.id.clone()],
+                grace: pod.grace_period(),
+            }));
+        }
+        Some(Plan::Run(PodOp::ResizeContainer { id: record.id.clone(), resources: CgroupResources::of(c) }))
+    }
+
     /// Restarts (after their back-off) the sidecars among the first `upto` init containers that
     /// are not running: a start to run now, or how long until the next one is due.
     fn restart_sidecars(
@@ -354,13 +380,20 @@ impl PodReconciler {
                     .iter()
                     .filter_map(|c| {
                         let r = actual.container(&c.name)?;
+                        // Resources are left out where the container has that hash: they are resized in place.
                         let stale = r.state == ContainerState::Running
-                            && r.spec_hash.as_deref().is_some_and(|h| h != container_hash(c));
+                            && match r.spec_hash_without_resources.as_deref() {
+                                Some(h) => h != container_hash_without_resources(c),
+                                None => r.spec_hash.as_deref().is_some_and(|h| h != container_hash(c)),
+                            };
                         stale.then(|| r.id.clone())
                     })
                     .collect();
                 if !changed.is_empty() {
                     return Plan::Run(PodOp::KillContainers { ids: changed, grace: pod.grace_period() });
+                }
+                if let Some(plan) = self.resize(pod, actual) {
+                    return plan;
                 }
                 // Sidecars that exited are restarted (with back-off) whatever the pod's restart policy.
                 let mut wait = match self.restart_sidecars(pod, actual, usize::MAX) {

@@ -14,6 +14,8 @@ use super::desired::{DesiredPod, RestartPolicy, is_sidecar};
 use super::driver::RuntimeError;
 use super::ops::PodOp;
 use super::reconciler::{PodReconciler, Progress};
+use super::resize::CgroupResources;
+use crate::eviction::verdict::ResizeDecision;
 use crate::probe::status as probe_status;
 
 /// The last failed operation on a pod, as the engine records it.
@@ -120,6 +122,25 @@ pub fn pod_status(
         condition("ContainersReady", containers_ready, Some(not_ready_reason)),
         condition("PodScheduled", true, None),
     ];
+    // In-place resize: while a running container's cgroup settings differ from its spec, admission's
+    // word on it (InProgress, Deferred, Infeasible); the containers' allocated and applied resources.
+    let resizing = pod.long_running().any(|c| {
+        actual
+            .container(&c.name)
+            .filter(|r| r.state == ContainerState::Running)
+            .and_then(|r| r.applied)
+            .is_some_and(|applied| {
+                let wanted = CgroupResources::of(c);
+                wanted.cpu_differs(&applied) || wanted.memory_differs(&applied)
+            })
+    });
+    let resize =
+        resizing.then(|| reconciler.verdicts().map_or(ResizeDecision::Accepted, |v| v.resize(pod, false)));
+    let allocated = !matches!(resize, Some(ResizeDecision::Deferred | ResizeDecision::Infeasible));
+    let mut statuses = statuses;
+    for (status, c) in statuses.iter_mut().zip(pod.containers()) {
+        add_resources(status, c, actual, allocated);
+    }
     let ip = sandbox.and_then(|s| s.ip.clone());
     let failure_message = failure.and_then(|f| match &f.op {
         PodOp::CreateSandbox { .. } => Some(f.error.to_string()),
@@ -135,6 +156,7 @@ pub fn pod_status(
         start_time,
         qos_class: Some(qos_class(pod).to_string()),
         message: failure_message,
+        resize: resize.map(|r| r.status().to_string()),
         ..PodStatus::default()
     };
     // An evicted or refused pod is Failed with the verdict's reason and message.
@@ -234,6 +256,46 @@ fn container_status(
         last_state,
         ..ContainerStatus::default()
     }
+}
+
+/// A running container's `allocatedResources` (its spec's requests once admission accepted them;
+/// while a resize waits, the CPU request its cgroup has) and `resources` (what its cgroup has).
+fn add_resources(status: &mut ContainerStatus, spec: &Container, actual: &PodActual, allocated: bool) {
+    let Some(applied) =
+        actual.container(&spec.name).filter(|r| r.state == ContainerState::Running).and_then(|r| r.applied)
+    else {
+        return;
+    };
+    let requests = spec.resources.as_ref().and_then(|r| r.requests.clone()).unwrap_or_default();
+    let shares_cpu =
+        || Quantity(format!("{}m", applied.cpu_shares.saturating_mul(1000).saturating_add(1023) / 1024));
+    let cpu_request = match requests.get("cpu") {
+        Some(q) if allocated || CgroupResources::of(spec).cpu_shares == applied.cpu_shares => q.clone(),
+        _ => shares_cpu(),
+    };
+    let mut alloc = std::collections::BTreeMap::new();
+    if requests.contains_key("cpu") || !allocated {
+        alloc.insert("cpu".to_owned(), cpu_request.clone());
+    }
+    if let Some(memory) = requests.get("memory").filter(|_| allocated) {
+        alloc.insert("memory".to_owned(), memory.clone());
+    }
+    let mut limits = std::collections::BTreeMap::new();
+    if applied.cpu_quota > 0 && applied.cpu_period > 0 {
+        limits.insert(
+            "cpu".to_owned(),
+            Quantity(format!("{}m", applied.cpu_quota * 1000 / applied.cpu_period)),
+        );
+    }
+    if applied.memory_limit > 0 {
+        limits.insert("memory".to_owned(), Quantity(applied.memory_limit.to_string()));
+    }
+    status.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+        requests: (!alloc.is_empty()).then(|| alloc.clone()),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..Default::default()
+    });
+    status.allocated_resources = (!alloc.is_empty()).then_some(alloc);
 }
 
 /// `ErrImagePull` becomes `ImagePullBackOff` once pulls keep failing, as in the kubelet.
