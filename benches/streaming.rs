@@ -33,7 +33,8 @@
 //!
 //! Environment: `NODELET_BENCH_EXEC_RUNS` (exec rounds, default 30), `NODELET_BENCH_FORWARD_MIB` (default
 //! 256), `NODELET_BENCH_FORWARD_ROUNDS` (default 3), `NODELET_BENCH_KEEP_LOG=1` (keep nodelet's log
-//! directory), `NODELET_BENCH_LOG` (nodelet's `RUST_LOG`). The pod is removed at the end, also after an
+//! directory), `NODELET_BENCH_LOG` (nodelet's `RUST_LOG`), `NODELET_BENCH_BINARY` (another nodelet binary to
+//! measure, e.g. a copy of an earlier build). The pod is removed at the end, also after an
 //! error (by nodelet, then by its node label).
 
 #[path = "common/mod.rs"]
@@ -592,7 +593,7 @@ impl Nodelet {
             ("--cgroup-root", var("NODELET_TEST_CGROUP_PARENT", "/nodelet-test")),
             ("--resolv-conf", var("NODELET_TEST_RESOLV_CONF", "")),
         ];
-        let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        let child = Command::new(binary())
             .args(args.iter().flat_map(|(flag, value)| [*flag, value.as_str()]))
             .env_remove("RUST_LOG")
             .envs(std::env::var("NODELET_BENCH_LOG").ok().map(|filter| ("RUST_LOG", filter)))
@@ -735,7 +736,7 @@ impl Nodelet {
 
     /// The CLI with the main port's flags and the token in the environment.
     fn cli(&self, command: &str) -> Command {
-        let mut cli = Command::new(env!("CARGO_BIN_EXE_nodelet"));
+        let mut cli = Command::new(binary());
         cli.arg(command)
             .arg("--server")
             .arg(self.server())
@@ -764,7 +765,7 @@ impl Nodelet {
 
     /// `nodelet --version`.
     async fn version(&self) -> anyhow::Result<()> {
-        let out = Command::new(env!("CARGO_BIN_EXE_nodelet")).arg("--version").output().await?;
+        let out = Command::new(binary()).arg("--version").output().await?;
         if !out.status.success() {
             bail!("nodelet --version: {}", out.status);
         }
@@ -814,6 +815,13 @@ impl Nodelet {
         }
         Ok(())
     }
+}
+
+/// The nodelet binary: `NODELET_BENCH_BINARY` (e.g. a copy of an earlier build, to compare two versions in
+/// one run each), else the one cargo built for this bench.
+fn binary() -> PathBuf {
+    std::env::var_os("NODELET_BENCH_BINARY")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_nodelet")), PathBuf::from)
 }
 
 /// rustls trusting only nodelet's self-signed certificate.
