@@ -492,23 +492,27 @@ fn report_forward(f: &ForwardFigures, bytes: u64) {
         ticks as f64 / USER_HZ / (bytes as f64 * v.len() as f64 / f64::from(1 << 30))
     };
     for (what, map) in [("download (pod → client)", &f.download), ("upload (client → pod)", &f.upload)] {
-        let Some(floor) = map.get(&Route::Direct) else { continue };
-        let floor = rate(floor);
+        let (Some(floor), Some(runtime)) = (map.get(&Route::Direct), map.get(&Route::RuntimeWs)) else {
+            continue;
+        };
+        let (floor, runtime) = (rate(floor), rate(runtime));
         println!();
         println!(
-            "| port-forward {what}, {} MiB, median of {} | MB/s | / direct TCP | nodelet CPU s/GiB | goal |",
+            "| port-forward {what}, {} MiB, median of {} | MB/s | / direct TCP | / runtime's WebSocket | \
+             nodelet CPU s/GiB | goal |",
             bytes >> 20,
             map.get(&Route::Direct).map_or(0, Vec::len)
         );
-        println!("|---|--:|--:|--:|---|");
+        println!("|---|--:|--:|--:|--:|---|");
         for route in Route::ALL {
             let Some(v) = map.get(&route) else { continue };
-            let goal = if route == Route::Cli { "≥ 0.80×" } else { "" };
+            let goal = if route == Route::Cli { "≥ 0.80× direct TCP" } else { "" };
             println!(
-                "| {} | {:.0} | {:.2}× | {:.2} | {goal} |",
+                "| {} | {:.0} | {:.2}× | {:.2}× | {:.2} | {goal} |",
                 route.name(),
                 rate(v),
                 rate(v) / floor,
+                rate(v) / runtime,
                 cpu_per_gib(v)
             );
         }

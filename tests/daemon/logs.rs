@@ -191,7 +191,10 @@ async fn previous_returns_the_log_of_the_instance_before_the_last_restart() {
     let (status, body) = get("steady?previous=true").await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body, format!("previous terminated container \"steady\" in pod \"{pod}\" not found"));
-    assert_eq!(get("steady").await, (200, "steady\n".to_owned()));
+    n.wait_for("steady's output in its log", Duration::from_secs(10), async || {
+        (get("steady").await == (200, "steady\n".to_owned())).then_some(())
+    })
+    .await;
     n.remove_manifest("prev.yaml");
     n.shutdown().await;
 }
