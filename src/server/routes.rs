@@ -270,6 +270,17 @@ async fn metrics_resource<V: NodeView>(State(shared): St<V>) -> Response {
     with_content_type(text.into_response(), PROMETHEUS_TEXT)
 }
 
+/// An error of `/containerLogs` as the kubelet writes it: the message as plain text (go-restful's
+/// `WriteError`), not a `Status`. The API server puts a kubelet's error body verbatim into the message of
+/// its own error (`kubectl logs` then prints `Error from server (BadRequest): <message>`), so a JSON body
+/// would be shown as JSON.
+fn log_failure(code: StatusCode, message: String) -> Response {
+    if code.is_server_error() {
+        warn!(%code, %message, "container log request failed");
+    }
+    with_content_type((code, message).into_response(), "text/plain; charset=utf-8")
+}
+
 async fn container_logs<V: NodeView>(
     State(shared): St<V>,
     Path((namespace, pod, container)): Path<(String, String, String)>,
@@ -281,12 +292,12 @@ async fn container_logs<V: NodeView>(
         ("container name", &container, is_dns_label(&container)),
     ] {
         if !valid {
-            return status::failure(StatusCode::BAD_REQUEST, format!("invalid {what} {value:?}"));
+            return log_failure(StatusCode::BAD_REQUEST, format!("invalid {what} {value:?}"));
         }
     }
     let options = match LogOptions::from_query(&query, k8s_openapi::jiff::Timestamp::now()) {
         Ok(options) => options,
-        Err(message) => return status::failure(StatusCode::BAD_REQUEST, message),
+        Err(message) => return log_failure(StatusCode::BAD_REQUEST, message),
     };
     let view = shared.view.clone();
     let Some(path) = view.container_log(&namespace, &pod, &container) else {
@@ -299,7 +310,7 @@ async fn container_logs<V: NodeView>(
         } else {
             format!("pod \"{namespace}/{pod}\" does not exist")
         };
-        return status::failure(StatusCode::NOT_FOUND, message);
+        return log_failure(StatusCode::NOT_FOUND, message);
     };
     // The previous instance's log is the file of the restart before the newest
     // (`<container>/<restart>.log`).
@@ -309,7 +320,7 @@ async fn container_logs<V: NodeView>(
         match previous.filter(|p| std::fs::symlink_metadata(p).is_ok()) {
             Some(p) => p,
             None => {
-                return status::failure(
+                return log_failure(
                     StatusCode::BAD_REQUEST,
                     format!("previous terminated container {container:?} in pod {pod:?} not found"),
                 );
@@ -321,18 +332,18 @@ async fn container_logs<V: NodeView>(
     let file = match logs::open(&path, &options).await {
         Ok(file) => file,
         Err(LogError::NotFound) => {
-            return status::failure(
+            return log_failure(
                 StatusCode::NOT_FOUND,
                 format!("container {container:?} in pod \"{namespace}/{pod}\" has no log yet"),
             );
         }
         Err(e @ (LogError::Symlink | LogError::NotRegular)) => {
             warn!(path = %path.display(), %namespace, %pod, %container, error = %e, "refusing to serve a log file");
-            return status::failure(StatusCode::FORBIDDEN, format!("log of container {container:?}: {e}"));
+            return log_failure(StatusCode::FORBIDDEN, format!("log of container {container:?}: {e}"));
         }
         Err(e @ LogError::Io(_)) => {
             warn!(path = %path.display(), error = %e, "cannot open a container log");
-            return status::failure(
+            return log_failure(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("log of container {container:?}: {e}"),
             );

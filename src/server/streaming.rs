@@ -15,16 +15,17 @@
 //! Query parameters: `command` (repeated) for exec; `input`, `output`, `error`, `tty` (the kubelet's names,
 //! which the API server sends) or `stdin`, `stdout`, `stderr` (the `PodExecOptions` names), each `1`/`true`;
 //! with `tty`, stderr is dropped (the terminal merges it), and at least one of the three streams must be
-//! asked for. `port` (repeated) for
-//! portForward is passed to CRI `PortForward`; the SPDY client names its ports in stream headers instead,
-//! which the runtime reads itself.
+//! asked for. `port` (repeated, or comma-separated; each 1-65535) for portForward is passed to CRI
+//! `PortForward`; a WebSocket client must name at least one (the kubelet's rule), the SPDY client names its
+//! ports in stream headers instead, which the runtime reads itself.
 //!
 //! `POST /run/{namespace}/{pod}[/{uid}]/{container}?cmd=…` runs `cmd` (split at spaces, as the kubelet
 //! does) with CRI `ExecSync` and returns stdout followed by stderr as text; a non-zero exit is a 500 whose
 //! message has the exit code and the output.
 //!
 //! Bounds: at most [`MAX_SESSIONS`] streaming sessions at once (further requests get 429); a session
-//! ends, closing both connections (which ends the runtime's session), when either side closes or fails,
+//! ends, closing both connections (which ends the runtime's session), when either side closes (also with a
+//! clean close: the first direction to end ends both, as in the kubelet's upgrade proxy) or fails,
 //! when the client does not take up its upgraded connection within [`UPGRADE_WAIT`], or when the servers
 //! stop. The runtime's URL must be plain HTTP on a loopback address; anything else is refused.
 
@@ -39,6 +40,7 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
 use nodelet_cri::proto;
 use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -55,6 +57,9 @@ pub(crate) const UPGRADE_WAIT: Duration = Duration::from_secs(30);
 const RUNTIME_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most of a runtime's non-101 answer body that is passed on.
 const MAX_ERROR_BODY: usize = 64 * 1024;
+/// Buffer of each direction of a session's relay (tokio's `copy_bidirectional` uses 8 KiB; larger pieces
+/// mean fewer reads, writes and TLS records per byte on bulk port-forward transfers).
+const COPY_BUFFER: usize = 64 * 1024;
 
 /// Why a streaming request failed; each maps to an HTTP status.
 #[derive(Debug, thiserror::Error)]
@@ -182,21 +187,34 @@ pub(crate) fn parse_stdio(query: &[(String, String)]) -> Result<(Vec<String>, St
     Ok((command, s))
 }
 
-/// Parses the repeated `port` parameter (each may also be a comma-separated list).
-pub(crate) fn parse_ports(query: &[(String, String)]) -> Result<Vec<i32>, String> {
+/// Parses the repeated `port` parameter (each may also be a comma-separated list); every entry must be
+/// 1-65535 (an empty one too is refused). A WebSocket client names its ports only here, so for it at least
+/// one is required (the kubelet's rule); a SPDY client names them in stream headers instead.
+pub(crate) fn parse_ports(query: &[(String, String)], websocket: bool) -> Result<Vec<i32>, String> {
     let mut ports = Vec::new();
     for (key, value) in query {
         if key != "port" {
             continue;
         }
-        for p in value.split(',').filter(|p| !p.is_empty()) {
+        for p in value.split(',') {
             match p.parse::<u16>() {
                 Ok(n) if n > 0 => ports.push(i32::from(n)),
                 _ => return Err(format!("invalid port {p:?}: must be 1-65535")),
             }
         }
     }
+    if websocket && ports.is_empty() {
+        return Err("query parameter \"port\" is required (the pod ports to forward to)".to_owned());
+    }
     Ok(ports)
+}
+
+/// Whether the request asks for a WebSocket (rather than SPDY).
+fn is_websocket(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"))
 }
 
 /// Whether the request asks for a connection upgrade.
@@ -325,7 +343,7 @@ pub(crate) async fn port_forward<V: NodeView>(
     Query(query): Query<Vec<(String, String)>>,
     request: Request,
 ) -> Response {
-    let ports = match parse_ports(&query) {
+    let ports = match parse_ports(&query, is_websocket(request.headers())) {
         Ok(p) => p,
         Err(message) => return StreamError::BadRequest(message).into_response(),
     };
@@ -468,6 +486,10 @@ async fn open_upstream(method: Method, forwarded: HeaderMap, url: &str) -> Resul
     let fail = |what: &str, e: &dyn std::fmt::Display| StreamError::Upstream(format!("{what} {addr}: {e}"));
     let exchange = async {
         let tcp = TcpStream::connect(addr).await.map_err(|e| fail("cannot connect to", &e))?;
+        // Interactive sessions send small frames (keystrokes, prompts): no Nagle delay on them.
+        if let Err(error) = tcp.set_nodelay(true) {
+            debug!(%error, "cannot set TCP_NODELAY on the runtime streaming connection");
+        }
         let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Body>(TokioIo::new(tcp))
             .await
             .map_err(|e| fail("HTTP handshake with", &e))?;
@@ -531,16 +553,44 @@ async fn relay(
             .map_err(|_| format!("the client did not take up the connection within {UPGRADE_WAIT:?}"))?
             .map_err(|e| format!("client side: {e}"))?;
         debug!(%what, "client side upgraded; relaying");
-        tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(runtime))
-            .await
-            .map_err(|e| format!("copying: {e}"))
+        let (client_read, client_write) = tokio::io::split(TokioIo::new(client));
+        let (runtime_read, runtime_write) = tokio::io::split(TokioIo::new(runtime));
+        // The first direction to end ends the session (as the kubelet's upgrade proxy does): a client that
+        // goes away, even with a clean close, must not keep the runtime's session (and this slot) open
+        // until the command happens to end; the runtime's close after its last frame ends it too.
+        tokio::select! {
+            sent = pump(client_read, runtime_write) => {
+                sent.map(|n| format!("the client closed after sending {n} bytes"))
+                    .map_err(|e| format!("client to runtime: {e}"))
+            }
+            received = pump(runtime_read, client_write) => {
+                received.map(|n| format!("the runtime closed after sending {n} bytes"))
+                    .map_err(|e| format!("runtime to client: {e}"))
+            }
+        }
     };
     tokio::select! {
         result = session => match result {
-            Ok((to_runtime, to_client)) => debug!(%what, to_runtime, to_client, "streaming session ended"),
+            Ok(how) => debug!(%what, %how, "streaming session ended"),
             Err(error) => debug!(%what, %error, "streaming session ended"),
         },
         () = stopping.cancelled() => info!(%what, "streaming session closed: the servers are stopping"),
+    }
+}
+
+/// Copies `from` to `to` in [`COPY_BUFFER`] pieces until `from` ends, then shuts `to` down (which flushes
+/// it, and sends a TLS close_notify to a TLS client); the bytes copied.
+async fn pump(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin) -> std::io::Result<u64> {
+    let mut buf = vec![0_u8; COPY_BUFFER];
+    let mut total = 0_u64;
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            to.shutdown().await?;
+            return Ok(total);
+        }
+        to.write_all(&buf[..n]).await?;
+        total += n as u64;
     }
 }
 
@@ -574,10 +624,15 @@ mod tests {
 
     #[test]
     fn ports_are_validated() {
-        assert_eq!(parse_ports(&q(&[("port", "80"), ("port", "8080,9090")])), Ok(vec![80, 8080, 9090]));
-        assert!(parse_ports(&q(&[("port", "0")])).is_err());
-        assert!(parse_ports(&q(&[("port", "70000")])).is_err());
-        assert!(parse_ports(&q(&[("port", "x")])).is_err());
+        let ws = true;
+        assert_eq!(parse_ports(&q(&[("port", "80"), ("port", "8080,9090")]), ws), Ok(vec![80, 8080, 9090]));
+        for bad in ["0", "70000", "65536", "x", "", "80,", ",80", "-1", "8080 "] {
+            assert!(parse_ports(&q(&[("port", bad)]), ws).is_err(), "{bad:?}");
+            assert!(parse_ports(&q(&[("port", bad)]), !ws).is_err(), "{bad:?}");
+        }
+        // WebSocket clients must name a port; SPDY clients name them in stream headers
+        assert!(parse_ports(&q(&[("other", "1")]), ws).is_err_and(|e| e.contains("\"port\" is required")));
+        assert_eq!(parse_ports(&q(&[]), !ws), Ok(vec![]));
     }
 
     #[test]

@@ -296,6 +296,28 @@ fn open_fds(pid: u32) -> usize {
         .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"))
 }
 
+/// Runs `cmd` (split at spaces) in `pod`'s container `container` with `/run` (CRI ExecSync); its output.
+async fn run_in(n: &Nodelet, pod: &str, container: &str, cmd: &str) -> String {
+    let url = n.main_url(&format!("/run/default/{pod}/{container}?cmd={}", urlencode(cmd)));
+    let response = n.main_client().post(&url).bearer_auth(TOKEN).send().await.expect("POST /run");
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    assert!(status.is_success(), "/run {cmd}: {status}: {body}");
+    body
+}
+
+/// The processes in `pod`'s container `container` whose command line starts with `command` (busybox `ps`).
+async fn processes(n: &Nodelet, pod: &str, container: &str, command: &str) -> Vec<String> {
+    run_in(n, pod, container, "ps -o pid,args")
+        .await
+        .lines()
+        .filter(|l| {
+            l.trim_start().split_once(' ').is_some_and(|(_, args)| args.trim_start().starts_with(command))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
 #[tokio::test]
 async fn exec_sessions_do_not_leak() {
     let env = env_or_skip!("exec_sessions_do_not_leak");
@@ -308,16 +330,62 @@ async fn exec_sessions_do_not_leak() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = open_fds(pid);
-    for i in 0..200 {
-        let out = exec(&n, &pod, &["echo", &i.to_string()], &[], false).await;
-        assert_eq!(out.stdout, format!("{i}\n"));
-    }
-    // clients that go away in the middle of a session: the TCP connection is dropped without a close frame
-    for _ in 0..20 {
-        let path = format!("/exec/default/{pod}/app?{}", exec_query(&["sleep", "60"], true, false));
-        let stream = ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io").await.expect("exec sleep");
+    // 1,000 complete sessions, 4 at a time
+    let started = std::time::Instant::now();
+    futures::stream::iter(0..1000)
+        .for_each_concurrent(4, |i| {
+            let (n, pod) = (&n, &pod);
+            async move {
+                let out = exec(n, pod, &["echo", &i.to_string()], &[], false).await;
+                assert_eq!(out.stdout, format!("{i}\n"));
+            }
+        })
+        .await;
+    eprintln!("1000 execs in {:.1} s", started.elapsed().as_secs_f64());
+    // Clients that go away in the middle of a session: the TCP connection dropped without a close frame, or
+    // closed cleanly (a close frame, then the end of the connection). nodelet ends the session and closes
+    // its connection to the runtime either way; the runtime then ends the command's input, so `cat` exits.
+    for i in 0..20 {
+        let clean = i % 2 == 1;
+        let path = format!("/exec/default/{pod}/app?{}", exec_query(&["cat"], true, false));
+        let mut stream = ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io").await.expect("exec cat");
+        if i == 0 {
+            // the command runs before its client goes away
+            n.wait_for("the exec'd cat runs", Duration::from_secs(10), async || {
+                (!processes(&n, &pod, "app", "cat").await.is_empty()).then_some(())
+            })
+            .await;
+        }
+        // something on stdin, so that the session is in use
+        let _ = stream.send(Message::binary(vec![0_u8, b'x'])).await;
+        if clean {
+            let _ = stream.close(None).await;
+        }
         drop(stream);
     }
+    n.wait_for(
+        "the dropped sessions' commands gone from the container",
+        Duration::from_secs(20),
+        async || processes(&n, &pod, "app", "cat").await.is_empty().then_some(()),
+    )
+    .await;
+    // A command on a terminal, or one that does not read its input, outlives its dropped session:
+    // containerd 1.6 does not kill an exec's process when its stream ends, nor hang up its terminal (the
+    // same with the kubelet: kubernetes/kubernetes#89031, containerd/cri#1256), and CRI has no call to do
+    // it. nodelet's side of such sessions must still be gone (the open files below).
+    for tty in [false, true] {
+        for _ in 0..5 {
+            let cmd = if tty { ["cat", "-"] } else { ["sleep", "61"] };
+            let path = format!("/exec/default/{pod}/app?{}", exec_query(&cmd, true, tty));
+            let stream = ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io").await.expect("exec");
+            drop(stream);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    eprintln!(
+        "processes of dropped sessions still in the container 2 s later (the runtime's limitation): {:?}",
+        [processes(&n, &pod, "app", "sleep 61").await, processes(&n, &pod, "app", "cat -").await].concat()
+    );
     let after = n
         .wait_for("nodelet's open files back to where they were", Duration::from_secs(20), async || {
             let now = open_fds(pid);
@@ -478,6 +546,131 @@ async fn port_forward_carries_concurrent_connections_to_a_pod() {
     n.shutdown().await;
 }
 
+/// What a port-forward WebSocket delivered: data (stream 0) and error text (stream 1), without the 2-byte
+/// port prefix each stream starts with.
+#[derive(Debug, Default)]
+struct Forwarded {
+    data: usize,
+    errors: String,
+    closed: bool,
+}
+
+/// Reads a port-forward WebSocket until it closes or `enough` data bytes arrived.
+async fn read_forward(ws: &mut Ws, enough: usize) -> Forwarded {
+    let mut out = Forwarded::default();
+    let mut prefix = [2_usize, 2];
+    let read = async {
+        while let Some(message) = ws.next().await {
+            let data = match message {
+                Ok(Message::Binary(d)) => d,
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => continue,
+            };
+            let Some((&channel, payload)) = data.split_first() else { continue };
+            let Some(skip) = prefix.get_mut(usize::from(channel)) else { continue };
+            let n = (*skip).min(payload.len());
+            let payload = &payload[n..];
+            *skip -= n;
+            if channel == 0 {
+                out.data += payload.len();
+                if out.data >= enough {
+                    return;
+                }
+            } else {
+                out.errors.push_str(&String::from_utf8_lossy(payload));
+            }
+        }
+        out.closed = true;
+    };
+    tokio::time::timeout(EXEC_LIMIT, read).await.expect("the port-forward answers in time");
+    out
+}
+
+#[tokio::test]
+async fn port_forward_refuses_bad_ports_and_survives_closed_ports_and_dropped_clients() {
+    let env = env_or_skip!("port_forward_refuses_bad_ports_and_survives_closed_ports_and_dropped_clients");
+    let n = Nodelet::start(&env, "pf-edges").await;
+    // port 9000: an endless stream of zeros for each connection
+    n.write_manifest(
+        "zero.yaml",
+        &n.pod_manifest(
+            "zero",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "app",
+                    "command": ["sh", "-c", "trap 'exit 0' TERM; nc -ll -p 9000 -e dd if=/dev/zero bs=65536 & wait"],
+                }],
+            }),
+        ),
+    );
+    n.wait_running("zero").await;
+    let pod = n.pod_name("zero");
+    let pid = n.pid().expect("nodelet runs");
+    let path = |query: &str| format!("/portForward/default/{pod}?{query}");
+    let open = async |query: &str| {
+        ws(&n, &path(query), Some(TOKEN), "v4.channel.k8s.io")
+            .await
+            .unwrap_or_else(|(status, body)| panic!("port-forward {query}: {status}: {body}"))
+    };
+    // nc listens once the container runs; the first full read also warms up the connections
+    n.wait_for("nc listens in the pod", Duration::from_secs(20), async || {
+        let mut stream = open("port=9000").await;
+        (read_forward(&mut stream, 1 << 20).await.data >= 1 << 20).then_some(())
+    })
+    .await;
+
+    // invalid ports: 400 with the reason, before anything reaches the runtime
+    for (query, text) in [
+        ("port=0", "invalid port \\\"0\\\": must be 1-65535"),
+        ("port=65536", "invalid port \\\"65536\\\""),
+        ("port=abc", "invalid port \\\"abc\\\""),
+        ("port=80,", "invalid port \\\"\\\""),
+        ("port=", "invalid port \\\"\\\""),
+        ("", "query parameter \\\"port\\\" is required"),
+    ] {
+        let (status, body) = ws(&n, &path(query), Some(TOKEN), "v4.channel.k8s.io")
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("port-forward {query:?} upgraded"));
+        assert_eq!(status, 400, "{query:?}: {body}");
+        assert!(body.contains(text), "{query:?}: {body} should contain {text}");
+    }
+
+    let before = open_fds(pid);
+    // a port nothing listens on: the runtime's error on the error stream, then the end of the session
+    let mut refused = open("port=9999").await;
+    let got = read_forward(&mut refused, usize::MAX).await;
+    assert!(got.closed && got.data == 0, "{got:?}");
+    assert!(got.errors.contains("9999") && got.errors.contains("connection refused"), "{got:?}");
+    drop(refused);
+
+    // clients that go away in the middle of a transfer (TCP dropped, no close frame)
+    for _ in 0..10 {
+        let mut stream = open("port=9000").await;
+        assert!(read_forward(&mut stream, 256 * 1024).await.data >= 256 * 1024);
+        drop(stream);
+    }
+    // the runtime closes its connections to the pod: each connection's dd ends
+    n.wait_for("the dropped transfers' dd processes gone", Duration::from_secs(30), async || {
+        processes(&n, &pod, "app", "dd if=/dev/zero").await.is_empty().then_some(())
+    })
+    .await;
+    let after = n
+        .wait_for("nodelet's open files back to where they were", Duration::from_secs(20), async || {
+            let now = open_fds(pid);
+            (now <= before + 5).then_some(now)
+        })
+        .await;
+    assert!(after <= before + 5, "fds before {before}, after {after}");
+    // and nodelet still forwards
+    let mut stream = open("port=9000").await;
+    assert!(read_forward(&mut stream, 4 << 20).await.data >= 4 << 20);
+    drop(stream);
+    assert!(n.pid().is_some() && run_in(&n, &pod, "app", "echo alive").await == "alive\n");
+    n.shutdown().await;
+}
+
 /// `kubectl --kubeconfig <admin> ARGS…` with `input` on stdin (closed after it); returns (exit code, stdout,
 /// stderr).
 async fn kubectl_code(cluster: &ClusterEnv, args: &[&str], input: &str) -> (i32, String, String) {
@@ -588,6 +781,66 @@ async fn kubectl_exec_and_port_forward_reach_the_pod_through_the_api_server() {
         assert_eq!(response.text().await.unwrap_or_default(), "hello-through-port-forward\n");
     }
     drop(forwarder);
+    n.assert_no_forbidden_in_log();
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_logs_previous_reads_the_instance_before_the_restart_through_the_api_server() {
+    let (env, cluster) = cluster_or_skip!(
+        "kubectl_logs_previous_reads_the_instance_before_the_restart_through_the_api_server"
+    );
+    let options = StartOptions {
+        config_extra: format!(
+            "authentication:\n  x509: {{clientCAFile: {}}}\n  webhook: {{enabled: true, cacheTTL: 30s}}\n\
+             authorization:\n  mode: Webhook\n  webhook: {{cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 1s}}",
+            cluster.ca.display()
+        ),
+        ..StartOptions::default()
+    };
+    let n = ClusterNode::start_with(&env, &cluster, "kubectl-logs-prev", options).await;
+    let ns = n.namespace().to_owned();
+    // Each instance prints its number (counted on an emptyDir); the first exits, the second stays.
+    let script = "n=$(($(cat /data/n 2>/dev/null || echo 0) + 1)); echo $n > /data/n; echo \"instance $n\"; \
+                  if [ $n -ge 2 ]; then trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done; fi; exit 1";
+    let manifest = n.api_pod_manifest(
+        "prev",
+        json!({
+            "restartPolicy": "Always",
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "containers": [
+                {"name": "flaky", "command": ["sh", "-c", script],
+                 "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                {"name": "steady", "command": ["sh", "-c", "echo steady; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]},
+            ],
+        }),
+    );
+    n.create_pod(&manifest).await;
+    n.wait_api_pod("prev", "flaky restarted once and running", Duration::from_secs(60), |p| {
+        p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.name == "flaky"
+                    && c.restart_count == 1
+                    && c.state.as_ref().is_some_and(|s| s.running.is_some())
+                    && c.last_state.as_ref().is_some_and(|s| s.terminated.is_some())
+            })
+        })
+    })
+    .await;
+    let (code, out, err) =
+        kubectl_code(&cluster, &["-n", &ns, "logs", "prev", "-c", "flaky", "--previous"], "").await;
+    assert_eq!((code, out.as_str()), (0, "instance 1\n"), "kubectl logs --previous: {err}\n{}", n.tail());
+    let (code, out, err) = kubectl_code(&cluster, &["-n", &ns, "logs", "prev", "-c", "flaky"], "").await;
+    assert_eq!((code, out.as_str()), (0, "instance 2\n"), "kubectl logs: {err}");
+    // no previous instance: the kubelet's message, as kubectl shows it
+    let (code, out, err) =
+        kubectl_code(&cluster, &["-n", &ns, "logs", "prev", "-c", "steady", "--previous"], "").await;
+    assert_ne!(code, 0, "{out}");
+    assert_eq!(
+        err.trim(),
+        "Error from server (BadRequest): previous terminated container \"steady\" in pod \"prev\" not found",
+        "{err}"
+    );
     n.assert_no_forbidden_in_log();
     n.shutdown().await;
 }

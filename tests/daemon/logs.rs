@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{Nodelet, StartOptions, env_or_skip, uid};
+use crate::support::{Nodelet, StartOptions, TOKEN, env_or_skip, uid};
 
 /// The numbers (`line N`) in the CRI log text `text`, in order.
 fn numbers(text: &str) -> Vec<u64> {
@@ -132,5 +132,69 @@ async fn termination_messages_come_from_the_file_or_with_fallback_from_the_log()
         (!pod_dir.exists()).then_some(())
     })
     .await;
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn previous_returns_the_log_of_the_instance_before_the_last_restart() {
+    let env = env_or_skip!("previous_returns_the_log_of_the_instance_before_the_last_restart");
+    let n = Nodelet::start(&env, "logprev").await;
+    // Each instance prints its number (counted on an emptyDir); the first exits, the second stays.
+    let script = "n=$(($(cat /data/n 2>/dev/null || echo 0) + 1)); echo $n > /data/n; echo \"instance $n\"; \
+                  if [ $n -ge 2 ]; then trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done; fi; exit 1";
+    n.write_manifest(
+        "prev.yaml",
+        &n.pod_manifest(
+            "prev",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "restartPolicy": "Always",
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "containers": [
+                    {"name": "flaky", "command": ["sh", "-c", script],
+                     "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                    {"name": "steady", "command": ["sh", "-c", "echo steady; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"]},
+                ],
+            }),
+        ),
+    );
+    n.wait_for_pod("prev", "flaky restarted once and running", Duration::from_secs(60), |p| {
+        p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.name == "flaky"
+                    && c.restart_count == 1
+                    && c.state.as_ref().is_some_and(|s| s.running.is_some())
+                    && c.last_state.as_ref().is_some_and(|s| s.terminated.is_some())
+            })
+        })
+    })
+    .await;
+    let pod = n.pod_name("prev");
+    let https = n.main_client();
+    let get = async |path: &str| {
+        let url = n.main_url(&format!("/containerLogs/default/{pod}/{path}"));
+        let response =
+            https.get(&url).bearer_auth(TOKEN).send().await.unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        (response.status().as_u16(), response.text().await.unwrap_or_default())
+    };
+    // the current instance's output may take a moment to reach its log file
+    n.wait_for("the second instance's output in its log", Duration::from_secs(10), async || {
+        (get("flaky").await == (200, "instance 2\n".to_owned())).then_some(())
+    })
+    .await;
+    assert_eq!(get("flaky?previous=true").await, (200, "instance 1\n".to_owned()));
+    assert_eq!(
+        get("flaky?previous=1&timestamps=true").await.1.split_once(' ').map(|(_, l)| l),
+        Some("instance 1\n")
+    );
+    // a container that never restarted: the kubelet's 400 and message
+    let (status, body) = get("steady?previous=true").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body, format!("previous terminated container \"steady\" in pod \"{pod}\" not found"));
+    n.wait_for("steady's output in its log", Duration::from_secs(10), async || {
+        (get("steady").await == (200, "steady\n".to_owned())).then_some(())
+    })
+    .await;
+    n.remove_manifest("prev.yaml");
     n.shutdown().await;
 }
