@@ -68,6 +68,23 @@ else
     fi
   done
 fi
+
+# The standard CSI driver flow (issue 16) is tested with upstream programs built from public source in
+# ../shared/csi (hostpathplugin, csi-node-driver-registrar): unpacked here, or the test says it did not run.
+CSI_SRC=${NODELET_TEST_CSI_SOURCE:-../shared/csi/bin}
+if [[ -f "$CSI_SRC/hostpathplugin.xz" && -f "$CSI_SRC/csi-node-driver-registrar.xz" ]]; then
+  CSI_BIN="${NODELET_TEST_BASE:-/tmp/nodelet-test}/csi-bin"
+  mkdir -p "$CSI_BIN"
+  for bin in hostpathplugin csi-node-driver-registrar csi-sanity; do
+    if [[ -f "$CSI_SRC/$bin.xz" && ! -x "$CSI_BIN/$bin" ]]; then
+      xz -dc "$CSI_SRC/$bin.xz" >"$CSI_BIN/$bin.tmp" && chmod 755 "$CSI_BIN/$bin.tmp" && mv "$CSI_BIN/$bin.tmp" "$CSI_BIN/$bin"
+    fi
+  done
+  export NODELET_TEST_UPSTREAM_CSI=$CSI_BIN
+  export NODELET_REQUIRE_UPSTREAM_CSI=1
+else
+  NOTES+=("the upstream CSI driver test did NOT run: no hostpathplugin.xz and csi-node-driver-registrar.xz in $CSI_SRC (set NODELET_TEST_CSI_SOURCE)")
+fi
 print_notes
 
 # A one-off build (CI, a fresh clone) gains nothing from incremental caches, which would

@@ -1,6 +1,7 @@
 //! Claim wiring of the daemon: PersistentVolume, PersistentVolumeClaim and StorageClass objects
 //! from the manifest directory, the provisioners from the configuration, and the claim engine.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -76,7 +77,17 @@ pub(crate) fn start(
         Arc::new(nodelet_storage::records::FileRecords::new(config.root_dir.join("storage").join("claims")));
     let driver = ClaimDriver::new(records, set.clone()).with_operation_metrics(operation_duration);
     let provisioned = driver.provisioned();
-    let reconciler = ClaimReconciler::new(NodeInfo::new(&config.node_name), set);
+    // As the kubelet labels its Node with the topology of the CSI drivers registered on it.
+    let csi_drivers = csi.clone();
+    let topology = Arc::new(move || {
+        csi_drivers
+            .drivers()
+            .iter()
+            .flat_map(|d| d.node.accessible_topology.clone())
+            .collect::<BTreeMap<_, _>>()
+    });
+    let node = NodeInfo::new(&config.node_name).with_dynamic_labels(topology);
+    let reconciler = ClaimReconciler::new(node, set);
     let (desired, writer) = reconcile_engine::store();
     let engine = Engine::builder("claims", reconciler.clone(), Arc::new(driver), desired.clone())
         .metrics(engine_metrics)

@@ -6,6 +6,10 @@
 //!   wrappers in `csi::v1::{identity,controller,node}_server`. The GroupController and SnapshotMetadata
 //!   services are left out (see the comment at the top of the .proto).
 //!
+//! * [`pluginregistration::v1`]: the kubelet's plugin registration protocol (`pluginregistration.v1`:
+//!   `Registration` with `GetInfo` and `NotifyRegistrationStatus`), which `node-driver-registrar` serves
+//!   to register a CSI driver with the node agent.
+//!
 //! Fields the specification marks as secret (`secrets` maps, and `mount_flags`, which may hold credentials)
 //! are plain fields here, and the generated `Debug` prints them: never log a whole CSI request.
 //!
@@ -34,5 +38,21 @@ pub mod csi {
     )]
     pub mod v1 {
         tonic::include_proto!("csi.v1");
+    }
+}
+
+/// The kubelet's plugin registration protocol.
+pub mod pluginregistration {
+    /// Version 1 (protobuf package `pluginregistration`): messages, client and server.
+    #[allow(
+        missing_docs,
+        missing_debug_implementations,
+        unreachable_pub,
+        clippy::all,
+        clippy::pedantic,
+        rustdoc::all
+    )]
+    pub mod v1 {
+        tonic::include_proto!("pluginregistration");
     }
 }

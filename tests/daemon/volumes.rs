@@ -1063,3 +1063,131 @@ async fn node_status(n: &Nodelet) -> serde_json::Value {
     let list: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     list["items"][0]["status"].clone()
 }
+
+/// The directory of the upstream CSI programs (`hostpathplugin`, `csi-node-driver-registrar`) that
+/// scripts/test.sh unpacks from ../shared/csi; `None` (the test says it did not run) when absent, a
+/// failure when the test command provided them (`NODELET_REQUIRE_UPSTREAM_CSI=1`).
+fn upstream_csi(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("NODELET_TEST_UPSTREAM_CSI").map(PathBuf::from) {
+        Some(dir)
+            if dir.join("hostpathplugin").is_file() && dir.join("csi-node-driver-registrar").is_file() =>
+        {
+            Some(dir)
+        }
+        other => {
+            assert!(
+                std::env::var("NODELET_REQUIRE_UPSTREAM_CSI").as_deref() != Ok("1"),
+                "{test}: NODELET_TEST_UPSTREAM_CSI={other:?} has no hostpathplugin and csi-node-driver-registrar"
+            );
+            eprintln!("SKIP {test}: no upstream CSI programs (NODELET_TEST_UPSTREAM_CSI)");
+            None
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_standard_csi_driver_registers_through_node_driver_registrar_and_serves_a_claim() {
+    let test = "a_standard_csi_driver_registers_through_node_driver_registrar_and_serves_a_claim";
+    let env =
+        env_or_skip!("a_standard_csi_driver_registers_through_node_driver_registrar_and_serves_a_claim");
+    let Some(bin) = upstream_csi(test) else { return };
+    let n = Nodelet::start(&env, "csi-upstream").await;
+    let driver = "hostpath.csi.k8s.io";
+    let base = n.root_dir().parent().map(Path::to_path_buf).unwrap_or_default();
+    // The standard layout: the driver's socket under <root>/plugins/<driver>/, the registrar's in plugins_registry/.
+    let socket = n.root_dir().join("plugins").join(driver).join("csi.sock");
+    let state = base.join("hostpath-state");
+    for dir in [socket.parent().unwrap_or(&base), state.as_path()] {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+    }
+    let log = |name: &str| {
+        std::fs::File::create(base.join(name)).unwrap_or_else(|e| panic!("cannot create {name}: {e}"))
+    };
+    let _plugin = Killed(
+        std::process::Command::new(bin.join("hostpathplugin"))
+            .arg(format!("--endpoint=unix://{}", socket.display()))
+            .arg(format!("--nodeid={}", n.node()))
+            .arg(format!("--drivername={driver}"))
+            .arg(format!("--statedir={}", state.display()))
+            .arg("--v=3")
+            .stdout(std::process::Stdio::null())
+            .stderr(log("hostpathplugin.log"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start hostpathplugin: {e}")),
+    );
+    let _registrar = Killed(
+        std::process::Command::new(bin.join("csi-node-driver-registrar"))
+            .arg(format!("--csi-address={}", socket.display()))
+            .arg(format!("--kubelet-registration-path={}", socket.display()))
+            .arg(format!("--plugin-registration-path={}", n.root_dir().join("plugins_registry").display()))
+            .arg("--v=5")
+            .stdout(std::process::Stdio::null())
+            .stderr(log("registrar.log"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start csi-node-driver-registrar: {e}")),
+    );
+    // The registrar is told it is registered (it exits when told otherwise).
+    let registrar_log = || std::fs::read_to_string(base.join("registrar.log")).unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !registrar_log().contains("plugin_registered:true") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the registrar was not told it is registered:\n{}\nnodelet:\n{}",
+            registrar_log(),
+            n.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    n.write_manifest_text(
+        "storage.yaml",
+        &class_and_claim("upstream", driver, "WaitForFirstConsumer", "data"),
+    );
+    let pod_with = |command: Value| {
+        n.pod_manifest(
+            "upstream-user",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+                "containers": [{"name": "app", "command": command,
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            }),
+        )
+    };
+    n.write_manifest("user.yaml", &pod_with(sleep_until_term("echo kept > /data/file; ")));
+    let pod = n.wait_running("upstream-user").await;
+    let written = n
+        .wait_for("the pod's file in the driver's state directory", Duration::from_secs(15), async || {
+            let found = walk_files(&state).into_iter().find(|p| p.ends_with("file"))?;
+            (std::fs::read_to_string(&found).ok()? == "kept\n").then_some(found)
+        })
+        .await;
+    let target = volume_dir(&n, &uid(&pod), "kubernetes.io~csi", "data").join("mount");
+    assert!(is_mount_point(&target), "not published at {}", target.display());
+
+    // The data survives the pod: a new pod on the same claim reads it.
+    n.remove_manifest("user.yaml");
+    wait_gone(&n, &n.pod_name("upstream-user"), &uid(&pod)).await;
+    n.write_manifest("user.yaml", &pod_with(sleep_until_term("cat /data/file; ")));
+    let again = n.wait_running("upstream-user").await;
+    assert_ne!(uid(&again), uid(&pod));
+    let logs_url = n.main_url(&format!("/containerLogs/default/{}/app", n.pod_name("upstream-user")));
+    let https = n.main_client();
+    n.wait_for("the second pod reads the first one's data", Duration::from_secs(10), async || {
+        let response = https.get(&logs_url).bearer_auth(crate::support::TOKEN).send().await.ok()?;
+        response.text().await.ok()?.contains("kept").then_some(())
+    })
+    .await;
+
+    // Teardown leaves nothing: no mounts, and the volume is deleted with the claim (reclaim Delete).
+    n.remove_manifest("user.yaml");
+    wait_gone(&n, &n.pod_name("upstream-user"), &uid(&again)).await;
+    n.wait_for("no mounts left", Duration::from_secs(15), async || {
+        mounts_under(&n.root_dir()).is_empty().then_some(())
+    })
+    .await;
+    n.remove_manifest("storage.yaml");
+    n.wait_for("the volume deleted", Duration::from_secs(20), async || (!written.exists()).then_some(()))
+        .await;
+    n.shutdown().await;
+}

@@ -203,6 +203,18 @@ fn unix_connector(
     })
 }
 
+/// A gRPC channel over the unix socket, connected within [`CsiClientConfig::connect_timeout`].
+pub(crate) async fn unix_channel(socket: &Path, config: &CsiClientConfig) -> Result<Channel> {
+    let endpoint = CsiClient::grpc_endpoint(socket, config)?;
+    let dial = endpoint.connect_with_connector(unix_connector(socket.to_path_buf()));
+    let connect_error = |reason: String| CsiError::Connect { socket: socket.display().to_string(), reason };
+    match tokio::time::timeout(config.connect_timeout, dial).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(e)) => Err(connect_error(error_chain(&e))),
+        Err(_) => Err(connect_error(format!("timed out after {:?}", config.connect_timeout))),
+    }
+}
+
 fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = err.to_string();
     let mut source = err.source();
@@ -238,15 +250,7 @@ impl CsiClient {
     /// [`CsiClientConfig::connect_timeout`].
     pub async fn connect(socket: impl AsRef<Path>, config: CsiClientConfig) -> Result<Self> {
         let socket = socket.as_ref().to_path_buf();
-        let endpoint = Self::grpc_endpoint(&socket, &config)?;
-        let dial = endpoint.connect_with_connector(unix_connector(socket.clone()));
-        let connect_error =
-            |reason: String| CsiError::Connect { socket: socket.display().to_string(), reason };
-        let channel = match tokio::time::timeout(config.connect_timeout, dial).await {
-            Ok(Ok(channel)) => channel,
-            Ok(Err(e)) => return Err(connect_error(error_chain(&e))),
-            Err(_) => return Err(connect_error(format!("timed out after {:?}", config.connect_timeout))),
-        };
+        let channel = unix_channel(&socket, &config).await?;
         tracing::debug!(socket = %socket.display(), "connected to CSI driver");
         Ok(Self::from_channel(channel, socket, config))
     }

@@ -2,9 +2,11 @@
 //! order of calls and directory layout for one volume.
 //!
 //! * [`Registry`] discovers node plugins by their unix sockets in the plugin registration directory
-//!   (`<root-dir>/plugins_registry`, [`default_registration_dir`]), asks each for `GetPluginInfo`, `Probe`,
-//!   capabilities and `NodeGetInfo`, and keeps them by name; [`Registry::spawn_watcher`] rescans
-//!   periodically, dropping drivers whose socket vanished.
+//!   (`<root-dir>/plugins_registry`, [`default_registration_dir`]): registration sockets of the kubelet's
+//!   plugin registration protocol (what `node-driver-registrar` serves, [`RegistrationSocket`]) point it at
+//!   the driver's own socket; plain CSI sockets there are taken as they are. It asks each driver for
+//!   `GetPluginInfo`, `Probe`, capabilities and `NodeGetInfo`, and keeps them by name;
+//!   [`Registry::spawn_watcher`] rescans periodically, dropping drivers whose socket vanished.
 //! * [`CsiClient`] speaks the Identity, Node and Controller services ([`nodelet_proto::csi::v1`]) over one
 //!   shared connection, every call with a deadline (2 minutes, the kubelet's `csiTimeout`).
 //! * [`CsiError::is_uncertain`] classifies failures as the kubelet does: after a timeout, `UNAVAILABLE`,
@@ -36,6 +38,7 @@
 mod client;
 mod error;
 mod ops;
+mod registration;
 mod registry;
 
 pub use client::{
@@ -49,6 +52,9 @@ pub use ops::{
     CSI_PLUGIN_DIR_NAME, CSI_PLUGIN_NAME, CsiVolume, GLOBAL_MOUNT_DIR_NAME, Operation, POD_MOUNT_DIR_NAME,
     VOL_DATA_FILE_NAME, VolData, VolumeLayout, VolumeOpError, VolumeOps, mount_capability, read_vol_data,
     volume_handle_hash,
+};
+pub use registration::{
+    CSI_PLUGIN_TYPE, Registration, RegistrationError, RegistrationSocket, validate as validate_registration,
 };
 pub use registry::{
     DEFAULT_DISCOVERY_TIMEOUT, Driver, REGISTRATION_DIR_NAME, Registry, RegistryError, ScanReport,

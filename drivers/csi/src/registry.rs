@@ -1,13 +1,16 @@
 //! Discovery of CSI drivers by their sockets in a plugin registration directory.
 //!
 //! The kubelet layout: every node plugin puts a unix socket into `<root-dir>/plugins_registry/`
-//! ([`default_registration_dir`]). nodelet accepts plain CSI sockets there (the kubelet's
-//! pluginregistration `GetInfo` handshake is not required): for each socket it calls `GetPluginInfo`,
-//! `Probe`, `GetPluginCapabilities`, `NodeGetInfo`, `NodeGetCapabilities` and, for drivers with the
-//! Controller service, `ControllerGetCapabilities`, and remembers the driver by name. A socket that vanishes
-//! (or is replaced by a new one at the same path) drops the driver; a replaced socket is discovered again.
-//! Sockets that do not speak CSI (e.g. a node-driver-registrar's `*-reg.sock`) are skipped and retried on
-//! the next scan, as are drivers whose `Probe` says "not ready".
+//! ([`default_registration_dir`]). A socket there is first asked the kubelet's plugin registration
+//! `GetInfo` (what `node-driver-registrar` serves at `<driver>-reg.sock`): a CSI plugin with a 1.x
+//! version and an endpoint is discovered at that endpoint, must call itself by the registered name, and
+//! is told the outcome with `NotifyRegistrationStatus`. A socket that does not serve the registration
+//! protocol is taken as a plain CSI socket (nodelet's own drivers need no registrar). For each driver
+//! it calls `GetPluginInfo`, `Probe`, `GetPluginCapabilities`, `NodeGetInfo`, `NodeGetCapabilities` and,
+//! for drivers with the Controller service, `ControllerGetCapabilities`, and remembers the driver by
+//! name. A socket in the directory that vanishes (or is replaced by a new one at the same path) drops
+//! its driver; a replaced socket is discovered again. Sockets that fail are retried on the next scan, as
+//! are drivers whose `Probe` says "not ready".
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -23,6 +26,7 @@ use crate::client::{
     PluginInfo,
 };
 use crate::error::CsiError;
+use crate::registration::RegistrationSocket;
 
 /// Name of the registration directory under the root dir (the kubelet's
 /// `DefaultKubeletPluginsRegistrationDirName`).
@@ -67,7 +71,12 @@ pub struct Driver {
     pub node_capabilities: NodeCapabilities,
     /// `ControllerGetCapabilities`, for drivers with the `CONTROLLER_SERVICE` capability.
     pub controller_capabilities: Option<ControllerCapabilities>,
+    /// The registration socket it was registered through (`None`: found as a plain CSI socket).
+    pub registered_through: Option<PathBuf>,
     client: CsiClient,
+    /// The socket in the registration directory that stands for the driver (the registration socket,
+    /// else the driver's own), and its (dev, inode).
+    watched: PathBuf,
     socket_id: (u64, u64),
 }
 
@@ -112,9 +121,63 @@ impl Driver {
             node,
             node_capabilities,
             controller_capabilities,
+            registered_through: None,
             client,
+            watched: socket.to_path_buf(),
             socket_id,
         })
+    }
+
+    /// Registers the driver a registration socket (of the kubelet's plugin registration protocol)
+    /// points at: `GetInfo`, validation, discovery at the endpoint (the driver must call itself by the
+    /// registered name), then `NotifyRegistrationStatus` with the outcome. `Ok(None)` when the socket
+    /// does not serve the registration protocol.
+    pub async fn register(
+        reg_socket: &Path,
+        config: CsiClientConfig,
+        discovery_timeout: Duration,
+    ) -> Result<Option<Self>, CsiError> {
+        let registration = RegistrationSocket::connect(reg_socket, discovery_timeout).await?;
+        let (kind, name, endpoint, versions) = match registration.info().await {
+            Ok(info) => info,
+            Err(CsiError::Status { code: tonic::Code::Unimplemented, .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let outcome = match crate::registration::validate(&kind, &name, &endpoint, &versions) {
+            Err(e) => {
+                Err(CsiError::Connect { socket: reg_socket.display().to_string(), reason: e.to_string() })
+            }
+            Ok(valid) => match Self::discover(&valid.endpoint, config, discovery_timeout).await {
+                Ok(driver) if driver.name() != valid.name => Err(CsiError::Connect {
+                    socket: valid.endpoint.display().to_string(),
+                    reason: format!(
+                        "the driver calls itself {:?}, its registrar {:?}",
+                        driver.name(),
+                        valid.name
+                    ),
+                }),
+                other => other,
+            },
+        };
+        let reg_id = socket_id(reg_socket).await.map_err(|e| CsiError::Connect {
+            socket: reg_socket.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        match outcome {
+            Ok(mut driver) => {
+                registration.notify(true, "").await?;
+                driver.registered_through = Some(reg_socket.to_path_buf());
+                driver.watched = reg_socket.to_path_buf();
+                driver.socket_id = reg_id;
+                Ok(Some(driver))
+            }
+            Err(e) => {
+                if let Err(notify) = registration.notify(false, &e.to_string()).await {
+                    tracing::debug!(socket = %reg_socket.display(), error = %notify, "NotifyRegistrationStatus failed");
+                }
+                Err(e)
+            }
+        }
     }
 
     /// The driver name.
@@ -230,7 +293,7 @@ impl Registry {
             let mut drivers = self.lock();
             let gone: Vec<String> = drivers
                 .iter()
-                .filter(|(_, d)| sockets.get(&d.socket) != Some(&d.socket_id))
+                .filter(|(_, d)| sockets.get(&d.watched) != Some(&d.socket_id))
                 .map(|(name, _)| name.clone())
                 .collect();
             for name in gone {
@@ -241,11 +304,16 @@ impl Registry {
             }
         }
 
-        let known: HashSet<PathBuf> = self.lock().values().map(|d| d.socket.clone()).collect();
+        let known: HashSet<PathBuf> = self.lock().values().map(|d| d.watched.clone()).collect();
         let mut candidates: Vec<&PathBuf> = sockets.keys().filter(|s| !known.contains(*s)).collect();
         candidates.sort();
         for socket in candidates {
-            match Driver::discover(socket, self.config.clone(), self.discovery_timeout).await {
+            let found = match Driver::register(socket, self.config.clone(), self.discovery_timeout).await {
+                Ok(Some(driver)) => Ok(driver),
+                Ok(None) => Driver::discover(socket, self.config.clone(), self.discovery_timeout).await,
+                Err(e) => Err(e),
+            };
+            match found {
                 Ok(driver) => {
                     let name = driver.name().to_owned();
                     let mut drivers = self.lock();

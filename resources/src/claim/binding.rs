@@ -40,7 +40,33 @@ pub struct NodeInfo {
     /// The node labels: at least `kubernetes.io/hostname`, `kubernetes.io/os` and
     /// `kubernetes.io/arch`.
     pub labels: BTreeMap<String, String>,
+    /// Labels that come and go with the node's plugins (the topology segments of registered CSI
+    /// drivers, which the kubelet adds to its Node), read at each check.
+    pub dynamic: DynamicLabels,
 }
+
+/// A source of node labels read at each node-affinity check (see [`NodeInfo::dynamic`]); equal
+/// when both are unset or the same source.
+#[derive(Clone, Default)]
+pub struct DynamicLabels(pub Option<std::sync::Arc<dyn Fn() -> BTreeMap<String, String> + Send + Sync>>);
+
+impl std::fmt::Debug for DynamicLabels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "DynamicLabels(Some(..))" } else { "DynamicLabels(None)" })
+    }
+}
+
+impl PartialEq for DynamicLabels {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for DynamicLabels {}
 
 impl NodeInfo {
     /// Node `name` with the well-known labels the kubelet sets.
@@ -57,7 +83,16 @@ impl NodeInfo {
             ("kubernetes.io/os".to_owned(), "linux".to_owned()),
             ("kubernetes.io/arch".to_owned(), arch.to_owned()),
         ]);
-        Self { name, labels }
+        Self { name, labels, dynamic: DynamicLabels::default() }
+    }
+
+    /// Adds labels read at each check (the registered CSI drivers' topology segments).
+    pub fn with_dynamic_labels(
+        mut self,
+        labels: std::sync::Arc<dyn Fn() -> BTreeMap<String, String> + Send + Sync>,
+    ) -> Self {
+        self.dynamic = DynamicLabels(Some(labels));
+        self
     }
 
     /// Whether `pv`'s `nodeAffinity` admits this node (a volume without one fits every node).
@@ -67,12 +102,14 @@ impl NodeInfo {
         else {
             return true;
         };
+        let mut labels = self.dynamic.0.as_ref().map(|f| f()).unwrap_or_default();
+        labels.extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         required.node_selector_terms.iter().any(|term| {
             let exprs = term.match_expressions.as_deref().unwrap_or_default();
             let fields = term.match_fields.as_deref().unwrap_or_default();
             // An empty term matches nothing, as in Kubernetes.
             (!exprs.is_empty() || !fields.is_empty())
-                && exprs.iter().all(|r| node_requirement(r, self.labels.get(&r.key).map(String::as_str)))
+                && exprs.iter().all(|r| node_requirement(r, labels.get(&r.key).map(String::as_str)))
                 && fields.iter().all(|r| {
                     let value = (r.key == "metadata.name").then_some(self.name.as_str());
                     node_requirement(r, value)
