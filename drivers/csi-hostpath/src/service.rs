@@ -548,13 +548,16 @@ impl Inner {
     ) -> Result<Vec<v1::VolumeUsage>, Status> {
         use v1::volume_usage::Unit;
         require("volume_id", &req.volume_id)?;
-        let path = require_path("volume_path", &req.volume_path)?;
+        require("volume_path", &req.volume_path)?;
         if !req.staging_target_path.is_empty() {
             require_path("staging_target_path", &req.staging_target_path)?;
         }
+        // The spec's NOT_FOUND: no such volume, or the volume is not at that path (a relative path
+        // names nothing a CO could have published to).
         self.record(&req.volume_id)?;
-        if !exists(&path)? {
-            return Err(Status::not_found(format!("volume path {} does not exist", path.display())));
+        let path = std::path::PathBuf::from(&req.volume_path);
+        if !path.is_absolute() || !exists(&path)? {
+            return Err(Status::not_found(format!("volume {} is not at {}", req.volume_id, path.display())));
         }
         let vfs = rustix::fs::statvfs(&path).map_err(|e| internal("cannot statvfs", &path, &e.into()))?;
         let source = self.store.volume_dir(&req.volume_id);
