@@ -5,7 +5,9 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// Kills the driver when the test ends.
 struct Killed(std::process::Child);
@@ -17,8 +19,8 @@ impl Drop for Killed {
     }
 }
 
-#[test]
-fn csi_sanity_passes_with_no_failure() {
+#[tokio::test]
+async fn csi_sanity_passes_with_no_failure() {
     let sanity = std::env::var_os("NODELET_TEST_UPSTREAM_CSI").map(|d| PathBuf::from(d).join("csi-sanity"));
     let Some(sanity) = sanity.filter(|p| p.is_file()) else {
         assert!(
@@ -46,14 +48,15 @@ fn csi_sanity_passes_with_no_failure() {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !socket.exists() {
         assert!(Instant::now() < deadline, "the driver never listened on {}", socket.display());
-        std::thread::sleep(Duration::from_millis(50));
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let output = Command::new(&sanity)
+    let output = tokio::process::Command::new(&sanity)
         .arg(format!("--csi.endpoint=unix://{}", socket.display()))
         .arg(format!("--csi.mountdir={}", dir.path().join("mnt").display()))
         .arg(format!("--csi.stagingdir={}", dir.path().join("stage").display()))
         .arg("--ginkgo.no-color")
         .output()
+        .await
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", sanity.display()));
     let text = String::from_utf8_lossy(&output.stdout);
     let summary =
