@@ -59,8 +59,7 @@ async fn csi_sanity_passes_with_no_failure() {
         .await
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", sanity.display()));
     let text = String::from_utf8_lossy(&output.stdout);
-    let summary =
-        text.lines().rfind(|l| l.contains("Passed") \&\& l.contains("Failed")).unwrap_or("");
+    let summary = text.lines().rfind(|l| l.contains("Passed") && l.contains("Failed")).unwrap_or("");
     assert!(
         output.status.success(),
         "csi-sanity failed: {summary}\n{text}\n{}",
