@@ -11,6 +11,7 @@ mod config;
 mod container_gc;
 mod containerd;
 mod cri_log;
+mod csinode;
 mod log_rotation;
 mod node;
 mod node_facts;
@@ -431,7 +432,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         .with_claims(claims.view.clone(), claims.metrics.clone())
         .with_stats(stats.clone())
         .with_pressure(pressure)
-        .with_facts(node_facts),
+        .with_facts(node_facts)
+        .with_csi(csi_registry.clone()),
     );
     let kube_client = cluster.as_ref().map(cluster::Cluster::client);
     let serving_cert = cluster.as_ref().and_then(cluster::Cluster::serving_cert);

@@ -63,6 +63,8 @@ pub(crate) struct Node {
     node_name: String,
     /// What the `Node` shows of the machine (read once at start-up).
     facts: Option<Arc<crate::node_facts::NodeFacts>>,
+    /// The registered CSI drivers (for the CSINode).
+    csi: Option<Arc<nodelet_csi::Registry>>,
 }
 
 impl Node {
@@ -114,12 +116,19 @@ impl Node {
             problems,
             node_name,
             facts: None,
+            csi: None,
         })
     }
 
     /// Shows the machine's capacity, addresses and system information on `/api/v1/nodes`.
     pub(crate) fn with_facts(mut self, facts: Arc<crate::node_facts::NodeFacts>) -> Self {
         self.facts = Some(facts);
+        self
+    }
+
+    /// Shows the registered CSI drivers as this node's CSINode.
+    pub(crate) fn with_csi(mut self, registry: Arc<nodelet_csi::Registry>) -> Self {
+        self.csi = Some(registry);
         self
     }
 
@@ -463,6 +472,13 @@ impl NodeView for Node {
             status.volumes_in_use = (!in_use.is_empty()).then_some(in_use);
             status.volumes_attached = (!attached.is_empty()).then_some(attached);
         }
+        List { items: vec![node], ..List::default() }
+    }
+
+    fn csi_nodes(&self) -> List<k8s_openapi::api::storage::v1::CSINode> {
+        let Some(csi) = &self.csi else { return List::default() };
+        let mut node = crate::csinode::csi_node(&self.node_name, &csi.drivers());
+        node.metadata.creation_timestamp = nodelet_resources::pod::status::time(self.started);
         List { items: vec![node], ..List::default() }
     }
 

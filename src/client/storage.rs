@@ -1,9 +1,10 @@
-//! `nodelet get pv|pvc|storageclass`: kubectl-like tables of PersistentVolumes, claims and classes.
+//! `nodelet get pv|pvc|storageclass|csinode`: kubectl-like tables of PersistentVolumes, claims, classes
+//! and the node's CSINode (its registered CSI drivers).
 
 use std::io::Write;
 
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -18,6 +19,7 @@ pub(crate) fn kind_of(resource: &str) -> Option<&'static str> {
         "pv" | "persistentvolume" | "persistentvolumes" => Some("pv"),
         "pvc" | "persistentvolumeclaim" | "persistentvolumeclaims" => Some("pvc"),
         "sc" | "storageclass" | "storageclasses" => Some("sc"),
+        "csinode" | "csinodes" => Some("csinode"),
         _ => None,
     }
 }
@@ -206,6 +208,25 @@ pub(crate) async fn run(args: &GetArgs, kind: &str, now: Timestamp) -> Result<()
                 &mut err,
             )
         }
+        "csinode" => {
+            let items: Vec<CSINode> = fetch_list(args, "/apis/storage.k8s.io/v1/csinodes").await?;
+            print(
+                args,
+                "csinode",
+                items,
+                |c| &c.metadata,
+                &["NAME", "DRIVERS", "AGE"],
+                |c| {
+                    vec![
+                        c.metadata.name.clone().unwrap_or_default(),
+                        c.spec.drivers.len().to_string(),
+                        age(&c.metadata, now),
+                    ]
+                },
+                &mut out,
+                &mut err,
+            )
+        }
         _ => {
             let mut items: Vec<StorageClass> =
                 fetch_list(args, "/apis/storage.k8s.io/v1/storageclasses").await?;
@@ -239,7 +260,7 @@ pub(crate) async fn run(args: &GetArgs, kind: &str, now: Timestamp) -> Result<()
         }
     };
     // Why claims wait and reclaims failed, as warnings after the table.
-    if matches!(args.output, None | Some(OutputFormat::Wide)) && kind != "sc" {
+    if matches!(args.output, None | Some(OutputFormat::Wide)) && (kind == "pv" || kind == "pvc") {
         let wanted = if kind == "pv" { "PersistentVolume" } else { "PersistentVolumeClaim" };
         if let Ok(events) = fetch_list::<Event>(args, "/api/v1/events").await {
             let events: Vec<Event> =

@@ -136,6 +136,12 @@ pub(crate) trait NodeView: Send + Sync + 'static {
         k8s_openapi::List::default()
     }
 
+    /// This node's CSINode (the registered CSI drivers), served as a storage.k8s.io/v1 `CSINodeList`
+    /// on `/apis/storage.k8s.io/v1/csinodes`. Default: none.
+    fn csi_nodes(&self) -> k8s_openapi::List<k8s_openapi::api::storage::v1::CSINode> {
+        k8s_openapi::List::default()
+    }
+
     /// This node as a v1 `Node` (conditions `MemoryPressure`, `DiskPressure`, `PIDPressure`, `Ready`),
     /// served as a `NodeList` on `/api/v1/nodes` and alone on `/api/v1/nodes/{name}`. Default: none.
     fn nodes(&self) -> k8s_openapi::List<k8s_openapi::api::core::v1::Node> {

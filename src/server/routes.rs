@@ -67,6 +67,7 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .route("/api/v1/persistentvolumes", get(persistent_volumes::<V>))
         .route("/api/v1/persistentvolumeclaims", get(persistent_volume_claims::<V>))
         .route("/apis/storage.k8s.io/v1/storageclasses", get(storage_classes::<V>))
+        .route("/apis/storage.k8s.io/v1/csinodes", get(csi_nodes::<V>))
         .route("/api/v1/nodes", get(nodes::<V>))
         .route("/api/v1/nodes/{name}", get(node::<V>))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs::<V>))
@@ -109,6 +110,7 @@ pub(crate) fn read_only_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .route("/api/v1/persistentvolumes", get(persistent_volumes::<V>))
         .route("/api/v1/persistentvolumeclaims", get(persistent_volume_claims::<V>))
         .route("/apis/storage.k8s.io/v1/storageclasses", get(storage_classes::<V>))
+        .route("/apis/storage.k8s.io/v1/csinodes", get(csi_nodes::<V>))
         .route("/api/v1/nodes", get(nodes::<V>))
         .route("/api/v1/nodes/{name}", get(node::<V>))
         .route("/healthz", get(healthz::<V>))
@@ -216,6 +218,10 @@ async fn persistent_volume_claims<V: NodeView>(State(shared): St<V>) -> Response
 
 async fn storage_classes<V: NodeView>(State(shared): St<V>) -> Response {
     json_list(&shared.view.storage_classes(), "storage class")
+}
+
+async fn csi_nodes<V: NodeView>(State(shared): St<V>) -> Response {
+    json_list(&shared.view.csi_nodes(), "CSI node")
 }
 
 async fn nodes<V: NodeView>(State(shared): St<V>) -> Response {
