@@ -6,6 +6,8 @@
 //! restarts by `restartPolicy` with CrashLoopBackOff (10 s doubling to 300 s, reset after 10
 //! minutes of running); a container whose spec changed is killed and started again; a pod whose
 //! app containers are done is stopped (its sidecars too); a pod that is gone is torn down completely.
+//! Ephemeral containers (`spec.ephemeralContainers`) start once the pod is initialized, after
+//! everything else the pod needs, each at most once: never restarted, not counted for anything.
 
 use std::fmt;
 use std::sync::Arc;
@@ -301,6 +303,14 @@ impl PodReconciler {
         Ok(wait)
     }
 
+    /// The start of the first ephemeral container that was never created, as the kubelet's
+    /// `computePodActions`: one with any record (in any sandbox, exited or not) is never started
+    /// again, whatever its exit, nor after a nodelet restart or a new sandbox.
+    fn start_ephemeral(&self, pod: &DesiredPod, actual: &PodActual) -> Option<Plan<PodOp>> {
+        let missing = pod.ephemeral_specs().iter().find(|c| actual.container(&c.name).is_none())?;
+        Some(self.start_op(pod, actual, &missing.name, ContainerKind::Ephemeral, 0))
+    }
+
     fn plan_running(&self, pod: &DesiredPod, actual: &PodActual) -> Plan<PodOp> {
         let arc = || Arc::new(pod.clone());
         let policy = pod.restart_policy();
@@ -375,6 +385,10 @@ impl PodReconciler {
                         Step::Wait(d) => wait = Some(wait.map_or(d, |w| w.min(d))),
                         Step::Running | Step::Done => {}
                     }
+                }
+                // Ephemeral containers last: nothing of the pod itself waits for them.
+                if let Some(start) = self.start_ephemeral(pod, actual) {
+                    return start;
                 }
                 wait.map_or(Plan::Idle, Plan::RecheckAfter)
             }
