@@ -41,7 +41,7 @@ use super::pods::ApiPodSnapshot;
 use crate::server::NodeView;
 
 /// Top-level status fields nodelet owns: cleared in the API when nodelet's status lacks them.
-const OWNED_FIELDS: [&str; 11] = [
+const OWNED_FIELDS: [&str; 12] = [
     "phase",
     "message",
     "reason",
@@ -52,6 +52,7 @@ const OWNED_FIELDS: [&str; 11] = [
     "startTime",
     "initContainerStatuses",
     "containerStatuses",
+    "ephemeralContainerStatuses",
     "qosClass",
 ];
 
