@@ -37,6 +37,7 @@ fn main() -> anyhow::Result<()> {
             // The command's exit code; exiting here also ends a blocked read of stdin.
             cli::Command::Exec(args) => exit_with(client::run_exec(&args).await),
             cli::Command::Attach(args) => exit_with(client::run_attach(&args).await),
+            cli::Command::Debug(args) => exit_with(client::run_debug(&args).await),
             cli::Command::Cp(args) => client::run_cp(&args).await.map_err(|e| e.to_string()),
             cli::Command::Run(args) => return run(&args).await,
         };
@@ -132,7 +133,13 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let shutdown = CancellationToken::new();
 
     // Sources → desired store.
-    let pod_config = sources::PodConfig::new(config.node_name.clone());
+    // Ephemeral containers `nodelet debug` added to static pods, kept across restarts.
+    let debug_dir = config.root_dir.join("debug");
+    let debug_state = sources::debug::DebugState::load(&debug_dir).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "the ephemeral containers of static pods cannot be read; starting without them");
+        sources::debug::DebugState::empty(&debug_dir)
+    });
+    let pod_config = sources::PodConfig::new(config.node_name.clone()).with_debug_state(debug_state);
     let mut tasks = tokio::task::JoinSet::new();
     let mut objects = tokio::sync::watch::channel(std::sync::Arc::new(sources::ManifestObjects::new())).1;
     if let Some(path) = &config.sources.static_pod_path {
@@ -431,7 +438,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         .with_claims(claims.view.clone(), claims.metrics.clone())
         .with_stats(stats.clone())
         .with_pressure(pressure)
-        .with_facts(node_facts),
+        .with_facts(node_facts)
+        .with_pod_config(pod_config.clone()),
     );
     let kube_client = cluster.as_ref().map(cluster::Cluster::client);
     let serving_cert = cluster.as_ref().and_then(cluster::Cluster::serving_cert);

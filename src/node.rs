@@ -63,6 +63,8 @@ pub(crate) struct Node {
     node_name: String,
     /// What the `Node` shows of the machine (read once at start-up).
     facts: Option<Arc<crate::node_facts::NodeFacts>>,
+    /// The pod config, which `nodelet debug` adds ephemeral containers of static pods to.
+    pod_config: Option<crate::sources::PodConfig>,
 }
 
 impl Node {
@@ -114,7 +116,14 @@ impl Node {
             problems,
             node_name,
             facts: None,
+            pod_config: None,
         })
+    }
+
+    /// Lets `POST /debug/{namespace}/{pod}` add ephemeral containers to static pods through `pod_config`.
+    pub(crate) fn with_pod_config(mut self, pod_config: crate::sources::PodConfig) -> Self {
+        self.pod_config = Some(pod_config);
+        self
     }
 
     /// Shows the machine's capacity, addresses and system information on `/api/v1/nodes`.
@@ -302,6 +311,18 @@ impl Node {
 }
 
 impl NodeView for Node {
+    fn add_ephemeral_container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: k8s_openapi::api::core::v1::EphemeralContainer,
+    ) -> Result<(), crate::sources::debug::DebugError> {
+        match &self.pod_config {
+            Some(config) => config.add_ephemeral_container(namespace, pod, container),
+            None => Err(crate::sources::debug::DebugError::NotSupported),
+        }
+    }
+
     fn pods(&self) -> List<Pod> {
         let now = (self.clock)();
         let mut items: Vec<Pod> = self

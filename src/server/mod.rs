@@ -110,6 +110,18 @@ pub(crate) trait NodeView: Send + Sync + 'static {
         Err(StreamTargetError::PodNotFound)
     }
 
+    /// Adds the ephemeral container `container` to the static pod `namespace/pod` (`POST
+    /// /debug/{namespace}/{pod}`, what `nodelet debug` sends). Default: not supported.
+    fn add_ephemeral_container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: k8s_openapi::api::core::v1::EphemeralContainer,
+    ) -> Result<(), crate::sources::debug::DebugError> {
+        let _ = (namespace, pod, container);
+        Err(crate::sources::debug::DebugError::NotSupported)
+    }
+
     /// Warning events (broken manifests, failing pod operations), served as a v1 `EventList` on
     /// `/api/v1/events`. Default: none.
     fn events(&self) -> k8s_openapi::List<k8s_openapi::api::core::v1::Event> {
