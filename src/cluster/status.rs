@@ -215,6 +215,11 @@ impl<V: NodeView> StatusManager<V> {
         now: &Time,
     ) -> PodStatus {
         let mut status = pod.status.clone().unwrap_or_default();
+        if !is_api_pod(pod) {
+            // A mirror pod cannot have ephemeral containers (`nodelet debug` adds them to the static pod
+            // only): their statuses stay on nodelet's `/pods`.
+            status.ephemeral_container_statuses = None;
+        }
         if let Some(ip) = self.host_ips.first() {
             status.host_ip = Some(ip.clone());
             status.host_ips = Some(self.host_ips.iter().map(|ip| HostIP { ip: ip.clone() }).collect());

@@ -195,7 +195,20 @@ async fn debug_pod<V: NodeView>(
         Err(e) => return status::failure(StatusCode::BAD_REQUEST, format!("not an EphemeralContainer: {e}")),
     };
     let echo = serde_json::to_vec(&container).unwrap_or_default();
-    match shared.view.add_ephemeral_container(&namespace, &pod, container) {
+    // Saving the container syncs a file: off the async workers.
+    let view = shared.view.clone();
+    let added =
+        tokio::task::spawn_blocking(move || view.add_ephemeral_container(&namespace, &pod, container)).await;
+    let added = match added {
+        Ok(result) => result,
+        Err(e) => {
+            return status::failure(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("adding the container failed: {e}"),
+            );
+        }
+    };
+    match added {
         Ok(()) => {
             let response = (StatusCode::CREATED, echo).into_response();
             with_content_type(response, "application/json")
