@@ -273,9 +273,11 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         &config.node_name,
         config.cluster.as_ref().map(|c| &c.node_labels),
     ));
+    let pod_failures: nodelet_resources::pod::reconciler::FailureSlot = Arc::default();
     let mut engine = Engine::builder(
         "pods",
         PodReconciler::new(crash_loop.clone(), clock.clone())
+            .with_failures(pod_failures.clone())
             .with_volumes(gate.clone())
             .with_probes(probe_results.clone())
             .with_verdicts(verdicts.clone()),
@@ -292,6 +294,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     .build();
     let actual = engine.actual();
     let failures = engine.op_status();
+    let _ = pod_failures.set(failures.clone());
     let pod_waker = engine.waker();
     tasks.spawn(prober.run(actual.clone(), engine.waker(), shutdown.clone().cancelled_owned()));
     let populator = Populator::new(desired.clone(), actual.clone(), volume_writer, Arc::new(renderer));

@@ -46,9 +46,10 @@ fn node_with(runtime: Arc<FakeRuntime>, clock: Clock) -> Node {
     let (desired, mut writer) = store();
     writer.mark_synced();
     let reconciler = PodReconciler::new(CrashLoopBackOff::default(), clock.clone());
+    let failures: nodelet_resources::pod::reconciler::FailureSlot = Arc::default();
     let engine = Engine::builder(
         "pods",
-        PodReconciler::new(CrashLoopBackOff::default(), clock.clone()),
+        PodReconciler::new(CrashLoopBackOff::default(), clock.clone()).with_failures(failures.clone()),
         Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
         desired.clone(),
     )
@@ -57,6 +58,7 @@ fn node_with(runtime: Arc<FakeRuntime>, clock: Clock) -> Node {
     let mut engine = engine;
     let actual = engine.actual();
     let status = engine.op_status();
+    let _ = failures.set(status.clone());
     let pleg = Pleg::new(
         runtime.clone(),
         actual.clone(),
@@ -700,4 +702,22 @@ async fn a_running_ephemeral_container_should_be_stopped_with_the_pod() {
     assert!(eventually(LONG, || n.starts("u1/debug").len() == 1).await);
     n.writer.remove(&"u1".to_string());
     assert!(eventually(LONG, || n.runtime.container_count("u1") == 0).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_ephemeral_container_should_not_delay_a_crash_looping_containers_restarts() {
+    let mut n = node();
+    n.add(pod("u1", &with_ephemeral(CRASH, "  - {name: debug, image: fake/missing}\n")));
+    assert!(eventually(LONG, || n.starts("u1/c").len() >= 7).await);
+    let starts = n.starts("u1/c");
+    let gaps: Vec<u64> =
+        starts.windows(2).map(|w| u64::try_from(w[1] - w[0]).unwrap_or(0) / 1_000_000_000).collect();
+    assert_eq!(
+        gaps,
+        vec![0, 10, 20, 40, 80, 160],
+        "the kubelet's sequence, as without the ephemeral container"
+    );
+    assert!(n.starts("u1/debug").len() > 3, "its start was retried meanwhile");
+    let reason = n.waiting_reason_ephemeral("u1");
+    assert!(matches!(reason.as_deref(), Some("ErrImagePull" | "ImagePullBackOff")), "{reason:?}");
 }

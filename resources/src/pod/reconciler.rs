@@ -68,6 +68,10 @@ impl CrashLoopBackOff {
     }
 }
 
+/// The pod engine's last failed operation of each pod ([`reconcile_engine::Engine::op_status`]), set
+/// once the engine is built (the reconciler is built before it).
+pub type FailureSlot = Arc<std::sync::OnceLock<reconcile_engine::Store<PodUid, super::status::PodOpStatus>>>;
+
 /// The pod reconciler.
 pub struct PodReconciler {
     backoff: CrashLoopBackOff,
@@ -75,6 +79,7 @@ pub struct PodReconciler {
     volumes: Option<VolumeGate>,
     probes: Option<crate::probe::results::ProbeResults>,
     verdicts: Option<crate::eviction::verdict::PodVerdicts>,
+    failures: Option<FailureSlot>,
 }
 
 impl fmt::Debug for PodReconciler {
@@ -86,7 +91,7 @@ impl fmt::Debug for PodReconciler {
 impl PodReconciler {
     /// A reconciler with the given crash-loop timing and clock.
     pub fn new(backoff: CrashLoopBackOff, clock: Clock) -> Self {
-        Self { backoff, clock, volumes: None, probes: None, verdicts: None }
+        Self { backoff, clock, volumes: None, probes: None, verdicts: None, failures: None }
     }
 
     /// Restarts containers whose liveness or startup probe failed, as `results` says, and lets
@@ -129,6 +134,13 @@ impl PodReconciler {
     /// The node's verdicts, if applied.
     pub fn verdicts(&self) -> Option<&crate::eviction::verdict::PodVerdicts> {
         self.verdicts.as_ref()
+    }
+
+    /// Reads the engine's failed operations from `slot`: an ephemeral container whose start keeps failing
+    /// then never delays a restart of the pod's other containers (see `start_ephemeral`).
+    pub fn with_failures(mut self, slot: FailureSlot) -> Self {
+        self.failures = Some(slot);
+        self
     }
 
     /// The crash-loop timing.
@@ -306,9 +318,35 @@ impl PodReconciler {
     /// The start of the first ephemeral container that was never created, as the kubelet's
     /// `computePodActions`: one with any record (in any sandbox, exited or not) is never started
     /// again, whatever its exit, nor after a nodelet restart or a new sandbox.
-    fn start_ephemeral(&self, pod: &DesiredPod, actual: &PodActual) -> Option<Plan<PodOp>> {
+    ///
+    /// A start that failed is retried after the engine's back-off, and a pod whose next operation backs off
+    /// is not planned again before it runs; so while something else of the pod is due sooner (`due`: a
+    /// container's crash-loop back-off ends), the pod waits for that instead, whose start then goes first.
+    fn start_ephemeral(
+        &self,
+        pod: &DesiredPod,
+        actual: &PodActual,
+        due: Option<Duration>,
+    ) -> Option<Plan<PodOp>> {
         let missing = pod.ephemeral_specs().iter().find(|c| actual.container(&c.name).is_none())?;
-        Some(self.start_op(pod, actual, &missing.name, ContainerKind::Ephemeral, 0))
+        if let Some(due) = due
+            && self.ephemeral_retry_at(pod.uid()).is_some_and(|at| at > tokio::time::Instant::now() + due)
+        {
+            return None;
+        }
+        match self.start_op(pod, actual, &missing.name, ContainerKind::Ephemeral, 0) {
+            start @ Plan::Run(_) => Some(start),
+            _ => None,
+        }
+    }
+
+    /// When the engine retries the pod's failed ephemeral container start, if that is its last failure.
+    fn ephemeral_retry_at(&self, uid: &str) -> Option<tokio::time::Instant> {
+        let status = self.failures.as_ref()?.get()?.get(&uid.to_owned())?;
+        match &status.op {
+            PodOp::StartContainer { kind: ContainerKind::Ephemeral, .. } => status.retry_at,
+            _ => None,
+        }
     }
 
     fn plan_running(&self, pod: &DesiredPod, actual: &PodActual) -> Plan<PodOp> {
@@ -387,7 +425,7 @@ impl PodReconciler {
                     }
                 }
                 // Ephemeral containers last: nothing of the pod itself waits for them.
-                if let Some(start) = self.start_ephemeral(pod, actual) {
+                if let Some(start) = self.start_ephemeral(pod, actual, wait) {
                     return start;
                 }
                 wait.map_or(Plan::Idle, Plan::RecheckAfter)
