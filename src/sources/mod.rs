@@ -33,6 +33,10 @@
 //! removes the pod. The last good version lives in memory: after a restart of nodelet a manifest
 //! that is still broken contributes only its valid pods.
 //!
+//! **Ephemeral containers of static pods** (`nodelet debug`, [`PodConfig::add_ephemeral_container`]) are
+//! kept in a state file ([`debug`]) and merged here into the static pods they were added to; API pods get
+//! theirs from the API server.
+//!
 //! **`kubernetes.io/config.seen`** is set here, from the first time the pod config saw the UID
 //! (RFC 3339, UTC); it stays the same while the pod stays, so rescans never change a desired pod.
 
