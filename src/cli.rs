@@ -64,6 +64,9 @@ pub(crate) enum Command {
     Attach(AttachArgs),
     /// Copy files and directories to and from containers like `kubectl cp` (tar over exec).
     Cp(CpArgs),
+    /// Add an ephemeral (debug) container to a static pod like `kubectl debug`, through the local
+    /// nodelet's main port; with -i, attach to it.
+    Debug(DebugArgs),
     /// Forward local ports to a pod like `kubectl port-forward`, through the local nodelet's main port.
     PortForward(PortForwardArgs),
 }
@@ -78,6 +81,7 @@ impl Command {
             Command::Exec(e) => e.log.verbosity,
             Command::Attach(a) => a.log.verbosity,
             Command::Cp(c) => c.log.verbosity,
+            Command::Debug(d) => d.log.verbosity,
             Command::PortForward(p) => p.log.verbosity,
         }
     }
@@ -519,6 +523,50 @@ pub(crate) struct AttachArgs {
     pub(crate) log: LogArgs,
 }
 
+/// `nodelet debug POD --image=IMAGE [-- COMMAND…]`.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "POSTs the ephemeral container to /debug/NAMESPACE/POD on the main port (authorized \
+    like exec); nodelet keeps it under its root directory, so that it is neither lost nor started twice \
+    across restarts, and starts it once in the running pod (never restarted). With --target it shares that \
+    container's process namespace. With -i (and -t) it then attaches like `nodelet attach`; output of a \
+    container that ended before the attach is printed from its log. Pods from the API server get their \
+    ephemeral containers through the API (kubectl debug).")]
+pub(crate) struct DebugArgs {
+    /// Pod name (static pods are named <name>-<node>).
+    #[arg(value_name = "POD")]
+    pub(crate) pod: String,
+    /// The command and its arguments (default: the image's).
+    #[arg(value_name = "COMMAND", last = true)]
+    pub(crate) command: Vec<String>,
+    /// The debug container's image.
+    #[arg(long, value_name = "IMAGE")]
+    pub(crate) image: String,
+    /// The debug container's imagePullPolicy (Always, IfNotPresent, Never; default from the image's tag).
+    #[arg(long, value_name = "POLICY")]
+    pub(crate) image_pull_policy: Option<String>,
+    /// The container whose process namespace the debug container joins.
+    #[arg(long, value_name = "CONTAINER")]
+    pub(crate) target: Option<String>,
+    /// The debug container's name (default: debugger-XXXXX).
+    #[arg(short = 'c', long, value_name = "NAME")]
+    pub(crate) container: Option<String>,
+    /// Namespace of the pod.
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub(crate) namespace: String,
+    /// Keep stdin open on the container and attach to it.
+    #[arg(short = 'i', long)]
+    pub(crate) stdin: bool,
+    /// Allocate a TTY for the container.
+    #[arg(short = 't', long)]
+    pub(crate) tty: bool,
+    /// The main port.
+    #[command(flatten)]
+    pub(crate) server: MainPortArgs,
+    /// Logging.
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
 /// `nodelet cp SRC DEST`.
 #[derive(Debug, Clone, Args)]
 #[command(after_help = "One of SRC and DEST is [NAMESPACE/]POD:PATH, the other a local path. Like kubectl \
@@ -712,6 +760,29 @@ mod tests {
             panic!("expected port-forward")
         };
         assert_eq!(p.ports, ["8080:80", ":90", "70"]);
+        let Command::Debug(d) = parse(&[
+            "debug",
+            "web",
+            "-n",
+            "ns",
+            "--image=busybox",
+            "--target=app",
+            "-c",
+            "dbg",
+            "-it",
+            "--",
+            "sh",
+            "-c",
+            "ps",
+        ]) else {
+            panic!("debug")
+        };
+        assert_eq!((d.pod.as_str(), d.namespace.as_str(), d.image.as_str()), ("web", "ns", "busybox"));
+        assert_eq!(
+            (d.target.as_deref(), d.container.as_deref(), d.stdin, d.tty),
+            (Some("app"), Some("dbg"), true, true)
+        );
+        assert_eq!(d.command, ["sh", "-c", "ps"]);
         let Command::Attach(a) = parse(&["attach", "web", "-c", "ticker", "-it", "-n", "ns"]) else {
             panic!("expected attach")
         };

@@ -38,6 +38,7 @@ fn main() -> anyhow::Result<()> {
             // The command's exit code; exiting here also ends a blocked read of stdin.
             cli::Command::Exec(args) => exit_with(client::run_exec(&args).await),
             cli::Command::Attach(args) => exit_with(client::run_attach(&args).await),
+            cli::Command::Debug(args) => exit_with(client::run_debug(&args).await),
             cli::Command::Cp(args) => client::run_cp(&args).await.map_err(|e| e.to_string()),
             cli::Command::Run(args) => return run(&args).await,
         };
@@ -133,7 +134,13 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let shutdown = CancellationToken::new();
 
     // Sources → desired store.
-    let pod_config = sources::PodConfig::new(config.node_name.clone());
+    // Ephemeral containers `nodelet debug` added to static pods, kept across restarts.
+    let debug_dir = config.root_dir.join("debug");
+    let debug_state = sources::debug::DebugState::load(&debug_dir).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "the ephemeral containers of static pods cannot be read; starting without them");
+        sources::debug::DebugState::empty(&debug_dir)
+    });
+    let pod_config = sources::PodConfig::new(config.node_name.clone()).with_debug_state(debug_state);
     let mut tasks = tokio::task::JoinSet::new();
     let mut objects = tokio::sync::watch::channel(std::sync::Arc::new(sources::ManifestObjects::new())).1;
     if let Some(path) = &config.sources.static_pod_path {
@@ -267,9 +274,11 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         &config.node_name,
         config.cluster.as_ref().map(|c| &c.node_labels),
     ));
+    let pod_failures: nodelet_resources::pod::reconciler::FailureSlot = Arc::default();
     let mut engine = Engine::builder(
         "pods",
         PodReconciler::new(crash_loop.clone(), clock.clone())
+            .with_failures(pod_failures.clone())
             .with_volumes(gate.clone())
             .with_probes(probe_results.clone())
             .with_verdicts(verdicts.clone()),
@@ -286,6 +295,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     .build();
     let actual = engine.actual();
     let failures = engine.op_status();
+    let _ = pod_failures.set(failures.clone());
     let pod_waker = engine.waker();
     tasks.spawn(prober.run(actual.clone(), engine.waker(), shutdown.clone().cancelled_owned()));
     let populator = Populator::new(desired.clone(), actual.clone(), volume_writer, Arc::new(renderer));
@@ -433,7 +443,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         .with_stats(stats.clone())
         .with_pressure(pressure)
         .with_facts(node_facts)
-        .with_csi(csi_registry.clone()),
+        .with_csi(csi_registry.clone())
+        .with_pod_config(pod_config.clone()),
     );
     let kube_client = cluster.as_ref().map(cluster::Cluster::client);
     let serving_cert = cluster.as_ref().and_then(cluster::Cluster::serving_cert);

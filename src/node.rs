@@ -65,6 +65,8 @@ pub(crate) struct Node {
     facts: Option<Arc<crate::node_facts::NodeFacts>>,
     /// The registered CSI drivers (for the CSINode).
     csi: Option<Arc<nodelet_csi::Registry>>,
+    /// The pod config, which `nodelet debug` adds ephemeral containers of static pods to.
+    pod_config: Option<crate::sources::PodConfig>,
 }
 
 impl Node {
@@ -117,7 +119,14 @@ impl Node {
             node_name,
             facts: None,
             csi: None,
+            pod_config: None,
         })
+    }
+
+    /// Lets `POST /debug/{namespace}/{pod}` add ephemeral containers to static pods through `pod_config`.
+    pub(crate) fn with_pod_config(mut self, pod_config: crate::sources::PodConfig) -> Self {
+        self.pod_config = Some(pod_config);
+        self
     }
 
     /// Shows the machine's capacity, addresses and system information on `/api/v1/nodes`.
@@ -311,6 +320,18 @@ impl Node {
 }
 
 impl NodeView for Node {
+    fn add_ephemeral_container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: k8s_openapi::api::core::v1::EphemeralContainer,
+    ) -> Result<(), crate::sources::debug::DebugError> {
+        match &self.pod_config {
+            Some(config) => config.add_ephemeral_container(namespace, pod, container),
+            None => Err(crate::sources::debug::DebugError::NotSupported),
+        }
+    }
+
     fn pods(&self) -> List<Pod> {
         let now = (self.clock)();
         let mut items: Vec<Pod> = self

@@ -46,9 +46,10 @@ fn node_with(runtime: Arc<FakeRuntime>, clock: Clock) -> Node {
     let (desired, mut writer) = store();
     writer.mark_synced();
     let reconciler = PodReconciler::new(CrashLoopBackOff::default(), clock.clone());
+    let failures: nodelet_resources::pod::reconciler::FailureSlot = Arc::default();
     let engine = Engine::builder(
         "pods",
-        PodReconciler::new(CrashLoopBackOff::default(), clock.clone()),
+        PodReconciler::new(CrashLoopBackOff::default(), clock.clone()).with_failures(failures.clone()),
         Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
         desired.clone(),
     )
@@ -57,6 +58,7 @@ fn node_with(runtime: Arc<FakeRuntime>, clock: Clock) -> Node {
     let mut engine = engine;
     let actual = engine.actual();
     let status = engine.op_status();
+    let _ = failures.set(status.clone());
     let pleg = Pleg::new(
         runtime.clone(),
         actual.clone(),
@@ -599,4 +601,169 @@ async fn a_resources_change_should_resize_in_place_or_restart_as_the_resize_poli
     n.add(pod("u1", &SIZED.replace("cpu: 200m", "cpu: 500m").replace("64Mi", "128Mi")));
     assert!(eventually(LONG, || n.starts("u1/app").len() == 2).await);
     assert_eq!(n.runtime.calls_of("update_container_resources").len(), 1);
+}
+
+// ===== ephemeral containers =====
+
+/// `WEB` with ephemeral containers (as the API's `ephemeralcontainers` subresource adds them).
+fn with_ephemeral(yaml: &str, ephemeral: &str) -> String {
+    format!("{yaml}  ephemeralContainers:\n{ephemeral}")
+}
+
+impl Node {
+    fn waiting_reason_ephemeral(&self, uid: &str) -> Option<String> {
+        self.ephemeral_status(uid, "debug")?.state?.waiting?.reason
+    }
+
+    fn ephemeral_status(&self, uid: &str, name: &str) -> Option<k8s_openapi::api::core::v1::ContainerStatus> {
+        self.status(uid).ephemeral_container_statuses.into_iter().flatten().find(|c| c.name == name)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ephemeral_container_should_start_once_in_the_running_pod_in_its_targets_pid_namespace() {
+    let mut n = node();
+    n.add(pod("u1", WEB));
+    assert!(eventually(LONG, || n.phase("u1") == "Running").await);
+    let web_id = n.actual.get(&"u1".into()).and_then(|a| a.container("web").map(|c| c.id.clone()));
+    n.add(pod("u1", &with_ephemeral(WEB, "  - {name: debug, image: busybox, targetContainerName: web}\n")));
+    assert!(
+        eventually(LONG, || n
+            .ephemeral_status("u1", "debug")
+            .is_some_and(|s| s.state.is_some_and(|st| st.running.is_some())))
+        .await
+    );
+    let start = n.runtime.calls_of("start_container").into_iter().find(|c| c.target == "u1/debug");
+    assert_eq!(start.and_then(|c| c.pid_target), web_id, "joins the target's PID namespace");
+    let status = n.ephemeral_status("u1", "debug").expect("status");
+    assert!(!status.ready && status.started.is_none(), "{status:?}");
+
+    // It exits (successfully or not): never restarted, whatever the pod's restart policy.
+    n.runtime.exit("u1", "debug", 1);
+    assert!(
+        eventually(LONG, || n
+            .ephemeral_status("u1", "debug")
+            .is_some_and(|s| s.state.is_some_and(|st| st.terminated.is_some_and(|t| t.exit_code == 1))))
+        .await
+    );
+    tokio::time::sleep(Duration::from_secs(900)).await;
+    assert_eq!(n.starts("u1/debug").len(), 1);
+    assert_eq!(n.starts("u1/web").len(), 1, "the pod itself is untouched");
+    assert_eq!(n.phase("u1"), "Running");
+    assert_eq!(n.condition("u1", "Ready"), "True");
+    assert_eq!(n.status("u1").container_statuses.map(|s| s.len()), Some(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn ephemeral_containers_should_wait_for_initialization_and_not_count_for_readiness() {
+    let mut n = node();
+    n.add(pod(
+        "u1",
+        &with_ephemeral(
+            &INIT.replace("first, image: \"fake/exit:0\"", "first, image: busybox"),
+            "  - {name: debug, image: busybox}\n",
+        ),
+    ));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(n.starts("u1/debug").is_empty(), "not before the pod is initialized");
+    assert_eq!(
+        n.ephemeral_status("u1", "debug")
+            .and_then(|s| s.state)
+            .and_then(|s| s.waiting)
+            .and_then(|w| w.reason)
+            .as_deref(),
+        Some("PodInitializing")
+    );
+    n.runtime.exit("u1", "first", 0);
+    assert!(eventually(LONG, || n.starts("u1/debug").len() == 1).await);
+    let order: Vec<String> = n.runtime.calls_of("start_container").into_iter().map(|c| c.target).collect();
+    assert_eq!(order.last().map(String::as_str), Some("u1/debug"), "after everything else: {order:?}");
+    assert!(eventually(LONG, || n.condition("u1", "Ready") == "True").await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_ephemeral_container_should_not_hold_up_or_restart_the_pod() {
+    let mut n = node();
+    n.add(pod("u1", &with_ephemeral(WEB, "  - {name: debug, image: fake/missing}\n")));
+    assert!(eventually(LONG, || n.waiting_reason_ephemeral("u1") == Some("ImagePullBackOff".into())).await);
+    assert_eq!(n.phase("u1"), "Running");
+    assert_eq!(n.condition("u1", "Ready"), "True");
+    // The app container exits: restarted at once (its first restart has no back-off) even though
+    // the ephemeral container's start is backing off.
+    let before = n.starts("u1/web").len();
+    n.runtime.exit("u1", "web", 1);
+    assert!(eventually(Duration::from_secs(5), || n.starts("u1/web").len() == before + 1).await);
+    assert_eq!(n.runtime.calls_of("run_sandbox").len(), 1, "the pod is not restarted");
+    // Once the image can be pulled the ephemeral container starts, once.
+    n.runtime.add_image("fake/missing");
+    assert!(
+        eventually(LONG, || n
+            .ephemeral_status("u1", "debug")
+            .is_some_and(|s| s.state.is_some_and(|st| st.running.is_some())))
+        .await
+    );
+    n.runtime.exit("u1", "debug", 0);
+    tokio::time::sleep(Duration::from_secs(900)).await;
+    assert_eq!(n.runtime.containers_named("u1", "debug"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ephemeral_container_whose_target_is_missing_should_wait_with_the_reason() {
+    let mut n = node();
+    n.add(pod("u1", &with_ephemeral(WEB, "  - {name: debug, image: busybox, targetContainerName: nope}\n")));
+    assert!(
+        eventually(LONG, || n.waiting_reason_ephemeral("u1") == Some("CreateContainerConfigError".into()))
+            .await
+    );
+    assert_eq!(n.phase("u1"), "Running");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_nodelet_should_not_start_an_exited_ephemeral_container_again() {
+    let clock = clock();
+    let runtime = Arc::new(FakeRuntime::new(clock.clone()));
+    let manifest = with_ephemeral(WEB, "  - {name: debug, image: \"fake/exit:0\"}\n");
+    {
+        let mut first = node_with(runtime.clone(), clock.clone());
+        first.add(pod("u1", &manifest));
+        assert!(
+            eventually(LONG, || first
+                .ephemeral_status("u1", "debug")
+                .is_some_and(|s| s.state.is_some_and(|st| st.terminated.is_some())))
+            .await
+        );
+    }
+    let mut second = node_with(runtime.clone(), clock);
+    second.add(pod("u1", &manifest));
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(runtime.calls_of("start_container").iter().filter(|c| c.target == "u1/debug").count(), 1);
+    let status = second.ephemeral_status("u1", "debug").expect("status");
+    assert!(status.state.is_some_and(|s| s.terminated.is_some_and(|t| t.exit_code == 0)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_running_ephemeral_container_should_be_stopped_with_the_pod() {
+    let mut n = node();
+    n.add(pod("u1", &with_ephemeral(WEB, "  - {name: debug, image: busybox}\n")));
+    assert!(eventually(LONG, || n.starts("u1/debug").len() == 1).await);
+    n.writer.remove(&"u1".to_string());
+    assert!(eventually(LONG, || n.runtime.container_count("u1") == 0).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_ephemeral_container_should_not_delay_a_crash_looping_containers_restarts() {
+    let mut n = node();
+    n.add(pod("u1", &with_ephemeral(CRASH, "  - {name: debug, image: fake/missing}\n")));
+    assert!(eventually(LONG, || n.starts("u1/c").len() >= 7).await);
+    let starts = n.starts("u1/c");
+    let gaps: Vec<u64> =
+        starts.windows(2).map(|w| u64::try_from(w[1] - w[0]).unwrap_or(0) / 1_000_000_000).collect();
+    assert_eq!(
+        gaps,
+        vec![0, 10, 20, 40, 80, 160],
+        "the kubelet's sequence, as without the ephemeral container"
+    );
+    assert!(n.starts("u1/debug").len() > 3, "its start was retried meanwhile");
+    let reason = n.waiting_reason_ephemeral("u1");
+    assert!(matches!(reason.as_deref(), Some("ErrImagePull" | "ImagePullBackOff")), "{reason:?}");
 }

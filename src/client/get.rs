@@ -256,6 +256,38 @@ pub(super) async fn fetch_list<T: serde::de::DeserializeOwned>(
     Err(GetError::Unreachable { tried: tried.join(", "), message: last })
 }
 
+/// Sends one request to the main port (`args.server`, which must be set) with the bearer token: `POST`
+/// with a JSON `body`, else `GET`; returns the response body of a 2xx answer.
+pub(super) async fn main_port_request(
+    args: &GetArgs,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<String, GetError> {
+    let client = build_client(args)?;
+    let token = read_token(args.token.as_deref(), args.token_file.as_deref())?;
+    let base =
+        targets(args.server.as_deref())?.pop().map(|t| t.url).unwrap_or_else(|| DEFAULT_MAIN_URL.into());
+    let url = format!("{base}{path}");
+    let mut req = match body {
+        Some(body) => client.post(&url).header("Content-Type", "application/json").body(body),
+        None => client.get(&url),
+    };
+    if let Some(t) = &token {
+        req = req.bearer_auth(t);
+    }
+    let resp =
+        req.send().await.map_err(|e| GetError::Unreachable { tried: url.clone(), message: chain(&e) })?;
+    let status = resp.status();
+    let body = resp.text().await.map_err(|e| GetError::Decode { url: url.clone(), message: chain(&e) })?;
+    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+        return Err(GetError::Unauthorized { url, status: status.as_u16(), body: truncate(&body) });
+    }
+    if !status.is_success() {
+        return Err(GetError::Http { url, status: status.as_u16(), body: truncate(&body) });
+    }
+    Ok(body)
+}
+
 fn truncate(s: &str) -> String {
     let t = s.trim();
     match t.char_indices().nth(500) {

@@ -1,8 +1,9 @@
 //! nodelet's client commands: `nodelet get pods` (asks the local nodelet's API), `nodelet logs` (reads
-//! the CRI log files directly), `nodelet exec`, `nodelet attach`, `nodelet cp` and `nodelet port-forward`
+//! the CRI log files directly), `nodelet exec`, `nodelet attach`, `nodelet debug`, `nodelet cp` and `nodelet port-forward`
 //! (WebSockets to the local nodelet's main port).
 
 mod cp;
+mod debug;
 mod exec;
 mod get;
 mod logs;
@@ -19,7 +20,7 @@ pub(crate) use logs::LogsError;
 
 pub(crate) use stream::StreamError;
 
-use crate::cli::{AttachArgs, CpArgs, ExecArgs, GetArgs, LogsArgs, PortForwardArgs};
+use crate::cli::{AttachArgs, CpArgs, DebugArgs, ExecArgs, GetArgs, LogsArgs, PortForwardArgs};
 
 /// `nodelet get pods ...`: prints the table (or JSON/YAML/names) on stdout, "No resources found" on stderr.
 pub(crate) async fn run_get(args: &GetArgs) -> Result<(), GetError> {
@@ -44,6 +45,12 @@ pub(crate) async fn run_port_forward(args: &PortForwardArgs) -> Result<(), Strea
 /// `nodelet attach POD`: returns the exit code the session ended with.
 pub(crate) async fn run_attach(args: &AttachArgs) -> Result<i32, StreamError> {
     exec::attach(args).await
+}
+
+/// `nodelet debug POD --image=IMAGE [-it] [-- CMD…]`: adds an ephemeral container; with -i returns the exit
+/// code the attach session ended with.
+pub(crate) async fn run_debug(args: &DebugArgs) -> Result<i32, StreamError> {
+    debug::run(args).await
 }
 
 /// `nodelet cp SRC DEST`: copies files to or from a container.

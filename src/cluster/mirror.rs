@@ -128,6 +128,10 @@ impl MirrorPods {
     async fn create(&self, pod: &DesiredPod, hash: String, node: &NodeRef) -> Result<(), kube::Error> {
         let mut mirror = pod.pod.clone();
         mirror.status = None;
+        // The API refuses ephemeral containers on create; those `nodelet debug` added stay nodelet's.
+        if let Some(spec) = mirror.spec.as_mut() {
+            spec.ephemeral_containers = None;
+        }
         mirror.metadata.uid = None;
         mirror.metadata.resource_version = None;
         mirror.metadata.creation_timestamp = None;

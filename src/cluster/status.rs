@@ -41,7 +41,7 @@ use super::pods::ApiPodSnapshot;
 use crate::server::NodeView;
 
 /// Top-level status fields nodelet owns: cleared in the API when nodelet's status lacks them.
-const OWNED_FIELDS: [&str; 11] = [
+const OWNED_FIELDS: [&str; 12] = [
     "phase",
     "message",
     "reason",
@@ -52,6 +52,7 @@ const OWNED_FIELDS: [&str; 11] = [
     "startTime",
     "initContainerStatuses",
     "containerStatuses",
+    "ephemeralContainerStatuses",
     "qosClass",
 ];
 
@@ -214,6 +215,11 @@ impl<V: NodeView> StatusManager<V> {
         now: &Time,
     ) -> PodStatus {
         let mut status = pod.status.clone().unwrap_or_default();
+        if !is_api_pod(pod) {
+            // A mirror pod cannot have ephemeral containers (`nodelet debug` adds them to the static pod
+            // only): their statuses stay on nodelet's `/pods`.
+            status.ephemeral_container_statuses = None;
+        }
         if let Some(ip) = self.host_ips.first() {
             status.host_ip = Some(ip.clone());
             status.host_ips = Some(self.host_ips.iter().map(|ip| HostIP { ip: ip.clone() }).collect());

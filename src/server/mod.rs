@@ -2,7 +2,7 @@
 //!
 //! | Listener | Default | Transport | Authentication | Endpoints |
 //! |---|---|---|---|---|
-//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`) |
+//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`), `POST /debug/{ns}/{pod}` (ephemeral containers of static pods) |
 //! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary` |
 //! | healthz (`--healthz-bind-address`:`--healthz-port`) | 127.0.0.1:10248 | HTTP | none | `/healthz` |
 //!
@@ -108,6 +108,18 @@ pub(crate) trait NodeView: Send + Sync + 'static {
     ) -> Result<StreamTarget, StreamTargetError> {
         let _ = (namespace, pod, uid, container);
         Err(StreamTargetError::PodNotFound)
+    }
+
+    /// Adds the ephemeral container `container` to the static pod `namespace/pod` (`POST
+    /// /debug/{namespace}/{pod}`, what `nodelet debug` sends). Default: not supported.
+    fn add_ephemeral_container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: k8s_openapi::api::core::v1::EphemeralContainer,
+    ) -> Result<(), crate::sources::debug::DebugError> {
+        let _ = (namespace, pod, container);
+        Err(crate::sources::debug::DebugError::NotSupported)
     }
 
     /// Warning events (broken manifests, failing pod operations), served as a v1 `EventList` on

@@ -92,6 +92,7 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
             "/portForward/{namespace}/{pod}/{uid}",
             get(streaming::port_forward::<V>).post(streaming::port_forward::<V>),
         )
+        .route("/debug/{namespace}/{pod}", post(debug_pod::<V>))
         .route("/run/{namespace}/{pod}/{container}", post(streaming::run::<V>))
         .route("/run/{namespace}/{pod}/{uid}/{container}", post(streaming::run::<V>))
         .fallback(not_found)
@@ -179,6 +180,52 @@ async fn authenticate<V: NodeView>(State(shared): St<V>, mut request: Request, n
     }
     request.extensions_mut().insert(user);
     next.run(request).await
+}
+
+/// `POST /debug/{namespace}/{pod}` with a v1 `EphemeralContainer` (JSON): adds it to the static pod (what
+/// `nodelet debug` does; API pods get theirs through the API server). 201 with the container as sent;
+/// 400 for a body that is not an ephemeral container or one the pod cannot take, 404 for an unknown pod,
+/// 409 for an API pod, 500 when it cannot be kept.
+async fn debug_pod<V: NodeView>(
+    State(shared): St<V>,
+    Path((namespace, pod)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    use crate::sources::debug::DebugError;
+    let container: k8s_openapi::api::core::v1::EphemeralContainer = match serde_json::from_slice(&body) {
+        Ok(c) => c,
+        Err(e) => return status::failure(StatusCode::BAD_REQUEST, format!("not an EphemeralContainer: {e}")),
+    };
+    let echo = serde_json::to_vec(&container).unwrap_or_default();
+    // Saving the container syncs a file: off the async workers.
+    let view = shared.view.clone();
+    let added =
+        tokio::task::spawn_blocking(move || view.add_ephemeral_container(&namespace, &pod, container)).await;
+    let added = match added {
+        Ok(result) => result,
+        Err(e) => {
+            return status::failure(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("adding the container failed: {e}"),
+            );
+        }
+    };
+    match added {
+        Ok(()) => {
+            let response = (StatusCode::CREATED, echo).into_response();
+            with_content_type(response, "application/json")
+        }
+        Err(e) => {
+            let code = match &e {
+                DebugError::PodNotFound { .. } => StatusCode::NOT_FOUND,
+                DebugError::ApiPod(_) => StatusCode::CONFLICT,
+                DebugError::Invalid(_) => StatusCode::BAD_REQUEST,
+                DebugError::NotSupported => StatusCode::NOT_IMPLEMENTED,
+                DebugError::Save(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            status::failure(code, e.to_string())
+        }
+    }
 }
 
 async fn pods<V: NodeView>(State(shared): St<V>) -> Response {

@@ -33,9 +33,14 @@
 //! removes the pod. The last good version lives in memory: after a restart of nodelet a manifest
 //! that is still broken contributes only its valid pods.
 //!
+//! **Ephemeral containers of static pods** (`nodelet debug`, [`PodConfig::add_ephemeral_container`]) are
+//! kept in a state file ([`debug`]) and merged here into the static pods they were added to; API pods get
+//! theirs from the API server.
+//!
 //! **`kubernetes.io/config.seen`** is set here, from the first time the pod config saw the UID
 //! (RFC 3339, UTC); it stays the same while the pod stays, so rescans never change a desired pod.
 
+pub(crate) mod debug;
 pub(crate) mod file;
 pub(crate) mod http;
 mod manifest;
@@ -46,8 +51,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use k8s_openapi::api::core::v1::EphemeralContainer;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
-use nodelet_resources::pod::validation::CONFIG_SEEN_ANNOTATION;
+use nodelet_resources::pod::validation::{CONFIG_SEEN_ANNOTATION, add_ephemeral_containers};
 use reconcile_engine::{Store, Writer};
 use tokio::sync::watch;
 
@@ -142,6 +148,8 @@ struct State {
     first_seen: HashMap<PodUid, String>,
     /// Duplicates found by the last merge.
     merge_problems: Vec<Problem>,
+    /// The ephemeral containers `nodelet debug` added to static pods, merged into them.
+    debug: Option<debug::DebugState>,
 }
 
 #[derive(Debug)]
@@ -170,6 +178,7 @@ impl PodConfig {
                     synced: false,
                     first_seen: HashMap::new(),
                     merge_problems: Vec::new(),
+                    debug: None,
                 }),
             }),
         }
@@ -208,6 +217,51 @@ impl PodConfig {
         Ok(SourceHandle { shared: self.shared.clone(), index })
     }
 
+    /// Keeps the ephemeral containers `nodelet debug` adds to static pods in `state` (loaded from its
+    /// file) and merges them into those pods. Call before any source reports.
+    pub(crate) fn with_debug_state(self, state: debug::DebugState) -> Self {
+        self.shared.lock().debug = Some(state);
+        self
+    }
+
+    /// Adds the ephemeral container `container` to the static pod `namespace/name` (its name with the node
+    /// suffix): validated as the API server's `ephemeralcontainers` subresource would, saved (see
+    /// [`debug`]), then merged into the desired pod, which the pod reconciler starts it in.
+    pub(crate) fn add_ephemeral_container(
+        &self,
+        namespace: &str,
+        name: &str,
+        container: EphemeralContainer,
+    ) -> Result<(), debug::DebugError> {
+        let mut state = self.shared.lock();
+        if state.debug.is_none() {
+            return Err(debug::DebugError::NotSupported);
+        }
+        let found = self
+            .shared
+            .store
+            .entries()
+            .into_iter()
+            .find(|(_, p)| p.namespace() == namespace && p.name() == name);
+        let Some((uid, pod)) = found else {
+            return Err(debug::DebugError::PodNotFound {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            });
+        };
+        if pod.source == PodSource::Api {
+            return Err(debug::DebugError::ApiPod(format!("{namespace}/{name}")));
+        }
+        // Validated against the pod as it runs, its earlier ephemeral containers included.
+        add_ephemeral_containers(&pod, vec![container.clone()])?;
+        if let Some(debug) = state.debug.as_mut() {
+            debug.add(&uid, container)?;
+        }
+        tracing::info!(pod = %format!("{namespace}/{name}"), uid = %uid, "ephemeral container added");
+        self.shared.merge(&mut state);
+        Ok(())
+    }
+
     /// Declares that every source has been added: the store is marked synced as soon as each has
     /// reported once (at once if they all have, or if there is none).
     pub(crate) fn seal(&self) {
@@ -220,6 +274,112 @@ impl PodConfig {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn merge(&self, state: &mut State) {
+        // A pod already in the store (the same UID, or the same name from the same place: an
+        // edited manifest) goes first, so that a new duplicate never displaces a running pod.
+        let mut current_uids: HashSet<(PodUid, PodSource)> = HashSet::new();
+        let mut current_names: HashSet<(String, PodSource)> = HashSet::new();
+        self.store.for_each(|uid, pod| {
+            current_uids.insert((uid.clone(), pod.source.clone()));
+            current_names.insert((full_name(pod), pod.source.clone()));
+        });
+        let candidates: Vec<&DesiredPod> = state.sources.iter().flat_map(|s| s.pods.iter()).collect();
+        let is_incumbent = |pod: &DesiredPod| {
+            current_uids.contains(&(pod.uid().to_owned(), pod.source.clone()))
+                || current_names.contains(&(full_name(pod), pod.source.clone()))
+        };
+        let ordered = candidates
+            .iter()
+            .filter(|p| is_incumbent(p))
+            .chain(candidates.iter().filter(|p| !is_incumbent(p)));
+
+        let mut accepted: Vec<DesiredPod> = Vec::new();
+        let mut by_uid: HashMap<String, String> = HashMap::new();
+        let mut by_name: HashMap<String, String> = HashMap::new();
+        let mut merge_problems = Vec::new();
+        for pod in ordered {
+            let uid = pod.uid().to_owned();
+            let name = full_name(pod);
+            let location = location_of(&pod.source);
+            let clash = by_uid
+                .get(&uid)
+                .map(|other| ("UID", other))
+                .or_else(|| by_name.get(&name).map(|other| ("name", other)));
+            if let Some((what, other)) = clash {
+                merge_problems.push(Problem {
+                    location,
+                    object: Some(format!("{}/{}", pod.namespace(), pod.name())),
+                    message: format!(
+                        "duplicate pod {what}: the pod from {other} is kept and this one is ignored"
+                    ),
+                });
+                continue;
+            }
+            by_uid.insert(uid, location.clone());
+            by_name.insert(name, location);
+            accepted.push((*pod).clone());
+        }
+
+        let uids: HashSet<&str> = accepted.iter().map(DesiredPod::uid).collect();
+        state.first_seen.retain(|uid, _| uids.contains(uid.as_str()));
+        if let Some(debug) = state.debug.as_mut()
+            && state.synced
+        {
+            // Pods that are gone (deleted or changed manifests) take their ephemeral containers along.
+            debug.retain(|uid| uids.contains(uid));
+        }
+        let mut entries = Vec::with_capacity(accepted.len());
+        for mut pod in accepted {
+            let uid = pod.uid().to_owned();
+            if let Some(added) = state.debug.as_ref().map(|d| d.containers(&uid)).filter(|a| !a.is_empty())
+                && pod.source != PodSource::Api
+            {
+                match add_ephemeral_containers(&pod, added.to_vec()) {
+                    Ok(with) => pod = with,
+                    Err(e) => {
+                        tracing::warn!(pod = %full_name(&pod), error = %e, "ephemeral containers left out")
+                    }
+                }
+            }
+            let seen = state.first_seen.entry(uid.clone()).or_insert_with(now_rfc3339).clone();
+            pod.pod
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(CONFIG_SEEN_ANNOTATION.into(), seen);
+            entries.push((uid, pod));
+        }
+        let changed = state.writer.replace_all(entries);
+        if changed > 0 {
+            tracing::debug!(changed, pods = self.store.len(), "desired pods updated");
+        }
+        state.merge_problems = merge_problems;
+        self.publish_problems(state);
+    }
+
+    fn publish_problems(&self, state: &State) {
+        let previous = self.problems.borrow().clone();
+        let all: BTreeSet<Problem> = state
+            .sources
+            .iter()
+            .flat_map(|s| s.problems.iter())
+            .chain(state.merge_problems.iter())
+            .cloned()
+            .collect();
+        let before: BTreeSet<&Problem> = previous.iter().collect();
+        let after: BTreeSet<&Problem> = all.iter().collect();
+        if before == after {
+            return;
+        }
+        for problem in after.difference(&before) {
+            tracing::warn!(location = %problem.location, object = problem.object.as_deref(), "pod source problem: {}", problem.message);
+        }
+        for problem in before.difference(&after) {
+            tracing::info!(location = %problem.location, object = problem.object.as_deref(), "pod source problem resolved: {}", problem.message);
+        }
+        self.problems.send_replace(Arc::new(all.into_iter().collect()));
     }
 }
 
@@ -283,7 +443,7 @@ impl SourceHandle {
             source.problems = problems;
             source.reported = true;
         }
-        self.merge(&mut state);
+        self.shared.merge(&mut state);
         state.maybe_mark_synced();
     }
 
@@ -294,7 +454,7 @@ impl SourceHandle {
         if let Some(source) = state.sources.get_mut(self.index) {
             source.problems = problems;
         }
-        self.publish_problems(&state);
+        self.shared.publish_problems(&state);
     }
 
     /// Which of `pods` would collide (same UID or `namespace/name`) with a pod another source
@@ -320,96 +480,6 @@ impl SourceHandle {
                 Some(format!("pod \"{}\" (uid {}) is already provided by {other}", full_name(pod), pod.uid()))
             })
             .collect()
-    }
-
-    fn merge(&self, state: &mut State) {
-        // A pod already in the store (the same UID, or the same name from the same place: an
-        // edited manifest) goes first, so that a new duplicate never displaces a running pod.
-        let mut current_uids: HashSet<(PodUid, PodSource)> = HashSet::new();
-        let mut current_names: HashSet<(String, PodSource)> = HashSet::new();
-        self.shared.store.for_each(|uid, pod| {
-            current_uids.insert((uid.clone(), pod.source.clone()));
-            current_names.insert((full_name(pod), pod.source.clone()));
-        });
-        let candidates: Vec<&DesiredPod> = state.sources.iter().flat_map(|s| s.pods.iter()).collect();
-        let is_incumbent = |pod: &DesiredPod| {
-            current_uids.contains(&(pod.uid().to_owned(), pod.source.clone()))
-                || current_names.contains(&(full_name(pod), pod.source.clone()))
-        };
-        let ordered = candidates
-            .iter()
-            .filter(|p| is_incumbent(p))
-            .chain(candidates.iter().filter(|p| !is_incumbent(p)));
-
-        let mut accepted: Vec<DesiredPod> = Vec::new();
-        let mut by_uid: HashMap<String, String> = HashMap::new();
-        let mut by_name: HashMap<String, String> = HashMap::new();
-        let mut merge_problems = Vec::new();
-        for pod in ordered {
-            let uid = pod.uid().to_owned();
-            let name = full_name(pod);
-            let location = location_of(&pod.source);
-            let clash = by_uid
-                .get(&uid)
-                .map(|other| ("UID", other))
-                .or_else(|| by_name.get(&name).map(|other| ("name", other)));
-            if let Some((what, other)) = clash {
-                merge_problems.push(Problem {
-                    location,
-                    object: Some(format!("{}/{}", pod.namespace(), pod.name())),
-                    message: format!(
-                        "duplicate pod {what}: the pod from {other} is kept and this one is ignored"
-                    ),
-                });
-                continue;
-            }
-            by_uid.insert(uid, location.clone());
-            by_name.insert(name, location);
-            accepted.push((*pod).clone());
-        }
-
-        let uids: HashSet<&str> = accepted.iter().map(DesiredPod::uid).collect();
-        state.first_seen.retain(|uid, _| uids.contains(uid.as_str()));
-        let mut entries = Vec::with_capacity(accepted.len());
-        for mut pod in accepted {
-            let uid = pod.uid().to_owned();
-            let seen = state.first_seen.entry(uid.clone()).or_insert_with(now_rfc3339).clone();
-            pod.pod
-                .metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .insert(CONFIG_SEEN_ANNOTATION.into(), seen);
-            entries.push((uid, pod));
-        }
-        let changed = state.writer.replace_all(entries);
-        if changed > 0 {
-            tracing::debug!(changed, pods = self.shared.store.len(), "desired pods updated");
-        }
-        state.merge_problems = merge_problems;
-        self.publish_problems(state);
-    }
-
-    fn publish_problems(&self, state: &State) {
-        let previous = self.shared.problems.borrow().clone();
-        let all: BTreeSet<Problem> = state
-            .sources
-            .iter()
-            .flat_map(|s| s.problems.iter())
-            .chain(state.merge_problems.iter())
-            .cloned()
-            .collect();
-        let before: BTreeSet<&Problem> = previous.iter().collect();
-        let after: BTreeSet<&Problem> = all.iter().collect();
-        if before == after {
-            return;
-        }
-        for problem in after.difference(&before) {
-            tracing::warn!(location = %problem.location, object = problem.object.as_deref(), "pod source problem: {}", problem.message);
-        }
-        for problem in before.difference(&after) {
-            tracing::info!(location = %problem.location, object = problem.object.as_deref(), "pod source problem resolved: {}", problem.message);
-        }
-        self.shared.problems.send_replace(Arc::new(all.into_iter().collect()));
     }
 }
 

@@ -160,3 +160,60 @@ fn conflicts_name_the_other_source() {
     );
     assert!(files.conflicts(&[desired("web", "nginx", file("web"))]).is_empty(), "own pods never conflict");
 }
+
+#[test]
+fn ephemeral_containers_of_static_pods_are_kept_merged_and_dropped_with_their_pod() {
+    use k8s_openapi::api::core::v1::EphemeralContainer;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let debugger = |name: &str| EphemeralContainer {
+        name: name.into(),
+        image: Some("busybox".into()),
+        target_container_name: Some("app".into()),
+        ..Default::default()
+    };
+    let config = PodConfig::new(NODE).with_debug_state(debug::DebugState::load(dir.path()).expect("load"));
+    let store = config.store();
+    let files = config.add_source("file").expect("file");
+    config.seal();
+    files.report(vec![desired("a", "nginx", file("a"))], Vec::new());
+    config.add_ephemeral_container("default", "a-node-a", debugger("dbg")).expect("added");
+    let pod = by_name(&store, "a-node-a").expect("a");
+    assert_eq!(pod.ephemeral_specs().len(), 1);
+    let err = config.add_ephemeral_container("default", "a-node-a", debugger("dbg")).expect_err("duplicate");
+    assert!(err.to_string().contains("Duplicate value"), "{err}");
+    let err = config.add_ephemeral_container("default", "nope", debugger("x")).expect_err("unknown pod");
+    assert!(matches!(err, debug::DebugError::PodNotFound { .. }), "{err}");
+
+    // A new pod config (a restart) merges the kept container into the same pod again.
+    let again = PodConfig::new(NODE).with_debug_state(debug::DebugState::load(dir.path()).expect("reload"));
+    let files2 = again.add_source("file").expect("file");
+    again.seal();
+    files2.report(vec![desired("a", "nginx", file("a"))], Vec::new());
+    let pod = by_name(&again.store(), "a-node-a").expect("a");
+    assert_eq!(pod.ephemeral_specs().first().map(|c| c.name.as_str()), Some("dbg"));
+
+    // The pod goes: so do its ephemeral containers.
+    files2.report(Vec::new(), Vec::new());
+    files2.report(vec![desired("a", "nginx", file("a"))], Vec::new());
+    assert!(by_name(&again.store(), "a-node-a").expect("a").ephemeral_specs().is_empty());
+}
+
+#[test]
+fn api_pods_get_no_ephemeral_containers_from_nodelet() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = PodConfig::new(NODE).with_debug_state(debug::DebugState::empty(dir.path()));
+    let api = config.add_source("api").expect("api");
+    config.seal();
+    let mut value: serde_json::Value =
+        crate::yaml::from_str(&super::testutil::pod_yaml("web", "nginx")).expect("yaml");
+    value["metadata"]["uid"] = serde_json::json!("0b1c4f2e-7d3a-4c55-9b8e-0f1e2d3c4b5a");
+    let pod = nodelet_resources::pod::validation::prepare_value(value, PodSource::Api, NODE).expect("valid");
+    api.report(vec![pod], Vec::new());
+    let container = k8s_openapi::api::core::v1::EphemeralContainer {
+        name: "dbg".into(),
+        image: Some("busybox".into()),
+        ..Default::default()
+    };
+    let err = config.add_ephemeral_container("default", "web", container).expect_err("API pod");
+    assert!(matches!(err, debug::DebugError::ApiPod(_)), "{err}");
+}

@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::cluster_support::{
-    ClusterNode, ControlPlane, LEASE_DURATION_SECONDS, cluster_or_skip, parse_env_file, pretty,
+    ClusterNode, ControlPlane, LEASE_DURATION_SECONDS, cluster_or_skip, kubectl_holding_stdin,
+    parse_env_file, pretty,
 };
 use crate::support::{
     StartOptions, condition, container, cri_state, phase, runtime_id, sleep_until_term, terminated, uid,
@@ -1110,5 +1111,119 @@ async fn a_running_pods_resources_are_resized_in_place_or_with_a_restart_as_its_
         .await;
     assert_eq!(container(&pod, "main").map(runtime_id), Some(second_id.clone()));
     assert_eq!(limits_of(&pod, "cpu").as_deref(), Some("400m"));
+    n.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------ debugging
+
+/// The status of ephemeral container `name`.
+fn ephemeral<'a>(pod: &'a Pod, name: &str) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
+    pod.status.as_ref()?.ephemeral_container_statuses.as_ref()?.iter().find(|c| c.name == name)
+}
+
+#[tokio::test]
+async fn ephemeral_containers_from_the_api_run_once_in_the_targets_pid_namespace_and_kubectl_debug_attaches()
+{
+    use kube::api::{Patch, PatchParams};
+
+    let (env, cluster) = cluster_or_skip!(
+        "ephemeral_containers_from_the_api_run_once_in_the_targets_pid_namespace_and_kubectl_debug_attaches"
+    );
+    // The API server reaches the main port with its kubelet client certificate (for `kubectl debug -it`).
+    let options = StartOptions {
+        config_extra: format!(
+            "authentication:\n  x509: {{clientCAFile: {}}}\n  webhook: {{enabled: true, cacheTTL: 30s}}\n\
+             authorization:\n  mode: Webhook\n  webhook: {{cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 1s}}",
+            cluster.ca.display()
+        ),
+        ..StartOptions::default()
+    };
+    let n = ClusterNode::start_with(&env, &cluster, "debug", options).await;
+    let ns = n.namespace().to_owned();
+    let manifest = n.api_pod_manifest(
+        "target",
+        json!({"containers": [{"name": "main", "command": sleep_until_term("echo main-is-up; ")}]}),
+    );
+    n.create_pod(&manifest).await;
+    let pod = n.wait_api_running("target").await;
+    let uid = uid(&pod);
+    let main_id = container(&pod, "main").map(runtime_id);
+
+    // (a) through the API's ephemeralcontainers subresource (a strategic merge patch, as kubectl does): it
+    // runs once, sees the target's processes (the `while true` loop of `main`'s shell), and its status
+    // reaches the API; it exits 3 and is not restarted.
+    let patch = json!({"spec": {"ephemeralContainers": [{
+        "name": "debugger",
+        "image": env.busybox,
+        "imagePullPolicy": "IfNotPresent",
+        "targetContainerName": "main",
+        "command": ["sh", "-c", "ps -o pid,args; echo debug-done; exit 3"],
+    }]}});
+    if let Err(e) = n
+        .pods_api()
+        .patch_subresource("ephemeralcontainers", "target", &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+    {
+        panic!("PATCH pods/target/ephemeralcontainers: {e}");
+    }
+    let pod = n
+        .wait_api_pod("target", "ephemeral container debugger terminated with 3", WAIT, |p| {
+            ephemeral(p, "debugger").and_then(terminated).is_some_and(|(code, _)| code == 3)
+        })
+        .await;
+    let dump = pretty(&pod);
+    let debugger = ephemeral(&pod, "debugger").expect("status");
+    assert!(!debugger.ready && debugger.restart_count == 0, "{dump}");
+    assert_eq!(phase(&pod), "Running", "an ephemeral container's exit does not end the pod:\n{dump}");
+    assert!(is_true(&pod, "Ready"), "nor its readiness:\n{dump}");
+    assert_eq!(container(&pod, "main").map(runtime_id), main_id, "main is untouched:\n{dump}");
+    let logs = n
+        .wait_until("kubectl logs -c debugger", WAIT, async || {
+            match n.kubectl(&["-n", &ns, "logs", "target", "-c", "debugger"], None).await {
+                (true, out, _) if out.contains("debug-done") => Ok(out),
+                (ok, out, err) => Err(format!("success {ok}, stdout {out:?}, stderr {err:?}")),
+            }
+        })
+        .await;
+    assert!(logs.contains("sleep 1"), "the target's processes are visible (shared PID namespace):\n{logs}");
+    // Never started again: one container of that name in the runtime, still exited.
+    sleep(Duration::from_secs(12)).await;
+    let containers = n.containers_of(&uid).await;
+    let debuggers: Vec<_> =
+        containers.iter().filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == "debugger")).collect();
+    assert_eq!(debuggers.len(), 1, "the ephemeral container was started again: {containers:?}");
+    let pod = n.api_pod("target").await.expect("pod");
+    assert_eq!(ephemeral(&pod, "debugger").map(|s| s.restart_count), Some(0), "{}", pretty(&pod));
+
+    // (b) `kubectl debug -it --target` (stdin piped: no terminal): it adds an ephemeral container, waits
+    // for it to run and attaches through the API server and nodelet's main port.
+    let image_arg = format!("--image={}", env.busybox);
+    let args = [
+        "-n",
+        &ns,
+        "debug",
+        "-i",
+        "target",
+        &image_arg,
+        "--image-pull-policy=IfNotPresent",
+        "--target=main",
+        "--container=attached",
+        "--",
+        "sh",
+        "-c",
+        "read line; echo got-$line; ps -o args | grep -c 'sleep 1' >/dev/null && echo sees-main",
+    ];
+    let (ok, out, err) = kubectl_holding_stdin(n.cluster(), &args, "hello\n", "sees-main").await;
+    assert!(ok, "kubectl debug: stdout {out:?}, stderr {err:?}\n{}", n.tail());
+    assert!(out.contains("got-hello"), "stdin reached the ephemeral container: {out:?} {err:?}");
+    assert!(out.contains("sees-main"), "it sees main's processes: {out:?} {err:?}");
+    let pod = n
+        .wait_api_pod("target", "ephemeral container attached terminated", WAIT, |p| {
+            ephemeral(p, "attached").and_then(terminated).is_some_and(|(code, _)| code == 0)
+        })
+        .await;
+    assert_eq!(pod.status.and_then(|s| s.ephemeral_container_statuses).map(|s| s.len()), Some(2));
+
+    n.assert_no_forbidden_in_log();
     n.shutdown().await;
 }

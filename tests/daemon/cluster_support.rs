@@ -296,6 +296,68 @@ pub(crate) async fn kubectl(env: &ClusterEnv, args: &[&str], input: Option<&str>
     )
 }
 
+/// Runs an interactive `kubectl --kubeconfig <admin> ARGS…` (`attach`, `debug -i`): writes `input` to its
+/// stdin and keeps stdin open until its stdout shows `until` (60 s at most), then closes it (containerd
+/// 1.6 ends an attach session as soon as the client's stdin ends, losing output still on its way); returns
+/// (success, stdout, stderr).
+pub(crate) async fn kubectl_holding_stdin(
+    env: &ClusterEnv,
+    args: &[&str],
+    input: &str,
+    until: &str,
+) -> (bool, String, String) {
+    use tokio::io::AsyncReadExt as _;
+    let kubectl = env.kubectl();
+    let mut cmd = tokio::process::Command::new(&kubectl);
+    cmd.arg("--kubeconfig").arg(&env.admin_kubeconfig).args(args).env_remove("KUBECONFIG");
+    for proxy in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+        cmd.env_remove(proxy);
+    }
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run {} {args:?}: {e}", kubectl.display()),
+    };
+    let (Some(mut stdin), Some(mut stdout), Some(mut stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        panic!("kubectl {args:?}: no pipes");
+    };
+    if let Err(e) = stdin.write_all(input.as_bytes()).await {
+        panic!("cannot write to kubectl's stdin: {e}");
+    }
+    let errors = tokio::spawn(async move {
+        let mut text = Vec::new();
+        let _ = stderr.read_to_end(&mut text).await;
+        String::from_utf8_lossy(&text).into_owned()
+    });
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut stdin = Some(stdin);
+    loop {
+        if stdin.is_some() && String::from_utf8_lossy(&out).contains(until) {
+            stdin = None;
+        }
+        match tokio::time::timeout_at(deadline, stdout.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Err(_) => panic!(
+                "kubectl {args:?} did not finish within 60 s; stdout so far {:?}",
+                String::from_utf8_lossy(&out)
+            ),
+        }
+    }
+    drop(stdin);
+    let status = match tokio::time::timeout_at(deadline, child.wait()).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => panic!("kubectl {args:?}: {e}"),
+        Err(_) => panic!("kubectl {args:?} did not exit within 60 s"),
+    };
+    let err = errors.await.unwrap_or_default();
+    (status.success(), String::from_utf8_lossy(&out).into_owned(), err)
+}
+
 /// The API error's HTTP code, if it is an error status of the API server.
 pub(crate) fn api_code(e: &kube::Error) -> Option<u16> {
     match e {

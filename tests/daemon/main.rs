@@ -24,6 +24,7 @@ mod cli_streaming;
 mod cluster;
 mod cluster_data;
 mod cluster_support;
+mod debug;
 mod eviction;
 mod exec;
 mod lifecycle;

@@ -43,13 +43,16 @@ pub const CONTAINER_PRE_STOP_HANDLER: &str = "io.kubernetes.container.preStopHan
 /// Container annotation: the container's `ports` as JSON, to resolve a hook's named port (the kubelet's key).
 pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
 
-/// Annotation (nodelet's): whether the container is an init container ([`CONTAINER_KIND_INIT`]) or an app
-/// container ([`CONTAINER_KIND_APP`]) (containers only).
+/// Annotation (nodelet's): whether the container is an init container ([`CONTAINER_KIND_INIT`]), an app
+/// container ([`CONTAINER_KIND_APP`]) or an ephemeral container ([`CONTAINER_KIND_EPHEMERAL`]) (containers
+/// only).
 pub const CONTAINER_KIND: &str = "io.nodelet.container.kind";
 /// Value of [`CONTAINER_KIND`] for init containers.
 pub const CONTAINER_KIND_INIT: &str = "init";
 /// Value of [`CONTAINER_KIND`] for app containers.
 pub const CONTAINER_KIND_APP: &str = "app";
+/// Value of [`CONTAINER_KIND`] for ephemeral containers.
+pub const CONTAINER_KIND_EPHEMERAL: &str = "ephemeral";
 /// Annotation (nodelet's): on a sidecar (an init container with `restartPolicy: Always`), its index
 /// among the init containers (they are stopped after the app containers, the last one first).
 pub const CONTAINER_SIDECAR_INDEX: &str = "io.nodelet.container.sidecarIndex";

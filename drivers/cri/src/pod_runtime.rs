@@ -770,6 +770,29 @@ impl CriPodRuntime {
         Ok(pods)
     }
 
+    /// For an ephemeral container with a `targetContainerName`: the runtime ID of the target's
+    /// newest container in the sandbox, as the kubelet's `getTargetID` (an error while it has none).
+    async fn pid_target(
+        &self,
+        pod: &DesiredPod,
+        sandbox_id: &str,
+        container: &Container,
+        kind: ContainerKind,
+    ) -> RuntimeResult<Option<String>> {
+        if kind != ContainerKind::Ephemeral {
+            return Ok(None);
+        }
+        let Some(target) = pod.ephemeral_target(&container.name) else { return Ok(None) };
+        let state = self.collect(Some(pod.uid())).await?.remove(pod.uid()).unwrap_or_default();
+        match state.container(target).filter(|c| c.sandbox_id == sandbox_id) {
+            Some(c) => Ok(Some(c.id.clone())),
+            None => Err(RuntimeError::new(
+                "CreateContainerConfigError",
+                format!("container {:?}: unable to find target container {target:?}", container.name),
+            )),
+        }
+    }
+
     async fn start(
         &self,
         pod: &DesiredPod,
@@ -815,8 +838,16 @@ impl CriPodRuntime {
                 RuntimeError::new(reason, format!("container {:?}: {e}", container.name))
             })?;
 
-        let inputs =
-            ContainerInputs { kind, restart_count, image: &image, pod_ips: &facts.ips, volumes, mounts: &[] };
+        let pid_target = self.pid_target(pod, sandbox_id, container, kind).await?;
+        let inputs = ContainerInputs {
+            kind,
+            restart_count,
+            image: &image,
+            pod_ips: &facts.ips,
+            volumes,
+            mounts: &[],
+            pid_target: pid_target.as_deref(),
+        };
         let pod_dir = config.root_dir.join("pods").join(pod.uid());
         let (mut mounts, binds) =
             spec::container_mounts(pod, container, &inputs, config, &pod_dir).map_err(spec_error)?;

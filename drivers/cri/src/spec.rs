@@ -99,13 +99,19 @@ pub(crate) fn cgroup_parent(root: Option<&str>, uid: &str) -> String {
     }
 }
 
-/// The JSON path of a container in the pod spec: `spec.containers[i]` or `spec.initContainers[i]`.
+/// The JSON path of a container in the pod spec: `spec.containers[i]`, `spec.initContainers[i]`
+/// or `spec.ephemeralContainers[i]`.
 pub(crate) fn container_field_path(pod: &DesiredPod, container: &str, kind: ContainerKind) -> String {
-    let (list, field) = match kind {
-        ContainerKind::Init => (pod.init_containers(), "spec.initContainers"),
-        ContainerKind::App => (pod.containers(), "spec.containers"),
+    let (position, field) = match kind {
+        ContainerKind::Init => {
+            (pod.init_containers().iter().position(|c| c.name == container), "spec.initContainers")
+        }
+        ContainerKind::App => (pod.containers().iter().position(|c| c.name == container), "spec.containers"),
+        ContainerKind::Ephemeral => {
+            (pod.ephemeral_specs().iter().position(|c| c.name == container), "spec.ephemeralContainers")
+        }
     };
-    match list.iter().position(|c| c.name == container) {
+    match position {
         Some(i) => format!("{field}[{i}]"),
         None => format!("{field}[name={container:?}]"),
     }
@@ -232,6 +238,20 @@ fn namespace_options(pod: &DesiredPod) -> v1::NamespaceOption {
         pid: mode(spec.host_pid == Some(true), pid_otherwise),
         ipc: mode(spec.host_ipc == Some(true), v1::NamespaceMode::Pod),
         ..Default::default()
+    }
+}
+
+/// A container's namespaces: the pod's, except that a debug container with a target joins the
+/// target container's process namespace (the kubelet's `NamespaceMode_TARGET`).
+fn container_namespace_options(pod: &DesiredPod, pid_target: Option<&str>) -> v1::NamespaceOption {
+    let options = namespace_options(pod);
+    match pid_target {
+        Some(target) if options.pid == v1::NamespaceMode::Container as i32 => v1::NamespaceOption {
+            pid: v1::NamespaceMode::Target as i32,
+            target_id: target.to_owned(),
+            ..options
+        },
+        _ => options,
     }
 }
 
@@ -376,6 +396,9 @@ pub(crate) struct ContainerInputs<'a> {
     pub(crate) volumes: &'a PodVolumes,
     /// The container's mounts ([`container_mounts`]).
     pub(crate) mounts: &'a [v1::Mount],
+    /// For an ephemeral container with a `targetContainerName`: the runtime ID of that container,
+    /// whose process namespace it joins (`NamespaceMode::Target`).
+    pub(crate) pid_target: Option<&'a str>,
 }
 
 /// Kubernetes' `$(VAR)` expansion (`third_party/forked/golang/expansion`): `$(NAME)` becomes the value of
@@ -746,6 +769,7 @@ fn container_security_context(
     container: &Container,
     path: &str,
     config: &CriPodRuntimeConfig,
+    pid_target: Option<&str>,
 ) -> Result<v1::LinuxContainerSecurityContext, SpecError> {
     let sc = container.security_context.as_ref();
     let pod_sc = pod.spec().security_context.as_ref();
@@ -767,7 +791,7 @@ fn container_security_context(
     Ok(v1::LinuxContainerSecurityContext {
         capabilities,
         privileged,
-        namespace_options: Some(namespace_options(pod)),
+        namespace_options: Some(container_namespace_options(pod, pid_target)),
         run_as_user: sc
             .and_then(|s| s.run_as_user)
             .or(pod_sc.and_then(|s| s.run_as_user))
@@ -979,6 +1003,7 @@ pub(crate) fn container_config(
             match inputs.kind {
                 ContainerKind::Init => labels::CONTAINER_KIND_INIT,
                 ContainerKind::App => labels::CONTAINER_KIND_APP,
+                ContainerKind::Ephemeral => labels::CONTAINER_KIND_EPHEMERAL,
             }
             .to_owned(),
         ),
@@ -1022,7 +1047,13 @@ pub(crate) fn container_config(
         tty: container.tty.unwrap_or(false),
         linux: Some(v1::LinuxContainerConfig {
             resources: Some(linux_resources(pod, container, &path, config)?),
-            security_context: Some(container_security_context(pod, container, &path, config)?),
+            security_context: Some(container_security_context(
+                pod,
+                container,
+                &path,
+                config,
+                inputs.pid_target,
+            )?),
         }),
         ..Default::default()
     })
@@ -1087,6 +1118,7 @@ mod tests {
             pod_ips: ips,
             volumes: &NO_VOLUMES,
             mounts: &[],
+            pid_target: None,
         }
     }
 
@@ -1227,6 +1259,48 @@ mod tests {
         }
         let s = sandbox_config(&p, 0, &cfg(), None).expect("sandbox config");
         assert_eq!(s.hostname, "a".repeat(61));
+    }
+
+    #[test]
+    fn an_ephemeral_container_joins_its_targets_pid_namespace_and_is_labelled_ephemeral() {
+        let mut p = pod(vec![container("app")]);
+        let debug = k8s_openapi::api::core::v1::EphemeralContainer {
+            name: "debug".into(),
+            image: Some("busybox:1".into()),
+            target_container_name: Some("app".into()),
+            ..Default::default()
+        };
+        if let Some(spec) = p.pod.spec.as_mut() {
+            spec.ephemeral_containers = Some(vec![debug]);
+        }
+        let img = image();
+        let ephemeral = &p.ephemeral_containers()[0];
+        assert_eq!(
+            container_field_path(&p, "debug", ContainerKind::Ephemeral),
+            "spec.ephemeralContainers[0]"
+        );
+        let inputs = ContainerInputs {
+            kind: ContainerKind::Ephemeral,
+            restart_count: 0,
+            pid_target: Some("target-id"),
+            ..inputs(&img, &[])
+        };
+        let cc = container_config(&p, ephemeral, &inputs, &cfg()).expect("config");
+        assert_eq!(cc.annotations.get(labels::CONTAINER_KIND).map(String::as_str), Some("ephemeral"));
+        let ns = cc
+            .linux
+            .and_then(|l| l.security_context)
+            .and_then(|sc| sc.namespace_options)
+            .expect("namespaces");
+        assert_eq!((ns.pid, ns.target_id.as_str()), (v1::NamespaceMode::Target as i32, "target-id"));
+        assert_eq!(ns.network, v1::NamespaceMode::Pod as i32);
+        // A pod sharing its process namespace keeps it: the target is in it already.
+        if let Some(spec) = p.pod.spec.as_mut() {
+            spec.share_process_namespace = Some(true);
+        }
+        let cc = container_config(&p, ephemeral, &inputs, &cfg()).expect("config");
+        let ns = cc.linux.and_then(|l| l.security_context).and_then(|sc| sc.namespace_options).expect("ns");
+        assert_eq!((ns.pid, ns.target_id.as_str()), (v1::NamespaceMode::Pod as i32, ""));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodSpec};
 
 /// The key of a pod in the desired and actual stores: its UID.
 pub type PodUid = String;
@@ -120,6 +120,28 @@ impl DesiredPod {
         self.sidecars().map(|(_, c)| c).chain(self.containers())
     }
 
+    /// The ephemeral containers (`spec.ephemeralContainers`, added through the API's
+    /// `ephemeralcontainers` subresource or `nodelet debug`), in order.
+    pub fn ephemeral_specs(&self) -> &[EphemeralContainer] {
+        self.spec().ephemeral_containers.as_deref().unwrap_or_default()
+    }
+
+    /// The ephemeral containers as [`Container`]s (their common fields), in order: what the
+    /// runtime creates for them.
+    pub fn ephemeral_containers(&self) -> Vec<Container> {
+        self.ephemeral_specs().iter().map(ephemeral_as_container).collect()
+    }
+
+    /// The ephemeral container `name`'s `targetContainerName`: the container whose process
+    /// namespace it joins.
+    pub fn ephemeral_target(&self, name: &str) -> Option<&str> {
+        self.ephemeral_specs()
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.target_container_name.as_deref())
+            .filter(|t| !t.is_empty())
+    }
+
     /// Whether the pod uses the host's network namespace.
     pub fn host_network(&self) -> bool {
         self.spec().host_network.unwrap_or(false)
@@ -131,6 +153,39 @@ impl DesiredPod {
 /// it exits (whatever the pod's restart policy) and is stopped after the app containers.
 pub fn is_sidecar(container: &Container) -> bool {
     container.restart_policy.as_deref() == Some("Always")
+}
+
+/// An ephemeral container's common fields as a [`Container`] (the API's `EphemeralContainerCommon`
+/// is a `Container`; only `targetContainerName` is left out).
+pub fn ephemeral_as_container(c: &EphemeralContainer) -> Container {
+    let c = c.clone();
+    Container {
+        name: c.name,
+        image: c.image,
+        command: c.command,
+        args: c.args,
+        working_dir: c.working_dir,
+        ports: c.ports,
+        env_from: c.env_from,
+        env: c.env,
+        resources: c.resources,
+        resize_policy: c.resize_policy,
+        restart_policy: c.restart_policy,
+        restart_policy_rules: c.restart_policy_rules,
+        volume_mounts: c.volume_mounts,
+        volume_devices: c.volume_devices,
+        liveness_probe: c.liveness_probe,
+        readiness_probe: c.readiness_probe,
+        startup_probe: c.startup_probe,
+        lifecycle: c.lifecycle,
+        termination_message_path: c.termination_message_path,
+        termination_message_policy: c.termination_message_policy,
+        image_pull_policy: c.image_pull_policy,
+        security_context: c.security_context,
+        stdin: c.stdin,
+        stdin_once: c.stdin_once,
+        tty: c.tty,
+    }
 }
 
 /// A pod's restart policy.

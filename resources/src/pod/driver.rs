@@ -20,13 +20,17 @@ use crate::volume::status::PodVolumes;
 /// (the kubelet's `minimumGracePeriodInSeconds`).
 pub const MIN_SIDECAR_GRACE: Duration = Duration::from_secs(2);
 
-/// Whether a container is an init container or an app container.
+/// Whether a container is an init container, an app container or an ephemeral container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContainerKind {
     /// Runs to completion before the app containers, one at a time.
     Init,
     /// A regular container.
     App,
+    /// An ephemeral (debug) container (`spec.ephemeralContainers`): started at most once in the
+    /// running pod, never restarted; with a `targetContainerName` it joins that container's
+    /// process namespace.
+    Ephemeral,
 }
 
 /// A failed runtime call, with the Kubernetes waiting reason it shows as in pod status.
@@ -203,9 +207,14 @@ impl<R: PodRuntime> PodDriver<R> {
             ));
         };
         let (kind, restart_count, name) = (*kind, *restart_count, name.as_str());
+        let ephemeral;
         let containers = match kind {
             ContainerKind::Init => pod.init_containers(),
             ContainerKind::App => pod.containers(),
+            ContainerKind::Ephemeral => {
+                ephemeral = pod.ephemeral_containers();
+                ephemeral.as_slice()
+            }
         };
         let Some(container) = containers.iter().find(|c| c.name == name) else {
             return Outcome::Failed(RuntimeError::new(

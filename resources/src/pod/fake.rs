@@ -29,6 +29,9 @@ pub struct FakeCall {
     pub at: i64,
     /// For `start_container`: the host paths of the volumes the container was given, by name.
     pub volumes: Vec<(String, std::path::PathBuf)>,
+    /// For `start_container` of an ephemeral container with a target: the ID of the container
+    /// whose process namespace it was given.
+    pub pid_target: Option<String>,
 }
 
 struct FakeContainer {
@@ -70,7 +73,13 @@ impl FakeRuntime {
     }
 
     fn record(&self, state: &mut State, method: &'static str, target: String) -> RuntimeResult<()> {
-        state.calls.push(FakeCall { method, target, at: (self.clock)(), volumes: Vec::new() });
+        state.calls.push(FakeCall {
+            method,
+            target,
+            at: (self.clock)(),
+            volumes: Vec::new(),
+            pid_target: None,
+        });
         match state.faults.get_mut(method).and_then(VecDeque::pop_front) {
             Some(e) => Err(e),
             None => Ok(()),
@@ -121,6 +130,11 @@ impl FakeRuntime {
     /// Containers of a pod that exist now (any state).
     pub fn container_count(&self, uid: &str) -> usize {
         self.lock().containers.iter().filter(|c| c.uid == uid).count()
+    }
+
+    /// Containers (attempts) named `name` of pod `uid` that exist now.
+    pub fn containers_named(&self, uid: &str, name: &str) -> usize {
+        self.lock().containers.iter().filter(|c| c.uid == uid && c.record.name == name).count()
     }
 
     fn snapshot(state: &State, uid: &str) -> Option<PodActual> {
@@ -186,14 +200,36 @@ impl PodRuntime for FakeRuntime {
         pod: &DesiredPod,
         sandbox_id: &str,
         container: &Container,
-        _kind: ContainerKind,
+        kind: ContainerKind,
         restart_count: u32,
         volumes: &crate::volume::status::PodVolumes,
     ) -> RuntimeResult<String> {
         let now = (self.clock)();
         let mut state = self.lock();
+        // An ephemeral container joins its target's process namespace: the target must exist.
+        let target = match pod.ephemeral_target(&container.name).filter(|_| kind == ContainerKind::Ephemeral)
+        {
+            Some(name) => {
+                let found = state.containers.iter().rev().find(|c| {
+                    c.uid == pod.uid() && c.record.name == name && c.record.sandbox_id == sandbox_id
+                });
+                match found {
+                    Some(c) => Some(c.record.id.clone()),
+                    None => {
+                        return Err(RuntimeError::new(
+                            "CreateContainerConfigError",
+                            format!("unable to find target container {name:?}"),
+                        ));
+                    }
+                }
+            }
+            None => None,
+        };
         let recorded =
             self.record(&mut state, "start_container", format!("{}/{}", pod.uid(), container.name));
+        if let Some(call) = state.calls.last_mut() {
+            call.pid_target = target;
+        }
         if let Some(call) = state.calls.last_mut() {
             call.volumes = volumes.iter().map(|(name, v)| (name.clone(), v.path.clone())).collect();
         }

@@ -29,7 +29,7 @@ pub enum PodOp {
         sandbox_id: String,
         /// The container's name.
         name: String,
-        /// Init or app container.
+        /// Init, app or ephemeral container.
         kind: ContainerKind,
         /// Its restart count (0 for the first run).
         restart_count: u32,
@@ -65,6 +65,9 @@ impl Operation for PodOp {
         match self {
             PodOp::Refresh => "refresh",
             PodOp::CreateSandbox { .. } => "create_sandbox",
+            // Its own kind, so that a failing ephemeral container's back-off never holds up the
+            // start of the pod's other containers.
+            PodOp::StartContainer { kind: ContainerKind::Ephemeral, .. } => "start_ephemeral_container",
             PodOp::StartContainer { .. } => "start_container",
             PodOp::KillContainers { .. } => "kill_containers",
             PodOp::ResizeContainer { .. } => "resize_container",

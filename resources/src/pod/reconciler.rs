@@ -6,6 +6,8 @@
 //! restarts by `restartPolicy` with CrashLoopBackOff (10 s doubling to 300 s, reset after 10
 //! minutes of running); a container whose spec changed is killed and started again; a pod whose
 //! app containers are done is stopped (its sidecars too); a pod that is gone is torn down completely.
+//! Ephemeral containers (`spec.ephemeralContainers`) start once the pod is initialized, after
+//! everything else the pod needs, each at most once: never restarted, not counted for anything.
 
 use std::fmt;
 use std::sync::Arc;
@@ -67,6 +69,10 @@ impl CrashLoopBackOff {
     }
 }
 
+/// The pod engine's last failed operation of each pod ([`reconcile_engine::Engine::op_status`]), set
+/// once the engine is built (the reconciler is built before it).
+pub type FailureSlot = Arc<std::sync::OnceLock<reconcile_engine::Store<PodUid, super::status::PodOpStatus>>>;
+
 /// The pod reconciler.
 pub struct PodReconciler {
     backoff: CrashLoopBackOff,
@@ -74,6 +80,7 @@ pub struct PodReconciler {
     volumes: Option<VolumeGate>,
     probes: Option<crate::probe::results::ProbeResults>,
     verdicts: Option<crate::eviction::verdict::PodVerdicts>,
+    failures: Option<FailureSlot>,
 }
 
 impl fmt::Debug for PodReconciler {
@@ -85,7 +92,7 @@ impl fmt::Debug for PodReconciler {
 impl PodReconciler {
     /// A reconciler with the given crash-loop timing and clock.
     pub fn new(backoff: CrashLoopBackOff, clock: Clock) -> Self {
-        Self { backoff, clock, volumes: None, probes: None, verdicts: None }
+        Self { backoff, clock, volumes: None, probes: None, verdicts: None, failures: None }
     }
 
     /// Restarts containers whose liveness or startup probe failed, as `results` says, and lets
@@ -128,6 +135,13 @@ impl PodReconciler {
     /// The node's verdicts, if applied.
     pub fn verdicts(&self) -> Option<&crate::eviction::verdict::PodVerdicts> {
         self.verdicts.as_ref()
+    }
+
+    /// Reads the engine's failed operations from `slot`: an ephemeral container whose start keeps failing
+    /// then never delays a restart of the pod's other containers (see `start_ephemeral`).
+    pub fn with_failures(mut self, slot: FailureSlot) -> Self {
+        self.failures = Some(slot);
+        self
     }
 
     /// The crash-loop timing.
@@ -327,6 +341,40 @@ impl PodReconciler {
         Ok(wait)
     }
 
+    /// The start of the first ephemeral container that was never created, as the kubelet's
+    /// `computePodActions`: one with any record (in any sandbox, exited or not) is never started
+    /// again, whatever its exit, nor after a nodelet restart or a new sandbox.
+    ///
+    /// A start that failed is retried after the engine's back-off, and a pod whose next operation backs off
+    /// is not planned again before it runs; so while something else of the pod is due sooner (`due`: a
+    /// container's crash-loop back-off ends), the pod waits for that instead, whose start then goes first.
+    fn start_ephemeral(
+        &self,
+        pod: &DesiredPod,
+        actual: &PodActual,
+        due: Option<Duration>,
+    ) -> Option<Plan<PodOp>> {
+        let missing = pod.ephemeral_specs().iter().find(|c| actual.container(&c.name).is_none())?;
+        if let Some(due) = due
+            && self.ephemeral_retry_at(pod.uid()).is_some_and(|at| at > tokio::time::Instant::now() + due)
+        {
+            return None;
+        }
+        match self.start_op(pod, actual, &missing.name, ContainerKind::Ephemeral, 0) {
+            start @ Plan::Run(_) => Some(start),
+            _ => None,
+        }
+    }
+
+    /// When the engine retries the pod's failed ephemeral container start, if that is its last failure.
+    fn ephemeral_retry_at(&self, uid: &str) -> Option<tokio::time::Instant> {
+        let status = self.failures.as_ref()?.get()?.get(&uid.to_owned())?;
+        match &status.op {
+            PodOp::StartContainer { kind: ContainerKind::Ephemeral, .. } => status.retry_at,
+            _ => None,
+        }
+    }
+
     fn plan_running(&self, pod: &DesiredPod, actual: &PodActual) -> Plan<PodOp> {
         let arc = || Arc::new(pod.clone());
         let policy = pod.restart_policy();
@@ -408,6 +456,10 @@ impl PodReconciler {
                         Step::Wait(d) => wait = Some(wait.map_or(d, |w| w.min(d))),
                         Step::Running | Step::Done => {}
                     }
+                }
+                // Ephemeral containers last: nothing of the pod itself waits for them.
+                if let Some(start) = self.start_ephemeral(pod, actual, wait) {
+                    return start;
                 }
                 wait.map_or(Plan::Idle, Plan::RecheckAfter)
             }

@@ -1,5 +1,6 @@
 //! A pod's v1 `PodStatus`, computed from its desired spec, what the runtime has, and the last
-//! failed operation on it.
+//! failed operation on it. Ephemeral containers have statuses of their own and count neither for
+//! the phase nor for readiness.
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as V1State, ContainerStateRunning, ContainerStateTerminated,
@@ -146,7 +147,9 @@ pub fn pod_status(
         PodOp::CreateSandbox { .. } => Some(f.error.to_string()),
         _ => None,
     });
+    let ephemeral_statuses = ephemeral_statuses(reconciler, pod, actual, failure, app_waiting, now);
     let status = PodStatus {
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty()).then_some(ephemeral_statuses),
         phase: Some(phase.to_string()),
         conditions: Some(conditions),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
@@ -164,6 +167,28 @@ pub fn pod_status(
         Some(verdict) => crate::eviction::verdict::apply(&verdict, status, now),
         None => status,
     }
+}
+
+/// `ephemeralContainerStatuses`, as the kubelet reports them: waiting until created (with the
+/// reason its start failed, if it did), then running, then terminated for good (never restarted);
+/// never ready, and without `started` (no probes).
+fn ephemeral_statuses(
+    reconciler: &PodReconciler,
+    pod: &DesiredPod,
+    actual: &PodActual,
+    failure: Option<&PodOpStatus>,
+    waiting_reason: &str,
+    now: i64,
+) -> Vec<ContainerStatus> {
+    pod.ephemeral_containers()
+        .iter()
+        .map(|c| {
+            let mut status = container_status(reconciler, c, actual, failure, waiting_reason, now, |_| false);
+            status.ready = false;
+            status.started = None;
+            status
+        })
+        .collect()
 }
 
 fn container_status(

@@ -25,14 +25,14 @@ use std::fmt;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, KeyToPath, LifecycleHandler, Pod, PodSpec, Probe, ResourceRequirements,
-    Toleration, Volume,
+    Container, ContainerPort, EnvVar, EphemeralContainer, KeyToPath, LifecycleHandler, Pod, PodSpec, Probe,
+    ResourceRequirements, Toleration, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sha2::{Digest, Sha256};
 
-use super::desired::{DesiredPod, PodSource};
+use super::desired::{DesiredPod, PodSource, ephemeral_as_container};
 
 /// Annotation naming the source a pod came from (`file`, `http` or `api`).
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
@@ -468,7 +468,10 @@ pub fn prepare(pod: Pod, source: PodSource, node_name: &str) -> Result<DesiredPo
     let mut errs = Errors::default();
     validate_metadata(&pod, is_static, node_name, &mut errs);
     if let Some(spec) = &pod.spec {
-        validate_spec(spec, &Path::new("spec"), &mut errs);
+        // Only the API server's ephemeralcontainers subresource adds ephemeral containers: a pod
+        // cannot be created with them (static pods get theirs from `nodelet debug`, see
+        // [`add_ephemeral_containers`]).
+        validate_spec(spec, &Path::new("spec"), !is_static, &mut errs);
     }
     if !is_static && manifest_uid.is_none() {
         errs.required(&Path::new("metadata").child("uid"), "pods from the API server have a UID");
@@ -535,6 +538,9 @@ fn apply_spec_defaults(spec: &mut PodSpec) {
     let host_network = spec.host_network.unwrap_or(false);
     for container in spec.init_containers.iter_mut().flatten().chain(spec.containers.iter_mut()) {
         apply_container_defaults(container, host_network);
+    }
+    for container in spec.ephemeral_containers.iter_mut().flatten() {
+        apply_ephemeral_defaults(container, host_network);
     }
 }
 
@@ -888,7 +894,7 @@ fn validate_metadata(pod: &Pod, is_static: bool, node_name: &str, errs: &mut Err
 
 // ===== spec =====
 
-fn validate_spec(spec: &PodSpec, path: &Path, errs: &mut Errors) {
+fn validate_spec(spec: &PodSpec, path: &Path, allow_ephemeral: bool, errs: &mut Errors) {
     // Volumes first: mounts refer to them.
     let volume_names =
         validate_volumes(spec.volumes.as_deref().unwrap_or_default(), &path.child("volumes"), errs);
@@ -913,7 +919,9 @@ fn validate_spec(spec: &PodSpec, path: &Path, errs: &mut Errors) {
         check_unique_name(&container.name, &p, &mut container_names, errs);
         check_host_ports(container, &p, &mut host_ports, errs);
     }
-    if spec.ephemeral_containers.as_ref().is_some_and(|e| !e.is_empty()) {
+    if allow_ephemeral {
+        validate_ephemeral_containers(spec, path, &volume_names, errs);
+    } else if spec.ephemeral_containers.as_ref().is_some_and(|e| !e.is_empty()) {
         errs.forbidden(&path.child("ephemeralContainers"), "cannot be set on create");
     }
 
@@ -983,6 +991,99 @@ fn validate_spec(spec: &PodSpec, path: &Path, errs: &mut Errors) {
     for (name, quantity) in spec.overhead.iter().flatten() {
         check_quantity(errs, &path.child("overhead").key(name), quantity);
     }
+}
+
+/// `spec.ephemeralContainers`, as the API server validates them (`validateEphemeralContainers`):
+/// a container's fields, unique names among all the pod's containers, a `targetContainerName` that
+/// names an init or app container; and nothing that makes a container part of the pod's service
+/// (ports, probes, lifecycle hooks, resources, restart policy) nor sub-path mounts.
+fn validate_ephemeral_containers(spec: &PodSpec, path: &Path, volumes: &HashSet<String>, errs: &mut Errors) {
+    let mut names: HashSet<String> =
+        spec.init_containers.iter().flatten().chain(&spec.containers).map(|c| c.name.clone()).collect();
+    let targets = names.clone();
+    let host_network = spec.host_network.unwrap_or(false);
+    let list = path.child("ephemeralContainers");
+    for (i, ec) in spec.ephemeral_containers.iter().flatten().enumerate() {
+        let p = list.index(i);
+        let mut c = ephemeral_as_container(ec);
+        const WHY: &str = "cannot be set for an Ephemeral Container";
+        for (field, set) in [
+            ("ports", c.ports.take().is_some_and(|v| !v.is_empty())),
+            ("lifecycle", c.lifecycle.take().is_some()),
+            ("livenessProbe", c.liveness_probe.take().is_some()),
+            ("readinessProbe", c.readiness_probe.take().is_some()),
+            ("startupProbe", c.startup_probe.take().is_some()),
+            ("resources", c.resources.take().is_some_and(|r| r != ResourceRequirements::default())),
+            ("resizePolicy", c.resize_policy.take().is_some_and(|v| !v.is_empty())),
+            ("restartPolicy", c.restart_policy.take().is_some()),
+            ("restartPolicyRules", c.restart_policy_rules.take().is_some_and(|v| !v.is_empty())),
+            ("volumeDevices", c.volume_devices.take().is_some_and(|v| !v.is_empty())),
+        ] {
+            if set {
+                errs.forbidden(&p.child(field), WHY);
+            }
+        }
+        for (j, mount) in c.volume_mounts.iter().flatten().enumerate() {
+            let mp = p.child("volumeMounts").index(j);
+            if mount.sub_path.as_deref().is_some_and(|s| !s.is_empty()) {
+                errs.forbidden(&mp.child("subPath"), WHY);
+            }
+            if mount.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty()) {
+                errs.forbidden(&mp.child("subPathExpr"), WHY);
+            }
+        }
+        validate_container(&c, &p, ContainerRole::App, volumes, host_network, errs);
+        check_unique_name(&c.name, &p, &mut names, errs);
+        if let Some(target) = ec.target_container_name.as_deref().filter(|t| !t.is_empty())
+            && !targets.contains(target)
+        {
+            errs.not_found(&p.child("targetContainerName"), target);
+        }
+    }
+}
+
+/// Adds `containers` to a prepared static pod's ephemeral containers (what `nodelet debug` asked
+/// for), defaulted and validated as the API server's `ephemeralcontainers` subresource would. The
+/// pod keeps its name and UID.
+pub fn add_ephemeral_containers(
+    pod: &DesiredPod,
+    containers: Vec<EphemeralContainer>,
+) -> Result<DesiredPod, ValidationError> {
+    let mut pod = pod.clone();
+    let object = ObjectRef { namespace: pod.namespace().to_owned(), name: Some(pod.name().to_owned()) };
+    let Some(spec) = pod.pod.spec.as_mut() else {
+        return Err(ValidationError {
+            object,
+            errors: vec![FieldError {
+                path: "spec".into(),
+                kind: FieldErrorKind::Required,
+                value: None,
+                detail: String::new(),
+            }],
+        });
+    };
+    let host_network = spec.host_network.unwrap_or(false);
+    let mut added = containers;
+    for ec in &mut added {
+        apply_ephemeral_defaults(ec, host_network);
+    }
+    spec.ephemeral_containers.get_or_insert_with(Vec::new).extend(added);
+    let volume_names: HashSet<String> = spec.volumes.iter().flatten().map(|v| v.name.clone()).collect();
+    let mut errs = Errors::default();
+    validate_ephemeral_containers(spec, &Path::new("spec"), &volume_names, &mut errs);
+    if !errs.0.is_empty() {
+        return Err(ValidationError { object, errors: errs.0 });
+    }
+    Ok(pod)
+}
+
+/// The container defaults, on an ephemeral container's common fields.
+fn apply_ephemeral_defaults(ec: &mut EphemeralContainer, host_network: bool) {
+    let mut c = ephemeral_as_container(ec);
+    apply_container_defaults(&mut c, host_network);
+    ec.image_pull_policy = c.image_pull_policy;
+    ec.termination_message_path = c.termination_message_path;
+    ec.termination_message_policy = c.termination_message_policy;
 }
 
 fn check_unique_name(name: &str, path: &Path, seen: &mut HashSet<String>, errs: &mut Errors) {
@@ -2120,6 +2221,71 @@ mod tests {
         assert_error(
             with_spec(json!({"ephemeralContainers": [{"name": "debug", "image": "busybox"}]})),
             "spec.ephemeralContainers: Forbidden: cannot be set on create",
+        );
+    }
+
+    fn api_errors(ephemeral: Value) -> Result<DesiredPod, Vec<String>> {
+        let doc = merge(web(), "/metadata", json!({"uid": "0b1c4f2e-7d3a-4c55-9b8e-0f1e2d3c4b5a"}));
+        let doc = merge(doc, "/spec", json!({"ephemeralContainers": [ephemeral]}));
+        prepare_value(doc, PodSource::Api, NODE)
+            .map_err(|e| e.errors.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn api_pods_may_have_ephemeral_containers_defaulted_and_validated() {
+        let pod = api_errors(json!({"name": "debug", "image": "busybox", "targetContainerName": "app",
+            "stdin": true, "tty": true, "resources": {}}))
+        .expect("valid");
+        let debug = &pod.ephemeral_containers()[0];
+        assert_eq!(debug.image_pull_policy.as_deref(), Some("Always"));
+        assert_eq!(debug.termination_message_policy.as_deref(), Some("File"));
+        assert_eq!(pod.ephemeral_target("debug"), Some("app"));
+        for (field, value) in [
+            ("ports", json!([{"containerPort": 80}])),
+            ("readinessProbe", json!({"exec": {"command": ["true"]}})),
+            ("lifecycle", json!({"preStop": {"exec": {"command": ["true"]}}})),
+            ("resources", json!({"limits": {"cpu": "1"}})),
+            ("restartPolicy", json!("Always")),
+        ] {
+            let errors = api_errors(json!({"name": "debug", "image": "busybox", field: value}))
+                .expect_err("forbidden field");
+            let expected = format!(
+                "spec.ephemeralContainers[0].{field}: Forbidden: cannot be set for an Ephemeral Container"
+            );
+            assert!(errors.contains(&expected), "{expected} in {errors:?}");
+        }
+        let errors = api_errors(json!({"name": "app", "image": "busybox", "targetContainerName": "gone"}))
+            .expect_err("invalid");
+        assert!(
+            errors.contains(&"spec.ephemeralContainers[0].name: Duplicate value: \"app\"".to_owned()),
+            "{errors:?}"
+        );
+        assert!(
+            errors
+                .contains(&"spec.ephemeralContainers[0].targetContainerName: Not found: \"gone\"".to_owned()),
+            "{errors:?}"
+        );
+        let errors = api_errors(json!({"name": "debug"})).expect_err("no image");
+        assert!(
+            errors.contains(&"spec.ephemeralContainers[0].image: Required value".to_owned()),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn static_pods_get_ephemeral_containers_only_through_add_ephemeral_containers() {
+        let pod = ok(web());
+        let debug: EphemeralContainer = serde_json::from_value(
+            json!({"name": "debug", "image": "busybox", "targetContainerName": "app"}),
+        )
+        .expect("ephemeral container");
+        let with = add_ephemeral_containers(&pod, vec![debug.clone()]).expect("valid");
+        assert_eq!((with.uid(), with.name()), (pod.uid(), pod.name()));
+        assert_eq!(with.ephemeral_containers()[0].image_pull_policy.as_deref(), Some("Always"));
+        let twice = add_ephemeral_containers(&with, vec![debug]).expect_err("duplicate");
+        assert_eq!(
+            twice.errors[0].to_string(),
+            "spec.ephemeralContainers[1].name: Duplicate value: \"debug\""
         );
     }
 
