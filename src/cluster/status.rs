@@ -41,7 +41,7 @@ use super::pods::ApiPodSnapshot;
 use crate::server::NodeView;
 
 /// Top-level status fields nodelet owns: cleared in the API when nodelet's status lacks them.
-const OWNED_FIELDS: [&str; 12] = [
+const OWNED_FIELDS: [&str; 13] = [
     "phase",
     "message",
     "reason",
@@ -54,6 +54,7 @@ const OWNED_FIELDS: [&str; 12] = [
     "containerStatuses",
     "ephemeralContainerStatuses",
     "qosClass",
+    "resize",
 ];
 
 /// The longest time between two passes (the kubelet's status manager syncs every 10 s).
