@@ -343,10 +343,11 @@ pub(crate) struct RunArgs {
     self-signed certificate).")]
 pub(crate) struct GetArgs {
     /// Resource type: pods (also pod, po), nodes (node, no), pv (persistentvolumes),
-    /// pvc (persistentvolumeclaims), storageclass (sc, storageclasses).
+    /// pvc (persistentvolumeclaims), storageclass (sc, storageclasses), csinodes (csinode).
     #[arg(value_name = "TYPE", value_parser = [
         "pods", "pod", "po", "nodes", "node", "no", "pv", "persistentvolume", "persistentvolumes", "pvc",
-        "persistentvolumeclaim", "persistentvolumeclaims", "sc", "storageclass", "storageclasses",
+        "persistentvolumeclaim", "persistentvolumeclaims", "sc", "storageclass", "storageclasses", "csinode",
+        "csinodes",
     ])]
     pub(crate) resource: String,
     /// Names of the pods to show (all when none).

@@ -457,6 +457,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             pod_actual,
             probe_results,
             cri.clone(),
+            csi_registry.clone(),
             refresh_tx,
             &shutdown,
             &mut tasks,

@@ -18,6 +18,7 @@
 //! server is back, and the pod source keeps its last complete list meanwhile.
 
 pub(crate) mod certificates;
+pub(crate) mod csinode;
 pub(crate) mod events;
 pub(crate) mod mirror;
 pub(crate) mod node;
@@ -223,6 +224,7 @@ impl Cluster {
         >,
         probes: nodelet_resources::probe::results::ProbeResults,
         cri: nodelet_cri::CriClient,
+        csi: std::sync::Arc<nodelet_csi::Registry>,
         refresh: tokio::sync::watch::Sender<()>,
         shutdown: &tokio_util::sync::CancellationToken,
         tasks: &mut tokio::task::JoinSet<()>,
@@ -270,6 +272,8 @@ impl Cluster {
             cri,
         );
         let registered = node_sync.registered();
+        let csi_node = csinode::CsiNodeSync::new(self.client.clone(), csi, node_sync.registered());
+        tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), csi_node.run(shutdown.clone())));
         tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), node_sync.run(shutdown.clone())));
         let status = status::StatusManager::new(
             self.client.clone(),

@@ -1227,3 +1227,51 @@ async fn ephemeral_containers_from_the_api_run_once_in_the_targets_pid_namespace
     n.assert_no_forbidden_in_log();
     n.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_nodes_csinode_object_lists_its_registered_csi_drivers() {
+    let (env, cluster) = cluster_or_skip!("the_nodes_csinode_object_lists_its_registered_csi_drivers");
+    let n = ClusterNode::start(&env, &cluster, "csinode").await;
+    let base = n.root_dir().parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    let socket = n.root_dir().join("plugins_registry").join("hostpath.sock");
+    let _driver = crate::volumes::Killed(
+        std::process::Command::new(crate::volumes::csi_hostpath_binary())
+            .arg("--endpoint")
+            .arg(format!("unix://{}", socket.display()))
+            .arg("--data-dir")
+            .arg(base.join("csi-data"))
+            .args(["--node-id", n.node()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the CSI driver: {e}")),
+    );
+    let csinodes: Api<k8s_openapi::api::storage::v1::CSINode> = Api::all(n.client());
+    let node_name = n.node().to_owned();
+    let found = n
+        .wait_until("the CSINode object with the driver", WAIT, async || {
+            let object = csinodes.get_opt(&node_name).await.map_err(|e| e.to_string())?;
+            let object = object.ok_or_else(|| "no CSINode yet".to_owned())?;
+            let ok = object
+                .spec
+                .drivers
+                .iter()
+                .any(|d| d.name == "hostpath.csi.nodelet.dev" && d.node_id == node_name);
+            if ok { Ok(object) } else { Err(pretty(&object)) }
+        })
+        .await;
+    let owner = found.metadata.owner_references.unwrap_or_default();
+    assert_eq!(owner.first().map(|o| (o.kind.as_str(), o.name.as_str())), Some(("Node", n.node())));
+    // The driver going away empties it.
+    drop(_driver);
+    let _ = std::fs::remove_file(&socket);
+    n.wait_until("the CSINode without drivers", WAIT, async || {
+        let object = csinodes.get_opt(&node_name).await.map_err(|e| e.to_string())?;
+        match object {
+            Some(o) if o.spec.drivers.is_empty() => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    n.shutdown().await;
+}

@@ -596,7 +596,7 @@ async fn api_list(n: &Nodelet, path: &str) -> Value {
 
 /// The `nodelet-csi-hostpath` binary, built beside this test binary (`cargo nextest run --workspace`
 /// builds it for its own tests).
-fn csi_hostpath_binary() -> PathBuf {
+pub(crate) fn csi_hostpath_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
     let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
     let bin = dir.join("nodelet-csi-hostpath");
@@ -605,7 +605,7 @@ fn csi_hostpath_binary() -> PathBuf {
 }
 
 /// Kills the CSI driver when the test ends, however it ends.
-struct Killed(std::process::Child);
+pub(crate) struct Killed(pub(crate) std::process::Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -1138,6 +1138,12 @@ async fn a_standard_csi_driver_registers_through_node_driver_registrar_and_serve
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    // `nodelet get csinodes`: the node with its one driver.
+    let server = format!("http://127.0.0.1:{}", n.ports().read_only);
+    let table = crate::support::nodelet_cli(&["get", "csinodes", "--server", &server]).await;
+    let row: Vec<&str> = table.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(row.get(..2), Some(&[n.node(), "1"][..]), "{table}");
 
     n.write_manifest_text(
         "storage.yaml",
