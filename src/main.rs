@@ -270,6 +270,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let verdicts = nodelet_resources::eviction::verdict::PodVerdicts::new();
     verdicts.set_resources(node_facts.admission_resources(config.pods.max_pods));
     verdicts.set_runtime_classes(Arc::new(node_objects.clone()));
+    verdicts
+        .set_node_taints(config.cluster.as_ref().map(|c| c.register_with_taints.clone()).unwrap_or_default());
     verdicts.set_node_labels(pressure::node_labels(
         &config.node_name,
         config.cluster.as_ref().map(|c| &c.node_labels),

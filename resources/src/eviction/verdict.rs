@@ -135,6 +135,7 @@ struct Inner {
     resources: Option<NodeResources>,
     classes: Option<ClassLookup>,
     node_labels: Option<BTreeMap<String, String>>,
+    node_taints: Vec<k8s_openapi::api::core::v1::Taint>,
 }
 
 /// The RuntimeClass lookup admission uses (for overhead and node selectors).
@@ -246,6 +247,12 @@ impl PodVerdicts {
         ResizeDecision::Accepted
     }
 
+    /// Makes admission refuse pods that do not tolerate (with their RuntimeClass's tolerations) the
+    /// node's `NoExecute` taints among `taints`: the kubelet's `TaintToleration`.
+    pub fn set_node_taints(&self, taints: Vec<k8s_openapi::api::core::v1::Taint>) {
+        self.write().node_taints = taints.into_iter().filter(|t| t.effect == "NoExecute").collect();
+    }
+
     /// Records that `uid` is evicted: the pod reconciler kills it and never starts it again.
     pub fn evict(&self, uid: &str, message: String, grace: Duration, at: i64) {
         let verdict = Verdict { kind: VerdictKind::Evicted, reason: "Evicted".into(), message, grace, at };
@@ -317,6 +324,24 @@ impl PodVerdicts {
             };
             inner.verdicts.insert(uid.to_string(), verdict.clone());
             return Some(verdict);
+        }
+        if !started && !inner.node_taints.is_empty() {
+            let tolerations = runtime_class::tolerations(pod, classes);
+            let untolerated = inner
+                .node_taints
+                .iter()
+                .any(|taint| !tolerations.iter().any(|t| runtime_class::tolerates(t, taint)));
+            if untolerated {
+                let verdict = Verdict {
+                    kind: VerdictKind::Rejected,
+                    reason: "TaintToleration".into(),
+                    message: "Predicate TaintToleration failed".into(),
+                    grace: Duration::ZERO,
+                    at: 0,
+                };
+                inner.verdicts.insert(uid.to_string(), verdict.clone());
+                return Some(verdict);
+            }
         }
         inner.admitted.insert(uid.to_string(), requests);
         None
@@ -522,6 +547,40 @@ mod tests {
         );
         let refused = v.admit(&elsewhere, false).map(|v| (v.reason, v.message));
         assert_eq!(refused, Some(("NodeAffinity".to_owned(), "Predicate NodeAffinity failed".to_owned())));
+    }
+
+    #[test]
+    fn pods_must_tolerate_the_nodes_no_execute_taints_with_their_class_tolerations() {
+        let v = PodVerdicts::new();
+        let taint = |key: &str, effect: &str| k8s_openapi::api::core::v1::Taint {
+            key: key.to_owned(),
+            value: Some("x".to_owned()),
+            effect: effect.to_owned(),
+            ..Default::default()
+        };
+        v.set_node_taints(vec![taint("dedicated", "NoExecute"), taint("soft", "NoSchedule")]);
+        let class = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "tolerant"}, "handler": "runc",
+            "scheduling": {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}}))
+        .unwrap_or_default();
+        v.set_runtime_classes(Arc::new(OneClass(class)));
+        let plain = pod("a", serde_json::json!({"containers": [{"name": "c", "image": "i"}]}));
+        let refused = v.admit(&plain, false).map(|v| (v.reason, v.message));
+        assert_eq!(
+            refused,
+            Some(("TaintToleration".to_owned(), "Predicate TaintToleration failed".to_owned()))
+        );
+        let own = pod(
+            "b",
+            serde_json::json!({"tolerations": [{"key": "dedicated", "value": "x", "effect": "NoExecute"}],
+            "containers": [{"name": "c", "image": "i"}]}),
+        );
+        assert_eq!(v.admit(&own, false), None, "its own toleration; NoSchedule taints are the scheduler's");
+        let classy = pod(
+            "c",
+            serde_json::json!({"runtimeClassName": "tolerant", "containers": [{"name": "c", "image": "i"}]}),
+        );
+        assert_eq!(v.admit(&classy, false), None, "the class's toleration");
     }
 
     #[test]

@@ -76,6 +76,41 @@ pub fn node_selector(pod: &DesiredPod, classes: Option<&dyn RuntimeClasses>) -> 
     selector
 }
 
+/// The tolerations a pod has: its own plus its class's `scheduling.tolerations` (as the API
+/// server's RuntimeClass admission merges them).
+pub fn tolerations(
+    pod: &DesiredPod,
+    classes: Option<&dyn RuntimeClasses>,
+) -> Vec<k8s_openapi::api::core::v1::Toleration> {
+    let mut all = pod.spec().tolerations.clone().unwrap_or_default();
+    let from_class = class_name(pod)
+        .and_then(|name| classes?.runtime_class(name))
+        .and_then(|c| c.scheduling)
+        .and_then(|s| s.tolerations)
+        .unwrap_or_default();
+    all.extend(from_class);
+    all
+}
+
+/// Whether `toleration` tolerates `taint` (the API's `ToleratesTaint`).
+pub fn tolerates(
+    toleration: &k8s_openapi::api::core::v1::Toleration,
+    taint: &k8s_openapi::api::core::v1::Taint,
+) -> bool {
+    if toleration.effect.as_deref().is_some_and(|e| !e.is_empty() && e != taint.effect) {
+        return false;
+    }
+    let key = toleration.key.as_deref().unwrap_or_default();
+    match toleration.operator.as_deref() {
+        Some("Exists") => key.is_empty() || key == taint.key,
+        _ => {
+            key == taint.key
+                && toleration.value.as_deref().unwrap_or_default()
+                    == taint.value.as_deref().unwrap_or_default()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
