@@ -1,5 +1,9 @@
 //! `/exec`, `/attach`, `/portForward` and `/run` on the main port.
 //!
+//! A `/portForward` WebSocket with the binary channel protocol is served by nodelet itself, dialling the
+//! ports inside the pod's network namespace ([`super::port_forward`]); when that namespace cannot be found or
+//! entered, and for every other request, the runtime streams as described here.
+//!
 //! `/exec/{namespace}/{pod}[/{uid}]/{container}`, `/attach/…` (same shapes) and
 //! `/portForward/{namespace}/{pod}[/{uid}]` work as the kubelet's default (non-redirecting) streaming: the
 //! handler checks the request, asks the runtime with CRI `Exec` / `Attach` / `PortForward` for a one-time URL
