@@ -317,6 +317,16 @@ impl Route {
 struct Transfer {
     took: Duration,
     nodelet_ticks: u64,
+    /// Busy CPU ticks of the whole machine (every process, the kernel's network work included).
+    machine_ticks: u64,
+}
+
+/// Busy ticks of all CPUs since boot (`/proc/stat`: user, nice, system, irq, softirq, steal).
+fn machine_busy_ticks() -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().context("empty /proc/stat")?;
+    let fields: Vec<u64> = line.split_whitespace().skip(1).map(|f| f.parse().unwrap_or(0)).collect();
+    Ok([0, 1, 2, 5, 6, 7].iter().filter_map(|&i| fields.get(i)).sum())
 }
 
 #[derive(Debug, Default)]
@@ -340,6 +350,7 @@ async fn measure_forward(
                 for upload in [false, true] {
                     let port = if upload { UPLOAD_PORT } else { DOWNLOAD_PORT };
                     let ticks0 = cpu_ticks(nodelet.pid()?)?;
+                    let busy0 = machine_busy_ticks()?;
                     let t = Instant::now();
                     let transfer = async {
                         match route {
@@ -366,6 +377,7 @@ async fn measure_forward(
                         .with_context(|| route.name())?;
                     let took = t.elapsed();
                     let nodelet_ticks = cpu_ticks(nodelet.pid()?)?.saturating_sub(ticks0);
+                    let machine_ticks = machine_busy_ticks()?.saturating_sub(busy0);
                     println!(
                         "round {}: {} {}: {:.0} MB/s (nodelet CPU {} ms)",
                         round + 1,
@@ -375,7 +387,7 @@ async fn measure_forward(
                         nodelet_ticks * 10
                     );
                     let v = if upload { &mut f.upload } else { &mut f.download };
-                    v.entry(route).or_default().push(Transfer { took, nodelet_ticks });
+                    v.entry(route).or_default().push(Transfer { took, nodelet_ticks, machine_ticks });
                 }
             }
         }
@@ -492,6 +504,10 @@ fn report_forward(f: &ForwardFigures, bytes: u64) {
         let ticks: u64 = v.iter().map(|t| t.nodelet_ticks).sum();
         ticks as f64 / USER_HZ / (bytes as f64 * v.len() as f64 / f64::from(1 << 30))
     };
+    let machine_per_gib = |v: &[Transfer]| {
+        let ticks: u64 = v.iter().map(|t| t.machine_ticks).sum();
+        ticks as f64 / USER_HZ / (bytes as f64 * v.len() as f64 / f64::from(1 << 30))
+    };
     for (what, map) in [("download (pod → client)", &f.download), ("upload (client → pod)", &f.upload)] {
         let (Some(floor), Some(runtime)) = (map.get(&Route::Direct), map.get(&Route::RuntimeWs)) else {
             continue;
@@ -500,21 +516,22 @@ fn report_forward(f: &ForwardFigures, bytes: u64) {
         println!();
         println!(
             "| port-forward {what}, {} MiB, median of {} | MB/s | / direct TCP | / runtime's WebSocket | \
-             nodelet CPU s/GiB | goal |",
+             nodelet CPU s/GiB | machine CPU s/GiB | goal |",
             bytes >> 20,
             map.get(&Route::Direct).map_or(0, Vec::len)
         );
-        println!("|---|--:|--:|--:|--:|---|");
+        println!("|---|--:|--:|--:|--:|--:|---|");
         for route in Route::ALL {
             let Some(v) = map.get(&route) else { continue };
             let goal = if route == Route::Cli { "≥ 0.80× direct TCP" } else { "" };
             println!(
-                "| {} | {:.0} | {:.2}× | {:.2}× | {:.2} | {goal} |",
+                "| {} | {:.0} | {:.2}× | {:.2}× | {:.2} | {:.2} | {goal} |",
                 route.name(),
                 rate(v),
                 rate(v) / floor,
                 rate(v) / runtime,
-                cpu_per_gib(v)
+                cpu_per_gib(v),
+                machine_per_gib(v)
             );
         }
     }
