@@ -146,6 +146,7 @@ async fn run(endpoint: String, settings: Settings) -> anyhow::Result<()> {
         let forward = measure_forward(&nodelet, &cri, &pod, &settings).await?;
         report_exec(&exec);
         report_forward(&forward, settings.forward_bytes);
+        report_tls(&nodelet.dir.join("root").join("pki"), settings.forward_bytes)?;
         nodelet.remove_pod().await
     }
     .await;
@@ -305,7 +306,7 @@ impl Route {
         match self {
             Route::Direct => "direct TCP to the pod IP (floor)",
             Route::RuntimeWs => "runtime's port-forward WebSocket (CRI PortForward URL)",
-            Route::NodeletWs => "nodelet /portForward WebSocket over TLS, in process",
+            Route::NodeletWs => "nodelet /portForward WebSocket over TLS, in process (netns dial)",
             Route::Cli => "`nodelet port-forward` (CLI, local TCP port)",
         }
     }
@@ -316,6 +317,16 @@ impl Route {
 struct Transfer {
     took: Duration,
     nodelet_ticks: u64,
+    /// Busy CPU ticks of the whole machine (every process, the kernel's network work included).
+    machine_ticks: u64,
+}
+
+/// Busy ticks of all CPUs since boot (`/proc/stat`: user, nice, system, irq, softirq, steal).
+fn machine_busy_ticks() -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().context("empty /proc/stat")?;
+    let fields: Vec<u64> = line.split_whitespace().skip(1).map(|f| f.parse().unwrap_or(0)).collect();
+    Ok([0, 1, 2, 5, 6, 7].iter().filter_map(|&i| fields.get(i)).sum())
 }
 
 #[derive(Debug, Default)]
@@ -339,6 +350,7 @@ async fn measure_forward(
                 for upload in [false, true] {
                     let port = if upload { UPLOAD_PORT } else { DOWNLOAD_PORT };
                     let ticks0 = cpu_ticks(nodelet.pid()?)?;
+                    let busy0 = machine_busy_ticks()?;
                     let t = Instant::now();
                     let transfer = async {
                         match route {
@@ -365,6 +377,7 @@ async fn measure_forward(
                         .with_context(|| route.name())?;
                     let took = t.elapsed();
                     let nodelet_ticks = cpu_ticks(nodelet.pid()?)?.saturating_sub(ticks0);
+                    let machine_ticks = machine_busy_ticks()?.saturating_sub(busy0);
                     println!(
                         "round {}: {} {}: {:.0} MB/s (nodelet CPU {} ms)",
                         round + 1,
@@ -374,7 +387,7 @@ async fn measure_forward(
                         nodelet_ticks * 10
                     );
                     let v = if upload { &mut f.upload } else { &mut f.download };
-                    v.entry(route).or_default().push(Transfer { took, nodelet_ticks });
+                    v.entry(route).or_default().push(Transfer { took, nodelet_ticks, machine_ticks });
                 }
             }
         }
@@ -491,6 +504,10 @@ fn report_forward(f: &ForwardFigures, bytes: u64) {
         let ticks: u64 = v.iter().map(|t| t.nodelet_ticks).sum();
         ticks as f64 / USER_HZ / (bytes as f64 * v.len() as f64 / f64::from(1 << 30))
     };
+    let machine_per_gib = |v: &[Transfer]| {
+        let ticks: u64 = v.iter().map(|t| t.machine_ticks).sum();
+        ticks as f64 / USER_HZ / (bytes as f64 * v.len() as f64 / f64::from(1 << 30))
+    };
     for (what, map) in [("download (pod → client)", &f.download), ("upload (client → pod)", &f.upload)] {
         let (Some(floor), Some(runtime)) = (map.get(&Route::Direct), map.get(&Route::RuntimeWs)) else {
             continue;
@@ -499,24 +516,116 @@ fn report_forward(f: &ForwardFigures, bytes: u64) {
         println!();
         println!(
             "| port-forward {what}, {} MiB, median of {} | MB/s | / direct TCP | / runtime's WebSocket | \
-             nodelet CPU s/GiB | goal |",
+             nodelet CPU s/GiB | machine CPU s/GiB | goal |",
             bytes >> 20,
             map.get(&Route::Direct).map_or(0, Vec::len)
         );
-        println!("|---|--:|--:|--:|--:|---|");
+        println!("|---|--:|--:|--:|--:|--:|---|");
         for route in Route::ALL {
             let Some(v) = map.get(&route) else { continue };
             let goal = if route == Route::Cli { "≥ 0.80× direct TCP" } else { "" };
             println!(
-                "| {} | {:.0} | {:.2}× | {:.2}× | {:.2} | {goal} |",
+                "| {} | {:.0} | {:.2}× | {:.2}× | {:.2} | {:.2} | {goal} |",
                 route.name(),
                 rate(v),
                 rate(v) / floor,
                 rate(v) / runtime,
-                cpu_per_gib(v)
+                cpu_per_gib(v),
+                machine_per_gib(v)
             );
         }
     }
+}
+
+/// What TLS costs one core: rustls (ring, as nodelet and its CLI use it) in memory, a client connection
+/// sending `bytes` to a server connection with nodelet's certificate, per TLS 1.3 cipher suite; the time
+/// spent encrypting and decrypting is taken apart (in the port-forward paths one process does each).
+fn report_tls(pki: &Path, bytes: u64) -> anyhow::Result<()> {
+    use rustls::crypto::ring::cipher_suite;
+    use std::io::{Read as _, Write as _};
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(pki.join("nodelet.crt"))?.collect::<Result<_, _>>()?;
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(pki.join("nodelet.key"))?;
+    println!();
+    println!(
+        "| TLS 1.3 in memory, one thread, {} MiB | encrypt MB/s | decrypt MB/s | both MB/s |",
+        bytes >> 20
+    );
+    println!("|---|--:|--:|--:|");
+    for suite in [
+        cipher_suite::TLS13_AES_128_GCM_SHA256,
+        cipher_suite::TLS13_AES_256_GCM_SHA384,
+        cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+    ] {
+        let provider = Arc::new(rustls::crypto::CryptoProvider {
+            cipher_suites: vec![suite],
+            ..rustls::crypto::ring::default_provider()
+        });
+        let server_config = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_no_client_auth()
+            .with_single_cert(chain.clone(), key.clone_key())?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in &chain {
+            roots.add(cert.clone())?;
+        }
+        let client_config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut client = rustls::ClientConnection::new(
+            Arc::new(client_config),
+            ServerName::try_from("127.0.0.1")?.to_owned(),
+        )?;
+        let mut server = rustls::ServerConnection::new(Arc::new(server_config))?;
+        let mut wire = Vec::new();
+        while client.is_handshaking() || server.is_handshaking() {
+            wire.clear();
+            while client.wants_write() {
+                client.write_tls(&mut wire)?;
+            }
+            server.read_tls(&mut wire.as_slice())?;
+            server.process_new_packets()?;
+            wire.clear();
+            while server.wants_write() {
+                server.write_tls(&mut wire)?;
+            }
+            client.read_tls(&mut wire.as_slice())?;
+            client.process_new_packets()?;
+        }
+        let chunk = vec![0x5a_u8; CHUNK];
+        let mut plain = vec![0_u8; CHUNK];
+        let (mut encrypt, mut decrypt) = (Duration::ZERO, Duration::ZERO);
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(CHUNK as u64) as usize;
+            let t = Instant::now();
+            client.writer().write_all(&chunk[..n])?;
+            wire.clear();
+            while client.wants_write() {
+                client.write_tls(&mut wire)?;
+            }
+            encrypt += t.elapsed();
+            let t = Instant::now();
+            let mut input = wire.as_slice();
+            while !input.is_empty() {
+                server.read_tls(&mut input)?;
+                server.process_new_packets()?;
+                while server.reader().read(&mut plain).is_ok_and(|r| r > 0) {}
+            }
+            decrypt += t.elapsed();
+            left -= n as u64;
+        }
+        let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e6;
+        println!(
+            "| {:?} | {:.0} | {:.0} | {:.0} |",
+            suite.suite(),
+            rate(encrypt),
+            rate(decrypt),
+            rate(encrypt + decrypt)
+        );
+    }
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------------------------ clients
@@ -734,6 +843,8 @@ impl Nodelet {
         tcp.set_nodelay(true)?;
         let name = ServerName::try_from("127.0.0.1")?;
         let tls = tokio_rustls::TlsConnector::from(self.tls.clone()).connect(name, tcp).await?;
+        static SHOWN: std::sync::Once = std::sync::Once::new();
+        SHOWN.call_once(|| println!("main port TLS: {:?}", tls.get_ref().1.negotiated_cipher_suite()));
         let (ws, _) = tokio_tungstenite::client_async(request, tls).await.with_context(|| path.to_owned())?;
         Ok(ws)
     }

@@ -1,22 +1,26 @@
 //! `nodelet port-forward`: listens on local ports and forwards each accepted connection to a port of the pod
 //! through `/portForward` on the local nodelet's main port, one WebSocket per connection
 //! (`v4.channel.k8s.io`, the port in the `port` query parameter). Stream 0 carries the data and stream 1
-//! the runtime's error text; each stream's first two bytes are the port number (little endian), which the
-//! server sends and this side drops.
+//! the error text; each stream's first two bytes are the port number (little endian), which the server
+//! sends and this side drops. Each read from the local connection (up to 256 KiB) is one frame.
 //!
 //! A connection ends when the pod side closes (the WebSocket closes) or the local client goes away. The
 //! protocol cannot pass on a half-close, so the end of the local client's data is not seen by the pod.
 
 use std::net::SocketAddr;
 
+use bytes::{BufMut as _, BytesMut};
 use futures::{SinkExt as _, StreamExt as _};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 use tracing::{debug, warn};
 
 use super::stream::{MainPort, StreamError, encode};
 use crate::cli::PortForwardArgs;
+
+/// The most read from the local connection into one WebSocket frame.
+const LOCAL_READ: usize = 256 * 1024;
 
 /// `LOCAL:REMOTE`, `:REMOTE` (local 0) or `REMOTE` (the same local port).
 pub(crate) fn parse_port_spec(spec: &str) -> Result<(u16, u16), StreamError> {
@@ -89,7 +93,9 @@ async fn forward(main: &MainPort, path: &str, remote: u16, conn: TcpStream) -> R
     // The port prefix still to drop on stream 0 and 1.
     let mut prefix = [2_usize, 2];
     let mut error_text = Vec::new();
-    let mut buf = vec![0_u8; 32 * 1024];
+    // Each read from the local connection becomes one frame: the channel byte, then the data, read straight
+    // into the frame's buffer (frozen and handed to the WebSocket without a copy).
+    let mut buf = BytesMut::new();
     let mut local_open = true;
     let io = |what: &str, source| StreamError::Io { what: what.to_owned(), source };
     loop {
@@ -112,14 +118,13 @@ async fn forward(main: &MainPort, path: &str, remote: u16, conn: TcpStream) -> R
                     error_text.extend_from_slice(payload);
                 }
             }
-            read = local_read.read(&mut buf[1..]), if local_open => {
+            read = read_frame(&mut local_read, &mut buf), if local_open => {
                 let n = read.map_err(|e| io("reading the local connection", e))?;
                 if n == 0 {
                     local_open = false;
                     continue;
                 }
-                buf[0] = 0;
-                sink.send(Message::binary(buf[..=n].to_vec())).await.map_err(|e| StreamError::WebSocket(e.to_string()))?;
+                sink.send(Message::binary(buf.split().freeze())).await.map_err(|e| StreamError::WebSocket(e.to_string()))?;
             }
         }
         if !error_text.is_empty() {
@@ -134,6 +139,16 @@ async fn forward(main: &MainPort, path: &str, remote: u16, conn: TcpStream) -> R
     } else {
         Err(StreamError::WebSocket(String::from_utf8_lossy(&error_text).into_owned()))
     }
+}
+
+/// Reads up to [`LOCAL_READ`] bytes into `buf` behind the data channel's byte (0); the bytes read.
+async fn read_frame(from: &mut (impl AsyncRead + Unpin), buf: &mut BytesMut) -> std::io::Result<usize> {
+    if buf.is_empty() {
+        buf.reserve(1 + LOCAL_READ);
+        buf.put_u8(0);
+    }
+    let mut limited = from.take(LOCAL_READ as u64);
+    limited.read_buf(buf).await
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@
 
 mod auth;
 mod logs;
+mod port_forward;
 mod routes;
 mod status;
 mod streaming;
@@ -425,6 +426,7 @@ impl Servers {
             log_poll_interval: logs::DEFAULT_POLL_INTERVAL,
             runtime: config.runtime.clone(),
             sessions: Arc::new(Semaphore::new(streaming::MAX_SESSIONS)),
+            dialer: nodelet_cri::NetnsDialer::default(),
         });
 
         let main = bind_listener(

@@ -42,6 +42,8 @@ pub(crate) struct Shared<V> {
     pub(crate) runtime: Option<nodelet_cri::CriClient>,
     /// Open streaming sessions (see [`streaming::MAX_SESSIONS`]).
     pub(crate) sessions: Arc<tokio::sync::Semaphore>,
+    /// Dials pod ports in their network namespaces (nodelet's own WebSocket port-forward).
+    pub(crate) dialer: nodelet_cri::NetnsDialer,
 }
 
 /// Per-connection facts, put into every request's extensions by the connection's service.

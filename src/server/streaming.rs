@@ -1,5 +1,9 @@
 //! `/exec`, `/attach`, `/portForward` and `/run` on the main port.
 //!
+//! A `/portForward` WebSocket with the binary channel protocol is served by nodelet itself, dialling the
+//! ports inside the pod's network namespace ([`super::port_forward`]); when that namespace cannot be found or
+//! entered, and for every other request, the runtime streams as described here.
+//!
 //! `/exec/{namespace}/{pod}[/{uid}]/{container}`, `/attach/…` (same shapes) and
 //! `/portForward/{namespace}/{pod}[/{uid}]` work as the kubelet's default (non-redirecting) streaming: the
 //! handler checks the request, asks the runtime with CRI `Exec` / `Attach` / `PortForward` for a one-time URL
@@ -46,6 +50,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::port_forward;
 use super::routes::{Shared, is_dns_label, is_dns_subdomain};
 use super::{NodeView, StreamTargetError, status};
 
@@ -341,7 +346,7 @@ pub(crate) async fn port_forward<V: NodeView>(
     State(shared): St<V>,
     Path(path): Path<StreamPath>,
     Query(query): Query<Vec<(String, String)>>,
-    request: Request,
+    mut request: Request,
 ) -> Response {
     let ports = match parse_ports(&query, is_websocket(request.headers())) {
         Ok(p) => p,
@@ -351,12 +356,42 @@ pub(crate) async fn port_forward<V: NodeView>(
         Ok(started) => started,
         Err(e) => return e.into_response(),
     };
+    let what = format!("port-forward {}/{}", path.namespace, path.pod);
+    let native = port_forward::negotiate(request.headers());
+    if let (Some(protocol), Some(key)) = (native, request.headers().get(header::SEC_WEBSOCKET_KEY).cloned()) {
+        let tcp_ports: Vec<u16> = ports.iter().filter_map(|&p| u16::try_from(p).ok()).collect();
+        match forward_natively(&shared, &runtime, &target.sandbox_id, &tcp_ports).await {
+            Ok(dialed) => {
+                debug!(%what, ?protocol, "forwarding in the pod's network namespace");
+                let client = hyper::upgrade::on(&mut request);
+                tokio::spawn(port_forward::serve(client, dialed, permit, shared.stopping.clone(), what));
+                return port_forward::switching_protocols(&key, protocol);
+            }
+            Err(reason) => {
+                debug!(%what, %reason, "cannot forward in the pod's network; using CRI PortForward")
+            }
+        }
+    }
     let url = match runtime.port_forward(&target.sandbox_id, ports).await {
         Ok(url) => url,
         Err(source) => return StreamError::Cri { call: "PortForward", source }.into_response(),
     };
-    let what = format!("port-forward {}/{}", path.namespace, path.pod);
     proxy(request, &url, permit, shared.stopping.clone(), what).await
+}
+
+/// Finds the sandbox's network and dials `ports` there; the reason when the runtime must forward instead.
+async fn forward_natively<V: NodeView>(
+    shared: &Shared<V>,
+    runtime: &nodelet_cri::CriClient,
+    sandbox_id: &str,
+    ports: &[u16],
+) -> Result<Vec<port_forward::Dialed>, String> {
+    let network = match runtime.sandbox_network(sandbox_id).await {
+        Ok(Some(network)) => network,
+        Ok(None) => return Err("the runtime does not say where the sandbox's network is".to_owned()),
+        Err(e) => return Err(format!("PodSandboxStatus: {e}")),
+    };
+    port_forward::dial_all(&shared.dialer, &network, sandbox_id, ports).await.map_err(|e| e.to_string())
 }
 
 /// `POST /run/{namespace}/{pod}[/{uid}]/{container}?cmd=…`.

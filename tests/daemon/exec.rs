@@ -671,6 +671,110 @@ async fn port_forward_refuses_bad_ports_and_survives_closed_ports_and_dropped_cl
     n.shutdown().await;
 }
 
+/// Reads a port-forward WebSocket to its end: the data of each data channel (0, 2, …) and the error text,
+/// without the 2-byte port prefix each channel starts with.
+async fn read_channels(ws: &mut Ws) -> (Vec<Vec<u8>>, String) {
+    let mut data: Vec<Vec<u8>> = Vec::new();
+    let mut errors = String::new();
+    let mut prefix = [2_usize; 256];
+    let read = async {
+        while let Some(message) = ws.next().await {
+            let bytes = match message {
+                Ok(Message::Binary(d)) => d,
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => continue,
+            };
+            let Some((&channel, payload)) = bytes.split_first() else { continue };
+            let skip = &mut prefix[usize::from(channel)];
+            let n = (*skip).min(payload.len());
+            let payload = &payload[n..];
+            *skip -= n;
+            if channel % 2 == 1 {
+                errors.push_str(&String::from_utf8_lossy(payload));
+                continue;
+            }
+            let port = usize::from(channel / 2);
+            if data.len() <= port {
+                data.resize(port + 1, Vec::new());
+            }
+            data[port].extend_from_slice(payload);
+        }
+    };
+    tokio::time::timeout(EXEC_LIMIT, read).await.expect("the port-forward ends in time");
+    (data, errors)
+}
+
+#[tokio::test]
+async fn port_forward_reaches_loopback_listeners_in_the_pod_and_keeps_large_transfers_intact() {
+    let env =
+        env_or_skip!("port_forward_reaches_loopback_listeners_in_the_pod_and_keeps_large_transfers_intact");
+    let n = Nodelet::start(&env, "pf-loopback").await;
+    // 8081: HTTP with a 48 MiB random file, on 127.0.0.1 only (reachable only from inside the pod's network
+    // namespace); 9101: each connection's first 8 MiB, hashed, answered.
+    n.write_manifest(
+        "lo.yaml",
+        &n.pod_manifest(
+            "lo",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "app",
+                    "command": ["sh", "-c", "mkdir -p /www && head -c 50331648 /dev/urandom > /www/part && mv /www/part /www/big && \
+                                (nc -ll -p 9101 -e sh -c 'head -c 8388608 | sha256sum' &) && \
+                                exec httpd -f -p 127.0.0.1:8081 -h /www"],
+                }],
+            }),
+        ),
+    );
+    n.wait_running("lo").await;
+    let pod = n.pod_name("lo");
+    n.wait_for("the servers started", Duration::from_secs(30), async || {
+        let running =
+            processes(&n, &pod, "app", "httpd").await.len() + processes(&n, &pod, "app", "nc").await.len();
+        (running == 2).then_some(())
+    })
+    .await;
+    let https = n.main_client();
+    let url = n.main_url(&format!("/run/default/{pod}/app?cmd=sha256sum%20/www/big"));
+    let expected = n
+        .wait_for("/www/big written", Duration::from_secs(30), async || {
+            let response = https.post(&url).bearer_auth(TOKEN).send().await.ok()?;
+            let text = response.status().is_success().then_some(response.text().await.ok()?)?;
+            text.split_whitespace().next().map(str::to_owned)
+        })
+        .await;
+
+    // one WebSocket, two ports: a GET of the big file on 8081 (channels 0, 1), 8 MiB up to 9101 (2, 3)
+    let upload: Vec<u8> = (0..8_u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let path = format!("/portForward/default/{pod}?port=8081&port=9101");
+    let mut stream = ws(&n, &path, Some(TOKEN), "v4.channel.k8s.io")
+        .await
+        .unwrap_or_else(|(status, body)| panic!("port-forward: {status}: {body}"));
+    let mut get = vec![0_u8];
+    get.extend_from_slice(b"GET /big HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    stream.send(Message::binary(get)).await.expect("send the GET");
+    for chunk in upload.chunks(100_000) {
+        let mut message = vec![2_u8];
+        message.extend_from_slice(chunk);
+        stream.send(Message::binary(message)).await.expect("send the upload");
+    }
+    let (data, errors) = read_channels(&mut stream).await;
+    assert!(errors.is_empty(), "errors: {errors}\n{}", n.log_tail(40));
+    assert_eq!(data.len(), 2, "both ports answered");
+    let response = &data[0];
+    let body_at = response.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4).expect("an HTTP answer");
+    let body = &response[body_at..];
+    assert!(
+        response.starts_with(b"HTTP/1.") && response[8..].starts_with(b" 200 "),
+        "{}",
+        String::from_utf8_lossy(&response[..body_at])
+    );
+    assert_eq!((body.len(), sha256_hex(body)), (50_331_648, expected));
+    let answer = String::from_utf8_lossy(&data[1]).into_owned();
+    assert_eq!(answer.split_whitespace().next(), Some(sha256_hex(&upload).as_str()), "{answer}");
+    n.shutdown().await;
+}
+
 /// `kubectl --kubeconfig <admin> ARGS…` with `input` on stdin (closed after it); returns (exit code, stdout,
 /// stderr).
 async fn kubectl_code(cluster: &ClusterEnv, args: &[&str], input: &str) -> (i32, String, String) {

@@ -432,6 +432,27 @@ impl CriClient {
         })
     }
 
+    /// Where the sandbox's network lives, for dialing its ports ([`crate::netns`]): CRI `PodSandboxStatus`
+    /// with `verbose: true` (containerd's `info` JSON has the runtime spec and the sandbox's pid). `Ok(None)`
+    /// when the runtime does not say.
+    pub async fn sandbox_network(
+        &self,
+        pod_sandbox_id: &str,
+    ) -> Result<Option<crate::netns::SandboxNetwork>> {
+        let mut c = self.runtime.clone();
+        let req = v1::PodSandboxStatusRequest { pod_sandbox_id: pod_sandbox_id.to_owned(), verbose: true };
+        let resp = self
+            .unary("PodSandboxStatus", self.default_deadline(), req, move |r| async move {
+                c.pod_sandbox_status(r).await
+            })
+            .await?;
+        let status = resp.status.ok_or_else(|| CriError::InvalidResponse {
+            call: "PodSandboxStatus",
+            reason: "no status in response".into(),
+        })?;
+        Ok(crate::netns::network_from_status(&status, &resp.info))
+    }
+
     /// CRI `ListPodSandbox` with a filter.
     pub async fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<v1::PodSandbox>> {
         let mut c = self.runtime.clone();

@@ -10,6 +10,8 @@
 //!   (sandbox and container configs, DNS, ports, resources, security context), image pull policies ([`images`]),
 //!   the kubelet's log layout under [`CriPodRuntimeConfig::pod_log_root`], and relists that rebuild every pod
 //!   from labels and annotations.
+//! * [`netns`] dials `localhost:PORT` inside a sandbox's network namespace ([`NetnsDialer`], on a dedicated
+//!   thread per dial), for port-forwarding without the runtime's streaming server.
 //! * [`labels`] has the kubelet's CRI label/annotation keys and nodelet's `io.nodelet.managed=true` marker,
 //!   with which nodelet finds its own sandboxes and containers after a restart ([`SandboxFilter::managed`],
 //!   [`ContainerFilter::managed`]).
@@ -65,6 +67,7 @@ pub mod image_gc;
 pub mod images;
 pub mod labels;
 pub mod log_rotation;
+pub mod netns;
 mod pod_runtime;
 pub mod probe;
 mod spec;
@@ -78,6 +81,7 @@ pub use config::{
 pub use error::{CriError, Result};
 pub use events::{EventsConfig, RuntimeEvent, RuntimeEventStream};
 pub use filter::{ContainerFilter, SandboxFilter};
+pub use netns::{NetnsDialer, NetnsError, SandboxNetwork};
 pub use pod_runtime::{
     CriPodRuntime, CriPodRuntimeConfig, DEFAULT_CGROUP_FS, DEFAULT_CLUSTER_DOMAIN, DEFAULT_POD_LOG_ROOT,
     DEFAULT_RESOLV_CONF, DEFAULT_SECCOMP_PROFILE_ROOT, EnvObjects,
