@@ -1040,7 +1040,9 @@ async fn a_running_pods_resources_are_resized_in_place_or_with_a_restart_as_its_
     let (env, cluster) = cluster_or_skip!(
         "a_running_pods_resources_are_resized_in_place_or_with_a_restart_as_its_resize_policy_says"
     );
-    let n = ClusterNode::start(&env, &cluster, "resize").await;
+    // kubectl exec reads the container's cgroup through the API server
+    let options = crate::cluster_support::api_server_client_options(&cluster);
+    let n = ClusterNode::start_with(&env, &cluster, "resize", options).await;
     let resources = |cpu_request: &str, cpu_limit: &str, memory_limit: &str| json!({"requests": {"cpu": cpu_request, "memory": "16Mi"}, "limits": {"cpu": cpu_limit, "memory": memory_limit}});
     n.create_pod(&n.api_pod_manifest(
         "resizable",
@@ -1086,6 +1088,13 @@ async fn a_running_pods_resources_are_resized_in_place_or_with_a_restart_as_its_
     let cri = n.container_status(&first_id).await;
     let linux = cri.resources.and_then(|r| r.linux).unwrap_or_default();
     assert_eq!((linux.cpu_quota, linux.cpu_period), (40_000, 100_000), "the runtime applied the new quota");
+    // and the container's own cgroup says so (cgroup v1: the container's cpu controller is mounted there;
+    // v2: cpu.max)
+    let script =
+        "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cut -d' ' -f1 /sys/fs/cgroup/cpu.max";
+    let (ok, out, err) =
+        n.kubectl(&["exec", "-n", n.namespace(), "resizable", "--", "sh", "-c", script], None).await;
+    assert!(ok && out.trim() == "40000", "the container's cgroup quota: {out:?} {err}");
     let allocated = main.allocated_resources.clone().unwrap_or_default();
     assert_eq!(allocated.get("cpu").map(|q| q.0.as_str()), Some("100m"), "{}", pretty(&pod));
 

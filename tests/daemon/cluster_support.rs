@@ -261,6 +261,20 @@ pub(crate) async fn mint_node_kubeconfig(env: &ClusterEnv, node: &str, out: &Pat
     );
 }
 
+/// Start options that let the API server reach the node's main port as the kubelet allows it (for
+/// `kubectl exec`, `logs`, `port-forward`): its kubelet client certificate is signed by envtest's CA,
+/// nodelet's client CA; other callers go through TokenReview and SubjectAccessReview.
+pub(crate) fn api_server_client_options(cluster: &ClusterEnv) -> crate::support::StartOptions {
+    crate::support::StartOptions {
+        config_extra: format!(
+            "authentication:\n  x509: {{clientCAFile: {}}}\n  webhook: {{enabled: true, cacheTTL: 30s}}\n\
+             authorization:\n  mode: Webhook\n  webhook: {{cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 1s}}",
+            cluster.ca.display()
+        ),
+        ..crate::support::StartOptions::default()
+    }
+}
+
 /// Runs `kubectl --kubeconfig <admin> ARGS…` (stdin from `input` when given); returns (success, stdout,
 /// stderr). Proxy variables are removed: it talks to the loopback API server only.
 pub(crate) async fn kubectl(env: &ClusterEnv, args: &[&str], input: Option<&str>) -> (bool, String, String) {

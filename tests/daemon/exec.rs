@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::cluster_support::{ClusterEnv, ClusterNode, cluster_or_skip};
-use crate::support::{Nodelet, StartOptions, TOKEN, env_or_skip, sleep_until_term};
+use crate::support::{Nodelet, TOKEN, env_or_skip, sleep_until_term};
 
 /// How long one exec may take in these tests.
 pub(crate) const EXEC_LIMIT: Duration = Duration::from_secs(30);
@@ -811,14 +811,7 @@ async fn kubectl_exec_and_port_forward_reach_the_pod_through_the_api_server() {
     let (env, cluster) =
         cluster_or_skip!("kubectl_exec_and_port_forward_reach_the_pod_through_the_api_server");
     // The API server's kubelet client certificate is signed by envtest's CA: nodelet's client CA.
-    let options = StartOptions {
-        config_extra: format!(
-            "authentication:\n  x509: {{clientCAFile: {}}}\n  webhook: {{enabled: true, cacheTTL: 30s}}\n\
-             authorization:\n  mode: Webhook\n  webhook: {{cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 1s}}",
-            cluster.ca.display()
-        ),
-        ..StartOptions::default()
-    };
+    let options = crate::cluster_support::api_server_client_options(&cluster);
     let n = ClusterNode::start_with(&env, &cluster, "kubectl-exec", options).await;
     let ns = n.namespace().to_owned();
     let manifest = n.api_pod_manifest(
@@ -894,14 +887,7 @@ async fn kubectl_logs_previous_reads_the_instance_before_the_restart_through_the
     let (env, cluster) = cluster_or_skip!(
         "kubectl_logs_previous_reads_the_instance_before_the_restart_through_the_api_server"
     );
-    let options = StartOptions {
-        config_extra: format!(
-            "authentication:\n  x509: {{clientCAFile: {}}}\n  webhook: {{enabled: true, cacheTTL: 30s}}\n\
-             authorization:\n  mode: Webhook\n  webhook: {{cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 1s}}",
-            cluster.ca.display()
-        ),
-        ..StartOptions::default()
-    };
+    let options = crate::cluster_support::api_server_client_options(&cluster);
     let n = ClusterNode::start_with(&env, &cluster, "kubectl-logs-prev", options).await;
     let ns = n.namespace().to_owned();
     // Each instance prints its number (counted on an emptyDir); the first exits, the second stays.
