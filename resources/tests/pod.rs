@@ -43,13 +43,26 @@ fn clock() -> Clock {
 
 /// Starts a pod engine over a fake runtime (optionally holding pods from "before a restart").
 fn node_with(runtime: Arc<FakeRuntime>, clock: Clock) -> Node {
+    node_with_verdicts(runtime, clock, None)
+}
+
+/// [`node_with`], with admission's verdicts (node resources) when given.
+fn node_with_verdicts(
+    runtime: Arc<FakeRuntime>,
+    clock: Clock,
+    verdicts: Option<nodelet_resources::eviction::verdict::PodVerdicts>,
+) -> Node {
     let (desired, mut writer) = store();
     writer.mark_synced();
-    let reconciler = PodReconciler::new(CrashLoopBackOff::default(), clock.clone());
+    let with = |r: PodReconciler| match &verdicts {
+        Some(v) => r.with_verdicts(v.clone()),
+        None => r,
+    };
+    let reconciler = with(PodReconciler::new(CrashLoopBackOff::default(), clock.clone()));
     let failures: nodelet_resources::pod::reconciler::FailureSlot = Arc::default();
     let engine = Engine::builder(
         "pods",
-        PodReconciler::new(CrashLoopBackOff::default(), clock.clone()).with_failures(failures.clone()),
+        with(PodReconciler::new(CrashLoopBackOff::default(), clock.clone())).with_failures(failures.clone()),
         Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
         desired.clone(),
     )
@@ -766,4 +779,32 @@ async fn a_failing_ephemeral_container_should_not_delay_a_crash_looping_containe
     assert!(n.starts("u1/debug").len() > 3, "its start was retried meanwhile");
     let reason = n.waiting_reason_ephemeral("u1");
     assert!(matches!(reason.as_deref(), Some("ErrImagePull" | "ImagePullBackOff")), "{reason:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deferred_resize_is_applied_once_another_pod_frees_room() {
+    use nodelet_resources::eviction::verdict::{NodeResources, PodVerdicts};
+    let verdicts = PodVerdicts::new();
+    verdicts.set_resources(NodeResources { cpu_milli: 1000, memory_bytes: 1 << 30, max_pods: 10 });
+    let clock = clock();
+    let mut n = node_with_verdicts(Arc::new(FakeRuntime::new(clock.clone())), clock, Some(verdicts.clone()));
+    let sized = |name: &str, cpu: &str| {
+        format!(
+            "metadata: {{name: {name}, namespace: default}}\nspec:\n  containers:\n  - name: app\n    image: busybox\n    resources: {{requests: {{cpu: {cpu}}}, limits: {{cpu: {cpu}}}}}\n"
+        )
+    };
+    n.add(pod("small", &sized("small", "400m")));
+    n.add(pod("other", &sized("other", "500m")));
+    assert!(eventually(LONG, || n.running("small", "app") && n.running("other", "app")).await);
+    // 400m → 600m does not fit beside the other pod's 500m: deferred, the container untouched
+    n.add(pod("small", &sized("small", "600m")));
+    assert!(eventually(LONG, || n.status("small").resize.as_deref() == Some("Deferred")).await);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(n.runtime.calls_of("update_container_resources").is_empty());
+    // the other pod goes: the resize is decided again and applied in place
+    n.writer.remove(&"other".to_string());
+    verdicts.retain(|uid| uid != "other"); // the daemon's eviction pass forgets pods that are gone
+    assert!(eventually(LONG, || n.runtime.calls_of("update_container_resources").len() == 1).await);
+    assert!(eventually(LONG, || n.status("small").resize.is_none()).await);
+    assert_eq!(n.starts("small/app").len(), 1);
 }

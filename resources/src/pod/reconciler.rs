@@ -73,6 +73,9 @@ impl CrashLoopBackOff {
 /// once the engine is built (the reconciler is built before it).
 pub type FailureSlot = Arc<std::sync::OnceLock<reconcile_engine::Store<PodUid, super::status::PodOpStatus>>>;
 
+/// How often a `Deferred` resize is decided again.
+pub const RESIZE_RETRY: Duration = Duration::from_secs(10);
+
 /// The pod reconciler.
 pub struct PodReconciler {
     backoff: CrashLoopBackOff,
@@ -292,26 +295,30 @@ impl PodReconciler {
     /// In-place resize: the first running container whose cgroup settings differ from what its
     /// spec asks is updated (or restarted, when its `resizePolicy` says `RestartContainer` for a
     /// changed resource), once admission accepted the pod's new requests.
-    fn resize(&self, pod: &DesiredPod, actual: &PodActual) -> Option<Plan<PodOp>> {
-        let (c, record, applied) = pod.long_running().find_map(|c| {
+    /// `Err(Some(_))`: a resize waits for room (`Deferred`): decide again after that long, since
+    /// nothing wakes the pod when other pods free their share. `Err(None)`: nothing to resize now.
+    fn resize(&self, pod: &DesiredPod, actual: &PodActual) -> Result<Plan<PodOp>, Option<Duration>> {
+        use crate::eviction::verdict::ResizeDecision;
+        let found = pod.long_running().find_map(|c| {
             let r = actual.container(&c.name).filter(|r| r.state == ContainerState::Running)?;
             let applied = r.applied?;
             let wanted = CgroupResources::of(c);
             (wanted.cpu_differs(&applied) || wanted.memory_differs(&applied)).then_some((c, r, applied))
-        })?;
-        if let Some(verdicts) = &self.verdicts
-            && verdicts.resize(pod, true) != crate::eviction::verdict::ResizeDecision::Accepted
-        {
-            // Deferred or infeasible: the container keeps what it has; status says why.
-            return None;
+        });
+        let Some((c, record, applied)) = found else { return Err(None) };
+        match self.verdicts.as_ref().map(|v| v.resize(pod, true)) {
+            // The container keeps what it has; status says why.
+            Some(ResizeDecision::Deferred) => return Err(Some(RESIZE_RETRY)),
+            Some(ResizeDecision::Infeasible) => return Err(None),
+            Some(ResizeDecision::Accepted) | None => {}
         }
         if needs_restart(c, &applied) {
-            return Some(Plan::Run(PodOp::KillContainers {
+            return Ok(Plan::Run(PodOp::KillContainers {
                 ids: vec![record.id.clone()],
                 grace: pod.grace_period(),
             }));
         }
-        Some(Plan::Run(PodOp::ResizeContainer { id: record.id.clone(), resources: CgroupResources::of(c) }))
+        Ok(Plan::Run(PodOp::ResizeContainer { id: record.id.clone(), resources: CgroupResources::of(c) }))
     }
 
     /// Restarts (after their back-off) the sidecars among the first `upto` init containers that
@@ -440,14 +447,18 @@ impl PodReconciler {
                 if !changed.is_empty() {
                     return Plan::Run(PodOp::KillContainers { ids: changed, grace: pod.grace_period() });
                 }
-                if let Some(plan) = self.resize(pod, actual) {
-                    return plan;
-                }
+                let resize_wait = match self.resize(pod, actual) {
+                    Ok(plan) => return plan,
+                    Err(wait) => wait,
+                };
                 // Sidecars that exited are restarted (with back-off) whatever the pod's restart policy.
                 let mut wait = match self.restart_sidecars(pod, actual, usize::MAX) {
                     Ok(wait) => wait,
                     Err(start) => return start,
                 };
+                if let Some(d) = resize_wait {
+                    wait = Some(wait.map_or(d, |w| w.min(d)));
+                }
                 for c in pod.containers() {
                     match self.step(actual, &c.name, |code| policy.restarts(code)) {
                         Step::Start(restart_count) => {
