@@ -32,7 +32,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{USER_HZ, cpu_ticks, cpus, free_port, loadavg, median, ms, sweep};
+use common::{USER_HZ, cpu_ticks, cpus, env_number, free_port, loadavg, median, ms, sweep};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -99,12 +99,7 @@ struct Settings {
 
 impl Settings {
     fn from_env() -> anyhow::Result<Settings> {
-        let number = |name: &str, default: usize| -> anyhow::Result<usize> {
-            match std::env::var(name) {
-                Ok(v) => v.parse().with_context(|| format!("{name}={v:?} is not a number")),
-                Err(_) => Ok(default),
-            }
-        };
+        let number = env_number;
         let parallelism = match std::env::var("NODELET_BENCH_PARALLELISM") {
             Ok(v) => v
                 .split(',')

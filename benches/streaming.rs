@@ -39,7 +39,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{USER_HZ, cpu_ticks, cpus, free_port, loadavg, median, ms, sweep};
+use common::{USER_HZ, cpu_ticks, cpus, env_number, free_port, loadavg, median, ms, sweep};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -87,12 +87,7 @@ struct Settings {
 
 impl Settings {
     fn from_env() -> anyhow::Result<Settings> {
-        let number = |name: &str, default: usize| -> anyhow::Result<usize> {
-            match std::env::var(name) {
-                Ok(v) => v.parse().with_context(|| format!("{name}={v:?} is not a number")),
-                Err(_) => Ok(default),
-            }
-        };
+        let number = env_number;
         let settings = Settings {
             exec_runs: number("NODELET_BENCH_EXEC_RUNS", 30)?,
             forward_bytes: number("NODELET_BENCH_FORWARD_MIB", 256)? as u64 * 1024 * 1024,

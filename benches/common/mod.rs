@@ -39,6 +39,14 @@ pub(crate) fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     Ok(utime + stime)
 }
 
+/// The number in the environment variable `name`, else `default`; an unparsable value is an error.
+pub(crate) fn env_number(name: &str, default: usize) -> anyhow::Result<usize> {
+    match std::env::var(name) {
+        Ok(v) => v.parse().map_err(|_| anyhow::anyhow!("{name}={v:?} is not a number")),
+        Err(_) => Ok(default),
+    }
+}
+
 pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
