@@ -164,12 +164,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         )
         .await?;
         tracing::info!(addr = %source.local_addr(), "accepting manifests over HTTP");
-        let stop = shutdown.clone();
-        tasks.spawn(async move {
-            if let Err(e) = source.run(stop).await {
-                tracing::error!(error = %e, "manifest endpoint failed");
-            }
-        });
+        tasks.spawn(source.run(shutdown.clone()));
     }
     // Cluster mode: the API server is one more source.
     let cluster = match &config.cluster {

@@ -25,7 +25,10 @@
 //! served; the streaming paths also take `POST` (SPDY clients), `/run` only `POST`; other methods get 405
 //! (after authorization).
 //!
-//! Connections are HTTP/1.1 with upgrades enabled: an upgraded exec/attach/port-forward connection leaves the
+//! Connections are HTTP/1.1 with upgrades enabled, accepted under the limits of [`conn`]: per listener at
+//! most 1024 connections and 256 per client address, the oldest idle connection closed to make room for a
+//! new one, 10 s for the TLS handshake and for a request's headers (also the keep-alive idle limit), 30 s for
+//! a request body, 60 s for a stalled write. An upgraded exec/attach/port-forward connection leaves the
 //! connection limit and graceful shutdown (it is counted by the streaming session limit instead and closed
 //! when the servers stop).
 //!
@@ -36,6 +39,7 @@
 //! the servers by completing the `shutdown` future.
 
 mod auth;
+pub(crate) mod conn;
 mod logs;
 mod port_forward;
 mod routes;
@@ -55,24 +59,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use hyper_util::service::TowerToHyperService;
+use hyper_util::server::graceful::GracefulShutdown;
 use k8s_openapi::List;
 use k8s_openapi::api::core::v1::Pod;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tower::ServiceExt as _;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 pub(crate) use auth::AuthError;
 pub(crate) use tls::{ServingCertHandle, TlsError};
 
-use auth::{Authenticator, ClientCert, TokenAuthenticator};
-use routes::{Authorizer, ConnInfo, Shared};
+use auth::{Authenticator, TokenAuthenticator};
+use conn::Endpoint;
+use routes::{Authorizer, Shared};
 use webhook::{AccessReviewer, TokenReviewer};
 
 pub(crate) use crate::config::{AuthorizationMode, TokenWebhookConfig};
@@ -337,30 +337,12 @@ pub(crate) enum ServerError {
     NoApiClient(&'static str),
 }
 
-/// How long a client may take to finish the TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a client may take to send a request's headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Open connections per listener; further connections are closed at once.
-const MAX_CONNECTIONS_PER_LISTENER: usize = 1024;
-/// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
-
-/// One bound listener with what it serves.
-struct Listener {
-    name: &'static str,
-    listener: TcpListener,
-    addr: SocketAddr,
-    router: Router,
-    tls: Option<TlsAcceptor>,
-}
-
 /// The bound listeners, ready to serve. Binding first lets the caller report the addresses (with port 0
 /// resolved) before serving.
 pub(crate) struct Servers {
-    main: Listener,
-    read_only: Option<Listener>,
-    healthz: Option<Listener>,
+    main: Endpoint,
+    read_only: Option<Endpoint>,
+    healthz: Option<Endpoint>,
     /// Cancelled when shutdown starts: ends log streams.
     stopping: CancellationToken,
     grace: Duration,
@@ -490,7 +472,7 @@ impl Servers {
         {
             let accepting = async {
                 tokio::join!(
-                    accept_loop(main, &stopping, &graceful, &force),
+                    main.accept_loop(&stopping, &graceful, &force),
                     accept_optional(read_only, &stopping, &graceful, &force),
                     accept_optional(healthz, &stopping, &graceful, &force),
                 );
@@ -527,128 +509,21 @@ async fn bind_listener(
     addr: SocketAddr,
     router: Router,
     tls: Option<TlsAcceptor>,
-) -> Result<Listener, ServerError> {
-    let bind_error = |source| ServerError::Bind { listener: name, addr, source };
-    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
-    let addr = listener.local_addr().map_err(bind_error)?;
-    Ok(Listener { name, listener, addr, router, tls })
+) -> Result<Endpoint, ServerError> {
+    Endpoint::bind(name, addr, router, tls).await.map_err(|source| ServerError::Bind {
+        listener: name,
+        addr,
+        source,
+    })
 }
 
 async fn accept_optional(
-    listener: Option<Listener>,
+    endpoint: Option<Endpoint>,
     stopping: &CancellationToken,
     graceful: &GracefulShutdown,
     force: &CancellationToken,
 ) {
-    if let Some(listener) = listener {
-        accept_loop(listener, stopping, graceful, force).await;
-    }
-}
-
-async fn accept_loop(
-    listener: Listener,
-    stopping: &CancellationToken,
-    graceful: &GracefulShutdown,
-    force: &CancellationToken,
-) {
-    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS_PER_LISTENER));
-    loop {
-        let accepted = tokio::select! {
-            () = stopping.cancelled() => return,
-            accepted = listener.listener.accept() => accepted,
-        };
-        match accepted {
-            Ok((stream, remote)) => {
-                let Ok(permit) = limit.clone().try_acquire_owned() else {
-                    warn!(listener = listener.name, %remote, "too many open connections; closing a new one");
-                    continue;
-                };
-                let conn = Connection {
-                    listener: listener.name,
-                    stream,
-                    remote,
-                    router: listener.router.clone(),
-                    tls: listener.tls.clone(),
-                    watcher: graceful.watcher(),
-                };
-                let force = force.clone();
-                tokio::spawn(async move {
-                    tokio::select! {
-                        () = conn.serve() => {}
-                        () = force.cancelled() => {}
-                    }
-                    drop(permit);
-                });
-            }
-            Err(error) => {
-                warn!(listener = listener.name, %error, "accept failed");
-                tokio::select! {
-                    () = stopping.cancelled() => return,
-                    () = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => {}
-                }
-            }
-        }
-    }
-}
-
-/// One accepted connection.
-struct Connection {
-    listener: &'static str,
-    stream: TcpStream,
-    remote: SocketAddr,
-    router: Router,
-    tls: Option<TlsAcceptor>,
-    watcher: Watcher,
-}
-
-impl Connection {
-    async fn serve(self) {
-        let Self { listener, stream, remote, router, tls, watcher } = self;
-        match tls {
-            None => {
-                let info = ConnInfo { remote, client_cert: ClientCert::None };
-                serve_http(stream, info, router, watcher, listener).await;
-            }
-            Some(acceptor) => {
-                let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
-                {
-                    Ok(Ok(stream)) => stream,
-                    Ok(Err(error)) => {
-                        debug!(listener, %remote, %error, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        debug!(listener, %remote, "TLS handshake timed out");
-                        return;
-                    }
-                };
-                let client_cert = match stream.get_ref().1.peer_certificates().and_then(|c| c.first()) {
-                    None => ClientCert::None,
-                    Some(leaf) => auth::user_from_certificate(leaf.as_ref()),
-                };
-                let info = ConnInfo { remote, client_cert };
-                serve_http(stream, info, router, watcher, listener).await;
-            }
-        }
-    }
-}
-
-async fn serve_http<S>(stream: S, info: ConnInfo, router: Router, watcher: Watcher, listener: &'static str)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let remote = info.remote;
-    let service = router.map_request(move |mut request: hyper::Request<Incoming>| {
-        request.extensions_mut().insert(info.clone());
-        request
-    });
-    // The auto builder, HTTP/1 only, because its upgradeable connection works with graceful shutdown;
-    // upgrades (exec, attach, port-forward) hand the socket over to `streaming`.
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new()).http1_only();
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
-    let conn =
-        builder.serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service));
-    if let Err(error) = watcher.watch(conn).await {
-        debug!(listener, %remote, %error, "connection ended with an error");
+    if let Some(endpoint) = endpoint {
+        endpoint.accept_loop(stopping, graceful, force).await;
     }
 }

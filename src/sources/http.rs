@@ -18,10 +18,13 @@
 //! loopback name (DNS rebinding) and submissions whose `Content-Type` is not JSON or YAML (so a
 //! cross-site form or `text/plain` request cannot reach it without a CORS preflight, which it never
 //! grants).
+//!
+//! It is served under the same connection limits as the node's ports ([`crate::server::conn`]).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -37,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::SourceHandle;
 use super::manifest::{self, MAX_MANIFEST_BYTES};
+use crate::server::conn::{Endpoint, Limits};
 
 /// The problems' location of submitted pods.
 pub(crate) const LOCATION: &str = "http endpoint";
@@ -64,10 +68,10 @@ pub(crate) enum HttpSourceError {
         #[source]
         source: std::io::Error,
     },
-    /// Serving failed.
-    #[error("the manifest endpoint failed: {0}")]
-    Serve(#[source] std::io::Error),
 }
+
+/// How long open requests may finish when the source stops.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Settings of the [`HttpSource`].
 #[derive(Debug, Clone)]
@@ -137,17 +141,21 @@ impl HttpSource {
     }
 
     /// Serves until `shutdown` fires.
-    pub(crate) async fn run(self, shutdown: CancellationToken) -> Result<(), HttpSourceError> {
-        tracing::info!(addr = %self.local_addr, "manifest endpoint listening");
+    pub(crate) async fn run(self, shutdown: CancellationToken) {
         let router = Router::new()
             .route("/pods", get(list).post(submit))
             .route("/pods/{namespace}/{name}", delete(remove))
             .layer(DefaultBodyLimit::max(MAX_MANIFEST_BYTES))
             .with_state(self.state);
-        axum::serve(self.listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await
-            .map_err(HttpSourceError::Serve)
+        let endpoint = Endpoint {
+            name: "manifest endpoint (HTTP source)",
+            listener: self.listener,
+            addr: self.local_addr,
+            router,
+            tls: None,
+            limits: Limits::default(),
+        };
+        endpoint.serve_until(shutdown, SHUTDOWN_GRACE).await;
     }
 }
 

@@ -27,6 +27,7 @@ mod cluster_support;
 mod debug;
 mod eviction;
 mod exec;
+mod hostile_clients;
 mod lifecycle;
 mod logs;
 mod probes;
