@@ -14,6 +14,9 @@
 //!   `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`,
 //!   `/etc/ssl/ca-bundle.pem`, `/etc/ssl/cert.pem`), or [`UrlSourceConfig::ca_file`]. Proxies
 //!   from the environment (`HTTPS_PROXY`, ...) are used except for loopback URLs.
+//! - **Redirects** are followed (at most 10) by the source itself: never from `https` to anything
+//!   unencrypted, and the `--manifest-url-header` headers only go to the configured URL's origin
+//!   (scheme, host and port), never to another host a redirect leads to.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -126,6 +129,8 @@ impl UrlSource {
         }
         let mut builder = reqwest::Client::builder()
             .timeout(config.timeout)
+            // `fetch` follows redirects itself, deciding which headers go where.
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("nodelet/", env!("CARGO_PKG_VERSION")));
         if is_loopback(&url) {
             builder = builder.no_proxy();
@@ -196,13 +201,30 @@ impl UrlSource {
     }
 
     async fn fetch(&self) -> Result<Vec<u8>, String> {
-        let mut response = self
-            .client
-            .get(&self.config.url)
-            .headers(self.headers.clone())
-            .send()
-            .await
-            .map_err(|e| format!("cannot fetch the manifest URL: {}", error_chain(&e)))?;
+        let first = reqwest::Url::parse(&self.config.url).map_err(|e| format!("bad manifest URL: {e}"))?;
+        let origin = first.origin();
+        let mut url = first;
+        let mut hops = 0;
+        let mut response = loop {
+            let mut request = self.client.get(url.clone());
+            if url.origin() == origin {
+                request = request.headers(self.headers.clone());
+            }
+            let response = request
+                .send()
+                .await
+                .map_err(|e| format!("cannot fetch the manifest URL: {}", error_chain(&e)))?;
+            if !response.status().is_redirection() {
+                break response;
+            }
+            hops += 1;
+            if hops > MAX_REDIRECTS {
+                return Err(format!("the manifest URL redirected more than {MAX_REDIRECTS} times"));
+            }
+            let next = redirect_target(&url, response.headers())?;
+            tracing::debug!(from = %url, to = %next, "manifest URL redirected");
+            url = next;
+        };
         let status = response.status();
         if !status.is_success() {
             return Err(format!("fetching the manifest URL failed: HTTP {status}"));
@@ -219,6 +241,32 @@ impl UrlSource {
             body.extend_from_slice(&chunk);
         }
         Ok(body)
+    }
+}
+
+/// Redirects the URL source follows at most (as Go's HTTP client and reqwest's default).
+const MAX_REDIRECTS: usize = 10;
+
+/// Where a redirect from `from` leads, if the source may follow it: a `Location` that parses relative to
+/// `from`, `http` or `https`, and never from `https` to `http`.
+fn redirect_target(from: &reqwest::Url, headers: &HeaderMap) -> Result<reqwest::Url, String> {
+    let location = headers
+        .get(reqwest::header::LOCATION)
+        .ok_or_else(|| format!("the manifest URL {from} redirected without a Location"))?;
+    let location = location
+        .to_str()
+        .map_err(|_| format!("the manifest URL {from} redirected to a Location that is not text"))?;
+    let to = from
+        .join(location)
+        .map_err(|e| format!("the manifest URL {from} redirected to {location:?}: {e}"))?;
+    match (from.scheme(), to.scheme()) {
+        ("https", "https") | ("http", "http" | "https") => Ok(to),
+        ("https", "http") => {
+            Err(format!("refusing the redirect from {from} to {to}: from https to unencrypted http"))
+        }
+        (_, other) => {
+            Err(format!("refusing the redirect from {from} to {to}: scheme {other:?} is not http or https"))
+        }
     }
 }
 
@@ -293,6 +341,16 @@ mod tests {
 
     /// Serves `GET /pods` on a free loopback port until the test ends.
     async fn serve(status: u16, body: &str) -> (SocketAddr, Shared) {
+        serve_on("127.0.0.1", status, body).await
+    }
+
+    /// [`serve`] on the loopback address `ip`.
+    async fn serve_on(ip: &str, status: u16, body: &str) -> (SocketAddr, Shared) {
+        serve_with(ip, status, body, Router::new()).await
+    }
+
+    /// [`serve_on`] with `extra` routes beside `/pods`.
+    async fn serve_with(ip: &str, status: u16, body: &str, extra: Router) -> (SocketAddr, Shared) {
         let shared = Arc::new(Mutex::new(Served { status, body: body.into(), ..Served::default() }));
         async fn pods(State(shared): State<Shared>, headers: AxumHeaders) -> (StatusCode, String) {
             let mut served = shared.lock().expect("test lock");
@@ -303,8 +361,8 @@ mod tests {
                 .collect();
             (StatusCode::from_u16(served.status).expect("valid status"), served.body.clone())
         }
-        let router = Router::new().route("/pods", get(pods)).with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        let router = Router::new().route("/pods", get(pods)).with_state(shared.clone()).merge(extra);
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind loopback");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move { axum::serve(listener, router).await });
         (addr, shared)
@@ -346,6 +404,72 @@ mod tests {
         assert!(seen.contains(&("x-token".into(), "secret".into())), "{seen:?}");
         let multi: Vec<_> = seen.iter().filter(|(k, _)| k == "x-multi").map(|(_, v)| v.as_str()).collect();
         assert_eq!(multi, ["one", "two"]);
+    }
+
+    #[tokio::test]
+    async fn redirects_are_followed_and_the_headers_never_leave_the_configured_origin() {
+        use axum::response::Redirect;
+        let body = pod_yaml("a", "nginx");
+        // Other origins: another host (127.0.0.2 is loopback too) and another port.
+        let (other_host, other_host_seen) = serve_on("127.0.0.2", 200, &body).await;
+        let (other_port, other_port_seen) = serve(200, &body).await;
+        let to_host = format!("http://{other_host}/pods");
+        let to_port = format!("http://{other_port}/pods");
+        let redirects = Router::new()
+            .route("/to-host", get(move || async move { Redirect::to(&to_host) }))
+            .route("/to-port", get(move || async move { Redirect::temporary(&to_port) }))
+            .route("/to-self", get(|| async { Redirect::permanent("/pods") }))
+            .route("/loop", get(|| async { Redirect::to("/loop") }));
+        let (home, home_seen) = serve_with("127.0.0.1", 200, &body, redirects).await;
+        let headers = vec![("X-Token".to_owned(), "secret".to_owned())];
+        let has_token = |shared: &Shared| {
+            shared.lock().expect("lock").last_headers.iter().any(|(k, v)| k == "x-token" && v == "secret")
+        };
+
+        // Within the origin: followed, with the header.
+        let (config, mut source) = source_for(&format!("http://{home}/to-self"), headers.clone());
+        source.poll_once().await;
+        assert_eq!(names(&config.store()), ["a-node-a"], "the redirect was followed");
+        assert!(has_token(&home_seen), "the configured origin gets the header after a redirect");
+
+        // To another host or port: followed, without the header.
+        for (path, seen) in [("to-host", &other_host_seen), ("to-port", &other_port_seen)] {
+            let (config, mut source) = source_for(&format!("http://{home}/{path}"), headers.clone());
+            source.poll_once().await;
+            assert_eq!(names(&config.store()), ["a-node-a"], "{path}: the redirect was followed");
+            assert_eq!(seen.lock().expect("lock").hits, 1, "{path}");
+            assert!(!has_token(seen), "{path}: the header went to another origin");
+        }
+
+        // A loop ends with a clear problem after 10 redirects.
+        let (config, mut source) = source_for(&format!("http://{home}/loop"), headers);
+        source.poll_once().await;
+        let problems = config.problems().list();
+        assert!(problems.iter().any(|p| p.message.contains("redirected more than 10 times")), "{problems:?}");
+    }
+
+    #[test]
+    fn redirects_from_https_to_http_are_refused() {
+        let mut location = HeaderMap::new();
+        let from = reqwest::Url::parse("https://example.invalid/pods").expect("url");
+        location.insert(reqwest::header::LOCATION, HeaderValue::from_static("http://example.invalid/pods"));
+        let error = redirect_target(&from, &location).expect_err("downgrade");
+        assert_eq!(
+            error,
+            "refusing the redirect from https://example.invalid/pods to http://example.invalid/pods: from https \
+             to unencrypted http"
+        );
+        location.insert(reqwest::header::LOCATION, HeaderValue::from_static("file:///etc/passwd"));
+        assert!(redirect_target(&from, &location).expect_err("file").contains("is not http or https"));
+        location.insert(reqwest::header::LOCATION, HeaderValue::from_static("/other"));
+        assert_eq!(
+            redirect_target(&from, &location).expect("relative").as_str(),
+            "https://example.invalid/other"
+        );
+        let plain = reqwest::Url::parse("http://example.invalid/pods").expect("url");
+        location.insert(reqwest::header::LOCATION, HeaderValue::from_static("https://example.invalid/x"));
+        assert!(redirect_target(&plain, &location).is_ok(), "http to https is an upgrade");
+        assert!(redirect_target(&plain, &HeaderMap::new()).expect_err("none").contains("without a Location"));
     }
 
     #[tokio::test]
