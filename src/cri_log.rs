@@ -5,7 +5,6 @@
 //! serves it: partial (`P`) segments joined into one line, optional timestamps, lines before a time
 //! skipped, and a byte limit.
 
-use std::collections::VecDeque;
 use std::io;
 
 use tokio::fs::File;
@@ -163,23 +162,112 @@ pub(crate) fn normalize_timestamp(ts: &str) -> Option<String> {
 }
 
 /// The offset where the last `n` lines (partial segments joined) of `file` begin (its end for 0).
+///
+/// Reads the file backwards from its end in chunks of 64 KiB, so memory stays bounded whatever `n` and the
+/// file's size, and only the bytes after the start found are read.
 pub(crate) async fn tail_start(file: File, n: u64) -> io::Result<u64> {
-    let mut reader = LineReader::new(file, 0);
-    let mut starts: VecDeque<u64> = VecDeque::new();
-    let mut at_line_start = true;
-    let mut end = 0;
-    while let Some((offset, line)) = reader.next_line().await? {
-        end = reader.pos;
-        let Some(parsed) = parse_cri_line(&line) else { continue };
-        if at_line_start && n > 0 {
-            if starts.len() as u64 == n {
-                starts.pop_front();
-            }
-            starts.push_back(offset);
-        }
-        at_line_start = !parsed.partial;
+    tail_start_chunked(file, n, BACKWARDS_CHUNK).await
+}
+
+async fn tail_start_chunked(mut file: File, n: u64, chunk: usize) -> io::Result<u64> {
+    let len = file.metadata().await?.len();
+    let mut backwards = Backwards::new(len, chunk);
+    // Records are complete lines: ignore an incomplete last one (it is read when its `\n` arrives).
+    let Some(last_newline) = backwards.previous_newline(&mut file).await? else {
+        return Ok(0);
+    };
+    if n == 0 {
+        return Ok(last_newline + 1);
     }
-    Ok(if n == 0 { end } else { starts.front().copied().unwrap_or(0) })
+    let mut record_end = last_newline;
+    // The start of the nearest parseable record after the one being looked at.
+    let mut later: Option<u64> = None;
+    let mut lines = 0;
+    loop {
+        let newline = backwards.previous_newline(&mut file).await?;
+        let record_start = newline.map_or(0, |p| p + 1);
+        let header = backwards.header(&mut file, record_start, record_end).await?;
+        let parsed =
+            (record_end - record_start <= MAX_RAW_LINE as u64).then(|| parse_cri_line(&header)).flatten();
+        if let Some(record) = parsed {
+            // The record after a full (`F`) record starts a line.
+            if !record.partial
+                && let Some(start) = later
+            {
+                lines += 1;
+                if lines == n {
+                    return Ok(start);
+                }
+            }
+            later = Some(record_start);
+        }
+        match newline {
+            Some(p) => record_end = p,
+            // The first parseable record starts a line too; fewer than n lines: all of them.
+            None => return Ok(later.unwrap_or(0)),
+        }
+    }
+}
+
+/// Bytes of a record's start that [`tail_start`] parses (timestamp, stream and tags fit).
+const RECORD_HEADER: usize = 128;
+/// How much [`Backwards`] reads at a time.
+const BACKWARDS_CHUNK: usize = 64 * 1024;
+
+/// Finds newlines from the end of a file towards its start, one bounded chunk in memory.
+struct Backwards {
+    /// The chunk in memory and the file offset of its first byte.
+    chunk: Vec<u8>,
+    chunk_start: u64,
+    /// Newlines before this offset are still to be found.
+    cursor: u64,
+    /// Bytes read at a time.
+    chunk_size: usize,
+}
+
+impl Backwards {
+    fn new(len: u64, chunk_size: usize) -> Self {
+        Self { chunk: Vec::new(), chunk_start: len, cursor: len, chunk_size: chunk_size.max(1) }
+    }
+
+    /// The offset of the last newline before the cursor, which moves there; `None` at the file's start.
+    async fn previous_newline(&mut self, file: &mut File) -> io::Result<Option<u64>> {
+        use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
+        loop {
+            if self.cursor > self.chunk_start {
+                let upto = usize::try_from(self.cursor - self.chunk_start).unwrap_or(self.chunk.len());
+                if let Some(i) = self.chunk[..upto.min(self.chunk.len())].iter().rposition(|b| *b == b'\n') {
+                    self.cursor = self.chunk_start + i as u64;
+                    return Ok(Some(self.cursor));
+                }
+                self.cursor = self.chunk_start;
+            }
+            if self.chunk_start == 0 {
+                return Ok(None);
+            }
+            let size = self.chunk_start.min(self.chunk_size as u64);
+            self.chunk_start -= size;
+            self.chunk.resize(usize::try_from(size).unwrap_or(self.chunk_size), 0);
+            file.seek(io::SeekFrom::Start(self.chunk_start)).await?;
+            file.read_exact(&mut self.chunk).await?;
+        }
+    }
+
+    /// Up to [`RECORD_HEADER`] bytes of the record `[start, end)`.
+    async fn header(&self, file: &mut File, start: u64, end: u64) -> io::Result<Vec<u8>> {
+        use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
+        let want = usize::try_from(end - start).unwrap_or(usize::MAX).min(RECORD_HEADER);
+        let chunk_end = self.chunk_start + self.chunk.len() as u64;
+        if start >= self.chunk_start && start + want as u64 <= chunk_end {
+            let from = usize::try_from(start - self.chunk_start).unwrap_or(0);
+            return Ok(self.chunk[from..from + want].to_vec());
+        }
+        // The header crosses into the chunk read before this one: read it on its own.
+        let mut header = vec![0; want];
+        file.seek(io::SeekFrom::Start(start)).await?;
+        file.read_exact(&mut header).await?;
+        Ok(header)
+    }
 }
 
 /// Turns raw CRI lines into the container's output (see the module docs).
@@ -337,6 +425,67 @@ mod tests {
         let mut limited = Renderer::new(false, None, Some(6));
         assert_eq!(render(&mut limited), "old\nol");
         assert!(limited.exhausted());
+    }
+
+    use std::collections::VecDeque;
+
+    /// The forward reading of [`tail_start`] (what it did before it read backwards): the oracle.
+    async fn tail_start_forward(file: File, n: u64) -> io::Result<u64> {
+        let mut reader = LineReader::new(file, 0);
+        let mut starts: VecDeque<u64> = VecDeque::new();
+        let mut at_line_start = true;
+        let mut end = 0;
+        while let Some((offset, line)) = reader.next_line().await? {
+            end = reader.pos;
+            let Some(parsed) = parse_cri_line(&line) else { continue };
+            if at_line_start && n > 0 {
+                if starts.len() as u64 == n {
+                    starts.pop_front();
+                }
+                starts.push_back(offset);
+            }
+            at_line_start = !parsed.partial;
+        }
+        Ok(if n == 0 { end } else { starts.front().copied().unwrap_or(0) })
+    }
+
+    /// A log file's records: full or partial records of some length, lines that do not parse, empty
+    /// lines, and maybe an incomplete last record.
+    fn log_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let record = prop_oneof![
+            4 => (any::<bool>(), 0usize..200).prop_map(|(partial, len)| {
+                format!("2026-01-01T00:00:01.5Z stdout {} {}\n", if partial { "P" } else { "F" }, "x".repeat(len))
+            }),
+            1 => Just("not a cri line\n".to_owned()),
+            1 => Just("\n".to_owned()),
+            1 => Just("2026-01-01T00:00:02Z stderr F:extra e\n".to_owned()),
+        ];
+        (proptest::collection::vec(record, 0..60), proptest::option::of("[a-z ]{0,20}"))
+            .prop_map(|(records, tail)| records.concat() + &tail.unwrap_or_default())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        #[test]
+        fn reading_backwards_finds_the_same_start_as_reading_forwards(
+            text in log_text(),
+            n in 0u64..70,
+            chunk in 1usize..300,
+        ) {
+            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+            let path = dir.path().join("0.log");
+            std::fs::write(&path, &text).unwrap_or_else(|e| panic!("write: {e}"));
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap_or_else(|e| panic!("rt: {e}"));
+            let (backwards, forwards) = runtime.block_on(async {
+                let open = || async { File::open(&path).await.unwrap_or_else(|e| panic!("open: {e}")) };
+                (
+                    tail_start_chunked(open().await, n, chunk).await.unwrap_or_else(|e| panic!("tail: {e}")),
+                    tail_start_forward(open().await, n).await.unwrap_or_else(|e| panic!("tail: {e}")),
+                )
+            });
+            proptest::prop_assert_eq!(backwards, forwards, "n={} chunk={} text={:?}", n, chunk, text);
+        }
     }
 
     #[tokio::test]
