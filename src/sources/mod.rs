@@ -16,6 +16,10 @@
 //! engine never tears down a pod because a source has not been read yet (the kubelet's
 //! `SeenAllSources`).
 //!
+//! **Problems** (invalid documents, unreadable files, failed fetches) are logged, served as
+//! `InvalidManifest` events and listed by `nodelet get`; at most 20 per location and 200 in all are kept,
+//! the rest counted in a `… and N more problems` entry.
+//!
 //! **Duplicates.** Two pods with the same UID or the same `namespace/name`, in one source or
 //! across sources: the one already in the store keeps running; otherwise the first in source
 //! order (sources in the order they were added, pods in their source's order) wins. The other is
@@ -361,13 +365,9 @@ impl Shared {
 
     fn publish_problems(&self, state: &State) {
         let previous = self.problems.borrow().clone();
-        let all: BTreeSet<Problem> = state
-            .sources
-            .iter()
-            .flat_map(|s| s.problems.iter())
-            .chain(state.merge_problems.iter())
-            .cloned()
-            .collect();
+        let all: BTreeSet<Problem> = cap_problems(
+            state.sources.iter().flat_map(|s| s.problems.iter()).chain(state.merge_problems.iter()),
+        );
         let before: BTreeSet<&Problem> = previous.iter().collect();
         let after: BTreeSet<&Problem> = all.iter().collect();
         if before == after {
@@ -381,6 +381,39 @@ impl Shared {
         }
         self.problems.send_replace(Arc::new(all.into_iter().collect()));
     }
+}
+
+/// Problems kept per location (a file, the URL, the HTTP endpoint); the rest are summed up in one more.
+pub(crate) const MAX_PROBLEMS_PER_LOCATION: usize = 20;
+/// Problems kept in all; the rest are summed up in one more.
+pub(crate) const MAX_PROBLEMS: usize = 200;
+
+/// The problems to keep and serve: sorted, at most [`MAX_PROBLEMS_PER_LOCATION`] per location and
+/// [`MAX_PROBLEMS`] in all, each cut summed up as `… and N more problems`, so that what a bad manifest
+/// costs in logs, `/api/v1/events` and memory stays small whatever its size.
+fn cap_problems<'a>(problems: impl Iterator<Item = &'a Problem>) -> BTreeSet<Problem> {
+    let mut by_location: BTreeMap<&str, BTreeSet<&Problem>> = BTreeMap::new();
+    for p in problems {
+        by_location.entry(p.location.as_str()).or_default().insert(p);
+    }
+    let more = |location: &str, n: usize| Problem {
+        location: location.to_owned(),
+        object: None,
+        message: format!("… and {n} more problem{}", if n == 1 { "" } else { "s" }),
+    };
+    let mut kept = Vec::new();
+    for (location, problems) in &by_location {
+        kept.extend(problems.iter().take(MAX_PROBLEMS_PER_LOCATION).map(|p| (*p).clone()));
+        if problems.len() > MAX_PROBLEMS_PER_LOCATION {
+            kept.push(more(location, problems.len() - MAX_PROBLEMS_PER_LOCATION));
+        }
+    }
+    if kept.len() > MAX_PROBLEMS {
+        let cut = kept.len() - (MAX_PROBLEMS - 1);
+        kept.truncate(MAX_PROBLEMS - 1);
+        kept.push(more("pod sources", cut));
+    }
+    kept.into_iter().collect()
 }
 
 impl State {

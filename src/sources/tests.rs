@@ -146,6 +146,29 @@ fn problems_are_listed_sorted_and_replaced_per_source() {
 }
 
 #[test]
+fn problems_are_capped_per_location_and_in_all_with_a_count_of_the_rest() {
+    let config = PodConfig::new(NODE);
+    let problems = config.problems();
+    let files = config.add_source("file").expect("file");
+    // One file with 1,000 problems: 20 kept, the rest counted.
+    let many: Vec<Problem> = (0..1000).map(|i| problem("/m/big.yaml", &format!("bad {i:04}"))).collect();
+    files.report(Vec::new(), many);
+    let list = problems.list();
+    assert_eq!(list.len(), MAX_PROBLEMS_PER_LOCATION + 1);
+    assert!(list.iter().any(|p| p.to_string() == "/m/big.yaml: … and 980 more problems"), "{list:?}");
+    // 300 files with 2 problems each: 200 in all, the last one counting the rest.
+    let spread: Vec<Problem> = (0..300)
+        .flat_map(|f| [problem(&format!("/m/{f:03}.yaml"), "a"), problem(&format!("/m/{f:03}.yaml"), "b")])
+        .collect();
+    files.report(Vec::new(), spread);
+    let list = problems.list();
+    assert_eq!(list.len(), MAX_PROBLEMS);
+    assert!(list.iter().any(|p| p.to_string() == "pod sources: … and 401 more problems"), "{list:?}");
+    files.report(Vec::new(), Vec::new());
+    assert!(problems.is_empty());
+}
+
+#[test]
 fn conflicts_name_the_other_source() {
     let config = PodConfig::new(NODE);
     let files = config.add_source("file").expect("file");
