@@ -729,3 +729,41 @@ impl Node {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodelet_resources::pod::actual::{ContainerRecord, SandboxRecord};
+
+    fn container(name: &str, state: ContainerState) -> ContainerRecord {
+        ContainerRecord { name: name.into(), image: format!("img/{name}"), state, ..Default::default() }
+    }
+
+    #[test]
+    fn running_pods_are_those_with_a_ready_sandbox_or_a_running_container() {
+        let pod = |ready: bool, containers: Vec<ContainerRecord>| PodActual {
+            uid: "u1".into(),
+            namespace: "ns".into(),
+            name: "web".into(),
+            sandboxes: vec![SandboxRecord { id: "s".into(), ready, ..Default::default() }],
+            containers,
+            ..Default::default()
+        };
+        let shown = running_pod(&pod(
+            true,
+            vec![container("app", ContainerState::Running), container("done", ContainerState::Exited)],
+        ))
+        .expect("running");
+        assert_eq!(
+            serde_json::to_value(&shown).expect("json"),
+            serde_json::json!({
+                "metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
+                "spec": {"containers": [{"name": "app", "image": "img/app"}]},
+            }),
+            "only the running containers, with name and image"
+        );
+        assert!(running_pod(&pod(true, vec![])).is_some(), "a ready sandbox alone counts");
+        assert!(running_pod(&pod(false, vec![container("x", ContainerState::Running)])).is_some());
+        assert!(running_pod(&pod(false, vec![container("x", ContainerState::Exited)])).is_none());
+    }
+}
