@@ -23,9 +23,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
+pub(crate) use cluster_mode::check_node_label;
 #[cfg(test)]
 pub(crate) use units::format_go_duration;
-pub(crate) use cluster_mode::check_node_label;
 pub(crate) use units::{GoDuration, ThresholdValue, parse_go_duration, parse_quantity};
 
 use crate::cli::RunArgs;

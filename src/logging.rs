@@ -46,7 +46,10 @@ impl LogFormat {
         match s {
             "text" => Ok(LogFormat::Text),
             "json" => Ok(LogFormat::Json),
-            other => Err(format!("Unsupported value: {other:?}: supported values: \"json\", \"text\"")),
+            other => {
+                let supported: Vec<String> = Self::NAMES.iter().map(|n| format!("{n:?}")).collect();
+                Err(format!("Unsupported value: {other:?}: supported values: {}", supported.join(", ")))
+            }
         }
     }
 
@@ -92,7 +95,12 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
-    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
         let ts = self.fixed_time.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -354,7 +362,10 @@ mod tests {
         assert_eq!(LogFormat::parse("text"), Ok(LogFormat::Text));
         let e = LogFormat::parse("xml").expect_err("refused");
         assert!(e.contains("\"xml\"") && e.contains("\"json\", \"text\""), "{e}");
-        assert_eq!(LogFormat::NAMES.map(|n| LogFormat::parse(n).map(LogFormat::name)), [Ok("json"), Ok("text")]);
+        assert_eq!(
+            LogFormat::NAMES.map(|n| LogFormat::parse(n).map(LogFormat::name)),
+            [Ok("json"), Ok("text")]
+        );
     }
 
     #[test]

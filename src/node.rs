@@ -374,12 +374,8 @@ impl NodeView for Node {
     }
 
     fn running_pods(&self) -> List<Pod> {
-        let mut items: Vec<Pod> = self
-            .actual
-            .entries()
-            .into_iter()
-            .filter_map(|(_, actual)| running_pod(&actual))
-            .collect();
+        let mut items: Vec<Pod> =
+            self.actual.entries().into_iter().filter_map(|(_, actual)| running_pod(&actual)).collect();
         items.sort_by(|a, b| {
             (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
                 .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
@@ -757,6 +753,8 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&shown).expect("json"),
             serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
                 "metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
                 "spec": {"containers": [{"name": "app", "image": "img/app"}]},
             }),

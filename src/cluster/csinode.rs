@@ -265,8 +265,7 @@ mod tests {
 
     #[test]
     fn a_registered_driver_adds_its_node_id_and_topology() {
-        let drivers =
-            [driver("b.csi", "n-b", &[("topology.b.csi/zone", "z1")]), driver("a.csi", "n-a", &[])];
+        let drivers = [driver("b.csi", "n-b", &[("topology.b.csi/zone", "z1")]), driver("a.csi", "n-a", &[])];
         let plan = node_metadata_patch(&meta(None, &[]), &drivers, &keys(&[]), &keys(&[]));
         assert_eq!(
             plan.patch,
@@ -308,7 +307,10 @@ mod tests {
         let drivers =
             [driver("x.csi", "n", &[("topology.x/zone", "mine"), ("kubernetes.io/not-allowed", "v")])];
         let plan = node_metadata_patch(&node, &drivers, &keys(&[]), &keys(&[]));
-        assert_eq!(plan.patch, Some(json!({"metadata": {"annotations": {NODE_ID_ANNOTATION: "{\"x.csi\":\"n\"}"}}})));
+        assert_eq!(
+            plan.patch,
+            Some(json!({"metadata": {"annotations": {NODE_ID_ANNOTATION: "{\"x.csi\":\"n\"}"}}}))
+        );
         assert_eq!(plan.skipped.len(), 2, "{:?}", plan.skipped);
         assert!(plan.skipped[0].contains("collision") || plan.skipped[1].contains("collision"));
     }

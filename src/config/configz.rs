@@ -100,10 +100,7 @@ pub(crate) fn kubelet_configuration(c: &Config) -> Value {
     put(&mut m, "cgroupRoot", c.pods.cgroup_root.clone());
     m.insert("maxPods".into(), c.pods.max_pods.into());
     m.insert("podPidsLimit".into(), c.pods.pod_pids_limit.unwrap_or(-1).into());
-    m.insert(
-        "resolvConf".into(),
-        c.pods.resolv_conf.as_deref().map_or_else(|| Value::from(""), path),
-    );
+    m.insert("resolvConf".into(), c.pods.resolv_conf.as_deref().map_or_else(|| Value::from(""), path));
     m.insert("podCIDR".into(), c.runtime.embedded.pod_cidr.to_string().into());
 
     // runtime
@@ -176,9 +173,7 @@ pub(crate) fn kubelet_configuration(c: &Config) -> Value {
 /// The `nodelet:` section: nodelet's own settings.
 fn nodelet_section(c: &Config) -> Value {
     let path = |p: &std::path::Path| Value::from(p.display().to_string());
-    let backoff = |b: &super::BackOff| {
-        json!({ "initial": duration(b.initial), "max": duration(b.max), "resetAfter": duration(b.reset_after) })
-    };
+    let backoff = |b: &super::BackOff| json!({ "initial": duration(b.initial), "max": duration(b.max), "resetAfter": duration(b.reset_after) });
     let mut n = Map::new();
     n.insert("allowPrivileged".into(), c.pods.allow_privileged.into());
     put(&mut n, "tokenAuthFile", c.server.auth.token_auth_file.as_deref().map(path));
@@ -265,7 +260,10 @@ mod tests {
 
     #[test]
     fn passwords_in_urls_are_redacted() {
-        assert_eq!(redact_url("https://u:pw@example.invalid/m?x=1"), "https://u:<redacted>@example.invalid/m?x=1");
+        assert_eq!(
+            redact_url("https://u:pw@example.invalid/m?x=1"),
+            "https://u:<redacted>@example.invalid/m?x=1"
+        );
         assert_eq!(redact_url("https://example.invalid/a@b"), "https://example.invalid/a@b");
         assert_eq!(redact_url("https://token@example.invalid/"), "https://<redacted>@example.invalid/");
     }

@@ -1024,16 +1024,24 @@ fn logging_format_and_verbosity_come_from_the_flags_over_the_file() {
     assert_eq!((c.logging.format, c.logging.verbosity), (LogFormat::Text, None), "text by default");
     let c = ok(&[], Some("logging: {format: json, verbosity: 4}\n")).config;
     assert_eq!((c.logging.format, c.logging.verbosity), (LogFormat::Json, Some(4)));
-    let c = ok(&["--logging-format", "text", "-v", "2"], Some("logging: {format: json, verbosity: 4}\n")).config;
+    let c =
+        ok(&["--logging-format", "text", "-v", "2"], Some("logging: {format: json, verbosity: 4}\n")).config;
     assert_eq!((c.logging.format, c.logging.verbosity), (LogFormat::Text, Some(2)), "flags win");
     let e = err(&["--logging-format", "xml"], None);
-    assert!(e.contains("--logging-format") && e.contains("\"xml\"") && e.contains("\"json\", \"text\""), "{e}");
+    assert!(
+        e.contains("--logging-format") && e.contains("\"xml\"") && e.contains("\"json\", \"text\""),
+        "{e}"
+    );
     let e = err(&[], Some("logging: {format: logfmt}\n"));
     assert!(e.contains("logging.format in /etc/nodelet/config.yaml"), "{e}");
     let e = err(&[], Some("logging: {verbosity: 300}\n"));
     assert!(e.contains("logging.verbosity"), "{e}");
     let l = ok(&[], Some("logging: {format: json, flushFrequency: 5s, vmodule: []}\n"));
-    assert!(warned(&l, "logging.flushFrequency").is_some_and(|m| m.contains("not supported")), "{:?}", l.warnings);
+    assert!(
+        warned(&l, "logging.flushFrequency").is_some_and(|m| m.contains("not supported")),
+        "{:?}",
+        l.warnings
+    );
     assert!(warned(&l, "logging.format").is_none());
     let l = ok(&[], Some("logging: {formt: json}\n"));
     assert!(warned(&l, "logging.formt").is_some_and(|m| m.contains("typo")), "{:?}", l.warnings);
@@ -1050,7 +1058,10 @@ fn configz_shows_the_effective_configuration_with_flags_and_file_fields_merged()
     );
     let z = configz::configz(&l.config);
     let k = &z["kubeletconfig"];
-    assert!(k.get("kind").is_none() && k.get("apiVersion").is_none(), "the kubelet's configz has neither: {k}");
+    assert!(
+        k.get("kind").is_none() && k.get("apiVersion").is_none(),
+        "the kubelet's configz has neither: {k}"
+    );
     assert_eq!(k["syncFrequency"], "45s", "a flag");
     assert_eq!(k["maxPods"], 20, "the flag over the file");
     assert_eq!(k["containerLogMaxFiles"], 3, "a file field");

@@ -197,7 +197,11 @@ async fn running_pods_and_configz_are_served_on_the_main_port_only() {
     assert!(listed.status.is_none(), "no status: only what the runtime knows");
     let same = get("/runningpods", Some(TOKEN)).await;
     assert_eq!(same.status(), 200, "with and without the trailing slash");
-    assert_eq!(get("/runningpods/", None).await.status(), 401, "authenticated like the other main-port paths");
+    assert_eq!(
+        get("/runningpods/", None).await.status(),
+        401,
+        "authenticated like the other main-port paths"
+    );
 
     // /configz: the effective configuration with a flag and a file field.
     let response = get("/configz", Some(TOKEN)).await;
@@ -237,7 +241,10 @@ async fn with_logging_format_json_every_log_line_is_a_kubelet_json_line() {
     let n = Nodelet::start_with(
         &env,
         "jsonlog",
-        StartOptions { extra_args: vec!["--logging-format".into(), "json".into()], ..StartOptions::default() },
+        StartOptions {
+            extra_args: vec!["--logging-format".into(), "json".into()],
+            ..StartOptions::default()
+        },
     )
     .await;
     n.write_manifest(
