@@ -15,7 +15,9 @@
 //!   CSINode lists) are removed unless a registered driver still reports them or nodelet sets them
 //!   itself (the standard labels, `--node-labels`); the kubelet leaves them behind.
 //!
-//! Both are changed with a JSON merge patch of the Node's own metadata, which NodeRestriction allows.
+//! Both are changed with a JSON merge patch of the Node's own metadata, which NodeRestriction allows. The
+//! Node is read (and patched if needed) when the drivers or the Node's identity change, not on every
+//! resync, to keep the idle API traffic at the CSINode's one read a minute.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +49,9 @@ pub(crate) struct CsiNodeSync {
     registered: watch::Receiver<Option<NodeRef>>,
     /// Labels nodelet sets on the Node itself: never removed as a driver's topology.
     own_labels: BTreeSet<String>,
+    /// The Node and the drivers its metadata was last brought in line with: the Node is read and patched
+    /// only when either changes, not on every resync.
+    node_done: Option<(NodeRef, Vec<DriverTopology>)>,
 }
 
 impl CsiNodeSync {
@@ -58,7 +63,14 @@ impl CsiNodeSync {
         registered: watch::Receiver<Option<NodeRef>>,
         own_labels: BTreeSet<String>,
     ) -> Self {
-        Self { api: Api::all(client.clone()), nodes: Api::all(client), registry, registered, own_labels }
+        Self {
+            api: Api::all(client.clone()),
+            nodes: Api::all(client),
+            registry,
+            registered,
+            own_labels,
+            node_done: None,
+        }
     }
 
     /// Keeps the object up to date until `shutdown`.
@@ -85,10 +97,10 @@ impl CsiNodeSync {
         }
     }
 
-    async fn sync(&self, node: &NodeRef) -> Result<(), kube::Error> {
+    async fn sync(&mut self, node: &NodeRef) -> Result<(), kube::Error> {
         let drivers = self.registry.drivers();
         let existing = self.api.get_opt(&node.name).await?;
-        self.sync_node(&node.name, &drivers, existing.as_ref()).await?;
+        self.sync_node(node, &drivers, existing.as_ref()).await?;
         let mut wanted = crate::csinode::csi_node(&node.name, &drivers);
         wanted.metadata.owner_references = Some(vec![OwnerReference {
             api_version: "v1".into(),
@@ -118,12 +130,12 @@ impl CsiNodeSync {
     /// Brings the Node's node-ID annotation and topology labels in line with `drivers`; `csinode` (the
     /// CSINode before this sync) tells the topology keys of drivers that went.
     async fn sync_node(
-        &self,
-        name: &str,
+        &mut self,
+        node_ref: &NodeRef,
         drivers: &[Arc<nodelet_csi::Driver>],
         csinode: Option<&CSINode>,
     ) -> Result<(), kube::Error> {
-        let node = self.nodes.get(name).await?;
+        let name = node_ref.name.as_str();
         let registered: Vec<DriverTopology> = drivers
             .iter()
             .map(|d| DriverTopology {
@@ -132,6 +144,10 @@ impl CsiNodeSync {
                 topology: d.node.accessible_topology.clone(),
             })
             .collect();
+        if self.node_done.as_ref().is_some_and(|(n, d)| n == node_ref && *d == registered) {
+            return Ok(());
+        }
+        let node = self.nodes.get(name).await?;
         let gone_keys: BTreeSet<String> = csinode
             .map(|c| c.spec.drivers.as_slice())
             .unwrap_or_default()
@@ -147,6 +163,7 @@ impl CsiNodeSync {
             self.nodes.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
             tracing::info!(node = %name, patch = %patch, "updated the node's CSI node IDs and topology labels");
         }
+        self.node_done = Some((node_ref.clone(), registered));
         Ok(())
     }
 }
