@@ -47,6 +47,7 @@ fn main() -> anyhow::Result<()> {
             cli::Command::Attach(args) => exit_with(client::run_attach(&args).await),
             cli::Command::Debug(args) => exit_with(client::run_debug(&args).await),
             cli::Command::Cp(args) => client::run_cp(&args).await.map_err(|e| e.to_string()),
+            // The daemon returned above.
             cli::Command::Run(_) => Ok(()),
         };
         if let Err(e) = client_result {
