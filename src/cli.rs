@@ -329,6 +329,10 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", help_heading = "Eviction and garbage collection")]
     pub(crate) minimum_image_ttl_duration: Option<GoDuration>,
 
+    /// Log line format: text or json (the kubelet's JSON keys ts, caller, msg, v, err) [default: text]
+    /// [config: logging.format]
+    #[arg(long, value_name = "FORMAT", help_heading = "Logging")]
+    pub(crate) logging_format: Option<String>,
     /// Logging.
     #[command(flatten)]
     pub(crate) log: LogArgs,

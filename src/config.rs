@@ -12,6 +12,7 @@
 //! command line, against the current directory.
 
 mod cluster_mode;
+pub(crate) mod configz;
 mod raw;
 mod units;
 
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
+pub(crate) use cluster_mode::check_node_label;
 #[cfg(test)]
 pub(crate) use units::format_go_duration;
 pub(crate) use units::{GoDuration, ThresholdValue, parse_go_duration, parse_quantity};
@@ -190,6 +192,17 @@ pub(crate) struct Config {
     pub(crate) container_gc: crate::container_gc::ContainerGcPolicy,
     /// Cluster mode: `Some` when `--kubeconfig` is given.
     pub(crate) cluster: Option<ClusterConfig>,
+    /// How the daemon logs.
+    pub(crate) logging: LoggingConfig,
+}
+
+/// `logging:` / `--logging-format` and `-v`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct LoggingConfig {
+    /// `logging.format` / `--logging-format`: `text` (default) or `json`.
+    pub(crate) format: crate::logging::LogFormat,
+    /// `logging.verbosity` / `-v`: `None` when neither is given (info).
+    pub(crate) verbosity: Option<u8>,
 }
 
 /// How nodelet joins a Kubernetes cluster (`--kubeconfig` and the settings that go with it).
@@ -680,7 +693,7 @@ fn dotted(p: &serde_ignored::Path<'_>) -> String {
 
 /// Top-level fields nodelet reads (a sub-field of one of these that serde ignored is unknown, not ignored).
 fn is_read(top: &str) -> bool {
-    matches!(top, "authentication" | "authorization" | "crashLoopBackOff" | "nodelet")
+    matches!(top, "authentication" | "authorization" | "crashLoopBackOff" | "logging" | "nodelet")
 }
 
 /// Facts about the machine the configuration depends on (injected by tests).
@@ -1217,6 +1230,7 @@ impl Config {
             }
         }
 
+        let logging = m.logging(args, &raw)?;
         let config = Config {
             config_file: file_path,
             node_name,
@@ -1242,6 +1256,7 @@ impl Config {
             storage,
             container_gc,
             cluster,
+            logging,
         };
         Ok(Loaded { config, warnings })
     }
@@ -1279,6 +1294,27 @@ struct Merger<'a> {
 }
 
 impl Merger<'_> {
+    /// `--logging-format` over `logging.format`, `-v` over `logging.verbosity`.
+    fn logging(&self, args: &RunArgs, raw: &RawKubeletConfiguration) -> Result<LoggingConfig, ConfigError> {
+        use crate::logging::LogFormat;
+        let logging = raw.logging.as_ref();
+        let format = match (&args.logging_format, logging.and_then(|l| l.format.as_deref())) {
+            (Some(f), _) => LogFormat::parse(f).map_err(|msg| self.flag_err("--logging-format", msg))?,
+            (None, Some(f)) if !f.is_empty() => {
+                LogFormat::parse(f).map_err(|msg| self.file_err("logging.format", msg))?
+            }
+            _ => LogFormat::Text,
+        };
+        let verbosity = match (args.log.verbosity, logging.and_then(|l| l.verbosity)) {
+            (Some(v), _) => Some(v),
+            (None, Some(v)) => Some(u8::try_from(v).map_err(|_| {
+                self.file_err("logging.verbosity", format!("{v} is not between 0 and {}", u8::MAX))
+            })?),
+            (None, None) => None,
+        };
+        Ok(LoggingConfig { format, verbosity })
+    }
+
     fn flag_origin(&self, flag: &str) -> String {
         flag.to_owned()
     }

@@ -13,6 +13,7 @@ mod containerd;
 mod cri_log;
 mod csinode;
 mod log_rotation;
+mod logging;
 mod node;
 mod node_facts;
 mod pressure;
@@ -24,8 +25,14 @@ mod yaml;
 
 fn main() -> anyhow::Result<()> {
     let command = cli::Cli::parse().into_command();
-    let default_log = if matches!(command, cli::Command::Run(_)) { "info" } else { "warn" };
-    cli::init_tracing(command.verbosity(), default_log)?;
+    if let cli::Command::Run(args) = &command {
+        // The daemon logs as its configuration says (`--logging-format`, `logging:`): read it first.
+        let loaded = config::Config::load(args)?;
+        logging::init(loaded.config.logging.format, loaded.config.logging.verbosity)?;
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        return rt.block_on(run(loaded));
+    }
+    cli::init_tracing(command.verbosity(), "warn")?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         // client commands: a plain one-line error and exit code 1, like kubectl
@@ -40,7 +47,8 @@ fn main() -> anyhow::Result<()> {
             cli::Command::Attach(args) => exit_with(client::run_attach(&args).await),
             cli::Command::Debug(args) => exit_with(client::run_debug(&args).await),
             cli::Command::Cp(args) => client::run_cp(&args).await.map_err(|e| e.to_string()),
-            cli::Command::Run(args) => return run(&args).await,
+            // The daemon returned above.
+            cli::Command::Run(_) => Ok(()),
         };
         if let Err(e) = client_result {
             eprintln!("error: {e}");
@@ -61,10 +69,9 @@ fn exit_with(result: Result<i32, client::StreamError>) -> ! {
 
 /// The daemon: sources → desired store → pod engine → CRI runtime → actual store (and the PLEG) →
 /// status on the HTTP servers.
-async fn run(args: &cli::RunArgs) -> anyhow::Result<()> {
+async fn run(loaded: config::Loaded) -> anyhow::Result<()> {
     use anyhow::Context;
 
-    let loaded = config::Config::load(args)?;
     for w in &loaded.warnings {
         tracing::warn!("config: {w}");
     }
@@ -441,7 +448,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         .with_pressure(pressure)
         .with_facts(node_facts)
         .with_csi(csi_registry.clone())
-        .with_pod_config(pod_config.clone()),
+        .with_pod_config(pod_config.clone())
+        .with_configz(config::configz::configz(config)),
     );
     let kube_client = cluster.as_ref().map(cluster::Cluster::client);
     let serving_cert = cluster.as_ref().and_then(cluster::Cluster::serving_cert);

@@ -67,6 +67,8 @@ pub(crate) struct Node {
     csi: Option<Arc<nodelet_csi::Registry>>,
     /// The pod config, which `nodelet debug` adds ephemeral containers of static pods to.
     pod_config: Option<crate::sources::PodConfig>,
+    /// The effective configuration for `/configz`.
+    configz: Option<serde_json::Value>,
 }
 
 impl Node {
@@ -120,12 +122,19 @@ impl Node {
             facts: None,
             csi: None,
             pod_config: None,
+            configz: None,
         })
     }
 
     /// Lets `POST /debug/{namespace}/{pod}` add ephemeral containers to static pods through `pod_config`.
     pub(crate) fn with_pod_config(mut self, pod_config: crate::sources::PodConfig) -> Self {
         self.pod_config = Some(pod_config);
+        self
+    }
+
+    /// Serves `configz` (the effective configuration, [`crate::config::configz::configz`]) on `/configz`.
+    pub(crate) fn with_configz(mut self, configz: serde_json::Value) -> Self {
+        self.configz = Some(configz);
         self
     }
 
@@ -364,6 +373,20 @@ impl NodeView for Node {
         List { items, ..List::default() }
     }
 
+    fn running_pods(&self) -> List<Pod> {
+        let mut items: Vec<Pod> =
+            self.actual.entries().into_iter().filter_map(|(_, actual)| running_pod(&actual)).collect();
+        items.sort_by(|a, b| {
+            (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
+                .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
+        });
+        List { items, ..List::default() }
+    }
+
+    fn configz(&self) -> Option<serde_json::Value> {
+        self.configz.clone()
+    }
+
     fn events(&self) -> List<Event> {
         let mut items = Vec::new();
         for problem in self.problems.list().iter() {
@@ -553,6 +576,36 @@ impl NodeView for Node {
     }
 }
 
+/// A pod as the kubelet's `/runningpods/` shows it (`kubecontainer.Pod.ToAPIPod` of the runtime's
+/// running pods): only when it has a ready sandbox or a running container; name, namespace and uid, and
+/// its running containers with their name and image.
+fn running_pod(actual: &PodActual) -> Option<Pod> {
+    let ready = actual.sandboxes.iter().any(|s| s.ready);
+    let containers: Vec<k8s_openapi::api::core::v1::Container> = actual
+        .containers
+        .iter()
+        .filter(|c| c.state == ContainerState::Running)
+        .map(|c| k8s_openapi::api::core::v1::Container {
+            name: c.name.clone(),
+            image: Some(c.image.clone()),
+            ..Default::default()
+        })
+        .collect();
+    if !ready && containers.is_empty() {
+        return None;
+    }
+    Some(Pod {
+        metadata: ObjectMeta {
+            name: Some(actual.name.clone()),
+            namespace: Some(actual.namespace.clone()),
+            uid: Some(actual.uid.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(k8s_openapi::api::core::v1::PodSpec { containers, ..Default::default() }),
+        ..Pod::default()
+    })
+}
+
 impl Node {
     /// The container lifecycle events the kubelet records, derived from what the runtime has:
     /// `Created` and `Started` (Normal) for each container, counted over its attempts, `Killing`
@@ -670,5 +723,45 @@ impl Node {
                 push("Killing", "Normal", kill_message(&entry.container, kind), 1);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodelet_resources::pod::actual::{ContainerRecord, SandboxRecord};
+
+    fn container(name: &str, state: ContainerState) -> ContainerRecord {
+        ContainerRecord { name: name.into(), image: format!("img/{name}"), state, ..Default::default() }
+    }
+
+    #[test]
+    fn running_pods_are_those_with_a_ready_sandbox_or_a_running_container() {
+        let pod = |ready: bool, containers: Vec<ContainerRecord>| PodActual {
+            uid: "u1".into(),
+            namespace: "ns".into(),
+            name: "web".into(),
+            sandboxes: vec![SandboxRecord { id: "s".into(), ready, ..Default::default() }],
+            containers,
+            ..Default::default()
+        };
+        let shown = running_pod(&pod(
+            true,
+            vec![container("app", ContainerState::Running), container("done", ContainerState::Exited)],
+        ))
+        .expect("running");
+        assert_eq!(
+            serde_json::to_value(&shown).expect("json"),
+            serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
+                "spec": {"containers": [{"name": "app", "image": "img/app"}]},
+            }),
+            "only the running containers, with name and image"
+        );
+        assert!(running_pod(&pod(true, vec![])).is_some(), "a ready sandbox alone counts");
+        assert!(running_pod(&pod(false, vec![container("x", ContainerState::Running)])).is_some());
+        assert!(running_pod(&pod(false, vec![container("x", ContainerState::Exited)])).is_none());
     }
 }

@@ -272,7 +272,19 @@ impl Cluster {
             cri,
         );
         let registered = node_sync.registered();
-        let csi_node = csinode::CsiNodeSync::new(self.client.clone(), csi, node_sync.registered());
+        // The labels nodelet sets itself stay when a CSI driver reporting them as topology goes.
+        let own_labels = view
+            .nodes()
+            .items
+            .first()
+            .and_then(|n| n.metadata.labels.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k.clone())
+            .chain(cluster.node_labels.keys().cloned())
+            .collect();
+        let csi_node =
+            csinode::CsiNodeSync::new(self.client.clone(), csi, node_sync.registered(), own_labels);
         tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), csi_node.run(shutdown.clone())));
         tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), node_sync.run(shutdown.clone())));
         let status = status::StatusManager::new(

@@ -305,8 +305,8 @@ fn parse_node_labels(values: &[String]) -> Result<BTreeMap<String, String>, Stri
     Ok(labels)
 }
 
-/// A node label the kubelet would accept from `--node-labels`.
-fn check_node_label(key: &str, value: &str) -> Result<(), String> {
+/// A node label the kubelet would accept from `--node-labels` (and may set on its Node).
+pub(crate) fn check_node_label(key: &str, value: &str) -> Result<(), String> {
     check_qualified_name(key).map_err(|msg| format!("label {key:?}: {msg}"))?;
     check_label_value(value).map_err(|msg| format!("label {key:?}: value {value:?}: {msg}"))?;
     if is_kubernetes_label(key) && !is_kubelet_label(key) {

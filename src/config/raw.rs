@@ -94,8 +94,19 @@ pub(super) struct RawKubeletConfiguration {
     pub(super) serialize_image_pulls: Option<bool>,
     pub(super) max_parallel_image_pulls: Option<i64>,
 
+    /// `logging:` (component-base's LoggingConfiguration; `format` and `verbosity` are read).
+    pub(super) logging: Option<RawLogging>,
+
     /// nodelet's own settings.
     pub(super) nodelet: Option<RawNodelet>,
+}
+
+/// `logging:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawLogging {
+    pub(super) format: Option<String>,
+    pub(super) verbosity: Option<i64>,
 }
 
 /// `authentication:`.
@@ -350,6 +361,9 @@ pub(super) const KUBELET_FIELDS: &[&str] = &[
     "providerID",
     "kernelMemcgNotification",
     "logging",
+    "logging.flushFrequency",
+    "logging.vmodule",
+    "logging.options",
     "enableSystemLogHandler",
     "enableSystemLogQuery",
     "shutdownGracePeriod",

@@ -1016,3 +1016,69 @@ fn the_config_file_is_yaml_as_the_kubelet_reads_it_within_limits() {
     };
     assert!(e.starts_with("config file /c.yaml: "), "{e}");
 }
+
+#[test]
+fn logging_format_and_verbosity_come_from_the_flags_over_the_file() {
+    use crate::logging::LogFormat;
+    let c = ok(&[], None).config;
+    assert_eq!((c.logging.format, c.logging.verbosity), (LogFormat::Text, None), "text by default");
+    let c = ok(&[], Some("logging: {format: json, verbosity: 4}\n")).config;
+    assert_eq!((c.logging.format, c.logging.verbosity), (LogFormat::Json, Some(4)));
+    let c =
+        ok(&["--logging-format", "text", "-v", "2"], Some("logging: {format: json, verbosity: 4}\n")).config;
+    assert_eq!((c.logging.format, c.logging.verbosity), (LogFormat::Text, Some(2)), "flags win");
+    let e = err(&["--logging-format", "xml"], None);
+    assert!(
+        e.contains("--logging-format") && e.contains("\"xml\"") && e.contains("\"json\", \"text\""),
+        "{e}"
+    );
+    let e = err(&[], Some("logging: {format: logfmt}\n"));
+    assert!(e.contains("logging.format in /etc/nodelet/config.yaml"), "{e}");
+    let e = err(&[], Some("logging: {verbosity: 300}\n"));
+    assert!(e.contains("logging.verbosity"), "{e}");
+    let l = ok(&[], Some("logging: {format: json, flushFrequency: 5s, vmodule: []}\n"));
+    assert!(
+        warned(&l, "logging.flushFrequency").is_some_and(|m| m.contains("not supported")),
+        "{:?}",
+        l.warnings
+    );
+    assert!(warned(&l, "logging.format").is_none());
+    let l = ok(&[], Some("logging: {formt: json}\n"));
+    assert!(warned(&l, "logging.formt").is_some_and(|m| m.contains("typo")), "{:?}", l.warnings);
+}
+
+#[test]
+fn configz_shows_the_effective_configuration_with_flags_and_file_fields_merged() {
+    let l = ok(
+        &["--sync-frequency", "45s", "--max-pods", "20", "--logging-format", "json"],
+        Some(
+            "containerLogMaxFiles: 3\nmaxPods: 50\nstaticPodURL: https://user:hunter2@example.invalid/m\n\
+             staticPodURLHeader: {Authorization: [Bearer s3cret]}\nnodelet: {cniBridge: br9}\n",
+        ),
+    );
+    let z = configz::configz(&l.config);
+    let k = &z["kubeletconfig"];
+    assert!(
+        k.get("kind").is_none() && k.get("apiVersion").is_none(),
+        "the kubelet's configz has neither: {k}"
+    );
+    assert_eq!(k["syncFrequency"], "45s", "a flag");
+    assert_eq!(k["maxPods"], 20, "the flag over the file");
+    assert_eq!(k["containerLogMaxFiles"], 3, "a file field");
+    assert_eq!(k["fileCheckFrequency"], "20s", "a default");
+    assert_eq!(k["containerLogMaxSize"], "10Mi");
+    assert_eq!(k["port"], 10250);
+    assert_eq!(k["readOnlyPort"], 0);
+    assert_eq!(k["address"], "0.0.0.0");
+    assert_eq!(k["evictionHard"]["memory.available"], "100Mi");
+    assert_eq!(k["evictionHard"]["nodefs.available"], "10%");
+    assert_eq!(k["authorization"]["mode"], "AlwaysAllow");
+    assert_eq!(k["authentication"]["anonymous"]["enabled"], false);
+    assert_eq!(k["logging"]["format"], "json");
+    assert_eq!(k["nodelet"]["cniBridge"], "br9");
+    assert!(k.get("registerNode").is_none(), "cluster-mode fields only in cluster mode");
+    let text = z.to_string();
+    assert!(!text.contains("hunter2") && !text.contains("s3cret"), "no secrets: {text}");
+    assert_eq!(k["staticPodURL"], "https://user:<redacted>@example.invalid/m");
+    assert_eq!(k["staticPodURLHeader"]["Authorization"][0], "<redacted>");
+}

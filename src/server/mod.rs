@@ -2,7 +2,7 @@
 //!
 //! | Listener | Default | Transport | Authentication | Endpoints |
 //! |---|---|---|---|---|
-//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`), `POST /debug/{ns}/{pod}` (ephemeral containers of static pods) |
+//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/runningpods/`, `/configz`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`), `POST /debug/{ns}/{pod}` (ephemeral containers of static pods) |
 //! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary` |
 //! | healthz (`--healthz-bind-address`:`--healthz-port`) | 127.0.0.1:10248 | HTTP | none | `/healthz` |
 //!
@@ -121,6 +121,20 @@ pub(crate) trait NodeView: Send + Sync + 'static {
     ) -> Result<(), crate::sources::debug::DebugError> {
         let _ = (namespace, pod, container);
         Err(crate::sources::debug::DebugError::NotSupported)
+    }
+
+    /// The pods running in the container runtime (a ready sandbox or a running container), as the
+    /// runtime shows them: served as a v1 `PodList` on `/runningpods/` with, like the kubelet's, only
+    /// `metadata` (name, namespace, uid) and `spec.containers` (name, image of the running containers).
+    /// Default: none.
+    fn running_pods(&self) -> List<Pod> {
+        List::default()
+    }
+
+    /// The effective configuration served on `/configz` (`{"kubeletconfig": {...}}`, see
+    /// [`crate::config::configz`]); `None`: not available (404).
+    fn configz(&self) -> Option<serde_json::Value> {
+        None
     }
 
     /// Warning events (broken manifests, failing pod operations), served as a v1 `EventList` on

@@ -61,6 +61,10 @@ const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
     Router::new()
         .route("/pods", get(pods::<V>))
+        // Main port only, as the kubelet's (they need authorization).
+        .route("/runningpods", get(running_pods::<V>))
+        .route("/runningpods/", get(running_pods::<V>))
+        .route("/configz", get(configz::<V>))
         .route("/healthz", get(healthz::<V>))
         .route("/metrics", get(metrics::<V>))
         .route("/metrics/resource", get(metrics_resource::<V>))
@@ -236,6 +240,19 @@ async fn pods<V: NodeView>(State(shared): St<V>) -> Response {
         Err(e) => {
             status::failure(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the pod list: {e}"))
         }
+    }
+}
+
+/// `/runningpods/`: the pods the container runtime runs (see [`NodeView::running_pods`]).
+async fn running_pods<V: NodeView>(State(shared): St<V>) -> Response {
+    json_list(&shared.view.running_pods(), "running pod")
+}
+
+/// `/configz`: the effective configuration (see [`NodeView::configz`]).
+async fn configz<V: NodeView>(State(shared): St<V>) -> Response {
+    match shared.view.configz() {
+        Some(config) => json_list(&config, "configuration"),
+        None => status::failure(StatusCode::NOT_FOUND, "the configuration is not available".to_owned()),
     }
 }
 

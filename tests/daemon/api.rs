@@ -1,5 +1,5 @@
-//! What nodelet serves and prints: container logs (files, `nodelet logs`, `/containerLogs`) and
-//! authentication on its ports.
+//! What nodelet serves and prints: container logs (files, `nodelet logs`, `/containerLogs`),
+//! authentication on its ports, `/runningpods/` and `/configz`, and its JSON log lines.
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
-use crate::support::{Nodelet, TOKEN, env_or_skip, nodelet_cli, sleep_until_term, uid};
+use crate::support::{Nodelet, StartOptions, TOKEN, env_or_skip, nodelet_cli, sleep_until_term, uid};
 
 #[tokio::test]
 async fn container_logs_are_on_disk_in_cri_format_and_served_by_the_cli_and_the_main_port() {
@@ -142,6 +142,149 @@ async fn the_main_port_needs_the_token_and_the_read_only_and_healthz_ports_do_no
     );
 
     n.shutdown().await;
+}
+
+#[tokio::test]
+async fn running_pods_and_configz_are_served_on_the_main_port_only() {
+    let env = env_or_skip!("running_pods_and_configz_are_served_on_the_main_port_only");
+    let n = Nodelet::start_with(
+        &env,
+        "runpods",
+        StartOptions {
+            config_extra: "containerLogMaxFiles: 3\n".into(),
+            extra_args: vec!["--sync-frequency".into(), "45s".into()],
+            ..StartOptions::default()
+        },
+    )
+    .await;
+    n.write_manifest(
+        "rp.yaml",
+        &n.pod_manifest(
+            "rp",
+            json!({"terminationGracePeriodSeconds": 2, "containers": [{"name": "app", "command": sleep_until_term("")}]}),
+        ),
+    );
+    let pod = n.wait_running("rp").await;
+    let name = n.pod_name("rp");
+    let https = n.main_client();
+    let get = async |path: &str, token: Option<&str>| {
+        let url = n.main_url(path);
+        let mut request = https.get(&url);
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        request.send().await.unwrap_or_else(|e| panic!("GET {url}: {e}"))
+    };
+
+    // /runningpods/: the runtime's view, name, namespace, uid and the running containers.
+    let listed = n
+        .wait_for("the pod on /runningpods/", Duration::from_secs(10), async || {
+            let response = get("/runningpods/", Some(TOKEN)).await;
+            assert_eq!(response.status(), 200);
+            let list: List<Pod> = response.json_body().await;
+            list.items.into_iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+        })
+        .await;
+    assert_eq!(listed.metadata.namespace.as_deref(), Some("default"));
+    assert_eq!(listed.metadata.uid, Some(uid(&pod)), "the runtime's pod UID");
+    let containers: Vec<(String, Option<String>)> = listed
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .map(|c| (c.name.clone(), c.image.clone()))
+        .collect();
+    assert_eq!(containers, vec![("app".to_owned(), Some(env.busybox.clone()))]);
+    assert!(listed.status.is_none(), "no status: only what the runtime knows");
+    let same = get("/runningpods", Some(TOKEN)).await;
+    assert_eq!(same.status(), 200, "with and without the trailing slash");
+    assert_eq!(
+        get("/runningpods/", None).await.status(),
+        401,
+        "authenticated like the other main-port paths"
+    );
+
+    // /configz: the effective configuration with a flag and a file field.
+    let response = get("/configz", Some(TOKEN)).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers().get("content-type").and_then(|v| v.to_str().ok()),
+        Some("application/json")
+    );
+    let configz: serde_json::Value = response.json_body().await;
+    let k = &configz["kubeletconfig"];
+    assert_eq!(k["syncFrequency"], "45s", "the flag --sync-frequency: {k}");
+    assert_eq!(k["containerLogMaxFiles"], 3, "the file's containerLogMaxFiles: {k}");
+    assert_eq!(k["port"], n.ports().main, "{k}");
+    assert_eq!(k["fileCheckFrequency"], "20s", "a default: {k}");
+    assert_eq!(get("/configz", None).await.status(), 401);
+
+    // Neither is on the read-only port.
+    for path in ["/runningpods/", "/configz"] {
+        let url = format!("http://127.0.0.1:{}{path}", n.ports().read_only);
+        let response = n.http().get(&url).send().await.unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        assert_eq!(response.status(), 404, "{url}");
+    }
+
+    // Once the runtime no longer runs it, it is gone from the list.
+    n.remove_manifest("rp.yaml");
+    n.wait_for("the pod gone from /runningpods/", Duration::from_secs(30), async || {
+        let list: List<Pod> = get("/runningpods/", Some(TOKEN)).await.json_body().await;
+        (!list.items.iter().any(|p| p.metadata.name.as_deref() == Some(name.as_str()))).then_some(())
+    })
+    .await;
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn with_logging_format_json_every_log_line_is_a_kubelet_json_line() {
+    let env = env_or_skip!("with_logging_format_json_every_log_line_is_a_kubelet_json_line");
+    let n = Nodelet::start_with(
+        &env,
+        "jsonlog",
+        StartOptions {
+            extra_args: vec!["--logging-format".into(), "json".into()],
+            ..StartOptions::default()
+        },
+    )
+    .await;
+    n.write_manifest(
+        "jl.yaml",
+        &n.pod_manifest(
+            "jl",
+            json!({"terminationGracePeriodSeconds": 2, "containers": [{"name": "app", "command": sleep_until_term("")}]}),
+        ),
+    );
+    n.wait_running("jl").await;
+    let log = n.log();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l:?}\n{log}")))
+        .collect();
+    assert!(lines.len() > 3, "{log}");
+    for line in &lines {
+        assert!(line["ts"].as_f64().is_some_and(|t| t > 1.6e9), "ts in seconds: {line}");
+        assert!(line["caller"].as_str().is_some_and(|c| c.contains(".rs:")), "caller: {line}");
+        assert!(line["msg"].is_string(), "msg: {line}");
+        if let Some(v) = line.get("v") {
+            assert!([0, 4, 6].contains(&v.as_i64().unwrap_or(-1)), "v: {line}");
+        }
+        assert!(line.get("message").is_none() && line.get("fields").is_none(), "flattened: {line}");
+    }
+    let start = lines.iter().find(|l| l["msg"] == "starting nodelet").unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(start["v"], 0, "an info line: {start}");
+    assert_eq!(start["node"], n.node(), "fields are top-level keys: {start}");
+    assert!(lines.iter().any(|l| l["v"] == 4), "-v 2 shows nodelet's debug lines with v=4: {log}");
+    n.shutdown().await;
+
+    // Another format is refused before anything starts.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(["--logging-format", "xml", "--hostname-override", "x"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run nodelet: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("--logging-format") && stderr.contains("\"json\", \"text\""), "{stderr}");
 }
 
 /// `response.json_body::<T>()`: the body decoded as JSON (reqwest's `json` feature is not enabled).

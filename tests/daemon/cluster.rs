@@ -1250,12 +1250,17 @@ async fn the_nodes_csinode_object_lists_its_registered_csi_drivers() {
             .arg("--data-dir")
             .arg(base.join("csi-data"))
             .args(["--node-id", n.node()])
+            .arg("--topology")
+            .arg(format!("{TOPOLOGY_KEY}={}", n.node()))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start the CSI driver: {e}")),
     );
+    const TOPOLOGY_KEY: &str = "topology.hostpath.csi/node";
+    const NODE_ID: &str = "csi.volume.kubernetes.io/nodeid";
     let csinodes: Api<k8s_openapi::api::storage::v1::CSINode> = Api::all(n.client());
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(n.client());
     let node_name = n.node().to_owned();
     let found = n
         .wait_until("the CSINode object with the driver", WAIT, async || {
@@ -1271,7 +1276,21 @@ async fn the_nodes_csinode_object_lists_its_registered_csi_drivers() {
         .await;
     let owner = found.metadata.owner_references.unwrap_or_default();
     assert_eq!(owner.first().map(|o| (o.kind.as_str(), o.name.as_str())), Some(("Node", n.node())));
-    // The driver going away empties it.
+    let keys = found.spec.drivers.first().and_then(|d| d.topology_keys.clone());
+    assert_eq!(keys, Some(vec![TOPOLOGY_KEY.to_owned()]), "{}", pretty(&found.spec));
+    // The Node carries the driver's node ID (the kubelet's JSON map) and its topology as a label. They are
+    // written before the CSINode, so they are there now.
+    let node = nodes.get(&node_name).await.unwrap_or_else(|e| panic!("the Node: {e}"));
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get(NODE_ID).map(String::as_str),
+        Some(format!("{{\"hostpath.csi.nodelet.dev\":\"{node_name}\"}}").as_str()),
+        "{}",
+        pretty(&node.metadata)
+    );
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get(TOPOLOGY_KEY), Some(&node_name), "{}", pretty(&node.metadata));
+    // The driver going away empties it and takes the annotation and the label along.
     drop(_driver);
     let _ = std::fs::remove_file(&socket);
     n.wait_until("the CSINode without drivers", WAIT, async || {
@@ -1282,5 +1301,12 @@ async fn the_nodes_csinode_object_lists_its_registered_csi_drivers() {
         }
     })
     .await;
+    let node = nodes.get(&node_name).await.unwrap_or_else(|e| panic!("the Node: {e}"));
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    assert!(!annotations.contains_key(NODE_ID), "{}", pretty(&node.metadata));
+    assert!(!labels.contains_key(TOPOLOGY_KEY), "{}", pretty(&node.metadata));
+    assert!(labels.contains_key("kubernetes.io/hostname"), "nodelet's own labels stay");
+    n.assert_no_forbidden_in_log();
     n.shutdown().await;
 }

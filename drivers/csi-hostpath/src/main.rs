@@ -15,6 +15,9 @@
 //! is staged, DeleteVolume while it is attached. This lets a CO's attach/detach path be tested end to
 //! end. Without `--attach`, ControllerPublishVolume/ControllerUnpublishVolume answer UNIMPLEMENTED.
 //!
+//! With `--topology KEY=VALUE` (repeatable), NodeGetInfo reports those segments as the node's accessible
+//! topology (a CO puts them on its Node as labels).
+//!
 //! It needs root (mounts) and serves one node: nodelet's tests use it end to end, and it can back a
 //! StorageClass on a single-node setup.
 
@@ -69,6 +72,17 @@ struct Args {
     /// its publish context for NodeStageVolume and NodePublishVolume.
     #[arg(long)]
     attach: bool,
+    /// A topology segment `KEY=VALUE` NodeGetInfo reports as the node's accessible topology (repeatable).
+    #[arg(long = "topology", value_name = "KEY=VALUE", value_parser = parse_segment)]
+    topology: Vec<(String, String)>,
+}
+
+/// `KEY=VALUE` of `--topology`.
+fn parse_segment(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
 }
 
 /// The socket path of a `unix://` endpoint.
@@ -138,6 +152,7 @@ async fn main() -> anyhow::Result<()> {
         default_volume_bytes: args.default_volume_bytes,
         max_volume_bytes: args.max_volume_bytes,
         attach: args.attach,
+        topology: args.topology.iter().cloned().collect(),
     };
     let driver = HostPath::new(config, store, log);
 

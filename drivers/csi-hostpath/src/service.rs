@@ -35,6 +35,8 @@ pub(crate) struct Config {
     /// Attach mode: offer ControllerPublishVolume/ControllerUnpublishVolume and require the attachment (and
     /// its publish context) for NodeStageVolume and NodePublishVolume.
     pub(crate) attach: bool,
+    /// NodeGetInfo's accessible topology (empty: none).
+    pub(crate) topology: std::collections::HashMap<String, String>,
 }
 
 /// The publish context key ControllerPublishVolume returns (attach mode); its value is the volume ID.
@@ -847,7 +849,8 @@ impl v1::node_server::Node for HostPath {
             Ok(v1::NodeGetInfoResponse {
                 node_id: d.config.node_id.clone(),
                 max_volumes_per_node: d.config.max_volumes_per_node,
-                accessible_topology: None,
+                accessible_topology: (!d.config.topology.is_empty())
+                    .then(|| v1::Topology { segments: d.config.topology.clone() }),
             })
         })
         .await
