@@ -29,6 +29,7 @@ mod eviction;
 mod exec;
 mod lifecycle;
 mod logs;
+mod metrics;
 mod probes;
 mod restarts;
 mod sources;
