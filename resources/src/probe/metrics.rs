@@ -66,12 +66,16 @@ impl ProbeMetrics {
         Self::new(&Registry::new()).unwrap_or_else(|e| unreachable!("fresh registry rejected metrics: {e}"))
     }
 
-    /// Counts one run of the probe with `result` (one of [`RESULTS`]) that took `seconds`.
+    /// Counts one run of the probe with `result` (one of [`RESULTS`]) that took `seconds`. As the
+    /// kubelet, the duration of a `failed` run is not observed (only `successful` and `unknown` ones).
     pub fn observe(&self, labels: &ProbeLabels, result: &str, seconds: f64) {
         let l = labels;
         self.probe_total
             .with_label_values(&[l.probe_type, result, &l.container, &l.pod, &l.namespace, &l.pod_uid])
             .inc();
+        if result == "failed" {
+            return;
+        }
         self.probe_duration
             .with_label_values(&[l.probe_type, &l.container, &l.pod, &l.namespace])
             .observe(seconds);
@@ -120,6 +124,7 @@ mod tests {
         assert!(!text(&registry).contains("prober_probe_total{"), "no series before a run");
         m.observe(&labels, "successful", 0.002);
         m.observe(&labels, "successful", 0.003);
+        m.observe(&labels, "failed", 0.5);
         let t = text(&registry);
         assert!(
             t.contains(
@@ -127,7 +132,8 @@ mod tests {
             ),
             "{t}"
         );
-        assert!(!t.contains("result=\"failed\""), "no zero series for results that did not happen: {t}");
+        assert!(t.contains("result=\"failed\"} 1"), "{t}");
+        assert!(!t.contains("result=\"unknown\""), "no zero series for results that did not happen: {t}");
         assert!(
             t.contains(
                 "prober_probe_duration_seconds_count{container=\"app\",namespace=\"default\",pod=\"web\",probe_type=\"Readiness\"} 2"
