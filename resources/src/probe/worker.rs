@@ -84,7 +84,7 @@ impl<H> std::fmt::Debug for WorkerCtx<H> {
 }
 
 /// The metric series of one pod's probes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct PodSeries {
     /// Cleared (under the write lock) before the series are deleted; workers count a run only
     /// while it is set (under the read lock), so an aborted worker that was mid-run cannot bring a
