@@ -56,8 +56,12 @@ fn series<'a>(text: &'a str, name: &str, labels: &[&str]) -> Vec<(&'a str, f64)>
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
-            let (series, rest) = l.rsplit_once('}')?;
-            let series = series.strip_prefix(name)?.strip_prefix('{')?;
+            let rest = l.strip_prefix(name)?;
+            // `name{labels} value [timestamp]` or `name value [timestamp]`.
+            let (series, rest) = match rest.strip_prefix('{') {
+                Some(labelled) => labelled.rsplit_once('}')?,
+                None => ("", rest.strip_prefix(' ')?),
+            };
             let value = rest.split_whitespace().next()?.parse().ok()?;
             labels.iter().all(|want| series.split(',').any(|pair| pair == *want)).then_some((series, value))
         })
