@@ -152,7 +152,7 @@ fn probe_series(metrics: &ProbeMetrics, uid: &str) -> HashMap<(String, String), 
             };
             if label("pod_uid") == uid {
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                let count = m.get_counter().value() as u64;
+                let count = m.get_counter().get_value() as u64;
                 out.insert((label("probe_type"), label("result")), count);
             }
         }
