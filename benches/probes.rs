@@ -272,8 +272,14 @@ impl Nodelet {
 
     /// The sum of `prober_probe_total` series whose labels contain `filter`.
     async fn probe_runs_with(&self, filter: &str) -> anyhow::Result<f64> {
-        let text =
-            self.http.get(format!("{}/metrics", self.base)).send().await?.error_for_status()?.text().await?;
+        let text = self
+            .http
+            .get(format!("{}/metrics/probes", self.base))
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
         Ok(text
             .lines()
             .filter(|l| l.starts_with("prober_probe_total{") && l.contains(filter))

@@ -134,6 +134,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let node_facts = Arc::new(node_facts::NodeFacts::detect(config, node_facts::runtime_version(&cri).await));
 
     let registry = prometheus::Registry::new();
+    // `/metrics/probes`: the prober's metrics are served apart, as the kubelet does.
+    let probe_registry = prometheus::Registry::new();
     let engine_metrics = Metrics::new(&registry)?;
     let pod_metrics = PodMetrics::new(&registry)?;
     // kubelet_runtime_operations_{total,errors_total,duration_seconds}, counted in every clone of `cri`.
@@ -264,7 +266,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let prober = nodelet_resources::probe::worker::Prober::new(
         Arc::new(runtime.prober().clone()),
         desired.clone(),
-        nodelet_resources::probe::metrics::ProbeMetrics::new(&registry)?,
+        nodelet_resources::probe::metrics::ProbeMetrics::new(&probe_registry)?,
         clock.clone(),
     );
     let probe_results = prober.results();
@@ -445,6 +447,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         })
         .with_claims(claims.view.clone(), claims.metrics.clone())
         .with_stats(stats.clone())
+        .with_probe_registry(probe_registry)
         .with_pressure(pressure)
         .with_facts(node_facts)
         .with_csi(csi_registry.clone())

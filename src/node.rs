@@ -9,7 +9,7 @@ use k8s_openapi::List;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::pod::actual::{ContainerState, PodActual};
-use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::ops::PodOp;
 use nodelet_resources::pod::reconciler::{Clock, PodReconciler};
 use nodelet_resources::pod::status::{PodOpStatus, pod_status};
@@ -28,7 +28,8 @@ use crate::sources::SourceProblems;
 struct ScrapeGauges {
     running_pods: IntGauge,
     running_containers: IntGaugeVec,
-    desired_pods: IntGauge,
+    /// `kubelet_desired_pods{static}`: `static` is `true` for pods not from the API server.
+    desired_pods: IntGaugeVec,
 }
 
 /// The volume engine's stores, for events and metrics.
@@ -56,6 +57,8 @@ pub(crate) struct Node {
     reconciler: PodReconciler,
     clock: Clock,
     registry: Registry,
+    /// The registry of `/metrics/probes` (the prober's metrics).
+    probe_registry: Option<Registry>,
     gauges: ScrapeGauges,
     pod_logs_dir: PathBuf,
     runtime_ready: Arc<AtomicBool>,
@@ -94,9 +97,12 @@ impl Node {
                 Opts::new("kubelet_running_containers", "Number of containers currently running."),
                 &["container_state"],
             )?,
-            desired_pods: IntGauge::new(
-                "kubelet_desired_pods",
-                "The number of pods the kubelet is being instructed to run.",
+            desired_pods: IntGaugeVec::new(
+                Opts::new(
+                    "kubelet_desired_pods",
+                    "The number of pods the kubelet is being instructed to run. static is true if the pod is not from the apiserver.",
+                ),
+                &["static"],
             )?,
         };
         registry.register(Box::new(gauges.running_pods.clone()))?;
@@ -114,6 +120,7 @@ impl Node {
             reconciler,
             clock,
             registry,
+            probe_registry: None,
             gauges,
             pod_logs_dir,
             runtime_ready,
@@ -184,7 +191,13 @@ impl Node {
         }
     }
 
-    /// Serves `/stats/summary` and `/metrics/resource` from `stats`.
+    /// Serves `/metrics/probes` from `registry` (where the prober's metrics are registered).
+    pub(crate) fn with_probe_registry(mut self, registry: Registry) -> Self {
+        self.probe_registry = Some(registry);
+        self
+    }
+
+    /// Serves `/stats/summary`, `/metrics/resource` and `/metrics/cadvisor` from `stats`.
     pub(crate) fn with_stats(mut self, stats: crate::stats::StatsProvider) -> Self {
         self.stats = Some(stats);
         self
@@ -328,6 +341,15 @@ impl Node {
     }
 }
 
+/// The registry's metrics in the Prometheus text format.
+fn encode(registry: &Registry) -> String {
+    let mut out = Vec::new();
+    if let Err(e) = prometheus::TextEncoder::new().encode(&registry.gather(), &mut out) {
+        tracing::warn!(error = %e, "could not encode metrics");
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
+
 impl NodeView for Node {
     fn add_ephemeral_container(
         &self,
@@ -445,18 +467,42 @@ impl NodeView for Node {
         for (label, n) in ["created", "running", "exited", "unknown"].into_iter().zip(states) {
             self.gauges.running_containers.with_label_values(&[label]).set(n);
         }
-        self.gauges.desired_pods.set(i64::try_from(self.desired.len()).unwrap_or(i64::MAX));
+        let mut desired = [0_i64; 2];
+        self.desired.for_each(|_, pod| {
+            desired[usize::from(pod.source != PodSource::Api)] += 1;
+        });
+        for (label, n) in ["false", "true"].into_iter().zip(desired) {
+            self.gauges.desired_pods.with_label_values(&[label]).set(n);
+        }
         if let Some(v) = &self.volumes {
             v.metrics.refresh(&v.desired, &v.actual);
         }
         if let Some((view, metrics)) = &self.claims {
             metrics.refresh(view.desired(), view.actual());
         }
-        let mut out = Vec::new();
-        if let Err(e) = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut out) {
-            tracing::warn!(error = %e, "could not encode metrics");
+        encode(&self.registry)
+    }
+
+    fn probe_metrics(&self) -> String {
+        self.probe_registry.as_ref().map(encode).unwrap_or_default()
+    }
+
+    fn machine(&self) -> crate::stats::cadvisor::Machine {
+        let Some(facts) = &self.facts else { return crate::stats::cadvisor::Machine::default() };
+        let capacity = |name: &str| {
+            facts
+                .capacity
+                .get(name)
+                .and_then(|q| nodelet_resources::quantity::Quantity::parse(&q.0))
+                .and_then(|q| u64::try_from(q.scaled_ceil(1)).ok())
+        };
+        crate::stats::cadvisor::Machine {
+            cpu_cores: capacity("cpu"),
+            memory_bytes: capacity("memory"),
+            boot_id: facts.boot_id.clone(),
+            machine_id: facts.machine_id.clone(),
+            system_uuid: facts.system_uuid.clone(),
         }
-        String::from_utf8(out).unwrap_or_default()
     }
 
     fn stats_summary(

@@ -90,6 +90,7 @@ struct Node {
     results: ProbeResults,
     clock: Clock,
     waker: reconcile_engine::Waker<PodUid>,
+    metrics: ProbeMetrics,
 }
 
 fn clock() -> Clock {
@@ -105,7 +106,8 @@ fn node() -> Node {
     let handler = Arc::new(FakeHandler::default());
     let (desired, mut writer) = store();
     writer.mark_synced();
-    let prober = Prober::new(handler.clone(), desired.clone(), ProbeMetrics::unregistered(), clock.clone());
+    let metrics = ProbeMetrics::unregistered();
+    let prober = Prober::new(handler.clone(), desired.clone(), metrics.clone(), clock.clone());
     let results = prober.results();
     // Short crash-loop back-off so restarts are quick.
     let backoff = CrashLoopBackOff {
@@ -133,7 +135,29 @@ fn node() -> Node {
     tokio::spawn(pleg.run(std::future::pending()));
     tokio::spawn(prober.run(actual.clone(), waker.clone(), std::future::pending()));
     let reconciler = PodReconciler::new(backoff, clock.clone()).with_probes(results.clone());
-    Node { runtime, handler, writer, actual, desired, reconciler, results, clock, waker }
+    Node { runtime, handler, writer, actual, desired, reconciler, results, clock, waker, metrics }
+}
+
+/// The `prober_probe_total` series of pod `uid`: (probe type, result) → count.
+fn probe_series(metrics: &ProbeMetrics, uid: &str) -> HashMap<(String, String), u64> {
+    let mut out = HashMap::new();
+    for family in prometheus::core::Collector::collect(&metrics.probe_total) {
+        for m in family.get_metric() {
+            let label = |name: &str| {
+                m.get_label()
+                    .iter()
+                    .find(|l| l.name() == name)
+                    .map(|l| l.value().to_owned())
+                    .unwrap_or_default()
+            };
+            if label("pod_uid") == uid {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let count = m.get_counter().get_value() as u64;
+                out.insert((label("probe_type"), label("result")), count);
+            }
+        }
+    }
+    out
 }
 
 fn pod(uid: &str, yaml: &str) -> DesiredPod {
@@ -367,14 +391,26 @@ async fn probes_stop_when_the_container_stops_and_start_again_with_the_new_one()
         n.handler.runs(ProbeKind::Readiness).iter().any(|r| r.container_id == second && r.container == "app")
     );
     assert!(n.container("u1", "app").ready);
+    // The metric series are the container's (by name), counting on across the restart; only results
+    // that happened have one.
+    let series = probe_series(&n.metrics, "u1");
+    let ready_runs = n.handler.runs(ProbeKind::Readiness).len();
+    let counted = series.get(&("Readiness".to_owned(), "successful".to_owned())).copied().unwrap_or(0);
+    assert!(
+        counted + 1 >= u64::try_from(ready_runs).unwrap_or(u64::MAX) && counted >= 3,
+        "{series:?} vs {ready_runs} runs"
+    );
+    assert!(!series.contains_key(&("Readiness".to_owned(), "failed".to_owned())), "{series:?}");
 
-    // Gone from desired state: workers and results go with the pod.
+    // Gone from desired state: workers, results and metric series go with the pod.
     n.writer.remove(&"u1".to_string());
     assert!(eventually(LONG, || n.actual.get(&"u1".to_string()).is_none()).await);
     assert!(eventually(LONG, || n.results.is_empty()).await);
+    assert!(probe_series(&n.metrics, "u1").is_empty(), "{:?}", probe_series(&n.metrics, "u1"));
     let count = n.handler.runs(ProbeKind::Readiness).len();
     sleep(Duration::from_secs(5)).await;
     assert_eq!(n.handler.runs(ProbeKind::Readiness).len(), count);
+    assert!(probe_series(&n.metrics, "u1").is_empty(), "no series comes back");
 }
 
 #[tokio::test(start_paused = true)]

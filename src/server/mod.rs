@@ -2,8 +2,8 @@
 //!
 //! | Listener | Default | Transport | Authentication | Endpoints |
 //! |---|---|---|---|---|
-//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/runningpods/`, `/configz`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`), `POST /debug/{ns}/{pod}` (ephemeral containers of static pods) |
-//! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/stats/summary` |
+//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/runningpods/`, `/configz`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`), `POST /debug/{ns}/{pod}` (ephemeral containers of static pods) |
+//! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary` |
 //! | healthz (`--healthz-bind-address`:`--healthz-port`) | 127.0.0.1:10248 | HTTP | none | `/healthz` |
 //!
 //! **Authentication on the main port** works like the kubelet's union authenticator: a client certificate
@@ -181,6 +181,17 @@ pub(crate) trait NodeView: Send + Sync + 'static {
         &self,
     ) -> impl Future<Output = Result<crate::stats::summary::Summary, crate::stats::StatsError>> + Send {
         std::future::ready(Err(crate::stats::StatsError::Task("stats are not available".to_owned())))
+    }
+
+    /// The prober's metrics (`prober_probe_total`, `prober_probe_duration_seconds`) in the Prometheus text
+    /// format, served on `/metrics/probes` (the kubelet keeps them off `/metrics`). Default: none.
+    fn probe_metrics(&self) -> String {
+        String::new()
+    }
+
+    /// The machine's `machine_*` facts for `/metrics/cadvisor`. Default: unknown (left out).
+    fn machine(&self) -> crate::stats::cadvisor::Machine {
+        crate::stats::cadvisor::Machine::default()
     }
 
     /// Whether the container is running; `/containerLogs?follow=true` stops once the container is no longer

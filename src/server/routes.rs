@@ -68,6 +68,8 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .route("/healthz", get(healthz::<V>))
         .route("/metrics", get(metrics::<V>))
         .route("/metrics/resource", get(metrics_resource::<V>))
+        .route("/metrics/cadvisor", get(metrics_cadvisor::<V>))
+        .route("/metrics/probes", get(metrics_probes::<V>))
         .route("/stats/summary", get(stats_summary::<V>))
         .route("/api/v1/events", get(events::<V>))
         .route("/api/v1/persistentvolumes", get(persistent_volumes::<V>))
@@ -108,8 +110,7 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
 }
 
 /// The read-only port: `/pods`, `/api/v1/events`, `/healthz`, `/metrics`, `/metrics/resource`,
-/// `/stats/summary`, no authentication, no
-/// logs.
+/// `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary`, no authentication, no logs.
 pub(crate) fn read_only_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
     Router::new()
         .route("/pods", get(pods::<V>))
@@ -123,6 +124,8 @@ pub(crate) fn read_only_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .route("/healthz", get(healthz::<V>))
         .route("/metrics", get(metrics::<V>))
         .route("/metrics/resource", get(metrics_resource::<V>))
+        .route("/metrics/cadvisor", get(metrics_cadvisor::<V>))
+        .route("/metrics/probes", get(metrics_probes::<V>))
         .route("/stats/summary", get(stats_summary::<V>))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -340,6 +343,26 @@ async fn metrics_resource<V: NodeView>(State(shared): St<V>) -> Response {
         Err(e) => crate::stats::resource::encode(Err(e)),
     };
     with_content_type(text.into_response(), PROMETHEUS_TEXT)
+}
+
+/// `/metrics/cadvisor`: cAdvisor's `container_*` and `machine_*` series, from the summary.
+async fn metrics_cadvisor<V: NodeView>(State(shared): St<V>) -> Response {
+    use crate::stats::cadvisor;
+    let summary = shared.view.stats_summary().await;
+    let now = crate::stats::summary::Time(
+        time::OffsetDateTime::now_utc().unix_timestamp_nanos().try_into().unwrap_or(i64::MAX),
+    );
+    let machine = shared.view.machine();
+    let families = match &summary {
+        Ok(s) => cadvisor::families(Ok(s), &machine, now),
+        Err(e) => cadvisor::families(Err(e), &machine, now),
+    };
+    with_content_type(cadvisor::encode(&families).into_response(), PROMETHEUS_TEXT)
+}
+
+/// `/metrics/probes`: the prober's metrics.
+async fn metrics_probes<V: NodeView>(State(shared): St<V>) -> Response {
+    with_content_type(shared.view.probe_metrics().into_response(), PROMETHEUS_TEXT)
 }
 
 /// An error of `/containerLogs` as the kubelet writes it: the message as plain text (go-restful's

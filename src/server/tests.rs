@@ -69,6 +69,9 @@ impl NodeView for FakeView {
     fn metrics(&self) -> String {
         self.metrics.clone()
     }
+    fn probe_metrics(&self) -> String {
+        PROBE_METRICS.to_owned()
+    }
     fn healthy(&self) -> Result<(), String> {
         self.health.lock().expect("lock").clone()
     }
@@ -79,6 +82,8 @@ impl NodeView for FakeView {
         self.running.load(Ordering::SeqCst)
     }
 }
+
+const PROBE_METRICS: &str = "# TYPE prober_probe_total counter\nprober_probe_total{pod_uid=\"u\"} 1\n";
 
 fn sample_pod() -> Pod {
     Pod {
@@ -686,6 +691,17 @@ async fn pods_returns_the_views_pod_list() {
     assert_eq!(metrics.status, StatusCode::OK);
     assert_eq!(metrics.content_type, "text/plain; version=0.0.4; charset=utf-8");
     assert_eq!(metrics.body, view.metrics);
+    // The other metric endpoints: behind authentication too.
+    for path in ["/metrics/probes", "/metrics/cadvisor"] {
+        assert_eq!(get(server.main, &https(), path, None).await.status, StatusCode::UNAUTHORIZED, "{path}");
+    }
+    let probes = get(server.main, &https(), "/metrics/probes", Some("tok")).await;
+    assert_eq!((probes.status, probes.body.as_str()), (StatusCode::OK, PROBE_METRICS));
+    // No summary here: cAdvisor's scrape error, nothing made up.
+    let cadvisor = get(server.main, &https(), "/metrics/cadvisor", Some("tok")).await;
+    assert_eq!(cadvisor.content_type, "text/plain; version=0.0.4; charset=utf-8");
+    assert!(cadvisor.body.contains("container_scrape_error 1\n"), "{}", cadvisor.body);
+    assert!(!cadvisor.body.contains("container_cpu"), "{}", cadvisor.body);
     server.stop().await;
 }
 
@@ -706,6 +722,10 @@ async fn read_only_port_serves_pods_without_auth_and_has_no_logs() {
     assert_eq!(pods.status, StatusCode::OK);
     assert_eq!(serde_json::from_str::<List<Pod>>(&pods.body).expect("PodList"), view.pods());
     assert_eq!(get(read_only, &ClientTls::Plain, "/metrics", None).await.body, view.metrics);
+    assert_eq!(get(read_only, &ClientTls::Plain, "/metrics/probes", None).await.body, PROBE_METRICS);
+    let cadvisor = get(read_only, &ClientTls::Plain, "/metrics/cadvisor", None).await;
+    assert_eq!(cadvisor.status, StatusCode::OK);
+    assert!(cadvisor.body.contains("container_scrape_error 1\n"), "{}", cadvisor.body);
     assert_eq!(get(read_only, &ClientTls::Plain, "/healthz", None).await.body, "ok");
 
     let logs = get(read_only, &ClientTls::Plain, "/containerLogs/default/web/app", None).await;

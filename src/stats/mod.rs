@@ -1,5 +1,6 @@
-//! Node, pod and container statistics: the numbers behind `/stats/summary`, `/metrics/resource` and the
-//! eviction signals.
+//! Node, pod and container statistics: the numbers behind `/stats/summary`, `/metrics/resource`,
+//! `/metrics/cadvisor` (both computed from the summary: [`resource`], [`cadvisor`]) and the eviction
+//! signals.
 //!
 //! | What | Where from |
 //! |---|---|
@@ -16,6 +17,7 @@
 //! CPU `usageNanoCores` is the runtime's when it gives one, else the rate since the previous sample of
 //! the same cgroup (absent on the first).
 
+pub(crate) mod cadvisor;
 pub(crate) mod host;
 pub(crate) mod resource;
 pub(crate) mod summary;
@@ -35,8 +37,9 @@ use reconcile_engine::Store;
 
 use host::{CgroupVersion, FsInfo, MemorySample};
 use summary::{
-    ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats, PodReference,
-    PodStats, ProcessStats, PvcReference, RlimitStats, RuntimeStats, Summary, Time, VolumeStats,
+    ContainerRuntimeInfo, ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats,
+    NodeStats, PodReference, PodStats, ProcessStats, PvcReference, RlimitStats, RuntimeStats, Summary, Time,
+    VolumeStats,
 };
 
 /// Why stats could not be gathered.
@@ -295,6 +298,7 @@ impl StatsProvider {
         for (uid, (identity, disk)) in disks {
             let Some(sandbox) = newest.get(&uid) else { continue };
             let sstats = sandbox_stats.get(&sandbox.id);
+            let pod_cgroup = self.inner.runtime.pod_cgroup(&uid);
             let mut ephemeral_used = 0_u64;
             let mut ephemeral_inodes = 0_u64;
             let mut container_list = Vec::new();
@@ -340,6 +344,14 @@ impl StatsProvider {
                 if let Some(ws) = memory.as_ref().and_then(|m| m.working_set_bytes) {
                     sum_ws = Some(sum_ws.unwrap_or(0).saturating_add(ws));
                 }
+                // The image as the pod spec (and pod status) names it; the runtime has only the ID.
+                let image = c
+                    .annotations
+                    .get(labels::CONTAINER_IMAGE)
+                    .filter(|i| !i.is_empty())
+                    .cloned()
+                    .or_else(|| c.image.as_ref().map(|i| i.image.clone()))
+                    .unwrap_or_default();
                 container_list.push(ContainerStats {
                     name,
                     start_time: Time(c.created_at),
@@ -347,6 +359,11 @@ impl StatsProvider {
                     memory,
                     rootfs,
                     logs,
+                    runtime: ContainerRuntimeInfo {
+                        id: c.id.clone(),
+                        image,
+                        cgroup: pod_cgroup.as_ref().map(|p| format!("{p}/{}", c.id)),
+                    },
                 });
             }
             container_list.sort_by(|a, b| a.name.cmp(&b.name));
@@ -413,6 +430,7 @@ impl StatsProvider {
                     ..share_of(node_fs.as_ref())
                 }),
                 process_stats: processes.map(|n| ProcessStats { process_count: Some(n) }),
+                cgroup: pod_cgroup,
             });
         }
         pods.sort_by(|a, b| {

@@ -138,6 +138,10 @@ pub(crate) struct PodStats {
     /// How many processes the pod has.
     #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
     pub(crate) process_stats: Option<ProcessStats>,
+    /// The pod's cgroup (`<cgroup root>/pod<uid>`), when nodelet manages one; not in the JSON
+    /// (the `id` label of `/metrics/cadvisor`).
+    #[serde(skip)]
+    pub(crate) cgroup: Option<String>,
 }
 
 /// Names a pod.
@@ -179,6 +183,22 @@ pub(crate) struct ContainerStats {
     /// The container's log files (`usedBytes`) on the log filesystem.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) logs: Option<FsStats>,
+    /// What the runtime calls the container, its image and its cgroup; not in the JSON (the
+    /// labels of `/metrics/cadvisor`). Empty for system containers.
+    #[serde(skip)]
+    pub(crate) runtime: ContainerRuntimeInfo,
+}
+
+/// A container as the runtime knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ContainerRuntimeInfo {
+    /// The runtime's container ID.
+    pub(crate) id: String,
+    /// The image, as the runtime names it (a reference such as `docker.io/library/busybox:1.36`
+    /// when it gives one, else the image ID).
+    pub(crate) image: String,
+    /// The container's cgroup (`<pod cgroup>/<id>`), when nodelet manages the pod's cgroup.
+    pub(crate) cgroup: Option<String>,
 }
 
 /// CPU usage.

@@ -30,6 +30,7 @@ mod exec;
 mod hostile_clients;
 mod lifecycle;
 mod logs;
+mod metrics;
 mod probes;
 mod restarts;
 mod sources;

@@ -198,7 +198,7 @@ async fn every_handler_runs_every_probe_kind_and_readiness_follows_it_both_ways(
     }
     assert_eq!(condition(&pod, "ContainersReady").map(|c| c.status.as_str()), Some("True"));
     sleep(Duration::from_secs(2)).await;
-    let metrics = get_text(&n, "/metrics").await;
+    let metrics = get_text(&n, "/metrics/probes").await;
     for name in names {
         for kind in ["Startup", "Liveness", "Readiness"] {
             assert!(
@@ -342,7 +342,7 @@ async fn a_startup_probe_holds_liveness_and_readiness_until_it_succeeds() {
         assert_eq!(pod_ready(&pod).as_deref(), Some("False"));
         sleep(Duration::from_millis(500)).await;
     }
-    let metrics = get_text(&n, "/metrics").await;
+    let metrics = get_text(&n, "/metrics/probes").await;
     assert_eq!(probe_total(&metrics, "app", "Liveness", "failed"), 0.0, "liveness never ran");
     assert!(probe_total(&metrics, "app", "Startup", "failed") >= 3.0, "the startup probe ran");
 

@@ -222,12 +222,14 @@ impl<R: PodRuntime> PodDriver<R> {
                 format!("container {name:?} is not in the pod spec"),
             ));
         };
+        let container_type = super::metrics::container_type(kind);
+        self.metrics.started_containers.with_label_values(&[container_type]).inc();
         if let Err(e) =
             self.runtime.start_container(pod, sandbox_id, container, kind, restart_count, volumes).await
         {
+            self.metrics.started_containers_errors.with_label_values(&[container_type, e.reason]).inc();
             return Outcome::Failed(e);
         }
-        self.metrics.started_containers.inc();
         let outcome = self.state(uid).await;
         // Keep only the newest exited attempt besides the new one (for `lastState` and
         // `--previous` logs); older attempts are removed with their logs.

@@ -1,6 +1,6 @@
 //! Pod metrics with the kubelet's names (see the shared reference, §10).
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
 
 /// The pod metrics kept live; gauges of running pods and containers are computed at scrape time
 /// from the actual store.
@@ -10,8 +10,12 @@ pub struct PodMetrics {
     pub pleg_relist_duration: Histogram,
     /// `kubelet_pleg_relist_interval_seconds`.
     pub pleg_relist_interval: Histogram,
-    /// `kubelet_started_containers_total`.
-    pub started_containers: IntCounter,
+    /// `kubelet_started_containers_total{container_type}`: container starts attempted (counted before
+    /// the start, as the kubelet), `container_type` from [`container_type`].
+    pub started_containers: IntCounterVec,
+    /// `kubelet_started_containers_errors_total{container_type,code}`: starts that failed, `code` the
+    /// kubelet's reason (`ErrImagePull`, `CreateContainerError`, `RunContainerError`…).
+    pub started_containers_errors: IntCounterVec,
     /// `kubelet_started_pods_total`.
     pub started_pods: IntCounter,
     /// `kubelet_pod_start_duration_seconds`: from nodelet starting a pod (its first sandbox) to all its
@@ -21,6 +25,16 @@ pub struct PodMetrics {
     /// kubelet's sync types: `create` (sandbox), `update` (start or kill containers), `kill` (the whole
     /// pod), `sync` (refresh).
     pub pod_worker_duration: HistogramVec,
+}
+
+/// The `container_type` label of the container-start metrics: `container`, `init_container` or
+/// `ephemeral_container` (the kubelet's values).
+pub fn container_type(kind: super::driver::ContainerKind) -> &'static str {
+    match kind {
+        super::driver::ContainerKind::App => "container",
+        super::driver::ContainerKind::Init => "init_container",
+        super::driver::ContainerKind::Ephemeral => "ephemeral_container",
+    }
 }
 
 /// The kubelet's buckets of `kubelet_pod_start_duration_seconds`.
@@ -49,9 +63,16 @@ impl PodMetrics {
                 )
                 .buckets(PLEG_BUCKETS.to_vec()),
             )?,
-            started_containers: IntCounter::new(
-                "kubelet_started_containers_total",
-                "Cumulative number of containers started.",
+            started_containers: IntCounterVec::new(
+                Opts::new("kubelet_started_containers_total", "Cumulative number of containers started"),
+                &["container_type"],
+            )?,
+            started_containers_errors: IntCounterVec::new(
+                Opts::new(
+                    "kubelet_started_containers_errors_total",
+                    "Cumulative number of errors when starting containers",
+                ),
+                &["container_type", "code"],
             )?,
             started_pods: IntCounter::new(
                 "kubelet_started_pods_total",
@@ -77,6 +98,7 @@ impl PodMetrics {
         registry.register(Box::new(m.pleg_relist_duration.clone()))?;
         registry.register(Box::new(m.pleg_relist_interval.clone()))?;
         registry.register(Box::new(m.started_containers.clone()))?;
+        registry.register(Box::new(m.started_containers_errors.clone()))?;
         registry.register(Box::new(m.started_pods.clone()))?;
         Ok(m)
     }

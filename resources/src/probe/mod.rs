@@ -17,7 +17,8 @@
 //!   apply as to any exit), and status shows `ready`, `started` and the `Ready`/`ContainersReady`
 //!   conditions from the readiness and startup results.
 //! - [`status`]: those pure functions of the results.
-//! - [`metrics`]: `prober_probe_total` and `prober_probe_duration_seconds`.
+//! - [`metrics`]: `prober_probe_total` and `prober_probe_duration_seconds` (served on `/metrics/probes`);
+//!   a pod's series are deleted when it leaves the desired store.
 
 pub mod desired;
 pub mod handler;

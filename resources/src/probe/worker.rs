@@ -4,10 +4,9 @@
 //! workers report and wakes the pod's engine key when a result flips.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use prometheus::{Histogram, IntCounter};
 use reconcile_engine::{Store, Waker, Writer, store};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -15,7 +14,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::desired::{ProbeKind, ProbeSpec, container_probes};
 use super::handler::{ProbeHandler, ProbeOutcome, ProbeTarget};
-use super::metrics::ProbeMetrics;
+use super::metrics::{ProbeLabels, ProbeMetrics, RESULTS};
 use super::results::{ContainerProbes, ProbeFailure, ProbeResult, ProbeResults};
 use crate::pod::actual::{ContainerState, PodActual};
 use crate::pod::desired::{DesiredPod, PodUid};
@@ -63,6 +62,8 @@ pub struct Prober<H> {
     workers: HashMap<PodUid, HashMap<String, Vec<AbortOnDrop>>>,
     /// Per pod: the container IDs with an entry in the results store.
     entries: HashMap<PodUid, HashSet<String>>,
+    /// Per desired pod: the probes that have metric series, deleted when the pod leaves.
+    series: HashMap<PodUid, PodSeries>,
     tx: mpsc::UnboundedSender<Report>,
     rx: mpsc::UnboundedReceiver<Report>,
 }
@@ -82,6 +83,16 @@ impl<H> std::fmt::Debug for WorkerCtx<H> {
     }
 }
 
+/// The metric series of one pod's probes.
+#[derive(Debug)]
+struct PodSeries {
+    /// Cleared (under the write lock) before the series are deleted; workers count a run only
+    /// while it is set (under the read lock), so an aborted worker that was mid-run cannot bring a
+    /// deleted series back.
+    alive: Arc<RwLock<bool>>,
+    labels: HashSet<ProbeLabels>,
+}
+
 /// Everything one worker needs.
 struct WorkerCtx<H> {
     handler: Arc<H>,
@@ -92,9 +103,10 @@ struct WorkerCtx<H> {
     /// Liveness and readiness of a container with a startup probe: skip runs until it succeeded.
     gate: Option<ProbeResults>,
     tx: mpsc::UnboundedSender<Report>,
-    /// `successful`, `failed`, `unknown`.
-    counters: [IntCounter; 3],
-    duration: Histogram,
+    metrics: ProbeMetrics,
+    labels: ProbeLabels,
+    /// The pod's [`PodSeries::alive`].
+    alive: Arc<RwLock<bool>>,
 }
 
 impl<H: ProbeHandler> Prober<H> {
@@ -119,6 +131,7 @@ impl<H: ProbeHandler> Prober<H> {
             created_at,
             workers: HashMap::new(),
             entries: HashMap::new(),
+            series: HashMap::new(),
             tx,
             rx,
         }
@@ -251,17 +264,19 @@ impl<H: ProbeHandler> Prober<H> {
             let ran_for = if record.started_at > 0 { ran_for } else { Duration::ZERO };
             let has_startup = probes.iter().any(|p| p.kind == ProbeKind::Startup);
             let mut tasks = Vec::with_capacity(probes.len());
+            let series = self
+                .series
+                .entry(uid.clone())
+                .or_insert_with(|| PodSeries { alive: Arc::new(RwLock::new(true)), labels: HashSet::new() });
             for spec in probes {
-                let labels = [spec.kind.as_str(), &target.container, &target.pod_name, &target.namespace];
-                let counter = |result: &str| {
-                    self.metrics.probe_total.with_label_values(&[
-                        spec.kind.as_str(),
-                        result,
-                        &target.container,
-                        &target.pod_name,
-                        &target.namespace,
-                    ])
+                let labels = ProbeLabels {
+                    probe_type: spec.kind.as_str(),
+                    container: target.container.clone(),
+                    pod: target.pod_name.clone(),
+                    namespace: target.namespace.clone(),
+                    pod_uid: uid.clone(),
                 };
+                series.labels.insert(labels.clone());
                 // As the kubelet does after a restart: containers that were already running get
                 // their first probe at a random point of the first period, not all at once.
                 let jitter = if record.started_at > 0 && record.started_at < self.created_at {
@@ -274,8 +289,9 @@ impl<H: ProbeHandler> Prober<H> {
                     delay: spec.initial_delay.saturating_sub(ran_for).max(jitter),
                     gate: (spec.kind != ProbeKind::Startup && has_startup).then(|| self.results.clone()),
                     tx: self.tx.clone(),
-                    counters: [counter("successful"), counter("failed"), counter("unknown")],
-                    duration: self.metrics.probe_duration.with_label_values(&labels),
+                    metrics: self.metrics.clone(),
+                    labels,
+                    alive: series.alive.clone(),
                     target: target.clone(),
                     spec,
                 };
@@ -302,6 +318,15 @@ impl<H: ProbeHandler> Prober<H> {
         });
         if entries.is_empty() {
             self.entries.remove(uid);
+        }
+        // The pod is gone (its workers stopped above): so are its metric series.
+        if desired.is_none()
+            && let Some(series) = self.series.remove(uid)
+        {
+            *series.alive.write().unwrap_or_else(std::sync::PoisonError::into_inner) = false;
+            for labels in &series.labels {
+                self.metrics.forget(labels);
+            }
         }
     }
 }
@@ -344,13 +369,17 @@ impl<H: ProbeHandler> WorkerCtx<H> {
                 Ok(outcome) => outcome,
                 Err(_) => ProbeOutcome::Error(format!("probe did not finish within {:?}", spec.timeout)),
             };
-            self.duration.observe(started.elapsed().as_secs_f64());
             let i = match outcome {
                 ProbeOutcome::Success => 0,
                 ProbeOutcome::Failure(_) => 1,
                 ProbeOutcome::Error(_) => 2,
             };
-            self.counters[i].inc();
+            {
+                let alive = self.alive.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if *alive {
+                    self.metrics.observe(&self.labels, RESULTS[i], started.elapsed().as_secs_f64());
+                }
+            }
             let result = outcome.result();
             if result == last {
                 run = run.saturating_add(1);
