@@ -7,8 +7,9 @@
 //!   first, without Prometheus's extrapolation to the range's edges; a counter reset counts from 0.
 //! - `sum`, `max`, `min`, `avg`, `count` with `by (…)` / `without (…)`.
 //! - `histogram_quantile()` with Prometheus's linear interpolation inside the bucket.
+//! - Comparisons with a number as filters (`… > 0`).
 //!
-//! Anything else (binary operators, other functions) draws the panel with a note instead of data.
+//! Anything else (arithmetic, vector-to-vector operators, other functions) draws the panel with a note instead of data.
 //! Shared by `examples/dashboard_render/main.rs` and `tests/daemon/deploy.rs`.
 
 use std::collections::BTreeMap;
@@ -134,8 +135,10 @@ fn eval(e: &Expr, scrapes: &[Scrape], i: usize) -> Result<Val, String> {
                             return None;
                         }
                         // a value lower than the one before: the counter restarted from 0
-                        let increase: f64 =
-                            p.windows(2).map(|w| if w[1].1 >= w[0].1 { w[1].1 - w[0].1 } else { w[1].1 }).sum();
+                        let increase: f64 = p
+                            .windows(2)
+                            .map(|w| if w[1].1 >= w[0].1 { w[1].1 - w[0].1 } else { w[1].1 })
+                            .sum();
                         let v = if c.func.name == "rate" { increase / elapsed } else { increase };
                         Some((labels, v))
                     })
@@ -146,7 +149,9 @@ fn eval(e: &Expr, scrapes: &[Scrape], i: usize) -> Result<Val, String> {
                 let (Some(q), Some(v)) = (c.args.args.first(), c.args.args.get(1)) else {
                     return Err("histogram_quantile() needs two arguments".into());
                 };
-                let Val::Scalar(q) = eval(q, scrapes, i)? else { return Err("quantile is not a number".into()) };
+                let Val::Scalar(q) = eval(q, scrapes, i)? else {
+                    return Err("quantile is not a number".into());
+                };
                 let Val::Vector(buckets) = eval(v, scrapes, i)? else { return Err("no buckets".into()) };
                 let mut groups: BTreeMap<Labels, Vec<(f64, f64)>> = BTreeMap::new();
                 for (mut labels, count) in buckets {
@@ -164,7 +169,9 @@ fn eval(e: &Expr, scrapes: &[Scrape], i: usize) -> Result<Val, String> {
             other => Err(format!("function {other}() is not supported by the renderer")),
         },
         Expr::Aggregate(a) => {
-            let Val::Vector(input) = eval(&a.expr, scrapes, i)? else { return Err("aggregate of a number".into()) };
+            let Val::Vector(input) = eval(&a.expr, scrapes, i)? else {
+                return Err("aggregate of a number".into());
+            };
             let mut groups: BTreeMap<Labels, Vec<f64>> = BTreeMap::new();
             for (labels, v) in input {
                 let key: Labels = match &a.modifier {
@@ -196,6 +203,30 @@ fn eval(e: &Expr, scrapes: &[Scrape], i: usize) -> Result<Val, String> {
                 .collect::<Result<Vec<_>, String>>()?;
             Ok(Val::Vector(out))
         }
+        Expr::Binary(b) => {
+            // a filter: <vector> <comparison> <number>
+            let (Val::Vector(lhs), Val::Scalar(rhs)) = (eval(&b.lhs, scrapes, i)?, eval(&b.rhs, scrapes, i)?)
+            else {
+                return Err(format!("{e} is not supported by the renderer (only vector <op> number)"));
+            };
+            let op = b.op.to_string();
+            let keep = |v: f64| match op.as_str() {
+                ">" => Ok(v > rhs),
+                "<" => Ok(v < rhs),
+                ">=" => Ok(v >= rhs),
+                "<=" => Ok(v <= rhs),
+                "==" => Ok(v == rhs),
+                "!=" => Ok(v != rhs),
+                other => Err(format!("operator {other} is not supported by the renderer")),
+            };
+            let mut out = Vec::new();
+            for (labels, v) in lhs {
+                if keep(v)? {
+                    out.push((labels, v));
+                }
+            }
+            Ok(Val::Vector(out))
+        }
         other => Err(format!("{other} is not supported by the renderer")),
     }
 }
@@ -206,7 +237,10 @@ fn select(v: &VectorSelector, scrape: &Scrape) -> Vec<(Labels, f64)> {
         .iter()
         .filter(|(name, labels, _)| {
             v.name.as_deref().is_none_or(|n| n == name)
-                && v.matchers.matchers.iter().all(|m| m.is_match(labels.get(&m.name).map_or("", String::as_str)))
+                && v.matchers
+                    .matchers
+                    .iter()
+                    .all(|m| m.is_match(labels.get(&m.name).map_or("", String::as_str)))
         })
         .map(|(_, labels, value)| (labels.clone(), *value))
         .collect()
@@ -344,7 +378,12 @@ const COLUMN: i32 = 64;
 const ROW: i32 = 30;
 
 /// Draws `panels` (from [`evaluate`]) into `out` as an SVG in the dashboard's grid layout.
-pub(crate) fn render(dashboard: &Value, panels: &[PanelData], caption: &str, out: &Path) -> Result<(), String> {
+pub(crate) fn render(
+    dashboard: &Value,
+    panels: &[PanelData],
+    caption: &str,
+    out: &Path,
+) -> Result<(), String> {
     let defs: Vec<&Value> = dashboard["panels"].as_array().into_iter().flatten().collect();
     let bottom = defs
         .iter()
@@ -370,13 +409,21 @@ pub(crate) fn render(dashboard: &Value, panels: &[PanelData], caption: &str, out
         let unit = def["fieldConfig"]["defaults"]["unit"].as_str().unwrap_or("short");
         match data.kind.as_str() {
             "row" => {
-                area.draw(&Text::new(data.title.clone(), (0, 6), ("sans-serif", 17).into_font().color(&TEXT)))
-                    .map_err(|e| err(&e))?;
+                area.draw(&Text::new(
+                    data.title.clone(),
+                    (0, 6),
+                    ("sans-serif", 17).into_font().color(&TEXT),
+                ))
+                .map_err(|e| err(&e))?;
             }
             "stat" => {
                 area.fill(&PANEL).map_err(|e| err(&e))?;
-                area.draw(&Text::new(data.title.clone(), (8, 6), ("sans-serif", 14).into_font().color(&TEXT)))
-                    .map_err(|e| err(&e))?;
+                area.draw(&Text::new(
+                    data.title.clone(),
+                    (8, 6),
+                    ("sans-serif", 14).into_font().color(&TEXT),
+                ))
+                .map_err(|e| err(&e))?;
                 let n = data.series.len().max(1) as i32;
                 let cell = (x1 - x0) / n;
                 for (k, s) in data.series.iter().enumerate() {
@@ -385,8 +432,12 @@ pub(crate) fn render(dashboard: &Value, panels: &[PanelData], caption: &str, out
                     let cx = k as i32 * cell + 8;
                     area.draw(&Text::new(value, (cx, 34), ("sans-serif", 28).into_font().color(&color)))
                         .map_err(|e| err(&e))?;
-                    area.draw(&Text::new(s.legend.clone(), (cx, 76), ("sans-serif", 12).into_font().color(&TEXT)))
-                        .map_err(|e| err(&e))?;
+                    area.draw(&Text::new(
+                        s.legend.clone(),
+                        (cx, 76),
+                        ("sans-serif", 12).into_font().color(&TEXT),
+                    ))
+                    .map_err(|e| err(&e))?;
                 }
                 if data.series.is_empty() {
                     area.draw(&Text::new("No data", (8, 40), ("sans-serif", 16).into_font().color(&TEXT)))
@@ -406,7 +457,8 @@ fn draw_timeseries<DB: DrawingBackend>(
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     area.fill(&PANEL)?;
     let points = data.series.iter().flat_map(|s| s.points.iter());
-    let (mut t0, mut t1, mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
+    let (mut t0, mut t1, mut lo, mut hi) =
+        (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
     for (t, v) in points {
         t0 = t0.min(*t);
         t1 = t1.max(*t);

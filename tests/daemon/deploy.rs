@@ -187,7 +187,10 @@ fn the_installed_unit_passes_systemd_analyze_verify() {
     // verify really checks: the same unit with a binary that does not exist, or a misspelt directive, fails.
     let broken = layout.path("broken.service");
     let missing = layout.path("no/such/nodelet");
-    write(&broken, &text_of_unit.replace(&layout.binary().display().to_string(), &missing.display().to_string()));
+    write(
+        &broken,
+        &text_of_unit.replace(&layout.binary().display().to_string(), &missing.display().to_string()),
+    );
     let out = run(&analyze, &["verify", &broken.display().to_string()]);
     assert!(!out.status.success(), "verify accepted a missing ExecStart binary: {}", text(&out));
     write(&broken, &text_of_unit.replace("Restart=always", "Restart=alwayz"));
@@ -338,7 +341,8 @@ async fn the_installed_config_starts_nodelet() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let refused = http.get(format!("https://127.0.0.1:{}/pods", ports[0])).send().await.map(|r| r.status().as_u16());
+    let refused =
+        http.get(format!("https://127.0.0.1:{}/pods", ports[0])).send().await.map(|r| r.status().as_u16());
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let _ = child.wait();
     assert!(healthy, "the installed nodelet never answered /healthz:\n{}", read(&log));
@@ -627,7 +631,8 @@ async fn every_metric_of_the_dashboard_and_the_alerts_is_exported() {
     for p in &panels {
         assert!(p.notes.is_empty(), "the renderer cannot draw panel {:?}: {:?}", p.title, p.notes);
     }
-    let drawn = |title: &str| panels.iter().find(|p| p.title == title).map(|p| p.series.clone()).unwrap_or_default();
+    let drawn =
+        |title: &str| panels.iter().find(|p| p.title == title).map(|p| p.series.clone()).unwrap_or_default();
     let running = drawn("Running pods");
     assert!(running.iter().any(|s| s.points.last().is_some_and(|p| p.1 >= 1.0)), "Running pods: {running:?}");
     let ops = drawn("Container runtime operations");
