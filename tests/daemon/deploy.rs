@@ -163,6 +163,10 @@ impl Layout {
 #[test]
 fn the_installed_unit_passes_systemd_analyze_verify() {
     let analyze = tool_or_skip!("systemd-analyze", "the_installed_unit_passes_systemd_analyze_verify");
+    // Installed with --prefix/--sysconfdir/--unitdir under a temporary root (not --destdir): verify
+    // checks that ExecStart's binary exists and is executable at the path the unit names, so the unit
+    // must name the temporary binary (a --destdir unit names /usr/local/bin/nodelet; the install test
+    // checks that one).
     let layout = Layout::new();
     layout.install_ok();
     let unit = layout.unit();
