@@ -19,7 +19,7 @@
 //!   bootstrap credentials once the certificate expired); the issued certificate is stored and every API
 //!   request from then on uses it: the [`kube::Client`] cluster mode holds forwards each request to the
 //!   current inner client ([`SwapService`]), so nothing restarts. A failed renewal counts in
-//!   `certificate_manager_client_expiration_renew_errors`, is logged as an error and retried with back-off.
+//!   `kubelet_certificate_manager_client_expiration_renew_errors`, is logged as an error and retried with back-off.
 //! - **Serving certificate** (`serverTLSBootstrap: true`): signer `kubernetes.io/kubelet-serving`, SANs
 //!   the node name and its InternalIP addresses, rotated the same way; the main port reads it through a
 //!   [`ServingCertHandle`](crate::server::ServingCertHandle) at each handshake and serves the self-signed
@@ -656,7 +656,7 @@ impl CertMetrics {
             "Seconds until the main port's serving certificate from the cluster expires (negative: expired).",
         )?;
         let renew_errors = prometheus::IntCounter::new(
-            "certificate_manager_client_expiration_renew_errors",
+            "kubelet_certificate_manager_client_expiration_renew_errors",
             "Failed renewals of the node's client certificate.",
         )?;
         registry.register(Box::new(client_ttl.clone()))?;

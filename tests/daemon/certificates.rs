@@ -471,7 +471,7 @@ async fn short_client_and_serving_certificates_rotate_without_a_restart() {
     let server_ttl = metric(&n, "kubelet_certificate_manager_server_ttl_seconds").await.unwrap_or(f64::NAN);
     assert!(server_ttl > -5.0 && server_ttl <= SHORT_CERT as f64, "server TTL {server_ttl}");
     assert!(n.node_object().await.is_some_and(|o| ready(&o)), "the Node is Ready");
-    let renew_errors = metric(&n, "certificate_manager_client_expiration_renew_errors").await;
+    let renew_errors = metric(&n, "kubelet_certificate_manager_client_expiration_renew_errors").await;
     assert_eq!(renew_errors, Some(0.0));
     stop.cancel();
     let _ = signer.await;

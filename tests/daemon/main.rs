@@ -25,6 +25,7 @@ mod cluster;
 mod cluster_data;
 mod cluster_support;
 mod debug;
+mod deploy;
 mod eviction;
 mod exec;
 mod hostile_clients;

@@ -258,6 +258,7 @@ impl EvictionManager {
             info!(condition = %condition, pressure, "node condition changed");
             self.events.record(Involved::Node, "Normal", &reason, message, now);
         }
+        self.metrics.set_pressure(&assessment.conditions);
         self.verdicts.set_conditions(assessment.conditions.clone());
         let desired = &self.desired;
         self.verdicts.retain(|uid| desired.contains_key(&uid.to_string()));
@@ -466,6 +467,9 @@ mod tests {
         assert_eq!(v.grace, HARD_EVICTION_GRACE);
         assert!(v.message.starts_with("The node was low on resource: memory. Threshold quantity: 100Mi"));
         assert!(s.manager.pressure().conditions()[0].pressure, "MemoryPressure");
+        let gauge = s.manager.metrics.node_pressure.with_label_values(&["MemoryPressure"]).get();
+        assert_eq!(gauge, 1, "nodelet_node_pressure follows the condition");
+        assert_eq!(s.manager.metrics.evictions.with_label_values(&["memory.available"]).get(), 1);
         assert_eq!(
             s.verdicts.conditions(),
             [Condition::MemoryPressure].into(),
