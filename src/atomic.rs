@@ -1,11 +1,8 @@
-//! Files written atomically: a temporary file beside the target (created with its final mode, never
-//! following a symlink), written, fsynced and renamed over the target; and symlinks replaced the same way
-//! (a symlink under a temporary name renamed over the old one). A reader sees the old or the new content,
-//! never a part.
+//! The daemon's files written atomically and durably, through the project's one writer
+//! ([`nodelet_durable`]): a temporary file beside the target (created with its final mode, never following
+//! a symlink), written, fsynced, renamed over the target, the directory fsynced; symlinks replaced the same
+//! way. A reader sees the old or the new content, never a part. This module gives the daemon's error type.
 
-use std::fs;
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 /// A file or symlink that could not be written.
@@ -19,66 +16,27 @@ pub(crate) struct AtomicWriteError {
     pub(crate) source: std::io::Error,
 }
 
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(".tmp");
-    PathBuf::from(tmp_name)
-}
-
-fn remove_if_there(path: &Path) -> Result<(), AtomicWriteError> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(AtomicWriteError { path: path.to_owned(), source }),
+impl From<nodelet_durable::DurableError> for AtomicWriteError {
+    fn from(e: nodelet_durable::DurableError) -> Self {
+        Self { path: e.path, source: e.source }
     }
 }
 
-/// Writes `contents` to a fresh temporary file with `mode`, syncs it and renames it over `path`.
+/// Writes `contents` to `path` with `mode` through [`nodelet_durable::write`] (temporary file, fsync,
+/// rename, fsync of the directory).
 pub(crate) fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> Result<(), AtomicWriteError> {
-    let tmp = tmp_path(path);
-    let err = |p: &Path| {
-        let p = p.to_owned();
-        move |source| AtomicWriteError { path: p, source }
-    };
-    remove_if_there(&tmp)?;
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(err(&tmp))?;
-    file.write_all(contents).map_err(err(&tmp))?;
-    file.sync_all().map_err(err(&tmp))?;
-    drop(file);
-    fs::rename(&tmp, path).map_err(err(path))?;
-    sync_dir(path);
-    Ok(())
+    Ok(nodelet_durable::write(path, contents, mode)?)
 }
 
-/// Points the symlink `link` at `target` (as given, e.g. a file name relative to the link's directory):
-/// a symlink under a temporary name, renamed over `link`.
+/// Points the symlink `link` at `target` (as given, e.g. a file name relative to the link's directory)
+/// through [`nodelet_durable::replace_symlink`].
 pub(crate) fn replace_symlink(link: &Path, target: &Path) -> Result<(), AtomicWriteError> {
-    let tmp = tmp_path(link);
-    remove_if_there(&tmp)?;
-    std::os::unix::fs::symlink(target, &tmp)
-        .map_err(|source| AtomicWriteError { path: tmp.clone(), source })?;
-    fs::rename(&tmp, link).map_err(|source| AtomicWriteError { path: link.to_owned(), source })?;
-    sync_dir(link);
-    Ok(())
-}
-
-/// Best effort: the rename reaches the disk with the directory's entry.
-fn sync_dir(path: &Path) {
-    if let Some(dir) = path.parent()
-        && let Ok(d) = fs::File::open(dir)
-    {
-        let _ = d.sync_all();
-    }
+    Ok(nodelet_durable::replace_symlink(link, target)?)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use std::os::unix::fs::PermissionsExt as _;
 
     use super::*;
@@ -92,7 +50,7 @@ mod tests {
         assert_eq!(fs::read(&p).unwrap_or_default(), b"two");
         let mode = fs::metadata(&p).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
         assert_eq!(mode, 0o600);
-        assert!(!tmp_path(&p).exists());
+        assert!(!nodelet_durable::tmp_path(&p).exists());
     }
 
     #[test]

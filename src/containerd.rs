@@ -455,9 +455,11 @@ fn write_if_changed(path: &Path, content: &str) -> Result<bool> {
     if std::fs::read(path).is_ok_and(|old| old == content.as_bytes()) {
         return Ok(false);
     }
-    let tmp = path.with_extension("nodelet-tmp");
-    std::fs::write(&tmp, content).map_err(io_err("write", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err("rename into place", path))?;
+    crate::atomic::write_atomically(path, content.as_bytes(), 0o644).map_err(|e| ContainerdError::Io {
+        action: "write",
+        path: e.path,
+        source: e.source,
+    })?;
     Ok(true)
 }
 

@@ -2,7 +2,7 @@
 //! capacity, a marker `<id>.staged` while the volume is staged and, in attach mode, a marker
 //! `<id>.attached` (holding the node ID) while the volume is attached (ControllerPublishVolume).
 
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -91,12 +91,7 @@ impl Store {
         if !Self::is_valid_id(id) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid volume ID {id:?}")));
         }
-        let tmp = self.dir.join(format!("{id}.attached.tmp"));
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(node_id.as_bytes())?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, self.attached_marker(id))
+        nodelet_durable::write(&self.attached_marker(id), node_id.as_bytes(), 0o600).map_err(durable_io)
     }
 
     /// Forgets the attachment (no error if there was none).
@@ -131,9 +126,8 @@ impl Store {
         }
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))?;
         let sidecar = self.sidecar(&record.volume_id);
-        let tmp = self.dir.join(format!("{}.json.tmp", record.volume_id));
-        std::fs::write(&tmp, serde_json::to_vec(record).map_err(io::Error::other)?)?;
-        std::fs::rename(&tmp, sidecar)
+        nodelet_durable::write(&sidecar, &serde_json::to_vec(record).map_err(io::Error::other)?, 0o600)
+            .map_err(durable_io)
     }
 
     /// Deletes the sidecar first (so a crash half-way leaves a directory that no longer counts as a
@@ -155,6 +149,11 @@ pub(crate) fn ignore_not_found(result: io::Result<()>) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         other => other,
     }
+}
+
+/// A [`nodelet_durable::DurableError`] as the `io::Error` the store's callers map to gRPC codes.
+fn durable_io(e: nodelet_durable::DurableError) -> io::Error {
+    io::Error::new(e.source.kind(), e)
 }
 
 #[cfg(test)]

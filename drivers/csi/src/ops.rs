@@ -560,14 +560,13 @@ async fn remove_file_if_exists(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Writes `value` as JSON to a temporary file beside `path` and renames it over `path`.
+/// Writes `value` as JSON to `path` durably ([`nodelet_durable::write`]: temporary file, fsync, rename,
+/// fsync of the directory).
 async fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
-    let mut tmp_name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    tmp_name.push(".tmp");
-    let tmp = path.with_file_name(tmp_name);
-    tokio::fs::write(&tmp, bytes).await?;
-    tokio::fs::rename(&tmp, path).await
+    nodelet_durable::write_async(path.to_owned(), bytes, 0o600)
+        .await
+        .map_err(|e| std::io::Error::new(e.source.kind(), e))
 }
 
 /// Reads a `vol_data.json` (for reconstruction after a restart).

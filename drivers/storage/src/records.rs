@@ -1,6 +1,7 @@
 //! Binding records and provisioned volumes as JSON files:
-//! `<dir>/records/<key>.json` and `<dir>/volumes/<name>.json`, each written atomically
-//! (temporary file, fsync, rename).
+//! `<dir>/records/<key>.json` and `<dir>/volumes/<name>.json`, each written durably through
+//! [`nodelet_durable::write`] (temporary file, fsync, rename, fsync of the directory). A file that does not
+//! parse at load is moved aside (`<name>.corrupt-<seconds>`) and logged as an error, never silently skipped.
 
 use std::path::{Path, PathBuf};
 
@@ -58,18 +59,9 @@ impl FileRecords {
     async fn write(path: &Path, data: Vec<u8>) -> Result<(), ClaimError> {
         let parent = path.parent().unwrap_or(Path::new("/"));
         tokio::fs::create_dir_all(parent).await.map_err(|e| err("create", parent, e))?;
-        let tmp = path.with_extension("json.tmp");
-        let tmp2 = tmp.clone();
-        tokio::task::spawn_blocking(move || {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp2)?;
-            f.write_all(&data)?;
-            f.sync_all()
-        })
-        .await
-        .map_err(|e| err("write", &tmp, e))?
-        .map_err(|e| err("write", &tmp, e))?;
-        tokio::fs::rename(&tmp, path).await.map_err(|e| err("rename", path, e))
+        nodelet_durable::write_async(path.to_owned(), data, 0o600)
+            .await
+            .map_err(|e| err(e.action, &e.path, e.source))
     }
 
     async fn remove_file(path: &Path) -> Result<(), ClaimError> {
@@ -77,6 +69,22 @@ impl FileRecords {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(err("remove", path, e)),
+        }
+    }
+
+    /// Moves a record that does not parse aside (`<name>.corrupt-<seconds>`), so it is neither read again
+    /// nor lost, and says so.
+    fn quarantine(path: &Path, what: &str, error: &serde_json::Error) {
+        match nodelet_durable::quarantine(path) {
+            Ok(aside) => tracing::error!(
+                path = %path.display(),
+                moved_to = %aside.display(),
+                %error,
+                "a {what} does not parse; it was moved aside and is not used"
+            ),
+            Err(e) => {
+                tracing::error!(path = %path.display(), %error, "a {what} does not parse and cannot be moved aside: {e}")
+            }
         }
     }
 
@@ -115,9 +123,7 @@ impl ClaimRecords for FileRecords {
         for (path, data) in Self::read_all(&self.dir.join("records")).await? {
             match serde_json::from_slice::<Record>(&data) {
                 Ok(r) => out.push((r.key, r.actual)),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable binding record")
-                }
+                Err(e) => Self::quarantine(&path, "binding record", &e),
             }
         }
         Ok(out)
@@ -138,9 +144,7 @@ impl ClaimRecords for FileRecords {
         for (path, data) in Self::read_all(&self.dir.join("volumes")).await? {
             match serde_json::from_slice::<PersistentVolume>(&data) {
                 Ok(v) => out.push(v),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable provisioned volume")
-                }
+                Err(e) => Self::quarantine(&path, "provisioned volume record", &e),
             }
         }
         Ok(out)

@@ -98,6 +98,37 @@ fn nix_root() -> bool {
 }
 
 #[tokio::test]
+async fn a_corrupt_record_is_moved_aside_and_the_others_are_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let records = FileRecords::new(tmp.path());
+    let key = ClaimKey::claim("default", "data");
+    let actual = ClaimActual::Claim(PvcActual {
+        uid: "u-1".into(),
+        volume: Some("pv-1".into()),
+        phase: ClaimPhase::Bound,
+        provisioned: None,
+    });
+    records.save(&key, &actual).await.unwrap();
+    // A record cut short (as a crash with a non-durable writer would leave it).
+    let broken = tmp.path().join("records").join("pvc_default_other.json");
+    std::fs::write(&broken, b"{\"key\": {\"Claim\"").unwrap();
+    let no_tmp = std::fs::read_dir(tmp.path().join("records")).unwrap().count();
+    assert_eq!(no_tmp, 2, "the durable writer leaves no temporary file");
+    let again = FileRecords::new(tmp.path());
+    assert_eq!(again.load().await.unwrap(), vec![(key, actual)], "the good record is kept");
+    assert!(!broken.exists(), "the broken record is not read again");
+    let aside: Vec<String> = std::fs::read_dir(tmp.path().join("records"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("pvc_default_other.json.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "it was moved aside, content kept");
+    let kept = std::fs::read(tmp.path().join("records").join(&aside[0])).unwrap();
+    assert_eq!(kept, b"{\"key\": {\"Claim\"");
+    assert_eq!(again.load().await.unwrap().len(), 1, "a second start reads only the good record");
+}
+
+#[tokio::test]
 async fn file_records_survive_a_restart() {
     let tmp = tempfile::tempdir().unwrap();
     let records = FileRecords::new(tmp.path());
