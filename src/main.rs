@@ -167,11 +167,12 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         tasks.spawn(source.run(shutdown.clone()));
     }
     if let Some(addr) = config.sources.manifest_http_addr {
-        let source = sources::http::HttpSource::bind(
-            sources::http::HttpSourceConfig::new(addr),
-            pod_config.add_source("http")?,
-        )
-        .await?;
+        let checkpoint_dir = config.root_dir.join("http-source");
+        std::fs::create_dir_all(&checkpoint_dir)
+            .with_context(|| format!("cannot create {}", checkpoint_dir.display()))?;
+        let mut http_config = sources::http::HttpSourceConfig::new(addr);
+        http_config.checkpoint = Some(checkpoint_dir.join("pods.json"));
+        let source = sources::http::HttpSource::bind(http_config, pod_config.add_source("http")?).await?;
         tracing::info!(addr = %source.local_addr(), "accepting manifests over HTTP");
         tasks.spawn(source.run(shutdown.clone()));
     }

@@ -8,8 +8,9 @@
 //!
 //! Submitted pods are static pods (`kubernetes.io/config.source: http`; name suffixed with the
 //! node name; UID hashed from the content, so submitting the same manifest again changes nothing
-//! and a changed one replaces the pod of the same name). They live in memory: a restart of
-//! nodelet forgets them.
+//! and a changed one replaces the pod of the same name). They are checkpointed durably (each pod's
+//! document as submitted, in `<root-dir>/http-source/pods.json`) before the request is answered, and
+//! restored, with the same UIDs, when nodelet starts again.
 //!
 //! **Security: there is no authentication and no authorization.** Whoever can reach the endpoint
 //! can run any pod, privileged ones included, i.e. is root on this machine. It therefore binds
@@ -23,6 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -82,12 +84,15 @@ pub(crate) struct HttpSourceConfig {
     pub(crate) allow_remote: bool,
     /// The most pods that may be submitted at once (default 256).
     pub(crate) max_pods: usize,
+    /// Where the submitted pods are checkpointed (`<root-dir>/http-source/pods.json` in the daemon), so
+    /// that they survive a restart; `None` keeps them in memory only.
+    pub(crate) checkpoint: Option<PathBuf>,
 }
 
 impl HttpSourceConfig {
     /// The defaults for `addr`.
     pub(crate) fn new(addr: SocketAddr) -> Self {
-        Self { addr, allow_remote: false, max_pods: DEFAULT_MAX_PODS }
+        Self { addr, allow_remote: false, max_pods: DEFAULT_MAX_PODS, checkpoint: None }
     }
 }
 
@@ -106,6 +111,9 @@ struct EndpointState {
     max_pods: usize,
     /// Submitted pods by `namespace/name` as submitted.
     submitted: Mutex<BTreeMap<String, DesiredPod>>,
+    /// The checkpoint file and, by the same keys, each pod's document as submitted (locked after
+    /// `submitted`).
+    checkpoint: Option<(PathBuf, Mutex<BTreeMap<String, serde_json::Value>>)>,
 }
 
 impl HttpSource {
@@ -125,12 +133,20 @@ impl HttpSource {
         let listener =
             TcpListener::bind(addr).await.map_err(|source| HttpSourceError::Bind { addr, source })?;
         let local_addr = listener.local_addr().map_err(|source| HttpSourceError::Bind { addr, source })?;
-        handle.report(Vec::new(), Vec::new());
+        let (submitted, documents) = match &config.checkpoint {
+            Some(path) => restore(path, handle.node_name()),
+            None => (BTreeMap::new(), BTreeMap::new()),
+        };
+        handle.report(submitted.values().cloned().collect(), Vec::new());
+        if !submitted.is_empty() {
+            tracing::info!(pods = submitted.len(), "submitted pods restored from the checkpoint");
+        }
         let state = Arc::new(EndpointState {
             handle,
             allow_remote: config.allow_remote,
             max_pods: config.max_pods,
-            submitted: Mutex::new(BTreeMap::new()),
+            submitted: Mutex::new(submitted),
+            checkpoint: config.checkpoint.map(|path| (path, Mutex::new(documents))),
         });
         Ok(Self { listener, local_addr, state })
     }
@@ -180,6 +196,138 @@ impl EndpointState {
             )
         })
     }
+}
+
+impl EndpointState {
+    /// Adds the pods `keys` of a submission (`body`, already parsed successfully) to the checkpoint and
+    /// writes it durably; the submission is refused when that fails, so nothing is accepted that a restart
+    /// would lose.
+    fn checkpoint_submission<'a>(
+        &self,
+        body: &[u8],
+        keys: impl Iterator<Item = &'a str>,
+    ) -> Result<(), String> {
+        let Some((path, documents)) = &self.checkpoint else { return Ok(()) };
+        let text = std::str::from_utf8(body).map_err(|e| format!("cannot checkpoint the submission: {e}"))?;
+        let by_key = pod_documents(text);
+        let mut documents = documents.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut next = documents.clone();
+        for key in keys {
+            let document = by_key
+                .get(key)
+                .ok_or_else(|| format!("cannot checkpoint pod {key:?}: its document was not found"))?;
+            next.insert(key.to_owned(), document.clone());
+        }
+        write_checkpoint(path, &next)?;
+        *documents = next;
+        Ok(())
+    }
+
+    /// Drops `key` from the checkpoint.
+    fn checkpoint_removal(&self, key: &str) -> Result<(), String> {
+        let Some((path, documents)) = &self.checkpoint else { return Ok(()) };
+        let mut documents = documents.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut next = documents.clone();
+        next.remove(key);
+        write_checkpoint(path, &next)?;
+        *documents = next;
+        Ok(())
+    }
+}
+
+fn write_checkpoint(
+    path: &std::path::Path,
+    documents: &BTreeMap<String, serde_json::Value>,
+) -> Result<(), String> {
+    let bytes = serde_json::to_vec(documents).map_err(|e| format!("cannot encode the checkpoint: {e}"))?;
+    crate::atomic::write_atomically(path, &bytes, 0o600)
+        .map_err(|e| format!("cannot checkpoint the submitted pods: {e}"))
+}
+
+/// The pod documents of a manifest (Pods, and the items of PodLists and Lists) by `namespace/name` as
+/// written, the key [`manifest::parse`] gives them.
+fn pod_documents(text: &str) -> BTreeMap<String, serde_json::Value> {
+    let documents = match crate::yaml::documents(text) {
+        Ok(d) => d,
+        Err((d, _)) => d,
+    };
+    let mut out = BTreeMap::new();
+    let mut add = |pod: &serde_json::Value| {
+        let name = pod.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or_default();
+        let namespace =
+            pod.pointer("/metadata/namespace").and_then(serde_json::Value::as_str).unwrap_or("default");
+        out.insert(format!("{namespace}/{name}"), pod.clone());
+    };
+    for document in &documents {
+        match document.get("kind").and_then(serde_json::Value::as_str) {
+            Some("PodList" | "List") => {
+                for item in document.get("items").and_then(serde_json::Value::as_array).into_iter().flatten()
+                {
+                    // A list's items may leave out their kind: stored as a Pod document of its own.
+                    let mut item = item.clone();
+                    if let Some(fields) = item.as_object_mut() {
+                        fields.entry("apiVersion").or_insert_with(|| "v1".into());
+                        fields.entry("kind").or_insert_with(|| "Pod".into());
+                    }
+                    add(&item);
+                }
+            }
+            _ => add(document),
+        }
+    }
+    out
+}
+
+/// The submitted pods of the checkpoint at `path`, parsed again as at submission (same UIDs). A
+/// checkpoint that does not parse is moved aside and reported; a pod that is no longer valid is dropped
+/// with a warning.
+fn restore(
+    path: &std::path::Path,
+    node_name: &str,
+) -> (BTreeMap<String, DesiredPod>, BTreeMap<String, serde_json::Value>) {
+    let mut pods = BTreeMap::new();
+    let mut documents = BTreeMap::new();
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (pods, documents),
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "cannot read the submitted pods' checkpoint");
+            return (pods, documents);
+        }
+    };
+    let stored: BTreeMap<String, serde_json::Value> = match serde_json::from_slice(&bytes) {
+        Ok(s) => s,
+        Err(error) => {
+            match nodelet_durable::quarantine(path) {
+                Ok(aside) => {
+                    tracing::error!(path = %path.display(), moved_to = %aside.display(), %error, "the submitted pods' checkpoint does not parse; it was moved aside")
+                }
+                Err(e) => {
+                    tracing::error!(path = %path.display(), %error, "the submitted pods' checkpoint does not parse and cannot be moved aside: {e}")
+                }
+            }
+            return (pods, documents);
+        }
+    };
+    for (key, document) in stored {
+        let parsed = serde_json::to_vec(&document)
+            .map(|bytes| manifest::parse(&bytes, &PodSource::Http, node_name))
+            .ok();
+        match parsed {
+            Some(parsed) if parsed.problems.is_empty() && parsed.pods.len() == 1 => {
+                if let Some(pod) = parsed.pods.into_iter().next() {
+                    pods.insert(key.clone(), pod.pod);
+                    documents.insert(key, document);
+                }
+            }
+            other => {
+                let why = other
+                    .map(|p| p.problems.iter().map(|p| p.message.clone()).collect::<Vec<_>>().join("; "));
+                tracing::warn!(pod = %key, problems = why.as_deref().unwrap_or("cannot encode"), "a checkpointed submitted pod is no longer valid; dropped");
+            }
+        }
+    }
+    (pods, documents)
 }
 
 /// `localhost`, `127.0.0.1`, `[::1]`, with or without a port.
@@ -328,6 +476,9 @@ async fn submit(State(state): State<Arc<EndpointState>>, headers: HeaderMap, bod
     if !conflicts.is_empty() {
         return status(StatusCode::CONFLICT, "AlreadyExists", conflicts.join("; "), Vec::new());
     }
+    if let Err(e) = state.checkpoint_submission(&body, parsed.pods.iter().map(|p| p.key.as_str())) {
+        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", e, Vec::new());
+    }
     *submitted = next;
     state.handle.report(submitted.values().cloned().collect(), Vec::new());
     drop(submitted);
@@ -364,13 +515,19 @@ async fn remove(
             **key == format!("{namespace}/{name}") || (pod.namespace() == namespace && pod.name() == name)
         })
         .map(|(key, _)| key.clone());
-    let Some(pod) = key.and_then(|key| submitted.remove(&key)) else {
+    let Some(key) = key else {
         return status(
             StatusCode::NOT_FOUND,
             "NotFound",
             format!("no submitted pod \"{namespace}/{name}\""),
             Vec::new(),
         );
+    };
+    if let Err(e) = state.checkpoint_removal(&key) {
+        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", e, Vec::new());
+    }
+    let Some(pod) = submitted.remove(&key) else {
+        return status(StatusCode::NOT_FOUND, "NotFound", format!("no submitted pod \"{key}\""), Vec::new());
     };
     state.handle.report(submitted.values().cloned().collect(), Vec::new());
     drop(submitted);
@@ -398,12 +555,16 @@ mod tests {
     }
 
     async fn start() -> Endpoint {
+        start_with(None).await
+    }
+
+    async fn start_with(checkpoint: Option<std::path::PathBuf>) -> Endpoint {
         let config = PodConfig::new(NODE);
         let files = config.add_source("file").expect("file");
         let handle = config.add_source("http").expect("http");
-        let source = HttpSource::bind(HttpSourceConfig::new("127.0.0.1:0".parse().expect("addr")), handle)
-            .await
-            .expect("binds on loopback");
+        let mut http_config = HttpSourceConfig::new("127.0.0.1:0".parse().expect("addr"));
+        http_config.checkpoint = checkpoint;
+        let source = HttpSource::bind(http_config, handle).await.expect("binds on loopback");
         let base = format!("http://{}", source.local_addr());
         let shutdown = CancellationToken::new();
         tokio::spawn(source.run(shutdown.clone()));
@@ -432,6 +593,59 @@ mod tests {
         fn drop(&mut self) {
             self.shutdown.cancel();
         }
+    }
+
+    #[tokio::test]
+    async fn submitted_pods_survive_a_restart_with_their_uids_and_removals() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let checkpoint = dir.path().join("pods.json");
+        let uids = |endpoint: &Endpoint| {
+            let mut uids: Vec<(String, String)> = endpoint
+                .store
+                .entries()
+                .iter()
+                .map(|(uid, pod)| (pod.name().to_owned(), uid.to_string()))
+                .collect();
+            uids.sort();
+            uids
+        };
+        let first = start_with(Some(checkpoint.clone())).await;
+        let list = r#"{"apiVersion":"v1","kind":"PodList","items":[{"metadata":{"name":"listed"},"spec":{"containers":[{"name":"c","image":"nginx"}]}}]}"#;
+        let (code, _) = first
+            .post(
+                "application/yaml",
+                format!("{}---\n{}", pod_yaml("web", "nginx"), pod_yaml("api", "nginx")),
+            )
+            .await;
+        assert_eq!(code, 201);
+        let (code, _) = first.post("application/json", list.to_owned()).await;
+        assert_eq!(code, 201);
+        let before = uids(&first);
+        assert_eq!(before.len(), 3, "{before:?}");
+        drop(first);
+
+        let second = start_with(Some(checkpoint.clone())).await;
+        assert_eq!(uids(&second), before, "the same pods, with the same UIDs, after a restart");
+        let deleted =
+            second.client.delete(format!("{}/pods/default/api", second.base)).send().await.expect("delete");
+        assert_eq!(deleted.status().as_u16(), 200);
+        drop(second);
+
+        let third = start_with(Some(checkpoint.clone())).await;
+        let names: Vec<String> = uids(&third).into_iter().map(|(name, _)| name).collect();
+        assert_eq!(names, ["listed-node-a", "web-node-a"], "a removal survives a restart too");
+        drop(third);
+
+        // A checkpoint cut short is moved aside and reported, and the source starts empty.
+        std::fs::write(&checkpoint, b"{\"default/web\": {\"metad").expect("write");
+        let fourth = start_with(Some(checkpoint.clone())).await;
+        assert!(uids(&fourth).is_empty());
+        let aside = std::fs::read_dir(dir.path())
+            .expect("read dir")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("pods.json.corrupt-"))
+            .count();
+        assert_eq!(aside, 1, "the broken checkpoint is kept aside");
     }
 
     #[tokio::test]
