@@ -40,6 +40,12 @@ fn main() -> anyhow::Result<()> {
             cli::Command::Attach(args) => exit_with(client::run_attach(&args).await),
             cli::Command::Debug(args) => exit_with(client::run_debug(&args).await),
             cli::Command::Cp(args) => client::run_cp(&args).await.map_err(|e| e.to_string()),
+            cli::Command::Describe(args) => client::run_describe(&args).await.map_err(|e| e.to_string()),
+            cli::Command::Completion(args) => cli::completion(&args.shell, &mut std::io::stdout().lock()),
+            cli::Command::Man(args) => match &args.dir {
+                Some(dir) => cli::man_pages_to(dir).map_err(|e| format!("cannot write the man pages: {e}")),
+                None => cli::man_page(&mut std::io::stdout().lock()).map_err(|e| e.to_string()),
+            },
             cli::Command::Run(args) => return run(&args).await,
         };
         if let Err(e) = client_result {
