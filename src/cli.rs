@@ -1098,6 +1098,82 @@ mod tests {
         s.strip_suffix("m0s").map(|m| format!("{m}m")).unwrap_or(s)
     }
 
+    /// The man page names every visible command and every flag of each.
+    #[test]
+    fn the_man_page_names_every_command_and_flag() {
+        let mut page = Vec::new();
+        man_page(&mut page).expect("render");
+        let page = String::from_utf8(page).expect("utf8");
+        assert!(page.contains("\n.TH nodelet 1 "), "{}", &page[..page.len().min(200)]);
+        let roff = |s: &str| s.replace('-', "\\-");
+        let mut cmd = Cli::command().disable_help_subcommand(true);
+        cmd.build();
+        let mut checked = 0;
+        for sub in std::iter::once(&cmd).chain(cmd.get_subcommands().filter(|s| !s.is_hide_set())) {
+            if sub.get_name() != "nodelet" {
+                assert!(page.contains(&format!("COMMAND: NODELET {}", sub.get_name().to_uppercase())), "{}", sub.get_name());
+            }
+            for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+                if let Some(long) = arg.get_long() {
+                    assert!(page.contains(&roff(&format!("--{long}"))), "--{long} of {} missing", sub.get_name());
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 80, "only {checked} flags");
+        assert!(!page.contains("COMMAND: NODELET MAN"), "the hidden man command stays out");
+        let dir = tempfile::tempdir().expect("tempdir");
+        man_pages_to(dir.path()).expect("write pages");
+        for name in ["nodelet.1", "nodelet-get.1", "nodelet-describe.1", "nodelet-completion.1"] {
+            assert!(dir.path().join(name).is_file(), "{name}");
+        }
+    }
+
+    #[test]
+    fn completion_scripts_cover_the_commands() {
+        for shell in ["bash", "zsh", "fish"] {
+            let mut out = Vec::new();
+            completion(shell, &mut out).expect(shell);
+            let text = String::from_utf8(out).expect("utf8");
+            let words: &[&str] = if shell == "fish" {
+                &["describe", "-l selector", "-l pod-manifest-path"]
+            } else {
+                &["describe", "--selector", "--pod-manifest-path"]
+            };
+            for word in words {
+                assert!(text.contains(word), "{shell} completion lacks {word}");
+            }
+        }
+        assert!(completion("tcsh", &mut Vec::new()).is_err());
+        assert!(Cli::try_parse_from(["nodelet", "completion", "tcsh"]).is_err());
+    }
+
+    #[test]
+    fn get_takes_selectors_watch_and_template_formats() {
+        let Command::Get(g) = parse(&[
+            "get", "events", "-l", "app=web", "--field-selector", "type=Warning", "-w", "--no-headers", "-o",
+            "jsonpath={.items[*].reason}",
+        ]) else {
+            panic!("expected get");
+        };
+        assert_eq!(g.selector.as_deref(), Some("app=web"));
+        assert_eq!(g.field_selector.as_deref(), Some("type=Warning"));
+        assert!(g.watch && g.no_headers);
+        assert_eq!(g.output, Some(OutputFormat::JsonPath("{.items[*].reason}".into())));
+        let Command::Describe(d) = parse(&["describe", "pod", "web", "-n", "ns", "--show-events=false"]) else {
+            panic!("expected describe");
+        };
+        assert_eq!((d.names.as_slice(), d.namespace.as_str(), d.show_events), (&["web".to_owned()][..], "ns", false));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cols");
+        std::fs::write(&file, "NAME PHASE\n.metadata.name .status.phase\n").expect("write");
+        let arg = format!("custom-columns-file={}", file.display());
+        let Command::Get(g) = parse(&["get", "pods", "-o", &arg]) else { panic!("expected get") };
+        assert_eq!(g.output, Some(OutputFormat::CustomColumns("NAME:.metadata.name,PHASE:.status.phase".into())));
+        let err = Cli::try_parse_from(["nodelet", "get", "pods", "-o", "table"]).expect_err("unknown format");
+        assert!(err.to_string().contains("allowed formats are"), "{err}");
+    }
+
     #[test]
     fn verbosity_maps_to_tracing_levels() {
         assert_eq!(log_filter_directive(None), "info");
