@@ -428,9 +428,8 @@ pub(crate) enum OutputFormat {
 /// Parses `-o`: `wide`, `json`, `yaml`, `name`, `jsonpath=TEMPLATE`, `jsonpath-file=FILE`,
 /// `custom-columns=SPEC`, `custom-columns-file=FILE` (kubectl's names).
 pub(crate) fn parse_output(s: &str) -> Result<OutputFormat, String> {
-    let read = |path: &str| {
-        std::fs::read_to_string(path).map_err(|e| format!("error reading template {path}, {e}"))
-    };
+    let read =
+        |path: &str| std::fs::read_to_string(path).map_err(|e| format!("error reading template {path}, {e}"));
     let (name, arg) = match s.split_once('=') {
         Some((n, a)) => (n, Some(a)),
         None => (s, None),
@@ -443,7 +442,9 @@ pub(crate) fn parse_output(s: &str) -> Result<OutputFormat, String> {
         ("jsonpath", Some(t)) if !t.is_empty() => Ok(OutputFormat::JsonPath(t.to_owned())),
         ("jsonpath-file", Some(f)) if !f.is_empty() => Ok(OutputFormat::JsonPath(read(f)?)),
         ("jsonpath" | "jsonpath-file", _) => Err("template format specified but no template given".into()),
-        ("custom-columns", Some(spec)) if !spec.is_empty() => Ok(OutputFormat::CustomColumns(spec.to_owned())),
+        ("custom-columns", Some(spec)) if !spec.is_empty() => {
+            Ok(OutputFormat::CustomColumns(spec.to_owned()))
+        }
         ("custom-columns", _) => Err("custom-columns format specified but no custom columns given".into()),
         ("custom-columns-file", Some(f)) if !f.is_empty() => {
             crate::client::custom_columns_from_file(&read(f)?).map(OutputFormat::CustomColumns)
@@ -1111,11 +1112,19 @@ mod tests {
         let mut checked = 0;
         for sub in std::iter::once(&cmd).chain(cmd.get_subcommands().filter(|s| !s.is_hide_set())) {
             if sub.get_name() != "nodelet" {
-                assert!(page.contains(&format!("COMMAND: NODELET {}", sub.get_name().to_uppercase())), "{}", sub.get_name());
+                assert!(
+                    page.contains(&format!("COMMAND: NODELET {}", sub.get_name().to_uppercase())),
+                    "{}",
+                    sub.get_name()
+                );
             }
             for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
                 if let Some(long) = arg.get_long() {
-                    assert!(page.contains(&roff(&format!("--{long}"))), "--{long} of {} missing", sub.get_name());
+                    assert!(
+                        page.contains(&roff(&format!("--{long}"))),
+                        "--{long} of {} missing",
+                        sub.get_name()
+                    );
                     checked += 1;
                 }
             }
@@ -1151,7 +1160,15 @@ mod tests {
     #[test]
     fn get_takes_selectors_watch_and_template_formats() {
         let Command::Get(g) = parse(&[
-            "get", "events", "-l", "app=web", "--field-selector", "type=Warning", "-w", "--no-headers", "-o",
+            "get",
+            "events",
+            "-l",
+            "app=web",
+            "--field-selector",
+            "type=Warning",
+            "-w",
+            "--no-headers",
+            "-o",
             "jsonpath={.items[*].reason}",
         ]) else {
             panic!("expected get");
@@ -1160,16 +1177,23 @@ mod tests {
         assert_eq!(g.field_selector.as_deref(), Some("type=Warning"));
         assert!(g.watch && g.no_headers);
         assert_eq!(g.output, Some(OutputFormat::JsonPath("{.items[*].reason}".into())));
-        let Command::Describe(d) = parse(&["describe", "pod", "web", "-n", "ns", "--show-events=false"]) else {
+        let Command::Describe(d) = parse(&["describe", "pod", "web", "-n", "ns", "--show-events=false"])
+        else {
             panic!("expected describe");
         };
-        assert_eq!((d.names.as_slice(), d.namespace.as_str(), d.show_events), (&["web".to_owned()][..], "ns", false));
+        assert_eq!(
+            (d.names.as_slice(), d.namespace.as_str(), d.show_events),
+            (&["web".to_owned()][..], "ns", false)
+        );
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("cols");
         std::fs::write(&file, "NAME PHASE\n.metadata.name .status.phase\n").expect("write");
         let arg = format!("custom-columns-file={}", file.display());
         let Command::Get(g) = parse(&["get", "pods", "-o", &arg]) else { panic!("expected get") };
-        assert_eq!(g.output, Some(OutputFormat::CustomColumns("NAME:.metadata.name,PHASE:.status.phase".into())));
+        assert_eq!(
+            g.output,
+            Some(OutputFormat::CustomColumns("NAME:.metadata.name,PHASE:.status.phase".into()))
+        );
         let err = Cli::try_parse_from(["nodelet", "get", "pods", "-o", "table"]).expect_err("unknown format");
         assert!(err.to_string().contains("allowed formats are"), "{err}");
     }

@@ -134,7 +134,11 @@ fn probe(p: &Probe) -> String {
         return format!("http-get {scheme}://{host}{} {attrs}", h.path.as_deref().unwrap_or_default());
     }
     if let Some(t) = &p.tcp_socket {
-        return format!("tcp-socket {}:{} {attrs}", t.host.as_deref().unwrap_or_default(), int_or_string(&t.port));
+        return format!(
+            "tcp-socket {}:{} {attrs}",
+            t.host.as_deref().unwrap_or_default(),
+            int_or_string(&t.port)
+        );
     }
     if let Some(g) = &p.grpc {
         return format!("grpc <pod>:{} {} {attrs}", g.port, g.service.as_deref().unwrap_or_default());
@@ -227,7 +231,8 @@ fn containers(w: &mut TabWriter, title: &str, specs: &[Container], statuses: &[C
             .map(|p| format!("{}/{}", p.host_port.unwrap_or(0), p.protocol.as_deref().unwrap_or("TCP")))
             .collect();
         let or_none = |v: &[String]| if v.is_empty() { "<none>".to_owned() } else { v.join(",") };
-        let plural = |base: &str, v: &[String]| if v.len() > 1 { format!("{base}s") } else { base.to_owned() };
+        let plural =
+            |base: &str, v: &[String]| if v.len() > 1 { format!("{base}s") } else { base.to_owned() };
         w.write(2, &format!("{}:\t{}\n", plural("Port", &container_ports), or_none(&container_ports)));
         w.write(2, &format!("{}:\t{}\n", plural("Host Port", &host_ports), or_none(&host_ports)));
         for (label, items) in [("Command", &c.command), ("Args", &c.args)] {
@@ -261,8 +266,11 @@ fn containers(w: &mut TabWriter, title: &str, specs: &[Container], statuses: &[C
                 }
             }
         }
-        for (label, p) in [("Liveness", &c.liveness_probe), ("Readiness", &c.readiness_probe), ("Startup", &c.startup_probe)]
-        {
+        for (label, p) in [
+            ("Liveness", &c.liveness_probe),
+            ("Readiness", &c.readiness_probe),
+            ("Startup", &c.startup_probe),
+        ] {
             if let Some(p) = p {
                 w.write(2, &format!("{label}:\t{}\n", probe(p)));
             }
@@ -282,7 +290,9 @@ fn containers(w: &mut TabWriter, title: &str, specs: &[Container], statuses: &[C
                         (None, None) => continue,
                     };
                     match prefix {
-                        Some(p) => w.write(3, &format!("{name}\t{kind} with prefix '{p}'\tOptional: {optional}\n")),
+                        Some(p) => {
+                            w.write(3, &format!("{name}\t{kind} with prefix '{p}'\tOptional: {optional}\n"))
+                        }
                         None => w.write(3, &format!("{name}\t{kind}\tOptional: {optional}\n")),
                     }
                 }
@@ -303,7 +313,8 @@ fn containers(w: &mut TabWriter, title: &str, specs: &[Container], statuses: &[C
             mounts.sort_by(|a, b| a.mount_path.cmp(&b.mount_path));
             w.write(2, "Mounts:\n");
             for m in mounts {
-                let mut flags = vec![if m.read_only == Some(true) { "ro".to_owned() } else { "rw".to_owned() }];
+                let mut flags =
+                    vec![if m.read_only == Some(true) { "ro".to_owned() } else { "rw".to_owned() }];
                 if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
                     flags.push(format!("path={sub:?}"));
                 }
@@ -538,9 +549,19 @@ pub(crate) fn describe_pod(pod: &Pod, events: Option<&[Event]>, now: Timestamp) 
     }
     let init = spec.init_containers.clone().unwrap_or_default();
     if !init.is_empty() {
-        containers(&mut w, "Init Containers", &init, status.init_container_statuses.as_deref().unwrap_or_default());
+        containers(
+            &mut w,
+            "Init Containers",
+            &init,
+            status.init_container_statuses.as_deref().unwrap_or_default(),
+        );
     }
-    containers(&mut w, "Containers", &spec.containers, status.container_statuses.as_deref().unwrap_or_default());
+    containers(
+        &mut w,
+        "Containers",
+        &spec.containers,
+        status.container_statuses.as_deref().unwrap_or_default(),
+    );
     let ephemeral: Vec<Container> = spec
         .ephemeral_containers
         .iter()
@@ -588,19 +609,26 @@ pub(crate) async fn run(args: &DescribeArgs, now: Timestamp) -> Result<(), GetEr
     let pods = fetch_pods(&get).await?;
     let pods: Vec<Pod> = pods
         .into_iter()
-        .filter(|p| get.all_namespaces || p.metadata.namespace.as_deref().unwrap_or("default") == get.namespace)
+        .filter(|p| {
+            get.all_namespaces || p.metadata.namespace.as_deref().unwrap_or("default") == get.namespace
+        })
         .collect();
     let mut pods = super::output::select(&get, pods, |p| &p.metadata, super::selector::POD_FIELDS)?;
-    pods.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
+    pods.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
     let mut chosen: Vec<Pod> = Vec::new();
     let mut missing = Vec::new();
     if args.names.is_empty() {
         chosen = pods;
     } else {
         for name in &args.names {
-            let exact: Vec<&Pod> = pods.iter().filter(|p| p.metadata.name.as_deref() == Some(name.as_str())).collect();
+            let exact: Vec<&Pod> =
+                pods.iter().filter(|p| p.metadata.name.as_deref() == Some(name.as_str())).collect();
             let found: Vec<&Pod> = if exact.is_empty() {
-                pods.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with(name.as_str()))).collect()
+                pods.iter()
+                    .filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with(name.as_str())))
+                    .collect()
             } else {
                 exact
             };
@@ -610,8 +638,11 @@ pub(crate) async fn run(args: &DescribeArgs, now: Timestamp) -> Result<(), GetEr
             chosen.extend(found.into_iter().cloned());
         }
     }
-    let events: Option<Vec<Event>> =
-        if args.show_events { Some(fetch_list(&get, "/api/v1/events").await.unwrap_or_default()) } else { None };
+    let events: Option<Vec<Event>> = if args.show_events {
+        Some(fetch_list(&get, "/api/v1/events").await.unwrap_or_default())
+    } else {
+        None
+    };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if chosen.is_empty() && missing.is_empty() {

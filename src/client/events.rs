@@ -144,7 +144,12 @@ pub(crate) fn print_events(
             write!(out, "{text}").map_err(io)?;
         }
         Some(format) => {
-            let text = super::output::render(args, format, ("v1", "Event", "event"), super::output::values(events)?)?;
+            let text = super::output::render(
+                args,
+                format,
+                ("v1", "Event", "event"),
+                super::output::values(events)?,
+            )?;
             write!(out, "{text}").map_err(io)?;
         }
     }
@@ -220,7 +225,11 @@ mod tests {
             lines[0].split_whitespace().collect::<Vec<_>>().join(" "),
             "LAST SEEN TYPE REASON OBJECT SUBOBJECT SOURCE MESSAGE FIRST SEEN COUNT NAME"
         );
-        assert!(lines[1].contains("spec.containers{app}   nodelet, node1") && lines[1].ends_with("10m          2       web.started"), "{out}");
+        assert!(
+            lines[1].contains("spec.containers{app}   nodelet, node1")
+                && lines[1].ends_with("10m          2       web.started"),
+            "{out}"
+        );
         let (out, err) = print(&["-n", "empty"]);
         assert!(out.is_empty());
         assert_eq!(err, "No resources found in empty namespace.\n");

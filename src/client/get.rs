@@ -419,15 +419,33 @@ type Printer<T> = fn(&GetArgs, Vec<T>, Timestamp, &mut dyn Write, &mut dyn Write
 async fn watch(args: &GetArgs) -> Result<(), GetError> {
     use super::selector::{EVENT_FIELDS, META_FIELDS, POD_FIELDS};
     if super::nodes::is_nodes(&args.resource) {
-        watch_kind(args, "/api/v1/nodes", |n: &k8s_openapi::api::core::v1::Node| &n.metadata, META_FIELDS, false, super::nodes::print_nodes).await
+        watch_kind(
+            args,
+            "/api/v1/nodes",
+            |n: &k8s_openapi::api::core::v1::Node| &n.metadata,
+            META_FIELDS,
+            false,
+            super::nodes::print_nodes,
+        )
+        .await
     } else if super::events::is_events(&args.resource) {
-        watch_kind(args, "/api/v1/events", |e: &Event| &e.metadata, EVENT_FIELDS, true, |a, items, now, out, err| {
-            let items = super::events::select(a, items)?;
-            super::events::print_events(a, &items, now, out, err)
-        })
+        watch_kind(
+            args,
+            "/api/v1/events",
+            |e: &Event| &e.metadata,
+            EVENT_FIELDS,
+            true,
+            |a, items, now, out, err| {
+                let items = super::events::select(a, items)?;
+                super::events::print_events(a, &items, now, out, err)
+            },
+        )
         .await
     } else if super::storage::kind_of(&args.resource).is_some() {
-        Err(GetError::Usage(format!("watch is not supported for {}: only pods, nodes and events", args.resource)))
+        Err(GetError::Usage(format!(
+            "watch is not supported for {}: only pods, nodes and events",
+            args.resource
+        )))
     } else {
         watch_kind(args, "/pods", |p: &Pod| &p.metadata, POD_FIELDS, true, print_pods).await
     }
@@ -458,13 +476,19 @@ where
                     || args.all_namespaces
                     || meta(i).namespace.as_deref().unwrap_or("default") == args.namespace
             })
-            .filter(|i| args.names.is_empty() || meta(i).name.as_ref().is_some_and(|n| args.names.contains(n)))
+            .filter(|i| {
+                args.names.is_empty() || meta(i).name.as_ref().is_some_and(|n| args.names.contains(n))
+            })
             .collect();
         let items = super::output::select(&later_selector(args), items, meta, fields)?;
         let mut current = std::collections::BTreeMap::new();
         for item in items {
-            let key = (meta(&item).namespace.clone().unwrap_or_default(), meta(&item).name.clone().unwrap_or_default());
-            let json = serde_json::to_string(&item).map_err(|e| GetError::Output(std::io::Error::other(e)))?;
+            let key = (
+                meta(&item).namespace.clone().unwrap_or_default(),
+                meta(&item).name.clone().unwrap_or_default(),
+            );
+            let json =
+                serde_json::to_string(&item).map_err(|e| GetError::Output(std::io::Error::other(e)))?;
             current.insert(key, (json, item));
         }
         let mut changed: Vec<T> = Vec::new();
@@ -481,7 +505,13 @@ where
         let stdout = std::io::stdout();
         let stderr = std::io::stderr();
         if first {
-            print(args, current.values().map(|(_, i)| i.clone()).collect(), now(), &mut stdout.lock(), &mut stderr.lock())?;
+            print(
+                args,
+                current.values().map(|(_, i)| i.clone()).collect(),
+                now(),
+                &mut stdout.lock(),
+                &mut stderr.lock(),
+            )?;
             first = false;
         } else if !changed.is_empty() {
             print(&later, changed, now(), &mut stdout.lock(), &mut stderr.lock())?;

@@ -381,7 +381,9 @@ fn split_top(s: &str) -> Vec<String> {
 }
 
 fn strip_quotes(s: &str) -> Option<&str> {
-    s.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')).or_else(|| s.strip_prefix('"').and_then(|s| s.strip_suffix('"')))
+    s.strip_prefix('\'')
+        .and_then(|s| s.strip_suffix('\''))
+        .or_else(|| s.strip_prefix('"').and_then(|s| s.strip_suffix('"')))
 }
 
 fn parse_bracket(inner: &str) -> Result<Step, String> {
@@ -394,8 +396,7 @@ fn parse_bracket(inner: &str) -> Result<Step, String> {
     if inner.starts_with('\'') || inner.starts_with('"') {
         let mut paths = Vec::new();
         for part in split_top(inner) {
-            let name =
-                strip_quotes(part.trim()).ok_or_else(|| format!("invalid field name in [{inner}]"))?;
+            let name = strip_quotes(part.trim()).ok_or_else(|| format!("invalid field name in [{inner}]"))?;
             paths.push(parse_path(&format!(".{name}"))?);
         }
         // One plain name is an ordinary field.
@@ -559,7 +560,9 @@ fn eval(steps: &[Step], input: Vec<Value>) -> Result<Vec<Value>, String> {
                         let k = if i < 0 { i + len } else { i };
                         match usize::try_from(k).ok().and_then(|k| a.get(k)) {
                             Some(x) => next.push(x.clone()),
-                            None => return Err(format!("array index out of bounds: index {i}, length {len}")),
+                            None => {
+                                return Err(format!("array index out of bounds: index {i}, length {len}"));
+                            }
                         }
                     }
                 }
@@ -600,7 +603,9 @@ fn filter_matches(f: &Filter, item: &Value) -> Result<bool, String> {
     let Some(right) = operand_value(right, item)? else { return Ok(false) };
     use std::cmp::Ordering;
     let ord: Option<Ordering> = match (&left, &right) {
-        (Value::Number(a), Value::Number(b)) => a.as_f64().zip(b.as_f64()).and_then(|(a, b)| a.partial_cmp(&b)),
+        (Value::Number(a), Value::Number(b)) => {
+            a.as_f64().zip(b.as_f64()).and_then(|(a, b)| a.partial_cmp(&b))
+        }
         (Value::String(a), Value::String(b)) => Some(a.cmp(b)),
         (Value::Bool(a), Value::Bool(b)) => Some(a.cmp(b)),
         _ => None,
@@ -624,9 +629,11 @@ pub(crate) fn relaxed(expr: &str) -> Result<String, String> {
     let inner = expr.strip_prefix('{').and_then(|e| e.strip_suffix('}')).unwrap_or(expr);
     let inner = inner.strip_prefix('.').unwrap_or(inner);
     if inner.is_empty() || inner.contains('{') || inner.contains('}') {
-        return Err("unexpected path string, expected a 'name1.name2' or '.name1.name2' or '{name1.name2}' or \
+        return Err(
+            "unexpected path string, expected a 'name1.name2' or '.name1.name2' or '{name1.name2}' or \
                     '{.name1.name2}'"
-            .into());
+                .into(),
+        );
     }
     Ok(format!("{{.{inner}}}"))
 }
@@ -651,7 +658,10 @@ mod tests {
     }
 
     fn run(t: &str) -> String {
-        Template::parse(t).unwrap_or_else(|e| panic!("{t}: {e}")).render(&doc()).unwrap_or_else(|e| panic!("{t}: {e}"))
+        Template::parse(t)
+            .unwrap_or_else(|e| panic!("{t}: {e}"))
+            .render(&doc())
+            .unwrap_or_else(|e| panic!("{t}: {e}"))
     }
 
     #[test]
@@ -689,14 +699,20 @@ mod tests {
         assert_eq!(run("{.users[?(@.name!='e2e')].name}"), "myself");
         assert_eq!(run("{.nope.deeper}"), "", "missing keys print nothing");
         assert_eq!(run("{.users[*].user}"), "{} {\"password\":\"secret\",\"username\":\"admin\"}");
-        assert_eq!(run("{.items[*].metadata.*}"), "{\"kubernetes.io/hostname\":\"127.0.0.1\"} 127.0.0.1 127.0.0.2");
+        assert_eq!(
+            run("{.items[*].metadata.*}"),
+            "{\"kubernetes.io/hostname\":\"127.0.0.1\"} 127.0.0.1 127.0.0.2"
+        );
         let numbers = serde_json::json!({"a": [{"n": 1}, {"n": 5}, {"n": 10}], "b": true, "s": "<x>"});
         let t = Template::parse("{.a[?(@.n>=5)].n} {.b} {.a[1]}").expect("parse");
         assert_eq!(t.render(&numbers).expect("render"), "5 10 true {\"n\":5}");
         let t = Template::parse("{.a[?(@.n<5)].n}").expect("parse");
         assert_eq!(t.render(&numbers).expect("render"), "1");
         let t = Template::parse("{@}").expect("parse");
-        assert_eq!(t.render(&serde_json::json!({"s": "<&>"})).expect("render"), "{\"s\":\"\\u003c\\u0026\\u003e\"}");
+        assert_eq!(
+            t.render(&serde_json::json!({"s": "<&>"})).expect("render"),
+            "{\"s\":\"\\u003c\\u0026\\u003e\"}"
+        );
     }
 
     #[test]

@@ -116,7 +116,8 @@ pub(crate) fn print_nodes(
             }
         }
         Some(format) => {
-            let text = super::output::render(args, format, ("v1", "Node", "node"), super::output::values(&nodes)?)?;
+            let text =
+                super::output::render(args, format, ("v1", "Node", "node"), super::output::values(&nodes)?)?;
             write!(out, "{text}").map_err(io)?;
         }
     }

@@ -143,12 +143,16 @@ pub(crate) fn render(
     let single = args.names.len() == 1 && items.len() == 1;
     match format {
         OutputFormat::Json => to_json(&document(api_version, kind, items, single)),
-        OutputFormat::Yaml => crate::yaml::to_string(&document(api_version, kind, items, single)).map_err(encode),
+        OutputFormat::Yaml => {
+            crate::yaml::to_string(&document(api_version, kind, items, single)).map_err(encode)
+        }
         OutputFormat::Name => Ok(items
             .iter()
             .map(|i| format!("{resource}/{}\n", i["metadata"]["name"].as_str().unwrap_or_default()))
             .collect()),
-        OutputFormat::JsonPath(t) => Ok(Template::parse(t)?.render(&document(api_version, kind, items, single))?),
+        OutputFormat::JsonPath(t) => {
+            Ok(Template::parse(t)?.render(&document(api_version, kind, items, single))?)
+        }
         OutputFormat::CustomColumns(spec) => {
             let cols = columns(spec)?;
             let rows = custom_columns_rows(&cols, &items)?;
@@ -161,7 +165,11 @@ pub(crate) fn render(
 /// kubectl's table, without its header line under `--no-headers`.
 pub(crate) fn table(args: &GetArgs, headers: &[&str], rows: &[Vec<String>]) -> String {
     let text = render_table(headers, rows);
-    if args.no_headers { text.split_once('\n').map(|(_, rest)| rest.to_owned()).unwrap_or_default() } else { text }
+    if args.no_headers {
+        text.split_once('\n').map(|(_, rest)| rest.to_owned()).unwrap_or_default()
+    } else {
+        text
+    }
 }
 
 /// Serializes typed objects for [`render`].
@@ -210,19 +218,22 @@ mod tests {
         let a = args(&["a", "-o", "json"]);
         let one = render(&a, &OutputFormat::Json, ("v1", "Pod", "pod"), pods()[..1].to_vec()).expect("one");
         assert!(one.starts_with("{\n    \"apiVersion\": \"v1\",\n    \"kind\": \"Pod\",\n"), "{one}");
-        assert_eq!(to_json(&serde_json::json!({"m": "<b>&"})).expect("json"), "{\n    \"m\": \"\\u003cb\\u003e\\u0026\"\n}\n");
+        assert_eq!(
+            to_json(&serde_json::json!({"m": "<b>&"})).expect("json"),
+            "{\n    \"m\": \"\\u003cb\\u003e\\u0026\"\n}\n"
+        );
     }
 
     #[test]
     fn custom_columns_and_jsonpath() {
         assert_eq!(
-            out(&["-o", "custom-columns=NAME:.metadata.name,IPS:status.podIPs[*].ip,APP:{.metadata.labels.app}"]),
+            out(&[
+                "-o",
+                "custom-columns=NAME:.metadata.name,IPS:status.podIPs[*].ip,APP:{.metadata.labels.app}"
+            ]),
             "NAME   IPS                  APP\na      198.18.0.1,fd00::1   web\nb      <none>               <none>\n"
         );
-        assert_eq!(
-            out(&["-o", "custom-columns=NAME:.metadata.name", "--no-headers"]),
-            "a\nb\n"
-        );
+        assert_eq!(out(&["-o", "custom-columns=NAME:.metadata.name", "--no-headers"]), "a\nb\n");
         assert_eq!(out(&["-o", "jsonpath={.items[*].metadata.name}"]), "a b");
         assert_eq!(
             out(&["-o", "jsonpath={range .items[*]}{.metadata.name}={.status.phase}{\"\\n\"}{end}"]),
@@ -256,8 +267,13 @@ mod tests {
         assert_eq!(kept.len(), 1);
         let kept = select(&args(&["-l", "!app"]), items(), |o| &o.metadata, &[]).expect("select");
         assert_eq!(kept[0].metadata.name.as_deref(), Some("b"));
-        let kept = select(&args(&["--field-selector", "metadata.name!=a"]), items(), |o| &o.metadata, &["metadata.name"])
-            .expect("select");
+        let kept = select(
+            &args(&["--field-selector", "metadata.name!=a"]),
+            items(),
+            |o| &o.metadata,
+            &["metadata.name"],
+        )
+        .expect("select");
         assert_eq!(kept[0].metadata.name.as_deref(), Some("b"));
         let e = select(&args(&["a", "-l", "x"]), items(), |o| &o.metadata, &[]).err().expect("refused");
         assert_eq!(e.to_string(), "name cannot be provided when a selector is specified");

@@ -210,10 +210,7 @@ impl Parser {
             Token::Gt => Op::GreaterThan,
             Token::Lt => Op::LessThan,
             other => {
-                return Err(format!(
-                    "found '{}', expected: in, notin, =, ==, !=, gt, lt",
-                    other.literal()
-                ));
+                return Err(format!("found '{}', expected: in, notin, =, ==, !=, gt, lt", other.literal()));
             }
         };
         let values = match op {
@@ -512,11 +509,11 @@ mod tests {
         let err = |s: &str| LabelSelector::parse(s).expect_err(s).to_string();
         assert_eq!(err("app in"), "unable to parse requirement: found '', expected: '('");
         assert_eq!(err("app in (a"), "unable to parse requirement: found '', expected: ',' or ')'");
+        assert_eq!(err("app = = b"), "unable to parse requirement: found '=', expected: identifier");
         assert_eq!(
-            err("app = = b"),
-            "unable to parse requirement: found '=', expected: identifier"
+            err("app web"),
+            "unable to parse requirement: found 'web', expected: in, notin, =, ==, !=, gt, lt"
         );
-        assert_eq!(err("app web"), "unable to parse requirement: found 'web', expected: in, notin, =, ==, !=, gt, lt");
         assert_eq!(err("a=b,"), "found '', expected: identifier after ','");
         assert_eq!(err("a=b c"), "found 'c', expected: ',' or 'end of string'");
         assert_eq!(err("=b"), "found '=', expected: !, identifier, or 'end of string'");

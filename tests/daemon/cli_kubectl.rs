@@ -33,7 +33,9 @@ fn names(table: &str) -> Vec<String> {
 async fn get_and_describe_select_format_and_watch_like_kubectl() {
     let env = env_or_skip!("get_and_describe_select_format_and_watch_like_kubectl");
     let n = Nodelet::start(&env, "kubectl").await;
-    for (name, labels) in [("web", json!({"app": "web", "tier": "front"})), ("batch", json!({"app": "batch"}))] {
+    for (name, labels) in
+        [("web", json!({"app": "web", "tier": "front"})), ("batch", json!({"app": "batch"}))]
+    {
         let mut manifest = n.pod_manifest(
             name,
             json!({"terminationGracePeriodSeconds": 2,
@@ -84,11 +86,31 @@ async fn get_and_describe_select_format_and_watch_like_kubectl() {
     ])
     .await;
     assert_eq!(out, "test");
-    let out = nodelet_cli(&["get", "pods", "-o", "custom-columns=NAME:.metadata.name,APP:.metadata.labels.app,TIER:.metadata.labels.tier", "--server", s]).await;
+    let out = nodelet_cli(&[
+        "get",
+        "pods",
+        "-o",
+        "custom-columns=NAME:.metadata.name,APP:.metadata.labels.app,TIER:.metadata.labels.tier",
+        "--server",
+        s,
+    ])
+    .await;
     let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
-    assert_eq!(rows, [vec!["NAME", "APP", "TIER"], vec![batch.as_str(), "batch", "<none>"], vec![web.as_str(), "web", "front"]]);
+    assert_eq!(
+        rows,
+        [
+            vec!["NAME", "APP", "TIER"],
+            vec![batch.as_str(), "batch", "<none>"],
+            vec![web.as_str(), "web", "front"]
+        ]
+    );
     let out = nodelet_cli(&["get", "pods", &web, "-o", "json", "--server", s]).await;
-    assert!(out.starts_with("{\n    \"apiVersion\": \"v1\",\n    \"kind\": \"Pod\",\n    \"metadata\": {\n        "), "{out}");
+    assert!(
+        out.starts_with(
+            "{\n    \"apiVersion\": \"v1\",\n    \"kind\": \"Pod\",\n    \"metadata\": {\n        "
+        ),
+        "{out}"
+    );
     assert!(out.ends_with("}\n"));
     let out = nodelet_cli(&["get", "pods", "-o", "json", "--server", s]).await;
     let list: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
@@ -101,13 +123,31 @@ async fn get_and_describe_select_format_and_watch_like_kubectl() {
             (t.contains(&format!("pod/{web}")) && t.contains(&format!("pod/{batch}"))).then_some(t)
         })
         .await;
-    let header: Vec<&str> = events.lines().next().unwrap_or_default().split("  ").filter(|c| !c.is_empty()).map(str::trim).collect();
+    let header: Vec<&str> = events
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split("  ")
+        .filter(|c| !c.is_empty())
+        .map(str::trim)
+        .collect();
     assert_eq!(header, ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], "{events}");
     assert!(
-        events.lines().any(|l| l.contains("Normal") && l.contains("Started") && l.contains(&format!("pod/{web}")) && l.ends_with("Started container main")),
+        events.lines().any(|l| l.contains("Normal")
+            && l.contains("Started")
+            && l.contains(&format!("pod/{web}"))
+            && l.ends_with("Started container main")),
         "{events}"
     );
-    let mine = nodelet_cli(&["get", "events", "--field-selector", &format!("involvedObject.name={web}"), "--server", s]).await;
+    let mine = nodelet_cli(&[
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.name={web}"),
+        "--server",
+        s,
+    ])
+    .await;
     assert!(mine.contains(&format!("pod/{web}")) && !mine.contains(&format!("pod/{batch}")), "{mine}");
     let (ok, _, err) = cli(&["get", "events", "--field-selector", "spec.nodeName=x", "--server", s]).await;
     assert!(!ok && err.contains("field label not supported: spec.nodeName"), "{err}");
@@ -127,8 +167,19 @@ async fn get_and_describe_select_format_and_watch_like_kubectl() {
     assert!(field("Node").starts_with(&format!("{}/", n.node())), "{text}");
     assert_eq!(field("Labels"), "app=web");
     assert_eq!(field("QoS Class"), "BestEffort");
-    for line in ["Containers:", "  main:", "    State:          Running", "    Ready:          True", "      MODE:  test", "Conditions:", "Events:"] {
-        assert!(text.contains(&format!("{line}\n")) || text.contains(&format!("{line} ")), "{line:?} missing:\n{text}");
+    for line in [
+        "Containers:",
+        "  main:",
+        "    State:          Running",
+        "    Ready:          True",
+        "      MODE:  test",
+        "Conditions:",
+        "Events:",
+    ] {
+        assert!(
+            text.contains(&format!("{line}\n")) || text.contains(&format!("{line} ")),
+            "{line:?} missing:\n{text}"
+        );
     }
     let events_part = text.split("Events:").nth(1).unwrap_or_default();
     assert!(events_part.contains("Started container main") && events_part.contains("nodelet"), "{text}");
@@ -147,16 +198,16 @@ async fn get_and_describe_select_format_and_watch_like_kubectl() {
         .unwrap_or_else(|e| panic!("cannot start nodelet get -w: {e}"));
     let Some(stdout) = watch.stdout.take() else { panic!("no stdout") };
     let mut lines = BufReader::new(stdout).lines();
-    let mut next_line = async || {
-        match tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await {
-            Ok(Ok(Some(l))) => l,
-            other => panic!("get -w printed no line: {other:?}"),
-        }
+    let mut next_line = async || match tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await
+    {
+        Ok(Ok(Some(l))) => l,
+        other => panic!("get -w printed no line: {other:?}"),
     };
     assert!(next_line().await.starts_with("NAME "), "the header first");
     let first = [next_line().await, next_line().await];
     assert!(first[0].starts_with(&batch) && first[1].starts_with(&web), "{first:?}");
-    let late = n.pod_manifest("late", json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}));
+    let late =
+        n.pod_manifest("late", json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}));
     n.write_manifest("late.yaml", &late);
     let late_name = n.pod_name("late");
     let mut seen = Vec::new();
@@ -199,7 +250,13 @@ async fn completion_scripts_and_the_man_page_come_from_the_binary() {
     let (ok, _, err) = cli(&["man", "--dir", pages.to_str().unwrap_or_default()]).await;
     assert!(ok, "{err}");
     assert!(pages.join("nodelet-get.1").is_file() && pages.join("nodelet.1").is_file());
-    if let Ok(out) = tokio::process::Command::new("man").arg("-l").arg(pages.join("nodelet-get.1")).env("MANPAGER", "cat").output().await {
+    if let Ok(out) = tokio::process::Command::new("man")
+        .arg("-l")
+        .arg(pages.join("nodelet-get.1"))
+        .env("MANPAGER", "cat")
+        .output()
+        .await
+    {
         if out.status.success() {
             assert!(String::from_utf8_lossy(&out.stdout).contains("selector"));
         }
