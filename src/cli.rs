@@ -520,7 +520,7 @@ impl DescribeArgs {
             token_file: self.token_file.clone(),
             certificate_authority: self.certificate_authority.clone(),
             insecure_skip_tls_verify: self.insecure_skip_tls_verify,
-            request_timeout: self.request_timeout.clone(),
+            request_timeout: self.request_timeout,
             log: self.log.clone(),
         }
     }
