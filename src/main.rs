@@ -452,7 +452,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         .with_pressure(pressure)
         .with_facts(node_facts)
         .with_csi(csi_registry.clone())
-        .with_pod_config(pod_config.clone()),
+        .with_pod_config(pod_config.clone())
+        .with_pulls(runtime.pull_records()),
     );
     let kube_client = cluster.as_ref().map(cluster::Cluster::client);
     let serving_cert = cluster.as_ref().and_then(cluster::Cluster::serving_cert);

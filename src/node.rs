@@ -67,6 +67,8 @@ pub(crate) struct Node {
     csi: Option<Arc<nodelet_csi::Registry>>,
     /// The pod config, which `nodelet debug` adds ephemeral containers of static pods to.
     pod_config: Option<crate::sources::PodConfig>,
+    /// What happened to each container's image (`Pulling`/`Pulled` events).
+    pulls: Option<nodelet_cri::images::PullRecords>,
 }
 
 impl Node {
@@ -120,12 +122,19 @@ impl Node {
             facts: None,
             csi: None,
             pod_config: None,
+            pulls: None,
         })
     }
 
     /// Lets `POST /debug/{namespace}/{pod}` add ephemeral containers to static pods through `pod_config`.
     pub(crate) fn with_pod_config(mut self, pod_config: crate::sources::PodConfig) -> Self {
         self.pod_config = Some(pod_config);
+        self
+    }
+
+    /// Reports the runtime's image pulls as the kubelet's `Pulling` and `Pulled` events.
+    pub(crate) fn with_pulls(mut self, pulls: nodelet_cri::images::PullRecords) -> Self {
+        self.pulls = Some(pulls);
         self
     }
 
@@ -397,6 +406,7 @@ impl NodeView for Node {
         self.volume_events(&mut items);
         self.claim_events(&mut items);
         self.probe_events(&mut items);
+        self.pull_events(&mut items);
         self.lifecycle_events(&mut items);
         self.oom_events(&mut items);
         self.pressure_events(&mut items);
@@ -616,6 +626,49 @@ impl Node {
                         pod.name, pod.namespace
                     );
                     push("BackOff", "Warning", message, newest.restart_count.max(1), now);
+                }
+            }
+        }
+    }
+
+    /// The kubelet's image events (Normal), from the runtime's record of each container's last image
+    /// check: `Pulling` (`Pulling image "x"`) when a pull started, `Pulled` when it ended
+    /// (`Successfully pulled image "x" in 1.2s (1.2s including waiting). Image size: N bytes.`) or
+    /// when no pull was needed (`Container image "x" already present on machine`). Records of pods
+    /// that are gone are dropped here.
+    fn pull_events(&self, items: &mut Vec<Event>) {
+        use nodelet_cri::images::PullRecord;
+        let Some(pulls) = &self.pulls else { return };
+        let owner = |uid: &str| -> Option<(String, String)> {
+            let uid = uid.to_owned();
+            match (self.desired.get(&uid), self.actual.get(&uid)) {
+                (Some(d), _) => Some((d.namespace().to_string(), d.name().to_string())),
+                (None, Some(a)) => Some((a.namespace.clone(), a.name.clone())),
+                (None, None) => None,
+            }
+        };
+        pulls.retain(|uid| owner(uid).is_some());
+        for ((uid, container), record) in pulls.entries() {
+            let Some((namespace, pod)) = owner(&uid) else { continue };
+            let mut push = |reason: &str, message: String, at: i64| {
+                let mut event = self.event(reason, &namespace, &pod, Some(&uid), message, 1);
+                event.metadata.name = Some(format!("{pod}.{container}.{}", reason.to_ascii_lowercase()));
+                event.type_ = Some("Normal".to_owned());
+                event.involved_object.field_path = Some(format!("spec.containers{{{container}}}"));
+                event.first_timestamp = nodelet_resources::pod::status::time(at);
+                event.last_timestamp = event.first_timestamp.clone();
+                items.push(event);
+            };
+            match record {
+                PullRecord::Present { image, at } => {
+                    push("Pulled", format!("Container image {image:?} already present on machine"), at);
+                }
+                PullRecord::Pulling { image, started_at } => {
+                    push("Pulling", format!("Pulling image {image:?}"), started_at);
+                }
+                PullRecord::Pulled { image, started_at, finished_at, took, size } => {
+                    push("Pulling", format!("Pulling image {image:?}"), started_at);
+                    push("Pulled", PullRecord::pulled_message(&image, took, size), finished_at);
                 }
             }
         }

@@ -221,6 +221,46 @@ async fn get_and_describe_select_format_and_watch_like_kubectl() {
     }
     assert!(seen.iter().all(|l| l.starts_with(&late_name)), "only the changed pod prints: {seen:?}");
     watch.kill().await.unwrap_or_else(|e| panic!("cannot stop get -w: {e}"));
+
+    // Image events, in the kubelet's words: a present image, and a pull from the loopback registry.
+    let present = nodelet_cli(&[
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.name={web},reason=Pulled"),
+        "--server",
+        s,
+    ])
+    .await;
+    assert!(
+        present.contains(&format!("Container image \"{}\" already present on machine", env.busybox)),
+        "{present}"
+    );
+    let Some(remote) = std::env::var("NODELET_TEST_REGISTRY_BUSYBOX").ok().filter(|s| !s.is_empty()) else {
+        panic!("NODELET_TEST_REGISTRY_BUSYBOX is unset: source /tmp/nodelet-test/env.sh");
+    };
+    let pulled = n.pod_manifest(
+        "pulled",
+        json!({"containers": [{"name": "main", "image": remote, "imagePullPolicy": "Always",
+                               "command": sleep_until_term("")}]}),
+    );
+    n.write_manifest("pulled.yaml", &pulled);
+    n.wait_running("pulled").await;
+    let pulled_name = n.pod_name("pulled");
+    let text = nodelet_cli(&["describe", "pod", &pulled_name, "--server", s]).await;
+    let events_part = text.split("\nEvents:\n").nth(1).unwrap_or_default();
+    let lines: Vec<&str> = events_part.lines().collect();
+    let pulling = lines.iter().position(|l| l.contains(&format!("Pulling image \"{remote}\"")));
+    let done = lines.iter().position(|l| {
+        l.contains(&format!("Successfully pulled image \"{remote}\" in "))
+            && l.contains(" including waiting). Image size: ")
+            && l.ends_with(" bytes.")
+    });
+    assert!(pulling.is_some() && done.is_some() && pulling < done, "Pulling, then Pulled:\n{text}");
+    assert!(
+        lines.iter().any(|l| l.split_whitespace().take(2).collect::<Vec<_>>() == ["Normal", "Pulled"]),
+        "{text}"
+    );
     n.shutdown().await;
 }
 
