@@ -1,5 +1,6 @@
-//! The `nodelet` command line: the daemon's flags (named like the kubelet's) and the client commands (`get`,
-//! `logs`, `exec`, `attach`, `cp`, `port-forward`).
+//! The `nodelet` command line: the daemon's flags (named like the kubelet's), the client commands (`get`,
+//! `describe`, `logs`, `exec`, `attach`, `cp`, `debug`, `port-forward`), and `completion` (clap_complete)
+//! and the hidden `man` (clap_mangen), both generated from these definitions.
 //!
 //! `nodelet` alone (or `nodelet run`) runs the daemon. Every daemon flag is optional here: a flag given
 //! explicitly overrides the `--config` file, which overrides the default ([`crate::config::Config::load`]

@@ -1,5 +1,7 @@
 //! Making sure a container's image is present, as its `imagePullPolicy` says (the kubelet's
-//! `EnsureImageExists`), and checking image names before they reach the runtime.
+//! `EnsureImageExists`), and checking image names before they reach the runtime. What happened to
+//! each container's image (present, pulling, pulled in how long, how big) is kept in [`PullRecords`]
+//! for the kubelet's `Pulling`/`Pulled` events.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
