@@ -504,18 +504,23 @@ where
         }
         let stdout = std::io::stdout();
         let stderr = std::io::stderr();
-        if first {
-            print(
-                args,
-                current.values().map(|(_, i)| i.clone()).collect(),
-                now(),
-                &mut stdout.lock(),
-                &mut stderr.lock(),
-            )?;
-            first = false;
-        } else if !changed.is_empty() {
-            print(&later, changed, now(), &mut stdout.lock(), &mut stderr.lock())?;
+        let (out, err) = (&mut stdout.lock(), &mut stderr.lock());
+        let shown: Vec<T> = if first { current.values().map(|(_, i)| i.clone()).collect() } else { changed };
+        if matches!(args.output, Some(OutputFormat::Json | OutputFormat::Yaml)) {
+            // Each object on its own, as kubectl get -w -o json|yaml prints them.
+            for item in shown {
+                let mut one = later.clone();
+                // Already selected: the name alone picks it (a selector and names do not go together).
+                (one.selector, one.field_selector) = (None, None);
+                one.names = vec![meta(&item).name.clone().unwrap_or_default()];
+                print(&one, vec![item], now(), out, err)?;
+            }
+        } else if first {
+            print(args, shown, now(), out, err)?;
+        } else if !shown.is_empty() {
+            print(&later, shown, now(), out, err)?;
         }
+        first = false;
         known = current;
         tokio::time::sleep(WATCH_INTERVAL).await;
     }

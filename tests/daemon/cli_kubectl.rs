@@ -222,6 +222,33 @@ async fn get_and_describe_select_format_and_watch_like_kubectl() {
     assert!(seen.iter().all(|l| l.starts_with(&late_name)), "only the changed pod prints: {seen:?}");
     watch.kill().await.unwrap_or_else(|e| panic!("cannot stop get -w: {e}"));
 
+    // -w -o json with a selector: each selected object on its own
+    let mut watch = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(["get", "pods", "-w", "-o", "json", "-l", "app=web", "--server", s])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start nodelet get -w -o json: {e}"));
+    let Some(stdout) = watch.stdout.take() else { panic!("no stdout") };
+    let mut lines = BufReader::new(stdout).lines();
+    let mut object = String::new();
+    loop {
+        let line = match tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await {
+            Ok(Ok(Some(l))) => l,
+            other => panic!("get -w -o json printed no object: {other:?}: {object}"),
+        };
+        object.push_str(&line);
+        object.push('\n');
+        if line == "}" {
+            break;
+        }
+    }
+    let pod: serde_json::Value = serde_json::from_str(&object).unwrap_or_else(|e| panic!("{e}: {object}"));
+    assert_eq!((pod["kind"].as_str(), pod["metadata"]["name"].as_str()), (Some("Pod"), Some(web.as_str())));
+    watch.kill().await.unwrap_or_else(|e| panic!("cannot stop get -w: {e}"));
+
     // Image events, in the kubelet's words: a present image, and a pull from the loopback registry.
     let present = nodelet_cli(&[
         "get",
