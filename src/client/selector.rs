@@ -413,8 +413,10 @@ impl FieldSelector {
     /// Whether the object (as JSON) is selected: a missing field counts as `""`.
     pub(crate) fn matches(&self, object: &serde_json::Value) -> bool {
         self.terms.iter().all(|(field, equal, value)| {
+            // The API server's `source` field label of events is the source's component.
+            let path = if field == "source" { "source.component" } else { field.as_str() };
             let mut cur = Some(object);
-            for part in field.split('.') {
+            for part in path.split('.') {
                 cur = cur.and_then(|c| c.get(part));
             }
             let have = match cur {
@@ -531,6 +533,8 @@ mod tests {
         let normal = serde_json::json!({"involvedObject": {"name": "web"}, "type": "Normal"});
         let other = serde_json::json!({"involvedObject": {"name": "db"}, "type": "Warning"});
         assert!(f.matches(&warn) && !f.matches(&normal) && !f.matches(&other));
+        let by_source = FieldSelector::parse("source=nodelet", EVENT_FIELDS).expect("parse");
+        assert!(by_source.matches(&serde_json::json!({"source": {"component": "nodelet", "host": "n1"}})));
         assert_eq!(
             FieldSelector::parse("spec.foo=x", POD_FIELDS).expect_err("unknown").to_string(),
             "field label not supported: spec.foo"
