@@ -1,5 +1,6 @@
-//! The `nodelet` command line: the daemon's flags (named like the kubelet's) and the client commands (`get`,
-//! `logs`, `exec`, `attach`, `cp`, `port-forward`).
+//! The `nodelet` command line: the daemon's flags (named like the kubelet's), the client commands (`get`,
+//! `describe`, `logs`, `exec`, `attach`, `cp`, `debug`, `port-forward`), and `completion` (clap_complete)
+//! and the hidden `man` (clap_mangen), both generated from these definitions.
 //!
 //! `nodelet` alone (or `nodelet run`) runs the daemon. Every daemon flag is optional here: a flag given
 //! explicitly overrides the `--config` file, which overrides the default ([`crate::config::Config::load`]
@@ -12,7 +13,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::config::GoDuration;
 
@@ -69,6 +70,13 @@ pub(crate) enum Command {
     Debug(DebugArgs),
     /// Forward local ports to a pod like `kubectl port-forward`, through the local nodelet's main port.
     PortForward(PortForwardArgs),
+    /// Show the details of pods like `kubectl describe pod`, with their events.
+    Describe(DescribeArgs),
+    /// Print a shell completion script: `source <(nodelet completion bash)`.
+    Completion(CompletionArgs),
+    /// Print nodelet's man page (roff), or write one page per command into a directory.
+    #[command(hide = true)]
+    Man(ManArgs),
 }
 
 impl Command {
@@ -83,6 +91,8 @@ impl Command {
             Command::Cp(c) => c.log.verbosity,
             Command::Debug(d) => d.log.verbosity,
             Command::PortForward(p) => p.log.verbosity,
+            Command::Describe(d) => d.log.verbosity,
+            Command::Completion(_) | Command::Man(_) => None,
         }
     }
 }
@@ -346,20 +356,34 @@ pub(crate) struct RunArgs {
     --certificate-authority, else /var/lib/nodelet/pki/nodelet.crt when that file exists (nodelet's \
     self-signed certificate).")]
 pub(crate) struct GetArgs {
-    /// Resource type: pods (also pod, po), nodes (node, no), pv (persistentvolumes),
+    /// Resource type: pods (also pod, po), nodes (node, no), events (event, ev), pv (persistentvolumes),
     /// pvc (persistentvolumeclaims), storageclass (sc, storageclasses), csinodes (csinode).
     #[arg(value_name = "TYPE", value_parser = [
-        "pods", "pod", "po", "nodes", "node", "no", "pv", "persistentvolume", "persistentvolumes", "pvc",
-        "persistentvolumeclaim", "persistentvolumeclaims", "sc", "storageclass", "storageclasses", "csinode",
-        "csinodes",
+        "pods", "pod", "po", "nodes", "node", "no", "events", "event", "ev", "pv", "persistentvolume",
+        "persistentvolumes", "pvc", "persistentvolumeclaim", "persistentvolumeclaims", "sc", "storageclass",
+        "storageclasses", "csinode", "csinodes",
     ])]
     pub(crate) resource: String,
     /// Names of the pods to show (all when none).
     #[arg(value_name = "NAME")]
     pub(crate) names: Vec<String>,
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    /// Output format: wide, json, yaml, name, jsonpath=TEMPLATE, jsonpath-file=FILE,
+    /// custom-columns=HEADER:PATH[,...], custom-columns-file=FILE.
+    #[arg(short = 'o', long, value_name = "FORMAT", value_parser = parse_output)]
     pub(crate) output: Option<OutputFormat>,
+    /// Label selector, e.g. 'app=web,tier!=db', 'env in (a,b)', '!canary' (Kubernetes syntax).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub(crate) selector: Option<String>,
+    /// Field selector, e.g. 'status.phase=Running' or, for events, 'involvedObject.name=web'.
+    #[arg(long, value_name = "SELECTOR")]
+    pub(crate) field_selector: Option<String>,
+    /// After listing, watch for changes and print a line (or object) for each. nodelet polls its
+    /// read-only endpoints every second and compares the objects (it has no watch stream); Ctrl-C ends it.
+    #[arg(short = 'w', long)]
+    pub(crate) watch: bool,
+    /// Do not print the table's header line (also of custom-columns).
+    #[arg(long)]
+    pub(crate) no_headers: bool,
     /// Namespace of the pods.
     #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
     pub(crate) namespace: String,
@@ -389,17 +413,142 @@ pub(crate) struct GetArgs {
     pub(crate) log: LogArgs,
 }
 
-/// Output formats of `get`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// Output formats of `get` (`-o`), as kubectl spells them.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum OutputFormat {
-    /// The table with IP, NODE, NOMINATED NODE and READINESS GATES columns.
+    /// The table with more columns (pods: IP, NODE, NOMINATED NODE and READINESS GATES).
     Wide,
-    /// The objects as JSON.
+    /// The objects as JSON (indented by 4 spaces, as kubectl).
     Json,
     /// The objects as YAML.
     Yaml,
-    /// `pod/NAME` per line.
+    /// `KIND/NAME` per line.
     Name,
+    /// A kubectl JSONPath template (`jsonpath=`, or the content of `jsonpath-file=`).
+    JsonPath(String),
+    /// Custom columns `HEADER:PATH,…` (`custom-columns=`; `custom-columns-file=` is turned into this form).
+    CustomColumns(String),
+}
+
+/// Parses `-o`: `wide`, `json`, `yaml`, `name`, `jsonpath=TEMPLATE`, `jsonpath-file=FILE`,
+/// `custom-columns=SPEC`, `custom-columns-file=FILE` (kubectl's names).
+pub(crate) fn parse_output(s: &str) -> Result<OutputFormat, String> {
+    let read =
+        |path: &str| std::fs::read_to_string(path).map_err(|e| format!("error reading template {path}, {e}"));
+    let (name, arg) = match s.split_once('=') {
+        Some((n, a)) => (n, Some(a)),
+        None => (s, None),
+    };
+    match (name, arg) {
+        ("wide", None) => Ok(OutputFormat::Wide),
+        ("json", None) => Ok(OutputFormat::Json),
+        ("yaml", None) => Ok(OutputFormat::Yaml),
+        ("name", None) => Ok(OutputFormat::Name),
+        ("jsonpath", Some(t)) if !t.is_empty() => Ok(OutputFormat::JsonPath(t.to_owned())),
+        ("jsonpath-file", Some(f)) if !f.is_empty() => Ok(OutputFormat::JsonPath(read(f)?)),
+        ("jsonpath" | "jsonpath-file", _) => Err("template format specified but no template given".into()),
+        ("custom-columns", Some(spec)) if !spec.is_empty() => {
+            Ok(OutputFormat::CustomColumns(spec.to_owned()))
+        }
+        ("custom-columns", _) => Err("custom-columns format specified but no custom columns given".into()),
+        ("custom-columns-file", Some(f)) if !f.is_empty() => {
+            crate::client::custom_columns_from_file(&read(f)?).map(OutputFormat::CustomColumns)
+        }
+        _ => Err(format!(
+            "unable to match a printer suitable for the output format {s:?}, allowed formats are: \
+             custom-columns,custom-columns-file,json,jsonpath,jsonpath-file,name,wide,yaml"
+        )),
+    }
+}
+
+/// `nodelet describe pod [NAME...]`.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "Reads /pods and /api/v1/events from the local nodelet (the server flags are those \
+    of `nodelet get`) and prints each pod like `kubectl describe pod`, its events last.")]
+pub(crate) struct DescribeArgs {
+    /// Resource type: pods (also pod, po).
+    #[arg(value_name = "TYPE", value_parser = ["pods", "pod", "po"])]
+    pub(crate) resource: String,
+    /// Names of the pods (a name prefix also matches, as in kubectl); all pods of the namespace when none.
+    #[arg(value_name = "NAME")]
+    pub(crate) names: Vec<String>,
+    /// Namespace of the pods.
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub(crate) namespace: String,
+    /// Pods of every namespace.
+    #[arg(short = 'A', long)]
+    pub(crate) all_namespaces: bool,
+    /// Label selector (Kubernetes syntax).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub(crate) selector: Option<String>,
+    /// Leave the events out.
+    #[arg(long = "show-events", value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    pub(crate) show_events: bool,
+    /// nodelet's URL, e.g. http://127.0.0.1:10255 or https://127.0.0.1:10250.
+    #[arg(long, value_name = "URL", env = "NODELET_SERVER")]
+    pub(crate) server: Option<String>,
+    /// Bearer token for the main port (prefer --token-file: a command line is visible to every user).
+    #[arg(long, value_name = "TOKEN", env = "NODELET_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// File holding the bearer token for the main port.
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    pub(crate) token_file: Option<PathBuf>,
+    /// CA certificate (PEM) to verify the server's certificate with.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) certificate_authority: Option<PathBuf>,
+    /// Do not verify the server's certificate (insecure).
+    #[arg(long)]
+    pub(crate) insecure_skip_tls_verify: bool,
+    /// Timeout of each request.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub(crate) request_timeout: GoDuration,
+    /// Logging.
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
+impl DescribeArgs {
+    /// The same request as `nodelet get pods` with these flags.
+    pub(crate) fn get_args(&self) -> GetArgs {
+        GetArgs {
+            resource: "pods".into(),
+            names: Vec::new(),
+            output: None,
+            selector: self.selector.clone(),
+            field_selector: None,
+            watch: false,
+            no_headers: false,
+            namespace: self.namespace.clone(),
+            all_namespaces: self.all_namespaces,
+            server: self.server.clone(),
+            token: self.token.clone(),
+            token_file: self.token_file.clone(),
+            certificate_authority: self.certificate_authority.clone(),
+            insecure_skip_tls_verify: self.insecure_skip_tls_verify,
+            request_timeout: self.request_timeout,
+            log: self.log.clone(),
+        }
+    }
+}
+
+/// `nodelet completion SHELL`.
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "bash: `source <(nodelet completion bash)`, or save it as \
+    /etc/bash_completion.d/nodelet. zsh: `nodelet completion zsh > \"${fpath[1]}/_nodelet\"`. fish: \
+    `nodelet completion fish > ~/.config/fish/completions/nodelet.fish`.")]
+pub(crate) struct CompletionArgs {
+    /// The shell.
+    #[arg(value_name = "SHELL", value_parser = ["bash", "zsh", "fish"])]
+    pub(crate) shell: String,
+}
+
+/// `nodelet man [--dir DIR]`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ManArgs {
+    /// Write nodelet.1 and one nodelet-COMMAND.1 per command into this directory instead of printing
+    /// nodelet.1.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) dir: Option<PathBuf>,
 }
 
 /// `nodelet logs POD`.
@@ -624,6 +773,57 @@ pub(crate) struct PortForwardArgs {
     /// Logging.
     #[command(flatten)]
     pub(crate) log: LogArgs,
+}
+
+/// `nodelet completion SHELL`: the completion script of `shell` (`bash`, `zsh` or `fish`), generated from
+/// the command definition by clap_complete.
+pub(crate) fn completion(shell: &str, out: &mut dyn std::io::Write) -> Result<(), String> {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    let shell = match shell {
+        "bash" => Shell::Bash,
+        "zsh" => Shell::Zsh,
+        "fish" => Shell::Fish,
+        other => return Err(format!("unsupported shell type {other:?}")),
+    };
+    clap_complete::generate(shell, &mut Cli::command(), "nodelet", out);
+    Ok(())
+}
+
+/// `nodelet man`: one roff page (section 1) for nodelet and all its commands: the top-level page
+/// that clap_mangen makes, then a section per command with its synopsis, description and options.
+pub(crate) fn man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    clap_mangen::Man::new(cmd.clone()).render(out)?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let page = clap_mangen::Man::new(sub.clone());
+        let mut buf = Vec::new();
+        page.render_synopsis_section(&mut buf)?;
+        page.render_description_section(&mut buf)?;
+        page.render_options_section(&mut buf)?;
+        if sub.get_after_help().is_some() {
+            page.render_extra_section(&mut buf)?;
+        }
+        let text = String::from_utf8_lossy(&buf);
+        let name = sub.get_bin_name().unwrap_or(sub.get_name()).to_uppercase();
+        writeln!(out, ".SH \"COMMAND: {name}\"")?;
+        for line in text.lines() {
+            match line.strip_prefix(".SH ") {
+                Some(heading) => writeln!(out, ".SS {heading}")?,
+                None => writeln!(out, "{line}")?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `nodelet man --dir DIR`: writes nodelet.1 and nodelet-COMMAND.1 for every command into `dir`.
+pub(crate) fn man_pages_to(dir: &std::path::Path) -> std::io::Result<()> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir)?;
+    clap_mangen::generate_to(Cli::command(), dir)
 }
 
 /// The tracing filter directive for a kubelet-style verbosity level (used when `RUST_LOG` is unset).
@@ -902,6 +1102,105 @@ mod tests {
     fn short_go(d: std::time::Duration) -> String {
         let s = config::format_go_duration(d);
         s.strip_suffix("m0s").map(|m| format!("{m}m")).unwrap_or(s)
+    }
+
+    /// The man page names every visible command and every flag of each.
+    #[test]
+    fn the_man_page_names_every_command_and_flag() {
+        let mut page = Vec::new();
+        man_page(&mut page).expect("render");
+        let page = String::from_utf8(page).expect("utf8");
+        assert!(page.contains("\n.TH nodelet 1 "), "{}", &page[..page.len().min(200)]);
+        let roff = |s: &str| s.replace('-', "\\-");
+        let mut cmd = Cli::command().disable_help_subcommand(true);
+        cmd.build();
+        let mut checked = 0;
+        for sub in std::iter::once(&cmd).chain(cmd.get_subcommands().filter(|s| !s.is_hide_set())) {
+            if sub.get_name() != "nodelet" {
+                assert!(
+                    page.contains(&format!("COMMAND: NODELET {}", sub.get_name().to_uppercase())),
+                    "{}",
+                    sub.get_name()
+                );
+            }
+            for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+                if let Some(long) = arg.get_long() {
+                    assert!(
+                        page.contains(&roff(&format!("--{long}"))),
+                        "--{long} of {} missing",
+                        sub.get_name()
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 80, "only {checked} flags");
+        assert!(!page.contains("COMMAND: NODELET MAN"), "the hidden man command stays out");
+        let dir = tempfile::tempdir().expect("tempdir");
+        man_pages_to(dir.path()).expect("write pages");
+        for name in ["nodelet.1", "nodelet-get.1", "nodelet-describe.1", "nodelet-completion.1"] {
+            assert!(dir.path().join(name).is_file(), "{name}");
+        }
+    }
+
+    #[test]
+    fn completion_scripts_cover_the_commands() {
+        for shell in ["bash", "zsh", "fish"] {
+            let mut out = Vec::new();
+            completion(shell, &mut out).expect(shell);
+            let text = String::from_utf8(out).expect("utf8");
+            let words: &[&str] = if shell == "fish" {
+                &["describe", "-l selector", "-l pod-manifest-path"]
+            } else {
+                &["describe", "--selector", "--pod-manifest-path"]
+            };
+            for word in words {
+                assert!(text.contains(word), "{shell} completion lacks {word}");
+            }
+        }
+        assert!(completion("tcsh", &mut Vec::new()).is_err());
+        assert!(Cli::try_parse_from(["nodelet", "completion", "tcsh"]).is_err());
+    }
+
+    #[test]
+    fn get_takes_selectors_watch_and_template_formats() {
+        let Command::Get(g) = parse(&[
+            "get",
+            "events",
+            "-l",
+            "app=web",
+            "--field-selector",
+            "type=Warning",
+            "-w",
+            "--no-headers",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ]) else {
+            panic!("expected get");
+        };
+        assert_eq!(g.selector.as_deref(), Some("app=web"));
+        assert_eq!(g.field_selector.as_deref(), Some("type=Warning"));
+        assert!(g.watch && g.no_headers);
+        assert_eq!(g.output, Some(OutputFormat::JsonPath("{.items[*].reason}".into())));
+        let Command::Describe(d) = parse(&["describe", "pod", "web", "-n", "ns", "--show-events=false"])
+        else {
+            panic!("expected describe");
+        };
+        assert_eq!(
+            (d.names.as_slice(), d.namespace.as_str(), d.show_events),
+            (&["web".to_owned()][..], "ns", false)
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cols");
+        std::fs::write(&file, "NAME PHASE\n.metadata.name .status.phase\n").expect("write");
+        let arg = format!("custom-columns-file={}", file.display());
+        let Command::Get(g) = parse(&["get", "pods", "-o", &arg]) else { panic!("expected get") };
+        assert_eq!(
+            g.output,
+            Some(OutputFormat::CustomColumns("NAME:.metadata.name,PHASE:.status.phase".into()))
+        );
+        let err = Cli::try_parse_from(["nodelet", "get", "pods", "-o", "table"]).expect_err("unknown format");
+        assert!(err.to_string().contains("allowed formats are"), "{err}");
     }
 
     #[test]

@@ -47,6 +47,12 @@ fn main() -> anyhow::Result<()> {
             cli::Command::Attach(args) => exit_with(client::run_attach(&args).await),
             cli::Command::Debug(args) => exit_with(client::run_debug(&args).await),
             cli::Command::Cp(args) => client::run_cp(&args).await.map_err(|e| e.to_string()),
+            cli::Command::Describe(args) => client::run_describe(&args).await.map_err(|e| e.to_string()),
+            cli::Command::Completion(args) => cli::completion(&args.shell, &mut std::io::stdout().lock()),
+            cli::Command::Man(args) => match &args.dir {
+                Some(dir) => cli::man_pages_to(dir).map_err(|e| format!("cannot write the man pages: {e}")),
+                None => cli::man_page(&mut std::io::stdout().lock()).map_err(|e| e.to_string()),
+            },
             // The daemon returned above.
             cli::Command::Run(_) => Ok(()),
         };
@@ -453,7 +459,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         .with_facts(node_facts)
         .with_csi(csi_registry.clone())
         .with_pod_config(pod_config.clone())
-        .with_configz(config::configz::configz(config)),
+        .with_configz(config::configz::configz(config))
+        .with_pulls(runtime.pull_records()),
     );
     let kube_client = cluster.as_ref().map(cluster::Cluster::client);
     let serving_cert = cluster.as_ref().and_then(cluster::Cluster::serving_cert);

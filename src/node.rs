@@ -72,6 +72,8 @@ pub(crate) struct Node {
     pod_config: Option<crate::sources::PodConfig>,
     /// The effective configuration for `/configz`.
     configz: Option<serde_json::Value>,
+    /// What happened to each container's image (`Pulling`/`Pulled` events).
+    pulls: Option<nodelet_cri::images::PullRecords>,
 }
 
 impl Node {
@@ -130,6 +132,7 @@ impl Node {
             csi: None,
             pod_config: None,
             configz: None,
+            pulls: None,
         })
     }
 
@@ -142,6 +145,12 @@ impl Node {
     /// Serves `configz` (the effective configuration, [`crate::config::configz::configz`]) on `/configz`.
     pub(crate) fn with_configz(mut self, configz: serde_json::Value) -> Self {
         self.configz = Some(configz);
+        self
+    }
+
+    /// Reports the runtime's image pulls as the kubelet's `Pulling` and `Pulled` events.
+    pub(crate) fn with_pulls(mut self, pulls: nodelet_cri::images::PullRecords) -> Self {
+        self.pulls = Some(pulls);
         self
     }
 
@@ -442,6 +451,7 @@ impl NodeView for Node {
         self.volume_events(&mut items);
         self.claim_events(&mut items);
         self.probe_events(&mut items);
+        self.pull_events(&mut items);
         self.lifecycle_events(&mut items);
         self.oom_events(&mut items);
         self.pressure_events(&mut items);
@@ -715,6 +725,49 @@ impl Node {
                         pod.name, pod.namespace
                     );
                     push("BackOff", "Warning", message, newest.restart_count.max(1), now);
+                }
+            }
+        }
+    }
+
+    /// The kubelet's image events (Normal), from the runtime's record of each container's last image
+    /// check: `Pulling` (`Pulling image "x"`) when a pull started, `Pulled` when it ended
+    /// (`Successfully pulled image "x" in 1.2s (1.2s including waiting). Image size: N bytes.`) or
+    /// when no pull was needed (`Container image "x" already present on machine`). Records of pods
+    /// that are gone are dropped here.
+    fn pull_events(&self, items: &mut Vec<Event>) {
+        use nodelet_cri::images::PullRecord;
+        let Some(pulls) = &self.pulls else { return };
+        let owner = |uid: &str| -> Option<(String, String)> {
+            let uid = uid.to_owned();
+            match (self.desired.get(&uid), self.actual.get(&uid)) {
+                (Some(d), _) => Some((d.namespace().to_string(), d.name().to_string())),
+                (None, Some(a)) => Some((a.namespace.clone(), a.name.clone())),
+                (None, None) => None,
+            }
+        };
+        pulls.retain(|uid| owner(uid).is_some());
+        for ((uid, container), record) in pulls.entries() {
+            let Some((namespace, pod)) = owner(&uid) else { continue };
+            let mut push = |reason: &str, message: String, at: i64| {
+                let mut event = self.event(reason, &namespace, &pod, Some(&uid), message, 1);
+                event.metadata.name = Some(format!("{pod}.{container}.{}", reason.to_ascii_lowercase()));
+                event.type_ = Some("Normal".to_owned());
+                event.involved_object.field_path = Some(format!("spec.containers{{{container}}}"));
+                event.first_timestamp = nodelet_resources::pod::status::time(at);
+                event.last_timestamp = event.first_timestamp.clone();
+                items.push(event);
+            };
+            match record {
+                PullRecord::Present { image, at } => {
+                    push("Pulled", format!("Container image {image:?} already present on machine"), at);
+                }
+                PullRecord::Pulling { image, started_at } => {
+                    push("Pulling", format!("Pulling image {image:?}"), started_at);
+                }
+                PullRecord::Pulled { image, started_at, finished_at, took, size } => {
+                    push("Pulling", format!("Pulling image {image:?}"), started_at);
+                    push("Pulled", PullRecord::pulled_message(&image, took, size), finished_at);
                 }
             }
         }

@@ -106,6 +106,15 @@ pub(crate) enum GetError {
     /// Writing the output failed.
     #[error("cannot write the output: {0}")]
     Output(#[source] std::io::Error),
+    /// The flags do not go together (kubectl's words).
+    #[error("{0}")]
+    Usage(String),
+    /// A label or field selector is malformed.
+    #[error(transparent)]
+    Selector(#[from] super::selector::SelectorError),
+    /// A JSONPath template is malformed or failed.
+    #[error(transparent)]
+    JsonPath(#[from] super::jsonpath::JsonPathError),
 }
 
 #[derive(Deserialize)]
@@ -311,6 +320,7 @@ pub(crate) fn print_pods(
             args.all_namespaces || p.metadata.namespace.as_deref().unwrap_or("default") == args.namespace
         })
         .collect();
+    pods = super::output::select(args, pods, |p| &p.metadata, super::selector::POD_FIELDS)?;
     pods.sort_by(|a, b| {
         (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
             .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
@@ -337,42 +347,28 @@ pub(crate) fn print_pods(
         err.write_all(msg.as_bytes()).map_err(GetError::Output)?;
         return Ok(());
     }
-    let single = args.names.len() == 1 && pods.len() == 1;
-    let text = match args.output {
+    let text = match &args.output {
         None | Some(OutputFormat::Wide) => {
             if pods.is_empty() {
                 String::new()
             } else {
-                let rows: Vec<_> = pods.iter().map(|p| pod_row(p, now)).collect();
-                pods_table(&rows, args.output == Some(OutputFormat::Wide), args.all_namespaces)
+                pods_text(args, &pods, now)
             }
         }
-        Some(OutputFormat::Name) => {
-            pods.iter().map(|p| format!("pod/{}\n", p.metadata.name.as_deref().unwrap_or_default())).collect()
-        }
-        Some(format @ (OutputFormat::Json | OutputFormat::Yaml)) => {
-            let value = if single {
-                serde_json::to_value(&pods[0])
-            } else {
-                serde_json::to_value(&pods).map(|items| {
-                    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items,
-                                       "metadata": {"resourceVersion": ""}})
-                })
-            }
-            .map_err(|e| GetError::Output(std::io::Error::other(e)))?;
-            if format == OutputFormat::Json {
-                let mut s = serde_json::to_string_pretty(&value)
-                    .map_err(|e| GetError::Output(std::io::Error::other(e)))?;
-                s.push('\n');
-                s
-            } else {
-                crate::yaml::to_string(&value).map_err(|e| GetError::Output(std::io::Error::other(e)))?
-            }
+        Some(format) => {
+            super::output::render(args, format, ("v1", "Pod", "pod"), super::output::values(&pods)?)?
         }
     };
     out.write_all(text.as_bytes()).map_err(GetError::Output)?;
     out.flush().map_err(GetError::Output)?;
     if missing.is_empty() { Ok(()) } else { Err(GetError::NotFound(missing)) }
+}
+
+/// The pods table (`-o wide`: its wide form), honouring `--no-headers`.
+pub(super) fn pods_text(args: &GetArgs, pods: &[Pod], now: Timestamp) -> String {
+    let rows: Vec<_> = pods.iter().map(|p| pod_row(p, now)).collect();
+    let text = pods_table(&rows, args.output == Some(OutputFormat::Wide), args.all_namespaces);
+    if args.no_headers { text.split_once('\n').map(|(_, r)| r.to_owned()).unwrap_or_default() } else { text }
 }
 
 /// The wall-clock time (jiff's `Timestamp::now` needs its `std` feature, which k8s-openapi does not enable).
@@ -386,6 +382,12 @@ pub(crate) fn now() -> Timestamp {
 pub(crate) async fn run(args: &GetArgs) -> Result<(), GetError> {
     if super::nodes::is_nodes(&args.resource) {
         return super::nodes::run(args, now()).await;
+    }
+    if args.watch {
+        return watch(args).await;
+    }
+    if super::events::is_events(&args.resource) {
+        return super::events::run(args, now()).await;
     }
     if let Some(kind) = super::storage::kind_of(&args.resource) {
         return super::storage::run(args, kind, now()).await;
@@ -403,6 +405,132 @@ pub(crate) async fn run(args: &GetArgs) -> Result<(), GetError> {
         }
     }
     printed
+}
+
+/// How often `-w` polls.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A printer of one kind's objects: (args, objects, now, stdout, stderr).
+type Printer<T> = fn(&GetArgs, Vec<T>, Timestamp, &mut dyn Write, &mut dyn Write) -> Result<(), GetError>;
+
+/// `get -w`: pods, nodes or events. The read-only endpoints have no watch stream, so this polls every
+/// second: the first answer prints as usual, then each object that appeared or changed (or
+/// disappeared: its last state) prints again, without the header, as `kubectl get -w` does.
+async fn watch(args: &GetArgs) -> Result<(), GetError> {
+    use super::selector::{EVENT_FIELDS, META_FIELDS, POD_FIELDS};
+    if super::nodes::is_nodes(&args.resource) {
+        watch_kind(
+            args,
+            "/api/v1/nodes",
+            |n: &k8s_openapi::api::core::v1::Node| &n.metadata,
+            META_FIELDS,
+            false,
+            super::nodes::print_nodes,
+        )
+        .await
+    } else if super::events::is_events(&args.resource) {
+        watch_kind(
+            args,
+            "/api/v1/events",
+            |e: &Event| &e.metadata,
+            EVENT_FIELDS,
+            true,
+            |a, items, now, out, err| {
+                let items = super::events::select(a, items)?;
+                super::events::print_events(a, &items, now, out, err)
+            },
+        )
+        .await
+    } else if super::storage::kind_of(&args.resource).is_some() {
+        Err(GetError::Usage(format!(
+            "watch is not supported for {}: only pods, nodes and events",
+            args.resource
+        )))
+    } else {
+        watch_kind(args, "/pods", |p: &Pod| &p.metadata, POD_FIELDS, true, print_pods).await
+    }
+}
+
+async fn watch_kind<T>(
+    args: &GetArgs,
+    path: &str,
+    meta: fn(&T) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    fields: &[&str],
+    namespaced: bool,
+    print: Printer<T>,
+) -> Result<(), GetError>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize + Clone,
+{
+    let mut known: std::collections::BTreeMap<(String, String), (String, T)> = Default::default();
+    let mut later = args.clone();
+    later.names.clear();
+    later.no_headers = true;
+    let mut first = true;
+    loop {
+        let items: Vec<T> = fetch_list(args, path).await?;
+        let items: Vec<T> = items
+            .into_iter()
+            .filter(|i| {
+                !namespaced
+                    || args.all_namespaces
+                    || meta(i).namespace.as_deref().unwrap_or("default") == args.namespace
+            })
+            .filter(|i| {
+                args.names.is_empty() || meta(i).name.as_ref().is_some_and(|n| args.names.contains(n))
+            })
+            .collect();
+        let items = super::output::select(&later_selector(args), items, meta, fields)?;
+        let mut current = std::collections::BTreeMap::new();
+        for item in items {
+            let key = (
+                meta(&item).namespace.clone().unwrap_or_default(),
+                meta(&item).name.clone().unwrap_or_default(),
+            );
+            let json =
+                serde_json::to_string(&item).map_err(|e| GetError::Output(std::io::Error::other(e)))?;
+            current.insert(key, (json, item));
+        }
+        let mut changed: Vec<T> = Vec::new();
+        for (key, (json, item)) in &current {
+            if known.get(key).is_none_or(|(old, _)| old != json) {
+                changed.push(item.clone());
+            }
+        }
+        for (key, (_, item)) in &known {
+            if !current.contains_key(key) {
+                changed.push(item.clone());
+            }
+        }
+        let stdout = std::io::stdout();
+        let stderr = std::io::stderr();
+        let (out, err) = (&mut stdout.lock(), &mut stderr.lock());
+        let shown: Vec<T> = if first { current.values().map(|(_, i)| i.clone()).collect() } else { changed };
+        if matches!(args.output, Some(OutputFormat::Json | OutputFormat::Yaml)) {
+            // Each object on its own, as kubectl get -w -o json|yaml prints them.
+            for item in shown {
+                let mut one = later.clone();
+                // Already selected: the name alone picks it (a selector and names do not go together).
+                (one.selector, one.field_selector) = (None, None);
+                one.names = vec![meta(&item).name.clone().unwrap_or_default()];
+                print(&one, vec![item], now(), out, err)?;
+            }
+        } else if first {
+            print(args, shown, now(), out, err)?;
+        } else if !shown.is_empty() {
+            print(&later, shown, now(), out, err)?;
+        }
+        first = false;
+        known = current;
+        tokio::time::sleep(WATCH_INTERVAL).await;
+    }
+}
+
+/// `args` without names (a selector and names do not go together, and names were applied already).
+fn later_selector(args: &GetArgs) -> GetArgs {
+    let mut a = args.clone();
+    a.names.clear();
+    a
 }
 
 /// Prints warning events, one line each, like kubectl prints warnings.

@@ -1,15 +1,21 @@
-//! nodelet's client commands: `nodelet get pods` (asks the local nodelet's API), `nodelet logs` (reads
+//! nodelet's client commands: `nodelet get` and `nodelet describe pod` (ask the local nodelet's API;
+//! selectors in [`selector`], `-o jsonpath` in [`jsonpath`], the other formats in [`output`]), `nodelet logs` (reads
 //! the CRI log files directly), `nodelet exec`, `nodelet attach`, `nodelet debug`, `nodelet cp` and `nodelet port-forward`
 //! (WebSockets to the local nodelet's main port).
 
 mod cp;
 mod debug;
+mod describe;
+mod events;
 mod exec;
 mod get;
+mod jsonpath;
 mod logs;
 mod nodes;
+mod output;
 mod pods;
 mod port_forward;
+mod selector;
 mod session;
 mod storage;
 mod stream;
@@ -17,10 +23,16 @@ mod stream;
 pub(crate) use cp::CpError;
 pub(crate) use get::{GetError, now};
 pub(crate) use logs::LogsError;
+pub(crate) use output::custom_columns_from_file;
 
 pub(crate) use stream::StreamError;
 
-use crate::cli::{AttachArgs, CpArgs, DebugArgs, ExecArgs, GetArgs, LogsArgs, PortForwardArgs};
+use crate::cli::{AttachArgs, CpArgs, DebugArgs, DescribeArgs, ExecArgs, GetArgs, LogsArgs, PortForwardArgs};
+
+/// `nodelet describe pod [NAME…]`: prints the pods like `kubectl describe pod`.
+pub(crate) async fn run_describe(args: &DescribeArgs) -> Result<(), GetError> {
+    describe::run(args, now()).await
+}
 
 /// `nodelet get pods ...`: prints the table (or JSON/YAML/names) on stdout, "No resources found" on stderr.
 pub(crate) async fn run_get(args: &GetArgs) -> Result<(), GetError> {

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
 use super::get::{GetError, fetch_list};
-use super::pods::{human_duration_since, render_table};
+use super::pods::human_duration_since;
 use crate::cli::{GetArgs, OutputFormat};
 
 /// Whether a `get` resource argument names nodes.
@@ -91,6 +91,7 @@ pub(crate) fn print_nodes(
     err: &mut dyn Write,
 ) -> Result<(), GetError> {
     let mut missing = Vec::new();
+    let nodes = super::output::select(args, nodes, |n| &n.metadata, super::selector::META_FIELDS)?;
     let nodes: Vec<Node> = if args.names.is_empty() {
         nodes
     } else {
@@ -104,42 +105,20 @@ pub(crate) fn print_nodes(
         picked
     };
     let io = GetError::Output;
-    let encode = |e: &dyn std::fmt::Display| GetError::Output(std::io::Error::other(e.to_string()));
-    let value = || -> Result<serde_json::Value, GetError> {
-        if args.names.len() == 1 && nodes.len() == 1 {
-            serde_json::to_value(&nodes[0]).map_err(|e| encode(&e))
-        } else {
-            let mut items = serde_json::to_value(&nodes).map_err(|e| encode(&e))?;
-            for item in items.as_array_mut().into_iter().flatten() {
-                item["apiVersion"] = "v1".into();
-                item["kind"] = "Node".into();
-            }
-            Ok(serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items,
-                                  "metadata": {"resourceVersion": ""}}))
-        }
-    };
-    match args.output {
-        Some(OutputFormat::Json) => {
-            let text = serde_json::to_string_pretty(&value()?).map_err(|e| encode(&e))?;
-            writeln!(out, "{text}").map_err(io)?;
-        }
-        Some(OutputFormat::Yaml) => {
-            let text = crate::yaml::to_string(&value()?).map_err(|e| encode(&e))?;
-            write!(out, "{text}").map_err(io)?;
-        }
-        Some(OutputFormat::Name) => {
-            for n in &nodes {
-                writeln!(out, "node/{}", n.metadata.name.as_deref().unwrap_or_default()).map_err(io)?;
-            }
-        }
+    match &args.output {
         None | Some(OutputFormat::Wide) => {
             if nodes.is_empty() && missing.is_empty() {
                 writeln!(err, "No resources found").map_err(io)?;
             } else if !nodes.is_empty() {
                 let wide = args.output == Some(OutputFormat::Wide);
                 let rows: Vec<Vec<String>> = nodes.iter().map(|n| node_row(n, now, wide)).collect();
-                write!(out, "{}", render_table(&headers(wide), &rows)).map_err(io)?;
+                write!(out, "{}", super::output::table(args, &headers(wide), &rows)).map_err(io)?;
             }
+        }
+        Some(format) => {
+            let text =
+                super::output::render(args, format, ("v1", "Node", "node"), super::output::values(&nodes)?)?;
+            write!(out, "{text}").map_err(io)?;
         }
     }
     out.flush().map_err(io)?;

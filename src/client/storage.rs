@@ -10,7 +10,8 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use super::get::{GetError, fetch_list, print_warnings};
-use super::pods::{human_duration_since, render_table};
+use super::pods::human_duration_since;
+use super::selector::META_FIELDS;
 use crate::cli::{GetArgs, OutputFormat};
 
 /// The storage kind a `get` resource argument names, if it names one.
@@ -56,6 +57,7 @@ fn or_blank(s: Option<&str>) -> String {
 fn print<T: Serialize>(
     args: &GetArgs,
     kind: &'static str,
+    api: (&str, &str, &str),
     items: Vec<T>,
     meta: impl Fn(&T) -> &ObjectMeta,
     headers: &[&str],
@@ -64,6 +66,7 @@ fn print<T: Serialize>(
     err: &mut dyn Write,
 ) -> Result<(), GetError> {
     let mut missing = Vec::new();
+    let items = super::output::select(args, items, &meta, META_FIELDS)?;
     let items: Vec<T> = if args.names.is_empty() {
         items
     } else {
@@ -79,31 +82,18 @@ fn print<T: Serialize>(
         picked
     };
     let io = GetError::Output;
-    match args.output {
-        Some(OutputFormat::Json) => {
-            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
-            let text = serde_json::to_string_pretty(&list)
-                .map_err(|e| GetError::Output(std::io::Error::other(e)))?;
-            writeln!(out, "{text}").map_err(io)?;
-        }
-        Some(OutputFormat::Yaml) => {
-            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
-            let text =
-                crate::yaml::to_string(&list).map_err(|e| GetError::Output(std::io::Error::other(e)))?;
-            write!(out, "{text}").map_err(io)?;
-        }
-        Some(OutputFormat::Name) => {
-            for i in &items {
-                writeln!(out, "{kind}/{}", meta(i).name.as_deref().unwrap_or_default()).map_err(io)?;
-            }
-        }
+    match &args.output {
         None | Some(OutputFormat::Wide) => {
             if items.is_empty() && missing.is_empty() {
                 writeln!(err, "No resources found").map_err(io)?;
             } else if !items.is_empty() {
                 let rows: Vec<Vec<String>> = items.iter().map(&row).collect();
-                write!(out, "{}", render_table(headers, &rows)).map_err(io)?;
+                write!(out, "{}", super::output::table(args, headers, &rows)).map_err(io)?;
             }
+        }
+        Some(format) => {
+            let text = super::output::render(args, format, api, super::output::values(&items)?)?;
+            write!(out, "{text}").map_err(io)?;
         }
     }
     if missing.is_empty() { Ok(()) } else { Err(GetError::Missing { kind, names: missing }) }
@@ -121,6 +111,7 @@ pub(crate) async fn run(args: &GetArgs, kind: &str, now: Timestamp) -> Result<()
             print(
                 args,
                 "persistentvolume",
+                ("v1", "PersistentVolume", "persistentvolume"),
                 items,
                 |v| &v.metadata,
                 &[
@@ -182,6 +173,7 @@ pub(crate) async fn run(args: &GetArgs, kind: &str, now: Timestamp) -> Result<()
             print(
                 args,
                 "persistentvolumeclaim",
+                ("v1", "PersistentVolumeClaim", "persistentvolumeclaim"),
                 items,
                 |c| &c.metadata,
                 &headers,
@@ -213,6 +205,7 @@ pub(crate) async fn run(args: &GetArgs, kind: &str, now: Timestamp) -> Result<()
             print(
                 args,
                 "csinode",
+                ("storage.k8s.io/v1", "CSINode", "csinode"),
                 items,
                 |c| &c.metadata,
                 &["NAME", "DRIVERS", "AGE"],
@@ -234,6 +227,7 @@ pub(crate) async fn run(args: &GetArgs, kind: &str, now: Timestamp) -> Result<()
             print(
                 args,
                 "storageclass",
+                ("storage.k8s.io/v1", "StorageClass", "storageclass"),
                 items,
                 |c| &c.metadata,
                 &["NAME", "PROVISIONER", "RECLAIMPOLICY", "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"],

@@ -735,6 +735,23 @@ async fn a_claim_of_a_csi_storage_class_is_provisioned_staged_published_and_clea
     n.write_manifest("csi-user.yaml", &manifest);
     let pod = n.wait_running("csi-user").await;
     let uid = uid(&pod);
+    // The claim's events say it was provisioned, as the external-provisioner words it.
+    let claim_events = crate::support::nodelet_cli(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.kind=PersistentVolumeClaim,involvedObject.name=scratch",
+        "--server",
+        &server,
+    ])
+    .await;
+    assert!(
+        claim_events.lines().any(|l| l.contains("Normal")
+            && l.contains("ProvisioningSucceeded")
+            && l.contains("persistentvolumeclaim/scratch")
+            && l.contains("Successfully provisioned volume ")),
+        "{claim_events}"
+    );
     // The file lands in the driver's data directory.
     let written = n
         .wait_for("the pod's file in the CSI driver's data", Duration::from_secs(10), async || {

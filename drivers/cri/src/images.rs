@@ -1,5 +1,11 @@
 //! Making sure a container's image is present, as its `imagePullPolicy` says (the kubelet's
-//! `EnsureImageExists`), and checking image names before they reach the runtime.
+//! `EnsureImageExists`), and checking image names before they reach the runtime. What happened to
+//! each container's image (present, pulling, pulled in how long, how big) is kept in [`PullRecords`]
+//! for the kubelet's `Pulling`/`Pulled` events.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_cri::v1;
 
@@ -226,13 +232,167 @@ pub fn validate_image_name(image: &str) -> Result<(), String> {
     }
 }
 
-/// Makes sure `image` is present as `policy` says; returns the runtime's record of it (its `id` is the
-/// reference to create containers with).
-pub(crate) async fn ensure_image(
+/// What happened the last time a container's image was made sure of: what the kubelet's `Pulling` and
+/// `Pulled` events tell. Times are wall-clock nanoseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PullRecord {
+    /// The runtime has the image; no pull was needed.
+    Present {
+        /// The image as the container names it.
+        image: String,
+        /// When this was found.
+        at: i64,
+    },
+    /// A pull started and has not ended (or failed: the container's waiting reason says so).
+    Pulling {
+        /// The image.
+        image: String,
+        /// When the pull started.
+        started_at: i64,
+    },
+    /// A pull succeeded.
+    Pulled {
+        /// The image.
+        image: String,
+        /// When the pull started.
+        started_at: i64,
+        /// When it ended.
+        finished_at: i64,
+        /// How long it took.
+        took: Duration,
+        /// The image's size as the runtime reports it, in bytes.
+        size: u64,
+    },
+}
+
+impl PullRecord {
+    /// The kubelet's message of a finished pull (`Pulled`): `Successfully pulled image "busybox" in
+    /// 1.234s (1.234s including waiting). Image size: 2152262 bytes.` (nodelet pulls one image at a
+    /// time per container, so the waiting time is the pull's own).
+    pub fn pulled_message(image: &str, took: Duration, size: u64) -> String {
+        let took = go_duration(took);
+        format!(
+            "Successfully pulled image {image:?} in {took} ({took} including waiting). Image size: {size} bytes."
+        )
+    }
+}
+
+/// Go's `time.Duration.String` (`1.5s`, `345.2ms`, `2m3.1s`), as the kubelet's messages print durations.
+pub fn go_duration(d: Duration) -> String {
+    let n = d.as_nanos();
+    if n == 0 {
+        return "0s".into();
+    }
+    if n < 1_000 {
+        return format!("{n}ns");
+    }
+    let frac = |v: u128, digits: usize| {
+        let unit = 10u128.pow(u32::try_from(digits).unwrap_or(9));
+        let (int, rem) = (v / unit, v % unit);
+        if rem == 0 {
+            int.to_string()
+        } else {
+            format!("{int}.{}", format!("{rem:0digits$}").trim_end_matches('0'))
+        }
+    };
+    if n < 1_000_000 {
+        return format!("{}µs", frac(n, 3));
+    }
+    if n < 1_000_000_000 {
+        return format!("{}ms", frac(n, 6));
+    }
+    let secs = n / 1_000_000_000;
+    let (h, m) = (secs / 3600, (secs % 3600) / 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if h > 0 || m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    out.push_str(&format!("{}s", frac(n % 60_000_000_000, 9)));
+    out
+}
+
+/// The last [`PullRecord`] of each (pod UID, container name), shared between the runtime that pulls and
+/// the node view that reports events. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct PullRecords(Arc<Mutex<HashMap<(String, String), PullRecord>>>);
+
+impl PullRecords {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PullRecord>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records what happened to the image of `container` of pod `uid`.
+    pub fn set(&self, uid: &str, container: &str, record: PullRecord) {
+        self.lock().insert((uid.to_owned(), container.to_owned()), record);
+    }
+
+    /// Every record, keyed by (pod UID, container name).
+    pub fn entries(&self) -> Vec<((String, String), PullRecord)> {
+        let mut all: Vec<_> = self.lock().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Forgets the records of pods for which `keep(uid)` is false.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.lock().retain(|(uid, _), _| keep(uid));
+    }
+}
+
+/// Wall-clock nanoseconds.
+fn now_nanos() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// Makes sure `image` is present as `policy` says (see [`ensure_image_with`]), recording into `records` under (`uid`, `container`) whether the image was present,
+/// is being pulled, or was pulled (and how long that took).
+pub(crate) async fn ensure_image_recorded(
     client: &CriClient,
     image: &str,
     policy: PullPolicy,
     sandbox_config: Option<&v1::PodSandboxConfig>,
+    (records, uid, container): (&PullRecords, &str, &str),
+) -> Result<v1::Image, ImageError> {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    // 0 until a pull starts.
+    let started_at = AtomicI64::new(0);
+    let result = ensure_image_with(client, image, policy, sandbox_config, || {
+        let at = now_nanos();
+        started_at.store(at, Ordering::Relaxed);
+        records.set(uid, container, PullRecord::Pulling { image: image.to_owned(), started_at: at });
+    })
+    .await;
+    if let Ok(found) = &result {
+        let record = match started_at.load(Ordering::Relaxed) {
+            0 => PullRecord::Present { image: image.to_owned(), at: now_nanos() },
+            started_at => {
+                let finished_at = now_nanos();
+                PullRecord::Pulled {
+                    image: image.to_owned(),
+                    started_at,
+                    finished_at,
+                    took: Duration::from_nanos(u64::try_from(finished_at - started_at).unwrap_or(0)),
+                    size: found.size,
+                }
+            }
+        };
+        records.set(uid, container, record);
+    }
+    result
+}
+
+/// Makes sure `image` is present as `policy` says, calling `on_pull` when a pull starts; returns the
+/// runtime's record of it (its `id` is the reference to create containers with).
+async fn ensure_image_with(
+    client: &CriClient,
+    image: &str,
+    policy: PullPolicy,
+    sandbox_config: Option<&v1::PodSandboxConfig>,
+    on_pull: impl FnOnce(),
 ) -> Result<v1::Image, ImageError> {
     validate_image_name(image).map_err(|why| ImageError::Invalid { image: image.to_owned(), why })?;
     let inspect = |source| ImageError::Inspect { image: image.to_owned(), source };
@@ -245,6 +405,7 @@ pub(crate) async fn ensure_image(
             None => {}
         }
     }
+    on_pull();
     let started = tokio::time::Instant::now();
     let image_ref = client
         .pull_image(image, None, sandbox_config.cloned())
@@ -266,6 +427,24 @@ pub(crate) async fn ensure_image(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pull_messages_are_the_kubelets() {
+        assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(go_duration(Duration::from_micros(345_200)), "345.2ms");
+        assert_eq!(go_duration(Duration::from_millis(123_100)), "2m3.1s");
+        assert_eq!(go_duration(Duration::from_secs(3600)), "1h0m0s");
+        assert_eq!(go_duration(Duration::from_nanos(1_500)), "1.5µs");
+        assert_eq!(
+            PullRecord::pulled_message("busybox", Duration::from_millis(1234), 2_152_262),
+            "Successfully pulled image \"busybox\" in 1.234s (1.234s including waiting). Image size: 2152262 bytes."
+        );
+        let records = PullRecords::default();
+        records.set("u1", "app", PullRecord::Present { image: "busybox".into(), at: 1 });
+        records.set("u2", "app", PullRecord::Pulling { image: "busybox".into(), started_at: 2 });
+        records.retain(|uid| uid == "u2");
+        assert_eq!(records.entries().len(), 1);
+    }
 
     #[test]
     fn default_pull_policy() {

@@ -325,6 +325,8 @@ struct Inner {
     caches: Mutex<Caches>,
     /// Runs lifecycle hooks.
     prober: CriProber,
+    /// What happened to each container's image (the `Pulling`/`Pulled` events).
+    pulls: images::PullRecords,
 }
 
 /// nodelet's [`PodRuntime`] on CRI. Cheap to clone (one `Arc`); clones share the client and the caches.
@@ -436,7 +438,21 @@ impl CriPodRuntime {
             config.memory_capacity_bytes = read_memory_capacity();
         }
         let prober = CriProber::new(client.clone());
-        CriPodRuntime { inner: Arc::new(Inner { client, config, caches: Mutex::default(), prober }) }
+        CriPodRuntime {
+            inner: Arc::new(Inner {
+                client,
+                config,
+                caches: Mutex::default(),
+                prober,
+                pulls: images::PullRecords::default(),
+            }),
+        }
+    }
+
+    /// What happened to each container's image the last time it was made sure of (shared: the node
+    /// view reports them as the kubelet's `Pulling` and `Pulled` events).
+    pub fn pull_records(&self) -> images::PullRecords {
+        self.inner.pulls.clone()
     }
 
     /// The CRI client.
@@ -828,15 +844,22 @@ impl CriPodRuntime {
         })?;
         let sandbox_config = spec::sandbox_config(pod, facts.attempt, config, None).map_err(spec_error)?;
 
-        let image =
-            images::ensure_image(client, image_name, policy, Some(&sandbox_config)).await.map_err(|e| {
-                let reason = if e.cri_error().is_some_and(CriError::is_unavailable) {
-                    "RuntimeUnavailable"
-                } else {
-                    e.reason()
-                };
-                RuntimeError::new(reason, format!("container {:?}: {e}", container.name))
-            })?;
+        let image = images::ensure_image_recorded(
+            client,
+            image_name,
+            policy,
+            Some(&sandbox_config),
+            (&self.inner.pulls, pod.uid(), &container.name),
+        )
+        .await
+        .map_err(|e| {
+            let reason = if e.cri_error().is_some_and(CriError::is_unavailable) {
+                "RuntimeUnavailable"
+            } else {
+                e.reason()
+            };
+            RuntimeError::new(reason, format!("container {:?}: {e}", container.name))
+        })?;
 
         let pid_target = self.pid_target(pod, sandbox_id, container, kind).await?;
         let inputs = ContainerInputs {

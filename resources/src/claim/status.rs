@@ -319,10 +319,33 @@ impl ClaimView {
         classes
     }
 
-    /// Why claims wait and volumes failed, as events (one per object, the latest reason).
+    /// Why claims wait and volumes failed, as events (one per object, the latest reason); a claim bound
+    /// to a volume a provisioner made has the external-provisioner's `ProvisioningSucceeded` (Normal,
+    /// `Successfully provisioned volume NAME`).
     pub fn events(&self) -> Vec<ClaimEvent> {
         let mut events = Vec::new();
+        let volumes = self.persistent_volumes();
         for pvc in self.persistent_volume_claims() {
+            let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+            let volume = pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+            if let Some(volume) = volume.filter(|_| bound)
+                && volumes.iter().any(|v| {
+                    v.metadata.name.as_deref() == Some(volume)
+                        && v.metadata
+                            .annotations
+                            .as_ref()
+                            .is_some_and(|a| a.contains_key(crate::claim::desired::ANN_PROVISIONED_BY))
+                })
+            {
+                events.push(ClaimEvent {
+                    kind: "PersistentVolumeClaim",
+                    namespace: pvc.metadata.namespace.clone().unwrap_or_default(),
+                    name: pvc.metadata.name.clone().unwrap_or_default(),
+                    type_: "Normal",
+                    reason: "ProvisioningSucceeded".to_owned(),
+                    message: format!("Successfully provisioned volume {volume}"),
+                });
+            }
             let Some(condition) =
                 pvc.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.first())
             else {
