@@ -1,10 +1,10 @@
 //! The one way nodelet writes a file it reads back (records, CSI `vol_data.json`, certificates, state,
 //! configuration it generates), and what it does with one it cannot read.
 //!
-//! [`write`] puts the content in a temporary file beside the target (`<name>.tmp`, created anew with its
+//! [`write()`] puts the content in a temporary file beside the target (`<name>.tmp`, created anew with its
 //! final mode, never through a symlink), syncs it, renames it over the target and syncs the directory. A
 //! reader, or nodelet after a crash or power loss at any point, finds the old content or the new, never a
-//! part, and once [`write`] returns the new content is on disk. [`write_async`] does the same off the async
+//! part, and once [`write()`] returns the new content is on disk. [`write_async`] does the same off the async
 //! runtime's threads.
 //!
 //! [`quarantine`] moves a file that does not parse aside (`<name>.corrupt-<unix seconds>`) so that it is
@@ -34,7 +34,7 @@ fn error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Du
     move |source| DurableError { action, path, source }
 }
 
-/// The temporary name [`write`] uses for `path`: `<path>.tmp`.
+/// The temporary name [`write()`] uses for `path`: `<path>.tmp`.
 pub fn tmp_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".tmp");
@@ -69,7 +69,7 @@ pub fn write(path: &Path, contents: &[u8], mode: u32) -> Result<(), DurableError
     sync_parent(path)
 }
 
-/// [`write`] on a blocking thread, for async callers.
+/// [`write()`] on a blocking thread, for async callers.
 pub async fn write_async(path: PathBuf, contents: Vec<u8>, mode: u32) -> Result<(), DurableError> {
     let at = path.clone();
     match tokio::task::spawn_blocking(move || write(&path, &contents, mode)).await {
