@@ -31,6 +31,7 @@ mod lifecycle;
 mod logs;
 mod probes;
 mod restarts;
+mod scale;
 mod sources;
 mod stats;
 mod support;
