@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nodelet_cri::{labels, proto};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::lifecycle::cgroup_exists;
 use crate::support::{
@@ -51,7 +51,9 @@ async fn one_hundred_and_ten_pods_run_with_the_right_statuses_and_leave_nothing_
             let pods = n.pods().await.items;
             let ready = pods
                 .iter()
-                .filter(|p| phase(p) == "Running" && condition(p, "Ready").is_some_and(|c| c.status == "True"))
+                .filter(|p| {
+                    phase(p) == "Running" && condition(p, "Ready").is_some_and(|c| c.status == "True")
+                })
                 .count();
             (pods.len() == PODS && ready == PODS).then_some(pods)
         })
@@ -94,8 +96,47 @@ async fn one_hundred_and_ten_pods_run_with_the_right_statuses_and_leave_nothing_
         assert_eq!(cri_state(c), proto::ContainerState::ContainerRunning, "container {}", c.id);
         let pod_uid = c.labels.get(labels::POD_UID).cloned().unwrap_or_default();
         assert_eq!(containers_by_pod.get(&pod_uid), Some(&c.id), "the status names the runtime's container");
-        assert_eq!(sandbox_of_pod.get(&pod_uid), Some(&c.pod_sandbox_id), "container {} in its pod's sandbox", c.id);
+        assert_eq!(
+            sandbox_of_pod.get(&pod_uid),
+            Some(&c.pod_sandbox_id),
+            "container {} in its pod's sandbox",
+            c.id
+        );
     }
+
+    // /stats/summary lists every pod with its CPU and memory (gathered in the background every 10 s)
+    let summary_url = format!("http://127.0.0.1:{}/stats/summary", n.ports().read_only);
+    let read_summary = async || -> Option<Value> {
+        let response = n.http().get(&summary_url).send().await.ok()?;
+        serde_json::from_slice(&response.bytes().await.ok()?).ok()
+    };
+    n.wait_for(
+        &format!("/stats/summary to list {PODS} pods with CPU and memory"),
+        Duration::from_secs(60),
+        async || {
+            let summary = read_summary().await?;
+            let pods = summary["pods"].as_array()?;
+            let complete = pods.iter().filter(|p| {
+                containers_by_pod.contains_key(p["podRef"]["uid"].as_str().unwrap_or_default())
+                    && p["cpu"]["usageCoreNanoSeconds"].as_u64().is_some()
+                    && p["memory"]["workingSetBytes"].as_u64().is_some()
+            });
+            (complete.count() == PODS).then_some(())
+        },
+    )
+    .await;
+    // Requests are served the summary gathered last: of three in a row (well within the 10 s housekeeping
+    // interval), at most one gathering can fall between, so two neighbours are the same summary.
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let summary = read_summary().await.unwrap_or_default();
+        // the node's cumulative CPU time: it moves between any two readings on this busy machine
+        times.push(summary["node"]["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or_default());
+    }
+    assert!(
+        times[0] > 0 && (times[0] == times[1] || times[1] == times[2]),
+        "/stats/summary is gathered per request, not served from the housekeeping round: node CPU {times:?}"
+    );
 
     // what must go with the pods: network namespaces, cgroups, pod directories
     let mut netns: Vec<PathBuf> = Vec::new();
@@ -104,10 +145,8 @@ async fn one_hundred_and_ten_pods_run_with_the_right_statuses_and_leave_nothing_
         assert!(path.exists(), "netns {} of sandbox {}", path.display(), s.id);
         netns.push(path);
     }
-    let cgroups: Vec<String> = containers_by_pod
-        .keys()
-        .map(|u| format!("{}/pod{u}", env.cgroup_parent.trim_matches('/')))
-        .collect();
+    let cgroups: Vec<String> =
+        containers_by_pod.keys().map(|u| format!("{}/pod{u}", env.cgroup_parent.trim_matches('/'))).collect();
     for cgroup in &cgroups {
         assert!(cgroup_exists(cgroup), "pod cgroup {cgroup} while running");
     }
