@@ -171,9 +171,8 @@ pub(crate) struct Config {
     /// `nodelet.plegRelistPeriod`: how often the runtime is relisted (the kubelet's fixed 1 s); the
     /// runtime's event stream triggers relists in between.
     pub(crate) pleg_relist_period: Duration,
-    /// `nodelet.housekeepingInterval`: how often the pods' stats (`/stats/summary`, `/metrics/resource`,
-    /// the eviction manager's per-pod usage) are gathered in the background (the kubelet's
-    /// `--housekeeping-interval`, 10 s).
+    /// `nodelet.housekeepingInterval`: how often the pods' stats (`/stats/summary`, `/metrics/resource`)
+    /// are gathered in the background (the kubelet's `--housekeeping-interval`, 10 s).
     pub(crate) housekeeping_interval: Duration,
     /// The HTTP(S) endpoints.
     pub(crate) server: ServerConfig,

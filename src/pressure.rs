@@ -85,7 +85,9 @@ impl SignalSource for StatsSignals {
 
     fn pod_usage(&self) -> BoxFuture<'_, Result<BTreeMap<String, PodUsage>, SignalError>> {
         Box::pin(async move {
-            let summary = self.0.cached_summary().await.map_err(|e| SignalError(e.to_string()))?;
+            // Asked only when a pod is to be evicted: the usage of now, as the kubelet's eviction manager asks
+            // its summary provider for updated stats (this gathering also refreshes the cached summary).
+            let summary = self.0.refresh().await.map_err(|e| SignalError(e.to_string()))?;
             Ok(summary
                 .pods
                 .iter()

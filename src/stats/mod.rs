@@ -19,11 +19,12 @@
 //! The pods' part is costly at scale (the runtime reads every container's cgroups for
 //! `ListContainerStats`, and logs and volumes are walked on disk), so the summary is gathered in the
 //! background every housekeeping interval ([`StatsProvider::housekeeping`], the kubelet's
-//! `--housekeeping-interval`, 10 s) and requests are served the newest one: `/stats/summary`,
-//! `/metrics/resource` and the eviction manager's per-pod usage read it without touching the runtime or
-//! the disk. Only when no summary younger than two intervals exists (before the first round, or with no
-//! housekeeping running) does a request gather one itself. [`StatsProvider::node`], the eviction
-//! manager's node signals, is read fresh: `/proc`, `statvfs` and one CRI call.
+//! `--housekeeping-interval`, 10 s) and requests are served the newest one: `/stats/summary` and
+//! `/metrics/resource` read it without touching the runtime or the disk. Only when no summary younger than
+//! two intervals exists (before the first round, or with no housekeeping running) does a request gather one
+//! itself. [`StatsProvider::node`], the eviction manager's node signals, is read fresh: `/proc`, `statvfs`
+//! and one CRI call; the pods' usage, which the eviction manager asks for only when it is about to evict,
+//! is gathered fresh too ([`StatsProvider::refresh`]).
 
 pub(crate) mod host;
 pub(crate) mod resource;
