@@ -1,4 +1,5 @@
-//! Pod start benchmark: nodelet against a minimal direct CRI client, on a real containerd.
+//! Pod start benchmark at scale: nodelet against a minimal direct CRI client, on a real containerd, for
+//! a series of pod counts (10, 30, 110 and 250 by default).
 //!
 //! A program that prints figures (`harness = false`), not a timed test. It needs the real-runtime test set-up
 //! (`scripts/runtime-up.sh`; `. /tmp/nodelet-test/env.sh` exports what is read here) and root:
@@ -8,24 +9,34 @@
 //! ```
 //!
 //! Without `NODELET_TEST_CRI_ENDPOINT` it prints a note and exits 0 (`NODELET_REQUIRE_RUNTIME=1` makes that an
-//! error). What it measures, each on the same runtime and the same busybox `sleep 3600` pods:
+//! error). Every pod is the same busybox pod on both sides: `sh` (exits on SIGTERM) running `httpd` on port
+//! 8080; nodelet's pods also have an HTTP readiness probe every 10 s. For each pod count N:
 //!
 //! 1. **Floor**: a direct [`CriClient`] doing RunPodSandbox + CreateContainer + StartContainer for N pods at
-//!    parallelism 1, 4 and 8, then StopPodSandbox + RemovePodSandbox; the best parallelism is the floor's.
-//! 2. **nodelet** (the binary cargo builds for this bench, with the release optimisations), started with an
-//!    empty manifest directory on the external runtime, in rounds paired with the floor (floor at its best
-//!    parallelism, then nodelet, so both see the same machine load): N manifests written at once, then
-//!    the time until all N are `Running` (every container running) in `/pods` on the read-only port, polled
-//!    every 20 ms; the manifests removed and the pods gone (from `/pods` and from the runtime). The CPU time
-//!    containerd and nodelet spend during each start is recorded. After the first round, nodelet's RSS
-//!    (VmRSS) and CPU (utime + stime) while idle with N pods.
-//! 3. One pod, several rounds, floor and nodelet paired (medians): manifest written → `Running` in `/pods`.
+//!    each parallelism of `NODELET_BENCH_PARALLELISM`; the fastest is the floor's for N. Its teardown is
+//!    StopContainer (1 s grace) + StopPodSandbox + RemovePodSandbox, 8 pods at a time.
+//! 2. **nodelet** (the binary cargo builds for this bench, release optimisations; one process for the whole
+//!    series, `--max-pods` the largest N), in rounds paired with the floor (floor, then nodelet, so both see the
+//!    same machine load): N manifests written at once, then the time until all N are `Running` (every
+//!    container running) in `/pods` on the read-only port, polled every 20 ms. A pod's start latency is the
+//!    time from the first manifest write (the floor: from its first call) until it is first seen running (the
+//!    floor: its StartContainer returned). Removal: the manifests deleted → the pods gone from `/pods` and
+//!    from the runtime (sandboxes included), against the floor's teardown of the same round.
+//! 3. After the first round, idle with N pods: nodelet's VmRSS, RssAnon and CPU over
+//!    `NODELET_BENCH_IDLE_SECS`; the mean PLEG relist (`kubelet_pleg_relist_duration_seconds` over the window);
+//!    then `/pods` and `/stats/summary` each requested 20 times in a row (latency to the last byte).
+//! 4. After the series: one pod, several rounds, floor and nodelet paired (medians).
 //!
-//! Environment: `NODELET_BENCH_PODS` (N, default 30), `NODELET_BENCH_MANY_ROUNDS` (N-pod rounds, default 5),
-//! `NODELET_BENCH_ROUNDS` (single-pod rounds, default 5), `NODELET_BENCH_IDLE_SECS` (default 30),
-//! `NODELET_BENCH_PARALLELISM` (floor parallelisms, default `1,4,8`), `NODELET_BENCH_KEEP_LOG=1` (print and
-//! keep nodelet's log directory), `NODELET_BENCH_LOG` (nodelet's `RUST_LOG`, e.g.
-//! `info,nodelet::sources=debug,reconcile_engine=debug` to see where the time goes).
+//! Each figure of a round series is the median, with the spread (min–max) beside it. At the end the figures are
+//! printed as a table, each per-pod cost as a line fitted over the series (`a + b × N`), and, unless
+//! `NODELET_BENCH_OUT` is empty, written to `<out>/pods-scale.md` and plotted in `<out>/pods-scale.svg`
+//! (default `<out>`: the repository's `docs/`).
+//!
+//! Environment: `NODELET_BENCH_PODS` (the series, default `10,30,110,250`), `NODELET_BENCH_MANY_ROUNDS` (N-pod
+//! rounds, default 3), `NODELET_BENCH_ROUNDS` (single-pod rounds, default 5), `NODELET_BENCH_IDLE_SECS` (default
+//! 30), `NODELET_BENCH_PARALLELISM` (floor parallelisms, default `4,8`), `NODELET_BENCH_OUT`,
+//! `NODELET_BENCH_KEEP_LOG=1` (print and keep nodelet's log directory), `NODELET_BENCH_LOG` (nodelet's
+//! `RUST_LOG`, e.g. `info,nodelet::sources=debug,reconcile_engine=debug` to see where the time goes).
 //!
 //! Every pod it creates is removed at the end, also after an error: the floor's by their run label, nodelet's
 //! by nodelet itself (manifests removed) and then by its node label.
@@ -34,6 +45,7 @@
 mod common;
 use common::{USER_HZ, cpu_ticks, cpus, env_number, free_port, loadavg, median, ms, sweep};
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -47,9 +59,14 @@ use tokio::time::{Instant, sleep};
 /// How often `/pods` is polled.
 const POLL: Duration = Duration::from_millis(20);
 /// How long a start or a teardown may take before the bench gives up.
-const DEADLINE: Duration = Duration::from_secs(180);
+const DEADLINE: Duration = Duration::from_secs(300);
 /// Label on the floor's sandboxes and containers: the run they belong to.
 const RUN_LABEL: &str = "io.nodelet.bench.run";
+/// How many times `/pods` and `/stats/summary` are requested for their latency.
+const LATENCY_REQUESTS: usize = 20;
+/// The pod's command (both sides): `httpd` serving a page, `sh` ending on SIGTERM.
+const POD_SCRIPT: &str =
+    "mkdir -p /www; echo ok > /www/index.html; trap 'exit 0' TERM; httpd -f -p 8080 -h /www & wait";
 
 /// What the test runtime's `env.sh` exports.
 #[derive(Debug, Clone)]
@@ -89,38 +106,53 @@ impl Env {
 /// Settings from the environment.
 #[derive(Debug, Clone)]
 struct Settings {
-    pods: usize,
+    series: Vec<usize>,
     many_rounds: usize,
     rounds: usize,
     idle: Duration,
     parallelism: Vec<usize>,
     keep_log: bool,
+    out: Option<PathBuf>,
+}
+
+/// A comma-separated list of numbers from the environment variable `name`, else `default`.
+fn env_list(name: &str, default: &[usize]) -> anyhow::Result<Vec<usize>> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .split(',')
+            .map(|p| p.trim().parse::<usize>().with_context(|| format!("{name}: bad number {p:?}")))
+            .collect(),
+        Err(_) => Ok(default.to_vec()),
+    }
 }
 
 impl Settings {
     fn from_env() -> anyhow::Result<Settings> {
-        let number = env_number;
-        let parallelism = match std::env::var("NODELET_BENCH_PARALLELISM") {
-            Ok(v) => v
-                .split(',')
-                .map(|p| p.trim().parse::<usize>().with_context(|| format!("bad parallelism {p:?}")))
-                .collect::<anyhow::Result<Vec<_>>>()?,
-            Err(_) => vec![1, 4, 8],
+        let out = match std::env::var("NODELET_BENCH_OUT") {
+            Ok(v) if v.is_empty() => None,
+            Ok(v) => Some(PathBuf::from(v)),
+            Err(_) => Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs")),
         };
+        let mut series = env_list("NODELET_BENCH_PODS", &[10, 30, 110, 250])?;
+        series.sort_unstable();
+        series.dedup();
         let settings = Settings {
-            pods: number("NODELET_BENCH_PODS", 30)?,
-            many_rounds: number("NODELET_BENCH_MANY_ROUNDS", 5)?,
-            rounds: number("NODELET_BENCH_ROUNDS", 5)?,
-            idle: Duration::from_secs(number("NODELET_BENCH_IDLE_SECS", 30)? as u64),
-            parallelism,
+            series,
+            many_rounds: env_number("NODELET_BENCH_MANY_ROUNDS", 3)?,
+            rounds: env_number("NODELET_BENCH_ROUNDS", 5)?,
+            idle: Duration::from_secs(env_number("NODELET_BENCH_IDLE_SECS", 30)? as u64),
+            parallelism: env_list("NODELET_BENCH_PARALLELISM", &[4, 8])?,
             keep_log: std::env::var("NODELET_BENCH_KEEP_LOG").as_deref() == Ok("1"),
+            out,
         };
-        if settings.pods == 0
+        if settings.series.is_empty()
+            || settings.series.contains(&0)
             || settings.rounds == 0
             || settings.many_rounds == 0
+            || settings.parallelism.is_empty()
             || settings.parallelism.contains(&0)
         {
-            bail!("pods, rounds and parallelism must be at least 1");
+            bail!("pod counts, rounds and parallelism must be at least 1");
         }
         Ok(settings)
     }
@@ -144,8 +176,8 @@ async fn run(env: Env, settings: Settings) -> anyhow::Result<()> {
     let run_id = format!("bench-{}", std::process::id());
     let dir = tempfile::Builder::new().prefix("nodelet-bench-").tempdir()?;
     println!(
-        "pods bench: runtime {}, {} pods, {} single-pod rounds",
-        env.endpoint, settings.pods, settings.rounds
+        "pods bench: runtime {}, pod counts {:?}, {} rounds each, {} single-pod rounds",
+        env.endpoint, settings.series, settings.many_rounds, settings.rounds
     );
     println!("machine: {} CPUs, load average {}", cpus(), loadavg());
 
@@ -171,28 +203,52 @@ async fn run(env: Env, settings: Settings) -> anyhow::Result<()> {
     result
 }
 
-/// The figures.
+/// One start of N pods: wall time, each pod's latency, and the CPU time containerd and nodelet used.
+#[derive(Debug, Clone, Default)]
+struct Start {
+    took: Duration,
+    per_pod: Vec<Duration>,
+    containerd_cpu: Duration,
+    nodelet_cpu: Duration,
+}
+
+/// One paired round: the floor's start and teardown, nodelet's start and removal.
+#[derive(Debug, Clone, Default)]
+struct Round {
+    floor: Start,
+    floor_teardown: Duration,
+    nodelet: Start,
+    nodelet_removal: Duration,
+}
+
+/// The figures of one pod count.
 #[derive(Debug, Default)]
-struct Figures {
+struct Scale {
+    n: usize,
     /// Parallelism sweep of the floor: (parallelism, wall time).
     floor_sweep: Vec<(usize, Duration)>,
-    /// Paired rounds of N pods: (floor at the best parallelism, nodelet).
-    many: Vec<(Start, Start)>,
-    floor_one: Vec<Duration>,
-    nodelet_one: Vec<Duration>,
+    best: usize,
+    rounds: Vec<Round>,
     rss_kib: u64,
     anon_kib: u64,
     hwm_kib: u64,
     idle_cpu: f64,
     idle_secs: f64,
+    /// Mean PLEG relist over the idle window.
+    pleg_relist: Option<Duration>,
+    pods_latency: Vec<Duration>,
+    summary_latency: Vec<Duration>,
+    /// Bytes of the `/pods` and `/stats/summary` answers.
+    pods_bytes: usize,
+    summary_bytes: usize,
 }
 
-/// One start of N pods: wall time, and the CPU time containerd and nodelet used meanwhile.
-#[derive(Debug, Clone, Copy, Default)]
-struct Start {
-    took: Duration,
-    containerd_cpu: Duration,
-    nodelet_cpu: Duration,
+/// The whole run.
+#[derive(Debug, Default)]
+struct Figures {
+    scales: Vec<Scale>,
+    floor_one: Vec<Duration>,
+    nodelet_one: Vec<Duration>,
 }
 
 async fn measure(
@@ -203,63 +259,95 @@ async fn measure(
     run_id: &str,
 ) -> anyhow::Result<()> {
     let mut figures = Figures::default();
-    let n = settings.pods;
     let containerd = env.containerd_pid();
-
-    // ---- floor: N pods at each parallelism; the best one is the floor
-    for &p in &settings.parallelism {
-        let took = floor.start_many(n, p).await?;
-        let (removed, teardown) = floor.teardown().await?;
-        println!(
-            "floor: {n} pods at parallelism {p}: {} (teardown of {removed}: {})",
-            ms(took),
-            ms(teardown)
-        );
-        figures.floor_sweep.push((p, took));
-    }
-    let best = figures.floor_sweep.iter().min_by_key(|(_, d)| *d).map_or(1, |(p, _)| *p);
-
-    // ---- nodelet, in rounds paired with the floor (the machine's load changes over minutes)
-    let mut nodelet = Nodelet::start(env, dir, run_id).await?;
-    let result = measure_nodelet(&mut nodelet, floor, best, containerd, settings, &mut figures).await;
+    let max_pods = settings.series.iter().copied().max().unwrap_or(110).max(110);
+    let mut nodelet = Nodelet::start(env, dir, run_id, max_pods).await?;
+    let result = measure_series(&mut nodelet, floor, containerd, settings, &mut figures).await;
     let stopped = nodelet.stop().await;
     result?;
     stopped?;
-    report(&figures, n, best);
-    Ok(())
+    report(&figures, settings)
 }
 
-async fn measure_nodelet(
+async fn measure_series(
     nodelet: &mut Nodelet,
     floor: &Floor,
-    best: usize,
     containerd: Option<u32>,
     settings: &Settings,
     figures: &mut Figures,
 ) -> anyhow::Result<()> {
-    let n = settings.pods;
-    let names: Vec<String> = (0..n).map(|i| format!("bench-{i}")).collect();
+    for &n in &settings.series {
+        let mut scale = Scale { n, ..Scale::default() };
+        // ---- floor: N pods at each parallelism; the fastest is the floor's
+        for &p in &settings.parallelism {
+            let (start, _) = floor.start_many(n, p).await?;
+            let (removed, teardown) = floor.teardown().await?;
+            println!(
+                "floor: {n} pods at parallelism {p}: {} (teardown of {removed}: {})",
+                ms(start),
+                ms(teardown)
+            );
+            scale.floor_sweep.push((p, start));
+        }
+        scale.best = scale.floor_sweep.iter().min_by_key(|(_, d)| *d).map_or(1, |(p, _)| *p);
+        measure_scale(nodelet, floor, containerd, settings, &mut scale).await?;
+        print_scale(&scale);
+        figures.scales.push(scale);
+    }
+
+    for round in 0..settings.rounds {
+        let (floor_took, _) = floor.start_many(1, 1).await?;
+        floor.teardown().await?;
+        let name = vec![format!("single-{round}")];
+        let (took, _) = nodelet.start_pods(&name).await?;
+        nodelet.remove_pods(&name).await?;
+        println!("one pod, round {}: floor {}, nodelet {}", round + 1, ms(floor_took), ms(took));
+        figures.floor_one.push(floor_took);
+        figures.nodelet_one.push(took);
+    }
+    Ok(())
+}
+
+/// The paired rounds of one pod count, and the idle figures after the first.
+async fn measure_scale(
+    nodelet: &mut Nodelet,
+    floor: &Floor,
+    containerd: Option<u32>,
+    settings: &Settings,
+    scale: &mut Scale,
+) -> anyhow::Result<()> {
+    let n = scale.n;
+    let names: Vec<String> = (0..n).map(|i| format!("bench-{n}-{i}")).collect();
     let cpu = |pid: Option<u32>| pid.and_then(|p| cpu_ticks(p).ok()).unwrap_or(0);
     let ticks = |t: u64| Duration::from_secs_f64(t as f64 / USER_HZ);
     for round in 0..settings.many_rounds {
         // the floor
         let c0 = cpu(containerd);
-        let took = floor.start_many(n, best).await?;
-        let floor_start =
-            Start { took, containerd_cpu: ticks(cpu(containerd) - c0), nodelet_cpu: Duration::ZERO };
-        floor.teardown().await?;
+        let (took, per_pod) = floor.start_many(n, scale.best).await?;
+        let floor_start = Start {
+            took,
+            per_pod,
+            containerd_cpu: ticks(cpu(containerd).saturating_sub(c0)),
+            nodelet_cpu: Duration::ZERO,
+        };
+        let (_, floor_teardown) = floor.teardown().await?;
         sleep(Duration::from_secs(1)).await;
 
         // nodelet
         let (c0, n0, metrics0) = (cpu(containerd), cpu(Some(nodelet.pid()?)), nodelet.metrics().await?);
-        let took = nodelet.start_pods(&names).await?;
+        let (took, per_pod) = nodelet.start_pods(&names).await?;
         let (c1, n1, metrics1) = (cpu(containerd), cpu(Some(nodelet.pid()?)), nodelet.metrics().await?);
         let delta = |name: &str| {
             metrics1.get(name).copied().unwrap_or(0.0) - metrics0.get(name).copied().unwrap_or(0.0)
         };
-        let start = Start { took, containerd_cpu: ticks(c1 - c0), nodelet_cpu: ticks(n1 - n0) };
+        let start = Start {
+            took,
+            per_pod,
+            containerd_cpu: ticks(c1.saturating_sub(c0)),
+            nodelet_cpu: ticks(n1.saturating_sub(n0)),
+        };
         println!(
-            "round {}: {n} pods: floor {} (containerd CPU {}), nodelet {} (containerd CPU {}, nodelet CPU {}; \
+            "{n} pods, round {}: floor {} (containerd CPU {}), nodelet {} (containerd CPU {}, nodelet CPU {}; \
              {} PLEG relists, {} operations) = {:.2}×",
             round + 1,
             ms(floor_start.took),
@@ -271,113 +359,385 @@ async fn measure_nodelet(
             delta("reconcile_engine_operations_total"),
             start.took.as_secs_f64() / floor_start.took.as_secs_f64(),
         );
-        figures.many.push((floor_start, start));
 
         if round == 0 {
-            // idle with N pods: let the start settle, then sample
-            sleep(Duration::from_secs(3)).await;
-            let (cpu, secs) = nodelet.cpu_over(settings.idle).await?;
-            let (rss, hwm, anon) = nodelet.memory()?;
-            println!(
-                "nodelet: idle with {n} pods for {secs:.0} s: {:.2}% of a core, VmRSS {:.1} MiB (VmHWM {:.1} MiB, \
-                 private RssAnon {:.1} MiB)",
-                cpu * 100.0,
-                rss as f64 / 1024.0,
-                hwm as f64 / 1024.0,
-                anon as f64 / 1024.0
-            );
-            figures.anon_kib = anon;
-            figures.idle_cpu = cpu;
-            figures.idle_secs = secs;
-            figures.rss_kib = rss;
-            figures.hwm_kib = hwm;
+            measure_idle(nodelet, settings, scale).await?;
         }
-        let took = nodelet.remove_pods(&names).await?;
+        let removal = nodelet.remove_pods(&names).await?;
         println!(
-            "nodelet: {n} pods removed (manifests deleted → gone from /pods and the runtime): {}",
-            ms(took)
+            "{n} pods, round {}: removed (manifests deleted → gone from /pods and the runtime) in {}; floor \
+             teardown {}",
+            round + 1,
+            ms(removal),
+            ms(floor_teardown)
         );
+        scale.rounds.push(Round {
+            floor: floor_start,
+            floor_teardown,
+            nodelet: start,
+            nodelet_removal: removal,
+        });
         sleep(Duration::from_secs(1)).await;
-    }
-
-    for round in 0..settings.rounds {
-        let floor_took = floor.start_many(1, 1).await?;
-        floor.teardown().await?;
-        let name = vec![format!("single-{round}")];
-        let took = nodelet.start_pods(&name).await?;
-        nodelet.remove_pods(&name).await?;
-        println!("one pod, round {}: floor {}, nodelet {}", round + 1, ms(floor_took), ms(took));
-        figures.floor_one.push(floor_took);
-        figures.nodelet_one.push(took);
     }
     Ok(())
 }
 
-fn report(f: &Figures, n: usize, best: usize) {
-    let floor_many = median(&f.many.iter().map(|(fl, _)| fl.took).collect::<Vec<_>>());
-    let nodelet_many = median(&f.many.iter().map(|(_, nd)| nd.took).collect::<Vec<_>>());
-    let ratios: Vec<String> = f
-        .many
+/// Idle with N pods (readiness probes every 10 s): memory, CPU, PLEG relists, `/pods` and `/stats/summary`.
+async fn measure_idle(nodelet: &Nodelet, settings: &Settings, scale: &mut Scale) -> anyhow::Result<()> {
+    // let the start settle (and the first summary be gathered), then sample
+    sleep(Duration::from_secs(5)).await;
+    let m0 = nodelet.metrics().await?;
+    let (cpu, secs) = nodelet.cpu_over(settings.idle).await?;
+    let m1 = nodelet.metrics().await?;
+    let delta = |name: &str| m1.get(name).copied().unwrap_or(0.0) - m0.get(name).copied().unwrap_or(0.0);
+    let relists = delta("kubelet_pleg_relist_duration_seconds_count");
+    scale.pleg_relist = (relists > 0.0)
+        .then(|| Duration::from_secs_f64(delta("kubelet_pleg_relist_duration_seconds_sum") / relists));
+    let (rss, hwm, anon) = nodelet.memory()?;
+    (scale.rss_kib, scale.hwm_kib, scale.anon_kib) = (rss, hwm, anon);
+    (scale.idle_cpu, scale.idle_secs) = (cpu, secs);
+    let (pods, pods_bytes) = nodelet.latency("/pods", LATENCY_REQUESTS).await?;
+    let (summary, summary_bytes) = nodelet.latency("/stats/summary", LATENCY_REQUESTS).await?;
+    (scale.pods_latency, scale.pods_bytes) = (pods, pods_bytes);
+    (scale.summary_latency, scale.summary_bytes) = (summary, summary_bytes);
+    println!(
+        "{} pods idle for {secs:.0} s: {:.2}% of a core, VmRSS {:.1} MiB (VmHWM {:.1} MiB, RssAnon {:.1} MiB), \
+         PLEG relist {} (mean of {relists}); /pods {} ({} KiB), /stats/summary {} ({} KiB)",
+        scale.n,
+        cpu * 100.0,
+        rss as f64 / 1024.0,
+        hwm as f64 / 1024.0,
+        anon as f64 / 1024.0,
+        scale.pleg_relist.map_or("-".to_owned(), us),
+        spread(&scale.pods_latency),
+        pods_bytes / 1024,
+        spread(&scale.summary_latency),
+        summary_bytes / 1024,
+    );
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------------ report
+
+fn us(d: Duration) -> String {
+    if d < Duration::from_millis(10) { format!("{:.2} ms", d.as_secs_f64() * 1000.0) } else { ms(d) }
+}
+
+/// The median, with the spread: `median (min–max)`.
+fn spread(v: &[Duration]) -> String {
+    let (min, max) =
+        (v.iter().min().copied().unwrap_or_default(), v.iter().max().copied().unwrap_or_default());
+    format!("{} ({}–{})", us(median(v)), us(min), us(max))
+}
+
+/// The `q`-quantile (0..=1) by the nearest-rank method.
+fn quantile(v: &[Duration], q: f64) -> Duration {
+    let mut v = v.to_vec();
+    v.sort();
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// Ratios nodelet / floor per round, and their median.
+fn ratios(rounds: &[Round], pick: impl Fn(&Round) -> (Duration, Duration)) -> (f64, Vec<f64>) {
+    let all: Vec<f64> = rounds
         .iter()
-        .map(|(fl, nd)| format!("{:.2}", nd.took.as_secs_f64() / fl.took.as_secs_f64()))
+        .map(|r| {
+            let (floor, nodelet) = pick(r);
+            nodelet.as_secs_f64() / floor.as_secs_f64().max(1e-9)
+        })
         .collect();
+    let mut sorted = all.clone();
+    sorted.sort_by(f64::total_cmp);
+    (sorted.get(sorted.len() / 2).copied().unwrap_or(0.0), all)
+}
+
+fn print_scale(s: &Scale) {
+    let floor: Vec<Duration> = s.rounds.iter().map(|r| r.floor.took).collect();
+    let nodelet: Vec<Duration> = s.rounds.iter().map(|r| r.nodelet.took).collect();
+    let (ratio, all) = ratios(&s.rounds, |r| (r.floor.took, r.nodelet.took));
+    println!(
+        "{} pods: floor {} at parallelism {}, nodelet {}: {ratio:.2}× (rounds {})",
+        s.n,
+        spread(&floor),
+        s.best,
+        spread(&nodelet),
+        all.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ")
+    );
+}
+
+/// A least-squares line `a + b x` through the points.
+fn fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return None;
+    }
+    let (sx, sy) = points.iter().fold((0.0, 0.0), |(sx, sy), (x, y)| (sx + x, sy + y));
+    let (mx, my) = (sx / n, sy / n);
+    let sxx: f64 = points.iter().map(|(x, _)| (x - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    (sxx > 0.0).then(|| {
+        let b = sxy / sxx;
+        (my - b * mx, b)
+    })
+}
+
+/// The goals of issue 15 for N pods: start ratio, removal ratio, RSS (MiB).
+fn goals(n: usize) -> (Option<f64>, Option<f64>, Option<f64>) {
+    match n {
+        110 => (Some(1.10), Some(1.2), Some(30.0)),
+        250 => (Some(1.15), None, Some(45.0)),
+        _ => (None, None, None),
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "**missed**" }
+}
+
+/// The table (markdown), the per-pod lines, and the plot.
+fn report(f: &Figures, settings: &Settings) -> anyhow::Result<()> {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "| pods | floor start (par.) | nodelet start | / floor | per-pod latency p50 / p99 (floor p50 / p99) | \
+         removal (floor teardown) | / floor | RSS (RssAnon) | idle CPU | PLEG relist | /pods | /stats/summary |"
+    );
+    let _ = writeln!(t, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    let mut notes = Vec::new();
+    for s in &f.scales {
+        let floor: Vec<Duration> = s.rounds.iter().map(|r| r.floor.took).collect();
+        let nodelet: Vec<Duration> = s.rounds.iter().map(|r| r.nodelet.took).collect();
+        let (start_ratio, start_all) = ratios(&s.rounds, |r| (r.floor.took, r.nodelet.took));
+        let (removal_ratio, removal_all) = ratios(&s.rounds, |r| (r.floor_teardown, r.nodelet_removal));
+        let nodelet_pods: Vec<Duration> = s.rounds.iter().flat_map(|r| r.nodelet.per_pod.clone()).collect();
+        let floor_pods: Vec<Duration> = s.rounds.iter().flat_map(|r| r.floor.per_pod.clone()).collect();
+        let removal: Vec<Duration> = s.rounds.iter().map(|r| r.nodelet_removal).collect();
+        let teardown: Vec<Duration> = s.rounds.iter().map(|r| r.floor_teardown).collect();
+        let list = |v: &[f64]| v.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ");
+        let _ = writeln!(
+            t,
+            "| {} | {} ({}) | {} | {start_ratio:.2}× ({}) | {} / {} ({} / {}) | {} ({}) | {removal_ratio:.2}× ({}) | \
+             {:.1} MiB ({:.1}) | {:.2}% | {} | {} | {} |",
+            s.n,
+            spread(&floor),
+            s.best,
+            spread(&nodelet),
+            list(&start_all),
+            ms(quantile(&nodelet_pods, 0.5)),
+            ms(quantile(&nodelet_pods, 0.99)),
+            ms(quantile(&floor_pods, 0.5)),
+            ms(quantile(&floor_pods, 0.99)),
+            spread(&removal),
+            spread(&teardown),
+            list(&removal_all),
+            s.rss_kib as f64 / 1024.0,
+            s.anon_kib as f64 / 1024.0,
+            s.idle_cpu * 100.0,
+            s.pleg_relist.map_or("-".to_owned(), us),
+            spread(&s.pods_latency),
+            spread(&s.summary_latency),
+        );
+        let (start_goal, removal_goal, rss_goal) = goals(s.n);
+        if let Some(g) = start_goal {
+            notes.push(format!(
+                "{} pods: start {start_ratio:.2}× the floor, goal ≤ {g:.2}×: {}",
+                s.n,
+                verdict(start_ratio <= g)
+            ));
+            let p99 = quantile(&nodelet_pods, 0.99);
+            notes.push(format!(
+                "{} pods: per-pod p99 {}, SLO ≤ 5 s: {}",
+                s.n,
+                ms(p99),
+                verdict(p99 <= Duration::from_secs(5))
+            ));
+        }
+        if let Some(g) = removal_goal {
+            notes.push(format!(
+                "{} pods: removal {removal_ratio:.2}× the floor's teardown, goal ≤ {g:.1}×: {}",
+                s.n,
+                verdict(removal_ratio <= g)
+            ));
+        }
+        if let Some(g) = rss_goal {
+            let mib = s.rss_kib as f64 / 1024.0;
+            notes.push(format!("{} pods: RSS {mib:.1} MiB, goal < {g:.0} MiB: {}", s.n, verdict(mib < g)));
+        }
+        if s.n == 110 {
+            notes.push(format!(
+                "110 pods: idle CPU {:.2}% of a core, goal < 2%: {}",
+                s.idle_cpu * 100.0,
+                verdict(s.idle_cpu < 0.02)
+            ));
+            for (what, v) in [("/pods", &s.pods_latency), ("/stats/summary", &s.summary_latency)] {
+                let m = median(v);
+                notes.push(format!(
+                    "110 pods: {what} {}, goal < 50 ms: {}",
+                    us(m),
+                    verdict(m < Duration::from_millis(50))
+                ));
+            }
+        }
+        if s.n == 250
+            && let Some(p) = s.pleg_relist
+        {
+            notes.push(format!(
+                "250 pods: PLEG relist {}, goal < 5 ms: {}",
+                us(p),
+                verdict(p < Duration::from_millis(5))
+            ));
+        }
+    }
     let floor_one = median(&f.floor_one);
     let nodelet_one = median(&f.nodelet_one);
-    println!();
-    println!("| figure | value | goal |");
-    println!("|---|---|---|");
-    for (p, d) in &f.floor_sweep {
-        println!("| floor: {n} pods, direct CRI, parallelism {p} | {} | |", ms(*d));
-    }
-    println!(
-        "| floor: {n} pods at parallelism {best} (median of {} rounds) | {} | |",
-        f.many.len(),
-        ms(floor_many)
-    );
-    println!(
-        "| nodelet: {n} manifests → all Running in /pods (median of {} rounds) | {} = {:.2}× the floor (per round: {}) | ≤ 1.10× |",
-        f.many.len(),
-        ms(nodelet_many),
-        nodelet_many.as_secs_f64() / floor_many.as_secs_f64(),
-        ratios.join(", ")
-    );
-    let containerd_floor = median(&f.many.iter().map(|(fl, _)| fl.containerd_cpu).collect::<Vec<_>>());
-    let containerd_nodelet = median(&f.many.iter().map(|(_, nd)| nd.containerd_cpu).collect::<Vec<_>>());
-    let nodelet_cpu = median(&f.many.iter().map(|(_, nd)| nd.nodelet_cpu).collect::<Vec<_>>());
-    println!(
-        "| CPU during the {n}-pod start (median): containerd with the floor / with nodelet; nodelet | {} / {}; {} | |",
-        ms(containerd_floor),
-        ms(containerd_nodelet),
-        ms(nodelet_cpu)
-    );
-    let extra = median(
-        &f.floor_one.iter().zip(&f.nodelet_one).map(|(fl, nd)| nd.saturating_sub(*fl)).collect::<Vec<_>>(),
-    );
-    println!("| floor: one pod (median of {}) | {} | |", f.floor_one.len(), ms(floor_one));
-    println!(
-        "| nodelet: one manifest → Running (median of {}; min {}, max {}) | {} = floor + {} (median of the \
-         per-round differences: + {}) | floor + 50 ms |",
-        f.nodelet_one.len(),
-        ms(f.nodelet_one.iter().min().copied().unwrap_or_default()),
-        ms(f.nodelet_one.iter().max().copied().unwrap_or_default()),
+    notes.push(format!(
+        "one pod (median of {}): floor {}, nodelet {} (floor + {})",
+        f.floor_one.len(),
+        ms(floor_one),
         ms(nodelet_one),
-        ms(nodelet_one.saturating_sub(floor_one)),
-        ms(extra)
-    );
-    println!(
-        "| nodelet idle with {n} pods: RSS (VmRSS; VmHWM) | {:.1} MiB ({:.1} MiB) | < 20 MiB |",
-        f.rss_kib as f64 / 1024.0,
-        f.hwm_kib as f64 / 1024.0
-    );
-    println!(
-        "| nodelet idle with {n} pods: private memory (RssAnon; the rest of VmRSS is the binary's code) | {:.1} MiB | |",
-        f.anon_kib as f64 / 1024.0
-    );
-    println!(
-        "| nodelet idle with {n} pods: CPU over {:.0} s | {:.2}% of a core | < 1% |",
-        f.idle_secs,
-        f.idle_cpu * 100.0
-    );
+        ms(nodelet_one.saturating_sub(floor_one))
+    ));
+
+    // per-pod costs: a line through the series
+    let line = |name: &str, unit: &str, scale: f64, y: &dyn Fn(&Scale) -> f64| -> String {
+        let points: Vec<(f64, f64)> = f.scales.iter().map(|s| (s.n as f64, y(s))).collect();
+        match fit(&points) {
+            Some((a, b)) => format!("{name}: {:.3} {unit} + {:.4} {unit} per pod", a * scale, b * scale),
+            None => format!("{name}: (needs two pod counts)"),
+        }
+    };
+    let lines = [
+        line("RSS (VmRSS)", "MiB", 1.0 / 1024.0, &|s| s.rss_kib as f64),
+        line("private memory (RssAnon)", "MiB", 1.0 / 1024.0, &|s| s.anon_kib as f64),
+        line("idle CPU (readiness probe every 10 s)", "% of a core", 100.0, &|s| s.idle_cpu),
+        line("nodelet CPU to start the pods", "ms", 1000.0, &|s| {
+            median(&s.rounds.iter().map(|r| r.nodelet.nodelet_cpu).collect::<Vec<_>>()).as_secs_f64()
+        }),
+        line("/pods latency", "ms", 1000.0, &|s| median(&s.pods_latency).as_secs_f64()),
+        line("/stats/summary latency", "ms", 1000.0, &|s| median(&s.summary_latency).as_secs_f64()),
+        line("PLEG relist", "ms", 1000.0, &|s| s.pleg_relist.unwrap_or_default().as_secs_f64()),
+    ];
+
+    println!();
+    print!("{t}");
+    println!();
+    for l in &lines {
+        println!("- {l}");
+    }
+    println!();
+    for n in &notes {
+        println!("- {n}");
+    }
+
+    if let Some(out) = &settings.out {
+        std::fs::create_dir_all(out)?;
+        let mut md = format!(
+            "<!-- written by `cargo bench --bench pods`; see docs/benchmarks.md -->\n\n\
+             Run at load average {} on {} CPUs; medians of {} rounds with (min–max).\n\n",
+            loadavg(),
+            cpus(),
+            settings.many_rounds
+        );
+        md.push_str(&t);
+        md.push_str("\nPer-pod cost, a least-squares line over the series:\n\n");
+        for l in &lines {
+            let _ = writeln!(md, "- {l}");
+        }
+        md.push_str("\nGoals:\n\n");
+        for n in &notes {
+            let _ = writeln!(md, "- {n}");
+        }
+        let table = out.join("pods-scale.md");
+        std::fs::write(&table, md)?;
+        let svg = out.join("pods-scale.svg");
+        plot(f, &svg)?;
+        println!("\nwrote {} and {}", table.display(), svg.display());
+    }
+    Ok(())
+}
+
+/// Three panels over the pod count: start time (nodelet and floor), RSS, idle CPU.
+fn plot(f: &Figures, path: &Path) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (1200, 380)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let panels = root.split_evenly((1, 3));
+    let xs: Vec<f64> = f.scales.iter().map(|s| s.n as f64).collect();
+    let x_max = xs.iter().copied().fold(1.0, f64::max) * 1.05;
+    let series = |y: &dyn Fn(&Scale) -> f64| -> Vec<(f64, f64)> {
+        f.scales.iter().map(|s| (s.n as f64, y(s))).collect()
+    };
+    let med = |v: Vec<Duration>| median(&v).as_secs_f64();
+    /// A plotted line: its name, colour and points.
+    type Line<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
+    let panels_data: [(&str, &str, Vec<Line<'_>>); 3] = [
+        (
+            "Start of N pods (s, median)",
+            "s",
+            vec![
+                ("nodelet", RED, series(&|s| med(s.rounds.iter().map(|r| r.nodelet.took).collect()))),
+                ("direct CRI floor", BLUE, series(&|s| med(s.rounds.iter().map(|r| r.floor.took).collect()))),
+                (
+                    "nodelet removal",
+                    MAGENTA,
+                    series(&|s| med(s.rounds.iter().map(|r| r.nodelet_removal).collect())),
+                ),
+                (
+                    "floor teardown",
+                    CYAN,
+                    series(&|s| med(s.rounds.iter().map(|r| r.floor_teardown).collect())),
+                ),
+            ],
+        ),
+        (
+            "nodelet memory (MiB)",
+            "MiB",
+            vec![
+                ("VmRSS", RED, series(&|s| s.rss_kib as f64 / 1024.0)),
+                ("RssAnon", BLUE, series(&|s| s.anon_kib as f64 / 1024.0)),
+            ],
+        ),
+        (
+            "nodelet idle CPU (% of a core)",
+            "%",
+            vec![("readiness probe every 10 s", RED, series(&|s| s.idle_cpu * 100.0))],
+        ),
+    ];
+    for (area, (title, _unit, lines)) in panels.iter().zip(panels_data) {
+        let y_max =
+            lines.iter().flat_map(|(_, _, p)| p.iter().map(|(_, y)| *y)).fold(0.0, f64::max) * 1.15 + 1e-3;
+        let mut chart = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        chart.configure_mesh().x_desc("pods").draw().map_err(|e| anyhow::anyhow!("{e}"))?;
+        for (name, color, points) in lines {
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            chart
+                .draw_series(points.iter().map(|p| Circle::new(*p, 3, color.filled())))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------------------------ floor
@@ -392,24 +752,28 @@ struct Floor {
 }
 
 impl Floor {
-    /// Starts `n` pods with at most `parallelism` in flight; the wall time until every StartContainer returned.
-    async fn start_many(&self, n: usize, parallelism: usize) -> anyhow::Result<Duration> {
+    /// Starts `n` pods with at most `parallelism` in flight: the wall time until every StartContainer
+    /// returned, and each pod's time from the start until its StartContainer returned.
+    async fn start_many(&self, n: usize, parallelism: usize) -> anyhow::Result<(Duration, Vec<Duration>)> {
         let started = Instant::now();
-        let results: Vec<anyhow::Result<()>> = futures::stream::iter(0..n)
-            .map(|i| self.start_one(i))
+        let results: Vec<anyhow::Result<Duration>> = futures::stream::iter(0..n)
+            .map(|i| async move {
+                self.start_one(i).await?;
+                Ok(started.elapsed())
+            })
             .buffer_unordered(parallelism)
             .collect()
             .await;
         let took = started.elapsed();
-        results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
-        Ok(took)
+        let per_pod = results.into_iter().collect::<anyhow::Result<Vec<Duration>>>()?;
+        Ok((took, per_pod))
     }
 
     async fn start_one(&self, i: usize) -> anyhow::Result<()> {
         let uid = format!("{}-{i}-{}", self.run_id, fastrand_suffix());
         let name = format!("floor-{i}");
         let log_dir = self.log_root.join(&uid);
-        tokio::fs::create_dir_all(log_dir.join("sleep")).await?;
+        tokio::fs::create_dir_all(log_dir.join("web")).await?;
         let labels = HashMap::from([(RUN_LABEL.to_owned(), self.run_id.clone())]);
         let sandbox = proto::PodSandboxConfig {
             metadata: Some(proto::PodSandboxMetadata {
@@ -433,10 +797,10 @@ impl Floor {
         };
         let id = self.cri.run_pod_sandbox(sandbox.clone(), "").await.context("RunPodSandbox")?;
         let container = proto::ContainerConfig {
-            metadata: Some(proto::ContainerMetadata { name: "sleep".to_owned(), attempt: 0 }),
+            metadata: Some(proto::ContainerMetadata { name: "web".to_owned(), attempt: 0 }),
             image: Some(proto::ImageSpec { image: self.env.busybox.clone(), ..Default::default() }),
-            command: vec!["sleep".to_owned(), "3600".to_owned()],
-            log_path: "sleep/0.log".to_owned(),
+            command: vec!["sh".to_owned(), "-c".to_owned(), POD_SCRIPT.to_owned()],
+            log_path: "web/0.log".to_owned(),
             labels,
             ..Default::default()
         };
@@ -445,10 +809,33 @@ impl Floor {
         Ok(())
     }
 
-    /// Stops and removes every pod of this run: how many, and how long it took.
+    /// Stops (StopContainer with nodelet's 1 s grace, then StopPodSandbox) and removes every pod of this run,
+    /// 8 at a time: how many, and how long it took.
     async fn teardown(&self) -> anyhow::Result<(usize, Duration)> {
         let started = Instant::now();
-        let n = sweep(&self.cri, SandboxFilter::all().label(RUN_LABEL, self.run_id.clone())).await;
+        let filter = SandboxFilter::all().label(RUN_LABEL, self.run_id.clone());
+        let sandboxes = self.cri.list_pod_sandboxes(&filter).await?;
+        let n = sandboxes.len();
+        let cri = &self.cri;
+        futures::stream::iter(sandboxes)
+            .for_each_concurrent(8, |s| async move {
+                let containers = cri
+                    .list_containers(&ContainerFilter::all().pod_sandbox_id(s.id.clone()))
+                    .await
+                    .unwrap_or_default();
+                for c in containers {
+                    if let Err(e) = cri.stop_container(&c.id, Duration::from_secs(1)).await {
+                        eprintln!("StopContainer {}: {e}", c.id);
+                    }
+                }
+                if let Err(e) = cri.stop_pod_sandbox(&s.id).await {
+                    eprintln!("StopPodSandbox {}: {e}", s.id);
+                }
+                if let Err(e) = cri.remove_pod_sandbox(&s.id).await {
+                    eprintln!("RemovePodSandbox {}: {e}", s.id);
+                }
+            })
+            .await;
         let left =
             self.cri.list_pod_sandboxes(&SandboxFilter::all().label(RUN_LABEL, self.run_id.clone())).await?;
         if !left.is_empty() {
@@ -494,7 +881,7 @@ struct Nodelet {
 }
 
 impl Nodelet {
-    async fn start(env: &Env, dir: &Path, node: &str) -> anyhow::Result<Nodelet> {
+    async fn start(env: &Env, dir: &Path, node: &str, max_pods: usize) -> anyhow::Result<Nodelet> {
         let manifests = dir.join("manifests");
         for sub in ["root", "manifests", "logs"] {
             std::fs::create_dir_all(dir.join(sub))?;
@@ -518,6 +905,7 @@ impl Nodelet {
             // garbage-collect the test images.
             ("--eviction-hard", "memory.available<100Mi".to_owned()),
             ("--image-gc-high-threshold", "100".to_owned()),
+            ("--max-pods", max_pods.to_string()),
         ];
         let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
             .args(args.iter().flat_map(|(flag, value)| [*flag, value.as_str()]))
@@ -562,8 +950,9 @@ impl Nodelet {
     }
 
     /// Writes one manifest per name (each complete before it appears: written aside, then renamed), and
-    /// returns the time from the first write until every pod is Running in `/pods`.
-    async fn start_pods(&mut self, names: &[String]) -> anyhow::Result<Duration> {
+    /// returns the time from the first write until every pod is Running in `/pods`, and each pod's time
+    /// from the first write until it was first seen Running.
+    async fn start_pods(&mut self, names: &[String]) -> anyhow::Result<(Duration, Vec<Duration>)> {
         let started = Instant::now();
         for name in names {
             let tmp = self.manifests.join(format!(".{name}.yaml.tmp"));
@@ -571,10 +960,17 @@ impl Nodelet {
             std::fs::rename(&tmp, self.manifests.join(format!("{name}.yaml")))?;
         }
         let wanted: Vec<String> = names.iter().map(|n| format!("{n}-{}", self.node)).collect();
+        let mut seen: HashMap<String, Duration> = HashMap::new();
         loop {
             let pods = self.pods().await?;
-            if wanted.iter().all(|w| pods.get(w).is_some_and(|running| *running)) {
-                return Ok(started.elapsed());
+            let now = started.elapsed();
+            for w in &wanted {
+                if pods.get(w).is_some_and(|running| *running) {
+                    seen.entry(w.clone()).or_insert(now);
+                }
+            }
+            if seen.len() == wanted.len() {
+                return Ok((now, seen.into_values().collect()));
             }
             if started.elapsed() > DEADLINE {
                 bail!("pods not Running within {DEADLINE:?}: {pods:?}");
@@ -646,6 +1042,21 @@ impl Nodelet {
         Ok(sums)
     }
 
+    /// `requests` GETs of `path` on the read-only port in a row: the time of each (to the last byte), and the
+    /// answer's size.
+    async fn latency(&self, path: &str, requests: usize) -> anyhow::Result<(Vec<Duration>, usize)> {
+        let url = self.pods_url.replace("/pods", path);
+        let mut times = Vec::with_capacity(requests);
+        let mut size = 0;
+        for _ in 0..requests {
+            let started = Instant::now();
+            let body = self.http.get(&url).send().await?.error_for_status()?.bytes().await?;
+            times.push(started.elapsed());
+            size = body.len();
+        }
+        Ok((times, size))
+    }
+
     /// nodelet's CPU use over `window` (cores) and the window's length in seconds.
     async fn cpu_over(&self, window: Duration) -> anyhow::Result<(f64, f64)> {
         let pid = self.pid()?;
@@ -687,12 +1098,25 @@ impl Nodelet {
     }
 }
 
-/// A busybox `sleep 3600` static pod.
+/// A busybox static pod running [`POD_SCRIPT`], with an HTTP readiness probe every 10 s.
 fn manifest(name: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  \
-         terminationGracePeriodSeconds: 1\n  dnsPolicy: None\n  dnsConfig:\n    nameservers: [\"127.0.0.1\"]\n  \
-         containers:\n  - name: sleep\n    image: localhost/nodelet/busybox:latest\n    \
-         imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n"
-    )
+    let pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "dnsPolicy": "None",
+            "dnsConfig": {"nameservers": ["127.0.0.1"]},
+            "containers": [{
+                "name": "web",
+                "image": "localhost/nodelet/busybox:latest",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", POD_SCRIPT],
+                "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 10},
+            }],
+        },
+    });
+    // JSON is YAML
+    pod.to_string()
 }

@@ -84,6 +84,9 @@ pub(crate) const DEFAULT_CNI_BRIDGE: &str = "nodelet0";
 pub(crate) const DEFAULT_CONTAINERD_PATH: &str = "containerd";
 /// How often the PLEG relists the runtime: the kubelet's 1 s.
 pub(crate) const DEFAULT_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// `nodelet.housekeepingInterval`: how often the stats behind `/stats/summary` are gathered (the
+/// kubelet's `--housekeeping-interval`, 10 s).
+pub(crate) const DEFAULT_HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(10);
 /// Container restart back-off: the kubelet's 10s, doubling up to 300s, forgotten after 10 minutes.
 pub(crate) const DEFAULT_CONTAINER_RESTART_BACKOFF: BackOff = BackOff {
     initial: Duration::from_secs(10),
@@ -170,6 +173,9 @@ pub(crate) struct Config {
     /// `nodelet.plegRelistPeriod`: how often the runtime is relisted (the kubelet's fixed 1 s); the
     /// runtime's event stream triggers relists in between.
     pub(crate) pleg_relist_period: Duration,
+    /// `nodelet.housekeepingInterval`: how often the pods' stats (`/stats/summary`, `/metrics/resource`)
+    /// are gathered in the background (the kubelet's `--housekeeping-interval`, 10 s).
+    pub(crate) housekeeping_interval: Duration,
     /// The HTTP(S) endpoints.
     pub(crate) server: ServerConfig,
     /// The container runtime.
@@ -821,6 +827,13 @@ impl Config {
             "nodelet.plegRelistPeriod",
             DEFAULT_PLEG_RELIST_PERIOD,
         )?;
+        let housekeeping_interval = m.positive_duration(
+            None,
+            "",
+            nodelet.housekeeping_interval,
+            "nodelet.housekeepingInterval",
+            DEFAULT_HOUSEKEEPING_INTERVAL,
+        )?;
         let manifest_http_addr = match (args.manifest_http_addr, &nodelet.manifest_http_address) {
             (Some(a), _) => Some(a),
             (None, Some(s)) if !s.is_empty() => Some(s.parse::<SocketAddr>().map_err(|_| {
@@ -1245,6 +1258,7 @@ impl Config {
             },
             sync_frequency,
             pleg_relist_period,
+            housekeeping_interval,
             server,
             runtime,
             pods,

@@ -401,7 +401,9 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         stats::StatsConfig::new(&config.node_name, &config.root_dir, &config.pods.pod_logs_dir),
         clock.clone(),
     )
-    .with_volumes(desired.clone(), volume_actual.clone());
+    .with_volumes(desired.clone(), volume_actual.clone())
+    .with_housekeeping_interval(config.housekeeping_interval);
+    tasks.spawn(stats.clone().housekeeping(shutdown.clone()));
 
     // Image garbage collection and the eviction manager.
     let pressure = pressure::start(

@@ -85,10 +85,12 @@ impl SignalSource for StatsSignals {
 
     fn pod_usage(&self) -> BoxFuture<'_, Result<BTreeMap<String, PodUsage>, SignalError>> {
         Box::pin(async move {
-            let summary = self.0.summary().await.map_err(|e| SignalError(e.to_string()))?;
+            // Asked only when a pod is to be evicted: the usage of now, as the kubelet's eviction manager asks
+            // its summary provider for updated stats (this gathering also refreshes the cached summary).
+            let summary = self.0.refresh().await.map_err(|e| SignalError(e.to_string()))?;
             Ok(summary
                 .pods
-                .into_iter()
+                .iter()
                 .map(|p| {
                     let usage = PodUsage {
                         memory: p.memory.as_ref().and_then(|m| m.working_set_bytes),
@@ -96,7 +98,7 @@ impl SignalSource for StatsSignals {
                         inodes: p.ephemeral_storage.as_ref().and_then(|f| f.inodes_used),
                         processes: p.process_stats.as_ref().and_then(|s| s.process_count),
                     };
-                    (p.pod_ref.uid, usage)
+                    (p.pod_ref.uid.clone(), usage)
                 })
                 .collect())
         })

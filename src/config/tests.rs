@@ -599,6 +599,10 @@ fn eviction_and_image_gc_flags_replace_the_file_fields() {
     let defaults = ok(&[], None);
     assert_eq!(defaults.config.eviction.monitoring_period, Duration::from_secs(10));
     assert_eq!(defaults.config.image_gc.period, Duration::from_secs(300));
+    assert_eq!(defaults.config.housekeeping_interval, Duration::from_secs(10));
+    let l = ok(&[], Some("nodelet: {housekeepingInterval: 2s}\n"));
+    assert_eq!(l.config.housekeeping_interval, Duration::from_secs(2));
+    assert!(err(&[], Some("nodelet: {housekeepingInterval: 0s}\n")).contains("nodelet.housekeepingInterval"));
     assert!(err(&["--eviction-hard", "memory.free<1Gi"], None).contains("--eviction-hard"));
     assert!(err(&["--eviction-hard", "memory.available=1Gi"], None).contains("not signal<value"));
     assert!(err(&["--image-gc-high-threshold", "101"], None).contains("--image-gc-high-threshold"));

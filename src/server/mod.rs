@@ -175,8 +175,9 @@ pub(crate) trait NodeView: Send + Sync + 'static {
         k8s_openapi::List::default()
     }
 
-    /// The Summary API document served on `/stats/summary` (and turned into `/metrics/resource`); gathered
-    /// from the runtime and the host, so it may take a while. Default: unavailable.
+    /// The Summary API document served on `/stats/summary` (and turned into `/metrics/resource`): the one
+    /// gathered last in the background (every housekeeping interval), or gathered now when there is none
+    /// recent. Default: unavailable.
     fn stats_summary(
         &self,
     ) -> impl Future<Output = Result<crate::stats::summary::Summary, crate::stats::StatsError>> + Send {

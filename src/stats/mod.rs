@@ -16,6 +16,16 @@
 //!
 //! CPU `usageNanoCores` is the runtime's when it gives one, else the rate since the previous sample of
 //! the same cgroup (absent on the first).
+//!
+//! The pods' part is costly at scale (the runtime reads every container's cgroups for
+//! `ListContainerStats`, and logs and volumes are walked on disk), so the summary is gathered in the
+//! background every housekeeping interval ([`StatsProvider::housekeeping`], the kubelet's
+//! `--housekeeping-interval`, 10 s) and requests are served the newest one: `/stats/summary` and
+//! `/metrics/resource` read it without touching the runtime or the disk. Only when no summary younger than
+//! two intervals exists (before the first round, or with no housekeeping running) does a request gather one
+//! itself. [`StatsProvider::node`], the eviction manager's node signals, is read fresh: `/proc`, `statvfs`
+//! and one CRI call; the pods' usage, which the eviction manager asks for only when it is about to evict,
+//! is gathered fresh too ([`StatsProvider::refresh`]).
 
 pub(crate) mod cadvisor;
 pub(crate) mod host;
@@ -25,6 +35,7 @@ pub(crate) mod summary;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use nodelet_cri::labels;
 use nodelet_cri::proto as v1;
@@ -34,6 +45,8 @@ use nodelet_resources::pod::reconciler::Clock;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{Plugin, VolumeKey, split_key};
 use reconcile_engine::Store;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use host::{CgroupVersion, FsInfo, MemorySample};
 use summary::{
@@ -103,6 +116,12 @@ struct Inner {
     volumes: Option<Store<VolumeKey, VolumeActual>>,
     /// The previous CPU sample of each cgroup (`node`, pod UID, container ID): (time, cumulative ns).
     cpu_samples: Mutex<HashMap<String, (i64, u64)>>,
+    /// How often [`StatsProvider::housekeeping`] gathers the summary.
+    housekeeping_interval: Duration,
+    /// The newest summary and when it was gathered.
+    cache: Mutex<Option<(Instant, Arc<Summary>)>>,
+    /// Held while a summary is gathered: one gathering at a time.
+    gathering: tokio::sync::Mutex<()>,
 }
 
 /// One reading of the node, before it is turned into [`NodeStats`].
@@ -159,8 +178,83 @@ impl StatsProvider {
                 pods: None,
                 volumes: None,
                 cpu_samples: Mutex::default(),
+                housekeeping_interval: crate::config::DEFAULT_HOUSEKEEPING_INTERVAL,
+                cache: Mutex::default(),
+                gathering: tokio::sync::Mutex::const_new(()),
             }),
         }
+    }
+
+    /// Gathers the summary every `interval` (see [`housekeeping`](Self::housekeeping)) instead of the
+    /// default 10 s. Call before cloning.
+    pub(crate) fn with_housekeeping_interval(mut self, interval: Duration) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.housekeeping_interval = interval;
+        }
+        self
+    }
+
+    /// Gathers the summary now and every housekeeping interval after, until `shutdown`; requests are
+    /// served the newest one. A failed round keeps the previous summary (it is served until it is two
+    /// intervals old).
+    pub(crate) async fn housekeeping(self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.inner.housekeeping_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let started = Instant::now();
+            match self.refresh().await {
+                Ok(summary) => tracing::trace!(
+                    pods = summary.pods.len(),
+                    took = ?started.elapsed(),
+                    "stats summary gathered"
+                ),
+                Err(e) => tracing::debug!(error = %e, "cannot gather the stats summary"),
+            }
+        }
+    }
+
+    /// The newest summary if it is younger than two housekeeping intervals.
+    fn fresh(&self) -> Option<Arc<Summary>> {
+        let cache = self.inner.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let max_age = self.inner.housekeeping_interval.saturating_mul(2);
+        cache.as_ref().filter(|(at, _)| at.elapsed() <= max_age).map(|(_, s)| s.clone())
+    }
+
+    /// Gathers a summary now (after any gathering under way) and keeps it as the newest.
+    pub(crate) async fn refresh(&self) -> Result<Arc<Summary>, StatsError> {
+        let _one_at_a_time = self.inner.gathering.lock().await;
+        self.gather_and_keep().await
+    }
+
+    async fn gather_and_keep(&self) -> Result<Arc<Summary>, StatsError> {
+        let summary = Arc::new(self.gather().await?);
+        let mut cache = self.inner.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *cache = Some((Instant::now(), summary.clone()));
+        Ok(summary)
+    }
+
+    /// The newest summary (see the [module docs](self)): the one housekeeping gathered last, or one gathered
+    /// now when none is younger than two housekeeping intervals.
+    pub(crate) async fn cached_summary(&self) -> Result<Arc<Summary>, StatsError> {
+        if let Some(summary) = self.fresh() {
+            return Ok(summary);
+        }
+        let _one_at_a_time = self.inner.gathering.lock().await;
+        // Whoever held the lock may have just gathered one.
+        if let Some(summary) = self.fresh() {
+            return Ok(summary);
+        }
+        self.gather_and_keep().await
+    }
+
+    /// The whole Summary API document (a copy of [`cached_summary`](Self::cached_summary)): the node and
+    /// every pod with a sandbox of this node.
+    pub(crate) async fn summary(&self) -> Result<Summary, StatsError> {
+        Ok(Summary::clone(&*self.cached_summary().await?))
     }
 
     /// Also reports the pods' volumes: their claims from the pod specs in `pods`, their paths from
@@ -186,8 +280,9 @@ impl StatsProvider {
         Ok(self.node_stats(sample, image_fs))
     }
 
-    /// The whole Summary API document: the node and every pod with a sandbox of this node.
-    pub(crate) async fn summary(&self) -> Result<Summary, StatsError> {
+    /// Gathers the whole Summary API document from the runtime, the host and the disk: the node and every
+    /// pod with a sandbox of this node.
+    async fn gather(&self) -> Result<Summary, StatsError> {
         let cri = self.inner.runtime.client();
         let node = &self.inner.config.node_name;
         let (mut sandbox_filter, mut container_filter) =

@@ -35,6 +35,7 @@ mod logs;
 mod metrics;
 mod probes;
 mod restarts;
+mod scale;
 mod sources;
 mod stats;
 mod support;

@@ -587,6 +587,16 @@ impl Nodelet {
         }
     }
 
+    /// Where the sandbox `id`'s network lives (containerd's verbose `PodSandboxStatus`): its network
+    /// namespace file, or `None` for the host's network or when the runtime does not say.
+    pub(crate) async fn sandbox_netns(&self, id: &str) -> Option<PathBuf> {
+        match self.cri.sandbox_network(id).await {
+            Ok(Some(nodelet_cri::SandboxNetwork::Namespace(path))) => Some(path),
+            Ok(_) => None,
+            Err(e) => panic!("cannot get the network of sandbox {id}: {e}"),
+        }
+    }
+
     /// The runtime's status of a container (nanosecond timestamps, exit code).
     pub(crate) async fn container_status(&self, id: &str) -> proto::ContainerStatus {
         match self.cri.container_status(id).await {
