@@ -732,7 +732,7 @@ impl Node {
 
     /// The kubelet's image events (Normal), from the runtime's record of each container's last image
     /// check: `Pulling` (`Pulling image "x"`) when a pull started, `Pulled` when it ended
-    /// (`Successfully pulled image "x" in 1.2s (1.2s including waiting). Image size: N bytes.`) or
+    /// (`Successfully pulled image "x" in 1.2s (1.2s including waiting)`) or
     /// when no pull was needed (`Container image "x" already present on machine`). Records of pods
     /// that are gone are dropped here.
     fn pull_events(&self, items: &mut Vec<Event>) {
@@ -765,9 +765,9 @@ impl Node {
                 PullRecord::Pulling { image, started_at } => {
                     push("Pulling", format!("Pulling image {image:?}"), started_at);
                 }
-                PullRecord::Pulled { image, started_at, finished_at, took, size } => {
+                PullRecord::Pulled { image, started_at, finished_at, took } => {
                     push("Pulling", format!("Pulling image {image:?}"), started_at);
-                    push("Pulled", PullRecord::pulled_message(&image, took, size), finished_at);
+                    push("Pulled", PullRecord::pulled_message(&image, took), finished_at);
                 }
             }
         }

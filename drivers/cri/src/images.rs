@@ -260,20 +260,16 @@ pub enum PullRecord {
         finished_at: i64,
         /// How long it took.
         took: Duration,
-        /// The image's size as the runtime reports it, in bytes.
-        size: u64,
     },
 }
 
 impl PullRecord {
-    /// The kubelet's message of a finished pull (`Pulled`): `Successfully pulled image "busybox" in
-    /// 1.234s (1.234s including waiting). Image size: 2152262 bytes.` (nodelet pulls one image at a
-    /// time per container, so the waiting time is the pull's own).
-    pub fn pulled_message(image: &str, took: Duration, size: u64) -> String {
+    /// The kubelet 1.28's message of a finished pull (`Pulled`): `Successfully pulled image "busybox" in
+    /// 1.234s (1.234s including waiting)` (nodelet pulls one image at a time per container, so the waiting
+    /// time is the pull's own; the image size was added to the message by later kubelets).
+    pub fn pulled_message(image: &str, took: Duration) -> String {
         let took = go_duration(took);
-        format!(
-            "Successfully pulled image {image:?} in {took} ({took} including waiting). Image size: {size} bytes."
-        )
+        format!("Successfully pulled image {image:?} in {took} ({took} including waiting)")
     }
 }
 
@@ -366,7 +362,7 @@ pub(crate) async fn ensure_image_recorded(
         records.set(uid, container, PullRecord::Pulling { image: image.to_owned(), started_at: at });
     })
     .await;
-    if let Ok(found) = &result {
+    if result.is_ok() {
         let record = match started_at.load(Ordering::Relaxed) {
             0 => PullRecord::Present { image: image.to_owned(), at: now_nanos() },
             started_at => {
@@ -376,7 +372,6 @@ pub(crate) async fn ensure_image_recorded(
                     started_at,
                     finished_at,
                     took: Duration::from_nanos(u64::try_from(finished_at - started_at).unwrap_or(0)),
-                    size: found.size,
                 }
             }
         };
@@ -436,8 +431,8 @@ mod tests {
         assert_eq!(go_duration(Duration::from_secs(3600)), "1h0m0s");
         assert_eq!(go_duration(Duration::from_nanos(1_500)), "1.5µs");
         assert_eq!(
-            PullRecord::pulled_message("busybox", Duration::from_millis(1234), 2_152_262),
-            "Successfully pulled image \"busybox\" in 1.234s (1.234s including waiting). Image size: 2152262 bytes."
+            PullRecord::pulled_message("busybox", Duration::from_millis(1234)),
+            "Successfully pulled image \"busybox\" in 1.234s (1.234s including waiting)"
         );
         let records = PullRecords::default();
         records.set("u1", "app", PullRecord::Present { image: "busybox".into(), at: 1 });
