@@ -2,12 +2,11 @@
 //! `pod_uid`, gone with the pod) and `/metrics/cadvisor` (cAdvisor's `container_*` series of the pod's
 //! container, pod cgroup and the machine), on the read-only port and, with authentication, the main port.
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
 
+use crate::stats::promtool;
 use crate::support::{Nodelet, TOKEN, container, env_or_skip, runtime_id, uid};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -23,30 +22,6 @@ async fn read_only(n: &Nodelet, path: &str) -> String {
         }
         Ok(r) => panic!("GET {url}: {}: {}", r.status(), r.text().await.unwrap_or_default()),
         Err(e) => panic!("GET {url}: {e}"),
-    }
-}
-
-/// `promtool check metrics` of `text`; its complaints when it fails.
-fn promtool(text: &str) -> Result<(), String> {
-    let child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) => panic!("cannot run promtool (scripts/install-deps.sh installs it): {e}"),
-    };
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(text.as_bytes());
-    }
-    match child.wait_with_output() {
-        Ok(out) if out.status.success() => Ok(()),
-        Ok(out) => {
-            Err(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
-        }
-        Err(e) => panic!("promtool: {e}"),
     }
 }
 

@@ -22,7 +22,7 @@ async fn read_only(n: &Nodelet, path: &str) -> String {
 }
 
 /// `promtool check metrics` of `text`; returns its complaints when it fails.
-fn promtool(text: &str) -> Result<(), String> {
+pub(crate) fn promtool(text: &str) -> Result<(), String> {
     let child = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
