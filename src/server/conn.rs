@@ -71,7 +71,10 @@ impl Default for Limits {
             // The API server proxies every `kubectl logs -f`/`exec` from one address: room for many.
             per_client: 256,
             tls_handshake: Duration::from_secs(10),
-            header_read: Duration::from_secs(10),
+            // Longer than the idle time HTTP clients keep pooled connections (Go's and reqwest's 90 s): a
+            // shorter one closes connections clients are about to reuse, and their requests fail. Idle and
+            // slow connections are kept in check by the limits above, not by this time.
+            header_read: Duration::from_secs(120),
             body_read: Duration::from_secs(30),
             write_stall: Duration::from_secs(60),
         }

@@ -27,7 +27,7 @@
 //!
 //! Connections are HTTP/1.1 with upgrades enabled, accepted under the limits of [`conn`]: per listener at
 //! most 1024 connections and 256 per client address, the oldest idle connection closed to make room for a
-//! new one, 10 s for the TLS handshake and for a request's headers (also the keep-alive idle limit), 30 s for
+//! new one, 10 s for the TLS handshake, 120 s for a request's headers (also the keep-alive idle limit), 30 s for
 //! a request body, 60 s for a stalled write. An upgraded exec/attach/port-forward connection leaves the
 //! connection limit and graceful shutdown (it is counted by the streaming session limit instead and closed
 //! when the servers stop).
