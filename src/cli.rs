@@ -390,24 +390,9 @@ pub(crate) struct GetArgs {
     /// Pods of every namespace (adds a NAMESPACE column).
     #[arg(short = 'A', long)]
     pub(crate) all_namespaces: bool,
-    /// nodelet's URL, e.g. http://127.0.0.1:10255 or https://127.0.0.1:10250.
-    #[arg(long, value_name = "URL", env = "NODELET_SERVER")]
-    pub(crate) server: Option<String>,
-    /// Bearer token for the main port (prefer --token-file: a command line is visible to every user).
-    #[arg(long, value_name = "TOKEN", env = "NODELET_TOKEN", hide_env_values = true)]
-    pub(crate) token: Option<String>,
-    /// File holding the bearer token for the main port.
-    #[arg(long, value_name = "FILE", conflicts_with = "token")]
-    pub(crate) token_file: Option<PathBuf>,
-    /// CA certificate (PEM) to verify the server's certificate with.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) certificate_authority: Option<PathBuf>,
-    /// Do not verify the server's certificate (insecure).
-    #[arg(long)]
-    pub(crate) insecure_skip_tls_verify: bool,
-    /// Timeout of the request.
-    #[arg(long, value_name = "DURATION", default_value = "10s")]
-    pub(crate) request_timeout: GoDuration,
+    /// How to reach nodelet.
+    #[command(flatten)]
+    pub(crate) conn: ServerArgs,
     /// Logging.
     #[command(flatten)]
     pub(crate) log: LogArgs,
@@ -484,24 +469,9 @@ pub(crate) struct DescribeArgs {
     /// Leave the events out.
     #[arg(long = "show-events", value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
     pub(crate) show_events: bool,
-    /// nodelet's URL, e.g. http://127.0.0.1:10255 or https://127.0.0.1:10250.
-    #[arg(long, value_name = "URL", env = "NODELET_SERVER")]
-    pub(crate) server: Option<String>,
-    /// Bearer token for the main port (prefer --token-file: a command line is visible to every user).
-    #[arg(long, value_name = "TOKEN", env = "NODELET_TOKEN", hide_env_values = true)]
-    pub(crate) token: Option<String>,
-    /// File holding the bearer token for the main port.
-    #[arg(long, value_name = "FILE", conflicts_with = "token")]
-    pub(crate) token_file: Option<PathBuf>,
-    /// CA certificate (PEM) to verify the server's certificate with.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) certificate_authority: Option<PathBuf>,
-    /// Do not verify the server's certificate (insecure).
-    #[arg(long)]
-    pub(crate) insecure_skip_tls_verify: bool,
-    /// Timeout of each request.
-    #[arg(long, value_name = "DURATION", default_value = "10s")]
-    pub(crate) request_timeout: GoDuration,
+    /// How to reach nodelet.
+    #[command(flatten)]
+    pub(crate) conn: ServerArgs,
     /// Logging.
     #[command(flatten)]
     pub(crate) log: LogArgs,
@@ -520,12 +490,7 @@ impl DescribeArgs {
             no_headers: false,
             namespace: self.namespace.clone(),
             all_namespaces: self.all_namespaces,
-            server: self.server.clone(),
-            token: self.token.clone(),
-            token_file: self.token_file.clone(),
-            certificate_authority: self.certificate_authority.clone(),
-            insecure_skip_tls_verify: self.insecure_skip_tls_verify,
-            request_timeout: self.request_timeout,
+            conn: self.conn.clone(),
             log: self.log.clone(),
         }
     }
@@ -595,6 +560,29 @@ pub(crate) struct LogsArgs {
     pub(crate) log: LogArgs,
 }
 
+/// How `nodelet get` and `nodelet describe` reach nodelet (the read-only port or the main port).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ServerArgs {
+    /// nodelet's URL, e.g. http://127.0.0.1:10255 or https://127.0.0.1:10250.
+    #[arg(long, value_name = "URL", env = "NODELET_SERVER")]
+    pub(crate) server: Option<String>,
+    /// Bearer token for the main port (prefer --token-file: a command line is visible to every user).
+    #[arg(long, value_name = "TOKEN", env = "NODELET_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// File holding the bearer token for the main port.
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    pub(crate) token_file: Option<PathBuf>,
+    /// CA certificate (PEM) to verify the server's certificate with.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) certificate_authority: Option<PathBuf>,
+    /// Do not verify the server's certificate (insecure).
+    #[arg(long)]
+    pub(crate) insecure_skip_tls_verify: bool,
+    /// Timeout of each request.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub(crate) request_timeout: GoDuration,
+}
+
 /// How the streaming commands reach the local nodelet's main port (the flags of `nodelet get`).
 #[derive(Debug, Clone, Args)]
 pub(crate) struct MainPortArgs {
@@ -614,6 +602,33 @@ pub(crate) struct MainPortArgs {
     /// Do not verify the server's certificate (insecure).
     #[arg(long)]
     pub(crate) insecure_skip_tls_verify: bool,
+}
+
+impl MainPortArgs {
+    /// The `nodelet get pods NAMES… -n NAMESPACE` request to this main port (10 s timeout), for the
+    /// streaming commands that look a pod up first.
+    pub(crate) fn get_pods(&self, namespace: &str, names: Vec<String>) -> GetArgs {
+        GetArgs {
+            resource: "pods".into(),
+            names,
+            output: None,
+            selector: None,
+            field_selector: None,
+            watch: false,
+            no_headers: false,
+            namespace: namespace.to_owned(),
+            all_namespaces: false,
+            conn: ServerArgs {
+                server: Some(self.server.clone()),
+                token: self.token.clone(),
+                token_file: self.token_file.clone(),
+                certificate_authority: self.certificate_authority.clone(),
+                insecure_skip_tls_verify: self.insecure_skip_tls_verify,
+                request_timeout: GoDuration(std::time::Duration::from_secs(10)),
+            },
+            log: LogArgs::default(),
+        }
+    }
 }
 
 /// `nodelet exec POD -- COMMAND…`.
@@ -934,7 +949,7 @@ mod tests {
         assert_eq!(g.names, vec!["web".to_owned()]);
         assert_eq!(g.output, Some(OutputFormat::Wide));
         assert_eq!(g.namespace, "kube-system");
-        assert_eq!(g.server.as_deref(), Some("http://127.0.0.1:10255"));
+        assert_eq!(g.conn.server.as_deref(), Some("http://127.0.0.1:10255"));
         assert!(Cli::try_parse_from(["nodelet", "get", "services"]).is_err(), "only pods are served");
         assert!(
             Cli::try_parse_from(["nodelet", "get", "pods", "--token", "t", "--token-file", "/f"]).is_err(),

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, EphemeralContainer, Pod};
 use super::get::{fetch_pods, main_port_request};
 use super::session::{self, Kind, Target};
 use super::stream::{MainPort, StreamError, encode};
-use crate::cli::{DebugArgs, GetArgs, LogArgs, MainPortArgs};
+use crate::cli::{DebugArgs, GetArgs};
 
 /// How long the debug container may take to start (an image pull included).
 const START_TIMEOUT: Duration = Duration::from_secs(300);
@@ -41,7 +41,7 @@ pub(crate) async fn run(args: &DebugArgs) -> Result<i32, StreamError> {
         ..EphemeralContainer::default()
     };
     let body = serde_json::to_vec(&container).map_err(|e| StreamError::Usage(e.to_string()))?;
-    let get = get_args(&args.server, &args.namespace);
+    let get = args.server.get_pods(&args.namespace, Vec::new());
     let path = format!("/debug/{}/{}", encode(&args.namespace), encode(&args.pod));
     main_port_request(&get, &path, Some(body)).await?;
     if let Some(target) = &args.target {
@@ -78,27 +78,6 @@ fn generated_name() -> String {
     const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let suffix: String = (0..5).map(|_| char::from(CHARS[fastrand::usize(..CHARS.len())])).collect();
     format!("debugger-{suffix}")
-}
-
-fn get_args(server: &MainPortArgs, namespace: &str) -> GetArgs {
-    GetArgs {
-        resource: "pods".into(),
-        names: Vec::new(),
-        output: None,
-        selector: None,
-        field_selector: None,
-        watch: false,
-        no_headers: false,
-        namespace: namespace.to_owned(),
-        all_namespaces: false,
-        server: Some(server.server.clone()),
-        token: server.token.clone(),
-        token_file: server.token_file.clone(),
-        certificate_authority: server.certificate_authority.clone(),
-        insecure_skip_tls_verify: server.insecure_skip_tls_verify,
-        request_timeout: crate::config::GoDuration(Duration::from_secs(10)),
-        log: LogArgs::default(),
-    }
 }
 
 /// What the debug container did first.

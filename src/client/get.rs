@@ -164,14 +164,14 @@ pub(crate) fn read_token(token: Option<&str>, token_file: Option<&Path>) -> Resu
 
 fn build_client(args: &GetArgs) -> Result<reqwest::Client, GetError> {
     let mut builder = reqwest::Client::builder()
-        .timeout(args.request_timeout.0.max(Duration::from_millis(100)))
+        .timeout(args.conn.request_timeout.0.max(Duration::from_millis(100)))
         .connect_timeout(Duration::from_secs(3))
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy();
-    if args.insecure_skip_tls_verify {
+    if args.conn.insecure_skip_tls_verify {
         builder = builder.danger_accept_invalid_certs(true);
     } else {
-        let ca = match &args.certificate_authority {
+        let ca = match &args.conn.certificate_authority {
             Some(p) => Some(p.clone()),
             None => Some(PathBuf::from(DEFAULT_SERVER_CA)).filter(|p| p.is_file()),
         };
@@ -220,8 +220,8 @@ pub(super) async fn fetch_list<T: serde::de::DeserializeOwned>(
     path: &str,
 ) -> Result<Vec<T>, GetError> {
     let client = build_client(args)?;
-    let token = read_token(args.token.as_deref(), args.token_file.as_deref())?;
-    let targets = targets(args.server.as_deref())?;
+    let token = read_token(args.conn.token.as_deref(), args.conn.token_file.as_deref())?;
+    let targets = targets(args.conn.server.as_deref())?;
     let mut tried = Vec::new();
     let mut last = String::new();
     for target in &targets {
@@ -265,7 +265,7 @@ pub(super) async fn fetch_list<T: serde::de::DeserializeOwned>(
     Err(GetError::Unreachable { tried: tried.join(", "), message: last })
 }
 
-/// Sends one request to the main port (`args.server`, which must be set) with the bearer token: `POST`
+/// Sends one request to the main port (`args.conn.server`, which must be set) with the bearer token: `POST`
 /// with a JSON `body`, else `GET`; returns the response body of a 2xx answer.
 pub(super) async fn main_port_request(
     args: &GetArgs,
@@ -273,9 +273,9 @@ pub(super) async fn main_port_request(
     body: Option<Vec<u8>>,
 ) -> Result<String, GetError> {
     let client = build_client(args)?;
-    let token = read_token(args.token.as_deref(), args.token_file.as_deref())?;
+    let token = read_token(args.conn.token.as_deref(), args.conn.token_file.as_deref())?;
     let base =
-        targets(args.server.as_deref())?.pop().map(|t| t.url).unwrap_or_else(|| DEFAULT_MAIN_URL.into());
+        targets(args.conn.server.as_deref())?.pop().map(|t| t.url).unwrap_or_else(|| DEFAULT_MAIN_URL.into());
     let url = format!("{base}{path}");
     let mut req = match body {
         Some(body) => client.post(&url).header("Content-Type", "application/json").body(body),

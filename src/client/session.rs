@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::debug;
 
 use super::stream::{MainPort, StreamError, Ws, encode};
-use crate::cli::{GetArgs, LogArgs, MainPortArgs};
+use crate::cli::MainPortArgs;
 
 const V5: &str = "v5.channel.k8s.io";
 const V4: &str = "v4.channel.k8s.io";
@@ -256,24 +256,7 @@ pub(crate) async fn container_or_default(
     if let Some(c) = container {
         return Ok(c.to_owned());
     }
-    let get = GetArgs {
-        resource: "pods".into(),
-        names: vec![pod.to_owned()],
-        output: None,
-        selector: None,
-        field_selector: None,
-        watch: false,
-        no_headers: false,
-        namespace: namespace.to_owned(),
-        all_namespaces: false,
-        server: Some(server.server.clone()),
-        token: server.token.clone(),
-        token_file: server.token_file.clone(),
-        certificate_authority: server.certificate_authority.clone(),
-        insecure_skip_tls_verify: server.insecure_skip_tls_verify,
-        request_timeout: crate::config::GoDuration(std::time::Duration::from_secs(10)),
-        log: LogArgs::default(),
-    };
+    let get = server.get_pods(namespace, vec![pod.to_owned()]);
     let pods: Vec<Pod> = super::get::fetch_pods(&get).await?;
     let found = pods.into_iter().find(|p| {
         p.metadata.name.as_deref() == Some(pod)
