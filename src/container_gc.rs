@@ -174,7 +174,7 @@ impl GcRuntime for nodelet_cri::CriPodRuntime {
     }
 
     fn remove_sandbox(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send {
-        PodRuntime::remove_sandbox(self, id)
+        nodelet_resources::sandbox::driver::SandboxRuntime::remove_sandbox(self, id)
     }
 }
 

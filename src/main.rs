@@ -17,6 +17,7 @@ mod logging;
 mod node;
 mod node_facts;
 mod pressure;
+mod sandboxes;
 mod server;
 mod sources;
 mod stats;
@@ -288,10 +289,24 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         config.cluster.as_ref().map(|c| &c.node_labels),
     ));
     let pod_failures: nodelet_resources::pod::reconciler::FailureSlot = Arc::default();
+    // The sandbox pair: the pod engine reads its sandboxes, it reads the pods' containers.
+    let pod_backoff = BackoffConfig::default()
+        .with_initial(config.backoff.image_pull.initial)
+        .with_max(config.backoff.image_pull.max);
+    let mut sandbox_pair = sandboxes::build(
+        runtime.clone(),
+        gate.clone(),
+        verdicts.clone(),
+        &registry,
+        &engine_metrics,
+        pod_backoff.clone(),
+        config.sync_frequency,
+    )?;
     let mut engine = Engine::builder(
         "pods",
         PodReconciler::new(crash_loop.clone(), clock.clone())
             .with_failures(pod_failures.clone())
+            .with_sandboxes(sandbox_pair.view())
             .with_volumes(gate.clone())
             .with_probes(probe_results.clone())
             .with_verdicts(verdicts.clone()),
@@ -299,11 +314,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         desired.clone(),
     )
     .metrics(&engine_metrics)
-    .backoff(
-        BackoffConfig::default()
-            .with_initial(config.backoff.image_pull.initial)
-            .with_max(config.backoff.image_pull.max),
-    )
+    .backoff(pod_backoff)
     .resync_period(config.sync_frequency)
     .build();
     let actual = engine.actual();
@@ -338,7 +349,18 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let stop = shutdown.clone();
     let volume_task = tokio::spawn(async move { volume_engine.run(stop.cancelled_owned()).await });
     let pleg =
-        Pleg::new(runtime.clone(), actual.clone(), engine.observer(), config.pleg_relist_period, pod_metrics);
+        Pleg::new(runtime.clone(), actual.clone(), engine.observer(), config.pleg_relist_period, pod_metrics)
+            .with_sandboxes(sandbox_pair.actual(), sandbox_pair.observer());
+    let sandbox_view = sandbox_pair.view();
+    sandboxes::start(
+        sandbox_pair,
+        desired.clone(),
+        actual.clone(),
+        engine.waker(),
+        volume_actual.clone(),
+        &shutdown,
+        &mut tasks,
+    );
     let waker = pleg.waker();
     // Dead containers and sandboxes beyond the newest per container (kubelet's container GC).
     let container_gc = container_gc::ContainerGc::new(
@@ -438,6 +460,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             actual,
             failures,
             PodReconciler::new(crash_loop, clock.clone())
+                .with_sandboxes(sandbox_view)
                 .with_volumes(gate)
                 .with_probes(probe_results.clone())
                 .with_verdicts(verdicts),

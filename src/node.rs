@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::pod::actual::{ContainerState, PodActual};
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
-use nodelet_resources::pod::ops::PodOp;
 use nodelet_resources::pod::reconciler::{Clock, PodReconciler};
 use nodelet_resources::pod::status::{PodOpStatus, pod_status};
+use nodelet_resources::sandbox::ops::SandboxOp;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey, is_device_key, split_key};
 use nodelet_resources::volume::driver::VolumeError;
@@ -243,6 +243,28 @@ impl Node {
         }
     }
 
+    /// Events of failed sandbox operations: `FailedCreatePodSandBox` in the kubelet's words for a
+    /// sandbox that could not be made, the runtime's reason otherwise.
+    fn sandbox_events(&self, items: &mut Vec<Event>) {
+        let Some(view) = self.reconciler.sandboxes() else { return };
+        for (uid, failure) in view.failures() {
+            let (namespace, name) = match (self.desired.get(&uid), view.of(&uid)) {
+                (Some(d), _) => (d.namespace().to_string(), d.name().to_string()),
+                (None, Some(a)) => (a.namespace.clone(), a.name.clone()),
+                (None, None) => continue,
+            };
+            let kind = reconcile_engine::Operation::kind(&failure.op);
+            let (reason, message) = match (&failure.op, &failure.error) {
+                (SandboxOp::Create { .. }, OpError::Driver(e)) => {
+                    ("FailedCreatePodSandBox", format!("Failed to create pod sandbox: {}", e.message))
+                }
+                (_, OpError::Driver(e)) => (e.reason, format!("{kind} failed: {}", failure.error)),
+                (_, OpError::TimedOut(_)) => ("Timeout", format!("{kind} failed: {}", failure.error)),
+            };
+            items.push(self.event(reason, &namespace, &name, Some(&uid), message, failure.failures));
+        }
+    }
+
     /// `FailedMount` events: volumes whose content cannot be made and failed volume operations.
     fn volume_events(&self, items: &mut Vec<Event>) {
         let Some(v) = &self.volumes else { return };
@@ -434,10 +456,6 @@ impl NodeView for Node {
                 (None, None) => continue,
             };
             let (reason, message) = match (&failure.op, &failure.error) {
-                // The kubelet's words for a sandbox that could not be made.
-                (PodOp::CreateSandbox { .. }, OpError::Driver(e)) => {
-                    ("FailedCreatePodSandBox", format!("Failed to create pod sandbox: {}", e.message))
-                }
                 (op, OpError::Driver(e)) => {
                     (e.reason, format!("{} failed: {}", reconcile_engine::Operation::kind(op), failure.error))
                 }
@@ -448,6 +466,7 @@ impl NodeView for Node {
             };
             items.push(self.event(reason, &namespace, &name, Some(&uid), message, failure.failures));
         }
+        self.sandbox_events(&mut items);
         self.volume_events(&mut items);
         self.claim_events(&mut items);
         self.probe_events(&mut items);

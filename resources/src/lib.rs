@@ -30,4 +30,5 @@ pub mod pod;
 pub mod probe;
 
 pub mod quantity;
+pub mod sandbox;
 pub mod volume;

@@ -13,6 +13,8 @@ use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
 use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler};
 use nodelet_resources::pod::status::pod_status;
+use nodelet_resources::sandbox::metrics::SandboxMetrics;
+use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
 use reconcile_engine::testing::eventually;
 use reconcile_engine::{Engine, OpStatus, Store, Writer, store};
 
@@ -58,11 +60,27 @@ fn node_with_verdicts(
         Some(v) => r.with_verdicts(v.clone()),
         None => r,
     };
-    let reconciler = with(PodReconciler::new(CrashLoopBackOff::default(), clock.clone()));
+    let mut sandboxes = SandboxPair::new(
+        runtime.clone(),
+        |r| match &verdicts {
+            Some(v) => r.with_verdicts(v.clone()),
+            None => r,
+        },
+        SandboxMetrics::unregistered(),
+        None,
+        SandboxPairConfig {
+            backoff: reconcile_engine::BackoffConfig::default().without_jitter(),
+            ..SandboxPairConfig::default()
+        },
+    );
+    let reconciler =
+        with(PodReconciler::new(CrashLoopBackOff::default(), clock.clone())).with_sandboxes(sandboxes.view());
     let failures: nodelet_resources::pod::reconciler::FailureSlot = Arc::default();
     let engine = Engine::builder(
         "pods",
-        with(PodReconciler::new(CrashLoopBackOff::default(), clock.clone())).with_failures(failures.clone()),
+        with(PodReconciler::new(CrashLoopBackOff::default(), clock.clone()))
+            .with_failures(failures.clone())
+            .with_sandboxes(sandboxes.view()),
         Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
         desired.clone(),
     )
@@ -78,6 +96,13 @@ fn node_with_verdicts(
         engine.observer(),
         DEFAULT_RELIST_PERIOD,
         PodMetrics::unregistered(),
+    )
+    .with_sandboxes(sandboxes.actual(), sandboxes.observer());
+    sandboxes.start(
+        desired.clone(),
+        actual.clone(),
+        engine.waker(),
+        reconcile_engine::CancellationToken::new(),
     );
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
@@ -155,7 +180,7 @@ async fn a_pod_should_get_a_sandbox_then_its_container_and_be_running_and_ready(
         .calls()
         .iter()
         .map(|c| c.method)
-        .filter(|m| *m != "pod_state" && *m != "list_pods")
+        .filter(|m| !matches!(*m, "pod_state" | "list_pods" | "sandboxes_of" | "list_sandboxes"))
         .collect();
     assert_eq!(methods, vec!["run_sandbox", "start_container"]);
     let status = n.status("u1");

@@ -20,6 +20,8 @@ use nodelet_resources::probe::handler::{ProbeHandler, ProbeOutcome, ProbeTarget}
 use nodelet_resources::probe::metrics::ProbeMetrics;
 use nodelet_resources::probe::results::ProbeResults;
 use nodelet_resources::probe::worker::Prober;
+use nodelet_resources::sandbox::metrics::SandboxMetrics;
+use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
 use reconcile_engine::testing::eventually;
 use reconcile_engine::{Engine, Store, Writer, store};
 use tokio::time::{Instant, sleep};
@@ -115,9 +117,18 @@ fn node() -> Node {
         max: Duration::from_secs(2),
         reset_after: Duration::from_secs(600),
     };
+    let mut sandboxes = SandboxPair::new(
+        runtime.clone(),
+        |r| r,
+        SandboxMetrics::unregistered(),
+        None,
+        SandboxPairConfig::default(),
+    );
     let mut engine = Engine::builder(
         "pods",
-        PodReconciler::new(backoff.clone(), clock.clone()).with_probes(results.clone()),
+        PodReconciler::new(backoff.clone(), clock.clone())
+            .with_probes(results.clone())
+            .with_sandboxes(sandboxes.view()),
         Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
         desired.clone(),
     )
@@ -129,12 +140,21 @@ fn node() -> Node {
         engine.observer(),
         DEFAULT_RELIST_PERIOD,
         PodMetrics::unregistered(),
-    );
+    )
+    .with_sandboxes(sandboxes.actual(), sandboxes.observer());
     let waker = engine.waker();
+    let view = sandboxes.view();
+    sandboxes.start(
+        desired.clone(),
+        actual.clone(),
+        waker.clone(),
+        reconcile_engine::CancellationToken::new(),
+    );
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
     tokio::spawn(prober.run(actual.clone(), waker.clone(), std::future::pending()));
-    let reconciler = PodReconciler::new(backoff, clock.clone()).with_probes(results.clone());
+    let reconciler =
+        PodReconciler::new(backoff, clock.clone()).with_probes(results.clone()).with_sandboxes(view);
     Node { runtime, handler, writer, actual, desired, reconciler, results, clock, waker, metrics }
 }
 

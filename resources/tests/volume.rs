@@ -16,6 +16,8 @@ use nodelet_resources::pod::fake::FakeRuntime;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
 use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler};
+use nodelet_resources::sandbox::metrics::SandboxMetrics;
+use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
 use nodelet_resources::volume::actual::{MountState, VolumeActual};
 use nodelet_resources::volume::desired::{
     DesiredVolume, FileEntry, FileSet, Plugin, VolumeKey, VolumeSource, volume_path,
@@ -166,9 +168,21 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
 
     let (desired, mut pods) = store();
     pods.mark_synced();
+    let mut sandboxes = SandboxPair::new(
+        runtime.clone(),
+        |r| r.with_volumes(gate.clone()),
+        SandboxMetrics::unregistered(),
+        None,
+        SandboxPairConfig {
+            backoff: reconcile_engine::BackoffConfig::default().without_jitter(),
+            ..SandboxPairConfig::default()
+        },
+    );
     let mut engine = Engine::builder(
         "pods",
-        PodReconciler::new(CrashLoopBackOff::default(), clock.clone()).with_volumes(gate.clone()),
+        PodReconciler::new(CrashLoopBackOff::default(), clock.clone())
+            .with_volumes(gate.clone())
+            .with_sandboxes(sandboxes.view()),
         Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
         desired.clone(),
     )
@@ -181,8 +195,10 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
         engine.observer(),
         DEFAULT_RELIST_PERIOD,
         PodMetrics::unregistered(),
-    );
+    )
+    .with_sandboxes(sandboxes.actual(), sandboxes.observer());
     let waker = engine.waker();
+    let sandbox_waker = sandboxes.waker();
     let watch_actual = volume_actual.clone();
     tokio::spawn(async move {
         let sub = watch_actual.subscribe();
@@ -191,10 +207,17 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
             for key in sub.drain() {
                 if let Some((uid, _)) = key.split_once('/') {
                     waker.wake(uid.to_owned());
+                    sandbox_waker.wake(uid.to_owned());
                 }
             }
         }
     });
+    sandboxes.start(
+        desired.clone(),
+        pod_actual.clone(),
+        engine.waker(),
+        reconcile_engine::CancellationToken::new(),
+    );
     let (refresh, refresh_rx) = tokio::sync::watch::channel(());
     let populator = Populator::new(desired, pod_actual.clone(), volume_writer, renderer.clone());
     tokio::spawn(populator.run(refresh_rx, reconcile_engine::CancellationToken::new()));

@@ -1,11 +1,11 @@
-//! [`CriPodRuntime`]: nodelet's [`PodRuntime`] on a CRI v1 runtime (containerd), taking the steps the
+//! [`CriPodRuntime`]: nodelet's [`PodRuntime`] and (in [`sandbox`]) [`SandboxRuntime`](nodelet_resources::sandbox::driver::SandboxRuntime) on a CRI v1 runtime (containerd), taking the steps the
 //! kubelet takes (`pkg/kubelet/kuberuntime`), with the kubelet's labels, annotations and log layout so that
 //! `crictl` and log collectors see nodelet's pods as they would the kubelet's.
 //!
 //! What it keeps in memory is a cache, never the truth: every fact is rebuilt from the runtime after a
 //! restart (labels, annotations, sandbox metadata).
 //!
-//! * Sandbox facts (attempt, IPs) per sandbox ID: they never change for a sandbox.
+//! * Sandbox facts (attempt, IPs, network mode) per sandbox ID: they never change for a sandbox.
 //! * Container status per container ID and state: `ListContainers` lacks start and finish times, exit code,
 //!   reason and the resolved image, so `ContainerStatus` is called once when a container is first seen
 //!   running and once when first seen exited; a steady-state relist makes no per-container calls.
@@ -42,6 +42,8 @@ use crate::labels::{self, PodIdentity};
 use crate::probe::{self, CriProber};
 use crate::spec::{self, ContainerInputs, SpecError};
 use crate::termination;
+
+mod sandbox;
 
 /// Default root of pod log directories (the kubelet's `podLogsDir`).
 pub const DEFAULT_POD_LOG_ROOT: &str = "/var/log/pods";
@@ -284,6 +286,8 @@ impl CriPodRuntimeConfig {
 struct SandboxFacts {
     attempt: u32,
     ips: Vec<String>,
+    /// In the node's network namespace (a `hostNetwork` pod's).
+    host_network: bool,
 }
 
 /// The part of `ContainerStatus` that `ListContainers` lacks, as seen in `state`.
@@ -557,6 +561,12 @@ impl CriPodRuntime {
         let facts = SandboxFacts {
             attempt: status.metadata.as_ref().map_or(0, |m| m.attempt),
             ips: sandbox_ips(&status),
+            host_network: status
+                .linux
+                .as_ref()
+                .and_then(|l| l.namespaces.as_ref())
+                .and_then(|n| n.options.as_ref())
+                .is_some_and(|o| o.network == v1::NamespaceMode::Node as i32),
         };
         self.caches().sandboxes.insert(sandbox_id.to_owned(), facts.clone());
         Ok(facts)
@@ -681,6 +691,8 @@ impl CriPodRuntime {
                 ip: facts.ips.first().cloned(),
                 created_at: sandbox.created_at,
                 attempt: sandbox.metadata.as_ref().map_or(facts.attempt, |m| m.attempt),
+                host_network: facts.host_network,
+                runtime_handler: sandbox.runtime_handler.clone(),
             });
         }
         for c in &containers {
@@ -1001,93 +1013,6 @@ impl PodRuntime for CriPodRuntime {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(RuntimeError::new("KillPodSandboxError", format!("removing the pod's logs: {e}"))),
         }
-    }
-
-    async fn run_sandbox(&self, pod: &DesiredPod, attempt: u32) -> RuntimeResult<String> {
-        let started = tokio::time::Instant::now();
-        // As the kubelet: the class is looked up at every sandbox creation; a missing one fails it.
-        let handler = runtime_class::handler(pod, self.inner.config.runtime_classes.0.as_deref())
-            .map_err(|e| RuntimeError::new("CreatePodSandboxError", e.to_string()))?
-            .unwrap_or_else(|| self.inner.config.runtime_handler.clone());
-        let dns = self.dns_config(pod).await?;
-        let config = spec::sandbox_config(pod, attempt, &self.inner.config, Some(dns)).map_err(spec_error)?;
-        let log_dir = PathBuf::from(&config.log_directory);
-        if let Err(e) = tokio::fs::DirBuilder::new().recursive(true).mode(0o755).create(&log_dir).await {
-            return Err(RuntimeError::new(
-                "CreatePodSandboxError",
-                format!("cannot create pod log directory {}: {e}", log_dir.display()),
-            ));
-        }
-        let id = self
-            .inner
-            .client
-            .run_pod_sandbox(config, &handler)
-            .await
-            .map_err(|e| {
-                cri_error(
-                    "CreatePodSandboxError",
-                    format!("pod {}/{}: RunPodSandbox", pod.namespace(), pod.name()),
-                    &e,
-                )
-            })
-            .map_err(|e| RuntimeError { not_found: false, ..e })?;
-        // Like the kubelet, read the sandbox's IPs right away (and keep them: they never change).
-        match self.sandbox_facts(&id).await {
-            Ok(facts) => tracing::info!(
-                pod = %pod.uid(), sandbox = %id, attempt, ips = ?facts.ips,
-                elapsed_ms = started.elapsed().as_millis(), "sandbox running"
-            ),
-            Err(e) => {
-                tracing::warn!(pod = %pod.uid(), sandbox = %id, error = %e, "sandbox runs, its status failed")
-            }
-        }
-        Ok(id)
-    }
-
-    async fn stop_sandbox(&self, sandbox_id: &str) -> RuntimeResult<()> {
-        match self.inner.client.stop_pod_sandbox(sandbox_id).await {
-            Err(e) if !e.is_not_found() => {
-                Err(cri_error("KillPodSandboxError", format!("StopPodSandbox {sandbox_id}"), &e))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    async fn remove_sandbox(&self, sandbox_id: &str) -> RuntimeResult<()> {
-        let client = &self.inner.client;
-        let uid = match client.pod_sandbox_status(sandbox_id).await {
-            Ok(status) => status.metadata.map(|m| m.uid).filter(|u| !u.is_empty()),
-            Err(e) if e.is_not_found() => {
-                self.caches().sandboxes.remove(sandbox_id);
-                return Ok(());
-            }
-            Err(e) => {
-                return Err(cri_error("KillPodSandboxError", format!("PodSandboxStatus {sandbox_id}"), &e));
-            }
-        };
-        if let Err(e) = client.remove_pod_sandbox(sandbox_id).await
-            && !e.is_not_found()
-        {
-            return Err(cri_error("KillPodSandboxError", format!("RemovePodSandbox {sandbox_id}"), &e));
-        }
-        self.caches().sandboxes.remove(sandbox_id);
-        // The runtime leaves the pod cgroup behind: remove it once the pod has no sandbox left.
-        if let Some(uid) = uid
-            && self.pod_cgroup(&uid).is_some()
-        {
-            let others = SandboxFilter::managed().label(labels::POD_UID, uid.clone());
-            match client.list_pod_sandboxes(&others).await {
-                Ok(left) if left.is_empty() => {
-                    let removed = self.remove_pod_cgroups(&uid).await;
-                    tracing::debug!(pod = %uid, removed, "removed pod cgroups");
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(pod = %uid, error = %e, "cannot tell whether the pod cgroup is still used")
-                }
-            }
-        }
-        Ok(())
     }
 
     async fn start_container(

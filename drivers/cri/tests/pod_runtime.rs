@@ -32,6 +32,8 @@ use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual}
 use nodelet_resources::pod::desired::{DesiredPod, PodSource};
 use nodelet_resources::pod::driver::{ContainerKind, PodRuntime, container_hash};
 use nodelet_resources::pod::resize::CgroupResources;
+use nodelet_resources::sandbox::desired::SandboxSpec;
+use nodelet_resources::sandbox::driver::SandboxRuntime;
 use tokio::time::{Instant, sleep};
 
 use common::{allowed_destination, http_get, lock_busybox2, random_hex, random_uid, required, short, var};
@@ -281,7 +283,7 @@ fn desired(prefix: &str, spec: PodSpec) -> DesiredPod {
 async fn run_sandbox(rt: &CriPodRuntime, cleanup: &mut Cleanup, pod: &DesiredPod) -> String {
     cleanup.track(pod);
     let started = Instant::now();
-    match rt.run_sandbox(pod, 0).await {
+    match rt.run_sandbox(&SandboxSpec::of(std::sync::Arc::new(pod.clone())), 0).await {
         Ok(id) => {
             eprintln!("run_sandbox {} in {:?}", short(&id), started.elapsed());
             id
@@ -449,6 +451,12 @@ async fn app_pod_runs_serves_logs_and_tears_down() {
     assert_eq!((sandbox.id.as_str(), sandbox.ready, sandbox.attempt), (sandbox_id.as_str(), true, 0));
     let ip: Ipv4Addr = sandbox.ip.as_deref().unwrap_or_default().parse().expect("pod IPv4");
     assert!(allowed_destination(IpAddr::V4(ip)) && !ip.is_loopback(), "pod IP {ip}");
+    assert!(!sandbox.host_network, "a pod network of its own: {sandbox:?}");
+    // The sandbox pair's listings: the same sandbox, found by pod UID.
+    let of = rt.sandboxes_of(&uid).await.expect("sandboxes_of").expect("the pod's sandboxes");
+    assert_eq!(of.sandboxes, actual.sandboxes);
+    let all = rt.list_sandboxes().await.expect("list_sandboxes");
+    assert_eq!(all.get(&uid).map(|s| &s.sandboxes), Some(&actual.sandboxes));
     let record = wait_container(&rt, &uid, &id, "running", |c| c.state == ContainerState::Running).await;
     assert_eq!(
         (record.name.as_str(), record.restart_count, record.sandbox_id.as_str()),
@@ -511,6 +519,7 @@ async fn app_pod_runs_serves_logs_and_tears_down() {
     rt.remove_sandbox(&sandbox_id).await.expect("remove_sandbox");
     rt.remove_sandbox(&sandbox_id).await.expect("removing a missing sandbox succeeds");
     assert!(rt.pod_state(&uid).await.expect("pod_state").is_none());
+    assert_eq!(rt.sandboxes_of(&uid).await.expect("sandboxes_of"), None);
     assert!(log_dir.is_dir(), "sandbox removal must keep the pod's logs");
     if let Some(cgroup) = rt.pod_cgroup(&uid) {
         assert_eq!(cgroup_dirs(&cgroup), Vec::<PathBuf>::new(), "pod cgroup left behind");
@@ -594,6 +603,7 @@ async fn host_network_pod() {
 
     let actual = pod_state(&rt, &uid).await;
     assert_eq!(actual.sandbox().map(|s| s.ip.clone()), Some(None), "a host-network pod has no IP of its own");
+    assert_eq!(actual.sandbox().map(|s| s.host_network), Some(true), "the sandbox is in the node's network");
     wait_container(&rt, &uid, &id, "running", |c| c.state == ContainerState::Running).await;
     let (code, body, _) = http_get(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)).await;
     assert_eq!(code, 200, "{body}");

@@ -383,9 +383,8 @@ impl PodVerdicts {
 /// their status and logs), then nothing.
 pub fn plan_stopped(actual: Option<&PodActual>, verdict: &Verdict) -> Plan<PodOp> {
     match actual {
-        Some(a) if a.any_running() || a.sandboxes.iter().any(|s| s.ready) => {
-            Plan::Run(PodOp::KillPod { grace: verdict.grace, remove: false })
-        }
+        // The sandbox pair stops the sandbox once no container runs.
+        Some(a) if a.any_running() => Plan::Run(PodOp::KillPod { grace: verdict.grace, remove: false }),
         _ => Plan::Idle,
     }
 }

@@ -1,4 +1,7 @@
-//! Actual state of pods: the sandboxes and containers the runtime reports for each pod UID.
+//! Actual state of pods: the containers the runtime reports for each pod UID, and a copy of its
+//! sandboxes as the same listing saw them (for readers of the pod store: pod IP, network namespace).
+//! The sandboxes themselves are the sandbox pair's ([`crate::sandbox`]); the pod reconciler and pod
+//! status read them from its actual store ([`crate::sandbox::status::SandboxView::join`]).
 //!
 //! Everything here is rebuilt from the runtime (labels and annotations nodelet puts on what it
 //! creates), so a restarted nodelet finds its pods again.
@@ -12,7 +15,9 @@ pub struct PodActual {
     pub namespace: String,
     /// Its name, as labelled.
     pub name: String,
-    /// Its sandboxes, newest first (normally one; more after a sandbox was recreated).
+    /// Its sandboxes as the runtime listing saw them, newest first (normally one; more after a
+    /// sandbox was replaced). Written by the pod PLEG and pod operations as a copy; the sandbox
+    /// pair's actual store is the one its decisions use.
     pub sandboxes: Vec<SandboxRecord>,
     /// Its containers, every attempt, newest first.
     pub containers: Vec<ContainerRecord>,
@@ -38,6 +43,10 @@ pub struct SandboxRecord {
     pub created_at: i64,
     /// Which attempt this sandbox is (0 for the first).
     pub attempt: u32,
+    /// Whether it shares the node's network namespace (made for a `hostNetwork` pod).
+    pub host_network: bool,
+    /// The runtime handler it runs with (`""`: the runtime's default).
+    pub runtime_handler: String,
 }
 
 /// The state of a container as the runtime reports it.

@@ -60,22 +60,10 @@ pub type RuntimeResult<T> = Result<T, RuntimeError>;
 
 /// What the pod operations need from a container runtime. Every method is one step the kubelet
 /// also takes through CRI; implementations must label what they create so that
-/// [`list_pods`](PodRuntime::list_pods) finds it again after a restart.
+/// [`list_pods`](PodRuntime::list_pods) finds it again after a restart. Sandboxes are made and
+/// removed through [`SandboxRuntime`](crate::sandbox::driver::SandboxRuntime); the listings here
+/// report them too (one relist feeds both pairs).
 pub trait PodRuntime: Send + Sync + 'static {
-    /// Creates and starts the pod's sandbox (with its network, hostname, DNS config, port
-    /// mappings, log directory and labels); returns the sandbox ID.
-    fn run_sandbox(
-        &self,
-        pod: &DesiredPod,
-        attempt: u32,
-    ) -> impl Future<Output = RuntimeResult<String>> + Send;
-
-    /// Stops a sandbox (its network is torn down). Stopping a stopped or missing one succeeds.
-    fn stop_sandbox(&self, sandbox_id: &str) -> impl Future<Output = RuntimeResult<()>> + Send;
-
-    /// Removes a stopped sandbox. Removing a missing one succeeds.
-    fn remove_sandbox(&self, sandbox_id: &str) -> impl Future<Output = RuntimeResult<()>> + Send;
-
     /// Makes sure the container's image is present as its `imagePullPolicy` says, then creates
     /// and starts the container in the sandbox; returns the container ID. The container is
     /// labelled and annotated with its restart count and spec hash. Its `volumeMounts` refer to
@@ -109,7 +97,7 @@ pub trait PodRuntime: Send + Sync + 'static {
     /// Removes a container and its log. Removing a missing one succeeds.
     fn remove_container(&self, container_id: &str) -> impl Future<Output = RuntimeResult<()>> + Send;
 
-    /// Everything nodelet manages, grouped by pod UID.
+    /// Everything nodelet manages (containers and sandboxes), grouped by pod UID.
     fn list_pods(&self) -> impl Future<Output = RuntimeResult<HashMap<String, PodActual>>> + Send;
 
     /// What the runtime has for one pod now (`None` if nothing).
@@ -143,30 +131,14 @@ pub fn container_hash(container: &Container) -> String {
 pub struct PodDriver<R> {
     runtime: Arc<R>,
     metrics: PodMetrics,
-    sandbox_slots: Arc<tokio::sync::Semaphore>,
-    /// When nodelet started each pod that is not running yet (for `kubelet_pod_start_duration_seconds`).
-    starting: Arc<std::sync::Mutex<HashMap<PodUid, tokio::time::Instant>>>,
+    /// Pods whose start was observed (for `kubelet_pod_start_duration_seconds`, once per pod).
+    started: Arc<std::sync::Mutex<std::collections::HashSet<PodUid>>>,
 }
 
-/// Sandbox creations that run at once. Creating a sandbox (network namespace, CNI, pause
-/// container) is the runtime's heaviest call; on a small machine dozens at once make each one slow
-/// and the whole batch slower than a few at a time. Other operations are not limited by this.
-pub const DEFAULT_SANDBOX_CREATIONS_AT_ONCE: usize = 8;
-
 impl<R: PodRuntime> PodDriver<R> {
-    /// A driver over `runtime`, counting started pods and containers in `metrics`.
+    /// A driver over `runtime`, counting started containers in `metrics`.
     pub fn new(runtime: Arc<R>, metrics: PodMetrics) -> Self {
-        Self::with_sandbox_slots(runtime, metrics, DEFAULT_SANDBOX_CREATIONS_AT_ONCE)
-    }
-
-    /// A driver that creates at most `slots` sandboxes at once (at least one).
-    pub fn with_sandbox_slots(runtime: Arc<R>, metrics: PodMetrics, slots: usize) -> Self {
-        Self {
-            runtime,
-            metrics,
-            sandbox_slots: Arc::new(tokio::sync::Semaphore::new(slots.max(1))),
-            starting: Arc::default(),
-        }
+        Self { runtime, metrics, started: Arc::default() }
     }
 
     /// The runtime.
@@ -174,20 +146,28 @@ impl<R: PodRuntime> PodDriver<R> {
         &self.runtime
     }
 
-    fn starting(&self) -> std::sync::MutexGuard<'_, HashMap<PodUid, tokio::time::Instant>> {
-        self.starting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn started(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<PodUid>> {
+        self.started.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Observes the pod's start duration once all its app containers run.
+    /// Observes the pod's start duration, from the creation of its first sandbox, when all its app
+    /// containers first run (each in its first attempt).
     fn observe_started(&self, uid: &str, pod: &DesiredPod, outcome: &Outcome<PodActual, RuntimeError>) {
         let Outcome::Done(Update::Set(state)) = outcome else { return };
-        let all_running = pod
-            .containers()
-            .iter()
-            .all(|spec| state.container(&spec.name).is_some_and(|c| c.state == ContainerState::Running));
-        if all_running && let Some(since) = self.starting().remove(uid) {
-            self.metrics.pod_start_duration.observe(since.elapsed().as_secs_f64());
+        let first_run = pod.containers().iter().all(|spec| {
+            state
+                .container(&spec.name)
+                .is_some_and(|c| c.state == ContainerState::Running && c.restart_count == 0)
+        });
+        let Some(sandbox) = state.sandboxes.iter().find(|s| s.attempt == 0) else { return };
+        if !first_run || !self.started().insert(uid.to_owned()) {
+            return;
         }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        let nanos = u64::try_from(now.saturating_sub(sandbox.created_at)).unwrap_or(0);
+        self.metrics.pod_start_duration.observe(Duration::from_nanos(nanos).as_secs_f64());
     }
 
     async fn state(&self, uid: &str) -> Outcome<PodActual, RuntimeError> {
@@ -281,19 +261,9 @@ impl<R: PodRuntime> PodDriver<R> {
             Err(e) => return Outcome::Failed(e),
         };
         let mut errors = self.stop_in_order(&state, grace).await;
-        for sandbox in &state.sandboxes {
-            if let Err(e) = self.runtime.stop_sandbox(&sandbox.id).await {
-                errors.push(e);
-            }
-        }
         if remove && errors.is_empty() {
             for c in &state.containers {
                 if let Err(e) = self.runtime.remove_container(&c.id).await {
-                    errors.push(e);
-                }
-            }
-            for sandbox in &state.sandboxes {
-                if let Err(e) = self.runtime.remove_sandbox(&sandbox.id).await {
                     errors.push(e);
                 }
             }
@@ -307,7 +277,7 @@ impl<R: PodRuntime> PodDriver<R> {
         match errors.into_iter().next() {
             // Something may have been stopped or removed: read the state again before going on.
             Some(e) => Outcome::Uncertain(e),
-            None if remove => Outcome::Done(Update::Remove),
+            // What is left is the sandboxes, until the sandbox pair removes them.
             None => self.state(uid).await,
         }
     }
@@ -324,7 +294,6 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
     ) -> Outcome<PodActual, RuntimeError> {
         let started = tokio::time::Instant::now();
         let kind = match op {
-            PodOp::CreateSandbox { .. } => "create",
             PodOp::StartContainer { .. } | PodOp::KillContainers { .. } | PodOp::ResizeContainer { .. } => {
                 "update"
             }
@@ -334,12 +303,9 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
         let outcome = self.execute_op(uid, op, cancel).await;
         self.metrics.pod_worker_duration.with_label_values(&[kind]).observe(started.elapsed().as_secs_f64());
         match op {
-            PodOp::CreateSandbox { attempt: 0, .. } => {
-                self.starting().entry(uid.clone()).or_insert(started);
-            }
             PodOp::StartContainer { pod, .. } => self.observe_started(uid, pod, &outcome),
-            PodOp::KillPod { .. } => {
-                self.starting().remove(uid);
+            PodOp::KillPod { remove: true, .. } => {
+                self.started().remove(uid);
             }
             _ => {}
         }
@@ -360,19 +326,6 @@ impl<R: PodRuntime> PodDriver<R> {
     ) -> Outcome<PodActual, RuntimeError> {
         match op {
             PodOp::Refresh => self.state(uid).await,
-            PodOp::CreateSandbox { pod, attempt } => {
-                let created = {
-                    let _slot = self.sandbox_slots.acquire().await;
-                    self.runtime.run_sandbox(pod, *attempt).await
-                };
-                match created {
-                    Ok(_) => {
-                        self.metrics.started_pods.inc();
-                        self.state(uid).await
-                    }
-                    Err(e) => Outcome::Failed(e),
-                }
-            }
             PodOp::StartContainer { .. } => self.start(uid, op).await,
             PodOp::KillContainers { ids, grace } => {
                 let stops = ids.iter().map(|id| self.runtime.stop_container(id, *grace));

@@ -1,4 +1,4 @@
-//! A fake pod runtime with fault injection, for unit tests of the pod logic on paused time
+//! A fake pod and sandbox runtime with fault injection, for unit tests of the pod logic on paused time
 //! (feature `testing`).
 //!
 //! Containers do not run anything; their image name says how they behave:
@@ -17,6 +17,9 @@ use super::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use super::desired::DesiredPod;
 use super::driver::{ContainerKind, PodRuntime, RuntimeError, RuntimeResult, container_hash};
 use super::reconciler::Clock;
+use crate::sandbox::actual::PodSandboxes;
+use crate::sandbox::desired::SandboxSpec;
+use crate::sandbox::driver::SandboxRuntime;
 
 /// One recorded runtime call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,41 +163,6 @@ impl FakeRuntime {
 }
 
 impl PodRuntime for FakeRuntime {
-    async fn run_sandbox(&self, pod: &DesiredPod, attempt: u32) -> RuntimeResult<String> {
-        let now = (self.clock)();
-        let mut state = self.lock();
-        self.record(&mut state, "run_sandbox", pod.uid().to_string())?;
-        state.next_id += 1;
-        let id = format!("sandbox-{}", state.next_id);
-        let ip = (!pod.host_network()).then(|| format!("198.18.0.{}", 2 + state.next_id % 250));
-        let grace = pod.grace_period().as_secs();
-        let record = SandboxRecord { id: id.clone(), ready: true, ip, created_at: now, attempt };
-        state.sandboxes.push((
-            pod.uid().to_string(),
-            pod.namespace().to_string(),
-            pod.name().to_string(),
-            record,
-            Some(grace),
-        ));
-        Ok(id)
-    }
-
-    async fn stop_sandbox(&self, sandbox_id: &str) -> RuntimeResult<()> {
-        let mut state = self.lock();
-        self.record(&mut state, "stop_sandbox", sandbox_id.to_string())?;
-        if let Some(s) = state.sandboxes.iter_mut().find(|s| s.3.id == sandbox_id) {
-            s.3.ready = false;
-        }
-        Ok(())
-    }
-
-    async fn remove_sandbox(&self, sandbox_id: &str) -> RuntimeResult<()> {
-        let mut state = self.lock();
-        self.record(&mut state, "remove_sandbox", sandbox_id.to_string())?;
-        state.sandboxes.retain(|s| s.3.id != sandbox_id);
-        Ok(())
-    }
-
     async fn start_container(
         &self,
         pod: &DesiredPod,
@@ -338,5 +306,69 @@ impl PodRuntime for FakeRuntime {
         let mut state = self.lock();
         self.record(&mut state, "pod_state", uid.to_string())?;
         Ok(Self::snapshot(&state, uid))
+    }
+}
+
+impl SandboxRuntime for FakeRuntime {
+    async fn run_sandbox(&self, spec: &SandboxSpec, attempt: u32) -> RuntimeResult<String> {
+        let pod = &spec.pod;
+        let now = (self.clock)();
+        let mut state = self.lock();
+        self.record(&mut state, "run_sandbox", pod.uid().to_string())?;
+        state.next_id += 1;
+        let id = format!("sandbox-{}", state.next_id);
+        let ip = (!pod.host_network()).then(|| format!("198.18.0.{}", 2 + state.next_id % 250));
+        let grace = pod.grace_period().as_secs();
+        let record = SandboxRecord {
+            id: id.clone(),
+            ready: true,
+            ip,
+            created_at: now,
+            attempt,
+            host_network: pod.host_network(),
+            runtime_handler: String::new(),
+        };
+        state.sandboxes.push((
+            pod.uid().to_string(),
+            pod.namespace().to_string(),
+            pod.name().to_string(),
+            record,
+            Some(grace),
+        ));
+        Ok(id)
+    }
+
+    async fn stop_sandbox(&self, sandbox_id: &str) -> RuntimeResult<()> {
+        let mut state = self.lock();
+        self.record(&mut state, "stop_sandbox", sandbox_id.to_string())?;
+        if let Some(s) = state.sandboxes.iter_mut().find(|s| s.3.id == sandbox_id) {
+            s.3.ready = false;
+        }
+        Ok(())
+    }
+
+    async fn remove_sandbox(&self, sandbox_id: &str) -> RuntimeResult<()> {
+        let mut state = self.lock();
+        self.record(&mut state, "remove_sandbox", sandbox_id.to_string())?;
+        state.sandboxes.retain(|s| s.3.id != sandbox_id);
+        Ok(())
+    }
+
+    async fn list_sandboxes(&self) -> RuntimeResult<HashMap<String, PodSandboxes>> {
+        let mut state = self.lock();
+        self.record(&mut state, "list_sandboxes", String::new())?;
+        let uids: HashSet<String> = state.sandboxes.iter().map(|s| s.0.clone()).collect();
+        Ok(uids
+            .into_iter()
+            .filter_map(|uid| {
+                Self::snapshot(&state, &uid).and_then(|p| PodSandboxes::of(&p)).map(|s| (uid, s))
+            })
+            .collect())
+    }
+
+    async fn sandboxes_of(&self, uid: &str) -> RuntimeResult<Option<PodSandboxes>> {
+        let mut state = self.lock();
+        self.record(&mut state, "sandboxes_of", uid.to_string())?;
+        Ok(Self::snapshot(&state, uid).and_then(|p| PodSandboxes::of(&p)))
     }
 }

@@ -1,6 +1,6 @@
 //! Pod metrics with the kubelet's names (see the shared reference, §10).
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 /// The pod metrics kept live; gauges of running pods and containers are computed at scrape time
 /// from the actual store.
@@ -16,14 +16,13 @@ pub struct PodMetrics {
     /// `kubelet_started_containers_errors_total{container_type,code}`: starts that failed, `code` the
     /// kubelet's reason (`ErrImagePull`, `CreateContainerError`, `RunContainerError`…).
     pub started_containers_errors: IntCounterVec,
-    /// `kubelet_started_pods_total`.
-    pub started_pods: IntCounter,
-    /// `kubelet_pod_start_duration_seconds`: from nodelet starting a pod (its first sandbox) to all its
-    /// app containers running.
+    /// `kubelet_pod_start_duration_seconds`: from the creation of a pod's first sandbox to all its app
+    /// containers running (first start only).
     pub pod_start_duration: Histogram,
     /// `kubelet_pod_worker_duration_seconds{operation_type}`: one pod operation, labelled as the
-    /// kubelet's sync types: `create` (sandbox), `update` (start or kill containers), `kill` (the whole
-    /// pod), `sync` (refresh).
+    /// kubelet's sync types: `update` (start, kill or resize containers), `kill` (all of the pod's
+    /// containers), `sync` (refresh). Sandboxes are the sandbox pair's
+    /// ([`crate::sandbox::metrics`]).
     pub pod_worker_duration: HistogramVec,
 }
 
@@ -74,10 +73,6 @@ impl PodMetrics {
                 ),
                 &["container_type", "code"],
             )?,
-            started_pods: IntCounter::new(
-                "kubelet_started_pods_total",
-                "Cumulative number of pods started.",
-            )?,
             pod_start_duration: Histogram::with_opts(
                 HistogramOpts::new(
                     "kubelet_pod_start_duration_seconds",
@@ -99,7 +94,6 @@ impl PodMetrics {
         registry.register(Box::new(m.pleg_relist_interval.clone()))?;
         registry.register(Box::new(m.started_containers.clone()))?;
         registry.register(Box::new(m.started_containers_errors.clone()))?;
-        registry.register(Box::new(m.started_pods.clone()))?;
         Ok(m)
     }
 

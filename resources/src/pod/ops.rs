@@ -1,4 +1,5 @@
-//! The operations of the pod reconciler: each one step the kubelet's pod worker also takes.
+//! The operations of the pod reconciler: each one step the kubelet's pod worker also takes
+//! (sandboxes are the sandbox pair's: [`crate::sandbox::ops`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,13 +15,6 @@ use crate::volume::status::PodVolumes;
 pub enum PodOp {
     /// Read the pod's state from the runtime again (after an operation whose result is unknown).
     Refresh,
-    /// Create and start the pod's sandbox (network included).
-    CreateSandbox {
-        /// The pod.
-        pod: Arc<DesiredPod>,
-        /// Which sandbox attempt this is.
-        attempt: u32,
-    },
     /// Pull the image if needed, then create and start one container.
     StartContainer {
         /// The pod.
@@ -50,8 +44,8 @@ pub enum PodOp {
         /// Its new cgroup settings.
         resources: crate::pod::resize::CgroupResources,
     },
-    /// Stop every container (with the grace period) and the sandbox; with `remove`, also remove
-    /// them (the pod is gone from desired state).
+    /// Stop every container (with the grace period); with `remove`, also remove them and the pod's
+    /// logs (the pod is gone from desired state). Its sandboxes are the sandbox pair's.
     KillPod {
         /// The grace period.
         grace: Duration,
@@ -64,7 +58,6 @@ impl Operation for PodOp {
     fn kind(&self) -> &'static str {
         match self {
             PodOp::Refresh => "refresh",
-            PodOp::CreateSandbox { .. } => "create_sandbox",
             // Its own kind, so that a failing ephemeral container's back-off never holds up the
             // start of the pod's other containers.
             PodOp::StartContainer { kind: ContainerKind::Ephemeral, .. } => "start_ephemeral_container",
@@ -88,8 +81,6 @@ impl Operation for PodOp {
             PodOp::KillContainers { grace, .. } | PodOp::KillPod { grace, .. } => {
                 Some(*grace + Duration::from_secs(120))
             }
-            // The kubelet gives RunPodSandbox twice the runtime request timeout.
-            PodOp::CreateSandbox { .. } => Some(Duration::from_secs(240)),
             PodOp::Refresh | PodOp::ResizeContainer { .. } => None,
         }
     }

@@ -1,5 +1,7 @@
 //! The pod lifecycle event generator: relists the runtime periodically (and at once when the
-//! runtime reports an event) and reports every pod whose state differs from the actual store.
+//! runtime reports an event) and reports every pod whose state differs from the actual store. The
+//! same listing feeds the sandbox pair's actual store ([`Pleg::with_sandboxes`]): one relist, two
+//! stores.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +14,7 @@ use super::actual::PodActual;
 use super::desired::PodUid;
 use super::driver::PodRuntime;
 use super::metrics::PodMetrics;
+use crate::sandbox::actual::PodSandboxes;
 
 /// The kubelet's relist period.
 pub const DEFAULT_RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -33,6 +36,7 @@ pub struct Pleg<R> {
     period: Duration,
     wake: Arc<Notify>,
     metrics: PodMetrics,
+    sandboxes: Option<(Store<PodUid, PodSandboxes>, Observer<PodUid, PodSandboxes>)>,
 }
 
 impl<R: PodRuntime> Pleg<R> {
@@ -44,7 +48,18 @@ impl<R: PodRuntime> Pleg<R> {
         period: Duration,
         metrics: PodMetrics,
     ) -> Self {
-        Self { runtime, actual, observer, period, wake: Arc::new(Notify::new()), metrics }
+        Self { runtime, actual, observer, period, wake: Arc::new(Notify::new()), metrics, sandboxes: None }
+    }
+
+    /// Also reports the pods' sandboxes that differ from the sandbox pair's actual store `actual`,
+    /// through its `observer`.
+    pub fn with_sandboxes(
+        mut self,
+        actual: Store<PodUid, PodSandboxes>,
+        observer: Observer<PodUid, PodSandboxes>,
+    ) -> Self {
+        self.sandboxes = Some((actual, observer));
+        self
     }
 
     /// A handle that makes the PLEG relist at once (for the runtime's event stream).
@@ -68,6 +83,31 @@ impl<R: PodRuntime> Pleg<R> {
             if !listed.contains_key(&uid) {
                 self.observer.observe(uid, Update::Remove, started);
                 reported += 1;
+            }
+        }
+        if let Some((actual, observer)) = &self.sandboxes {
+            for (uid, state) in &listed {
+                let same = actual.get(uid).is_some_and(|a| {
+                    !a.needs_refresh
+                        && a.sandboxes == state.sandboxes
+                        && a.namespace == state.namespace
+                        && a.name == state.name
+                });
+                if same {
+                    continue;
+                }
+                let update = PodSandboxes::of(state).map_or(Update::Remove, Update::Set);
+                if matches!(update, Update::Remove) && !actual.contains_key(uid) {
+                    continue;
+                }
+                observer.observe(uid.clone(), update, started);
+                reported += 1;
+            }
+            for uid in actual.keys() {
+                if !listed.contains_key(&uid) {
+                    observer.observe(uid, Update::Remove, started);
+                    reported += 1;
+                }
             }
         }
         Ok(reported)

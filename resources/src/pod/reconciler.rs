@@ -1,11 +1,15 @@
 //! The pod reconciler: from a pod's desired spec and what the runtime has, the next step.
 //!
-//! It follows the kubelet's pod worker: a sandbox first; then the init containers one at a
-//! time, each of which must succeed, except sidecars (`restartPolicy: Always`), which only need to
-//! be started and then keep running (restarted whenever they exit); then the app containers;
+//! It follows the kubelet's pod worker: it waits for the pod's sandbox, which the sandbox pair
+//! ([`crate::sandbox`]) makes (the reconciler reads that pair's actual store and never creates,
+//! stops or removes sandboxes itself); then the init containers one at a time, each of which
+//! must succeed, except sidecars (`restartPolicy: Always`), which only need to be started and
+//! then keep running (restarted whenever they exit); then the app containers;
 //! restarts by `restartPolicy` with CrashLoopBackOff (10 s doubling to 300 s, reset after 10
 //! minutes of running); a container whose spec changed is killed and started again; a pod whose
-//! app containers are done is stopped (its sidecars too); a pod that is gone is torn down completely.
+//! app containers are done is stopped (its sidecars too); a pod whose sandbox died has its containers
+//! killed (the sandbox pair then replaces the sandbox); a pod that is gone has its containers
+//! stopped and removed (the sandbox pair then removes its sandboxes).
 //! Ephemeral containers (`spec.ephemeralContainers`) start once the pod is initialized, after
 //! everything else the pod needs, each at most once: never restarted, not counted for anything.
 
@@ -84,6 +88,8 @@ pub struct PodReconciler {
     probes: Option<crate::probe::results::ProbeResults>,
     verdicts: Option<crate::eviction::verdict::PodVerdicts>,
     failures: Option<FailureSlot>,
+    // relation: watches the sandbox actual store, key = the pod UID (the same key).
+    sandboxes: Option<crate::sandbox::status::SandboxView>,
 }
 
 impl fmt::Debug for PodReconciler {
@@ -95,7 +101,7 @@ impl fmt::Debug for PodReconciler {
 impl PodReconciler {
     /// A reconciler with the given crash-loop timing and clock.
     pub fn new(backoff: CrashLoopBackOff, clock: Clock) -> Self {
-        Self { backoff, clock, volumes: None, probes: None, verdicts: None, failures: None }
+        Self { backoff, clock, volumes: None, probes: None, verdicts: None, failures: None, sandboxes: None }
     }
 
     /// Restarts containers whose liveness or startup probe failed, as `results` says, and lets
@@ -147,10 +153,57 @@ impl PodReconciler {
         self
     }
 
+    /// Reads the pods' sandboxes from the sandbox pair (`view`): containers start in the ready
+    /// sandbox it reports, and wait while there is none. The engine must be woken when the sandbox
+    /// store changes. Without a view, the pods' own runtime listing is used (and nothing creates
+    /// sandboxes).
+    pub fn with_sandboxes(mut self, view: crate::sandbox::status::SandboxView) -> Self {
+        self.sandboxes = Some(view);
+        self
+    }
+
+    /// The sandbox pair's view, if set.
+    pub fn sandboxes(&self) -> Option<&crate::sandbox::status::SandboxView> {
+        self.sandboxes.as_ref()
+    }
+
+    /// The pod's runtime state with its sandboxes as the sandbox pair has them (see
+    /// [`SandboxView::join`](crate::sandbox::status::SandboxView::join)).
+    pub fn joined(&self, pod: Option<&DesiredPod>, actual: &PodActual) -> PodActual {
+        match &self.sandboxes {
+            Some(view) => view.join(pod, actual),
+            None => actual.clone(),
+        }
+    }
+
     /// The crash-loop timing.
     pub fn backoff(&self) -> &CrashLoopBackOff {
         &self.backoff
     }
+}
+
+/// Whether every app container of `pod` has finished for good (`Some(succeeded)`), as its restart
+/// policy says; sidecars do not count. A finished pod's sandbox is released.
+pub fn finished(pod: &DesiredPod, actual: &PodActual) -> Option<bool> {
+    let policy = pod.restart_policy();
+    if policy == RestartPolicy::Always {
+        return None;
+    }
+    let init_failed = pod.init_containers().iter().filter(|c| !is_sidecar(c)).any(|c| {
+        actual.container(&c.name).is_some_and(|r| r.state == ContainerState::Exited && r.exit_code != 0)
+    });
+    if init_failed && policy == RestartPolicy::Never {
+        return Some(false);
+    }
+    let mut succeeded = true;
+    for c in pod.containers() {
+        let r = actual.container(&c.name)?;
+        if r.state != ContainerState::Exited || policy.restarts(r.exit_code) {
+            return None;
+        }
+        succeeded &= r.exit_code == 0;
+    }
+    Some(succeeded)
 }
 
 /// Where a pod stands, as far as starting it goes.
@@ -248,25 +301,7 @@ impl PodReconciler {
     /// Whether every app container has finished for good (sidecars do not count: they are
     /// stopped once the app containers are done).
     fn finished(&self, pod: &DesiredPod, actual: &PodActual) -> Option<Progress> {
-        let policy = pod.restart_policy();
-        if policy == RestartPolicy::Always {
-            return None;
-        }
-        let init_failed = pod.init_containers().iter().filter(|c| !is_sidecar(c)).any(|c| {
-            actual.container(&c.name).is_some_and(|r| r.state == ContainerState::Exited && r.exit_code != 0)
-        });
-        if init_failed && policy == RestartPolicy::Never {
-            return Some(Progress::Finished { succeeded: false });
-        }
-        let mut succeeded = true;
-        for c in pod.containers() {
-            let r = actual.container(&c.name)?;
-            if r.state != ContainerState::Exited || policy.restarts(r.exit_code) {
-                return None;
-            }
-            succeeded &= r.exit_code == 0;
-        }
-        Some(Progress::Finished { succeeded })
+        finished(pod, actual).map(|succeeded| Progress::Finished { succeeded })
     }
 
     /// A start of the container `name` of kind `kind` in the pod's sandbox, once its volumes are ready.
@@ -383,27 +418,24 @@ impl PodReconciler {
     }
 
     fn plan_running(&self, pod: &DesiredPod, actual: &PodActual) -> Plan<PodOp> {
-        let arc = || Arc::new(pod.clone());
         let policy = pod.restart_policy();
         match self.progress(pod, actual) {
             Progress::Finished { .. } => {
-                // Keep the exited containers (logs, status), but release the sandbox.
-                if actual.sandbox().is_some_and(|s| s.ready) || actual.any_running() {
+                // Keep the exited containers (logs, status); the sandbox pair releases the sandbox
+                // once none runs.
+                if actual.any_running() {
                     return Plan::Run(PodOp::KillPod { grace: pod.grace_period(), remove: false });
                 }
                 Plan::Idle
             }
             Progress::NoSandbox => {
                 if actual.any_running() {
-                    // The sandbox died under running containers: kill them, then start over.
+                    // The sandbox died (or no longer fits the pod) under running containers: kill
+                    // them; the sandbox pair then replaces it.
                     return Plan::Run(PodOp::KillPod { grace: pod.grace_period(), remove: false });
                 }
-                if let VolumeReadiness::Waiting(_) = self.volumes(pod) {
-                    // Woken when the volumes change.
-                    return Plan::Idle;
-                }
-                let attempt = actual.sandboxes.iter().map(|s| s.attempt + 1).max().unwrap_or(0);
-                Plan::Run(PodOp::CreateSandbox { pod: arc(), attempt })
+                // The sandbox pair makes one; woken when its actual store changes.
+                Plan::Idle
             }
             // Containers (sidecars too) whose liveness or startup probe failed are killed; they
             // restart as after any exit.
@@ -486,8 +518,10 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
         if view.actual.is_some_and(|a| a.needs_refresh) {
             return Plan::Run(PodOp::Refresh);
         }
-        match (view.desired, view.actual) {
-            (None, Some(actual)) if !actual.is_empty() => {
+        let joined = view.actual.map(|a| self.joined(view.desired, a));
+        match (view.desired, joined.as_ref()) {
+            // The containers are removed; the sandbox pair then removes the sandboxes.
+            (None, Some(actual)) if !actual.containers.is_empty() => {
                 let grace = actual.termination_grace_secs.map_or(DEFAULT_GRACE_PERIOD, Duration::from_secs);
                 Plan::Run(PodOp::KillPod { grace, remove: true })
             }
@@ -498,9 +532,7 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
                 // drops it.
                 if let Some(grace) = pod.deletion_grace() {
                     return match actual {
-                        Some(a) if a.any_running() || a.sandboxes.iter().any(|s| s.ready) => {
-                            Plan::Run(PodOp::KillPod { grace, remove: false })
-                        }
+                        Some(a) if a.any_running() => Plan::Run(PodOp::KillPod { grace, remove: false }),
                         _ => Plan::Idle,
                     };
                 }

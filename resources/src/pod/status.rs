@@ -1,5 +1,6 @@
-//! A pod's v1 `PodStatus`, computed from its desired spec, what the runtime has, and the last
-//! failed operation on it. Ephemeral containers have statuses of their own and count neither for
+//! A pod's v1 `PodStatus`, computed from its desired spec, what the runtime has (its sandboxes as
+//! the sandbox pair has them: pod IP, `PodReadyToStartContainers`), and the last failed operation
+//! on it (a failed sandbox creation from the sandbox pair). Ephemeral containers have statuses of their own and count neither for
 //! the phase nor for readiness.
 
 use k8s_openapi::api::core::v1::{
@@ -43,8 +44,8 @@ pub fn pod_status(
     failure: Option<&PodOpStatus>,
     now: i64,
 ) -> PodStatus {
-    let empty = PodActual::default();
-    let actual = actual.unwrap_or(&empty);
+    let joined = reconciler.joined(Some(pod), actual.unwrap_or(&PodActual::default()));
+    let actual = &joined;
     let progress = reconciler.progress(pod, actual);
     let sandbox = actual.sandbox().filter(|s| s.ready);
     let policy = pod.restart_policy();
@@ -143,10 +144,12 @@ pub fn pod_status(
         add_resources(status, c, actual, allocated);
     }
     let ip = sandbox.and_then(|s| s.ip.clone());
-    let failure_message = failure.and_then(|f| match &f.op {
-        PodOp::CreateSandbox { .. } => Some(f.error.to_string()),
-        _ => None,
-    });
+    // The sandbox pair's last failure to create the pod's sandbox.
+    let failure_message =
+        reconciler.sandboxes().and_then(|v| v.failure(pod.uid())).and_then(|f| match &f.op {
+            crate::sandbox::ops::SandboxOp::Create { .. } => Some(f.error.to_string()),
+            _ => None,
+        });
     let ephemeral_statuses = ephemeral_statuses(reconciler, pod, actual, failure, app_waiting, now);
     let status = PodStatus {
         ephemeral_container_statuses: (!ephemeral_statuses.is_empty()).then_some(ephemeral_statuses),

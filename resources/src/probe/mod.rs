@@ -1,5 +1,6 @@
-//! Container probes (liveness, readiness, startup) and the specs of lifecycle hooks, built like the
-//! other resources as desired state → workers → results:
+//! Container probes (liveness, readiness, startup) and the specs of lifecycle hooks. Probes are not a
+//! desired/actual pair on the engine: they are timer-driven workers (as the kubelet's prober
+//! manager) that turn the probes the desired pods ask for into results the pod pair reads:
 //!
 //! - [`desired`]: the probes a container spec asks for, resolved with the kubelet's defaults
 //!   (`initialDelaySeconds` 0, `periodSeconds` 10, `timeoutSeconds` 1, `successThreshold` 1,

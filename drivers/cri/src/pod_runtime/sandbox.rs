@@ -1,0 +1,117 @@
+//! The sandbox half of [`CriPodRuntime`]: nodelet's [`SandboxRuntime`] on CRI, with the pod's
+//! network set up by the runtime (containerd calls the node's CNI plugins in `RunPodSandbox` and
+//! tears the network down in `StopPodSandbox`).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use nodelet_resources::pod::desired::DesiredPod;
+use nodelet_resources::pod::driver::{RuntimeError, RuntimeResult};
+use nodelet_resources::sandbox::actual::PodSandboxes;
+use nodelet_resources::sandbox::desired::SandboxSpec;
+use nodelet_resources::sandbox::driver::SandboxRuntime;
+
+use super::{CriPodRuntime, cri_error, spec_error};
+use crate::filter::SandboxFilter;
+use crate::labels;
+
+impl SandboxRuntime for CriPodRuntime {
+    async fn run_sandbox(&self, spec: &SandboxSpec, attempt: u32) -> RuntimeResult<String> {
+        let pod: &DesiredPod = &spec.pod;
+        let started = tokio::time::Instant::now();
+        // As the kubelet: the class is looked up at every sandbox creation; a missing one fails it.
+        let handler = super::runtime_class::handler(pod, self.inner.config.runtime_classes.0.as_deref())
+            .map_err(|e| RuntimeError::new("CreatePodSandboxError", e.to_string()))?
+            .unwrap_or_else(|| self.inner.config.runtime_handler.clone());
+        let dns = self.dns_config(pod).await?;
+        let config =
+            crate::spec::sandbox_config(pod, attempt, &self.inner.config, Some(dns)).map_err(spec_error)?;
+        let log_dir = PathBuf::from(&config.log_directory);
+        if let Err(e) = tokio::fs::DirBuilder::new().recursive(true).mode(0o755).create(&log_dir).await {
+            return Err(RuntimeError::new(
+                "CreatePodSandboxError",
+                format!("cannot create pod log directory {}: {e}", log_dir.display()),
+            ));
+        }
+        let id = self
+            .inner
+            .client
+            .run_pod_sandbox(config, &handler)
+            .await
+            .map_err(|e| {
+                cri_error(
+                    "CreatePodSandboxError",
+                    format!("pod {}/{}: RunPodSandbox", pod.namespace(), pod.name()),
+                    &e,
+                )
+            })
+            .map_err(|e| RuntimeError { not_found: false, ..e })?;
+        // Like the kubelet, read the sandbox's IPs right away (and keep them: they never change).
+        match self.sandbox_facts(&id).await {
+            Ok(facts) => tracing::info!(
+                pod = %pod.uid(), sandbox = %id, attempt, ips = ?facts.ips,
+                elapsed_ms = started.elapsed().as_millis(), "sandbox running"
+            ),
+            Err(e) => {
+                tracing::warn!(pod = %pod.uid(), sandbox = %id, error = %e, "sandbox runs, its status failed")
+            }
+        }
+        Ok(id)
+    }
+
+    async fn stop_sandbox(&self, sandbox_id: &str) -> RuntimeResult<()> {
+        match self.inner.client.stop_pod_sandbox(sandbox_id).await {
+            Err(e) if !e.is_not_found() => {
+                Err(cri_error("KillPodSandboxError", format!("StopPodSandbox {sandbox_id}"), &e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn remove_sandbox(&self, sandbox_id: &str) -> RuntimeResult<()> {
+        let client = &self.inner.client;
+        let uid = match client.pod_sandbox_status(sandbox_id).await {
+            Ok(status) => status.metadata.map(|m| m.uid).filter(|u| !u.is_empty()),
+            Err(e) if e.is_not_found() => {
+                self.caches().sandboxes.remove(sandbox_id);
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(cri_error("KillPodSandboxError", format!("PodSandboxStatus {sandbox_id}"), &e));
+            }
+        };
+        if let Err(e) = client.remove_pod_sandbox(sandbox_id).await
+            && !e.is_not_found()
+        {
+            return Err(cri_error("KillPodSandboxError", format!("RemovePodSandbox {sandbox_id}"), &e));
+        }
+        self.caches().sandboxes.remove(sandbox_id);
+        // The runtime leaves the pod cgroup behind: remove it once the pod has no sandbox left.
+        if let Some(uid) = uid
+            && self.pod_cgroup(&uid).is_some()
+        {
+            let others = SandboxFilter::managed().label(labels::POD_UID, uid.clone());
+            match client.list_pod_sandboxes(&others).await {
+                Ok(left) if left.is_empty() => {
+                    let removed = self.remove_pod_cgroups(&uid).await;
+                    tracing::debug!(pod = %uid, removed, "removed pod cgroups");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(pod = %uid, error = %e, "cannot tell whether the pod cgroup is still used")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_sandboxes(&self) -> RuntimeResult<HashMap<String, PodSandboxes>> {
+        let pods = self.collect(None).await?;
+        Ok(pods.into_iter().filter_map(|(uid, pod)| PodSandboxes::of(&pod).map(|s| (uid, s))).collect())
+    }
+
+    async fn sandboxes_of(&self, uid: &str) -> RuntimeResult<Option<PodSandboxes>> {
+        let mut pods = self.collect(Some(uid)).await?;
+        Ok(pods.remove(uid).and_then(|pod| PodSandboxes::of(&pod)))
+    }
+}

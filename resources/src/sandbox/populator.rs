@@ -1,0 +1,71 @@
+//! The sandbox populator: writes the desired sandbox of every desired pod.
+
+use reconcile_engine::{CancellationToken, Store, Writer};
+
+use super::desired::SandboxSpec;
+use crate::pod::actual::PodActual;
+use crate::pod::desired::{DesiredPod, PodUid};
+
+/// Keeps the desired sandbox store equal to one [`SandboxSpec`] per desired pod.
+#[derive(Debug)]
+pub struct SandboxPopulator {
+    pods: Store<PodUid, DesiredPod>,
+    pod_actual: Store<PodUid, PodActual>,
+    writer: Writer<PodUid, SandboxSpec>,
+}
+
+impl SandboxPopulator {
+    /// A populator from the desired pods `pods` into `writer`. `pod_actual` is the pod engine's
+    /// actual store: the sandbox store counts as synced only once it has been reconstructed, so
+    /// the sandbox reconciler never decides on a pod's containers before they are known.
+    pub fn new(
+        pods: Store<PodUid, DesiredPod>,
+        pod_actual: Store<PodUid, PodActual>,
+        writer: Writer<PodUid, SandboxSpec>,
+    ) -> Self {
+        Self { pods, pod_actual, writer }
+    }
+
+    /// Writes every desired pod's sandbox (and drops the others); returns how many changed.
+    pub fn sync(&mut self) -> usize {
+        let all: Vec<(PodUid, SandboxSpec)> =
+            self.pods.entries().into_iter().map(|(uid, pod)| (uid, SandboxSpec::of(pod))).collect();
+        self.writer.replace_all(all)
+    }
+
+    fn update(&mut self, uid: PodUid) {
+        match self.pods.get(&uid) {
+            Some(pod) => {
+                self.writer.upsert(uid, SandboxSpec::of(pod));
+            }
+            None => {
+                self.writer.remove(&uid);
+            }
+        }
+    }
+
+    /// Populates until `shutdown`: once the pod sources and the pod engine's reconstruction are
+    /// complete (then the sandbox store counts as synced), then on every change of the desired pods.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let sub = self.pods.subscribe();
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = async {
+                let _ = self.pods.wait_until_synced().await;
+                let _ = self.pod_actual.wait_until_synced().await;
+            } => {}
+        }
+        let changed = self.sync();
+        self.writer.mark_synced();
+        tracing::debug!(changed, sandboxes = self.writer.reader().len(), "desired sandboxes synced");
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = sub.changed() => {}
+            }
+            for uid in sub.drain() {
+                self.update(uid);
+            }
+        }
+    }
+}

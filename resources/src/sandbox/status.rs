@@ -1,0 +1,73 @@
+//! What other pairs read of the sandbox pair: a pod's sandboxes as this pair's actual store has
+//! them, and the last failed sandbox operation of a pod (for pod status and events).
+
+use std::sync::Arc;
+
+use reconcile_engine::{OpStatus, Store};
+
+use super::actual::PodSandboxes;
+use super::ops::SandboxOp;
+use crate::pod::actual::PodActual;
+use crate::pod::desired::{DesiredPod, PodUid};
+use crate::pod::driver::RuntimeError;
+
+/// The last failed operation on a pod's sandboxes, as the engine records it.
+pub type SandboxOpStatus = OpStatus<SandboxOp, RuntimeError>;
+
+/// Read access to the sandbox pair's stores.
+#[derive(Debug, Clone)]
+pub struct SandboxView {
+    actual: Store<PodUid, PodSandboxes>,
+    failures: Option<Store<PodUid, SandboxOpStatus>>,
+}
+
+impl SandboxView {
+    /// A view of the sandbox actual store `actual` and (if given) the sandbox engine's failures.
+    pub fn new(
+        actual: Store<PodUid, PodSandboxes>,
+        failures: Option<Store<PodUid, SandboxOpStatus>>,
+    ) -> Self {
+        Self { actual, failures }
+    }
+
+    /// The sandbox actual store.
+    pub fn actual(&self) -> &Store<PodUid, PodSandboxes> {
+        &self.actual
+    }
+
+    /// The pod's runtime state with its sandboxes replaced by those of the sandbox pair (newest
+    /// first). A ready sandbox that no longer fits `pod` (see [`super::desired::SandboxSpec::matches`]) shows as not
+    /// ready: the pod's containers must stop so that the sandbox pair can replace it.
+    pub fn join(&self, pod: Option<&DesiredPod>, actual: &PodActual) -> PodActual {
+        let mut joined = PodActual { sandboxes: Vec::new(), ..actual.clone() };
+        if let Some(sandboxes) = self.actual.get(&actual.uid) {
+            joined.sandboxes.clone_from(&sandboxes.sandboxes);
+        }
+        if let Some(pod) = pod {
+            for s in &mut joined.sandboxes {
+                s.ready &= fits(pod, s);
+            }
+        }
+        joined
+    }
+
+    /// The pod's sandboxes as the sandbox pair has them.
+    pub fn of(&self, uid: &str) -> Option<Arc<PodSandboxes>> {
+        self.actual.get(&uid.to_owned())
+    }
+
+    /// The last failed operation on the pod's sandboxes, if any.
+    pub fn failure(&self, uid: &str) -> Option<Arc<SandboxOpStatus>> {
+        self.failures.as_ref()?.get(&uid.to_owned())
+    }
+
+    /// Every pod whose last sandbox operation failed.
+    pub fn failures(&self) -> Vec<(PodUid, Arc<SandboxOpStatus>)> {
+        self.failures.as_ref().map(Store::entries).unwrap_or_default()
+    }
+}
+
+/// Whether the spec `pod` would get matches `sandbox` (see [`super::desired::SandboxSpec::matches`]).
+pub fn fits(pod: &DesiredPod, sandbox: &crate::pod::actual::SandboxRecord) -> bool {
+    sandbox.host_network == pod.host_network()
+}
