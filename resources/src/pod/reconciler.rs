@@ -518,6 +518,10 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
         if view.actual.is_some_and(|a| a.needs_refresh) {
             return Plan::Run(PodOp::Refresh);
         }
+        // Until the sandbox pair has read the runtime, a pod would look as if its sandbox were gone.
+        if self.sandboxes.as_ref().is_some_and(|v| !v.actual().is_synced()) {
+            return Plan::Idle;
+        }
         let joined = view.actual.map(|a| self.joined(view.desired, a));
         match (view.desired, joined.as_ref()) {
             // The containers are removed; the sandbox pair then removes the sandboxes.

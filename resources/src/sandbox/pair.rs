@@ -114,7 +114,20 @@ impl<R: SandboxRuntime> SandboxPair<R> {
         // relation: the sandbox pair watches the pod actual store, key = the pod UID.
         tokio::spawn(wake_on_changes(pod_actual.clone(), waker.clone(), shutdown.clone()));
         // relation: the pod pair watches the sandbox actual store, key = the pod UID.
-        tokio::spawn(wake_on_changes(actual.clone(), pod_waker, shutdown.clone()));
+        tokio::spawn(wake_on_changes(actual.clone(), pod_waker.clone(), shutdown.clone()));
+        // The pod pair plans nothing before this pair has reconstructed its store: then every pod.
+        let (sandboxes, desired_pods, stop) = (actual.clone(), pods.clone(), shutdown.clone());
+        let pod_store = pod_actual.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                r = sandboxes.wait_until_synced() => if r.is_ok() {
+                    for key in desired_pods.keys().into_iter().chain(pod_store.keys()) {
+                        pod_waker.wake(key);
+                    }
+                },
+            }
+        });
         // Keys reconstructed before the desired sandboxes synced were planned with nothing known of
         // their containers: plan them again once it is.
         let (desired, stop) = (self.desired.clone(), shutdown.clone());
