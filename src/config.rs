@@ -14,7 +14,7 @@
 mod cluster_mode;
 pub(crate) mod configz;
 mod raw;
-mod units;
+pub(crate) mod units;
 
 use std::collections::BTreeMap;
 use std::fmt;

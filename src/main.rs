@@ -12,6 +12,8 @@ mod container_gc;
 mod containerd;
 mod cri_log;
 mod csinode;
+#[cfg(test)]
+mod fuzz_tests;
 mod log_rotation;
 mod logging;
 mod node;

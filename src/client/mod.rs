@@ -15,7 +15,7 @@ mod nodes;
 mod output;
 mod pods;
 mod port_forward;
-mod selector;
+pub(crate) mod selector;
 mod session;
 mod storage;
 mod stream;

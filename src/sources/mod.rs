@@ -47,7 +47,7 @@
 pub(crate) mod debug;
 pub(crate) mod file;
 pub(crate) mod http;
-mod manifest;
+pub(crate) mod manifest;
 pub(crate) mod url;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
