@@ -30,6 +30,7 @@ mod deploy;
 mod eviction;
 mod exec;
 mod hostile_clients;
+mod hostile_manifests;
 mod lifecycle;
 mod logs;
 mod metrics;
