@@ -18,6 +18,7 @@
 pub mod events;
 pub mod manager;
 pub mod metrics;
+pub mod populator;
 pub mod rank;
 pub mod signal;
 pub mod state;

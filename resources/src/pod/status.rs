@@ -135,8 +135,8 @@ pub fn pod_status(
                 wanted.cpu_differs(&applied) || wanted.memory_differs(&applied)
             })
     });
-    let resize =
-        resizing.then(|| reconciler.verdicts().map_or(ResizeDecision::Accepted, |v| v.resize(pod, false)));
+    let verdict = reconciler.verdict(pod.uid());
+    let resize = resizing.then(|| verdict.as_ref().map_or(ResizeDecision::Deferred, |v| v.resize()));
     let allocated = !matches!(resize, Some(ResizeDecision::Deferred | ResizeDecision::Infeasible));
     let mut statuses = statuses;
     for (status, c) in statuses.iter_mut().zip(pod.containers()) {
@@ -163,8 +163,8 @@ pub fn pod_status(
         ..PodStatus::default()
     };
     // An evicted or refused pod is Failed with the verdict's reason and message.
-    match reconciler.verdicts().and_then(|v| v.verdict(pod.uid())) {
-        Some(verdict) => crate::eviction::verdict::apply(&verdict, status, now),
+    match verdict.as_ref().and_then(|v| v.stopped()) {
+        Some(stopped) => crate::eviction::verdict::apply(stopped, status, now),
         None => status,
     }
 }
