@@ -834,7 +834,7 @@ async fn a_pod_starts_only_once_admitted_and_reconcile_decides_nothing() {
     assert!(n.runtime.calls_of("run_sandbox").is_empty(), "waits for admission");
     assert!(changes.is_empty() && verdicts.is_empty(), "reconcile() wrote no verdict");
     // The verdicts come (as the populator writes them): the pod engine is woken and acts on them.
-    verdict_writer.insert("web".to_owned(), Verdict::admitted());
+    verdict_writer.insert("web".to_owned(), Verdict::admitted(&pod("web", app)));
     verdict_writer.insert("refused".to_owned(), Verdict::rejected("OutOfcpu", "Pod was rejected: ...".to_owned()));
     assert!(eventually(Duration::from_secs(5), || n.running("web", "app")).await, "started once admitted");
     assert_eq!(n.phase("refused"), "Failed");

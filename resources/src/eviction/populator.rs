@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info};
 
 use super::signal::Condition;
-use super::verdict::{Admission, ResizeDecision, Verdict};
+use super::verdict::{Admission, ResizeDecision, Verdict, pod_requests};
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, PodUid};
 
@@ -129,14 +129,18 @@ impl VerdictPopulator {
         for (uid, pod) in self.pods.entries() {
             match verdicts.get(&uid) {
                 Some(v) if v.is_admitted() => {
-                    let resize = match self.admission.resize(&pod) {
-                        Some(ResizeDecision::Accepted) => {
-                            debug!(pod = %pod.name(), namespace = %pod.namespace(), "resize accepted");
-                            None
+                    let verdict = match (self.admission.resize(&pod), v.granted()) {
+                        (Some(d @ (ResizeDecision::Deferred | ResizeDecision::Infeasible)), Some(granted)) => {
+                            Verdict::Admitted { granted, resize: Some((pod_requests(&pod), d)) }
                         }
-                        decision => decision,
+                        (decision, _) => {
+                            if decision.is_some() {
+                                debug!(pod = %pod.name(), namespace = %pod.namespace(), "resize accepted");
+                            }
+                            Verdict::admitted(&pod)
+                        }
                     };
-                    changed += usize::from(self.writer.upsert(uid, Verdict::Admitted { resize }));
+                    changed += usize::from(self.writer.upsert(uid, verdict));
                 }
                 // A refusal or an eviction is final.
                 Some(_) => {}
@@ -318,12 +322,17 @@ mod tests {
         s.populator.sync();
         s.pods.insert("small".into(), pod("small", None, "600m"));
         s.populator.sync();
-        let resize = |s: &Setup| s.populator.verdicts().get(&"small".to_owned()).map(|v| v.resize());
-        assert_eq!(resize(&s), Some(ResizeDecision::Deferred));
+        let resize = |s: &Setup, cpu: &str| {
+            s.populator.verdicts().get(&"small".to_owned()).and_then(|v| v.resize_for(&pod("small", None, cpu)))
+        };
+        assert_eq!(resize(&s, "600m"), Some(ResizeDecision::Deferred));
+        assert_eq!(resize(&s, "400m"), Some(ResizeDecision::Accepted), "it keeps what it has");
+        assert_eq!(resize(&s, "700m"), None, "not decided");
         s.pods.remove(&"other".to_owned());
         s.populator.sync();
-        assert_eq!(resize(&s), Some(ResizeDecision::Accepted));
-        assert_eq!(s.populator.verdicts().get(&"small".to_owned()).as_deref(), Some(&Verdict::admitted()));
+        assert_eq!(resize(&s, "600m"), Some(ResizeDecision::Accepted));
+        let verdict = s.populator.verdicts().get(&"small".to_owned());
+        assert_eq!(verdict.as_deref(), Some(&Verdict::admitted(&pod("small", None, "600m"))));
     }
 
     #[test]
@@ -360,7 +369,7 @@ mod tests {
         pods.insert("p".into(), pod("p", None, "10m"));
         let sub = verdicts.subscribe();
         tokio::time::timeout(Duration::from_secs(1), sub.changed()).await.unwrap_or_else(|_| panic!("decided"));
-        assert_eq!(verdicts.get(&"p".to_owned()).as_deref(), Some(&Verdict::admitted()));
+        assert_eq!(verdicts.get(&"p".to_owned()).as_deref(), Some(&Verdict::admitted(&pod("p", None, "10m"))));
         shutdown.cancel();
         task.await.unwrap_or_else(|e| panic!("{e}"));
     }

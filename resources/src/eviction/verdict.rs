@@ -63,19 +63,21 @@ pub struct Stopped {
 pub enum Verdict {
     /// Admitted: the pod may run.
     Admitted {
-        /// When its spec asks for other resources than it was admitted with (in-place resize)
-        /// and they could not be granted: `Deferred` or `Infeasible`. `None` when it has what it
-        /// asks for (an accepted resize is committed at once).
-        resize: Option<ResizeDecision>,
+        /// The pod's own requests admission granted (without RuntimeClass overhead): what its
+        /// containers may be given. A spec asking for other requests is an in-place resize, applied
+        /// once granted.
+        granted: Requests,
+        /// The requests of a resize that could not be granted, and why (`Deferred`, `Infeasible`).
+        resize: Option<(Requests, ResizeDecision)>,
     },
     /// Refused at admission, or evicted: the pod never runs (again).
     Stopped(Stopped),
 }
 
 impl Verdict {
-    /// Admitted, with nothing pending.
-    pub fn admitted() -> Self {
-        Verdict::Admitted { resize: None }
+    /// Admitted with the requests `pod` has, nothing pending.
+    pub fn admitted(pod: &DesiredPod) -> Self {
+        Verdict::Admitted { granted: pod_requests(pod), resize: None }
     }
 
     /// Refused at admission with the status `reason` and `message`.
@@ -107,12 +109,23 @@ impl Verdict {
         matches!(self, Verdict::Admitted { .. })
     }
 
-    /// Admission's word on a pending in-place resize: `Deferred` or `Infeasible` while the pod's new
-    /// requests are not granted, else `Accepted`.
-    pub fn resize(&self) -> ResizeDecision {
+    /// Admission's word on the requests `pod` (this verdict's pod, as its spec is now) asks for:
+    /// `Accepted` when granted, `Deferred` or `Infeasible` when refused for now or for good,
+    /// `None` while not decided yet (or the pod is stopped).
+    pub fn resize_for(&self, pod: &DesiredPod) -> Option<ResizeDecision> {
+        let Verdict::Admitted { granted, resize } = self else { return None };
+        let asked = pod_requests(pod);
+        if asked == *granted {
+            return Some(ResizeDecision::Accepted);
+        }
+        resize.filter(|(r, _)| *r == asked).map(|(_, d)| d)
+    }
+
+    /// The requests granted, if admitted.
+    pub fn granted(&self) -> Option<Requests> {
         match self {
-            Verdict::Admitted { resize: Some(d) } => *d,
-            _ => ResizeDecision::Accepted,
+            Verdict::Admitted { granted, .. } => Some(*granted),
+            Verdict::Stopped(_) => None,
         }
     }
 }
@@ -128,9 +141,12 @@ pub struct NodeResources {
     pub max_pods: usize,
 }
 
+/// A pod's (cpu millicores, memory bytes) requests.
+pub type Requests = (i64, i64);
+
 /// A pod's requests as admission counts them: the larger of the sum over its app containers and
 /// sidecars and the largest init container (plus the sidecars started before it), per resource (a request defaults to the limit when only that is set).
-fn pod_requests(pod: &DesiredPod) -> (i64, i64) {
+pub fn pod_requests(pod: &DesiredPod) -> Requests {
     let request = |c: &k8s_openapi::api::core::v1::Container, name: &str, scale: i64| -> i64 {
         let res = c.resources.as_ref();
         res.and_then(|r| r.requests.as_ref())
@@ -319,7 +335,7 @@ impl Admission {
         let requests = requests_with_overhead(pod, self.classes());
         if started {
             self.admitted.insert(uid.to_owned(), requests);
-            return Verdict::admitted();
+            return Verdict::admitted(pod);
         }
         let refuse = !conditions.is_empty()
             && !is_critical(pod)
@@ -349,7 +365,7 @@ impl Admission {
             }
         }
         self.admitted.insert(uid.to_owned(), requests);
-        Verdict::admitted()
+        Verdict::admitted(pod)
     }
 
     /// The kubelet's resource fit check: `None` when a pod with `requests` fits beside `admitted`.
@@ -603,14 +619,14 @@ mod tests {
             refused.stopped().map(|v| (v.kind.clone(), v.message.as_str())),
             Some((VerdictKind::Rejected, "The node had condition: [MemoryPressure]. "))
         );
-        assert_eq!(a.admit(&burstable("bu"), false, &memory), Verdict::admitted());
+        assert_eq!(a.admit(&burstable("bu"), false, &memory), Verdict::admitted(&burstable("bu")));
         let tolerant = pod(
             "tol",
             serde_json::json!({"containers": [{"name": "c", "image": "i"}],
                 "tolerations": [{"key": MEMORY_PRESSURE_TAINT, "operator": "Exists",
                                  "effect": "NoSchedule"}]}),
         );
-        assert_eq!(a.admit(&tolerant, false, &memory), Verdict::admitted());
+        assert_eq!(a.admit(&tolerant, false, &memory), Verdict::admitted(&tolerant));
     }
 
     #[test]
@@ -620,12 +636,12 @@ mod tests {
         let refused = a.admit(&burstable("new"), false, &disk);
         assert_eq!(refused.stopped().map(|s| s.message.as_str()), Some("The node had condition: [DiskPressure]. "));
         assert!(!a.is_admitted("new"));
-        assert_eq!(a.admit(&burstable("adopted"), true, &disk), Verdict::admitted(), "already in the runtime");
+        assert!(a.admit(&burstable("adopted"), true, &disk).is_admitted(), "already in the runtime");
         let critical = pod(
             "crit",
             serde_json::json!({"containers": [{"name": "c", "image": "i"}], "priority": 2_000_001_000}),
         );
-        assert_eq!(a.admit(&critical, false, &disk), Verdict::admitted());
+        assert!(a.admit(&critical, false, &disk).is_admitted());
     }
 
     #[test]

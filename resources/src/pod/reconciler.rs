@@ -143,11 +143,18 @@ impl PodReconciler {
         self.verdicts.as_ref()
     }
 
-    /// The verdict on `uid`: `None` while it waits for admission; without verdicts, admitted.
+    /// The verdict on `uid`, if verdicts are applied and the pod has one.
     pub fn verdict(&self, uid: &str) -> Option<Arc<crate::eviction::verdict::Verdict>> {
+        self.verdicts.as_ref()?.get(&uid.to_owned())
+    }
+
+    /// Admission's word on the requests `pod`'s spec asks for now (see
+    /// [`Verdict::resize_for`](crate::eviction::verdict::Verdict::resize_for)); `None`: not decided
+    /// yet. Without verdicts, always `Accepted`.
+    pub fn resize_decision(&self, pod: &DesiredPod) -> Option<crate::eviction::verdict::ResizeDecision> {
         match &self.verdicts {
-            Some(store) => store.get(&uid.to_owned()),
-            None => Some(Arc::new(crate::eviction::verdict::Verdict::admitted())),
+            Some(store) => store.get(&pod.uid().to_owned())?.resize_for(pod),
+            None => Some(crate::eviction::verdict::ResizeDecision::Accepted),
         }
     }
 
@@ -317,10 +324,10 @@ impl PodReconciler {
             (wanted.cpu_differs(&applied) || wanted.memory_differs(&applied)).then_some((c, r, applied))
         });
         let Some((c, record, applied)) = found else { return Err(None) };
-        match self.verdict(pod.uid()).map_or(ResizeDecision::Deferred, |v| v.resize()) {
+        match self.resize_decision(pod) {
             // The container keeps what it has; status says why.
-            ResizeDecision::Deferred | ResizeDecision::Infeasible => return Err(None),
-            ResizeDecision::Accepted => {}
+            None | Some(ResizeDecision::Deferred | ResizeDecision::Infeasible) => return Err(None),
+            Some(ResizeDecision::Accepted) => {}
         }
         if needs_restart(c, &applied) {
             return Ok(Plan::Run(PodOp::KillContainers {
@@ -515,9 +522,11 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
                     };
                 }
                 // Admission is the verdict populator's: no verdict yet, wait (woken when it comes).
-                let Some(verdict) = self.verdict(pod.uid()) else { return Plan::Idle };
-                if let Some(stopped) = verdict.stopped() {
-                    return crate::eviction::verdict::plan_stopped(actual, stopped);
+                if let Some(verdicts) = &self.verdicts {
+                    let Some(verdict) = verdicts.get(&pod.uid().to_owned()) else { return Plan::Idle };
+                    if let Some(stopped) = verdict.stopped() {
+                        return crate::eviction::verdict::plan_stopped(actual, stopped);
+                    }
                 }
                 let empty = PodActual::default();
                 self.plan_running(pod, actual.unwrap_or(&empty))
