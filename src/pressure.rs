@@ -14,11 +14,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::eviction::events::NodeEvents;
 use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, PressureView, Reclaimer};
 use nodelet_resources::eviction::metrics::EvictionMetrics;
+use nodelet_resources::eviction::populator::{VerdictPopulator, wake_pods_on_verdicts};
 use nodelet_resources::eviction::signal::{
     Amount, BoxFuture, Observation, Observations, PodUsage, Signal, SignalError, SignalSource, Threshold,
 };
 use nodelet_resources::eviction::state::Policy;
-use nodelet_resources::eviction::populator::{VerdictPopulator, wake_pods_on_verdicts};
 use nodelet_resources::eviction::verdict::{Admission, Verdict};
 use nodelet_resources::image::gc::{ImageGc, ImageGcMetrics, ImageReclaimer};
 use nodelet_resources::image::plan::ImageGcPolicy;

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use nodelet_resources::eviction::populator::{VerdictPopulator, evictions, wake_pods_on_verdicts};
+use nodelet_resources::eviction::verdict::{Admission, NodeResources, Verdict};
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::driver::{PodDriver, RuntimeError};
@@ -14,8 +16,6 @@ use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
 use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler};
 use nodelet_resources::pod::status::pod_status;
 use reconcile_engine::testing::eventually;
-use nodelet_resources::eviction::populator::{VerdictPopulator, evictions, wake_pods_on_verdicts};
-use nodelet_resources::eviction::verdict::{Admission, NodeResources, Verdict};
 use reconcile_engine::{CancellationToken, Engine, OpStatus, Store, Writer, store};
 
 const LONG: Duration = Duration::from_secs(3600);
@@ -50,7 +50,11 @@ fn node_with(runtime: Arc<FakeRuntime>, clock: Clock) -> Node {
 
 /// [`node_with`], with the reconcilers reading `verdicts` when given (and the engine woken when
 /// they change).
-fn node_with_verdicts(runtime: Arc<FakeRuntime>, clock: Clock, verdicts: Option<Store<PodUid, Verdict>>) -> Node {
+fn node_with_verdicts(
+    runtime: Arc<FakeRuntime>,
+    clock: Clock,
+    verdicts: Option<Store<PodUid, Verdict>>,
+) -> Node {
     let (desired, mut writer) = store();
     writer.mark_synced();
     let with = |r: PodReconciler| match &verdicts {
@@ -96,8 +100,14 @@ impl Node {
     fn admit_with(&self, admission: Admission, writer: Writer<PodUid, Verdict>) {
         let (_, evictions) = evictions();
         let (_, conditions) = tokio::sync::watch::channel(Default::default());
-        let populator =
-            VerdictPopulator::new(self.desired.clone(), self.actual.clone(), writer, admission, conditions, evictions);
+        let populator = VerdictPopulator::new(
+            self.desired.clone(),
+            self.actual.clone(),
+            writer,
+            admission,
+            conditions,
+            evictions,
+        );
         tokio::spawn(populator.run(CancellationToken::new()));
     }
 
@@ -794,8 +804,11 @@ async fn a_failing_ephemeral_container_should_not_delay_a_crash_looping_containe
 
 #[tokio::test(start_paused = true)]
 async fn a_deferred_resize_is_applied_once_another_pod_frees_room() {
-    let admission =
-        Admission::new().with_resources(NodeResources { cpu_milli: 1000, memory_bytes: 1 << 30, max_pods: 10 });
+    let admission = Admission::new().with_resources(NodeResources {
+        cpu_milli: 1000,
+        memory_bytes: 1 << 30,
+        max_pods: 10,
+    });
     let clock = clock();
     let (verdicts, verdict_writer) = store();
     let mut n = node_with_verdicts(Arc::new(FakeRuntime::new(clock.clone())), clock, Some(verdicts));
@@ -826,7 +839,8 @@ async fn a_pod_starts_only_once_admitted_and_reconcile_decides_nothing() {
     let (verdicts, mut verdict_writer) = store();
     let mut n = node_with_verdicts(Arc::new(FakeRuntime::new(clock.clone())), clock, Some(verdicts.clone()));
     let changes = verdicts.subscribe();
-    let app = "metadata: {name: web, namespace: default}\nspec:\n  containers:\n  - {name: app, image: busybox}\n";
+    let app =
+        "metadata: {name: web, namespace: default}\nspec:\n  containers:\n  - {name: app, image: busybox}\n";
     n.add(pod("web", app));
     n.add(pod("refused", &app.replace("web", "refused")));
     // No verdict yet: nothing starts, and the reconciler (which only reads the store) writes none.
@@ -835,7 +849,8 @@ async fn a_pod_starts_only_once_admitted_and_reconcile_decides_nothing() {
     assert!(changes.is_empty() && verdicts.is_empty(), "reconcile() wrote no verdict");
     // The verdicts come (as the populator writes them): the pod engine is woken and acts on them.
     verdict_writer.insert("web".to_owned(), Verdict::admitted(&pod("web", app)));
-    verdict_writer.insert("refused".to_owned(), Verdict::rejected("OutOfcpu", "Pod was rejected: ...".to_owned()));
+    verdict_writer
+        .insert("refused".to_owned(), Verdict::rejected("OutOfcpu", "Pod was rejected: ...".to_owned()));
     assert!(eventually(Duration::from_secs(5), || n.running("web", "app")).await, "started once admitted");
     assert_eq!(n.phase("refused"), "Failed");
     assert_eq!(n.status("refused").reason.as_deref(), Some("OutOfcpu"));

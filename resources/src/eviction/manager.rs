@@ -16,10 +16,10 @@ use tracing::{debug, info, warn};
 
 use super::events::{Involved, NodeEvents};
 use super::metrics::EvictionMetrics;
+use super::populator::{Eviction, EvictionSink};
 use super::rank::{Candidate, eviction_message, rank};
 use super::signal::{BoxFuture, Condition, Signal, SignalSource};
 use super::state::{EvictionState, Met, Policy, still_met};
-use super::populator::{Eviction, EvictionSink};
 use super::verdict::Verdict;
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, PodUid};

@@ -130,9 +130,10 @@ impl VerdictPopulator {
             match verdicts.get(&uid) {
                 Some(v) if v.is_admitted() => {
                     let verdict = match (self.admission.resize(&pod), v.granted()) {
-                        (Some(d @ (ResizeDecision::Deferred | ResizeDecision::Infeasible)), Some(granted)) => {
-                            Verdict::Admitted { granted, resize: Some((pod_requests(&pod), d)) }
-                        }
+                        (
+                            Some(d @ (ResizeDecision::Deferred | ResizeDecision::Infeasible)),
+                            Some(granted),
+                        ) => Verdict::Admitted { granted, resize: Some((pod_requests(&pod), d)) },
                         (decision, _) => {
                             if decision.is_some() {
                                 debug!(pod = %pod.name(), namespace = %pod.namespace(), "resize accepted");
@@ -297,7 +298,11 @@ mod tests {
         s.populator.sync();
         s.pods.insert("newer".into(), pod("newer", Some("2026-01-01T00:00:02Z"), "50m"));
         s.populator.sync();
-        assert_eq!(reason(&s, "newer").as_deref(), Some("Admitted"), "a new pod with that UID is decided anew");
+        assert_eq!(
+            reason(&s, "newer").as_deref(),
+            Some("Admitted"),
+            "a new pod with that UID is decided anew"
+        );
     }
 
     #[test]
@@ -323,7 +328,10 @@ mod tests {
         s.pods.insert("small".into(), pod("small", None, "600m"));
         s.populator.sync();
         let resize = |s: &Setup, cpu: &str| {
-            s.populator.verdicts().get(&"small".to_owned()).and_then(|v| v.resize_for(&pod("small", None, cpu)))
+            s.populator
+                .verdicts()
+                .get(&"small".to_owned())
+                .and_then(|v| v.resize_for(&pod("small", None, cpu)))
         };
         assert_eq!(resize(&s, "600m"), Some(ResizeDecision::Deferred));
         assert_eq!(resize(&s, "400m"), Some(ResizeDecision::Accepted), "it keeps what it has");
@@ -351,7 +359,10 @@ mod tests {
         assert!(s.populator.evict(next));
         let verdict = s.populator.verdicts().get(&"victim".to_owned());
         let stopped = verdict.as_deref().and_then(Verdict::stopped).cloned();
-        assert_eq!(stopped.map(|s| (s.kind, s.reason, s.grace, s.at)), Some((VerdictKind::Evicted, "Evicted".into(), Duration::from_secs(1), 7)));
+        assert_eq!(
+            stopped.map(|s| (s.kind, s.reason, s.grace, s.at)),
+            Some((VerdictKind::Evicted, "Evicted".into(), Duration::from_secs(1), 7))
+        );
         assert!(!s.populator.evict(eviction("victim")), "already stopped");
         assert!(!s.populator.evict(eviction("gone")), "not desired");
         assert_eq!(s.populator.sync(), 0, "an eviction is final");
@@ -368,8 +379,13 @@ mod tests {
         tokio::task::yield_now().await;
         pods.insert("p".into(), pod("p", None, "10m"));
         let sub = verdicts.subscribe();
-        tokio::time::timeout(Duration::from_secs(1), sub.changed()).await.unwrap_or_else(|_| panic!("decided"));
-        assert_eq!(verdicts.get(&"p".to_owned()).as_deref(), Some(&Verdict::admitted(&pod("p", None, "10m"))));
+        tokio::time::timeout(Duration::from_secs(1), sub.changed())
+            .await
+            .unwrap_or_else(|_| panic!("decided"));
+        assert_eq!(
+            verdicts.get(&"p".to_owned()).as_deref(),
+            Some(&Verdict::admitted(&pod("p", None, "10m")))
+        );
         shutdown.cancel();
         task.await.unwrap_or_else(|e| panic!("{e}"));
     }

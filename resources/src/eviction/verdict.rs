@@ -350,7 +350,9 @@ impl Admission {
             return Verdict::Stopped(stop);
         }
         if let Some(labels) = &self.node_labels
-            && !runtime_class::node_selector(pod, self.classes()).iter().all(|(k, v)| labels.get(k) == Some(v))
+            && !runtime_class::node_selector(pod, self.classes())
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v))
         {
             return Verdict::rejected("NodeAffinity", "Predicate NodeAffinity failed".into());
         }
@@ -508,8 +510,11 @@ mod tests {
 
     #[test]
     fn pods_that_do_not_fit_are_refused_with_the_kubelets_reasons() {
-        let mut a =
-            Admission::new().with_resources(NodeResources { cpu_milli: 4000, memory_bytes: 3 << 30, max_pods: 3 });
+        let mut a = Admission::new().with_resources(NodeResources {
+            cpu_milli: 4000,
+            memory_bytes: 3 << 30,
+            max_pods: 3,
+        });
         assert_eq!(admit(&mut a, &requesting("a", "1", "1Gi"), false), None);
         let cpu = admit(&mut a, &requesting("b", "2", "1Gi"), false).map(|v| (v.reason, v.message));
         assert_eq!(
@@ -602,7 +607,11 @@ mod tests {
             serde_json::json!({"tolerations": [{"key": "dedicated", "value": "x", "effect": "NoExecute"}],
             "containers": [{"name": "c", "image": "i"}]}),
         );
-        assert_eq!(admit(&mut a, &own, false), None, "its own toleration; NoSchedule taints are the scheduler's");
+        assert_eq!(
+            admit(&mut a, &own, false),
+            None,
+            "its own toleration; NoSchedule taints are the scheduler's"
+        );
         let classy = pod(
             "c",
             serde_json::json!({"runtimeClassName": "tolerant", "containers": [{"name": "c", "image": "i"}]}),
@@ -634,7 +643,10 @@ mod tests {
         let mut a = Admission::new();
         let disk = BTreeSet::from([Condition::DiskPressure]);
         let refused = a.admit(&burstable("new"), false, &disk);
-        assert_eq!(refused.stopped().map(|s| s.message.as_str()), Some("The node had condition: [DiskPressure]. "));
+        assert_eq!(
+            refused.stopped().map(|s| s.message.as_str()),
+            Some("The node had condition: [DiskPressure]. ")
+        );
         assert!(!a.is_admitted("new"));
         assert!(a.admit(&burstable("adopted"), true, &disk).is_admitted(), "already in the runtime");
         let critical = pod(
@@ -647,10 +659,16 @@ mod tests {
     #[test]
     fn a_resize_is_accepted_and_committed_deferred_or_infeasible() {
         let cpu = |uid: &str, m: &str| {
-            pod(uid, serde_json::json!({"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": m}}}]}))
+            pod(
+                uid,
+                serde_json::json!({"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": m}}}]}),
+            )
         };
-        let mut a =
-            Admission::new().with_resources(NodeResources { cpu_milli: 1000, memory_bytes: 1 << 30, max_pods: 10 });
+        let mut a = Admission::new().with_resources(NodeResources {
+            cpu_milli: 1000,
+            memory_bytes: 1 << 30,
+            max_pods: 10,
+        });
         assert_eq!(admit(&mut a, &cpu("small", "400m"), false), None);
         assert_eq!(admit(&mut a, &cpu("other", "500m"), false), None);
         assert_eq!(a.resize(&cpu("small", "400m")), None, "unchanged");
@@ -666,7 +684,8 @@ mod tests {
 
     #[test]
     fn an_evicted_pod_is_killed_then_left_alone() {
-        let verdict = Verdict::evicted("The node was low on resource: memory. ".into(), Duration::from_secs(1), 1);
+        let verdict =
+            Verdict::evicted("The node was low on resource: memory. ".into(), Duration::from_secs(1), 1);
         let Some(stopped) = verdict.stopped() else { panic!("evicted") };
         assert!(!verdict.is_admitted());
         let mut actual = PodActual::default();

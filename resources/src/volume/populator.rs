@@ -135,8 +135,7 @@ impl<R: Renderer> Populator<R> {
         let current = self.writer.reader();
         let mut entries: Vec<(VolumeKey, DesiredVolume)> = Vec::new();
         self.pods.for_each(|uid, pod| {
-            let stopped = self.is_stopped(uid)
-                && !self.pod_actual.get(uid).is_some_and(|a| a.any_running());
+            let stopped = self.is_stopped(uid) && !self.pod_actual.get(uid).is_some_and(|a| a.any_running());
             if stopped {
                 return;
             }
