@@ -79,6 +79,9 @@ pub struct PodReconciler {
     clock: Clock,
     volumes: Option<VolumeGate>,
     probes: Option<crate::probe::results::ProbeResults>,
+    // relation: the verdict store (written by the eviction pair's VerdictPopulator), read as a side
+    // input; key mapping: identity (a verdict's pod UID is the pod's key). Woken today by
+    // `eviction::populator::wake_pods_on_verdicts`.
     verdicts: Option<reconcile_engine::Store<PodUid, crate::eviction::verdict::Verdict>>,
     failures: Option<FailureSlot>,
 }
