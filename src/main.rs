@@ -279,16 +279,10 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         clock.clone(),
     );
     let probe_results = prober.results();
-    // Pods evicted or refused under node pressure (the eviction manager decides, the pod engine acts).
-    let verdicts = nodelet_resources::eviction::verdict::PodVerdicts::new();
-    verdicts.set_resources(node_facts.admission_resources(config.pods.max_pods));
-    verdicts.set_runtime_classes(Arc::new(node_objects.clone()));
-    verdicts
-        .set_node_taints(config.cluster.as_ref().map(|c| c.register_with_taints.clone()).unwrap_or_default());
-    verdicts.set_node_labels(pressure::node_labels(
-        &config.node_name,
-        config.cluster.as_ref().map(|c| &c.node_labels),
-    ));
+    // The node's verdicts on its pods (admitted, refused, evicted): written only by the verdict
+    // populator that `pressure::start` runs; read by the pod reconciler, the volume populator, status.
+    let (verdicts, verdict_writer) = reconcile_engine::store();
+    let admission = pressure::admission(config, &node_facts, Arc::new(node_objects.clone()));
     let pod_failures: nodelet_resources::pod::reconciler::FailureSlot = Arc::default();
     let mut engine = Engine::builder(
         "pods",
@@ -417,6 +411,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             actual: actual.clone(),
             volumes: volume_actual.clone(),
             verdicts: verdicts.clone(),
+            verdict_writer,
+            admission,
             waker: pod_waker,
             container_gc: container_gc::ContainerGc::new(
                 runtime.clone(),

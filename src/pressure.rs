@@ -1,5 +1,6 @@
-//! Node pressure: the image garbage collector and the eviction manager wired to the stats
-//! provider and the pod engine, and the v1 `Node` object that shows the pressure conditions.
+//! Node pressure: the image garbage collector, the eviction manager and the verdict populator
+//! (admission and eviction verdicts, the pod pair's input) wired to the stats provider and the
+//! pod stores, and the v1 `Node` object that shows the pressure conditions.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,11 +14,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::eviction::events::NodeEvents;
 use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, PressureView, Reclaimer};
 use nodelet_resources::eviction::metrics::EvictionMetrics;
+use nodelet_resources::eviction::populator::{VerdictPopulator, wake_pods_on_verdicts};
 use nodelet_resources::eviction::signal::{
     Amount, BoxFuture, Observation, Observations, PodUsage, Signal, SignalError, SignalSource, Threshold,
 };
 use nodelet_resources::eviction::state::Policy;
-use nodelet_resources::eviction::verdict::PodVerdicts;
+use nodelet_resources::eviction::verdict::{Admission, Verdict};
 use nodelet_resources::image::gc::{ImageGc, ImageGcMetrics, ImageReclaimer};
 use nodelet_resources::image::plan::ImageGcPolicy;
 use nodelet_resources::pod::actual::PodActual;
@@ -26,7 +28,7 @@ use nodelet_resources::pod::reconciler::Clock;
 use nodelet_resources::pod::status::time;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{VolumeKey, split_key};
-use reconcile_engine::{Store, Waker};
+use reconcile_engine::{Store, Waker, Writer};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, ThresholdValue};
@@ -182,7 +184,12 @@ pub(crate) struct Wiring<'a> {
     pub(crate) desired: Store<PodUid, DesiredPod>,
     pub(crate) actual: Store<PodUid, PodActual>,
     pub(crate) volumes: Store<VolumeKey, VolumeActual>,
-    pub(crate) verdicts: PodVerdicts,
+    /// The verdict store (a reader) and its writer, for the verdict populator.
+    pub(crate) verdicts: Store<PodUid, Verdict>,
+    pub(crate) verdict_writer: Writer<PodUid, Verdict>,
+    /// What admission checks pods against ([`admission`]).
+    pub(crate) admission: Admission,
+    /// Wakes the pod engine when a verdict changes.
     pub(crate) waker: Waker<PodUid>,
     /// Container GC, tried first under disk pressure.
     pub(crate) container_gc: crate::container_gc::ContainerGc<nodelet_cri::CriPodRuntime>,
@@ -190,7 +197,23 @@ pub(crate) struct Wiring<'a> {
     pub(crate) clock: Clock,
 }
 
-/// Starts image garbage collection and the eviction manager on `tasks`.
+/// Admission as the configuration and the node set it up: the node's allocatable resources and
+/// `maxPods`, RuntimeClasses (overhead, node selector, tolerations), the node's labels and, in
+/// cluster mode, its `registerWithTaints`.
+pub(crate) fn admission(
+    config: &config::Config,
+    facts: &crate::node_facts::NodeFacts,
+    classes: Arc<dyn nodelet_resources::pod::runtime_class::RuntimeClasses>,
+) -> Admission {
+    Admission::new()
+        .with_resources(facts.admission_resources(config.pods.max_pods))
+        .with_runtime_classes(classes)
+        .with_node_taints(config.cluster.as_ref().map(|c| c.register_with_taints.clone()).unwrap_or_default())
+        .with_node_labels(node_labels(&config.node_name, config.cluster.as_ref().map(|c| &c.node_labels)))
+}
+
+/// Starts image garbage collection, the eviction manager, the verdict populator and the task that
+/// wakes pods whose verdict changed on `tasks`.
 pub(crate) fn start(
     w: Wiring<'_>,
     shutdown: &CancellationToken,
@@ -210,15 +233,14 @@ pub(crate) fn start(
         .with_pinned(vec![w.config.runtime.pod_infra_container_image.clone()]),
     );
     tasks.spawn(image_gc.clone().run(w.config.image_gc.period, shutdown.clone().cancelled_owned()));
+    let (sink, evictions) = nodelet_resources::eviction::populator::evictions();
     let manager = EvictionManager::new(
         eviction_config(&w.config.eviction),
         Arc::new(StatsSignals(w.stats)),
-        w.desired,
-        w.actual,
-        w.verdicts,
-        Arc::new(move |uid| {
-            w.waker.wake(uid);
-        }),
+        w.desired.clone(),
+        w.actual.clone(),
+        w.verdicts.clone(),
+        sink,
         EvictionMetrics::new(w.registry)?,
         events.clone(),
         w.clock,
@@ -229,6 +251,16 @@ pub(crate) fn start(
         !w.volumes.keys().iter().any(|k| split_key(k).is_some_and(|(u, _)| u == uid))
     }));
     let view = manager.pressure();
+    let populator = VerdictPopulator::new(
+        w.desired,
+        w.actual,
+        w.verdict_writer,
+        w.admission,
+        manager.conditions(),
+        evictions,
+    );
+    tasks.spawn(populator.run(shutdown.clone()));
+    tasks.spawn(wake_pods_on_verdicts(w.verdicts, w.waker, shutdown.clone()));
     tasks.spawn(manager.run(shutdown.clone().cancelled_owned()));
     Ok(PressureState { view, events })
 }
