@@ -530,4 +530,57 @@ mod tests {
         assert!(p.containers.is_empty());
         assert_eq!(p.sandboxes, vec![("u1".to_owned(), "old-empty".to_owned())]);
     }
+
+    fn desired(restart_policy: &str) -> DesiredPod {
+        let pod = serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"restartPolicy": restart_policy, "containers": [{"name": "app", "image": "busybox"}]}
+        });
+        DesiredPod {
+            pod: serde_json::from_value(pod).unwrap_or_default(),
+            source: super::super::desired::PodSource::Http,
+        }
+    }
+
+    #[test]
+    fn the_reconciler_prunes_only_when_nothing_more_urgent_is_due() {
+        let actual = pod(vec![
+            record("c2", "app", 2, Exited, 20 * SEC, 1),
+            record("c1", "app", 1, Exited, 10 * SEC, 1),
+            record("c0", "app", 0, Exited, 0, 1),
+        ]);
+        let policy = ContainerGcPolicy { min_age: Duration::from_secs(85), ..ContainerGcPolicy::default() };
+        let gc = ContainerGc { policy, surplus: None };
+        let pod = desired("Always");
+        let start = Plan::Run(PodOp::Refresh);
+        assert_eq!(
+            after(&gc, 100 * SEC, &pod, &actual[0].1, start.clone()),
+            start,
+            "a step of the pod goes first"
+        );
+        // While the newest waits in its back-off: the older attempt old enough goes (c1 is 90 s old, c0 100 s).
+        let backoff = Plan::RecheckAfter(Duration::from_secs(40));
+        assert_eq!(
+            after(&gc, 100 * SEC, &pod, &actual[0].1, backoff.clone()),
+            Plan::Run(PodOp::PruneContainers { ids: vec!["c1".into(), "c0".into()] })
+        );
+        // Not old enough yet: looked at again when it is, or when the pod's own recheck is due.
+        assert_eq!(
+            after(&gc, 80 * SEC, &pod, &actual[0].1, Plan::Idle),
+            Plan::RecheckAfter(Duration::from_secs(5))
+        );
+        assert_eq!(
+            after(&gc, 80 * SEC, &pod, &actual[0].1, Plan::RecheckAfter(Duration::from_secs(2))),
+            Plan::RecheckAfter(Duration::from_secs(2))
+        );
+        // The node-wide surplus removes beyond the per-pod policy, never the newest.
+        let policy = ContainerGcPolicy { max_per_pod_container: 5, ..ContainerGcPolicy::default() };
+        let (store, mut writer) = reconcile_engine::store::<PodUid, Surplus>();
+        writer.insert("u1".into(), ["c0".to_owned(), "c2".to_owned()].into());
+        let gc = ContainerGc { policy, surplus: Some(store) };
+        assert_eq!(
+            after(&gc, 100 * SEC, &pod, &actual[0].1, Plan::Idle),
+            Plan::Run(PodOp::PruneContainers { ids: vec!["c0".into()] })
+        );
+    }
 }
