@@ -195,7 +195,7 @@ pub(crate) struct Config {
     /// `nodelet.storage`: the volume provisioners.
     pub(crate) storage: StorageConfig,
     /// `nodelet.containerGC`: dead container garbage collection.
-    pub(crate) container_gc: crate::container_gc::ContainerGcPolicy,
+    pub(crate) container_gc: nodelet_resources::pod::gc::ContainerGcPolicy,
     /// Cluster mode: `Some` when `--kubeconfig` is given.
     pub(crate) cluster: Option<ClusterConfig>,
     /// How the daemon logs.
@@ -1681,8 +1681,8 @@ impl Merger<'_> {
     fn container_gc(
         &self,
         raw: Option<&raw::RawContainerGc>,
-    ) -> Result<crate::container_gc::ContainerGcPolicy, ConfigError> {
-        let mut policy = crate::container_gc::ContainerGcPolicy::default();
+    ) -> Result<nodelet_resources::pod::gc::ContainerGcPolicy, ConfigError> {
+        let mut policy = nodelet_resources::pod::gc::ContainerGcPolicy::default();
         let Some(raw) = raw else { return Ok(policy) };
         policy.period =
             self.positive_duration(None, "", raw.period, "nodelet.containerGC.period", policy.period)?;

@@ -8,7 +8,6 @@ mod cli;
 mod client;
 mod cluster;
 mod config;
-mod container_gc;
 mod containerd;
 mod cri_log;
 mod csinode;
@@ -284,13 +283,17 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let (verdicts, verdict_writer) = reconcile_engine::store();
     let admission = pressure::admission(config, &node_facts, Arc::new(node_objects.clone()));
     let pod_failures: nodelet_resources::pod::reconciler::FailureSlot = Arc::default();
+    // Container GC: dead containers and sandboxes pruned by the pod pair (kubelet's container GC).
+    let (container_gc, container_surplus, container_reclaimer) =
+        nodelet_resources::pod::gc::container_gc(config.container_gc, desired.clone(), clock.clone());
     let mut engine = Engine::builder(
         "pods",
         PodReconciler::new(crash_loop.clone(), clock.clone())
             .with_failures(pod_failures.clone())
             .with_volumes(gate.clone())
             .with_probes(probe_results.clone())
-            .with_verdicts(verdicts.clone()),
+            .with_verdicts(verdicts.clone())
+            .with_container_gc(container_gc),
         Arc::new(PodDriver::new(runtime.clone(), pod_metrics.clone())),
         desired.clone(),
     )
@@ -336,16 +339,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     let pleg =
         Pleg::new(runtime.clone(), actual.clone(), engine.observer(), config.pleg_relist_period, pod_metrics);
     let waker = pleg.waker();
-    // Dead containers and sandboxes beyond the newest per container (kubelet's container GC).
-    let container_gc = container_gc::ContainerGc::new(
-        runtime.clone(),
-        desired.clone(),
-        actual.clone(),
-        config.container_gc,
-        clock.clone(),
-    )
-    .with_pleg(waker.clone());
-    tasks.spawn(container_gc.run(shutdown.clone()));
+    tasks.spawn(container_surplus.populator(actual.clone(), engine.waker()).run(shutdown.clone()));
     tasks.spawn(log_rotation::run(cri.clone(), actual.clone(), config.container_logs, shutdown.clone()));
     let events = cri.events(nodelet_cri::EventsConfig::default());
     let stop = shutdown.clone();
@@ -414,14 +408,9 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             verdict_writer,
             admission,
             waker: pod_waker,
-            container_gc: container_gc::ContainerGc::new(
-                runtime.clone(),
-                desired.clone(),
-                actual.clone(),
-                config.container_gc,
-                clock.clone(),
-            ),
+            container_gc: container_reclaimer,
             registry: &registry,
+            engine_metrics: &engine_metrics,
             clock: clock.clone(),
         },
         &shutdown,

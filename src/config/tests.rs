@@ -541,7 +541,7 @@ fn the_example_manifests_are_valid_static_pods() {
 #[test]
 fn container_gc_fields_are_read_and_errors_name_them() {
     let default = ok(&[], None).config.container_gc;
-    assert_eq!(default, crate::container_gc::ContainerGcPolicy::default());
+    assert_eq!(default, nodelet_resources::pod::gc::ContainerGcPolicy::default());
     assert_eq!(
         (default.period, default.max_per_pod_container, default.max_containers),
         (Duration::from_secs(60), 1, None)

@@ -324,15 +324,22 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
     ) -> Outcome<PodActual, RuntimeError> {
         let started = tokio::time::Instant::now();
         let kind = match op {
-            PodOp::CreateSandbox { .. } => "create",
+            PodOp::CreateSandbox { .. } => Some("create"),
             PodOp::StartContainer { .. } | PodOp::KillContainers { .. } | PodOp::ResizeContainer { .. } => {
-                "update"
+                Some("update")
             }
-            PodOp::KillPod { .. } => "kill",
-            PodOp::Refresh => "sync",
+            PodOp::KillPod { .. } => Some("kill"),
+            PodOp::Refresh => Some("sync"),
+            // Container GC is no pod worker step in the kubelet.
+            PodOp::PruneContainers { .. } | PodOp::PruneSandboxes { .. } => None,
         };
         let outcome = self.execute_op(uid, op, cancel).await;
-        self.metrics.pod_worker_duration.with_label_values(&[kind]).observe(started.elapsed().as_secs_f64());
+        if let Some(kind) = kind {
+            self.metrics
+                .pod_worker_duration
+                .with_label_values(&[kind])
+                .observe(started.elapsed().as_secs_f64());
+        }
         match op {
             PodOp::CreateSandbox { attempt: 0, .. } => {
                 self.starting().entry(uid.clone()).or_insert(started);
@@ -390,6 +397,39 @@ impl<R: PodRuntime> PodDriver<R> {
                     Err(e) => Outcome::Failed(e),
                 }
             }
+            PodOp::PruneContainers { ids } => self.prune(uid, ids, false).await,
+            PodOp::PruneSandboxes { ids } => self.prune(uid, ids, true).await,
+        }
+    }
+
+    /// Removes dead containers (with their logs) or sandboxes chosen by container GC; a missing one
+    /// is fine. Then reads the pod's state again.
+    async fn prune(&self, uid: &str, ids: &[String], sandboxes: bool) -> Outcome<PodActual, RuntimeError> {
+        let mut removed = 0usize;
+        let mut failed = None;
+        for id in ids {
+            let result = if sandboxes {
+                self.runtime.remove_sandbox(id).await
+            } else {
+                self.runtime.remove_container(id).await
+            };
+            match result {
+                Ok(()) => removed += 1,
+                Err(e) => {
+                    tracing::warn!(pod = %uid, id = %id, error = %e, "container GC: cannot remove");
+                    failed = Some(e);
+                }
+            }
+        }
+        if removed > 0 {
+            let (containers, sandboxes) = if sandboxes { (0, removed) } else { (removed, 0) };
+            tracing::info!(pod = %uid, containers, sandboxes, "container GC removed dead containers");
+        }
+        match failed {
+            // Some may be gone: the runtime knows.
+            Some(e) if removed > 0 => Outcome::Uncertain(e),
+            Some(e) => Outcome::Failed(e),
+            None => self.state(uid).await,
         }
     }
 }

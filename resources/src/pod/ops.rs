@@ -58,6 +58,16 @@ pub enum PodOp {
         /// Remove containers and sandboxes afterwards.
         remove: bool,
     },
+    /// Remove dead containers (with their logs) that container GC chose (see [`super::gc`]).
+    PruneContainers {
+        /// Their IDs.
+        ids: Vec<String>,
+    },
+    /// Remove dead sandboxes that container GC chose (see [`super::gc`]).
+    PruneSandboxes {
+        /// Their IDs.
+        ids: Vec<String>,
+    },
 }
 
 impl Operation for PodOp {
@@ -73,6 +83,8 @@ impl Operation for PodOp {
             PodOp::ResizeContainer { .. } => "resize_container",
             PodOp::KillPod { remove: false, .. } => "kill_pod",
             PodOp::KillPod { remove: true, .. } => "remove_pod",
+            PodOp::PruneContainers { .. } => "prune_containers",
+            PodOp::PruneSandboxes { .. } => "prune_sandboxes",
         }
     }
 
@@ -90,6 +102,7 @@ impl Operation for PodOp {
             }
             // The kubelet gives RunPodSandbox twice the runtime request timeout.
             PodOp::CreateSandbox { .. } => Some(Duration::from_secs(240)),
+            PodOp::PruneContainers { .. } | PodOp::PruneSandboxes { .. } => Some(Duration::from_secs(120)),
             PodOp::Refresh | PodOp::ResizeContainer { .. } => None,
         }
     }

@@ -84,6 +84,7 @@ pub struct PodReconciler {
     // `eviction::populator::wake_pods_on_verdicts`.
     verdicts: Option<reconcile_engine::Store<PodUid, crate::eviction::verdict::Verdict>>,
     failures: Option<FailureSlot>,
+    container_gc: Option<super::gc::ContainerGc>,
 }
 
 impl fmt::Debug for PodReconciler {
@@ -95,7 +96,15 @@ impl fmt::Debug for PodReconciler {
 impl PodReconciler {
     /// A reconciler with the given crash-loop timing and clock.
     pub fn new(backoff: CrashLoopBackOff, clock: Clock) -> Self {
-        Self { backoff, clock, volumes: None, probes: None, verdicts: None, failures: None }
+        Self {
+            backoff,
+            clock,
+            volumes: None,
+            probes: None,
+            verdicts: None,
+            failures: None,
+            container_gc: None,
+        }
     }
 
     /// Restarts containers whose liveness or startup probe failed, as `results` says, and lets
@@ -165,6 +174,13 @@ impl PodReconciler {
     /// then never delays a restart of the pod's other containers (see `start_ephemeral`).
     pub fn with_failures(mut self, slot: FailureSlot) -> Self {
         self.failures = Some(slot);
+        self
+    }
+
+    /// Prunes dead containers and sandboxes of desired pods by `gc`'s policy when nothing more urgent
+    /// is due for the pod (see [`super::gc`]). Without it, only the pod driver's own clean-up runs.
+    pub fn with_container_gc(mut self, gc: super::gc::ContainerGc) -> Self {
+        self.container_gc = Some(gc);
         self
     }
 
@@ -532,7 +548,12 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
                     }
                 }
                 let empty = PodActual::default();
-                self.plan_running(pod, actual.unwrap_or(&empty))
+                let actual = actual.unwrap_or(&empty);
+                let next = self.plan_running(pod, actual);
+                match &self.container_gc {
+                    Some(gc) => super::gc::after(gc, (self.clock)(), pod, actual, next),
+                    None => next,
+                }
             }
         }
     }
