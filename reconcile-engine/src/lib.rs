@@ -68,6 +68,7 @@ pub mod executor;
 mod key;
 pub mod metrics;
 mod reconciler;
+mod relation;
 mod store;
 
 #[cfg(feature = "testing")]
@@ -83,6 +84,7 @@ pub use executor::{Executor, ExecutorConfig, OpError, Submitted};
 pub use key::Key;
 pub use metrics::{Metrics, OpResult};
 pub use reconciler::{Operation, Plan, Reconciler, Update, View};
+pub use relation::Inputs;
 pub use store::{Store, Subscription, SyncWatch, Writer, WriterDropped, store};
 pub use tokio_util::sync::CancellationToken;
 
