@@ -257,7 +257,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
     .metrics(&engine_metrics);
     // Pod volumes and their CSI devices wait for each other.
     let own_actual = volume_builder.actual();
-    let related = nodelet_resources::volume::reconciler::related_volumes(volume_desired.clone(), own_actual.clone());
+    let related =
+        nodelet_resources::volume::reconciler::related_volumes(volume_desired.clone(), own_actual.clone());
     let mut volume_engine = volume_builder.watches("devices", own_actual, related).build();
     let volume_actual = volume_engine.actual();
     let volume_failures = volume_engine.op_status();

@@ -324,7 +324,8 @@ where
         let metrics = self.metrics.unwrap_or_else(Metrics::unregistered);
         let executor = Executor::new(&self.name, self.driver, self.config.executor.clone(), &metrics);
         let (actual, actual_writer) = (self.actual, self.actual_writer);
-        let relations = Relations::start(self.relations, |relation| metrics.relation_wakeups(&self.name, relation));
+        let relations =
+            Relations::start(self.relations, |relation| metrics.relation_wakeups(&self.name, relation));
         let desired_sub = self.desired.subscribe();
         let (status, status_writer) = store();
         let (tx, observations) = tokio::sync::mpsc::unbounded_channel();

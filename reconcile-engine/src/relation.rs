@@ -90,10 +90,16 @@ impl Inputs {
 /// Maps a changed key of a watched store to keys of the watching engine.
 type MapFn<K> = Box<dyn Fn(&mut dyn FnMut(K)) + Send + Sync>;
 
+/// Whether a relation's subscription holds changes not yet mapped.
+type PendingFn = Box<dyn Fn() -> bool + Send + Sync>;
+
+/// Subscribes a relation's store, signalling the given [`Notify`].
+type StartFn<K> = Box<dyn FnOnce(Arc<Notify>) -> (MapFn<K>, PendingFn) + Send>;
+
 /// A declared relation before the engine is built: its name, and how to subscribe it.
 pub(crate) struct RelationSpec<K> {
     pub(crate) name: String,
-    pub(crate) start: Box<dyn FnOnce(Arc<Notify>) -> (MapFn<K>, Box<dyn Fn() -> bool + Send + Sync>) + Send>,
+    pub(crate) start: StartFn<K>,
 }
 
 impl<K: Key> RelationSpec<K> {
@@ -109,7 +115,7 @@ impl<K: Key> RelationSpec<K> {
             let sub = Arc::new(sub);
             let pending = {
                 let sub = sub.clone();
-                Box::new(move || !sub.is_empty()) as Box<dyn Fn() -> bool + Send + Sync>
+                Box::new(move || !sub.is_empty()) as PendingFn
             };
             let map = Box::new(move |out: &mut dyn FnMut(K)| {
                 for changed in sub.drain() {
@@ -129,7 +135,7 @@ impl<K: Key> RelationSpec<K> {
 pub(crate) struct Relation<K> {
     pub(crate) name: String,
     map: MapFn<K>,
-    pending: Box<dyn Fn() -> bool + Send + Sync>,
+    pending: PendingFn,
     pub(crate) wakeups: IntCounter,
 }
 

@@ -15,6 +15,9 @@ use tokio::time::Instant;
 /// A gate per device, in another pair's store.
 type Gates = Store<u8, bool>;
 
+/// What the relation's mapper was called with: the gate and its value (`None` once removed).
+type Mapped = Arc<Mutex<Vec<(u8, Option<bool>)>>>;
+
 /// Puts the desired value of a device while its gate is open; removes it once its gate is
 /// gone. Counts its calls per run.
 #[derive(Default)]
@@ -32,7 +35,9 @@ impl Reconciler<u32, Actual> for Gated {
         let Some(gates) = v.input::<u8, bool>() else { return Plan::Idle };
         match (gates.get(d).map(|open| *open), v.desired, v.actual) {
             (None, _, Some(_)) => Plan::Run(Op::Delete),
-            (Some(true), Some(want), actual) if actual != Some(&Actual::Val(*want)) => Plan::Run(Op::Put(*want)),
+            (Some(true), Some(want), actual) if actual != Some(&Actual::Val(*want)) => {
+                Plan::Run(Op::Put(*want))
+            }
             _ => Plan::Idle,
         }
     }
@@ -47,7 +52,7 @@ struct Setup {
     gates: reconcile_engine::Writer<u8, bool>,
     actual: Store<K, Actual>,
     driver: Arc<common::Fake>,
-    mapped: Arc<Mutex<Vec<(u8, Option<bool>)>>>,
+    mapped: Mapped,
     calls: Arc<AtomicUsize>,
     registry: prometheus::Registry,
     stop: tokio::sync::oneshot::Sender<()>,
@@ -60,7 +65,7 @@ fn start() -> Setup {
     let (desired_store, desired) = store::<K, u32>();
     let (gate_store, gates): (Gates, _) = store();
     let driver = fake();
-    let mapped = Arc::new(Mutex::new(Vec::new()));
+    let mapped: Mapped = Arc::default();
     let calls = Arc::new(AtomicUsize::new(0));
     let registry = prometheus::Registry::new();
     let metrics = Metrics::new(&registry).expect("metrics");

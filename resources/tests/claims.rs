@@ -113,9 +113,11 @@ impl Harness {
         let driver = ClaimDriver::new(records.clone(), set.clone());
         let provisioned = driver.provisioned();
         let reconciler = ClaimReconciler::new(NodeInfo::new(NODE), set);
-        let engine =
-            watch_related(Engine::builder("claims", reconciler.clone(), Arc::new(driver), desired.clone()), &desired)
-                .build();
+        let engine = watch_related(
+            Engine::builder("claims", reconciler.clone(), Arc::new(driver), desired.clone()),
+            &desired,
+        )
+        .build();
         let actual = engine.actual();
         let view =
             ClaimView::new(desired.clone(), actual.clone(), reconciler).with_failures(engine.op_status());

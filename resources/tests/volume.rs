@@ -24,7 +24,7 @@ use nodelet_resources::volume::driver::{VolumeDriver, VolumeError, VolumeHost};
 use nodelet_resources::volume::metrics::VolumeMetrics;
 use nodelet_resources::volume::ops::VolumeOp;
 use nodelet_resources::volume::populator::{Populator, Renderer};
-use nodelet_resources::volume::reconciler::{VolumeReconciler, related_volumes, pod_of_volume};
+use nodelet_resources::volume::reconciler::{VolumeReconciler, pod_of_volume, related_volumes};
 use nodelet_resources::volume::status::{VolumeGate, VolumeReadiness};
 use reconcile_engine::testing::eventually;
 use reconcile_engine::{Engine, Store, Writer, store};

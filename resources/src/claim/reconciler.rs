@@ -301,7 +301,8 @@ pub fn related_keys(
     match changed {
         ClaimKey::Volume(name) => {
             let key = ClaimKey::Volume(name.clone());
-            if let Some(r) = desired.get(&key).and_then(|d| d.as_volume().and_then(DesiredPv::spec_claim_ref)) {
+            if let Some(r) = desired.get(&key).and_then(|d| d.as_volume().and_then(DesiredPv::spec_claim_ref))
+            {
                 keys.insert(r.key());
             }
             if let Some(r) = actual.get(&key).and_then(|a| a.as_volume().and_then(|a| a.claim_ref.clone())) {
@@ -309,7 +310,10 @@ pub fn related_keys(
             }
         }
         ClaimKey::Claim { .. } => {
-            if let Some(v) = desired.get(changed).and_then(|d| d.as_claim().and_then(|c| c.volume_name().map(str::to_owned))) {
+            if let Some(v) = desired
+                .get(changed)
+                .and_then(|d| d.as_claim().and_then(|c| c.volume_name().map(str::to_owned)))
+            {
                 keys.insert(ClaimKey::Volume(v));
             }
             if let Some(v) = actual.get(changed).and_then(|a| a.as_claim().and_then(|c| c.volume.clone())) {
@@ -325,10 +329,10 @@ pub fn related_keys(
                 keys.insert(key.clone());
             }
         }
-        ClaimDesired::Claim(_) => {
-            if actual.get(key).and_then(|a| a.as_claim().map(|c| c.volume.is_none())).unwrap_or(true) {
-                keys.insert(key.clone());
-            }
+        ClaimDesired::Claim(_)
+            if actual.get(key).and_then(|a| a.as_claim().map(|c| c.volume.is_none())).unwrap_or(true) =>
+        {
+            keys.insert(key.clone());
         }
         _ => {}
     });

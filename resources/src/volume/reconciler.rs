@@ -14,7 +14,8 @@ use reconcile_engine::{Plan, Reconciler, Store, Update, View};
 
 use super::actual::{DeviceActual, MountState, Step, VolumeActual};
 use super::desired::{
-    CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, is_device_key, split_key, volume_path,
+    CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, is_device_key, split_key,
+    volume_path,
 };
 use super::ops::VolumeOp;
 
