@@ -246,7 +246,7 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
 
     // The volume engine: populated from the pods, gating their containers.
     let (volume_desired, volume_writer) = reconcile_engine::store();
-    let mut volume_engine = Engine::builder(
+    let volume_builder = Engine::builder(
         "volumes",
         VolumeReconciler::new(&config.root_dir),
         Arc::new(VolumeDriver::new(
@@ -255,8 +255,12 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         )),
         volume_desired.clone(),
     )
-    .metrics(&engine_metrics)
-    .build();
+    .metrics(&engine_metrics);
+    // Pod volumes and their CSI devices wait for each other.
+    let own_actual = volume_builder.actual();
+    let related =
+        nodelet_resources::volume::reconciler::related_volumes(volume_desired.clone(), own_actual.clone());
+    let mut volume_engine = volume_builder.watches("devices", own_actual, related).build();
     let volume_actual = volume_engine.actual();
     let volume_failures = volume_engine.op_status();
     tasks.spawn(volumes::watch_volumes(volume_actual.clone(), volume_engine.observer(), shutdown.clone()));
@@ -304,6 +308,8 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             .with_max(config.backoff.image_pull.max),
     )
     .resync_period(config.sync_frequency)
+    // A pod's volumes changed: plan the pod again.
+    .watches("volumes", volume_actual.clone(), nodelet_resources::volume::reconciler::pod_of_volume)
     .build();
     let actual = engine.actual();
     let failures = engine.op_status();
@@ -327,11 +333,6 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         csi_registry.clone(),
         claims.metrics.clone(),
         config.storage.volume_stats_agg_period,
-        shutdown.clone(),
-    ));
-    tasks.spawn(volumes::wake_pods_on_volume_changes(
-        volume_actual.clone(),
-        engine.waker(),
         shutdown.clone(),
     ));
     let stop = shutdown.clone();

@@ -16,7 +16,7 @@ use nodelet_resources::claim::driver::{
     ClaimDriver, MemoryRecords, ProvisionError, ProvisionRequest, Provisioner, ProvisionerSet,
 };
 use nodelet_resources::claim::populator::{ClaimObjects, Populator};
-use nodelet_resources::claim::reconciler::{ClaimReconciler, wake_related};
+use nodelet_resources::claim::reconciler::{ClaimReconciler, watch_related};
 use nodelet_resources::claim::status::ClaimView;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
 use reconcile_engine::testing::eventually;
@@ -113,7 +113,11 @@ impl Harness {
         let driver = ClaimDriver::new(records.clone(), set.clone());
         let provisioned = driver.provisioned();
         let reconciler = ClaimReconciler::new(NodeInfo::new(NODE), set);
-        let engine = Engine::builder("claims", reconciler.clone(), Arc::new(driver), desired.clone()).build();
+        let engine = watch_related(
+            Engine::builder("claims", reconciler.clone(), Arc::new(driver), desired.clone()),
+            &desired,
+        )
+        .build();
         let actual = engine.actual();
         let view =
             ClaimView::new(desired.clone(), actual.clone(), reconciler).with_failures(engine.op_status());
@@ -121,7 +125,6 @@ impl Harness {
         let populator = Populator::new(rx, provisioned, pods_store, actual.clone(), writer);
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(populator.run(stop.clone())));
-        tasks.push(tokio::spawn(wake_related(desired, actual, engine.waker(), stop.clone())));
         let s = stop.clone();
         tasks.push(tokio::spawn(async move {
             engine.run(s.cancelled_owned()).await;
