@@ -33,6 +33,7 @@ mod hostile_clients;
 mod lifecycle;
 mod logs;
 mod metrics;
+mod pod_security;
 mod probes;
 mod restarts;
 mod scale;

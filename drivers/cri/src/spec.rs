@@ -10,6 +10,7 @@ use std::path::{Component, Path, PathBuf};
 use k8s_cri::v1;
 use k8s_openapi::api::core::v1::{Container, EnvVarSource, SeccompProfile};
 use nodelet_resources::pod::desired::DesiredPod;
+use nodelet_resources::pod::security::APPARMOR_ANNOTATION_PREFIX;
 use nodelet_resources::pod::driver::{ContainerKind, container_hash};
 use nodelet_resources::pod::resize::{CgroupResources, container_hash_without_resources};
 use nodelet_resources::volume::status::PodVolumes;
@@ -256,18 +257,17 @@ fn container_namespace_options(pod: &DesiredPod, pid_target: Option<&str>) -> v1
 }
 
 /// The pod's seccomp profile (or a container's, which takes precedence). Unset means `Unconfined`, the
-/// kubelet's default while `seccompDefault` is off.
+/// kubelet's default, or `RuntimeDefault` with `seccompDefault` on.
 fn seccomp(
     profile: Option<&SeccompProfile>,
-    root: &Path,
+    config: &CriPodRuntimeConfig,
     field: &str,
 ) -> Result<v1::SecurityProfile, String> {
     use v1::security_profile::ProfileType;
+    let root = &config.seccomp_profile_root;
     let Some(profile) = profile else {
-        return Ok(v1::SecurityProfile {
-            profile_type: ProfileType::Unconfined as i32,
-            ..Default::default()
-        });
+        let default = if config.seccomp_default { ProfileType::RuntimeDefault } else { ProfileType::Unconfined };
+        return Ok(v1::SecurityProfile { profile_type: default as i32, ..Default::default() });
     };
     match profile.type_.as_str() {
         "RuntimeDefault" => {
@@ -342,7 +342,7 @@ pub(crate) fn sandbox_config(
         config.allow_privileged && pod.init_containers().iter().chain(pod.containers()).any(is_privileged);
     let seccomp = seccomp(
         pod_sc.and_then(|sc| sc.seccomp_profile.as_ref()),
-        &config.seccomp_profile_root,
+        config,
         "spec.securityContext.seccompProfile",
     )
     .map_err(SpecError::Sandbox)?;
@@ -786,7 +786,9 @@ fn container_security_context(
             "spec.securityContext.seccompProfile".to_owned(),
         ),
     };
-    let seccomp = seccomp(profile, &config.seccomp_profile_root, &field)
+    let seccomp = seccomp(profile, config, &field)
+        .map_err(|why| SpecError::Container(format!("container {:?}: {why}", container.name)))?;
+    let apparmor = apparmor(pod, container, config)
         .map_err(|why| SpecError::Container(format!("container {:?}: {why}", container.name)))?;
     Ok(v1::LinuxContainerSecurityContext {
         capabilities,
@@ -804,8 +806,59 @@ fn container_security_context(
         supplemental_groups: supplemental_groups(pod),
         no_new_privs: !privileged && sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
         seccomp: Some(seccomp),
+        apparmor,
         ..Default::default()
     })
+}
+
+/// The container's AppArmor profile: its `securityContext.appArmorProfile`, else the pod's, else the
+/// `container.apparmor.security.beta.kubernetes.io/<name>` annotation (`runtime/default`, `localhost/<profile>`,
+/// `unconfined`). `None` when nothing is set (the runtime's default). A profile other than unconfined on a node
+/// without AppArmor is refused, as the kubelet refuses it, rather than silently not applied.
+fn apparmor(
+    pod: &DesiredPod,
+    container: &Container,
+    config: &CriPodRuntimeConfig,
+) -> Result<Option<v1::SecurityProfile>, String> {
+    use v1::security_profile::ProfileType;
+    let field = container
+        .security_context
+        .as_ref()
+        .and_then(|s| s.app_armor_profile.as_ref())
+        .or_else(|| pod.spec().security_context.as_ref().and_then(|s| s.app_armor_profile.as_ref()));
+    let profile = if let Some(field) = field {
+        match field.type_.as_str() {
+            "RuntimeDefault" => (ProfileType::RuntimeDefault, String::new()),
+            "Unconfined" => (ProfileType::Unconfined, String::new()),
+            "Localhost" => match field.localhost_profile.as_deref().filter(|p| !p.is_empty()) {
+                Some(name) => (ProfileType::Localhost, name.to_owned()),
+                None => return Err("appArmorProfile.localhostProfile: Required value for type Localhost".into()),
+            },
+            other => return Err(format!("appArmorProfile.type: unsupported AppArmor profile type {other:?}")),
+        }
+    } else {
+        let key = format!("{APPARMOR_ANNOTATION_PREFIX}{}", container.name);
+        let Some(value) = pod.pod.metadata.annotations.as_ref().and_then(|a| a.get(&key)) else {
+            return Ok(None);
+        };
+        match value.as_str() {
+            "runtime/default" => (ProfileType::RuntimeDefault, String::new()),
+            "unconfined" => (ProfileType::Unconfined, String::new()),
+            other => match other.strip_prefix("localhost/").filter(|p| !p.is_empty()) {
+                Some(name) => (ProfileType::Localhost, name.to_owned()),
+                None => {
+                    return Err(format!(
+                        "annotation {key}: invalid AppArmor profile {other:?} (use runtime/default, localhost/<profile> \
+                         or unconfined)"
+                    ));
+                }
+            },
+        }
+    };
+    if profile.0 != ProfileType::Unconfined && !config.apparmor_enabled {
+        return Err("Cannot enforce AppArmor: AppArmor is not enabled on the host".into());
+    }
+    Ok(Some(v1::SecurityProfile { profile_type: profile.0 as i32, localhost_ref: profile.1 }))
 }
 
 /// Refuses to run a `runAsNonRoot` container as root: the effective user is `runAsUser`, else the image's.

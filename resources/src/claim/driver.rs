@@ -14,7 +14,7 @@ use prometheus::HistogramVec;
 use reconcile_engine::{CancellationToken, Driver, Outcome, Update};
 use tokio::sync::watch;
 
-use super::actual::{ClaimActual, ClaimPhase, Provisioned, PvActual, PvcActual};
+use super::actual::{ClaimActual, ClaimPhase, Provisioned, PvActual, PvcActual, VolumePhase};
 use super::binding::{NodeInfo, format_bytes};
 use super::desired::{ANN_PROVISIONED_BY, ClaimKey, ClaimRef};
 use super::ops::ClaimOp;
@@ -254,6 +254,19 @@ impl ProvisionedVolumes {
         self.tx.subscribe()
     }
 
+    /// Whether `volume` is one a provisioner of nodelet created: a record of that name exists and names the same
+    /// storage (the same volume source and provisioner). Only such volumes have their storage deleted.
+    pub fn holds(&self, volume: &PersistentVolume) -> bool {
+        let name = volume.metadata.name.as_deref().unwrap_or_default();
+        let snapshot = self.snapshot();
+        let Some(recorded) = snapshot.get(name) else { return false };
+        let by = |pv: &PersistentVolume| pv.metadata.annotations.as_ref().and_then(|a| a.get(ANN_PROVISIONED_BY)).cloned();
+        let source = |pv: &PersistentVolume| {
+            pv.spec.as_ref().map(|s| (s.local.clone(), s.csi.clone(), s.host_path.clone()))
+        };
+        by(recorded) == by(volume) && source(recorded) == source(volume)
+    }
+
     fn insert(&self, volume: PersistentVolume) {
         let name = volume.metadata.name.clone().unwrap_or_default();
         self.tx.send_modify(|m| {
@@ -394,11 +407,19 @@ impl<R: ClaimRecords + std::fmt::Debug> ClaimDriver<R> {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(e),
         };
+        let name = pv.metadata.name.as_deref().unwrap_or_default();
+        if !self.provisioned.holds(pv) {
+            let message = format!(
+                "volume {name:?} does not match nodelet's provisioning record of it: its storage is not deleted"
+            );
+            tracing::warn!(volume = name, "{message}");
+            let failed = PvActual { phase: VolumePhase::Failed, message: Some(message), deleted: false, ..after.clone() };
+            return self.set(key, ClaimActual::Volume(failed)).await;
+        }
         if let Err(e) = p.delete(pv).await {
             let err = ClaimError::Provisioner { provisioner: provisioner.to_owned(), message: e.message };
             return if e.uncertain { Outcome::Uncertain(err) } else { Outcome::Failed(err) };
         }
-        let name = pv.metadata.name.as_deref().unwrap_or_default();
         if let Err(e) = self.records.remove_volume(name).await {
             return Outcome::Failed(e);
         }
