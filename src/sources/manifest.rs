@@ -290,6 +290,25 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_the_security_level_refuses_is_a_forbidden_problem_naming_it() {
+        let host = r#"{"kind":"Pod","metadata":{"name":"h"},"spec":{"hostNetwork":true,"containers":[{"name":"c","image":"x"}]}}"#;
+        let plain = r#"{"kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}}"#;
+        let baseline = PodSecurity { level: nodelet_resources::pod::security::Level::Baseline, restrictions: None };
+        let parsed = parse(format!("{host}\n{plain}").as_bytes(), &source(), "n", &baseline);
+        assert_eq!(keys(&parsed.pods), ["default/p"]);
+        assert_eq!(parsed.problems.len(), 1, "{:?}", parsed.problems);
+        let problem = &parsed.problems[0];
+        assert!(problem.forbidden);
+        assert_eq!(problem.object.as_deref(), Some("default/h"));
+        assert_eq!(
+            problem.message,
+            r#"document 1: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)"#
+        );
+        let privileged = parse(host.as_bytes(), &source(), "n", &PodSecurity::default());
+        assert_eq!(keys(&privileged.pods), ["default/h"]);
+    }
+
+    #[test]
     fn json_documents_pod_lists_and_lists_are_read() {
         let one = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"},"spec":{"containers":[{"name":"c","image":"x"}]}}"#;
         let parsed = parse(format!("  {one}\n{one}").as_bytes(), &source(), "n", &PodSecurity::default());
@@ -442,6 +461,7 @@ mod tests {
             format!("{}---\n{}", pod_yaml("a", "nginx:1"), pod_yaml("b", "nginx:1")).as_bytes(),
             &source(),
             "n",
+            &PodSecurity::default(),
         );
         assert_eq!(keep_last_good(&v1, &[]).1, 0);
 
@@ -450,6 +470,7 @@ mod tests {
             format!("{}---\n{}", pod_yaml("a", "nginx:2"), pod_yaml("b", "''")).as_bytes(),
             &source(),
             "n",
+            &PodSecurity::default(),
         );
         let (pods, kept) = keep_last_good(&v2, &v1.pods);
         assert_eq!((keys(&pods), kept), (vec!["default/a", "default/b"], 1));

@@ -1643,6 +1643,79 @@ mod tests {
     }
 
     #[test]
+    fn seccomp_default_makes_unset_profiles_runtime_default() {
+        use v1::security_profile::ProfileType;
+        let c = container("app");
+        let p = pod(vec![c.clone()]);
+        let img = image();
+        let profile = |config: &CriPodRuntimeConfig, c: &Container| {
+            container_config(&p, c, &inputs(&img, &[]), config)
+                .expect("config")
+                .linux
+                .and_then(|l| l.security_context)
+                .and_then(|s| s.seccomp)
+                .map(|s| s.profile_type)
+        };
+        assert_eq!(profile(&cfg(), &c), Some(ProfileType::Unconfined as i32), "the kubelet's default");
+        let on = cfg().with_seccomp_default(true);
+        assert_eq!(profile(&on, &c), Some(ProfileType::RuntimeDefault as i32));
+        let sandbox = sandbox_config(&p, 0, &on, None).expect("sandbox");
+        let sandbox_profile = sandbox.linux.and_then(|l| l.security_context).and_then(|s| s.seccomp);
+        assert_eq!(sandbox_profile.map(|s| s.profile_type), Some(ProfileType::RuntimeDefault as i32));
+        let mut explicit = c.clone();
+        explicit.security_context = Some(SecurityContext {
+            seccomp_profile: Some(SeccompProfile { type_: "Unconfined".into(), localhost_profile: None }),
+            ..Default::default()
+        });
+        assert_eq!(profile(&on, &explicit), Some(ProfileType::Unconfined as i32), "an explicit profile wins");
+    }
+
+    #[test]
+    fn apparmor_annotations_and_fields_map_to_the_cri_or_are_refused_without_apparmor() {
+        use v1::security_profile::ProfileType;
+        let c = container("app");
+        let img = image();
+        let with = |value: &str| {
+            let mut p = pod(vec![c.clone()]);
+            p.pod.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(
+                "container.apparmor.security.beta.kubernetes.io/app".into(),
+                value.into(),
+            );
+            p
+        };
+        let apparmor = |p: &DesiredPod, config: &CriPodRuntimeConfig| {
+            container_config(p, &c, &inputs(&img, &[]), config)
+                .map(|cc| cc.linux.and_then(|l| l.security_context).and_then(|s| s.apparmor))
+        };
+        let enabled = cfg().with_apparmor_enabled(true);
+        let none = apparmor(&pod(vec![c.clone()]), &enabled).expect("no profile");
+        assert_eq!(none, None, "nothing asked, nothing set");
+        let local = apparmor(&with("localhost/my-profile"), &enabled).expect("localhost").expect("set");
+        assert_eq!((local.profile_type, local.localhost_ref.as_str()), (ProfileType::Localhost as i32, "my-profile"));
+        let default = apparmor(&with("runtime/default"), &enabled).expect("runtime/default").expect("set");
+        assert_eq!(default.profile_type, ProfileType::RuntimeDefault as i32);
+        assert!(apparmor(&with("bogus"), &enabled).is_err(), "an unknown value is refused");
+
+        // Without AppArmor on the node: refused, not dropped; unconfined still runs.
+        let err = apparmor(&with("localhost/my-profile"), &cfg()).expect_err("no AppArmor");
+        assert_eq!(err.reason(), "CreateContainerConfigError");
+        assert!(err.to_string().contains("AppArmor is not enabled on the host"), "{err}");
+        let unconfined = apparmor(&with("unconfined"), &cfg()).expect("unconfined").expect("set");
+        assert_eq!(unconfined.profile_type, ProfileType::Unconfined as i32);
+
+        let mut field = c.clone();
+        field.security_context = Some(SecurityContext {
+            app_armor_profile: Some(k8s_openapi::api::core::v1::AppArmorProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..Default::default()
+        });
+        let p = pod(vec![field.clone()]);
+        assert!(container_config(&p, &field, &inputs(&img, &[]), &cfg()).is_err(), "the field is refused too");
+    }
+
+    #[test]
     fn unknowable_env_is_an_error_naming_the_field() {
         let mut c = container("app");
         c.env = Some(vec![

@@ -494,3 +494,39 @@ impl ClaimOp {
         reconcile_engine::Operation::kind(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{LocalVolumeSource, PersistentVolumeSpec};
+
+    use super::*;
+
+    fn local(name: &str, path: &str, by: Option<&str>) -> PersistentVolume {
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: by.map(|b| BTreeMap::from([(ANN_PROVISIONED_BY.to_owned(), b.to_owned())])),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeSpec {
+                local: Some(LocalVolumeSource { path: path.into(), fs_type: None }),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn only_the_recorded_volume_with_the_same_storage_is_held() {
+        let volumes = ProvisionedVolumes::new();
+        let mine = local("pvc-1", "/base/pvc-1", Some("p"));
+        assert!(!volumes.holds(&mine), "nothing recorded yet");
+        volumes.insert(mine.clone());
+        assert!(volumes.holds(&mine));
+        assert!(!volumes.holds(&local("pvc-1", "/etc", Some("p"))), "same name, other storage");
+        assert!(!volumes.holds(&local("pvc-1", "/base/pvc-1", Some("q"))), "other provisioner");
+        assert!(!volumes.holds(&local("pvc-2", "/base/pvc-2", Some("p"))), "not recorded");
+        volumes.remove("pvc-1");
+        assert!(!volumes.holds(&mine));
+    }
+}
