@@ -423,7 +423,12 @@ pub(crate) struct PodSecurityLevels {
 
 impl Default for PodSecurityLevels {
     fn default() -> Self {
-        PodSecurityLevels { file: Level::Privileged, url: Level::Baseline, http: Level::Baseline, api: Level::Privileged }
+        PodSecurityLevels {
+            file: Level::Privileged,
+            url: Level::Baseline,
+            http: Level::Baseline,
+            api: Level::Privileged,
+        }
     }
 }
 
@@ -767,7 +772,10 @@ impl Config {
             ports.extend(self.server.read_only_port);
             ports.extend(self.server.healthz.map(|a| a.port()));
             ports.extend(self.sources.manifest_http_addr.map(|a| a.port()));
-            NodeRestrictions { host_path_prefixes: self.pods.allowed_host_paths.clone(), reserved_host_ports: ports }
+            NodeRestrictions {
+                host_path_prefixes: self.pods.allowed_host_paths.clone(),
+                reserved_host_ports: ports,
+            }
         });
         let policy = |level| PodSecurity { level, restrictions: restrictions.clone() };
         let levels = self.pods.pod_security;
@@ -1195,7 +1203,8 @@ impl Config {
         let mut allowed_host_paths = Vec::new();
         for (i, p) in nodelet.allowed_host_paths.iter().flatten().enumerate() {
             let path = PathBuf::from(p);
-            if !path.is_absolute() || path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+            if !path.is_absolute() || path.components().any(|c| matches!(c, std::path::Component::ParentDir))
+            {
                 return Err(m.file_err(
                     &format!("nodelet.allowedHostPaths[{i}]"),
                     format!("{p:?} must be an absolute path without `..`"),
@@ -1212,9 +1221,9 @@ impl Config {
                 ("api", &levels.api, &mut pod_security.api),
             ] {
                 if let Some(value) = value {
-                    *slot = value
-                        .parse()
-                        .map_err(|e: UnknownLevel| m.file_err(&format!("nodelet.podSecurity.{name}"), e.to_string()))?;
+                    *slot = value.parse().map_err(|e: UnknownLevel| {
+                        m.file_err(&format!("nodelet.podSecurity.{name}"), e.to_string())
+                    })?;
                 }
             }
         }

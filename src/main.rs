@@ -155,7 +155,9 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         tracing::error!(error = %e, "the ephemeral containers of static pods cannot be read; starting without them");
         sources::debug::DebugState::empty(&debug_dir)
     });
-    let pod_config = sources::PodConfig::new(config.node_name.clone()).with_debug_state(debug_state).with_security(config.security_policies());
+    let pod_config = sources::PodConfig::new(config.node_name.clone())
+        .with_debug_state(debug_state)
+        .with_security(config.security_policies());
     let mut tasks = tokio::task::JoinSet::new();
     let mut objects = tokio::sync::watch::channel(std::sync::Arc::new(sources::ManifestObjects::new())).1;
     if let Some(path) = &config.sources.static_pod_path {

@@ -99,7 +99,8 @@ impl Quantity {
         if significant.len() > MAX_SIGNIFICANT_DIGITS {
             return Err(QuantityError::TooLarge);
         }
-        let trailing_zeros = i64::try_from(all.len() - last.max(first)).map_err(|_| QuantityError::TooLarge)?;
+        let trailing_zeros =
+            i64::try_from(all.len() - last.max(first)).map_err(|_| QuantityError::TooLarge)?;
         let mut mantissa: u128 = 0;
         for b in significant {
             mantissa = mantissa
@@ -190,8 +191,18 @@ impl Quantity {
     }
 }
 
-const DECIMAL_SUFFIXES: &[(i64, &str)] =
-    &[(-9, "n"), (-6, "u"), (-3, "m"), (0, ""), (3, "k"), (6, "M"), (9, "G"), (12, "T"), (15, "P"), (18, "E")];
+const DECIMAL_SUFFIXES: &[(i64, &str)] = &[
+    (-9, "n"),
+    (-6, "u"),
+    (-3, "m"),
+    (0, ""),
+    (3, "k"),
+    (6, "M"),
+    (9, "G"),
+    (12, "T"),
+    (15, "P"),
+    (18, "E"),
+];
 const BINARY_SUFFIXES: &[&str] = &["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
 
 impl fmt::Display for Quantity {

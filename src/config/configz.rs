@@ -184,7 +184,12 @@ fn nodelet_section(c: &Config) -> Value {
     );
     n.insert(
         "allowedHostPaths".into(),
-        c.pods.allowed_host_paths.iter().map(|p| Value::from(p.display().to_string())).collect::<Vec<_>>().into(),
+        c.pods
+            .allowed_host_paths
+            .iter()
+            .map(|p| Value::from(p.display().to_string()))
+            .collect::<Vec<_>>()
+            .into(),
     );
     put(&mut n, "tokenAuthFile", c.server.auth.token_auth_file.as_deref().map(path));
     put(&mut n, "manifestHTTPAddress", c.sources.manifest_http_addr.map(|a| a.to_string()));

@@ -1128,9 +1128,14 @@ fn pod_security_levels_host_paths_and_seccomp_default_are_read() {
     assert_eq!(policies.api.level, Level::Restricted);
     let restrictions = policies.file.restrictions.clone().expect("--allow-privileged=false restricts");
     assert_eq!(restrictions.host_path_prefixes, vec![PathBuf::from("/srv/data")]);
-    assert!(restrictions.reserved_host_ports.contains(&11250) && restrictions.reserved_host_ports.contains(&10255));
+    assert!(
+        restrictions.reserved_host_ports.contains(&11250)
+            && restrictions.reserved_host_ports.contains(&10255)
+    );
 
     assert!(err(&[], Some("nodelet: {podSecurity: {http: root}}\n")).contains("nodelet.podSecurity.http"));
-    assert!(err(&[], Some("nodelet: {allowedHostPaths: [relative]}\n")).contains("nodelet.allowedHostPaths[0]"));
+    assert!(
+        err(&[], Some("nodelet: {allowedHostPaths: [relative]}\n")).contains("nodelet.allowedHostPaths[0]")
+    );
     assert!(err(&[], Some("nodelet: {allowedHostPaths: [/a/../etc]}\n")).contains("without `..`"));
 }

@@ -258,7 +258,10 @@ pub(crate) fn parse_quantity(text: &str) -> Result<u64, UnitError> {
             let unsigned = s.strip_prefix('+').unwrap_or(s);
             let number_len = unsigned.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
             let (number, unit) = unsigned.split_at(number_len);
-            if !number.bytes().any(|b| b.is_ascii_digit()) || number.matches('.').count() > 1 || unit.is_empty() {
+            if !number.bytes().any(|b| b.is_ascii_digit())
+                || number.matches('.').count() > 1
+                || unit.is_empty()
+            {
                 Err(UnitError::InvalidNumber(text.to_owned()))
             } else {
                 Err(UnitError::UnknownUnit { unit: unit.to_owned(), value: text.to_owned() })

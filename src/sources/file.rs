@@ -319,7 +319,8 @@ impl FileSource {
         }
         let source = PodSource::File(path.clone());
         let security = self.handle.security();
-        let parsed = manifest::parse(&content, &source, self.handle.node_name(), security.for_source(&source));
+        let parsed =
+            manifest::parse(&content, &source, self.handle.node_name(), security.for_source(&source));
         let previous = self.files.get(&path).map(|s| s.pods.as_slice()).unwrap_or_default();
         let (pods, kept) = manifest::keep_last_good(&parsed, previous);
         let problems = problems_of(&location, &parsed, &pods, kept);

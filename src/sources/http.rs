@@ -425,7 +425,9 @@ async fn submit(State(state): State<Arc<EndpointState>>, headers: HeaderMap, bod
         let message = parsed
             .problems
             .iter()
-            .map(|p| format!("pods \"{}\" is forbidden: {}", p.object.as_deref().unwrap_or_default(), p.message))
+            .map(|p| {
+                format!("pods \"{}\" is forbidden: {}", p.object.as_deref().unwrap_or_default(), p.message)
+            })
             .collect::<Vec<_>>()
             .join("; ");
         return status(StatusCode::FORBIDDEN, "Forbidden", message, Vec::new());

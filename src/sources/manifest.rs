@@ -292,8 +292,10 @@ mod tests {
     #[test]
     fn a_pod_the_security_level_refuses_is_a_forbidden_problem_naming_it() {
         let host = r#"{"kind":"Pod","metadata":{"name":"h"},"spec":{"hostNetwork":true,"containers":[{"name":"c","image":"x"}]}}"#;
-        let plain = r#"{"kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}}"#;
-        let baseline = PodSecurity { level: nodelet_resources::pod::security::Level::Baseline, restrictions: None };
+        let plain =
+            r#"{"kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}}"#;
+        let baseline =
+            PodSecurity { level: nodelet_resources::pod::security::Level::Baseline, restrictions: None };
         let parsed = parse(format!("{host}\n{plain}").as_bytes(), &source(), "n", &baseline);
         assert_eq!(keys(&parsed.pods), ["default/p"]);
         assert_eq!(parsed.problems.len(), 1, "{:?}", parsed.problems);

@@ -40,7 +40,10 @@ async fn the_http_source_refuses_host_network_at_baseline_while_the_file_source_
     let n = Nodelet::start_with(&env, "pss-http", options).await;
     let app = |prefix: &str| json!({"name": "app", "command": sleep_until_term(prefix)});
     let host = |name: &str| {
-        n.pod_manifest(name, json!({"hostNetwork": true, "terminationGracePeriodSeconds": 1, "containers": [app("")]}))
+        n.pod_manifest(
+            name,
+            json!({"hostNetwork": true, "terminationGracePeriodSeconds": 1, "containers": [app("")]}),
+        )
     };
 
     let (status, body) = submit(&n, port, &host("hostnet")).await;
@@ -60,13 +63,17 @@ async fn the_http_source_refuses_host_network_at_baseline_while_the_file_source_
     // The same pod from the manifest directory runs: static pods are trusted (privileged) by default.
     n.write_manifest("hostnet.yaml", &host("hostnet"));
     n.wait_running("hostnet").await;
+    let url = format!("http://127.0.0.1:{port}/pods/default/plain");
+    let removed = n.http().delete(&url).send().await.unwrap_or_else(|e| panic!("DELETE {url}: {e}"));
+    assert!(removed.status().is_success(), "{}", removed.status());
     n.shutdown().await;
 }
 
 #[tokio::test]
 async fn allow_privileged_false_refuses_a_host_pid_static_pod() {
     let env = env_or_skip!("allow_privileged_false_refuses_a_host_pid_static_pod");
-    let options = StartOptions { extra_args: vec!["--allow-privileged=false".to_owned()], ..Default::default() };
+    let options =
+        StartOptions { extra_args: vec!["--allow-privileged=false".to_owned()], ..Default::default() };
     let n = Nodelet::start_with(&env, "pss-noprv", options).await;
     let spec = |host_pid: bool| {
         json!({"hostPID": host_pid, "terminationGracePeriodSeconds": 1,
@@ -111,7 +118,10 @@ async fn seccomp_default_gives_containers_the_runtime_default_filter() {
                "containers": [{"name": "app", "command": sleep_until_term("")}]})
     };
     n.write_manifest("default.yaml", &n.pod_manifest("default", pod(json!({}))));
-    n.write_manifest("unconfined.yaml", &n.pod_manifest("unconfined", pod(json!({"seccompProfile": {"type": "Unconfined"}}))));
+    n.write_manifest(
+        "unconfined.yaml",
+        &n.pod_manifest("unconfined", pod(json!({"seccompProfile": {"type": "Unconfined"}}))),
+    );
     let defaulted = n.wait_running("default").await;
     let unconfined = n.wait_running("unconfined").await;
     let id = |p| container(p, "app").map(runtime_id).unwrap_or_default();
@@ -176,6 +186,10 @@ spec:
     let message = status["message"].as_str().unwrap_or_default();
     assert!(message.contains("no provisioning record"), "{status}");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(std::fs::read_to_string(dir.join("precious")).unwrap_or_default(), "keep me", "the data stays");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("precious")).unwrap_or_default(),
+        "keep me",
+        "the data stays"
+    );
     n.shutdown().await;
 }

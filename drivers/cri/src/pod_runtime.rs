@@ -193,7 +193,8 @@ impl Default for CriPodRuntimeConfig {
 /// Whether this machine's kernel enforces AppArmor: `/sys/module/apparmor/parameters/enabled` reads `Y` (as the
 /// kubelet checks it). A missing file means no AppArmor.
 pub fn apparmor_enabled() -> bool {
-    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled").is_ok_and(|s| s.trim_start().starts_with('Y'))
+    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|s| s.trim_start().starts_with('Y'))
 }
 
 /// The default [`CriPodRuntimeConfig::root_dir`].

@@ -10,9 +10,9 @@ use std::path::{Component, Path, PathBuf};
 use k8s_cri::v1;
 use k8s_openapi::api::core::v1::{Container, EnvVarSource, SeccompProfile};
 use nodelet_resources::pod::desired::DesiredPod;
-use nodelet_resources::pod::security::APPARMOR_ANNOTATION_PREFIX;
 use nodelet_resources::pod::driver::{ContainerKind, container_hash};
 use nodelet_resources::pod::resize::{CgroupResources, container_hash_without_resources};
+use nodelet_resources::pod::security::APPARMOR_ANNOTATION_PREFIX;
 use nodelet_resources::volume::status::PodVolumes;
 
 use crate::labels::{self, PodIdentity};
@@ -266,7 +266,8 @@ fn seccomp(
     use v1::security_profile::ProfileType;
     let root = &config.seccomp_profile_root;
     let Some(profile) = profile else {
-        let default = if config.seccomp_default { ProfileType::RuntimeDefault } else { ProfileType::Unconfined };
+        let default =
+            if config.seccomp_default { ProfileType::RuntimeDefault } else { ProfileType::Unconfined };
         return Ok(v1::SecurityProfile { profile_type: default as i32, ..Default::default() });
     };
     match profile.type_.as_str() {
@@ -832,9 +833,13 @@ fn apparmor(
             "Unconfined" => (ProfileType::Unconfined, String::new()),
             "Localhost" => match field.localhost_profile.as_deref().filter(|p| !p.is_empty()) {
                 Some(name) => (ProfileType::Localhost, name.to_owned()),
-                None => return Err("appArmorProfile.localhostProfile: Required value for type Localhost".into()),
+                None => {
+                    return Err("appArmorProfile.localhostProfile: Required value for type Localhost".into());
+                }
             },
-            other => return Err(format!("appArmorProfile.type: unsupported AppArmor profile type {other:?}")),
+            other => {
+                return Err(format!("appArmorProfile.type: unsupported AppArmor profile type {other:?}"));
+            }
         }
     } else {
         let key = format!("{APPARMOR_ANNOTATION_PREFIX}{}", container.name);
@@ -1677,10 +1682,11 @@ mod tests {
         let img = image();
         let with = |value: &str| {
             let mut p = pod(vec![c.clone()]);
-            p.pod.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(
-                "container.apparmor.security.beta.kubernetes.io/app".into(),
-                value.into(),
-            );
+            p.pod
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert("container.apparmor.security.beta.kubernetes.io/app".into(), value.into());
             p
         };
         let apparmor = |p: &DesiredPod, config: &CriPodRuntimeConfig| {
@@ -1691,7 +1697,10 @@ mod tests {
         let none = apparmor(&pod(vec![c.clone()]), &enabled).expect("no profile");
         assert_eq!(none, None, "nothing asked, nothing set");
         let local = apparmor(&with("localhost/my-profile"), &enabled).expect("localhost").expect("set");
-        assert_eq!((local.profile_type, local.localhost_ref.as_str()), (ProfileType::Localhost as i32, "my-profile"));
+        assert_eq!(
+            (local.profile_type, local.localhost_ref.as_str()),
+            (ProfileType::Localhost as i32, "my-profile")
+        );
         let default = apparmor(&with("runtime/default"), &enabled).expect("runtime/default").expect("set");
         assert_eq!(default.profile_type, ProfileType::RuntimeDefault as i32);
         assert!(apparmor(&with("bogus"), &enabled).is_err(), "an unknown value is refused");
@@ -1712,7 +1721,10 @@ mod tests {
             ..Default::default()
         });
         let p = pod(vec![field.clone()]);
-        assert!(container_config(&p, &field, &inputs(&img, &[]), &cfg()).is_err(), "the field is refused too");
+        assert!(
+            container_config(&p, &field, &inputs(&img, &[]), &cfg()).is_err(),
+            "the field is refused too"
+        );
     }
 
     #[test]

@@ -260,7 +260,9 @@ impl ProvisionedVolumes {
         let name = volume.metadata.name.as_deref().unwrap_or_default();
         let snapshot = self.snapshot();
         let Some(recorded) = snapshot.get(name) else { return false };
-        let by = |pv: &PersistentVolume| pv.metadata.annotations.as_ref().and_then(|a| a.get(ANN_PROVISIONED_BY)).cloned();
+        let by = |pv: &PersistentVolume| {
+            pv.metadata.annotations.as_ref().and_then(|a| a.get(ANN_PROVISIONED_BY)).cloned()
+        };
         let source = |pv: &PersistentVolume| {
             pv.spec.as_ref().map(|s| (s.local.clone(), s.csi.clone(), s.host_path.clone()))
         };
@@ -413,7 +415,12 @@ impl<R: ClaimRecords + std::fmt::Debug> ClaimDriver<R> {
                 "volume {name:?} does not match nodelet's provisioning record of it: its storage is not deleted"
             );
             tracing::warn!(volume = name, "{message}");
-            let failed = PvActual { phase: VolumePhase::Failed, message: Some(message), deleted: false, ..after.clone() };
+            let failed = PvActual {
+                phase: VolumePhase::Failed,
+                message: Some(message),
+                deleted: false,
+                ..after.clone()
+            };
             return self.set(key, ClaimActual::Volume(failed)).await;
         }
         if let Err(e) = p.delete(pv).await {

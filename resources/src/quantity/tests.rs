@@ -61,11 +61,17 @@ fn agrees_with_upstream_examples() {
     ] {
         assert_eq!(Quantity::try_parse(text).and_then(Quantity::nanos), Ok(nanos), "{text}");
     }
-    for text in ["", "abc", "1.2.3", "1Kb", "Ki", ".", "1e", "1e+", "1 ", " 1", "1K", "1mi", "--1", "0x10", "1ki", "m"] {
+    for text in [
+        "", "abc", "1.2.3", "1Kb", "Ki", ".", "1e", "1e+", "1 ", " 1", "1K", "1mi", "--1", "0x10", "1ki", "m",
+    ] {
         assert_eq!(Quantity::try_parse(text), Err(QuantityError::Syntax), "{text:?}");
     }
     for text in ["999999999999999999999999999999999999999999", "1e999", "1000000000000Ei"] {
-        assert_eq!(Quantity::try_parse(text).and_then(Quantity::nanos), Err(QuantityError::TooLarge), "{text:?}");
+        assert_eq!(
+            Quantity::try_parse(text).and_then(Quantity::nanos),
+            Err(QuantityError::TooLarge),
+            "{text:?}"
+        );
     }
     assert_eq!(Quantity::try_parse("1e1001"), Err(QuantityError::TooLarge));
 }
