@@ -128,7 +128,7 @@ impl Quantity {
         // Divide first when the product would overflow but the value is scaled down anyway.
         let mut product = n.checked_mul(factor);
         while product.is_none() && exp10 < 0 {
-            inexact |= n % 10 != 0;
+            inexact |= !n.is_multiple_of(10);
             n /= 10;
             exp10 += 1;
             product = n.checked_mul(factor);
@@ -139,7 +139,7 @@ impl Quantity {
             exp10 -= 1;
         }
         while exp10 < 0 && n > 0 {
-            inexact |= n % 10 != 0;
+            inexact |= !n.is_multiple_of(10);
             n /= 10;
             exp10 += 1;
         }
@@ -215,7 +215,7 @@ impl fmt::Display for Quantity {
             // A whole number of bytes: mantissa × 10^exp10 × 2^exp2 when exp10 >= 0, or divisible.
             if let Some(mut whole) = self.magnitude_ceil(1).filter(|w| self.magnitude_exact(*w)) {
                 let mut power = 0;
-                while power + 1 < BINARY_SUFFIXES.len() && whole % 1024 == 0 && whole != 0 {
+                while power + 1 < BINARY_SUFFIXES.len() && whole.is_multiple_of(1024) && whole != 0 {
                     whole /= 1024;
                     power += 1;
                 }
@@ -233,7 +233,7 @@ impl fmt::Display for Quantity {
         if mantissa == 0 {
             return f.write_str("0");
         }
-        while mantissa % 10 == 0 {
+        while mantissa.is_multiple_of(10) {
             mantissa /= 10;
             exp10 += 1;
         }
