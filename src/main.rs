@@ -156,7 +156,9 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
         tracing::error!(error = %e, "the ephemeral containers of static pods cannot be read; starting without them");
         sources::debug::DebugState::empty(&debug_dir)
     });
-    let pod_config = sources::PodConfig::new(config.node_name.clone()).with_debug_state(debug_state);
+    let pod_config = sources::PodConfig::new(config.node_name.clone())
+        .with_debug_state(debug_state)
+        .with_security(config.security_policies());
     let mut tasks = tokio::task::JoinSet::new();
     let mut objects = tokio::sync::watch::channel(std::sync::Arc::new(sources::ManifestObjects::new())).1;
     if let Some(path) = &config.sources.static_pod_path {
@@ -206,6 +208,9 @@ async fn run_with_runtime(config: &config::Config, endpoint: &str) -> anyhow::Re
             .with_cluster_dns(config.pods.cluster_dns.iter().map(ToString::to_string).collect())
             .with_cluster_domain(&config.pods.cluster_domain)
             .with_allow_privileged(config.pods.allow_privileged)
+            .with_seccomp_default(config.pods.seccomp_default)
+            // The embedded containerd runs with disable_apparmor: it could not apply a profile either.
+            .with_apparmor_enabled(config.runtime.endpoint.is_some() && nodelet_cri::apparmor_enabled())
             .with_node_name(&config.node_name)
             .with_root_dir(&config.root_dir)
             .with_node_ips(node_facts.internal_ips())

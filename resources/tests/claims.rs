@@ -366,6 +366,29 @@ async fn static_volume_with_delete_policy_and_no_deleter_fails() {
     h.stop().await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_forged_provisioned_by_annotation_never_deletes_storage() {
+    // A manifest volume claiming to be the fake provisioner's: the annotation alone must not get it deleted.
+    let mut v = volume("forged", "5Gi", "ReadWriteOnce", "");
+    v.spec.as_mut().unwrap().persistent_volume_reclaim_policy = Some("Delete".into());
+    v.metadata.annotations =
+        Some([("pv.kubernetes.io/provisioned-by".to_owned(), "fake.example.com".to_owned())].into());
+    let h = Harness::start(objects(
+        vec![v.clone()],
+        vec![claim("data", "1Gi", "ReadWriteOnce", Some(""))],
+        vec![],
+    ))
+    .await;
+    assert!(eventually(WAIT, || h.bound_to("data").is_some()).await);
+    h.set(objects(vec![v], vec![], vec![]));
+    assert!(eventually(WAIT, || h.pv_phase("forged").as_deref() == Some("Failed")).await);
+    let pv = h.view.persistent_volumes().pop().unwrap();
+    let message = pv.status.unwrap().message.unwrap();
+    assert!(message.contains("no provisioning record"), "{message}");
+    assert!(h.provisioner.deleted.lock().unwrap().is_empty(), "the provisioner was asked to delete it");
+    h.stop().await;
+}
+
 fn wffc_class(name: &str, provisioner: &str) -> StorageClass {
     class(&format!(
         "metadata: {{name: {name}}}\nprovisioner: {provisioner}\nvolumeBindingMode: WaitForFirstConsumer\nreclaimPolicy: Delete\n"

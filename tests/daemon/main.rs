@@ -34,6 +34,7 @@ mod hostile_manifests;
 mod lifecycle;
 mod logs;
 mod metrics;
+mod pod_security;
 mod probes;
 mod restarts;
 mod scale;

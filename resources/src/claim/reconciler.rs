@@ -160,6 +160,16 @@ impl ClaimReconciler {
             VolumePhase::Failed => Plan::Idle,
             VolumePhase::Released => match d.reclaim_policy() {
                 "Delete" => match d.provisioned_by().filter(|p| self.provisioners.handles(p)) {
+                    // The annotation alone proves nothing (a manifest can write it): only a volume nodelet's
+                    // own provisioning record holds has its storage deleted.
+                    Some(p) if !d.provisioned => Plan::Run(ClaimOp::FailVolume(with(
+                        VolumePhase::Failed,
+                        Some(format!(
+                            "volume {:?} says it was provisioned by {p:?} but nodelet has no provisioning record of \
+                             it: its storage is not deleted",
+                            d.name()
+                        )),
+                    ))),
                     Some(p) => Plan::Run(ClaimOp::DeleteVolume {
                         pv: d.pv.clone(),
                         provisioner: p.to_owned(),

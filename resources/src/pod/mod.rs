@@ -19,5 +19,6 @@ pub mod pleg;
 pub mod reconciler;
 pub mod resize;
 pub mod runtime_class;
+pub mod security;
 pub mod status;
 pub mod validation;
