@@ -273,15 +273,15 @@ mod tests {
     async fn a_restartable_task_that_panics_should_be_restarted_with_back_off_and_counted() {
         let (sup, registry) = supervisor();
         let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
-        let counter = runs.clone();
+        let (counter, stop) = (runs.clone(), sup.shutdown().clone());
         sup.spawn_restartable("flaky", move || {
-            let counter = counter.clone();
+            let (counter, stop) = (counter.clone(), stop.clone());
             async move {
                 let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 if n < 2 {
                     panic!("run {n} fails");
                 }
-                std::future::pending::<()>().await;
+                stop.cancelled().await;
             }
         });
         // Back-offs of 1 s and 2 s: the third run starts after 3 s.
