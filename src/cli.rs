@@ -397,9 +397,26 @@ pub(crate) struct GetArgs {
 
 /// The resource types `nodelet get` knows itself; any other type names an extension.
 pub(crate) const GET_TYPES: &[&str] = &[
-    "pods", "pod", "po", "nodes", "node", "no", "events", "event", "ev", "pv", "persistentvolume",
-    "persistentvolumes", "pvc", "persistentvolumeclaim", "persistentvolumeclaims", "sc", "storageclass",
-    "storageclasses", "csinode", "csinodes",
+    "pods",
+    "pod",
+    "po",
+    "nodes",
+    "node",
+    "no",
+    "events",
+    "event",
+    "ev",
+    "pv",
+    "persistentvolume",
+    "persistentvolumes",
+    "pvc",
+    "persistentvolumeclaim",
+    "persistentvolumeclaims",
+    "sc",
+    "storageclass",
+    "storageclasses",
+    "csinode",
+    "csinodes",
 ];
 
 /// Output formats of `get` (`-o`), as kubectl spells them.
@@ -955,10 +972,8 @@ mod tests {
         assert_eq!(g.namespace, "kube-system");
         assert_eq!(g.conn.server.as_deref(), Some("http://127.0.0.1:10255"));
         // Any other type names an extension: the server answers, or `get` says it has no such type.
-        assert!(
-            matches!(Cli::try_parse_from(["nodelet", "get", "prepull"]).map(Cli::into_command),
-                Ok(Command::Get(g)) if g.resource == "prepull"),
-        );
+        assert!(matches!(Cli::try_parse_from(["nodelet", "get", "prepull"]).map(Cli::into_command),
+                Ok(Command::Get(g)) if g.resource == "prepull"),);
         assert!(
             Cli::try_parse_from(["nodelet", "get", "pods", "--token", "t", "--token-file", "/f"]).is_err(),
             "one token source"

@@ -29,6 +29,6 @@ mod volumes;
 mod yaml;
 
 pub use daemon::{
-    ClientCommand, Error, Extension, ExtensionContext, Invocation, Node, NodeBuilder, NodeConfig, StatusTable,
-    Supervisor,
+    ClientCommand, Error, Extension, ExtensionContext, Invocation, Node, NodeBuilder, NodeConfig,
+    StatusTable, Supervisor,
 };

@@ -55,8 +55,8 @@ fn print(
     out: &mut dyn std::io::Write,
     err: &mut dyn std::io::Write,
 ) -> Result<(), GetError> {
-    let mut document: Value =
-        serde_json::from_str(body).map_err(|e| GetError::Decode { url: url.to_owned(), message: e.to_string() })?;
+    let mut document: Value = serde_json::from_str(body)
+        .map_err(|e| GetError::Decode { url: url.to_owned(), message: e.to_string() })?;
     let parsed: Table = serde_json::from_value(document.clone())
         .map_err(|e| GetError::Decode { url: url.to_owned(), message: e.to_string() })?;
     let cell = |v: &Value| match v {
@@ -98,12 +98,18 @@ fn print(
             }
         }
         Some(OutputFormat::Json) => to_json(&document)?,
-        Some(OutputFormat::Yaml) => crate::yaml::to_string(&document).map_err(|e| GetError::Usage(e.to_string()))?,
-        Some(OutputFormat::Name) => {
-            rows.iter().map(|r| format!("{}/{}\n", args.resource, r.first().cloned().unwrap_or_default())).collect()
+        Some(OutputFormat::Yaml) => {
+            crate::yaml::to_string(&document).map_err(|e| GetError::Usage(e.to_string()))?
         }
+        Some(OutputFormat::Name) => rows
+            .iter()
+            .map(|r| format!("{}/{}\n", args.resource, r.first().cloned().unwrap_or_default()))
+            .collect(),
         Some(other) => {
-            return Err(GetError::Usage(format!("output format {other:?} is not supported for {}", args.resource)));
+            return Err(GetError::Usage(format!(
+                "output format {other:?} is not supported for {}",
+                args.resource
+            )));
         }
     };
     out.write_all(text.as_bytes()).map_err(GetError::Output)?;

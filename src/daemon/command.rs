@@ -18,7 +18,7 @@ pub enum Invocation {
 /// The daemon's configuration: flags over the config file over the defaults, validated.
 #[derive(Debug)]
 pub struct NodeConfig {
-    pub(crate) loaded: config::Loaded,
+    pub(crate) loaded: Box<config::Loaded>,
 }
 
 impl NodeConfig {
@@ -35,7 +35,7 @@ impl NodeConfig {
 
 /// A client command, ready to run.
 #[derive(Debug)]
-pub struct ClientCommand(cli::Command);
+pub struct ClientCommand(Box<cli::Command>);
 
 impl Invocation {
     /// Parses the process's arguments (exits with clap's usage error or help like any CLI), loads the
@@ -44,13 +44,13 @@ impl Invocation {
         let command = cli::Cli::parse().into_command();
         if let cli::Command::Run(args) = &command {
             // The daemon logs as its configuration says (`--logging-format`, `logging:`): read it first.
-            let loaded = config::Config::load(args).map_err(|e| Error::Config(e.to_string()))?;
+            let loaded = config::Config::load(args).map_err(|e| Error::Config(e.into()))?;
             logging::init(loaded.config.logging.format, loaded.config.logging.verbosity)
-                .map_err(|e| Error::Config(format!("{e:#}")))?;
-            return Ok(Invocation::Daemon(NodeConfig { loaded }));
+                .map_err(|e| Error::Config(e.into()))?;
+            return Ok(Invocation::Daemon(NodeConfig { loaded: Box::new(loaded) }));
         }
-        cli::init_tracing(command.verbosity(), "warn").map_err(|e| Error::Config(format!("{e:#}")))?;
-        Ok(Invocation::Client(ClientCommand(command)))
+        cli::init_tracing(command.verbosity(), "warn").map_err(|e| Error::Config(e.into()))?;
+        Ok(Invocation::Client(ClientCommand(Box::new(command))))
     }
 }
 
@@ -63,7 +63,7 @@ impl ClientCommand {
             Err(e) => exit_error(&format!("cannot start the async runtime: {e}")),
         };
         let result = rt.block_on(async move {
-            match self.0 {
+            match *self.0 {
                 cli::Command::Get(args) => client::run_get(&args).await.map_err(|e| e.to_string()),
                 cli::Command::Logs(args) => client::run_logs(&args).await.map_err(|e| e.to_string()),
                 cli::Command::PortForward(args) => {

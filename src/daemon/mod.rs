@@ -34,8 +34,8 @@ use crate::{cluster, config, node, server};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The command line or the configuration is invalid, or logging cannot be set up.
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(BoxError),
     /// Two extensions have the same name, or a name is not allowed.
     #[error("{0}")]
     Extension(String),
@@ -109,7 +109,9 @@ pub struct Node {
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node").field("node_name", &self.config.loaded.config.node_name).finish_non_exhaustive()
+        f.debug_struct("Node")
+            .field("node_name", &self.config.loaded.config.node_name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -128,7 +130,7 @@ impl Node {
 
     /// [`run`](Self::run) on the current tokio runtime, until `stop` resolves.
     pub async fn serve(self, stop: impl Future<Output = std::io::Result<()>>) -> Result<(), Error> {
-        let loaded = self.config.loaded;
+        let loaded = *self.config.loaded;
         for w in &loaded.warnings {
             tracing::warn!("config: {w}");
         }
@@ -183,7 +185,11 @@ async fn run_with_runtime(
 }
 
 /// The standard pairs, the extensions, the cluster and the servers, in order.
-async fn start_all(core: &start::Core, endpoint: &str, extensions: Vec<Box<dyn Extension>>) -> Result<(), Error> {
+async fn start_all(
+    core: &start::Core,
+    endpoint: &str,
+    extensions: Vec<Box<dyn Extension>>,
+) -> Result<(), Error> {
     let config = &core.config;
     let runtime = start::start_runtime(core, endpoint).await?;
     let mut sources = start::start_sources(core).await?;
@@ -221,10 +227,13 @@ async fn start_all(core: &start::Core, endpoint: &str, extensions: Vec<Box<dyn E
             sources.desired.clone(),
             pods.actual.clone(),
             pods.failures.clone(),
-            nodelet_resources::pod::reconciler::PodReconciler::new(pods.crash_loop.clone(), pods.clock.clone())
-                .with_volumes(volumes.gate.clone())
-                .with_probes(pods.probes.clone())
-                .with_verdicts(pods.verdicts.clone()),
+            nodelet_resources::pod::reconciler::PodReconciler::new(
+                pods.crash_loop.clone(),
+                pods.clock.clone(),
+            )
+            .with_volumes(volumes.gate.clone())
+            .with_probes(pods.probes.clone())
+            .with_verdicts(pods.verdicts.clone()),
             pods.clock.clone(),
             core.registry.clone(),
             config.pods.pod_logs_dir.clone(),

@@ -72,7 +72,8 @@ pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> anyhow::Result
     .with_context(|| format!("bad container runtime endpoint {endpoint}"))?;
     if let (Some(dir), true) = (&config.runtime.preload_images, config.runtime.endpoint.is_some()) {
         let socket = endpoint.trim_start_matches("unix://");
-        let imported = crate::containerd::import_images(std::path::Path::new("ctr"), socket.as_ref(), dir).await?;
+        let imported =
+            crate::containerd::import_images(std::path::Path::new("ctr"), socket.as_ref(), dir).await?;
         tracing::info!(images = imported.len(), dir = %dir.display(), "preloaded images");
     }
     // Wait for the runtime before planning anything: reconstruction needs it.
@@ -176,9 +177,15 @@ pub(crate) async fn start_sources(core: &Core) -> anyhow::Result<Sources> {
     let cluster = match &config.cluster {
         Some(c) => {
             let mut tasks = tokio::task::JoinSet::new();
-            let cluster =
-                cluster::Cluster::connect(&config.node_name, c, &pod_config, &core.registry, shutdown, &mut tasks)
-                    .await?;
+            let cluster = cluster::Cluster::connect(
+                &config.node_name,
+                c,
+                &pod_config,
+                &core.registry,
+                shutdown,
+                &mut tasks,
+            )
+            .await?;
             sup.adopt("cluster-connect", tasks);
             Some(cluster)
         }
@@ -253,7 +260,8 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
     let mut claim_lookup: Arc<dyn ClaimLookup> = Arc::new(claim_view.clone());
     if let Some(c) = &src.cluster {
         // API pods' claims come from the API server, bound by the control plane.
-        claim_lookup = Arc::new(cluster::podobjects::ClusterClaims { api: c.pod_data(), local: claim_lookup });
+        claim_lookup =
+            Arc::new(cluster::podobjects::ClusterClaims { api: c.pod_data(), local: claim_lookup });
     }
     Ok(Storage { node_objects, pod_runtime, csi, claim_view, claim_metrics, claim_lookup, volume_metrics })
 }
@@ -266,7 +274,11 @@ fn log_report(
     tokio::spawn(async move {
         match task.await {
             Ok(report) => {
-                tracing::info!(operations = report.operations, abandoned = report.abandoned, "{what} engine stopped")
+                tracing::info!(
+                    operations = report.operations,
+                    abandoned = report.abandoned,
+                    "{what} engine stopped"
+                )
             }
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         }
@@ -492,7 +504,9 @@ pub(crate) fn start_pods(
         log_rotation::run(cri.clone(), logs_actual.clone(), logs_config, stop.clone())
     });
     let (cri, stop) = (runtime.cri.clone(), shutdown.clone());
-    sup.spawn_restartable("runtime-events", move || forward_runtime_events(cri.clone(), relist.clone(), stop.clone()));
+    sup.spawn_restartable("runtime-events", move || {
+        forward_runtime_events(cri.clone(), relist.clone(), stop.clone())
+    });
     let stop = shutdown.clone();
     sup.spawn("pleg", Policy::Critical, async move { pleg.run(stop.cancelled_owned()).await });
     let stop = shutdown.clone();
@@ -525,7 +539,12 @@ async fn forward_runtime_events(
 
 /// Node, pod and container statistics (/stats/summary, /metrics/resource, eviction signals): task
 /// `stats-housekeeping` (restartable).
-pub(crate) fn start_stats(core: &Core, src: &Sources, storage: &Storage, vols: &Volumes) -> stats::StatsProvider {
+pub(crate) fn start_stats(
+    core: &Core,
+    src: &Sources,
+    storage: &Storage,
+    vols: &Volumes,
+) -> stats::StatsProvider {
     let config = &core.config;
     let stats = stats::StatsProvider::new(
         storage.pod_runtime.clone(),
@@ -535,7 +554,8 @@ pub(crate) fn start_stats(core: &Core, src: &Sources, storage: &Storage, vols: &
     .with_volumes(src.desired.clone(), vols.actual.clone())
     .with_housekeeping_interval(config.housekeeping_interval);
     let (provider, stop) = (stats.clone(), core.shutdown.clone());
-    core.supervisor.spawn_restartable("stats-housekeeping", move || provider.clone().housekeeping(stop.clone()));
+    core.supervisor
+        .spawn_restartable("stats-housekeeping", move || provider.clone().housekeeping(stop.clone()));
     stats
 }
 

@@ -238,10 +238,7 @@ mod tests {
         sup.spawn("steady", Policy::Critical, std::future::pending());
         sup.spawn("doomed", Policy::Critical, async { panic!("boom") });
         let failure = tokio::time::timeout(Duration::from_secs(5), sup.failed()).await;
-        assert_eq!(
-            failure,
-            Ok(TaskFailure { task: "doomed".into(), how: "panicked: boom".into() }),
-        );
+        assert_eq!(failure, Ok(TaskFailure { task: "doomed".into(), how: "panicked: boom".into() }),);
         sup.shutdown().cancel();
     }
 

@@ -51,7 +51,12 @@ impl<S: ImageService> Driver<String, PrepullOp, ImagePresent> for PrepullDriver<
 
     /// A pull is not cut short when the manifest no longer names the image: the image it stores is
     /// harmless (the image GC may remove it) and a half-pulled one would only waste the transfer.
-    async fn execute(&self, key: &String, op: &PrepullOp, _cancel: &CancellationToken) -> Outcome<ImagePresent, S::Error> {
+    async fn execute(
+        &self,
+        key: &String,
+        op: &PrepullOp,
+        _cancel: &CancellationToken,
+    ) -> Outcome<ImagePresent, S::Error> {
         match op {
             PrepullOp::Pull => match self.0.pull(key).await {
                 Ok(id) => {
@@ -99,7 +104,10 @@ mod tests {
                 *fail -= 1;
                 return Err(Unreachable);
             }
-            self.present.lock().unwrap_or_else(|e| e.into_inner()).insert(image.to_owned(), "sha256:1".into());
+            self.present
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(image.to_owned(), "sha256:1".into());
             Ok("sha256:1".into())
         }
         async fn list(&self) -> Result<BTreeMap<String, String>, Unreachable> {
@@ -112,16 +120,24 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_wanted_image_should_be_pulled_once_after_a_failure_and_present_ones_never() {
         let fake = Arc::new(FakeImages::default());
-        fake.present.lock().unwrap_or_else(|e| e.into_inner()).insert("x.io/have:1".into(), "sha256:0".into());
+        fake.present
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert("x.io/have:1".into(), "sha256:0".into());
         *fake.fail.lock().unwrap_or_else(|e| e.into_inner()) = 1;
         let (desired, mut writer) = reconcile_engine::store();
         for image in ["x.io/have:1", "x.io/want:1"] {
             writer.insert(image.to_owned(), WantedImage { manifests: ["m".to_owned()].into() });
         }
         writer.mark_synced();
-        let engine = Engine::builder("prepull", PrepullReconciler, Arc::new(PrepullDriver(fake.clone())), desired)
-            .backoff(BackoffConfig::default().with_initial(Duration::from_secs(1)).with_max(Duration::from_secs(2)))
-            .build();
+        let engine =
+            Engine::builder("prepull", PrepullReconciler, Arc::new(PrepullDriver(fake.clone())), desired)
+                .backoff(
+                    BackoffConfig::default()
+                        .with_initial(Duration::from_secs(1))
+                        .with_max(Duration::from_secs(2)),
+                )
+                .build();
         let actual = engine.actual();
         let stop = async move {
             while !actual.contains_key(&"x.io/want:1".to_owned()) {

@@ -104,20 +104,20 @@ impl Extension for Prepull {
         )?;
         ctx.registry().register(Box::new(errors.clone()))?;
         let problems = populator::Problems::default();
-        let populator = populator::Populator::new(
-            self.dir.clone(),
-            self.poll_interval,
-            writer,
-            problems.clone(),
-            errors,
-        );
+        let populator =
+            populator::Populator::new(self.dir.clone(), self.poll_interval, writer, problems.clone(), errors);
         ctx.supervisor().spawn("prepull-populator", Policy::Critical, populator.run(ctx.shutdown().clone()));
 
         // The engine: its name is its `reconciler` label on /metrics.
-        let mut engine = Engine::builder(NAME, PrepullReconciler, Arc::new(PrepullDriver(images.clone())), desired.clone())
-            .metrics(ctx.engine_metrics())
-            .backoff(self.backoff)
-            .build();
+        let mut engine = Engine::builder(
+            NAME,
+            PrepullReconciler,
+            Arc::new(PrepullDriver(images.clone())),
+            desired.clone(),
+        )
+        .metrics(ctx.engine_metrics())
+        .backoff(self.backoff)
+        .build();
         let actual = engine.actual();
         let failures = engine.op_status();
 

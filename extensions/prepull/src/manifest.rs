@@ -70,7 +70,9 @@ pub struct ImagePrepull {
 
 /// Parses one manifest.
 pub fn parse(text: &str) -> Result<ImagePrepull, ManifestError> {
-    let m: Manifest = serde_saphyr::from_str(text).map_err(|e| ManifestError::Parse(e.to_string()))?;
+    // The first line of the error (the YAML library adds an excerpt of the input on the next lines).
+    let m: Manifest = serde_saphyr::from_str(text)
+        .map_err(|e| ManifestError::Parse(e.to_string().lines().next().unwrap_or_default().to_owned()))?;
     if m.api_version != API_VERSION || m.kind != KIND {
         return Err(ManifestError::Kind(m.api_version, m.kind));
     }

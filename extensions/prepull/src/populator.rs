@@ -107,7 +107,9 @@ async fn read_dir(dir: &Path) -> (BTreeMap<String, WantedImage>, BTreeMap<PathBu
         match parsed {
             Ok(m) => {
                 for image in m.images {
-                    wanted.entry(image).or_insert_with(|| WantedImage { manifests: Default::default() })
+                    wanted
+                        .entry(image)
+                        .or_insert_with(|| WantedImage { manifests: Default::default() })
                         .manifests
                         .insert(m.name.clone());
                 }
@@ -143,14 +145,21 @@ mod tests {
         let (store, writer) = reconcile_engine::store();
         let problems = Problems::default();
         let gauge = prometheus::IntGauge::new("errors", "errors").unwrap_or_else(|e| panic!("{e}"));
-        let mut p = Populator::new(dir.path().to_owned(), Duration::from_secs(1), writer, problems.clone(), gauge.clone());
+        let mut p = Populator::new(
+            dir.path().to_owned(),
+            Duration::from_secs(1),
+            writer,
+            problems.clone(),
+            gauge.clone(),
+        );
         p.read_once().await;
         assert!(store.is_synced());
         let busybox = store.get(&"docker.io/library/busybox:latest".to_owned()).map(|w| w.manifests.clone());
         assert_eq!(busybox, Some(["a".to_owned(), "b".to_owned()].into()));
         assert!(store.contains_key(&"x.io/y:1".to_owned()));
         assert_eq!(store.len(), 2);
-        let problems: Vec<PathBuf> = problems.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+        let problems: Vec<PathBuf> =
+            problems.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
         assert_eq!(problems, vec![dir.path().join("broken.yaml")]);
         assert_eq!(gauge.get(), 1);
     }

@@ -50,7 +50,12 @@ impl Reconciler<WantedImage, ImagePresent> for PrepullReconciler {
 
     /// A pull whose result is unknown: take the image as absent; the next pass pulls it again (a pull of a
     /// present image is cheap).
-    fn uncertain(&self, _key: &String, _op: &PrepullOp, _actual: Option<&ImagePresent>) -> Update<ImagePresent> {
+    fn uncertain(
+        &self,
+        _key: &String,
+        _op: &PrepullOp,
+        _actual: Option<&ImagePresent>,
+    ) -> Update<ImagePresent> {
         Update::Remove
     }
 }

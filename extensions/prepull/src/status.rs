@@ -73,7 +73,14 @@ impl<E: std::error::Error + Send + Sync + 'static> StatusTable for PrepullStatus
         let problems = self.problems.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (path, why) in problems.iter() {
             let name = path.display().to_string();
-            rows.push(vec![name, "manifest".into(), "Invalid".into(), why.clone(), String::new(), String::new()]);
+            rows.push(vec![
+                name,
+                "manifest".into(),
+                "Invalid".into(),
+                why.clone(),
+                String::new(),
+                String::new(),
+            ]);
         }
         rows
     }

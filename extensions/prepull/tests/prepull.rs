@@ -38,7 +38,8 @@ async fn the_extension_pulls_the_images_of_its_manifests_and_shows_metrics_and_s
     let env = env_or_skip!("the_extension_pulls_the_images_of_its_manifests_and_shows_metrics_and_status");
     let image = var("NODELET_TEST_REGISTRY_BUSYBOX2");
     let images = PathBuf::from(var("NODELET_TEST_IMAGE_DIR"));
-    let dir = tempfile::Builder::new().prefix("nodelet-e2e-prepull-").tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir =
+        tempfile::Builder::new().prefix("nodelet-e2e-prepull-").tempdir().unwrap_or_else(|e| panic!("{e}"));
     // Only the sandbox and busybox images are preloaded: busybox:v2 is not in this runtime.
     let preload = dir.path().join("images");
     let manifests = dir.path().join("prepull.d");
@@ -46,7 +47,8 @@ async fn the_extension_pulls_the_images_of_its_manifests_and_shows_metrics_and_s
         std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("{e}"));
     }
     for tar in ["pause.tar", "busybox.tar"] {
-        std::fs::copy(images.join(tar), preload.join(tar)).unwrap_or_else(|e| panic!("cannot copy {tar}: {e}"));
+        std::fs::copy(images.join(tar), preload.join(tar))
+            .unwrap_or_else(|e| panic!("cannot copy {tar}: {e}"));
     }
     std::fs::write(
         manifests.join("base.yaml"),
@@ -56,8 +58,11 @@ async fn the_extension_pulls_the_images_of_its_manifests_and_shows_metrics_and_s
     )
     .unwrap_or_else(|e| panic!("{e}"));
     // A broken manifest: reported, and nothing else is affected.
-    std::fs::write(manifests.join("broken.yaml"), "apiVersion: prepull.nodelet.io/v1alpha1\nkind: ImagePrepull\nspec: {imagez: [x]}\n")
-        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        manifests.join("broken.yaml"),
+        "apiVersion: prepull.nodelet.io/v1alpha1\nkind: ImagePrepull\nspec: {imagez: [x]}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 
     let options = StartOptions {
         binary: Some(PathBuf::from(env!("CARGO_BIN_EXE_nodelet-prepull"))),
@@ -93,11 +98,14 @@ async fn the_extension_pulls_the_images_of_its_manifests_and_shows_metrics_and_s
     // `get prepull` shows the image present and the broken manifest with why.
     let (ok, out, err) = get_prepull(&n).await;
     assert!(ok, "nodelet-prepull get prepull failed: {err}");
+    eprintln!("nodelet-prepull get prepull:\n{out}");
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines.first().is_some_and(|h| h.starts_with("NAME") && h.contains("STATUS")), "{out}");
-    let row = lines.iter().find(|l| l.starts_with(&image)).unwrap_or_else(|| panic!("no row for {image}:\n{out}"));
+    let row =
+        lines.iter().find(|l| l.starts_with(&image)).unwrap_or_else(|| panic!("no row for {image}:\n{out}"));
     assert!(row.contains(" image ") && row.contains(" Present ") && row.contains("sha256:"), "{row}");
-    let broken = lines.iter().find(|l| l.contains("broken.yaml")).unwrap_or_else(|| panic!("no broken row:\n{out}"));
+    let broken =
+        lines.iter().find(|l| l.contains("broken.yaml")).unwrap_or_else(|| panic!("no broken row:\n{out}"));
     assert!(broken.contains(" Invalid ") && broken.contains("imagez"), "{broken}");
 
     // The standard node is unharmed: a static pod runs.
