@@ -16,6 +16,7 @@ use std::alloc::System;
 use std::path::Path;
 
 use nodelet_resources::pod::desired::PodSource;
+use nodelet_resources::pod::security::{Level, PodSecurity};
 use peakmem_alloc::{INSTRUMENTED_SYSTEM, PeakMemAlloc, PeakMemAllocTrait as _};
 use proptest::prelude::*;
 
@@ -147,9 +148,15 @@ fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
     bytes
 }
 
+/// The HTTP source's default pod security: the baseline level.
+fn http_security() -> PodSecurity {
+    PodSecurity { level: Level::Baseline, restrictions: None }
+}
+
 /// Decodes a manifest as the HTTP source does and checks the properties.
 fn check_manifest(bytes: &[u8]) -> Result<(), TestCaseError> {
-    let (parsed, peak) = peak_during(|| crate::sources::manifest::parse(bytes, &PodSource::Http, "node-a"));
+    let (parsed, peak) =
+        peak_during(|| crate::sources::manifest::parse(bytes, &PodSource::Http, "node-a", &http_security()));
     prop_assert!(
         peak <= bound(bytes.len(), NODE_BYTES),
         "decoding {} bytes allocated {peak} bytes at the peak",
@@ -197,7 +204,7 @@ proptest! {
             text.push_str(&format!("  x{level}: &a{level} {{ {} }}\n", refs.join(", ")));
         }
         text.push_str(&format!("spec:\n  bomb: *a{}\n", depth - 1));
-        let (parsed, peak) = peak_during(|| crate::sources::manifest::parse(text.as_bytes(), &PodSource::Http, "n"));
+        let (parsed, peak) = peak_during(|| crate::sources::manifest::parse(text.as_bytes(), &PodSource::Http, "n", &http_security()));
         prop_assert!(peak <= bound(text.len(), NODE_BYTES), "{} bytes allocated {peak} at the peak", text.len());
         // Small expansions are a (refused for other reasons) pod; large ones hit the alias limit.
         let expanded = (width as f64).powi(i32::try_from(depth).unwrap_or(i32::MAX));
@@ -218,7 +225,7 @@ proptest! {
         let mut text = "---\n".repeat(documents);
         text.push_str(&"[".repeat(depth));
         text.push_str(&"]".repeat(depth));
-        let (parsed, peak) = peak_during(|| crate::sources::manifest::parse(text.as_bytes(), &PodSource::Http, "n"));
+        let (parsed, peak) = peak_during(|| crate::sources::manifest::parse(text.as_bytes(), &PodSource::Http, "n", &http_security()));
         prop_assert!(peak <= bound(text.len(), NODE_BYTES), "{} bytes allocated {peak} at the peak", text.len());
         if documents > crate::yaml::MAX_DOCUMENTS {
             prop_assert!(parsed.problems.iter().any(|p| p.message.contains("documents")), "{:?}", parsed.problems);

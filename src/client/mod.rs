@@ -8,6 +8,7 @@ mod debug;
 mod describe;
 mod events;
 mod exec;
+mod extensions;
 mod get;
 mod jsonpath;
 mod logs;
