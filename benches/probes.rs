@@ -14,19 +14,14 @@
 //! CPU is measured over, default 30), `NODELET_BENCH_SETTLE_SECS` (wait after the pods are up, default 15).
 //! Every pod is busybox `httpd` (so that the probes have something to answer them) and is removed at the end.
 
-use std::collections::HashMap;
-use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use nodelet_cri::{ContainerFilter, CriClient, CriConfig, SandboxFilter, labels};
-use tokio::process::{Child, Command};
-use tokio::time::{Instant, sleep};
+use tokio::time::sleep;
 
-const POLL: Duration = Duration::from_millis(200);
-const DEADLINE: Duration = Duration::from_secs(600);
-const USER_HZ: f64 = 100.0;
+mod fixture;
+use fixture::Nodelet;
 
 fn number(name: &str, default: u64) -> anyhow::Result<u64> {
     match std::env::var(name) {
@@ -62,12 +57,12 @@ async fn run(endpoint: String) -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(0, usize::from),
         std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
     );
-    let mut nodelet = Nodelet::start(&endpoint, &var, dir.path(), &node).await?;
+    let mut nodelet = Nodelet::start(&endpoint, &var, dir.path(), &node, &[]).await?;
     let result = async {
         let mut figures = Vec::new();
         for probes in [false, true] {
             let names: Vec<String> = (0..pods).map(|i| format!("p{i:03}")).collect();
-            let took = nodelet.start_pods(&names, &image, probes).await?;
+            let took = nodelet.start_pods(&names, |name| manifest(name, &image, probes)).await?;
             println!("{pods} pods up (probes: {probes}); settling for {settle:?}, then measuring");
             sleep(settle).await;
             let before = nodelet.probe_runs().await?;
@@ -122,204 +117,6 @@ async fn run(endpoint: String) -> anyhow::Result<()> {
     result.and(stopped)
 }
 
-struct Nodelet {
-    child: Child,
-    cri: CriClient,
-    node: String,
-    dir: std::path::PathBuf,
-    http: reqwest::Client,
-    base: String,
-}
-
-impl Nodelet {
-    async fn start(
-        endpoint: &str,
-        var: &impl Fn(&str, &str) -> String,
-        dir: &Path,
-        node: &str,
-    ) -> anyhow::Result<Nodelet> {
-        for sub in ["root", "manifests", "logs"] {
-            std::fs::create_dir_all(dir.join(sub))?;
-        }
-        let port = |()| -> anyhow::Result<u16> {
-            Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-        };
-        let (read_only, main, healthz) = (port(())?, port(())?, port(())?);
-        let log = std::fs::File::create(dir.join("nodelet.log"))?;
-        let path = |p: &str| dir.join(p).display().to_string();
-        let args = [
-            ("--root-dir", path("root")),
-            ("--pod-manifest-path", path("manifests")),
-            ("--pod-logs-dir", path("logs")),
-            ("--container-runtime-endpoint", endpoint.to_owned()),
-            ("--hostname-override", node.to_owned()),
-            ("--address", "127.0.0.1".to_owned()),
-            ("--read-only-port", read_only.to_string()),
-            ("--port", main.to_string()),
-            ("--healthz-port", healthz.to_string()),
-            ("--cgroup-root", var("NODELET_TEST_CGROUP_PARENT", "/nodelet-test")),
-            ("--resolv-conf", var("NODELET_TEST_RESOLV_CONF", "")),
-            // The shared test runtime's disk may be nearly full: measure pods, not DiskPressure, and never
-            // garbage-collect the test images.
-            ("--eviction-hard", "memory.available<100Mi".to_owned()),
-            ("--image-gc-high-threshold", "100".to_owned()),
-        ];
-        let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
-            .args(args.iter().flat_map(|(flag, value)| [*flag, value.as_str()]))
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .context("cannot start nodelet")?;
-        // No connection reuse: an idle connection the server closes meanwhile would fail the next request.
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .pool_max_idle_per_host(0)
-            .timeout(Duration::from_secs(10))
-            .build()?;
-        let cri = CriClient::connect(CriConfig::new(endpoint.to_owned())).await?;
-        let mut nodelet = Nodelet {
-            child,
-            cri,
-            node: node.to_owned(),
-            dir: dir.to_owned(),
-            http,
-            base: format!("http://127.0.0.1:{read_only}"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = nodelet.child.try_wait()? {
-                bail!("nodelet exited during start-up ({status}); see {}", dir.join("nodelet.log").display());
-            }
-            let url = format!("http://127.0.0.1:{healthz}/healthz");
-            if nodelet.http.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
-                return Ok(nodelet);
-            }
-            if Instant::now() >= deadline {
-                bail!("nodelet not healthy within 30 s");
-            }
-            sleep(POLL).await;
-        }
-    }
-
-    /// Writes the manifests; returns the time until every pod is Running and Ready.
-    async fn start_pods(&mut self, names: &[String], image: &str, probes: bool) -> anyhow::Result<Duration> {
-        let started = Instant::now();
-        let manifests = self.dir.join("manifests");
-        for name in names {
-            let tmp = manifests.join(format!(".{name}.yaml.tmp"));
-            std::fs::write(&tmp, manifest(name, image, probes))?;
-            std::fs::rename(&tmp, manifests.join(format!("{name}.yaml")))?;
-        }
-        let wanted: Vec<String> = names.iter().map(|n| format!("{n}-{}", self.node)).collect();
-        loop {
-            let ready = self.ready_pods().await?;
-            if wanted.iter().all(|w| ready.get(w).copied().unwrap_or(false)) {
-                return Ok(started.elapsed());
-            }
-            if started.elapsed() > DEADLINE {
-                bail!("pods not Ready within {DEADLINE:?}");
-            }
-            if let Some(status) = self.child.try_wait()? {
-                bail!("nodelet exited ({status})");
-            }
-            sleep(POLL).await;
-        }
-    }
-
-    async fn remove_pods(&mut self, names: &[String]) -> anyhow::Result<()> {
-        for name in names {
-            std::fs::remove_file(self.dir.join("manifests").join(format!("{name}.yaml")))?;
-        }
-        let started = Instant::now();
-        loop {
-            let sandboxes = self
-                .cri
-                .list_pod_sandboxes(&SandboxFilter::managed().label(labels::NODE, self.node.clone()))
-                .await?;
-            if self.ready_pods().await?.is_empty() && sandboxes.is_empty() {
-                return Ok(());
-            }
-            if started.elapsed() > DEADLINE {
-                bail!("pods not removed within {DEADLINE:?}");
-            }
-            sleep(POLL).await;
-        }
-    }
-
-    /// `/pods`: name → whether the pod's `Ready` condition is True.
-    async fn ready_pods(&self) -> anyhow::Result<HashMap<String, bool>> {
-        let body =
-            self.http.get(format!("{}/pods", self.base)).send().await?.error_for_status()?.bytes().await?;
-        let list: serde_json::Value = serde_json::from_slice(&body)?;
-        let mut pods = HashMap::new();
-        for pod in list["items"].as_array().into_iter().flatten() {
-            let Some(name) = pod["metadata"]["name"].as_str() else { continue };
-            let ready = pod["status"]["conditions"]
-                .as_array()
-                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
-            pods.insert(name.to_owned(), ready);
-        }
-        Ok(pods)
-    }
-
-    /// The sum of `prober_probe_total` (all results, or those with `result`).
-    async fn probe_runs(&self) -> anyhow::Result<f64> {
-        self.probe_runs_with("").await
-    }
-
-    /// The sum of `prober_probe_total` series whose labels contain `filter`.
-    async fn probe_runs_with(&self, filter: &str) -> anyhow::Result<f64> {
-        let text = self
-            .http
-            .get(format!("{}/metrics/probes", self.base))
-            .send()
-            .await?
-            .error_for_status()?
-            .text()
-            .await?;
-        Ok(text
-            .lines()
-            .filter(|l| l.starts_with("prober_probe_total{") && l.contains(filter))
-            .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-            .sum())
-    }
-
-    /// nodelet's CPU use over `window`, in cores.
-    async fn cpu_over(&self, window: Duration) -> anyhow::Result<f64> {
-        let pid = self.child.id().context("nodelet has exited")?;
-        let (t0, c0) = (Instant::now(), cpu_ticks(pid)?);
-        sleep(window).await;
-        let (t1, c1) = (Instant::now(), cpu_ticks(pid)?);
-        Ok(c1.saturating_sub(c0) as f64 / USER_HZ / (t1 - t0).as_secs_f64())
-    }
-
-    /// VmRSS and VmHWM in KiB.
-    fn memory(&self) -> anyhow::Result<(u64, u64)> {
-        let pid = self.child.id().context("nodelet has exited")?;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let field = |name: &str| -> anyhow::Result<u64> {
-            let line = status.lines().find(|l| l.starts_with(name)).with_context(|| format!("no {name}"))?;
-            Ok(line.split_whitespace().nth(1).with_context(|| format!("bad {name} line"))?.parse()?)
-        };
-        Ok((field("VmRSS:")?, field("VmHWM:")?))
-    }
-
-    async fn stop(&mut self) -> anyhow::Result<()> {
-        let pid = self.child.id().context("nodelet has exited")?;
-        let pid = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw).context("bad pid")?;
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM)?;
-        if tokio::time::timeout(Duration::from_secs(20), self.child.wait()).await.is_err() {
-            self.child.start_kill()?;
-            self.child.wait().await?;
-            bail!("nodelet did not stop within 20 s of SIGTERM");
-        }
-        Ok(())
-    }
-}
-
 /// A busybox `httpd` pod; with `probes`: startup `exec`, liveness `httpGet`, readiness `tcpSocket`, each with
 /// the kubelet's default period (10 s) and timeout (1 s).
 fn manifest(name: &str, image: &str, probes: bool) -> String {
@@ -336,14 +133,4 @@ fn manifest(name: &str, image: &str, probes: bool) -> String {
          containers:\n  - name: web\n    image: {image}\n    imagePullPolicy: IfNotPresent\n    \
          command: [\"sh\", \"-c\", \"mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www\"]\n{probes}"
     )
-}
-
-/// utime + stime of `pid` in USER_HZ ticks.
-fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).context("bad /proc/pid/stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11).context("no utime")?.parse()?;
-    let stime: u64 = fields.get(12).context("no stime")?.parse()?;
-    Ok(utime + stime)
 }

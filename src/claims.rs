@@ -11,7 +11,7 @@ use nodelet_resources::claim::desired::ClaimKey;
 use nodelet_resources::claim::driver::{ClaimDriver, Provisioner, ProvisionerSet};
 use nodelet_resources::claim::metrics::ClaimMetrics;
 use nodelet_resources::claim::populator::{ClaimObjects, ObjectFeed, Populator};
-use nodelet_resources::claim::reconciler::{ClaimReconciler, wake_related};
+use nodelet_resources::claim::reconciler::{ClaimReconciler, watch_related};
 use nodelet_resources::claim::status::ClaimView;
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
 use reconcile_engine::{Engine, Metrics, RunReport, Store};
@@ -90,14 +90,13 @@ pub(crate) fn start(
     let reconciler = ClaimReconciler::new(node, set);
     let (desired, writer) = reconcile_engine::store();
     let engine = Engine::builder("claims", reconciler.clone(), Arc::new(driver), desired.clone())
-        .metrics(engine_metrics)
-        .build();
+        .metrics(engine_metrics);
+    let engine = watch_related(engine, &desired).build();
     let actual = engine.actual();
     let view = ClaimView::new(desired.clone(), actual.clone(), reconciler).with_failures(engine.op_status());
     let waker = engine.waker();
 
     tasks.spawn(Populator::new(objects, provisioned, pods, actual.clone(), writer).run(shutdown.clone()));
-    tasks.spawn(wake_related(desired.clone(), actual, waker.clone(), shutdown.clone()));
     // A CSI driver registering (or going away) changes what can be provisioned (the caller runs the
     // registry's watcher).
     let mut drivers = csi.subscribe();

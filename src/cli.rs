@@ -357,12 +357,9 @@ pub(crate) struct RunArgs {
     self-signed certificate).")]
 pub(crate) struct GetArgs {
     /// Resource type: pods (also pod, po), nodes (node, no), events (event, ev), pv (persistentvolumes),
-    /// pvc (persistentvolumeclaims), storageclass (sc, storageclasses), csinodes (csinode).
-    #[arg(value_name = "TYPE", value_parser = [
-        "pods", "pod", "po", "nodes", "node", "no", "events", "event", "ev", "pv", "persistentvolume",
-        "persistentvolumes", "pvc", "persistentvolumeclaim", "persistentvolumeclaims", "sc", "storageclass",
-        "storageclasses", "csinode", "csinodes",
-    ])]
+    /// pvc (persistentvolumeclaims), storageclass (sc, storageclasses), csinodes (csinode), or the name of
+    /// an extension of the node (its status table, from /extensions/NAME).
+    #[arg(value_name = "TYPE")]
     pub(crate) resource: String,
     /// Names of the pods to show (all when none).
     #[arg(value_name = "NAME")]
@@ -397,6 +394,30 @@ pub(crate) struct GetArgs {
     #[command(flatten)]
     pub(crate) log: LogArgs,
 }
+
+/// The resource types `nodelet get` knows itself; any other type names an extension.
+pub(crate) const GET_TYPES: &[&str] = &[
+    "pods",
+    "pod",
+    "po",
+    "nodes",
+    "node",
+    "no",
+    "events",
+    "event",
+    "ev",
+    "pv",
+    "persistentvolume",
+    "persistentvolumes",
+    "pvc",
+    "persistentvolumeclaim",
+    "persistentvolumeclaims",
+    "sc",
+    "storageclass",
+    "storageclasses",
+    "csinode",
+    "csinodes",
+];
 
 /// Output formats of `get` (`-o`), as kubectl spells them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -950,7 +971,9 @@ mod tests {
         assert_eq!(g.output, Some(OutputFormat::Wide));
         assert_eq!(g.namespace, "kube-system");
         assert_eq!(g.conn.server.as_deref(), Some("http://127.0.0.1:10255"));
-        assert!(Cli::try_parse_from(["nodelet", "get", "services"]).is_err(), "only pods are served");
+        // Any other type names an extension: the server answers, or `get` says it has no such type.
+        assert!(matches!(Cli::try_parse_from(["nodelet", "get", "prepull"]).map(Cli::into_command),
+                Ok(Command::Get(g)) if g.resource == "prepull"),);
         assert!(
             Cli::try_parse_from(["nodelet", "get", "pods", "--token", "t", "--token-file", "/f"]).is_err(),
             "one token source"

@@ -14,7 +14,7 @@
 mod cluster_mode;
 pub(crate) mod configz;
 mod raw;
-mod units;
+pub(crate) mod units;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,6 +27,8 @@ pub(crate) use cluster_mode::check_node_label;
 #[cfg(test)]
 pub(crate) use units::format_go_duration;
 pub(crate) use units::{GoDuration, ThresholdValue, parse_go_duration, parse_quantity};
+
+use nodelet_resources::pod::security::{Level, NodeRestrictions, PodSecurity, UnknownLevel};
 
 use crate::cli::RunArgs;
 use crate::yaml;
@@ -195,7 +197,7 @@ pub(crate) struct Config {
     /// `nodelet.storage`: the volume provisioners.
     pub(crate) storage: StorageConfig,
     /// `nodelet.containerGC`: dead container garbage collection.
-    pub(crate) container_gc: crate::container_gc::ContainerGcPolicy,
+    pub(crate) container_gc: nodelet_resources::pod::gc::ContainerGcPolicy,
     /// Cluster mode: `Some` when `--kubeconfig` is given.
     pub(crate) cluster: Option<ClusterConfig>,
     /// How the daemon logs.
@@ -390,10 +392,44 @@ pub(crate) struct PodsConfig {
     pub(crate) pod_pids_limit: Option<i64>,
     /// `--allow-privileged` / `nodelet.allowPrivileged`.
     pub(crate) allow_privileged: bool,
+    /// `--allow-privileged=false` (or `nodelet.allowPrivileged: false`) was set explicitly: host namespaces,
+    /// added capabilities beyond the runtime's default set, hostPath volumes outside
+    /// [`Self::allowed_host_paths`] and host ports of nodelet's own ports are refused too.
+    pub(crate) privileged_refused_explicitly: bool,
+    /// `nodelet.allowedHostPaths`: directories hostPath volumes may use when `--allow-privileged=false` is set.
+    pub(crate) allowed_host_paths: Vec<PathBuf>,
+    /// `nodelet.podSecurity`: the Pod Security Standards level per source.
+    pub(crate) pod_security: PodSecurityLevels,
+    /// `seccompDefault`: containers without a seccomp profile run with `RuntimeDefault`.
+    pub(crate) seccomp_default: bool,
     /// `clusterDNS` / `--cluster-dns`: DNS servers of ClusterFirst pods (empty: the node's resolv.conf).
     pub(crate) cluster_dns: Vec<std::net::IpAddr>,
     /// `clusterDomain` / `--cluster-domain`: the cluster's DNS domain ("" for none).
     pub(crate) cluster_domain: String,
+}
+
+/// `nodelet.podSecurity`: the Pod Security Standards level enforced on each pod source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PodSecurityLevels {
+    /// `file` (default `privileged`: static pods from the node's own directory are trusted).
+    pub(crate) file: Level,
+    /// `url` (default `baseline`).
+    pub(crate) url: Level,
+    /// `http` (default `baseline`).
+    pub(crate) http: Level,
+    /// `api` (default `privileged`: the API server's own admission decides).
+    pub(crate) api: Level,
+}
+
+impl Default for PodSecurityLevels {
+    fn default() -> Self {
+        PodSecurityLevels {
+            file: Level::Privileged,
+            url: Level::Baseline,
+            http: Level::Baseline,
+            api: Level::Privileged,
+        }
+    }
 }
 
 /// Retry delays.
@@ -724,6 +760,33 @@ impl HostFacts {
 }
 
 impl Config {
+    /// The security settings each pod source is held to: its `nodelet.podSecurity` level and, with an explicit
+    /// `--allow-privileged=false`, the node restrictions (allowed hostPath prefixes; nodelet's own ports, which no
+    /// hostPort may take).
+    pub(crate) fn security_policies(&self) -> crate::sources::SecurityPolicies {
+        let restrictions = self.pods.privileged_refused_explicitly.then(|| {
+            let mut ports = std::collections::BTreeSet::new();
+            if self.server.enabled {
+                ports.insert(self.server.port);
+            }
+            ports.extend(self.server.read_only_port);
+            ports.extend(self.server.healthz.map(|a| a.port()));
+            ports.extend(self.sources.manifest_http_addr.map(|a| a.port()));
+            NodeRestrictions {
+                host_path_prefixes: self.pods.allowed_host_paths.clone(),
+                reserved_host_ports: ports,
+            }
+        });
+        let policy = |level| PodSecurity { level, restrictions: restrictions.clone() };
+        let levels = self.pods.pod_security;
+        crate::sources::SecurityPolicies {
+            file: policy(levels.file),
+            url: policy(levels.url),
+            http: policy(levels.http),
+            api: policy(levels.api),
+        }
+    }
+
     /// Loads the configuration from the flags and the `--config` file they name.
     pub(crate) fn load(args: &RunArgs) -> Result<Loaded, ConfigError> {
         let file = args.config.as_deref().map(ConfigFile::read).transpose()?;
@@ -1136,6 +1199,35 @@ impl Config {
             (None, None) => None,
         };
         let allow_privileged = args.allow_privileged.or(nodelet.allow_privileged).unwrap_or(false);
+        let privileged_refused_explicitly = args.allow_privileged.or(nodelet.allow_privileged) == Some(false);
+        let mut allowed_host_paths = Vec::new();
+        for (i, p) in nodelet.allowed_host_paths.iter().flatten().enumerate() {
+            let path = PathBuf::from(p);
+            if !path.is_absolute() || path.components().any(|c| matches!(c, std::path::Component::ParentDir))
+            {
+                return Err(m.file_err(
+                    &format!("nodelet.allowedHostPaths[{i}]"),
+                    format!("{p:?} must be an absolute path without `..`"),
+                ));
+            }
+            allowed_host_paths.push(path);
+        }
+        let mut pod_security = PodSecurityLevels::default();
+        if let Some(levels) = &nodelet.pod_security {
+            for (name, value, slot) in [
+                ("file", &levels.file, &mut pod_security.file),
+                ("url", &levels.url, &mut pod_security.url),
+                ("http", &levels.http, &mut pod_security.http),
+                ("api", &levels.api, &mut pod_security.api),
+            ] {
+                if let Some(value) = value {
+                    *slot = value.parse().map_err(|e: UnknownLevel| {
+                        m.file_err(&format!("nodelet.podSecurity.{name}"), e.to_string())
+                    })?;
+                }
+            }
+        }
+        let seccomp_default = raw.seccomp_default.unwrap_or(false);
         let cluster_dns = m.cluster_dns(args, &raw)?;
         let cluster_domain = m.cluster_domain(args, &raw)?;
         let pods = PodsConfig {
@@ -1145,6 +1237,10 @@ impl Config {
             max_pods,
             pod_pids_limit,
             allow_privileged,
+            privileged_refused_explicitly,
+            allowed_host_paths,
+            pod_security,
+            seccomp_default,
             cluster_dns,
             cluster_domain,
         };
@@ -1681,8 +1777,8 @@ impl Merger<'_> {
     fn container_gc(
         &self,
         raw: Option<&raw::RawContainerGc>,
-    ) -> Result<crate::container_gc::ContainerGcPolicy, ConfigError> {
-        let mut policy = crate::container_gc::ContainerGcPolicy::default();
+    ) -> Result<nodelet_resources::pod::gc::ContainerGcPolicy, ConfigError> {
+        let mut policy = nodelet_resources::pod::gc::ContainerGcPolicy::default();
         let Some(raw) = raw else { return Ok(policy) };
         policy.period =
             self.positive_duration(None, "", raw.period, "nodelet.containerGC.period", policy.period)?;

@@ -1,5 +1,6 @@
-//! Node pressure: the image garbage collector and the eviction manager wired to the stats
-//! provider and the pod engine, and the v1 `Node` object that shows the pressure conditions.
+//! Node pressure: the image pair (image garbage collection), the eviction manager and the verdict
+//! populator (admission and eviction verdicts, the pod pair's input) wired to the stats provider and
+//! the pod stores, and the v1 `Node` object that shows the pressure conditions.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,22 +12,28 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::eviction::events::NodeEvents;
-use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, PressureView, Reclaimer};
+use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, PressureView};
 use nodelet_resources::eviction::metrics::EvictionMetrics;
+use nodelet_resources::eviction::populator::{VerdictPopulator, wake_pods_on_verdicts};
 use nodelet_resources::eviction::signal::{
     Amount, BoxFuture, Observation, Observations, PodUsage, Signal, SignalError, SignalSource, Threshold,
 };
 use nodelet_resources::eviction::state::Policy;
-use nodelet_resources::eviction::verdict::PodVerdicts;
-use nodelet_resources::image::gc::{ImageGc, ImageGcMetrics, ImageReclaimer};
+use nodelet_resources::eviction::verdict::{Admission, Verdict};
+use nodelet_resources::image::driver::ImageDriver;
+use nodelet_resources::image::metrics::ImageGcMetrics;
 use nodelet_resources::image::plan::ImageGcPolicy;
+use nodelet_resources::image::populator::{ImagePopulator, ImageStores, wake_on_pod_changes};
+use nodelet_resources::image::reclaim::{DEFAULT_RECLAIM_TIMEOUT, ImagePairReclaimer};
+use nodelet_resources::image::reconciler::{ImageReconciler, PodImages};
+use nodelet_resources::image::status::free_space;
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
 use nodelet_resources::pod::reconciler::Clock;
 use nodelet_resources::pod::status::time;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{VolumeKey, split_key};
-use reconcile_engine::{Store, Waker};
+use reconcile_engine::{Engine, Store, Waker, Writer};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, ThresholdValue};
@@ -144,27 +151,6 @@ pub(crate) fn image_gc_policy(c: &config::ImageGcConfig) -> ImageGcPolicy {
     }
 }
 
-/// Container GC as node-level reclaim: dead containers and sandboxes go before images, as the
-/// kubelet reclaims on a single filesystem.
-struct ContainerReclaimer(crate::container_gc::ContainerGc<nodelet_cri::CriPodRuntime>);
-
-impl Reclaimer for ContainerReclaimer {
-    fn name(&self) -> &'static str {
-        "container-gc"
-    }
-
-    fn reclaim(&self, signal: Signal, _bytes: u64) -> BoxFuture<'_, Result<u64, String>> {
-        Box::pin(async move {
-            if signal.is_disk() {
-                let (containers, sandboxes) = self.0.collect().await;
-                tracing::debug!(containers, sandboxes, "container GC for disk pressure");
-            }
-            // The runtime does not say how much a removed container took; the signals show it.
-            Ok(0)
-        })
-    }
-}
-
 /// What the node view shows of the node's pressure.
 #[derive(Clone)]
 pub(crate) struct PressureState {
@@ -182,53 +168,111 @@ pub(crate) struct Wiring<'a> {
     pub(crate) desired: Store<PodUid, DesiredPod>,
     pub(crate) actual: Store<PodUid, PodActual>,
     pub(crate) volumes: Store<VolumeKey, VolumeActual>,
-    pub(crate) verdicts: PodVerdicts,
+    /// The verdict store (a reader) and its writer, for the verdict populator.
+    pub(crate) verdicts: Store<PodUid, Verdict>,
+    pub(crate) verdict_writer: Writer<PodUid, Verdict>,
+    /// What admission checks pods against ([`admission`]).
+    pub(crate) admission: Admission,
+    /// Wakes the pod engine when a verdict changes.
     pub(crate) waker: Waker<PodUid>,
     /// Container GC, tried first under disk pressure.
-    pub(crate) container_gc: crate::container_gc::ContainerGc<nodelet_cri::CriPodRuntime>,
+    pub(crate) container_gc: nodelet_resources::pod::gc::ContainerGcReclaimer,
     pub(crate) registry: &'a prometheus::Registry,
+    pub(crate) engine_metrics: &'a reconcile_engine::Metrics,
     pub(crate) clock: Clock,
 }
 
-/// Starts image garbage collection and the eviction manager on `tasks`.
+/// Admission as the configuration and the node set it up: the node's allocatable resources and
+/// `maxPods`, RuntimeClasses (overhead, node selector, tolerations), the node's labels and, in
+/// cluster mode, its `registerWithTaints`.
+pub(crate) fn admission(
+    config: &config::Config,
+    facts: &crate::node_facts::NodeFacts,
+    classes: Arc<dyn nodelet_resources::pod::runtime_class::RuntimeClasses>,
+) -> Admission {
+    Admission::new()
+        .with_resources(facts.admission_resources(config.pods.max_pods))
+        .with_runtime_classes(classes)
+        .with_node_taints(config.cluster.as_ref().map(|c| c.register_with_taints.clone()).unwrap_or_default())
+        .with_node_labels(node_labels(&config.node_name, config.cluster.as_ref().map(|c| &c.node_labels)))
+}
+
+/// Starts the image pair (its engine, populator and pod relation), the eviction manager, the verdict
+/// populator and the task that wakes pods whose verdict changed on `tasks`.
 pub(crate) fn start(
     w: Wiring<'_>,
     shutdown: &CancellationToken,
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> Result<PressureState, prometheus::Error> {
     let events = NodeEvents::new();
-    let image_gc = Arc::new(
-        ImageGc::new(
-            image_gc_policy(&w.config.image_gc),
-            Arc::new(nodelet_cri::image_gc::CriImageGc::new(w.cri)),
-            w.desired.clone(),
-            w.actual.clone(),
+    let policy = image_gc_policy(&w.config.image_gc);
+    let runtime = Arc::new(nodelet_cri::image_gc::CriImageGc::new(w.cri));
+    let pinned = vec![w.config.runtime.pod_infra_container_image.clone()];
+    let pods = PodImages { desired: w.desired.clone(), actual: w.actual.clone() };
+    let (image_desired, image_desired_writer) = reconcile_engine::store();
+    let mut engine = Engine::builder(
+        "images",
+        ImageReconciler::new(pods.clone(), pinned.clone(), policy.minimum_age, w.clock.clone()),
+        Arc::new(ImageDriver::new(
+            runtime.clone(),
             ImageGcMetrics::new(w.registry)?,
             events.clone(),
             w.clock.clone(),
-        )
-        .with_pinned(vec![w.config.runtime.pod_infra_container_image.clone()]),
-    );
-    tasks.spawn(image_gc.clone().run(w.config.image_gc.period, shutdown.clone().cancelled_owned()));
+        )),
+        image_desired.clone(),
+    )
+    .metrics(w.engine_metrics)
+    .build();
+    let (free, requests) = free_space();
+    let populator = ImagePopulator::new(
+        policy,
+        runtime,
+        pods.clone(),
+        ImageStores {
+            desired: image_desired_writer,
+            actual: engine.actual(),
+            observer: engine.observer(),
+            failures: engine.op_status(),
+        },
+        requests,
+        events.clone(),
+        w.clock.clone(),
+    )
+    .with_pinned(pinned);
+    tasks.spawn(populator.run(w.config.image_gc.period, shutdown.clone().cancelled_owned()));
+    tasks.spawn(wake_on_pod_changes(pods, image_desired, engine.waker(), shutdown.clone()));
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        engine.run(stop.cancelled_owned()).await;
+    });
+    let (sink, evictions) = nodelet_resources::eviction::populator::evictions();
     let manager = EvictionManager::new(
         eviction_config(&w.config.eviction),
         Arc::new(StatsSignals(w.stats)),
-        w.desired,
-        w.actual,
-        w.verdicts,
-        Arc::new(move |uid| {
-            w.waker.wake(uid);
-        }),
+        w.desired.clone(),
+        w.actual.clone(),
+        w.verdicts.clone(),
+        sink,
         EvictionMetrics::new(w.registry)?,
         events.clone(),
         w.clock,
     )
-    .with_reclaimer(Arc::new(ContainerReclaimer(w.container_gc)))
-    .with_reclaimer(Arc::new(ImageReclaimer(image_gc)))
+    .with_reclaimer(Arc::new(w.container_gc))
+    .with_reclaimer(Arc::new(ImagePairReclaimer::new(free, DEFAULT_RECLAIM_TIMEOUT)))
     .with_cleanup_check(Arc::new(move |uid: &str| {
         !w.volumes.keys().iter().any(|k| split_key(k).is_some_and(|(u, _)| u == uid))
     }));
     let view = manager.pressure();
+    let populator = VerdictPopulator::new(
+        w.desired,
+        w.actual,
+        w.verdict_writer,
+        w.admission,
+        manager.conditions(),
+        evictions,
+    );
+    tasks.spawn(populator.run(shutdown.clone()));
+    tasks.spawn(wake_pods_on_verdicts(w.verdicts, w.waker, shutdown.clone()));
     tasks.spawn(manager.run(shutdown.clone().cancelled_owned()));
     Ok(PressureState { view, events })
 }

@@ -1,7 +1,7 @@
 //! Volume wiring of the daemon: the renderer that reads ConfigMaps, Secrets and tokens (and, for
 //! the pod runtime and admission, RuntimeClasses) from the manifest directory and (cluster mode) the
-//! API server, and the task that wakes the pod engine when a
-//! pod's volumes change.
+//! API server; the daemon's CSI volume host ([`NodeVolumes`]). (The pod engine is woken when a
+//! pod's volumes change by its relation on the volume actual store, see `main.rs`.)
 
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use nodelet_resources::volume::desired::{
 use nodelet_resources::volume::driver::{VolumeError, VolumeHost};
 use nodelet_resources::volume::ops::VolumeOp;
 use nodelet_resources::volume::populator::Renderer;
-use reconcile_engine::{Store, Waker};
+use reconcile_engine::Store;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -143,29 +143,6 @@ impl Renderer for ManifestRenderer {
         let files =
             nodelet_host::files::volume_files(&pod.pod, volume, &self.objects).map_err(|e| e.to_string())?;
         Ok(VolumeSource::files(plugin, files))
-    }
-}
-
-/// Wakes the pod engine for every pod whose volumes changed in the actual store, until
-/// `shutdown`.
-pub(crate) async fn wake_pods_on_volume_changes(
-    actual: Store<VolumeKey, VolumeActual>,
-    waker: Waker<PodUid>,
-    shutdown: CancellationToken,
-) {
-    let sub = actual.subscribe();
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = sub.changed() => {}
-        }
-        for key in sub.drain() {
-            if let Some((uid, _)) = split_key(&key)
-                && !waker.wake(uid.to_owned())
-            {
-                return;
-            }
-        }
     }
 }
 

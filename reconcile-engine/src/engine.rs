@@ -14,12 +14,26 @@ use crate::executor::OpError;
 use crate::executor::{Completion, Executor, ExecutorConfig};
 use crate::metrics::{Metrics, OpResult};
 use crate::reconciler::View;
+use crate::relation::{Inputs, RelationSpec, Relations};
 use crate::store::{Subscription, Writer};
 use crate::{
     BackoffConfig, Driver, Key, Map, Operation, Outcome, Plan, Reconciler, Set, Store, Update, store,
 };
 
-/// Engine settings. Build with [`Default`] and the `with_*` methods, or through [`EngineBuilder`].
+/// Engine settings: [`Default`], then set the public fields (or use the setters of
+/// [`EngineBuilder`], which change the same fields).
+///
+/// ```
+/// use std::time::Duration;
+/// use reconcile_engine::{EngineConfig, ExecutorConfig};
+///
+/// let config = EngineConfig {
+///     resync_period: Duration::from_secs(60),
+///     executor: ExecutorConfig::default().with_max_concurrent(8),
+///     ..EngineConfig::default()
+/// };
+/// assert_eq!(config.shutdown_deadline, EngineConfig::DEFAULT_SHUTDOWN_DEADLINE);
+/// ```
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Every key is reconsidered at this period, whether or not it changed. Default:
@@ -146,6 +160,10 @@ pub struct EngineBuilder<D, A, R: Reconciler<D, A>, Dr> {
     desired: Store<R::Key, D>,
     config: EngineConfig,
     metrics: Option<Metrics>,
+    actual: Store<R::Key, A>,
+    actual_writer: Writer<R::Key, A>,
+    relations: Vec<RelationSpec<R::Key>>,
+    inputs: Inputs,
     _actual: PhantomData<fn() -> A>,
 }
 
@@ -154,6 +172,8 @@ impl<D, A, R: Reconciler<D, A>, Dr> fmt::Debug for EngineBuilder<D, A, R, Dr> {
         f.debug_struct("EngineBuilder")
             .field("name", &self.name)
             .field("config", &self.config)
+            .field("relations", &self.relations.iter().map(|r| r.name.as_str()).collect::<Vec<_>>())
+            .field("inputs", &self.inputs)
             .finish_non_exhaustive()
     }
 }
@@ -215,11 +235,97 @@ where
         self
     }
 
+    /// A reader of the actual store the engine will write, already before it is built: to
+    /// declare a relation on it ([`watches`](Self::watches)) or hand it to another pair.
+    pub fn actual(&self) -> Store<R::Key, A> {
+        self.actual.clone()
+    }
+
+    /// Registers `store` as a side input: the reconciler reads it, read-only, through
+    /// [`View::input`] (one store per type `Store<K2, V2>`; a later one of the same type replaces
+    /// an earlier one). A change of a side input alone does not plan anything again; declare a
+    /// relation with [`watches`](Self::watches) for that.
+    #[must_use]
+    pub fn reads<K2: Key, V2: Send + Sync + 'static>(mut self, store: Store<K2, V2>) -> Self {
+        self.inputs.insert(store);
+        self
+    }
+
+    /// Declares a relation named `name` (the `relation` label of
+    /// `reconcile_engine_relation_wakeups_total`): whenever a key of `store` changes (is set or
+    /// removed), `mapper` maps it, with its new value (`None` once removed), to keys of this
+    /// engine, and the engine plans those again. `store` also becomes a side input, as with
+    /// [`reads`](Self::reads).
+    ///
+    /// Changes are coalesced per key between two passes of the engine (a key written many times
+    /// is mapped once, with its latest value); none is lost, and nothing is polled. A removed
+    /// key's value is gone by the time the mapper runs: a mapper that must know what a removed
+    /// key was related to reads it from a store it keeps (this engine's actual store, say, which
+    /// still holds the relation until an operation removes it). The mapper runs on the engine's
+    /// task: keep it cheap, and never write to a store from it.
+    ///
+    /// A relation may watch this engine's own stores (the desired store, or [`actual`](Self::actual)),
+    /// for keys related other than by [`Key::parent`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use reconcile_engine::{Engine, Plan, Reconciler, Update, View, store};
+    /// # use reconcile_engine::{Driver, Operation, Outcome, CancellationToken};
+    /// # #[derive(Clone, Debug, PartialEq)] struct Start;
+    /// # impl Operation for Start { fn kind(&self) -> &'static str { "start" } }
+    /// # struct Runtime;
+    /// # impl Driver<String, Start, bool> for Runtime {
+    /// #     type Error = std::io::Error;
+    /// #     async fn execute(&self, _: &String, _: &Start, _: &CancellationToken) -> Outcome<bool, std::io::Error> {
+    /// #         Outcome::Done(Update::Set(true))
+    /// #     }
+    /// # }
+    ///
+    /// /// Starts a pod once every volume it needs (key "pod/volume") is mounted.
+    /// struct Pods;
+    /// impl Reconciler<Vec<String>, bool> for Pods {
+    ///     type Key = String;
+    ///     type Op = Start;
+    ///     fn reconcile(&self, v: &View<'_, String, Vec<String>, bool>) -> Plan<Start> {
+    ///         let Some(volumes) = v.input::<String, bool>() else { return Plan::Idle };
+    ///         let ready = v.desired.is_some_and(|names| {
+    ///             names.iter().all(|n| volumes.get(&format!("{}/{n}", v.key)).is_some_and(|m| *m))
+    ///         });
+    ///         if ready && v.actual.is_none() { Plan::Run(Start) } else { Plan::Idle }
+    ///     }
+    ///     fn uncertain(&self, _: &String, _: &Start, _: Option<&bool>) -> Update<bool> { Update::Keep }
+    /// }
+    ///
+    /// let (pods, _pod_writer) = store::<String, Vec<String>>();
+    /// let (mounted, _volume_writer) = store::<String, bool>(); // another engine's actual store
+    /// let engine = Engine::builder("pods", Pods, Arc::new(Runtime), pods)
+    ///     // "p1/data" changed (or went away): plan pod "p1" again.
+    ///     .watches("volumes", mounted, |key: &String, _mounted: Option<&bool>| {
+    ///         key.split_once('/').map(|(pod, _)| pod.to_owned())
+    ///     })
+    ///     .build();
+    /// # drop(engine);
+    /// ```
+    #[must_use]
+    pub fn watches<K2, V2, I, F>(mut self, name: impl Into<String>, store: Store<K2, V2>, mapper: F) -> Self
+    where
+        K2: Key,
+        V2: Send + Sync + 'static,
+        I: IntoIterator<Item = R::Key>,
+        F: Fn(&K2, Option<&V2>) -> I + Send + Sync + 'static,
+    {
+        self.inputs.insert(store.clone());
+        self.relations.push(RelationSpec::new(name.into(), store, mapper));
+        self
+    }
+
     /// Builds the engine. Nothing runs until [`Engine::run`].
     pub fn build(self) -> Engine<D, A, R, Dr> {
         let metrics = self.metrics.unwrap_or_else(Metrics::unregistered);
         let executor = Executor::new(&self.name, self.driver, self.config.executor.clone(), &metrics);
-        let (actual, actual_writer) = store();
+        let (actual, actual_writer) = (self.actual, self.actual_writer);
+        let relations =
+            Relations::start(self.relations, |relation| metrics.relation_wakeups(&self.name, relation));
         let desired_sub = self.desired.subscribe();
         let (status, status_writer) = store();
         let (tx, observations) = tokio::sync::mpsc::unbounded_channel();
@@ -247,6 +353,8 @@ where
             observer: Observer { tx },
             last_completion: Map::default(),
             observed_by_others: false,
+            relations,
+            inputs: self.inputs,
         }
     }
 }
@@ -287,6 +395,8 @@ where
     observed_by_others: bool,
     wakes: tokio::sync::mpsc::UnboundedReceiver<R::Key>,
     waker: Waker<R::Key>,
+    relations: Relations<R::Key>,
+    inputs: Inputs,
 }
 
 impl<D, A, R, Dr> fmt::Debug for Engine<D, A, R, Dr>
@@ -312,6 +422,7 @@ enum Event<K, Op, A, E> {
     Recheck(K),
     Observed(K, Update<A>, Instant),
     Wake(K),
+    Related,
 }
 
 impl<D, A, R, Dr> Engine<D, A, R, Dr>
@@ -329,6 +440,7 @@ where
         driver: Arc<Dr>,
         desired: Store<R::Key, D>,
     ) -> EngineBuilder<D, A, R, Dr> {
+        let (actual, actual_writer) = store();
         EngineBuilder {
             name: name.into(),
             reconciler,
@@ -336,6 +448,10 @@ where
             desired,
             config: EngineConfig::default(),
             metrics: None,
+            actual,
+            actual_writer,
+            relations: Vec::new(),
+            inputs: Inputs::new(),
             _actual: PhantomData,
         }
     }
@@ -406,6 +522,7 @@ where
                     }
                     Some((key, update, at)) = self.observations.recv() => Event::Observed(key, update, at),
                     Some(key) = self.wakes.recv() => Event::Wake(key),
+                    () = self.relations.changed(), if !self.relations.is_empty() => Event::Related,
                     _ = resync.tick() => Event::Resync,
                 }
             };
@@ -443,6 +560,12 @@ where
                     while let Ok(key) = self.wakes.try_recv() {
                         self.dirty.insert(key);
                     }
+                }
+                Event::Related => {
+                    let dirty = &mut self.dirty;
+                    self.relations.drain(|key| {
+                        dirty.insert(key);
+                    });
                 }
                 Event::Observed(key, update, at) => {
                     self.observed(key, update, at);
@@ -662,6 +785,7 @@ where
                 actual_store: &self.actual,
                 desired_synced: synced,
                 now,
+                inputs: &self.inputs,
             };
             let plan = self.reconciler.reconcile(&view);
             self.cancel_recheck(&key);

@@ -11,8 +11,12 @@ use std::path::PathBuf;
 /// operation on a volume (`Volume("v")`) waits for operations on every volume+pod pair below it
 /// (`VolumePod("v", "p")`) and vice versa, while pairs of different pods run in parallel.
 ///
-/// Only [`parent`](Key::parent) is a method; it has a default (no parent), so flat keys implement
-/// the trait with an empty `impl`. The common standard types implement it already.
+/// Methods: [`parent`](Key::parent) (the one to override; default: no parent, so flat keys
+/// implement the trait with an empty `impl`), and two derived from it that the executor uses,
+/// [`is_ancestor_of`](Key::is_ancestor_of) and [`conflicts_with`](Key::conflicts_with). The
+/// supertraits are `Clone + Eq + Hash + Debug + Send + Sync + 'static`. `String`, `&'static str`,
+/// the integer types, `PathBuf` and pairs `(A, B)` of keys implement it already (flat; a pair has
+/// no parent).
 ///
 /// ```
 /// use reconcile_engine::Key;

@@ -25,6 +25,8 @@
 //!    to recover state after a restart).
 //! 3. Build an [`Engine`] with [`Engine::builder`] and [`run`](Engine::run) it. Read the actual
 //!    state through [`Engine::actual`], metrics through [`Metrics`].
+//! 4. If the reconciler depends on another pair, declare it on the builder
+//!    ([`reads`](EngineBuilder::reads), [`watches`](EngineBuilder::watches)).
 //!
 //! The [`guide`] walks through a complete reconciler; `examples/minimal.rs` fits on one screen and
 //! `examples/files.rs` keeps a directory equal to a desired map with a driver that fails and
@@ -48,8 +50,11 @@
 //! - **Observations.** Changes of the world that no operation made (a process died) reach the
 //!   actual store through an [`Observer`] (a PLEG-style relist); observations older than the
 //!   key's last completion, or made while an operation runs on it, are dropped.
-//! - **Wakes.** A reconciler that also reads something besides its two stores (another engine's
-//!   actual store, probe results) has the engine plan a key again through a [`Waker`].
+//! - **Relations and side inputs.** A reconciler reads other pairs' stores, read-only, through
+//!   its [`View`] ([`View::input`], registered with [`EngineBuilder::reads`]); a relation
+//!   ([`EngineBuilder::watches`]) maps every change of such a store, deletions included, to keys
+//!   the engine plans again, coalesced and without polling. A [`Waker`] plans a key again for
+//!   sources that are not stores.
 //! - **Status.** [`Engine::op_status`] shows, per key, the last failed operation, its error and
 //!   when it retries.
 //! - **Observability.** Prometheus metrics per reconciler ([`metrics`] lists them) and a
@@ -68,6 +73,7 @@ pub mod executor;
 mod key;
 pub mod metrics;
 mod reconciler;
+mod relation;
 mod store;
 
 #[cfg(feature = "testing")]
@@ -83,6 +89,7 @@ pub use executor::{Executor, ExecutorConfig, OpError, Submitted};
 pub use key::Key;
 pub use metrics::{Metrics, OpResult};
 pub use reconciler::{Operation, Plan, Reconciler, Update, View};
+pub use relation::Inputs;
 pub use store::{Store, Subscription, SyncWatch, Writer, WriterDropped, store};
 pub use tokio_util::sync::CancellationToken;
 

@@ -11,6 +11,13 @@
 //! | `reconcile_engine_actual_keys` | gauge | `reconciler` | entries in the actual store |
 //! | `reconcile_engine_loop_duration_seconds` | histogram | `reconciler` | time of one planning pass over the changed keys |
 //! | `reconcile_engine_reconciles_total` | counter | `reconciler` | keys reconsidered by the reconciler |
+//! | `reconcile_engine_relation_wakeups_total` | counter | `reconciler`, `relation` | keys planned again because a store the reconciler watches changed ([`EngineBuilder::watches`](crate::EngineBuilder::watches)) |
+//!
+//! One [`Metrics`] registers these families once in a registry; engines sharing it tell their
+//! series apart by the `reconciler` label. Two engines with the **same name** on one `Metrics`
+//! share their series: counters add up and each gauge shows whichever engine set it last, so give
+//! every engine its own name. Creating a second `Metrics` in the same registry fails with
+//! [`prometheus::Error::AlreadyReg`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -77,6 +84,7 @@ struct Families {
     actual_keys: IntGaugeVec,
     loop_duration: HistogramVec,
     reconciles: IntCounterVec,
+    relation_wakeups: IntCounterVec,
 }
 
 /// Buckets for operation durations: 1 ms to about 2 min (driver calls are I/O, often slow).
@@ -134,7 +142,15 @@ impl Metrics {
                 Opts::new("reconcile_engine_reconciles_total", "Keys reconsidered by the reconciler."),
                 r,
             )?,
+            relation_wakeups: IntCounterVec::new(
+                Opts::new(
+                    "reconcile_engine_relation_wakeups_total",
+                    "Keys planned again because a watched store changed, by relation.",
+                ),
+                &["reconciler", "relation"],
+            )?,
         };
+        registry.register(Box::new(families.relation_wakeups.clone()))?;
         registry.register(Box::new(families.operations.clone()))?;
         registry.register(Box::new(families.duration.clone()))?;
         registry.register(Box::new(families.in_flight.clone()))?;
@@ -151,6 +167,11 @@ impl Metrics {
     pub fn unregistered() -> Self {
         // A fresh registry cannot hold a conflicting family, so registration cannot fail.
         Self::new(&Registry::new()).unwrap_or_else(|e| unreachable!("fresh registry rejected metrics: {e}"))
+    }
+
+    /// The wake-up counter of relation `relation` of reconciler `reconciler`.
+    pub(crate) fn relation_wakeups(&self, reconciler: &str, relation: &str) -> IntCounter {
+        self.inner.relation_wakeups.with_label_values(&[reconciler, relation])
     }
 
     /// The handles of one reconciler.

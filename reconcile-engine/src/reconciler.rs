@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::relation::{Inputs, NO_INPUTS};
 use crate::{Key, Store};
 
 /// An operation a reconciler plans and a [`Driver`](crate::Driver) carries out.
@@ -51,8 +52,29 @@ impl<Op> From<Option<Op>> for Plan<Op> {
     }
 }
 
-/// What a reconciler sees of one key: its desired and actual values, plus read access to both
-/// whole stores for decisions that involve other keys (a parent's state, say).
+/// What a reconciler sees of one key: its desired and actual values, read access to both whole
+/// stores for decisions that involve other keys (a parent's state, say), the side inputs (other
+/// pairs' stores, see [`input`](View::input)) and the time of the pass.
+///
+/// The engine builds one per key. Tests of a reconciler build one with [`View::new`]:
+///
+/// ```
+/// use reconcile_engine::{Inputs, View, store};
+///
+/// let (desired, mut dw) = store::<String, u32>();
+/// let (actual, _aw) = store::<String, u32>();
+/// let (limits, mut lw) = store::<String, u64>();
+/// dw.insert("a".into(), 1);
+/// lw.insert("a".into(), 10);
+/// let inputs = Inputs::new().with(limits);
+/// let key = "a".to_string();
+/// let want = desired.get(&key);
+/// let view = View::new(&key, want.as_deref(), None, &desired, &actual).with_inputs(&inputs);
+/// assert_eq!(view.desired, Some(&1));
+/// assert!(!view.desired_synced);
+/// let limit = view.input::<String, u64>().and_then(|s| s.get(&key));
+/// assert_eq!(limit.as_deref(), Some(&10));
+/// ```
 #[non_exhaustive]
 pub struct View<'a, K, D, A> {
     /// The key being reconciled.
@@ -69,6 +91,63 @@ pub struct View<'a, K, D, A> {
     pub desired_synced: bool,
     /// The time of this reconcile pass (`tokio::time`, so paused in tests).
     pub now: Instant,
+    /// The side inputs registered on the engine (read them with [`input`](View::input)).
+    pub inputs: &'a Inputs,
+}
+
+impl<'a, K: Key, D: Send + Sync + 'static, A: Send + Sync + 'static> View<'a, K, D, A> {
+    /// A view of `key` with its `desired` and `actual` values and both stores; `desired_synced`
+    /// as `desired_store` says, `now` the current (tokio) time and no side inputs. Meant for
+    /// unit tests of reconcilers; change the rest with the `with_*` methods.
+    pub fn new(
+        key: &'a K,
+        desired: Option<&'a D>,
+        actual: Option<&'a A>,
+        desired_store: &'a Store<K, D>,
+        actual_store: &'a Store<K, A>,
+    ) -> Self {
+        Self {
+            key,
+            desired,
+            actual,
+            desired_store,
+            actual_store,
+            desired_synced: desired_store.is_synced(),
+            now: Instant::now(),
+            inputs: &NO_INPUTS,
+        }
+    }
+
+    /// Sets the side inputs.
+    #[must_use]
+    pub fn with_inputs(mut self, inputs: &'a Inputs) -> Self {
+        self.inputs = inputs;
+        self
+    }
+
+    /// Sets the time of the pass.
+    #[must_use]
+    pub fn with_now(mut self, now: Instant) -> Self {
+        self.now = now;
+        self
+    }
+
+    /// Sets whether the desired store counts as synced.
+    #[must_use]
+    pub fn with_desired_synced(mut self, synced: bool) -> Self {
+        self.desired_synced = synced;
+        self
+    }
+}
+
+impl<K, D, A> View<'_, K, D, A> {
+    /// The side input of type `Store<K2, V2>` registered with
+    /// [`EngineBuilder::reads`](crate::EngineBuilder::reads) or
+    /// [`EngineBuilder::watches`](crate::EngineBuilder::watches), read-only. `None` if no store
+    /// of that type was registered.
+    pub fn input<K2: Key, V2: Send + Sync + 'static>(&self) -> Option<&Store<K2, V2>> {
+        self.inputs.get::<K2, V2>()
+    }
 }
 
 impl<K: Debug, D: Debug, A: Debug> Debug for View<'_, K, D, A> {
@@ -96,10 +175,12 @@ pub enum Update<A> {
 /// Compares desired with actual state for one key and plans at most one operation.
 ///
 /// Implementations are plain synchronous functions of their input: no I/O, no clocks but
-/// [`View::now`], so they are tested without a runtime. The engine calls
+/// [`View::now`], no writes to shared state, and nothing read but what the [`View`] shows (its
+/// stores and side inputs), so they are tested without a runtime. The engine calls
 /// [`reconcile`](Reconciler::reconcile) only for keys whose desired or actual value changed (and
 /// their ancestors and descendants, see [`Key`]), after each completion on the key, and for every
-/// key on the periodic resync.
+/// key on the periodic resync; and for the keys a relation maps a change of a watched store to
+/// (see [`EngineBuilder::watches`](crate::EngineBuilder::watches)).
 ///
 /// Required: [`reconcile`](Reconciler::reconcile) and [`uncertain`](Reconciler::uncertain).
 ///

@@ -157,7 +157,13 @@ impl<K: Key, V: Send + Sync + 'static> Store<K, V> {
     /// Subscribes to changes: every key written from now on is reported, coalesced, by the
     /// returned [`Subscription`].
     pub fn subscribe(&self) -> Subscription<K> {
-        let sub = Arc::new(SubShared { dirty: Mutex::new(Set::default()), notify: Notify::new() });
+        self.subscribe_with(Arc::new(Notify::new()))
+    }
+
+    /// Subscribes with a [`Notify`] shared with other subscriptions, so one task can wait for a
+    /// change in any of several stores.
+    pub(crate) fn subscribe_with(&self, notify: Arc<Notify>) -> Subscription<K> {
+        let sub = Arc::new(SubShared { dirty: Mutex::new(Set::default()), notify });
         self.shared.subscribers.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::downgrade(&sub));
         Subscription { shared: sub }
     }
@@ -266,7 +272,7 @@ pub struct WriterDropped;
 
 struct SubShared<K> {
     dirty: Mutex<Set<K>>,
-    notify: Notify,
+    notify: Arc<Notify>,
 }
 
 /// Coalesced change notifications of one store: the set of keys written since the last

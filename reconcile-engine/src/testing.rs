@@ -155,6 +155,9 @@ impl<K: Key> Drop for OverlapGuard<K> {
 }
 
 /// Wraps any driver and records overlapping operations in an [`OverlapChecker`].
+/// [`Driver::execute`] runs the inner driver's inside the check; [`Driver::reconstruct`] is the
+/// inner driver's, unchanged (reconstruction runs before any operation, so there is nothing to
+/// check).
 #[derive(Debug)]
 pub struct Checked<Dr, K> {
     inner: Dr,
@@ -197,6 +200,11 @@ type InjectFn<K, Op> = Box<dyn FnMut(&K, &Op) -> Step + Send>;
 /// A recording fake driver: succeeds by default (the `apply` function says how the actual value
 /// changes), with scripted steps per key and an optional fault injector. It checks for overlapping
 /// operations itself.
+///
+/// Its [`Driver::reconstruct`] reports the entries given to
+/// [`set_existing`](FakeDriver::set_existing) (none by default), after failing as many times as
+/// [`fail_reconstruct`](FakeDriver::fail_reconstruct) asked; reconstructions are not recorded as
+/// calls.
 pub struct FakeDriver<K, Op, A> {
     apply: ApplyFn<K, Op, A>,
     state: Mutex<FakeState<K, Op, A>>,

@@ -16,7 +16,7 @@ use nodelet_resources::claim::driver::{
     ClaimDriver, MemoryRecords, ProvisionError, ProvisionRequest, Provisioner, ProvisionerSet,
 };
 use nodelet_resources::claim::populator::{ClaimObjects, Populator};
-use nodelet_resources::claim::reconciler::{ClaimReconciler, wake_related};
+use nodelet_resources::claim::reconciler::{ClaimReconciler, watch_related};
 use nodelet_resources::claim::status::ClaimView;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
 use reconcile_engine::testing::eventually;
@@ -113,7 +113,11 @@ impl Harness {
         let driver = ClaimDriver::new(records.clone(), set.clone());
         let provisioned = driver.provisioned();
         let reconciler = ClaimReconciler::new(NodeInfo::new(NODE), set);
-        let engine = Engine::builder("claims", reconciler.clone(), Arc::new(driver), desired.clone()).build();
+        let engine = watch_related(
+            Engine::builder("claims", reconciler.clone(), Arc::new(driver), desired.clone()),
+            &desired,
+        )
+        .build();
         let actual = engine.actual();
         let view =
             ClaimView::new(desired.clone(), actual.clone(), reconciler).with_failures(engine.op_status());
@@ -121,7 +125,6 @@ impl Harness {
         let populator = Populator::new(rx, provisioned, pods_store, actual.clone(), writer);
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(populator.run(stop.clone())));
-        tasks.push(tokio::spawn(wake_related(desired, actual, engine.waker(), stop.clone())));
         let s = stop.clone();
         tasks.push(tokio::spawn(async move {
             engine.run(s.cancelled_owned()).await;
@@ -360,6 +363,29 @@ async fn static_volume_with_delete_policy_and_no_deleter_fails() {
     assert!(eventually(WAIT, || h.pv_phase("gone").as_deref() == Some("Failed")).await);
     let pv = h.view.persistent_volumes().pop().unwrap();
     assert!(pv.status.unwrap().message.unwrap().contains("no deletable volume plugin matched"));
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forged_provisioned_by_annotation_never_deletes_storage() {
+    // A manifest volume claiming to be the fake provisioner's: the annotation alone must not get it deleted.
+    let mut v = volume("forged", "5Gi", "ReadWriteOnce", "");
+    v.spec.as_mut().unwrap().persistent_volume_reclaim_policy = Some("Delete".into());
+    v.metadata.annotations =
+        Some([("pv.kubernetes.io/provisioned-by".to_owned(), "fake.example.com".to_owned())].into());
+    let h = Harness::start(objects(
+        vec![v.clone()],
+        vec![claim("data", "1Gi", "ReadWriteOnce", Some(""))],
+        vec![],
+    ))
+    .await;
+    assert!(eventually(WAIT, || h.bound_to("data").is_some()).await);
+    h.set(objects(vec![v], vec![], vec![]));
+    assert!(eventually(WAIT, || h.pv_phase("forged").as_deref() == Some("Failed")).await);
+    let pv = h.view.persistent_volumes().pop().unwrap();
+    let message = pv.status.unwrap().message.unwrap();
+    assert!(message.contains("no provisioning record"), "{message}");
+    assert!(h.provisioner.deleted.lock().unwrap().is_empty(), "the provisioner was asked to delete it");
     h.stop().await;
 }
 

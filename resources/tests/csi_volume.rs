@@ -20,7 +20,7 @@ use nodelet_resources::volume::driver::{VolumeDriver, VolumeError, VolumeHost};
 use nodelet_resources::volume::metrics::VolumeMetrics;
 use nodelet_resources::volume::ops::VolumeOp;
 use nodelet_resources::volume::populator::{ClaimLookup, Populator, Renderer};
-use nodelet_resources::volume::reconciler::VolumeReconciler;
+use nodelet_resources::volume::reconciler::{VolumeReconciler, related_volumes};
 use nodelet_resources::volume::status::{VolumeGate, VolumeReadiness};
 use reconcile_engine::testing::eventually;
 use reconcile_engine::{CancellationToken, Engine, Store, Writer, store};
@@ -185,14 +185,16 @@ struct Node {
 fn node(host: FakeCsi) -> Node {
     let host = Arc::new(host);
     let (desired, volume_writer) = store();
-    let engine = Engine::builder(
+    let builder = Engine::builder(
         "volumes",
         VolumeReconciler::new(ROOT),
         Arc::new(VolumeDriver::new(host.clone(), VolumeMetrics::unregistered())),
         desired.clone(),
     )
-    .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
-    .build();
+    .backoff(reconcile_engine::BackoffConfig::default().without_jitter());
+    let own_actual = builder.actual();
+    let related = related_volumes(desired.clone(), own_actual.clone());
+    let engine = builder.watches("devices", own_actual, related).build();
     let actual = engine.actual();
     let gate = VolumeGate::new(desired, actual.clone());
     let (pod_store, mut pods) = store();
@@ -352,4 +354,17 @@ async fn a_claim_that_cannot_be_looked_up_any_more_takes_nothing_from_a_pod_that
     n.pods.remove(&"u1".to_string());
     assert!(eventually(LONG, || n.actual.is_empty()).await);
     assert_eq!(n.host.methods()[3..], ["unpublish", "unstage", "detach"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_volume_and_its_device_should_wake_each_other_without_polling() {
+    let mut n = node(FakeCsi::default());
+    n.pods.insert("u1".into(), pod("u1"));
+    // The fake steps take no (virtual) time: the publish follows the stage at once (the volume
+    // engine's relation on its actual store), not after a poll period or the 30 s resync.
+    assert!(eventually(Duration::from_millis(20), || n.mounted("u1")).await);
+    n.pods.remove(&"u1".to_string());
+    // And the unstage follows the last unpublish at once.
+    assert!(eventually(Duration::from_millis(20), || n.actual.is_empty()).await);
+    assert_eq!(n.host.methods(), ["attach", "stage", "publish", "unpublish", "unstage", "detach"]);
 }

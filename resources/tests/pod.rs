@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use nodelet_resources::eviction::populator::{VerdictPopulator, evictions, wake_pods_on_verdicts};
+use nodelet_resources::eviction::verdict::{Admission, NodeResources, Verdict};
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::driver::{PodDriver, RuntimeError};
@@ -15,8 +17,9 @@ use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler}
 use nodelet_resources::pod::status::pod_status;
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
+use nodelet_resources::sandbox::status::pod_of_sandboxes;
 use reconcile_engine::testing::eventually;
-use reconcile_engine::{Engine, OpStatus, Store, Writer, store};
+use reconcile_engine::{CancellationToken, Engine, OpStatus, Store, Writer, store};
 
 const LONG: Duration = Duration::from_secs(3600);
 
@@ -48,11 +51,12 @@ fn node_with(runtime: Arc<FakeRuntime>, clock: Clock) -> Node {
     node_with_verdicts(runtime, clock, None)
 }
 
-/// [`node_with`], with admission's verdicts (node resources) when given.
+/// [`node_with`], with the reconcilers reading `verdicts` when given (and the engine woken when
+/// they change).
 fn node_with_verdicts(
     runtime: Arc<FakeRuntime>,
     clock: Clock,
-    verdicts: Option<nodelet_resources::eviction::verdict::PodVerdicts>,
+    verdicts: Option<Store<PodUid, Verdict>>,
 ) -> Node {
     let (desired, mut writer) = store();
     writer.mark_synced();
@@ -62,14 +66,12 @@ fn node_with_verdicts(
     };
     let mut sandboxes = SandboxPair::new(
         runtime.clone(),
-        |r| match &verdicts {
-            Some(v) => r.with_verdicts(v.clone()),
-            None => r,
-        },
+        |r| r,
         SandboxMetrics::unregistered(),
         None,
         SandboxPairConfig {
             backoff: reconcile_engine::BackoffConfig::default().without_jitter(),
+            verdicts: verdicts.clone(),
             ..SandboxPairConfig::default()
         },
     );
@@ -85,6 +87,7 @@ fn node_with_verdicts(
         desired.clone(),
     )
     .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
+    .watches("sandboxes", sandboxes.actual(), pod_of_sandboxes)
     .build();
     let mut engine = engine;
     let actual = engine.actual();
@@ -104,6 +107,9 @@ fn node_with_verdicts(
         engine.waker(),
         reconcile_engine::CancellationToken::new(),
     );
+    if let Some(verdicts) = verdicts {
+        tokio::spawn(wake_pods_on_verdicts(verdicts, engine.waker(), CancellationToken::new()));
+    }
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
     Node { runtime, writer, desired, actual, status, reconciler, clock }
@@ -115,6 +121,21 @@ fn node() -> Node {
 }
 
 impl Node {
+    /// Runs a verdict populator deciding with `admission`, writing `writer`.
+    fn admit_with(&self, admission: Admission, writer: Writer<PodUid, Verdict>) {
+        let (_, evictions) = evictions();
+        let (_, conditions) = tokio::sync::watch::channel(Default::default());
+        let populator = VerdictPopulator::new(
+            self.desired.clone(),
+            self.actual.clone(),
+            writer,
+            admission,
+            conditions,
+            evictions,
+        );
+        tokio::spawn(populator.run(CancellationToken::new()));
+    }
+
     fn add(&mut self, pod: DesiredPod) {
         self.writer.insert(pod.uid().to_string(), pod);
     }
@@ -808,11 +829,15 @@ async fn a_failing_ephemeral_container_should_not_delay_a_crash_looping_containe
 
 #[tokio::test(start_paused = true)]
 async fn a_deferred_resize_is_applied_once_another_pod_frees_room() {
-    use nodelet_resources::eviction::verdict::{NodeResources, PodVerdicts};
-    let verdicts = PodVerdicts::new();
-    verdicts.set_resources(NodeResources { cpu_milli: 1000, memory_bytes: 1 << 30, max_pods: 10 });
+    let admission = Admission::new().with_resources(NodeResources {
+        cpu_milli: 1000,
+        memory_bytes: 1 << 30,
+        max_pods: 10,
+    });
     let clock = clock();
-    let mut n = node_with_verdicts(Arc::new(FakeRuntime::new(clock.clone())), clock, Some(verdicts.clone()));
+    let (verdicts, verdict_writer) = store();
+    let mut n = node_with_verdicts(Arc::new(FakeRuntime::new(clock.clone())), clock, Some(verdicts));
+    n.admit_with(admission, verdict_writer);
     let sized = |name: &str, cpu: &str| {
         format!(
             "metadata: {{name: {name}, namespace: default}}\nspec:\n  containers:\n  - name: app\n    image: busybox\n    resources: {{requests: {{cpu: {cpu}}}, limits: {{cpu: {cpu}}}}}\n"
@@ -828,8 +853,33 @@ async fn a_deferred_resize_is_applied_once_another_pod_frees_room() {
     assert!(n.runtime.calls_of("update_container_resources").is_empty());
     // the other pod goes: the resize is decided again and applied in place
     n.writer.remove(&"other".to_string());
-    verdicts.retain(|uid| uid != "other"); // the daemon's eviction pass forgets pods that are gone
     assert!(eventually(LONG, || n.runtime.calls_of("update_container_resources").len() == 1).await);
     assert!(eventually(LONG, || n.status("small").resize.is_none()).await);
     assert_eq!(n.starts("small/app").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_starts_only_once_admitted_and_reconcile_decides_nothing() {
+    let clock = clock();
+    let (verdicts, mut verdict_writer) = store();
+    let mut n = node_with_verdicts(Arc::new(FakeRuntime::new(clock.clone())), clock, Some(verdicts.clone()));
+    let changes = verdicts.subscribe();
+    let app =
+        "metadata: {name: web, namespace: default}\nspec:\n  containers:\n  - {name: app, image: busybox}\n";
+    n.add(pod("web", app));
+    n.add(pod("refused", &app.replace("web", "refused")));
+    // No verdict yet: nothing starts, and the reconciler (which only reads the store) writes none.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(n.runtime.calls_of("run_sandbox").is_empty(), "waits for admission");
+    assert!(changes.is_empty() && verdicts.is_empty(), "reconcile() wrote no verdict");
+    // The verdicts come (as the populator writes them): the pod engine is woken and acts on them.
+    verdict_writer.insert("web".to_owned(), Verdict::admitted(&pod("web", app)));
+    verdict_writer
+        .insert("refused".to_owned(), Verdict::rejected("OutOfcpu", "Pod was rejected: ...".to_owned()));
+    assert!(eventually(Duration::from_secs(5), || n.running("web", "app")).await, "started once admitted");
+    assert_eq!(n.phase("refused"), "Failed");
+    assert_eq!(n.status("refused").reason.as_deref(), Some("OutOfcpu"));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(n.starts("refused/app").len(), 0, "a refused pod never starts");
+    assert_eq!(changes.drain().len(), 2, "only the two verdicts written here");
 }

@@ -132,6 +132,7 @@ fn node() -> Node {
         Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
         desired.clone(),
     )
+    .watches("sandboxes", sandboxes.actual(), nodelet_resources::sandbox::status::pod_of_sandboxes)
     .build();
     let actual = engine.actual();
     let pleg = Pleg::new(

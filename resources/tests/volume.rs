@@ -26,7 +26,7 @@ use nodelet_resources::volume::driver::{VolumeDriver, VolumeError, VolumeHost};
 use nodelet_resources::volume::metrics::VolumeMetrics;
 use nodelet_resources::volume::ops::VolumeOp;
 use nodelet_resources::volume::populator::{Populator, Renderer};
-use nodelet_resources::volume::reconciler::VolumeReconciler;
+use nodelet_resources::volume::reconciler::{VolumeReconciler, pod_of_volume, related_volumes};
 use nodelet_resources::volume::status::{VolumeGate, VolumeReadiness};
 use reconcile_engine::testing::eventually;
 use reconcile_engine::{Engine, Store, Writer, store};
@@ -155,14 +155,16 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
     let host = Arc::new(host);
     let renderer = Arc::new(MapRenderer::default());
     let (volumes, volume_writer) = store();
-    let volume_engine = Engine::builder(
+    let volume_builder = Engine::builder(
         "volumes",
         VolumeReconciler::new(ROOT),
         Arc::new(VolumeDriver::new(host.clone(), VolumeMetrics::unregistered())),
         volumes.clone(),
     )
-    .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
-    .build();
+    .backoff(reconcile_engine::BackoffConfig::default().without_jitter());
+    let own_actual = volume_builder.actual();
+    let related = related_volumes(volumes.clone(), own_actual.clone());
+    let volume_engine = volume_builder.watches("devices", own_actual, related).build();
     let volume_actual = volume_engine.actual();
     let gate = VolumeGate::new(volumes.clone(), volume_actual.clone());
 
@@ -175,6 +177,7 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
         None,
         SandboxPairConfig {
             backoff: reconcile_engine::BackoffConfig::default().without_jitter(),
+            volumes: Some(volume_actual.clone()),
             ..SandboxPairConfig::default()
         },
     );
@@ -187,6 +190,8 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
         desired.clone(),
     )
     .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
+    .watches("volumes", volume_actual.clone(), pod_of_volume)
+    .watches("sandboxes", sandboxes.actual(), nodelet_resources::sandbox::status::pod_of_sandboxes)
     .build();
     let pod_actual = engine.actual();
     let pleg = Pleg::new(
@@ -197,21 +202,6 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
         PodMetrics::unregistered(),
     )
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
-    let waker = engine.waker();
-    let sandbox_waker = sandboxes.waker();
-    let watch_actual = volume_actual.clone();
-    tokio::spawn(async move {
-        let sub = watch_actual.subscribe();
-        loop {
-            sub.changed().await;
-            for key in sub.drain() {
-                if let Some((uid, _)) = key.split_once('/') {
-                    waker.wake(uid.to_owned());
-                    sandbox_waker.wake(uid.to_owned());
-                }
-            }
-        }
-    });
     sandboxes.start(
         desired.clone(),
         pod_actual.clone(),

@@ -219,6 +219,14 @@ pub(super) async fn fetch_list<T: serde::de::DeserializeOwned>(
     args: &GetArgs,
     path: &str,
 ) -> Result<Vec<T>, GetError> {
+    let (url, body) = fetch_body(args, path).await?;
+    let list: ListBody<T> =
+        serde_json::from_str(&body).map_err(|e| GetError::Decode { url, message: e.to_string() })?;
+    Ok(list.items)
+}
+
+/// Fetches `path` from the first target that answers: its URL and the body of a 2xx answer.
+pub(super) async fn fetch_body(args: &GetArgs, path: &str) -> Result<(String, String), GetError> {
     let client = build_client(args)?;
     let token = read_token(args.conn.token.as_deref(), args.conn.token_file.as_deref())?;
     let targets = targets(args.conn.server.as_deref())?;
@@ -258,9 +266,7 @@ pub(super) async fn fetch_list<T: serde::de::DeserializeOwned>(
         if !status.is_success() {
             return Err(GetError::Http { url, status: status.as_u16(), body: truncate(&body) });
         }
-        let list: ListBody<T> =
-            serde_json::from_str(&body).map_err(|e| GetError::Decode { url, message: e.to_string() })?;
-        return Ok(list.items);
+        return Ok((url, body));
     }
     Err(GetError::Unreachable { tried: tried.join(", "), message: last })
 }
@@ -380,6 +386,9 @@ pub(crate) fn now() -> Timestamp {
 
 /// `nodelet get pods`.
 pub(crate) async fn run(args: &GetArgs) -> Result<(), GetError> {
+    if !crate::cli::GET_TYPES.contains(&args.resource.as_str()) {
+        return super::extensions::run(args).await;
+    }
     if super::nodes::is_nodes(&args.resource) {
         return super::nodes::run(args, now()).await;
     }

@@ -153,6 +153,7 @@ impl ApiPods {
         let mut pods = Vec::new();
         let mut problems = Vec::new();
         let mut seen = HashMap::new();
+        let security = self.handle.security();
         for ((namespace, name), pod) in current {
             if is_mirror(pod) {
                 continue;
@@ -161,7 +162,12 @@ impl ApiPods {
             let spec = spec_only(pod);
             let result = match self.prepared.remove(&uid) {
                 Some((old, result)) if old == spec => result,
-                _ => prepare(spec.clone(), PodSource::Api, &self.node).map_err(|e| e.to_string()),
+                _ => prepare(spec.clone(), PodSource::Api, &self.node).map_err(|e| e.to_string()).and_then(
+                    |desired| match security.api.admit(&desired.pod) {
+                        Ok(()) => Ok(desired),
+                        Err(refusal) => Err(format!("pods \"{name}\" is forbidden: {refusal}")),
+                    },
+                ),
             };
             match &result {
                 Ok(desired) => pods.push(desired.clone()),

@@ -99,6 +99,7 @@ pub(crate) fn kubelet_configuration(c: &Config) -> Value {
     }
     put(&mut m, "cgroupRoot", c.pods.cgroup_root.clone());
     m.insert("maxPods".into(), c.pods.max_pods.into());
+    m.insert("seccompDefault".into(), c.pods.seccomp_default.into());
     m.insert("podPidsLimit".into(), c.pods.pod_pids_limit.unwrap_or(-1).into());
     m.insert("resolvConf".into(), c.pods.resolv_conf.as_deref().map_or_else(|| Value::from(""), path));
     m.insert("podCIDR".into(), c.runtime.embedded.pod_cidr.to_string().into());
@@ -176,6 +177,20 @@ fn nodelet_section(c: &Config) -> Value {
     let backoff = |b: &super::BackOff| json!({ "initial": duration(b.initial), "max": duration(b.max), "resetAfter": duration(b.reset_after) });
     let mut n = Map::new();
     n.insert("allowPrivileged".into(), c.pods.allow_privileged.into());
+    let levels = &c.pods.pod_security;
+    n.insert(
+        "podSecurity".into(),
+        json!({"file": levels.file.as_str(), "url": levels.url.as_str(), "http": levels.http.as_str(), "api": levels.api.as_str()}),
+    );
+    n.insert(
+        "allowedHostPaths".into(),
+        c.pods
+            .allowed_host_paths
+            .iter()
+            .map(|p| Value::from(p.display().to_string()))
+            .collect::<Vec<_>>()
+            .into(),
+    );
     put(&mut n, "tokenAuthFile", c.server.auth.token_auth_file.as_deref().map(path));
     put(&mut n, "manifestHTTPAddress", c.sources.manifest_http_addr.map(|a| a.to_string()));
     n.insert("podInfraContainerImage".into(), c.runtime.pod_infra_container_image.clone().into());

@@ -53,6 +53,7 @@ pub(super) struct RawKubeletConfiguration {
     pub(super) pod_cidr: Option<String>,
     pub(super) resolv_conf: Option<String>,
     pub(super) max_pods: Option<i64>,
+    pub(super) seccomp_default: Option<bool>,
     pub(super) pod_pids_limit: Option<i64>,
     pub(super) crash_loop_back_off: Option<RawCrashLoopBackOff>,
 
@@ -181,6 +182,8 @@ pub(super) struct RawCrashLoopBackOff {
 #[serde(rename_all = "camelCase")]
 pub(super) struct RawNodelet {
     pub(super) allow_privileged: Option<bool>,
+    pub(super) allowed_host_paths: Option<Vec<String>>,
+    pub(super) pod_security: Option<RawPodSecurity>,
     pub(super) token_auth_file: Option<String>,
     #[serde(rename = "manifestHTTPAddress")]
     pub(super) manifest_http_address: Option<String>,
@@ -199,6 +202,16 @@ pub(super) struct RawNodelet {
     pub(super) eviction_monitoring_period: Option<GoDuration>,
     #[serde(rename = "containerGC")]
     pub(super) container_gc: Option<RawContainerGc>,
+}
+
+/// `nodelet.podSecurity:`: the Pod Security Standards level enforced per pod source.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawPodSecurity {
+    pub(super) file: Option<String>,
+    pub(super) url: Option<String>,
+    pub(super) http: Option<String>,
+    pub(super) api: Option<String>,
 }
 
 /// `nodelet.containerGC:`: dead container garbage collection (the kubelet's GC policy).

@@ -541,7 +541,7 @@ fn the_example_manifests_are_valid_static_pods() {
 #[test]
 fn container_gc_fields_are_read_and_errors_name_them() {
     let default = ok(&[], None).config.container_gc;
-    assert_eq!(default, crate::container_gc::ContainerGcPolicy::default());
+    assert_eq!(default, nodelet_resources::pod::gc::ContainerGcPolicy::default());
     assert_eq!(
         (default.period, default.max_per_pod_container, default.max_containers),
         (Duration::from_secs(60), 1, None)
@@ -1097,4 +1097,45 @@ fn configz_shows_the_effective_configuration_with_flags_and_file_fields_merged()
     assert!(!text.contains("hunter2") && !text.contains("s3cret"), "no secrets: {text}");
     assert_eq!(k["staticPodURL"], "https://user:<redacted>@example.invalid/m");
     assert_eq!(k["staticPodURLHeader"]["Authorization"][0], "<redacted>");
+}
+
+#[test]
+fn pod_security_levels_host_paths_and_seccomp_default_are_read() {
+    let defaults = ok(&[], None).config;
+    assert_eq!(defaults.pods.pod_security, super::PodSecurityLevels::default());
+    assert!(!defaults.pods.seccomp_default);
+    assert!(!defaults.pods.privileged_refused_explicitly, "unset is not an explicit false");
+    let policies = defaults.security_policies();
+    assert_eq!(policies.file.level, Level::Privileged);
+    assert_eq!(policies.http.level, Level::Baseline);
+    assert_eq!(policies.url.level, Level::Baseline);
+    assert_eq!(policies.api.level, Level::Privileged);
+    assert!(policies.http.restrictions.is_none());
+
+    let l = ok(
+        &["--allow-privileged=false", "--port", "11250", "--read-only-port", "10255"],
+        Some(
+            "seccompDefault: true\nnodelet:\n  podSecurity: {file: baseline, api: restricted}\n  \
+             allowedHostPaths: [/srv/data]\n",
+        ),
+    );
+    let c = &l.config;
+    assert!(c.pods.seccomp_default);
+    assert!(warned(&l, "seccompDefault").is_none(), "read, not ignored");
+    let policies = c.security_policies();
+    assert_eq!(policies.file.level, Level::Baseline);
+    assert_eq!(policies.http.level, Level::Baseline, "unset keeps its default");
+    assert_eq!(policies.api.level, Level::Restricted);
+    let restrictions = policies.file.restrictions.clone().expect("--allow-privileged=false restricts");
+    assert_eq!(restrictions.host_path_prefixes, vec![PathBuf::from("/srv/data")]);
+    assert!(
+        restrictions.reserved_host_ports.contains(&11250)
+            && restrictions.reserved_host_ports.contains(&10255)
+    );
+
+    assert!(err(&[], Some("nodelet: {podSecurity: {http: root}}\n")).contains("nodelet.podSecurity.http"));
+    assert!(
+        err(&[], Some("nodelet: {allowedHostPaths: [relative]}\n")).contains("nodelet.allowedHostPaths[0]")
+    );
+    assert!(err(&[], Some("nodelet: {allowedHostPaths: [/a/../etc]}\n")).contains("without `..`"));
 }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use nodelet_resources::quantity::{Quantity, QuantityError};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -240,7 +241,8 @@ impl fmt::Display for ThresholdValue {
 }
 
 /// Parses a non-negative Kubernetes quantity (`128974848`, `129e6`, `129M`, `123Mi`, `1.5Gi`, `100m`) into a
-/// whole number, rounding up like `resource.Quantity.Value()`.
+/// whole number, rounding up like `resource.Quantity.Value()`, with the project's one quantity parser
+/// ([`Quantity`]); surrounding blanks are allowed, as in YAML values.
 pub(crate) fn parse_quantity(text: &str) -> Result<u64, UnitError> {
     let s = text.trim();
     if s.is_empty() {
@@ -249,55 +251,23 @@ pub(crate) fn parse_quantity(text: &str) -> Result<u64, UnitError> {
     if s.starts_with('-') {
         return Err(UnitError::Negative(text.to_owned()));
     }
-    let s = s.strip_prefix('+').unwrap_or(s);
-    let num_len = s.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
-    let (number, suffix) = s.split_at(num_len);
-    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-    if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
-        return Err(UnitError::InvalidNumber(text.to_owned()));
-    }
-    let out_of_range = || UnitError::OutOfRange(text.to_owned());
-    let digits: String = format!("{int_part}{frac_part}");
-    if digits.len() > 30 {
-        return Err(out_of_range());
-    }
-    let mantissa: u128 = digits.parse().map_err(|_| UnitError::InvalidNumber(text.to_owned()))?;
-    // value = mantissa * num / den
-    let mut num: u128 = 1;
-    let mut den: u128 = 10u128.pow(frac_part.len() as u32);
-    let pow10 = |e: u32| 10u128.checked_pow(e);
-    match suffix {
-        "" => {}
-        "Ki" => num = 1 << 10,
-        "Mi" => num = 1 << 20,
-        "Gi" => num = 1 << 30,
-        "Ti" => num = 1 << 40,
-        "Pi" => num = 1 << 50,
-        "Ei" => num = 1 << 60,
-        "n" => den = den.checked_mul(1_000_000_000).ok_or_else(out_of_range)?,
-        "u" => den = den.checked_mul(1_000_000).ok_or_else(out_of_range)?,
-        "m" => den = den.checked_mul(1_000).ok_or_else(out_of_range)?,
-        "k" => num = 1_000,
-        "M" => num = 1_000_000,
-        "G" => num = 1_000_000_000,
-        "T" => num = 1_000_000_000_000,
-        "P" => num = 1_000_000_000_000_000,
-        "E" => num = 1_000_000_000_000_000_000,
-        exp if exp.starts_with(['e', 'E']) => {
-            let e: i32 = exp[1..].parse().map_err(|_| UnitError::InvalidNumber(text.to_owned()))?;
-            if e >= 0 {
-                num = pow10(e.unsigned_abs()).ok_or_else(out_of_range)?;
+    match Quantity::try_parse(s) {
+        Ok(q) => q.value_u64().ok_or_else(|| UnitError::OutOfRange(text.to_owned())),
+        Err(QuantityError::TooLarge) => Err(UnitError::OutOfRange(text.to_owned())),
+        Err(QuantityError::Syntax) => {
+            let unsigned = s.strip_prefix('+').unwrap_or(s);
+            let number_len = unsigned.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
+            let (number, unit) = unsigned.split_at(number_len);
+            if !number.bytes().any(|b| b.is_ascii_digit())
+                || number.matches('.').count() > 1
+                || unit.is_empty()
+            {
+                Err(UnitError::InvalidNumber(text.to_owned()))
             } else {
-                den = den
-                    .checked_mul(pow10(e.unsigned_abs()).ok_or_else(out_of_range)?)
-                    .ok_or_else(out_of_range)?;
+                Err(UnitError::UnknownUnit { unit: unit.to_owned(), value: text.to_owned() })
             }
         }
-        other => return Err(UnitError::UnknownUnit { unit: other.to_owned(), value: text.to_owned() }),
     }
-    let product = mantissa.checked_mul(num).ok_or_else(out_of_range)?;
-    let value = product.div_ceil(den);
-    u64::try_from(value).map_err(|_| out_of_range())
 }
 
 #[cfg(test)]

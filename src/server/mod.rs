@@ -300,6 +300,8 @@ pub(crate) struct ServerConfig {
     /// How long open connections (log streams included) may take to finish after shutdown is asked
     /// before they are dropped. Default 5 s (nodelet-specific).
     pub(crate) shutdown_grace: Duration,
+    /// The extensions' status tables, served on `/extensions/{name}` (see [`crate::daemon::StatusTable`]).
+    pub(crate) extensions: crate::daemon::extension::StatusTables,
 }
 
 impl ServerConfig {
@@ -324,6 +326,7 @@ impl ServerConfig {
             serving_cert: None,
             hostname: hostname.into(),
             shutdown_grace: Duration::from_secs(5),
+            extensions: Default::default(),
         }
     }
 }
@@ -435,6 +438,7 @@ impl Servers {
             runtime: config.runtime.clone(),
             sessions: Arc::new(Semaphore::new(streaming::MAX_SESSIONS)),
             dialer: nodelet_cri::NetnsDialer::default(),
+            extensions: config.extensions.clone(),
         });
 
         let main = bind_listener(

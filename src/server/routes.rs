@@ -44,6 +44,8 @@ pub(crate) struct Shared<V> {
     pub(crate) sessions: Arc<tokio::sync::Semaphore>,
     /// Dials pod ports in their network namespaces (nodelet's own WebSocket port-forward).
     pub(crate) dialer: nodelet_cri::NetnsDialer,
+    /// The extensions' status tables (`/extensions/{name}`).
+    pub(crate) extensions: crate::daemon::extension::StatusTables,
 }
 
 /// Per-connection facts, put into every request's extensions by the connection's service.
@@ -101,6 +103,7 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
             get(streaming::port_forward::<V>).post(streaming::port_forward::<V>),
         )
         .route("/debug/{namespace}/{pod}", post(debug_pod::<V>))
+        .route("/extensions/{name}", get(extension_status::<V>))
         .route("/run/{namespace}/{pod}/{container}", post(streaming::run::<V>))
         .route("/run/{namespace}/{pod}/{uid}/{container}", post(streaming::run::<V>))
         .fallback(not_found)
@@ -114,6 +117,7 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
 pub(crate) fn read_only_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
     Router::new()
         .route("/pods", get(pods::<V>))
+        .route("/extensions/{name}", get(extension_status::<V>))
         .route("/api/v1/events", get(events::<V>))
         .route("/api/v1/persistentvolumes", get(persistent_volumes::<V>))
         .route("/api/v1/persistentvolumeclaims", get(persistent_volume_claims::<V>))
@@ -234,6 +238,14 @@ async fn debug_pod<V: NodeView>(
             };
             status::failure(code, e.to_string())
         }
+    }
+}
+
+/// `/extensions/{name}`: the extension's status as a `meta.k8s.io/v1` `Table`; 404 for an unknown name.
+async fn extension_status<V: NodeView>(State(shared): St<V>, Path(name): Path<String>) -> Response {
+    match shared.extensions.table(&name) {
+        Some(table) => json_list(&table, "status table"),
+        None => status::failure(StatusCode::NOT_FOUND, format!("no extension named {name:?}")),
     }
 }
 

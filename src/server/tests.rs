@@ -965,3 +965,182 @@ async fn shutdown_ends_followed_logs_promptly() {
     let rest = tokio::time::timeout(LIMIT, body.collect()).await.expect("stream ends");
     assert!(rest.is_ok_and(|r| r.to_bytes().is_empty()));
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Hostile request lines (issue 14): random and mutated HTTP/1.1 requests, as bytes on a plain port and as
+// query strings on the authenticated main port. The servers answer each with a 2xx, 3xx or 4xx status (never
+// a 5xx) or close the connection, within `LIMIT`, and still serve a real client afterwards. Cases:
+// `NODELET_FUZZ_CASES` (default 256), as in `crate::fuzz_tests`.
+
+fn fuzz_cases() -> u32 {
+    std::env::var("NODELET_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+}
+
+/// A request line and headers: well-formed pieces, mutated ones, and bytes.
+fn hostile_request() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+    use proptest::prelude::*;
+    let method = prop_oneof![
+        Just("GET".to_owned()),
+        Just("HEAD".to_owned()),
+        Just("POST".to_owned()),
+        Just("CONNECT".to_owned()),
+        "[A-Z]{0,12}",
+        "[\\x00-\\x7f]{0,8}",
+    ];
+    let path = prop_oneof![
+        Just("/pods".to_owned()),
+        Just("/metrics".to_owned()),
+        Just("/healthz".to_owned()),
+        "/(pods|metrics|healthz|stats|containerLogs|exec|run|attach|portForward|runningpods|configz|logs)(/[a-zA-Z0-9%._~-]{0,40}){0,6}(\\?([a-zA-Z%=&+;0-9-]{0,120}))?",
+        "[\\x21-\\x7e]{0,200}",
+        "\\*|https?://[a-z.]{0,20}(:[0-9]{0,6})?/[a-z]{0,10}",
+    ];
+    let version = prop_oneof![
+        Just("HTTP/1.1".to_owned()),
+        Just("HTTP/1.0".to_owned()),
+        "HTTP/[0-9]\\.[0-9]{0,3}",
+        "[\\x00-\\x7f]{0,10}"
+    ];
+    let header = prop_oneof![
+        Just("Host: localhost".to_owned()),
+        Just("Transfer-Encoding: chunked".to_owned()),
+        Just("Content-Length: 18446744073709551616".to_owned()),
+        Just("Content-Length: -1".to_owned()),
+        Just("Upgrade: websocket\r\nConnection: Upgrade".to_owned()),
+        "[A-Za-z-]{1,20}: [\\x20-\\x7e]{0,100}",
+        "[\\x00-\\x7f]{0,60}",
+    ];
+    let junk = proptest::collection::vec(any::<u8>(), 0..512);
+    (method, path, version, proptest::collection::vec(header, 0..6), junk, any::<bool>()).prop_map(
+        |(method, path, version, headers, junk, raw)| {
+            if raw {
+                return junk;
+            }
+            let mut request = format!("{method} {path} {version}\r\n");
+            for h in headers {
+                request.push_str(&h);
+                request.push_str("\r\n");
+            }
+            request.push_str("\r\n");
+            let mut bytes = request.into_bytes();
+            bytes.extend_from_slice(&junk[..junk.len().min(64)]);
+            bytes
+        },
+    )
+}
+
+/// Sends `request` on a new connection and returns the status code of the answer, or `None` when the
+/// server closed the connection without one.
+async fn raw_status(addr: SocketAddr, request: &[u8]) -> Result<Option<u16>, String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+    // The server may close before reading everything: a write error is an answer too.
+    let _ = tcp.write_all(request).await;
+    let _ = tcp.shutdown().await;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    let read = tokio::time::timeout(LIMIT, async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    head.extend_from_slice(&buf[..n]);
+                    if head.windows(2).any(|w| w == b"\r\n") || head.len() > 64 * 1024 {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    if read.is_err() {
+        return Err(format!("no answer and no close within {LIMIT:?}"));
+    }
+    let line = String::from_utf8_lossy(&head);
+    let Some(status) = line.strip_prefix("HTTP/1.").and_then(|r| r.get(2..5)) else {
+        return if head.is_empty() { Ok(None) } else { Err(format!("not an HTTP answer: {line:?}")) };
+    };
+    status.parse().map(Some).map_err(|_| format!("bad status line {line:?}"))
+}
+
+#[test]
+fn hostile_request_lines_get_a_4xx_or_a_close_and_the_servers_keep_serving() {
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let dir = tempdir();
+    let mut config = test_config(dir.path());
+    config.read_only_port = Some(0);
+    let token_file = dir.path().join("tokens.csv");
+    write_file(&token_file, "tok,alice,1\n");
+    config.token_auth_file = Some(token_file);
+    let view = FakeView::new();
+    let log = dir.path().join("0.log");
+    write_file(&log, "2024-01-01T00:00:00.000000001Z stdout F a log line\n");
+    view.set_log("default", "web", "app", &log);
+    let server = rt.block_on(Running::start(&config, view));
+    let read_only = server.read_only.expect("read-only port");
+    let healthz = server.healthz.expect("healthz port");
+
+    let mut runner =
+        TestRunner::new(Config { cases: fuzz_cases(), failure_persistence: None, ..Config::default() });
+    runner
+        .run(&hostile_request(), |request| {
+            for addr in [read_only, healthz] {
+                match rt.block_on(raw_status(addr, &request)) {
+                    Ok(Some(status)) if status >= 500 => {
+                        return Err(TestCaseError::fail(format!(
+                            "{status} for {:?}",
+                            String::from_utf8_lossy(&request)
+                        )));
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        return Err(TestCaseError::fail(format!(
+                            "{e} for {:?}",
+                            String::from_utf8_lossy(&request)
+                        )));
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // Query strings on the main port's routes, authenticated: every answer below 500.
+    let query = "[a-zA-Z0-9%=&+;._~-]{0,160}";
+    let route = proptest::sample::select(vec![
+        "/containerLogs/default/web/app",
+        "/containerLogs/default/web/nope",
+        "/pods",
+        "/stats/summary",
+        "/runningpods/",
+        "/exec/default/web/app",
+        "/run/default/web/app",
+        "/attach/default/web/app",
+        "/portForward/default/web",
+        "/metrics/resource",
+    ]);
+    runner
+        .run(&(route, query), |(route, query)| {
+            let path = format!("{route}?{query}");
+            let reply = rt.block_on(request(server.main, &https(), Method::GET, &path, Some("tok")));
+            match reply {
+                Ok(r) if r.status.is_server_error() && r.status != StatusCode::SERVICE_UNAVAILABLE => {
+                    Err(TestCaseError::fail(format!("{} for {path}: {}", r.status, r.body)))
+                }
+                Ok(_) => Ok(()),
+                // hyper's client refuses some URIs itself: nothing reached the server
+                Err(e) if e.starts_with("request: ") || e.contains("invalid") => Ok(()),
+                Err(e) => Err(TestCaseError::fail(format!("{e} for {path}"))),
+            }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // Still serving.
+    let pods = rt.block_on(get(server.main, &https(), "/pods", Some("tok")));
+    assert_eq!(pods.status, StatusCode::OK);
+    let plain = rt.block_on(get(read_only, &ClientTls::Plain, "/healthz", None));
+    assert_eq!(plain.body, "ok");
+    rt.block_on(server.stop());
+}

@@ -317,7 +317,10 @@ impl FileSource {
         if self.files.get(&path).is_some_and(|s| s.content.as_ref() == Some(&content)) {
             return;
         }
-        let parsed = manifest::parse(&content, &PodSource::File(path.clone()), self.handle.node_name());
+        let source = PodSource::File(path.clone());
+        let security = self.handle.security();
+        let parsed =
+            manifest::parse(&content, &source, self.handle.node_name(), security.for_source(&source));
         let previous = self.files.get(&path).map(|s| s.pods.as_slice()).unwrap_or_default();
         let (pods, kept) = manifest::keep_last_good(&parsed, previous);
         let problems = problems_of(&location, &parsed, &pods, kept);

@@ -35,6 +35,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use nodelet_resources::pod::desired::{DesiredPod, PodSource};
+use nodelet_resources::pod::security::PodSecurity;
 use nodelet_resources::pod::validation::{FieldError, FieldErrorKind};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -134,7 +135,7 @@ impl HttpSource {
             TcpListener::bind(addr).await.map_err(|source| HttpSourceError::Bind { addr, source })?;
         let local_addr = listener.local_addr().map_err(|source| HttpSourceError::Bind { addr, source })?;
         let (submitted, documents) = match &config.checkpoint {
-            Some(path) => restore(path, handle.node_name()),
+            Some(path) => restore(path, handle.node_name(), &handle.security().http),
             None => (BTreeMap::new(), BTreeMap::new()),
         };
         handle.report(submitted.values().cloned().collect(), Vec::new());
@@ -284,6 +285,7 @@ fn pod_documents(text: &str) -> BTreeMap<String, serde_json::Value> {
 fn restore(
     path: &std::path::Path,
     node_name: &str,
+    security: &PodSecurity,
 ) -> (BTreeMap<String, DesiredPod>, BTreeMap<String, serde_json::Value>) {
     let mut pods = BTreeMap::new();
     let mut documents = BTreeMap::new();
@@ -311,7 +313,7 @@ fn restore(
     };
     for (key, document) in stored {
         let parsed = serde_json::to_vec(&document)
-            .map(|bytes| manifest::parse(&bytes, &PodSource::Http, node_name))
+            .map(|bytes| manifest::parse(&bytes, &PodSource::Http, node_name, security))
             .ok();
         match parsed {
             Some(parsed) if parsed.problems.is_empty() && parsed.pods.len() == 1 => {
@@ -413,9 +415,22 @@ async fn submit(State(state): State<Arc<EndpointState>>, headers: HeaderMap, bod
             Vec::new(),
         );
     }
-    let parsed = manifest::parse(&body, &PodSource::Http, state.handle.node_name());
+    let security = state.handle.security();
+    let parsed = manifest::parse(&body, &PodSource::Http, state.handle.node_name(), &security.http);
     if let Some(syntax) = parsed.problems.iter().find(|p| p.object.is_none() && p.field_errors.is_empty()) {
         return status(StatusCode::BAD_REQUEST, "BadRequest", syntax.message.clone(), Vec::new());
+    }
+    if !parsed.problems.is_empty() && parsed.problems.iter().all(|p| p.forbidden) {
+        // As the API server words a Pod Security admission refusal.
+        let message = parsed
+            .problems
+            .iter()
+            .map(|p| {
+                format!("pods \"{}\" is forbidden: {}", p.object.as_deref().unwrap_or_default(), p.message)
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        return status(StatusCode::FORBIDDEN, "Forbidden", message, Vec::new());
     }
     if !parsed.problems.is_empty() {
         let causes = parsed

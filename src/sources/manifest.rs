@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use nodelet_resources::pod::desired::{DesiredPod, PodSource};
+use nodelet_resources::pod::security::PodSecurity;
 use nodelet_resources::pod::validation::{self, FieldError, ValidationError};
 
 use crate::yaml;
@@ -51,6 +52,8 @@ pub(crate) struct DocProblem {
     pub(crate) message: String,
     /// The field errors, when the document is a pod that failed validation.
     pub(crate) field_errors: Vec<FieldError>,
+    /// The pod is valid but the node's security settings refuse it.
+    pub(crate) forbidden: bool,
 }
 
 /// What a manifest holds.
@@ -66,12 +69,14 @@ pub(crate) struct Parsed {
 
 impl Parsed {
     fn problem(&mut self, object: Option<String>, message: String) {
-        self.problems.push(DocProblem { object, message, field_errors: Vec::new() });
+        self.problems.push(DocProblem { object, message, field_errors: Vec::new(), forbidden: false });
     }
 }
 
-/// Parses and validates the manifest `bytes` from `source` for this node.
-pub(crate) fn parse(bytes: &[u8], source: &PodSource, node_name: &str) -> Parsed {
+/// Parses and validates the manifest `bytes` from `source` for this node, and holds its pods to `security`
+/// (a refused pod is a problem naming the pod and the check).
+pub(crate) fn parse(bytes: &[u8], source: &PodSource, node_name: &str, security: &PodSecurity) -> Parsed {
+    let ctx = Ctx { source, node_name, security };
     let mut parsed = Parsed::default();
     if bytes.len() > MAX_MANIFEST_BYTES {
         parsed.problem(None, format!("manifest is larger than {MAX_MANIFEST_BYTES} bytes"));
@@ -85,12 +90,12 @@ pub(crate) fn parse(bytes: &[u8], source: &PodSource, node_name: &str) -> Parsed
         Ok(documents) => documents,
         Err((documents, message)) => {
             // Keep what was read before the syntax error; the rest is unknown.
-            let mut parsed = classify(documents, source, node_name);
+            let mut parsed = classify(documents, &ctx);
             parsed.problem(None, message);
             return parsed;
         }
     };
-    parsed = classify(documents, source, node_name);
+    parsed = classify(documents, &ctx);
     parsed
 }
 
@@ -116,12 +121,19 @@ fn read_documents(text: &str) -> Result<Vec<serde_json::Value>, (Vec<serde_json:
     Ok(documents)
 }
 
-fn classify(documents: Vec<serde_json::Value>, source: &PodSource, node_name: &str) -> Parsed {
+/// Where a manifest came from and what its pods are held to.
+struct Ctx<'a> {
+    source: &'a PodSource,
+    node_name: &'a str,
+    security: &'a PodSecurity,
+}
+
+fn classify(documents: Vec<serde_json::Value>, ctx: &Ctx<'_>) -> Parsed {
     let mut parsed = Parsed::default();
     let numbered = documents.len() > 1;
     for (i, document) in documents.into_iter().enumerate() {
         let label = if numbered { format!("document {}: ", i + 1) } else { String::new() };
-        classify_one(document, &label, None, source, node_name, &mut parsed);
+        classify_one(document, &label, None, ctx, &mut parsed);
     }
     parsed
 }
@@ -130,10 +142,10 @@ fn classify_one(
     document: serde_json::Value,
     label: &str,
     default_kind: Option<&str>,
-    source: &PodSource,
-    node_name: &str,
+    ctx: &Ctx<'_>,
     parsed: &mut Parsed,
 ) {
+    let Ctx { source, node_name, security } = *ctx;
     if !document.is_object() {
         parsed.problem(None, format!("{label}Invalid value: expected a Kubernetes object (a mapping)"));
         return;
@@ -143,7 +155,18 @@ fn classify_one(
         Some("Pod") => match validation::prepare_value(document, source.clone(), node_name) {
             Ok(pod) => {
                 let key = format!("{}/{}", pod.namespace(), manifest_name(&pod, node_name));
-                parsed.pods.push(ParsedPod { key, pod });
+                match security.admit(&pod.pod) {
+                    Ok(()) => parsed.pods.push(ParsedPod { key, pod }),
+                    Err(refusal) => {
+                        tracing::warn!(pod = %key, %refusal, "pod refused by the node's security settings");
+                        parsed.problems.push(DocProblem {
+                            object: Some(key),
+                            message: format!("{label}{refusal}"),
+                            field_errors: Vec::new(),
+                            forbidden: true,
+                        });
+                    }
+                }
             }
             Err(error) => parsed.problems.push(problem_of(error, label)),
         },
@@ -162,7 +185,7 @@ fn classify_one(
             };
             let item_default = if kind.as_deref() == Some("PodList") { Some("Pod") } else { None };
             for (j, item) in items.into_iter().enumerate() {
-                classify_one(item, &format!("{label}items[{j}]: "), item_default, source, node_name, parsed);
+                classify_one(item, &format!("{label}items[{j}]: "), item_default, ctx, parsed);
             }
         }
         Some(other) => {
@@ -198,6 +221,7 @@ fn problem_of(error: ValidationError, label: &str) -> DocProblem {
         object: error.object.name.as_ref().map(|_| error.object.key()),
         message: format!("{label}{errors}"),
         field_errors: error.errors,
+        forbidden: false,
     }
 }
 
@@ -256,7 +280,7 @@ mod tests {
             pod_yaml("a", "nginx"),
             pod_yaml("b", "nginx")
         );
-        let parsed = parse(text.as_bytes(), &source(), "node1");
+        let parsed = parse(text.as_bytes(), &source(), "node1", &PodSecurity::default());
         assert_eq!(keys(&parsed.pods), ["default/a", "default/b"]);
         assert_eq!(parsed.pods[0].pod.name(), "a-node1");
         assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
@@ -266,17 +290,38 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_the_security_level_refuses_is_a_forbidden_problem_naming_it() {
+        let host = r#"{"kind":"Pod","metadata":{"name":"h"},"spec":{"hostNetwork":true,"containers":[{"name":"c","image":"x"}]}}"#;
+        let plain =
+            r#"{"kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}}"#;
+        let baseline =
+            PodSecurity { level: nodelet_resources::pod::security::Level::Baseline, restrictions: None };
+        let parsed = parse(format!("{host}\n{plain}").as_bytes(), &source(), "n", &baseline);
+        assert_eq!(keys(&parsed.pods), ["default/p"]);
+        assert_eq!(parsed.problems.len(), 1, "{:?}", parsed.problems);
+        let problem = &parsed.problems[0];
+        assert!(problem.forbidden);
+        assert_eq!(problem.object.as_deref(), Some("default/h"));
+        assert_eq!(
+            problem.message,
+            r#"document 1: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)"#
+        );
+        let privileged = parse(host.as_bytes(), &source(), "n", &PodSecurity::default());
+        assert_eq!(keys(&privileged.pods), ["default/h"]);
+    }
+
+    #[test]
     fn json_documents_pod_lists_and_lists_are_read() {
         let one = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"},"spec":{"containers":[{"name":"c","image":"x"}]}}"#;
-        let parsed = parse(format!("  {one}\n{one}").as_bytes(), &source(), "n");
+        let parsed = parse(format!("  {one}\n{one}").as_bytes(), &source(), "n", &PodSecurity::default());
         assert_eq!(keys(&parsed.pods), ["default/j", "default/j"]);
 
         let list = r#"{"kind":"PodList","items":[{"metadata":{"name":"p1","namespace":"ns"},"spec":{"containers":[{"name":"c","image":"x"}]}}]}"#;
-        let parsed = parse(list.as_bytes(), &source(), "n");
+        let parsed = parse(list.as_bytes(), &source(), "n", &PodSecurity::default());
         assert_eq!(keys(&parsed.pods), ["ns/p1"]);
 
         let yaml_list = "kind: List\nitems:\n- kind: Pod\n  metadata: {name: l1}\n  spec: {containers: [{name: c, image: x}]}\n- kind: Secret\n  metadata: {name: s}\n";
-        let parsed = parse(yaml_list.as_bytes(), &source(), "n");
+        let parsed = parse(yaml_list.as_bytes(), &source(), "n", &PodSecurity::default());
         assert_eq!(keys(&parsed.pods), ["default/l1"]);
         assert_eq!(parsed.others.get("Secret").map(Vec::len), Some(1));
     }
@@ -284,7 +329,7 @@ mod tests {
     #[test]
     fn invalid_documents_name_document_object_and_field() {
         let text = format!("{}---\n{}", pod_yaml("good", "nginx"), pod_yaml("bad", "''"));
-        let parsed = parse(text.as_bytes(), &source(), "n");
+        let parsed = parse(text.as_bytes(), &source(), "n", &PodSecurity::default());
         assert_eq!(keys(&parsed.pods), ["default/good"]);
         assert_eq!(parsed.problems.len(), 1);
         let problem = &parsed.problems[0];
@@ -296,25 +341,25 @@ mod tests {
     #[test]
     fn syntax_errors_keep_the_documents_before_them() {
         let text = format!("{}---\nkind: Pod\nmetadata: [unclosed\n", pod_yaml("a", "nginx"));
-        let parsed = parse(text.as_bytes(), &source(), "n");
+        let parsed = parse(text.as_bytes(), &source(), "n", &PodSecurity::default());
         assert_eq!(keys(&parsed.pods), ["default/a"]);
         assert_eq!(parsed.problems.len(), 1);
         assert!(parsed.problems[0].message.starts_with("invalid YAML: "), "{:?}", parsed.problems);
         assert_eq!(parsed.problems[0].object, None);
-        let parsed = parse(b"{\"kind\": ", &source(), "n");
+        let parsed = parse(b"{\"kind\": ", &source(), "n", &PodSecurity::default());
         assert!(parsed.problems[0].message.starts_with("invalid JSON: "), "{:?}", parsed.problems);
     }
 
     #[test]
     fn documents_without_kind_or_not_objects_are_problems() {
-        let parsed = parse(b"metadata:\n  name: x\n", &source(), "n");
+        let parsed = parse(b"metadata:\n  name: x\n", &source(), "n", &PodSecurity::default());
         assert_eq!(parsed.problems[0].message, "kind: Required value");
         assert_eq!(parsed.problems[0].object.as_deref(), Some("default/x"));
-        let parsed = parse(b"- 1\n- 2\n", &source(), "n");
+        let parsed = parse(b"- 1\n- 2\n", &source(), "n", &PodSecurity::default());
         assert_eq!(parsed.problems[0].object, None);
-        let parsed = parse(&[0xff, 0xfe], &source(), "n");
+        let parsed = parse(&[0xff, 0xfe], &source(), "n", &PodSecurity::default());
         assert_eq!(parsed.problems[0].message, "manifest is not UTF-8 text");
-        let parsed = parse(b"", &source(), "n");
+        let parsed = parse(b"", &source(), "n", &PodSecurity::default());
         assert_eq!(parsed, Parsed::default(), "an empty manifest has no pods and no problems");
     }
 
@@ -337,7 +382,7 @@ mod tests {
         let text = format!("{}---\n{}", pod_yaml("a", "nginx"), billion_laughs());
         assert!(text.len() < 600, "{}", text.len());
         let started = std::time::Instant::now();
-        let parsed = parse(text.as_bytes(), &source(), "n");
+        let parsed = parse(text.as_bytes(), &source(), "n", &PodSecurity::default());
         assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
         assert!(parsed.pods.is_empty() && parsed.others.is_empty(), "nothing of it is used: {parsed:?}");
         assert_eq!(parsed.problems.len(), 1);
@@ -351,23 +396,23 @@ mod tests {
 
     #[test]
     fn document_count_and_nesting_are_capped() {
-        let parsed = parse("---\n".repeat(10_000).as_bytes(), &source(), "n");
+        let parsed = parse("---\n".repeat(10_000).as_bytes(), &source(), "n", &PodSecurity::default());
         assert_eq!(parsed.problems.len(), 1);
         assert_eq!(
             parsed.problems[0].message,
             "invalid YAML: more than 1000 YAML documents at line 1001, column 1"
         );
         let many_pods = (0..1001).map(|i| pod_yaml(&format!("p{i}"), "x")).collect::<Vec<_>>().join("---\n");
-        let parsed = parse(many_pods.as_bytes(), &source(), "n");
+        let parsed = parse(many_pods.as_bytes(), &source(), "n", &PodSecurity::default());
         assert!(parsed.pods.is_empty(), "a manifest past a limit is refused as a whole");
         assert!(parsed.problems[0].message.starts_with("invalid YAML: more than 1000 YAML documents"));
         let json = "{}".repeat(1001);
-        let parsed = parse(json.as_bytes(), &source(), "n");
+        let parsed = parse(json.as_bytes(), &source(), "n", &PodSecurity::default());
         assert_eq!(parsed.problems.len(), 1);
         assert_eq!(parsed.problems[0].message, "invalid JSON: more than 1000 documents");
 
         let deep = format!("kind: Pod\nspec: {}", "[".repeat(10_000));
-        let parsed = parse(deep.as_bytes(), &source(), "n");
+        let parsed = parse(deep.as_bytes(), &source(), "n", &PodSecurity::default());
         assert_eq!(parsed.problems.len(), 1);
         let message = &parsed.problems[0].message;
         assert!(
@@ -375,7 +420,7 @@ mod tests {
             "{message}"
         );
         // JSON (first character `[`) has serde_json's limit.
-        let parsed = parse("[".repeat(10_000).as_bytes(), &source(), "n");
+        let parsed = parse("[".repeat(10_000).as_bytes(), &source(), "n", &PodSecurity::default());
         let message = &parsed.problems[0].message;
         assert!(message.starts_with("invalid JSON: recursion limit exceeded"), "{message}");
     }
@@ -384,7 +429,7 @@ mod tests {
     fn yaml_1_1_octal_modes_are_read_as_kubernetes_reads_them() {
         // The volumes of the Kubernetes docs (configMap defaultMode 0400, secret items mode 0511).
         let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: modes\nspec:\n  containers:\n  - name: app\n    image: busybox\n    volumeMounts:\n    - {name: config, mountPath: /etc/config}\n    - {name: secret, mountPath: /etc/secret}\n  volumes:\n  - name: config\n    configMap:\n      name: log-config\n      defaultMode: 0400\n  - name: secret\n    secret:\n      secretName: mysecret\n      defaultMode: 0o644\n      items:\n      - key: username\n        path: my-group/my-username\n        mode: 0511\n";
-        let parsed = parse(text.as_bytes(), &source(), "n");
+        let parsed = parse(text.as_bytes(), &source(), "n", &PodSecurity::default());
         assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
         let volumes =
             parsed.pods[0].pod.pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
@@ -395,7 +440,7 @@ mod tests {
         assert_eq!(secret.items.as_ref().map(|items| items[0].mode), Some(Some(0o511)));
         // Quoted, it is a string, which a mode is not.
         let quoted = text.replace("defaultMode: 0400", "defaultMode: '0400'");
-        let parsed = parse(quoted.as_bytes(), &source(), "n");
+        let parsed = parse(quoted.as_bytes(), &source(), "n", &PodSecurity::default());
         assert!(parsed.pods.is_empty());
         assert_eq!(parsed.problems.len(), 1, "{:?}", parsed.problems);
     }
@@ -403,7 +448,7 @@ mod tests {
     #[test]
     fn anchors_and_aliases_within_the_limits_are_expanded() {
         let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: anchors\nspec:\n  containers:\n  - &app {name: a, image: nginx, env: [{name: X, value: \"1\"}]}\n  - <<: *app\n    name: b\n";
-        let parsed = parse(text.as_bytes(), &source(), "n");
+        let parsed = parse(text.as_bytes(), &source(), "n", &PodSecurity::default());
         assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
         let containers =
             parsed.pods[0].pod.pod.spec.as_ref().map(|s| s.containers.clone()).unwrap_or_default();
@@ -418,6 +463,7 @@ mod tests {
             format!("{}---\n{}", pod_yaml("a", "nginx:1"), pod_yaml("b", "nginx:1")).as_bytes(),
             &source(),
             "n",
+            &PodSecurity::default(),
         );
         assert_eq!(keep_last_good(&v1, &[]).1, 0);
 
@@ -426,6 +472,7 @@ mod tests {
             format!("{}---\n{}", pod_yaml("a", "nginx:2"), pod_yaml("b", "''")).as_bytes(),
             &source(),
             "n",
+            &PodSecurity::default(),
         );
         let (pods, kept) = keep_last_good(&v2, &v1.pods);
         assert_eq!((keys(&pods), kept), (vec!["default/a", "default/b"], 1));
@@ -433,12 +480,12 @@ mod tests {
         assert_eq!(pods[1].pod, v1.pods[1].pod);
 
         // b removed, a broken: only a is kept.
-        let v3 = parse(pod_yaml("a", "''").as_bytes(), &source(), "n");
+        let v3 = parse(pod_yaml("a", "''").as_bytes(), &source(), "n", &PodSecurity::default());
         let (pods, _) = keep_last_good(&v3, &v1.pods);
         assert_eq!(keys(&pods), ["default/a"]);
 
         // A syntax error: everything previous that is not superseded stays.
-        let v4 = parse(b"kind: [", &source(), "n");
+        let v4 = parse(b"kind: [", &source(), "n", &PodSecurity::default());
         let (pods, kept) = keep_last_good(&v4, &v1.pods);
         assert_eq!((keys(&pods), kept), (vec!["default/a", "default/b"], 2));
     }

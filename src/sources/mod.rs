@@ -47,7 +47,7 @@
 pub(crate) mod debug;
 pub(crate) mod file;
 pub(crate) mod http;
-mod manifest;
+pub(crate) mod manifest;
 pub(crate) mod url;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -57,6 +57,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::EphemeralContainer;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::pod::security::PodSecurity;
 use nodelet_resources::pod::validation::{CONFIG_SEEN_ANNOTATION, add_ephemeral_containers};
 use reconcile_engine::{Store, Writer};
 use tokio::sync::watch;
@@ -154,6 +155,34 @@ struct State {
     merge_problems: Vec<Problem>,
     /// The ephemeral containers `nodelet debug` added to static pods, merged into them.
     debug: Option<debug::DebugState>,
+    /// The security settings each source's pods are held to.
+    security: Arc<SecurityPolicies>,
+}
+
+/// The security settings ([`PodSecurity`]: a Pod Security Standards level and the `--allow-privileged=false`
+/// restrictions) each pod source is held to. The default holds no source to anything (tests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SecurityPolicies {
+    /// The static pod directory (`--pod-manifest-path`).
+    pub(crate) file: PodSecurity,
+    /// The manifest URL.
+    pub(crate) url: PodSecurity,
+    /// The manifest HTTP endpoint.
+    pub(crate) http: PodSecurity,
+    /// The API server (cluster mode).
+    pub(crate) api: PodSecurity,
+}
+
+impl SecurityPolicies {
+    /// The settings pods from `source` are held to.
+    pub(crate) fn for_source(&self, source: &PodSource) -> &PodSecurity {
+        match source {
+            PodSource::File(_) => &self.file,
+            PodSource::Url(_) => &self.url,
+            PodSource::Http => &self.http,
+            PodSource::Api => &self.api,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -183,6 +212,7 @@ impl PodConfig {
                     first_seen: HashMap::new(),
                     merge_problems: Vec::new(),
                     debug: None,
+                    security: Arc::default(),
                 }),
             }),
         }
@@ -225,6 +255,13 @@ impl PodConfig {
     /// file) and merges them into those pods. Call before any source reports.
     pub(crate) fn with_debug_state(self, state: debug::DebugState) -> Self {
         self.shared.lock().debug = Some(state);
+        self
+    }
+
+    /// Holds every source's pods to `security` (the default holds them to nothing). Call before any source
+    /// reads its pods.
+    pub(crate) fn with_security(self, security: SecurityPolicies) -> Self {
+        self.shared.lock().security = Arc::new(security);
         self
     }
 
@@ -464,6 +501,12 @@ impl SourceHandle {
     /// The node name to prepare pods for.
     pub(crate) fn node_name(&self) -> &str {
         &self.shared.node_name
+    }
+
+    /// The security settings of every source (a source applies its own, see
+    /// [`SecurityPolicies::for_source`]).
+    pub(crate) fn security(&self) -> Arc<SecurityPolicies> {
+        self.shared.lock().security.clone()
     }
 
     /// Replaces this source's pods and problems with `pods` and `problems` (its full current

@@ -174,7 +174,13 @@ impl UrlSource {
             Ok(body) => {
                 if self.last_body.as_ref() != Some(&body) {
                     let source = PodSource::Url(self.config.url.clone());
-                    let parsed = manifest::parse(&body, &source, self.handle.node_name());
+                    let security = self.handle.security();
+                    let parsed = manifest::parse(
+                        &body,
+                        &source,
+                        self.handle.node_name(),
+                        security.for_source(&source),
+                    );
                     let (pods, kept) = manifest::keep_last_good(&parsed, &self.pods);
                     self.body_problems = super::file::problems_of(&self.config.url, &parsed, &pods, kept);
                     self.pods = pods;

@@ -25,7 +25,8 @@ const SERVED_WITHIN: Duration = Duration::from_secs(1);
 /// nodelet's peak RSS (VmHWM) bound through the whole attack.
 const PEAK_RSS_MIB: u64 = 96;
 
-fn free_port() -> u16 {
+/// A TCP port free on 127.0.0.1 now.
+pub(crate) fn free_port() -> u16 {
     match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
         Ok(addr) => addr.port(),
         Err(e) => panic!("no free port: {e}"),
@@ -70,7 +71,7 @@ async fn closed_by_server(conns: &mut [TcpStream]) -> usize {
 }
 
 /// VmHWM of the process in KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
+pub(crate) fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()

@@ -234,6 +234,42 @@ async fn dead_attempts_of_a_crash_looping_container_are_collected_with_their_log
 }
 
 #[tokio::test]
+async fn the_node_wide_dead_container_cap_removes_what_the_per_pod_policy_keeps() {
+    let env = env_or_skip!("the_node_wide_dead_container_cap_removes_what_the_per_pod_policy_keeps");
+    // Per pod, up to 5 dead attempts may stay; on the node only 1: the node-wide decision (made every
+    // second) removes the previous attempt, which the per-pod policy alone would keep.
+    let options = StartOptions {
+        nodelet_extra: "containerGC: {period: 1s, maxPerPodContainer: 5, maxContainers: 1}".to_owned(),
+        ..StartOptions::default()
+    };
+    let n = Nodelet::start_with(&env, "cgcmax", options).await;
+    n.write_manifest(
+        "crash.yaml",
+        &n.pod_manifest(
+            "crash",
+            json!({
+                "restartPolicy": "Always",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "app", "command": ["sh", "-c", "exit 3"]}],
+            }),
+        ),
+    );
+    let pod = n.wait_for_pod("crash", "created", Duration::from_secs(20), |_| true).await;
+    let pod_uid = uid(&pod);
+    n.wait_for("only the newest dead attempt to remain", Duration::from_secs(30), async || {
+        let containers = n.containers_of(&pod_uid).await;
+        let [only] = containers.as_slice() else { return None };
+        (only.metadata.as_ref().map_or(0, |m| m.attempt) >= 2).then_some(())
+    })
+    .await;
+    let pod = n.pod("crash").await.unwrap_or_default();
+    let app = container(&pod, "app").cloned().unwrap_or_default();
+    assert_eq!(app.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| t.exit_code), Some(3));
+    assert!(n.log().contains("container GC removed dead containers"), "{}", n.log());
+    n.shutdown().await;
+}
+
+#[tokio::test]
 async fn an_oom_killed_container_shows_oomkilled_and_an_event() {
     let env = env_or_skip!("an_oom_killed_container_shows_oomkilled_and_an_event");
     let n = Nodelet::start(&env, "oom").await;

@@ -146,6 +146,16 @@ pub(crate) struct StartOptions {
     pub(crate) extra_args: Vec<String>,
     /// The node name instead of a new [`node_name`] (e.g. one a node kubeconfig was minted for).
     pub(crate) node_name: Option<String>,
+    /// Another nodelet binary (e.g. one built with an extension) instead of this package's `nodelet`.
+    pub(crate) binary: Option<PathBuf>,
+    /// Environment variables of the daemon.
+    pub(crate) env: Vec<(String, String)>,
+}
+
+/// This package's `nodelet` binary (`nodelet` from `PATH` in a package without one: pass
+/// [`StartOptions::binary`] there).
+pub(crate) fn nodelet_binary() -> PathBuf {
+    PathBuf::from(option_env!("CARGO_BIN_EXE_nodelet").unwrap_or("nodelet"))
 }
 
 /// A running nodelet daemon and everything it owns; see the [module docs](self).
@@ -256,8 +266,10 @@ impl Nodelet {
                 Ok(f) => f,
                 Err(e) => panic!("cannot duplicate the log file: {e}"),
             };
-            let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+            let binary = self.options.binary.clone().unwrap_or_else(nodelet_binary);
+            let child = Command::new(&binary)
                 .args(self.daemon_args())
+                .envs(self.options.env.iter().map(|(k, v)| (k, v)))
                 .env_remove("RUST_LOG")
                 .stdin(Stdio::null())
                 .stdout(log)
@@ -265,7 +277,7 @@ impl Nodelet {
                 .spawn();
             match child {
                 Ok(c) => self.child = Some(c),
-                Err(e) => panic!("cannot start {}: {e}", env!("CARGO_BIN_EXE_nodelet")),
+                Err(e) => panic!("cannot start {}: {e}", binary.display()),
             }
             match self.wait_healthy(Duration::from_secs(20)).await {
                 Ok(()) => return,
@@ -911,7 +923,7 @@ pub(crate) fn sleep_until_term(prefix: &str) -> Value {
 
 /// Runs `nodelet ARGS…`; returns its stdout, asserting success.
 pub(crate) async fn nodelet_cli(args: &[&str]) -> String {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+    let output = tokio::process::Command::new(nodelet_binary())
         .args(args)
         .env_remove("RUST_LOG")
         .env_remove("NODELET_POD_LOGS_DIR")

@@ -101,6 +101,13 @@ pub struct CriPodRuntimeConfig {
     pub node_ips: Vec<String>,
     /// Directory of `Localhost` seccomp profiles.
     pub seccomp_profile_root: PathBuf,
+    /// `seccompDefault`: containers (and sandboxes) without a seccomp profile run with the runtime's default
+    /// profile (`RuntimeDefault`) instead of `Unconfined`.
+    pub seccomp_default: bool,
+    /// Whether the node can enforce AppArmor profiles (the kernel has AppArmor on, see [`apparmor_enabled`]).
+    /// Off: a container asking for a profile other than `unconfined` fails with `CreateContainerConfigError`
+    /// instead of running without it.
+    pub apparmor_enabled: bool,
     /// The node's memory, for Burstable containers' `oom_score_adj` and unset `limits.memory` env
     /// references. `None`: read from `/proc/meminfo` when the runtime is created.
     pub memory_capacity_bytes: Option<u64>,
@@ -176,11 +183,20 @@ impl Default for CriPodRuntimeConfig {
             node_name: String::new(),
             node_ips: Vec::new(),
             seccomp_profile_root: PathBuf::from(DEFAULT_SECCOMP_PROFILE_ROOT),
+            seccomp_default: false,
+            apparmor_enabled: false,
             memory_capacity_bytes: None,
             objects: EnvObjects::default(),
             root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
         }
     }
+}
+
+/// Whether this machine's kernel enforces AppArmor: `/sys/module/apparmor/parameters/enabled` reads `Y` (as the
+/// kubelet checks it). A missing file means no AppArmor.
+pub fn apparmor_enabled() -> bool {
+    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|s| s.trim_start().starts_with('Y'))
 }
 
 /// The default [`CriPodRuntimeConfig::root_dir`].
@@ -271,6 +287,18 @@ impl CriPodRuntimeConfig {
     /// Sets [`seccomp_profile_root`](Self::seccomp_profile_root).
     pub fn with_seccomp_profile_root(mut self, root: impl Into<PathBuf>) -> Self {
         self.seccomp_profile_root = root.into();
+        self
+    }
+
+    /// Sets [`seccomp_default`](Self::seccomp_default).
+    pub fn with_seccomp_default(mut self, on: bool) -> Self {
+        self.seccomp_default = on;
+        self
+    }
+
+    /// Sets [`apparmor_enabled`](Self::apparmor_enabled).
+    pub fn with_apparmor_enabled(mut self, on: bool) -> Self {
+        self.apparmor_enabled = on;
         self
     }
 

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVarSource, SeccompProfile};
 use nodelet_resources::pod::desired::DesiredPod;
 use nodelet_resources::pod::driver::{ContainerKind, container_hash};
 use nodelet_resources::pod::resize::{CgroupResources, container_hash_without_resources};
+use nodelet_resources::pod::security::APPARMOR_ANNOTATION_PREFIX;
 use nodelet_resources::volume::status::PodVolumes;
 
 use crate::labels::{self, PodIdentity};
@@ -256,18 +257,18 @@ fn container_namespace_options(pod: &DesiredPod, pid_target: Option<&str>) -> v1
 }
 
 /// The pod's seccomp profile (or a container's, which takes precedence). Unset means `Unconfined`, the
-/// kubelet's default while `seccompDefault` is off.
+/// kubelet's default, or `RuntimeDefault` with `seccompDefault` on.
 fn seccomp(
     profile: Option<&SeccompProfile>,
-    root: &Path,
+    config: &CriPodRuntimeConfig,
     field: &str,
 ) -> Result<v1::SecurityProfile, String> {
     use v1::security_profile::ProfileType;
+    let root = &config.seccomp_profile_root;
     let Some(profile) = profile else {
-        return Ok(v1::SecurityProfile {
-            profile_type: ProfileType::Unconfined as i32,
-            ..Default::default()
-        });
+        let default =
+            if config.seccomp_default { ProfileType::RuntimeDefault } else { ProfileType::Unconfined };
+        return Ok(v1::SecurityProfile { profile_type: default as i32, ..Default::default() });
     };
     match profile.type_.as_str() {
         "RuntimeDefault" => {
@@ -342,7 +343,7 @@ pub(crate) fn sandbox_config(
         config.allow_privileged && pod.init_containers().iter().chain(pod.containers()).any(is_privileged);
     let seccomp = seccomp(
         pod_sc.and_then(|sc| sc.seccomp_profile.as_ref()),
-        &config.seccomp_profile_root,
+        config,
         "spec.securityContext.seccompProfile",
     )
     .map_err(SpecError::Sandbox)?;
@@ -786,7 +787,9 @@ fn container_security_context(
             "spec.securityContext.seccompProfile".to_owned(),
         ),
     };
-    let seccomp = seccomp(profile, &config.seccomp_profile_root, &field)
+    let seccomp = seccomp(profile, config, &field)
+        .map_err(|why| SpecError::Container(format!("container {:?}: {why}", container.name)))?;
+    let apparmor = apparmor(pod, container, config)
         .map_err(|why| SpecError::Container(format!("container {:?}: {why}", container.name)))?;
     Ok(v1::LinuxContainerSecurityContext {
         capabilities,
@@ -804,8 +807,63 @@ fn container_security_context(
         supplemental_groups: supplemental_groups(pod),
         no_new_privs: !privileged && sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
         seccomp: Some(seccomp),
+        apparmor,
         ..Default::default()
     })
+}
+
+/// The container's AppArmor profile: its `securityContext.appArmorProfile`, else the pod's, else the
+/// `container.apparmor.security.beta.kubernetes.io/<name>` annotation (`runtime/default`, `localhost/<profile>`,
+/// `unconfined`). `None` when nothing is set (the runtime's default). A profile other than unconfined on a node
+/// without AppArmor is refused, as the kubelet refuses it, rather than silently not applied.
+fn apparmor(
+    pod: &DesiredPod,
+    container: &Container,
+    config: &CriPodRuntimeConfig,
+) -> Result<Option<v1::SecurityProfile>, String> {
+    use v1::security_profile::ProfileType;
+    let field = container
+        .security_context
+        .as_ref()
+        .and_then(|s| s.app_armor_profile.as_ref())
+        .or_else(|| pod.spec().security_context.as_ref().and_then(|s| s.app_armor_profile.as_ref()));
+    let profile = if let Some(field) = field {
+        match field.type_.as_str() {
+            "RuntimeDefault" => (ProfileType::RuntimeDefault, String::new()),
+            "Unconfined" => (ProfileType::Unconfined, String::new()),
+            "Localhost" => match field.localhost_profile.as_deref().filter(|p| !p.is_empty()) {
+                Some(name) => (ProfileType::Localhost, name.to_owned()),
+                None => {
+                    return Err("appArmorProfile.localhostProfile: Required value for type Localhost".into());
+                }
+            },
+            other => {
+                return Err(format!("appArmorProfile.type: unsupported AppArmor profile type {other:?}"));
+            }
+        }
+    } else {
+        let key = format!("{APPARMOR_ANNOTATION_PREFIX}{}", container.name);
+        let Some(value) = pod.pod.metadata.annotations.as_ref().and_then(|a| a.get(&key)) else {
+            return Ok(None);
+        };
+        match value.as_str() {
+            "runtime/default" => (ProfileType::RuntimeDefault, String::new()),
+            "unconfined" => (ProfileType::Unconfined, String::new()),
+            other => match other.strip_prefix("localhost/").filter(|p| !p.is_empty()) {
+                Some(name) => (ProfileType::Localhost, name.to_owned()),
+                None => {
+                    return Err(format!(
+                        "annotation {key}: invalid AppArmor profile {other:?} (use runtime/default, localhost/<profile> \
+                         or unconfined)"
+                    ));
+                }
+            },
+        }
+    };
+    if profile.0 != ProfileType::Unconfined && !config.apparmor_enabled {
+        return Err("Cannot enforce AppArmor: AppArmor is not enabled on the host".into());
+    }
+    Ok(Some(v1::SecurityProfile { profile_type: profile.0 as i32, localhost_ref: profile.1 }))
 }
 
 /// Refuses to run a `runAsNonRoot` container as root: the effective user is `runAsUser`, else the image's.
@@ -1587,6 +1645,86 @@ mod tests {
         assert!(cc.linux.and_then(|l| l.security_context).is_some_and(|s| s.privileged));
         let s = sandbox_config(&p, 0, &allowed, None).expect("sandbox");
         assert!(s.linux.and_then(|l| l.security_context).is_some_and(|s| s.privileged));
+    }
+
+    #[test]
+    fn seccomp_default_makes_unset_profiles_runtime_default() {
+        use v1::security_profile::ProfileType;
+        let c = container("app");
+        let p = pod(vec![c.clone()]);
+        let img = image();
+        let profile = |config: &CriPodRuntimeConfig, c: &Container| {
+            container_config(&p, c, &inputs(&img, &[]), config)
+                .expect("config")
+                .linux
+                .and_then(|l| l.security_context)
+                .and_then(|s| s.seccomp)
+                .map(|s| s.profile_type)
+        };
+        assert_eq!(profile(&cfg(), &c), Some(ProfileType::Unconfined as i32), "the kubelet's default");
+        let on = cfg().with_seccomp_default(true);
+        assert_eq!(profile(&on, &c), Some(ProfileType::RuntimeDefault as i32));
+        let sandbox = sandbox_config(&p, 0, &on, None).expect("sandbox");
+        let sandbox_profile = sandbox.linux.and_then(|l| l.security_context).and_then(|s| s.seccomp);
+        assert_eq!(sandbox_profile.map(|s| s.profile_type), Some(ProfileType::RuntimeDefault as i32));
+        let mut explicit = c.clone();
+        explicit.security_context = Some(SecurityContext {
+            seccomp_profile: Some(SeccompProfile { type_: "Unconfined".into(), localhost_profile: None }),
+            ..Default::default()
+        });
+        assert_eq!(profile(&on, &explicit), Some(ProfileType::Unconfined as i32), "an explicit profile wins");
+    }
+
+    #[test]
+    fn apparmor_annotations_and_fields_map_to_the_cri_or_are_refused_without_apparmor() {
+        use v1::security_profile::ProfileType;
+        let c = container("app");
+        let img = image();
+        let with = |value: &str| {
+            let mut p = pod(vec![c.clone()]);
+            p.pod
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert("container.apparmor.security.beta.kubernetes.io/app".into(), value.into());
+            p
+        };
+        let apparmor = |p: &DesiredPod, config: &CriPodRuntimeConfig| {
+            container_config(p, &c, &inputs(&img, &[]), config)
+                .map(|cc| cc.linux.and_then(|l| l.security_context).and_then(|s| s.apparmor))
+        };
+        let enabled = cfg().with_apparmor_enabled(true);
+        let none = apparmor(&pod(vec![c.clone()]), &enabled).expect("no profile");
+        assert_eq!(none, None, "nothing asked, nothing set");
+        let local = apparmor(&with("localhost/my-profile"), &enabled).expect("localhost").expect("set");
+        assert_eq!(
+            (local.profile_type, local.localhost_ref.as_str()),
+            (ProfileType::Localhost as i32, "my-profile")
+        );
+        let default = apparmor(&with("runtime/default"), &enabled).expect("runtime/default").expect("set");
+        assert_eq!(default.profile_type, ProfileType::RuntimeDefault as i32);
+        assert!(apparmor(&with("bogus"), &enabled).is_err(), "an unknown value is refused");
+
+        // Without AppArmor on the node: refused, not dropped; unconfined still runs.
+        let err = apparmor(&with("localhost/my-profile"), &cfg()).expect_err("no AppArmor");
+        assert_eq!(err.reason(), "CreateContainerConfigError");
+        assert!(err.to_string().contains("AppArmor is not enabled on the host"), "{err}");
+        let unconfined = apparmor(&with("unconfined"), &cfg()).expect("unconfined").expect("set");
+        assert_eq!(unconfined.profile_type, ProfileType::Unconfined as i32);
+
+        let mut field = c.clone();
+        field.security_context = Some(SecurityContext {
+            app_armor_profile: Some(k8s_openapi::api::core::v1::AppArmorProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..Default::default()
+        });
+        let p = pod(vec![field.clone()]);
+        assert!(
+            container_config(&p, &field, &inputs(&img, &[]), &cfg()).is_err(),
+            "the field is refused too"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use prometheus::HistogramVec;
 use reconcile_engine::{CancellationToken, Driver, Outcome, Update};
 use tokio::sync::watch;
 
-use super::actual::{ClaimActual, ClaimPhase, Provisioned, PvActual, PvcActual};
+use super::actual::{ClaimActual, ClaimPhase, Provisioned, PvActual, PvcActual, VolumePhase};
 use super::binding::{NodeInfo, format_bytes};
 use super::desired::{ANN_PROVISIONED_BY, ClaimKey, ClaimRef};
 use super::ops::ClaimOp;
@@ -254,6 +254,21 @@ impl ProvisionedVolumes {
         self.tx.subscribe()
     }
 
+    /// Whether `volume` is one a provisioner of nodelet created: a record of that name exists and names the same
+    /// storage (the same volume source and provisioner). Only such volumes have their storage deleted.
+    pub fn holds(&self, volume: &PersistentVolume) -> bool {
+        let name = volume.metadata.name.as_deref().unwrap_or_default();
+        let snapshot = self.snapshot();
+        let Some(recorded) = snapshot.get(name) else { return false };
+        let by = |pv: &PersistentVolume| {
+            pv.metadata.annotations.as_ref().and_then(|a| a.get(ANN_PROVISIONED_BY)).cloned()
+        };
+        let source = |pv: &PersistentVolume| {
+            pv.spec.as_ref().map(|s| (s.local.clone(), s.csi.clone(), s.host_path.clone()))
+        };
+        by(recorded) == by(volume) && source(recorded) == source(volume)
+    }
+
     fn insert(&self, volume: PersistentVolume) {
         let name = volume.metadata.name.clone().unwrap_or_default();
         self.tx.send_modify(|m| {
@@ -394,11 +409,24 @@ impl<R: ClaimRecords + std::fmt::Debug> ClaimDriver<R> {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(e),
         };
+        let name = pv.metadata.name.as_deref().unwrap_or_default();
+        if !self.provisioned.holds(pv) {
+            let message = format!(
+                "volume {name:?} does not match nodelet's provisioning record of it: its storage is not deleted"
+            );
+            tracing::warn!(volume = name, "{message}");
+            let failed = PvActual {
+                phase: VolumePhase::Failed,
+                message: Some(message),
+                deleted: false,
+                ..after.clone()
+            };
+            return self.set(key, ClaimActual::Volume(failed)).await;
+        }
         if let Err(e) = p.delete(pv).await {
             let err = ClaimError::Provisioner { provisioner: provisioner.to_owned(), message: e.message };
             return if e.uncertain { Outcome::Uncertain(err) } else { Outcome::Failed(err) };
         }
-        let name = pv.metadata.name.as_deref().unwrap_or_default();
         if let Err(e) = self.records.remove_volume(name).await {
             return Outcome::Failed(e);
         }
@@ -471,5 +499,41 @@ impl<R: ClaimRecords + std::fmt::Debug> Driver<ClaimKey, ClaimOp, ClaimActual> f
 impl ClaimOp {
     fn kind_name(&self) -> &'static str {
         reconcile_engine::Operation::kind(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{LocalVolumeSource, PersistentVolumeSpec};
+
+    use super::*;
+
+    fn local(name: &str, path: &str, by: Option<&str>) -> PersistentVolume {
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: by.map(|b| BTreeMap::from([(ANN_PROVISIONED_BY.to_owned(), b.to_owned())])),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeSpec {
+                local: Some(LocalVolumeSource { path: path.into(), fs_type: None }),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn only_the_recorded_volume_with_the_same_storage_is_held() {
+        let volumes = ProvisionedVolumes::new();
+        let mine = local("pvc-1", "/base/pvc-1", Some("p"));
+        assert!(!volumes.holds(&mine), "nothing recorded yet");
+        volumes.insert(mine.clone());
+        assert!(volumes.holds(&mine));
+        assert!(!volumes.holds(&local("pvc-1", "/etc", Some("p"))), "same name, other storage");
+        assert!(!volumes.holds(&local("pvc-1", "/base/pvc-1", Some("q"))), "other provisioner");
+        assert!(!volumes.holds(&local("pvc-2", "/base/pvc-2", Some("p"))), "not recorded");
+        volumes.remove("pvc-1");
+        assert!(!volumes.holds(&mine));
     }
 }

@@ -3,13 +3,15 @@
 //! volumes whose claim is gone, and marks claims whose volume is gone Lost.
 //!
 //! Decisions that involve several objects come from [`decide`], a pure function of both
-//! stores; [`wake_related`] plans every key again when any changed, since a volume's next step
-//! depends on its claim's state and the other way round.
+//! stores. A volume's next step depends on its claim's state and the other way round, and who
+//! binds to what depends on every unbound claim and volume: [`watch_related`] declares the
+//! engine's relations on its own two stores, which plan again, when a key changes, the keys
+//! [`related_keys`] names.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use reconcile_engine::{CancellationToken, Plan, Reconciler, Store, Update, View, Waker};
+use reconcile_engine::{Driver, EngineBuilder, Plan, Reconciler, Store, Update, View};
 
 use super::actual::{ClaimActual, ClaimPhase, Provisioned, PvActual, PvcActual, VolumePhase};
 use super::binding::{Decision, NodeInfo, decide};
@@ -158,6 +160,16 @@ impl ClaimReconciler {
             VolumePhase::Failed => Plan::Idle,
             VolumePhase::Released => match d.reclaim_policy() {
                 "Delete" => match d.provisioned_by().filter(|p| self.provisioners.handles(p)) {
+                    // The annotation alone proves nothing (a manifest can write it): only a volume nodelet's
+                    // own provisioning record holds has its storage deleted.
+                    Some(p) if !d.provisioned => Plan::Run(ClaimOp::FailVolume(with(
+                        VolumePhase::Failed,
+                        Some(format!(
+                            "volume {:?} says it was provisioned by {p:?} but nodelet has no provisioning record of \
+                             it: its storage is not deleted",
+                            d.name()
+                        )),
+                    ))),
                     Some(p) => Plan::Run(ClaimOp::DeleteVolume {
                         pv: d.pv.clone(),
                         provisioner: p.to_owned(),
@@ -281,36 +293,88 @@ impl Reconciler<ClaimDesired, ClaimActual> for ClaimReconciler {
     }
 }
 
-/// Plans every key again whenever any key's desired or actual value changes, until
-/// `shutdown`: a volume's next step depends on its claim and the other way round, and the
-/// stores are small.
-pub async fn wake_related(
-    desired: Store<ClaimKey, ClaimDesired>,
-    actual: Store<ClaimKey, ClaimActual>,
-    waker: Waker<ClaimKey>,
-    shutdown: CancellationToken,
-) {
-    let desired_sub = desired.subscribe();
-    let actual_sub = actual.subscribe();
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = desired_sub.changed() => {}
-            () = actual_sub.changed() => {}
-        }
-        // Keys the engine planned when they changed may depend on keys that changed after:
-        // plan them all again.
-        desired_sub.drain();
-        actual_sub.drain();
-        let mut keys: BTreeSet<ClaimKey> = desired.keys().into_iter().collect();
-        keys.extend(actual.keys());
-        for key in keys {
-            if matches!(key, ClaimKey::Class(_)) {
-                continue;
+/// The keys to plan again when `changed` changed in the claim pair's desired or actual store:
+///
+/// - its counterparts: for a volume, the claim its spec or its binding names and the claims
+///   whose record names it; for a claim, the volume its spec or its record names and the volumes
+///   whose spec or binding names it (found by scanning, so this works for removed keys too);
+/// - every claim not yet bound (no volume in its record) and every volume not bound to a claim:
+///   who binds to what ([`decide`]) depends on all of them, so any change may change their plans.
+///
+/// Bound pairs that the change does not touch are left alone. StorageClasses are never planned.
+pub fn related_keys(
+    desired: &Store<ClaimKey, ClaimDesired>,
+    actual: &Store<ClaimKey, ClaimActual>,
+    changed: &ClaimKey,
+) -> Vec<ClaimKey> {
+    let mut keys = std::collections::BTreeSet::new();
+    match changed {
+        ClaimKey::Volume(name) => {
+            let key = ClaimKey::Volume(name.clone());
+            if let Some(r) = desired.get(&key).and_then(|d| d.as_volume().and_then(DesiredPv::spec_claim_ref))
+            {
+                keys.insert(r.key());
             }
-            if !waker.wake(key) {
-                return;
+            if let Some(r) = actual.get(&key).and_then(|a| a.as_volume().and_then(|a| a.claim_ref.clone())) {
+                keys.insert(r.key());
             }
         }
+        ClaimKey::Claim { .. } => {
+            if let Some(v) = desired
+                .get(changed)
+                .and_then(|d| d.as_claim().and_then(|c| c.volume_name().map(str::to_owned)))
+            {
+                keys.insert(ClaimKey::Volume(v));
+            }
+            if let Some(v) = actual.get(changed).and_then(|a| a.as_claim().and_then(|c| c.volume.clone())) {
+                keys.insert(ClaimKey::Volume(v));
+            }
+        }
+        ClaimKey::Class(_) => {}
     }
+    desired.for_each(|key, d| match d {
+        ClaimDesired::Volume(v) => {
+            let bound = actual.get(key).is_some_and(|a| a.as_volume().is_some_and(|a| a.claim_ref.is_some()));
+            if !bound || v.spec_claim_ref().is_some_and(|r| r.key() == *changed) {
+                keys.insert(key.clone());
+            }
+        }
+        ClaimDesired::Claim(_)
+            if actual.get(key).and_then(|a| a.as_claim().map(|c| c.volume.is_none())).unwrap_or(true) =>
+        {
+            keys.insert(key.clone());
+        }
+        _ => {}
+    });
+    actual.for_each(|key, a| match a {
+        ClaimActual::Volume(v) if v.claim_ref.as_ref().is_some_and(|r| r.key() == *changed) => {
+            keys.insert(key.clone());
+        }
+        ClaimActual::Claim(c)
+            if matches!(changed, ClaimKey::Volume(name) if c.volume.as_deref() == Some(name.as_str())) =>
+        {
+            keys.insert(key.clone());
+        }
+        _ => {}
+    });
+    keys.remove(changed);
+    keys.into_iter().collect()
+}
+
+/// Declares the claim engine's relations on its own stores (`desired`, the store `builder` was
+/// made with, and the builder's actual store): a change of a key plans its [`related_keys`]
+/// again (the changed key itself the engine plans anyway).
+pub fn watch_related<Dr>(
+    builder: EngineBuilder<ClaimDesired, ClaimActual, ClaimReconciler, Dr>,
+    desired: &Store<ClaimKey, ClaimDesired>,
+) -> EngineBuilder<ClaimDesired, ClaimActual, ClaimReconciler, Dr>
+where
+    Dr: Driver<ClaimKey, ClaimOp, ClaimActual>,
+{
+    let actual = builder.actual();
+    let (d, a) = (desired.clone(), actual.clone());
+    let on_desired = move |key: &ClaimKey, _: Option<&ClaimDesired>| related_keys(&d, &a, key);
+    let (d, a) = (desired.clone(), actual.clone());
+    let on_actual = move |key: &ClaimKey, _: Option<&ClaimActual>| related_keys(&d, &a, key);
+    builder.watches("desired", desired.clone(), on_desired).watches("actual", actual, on_actual)
 }

@@ -1,8 +1,12 @@
-//! The eviction manager: every monitoring period it observes the signals, updates the node's
-//! pressure conditions, reclaims node-level resources (image and container garbage collection)
-//! and, when a threshold is still met, evicts one pod, ranked as the kubelet ranks them.
+//! The eviction manager: every monitoring period it observes the signals (the eviction pair's
+//! actual state), compares them with the thresholds, updates the node's pressure conditions (the
+//! pair's status, also sent to admission), reclaims node-level resources (image and container
+//! garbage collection, its operations) and, when a threshold is still met, decides to evict one
+//! pod, ranked as the kubelet ranks them. The decision goes to the
+//! [`VerdictPopulator`](super::populator::VerdictPopulator) through an [`EvictionSink`]: the
+//! pod's verdict becomes `Evicted` and the pod pair kills it. The manager never writes a verdict.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -12,10 +16,11 @@ use tracing::{debug, info, warn};
 
 use super::events::{Involved, NodeEvents};
 use super::metrics::EvictionMetrics;
+use super::populator::{Eviction, EvictionSink};
 use super::rank::{Candidate, eviction_message, rank};
 use super::signal::{BoxFuture, Condition, Signal, SignalSource};
 use super::state::{EvictionState, Met, Policy, still_met};
-use super::verdict::PodVerdicts;
+use super::verdict::Verdict;
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, PodUid};
 use crate::pod::reconciler::Clock;
@@ -111,8 +116,11 @@ pub struct EvictionManager {
     reclaimers: Vec<Arc<dyn Reclaimer>>,
     desired: Store<PodUid, DesiredPod>,
     actual: Store<PodUid, PodActual>,
-    verdicts: PodVerdicts,
-    wake: Wake,
+    verdicts: Store<PodUid, Verdict>,
+    evictions: EvictionSink,
+    /// The pods it decided to evict (its own record, until the verdict store shows them).
+    evicted: HashSet<PodUid>,
+    conditions: tokio::sync::watch::Sender<BTreeSet<Condition>>,
     metrics: EvictionMetrics,
     pressure: PressureView,
     events: NodeEvents,
@@ -120,9 +128,6 @@ pub struct EvictionManager {
     state: EvictionState,
     cleaned_up: Option<CleanedUp>,
 }
-
-/// Plans a pod again in the pod engine (its [`reconcile_engine::Waker`]).
-pub type Wake = Arc<dyn Fn(PodUid) + Send + Sync>;
 
 /// Whether everything of the pod with this UID besides its containers (its volumes) is released.
 pub type CleanedUp = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -145,16 +150,16 @@ pub struct PassReport {
 }
 
 impl EvictionManager {
-    /// A manager over the pod stores; it evicts through `verdicts` and wakes the pod engine
-    /// with `wake`.
+    /// A manager over the pod stores and the verdict store (read-only: pods already stopped are
+    /// not candidates); it sends its evictions to `evictions`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: EvictionConfig,
         source: Arc<dyn SignalSource>,
         desired: Store<PodUid, DesiredPod>,
         actual: Store<PodUid, PodActual>,
-        verdicts: PodVerdicts,
-        wake: Wake,
+        verdicts: Store<PodUid, Verdict>,
+        evictions: EvictionSink,
         metrics: EvictionMetrics,
         events: NodeEvents,
         clock: Clock,
@@ -167,7 +172,9 @@ impl EvictionManager {
             desired,
             actual,
             verdicts,
-            wake,
+            evictions,
+            evicted: HashSet::new(),
+            conditions: tokio::sync::watch::Sender::new(BTreeSet::new()),
             metrics,
             pressure,
             events,
@@ -194,6 +201,11 @@ impl EvictionManager {
     /// The node's pressure conditions, updated by [`run`](Self::run).
     pub fn pressure(&self) -> PressureView {
         self.pressure.clone()
+    }
+
+    /// The pressure conditions as admission applies them, updated every pass.
+    pub fn conditions(&self) -> tokio::sync::watch::Receiver<BTreeSet<Condition>> {
+        self.conditions.subscribe()
     }
 
     /// Runs a pass every monitoring period until `shutdown` completes.
@@ -259,9 +271,13 @@ impl EvictionManager {
             self.events.record(Involved::Node, "Normal", &reason, message, now);
         }
         self.metrics.set_pressure(&assessment.conditions);
-        self.verdicts.set_conditions(assessment.conditions.clone());
+        self.conditions.send_if_modified(|c| {
+            let changed = *c != assessment.conditions;
+            c.clone_from(&assessment.conditions);
+            changed
+        });
         let desired = &self.desired;
-        self.verdicts.retain(|uid| desired.contains_key(&uid.to_string()));
+        self.evicted.retain(|uid| desired.contains_key(uid));
 
         let Some(met) = assessment.act_on.first().cloned() else { return report };
         let signal = met.threshold.signal;
@@ -299,13 +315,14 @@ impl EvictionManager {
         report
     }
 
-    async fn evict_one(&self, met: &Met) -> Option<String> {
+    async fn evict_one(&mut self, met: &Met) -> Option<String> {
         let signal = met.threshold.signal;
         let pods: Vec<std::sync::Arc<DesiredPod>> = self
             .desired
             .entries()
             .into_iter()
-            .filter(|(uid, _)| self.verdicts.verdict(uid).is_none())
+            .filter(|(uid, _)| !self.evicted.contains(uid))
+            .filter(|(uid, _)| self.verdicts.get(uid).is_none_or(|v| v.is_admitted()))
             .filter(|(uid, _)| self.actual.get(uid).is_some_and(|a| a.any_running()))
             .map(|(_, p)| p)
             .collect();
@@ -337,8 +354,11 @@ impl EvictionManager {
         };
         let uid = victim.pod.uid().to_string();
         info!(pod = %victim.pod.name(), namespace = %victim.pod.namespace(), %signal, ?grace, "evicting pod");
-        self.verdicts.evict(&uid, message.clone(), grace, (self.clock)());
-        (self.wake)(uid.clone());
+        let eviction = Eviction { uid: uid.clone(), message: message.clone(), grace, at: (self.clock)() };
+        if !self.evictions.evict(eviction) {
+            warn!(pod = %uid, "the verdict populator is gone; the eviction is not applied");
+        }
+        self.evicted.insert(uid.clone());
         self.metrics.evictions.with_label_values(&[signal.as_str()]).inc();
         self.events.record(Self::pod_ref(victim.pod), "Warning", "Evicted", message, (self.clock)());
         Some(uid)
@@ -404,8 +424,8 @@ mod tests {
 
     struct Setup {
         manager: EvictionManager,
-        verdicts: PodVerdicts,
-        woken: Arc<Mutex<Vec<String>>>,
+        evictions: crate::eviction::populator::Evictions,
+        _verdicts: reconcile_engine::Writer<PodUid, Verdict>,
         reclaims: Arc<CountingReclaimer>,
         _writers: (reconcile_engine::Writer<PodUid, DesiredPod>, reconcile_engine::Writer<PodUid, PodActual>),
     }
@@ -427,9 +447,8 @@ mod tests {
             .into_iter()
             .map(|(n, m)| (n.to_string(), PodUsage { memory: Some(m * MI), ..PodUsage::default() }))
             .collect();
-        let verdicts = PodVerdicts::new();
-        let woken = Arc::new(Mutex::new(Vec::new()));
-        let w = woken.clone();
+        let (verdicts, verdict_writer) = reconcile_engine::store();
+        let (sink, evictions) = crate::eviction::populator::evictions();
         let reclaims = Arc::new(CountingReclaimer(Mutex::new(0)));
         let registry = prometheus::Registry::new();
         let manager = EvictionManager::new(
@@ -445,14 +464,14 @@ mod tests {
             Arc::new(Script { readings: Mutex::new(readings), usage }),
             desired,
             actual,
-            verdicts.clone(),
-            Arc::new(move |uid| w.lock().unwrap_or_else(PoisonError::into_inner).push(uid)),
+            verdicts,
+            sink,
             EvictionMetrics::new(&registry).unwrap_or_else(|e| panic!("{e}")),
             NodeEvents::new(),
             Arc::new(|| 1),
         )
         .with_reclaimer(reclaims.clone());
-        Setup { manager, verdicts, woken, reclaims, _writers: (dw, aw) }
+        Setup { manager, evictions, _verdicts: verdict_writer, reclaims, _writers: (dw, aw) }
     }
 
     #[tokio::test(start_paused = true)]
@@ -462,8 +481,8 @@ mod tests {
         let report = s.manager.pass().await;
         assert_eq!(report.evicted.as_deref(), Some("hog"), "the only pod above its request goes first");
         assert_eq!(s.reclaims.0.lock().map(|n| *n).unwrap_or(9), 0, "no node-level reclaim for memory");
-        assert_eq!(*s.woken.lock().unwrap_or_else(PoisonError::into_inner), ["hog"]);
-        let v = s.verdicts.verdict("hog").unwrap_or_else(|| panic!("hog has a verdict"));
+        let v = s.evictions.try_next().unwrap_or_else(|| panic!("hog is evicted"));
+        assert_eq!(v.uid, "hog");
         assert_eq!(v.grace, HARD_EVICTION_GRACE);
         assert!(v.message.starts_with("The node was low on resource: memory. Threshold quantity: 100Mi"));
         assert!(s.manager.pressure().conditions()[0].pressure, "MemoryPressure");
@@ -471,14 +490,15 @@ mod tests {
         assert_eq!(gauge, 1, "nodelet_node_pressure follows the condition");
         assert_eq!(s.manager.metrics.evictions.with_label_values(&["memory.available"]).get(), 1);
         assert_eq!(
-            s.verdicts.conditions(),
+            *s.manager.conditions().borrow(),
             [Condition::MemoryPressure].into(),
             "admission sees the pressure"
         );
         // Still under pressure: the next pass evicts the next pod, never the critical one.
         assert_eq!(s.manager.pass().await.evicted.as_deref(), Some("steady"));
         assert_eq!(s.manager.pass().await.evicted, None);
-        assert!(s.verdicts.verdict("critical").is_none());
+        let sent: Vec<String> = std::iter::from_fn(|| s.evictions.try_next()).map(|e| e.uid).collect();
+        assert_eq!(sent, ["steady"], "never the critical pod");
     }
 
     #[tokio::test(start_paused = true)]
@@ -501,7 +521,7 @@ mod tests {
         assert_eq!(s.manager.pass().await.evicted, None, "within the grace period");
         tokio::time::advance(Duration::from_secs(30)).await;
         assert_eq!(s.manager.pass().await.evicted.as_deref(), Some("hog"));
-        let grace = s.verdicts.verdict("hog").map(|v| v.grace);
+        let grace = s.evictions.try_next().map(|e| e.grace);
         assert_eq!(grace, Some(Duration::from_secs(5)), "min(evictionMaxPodGracePeriod, the pod's 30 s)");
     }
 }

@@ -1,23 +1,30 @@
-//! Node-pressure eviction, as a desired/actual pair.
+//! Node-pressure eviction and pod admission, as a desired/actual pair.
 //!
 //! - **Desired**: the thresholds ([`signal::Threshold`]: `evictionHard`, `evictionSoft` with
 //!   grace periods, `evictionMinimumReclaim`) and the pressure transition period
-//!   ([`state::Policy`]).
+//!   ([`state::Policy`]); and the verdict store (`Store<PodUid, `[`verdict::Verdict`]`>`): which
+//!   pods may run (admitted, with the requests granted them), which are refused, which evicted.
+//!   Only the [`populator::VerdictPopulator`] writes it: admission first come, first served
+//!   ([`verdict::Admission`]), in-place resize decisions, and the evictions the manager decides.
 //! - **Actual**: the signals a [`signal::SignalSource`] observes (memory, nodefs, imagefs,
-//!   PIDs) and the node's pressure conditions ([`manager::PressureView`]).
+//!   PIDs) and the pods the manager has evicted.
 //! - **Comparison**: [`state::EvictionState::observe`], pure, on paused time in the tests.
 //! - **Operations**: node-level reclaim through [`manager::Reclaimer`]s (image and container
 //!   garbage collection), then one pod evicted per pass, ranked by [`rank`] (usage above
-//!   requests, then priority, then usage). Eviction goes through the pod engine: the
-//!   [`verdict::PodVerdicts`] mark makes the pod reconciler kill the pod and never start it
-//!   again, and the pod's status shows phase `Failed`, reason `Evicted` and the kubelet's
-//!   message. System-critical pods (priority ≥ 2,000,000,000) are never evicted.
-//! - **Admission**: new pods are refused while the node is under the matching pressure
-//!   ([`verdict::PodVerdicts::admit`]).
+//!   requests, then priority, then usage), sent to the populator through a
+//!   [`populator::EvictionSink`]. System-critical pods (priority ≥ 2,000,000,000) are never evicted.
+//! - **Status**: the node's pressure conditions ([`manager::PressureView`]), which admission also
+//!   reads; [`events`] and [`metrics`].
+//!
+//! The pod pair reads the verdict store and never writes it: a pod starts only once admitted;
+//! a stopped pod is killed ([`verdict::plan_stopped`]) and its status shows phase `Failed`
+//! with the verdict's reason and message ([`verdict::apply`]). Pods are woken when their verdict
+//! changes ([`populator::wake_pods_on_verdicts`]).
 
 pub mod events;
 pub mod manager;
 pub mod metrics;
+pub mod populator;
 pub mod rank;
 pub mod signal;
 pub mod state;

@@ -1,12 +1,21 @@
-//! Pods the node stopped for good: evicted under pressure, or refused at admission (node pressure,
-//! or, once [`PodVerdicts::set_resources`] gave the node's allocatable resources, not enough
-//! `pods`, `cpu` or `memory` left: the kubelet's `OutOfpods`, `OutOfcpu`, `OutOfmemory`, counting
-//! RuntimeClass overhead; once [`PodVerdicts::set_node_labels`] gave the node's labels, a
-//! `nodeSelector` (with the RuntimeClass's) they do not match: `NodeAffinity`). The pod
-//! reconciler consults [`PodVerdicts`] before running a pod and the status shows the verdict.
+//! The node's verdicts on its pods, and the admission decisions behind them.
+//!
+//! - [`Verdict`]: the value of the verdict store (`Store<PodUid, Verdict>`): admitted (with a
+//!   pending in-place resize that could not be granted, if any), or stopped for good ([`Stopped`]):
+//!   refused at admission or evicted under node pressure. The pod reconciler, the volume
+//!   populator and the pod status read it; only the
+//!   [`VerdictPopulator`](super::populator::VerdictPopulator) writes it.
+//! - [`Admission`]: the kubelet's admit handlers as plain state owned by that populator: node
+//!   pressure (the eviction manager's conditions), the resource fit against the node's allocatable
+//!   resources (`OutOfpods`, `OutOfcpu`, `OutOfmemory`, counting RuntimeClass overhead), the node
+//!   selector (`NodeAffinity`) and `NoExecute` taints (`TaintToleration`); and in-place resize
+//!   decisions ([`ResizeDecision`]) against the same accounting.
+//! - [`plan_stopped`] and [`apply`]: what the pod pair does with a stopped pod (kill it, keep its
+//!   containers for logs) and how its status shows it (phase `Failed`, the verdict's reason and
+//!   message).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
@@ -34,10 +43,10 @@ pub enum VerdictKind {
 
 /// A pod stopped for good, as its status shows it: phase `Failed` with this reason and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub struct Stopped {
     /// Evicted or rejected.
     pub kind: VerdictKind,
-    /// The status reason (`Evicted`).
+    /// The status reason (`Evicted`, `OutOfcpu`, `NodeAffinity`, ...).
     pub reason: String,
     /// The status message.
     pub message: String,
@@ -45,6 +54,80 @@ pub struct Verdict {
     pub grace: Duration,
     /// When it was decided, nanoseconds since the Unix epoch (0 when unknown).
     pub at: i64,
+}
+
+/// The node's word on one pod: the value of the verdict store (`Store<PodUid, Verdict>`), written
+/// only by the [`VerdictPopulator`](super::populator::VerdictPopulator). A pod without a verdict
+/// has not been through admission yet: it does not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Admitted: the pod may run.
+    Admitted {
+        /// The pod's own requests admission granted (without RuntimeClass overhead): what its
+        /// containers may be given. A spec asking for other requests is an in-place resize, applied
+        /// once granted.
+        granted: Requests,
+        /// The requests of a resize that could not be granted, and why (`Deferred`, `Infeasible`).
+        resize: Option<(Requests, ResizeDecision)>,
+    },
+    /// Refused at admission, or evicted: the pod never runs (again).
+    Stopped(Stopped),
+}
+
+impl Verdict {
+    /// Admitted with the requests `pod` has, nothing pending.
+    pub fn admitted(pod: &DesiredPod) -> Self {
+        Verdict::Admitted { granted: pod_requests(pod), resize: None }
+    }
+
+    /// Refused at admission with the status `reason` and `message`.
+    pub fn rejected(reason: &str, message: String) -> Self {
+        Verdict::Stopped(Stopped {
+            kind: VerdictKind::Rejected,
+            reason: reason.to_owned(),
+            message,
+            grace: Duration::ZERO,
+            at: 0,
+        })
+    }
+
+    /// Evicted under node pressure, with the kubelet's reason `Evicted`.
+    pub fn evicted(message: String, grace: Duration, at: i64) -> Self {
+        Verdict::Stopped(Stopped { kind: VerdictKind::Evicted, reason: "Evicted".into(), message, grace, at })
+    }
+
+    /// The stop, if the pod is refused or evicted.
+    pub fn stopped(&self) -> Option<&Stopped> {
+        match self {
+            Verdict::Stopped(s) => Some(s),
+            Verdict::Admitted { .. } => None,
+        }
+    }
+
+    /// Whether the pod may run.
+    pub fn is_admitted(&self) -> bool {
+        matches!(self, Verdict::Admitted { .. })
+    }
+
+    /// Admission's word on the requests `pod` (this verdict's pod, as its spec is now) asks for:
+    /// `Accepted` when granted, `Deferred` or `Infeasible` when refused for now or for good,
+    /// `None` while not decided yet (or the pod is stopped).
+    pub fn resize_for(&self, pod: &DesiredPod) -> Option<ResizeDecision> {
+        let Verdict::Admitted { granted, resize } = self else { return None };
+        let asked = pod_requests(pod);
+        if asked == *granted {
+            return Some(ResizeDecision::Accepted);
+        }
+        resize.filter(|(r, _)| *r == asked).map(|(_, d)| d)
+    }
+
+    /// The requests granted, if admitted.
+    pub fn granted(&self) -> Option<Requests> {
+        match self {
+            Verdict::Admitted { granted, .. } => Some(*granted),
+            Verdict::Stopped(_) => None,
+        }
+    }
 }
 
 /// What admission checks a new pod's requests against: the node's allocatable resources.
@@ -58,9 +141,12 @@ pub struct NodeResources {
     pub max_pods: usize,
 }
 
+/// A pod's (cpu millicores, memory bytes) requests.
+pub type Requests = (i64, i64);
+
 /// A pod's requests as admission counts them: the larger of the sum over its app containers and
 /// sidecars and the largest init container (plus the sidecars started before it), per resource (a request defaults to the limit when only that is set).
-fn pod_requests(pod: &DesiredPod) -> (i64, i64) {
+pub fn pod_requests(pod: &DesiredPod) -> Requests {
     let request = |c: &k8s_openapi::api::core::v1::Container, name: &str, scale: i64| -> i64 {
         let res = c.resources.as_ref();
         res.and_then(|r| r.requests.as_ref())
@@ -126,18 +212,6 @@ impl ResizeDecision {
     }
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    verdicts: HashMap<String, Verdict>,
-    /// Admitted pods and their (cpu milli, memory bytes) requests.
-    admitted: HashMap<String, (i64, i64)>,
-    conditions: BTreeSet<Condition>,
-    resources: Option<NodeResources>,
-    classes: Option<ClassLookup>,
-    node_labels: Option<BTreeMap<String, String>>,
-    node_taints: Vec<k8s_openapi::api::core::v1::Taint>,
-}
-
 /// The RuntimeClass lookup admission uses (for overhead and node selectors).
 #[derive(Clone)]
 struct ClassLookup(Arc<dyn RuntimeClasses>);
@@ -146,13 +220,6 @@ impl std::fmt::Debug for ClassLookup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ClassLookup")
     }
-}
-
-/// The node's verdicts on its pods, and the pressure conditions admission reads. Cheap to
-/// clone; every clone shares the same state.
-#[derive(Debug, Clone, Default)]
-pub struct PodVerdicts {
-    inner: Arc<RwLock<Inner>>,
 }
 
 fn tolerates_memory_pressure(pod: &DesiredPod) -> bool {
@@ -165,186 +232,142 @@ fn tolerates_memory_pressure(pod: &DesiredPod) -> bool {
     })
 }
 
-impl PodVerdicts {
-    /// No verdicts, no pressure.
+/// The admission decisions of the node, as plain state: what the node offers (allocatable
+/// resources, labels, `NoExecute` taints, RuntimeClasses) and the requests of the pods admitted so
+/// far. Owned by the [`VerdictPopulator`](super::populator::VerdictPopulator), the only one that
+/// decides; nothing else holds it.
+#[derive(Debug, Default)]
+pub struct Admission {
+    /// Admitted pods and their (cpu milli, memory bytes) requests.
+    admitted: HashMap<String, (i64, i64)>,
+    resources: Option<NodeResources>,
+    classes: Option<ClassLookup>,
+    node_labels: Option<BTreeMap<String, String>>,
+    node_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+}
+
+impl Admission {
+    /// Admits every pod that the pressure conditions allow.
     pub fn new() -> Self {
         Self::default()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
-        self.inner.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
-        self.inner.write().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The verdict on the pod `uid`, if any.
-    pub fn verdict(&self, uid: &str) -> Option<Verdict> {
-        self.read().verdicts.get(uid).cloned()
-    }
-
-    /// Every verdict, by pod UID.
-    pub fn all(&self) -> Vec<(String, Verdict)> {
-        self.read().verdicts.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-    }
-
-    /// The pressure conditions admission applies now.
-    pub fn conditions(&self) -> BTreeSet<Condition> {
-        self.read().conditions.clone()
-    }
-
-    /// Sets the pressure conditions (the eviction manager does, every pass).
-    pub fn set_conditions(&self, conditions: BTreeSet<Condition>) {
-        self.write().conditions = conditions;
-    }
-
     /// Makes admission refuse pods that do not fit in `resources` besides the pods admitted
     /// before them.
-    pub fn set_resources(&self, resources: NodeResources) {
-        self.write().resources = Some(resources);
+    pub fn with_resources(mut self, resources: NodeResources) -> Self {
+        self.resources = Some(resources);
+        self
     }
 
     /// Lets admission add the pods' RuntimeClass overhead to their requests and require their
     /// class's `scheduling.nodeSelector`.
-    pub fn set_runtime_classes(&self, classes: Arc<dyn RuntimeClasses>) {
-        self.write().classes = Some(ClassLookup(classes));
+    pub fn with_runtime_classes(mut self, classes: Arc<dyn RuntimeClasses>) -> Self {
+        self.classes = Some(ClassLookup(classes));
+        self
     }
 
     /// Makes admission refuse pods whose `nodeSelector` (merged with their RuntimeClass's) the
     /// node's `labels` do not match: the kubelet's `NodeAffinity`.
-    pub fn set_node_labels(&self, labels: BTreeMap<String, String>) {
-        self.write().node_labels = Some(labels);
-    }
-
-    /// Admission of an admitted pod's changed requests (in-place resize): without the node's
-    /// resources, or when the node has room for them besides the other pods, the new requests
-    /// become the pod's allocation; otherwise the resize waits (`Deferred`) or is refused
-    /// (`Infeasible`, more than the node has). With `commit` false it only asks.
-    pub fn resize(&self, pod: &DesiredPod, commit: bool) -> ResizeDecision {
-        let mut inner = self.write();
-        let classes = inner.classes.clone();
-        let requests = requests_with_overhead(pod, classes.as_ref().map(|c| &*c.0));
-        let uid = pod.uid();
-        let Some(node) = inner.resources else { return ResizeDecision::Accepted };
-        if inner.admitted.get(uid) == Some(&requests) {
-            return ResizeDecision::Accepted;
-        }
-        if requests.0 > node.cpu_milli || requests.1 > node.memory_bytes {
-            return ResizeDecision::Infeasible;
-        }
-        let others = inner.admitted.iter().filter(|(u, _)| u.as_str() != uid);
-        let (cpu, memory) =
-            others.fold((0_i64, 0_i64), |(c, m), (_, r)| (c.saturating_add(r.0), m.saturating_add(r.1)));
-        if cpu.saturating_add(requests.0) > node.cpu_milli
-            || memory.saturating_add(requests.1) > node.memory_bytes
-        {
-            return ResizeDecision::Deferred;
-        }
-        if commit {
-            inner.admitted.insert(uid.to_owned(), requests);
-        }
-        ResizeDecision::Accepted
+    pub fn with_node_labels(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.node_labels = Some(labels);
+        self
     }
 
     /// Makes admission refuse pods that do not tolerate (with their RuntimeClass's tolerations) the
     /// node's `NoExecute` taints among `taints`: the kubelet's `TaintToleration`.
-    pub fn set_node_taints(&self, taints: Vec<k8s_openapi::api::core::v1::Taint>) {
-        self.write().node_taints = taints.into_iter().filter(|t| t.effect == "NoExecute").collect();
+    pub fn with_node_taints(mut self, taints: Vec<k8s_openapi::api::core::v1::Taint>) -> Self {
+        self.node_taints = taints.into_iter().filter(|t| t.effect == "NoExecute").collect();
+        self
     }
 
-    /// Records that `uid` is evicted: the pod reconciler kills it and never starts it again.
-    pub fn evict(&self, uid: &str, message: String, grace: Duration, at: i64) {
-        let verdict = Verdict { kind: VerdictKind::Evicted, reason: "Evicted".into(), message, grace, at };
-        self.write().verdicts.insert(uid.to_string(), verdict);
+    fn classes(&self) -> Option<&dyn RuntimeClasses> {
+        self.classes.as_ref().map(|c| &*c.0)
     }
 
-    /// Forgets pods for which `keep` is false (gone from the desired state).
-    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        let mut inner = self.write();
-        inner.verdicts.retain(|uid, _| keep(uid));
-        inner.admitted.retain(|uid, _| keep(uid));
+    /// Forgets the pod `uid` (gone from the desired state): its share is free again.
+    pub fn forget(&mut self, uid: &str) {
+        self.admitted.remove(uid);
     }
 
-    /// Admission, as the kubelet's eviction admit handler: under memory pressure alone,
-    /// BestEffort pods are refused unless they tolerate the memory-pressure taint; under any
-    /// other pressure every pod is refused; critical pods are always admitted. A pod is admitted
-    /// once (`started`: it already has something in the runtime, e.g. after a restart of nodelet)
-    /// and stays admitted. Returns the verdict that stops the pod, if any.
-    pub fn admit(&self, pod: &DesiredPod, started: bool) -> Option<Verdict> {
+    /// Whether `uid` was admitted (and not forgotten since).
+    pub fn is_admitted(&self, uid: &str) -> bool {
+        self.admitted.contains_key(uid)
+    }
+
+    /// Admission of an admitted pod's requests as its spec has them now (in-place resize):
+    /// `None` when they are what it was admitted with. Otherwise, without the node's resources
+    /// or when the node has room for them besides the other pods, the new requests become the
+    /// pod's allocation (`Accepted`); else the resize waits (`Deferred`) or is refused
+    /// (`Infeasible`, more than the node has).
+    pub fn resize(&mut self, pod: &DesiredPod) -> Option<ResizeDecision> {
+        let requests = requests_with_overhead(pod, self.classes());
         let uid = pod.uid();
-        {
-            let inner = self.read();
-            if let Some(v) = inner.verdicts.get(uid) {
-                return Some(v.clone());
+        if self.admitted.get(uid) == Some(&requests) {
+            return None;
+        }
+        if let Some(node) = self.resources {
+            if requests.0 > node.cpu_milli || requests.1 > node.memory_bytes {
+                return Some(ResizeDecision::Infeasible);
             }
-            if inner.admitted.contains_key(uid) {
-                return None;
+            let others = self.admitted.iter().filter(|(u, _)| u.as_str() != uid);
+            let (cpu, memory) =
+                others.fold((0_i64, 0_i64), |(c, m), (_, r)| (c.saturating_add(r.0), m.saturating_add(r.1)));
+            if cpu.saturating_add(requests.0) > node.cpu_milli
+                || memory.saturating_add(requests.1) > node.memory_bytes
+            {
+                return Some(ResizeDecision::Deferred);
             }
         }
-        let mut inner = self.write();
-        let conditions = &inner.conditions;
-        let refuse = !started
-            && !conditions.is_empty()
+        self.admitted.insert(uid.to_owned(), requests);
+        Some(ResizeDecision::Accepted)
+    }
+
+    /// Admission of a new pod, as the kubelet's admit handlers decide it, under the pressure
+    /// `conditions`: under memory pressure alone, BestEffort pods are refused unless they
+    /// tolerate the memory-pressure taint; under any other pressure every pod is refused;
+    /// critical pods are always admitted. Then the resource fit (`OutOfpods`, `OutOfcpu`,
+    /// `OutOfmemory`), the node selector (`NodeAffinity`) and the `NoExecute` taints
+    /// (`TaintToleration`). A pod that is `started` (it already has something in the runtime,
+    /// e.g. after a restart of nodelet) is admitted whatever it asks. An admitted pod's requests
+    /// count against every later pod until it is [`forget`](Self::forget)-ten.
+    pub fn admit(&mut self, pod: &DesiredPod, started: bool, conditions: &BTreeSet<Condition>) -> Verdict {
+        let uid = pod.uid();
+        let requests = requests_with_overhead(pod, self.classes());
+        if started {
+            self.admitted.insert(uid.to_owned(), requests);
+            return Verdict::admitted(pod);
+        }
+        let refuse = !conditions.is_empty()
             && !is_critical(pod)
             && !(conditions.len() == 1
                 && conditions.contains(&Condition::MemoryPressure)
                 && (qos_class(pod) != "BestEffort" || tolerates_memory_pressure(pod)));
         if refuse {
             let names: Vec<&str> = conditions.iter().map(|c| c.as_str()).collect();
-            let verdict = Verdict {
-                kind: VerdictKind::Rejected,
-                reason: "Evicted".into(),
-                message: format!("The node had condition: [{}]. ", names.join(", ")),
-                grace: Duration::ZERO,
-                at: 0,
-            };
-            inner.verdicts.insert(uid.to_string(), verdict.clone());
-            return Some(verdict);
+            return Verdict::rejected("Evicted", format!("The node had condition: [{}]. ", names.join(", ")));
         }
-        let classes = inner.classes.clone();
-        let classes = classes.as_ref().map(|c| &*c.0);
-        let requests = requests_with_overhead(pod, classes);
-        if !started
-            && let Some(verdict) = inner.resources.and_then(|r| Self::fits(&inner.admitted, r, requests))
+        if let Some(stop) = self.resources.and_then(|r| Self::fits(&self.admitted, r, requests)) {
+            return Verdict::Stopped(stop);
+        }
+        if let Some(labels) = &self.node_labels
+            && !runtime_class::node_selector(pod, self.classes())
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v))
         {
-            inner.verdicts.insert(uid.to_string(), verdict.clone());
-            return Some(verdict);
+            return Verdict::rejected("NodeAffinity", "Predicate NodeAffinity failed".into());
         }
-        if !started
-            && let Some(labels) = &inner.node_labels
-            && !runtime_class::node_selector(pod, classes).iter().all(|(k, v)| labels.get(k) == Some(v))
-        {
-            let verdict = Verdict {
-                kind: VerdictKind::Rejected,
-                reason: "NodeAffinity".into(),
-                message: "Predicate NodeAffinity failed".into(),
-                grace: Duration::ZERO,
-                at: 0,
-            };
-            inner.verdicts.insert(uid.to_string(), verdict.clone());
-            return Some(verdict);
-        }
-        if !started && !inner.node_taints.is_empty() {
-            let tolerations = runtime_class::tolerations(pod, classes);
-            let untolerated = inner
+        if !self.node_taints.is_empty() {
+            let tolerations = runtime_class::tolerations(pod, self.classes());
+            let untolerated = self
                 .node_taints
                 .iter()
                 .any(|taint| !tolerations.iter().any(|t| runtime_class::tolerates(t, taint)));
             if untolerated {
-                let verdict = Verdict {
-                    kind: VerdictKind::Rejected,
-                    reason: "TaintToleration".into(),
-                    message: "Predicate TaintToleration failed".into(),
-                    grace: Duration::ZERO,
-                    at: 0,
-                };
-                inner.verdicts.insert(uid.to_string(), verdict.clone());
-                return Some(verdict);
+                return Verdict::rejected("TaintToleration", "Predicate TaintToleration failed".into());
             }
         }
-        inner.admitted.insert(uid.to_string(), requests);
-        None
+        self.admitted.insert(uid.to_owned(), requests);
+        Verdict::admitted(pod)
     }
 
     /// The kubelet's resource fit check: `None` when a pod with `requests` fits beside `admitted`.
@@ -352,8 +375,8 @@ impl PodVerdicts {
         admitted: &HashMap<String, (i64, i64)>,
         node: NodeResources,
         requests: (i64, i64),
-    ) -> Option<Verdict> {
-        let refuse = |resource: &str, requested: i64, used: i64, capacity: i64| Verdict {
+    ) -> Option<Stopped> {
+        let refuse = |resource: &str, requested: i64, used: i64, capacity: i64| Stopped {
             kind: VerdictKind::Rejected,
             reason: format!("OutOf{resource}"),
             message: format!(
@@ -381,7 +404,7 @@ impl PodVerdicts {
 
 /// The plan for a pod under a verdict: stop whatever still runs (keeping the containers for
 /// their status and logs), then nothing.
-pub fn plan_stopped(actual: Option<&PodActual>, verdict: &Verdict) -> Plan<PodOp> {
+pub fn plan_stopped(actual: Option<&PodActual>, verdict: &Stopped) -> Plan<PodOp> {
     match actual {
         // The sandbox pair stops the sandbox once no container runs.
         Some(a) if a.any_running() => Plan::Run(PodOp::KillPod { grace: verdict.grace, remove: false }),
@@ -392,7 +415,7 @@ pub fn plan_stopped(actual: Option<&PodActual>, verdict: &Verdict) -> Plan<PodOp
 /// The status of a pod under `verdict`: phase `Failed` with its reason and message; an evicted
 /// pod also gets the `DisruptionTarget` condition (reason `TerminationByKubelet`), as the
 /// kubelet sets it. `now` is wall-clock nanoseconds.
-pub fn apply(verdict: &Verdict, mut status: PodStatus, now: i64) -> PodStatus {
+pub fn apply(verdict: &Stopped, mut status: PodStatus, now: i64) -> PodStatus {
     status.phase = Some("Failed".into());
     status.reason = Some(verdict.reason.clone());
     status.message = Some(verdict.message.clone());
@@ -479,12 +502,20 @@ mod tests {
         assert_eq!(pod_requests(&with("400m")).0, 900);
     }
 
+    /// Admission without pressure; the stop, if refused.
+    fn admit(a: &mut Admission, pod: &DesiredPod, started: bool) -> Option<Stopped> {
+        a.admit(pod, started, &BTreeSet::new()).stopped().cloned()
+    }
+
     #[test]
     fn pods_that_do_not_fit_are_refused_with_the_kubelets_reasons() {
-        let v = PodVerdicts::new();
-        v.set_resources(NodeResources { cpu_milli: 4000, memory_bytes: 3 << 30, max_pods: 3 });
-        assert_eq!(v.admit(&requesting("a", "1", "1Gi"), false), None);
-        let cpu = v.admit(&requesting("b", "2", "1Gi"), false).map(|v| (v.reason, v.message));
+        let mut a = Admission::new().with_resources(NodeResources {
+            cpu_milli: 4000,
+            memory_bytes: 3 << 30,
+            max_pods: 3,
+        });
+        assert_eq!(admit(&mut a, &requesting("a", "1", "1Gi"), false), None);
+        let cpu = admit(&mut a, &requesting("b", "2", "1Gi"), false).map(|v| (v.reason, v.message));
         assert_eq!(
             cpu,
             Some((
@@ -493,19 +524,20 @@ mod tests {
                     .to_owned()
             ))
         );
-        let memory = v.admit(&requesting("c", "100m", "3Gi"), false).map(|v| v.reason);
+        let memory = admit(&mut a, &requesting("c", "100m", "3Gi"), false).map(|v| v.reason);
         assert_eq!(memory.as_deref(), Some("OutOfmemory"));
-        // A refusal is final for that pod; other pods still fit.
-        assert!(v.admit(&requesting("b", "2", "1Gi"), false).is_some());
-        assert_eq!(v.admit(&best_effort("d"), false), None);
-        assert_eq!(v.admit(&best_effort("e"), false), None);
-        let pods = v.admit(&best_effort("f"), false).map(|v| v.reason);
+        // Refused pods take no share; other pods still fit.
+        assert!(!a.is_admitted("b"));
+        assert_eq!(admit(&mut a, &best_effort("d"), false), None);
+        assert_eq!(admit(&mut a, &best_effort("e"), false), None);
+        let pods = admit(&mut a, &best_effort("f"), false).map(|v| v.reason);
         assert_eq!(pods.as_deref(), Some("OutOfpods"));
         // Pods that already run (after a restart of nodelet) are admitted whatever they request.
-        assert_eq!(v.admit(&requesting("g", "8", "8Gi"), true), None);
+        assert_eq!(admit(&mut a, &requesting("g", "8", "8Gi"), true), None);
         // A pod that is gone frees its share.
-        v.retain(|uid| uid != "a" && uid != "g");
-        assert_eq!(v.admit(&requesting("h", "1", "1Gi"), false), None);
+        a.forget("a");
+        a.forget("g");
+        assert_eq!(admit(&mut a, &requesting("h", "1", "1Gi"), false), None);
     }
 
     struct OneClass(k8s_openapi::api::node::v1::RuntimeClass);
@@ -518,15 +550,15 @@ mod tests {
 
     #[test]
     fn runtime_class_overhead_counts_and_node_selectors_must_match() {
-        let v = PodVerdicts::new();
-        v.set_resources(NodeResources { cpu_milli: 2000, memory_bytes: 1 << 30, max_pods: 10 });
-        v.set_node_labels(BTreeMap::from([("kubernetes.io/os".to_owned(), "linux".to_owned())]));
         let class = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "heavy"}, "handler": "runc",
             "overhead": {"podFixed": {"cpu": "1500m"}},
             "scheduling": {"nodeSelector": {"kubernetes.io/os": "linux"}}}))
         .unwrap_or_default();
-        v.set_runtime_classes(Arc::new(OneClass(class)));
+        let mut a = Admission::new()
+            .with_resources(NodeResources { cpu_milli: 2000, memory_bytes: 1 << 30, max_pods: 10 })
+            .with_node_labels(BTreeMap::from([("kubernetes.io/os".to_owned(), "linux".to_owned())]))
+            .with_runtime_classes(Arc::new(OneClass(class)));
         let with_class = |uid: &str, class: &str| {
             pod(
                 uid,
@@ -534,37 +566,37 @@ mod tests {
                 "resources": {"requests": {"cpu": "400m"}}}]}),
             )
         };
-        assert_eq!(v.admit(&with_class("a", "heavy"), false), None, "1900m of 2000m");
-        let refused = v.admit(&with_class("b", "heavy"), false).map(|v| v.reason);
+        assert_eq!(admit(&mut a, &with_class("a", "heavy"), false), None, "1900m of 2000m");
+        let refused = admit(&mut a, &with_class("b", "heavy"), false).map(|v| v.reason);
         assert_eq!(refused.as_deref(), Some("OutOfcpu"), "the overhead counts");
         // a class not (yet) known adds nothing; the sandbox creation reports it
-        v.retain(|uid| uid != "a");
-        assert_eq!(v.admit(&with_class("c", "unknown"), false), None);
+        a.forget("a");
+        assert_eq!(admit(&mut a, &with_class("c", "unknown"), false), None);
         let elsewhere = pod(
             "d",
             serde_json::json!({"nodeSelector": {"kubernetes.io/os": "windows"}, "containers": [{"name": "c", "image": "i"}]}),
         );
-        let refused = v.admit(&elsewhere, false).map(|v| (v.reason, v.message));
+        let refused = admit(&mut a, &elsewhere, false).map(|v| (v.reason, v.message));
         assert_eq!(refused, Some(("NodeAffinity".to_owned(), "Predicate NodeAffinity failed".to_owned())));
     }
 
     #[test]
     fn pods_must_tolerate_the_nodes_no_execute_taints_with_their_class_tolerations() {
-        let v = PodVerdicts::new();
         let taint = |key: &str, effect: &str| k8s_openapi::api::core::v1::Taint {
             key: key.to_owned(),
             value: Some("x".to_owned()),
             effect: effect.to_owned(),
             ..Default::default()
         };
-        v.set_node_taints(vec![taint("dedicated", "NoExecute"), taint("soft", "NoSchedule")]);
         let class = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "tolerant"}, "handler": "runc",
             "scheduling": {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}}))
         .unwrap_or_default();
-        v.set_runtime_classes(Arc::new(OneClass(class)));
+        let mut a = Admission::new()
+            .with_node_taints(vec![taint("dedicated", "NoExecute"), taint("soft", "NoSchedule")])
+            .with_runtime_classes(Arc::new(OneClass(class)));
         let plain = pod("a", serde_json::json!({"containers": [{"name": "c", "image": "i"}]}));
-        let refused = v.admit(&plain, false).map(|v| (v.reason, v.message));
+        let refused = admit(&mut a, &plain, false).map(|v| (v.reason, v.message));
         assert_eq!(
             refused,
             Some(("TaintToleration".to_owned(), "Predicate TaintToleration failed".to_owned()))
@@ -574,65 +606,97 @@ mod tests {
             serde_json::json!({"tolerations": [{"key": "dedicated", "value": "x", "effect": "NoExecute"}],
             "containers": [{"name": "c", "image": "i"}]}),
         );
-        assert_eq!(v.admit(&own, false), None, "its own toleration; NoSchedule taints are the scheduler's");
+        assert_eq!(
+            admit(&mut a, &own, false),
+            None,
+            "its own toleration; NoSchedule taints are the scheduler's"
+        );
         let classy = pod(
             "c",
             serde_json::json!({"runtimeClassName": "tolerant", "containers": [{"name": "c", "image": "i"}]}),
         );
-        assert_eq!(v.admit(&classy, false), None, "the class's toleration");
+        assert_eq!(admit(&mut a, &classy, false), None, "the class's toleration");
     }
 
     #[test]
     fn memory_pressure_refuses_best_effort_pods_only() {
-        let v = PodVerdicts::new();
-        v.set_conditions([Condition::MemoryPressure].into());
-        let refused = v.admit(&best_effort("be"), false).map(|v| v.message);
-        assert_eq!(refused.as_deref(), Some("The node had condition: [MemoryPressure]. "));
-        assert_eq!(v.admit(&burstable("bu"), false), None);
+        let mut a = Admission::new();
+        let memory = BTreeSet::from([Condition::MemoryPressure]);
+        let refused = a.admit(&best_effort("be"), false, &memory);
+        assert_eq!(
+            refused.stopped().map(|v| (v.kind.clone(), v.message.as_str())),
+            Some((VerdictKind::Rejected, "The node had condition: [MemoryPressure]. "))
+        );
+        assert_eq!(a.admit(&burstable("bu"), false, &memory), Verdict::admitted(&burstable("bu")));
         let tolerant = pod(
             "tol",
             serde_json::json!({"containers": [{"name": "c", "image": "i"}],
                 "tolerations": [{"key": MEMORY_PRESSURE_TAINT, "operator": "Exists",
                                  "effect": "NoSchedule"}]}),
         );
-        assert_eq!(v.admit(&tolerant, false), None);
-        assert_eq!(v.verdict("be").map(|v| v.kind), Some(VerdictKind::Rejected), "the refusal is remembered");
+        assert_eq!(a.admit(&tolerant, false, &memory), Verdict::admitted(&tolerant));
     }
 
     #[test]
-    fn disk_pressure_refuses_every_pod_but_critical_ones_and_admitted_pods_stay() {
-        let v = PodVerdicts::new();
-        assert_eq!(v.admit(&burstable("running"), false), None);
-        v.set_conditions([Condition::DiskPressure].into());
-        assert!(v.admit(&burstable("new"), false).is_some());
-        assert_eq!(v.admit(&burstable("running"), false), None, "an admitted pod is not refused later");
-        assert_eq!(v.admit(&burstable("adopted"), true), None, "a pod already in the runtime is admitted");
+    fn disk_pressure_refuses_every_pod_but_critical_and_started_ones() {
+        let mut a = Admission::new();
+        let disk = BTreeSet::from([Condition::DiskPressure]);
+        let refused = a.admit(&burstable("new"), false, &disk);
+        assert_eq!(
+            refused.stopped().map(|s| s.message.as_str()),
+            Some("The node had condition: [DiskPressure]. ")
+        );
+        assert!(!a.is_admitted("new"));
+        assert!(a.admit(&burstable("adopted"), true, &disk).is_admitted(), "already in the runtime");
         let critical = pod(
             "crit",
             serde_json::json!({"containers": [{"name": "c", "image": "i"}], "priority": 2_000_001_000}),
         );
-        assert_eq!(v.admit(&critical, false), None);
-        v.set_conditions(BTreeSet::new());
-        assert!(v.admit(&burstable("new"), false).is_some(), "a refused pod stays refused");
-        v.retain(|uid| uid != "new");
-        assert_eq!(v.admit(&burstable("new"), false), None, "forgotten once gone from the desired state");
+        assert!(a.admit(&critical, false, &disk).is_admitted());
+    }
+
+    #[test]
+    fn a_resize_is_accepted_and_committed_deferred_or_infeasible() {
+        let cpu = |uid: &str, m: &str| {
+            pod(
+                uid,
+                serde_json::json!({"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": m}}}]}),
+            )
+        };
+        let mut a = Admission::new().with_resources(NodeResources {
+            cpu_milli: 1000,
+            memory_bytes: 1 << 30,
+            max_pods: 10,
+        });
+        assert_eq!(admit(&mut a, &cpu("small", "400m"), false), None);
+        assert_eq!(admit(&mut a, &cpu("other", "500m"), false), None);
+        assert_eq!(a.resize(&cpu("small", "400m")), None, "unchanged");
+        assert_eq!(a.resize(&cpu("small", "600m")), Some(ResizeDecision::Deferred), "600m + 500m");
+        assert_eq!(a.resize(&cpu("small", "1200m")), Some(ResizeDecision::Infeasible), "more than the node");
+        assert_eq!(a.resize(&cpu("small", "500m")), Some(ResizeDecision::Accepted), "500m + 500m");
+        assert_eq!(a.resize(&cpu("small", "500m")), None, "committed");
+        let refused = admit(&mut a, &cpu("third", "1m"), false).map(|s| s.reason);
+        assert_eq!(refused.as_deref(), Some("OutOfcpu"), "the committed requests count");
+        a.forget("other");
+        assert_eq!(a.resize(&cpu("small", "600m")), Some(ResizeDecision::Accepted));
     }
 
     #[test]
     fn an_evicted_pod_is_killed_then_left_alone() {
-        let v = PodVerdicts::new();
-        v.evict("p", "The node was low on resource: memory. ".into(), Duration::from_secs(1), 1);
-        let verdict = v.admit(&burstable("p"), true).unwrap_or_else(|| panic!("evicted"));
+        let verdict =
+            Verdict::evicted("The node was low on resource: memory. ".into(), Duration::from_secs(1), 1);
+        let Some(stopped) = verdict.stopped() else { panic!("evicted") };
+        assert!(!verdict.is_admitted());
         let mut actual = PodActual::default();
         actual.containers.push(crate::pod::actual::ContainerRecord {
             state: crate::pod::actual::ContainerState::Running,
             ..Default::default()
         });
         assert_eq!(
-            plan_stopped(Some(&actual), &verdict),
+            plan_stopped(Some(&actual), stopped),
             Plan::Run(PodOp::KillPod { grace: Duration::from_secs(1), remove: false })
         );
         actual.containers[0].state = crate::pod::actual::ContainerState::Exited;
-        assert_eq!(plan_stopped(Some(&actual), &verdict), Plan::Idle);
+        assert_eq!(plan_stopped(Some(&actual), stopped), Plan::Idle);
     }
 }

@@ -1,7 +1,19 @@
-//! The narrow runtime interface image garbage collection uses (CRI `ListImages`,
-//! `ListContainers`, `ImageFsInfo`, `RemoveImage`).
+//! The image pair's driver: the narrow runtime interface ([`ImageGcDriver`]: CRI `ListImages`,
+//! `ListContainers`, `ImageFsInfo`, `RemoveImage`; nodelet-cri implements it) and the engine
+//! [`Driver`] on top of it ([`ImageDriver`]), which removes images, counts them in
+//! `kubelet_image_garbage_collected_total` and records `ImageGCFailed` events.
 
+use std::sync::Arc;
+
+use reconcile_engine::{CancellationToken, Driver, Outcome, Update};
+use tracing::{info, warn};
+
+use super::actual::{ImageActual, ImageId};
+use super::metrics::ImageGcMetrics;
+use super::ops::ImageOp;
+use crate::eviction::events::{Involved, NodeEvents};
 use crate::eviction::signal::BoxFuture;
+use crate::pod::reconciler::Clock;
 
 /// An image the runtime has.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -115,4 +127,71 @@ pub trait ImageGcDriver: Send + Sync + 'static {
     fn image_fs(&self) -> BoxFuture<'_, Result<ImageFs, ImageGcError>>;
     /// Removes the image `id`.
     fn remove_image(&self, id: &str) -> BoxFuture<'_, Result<(), ImageGcError>>;
+}
+
+/// The engine driver of the image pair over a runtime's [`ImageGcDriver`].
+pub struct ImageDriver {
+    runtime: Arc<dyn ImageGcDriver>,
+    metrics: ImageGcMetrics,
+    events: NodeEvents,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for ImageDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImageDriver").finish_non_exhaustive()
+    }
+}
+
+impl ImageDriver {
+    /// A driver over `runtime`; `clock` stamps events and the images found at start-up.
+    pub fn new(
+        runtime: Arc<dyn ImageGcDriver>,
+        metrics: ImageGcMetrics,
+        events: NodeEvents,
+        clock: Clock,
+    ) -> Self {
+        Self { runtime, metrics, events, clock }
+    }
+}
+
+impl Driver<ImageId, ImageOp, ImageActual> for ImageDriver {
+    type Error = ImageGcError;
+
+    async fn execute(
+        &self,
+        id: &ImageId,
+        op: &ImageOp,
+        _cancel: &CancellationToken,
+    ) -> Outcome<ImageActual, ImageGcError> {
+        let ImageOp::Remove { reason, size } = op;
+        match self.runtime.remove_image(id).await {
+            Ok(()) => {
+                info!(image = %id, size, reason = reason.as_str(), "removed unused image");
+                self.metrics.collected.with_label_values(&[reason.as_str()]).inc();
+                Outcome::Done(Update::Remove)
+            }
+            Err(e) => {
+                warn!(image = %id, error = %e, "cannot remove image");
+                self.events.record(
+                    Involved::Node,
+                    "Warning",
+                    "ImageGCFailed",
+                    format!("failed to remove image {id:?}: {e}"),
+                    (self.clock)(),
+                );
+                Outcome::Failed(e)
+            }
+        }
+    }
+
+    /// The images the runtime has, first seen (and last used) now.
+    async fn reconstruct(&self) -> Result<Vec<(ImageId, ImageActual)>, ImageGcError> {
+        let now = (self.clock)();
+        let images = self.runtime.list_images().await?;
+        Ok(images
+            .into_iter()
+            .map(|image| (image.id.clone(), ImageActual { image, first_seen: now, last_used: now }))
+            .collect())
+    }
 }

@@ -1,10 +1,13 @@
-//! The image GC reconciler: from the images that must stay, the images the runtime has and the
-//! image filesystem's usage, the images to remove (least recently used first).
+//! The image pair's batch decisions, made by the populator over one snapshot: from the images
+//! that must stay, the images the runtime has and the image filesystem's usage, which images to
+//! remove (least recently used first). Each chosen image then becomes one `Remove` in the desired
+//! store and one operation on its own key.
 
 use std::time::Duration;
 
+use super::actual::{ImageActual, Inventory};
+use super::desired::InUse;
 use super::driver::ImageFs;
-use super::state::{InUse, Inventory};
 
 /// Image garbage collection settings (the kubelet's `imageGC*` fields).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +95,7 @@ fn candidates<'a>(
     inventory: &'a Inventory,
     in_use: &InUse,
     now: i64,
-) -> Vec<&'a super::state::ImageRecord> {
+) -> Vec<&'a ImageActual> {
     let mut list: Vec<_> = inventory
         .images
         .values()
@@ -152,18 +155,31 @@ pub fn plan(
     Ok(out)
 }
 
-/// Plans reclaim for disk pressure: every unused image that may be removed (the kubelet's
-/// `DeleteUnusedImages`), LRU first.
-pub fn plan_reclaim(policy: &ImageGcPolicy, inventory: &Inventory, in_use: &InUse, now: i64) -> Vec<Removal> {
-    candidates(policy, inventory, in_use, now)
-        .into_iter()
-        .map(|r| Removal { id: r.image.id.clone(), size: r.image.size, reason: Reason::Space })
-        .collect()
+/// Plans a request to free `bytes` (`None`: every unused image that may be removed, the kubelet's
+/// `DeleteUnusedImages` under disk pressure): unused images, least recently used first, until
+/// their sizes add up to `bytes`.
+pub fn plan_free(
+    policy: &ImageGcPolicy,
+    inventory: &Inventory,
+    in_use: &InUse,
+    bytes: Option<u64>,
+    now: i64,
+) -> Vec<Removal> {
+    let mut freed: u64 = 0;
+    let mut out = Vec::new();
+    for r in candidates(policy, inventory, in_use, now) {
+        if bytes.is_some_and(|b| freed >= b) {
+            break;
+        }
+        freed = freed.saturating_add(r.image.size);
+        out.push(Removal { id: r.image.id.clone(), size: r.image.size, reason: Reason::Space });
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::driver::{ContainerImage, RuntimeImage};
+    use super::super::driver::RuntimeImage;
     use super::*;
 
     const S: i64 = 1_000_000_000;
@@ -178,7 +194,7 @@ mod tests {
         for (img, first, last) in entries {
             inv.images.insert(
                 img.id.clone(),
-                super::super::state::ImageRecord { image: img.clone(), first_seen: *first, last_used: *last },
+                ImageActual { image: img.clone(), first_seen: *first, last_used: *last },
             );
         }
         inv
@@ -245,21 +261,19 @@ mod tests {
     }
 
     #[test]
-    fn last_use_comes_from_containers_and_the_desired_pods() {
-        let mut inv = Inventory::default();
-        let listed = vec![image("a", "r/a:1", MI), image("b", "r/b:1", MI)];
-        let containers = vec![ContainerImage {
-            image: "r/b:1".into(),
-            image_ref: "b".into(),
-            created_at: 50 * S,
-            running: false,
-        }];
-        inv.update(listed.clone(), &containers, &in_use(&[]), 10 * S);
-        assert_eq!(inv.images["b"].last_used, 50 * S, "an exited container's creation is its last use");
-        assert_eq!(inv.images["a"].last_used, 10 * S);
-        inv.update(listed[..1].to_vec(), &[], &in_use(&["r/a:1"]), 70 * S);
-        assert_eq!(inv.images["a"].last_used, 70 * S, "in use now");
-        assert_eq!(inv.images["a"].first_seen, 10 * S);
-        assert!(!inv.images.contains_key("b"), "removed images are forgotten");
+    fn a_request_frees_n_bytes_oldest_used_first_or_everything_unused() {
+        let inv = inventory(&[
+            (image("a", "r/a:1", 3 * MI), 0, 30 * S),
+            (image("b", "r/b:1", 3 * MI), 0, 10 * S),
+            (image("c", "r/c:1", 3 * MI), 0, 20 * S),
+            (image("d", "r/d:1", 3 * MI), 0, 0),
+        ]);
+        let policy = ImageGcPolicy::default();
+        let ids = |r: Vec<Removal>| r.into_iter().map(|r| r.id).collect::<Vec<_>>();
+        let used = in_use(&["r/d:1"]);
+        assert_eq!(ids(plan_free(&policy, &inv, &used, Some(4 * MI), 1000 * S)), ["b", "c"]);
+        assert_eq!(ids(plan_free(&policy, &inv, &used, Some(1), 1000 * S)), ["b"]);
+        assert_eq!(ids(plan_free(&policy, &inv, &used, None, 1000 * S)), ["b", "c", "a"]);
+        assert!(plan_free(&policy, &inv, &used, None, 60 * S).is_empty(), "all younger than 2 minutes");
     }
 }

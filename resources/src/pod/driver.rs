@@ -295,13 +295,20 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
         let started = tokio::time::Instant::now();
         let kind = match op {
             PodOp::StartContainer { .. } | PodOp::KillContainers { .. } | PodOp::ResizeContainer { .. } => {
-                "update"
+                Some("update")
             }
-            PodOp::KillPod { .. } => "kill",
-            PodOp::Refresh => "sync",
+            PodOp::KillPod { .. } => Some("kill"),
+            PodOp::Refresh => Some("sync"),
+            // Container GC is no pod worker step in the kubelet.
+            PodOp::PruneContainers { .. } => None,
         };
         let outcome = self.execute_op(uid, op, cancel).await;
-        self.metrics.pod_worker_duration.with_label_values(&[kind]).observe(started.elapsed().as_secs_f64());
+        if let Some(kind) = kind {
+            self.metrics
+                .pod_worker_duration
+                .with_label_values(&[kind])
+                .observe(started.elapsed().as_secs_f64());
+        }
         match op {
             PodOp::StartContainer { pod, .. } => self.observe_started(uid, pod, &outcome),
             PodOp::KillPod { remove: true, .. } => {
@@ -343,6 +350,32 @@ impl<R: PodRuntime> PodDriver<R> {
                     Err(e) => Outcome::Failed(e),
                 }
             }
+            PodOp::PruneContainers { ids } => self.prune(uid, ids).await,
+        }
+    }
+
+    /// Removes dead containers (with their logs) chosen by container GC; a missing one is fine.
+    /// Then reads the pod's state again. (Dead sandboxes are pruned by the sandbox pair.)
+    async fn prune(&self, uid: &str, ids: &[String]) -> Outcome<PodActual, RuntimeError> {
+        let mut removed = 0usize;
+        let mut failed = None;
+        for id in ids {
+            match self.runtime.remove_container(id).await {
+                Ok(()) => removed += 1,
+                Err(e) => {
+                    tracing::warn!(pod = %uid, id = %id, error = %e, "container GC: cannot remove");
+                    failed = Some(e);
+                }
+            }
+        }
+        if removed > 0 {
+            tracing::info!(pod = %uid, containers = removed, "container GC removed dead containers");
+        }
+        match failed {
+            // Some may be gone: the runtime knows.
+            Some(e) if removed > 0 => Outcome::Uncertain(e),
+            Some(e) => Outcome::Failed(e),
+            None => self.state(uid).await,
         }
     }
 }

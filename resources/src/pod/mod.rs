@@ -3,6 +3,7 @@
 //! - [`desired`]: what the sources ask for, validated and defaulted as the API server would.
 //! - [`actual`]: what the runtime reports for each pod (sandboxes and containers).
 //! - [`driver`]: the narrow runtime interface ([`driver::PodRuntime`]) the operations use.
+//! - [`gc`]: container garbage collection, planned as operations of the pod pair.
 //! - [`resize`]: in-place resize of running containers.
 //! - [`runtime_class`]: RuntimeClass handlers, overhead and node selectors.
 
@@ -11,11 +12,13 @@ pub mod desired;
 pub mod driver;
 #[cfg(feature = "testing")]
 pub mod fake;
+pub mod gc;
 pub mod metrics;
 pub mod ops;
 pub mod pleg;
 pub mod reconciler;
 pub mod resize;
 pub mod runtime_class;
+pub mod security;
 pub mod status;
 pub mod validation;

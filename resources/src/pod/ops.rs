@@ -49,8 +49,13 @@ pub enum PodOp {
     KillPod {
         /// The grace period.
         grace: Duration,
-        /// Remove containers and sandboxes afterwards.
+        /// Remove the containers afterwards.
         remove: bool,
+    },
+    /// Remove dead containers (with their logs) that container GC chose (see [`super::gc`]).
+    PruneContainers {
+        /// Their IDs.
+        ids: Vec<String>,
     },
 }
 
@@ -66,6 +71,7 @@ impl Operation for PodOp {
             PodOp::ResizeContainer { .. } => "resize_container",
             PodOp::KillPod { remove: false, .. } => "kill_pod",
             PodOp::KillPod { remove: true, .. } => "remove_pod",
+            PodOp::PruneContainers { .. } => "prune_containers",
         }
     }
 
@@ -81,6 +87,7 @@ impl Operation for PodOp {
             PodOp::KillContainers { grace, .. } | PodOp::KillPod { grace, .. } => {
                 Some(*grace + Duration::from_secs(120))
             }
+            PodOp::PruneContainers { .. } => Some(Duration::from_secs(120)),
             PodOp::Refresh | PodOp::ResizeContainer { .. } => None,
         }
     }

@@ -77,19 +77,21 @@ impl CrashLoopBackOff {
 /// once the engine is built (the reconciler is built before it).
 pub type FailureSlot = Arc<std::sync::OnceLock<reconcile_engine::Store<PodUid, super::status::PodOpStatus>>>;
 
-/// How often a `Deferred` resize is decided again.
-pub const RESIZE_RETRY: Duration = Duration::from_secs(10);
-
 /// The pod reconciler.
 pub struct PodReconciler {
     backoff: CrashLoopBackOff,
     clock: Clock,
     volumes: Option<VolumeGate>,
     probes: Option<crate::probe::results::ProbeResults>,
-    verdicts: Option<crate::eviction::verdict::PodVerdicts>,
+    // relation: the verdict store (written by the eviction pair's VerdictPopulator), read as a side
+    // input; key mapping: identity (a verdict's pod UID is the pod's key). Woken today by
+    // `eviction::populator::wake_pods_on_verdicts`.
+    verdicts: Option<reconcile_engine::Store<PodUid, crate::eviction::verdict::Verdict>>,
     failures: Option<FailureSlot>,
-    // relation: watches the sandbox actual store, key = the pod UID (the same key).
+    // relation: watches the sandbox actual store, key = the pod UID (declared by the daemon with
+    // `EngineBuilder::watches`).
     sandboxes: Option<crate::sandbox::status::SandboxView>,
+    container_gc: Option<super::gc::ContainerGc>,
 }
 
 impl fmt::Debug for PodReconciler {
@@ -101,7 +103,16 @@ impl fmt::Debug for PodReconciler {
 impl PodReconciler {
     /// A reconciler with the given crash-loop timing and clock.
     pub fn new(backoff: CrashLoopBackOff, clock: Clock) -> Self {
-        Self { backoff, clock, volumes: None, probes: None, verdicts: None, failures: None, sandboxes: None }
+        Self {
+            backoff,
+            clock,
+            volumes: None,
+            probes: None,
+            verdicts: None,
+            failures: None,
+            sandboxes: None,
+            container_gc: None,
+        }
     }
 
     /// Restarts containers whose liveness or startup probe failed, as `results` says, and lets
@@ -134,16 +145,37 @@ impl PodReconciler {
         }
     }
 
-    /// Applies the node's verdicts: pods refused at admission (under node pressure) never start,
-    /// evicted pods are killed and never start again. Wake the engine when a verdict is added.
-    pub fn with_verdicts(mut self, verdicts: crate::eviction::verdict::PodVerdicts) -> Self {
+    /// Applies the node's verdicts (read-only; the
+    /// [`VerdictPopulator`](crate::eviction::populator::VerdictPopulator) writes them): a pod
+    /// starts only once admitted, pods refused at admission never start, evicted pods are killed
+    /// and never start again, a resize admission deferred or refused is not applied. Wake the
+    /// engine when a verdict changes ([`wake_pods_on_verdicts`](crate::eviction::populator::wake_pods_on_verdicts)).
+    pub fn with_verdicts(
+        mut self,
+        verdicts: reconcile_engine::Store<PodUid, crate::eviction::verdict::Verdict>,
+    ) -> Self {
         self.verdicts = Some(verdicts);
         self
     }
 
     /// The node's verdicts, if applied.
-    pub fn verdicts(&self) -> Option<&crate::eviction::verdict::PodVerdicts> {
+    pub fn verdicts(&self) -> Option<&reconcile_engine::Store<PodUid, crate::eviction::verdict::Verdict>> {
         self.verdicts.as_ref()
+    }
+
+    /// The verdict on `uid`, if verdicts are applied and the pod has one.
+    pub fn verdict(&self, uid: &str) -> Option<Arc<crate::eviction::verdict::Verdict>> {
+        self.verdicts.as_ref()?.get(&uid.to_owned())
+    }
+
+    /// Admission's word on the requests `pod`'s spec asks for now (see
+    /// [`Verdict::resize_for`](crate::eviction::verdict::Verdict::resize_for)); `None`: not decided
+    /// yet. Without verdicts, always `Accepted`.
+    pub fn resize_decision(&self, pod: &DesiredPod) -> Option<crate::eviction::verdict::ResizeDecision> {
+        match &self.verdicts {
+            Some(store) => store.get(&pod.uid().to_owned())?.resize_for(pod),
+            None => Some(crate::eviction::verdict::ResizeDecision::Accepted),
+        }
     }
 
     /// Reads the engine's failed operations from `slot`: an ephemeral container whose start keeps failing
@@ -174,6 +206,14 @@ impl PodReconciler {
             Some(view) => view.join(pod, actual),
             None => actual.clone(),
         }
+    }
+
+    /// Prunes dead containers of desired pods by `gc`'s policy when nothing more urgent is due for
+    /// the pod (see [`super::gc`]; dead sandboxes are the sandbox pair's). Without it, only the pod
+    /// driver's own clean-up runs.
+    pub fn with_container_gc(mut self, gc: super::gc::ContainerGc) -> Self {
+        self.container_gc = Some(gc);
+        self
     }
 
     /// The crash-loop timing.
@@ -329,9 +369,9 @@ impl PodReconciler {
 
     /// In-place resize: the first running container whose cgroup settings differ from what its
     /// spec asks is updated (or restarted, when its `resizePolicy` says `RestartContainer` for a
-    /// changed resource), once admission accepted the pod's new requests.
-    /// `Err(Some(_))`: a resize waits for room (`Deferred`): decide again after that long, since
-    /// nothing wakes the pod when other pods free their share. `Err(None)`: nothing to resize now.
+    /// changed resource), once admission accepted the pod's new requests (its verdict says
+    /// neither `Deferred` nor `Infeasible`; the verdict populator decides again when other pods
+    /// change, and the pod is woken when its verdict does). `Err(None)`: nothing to resize now.
     fn resize(&self, pod: &DesiredPod, actual: &PodActual) -> Result<Plan<PodOp>, Option<Duration>> {
         use crate::eviction::verdict::ResizeDecision;
         let found = pod.long_running().find_map(|c| {
@@ -341,11 +381,10 @@ impl PodReconciler {
             (wanted.cpu_differs(&applied) || wanted.memory_differs(&applied)).then_some((c, r, applied))
         });
         let Some((c, record, applied)) = found else { return Err(None) };
-        match self.verdicts.as_ref().map(|v| v.resize(pod, true)) {
+        match self.resize_decision(pod) {
             // The container keeps what it has; status says why.
-            Some(ResizeDecision::Deferred) => return Err(Some(RESIZE_RETRY)),
-            Some(ResizeDecision::Infeasible) => return Err(None),
-            Some(ResizeDecision::Accepted) | None => {}
+            None | Some(ResizeDecision::Deferred | ResizeDecision::Infeasible) => return Err(None),
+            Some(ResizeDecision::Accepted) => {}
         }
         if needs_restart(c, &applied) {
             return Ok(Plan::Run(PodOp::KillContainers {
@@ -540,13 +579,20 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
                         _ => Plan::Idle,
                     };
                 }
-                if let Some(verdict) =
-                    self.verdicts.as_ref().and_then(|v| v.admit(pod, actual.is_some_and(|a| !a.is_empty())))
-                {
-                    return crate::eviction::verdict::plan_stopped(actual, &verdict);
+                // Admission is the verdict populator's: no verdict yet, wait (woken when it comes).
+                if let Some(verdicts) = &self.verdicts {
+                    let Some(verdict) = verdicts.get(&pod.uid().to_owned()) else { return Plan::Idle };
+                    if let Some(stopped) = verdict.stopped() {
+                        return crate::eviction::verdict::plan_stopped(actual, stopped);
+                    }
                 }
                 let empty = PodActual::default();
-                self.plan_running(pod, actual.unwrap_or(&empty))
+                let actual = actual.unwrap_or(&empty);
+                let next = self.plan_running(pod, actual);
+                match &self.container_gc {
+                    Some(gc) => super::gc::after(gc, (self.clock)(), pod, actual, next),
+                    None => next,
+                }
             }
         }
     }

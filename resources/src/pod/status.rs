@@ -125,7 +125,7 @@ pub fn pod_status(
         condition("PodScheduled", true, None),
     ];
     // In-place resize: while a running container's cgroup settings differ from its spec, admission's
-    // word on it (InProgress, Deferred, Infeasible); the containers' allocated and applied resources.
+    // word on it (InProgress, Deferred, Infeasible, or Proposed before it is decided); the containers' allocated and applied resources.
     let resizing = pod.long_running().any(|c| {
         actual
             .container(&c.name)
@@ -136,9 +136,9 @@ pub fn pod_status(
                 wanted.cpu_differs(&applied) || wanted.memory_differs(&applied)
             })
     });
-    let resize =
-        resizing.then(|| reconciler.verdicts().map_or(ResizeDecision::Accepted, |v| v.resize(pod, false)));
-    let allocated = !matches!(resize, Some(ResizeDecision::Deferred | ResizeDecision::Infeasible));
+    // `None` inside: not decided yet, the API's `Proposed`.
+    let resize = resizing.then(|| reconciler.resize_decision(pod));
+    let allocated = matches!(resize, None | Some(Some(ResizeDecision::Accepted)));
     let mut statuses = statuses;
     for (status, c) in statuses.iter_mut().zip(pod.containers()) {
         add_resources(status, c, actual, allocated);
@@ -162,12 +162,12 @@ pub fn pod_status(
         start_time,
         qos_class: Some(qos_class(pod).to_string()),
         message: failure_message,
-        resize: resize.map(|r| r.status().to_string()),
+        resize: resize.map(|r| r.map_or("Proposed", ResizeDecision::status).to_string()),
         ..PodStatus::default()
     };
     // An evicted or refused pod is Failed with the verdict's reason and message.
-    match reconciler.verdicts().and_then(|v| v.verdict(pod.uid())) {
-        Some(verdict) => crate::eviction::verdict::apply(&verdict, status, now),
+    match reconciler.verdict(pod.uid()).as_deref().and_then(|v| v.stopped()) {
+        Some(stopped) => crate::eviction::verdict::apply(stopped, status, now),
         None => status,
     }
 }

@@ -188,20 +188,11 @@ impl fmt::Display for ValidationError {
 
 impl std::error::Error for ValidationError {}
 
-/// A [`Quantity`] string that does not parse; see [`parse_quantity`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QuantityError {
-    /// Not of the form `<number><suffix>`.
-    #[error("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")]
-    Syntax,
-    /// Too large to represent (more than about 10^29).
-    #[error("quantity is too large")]
-    TooLarge,
-}
+pub use crate::quantity::QuantityError;
 
 /// Parses a Kubernetes quantity (`100m`, `64Mi`, `1.5Gi`, `2e3`, `1`) into billionths of its unit
 /// (nano-units), rounding up below one nano-unit as the API server does. Negative values are
-/// returned as such.
+/// returned as such. The parser is [`crate::quantity::Quantity`], the project's only one.
 ///
 /// ```
 /// use nodelet_resources::pod::validation::parse_quantity;
@@ -210,89 +201,7 @@ pub enum QuantityError {
 /// assert!(parse_quantity("1.5.0").is_err());
 /// ```
 pub fn parse_quantity(s: &str) -> Result<i128, QuantityError> {
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    let negative = match bytes.first() {
-        Some(b'-') => {
-            i += 1;
-            true
-        }
-        Some(b'+') => {
-            i += 1;
-            false
-        }
-        _ => false,
-    };
-    let mut mantissa: i128 = 0;
-    let mut digits = 0usize;
-    let mut frac_digits: i64 = 0;
-    let mut seen_dot = false;
-    while let Some(&c) = bytes.get(i) {
-        match c {
-            b'0'..=b'9' => {
-                mantissa = mantissa
-                    .checked_mul(10)
-                    .and_then(|m| m.checked_add(i128::from(c - b'0')))
-                    .ok_or(QuantityError::TooLarge)?;
-                digits += 1;
-                if seen_dot {
-                    frac_digits += 1;
-                }
-            }
-            b'.' if !seen_dot => seen_dot = true,
-            _ => break,
-        }
-        i += 1;
-    }
-    if digits == 0 {
-        return Err(QuantityError::Syntax);
-    }
-    let suffix = s.get(i..).ok_or(QuantityError::Syntax)?;
-    let (exp10, exp2): (i64, u32) = match suffix {
-        "" => (0, 0),
-        "n" => (-9, 0),
-        "u" => (-6, 0),
-        "m" => (-3, 0),
-        "k" => (3, 0),
-        "M" => (6, 0),
-        "G" => (9, 0),
-        "T" => (12, 0),
-        "P" => (15, 0),
-        "E" => (18, 0),
-        "Ki" => (0, 10),
-        "Mi" => (0, 20),
-        "Gi" => (0, 30),
-        "Ti" => (0, 40),
-        "Pi" => (0, 50),
-        "Ei" => (0, 60),
-        other => {
-            let exponent = other.strip_prefix(['e', 'E']).ok_or(QuantityError::Syntax)?;
-            let unsigned = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
-            if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(QuantityError::Syntax);
-            }
-            let value: i64 = exponent.parse().map_err(|_| QuantityError::TooLarge)?;
-            if value.abs() > 1000 {
-                return Err(QuantityError::TooLarge);
-            }
-            (value, 0)
-        }
-    };
-    let scaled = mantissa.checked_mul(1i128 << exp2).ok_or(QuantityError::TooLarge)?;
-    // nanos = scaled * 10^(exp10 - frac_digits + 9)
-    let scale = exp10 - frac_digits + 9;
-    let nanos = if scale >= 0 {
-        let factor =
-            u32::try_from(scale).ok().and_then(|s| 10i128.checked_pow(s)).ok_or(QuantityError::TooLarge)?;
-        if scaled == 0 { 0 } else { scaled.checked_mul(factor).ok_or(QuantityError::TooLarge)? }
-    } else {
-        match u32::try_from(-scale).ok().and_then(|s| 10i128.checked_pow(s)) {
-            // Round up: 0.1n is 1n.
-            Some(divisor) => (scaled + divisor - 1) / divisor,
-            None => i128::from(scaled > 0),
-        }
-    };
-    Ok(if negative { -nanos } else { nanos })
+    crate::quantity::Quantity::try_parse(s)?.nanos()
 }
 
 /// A static pod's UID: the first 128 bits, in hex, of a SHA-256 over the node name, the source

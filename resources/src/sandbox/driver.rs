@@ -125,6 +125,33 @@ impl<R: SandboxRuntime> SandboxDriver<R> {
     }
 }
 
+impl<R: SandboxRuntime> SandboxDriver<R> {
+    /// Removes dead sandboxes chosen by container GC; a missing one is fine. Then reads the pod's
+    /// sandboxes again.
+    async fn prune(&self, uid: &str, ids: &[String]) -> Outcome<PodSandboxes, RuntimeError> {
+        let mut removed = 0usize;
+        let mut failed = None;
+        for id in ids {
+            match self.runtime.remove_sandbox(id).await {
+                Ok(()) => removed += 1,
+                Err(e) => {
+                    tracing::warn!(pod = %uid, id = %id, error = %e, "container GC: cannot remove the sandbox");
+                    failed = Some(e);
+                }
+            }
+        }
+        if removed > 0 {
+            tracing::info!(pod = %uid, sandboxes = removed, "container GC removed dead sandboxes");
+        }
+        match failed {
+            // Some may be gone: the runtime knows.
+            Some(e) if removed > 0 => Outcome::Uncertain(e),
+            Some(e) => Outcome::Failed(e),
+            None => self.state(uid).await,
+        }
+    }
+}
+
 impl<R: SandboxRuntime> Driver<PodUid, SandboxOp, PodSandboxes> for SandboxDriver<R> {
     type Error = RuntimeError;
 
@@ -139,6 +166,7 @@ impl<R: SandboxRuntime> Driver<PodUid, SandboxOp, PodSandboxes> for SandboxDrive
             SandboxOp::Create { spec, attempt } => self.create(uid, spec, *attempt).await,
             SandboxOp::Stop { ids } => self.stop(uid, ids, false).await,
             SandboxOp::Remove { ids } => self.stop(uid, ids, true).await,
+            SandboxOp::Prune { ids } => self.prune(uid, ids).await,
         }
     }
 

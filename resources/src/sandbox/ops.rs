@@ -29,6 +29,12 @@ pub enum SandboxOp {
         /// Their IDs.
         ids: Vec<String>,
     },
+    /// Remove dead sandboxes of a pod that is still desired, as the kubelet's container GC does
+    /// (see [`crate::pod::gc::dead_sandboxes`]).
+    Prune {
+        /// Their IDs.
+        ids: Vec<String>,
+    },
 }
 
 impl Operation for SandboxOp {
@@ -38,6 +44,7 @@ impl Operation for SandboxOp {
             SandboxOp::Create { .. } => "create_sandbox",
             SandboxOp::Stop { .. } => "stop_sandbox",
             SandboxOp::Remove { .. } => "remove_sandbox",
+            SandboxOp::Prune { .. } => "prune_sandboxes",
         }
     }
 
@@ -49,7 +56,9 @@ impl Operation for SandboxOp {
         match self {
             // The kubelet gives RunPodSandbox twice the runtime request timeout.
             SandboxOp::Create { .. } => Some(Duration::from_secs(240)),
-            SandboxOp::Stop { .. } | SandboxOp::Remove { .. } => Some(Duration::from_secs(120)),
+            SandboxOp::Stop { .. } | SandboxOp::Remove { .. } | SandboxOp::Prune { .. } => {
+                Some(Duration::from_secs(120))
+            }
             SandboxOp::Refresh => None,
         }
     }

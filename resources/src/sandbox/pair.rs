@@ -1,5 +1,7 @@
-//! The sandbox pair assembled: its engine, populator and the wake-ups that stand in for declared
-//! relations with the pod pair (until the engine has them).
+//! The sandbox pair assembled: its engine (with its declared relations on the volume actual store
+//! and the verdict store), its populator, and the wake-up that stands in for its relation on the
+//! pod actual store (made after this pair). The pod pair declares its own relation on this pair's
+//! actual store ([`pod_of_sandboxes`](super::status::pod_of_sandboxes)).
 
 use std::sync::Arc;
 
@@ -14,8 +16,11 @@ use super::metrics::SandboxMetrics;
 use super::populator::SandboxPopulator;
 use super::reconciler::{PodActualSlot, SandboxReconciler};
 use super::status::SandboxView;
+use crate::eviction::verdict::Verdict;
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, PodUid};
+use crate::volume::actual::VolumeActual;
+use crate::volume::desired::VolumeKey;
 
 /// The sandbox pair, built before the pod pair (whose reconciler reads [`SandboxPair::view`]) and
 /// started once the pod engine exists ([`SandboxPair::start`]).
@@ -42,11 +47,17 @@ pub struct SandboxPairConfig {
     pub resync_period: Option<std::time::Duration>,
     /// Sandbox creations that run at once (`None`: [`DEFAULT_SANDBOX_CREATIONS_AT_ONCE`]).
     pub creations_at_once: Option<usize>,
+    /// The node's verdicts (read-only; written by the verdict populator): a sandbox only for an
+    /// admitted pod. `None`: every pod counts as admitted.
+    pub verdicts: Option<Store<PodUid, Verdict>>,
+    /// The volume actual store, watched so that a pod waiting for its volumes (the reconciler's
+    /// [`VolumeGate`](crate::volume::status::VolumeGate)) is planned again when they change.
+    pub volumes: Option<Store<VolumeKey, VolumeActual>>,
 }
 
 impl<R: SandboxRuntime> SandboxPair<R> {
-    /// Builds the pair over `runtime`. `reconciler` adds the side inputs (volumes, verdicts) to the
-    /// reconciler it is given.
+    /// Builds the pair over `runtime`. `reconciler` adds the volume gate to the reconciler it is
+    /// given; the verdicts and the watched volume store come from `config`.
     pub fn new(
         runtime: Arc<R>,
         reconciler: impl FnOnce(SandboxReconciler) -> SandboxReconciler,
@@ -57,13 +68,26 @@ impl<R: SandboxRuntime> SandboxPair<R> {
         let pods = PodActualSlot::default();
         let (desired, writer) = store();
         let slots = config.creations_at_once.unwrap_or(DEFAULT_SANDBOX_CREATIONS_AT_ONCE);
+        let mut sandboxes = reconciler(SandboxReconciler::new(pods.clone()));
+        if let Some(verdicts) = &config.verdicts {
+            sandboxes = sandboxes.with_verdicts(verdicts.clone());
+        }
         let mut builder = Engine::builder(
             "sandboxes",
-            reconciler(SandboxReconciler::new(pods.clone())),
+            sandboxes,
             Arc::new(SandboxDriver::new(runtime, metrics, slots)),
             desired.clone(),
         )
         .backoff(config.backoff);
+        if let Some(verdicts) = config.verdicts {
+            // A pod's verdict came or changed: plan its sandbox again.
+            builder =
+                builder.watches("verdicts", verdicts, |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()));
+        }
+        if let Some(volumes) = config.volumes {
+            // A pod's volumes changed: plan its sandbox again (it waits for them).
+            builder = builder.watches("volumes", volumes, crate::volume::reconciler::pod_of_volume);
+        }
         if let Some(metrics) = engine_metrics {
             builder = builder.metrics(metrics);
         }
@@ -99,8 +123,9 @@ impl<R: SandboxRuntime> SandboxPair<R> {
     }
 
     /// Runs the pair until `shutdown`: the populator from the desired pods `pods`, the engine reading
-    /// the pod actual store `pod_actual`, and the wake-ups between the two pairs. Returns the
-    /// engine's task.
+    /// the pod actual store `pod_actual` (woken by its changes), and the wake-up of every pod
+    /// (`pod_waker`) once this pair has reconstructed its store. Returns the engine's task. The pod
+    /// engine declares its relation on [`actual`](Self::actual) itself.
     pub fn start(
         self,
         pods: Store<PodUid, DesiredPod>,
@@ -113,8 +138,6 @@ impl<R: SandboxRuntime> SandboxPair<R> {
         let waker = self.engine.waker();
         // relation: the sandbox pair watches the pod actual store, key = the pod UID.
         tokio::spawn(wake_on_changes(pod_actual.clone(), waker.clone(), shutdown.clone()));
-        // relation: the pod pair watches the sandbox actual store, key = the pod UID.
-        tokio::spawn(wake_on_changes(actual.clone(), pod_waker.clone(), shutdown.clone()));
         // The pod pair plans nothing before this pair has reconstructed its store: then every pod.
         let (sandboxes, desired_pods, stop) = (actual.clone(), pods.clone(), shutdown.clone());
         let pod_store = pod_actual.clone();

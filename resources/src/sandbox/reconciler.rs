@@ -9,8 +9,15 @@
 //! a pod that is gone has its sandboxes stopped and removed once the pod pair removed its
 //! containers.
 //!
-//! Side inputs (until the engine has declared relations): the pod actual store, the volume gate and
-//! the node's verdicts; the daemon wakes this pair's keys when they change.
+//! Dead sandboxes of a pod that is still desired, beyond its newest and holding no container, are
+//! removed as the kubelet's container GC does ([`crate::pod::gc::dead_sandboxes`]).
+//!
+//! A sandbox is made only for a pod the verdict populator admitted (a pod without a verdict waits;
+//! this reconciler never decides admission, it reads the verdict store).
+//!
+//! Side inputs: the pod actual store (a wake task of the pair stands in for its relation, as the
+//! pod pair's actual store exists only after this pair is built), the volume gate and the verdict
+//! store (declared relations of the pair's engine).
 
 use std::sync::{Arc, OnceLock};
 
@@ -19,6 +26,7 @@ use reconcile_engine::{Plan, Reconciler, Store, Update, View};
 use super::actual::PodSandboxes;
 use super::desired::SandboxSpec;
 use super::ops::SandboxOp;
+use crate::eviction::verdict::Verdict;
 use crate::pod::actual::{ContainerState, PodActual};
 use crate::pod::desired::PodUid;
 use crate::volume::status::{VolumeGate, VolumeReadiness};
@@ -29,11 +37,24 @@ pub type PodActualSlot = Arc<OnceLock<Store<PodUid, PodActual>>>;
 /// The sandbox reconciler.
 #[derive(Debug)]
 pub struct SandboxReconciler {
-    // relation: watches the pod actual store, key = the pod UID (the same key).
+    // relation: watches the pod actual store, key = the pod UID (the same key); a wake task of the
+    // pair (see `pair`), as that store is made after this pair.
     pods: PodActualSlot,
-    // relation: watches the volume actual store, key (volume, pod UID) → pod UID.
+    // relation: the pair's engine watches the volume actual store, key (volume, pod UID) → pod UID.
     volumes: Option<VolumeGate>,
-    verdicts: Option<crate::eviction::verdict::PodVerdicts>,
+    // relation: the pair's engine watches the verdict store, key = the pod UID.
+    verdicts: Option<Store<PodUid, Verdict>>,
+}
+
+/// What the verdict store says of a desired pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// No verdict yet: nothing is done for the pod.
+    Waiting,
+    /// Admitted (or verdicts are not applied).
+    Admitted,
+    /// Refused or evicted: it never runs again.
+    Stopped,
 }
 
 impl SandboxReconciler {
@@ -50,27 +71,29 @@ impl SandboxReconciler {
         self
     }
 
-    /// Pods refused at admission never get a sandbox; evicted pods have theirs stopped.
-    pub fn with_verdicts(mut self, verdicts: crate::eviction::verdict::PodVerdicts) -> Self {
+    /// Reads the node's verdicts (written only by the
+    /// [`VerdictPopulator`](crate::eviction::populator::VerdictPopulator)): a sandbox is made only
+    /// for an admitted pod, a pod without a verdict waits, a refused or evicted pod has its sandbox
+    /// stopped. The engine must be woken when a verdict changes.
+    pub fn with_verdicts(mut self, verdicts: Store<PodUid, Verdict>) -> Self {
         self.verdicts = Some(verdicts);
         self
     }
 
+    fn admission(&self, spec: &SandboxSpec) -> Admission {
+        let Some(verdicts) = &self.verdicts else { return Admission::Admitted };
+        match verdicts.get(&spec.pod.uid().to_owned()) {
+            None => Admission::Waiting,
+            Some(v) if v.stopped().is_some() => Admission::Stopped,
+            Some(v) if v.is_admitted() => Admission::Admitted,
+            Some(_) => Admission::Waiting,
+        }
+    }
+
     /// Whether the pod no longer needs a running sandbox: it is being deleted, was refused or
     /// evicted, or all its app containers finished for good.
-    fn released(
-        &self,
-        spec: &SandboxSpec,
-        sandboxes: Option<&PodSandboxes>,
-        pod: Option<&PodActual>,
-    ) -> bool {
-        if spec.pod.deletion_grace().is_some() {
-            return true;
-        }
-        let started =
-            sandboxes.is_some_and(|s| !s.sandboxes.is_empty()) || pod.is_some_and(|p| !p.is_empty());
-        // The same admission the pod pair asks (whichever asks first decides; the verdict is kept).
-        if self.verdicts.as_ref().is_some_and(|v| v.admit(&spec.pod, started).is_some()) {
+    fn released(&self, spec: &SandboxSpec, admission: Admission, pod: Option<&PodActual>) -> bool {
+        if spec.pod.deletion_grace().is_some() || admission == Admission::Stopped {
             return true;
         }
         pod.is_some_and(|p| crate::pod::reconciler::finished(&spec.pod, p).is_some())
@@ -125,8 +148,12 @@ impl SandboxReconciler {
     ) -> Plan<SandboxOp> {
         let running = pod.is_some_and(PodActual::any_running);
         let sandboxes = actual.map_or(&[][..], |a| a.sandboxes.as_slice());
+        let admission = desired.map_or(Admission::Admitted, |spec| self.admission(spec));
+        if admission == Admission::Waiting {
+            return Plan::Idle;
+        }
         let ready: Vec<String> = sandboxes.iter().filter(|s| s.ready).map(|s| s.id.clone()).collect();
-        let wanted = desired.filter(|spec| !self.released(spec, actual, pod));
+        let wanted = desired.filter(|spec| !self.released(spec, admission, pod));
         let Some(spec) = wanted else {
             if !ready.is_empty() {
                 // Stopped once the pod pair has stopped the containers (woken by the pod actual store).
@@ -138,13 +165,17 @@ impl SandboxReconciler {
                     ids: sandboxes.iter().map(|s| s.id.clone()).collect(),
                 });
             }
-            return Plan::Idle;
+            return if desired.is_some() { prune(sandboxes, pod) } else { Plan::Idle };
         };
         match sandboxes.first() {
             Some(newest) if newest.ready && spec.matches(newest) => {
                 // More than one ready sandbox: the older ones are stopped (as the kubelet does).
                 let older = without_running(ready.into_iter().filter(|id| *id != newest.id).collect(), pod);
-                if older.is_empty() { Plan::Idle } else { Plan::Run(SandboxOp::Stop { ids: older }) }
+                if older.is_empty() {
+                    prune(sandboxes, pod)
+                } else {
+                    Plan::Run(SandboxOp::Stop { ids: older })
+                }
             }
             // No ready sandbox that fits: once nothing of the pod runs, the ready ones (that no
             // longer fit) are stopped and a new one made.
@@ -161,6 +192,15 @@ impl SandboxReconciler {
             }
         }
     }
+}
+
+/// Container GC of a desired pod's sandboxes: the dead ones beyond the newest that hold no
+/// container (the pod pair prunes the containers first; its actual store wakes this pair).
+fn prune(sandboxes: &[super::actual::SandboxRecord], pod: Option<&PodActual>) -> Plan<SandboxOp> {
+    let ids = crate::pod::gc::dead_sandboxes(sandboxes, |id| {
+        pod.is_some_and(|p| p.containers.iter().any(|c| c.sandbox_id == id))
+    });
+    if ids.is_empty() { Plan::Idle } else { Plan::Run(SandboxOp::Prune { ids }) }
 }
 
 #[cfg(test)]
@@ -307,5 +347,54 @@ mod tests {
         let actual = sandboxes(vec![sandbox("s1", true, 1), sandbox("s0", true, 0)]);
         let running = containers(&[("s1", ContainerState::Running, 0)]);
         assert_eq!(reconciler().plan(Some(&spec), Some(&actual), Some(&running)), stop(&["s0"]));
+    }
+
+    #[test]
+    fn a_sandbox_only_for_an_admitted_pod() {
+        let spec = spec("u", serde_json::json!({}));
+        let (verdicts, mut writer) = reconcile_engine::store::<PodUid, Verdict>();
+        let r = reconciler().with_verdicts(verdicts);
+        // No verdict yet: wait (nothing made, nothing stopped).
+        assert_eq!(r.plan(Some(&spec), None, None), Plan::Idle);
+        let actual = sandboxes(vec![sandbox("s0", true, 0)]);
+        assert_eq!(r.plan(Some(&spec), Some(&actual), None), Plan::Idle);
+        writer.insert("u".into(), Verdict::admitted(&spec.pod));
+        assert_eq!(
+            r.plan(Some(&spec), None, None),
+            Plan::Run(SandboxOp::Create { spec: Arc::new(spec.clone()), attempt: 0 })
+        );
+        // Evicted: the sandbox is stopped once the containers are, and never made again.
+        writer.insert("u".into(), Verdict::evicted("out of memory".into(), std::time::Duration::ZERO, 0));
+        let running = containers(&[("s0", ContainerState::Running, 0)]);
+        assert_eq!(r.plan(Some(&spec), Some(&actual), Some(&running)), Plan::Idle);
+        let killed = containers(&[("s0", ContainerState::Exited, 137)]);
+        assert_eq!(r.plan(Some(&spec), Some(&actual), Some(&killed)), stop(&["s0"]));
+        assert_eq!(r.plan(Some(&spec), None, None), Plan::Idle);
+    }
+
+    #[test]
+    fn dead_sandboxes_beyond_the_newest_are_pruned_once_empty() {
+        let spec = spec("u", serde_json::json!({}));
+        let actual =
+            sandboxes(vec![sandbox("s2", true, 2), sandbox("s1", false, 1), sandbox("s0", false, 0)]);
+        // s1 still holds a dead container (the pod pair prunes it first).
+        let pod = containers(&[("s2", ContainerState::Running, 0), ("s1", ContainerState::Exited, 1)]);
+        assert_eq!(
+            reconciler().plan(Some(&spec), Some(&actual), Some(&pod)),
+            Plan::Run(SandboxOp::Prune { ids: vec!["s0".into()] })
+        );
+        let pod = containers(&[("s2", ContainerState::Running, 0)]);
+        assert_eq!(
+            reconciler().plan(Some(&spec), Some(&actual), Some(&pod)),
+            Plan::Run(SandboxOp::Prune { ids: vec!["s1".into(), "s0".into()] })
+        );
+        // The newest stays even when dead (a finished pod's status reads it).
+        let never = self::spec("u", serde_json::json!({"restartPolicy": "Never"}));
+        let done = sandboxes(vec![sandbox("s1", false, 1), sandbox("s0", false, 0)]);
+        let exited = containers(&[("s1", ContainerState::Exited, 0)]);
+        assert_eq!(
+            reconciler().plan(Some(&never), Some(&done), Some(&exited)),
+            Plan::Run(SandboxOp::Prune { ids: vec!["s0".into()] })
+        );
     }
 }

@@ -71,3 +71,9 @@ impl SandboxView {
 pub fn fits(pod: &DesiredPod, sandbox: &crate::pod::actual::SandboxRecord) -> bool {
     sandbox.host_network == pod.host_network()
 }
+
+/// The mapper of the pod pair's relation on the sandbox actual store: a pod's sandboxes changed,
+/// plan the pod again (the same key).
+pub fn pod_of_sandboxes(uid: &PodUid, _sandboxes: Option<&PodSandboxes>) -> Option<PodUid> {
+    Some(uid.clone())
+}

@@ -56,7 +56,7 @@ pub struct Populator<R> {
     writer: Writer<VolumeKey, DesiredVolume>,
     renderer: Arc<R>,
     claims: Option<Arc<dyn ClaimLookup>>,
-    verdicts: Option<crate::eviction::verdict::PodVerdicts>,
+    verdicts: Option<Store<PodUid, crate::eviction::verdict::Verdict>>,
 }
 
 impl<R> std::fmt::Debug for Populator<R> {
@@ -79,9 +79,10 @@ impl<R: Renderer> Populator<R> {
         Self { pods, pod_actual, writer, renderer, claims: None, verdicts: None }
     }
 
-    /// Releases the volumes of pods evicted or refused under node pressure once nothing of theirs
-    /// runs (the kubelet tears down the volumes of terminated pods, which frees their emptyDirs).
-    pub fn with_verdicts(mut self, verdicts: crate::eviction::verdict::PodVerdicts) -> Self {
+    /// Releases the volumes of pods evicted or refused (their verdict in `verdicts`, read-only)
+    /// once nothing of theirs runs (the kubelet tears down the volumes of terminated pods, which
+    /// frees their emptyDirs). [`run`](Self::run) populates again whenever a verdict changes.
+    pub fn with_verdicts(mut self, verdicts: Store<PodUid, crate::eviction::verdict::Verdict>) -> Self {
         self.verdicts = Some(verdicts);
         self
     }
@@ -91,6 +92,11 @@ impl<R: Renderer> Populator<R> {
     pub fn with_claims(mut self, claims: Arc<dyn ClaimLookup>) -> Self {
         self.claims = Some(claims);
         self
+    }
+
+    /// Whether the pod `uid` is refused or evicted.
+    fn is_stopped(&self, uid: &PodUid) -> bool {
+        self.verdicts.as_ref().and_then(|v| v.get(uid)).is_some_and(|v| !v.is_admitted())
     }
 
     /// The volumes `pod` needs.
@@ -129,8 +135,7 @@ impl<R: Renderer> Populator<R> {
         let current = self.writer.reader();
         let mut entries: Vec<(VolumeKey, DesiredVolume)> = Vec::new();
         self.pods.for_each(|uid, pod| {
-            let stopped = self.verdicts.as_ref().is_some_and(|v| v.verdict(uid).is_some())
-                && !self.pod_actual.get(uid).is_some_and(|a| a.any_running());
+            let stopped = self.is_stopped(uid) && !self.pod_actual.get(uid).is_some_and(|a| a.any_running());
             if stopped {
                 return;
             }
@@ -169,7 +174,8 @@ impl<R: Renderer> Populator<R> {
 
     /// Populates until `shutdown`: first once the pod sources and the pod engine's
     /// reconstruction are complete (then the volume store counts as synced, and teardowns of
-    /// volumes nobody needs may start), then on every change of the pods, whenever `refresh`
+    /// volumes nobody needs may start), then on every change of the pods, whenever a pod is
+    /// refused or evicted (with verdicts), whenever `refresh`
     /// fires (the objects a [`Renderer`] reads changed), and every [`RESYNC_PERIOD`].
     pub async fn run<T: Send + Sync>(
         mut self,
@@ -178,6 +184,9 @@ impl<R: Renderer> Populator<R> {
     ) {
         let pods_sub = self.pods.subscribe();
         let actual_sub = self.pod_actual.subscribe();
+        // relation: the volume pair watches the verdict store (key mapping: a pod UID to all of the
+        // pod's volumes); a verdict that stops a pod re-populates, which releases its volumes.
+        let verdict_sub = self.verdicts.as_ref().map(Store::subscribe);
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = async {
@@ -202,8 +211,16 @@ impl<R: Renderer> Populator<R> {
                 // for pods that keep their volumes without being desired, or that were evicted.
                 () = actual_sub.changed() => {
                     actual_sub.drain().iter().any(|uid| {
-                        !self.pods.contains_key(uid) || self.verdicts.as_ref().is_some_and(|v| v.verdict(uid).is_some())
+                        !self.pods.contains_key(uid) || self.is_stopped(uid)
                     })
+                }
+                () = async {
+                    match &verdict_sub {
+                        Some(sub) => sub.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    verdict_sub.as_ref().is_some_and(|sub| sub.drain().iter().any(|uid| self.is_stopped(uid)))
                 }
                 r = refresh.changed(), if !refresh_closed => { refresh_closed = r.is_err(); true }
                 _ = resync.tick() => true,

@@ -1,20 +1,65 @@
 //! The volume reconciler: set up what a pod needs, refresh stale content, tear down the rest;
 //! for CSI volumes, attach and stage each device once before any pod publishes it, and unstage
 //! and detach it only once no pod publishes it any more.
+//!
+//! A key that waits for another key of the same pair (a pod volume for its device to be staged,
+//! a device for its pod volumes to be unpublished) plans `Idle`; the relation
+//! [`related_volumes`] (the volume engine watching its own actual store) plans it again when the
+//! other key changes. [`pod_of_volume`] is the pod engine's relation on this pair's actual store.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use reconcile_engine::{Plan, Reconciler, Update, View};
+use reconcile_engine::{Plan, Reconciler, Store, Update, View};
 
 use super::actual::{DeviceActual, MountState, Step, VolumeActual};
-use super::desired::{CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, volume_path};
+use super::desired::{
+    CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, is_device_key, split_key,
+    volume_path,
+};
 use super::ops::VolumeOp;
 
-/// How soon a key waiting for another key (a pod volume for its device, a device for its pods
-/// to unpublish) looks again: the kubelet's volume reconciler loop period.
-pub const WAIT_PERIOD: Duration = Duration::from_millis(100);
+/// The volume engine's relation on its own actual store (`EngineBuilder::watches` with the
+/// engine's `actual()`): maps a changed key to the keys that wait for it.
+///
+/// - A device changed (attached, staged, gone): the desired CSI pod volumes published from it,
+///   which wait for it to be staged.
+/// - A pod volume changed or went away: the device it is published from and every device no
+///   pod needs any more (they wait until no pod volume is published from them; a removed key's
+///   device is not known any more, and devices being torn down are few).
+pub fn related_volumes(
+    desired: Store<VolumeKey, DesiredVolume>,
+    actual: Store<VolumeKey, VolumeActual>,
+) -> impl Fn(&VolumeKey, Option<&VolumeActual>) -> Vec<VolumeKey> + Send + Sync + 'static {
+    move |key, value| {
+        let mut keys = Vec::new();
+        if is_device_key(key) {
+            desired.for_each(|k, d| {
+                if let Ok(VolumeSource::Csi(csi)) = &d.source
+                    && device_key(&csi.driver, &csi.volume_handle) == *key
+                {
+                    keys.push(k.clone());
+                }
+            });
+            return keys;
+        }
+        if let Some(device) = value.and_then(VolumeActual::published_from) {
+            keys.push(device.clone());
+        }
+        actual.for_each(|k, a| {
+            if a.device().is_some() && !desired.contains_key(k) && !keys.contains(k) {
+                keys.push(k.clone());
+            }
+        });
+        keys
+    }
+}
+
+/// The pod engine's relation on the volume actual store: a pod volume's key maps to its pod's
+/// UID (device keys to nothing), so the pod is planned again when its volumes change.
+pub fn pod_of_volume(key: &VolumeKey, _actual: Option<&VolumeActual>) -> Option<crate::pod::desired::PodUid> {
+    split_key(key).map(|(uid, _)| uid.to_owned())
+}
 
 /// The volume reconciler.
 #[derive(Debug, Clone)]
@@ -52,7 +97,8 @@ fn device_down(view: &VolumeView<'_>, actual: &VolumeActual) -> Plan<VolumeOp> {
     let mut in_use = false;
     view.actual_store.for_each(|_, a| in_use |= a.published_from() == Some(view.key));
     if in_use {
-        return Plan::RecheckAfter(WAIT_PERIOD);
+        // relation: related_volumes plans the device again when a pod volume goes away.
+        return Plan::Idle;
     }
     let prior = Arc::new(actual.clone());
     match actual.device() {
@@ -101,9 +147,10 @@ impl Reconciler<DesiredVolume, VolumeActual> for VolumeReconciler {
                             device_key,
                             device: Arc::new(device.clone()),
                         }),
-                        None => Plan::RecheckAfter(WAIT_PERIOD),
+                        None => Plan::Idle,
                     },
-                    _ => Plan::RecheckAfter(WAIT_PERIOD),
+                    // relation: related_volumes plans this volume again when its device changes.
+                    _ => Plan::Idle,
                 }
             }
             (None, Some(actual)) if actual.device().is_some() => device_down(view, actual),

@@ -1,0 +1,392 @@
+//! The verdict populator: the only writer of the verdict store (`Store<PodUid, Verdict>`), the
+//! desired state the pod pair reads to know which pods may run.
+//!
+//! - **Admission**, first come, first served like the kubelet: every pass, the desired pods that
+//!   have no verdict yet are decided oldest first (by `metadata.creationTimestamp`, then namespace
+//!   and name) against the node's allocatable resources and the pods admitted before them
+//!   ([`Admission`]). A pod that already has something in the runtime (found by the pod engine's
+//!   start-up reconstruction) is always admitted, so the populator waits for the pod actual store
+//!   to be reconstructed before its first pass. A verdict is final: a refused pod stays refused
+//!   until it leaves the desired state, when its verdict and its share of the node go.
+//! - **In-place resize**: an admitted pod whose spec asks for other resources is decided again
+//!   every pass: the new requests are committed when the node has room, otherwise the verdict
+//!   says `Deferred` (decided again as soon as another pod changes or goes) or `Infeasible`.
+//! - **Eviction**: the [`EvictionManager`](super::manager::EvictionManager) sends its decisions
+//!   through an [`EvictionSink`]; the populator turns them into `Evicted` verdicts. The manager's
+//!   pressure conditions reach admission through a `watch` channel.
+//!
+//! Pods are woken when their verdict changes by [`wake_pods_on_verdicts`].
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use reconcile_engine::{CancellationToken, Store, Waker, Writer};
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info};
+
+use super::signal::Condition;
+use super::verdict::{Admission, ResizeDecision, Verdict, pod_requests};
+use crate::pod::actual::PodActual;
+use crate::pod::desired::{DesiredPod, PodUid};
+
+/// A pod the eviction manager decided to evict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    /// The pod.
+    pub uid: PodUid,
+    /// The kubelet's message (`The node was low on resource: memory. ...`).
+    pub message: String,
+    /// The grace period its containers are killed with.
+    pub grace: Duration,
+    /// When it was decided, nanoseconds since the Unix epoch.
+    pub at: i64,
+}
+
+/// Where the eviction manager sends its evictions. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct EvictionSink(mpsc::UnboundedSender<Eviction>);
+
+impl EvictionSink {
+    /// Sends `eviction` to the populator; `false` when the populator is gone.
+    pub fn evict(&self, eviction: Eviction) -> bool {
+        self.0.send(eviction).is_ok()
+    }
+}
+
+/// The populator's end of an [`EvictionSink`].
+#[derive(Debug)]
+pub struct Evictions(mpsc::UnboundedReceiver<Eviction>);
+
+impl Evictions {
+    /// The next eviction sent, if one is waiting (for tests).
+    pub fn try_next(&mut self) -> Option<Eviction> {
+        self.0.try_recv().ok()
+    }
+}
+
+/// A channel from the eviction manager to the verdict populator.
+pub fn evictions() -> (EvictionSink, Evictions) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (EvictionSink(tx), Evictions(rx))
+}
+
+/// Writes the verdict store from the desired pods, the actual pods (at start-up), the eviction
+/// manager's pressure conditions and evictions.
+pub struct VerdictPopulator {
+    pods: Store<PodUid, DesiredPod>,
+    pod_actual: Store<PodUid, PodActual>,
+    writer: Writer<PodUid, Verdict>,
+    admission: Admission,
+    conditions: watch::Receiver<BTreeSet<Condition>>,
+    evictions: Evictions,
+}
+
+impl std::fmt::Debug for VerdictPopulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerdictPopulator").field("admission", &self.admission).finish_non_exhaustive()
+    }
+}
+
+/// The order of admission: oldest first (pods without a creation time, e.g. static pods, before
+/// the others), then by namespace and name.
+fn admission_order(a: &DesiredPod, b: &DesiredPod) -> std::cmp::Ordering {
+    let created = |p: &DesiredPod| p.pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    created(a).cmp(&created(b)).then_with(|| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())))
+}
+
+impl VerdictPopulator {
+    /// A populator deciding with `admission`, writing through `writer`.
+    pub fn new(
+        pods: Store<PodUid, DesiredPod>,
+        pod_actual: Store<PodUid, PodActual>,
+        writer: Writer<PodUid, Verdict>,
+        admission: Admission,
+        conditions: watch::Receiver<BTreeSet<Condition>>,
+        evictions: Evictions,
+    ) -> Self {
+        Self { pods, pod_actual, writer, admission, conditions, evictions }
+    }
+
+    /// A reader of the verdict store.
+    pub fn verdicts(&self) -> Store<PodUid, Verdict> {
+        self.writer.reader()
+    }
+
+    /// One pass over the desired pods: forgets the pods that are gone, decides the pending
+    /// resizes of admitted pods, then admits or refuses the new pods oldest first. Returns the
+    /// number of verdicts that changed.
+    pub fn sync(&mut self) -> usize {
+        let verdicts = self.writer.reader();
+        let mut changed = 0;
+        for uid in verdicts.keys() {
+            if !self.pods.contains_key(&uid) {
+                self.writer.remove(&uid);
+                self.admission.forget(&uid);
+                changed += 1;
+            }
+        }
+        let mut new = Vec::new();
+        for (uid, pod) in self.pods.entries() {
+            match verdicts.get(&uid) {
+                Some(v) if v.is_admitted() => {
+                    let verdict = match (self.admission.resize(&pod), v.granted()) {
+                        (
+                            Some(d @ (ResizeDecision::Deferred | ResizeDecision::Infeasible)),
+                            Some(granted),
+                        ) => Verdict::Admitted { granted, resize: Some((pod_requests(&pod), d)) },
+                        (decision, _) => {
+                            if decision.is_some() {
+                                debug!(pod = %pod.name(), namespace = %pod.namespace(), "resize accepted");
+                            }
+                            Verdict::admitted(&pod)
+                        }
+                    };
+                    changed += usize::from(self.writer.upsert(uid, verdict));
+                }
+                // A refusal or an eviction is final.
+                Some(_) => {}
+                None => new.push(pod),
+            }
+        }
+        new.sort_by(|a, b| admission_order(a, b));
+        let conditions = self.conditions.borrow().clone();
+        for pod in new {
+            let uid = pod.uid().to_owned();
+            let started = self.pod_actual.get(&uid).is_some_and(|a| !a.is_empty());
+            let verdict = self.admission.admit(&pod, started, &conditions);
+            if let Some(stopped) = verdict.stopped() {
+                info!(
+                    pod = %pod.name(),
+                    namespace = %pod.namespace(),
+                    reason = %stopped.reason,
+                    message = %stopped.message,
+                    "pod refused at admission"
+                );
+            }
+            self.writer.insert(uid, verdict);
+            changed += 1;
+        }
+        changed
+    }
+
+    /// Records `eviction`, unless the pod is gone or already stopped; returns whether it did.
+    pub fn evict(&mut self, eviction: Eviction) -> bool {
+        let Eviction { uid, message, grace, at } = eviction;
+        if !self.pods.contains_key(&uid) || self.writer.reader().get(&uid).is_some_and(|v| !v.is_admitted()) {
+            return false;
+        }
+        self.writer.insert(uid, Verdict::evicted(message, grace, at));
+        true
+    }
+
+    /// Populates until `shutdown`: first once the pod engine has reconstructed what the runtime
+    /// holds (pods found there are admitted whatever they ask), then on every change of the
+    /// desired pods and every eviction.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let pods_sub = self.pods.subscribe();
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = self.pod_actual.wait_until_synced() => {}
+        }
+        let changed = self.sync();
+        debug!(changed, "verdicts synced");
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = pods_sub.changed() => {
+                    pods_sub.drain();
+                    self.sync();
+                }
+                Some(eviction) = self.evictions.0.recv() => {
+                    self.evict(eviction);
+                }
+            }
+        }
+    }
+}
+
+/// Wakes the pod engine for every pod whose verdict changed, until `shutdown` or until the
+/// engine is gone.
+// relation: the pod pair watches the verdict store; key mapping: identity (a verdict's pod UID is
+// the pod's key).
+pub async fn wake_pods_on_verdicts(
+    verdicts: Store<PodUid, Verdict>,
+    waker: Waker<PodUid>,
+    shutdown: CancellationToken,
+) {
+    let sub = verdicts.subscribe();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = sub.changed() => {}
+        }
+        for uid in sub.drain() {
+            if !waker.wake(uid) {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::*;
+    use crate::eviction::verdict::{NodeResources, VerdictKind};
+    use crate::pod::actual::{ContainerRecord, ContainerState};
+    use crate::pod::desired::PodSource;
+
+    fn pod(name: &str, created: Option<&str>, cpu: &str) -> DesiredPod {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": name, "creationTimestamp": created},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu}}}]},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        DesiredPod { pod, source: PodSource::Http }
+    }
+
+    struct Setup {
+        populator: VerdictPopulator,
+        pods: Writer<PodUid, DesiredPod>,
+        actual: Writer<PodUid, PodActual>,
+        conditions: watch::Sender<BTreeSet<Condition>>,
+        sink: EvictionSink,
+    }
+
+    fn setup(cpu_milli: i64) -> Setup {
+        let (pod_store, pods) = reconcile_engine::store();
+        let (actual_store, actual) = reconcile_engine::store();
+        let (_, writer) = reconcile_engine::store();
+        let (conditions, rx) = watch::channel(BTreeSet::new());
+        let (sink, evictions) = evictions();
+        let admission =
+            Admission::new().with_resources(NodeResources { cpu_milli, memory_bytes: 1 << 30, max_pods: 10 });
+        let populator = VerdictPopulator::new(pod_store, actual_store, writer, admission, rx, evictions);
+        Setup { populator, pods, actual, conditions, sink }
+    }
+
+    fn reason(s: &Setup, uid: &str) -> Option<String> {
+        let v = s.populator.verdicts().get(&uid.to_owned())?;
+        Some(v.stopped().map_or_else(|| "Admitted".to_owned(), |s| s.reason.clone()))
+    }
+
+    fn running() -> PodActual {
+        let c = ContainerRecord { state: ContainerState::Running, ..ContainerRecord::default() };
+        PodActual { containers: vec![c], ..PodActual::default() }
+    }
+
+    #[test]
+    fn pods_are_admitted_oldest_first_and_running_pods_always() {
+        let mut s = setup(1000);
+        // Inserted newest first: the order of arrival in one pass does not matter, creation does.
+        s.pods.insert("newer".into(), pod("newer", Some("2026-01-01T00:00:02Z"), "600m"));
+        s.pods.insert("older".into(), pod("older", Some("2026-01-01T00:00:01Z"), "600m"));
+        s.pods.insert("adopted".into(), pod("adopted", Some("2026-01-01T00:00:03Z"), "900m"));
+        s.actual.insert("adopted".into(), running());
+        assert_eq!(s.populator.sync(), 3);
+        assert_eq!(reason(&s, "older").as_deref(), Some("Admitted"));
+        assert_eq!(reason(&s, "newer").as_deref(), Some("OutOfcpu"));
+        assert_eq!(reason(&s, "adopted").as_deref(), Some("Admitted"), "already in the runtime");
+        assert_eq!(s.populator.sync(), 0, "nothing changed");
+        // A refusal is final while the pod is desired; once gone, its verdict goes with it.
+        s.pods.remove(&"older".to_owned());
+        s.populator.sync();
+        assert_eq!(reason(&s, "older"), None);
+        assert_eq!(reason(&s, "newer").as_deref(), Some("OutOfcpu"), "still refused");
+        s.pods.remove(&"newer".to_owned());
+        s.populator.sync();
+        s.pods.insert("newer".into(), pod("newer", Some("2026-01-01T00:00:02Z"), "50m"));
+        s.populator.sync();
+        assert_eq!(
+            reason(&s, "newer").as_deref(),
+            Some("Admitted"),
+            "a new pod with that UID is decided anew"
+        );
+    }
+
+    #[test]
+    fn pressure_conditions_refuse_new_pods_only() {
+        let mut s = setup(1000);
+        s.pods.insert("before".into(), pod("before", None, "10m"));
+        s.populator.sync();
+        s.conditions.send_replace([Condition::DiskPressure].into());
+        s.pods.insert("after".into(), pod("after", None, "10m"));
+        s.populator.sync();
+        assert_eq!(reason(&s, "before").as_deref(), Some("Admitted"));
+        let verdict = s.populator.verdicts().get(&"after".to_owned());
+        let message = verdict.as_deref().and_then(Verdict::stopped).map(|s| s.message.clone());
+        assert_eq!(message.as_deref(), Some("The node had condition: [DiskPressure]. "));
+    }
+
+    #[test]
+    fn a_deferred_resize_is_decided_again_when_another_pod_goes() {
+        let mut s = setup(1000);
+        s.pods.insert("small".into(), pod("small", None, "400m"));
+        s.pods.insert("other".into(), pod("other", None, "500m"));
+        s.populator.sync();
+        s.pods.insert("small".into(), pod("small", None, "600m"));
+        s.populator.sync();
+        let resize = |s: &Setup, cpu: &str| {
+            s.populator
+                .verdicts()
+                .get(&"small".to_owned())
+                .and_then(|v| v.resize_for(&pod("small", None, cpu)))
+        };
+        assert_eq!(resize(&s, "600m"), Some(ResizeDecision::Deferred));
+        assert_eq!(resize(&s, "400m"), Some(ResizeDecision::Accepted), "it keeps what it has");
+        assert_eq!(resize(&s, "700m"), None, "not decided");
+        s.pods.remove(&"other".to_owned());
+        s.populator.sync();
+        assert_eq!(resize(&s, "600m"), Some(ResizeDecision::Accepted));
+        let verdict = s.populator.verdicts().get(&"small".to_owned());
+        assert_eq!(verdict.as_deref(), Some(&Verdict::admitted(&pod("small", None, "600m"))));
+    }
+
+    #[test]
+    fn evictions_stop_admitted_pods_that_are_still_desired() {
+        let mut s = setup(1000);
+        s.pods.insert("victim".into(), pod("victim", None, "10m"));
+        s.populator.sync();
+        let eviction = |uid: &str| Eviction {
+            uid: uid.into(),
+            message: "The node was low on resource: memory. ".into(),
+            grace: Duration::from_secs(1),
+            at: 7,
+        };
+        assert!(s.sink.evict(eviction("victim")));
+        let next = s.populator.evictions.try_next().unwrap_or_else(|| panic!("sent"));
+        assert!(s.populator.evict(next));
+        let verdict = s.populator.verdicts().get(&"victim".to_owned());
+        let stopped = verdict.as_deref().and_then(Verdict::stopped).cloned();
+        assert_eq!(
+            stopped.map(|s| (s.kind, s.reason, s.grace, s.at)),
+            Some((VerdictKind::Evicted, "Evicted".into(), Duration::from_secs(1), 7))
+        );
+        assert!(!s.populator.evict(eviction("victim")), "already stopped");
+        assert!(!s.populator.evict(eviction("gone")), "not desired");
+        assert_eq!(s.populator.sync(), 0, "an eviction is final");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_running_populator_decides_a_new_pod_and_wakes_it() {
+        let mut s = setup(1000);
+        let verdicts = s.populator.verdicts();
+        let shutdown = CancellationToken::new();
+        s.actual.mark_synced();
+        let Setup { populator, mut pods, actual: _actual, conditions: _c, sink: _sink } = s;
+        let task = tokio::spawn(populator.run(shutdown.clone()));
+        tokio::task::yield_now().await;
+        pods.insert("p".into(), pod("p", None, "10m"));
+        let sub = verdicts.subscribe();
+        tokio::time::timeout(Duration::from_secs(1), sub.changed())
+            .await
+            .unwrap_or_else(|_| panic!("decided"));
+        assert_eq!(
+            verdicts.get(&"p".to_owned()).as_deref(),
+            Some(&Verdict::admitted(&pod("p", None, "10m")))
+        );
+        shutdown.cancel();
+        task.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+}

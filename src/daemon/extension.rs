@@ -1,0 +1,163 @@
+//! The extension API: a crate outside nodelet adds its own reconcilers to the node.
+//!
+//! An [`Extension`] is registered with [`NodeBuilder::with_extension`](super::NodeBuilder::with_extension).
+//! After the standard pairs have started, the daemon calls [`Extension::start`] with an
+//! [`ExtensionContext`]: read-only [`Store`]s of the node's pods (desired and actual), volumes (desired and
+//! actual) and its pressure conditions, the shared engine [`Metrics`] (give the engine its own name and its
+//! series carry it as their `reconciler` label), the `/metrics` registry for its own series, the
+//! [`Supervisor`] to spawn its tasks on, the shutdown token, and the container runtime's CRI client.
+//!
+//! Its status: [`Extension::start`] may return a [`StatusTable`]; the main and read-only ports serve it
+//! as a `meta.k8s.io/v1` `Table` on `/extensions/{name}`, and `nodelet get {name}` prints it like the
+//! other `get` tables. `docs/extensions.md` walks through writing one.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use nodelet_resources::eviction::manager::PressureView;
+use nodelet_resources::pod::actual::PodActual;
+use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::volume::actual::VolumeActual;
+use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey};
+use reconcile_engine::{CancellationToken, Metrics, Store};
+
+use super::supervisor::Supervisor;
+
+/// Any error an extension returns from [`Extension::start`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A crate's addition to the node: started once, after the standard pairs, before the servers.
+pub trait Extension: Send + 'static {
+    /// Its name: a lowercase DNS label (`prepull`). The name of `/extensions/{name}` and `nodelet get
+    /// {name}`; a good default for its engine's `reconciler` label.
+    fn name(&self) -> &str;
+
+    /// Starts its engine(s) and tasks on `ctx.supervisor()`; returns its status table, if it has one.
+    /// An error stops the daemon before it serves (a broken extension is not half-started).
+    fn start(self: Box<Self>, ctx: &ExtensionContext) -> Result<Option<Arc<dyn StatusTable>>, BoxError>;
+}
+
+/// An extension's status as a table: column names and rows of cells, read on every request.
+pub trait StatusTable: Send + Sync + 'static {
+    /// The column headers (`NAME`, `STATUS`, …); `nodelet get` prints them as given.
+    fn columns(&self) -> Vec<String>;
+    /// One row per object, as many cells as [`columns`](Self::columns), the object's name first.
+    fn rows(&self) -> Vec<Vec<String>>;
+}
+
+/// What an extension reads and uses of the node (see the [module docs](self)).
+#[derive(Debug, Clone)]
+pub struct ExtensionContext {
+    pub(crate) node_name: String,
+    pub(crate) root_dir: std::path::PathBuf,
+    pub(crate) pods_desired: Store<PodUid, DesiredPod>,
+    pub(crate) pods_actual: Store<PodUid, PodActual>,
+    pub(crate) volumes_desired: Store<VolumeKey, DesiredVolume>,
+    pub(crate) volumes_actual: Store<VolumeKey, VolumeActual>,
+    pub(crate) pressure: PressureView,
+    pub(crate) engine_metrics: Metrics,
+    pub(crate) registry: prometheus::Registry,
+    pub(crate) supervisor: Supervisor,
+    pub(crate) cri: nodelet_cri::CriClient,
+}
+
+impl ExtensionContext {
+    /// The node's name.
+    pub fn node_name(&self) -> &str {
+        &self.node_name
+    }
+    /// nodelet's root directory (`--root-dir`); an extension keeps its state under `<root>/<name>`.
+    pub fn root_dir(&self) -> &Path {
+        &self.root_dir
+    }
+    /// The pods the node should run, by UID (read-only).
+    pub fn pods_desired(&self) -> Store<PodUid, DesiredPod> {
+        self.pods_desired.clone()
+    }
+    /// The pods as the runtime runs them, by UID (read-only).
+    pub fn pods_actual(&self) -> Store<PodUid, PodActual> {
+        self.pods_actual.clone()
+    }
+    /// The volumes the pods need (read-only).
+    pub fn volumes_desired(&self) -> Store<VolumeKey, DesiredVolume> {
+        self.volumes_desired.clone()
+    }
+    /// The volumes as set up on the node (read-only).
+    pub fn volumes_actual(&self) -> Store<VolumeKey, VolumeActual> {
+        self.volumes_actual.clone()
+    }
+    /// The node's pressure conditions (MemoryPressure, DiskPressure, PIDPressure).
+    pub fn pressure(&self) -> PressureView {
+        self.pressure.clone()
+    }
+    /// The engine metrics every engine reports to: pass them to
+    /// [`EngineBuilder::metrics`](reconcile_engine::EngineBuilder::metrics); the engine's name is its
+    /// `reconciler` label on `/metrics`.
+    pub fn engine_metrics(&self) -> &Metrics {
+        &self.engine_metrics
+    }
+    /// The `/metrics` registry, for the extension's own series.
+    pub fn registry(&self) -> &prometheus::Registry {
+        &self.registry
+    }
+    /// Spawns and watches the extension's tasks.
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
+    }
+    /// Cancelled when the daemon stops.
+    pub fn shutdown(&self) -> &CancellationToken {
+        self.supervisor.shutdown()
+    }
+    /// The container runtime's CRI client (its calls count in `kubelet_runtime_operations_*`).
+    pub fn cri(&self) -> &nodelet_cri::CriClient {
+        &self.cri
+    }
+}
+
+/// The started extensions' status tables, by name: what the servers serve on `/extensions/{name}`.
+#[derive(Clone, Default)]
+pub(crate) struct StatusTables(pub(crate) std::collections::BTreeMap<String, Arc<dyn StatusTable>>);
+
+impl std::fmt::Debug for StatusTables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+impl StatusTables {
+    /// The table as a `meta.k8s.io/v1` `Table` (what kubectl's server-side printing reads): one string
+    /// column per header, one row per object with its cells; `None` for an unknown name.
+    pub(crate) fn table(&self, name: &str) -> Option<serde_json::Value> {
+        let table = self.0.get(name)?;
+        let columns: Vec<serde_json::Value> = table
+            .columns()
+            .into_iter()
+            .map(|c| serde_json::json!({"name": c, "type": "string", "format": "", "description": "", "priority": 0}))
+            .collect();
+        let rows: Vec<serde_json::Value> =
+            table.rows().into_iter().map(|cells| serde_json::json!({"cells": cells})).collect();
+        Some(serde_json::json!({
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {},
+            "columnDefinitions": columns,
+            "rows": rows,
+        }))
+    }
+}
+
+/// Whether `name` can be an extension's name: a lowercase RFC 1123 label, not one of `get`'s own types.
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
+    let label = !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if !label {
+        return Err(format!("extension name {name:?} is not a lowercase DNS label"));
+    }
+    if crate::cli::GET_TYPES.contains(&name) {
+        return Err(format!("extension name {name:?} is one of nodelet get's own resource types"));
+    }
+    Ok(())
+}

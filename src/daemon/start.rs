@@ -1,0 +1,637 @@
+//! The start functions of the standard pairs and concerns, in the order the daemon calls them. Each takes
+//! the [`Core`] (configuration, shutdown, supervisor, registries) and the handles of the earlier ones, starts
+//! its tasks on the supervisor, and returns the handles the later ones need.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context as _;
+use nodelet_resources::pod::actual::PodActual;
+use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::pod::driver::PodDriver;
+use nodelet_resources::pod::metrics::PodMetrics;
+use nodelet_resources::pod::pleg::Pleg;
+use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler, system_clock};
+use nodelet_resources::probe::results::ProbeResults;
+use nodelet_resources::sandbox::metrics::SandboxMetrics;
+use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
+use nodelet_resources::sandbox::status::{SandboxView, pod_of_sandboxes};
+use nodelet_resources::volume::actual::VolumeActual;
+use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey};
+use nodelet_resources::volume::driver::VolumeDriver;
+use nodelet_resources::volume::metrics::VolumeMetrics;
+use nodelet_resources::volume::populator::{ClaimLookup, Populator};
+use nodelet_resources::volume::reconciler::VolumeReconciler;
+use nodelet_resources::volume::status::VolumeGate;
+use reconcile_engine::{BackoffConfig, Engine, Metrics, Store, Waker};
+use tokio_util::sync::CancellationToken;
+
+use super::supervisor::{Policy, Supervisor};
+use crate::{claims, cluster, config, log_rotation, node, node_facts, pressure};
+use crate::{sources, stats, volumes};
+
+/// What every start function shares.
+pub(crate) struct Core {
+    pub(crate) config: Arc<config::Config>,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) supervisor: Supervisor,
+    /// `/metrics`.
+    pub(crate) registry: prometheus::Registry,
+    /// `/metrics/probes`: the prober's metrics are served apart, as the kubelet does.
+    pub(crate) probe_registry: prometheus::Registry,
+    /// The engine metrics every engine reports to, each under its own `reconciler` label.
+    pub(crate) engine_metrics: Metrics,
+}
+
+impl Core {
+    pub(crate) fn new(config: Arc<config::Config>) -> anyhow::Result<Self> {
+        let registry = prometheus::Registry::new();
+        let shutdown = CancellationToken::new();
+        Ok(Core {
+            supervisor: Supervisor::new(shutdown.clone(), &registry)?,
+            engine_metrics: Metrics::new(&registry)?,
+            probe_registry: prometheus::Registry::new(),
+            registry,
+            shutdown,
+            config,
+        })
+    }
+}
+
+/// The container runtime, ready.
+pub(crate) struct Runtime {
+    pub(crate) cri: nodelet_cri::CriClient,
+    pub(crate) ready: Arc<AtomicBool>,
+    pub(crate) facts: Arc<node_facts::NodeFacts>,
+}
+
+/// Connects to the runtime at `endpoint`, preloads images, waits until it is ready, and keeps checking
+/// its health for `/healthz` (task `runtime-health`, restartable).
+pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> anyhow::Result<Runtime> {
+    let config = &core.config;
+    let cri = nodelet_cri::CriClient::connect_lazy(
+        nodelet_cri::CriConfig::new(endpoint).with_runtime_request_timeout(config.runtime.request_timeout),
+    )
+    .with_context(|| format!("bad container runtime endpoint {endpoint}"))?;
+    if let (Some(dir), true) = (&config.runtime.preload_images, config.runtime.endpoint.is_some()) {
+        let socket = endpoint.trim_start_matches("unix://");
+        let imported =
+            crate::containerd::import_images(std::path::Path::new("ctr"), socket.as_ref(), dir).await?;
+        tracing::info!(images = imported.len(), dir = %dir.display(), "preloaded images");
+    }
+    // Wait for the runtime before planning anything: reconstruction needs it.
+    let ready = Arc::new(AtomicBool::new(false));
+    wait_for_runtime(&cri, &ready).await;
+    // What the Node object shows of this machine: read once.
+    let facts = Arc::new(node_facts::NodeFacts::detect(config, node_facts::runtime_version(&cri).await));
+    // kubelet_runtime_operations_{total,errors_total,duration_seconds}, counted in every clone of `cri`.
+    cri.set_metrics(nodelet_cri::CriMetrics::new(&core.registry)?);
+
+    let (health_cri, health_ready, stop) = (cri.clone(), ready.clone(), core.shutdown.clone());
+    core.supervisor.spawn_restartable("runtime-health", move || {
+        runtime_health(health_cri.clone(), health_ready.clone(), stop.clone())
+    });
+    Ok(Runtime { cri, ready, facts })
+}
+
+/// Runtime health for /healthz, every 5 s.
+async fn runtime_health(cri: nodelet_cri::CriClient, ready: Arc<AtomicBool>, stop: CancellationToken) {
+    loop {
+        let ok = matches!(cri.status().await, Ok(s) if s.is_ready());
+        if ready.swap(ok, Ordering::Relaxed) != ok {
+            if ok {
+                tracing::info!("container runtime is ready");
+            } else {
+                tracing::warn!("container runtime is not ready");
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+/// Waits until the runtime answers `Status` with RuntimeReady (logging while it does not).
+async fn wait_for_runtime(cri: &nodelet_cri::CriClient, ready: &AtomicBool) {
+    let mut delay = std::time::Duration::from_millis(100);
+    loop {
+        match cri.status().await {
+            Ok(status) if status.is_ready() => {
+                ready.store(true, Ordering::Relaxed);
+                return;
+            }
+            Ok(status) => {
+                tracing::warn!(reason = ?status.not_ready_reason(), "container runtime not ready yet")
+            }
+            Err(e) => tracing::warn!(error = %e, "container runtime not reachable yet"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(5));
+    }
+}
+
+/// The pod sources and the desired pod store.
+pub(crate) struct Sources {
+    pub(crate) pod_config: sources::PodConfig,
+    pub(crate) desired: Store<PodUid, DesiredPod>,
+    /// ConfigMaps, Secrets, PersistentVolumes… of the manifest directory.
+    pub(crate) objects: tokio::sync::watch::Receiver<Arc<sources::ManifestObjects>>,
+    pub(crate) cluster: Option<cluster::Cluster>,
+}
+
+/// Sources → desired store: the manifest directory (task `source-file`), URL (`source-url`), HTTP
+/// endpoint (`source-http`) and, in cluster mode, the API server (group `cluster-connect`).
+pub(crate) async fn start_sources(core: &Core) -> anyhow::Result<Sources> {
+    let (config, sup, shutdown) = (&core.config, &core.supervisor, &core.shutdown);
+    // Ephemeral containers `nodelet debug` added to static pods, kept across restarts.
+    let debug_dir = config.root_dir.join("debug");
+    let debug_state = sources::debug::DebugState::load(&debug_dir).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "the ephemeral containers of static pods cannot be read; starting without them");
+        sources::debug::DebugState::empty(&debug_dir)
+    });
+    let pod_config = sources::PodConfig::new(config.node_name.clone())
+        .with_debug_state(debug_state)
+        .with_security(config.security_policies());
+    let mut objects = tokio::sync::watch::channel(Arc::new(sources::ManifestObjects::new())).1;
+    if let Some(path) = &config.sources.static_pod_path {
+        let mut cfg = sources::file::FileSourceConfig::new(path.clone());
+        cfg.check_frequency = config.sources.file_check_frequency;
+        let source = sources::file::FileSource::new(cfg, pod_config.add_source("file")?);
+        objects = source.objects();
+        sup.spawn("source-file", Policy::Critical, source.run(shutdown.clone()));
+    }
+    if let Some(url) = &config.sources.static_pod_url {
+        let mut cfg = sources::url::UrlSourceConfig::new(url.clone());
+        cfg.headers = config.sources.static_pod_url_headers.clone();
+        cfg.check_frequency = config.sources.http_check_frequency;
+        let source = sources::url::UrlSource::new(cfg, pod_config.add_source("url")?)?;
+        sup.spawn("source-url", Policy::Critical, source.run(shutdown.clone()));
+    }
+    if let Some(addr) = config.sources.manifest_http_addr {
+        let checkpoint_dir = config.root_dir.join("http-source");
+        std::fs::create_dir_all(&checkpoint_dir)
+            .with_context(|| format!("cannot create {}", checkpoint_dir.display()))?;
+        let mut http_config = sources::http::HttpSourceConfig::new(addr);
+        http_config.checkpoint = Some(checkpoint_dir.join("pods.json"));
+        let source = sources::http::HttpSource::bind(http_config, pod_config.add_source("http")?).await?;
+        tracing::info!(addr = %source.local_addr(), "accepting manifests over HTTP");
+        sup.spawn("source-http", Policy::Critical, source.run(shutdown.clone()));
+    }
+    // Cluster mode: the API server is one more source.
+    let cluster = match &config.cluster {
+        Some(c) => {
+            let mut tasks = tokio::task::JoinSet::new();
+            let cluster = cluster::Cluster::connect(
+                &config.node_name,
+                c,
+                &pod_config,
+                &core.registry,
+                shutdown,
+                &mut tasks,
+            )
+            .await?;
+            sup.adopt("cluster-connect", tasks);
+            Some(cluster)
+        }
+        None => None,
+    };
+    pod_config.seal();
+    let desired = pod_config.store();
+    Ok(Sources { pod_config, desired, objects, cluster })
+}
+
+/// What pods run on and read from: the CRI pod runtime, the objects of volumes, CSI plugins, claims.
+pub(crate) struct Storage {
+    pub(crate) node_objects: volumes::NodeObjects,
+    pub(crate) pod_runtime: Arc<nodelet_cri::CriPodRuntime>,
+    pub(crate) csi: Arc<nodelet_csi::Registry>,
+    pub(crate) claim_view: nodelet_resources::claim::status::ClaimView,
+    pub(crate) claim_metrics: nodelet_resources::claim::metrics::ClaimMetrics,
+    pub(crate) claim_lookup: Arc<dyn ClaimLookup>,
+    pub(crate) volume_metrics: VolumeMetrics,
+}
+
+/// The CRI pod runtime, the CSI plugin registry (task `csi-plugin-watcher`) and the claim engine (task
+/// `claim-engine`, group `claims`).
+pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> anyhow::Result<Storage> {
+    let (config, sup, shutdown) = (&core.config, &core.supervisor, &core.shutdown);
+    // ConfigMaps, Secrets and tokens for volumes and environment variables.
+    let node_objects =
+        volumes::NodeObjects::new(src.objects.clone(), src.cluster.as_ref().map(|c| c.pod_data()))
+            .with_api_runtime_classes(src.cluster.as_ref().map(cluster::Cluster::runtime_classes));
+    let pod_runtime = Arc::new(nodelet_cri::CriPodRuntime::new(
+        runtime.cri.clone(),
+        nodelet_cri::CriPodRuntimeConfig::default()
+            .with_pod_log_root(&config.pods.pod_logs_dir)
+            .with_cgroup_root(config.pods.cgroup_root.clone())
+            .with_resolv_conf(config.pods.resolv_conf.clone())
+            .with_cluster_dns(config.pods.cluster_dns.iter().map(ToString::to_string).collect())
+            .with_cluster_domain(&config.pods.cluster_domain)
+            .with_allow_privileged(config.pods.allow_privileged)
+            .with_seccomp_default(config.pods.seccomp_default)
+            // The embedded containerd runs with disable_apparmor: it could not apply a profile either.
+            .with_apparmor_enabled(config.runtime.endpoint.is_some() && nodelet_cri::apparmor_enabled())
+            .with_node_name(&config.node_name)
+            .with_root_dir(&config.root_dir)
+            .with_node_ips(runtime.facts.internal_ips())
+            .with_objects(Arc::new(node_objects.clone()))
+            .with_runtime_classes(Arc::new(node_objects.clone())),
+    ));
+    let volume_metrics = VolumeMetrics::new(&core.registry)?;
+    // CSI node plugins register by socket in nodelet.storage.csi.pluginDir (<root-dir>/plugins_registry).
+    let csi = Arc::new(nodelet_csi::Registry::new(
+        &config.storage.csi_plugin_dir,
+        nodelet_csi::CsiClientConfig::default(),
+    ));
+    std::fs::create_dir_all(&config.storage.csi_plugin_dir).with_context(|| {
+        format!("cannot create the CSI plugin directory {}", config.storage.csi_plugin_dir.display())
+    })?;
+    let watcher = csi.spawn_watcher(std::time::Duration::from_secs(2), shutdown.clone());
+    sup.watch("csi-plugin-watcher", Policy::Critical, watcher);
+
+    // The claim engine: PersistentVolumes, claims and classes from the manifests, provisioners.
+    let mut tasks = tokio::task::JoinSet::new();
+    let claims::Claims { view: claim_view, metrics: claim_metrics, task } = claims::start(
+        config,
+        src.objects.clone(),
+        src.desired.clone(),
+        &core.registry,
+        &core.engine_metrics,
+        volume_metrics.operation_duration.clone(),
+        csi.clone(),
+        shutdown,
+        &mut tasks,
+    )?;
+    sup.adopt("claims", tasks);
+    sup.watch("claim-engine", Policy::Critical, log_report("claim", task));
+    let mut claim_lookup: Arc<dyn ClaimLookup> = Arc::new(claim_view.clone());
+    if let Some(c) = &src.cluster {
+        // API pods' claims come from the API server, bound by the control plane.
+        claim_lookup =
+            Arc::new(cluster::podobjects::ClusterClaims { api: c.pod_data(), local: claim_lookup });
+    }
+    Ok(Storage { node_objects, pod_runtime, csi, claim_view, claim_metrics, claim_lookup, volume_metrics })
+}
+
+/// Logs an engine's report when it stops.
+fn log_report(
+    what: &'static str,
+    task: tokio::task::JoinHandle<reconcile_engine::RunReport>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        match task.await {
+            Ok(report) => {
+                tracing::info!(
+                    operations = report.operations,
+                    abandoned = report.abandoned,
+                    "{what} engine stopped"
+                )
+            }
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    })
+}
+
+/// The volume pair's stores and what pods read of it.
+pub(crate) struct Volumes {
+    pub(crate) desired: Store<VolumeKey, DesiredVolume>,
+    pub(crate) actual: Store<VolumeKey, VolumeActual>,
+    pub(crate) gate: VolumeGate,
+    failures: Store<
+        VolumeKey,
+        reconcile_engine::OpStatus<
+            nodelet_resources::volume::ops::VolumeOp,
+            nodelet_resources::volume::driver::VolumeError,
+        >,
+    >,
+    metrics: VolumeMetrics,
+    /// The engine, started by [`start_pods`] (its populator is the pod pair's).
+    engine: Option<VolumeEngine>,
+    writer: Option<reconcile_engine::Writer<VolumeKey, DesiredVolume>>,
+}
+
+type VolumeEngine = Engine<DesiredVolume, VolumeActual, VolumeReconciler, VolumeDriver<volumes::NodeVolumes>>;
+
+impl Volumes {
+    /// What the servers show of the volumes.
+    pub(crate) fn view(&self) -> node::VolumeView {
+        node::VolumeView {
+            desired: self.desired.clone(),
+            actual: self.actual.clone(),
+            failures: self.failures.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// The volume engine (task `volume-engine`) and its observer (`volume-watch`).
+pub(crate) fn start_volumes(core: &Core, storage: &Storage) -> Volumes {
+    let config = &core.config;
+    let (desired, writer) = reconcile_engine::store();
+    let builder = Engine::builder(
+        "volumes",
+        VolumeReconciler::new(&config.root_dir),
+        Arc::new(VolumeDriver::new(
+            Arc::new(volumes::NodeVolumes::new(&config.root_dir, storage.csi.clone())),
+            storage.volume_metrics.clone(),
+        )),
+        desired.clone(),
+    )
+    .metrics(&core.engine_metrics);
+    // Pod volumes and their CSI devices wait for each other.
+    let own_actual = builder.actual();
+    let related = nodelet_resources::volume::reconciler::related_volumes(desired.clone(), own_actual.clone());
+    let mut engine = builder.watches("devices", own_actual, related).build();
+    let actual = engine.actual();
+    let failures = engine.op_status();
+    core.supervisor.spawn(
+        "volume-watch",
+        Policy::Critical,
+        volumes::watch_volumes(actual.clone(), engine.observer(), core.shutdown.clone()),
+    );
+    let gate = VolumeGate::new(desired.clone(), actual.clone()).with_claims(storage.claim_lookup.clone());
+    let metrics = storage.volume_metrics.clone();
+    Volumes { desired, actual, gate, failures, metrics, engine: Some(engine), writer: Some(writer) }
+}
+
+/// The pod pair's stores and what the servers and later pairs read of it.
+pub(crate) struct Pods {
+    pub(crate) actual: Store<PodUid, PodActual>,
+    pub(crate) failures: Store<PodUid, nodelet_resources::pod::status::PodOpStatus>,
+    pub(crate) waker: Waker<PodUid>,
+    pub(crate) probes: ProbeResults,
+    /// The node's verdicts on its pods (admitted, refused, evicted).
+    pub(crate) verdicts: Store<PodUid, nodelet_resources::eviction::verdict::Verdict>,
+    /// What the pod pair and status read of the sandbox pair.
+    pub(crate) sandboxes: SandboxView,
+    /// What [`start_pressure`] takes: the verdict store's writer, admission and the container GC
+    /// reclaimer (the verdict populator and the eviction manager run there).
+    pressure_inputs: Option<PressureInputs>,
+    pub(crate) crash_loop: CrashLoopBackOff,
+    pub(crate) clock: Clock,
+    /// Re-populates the volumes (objects or claims changed).
+    pub(crate) refresh: tokio::sync::watch::Sender<()>,
+}
+
+struct PressureInputs {
+    verdict_writer: reconcile_engine::Writer<PodUid, nodelet_resources::eviction::verdict::Verdict>,
+    admission: nodelet_resources::eviction::verdict::Admission,
+    container_gc: nodelet_resources::pod::gc::ContainerGcReclaimer,
+}
+
+/// The pod engine (task `pod-engine`) with its prober (`prober`), PLEG (`pleg`, `runtime-events`), volume
+/// populator (`volume-populator`, `volume-refresh`), container GC (`container-gc`), log rotation
+/// (`log-rotation`) and the volume wake-ups (`wake-pods-on-volumes`, `claim-volume-stats`); also starts the
+/// volume engine and the sandbox pair (`sandbox-engine`: sandboxes and their network, see
+/// [`nodelet_resources::sandbox`]).
+pub(crate) fn start_pods(
+    core: &Core,
+    runtime: &Runtime,
+    src: &Sources,
+    storage: &Storage,
+    vols: &mut Volumes,
+) -> anyhow::Result<Pods> {
+    let (config, sup, shutdown) = (&core.config, &core.supervisor, &core.shutdown);
+    let desired = &src.desired;
+    let pod_metrics = PodMetrics::new(&core.registry)?;
+    let crash_loop = CrashLoopBackOff {
+        initial: config.backoff.container_restart.initial,
+        max: config.backoff.container_restart.max,
+        reset_after: config.backoff.container_restart.reset_after,
+    };
+    let clock = system_clock();
+    // The prober: runs the probes of running containers; the pod reconciler and status read its results.
+    let prober = nodelet_resources::probe::worker::Prober::new(
+        Arc::new(storage.pod_runtime.prober().clone()),
+        desired.clone(),
+        nodelet_resources::probe::metrics::ProbeMetrics::new(&core.probe_registry)?,
+        clock.clone(),
+    );
+    let probes = prober.results();
+    // The node's verdicts on its pods (admitted, refused, evicted): written only by the verdict
+    // populator that `pressure::start` runs; read by the pod reconciler, the volume populator, status.
+    let (verdicts, verdict_writer) = reconcile_engine::store();
+    let admission = pressure::admission(config, &runtime.facts, Arc::new(storage.node_objects.clone()));
+    // Container GC: dead containers pruned by the pod pair, dead sandboxes by the sandbox pair
+    // (kubelet's container GC).
+    let (container_gc, container_surplus, container_reclaimer) =
+        nodelet_resources::pod::gc::container_gc(config.container_gc, desired.clone(), clock.clone());
+    let pod_failures: nodelet_resources::pod::reconciler::FailureSlot = Arc::default();
+    let pod_backoff = BackoffConfig::default()
+        .with_initial(config.backoff.image_pull.initial)
+        .with_max(config.backoff.image_pull.max);
+    // The sandbox pair (sandboxes and their network): built first, as the pod reconciler reads its
+    // sandboxes; it reads the verdicts and waits for the pods' volumes.
+    let mut sandbox_pair = SandboxPair::new(
+        storage.pod_runtime.clone(),
+        |r| r.with_volumes(vols.gate.clone()),
+        SandboxMetrics::new(&core.registry)?,
+        Some(&core.engine_metrics),
+        SandboxPairConfig {
+            backoff: pod_backoff.clone(),
+            resync_period: Some(config.sync_frequency),
+            creations_at_once: None,
+            verdicts: Some(verdicts.clone()),
+            volumes: Some(vols.actual.clone()),
+        },
+    );
+    let sandboxes = sandbox_pair.view();
+    let mut engine = Engine::builder(
+        "pods",
+        PodReconciler::new(crash_loop.clone(), clock.clone())
+            .with_failures(pod_failures.clone())
+            .with_sandboxes(sandboxes.clone())
+            .with_volumes(vols.gate.clone())
+            .with_probes(probes.clone())
+            .with_verdicts(verdicts.clone())
+            .with_container_gc(container_gc),
+        Arc::new(PodDriver::new(storage.pod_runtime.clone(), pod_metrics.clone())),
+        desired.clone(),
+    )
+    .metrics(&core.engine_metrics)
+    .backoff(pod_backoff)
+    .resync_period(config.sync_frequency)
+    // A pod's volumes changed: plan the pod again.
+    .watches("volumes", vols.actual.clone(), nodelet_resources::volume::reconciler::pod_of_volume)
+    // A pod's sandboxes changed: plan the pod again (its containers wait for a ready sandbox).
+    .watches("sandboxes", sandbox_pair.actual(), pod_of_sandboxes)
+    .build();
+    let actual = engine.actual();
+    let failures = engine.op_status();
+    let _ = pod_failures.set(failures.clone());
+    let waker = engine.waker();
+    sup.spawn(
+        "prober",
+        Policy::Critical,
+        prober.run(actual.clone(), engine.waker(), shutdown.clone().cancelled_owned()),
+    );
+    let writer = vols.writer.take().context("the volume populator is started once")?;
+    let renderer = volumes::ManifestRenderer::new(storage.node_objects.clone());
+    let populator = Populator::new(desired.clone(), actual.clone(), writer, Arc::new(renderer))
+        .with_claims(storage.claim_lookup.clone())
+        .with_verdicts(verdicts.clone());
+    // Re-populate when the objects (ConfigMaps, Secrets) or the claims' bindings change.
+    let (refresh_tx, refresh) = tokio::sync::watch::channel(());
+    sup.spawn(
+        "volume-refresh",
+        Policy::Critical,
+        volumes::forward_changes(
+            src.objects.clone(),
+            storage.claim_view.subscribe(),
+            refresh_tx.clone(),
+            shutdown.clone(),
+        ),
+    );
+    sup.spawn("volume-populator", Policy::Critical, populator.run(refresh, shutdown.clone()));
+    let (pods, vol_actual, csi, claim_metrics, period, stop) = (
+        desired.clone(),
+        vols.actual.clone(),
+        storage.csi.clone(),
+        storage.claim_metrics.clone(),
+        config.storage.volume_stats_agg_period,
+        shutdown.clone(),
+    );
+    sup.spawn_restartable("claim-volume-stats", move || {
+        volumes::claim_volume_stats(
+            pods.clone(),
+            vol_actual.clone(),
+            csi.clone(),
+            claim_metrics.clone(),
+            period,
+            stop.clone(),
+        )
+    });
+    let volume_engine = vols.engine.take().context("the volume engine is started once")?;
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move { volume_engine.run(stop.cancelled_owned()).await });
+    sup.watch("volume-engine", Policy::Critical, log_report("volume", task));
+
+    let pleg = Pleg::new(
+        storage.pod_runtime.clone(),
+        actual.clone(),
+        engine.observer(),
+        config.pleg_relist_period,
+        pod_metrics,
+    )
+    .with_sandboxes(sandbox_pair.actual(), sandbox_pair.observer());
+    let relist = pleg.waker();
+    // The sandbox pair's populator and engine (`sandbox-engine`), reading the pod actual store.
+    let task = sandbox_pair.start(desired.clone(), actual.clone(), engine.waker(), shutdown.clone());
+    sup.watch("sandbox-engine", Policy::Critical, log_report("sandbox", task));
+    // The node-wide cap on dead containers (maxContainers), decided over all pods.
+    let (surplus, surplus_actual, surplus_waker) = (container_surplus, actual.clone(), engine.waker());
+    sup.spawn(
+        "container-gc",
+        Policy::Critical,
+        surplus.populator(surplus_actual, surplus_waker).run(shutdown.clone()),
+    );
+    let (cri, logs_actual, logs_config, stop) =
+        (runtime.cri.clone(), actual.clone(), config.container_logs, shutdown.clone());
+    sup.spawn_restartable("log-rotation", move || {
+        log_rotation::run(cri.clone(), logs_actual.clone(), logs_config, stop.clone())
+    });
+    let (cri, stop) = (runtime.cri.clone(), shutdown.clone());
+    sup.spawn_restartable("runtime-events", move || {
+        forward_runtime_events(cri.clone(), relist.clone(), stop.clone())
+    });
+    let stop = shutdown.clone();
+    sup.spawn("pleg", Policy::Critical, async move { pleg.run(stop.cancelled_owned()).await });
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move { engine.run(stop.cancelled_owned()).await });
+    sup.watch("pod-engine", Policy::Critical, log_report("pod", task));
+    let pressure_inputs =
+        Some(PressureInputs { verdict_writer, admission, container_gc: container_reclaimer });
+    Ok(Pods {
+        actual,
+        failures,
+        waker,
+        probes,
+        verdicts,
+        sandboxes,
+        pressure_inputs,
+        crash_loop,
+        clock,
+        refresh: refresh_tx,
+    })
+}
+
+/// Runtime events wake the PLEG (a relist now instead of at the next period).
+async fn forward_runtime_events(
+    cri: nodelet_cri::CriClient,
+    relist: Arc<tokio::sync::Notify>,
+    stop: CancellationToken,
+) {
+    use futures::StreamExt;
+    let mut events = cri.events(nodelet_cri::EventsConfig::default());
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            event = events.next() => match event {
+                Some(event) => {
+                    tracing::trace!(?event, "runtime event");
+                    relist.notify_one();
+                }
+                None => return,
+            },
+        }
+    }
+}
+
+/// Node, pod and container statistics (/stats/summary, /metrics/resource, eviction signals): task
+/// `stats-housekeeping` (restartable).
+pub(crate) fn start_stats(
+    core: &Core,
+    src: &Sources,
+    storage: &Storage,
+    vols: &Volumes,
+) -> stats::StatsProvider {
+    let config = &core.config;
+    let stats = stats::StatsProvider::new(
+        storage.pod_runtime.clone(),
+        stats::StatsConfig::new(&config.node_name, &config.root_dir, &config.pods.pod_logs_dir),
+        system_clock(),
+    )
+    .with_volumes(src.desired.clone(), vols.actual.clone())
+    .with_housekeeping_interval(config.housekeeping_interval);
+    let (provider, stop) = (stats.clone(), core.shutdown.clone());
+    core.supervisor
+        .spawn_restartable("stats-housekeeping", move || provider.clone().housekeeping(stop.clone()));
+    stats
+}
+
+/// Image garbage collection and the eviction manager (group `pressure`).
+pub(crate) fn start_pressure(
+    core: &Core,
+    runtime: &Runtime,
+    src: &Sources,
+    vols: &Volumes,
+    pods: &mut Pods,
+    stats: &stats::StatsProvider,
+) -> anyhow::Result<pressure::PressureState> {
+    let config = &core.config;
+    let inputs = pods.pressure_inputs.take().context("pressure is started once")?;
+    let mut tasks = tokio::task::JoinSet::new();
+    let state = pressure::start(
+        pressure::Wiring {
+            config,
+            cri: runtime.cri.clone(),
+            stats: stats.clone(),
+            desired: src.desired.clone(),
+            actual: pods.actual.clone(),
+            volumes: vols.actual.clone(),
+            verdicts: pods.verdicts.clone(),
+            verdict_writer: inputs.verdict_writer,
+            admission: inputs.admission,
+            waker: pods.waker.clone(),
+            container_gc: inputs.container_gc,
+            registry: &core.registry,
+            engine_metrics: &core.engine_metrics,
+            clock: pods.clock.clone(),
+        },
+        &core.shutdown,
+        &mut tasks,
+    )?;
+    core.supervisor.adopt("pressure", tasks);
+    Ok(state)
+}

@@ -1,0 +1,195 @@
+//! Local pod security on the real runtime: the Pod Security Standards level of each source (HTTP `baseline`, file
+//! `privileged`), `--allow-privileged=false` refusing host namespaces, `seccompDefault` giving containers the
+//! runtime's seccomp filter, and the local-path provisioner refusing to delete storage it has no record of.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{Nodelet, StartOptions, container, env_or_skip, runtime_id, sleep_until_term};
+
+fn free_port() -> u16 {
+    match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+        Ok(addr) => addr.port(),
+        Err(e) => panic!("no free port: {e}"),
+    }
+}
+
+/// POSTs `pod` to the manifest endpoint on `port`: the status and the body.
+async fn submit(n: &Nodelet, port: u16, pod: &Value) -> (u16, String) {
+    let response = n
+        .http()
+        .post(format!("http://127.0.0.1:{port}/pods"))
+        .header("content-type", "application/json")
+        .body(pod.to_string())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST /pods: {e}"));
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn the_http_source_refuses_host_network_at_baseline_while_the_file_source_runs_it() {
+    let env = env_or_skip!("the_http_source_refuses_host_network_at_baseline_while_the_file_source_runs_it");
+    let port = free_port();
+    let options = StartOptions {
+        extra_args: vec!["--manifest-http-addr".to_owned(), format!("127.0.0.1:{port}")],
+        ..Default::default()
+    };
+    let n = Nodelet::start_with(&env, "pss-http", options).await;
+    let app = |prefix: &str| json!({"name": "app", "command": sleep_until_term(prefix)});
+    let host = |name: &str| {
+        n.pod_manifest(
+            name,
+            json!({"hostNetwork": true, "terminationGracePeriodSeconds": 1, "containers": [app("")]}),
+        )
+    };
+
+    let (status, body) = submit(&n, port, &host("hostnet")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains(r#"violates PodSecurity \"baseline:latest\": host namespaces (hostNetwork=true)"#),
+        "the upstream text: {body}"
+    );
+    assert!(body.contains("default/hostnet"), "names the pod: {body}");
+
+    let plain = n.pod_manifest("plain", json!({"terminationGracePeriodSeconds": 1, "containers": [app("")]}));
+    let (status, body) = submit(&n, port, &plain).await;
+    assert!((200..300).contains(&status), "{status} {body}");
+    n.wait_running("plain").await;
+    assert!(n.pod(&n.pod_name("hostnet")).await.is_none(), "the refused pod is not on the node");
+
+    // The same pod from the manifest directory runs: static pods are trusted (privileged) by default.
+    n.write_manifest("hostnet.yaml", &host("hostnet"));
+    n.wait_running("hostnet").await;
+    let url = format!("http://127.0.0.1:{port}/pods/default/plain");
+    let removed = n.http().delete(&url).send().await.unwrap_or_else(|e| panic!("DELETE {url}: {e}"));
+    assert!(removed.status().is_success(), "{}", removed.status());
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn allow_privileged_false_refuses_a_host_pid_static_pod() {
+    let env = env_or_skip!("allow_privileged_false_refuses_a_host_pid_static_pod");
+    let options =
+        StartOptions { extra_args: vec!["--allow-privileged=false".to_owned()], ..Default::default() };
+    let n = Nodelet::start_with(&env, "pss-noprv", options).await;
+    let spec = |host_pid: bool| {
+        json!({"hostPID": host_pid, "terminationGracePeriodSeconds": 1,
+               "containers": [{"name": "app", "command": sleep_until_term("")}]})
+    };
+    n.write_manifest("hostpid.yaml", &n.pod_manifest("hostpid", spec(true)));
+    n.write_manifest("plain.yaml", &n.pod_manifest("plain", spec(false)));
+    n.wait_running("plain").await;
+    let file = n.manifest_dir().join("hostpid.yaml").display().to_string();
+    let line = n
+        .wait_for("a log line refusing hostpid.yaml", Duration::from_secs(10), async || {
+            n.log()
+                .lines()
+                .find(|l| l.contains(&file) && l.contains("forbidden by --allow-privileged=false"))
+                .map(str::to_owned)
+        })
+        .await;
+    assert!(line.contains("spec.hostPID: host namespaces are not allowed"), "{line}");
+    assert!(line.contains("default/hostpid"), "names the pod: {line}");
+    assert!(n.pod(&n.pod_name("hostpid")).await.is_none(), "the refused pod is not on the node");
+    n.shutdown().await;
+}
+
+/// The `Seccomp:` mode of a process in container `id` (0 none, 2 filter).
+async fn seccomp_mode(n: &Nodelet, id: &str) -> String {
+    let (code, status) = n.exec(id, &["cat", "/proc/self/status"]).await;
+    assert_eq!(code, 0, "{status}");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_else(|| panic!("no Seccomp line in {status}"))
+}
+
+#[tokio::test]
+async fn seccomp_default_gives_containers_the_runtime_default_filter() {
+    let env = env_or_skip!("seccomp_default_gives_containers_the_runtime_default_filter");
+    let options = StartOptions { config_extra: "seccompDefault: true".to_owned(), ..Default::default() };
+    let n = Nodelet::start_with(&env, "pss-seccomp", options).await;
+    let pod = |sc: Value| {
+        json!({"terminationGracePeriodSeconds": 1, "securityContext": sc,
+               "containers": [{"name": "app", "command": sleep_until_term("")}]})
+    };
+    n.write_manifest("default.yaml", &n.pod_manifest("default", pod(json!({}))));
+    n.write_manifest(
+        "unconfined.yaml",
+        &n.pod_manifest("unconfined", pod(json!({"seccompProfile": {"type": "Unconfined"}}))),
+    );
+    let defaulted = n.wait_running("default").await;
+    let unconfined = n.wait_running("unconfined").await;
+    let id = |p| container(p, "app").map(runtime_id).unwrap_or_default();
+    assert_eq!(seccomp_mode(&n, &id(&defaulted)).await, "2", "RuntimeDefault is a seccomp filter");
+    assert_eq!(seccomp_mode(&n, &id(&unconfined)).await, "0", "an explicit Unconfined stays unconfined");
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_forged_provisioned_volume_is_released_without_deleting_its_data() {
+    let env = env_or_skip!("a_forged_provisioned_volume_is_released_without_deleting_its_data");
+    let n = Nodelet::start(&env, "pss-forged").await;
+    // A directory where the local-path provisioner would put a volume named "forged", which it never created.
+    let dir = n.root_dir().join("storage/local/forged");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::fs::write(dir.join("precious"), "keep me").unwrap_or_else(|e| panic!("write: {e}"));
+    let pv = format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: forged
+  annotations: {{pv.kubernetes.io/provisioned-by: nodelet.dev/local-path}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  storageClassName: manual
+  persistentVolumeReclaimPolicy: Delete
+  local: {{path: "{}"}}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - {{key: kubernetes.io/hostname, operator: In, values: ["{}"]}}
+"#,
+        dir.display(),
+        n.node()
+    );
+    let claim = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: default}\nspec:\n  \
+                 storageClassName: manual\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 500Mi}}\n";
+    n.write_manifest_text("pv.yaml", &pv);
+    n.write_manifest_text("claim.yaml", claim);
+    let pvs_url = format!("http://127.0.0.1:{}/api/v1/persistentvolumes", n.ports().read_only);
+    let phase = async |n: &Nodelet| -> Value {
+        let Ok(r) = n.http().get(&pvs_url).send().await else { return Value::Null };
+        let list: Value = serde_json::from_slice(&r.bytes().await.unwrap_or_default()).unwrap_or(Value::Null);
+        list["items"][0]["status"].clone()
+    };
+    n.wait_for("the forged volume Bound", Duration::from_secs(15), async || {
+        (phase(&n).await["phase"] == "Bound").then_some(())
+    })
+    .await;
+    // The claim goes: under Delete the provisioner would remove the directory; without nodelet's own record of
+    // provisioning it, the volume fails with a clear message and the data stays.
+    n.remove_manifest("claim.yaml");
+    let status = n
+        .wait_for("the forged volume Failed", Duration::from_secs(15), async || {
+            let s = phase(&n).await;
+            (s["phase"] == "Failed").then_some(s)
+        })
+        .await;
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(message.contains("no provisioning record"), "{status}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        std::fs::read_to_string(dir.join("precious")).unwrap_or_default(),
+        "keep me",
+        "the data stays"
+    );
+    n.shutdown().await;
+}
