@@ -133,12 +133,14 @@ pub struct PodDriver<R> {
     metrics: PodMetrics,
     /// Pods whose start was observed (for `kubelet_pod_start_duration_seconds`, once per pod).
     started: Arc<std::sync::Mutex<std::collections::HashSet<PodUid>>>,
+    /// Pods the driver has synced (for the `create`/`update` label of `kubelet_pod_worker_duration_seconds`).
+    synced: Arc<std::sync::Mutex<std::collections::HashSet<PodUid>>>,
 }
 
 impl<R: PodRuntime> PodDriver<R> {
     /// A driver over `runtime`, counting started containers in `metrics`.
     pub fn new(runtime: Arc<R>, metrics: PodMetrics) -> Self {
-        Self { runtime, metrics, started: Arc::default() }
+        Self { runtime, metrics, started: Arc::default(), synced: Arc::default() }
     }
 
     /// The runtime.
@@ -148,6 +150,10 @@ impl<R: PodRuntime> PodDriver<R> {
 
     fn started(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<PodUid>> {
         self.started.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn synced(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<PodUid>> {
+        self.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Observes the pod's start duration, from the creation of its first sandbox, when all its app
@@ -294,8 +300,10 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
     ) -> Outcome<PodActual, RuntimeError> {
         let started = tokio::time::Instant::now();
         let kind = match op {
+            // The kubelet's pod worker syncs a pod it has not seen before as `create` (SyncPodCreate),
+            // later ones as `update`.
             PodOp::StartContainer { .. } | PodOp::KillContainers { .. } | PodOp::ResizeContainer { .. } => {
-                Some("update")
+                Some(if self.synced().insert(uid.clone()) { "create" } else { "update" })
             }
             PodOp::KillPod { .. } => Some("kill"),
             PodOp::Refresh => Some("sync"),
@@ -313,6 +321,7 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
             PodOp::StartContainer { pod, .. } => self.observe_started(uid, pod, &outcome),
             PodOp::KillPod { remove: true, .. } => {
                 self.started().remove(uid);
+                self.synced().remove(uid);
             }
             _ => {}
         }
