@@ -25,30 +25,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use nodelet_cri::{ContainerFilter, CriClient, CriConfig, SandboxFilter, labels};
 use tokio::time::Instant;
 
 mod fixture;
-use fixture::Nodelet;
-
-fn number(name: &str, default: u64) -> anyhow::Result<u64> {
-    match std::env::var(name) {
-        Ok(v) => v.parse().with_context(|| format!("{name}={v:?} is not a number")),
-        Err(_) => Ok(default),
-    }
-}
+use fixture::{Nodelet, number};
 
 fn main() -> anyhow::Result<()> {
-    let Ok(endpoint) = std::env::var("NODELET_TEST_CRI_ENDPOINT") else {
-        if std::env::var("NODELET_REQUIRE_RUNTIME").as_deref() == Ok("1") {
-            bail!("NODELET_TEST_CRI_ENDPOINT is unset (run `. /tmp/nodelet-test/env.sh` first)");
-        }
-        println!("soak bench: skipped (NODELET_TEST_CRI_ENDPOINT unset; run `. /tmp/nodelet-test/env.sh`)");
-        return Ok(());
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(run(endpoint))
+    fixture::with_runtime("soak", run)
 }
 
 /// What is counted at each sample.

@@ -45,7 +45,7 @@ pub trait StatusTable: Send + Sync + 'static {
     fn rows(&self) -> Vec<Vec<String>>;
 }
 
-/// What an extension reads and uses of the node (see the [module docs](self)).
+/// What an extension reads and uses of the node.
 #[derive(Debug, Clone)]
 pub struct ExtensionContext {
     pub(crate) node_name: String,

@@ -11,7 +11,7 @@
 //! # }
 //! ```
 //!
-//! The start order, one function per pair or concern in [`start`]: runtime → sources → claims → volumes →
+//! The start order, one function per pair or concern in `start`: runtime → sources → claims → volumes →
 //! pods (prober, PLEG, volume populator, container GC, log rotation) → stats → pressure (image GC,
 //! eviction) → extensions → cluster (Node, Lease, status) → servers. Every task runs on the [`Supervisor`].
 

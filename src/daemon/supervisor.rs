@@ -117,7 +117,7 @@ impl Supervisor {
     }
 
     /// Spawns the task `make()` under `name`, and makes and starts it again after a back-off each time it
-    /// returns or panics before shutdown (see the [module docs](self)).
+    /// returns or panics before shutdown.
     pub fn spawn_restartable<M, F>(&self, name: impl Into<String>, mut make: M)
     where
         M: FnMut() -> F + Send + 'static,

@@ -4,8 +4,8 @@
 //! one pass: list the runtime's images and containers, report the images (with sizes and last
 //! use) to the actual store through the engine's observer, work out the images in use (the pods'
 //! stores, every container in the runtime, the pinned references), and make the batch decision
-//! over that one snapshot ([`plan`](super::plan::plan) for the thresholds and the maximum age,
-//! [`plan_free`](super::plan::plan_free) for a request: least recently used first until enough bytes).
+//! over that one snapshot ([`plan`] for the thresholds and the maximum age,
+//! [`plan_free`] for a request: least recently used first until enough bytes).
 //! Each chosen image becomes `Remove` in the desired store, every other `Keep`; the engine then runs
 //! one removal per image, and the reconciler checks each again against the pods. The pass waits (a
 //! bounded time) for those removals to settle and reports the bytes they freed.

@@ -447,6 +447,11 @@ impl PodReconciler {
         }
     }
 
+    /// Whether the pod's last operation failed (and the engine keeps its status).
+    fn has_failure(&self, uid: &str) -> bool {
+        self.failures.as_ref().and_then(|f| f.get()).is_some_and(|f| f.contains_key(&uid.to_owned()))
+    }
+
     /// When the engine retries the pod's failed ephemeral container start, if that is its last failure.
     fn ephemeral_retry_at(&self, uid: &str) -> Option<tokio::time::Instant> {
         let status = self.failures.as_ref()?.get()?.get(&uid.to_owned())?;
@@ -590,8 +595,12 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
                 let actual = actual.unwrap_or(&empty);
                 let next = self.plan_running(pod, actual);
                 match &self.container_gc {
-                    Some(gc) => super::gc::after(gc, (self.clock)(), pod, actual, next),
-                    None => next,
+                    // Not while an operation's failure is on record: a prune that succeeded would replace
+                    // it, and its event and waiting reason (a failed postStart hook, say) would be lost.
+                    Some(gc) if !self.has_failure(pod.uid()) => {
+                        super::gc::after(gc, (self.clock)(), pod, actual, next)
+                    }
+                    _ => next,
                 }
             }
         }
