@@ -37,6 +37,7 @@ struct Node {
     status: Store<PodUid, OpStatus<nodelet_resources::pod::ops::PodOp, RuntimeError>>,
     reconciler: PodReconciler,
     clock: Clock,
+    relist: Arc<tokio::sync::Notify>,
 }
 
 fn clock() -> Clock {
@@ -101,6 +102,7 @@ fn node_with_verdicts(
         PodMetrics::unregistered(),
     )
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
+    let relist = pleg.waker();
     sandboxes.start(
         desired.clone(),
         actual.clone(),
@@ -112,7 +114,7 @@ fn node_with_verdicts(
     }
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
-    Node { runtime, writer, desired, actual, status, reconciler, clock }
+    Node { runtime, writer, desired, actual, status, reconciler, clock, relist }
 }
 
 fn node() -> Node {
@@ -424,6 +426,35 @@ async fn a_container_that_exits_later_should_be_noticed_by_the_pleg_and_restarte
         .and_then(|s| s.terminated);
     assert_eq!(last.map(|t| t.exit_code), Some(3));
     assert_eq!(n.restart_count("u1", "web"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_storm_of_runtime_events_should_not_make_the_pleg_relist_back_to_back() {
+    let mut n = node();
+    n.add(pod("u1", WEB));
+    assert!(eventually(LONG, || n.phase("u1") == "Running").await);
+    let cost = Duration::from_millis(20);
+    n.runtime.set_list_delay(cost);
+    let relists = || n.runtime.calls_of("list_pods").len();
+    // Quiet for a while (the follow-ups of the start are over), then one event half a period after
+    // the last periodic relist: seen at once (one listing's time, not a coalescing delay).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let periodic = relists();
+    assert!(eventually(LONG, || relists() > periodic).await);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = relists();
+    n.relist.notify_one();
+    tokio::time::sleep(cost + Duration::from_millis(1)).await;
+    assert_eq!(relists(), before + 1, "a lone event is relisted at once");
+    // An event every millisecond for 600 ms: back to back that is 30 relists of 20 ms; coalesced,
+    // each relist is followed by twice its cost of waiting, so at most a third of the time relists.
+    let before = relists();
+    for _ in 0..600 {
+        n.relist.notify_one();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let storm = relists() - before;
+    assert!((8..=11).contains(&storm), "{storm} relists in a 600 ms storm of events");
 }
 
 #[tokio::test(start_paused = true)]

@@ -556,7 +556,17 @@ pub(crate) fn start_pods(
     })
 }
 
-/// Runtime events wake the PLEG (a relist now instead of at the next period).
+/// Whether a runtime event should make the PLEG relist now instead of at the next period: what
+/// nodelet cannot know otherwise (a container or sandbox exited, was killed for memory, or events
+/// were missed). Containers created, started and deleted are nodelet's own operations, whose
+/// outcome the operation already reports; relisting for them made a start of a hundred pods relist
+/// back to back.
+fn wakes_the_pleg(event: &nodelet_cri::RuntimeEvent) -> bool {
+    use nodelet_cri::RuntimeEvent as E;
+    matches!(event, E::ContainerExited { .. } | E::ContainerOom { .. } | E::Reconnected)
+}
+
+/// Runtime events that say something nodelet did not do wake the PLEG (see [`wakes_the_pleg`]).
 async fn forward_runtime_events(
     cri: nodelet_cri::CriClient,
     relist: Arc<tokio::sync::Notify>,
@@ -570,7 +580,9 @@ async fn forward_runtime_events(
             event = events.next() => match event {
                 Some(event) => {
                     tracing::trace!(?event, "runtime event");
-                    relist.notify_one();
+                    if wakes_the_pleg(&event) {
+                        relist.notify_one();
+                    }
                 }
                 None => return,
             },

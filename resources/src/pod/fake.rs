@@ -51,6 +51,7 @@ struct State {
     faults: HashMap<&'static str, VecDeque<RuntimeError>>,
     calls: Vec<FakeCall>,
     images: HashSet<String>,
+    list_delay: Duration,
 }
 
 /// The fake runtime.
@@ -92,6 +93,12 @@ impl FakeRuntime {
     /// Makes the next call of `method` fail with `error`.
     pub fn fail_next(&self, method: &'static str, error: RuntimeError) {
         self.lock().faults.entry(method).or_default().push_back(error);
+    }
+
+    /// Makes every `list_pods` take `delay` (of tokio time) before it answers, as a real listing
+    /// takes time.
+    pub fn set_list_delay(&self, delay: Duration) {
+        self.lock().list_delay = delay;
     }
 
     /// Makes an image pullable.
@@ -291,6 +298,10 @@ impl PodRuntime for FakeRuntime {
     }
 
     async fn list_pods(&self) -> RuntimeResult<HashMap<String, PodActual>> {
+        let delay = self.lock().list_delay;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         let mut state = self.lock();
         self.record(&mut state, "list_pods", String::new())?;
         let uids: HashSet<String> = state

@@ -27,6 +27,19 @@ pub const DEFAULT_RELIST_PERIOD: Duration = Duration::from_secs(1);
 ///   while the operation that started it completes), and the PLEG must report it again.
 pub const FOLLOW_UP_RELIST: Duration = Duration::from_millis(100);
 
+/// A relist woken by a runtime event waits until at least this many times the previous relist's
+/// duration has passed since that relist ended (and never longer than [`FOLLOW_UP_RELIST`]), so
+/// that a storm of events (a hundred pods starting or stopping at once) costs at most a third of
+/// the time in relists instead of relisting back to back, while a lone event on a quiet node is
+/// still seen at once.
+pub const COALESCE_FACTOR: u32 = 2;
+
+/// How long a relist woken at `since_last` after the previous relist ended, which took `last_cost`,
+/// waits first (see [`COALESCE_FACTOR`]).
+fn coalesce_delay(last_cost: Duration, since_last: Duration) -> Duration {
+    last_cost.saturating_mul(COALESCE_FACTOR).min(FOLLOW_UP_RELIST).saturating_sub(since_last)
+}
+
 /// The relist loop.
 #[derive(Debug)]
 pub struct Pleg<R> {
@@ -131,6 +144,8 @@ impl<R: PodRuntime> Pleg<R> {
                     0
                 }
             };
+            let ended = Instant::now();
+            let cost = ended - now;
             follow_up = match follow_up {
                 _ if woken => Some(FOLLOW_UP_RELIST),
                 // a chain of follow-ups ends at the period
@@ -143,6 +158,31 @@ impl<R: PodRuntime> Pleg<R> {
                 () = tokio::time::sleep(follow_up.unwrap_or(self.period)) => woken = false,
                 () = self.wake.notified() => woken = true,
             }
+            if woken {
+                let delay = coalesce_delay(cost, ended.elapsed());
+                if !delay.is_zero() {
+                    tokio::select! {
+                        () = &mut shutdown => return,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_woken_relist_waits_twice_the_last_cost_at_most_the_follow_up() {
+        let ms = Duration::from_millis;
+        assert_eq!(coalesce_delay(ms(0), ms(0)), ms(0), "a cheap relist is not delayed");
+        assert_eq!(coalesce_delay(ms(20), ms(0)), ms(40));
+        assert_eq!(coalesce_delay(ms(20), ms(15)), ms(25), "time already passed counts");
+        assert_eq!(coalesce_delay(ms(20), ms(500)), ms(0), "a lone event on a quiet node is seen at once");
+        assert_eq!(coalesce_delay(ms(300), ms(0)), FOLLOW_UP_RELIST, "never longer than a follow-up");
+        assert_eq!(coalesce_delay(Duration::MAX, ms(0)), FOLLOW_UP_RELIST, "no overflow");
     }
 }

@@ -151,14 +151,14 @@ impl<R: SandboxRuntime> SandboxPair<R> {
                 },
             }
         });
-        // Keys reconstructed before the desired sandboxes synced were planned with nothing known of
-        // their containers: plan them again once it is.
+        // Until the desired sandboxes sync (every pod source has reported) the reconciler only
+        // creates sandboxes: plan every pod again once they have.
         let (desired, stop) = (self.desired.clone(), shutdown.clone());
         tokio::spawn(async move {
             tokio::select! {
                 () = stop.cancelled() => {}
                 r = desired.wait_until_synced() => if r.is_ok() {
-                    for key in actual.keys() {
+                    for key in actual.keys().into_iter().chain(desired.keys()) {
                         waker.wake(key);
                     }
                 },

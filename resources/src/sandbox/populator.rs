@@ -44,24 +44,29 @@ impl SandboxPopulator {
         }
     }
 
-    /// Populates until `shutdown`: once the pod sources and the pod engine's reconstruction are
-    /// complete (then the sandbox store counts as synced), then on every change of the desired pods.
+    /// Populates until `shutdown`: once the pod engine's reconstruction is complete, then on every
+    /// change of the desired pods. The sandbox store counts as synced once the pod sources have all
+    /// reported too; until then the reconciler only creates sandboxes (a static pod starts while the
+    /// API server is out of reach, as with the kubelet) and never stops or removes one.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let sub = self.pods.subscribe();
         tokio::select! {
             () = shutdown.cancelled() => return,
-            _ = async {
-                let _ = self.pods.wait_until_synced().await;
-                let _ = self.pod_actual.wait_until_synced().await;
-            } => {}
+            _ = self.pod_actual.wait_until_synced() => {}
         }
-        let changed = self.sync();
-        self.writer.mark_synced();
-        tracing::debug!(changed, sandboxes = self.writer.reader().len(), "desired sandboxes synced");
+        let mut changed = self.sync();
+        let mut synced = false;
         loop {
+            if !synced && self.pods.is_synced() {
+                changed += self.sync();
+                self.writer.mark_synced();
+                synced = true;
+                tracing::debug!(changed, sandboxes = self.writer.reader().len(), "desired sandboxes synced");
+            }
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = sub.changed() => {}
+                _ = self.pods.wait_until_synced(), if !synced => {}
             }
             for uid in sub.drain() {
                 self.update(uid);

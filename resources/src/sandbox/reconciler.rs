@@ -119,10 +119,16 @@ impl Reconciler<SandboxSpec, PodSandboxes> for SandboxReconciler {
         if view.actual.is_some_and(|a| a.needs_refresh) {
             return Plan::Run(SandboxOp::Refresh);
         }
-        // The desired sandboxes sync only after the pod actual store did (see the populator): before
-        // that, whether containers still run is unknown.
-        let Some(pods) = self.pods.get().filter(|_| view.desired_synced) else { return Plan::Idle };
-        self.plan(view.desired, view.actual, pods.get(view.key).as_deref())
+        let Some(pods) = self.pods.get() else { return Plan::Idle };
+        let plan = self.plan(view.desired, view.actual, pods.get(view.key).as_deref());
+        // Until every pod source has reported (see the populator), a pod without a desired
+        // sandbox may be one a source has not listed yet: only sandboxes are made, nothing is
+        // stopped, removed or pruned. The pair plans every pod again once the store syncs.
+        match plan {
+            Plan::Run(SandboxOp::Create { .. }) => plan,
+            _ if !view.desired_synced => Plan::Idle,
+            _ => plan,
+        }
     }
 
     fn uncertain(
@@ -261,6 +267,32 @@ mod tests {
 
     fn stop(ids: &[&str]) -> Plan<SandboxOp> {
         Plan::Run(SandboxOp::Stop { ids: ids.iter().map(|s| (*s).to_string()).collect() })
+    }
+
+    #[test]
+    fn before_every_pod_source_reported_sandboxes_are_made_but_none_is_stopped_or_removed() {
+        let slot = PodActualSlot::default();
+        let (pod_actual, _pod_writer) = reconcile_engine::store::<PodUid, PodActual>();
+        let _ = slot.set(pod_actual);
+        let r = SandboxReconciler::new(slot);
+        let (desired_store, _dw) = reconcile_engine::store::<PodUid, SandboxSpec>();
+        let (actual_store, _aw) = reconcile_engine::store::<PodUid, PodSandboxes>();
+        let key: PodUid = "u".into();
+        let spec = spec("u", serde_json::json!({}));
+        let view = |desired, actual, synced| {
+            r.reconcile(
+                &View::new(&key, desired, actual, &desired_store, &actual_store).with_desired_synced(synced),
+            )
+        };
+        // A static pod starts while the API source has not reported.
+        assert!(matches!(view(Some(&spec), None, false), Plan::Run(SandboxOp::Create { .. })));
+        // A ready sandbox of a pod no source has listed yet is kept until every source reported.
+        let ready = sandboxes(vec![sandbox("s0", true, 0)]);
+        assert_eq!(view(None, Some(&ready), false), Plan::Idle);
+        assert_eq!(view(None, Some(&ready), true), stop(&["s0"]));
+        let dead = sandboxes(vec![sandbox("s0", false, 0)]);
+        assert_eq!(view(None, Some(&dead), false), Plan::Idle);
+        assert!(matches!(view(None, Some(&dead), true), Plan::Run(SandboxOp::Remove { .. })));
     }
 
     #[test]
