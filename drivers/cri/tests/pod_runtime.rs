@@ -300,7 +300,8 @@ async fn start(
     kind: ContainerKind,
     n: u32,
 ) -> String {
-    match rt.start_container(pod, sandbox, c, kind, n, &Default::default()).await {
+    let never = nodelet_resources::pod::driver::CancellationToken::new();
+    match rt.start_container(pod, sandbox, c, kind, n, &Default::default(), &never).await {
         Ok(id) => id,
         Err(e) => panic!("start_container {}: {e}", c.name),
     }
