@@ -247,14 +247,14 @@ impl<R: PodRuntime> PodDriver<R> {
             let stale: Vec<&ContainerRecord> = state
                 .containers
                 .iter()
-                .filter(|c| c.name == name && c.restart_count + 1 < restart_count)
+                .filter(|c| c.name == name && c.restart_count.saturating_add(1) < restart_count)
                 .collect();
             for c in stale {
                 if let Err(e) = self.runtime.remove_container(&c.id).await {
                     tracing::warn!(pod = uid, container = name, id = %c.id, error = %e, "could not remove an old attempt");
                 }
             }
-            if state.containers.iter().any(|c| c.name == name && c.restart_count + 1 < restart_count) {
+            if state.containers.iter().any(|c| c.name == name && c.restart_count.saturating_add(1) < restart_count) {
                 return self.state(uid).await;
             }
         }
