@@ -22,7 +22,8 @@ fn forker_pod(n: &Nodelet) -> serde_json::Value {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 2,
             "containers": [
-                {"name": "keeper", "command": crate::support::sleep_until_term("")},
+                // One process that never forks (a shell loop would fail to fork too once the limit is hit).
+                {"name": "keeper", "command": ["sleep", "3600"]},
                 {"name": "forker", "command": ["sh", "-c",
                     "i=0; while [ $i -lt 40 ]; do sleep 3600 & i=$((i+1)); done; echo all-forked"]},
             ],
