@@ -415,7 +415,10 @@ pub(crate) struct PodsConfig {
 impl PodsConfig {
     /// The bound on every pod's grace periods.
     pub(crate) fn grace_cap(&self) -> nodelet_resources::pod::grace::GraceCap {
-        self.max_grace_period.map_or(nodelet_resources::pod::grace::GraceCap::NONE, nodelet_resources::pod::grace::GraceCap::at_most)
+        self.max_grace_period.map_or(
+            nodelet_resources::pod::grace::GraceCap::NONE,
+            nodelet_resources::pod::grace::GraceCap::at_most,
+        )
     }
 }
 
@@ -1224,16 +1227,19 @@ impl Config {
                 ),
             ));
         }
-        let max_grace_period = match (args.max_termination_grace_period, nodelet.max_termination_grace_period_seconds) {
-            (Some(n), _) if n < 0 => {
-                return Err(m.flag_err("--max-termination-grace-period", format!("{n} is negative")));
-            }
-            (None, Some(n)) if n < 0 => {
-                return Err(m.file_err("nodelet.maxTerminationGracePeriodSeconds", format!("{n} is negative")));
-            }
-            (Some(n), _) | (None, Some(n)) => Some(Duration::from_secs(n.unsigned_abs())),
-            (None, None) => None,
-        };
+        let max_grace_period =
+            match (args.max_termination_grace_period, nodelet.max_termination_grace_period_seconds) {
+                (Some(n), _) if n < 0 => {
+                    return Err(m.flag_err("--max-termination-grace-period", format!("{n} is negative")));
+                }
+                (None, Some(n)) if n < 0 => {
+                    return Err(
+                        m.file_err("nodelet.maxTerminationGracePeriodSeconds", format!("{n} is negative"))
+                    );
+                }
+                (Some(n), _) | (None, Some(n)) => Some(Duration::from_secs(n.unsigned_abs())),
+                (None, None) => None,
+            };
         let allow_privileged = args.allow_privileged.or(nodelet.allow_privileged).unwrap_or(false);
         let privileged_refused_explicitly = args.allow_privileged.or(nodelet.allow_privileged) == Some(false);
         let mut allowed_host_paths = Vec::new();

@@ -75,7 +75,10 @@ fn the_crash_loop_delay_saturates_on_extreme_times_and_restart_counts() {
                     ..ContainerRecord::default()
                 };
                 let delay = backoff.delay(&record);
-                assert!(delay <= Duration::from_secs(300), "{started_at} {finished_at} {restarts}: {delay:?}");
+                assert!(
+                    delay <= Duration::from_secs(300),
+                    "{started_at} {finished_at} {restarts}: {delay:?}"
+                );
             }
         }
     }

@@ -449,7 +449,8 @@ pub(crate) fn start_pods(
             .with_verdicts(verdicts.clone())
             .with_container_gc(container_gc),
         Arc::new(
-            PodDriver::new(storage.pod_runtime.clone(), pod_metrics.clone()).with_grace_cap(config.pods.grace_cap()),
+            PodDriver::new(storage.pod_runtime.clone(), pod_metrics.clone())
+                .with_grace_cap(config.pods.grace_cap()),
         ),
         desired.clone(),
     )

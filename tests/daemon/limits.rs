@@ -60,7 +60,8 @@ async fn a_pod_cannot_fork_beyond_the_pod_pids_limit_set_on_its_pod_cgroup() {
     assert_ne!(code, 0, "the fork loop failed: {log}");
     assert!(log.contains("can't fork"), "the shell could not fork: {log}");
     assert!(!log.contains("all-forked"), "{log}");
-    let limit = nodelet_cri::pod_cgroup::pids_limit(Path::new(CGROUP_FS), &pod_cgroup(&env.cgroup_parent, &uid));
+    let limit =
+        nodelet_cri::pod_cgroup::pids_limit(Path::new(CGROUP_FS), &pod_cgroup(&env.cgroup_parent, &uid));
     assert_eq!(limit, Some(Some(16)), "pids.max of the pod cgroup");
     // The keeper is unaffected: the pod runs on.
     let pod = n.pod("forker").await.unwrap_or_else(|| panic!("pod gone"));
@@ -76,7 +77,8 @@ async fn without_a_pod_pids_limit_a_pod_forks_freely() {
     let (code, log, uid) = forker_result(&n).await;
     assert_eq!(code, 0, "{log}");
     assert!(log.contains("all-forked"), "{log}");
-    let limit = nodelet_cri::pod_cgroup::pids_limit(Path::new(CGROUP_FS), &pod_cgroup(&env.cgroup_parent, &uid));
+    let limit =
+        nodelet_cri::pod_cgroup::pids_limit(Path::new(CGROUP_FS), &pod_cgroup(&env.cgroup_parent, &uid));
     assert_eq!(limit, Some(None), "pids.max of the pod cgroup is max");
     n.shutdown().await;
 }
@@ -173,8 +175,10 @@ async fn post_start_hooks_that_never_return_hold_neither_other_pods_nor_their_de
 #[tokio::test]
 async fn the_node_bound_on_grace_periods_shortens_a_long_termination_grace_period() {
     let env = env_or_skip!("the_node_bound_on_grace_periods_shortens_a_long_termination_grace_period");
-    let options =
-        StartOptions { nodelet_extra: "maxTerminationGracePeriodSeconds: 3".into(), ..StartOptions::default() };
+    let options = StartOptions {
+        nodelet_extra: "maxTerminationGracePeriodSeconds: 3".into(),
+        ..StartOptions::default()
+    };
     let n = Nodelet::start_with(&env, "gracecap", options).await;
     // Ignores SIGTERM: only the SIGKILL at the end of the grace period stops it.
     let spec = json!({"terminationGracePeriodSeconds": 600, "containers": [{"name": "app", "command": ["sleep", "3600"]}]});

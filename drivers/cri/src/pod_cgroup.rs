@@ -165,7 +165,10 @@ mod tests {
     #[test]
     fn no_pids_controller_and_bad_paths_are_errors() {
         let d = tempfile::tempdir().expect("tempdir");
-        assert!(matches!(set_pids_limit(d.path(), "/nodelet/podu1", 1), Err(PodCgroupError::NoPidsController(_))));
+        assert!(matches!(
+            set_pids_limit(d.path(), "/nodelet/podu1", 1),
+            Err(PodCgroupError::NoPidsController(_))
+        ));
         write(&d.path().join("pids/cgroup.procs"), "");
         for bad in ["nodelet/podu1", "/", "/a/../b"] {
             assert!(

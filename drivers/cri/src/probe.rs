@@ -608,5 +608,4 @@ mod tests {
         }
         assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
     }
-
 }

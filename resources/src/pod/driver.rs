@@ -234,8 +234,10 @@ impl<R: PodRuntime> PodDriver<R> {
         };
         let container_type = super::metrics::container_type(kind);
         self.metrics.started_containers.with_label_values(&[container_type]).inc();
-        if let Err(e) =
-            self.runtime.start_container(pod, sandbox_id, container, kind, restart_count, volumes, cancel).await
+        if let Err(e) = self
+            .runtime
+            .start_container(pod, sandbox_id, container, kind, restart_count, volumes, cancel)
+            .await
         {
             self.metrics.started_containers_errors.with_label_values(&[container_type, e.reason]).inc();
             return Outcome::Failed(e);
@@ -254,7 +256,11 @@ impl<R: PodRuntime> PodDriver<R> {
                     tracing::warn!(pod = uid, container = name, id = %c.id, error = %e, "could not remove an old attempt");
                 }
             }
-            if state.containers.iter().any(|c| c.name == name && c.restart_count.saturating_add(1) < restart_count) {
+            if state
+                .containers
+                .iter()
+                .any(|c| c.name == name && c.restart_count.saturating_add(1) < restart_count)
+            {
                 return self.state(uid).await;
             }
         }

@@ -103,7 +103,8 @@ mod tests {
         let spec = p.spec.as_ref().expect("spec");
         assert_eq!(spec.termination_grace_period_seconds, Some(60));
         assert_eq!(p.metadata.deletion_grace_period_seconds, Some(60));
-        let liveness = spec.containers[0].liveness_probe.as_ref().and_then(|p| p.termination_grace_period_seconds);
+        let liveness =
+            spec.containers[0].liveness_probe.as_ref().and_then(|p| p.termination_grace_period_seconds);
         assert_eq!(liveness, Some(60));
         let startup = spec.init_containers.as_ref().and_then(|c| c[0].startup_probe.as_ref());
         assert_eq!(startup.and_then(|p| p.termination_grace_period_seconds), Some(60));
@@ -120,14 +121,17 @@ mod tests {
         let mut p = pod(json.clone());
         assert!(!cap_grace_periods(&mut p, GraceCap::at_most(Duration::from_secs(10))));
         assert_eq!(p, pod(json.clone()));
-        let mut huge = pod(serde_json::json!({"metadata": {"name": "p"}, "spec": {"terminationGracePeriodSeconds": i64::MAX, "containers": [{"name": "a"}]}}));
+        let mut huge = pod(
+            serde_json::json!({"metadata": {"name": "p"}, "spec": {"terminationGracePeriodSeconds": i64::MAX, "containers": [{"name": "a"}]}}),
+        );
         assert!(!cap_grace_periods(&mut huge, GraceCap::NONE));
         assert_eq!(huge.spec.and_then(|s| s.termination_grace_period_seconds), Some(i64::MAX));
     }
 
     #[test]
     fn an_unset_grace_period_counts_as_the_default_30_seconds() {
-        let mut p = pod(serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}]}}));
+        let mut p =
+            pod(serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}]}}));
         assert!(!cap_grace_periods(&mut p, GraceCap::at_most(Duration::from_secs(30))));
         assert!(cap_grace_periods(&mut p, GraceCap::at_most(Duration::from_secs(10))));
         assert_eq!(p.spec.and_then(|s| s.termination_grace_period_seconds), Some(10));

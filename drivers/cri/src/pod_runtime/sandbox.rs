@@ -32,9 +32,12 @@ impl CriPodRuntime {
         };
         let cgroup_fs = self.inner.config.cgroup_fs.clone();
         let rel = cgroup.clone();
-        let written = tokio::task::spawn_blocking(move || crate::pod_cgroup::set_pids_limit(&cgroup_fs, &rel, limit))
-            .await
-            .map_err(|e| RuntimeError::new("CreatePodSandboxError", format!("pod cgroup task failed: {e}")))?;
+        let written =
+            tokio::task::spawn_blocking(move || crate::pod_cgroup::set_pids_limit(&cgroup_fs, &rel, limit))
+                .await
+                .map_err(|e| {
+                    RuntimeError::new("CreatePodSandboxError", format!("pod cgroup task failed: {e}"))
+                })?;
         match written {
             Ok(file) => {
                 tracing::debug!(pod = %pod.uid(), file = %file.display(), limit, "pod pids limit set");
@@ -42,7 +45,11 @@ impl CriPodRuntime {
             }
             Err(e) => Err(RuntimeError::new(
                 "CreatePodSandboxError",
-                format!("pod {}/{}: cannot limit the processes of pod cgroup {cgroup}: {e}", pod.namespace(), pod.name()),
+                format!(
+                    "pod {}/{}: cannot limit the processes of pod cgroup {cgroup}: {e}",
+                    pod.namespace(),
+                    pod.name()
+                ),
             )),
         }
     }
