@@ -160,9 +160,15 @@ pub(crate) struct RunArgs {
     /// Maximum number of pods on this node [default: 110] [config: maxPods]
     #[arg(long, value_name = "N", help_heading = "Node")]
     pub(crate) max_pods: Option<u32>,
-    /// Maximum number of processes per pod; -1 for no limit [default: -1] [config: podPidsLimit]
+    /// Maximum number of processes per pod, set as its pod cgroup's pids.max (needs --cgroup-root); -1 for
+    /// no limit [default: -1] [config: podPidsLimit]
     #[arg(long, value_name = "N", allow_negative_numbers = true, help_heading = "Node")]
     pub(crate) pod_max_pids: Option<i64>,
+    /// Longest grace period any pod gets to stop, in seconds: terminationGracePeriodSeconds, deletion
+    /// and probe grace periods above it are lowered to it [default: no bound]
+    /// [config: nodelet.maxTerminationGracePeriodSeconds]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, help_heading = "Node")]
+    pub(crate) max_termination_grace_period: Option<i64>,
     /// Allow containers to request privileged mode [default: false] [config: nodelet.allowPrivileged]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Node")]

@@ -388,8 +388,12 @@ pub(crate) struct PodsConfig {
     pub(crate) cgroup_root: Option<String>,
     /// `maxPods`.
     pub(crate) max_pods: u32,
-    /// `podPidsLimit`; `None`: no limit (-1 or 0).
+    /// `podPidsLimit`; `None`: no limit (-1 or 0). Set only with a [`Self::cgroup_root`]: it is written to
+    /// each pod cgroup's `pids.max`.
     pub(crate) pod_pids_limit: Option<i64>,
+    /// `--max-termination-grace-period` / `nodelet.maxTerminationGracePeriodSeconds`: the longest grace
+    /// period any pod gets (`None`: no bound).
+    pub(crate) max_grace_period: Option<Duration>,
     /// `--allow-privileged` / `nodelet.allowPrivileged`.
     pub(crate) allow_privileged: bool,
     /// `--allow-privileged=false` (or `nodelet.allowPrivileged: false`) was set explicitly: host namespaces,
@@ -406,6 +410,16 @@ pub(crate) struct PodsConfig {
     pub(crate) cluster_dns: Vec<std::net::IpAddr>,
     /// `clusterDomain` / `--cluster-domain`: the cluster's DNS domain ("" for none).
     pub(crate) cluster_domain: String,
+}
+
+impl PodsConfig {
+    /// The bound on every pod's grace periods.
+    pub(crate) fn grace_cap(&self) -> nodelet_resources::pod::grace::GraceCap {
+        self.max_grace_period.map_or(
+            nodelet_resources::pod::grace::GraceCap::NONE,
+            nodelet_resources::pod::grace::GraceCap::at_most,
+        )
+    }
 }
 
 /// `nodelet.podSecurity`: the Pod Security Standards level enforced on each pod source.
@@ -1198,6 +1212,34 @@ impl Config {
             (Some(n), _) | (None, Some(n)) => (n > 0).then_some(n),
             (None, None) => None,
         };
+        // The limit is the pod cgroup's pids.max: without a cgroup root the runtime puts every container in
+        // a cgroup of its own and there is no pod cgroup to limit.
+        if let Some(n) = pod_pids_limit
+            && cgroup_root.is_none()
+        {
+            return Err(m.origin_err(
+                args.pod_max_pids.is_some(),
+                "--pod-max-pids",
+                "podPidsLimit",
+                format!(
+                    "{n} needs a pod cgroup: set cgroupRoot (--cgroup-root) to a cgroup like /nodelet, under \
+                     which each pod gets pod<uid> with this limit"
+                ),
+            ));
+        }
+        let max_grace_period =
+            match (args.max_termination_grace_period, nodelet.max_termination_grace_period_seconds) {
+                (Some(n), _) if n < 0 => {
+                    return Err(m.flag_err("--max-termination-grace-period", format!("{n} is negative")));
+                }
+                (None, Some(n)) if n < 0 => {
+                    return Err(
+                        m.file_err("nodelet.maxTerminationGracePeriodSeconds", format!("{n} is negative"))
+                    );
+                }
+                (Some(n), _) | (None, Some(n)) => Some(Duration::from_secs(n.unsigned_abs())),
+                (None, None) => None,
+            };
         let allow_privileged = args.allow_privileged.or(nodelet.allow_privileged).unwrap_or(false);
         let privileged_refused_explicitly = args.allow_privileged.or(nodelet.allow_privileged) == Some(false);
         let mut allowed_host_paths = Vec::new();
@@ -1236,6 +1278,7 @@ impl Config {
             cgroup_root,
             max_pods,
             pod_pids_limit,
+            max_grace_period,
             allow_privileged,
             privileged_refused_explicitly,
             allowed_host_paths,

@@ -707,7 +707,7 @@ impl Node {
             names.dedup();
             for name in names {
                 let Some(newest) = pod.container(name) else { continue };
-                let attempts = newest.restart_count + 1;
+                let attempts = newest.restart_count.saturating_add(1);
                 let mut push = |reason: &str, kind: &str, message: String, count: u32, at: i64| {
                     let mut event = self.event(reason, &pod.namespace, &pod.name, Some(&uid), message, count);
                     event.metadata.name =

@@ -88,6 +88,7 @@ fn node_with_verdicts(
         desired.clone(),
     )
     .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
+    .max_concurrent(nodelet_resources::pod::ops::MAX_CONCURRENT_OPS)
     .watches("sandboxes", sandboxes.actual(), pod_of_sandboxes)
     .build();
     let mut engine = engine;
@@ -913,4 +914,48 @@ async fn a_pod_starts_only_once_admitted_and_reconcile_decides_nothing() {
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(n.starts("refused/app").len(), 0, "a refused pod never starts");
     assert_eq!(changes.drain().len(), 2, "only the two verdicts written here");
+}
+
+const HOOKED: &str = r#"
+metadata: {name: hooked, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - {name: app, image: fake/hang-post-start}
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_whose_post_start_hook_never_returns_should_be_removed_within_its_grace_period() {
+    let mut n = node();
+    n.add(pod("u1", HOOKED));
+    assert!(eventually(LONG, || n.starts("u1/app").len() == 1).await);
+    // The hook hangs far longer than any runtime timeout would wait for it.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(n.starts("u1/app").len(), 1, "the start still waits for its hook");
+    let removed_at = tokio::time::Instant::now();
+    n.writer.remove(&"u1".to_string());
+    assert!(eventually(LONG, || n.actual.get(&"u1".into()).is_none()).await);
+    assert!(removed_at.elapsed() <= Duration::from_secs(5), "took {:?}", removed_at.elapsed());
+    assert_eq!(n.runtime.container_count("u1"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_pods_with_hanging_post_start_hooks_should_not_starve_another_pod() {
+    let mut n = node();
+    // More hooked pods than the engine's default concurrency bound (64).
+    let hooked = reconcile_engine::ExecutorConfig::DEFAULT_MAX_CONCURRENT + 6;
+    for i in 0..hooked {
+        n.add(pod(&format!("h{i}"), &HOOKED.replace("name: hooked", &format!("name: hooked-{i}"))));
+    }
+    // (Not all of them: under a bound, the last would wait for the operation timeout of the first.)
+    let started = |n: &Node| (0..hooked).filter(|i| n.starts(&format!("h{i}/app")).len() == 1).count();
+    assert!(eventually(Duration::from_secs(5), || started(&n) >= hooked - 6).await, "{}", started(&n));
+    let added_at = tokio::time::Instant::now();
+    n.add(pod("u1", WEB));
+    assert!(eventually(LONG, || n.phase("u1") == "Running").await);
+    assert!(added_at.elapsed() < Duration::from_secs(5), "took {:?}", added_at.elapsed());
+    assert!(eventually(Duration::from_secs(5), || started(&n) == hooked).await, "{}", started(&n));
+    let restarted: Vec<usize> = (0..hooked).filter(|i| n.starts(&format!("h{i}/app")).len() != 1).collect();
+    assert!(restarted.is_empty(), "hooks given up although their pods stay: {restarted:?}");
+    assert!(n.runtime.calls_of("stop_container").is_empty(), "no hooked container was killed");
 }

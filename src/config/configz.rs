@@ -177,6 +177,7 @@ fn nodelet_section(c: &Config) -> Value {
     let backoff = |b: &super::BackOff| json!({ "initial": duration(b.initial), "max": duration(b.max), "resetAfter": duration(b.reset_after) });
     let mut n = Map::new();
     n.insert("allowPrivileged".into(), c.pods.allow_privileged.into());
+    put(&mut n, "maxTerminationGracePeriodSeconds", c.pods.max_grace_period.map(|d| d.as_secs()));
     let levels = &c.pods.pod_security;
     n.insert(
         "podSecurity".into(),

@@ -183,6 +183,7 @@ pub(super) struct RawCrashLoopBackOff {
 pub(super) struct RawNodelet {
     pub(super) allow_privileged: Option<bool>,
     pub(super) allowed_host_paths: Option<Vec<String>>,
+    pub(super) max_termination_grace_period_seconds: Option<i64>,
     pub(super) pod_security: Option<RawPodSecurity>,
     pub(super) token_auth_file: Option<String>,
     #[serde(rename = "manifestHTTPAddress")]

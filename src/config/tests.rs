@@ -1139,3 +1139,34 @@ fn pod_security_levels_host_paths_and_seccomp_default_are_read() {
     );
     assert!(err(&[], Some("nodelet: {allowedHostPaths: [/a/../etc]}\n")).contains("without `..`"));
 }
+
+#[test]
+fn a_pod_pids_limit_needs_a_cgroup_root_for_its_pod_cgroups() {
+    let e = err(&[], Some("podPidsLimit: 100\n"));
+    assert!(e.contains("podPidsLimit") && e.contains("cgroupRoot"), "{e}");
+    let e = err(&["--pod-max-pids", "100", "--cgroup-root", "/"], None);
+    assert!(e.contains("--pod-max-pids") && e.contains("cgroupRoot"), "{e}");
+    let l = ok(&["--pod-max-pids", "100", "--cgroup-root", "/nodelet"], None);
+    assert_eq!(l.config.pods.pod_pids_limit, Some(100));
+    // No limit needs nothing.
+    for unlimited in ["-1", "0"] {
+        assert_eq!(ok(&["--pod-max-pids", unlimited], None).config.pods.pod_pids_limit, None);
+    }
+}
+
+#[test]
+fn the_grace_period_bound_comes_from_the_nodelet_section_or_its_flag() {
+    assert_eq!(ok(&[], None).config.pods.max_grace_period, None);
+    let l = ok(&[], Some("nodelet:\n  maxTerminationGracePeriodSeconds: 60\n"));
+    assert_eq!(l.config.pods.max_grace_period, Some(Duration::from_secs(60)));
+    let z = configz::configz(&l.config);
+    assert_eq!(z["kubeletconfig"]["nodelet"]["maxTerminationGracePeriodSeconds"], 60);
+    let l = ok(
+        &["--max-termination-grace-period", "5"],
+        Some("nodelet:\n  maxTerminationGracePeriodSeconds: 60\n"),
+    );
+    assert_eq!(l.config.pods.max_grace_period, Some(Duration::from_secs(5)), "the flag over the file");
+    let e = err(&[], Some("nodelet:\n  maxTerminationGracePeriodSeconds: -1\n"));
+    assert!(e.contains("nodelet.maxTerminationGracePeriodSeconds"), "{e}");
+    assert!(err(&["--max-termination-grace-period", "-3"], None).contains("--max-termination-grace-period"));
+}

@@ -152,7 +152,8 @@ pub(crate) async fn start_sources(core: &Core) -> anyhow::Result<Sources> {
     });
     let pod_config = sources::PodConfig::new(config.node_name.clone())
         .with_debug_state(debug_state)
-        .with_security(config.security_policies());
+        .with_security(config.security_policies())
+        .with_grace_cap(config.pods.grace_cap());
     let mut objects = tokio::sync::watch::channel(Arc::new(sources::ManifestObjects::new())).1;
     if let Some(path) = &config.sources.static_pod_path {
         let mut cfg = sources::file::FileSourceConfig::new(path.clone());
@@ -225,6 +226,7 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
         nodelet_cri::CriPodRuntimeConfig::default()
             .with_pod_log_root(&config.pods.pod_logs_dir)
             .with_cgroup_root(config.pods.cgroup_root.clone())
+            .with_pod_pids_limit(config.pods.pod_pids_limit.and_then(|n| u64::try_from(n).ok()))
             .with_resolv_conf(config.pods.resolv_conf.clone())
             .with_cluster_dns(config.pods.cluster_dns.iter().map(ToString::to_string).collect())
             .with_cluster_domain(&config.pods.cluster_domain)
@@ -446,11 +448,15 @@ pub(crate) fn start_pods(
             .with_probes(probes.clone())
             .with_verdicts(verdicts.clone())
             .with_container_gc(container_gc),
-        Arc::new(PodDriver::new(storage.pod_runtime.clone(), pod_metrics.clone())),
+        Arc::new(
+            PodDriver::new(storage.pod_runtime.clone(), pod_metrics.clone())
+                .with_grace_cap(config.pods.grace_cap()),
+        ),
         desired.clone(),
     )
     .metrics(&core.engine_metrics)
     .backoff(pod_backoff)
+    .max_concurrent(nodelet_resources::pod::ops::MAX_CONCURRENT_OPS)
     .resync_period(config.sync_frequency)
     // A pod's volumes changed: plan the pod again.
     .watches("volumes", vols.actual.clone(), nodelet_resources::volume::reconciler::pod_of_volume)

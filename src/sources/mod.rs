@@ -41,6 +41,9 @@
 //! kept in a state file ([`debug`]) and merged here into the static pods they were added to; API pods get
 //! theirs from the API server.
 //!
+//! **Grace periods** above the node's bound (`nodelet.maxTerminationGracePeriodSeconds`,
+//! [`PodConfig::with_grace_cap`]) are lowered here, for pods of every source.
+//!
 //! **`kubernetes.io/config.seen`** is set here, from the first time the pod config saw the UID
 //! (RFC 3339, UTC); it stays the same while the pod stays, so rescans never change a desired pod.
 
@@ -57,6 +60,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::EphemeralContainer;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::pod::grace::{GraceCap, cap_grace_periods};
 use nodelet_resources::pod::security::PodSecurity;
 use nodelet_resources::pod::validation::{CONFIG_SEEN_ANNOTATION, add_ephemeral_containers};
 use reconcile_engine::{Store, Writer};
@@ -157,6 +161,8 @@ struct State {
     debug: Option<debug::DebugState>,
     /// The security settings each source's pods are held to.
     security: Arc<SecurityPolicies>,
+    /// The node's bound on every pod's grace periods (`nodelet.maxTerminationGracePeriodSeconds`).
+    grace_cap: GraceCap,
 }
 
 /// The security settings ([`PodSecurity`]: a Pod Security Standards level and the `--allow-privileged=false`
@@ -213,6 +219,7 @@ impl PodConfig {
                     merge_problems: Vec::new(),
                     debug: None,
                     security: Arc::default(),
+                    grace_cap: GraceCap::NONE,
                 }),
             }),
         }
@@ -262,6 +269,13 @@ impl PodConfig {
     /// reads its pods.
     pub(crate) fn with_security(self, security: SecurityPolicies) -> Self {
         self.shared.lock().security = Arc::new(security);
+        self
+    }
+
+    /// Lowers every pod's grace periods to `cap` as it enters the desired store (see
+    /// [`nodelet_resources::pod::grace`]). Call before any source reports.
+    pub(crate) fn with_grace_cap(self, cap: GraceCap) -> Self {
+        self.shared.lock().grace_cap = cap;
         self
     }
 
@@ -383,6 +397,9 @@ impl Shared {
                         tracing::warn!(pod = %full_name(&pod), error = %e, "ephemeral containers left out")
                     }
                 }
+            }
+            if cap_grace_periods(&mut pod.pod, state.grace_cap) {
+                tracing::debug!(pod = %full_name(&pod), max = ?state.grace_cap.max(), "grace periods lowered to the node's bound");
             }
             let seen = state.first_seen.entry(uid.clone()).or_insert_with(now_rfc3339).clone();
             pod.pod

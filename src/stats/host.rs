@@ -181,8 +181,13 @@ pub(crate) fn node_cpu_usage_ns(proc_fs: &Path, fs: &Path, version: CgroupVersio
     let line = text.lines().find(|l| l.starts_with("cpu "))?;
     let fields: Vec<u64> = line.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
     // user nice system idle iowait irq softirq steal: busy = all but idle and iowait.
-    let busy: u64 =
-        fields.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, v)| v).sum();
+    let busy: u64 = fields
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, v)| *v)
+        .fold(0, u64::saturating_add);
     // USER_HZ is 100 on every Linux architecture nodelet runs on.
     busy.checked_mul(10_000_000)
 }
@@ -396,6 +401,11 @@ mod tests {
         assert_eq!(pids(d.path()), (Some(30000), Some(345)));
         // No cgroup there: the busy jiffies of /proc/stat (100 + 50) at 100 Hz.
         assert_eq!(node_cpu_usage_ns(d.path(), d.path(), CgroupVersion::V1), Some(1_500_000_000));
+        // Counters at the top of their range saturate: no number rather than a wrapped one.
+        let max = u64::MAX;
+        write(d.path(), "stat", &format!("cpu  {max} {max} {max} 0 0 {max} 0 0 0 0\n"));
+        assert_eq!(node_cpu_usage_ns(d.path(), d.path(), CgroupVersion::V1), None);
+        write(d.path(), "stat", "cpu  100 0 50 1000 20 0 0 0 0 0\nbtime 1700000000\n");
         let (devs, default) = net_devices(d.path());
         assert_eq!(default.as_deref(), Some("eth0"));
         assert_eq!(

@@ -32,6 +32,7 @@ mod exec;
 mod hostile_clients;
 mod hostile_manifests;
 mod lifecycle;
+mod limits;
 mod logs;
 mod metrics;
 mod pod_security;

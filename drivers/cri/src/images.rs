@@ -371,7 +371,9 @@ pub(crate) async fn ensure_image_recorded(
                     image: image.to_owned(),
                     started_at,
                     finished_at,
-                    took: Duration::from_nanos(u64::try_from(finished_at - started_at).unwrap_or(0)),
+                    took: Duration::from_nanos(
+                        u64::try_from(finished_at.saturating_sub(started_at)).unwrap_or(0),
+                    ),
                 }
             }
         };

@@ -10,6 +10,8 @@
 //!   (sandbox and container configs, DNS, ports, resources, security context), image pull policies ([`images`]),
 //!   the kubelet's log layout under [`CriPodRuntimeConfig::pod_log_root`], and relists that rebuild every pod
 //!   from labels and annotations.
+//! * [`pod_cgroup`] makes the pod-level cgroup and sets its process limit (`podPidsLimit`) before the sandbox
+//!   starts.
 //! * [`netns`] dials `localhost:PORT` inside a sandbox's network namespace ([`NetnsDialer`], on a dedicated
 //!   thread per dial), for port-forwarding without the runtime's streaming server.
 //! * [`labels`] has the kubelet's CRI label/annotation keys and nodelet's `io.nodelet.managed=true` marker,
@@ -68,6 +70,7 @@ pub mod images;
 pub mod labels;
 pub mod log_rotation;
 pub mod netns;
+pub mod pod_cgroup;
 mod pod_runtime;
 pub mod probe;
 mod spec;

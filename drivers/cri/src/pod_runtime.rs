@@ -28,7 +28,9 @@ use k8s_cri::v1;
 use k8s_openapi::api::core::v1::Container;
 use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use nodelet_resources::pod::desired::DesiredPod;
-use nodelet_resources::pod::driver::{ContainerKind, PodRuntime, RuntimeError, RuntimeResult};
+use nodelet_resources::pod::driver::{
+    CancellationToken, ContainerKind, PodRuntime, RuntimeError, RuntimeResult,
+};
 use nodelet_resources::pod::resize::CgroupResources;
 use nodelet_resources::pod::runtime_class::{self, RuntimeClasses};
 use nodelet_resources::volume::status::PodVolumes;
@@ -76,8 +78,14 @@ pub struct CriPodRuntimeConfig {
     /// Parent of the pod cgroups (cgroupfs syntax): each pod's sandbox gets `<root>/pod<uid>`. `None` lets
     /// the runtime choose.
     pub cgroup_root: Option<String>,
-    /// Where the cgroup hierarchies are mounted (for removing pod cgroups the runtime leaves behind).
+    /// Where the cgroup hierarchies are mounted (for the pod cgroups' process limit and for removing pod
+    /// cgroups the runtime leaves behind).
     pub cgroup_fs: PathBuf,
+    /// `podPidsLimit`: the most processes (and threads) a pod may have, written to its pod cgroup's
+    /// `pids.max` before the sandbox starts (see [`crate::pod_cgroup`]). Needs
+    /// [`cgroup_root`](Self::cgroup_root): without one there is no pod cgroup and sandboxes fail to start.
+    /// `None`: no limit.
+    pub pod_pids_limit: Option<u64>,
     /// The resolv.conf whose nameservers, search domains and options `Default` (and, without cluster DNS,
     /// `ClusterFirst`) pods get. `None` is the kubelet's `--resolv-conf=""`: DNS to 127.0.0.1 only.
     pub resolv_conf: Option<PathBuf>,
@@ -174,6 +182,7 @@ impl Default for CriPodRuntimeConfig {
             pod_log_root: PathBuf::from(DEFAULT_POD_LOG_ROOT),
             cgroup_root: None,
             cgroup_fs: PathBuf::from(DEFAULT_CGROUP_FS),
+            pod_pids_limit: None,
             resolv_conf: Some(PathBuf::from(DEFAULT_RESOLV_CONF)),
             cluster_dns: Vec::new(),
             cluster_domain: DEFAULT_CLUSTER_DOMAIN.to_owned(),
@@ -224,6 +233,12 @@ impl CriPodRuntimeConfig {
     /// Sets [`cgroup_fs`](Self::cgroup_fs).
     pub fn with_cgroup_fs(mut self, path: impl Into<PathBuf>) -> Self {
         self.cgroup_fs = path.into();
+        self
+    }
+
+    /// Sets [`pod_pids_limit`](Self::pod_pids_limit).
+    pub fn with_pod_pids_limit(mut self, limit: Option<u64>) -> Self {
+        self.pod_pids_limit = limit;
         self
     }
 
@@ -849,6 +864,7 @@ impl CriPodRuntime {
         }
     }
 
+    #[allow(clippy::too_many_arguments)] // PodRuntime::start_container's
     async fn start(
         &self,
         pod: &DesiredPod,
@@ -857,6 +873,7 @@ impl CriPodRuntime {
         kind: ContainerKind,
         restart_count: u32,
         volumes: &PodVolumes,
+        cancel: &CancellationToken,
     ) -> RuntimeResult<String> {
         let config = &self.inner.config;
         let client = &self.inner.client;
@@ -971,9 +988,21 @@ impl CriPodRuntime {
             }
             return Err(RuntimeError { not_found: false, ..error });
         }
-        // postStart right after the start; its failure kills the container, as the kubelet does.
+        // postStart right after the start; its failure kills the container, as the kubelet does. So does
+        // the cancellation of the start (the pod deleted while its hook runs): a hook that never returns
+        // cannot hold the pod, as the kubelet's pod worker gives up the hook when the pod terminates.
         let pod_ip = facts.ips.first().map(String::as_str);
-        if let Err(e) = probe::post_start(&self.inner.prober, container, &id, pod_ip).await {
+        let hook = tokio::select! {
+            result = probe::post_start(&self.inner.prober, container, &id, pod_ip) => result,
+            () = cancel.cancelled() => Err(RuntimeError::new(
+                "PostStartHookError",
+                format!(
+                    "container {:?}: postStart hook abandoned: the pod no longer wants this start",
+                    container.name
+                ),
+            )),
+        };
+        if let Err(e) = hook {
             if let Err(stop) = self.stop_container(&id, pod.grace_period()).await {
                 tracing::warn!(container = %id, error = %stop, "cannot kill the container whose postStart failed");
             }
@@ -1051,8 +1080,9 @@ impl PodRuntime for CriPodRuntime {
         kind: ContainerKind,
         restart_count: u32,
         volumes: &PodVolumes,
+        cancel: &CancellationToken,
     ) -> RuntimeResult<String> {
-        self.start(pod, sandbox_id, container, kind, restart_count, volumes).await.inspect_err(|e| {
+        self.start(pod, sandbox_id, container, kind, restart_count, volumes, cancel).await.inspect_err(|e| {
             let (pod, container) = (pod.uid(), &container.name);
             tracing::debug!(pod, container, reason = e.reason, error = %e.message, "container start failed");
         })

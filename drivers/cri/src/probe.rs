@@ -276,6 +276,11 @@ pub const MIN_GRACE_AFTER_PRE_STOP: Duration = Duration::from_secs(2);
 
 /// Runs the container's `postStart` hook, if it has one, right after it started; returns the
 /// `PostStartHookError` to fail the start with (the caller kills the container, as the kubelet does).
+///
+/// `exec` and `httpGet` hooks get at most the runtime request timeout
+/// ([`CriConfig::runtime_request_timeout`](crate::CriConfig::runtime_request_timeout), 2 minutes by
+/// default): the command's `ExecSync` deadline, the request's timeout. A `sleep` hook sleeps its
+/// seconds. The caller also gives the hook up when the pod no longer wants the start.
 pub(crate) async fn post_start(
     prober: &CriProber,
     container: &Container,
@@ -285,7 +290,12 @@ pub(crate) async fn post_start(
     let Some(hook) = container.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else { return Ok(()) };
     let action = hook_action(hook, container.ports.as_deref().unwrap_or_default());
     tracing::debug!(container = %container.name, id = %container_id, ?action, "running postStart");
-    prober.run_hook(container_id, pod_ip, &action, Duration::ZERO).await.map_err(|e| {
+    // An exec hook keeps the runtime's "no timeout" (0), bounded by the client's deadline of the call.
+    let timeout = match action {
+        Action::Exec { .. } => Duration::ZERO,
+        _ => prober.client.config().runtime_request_timeout,
+    };
+    prober.run_hook(container_id, pod_ip, &action, timeout).await.map_err(|e| {
         RuntimeError::new(
             "PostStartHookError",
             format!("container {:?}: postStart hook failed: {e}", container.name),
@@ -560,5 +570,42 @@ mod tests {
         assert!(
             p.run_hook("id", None, &Action::TcpSocket { host: None, port: 1 }, Duration::ZERO).await.is_err()
         );
+    }
+
+    #[tokio::test]
+    async fn an_http_post_start_hook_that_never_answers_fails_after_the_runtime_request_timeout() {
+        // Accepts, reads, and never answers.
+        let (listener, port) = loopback_listener().await;
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let config = crate::CriConfig::new("unix:///nonexistent/cri.sock")
+            .with_runtime_request_timeout(Duration::from_millis(300));
+        let prober = match CriClient::connect_lazy(config) {
+            Ok(c) => CriProber::new(c),
+            Err(e) => panic!("lazy client: {e}"),
+        };
+        let container: Container = match serde_json::from_value(serde_json::json!({
+            "name": "app",
+            "lifecycle": {"postStart": {"httpGet": {"host": "127.0.0.1", "port": port, "path": "/hook"}}},
+        })) {
+            Ok(c) => c,
+            Err(e) => panic!("container: {e}"),
+        };
+        let started = std::time::Instant::now();
+        let result =
+            tokio::time::timeout(Duration::from_secs(10), post_start(&prober, &container, "id", None)).await;
+        silent.abort();
+        match result {
+            Ok(Err(e)) => {
+                assert_eq!(e.reason, "PostStartHookError");
+                assert!(e.message.contains("deadline"), "{}", e.message);
+            }
+            other => panic!("the hook did not fail on its own: {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
     }
 }

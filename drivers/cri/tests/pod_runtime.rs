@@ -300,7 +300,8 @@ async fn start(
     kind: ContainerKind,
     n: u32,
 ) -> String {
-    match rt.start_container(pod, sandbox, c, kind, n, &Default::default()).await {
+    let never = nodelet_resources::pod::driver::CancellationToken::new();
+    match rt.start_container(pod, sandbox, c, kind, n, &Default::default(), &never).await {
         Ok(id) => id,
         Err(e) => panic!("start_container {}: {e}", c.name),
     }
@@ -680,7 +681,15 @@ async fn start_failures_have_kubelet_reasons() {
     let sandbox_id = run_sandbox(&rt, &mut cleanup, &pod).await;
 
     let err = rt
-        .start_container(&pod, &sandbox_id, &root, ContainerKind::App, 0, &Default::default())
+        .start_container(
+            &pod,
+            &sandbox_id,
+            &root,
+            ContainerKind::App,
+            0,
+            &Default::default(),
+            &Default::default(),
+        )
         .await
         .expect_err("privileged");
     assert_eq!(err.reason, "CreateContainerConfigError", "{err}");
@@ -691,26 +700,58 @@ async fn start_failures_have_kubelet_reasons() {
     );
 
     let err = rt
-        .start_container(&pod, &sandbox_id, &never, ContainerKind::App, 0, &Default::default())
+        .start_container(
+            &pod,
+            &sandbox_id,
+            &never,
+            ContainerKind::App,
+            0,
+            &Default::default(),
+            &Default::default(),
+        )
         .await
         .expect_err("never");
     assert_eq!(err.reason, "ErrImageNeverPull", "{err}");
     assert!(err.message.contains("localhost/nodelet/no-such-image:v1"), "{err}");
 
     let err = rt
-        .start_container(&pod, &sandbox_id, &invalid, ContainerKind::App, 0, &Default::default())
+        .start_container(
+            &pod,
+            &sandbox_id,
+            &invalid,
+            ContainerKind::App,
+            0,
+            &Default::default(),
+            &Default::default(),
+        )
         .await
         .expect_err("invalid");
     assert_eq!(err.reason, "InvalidImageName", "{err}");
 
     let err = rt
-        .start_container(&pod, &sandbox_id, &missing, ContainerKind::App, 0, &Default::default())
+        .start_container(
+            &pod,
+            &sandbox_id,
+            &missing,
+            ContainerKind::App,
+            0,
+            &Default::default(),
+            &Default::default(),
+        )
         .await
         .expect_err("missing");
     assert_eq!(err.reason, "ErrImagePull", "{err}");
 
     let err = rt
-        .start_container(&pod, &sandbox_id, &env_ref, ContainerKind::App, 0, &Default::default())
+        .start_container(
+            &pod,
+            &sandbox_id,
+            &env_ref,
+            ContainerKind::App,
+            0,
+            &Default::default(),
+            &Default::default(),
+        )
         .await
         .expect_err("host IP");
     assert_eq!(err.reason, "CreateContainerConfigError", "{err}");

@@ -140,7 +140,7 @@ pub fn plan(
     let to_free =
         u64::try_from(target_available.saturating_sub(u128::from(fs.available))).unwrap_or(u64::MAX);
     out.to_free = to_free;
-    let mut freed: u64 = out.removals.iter().map(|r| r.size).sum();
+    let mut freed = out.removals.iter().map(|r| r.size).fold(0, u64::saturating_add);
     for r in list {
         if freed >= to_free {
             break;
@@ -258,6 +258,22 @@ mod tests {
         let fs = ImageFs { capacity: 100 * MI, available: 90 * MI };
         let p = plan(&policy, &inv, &in_use(&[]), fs, 1000 * S).unwrap_or_default();
         assert_eq!(p.removals, vec![Removal { id: "stale".into(), size: MI, reason: Reason::Age }]);
+    }
+
+    #[test]
+    fn image_sizes_from_the_runtime_add_up_without_overflowing() {
+        let inv = inventory(&[
+            (image("huge", "r/huge:1", u64::MAX), 0, 0),
+            (image("huger", "r/huger:1", u64::MAX), 0, 0),
+            (image("more", "r/more:1", u64::MAX), 0, 10 * S),
+        ]);
+        let policy =
+            ImageGcPolicy { maximum_age: Some(Duration::from_secs(600)), ..ImageGcPolicy::default() };
+        let fs = ImageFs { capacity: u64::MAX, available: 0 };
+        let p = plan(&policy, &inv, &in_use(&[]), fs, 1000 * S).unwrap_or_default();
+        assert_eq!(p.removals.len(), 3, "{p:?}");
+        assert!(p.enough);
+        assert_eq!(plan_free(&policy, &inv, &in_use(&[]), None, 1000 * S).len(), 3);
     }
 
     #[test]

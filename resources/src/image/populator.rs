@@ -162,9 +162,10 @@ impl ImagePopulator {
         }));
         self.stores.desired.mark_synced();
         let removed = self.settle(&removals, &actual_changes, &failure_changes).await;
-        let freed: u64 = removals.iter().filter(|r| removed.contains(&r.id)).map(|r| r.size).sum();
+        let freed =
+            removals.iter().filter(|r| removed.contains(&r.id)).map(|r| r.size).fold(0, u64::saturating_add);
         if to_free > 0 && freed < to_free {
-            let eligible: u64 = removals.iter().map(|r| r.size).sum();
+            let eligible = removals.iter().map(|r| r.size).fold(0, u64::saturating_add);
             self.events.record(
                 Involved::Node,
                 "Warning",

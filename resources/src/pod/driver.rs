@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
 
-use reconcile_engine::{CancellationToken, Driver, Outcome, Update};
+pub use reconcile_engine::CancellationToken;
+use reconcile_engine::{Driver, Outcome, Update};
 
 use super::actual::{ContainerRecord, ContainerState, PodActual};
 use super::desired::{DesiredPod, PodUid};
+use super::grace::GraceCap;
 use super::metrics::PodMetrics;
 use super::ops::PodOp;
 use crate::volume::status::PodVolumes;
@@ -65,9 +67,15 @@ pub type RuntimeResult<T> = Result<T, RuntimeError>;
 /// report them too (one relist feeds both pairs).
 pub trait PodRuntime: Send + Sync + 'static {
     /// Makes sure the container's image is present as its `imagePullPolicy` says, then creates
-    /// and starts the container in the sandbox; returns the container ID. The container is
-    /// labelled and annotated with its restart count and spec hash. Its `volumeMounts` refer to
-    /// `volumes`, which are set up.
+    /// and starts the container in the sandbox and runs its `postStart` hook; returns the
+    /// container ID. The container is labelled and annotated with its restart count and spec
+    /// hash. Its `volumeMounts` refer to `volumes`, which are set up.
+    ///
+    /// `cancel` fires when desired state no longer wants this start (the pod is deleted, say):
+    /// a `postStart` hook still running is then abandoned and the container killed with the
+    /// pod's grace period, as when the hook fails (`PostStartHookError`), so that a hook that
+    /// never returns cannot hold the pod.
+    #[allow(clippy::too_many_arguments)] // the CRI call's inputs, plus the operation's cancellation
     fn start_container(
         &self,
         pod: &DesiredPod,
@@ -76,6 +84,7 @@ pub trait PodRuntime: Send + Sync + 'static {
         kind: ContainerKind,
         restart_count: u32,
         volumes: &PodVolumes,
+        cancel: &CancellationToken,
     ) -> impl Future<Output = RuntimeResult<String>> + Send;
 
     /// Stops a container: SIGTERM (or its stop signal), then SIGKILL after `grace`. Stopping an
@@ -135,12 +144,22 @@ pub struct PodDriver<R> {
     started: Arc<std::sync::Mutex<std::collections::HashSet<PodUid>>>,
     /// Pods the driver has synced (for the `create`/`update` label of `kubelet_pod_worker_duration_seconds`).
     synced: Arc<std::sync::Mutex<std::collections::HashSet<PodUid>>>,
+    /// The node's bound on the grace period of every kill.
+    grace_cap: GraceCap,
 }
 
 impl<R: PodRuntime> PodDriver<R> {
     /// A driver over `runtime`, counting started containers in `metrics`.
     pub fn new(runtime: Arc<R>, metrics: PodMetrics) -> Self {
-        Self { runtime, metrics, started: Arc::default(), synced: Arc::default() }
+        Self { runtime, metrics, started: Arc::default(), synced: Arc::default(), grace_cap: GraceCap::NONE }
+    }
+
+    /// Kills (of containers and of pods) get at most `cap` as their grace period, whatever the
+    /// pod, the deletion or the eviction asked for.
+    #[must_use]
+    pub fn with_grace_cap(mut self, cap: GraceCap) -> Self {
+        self.grace_cap = cap;
+        self
     }
 
     /// The runtime.
@@ -185,7 +204,12 @@ impl<R: PodRuntime> PodDriver<R> {
     }
 
     /// Runs a [`PodOp::StartContainer`].
-    async fn start(&self, uid: &str, op: &PodOp) -> Outcome<PodActual, RuntimeError> {
+    async fn start(
+        &self,
+        uid: &str,
+        op: &PodOp,
+        cancel: &CancellationToken,
+    ) -> Outcome<PodActual, RuntimeError> {
         let PodOp::StartContainer { pod, sandbox_id, name, kind, restart_count, volumes } = op else {
             return Outcome::Failed(RuntimeError::new(
                 "CreateContainerError",
@@ -210,8 +234,10 @@ impl<R: PodRuntime> PodDriver<R> {
         };
         let container_type = super::metrics::container_type(kind);
         self.metrics.started_containers.with_label_values(&[container_type]).inc();
-        if let Err(e) =
-            self.runtime.start_container(pod, sandbox_id, container, kind, restart_count, volumes).await
+        if let Err(e) = self
+            .runtime
+            .start_container(pod, sandbox_id, container, kind, restart_count, volumes, cancel)
+            .await
         {
             self.metrics.started_containers_errors.with_label_values(&[container_type, e.reason]).inc();
             return Outcome::Failed(e);
@@ -223,14 +249,18 @@ impl<R: PodRuntime> PodDriver<R> {
             let stale: Vec<&ContainerRecord> = state
                 .containers
                 .iter()
-                .filter(|c| c.name == name && c.restart_count + 1 < restart_count)
+                .filter(|c| c.name == name && c.restart_count.saturating_add(1) < restart_count)
                 .collect();
             for c in stale {
                 if let Err(e) = self.runtime.remove_container(&c.id).await {
                     tracing::warn!(pod = uid, container = name, id = %c.id, error = %e, "could not remove an old attempt");
                 }
             }
-            if state.containers.iter().any(|c| c.name == name && c.restart_count + 1 < restart_count) {
+            if state
+                .containers
+                .iter()
+                .any(|c| c.name == name && c.restart_count.saturating_add(1) < restart_count)
+            {
                 return self.state(uid).await;
             }
         }
@@ -338,13 +368,14 @@ impl<R: PodRuntime> PodDriver<R> {
         &self,
         uid: &PodUid,
         op: &PodOp,
-        _cancel: &CancellationToken,
+        cancel: &CancellationToken,
     ) -> Outcome<PodActual, RuntimeError> {
         match op {
             PodOp::Refresh => self.state(uid).await,
-            PodOp::StartContainer { .. } => self.start(uid, op).await,
+            PodOp::StartContainer { .. } => self.start(uid, op, cancel).await,
             PodOp::KillContainers { ids, grace } => {
-                let stops = ids.iter().map(|id| self.runtime.stop_container(id, *grace));
+                let grace = self.grace_cap.apply(*grace);
+                let stops = ids.iter().map(|id| self.runtime.stop_container(id, grace));
                 let errors: Vec<RuntimeError> =
                     futures::future::join_all(stops).await.into_iter().filter_map(Result::err).collect();
                 match errors.into_iter().next() {
@@ -352,7 +383,7 @@ impl<R: PodRuntime> PodDriver<R> {
                     None => self.state(uid).await,
                 }
             }
-            PodOp::KillPod { grace, remove } => self.kill(uid, *grace, *remove).await,
+            PodOp::KillPod { grace, remove } => self.kill(uid, self.grace_cap.apply(*grace), *remove).await,
             PodOp::ResizeContainer { id, resources } => {
                 match self.runtime.update_container_resources(id, resources).await {
                     Ok(()) => self.state(uid).await,

@@ -5,6 +5,8 @@
 //! - `fake/exit:<code>` exits with `<code>` as soon as it starts;
 //! - `fake/ignore-term` ignores SIGTERM: a stop takes the whole grace period and ends with 137;
 //! - anything else runs until stopped (and exits 0 on SIGTERM), or until [`FakeRuntime::exit`];
+//! - `fake/hang-post-start` has a postStart hook that never returns: its start ends only when
+//!   cancelled, killing the container;
 //! - `fake/missing` cannot be pulled (`ErrImagePull`) unless [`FakeRuntime::add_image`] adds it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -169,8 +171,9 @@ impl FakeRuntime {
     }
 }
 
-impl PodRuntime for FakeRuntime {
-    async fn start_container(
+impl FakeRuntime {
+    /// Creates a container as `start_container` does, without its hook.
+    fn create_container(
         &self,
         pod: &DesiredPod,
         sandbox_id: &str,
@@ -251,6 +254,32 @@ impl PodRuntime for FakeRuntime {
             record,
             ignores_term: image == "fake/ignore-term",
         });
+        Ok(id)
+    }
+}
+
+impl PodRuntime for FakeRuntime {
+    async fn start_container(
+        &self,
+        pod: &DesiredPod,
+        sandbox_id: &str,
+        container: &Container,
+        kind: ContainerKind,
+        restart_count: u32,
+        volumes: &crate::volume::status::PodVolumes,
+        cancel: &super::driver::CancellationToken,
+    ) -> RuntimeResult<String> {
+        let id = self.create_container(pod, sandbox_id, container, kind, restart_count, volumes)?;
+        if container.image.as_deref() == Some("fake/hang-post-start") {
+            // Its postStart hook never returns: only the cancellation ends the start, and the
+            // container is killed as after a failed hook.
+            cancel.cancelled().await;
+            self.stop_container(&id, pod.grace_period()).await?;
+            return Err(RuntimeError::new(
+                "PostStartHookError",
+                format!("container {:?}: postStart hook abandoned", container.name),
+            ));
+        }
         Ok(id)
     }
 

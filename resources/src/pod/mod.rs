@@ -4,6 +4,7 @@
 //! - [`actual`]: what the runtime reports for each pod (sandboxes and containers).
 //! - [`driver`]: the narrow runtime interface ([`driver::PodRuntime`]) the operations use.
 //! - [`gc`]: container garbage collection, planned as operations of the pod pair.
+//! - [`grace`]: the node's upper bound on grace periods.
 //! - [`resize`]: in-place resize of running containers.
 //! - [`runtime_class`]: RuntimeClass handlers, overhead and node selectors.
 
@@ -13,6 +14,7 @@ pub mod driver;
 #[cfg(feature = "testing")]
 pub mod fake;
 pub mod gc;
+pub mod grace;
 pub mod metrics;
 pub mod ops;
 pub mod pleg;

@@ -10,6 +10,12 @@ use super::desired::DesiredPod;
 use super::driver::ContainerKind;
 use crate::volume::status::PodVolumes;
 
+/// How many pod operations the pod engine runs at once: no bound (`0`). The engine already runs at
+/// most one operation per pod, and admission bounds the pods (`maxPods`), so this is the kubelet's
+/// one worker per pod; a smaller bound would let a few slow operations (postStart hooks that take
+/// minutes, long grace periods) of many pods hold every slot and starve the other pods.
+pub const MAX_CONCURRENT_OPS: usize = 0;
+
 /// One step on one pod. At most one runs per pod at a time (the engine's per-key guarantee).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PodOp {

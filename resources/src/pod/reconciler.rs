@@ -64,7 +64,9 @@ impl Default for CrashLoopBackOff {
 impl CrashLoopBackOff {
     /// How long a container that exited must wait before it starts again.
     pub fn delay(&self, exited: &ContainerRecord) -> Duration {
-        let ran = Duration::from_nanos(u64::try_from(exited.finished_at - exited.started_at).unwrap_or(0));
+        let ran = Duration::from_nanos(
+            u64::try_from(exited.finished_at.saturating_sub(exited.started_at)).unwrap_or(0),
+        );
         if exited.restart_count == 0 || (exited.started_at > 0 && ran >= self.reset_after) {
             return Duration::ZERO;
         }
@@ -273,7 +275,13 @@ enum Step {
 impl PodReconciler {
     /// The restart count of the next attempt of `name`.
     fn next_restart(actual: &PodActual, name: &str) -> u32 {
-        actual.containers.iter().filter(|c| c.name == name).map(|c| c.restart_count + 1).max().unwrap_or(0)
+        actual
+            .containers
+            .iter()
+            .filter(|c| c.name == name)
+            .map(|c| c.restart_count.saturating_add(1))
+            .max()
+            .unwrap_or(0)
     }
 
     /// For a container that should run (or have run), what to do now.
@@ -288,9 +296,15 @@ impl PodReconciler {
                 if !restarts(c.exit_code) {
                     return Step::Done;
                 }
-                let since = Duration::from_nanos(u64::try_from((self.clock)() - c.finished_at).unwrap_or(0));
+                let since = Duration::from_nanos(
+                    u64::try_from((self.clock)().saturating_sub(c.finished_at)).unwrap_or(0),
+                );
                 let delay = self.backoff.delay(c);
-                if since >= delay { Step::Start(c.restart_count + 1) } else { Step::Wait(delay - since) }
+                if since >= delay {
+                    Step::Start(c.restart_count.saturating_add(1))
+                } else {
+                    Step::Wait(delay - since)
+                }
             }
             // Missing, only in an older sandbox, or stuck in Created/Unknown: start a new attempt.
             _ => Step::Start(Self::next_restart(actual, name)),

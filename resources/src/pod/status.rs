@@ -230,7 +230,7 @@ fn container_status(
                 // Waiting to restart: the exited attempt is the last state.
                 last_state = Some(terminated(c));
                 let delay = reconciler.backoff().delay(c);
-                let since = u64::try_from(now - c.finished_at).unwrap_or(0);
+                let since = u64::try_from(now.saturating_sub(c.finished_at)).unwrap_or(0);
                 let in_backoff = u128::from(since) < delay.as_nanos();
                 match start_failure {
                     Some((f, e)) => {
@@ -312,7 +312,7 @@ fn add_resources(status: &mut ContainerStatus, spec: &Container, actual: &PodAct
     if applied.cpu_quota > 0 && applied.cpu_period > 0 {
         limits.insert(
             "cpu".to_owned(),
-            Quantity(format!("{}m", applied.cpu_quota * 1000 / applied.cpu_period)),
+            Quantity(format!("{}m", applied.cpu_quota.saturating_mul(1000) / applied.cpu_period)),
         );
     }
     if applied.memory_limit > 0 {

@@ -259,8 +259,9 @@ impl<H: ProbeHandler> Prober<H> {
                 container_id: record.id.clone(),
                 pod_ip,
             };
-            let ran_for =
-                Duration::from_nanos(u64::try_from((self.clock)() - record.started_at).unwrap_or(0));
+            let ran_for = Duration::from_nanos(
+                u64::try_from((self.clock)().saturating_sub(record.started_at)).unwrap_or(0),
+            );
             let ran_for = if record.started_at > 0 { ran_for } else { Duration::ZERO };
             let has_startup = probes.iter().any(|p| p.kind == ProbeKind::Startup);
             let mut tasks = Vec::with_capacity(probes.len());

@@ -15,6 +15,46 @@ use super::{CriPodRuntime, cri_error, spec_error};
 use crate::filter::SandboxFilter;
 use crate::labels;
 
+impl CriPodRuntime {
+    /// With `podPidsLimit` set: makes the pod cgroup `<cgroupRoot>/pod<uid>` and writes the limit to its
+    /// `pids.max` before the sandbox (and so every container) starts in it; returns whether it did.
+    async fn limit_pod_pids(&self, pod: &DesiredPod) -> RuntimeResult<bool> {
+        let Some(limit) = self.inner.config.pod_pids_limit else { return Ok(false) };
+        let Some(cgroup) = self.pod_cgroup(pod.uid()) else {
+            return Err(RuntimeError::new(
+                "CreatePodSandboxError",
+                format!(
+                    "pod {}/{}: podPidsLimit {limit} needs a pod cgroup, and no cgroup root is configured",
+                    pod.namespace(),
+                    pod.name()
+                ),
+            ));
+        };
+        let cgroup_fs = self.inner.config.cgroup_fs.clone();
+        let rel = cgroup.clone();
+        let written =
+            tokio::task::spawn_blocking(move || crate::pod_cgroup::set_pids_limit(&cgroup_fs, &rel, limit))
+                .await
+                .map_err(|e| {
+                    RuntimeError::new("CreatePodSandboxError", format!("pod cgroup task failed: {e}"))
+                })?;
+        match written {
+            Ok(file) => {
+                tracing::debug!(pod = %pod.uid(), file = %file.display(), limit, "pod pids limit set");
+                Ok(true)
+            }
+            Err(e) => Err(RuntimeError::new(
+                "CreatePodSandboxError",
+                format!(
+                    "pod {}/{}: cannot limit the processes of pod cgroup {cgroup}: {e}",
+                    pod.namespace(),
+                    pod.name()
+                ),
+            )),
+        }
+    }
+}
+
 impl SandboxRuntime for CriPodRuntime {
     async fn run_sandbox(&self, spec: &SandboxSpec, attempt: u32) -> RuntimeResult<String> {
         let pod: &DesiredPod = &spec.pod;
@@ -33,19 +73,22 @@ impl SandboxRuntime for CriPodRuntime {
                 format!("cannot create pod log directory {}: {e}", log_dir.display()),
             ));
         }
-        let id = self
-            .inner
-            .client
-            .run_pod_sandbox(config, &handler)
-            .await
-            .map_err(|e| {
-                cri_error(
+        let limited = self.limit_pod_pids(pod).await?;
+        let id = match self.inner.client.run_pod_sandbox(config, &handler).await {
+            Ok(id) => id,
+            Err(e) => {
+                // A cgroup made for a sandbox that never ran goes again (one with processes stays).
+                if limited {
+                    self.remove_pod_cgroups(pod.uid()).await;
+                }
+                let e = cri_error(
                     "CreatePodSandboxError",
                     format!("pod {}/{}: RunPodSandbox", pod.namespace(), pod.name()),
                     &e,
-                )
-            })
-            .map_err(|e| RuntimeError { not_found: false, ..e })?;
+                );
+                return Err(RuntimeError { not_found: false, ..e });
+            }
+        };
         // Like the kubelet, read the sandbox's IPs right away (and keep them: they never change).
         match self.sandbox_facts(&id).await {
             Ok(facts) => tracing::info!(
