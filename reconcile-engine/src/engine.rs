@@ -342,6 +342,7 @@ where
             actual_writer,
             config: self.config,
             dirty: Set::default(),
+            completed: Vec::new(),
             children: Map::default(),
             held: Set::default(),
             rechecks: DelayQueue::new(),
@@ -378,6 +379,10 @@ where
     actual_writer: Writer<R::Key, A>,
     config: EngineConfig,
     dirty: Set<R::Key>,
+    /// Keys whose operation finished since the last pass, with their actual value if the
+    /// completion wrote it (`None`: read the store). They are planned in the next pass without
+    /// going through `dirty` (one operation per key, so each appears once).
+    completed: Vec<(R::Key, Option<Option<Arc<A>>>)>,
     /// Parent → children present in either store, to reconsider descendants of a changed key.
     children: Map<R::Key, Set<R::Key>>,
     /// Keys whose teardown waits for the desired store to sync.
@@ -658,8 +663,9 @@ where
         }
     }
 
-    /// Writes a completion's effect into the actual and status stores; returns the key.
-    fn apply(&mut self, c: Completion<R::Key, R::Op, A, Dr::Error>) -> R::Key {
+    /// Writes a completion's effect into the actual and status stores; returns the key, and its
+    /// actual value if the completion set or removed it.
+    fn apply(&mut self, c: Completion<R::Key, R::Op, A, Dr::Error>) -> (R::Key, Option<Option<Arc<A>>>) {
         if self.observed_by_others {
             self.last_completion.insert(c.key.clone(), Instant::now());
         }
@@ -689,19 +695,25 @@ where
                 },
             ),
         }
-        match update {
-            Update::Set(value) => self.actual_writer.insert(c.key.clone(), value),
+        let known = match update {
+            Update::Set(value) => {
+                let value = Arc::new(value);
+                self.actual_writer.insert_arc(c.key.clone(), value.clone());
+                Some(Some(value))
+            }
             Update::Remove => {
                 self.actual_writer.remove(&c.key);
+                Some(None)
             }
-            Update::Keep => {}
-        }
-        c.key
+            Update::Keep => None,
+        };
+        (c.key, known)
     }
 
     fn complete(&mut self, c: Completion<R::Key, R::Op, A, Dr::Error>) {
-        let key = self.apply(c);
-        self.mark_changed(key);
+        let (key, known) = self.apply(c);
+        self.mark_relatives(&key);
+        self.completed.push((key, known));
     }
 
     /// Marks every key of both stores for reconsideration and rebuilds the children index.
@@ -725,9 +737,16 @@ where
     /// Marks `key` for reconsideration with its ancestors and descendants, and keeps the
     /// parent → children index up to date.
     fn mark_changed(&mut self, key: R::Key) {
+        self.mark_relatives(&key);
+        self.dirty.insert(key);
+    }
+
+    /// Marks the ancestors and descendants of `key` for reconsideration, and keeps the parent →
+    /// children index up to date.
+    fn mark_relatives(&mut self, key: &R::Key) {
         let mut cur = key.parent();
         if let Some(parent) = &cur {
-            let present = self.desired.contains_key(&key) || self.actual.contains_key(&key);
+            let present = self.desired.contains_key(key) || self.actual.contains_key(key);
             if present {
                 self.children.entry(parent.clone()).or_default().insert(key.clone());
             } else if let Some(set) = self.children.get_mut(parent) {
@@ -753,73 +772,106 @@ where
                 }
             }
         }
-        self.dirty.insert(key);
     }
 
+    /// Plans every key that changed (`dirty`) or finished an operation (`completed`) since the
+    /// last pass.
     fn plan_dirty(&mut self) {
-        if self.dirty.is_empty() {
+        if self.dirty.is_empty() && self.completed.is_empty() {
             return;
         }
         let started = std::time::Instant::now();
         let synced = self.desired.is_synced();
         let now = Instant::now();
-        let keys = std::mem::take(&mut self.dirty);
-        self.executor.metrics().reconciles.inc_by(keys.len() as u64);
-        for key in keys {
-            let desired = self.desired.get(&key);
-            let actual = self.actual.get(&key);
-            if desired.is_none() && actual.is_none() && self.executor.running_op(&key).is_none() {
-                self.executor.withdraw(&key);
-                self.executor.forget(&key);
-                self.held.remove(&key);
-                self.last_completion.remove(&key);
-                self.status_writer.remove(&key);
-                self.cancel_recheck(&key);
+        let mut planned = 0u64;
+        let mut completed = std::mem::take(&mut self.completed);
+        for (key, known) in completed.drain(..) {
+            // A key also marked dirty is planned with the dirty ones.
+            if !self.dirty.is_empty() && self.dirty.contains(&key) {
                 continue;
             }
-            let view = View {
-                key: &key,
-                desired: desired.as_deref(),
-                actual: actual.as_deref(),
-                desired_store: &self.desired,
-                actual_store: &self.actual,
-                desired_synced: synced,
-                now,
-                inputs: &self.inputs,
-            };
-            let plan = self.reconciler.reconcile(&view);
-            self.cancel_recheck(&key);
-            match plan {
-                Plan::Run(op) => {
-                    if op.is_teardown() && !synced {
-                        self.executor.withdraw(&key);
-                        self.held.insert(key);
-                        continue;
-                    }
-                    self.held.remove(&key);
-                    if self.executor.running_op(&key).is_some_and(|running| *running != op) {
-                        self.executor.cancel(&key);
-                    }
-                    self.executor.submit(key, op);
-                }
-                Plan::Idle => {
-                    self.held.remove(&key);
-                    self.executor.withdraw(&key);
-                    self.executor.cancel(&key);
-                }
-                Plan::RecheckAfter(delay) => {
-                    self.held.remove(&key);
-                    self.executor.withdraw(&key);
-                    self.executor.cancel(&key);
-                    let timer = self.rechecks.insert(key.clone(), delay);
-                    self.recheck_keys.insert(key, timer);
-                }
+            planned += 1;
+            self.plan_key(key, known, synced, now);
+        }
+        // Keep the buffer's capacity for the next burst of completions.
+        self.completed = completed;
+        if !self.dirty.is_empty() {
+            let keys = std::mem::take(&mut self.dirty);
+            planned += keys.len() as u64;
+            for key in keys {
+                self.plan_key(key, None, synced, now);
             }
         }
+        self.executor.metrics().reconciles.inc_by(planned);
         self.executor.metrics().loop_duration.observe(started.elapsed().as_secs_f64());
     }
 
+    /// Asks the reconciler for a plan for `key` and hands it to the executor. `known` is the
+    /// key's actual value if the caller knows it (it wrote it), to save a lookup.
+    fn plan_key(&mut self, key: R::Key, known: Option<Option<Arc<A>>>, synced: bool, now: Instant) {
+        let desired = self.desired.get(&key);
+        let actual = match known {
+            Some(actual) => actual,
+            None => self.actual.get(&key),
+        };
+        if desired.is_none() && actual.is_none() && self.executor.release(&key) {
+            if !self.held.is_empty() {
+                self.held.remove(&key);
+            }
+            if !self.last_completion.is_empty() {
+                self.last_completion.remove(&key);
+            }
+            if !self.status.is_empty() {
+                self.status_writer.remove(&key);
+            }
+            self.cancel_recheck(&key);
+            return;
+        }
+        let view = View {
+            key: &key,
+            desired: desired.as_deref(),
+            actual: actual.as_deref(),
+            desired_store: &self.desired,
+            actual_store: &self.actual,
+            desired_synced: synced,
+            now,
+            inputs: &self.inputs,
+        };
+        let plan = self.reconciler.reconcile(&view);
+        self.cancel_recheck(&key);
+        match plan {
+            Plan::Run(op) => {
+                if op.is_teardown() && !synced {
+                    self.executor.withdraw(&key);
+                    self.held.insert(key);
+                    return;
+                }
+                if !self.held.is_empty() {
+                    self.held.remove(&key);
+                }
+                self.executor.submit_replacing(key, op);
+            }
+            Plan::Idle => {
+                if !self.held.is_empty() {
+                    self.held.remove(&key);
+                }
+                self.executor.stop(&key);
+            }
+            Plan::RecheckAfter(delay) => {
+                if !self.held.is_empty() {
+                    self.held.remove(&key);
+                }
+                self.executor.stop(&key);
+                let timer = self.rechecks.insert(key.clone(), delay);
+                self.recheck_keys.insert(key, timer);
+            }
+        }
+    }
+
     fn cancel_recheck(&mut self, key: &R::Key) {
+        if self.recheck_keys.is_empty() {
+            return;
+        }
         if let Some(timer) = self.recheck_keys.remove(key) {
             self.rechecks.remove(&timer);
         }

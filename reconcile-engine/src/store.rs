@@ -2,7 +2,7 @@
 //! notification and a "synced once" gate.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use dashmap::DashMap;
@@ -29,6 +29,7 @@ pub fn store<K: Key, V: Send + Sync + 'static>() -> (Store<K, V>, Writer<K, V>) 
         map: DashMap::default(),
         len: AtomicUsize::new(0),
         subscribers: Mutex::new(Vec::new()),
+        has_subscribers: AtomicBool::new(false),
         synced,
     });
     (Store { shared: shared.clone() }, Writer { shared })
@@ -39,6 +40,10 @@ struct Shared<K, V> {
     /// Kept by the writer, so that readers never lock every shard to count.
     len: AtomicUsize,
     subscribers: Mutex<Vec<Weak<SubShared<K>>>>,
+    /// Whether `subscribers` may be non-empty, so that a write to a store nobody subscribed to
+    /// takes no lock. Set under the lock by `subscribe`, cleared under it once every
+    /// subscription was dropped.
+    has_subscribers: AtomicBool,
     synced: watch::Sender<SyncState>,
 }
 
@@ -52,6 +57,9 @@ enum SyncState {
 
 impl<K: Key, V> Shared<K, V> {
     fn notify(&self, key: &K) {
+        if !self.has_subscribers.load(Ordering::Acquire) {
+            return;
+        }
         let mut subs = self.subscribers.lock().unwrap_or_else(PoisonError::into_inner);
         subs.retain(|weak| match weak.upgrade() {
             Some(sub) => {
@@ -61,6 +69,9 @@ impl<K: Key, V> Shared<K, V> {
             }
             None => false,
         });
+        if subs.is_empty() {
+            self.has_subscribers.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -164,7 +175,10 @@ impl<K: Key, V: Send + Sync + 'static> Store<K, V> {
     /// change in any of several stores.
     pub(crate) fn subscribe_with(&self, notify: Arc<Notify>) -> Subscription<K> {
         let sub = Arc::new(SubShared { dirty: Mutex::new(Set::default()), notify });
-        self.shared.subscribers.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::downgrade(&sub));
+        let mut subs = self.shared.subscribers.lock().unwrap_or_else(PoisonError::into_inner);
+        subs.push(Arc::downgrade(&sub));
+        self.shared.has_subscribers.store(true, Ordering::Release);
+        drop(subs);
         Subscription { shared: sub }
     }
 }
