@@ -133,9 +133,11 @@ pub struct Completion<K, Op, A, E> {
     pub retry_at: Option<Instant>,
 }
 
-struct Running<Op> {
+struct Running<Op, C> {
     op: Op,
     cancel: CancellationToken,
+    /// What the submitter attached to the operation that runs.
+    context: Option<C>,
 }
 
 struct Backoff {
@@ -153,12 +155,14 @@ type Idx = usize;
 /// Everything the executor knows about one key. Slots live in a slab, so that the queues, the
 /// timers and the running operations refer to a key by index, without hashing it again or
 /// comparing its bytes; [`Executor::index`] finds a slot by key.
-struct Slot<K, Op> {
+struct Slot<K, Op, C> {
     key: K,
     /// `key`'s hash, so that the index never rehashes a key and finds a slot by index alone.
     hash: u64,
-    running: Option<Running<Op>>,
+    running: Option<Running<Op, C>>,
     pending: Option<Op>,
+    /// What the submitter attached to `pending`.
+    context: Option<C>,
     /// Boxed: most keys never fail, and a small slot keeps the slab cache-friendly.
     backoff: Option<Box<Backoff>>,
     /// In the teardown or setup queue.
@@ -167,7 +171,7 @@ struct Slot<K, Op> {
     blocked: bool,
 }
 
-impl<K, Op> Slot<K, Op> {
+impl<K, Op, C> Slot<K, Op, C> {
     fn is_idle(&self) -> bool {
         self.running.is_none()
             && self.pending.is_none()
@@ -192,12 +196,30 @@ type OpFuture<K, Op, A, E> = Pin<Box<dyn Future<Output = Finished<K, Op, A, E>> 
 /// on an ancestor or descendant of it), per-key exponential backoff with jitter, a timeout per
 /// operation, cancellation, and a bound on concurrency.
 pub struct Executor<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, A>> {
+    core: Core<K, Op, A, Dr, ()>,
+}
+
+/// A finished operation as the [`Engine`](crate::Engine) sees it: the [`Completion`], what the
+/// engine attached to the operation when it submitted it, and the key's own copy if the executor
+/// no longer keeps anything for it.
+pub(crate) struct Done<K, Op, A, E, C> {
+    pub(crate) completion: Completion<K, Op, A, E>,
+    pub(crate) context: Option<C>,
+    /// The executor's copy of the key, handed back because it forgot the key (nothing waits,
+    /// runs or backs off on it): until the key is submitted again, withdrawing or cancelling
+    /// it has nothing to do.
+    pub(crate) released: Option<K>,
+}
+
+/// The executor itself, with a context of type `C` that a submitter may attach to each
+/// operation and gets back with its completion (the engine attaches what it planned from).
+pub(crate) struct Core<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, A>, C> {
     driver: Arc<Dr>,
     config: ExecutorConfig,
     hasher: ahash::RandomState,
     /// Key → slot index, hashed with `hasher` (the hash is kept in the slot).
     index: HashTable<Idx>,
-    slots: Slab<Slot<K, Op>>,
+    slots: Slab<Slot<K, Op, C>>,
     /// For each key, how many operations run on its strict descendants.
     busy_below: Map<K, usize>,
     running: usize,
@@ -212,6 +234,12 @@ pub struct Executor<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, 
 }
 
 impl<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, A>> fmt::Debug for Executor<K, Op, A, Dr> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.core.fmt(f)
+    }
+}
+
+impl<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, A>, C> fmt::Debug for Core<K, Op, A, Dr, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Executor")
             .field("name", &self.metrics.name())
@@ -236,6 +264,109 @@ where
 {
     /// An executor named `name` (the `reconciler` metric label) over `driver`.
     pub fn new(name: &str, driver: Arc<Dr>, config: ExecutorConfig, metrics: &Metrics) -> Self {
+        Self { core: Core::new(name, driver, config, metrics) }
+    }
+
+    /// The driver.
+    pub fn driver(&self) -> &Arc<Dr> {
+        self.core.driver()
+    }
+
+    /// Operations running now.
+    pub fn in_flight(&self) -> usize {
+        self.core.in_flight()
+    }
+
+    /// Operations planned but not started.
+    pub fn queued(&self) -> usize {
+        self.core.pending
+    }
+
+    /// Keys backing off now.
+    pub fn backing_off(&self) -> usize {
+        self.core.timers.len()
+    }
+
+    /// Whether nothing runs, waits or backs off.
+    pub fn is_idle(&self) -> bool {
+        self.core.running == 0 && self.core.pending == 0
+    }
+
+    /// The operation running on `key`, if any.
+    pub fn running_op(&self, key: &K) -> Option<&Op> {
+        self.core.running_op(key)
+    }
+
+    /// When `key` may next run an operation of `kind`, if it is backing off.
+    pub fn retry_at(&self, key: &K, kind: &str) -> Option<Instant> {
+        self.core.retry_at(key, kind)
+    }
+
+    /// Asks for `op` to run on `key`. Returns at once; see [`Submitted`].
+    ///
+    /// If a different operation runs on `key`, `op` waits for it to finish (it is not cancelled:
+    /// call [`cancel`](Executor::cancel) for that). If the key is backing off after a failure of
+    /// the same kind, `op` waits out the backoff; an operation of another kind resets the
+    /// backoff and may run at once.
+    pub fn submit(&mut self, key: K, op: Op) -> Submitted {
+        self.core.submit(key, op, None, false)
+    }
+
+    /// Drops the operation waiting for `key`, if any (the running one is unaffected).
+    pub fn withdraw(&mut self, key: &K) {
+        self.core.withdraw(key);
+    }
+
+    /// Drops every waiting operation (for shutdown).
+    pub fn withdraw_all(&mut self) {
+        self.core.withdraw_all();
+    }
+
+    /// Fires the cancellation token of the operation running on `key`; returns whether one runs.
+    pub fn cancel(&mut self, key: &K) -> bool {
+        self.core.cancel(key)
+    }
+
+    /// Cancels every running operation.
+    pub fn cancel_all(&mut self) {
+        self.core.cancel_all();
+    }
+
+    /// Forgets the backoff history of `key` (when it left both desired and actual state).
+    pub fn forget(&mut self, key: &K) {
+        self.core.forget(key);
+    }
+
+    /// Starts whatever can start now: queued operations whose keys are free, teardown first.
+    pub fn pump(&mut self) {
+        self.core.pump();
+    }
+
+    /// Waits for the next operation to finish. Starts queued operations (as [`pump`]) and those
+    /// whose backoff ended while it waits. Never returns while nothing runs or backs off.
+    /// Cancel-safe: dropping the future loses nothing.
+    ///
+    /// [`pump`]: Executor::pump
+    pub async fn next_completion(&mut self) -> Completion<K, Op, A, Dr::Error> {
+        self.core.next_done().await.completion
+    }
+
+    /// A finished operation if one is ready now, without waiting and without starting anything.
+    /// Lets a caller handle a burst of completions in one go.
+    pub fn try_next_completion(&mut self) -> Option<Completion<K, Op, A, Dr::Error>> {
+        self.core.try_next_done().map(|done| done.completion)
+    }
+}
+
+impl<K, Op, A, Dr, C> Core<K, Op, A, Dr, C>
+where
+    K: Key,
+    Op: Operation,
+    A: Send + 'static,
+    Dr: Driver<K, Op, A>,
+    C: Send + 'static,
+{
+    pub(crate) fn new(name: &str, driver: Arc<Dr>, config: ExecutorConfig, metrics: &Metrics) -> Self {
         let rng = config.seed.map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
         Self {
             driver,
@@ -256,39 +387,20 @@ where
         }
     }
 
-    /// The driver.
-    pub fn driver(&self) -> &Arc<Dr> {
+    pub(crate) fn driver(&self) -> &Arc<Dr> {
         &self.driver
     }
 
-    /// Operations running now.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.running
     }
 
-    /// Operations planned but not started.
-    pub fn queued(&self) -> usize {
-        self.pending
-    }
-
-    /// Keys backing off now.
-    pub fn backing_off(&self) -> usize {
-        self.timers.len()
-    }
-
-    /// Whether nothing runs, waits or backs off.
-    pub fn is_idle(&self) -> bool {
-        self.running == 0 && self.pending == 0
-    }
-
-    /// The operation running on `key`, if any.
-    pub fn running_op(&self, key: &K) -> Option<&Op> {
+    pub(crate) fn running_op(&self, key: &K) -> Option<&Op> {
         let idx = self.find(key)?;
         self.slots[idx].running.as_ref().map(|r| &r.op)
     }
 
-    /// When `key` may next run an operation of `kind`, if it is backing off.
-    pub fn retry_at(&self, key: &K, kind: &str) -> Option<Instant> {
+    fn retry_at(&self, key: &K, kind: &str) -> Option<Instant> {
         let idx = self.find(key)?;
         self.slots[idx]
             .backoff
@@ -297,38 +409,24 @@ where
             .map(|b| b.until)
     }
 
-    /// Asks for `op` to run on `key`. Returns at once; see [`Submitted`].
-    ///
-    /// If a different operation runs on `key`, `op` waits for it to finish (it is not cancelled:
-    /// call [`cancel`](Executor::cancel) for that). If the key is backing off after a failure of
-    /// the same kind, `op` waits out the backoff; an operation of another kind resets the
-    /// backoff and may run at once.
-    pub fn submit(&mut self, key: K, op: Op) -> Submitted {
+    /// [`Executor::submit`], with `context` attached to `op`; with `replace`, the operation
+    /// running on `key` is cancelled first if it is not equal to `op` (what the engine does with
+    /// a plan). One lookup of the key.
+    pub(crate) fn submit(&mut self, key: K, op: Op, context: Option<C>, replace: bool) -> Submitted {
         let idx = self.find_or_insert(key);
-        self.submit_at(idx, op)
-    }
-
-    /// [`submit`](Executor::submit), after cancelling the operation running on `key` if it is
-    /// not equal to `op`: what the engine does with a plan. One lookup of the key.
-    pub(crate) fn submit_replacing(&mut self, key: K, op: Op) -> Submitted {
-        let idx = self.find_or_insert(key);
-        if let Some(running) = &self.slots[idx].running
-            && running.op != op
-        {
-            running.cancel.cancel();
-        }
-        self.submit_at(idx, op)
-    }
-
-    fn submit_at(&mut self, idx: Idx, op: Op) -> Submitted {
         let slot = &mut self.slots[idx];
         if let Some(running) = &slot.running {
             if running.op == op {
                 if slot.pending.take().is_some() {
+                    slot.context = None;
                     self.pending -= 1;
                 }
                 return Submitted::Coalesced;
             }
+            if replace {
+                running.cancel.cancel();
+            }
+            slot.context = context;
             if slot.pending.replace(op).is_none() {
                 self.pending += 1;
             }
@@ -345,6 +443,7 @@ where
                 backing_off = Some(backoff.until);
             }
         }
+        slot.context = context;
         if slot.pending.replace(op).is_none() {
             self.pending += 1;
         }
@@ -357,8 +456,7 @@ where
         if self.try_start(idx) { Submitted::Started } else { Submitted::Queued }
     }
 
-    /// Drops the operation waiting for `key`, if any (the running one is unaffected).
-    pub fn withdraw(&mut self, key: &K) {
+    pub(crate) fn withdraw(&mut self, key: &K) {
         if let Some(idx) = self.find(key) {
             self.withdraw_at(idx);
             self.cleanup(idx);
@@ -366,7 +464,9 @@ where
     }
 
     fn withdraw_at(&mut self, idx: Idx) {
-        if self.slots[idx].pending.take().is_some() {
+        let slot = &mut self.slots[idx];
+        if slot.pending.take().is_some() {
+            slot.context = None;
             self.pending -= 1;
         }
     }
@@ -396,16 +496,15 @@ where
         true
     }
 
-    /// Drops every waiting operation (for shutdown).
-    pub fn withdraw_all(&mut self) {
+    pub(crate) fn withdraw_all(&mut self) {
         for (_, slot) in &mut self.slots {
             slot.pending = None;
+            slot.context = None;
         }
         self.pending = 0;
     }
 
-    /// Fires the cancellation token of the operation running on `key`; returns whether one runs.
-    pub fn cancel(&mut self, key: &K) -> bool {
+    fn cancel(&mut self, key: &K) -> bool {
         match self.find(key).and_then(|idx| self.slots[idx].running.as_ref()) {
             Some(running) => {
                 running.cancel.cancel();
@@ -415,15 +514,13 @@ where
         }
     }
 
-    /// Cancels every running operation.
-    pub fn cancel_all(&mut self) {
+    pub(crate) fn cancel_all(&mut self) {
         for running in self.slots.iter().filter_map(|(_, s)| s.running.as_ref()) {
             running.cancel.cancel();
         }
     }
 
-    /// Forgets the backoff history of `key` (when it left both desired and actual state).
-    pub fn forget(&mut self, key: &K) {
+    fn forget(&mut self, key: &K) {
         if let Some(idx) = self.find(key) {
             self.forget_at(idx);
         }
@@ -436,8 +533,7 @@ where
         self.cleanup(idx);
     }
 
-    /// Starts whatever can start now: queued operations whose keys are free, teardown first.
-    pub fn pump(&mut self) {
+    fn pump(&mut self) {
         loop {
             if self.slots_full() {
                 return;
@@ -450,12 +546,8 @@ where
         }
     }
 
-    /// Waits for the next operation to finish. Starts queued operations (as [`pump`]) and those
-    /// whose backoff ended while it waits. Never returns while nothing runs or backs off.
-    /// Cancel-safe: dropping the future loses nothing.
-    ///
-    /// [`pump`]: Executor::pump
-    pub async fn next_completion(&mut self) -> Completion<K, Op, A, Dr::Error> {
+    /// [`Executor::next_completion`].
+    pub(crate) async fn next_done(&mut self) -> Done<K, Op, A, Dr::Error, C> {
         loop {
             self.pump();
             let wake = {
@@ -476,9 +568,8 @@ where
         }
     }
 
-    /// A finished operation if one is ready now, without waiting and without starting anything.
-    /// Lets a caller handle a burst of completions in one go.
-    pub fn try_next_completion(&mut self) -> Option<Completion<K, Op, A, Dr::Error>> {
+    /// [`Executor::try_next_completion`].
+    pub(crate) fn try_next_done(&mut self) -> Option<Done<K, Op, A, Dr::Error, C>> {
         use futures::FutureExt;
         if self.futures.is_empty() {
             return None;
@@ -518,6 +609,7 @@ where
                     hash,
                     running: None,
                     pending: None,
+                    context: None,
                     backoff: None,
                     queued: false,
                     blocked: false,
@@ -594,7 +686,7 @@ where
         let Some(op) = slot.pending.take() else { return false };
         self.pending -= 1;
         let cancel = CancellationToken::new();
-        slot.running = Some(Running { op: op.clone(), cancel: cancel.clone() });
+        slot.running = Some(Running { op: op.clone(), cancel: cancel.clone(), context: slot.context.take() });
         self.running += 1;
         let key = slot.key.clone();
         let mut cur = key.parent();
@@ -630,7 +722,7 @@ where
         true
     }
 
-    fn finish(&mut self, finished: Finished<K, Op, A, Dr::Error>) -> Completion<K, Op, A, Dr::Error> {
+    fn finish(&mut self, finished: Finished<K, Op, A, Dr::Error>) -> Done<K, Op, A, Dr::Error, C> {
         let Finished { idx, key, op, result, duration, cancelled } = finished;
         self.running -= 1;
         let mut cur = key.parent();
@@ -670,7 +762,7 @@ where
                 tracing::debug!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, "operation cancelled")
             }
         }
-        self.slots[idx].running = None;
+        let context = self.slots[idx].running.take().and_then(|r| r.context);
         // Operations parked behind this key may start now.
         if !self.blocked.is_empty() {
             let mut i = 0;
@@ -687,8 +779,12 @@ where
             }
         }
         self.enqueue(idx);
-        self.cleanup(idx);
-        Completion { key, op, outcome, result: result_label, duration, failures, retry_at }
+        let released = self.cleanup(idx).map(|slot| slot.key);
+        Done {
+            completion: Completion { key, op, outcome, result: result_label, duration, failures, retry_at },
+            context,
+            released,
+        }
     }
 
     fn record_backoff(&mut self, idx: Idx, kind: &'static str, result: OpResult) -> u32 {
@@ -730,8 +826,9 @@ where
         self.cleanup(idx);
     }
 
-    /// Frees the slot of a key that has nothing left: no operation, no live backoff timer.
-    fn cleanup(&mut self, idx: Idx) {
+    /// Frees the slot of a key that has nothing left (no operation, no live backoff timer) and
+    /// returns it.
+    fn cleanup(&mut self, idx: Idx) -> Option<Slot<K, Op, C>> {
         let slot = &mut self.slots[idx];
         if slot.backoff.as_ref().is_some_and(|b| b.timer.is_none() && b.until <= Instant::now())
             && slot.pending.is_none()
@@ -747,8 +844,9 @@ where
             if let Ok(entry) = self.index.find_entry(hash, |&i| i == idx) {
                 entry.remove();
             }
-            self.slots.remove(idx);
+            return Some(self.slots.remove(idx));
         }
+        None
     }
 
     pub(crate) fn metrics(&self) -> &ReconcilerMetrics {

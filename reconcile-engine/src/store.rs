@@ -2,7 +2,7 @@
 //! notification and a "synced once" gate.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use dashmap::DashMap;
@@ -28,6 +28,7 @@ pub fn store<K: Key, V: Send + Sync + 'static>() -> (Store<K, V>, Writer<K, V>) 
     let shared = Arc::new(Shared {
         map: DashMap::default(),
         len: AtomicUsize::new(0),
+        version: AtomicU64::new(0),
         subscribers: Mutex::new(Vec::new()),
         has_subscribers: AtomicBool::new(false),
         synced,
@@ -39,6 +40,9 @@ struct Shared<K, V> {
     map: DashMap<K, Arc<V>, ahash::RandomState>,
     /// Kept by the writer, so that readers never lock every shard to count.
     len: AtomicUsize,
+    /// Counts writes (after each one lands, before subscribers hear of it): a value read after
+    /// loading version `v` is still current while the version is `v`.
+    version: AtomicU64,
     subscribers: Mutex<Vec<Weak<SubShared<K>>>>,
     /// Whether `subscribers` may be non-empty, so that a write to a store nobody subscribed to
     /// takes no lock. Set under the lock by `subscribe`, cleared under it once every
@@ -101,12 +105,21 @@ impl<K: Key, V> fmt::Debug for Store<K, V> {
 impl<K: Key, V: Send + Sync + 'static> Store<K, V> {
     /// The value stored for `key`, if any.
     pub fn get(&self, key: &K) -> Option<Arc<V>> {
+        if self.is_empty() {
+            return None;
+        }
         self.shared.map.get(key).map(|entry| entry.value().clone())
     }
 
     /// Whether the store holds `key`.
     pub fn contains_key(&self, key: &K) -> bool {
-        self.shared.map.contains_key(key)
+        !self.is_empty() && self.shared.map.contains_key(key)
+    }
+
+    /// The number of writes so far. Loaded before a [`get`](Store::get), it tells later whether
+    /// the value read may have changed since: not while the version is the same.
+    pub(crate) fn version(&self) -> u64 {
+        self.shared.version.load(Ordering::Acquire)
     }
 
     /// Number of entries.
@@ -207,10 +220,15 @@ impl<K: Key, V: Send + Sync + 'static> Writer<K, V> {
 
     /// Sets an already shared value for `key` and notifies subscribers.
     pub fn insert_arc(&mut self, key: K, value: Arc<V>) {
-        if self.shared.map.insert(key.clone(), value).is_none() {
+        // A copy of the key for the subscribers, only if there are any.
+        let notified = self.shared.has_subscribers.load(Ordering::Acquire).then(|| key.clone());
+        if self.shared.map.insert(key, value).is_none() {
             self.shared.len.fetch_add(1, Ordering::Relaxed);
         }
-        self.shared.notify(&key);
+        self.shared.version.fetch_add(1, Ordering::Release);
+        if let Some(key) = notified {
+            self.shared.notify(&key);
+        }
     }
 
     /// Removes `key`, returning its value; subscribers are notified only if it was present.
@@ -218,6 +236,7 @@ impl<K: Key, V: Send + Sync + 'static> Writer<K, V> {
         let old = self.shared.map.remove(key).map(|(_, v)| v);
         if old.is_some() {
             self.shared.len.fetch_sub(1, Ordering::Relaxed);
+            self.shared.version.fetch_add(1, Ordering::Release);
             self.shared.notify(key);
         }
         old
