@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
@@ -187,7 +187,6 @@ struct Finished<K, Op, A, E> {
     op: Op,
     result: Result<Outcome<A, E>, Duration>,
     duration: Duration,
-    cancelled: bool,
 }
 
 type OpFuture<K, Op, A, E> = Pin<Box<dyn Future<Output = Finished<K, Op, A, E>> + Send>>;
@@ -228,6 +227,8 @@ pub(crate) struct Core<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, O
     setup_queue: VecDeque<Idx>,
     blocked: Vec<Idx>,
     futures: FuturesUnordered<OpFuture<K, Op, A, Dr::Error>>,
+    /// Operations that finished on their first poll, when they started.
+    ready: VecDeque<Finished<K, Op, A, Dr::Error>>,
     timers: DelayQueue<Idx>,
     rng: fastrand::Rng,
     metrics: ReconcilerMetrics,
@@ -381,6 +382,7 @@ where
             setup_queue: VecDeque::new(),
             blocked: Vec::new(),
             futures: FuturesUnordered::new(),
+            ready: VecDeque::new(),
             timers: DelayQueue::new(),
             rng,
             metrics: metrics.for_reconciler(name),
@@ -550,6 +552,9 @@ where
     pub(crate) async fn next_done(&mut self) -> Done<K, Op, A, Dr::Error, C> {
         loop {
             self.pump();
+            if let Some(finished) = self.ready.pop_front() {
+                return self.finish(finished);
+            }
             let wake = {
                 let futures = &mut self.futures;
                 let timers = &mut self.timers;
@@ -571,6 +576,9 @@ where
     /// [`Executor::try_next_completion`].
     pub(crate) fn try_next_done(&mut self) -> Option<Done<K, Op, A, Dr::Error, C>> {
         use futures::FutureExt;
+        if let Some(finished) = self.ready.pop_front() {
+            return Some(self.finish(finished));
+        }
         if self.futures.is_empty() {
             return None;
         }
@@ -697,7 +705,7 @@ where
         let timeout = op.timeout().unwrap_or(self.config.default_timeout);
         let driver = self.driver.clone();
         let span = tracing::info_span!("operation", reconciler = self.metrics.name(), op.kind = op.kind(), op.key = ?key);
-        self.futures.push(Box::pin(
+        let mut future: OpFuture<K, Op, A, Dr::Error> = Box::pin(
             async move {
                 let started = Instant::now();
                 let result = {
@@ -715,15 +723,26 @@ where
                         },
                     }
                 };
-                Finished { idx, key, op, result, duration: started.elapsed(), cancelled: cancel.is_cancelled() }
+                Finished { idx, key, op, result, duration: started.elapsed() }
             }
             .instrument(span),
-        ));
+        );
+        // Poll it once now: an operation that finishes at once then costs no task in `futures`.
+        // One that does not is polled again there, with a waker that works (a future registers
+        // the waker of its latest poll).
+        match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(finished) => self.ready.push_back(finished),
+            Poll::Pending => self.futures.push(future),
+        }
         true
     }
 
     fn finish(&mut self, finished: Finished<K, Op, A, Dr::Error>) -> Done<K, Op, A, Dr::Error, C> {
-        let Finished { idx, key, op, result, duration, cancelled } = finished;
+        let Finished { idx, key, op, result, duration } = finished;
+        // Asked only of failures: whether the token fired, set by `cancel` (or by the driver).
+        let cancelled = |slots: &Slab<Slot<K, Op, C>>| {
+            slots[idx].running.as_ref().is_some_and(|running| running.cancel.is_cancelled())
+        };
         self.running -= 1;
         let mut cur = key.parent();
         while let Some(parent) = cur {
@@ -738,7 +757,9 @@ where
         let kind = op.kind();
         let (outcome, result_label) = match result {
             Ok(Outcome::Done(update)) => (Outcome::Done(update), OpResult::Done),
-            Ok(Outcome::Failed(e)) if cancelled => (Outcome::Failed(OpError::Driver(e)), OpResult::Cancelled),
+            Ok(Outcome::Failed(e)) if cancelled(&self.slots) => {
+                (Outcome::Failed(OpError::Driver(e)), OpResult::Cancelled)
+            }
             Ok(Outcome::Failed(e)) => (Outcome::Failed(OpError::Driver(e)), OpResult::Failed),
             Ok(Outcome::Uncertain(e)) => (Outcome::Uncertain(OpError::Driver(e)), OpResult::Uncertain),
             Err(timeout) => (Outcome::Uncertain(OpError::TimedOut(timeout)), OpResult::Timeout),
