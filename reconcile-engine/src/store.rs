@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use tokio::sync::{Notify, watch};
 
 use crate::{Key, Set};
@@ -220,11 +221,21 @@ impl<K: Key, V: Send + Sync + 'static> Writer<K, V> {
 
     /// Sets an already shared value for `key` and notifies subscribers.
     pub fn insert_arc(&mut self, key: K, value: Arc<V>) {
-        // A copy of the key for the subscribers, only if there are any.
-        let notified = self.shared.has_subscribers.load(Ordering::Acquire).then(|| key.clone());
-        if self.shared.map.insert(key, value).is_none() {
-            self.shared.len.fetch_add(1, Ordering::Relaxed);
-        }
+        // A copy of the key for the subscribers, only if there are any. Asked once the value is
+        // in place (under the shard's lock): a subscription made before a reader could see the
+        // value is then seen here.
+        let subscribed = || self.shared.has_subscribers.load(Ordering::Acquire);
+        let notified = match self.shared.map.entry(key) {
+            Entry::Occupied(mut entry) => {
+                entry.insert(value);
+                subscribed().then(|| entry.key().clone())
+            }
+            Entry::Vacant(entry) => {
+                self.shared.len.fetch_add(1, Ordering::Relaxed);
+                let entry = entry.insert(value);
+                subscribed().then(|| entry.key().clone())
+            }
+        };
         self.shared.version.fetch_add(1, Ordering::Release);
         if let Some(key) = notified {
             self.shared.notify(&key);
