@@ -1,5 +1,10 @@
 //! The engine loop: wakes on desired-state changes, completions, rechecks and a periodic resync,
 //! asks the reconciler for a plan per changed key, and hands the plan to the executor.
+//!
+//! One planning pass plans the keys whose operation finished (with the actual value the
+//! completion just wrote, and the desired value the operation was planned from while the desired
+//! store has not been written since), then the keys marked changed. At start-up and on each
+//! resync the pass walks both stores instead and plans every key with the values found there.
 
 use std::fmt;
 use std::future::Future;
@@ -831,7 +836,7 @@ where
             if present {
                 self.children.entry(parent.clone()).or_default().insert(key.clone());
             } else if let Some(set) = self.children.get_mut(parent) {
-                set.remove(&key);
+                set.remove(key);
                 if set.is_empty() {
                     self.children.remove(parent);
                 }

@@ -4,6 +4,16 @@
 //! The executor starts operations and never awaits them for the caller: [`Executor::submit`]
 //! returns at once, and finished operations come back from [`Executor::next_completion`]. The
 //! [`Engine`](crate::Engine) drives one; it can also be used on its own.
+//!
+//! An operation's future is polled once when the operation starts (inside `submit`, `pump` or
+//! `next_completion`, whichever starts it). One that finishes on that poll waits in a queue for
+//! `next_completion`; the others are polled from then on by `next_completion`. All of them run
+//! on the task that calls the executor.
+//!
+//! Each key the executor knows (something waits, runs or backs off on it) has a slot in a slab;
+//! a hash table of slot indices finds a slot by key. The queues, the backoff timers and the
+//! running operations refer to slots by index, so starting and finishing an operation hashes
+//! no key and compares no key's bytes.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -303,7 +313,8 @@ where
         self.core.retry_at(key, kind)
     }
 
-    /// Asks for `op` to run on `key`. Returns at once; see [`Submitted`].
+    /// Asks for `op` to run on `key`. Returns at once; see [`Submitted`]. If `op` starts, its
+    /// future is polled once before `submit` returns (see the [module docs](self)).
     ///
     /// If a different operation runs on `key`, `op` waits for it to finish (it is not cancelled:
     /// call [`cancel`](Executor::cancel) for that). If the key is backing off after a failure of
@@ -604,11 +615,8 @@ where
     fn find_or_insert(&mut self, key: K) -> Idx {
         let hash = self.hash(&key);
         let slots = &mut self.slots;
-        let entry = self.index.entry(
-            hash,
-            |&i| slots[i].hash == hash && slots[i].key == key,
-            |&i| slots[i].hash,
-        );
+        let entry =
+            self.index.entry(hash, |&i| slots[i].hash == hash && slots[i].key == key, |&i| slots[i].hash);
         match entry {
             hashbrown::hash_table::Entry::Occupied(e) => *e.get(),
             hashbrown::hash_table::Entry::Vacant(e) => {

@@ -437,4 +437,32 @@ mod tests {
         writer.insert(1, 1);
         assert!(store.shared.subscribers.lock().expect("lock").is_empty());
     }
+
+    #[test]
+    fn a_subscription_after_every_earlier_one_was_dropped_should_hear_of_writes() {
+        let (store, mut writer) = store::<u32, u32>();
+        drop(store.subscribe());
+        writer.insert(1, 1); // prunes the dropped subscription: nobody listens now
+        let sub = store.subscribe();
+        writer.insert(2, 2);
+        writer.insert(1, 3);
+        writer.remove(&2);
+        let mut keys = sub.drain();
+        keys.sort();
+        assert_eq!(keys, vec![1, 2]);
+    }
+
+    #[test]
+    fn the_version_should_change_with_every_write_and_only_then() {
+        let (store, mut writer) = store::<u32, u32>();
+        let v0 = store.version();
+        writer.insert(1, 1);
+        let v1 = store.version();
+        assert_ne!(v0, v1);
+        assert!(writer.remove(&7).is_none());
+        assert!(!writer.upsert(1, 1));
+        assert_eq!(store.version(), v1, "a write that changed nothing keeps the version");
+        writer.remove(&1);
+        assert_ne!(store.version(), v1);
+    }
 }

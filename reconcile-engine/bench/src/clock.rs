@@ -46,9 +46,10 @@ impl Stopwatch {
     pub(crate) fn stop(&self) -> Timed {
         let wall = self.wall.elapsed();
         let now = schedstat();
-        let delta = self.sched.zip(now).map(|((cpu0, wait0), (cpu1, wait1))| {
-            (cpu1.saturating_sub(cpu0), wait1.saturating_sub(wait0))
-        });
+        let delta = self
+            .sched
+            .zip(now)
+            .map(|((cpu0, wait0), (cpu1, wait1))| (cpu1.saturating_sub(cpu0), wait1.saturating_sub(wait0)));
         Timed { wall, cpu: delta.map(|d| d.0), waited: delta.map(|d| d.1) }
     }
 }

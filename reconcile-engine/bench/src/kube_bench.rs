@@ -2,10 +2,10 @@
 //! reflector store, a trigger stream of one `ObjectRef` per object, and a reconciler that returns
 //! at once. No API server is involved.
 
+use crate::clock::{Stopwatch, Timed};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use crate::clock::{Stopwatch, Timed};
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;

@@ -178,7 +178,11 @@ fn parse_args() -> Result<Mode, String> {
                     args.next().and_then(|n| n.parse().ok()).ok_or("--concurrency needs 0..=65535")?;
             }
             "--runs" => {
-                runs = args.next().and_then(|n| n.parse().ok()).filter(|n| *n > 0).ok_or("--runs needs 1 or more")?;
+                runs = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or("--runs needs 1 or more")?;
             }
             "--profile" => profile = Some(args.next().ok_or("--profile needs a measurement name")?),
             "-h" | "--help" => return Err(USAGE.to_string()),
@@ -240,11 +244,8 @@ fn throughput(flavor: Flavor, keys: &[String], concurrency: u16, runs: usize) ->
     }
     let engine_ratio =
         spread(kube.iter().zip(&engine).map(|(k, e)| k.wall.as_secs_f64() / e.wall.as_secs_f64()).collect());
-    let cpu_ratios: Option<Vec<f64>> = kube
-        .iter()
-        .zip(&engine)
-        .map(|(k, e)| Some(k.cpu?.as_secs_f64() / e.cpu?.as_secs_f64()))
-        .collect();
+    let cpu_ratios: Option<Vec<f64>> =
+        kube.iter().zip(&engine).map(|(k, e)| Some(k.cpu?.as_secs_f64() / e.cpu?.as_secs_f64())).collect();
     Throughput {
         executor: Sampled::of(&executor),
         engine: Sampled::of(&engine),
@@ -275,7 +276,10 @@ fn per_op_rows(table: &mut Table, what: &str, flavor: Flavor, s: Sampled, n: usi
             &label,
             format!("{:.2}", us_per_op(cpu, n)),
             "CPU µs/op",
-            format!("median CPU time of all threads; threads waited {:.2} µs/op for a core", us_per_op(waited, n)),
+            format!(
+                "median CPU time of all threads; threads waited {:.2} µs/op for a core",
+                us_per_op(waited, n)
+            ),
         );
     }
 }
@@ -421,10 +425,9 @@ fn profile(what: &str, concurrency: u16) {
         let timed = match what {
             "pass" => {
                 let pass_keys = keys.clone();
-                let pass = run_task(
-                    &rt,
-                    async move { engine_bench::engine_passes(&pass_keys, RESYNC_PERIOD, RESYNCS).await },
-                )
+                let pass = run_task(&rt, async move {
+                    engine_bench::engine_passes(&pass_keys, RESYNC_PERIOD, RESYNCS).await
+                })
                 .resync_pass;
                 Timed { wall: pass, cpu: None, waited: None }
             }
