@@ -795,10 +795,9 @@ where
             planned += 1;
             self.plan_key(key, Known { desired: Some(Some(desired)), actual: None, released: false }, pass);
         }
-        for (key, actual) in self.actual.entries() {
-            if self.desired.contains_key(&key) {
-                continue;
-            }
+        // Only the keys the desired store does not hold (it is read, not written, meanwhile).
+        let desired = &self.desired;
+        for (key, actual) in self.actual.entries_where(|key| !desired.contains_key(key)) {
             self.index_child(&key);
             planned += 1;
             let known = Known { desired: Some(None), actual: Some(Some(actual)), released: false };

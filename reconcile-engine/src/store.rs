@@ -143,6 +143,16 @@ impl<K: Key, V: Send + Sync + 'static> Store<K, V> {
         self.shared.map.iter().map(|entry| (entry.key().clone(), entry.value().clone())).collect()
     }
 
+    /// A copy of every entry whose key `keep` accepts (values are shared, not cloned).
+    pub(crate) fn entries_where(&self, mut keep: impl FnMut(&K) -> bool) -> Vec<(K, Arc<V>)> {
+        self.shared
+            .map
+            .iter()
+            .filter(|entry| keep(entry.key()))
+            .map(|entry| (entry.key().clone(), entry.value().clone()))
+            .collect()
+    }
+
     /// Calls `f` for every entry. Do not write to this store from inside `f`.
     pub fn for_each(&self, mut f: impl FnMut(&K, &V)) {
         for entry in self.shared.map.iter() {
