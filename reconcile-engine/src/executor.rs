@@ -197,6 +197,8 @@ struct Finished<K, Op, A, E> {
     op: Op,
     result: Result<Outcome<A, E>, Duration>,
     duration: Duration,
+    /// Whether the token had fired when the operation failed (asked only of failures).
+    cancelled: bool,
 }
 
 type OpFuture<K, Op, A, E> = Pin<Box<dyn Future<Output = Finished<K, Op, A, E>> + Send>>;
@@ -731,7 +733,9 @@ where
                         },
                     }
                 };
-                Finished { idx, key, op, result, duration: started.elapsed() }
+                // A lock: asked only of failures, which it tells from cancellations.
+                let cancelled = matches!(result, Ok(Outcome::Failed(_))) && cancel.is_cancelled();
+                Finished { idx, key, op, result, duration: started.elapsed(), cancelled }
             }
             .instrument(span),
         );
@@ -746,11 +750,7 @@ where
     }
 
     fn finish(&mut self, finished: Finished<K, Op, A, Dr::Error>) -> Done<K, Op, A, Dr::Error, C> {
-        let Finished { idx, key, op, result, duration } = finished;
-        // Asked only of failures: whether the token fired, set by `cancel` (or by the driver).
-        let cancelled = |slots: &Slab<Slot<K, Op, C>>| {
-            slots[idx].running.as_ref().is_some_and(|running| running.cancel.is_cancelled())
-        };
+        let Finished { idx, key, op, result, duration, cancelled } = finished;
         self.running -= 1;
         let mut cur = key.parent();
         while let Some(parent) = cur {
@@ -765,9 +765,7 @@ where
         let kind = op.kind();
         let (outcome, result_label) = match result {
             Ok(Outcome::Done(update)) => (Outcome::Done(update), OpResult::Done),
-            Ok(Outcome::Failed(e)) if cancelled(&self.slots) => {
-                (Outcome::Failed(OpError::Driver(e)), OpResult::Cancelled)
-            }
+            Ok(Outcome::Failed(e)) if cancelled => (Outcome::Failed(OpError::Driver(e)), OpResult::Cancelled),
             Ok(Outcome::Failed(e)) => (Outcome::Failed(OpError::Driver(e)), OpResult::Failed),
             Ok(Outcome::Uncertain(e)) => (Outcome::Uncertain(OpError::Driver(e)), OpResult::Uncertain),
             Err(timeout) => (Outcome::Uncertain(OpError::TimedOut(timeout)), OpResult::Timeout),
