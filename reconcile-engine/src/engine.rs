@@ -1,5 +1,10 @@
 //! The engine loop: wakes on desired-state changes, completions, rechecks and a periodic resync,
 //! asks the reconciler for a plan per changed key, and hands the plan to the executor.
+//!
+//! One planning pass plans the keys whose operation finished (with the actual value the
+//! completion just wrote, and the desired value the operation was planned from while the desired
+//! store has not been written since), then the keys marked changed. At start-up and on each
+//! resync the pass walks both stores instead and plans every key with the values found there.
 
 use std::fmt;
 use std::future::Future;
@@ -11,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::time::{DelayQueue, delay_queue};
 
 use crate::executor::OpError;
-use crate::executor::{Completion, Executor, ExecutorConfig};
+use crate::executor::{Completion, Core, Done, ExecutorConfig};
 use crate::metrics::{Metrics, OpResult};
 use crate::reconciler::View;
 use crate::relation::{Inputs, RelationSpec, Relations};
@@ -322,7 +327,7 @@ where
     /// Builds the engine. Nothing runs until [`Engine::run`].
     pub fn build(self) -> Engine<D, A, R, Dr> {
         let metrics = self.metrics.unwrap_or_else(Metrics::unregistered);
-        let executor = Executor::new(&self.name, self.driver, self.config.executor.clone(), &metrics);
+        let executor = Core::new(&self.name, self.driver, self.config.executor.clone(), &metrics);
         let (actual, actual_writer) = (self.actual, self.actual_writer);
         let relations =
             Relations::start(self.relations, |relation| metrics.relation_wakeups(&self.name, relation));
@@ -342,6 +347,8 @@ where
             actual_writer,
             config: self.config,
             dirty: Set::default(),
+            resync: false,
+            completed: Vec::new(),
             children: Map::default(),
             held: Set::default(),
             rechecks: DelayQueue::new(),
@@ -371,13 +378,18 @@ where
 {
     name: String,
     reconciler: R,
-    executor: Executor<R::Key, R::Op, A, Dr>,
+    executor: Core<R::Key, R::Op, A, Dr, Planned<D>>,
     desired: Store<R::Key, D>,
     desired_sub: Subscription<R::Key>,
     actual: Store<R::Key, A>,
     actual_writer: Writer<R::Key, A>,
     config: EngineConfig,
     dirty: Set<R::Key>,
+    /// Every key is to be planned in the next pass (start-up and resyncs).
+    resync: bool,
+    /// Keys whose operation finished since the last pass. They are planned in the next pass
+    /// without going through `dirty` (one operation per key, so each appears once).
+    completed: Vec<Finished<R::Key, D, A>>,
     /// Parent → children present in either store, to reconsider descendants of a changed key.
     children: Map<R::Key, Set<R::Key>>,
     /// Keys whose teardown waits for the desired store to sync.
@@ -409,13 +421,53 @@ where
         f.debug_struct("Engine")
             .field("name", &self.name)
             .field("dirty", &self.dirty.len())
+            .field("resync", &self.resync)
             .finish_non_exhaustive()
     }
 }
 
-enum Event<K, Op, A, E> {
+/// What the engine attaches to an operation it submits: the desired value it planned from, and
+/// the desired store's version when it read it.
+struct Planned<D> {
+    desired: Option<Arc<D>>,
+    version: u64,
+}
+
+/// What one planning pass shares between its keys.
+struct Pass {
+    synced: bool,
+    now: Instant,
+    /// The desired store's version at the start of the pass.
+    version: u64,
+}
+
+/// What the engine already knows of a key it plans; `None` fields are read from the stores.
+struct Known<D, A> {
+    desired: Option<Option<Arc<D>>>,
+    actual: Option<Option<Arc<A>>>,
+    /// The executor keeps nothing for the key.
+    released: bool,
+}
+
+impl<D, A> Known<D, A> {
+    const NOTHING: Self = Self { desired: None, actual: None, released: false };
+}
+
+/// A key whose operation finished, waiting for the next planning pass.
+struct Finished<K, D, A> {
+    key: K,
+    /// The actual value if the completion set or removed it (`None`: read the store).
+    actual: Option<Option<Arc<A>>>,
+    /// What the operation was planned from; still the desired value if the store's version did
+    /// not change since.
+    planned: Option<Planned<D>>,
+    /// The executor keeps nothing for the key (nothing to withdraw or cancel).
+    released: bool,
+}
+
+enum Event<K, Op, A, E, C> {
     Shutdown,
-    Completion(Completion<K, Op, A, E>),
+    Completion(Done<K, Op, A, E, C>),
     DesiredChanged,
     Resync,
     Synced,
@@ -512,7 +564,7 @@ where
                 tokio::select! {
                     biased;
                     () = &mut shutdown => Event::Shutdown,
-                    c = self.executor.next_completion() => Event::Completion(c),
+                    c = self.executor.next_done() => Event::Completion(c),
                     () = self.desired_sub.changed() => Event::DesiredChanged,
                     synced = self.desired.synced_changed(&mut sync_watch), if !synced_seen => {
                         if synced { Event::Synced } else { Event::Resync }
@@ -533,7 +585,7 @@ where
                     self.complete(c);
                     // Take the rest of a burst before planning again.
                     for _ in 0..COMPLETION_BATCH {
-                        let Some(c) = self.executor.try_next_completion() else { break };
+                        let Some(c) = self.executor.try_next_done() else { break };
                         self.operations += 1;
                         self.complete(c);
                     }
@@ -621,10 +673,10 @@ where
         self.executor.withdraw_all();
         let deadline = Instant::now() + self.config.shutdown_deadline;
         while self.executor.in_flight() > 0 {
-            match tokio::time::timeout_at(deadline, self.executor.next_completion()).await {
-                Ok(c) => {
+            match tokio::time::timeout_at(deadline, self.executor.next_done()).await {
+                Ok(done) => {
                     self.operations += 1;
-                    self.apply(c);
+                    self.apply(done.completion, done.released);
                 }
                 Err(_) => {
                     let left = self.executor.in_flight();
@@ -658,8 +710,14 @@ where
         }
     }
 
-    /// Writes a completion's effect into the actual and status stores; returns the key.
-    fn apply(&mut self, c: Completion<R::Key, R::Op, A, Dr::Error>) -> R::Key {
+    /// Writes a completion's effect into the actual and status stores; returns the key, and its
+    /// actual value if the completion set or removed it. `spare` is a copy of the key the
+    /// executor handed back, written to the store instead of a new copy.
+    fn apply(
+        &mut self,
+        c: Completion<R::Key, R::Op, A, Dr::Error>,
+        spare: Option<R::Key>,
+    ) -> (R::Key, Option<Option<Arc<A>>>) {
         if self.observed_by_others {
             self.last_completion.insert(c.key.clone(), Instant::now());
         }
@@ -689,49 +747,95 @@ where
                 },
             ),
         }
-        match update {
-            Update::Set(value) => self.actual_writer.insert(c.key.clone(), value),
+        let known = match update {
+            Update::Set(value) => {
+                let value = Arc::new(value);
+                let key = spare.unwrap_or_else(|| c.key.clone());
+                self.actual_writer.insert_arc(key, value.clone());
+                Some(Some(value))
+            }
             Update::Remove => {
                 self.actual_writer.remove(&c.key);
+                Some(None)
             }
-            Update::Keep => {}
-        }
-        c.key
+            Update::Keep => None,
+        };
+        (c.key, known)
     }
 
-    fn complete(&mut self, c: Completion<R::Key, R::Op, A, Dr::Error>) {
-        let key = self.apply(c);
-        self.mark_changed(key);
+    fn complete(&mut self, done: Done<R::Key, R::Op, A, Dr::Error, Planned<D>>) {
+        let Done { completion, context, released } = done;
+        let was_released = released.is_some();
+        let (key, actual) = self.apply(completion, released);
+        self.mark_relatives(&key);
+        self.completed.push(Finished { key, actual, planned: context, released: was_released });
     }
 
     /// Marks every key of both stores for reconsideration and rebuilds the children index.
+    ///
+    /// The next pass does it ([`plan_everything`](Self::plan_everything)), walking the stores
+    /// instead of marking every key in `dirty`.
     fn dirty_all(&mut self) {
-        let (dirty, children) = (&mut self.dirty, &mut self.children);
-        children.clear();
-        dirty.reserve(self.desired.len() + self.actual.len());
-        let mut visit = |key: &R::Key| {
-            if !dirty.contains(key) {
-                if let Some(parent) = key.parent() {
-                    children.entry(parent).or_default().insert(key.clone());
-                }
-                dirty.insert(key.clone());
+        self.resync = true;
+    }
+
+    /// Plans every key of both stores, and every other key marked since the last pass, and
+    /// rebuilds the children index; returns the number of keys planned. Walking a store hands
+    /// each key's value over with the key, so a key's values are not looked up again.
+    fn plan_everything(&mut self, pass: &Pass) -> u64 {
+        self.children.clear();
+        let mut planned = 0;
+        // Keys marked for any other reason are planned below unless a store still holds them.
+        let mut rest: Vec<R::Key> = std::mem::take(&mut self.dirty).into_iter().collect();
+        rest.extend(self.held.drain());
+        rest.extend(self.completed.drain(..).map(|done| done.key));
+        // Collected first: the stores' locks are not held while the reconciler runs.
+        for (key, desired) in self.desired.entries() {
+            self.index_child(&key);
+            planned += 1;
+            self.plan_key(key, Known { desired: Some(Some(desired)), actual: None, released: false }, pass);
+        }
+        // Only the keys the desired store does not hold (it is read, not written, meanwhile).
+        let desired = &self.desired;
+        for (key, actual) in self.actual.entries_where(|key| !desired.contains_key(key)) {
+            self.index_child(&key);
+            planned += 1;
+            let known = Known { desired: Some(None), actual: Some(Some(actual)), released: false };
+            self.plan_key(key, known, pass);
+        }
+        for key in rest {
+            if !self.desired.contains_key(&key) && !self.actual.contains_key(&key) {
+                planned += 1;
+                self.plan_key(key, Known::NOTHING, pass);
             }
-        };
-        self.desired.for_each(|key, _| visit(key));
-        self.actual.for_each(|key, _| visit(key));
-        self.dirty.extend(self.held.drain());
+        }
+        planned
+    }
+
+    /// Adds `key` under its parent in the children index.
+    fn index_child(&mut self, key: &R::Key) {
+        if let Some(parent) = key.parent() {
+            self.children.entry(parent).or_default().insert(key.clone());
+        }
     }
 
     /// Marks `key` for reconsideration with its ancestors and descendants, and keeps the
     /// parent → children index up to date.
     fn mark_changed(&mut self, key: R::Key) {
+        self.mark_relatives(&key);
+        self.dirty.insert(key);
+    }
+
+    /// Marks the ancestors and descendants of `key` for reconsideration, and keeps the parent →
+    /// children index up to date.
+    fn mark_relatives(&mut self, key: &R::Key) {
         let mut cur = key.parent();
         if let Some(parent) = &cur {
-            let present = self.desired.contains_key(&key) || self.actual.contains_key(&key);
+            let present = self.desired.contains_key(key) || self.actual.contains_key(key);
             if present {
                 self.children.entry(parent.clone()).or_default().insert(key.clone());
             } else if let Some(set) = self.children.get_mut(parent) {
-                set.remove(&key);
+                set.remove(key);
                 if set.is_empty() {
                     self.children.remove(parent);
                 }
@@ -753,73 +857,125 @@ where
                 }
             }
         }
-        self.dirty.insert(key);
     }
 
+    /// Plans every key that changed (`dirty`) or finished an operation (`completed`) since the
+    /// last pass.
     fn plan_dirty(&mut self) {
-        if self.dirty.is_empty() {
+        if !self.resync && self.dirty.is_empty() && self.completed.is_empty() {
             return;
         }
         let started = std::time::Instant::now();
-        let synced = self.desired.is_synced();
-        let now = Instant::now();
-        let keys = std::mem::take(&mut self.dirty);
-        self.executor.metrics().reconciles.inc_by(keys.len() as u64);
-        for key in keys {
-            let desired = self.desired.get(&key);
-            let actual = self.actual.get(&key);
-            if desired.is_none() && actual.is_none() && self.executor.running_op(&key).is_none() {
-                self.executor.withdraw(&key);
-                self.executor.forget(&key);
-                self.held.remove(&key);
-                self.last_completion.remove(&key);
-                self.status_writer.remove(&key);
-                self.cancel_recheck(&key);
+        // Read before any value of this pass: a value read after it is at least as new.
+        let version = self.desired.version();
+        let pass = Pass { synced: self.desired.is_synced(), now: Instant::now(), version };
+        if std::mem::take(&mut self.resync) {
+            let planned = self.plan_everything(&pass);
+            self.executor.metrics().reconciles.inc_by(planned);
+            self.executor.metrics().loop_duration.observe(started.elapsed().as_secs_f64());
+            return;
+        }
+        let mut planned = 0u64;
+        let mut completed = std::mem::take(&mut self.completed);
+        for done in completed.drain(..) {
+            // A key also marked dirty is planned with the dirty ones.
+            if !self.dirty.is_empty() && self.dirty.contains(&done.key) {
                 continue;
             }
-            let view = View {
-                key: &key,
-                desired: desired.as_deref(),
-                actual: actual.as_deref(),
-                desired_store: &self.desired,
-                actual_store: &self.actual,
-                desired_synced: synced,
-                now,
-                inputs: &self.inputs,
-            };
-            let plan = self.reconciler.reconcile(&view);
-            self.cancel_recheck(&key);
-            match plan {
-                Plan::Run(op) => {
-                    if op.is_teardown() && !synced {
-                        self.executor.withdraw(&key);
-                        self.held.insert(key);
-                        continue;
-                    }
-                    self.held.remove(&key);
-                    if self.executor.running_op(&key).is_some_and(|running| *running != op) {
-                        self.executor.cancel(&key);
-                    }
-                    self.executor.submit(key, op);
-                }
-                Plan::Idle => {
-                    self.held.remove(&key);
-                    self.executor.withdraw(&key);
-                    self.executor.cancel(&key);
-                }
-                Plan::RecheckAfter(delay) => {
-                    self.held.remove(&key);
-                    self.executor.withdraw(&key);
-                    self.executor.cancel(&key);
-                    let timer = self.rechecks.insert(key.clone(), delay);
-                    self.recheck_keys.insert(key, timer);
-                }
+            planned += 1;
+            // The desired value the operation was planned from is still current if nothing
+            // wrote the desired store since.
+            let desired = done.planned.filter(|p| p.version == version).map(|p| p.desired);
+            self.plan_key(done.key, Known { desired, actual: done.actual, released: done.released }, &pass);
+        }
+        // Keep the buffer's capacity for the next burst of completions.
+        self.completed = completed;
+        if !self.dirty.is_empty() {
+            let keys = std::mem::take(&mut self.dirty);
+            planned += keys.len() as u64;
+            for key in keys {
+                self.plan_key(key, Known::NOTHING, &pass);
             }
         }
+        self.executor.metrics().reconciles.inc_by(planned);
         self.executor.metrics().loop_duration.observe(started.elapsed().as_secs_f64());
     }
 
+    /// Asks the reconciler for a plan for `key` and hands it to the executor. `known` says what
+    /// the caller already knows of the key, to save lookups.
+    fn plan_key(&mut self, key: R::Key, known: Known<D, A>, pass: &Pass) {
+        let desired = match known.desired {
+            Some(desired) => desired,
+            None => self.desired.get(&key),
+        };
+        let actual = match known.actual {
+            Some(actual) => actual,
+            None => self.actual.get(&key),
+        };
+        let synced = pass.synced;
+        if desired.is_none() && actual.is_none() && (known.released || self.executor.release(&key)) {
+            if !self.held.is_empty() {
+                self.held.remove(&key);
+            }
+            if !self.last_completion.is_empty() {
+                self.last_completion.remove(&key);
+            }
+            if !self.status.is_empty() {
+                self.status_writer.remove(&key);
+            }
+            self.cancel_recheck(&key);
+            return;
+        }
+        let view = View {
+            key: &key,
+            desired: desired.as_deref(),
+            actual: actual.as_deref(),
+            desired_store: &self.desired,
+            actual_store: &self.actual,
+            desired_synced: synced,
+            now: pass.now,
+            inputs: &self.inputs,
+        };
+        let plan = self.reconciler.reconcile(&view);
+        self.cancel_recheck(&key);
+        match plan {
+            Plan::Run(op) => {
+                if op.is_teardown() && !synced {
+                    self.executor.withdraw(&key);
+                    self.held.insert(key);
+                    return;
+                }
+                if !self.held.is_empty() {
+                    self.held.remove(&key);
+                }
+                let planned = Planned { desired, version: pass.version };
+                self.executor.submit(key, op, Some(planned), true);
+            }
+            Plan::Idle => {
+                if !self.held.is_empty() {
+                    self.held.remove(&key);
+                }
+                if !known.released {
+                    self.executor.stop(&key);
+                }
+            }
+            Plan::RecheckAfter(delay) => {
+                if !self.held.is_empty() {
+                    self.held.remove(&key);
+                }
+                if !known.released {
+                    self.executor.stop(&key);
+                }
+                let timer = self.rechecks.insert(key.clone(), delay);
+                self.recheck_keys.insert(key, timer);
+            }
+        }
+    }
+
     fn cancel_recheck(&mut self, key: &R::Key) {
+        if self.recheck_keys.is_empty() {
+            return;
+        }
         if let Some(timer) = self.recheck_keys.remove(key) {
             self.rechecks.remove(&timer);
         }

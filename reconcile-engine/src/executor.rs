@@ -4,22 +4,35 @@
 //! The executor starts operations and never awaits them for the caller: [`Executor::submit`]
 //! returns at once, and finished operations come back from [`Executor::next_completion`]. The
 //! [`Engine`](crate::Engine) drives one; it can also be used on its own.
+//!
+//! An operation's future is polled once when the operation starts (inside `submit`, `pump` or
+//! `next_completion`, whichever starts it). One that finishes on that poll waits in a queue for
+//! `next_completion`; the others are polled from then on by `next_completion`. All of them run
+//! on the task that calls the executor.
+//!
+//! Each key the executor knows (something waits, runs or backs off on it) has a slot in a slab;
+//! a hash table of slot indices finds a slot by key. The queues, the backoff timers and the
+//! running operations refer to slots by index, so starting and finishing an operation hashes
+//! no key and compares no key's bytes.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::{Future, StreamExt};
+use hashbrown::HashTable;
+use slab::Slab;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{DelayQueue, delay_queue};
 use tracing::Instrument;
 
 use crate::metrics::{Metrics, OpResult, ReconcilerMetrics};
-use crate::{BackoffConfig, Driver, Key, Map, Operation, Outcome, Set};
+use crate::{BackoffConfig, Driver, Key, Map, Operation, Outcome};
 
 /// Executor settings. Build with [`Default`] and the `with_*` methods.
 #[derive(Debug, Clone)]
@@ -130,9 +143,11 @@ pub struct Completion<K, Op, A, E> {
     pub retry_at: Option<Instant>,
 }
 
-struct Running<Op> {
+struct Running<Op, C> {
     op: Op,
     cancel: CancellationToken,
+    /// What the submitter attached to the operation that runs.
+    context: Option<C>,
 }
 
 struct Backoff {
@@ -142,22 +157,31 @@ struct Backoff {
     timer: Option<delay_queue::Key>,
 }
 
-struct KeyState<Op> {
-    running: Option<Running<Op>>,
+/// The index of a key's [`Slot`] in [`Executor::slots`]. It stays valid while anything refers to
+/// it: the slot is freed only once it is idle, and an idle slot is in no queue, no blocked list,
+/// no timer and no running operation.
+type Idx = usize;
+
+/// Everything the executor knows about one key. Slots live in a slab, so that the queues, the
+/// timers and the running operations refer to a key by index, without hashing it again or
+/// comparing its bytes; [`Executor::index`] finds a slot by key.
+struct Slot<K, Op, C> {
+    key: K,
+    /// `key`'s hash, so that the index never rehashes a key and finds a slot by index alone.
+    hash: u64,
+    running: Option<Running<Op, C>>,
     pending: Option<Op>,
-    /// Boxed: most keys never fail, and a small entry keeps the map cache-friendly.
+    /// What the submitter attached to `pending`.
+    context: Option<C>,
+    /// Boxed: most keys never fail, and a small slot keeps the slab cache-friendly.
     backoff: Option<Box<Backoff>>,
+    /// In the teardown or setup queue.
     queued: bool,
+    /// In the blocked list (an ancestor or descendant runs).
     blocked: bool,
 }
 
-impl<Op> Default for KeyState<Op> {
-    fn default() -> Self {
-        Self { running: None, pending: None, backoff: None, queued: false, blocked: false }
-    }
-}
-
-impl<Op> KeyState<Op> {
+impl<K, Op, C> Slot<K, Op, C> {
     fn is_idle(&self) -> bool {
         self.running.is_none()
             && self.pending.is_none()
@@ -168,10 +192,12 @@ impl<Op> KeyState<Op> {
 }
 
 struct Finished<K, Op, A, E> {
+    idx: Idx,
     key: K,
     op: Op,
     result: Result<Outcome<A, E>, Duration>,
     duration: Duration,
+    /// Whether the token had fired when the operation failed (asked only of failures).
     cancelled: bool,
 }
 
@@ -181,23 +207,52 @@ type OpFuture<K, Op, A, E> = Pin<Box<dyn Future<Output = Finished<K, Op, A, E>> 
 /// on an ancestor or descendant of it), per-key exponential backoff with jitter, a timeout per
 /// operation, cancellation, and a bound on concurrency.
 pub struct Executor<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, A>> {
+    core: Core<K, Op, A, Dr, ()>,
+}
+
+/// A finished operation as the [`Engine`](crate::Engine) sees it: the [`Completion`], what the
+/// engine attached to the operation when it submitted it, and the key's own copy if the executor
+/// no longer keeps anything for it.
+pub(crate) struct Done<K, Op, A, E, C> {
+    pub(crate) completion: Completion<K, Op, A, E>,
+    pub(crate) context: Option<C>,
+    /// The executor's copy of the key, handed back because it forgot the key (nothing waits,
+    /// runs or backs off on it): until the key is submitted again, withdrawing or cancelling
+    /// it has nothing to do.
+    pub(crate) released: Option<K>,
+}
+
+/// The executor itself, with a context of type `C` that a submitter may attach to each
+/// operation and gets back with its completion (the engine attaches what it planned from).
+pub(crate) struct Core<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, A>, C> {
     driver: Arc<Dr>,
     config: ExecutorConfig,
-    keys: Map<K, KeyState<Op>>,
+    hasher: ahash::RandomState,
+    /// Key → slot index, hashed with `hasher` (the hash is kept in the slot).
+    index: HashTable<Idx>,
+    slots: Slab<Slot<K, Op, C>>,
     /// For each key, how many operations run on its strict descendants.
     busy_below: Map<K, usize>,
     running: usize,
     pending: usize,
-    teardown_queue: VecDeque<K>,
-    setup_queue: VecDeque<K>,
-    blocked: Set<K>,
+    teardown_queue: VecDeque<Idx>,
+    setup_queue: VecDeque<Idx>,
+    blocked: Vec<Idx>,
     futures: FuturesUnordered<OpFuture<K, Op, A, Dr::Error>>,
-    timers: DelayQueue<K>,
+    /// Operations that finished on their first poll, when they started.
+    ready: VecDeque<Finished<K, Op, A, Dr::Error>>,
+    timers: DelayQueue<Idx>,
     rng: fastrand::Rng,
     metrics: ReconcilerMetrics,
 }
 
 impl<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, A>> fmt::Debug for Executor<K, Op, A, Dr> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.core.fmt(f)
+    }
+}
+
+impl<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, A>, C> fmt::Debug for Core<K, Op, A, Dr, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Executor")
             .field("name", &self.metrics.name())
@@ -210,7 +265,7 @@ impl<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, Op, A>> fmt::Debug 
 
 enum Wake<K, Op, A, E> {
     Finished(Finished<K, Op, A, E>),
-    Timer(K),
+    Timer(Idx),
 }
 
 impl<K, Op, A, Dr> Executor<K, Op, A, Dr>
@@ -222,166 +277,83 @@ where
 {
     /// An executor named `name` (the `reconciler` metric label) over `driver`.
     pub fn new(name: &str, driver: Arc<Dr>, config: ExecutorConfig, metrics: &Metrics) -> Self {
-        let rng = config.seed.map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
-        Self {
-            driver,
-            config,
-            keys: Map::default(),
-            busy_below: Map::default(),
-            running: 0,
-            pending: 0,
-            teardown_queue: VecDeque::new(),
-            setup_queue: VecDeque::new(),
-            blocked: Set::default(),
-            futures: FuturesUnordered::new(),
-            timers: DelayQueue::new(),
-            rng,
-            metrics: metrics.for_reconciler(name),
-        }
+        Self { core: Core::new(name, driver, config, metrics) }
     }
 
     /// The driver.
     pub fn driver(&self) -> &Arc<Dr> {
-        &self.driver
+        self.core.driver()
     }
 
     /// Operations running now.
     pub fn in_flight(&self) -> usize {
-        self.running
+        self.core.in_flight()
     }
 
     /// Operations planned but not started.
     pub fn queued(&self) -> usize {
-        self.pending
+        self.core.pending
     }
 
     /// Keys backing off now.
     pub fn backing_off(&self) -> usize {
-        self.timers.len()
+        self.core.timers.len()
     }
 
     /// Whether nothing runs, waits or backs off.
     pub fn is_idle(&self) -> bool {
-        self.running == 0 && self.pending == 0
+        self.core.running == 0 && self.core.pending == 0
     }
 
     /// The operation running on `key`, if any.
     pub fn running_op(&self, key: &K) -> Option<&Op> {
-        self.keys.get(key).and_then(|s| s.running.as_ref()).map(|r| &r.op)
+        self.core.running_op(key)
     }
 
     /// When `key` may next run an operation of `kind`, if it is backing off.
     pub fn retry_at(&self, key: &K, kind: &str) -> Option<Instant> {
-        self.keys
-            .get(key)
-            .and_then(|s| s.backoff.as_ref())
-            .filter(|b| b.kind == kind && b.until > Instant::now())
-            .map(|b| b.until)
+        self.core.retry_at(key, kind)
     }
 
-    /// Asks for `op` to run on `key`. Returns at once; see [`Submitted`].
+    /// Asks for `op` to run on `key`. Returns at once; see [`Submitted`]. If `op` starts, its
+    /// future is polled once before `submit` returns (see the [module docs](self)).
     ///
     /// If a different operation runs on `key`, `op` waits for it to finish (it is not cancelled:
     /// call [`cancel`](Executor::cancel) for that). If the key is backing off after a failure of
     /// the same kind, `op` waits out the backoff; an operation of another kind resets the
     /// backoff and may run at once.
     pub fn submit(&mut self, key: K, op: Op) -> Submitted {
-        let state = self.keys.entry(key.clone()).or_default();
-        if let Some(running) = &state.running {
-            if running.op == op {
-                if state.pending.take().is_some() {
-                    self.pending -= 1;
-                }
-                return Submitted::Coalesced;
-            }
-            if state.pending.replace(op).is_none() {
-                self.pending += 1;
-            }
-            return Submitted::Queued;
-        }
-        let mut backing_off = None;
-        if let Some(backoff) = &state.backoff {
-            if backoff.kind != op.kind() {
-                if let Some(timer) = backoff.timer {
-                    self.timers.remove(&timer);
-                }
-                state.backoff = None;
-            } else if backoff.until > Instant::now() {
-                backing_off = Some(backoff.until);
-            }
-        }
-        if state.pending.replace(op).is_none() {
-            self.pending += 1;
-        }
-        if let Some(until) = backing_off {
-            return Submitted::BackingOff { until };
-        }
-        if state.blocked {
-            return Submitted::Queued;
-        }
-        if self.try_start(&key) { Submitted::Started } else { Submitted::Queued }
+        self.core.submit(key, op, None, false)
     }
 
     /// Drops the operation waiting for `key`, if any (the running one is unaffected).
     pub fn withdraw(&mut self, key: &K) {
-        if let Some(state) = self.keys.get_mut(key)
-            && state.pending.take().is_some()
-        {
-            self.pending -= 1;
-        }
-        self.cleanup(key);
+        self.core.withdraw(key);
     }
 
     /// Drops every waiting operation (for shutdown).
     pub fn withdraw_all(&mut self) {
-        for state in self.keys.values_mut() {
-            state.pending = None;
-        }
-        self.pending = 0;
+        self.core.withdraw_all();
     }
 
     /// Fires the cancellation token of the operation running on `key`; returns whether one runs.
     pub fn cancel(&mut self, key: &K) -> bool {
-        match self.keys.get(key).and_then(|s| s.running.as_ref()) {
-            Some(running) => {
-                running.cancel.cancel();
-                true
-            }
-            None => false,
-        }
+        self.core.cancel(key)
     }
 
     /// Cancels every running operation.
     pub fn cancel_all(&mut self) {
-        for running in self.keys.values().filter_map(|s| s.running.as_ref()) {
-            running.cancel.cancel();
-        }
+        self.core.cancel_all();
     }
 
     /// Forgets the backoff history of `key` (when it left both desired and actual state).
     pub fn forget(&mut self, key: &K) {
-        if let Some(state) = self.keys.get_mut(key)
-            && let Some(timer) = state.backoff.take().and_then(|b| b.timer)
-        {
-            self.timers.remove(&timer);
-        }
-        self.cleanup(key);
+        self.core.forget(key);
     }
 
     /// Starts whatever can start now: queued operations whose keys are free, teardown first.
     pub fn pump(&mut self) {
-        loop {
-            if self.slots_full() {
-                return;
-            }
-            let Some(key) = self.teardown_queue.pop_front().or_else(|| self.setup_queue.pop_front()) else {
-                return;
-            };
-            if let Some(state) = self.keys.get_mut(&key) {
-                state.queued = false;
-            }
-            self.try_start(&key);
-        }
+        self.core.pump();
     }
 
     /// Waits for the next operation to finish. Starts queued operations (as [`pump`]) and those
@@ -390,8 +362,212 @@ where
     ///
     /// [`pump`]: Executor::pump
     pub async fn next_completion(&mut self) -> Completion<K, Op, A, Dr::Error> {
+        self.core.next_done().await.completion
+    }
+
+    /// A finished operation if one is ready now, without waiting and without starting anything.
+    /// Lets a caller handle a burst of completions in one go.
+    pub fn try_next_completion(&mut self) -> Option<Completion<K, Op, A, Dr::Error>> {
+        self.core.try_next_done().map(|done| done.completion)
+    }
+}
+
+impl<K, Op, A, Dr, C> Core<K, Op, A, Dr, C>
+where
+    K: Key,
+    Op: Operation,
+    A: Send + 'static,
+    Dr: Driver<K, Op, A>,
+    C: Send + 'static,
+{
+    pub(crate) fn new(name: &str, driver: Arc<Dr>, config: ExecutorConfig, metrics: &Metrics) -> Self {
+        let rng = config.seed.map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
+        Self {
+            driver,
+            config,
+            hasher: ahash::RandomState::new(),
+            index: HashTable::new(),
+            slots: Slab::new(),
+            busy_below: Map::default(),
+            running: 0,
+            pending: 0,
+            teardown_queue: VecDeque::new(),
+            setup_queue: VecDeque::new(),
+            blocked: Vec::new(),
+            futures: FuturesUnordered::new(),
+            ready: VecDeque::new(),
+            timers: DelayQueue::new(),
+            rng,
+            metrics: metrics.for_reconciler(name),
+        }
+    }
+
+    pub(crate) fn driver(&self) -> &Arc<Dr> {
+        &self.driver
+    }
+
+    pub(crate) fn in_flight(&self) -> usize {
+        self.running
+    }
+
+    pub(crate) fn running_op(&self, key: &K) -> Option<&Op> {
+        let idx = self.find(key)?;
+        self.slots[idx].running.as_ref().map(|r| &r.op)
+    }
+
+    fn retry_at(&self, key: &K, kind: &str) -> Option<Instant> {
+        let idx = self.find(key)?;
+        self.slots[idx]
+            .backoff
+            .as_ref()
+            .filter(|b| b.kind == kind && b.until > Instant::now())
+            .map(|b| b.until)
+    }
+
+    /// [`Executor::submit`], with `context` attached to `op`; with `replace`, the operation
+    /// running on `key` is cancelled first if it is not equal to `op` (what the engine does with
+    /// a plan). One lookup of the key.
+    pub(crate) fn submit(&mut self, key: K, op: Op, context: Option<C>, replace: bool) -> Submitted {
+        let idx = self.find_or_insert(key);
+        let slot = &mut self.slots[idx];
+        if let Some(running) = &slot.running {
+            if running.op == op {
+                if slot.pending.take().is_some() {
+                    slot.context = None;
+                    self.pending -= 1;
+                }
+                return Submitted::Coalesced;
+            }
+            if replace {
+                running.cancel.cancel();
+            }
+            slot.context = context;
+            if slot.pending.replace(op).is_none() {
+                self.pending += 1;
+            }
+            return Submitted::Queued;
+        }
+        let mut backing_off = None;
+        if let Some(backoff) = &slot.backoff {
+            if backoff.kind != op.kind() {
+                if let Some(timer) = backoff.timer {
+                    self.timers.remove(&timer);
+                }
+                slot.backoff = None;
+            } else if backoff.until > Instant::now() {
+                backing_off = Some(backoff.until);
+            }
+        }
+        slot.context = context;
+        if slot.pending.replace(op).is_none() {
+            self.pending += 1;
+        }
+        if let Some(until) = backing_off {
+            return Submitted::BackingOff { until };
+        }
+        if slot.blocked {
+            return Submitted::Queued;
+        }
+        if self.try_start(idx) { Submitted::Started } else { Submitted::Queued }
+    }
+
+    pub(crate) fn withdraw(&mut self, key: &K) {
+        if let Some(idx) = self.find(key) {
+            self.withdraw_at(idx);
+            self.cleanup(idx);
+        }
+    }
+
+    fn withdraw_at(&mut self, idx: Idx) {
+        let slot = &mut self.slots[idx];
+        if slot.pending.take().is_some() {
+            slot.context = None;
+            self.pending -= 1;
+        }
+    }
+
+    /// [`withdraw`](Executor::withdraw) and [`cancel`](Executor::cancel) in one lookup of the
+    /// key: what the engine does when a plan no longer asks for an operation.
+    pub(crate) fn stop(&mut self, key: &K) {
+        if let Some(idx) = self.find(key) {
+            self.withdraw_at(idx);
+            if let Some(running) = &self.slots[idx].running {
+                running.cancel.cancel();
+            }
+            self.cleanup(idx);
+        }
+    }
+
+    /// If no operation runs on `key`: [`withdraw`](Executor::withdraw) and
+    /// [`forget`](Executor::forget) it and return `true`. Returns `false`, doing nothing, while
+    /// one runs. One lookup of the key.
+    pub(crate) fn release(&mut self, key: &K) -> bool {
+        let Some(idx) = self.find(key) else { return true };
+        if self.slots[idx].running.is_some() {
+            return false;
+        }
+        self.withdraw_at(idx);
+        self.forget_at(idx);
+        true
+    }
+
+    pub(crate) fn withdraw_all(&mut self) {
+        for (_, slot) in &mut self.slots {
+            slot.pending = None;
+            slot.context = None;
+        }
+        self.pending = 0;
+    }
+
+    fn cancel(&mut self, key: &K) -> bool {
+        match self.find(key).and_then(|idx| self.slots[idx].running.as_ref()) {
+            Some(running) => {
+                running.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn cancel_all(&mut self) {
+        for running in self.slots.iter().filter_map(|(_, s)| s.running.as_ref()) {
+            running.cancel.cancel();
+        }
+    }
+
+    fn forget(&mut self, key: &K) {
+        if let Some(idx) = self.find(key) {
+            self.forget_at(idx);
+        }
+    }
+
+    fn forget_at(&mut self, idx: Idx) {
+        if let Some(timer) = self.slots[idx].backoff.take().and_then(|b| b.timer) {
+            self.timers.remove(&timer);
+        }
+        self.cleanup(idx);
+    }
+
+    fn pump(&mut self) {
+        loop {
+            if self.slots_full() {
+                return;
+            }
+            let Some(idx) = self.teardown_queue.pop_front().or_else(|| self.setup_queue.pop_front()) else {
+                return;
+            };
+            self.slots[idx].queued = false;
+            self.try_start(idx);
+        }
+    }
+
+    /// [`Executor::next_completion`].
+    pub(crate) async fn next_done(&mut self) -> Done<K, Op, A, Dr::Error, C> {
         loop {
             self.pump();
+            if let Some(finished) = self.ready.pop_front() {
+                return self.finish(finished);
+            }
             let wake = {
                 let futures = &mut self.futures;
                 let timers = &mut self.timers;
@@ -405,15 +581,17 @@ where
             };
             match wake {
                 Wake::Finished(finished) => return self.finish(finished),
-                Wake::Timer(key) => self.backoff_expired(key),
+                Wake::Timer(idx) => self.backoff_expired(idx),
             }
         }
     }
 
-    /// A finished operation if one is ready now, without waiting and without starting anything.
-    /// Lets a caller handle a burst of completions in one go.
-    pub fn try_next_completion(&mut self) -> Option<Completion<K, Op, A, Dr::Error>> {
+    /// [`Executor::try_next_completion`].
+    pub(crate) fn try_next_done(&mut self) -> Option<Done<K, Op, A, Dr::Error, C>> {
         use futures::FutureExt;
+        if let Some(finished) = self.ready.pop_front() {
+            return Some(self.finish(finished));
+        }
         if self.futures.is_empty() {
             return None;
         }
@@ -421,17 +599,57 @@ where
         Some(self.finish(finished))
     }
 
+    fn hash(&self, key: &K) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The slot of `key`, if the executor knows it.
+    fn find(&self, key: &K) -> Option<Idx> {
+        if self.index.is_empty() {
+            return None;
+        }
+        let hash = self.hash(key);
+        let slots = &self.slots;
+        self.index.find(hash, |&i| slots[i].hash == hash && slots[i].key == *key).copied()
+    }
+
+    /// The slot of `key`, created (idle) if the executor does not know it yet.
+    fn find_or_insert(&mut self, key: K) -> Idx {
+        let hash = self.hash(&key);
+        let slots = &mut self.slots;
+        let entry =
+            self.index.entry(hash, |&i| slots[i].hash == hash && slots[i].key == key, |&i| slots[i].hash);
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(e) => *e.get(),
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                let idx = slots.insert(Slot {
+                    key,
+                    hash,
+                    running: None,
+                    pending: None,
+                    context: None,
+                    backoff: None,
+                    queued: false,
+                    blocked: false,
+                });
+                e.insert(idx);
+                idx
+            }
+        }
+    }
+
     fn slots_full(&self) -> bool {
         self.config.max_concurrent != 0 && self.running >= self.config.max_concurrent
     }
 
-    fn conflicts(&self, key: &K) -> bool {
-        if self.busy_below.get(key).is_some_and(|n| *n > 0) {
+    fn conflicts(&self, idx: Idx) -> bool {
+        let key = &self.slots[idx].key;
+        if !self.busy_below.is_empty() && self.busy_below.get(key).is_some_and(|n| *n > 0) {
             return true;
         }
         let mut cur = key.parent();
         while let Some(parent) = cur {
-            if self.keys.get(&parent).is_some_and(|s| s.running.is_some()) {
+            if self.find(&parent).is_some_and(|p| self.slots[p].running.is_some()) {
                 return true;
             }
             cur = parent.parent();
@@ -439,79 +657,100 @@ where
         false
     }
 
-    fn enqueue(&mut self, key: &K) {
-        let Some(state) = self.keys.get_mut(key) else { return };
-        if state.queued || state.blocked {
+    fn enqueue(&mut self, idx: Idx) {
+        let slot = &mut self.slots[idx];
+        if slot.queued || slot.blocked {
             return;
         }
-        let Some(op) = &state.pending else { return };
-        state.queued = true;
+        let Some(op) = &slot.pending else { return };
+        slot.queued = true;
         if op.is_teardown() {
-            self.teardown_queue.push_back(key.clone());
+            self.teardown_queue.push_back(idx);
         } else {
-            self.setup_queue.push_back(key.clone());
+            self.setup_queue.push_back(idx);
         }
     }
 
-    /// Starts the pending operation of `key` if everything allows it; otherwise parks it where
-    /// something will wake it (queue, blocked set, or backoff timer).
-    fn try_start(&mut self, key: &K) -> bool {
-        let Some(state) = self.keys.get(key) else { return false };
-        let Some(op) = &state.pending else {
-            self.cleanup(key);
+    /// Starts the pending operation of slot `idx` if everything allows it; otherwise parks it
+    /// where something will wake it (queue, blocked list, or backoff timer).
+    fn try_start(&mut self, idx: Idx) -> bool {
+        let slot = &self.slots[idx];
+        let Some(op) = &slot.pending else {
+            self.cleanup(idx);
             return false;
         };
-        if state.running.is_some() {
+        if slot.running.is_some() {
             return false;
         }
-        if let Some(backoff) = &state.backoff
+        if let Some(backoff) = &slot.backoff
             && backoff.kind == op.kind()
             && backoff.until > Instant::now()
         {
             return false; // its timer re-queues it
         }
-        if self.conflicts(key) {
-            if let Some(state) = self.keys.get_mut(key) {
-                state.blocked = true;
+        if self.conflicts(idx) {
+            let slot = &mut self.slots[idx];
+            if !slot.blocked {
+                slot.blocked = true;
+                self.blocked.push(idx);
             }
-            self.blocked.insert(key.clone());
             return false;
         }
         if self.slots_full() {
-            self.enqueue(key);
+            self.enqueue(idx);
             return false;
         }
-        let Some(state) = self.keys.get_mut(key) else { return false };
-        let Some(op) = state.pending.take() else { return false };
+        let slot = &mut self.slots[idx];
+        let Some(op) = slot.pending.take() else { return false };
         self.pending -= 1;
         let cancel = CancellationToken::new();
-        state.running = Some(Running { op: op.clone(), cancel: cancel.clone() });
+        slot.running = Some(Running { op: op.clone(), cancel: cancel.clone(), context: slot.context.take() });
         self.running += 1;
+        let key = slot.key.clone();
         let mut cur = key.parent();
         while let Some(parent) = cur {
-            *self.busy_below.entry(parent.clone()).or_default() += 1;
             cur = parent.parent();
+            *self.busy_below.entry(parent).or_default() += 1;
         }
         let timeout = op.timeout().unwrap_or(self.config.default_timeout);
         let driver = self.driver.clone();
         let span = tracing::info_span!("operation", reconciler = self.metrics.name(), op.kind = op.kind(), op.key = ?key);
-        let key = key.clone();
-        self.futures.push(Box::pin(
+        let mut future: OpFuture<K, Op, A, Dr::Error> = Box::pin(
             async move {
                 let started = Instant::now();
                 let result = {
                     let run = driver.execute(&key, &op, &cancel);
-                    tokio::time::timeout(timeout, run).await.map_err(|_| timeout)
+                    let mut run = std::pin::pin!(run);
+                    // Most operations that finish at once never need their timer: poll once
+                    // before arming it.
+                    match futures::poll!(run.as_mut()) {
+                        Poll::Ready(outcome) => Ok(outcome),
+                        Poll::Pending => match started.checked_add(timeout) {
+                            Some(deadline) => {
+                                tokio::time::timeout_at(deadline, run).await.map_err(|_| timeout)
+                            }
+                            None => Ok(run.await),
+                        },
+                    }
                 };
-                Finished { key, op, result, duration: started.elapsed(), cancelled: cancel.is_cancelled() }
+                // A lock: asked only of failures, which it tells from cancellations.
+                let cancelled = matches!(result, Ok(Outcome::Failed(_))) && cancel.is_cancelled();
+                Finished { idx, key, op, result, duration: started.elapsed(), cancelled }
             }
             .instrument(span),
-        ));
+        );
+        // Poll it once now: an operation that finishes at once then costs no task in `futures`.
+        // One that does not is polled again there, with a waker that works (a future registers
+        // the waker of its latest poll).
+        match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(finished) => self.ready.push_back(finished),
+            Poll::Pending => self.futures.push(future),
+        }
         true
     }
 
-    fn finish(&mut self, finished: Finished<K, Op, A, Dr::Error>) -> Completion<K, Op, A, Dr::Error> {
-        let Finished { key, op, result, duration, cancelled } = finished;
+    fn finish(&mut self, finished: Finished<K, Op, A, Dr::Error>) -> Done<K, Op, A, Dr::Error, C> {
+        let Finished { idx, key, op, result, duration, cancelled } = finished;
         self.running -= 1;
         let mut cur = key.parent();
         while let Some(parent) = cur {
@@ -532,8 +771,8 @@ where
             Err(timeout) => (Outcome::Uncertain(OpError::TimedOut(timeout)), OpResult::Timeout),
         };
         self.metrics.observe_operation(kind, result_label, duration.as_secs_f64());
-        let failures = self.record_backoff(&key, kind, result_label);
-        let retry_at = self.keys.get(&key).and_then(|s| s.backoff.as_ref()).map(|b| b.until);
+        let failures = self.record_backoff(idx, kind, result_label);
+        let retry_at = self.slots[idx].backoff.as_ref().map(|b| b.until);
         match &outcome {
             Outcome::Done(_) => {
                 tracing::debug!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, ?duration, "operation done")
@@ -550,80 +789,91 @@ where
                 tracing::debug!(reconciler = self.metrics.name(), op.kind = kind, op.key = ?key, "operation cancelled")
             }
         }
-        if let Some(state) = self.keys.get_mut(&key) {
-            state.running = None;
-        }
+        let context = self.slots[idx].running.take().and_then(|r| r.context);
         // Operations parked behind this key may start now.
-        let unblocked: Vec<K> = self.blocked.iter().filter(|b| b.conflicts_with(&key)).cloned().collect();
-        for k in unblocked {
-            self.blocked.remove(&k);
-            if let Some(state) = self.keys.get_mut(&k) {
-                state.blocked = false;
+        if !self.blocked.is_empty() {
+            let mut i = 0;
+            while i < self.blocked.len() {
+                let b = self.blocked[i];
+                if self.slots[b].key.conflicts_with(&key) {
+                    self.blocked.swap_remove(i);
+                    self.slots[b].blocked = false;
+                    self.enqueue(b);
+                    self.cleanup(b);
+                } else {
+                    i += 1;
+                }
             }
-            self.enqueue(&k);
-            self.cleanup(&k);
         }
-        self.enqueue(&key);
-        self.cleanup(&key);
-        Completion { key, op, outcome, result: result_label, duration, failures, retry_at }
+        self.enqueue(idx);
+        let released = self.cleanup(idx).map(|slot| slot.key);
+        Done {
+            completion: Completion { key, op, outcome, result: result_label, duration, failures, retry_at },
+            context,
+            released,
+        }
     }
 
-    fn record_backoff(&mut self, key: &K, kind: &'static str, result: OpResult) -> u32 {
-        let Some(state) = self.keys.get_mut(key) else { return 0 };
+    fn record_backoff(&mut self, idx: Idx, kind: &'static str, result: OpResult) -> u32 {
+        let slot = &mut self.slots[idx];
         match result {
             OpResult::Done => {
-                if let Some(timer) = state.backoff.take().and_then(|b| b.timer) {
+                if let Some(timer) = slot.backoff.take().and_then(|b| b.timer) {
                     self.timers.remove(&timer);
                 }
                 0
             }
-            OpResult::Cancelled => state.backoff.as_ref().map_or(0, |b| b.failures),
+            OpResult::Cancelled => slot.backoff.as_ref().map_or(0, |b| b.failures),
             OpResult::Failed | OpResult::Uncertain | OpResult::Timeout => {
-                let failures = match &state.backoff {
+                let failures = match &slot.backoff {
                     Some(b) if b.kind == kind => b.failures.saturating_add(1),
                     _ => 1,
                 };
-                if let Some(timer) = state.backoff.take().and_then(|b| b.timer) {
+                if let Some(timer) = slot.backoff.take().and_then(|b| b.timer) {
                     self.timers.remove(&timer);
                 }
                 let delay = self.config.backoff.delay(failures, &mut self.rng);
                 let until = Instant::now() + delay;
-                let timer = Some(self.timers.insert_at(key.clone(), until));
-                state.backoff = Some(Box::new(Backoff { kind, failures, until, timer }));
+                let timer = Some(self.timers.insert_at(idx, until));
+                slot.backoff = Some(Box::new(Backoff { kind, failures, until, timer }));
                 failures
             }
         }
     }
 
-    fn backoff_expired(&mut self, key: K) {
-        if let Some(state) = self.keys.get_mut(&key)
-            && let Some(backoff) = &mut state.backoff
-        {
+    fn backoff_expired(&mut self, idx: Idx) {
+        let slot = &mut self.slots[idx];
+        if let Some(backoff) = &mut slot.backoff {
             backoff.timer = None;
         }
         // Keep the failure count (the next failure backs off longer) but let the key run.
-        if self.keys.get(&key).is_some_and(|s| s.running.is_none() && s.pending.is_some()) {
-            self.enqueue(&key);
+        if slot.running.is_none() && slot.pending.is_some() {
+            self.enqueue(idx);
         }
-        self.cleanup(&key);
+        self.cleanup(idx);
     }
 
-    /// Removes bookkeeping of a key that has nothing left: no operation, no live backoff timer.
-    fn cleanup(&mut self, key: &K) {
-        if let Some(state) = self.keys.get_mut(key) {
-            if state.backoff.as_ref().is_some_and(|b| b.timer.is_none() && b.until <= Instant::now())
-                && state.pending.is_none()
-            {
-                // An expired backoff with nothing waiting carries only the failure count; keep it
-                // while the key may fail again soon, drop it once nothing refers to the key.
-                if state.running.is_none() && !state.queued && !state.blocked {
-                    state.backoff = None;
-                }
-            }
-            if state.is_idle() {
-                self.keys.remove(key);
+    /// Frees the slot of a key that has nothing left (no operation, no live backoff timer) and
+    /// returns it.
+    fn cleanup(&mut self, idx: Idx) -> Option<Slot<K, Op, C>> {
+        let slot = &mut self.slots[idx];
+        if slot.backoff.as_ref().is_some_and(|b| b.timer.is_none() && b.until <= Instant::now())
+            && slot.pending.is_none()
+        {
+            // An expired backoff with nothing waiting carries only the failure count; keep it
+            // while the key may fail again soon, drop it once nothing refers to the key.
+            if slot.running.is_none() && !slot.queued && !slot.blocked {
+                slot.backoff = None;
             }
         }
+        if slot.is_idle() {
+            let hash = slot.hash;
+            if let Ok(entry) = self.index.find_entry(hash, |&i| i == idx) {
+                entry.remove();
+            }
+            return Some(self.slots.remove(idx));
+        }
+        None
     }
 
     pub(crate) fn metrics(&self) -> &ReconcilerMetrics {

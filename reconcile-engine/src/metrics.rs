@@ -19,7 +19,6 @@
 //! every engine its own name. Creating a second `Metrics` in the same registry fails with
 //! [`prometheus::Error::AlreadyReg`].
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -187,7 +186,7 @@ impl Metrics {
             actual_keys: f.actual_keys.with_label_values(&[name]),
             loop_duration: f.loop_duration.with_label_values(&[name]),
             reconciles: f.reconciles.with_label_values(&[name]),
-            op_cache: HashMap::new(),
+            op_cache: Vec::new(),
         }
     }
 }
@@ -203,7 +202,9 @@ pub struct ReconcilerMetrics {
     pub(crate) actual_keys: IntGauge,
     pub(crate) loop_duration: Histogram,
     pub(crate) reconciles: IntCounter,
-    op_cache: HashMap<&'static str, OpHandles>,
+    /// Handles per operation kind: a reconciler has a handful of kinds, so a list searched by
+    /// the kind's address (then its text) beats hashing the text on every operation.
+    op_cache: Vec<(&'static str, OpHandles)>,
 }
 
 impl fmt::Debug for ReconcilerMetrics {
@@ -227,10 +228,18 @@ impl ReconcilerMetrics {
     pub(crate) fn observe_operation(&mut self, kind: &'static str, result: OpResult, seconds: f64) {
         let families = &self.families;
         let name = &self.name;
-        let handles = self.op_cache.entry(kind).or_insert_with(|| OpHandles {
-            duration: families.duration.with_label_values(&[name, kind]),
-            results: Default::default(),
-        });
+        let pos = match self.op_cache.iter().position(|(k, _)| std::ptr::eq(*k, kind) || *k == kind) {
+            Some(pos) => pos,
+            None => {
+                let handles = OpHandles {
+                    duration: families.duration.with_label_values(&[name, kind]),
+                    results: Default::default(),
+                };
+                self.op_cache.push((kind, handles));
+                self.op_cache.len() - 1
+            }
+        };
+        let handles = &mut self.op_cache[pos].1;
         handles.duration.observe(seconds);
         let slot = &mut handles.results[result as usize];
         slot.get_or_insert_with(|| families.operations.with_label_values(&[name, kind, result.as_str()]))

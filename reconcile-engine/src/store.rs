@@ -2,10 +2,11 @@
 //! notification and a "synced once" gate.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use tokio::sync::{Notify, watch};
 
 use crate::{Key, Set};
@@ -28,7 +29,9 @@ pub fn store<K: Key, V: Send + Sync + 'static>() -> (Store<K, V>, Writer<K, V>) 
     let shared = Arc::new(Shared {
         map: DashMap::default(),
         len: AtomicUsize::new(0),
+        version: AtomicU64::new(0),
         subscribers: Mutex::new(Vec::new()),
+        has_subscribers: AtomicBool::new(false),
         synced,
     });
     (Store { shared: shared.clone() }, Writer { shared })
@@ -38,7 +41,14 @@ struct Shared<K, V> {
     map: DashMap<K, Arc<V>, ahash::RandomState>,
     /// Kept by the writer, so that readers never lock every shard to count.
     len: AtomicUsize,
+    /// Counts writes (after each one lands, before subscribers hear of it): a value read after
+    /// loading version `v` is still current while the version is `v`.
+    version: AtomicU64,
     subscribers: Mutex<Vec<Weak<SubShared<K>>>>,
+    /// Whether `subscribers` may be non-empty, so that a write to a store nobody subscribed to
+    /// takes no lock. Set under the lock by `subscribe`, cleared under it once every
+    /// subscription was dropped.
+    has_subscribers: AtomicBool,
     synced: watch::Sender<SyncState>,
 }
 
@@ -52,6 +62,9 @@ enum SyncState {
 
 impl<K: Key, V> Shared<K, V> {
     fn notify(&self, key: &K) {
+        if !self.has_subscribers.load(Ordering::Acquire) {
+            return;
+        }
         let mut subs = self.subscribers.lock().unwrap_or_else(PoisonError::into_inner);
         subs.retain(|weak| match weak.upgrade() {
             Some(sub) => {
@@ -61,6 +74,9 @@ impl<K: Key, V> Shared<K, V> {
             }
             None => false,
         });
+        if subs.is_empty() {
+            self.has_subscribers.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -90,12 +106,21 @@ impl<K: Key, V> fmt::Debug for Store<K, V> {
 impl<K: Key, V: Send + Sync + 'static> Store<K, V> {
     /// The value stored for `key`, if any.
     pub fn get(&self, key: &K) -> Option<Arc<V>> {
+        if self.is_empty() {
+            return None;
+        }
         self.shared.map.get(key).map(|entry| entry.value().clone())
     }
 
     /// Whether the store holds `key`.
     pub fn contains_key(&self, key: &K) -> bool {
-        self.shared.map.contains_key(key)
+        !self.is_empty() && self.shared.map.contains_key(key)
+    }
+
+    /// The number of writes so far. Loaded before a [`get`](Store::get), it tells later whether
+    /// the value read may have changed since: not while the version is the same.
+    pub(crate) fn version(&self) -> u64 {
+        self.shared.version.load(Ordering::Acquire)
     }
 
     /// Number of entries.
@@ -116,6 +141,16 @@ impl<K: Key, V: Send + Sync + 'static> Store<K, V> {
     /// A copy of every entry, in no particular order (values are shared, not cloned).
     pub fn entries(&self) -> Vec<(K, Arc<V>)> {
         self.shared.map.iter().map(|entry| (entry.key().clone(), entry.value().clone())).collect()
+    }
+
+    /// A copy of every entry whose key `keep` accepts (values are shared, not cloned).
+    pub(crate) fn entries_where(&self, mut keep: impl FnMut(&K) -> bool) -> Vec<(K, Arc<V>)> {
+        self.shared
+            .map
+            .iter()
+            .filter(|entry| keep(entry.key()))
+            .map(|entry| (entry.key().clone(), entry.value().clone()))
+            .collect()
     }
 
     /// Calls `f` for every entry. Do not write to this store from inside `f`.
@@ -164,7 +199,10 @@ impl<K: Key, V: Send + Sync + 'static> Store<K, V> {
     /// change in any of several stores.
     pub(crate) fn subscribe_with(&self, notify: Arc<Notify>) -> Subscription<K> {
         let sub = Arc::new(SubShared { dirty: Mutex::new(Set::default()), notify });
-        self.shared.subscribers.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::downgrade(&sub));
+        let mut subs = self.shared.subscribers.lock().unwrap_or_else(PoisonError::into_inner);
+        subs.push(Arc::downgrade(&sub));
+        self.shared.has_subscribers.store(true, Ordering::Release);
+        drop(subs);
         Subscription { shared: sub }
     }
 }
@@ -193,10 +231,25 @@ impl<K: Key, V: Send + Sync + 'static> Writer<K, V> {
 
     /// Sets an already shared value for `key` and notifies subscribers.
     pub fn insert_arc(&mut self, key: K, value: Arc<V>) {
-        if self.shared.map.insert(key.clone(), value).is_none() {
-            self.shared.len.fetch_add(1, Ordering::Relaxed);
+        // A copy of the key for the subscribers, only if there are any. Asked once the value is
+        // in place (under the shard's lock): a subscription made before a reader could see the
+        // value is then seen here.
+        let subscribed = || self.shared.has_subscribers.load(Ordering::Acquire);
+        let notified = match self.shared.map.entry(key) {
+            Entry::Occupied(mut entry) => {
+                entry.insert(value);
+                subscribed().then(|| entry.key().clone())
+            }
+            Entry::Vacant(entry) => {
+                self.shared.len.fetch_add(1, Ordering::Relaxed);
+                let entry = entry.insert(value);
+                subscribed().then(|| entry.key().clone())
+            }
+        };
+        self.shared.version.fetch_add(1, Ordering::Release);
+        if let Some(key) = notified {
+            self.shared.notify(&key);
         }
-        self.shared.notify(&key);
     }
 
     /// Removes `key`, returning its value; subscribers are notified only if it was present.
@@ -204,6 +257,7 @@ impl<K: Key, V: Send + Sync + 'static> Writer<K, V> {
         let old = self.shared.map.remove(key).map(|(_, v)| v);
         if old.is_some() {
             self.shared.len.fetch_sub(1, Ordering::Relaxed);
+            self.shared.version.fetch_add(1, Ordering::Release);
             self.shared.notify(key);
         }
         old
@@ -392,5 +446,33 @@ mod tests {
         drop(sub);
         writer.insert(1, 1);
         assert!(store.shared.subscribers.lock().expect("lock").is_empty());
+    }
+
+    #[test]
+    fn a_subscription_after_every_earlier_one_was_dropped_should_hear_of_writes() {
+        let (store, mut writer) = store::<u32, u32>();
+        drop(store.subscribe());
+        writer.insert(1, 1); // prunes the dropped subscription: nobody listens now
+        let sub = store.subscribe();
+        writer.insert(2, 2);
+        writer.insert(1, 3);
+        writer.remove(&2);
+        let mut keys = sub.drain();
+        keys.sort();
+        assert_eq!(keys, vec![1, 2]);
+    }
+
+    #[test]
+    fn the_version_should_change_with_every_write_and_only_then() {
+        let (store, mut writer) = store::<u32, u32>();
+        let v0 = store.version();
+        writer.insert(1, 1);
+        let v1 = store.version();
+        assert_ne!(v0, v1);
+        assert!(writer.remove(&7).is_none());
+        assert!(!writer.upsert(1, 1));
+        assert_eq!(store.version(), v1, "a write that changed nothing keeps the version");
+        writer.remove(&1);
+        assert_ne!(store.version(), v1);
     }
 }

@@ -154,3 +154,22 @@ async fn withdrawn_operations_should_not_run() {
     assert!(ex.is_idle());
     assert_eq!(driver.calls().len(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_operation_that_finishes_at_once_should_run_in_submit_and_stay_in_flight_until_taken() {
+    let driver = fake();
+    driver.script(K::Dev(1), [Step::Delay(Duration::from_millis(10))]);
+    let mut ex = executor(&driver, exact());
+    assert_eq!(ex.submit(K::Dev(0), Op::Put(1)), Submitted::Started);
+    assert_eq!(driver.calls().len(), 1, "the driver ran inside submit");
+    assert_eq!(ex.submit(K::Dev(1), Op::Put(1)), Submitted::Started);
+    assert_eq!(ex.in_flight(), 2, "a finished operation counts until its completion is taken");
+    assert_eq!(ex.submit(K::Dev(0), Op::Put(1)), Submitted::Coalesced, "still running for the executor");
+    let first = ex.try_next_completion().expect("the instant operation is ready");
+    assert_eq!((first.key, first.result), (K::Dev(0), OpResult::Done));
+    assert!(ex.try_next_completion().is_none(), "the delayed one is still running");
+    let second = ex.next_completion().await;
+    assert_eq!((second.key, second.result), (K::Dev(1), OpResult::Done));
+    assert!(ex.is_idle());
+    assert_eq!(driver.calls().len(), 2);
+}

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use prometheus::Registry;
 use reconcile_engine::{Engine, Executor, ExecutorConfig, Metrics, Plan, store};
 
+use crate::clock::{Stopwatch, Timed};
 use crate::domain::{BenchReconciler, InstantDriver, Op, PodState};
 
 const RECONCILES: &str = "reconcile_engine_reconciles_total";
@@ -162,21 +163,21 @@ pub(crate) async fn engine_passes(keys: &[String], resync_period: Duration, resy
 
 /// Submits one `apply` for each key to a bare executor, then drains every completion. Returns
 /// the time from the first submit to the last completion.
-pub(crate) async fn executor_throughput(keys: Vec<String>, max_concurrent: usize) -> Duration {
+pub(crate) async fn executor_throughput(keys: Vec<String>, max_concurrent: usize) -> Timed {
     let n = keys.len();
     let driver = Arc::new(InstantDriver::new(n));
     let config = ExecutorConfig::default().with_max_concurrent(max_concurrent).with_seed(1);
     let mut executor = Executor::new("bench-executor", driver.clone(), config, &Metrics::unregistered());
     let ops: Vec<(String, Op)> =
         keys.into_iter().enumerate().map(|(i, key)| (key, Op::Apply(PodState::new(i)))).collect();
-    let started = Instant::now();
+    let started = Stopwatch::start();
     for (key, op) in ops {
         executor.submit(key, op);
     }
     for _ in 0..n {
         black_box(executor.next_completion().await);
     }
-    let elapsed = started.elapsed();
+    let elapsed = started.stop();
     assert!(executor.is_idle(), "every operation should have finished");
     assert_eq!(driver.executed(), n);
     elapsed
@@ -184,7 +185,7 @@ pub(crate) async fn executor_throughput(keys: Vec<String>, max_concurrent: usize
 
 /// Fills a desired store with one entry per key, starts an engine with an empty actual state, and
 /// returns the time from `run` until the actual store holds every key.
-pub(crate) async fn engine_throughput(keys: Vec<String>, max_concurrent: usize) -> Duration {
+pub(crate) async fn engine_throughput(keys: Vec<String>, max_concurrent: usize) -> Timed {
     let n = keys.len();
     let (desired, mut writer) = store::<String, PodState>();
     for (i, key) in keys.into_iter().enumerate() {
@@ -196,11 +197,11 @@ pub(crate) async fn engine_throughput(keys: Vec<String>, max_concurrent: usize) 
         .max_concurrent(max_concurrent)
         .build();
     let actual = engine.actual();
-    let started = Instant::now();
+    let started = Stopwatch::start();
     // Shutdown is asked for when the last operation starts; `run` then lets the operations still
     // in flight finish and writes their results before it returns.
     let report = engine.run(driver.done()).await;
-    let elapsed = started.elapsed();
+    let elapsed = started.stop();
     assert_eq!(report.operations, n as u64, "one operation per key");
     assert_eq!(actual.len(), n, "the actual store should hold every key");
     elapsed

@@ -2,10 +2,10 @@
 //! reflector store, a trigger stream of one `ObjectRef` per object, and a reconciler that returns
 //! at once. No API server is involved.
 
+use crate::clock::{Stopwatch, Timed};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -34,7 +34,7 @@ struct Context {
 /// Loads `n` ConfigMaps into a reflector store (marked ready), then runs `applier` over a trigger
 /// stream with one reference per object until it has reported `n` results. Returns the time from
 /// creating the applier to its `n`-th result, and the number of successful reconciles.
-pub(crate) async fn applier_throughput(n: usize, concurrency: u16) -> (Duration, usize) {
+pub(crate) async fn applier_throughput(n: usize, concurrency: u16) -> (Timed, usize) {
     let (reader, mut writer) = reflector::store::<ConfigMap>();
     writer.apply_watcher_event(&watcher::Event::Init);
     let mut refs = Vec::with_capacity(n);
@@ -47,7 +47,7 @@ pub(crate) async fn applier_throughput(n: usize, concurrency: u16) -> (Duration,
     assert_eq!(reader.len(), n, "the reflector store should hold every object");
     let context = Arc::new(Context::default());
 
-    let started = Instant::now();
+    let started = Stopwatch::start();
     let results = applier(
         |_object: Arc<ConfigMap>, context: Arc<Context>| {
             context.reconciles.fetch_add(1, Ordering::Relaxed);
@@ -63,7 +63,7 @@ pub(crate) async fn applier_throughput(n: usize, concurrency: u16) -> (Duration,
     );
     let done =
         results.take(n).fold(0usize, |ok, result| std::future::ready(ok + usize::from(result.is_ok()))).await;
-    let elapsed = started.elapsed();
+    let elapsed = started.stop();
     drop(writer);
     assert_eq!(context.reconciles.load(Ordering::Relaxed), n, "one reconcile per object");
     (elapsed, done)
