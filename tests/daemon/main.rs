@@ -32,6 +32,7 @@ mod exec;
 mod hostile_clients;
 mod hostile_manifests;
 mod lifecycle;
+mod local_storage;
 mod logs;
 mod metrics;
 mod pod_security;
