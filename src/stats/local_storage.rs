@@ -7,7 +7,7 @@
 //! |---|---|
 //! | a container's writable layer | CRI `ListContainerStats` `writable_layer.used_bytes` (containerd 1.6 refreshes it from its snapshotter every `stats_collect_period`, 10 s) |
 //! | a container's logs | bounded walk of `<podLogsDir>/<ns>_<pod>_<uid>/<container>/` |
-//! | disk emptyDirs and configMaps | bounded walk of the volume's directory |
+//! | its volumes on disk (emptyDir, configMap, secret, downwardAPI, projected; not a tmpfs) | bounded walk of the volume's directory |
 //! | dedicated image filesystem | the device of the runtime's image filesystem (`ImageFsInfo`) against `--root-dir`'s |
 //!
 //! Pods without limits are not measured. The walks ([`nodelet_host::usage`]) never follow a
@@ -27,6 +27,7 @@ use nodelet_cri::{ContainerFilter, labels};
 use nodelet_host::usage::{Budget, measure};
 use nodelet_resources::eviction::local_storage::{ContainerStorage, LocalStorage, PodStorage, StorageLimits};
 use nodelet_resources::pod::desired::DesiredPod;
+use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{Plugin, split_key};
 use tokio_util::sync::CancellationToken;
 
@@ -40,7 +41,7 @@ pub(crate) const ENTRY_BUDGET: u64 = 200_000;
 struct Wanted {
     pod: Arc<DesiredPod>,
     limits: StorageLimits,
-    /// (volume name, path) of its disk emptyDirs and configMaps.
+    /// (volume name, path) of its volumes on disk.
     volumes: Vec<(String, PathBuf)>,
     /// Its log directory.
     logs: Option<PathBuf>,
@@ -76,14 +77,6 @@ impl StatsProvider {
             if limits.is_empty() {
                 continue;
             }
-            let disk_volume = |name: &str| {
-                pod.spec().volumes.iter().flatten().find(|v| v.name == name).is_some_and(|v| {
-                    v.config_map.is_some()
-                        || v.empty_dir
-                            .as_ref()
-                            .is_some_and(|e| matches!(e.medium.as_deref(), None | Some("")))
-                })
-            };
             let volumes = i
                 .volumes
                 .as_ref()
@@ -92,8 +85,7 @@ impl StatsProvider {
                 .into_iter()
                 .filter_map(|(key, v)| {
                     let (u, name) = split_key(&key)?;
-                    let local = matches!(v.plugin, Plugin::EmptyDir | Plugin::ConfigMap) && !v.tmpfs;
-                    (u == uid && local && disk_volume(name)).then(|| (name.to_owned(), v.path.clone()))
+                    (u == uid && is_local_ephemeral(&v)).then(|| (name.to_owned(), v.path.clone()))
                 })
                 .collect();
             let logs = i.runtime.pod_log_dir(pod.namespace(), pod.name(), &uid);
@@ -168,6 +160,16 @@ impl StatsProvider {
     }
 }
 
+/// Whether a volume counts as the pod's local ephemeral storage, as `/stats/summary` counts it: on
+/// disk (not a tmpfs), written by nodelet for the pod (not a hostPath or a persistent volume).
+fn is_local_ephemeral(v: &VolumeActual) -> bool {
+    !v.tmpfs
+        && matches!(
+            v.plugin,
+            Plugin::EmptyDir | Plugin::ConfigMap | Plugin::Secret | Plugin::DownwardApi | Plugin::Projected
+        )
+}
+
 /// The device of the filesystem holding `path`.
 fn device(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.dev())
@@ -186,7 +188,7 @@ fn measure_pod(w: &Wanted, rootfs: &HashMap<(String, String), u64>, budget: &mut
     };
     for (name, path) in &w.volumes {
         let size_limit = w.limits.empty_dirs.get(name).map(|(b, _)| *b);
-        // A configMap (or an emptyDir without a sizeLimit) counts only towards the pod's limit.
+        // A volume without a sizeLimit counts only towards the pod's limit.
         if size_limit.is_none() && pod_limit.is_none() {
             continue;
         }

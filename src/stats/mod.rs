@@ -684,8 +684,10 @@ impl StatsProvider {
                         namespace: id.namespace.clone(),
                     })
                 });
-                let ephemeral =
-                    claim.is_none() && !matches!(volume.plugin, Plugin::LocalVolume | Plugin::Csi);
+                // A tmpfs (a Memory emptyDir, a secret) is memory, not local storage.
+                let ephemeral = claim.is_none()
+                    && !volume.tmpfs
+                    && !matches!(volume.plugin, Plugin::LocalVolume | Plugin::Csi);
                 let fs = host::statvfs(&volume.path);
                 disk.volumes.push(VolumeDisk { name: name.to_owned(), usage, fs, claim, ephemeral });
             }

@@ -4,8 +4,8 @@
 //!
 //! 1. each disk-backed `emptyDir` over its `sizeLimit`: `Usage of EmptyDir volume "<name>" exceeds
 //!    the limit "<sizeLimit>". ` (signal `emptydirfs.limit`);
-//! 2. the pod's local ephemeral storage (its containers' writable layers and logs, its disk emptyDirs and
-//!    configMaps) over the sum of its containers' `ephemeral-storage` limits: `Pod ephemeral local
+//! 2. the pod's local ephemeral storage (its containers' writable layers and logs, its volumes on disk)
+//!    over the sum of its containers' `ephemeral-storage` limits: `Pod ephemeral local
 //!    storage usage exceeds the total limit of containers <limit>. ` (`ephemeralpodfs.limit`);
 //! 3. a container's logs, plus its writable layer unless the image filesystem is a filesystem of its
 //!    own, over its `ephemeral-storage` limit: `Container <name> exceeded its local ephemeral storage
@@ -62,7 +62,8 @@ pub struct ContainerStorage {
 /// out of budget) gives a lower bound, which can only miss an eviction, never cause a wrong one.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodStorage {
-    /// Its local ephemeral volumes (disk-backed emptyDirs, configMaps), by volume name.
+    /// Its local ephemeral volumes (those on disk nodelet writes for the pod: emptyDirs, configMaps,
+    /// ...; not a tmpfs), by volume name.
     pub volumes: BTreeMap<String, u64>,
     /// Its containers, by name.
     pub containers: BTreeMap<String, ContainerStorage>,
