@@ -175,7 +175,7 @@ fn device(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.dev())
 }
 
-/// One pod's parts, each walk stopped at the limit it is checked against (blocking).
+/// One pod's parts, each walk stopped once over the limits it is checked against (blocking).
 fn measure_pod(w: &Wanted, rootfs: &HashMap<(String, String), u64>, budget: &mut Budget) -> PodStorage {
     let pod_limit = w.limits.pod.as_ref().map(|(b, _)| *b);
     let mut storage = PodStorage::default();
@@ -192,10 +192,8 @@ fn measure_pod(w: &Wanted, rootfs: &HashMap<(String, String), u64>, budget: &mut
         if size_limit.is_none() && pod_limit.is_none() {
             continue;
         }
-        let limit = match (size_limit, pod_limit) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        // The emptyDir's own limit is checked first: stopping there keeps the kubelet's message.
+        let limit = size_limit.or(pod_limit);
         if let Some(bytes) = walk(path, limit, budget) {
             storage.volumes.insert(name.clone(), bytes);
         }
@@ -207,8 +205,10 @@ fn measure_pod(w: &Wanted, rootfs: &HashMap<(String, String), u64>, budget: &mut
     let names = w.pod.containers().iter().chain(w.pod.init_containers()).map(|c| c.name.as_str());
     for name in names {
         let container_limit = w.limits.containers.get(name).map(|(b, _)| *b);
+        // The pod's limit is checked before the container's: stop only past both, so that the first
+        // check met is the one a full count would meet.
         let limit = match (container_limit, pod_limit) {
-            (Some(a), Some(b)) => Some(a.min(b)),
+            (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
         let logs = w
