@@ -6,6 +6,8 @@
 //!   no `DisruptionTarget` condition, as the kubelet);
 //! - a pod whose container (limit `ephemeral-storage: 2Mi`) writes 8 MiB into its root filesystem is
 //!   evicted with the kubelet's container message (the writable layer as containerd reports it);
+//! - a pod whose two containers have 1Mi each, writing 4 MiB into an emptyDir without a `sizeLimit`, is
+//!   evicted with the kubelet's pod message (the sum of the limits, 2Mi);
 //! - a healthy neighbour with limits it stays within keeps running;
 //! - with `localStorageCapacityIsolation: false`, the same pods keep running once `/stats/summary` shows
 //!   them over their limits.
@@ -82,6 +84,13 @@ async fn pods_over_their_local_storage_limits_are_evicted_and_their_neighbour_is
     n.write_manifest("neighbour.yaml", &neighbour);
     n.write_manifest("scratch.yaml", &empty_dir_pod(&n, "scratch", 4, "1Mi"));
     n.write_manifest("rootfs.yaml", &rootfs_pod(&n, "rootfs"));
+    let mut filler = sh("filler", "dd if=/dev/zero of=/data/fill bs=1M count=4", Some("1Mi"));
+    filler["volumeMounts"] = json!([{"name": "scratch", "mountPath": "/data"}]);
+    let total = json!({
+        "containers": [filler, sh("idle", "true", Some("1Mi"))],
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+    });
+    n.write_manifest("total.yaml", &n.pod_manifest("total", total));
     n.wait_running("neighbour").await;
 
     let evicted = |p: &Pod| reason_and_message(p).1 == "Evicted";
@@ -96,6 +105,16 @@ async fn pods_over_their_local_storage_limits_are_evicted_and_their_neighbour_is
     );
     assert!(condition(&scratch, "DisruptionTarget").is_none(), "the kubelet sets none here: {scratch:?}");
 
+    let total = n.wait_for_pod("total", "evicted", Duration::from_secs(30), evicted).await;
+    assert_eq!(
+        reason_and_message(&total),
+        (
+            "Failed".into(),
+            "Evicted".into(),
+            "Pod ephemeral local storage usage exceeds the total limit of containers 2Mi. ".into()
+        )
+    );
+
     // containerd refreshes the writable layers' usage every 10 s (stats_collect_period).
     let rootfs = n.wait_for_pod("rootfs", "evicted", Duration::from_secs(45), evicted).await;
     assert_eq!(
@@ -109,7 +128,7 @@ async fn pods_over_their_local_storage_limits_are_evicted_and_their_neighbour_is
          writable layer counts"
     );
     // Their containers are stopped, and not started again.
-    for name in ["scratch", "rootfs"] {
+    for name in ["scratch", "rootfs", "total"] {
         n.wait_for_pod(name, "no container running", Duration::from_secs(30), |p| {
             p.status
                 .as_ref()
@@ -121,7 +140,7 @@ async fn pods_over_their_local_storage_limits_are_evicted_and_their_neighbour_is
 
     // What users see: the metric by limit, the events.
     for (signal, count) in
-        [("emptydirfs.limit", 1.0), ("ephemeralcontainerfs.limit", 1.0), ("ephemeralpodfs.limit", 0.0)]
+        [("emptydirfs.limit", 1.0), ("ephemeralcontainerfs.limit", 1.0), ("ephemeralpodfs.limit", 1.0)]
     {
         let series = format!("kubelet_evictions_total{{eviction_signal=\"{signal}\"}}");
         assert_eq!(metric(&n, &series).await, Some(count), "{series}");
