@@ -494,6 +494,9 @@ pub(crate) struct EvictionConfig {
     pub(crate) minimum_reclaim: BTreeMap<String, ThresholdValue>,
     /// `nodelet.evictionMonitoringPeriod`: how often the signals are checked.
     pub(crate) monitoring_period: Duration,
+    /// `localStorageCapacityIsolation` (default true): pods over their emptyDir `sizeLimit` or their
+    /// containers' `ephemeral-storage` limits are evicted.
+    pub(crate) local_storage_capacity_isolation: bool,
 }
 
 /// Image garbage collection settings.
@@ -1775,6 +1778,7 @@ impl Merger<'_> {
             max_pod_grace_period,
             minimum_reclaim,
             monitoring_period: DEFAULT_EVICTION_MONITORING_PERIOD,
+            local_storage_capacity_isolation: raw.local_storage_capacity_isolation.unwrap_or(true),
         })
     }
 

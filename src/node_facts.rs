@@ -6,7 +6,7 @@
 //! | `capacity.cpu` | CPUs this process may run on: `Cpus_allowed_list` of `/proc/self/status` ∩ `/sys/devices/system/cpu/online` (what `nproc` counts) |
 //! | `capacity.memory` | `MemTotal` of `/proc/meminfo` |
 //! | `capacity.pods` | `maxPods` |
-//! | `capacity.ephemeral-storage` | `statvfs` size of the filesystem holding `--root-dir` |
+//! | `capacity.ephemeral-storage` | `statvfs` size of the filesystem holding `--root-dir` (none without `localStorageCapacityIsolation`) |
 //! | `capacity.hugepages-<size>` | `nr_hugepages` × size of `/sys/kernel/mm/hugepages/hugepages-<n>kB` (else `HugePages_Total` × `Hugepagesize` of `/proc/meminfo`) |
 //! | `allocatable` | capacity minus the hard eviction thresholds of `memory.available` and `nodefs.available` (percentages of the capacity), memory also minus the huge pages; never negative |
 //! | `addresses` | `InternalIP`: `address` when it names one address (not loopback), else the host's IPv4 address on the interface of the default route (`/proc/net/route`, `/proc/net/fib_trie`), else its first global IPv4 address; `Hostname`: the node name; `--node-ip` replaces the InternalIP in cluster mode |
@@ -83,7 +83,8 @@ impl NodeFacts {
     }
 
     /// [`detect`](Self::detect) with `/proc`, `/sys` and `/etc` under `root` (tests use a fake tree);
-    /// the ephemeral storage is always the filesystem of `config.root_dir`.
+    /// the ephemeral storage is always the filesystem of `config.root_dir`, reported only with
+    /// `localStorageCapacityIsolation`, as the kubelet does.
     fn detect_in(root: &Path, config: &config::Config, runtime_version: String) -> NodeFacts {
         let read = |p: &str| read_trimmed(&root.join(p));
         let meminfo = crate::stats::host::meminfo(&root.join("proc"));
@@ -91,8 +92,10 @@ impl NodeFacts {
         if memory.is_none() {
             tracing::warn!("no MemTotal in /proc/meminfo: the node shows no memory capacity");
         }
-        let ephemeral_storage = crate::stats::host::statvfs(&config.root_dir).map(|fs| fs.capacity);
-        if ephemeral_storage.is_none() {
+        let isolation = config.eviction.local_storage_capacity_isolation;
+        let ephemeral_storage =
+            isolation.then(|| crate::stats::host::statvfs(&config.root_dir).map(|fs| fs.capacity)).flatten();
+        if isolation && ephemeral_storage.is_none() {
             tracing::warn!(root = %config.root_dir.display(), "cannot statvfs the root directory");
         }
         let capacity = Capacity {
@@ -749,6 +752,15 @@ mod tests {
         assert_eq!(facts.capacity.get("hugepages-2Mi"), None);
         assert_eq!(facts.allocatable.get("memory"), Some(&q("0")), "1Gi - 100Mi - 2Gi of huge pages");
         assert_eq!(facts.os_image, "Linux");
+        let mut no_isolation = test_config(state.path());
+        no_isolation.eviction.local_storage_capacity_isolation = false;
+        let without = NodeFacts::detect_in(r, &no_isolation, "remote".into());
+        assert!(facts.capacity.contains_key("ephemeral-storage"));
+        assert!(
+            !without.capacity.contains_key("ephemeral-storage")
+                && !without.allocatable.contains_key("ephemeral-storage"),
+            "without localStorageCapacityIsolation the kubelet reports no ephemeral storage"
+        );
         let cpus = facts.capacity.get("cpu").map(|c| c.0.clone()).unwrap_or_default();
         let expected = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         assert_eq!(cpus, expected.to_string(), "no CPU lists: the available parallelism");

@@ -1,6 +1,7 @@
 //! Node pressure: the image pair (image garbage collection), the eviction manager and the verdict
 //! populator (admission and eviction verdicts, the pod pair's input) wired to the stats provider and
-//! the pod stores, and the v1 `Node` object that shows the pressure conditions.
+//! the pod stores, the local storage measurement (with `localStorageCapacityIsolation`), and the v1
+//! `Node` object that shows the pressure conditions.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::eviction::events::NodeEvents;
+use nodelet_resources::eviction::local_storage::LocalStorage;
 use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, PressureView};
 use nodelet_resources::eviction::metrics::EvictionMetrics;
 use nodelet_resources::eviction::populator::{VerdictPopulator, wake_pods_on_verdicts};
@@ -110,6 +112,12 @@ impl SignalSource for StatsSignals {
                 .collect())
         })
     }
+
+    fn local_storage(&self) -> BoxFuture<'_, Result<LocalStorage, SignalError>> {
+        // Measured in the background every monitoring period (see `start`).
+        let newest = self.0.local_storage();
+        Box::pin(async move { Ok(LocalStorage::clone(&newest)) })
+    }
 }
 
 /// The eviction manager's settings from the configuration.
@@ -138,6 +146,7 @@ pub(crate) fn eviction_config(c: &config::EvictionConfig) -> EvictionConfig {
         monitoring_period: c.monitoring_period,
         max_pod_grace_period: Duration::from_secs(u64::try_from(c.max_pod_grace_period).unwrap_or(0)),
         pod_cleanup_timeout: Duration::from_secs(30),
+        local_storage_capacity_isolation: c.local_storage_capacity_isolation,
     }
 }
 
@@ -246,6 +255,13 @@ pub(crate) fn start(
         engine.run(stop.cancelled_owned()).await;
     });
     let (sink, evictions) = nodelet_resources::eviction::populator::evictions();
+    if w.config.eviction.local_storage_capacity_isolation {
+        let measure = w
+            .stats
+            .clone()
+            .measure_local_storage_every(w.config.eviction.monitoring_period, shutdown.clone());
+        tasks.spawn(measure);
+    }
     let manager = EvictionManager::new(
         eviction_config(&w.config.eviction),
         Arc::new(StatsSignals(w.stats)),

@@ -126,6 +126,7 @@ pub(crate) fn kubelet_configuration(c: &Config) -> Value {
     }
     m.insert("evictionPressureTransitionPeriod".into(), duration(c.eviction.pressure_transition_period));
     m.insert("evictionMaxPodGracePeriod".into(), c.eviction.max_pod_grace_period.into());
+    m.insert("localStorageCapacityIsolation".into(), c.eviction.local_storage_capacity_isolation.into());
     if !c.eviction.minimum_reclaim.is_empty() {
         let reclaim: Map<String, Value> =
             c.eviction.minimum_reclaim.iter().map(|(k, v)| (k.clone(), threshold(*v))).collect();

@@ -81,6 +81,7 @@ pub(super) struct RawKubeletConfiguration {
     pub(super) eviction_max_pod_grace_period: Option<i64>,
     pub(super) eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
     pub(super) merge_default_eviction_settings: Option<bool>,
+    pub(super) local_storage_capacity_isolation: Option<bool>,
     #[serde(rename = "imageGCHighThresholdPercent")]
     pub(super) image_gc_high_threshold_percent: Option<i64>,
     #[serde(rename = "imageGCLowThresholdPercent")]

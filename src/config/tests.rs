@@ -610,6 +610,10 @@ fn eviction_and_image_gc_flags_replace_the_file_fields() {
 
     let defaults = ok(&[], None);
     assert_eq!(defaults.config.eviction.monitoring_period, Duration::from_secs(10));
+    assert!(defaults.config.eviction.local_storage_capacity_isolation, "on by default, as the kubelet");
+    let off = ok(&[], Some("localStorageCapacityIsolation: false\n"));
+    assert!(!off.config.eviction.local_storage_capacity_isolation);
+    assert_eq!(warned(&off, "localStorageCapacityIsolation"), None, "read, not ignored");
     assert_eq!(defaults.config.image_gc.period, Duration::from_secs(300));
     assert_eq!(defaults.config.housekeeping_interval, Duration::from_secs(10));
     let l = ok(&[], Some("nodelet: {housekeepingInterval: 2s}\n"));

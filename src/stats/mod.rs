@@ -29,6 +29,7 @@
 
 pub(crate) mod cadvisor;
 pub(crate) mod host;
+pub(crate) mod local_storage;
 pub(crate) mod resource;
 pub(crate) mod summary;
 
@@ -122,6 +123,10 @@ struct Inner {
     cache: Mutex<Option<(Instant, Arc<Summary>)>>,
     /// Held while a summary is gathered: one gathering at a time.
     gathering: tokio::sync::Mutex<()>,
+    /// The newest local storage measurement ([`local_storage`]).
+    local_storage: Mutex<Arc<nodelet_resources::eviction::local_storage::LocalStorage>>,
+    /// Where the next local storage measurement starts in the list of pods.
+    local_storage_cursor: std::sync::atomic::AtomicUsize,
 }
 
 /// One reading of the node, before it is turned into [`NodeStats`].
@@ -181,6 +186,8 @@ impl StatsProvider {
                 housekeeping_interval: crate::config::DEFAULT_HOUSEKEEPING_INTERVAL,
                 cache: Mutex::default(),
                 gathering: tokio::sync::Mutex::const_new(()),
+                local_storage: Mutex::default(),
+                local_storage_cursor: std::sync::atomic::AtomicUsize::new(0),
             }),
         }
     }
@@ -677,8 +684,10 @@ impl StatsProvider {
                         namespace: id.namespace.clone(),
                     })
                 });
-                let ephemeral =
-                    claim.is_none() && !matches!(volume.plugin, Plugin::LocalVolume | Plugin::Csi);
+                // A tmpfs (a Memory emptyDir, a secret) is memory, not local storage.
+                let ephemeral = claim.is_none()
+                    && !volume.tmpfs
+                    && !matches!(volume.plugin, Plugin::LocalVolume | Plugin::Csi);
                 let fs = host::statvfs(&volume.path);
                 disk.volumes.push(VolumeDisk { name: name.to_owned(), usage, fs, claim, ephemeral });
             }

@@ -33,6 +33,7 @@ mod hostile_clients;
 mod hostile_manifests;
 mod lifecycle;
 mod limits;
+mod local_storage;
 mod logs;
 mod metrics;
 mod pod_security;

@@ -12,6 +12,8 @@
 //! - [`subpath`]: safe `subPath` / `subPathExpr` binds (the CVE-2017-1002101 and CVE-2021-25741
 //!   classes): the path is resolved beneath the volume by the kernel (`openat2` with
 //!   `RESOLVE_BENEATH`) and bind-mounted from the open descriptor.
+//! - [`usage`]: bounded `du -x` of a directory tree (no symlinks followed, no mount crossed, early stop
+//!   over a limit, a shared budget of entries), for local storage capacity isolation.
 //!
 //! Everything here is Linux-only and synchronous (blocking system calls); callers on an async runtime
 //! run these functions on a blocking thread. Every string from a pod spec or a ConfigMap/Secret is
@@ -27,3 +29,4 @@ mod fsutil;
 pub mod hostpath;
 pub mod mounts;
 pub mod subpath;
+pub mod usage;

@@ -5,6 +5,11 @@
 //! pod, ranked as the kubelet ranks them. The decision goes to the
 //! [`VerdictPopulator`](super::populator::VerdictPopulator) through an [`EvictionSink`]: the
 //! pod's verdict becomes `Evicted` and the pod pair kills it. The manager never writes a verdict.
+//!
+//! With `localStorageCapacityIsolation`, each pass first evicts every running pod over an emptyDir
+//! `sizeLimit` or its containers' `ephemeral-storage` limits
+//! ([`local_storage`](super::local_storage)), with the hard-eviction grace period, from the newest
+//! measurement its [`SignalSource`] took in the background; a pass that does skips the thresholds.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -15,9 +20,10 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::events::{Involved, NodeEvents};
+use super::local_storage::check;
 use super::metrics::EvictionMetrics;
 use super::populator::{Eviction, EvictionSink};
-use super::rank::{Candidate, eviction_message, rank};
+use super::rank::{Candidate, eviction_message, is_critical, rank};
 use super::signal::{BoxFuture, Condition, Signal, SignalSource};
 use super::state::{EvictionState, Met, Policy, still_met};
 use super::verdict::Verdict;
@@ -41,6 +47,9 @@ pub struct EvictionConfig {
     pub max_pod_grace_period: Duration,
     /// How long to wait for an evicted pod to stop before the next pass (the kubelet's 30 s).
     pub pod_cleanup_timeout: Duration,
+    /// `localStorageCapacityIsolation`: evict pods over their emptyDir `sizeLimit` or their
+    /// containers' `ephemeral-storage` limits ([`local_storage`](super::local_storage)).
+    pub local_storage_capacity_isolation: bool,
 }
 
 /// Node-level reclaim (image garbage collection, container garbage collection), tried before
@@ -147,6 +156,8 @@ pub struct PassReport {
     pub reclaimed: u64,
     /// The pod evicted (UID), if any.
     pub evicted: Option<String>,
+    /// The pods evicted over a local storage limit (UIDs): when any, nothing else was done.
+    pub over_limit: Vec<String>,
 }
 
 impl EvictionManager {
@@ -216,7 +227,7 @@ impl EvictionManager {
                 () = &mut shutdown => return,
                 report = self.pass() => report,
             };
-            if let Some(uid) = &report.evicted {
+            for uid in report.evicted.iter().chain(&report.over_limit) {
                 tokio::select! {
                     () = &mut shutdown => return,
                     () = self.wait_for_cleanup(uid) => {}
@@ -279,6 +290,14 @@ impl EvictionManager {
         let desired = &self.desired;
         self.evicted.retain(|uid| desired.contains_key(uid));
 
+        // Local storage limits first; a pass that evicts for them does nothing else (the kubelet's
+        // `localStorageEviction`).
+        if self.config.local_storage_capacity_isolation {
+            report.over_limit = self.local_storage_eviction().await;
+            if !report.over_limit.is_empty() {
+                return report;
+            }
+        }
         let Some(met) = assessment.act_on.first().cloned() else { return report };
         let signal = met.threshold.signal;
         report.signal = Some(signal);
@@ -315,17 +334,62 @@ impl EvictionManager {
         report
     }
 
-    async fn evict_one(&mut self, met: &Met) -> Option<String> {
-        let signal = met.threshold.signal;
-        let pods: Vec<std::sync::Arc<DesiredPod>> = self
-            .desired
+    /// The pods that may be evicted: desired, admitted, not evicted yet, running something.
+    fn active_pods(&self) -> Vec<Arc<DesiredPod>> {
+        self.desired
             .entries()
             .into_iter()
             .filter(|(uid, _)| !self.evicted.contains(uid))
             .filter(|(uid, _)| self.verdicts.get(uid).is_none_or(|v| v.is_admitted()))
             .filter(|(uid, _)| self.actual.get(uid).is_some_and(|a| a.any_running()))
             .map(|(_, p)| p)
-            .collect();
+            .collect()
+    }
+
+    /// Evicts every active pod over one of its local storage limits, from the newest measurement;
+    /// returns their UIDs.
+    async fn local_storage_eviction(&mut self) -> Vec<String> {
+        let measured = match self.source.local_storage().await {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(error = %e, "eviction manager: cannot read the pods' local storage usage");
+                return Vec::new();
+            }
+        };
+        let mut evicted = Vec::new();
+        for pod in self.active_pods() {
+            let Some(usage) = measured.pods.get(pod.uid()) else { continue };
+            let Some(exceeded) = check(&pod, usage, measured.dedicated_image_fs) else { continue };
+            if is_critical(&pod) {
+                warn!(pod = %pod.name(), namespace = %pod.namespace(), message = %exceeded.message,
+                    "cannot evict a critical pod over its local storage limit");
+                continue;
+            }
+            let uid = pod.uid().to_string();
+            info!(pod = %pod.name(), namespace = %pod.namespace(), signal = exceeded.signal.as_str(),
+                message = %exceeded.message, "evicting pod over its local storage limit");
+            let now = (self.clock)();
+            let eviction = Eviction {
+                uid: uid.clone(),
+                message: exceeded.message.clone(),
+                grace: HARD_EVICTION_GRACE,
+                at: now,
+                over_limit: true,
+            };
+            if !self.evictions.evict(eviction) {
+                warn!(pod = %uid, "the verdict populator is gone; the eviction is not applied");
+            }
+            self.evicted.insert(uid.clone());
+            self.metrics.evictions.with_label_values(&[exceeded.signal.as_str()]).inc();
+            self.events.record(Self::pod_ref(&pod), "Warning", "Evicted", exceeded.message, now);
+            evicted.push(uid);
+        }
+        evicted
+    }
+
+    async fn evict_one(&mut self, met: &Met) -> Option<String> {
+        let signal = met.threshold.signal;
+        let pods = self.active_pods();
         if pods.is_empty() {
             info!(%signal, "eviction threshold met, but no pod to evict");
             return None;
@@ -354,7 +418,13 @@ impl EvictionManager {
         };
         let uid = victim.pod.uid().to_string();
         info!(pod = %victim.pod.name(), namespace = %victim.pod.namespace(), %signal, ?grace, "evicting pod");
-        let eviction = Eviction { uid: uid.clone(), message: message.clone(), grace, at: (self.clock)() };
+        let eviction = Eviction {
+            uid: uid.clone(),
+            message: message.clone(),
+            grace,
+            at: (self.clock)(),
+            over_limit: false,
+        };
         if !self.evictions.evict(eviction) {
             warn!(pod = %uid, "the verdict populator is gone; the eviction is not applied");
         }
@@ -373,6 +443,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
+    use crate::eviction::local_storage::{ContainerStorage, LocalStorage, PodStorage};
     use crate::eviction::signal::{Amount, Observation, Observations, PodUsage, SignalError, Threshold};
     use crate::pod::actual::{ContainerRecord, ContainerState};
     use crate::pod::desired::PodSource;
@@ -383,6 +454,7 @@ mod tests {
     struct Script {
         readings: Mutex<Vec<Observations>>,
         usage: BTreeMap<String, PodUsage>,
+        storage: LocalStorage,
     }
 
     impl SignalSource for Script {
@@ -394,6 +466,10 @@ mod tests {
         fn pod_usage(&self) -> BoxFuture<'_, Result<BTreeMap<String, PodUsage>, SignalError>> {
             let usage = self.usage.clone();
             Box::pin(async move { Ok(usage) })
+        }
+        fn local_storage(&self) -> BoxFuture<'_, Result<LocalStorage, SignalError>> {
+            let storage = self.storage.clone();
+            Box::pin(async move { Ok(storage) })
         }
     }
 
@@ -431,14 +507,34 @@ mod tests {
     }
 
     fn setup(readings: Vec<Observations>, threshold: Threshold) -> Setup {
+        setup_with(readings, threshold, LocalStorage::default(), true)
+    }
+
+    fn setup_with(
+        readings: Vec<Observations>,
+        threshold: Threshold,
+        storage: LocalStorage,
+        isolation: bool,
+    ) -> Setup {
         let (desired, mut dw) = reconcile_engine::store::<PodUid, DesiredPod>();
         let (actual, mut aw) = reconcile_engine::store::<PodUid, PodActual>();
         let c = |n: &str| serde_json::json!({"name": "app", "image": "busybox", "resources": {"requests": {"memory": n}}});
-        for (name, spec) in [
+        let mut pods = vec![
             ("hog", serde_json::json!({"containers": [{"name": "app", "image": "busybox"}]})),
             ("steady", serde_json::json!({"containers": [c("500Mi")]})),
             ("critical", serde_json::json!({"containers": [c("1Mi")], "priority": 2_000_001_000})),
-        ] {
+            (
+                "filler",
+                serde_json::json!({
+                    "containers": [{"name": "app", "image": "busybox",
+                        "resources": {"limits": {"ephemeral-storage": "8Mi"}}}],
+                    "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}],
+                }),
+            ),
+        ];
+        // The pod with local storage limits only where a measurement is scripted.
+        pods.retain(|(name, _)| *name != "filler" || !storage.pods.is_empty());
+        for (name, spec) in pods {
             dw.insert(name.to_string(), pod(name, spec));
             let running = ContainerRecord { state: ContainerState::Running, ..ContainerRecord::default() };
             aw.insert(name.to_string(), PodActual { containers: vec![running], ..PodActual::default() });
@@ -460,8 +556,9 @@ mod tests {
                 monitoring_period: Duration::from_secs(10),
                 max_pod_grace_period: Duration::from_secs(5),
                 pod_cleanup_timeout: Duration::from_secs(30),
+                local_storage_capacity_isolation: isolation,
             },
-            Arc::new(Script { readings: Mutex::new(readings), usage }),
+            Arc::new(Script { readings: Mutex::new(readings), usage, storage }),
             desired,
             actual,
             verdicts,
@@ -523,5 +620,59 @@ mod tests {
         assert_eq!(s.manager.pass().await.evicted.as_deref(), Some("hog"));
         let grace = s.evictions.try_next().map(|e| e.grace);
         assert_eq!(grace, Some(Duration::from_secs(5)), "min(evictionMaxPodGracePeriod, the pod's 30 s)");
+    }
+
+    fn over_its_size_limit() -> LocalStorage {
+        let filler = PodStorage {
+            volumes: [("scratch".to_owned(), 4 * MI)].into(),
+            containers: [("app".to_owned(), ContainerStorage { rootfs: Some(0), logs: Some(0) })].into(),
+        };
+        let critical = PodStorage {
+            containers: [("app".to_owned(), ContainerStorage { rootfs: Some(100 * MI), logs: None })].into(),
+            ..PodStorage::default()
+        };
+        LocalStorage {
+            pods: [("filler".to_owned(), filler), ("critical".to_owned(), critical)].into(),
+            dedicated_image_fs: false,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_over_a_local_storage_limit_is_evicted_first_and_the_thresholds_wait() {
+        let t = Threshold::hard(Signal::MemoryAvailable, Amount::Quantity(100 * MI));
+        let mut s =
+            setup_with(vec![reading(Signal::MemoryAvailable, 50 * MI)], t, over_its_size_limit(), true);
+        let report = s.manager.pass().await;
+        assert_eq!(report.over_limit, ["filler"], "the critical pod is over its 1Mi too, but never evicted");
+        assert_eq!(report.evicted, None, "a pass that evicts over a limit does nothing else");
+        let v = s.evictions.try_next().unwrap_or_else(|| panic!("filler is evicted"));
+        assert_eq!(
+            (v.uid.as_str(), v.message.as_str(), v.grace, v.over_limit),
+            (
+                "filler",
+                "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ",
+                HARD_EVICTION_GRACE,
+                true
+            )
+        );
+        assert_eq!(s.manager.metrics.evictions.with_label_values(&["emptydirfs.limit"]).get(), 1);
+        assert_eq!(s.manager.metrics.evictions.with_label_values(&["memory.available"]).get(), 0);
+        let event = s.manager.events.list().into_iter().find(|e| e.reason == "Evicted");
+        assert_eq!(event.map(|e| (e.type_, e.message)), Some(("Warning", v.message.clone())));
+        // Once evicted, the next pass goes on to the memory threshold.
+        let report = s.manager.pass().await;
+        assert!(report.over_limit.is_empty());
+        assert_eq!(report.evicted.as_deref(), Some("hog"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_local_storage_capacity_isolation_limits_are_not_enforced() {
+        let t = Threshold::hard(Signal::MemoryAvailable, Amount::Quantity(MI));
+        let mut s =
+            setup_with(vec![reading(Signal::MemoryAvailable, 500 * MI)], t, over_its_size_limit(), false);
+        let report = s.manager.pass().await;
+        assert_eq!(report, PassReport::default());
+        assert!(s.evictions.try_next().is_none());
+        assert_eq!(s.manager.metrics.evictions.with_label_values(&["emptydirfs.limit"]).get(), 0);
     }
 }

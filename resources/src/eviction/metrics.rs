@@ -2,14 +2,17 @@
 
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 
+use super::local_storage::LimitSignal;
 use super::signal::{Condition, Signal};
 
 /// `kubelet_evictions_total{eviction_signal}` and `nodelet_node_pressure{condition}`.
 #[derive(Debug, Clone)]
 pub struct EvictionMetrics {
-    /// Pods evicted, by signal. The kubelet calls it `kubelet_evictions`; a counter without the
-    /// `_total` suffix fails `promtool check metrics`, so nodelet adds it. Every signal starts at 0, so
-    /// the series exists (and `increase()` sees the first eviction) before anything was evicted.
+    /// Pods evicted, by signal: the node-pressure signals and the local storage limits
+    /// (`emptydirfs.limit`, `ephemeralpodfs.limit`, `ephemeralcontainerfs.limit`). The kubelet calls it
+    /// `kubelet_evictions`; a counter without the `_total` suffix fails `promtool check metrics`, so
+    /// nodelet adds it. Every signal starts at 0, so the series exists (and `increase()` sees the first
+    /// eviction) before anything was evicted.
     pub evictions: IntCounterVec,
     /// `nodelet_node_pressure{condition}`: 1 while the node reports the condition (`MemoryPressure`,
     /// `DiskPressure`, `PIDPressure`) `True`, else 0. The kubelet has no metric for its pressure
@@ -32,6 +35,9 @@ impl EvictionMetrics {
             &["condition"],
         )?;
         for signal in Signal::ALL {
+            evictions.with_label_values(&[signal.as_str()]);
+        }
+        for signal in LimitSignal::ALL {
             evictions.with_label_values(&[signal.as_str()]);
         }
         for condition in Condition::ALL {
@@ -70,6 +76,7 @@ mod tests {
         let t = text(&registry);
         assert!(t.contains("kubelet_evictions_total{eviction_signal=\"memory.available\"} 0"), "{t}");
         assert!(t.contains("kubelet_evictions_total{eviction_signal=\"pid.available\"} 0"), "{t}");
+        assert!(t.contains("kubelet_evictions_total{eviction_signal=\"emptydirfs.limit\"} 0"), "{t}");
         assert!(t.contains("nodelet_node_pressure{condition=\"DiskPressure\"} 0"), "{t}");
 
         m.set_pressure(&[Condition::DiskPressure].into_iter().collect());

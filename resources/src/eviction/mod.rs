@@ -13,6 +13,9 @@
 //!   garbage collection), then one pod evicted per pass, ranked by [`rank`] (usage above
 //!   requests, then priority, then usage), sent to the populator through a
 //!   [`populator::EvictionSink`]. System-critical pods (priority ≥ 2,000,000,000) are never evicted.
+//! - **Local storage capacity isolation** ([`local_storage`]): each pass, before the thresholds, a
+//!   pod over an emptyDir `sizeLimit` or its containers' `ephemeral-storage` limits is evicted, from
+//!   the usage a [`signal::SignalSource`] measured in the background.
 //! - **Status**: the node's pressure conditions ([`manager::PressureView`]), which admission also
 //!   reads; [`events`] and [`metrics`].
 //!
@@ -22,6 +25,7 @@
 //! changes ([`populator::wake_pods_on_verdicts`]).
 
 pub mod events;
+pub mod local_storage;
 pub mod manager;
 pub mod metrics;
 pub mod populator;

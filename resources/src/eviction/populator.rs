@@ -40,6 +40,9 @@ pub struct Eviction {
     pub grace: Duration,
     /// When it was decided, nanoseconds since the Unix epoch.
     pub at: i64,
+    /// Over a local storage limit rather than under node pressure (no `DisruptionTarget`
+    /// condition).
+    pub over_limit: bool,
 }
 
 /// Where the eviction manager sends its evictions. Cheap to clone.
@@ -171,11 +174,16 @@ impl VerdictPopulator {
 
     /// Records `eviction`, unless the pod is gone or already stopped; returns whether it did.
     pub fn evict(&mut self, eviction: Eviction) -> bool {
-        let Eviction { uid, message, grace, at } = eviction;
+        let Eviction { uid, message, grace, at, over_limit } = eviction;
         if !self.pods.contains_key(&uid) || self.writer.reader().get(&uid).is_some_and(|v| !v.is_admitted()) {
             return false;
         }
-        self.writer.insert(uid, Verdict::evicted(message, grace, at));
+        let verdict = if over_limit {
+            Verdict::evicted_over_limit(message, grace, at)
+        } else {
+            Verdict::evicted(message, grace, at)
+        };
+        self.writer.insert(uid, verdict);
         true
     }
 
@@ -353,6 +361,7 @@ mod tests {
             message: "The node was low on resource: memory. ".into(),
             grace: Duration::from_secs(1),
             at: 7,
+            over_limit: false,
         };
         assert!(s.sink.evict(eviction("victim")));
         let next = s.populator.evictions.try_next().unwrap_or_else(|| panic!("sent"));

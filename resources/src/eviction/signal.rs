@@ -6,6 +6,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use super::local_storage::LocalStorage;
+
 /// A node-pressure eviction signal, with the kubelet's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Signal {
@@ -285,4 +287,11 @@ pub trait SignalSource: Send + Sync + 'static {
 
     /// Each pod's usage now, by pod UID (pods without stats may be missing).
     fn pod_usage(&self) -> BoxFuture<'_, Result<BTreeMap<String, PodUsage>, SignalError>>;
+
+    /// The newest measurement of the pods' local ephemeral storage, for local storage capacity
+    /// isolation (taken in the background; pods without limits may be missing). The default
+    /// measures nothing.
+    fn local_storage(&self) -> BoxFuture<'_, Result<LocalStorage, SignalError>> {
+        Box::pin(async { Ok(LocalStorage::default()) })
+    }
 }

@@ -54,6 +54,9 @@ pub struct Stopped {
     pub grace: Duration,
     /// When it was decided, nanoseconds since the Unix epoch (0 when unknown).
     pub at: i64,
+    /// Whether the status gets the `DisruptionTarget` condition: the kubelet sets it for a
+    /// node-pressure eviction, not for an eviction over a local storage limit.
+    pub disruption_target: bool,
 }
 
 /// The node's word on one pod: the value of the verdict store (`Store<PodUid, Verdict>`), written
@@ -88,12 +91,34 @@ impl Verdict {
             message,
             grace: Duration::ZERO,
             at: 0,
+            disruption_target: false,
         })
     }
 
-    /// Evicted under node pressure, with the kubelet's reason `Evicted`.
+    /// Evicted under node pressure, with the kubelet's reason `Evicted` (and the
+    /// `DisruptionTarget` condition).
     pub fn evicted(message: String, grace: Duration, at: i64) -> Self {
-        Verdict::Stopped(Stopped { kind: VerdictKind::Evicted, reason: "Evicted".into(), message, grace, at })
+        Verdict::Stopped(Stopped {
+            kind: VerdictKind::Evicted,
+            reason: "Evicted".into(),
+            message,
+            grace,
+            at,
+            disruption_target: true,
+        })
+    }
+
+    /// Evicted over a local storage limit (emptyDir `sizeLimit`, `ephemeral-storage` limits), with
+    /// the kubelet's reason `Evicted` and, as the kubelet does, no `DisruptionTarget` condition.
+    pub fn evicted_over_limit(message: String, grace: Duration, at: i64) -> Self {
+        Verdict::Stopped(Stopped {
+            kind: VerdictKind::Evicted,
+            reason: "Evicted".into(),
+            message,
+            grace,
+            at,
+            disruption_target: false,
+        })
     }
 
     /// The stop, if the pod is refused or evicted.
@@ -384,6 +409,7 @@ impl Admission {
             ),
             grace: Duration::ZERO,
             at: 0,
+            disruption_target: false,
         };
         let pods = i64::try_from(admitted.len()).unwrap_or(i64::MAX);
         let max_pods = i64::try_from(node.max_pods).unwrap_or(i64::MAX);
@@ -412,14 +438,14 @@ pub fn plan_stopped(actual: Option<&PodActual>, verdict: &Stopped) -> Plan<PodOp
     }
 }
 
-/// The status of a pod under `verdict`: phase `Failed` with its reason and message; an evicted
-/// pod also gets the `DisruptionTarget` condition (reason `TerminationByKubelet`), as the
-/// kubelet sets it. `now` is wall-clock nanoseconds.
+/// The status of a pod under `verdict`: phase `Failed` with its reason and message; a pod evicted
+/// under node pressure also gets the `DisruptionTarget` condition (reason `TerminationByKubelet`),
+/// as the kubelet sets it. `now` is wall-clock nanoseconds.
 pub fn apply(verdict: &Stopped, mut status: PodStatus, now: i64) -> PodStatus {
     status.phase = Some("Failed".into());
     status.reason = Some(verdict.reason.clone());
     status.message = Some(verdict.message.clone());
-    if verdict.kind == VerdictKind::Evicted {
+    if verdict.kind == VerdictKind::Evicted && verdict.disruption_target {
         let conditions = status.conditions.get_or_insert_with(Vec::new);
         conditions.retain(|c| c.type_ != "DisruptionTarget");
         conditions.push(PodCondition {

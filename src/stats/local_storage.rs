@@ -1,0 +1,282 @@
+//! The measurement behind local storage capacity isolation: every eviction monitoring period, in the
+//! background, what each pod with a local storage limit (a disk emptyDir `sizeLimit`, a container's
+//! `ephemeral-storage` limit) takes on disk, kept as the newest [`LocalStorage`] for the eviction
+//! manager to read.
+//!
+//! | What | Where from |
+//! |---|---|
+//! | a container's writable layer | CRI `ListContainerStats` `writable_layer.used_bytes` (containerd 1.6 refreshes it from its snapshotter every `stats_collect_period`, 10 s) |
+//! | a container's logs | bounded walk of `<podLogsDir>/<ns>_<pod>_<uid>/<container>/` |
+//! | its volumes on disk (emptyDir, configMap, secret, downwardAPI, projected; not a tmpfs) | bounded walk of the volume's directory |
+//! | dedicated image filesystem | the device of the runtime's image filesystem (`ImageFsInfo`) against `--root-dir`'s |
+//!
+//! Pods without limits are not measured. The walks ([`nodelet_host::usage`]) never follow a
+//! symlink, never cross a mount, stop once a part is over the limit it is checked against, and
+//! share a budget of [`ENTRY_BUDGET`] entries per measurement; pods are taken in turn from a
+//! rotating start so that a budget spent on one pod's tree reaches the others next time. A part cut
+//! short is a lower bound: it can delay an eviction, never cause a wrong one.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use nodelet_cri::{ContainerFilter, labels};
+use nodelet_host::usage::{Budget, measure};
+use nodelet_resources::eviction::local_storage::{ContainerStorage, LocalStorage, PodStorage, StorageLimits};
+use nodelet_resources::pod::desired::DesiredPod;
+use nodelet_resources::volume::actual::VolumeActual;
+use nodelet_resources::volume::desired::{Plugin, split_key};
+use tokio_util::sync::CancellationToken;
+
+use super::{StatsError, StatsProvider, is_path_segment};
+
+/// Directory entries the walks of one measurement may examine in all: a few hundred milliseconds of
+/// `fstatat` at most, whatever the pods hold.
+pub(crate) const ENTRY_BUDGET: u64 = 200_000;
+
+/// One pod to measure: its identity, limits, and the paths of its local ephemeral volumes.
+struct Wanted {
+    pod: Arc<DesiredPod>,
+    limits: StorageLimits,
+    /// (volume name, path) of its volumes on disk.
+    volumes: Vec<(String, PathBuf)>,
+    /// Its log directory.
+    logs: Option<PathBuf>,
+}
+
+impl StatsProvider {
+    /// Measures now and every `period` until `shutdown`.
+    pub(crate) async fn measure_local_storage_every(self, period: Duration, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = self.measure_local_storage().await {
+                tracing::debug!(error = %e, "cannot measure the pods' local storage");
+            }
+        }
+    }
+
+    /// The newest measurement (empty before the first).
+    pub(crate) fn local_storage(&self) -> Arc<LocalStorage> {
+        self.inner.local_storage.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Measures the pods with local storage limits and keeps the result as the newest.
+    pub(crate) async fn measure_local_storage(&self) -> Result<Arc<LocalStorage>, StatsError> {
+        let i = &self.inner;
+        let mut wanted = Vec::new();
+        for (uid, pod) in i.pods.as_ref().map(|p| p.entries()).unwrap_or_default() {
+            let limits = StorageLimits::of(&pod);
+            if limits.is_empty() {
+                continue;
+            }
+            let volumes = i
+                .volumes
+                .as_ref()
+                .map(|v| v.entries())
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(key, v)| {
+                    let (u, name) = split_key(&key)?;
+                    (u == uid && is_local_ephemeral(&v)).then(|| (name.to_owned(), v.path.clone()))
+                })
+                .collect();
+            let logs = i.runtime.pod_log_dir(pod.namespace(), pod.name(), &uid);
+            wanted.push(Wanted { pod, limits, volumes, logs });
+        }
+        if wanted.is_empty() {
+            let empty = Arc::new(LocalStorage::default());
+            *i.local_storage.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = empty.clone();
+            return Ok(empty);
+        }
+        let (rootfs, image_fs) = tokio::join!(self.writable_layers(), self.image_fs_mountpoint());
+        let rootfs = rootfs?;
+        let start = i.local_storage_cursor.fetch_add(1, Ordering::Relaxed) % wanted.len();
+        wanted.rotate_left(start);
+        let root_dir = i.config.root_dir.clone();
+        let measured = tokio::task::spawn_blocking(move || {
+            let dedicated_image_fs =
+                image_fs.is_some_and(|m| device(&m).is_some_and(|d| Some(d) != device(&root_dir)));
+            let mut budget = Budget::new(ENTRY_BUDGET);
+            let pods = wanted
+                .into_iter()
+                .map(|w| {
+                    let uid = w.pod.uid().to_owned();
+                    let storage = measure_pod(&w, &rootfs, &mut budget);
+                    (uid, storage)
+                })
+                .collect();
+            LocalStorage { pods, dedicated_image_fs }
+        })
+        .await
+        .map_err(|e| StatsError::Task(e.to_string()))?;
+        let measured = Arc::new(measured);
+        *i.local_storage.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = measured.clone();
+        Ok(measured)
+    }
+
+    /// Each container's writable layer (bytes) by (pod UID, container name), the newest attempt's.
+    async fn writable_layers(&self) -> Result<HashMap<(String, String), u64>, StatsError> {
+        let node = &self.inner.config.node_name;
+        let mut filter = ContainerFilter::managed();
+        if !node.is_empty() {
+            filter = filter.label(labels::NODE, node.clone());
+        }
+        let stats = self.inner.runtime.client().list_container_stats(&filter).await?;
+        let mut newest: HashMap<(String, String), (u32, u64)> = HashMap::new();
+        for s in stats {
+            let Some(a) = &s.attributes else { continue };
+            let (Some(uid), Some(name)) =
+                (a.labels.get(labels::POD_UID), a.labels.get(labels::CONTAINER_NAME))
+            else {
+                continue;
+            };
+            let Some(used) = s.writable_layer.as_ref().and_then(|w| w.used_bytes.as_ref()).map(|v| v.value)
+            else {
+                continue;
+            };
+            let attempt = a.metadata.as_ref().map_or(0, |m| m.attempt);
+            let entry = newest.entry((uid.clone(), name.clone())).or_insert((attempt, used));
+            if attempt > entry.0 {
+                *entry = (attempt, used);
+            }
+        }
+        Ok(newest.into_iter().map(|(k, (_, used))| (k, used)).collect())
+    }
+
+    /// Where the runtime keeps its images (and the writable layers).
+    async fn image_fs_mountpoint(&self) -> Option<PathBuf> {
+        let info = self.inner.runtime.client().image_fs_info().await.ok()?;
+        let fs = info.container_filesystems.first().or(info.image_filesystems.first())?;
+        let mountpoint = PathBuf::from(&fs.fs_id.as_ref()?.mountpoint);
+        mountpoint.is_absolute().then_some(mountpoint)
+    }
+}
+
+/// Whether a volume counts as the pod's local ephemeral storage, as `/stats/summary` counts it: on
+/// disk (not a tmpfs), written by nodelet for the pod (not a hostPath or a persistent volume).
+fn is_local_ephemeral(v: &VolumeActual) -> bool {
+    !v.tmpfs
+        && matches!(
+            v.plugin,
+            Plugin::EmptyDir | Plugin::ConfigMap | Plugin::Secret | Plugin::DownwardApi | Plugin::Projected
+        )
+}
+
+/// The device of the filesystem holding `path`.
+fn device(path: &Path) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.dev())
+}
+
+/// One pod's parts, each walk stopped once over the limits it is checked against (blocking).
+fn measure_pod(w: &Wanted, rootfs: &HashMap<(String, String), u64>, budget: &mut Budget) -> PodStorage {
+    let pod_limit = w.limits.pod.as_ref().map(|(b, _)| *b);
+    let mut storage = PodStorage::default();
+    let walk = |path: &Path, limit: Option<u64>, budget: &mut Budget| match measure(path, limit, budget) {
+        Ok(m) => m.map(|m| m.usage.bytes),
+        Err(e) => {
+            tracing::debug!(path = %path.display(), error = %e, "cannot measure local storage");
+            None
+        }
+    };
+    for (name, path) in &w.volumes {
+        let size_limit = w.limits.empty_dirs.get(name).map(|(b, _)| *b);
+        // A volume without a sizeLimit counts only towards the pod's limit.
+        if size_limit.is_none() && pod_limit.is_none() {
+            continue;
+        }
+        // The emptyDir's own limit is checked first: stopping there keeps the kubelet's message.
+        let limit = size_limit.or(pod_limit);
+        if let Some(bytes) = walk(path, limit, budget) {
+            storage.volumes.insert(name.clone(), bytes);
+        }
+    }
+    if w.limits.containers.is_empty() && pod_limit.is_none() {
+        return storage;
+    }
+    let uid = w.pod.uid();
+    let names = w.pod.containers().iter().chain(w.pod.init_containers()).map(|c| c.name.as_str());
+    for name in names {
+        let container_limit = w.limits.containers.get(name).map(|(b, _)| *b);
+        // The pod's limit is checked before the container's: stop only past both, so that the first
+        // check met is the one a full count would meet.
+        let limit = match (container_limit, pod_limit) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let logs = w
+            .logs
+            .as_ref()
+            .filter(|_| is_path_segment(name))
+            .and_then(|dir| walk(&dir.join(name), limit, budget));
+        let rootfs = rootfs.get(&(uid.to_owned(), name.to_owned())).copied();
+        if logs.is_some() || rootfs.is_some() {
+            storage.containers.insert(name.to_owned(), ContainerStorage { rootfs, logs });
+        }
+    }
+    storage
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodelet_resources::pod::desired::PodSource;
+
+    const MI: u64 = 1 << 20;
+
+    fn write(path: &Path, bytes: u64) {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::write(path, vec![7_u8; usize::try_from(bytes).unwrap_or(0)])
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn a_pod_is_measured_part_by_part_and_each_walk_stops_at_its_limit() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+            "spec": {
+                "containers": [{"name": "app", "image": "busybox",
+                    "resources": {"limits": {"ephemeral-storage": "100Mi"}}}],
+                "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}, {"name": "cm", "configMap": {"name": "x"}}],
+            },
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let pod = Arc::new(DesiredPod { pod, source: PodSource::Http });
+        let scratch = dir.path().join("scratch");
+        for i in 0..8 {
+            write(&scratch.join(format!("f{i}")), MI / 2);
+        }
+        write(&dir.path().join("cm/data"), 100);
+        write(&dir.path().join("logs/app/0.log"), 3 * MI);
+        let w = Wanted {
+            limits: StorageLimits::of(&pod),
+            pod,
+            volumes: vec![("scratch".into(), scratch), ("cm".into(), dir.path().join("cm"))],
+            logs: Some(dir.path().join("logs")),
+        };
+        let rootfs: HashMap<(String, String), u64> = [(("u1".to_owned(), "app".to_owned()), 5 * MI)].into();
+        let mut budget = Budget::new(ENTRY_BUDGET);
+        let s = measure_pod(&w, &rootfs, &mut budget);
+        let scratch = s.volumes.get("scratch").copied().unwrap_or(0);
+        assert!(scratch > MI && scratch < 4 * MI, "stopped soon after 1Mi, not all 4Mi: {scratch}");
+        assert!(s.volumes.get("cm").is_some_and(|b| *b > 0 && *b < MI), "{s:?}");
+        let app = s.containers.get("app").copied().unwrap_or_default();
+        assert_eq!(app.rootfs, Some(5 * MI));
+        assert!(app.logs.is_some_and(|b| b >= 3 * MI), "{app:?}");
+        assert!(budget.remaining() < ENTRY_BUDGET);
+        assert_eq!(
+            nodelet_resources::eviction::local_storage::check(&w.pod, &s, false).map(|e| e.message),
+            Some("Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ".to_owned())
+        );
+    }
+}
