@@ -55,6 +55,8 @@ pub(crate) struct Node {
     actual: Store<PodUid, PodActual>,
     failures: Store<PodUid, PodOpStatus>,
     reconciler: PodReconciler,
+    /// The side inputs of the pod engine's reconciler, for status.
+    inputs: reconcile_engine::Inputs,
     clock: Clock,
     registry: Registry,
     /// The registry of `/metrics/probes` (the prober's metrics).
@@ -83,6 +85,7 @@ impl Node {
         actual: Store<PodUid, PodActual>,
         failures: Store<PodUid, PodOpStatus>,
         reconciler: PodReconciler,
+        inputs: reconcile_engine::Inputs,
         clock: Clock,
         registry: Registry,
         pod_logs_dir: PathBuf,
@@ -120,6 +123,7 @@ impl Node {
             actual,
             failures,
             reconciler,
+            inputs,
             clock,
             registry,
             probe_registry: None,
@@ -246,7 +250,7 @@ impl Node {
     /// Events of failed sandbox operations: `FailedCreatePodSandBox` in the kubelet's words for a
     /// sandbox that could not be made, the runtime's reason otherwise.
     fn sandbox_events(&self, items: &mut Vec<Event>) {
-        let Some(view) = self.reconciler.sandboxes() else { return };
+        let Some(view) = self.reconciler.sandboxes(&self.inputs) else { return };
         for (uid, failure) in view.failures() {
             let (namespace, name) = match (self.desired.get(&uid), view.of(&uid)) {
                 (Some(d), _) => (d.namespace().to_string(), d.name().to_string()),
@@ -414,8 +418,14 @@ impl NodeView for Node {
                         .and_then(|seen| seen.parse().ok())
                         .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
                 }
-                pod.status =
-                    Some(pod_status(&self.reconciler, &desired, actual.as_deref(), failure.as_deref(), now));
+                pod.status = Some(pod_status(
+                    &self.reconciler,
+                    &self.inputs,
+                    &desired,
+                    actual.as_deref(),
+                    failure.as_deref(),
+                    now,
+                ));
                 pod
             })
             .collect();
@@ -690,7 +700,7 @@ impl Node {
         let now = (self.clock)();
         for (uid, pod) in self.actual.entries() {
             let Some(desired) = self.desired.get(&uid) else { continue };
-            let status = pod_status(&self.reconciler, &desired, Some(&pod), None, now);
+            let status = pod_status(&self.reconciler, &self.inputs, &desired, Some(&pod), None, now);
             let backing_off: Vec<&str> = status
                 .container_statuses
                 .iter()

@@ -696,16 +696,16 @@ impl std::fmt::Debug for ClientCerts {
 }
 
 /// Sets up the client: from `--kubeconfig` when its certificate is good (or it has no certificate and no
-/// bootstrap is asked for), else through TLS bootstrap in the background. The certificate's task goes
-/// into `tasks`.
+/// bootstrap is asked for), else through TLS bootstrap in the background. The certificate's task
+/// (`client-certificate`) runs on `sup`.
 pub(crate) async fn start_client(
     node: &str,
     config: &ClientCertConfig,
     layer: &super::ratelimit::RateLimitLayer,
     metrics: &CertMetrics,
-    shutdown: &CancellationToken,
-    tasks: &mut tokio::task::JoinSet<()>,
+    sup: &crate::daemon::Supervisor,
 ) -> Result<ClientCerts, CertError> {
+    let shutdown = sup.shutdown();
     let store = PemStore::new(&config.cert_dir, "nodelet-client");
     let unauthorized = Arc::new(Unauthorized::default());
     let rotate = config.rotate || config.bootstrap_kubeconfig.is_some();
@@ -784,7 +784,7 @@ pub(crate) async fn start_client(
     let current = task.tx.subscribe();
     let default_ns = "default";
     let client = swapping_client(current.clone(), unauthorized, layer, default_ns);
-    tasks.spawn(task.run(shutdown.clone()));
+    sup.spawn("client-certificate", crate::daemon::Policy::MayFinish, task.run(shutdown.clone()));
     Ok(ClientCerts { client, current })
 }
 

@@ -36,15 +36,18 @@ pub fn container_id(record: &ContainerRecord) -> String {
     format!("containerd://{}", record.id)
 }
 
-/// Computes the pod's status. `now` is wall-clock nanoseconds (for crash-loop messages).
+/// Computes the pod's status. `inputs` are the side inputs the pod engine's reconciler reads (the
+/// verdict store, the sandbox pair's stores, the volume stores: see [`super::reconciler`]). `now` is
+/// wall-clock nanoseconds (for crash-loop messages).
 pub fn pod_status(
     reconciler: &PodReconciler,
+    inputs: &reconcile_engine::Inputs,
     pod: &DesiredPod,
     actual: Option<&PodActual>,
     failure: Option<&PodOpStatus>,
     now: i64,
 ) -> PodStatus {
-    let joined = reconciler.joined(Some(pod), actual.unwrap_or(&PodActual::default()));
+    let joined = reconciler.joined(inputs, Some(pod), actual.unwrap_or(&PodActual::default()));
     let actual = &joined;
     let progress = reconciler.progress(pod, actual);
     let sandbox = actual.sandbox().filter(|s| s.ready);
@@ -137,7 +140,7 @@ pub fn pod_status(
             })
     });
     // `None` inside: not decided yet, the API's `Proposed`.
-    let resize = resizing.then(|| reconciler.resize_decision(pod));
+    let resize = resizing.then(|| reconciler.resize_decision(inputs, pod));
     let allocated = matches!(resize, None | Some(Some(ResizeDecision::Accepted)));
     let mut statuses = statuses;
     for (status, c) in statuses.iter_mut().zip(pod.containers()) {
@@ -146,7 +149,7 @@ pub fn pod_status(
     let ip = sandbox.and_then(|s| s.ip.clone());
     // The sandbox pair's last failure to create the pod's sandbox.
     let failure_message =
-        reconciler.sandboxes().and_then(|v| v.failure(pod.uid())).and_then(|f| match &f.op {
+        reconciler.sandboxes(inputs).and_then(|v| v.failure(pod.uid())).and_then(|f| match &f.op {
             crate::sandbox::ops::SandboxOp::Create { .. } => Some(f.error.to_string()),
             _ => None,
         });
@@ -166,7 +169,7 @@ pub fn pod_status(
         ..PodStatus::default()
     };
     // An evicted or refused pod is Failed with the verdict's reason and message.
-    match reconciler.verdict(pod.uid()).as_deref().and_then(|v| v.stopped()) {
+    match reconciler.verdict(inputs, pod.uid()).as_deref().and_then(|v| v.stopped()) {
         Some(stopped) => crate::eviction::verdict::apply(stopped, status, now),
         None => status,
     }
