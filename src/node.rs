@@ -67,7 +67,7 @@ pub(crate) struct Node {
     problems: SourceProblems,
     node_name: String,
     /// What the `Node` shows of the machine (read once at start-up).
-    facts: Option<Arc<crate::node_facts::NodeFacts>>,
+    facts: Option<Arc<nodelet_node::node_facts::NodeFacts>>,
     /// The registered CSI drivers (for the CSINode).
     csi: Option<Arc<nodelet_csi::Registry>>,
     /// The pod config, which `nodelet debug` adds ephemeral containers of static pods to.
@@ -159,7 +159,7 @@ impl Node {
     }
 
     /// Shows the machine's capacity, addresses and system information on `/api/v1/nodes`.
-    pub(crate) fn with_facts(mut self, facts: Arc<crate::node_facts::NodeFacts>) -> Self {
+    pub(crate) fn with_facts(mut self, facts: Arc<nodelet_node::node_facts::NodeFacts>) -> Self {
         self.facts = Some(facts);
         self
     }

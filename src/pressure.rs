@@ -43,7 +43,8 @@ use crate::stats::StatsProvider;
 /// The eviction signals from the stats provider.
 struct StatsSignals(StatsProvider);
 
-fn amount(v: &ThresholdValue) -> Amount {
+/// A configured threshold amount as the eviction manager takes it.
+pub(crate) fn amount(v: &ThresholdValue) -> Amount {
     match v {
         ThresholdValue::Quantity(q) => Amount::Quantity(*q),
         ThresholdValue::Percentage(p) => Amount::Percentage(*p),
@@ -186,7 +187,7 @@ pub(crate) struct Wiring<'a> {
 /// cluster mode, its `registerWithTaints`.
 pub(crate) fn admission(
     config: &config::Config,
-    facts: &crate::node_facts::NodeFacts,
+    facts: &nodelet_node::node_facts::NodeFacts,
     classes: Arc<dyn nodelet_resources::pod::runtime_class::RuntimeClasses>,
 ) -> Admission {
     Admission::new()
@@ -285,7 +286,7 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
 /// information and kubelet port.
 pub(crate) fn node_object(
     name: &str,
-    facts: Option<&crate::node_facts::NodeFacts>,
+    facts: Option<&nodelet_node::node_facts::NodeFacts>,
     pressure: Option<&PressureView>,
     runtime_ready: &AtomicBool,
     started: i64,

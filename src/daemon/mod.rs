@@ -145,9 +145,10 @@ impl Node {
                 (endpoint.clone(), None)
             }
             None => {
-                let cfg = crate::containerd::EmbeddedContainerdConfig::from_config(&config);
-                let embedded =
-                    crate::containerd::EmbeddedContainerd::start(cfg).await.map_err(anyhow::Error::from)?;
+                let cfg = start::embedded_containerd_config(&config);
+                let embedded = nodelet_node::containerd::EmbeddedContainerd::start(cfg)
+                    .await
+                    .map_err(anyhow::Error::from)?;
                 (embedded.endpoint().to_string(), Some(embedded))
             }
         };

@@ -28,7 +28,10 @@ use reconcile_engine::{BackoffConfig, Engine, Metrics, Store};
 use tokio_util::sync::CancellationToken;
 
 use super::supervisor::{Policy, Supervisor};
-use crate::{claims, cluster, config, log_rotation, node, node_facts, pressure};
+use nodelet_node::containerd::EmbeddedContainerdConfig;
+use nodelet_node::{log_rotation, node_facts};
+
+use crate::{claims, cluster, config, node, pressure};
 use crate::{sources, stats, volumes};
 
 /// What every start function shares.
@@ -77,14 +80,18 @@ pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> anyhow::Result
     if let (Some(dir), true) = (&config.runtime.preload_images, config.runtime.endpoint.is_some()) {
         let socket = endpoint.trim_start_matches("unix://");
         let imported =
-            crate::containerd::import_images(std::path::Path::new("ctr"), socket.as_ref(), dir).await?;
+            nodelet_node::containerd::import_images(std::path::Path::new("ctr"), socket.as_ref(), dir)
+                .await?;
         tracing::info!(images = imported.len(), dir = %dir.display(), "preloaded images");
     }
     // Wait for the runtime before planning anything: reconstruction needs it.
     let ready = Arc::new(AtomicBool::new(false));
     wait_for_runtime(&cri, &ready).await;
     // What the Node object shows of this machine: read once.
-    let facts = Arc::new(node_facts::NodeFacts::detect(config, node_facts::runtime_version(&cri).await));
+    let facts = Arc::new(node_facts::NodeFacts::detect(
+        &facts_config(config),
+        node_facts::runtime_version(&cri).await,
+    ));
     // kubelet_runtime_operations_{total,errors_total,duration_seconds}, counted in every clone of `cri`.
     cri.set_metrics(nodelet_cri::CriMetrics::new(&core.registry)?);
 
@@ -93,6 +100,41 @@ pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> anyhow::Result
         runtime_health(health_cri.clone(), health_ready.clone(), stop.clone())
     });
     Ok(Runtime { cri, ready, facts })
+}
+
+/// What of the configuration the node's facts ([`node_facts::NodeFacts::detect`]) depend on.
+fn facts_config(config: &config::Config) -> node_facts::FactsConfig {
+    node_facts::FactsConfig {
+        root_dir: config.root_dir.clone(),
+        node_name: config.node_name.clone(),
+        max_pods: config.pods.max_pods,
+        hard_eviction: config
+            .eviction
+            .hard
+            .iter()
+            .map(|t| node_facts::EvictionThreshold {
+                signal: t.signal.clone(),
+                value: pressure::amount(&t.value),
+            })
+            .collect(),
+        address: config.server.address,
+        node_ips: config.cluster.as_ref().map(|c| c.node_ips.clone()).unwrap_or_default(),
+        kubelet_port: config.server.port,
+    }
+}
+
+/// The embedded containerd's settings the configuration asks for.
+pub(crate) fn embedded_containerd_config(config: &config::Config) -> EmbeddedContainerdConfig {
+    let mut c = EmbeddedContainerdConfig::new(&config.root_dir, &config.runtime.pod_infra_container_image);
+    let e = &config.runtime.embedded;
+    c.containerd_path = e.containerd_path.clone();
+    c.config_extra = e.config_extra.clone();
+    if let Some(net) = c.cni_network.as_mut() {
+        net.bridge = e.cni_bridge.clone();
+        net.subnet = e.pod_cidr;
+    }
+    c.preload_images = config.runtime.preload_images.clone();
+    c
 }
 
 /// Runtime health for /healthz, every 5 s.
@@ -524,7 +566,17 @@ pub(crate) fn start_pods(
     let (cri, logs_actual, logs_config, stop) =
         (runtime.cri.clone(), actual.clone(), config.container_logs, shutdown.clone());
     sup.spawn_restartable("log-rotation", move || {
-        log_rotation::run(cri.clone(), logs_actual.clone(), logs_config, stop.clone())
+        let policy = nodelet_cri::log_rotation::LogRotationPolicy {
+            max_size: logs_config.max_size,
+            max_files: logs_config.max_files,
+        };
+        log_rotation::run(
+            cri.clone(),
+            logs_actual.clone(),
+            policy,
+            logs_config.monitor_interval,
+            stop.clone(),
+        )
     });
     let (cri, stop) = (runtime.cri.clone(), shutdown.clone());
     sup.spawn_restartable("runtime-events", move || {
@@ -627,4 +679,53 @@ pub(crate) fn start_pressure(
         &core.supervisor,
     )?;
     Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+    use std::path::PathBuf;
+
+    use super::*;
+
+    #[test]
+    fn the_embedded_containerd_gets_the_daemons_settings() {
+        let mut config = crate::config::Config::resolve(
+            &crate::cli::RunArgs { hostname_override: Some("n".into()), ..Default::default() },
+            None,
+            &crate::config::HostFacts::detect(),
+        )
+        .expect("defaults")
+        .config;
+        config.root_dir = PathBuf::from("/srv/nodelet");
+        config.runtime.pod_infra_container_image = "registry.k8s.io/pause:3.9".into();
+        config.runtime.embedded.pod_cidr = "198.18.32.0/20".parse().expect("cidr");
+        let c = embedded_containerd_config(&config);
+        assert_eq!(c.dir, PathBuf::from("/srv/nodelet/containerd"));
+        assert_eq!(c.sandbox_image, "registry.k8s.io/pause:3.9");
+        assert_eq!(c.cni_conf_dir, PathBuf::from("/srv/nodelet/cni/net.d"));
+        let net = c.cni_network.expect("network");
+        assert_eq!(net.subnet.first_host(), Ipv4Addr::new(198, 18, 32, 1));
+        assert_eq!(net.bridge, "nodelet0");
+    }
+
+    #[test]
+    fn the_node_facts_get_the_daemons_settings() {
+        let config = crate::config::Config::resolve(
+            &crate::cli::RunArgs { hostname_override: Some("n".into()), ..Default::default() },
+            None,
+            &crate::config::HostFacts::detect(),
+        )
+        .expect("defaults")
+        .config;
+        let facts = facts_config(&config);
+        assert_eq!(facts.node_name, "n");
+        assert_eq!(facts.max_pods, 110);
+        assert_eq!(facts.kubelet_port, 10250);
+        let signals: Vec<&str> = facts.hard_eviction.iter().map(|t| t.signal.as_str()).collect();
+        assert!(
+            signals.contains(&"memory.available") && signals.contains(&"nodefs.available"),
+            "{signals:?}"
+        );
+    }
 }
