@@ -1855,24 +1855,7 @@ pub(crate) fn validate_node_name(name: &str) -> Result<String, String> {
     }
 }
 
-/// Whether `s` is a DNS-1123 subdomain (what Kubernetes requires of pod and node names).
-pub(crate) fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label_part)
-}
-
-/// Whether `s` is a DNS-1123 label (namespaces, container names).
-pub(crate) fn is_dns_label(s: &str) -> bool {
-    s.len() <= 63 && is_dns_label_part(s)
-}
-
-fn is_dns_label_part(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
+pub(crate) use nodelet_resources::common::names::{is_dns_label, is_dns_subdomain};
 
 fn validate_url(u: &str) -> Result<String, String> {
     let lower = u.to_ascii_lowercase();

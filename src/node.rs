@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use k8s_openapi::List;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use nodelet_resources::common::clock::Clock;
 use nodelet_resources::pod::actual::{ContainerState, PodActual};
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
-use nodelet_resources::pod::reconciler::{Clock, PodReconciler};
+use nodelet_resources::pod::reconciler::PodReconciler;
 use nodelet_resources::pod::status::{PodOpStatus, pod_status};
 use nodelet_resources::sandbox::ops::SandboxOp;
 use nodelet_resources::volume::actual::VolumeActual;
@@ -178,7 +179,7 @@ impl Node {
 
     /// Eviction and image GC events: on pods (`Evicted`) and on the node.
     fn pressure_events(&self, items: &mut Vec<Event>) {
-        use nodelet_resources::eviction::events::Involved;
+        use nodelet_resources::common::events::Involved;
         let Some(p) = &self.pressure else { return };
         for e in p.events.list() {
             let mut event = match &e.involved {
@@ -198,8 +199,8 @@ impl Node {
             event.metadata.name =
                 Some(format!("{}.{}", event.metadata.name.as_deref().unwrap_or_default(), suffix));
             event.type_ = Some(e.type_.to_owned());
-            event.first_timestamp = nodelet_resources::pod::status::time(e.first);
-            event.last_timestamp = nodelet_resources::pod::status::time(e.last);
+            event.first_timestamp = nodelet_resources::common::time::time(e.first);
+            event.last_timestamp = nodelet_resources::common::time::time(e.last);
             items.push(event);
         }
     }
@@ -607,7 +608,7 @@ impl NodeView for Node {
     fn csi_nodes(&self) -> List<k8s_openapi::api::storage::v1::CSINode> {
         let Some(csi) = &self.csi else { return List::default() };
         let mut node = crate::csinode::csi_node(&self.node_name, &csi.drivers());
-        node.metadata.creation_timestamp = nodelet_resources::pod::status::time(self.started);
+        node.metadata.creation_timestamp = nodelet_resources::common::time::time(self.started);
         List { items: vec![node], ..List::default() }
     }
 
@@ -724,7 +725,7 @@ impl Node {
                         Some(format!("{}.{name}.{}", pod.name, reason.to_ascii_lowercase()));
                     event.type_ = Some(kind.to_owned());
                     event.involved_object.field_path = Some(format!("spec.containers{{{name}}}"));
-                    event.last_timestamp = nodelet_resources::pod::status::time(at);
+                    event.last_timestamp = nodelet_resources::common::time::time(at);
                     items.push(event);
                 };
                 if newest.created_at > 0 {
@@ -783,7 +784,7 @@ impl Node {
                 event.metadata.name = Some(format!("{pod}.{container}.{}", reason.to_ascii_lowercase()));
                 event.type_ = Some("Normal".to_owned());
                 event.involved_object.field_path = Some(format!("spec.containers{{{container}}}"));
-                event.first_timestamp = nodelet_resources::pod::status::time(at);
+                event.first_timestamp = nodelet_resources::common::time::time(at);
                 event.last_timestamp = event.first_timestamp.clone();
                 items.push(event);
             };

@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use nodelet_resources::eviction::events::NodeEvents;
+use nodelet_resources::common::clock::Clock;
+use nodelet_resources::common::events::NodeEvents;
+use nodelet_resources::common::time::time;
 use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, PressureView};
 use nodelet_resources::eviction::metrics::EvictionMetrics;
 use nodelet_resources::eviction::populator::VerdictPopulator;
@@ -29,8 +31,6 @@ use nodelet_resources::image::reconciler::{ImageReconciler, PodImages, removals_
 use nodelet_resources::image::status::free_space;
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
-use nodelet_resources::pod::reconciler::Clock;
-use nodelet_resources::pod::status::time;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{VolumeKey, split_key};
 use reconcile_engine::{Engine, Store, Writer};
@@ -188,7 +188,7 @@ pub(crate) struct Wiring<'a> {
 pub(crate) fn admission(
     config: &config::Config,
     facts: &nodelet_node::node_facts::NodeFacts,
-    classes: Arc<dyn nodelet_resources::pod::runtime_class::RuntimeClasses>,
+    classes: Arc<dyn nodelet_resources::common::runtime_class::RuntimeClasses>,
 ) -> Admission {
     Admission::new()
         .with_resources(facts.admission_resources(config.pods.max_pods))

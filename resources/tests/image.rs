@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_resources::eviction::events::NodeEvents;
+use nodelet_resources::common::clock::Clock;
+use nodelet_resources::common::events::NodeEvents;
 use nodelet_resources::eviction::signal::BoxFuture;
 use nodelet_resources::image::actual::ImageId;
 use nodelet_resources::image::desired::DesiredImage;
@@ -21,7 +22,6 @@ use nodelet_resources::image::reconciler::{ImageReconciler, PodImages, removals_
 use nodelet_resources::image::status::{FreeSpace, free_space};
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
-use nodelet_resources::pod::reconciler::Clock;
 use reconcile_engine::testing::eventually;
 use reconcile_engine::{BackoffConfig, CancellationToken, Engine, Store, Writer, store};
 

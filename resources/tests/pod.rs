@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use nodelet_resources::common::clock::Clock;
 use nodelet_resources::eviction::populator::{VerdictPopulator, evictions};
 use nodelet_resources::eviction::verdict::{Admission, NodeResources, Verdict};
 use nodelet_resources::pod::actual::PodActual;
@@ -13,7 +14,7 @@ use nodelet_resources::pod::driver::{PodDriver, RuntimeError};
 use nodelet_resources::pod::fake::FakeRuntime;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
-use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler};
+use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
 use nodelet_resources::pod::status::pod_status;
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
@@ -470,7 +471,7 @@ spec:
     n.add(desired.clone());
     assert!(eventually(LONG, || n.phase("u1") == "Running").await);
     // The API server sets the deletion timestamp and grace period; the pod stays in the source.
-    desired.pod.metadata.deletion_timestamp = nodelet_resources::pod::status::time((n.clock)());
+    desired.pod.metadata.deletion_timestamp = nodelet_resources::common::time::time((n.clock)());
     desired.pod.metadata.deletion_grace_period_seconds = Some(5);
     let deleted_at = tokio::time::Instant::now();
     n.add(desired);

@@ -7,13 +7,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
+use nodelet_resources::common::clock::Clock;
 use nodelet_resources::pod::actual::{ContainerState, PodActual};
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::driver::PodDriver;
 use nodelet_resources::pod::fake::FakeRuntime;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
-use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler};
+use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
 use nodelet_resources::pod::status::pod_status;
 use nodelet_resources::probe::desired::{Action, ProbeKind};
 use nodelet_resources::probe::handler::{ProbeHandler, ProbeOutcome, ProbeTarget};

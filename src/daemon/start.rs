@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
+use nodelet_resources::common::clock::{Clock, system_clock};
 use nodelet_resources::eviction::verdict::Verdict;
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
@@ -13,7 +14,7 @@ use nodelet_resources::pod::driver::PodDriver;
 use nodelet_resources::pod::gc::Surplus;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::Pleg;
-use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler, system_clock};
+use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
 use nodelet_resources::probe::results::ProbeResults;
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};

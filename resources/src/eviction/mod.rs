@@ -21,7 +21,7 @@
 //! with the verdict's reason and message ([`verdict::apply`]). The pod engine watches the verdict
 //! store (a declared relation, key = the pod UID), so a pod is planned again when its verdict changes.
 
-pub mod events;
+pub use crate::common::events;
 pub mod manager;
 pub mod metrics;
 pub mod populator;

@@ -25,8 +25,8 @@ use super::ops::ImageOp;
 use super::plan::{ImageGcPolicy, PlanError, Removal, plan, plan_free};
 use super::reconciler::PodImages;
 use super::status::{FreeRequest, FreeSpaceRequests, PassReport};
-use crate::eviction::events::{Involved, NodeEvents};
-use crate::pod::reconciler::Clock;
+use crate::common::clock::Clock;
+use crate::common::events::{Involved, NodeEvents};
 
 /// How long a pass waits for its removals by default.
 pub const DEFAULT_SETTLE: Duration = Duration::from_secs(30);

@@ -16,9 +16,9 @@ use super::actual::{ImageActual, ImageId};
 use super::desired::DesiredImage;
 use super::driver::RuntimeImage;
 use super::ops::ImageOp;
+use crate::common::clock::Clock;
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, PodUid};
-use crate::pod::reconciler::Clock;
 
 /// The pods' stores, read-only: an image a pod names or runs is never removed.
 #[derive(Debug, Clone)]

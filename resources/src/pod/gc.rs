@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use super::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use super::desired::{DesiredPod, PodUid};
 use super::ops::PodOp;
-use super::reconciler::Clock;
+use crate::common::clock::Clock;
 use crate::eviction::manager::Reclaimer;
 use crate::eviction::signal::{BoxFuture, Signal};
 

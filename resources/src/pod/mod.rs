@@ -5,7 +5,7 @@
 //! - [`driver`]: the narrow runtime interface ([`driver::PodRuntime`]) the operations use.
 //! - [`gc`]: container garbage collection, planned as operations of the pod pair.
 //! - [`resize`]: in-place resize of running containers.
-//! - [`runtime_class`]: RuntimeClass handlers, overhead and node selectors.
+//! - [`runtime_class`]: RuntimeClass handlers, overhead and node selectors (in [`crate::common`]).
 
 pub mod actual;
 pub mod desired;
@@ -18,7 +18,7 @@ pub mod ops;
 pub mod pleg;
 pub mod reconciler;
 pub mod resize;
-pub mod runtime_class;
+pub use crate::common::runtime_class;
 pub mod security;
 pub mod status;
 pub mod validation;

@@ -43,18 +43,7 @@ use crate::eviction::verdict::Verdict;
 use crate::probe::status as probe_status;
 use crate::volume::status::{VolumeGate, VolumeReadiness};
 
-/// Wall-clock time in nanoseconds since the Unix epoch. Runtimes stamp containers with wall
-/// time; tests pass a clock driven by paused tokio time.
-pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
-
-/// The system clock.
-pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-    })
-}
+pub use crate::common::clock::{Clock, system_clock};
 
 /// CrashLoopBackOff timing.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::{
     ContainerStateWaiting, ContainerStatus, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use reconcile_engine::{OpError, OpStatus};
 
 use super::actual::{ContainerRecord, ContainerState, PodActual};
@@ -23,13 +22,8 @@ use crate::probe::status as probe_status;
 /// The last failed operation on a pod, as the engine records it.
 pub type PodOpStatus = OpStatus<PodOp, RuntimeError>;
 
-/// A timestamp from nanoseconds since the Unix epoch (`None` for 0).
-pub fn time(nanos: i64) -> Option<Time> {
-    if nanos <= 0 {
-        return None;
-    }
-    k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(nanos)).ok().map(Time)
-}
+pub use crate::common::qos::qos_class;
+pub use crate::common::time::time;
 
 /// The runtime's ID of a container, as the kubelet shows it (`containerd://<id>`).
 pub fn container_id(record: &ContainerRecord) -> String {
@@ -353,34 +347,5 @@ fn terminated(c: &ContainerRecord) -> V1State {
             ..ContainerStateTerminated::default()
         }),
         ..V1State::default()
-    }
-}
-
-/// The pod's QoS class, as the API server computes it.
-pub fn qos_class(pod: &DesiredPod) -> &'static str {
-    let all: Vec<&Container> = pod.init_containers().iter().chain(pod.containers()).collect();
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in &all {
-        let res = c.resources.as_ref();
-        let requests = res.and_then(|r| r.requests.as_ref());
-        let limits = res.and_then(|r| r.limits.as_ref());
-        for name in ["cpu", "memory"] {
-            let request: Option<&Quantity> = requests.and_then(|r| r.get(name));
-            let limit: Option<&Quantity> = limits.and_then(|l| l.get(name));
-            any |= request.is_some() || limit.is_some();
-            match (request, limit) {
-                (Some(r), Some(l)) if r == l => {}
-                (None, Some(_)) => {}
-                _ => guaranteed = false,
-            }
-        }
-    }
-    if !any {
-        "BestEffort"
-    } else if guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
     }
 }
