@@ -46,7 +46,8 @@ mod tests {
         assert!(!is_dns_subdomain(""));
         assert!(!is_dns_subdomain("a..b"));
         assert!(!is_dns_subdomain(".a"));
-        assert!(!is_dns_subdomain(&format!("{}.{}", "a".repeat(63), "b".repeat(190))));
-        assert!(is_dns_subdomain(&format!("{}.{}", "a".repeat(63), "b".repeat(189))));
+        let long = |last: usize| format!("{0}.{0}.{0}.{1}", "a".repeat(63), "b".repeat(last));
+        assert!(is_dns_subdomain(&long(61)), "253 characters");
+        assert!(!is_dns_subdomain(&long(62)), "254 characters");
     }
 }
