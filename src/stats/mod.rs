@@ -23,7 +23,8 @@
 //! `--housekeeping-interval`, 10 s) and requests are served the newest one: `/stats/summary` and
 //! `/metrics/resource` read it without touching the runtime or the disk. Only when no summary younger than
 //! two intervals exists (before the first round, or with no housekeeping running) does a request gather one
-//! itself (the host numbers through the readers of [`nodelet_node::host_stats`]). [`StatsProvider::node`], the eviction manager's node signals, is read fresh: `/proc`, `statvfs`
+//! itself (the host numbers through the readers of [`nodelet_node::host_stats`]).
+//! [`StatsProvider::node`], the eviction manager's node signals, is read fresh: `/proc`, `statvfs`
 //! and one CRI call; the pods' usage, which the eviction manager asks for only when it is about to evict,
 //! is gathered fresh too ([`StatsProvider::refresh`]).
 
