@@ -16,9 +16,9 @@ use nodelet_resources::claim::status::ClaimView;
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
 use reconcile_engine::{Engine, Metrics, RunReport, Store};
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::daemon::Policy;
 use crate::sources::ManifestObjects;
 
 /// The storage objects among the manifest directory's objects (the last document of a name wins).
@@ -43,7 +43,8 @@ pub(crate) struct Claims {
     pub(crate) task: tokio::task::JoinHandle<RunReport>,
 }
 
-/// Starts the claim engine and its helpers on `tasks`.
+/// Starts the claim engine's populator (`claim-populator`) and the wake-up of every claim when a CSI
+/// driver registers or goes (`claim-csi-drivers`) on `sup`; returns the engine's task.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     config: &Config,
@@ -53,9 +54,9 @@ pub(crate) fn start(
     engine_metrics: &Metrics,
     operation_duration: prometheus::HistogramVec,
     csi: Arc<nodelet_csi::Registry>,
-    shutdown: &CancellationToken,
-    tasks: &mut tokio::task::JoinSet<()>,
+    sup: &crate::daemon::Supervisor,
 ) -> anyhow::Result<Claims> {
+    let shutdown = sup.shutdown();
     // Objects: read from the manifest directory's objects whenever they change.
     let objects = ObjectFeed::mapped(manifests, claim_objects);
 
@@ -96,12 +97,13 @@ pub(crate) fn start(
     let view = ClaimView::new(desired.clone(), actual.clone(), reconciler).with_failures(engine.op_status());
     let waker = engine.waker();
 
-    tasks.spawn(Populator::new(objects, provisioned, pods, actual.clone(), writer).run(shutdown.clone()));
+    let populator = Populator::new(objects, provisioned, pods, actual.clone(), writer);
+    sup.spawn("claim-populator", Policy::Critical, populator.run(shutdown.clone()));
     // A CSI driver registering (or going away) changes what can be provisioned (the caller runs the
     // registry's watcher).
     let mut drivers = csi.subscribe();
     let stop = shutdown.clone();
-    tasks.spawn(async move {
+    sup.spawn("claim-csi-drivers", Policy::MayFinish, async move {
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,

@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
 pub(crate) use cluster_mode::check_node_label;
@@ -81,9 +80,9 @@ pub(crate) const DEFAULT_POD_INFRA_CONTAINER_IMAGE: &str = "localhost/nodelet/pa
 /// real network.
 pub(crate) const DEFAULT_POD_CIDR: &str = "198.18.0.0/16";
 /// `nodelet.cniBridge`.
-pub(crate) const DEFAULT_CNI_BRIDGE: &str = "nodelet0";
+pub(crate) const DEFAULT_CNI_BRIDGE: &str = nodelet_node::containerd::DEFAULT_CNI_BRIDGE;
 /// `nodelet.containerdPath`: looked up on PATH.
-pub(crate) const DEFAULT_CONTAINERD_PATH: &str = "containerd";
+pub(crate) const DEFAULT_CONTAINERD_PATH: &str = nodelet_node::containerd::DEFAULT_CONTAINERD_PATH;
 /// How often the PLEG relists the runtime: the kubelet's 1 s.
 pub(crate) const DEFAULT_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// `nodelet.housekeepingInterval`: how often the stats behind `/stats/summary` are gathered (the
@@ -534,54 +533,7 @@ pub(crate) struct ImagePullConfig {
     pub(crate) max_parallel: Option<u32>,
 }
 
-/// An IPv4 network in CIDR notation, aligned (`198.18.0.0/16`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Ipv4Cidr {
-    network: Ipv4Addr,
-    prefix: u8,
-}
-
-/// The default pod network, 198.18.0.0/16, as a value.
-pub(crate) fn default_pod_cidr() -> Ipv4Cidr {
-    Ipv4Cidr { network: Ipv4Addr::new(198, 18, 0, 0), prefix: 16 }
-}
-
-impl Ipv4Cidr {
-    /// The first host address (the bridge's gateway address in the generated CNI network).
-    pub(crate) fn first_host(&self) -> Ipv4Addr {
-        Ipv4Addr::from(u32::from(self.network) + 1)
-    }
-    #[cfg(test)]
-    /// Whether `ip` lies in this network.
-    pub(crate) fn contains(&self, ip: Ipv4Addr) -> bool {
-        let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
-        u32::from(ip) & mask == u32::from(self.network)
-    }
-}
-
-impl FromStr for Ipv4Cidr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (ip, prefix) =
-            s.trim().split_once('/').ok_or_else(|| format!("{s:?} is not a CIDR like 198.18.0.0/16"))?;
-        let network: Ipv4Addr = ip.parse().map_err(|_| format!("{ip:?} is not an IPv4 address"))?;
-        let prefix: u8 = prefix.parse().map_err(|_| format!("{prefix:?} is not a prefix length"))?;
-        if !(8..=28).contains(&prefix) {
-            return Err(format!("prefix length /{prefix} must be between /8 and /28"));
-        }
-        let host_bits = u32::from(network) & (u32::MAX >> u32::from(prefix));
-        if host_bits != 0 {
-            return Err(format!("{s:?} has host bits set (not a network address)"));
-        }
-        Ok(Ipv4Cidr { network, prefix })
-    }
-}
-
-impl fmt::Display for Ipv4Cidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.network, self.prefix)
-    }
-}
+pub(crate) use nodelet_node::cidr::{Ipv4Cidr, default_pod_cidr};
 
 /// Something in the configuration nodelet does not act on, or that looks dangerous. Log every one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1102,7 +1054,10 @@ impl Config {
         let pod_cidr = if cidr.is_empty() {
             default_pod_cidr()
         } else {
-            cidr.parse().map_err(|message| ConfigError::Invalid { origin: cidr_origin, message })?
+            cidr.parse().map_err(|e: nodelet_node::cidr::CidrError| ConfigError::Invalid {
+                origin: cidr_origin,
+                message: e.to_string(),
+            })?
         };
         let cni_bridge = nodelet.cni_bridge.clone().unwrap_or_else(|| DEFAULT_CNI_BRIDGE.to_owned());
         if !valid_ifname(&cni_bridge) {
@@ -1947,24 +1902,7 @@ pub(crate) fn validate_node_name(name: &str) -> Result<String, String> {
     }
 }
 
-/// Whether `s` is a DNS-1123 subdomain (what Kubernetes requires of pod and node names).
-pub(crate) fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label_part)
-}
-
-/// Whether `s` is a DNS-1123 label (namespaces, container names).
-pub(crate) fn is_dns_label(s: &str) -> bool {
-    s.len() <= 63 && is_dns_label_part(s)
-}
-
-fn is_dns_label_part(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
+pub(crate) use nodelet_resources::common::names::{is_dns_label, is_dns_subdomain};
 
 fn validate_url(u: &str) -> Result<String, String> {
     let lower = u.to_ascii_lowercase();

@@ -300,9 +300,9 @@ proptest! {
         let mut line = format!("{timestamp} {stream} {tag} ").into_bytes();
         line.extend_from_slice(&content);
         for input in [&line, &junk] {
-            if let Some(parsed) = crate::cri_log::parse_cri_line(input) {
+            if let Some(parsed) = nodelet_node::cri_log::parse_cri_line(input) {
                 prop_assert!(parsed.stream == "stdout" || parsed.stream == "stderr");
-                prop_assert!(crate::cri_log::normalize_timestamp(parsed.timestamp).is_some());
+                prop_assert!(nodelet_node::cri_log::normalize_timestamp(parsed.timestamp).is_some());
                 prop_assert!(parsed.content.len() <= input.len());
             }
         }

@@ -6,22 +6,17 @@
 //! `nodelet` binary is [`Invocation::from_args`] plus that; `docs/extensions.md` shows how to write an
 //! extension and build a binary with it.
 
-mod atomic;
 mod claims;
 mod cli;
 mod client;
 mod cluster;
 mod config;
-mod containerd;
-mod cri_log;
 mod csinode;
 pub mod daemon;
 #[cfg(test)]
 mod fuzz_tests;
-mod log_rotation;
 mod logging;
 mod node;
-mod node_facts;
 mod pressure;
 mod server;
 mod sources;

@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use k8s_openapi::List;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use nodelet_resources::common::clock::Clock;
 use nodelet_resources::pod::actual::{ContainerState, PodActual};
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
-use nodelet_resources::pod::reconciler::{Clock, PodReconciler};
+use nodelet_resources::pod::reconciler::PodReconciler;
 use nodelet_resources::pod::status::{PodOpStatus, pod_status};
 use nodelet_resources::sandbox::ops::SandboxOp;
 use nodelet_resources::volume::actual::VolumeActual;
@@ -55,6 +56,8 @@ pub(crate) struct Node {
     actual: Store<PodUid, PodActual>,
     failures: Store<PodUid, PodOpStatus>,
     reconciler: PodReconciler,
+    /// The side inputs of the pod engine's reconciler, for status.
+    inputs: reconcile_engine::Inputs,
     clock: Clock,
     registry: Registry,
     /// The registry of `/metrics/probes` (the prober's metrics).
@@ -65,7 +68,7 @@ pub(crate) struct Node {
     problems: SourceProblems,
     node_name: String,
     /// What the `Node` shows of the machine (read once at start-up).
-    facts: Option<Arc<crate::node_facts::NodeFacts>>,
+    facts: Option<Arc<nodelet_node::node_facts::NodeFacts>>,
     /// The registered CSI drivers (for the CSINode).
     csi: Option<Arc<nodelet_csi::Registry>>,
     /// The pod config, which `nodelet debug` adds ephemeral containers of static pods to.
@@ -83,6 +86,7 @@ impl Node {
         actual: Store<PodUid, PodActual>,
         failures: Store<PodUid, PodOpStatus>,
         reconciler: PodReconciler,
+        inputs: reconcile_engine::Inputs,
         clock: Clock,
         registry: Registry,
         pod_logs_dir: PathBuf,
@@ -120,6 +124,7 @@ impl Node {
             actual,
             failures,
             reconciler,
+            inputs,
             clock,
             registry,
             probe_registry: None,
@@ -155,7 +160,7 @@ impl Node {
     }
 
     /// Shows the machine's capacity, addresses and system information on `/api/v1/nodes`.
-    pub(crate) fn with_facts(mut self, facts: Arc<crate::node_facts::NodeFacts>) -> Self {
+    pub(crate) fn with_facts(mut self, facts: Arc<nodelet_node::node_facts::NodeFacts>) -> Self {
         self.facts = Some(facts);
         self
     }
@@ -174,7 +179,7 @@ impl Node {
 
     /// Eviction and image GC events: on pods (`Evicted`) and on the node.
     fn pressure_events(&self, items: &mut Vec<Event>) {
-        use nodelet_resources::eviction::events::Involved;
+        use nodelet_resources::common::events::Involved;
         let Some(p) = &self.pressure else { return };
         for e in p.events.list() {
             let mut event = match &e.involved {
@@ -194,8 +199,8 @@ impl Node {
             event.metadata.name =
                 Some(format!("{}.{}", event.metadata.name.as_deref().unwrap_or_default(), suffix));
             event.type_ = Some(e.type_.to_owned());
-            event.first_timestamp = nodelet_resources::pod::status::time(e.first);
-            event.last_timestamp = nodelet_resources::pod::status::time(e.last);
+            event.first_timestamp = nodelet_resources::common::time::time(e.first);
+            event.last_timestamp = nodelet_resources::common::time::time(e.last);
             items.push(event);
         }
     }
@@ -246,7 +251,7 @@ impl Node {
     /// Events of failed sandbox operations: `FailedCreatePodSandBox` in the kubelet's words for a
     /// sandbox that could not be made, the runtime's reason otherwise.
     fn sandbox_events(&self, items: &mut Vec<Event>) {
-        let Some(view) = self.reconciler.sandboxes() else { return };
+        let Some(view) = self.reconciler.sandboxes(&self.inputs) else { return };
         for (uid, failure) in view.failures() {
             let (namespace, name) = match (self.desired.get(&uid), view.of(&uid)) {
                 (Some(d), _) => (d.namespace().to_string(), d.name().to_string()),
@@ -414,8 +419,14 @@ impl NodeView for Node {
                         .and_then(|seen| seen.parse().ok())
                         .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
                 }
-                pod.status =
-                    Some(pod_status(&self.reconciler, &desired, actual.as_deref(), failure.as_deref(), now));
+                pod.status = Some(pod_status(
+                    &self.reconciler,
+                    &self.inputs,
+                    &desired,
+                    actual.as_deref(),
+                    failure.as_deref(),
+                    now,
+                ));
                 pod
             })
             .collect();
@@ -597,7 +608,7 @@ impl NodeView for Node {
     fn csi_nodes(&self) -> List<k8s_openapi::api::storage::v1::CSINode> {
         let Some(csi) = &self.csi else { return List::default() };
         let mut node = crate::csinode::csi_node(&self.node_name, &csi.drivers());
-        node.metadata.creation_timestamp = nodelet_resources::pod::status::time(self.started);
+        node.metadata.creation_timestamp = nodelet_resources::common::time::time(self.started);
         List { items: vec![node], ..List::default() }
     }
 
@@ -690,7 +701,7 @@ impl Node {
         let now = (self.clock)();
         for (uid, pod) in self.actual.entries() {
             let Some(desired) = self.desired.get(&uid) else { continue };
-            let status = pod_status(&self.reconciler, &desired, Some(&pod), None, now);
+            let status = pod_status(&self.reconciler, &self.inputs, &desired, Some(&pod), None, now);
             let backing_off: Vec<&str> = status
                 .container_statuses
                 .iter()
@@ -714,7 +725,7 @@ impl Node {
                         Some(format!("{}.{name}.{}", pod.name, reason.to_ascii_lowercase()));
                     event.type_ = Some(kind.to_owned());
                     event.involved_object.field_path = Some(format!("spec.containers{{{name}}}"));
-                    event.last_timestamp = nodelet_resources::pod::status::time(at);
+                    event.last_timestamp = nodelet_resources::common::time::time(at);
                     items.push(event);
                 };
                 if newest.created_at > 0 {
@@ -773,7 +784,7 @@ impl Node {
                 event.metadata.name = Some(format!("{pod}.{container}.{}", reason.to_ascii_lowercase()));
                 event.type_ = Some("Normal".to_owned());
                 event.involved_object.field_path = Some(format!("spec.containers{{{container}}}"));
-                event.first_timestamp = nodelet_resources::pod::status::time(at);
+                event.first_timestamp = nodelet_resources::common::time::time(at);
                 event.last_timestamp = event.first_timestamp.clone();
                 items.push(event);
             };

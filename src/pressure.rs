@@ -12,11 +12,13 @@ use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use nodelet_resources::eviction::events::NodeEvents;
+use nodelet_resources::common::clock::Clock;
+use nodelet_resources::common::events::NodeEvents;
+use nodelet_resources::common::time::time;
 use nodelet_resources::eviction::local_storage::LocalStorage;
 use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, PressureView};
 use nodelet_resources::eviction::metrics::EvictionMetrics;
-use nodelet_resources::eviction::populator::{VerdictPopulator, wake_pods_on_verdicts};
+use nodelet_resources::eviction::populator::VerdictPopulator;
 use nodelet_resources::eviction::signal::{
     Amount, BoxFuture, Observation, Observations, PodUsage, Signal, SignalError, SignalSource, Threshold,
 };
@@ -25,26 +27,26 @@ use nodelet_resources::eviction::verdict::{Admission, Verdict};
 use nodelet_resources::image::driver::ImageDriver;
 use nodelet_resources::image::metrics::ImageGcMetrics;
 use nodelet_resources::image::plan::ImageGcPolicy;
-use nodelet_resources::image::populator::{ImagePopulator, ImageStores, wake_on_pod_changes};
+use nodelet_resources::image::populator::{ImagePopulator, ImageStores};
 use nodelet_resources::image::reclaim::{DEFAULT_RECLAIM_TIMEOUT, ImagePairReclaimer};
-use nodelet_resources::image::reconciler::{ImageReconciler, PodImages};
+use nodelet_resources::image::reconciler::{ImageReconciler, PodImages, removals_on_pod_change};
 use nodelet_resources::image::status::free_space;
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
-use nodelet_resources::pod::reconciler::Clock;
-use nodelet_resources::pod::status::time;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{VolumeKey, split_key};
-use reconcile_engine::{Engine, Store, Waker, Writer};
-use tokio_util::sync::CancellationToken;
+use reconcile_engine::{Engine, Store, Writer};
 
 use crate::config::{self, ThresholdValue};
+use crate::daemon::Policy::Critical;
+use crate::daemon::Supervisor;
 use crate::stats::StatsProvider;
 
 /// The eviction signals from the stats provider.
 struct StatsSignals(StatsProvider);
 
-fn amount(v: &ThresholdValue) -> Amount {
+/// A configured threshold amount as the eviction manager takes it.
+pub(crate) fn amount(v: &ThresholdValue) -> Amount {
     match v {
         ThresholdValue::Quantity(q) => Amount::Quantity(*q),
         ThresholdValue::Percentage(p) => Amount::Percentage(*p),
@@ -182,8 +184,6 @@ pub(crate) struct Wiring<'a> {
     pub(crate) verdict_writer: Writer<PodUid, Verdict>,
     /// What admission checks pods against ([`admission`]).
     pub(crate) admission: Admission,
-    /// Wakes the pod engine when a verdict changes.
-    pub(crate) waker: Waker<PodUid>,
     /// Container GC, tried first under disk pressure.
     pub(crate) container_gc: nodelet_resources::pod::gc::ContainerGcReclaimer,
     pub(crate) registry: &'a prometheus::Registry,
@@ -196,8 +196,8 @@ pub(crate) struct Wiring<'a> {
 /// cluster mode, its `registerWithTaints`.
 pub(crate) fn admission(
     config: &config::Config,
-    facts: &crate::node_facts::NodeFacts,
-    classes: Arc<dyn nodelet_resources::pod::runtime_class::RuntimeClasses>,
+    facts: &nodelet_node::node_facts::NodeFacts,
+    classes: Arc<dyn nodelet_resources::common::runtime_class::RuntimeClasses>,
 ) -> Admission {
     Admission::new()
         .with_resources(facts.admission_resources(config.pods.max_pods))
@@ -206,13 +206,11 @@ pub(crate) fn admission(
         .with_node_labels(node_labels(&config.node_name, config.cluster.as_ref().map(|c| &c.node_labels)))
 }
 
-/// Starts the image pair (its engine, populator and pod relation), the eviction manager, the verdict
-/// populator and the task that wakes pods whose verdict changed on `tasks`.
-pub(crate) fn start(
-    w: Wiring<'_>,
-    shutdown: &CancellationToken,
-    tasks: &mut tokio::task::JoinSet<()>,
-) -> Result<PressureState, prometheus::Error> {
+/// Starts the image pair (its engine, `image-engine`, with its relations on the pod stores, and its
+/// populator, `image-populator`), the eviction manager (`eviction-manager`) and the verdict populator
+/// (`verdict-populator`) on `sup`, all critical. The pod engine watches the verdict store itself.
+pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, prometheus::Error> {
+    let shutdown = sup.shutdown();
     let events = NodeEvents::new();
     let policy = image_gc_policy(&w.config.image_gc);
     let runtime = Arc::new(nodelet_cri::image_gc::CriImageGc::new(w.cri));
@@ -221,7 +219,7 @@ pub(crate) fn start(
     let (image_desired, image_desired_writer) = reconcile_engine::store();
     let mut engine = Engine::builder(
         "images",
-        ImageReconciler::new(pods.clone(), pinned.clone(), policy.minimum_age, w.clock.clone()),
+        ImageReconciler::new(pinned.clone(), policy.minimum_age, w.clock.clone()),
         Arc::new(ImageDriver::new(
             runtime.clone(),
             ImageGcMetrics::new(w.registry)?,
@@ -231,6 +229,10 @@ pub(crate) fn start(
         image_desired.clone(),
     )
     .metrics(w.engine_metrics)
+    // A pod appeared, changed or went: plan again every image to be removed (a pod that uses it
+    // keeps it).
+    .watches("pods-desired", pods.desired.clone(), removals_on_pod_change(image_desired.clone()))
+    .watches("pods-actual", pods.actual.clone(), removals_on_pod_change(image_desired.clone()))
     .build();
     let (free, requests) = free_space();
     let populator = ImagePopulator::new(
@@ -248,10 +250,13 @@ pub(crate) fn start(
         w.clock.clone(),
     )
     .with_pinned(pinned);
-    tasks.spawn(populator.run(w.config.image_gc.period, shutdown.clone().cancelled_owned()));
-    tasks.spawn(wake_on_pod_changes(pods, image_desired, engine.waker(), shutdown.clone()));
+    sup.spawn(
+        "image-populator",
+        Critical,
+        populator.run(w.config.image_gc.period, shutdown.clone().cancelled_owned()),
+    );
     let stop = shutdown.clone();
-    tasks.spawn(async move {
+    sup.spawn("image-engine", Critical, async move {
         engine.run(stop.cancelled_owned()).await;
     });
     let (sink, evictions) = nodelet_resources::eviction::populator::evictions();
@@ -260,7 +265,7 @@ pub(crate) fn start(
             .stats
             .clone()
             .measure_local_storage_every(w.config.eviction.monitoring_period, shutdown.clone());
-        tasks.spawn(measure);
+        sup.spawn("local-storage-measure", Critical, measure);
     }
     let manager = EvictionManager::new(
         eviction_config(&w.config.eviction),
@@ -287,9 +292,8 @@ pub(crate) fn start(
         manager.conditions(),
         evictions,
     );
-    tasks.spawn(populator.run(shutdown.clone()));
-    tasks.spawn(wake_pods_on_verdicts(w.verdicts, w.waker, shutdown.clone()));
-    tasks.spawn(manager.run(shutdown.clone().cancelled_owned()));
+    sup.spawn("verdict-populator", Critical, populator.run(shutdown.clone()));
+    sup.spawn("eviction-manager", Critical, manager.run(shutdown.clone().cancelled_owned()));
     Ok(PressureState { view, events })
 }
 
@@ -298,7 +302,7 @@ pub(crate) fn start(
 /// information and kubelet port.
 pub(crate) fn node_object(
     name: &str,
-    facts: Option<&crate::node_facts::NodeFacts>,
+    facts: Option<&nodelet_node::node_facts::NodeFacts>,
     pressure: Option<&PressureView>,
     runtime_ready: &AtomicBool,
     started: i64,

@@ -158,7 +158,7 @@ pub struct RunReport {
 }
 
 /// Builds an [`Engine`].
-pub struct EngineBuilder<D, A, R: Reconciler<D, A>, Dr> {
+pub struct EngineBuilder<D, A: Send + 'static, R: Reconciler<D, A>, Dr: Driver<R::Key, R::Op, A>> {
     name: String,
     reconciler: R,
     driver: Arc<Dr>,
@@ -167,12 +167,16 @@ pub struct EngineBuilder<D, A, R: Reconciler<D, A>, Dr> {
     metrics: Option<Metrics>,
     actual: Store<R::Key, A>,
     actual_writer: Writer<R::Key, A>,
+    status: Store<R::Key, OpStatus<R::Op, Dr::Error>>,
+    status_writer: Writer<R::Key, OpStatus<R::Op, Dr::Error>>,
     relations: Vec<RelationSpec<R::Key>>,
     inputs: Inputs,
     _actual: PhantomData<fn() -> A>,
 }
 
-impl<D, A, R: Reconciler<D, A>, Dr> fmt::Debug for EngineBuilder<D, A, R, Dr> {
+impl<D, A: Send + 'static, R: Reconciler<D, A>, Dr: Driver<R::Key, R::Op, A>> fmt::Debug
+    for EngineBuilder<D, A, R, Dr>
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EngineBuilder")
             .field("name", &self.name)
@@ -244,6 +248,13 @@ where
     /// declare a relation on it ([`watches`](Self::watches)) or hand it to another pair.
     pub fn actual(&self) -> Store<R::Key, A> {
         self.actual.clone()
+    }
+
+    /// A reader of the operation status store the engine will write (see [`Engine::op_status`]),
+    /// already before it is built: for the reconciler to read it as a side input
+    /// ([`reads`](Self::reads)), or to hand it to another pair.
+    pub fn op_status(&self) -> Store<R::Key, OpStatus<R::Op, Dr::Error>> {
+        self.status.clone()
     }
 
     /// Registers `store` as a side input: the reconciler reads it, read-only, through
@@ -332,7 +343,7 @@ where
         let relations =
             Relations::start(self.relations, |relation| metrics.relation_wakeups(&self.name, relation));
         let desired_sub = self.desired.subscribe();
-        let (status, status_writer) = store();
+        let (status, status_writer) = (self.status, self.status_writer);
         let (tx, observations) = tokio::sync::mpsc::unbounded_channel();
         let (wake_tx, wakes) = tokio::sync::mpsc::unbounded_channel();
         Engine {
@@ -493,6 +504,7 @@ where
         desired: Store<R::Key, D>,
     ) -> EngineBuilder<D, A, R, Dr> {
         let (actual, actual_writer) = store();
+        let (status, status_writer) = store();
         EngineBuilder {
             name: name.into(),
             reconciler,
@@ -502,6 +514,8 @@ where
             metrics: None,
             actual,
             actual_writer,
+            status,
+            status_writer,
             relations: Vec::new(),
             inputs: Inputs::new(),
             _actual: PhantomData,

@@ -20,10 +20,13 @@
 //! - [`probe`]: liveness, readiness and startup probes of running containers; the pod reconciler
 //!   and status read their results.
 //! - [`quantity`]: Kubernetes resource quantities, exactly.
+//! - [`common`]: what every pair shares: the clock, API timestamps, the node's events, QoS class,
+//!   DNS-name checks, RuntimeClasses.
 
 #![deny(missing_docs)]
 
 pub mod claim;
+pub mod common;
 pub mod eviction;
 pub mod image;
 pub mod pod;

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_resources::eviction::events::NodeEvents;
+use nodelet_resources::common::clock::Clock;
+use nodelet_resources::common::events::NodeEvents;
 use nodelet_resources::eviction::signal::BoxFuture;
 use nodelet_resources::image::actual::ImageId;
 use nodelet_resources::image::desired::DesiredImage;
@@ -16,12 +17,11 @@ use nodelet_resources::image::driver::{
 };
 use nodelet_resources::image::metrics::ImageGcMetrics;
 use nodelet_resources::image::plan::ImageGcPolicy;
-use nodelet_resources::image::populator::{ImagePopulator, ImageStores, wake_on_pod_changes};
-use nodelet_resources::image::reconciler::{ImageReconciler, PodImages};
+use nodelet_resources::image::populator::{ImagePopulator, ImageStores};
+use nodelet_resources::image::reconciler::{ImageReconciler, PodImages, removals_on_pod_change};
 use nodelet_resources::image::status::{FreeSpace, free_space};
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
-use nodelet_resources::pod::reconciler::Clock;
 use reconcile_engine::testing::eventually;
 use reconcile_engine::{BackoffConfig, CancellationToken, Engine, Store, Writer, store};
 
@@ -125,11 +125,13 @@ fn start(images: Vec<RuntimeImage>, available: u64, period: Duration) -> Pair {
     let (image_desired, writer) = store();
     let mut engine = Engine::builder(
         "images",
-        ImageReconciler::new(pod_images.clone(), pinned.clone(), policy.minimum_age, clock.clone()),
+        ImageReconciler::new(pinned.clone(), policy.minimum_age, clock.clone()),
         Arc::new(ImageDriver::new(runtime.clone(), metrics.clone(), events.clone(), clock.clone())),
         image_desired.clone(),
     )
     .backoff(BackoffConfig::default().without_jitter().with_initial(Duration::from_secs(10)))
+    .watches("pods-desired", pod_images.desired.clone(), removals_on_pod_change(image_desired.clone()))
+    .watches("pods-actual", pod_images.actual.clone(), removals_on_pod_change(image_desired.clone()))
     .build();
     let (free, requests) = free_space();
     let populator = ImagePopulator::new(
@@ -149,7 +151,6 @@ fn start(images: Vec<RuntimeImage>, available: u64, period: Duration) -> Pair {
     .with_pinned(pinned)
     .with_settle(Duration::from_secs(5));
     let stop = CancellationToken::new();
-    tokio::spawn(wake_on_pod_changes(pod_images, image_desired.clone(), engine.waker(), stop.clone()));
     tokio::spawn(populator.run(period, stop.clone().cancelled_owned()));
     let s = stop.clone();
     tokio::spawn(async move { engine.run(s.cancelled_owned()).await });

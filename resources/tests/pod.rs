@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use nodelet_resources::eviction::populator::{VerdictPopulator, evictions, wake_pods_on_verdicts};
+use nodelet_resources::common::clock::Clock;
+use nodelet_resources::eviction::populator::{VerdictPopulator, evictions};
 use nodelet_resources::eviction::verdict::{Admission, NodeResources, Verdict};
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
@@ -13,13 +14,13 @@ use nodelet_resources::pod::driver::{PodDriver, RuntimeError};
 use nodelet_resources::pod::fake::FakeRuntime;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
-use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler};
+use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
 use nodelet_resources::pod::status::pod_status;
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
 use nodelet_resources::sandbox::status::pod_of_sandboxes;
 use reconcile_engine::testing::eventually;
-use reconcile_engine::{CancellationToken, Engine, OpStatus, Store, Writer, store};
+use reconcile_engine::{CancellationToken, Engine, Inputs, OpStatus, Store, Writer, store};
 
 const LONG: Duration = Duration::from_secs(3600);
 
@@ -36,6 +37,7 @@ struct Node {
     actual: Store<PodUid, PodActual>,
     status: Store<PodUid, OpStatus<nodelet_resources::pod::ops::PodOp, RuntimeError>>,
     reconciler: PodReconciler,
+    inputs: Inputs,
     clock: Clock,
     relist: Arc<tokio::sync::Notify>,
 }
@@ -61,13 +63,17 @@ fn node_with_verdicts(
 ) -> Node {
     let (desired, mut writer) = store();
     writer.mark_synced();
-    let with = |r: PodReconciler| match &verdicts {
-        Some(v) => r.with_verdicts(v.clone()),
-        None => r,
-    };
+    let builder = Engine::builder(
+        "pods",
+        PodReconciler::new(CrashLoopBackOff::default(), clock.clone()),
+        Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
+        desired.clone(),
+    )
+    .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
+    .max_concurrent(nodelet_resources::pod::ops::MAX_CONCURRENT_OPS);
     let mut sandboxes = SandboxPair::new(
         runtime.clone(),
-        |r| r,
+        builder.actual(),
         SandboxMetrics::unregistered(),
         None,
         SandboxPairConfig {
@@ -76,25 +82,19 @@ fn node_with_verdicts(
             ..SandboxPairConfig::default()
         },
     );
-    let reconciler =
-        with(PodReconciler::new(CrashLoopBackOff::default(), clock.clone())).with_sandboxes(sandboxes.view());
-    let failures: nodelet_resources::pod::reconciler::FailureSlot = Arc::default();
-    let engine = Engine::builder(
-        "pods",
-        with(PodReconciler::new(CrashLoopBackOff::default(), clock.clone()))
-            .with_failures(failures.clone())
-            .with_sandboxes(sandboxes.view()),
-        Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
-        desired.clone(),
-    )
-    .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
-    .max_concurrent(nodelet_resources::pod::ops::MAX_CONCURRENT_OPS)
-    .watches("sandboxes", sandboxes.actual(), pod_of_sandboxes)
-    .build();
-    let mut engine = engine;
+    let status = builder.op_status();
+    let mut inputs = Inputs::new().with(sandboxes.actual()).with(sandboxes.op_status()).with(status.clone());
+    let mut builder = builder
+        .reads(status.clone())
+        .watches("sandboxes", sandboxes.actual(), pod_of_sandboxes)
+        .reads(sandboxes.op_status());
+    if let Some(verdicts) = verdicts {
+        inputs.insert(verdicts.clone());
+        builder =
+            builder.watches("verdicts", verdicts, |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()));
+    }
+    let mut engine = builder.build();
     let actual = engine.actual();
-    let status = engine.op_status();
-    let _ = failures.set(status.clone());
     let pleg = Pleg::new(
         runtime.clone(),
         actual.clone(),
@@ -104,18 +104,11 @@ fn node_with_verdicts(
     )
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
     let relist = pleg.waker();
-    sandboxes.start(
-        desired.clone(),
-        actual.clone(),
-        engine.waker(),
-        reconcile_engine::CancellationToken::new(),
-    );
-    if let Some(verdicts) = verdicts {
-        tokio::spawn(wake_pods_on_verdicts(verdicts, engine.waker(), CancellationToken::new()));
-    }
+    sandboxes.start(desired.clone(), engine.waker(), reconcile_engine::CancellationToken::new());
+    let reconciler = PodReconciler::new(CrashLoopBackOff::default(), clock.clone());
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
-    Node { runtime, writer, desired, actual, status, reconciler, clock, relist }
+    Node { runtime, writer, desired, actual, status, reconciler, inputs, clock, relist }
 }
 
 fn node() -> Node {
@@ -147,7 +140,14 @@ impl Node {
         let desired = self.desired.get(&uid.to_string()).expect("desired pod");
         let actual = self.actual.get(&uid.to_string());
         let failure = self.status.get(&uid.to_string());
-        pod_status(&self.reconciler, &desired, actual.as_deref(), failure.as_deref(), (self.clock)())
+        pod_status(
+            &self.reconciler,
+            &self.inputs,
+            &desired,
+            actual.as_deref(),
+            failure.as_deref(),
+            (self.clock)(),
+        )
     }
 
     fn phase(&self, uid: &str) -> String {
@@ -503,7 +503,7 @@ spec:
     n.add(desired.clone());
     assert!(eventually(LONG, || n.phase("u1") == "Running").await);
     // The API server sets the deletion timestamp and grace period; the pod stays in the source.
-    desired.pod.metadata.deletion_timestamp = nodelet_resources::pod::status::time((n.clock)());
+    desired.pod.metadata.deletion_timestamp = nodelet_resources::common::time::time((n.clock)());
     desired.pod.metadata.deletion_grace_period_seconds = Some(5);
     let deleted_at = tokio::time::Instant::now();
     n.add(desired);

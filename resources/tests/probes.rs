@@ -7,13 +7,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
+use nodelet_resources::common::clock::Clock;
 use nodelet_resources::pod::actual::{ContainerState, PodActual};
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::driver::PodDriver;
 use nodelet_resources::pod::fake::FakeRuntime;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
-use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler};
+use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
 use nodelet_resources::pod::status::pod_status;
 use nodelet_resources::probe::desired::{Action, ProbeKind};
 use nodelet_resources::probe::handler::{ProbeHandler, ProbeOutcome, ProbeTarget};
@@ -23,7 +24,7 @@ use nodelet_resources::probe::worker::Prober;
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
 use reconcile_engine::testing::eventually;
-use reconcile_engine::{Engine, Store, Writer, store};
+use reconcile_engine::{Engine, Inputs, Store, Writer, store};
 use tokio::time::{Instant, sleep};
 
 const LONG: Duration = Duration::from_secs(3600);
@@ -89,6 +90,7 @@ struct Node {
     actual: Store<PodUid, PodActual>,
     desired: Store<PodUid, DesiredPod>,
     reconciler: PodReconciler,
+    inputs: Inputs,
     results: ProbeResults,
     clock: Clock,
     waker: reconcile_engine::Waker<PodUid>,
@@ -117,23 +119,23 @@ fn node() -> Node {
         max: Duration::from_secs(2),
         reset_after: Duration::from_secs(600),
     };
+    let builder = Engine::builder(
+        "pods",
+        PodReconciler::new(backoff.clone(), clock.clone()).with_probes(results.clone()),
+        Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
+        desired.clone(),
+    );
     let mut sandboxes = SandboxPair::new(
         runtime.clone(),
-        |r| r,
+        builder.actual(),
         SandboxMetrics::unregistered(),
         None,
         SandboxPairConfig::default(),
     );
-    let mut engine = Engine::builder(
-        "pods",
-        PodReconciler::new(backoff.clone(), clock.clone())
-            .with_probes(results.clone())
-            .with_sandboxes(sandboxes.view()),
-        Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
-        desired.clone(),
-    )
-    .watches("sandboxes", sandboxes.actual(), nodelet_resources::sandbox::status::pod_of_sandboxes)
-    .build();
+    let mut engine = builder
+        .watches("sandboxes", sandboxes.actual(), nodelet_resources::sandbox::status::pod_of_sandboxes)
+        .reads(sandboxes.op_status())
+        .build();
     let actual = engine.actual();
     let pleg = Pleg::new(
         runtime.clone(),
@@ -144,19 +146,13 @@ fn node() -> Node {
     )
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
     let waker = engine.waker();
-    let view = sandboxes.view();
-    sandboxes.start(
-        desired.clone(),
-        actual.clone(),
-        waker.clone(),
-        reconcile_engine::CancellationToken::new(),
-    );
+    let inputs = Inputs::new().with(sandboxes.actual()).with(sandboxes.op_status());
+    sandboxes.start(desired.clone(), waker.clone(), reconcile_engine::CancellationToken::new());
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
     tokio::spawn(prober.run(actual.clone(), waker.clone(), std::future::pending()));
-    let reconciler =
-        PodReconciler::new(backoff, clock.clone()).with_probes(results.clone()).with_sandboxes(view);
-    Node { runtime, handler, writer, actual, desired, reconciler, results, clock, waker, metrics }
+    let reconciler = PodReconciler::new(backoff, clock.clone()).with_probes(results.clone());
+    Node { runtime, handler, writer, actual, desired, reconciler, inputs, results, clock, waker, metrics }
 }
 
 /// The `prober_probe_total` series of pod `uid`: (probe type, result) → count.
@@ -198,7 +194,7 @@ impl Node {
     fn status(&self, uid: &str) -> PodStatus {
         let Some(desired) = self.desired.get(&uid.to_string()) else { panic!("no desired pod {uid}") };
         let actual = self.actual.get(&uid.to_string());
-        pod_status(&self.reconciler, &desired, actual.as_deref(), None, (self.clock)())
+        pod_status(&self.reconciler, &self.inputs, &desired, actual.as_deref(), None, (self.clock)())
     }
 
     fn container(&self, uid: &str, name: &str) -> ContainerStatus {

@@ -98,7 +98,14 @@ fn pod_status_and_plans_survive_extreme_runtime_values() {
                 for finished_at in EXTREMES {
                     for restarts in [0, u32::MAX] {
                         let a = actual(state, restarts, started_at, finished_at);
-                        let status = pod_status(&reconciler, &desired, Some(&a), None, now);
+                        let status = pod_status(
+                            &reconciler,
+                            &reconcile_engine::Inputs::new(),
+                            &desired,
+                            Some(&a),
+                            None,
+                            now,
+                        );
                         let app = status.container_statuses.as_ref().and_then(|c| c.first());
                         let count = app.map_or(-1, |c| c.restart_count);
                         assert!(count >= 0, "restartCount {count} of {restarts}");

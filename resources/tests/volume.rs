@@ -9,13 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
+use nodelet_resources::common::clock::Clock;
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::driver::PodDriver;
 use nodelet_resources::pod::fake::FakeRuntime;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
-use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler};
+use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
 use nodelet_resources::volume::actual::{MountState, VolumeActual};
@@ -170,29 +171,30 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
 
     let (desired, mut pods) = store();
     pods.mark_synced();
+    let builder = Engine::builder(
+        "pods",
+        PodReconciler::new(CrashLoopBackOff::default(), clock.clone()),
+        Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
+        desired.clone(),
+    );
     let mut sandboxes = SandboxPair::new(
         runtime.clone(),
-        |r| r.with_volumes(gate.clone()),
+        builder.actual(),
         SandboxMetrics::unregistered(),
         None,
         SandboxPairConfig {
             backoff: reconcile_engine::BackoffConfig::default().without_jitter(),
-            volumes: Some(volume_actual.clone()),
+            volumes: Some((volumes.clone(), volume_actual.clone())),
             ..SandboxPairConfig::default()
         },
     );
-    let mut engine = Engine::builder(
-        "pods",
-        PodReconciler::new(CrashLoopBackOff::default(), clock.clone())
-            .with_volumes(gate.clone())
-            .with_sandboxes(sandboxes.view()),
-        Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
-        desired.clone(),
-    )
-    .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
-    .watches("volumes", volume_actual.clone(), pod_of_volume)
-    .watches("sandboxes", sandboxes.actual(), nodelet_resources::sandbox::status::pod_of_sandboxes)
-    .build();
+    let mut engine = builder
+        .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
+        .reads(volumes.clone())
+        .watches("volumes", volume_actual.clone(), pod_of_volume)
+        .watches("sandboxes", sandboxes.actual(), nodelet_resources::sandbox::status::pod_of_sandboxes)
+        .reads(sandboxes.op_status())
+        .build();
     let pod_actual = engine.actual();
     let pleg = Pleg::new(
         runtime.clone(),
@@ -202,12 +204,7 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
         PodMetrics::unregistered(),
     )
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
-    sandboxes.start(
-        desired.clone(),
-        pod_actual.clone(),
-        engine.waker(),
-        reconcile_engine::CancellationToken::new(),
-    );
+    sandboxes.start(desired.clone(), engine.waker(), reconcile_engine::CancellationToken::new());
     let (refresh, refresh_rx) = tokio::sync::watch::channel(());
     let populator = Populator::new(desired, pod_actual.clone(), volume_writer, renderer.clone());
     tokio::spawn(populator.run(refresh_rx, reconcile_engine::CancellationToken::new()));

@@ -2,7 +2,7 @@
 //!
 //! Layout (the kubelet's): `<pod-logs-dir>/<namespace>_<pod>_<uid>/<container>/<restart-count>.log`, each
 //! line `<RFC3339Nano timestamp> <stdout|stderr> <P|F> <content>`, where `P` marks a partial line continued
-//! by the next record. The lines are parsed and rendered by [`crate::cri_log`], as the server's
+//! by the next record. The lines are parsed and rendered by [`nodelet_node::cri_log`], as the server's
 //! `/containerLogs` does (`--tail`, `--since`/`--since-time`, `--timestamps`, `--limit-bytes`). Files are
 //! opened component by component without following symbolic links, so a pod that can write into the logs
 //! directory (a hostPath) cannot make this command read other host files.
@@ -19,7 +19,7 @@ use tokio::time::sleep;
 
 use crate::cli::LogsArgs;
 use crate::config::{is_dns_label, is_dns_subdomain};
-use crate::cri_log::{LineReader, Renderer, tail_start};
+use nodelet_node::cri_log::{LineReader, Renderer, tail_start};
 
 /// How often `-f` looks for new lines.
 pub(crate) const FOLLOW_POLL: Duration = Duration::from_millis(200);

@@ -122,7 +122,7 @@ pub(crate) enum CertError {
     },
     /// A file could not be written.
     #[error(transparent)]
-    Write(#[from] crate::atomic::AtomicWriteError),
+    Write(#[from] nodelet_node::atomic::AtomicWriteError),
     /// A file or directory could not be read or created.
     #[error("{}: {source}", path.display())]
     Io {
@@ -368,9 +368,9 @@ impl PemStore {
             contents.push(b'\n');
         }
         contents.extend_from_slice(key_pem.as_bytes());
-        crate::atomic::write_atomically(&self.dir.join(&name), &contents, 0o600)?;
+        nodelet_node::atomic::write_atomically(&self.dir.join(&name), &contents, 0o600)?;
         let link = self.current_path();
-        crate::atomic::replace_symlink(&link, Path::new(&name))?;
+        nodelet_node::atomic::replace_symlink(&link, Path::new(&name))?;
         Ok(link)
     }
 }
@@ -503,7 +503,7 @@ fn write_node_kubeconfig(kubeconfig: &Path, bootstrap: &Path, pem: &Path) -> Res
     if let Some(dir) = kubeconfig.parent() {
         std::fs::create_dir_all(dir).map_err(|source| CertError::Io { path: dir.to_owned(), source })?;
     }
-    crate::atomic::write_atomically(kubeconfig, yaml.as_bytes(), 0o600)?;
+    nodelet_node::atomic::write_atomically(kubeconfig, yaml.as_bytes(), 0o600)?;
     info!(kubeconfig = %kubeconfig.display(), "wrote the node's kubeconfig");
     Ok(())
 }
@@ -696,16 +696,16 @@ impl std::fmt::Debug for ClientCerts {
 }
 
 /// Sets up the client: from `--kubeconfig` when its certificate is good (or it has no certificate and no
-/// bootstrap is asked for), else through TLS bootstrap in the background. The certificate's task goes
-/// into `tasks`.
+/// bootstrap is asked for), else through TLS bootstrap in the background. The certificate's task
+/// (`client-certificate`) runs on `sup`.
 pub(crate) async fn start_client(
     node: &str,
     config: &ClientCertConfig,
     layer: &super::ratelimit::RateLimitLayer,
     metrics: &CertMetrics,
-    shutdown: &CancellationToken,
-    tasks: &mut tokio::task::JoinSet<()>,
+    sup: &crate::daemon::Supervisor,
 ) -> Result<ClientCerts, CertError> {
+    let shutdown = sup.shutdown();
     let store = PemStore::new(&config.cert_dir, "nodelet-client");
     let unauthorized = Arc::new(Unauthorized::default());
     let rotate = config.rotate || config.bootstrap_kubeconfig.is_some();
@@ -784,7 +784,7 @@ pub(crate) async fn start_client(
     let current = task.tx.subscribe();
     let default_ns = "default";
     let client = swapping_client(current.clone(), unauthorized, layer, default_ns);
-    tasks.spawn(task.run(shutdown.clone()));
+    sup.spawn("client-certificate", crate::daemon::Policy::MayFinish, task.run(shutdown.clone()));
     Ok(ClientCerts { client, current })
 }
 

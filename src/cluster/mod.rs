@@ -32,6 +32,8 @@ use std::time::Duration;
 
 use kube::Client;
 
+use crate::daemon::Policy::MayFinish;
+
 /// Errors of cluster mode's set-up.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ClusterError {
@@ -143,16 +145,16 @@ impl Cluster {
     }
 
     /// Sets up the client of `cluster` (TLS bootstrap in the background when needed, certificate
-    /// rotation; see [`certificates`]) and adds the API pod source ("api") to `pod_config`; the tasks go
-    /// into `tasks`, the metrics into `registry`.
+    /// rotation; see [`certificates`]) and adds the API pod source ("api") to `pod_config`; the tasks
+    /// (`client-certificate`, `source-api`) run on `sup`, the metrics go into `registry`.
     pub(crate) async fn connect(
         node_name: &str,
         cluster: &crate::config::ClusterConfig,
         pod_config: &crate::sources::PodConfig,
         registry: &prometheus::Registry,
-        shutdown: &tokio_util::sync::CancellationToken,
-        tasks: &mut tokio::task::JoinSet<()>,
+        sup: &crate::daemon::Supervisor,
     ) -> Result<Self, ClusterError> {
+        let shutdown = sup.shutdown();
         let metrics = certificates::CertMetrics::new(registry)?;
         let layer = ratelimit::RateLimitLayer::new(cluster.kube_api_qps, cluster.kube_api_burst);
         let certs = certificates::start_client(
@@ -165,14 +167,17 @@ impl Cluster {
             },
             &layer,
             &metrics,
-            shutdown,
-            tasks,
+            sup,
         )
         .await?;
         tracing::info!(kubeconfig = %cluster.kubeconfig.display(), "cluster mode: pods come from the API server too");
         let source = pods::ApiPods::new(certs.client.clone(), pod_config.add_source("api")?);
         let snapshot = source.snapshot();
-        tasks.spawn(when_ready(certs.current.clone(), shutdown.clone(), source.run(shutdown.clone())));
+        sup.spawn(
+            "source-api",
+            MayFinish,
+            when_ready(certs.current.clone(), shutdown.clone(), source.run(shutdown.clone())),
+        );
         let serving = cluster
             .server_tls_bootstrap
             .then(|| certificates::ServingCerts::new(&cluster.cert_dir, &metrics));
@@ -206,8 +211,9 @@ impl Cluster {
 
     /// Starts the writers (the Node and its Lease, pod statuses, mirror pods and events, all read
     /// from `view` and the pod stores), the pod data watches, which poke `refresh` when the volumes
-    /// must be rendered again, and the serving certificate's manager. All wait for the node's
-    /// credentials.
+    /// must be rendered again, and the serving certificate's manager, as tasks of `sup` (`pod-data-refresh`,
+    /// `runtime-classes`, `pod-data`, `serving-certificate`, `csi-node`, `node-sync`, `pod-status`,
+    /// `mirror-pods`, `events`). All wait for the node's credentials.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start<V: crate::server::NodeView + Send + Sync + 'static>(
         self,
@@ -226,12 +232,12 @@ impl Cluster {
         cri: nodelet_cri::CriClient,
         csi: std::sync::Arc<nodelet_csi::Registry>,
         refresh: tokio::sync::watch::Sender<()>,
-        shutdown: &tokio_util::sync::CancellationToken,
-        tasks: &mut tokio::task::JoinSet<()>,
+        sup: &crate::daemon::Supervisor,
     ) {
+        let shutdown = sup.shutdown();
         let mut changes = self.pod_data.subscribe();
         let stop = shutdown.clone();
-        tasks.spawn(async move {
+        sup.spawn("pod-data-refresh", MayFinish, async move {
             loop {
                 tokio::select! {
                     () = stop.cancelled() => return,
@@ -241,9 +247,9 @@ impl Cluster {
             }
         });
         let classes = self.runtime_class_feed.run(self.client.clone(), shutdown.clone());
-        tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), classes));
+        sup.spawn("runtime-classes", MayFinish, when_ready(self.current.clone(), shutdown.clone(), classes));
         let pod_data = self.pod_data.clone().run(self.client.clone(), desired.clone(), shutdown.clone());
-        tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), pod_data));
+        sup.spawn("pod-data", MayFinish, when_ready(self.current.clone(), shutdown.clone(), pod_data));
         let host_ips: Vec<String> = view
             .nodes()
             .items
@@ -255,7 +261,11 @@ impl Cluster {
         if let Some(serving) = self.serving {
             let run =
                 serving.run(self.client.clone(), node_name.to_owned(), host_ips.clone(), shutdown.clone());
-            tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), run));
+            sup.spawn(
+                "serving-certificate",
+                MayFinish,
+                when_ready(self.current.clone(), shutdown.clone(), run),
+            );
         }
         let node_sync = node::NodeSync::new(
             self.client.clone(),
@@ -285,8 +295,10 @@ impl Cluster {
             .collect();
         let csi_node =
             csinode::CsiNodeSync::new(self.client.clone(), csi, node_sync.registered(), own_labels);
-        tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), csi_node.run(shutdown.clone())));
-        tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), node_sync.run(shutdown.clone())));
+        let run = csi_node.run(shutdown.clone());
+        sup.spawn("csi-node", MayFinish, when_ready(self.current.clone(), shutdown.clone(), run));
+        let run = node_sync.run(shutdown.clone());
+        sup.spawn("node-sync", MayFinish, when_ready(self.current.clone(), shutdown.clone(), run));
         let status = status::StatusManager::new(
             self.client.clone(),
             view.clone(),
@@ -296,10 +308,13 @@ impl Cluster {
             self.snapshot.clone(),
             host_ips,
         );
-        tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), status.run(shutdown.clone())));
+        let run = status.run(shutdown.clone());
+        sup.spawn("pod-status", MayFinish, when_ready(self.current.clone(), shutdown.clone(), run));
         let mirrors = mirror::MirrorPods::new(self.client.clone(), desired, self.snapshot, registered);
-        tasks.spawn(when_ready(self.current.clone(), shutdown.clone(), mirrors.run(shutdown.clone())));
+        let run = mirrors.run(shutdown.clone());
+        sup.spawn("mirror-pods", MayFinish, when_ready(self.current.clone(), shutdown.clone(), run));
         let events = events::EventSink::new(self.client, view, node_name.to_owned());
-        tasks.spawn(when_ready(self.current, shutdown.clone(), events.run(shutdown.clone())));
+        let run = events.run(shutdown.clone());
+        sup.spawn("events", MayFinish, when_ready(self.current, shutdown.clone(), run));
     }
 }

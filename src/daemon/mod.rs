@@ -145,9 +145,10 @@ impl Node {
                 (endpoint.clone(), None)
             }
             None => {
-                let cfg = crate::containerd::EmbeddedContainerdConfig::from_config(&config);
-                let embedded =
-                    crate::containerd::EmbeddedContainerd::start(cfg).await.map_err(anyhow::Error::from)?;
+                let cfg = start::embedded_containerd_config(&config);
+                let embedded = nodelet_node::containerd::EmbeddedContainerd::start(cfg)
+                    .await
+                    .map_err(anyhow::Error::from)?;
                 (embedded.endpoint().to_string(), Some(embedded))
             }
         };
@@ -231,10 +232,16 @@ async fn start_all(
                 pods.crash_loop.clone(),
                 pods.clock.clone(),
             )
-            .with_sandboxes(pods.sandboxes.clone())
-            .with_volumes(volumes.gate.clone())
             .with_probes(pods.probes.clone())
-            .with_verdicts(pods.verdicts.clone()),
+            .with_container_gc(pods.container_gc),
+            // What the pod engine's reconciler reads besides its own stores (status shows what it sees).
+            reconcile_engine::Inputs::new()
+                .with(pods.verdicts.clone())
+                .with(pods.sandboxes.actual().clone())
+                .with(pods.sandbox_failures.clone())
+                .with(volumes.desired.clone())
+                .with(volumes.actual.clone())
+                .with(pods.failures.clone()),
             pods.clock.clone(),
             core.registry.clone(),
             config.pods.pod_logs_dir.clone(),
@@ -266,7 +273,8 @@ async fn start_all(
     Ok(())
 }
 
-/// Cluster mode: the Node object, its Lease, pod status, mirror pods, events (group `cluster`).
+/// Cluster mode: the Node object, its Lease, pod status, mirror pods, events (tasks named in
+/// [`cluster::Cluster::start`]).
 fn start_cluster(
     core: &start::Core,
     cluster: cluster::Cluster,
@@ -277,7 +285,6 @@ fn start_cluster(
     pods: &start::Pods,
 ) {
     let Some(c) = &core.config.cluster else { return };
-    let mut tasks = tokio::task::JoinSet::new();
     cluster.start(
         &core.config.node_name,
         c,
@@ -288,10 +295,8 @@ fn start_cluster(
         runtime.cri.clone(),
         storage.csi.clone(),
         pods.refresh.clone(),
-        &core.shutdown,
-        &mut tasks,
+        &core.supervisor,
     );
-    core.supervisor.adopt("cluster", tasks);
 }
 
 /// The HTTP servers: main, read-only and healthz ports (task `servers`).

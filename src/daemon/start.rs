@@ -6,28 +6,33 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
+use nodelet_resources::common::clock::{Clock, system_clock};
+use nodelet_resources::eviction::verdict::Verdict;
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
 use nodelet_resources::pod::driver::PodDriver;
+use nodelet_resources::pod::gc::Surplus;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::Pleg;
-use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler, system_clock};
+use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
 use nodelet_resources::probe::results::ProbeResults;
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
-use nodelet_resources::sandbox::status::{SandboxView, pod_of_sandboxes};
+use nodelet_resources::sandbox::status::{SandboxOpStatus, SandboxView, pod_of_sandboxes};
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey};
 use nodelet_resources::volume::driver::VolumeDriver;
 use nodelet_resources::volume::metrics::VolumeMetrics;
 use nodelet_resources::volume::populator::{ClaimLookup, Populator};
 use nodelet_resources::volume::reconciler::VolumeReconciler;
-use nodelet_resources::volume::status::VolumeGate;
-use reconcile_engine::{BackoffConfig, Engine, Metrics, Store, Waker};
+use reconcile_engine::{BackoffConfig, Engine, Metrics, Store};
 use tokio_util::sync::CancellationToken;
 
 use super::supervisor::{Policy, Supervisor};
-use crate::{claims, cluster, config, log_rotation, node, node_facts, pressure};
+use nodelet_node::containerd::EmbeddedContainerdConfig;
+use nodelet_node::{log_rotation, node_facts};
+
+use crate::{claims, cluster, config, node, pressure};
 use crate::{sources, stats, volumes};
 
 /// What every start function shares.
@@ -76,14 +81,18 @@ pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> anyhow::Result
     if let (Some(dir), true) = (&config.runtime.preload_images, config.runtime.endpoint.is_some()) {
         let socket = endpoint.trim_start_matches("unix://");
         let imported =
-            crate::containerd::import_images(std::path::Path::new("ctr"), socket.as_ref(), dir).await?;
+            nodelet_node::containerd::import_images(std::path::Path::new("ctr"), socket.as_ref(), dir)
+                .await?;
         tracing::info!(images = imported.len(), dir = %dir.display(), "preloaded images");
     }
     // Wait for the runtime before planning anything: reconstruction needs it.
     let ready = Arc::new(AtomicBool::new(false));
     wait_for_runtime(&cri, &ready).await;
     // What the Node object shows of this machine: read once.
-    let facts = Arc::new(node_facts::NodeFacts::detect(config, node_facts::runtime_version(&cri).await));
+    let facts = Arc::new(node_facts::NodeFacts::detect(
+        &facts_config(config),
+        node_facts::runtime_version(&cri).await,
+    ));
     // kubelet_runtime_operations_{total,errors_total,duration_seconds}, counted in every clone of `cri`.
     cri.set_metrics(nodelet_cri::CriMetrics::new(&core.registry)?);
 
@@ -92,6 +101,42 @@ pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> anyhow::Result
         runtime_health(health_cri.clone(), health_ready.clone(), stop.clone())
     });
     Ok(Runtime { cri, ready, facts })
+}
+
+/// What of the configuration the node's facts ([`node_facts::NodeFacts::detect`]) depend on.
+fn facts_config(config: &config::Config) -> node_facts::FactsConfig {
+    node_facts::FactsConfig {
+        root_dir: config.root_dir.clone(),
+        node_name: config.node_name.clone(),
+        max_pods: config.pods.max_pods,
+        hard_eviction: config
+            .eviction
+            .hard
+            .iter()
+            .map(|t| node_facts::EvictionThreshold {
+                signal: t.signal.clone(),
+                value: pressure::amount(&t.value),
+            })
+            .collect(),
+        address: config.server.address,
+        node_ips: config.cluster.as_ref().map(|c| c.node_ips.clone()).unwrap_or_default(),
+        kubelet_port: config.server.port,
+        local_storage_capacity_isolation: config.eviction.local_storage_capacity_isolation,
+    }
+}
+
+/// The embedded containerd's settings the configuration asks for.
+pub(crate) fn embedded_containerd_config(config: &config::Config) -> EmbeddedContainerdConfig {
+    let mut c = EmbeddedContainerdConfig::new(&config.root_dir, &config.runtime.pod_infra_container_image);
+    let e = &config.runtime.embedded;
+    c.containerd_path = e.containerd_path.clone();
+    c.config_extra = e.config_extra.clone();
+    if let Some(net) = c.cni_network.as_mut() {
+        net.bridge = e.cni_bridge.clone();
+        net.subnet = e.pod_cidr;
+    }
+    c.preload_images = config.runtime.preload_images.clone();
+    c
 }
 
 /// Runtime health for /healthz, every 5 s.
@@ -141,7 +186,7 @@ pub(crate) struct Sources {
 }
 
 /// Sources → desired store: the manifest directory (task `source-file`), URL (`source-url`), HTTP
-/// endpoint (`source-http`) and, in cluster mode, the API server (group `cluster-connect`).
+/// endpoint (`source-http`) and, in cluster mode, the API server (`source-api`, `client-certificate`).
 pub(crate) async fn start_sources(core: &Core) -> anyhow::Result<Sources> {
     let (config, sup, shutdown) = (&core.config, &core.supervisor, &core.shutdown);
     // Ephemeral containers `nodelet debug` added to static pods, kept across restarts.
@@ -182,18 +227,7 @@ pub(crate) async fn start_sources(core: &Core) -> anyhow::Result<Sources> {
     // Cluster mode: the API server is one more source.
     let cluster = match &config.cluster {
         Some(c) => {
-            let mut tasks = tokio::task::JoinSet::new();
-            let cluster = cluster::Cluster::connect(
-                &config.node_name,
-                c,
-                &pod_config,
-                &core.registry,
-                shutdown,
-                &mut tasks,
-            )
-            .await?;
-            sup.adopt("cluster-connect", tasks);
-            Some(cluster)
+            Some(cluster::Cluster::connect(&config.node_name, c, &pod_config, &core.registry, sup).await?)
         }
         None => None,
     };
@@ -213,8 +247,8 @@ pub(crate) struct Storage {
     pub(crate) volume_metrics: VolumeMetrics,
 }
 
-/// The CRI pod runtime, the CSI plugin registry (task `csi-plugin-watcher`) and the claim engine (task
-/// `claim-engine`, group `claims`).
+/// The CRI pod runtime, the CSI plugin registry (task `csi-plugin-watcher`) and the claim engine (tasks
+/// `claim-engine`, `claim-populator`, `claim-csi-drivers`).
 pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> anyhow::Result<Storage> {
     let (config, sup, shutdown) = (&core.config, &core.supervisor, &core.shutdown);
     // ConfigMaps, Secrets and tokens for volumes and environment variables.
@@ -253,7 +287,6 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
     sup.watch("csi-plugin-watcher", Policy::Critical, watcher);
 
     // The claim engine: PersistentVolumes, claims and classes from the manifests, provisioners.
-    let mut tasks = tokio::task::JoinSet::new();
     let claims::Claims { view: claim_view, metrics: claim_metrics, task } = claims::start(
         config,
         src.objects.clone(),
@@ -262,10 +295,8 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
         &core.engine_metrics,
         volume_metrics.operation_duration.clone(),
         csi.clone(),
-        shutdown,
-        &mut tasks,
+        sup,
     )?;
-    sup.adopt("claims", tasks);
     sup.watch("claim-engine", Policy::Critical, log_report("claim", task));
     let mut claim_lookup: Arc<dyn ClaimLookup> = Arc::new(claim_view.clone());
     if let Some(c) = &src.cluster {
@@ -299,7 +330,6 @@ fn log_report(
 pub(crate) struct Volumes {
     pub(crate) desired: Store<VolumeKey, DesiredVolume>,
     pub(crate) actual: Store<VolumeKey, VolumeActual>,
-    pub(crate) gate: VolumeGate,
     failures: Store<
         VolumeKey,
         reconcile_engine::OpStatus<
@@ -352,21 +382,23 @@ pub(crate) fn start_volumes(core: &Core, storage: &Storage) -> Volumes {
         Policy::Critical,
         volumes::watch_volumes(actual.clone(), engine.observer(), core.shutdown.clone()),
     );
-    let gate = VolumeGate::new(desired.clone(), actual.clone()).with_claims(storage.claim_lookup.clone());
     let metrics = storage.volume_metrics.clone();
-    Volumes { desired, actual, gate, failures, metrics, engine: Some(engine), writer: Some(writer) }
+    Volumes { desired, actual, failures, metrics, engine: Some(engine), writer: Some(writer) }
 }
 
 /// The pod pair's stores and what the servers and later pairs read of it.
 pub(crate) struct Pods {
     pub(crate) actual: Store<PodUid, PodActual>,
     pub(crate) failures: Store<PodUid, nodelet_resources::pod::status::PodOpStatus>,
-    pub(crate) waker: Waker<PodUid>,
     pub(crate) probes: ProbeResults,
     /// The node's verdicts on its pods (admitted, refused, evicted).
     pub(crate) verdicts: Store<PodUid, nodelet_resources::eviction::verdict::Verdict>,
-    /// What the pod pair and status read of the sandbox pair.
+    /// What the servers read of the sandbox pair.
     pub(crate) sandboxes: SandboxView,
+    /// The sandbox pair's operation status (a side input of the pod reconciler and of pod status).
+    pub(crate) sandbox_failures: Store<PodUid, SandboxOpStatus>,
+    /// The pod engine's container GC setting.
+    pub(crate) container_gc: nodelet_resources::pod::gc::ContainerGcPolicy,
     /// What [`start_pressure`] takes: the verdict store's writer, admission and the container GC
     /// reclaimer (the verdict populator and the eviction manager run there).
     pressure_inputs: Option<PressureInputs>,
@@ -384,7 +416,7 @@ struct PressureInputs {
 
 /// The pod engine (task `pod-engine`) with its prober (`prober`), PLEG (`pleg`, `runtime-events`), volume
 /// populator (`volume-populator`, `volume-refresh`), container GC (`container-gc`), log rotation
-/// (`log-rotation`) and the volume wake-ups (`wake-pods-on-volumes`, `claim-volume-stats`); also starts the
+/// (`log-rotation`) and the claims' volume stats (`claim-volume-stats`); also starts the
 /// volume engine and the sandbox pair (`sandbox-engine`: sandboxes and their network, see
 /// [`nodelet_resources::sandbox`]).
 pub(crate) fn start_pods(
@@ -412,22 +444,42 @@ pub(crate) fn start_pods(
     );
     let probes = prober.results();
     // The node's verdicts on its pods (admitted, refused, evicted): written only by the verdict
-    // populator that `pressure::start` runs; read by the pod reconciler, the volume populator, status.
+    // populator that `pressure::start` runs; read by the pod and sandbox reconcilers, the volume
+    // populator, status.
     let (verdicts, verdict_writer) = reconcile_engine::store();
     let admission = pressure::admission(config, &runtime.facts, Arc::new(storage.node_objects.clone()));
-    // Container GC: dead containers pruned by the pod pair, dead sandboxes by the sandbox pair
-    // (kubelet's container GC).
-    let (container_gc, container_surplus, container_reclaimer) =
-        nodelet_resources::pod::gc::container_gc(config.container_gc, desired.clone(), clock.clone());
-    let pod_failures: nodelet_resources::pod::reconciler::FailureSlot = Arc::default();
     let pod_backoff = BackoffConfig::default()
         .with_initial(config.backoff.image_pull.initial)
         .with_max(config.backoff.image_pull.max);
-    // The sandbox pair (sandboxes and their network): built first, as the pod reconciler reads its
-    // sandboxes; it reads the verdicts and waits for the pods' volumes.
+    // The pod engine's builder first: the sandbox pair and container GC read its actual store, and it
+    // watches theirs.
+    let builder = Engine::builder(
+        "pods",
+        PodReconciler::new(crash_loop.clone(), clock.clone())
+            .with_probes(probes.clone())
+            .with_container_gc(config.container_gc),
+        Arc::new(
+            PodDriver::new(storage.pod_runtime.clone(), pod_metrics.clone())
+                .with_grace_cap(config.pods.grace_cap()),
+        ),
+        desired.clone(),
+    );
+    let actual = builder.actual();
+    let failures = builder.op_status();
+    // Container GC: dead containers pruned by the pod pair, dead sandboxes by the sandbox pair
+    // (kubelet's container GC); the node-wide cap (maxContainers) decided over all pods by the
+    // surplus populator (`container-gc`).
+    let (surplus, surplus_populator, container_reclaimer) = nodelet_resources::pod::gc::container_gc(
+        config.container_gc,
+        desired.clone(),
+        actual.clone(),
+        clock.clone(),
+    );
+    // The sandbox pair (sandboxes and their network): it watches the pod actual store, the verdicts
+    // and the pods' volumes.
     let mut sandbox_pair = SandboxPair::new(
         storage.pod_runtime.clone(),
-        |r| r.with_volumes(vols.gate.clone()),
+        actual.clone(),
         SandboxMetrics::new(&core.registry)?,
         Some(&core.engine_metrics),
         SandboxPairConfig {
@@ -435,38 +487,30 @@ pub(crate) fn start_pods(
             resync_period: Some(config.sync_frequency),
             creations_at_once: None,
             verdicts: Some(verdicts.clone()),
-            volumes: Some(vols.actual.clone()),
+            volumes: Some((vols.desired.clone(), vols.actual.clone())),
         },
     );
     let sandboxes = sandbox_pair.view();
-    let mut engine = Engine::builder(
-        "pods",
-        PodReconciler::new(crash_loop.clone(), clock.clone())
-            .with_failures(pod_failures.clone())
-            .with_sandboxes(sandboxes.clone())
-            .with_volumes(vols.gate.clone())
-            .with_probes(probes.clone())
-            .with_verdicts(verdicts.clone())
-            .with_container_gc(container_gc),
-        Arc::new(
-            PodDriver::new(storage.pod_runtime.clone(), pod_metrics.clone())
-                .with_grace_cap(config.pods.grace_cap()),
-        ),
-        desired.clone(),
-    )
-    .metrics(&core.engine_metrics)
-    .backoff(pod_backoff)
-    .max_concurrent(nodelet_resources::pod::ops::MAX_CONCURRENT_OPS)
-    .resync_period(config.sync_frequency)
-    // A pod's volumes changed: plan the pod again.
-    .watches("volumes", vols.actual.clone(), nodelet_resources::volume::reconciler::pod_of_volume)
-    // A pod's sandboxes changed: plan the pod again (its containers wait for a ready sandbox).
-    .watches("sandboxes", sandbox_pair.actual(), pod_of_sandboxes)
-    .build();
-    let actual = engine.actual();
-    let failures = engine.op_status();
-    let _ = pod_failures.set(failures.clone());
-    let waker = engine.waker();
+    let sandbox_failures = sandbox_pair.op_status();
+    let mut engine = builder
+        .metrics(&core.engine_metrics)
+        .backoff(pod_backoff)
+        .max_concurrent(nodelet_resources::pod::ops::MAX_CONCURRENT_OPS)
+        .resync_period(config.sync_frequency)
+        // The engine's own failures: an ephemeral container whose start keeps failing never delays
+        // the pod's other containers, and no prune replaces a failure on record.
+        .reads(failures.clone())
+        // A pod's verdict came or changed: plan the pod again.
+        .watches("verdicts", verdicts.clone(), |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()))
+        // A pod's volumes changed: plan the pod again (its containers wait for them).
+        .reads(vols.desired.clone())
+        .watches("volumes", vols.actual.clone(), nodelet_resources::volume::reconciler::pod_of_volume)
+        // A pod's sandboxes changed: plan the pod again (its containers wait for a ready sandbox).
+        .watches("sandboxes", sandbox_pair.actual(), pod_of_sandboxes)
+        .reads(sandbox_failures.clone())
+        // The node-wide container GC decision for a pod changed: plan the pod again.
+        .watches("container-gc", surplus, |uid: &PodUid, _: Option<&Surplus>| Some(uid.clone()))
+        .build();
     sup.spawn(
         "prober",
         Policy::Critical,
@@ -522,20 +566,25 @@ pub(crate) fn start_pods(
     )
     .with_sandboxes(sandbox_pair.actual(), sandbox_pair.observer());
     let relist = pleg.waker();
-    // The sandbox pair's populator and engine (`sandbox-engine`), reading the pod actual store.
-    let task = sandbox_pair.start(desired.clone(), actual.clone(), engine.waker(), shutdown.clone());
+    // The sandbox pair's populator and engine (`sandbox-engine`).
+    let task = sandbox_pair.start(desired.clone(), engine.waker(), shutdown.clone());
     sup.watch("sandbox-engine", Policy::Critical, log_report("sandbox", task));
     // The node-wide cap on dead containers (maxContainers), decided over all pods.
-    let (surplus, surplus_actual, surplus_waker) = (container_surplus, actual.clone(), engine.waker());
-    sup.spawn(
-        "container-gc",
-        Policy::Critical,
-        surplus.populator(surplus_actual, surplus_waker).run(shutdown.clone()),
-    );
+    sup.spawn("container-gc", Policy::Critical, surplus_populator.run(shutdown.clone()));
     let (cri, logs_actual, logs_config, stop) =
         (runtime.cri.clone(), actual.clone(), config.container_logs, shutdown.clone());
     sup.spawn_restartable("log-rotation", move || {
-        log_rotation::run(cri.clone(), logs_actual.clone(), logs_config, stop.clone())
+        let policy = nodelet_cri::log_rotation::LogRotationPolicy {
+            max_size: logs_config.max_size,
+            max_files: logs_config.max_files,
+        };
+        log_rotation::run(
+            cri.clone(),
+            logs_actual.clone(),
+            policy,
+            logs_config.monitor_interval,
+            stop.clone(),
+        )
     });
     let (cri, stop) = (runtime.cri.clone(), shutdown.clone());
     sup.spawn_restartable("runtime-events", move || {
@@ -551,10 +600,11 @@ pub(crate) fn start_pods(
     Ok(Pods {
         actual,
         failures,
-        waker,
         probes,
         verdicts,
         sandboxes,
+        sandbox_failures,
+        container_gc: config.container_gc,
         pressure_inputs,
         crash_loop,
         clock,
@@ -618,7 +668,8 @@ pub(crate) fn start_stats(
     stats
 }
 
-/// Image garbage collection and the eviction manager (group `pressure`).
+/// Image garbage collection, the verdict populator and the eviction manager (tasks `image-engine`,
+/// `image-populator`, `verdict-populator`, `eviction-manager`).
 pub(crate) fn start_pressure(
     core: &Core,
     runtime: &Runtime,
@@ -629,7 +680,6 @@ pub(crate) fn start_pressure(
 ) -> anyhow::Result<pressure::PressureState> {
     let config = &core.config;
     let inputs = pods.pressure_inputs.take().context("pressure is started once")?;
-    let mut tasks = tokio::task::JoinSet::new();
     let state = pressure::start(
         pressure::Wiring {
             config,
@@ -641,15 +691,61 @@ pub(crate) fn start_pressure(
             verdicts: pods.verdicts.clone(),
             verdict_writer: inputs.verdict_writer,
             admission: inputs.admission,
-            waker: pods.waker.clone(),
             container_gc: inputs.container_gc,
             registry: &core.registry,
             engine_metrics: &core.engine_metrics,
             clock: pods.clock.clone(),
         },
-        &core.shutdown,
-        &mut tasks,
+        &core.supervisor,
     )?;
-    core.supervisor.adopt("pressure", tasks);
     Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+    use std::path::PathBuf;
+
+    use super::*;
+
+    #[test]
+    fn the_embedded_containerd_gets_the_daemons_settings() {
+        let mut config = crate::config::Config::resolve(
+            &crate::cli::RunArgs { hostname_override: Some("n".into()), ..Default::default() },
+            None,
+            &crate::config::HostFacts::detect(),
+        )
+        .expect("defaults")
+        .config;
+        config.root_dir = PathBuf::from("/srv/nodelet");
+        config.runtime.pod_infra_container_image = "registry.k8s.io/pause:3.9".into();
+        config.runtime.embedded.pod_cidr = "198.18.32.0/20".parse().expect("cidr");
+        let c = embedded_containerd_config(&config);
+        assert_eq!(c.dir, PathBuf::from("/srv/nodelet/containerd"));
+        assert_eq!(c.sandbox_image, "registry.k8s.io/pause:3.9");
+        assert_eq!(c.cni_conf_dir, PathBuf::from("/srv/nodelet/cni/net.d"));
+        let net = c.cni_network.expect("network");
+        assert_eq!(net.subnet.first_host(), Ipv4Addr::new(198, 18, 32, 1));
+        assert_eq!(net.bridge, "nodelet0");
+    }
+
+    #[test]
+    fn the_node_facts_get_the_daemons_settings() {
+        let config = crate::config::Config::resolve(
+            &crate::cli::RunArgs { hostname_override: Some("n".into()), ..Default::default() },
+            None,
+            &crate::config::HostFacts::detect(),
+        )
+        .expect("defaults")
+        .config;
+        let facts = facts_config(&config);
+        assert_eq!(facts.node_name, "n");
+        assert_eq!(facts.max_pods, 110);
+        assert_eq!(facts.kubelet_port, 10250);
+        let signals: Vec<&str> = facts.hard_eviction.iter().map(|t| t.signal.as_str()).collect();
+        assert!(
+            signals.contains(&"memory.available") && signals.contains(&"nodefs.available"),
+            "{signals:?}"
+        );
+    }
 }

@@ -490,20 +490,7 @@ fn with_content_type(mut response: Response, content_type: &'static str) -> Resp
     response
 }
 
-/// RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters (namespaces, containers).
-pub(crate) fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b.first().is_some_and(u8::is_ascii_alphanumeric)
-        && b.last().is_some_and(u8::is_ascii_alphanumeric)
-}
-
-/// RFC 1123 subdomain: dot-separated labels, at most 253 characters (pod names).
-pub(crate) fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
-}
+pub(crate) use nodelet_resources::common::names::{is_dns_label, is_dns_subdomain};
 
 #[cfg(test)]
 mod tests {

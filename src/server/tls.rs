@@ -311,8 +311,8 @@ fn generate_self_signed(
     Ok((vec![cert.der().clone()], key))
 }
 
-/// [`crate::atomic::write_atomically`], its error as a [`TlsError::Write`].
+/// [`nodelet_node::atomic::write_atomically`], its error as a [`TlsError::Write`].
 fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> Result<(), TlsError> {
-    crate::atomic::write_atomically(path, contents, mode)
+    nodelet_node::atomic::write_atomically(path, contents, mode)
         .map_err(|e| TlsError::Write { path: e.path, source: e.source })
 }

@@ -2,7 +2,7 @@
 //! main port): the API server keeps an API pod's ephemeral containers; for a static pod nodelet keeps them
 //! itself, in `<root-dir>/debug/ephemeral-containers.json`, by pod UID.
 //!
-//! The file is replaced atomically ([`crate::atomic`]) before the pod config merges the new container into
+//! The file is replaced atomically ([`nodelet_node::atomic`]) before the pod config merges the new container into
 //! the desired pod, so an added ephemeral container is never lost: after a nodelet restart the pod config
 //! merges the file's containers into the static pods again (see [`super::PodConfig::with_debug_state`]),
 //! and the pod reconciler, which finds their records in the runtime, does not start them a second time.
@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::EphemeralContainer;
 use nodelet_resources::pod::desired::PodUid;
 use nodelet_resources::pod::validation::ValidationError;
 
-use crate::atomic::{AtomicWriteError, write_atomically};
+use nodelet_node::atomic::{AtomicWriteError, write_atomically};
 
 /// The state file's name under `<root-dir>/debug`.
 pub(crate) const STATE_FILE: &str = "ephemeral-containers.json";

@@ -241,7 +241,7 @@ fn write_checkpoint(
     documents: &BTreeMap<String, serde_json::Value>,
 ) -> Result<(), String> {
     let bytes = serde_json::to_vec(documents).map_err(|e| format!("cannot encode the checkpoint: {e}"))?;
-    crate::atomic::write_atomically(path, &bytes, 0o600)
+    nodelet_node::atomic::write_atomically(path, &bytes, 0o600)
         .map_err(|e| format!("cannot checkpoint the submitted pods: {e}"))
 }
 

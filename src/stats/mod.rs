@@ -23,12 +23,12 @@
 //! `--housekeeping-interval`, 10 s) and requests are served the newest one: `/stats/summary` and
 //! `/metrics/resource` read it without touching the runtime or the disk. Only when no summary younger than
 //! two intervals exists (before the first round, or with no housekeeping running) does a request gather one
-//! itself. [`StatsProvider::node`], the eviction manager's node signals, is read fresh: `/proc`, `statvfs`
+//! itself (the host numbers through the readers of [`nodelet_node::host_stats`]).
+//! [`StatsProvider::node`], the eviction manager's node signals, is read fresh: `/proc`, `statvfs`
 //! and one CRI call; the pods' usage, which the eviction manager asks for only when it is about to evict,
 //! is gathered fresh too ([`StatsProvider::refresh`]).
 
 pub(crate) mod cadvisor;
-pub(crate) mod host;
 pub(crate) mod local_storage;
 pub(crate) mod resource;
 pub(crate) mod summary;
@@ -41,15 +41,15 @@ use std::time::Duration;
 use nodelet_cri::labels;
 use nodelet_cri::proto as v1;
 use nodelet_cri::{ContainerFilter, CriPodRuntime, SandboxFilter};
+use nodelet_resources::common::clock::Clock;
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
-use nodelet_resources::pod::reconciler::Clock;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{Plugin, VolumeKey, split_key};
 use reconcile_engine::Store;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use host::{CgroupVersion, FsInfo, MemorySample};
+use nodelet_node::host_stats::{self as host, CgroupVersion, FsInfo, MemorySample};
 use summary::{
     ContainerRuntimeInfo, ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats,
     NodeStats, PodReference, PodStats, ProcessStats, PvcReference, RlimitStats, RuntimeStats, Summary, Time,

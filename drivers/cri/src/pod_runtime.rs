@@ -26,13 +26,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_cri::v1;
 use k8s_openapi::api::core::v1::Container;
+use nodelet_resources::common::runtime_class::{self, RuntimeClasses};
 use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use nodelet_resources::pod::desired::DesiredPod;
 use nodelet_resources::pod::driver::{
     CancellationToken, ContainerKind, PodRuntime, RuntimeError, RuntimeResult,
 };
 use nodelet_resources::pod::resize::CgroupResources;
-use nodelet_resources::pod::runtime_class::{self, RuntimeClasses};
 use nodelet_resources::volume::status::PodVolumes;
 
 use crate::client::CriClient;

@@ -145,7 +145,7 @@ impl Extension for Prepull {
             actual,
             failures,
             problems,
-            // relation: the status reads the node's desired pods (pod → the images of its containers).
+            // The status reads the node's desired pods when asked (pod → the images of its containers).
             pods: ctx.pods_desired(),
         })))
     }

@@ -325,18 +325,7 @@ pub fn storage_bytes(
     u64::try_from(q.scaled_ceil(1)).ok()
 }
 
-/// Whether `name` is a DNS subdomain (RFC 1123): what Kubernetes accepts as a volume, claim or
-/// class name, and so safe as a file name.
-pub fn is_dns_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
-}
+pub use crate::common::names::is_dns_subdomain;
 
 /// Checks a PersistentVolume as the API server would (the parts the binder relies on).
 pub fn validate_pv(pv: &PersistentVolume) -> Result<(), String> {

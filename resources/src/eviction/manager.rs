@@ -19,7 +19,6 @@ use reconcile_engine::Store;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::events::{Involved, NodeEvents};
 use super::local_storage::check;
 use super::metrics::EvictionMetrics;
 use super::populator::{Eviction, EvictionSink};
@@ -27,9 +26,10 @@ use super::rank::{Candidate, eviction_message, is_critical, rank};
 use super::signal::{BoxFuture, Condition, Signal, SignalSource};
 use super::state::{EvictionState, Met, Policy, still_met};
 use super::verdict::Verdict;
+use crate::common::clock::Clock;
+use crate::common::events::{Involved, NodeEvents};
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, PodUid};
-use crate::pod::reconciler::Clock;
 
 /// The grace period of a pod evicted for a hard threshold (the kubelet's
 /// `immediateEvictionGracePeriodSeconds`).

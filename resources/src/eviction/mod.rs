@@ -21,10 +21,10 @@
 //!
 //! The pod pair reads the verdict store and never writes it: a pod starts only once admitted;
 //! a stopped pod is killed ([`verdict::plan_stopped`]) and its status shows phase `Failed`
-//! with the verdict's reason and message ([`verdict::apply`]). Pods are woken when their verdict
-//! changes ([`populator::wake_pods_on_verdicts`]).
+//! with the verdict's reason and message ([`verdict::apply`]). The pod engine watches the verdict
+//! store (a declared relation, key = the pod UID), so a pod is planned again when its verdict changes.
 
-pub mod events;
+pub use crate::common::events;
 pub mod local_storage;
 pub mod manager;
 pub mod metrics;

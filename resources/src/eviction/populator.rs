@@ -15,12 +15,13 @@
 //!   through an [`EvictionSink`]; the populator turns them into `Evicted` verdicts. The manager's
 //!   pressure conditions reach admission through a `watch` channel.
 //!
-//! Pods are woken when their verdict changes by [`wake_pods_on_verdicts`].
+//! The pod and sandbox engines watch the verdict store (a declared relation, key = the pod UID), so
+//! a pod whose verdict changes is planned again.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use reconcile_engine::{CancellationToken, Store, Waker, Writer};
+use reconcile_engine::{CancellationToken, Store, Writer};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info};
 
@@ -208,29 +209,6 @@ impl VerdictPopulator {
                 Some(eviction) = self.evictions.0.recv() => {
                     self.evict(eviction);
                 }
-            }
-        }
-    }
-}
-
-/// Wakes the pod engine for every pod whose verdict changed, until `shutdown` or until the
-/// engine is gone.
-// relation: the pod pair watches the verdict store; key mapping: identity (a verdict's pod UID is
-// the pod's key).
-pub async fn wake_pods_on_verdicts(
-    verdicts: Store<PodUid, Verdict>,
-    waker: Waker<PodUid>,
-    shutdown: CancellationToken,
-) {
-    let sub = verdicts.subscribe();
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = sub.changed() => {}
-        }
-        for uid in sub.drain() {
-            if !waker.wake(uid) {
-                return;
             }
         }
     }

@@ -23,11 +23,11 @@ use reconcile_engine::Plan;
 
 use super::rank::is_critical;
 use super::signal::Condition;
+use crate::common::qos::qos_class;
+use crate::common::runtime_class::{self, RuntimeClasses};
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, is_sidecar};
 use crate::pod::ops::PodOp;
-use crate::pod::runtime_class::{self, RuntimeClasses};
-use crate::pod::status::qos_class;
 
 /// The taint a pod tolerates to be admitted under memory pressure when it is BestEffort.
 pub const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";
@@ -453,7 +453,7 @@ pub fn apply(verdict: &Stopped, mut status: PodStatus, now: i64) -> PodStatus {
             status: "True".into(),
             reason: Some("TerminationByKubelet".into()),
             message: Some(verdict.message.clone()),
-            last_transition_time: crate::pod::status::time(if verdict.at > 0 { verdict.at } else { now }),
+            last_transition_time: crate::common::time::time(if verdict.at > 0 { verdict.at } else { now }),
             ..PodCondition::default()
         });
     }

@@ -11,9 +11,9 @@ use tracing::{info, warn};
 use super::actual::{ImageActual, ImageId};
 use super::metrics::ImageGcMetrics;
 use super::ops::ImageOp;
-use crate::eviction::events::{Involved, NodeEvents};
+use crate::common::clock::Clock;
+use crate::common::events::{Involved, NodeEvents};
 use crate::eviction::signal::BoxFuture;
-use crate::pod::reconciler::Clock;
 
 /// An image the runtime has.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reconcile_engine::{CancellationToken, Observer, OpStatus, Store, Update, Waker, Writer};
+use reconcile_engine::{Observer, OpStatus, Store, Update, Writer};
 use tracing::{debug, warn};
 
 use super::actual::{ImageActual, ImageId, Inventory};
@@ -25,8 +25,8 @@ use super::ops::ImageOp;
 use super::plan::{ImageGcPolicy, PlanError, Removal, plan, plan_free};
 use super::reconciler::PodImages;
 use super::status::{FreeRequest, FreeSpaceRequests, PassReport};
-use crate::eviction::events::{Involved, NodeEvents};
-use crate::pod::reconciler::Clock;
+use crate::common::clock::Clock;
+use crate::common::events::{Involved, NodeEvents};
 
 /// How long a pass waits for its removals by default.
 pub const DEFAULT_SETTLE: Duration = Duration::from_secs(30);
@@ -257,32 +257,5 @@ impl ImagePopulator {
             answered = request.map_or(answered, |r| r.seq);
             self.requests.reports.send_replace(PassReport { request: answered, ..report });
         }
-    }
-}
-
-/// Wakes the image engine for every image to be removed whenever a pod changes, so the reconciler
-/// checks again that no pod uses it (a pod that appears after the decision keeps its image).
-// relation: watches the pod desired store and the pod actual store; a change of any pod key maps to
-// every image key whose desired value is `Remove`.
-pub async fn wake_on_pod_changes(
-    pods: PodImages,
-    desired: Store<ImageId, DesiredImage>,
-    waker: Waker<ImageId>,
-    shutdown: CancellationToken,
-) {
-    let (pods_desired, pods_actual) = (pods.desired.subscribe(), pods.actual.subscribe());
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = pods_desired.changed() => {}
-            () = pods_actual.changed() => {}
-        }
-        pods_desired.drain();
-        pods_actual.drain();
-        desired.for_each(|id, value| {
-            if matches!(value, DesiredImage::Remove(_)) {
-                waker.wake(id.clone());
-            }
-        });
     }
 }

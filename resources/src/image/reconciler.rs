@@ -1,6 +1,11 @@
 //! The image reconciler: a removal runs only when the desired state says `Remove`, the image is
 //! not pinned, no pod uses it now (the pod stores, read as side inputs, are checked again here, so a
 //! pod that appears after the populator's decision wins) and it is older than `imageMinimumGCAge`.
+//!
+//! Side inputs: the pod desired and actual stores (`Store<PodUid, DesiredPod>`,
+//! `Store<PodUid, PodActual>`); the image engine watches both, and a change of any pod plans again
+//! every image the desired state says to remove ([`removals_on_pod_change`]). Without them, nothing
+//! is removed.
 
 use std::fmt;
 use std::time::Duration;
@@ -11,9 +16,9 @@ use super::actual::{ImageActual, ImageId};
 use super::desired::DesiredImage;
 use super::driver::RuntimeImage;
 use super::ops::ImageOp;
+use crate::common::clock::Clock;
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, PodUid};
-use crate::pod::reconciler::Clock;
 
 /// The pods' stores, read-only: an image a pod names or runs is never removed.
 #[derive(Debug, Clone)]
@@ -25,6 +30,14 @@ pub struct PodImages {
 }
 
 impl PodImages {
+    /// The pod stores among a reconciler's side inputs, if both are there.
+    pub fn from_inputs(inputs: &reconcile_engine::Inputs) -> Option<Self> {
+        Some(Self {
+            desired: inputs.get::<PodUid, DesiredPod>()?.clone(),
+            actual: inputs.get::<PodUid, PodActual>()?.clone(),
+        })
+    }
+
     /// Whether a pod names `image` in its spec or runs a container of it.
     pub fn uses(&self, image: &RuntimeImage) -> bool {
         let mut used = false;
@@ -53,9 +66,6 @@ impl PodImages {
 
 /// The image reconciler.
 pub struct ImageReconciler {
-    // relation: watches the pod desired and actual stores; any change maps to every image key whose
-    // desired value is `Remove` (see `populator::wake_on_pod_changes`).
-    pods: PodImages,
     pinned: Vec<String>,
     minimum_age: Duration,
     clock: Clock,
@@ -71,10 +81,27 @@ impl fmt::Debug for ImageReconciler {
 }
 
 impl ImageReconciler {
-    /// A reconciler that never removes what `pods` use or `pinned` (references) name, nor an image
-    /// first seen less than `minimum_age` ago by the wall clock `clock`.
-    pub fn new(pods: PodImages, pinned: Vec<String>, minimum_age: Duration, clock: Clock) -> Self {
-        Self { pods, pinned, minimum_age, clock }
+    /// A reconciler that never removes what the pods (its side inputs) use or `pinned` (references)
+    /// name, nor an image first seen less than `minimum_age` ago by the wall clock `clock`.
+    pub fn new(pinned: Vec<String>, minimum_age: Duration, clock: Clock) -> Self {
+        Self { pinned, minimum_age, clock }
+    }
+}
+
+/// The mapper of the image engine's relations on the pod stores: whatever pod changed, every image
+/// the desired store `images` says to remove, so the reconciler checks again that no pod uses it (a
+/// pod that appears after the decision keeps its image).
+pub fn removals_on_pod_change<V>(
+    images: Store<ImageId, DesiredImage>,
+) -> impl Fn(&PodUid, Option<&V>) -> Vec<ImageId> + Send + Sync + 'static {
+    move |_, _| {
+        let mut out = Vec::new();
+        images.for_each(|id, value| {
+            if matches!(value, DesiredImage::Remove(_)) {
+                out.push(id.clone());
+            }
+        });
+        out
     }
 }
 
@@ -87,7 +114,8 @@ impl Reconciler<DesiredImage, ImageActual> for ImageReconciler {
             return Plan::Idle;
         };
         let image = &actual.image;
-        if image.pinned || self.pinned.iter().any(|r| image.matches(r)) || self.pods.uses(image) {
+        let Some(pods) = PodImages::from_inputs(view.inputs) else { return Plan::Idle };
+        if image.pinned || self.pinned.iter().any(|r| image.matches(r)) || pods.uses(image) {
             return Plan::Idle;
         }
         let age = (self.clock)().saturating_sub(actual.first_seen);

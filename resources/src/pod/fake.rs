@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Container;
 use super::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use super::desired::DesiredPod;
 use super::driver::{ContainerKind, PodRuntime, RuntimeError, RuntimeResult, container_hash};
-use super::reconciler::Clock;
+use crate::common::clock::Clock;
 use crate::sandbox::actual::PodSandboxes;
 use crate::sandbox::desired::SandboxSpec;
 use crate::sandbox::driver::SandboxRuntime;

@@ -10,9 +10,10 @@
 //! from the policy and the wall clock, so the pod pair stays the only writer of its runtime
 //! objects. `maxContainers` is a batch decision over every pod: the [`SurplusPopulator`] makes it
 //! every `nodelet.containerGC.period` over one snapshot of the pods and writes, per pod, the dead
-//! containers beyond the node's cap into a store the reconciler reads as a side input; each removal
-//! is still an operation on its own pod's key, and the reconciler checks every chosen container
-//! again (dead, not shown by status, old enough).
+//! containers beyond the node's cap into a store the reconciler reads as a side input (the pod
+//! engine watches it: a pod whose entry changed is planned again); each removal is still an
+//! operation on its own pod's key, and the reconciler checks every chosen container again (dead,
+//! not shown by status, old enough).
 //!
 //! What pod status still shows is never removed: the newest attempt of every container, and the
 //! attempt before it when the newest has exited for good (its `lastState`). This agrees with the pod
@@ -23,13 +24,13 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use reconcile_engine::{CancellationToken, Plan, Store, Waker, Writer};
+use reconcile_engine::{CancellationToken, Plan, Store, Writer};
 use tokio::sync::watch;
 
 use super::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use super::desired::{DesiredPod, PodUid};
 use super::ops::PodOp;
-use super::reconciler::Clock;
+use crate::common::clock::Clock;
 use crate::eviction::manager::Reclaimer;
 use crate::eviction::signal::{BoxFuture, Signal};
 
@@ -61,13 +62,13 @@ impl Default for ContainerGcPolicy {
 /// Per pod, the dead containers beyond the node's `maxContainers` (written by [`SurplusPopulator`]).
 pub type Surplus = BTreeSet<String>;
 
-/// What the pod reconciler needs for container GC: the policy and the node-wide decision.
+/// What [`after`] decides from: the policy and the node-wide decision.
 #[derive(Debug, Clone)]
 pub struct ContainerGc {
     /// The policy.
     pub policy: ContainerGcPolicy,
-    // relation: reads the surplus store; the populator wakes the pods whose entry changed.
-    /// The surplus store, when `maxContainers` is set.
+    /// The surplus store, when `maxContainers` is set (the pod reconciler's side input, watched by
+    /// the pod engine with the identity mapping).
     pub surplus: Option<Store<PodUid, Surplus>>,
 }
 
@@ -265,14 +266,15 @@ pub fn after(
     }
 }
 
-/// Makes the node-wide decision every `period` (and when asked through [`ContainerGcReclaimer`]),
-/// writes it into the surplus store and wakes the pods whose entry changed (all of them when asked).
+/// Makes the node-wide decision every `period` (and when asked through [`ContainerGcReclaimer`]) and
+/// writes it into the surplus store; the pod engine watches that store, so a pod whose entry changed
+/// is planned again. When asked (disk pressure), every pod's entry is written again, so that every
+/// pod is planned again.
 pub struct SurplusPopulator {
     policy: ContainerGcPolicy,
     desired: Store<PodUid, DesiredPod>,
     actual: Store<PodUid, PodActual>,
     surplus: Writer<PodUid, Surplus>,
-    waker: Waker<PodUid>,
     clock: Clock,
     requests: watch::Receiver<u64>,
 }
@@ -283,63 +285,49 @@ impl std::fmt::Debug for SurplusPopulator {
     }
 }
 
-/// Builds the pod reconciler's [`ContainerGc`], the [`PendingSurplus`] that becomes its populator
-/// once the pod engine exists, and a [`ContainerGcReclaimer`] for the eviction manager.
+/// The surplus store (the pod reconciler's side input, to be watched by the pod engine), its
+/// [`SurplusPopulator`] over the desired pods and the pod engine's `actual` store, and a
+/// [`ContainerGcReclaimer`] for the eviction manager.
 pub fn container_gc(
     policy: ContainerGcPolicy,
     desired: Store<PodUid, DesiredPod>,
+    actual: Store<PodUid, PodActual>,
     clock: Clock,
-) -> (ContainerGc, PendingSurplus, ContainerGcReclaimer) {
+) -> (Store<PodUid, Surplus>, SurplusPopulator, ContainerGcReclaimer) {
     let (store, surplus) = reconcile_engine::store();
     let (tx, requests) = watch::channel(0u64);
-    let gc = ContainerGc { policy, surplus: Some(store) };
-    (gc, PendingSurplus { policy, desired, surplus, clock, requests }, ContainerGcReclaimer(Arc::new(tx)))
-}
-
-/// A [`SurplusPopulator`] waiting for the pod engine's actual store and waker.
-pub struct PendingSurplus {
-    policy: ContainerGcPolicy,
-    desired: Store<PodUid, DesiredPod>,
-    surplus: Writer<PodUid, Surplus>,
-    clock: Clock,
-    requests: watch::Receiver<u64>,
-}
-
-impl std::fmt::Debug for PendingSurplus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PendingSurplus").field("policy", &self.policy).finish_non_exhaustive()
-    }
-}
-
-impl PendingSurplus {
-    /// The populator over the pod engine's `actual` store, waking pods through `waker`.
-    pub fn populator(self, actual: Store<PodUid, PodActual>, waker: Waker<PodUid>) -> SurplusPopulator {
-        let Self { policy, desired, surplus, clock, requests } = self;
-        SurplusPopulator { policy, desired, actual, surplus, waker, clock, requests }
-    }
+    let populator = SurplusPopulator { policy, desired, actual, surplus, clock, requests };
+    (store, populator, ContainerGcReclaimer(Arc::new(tx)))
 }
 
 impl SurplusPopulator {
-    /// One decision; wakes the pods whose surplus changed, or every pod when `all`.
+    /// One decision, written into the surplus store (only the pods whose surplus changed); with
+    /// `all`, every pod's entry is written again (empty where it has none), which plans every pod
+    /// again.
     pub fn pass(&mut self, all: bool) {
         let actual = self.actual.entries();
         let desired = &self.desired;
         let surplus = node_surplus(&self.policy, (self.clock)(), &actual, |uid, code| {
             desired.get(&uid.to_owned()).map(|p| p.restart_policy().restarts(code))
         });
-        let mut changed: Vec<PodUid> = Vec::new();
-        for (uid, ids) in &surplus {
-            if self.surplus.reader().get(uid).as_deref() != Some(ids) {
-                changed.push(uid.clone());
+        if all {
+            for (uid, _) in &actual {
+                self.surplus.insert(uid.clone(), surplus.get(uid).cloned().unwrap_or_default());
             }
+            let stale: Vec<PodUid> = self
+                .surplus
+                .reader()
+                .keys()
+                .into_iter()
+                .filter(|uid| !actual.iter().any(|(u, _)| u == uid))
+                .collect();
+            for uid in stale {
+                self.surplus.remove(&uid);
+            }
+        } else {
+            self.surplus.replace_all(surplus);
         }
-        changed.extend(self.surplus.reader().keys().into_iter().filter(|uid| !surplus.contains_key(uid)));
-        self.surplus.replace_all(surplus);
         self.surplus.mark_synced();
-        let wake: Vec<PodUid> = if all { actual.into_iter().map(|(uid, _)| uid).collect() } else { changed };
-        for uid in wake {
-            self.waker.wake(uid);
-        }
     }
 
     /// Decides every period (the first time one period after the start) and on request, until

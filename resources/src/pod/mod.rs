@@ -6,7 +6,7 @@
 //! - [`gc`]: container garbage collection, planned as operations of the pod pair.
 //! - [`grace`]: the node's upper bound on grace periods.
 //! - [`resize`]: in-place resize of running containers.
-//! - [`runtime_class`]: RuntimeClass handlers, overhead and node selectors.
+//! - [`runtime_class`]: RuntimeClass handlers, overhead and node selectors (in [`crate::common`]).
 
 pub mod actual;
 pub mod desired;
@@ -20,7 +20,7 @@ pub mod ops;
 pub mod pleg;
 pub mod reconciler;
 pub mod resize;
-pub mod runtime_class;
+pub use crate::common::runtime_class;
 pub mod security;
 pub mod status;
 pub mod validation;

@@ -12,33 +12,38 @@
 //! stopped and removed (the sandbox pair then removes its sandboxes).
 //! Ephemeral containers (`spec.ephemeralContainers`) start once the pod is initialized, after
 //! everything else the pod needs, each at most once: never restarted, not counted for anything.
+//!
+//! Side inputs, read through the [`View`] (the daemon registers them with
+//! [`EngineBuilder::reads`](reconcile_engine::EngineBuilder::reads) and declares the relations that
+//! plan a pod again when they change with
+//! [`EngineBuilder::watches`](reconcile_engine::EngineBuilder::watches)); an input that is not
+//! registered is a concern the reconciler leaves out:
+//! - the verdict store (`Store<PodUid, Verdict>`, written by the eviction pair's verdict populator;
+//!   relation: identity): admission, eviction and resize decisions;
+//! - the volume pair's desired and actual stores (relation on the actual store:
+//!   [`pod_of_volume`](crate::volume::reconciler::pod_of_volume)): containers wait for their volumes;
+//! - the sandbox pair's actual store and operation status (relation:
+//!   [`pod_of_sandboxes`](crate::sandbox::status::pod_of_sandboxes)): containers start in its ready
+//!   sandbox;
+//! - the container GC surplus store (relation: identity), when `maxContainers` is set;
+//! - this engine's own operation status ([`EngineBuilder::op_status`](reconcile_engine::EngineBuilder::op_status)).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reconcile_engine::{Plan, Reconciler, Update, View};
+use reconcile_engine::{Inputs, Plan, Reconciler, Store, Update, View};
 
 use super::actual::{ContainerRecord, ContainerState, PodActual};
 use super::desired::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy, is_sidecar};
 use super::driver::{ContainerKind, container_hash};
 use super::ops::PodOp;
 use super::resize::{CgroupResources, container_hash_without_resources, needs_restart};
+use crate::eviction::verdict::Verdict;
 use crate::probe::status as probe_status;
 use crate::volume::status::{VolumeGate, VolumeReadiness};
 
-/// Wall-clock time in nanoseconds since the Unix epoch. Runtimes stamp containers with wall
-/// time; tests pass a clock driven by paused tokio time.
-pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
-
-/// The system clock.
-pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-    })
-}
+pub use crate::common::clock::{Clock, system_clock};
 
 /// CrashLoopBackOff timing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,25 +80,12 @@ impl CrashLoopBackOff {
     }
 }
 
-/// The pod engine's last failed operation of each pod ([`reconcile_engine::Engine::op_status`]), set
-/// once the engine is built (the reconciler is built before it).
-pub type FailureSlot = Arc<std::sync::OnceLock<reconcile_engine::Store<PodUid, super::status::PodOpStatus>>>;
-
 /// The pod reconciler.
 pub struct PodReconciler {
     backoff: CrashLoopBackOff,
     clock: Clock,
-    volumes: Option<VolumeGate>,
     probes: Option<crate::probe::results::ProbeResults>,
-    // relation: the verdict store (written by the eviction pair's VerdictPopulator), read as a side
-    // input; key mapping: identity (a verdict's pod UID is the pod's key). Woken today by
-    // `eviction::populator::wake_pods_on_verdicts`.
-    verdicts: Option<reconcile_engine::Store<PodUid, crate::eviction::verdict::Verdict>>,
-    failures: Option<FailureSlot>,
-    // relation: watches the sandbox actual store, key = the pod UID (declared by the daemon with
-    // `EngineBuilder::watches`).
-    sandboxes: Option<crate::sandbox::status::SandboxView>,
-    container_gc: Option<super::gc::ContainerGc>,
+    container_gc: Option<super::gc::ContainerGcPolicy>,
 }
 
 impl fmt::Debug for PodReconciler {
@@ -105,16 +97,7 @@ impl fmt::Debug for PodReconciler {
 impl PodReconciler {
     /// A reconciler with the given crash-loop timing and clock.
     pub fn new(backoff: CrashLoopBackOff, clock: Clock) -> Self {
-        Self {
-            backoff,
-            clock,
-            volumes: None,
-            probes: None,
-            verdicts: None,
-            failures: None,
-            sandboxes: None,
-            container_gc: None,
-        }
+        Self { backoff, clock, probes: None, container_gc: None }
     }
 
     /// Restarts containers whose liveness or startup probe failed, as `results` says, and lets
@@ -130,91 +113,66 @@ impl PodReconciler {
         self.probes.as_ref()
     }
 
-    /// Makes pods wait for their volumes: no sandbox is created and no container started until
-    /// `gate` reports all of the pod's volumes set up (the kubelet's WaitForAttachAndMount). The
-    /// engine must be woken when the volumes change (see [`reconcile_engine::Waker`]). Without a
-    /// gate, pods get no volumes.
-    pub fn with_volumes(mut self, gate: VolumeGate) -> Self {
-        self.volumes = Some(gate);
-        self
-    }
-
-    /// Whether `pod`'s volumes are ready, and where they are.
-    pub fn volumes(&self, pod: &DesiredPod) -> VolumeReadiness {
-        match &self.volumes {
+    /// Whether `pod`'s volumes are ready, and where they are: from the volume pair's stores among
+    /// `inputs` (see [`VolumeGate::from_inputs`]; the kubelet's WaitForAttachAndMount). Without
+    /// them, pods get no volumes.
+    pub fn volumes(&self, inputs: &Inputs, pod: &DesiredPod) -> VolumeReadiness {
+        match VolumeGate::from_inputs(inputs) {
             Some(gate) => gate.check(pod),
             None => VolumeReadiness::Ready(Arc::default()),
         }
     }
 
-    /// Applies the node's verdicts (read-only; the
-    /// [`VerdictPopulator`](crate::eviction::populator::VerdictPopulator) writes them): a pod
+    /// The verdict on `uid` in the verdict store among `inputs` (read-only; the
+    /// [`VerdictPopulator`](crate::eviction::populator::VerdictPopulator) writes it): a pod
     /// starts only once admitted, pods refused at admission never start, evicted pods are killed
-    /// and never start again, a resize admission deferred or refused is not applied. Wake the
-    /// engine when a verdict changes ([`wake_pods_on_verdicts`](crate::eviction::populator::wake_pods_on_verdicts)).
-    pub fn with_verdicts(
-        mut self,
-        verdicts: reconcile_engine::Store<PodUid, crate::eviction::verdict::Verdict>,
-    ) -> Self {
-        self.verdicts = Some(verdicts);
-        self
-    }
-
-    /// The node's verdicts, if applied.
-    pub fn verdicts(&self) -> Option<&reconcile_engine::Store<PodUid, crate::eviction::verdict::Verdict>> {
-        self.verdicts.as_ref()
-    }
-
-    /// The verdict on `uid`, if verdicts are applied and the pod has one.
-    pub fn verdict(&self, uid: &str) -> Option<Arc<crate::eviction::verdict::Verdict>> {
-        self.verdicts.as_ref()?.get(&uid.to_owned())
+    /// and never start again. `None`: no verdict, or verdicts are not applied.
+    pub fn verdict(&self, inputs: &Inputs, uid: &str) -> Option<Arc<Verdict>> {
+        inputs.get::<PodUid, Verdict>()?.get(&uid.to_owned())
     }
 
     /// Admission's word on the requests `pod`'s spec asks for now (see
     /// [`Verdict::resize_for`](crate::eviction::verdict::Verdict::resize_for)); `None`: not decided
-    /// yet. Without verdicts, always `Accepted`.
-    pub fn resize_decision(&self, pod: &DesiredPod) -> Option<crate::eviction::verdict::ResizeDecision> {
-        match &self.verdicts {
+    /// yet. Without a verdict store among `inputs`, always `Accepted`.
+    pub fn resize_decision(
+        &self,
+        inputs: &Inputs,
+        pod: &DesiredPod,
+    ) -> Option<crate::eviction::verdict::ResizeDecision> {
+        match inputs.get::<PodUid, Verdict>() {
             Some(store) => store.get(&pod.uid().to_owned())?.resize_for(pod),
             None => Some(crate::eviction::verdict::ResizeDecision::Accepted),
         }
     }
 
-    /// Reads the engine's failed operations from `slot`: an ephemeral container whose start keeps failing
-    /// then never delays a restart of the pod's other containers (see `start_ephemeral`).
-    pub fn with_failures(mut self, slot: FailureSlot) -> Self {
-        self.failures = Some(slot);
-        self
-    }
-
-    /// Reads the pods' sandboxes from the sandbox pair (`view`): containers start in the ready
-    /// sandbox it reports, and wait while there is none. The engine must be woken when the sandbox
-    /// store changes. Without a view, the pods' own runtime listing is used (and nothing creates
-    /// sandboxes).
-    pub fn with_sandboxes(mut self, view: crate::sandbox::status::SandboxView) -> Self {
-        self.sandboxes = Some(view);
-        self
-    }
-
-    /// The sandbox pair's view, if set.
-    pub fn sandboxes(&self) -> Option<&crate::sandbox::status::SandboxView> {
-        self.sandboxes.as_ref()
+    /// The sandbox pair's stores among `inputs` (its actual store, and its operation status when
+    /// registered): containers start in the ready sandbox it reports, and wait while there is none.
+    /// Without them, the pods' own runtime listing is used (and nothing creates sandboxes).
+    pub fn sandboxes(&self, inputs: &Inputs) -> Option<crate::sandbox::status::SandboxView> {
+        use crate::sandbox::{actual::PodSandboxes, status::SandboxOpStatus};
+        let actual = inputs.get::<PodUid, PodSandboxes>()?;
+        Some(crate::sandbox::status::SandboxView::new(
+            actual.clone(),
+            inputs.get::<PodUid, SandboxOpStatus>().cloned(),
+        ))
     }
 
     /// The pod's runtime state with its sandboxes as the sandbox pair has them (see
     /// [`SandboxView::join`](crate::sandbox::status::SandboxView::join)).
-    pub fn joined(&self, pod: Option<&DesiredPod>, actual: &PodActual) -> PodActual {
-        match &self.sandboxes {
+    pub fn joined(&self, inputs: &Inputs, pod: Option<&DesiredPod>, actual: &PodActual) -> PodActual {
+        match self.sandboxes(inputs) {
             Some(view) => view.join(pod, actual),
             None => actual.clone(),
         }
     }
 
-    /// Prunes dead containers of desired pods by `gc`'s policy when nothing more urgent is due for
-    /// the pod (see [`super::gc`]; dead sandboxes are the sandbox pair's). Without it, only the pod
-    /// driver's own clean-up runs.
-    pub fn with_container_gc(mut self, gc: super::gc::ContainerGc) -> Self {
-        self.container_gc = Some(gc);
+    /// Prunes dead containers of desired pods by `policy` when nothing more urgent is due for the
+    /// pod (see [`super::gc`]; dead sandboxes are the sandbox pair's); the node-wide decision
+    /// (`maxContainers`) is the surplus store among the inputs
+    /// ([`SurplusPopulator`](super::gc::SurplusPopulator)). Without it, only the pod driver's own
+    /// clean-up runs.
+    pub fn with_container_gc(mut self, policy: super::gc::ContainerGcPolicy) -> Self {
+        self.container_gc = Some(policy);
         self
     }
 
@@ -361,13 +319,14 @@ impl PodReconciler {
     /// A start of the container `name` of kind `kind` in the pod's sandbox, once its volumes are ready.
     fn start_op(
         &self,
+        inputs: &Inputs,
         pod: &DesiredPod,
         actual: &PodActual,
         name: &str,
         kind: ContainerKind,
         restart_count: u32,
     ) -> Plan<PodOp> {
-        let VolumeReadiness::Ready(volumes) = self.volumes(pod) else {
+        let VolumeReadiness::Ready(volumes) = self.volumes(inputs, pod) else {
             // Woken when the volumes change.
             return Plan::Idle;
         };
@@ -386,7 +345,12 @@ impl PodReconciler {
     /// changed resource), once admission accepted the pod's new requests (its verdict says
     /// neither `Deferred` nor `Infeasible`; the verdict populator decides again when other pods
     /// change, and the pod is woken when its verdict does). `Err(None)`: nothing to resize now.
-    fn resize(&self, pod: &DesiredPod, actual: &PodActual) -> Result<Plan<PodOp>, Option<Duration>> {
+    fn resize(
+        &self,
+        inputs: &Inputs,
+        pod: &DesiredPod,
+        actual: &PodActual,
+    ) -> Result<Plan<PodOp>, Option<Duration>> {
         use crate::eviction::verdict::ResizeDecision;
         let found = pod.long_running().find_map(|c| {
             let r = actual.container(&c.name).filter(|r| r.state == ContainerState::Running)?;
@@ -395,7 +359,7 @@ impl PodReconciler {
             (wanted.cpu_differs(&applied) || wanted.memory_differs(&applied)).then_some((c, r, applied))
         });
         let Some((c, record, applied)) = found else { return Err(None) };
-        match self.resize_decision(pod) {
+        match self.resize_decision(inputs, pod) {
             // The container keeps what it has; status says why.
             None | Some(ResizeDecision::Deferred | ResizeDecision::Infeasible) => return Err(None),
             Some(ResizeDecision::Accepted) => {}
@@ -413,6 +377,7 @@ impl PodReconciler {
     /// are not running: a start to run now, or how long until the next one is due.
     fn restart_sidecars(
         &self,
+        inputs: &Inputs,
         pod: &DesiredPod,
         actual: &PodActual,
         upto: usize,
@@ -422,6 +387,7 @@ impl PodReconciler {
             match self.step(actual, &sidecar.name, |_| true) {
                 Step::Start(restart_count) => {
                     return Err(self.start_op(
+                        inputs,
                         pod,
                         actual,
                         &sidecar.name,
@@ -445,37 +411,45 @@ impl PodReconciler {
     /// container's crash-loop back-off ends), the pod waits for that instead, whose start then goes first.
     fn start_ephemeral(
         &self,
+        inputs: &Inputs,
         pod: &DesiredPod,
         actual: &PodActual,
         due: Option<Duration>,
     ) -> Option<Plan<PodOp>> {
         let missing = pod.ephemeral_specs().iter().find(|c| actual.container(&c.name).is_none())?;
         if let Some(due) = due
-            && self.ephemeral_retry_at(pod.uid()).is_some_and(|at| at > tokio::time::Instant::now() + due)
+            && self
+                .ephemeral_retry_at(inputs, pod.uid())
+                .is_some_and(|at| at > tokio::time::Instant::now() + due)
         {
             return None;
         }
-        match self.start_op(pod, actual, &missing.name, ContainerKind::Ephemeral, 0) {
+        match self.start_op(inputs, pod, actual, &missing.name, ContainerKind::Ephemeral, 0) {
             start @ Plan::Run(_) => Some(start),
             _ => None,
         }
     }
 
-    /// Whether the pod's last operation failed (and the engine keeps its status).
-    fn has_failure(&self, uid: &str) -> bool {
-        self.failures.as_ref().and_then(|f| f.get()).is_some_and(|f| f.contains_key(&uid.to_owned()))
+    /// Whether the pod's last operation failed (the engine's operation status among `inputs` keeps it).
+    fn has_failure(inputs: &Inputs, uid: &str) -> bool {
+        Self::failures(inputs).is_some_and(|f| f.contains_key(&uid.to_owned()))
+    }
+
+    /// The pod engine's last failed operation of each pod, if registered as a side input.
+    fn failures(inputs: &Inputs) -> Option<&Store<PodUid, super::status::PodOpStatus>> {
+        inputs.get::<PodUid, super::status::PodOpStatus>()
     }
 
     /// When the engine retries the pod's failed ephemeral container start, if that is its last failure.
-    fn ephemeral_retry_at(&self, uid: &str) -> Option<tokio::time::Instant> {
-        let status = self.failures.as_ref()?.get()?.get(&uid.to_owned())?;
+    fn ephemeral_retry_at(&self, inputs: &Inputs, uid: &str) -> Option<tokio::time::Instant> {
+        let status = Self::failures(inputs)?.get(&uid.to_owned())?;
         match &status.op {
             PodOp::StartContainer { kind: ContainerKind::Ephemeral, .. } => status.retry_at,
             _ => None,
         }
     }
 
-    fn plan_running(&self, pod: &DesiredPod, actual: &PodActual) -> Plan<PodOp> {
+    fn plan_running(&self, inputs: &Inputs, pod: &DesiredPod, actual: &PodActual) -> Plan<PodOp> {
         let policy = pod.restart_policy();
         match self.progress(pod, actual) {
             Progress::Finished { .. } => {
@@ -504,7 +478,7 @@ impl PodReconciler {
                 Plan::Run(PodOp::KillContainers { ids, grace })
             }
             Progress::Initializing(i) => {
-                let earlier = match self.restart_sidecars(pod, actual, i) {
+                let earlier = match self.restart_sidecars(inputs, pod, actual, i) {
                     Ok(wait) => wait,
                     Err(start) => return start,
                 };
@@ -512,7 +486,7 @@ impl PodReconciler {
                 let restarts = |code: i32| is_sidecar(init) || (code != 0 && policy != RestartPolicy::Never);
                 match self.step(actual, &init.name, restarts) {
                     Step::Start(restart_count) => {
-                        self.start_op(pod, actual, &init.name, ContainerKind::Init, restart_count)
+                        self.start_op(inputs, pod, actual, &init.name, ContainerKind::Init, restart_count)
                     }
                     Step::Wait(d) => Plan::RecheckAfter(earlier.map_or(d, |w| w.min(d))),
                     Step::Running | Step::Done => earlier.map_or(Plan::Idle, Plan::RecheckAfter),
@@ -537,12 +511,12 @@ impl PodReconciler {
                 if !changed.is_empty() {
                     return Plan::Run(PodOp::KillContainers { ids: changed, grace: pod.grace_period() });
                 }
-                let resize_wait = match self.resize(pod, actual) {
+                let resize_wait = match self.resize(inputs, pod, actual) {
                     Ok(plan) => return plan,
                     Err(wait) => wait,
                 };
                 // Sidecars that exited are restarted (with back-off) whatever the pod's restart policy.
-                let mut wait = match self.restart_sidecars(pod, actual, usize::MAX) {
+                let mut wait = match self.restart_sidecars(inputs, pod, actual, usize::MAX) {
                     Ok(wait) => wait,
                     Err(start) => return start,
                 };
@@ -552,14 +526,21 @@ impl PodReconciler {
                 for c in pod.containers() {
                     match self.step(actual, &c.name, |code| policy.restarts(code)) {
                         Step::Start(restart_count) => {
-                            return self.start_op(pod, actual, &c.name, ContainerKind::App, restart_count);
+                            return self.start_op(
+                                inputs,
+                                pod,
+                                actual,
+                                &c.name,
+                                ContainerKind::App,
+                                restart_count,
+                            );
                         }
                         Step::Wait(d) => wait = Some(wait.map_or(d, |w| w.min(d))),
                         Step::Running | Step::Done => {}
                     }
                 }
                 // Ephemeral containers last: nothing of the pod itself waits for them.
-                if let Some(start) = self.start_ephemeral(pod, actual, wait) {
+                if let Some(start) = self.start_ephemeral(inputs, pod, actual, wait) {
                     return start;
                 }
                 wait.map_or(Plan::Idle, Plan::RecheckAfter)
@@ -576,11 +557,12 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
         if view.actual.is_some_and(|a| a.needs_refresh) {
             return Plan::Run(PodOp::Refresh);
         }
+        let inputs = view.inputs;
         // Until the sandbox pair has read the runtime, a pod would look as if its sandbox were gone.
-        if self.sandboxes.as_ref().is_some_and(|v| !v.actual().is_synced()) {
+        if inputs.get::<PodUid, crate::sandbox::actual::PodSandboxes>().is_some_and(|s| !s.is_synced()) {
             return Plan::Idle;
         }
-        let joined = view.actual.map(|a| self.joined(view.desired, a));
+        let joined = view.actual.map(|a| self.joined(inputs, view.desired, a));
         match (view.desired, joined.as_ref()) {
             // The containers are removed; the sandbox pair then removes the sandboxes.
             (None, Some(actual)) if !actual.containers.is_empty() => {
@@ -599,7 +581,7 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
                     };
                 }
                 // Admission is the verdict populator's: no verdict yet, wait (woken when it comes).
-                if let Some(verdicts) = &self.verdicts {
+                if let Some(verdicts) = inputs.get::<PodUid, Verdict>() {
                     let Some(verdict) = verdicts.get(&pod.uid().to_owned()) else { return Plan::Idle };
                     if let Some(stopped) = verdict.stopped() {
                         return crate::eviction::verdict::plan_stopped(actual, stopped);
@@ -607,12 +589,16 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
                 }
                 let empty = PodActual::default();
                 let actual = actual.unwrap_or(&empty);
-                let next = self.plan_running(pod, actual);
+                let next = self.plan_running(inputs, pod, actual);
                 match &self.container_gc {
                     // Not while an operation's failure is on record: a prune that succeeded would replace
                     // it, and its event and waiting reason (a failed postStart hook, say) would be lost.
-                    Some(gc) if !self.has_failure(pod.uid()) => {
-                        super::gc::after(gc, (self.clock)(), pod, actual, next)
+                    Some(policy) if !Self::has_failure(inputs, pod.uid()) => {
+                        let gc = super::gc::ContainerGc {
+                            policy: *policy,
+                            surplus: inputs.get::<PodUid, super::gc::Surplus>().cloned(),
+                        };
+                        super::gc::after(&gc, (self.clock)(), pod, actual, next)
                     }
                     _ => next,
                 }

@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::{
     ContainerStateWaiting, ContainerStatus, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use reconcile_engine::{OpError, OpStatus};
 
 use super::actual::{ContainerRecord, ContainerState, PodActual};
@@ -23,28 +22,26 @@ use crate::probe::status as probe_status;
 /// The last failed operation on a pod, as the engine records it.
 pub type PodOpStatus = OpStatus<PodOp, RuntimeError>;
 
-/// A timestamp from nanoseconds since the Unix epoch (`None` for 0).
-pub fn time(nanos: i64) -> Option<Time> {
-    if nanos <= 0 {
-        return None;
-    }
-    k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(nanos)).ok().map(Time)
-}
+pub use crate::common::qos::qos_class;
+pub use crate::common::time::time;
 
 /// The runtime's ID of a container, as the kubelet shows it (`containerd://<id>`).
 pub fn container_id(record: &ContainerRecord) -> String {
     format!("containerd://{}", record.id)
 }
 
-/// Computes the pod's status. `now` is wall-clock nanoseconds (for crash-loop messages).
+/// Computes the pod's status. `inputs` are the side inputs the pod engine's reconciler reads (the
+/// verdict store, the sandbox pair's stores, the volume stores: see [`super::reconciler`]). `now` is
+/// wall-clock nanoseconds (for crash-loop messages).
 pub fn pod_status(
     reconciler: &PodReconciler,
+    inputs: &reconcile_engine::Inputs,
     pod: &DesiredPod,
     actual: Option<&PodActual>,
     failure: Option<&PodOpStatus>,
     now: i64,
 ) -> PodStatus {
-    let joined = reconciler.joined(Some(pod), actual.unwrap_or(&PodActual::default()));
+    let joined = reconciler.joined(inputs, Some(pod), actual.unwrap_or(&PodActual::default()));
     let actual = &joined;
     let progress = reconciler.progress(pod, actual);
     let sandbox = actual.sandbox().filter(|s| s.ready);
@@ -137,7 +134,7 @@ pub fn pod_status(
             })
     });
     // `None` inside: not decided yet, the API's `Proposed`.
-    let resize = resizing.then(|| reconciler.resize_decision(pod));
+    let resize = resizing.then(|| reconciler.resize_decision(inputs, pod));
     let allocated = matches!(resize, None | Some(Some(ResizeDecision::Accepted)));
     let mut statuses = statuses;
     for (status, c) in statuses.iter_mut().zip(pod.containers()) {
@@ -146,7 +143,7 @@ pub fn pod_status(
     let ip = sandbox.and_then(|s| s.ip.clone());
     // The sandbox pair's last failure to create the pod's sandbox.
     let failure_message =
-        reconciler.sandboxes().and_then(|v| v.failure(pod.uid())).and_then(|f| match &f.op {
+        reconciler.sandboxes(inputs).and_then(|v| v.failure(pod.uid())).and_then(|f| match &f.op {
             crate::sandbox::ops::SandboxOp::Create { .. } => Some(f.error.to_string()),
             _ => None,
         });
@@ -166,7 +163,7 @@ pub fn pod_status(
         ..PodStatus::default()
     };
     // An evicted or refused pod is Failed with the verdict's reason and message.
-    match reconciler.verdict(pod.uid()).as_deref().and_then(|v| v.stopped()) {
+    match reconciler.verdict(inputs, pod.uid()).as_deref().and_then(|v| v.stopped()) {
         Some(stopped) => crate::eviction::verdict::apply(stopped, status, now),
         None => status,
     }
@@ -350,34 +347,5 @@ fn terminated(c: &ContainerRecord) -> V1State {
             ..ContainerStateTerminated::default()
         }),
         ..V1State::default()
-    }
-}
-
-/// The pod's QoS class, as the API server computes it.
-pub fn qos_class(pod: &DesiredPod) -> &'static str {
-    let all: Vec<&Container> = pod.init_containers().iter().chain(pod.containers()).collect();
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in &all {
-        let res = c.resources.as_ref();
-        let requests = res.and_then(|r| r.requests.as_ref());
-        let limits = res.and_then(|r| r.limits.as_ref());
-        for name in ["cpu", "memory"] {
-            let request: Option<&Quantity> = requests.and_then(|r| r.get(name));
-            let limit: Option<&Quantity> = limits.and_then(|l| l.get(name));
-            any |= request.is_some() || limit.is_some();
-            match (request, limit) {
-                (Some(r), Some(l)) if r == l => {}
-                (None, Some(_)) => {}
-                _ => guaranteed = false,
-            }
-        }
-    }
-    if !any {
-        "BestEffort"
-    } else if guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
     }
 }

@@ -590,13 +590,7 @@ const SUBDOMAIN_FMT: &str = "a lowercase RFC 1123 subdomain must consist of lowe
     used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
 fn label_shape_ok(s: &str) -> bool {
-    let b = s.as_bytes();
-    match (b.first(), b.last()) {
-        (Some(&first), Some(&last)) => {
-            is_alnum_lower(first) && is_alnum_lower(last) && b.iter().all(|&c| is_alnum_lower(c) || c == b'-')
-        }
-        _ => false,
-    }
+    crate::common::names::has_label_shape(s)
 }
 
 /// DNS-1123 label problems of `s` (empty when valid).

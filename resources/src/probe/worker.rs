@@ -16,9 +16,9 @@ use super::desired::{ProbeKind, ProbeSpec, container_probes};
 use super::handler::{ProbeHandler, ProbeOutcome, ProbeTarget};
 use super::metrics::{ProbeLabels, ProbeMetrics, RESULTS};
 use super::results::{ContainerProbes, ProbeFailure, ProbeResult, ProbeResults};
+use crate::common::clock::Clock;
 use crate::pod::actual::{ContainerState, PodActual};
 use crate::pod::desired::{DesiredPod, PodUid};
-use crate::pod::reconciler::Clock;
 
 /// What the prober waits for a handler beyond the probe's own timeout before it gives up on it
 /// (handlers enforce the timeout; this only keeps a hung handler from stopping the worker).

@@ -12,7 +12,8 @@
 //!   `drivers/cri`, networking through the runtime's CNI) and the engine driver.
 //! - [`status`]: what the pod pair reads of this pair (the ready sandbox a pod's containers start in).
 //! - [`metrics`]: the kubelet's sandbox metrics.
-//! - [`pair`]: the pair assembled, with the wake-ups between it and the pod pair.
+//! - [`pair`]: the pair assembled: its engine with its relations on the pod actual, verdict and volume
+//!   stores, and its populator.
 
 pub mod actual;
 pub mod desired;

@@ -1,7 +1,8 @@
-//! The sandbox pair assembled: its engine (with its declared relations on the volume actual store
-//! and the verdict store), its populator, and the wake-up that stands in for its relation on the
-//! pod actual store (made after this pair). The pod pair declares its own relation on this pair's
-//! actual store ([`pod_of_sandboxes`](super::status::pod_of_sandboxes)).
+//! The sandbox pair assembled: its engine, with its declared relations on the pod actual store (read
+//! before the pod engine is built, [`EngineBuilder::actual`](reconcile_engine::EngineBuilder::actual)),
+//! the volume actual store and the verdict store, and its populator. The pod pair declares its own
+//! relation on this pair's actual store ([`pod_of_sandboxes`](super::status::pod_of_sandboxes)) and
+//! reads its operation status ([`SandboxPair::op_status`]) as side inputs.
 
 use std::sync::Arc;
 
@@ -14,21 +15,21 @@ use super::desired::SandboxSpec;
 use super::driver::{DEFAULT_SANDBOX_CREATIONS_AT_ONCE, SandboxDriver, SandboxRuntime};
 use super::metrics::SandboxMetrics;
 use super::populator::SandboxPopulator;
-use super::reconciler::{PodActualSlot, SandboxReconciler};
-use super::status::SandboxView;
+use super::reconciler::SandboxReconciler;
+use super::status::{SandboxOpStatus, SandboxView};
 use crate::eviction::verdict::Verdict;
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, PodUid};
 use crate::volume::actual::VolumeActual;
-use crate::volume::desired::VolumeKey;
+use crate::volume::desired::{DesiredVolume, VolumeKey};
 
-/// The sandbox pair, built before the pod pair (whose reconciler reads [`SandboxPair::view`]) and
-/// started once the pod engine exists ([`SandboxPair::start`]).
+/// The sandbox pair, built between the pod engine's builder (whose actual store it watches) and the
+/// pod engine (which watches this pair's actual store), then started ([`SandboxPair::start`]).
 pub struct SandboxPair<R: SandboxRuntime> {
     engine: Engine<SandboxSpec, PodSandboxes, SandboxReconciler, SandboxDriver<R>>,
     desired: Store<PodUid, SandboxSpec>,
     writer: Writer<PodUid, SandboxSpec>,
-    pods: PodActualSlot,
+    pods: Store<PodUid, PodActual>,
 }
 
 impl<R: SandboxRuntime> std::fmt::Debug for SandboxPair<R> {
@@ -50,43 +51,47 @@ pub struct SandboxPairConfig {
     /// The node's verdicts (read-only; written by the verdict populator): a sandbox only for an
     /// admitted pod. `None`: every pod counts as admitted.
     pub verdicts: Option<Store<PodUid, Verdict>>,
-    /// The volume actual store, watched so that a pod waiting for its volumes (the reconciler's
-    /// [`VolumeGate`](crate::volume::status::VolumeGate)) is planned again when they change.
-    pub volumes: Option<Store<VolumeKey, VolumeActual>>,
+    /// The volume pair's desired and actual stores, side inputs of the reconciler (a sandbox waits
+    /// for the pod's volumes, see [`VolumeGate`](crate::volume::status::VolumeGate)); the actual one
+    /// is watched, so that a waiting pod is planned again when they change. `None`: pods have no
+    /// volumes to wait for.
+    pub volumes: Option<(Store<VolumeKey, DesiredVolume>, Store<VolumeKey, VolumeActual>)>,
 }
 
 impl<R: SandboxRuntime> SandboxPair<R> {
-    /// Builds the pair over `runtime`. `reconciler` adds the volume gate to the reconciler it is
-    /// given; the verdicts and the watched volume store come from `config`.
+    /// Builds the pair over `runtime`, reading (and watching) the pod pair's actual store `pods`
+    /// (from the pod engine's builder); the verdicts and the volume stores come from `config`.
     pub fn new(
         runtime: Arc<R>,
-        reconciler: impl FnOnce(SandboxReconciler) -> SandboxReconciler,
+        pods: Store<PodUid, PodActual>,
         metrics: SandboxMetrics,
         engine_metrics: Option<&Metrics>,
         config: SandboxPairConfig,
     ) -> Self {
-        let pods = PodActualSlot::default();
         let (desired, writer) = store();
         let slots = config.creations_at_once.unwrap_or(DEFAULT_SANDBOX_CREATIONS_AT_ONCE);
-        let mut sandboxes = reconciler(SandboxReconciler::new(pods.clone()));
-        if let Some(verdicts) = &config.verdicts {
-            sandboxes = sandboxes.with_verdicts(verdicts.clone());
-        }
         let mut builder = Engine::builder(
             "sandboxes",
-            sandboxes,
+            SandboxReconciler::new(),
             Arc::new(SandboxDriver::new(runtime, metrics, slots)),
             desired.clone(),
         )
-        .backoff(config.backoff);
+        .backoff(config.backoff)
+        // A pod's containers changed: plan its sandbox again (a sandbox is stopped or replaced only
+        // once nothing of the pod runs in it).
+        .watches("pods", pods.clone(), |uid: &PodUid, _: Option<&PodActual>| Some(uid.clone()));
         if let Some(verdicts) = config.verdicts {
             // A pod's verdict came or changed: plan its sandbox again.
             builder =
                 builder.watches("verdicts", verdicts, |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()));
         }
-        if let Some(volumes) = config.volumes {
+        if let Some((volume_desired, volume_actual)) = config.volumes {
             // A pod's volumes changed: plan its sandbox again (it waits for them).
-            builder = builder.watches("volumes", volumes, crate::volume::reconciler::pod_of_volume);
+            builder = builder.reads(volume_desired).watches(
+                "volumes",
+                volume_actual,
+                crate::volume::reconciler::pod_of_volume,
+            );
         }
         if let Some(metrics) = engine_metrics {
             builder = builder.metrics(metrics);
@@ -97,7 +102,7 @@ impl<R: SandboxRuntime> SandboxPair<R> {
         Self { engine: builder.build(), desired, writer, pods }
     }
 
-    /// What the pod pair reads of this pair.
+    /// What the servers read of this pair.
     pub fn view(&self) -> SandboxView {
         SandboxView::new(self.engine.actual(), Some(self.engine.op_status()))
     }
@@ -105,6 +110,11 @@ impl<R: SandboxRuntime> SandboxPair<R> {
     /// The actual store.
     pub fn actual(&self) -> Store<PodUid, PodSandboxes> {
         self.engine.actual()
+    }
+
+    /// The operation status store: each pod's last failed sandbox operation.
+    pub fn op_status(&self) -> Store<PodUid, SandboxOpStatus> {
+        self.engine.op_status()
     }
 
     /// The desired store.
@@ -122,22 +132,20 @@ impl<R: SandboxRuntime> SandboxPair<R> {
         self.engine.waker()
     }
 
-    /// Runs the pair until `shutdown`: the populator from the desired pods `pods`, the engine reading
-    /// the pod actual store `pod_actual` (woken by its changes), and the wake-up of every pod
-    /// (`pod_waker`) once this pair has reconstructed its store. Returns the engine's task. The pod
-    /// engine declares its relation on [`actual`](Self::actual) itself.
+    /// Runs the pair until `shutdown`: the populator from the desired pods `pods`, the engine, and
+    /// two start-up steps: once this pair has reconstructed its store, every pod is planned again
+    /// through `pod_waker` (the pod reconciler plans nothing before, a pod would look as if its
+    /// sandbox were gone); once the desired sandboxes synced, the keys reconstructed before are
+    /// planned again. Returns the engine's task.
     pub fn start(
         self,
         pods: Store<PodUid, DesiredPod>,
-        pod_actual: Store<PodUid, PodActual>,
         pod_waker: Waker<PodUid>,
         shutdown: CancellationToken,
     ) -> tokio::task::JoinHandle<reconcile_engine::RunReport> {
-        let _ = self.pods.set(pod_actual.clone());
         let actual = self.engine.actual();
         let waker = self.engine.waker();
-        // relation: the sandbox pair watches the pod actual store, key = the pod UID.
-        tokio::spawn(wake_on_changes(pod_actual.clone(), waker.clone(), shutdown.clone()));
+        let pod_actual = self.pods;
         // The pod pair plans nothing before this pair has reconstructed its store: then every pod.
         let (sandboxes, desired_pods, stop) = (actual.clone(), pods.clone(), shutdown.clone());
         let pod_store = pod_actual.clone();
@@ -167,25 +175,5 @@ impl<R: SandboxRuntime> SandboxPair<R> {
         tokio::spawn(SandboxPopulator::new(pods, pod_actual, self.writer).run(shutdown.clone()));
         let engine = self.engine;
         tokio::spawn(async move { engine.run(shutdown.cancelled_owned()).await })
-    }
-}
-
-/// Wakes `waker`'s key for every key of `store` that changes, until `shutdown`.
-pub async fn wake_on_changes<A: Send + Sync + 'static>(
-    store: Store<PodUid, A>,
-    waker: Waker<PodUid>,
-    shutdown: CancellationToken,
-) {
-    let sub = store.subscribe();
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = sub.changed() => {}
-        }
-        for key in sub.drain() {
-            if !waker.wake(key) {
-                return;
-            }
-        }
     }
 }

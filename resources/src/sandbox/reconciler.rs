@@ -15,13 +15,15 @@
 //! A sandbox is made only for a pod the verdict populator admitted (a pod without a verdict waits;
 //! this reconciler never decides admission, it reads the verdict store).
 //!
-//! Side inputs: the pod actual store (a wake task of the pair stands in for its relation, as the
-//! pod pair's actual store exists only after this pair is built), the volume gate and the verdict
-//! store (declared relations of the pair's engine).
+//! Side inputs, read through the [`View`] (each also a declared relation of the pair's engine, see
+//! [`super::pair`]): the pod pair's actual store (`Store<PodUid, PodActual>`, key = the pod UID),
+//! the verdict store (`Store<PodUid, Verdict>`, key = the pod UID; without it every pod counts as
+//! admitted) and the volume pair's desired and actual stores (the actual one watched, key
+//! (volume, pod UID) → pod UID; without them pods have no volumes to wait for).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use reconcile_engine::{Plan, Reconciler, Store, Update, View};
+use reconcile_engine::{Inputs, Plan, Reconciler, Update, View};
 
 use super::actual::PodSandboxes;
 use super::desired::SandboxSpec;
@@ -31,20 +33,9 @@ use crate::pod::actual::{ContainerState, PodActual};
 use crate::pod::desired::PodUid;
 use crate::volume::status::{VolumeGate, VolumeReadiness};
 
-/// The pod pair's actual store, set once the pod engine is built (this reconciler is built first).
-pub type PodActualSlot = Arc<OnceLock<Store<PodUid, PodActual>>>;
-
-/// The sandbox reconciler.
-#[derive(Debug)]
-pub struct SandboxReconciler {
-    // relation: watches the pod actual store, key = the pod UID (the same key); a wake task of the
-    // pair (see `pair`), as that store is made after this pair.
-    pods: PodActualSlot,
-    // relation: the pair's engine watches the volume actual store, key (volume, pod UID) → pod UID.
-    volumes: Option<VolumeGate>,
-    // relation: the pair's engine watches the verdict store, key = the pod UID.
-    verdicts: Option<Store<PodUid, Verdict>>,
-}
+/// The sandbox reconciler: a pure function of its view and side inputs.
+#[derive(Debug, Default)]
+pub struct SandboxReconciler;
 
 /// What the verdict store says of a desired pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,30 +49,17 @@ enum Admission {
 }
 
 impl SandboxReconciler {
-    /// A reconciler that reads the pod pair's actual store from `pods` (nothing is planned while it
-    /// is unset).
-    pub fn new(pods: PodActualSlot) -> Self {
-        Self { pods, volumes: None, verdicts: None }
+    /// The reconciler.
+    pub fn new() -> Self {
+        Self
     }
 
-    /// Creates a sandbox only once `gate` reports all of the pod's volumes set up (the kubelet's
-    /// WaitForAttachAndMount comes before the sandbox).
-    pub fn with_volumes(mut self, gate: VolumeGate) -> Self {
-        self.volumes = Some(gate);
-        self
-    }
-
-    /// Reads the node's verdicts (written only by the
-    /// [`VerdictPopulator`](crate::eviction::populator::VerdictPopulator)): a sandbox is made only
-    /// for an admitted pod, a pod without a verdict waits, a refused or evicted pod has its sandbox
-    /// stopped. The engine must be woken when a verdict changes.
-    pub fn with_verdicts(mut self, verdicts: Store<PodUid, Verdict>) -> Self {
-        self.verdicts = Some(verdicts);
-        self
-    }
-
-    fn admission(&self, spec: &SandboxSpec) -> Admission {
-        let Some(verdicts) = &self.verdicts else { return Admission::Admitted };
+    /// What the node's verdicts among `inputs` (written only by the
+    /// [`VerdictPopulator`](crate::eviction::populator::VerdictPopulator)) say of the pod: a sandbox
+    /// is made only for an admitted pod, a pod without a verdict waits, a refused or evicted pod has
+    /// its sandbox stopped.
+    fn admission(inputs: &Inputs, spec: &SandboxSpec) -> Admission {
+        let Some(verdicts) = inputs.get::<PodUid, Verdict>() else { return Admission::Admitted };
         match verdicts.get(&spec.pod.uid().to_owned()) {
             None => Admission::Waiting,
             Some(v) if v.stopped().is_some() => Admission::Stopped,
@@ -119,8 +97,8 @@ impl Reconciler<SandboxSpec, PodSandboxes> for SandboxReconciler {
         if view.actual.is_some_and(|a| a.needs_refresh) {
             return Plan::Run(SandboxOp::Refresh);
         }
-        let Some(pods) = self.pods.get() else { return Plan::Idle };
-        let plan = self.plan(view.desired, view.actual, pods.get(view.key).as_deref());
+        let Some(pods) = view.input::<PodUid, PodActual>() else { return Plan::Idle };
+        let plan = self.plan(view.inputs, view.desired, view.actual, pods.get(view.key).as_deref());
         // Until every pod source has reported (see the populator), a pod without a desired
         // sandbox may be one a source has not listed yet: only sandboxes are made, nothing is
         // stopped, removed or pruned. The pair plans every pod again once the store syncs.
@@ -148,13 +126,14 @@ impl SandboxReconciler {
     /// The plan for one pod from its desired sandbox, its sandboxes and its containers (`pod`).
     fn plan(
         &self,
+        inputs: &Inputs,
         desired: Option<&SandboxSpec>,
         actual: Option<&PodSandboxes>,
         pod: Option<&PodActual>,
     ) -> Plan<SandboxOp> {
         let running = pod.is_some_and(PodActual::any_running);
         let sandboxes = actual.map_or(&[][..], |a| a.sandboxes.as_slice());
-        let admission = desired.map_or(Admission::Admitted, |spec| self.admission(spec));
+        let admission = desired.map_or(Admission::Admitted, |spec| Self::admission(inputs, spec));
         if admission == Admission::Waiting {
             return Plan::Idle;
         }
@@ -188,7 +167,8 @@ impl SandboxReconciler {
             _ if running => Plan::Idle,
             _ if !ready.is_empty() => Plan::Run(SandboxOp::Stop { ids: ready }),
             _ => {
-                if let Some(gate) = &self.volumes
+                // The kubelet's WaitForAttachAndMount comes before the sandbox.
+                if let Some(gate) = VolumeGate::from_inputs(inputs)
                     && let VolumeReadiness::Waiting(_) = gate.check(&spec.pod)
                 {
                     return Plan::Idle;
@@ -262,7 +242,7 @@ mod tests {
     }
 
     fn reconciler() -> SandboxReconciler {
-        SandboxReconciler::new(PodActualSlot::default())
+        SandboxReconciler::new()
     }
 
     fn stop(ids: &[&str]) -> Plan<SandboxOp> {
@@ -271,17 +251,18 @@ mod tests {
 
     #[test]
     fn before_every_pod_source_reported_sandboxes_are_made_but_none_is_stopped_or_removed() {
-        let slot = PodActualSlot::default();
         let (pod_actual, _pod_writer) = reconcile_engine::store::<PodUid, PodActual>();
-        let _ = slot.set(pod_actual);
-        let r = SandboxReconciler::new(slot);
+        let inputs = Inputs::new().with(pod_actual);
+        let r = SandboxReconciler::new();
         let (desired_store, _dw) = reconcile_engine::store::<PodUid, SandboxSpec>();
         let (actual_store, _aw) = reconcile_engine::store::<PodUid, PodSandboxes>();
         let key: PodUid = "u".into();
         let spec = spec("u", serde_json::json!({}));
         let view = |desired, actual, synced| {
             r.reconcile(
-                &View::new(&key, desired, actual, &desired_store, &actual_store).with_desired_synced(synced),
+                &View::new(&key, desired, actual, &desired_store, &actual_store)
+                    .with_inputs(&inputs)
+                    .with_desired_synced(synced),
             )
         };
         // A static pod starts while the API source has not reported.
@@ -298,7 +279,7 @@ mod tests {
     #[test]
     fn a_pod_without_a_sandbox_gets_its_first() {
         let spec = spec("u", serde_json::json!({}));
-        let plan = reconciler().plan(Some(&spec), None, None);
+        let plan = reconciler().plan(&Inputs::new(), Some(&spec), None, None);
         assert_eq!(plan, Plan::Run(SandboxOp::Create { spec: Arc::new(spec), attempt: 0 }));
     }
 
@@ -307,10 +288,10 @@ mod tests {
         let spec = spec("u", serde_json::json!({}));
         let actual = sandboxes(vec![sandbox("s0", false, 0)]);
         let running = containers(&[("s0", ContainerState::Running, 0)]);
-        assert_eq!(reconciler().plan(Some(&spec), Some(&actual), Some(&running)), Plan::Idle);
+        assert_eq!(reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&running)), Plan::Idle);
         let exited = containers(&[("s0", ContainerState::Exited, 137)]);
         assert_eq!(
-            reconciler().plan(Some(&spec), Some(&actual), Some(&exited)),
+            reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&exited)),
             Plan::Run(SandboxOp::Create { spec: Arc::new(spec), attempt: 1 })
         );
     }
@@ -320,34 +301,44 @@ mod tests {
         let spec = spec("u", serde_json::json!({"hostNetwork": true}));
         let actual = sandboxes(vec![sandbox("s0", true, 0)]);
         let running = containers(&[("s0", ContainerState::Running, 0)]);
-        assert_eq!(reconciler().plan(Some(&spec), Some(&actual), Some(&running)), Plan::Idle);
+        assert_eq!(reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&running)), Plan::Idle);
         let exited = containers(&[("s0", ContainerState::Exited, 0)]);
-        assert_eq!(reconciler().plan(Some(&spec), Some(&actual), Some(&exited)), stop(&["s0"]));
+        assert_eq!(
+            reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&exited)),
+            stop(&["s0"])
+        );
         let stopped = sandboxes(vec![sandbox("s0", false, 0)]);
         assert!(matches!(
-            reconciler().plan(Some(&spec), Some(&stopped), Some(&exited)),
+            reconciler().plan(&Inputs::new(), Some(&spec), Some(&stopped), Some(&exited)),
             Plan::Run(SandboxOp::Create { attempt: 1, .. })
         ));
         let mut fitting = sandbox("s1", true, 1);
         fitting.host_network = true;
         let replaced = sandboxes(vec![fitting, sandbox("s0", false, 0)]);
-        assert_eq!(reconciler().plan(Some(&spec), Some(&replaced), Some(&exited)), Plan::Idle);
+        assert_eq!(
+            reconciler().plan(&Inputs::new(), Some(&spec), Some(&replaced), Some(&exited)),
+            Plan::Idle
+        );
     }
 
     #[test]
     fn a_pod_that_is_gone_loses_its_sandboxes_after_its_containers() {
         let actual = sandboxes(vec![sandbox("s0", true, 0)]);
         let running = containers(&[("s0", ContainerState::Running, 0)]);
-        assert_eq!(reconciler().plan(None, Some(&actual), Some(&running)), Plan::Idle);
+        assert_eq!(reconciler().plan(&Inputs::new(), None, Some(&actual), Some(&running)), Plan::Idle);
         let exited = containers(&[("s0", ContainerState::Exited, 0)]);
-        assert_eq!(reconciler().plan(None, Some(&actual), Some(&exited)), stop(&["s0"]));
+        assert_eq!(reconciler().plan(&Inputs::new(), None, Some(&actual), Some(&exited)), stop(&["s0"]));
         let stopped = sandboxes(vec![sandbox("s0", false, 0)]);
-        assert_eq!(reconciler().plan(None, Some(&stopped), Some(&exited)), Plan::Idle, "containers first");
         assert_eq!(
-            reconciler().plan(None, Some(&stopped), None),
+            reconciler().plan(&Inputs::new(), None, Some(&stopped), Some(&exited)),
+            Plan::Idle,
+            "containers first"
+        );
+        assert_eq!(
+            reconciler().plan(&Inputs::new(), None, Some(&stopped), None),
             Plan::Run(SandboxOp::Remove { ids: vec!["s0".into()] })
         );
-        assert_eq!(reconciler().plan(None, None, None), Plan::Idle);
+        assert_eq!(reconciler().plan(&Inputs::new(), None, None, None), Plan::Idle);
     }
 
     #[test]
@@ -355,9 +346,15 @@ mod tests {
         let never = spec("u", serde_json::json!({"restartPolicy": "Never"}));
         let actual = sandboxes(vec![sandbox("s0", true, 0)]);
         let exited = containers(&[("s0", ContainerState::Exited, 0)]);
-        assert_eq!(reconciler().plan(Some(&never), Some(&actual), Some(&exited)), stop(&["s0"]));
+        assert_eq!(
+            reconciler().plan(&Inputs::new(), Some(&never), Some(&actual), Some(&exited)),
+            stop(&["s0"])
+        );
         let stopped = sandboxes(vec![sandbox("s0", false, 0)]);
-        assert_eq!(reconciler().plan(Some(&never), Some(&stopped), Some(&exited)), Plan::Idle);
+        assert_eq!(
+            reconciler().plan(&Inputs::new(), Some(&never), Some(&stopped), Some(&exited)),
+            Plan::Idle
+        );
 
         let mut deleted = spec("u", serde_json::json!({}));
         let mut pod = (*deleted.pod).clone();
@@ -367,10 +364,19 @@ mod tests {
         pod.pod.metadata.deletion_grace_period_seconds = Some(30);
         deleted.pod = Arc::new(pod);
         let running = containers(&[("s0", ContainerState::Running, 0)]);
-        assert_eq!(reconciler().plan(Some(&deleted), Some(&actual), Some(&running)), Plan::Idle);
+        assert_eq!(
+            reconciler().plan(&Inputs::new(), Some(&deleted), Some(&actual), Some(&running)),
+            Plan::Idle
+        );
         let killed = containers(&[("s0", ContainerState::Exited, 137)]);
-        assert_eq!(reconciler().plan(Some(&deleted), Some(&actual), Some(&killed)), stop(&["s0"]));
-        assert_eq!(reconciler().plan(Some(&deleted), Some(&stopped), Some(&killed)), Plan::Idle);
+        assert_eq!(
+            reconciler().plan(&Inputs::new(), Some(&deleted), Some(&actual), Some(&killed)),
+            stop(&["s0"])
+        );
+        assert_eq!(
+            reconciler().plan(&Inputs::new(), Some(&deleted), Some(&stopped), Some(&killed)),
+            Plan::Idle
+        );
     }
 
     #[test]
@@ -378,30 +384,34 @@ mod tests {
         let spec = spec("u", serde_json::json!({}));
         let actual = sandboxes(vec![sandbox("s1", true, 1), sandbox("s0", true, 0)]);
         let running = containers(&[("s1", ContainerState::Running, 0)]);
-        assert_eq!(reconciler().plan(Some(&spec), Some(&actual), Some(&running)), stop(&["s0"]));
+        assert_eq!(
+            reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&running)),
+            stop(&["s0"])
+        );
     }
 
     #[test]
     fn a_sandbox_only_for_an_admitted_pod() {
         let spec = spec("u", serde_json::json!({}));
         let (verdicts, mut writer) = reconcile_engine::store::<PodUid, Verdict>();
-        let r = reconciler().with_verdicts(verdicts);
+        let inputs = Inputs::new().with(verdicts);
+        let r = reconciler();
         // No verdict yet: wait (nothing made, nothing stopped).
-        assert_eq!(r.plan(Some(&spec), None, None), Plan::Idle);
+        assert_eq!(r.plan(&inputs, Some(&spec), None, None), Plan::Idle);
         let actual = sandboxes(vec![sandbox("s0", true, 0)]);
-        assert_eq!(r.plan(Some(&spec), Some(&actual), None), Plan::Idle);
+        assert_eq!(r.plan(&inputs, Some(&spec), Some(&actual), None), Plan::Idle);
         writer.insert("u".into(), Verdict::admitted(&spec.pod));
         assert_eq!(
-            r.plan(Some(&spec), None, None),
+            r.plan(&inputs, Some(&spec), None, None),
             Plan::Run(SandboxOp::Create { spec: Arc::new(spec.clone()), attempt: 0 })
         );
         // Evicted: the sandbox is stopped once the containers are, and never made again.
         writer.insert("u".into(), Verdict::evicted("out of memory".into(), std::time::Duration::ZERO, 0));
         let running = containers(&[("s0", ContainerState::Running, 0)]);
-        assert_eq!(r.plan(Some(&spec), Some(&actual), Some(&running)), Plan::Idle);
+        assert_eq!(r.plan(&inputs, Some(&spec), Some(&actual), Some(&running)), Plan::Idle);
         let killed = containers(&[("s0", ContainerState::Exited, 137)]);
-        assert_eq!(r.plan(Some(&spec), Some(&actual), Some(&killed)), stop(&["s0"]));
-        assert_eq!(r.plan(Some(&spec), None, None), Plan::Idle);
+        assert_eq!(r.plan(&inputs, Some(&spec), Some(&actual), Some(&killed)), stop(&["s0"]));
+        assert_eq!(r.plan(&inputs, Some(&spec), None, None), Plan::Idle);
     }
 
     #[test]
@@ -412,12 +422,12 @@ mod tests {
         // s1 still holds a dead container (the pod pair prunes it first).
         let pod = containers(&[("s2", ContainerState::Running, 0), ("s1", ContainerState::Exited, 1)]);
         assert_eq!(
-            reconciler().plan(Some(&spec), Some(&actual), Some(&pod)),
+            reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&pod)),
             Plan::Run(SandboxOp::Prune { ids: vec!["s0".into()] })
         );
         let pod = containers(&[("s2", ContainerState::Running, 0)]);
         assert_eq!(
-            reconciler().plan(Some(&spec), Some(&actual), Some(&pod)),
+            reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&pod)),
             Plan::Run(SandboxOp::Prune { ids: vec!["s1".into(), "s0".into()] })
         );
         // The newest stays even when dead (a finished pod's status reads it).
@@ -425,7 +435,7 @@ mod tests {
         let done = sandboxes(vec![sandbox("s1", false, 1), sandbox("s0", false, 0)]);
         let exited = containers(&[("s1", ContainerState::Exited, 0)]);
         assert_eq!(
-            reconciler().plan(Some(&never), Some(&done), Some(&exited)),
+            reconciler().plan(&Inputs::new(), Some(&never), Some(&done), Some(&exited)),
             Plan::Run(SandboxOp::Prune { ids: vec!["s0".into()] })
         );
     }

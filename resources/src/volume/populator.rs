@@ -184,8 +184,8 @@ impl<R: Renderer> Populator<R> {
     ) {
         let pods_sub = self.pods.subscribe();
         let actual_sub = self.pod_actual.subscribe();
-        // relation: the volume pair watches the verdict store (key mapping: a pod UID to all of the
-        // pod's volumes); a verdict that stops a pod re-populates, which releases its volumes.
+        // A verdict that stops a pod re-populates, which releases its volumes (the populator reads
+        // the verdict store as one of its sources).
         let verdict_sub = self.verdicts.as_ref().map(Store::subscribe);
         tokio::select! {
             () = shutdown.cancelled() => return,

@@ -97,7 +97,7 @@ fn device_down(view: &VolumeView<'_>, actual: &VolumeActual) -> Plan<VolumeOp> {
     let mut in_use = false;
     view.actual_store.for_each(|_, a| in_use |= a.published_from() == Some(view.key));
     if in_use {
-        // relation: related_volumes plans the device again when a pod volume goes away.
+        // The declared relation `related_volumes` plans the device again when a pod volume goes away.
         return Plan::Idle;
     }
     let prior = Arc::new(actual.clone());
@@ -149,7 +149,7 @@ impl Reconciler<DesiredVolume, VolumeActual> for VolumeReconciler {
                         }),
                         None => Plan::Idle,
                     },
-                    // relation: related_volumes plans this volume again when its device changes.
+                    // The declared relation `related_volumes` plans this volume again when its device changes.
                     _ => Plan::Idle,
                 }
             }

@@ -3,7 +3,7 @@ use std::net::Ipv4Addr;
 use super::*;
 
 fn cfg_in(root: &Path) -> EmbeddedContainerdConfig {
-    let mut c = EmbeddedContainerdConfig::new(root);
+    let mut c = EmbeddedContainerdConfig::new(root, "localhost/nodelet/pause:3.9");
     if let Some(net) = c.cni_network.as_mut() {
         // a subnet and bridge of its own, inside 198.18.0.0/16, so it never clashes with the test runtime
         net.bridge = "nltest200".into();
@@ -113,27 +113,6 @@ fn executables_are_found_on_path_or_by_absolute_path() {
     std::fs::write(&plain, "#!/bin/sh\n").expect("write");
     std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     assert_eq!(find_executable(&plain), None, "not executable");
-}
-
-#[test]
-fn from_config_applies_the_daemons_settings() {
-    let mut config = crate::config::Config::resolve(
-        &crate::cli::RunArgs { hostname_override: Some("n".into()), ..Default::default() },
-        None,
-        &crate::config::HostFacts::detect(),
-    )
-    .expect("defaults")
-    .config;
-    config.root_dir = PathBuf::from("/srv/nodelet");
-    config.runtime.pod_infra_container_image = "registry.k8s.io/pause:3.9".into();
-    config.runtime.embedded.pod_cidr = "198.18.32.0/20".parse().expect("cidr");
-    let c = EmbeddedContainerdConfig::from_config(&config);
-    assert_eq!(c.dir, PathBuf::from("/srv/nodelet/containerd"));
-    assert_eq!(c.sandbox_image, "registry.k8s.io/pause:3.9");
-    assert_eq!(c.cni_conf_dir, PathBuf::from("/srv/nodelet/cni/net.d"));
-    let net = c.cni_network.expect("network");
-    assert_eq!(net.subnet.first_host(), Ipv4Addr::new(198, 18, 32, 1));
-    assert_eq!(net.bridge, "nodelet0");
 }
 
 // ------------------------------------------------------------------------------ against a real containerd
@@ -355,7 +334,7 @@ async fn a_pod_on_the_embedded_containerd_gets_an_ip_and_its_host_port_answers_o
             }
             let status = cri.pod_sandbox_status(&id).await.expect("PodSandboxStatus");
             let ip: Ipv4Addr = status.network.map(|n| n.ip).unwrap_or_default().parse().expect("pod IP");
-            let subnet: crate::config::Ipv4Cidr = "198.18.201.0/24".parse().expect("cidr");
+            let subnet: crate::cidr::Ipv4Cidr = "198.18.201.0/24".parse().expect("cidr");
             assert!(subnet.contains(ip), "pod IP {ip} is not in the generated network {subnet}");
             let container = proto::ContainerConfig {
                 metadata: Some(proto::ContainerMetadata { name: "web".into(), attempt: 0 }),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// The cgroup hierarchy in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CgroupVersion {
+pub enum CgroupVersion {
     /// One hierarchy per controller (`<fs>/memory`, `<fs>/cpuacct`, `<fs>/pids`).
     V1,
     /// The unified hierarchy (`<fs>/cgroup.controllers` exists).
@@ -17,26 +17,26 @@ pub(crate) enum CgroupVersion {
 
 impl CgroupVersion {
     /// The version mounted at `fs`.
-    pub(crate) fn detect(fs: &Path) -> Self {
+    pub fn detect(fs: &Path) -> Self {
         if fs.join("cgroup.controllers").is_file() { Self::V2 } else { Self::V1 }
     }
 }
 
 /// One cgroup's memory, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct MemorySample {
+pub struct MemorySample {
     /// All memory charged, page cache included.
-    pub(crate) usage: u64,
+    pub usage: u64,
     /// `usage` minus inactive file pages.
-    pub(crate) working_set: u64,
+    pub working_set: u64,
     /// Anonymous memory (v1 `total_rss`, v2 `anon`).
-    pub(crate) rss: Option<u64>,
+    pub rss: Option<u64>,
     /// Cumulative page faults.
-    pub(crate) page_faults: Option<u64>,
+    pub page_faults: Option<u64>,
     /// Cumulative major page faults.
-    pub(crate) major_page_faults: Option<u64>,
+    pub major_page_faults: Option<u64>,
     /// The cgroup's limit, when it has one below the machine's memory.
-    pub(crate) limit: Option<u64>,
+    pub limit: Option<u64>,
 }
 
 fn read_u64(path: &Path) -> Option<u64> {
@@ -58,7 +58,7 @@ fn read_flat_keyed(path: &Path) -> Option<HashMap<String, u64>> {
 
 /// The directory of cgroup `rel` (`/a/b`, or `/` for the root) in hierarchy `controller` (v1; ignored on
 /// v2). `None` when `rel` tries to leave the hierarchy.
-pub(crate) fn cgroup_dir(fs: &Path, version: CgroupVersion, controller: &str, rel: &str) -> Option<PathBuf> {
+pub fn cgroup_dir(fs: &Path, version: CgroupVersion, controller: &str, rel: &str) -> Option<PathBuf> {
     let rel = rel.trim_matches('/');
     if rel.split('/').any(|c| c == ".." || c == ".") {
         return None;
@@ -80,7 +80,7 @@ pub(crate) fn cgroup_dir(fs: &Path, version: CgroupVersion, controller: &str, re
 }
 
 /// Cumulative CPU time of cgroup `rel`, in nanoseconds.
-pub(crate) fn cpu_usage_ns(fs: &Path, version: CgroupVersion, rel: &str) -> Option<u64> {
+pub fn cpu_usage_ns(fs: &Path, version: CgroupVersion, rel: &str) -> Option<u64> {
     let dir = cgroup_dir(fs, version, "cpuacct", rel)?;
     match version {
         CgroupVersion::V1 => read_u64(&dir.join("cpuacct.usage")),
@@ -89,7 +89,7 @@ pub(crate) fn cpu_usage_ns(fs: &Path, version: CgroupVersion, rel: &str) -> Opti
 }
 
 /// Memory of cgroup `rel` (not the root: see [`node_memory`]).
-pub(crate) fn cgroup_memory(fs: &Path, version: CgroupVersion, rel: &str) -> Option<MemorySample> {
+pub fn cgroup_memory(fs: &Path, version: CgroupVersion, rel: &str) -> Option<MemorySample> {
     let dir = cgroup_dir(fs, version, "memory", rel)?;
     match version {
         CgroupVersion::V1 => {
@@ -123,7 +123,7 @@ pub(crate) fn cgroup_memory(fs: &Path, version: CgroupVersion, rel: &str) -> Opt
 }
 
 /// `/proc/meminfo` in bytes, by field name (`MemTotal`, `MemFree`, `Inactive(file)`…).
-pub(crate) fn meminfo(proc_fs: &Path) -> Option<HashMap<String, u64>> {
+pub fn meminfo(proc_fs: &Path) -> Option<HashMap<String, u64>> {
     let text = std::fs::read_to_string(proc_fs.join("meminfo")).ok()?;
     Some(
         text.lines()
@@ -142,7 +142,7 @@ pub(crate) fn meminfo(proc_fs: &Path) -> Option<HashMap<String, u64>> {
 /// capacity (`MemTotal`) minus the root cgroup's working set (usage minus inactive file pages). On cgroup
 /// v1 the root memory cgroup has the usage; on v2 the root has no `memory.current`, so usage is
 /// `MemTotal - MemFree` and inactive file pages come from the root `memory.stat` (or `/proc/meminfo`).
-pub(crate) fn node_memory(proc_fs: &Path, fs: &Path, version: CgroupVersion) -> Option<(u64, MemorySample)> {
+pub fn node_memory(proc_fs: &Path, fs: &Path, version: CgroupVersion) -> Option<(u64, MemorySample)> {
     let info = meminfo(proc_fs)?;
     let capacity = *info.get("MemTotal")?;
     let sample = match version {
@@ -173,7 +173,7 @@ pub(crate) fn node_memory(proc_fs: &Path, fs: &Path, version: CgroupVersion) -> 
 }
 
 /// The machine's cumulative CPU time in nanoseconds: the root cgroup's, or the busy time of `/proc/stat`.
-pub(crate) fn node_cpu_usage_ns(proc_fs: &Path, fs: &Path, version: CgroupVersion) -> Option<u64> {
+pub fn node_cpu_usage_ns(proc_fs: &Path, fs: &Path, version: CgroupVersion) -> Option<u64> {
     if let Some(ns) = cpu_usage_ns(fs, version, "/") {
         return Some(ns);
     }
@@ -193,7 +193,7 @@ pub(crate) fn node_cpu_usage_ns(proc_fs: &Path, fs: &Path, version: CgroupVersio
 }
 
 /// Boot time, nanoseconds since the epoch (`btime` of `/proc/stat`).
-pub(crate) fn boot_time_ns(proc_fs: &Path) -> Option<i64> {
+pub fn boot_time_ns(proc_fs: &Path) -> Option<i64> {
     let text = std::fs::read_to_string(proc_fs.join("stat")).ok()?;
     let secs: i64 = text.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
     secs.checked_mul(1_000_000_000)
@@ -201,7 +201,7 @@ pub(crate) fn boot_time_ns(proc_fs: &Path) -> Option<i64> {
 
 /// The process ID limit (the smaller of `kernel.pid_max` and `kernel.threads-max`, as the kubelet) and the
 /// number of tasks that exist (the fourth field of `/proc/loadavg`, `running/total`).
-pub(crate) fn pids(proc_fs: &Path) -> (Option<i64>, Option<i64>) {
+pub fn pids(proc_fs: &Path) -> (Option<i64>, Option<i64>) {
     let read =
         |p: &str| -> Option<i64> { std::fs::read_to_string(proc_fs.join(p)).ok()?.trim().parse().ok() };
     let max = match (read("sys/kernel/pid_max"), read("sys/kernel/threads-max")) {
@@ -215,27 +215,27 @@ pub(crate) fn pids(proc_fs: &Path) -> (Option<i64>, Option<i64>) {
 }
 
 /// Processes in cgroup `rel` (`pids.current`).
-pub(crate) fn cgroup_pids(fs: &Path, version: CgroupVersion, rel: &str) -> Option<u64> {
+pub fn cgroup_pids(fs: &Path, version: CgroupVersion, rel: &str) -> Option<u64> {
     read_u64(&cgroup_dir(fs, version, "pids", rel)?.join("pids.current"))
 }
 
 /// One interface of `/proc/net/dev`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct NetDev {
+pub struct NetDev {
     /// Interface name.
-    pub(crate) name: String,
+    pub name: String,
     /// Bytes received.
-    pub(crate) rx_bytes: u64,
+    pub rx_bytes: u64,
     /// Receive errors.
-    pub(crate) rx_errors: u64,
+    pub rx_errors: u64,
     /// Bytes sent.
-    pub(crate) tx_bytes: u64,
+    pub tx_bytes: u64,
     /// Send errors.
-    pub(crate) tx_errors: u64,
+    pub tx_errors: u64,
 }
 
 /// The interfaces of `/proc/net/dev` but `lo`, and the one the default route uses (`/proc/net/route`).
-pub(crate) fn net_devices(proc_fs: &Path) -> (Vec<NetDev>, Option<String>) {
+pub fn net_devices(proc_fs: &Path) -> (Vec<NetDev>, Option<String>) {
     let devs = std::fs::read_to_string(proc_fs.join("net/dev"))
         .map(|text| {
             text.lines()
@@ -267,21 +267,21 @@ pub(crate) fn net_devices(proc_fs: &Path) -> (Vec<NetDev>, Option<String>) {
 
 /// Capacity and use of the filesystem holding `path` (`statvfs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FsInfo {
+pub struct FsInfo {
     /// Size in bytes.
-    pub(crate) capacity: u64,
+    pub capacity: u64,
     /// Bytes free for unprivileged users.
-    pub(crate) available: u64,
+    pub available: u64,
     /// Bytes in use (size minus all free blocks).
-    pub(crate) used: u64,
+    pub used: u64,
     /// Inodes.
-    pub(crate) inodes: u64,
+    pub inodes: u64,
     /// Free inodes.
-    pub(crate) inodes_free: u64,
+    pub inodes_free: u64,
 }
 
 /// `statvfs(path)`.
-pub(crate) fn statvfs(path: &Path) -> Option<FsInfo> {
+pub fn statvfs(path: &Path) -> Option<FsInfo> {
     let s = rustix::fs::statvfs(path).ok()?;
     let frsize = s.f_frsize;
     Some(FsInfo {
@@ -296,18 +296,18 @@ pub(crate) fn statvfs(path: &Path) -> Option<FsInfo> {
 /// Disk usage of a directory tree: bytes of allocated blocks and inodes, as `du -x` counts them (not
 /// following symbolic links, not crossing into other filesystems, each hard-linked inode once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct DiskUsage {
+pub struct DiskUsage {
     /// Bytes of allocated blocks.
-    pub(crate) bytes: u64,
+    pub bytes: u64,
     /// Inodes (files, directories, links).
-    pub(crate) inodes: u64,
+    pub inodes: u64,
 }
 
 /// How deep [`disk_usage`] descends; deeper trees are counted to this depth.
 const MAX_DEPTH: usize = 64;
 
 /// The [`DiskUsage`] of `path` (a file or a directory); `None` when `path` does not exist.
-pub(crate) fn disk_usage(path: &Path) -> Option<DiskUsage> {
+pub fn disk_usage(path: &Path) -> Option<DiskUsage> {
     let meta = std::fs::symlink_metadata(path).ok()?;
     let mut usage = DiskUsage::default();
     let mut seen = std::collections::HashSet::new();

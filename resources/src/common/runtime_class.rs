@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::desired::DesiredPod;
+use crate::pod::desired::DesiredPod;
 
 /// Looks RuntimeClass objects up by name.
 pub trait RuntimeClasses: Send + Sync + 'static {

@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 /// A file or symlink that could not be written.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write {}: {source}", path.display())]
-pub(crate) struct AtomicWriteError {
+pub struct AtomicWriteError {
     /// The file (or its temporary name).
-    pub(crate) path: PathBuf,
+    pub path: PathBuf,
     /// The operating system's error.
     #[source]
-    pub(crate) source: std::io::Error,
+    pub source: std::io::Error,
 }
 
 impl From<nodelet_durable::DurableError> for AtomicWriteError {
@@ -24,13 +24,13 @@ impl From<nodelet_durable::DurableError> for AtomicWriteError {
 
 /// Writes `contents` to `path` with `mode` through [`nodelet_durable::write`] (temporary file, fsync,
 /// rename, fsync of the directory).
-pub(crate) fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> Result<(), AtomicWriteError> {
+pub fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> Result<(), AtomicWriteError> {
     Ok(nodelet_durable::write(path, contents, mode)?)
 }
 
 /// Points the symlink `link` at `target` (as given, e.g. a file name relative to the link's directory)
 /// through [`nodelet_durable::replace_symlink`].
-pub(crate) fn replace_symlink(link: &Path, target: &Path) -> Result<(), AtomicWriteError> {
+pub fn replace_symlink(link: &Path, target: &Path) -> Result<(), AtomicWriteError> {
     Ok(nodelet_durable::replace_symlink(link, target)?)
 }
 

@@ -1,5 +1,5 @@
-//! CRI container log files, shared by the server's `/containerLogs` ([`crate::server`]) and `nodelet logs`
-//! ([`crate::client`]): the line parser (`<RFC3339Nano> <stdout|stderr> <P|F>[:tags] <content>`, the
+//! CRI container log files, shared by the daemon's `/containerLogs` and `nodelet logs`:
+//! the line parser (`<RFC3339Nano> <stdout|stderr> <P|F>[:tags] <content>`, the
 //! kubelet's `parseCRILog`), a reader of raw lines that tracks file offsets, the offset where the last N
 //! lines start, and a [`Renderer`] that turns records into the container's output the way the kubelet
 //! serves it: partial (`P`) segments joined into one line, optional timestamps, lines before a time
@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 const MAX_RAW_LINE: usize = 1024 * 1024;
 
 /// Reads raw lines (without the `\n`) and tracks the offset of each.
-pub(crate) struct LineReader {
+pub struct LineReader {
     reader: BufReader<File>,
     /// Bytes of the line being read (no `\n` seen yet).
     raw: Vec<u8>,
@@ -36,18 +36,18 @@ impl std::fmt::Debug for LineReader {
 
 impl LineReader {
     /// A reader of `file`, which is positioned at offset `pos`.
-    pub(crate) fn new(file: File, pos: u64) -> Self {
+    pub fn new(file: File, pos: u64) -> Self {
         Self { reader: BufReader::new(file), raw: Vec::new(), discarding: false, pos, line_start: pos }
     }
 
     /// The file offset just past what has been read (an incomplete last line included).
-    pub(crate) fn pos(&self) -> u64 {
+    pub fn pos(&self) -> u64 {
         self.pos
     }
 
     /// The next complete line and its starting offset, or `None` at the end of the file (an incomplete
     /// last line stays buffered until its `\n` arrives).
-    pub(crate) async fn next_line(&mut self) -> io::Result<Option<(u64, Vec<u8>)>> {
+    pub async fn next_line(&mut self) -> io::Result<Option<(u64, Vec<u8>)>> {
         loop {
             let buf = self.reader.fill_buf().await?;
             if buf.is_empty() {
@@ -82,27 +82,27 @@ impl LineReader {
     }
 
     /// What is left of an incomplete last line (for a reader that stops at the end of the file).
-    pub(crate) fn take_incomplete(&mut self) -> Option<Vec<u8>> {
+    pub fn take_incomplete(&mut self) -> Option<Vec<u8>> {
         (!self.raw.is_empty() && !self.discarding).then(|| std::mem::take(&mut self.raw))
     }
 }
 
 /// One parsed CRI log line.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct CriLine<'a> {
+pub struct CriLine<'a> {
     /// The timestamp as written.
-    pub(crate) timestamp: &'a str,
+    pub timestamp: &'a str,
     /// `stdout` or `stderr`.
-    pub(crate) stream: &'a str,
+    pub stream: &'a str,
     /// `P`: the line continues in the next record.
-    pub(crate) partial: bool,
+    pub partial: bool,
     /// The content, without the newline.
-    pub(crate) content: &'a [u8],
+    pub content: &'a [u8],
 }
 
 /// Parses `<timestamp> <stdout|stderr> <tag[:tag…]> <content>` (the kubelet's `parseCRILog`); a line
 /// that does not parse is skipped by the readers, as the kubelet does.
-pub(crate) fn parse_cri_line(line: &[u8]) -> Option<CriLine<'_>> {
+pub fn parse_cri_line(line: &[u8]) -> Option<CriLine<'_>> {
     let mut rest = line;
     let mut field = || {
         let i = rest.iter().position(|b| *b == b' ')?;
@@ -123,7 +123,7 @@ pub(crate) fn parse_cri_line(line: &[u8]) -> Option<CriLine<'_>> {
 
 /// Re-formats an RFC 3339 timestamp the way the kubelet prints it (`RFC3339NanoFixed`: exactly nine
 /// fractional digits, `Z` for a zero offset), or `None` if it is not RFC 3339.
-pub(crate) fn normalize_timestamp(ts: &str) -> Option<String> {
+pub fn normalize_timestamp(ts: &str) -> Option<String> {
     let b = ts.as_bytes();
     let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
     let at = |i: usize, c: u8| b.get(i) == Some(&c);
@@ -165,7 +165,7 @@ pub(crate) fn normalize_timestamp(ts: &str) -> Option<String> {
 ///
 /// Reads the file backwards from its end in chunks of 64 KiB, so memory stays bounded whatever `n` and the
 /// file's size, and only the bytes after the start found are read.
-pub(crate) async fn tail_start(file: File, n: u64) -> io::Result<u64> {
+pub async fn tail_start(file: File, n: u64) -> io::Result<u64> {
     tail_start_chunked(file, n, BACKWARDS_CHUNK).await
 }
 
@@ -272,7 +272,7 @@ impl Backwards {
 
 /// Turns raw CRI lines into the container's output (see the module docs).
 #[derive(Debug)]
-pub(crate) struct Renderer {
+pub struct Renderer {
     timestamps: bool,
     since: Option<k8s_openapi::jiff::Timestamp>,
     /// Bytes still allowed, when limited.
@@ -286,7 +286,7 @@ pub(crate) struct Renderer {
 impl Renderer {
     /// A renderer: `timestamps` prefixes each line with its first record's timestamp (nine fractional
     /// digits), `since` skips the lines logged before it, `limit_bytes` stops after that many bytes.
-    pub(crate) fn new(
+    pub fn new(
         timestamps: bool,
         since: Option<k8s_openapi::jiff::Timestamp>,
         limit_bytes: Option<u64>,
@@ -295,12 +295,12 @@ impl Renderer {
     }
 
     /// Whether the byte limit has been reached (nothing more is rendered).
-    pub(crate) fn exhausted(&self) -> bool {
+    pub fn exhausted(&self) -> bool {
         self.remaining == Some(0)
     }
 
     /// Appends one raw line's output to `out`; true when the byte limit is reached.
-    pub(crate) fn render(&mut self, line: &[u8], out: &mut Vec<u8>) -> bool {
+    pub fn render(&mut self, line: &[u8], out: &mut Vec<u8>) -> bool {
         if self.exhausted() {
             return true;
         }

@@ -40,28 +40,32 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 use tracing::{debug, info, warn};
 
-use crate::config::{Config, Ipv4Cidr};
+use crate::cidr::Ipv4Cidr;
 
 /// Where the CNI plugins are (Debian's containernetworking-plugins).
-pub(crate) const DEFAULT_CNI_BIN_DIR: &str = "/usr/lib/cni";
+pub const DEFAULT_CNI_BIN_DIR: &str = "/usr/lib/cni";
+/// The containerd binary (looked up on PATH).
+pub const DEFAULT_CONTAINERD_PATH: &str = "containerd";
+/// The generated network's Linux bridge.
+pub const DEFAULT_CNI_BRIDGE: &str = "nodelet0";
 /// The generated CNI network's name.
-pub(crate) const CNI_NETWORK_NAME: &str = "nodelet";
+pub const CNI_NETWORK_NAME: &str = "nodelet";
 /// The generated CNI network's file in the CNI config directory.
-pub(crate) const CNI_CONFLIST_NAME: &str = "10-nodelet.conflist";
+pub const CNI_CONFLIST_NAME: &str = "10-nodelet.conflist";
 /// Registries reached over plain HTTP (the local registry the quick start and tests use).
-pub(crate) const DEFAULT_PLAIN_HTTP_REGISTRIES: &[&str] = &["127.0.0.1:5000", "localhost:5000"];
+pub const DEFAULT_PLAIN_HTTP_REGISTRIES: &[&str] = &["127.0.0.1:5000", "localhost:5000"];
 /// How long containerd may take to answer CRI `Version` after being started.
-pub(crate) const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long containerd may take to exit after SIGTERM before it gets SIGKILL.
-pub(crate) const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(15);
+pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(15);
 /// First delay before restarting a containerd that exited.
-pub(crate) const DEFAULT_RESTART_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+pub const DEFAULT_RESTART_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
 /// Largest delay between restarts.
-pub(crate) const DEFAULT_RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub const DEFAULT_RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// Uptime after which the restart delay starts over at the initial value.
-pub(crate) const DEFAULT_HEALTHY_AFTER: Duration = Duration::from_secs(60);
+pub const DEFAULT_HEALTHY_AFTER: Duration = Duration::from_secs(60);
 /// How long one `ctr images import` may take.
-pub(crate) const IMPORT_TIMEOUT: Duration = Duration::from_secs(300);
+pub const IMPORT_TIMEOUT: Duration = Duration::from_secs(300);
 /// containerd.log is rotated at a start when it is larger than this.
 const LOG_ROTATE_BYTES: u64 = 10 << 20;
 /// Longest path a unix socket can have (sun_path is 108 bytes with the NUL).
@@ -71,7 +75,7 @@ const READY_POLL: Duration = Duration::from_millis(100);
 
 /// Why the embedded runtime could not be set up, started or stopped.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ContainerdError {
+pub enum ContainerdError {
     /// The containerd (or ctr) binary was not found.
     #[error(
         "{what} binary {path:?} not found (looked on PATH and in /usr/sbin, /sbin); install containerd or \
@@ -174,72 +178,73 @@ type Result<T, E = ContainerdError> = std::result::Result<T, E>;
 
 /// The generated CNI bridge network.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CniNetwork {
+pub struct CniNetwork {
     /// CNI network name.
-    pub(crate) name: String,
+    pub name: String,
     /// Linux bridge name (at most 15 characters).
-    pub(crate) bridge: String,
+    pub bridge: String,
     /// Pod subnet; the bridge gets its first address.
-    pub(crate) subnet: Ipv4Cidr,
+    pub subnet: Ipv4Cidr,
     /// host-local IPAM's data directory.
-    pub(crate) ipam_dir: PathBuf,
+    pub ipam_dir: PathBuf,
 }
 
-/// Settings of the embedded containerd. [`Self::new`] has the defaults; [`Self::from_config`] applies the
-/// daemon's configuration.
+/// Settings of the embedded containerd. [`Self::new`] has the defaults (the daemon applies its
+/// configuration over them).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct EmbeddedContainerdConfig {
+pub struct EmbeddedContainerdConfig {
     /// containerd binary (a bare name is looked up on PATH).
-    pub(crate) containerd_path: PathBuf,
+    pub containerd_path: PathBuf,
     /// ctr binary, for image imports (a bare name is looked up on PATH).
-    pub(crate) ctr_path: PathBuf,
+    pub ctr_path: PathBuf,
     /// containerd's directory (`<root-dir>/containerd`).
-    pub(crate) dir: PathBuf,
+    pub dir: PathBuf,
     /// The CRI plugin's `sandbox_image`.
-    pub(crate) sandbox_image: String,
+    pub sandbox_image: String,
     /// containerd's log level.
-    pub(crate) log_level: String,
+    pub log_level: String,
     /// TOML merged over the generated config (containerd `imports`).
-    pub(crate) config_extra: Option<PathBuf>,
+    pub config_extra: Option<PathBuf>,
     /// CNI plugin binaries.
-    pub(crate) cni_bin_dir: PathBuf,
+    pub cni_bin_dir: PathBuf,
     /// CNI configuration directory (`<root-dir>/cni/net.d`).
-    pub(crate) cni_conf_dir: PathBuf,
+    pub cni_conf_dir: PathBuf,
     /// The network to generate there when the directory has no other network; `None`: never write one.
-    pub(crate) cni_network: Option<CniNetwork>,
+    pub cni_network: Option<CniNetwork>,
     /// `host:port` of registries reached over plain HTTP.
-    pub(crate) plain_http_registries: Vec<String>,
+    pub plain_http_registries: Vec<String>,
     /// Directory of image archives (`*.tar`) imported into namespace k8s.io before `start` returns.
-    pub(crate) preload_images: Option<PathBuf>,
+    pub preload_images: Option<PathBuf>,
     /// See [`DEFAULT_READY_TIMEOUT`].
-    pub(crate) ready_timeout: Duration,
+    pub ready_timeout: Duration,
     /// See [`DEFAULT_STOP_TIMEOUT`].
-    pub(crate) stop_timeout: Duration,
+    pub stop_timeout: Duration,
     /// See [`DEFAULT_RESTART_BACKOFF_INITIAL`].
-    pub(crate) restart_backoff_initial: Duration,
+    pub restart_backoff_initial: Duration,
     /// See [`DEFAULT_RESTART_BACKOFF_MAX`].
-    pub(crate) restart_backoff_max: Duration,
+    pub restart_backoff_max: Duration,
     /// See [`DEFAULT_HEALTHY_AFTER`].
-    pub(crate) healthy_after: Duration,
+    pub healthy_after: Duration,
 }
 
 impl EmbeddedContainerdConfig {
-    /// The defaults for a nodelet whose root directory is `root_dir`.
-    pub(crate) fn new(root_dir: &Path) -> Self {
+    /// The defaults for a nodelet whose root directory is `root_dir` and whose pods' sandbox image is
+    /// `sandbox_image`.
+    pub fn new(root_dir: &Path, sandbox_image: &str) -> Self {
         let cni_root = root_dir.join("cni");
         EmbeddedContainerdConfig {
-            containerd_path: PathBuf::from(crate::config::DEFAULT_CONTAINERD_PATH),
+            containerd_path: PathBuf::from(DEFAULT_CONTAINERD_PATH),
             ctr_path: PathBuf::from("ctr"),
             dir: root_dir.join("containerd"),
-            sandbox_image: crate::config::DEFAULT_POD_INFRA_CONTAINER_IMAGE.to_owned(),
+            sandbox_image: sandbox_image.to_owned(),
             log_level: "info".to_owned(),
             config_extra: None,
             cni_bin_dir: PathBuf::from(DEFAULT_CNI_BIN_DIR),
             cni_conf_dir: cni_root.join("net.d"),
             cni_network: Some(CniNetwork {
                 name: CNI_NETWORK_NAME.to_owned(),
-                bridge: crate::config::DEFAULT_CNI_BRIDGE.to_owned(),
-                subnet: crate::config::default_pod_cidr(),
+                bridge: DEFAULT_CNI_BRIDGE.to_owned(),
+                subnet: crate::cidr::default_pod_cidr(),
                 ipam_dir: cni_root.join("ipam"),
             }),
             plain_http_registries: DEFAULT_PLAIN_HTTP_REGISTRIES.iter().map(|s| (*s).to_owned()).collect(),
@@ -252,46 +257,31 @@ impl EmbeddedContainerdConfig {
         }
     }
 
-    /// The settings the daemon's configuration asks for.
-    pub(crate) fn from_config(config: &Config) -> Self {
-        let mut c = Self::new(&config.root_dir);
-        let e = &config.runtime.embedded;
-        c.containerd_path = e.containerd_path.clone();
-        c.config_extra = e.config_extra.clone();
-        c.sandbox_image = config.runtime.pod_infra_container_image.clone();
-        if let Some(net) = c.cni_network.as_mut() {
-            net.bridge = e.cni_bridge.clone();
-            net.subnet = e.pod_cidr;
-        }
-        c.preload_images = config.runtime.preload_images.clone();
-        c
-    }
-
     /// `<dir>/config.toml`.
-    pub(crate) fn config_path(&self) -> PathBuf {
+    pub fn config_path(&self) -> PathBuf {
         self.dir.join("config.toml")
     }
     /// `<dir>/containerd.sock`.
-    pub(crate) fn socket_path(&self) -> PathBuf {
+    pub fn socket_path(&self) -> PathBuf {
         self.dir.join("containerd.sock")
     }
     /// `unix://<dir>/containerd.sock`: the CRI endpoint.
-    pub(crate) fn endpoint(&self) -> String {
+    pub fn endpoint(&self) -> String {
         format!("unix://{}", self.socket_path().display())
     }
     /// `<dir>/containerd.log`.
-    pub(crate) fn log_path(&self) -> PathBuf {
+    pub fn log_path(&self) -> PathBuf {
         self.dir.join("containerd.log")
     }
     /// `<dir>/containerd.pid`.
-    pub(crate) fn pid_path(&self) -> PathBuf {
+    pub fn pid_path(&self) -> PathBuf {
         self.dir.join("containerd.pid")
     }
 }
 
 /// Finds an executable: a path with a `/` is taken as is; a bare name is looked up on PATH, then in
 /// `/usr/local/sbin`, `/usr/sbin` and `/sbin` (root's PATH sometimes lacks them).
-pub(crate) fn find_executable(name: &Path) -> Option<PathBuf> {
+pub fn find_executable(name: &Path) -> Option<PathBuf> {
     let is_exec =
         |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
     if name.components().count() > 1 || name.is_absolute() {
@@ -333,7 +323,7 @@ fn toml_path(p: &Path) -> String {
 }
 
 /// The containerd configuration (1.6, version 2) for `cfg`. Same settings as `scripts/containerd-config.sh`.
-pub(crate) fn render_config(cfg: &EmbeddedContainerdConfig) -> String {
+pub fn render_config(cfg: &EmbeddedContainerdConfig) -> String {
     let d = &cfg.dir;
     let socket = cfg.socket_path();
     let ttrpc = PathBuf::from(format!("{}.ttrpc", socket.display()));
@@ -413,7 +403,7 @@ oom_score = 0
 }
 
 /// The generated CNI network configuration (JSON).
-pub(crate) fn render_cni_conflist(net: &CniNetwork) -> String {
+pub fn render_cni_conflist(net: &CniNetwork) -> String {
     let v = serde_json::json!({
         "cniVersion": "1.0.0",
         "name": net.name,
@@ -439,7 +429,7 @@ pub(crate) fn render_cni_conflist(net: &CniNetwork) -> String {
 }
 
 /// `hosts.toml` for a registry reached over plain HTTP.
-pub(crate) fn render_registry_hosts(host: &str) -> String {
+pub fn render_registry_hosts(host: &str) -> String {
     format!(
         "# generated by nodelet\nserver = {server}\n\n[host.{server}]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n",
         server = toml_str(&format!("http://{host}"))
@@ -465,7 +455,7 @@ fn write_if_changed(path: &Path, content: &str) -> Result<bool> {
 
 /// Checks the settings and writes the configuration files: containerd's config, registry hosts and (when the
 /// directory has no other network) the CNI network.
-pub(crate) fn prepare(cfg: &EmbeddedContainerdConfig) -> Result<()> {
+pub fn prepare(cfg: &EmbeddedContainerdConfig) -> Result<()> {
     let socket = cfg.socket_path();
     let ttrpc_len = socket.as_os_str().len() + ".ttrpc".len();
     if ttrpc_len > SOCKET_PATH_MAX {
@@ -652,7 +642,7 @@ fn spawn(cfg: &EmbeddedContainerdConfig, containerd: &Path, start_no: u32) -> Re
         .append(true)
         .open(&log_path)
         .map_err(io_err("open", &log_path))?;
-    let now = crate::client::now();
+    let now = crate::wall_clock();
     writeln!(log, "\n=== {now} nodelet: starting {} (start #{start_no})", containerd.display())
         .map_err(io_err("write", &log_path))?;
     let log2 = log.try_clone().map_err(io_err("open", &log_path))?;
@@ -755,21 +745,21 @@ async fn start_once(
 
 /// What the supervisor reports about containerd.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct ContainerdStatus {
+pub struct ContainerdStatus {
     /// The running containerd's pid; `None` while it is down.
-    pub(crate) pid: Option<u32>,
+    pub pid: Option<u32>,
     /// Whether it answered CRI `Version` since it was (re)started.
-    pub(crate) ready: bool,
+    pub ready: bool,
     /// How many times it was restarted after exiting.
-    pub(crate) restarts: u32,
+    pub restarts: u32,
     /// How the last containerd exited.
-    pub(crate) last_exit: Option<String>,
+    pub last_exit: Option<String>,
 }
 
 /// A running, supervised containerd. Stop it with [`Self::shutdown`]; dropping it stops it too (in the
 /// background, while the tokio runtime lives).
 #[derive(Debug)]
-pub(crate) struct EmbeddedContainerd {
+pub struct EmbeddedContainerd {
     endpoint: String,
     socket: PathBuf,
     pid_path: PathBuf,
@@ -782,7 +772,7 @@ pub(crate) struct EmbeddedContainerd {
 impl EmbeddedContainerd {
     /// Writes the configuration, stops a containerd left by a previous nodelet, starts containerd, waits until
     /// it answers CRI `Version`, imports the preload images, and supervises it from then on.
-    pub(crate) async fn start(cfg: EmbeddedContainerdConfig) -> Result<Self> {
+    pub async fn start(cfg: EmbeddedContainerdConfig) -> Result<Self> {
         let containerd = find_executable(&cfg.containerd_path).ok_or_else(|| ContainerdError::NotFound {
             what: "containerd",
             path: cfg.containerd_path.clone(),
@@ -815,25 +805,25 @@ impl EmbeddedContainerd {
     }
 
     /// The CRI endpoint: `unix://<root-dir>/containerd/containerd.sock`.
-    pub(crate) fn endpoint(&self) -> &str {
+    pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
 
     #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     /// The current status.
-    pub(crate) fn status(&self) -> ContainerdStatus {
+    pub fn status(&self) -> ContainerdStatus {
         self.status.borrow().clone()
     }
 
     #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     /// A receiver that sees every status change (e.g. for node readiness and metrics).
-    pub(crate) fn watch_status(&self) -> watch::Receiver<ContainerdStatus> {
+    pub fn watch_status(&self) -> watch::Receiver<ContainerdStatus> {
         self.status.clone()
     }
 
     /// Stops containerd (SIGTERM, then SIGKILL after the stop timeout) and the supervisor. Running
     /// containers keep running (their shims are independent of containerd).
-    pub(crate) async fn shutdown(mut self) -> Result<()> {
+    pub async fn shutdown(mut self) -> Result<()> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -923,7 +913,7 @@ async fn supervise(
 /// Imports every `*.tar` image archive (OCI or docker format) in `dir`, in name order, into containerd's
 /// `k8s.io` namespace with `ctr images import` (unpacked for the overlayfs snapshotter, so CRI can use them).
 /// Returns the archives imported.
-pub(crate) async fn import_images(ctr: &Path, socket: &Path, dir: &Path) -> Result<Vec<PathBuf>> {
+pub async fn import_images(ctr: &Path, socket: &Path, dir: &Path) -> Result<Vec<PathBuf>> {
     let entries = std::fs::read_dir(dir).map_err(io_err("read directory", dir))?;
     let mut archives = Vec::new();
     for entry in entries {

@@ -1,8 +1,9 @@
-//! Container log rotation wiring: every `containerLogMonitorInterval`, the log of each running
-//! container (from the pod actual store) is rotated by [`nodelet_cri::log_rotation`] when it reached
+//! Container log rotation: every `containerLogMonitorInterval`, the log of each running container
+//! (from the pod actual store) is rotated by [`nodelet_cri::log_rotation`] when it reached
 //! `containerLogMaxSize`, keeping `containerLogMaxFiles` files per container.
 
 use std::path::Path;
+use std::time::Duration;
 
 use nodelet_cri::log_rotation::{LogRotationPolicy, rotate_if_needed};
 use nodelet_resources::pod::actual::{ContainerState, PodActual};
@@ -10,15 +11,15 @@ use nodelet_resources::pod::desired::PodUid;
 use reconcile_engine::Store;
 use tokio_util::sync::CancellationToken;
 
-/// Rotates the logs of `actual`'s running containers until `shutdown`.
-pub(crate) async fn run(
+/// Rotates the logs of `actual`'s running containers by `policy` every `interval` until `shutdown`.
+pub async fn run(
     cri: nodelet_cri::CriClient,
     actual: Store<PodUid, PodActual>,
-    config: crate::config::ContainerLogConfig,
+    policy: LogRotationPolicy,
+    interval: Duration,
     shutdown: CancellationToken,
 ) {
-    let policy = LogRotationPolicy { max_size: config.max_size, max_files: config.max_files };
-    let mut tick = tokio::time::interval(config.monitor_interval);
+    let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -33,7 +34,7 @@ pub(crate) async fn run(
                 running.push((c.id.clone(), c.log_path.clone()));
             }
         });
-        let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y%m%d-%H%M%S").to_string();
+        let now = crate::wall_clock().strftime("%Y%m%d-%H%M%S").to_string();
         for (id, path) in running {
             if let Err(e) = rotate_if_needed(&cri, &id, Path::new(&path), policy, &now).await {
                 tracing::warn!(container = %id, error = %e, "rotating a container log failed");

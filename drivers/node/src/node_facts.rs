@@ -17,53 +17,80 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::NodeAddress;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::config::{self, ThresholdValue};
+use nodelet_resources::eviction::signal::Amount as ThresholdValue;
+
+/// A hard eviction threshold: a signal (`memory.available`, `nodefs.available`, …) and its amount.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvictionThreshold {
+    /// The signal.
+    pub signal: String,
+    /// Evict when the signal falls below this.
+    pub value: ThresholdValue,
+}
+
+/// What of the daemon's configuration the facts depend on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FactsConfig {
+    /// `--root-dir`: its filesystem is the node's ephemeral storage.
+    pub root_dir: PathBuf,
+    /// The node's name (the `Hostname` address).
+    pub node_name: String,
+    /// `maxPods`.
+    pub max_pods: u32,
+    /// `evictionHard`: what it reserves is taken off the allocatable memory and ephemeral storage.
+    pub hard_eviction: Vec<EvictionThreshold>,
+    /// `address` (the main port's): a specific address is the `InternalIP`.
+    pub address: IpAddr,
+    /// `--node-ip`: when set, the `InternalIP` addresses.
+    pub node_ips: Vec<IpAddr>,
+    /// The main port.
+    pub kubelet_port: u16,
+    /// `localStorageCapacityIsolation`: without it the node reports no `ephemeral-storage`.
+    pub local_storage_capacity_isolation: bool,
+}
 
 /// How long the start-up CRI `Version` call may take.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The machine's facts for the `Node` status, computed once at start-up.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct NodeFacts {
+pub struct NodeFacts {
     /// `status.capacity`.
-    pub(crate) capacity: BTreeMap<String, Quantity>,
+    pub capacity: BTreeMap<String, Quantity>,
     /// `status.allocatable`.
-    pub(crate) allocatable: BTreeMap<String, Quantity>,
+    pub allocatable: BTreeMap<String, Quantity>,
     /// `status.addresses`: `InternalIP` (when one is found), then `Hostname`.
-    pub(crate) addresses: Vec<NodeAddress>,
+    pub addresses: Vec<NodeAddress>,
     /// `nodeInfo.kernelVersion`: the kernel release (`uname -r`).
-    pub(crate) kernel_version: String,
+    pub kernel_version: String,
     /// `nodeInfo.osImage`: `PRETTY_NAME` of os-release, `Linux` without one.
-    pub(crate) os_image: String,
+    pub os_image: String,
     /// `nodeInfo.machineID`.
-    pub(crate) machine_id: String,
+    pub machine_id: String,
     /// `nodeInfo.bootID`.
-    pub(crate) boot_id: String,
+    pub boot_id: String,
     /// `nodeInfo.systemUUID` (empty when the firmware does not tell).
-    pub(crate) system_uuid: String,
+    pub system_uuid: String,
     /// `nodeInfo.containerRuntimeVersion`: `<runtime>://<version>`, `remote` when the runtime did not say.
-    pub(crate) container_runtime_version: String,
+    pub container_runtime_version: String,
     /// `daemonEndpoints.kubeletEndpoint.Port`: the main port.
-    pub(crate) kubelet_port: u16,
+    pub kubelet_port: u16,
 }
 
 impl NodeFacts {
     /// The `InternalIP` addresses.
-    pub(crate) fn internal_ips(&self) -> Vec<String> {
+    pub fn internal_ips(&self) -> Vec<String> {
         self.addresses.iter().filter(|a| a.type_ == "InternalIP").map(|a| a.address.clone()).collect()
     }
 
     /// What admission checks new pods against: allocatable cpu and memory, and `max_pods`.
-    pub(crate) fn admission_resources(
-        &self,
-        max_pods: u32,
-    ) -> nodelet_resources::eviction::verdict::NodeResources {
+    pub fn admission_resources(&self, max_pods: u32) -> nodelet_resources::eviction::verdict::NodeResources {
         let get = |name: &str, scale: i64| {
             self.allocatable
                 .get(name)
@@ -78,46 +105,45 @@ impl NodeFacts {
     }
 
     /// Reads the facts of this machine for `config`; `runtime_version` from [`runtime_version`].
-    pub(crate) fn detect(config: &config::Config, runtime_version: String) -> NodeFacts {
+    pub fn detect(config: &FactsConfig, runtime_version: String) -> NodeFacts {
         Self::detect_in(Path::new("/"), config, runtime_version)
     }
 
     /// [`detect`](Self::detect) with `/proc`, `/sys` and `/etc` under `root` (tests use a fake tree);
     /// the ephemeral storage is always the filesystem of `config.root_dir`, reported only with
     /// `localStorageCapacityIsolation`, as the kubelet does.
-    fn detect_in(root: &Path, config: &config::Config, runtime_version: String) -> NodeFacts {
+    fn detect_in(root: &Path, config: &FactsConfig, runtime_version: String) -> NodeFacts {
         let read = |p: &str| read_trimmed(&root.join(p));
-        let meminfo = crate::stats::host::meminfo(&root.join("proc"));
+        let meminfo = crate::host_stats::meminfo(&root.join("proc"));
         let memory = meminfo.as_ref().and_then(|m| m.get("MemTotal").copied());
         if memory.is_none() {
             tracing::warn!("no MemTotal in /proc/meminfo: the node shows no memory capacity");
         }
-        let isolation = config.eviction.local_storage_capacity_isolation;
+        let isolation = config.local_storage_capacity_isolation;
         let ephemeral_storage =
-            isolation.then(|| crate::stats::host::statvfs(&config.root_dir).map(|fs| fs.capacity)).flatten();
+            isolation.then(|| crate::host_stats::statvfs(&config.root_dir).map(|fs| fs.capacity)).flatten();
         if isolation && ephemeral_storage.is_none() {
             tracing::warn!(root = %config.root_dir.display(), "cannot statvfs the root directory");
         }
         let capacity = Capacity {
             cpu: online_cpus(root),
             memory,
-            pods: u64::from(config.pods.max_pods),
+            pods: u64::from(config.max_pods),
             ephemeral_storage,
             hugepages: hugepages(root, meminfo.as_ref()),
         };
-        let reserved = hard_eviction_reservation(&config.eviction.hard, &capacity);
+        let reserved = hard_eviction_reservation(&config.hard_eviction, &capacity);
         let allocatable = allocatable(&capacity, &reserved);
 
         let internal_ip = internal_ip(
-            config.server.address,
+            config.address,
             read("proc/net/route").as_deref(),
             read("proc/net/fib_trie").as_deref(),
         );
         let mut addresses = Vec::new();
         // `--node-ip` (cluster mode) names them; otherwise one is detected.
-        let node_ips = config.cluster.as_ref().map(|c| c.node_ips.clone()).unwrap_or_default();
-        if !node_ips.is_empty() {
-            addresses.extend(node_ips.iter().map(|ip| address("InternalIP", ip.to_string())));
+        if !config.node_ips.is_empty() {
+            addresses.extend(config.node_ips.iter().map(|ip| address("InternalIP", ip.to_string())));
         } else {
             match internal_ip {
                 Some(ip) => addresses.push(address("InternalIP", ip.to_string())),
@@ -145,14 +171,14 @@ impl NodeFacts {
             boot_id: read("proc/sys/kernel/random/boot_id").unwrap_or_default(),
             system_uuid: read("sys/class/dmi/id/product_uuid").unwrap_or_default(),
             container_runtime_version: runtime_version,
-            kubelet_port: config.server.port,
+            kubelet_port: config.kubelet_port,
         }
     }
 }
 
 /// `nodeInfo.containerRuntimeVersion` as the kubelet shows it: `<name>://<version>` from CRI `Version`
 /// (e.g. `containerd://1.7.24`); `remote` when the runtime does not answer within 10 s.
-pub(crate) async fn runtime_version(cri: &nodelet_cri::CriClient) -> String {
+pub async fn runtime_version(cri: &nodelet_cri::CriClient) -> String {
     match tokio::time::timeout(VERSION_TIMEOUT, cri.version()).await {
         Ok(Ok(v)) if !v.runtime_name.is_empty() => format!("{}://{}", v.runtime_name, v.runtime_version),
         Ok(Ok(_)) => "remote".to_owned(),
@@ -218,7 +244,7 @@ struct Reserved {
 
 /// The kubelet's `hardEvictionReservation`: the hard `memory.available` threshold reserves memory, the
 /// hard `nodefs.available` threshold reserves ephemeral storage; a percentage is of the capacity.
-fn hard_eviction_reservation(hard: &[config::EvictionThreshold], capacity: &Capacity) -> Reserved {
+fn hard_eviction_reservation(hard: &[EvictionThreshold], capacity: &Capacity) -> Reserved {
     let mut r = Reserved::default();
     for t in hard {
         match t.signal.as_str() {
@@ -326,7 +352,7 @@ fn online_cpus(root: &Path) -> u64 {
 }
 
 /// Huge pages by page size (bytes → bytes reserved): every size `/sys/kernel/mm/hugepages` offers, else
-/// the default size of `/proc/meminfo` (`meminfo` in bytes, as [`crate::stats::host::meminfo`] gives it).
+/// the default size of `/proc/meminfo` (`meminfo` in bytes, as [`crate::host_stats::meminfo`] gives it).
 fn hugepages(root: &Path, meminfo: Option<&std::collections::HashMap<String, u64>>) -> BTreeMap<u64, u64> {
     let dir = root.join("sys/kernel/mm/hugepages");
     let mut out = BTreeMap::new();
@@ -483,8 +509,8 @@ mod tests {
         Quantity(s.to_owned())
     }
 
-    fn threshold(signal: &str, value: ThresholdValue) -> config::EvictionThreshold {
-        config::EvictionThreshold { signal: signal.to_owned(), value }
+    fn threshold(signal: &str, value: ThresholdValue) -> EvictionThreshold {
+        EvictionThreshold { signal: signal.to_owned(), value }
     }
 
     fn capacity(memory: u64, storage: u64) -> Capacity {
@@ -664,23 +690,21 @@ mod tests {
         assert_eq!(internal_ip(any, None, Some("Local:\n  |-- 127.0.0.1\n     /32 host LOCAL\n")), None);
     }
 
-    fn test_config(root_dir: &Path) -> config::Config {
-        let args = match <crate::cli::Cli as clap::Parser>::try_parse_from([
-            "nodelet",
-            "--hostname-override",
-            "node-a",
-            "--root-dir",
-            &root_dir.display().to_string(),
-        ])
-        .map(crate::cli::Cli::into_command)
-        {
-            Ok(crate::cli::Command::Run(a)) => *a,
-            other => panic!("{other:?}"),
-        };
-        let host = config::HostFacts { hostname: Ok("host".into()), cwd: PathBuf::from("/") };
-        match config::Config::resolve(&args, None, &host) {
-            Ok(l) => l.config,
-            Err(e) => panic!("{e}"),
+    /// The configuration's defaults: `maxPods` 110, `evictionHard` memory.available 100Mi and
+    /// nodefs.available 10%, address 0.0.0.0, port 10250.
+    fn test_config(root_dir: &Path) -> FactsConfig {
+        FactsConfig {
+            root_dir: root_dir.to_owned(),
+            node_name: "node-a".into(),
+            max_pods: 110,
+            hard_eviction: vec![
+                threshold("memory.available", ThresholdValue::Quantity(100 * MI)),
+                threshold("nodefs.available", ThresholdValue::Percentage(10.0)),
+            ],
+            address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            node_ips: Vec::new(),
+            kubelet_port: 10250,
+            local_storage_capacity_isolation: true,
         }
     }
 
@@ -713,7 +737,7 @@ mod tests {
         let state = fake_root();
         let config = test_config(state.path());
         let facts = NodeFacts::detect_in(r, &config, "containerd://1.7.0".into());
-        let storage = crate::stats::host::statvfs(state.path()).map(|f| f.capacity).unwrap_or(0);
+        let storage = crate::host_stats::statvfs(state.path()).map(|f| f.capacity).unwrap_or(0);
         assert!(storage > 0);
         let cap = &facts.capacity;
         assert_eq!(cap.get("cpu"), Some(&q("4")), "CPUs 0-3 are allowed and online, 6 is offline");
@@ -753,7 +777,7 @@ mod tests {
         assert_eq!(facts.allocatable.get("memory"), Some(&q("0")), "1Gi - 100Mi - 2Gi of huge pages");
         assert_eq!(facts.os_image, "Linux");
         let mut no_isolation = test_config(state.path());
-        no_isolation.eviction.local_storage_capacity_isolation = false;
+        no_isolation.local_storage_capacity_isolation = false;
         let without = NodeFacts::detect_in(r, &no_isolation, "remote".into());
         assert!(facts.capacity.contains_key("ephemeral-storage"));
         assert!(
