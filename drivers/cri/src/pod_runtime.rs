@@ -992,9 +992,13 @@ impl CriPodRuntime {
         // the cancellation of the start (the pod deleted while its hook runs): a hook that never returns
         // cannot hold the pod, as the kubelet's pod worker gives up the hook when the pod terminates.
         let pod_ip = facts.ips.first().map(String::as_str);
+        // A container without a hook has nothing to give up: a start cancelled after it succeeded is
+        // still a started container. A hook that has finished wins over a cancellation.
+        let has_hook = container.lifecycle.as_ref().is_some_and(|l| l.post_start.is_some());
         let hook = tokio::select! {
+            biased;
             result = probe::post_start(&self.inner.prober, container, &id, pod_ip) => result,
-            () = cancel.cancelled() => Err(RuntimeError::new(
+            () = cancel.cancelled(), if has_hook => Err(RuntimeError::new(
                 "PostStartHookError",
                 format!(
                     "container {:?}: postStart hook abandoned: the pod no longer wants this start",
