@@ -228,6 +228,10 @@ impl Cluster {
             nodelet_resources::pod::desired::PodUid,
             nodelet_resources::pod::actual::PodActual,
         >,
+        sandboxes: reconcile_engine::Store<
+            nodelet_resources::pod::desired::PodUid,
+            nodelet_resources::sandbox::actual::PodSandboxes,
+        >,
         probes: nodelet_resources::probe::results::ProbeResults,
         cri: nodelet_cri::CriClient,
         csi: std::sync::Arc<nodelet_csi::Registry>,
@@ -302,8 +306,7 @@ impl Cluster {
         let status = status::StatusManager::new(
             self.client.clone(),
             view.clone(),
-            desired.clone(),
-            actual,
+            status::PodStores { desired: desired.clone(), actual, sandboxes },
             probes,
             self.snapshot.clone(),
             host_ips,

@@ -31,6 +31,7 @@ use nodelet_resources::pod::desired::{DesiredPod, PodUid};
 use nodelet_resources::pod::validation::{
     CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
 };
+use nodelet_resources::sandbox::actual::PodSandboxes;
 use reconcile_engine::Store;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -68,12 +69,26 @@ struct Target {
     uid: String,
 }
 
+/// The stores a pod's status is computed from, each of which wakes the status manager.
+pub(crate) struct PodStores {
+    /// The desired pods.
+    pub(crate) desired: Store<PodUid, DesiredPod>,
+    /// The pod pair's actual store.
+    pub(crate) actual: Store<PodUid, PodActual>,
+    /// The sandbox pair's actual store: a pod's IP and `PodReadyToStartContainers` come from it,
+    /// and a stopped sandbox is what lets a deleted pod go.
+    pub(crate) sandboxes: Store<PodUid, PodSandboxes>,
+}
+
 /// The status manager; see the [module docs](self).
 pub(crate) struct StatusManager<V> {
     api: kube::Client,
     view: Arc<V>,
     desired: Store<PodUid, DesiredPod>,
     actual: Store<PodUid, PodActual>,
+    /// The sandbox pair's actual store: a pod's IP and `PodReadyToStartContainers` come from it,
+    /// and a stopped sandbox is what lets a deleted pod go.
+    sandboxes: Store<PodUid, PodSandboxes>,
     probes: nodelet_resources::probe::results::ProbeResults,
     snapshot: watch::Receiver<Arc<ApiPodSnapshot>>,
     host_ips: Vec<String>,
@@ -94,21 +109,23 @@ impl<V> std::fmt::Debug for StatusManager<V> {
 }
 
 impl<V: NodeView> StatusManager<V> {
-    /// Writes the statuses of `view`'s pods; `host_ips` are the node's InternalIPs.
+    /// Writes the statuses of `view`'s pods (computed from `pods`); `host_ips` are the node's
+    /// InternalIPs.
     pub(crate) fn new(
         client: kube::Client,
         view: Arc<V>,
-        desired: Store<PodUid, DesiredPod>,
-        actual: Store<PodUid, PodActual>,
+        pods: PodStores,
         probes: nodelet_resources::probe::results::ProbeResults,
         snapshot: watch::Receiver<Arc<ApiPodSnapshot>>,
         host_ips: Vec<String>,
     ) -> Self {
+        let PodStores { desired, actual, sandboxes } = pods;
         Self {
             api: client,
             view,
             desired,
             actual,
+            sandboxes,
             probes,
             snapshot,
             host_ips,
@@ -123,6 +140,7 @@ impl<V: NodeView> StatusManager<V> {
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         let desired_changes = self.desired.subscribe();
         let actual_changes = self.actual.subscribe();
+        let sandbox_changes = self.sandboxes.subscribe();
         let probe_changes = self.probes.subscribe();
         // Failed writes are retried on the next pass: soon, while there are any.
         let mut next_pass = BATCH_PERIOD;
@@ -131,6 +149,7 @@ impl<V: NodeView> StatusManager<V> {
                 () = shutdown.cancelled() => return,
                 () = desired_changes.changed() => {}
                 () = actual_changes.changed() => {}
+                () = sandbox_changes.changed() => {}
                 () = probe_changes.changed() => {}
                 r = self.snapshot.changed() => if r.is_err() { return },
                 () = tokio::time::sleep(next_pass) => {}
@@ -139,6 +158,7 @@ impl<V: NodeView> StatusManager<V> {
             tokio::time::sleep(Duration::from_millis(20)).await;
             desired_changes.drain();
             actual_changes.drain();
+            sandbox_changes.drain();
             probe_changes.drain();
             self.sync().await;
             let now = Instant::now();

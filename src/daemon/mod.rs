@@ -291,6 +291,7 @@ fn start_cluster(
         node,
         sources.desired.clone(),
         pods.actual.clone(),
+        pods.sandboxes.actual().clone(),
         pods.probes.clone(),
         runtime.cri.clone(),
         storage.csi.clone(),
