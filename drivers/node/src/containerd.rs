@@ -763,7 +763,6 @@ pub struct EmbeddedContainerd {
     endpoint: String,
     socket: PathBuf,
     pid_path: PathBuf,
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     status: watch::Receiver<ContainerdStatus>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
@@ -809,13 +808,11 @@ impl EmbeddedContainerd {
         &self.endpoint
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     /// The current status.
     pub fn status(&self) -> ContainerdStatus {
         self.status.borrow().clone()
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests (and later issues)
     /// A receiver that sees every status change (e.g. for node readiness and metrics).
     pub fn watch_status(&self) -> watch::Receiver<ContainerdStatus> {
         self.status.clone()

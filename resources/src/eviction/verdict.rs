@@ -98,26 +98,23 @@ impl Verdict {
     /// Evicted under node pressure, with the kubelet's reason `Evicted` (and the
     /// `DisruptionTarget` condition).
     pub fn evicted(message: String, grace: Duration, at: i64) -> Self {
-        Verdict::Stopped(Stopped {
-            kind: VerdictKind::Evicted,
-            reason: "Evicted".into(),
-            message,
-            grace,
-            at,
-            disruption_target: true,
-        })
+        Self::evicted_with(message, grace, at, true)
     }
 
     /// Evicted over a local storage limit (emptyDir `sizeLimit`, `ephemeral-storage` limits), with
     /// the kubelet's reason `Evicted` and, as the kubelet does, no `DisruptionTarget` condition.
     pub fn evicted_over_limit(message: String, grace: Duration, at: i64) -> Self {
+        Self::evicted_with(message, grace, at, false)
+    }
+
+    fn evicted_with(message: String, grace: Duration, at: i64, disruption_target: bool) -> Self {
         Verdict::Stopped(Stopped {
             kind: VerdictKind::Evicted,
             reason: "Evicted".into(),
             message,
             grace,
             at,
-            disruption_target: false,
+            disruption_target,
         })
     }
 
