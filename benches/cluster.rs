@@ -29,6 +29,9 @@
 //!      (creation counts) → all N `phase: Running` with every container status running *in the API*
 //!      (a list of the namespace every 50 ms); then deleted (grace 0) and gone from the API, `/pods` and the
 //!      runtime.
+//!
+//!    The audit log of each phase (start to gone) gives nodelet's API requests per pod, per (verb, resource,
+//!    subresource): the API work a pod's life costs (status patches, mirror pods, events), printed last.
 //! 2. **Steady state**: N API pods Running, 15 s to settle, then the API server's `apiserver_request_total`
 //!    (`/metrics`) over a window, per (verb, resource, subresource), non-resource requests (the bench's own
 //!    `/metrics` scrapes) left out; the audit log of the same window splits the requests by client (nodelet,
@@ -290,6 +293,8 @@ async fn with_plane(
 type Counts<T> = BTreeMap<(String, String, String), T>;
 /// Request counts per client, then per (verb, group/resource, subresource).
 type ByClient = BTreeMap<String, Counts<u64>>;
+/// A stretch of time in the audit log: from, to.
+type Window = (k8s_openapi::jiff::Timestamp, k8s_openapi::jiff::Timestamp);
 
 /// One start of N pods: wall time and nodelet's CPU time meanwhile.
 #[derive(Debug, Clone, Copy, Default)]
@@ -321,19 +326,25 @@ async fn measure(
     let n = settings.pods;
     let statics = static_names(n);
     let mut rounds: Vec<(Start, Start)> = Vec::new();
+    // the audit windows of each round's static and API phases (start to gone), for nodelet's requests per pod
+    let mut windows: Vec<(Window, Window)> = Vec::new();
     for round in 1..=settings.rounds {
         // static pods
+        let from = k8s_openapi::jiff::Timestamp::now();
         let cpu0 = nodelet.cpu()?;
         let took = nodelet.start_static(&statics, &env.busybox).await?;
         let static_start = Start { took, nodelet_cpu: nodelet.cpu()?.saturating_sub(cpu0) };
         let removed = nodelet.remove_static(&statics, api).await?;
+        let static_window = (from, k8s_openapi::jiff::Timestamp::now());
         sleep(Duration::from_secs(1)).await;
 
         // API pods
+        let from = k8s_openapi::jiff::Timestamp::now();
         let cpu0 = nodelet.cpu()?;
         let took = api.start_pods(n, &env.busybox, nodelet).await?;
         let api_start = Start { took, nodelet_cpu: nodelet.cpu()?.saturating_sub(cpu0) };
         let deleted = api.remove_pods(nodelet).await?;
+        windows.push((static_window, (from, k8s_openapi::jiff::Timestamp::now())));
         println!(
             "round {round}: {n} pods: static {} (nodelet CPU {}), API {} (nodelet CPU {}) = {:.2}×; \
              teardown: static {}, API {}",
@@ -349,16 +360,33 @@ async fn measure(
         sleep(Duration::from_secs(1)).await;
     }
 
+    let per_pod = api.requests_per_pod(&windows, n, nodelet.node())?;
+
     // steady state with N API pods
     let took = api.start_pods(n, &env.busybox, nodelet).await?;
     println!("steady state: {n} API pods Running in {}; settling for {} s", ms(took), SETTLE.as_secs());
     sleep(SETTLE).await;
     let steady = api.steady_state(nodelet, settings.steady).await?;
     report(&rounds, &steady, n, nodelet.node());
+    report_per_pod(&per_pod, n, rounds.len());
     Ok(())
 }
 
-fn report(rounds: &[(Start, Start)], s: &Steady, n: usize, node: &str) {
+/// nodelet's requests per pod started and removed, per (verb, group/resource, subresource): static, API.
+fn report_per_pod(per_pod: &Counts<(f64, f64)>, n: usize, rounds: usize) {
+    println!();
+    println!(
+        "nodelet's API requests per pod, from the start of {n} pods until they are gone (audit log, {rounds} \
+         round(s) of each kind):"
+    );
+    println!("| verb | resource | subresource | static pods (mirror pods) | API pods |");
+    println!("|---|---|---|---|---|");
+    for ((verb, resource, sub), (st, ap)) in per_pod {
+        println!("| {verb} | {resource} | {sub} | {st:.2} | {ap:.2} |");
+    }
+    let (st, ap) = per_pod.values().fold((0.0, 0.0), |(a, b), (st, ap)| (a + st, b + ap));
+    println!("| all | | | {st:.2} | {ap:.2} |");
+}
     let static_median = median(&rounds.iter().map(|(st, _)| st.took).collect::<Vec<_>>());
     let api_median = median(&rounds.iter().map(|(_, ap)| ap.took).collect::<Vec<_>>());
     let ratios: Vec<String> = rounds
@@ -830,6 +858,28 @@ impl ApiServer {
                 text(&object["subresource"]),
             );
             *out.entry(client).or_default().entry(key).or_insert(0) += 1;
+        }
+        Ok(out)
+    }
+
+    /// nodelet's requests per pod in the rounds' windows (static, API), per (verb, group/resource,
+    /// subresource).
+    fn requests_per_pod(
+        &self,
+        windows: &[(Window, Window)],
+        n: usize,
+        node: &str,
+    ) -> anyhow::Result<Counts<(f64, f64)>> {
+        let client = format!("nodelet (system:node:{node})");
+        let pods = (n * windows.len().max(1)) as f64;
+        let mut out: Counts<(f64, f64)> = BTreeMap::new();
+        for ((s_from, s_to), (a_from, a_to)) in windows {
+            for (key, count) in self.audit_window(*s_from, *s_to, node)?.remove(&client).unwrap_or_default() {
+                out.entry(key).or_default().0 += count as f64 / pods;
+            }
+            for (key, count) in self.audit_window(*a_from, *a_to, node)?.remove(&client).unwrap_or_default() {
+                out.entry(key).or_default().1 += count as f64 / pods;
+            }
         }
         Ok(out)
     }
