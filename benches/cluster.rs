@@ -387,6 +387,8 @@ fn report_per_pod(per_pod: &Counts<(f64, f64)>, n: usize, rounds: usize) {
     let (st, ap) = per_pod.values().fold((0.0, 0.0), |(a, b), (st, ap)| (a + st, b + ap));
     println!("| all | | | {st:.2} | {ap:.2} |");
 }
+
+fn report(rounds: &[(Start, Start)], s: &Steady, n: usize, node: &str) {
     let static_median = median(&rounds.iter().map(|(st, _)| st.took).collect::<Vec<_>>());
     let api_median = median(&rounds.iter().map(|(_, ap)| ap.took).collect::<Vec<_>>());
     let ratios: Vec<String> = rounds
