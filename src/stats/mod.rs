@@ -28,7 +28,7 @@
 //! kubelet's volume stats are cached for `volumeStatsAggPeriod`), which the local storage check reads too.
 //! [`StatsProvider::node`], the eviction manager's node signals, is read fresh: `/proc`, `statvfs`
 //! and one CRI call; the pods' usage, which the eviction manager asks for only when it is about to evict,
-//! is gathered fresh too ([`StatsProvider::refresh`]).
+//! is gathered fresh too ([`StatsProvider::refresh`], after a fresh round of [`StatsProvider::measure_volumes`]).
 
 pub(crate) mod cadvisor;
 pub(crate) mod local_storage;
