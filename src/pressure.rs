@@ -97,7 +97,12 @@ impl SignalSource for StatsSignals {
     fn pod_usage(&self) -> BoxFuture<'_, Result<BTreeMap<String, PodUsage>, SignalError>> {
         Box::pin(async move {
             // Asked only when a pod is to be evicted: the usage of now, as the kubelet's eviction manager asks
-            // its summary provider for updated stats (this gathering also refreshes the cached summary).
+            // its summary provider for updated stats (this gathering also refreshes the cached summary). The
+            // volumes are measured again first (a bounded round), so that a pod filling a volume since the
+            // last `volumeStatsAggPeriod` ranks by what it holds now.
+            if let Err(e) = self.0.measure_volumes().await {
+                tracing::debug!(error = %e, "cannot measure the pods' volumes before ranking");
+            }
             let summary = self.0.refresh().await.map_err(|e| SignalError(e.to_string()))?;
             Ok(summary
                 .pods

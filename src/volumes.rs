@@ -188,10 +188,15 @@ fn step_error(what: &str, e: &nodelet_csi::VolumeOpError) -> VolumeError {
 }
 
 impl NodeVolumes {
-    /// Volumes under `root`; CSI drivers from `registry`.
-    pub(crate) fn new(root: &std::path::Path, registry: Arc<nodelet_csi::Registry>) -> Self {
+    /// Volumes under `root`; CSI drivers from `registry`; memory-backed volumes no larger than
+    /// `allocatable_memory` (the node's allocatable memory, bytes).
+    pub(crate) fn new(
+        root: &std::path::Path,
+        registry: Arc<nodelet_csi::Registry>,
+        allocatable_memory: Option<u64>,
+    ) -> Self {
         Self {
-            host: nodelet_host::driver::HostVolumes::new(root),
+            host: nodelet_host::driver::HostVolumes::new(root).with_allocatable_memory(allocatable_memory),
             registry,
             layout: nodelet_csi::VolumeLayout::new(root),
             device_locks: Arc::default(),

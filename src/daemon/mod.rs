@@ -195,7 +195,7 @@ async fn start_all(
     let runtime = start::start_runtime(core, endpoint).await?;
     let mut sources = start::start_sources(core).await?;
     let storage = start::start_claims(core, &runtime, &sources)?;
-    let mut volumes = start::start_volumes(core, &storage);
+    let mut volumes = start::start_volumes(core, &runtime, &storage);
     let mut pods = start::start_pods(core, &runtime, &sources, &storage, &mut volumes)?;
     let stats = start::start_stats(core, &sources, &storage, &volumes);
     let pressure = start::start_pressure(core, &runtime, &sources, &volumes, &mut pods, &stats)?;

@@ -358,14 +358,18 @@ impl Volumes {
 }
 
 /// The volume engine (task `volume-engine`) and its observer (`volume-watch`).
-pub(crate) fn start_volumes(core: &Core, storage: &Storage) -> Volumes {
+pub(crate) fn start_volumes(core: &Core, runtime: &Runtime, storage: &Storage) -> Volumes {
     let config = &core.config;
     let (desired, writer) = reconcile_engine::store();
     let builder = Engine::builder(
         "volumes",
         VolumeReconciler::new(&config.root_dir),
         Arc::new(VolumeDriver::new(
-            Arc::new(volumes::NodeVolumes::new(&config.root_dir, storage.csi.clone())),
+            Arc::new(volumes::NodeVolumes::new(
+                &config.root_dir,
+                storage.csi.clone(),
+                allocatable_memory(&runtime.facts),
+            )),
             storage.volume_metrics.clone(),
         )),
         desired.clone(),
@@ -384,6 +388,14 @@ pub(crate) fn start_volumes(core: &Core, storage: &Storage) -> Volumes {
     );
     let metrics = storage.volume_metrics.clone();
     Volumes { desired, actual, failures, metrics, engine: Some(engine), writer: Some(writer) }
+}
+
+/// The node's allocatable memory in bytes (`None` when unknown): the largest tmpfs a memory-backed
+/// volume gets.
+fn allocatable_memory(facts: &node_facts::NodeFacts) -> Option<u64> {
+    let q = facts.allocatable.get("memory")?;
+    let q = nodelet_resources::quantity::Quantity::parse(&q.0).filter(|q| !q.is_negative())?;
+    u64::try_from(q.scaled_ceil(1)).ok().filter(|b| *b > 0)
 }
 
 /// The pod pair's stores and what the servers and later pairs read of it.
@@ -646,8 +658,9 @@ async fn forward_runtime_events(
     }
 }
 
-/// Node, pod and container statistics (/stats/summary, /metrics/resource, eviction signals): task
-/// `stats-housekeeping` (restartable).
+/// Node, pod and container statistics (/stats/summary, /metrics/resource, eviction signals): tasks
+/// `stats-housekeeping` and `volume-stats` (the pods' volumes measured every `volumeStatsAggPeriod`),
+/// both restartable.
 pub(crate) fn start_stats(
     core: &Core,
     src: &Sources,
@@ -665,6 +678,11 @@ pub(crate) fn start_stats(
     let (provider, stop) = (stats.clone(), core.shutdown.clone());
     core.supervisor
         .spawn_restartable("stats-housekeeping", move || provider.clone().housekeeping(stop.clone()));
+    let (provider, stop, period) =
+        (stats.clone(), core.shutdown.clone(), config.storage.volume_stats_agg_period);
+    core.supervisor.spawn_restartable("volume-stats", move || {
+        provider.clone().measure_volumes_every(period, stop.clone())
+    });
     stats
 }
 

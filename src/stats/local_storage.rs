@@ -7,14 +7,17 @@
 //! |---|---|
 //! | a container's writable layer | CRI `ListContainerStats` `writable_layer.used_bytes` (containerd 1.6 refreshes it from its snapshotter every `stats_collect_period`, 10 s) |
 //! | a container's logs | bounded walk of `<podLogsDir>/<ns>_<pod>_<uid>/<container>/` |
-//! | its volumes on disk (emptyDir, configMap, secret, downwardAPI, projected; not a tmpfs) | bounded walk of the volume's directory |
+//! | its volumes on disk (emptyDir, configMap; not a tmpfs) | the background volume measurement ([`volume_usage`](super::volume_usage), every `volumeStatsAggPeriod`), which `/stats/summary` reads too; a fresh walk of the pod's volumes when that measurement puts the pod over a limit |
 //! | dedicated image filesystem | the device of the runtime's image filesystem (`ImageFsInfo`) against `--root-dir`'s |
 //!
-//! Pods without limits are not measured. The walks ([`nodelet_host::usage`]) never follow a
-//! symlink, never cross a mount, stop once a part is over the limit it is checked against, and
-//! share a budget of [`ENTRY_BUDGET`] entries per measurement; pods are taken in turn from a
-//! rotating start so that a budget spent on one pod's tree reaches the others next time. A part cut
-//! short is a lower bound: it can delay an eviction, never cause a wrong one.
+//! Pods without limits are not measured. A pod the volume measurement puts over one of its limits
+//! has its volumes walked again before it is reported, as the kubelet's eviction manager asks for
+//! fresh stats before it evicts: a volume emptied since is not held against it. The walks
+//! ([`nodelet_host::usage`]) never follow a symlink, never cross a mount, stop once a part is over
+//! the limit it is checked against, and share a budget of [`ENTRY_BUDGET`] entries per
+//! measurement; pods are taken in turn from a rotating start so that a budget spent on one pod's
+//! tree reaches the others next time. A part cut short is a lower bound: it can delay an eviction,
+//! never cause a wrong one.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -24,13 +27,17 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use nodelet_cri::{ContainerFilter, labels};
+use nodelet_host::usage::End;
 use nodelet_host::usage::{Budget, measure};
-use nodelet_resources::eviction::local_storage::{ContainerStorage, LocalStorage, PodStorage, StorageLimits};
+use nodelet_resources::eviction::local_storage::{
+    ContainerStorage, LocalStorage, PodStorage, StorageLimits, check,
+};
 use nodelet_resources::pod::desired::DesiredPod;
 use nodelet_resources::volume::actual::VolumeActual;
-use nodelet_resources::volume::desired::{Plugin, split_key};
+use nodelet_resources::volume::desired::{Plugin, VolumeKey, split_key};
 use tokio_util::sync::CancellationToken;
 
+use super::volume_usage::{VolumeUsage, VolumeUsages};
 use super::{StatsError, StatsProvider, is_path_segment};
 
 /// Directory entries the walks of one measurement may examine in all: a few hundred milliseconds of
@@ -41,8 +48,8 @@ pub(crate) const ENTRY_BUDGET: u64 = 200_000;
 struct Wanted {
     pod: Arc<DesiredPod>,
     limits: StorageLimits,
-    /// (volume name, path) of its volumes on disk.
-    volumes: Vec<(String, PathBuf)>,
+    /// (volume name, volume key, path) of its volumes on disk.
+    volumes: Vec<(String, VolumeKey, PathBuf)>,
     /// Its log directory.
     logs: Option<PathBuf>,
 }
@@ -85,7 +92,8 @@ impl StatsProvider {
                 .into_iter()
                 .filter_map(|(key, v)| {
                     let (u, name) = split_key(&key)?;
-                    (u == uid && is_local_ephemeral(&v)).then(|| (name.to_owned(), v.path.clone()))
+                    (u == uid && is_local_ephemeral(&v))
+                        .then(|| (name.to_owned(), key.clone(), v.path.clone()))
                 })
                 .collect();
             let logs = i.runtime.pod_log_dir(pod.namespace(), pod.name(), &uid);
@@ -101,22 +109,30 @@ impl StatsProvider {
         let start = i.local_storage_cursor.fetch_add(1, Ordering::Relaxed) % wanted.len();
         wanted.rotate_left(start);
         let root_dir = i.config.root_dir.clone();
-        let measured = tokio::task::spawn_blocking(move || {
+        let volumes = self.volume_usage();
+        let clock = i.clock.clone();
+        let (measured, fresh) = tokio::task::spawn_blocking(move || {
             let dedicated_image_fs =
                 image_fs.is_some_and(|m| device(&m).is_some_and(|d| Some(d) != device(&root_dir)));
             let mut budget = Budget::new(ENTRY_BUDGET);
+            let mut fresh = Vec::new();
             let pods = wanted
                 .into_iter()
                 .map(|w| {
                     let uid = w.pod.uid().to_owned();
-                    let storage = measure_pod(&w, &rootfs, &mut budget);
+                    let mut storage = measure_pod(&w, &rootfs, &volumes, &mut budget);
+                    if check(&w.pod, &storage, dedicated_image_fs).is_some() {
+                        fresh.extend(walk_volumes(&w, &mut storage, &mut budget, clock()));
+                    }
                     (uid, storage)
                 })
                 .collect();
-            LocalStorage { pods, dedicated_image_fs }
+            (LocalStorage { pods, dedicated_image_fs }, fresh)
         })
         .await
         .map_err(|e| StatsError::Task(e.to_string()))?;
+        // What the fresh walks counted in full is the volumes' newest usage for the summary too.
+        self.update_volume_usage(fresh);
         let measured = Arc::new(measured);
         *i.local_storage.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = measured.clone();
         Ok(measured)
@@ -175,27 +191,74 @@ fn device(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.dev())
 }
 
-/// One pod's parts, each walk stopped once over the limits it is checked against (blocking).
-fn measure_pod(w: &Wanted, rootfs: &HashMap<(String, String), u64>, budget: &mut Budget) -> PodStorage {
-    let pod_limit = w.limits.pod.as_ref().map(|(b, _)| *b);
-    let mut storage = PodStorage::default();
-    let walk = |path: &Path, limit: Option<u64>, budget: &mut Budget| match measure(path, limit, budget) {
-        Ok(m) => m.map(|m| m.usage.bytes),
+/// A bounded walk of `path`, stopped once over `limit` (blocking); `None` when it is gone or cannot
+/// be measured.
+fn walk(path: &Path, limit: Option<u64>, budget: &mut Budget) -> Option<nodelet_host::usage::Measured> {
+    match measure(path, limit, budget) {
+        Ok(m) => m,
         Err(e) => {
             tracing::debug!(path = %path.display(), error = %e, "cannot measure local storage");
             None
         }
-    };
-    for (name, path) in &w.volumes {
-        let size_limit = w.limits.empty_dirs.get(name).map(|(b, _)| *b);
+    }
+}
+
+/// Whether a volume of `w` counts: towards its emptyDir `sizeLimit` or the pod's limit.
+fn volume_limit(w: &Wanted, name: &str) -> Option<u64> {
+    let size_limit = w.limits.empty_dirs.get(name).map(|(b, _)| *b);
+    // The emptyDir's own limit is checked first: stopping there keeps the kubelet's message.
+    size_limit.or(w.limits.pod.as_ref().map(|(b, _)| *b))
+}
+
+/// Walks the volumes of `w` now, each stopped once over the limit it is checked against, and puts
+/// what they count into `storage` (blocking); returns the walks that counted a whole volume.
+fn walk_volumes(
+    w: &Wanted,
+    storage: &mut PodStorage,
+    budget: &mut Budget,
+    now: i64,
+) -> Vec<(VolumeKey, VolumeUsage)> {
+    let mut complete = Vec::new();
+    for (name, key, path) in &w.volumes {
+        let Some(limit) = volume_limit(w, name) else { continue };
+        match walk(path, Some(limit), budget) {
+            Some(m) => {
+                storage.volumes.insert(name.clone(), m.usage.bytes);
+                if m.end == End::Complete {
+                    let usage = VolumeUsage {
+                        bytes: m.usage.bytes,
+                        inodes: m.usage.inodes,
+                        complete: true,
+                        time: now,
+                    };
+                    complete.push((key.clone(), usage));
+                }
+            }
+            None => {
+                storage.volumes.remove(name);
+            }
+        }
+    }
+    complete
+}
+
+/// One pod's parts (blocking): its volumes from the newest volume measurement `volumes`, its logs
+/// walked, each walk stopped once over the limits it is checked against.
+fn measure_pod(
+    w: &Wanted,
+    rootfs: &HashMap<(String, String), u64>,
+    volumes: &VolumeUsages,
+    budget: &mut Budget,
+) -> PodStorage {
+    let pod_limit = w.limits.pod.as_ref().map(|(b, _)| *b);
+    let mut storage = PodStorage::default();
+    for (name, key, _) in &w.volumes {
         // A volume without a sizeLimit counts only towards the pod's limit.
-        if size_limit.is_none() && pod_limit.is_none() {
+        if volume_limit(w, name).is_none() {
             continue;
         }
-        // The emptyDir's own limit is checked first: stopping there keeps the kubelet's message.
-        let limit = size_limit.or(pod_limit);
-        if let Some(bytes) = walk(path, limit, budget) {
-            storage.volumes.insert(name.clone(), bytes);
+        if let Some(u) = volumes.volumes.get(key) {
+            storage.volumes.insert(name.clone(), u.bytes);
         }
     }
     if w.limits.containers.is_empty() && pod_limit.is_none() {
@@ -215,7 +278,8 @@ fn measure_pod(w: &Wanted, rootfs: &HashMap<(String, String), u64>, budget: &mut
             .logs
             .as_ref()
             .filter(|_| is_path_segment(name))
-            .and_then(|dir| walk(&dir.join(name), limit, budget));
+            .and_then(|dir| walk(&dir.join(name), limit, budget))
+            .map(|m| m.usage.bytes);
         let rootfs = rootfs.get(&(uid.to_owned(), name.to_owned())).copied();
         if logs.is_some() || rootfs.is_some() {
             storage.containers.insert(name.to_owned(), ContainerStorage { rootfs, logs });
@@ -239,9 +303,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
     }
 
-    #[test]
-    fn a_pod_is_measured_part_by_part_and_each_walk_stops_at_its_limit() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    fn wanted(dir: &Path) -> Wanted {
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
             "spec": {
@@ -252,31 +314,72 @@ mod tests {
         }))
         .unwrap_or_else(|e| panic!("{e}"));
         let pod = Arc::new(DesiredPod { pod, source: PodSource::Http });
+        Wanted {
+            limits: StorageLimits::of(&pod),
+            pod,
+            volumes: vec![
+                ("scratch".into(), "u1/scratch".into(), dir.join("scratch")),
+                ("cm".into(), "u1/cm".into(), dir.join("cm")),
+            ],
+            logs: Some(dir.join("logs")),
+        }
+    }
+
+    fn usage(bytes: u64) -> VolumeUsage {
+        VolumeUsage { bytes, inodes: 1, complete: true, time: 1 }
+    }
+
+    #[test]
+    fn volumes_come_from_the_volume_measurement_and_logs_are_walked_each_stopping_at_its_limit() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let w = wanted(dir.path());
+        write(&dir.path().join("logs/app/0.log"), 3 * MI);
+        let volumes = VolumeUsages {
+            volumes: [("u1/scratch".to_owned(), usage(MI / 2)), ("u1/cm".to_owned(), usage(100))].into(),
+        };
+        let rootfs: HashMap<(String, String), u64> = [(("u1".to_owned(), "app".to_owned()), 5 * MI)].into();
+        let mut budget = Budget::new(ENTRY_BUDGET);
+        // Nothing is on disk under the volumes: their numbers are the measurement's.
+        let s = measure_pod(&w, &rootfs, &volumes, &mut budget);
+        assert_eq!(s.volumes.get("scratch"), Some(&(MI / 2)));
+        assert_eq!(s.volumes.get("cm"), Some(&100));
+        let app = s.containers.get("app").copied().unwrap_or_default();
+        assert_eq!(app.rootfs, Some(5 * MI));
+        assert!(app.logs.is_some_and(|b| b >= 3 * MI), "{app:?}");
+        assert!(budget.remaining() < ENTRY_BUDGET);
+        assert_eq!(check(&w.pod, &s, false), None);
+    }
+
+    #[test]
+    fn a_pod_the_measurement_puts_over_a_limit_is_walked_again_before_it_is_reported() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let w = wanted(dir.path());
         let scratch = dir.path().join("scratch");
         for i in 0..8 {
             write(&scratch.join(format!("f{i}")), MI / 2);
         }
         write(&dir.path().join("cm/data"), 100);
-        write(&dir.path().join("logs/app/0.log"), 3 * MI);
-        let w = Wanted {
-            limits: StorageLimits::of(&pod),
-            pod,
-            volumes: vec![("scratch".into(), scratch), ("cm".into(), dir.path().join("cm"))],
-            logs: Some(dir.path().join("logs")),
-        };
-        let rootfs: HashMap<(String, String), u64> = [(("u1".to_owned(), "app".to_owned()), 5 * MI)].into();
+        let volumes = VolumeUsages { volumes: [("u1/scratch".to_owned(), usage(4 * MI))].into() };
         let mut budget = Budget::new(ENTRY_BUDGET);
-        let s = measure_pod(&w, &rootfs, &mut budget);
-        let scratch = s.volumes.get("scratch").copied().unwrap_or(0);
-        assert!(scratch > MI && scratch < 4 * MI, "stopped soon after 1Mi, not all 4Mi: {scratch}");
+        let mut s = measure_pod(&w, &HashMap::new(), &volumes, &mut budget);
+        assert!(check(&w.pod, &s, false).is_some());
+        let fresh = walk_volumes(&w, &mut s, &mut budget, 5);
+        let walked = s.volumes.get("scratch").copied().unwrap_or(0);
+        assert!(walked > MI && walked < 4 * MI, "stopped soon after 1Mi, not all 4Mi: {walked}");
         assert!(s.volumes.get("cm").is_some_and(|b| *b > 0 && *b < MI), "{s:?}");
-        let app = s.containers.get("app").copied().unwrap_or_default();
-        assert_eq!(app.rootfs, Some(5 * MI));
-        assert!(app.logs.is_some_and(|b| b >= 3 * MI), "{app:?}");
-        assert!(budget.remaining() < ENTRY_BUDGET);
+        // Only whole counts go back into the volume measurement: the configMap's, not the cut emptyDir's.
+        assert_eq!(fresh.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["u1/cm"]);
         assert_eq!(
-            nodelet_resources::eviction::local_storage::check(&w.pod, &s, false).map(|e| e.message),
+            check(&w.pod, &s, false).map(|e| e.message),
             Some("Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ".to_owned())
         );
+
+        // A volume emptied since the measurement is not held against the pod.
+        std::fs::remove_dir_all(&scratch).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir(&scratch).unwrap_or_else(|e| panic!("{e}"));
+        let mut s = measure_pod(&w, &HashMap::new(), &volumes, &mut budget);
+        assert!(check(&w.pod, &s, false).is_some());
+        walk_volumes(&w, &mut s, &mut budget, 6);
+        assert_eq!(check(&w.pod, &s, false), None, "{s:?}");
     }
 }

@@ -12,26 +12,29 @@
 //! | pod CPU, memory, network, processes | CRI `ListPodSandboxStats`; the pod cgroup `<cgroupRoot>/pod<uid>` where the runtime gives nothing |
 //! | container CPU, memory, writable layer | CRI `ListContainerStats`; the container cgroup `<pod cgroup>/<id>` where the runtime gives nothing |
 //! | container logs | disk usage of `<podLogsDir>/<ns>_<pod>_<uid>/<container>/` |
-//! | volumes | disk usage of the volume's directory and `statvfs` of its filesystem (not hostPath) |
+//! | volumes | the background volume measurement ([`volume_usage`], every `volumeStatsAggPeriod`) and `statvfs` of the volume's filesystem (not hostPath) |
 //!
 //! CPU `usageNanoCores` is the runtime's when it gives one, else the rate since the previous sample of
 //! the same cgroup (absent on the first).
 //!
 //! The pods' part is costly at scale (the runtime reads every container's cgroups for
-//! `ListContainerStats`, and logs and volumes are walked on disk), so the summary is gathered in the
+//! `ListContainerStats`, and logs are walked on disk), so the summary is gathered in the
 //! background every housekeeping interval ([`StatsProvider::housekeeping`], the kubelet's
 //! `--housekeeping-interval`, 10 s) and requests are served the newest one: `/stats/summary` and
 //! `/metrics/resource` read it without touching the runtime or the disk. Only when no summary younger than
 //! two intervals exists (before the first round, or with no housekeeping running) does a request gather one
-//! itself (the host numbers through the readers of [`nodelet_node::host_stats`]).
+//! itself (the host numbers through the readers of [`nodelet_node::host_stats`]). The volumes are never
+//! walked by a gathering: their usage is the newest background measurement ([`volume_usage`], as the
+//! kubelet's volume stats are cached for `volumeStatsAggPeriod`), which the local storage check reads too.
 //! [`StatsProvider::node`], the eviction manager's node signals, is read fresh: `/proc`, `statvfs`
 //! and one CRI call; the pods' usage, which the eviction manager asks for only when it is about to evict,
-//! is gathered fresh too ([`StatsProvider::refresh`]).
+//! is gathered fresh too ([`StatsProvider::refresh`], after a fresh round of [`StatsProvider::measure_volumes`]).
 
 pub(crate) mod cadvisor;
 pub(crate) mod local_storage;
 pub(crate) mod resource;
 pub(crate) mod summary;
+pub(crate) mod volume_usage;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -127,6 +130,10 @@ struct Inner {
     local_storage: Mutex<Arc<nodelet_resources::eviction::local_storage::LocalStorage>>,
     /// Where the next local storage measurement starts in the list of pods.
     local_storage_cursor: std::sync::atomic::AtomicUsize,
+    /// The newest measurement of the pods' volumes ([`volume_usage`]).
+    volume_usage: Mutex<Arc<volume_usage::VolumeUsages>>,
+    /// Where the next volume measurement starts in the list of volumes.
+    volume_cursor: std::sync::atomic::AtomicUsize,
 }
 
 /// One reading of the node, before it is turned into [`NodeStats`].
@@ -144,10 +151,10 @@ struct NodeSample {
     pods_memory: Option<MemorySample>,
 }
 
-/// One volume's usage, read off the disk.
+/// One volume's usage, from the background measurement.
 struct VolumeDisk {
     name: String,
-    usage: host::DiskUsage,
+    usage: volume_usage::VolumeUsage,
     fs: Option<FsInfo>,
     claim: Option<PvcReference>,
     /// Counts as the pod's local ephemeral storage (not a persistent volume).
@@ -188,6 +195,8 @@ impl StatsProvider {
                 gathering: tokio::sync::Mutex::const_new(()),
                 local_storage: Mutex::default(),
                 local_storage_cursor: std::sync::atomic::AtomicUsize::new(0),
+                volume_usage: Mutex::default(),
+                volume_cursor: std::sync::atomic::AtomicUsize::new(0),
             }),
         }
     }
@@ -477,7 +486,7 @@ impl StatsProvider {
                 }
                 volumes.push(VolumeStats {
                     fs: FsStats {
-                        time: Time(now),
+                        time: Time(usage.time),
                         available_bytes: fs.map(|f| f.available),
                         capacity_bytes: fs.map(|f| f.capacity),
                         used_bytes: Some(usage.bytes),
@@ -671,12 +680,14 @@ impl StatsProvider {
         }
         if let Some(volumes) = &i.volumes {
             let spec = i.pods.as_ref().and_then(|p| p.get(&id.uid));
+            let measured = self.volume_usage();
             for (key, volume) in volumes.entries() {
                 let Some((uid, name)) = split_key(&key) else { continue };
                 if uid != id.uid || volume.plugin == Plugin::HostPath {
                     continue;
                 }
-                let Some(usage) = host::disk_usage(&volume.path) else { continue };
+                // Measured in the background; a volume not measured yet reports nothing.
+                let Some(usage) = measured.volumes.get(&key).copied() else { continue };
                 let claim = spec.as_ref().and_then(|p| {
                     let v = p.spec().volumes.as_ref()?.iter().find(|v| v.name == name)?;
                     Some(PvcReference {
@@ -684,7 +695,8 @@ impl StatsProvider {
                         namespace: id.namespace.clone(),
                     })
                 });
-                // A tmpfs (a Memory emptyDir, a secret) is memory, not local storage.
+                // A tmpfs (a Memory emptyDir, a secret, downwardAPI or projected volume) is memory, not
+                // local storage.
                 let ephemeral = claim.is_none()
                     && !volume.tmpfs
                     && !matches!(volume.plugin, Plugin::LocalVolume | Plugin::Csi);

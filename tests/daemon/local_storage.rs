@@ -1,5 +1,5 @@
 //! Local storage capacity isolation on the real runtime (`localStorageCapacityIsolation`), with the
-//! eviction manager checking every second:
+//! eviction manager checking and the volumes measured (`volumeStatsAggPeriod`) every second:
 //!
 //! - a pod writing 4 MiB into an emptyDir with `sizeLimit: 1Mi` is evicted (Failed, `Evicted`, the
 //!   kubelet's message, an `Evicted` event, `kubelet_evictions_total{eviction_signal="emptydirfs.limit"}`,
@@ -73,8 +73,12 @@ fn reason_and_message(pod: &Pod) -> (String, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_over_their_local_storage_limits_are_evicted_and_their_neighbour_is_not() {
     let env = env_or_skip!("pods_over_their_local_storage_limits_are_evicted_and_their_neighbour_is_not");
-    let options =
-        StartOptions { nodelet_extra: "evictionMonitoringPeriod: 1s".into(), ..StartOptions::default() };
+    // Volumes are measured every volumeStatsAggPeriod (1 m by default), as the kubelet's volume stats.
+    let options = StartOptions {
+        config_extra: "volumeStatsAggPeriod: 1s".into(),
+        nodelet_extra: "evictionMonitoringPeriod: 1s".into(),
+        ..StartOptions::default()
+    };
     let n = Nodelet::start_with(&env, "lsi", options).await;
     assert_eq!(metric(&n, "kubelet_evictions_total{eviction_signal=\"emptydirfs.limit\"}").await, Some(0.0));
 
@@ -167,7 +171,7 @@ async fn pods_over_their_local_storage_limits_are_evicted_and_their_neighbour_is
 async fn without_local_storage_capacity_isolation_nothing_is_evicted() {
     let env = env_or_skip!("without_local_storage_capacity_isolation_nothing_is_evicted");
     let options = StartOptions {
-        config_extra: "localStorageCapacityIsolation: false".into(),
+        config_extra: "localStorageCapacityIsolation: false\nvolumeStatsAggPeriod: 1s".into(),
         nodelet_extra: "evictionMonitoringPeriod: 1s\nhousekeepingInterval: 1s".into(),
         ..StartOptions::default()
     };

@@ -35,6 +35,7 @@ mod lifecycle;
 mod limits;
 mod local_storage;
 mod logs;
+mod memory_volumes;
 mod metrics;
 mod pod_security;
 mod probes;

@@ -62,9 +62,13 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
 #[tokio::test]
 async fn stats_summary_and_resource_metrics_show_what_the_pod_uses() {
     let env = env_or_skip!("stats_summary_and_resource_metrics_show_what_the_pod_uses");
-    // The summary is gathered every housekeeping interval (10 s by default); 2 s keeps the test short.
-    let options =
-        StartOptions { nodelet_extra: "housekeepingInterval: 2s".into(), ..StartOptions::default() };
+    // The summary is gathered every housekeeping interval (10 s by default), the volumes measured every
+    // volumeStatsAggPeriod (1 m by default); 2 s keeps the test short.
+    let options = StartOptions {
+        config_extra: "volumeStatsAggPeriod: 2s".into(),
+        nodelet_extra: "housekeepingInterval: 2s".into(),
+        ..StartOptions::default()
+    };
     let n = Nodelet::start_with(&env, "stats", options).await;
     // 24 MiB in /dev/shm (memory, charged to the container), 8 MiB in the writable layer, 5 MiB in an
     // emptyDir, ~290 KB of log.

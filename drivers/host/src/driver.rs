@@ -5,6 +5,8 @@
 //! <root>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>     directory, or a tmpfs (medium: Memory)
 //! <root>/pods/<uid>/volumes/kubernetes.io~configmap/<name>     atomic writer (..data symlink swap)
 //! <root>/pods/<uid>/volumes/kubernetes.io~secret/<name>        the same, on a tmpfs
+//! <root>/pods/<uid>/volumes/kubernetes.io~downward-api/<name>  the same, on a tmpfs
+//! <root>/pods/<uid>/volumes/kubernetes.io~projected/<name>     the same, on a tmpfs
 //! <root>/pods/<uid>/volume-subpaths/<name>/<container>/<i>     subPath bind mounts
 //! ```
 //!
@@ -12,6 +14,14 @@
 //!
 //! hostPath volumes are used in place (checked as their `type` says); teardown never touches
 //! them. Every operation is idempotent and runs on a blocking thread.
+//!
+//! Memory-backed volumes (a `medium: Memory` emptyDir; secret, downwardAPI and projected volumes,
+//! as the kubelet backs them) get a tmpfs sized as the kubelet sizes it
+//! ([`nodelet_resources::volume::tmpfs::tmpfs_size`]): the node's allocatable memory, the pod's
+//! memory limit, the emptyDir's `sizeLimit`, whichever is smallest. The tmpfs is mounted before
+//! the atomic writer fills it, so their content never touches the node's disk and never counts
+//! towards the pod's local ephemeral storage. Teardown unmounts whatever is mounted at the
+//! volume's directory; reconstruction after a restart finds the mount.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -35,12 +45,26 @@ const PARENT_MODE: u32 = 0o750;
 #[derive(Debug, Clone)]
 pub struct HostVolumes {
     root: PathBuf,
+    /// The node's allocatable memory, the largest a memory-backed volume's tmpfs gets.
+    allocatable_memory: Option<u64>,
 }
 
 impl HostVolumes {
     /// Volumes under `root` (`--root-dir`).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self { root: root.into(), allocatable_memory: None }
+    }
+
+    /// Sizes memory-backed volumes to at most `bytes`, the node's allocatable memory (without it,
+    /// a tmpfs of a pod without memory limit gets the kernel's default size, half the RAM).
+    pub fn with_allocatable_memory(mut self, bytes: Option<u64>) -> Self {
+        self.allocatable_memory = bytes;
+        self
+    }
+
+    /// The size of the tmpfs of `volume` (memory-backed) whose own limit is `size_limit`.
+    fn tmpfs_size(&self, volume: &DesiredVolume, size_limit: Option<u64>) -> Option<u64> {
+        nodelet_resources::volume::tmpfs::tmpfs_size(self.allocatable_memory, volume.memory_limit, size_limit)
     }
 
     /// The root directory.
@@ -70,7 +94,8 @@ impl HostVolumes {
             VolumeSource::EmptyDir { memory, size_limit } => {
                 make_dir(&path, EMPTY_DIR_MODE).map_err(|e| io_error(&what(), "creating", &path, &e))?;
                 if *memory {
-                    mount_tmpfs_once(&path, *size_limit, EMPTY_DIR_MODE).map_err(|e| {
+                    let size = self.tmpfs_size(volume, *size_limit);
+                    mount_tmpfs_once(&path, size, EMPTY_DIR_MODE).map_err(|e| {
                         VolumeError::uncertain(format!(
                             "{}: mounting a tmpfs at {}: {e}",
                             what(),
@@ -100,12 +125,13 @@ impl HostVolumes {
                 what(),
                 csi.driver
             ))),
-            VolumeSource::Files { plugin, files, digest } => {
+            VolumeSource::Files { files, digest, .. } => {
                 make_dir(&path, PARENT_MODE).map_err(|e| io_error(&what(), "creating", &path, &e))?;
-                // Secrets never touch the disk.
-                let tmpfs = *plugin == Plugin::Secret;
+                // Secret, downwardAPI and projected volumes never touch the disk: the tmpfs is
+                // there before the first file is written.
+                let tmpfs = source.memory_backed();
                 if tmpfs {
-                    mount_tmpfs_once(&path, None, 0o755).map_err(|e| {
+                    mount_tmpfs_once(&path, self.tmpfs_size(volume, None), 0o755).map_err(|e| {
                         VolumeError::uncertain(format!(
                             "{}: mounting a tmpfs at {}: {e}",
                             what(),

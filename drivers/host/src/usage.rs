@@ -4,8 +4,9 @@
 //! hard-linked inode once), stops as soon as the usage is over a given limit, and does at most a given
 //! number of entries per [`Budget`], so one pod's million files cannot hold up the node.
 //!
-//! Used by the eviction manager's local storage capacity isolation (emptyDir `sizeLimit`, containers'
-//! `ephemeral-storage` limits). Blocking: run it on a blocking thread.
+//! Used by the node's background volume measurement (the volumes of `/stats/summary`) and the eviction
+//! manager's local storage capacity isolation (emptyDir `sizeLimit`, containers' `ephemeral-storage`
+//! limits). Blocking: run it on a blocking thread.
 
 use std::collections::HashSet;
 use std::ffi::OsString;

@@ -87,7 +87,8 @@ pub struct VolumeActual {
     /// The content digest written (configMap, secret, downwardAPI, projected); `None` when
     /// unknown (reconstructed after a restart).
     pub digest: Option<String>,
-    /// Whether a tmpfs is mounted at `path` (a Memory emptyDir, a secret).
+    /// Whether a tmpfs is mounted at `path` (a Memory emptyDir; a secret, downwardAPI or projected
+    /// volume).
     pub tmpfs: bool,
     /// For CSI entries: the device a pod volume is published from, or the device's own state.
     pub csi: Option<Arc<CsiActual>>,

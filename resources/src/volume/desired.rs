@@ -171,7 +171,8 @@ pub enum VolumeSource {
     /// its global mount (`NodeStageVolume`, when the driver stages).
     CsiDevice(CsiSource),
     /// Files written atomically into the volume directory (configMap, secret, downwardAPI,
-    /// projected). Secrets go on a tmpfs.
+    /// projected). Secrets, downwardAPI and projected volumes go on a tmpfs, as the kubelet puts
+    /// them; configMaps stay on disk.
     Files {
         /// Which plugin.
         plugin: Plugin,
@@ -227,6 +228,19 @@ impl VolumeSource {
         }
     }
 
+    /// Whether the volume is a tmpfs (memory-backed), as the kubelet makes it: an emptyDir with
+    /// `medium: Memory`, and the secret, downwardAPI and projected volumes (which the kubelet
+    /// writes into a memory emptyDir, their `wrappedVolumeSpec`). A configMap stays on disk.
+    pub fn memory_backed(&self) -> bool {
+        match self {
+            VolumeSource::EmptyDir { memory, .. } => *memory,
+            VolumeSource::Files { plugin, .. } => {
+                matches!(plugin, Plugin::Secret | Plugin::DownwardApi | Plugin::Projected)
+            }
+            _ => false,
+        }
+    }
+
     /// The content digest of a `Files` source.
     pub fn digest(&self) -> Option<&str> {
         match self {
@@ -255,6 +269,9 @@ pub struct DesiredVolume {
     /// message names the volume and the object. Nothing is set up until it can be; a volume
     /// already set up keeps its last content.
     pub source: Result<VolumeSource, String>,
+    /// The pod's memory limit ([`pod_memory_limit`](super::tmpfs::pod_memory_limit)), which
+    /// bounds the size of its memory-backed volumes.
+    pub memory_limit: Option<u64>,
 }
 
 impl DesiredVolume {
@@ -278,6 +295,7 @@ impl DesiredVolume {
             name: csi.volume.clone(),
             plugin: Plugin::Csi,
             source: Ok(VolumeSource::CsiDevice(device)),
+            memory_limit: None,
         })
     }
 }

@@ -23,6 +23,7 @@
 //!   while any of its containers runs, so volumes are torn down only after the containers are gone.
 //! - [`status`]: the [`status::VolumeGate`] the pod reconciler asks before it starts containers.
 //! - [`metrics`]: `volume_manager_total_volumes` and `storage_operation_duration_seconds`.
+//! - [`tmpfs`]: which volumes are memory-backed and how big their tmpfs is, as the kubelet sizes it.
 
 pub mod actual;
 pub mod desired;
@@ -32,3 +33,4 @@ pub mod ops;
 pub mod populator;
 pub mod reconciler;
 pub mod status;
+pub mod tmpfs;

@@ -101,6 +101,7 @@ impl<R: Renderer> Populator<R> {
 
     /// The volumes `pod` needs.
     pub fn volumes_of(&self, pod: &DesiredPod) -> Vec<DesiredVolume> {
+        let memory_limit = super::tmpfs::pod_memory_limit(pod);
         pod.spec()
             .volumes
             .iter()
@@ -125,6 +126,7 @@ impl<R: Renderer> Populator<R> {
                     name: volume.name.clone(),
                     plugin,
                     source,
+                    memory_limit,
                 })
             })
             .collect()

@@ -14,8 +14,7 @@ use reconcile_engine::{Plan, Reconciler, Store, Update, View};
 
 use super::actual::{DeviceActual, MountState, Step, VolumeActual};
 use super::desired::{
-    CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, is_device_key, split_key,
-    volume_path,
+    CsiSource, DesiredVolume, VolumeKey, VolumeSource, device_key, is_device_key, split_key, volume_path,
 };
 use super::ops::VolumeOp;
 
@@ -181,8 +180,7 @@ impl Reconciler<DesiredVolume, VolumeActual> for VolumeReconciler {
                 path: volume_path(&self.root, desired),
                 state: MountState::Uncertain,
                 digest: None,
-                tmpfs: matches!(&desired.source, Ok(VolumeSource::EmptyDir { memory: true, .. }))
-                    || desired.plugin == Plugin::Secret,
+                tmpfs: desired.source.as_ref().is_ok_and(VolumeSource::memory_backed),
                 csi: None,
             }),
             (VolumeOp::Publish { volume, device_key, .. }, None) => Update::Set(VolumeActual::published(
