@@ -7,17 +7,17 @@
 //! |---|---|
 //! | a container's writable layer | CRI `ListContainerStats` `writable_layer.used_bytes` (containerd 1.6 refreshes it from its snapshotter every `stats_collect_period`, 10 s) |
 //! | a container's logs | bounded walk of `<podLogsDir>/<ns>_<pod>_<uid>/<container>/` |
-//! | its volumes on disk (emptyDir, configMap; not a tmpfs) | the background volume measurement ([`volume_usage`](super::volume_usage), every `volumeStatsAggPeriod`), which `/stats/summary` reads too; a fresh walk of the pod's volumes when that measurement puts the pod over a limit |
+//! | its volumes on disk (emptyDir, configMap; not a tmpfs) | bounded walk of the volume's directory, every pass; what a walk counts in full also updates the background volume measurement ([`volume_usage`](super::volume_usage)) that `/stats/summary` reads |
 //! | dedicated image filesystem | the device of the runtime's image filesystem (`ImageFsInfo`) against `--root-dir`'s |
 //!
-//! Pods without limits are not measured. A pod the volume measurement puts over one of its limits
-//! has its volumes walked again before it is reported, as the kubelet's eviction manager asks for
-//! fresh stats before it evicts: a volume emptied since is not held against it. The walks
-//! ([`nodelet_host::usage`]) never follow a symlink, never cross a mount, stop once a part is over
-//! the limit it is checked against, and share a budget of [`ENTRY_BUDGET`] entries per
-//! measurement; pods are taken in turn from a rotating start so that a budget spent on one pod's
-//! tree reaches the others next time. A part cut short is a lower bound: it can delay an eviction,
-//! never cause a wrong one.
+//! Pods without limits are not measured here (the volume measurement, every `volumeStatsAggPeriod`,
+//! covers every pod for `/stats/summary`). A pod with limits has its volumes walked on every pass,
+//! so an emptyDir over its `sizeLimit` is found within the eviction monitoring period, not only
+//! after the next `volumeStatsAggPeriod`. The walks ([`nodelet_host::usage`]) never follow a
+//! symlink, never cross a mount, stop once a part is over the limit it is checked against, and
+//! share a budget of [`ENTRY_BUDGET`] entries per measurement; pods are taken in turn from a
+//! rotating start so that a budget spent on one pod's tree reaches the others next time. A part cut
+//! short is a lower bound: it can delay an eviction, never cause a wrong one.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -29,15 +29,13 @@ use std::time::Duration;
 use nodelet_cri::{ContainerFilter, labels};
 use nodelet_host::usage::End;
 use nodelet_host::usage::{Budget, measure};
-use nodelet_resources::eviction::local_storage::{
-    ContainerStorage, LocalStorage, PodStorage, StorageLimits, check,
-};
+use nodelet_resources::eviction::local_storage::{ContainerStorage, LocalStorage, PodStorage, StorageLimits};
 use nodelet_resources::pod::desired::DesiredPod;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{Plugin, VolumeKey, split_key};
 use tokio_util::sync::CancellationToken;
 
-use super::volume_usage::{VolumeUsage, VolumeUsages};
+use super::volume_usage::VolumeUsage;
 use super::{StatsError, StatsProvider, is_path_segment};
 
 /// Directory entries the walks of one measurement may examine in all: a few hundred milliseconds of
@@ -109,7 +107,6 @@ impl StatsProvider {
         let start = i.local_storage_cursor.fetch_add(1, Ordering::Relaxed) % wanted.len();
         wanted.rotate_left(start);
         let root_dir = i.config.root_dir.clone();
-        let volumes = self.volume_usage();
         let clock = i.clock.clone();
         let (measured, fresh) = tokio::task::spawn_blocking(move || {
             let dedicated_image_fs =
@@ -120,10 +117,8 @@ impl StatsProvider {
                 .into_iter()
                 .map(|w| {
                     let uid = w.pod.uid().to_owned();
-                    let mut storage = measure_pod(&w, &rootfs, &volumes, &mut budget);
-                    if check(&w.pod, &storage, dedicated_image_fs).is_some() {
-                        fresh.extend(walk_volumes(&w, &mut storage, &mut budget, clock()));
-                    }
+                    let (storage, walked) = measure_pod(&w, &rootfs, &mut budget, clock());
+                    fresh.extend(walked);
                     (uid, storage)
                 })
                 .collect();
@@ -242,27 +237,20 @@ fn walk_volumes(
     complete
 }
 
-/// One pod's parts (blocking): its volumes from the newest volume measurement `volumes`, its logs
-/// walked, each walk stopped once over the limits it is checked against.
+/// One pod's parts, walked now (blocking): the volumes that count towards a limit and the
+/// containers' logs, each walk stopped once over the limits it is checked against. Also returns the
+/// walks that counted a whole volume, for the volume measurement.
 fn measure_pod(
     w: &Wanted,
     rootfs: &HashMap<(String, String), u64>,
-    volumes: &VolumeUsages,
     budget: &mut Budget,
-) -> PodStorage {
+    now: i64,
+) -> (PodStorage, Vec<(VolumeKey, VolumeUsage)>) {
     let pod_limit = w.limits.pod.as_ref().map(|(b, _)| *b);
     let mut storage = PodStorage::default();
-    for (name, key, _) in &w.volumes {
-        // A volume without a sizeLimit counts only towards the pod's limit.
-        if volume_limit(w, name).is_none() {
-            continue;
-        }
-        if let Some(u) = volumes.volumes.get(key) {
-            storage.volumes.insert(name.clone(), u.bytes);
-        }
-    }
+    let fresh = walk_volumes(w, &mut storage, budget, now);
     if w.limits.containers.is_empty() && pod_limit.is_none() {
-        return storage;
+        return (storage, fresh);
     }
     let uid = w.pod.uid();
     let names = w.pod.containers().iter().chain(w.pod.init_containers()).map(|c| c.name.as_str());
@@ -285,12 +273,13 @@ fn measure_pod(
             storage.containers.insert(name.to_owned(), ContainerStorage { rootfs, logs });
         }
     }
-    storage
+    (storage, fresh)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodelet_resources::eviction::local_storage::check;
     use nodelet_resources::pod::desired::PodSource;
 
     const MI: u64 = 1 << 20;
@@ -325,33 +314,31 @@ mod tests {
         }
     }
 
-    fn usage(bytes: u64) -> VolumeUsage {
-        VolumeUsage { bytes, inodes: 1, complete: true, time: 1 }
-    }
-
     #[test]
-    fn volumes_come_from_the_volume_measurement_and_logs_are_walked_each_stopping_at_its_limit() {
+    fn volumes_and_logs_are_walked_each_stopping_at_its_limit() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let w = wanted(dir.path());
+        write(&dir.path().join("scratch/f"), MI / 2);
+        write(&dir.path().join("cm/data"), 100);
         write(&dir.path().join("logs/app/0.log"), 3 * MI);
-        let volumes = VolumeUsages {
-            volumes: [("u1/scratch".to_owned(), usage(MI / 2)), ("u1/cm".to_owned(), usage(100))].into(),
-        };
         let rootfs: HashMap<(String, String), u64> = [(("u1".to_owned(), "app".to_owned()), 5 * MI)].into();
         let mut budget = Budget::new(ENTRY_BUDGET);
-        // Nothing is on disk under the volumes: their numbers are the measurement's.
-        let s = measure_pod(&w, &rootfs, &volumes, &mut budget);
-        assert_eq!(s.volumes.get("scratch"), Some(&(MI / 2)));
-        assert_eq!(s.volumes.get("cm"), Some(&100));
+        let (s, fresh) = measure_pod(&w, &rootfs, &mut budget, 5);
+        assert!(s.volumes.get("scratch").is_some_and(|b| *b >= MI / 2 && *b < MI), "{s:?}");
+        assert!(s.volumes.get("cm").is_some_and(|b| *b > 0 && *b < MI), "{s:?}");
         let app = s.containers.get("app").copied().unwrap_or_default();
         assert_eq!(app.rootfs, Some(5 * MI));
         assert!(app.logs.is_some_and(|b| b >= 3 * MI), "{app:?}");
         assert!(budget.remaining() < ENTRY_BUDGET);
         assert_eq!(check(&w.pod, &s, false), None);
+        // Both volumes were counted whole: they go back into the volume measurement.
+        let mut keys: Vec<&str> = fresh.iter().map(|(k, _)| k.as_str()).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["u1/cm", "u1/scratch"]);
     }
 
     #[test]
-    fn a_pod_the_measurement_puts_over_a_limit_is_walked_again_before_it_is_reported() {
+    fn a_volume_over_its_limit_is_caught_by_the_pass_itself_and_an_emptied_one_is_not_held_against_the_pod() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let w = wanted(dir.path());
         let scratch = dir.path().join("scratch");
@@ -359,14 +346,10 @@ mod tests {
             write(&scratch.join(format!("f{i}")), MI / 2);
         }
         write(&dir.path().join("cm/data"), 100);
-        let volumes = VolumeUsages { volumes: [("u1/scratch".to_owned(), usage(4 * MI))].into() };
         let mut budget = Budget::new(ENTRY_BUDGET);
-        let mut s = measure_pod(&w, &HashMap::new(), &volumes, &mut budget);
-        assert!(check(&w.pod, &s, false).is_some());
-        let fresh = walk_volumes(&w, &mut s, &mut budget, 5);
+        let (s, fresh) = measure_pod(&w, &HashMap::new(), &mut budget, 5);
         let walked = s.volumes.get("scratch").copied().unwrap_or(0);
         assert!(walked > MI && walked < 4 * MI, "stopped soon after 1Mi, not all 4Mi: {walked}");
-        assert!(s.volumes.get("cm").is_some_and(|b| *b > 0 && *b < MI), "{s:?}");
         // Only whole counts go back into the volume measurement: the configMap's, not the cut emptyDir's.
         assert_eq!(fresh.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["u1/cm"]);
         assert_eq!(
@@ -374,12 +357,9 @@ mod tests {
             Some("Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ".to_owned())
         );
 
-        // A volume emptied since the measurement is not held against the pod.
         std::fs::remove_dir_all(&scratch).unwrap_or_else(|e| panic!("{e}"));
         std::fs::create_dir(&scratch).unwrap_or_else(|e| panic!("{e}"));
-        let mut s = measure_pod(&w, &HashMap::new(), &volumes, &mut budget);
-        assert!(check(&w.pod, &s, false).is_some());
-        walk_volumes(&w, &mut s, &mut budget, 6);
+        let (s, _) = measure_pod(&w, &HashMap::new(), &mut budget, 6);
         assert_eq!(check(&w.pod, &s, false), None, "{s:?}");
     }
 }
