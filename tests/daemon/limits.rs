@@ -1,7 +1,8 @@
-//! Limits the node enforces, on the real containerd: `podPidsLimit` on the pod cgroup, `maxPods` at
-//! admission, postStart hooks that never return, and the node's bound on grace periods. Each case also
-//! checks what every hostile-input case does: nodelet is alive at the end, its peak RSS stays under
-//! [`PEAK_RSS_MIB`], a healthy pod beside it is untouched, and the refusal names the problem.
+//! Limits the node enforces, on the real containerd: `podPidsLimit` on the pod cgroup (also written to a
+//! running pod's when nodelet restarts with another limit), `maxPods` at admission, postStart hooks that
+//! never return, and the node's bound on grace periods. Each case also checks what every hostile-input
+//! case does: nodelet is alive at the end, its peak RSS stays under [`PEAK_RSS_MIB`], a healthy pod beside
+//! it is untouched, and the refusal names the problem.
 
 use std::path::Path;
 use std::time::Duration;
@@ -10,7 +11,8 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::support::{
-    Nodelet, StartOptions, container, cri_state, env_or_skip, phase, sleep_until_term, terminated, uid,
+    Nodelet, StartOptions, container, cri_state, env_or_skip, phase, runtime_id, sleep_until_term,
+    terminated, uid,
 };
 use nodelet_cri::proto;
 
@@ -102,6 +104,49 @@ async fn without_a_pod_pids_limit_a_pod_forks_freely() {
         nodelet_cri::pod_cgroup::pids_limit(Path::new(CGROUP_FS), &pod_cgroup(&env.cgroup_parent, &uid));
     assert_eq!(limit, Some(None), "pids.max of the pod cgroup is max");
     n.assert_alive_within(PEAK_RSS_MIB, "no podPidsLimit");
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_running_pod_gets_the_new_pod_pids_limit_when_nodelet_restarts_with_another() {
+    let env = env_or_skip!("a_running_pod_gets_the_new_pod_pids_limit_when_nodelet_restarts_with_another");
+    let options = StartOptions { config_extra: "podPidsLimit: 16".into(), ..StartOptions::default() };
+    let mut n = Nodelet::start_with(&env, "pids-again", options).await;
+    n.write_manifest("steady.yaml", &steady(&n));
+    let before = n.wait_running("steady").await;
+    let cgroup = pod_cgroup(&env.cgroup_parent, &uid(&before));
+    let limit = || nodelet_cri::pod_cgroup::pids_limit(Path::new(CGROUP_FS), &cgroup);
+    assert_eq!(limit(), Some(Some(16)), "pids.max of the pod cgroup");
+    let sandboxes: Vec<String> = n.sandboxes_of(&uid(&before)).await.into_iter().map(|s| s.id).collect();
+
+    let config = std::fs::read_to_string(n.config_path()).unwrap_or_default();
+    assert!(config.contains("podPidsLimit: 16"), "{config}");
+    if let Err(e) = std::fs::write(n.config_path(), config.replace("podPidsLimit: 16", "podPidsLimit: 32")) {
+        panic!("cannot rewrite the config: {e}");
+    }
+    n.stop().await;
+    n.start_again().await;
+    n.wait_for("pids.max 32 on the running pod's cgroup", Duration::from_secs(30), async || {
+        (limit() == Some(Some(32))).then_some(())
+    })
+    .await;
+    // The same pod, sandbox and container: adopted, not restarted.
+    n.wait_running("steady").await;
+    n.assert_untouched("steady", &before).await;
+    let after: Vec<String> = n.sandboxes_of(&uid(&before)).await.into_iter().map(|s| s.id).collect();
+    assert_eq!(after, sandboxes, "the same sandbox");
+    let app = container(&before, "app").map(runtime_id).unwrap_or_default();
+    assert_eq!(
+        cri_state(
+            n.containers_of(&uid(&before))
+                .await
+                .iter()
+                .find(|c| c.id == app)
+                .unwrap_or_else(|| { panic!("container {app} is gone") })
+        ),
+        proto::ContainerState::ContainerRunning
+    );
+    n.assert_alive_within(PEAK_RSS_MIB, "podPidsLimit changed by a restart");
     n.shutdown().await;
 }
 
