@@ -982,6 +982,24 @@ impl Nodelet {
         peak
     }
 
+    /// Whether the runtime's image filesystem (which holds the containers' writable layers) is another
+    /// filesystem than nodelet's root directory, found as nodelet finds it: the mountpoint CRI
+    /// `ImageFsInfo` gives for the container (else the image) filesystem, compared by device.
+    pub(crate) async fn dedicated_image_fs(&self) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        let info = self.cri.image_fs_info().await.unwrap_or_else(|e| panic!("ImageFsInfo: {e}"));
+        let fs = info.container_filesystems.first().or(info.image_filesystems.first());
+        let mountpoint = fs
+            .and_then(|f| f.fs_id.as_ref())
+            .map(|id| PathBuf::from(&id.mountpoint))
+            .unwrap_or_else(|| panic!("ImageFsInfo names no filesystem: {info:?}"));
+        let device = |p: &Path| match std::fs::metadata(p) {
+            Ok(m) => m.dev(),
+            Err(e) => panic!("{}: {e}", p.display()),
+        };
+        device(&mountpoint) != device(&self.root_dir())
+    }
+
     /// Asserts that the static pod `name` still runs as `before` showed it: the same UID, the same
     /// containers (runtime IDs) and no restart.
     pub(crate) async fn assert_untouched(&self, name: &str, before: &Pod) {
