@@ -425,8 +425,9 @@ where
     }
 
     /// [`Executor::submit`], with `context` attached to `op`; with `replace`, the operation
-    /// running on `key` is cancelled first if it is not equal to `op` (what the engine does with
-    /// a plan). One lookup of the key.
+    /// running on `key` is cancelled first if it is not equal to `op` and
+    /// [given up](crate::Operation::given_up_for) for it (what the engine does with a plan). One
+    /// lookup of the key.
     pub(crate) fn submit(&mut self, key: K, op: Op, context: Option<C>, replace: bool) -> Submitted {
         let idx = self.find_or_insert(key);
         let slot = &mut self.slots[idx];
@@ -438,7 +439,7 @@ where
                 }
                 return Submitted::Coalesced;
             }
-            if replace {
+            if replace && running.op.given_up_for(Some(&op)) {
                 running.cancel.cancel();
             }
             slot.context = context;
@@ -486,12 +487,13 @@ where
         }
     }
 
-    /// [`withdraw`](Executor::withdraw) and [`cancel`](Executor::cancel) in one lookup of the
-    /// key: what the engine does when a plan no longer asks for an operation.
+    /// [`withdraw`](Executor::withdraw) and [`cancel`](Executor::cancel) (if the running operation is
+    /// [given up](crate::Operation::given_up_for) for no operation) in one lookup of the key: what
+    /// the engine does when a plan no longer asks for an operation.
     pub(crate) fn stop(&mut self, key: &K) {
         if let Some(idx) = self.find(key) {
             self.withdraw_at(idx);
-            if let Some(running) = &self.slots[idx].running {
+            if let Some(running) = self.slots[idx].running.as_ref().filter(|r| r.op.given_up_for(None)) {
                 running.cancel.cancel();
             }
             self.cleanup(idx);

@@ -31,13 +31,24 @@ pub trait Operation: Clone + PartialEq + Debug + Send + Sync + 'static {
     fn timeout(&self) -> Option<Duration> {
         None
     }
+
+    /// Whether a new plan gives up this operation while it runs: `next` is the operation now
+    /// planned for the key (different from this one), `None` when the plan is
+    /// [`Idle`](Plan::Idle) or [`RecheckAfter`](Plan::RecheckAfter). An operation given up has
+    /// its cancellation token fired; one that is not runs to its end, and the key is planned
+    /// again from its outcome (a planned operation waits until then). Default: `true`.
+    fn given_up_for(&self, next: Option<&Self>) -> bool {
+        let _ = next;
+        true
+    }
 }
 
 /// What a reconciler decides for one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan<Op> {
     /// Nothing to do: desired and actual agree (or nothing can be done yet). An operation in
-    /// flight on the key is cancelled, since desired state no longer wants it.
+    /// flight on the key is cancelled, since desired state no longer wants it (unless the
+    /// operation says otherwise: [`Operation::given_up_for`]).
     Idle,
     /// Run this operation (now, or as soon as the key is free and out of backoff).
     Run(Op),

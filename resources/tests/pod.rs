@@ -939,6 +939,50 @@ async fn a_pod_whose_post_start_hook_never_returns_should_be_removed_within_its_
     assert_eq!(n.runtime.container_count("u1"), 0);
 }
 
+/// [`HOOKED`] with a label `rev: <rev>`: a change that keeps the pod.
+fn hooked_rev(uid: &str, image: &str, rev: u32) -> DesiredPod {
+    let yaml = HOOKED
+        .replace("namespace: default}", &format!("namespace: default, labels: {{rev: \"{rev}\"}}}}"))
+        .replace("fake/hang-post-start", image);
+    pod(uid, &yaml)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_that_keeps_the_pod_should_not_give_up_its_running_post_start_hook() {
+    let mut n = node();
+    n.add(hooked_rev("u1", "fake/slow-post-start", 0));
+    assert!(eventually(LONG, || n.starts("u1/app").len() == 1).await);
+    // The pod changes twice while its hook runs (a new start is planned each time).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    n.add(hooked_rev("u1", "fake/slow-post-start", 1));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    n.add(hooked_rev("u1", "fake/slow-post-start", 2));
+    // The hook returns (30 s after the start): the container started once, was never killed, runs.
+    assert!(eventually(LONG, || n.phase("u1") == "Running").await, "{}", n.phase("u1"));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(n.starts("u1/app").len(), 1, "the start was not given up nor repeated");
+    assert!(n.runtime.calls_of("stop_container").is_empty(), "the container was not killed");
+    assert_eq!(n.phase("u1"), "Running");
+    assert_eq!(n.waiting_reason("u1", "app"), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hook_kept_through_a_change_should_still_be_given_up_when_the_pod_is_deleted() {
+    let mut n = node();
+    n.add(hooked_rev("u1", "fake/hang-post-start", 0));
+    assert!(eventually(LONG, || n.starts("u1/app").len() == 1).await);
+    n.add(hooked_rev("u1", "fake/hang-post-start", 1));
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(n.starts("u1/app").len(), 1, "the start still waits for its hook");
+    assert!(n.runtime.calls_of("stop_container").is_empty(), "the change did not kill the container");
+    // Deleted: the hook is given up at once, the pod gone within its grace period.
+    let removed_at = tokio::time::Instant::now();
+    n.writer.remove(&"u1".to_string());
+    assert!(eventually(LONG, || n.actual.get(&"u1".into()).is_none()).await);
+    assert!(removed_at.elapsed() <= Duration::from_secs(5), "took {:?}", removed_at.elapsed());
+    assert_eq!(n.runtime.container_count("u1"), 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn many_pods_with_hanging_post_start_hooks_should_not_starve_another_pod() {
     let mut n = node();

@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
 
-use crate::support::{Nodelet, StartOptions, TOKEN, runtime_env, sleep_until_term, uid};
+use crate::support::{Nodelet, StartOptions, TOKEN, peak_rss_kib, runtime_env, sleep_until_term, uid};
 
 /// Idle connections opened to each plain-HTTP port: more than the per-client limit (256) and, on the
 /// read-only port, more than a listener's total (1024).
@@ -68,17 +68,6 @@ async fn closed_by_server(conns: &mut [TcpStream]) -> usize {
         }
     }
     closed
-}
-
-/// VmHWM of the process in KiB.
-pub(crate) fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no VmHWM for pid {pid}"))
 }
 
 async fn timed<F, T>(what: &str, request: F) -> T

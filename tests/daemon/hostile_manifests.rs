@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::hostile_clients::{free_port, peak_rss_kib};
-use crate::support::{Nodelet, StartOptions, TOKEN, runtime_env, sleep_until_term, uid};
+use crate::hostile_clients::free_port;
+use crate::support::{Nodelet, StartOptions, TOKEN, peak_rss_kib, runtime_env, sleep_until_term, uid};
 
 /// nodelet's peak RSS (VmHWM) bound through the whole attack (a debug build idles at about 30 MiB).
 const PEAK_RSS_MIB: u64 = 96;

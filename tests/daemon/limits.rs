@@ -1,5 +1,8 @@
-//! Limits the node enforces, on the real containerd: `podPidsLimit` on the pod cgroup, `maxPods` at
-//! admission, postStart hooks that never return, and the node's bound on grace periods.
+//! Limits the node enforces, on the real containerd: `podPidsLimit` on the pod cgroup (also written to a
+//! running pod's when nodelet restarts with another limit), `maxPods` at admission, postStart hooks that
+//! never return, and the node's bound on grace periods. Each case also checks what every hostile-input
+//! case does: nodelet is alive at the end, its peak RSS stays under [`PEAK_RSS_MIB`], a healthy pod beside
+//! it is untouched, and the refusal names the problem.
 
 use std::path::Path;
 use std::time::Duration;
@@ -7,8 +10,24 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::support::{Nodelet, StartOptions, container, cri_state, env_or_skip, phase, terminated, uid};
+use crate::support::{
+    Nodelet, StartOptions, container, cri_state, env_or_skip, phase, runtime_id, sleep_until_term,
+    terminated, uid,
+};
 use nodelet_cri::proto;
+
+/// nodelet's peak RSS (VmHWM) bound through each case. A debug build, measured on the test machine, peaked at
+/// 57-59 MiB in these cases (up to six pods, forty processes in one, a restart; start-up is nearly all of
+/// it); 80 MiB leaves room for noise while a leak or an unbounded buffer of 20 MiB fails.
+const PEAK_RSS_MIB: u64 = 80;
+
+/// A healthy pod beside the case, to check that nothing touches it.
+fn steady(n: &Nodelet) -> serde_json::Value {
+    n.pod_manifest(
+        "steady",
+        json!({"terminationGracePeriodSeconds": 2, "containers": [{"name": "app", "command": sleep_until_term("")}]}),
+    )
+}
 
 /// Where the test machine mounts its cgroup hierarchies.
 const CGROUP_FS: &str = "/sys/fs/cgroup";
@@ -54,7 +73,9 @@ fn pod_cgroup(env_parent: &str, uid: &str) -> String {
 async fn a_pod_cannot_fork_beyond_the_pod_pids_limit_set_on_its_pod_cgroup() {
     let env = env_or_skip!("a_pod_cannot_fork_beyond_the_pod_pids_limit_set_on_its_pod_cgroup");
     let options = StartOptions { config_extra: "podPidsLimit: 16".into(), ..StartOptions::default() };
-    let n = Nodelet::start_with(&env, "pids", options).await;
+    let mut n = Nodelet::start_with(&env, "pids", options).await;
+    n.write_manifest("steady.yaml", &steady(&n));
+    let steady_before = n.wait_running("steady").await;
     n.write_manifest("forker.yaml", &forker_pod(&n));
     let (code, log, uid) = forker_result(&n).await;
     assert_ne!(code, 0, "the fork loop failed: {log}");
@@ -66,13 +87,15 @@ async fn a_pod_cannot_fork_beyond_the_pod_pids_limit_set_on_its_pod_cgroup() {
     // The keeper is unaffected: the pod runs on.
     let pod = n.pod("forker").await.unwrap_or_else(|| panic!("pod gone"));
     assert_eq!(phase(&pod), "Running");
+    n.assert_untouched("steady", &steady_before).await;
+    n.assert_alive_within(PEAK_RSS_MIB, "podPidsLimit");
     n.shutdown().await;
 }
 
 #[tokio::test]
 async fn without_a_pod_pids_limit_a_pod_forks_freely() {
     let env = env_or_skip!("without_a_pod_pids_limit_a_pod_forks_freely");
-    let n = Nodelet::start(&env, "nopids").await;
+    let mut n = Nodelet::start(&env, "nopids").await;
     n.write_manifest("forker.yaml", &forker_pod(&n));
     let (code, log, uid) = forker_result(&n).await;
     assert_eq!(code, 0, "{log}");
@@ -80,6 +103,50 @@ async fn without_a_pod_pids_limit_a_pod_forks_freely() {
     let limit =
         nodelet_cri::pod_cgroup::pids_limit(Path::new(CGROUP_FS), &pod_cgroup(&env.cgroup_parent, &uid));
     assert_eq!(limit, Some(None), "pids.max of the pod cgroup is max");
+    n.assert_alive_within(PEAK_RSS_MIB, "no podPidsLimit");
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_running_pod_gets_the_new_pod_pids_limit_when_nodelet_restarts_with_another() {
+    let env = env_or_skip!("a_running_pod_gets_the_new_pod_pids_limit_when_nodelet_restarts_with_another");
+    let options = StartOptions { config_extra: "podPidsLimit: 16".into(), ..StartOptions::default() };
+    let mut n = Nodelet::start_with(&env, "pids-again", options).await;
+    n.write_manifest("steady.yaml", &steady(&n));
+    let before = n.wait_running("steady").await;
+    let cgroup = pod_cgroup(&env.cgroup_parent, &uid(&before));
+    let limit = || nodelet_cri::pod_cgroup::pids_limit(Path::new(CGROUP_FS), &cgroup);
+    assert_eq!(limit(), Some(Some(16)), "pids.max of the pod cgroup");
+    let sandboxes: Vec<String> = n.sandboxes_of(&uid(&before)).await.into_iter().map(|s| s.id).collect();
+
+    let config = std::fs::read_to_string(n.config_path()).unwrap_or_default();
+    assert!(config.contains("podPidsLimit: 16"), "{config}");
+    if let Err(e) = std::fs::write(n.config_path(), config.replace("podPidsLimit: 16", "podPidsLimit: 32")) {
+        panic!("cannot rewrite the config: {e}");
+    }
+    n.stop().await;
+    n.start_again().await;
+    n.wait_for("pids.max 32 on the running pod's cgroup", Duration::from_secs(30), async || {
+        (limit() == Some(Some(32))).then_some(())
+    })
+    .await;
+    // The same pod, sandbox and container: adopted, not restarted.
+    n.wait_running("steady").await;
+    n.assert_untouched("steady", &before).await;
+    let after: Vec<String> = n.sandboxes_of(&uid(&before)).await.into_iter().map(|s| s.id).collect();
+    assert_eq!(after, sandboxes, "the same sandbox");
+    let app = container(&before, "app").map(runtime_id).unwrap_or_default();
+    assert_eq!(
+        cri_state(
+            n.containers_of(&uid(&before))
+                .await
+                .iter()
+                .find(|c| c.id == app)
+                .unwrap_or_else(|| { panic!("container {app} is gone") })
+        ),
+        proto::ContainerState::ContainerRunning
+    );
+    n.assert_alive_within(PEAK_RSS_MIB, "podPidsLimit changed by a restart");
     n.shutdown().await;
 }
 
@@ -87,11 +154,12 @@ async fn without_a_pod_pids_limit_a_pod_forks_freely() {
 async fn the_pod_beyond_max_pods_is_rejected_out_of_pods() {
     let env = env_or_skip!("the_pod_beyond_max_pods_is_rejected_out_of_pods");
     let options = StartOptions { config_extra: "maxPods: 2".into(), ..StartOptions::default() };
-    let n = Nodelet::start_with(&env, "maxpods", options).await;
-    let spec = || json!({"terminationGracePeriodSeconds": 2, "containers": [{"name": "app", "command": crate::support::sleep_until_term("")}]});
+    let mut n = Nodelet::start_with(&env, "maxpods", options).await;
+    let spec = || json!({"terminationGracePeriodSeconds": 2, "containers": [{"name": "app", "command": sleep_until_term("")}]});
+    let mut admitted = Vec::new();
     for name in ["first", "second"] {
         n.write_manifest(&format!("{name}.yaml"), &n.pod_manifest(name, spec()));
-        n.wait_running(name).await;
+        admitted.push((name, n.wait_running(name).await));
     }
     n.write_manifest("third.yaml", &n.pod_manifest("third", spec()));
     let pod = n.wait_for_pod("third", "rejected", Duration::from_secs(30), |p| phase(p) == "Failed").await;
@@ -103,6 +171,10 @@ async fn the_pod_beyond_max_pods_is_rejected_out_of_pods() {
     );
     let uid = n.pod("third").await.map(|p| uid(&p)).unwrap_or_default();
     assert!(n.sandboxes_of(&uid).await.is_empty(), "a rejected pod gets no sandbox");
+    for (name, before) in &admitted {
+        n.assert_untouched(name, before).await;
+    }
+    n.assert_alive_within(PEAK_RSS_MIB, "maxPods");
     n.shutdown().await;
 }
 
@@ -135,7 +207,7 @@ async fn wait_container_running(n: &Nodelet, name: &str) -> String {
 #[tokio::test]
 async fn post_start_hooks_that_never_return_hold_neither_other_pods_nor_their_deletion() {
     let env = env_or_skip!("post_start_hooks_that_never_return_hold_neither_other_pods_nor_their_deletion");
-    let n = Nodelet::start(&env, "hooks").await;
+    let mut n = Nodelet::start(&env, "hooks").await;
     const HOOKED: usize = 4;
     const GRACE: u32 = 3;
     for i in 0..HOOKED {
@@ -148,9 +220,9 @@ async fn post_start_hooks_that_never_return_hold_neither_other_pods_nor_their_de
     }
     // The hooks hang; a plain pod still starts at once.
     let added = Instant::now();
-    let spec = json!({"terminationGracePeriodSeconds": 2, "containers": [{"name": "app", "command": crate::support::sleep_until_term("")}]});
+    let spec = json!({"terminationGracePeriodSeconds": 2, "containers": [{"name": "app", "command": sleep_until_term("")}]});
     n.write_manifest("plain.yaml", &n.pod_manifest("plain", spec));
-    n.wait_running("plain").await;
+    let plain_before = n.wait_running("plain").await;
     assert!(added.elapsed() < Duration::from_secs(20), "the plain pod took {:?}", added.elapsed());
     let hooked = n.pod("hooked-0").await.unwrap_or_else(|| panic!("hooked-0 gone"));
     assert_ne!(phase(&hooked), "Running", "a container whose postStart has not returned is not started");
@@ -169,6 +241,8 @@ async fn post_start_hooks_that_never_return_hold_neither_other_pods_nor_their_de
         took < Duration::from_secs(u64::from(GRACE) + 10),
         "deleting a pod whose postStart hangs took {took:?} (its grace period is {GRACE}s)"
     );
+    n.assert_untouched("plain", &plain_before).await;
+    n.assert_alive_within(PEAK_RSS_MIB, "postStart hooks that never return");
     n.shutdown().await;
 }
 
@@ -179,7 +253,9 @@ async fn the_node_bound_on_grace_periods_shortens_a_long_termination_grace_perio
         nodelet_extra: "maxTerminationGracePeriodSeconds: 3".into(),
         ..StartOptions::default()
     };
-    let n = Nodelet::start_with(&env, "gracecap", options).await;
+    let mut n = Nodelet::start_with(&env, "gracecap", options).await;
+    n.write_manifest("steady.yaml", &steady(&n));
+    let steady_before = n.wait_running("steady").await;
     // Ignores SIGTERM: only the SIGKILL at the end of the grace period stops it.
     let spec = json!({"terminationGracePeriodSeconds": 600, "containers": [{"name": "app", "command": ["sleep", "3600"]}]});
     n.write_manifest("long.yaml", &n.pod_manifest("long", spec));
@@ -199,5 +275,7 @@ async fn the_node_bound_on_grace_periods_shortens_a_long_termination_grace_perio
     let took = deleted.elapsed();
     assert!(took >= Duration::from_secs(3), "the container got the bounded grace period: {took:?}");
     assert!(took < Duration::from_secs(15), "not the pod's 600 s: {took:?}");
+    n.assert_untouched("steady", &steady_before).await;
+    n.assert_alive_within(PEAK_RSS_MIB, "maxTerminationGracePeriodSeconds");
     n.shutdown().await;
 }

@@ -25,6 +25,7 @@ mod cli_streaming;
 mod cluster;
 mod cluster_data;
 mod cluster_support;
+mod crash_safe;
 mod debug;
 mod deploy;
 mod eviction;

@@ -1,12 +1,27 @@
 //! Local pod security on the real runtime: the Pod Security Standards level of each source (HTTP `baseline`, file
 //! `privileged`), `--allow-privileged=false` refusing host namespaces, `seccompDefault` giving containers the
 //! runtime's seccomp filter, and the local-path provisioner refusing to delete storage it has no record of.
+//! Each case also checks what every hostile-input case does: nodelet is alive at the end, its peak RSS stays
+//! under [`PEAK_RSS_MIB`], a healthy pod beside it is untouched, and the refusal names the problem.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::support::{Nodelet, StartOptions, container, env_or_skip, runtime_id, sleep_until_term};
+
+/// nodelet's peak RSS (VmHWM) bound through each case. A debug build, measured on the test machine, peaked at
+/// 58-60 MiB in these cases (a handful of pods and refusals each; start-up is nearly all of it); 80 MiB
+/// leaves room for noise while a leak or an unbounded buffer of 20 MiB fails.
+const PEAK_RSS_MIB: u64 = 80;
+
+/// A healthy static pod beside the case, to check that nothing touches it.
+fn steady(n: &Nodelet) -> Value {
+    n.pod_manifest(
+        "steady",
+        json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "app", "command": sleep_until_term("")}]}),
+    )
+}
 
 fn free_port() -> u16 {
     match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
@@ -37,7 +52,7 @@ async fn the_http_source_refuses_host_network_at_baseline_while_the_file_source_
         extra_args: vec!["--manifest-http-addr".to_owned(), format!("127.0.0.1:{port}")],
         ..Default::default()
     };
-    let n = Nodelet::start_with(&env, "pss-http", options).await;
+    let mut n = Nodelet::start_with(&env, "pss-http", options).await;
     let app = |prefix: &str| json!({"name": "app", "command": sleep_until_term(prefix)});
     let host = |name: &str| {
         n.pod_manifest(
@@ -57,12 +72,18 @@ async fn the_http_source_refuses_host_network_at_baseline_while_the_file_source_
     let plain = n.pod_manifest("plain", json!({"terminationGracePeriodSeconds": 1, "containers": [app("")]}));
     let (status, body) = submit(&n, port, &plain).await;
     assert!((200..300).contains(&status), "{status} {body}");
-    n.wait_running("plain").await;
-    assert!(n.pod(&n.pod_name("hostnet")).await.is_none(), "the refused pod is not on the node");
+    let plain_before = n.wait_running("plain").await;
+    assert!(n.pod("hostnet").await.is_none(), "the refused pod is not on the node");
+    // Refused again while the healthy pod runs: it is not touched.
+    let (status, body) = submit(&n, port, &host("hostnet")).await;
+    assert_eq!(status, 403, "{body}");
+    n.assert_untouched("plain", &plain_before).await;
 
     // The same pod from the manifest directory runs: static pods are trusted (privileged) by default.
     n.write_manifest("hostnet.yaml", &host("hostnet"));
     n.wait_running("hostnet").await;
+    n.assert_untouched("plain", &plain_before).await;
+    n.assert_alive_within(PEAK_RSS_MIB, "the HTTP source at baseline");
     let url = format!("http://127.0.0.1:{port}/pods/default/plain");
     let removed = n.http().delete(&url).send().await.unwrap_or_else(|e| panic!("DELETE {url}: {e}"));
     assert!(removed.status().is_success(), "{}", removed.status());
@@ -74,14 +95,14 @@ async fn allow_privileged_false_refuses_a_host_pid_static_pod() {
     let env = env_or_skip!("allow_privileged_false_refuses_a_host_pid_static_pod");
     let options =
         StartOptions { extra_args: vec!["--allow-privileged=false".to_owned()], ..Default::default() };
-    let n = Nodelet::start_with(&env, "pss-noprv", options).await;
+    let mut n = Nodelet::start_with(&env, "pss-noprv", options).await;
     let spec = |host_pid: bool| {
         json!({"hostPID": host_pid, "terminationGracePeriodSeconds": 1,
                "containers": [{"name": "app", "command": sleep_until_term("")}]})
     };
     n.write_manifest("hostpid.yaml", &n.pod_manifest("hostpid", spec(true)));
     n.write_manifest("plain.yaml", &n.pod_manifest("plain", spec(false)));
-    n.wait_running("plain").await;
+    let plain_before = n.wait_running("plain").await;
     let file = n.manifest_dir().join("hostpid.yaml").display().to_string();
     let line = n
         .wait_for("a log line refusing hostpid.yaml", Duration::from_secs(10), async || {
@@ -93,7 +114,9 @@ async fn allow_privileged_false_refuses_a_host_pid_static_pod() {
         .await;
     assert!(line.contains("spec.hostPID: host namespaces are not allowed"), "{line}");
     assert!(line.contains("default/hostpid"), "names the pod: {line}");
-    assert!(n.pod(&n.pod_name("hostpid")).await.is_none(), "the refused pod is not on the node");
+    assert!(n.pod("hostpid").await.is_none(), "the refused pod is not on the node");
+    n.assert_untouched("plain", &plain_before).await;
+    n.assert_alive_within(PEAK_RSS_MIB, "--allow-privileged=false");
     n.shutdown().await;
 }
 
@@ -112,7 +135,7 @@ async fn seccomp_mode(n: &Nodelet, id: &str) -> String {
 async fn seccomp_default_gives_containers_the_runtime_default_filter() {
     let env = env_or_skip!("seccomp_default_gives_containers_the_runtime_default_filter");
     let options = StartOptions { config_extra: "seccompDefault: true".to_owned(), ..Default::default() };
-    let n = Nodelet::start_with(&env, "pss-seccomp", options).await;
+    let mut n = Nodelet::start_with(&env, "pss-seccomp", options).await;
     let pod = |sc: Value| {
         json!({"terminationGracePeriodSeconds": 1, "securityContext": sc,
                "containers": [{"name": "app", "command": sleep_until_term("")}]})
@@ -127,13 +150,17 @@ async fn seccomp_default_gives_containers_the_runtime_default_filter() {
     let id = |p| container(p, "app").map(runtime_id).unwrap_or_default();
     assert_eq!(seccomp_mode(&n, &id(&defaulted)).await, "2", "RuntimeDefault is a seccomp filter");
     assert_eq!(seccomp_mode(&n, &id(&unconfined)).await, "0", "an explicit Unconfined stays unconfined");
+    n.assert_untouched("default", &defaulted).await;
+    n.assert_alive_within(PEAK_RSS_MIB, "seccompDefault");
     n.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_forged_provisioned_volume_is_released_without_deleting_its_data() {
     let env = env_or_skip!("a_forged_provisioned_volume_is_released_without_deleting_its_data");
-    let n = Nodelet::start(&env, "pss-forged").await;
+    let mut n = Nodelet::start(&env, "pss-forged").await;
+    n.write_manifest("steady.yaml", &steady(&n));
+    let steady_before = n.wait_running("steady").await;
     // A directory where the local-path provisioner would put a volume named "forged", which it never created.
     let dir = n.root_dir().join("storage/local/forged");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
@@ -191,5 +218,7 @@ spec:
         "keep me",
         "the data stays"
     );
+    n.assert_untouched("steady", &steady_before).await;
+    n.assert_alive_within(PEAK_RSS_MIB, "a forged provisioned volume");
     n.shutdown().await;
 }

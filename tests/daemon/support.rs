@@ -950,3 +950,74 @@ fn write_file(path: &Path, text: &str) {
         panic!("cannot write {}: {e}", path.display());
     }
 }
+
+// ------------------------------------------------------------------------------------------------ hostile input
+
+/// VmHWM (peak resident set size) of the process `pid` in KiB.
+pub(crate) fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM for pid {pid}"))
+}
+
+impl Nodelet {
+    /// What every hostile-input case asserts of the daemon at its end: it still runs, and its peak RSS
+    /// (VmHWM, since this process started) stayed under `bound_mib`. Returns the peak in KiB.
+    pub(crate) fn assert_alive_within(&mut self, bound_mib: u64, case: &str) -> u64 {
+        if let Some(status) = self.exit_status() {
+            panic!("{case}: nodelet exited ({status})\n{}", self.log_tail(40));
+        }
+        let pid = self.pid().unwrap_or_else(|| panic!("{case}: nodelet has no pid"));
+        let peak = peak_rss_kib(pid);
+        eprintln!("{case}: nodelet's peak RSS {:.1} MiB (bound {bound_mib} MiB)", peak as f64 / 1024.0);
+        assert!(
+            peak < bound_mib * 1024,
+            "{case}: nodelet's peak RSS reached {:.1} MiB (bound {bound_mib} MiB)",
+            peak as f64 / 1024.0
+        );
+        peak
+    }
+
+    /// Whether the runtime's image filesystem (which holds the containers' writable layers) is another
+    /// filesystem than nodelet's root directory, found as nodelet finds it: the mountpoint CRI
+    /// `ImageFsInfo` gives for the container (else the image) filesystem, compared by device.
+    pub(crate) async fn dedicated_image_fs(&self) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        let info = self.cri.image_fs_info().await.unwrap_or_else(|e| panic!("ImageFsInfo: {e}"));
+        let fs = info.container_filesystems.first().or(info.image_filesystems.first());
+        let mountpoint = fs
+            .and_then(|f| f.fs_id.as_ref())
+            .map(|id| PathBuf::from(&id.mountpoint))
+            .unwrap_or_else(|| panic!("ImageFsInfo names no filesystem: {info:?}"));
+        let device = |p: &Path| match std::fs::metadata(p) {
+            Ok(m) => m.dev(),
+            Err(e) => panic!("{}: {e}", p.display()),
+        };
+        device(&mountpoint) != device(&self.root_dir())
+    }
+
+    /// Asserts that the static pod `name` still runs as `before` showed it: the same UID, the same
+    /// containers (runtime IDs) and no restart.
+    pub(crate) async fn assert_untouched(&self, name: &str, before: &Pod) {
+        let after = self.pod(name).await.unwrap_or_else(|| panic!("the healthy pod {name} is gone"));
+        assert_eq!(phase(&after), "Running", "the healthy pod {name}: {:?}", after.status);
+        assert_eq!(uid(&after), uid(before), "the healthy pod {name} was replaced");
+        let ids = |p: &Pod| -> Vec<(String, String, i32)> {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .map(|cs| cs.iter().map(|c| (c.name.clone(), runtime_id(c), c.restart_count)).collect())
+                .unwrap_or_default()
+        };
+        let now = ids(&after);
+        assert_eq!(now, ids(before), "the healthy pod {name}'s containers changed");
+        assert!(
+            now.iter().all(|(_, _, restarts)| *restarts == 0),
+            "the healthy pod {name} restarted: {now:?}"
+        );
+    }
+}

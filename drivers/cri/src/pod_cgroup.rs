@@ -1,7 +1,8 @@
 //! The pod-level cgroup `<cgroupRoot>/pod<uid>` and its process limit (`podPidsLimit`): made before the
-//! pod's sandbox starts, with `pids.max` written, as the kubelet's pod container manager does. The runtime
-//! then puts the sandbox and every container below it (their cgroup parent), so the limit counts every
-//! process and thread of the pod.
+//! pod's sandbox starts, with `pids.max` written, as the kubelet's pod container manager does; the pod
+//! cgroups of pods that already run get the node's current limit (or `max`) when nodelet adopts them.
+//! The runtime then puts the sandbox and every container below it (their cgroup parent), so the limit
+//! counts every process and thread of the pod.
 //!
 //! Both hierarchies are handled: cgroup v2 (the unified hierarchy at the cgroup mount, `cgroup.controllers`
 //! present there; the `pids` controller is enabled on the way down through `cgroup.subtree_control`) and
@@ -106,6 +107,25 @@ pub fn set_pids_limit(cgroup_fs: &Path, rel: &str, limit: u64) -> Result<PathBuf
     Ok(max)
 }
 
+/// Sets the `pids.max` of the cgroup `rel` under `cgroup_fs` to `limit` (`None`: `max`) if the cgroup
+/// exists and has the file, without making anything; returns whether it changed the value. For the pod
+/// cgroups of pods that already run, when the node's `podPidsLimit` is not what it was when they started.
+pub fn update_pids_limit(cgroup_fs: &Path, rel: &str, limit: Option<u64>) -> Result<bool, PodCgroupError> {
+    let Some(hierarchy) = PidsHierarchy::detect(cgroup_fs) else { return Ok(false) };
+    let max = hierarchy.dir(rel)?.join("pids.max");
+    let wanted = limit.map_or_else(|| "max".to_owned(), |n| n.to_string());
+    match std::fs::read_to_string(&max) {
+        Ok(now) if now.trim() == wanted => Ok(false),
+        Ok(_) => {
+            std::fs::write(&max, &wanted).map_err(io_err(&max))?;
+            Ok(true)
+        }
+        // No such cgroup (the runtime made none yet, or it is gone), or `pids` not delegated to it.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_err(&max)(e)),
+    }
+}
+
 /// The `pids.max` of the cgroup `rel` under `cgroup_fs`: `Some(None)` for `max` (no limit), `None` when
 /// the cgroup or the controller is absent or the file unreadable.
 pub fn pids_limit(cgroup_fs: &Path, rel: &str) -> Option<Option<u64>> {
@@ -160,6 +180,24 @@ mod tests {
             std::fs::read_to_string(d.path().join("nodelet/cgroup.subtree_control")).expect("read"),
             "memory pids\n"
         );
+    }
+
+    #[test]
+    fn an_existing_pod_cgroup_gets_the_new_limit_and_nothing_is_made_for_a_missing_one() {
+        let d = tempfile::tempdir().expect("tempdir");
+        write(&d.path().join("cgroup.controllers"), "cpu memory pids\n");
+        write(&d.path().join("nodelet/podu1/pids.max"), "16\n");
+        assert_eq!(update_pids_limit(d.path(), "/nodelet/podu1", Some(32)).ok(), Some(true));
+        assert_eq!(pids_limit(d.path(), "/nodelet/podu1"), Some(Some(32)));
+        assert_eq!(update_pids_limit(d.path(), "/nodelet/podu1", Some(32)).ok(), Some(false), "unchanged");
+        assert_eq!(update_pids_limit(d.path(), "/nodelet/podu1", None).ok(), Some(true));
+        assert_eq!(pids_limit(d.path(), "/nodelet/podu1"), Some(None));
+        assert_eq!(update_pids_limit(d.path(), "/nodelet/podu2", Some(8)).ok(), Some(false));
+        assert!(!d.path().join("nodelet/podu2").exists(), "no cgroup made");
+        assert!(matches!(
+            update_pids_limit(d.path(), "/a/../b", Some(8)),
+            Err(PodCgroupError::InvalidPath(_))
+        ));
     }
 
     #[test]

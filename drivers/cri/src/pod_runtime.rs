@@ -989,8 +989,9 @@ impl CriPodRuntime {
             return Err(RuntimeError { not_found: false, ..error });
         }
         // postStart right after the start; its failure kills the container, as the kubelet does. So does
-        // the cancellation of the start (the pod deleted while its hook runs): a hook that never returns
-        // cannot hold the pod, as the kubelet's pod worker gives up the hook when the pod terminates.
+        // the cancellation of the start, which fires only when the pod is being terminated (deleted,
+        // evicted, …): a hook that never returns cannot hold the pod, as the kubelet's pod worker gives
+        // up the hook when the pod terminates, while any other change of the pod waits for the hook.
         let pod_ip = facts.ips.first().map(String::as_str);
         // A container without a hook has nothing to give up: a start cancelled after it succeeded is
         // still a started container. A hook that has finished wins over a cancellation.

@@ -71,8 +71,9 @@ pub trait PodRuntime: Send + Sync + 'static {
     /// container ID. The container is labelled and annotated with its restart count and spec
     /// hash. Its `volumeMounts` refer to `volumes`, which are set up.
     ///
-    /// `cancel` fires when desired state no longer wants this start (the pod is deleted, say):
-    /// a `postStart` hook still running is then abandoned and the container killed with the
+    /// `cancel` fires when the pod is being terminated (deleted, evicted, …: see
+    /// [`PodOp::given_up_for`](reconcile_engine::Operation::given_up_for)), never for a plan
+    /// change that keeps the pod: a `postStart` hook still running is then abandoned and the container killed with the
     /// pod's grace period, as when the hook fails (`PostStartHookError`), so that a hook that
     /// never returns cannot hold the pod.
     #[allow(clippy::too_many_arguments)] // the CRI call's inputs, plus the operation's cancellation

@@ -7,6 +7,8 @@
 //! - anything else runs until stopped (and exits 0 on SIGTERM), or until [`FakeRuntime::exit`];
 //! - `fake/hang-post-start` has a postStart hook that never returns: its start ends only when
 //!   cancelled, killing the container;
+//! - `fake/slow-post-start` has a postStart hook that returns after [`SLOW_POST_START`] (or ends
+//!   as above when cancelled first);
 //! - `fake/missing` cannot be pulled (`ErrImagePull`) unless [`FakeRuntime::add_image`] adds it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -22,6 +24,9 @@ use crate::common::clock::Clock;
 use crate::sandbox::actual::PodSandboxes;
 use crate::sandbox::desired::SandboxSpec;
 use crate::sandbox::driver::SandboxRuntime;
+
+/// How long the postStart hook of a `fake/slow-post-start` container takes.
+pub const SLOW_POST_START: Duration = Duration::from_secs(30);
 
 /// One recorded runtime call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,10 +275,26 @@ impl PodRuntime for FakeRuntime {
         cancel: &super::driver::CancellationToken,
     ) -> RuntimeResult<String> {
         let id = self.create_container(pod, sandbox_id, container, kind, restart_count, volumes)?;
-        if container.image.as_deref() == Some("fake/hang-post-start") {
-            // Its postStart hook never returns: only the cancellation ends the start, and the
-            // container is killed as after a failed hook.
-            cancel.cancelled().await;
+        // How long its postStart hook takes (`None`: it never returns).
+        let hook = match container.image.as_deref() {
+            Some("fake/hang-post-start") => Some(None),
+            Some("fake/slow-post-start") => Some(Some(SLOW_POST_START)),
+            _ => None,
+        };
+        if let Some(takes) = hook {
+            // A cancellation before the hook returns ends the start, and the container is killed
+            // as after a failed hook.
+            let returns = async {
+                match takes {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                () = returns => return Ok(id),
+                () = cancel.cancelled() => {}
+            }
             self.stop_container(&id, pod.grace_period()).await?;
             return Err(RuntimeError::new(
                 "PostStartHookError",

@@ -85,6 +85,21 @@ impl Operation for PodOp {
         matches!(self, PodOp::KillPod { remove: true, .. })
     }
 
+    /// A container start (with its postStart hook) is given up only when the pod is being
+    /// terminated, as the kubelet's pod worker cancels a sync only when the pod is killed: the plan
+    /// is to kill the pod (it is deleted, evicted, past its `activeDeadlineSeconds`, finished, or
+    /// its sandbox is gone), or no operation at all (the same cases once nothing else of the pod
+    /// runs; also, rarely, the pod's volumes no longer ready). Any other new plan (the pod changed
+    /// in a field that does not touch this start, another container's probe failed) waits for the
+    /// start to end and is made again from its outcome. Every other operation is given up whenever
+    /// the plan changes.
+    fn given_up_for(&self, next: Option<&Self>) -> bool {
+        match self {
+            PodOp::StartContainer { .. } => matches!(next, None | Some(PodOp::KillPod { .. })),
+            _ => true,
+        }
+    }
+
     fn timeout(&self) -> Option<Duration> {
         match self {
             // An image pull can take long; the runtime client bounds the pull itself.

@@ -37,6 +37,15 @@ pub trait SandboxRuntime: Send + Sync + 'static {
 
     /// The sandboxes of one pod now (`None` if it has none).
     fn sandboxes_of(&self, uid: &str) -> impl Future<Output = RuntimeResult<Option<PodSandboxes>>> + Send;
+
+    /// Brings the pod-level settings of pods found in the runtime at start-up (`pods`, as
+    /// [`list_sandboxes`](SandboxRuntime::list_sandboxes) gave them) to the node's configuration,
+    /// which may have changed while nodelet was down (the pod cgroup's `podPidsLimit`). Reports
+    /// problems itself; a pod it cannot update keeps running. Default: nothing to do.
+    fn adopt(&self, pods: &HashMap<String, PodSandboxes>) -> impl Future<Output = ()> + Send {
+        let _ = pods;
+        async {}
+    }
 }
 
 /// Sandbox creations that run at once. Creating a sandbox (network namespace, CNI, pause
@@ -171,6 +180,8 @@ impl<R: SandboxRuntime> Driver<PodUid, SandboxOp, PodSandboxes> for SandboxDrive
     }
 
     async fn reconstruct(&self) -> Result<Vec<(PodUid, PodSandboxes)>, RuntimeError> {
-        Ok(self.runtime.list_sandboxes().await?.into_iter().collect())
+        let pods = self.runtime.list_sandboxes().await?;
+        self.runtime.adopt(&pods).await;
+        Ok(pods.into_iter().collect())
     }
 }

@@ -157,4 +157,37 @@ impl SandboxRuntime for CriPodRuntime {
         let mut pods = self.collect(Some(uid)).await?;
         Ok(pods.remove(uid).and_then(|pod| PodSandboxes::of(&pod)))
     }
+
+    /// The pod cgroups of the pods found at start-up get the node's `podPidsLimit` now (`max` without
+    /// one): a limit changed while nodelet was down applies to the pods that already run too.
+    async fn adopt(&self, pods: &HashMap<String, PodSandboxes>) {
+        let cgroups: Vec<(String, String)> =
+            pods.keys().filter_map(|uid| Some((uid.clone(), self.pod_cgroup(uid)?))).collect();
+        if cgroups.is_empty() {
+            return;
+        }
+        let limit = self.inner.config.pod_pids_limit;
+        let cgroup_fs = self.inner.config.cgroup_fs.clone();
+        let updated = tokio::task::spawn_blocking(move || {
+            let mut updated = 0usize;
+            for (uid, rel) in cgroups {
+                match crate::pod_cgroup::update_pids_limit(&cgroup_fs, &rel, limit) {
+                    Ok(true) => updated += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(pod = %uid, error = %e, "cannot apply podPidsLimit to a running pod")
+                    }
+                }
+            }
+            updated
+        })
+        .await;
+        match updated {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(pods = n, limit = ?limit, "applied podPidsLimit to the pod cgroups of running pods")
+            }
+            Err(e) => tracing::warn!(error = %e, "the podPidsLimit task of running pods failed"),
+        }
+    }
 }
