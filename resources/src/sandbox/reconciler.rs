@@ -273,7 +273,8 @@ mod tests {
         // A ready sandbox of a pod no source has listed yet is kept until every source reported.
         let ready = sandboxes(vec![sandbox("s0", true, 0)]);
         assert_eq!(view(None, Some(&ready), false), Plan::Idle);
-        assert_eq!(view(None, Some(&ready), true), stop(&["s0"]));
+        // then stopped and removed in one operation (it has no container)
+        assert_eq!(view(None, Some(&ready), true), Plan::Run(SandboxOp::Remove { ids: vec!["s0".into()] }));
         let dead = sandboxes(vec![sandbox("s0", false, 0)]);
         assert_eq!(view(None, Some(&dead), false), Plan::Idle);
         assert!(matches!(view(None, Some(&dead), true), Plan::Run(SandboxOp::Remove { .. })));
