@@ -354,7 +354,7 @@ impl FileSource {
             .cloned()
             .chain(self.files.values().flat_map(|f| f.problems.iter().cloned()))
             .collect();
-        self.handle.report(pods, problems);
+        self.handle.report_shared(pods, problems);
     }
 }
 

@@ -318,7 +318,7 @@ fn restore(
         match parsed {
             Some(parsed) if parsed.problems.is_empty() && parsed.pods.len() == 1 => {
                 if let Some(pod) = parsed.pods.into_iter().next() {
-                    pods.insert(key.clone(), pod.pod);
+                    pods.insert(key.clone(), Arc::unwrap_or_clone(pod.pod));
                     documents.insert(key, document);
                 }
             }
@@ -469,7 +469,7 @@ async fn submit(State(state): State<Arc<EndpointState>>, headers: HeaderMap, bod
     let mut submitted = state.lock();
     let mut next = submitted.clone();
     for pod in &parsed.pods {
-        next.insert(pod.key.clone(), pod.pod.clone());
+        next.insert(pod.key.clone(), DesiredPod::clone(&pod.pod));
     }
     if next.len() > state.max_pods {
         return status(
@@ -479,7 +479,7 @@ async fn submit(State(state): State<Arc<EndpointState>>, headers: HeaderMap, bod
             Vec::new(),
         );
     }
-    let new_pods: Vec<DesiredPod> = parsed.pods.iter().map(|p| p.pod.clone()).collect();
+    let new_pods: Vec<DesiredPod> = parsed.pods.iter().map(|p| DesiredPod::clone(&p.pod)).collect();
     let mut conflicts = state.handle.conflicts(&new_pods);
     // Two documents of one request with the same name: the API server would refuse the second.
     let mut keys = std::collections::HashSet::new();

@@ -24,6 +24,7 @@
 //! the HTTP endpoint) to each [`super::Problem`].
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use nodelet_resources::pod::desired::{DesiredPod, PodSource};
 use nodelet_resources::pod::security::PodSecurity;
@@ -39,8 +40,9 @@ pub(crate) const MAX_MANIFEST_BYTES: usize = 8 * 1024 * 1024;
 pub(crate) struct ParsedPod {
     /// `namespace/name` as written in the manifest (without a static pod's node suffix).
     pub(crate) key: String,
-    /// The validated, defaulted pod.
-    pub(crate) pod: DesiredPod,
+    /// The validated, defaulted pod, shared with what the source reports (a source keeps its last
+    /// reading and the pod config keeps its last report: one copy of the pod, not two).
+    pub(crate) pod: Arc<DesiredPod>,
 }
 
 /// A document of a manifest that could not be used.
@@ -156,7 +158,7 @@ fn classify_one(
             Ok(pod) => {
                 let key = format!("{}/{}", pod.namespace(), manifest_name(&pod, node_name));
                 match security.admit(&pod.pod) {
-                    Ok(()) => parsed.pods.push(ParsedPod { key, pod }),
+                    Ok(()) => parsed.pods.push(ParsedPod { key, pod: Arc::new(pod) }),
                     Err(refusal) => {
                         tracing::warn!(pod = %key, %refusal, "pod refused by the node's security settings");
                         parsed.problems.push(DocProblem {

@@ -195,7 +195,8 @@ impl SecurityPolicies {
 struct SourceState {
     name: String,
     reported: bool,
-    pods: Vec<DesiredPod>,
+    /// Shared with the source's own copy (the file and URL sources keep their last reading).
+    pods: Vec<Arc<DesiredPod>>,
     problems: Vec<Problem>,
 }
 
@@ -340,7 +341,8 @@ impl Shared {
             current_uids.insert((uid.clone(), pod.source.clone()));
             current_names.insert((full_name(pod), pod.source.clone()));
         });
-        let candidates: Vec<&DesiredPod> = state.sources.iter().flat_map(|s| s.pods.iter()).collect();
+        let candidates: Vec<&DesiredPod> =
+            state.sources.iter().flat_map(|s| s.pods.iter().map(|p| &**p)).collect();
         let is_incumbent = |pod: &DesiredPod| {
             current_uids.contains(&(pod.uid().to_owned(), pod.source.clone()))
                 || current_names.contains(&(full_name(pod), pod.source.clone()))
@@ -530,6 +532,12 @@ impl SourceHandle {
     /// set) and merges every source into the desired store. Counts as the source's report for
     /// [`PodConfig::seal`].
     pub(crate) fn report(&self, pods: Vec<DesiredPod>, problems: Vec<Problem>) {
+        self.report_shared(pods.into_iter().map(Arc::new).collect(), problems);
+    }
+
+    /// [`report`](Self::report) for a source that keeps its pods behind `Arc`s: the pod config
+    /// shares them instead of keeping a copy of each.
+    pub(crate) fn report_shared(&self, pods: Vec<Arc<DesiredPod>>, problems: Vec<Problem>) {
         let mut state = self.shared.lock();
         if let Some(source) = state.sources.get_mut(self.index) {
             source.pods = pods;

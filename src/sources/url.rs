@@ -188,7 +188,7 @@ impl UrlSource {
                     tracing::debug!(url = %self.config.url, pods = self.pods.len(), "manifest URL read");
                 }
                 let pods = self.pods.iter().map(|p| p.pod.clone()).collect();
-                self.handle.report(pods, self.body_problems.clone());
+                self.handle.report_shared(pods, self.body_problems.clone());
             }
             Err(message) => {
                 let kept = if self.pods.is_empty() {

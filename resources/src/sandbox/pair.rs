@@ -38,6 +38,14 @@ impl<R: SandboxRuntime> std::fmt::Debug for SandboxPair<R> {
     }
 }
 
+/// How many sandbox operations the sandbox engine runs at once: no bound (`0`), as the pod engine
+/// ([`crate::pod::ops::MAX_CONCURRENT_OPS`]). The engine runs at most one operation per pod;
+/// creations, the runtime's heaviest call, are bounded inside the driver
+/// ([`DEFAULT_SANDBOX_CREATIONS_AT_ONCE`]). With the engine's default bound (64), the removal of 110
+/// pods queued the last pods' `remove_sandbox` behind 64 in flight for up to 3 s, and creations
+/// waiting for a driver slot held engine slots that stops and removals could have used.
+pub const MAX_CONCURRENT_OPS: usize = 0;
+
 /// How the sandbox pair is built.
 #[derive(Debug, Clone, Default)]
 pub struct SandboxPairConfig {
@@ -77,6 +85,7 @@ impl<R: SandboxRuntime> SandboxPair<R> {
             desired.clone(),
         )
         .backoff(config.backoff)
+        .max_concurrent(MAX_CONCURRENT_OPS)
         // A pod's containers changed: plan its sandbox again (a sandbox is stopped or replaced only
         // once nothing of the pod runs in it).
         .watches("pods", pods.clone(), |uid: &PodUid, _: Option<&PodActual>| Some(uid.clone()));
