@@ -40,6 +40,20 @@ fn coalesce_delay(last_cost: Duration, since_last: Duration) -> Duration {
     last_cost.saturating_mul(COALESCE_FACTOR).min(FOLLOW_UP_RELIST).saturating_sub(since_last)
 }
 
+/// The keys of `store` that `listed` lacks (without copying the keys that it has).
+fn gone<V: Send + Sync + 'static>(
+    store: &Store<PodUid, V>,
+    listed: &std::collections::HashMap<PodUid, PodActual>,
+) -> Vec<PodUid> {
+    let mut gone = Vec::new();
+    store.for_each(|uid, _| {
+        if !listed.contains_key(uid) {
+            gone.push(uid.clone());
+        }
+    });
+    gone
+}
+
 /// The relist loop.
 #[derive(Debug)]
 pub struct Pleg<R> {
@@ -80,26 +94,33 @@ impl<R: PodRuntime> Pleg<R> {
         self.wake.clone()
     }
 
-    /// One relist: returns how many pods were reported.
+    /// One relist: returns how many pods were reported. `kubelet_pleg_relist_duration_seconds`
+    /// observes the whole of it, as the kubelet's does: the listing and the comparison with the
+    /// stores.
     pub async fn relist(&self) -> Result<usize, super::driver::RuntimeError> {
         let started = Instant::now();
         let listed = self.runtime.list_pods().await?;
+        let reported = self.report(&listed, started);
         self.metrics.pleg_relist_duration.observe(started.elapsed().as_secs_f64());
+        Ok(reported)
+    }
+
+    /// Reports every pod of `listed` (a relist started at `started`) that differs from the stores,
+    /// and every pod of the stores that `listed` lacks; returns how many reports it made.
+    fn report(&self, listed: &std::collections::HashMap<PodUid, PodActual>, started: Instant) -> usize {
         let mut reported = 0;
-        for (uid, state) in &listed {
+        for (uid, state) in listed {
             if self.actual.get(uid).is_none_or(|a| *a != *state) {
                 self.observer.observe(uid.clone(), Update::Set(state.clone()), started);
                 reported += 1;
             }
         }
-        for uid in self.actual.keys() {
-            if !listed.contains_key(&uid) {
-                self.observer.observe(uid, Update::Remove, started);
-                reported += 1;
-            }
+        for uid in gone(&self.actual, listed) {
+            self.observer.observe(uid, Update::Remove, started);
+            reported += 1;
         }
         if let Some((actual, observer)) = &self.sandboxes {
-            for (uid, state) in &listed {
+            for (uid, state) in listed {
                 let same = actual.get(uid).is_some_and(|a| {
                     !a.needs_refresh
                         && a.sandboxes == state.sandboxes
@@ -116,14 +137,12 @@ impl<R: PodRuntime> Pleg<R> {
                 observer.observe(uid.clone(), update, started);
                 reported += 1;
             }
-            for uid in actual.keys() {
-                if !listed.contains_key(&uid) {
-                    observer.observe(uid, Update::Remove, started);
-                    reported += 1;
-                }
+            for uid in gone(actual, listed) {
+                observer.observe(uid, Update::Remove, started);
+                reported += 1;
             }
         }
-        Ok(reported)
+        reported
     }
 
     /// Relists every period, or sooner when woken, with follow-ups (see [`FOLLOW_UP_RELIST`]), until
@@ -174,6 +193,25 @@ impl<R: PodRuntime> Pleg<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pods_gone_are_those_of_the_store_the_listing_lacks() {
+        let (store, mut writer) = reconcile_engine::store::<PodUid, u8>();
+        let listed = |uids: &[&str]| -> std::collections::HashMap<PodUid, PodActual> {
+            uids.iter().map(|u| ((*u).to_owned(), PodActual::default())).collect()
+        };
+        assert!(gone(&store, &listed(&["a"])).is_empty(), "an empty store lacks nothing");
+        for uid in ["a", "b", "c"] {
+            writer.insert(uid.to_owned(), 0);
+        }
+        let mut left = gone(&store, &listed(&["b", "d"]));
+        left.sort();
+        assert_eq!(left, ["a", "c"]);
+        assert!(gone(&store, &listed(&["a", "b", "c"])).is_empty());
+        writer.remove(&"a".to_owned());
+        assert_eq!(gone(&store, &listed(&["b", "c"])), Vec::<PodUid>::new(), "a removed key is not reported");
+        assert_eq!(gone(&store, &listed(&[])).len(), 2);
+    }
 
     #[test]
     fn a_woken_relist_waits_twice_the_last_cost_at_most_the_follow_up() {
