@@ -39,6 +39,8 @@ fn main() -> anyhow::Result<()> {
 #[derive(Debug, Clone, Copy, Default)]
 struct Sample {
     rss_kib: u64,
+    /// RssAnon: the private memory, without the binary's pages (which grow as code paths are first used).
+    anon_kib: u64,
     fds: u64,
     mounts: u64,
     netns: u64,
@@ -48,9 +50,10 @@ struct Sample {
 }
 
 impl Sample {
-    fn rows(&self) -> [(&'static str, u64); 7] {
+    fn rows(&self) -> [(&'static str, u64); 8] {
         [
             ("nodelet RSS (KiB)", self.rss_kib),
+            ("nodelet private memory, RssAnon (KiB)", self.anon_kib),
             ("nodelet open file descriptors", self.fds),
             ("mounts of this run (its directories, its sandboxes and containers)", self.mounts),
             ("network namespace files of this run's sandboxes still there", self.netns),
@@ -94,6 +97,7 @@ impl Counters<'_> {
     async fn sample(&self, nodelet: &Nodelet) -> anyhow::Result<Sample> {
         let pid = nodelet.pid()?;
         let (rss_kib, _) = nodelet.memory()?;
+        let anon_kib = rss_anon_kib(pid)?;
         let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count() as u64;
         let dir = self.dir.display().to_string();
         let (ids, netns_files) = self.seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
@@ -110,6 +114,7 @@ impl Counters<'_> {
             count_dirs(&Path::new("/sys/fs/cgroup/memory").join(self.cgroup_root.trim_start_matches('/')));
         Ok(Sample {
             rss_kib,
+            anon_kib,
             fds,
             mounts,
             netns,
@@ -171,7 +176,10 @@ async fn run(endpoint: String) -> anyhow::Result<()> {
         let mut next_sample = began + sample_every;
         let (mut cycles, mut peak) = (0u64, start);
         let mut cycle_times = Vec::new();
-        println!("{:>7} {:>7} {:>9} {:>5} {:>7} {:>8}", "minute", "cycles", "RSS MiB", "fds", "mounts", "requests");
+        println!(
+            "{:>7} {:>7} {:>9} {:>8} {:>5} {:>7} {:>8}",
+            "minute", "cycles", "RSS MiB", "anon MiB", "fds", "mounts", "requests"
+        );
         while Instant::now() < end {
             let t = Instant::now();
             nodelet.start_pods(&names, manifest).await?;
@@ -186,9 +194,10 @@ async fn run(endpoint: String) -> anyhow::Result<()> {
                 next_sample += sample_every;
                 let s = counters.sample(&nodelet).await?;
                 println!(
-                    "{:>7.1} {cycles:>7} {:>9.1} {:>5} {:>7} {:>8}",
+                    "{:>7.1} {cycles:>7} {:>9.1} {:>8.1} {:>5} {:>7} {:>8}",
                     began.elapsed().as_secs_f64() / 60.0,
                     s.rss_kib as f64 / 1024.0,
+                    s.anon_kib as f64 / 1024.0,
                     s.fds,
                     s.mounts,
                     requests.load(Ordering::Relaxed)
@@ -270,4 +279,12 @@ fn manifest(name: &str, image: &str) -> String {
          command: [\"sh\", \"-c\", \"echo ok > /www/index.html && exec httpd -f -p 8080 -h /www\"]\n    \
          readinessProbe: {{httpGet: {{port: 8080, path: /}}, periodSeconds: 1}}\n"
     )
+}
+
+/// RssAnon of `pid` in KiB.
+fn rss_anon_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line =
+        status.lines().find(|l| l.starts_with("RssAnon:")).ok_or_else(|| anyhow::anyhow!("no RssAnon"))?;
+    Ok(line.split_whitespace().nth(1).ok_or_else(|| anyhow::anyhow!("bad RssAnon line"))?.parse()?)
 }
