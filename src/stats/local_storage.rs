@@ -36,7 +36,7 @@ use nodelet_resources::volume::desired::{Plugin, VolumeKey, split_key};
 use tokio_util::sync::CancellationToken;
 
 use super::volume_usage::VolumeUsage;
-use super::{StatsError, StatsProvider, is_path_segment};
+use super::{StatsError, StatsProvider, every, is_path_segment};
 
 /// Directory entries the walks of one measurement may examine in all: a few hundred milliseconds of
 /// `fstatat` at most, whatever the pods hold.
@@ -55,17 +55,12 @@ struct Wanted {
 impl StatsProvider {
     /// Measures now and every `period` until `shutdown`.
     pub(crate) async fn measure_local_storage_every(self, period: Duration, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        every(period, &shutdown, || async {
             if let Err(e) = self.measure_local_storage().await {
                 tracing::debug!(error = %e, "cannot measure the pods' local storage");
             }
-        }
+        })
+        .await;
     }
 
     /// The newest measurement (empty before the first).

@@ -214,13 +214,7 @@ impl StatsProvider {
     /// served the newest one. A failed round keeps the previous summary (it is served until it is two
     /// intervals old).
     pub(crate) async fn housekeeping(self, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(self.inner.housekeeping_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        every(self.inner.housekeeping_interval, &shutdown, || async {
             let started = Instant::now();
             match self.refresh().await {
                 Ok(summary) => tracing::trace!(
@@ -230,7 +224,8 @@ impl StatsProvider {
                 ),
                 Err(e) => tracing::debug!(error = %e, "cannot gather the stats summary"),
             }
-        }
+        })
+        .await;
     }
 
     /// The newest summary if it is younger than two housekeeping intervals.
@@ -809,5 +804,53 @@ fn network_from_cri(n: &v1::NetworkUsage, now: i64) -> NetworkStats {
         time: Time(if n.timestamp > 0 { n.timestamp } else { now }),
         default: n.default_interface.as_ref().map(iface).unwrap_or_default(),
         interfaces: n.interfaces.iter().map(iface).collect(),
+    }
+}
+
+/// Runs `round` now and every `period` after (a late round delays the next), until `shutdown`; a
+/// round under way when `shutdown` comes is dropped, so that no walk or runtime call holds up the
+/// node's stop.
+async fn every<F, Fut>(period: Duration, shutdown: &CancellationToken, mut round: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = round() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod every_tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn rounds_run_each_period_and_a_round_under_way_does_not_hold_up_the_stop() {
+        let shutdown = CancellationToken::new();
+        let rounds = std::sync::atomic::AtomicU32::new(0);
+        let stop = shutdown.clone();
+        let run = every(Duration::from_secs(10), &shutdown, || async {
+            // The third round never ends, as a runtime call that hangs.
+            if rounds.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 2 {
+                std::future::pending::<()>().await;
+            }
+        });
+        let stopper = async {
+            tokio::time::sleep(Duration::from_secs(25)).await;
+            stop.cancel();
+        };
+        let started = tokio::time::Instant::now();
+        tokio::join!(run, stopper);
+        assert_eq!(rounds.load(std::sync::atomic::Ordering::Relaxed), 3);
+        assert_eq!(started.elapsed(), Duration::from_secs(25));
     }
 }

@@ -21,7 +21,7 @@ use nodelet_resources::volume::desired::{Plugin, VolumeKey, split_key};
 use tokio_util::sync::CancellationToken;
 
 use super::local_storage::ENTRY_BUDGET;
-use super::{StatsError, StatsProvider};
+use super::{StatsError, StatsProvider, every};
 
 /// One volume's usage as a walk counted it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,17 +46,12 @@ pub(crate) struct VolumeUsages {
 impl StatsProvider {
     /// Measures the pods' volumes now and every `period` (`volumeStatsAggPeriod`) until `shutdown`.
     pub(crate) async fn measure_volumes_every(self, period: Duration, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        every(period, &shutdown, || async {
             if let Err(e) = self.measure_volumes().await {
                 tracing::debug!(error = %e, "cannot measure the pods' volumes");
             }
-        }
+        })
+        .await;
     }
 
     /// The newest volume measurement (empty before the first).
