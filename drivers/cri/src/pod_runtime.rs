@@ -45,6 +45,7 @@ use crate::probe::{self, CriProber};
 use crate::spec::{self, ContainerInputs, SpecError};
 use crate::termination;
 
+mod memo;
 mod sandbox;
 
 /// Default root of pod log directories (the kubelet's `podLogsDir`).
@@ -346,6 +347,9 @@ struct StatusFacts {
     log_path: String,
     /// The CPU and memory cgroup settings the runtime reports (containerd ≥ 1.6 does).
     applied: Option<CgroupResources>,
+    /// Which fetch or change these facts are (see [`Caches::next_version`]): part of the pod's
+    /// signature.
+    version: u64,
 }
 
 /// The cgroup settings in a CRI status, if reported.
@@ -363,6 +367,19 @@ fn applied_resources(resources: Option<&v1::ContainerResources>) -> Option<Cgrou
 struct Caches {
     sandboxes: HashMap<String, SandboxFacts>,
     containers: HashMap<String, StatusFacts>,
+    /// How many times container facts were fetched or changed (see [`Caches::next_version`]).
+    facts_fetched: u64,
+    /// The pods built by earlier listings.
+    memo: memo::Memo,
+}
+
+impl Caches {
+    /// A new version number for a container's facts: each fetch or change gets one, and a pod is
+    /// built anew when one of its containers' facts has another version than at its last build.
+    fn next_version(&mut self) -> u64 {
+        self.facts_fetched += 1;
+        self.facts_fetched
+    }
 }
 
 #[derive(Debug)]
@@ -616,7 +633,7 @@ impl CriPodRuntime {
     }
 
     /// Everything nodelet manages, or only the pod `uid`'s, grouped by pod UID.
-    async fn collect(&self, uid: Option<&str>) -> RuntimeResult<HashMap<String, PodActual>> {
+    async fn collect(&self, uid: Option<&str>) -> RuntimeResult<HashMap<String, Arc<PodActual>>> {
         let client = &self.inner.client;
         let mut sandbox_filter = SandboxFilter::managed();
         let mut container_filter = ContainerFilter::managed();
@@ -702,6 +719,7 @@ impl CriPodRuntime {
                             message,
                             image_ref: s.image_ref,
                             log_path: s.log_path,
+                            version: caches.next_version(),
                         };
                         caches.containers.insert(id, facts);
                     }
@@ -715,11 +733,31 @@ impl CriPodRuntime {
             }
         }
 
+        let mut caches = self.caches();
+        let signatures = memo::signatures(
+            &sandboxes,
+            &containers,
+            |id| caches.sandboxes.contains_key(id),
+            |id| caches.containers.get(id).map(|f| f.version),
+            |id| gone.contains(id),
+        );
+        // The pods that are as they were at an earlier listing; only the others are built.
+        let mut reused: HashMap<String, Arc<PodActual>> = HashMap::with_capacity(signatures.len());
+        for (uid, signature) in &signatures {
+            if let Some(pod) = caches.memo.get(uid, *signature) {
+                reused.insert((*uid).to_owned(), pod);
+            }
+        }
+        let is_reused = |labels: &HashMap<String, String>| {
+            labels.get(labels::POD_UID).is_some_and(|uid| reused.contains_key(uid))
+        };
         let mut pods: HashMap<String, PodActual> = HashMap::new();
         let mut graces: HashMap<String, u64> = HashMap::new();
-        let caches = self.caches();
         let log_root = &self.inner.config.pod_log_root;
         for sandbox in &sandboxes {
+            if is_reused(&sandbox.labels) {
+                continue;
+            }
             let Some(identity) = PodIdentity::from_labels(&sandbox.labels) else { continue };
             let Some(facts) = caches.sandboxes.get(&sandbox.id) else { continue };
             let pod = pods.entry(identity.uid.clone()).or_insert_with(|| PodActual {
@@ -739,7 +777,7 @@ impl CriPodRuntime {
             });
         }
         for c in &containers {
-            if gone.contains(&c.id) {
+            if gone.contains(&c.id) || is_reused(&c.labels) {
                 continue;
             }
             let Some(identity) = PodIdentity::from_labels(&c.labels) else { continue };
@@ -815,7 +853,6 @@ impl CriPodRuntime {
                 .containers
                 .push(record);
         }
-        drop(caches);
         for pod in pods.values_mut() {
             pod.sandboxes
                 .sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.attempt.cmp(&a.attempt)));
@@ -830,15 +867,28 @@ impl CriPodRuntime {
                 });
         }
 
-        if uid.is_none() {
-            // Forget what the runtime no longer has.
-            let sandbox_ids: HashSet<&str> = sandboxes.iter().map(|s| s.id.as_str()).collect();
-            let container_ids: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
-            let mut caches = self.caches();
-            caches.sandboxes.retain(|id, _| sandbox_ids.contains(id.as_str()));
-            caches.containers.retain(|id, _| container_ids.contains(id.as_str()));
+        let mut built: HashMap<String, Arc<PodActual>> = reused;
+        built.reserve(pods.len());
+        for (pod_uid, pod) in pods {
+            let pod = Arc::new(pod);
+            if let Some(signature) = signatures.get(pod_uid.as_str()) {
+                caches.memo.insert(&pod_uid, *signature, pod.clone());
+            }
+            built.insert(pod_uid, pod);
         }
-        Ok(pods)
+        match uid {
+            None => {
+                // Forget what the runtime no longer has.
+                let sandbox_ids: HashSet<&str> = sandboxes.iter().map(|s| s.id.as_str()).collect();
+                let container_ids: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
+                caches.sandboxes.retain(|id, _| sandbox_ids.contains(id.as_str()));
+                caches.containers.retain(|id, _| container_ids.contains(id.as_str()));
+                caches.memo.retain(|uid| built.contains_key(uid));
+            }
+            Some(uid) if !built.contains_key(uid) => caches.memo.remove(uid),
+            Some(_) => {}
+        }
+        Ok(built)
     }
 
     /// For an ephemeral container with a `targetContainerName`: the runtime ID of the target's
@@ -854,7 +904,12 @@ impl CriPodRuntime {
             return Ok(None);
         }
         let Some(target) = pod.ephemeral_target(&container.name) else { return Ok(None) };
-        let state = self.collect(Some(pod.uid())).await?.remove(pod.uid()).unwrap_or_default();
+        let state = self
+            .collect(Some(pod.uid()))
+            .await?
+            .remove(pod.uid())
+            .map(Arc::unwrap_or_clone)
+            .unwrap_or_default();
         match state.container(target).filter(|c| c.sandbox_id == sandbox_id) {
             Some(c) => Ok(Some(c.id.clone())),
             None => Err(RuntimeError::new(
@@ -1125,9 +1180,14 @@ impl PodRuntime for CriPodRuntime {
         // What the runtime now reports is the container's actual state.
         let status = client.container_status(container_id).await.map_err(|e| err(&e))?;
         let applied = applied_resources(status.resources.as_ref());
-        if let Some(facts) = self.caches().containers.get_mut(container_id) {
+        let mut caches = self.caches();
+        let version = caches.next_version();
+        if let Some(facts) = caches.containers.get_mut(container_id) {
+            // Changed facts: the pod is built anew at its next listing.
             facts.applied = applied;
+            facts.version = version;
         }
+        drop(caches);
         match applied {
             Some(a) if a.cpu_differs(resources) || a.memory_differs(resources) => Err(RuntimeError::new(
                 "UpdateContainerResourcesError",
@@ -1171,12 +1231,12 @@ impl PodRuntime for CriPodRuntime {
         Ok(())
     }
 
-    async fn list_pods(&self) -> RuntimeResult<HashMap<String, PodActual>> {
+    async fn list_pods(&self) -> RuntimeResult<HashMap<String, Arc<PodActual>>> {
         self.collect(None).await
     }
 
     async fn pod_state(&self, uid: &str) -> RuntimeResult<Option<PodActual>> {
-        Ok(self.collect(Some(uid)).await?.remove(uid))
+        Ok(self.collect(Some(uid)).await?.remove(uid).map(Arc::unwrap_or_clone))
     }
 }
 

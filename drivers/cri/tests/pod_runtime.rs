@@ -504,11 +504,20 @@ async fn app_pod_runs_serves_logs_and_tears_down() {
     eprintln!("steady-state pod_state in {:?}", relist_started.elapsed());
     assert_eq!(again.containers, pod_state(&rt, &uid).await.containers);
     assert_eq!(rt.pod_state("no-such-uid").await.expect("pod_state"), None);
+    // A pod unchanged since the last listing is handed out again, not built anew.
+    let first = rt.list_pods().await.expect("list_pods").remove(&uid).expect("pod listed");
+    let second = rt.list_pods().await.expect("list_pods").remove(&uid).expect("pod listed");
+    assert!(std::sync::Arc::ptr_eq(&first, &second), "an unchanged pod was built again");
+    assert_eq!(*first, again);
 
     // Teardown through the interface: the container's log goes with it; the pod's cgroup too.
     rt.stop_container(&id, Duration::from_secs(1)).await.expect("stop_container");
     let stopped = wait_container(&rt, &uid, &id, "exited", |c| c.state == ContainerState::Exited).await;
     assert!(stopped.finished_at >= stopped.started_at, "{stopped:?}");
+    // The change shows in a whole listing too, though the pod was unchanged there before.
+    let relisted = rt.list_pods().await.expect("list_pods").remove(&uid).expect("pod listed");
+    assert!(!std::sync::Arc::ptr_eq(&relisted, &first));
+    assert_eq!(relisted.containers.iter().find(|c| c.id == id), Some(&stopped));
     rt.stop_container(&id, Duration::ZERO).await.expect("stopping an exited container succeeds");
     rt.stop_sandbox(&sandbox_id).await.expect("stop_sandbox");
     rt.stop_sandbox(&sandbox_id).await.expect("stop_sandbox again");

@@ -107,8 +107,10 @@ pub trait PodRuntime: Send + Sync + 'static {
     /// Removes a container and its log. Removing a missing one succeeds.
     fn remove_container(&self, container_id: &str) -> impl Future<Output = RuntimeResult<()>> + Send;
 
-    /// Everything nodelet manages (containers and sandboxes), grouped by pod UID.
-    fn list_pods(&self) -> impl Future<Output = RuntimeResult<HashMap<String, PodActual>>> + Send;
+    /// Everything nodelet manages (containers and sandboxes), grouped by pod UID. A runtime may hand
+    /// out the same `Arc` again for a pod that has not changed since its last listing (the PLEG
+    /// relists every second).
+    fn list_pods(&self) -> impl Future<Output = RuntimeResult<HashMap<String, Arc<PodActual>>>> + Send;
 
     /// What the runtime has for one pod now (`None` if nothing).
     fn pod_state(&self, uid: &str) -> impl Future<Output = RuntimeResult<Option<PodActual>>> + Send;
@@ -360,7 +362,13 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
     }
 
     async fn reconstruct(&self) -> Result<Vec<(PodUid, PodActual)>, RuntimeError> {
-        Ok(self.runtime.list_pods().await?.into_iter().collect())
+        Ok(self
+            .runtime
+            .list_pods()
+            .await?
+            .into_iter()
+            .map(|(uid, pod)| (uid, Arc::unwrap_or_clone(pod)))
+            .collect())
     }
 }
 

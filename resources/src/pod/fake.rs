@@ -12,7 +12,7 @@
 //! - `fake/missing` cannot be pulled (`ErrImagePull`) unless [`FakeRuntime::add_image`] adds it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
@@ -347,7 +347,7 @@ impl PodRuntime for FakeRuntime {
         Ok(())
     }
 
-    async fn list_pods(&self) -> RuntimeResult<HashMap<String, PodActual>> {
+    async fn list_pods(&self) -> RuntimeResult<HashMap<String, Arc<PodActual>>> {
         let delay = self.lock().list_delay;
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
@@ -360,7 +360,10 @@ impl PodRuntime for FakeRuntime {
             .map(|s| s.0.clone())
             .chain(state.containers.iter().map(|c| c.uid.clone()))
             .collect();
-        Ok(uids.into_iter().filter_map(|uid| Some((uid.clone(), Self::snapshot(&state, &uid)?))).collect())
+        Ok(uids
+            .into_iter()
+            .filter_map(|uid| Some((uid.clone(), Arc::new(Self::snapshot(&state, &uid)?))))
+            .collect())
     }
 
     async fn pod_state(&self, uid: &str) -> RuntimeResult<Option<PodActual>> {

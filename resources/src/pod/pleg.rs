@@ -43,7 +43,7 @@ fn coalesce_delay(last_cost: Duration, since_last: Duration) -> Duration {
 /// The keys of `store` that `listed` lacks (without copying the keys that it has).
 fn gone<V: Send + Sync + 'static>(
     store: &Store<PodUid, V>,
-    listed: &std::collections::HashMap<PodUid, PodActual>,
+    listed: &std::collections::HashMap<PodUid, Arc<PodActual>>,
 ) -> Vec<PodUid> {
     let mut gone = Vec::new();
     store.for_each(|uid, _| {
@@ -107,11 +107,11 @@ impl<R: PodRuntime> Pleg<R> {
 
     /// Reports every pod of `listed` (a relist started at `started`) that differs from the stores,
     /// and every pod of the stores that `listed` lacks; returns how many reports it made.
-    fn report(&self, listed: &std::collections::HashMap<PodUid, PodActual>, started: Instant) -> usize {
+    fn report(&self, listed: &std::collections::HashMap<PodUid, Arc<PodActual>>, started: Instant) -> usize {
         let mut reported = 0;
         for (uid, state) in listed {
-            if self.actual.get(uid).is_none_or(|a| *a != *state) {
-                self.observer.observe(uid.clone(), Update::Set(state.clone()), started);
+            if self.actual.get(uid).is_none_or(|a| *a != **state) {
+                self.observer.observe(uid.clone(), Update::Set(PodActual::clone(state)), started);
                 reported += 1;
             }
         }
@@ -197,8 +197,8 @@ mod tests {
     #[test]
     fn the_pods_gone_are_those_of_the_store_the_listing_lacks() {
         let (store, mut writer) = reconcile_engine::store::<PodUid, u8>();
-        let listed = |uids: &[&str]| -> std::collections::HashMap<PodUid, PodActual> {
-            uids.iter().map(|u| ((*u).to_owned(), PodActual::default())).collect()
+        let listed = |uids: &[&str]| -> std::collections::HashMap<PodUid, Arc<PodActual>> {
+            uids.iter().map(|u| ((*u).to_owned(), Arc::default())).collect()
         };
         assert!(gone(&store, &listed(&["a"])).is_empty(), "an empty store lacks nothing");
         for uid in ["a", "b", "c"] {
