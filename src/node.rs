@@ -386,6 +386,41 @@ fn encode(registry: &Registry) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+impl Node {
+    /// Each desired pod, borrowed from `desired`, with its live status and, for a static pod, the time
+    /// nodelet first saw it (`kubernetes.io/config.seen`) as its creation time.
+    fn pod_entries<'a>(
+        &self,
+        desired: &'a [(PodUid, Arc<DesiredPod>)],
+    ) -> Vec<crate::server::pod_list::PodEntry<'a>> {
+        let now = (self.clock)();
+        desired
+            .iter()
+            .map(|(uid, desired)| {
+                let actual = self.actual.get(uid);
+                let failure = self.failures.get(uid);
+                let meta = &desired.pod.metadata;
+                let created = meta
+                    .annotations
+                    .as_ref()
+                    .filter(|_| meta.creation_timestamp.is_none())
+                    .and_then(|a| a.get("kubernetes.io/config.seen"))
+                    .and_then(|seen| seen.parse().ok())
+                    .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
+                let status = pod_status(
+                    &self.reconciler,
+                    &self.inputs,
+                    desired,
+                    actual.as_deref(),
+                    failure.as_deref(),
+                    now,
+                );
+                crate::server::pod_list::PodEntry { pod: &desired.pod, created, status }
+            })
+            .collect()
+    }
+}
+
 impl NodeView for Node {
     fn add_ephemeral_container(
         &self,
@@ -400,33 +435,15 @@ impl NodeView for Node {
     }
 
     fn pods(&self) -> List<Pod> {
-        let now = (self.clock)();
         let mut items: Vec<Pod> = self
-            .desired
-            .entries()
+            .pod_entries(&self.desired.entries())
             .into_iter()
-            .map(|(uid, desired)| {
-                let actual = self.actual.get(&uid);
-                let failure = self.failures.get(&uid);
-                let mut pod = desired.pod.clone();
+            .map(|entry| {
+                let mut pod = entry.pod.clone();
                 if pod.metadata.creation_timestamp.is_none() {
-                    // Static pods exist since nodelet first saw them.
-                    pod.metadata.creation_timestamp = pod
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get("kubernetes.io/config.seen"))
-                        .and_then(|seen| seen.parse().ok())
-                        .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
+                    pod.metadata.creation_timestamp = entry.created;
                 }
-                pod.status = Some(pod_status(
-                    &self.reconciler,
-                    &self.inputs,
-                    &desired,
-                    actual.as_deref(),
-                    failure.as_deref(),
-                    now,
-                ));
+                pod.status = Some(entry.status);
                 pod
             })
             .collect();
@@ -435,6 +452,10 @@ impl NodeView for Node {
                 .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
         });
         List { items, ..List::default() }
+    }
+
+    fn pods_json(&self) -> serde_json::Result<Vec<u8>> {
+        crate::server::pod_list::encode(self.pod_entries(&self.desired.entries()))
     }
 
     fn running_pods(&self) -> List<Pod> {

@@ -41,6 +41,7 @@
 mod auth;
 pub(crate) mod conn;
 mod logs;
+pub(crate) mod pod_list;
 mod port_forward;
 mod routes;
 mod status;
@@ -84,6 +85,12 @@ pub(crate) use crate::config::{AuthorizationMode, TokenWebhookConfig};
 pub(crate) trait NodeView: Send + Sync + 'static {
     /// The pods on this node with their live status, served as a v1 `PodList` on `/pods`.
     fn pods(&self) -> List<Pod>;
+
+    /// The body of `/pods`: [`Self::pods`] as JSON. The daemon overrides it to write the pods where
+    /// they are kept ([`pod_list::encode`]) instead of copying each one per request.
+    fn pods_json(&self) -> serde_json::Result<Vec<u8>> {
+        serde_json::to_vec(&self.pods())
+    }
 
     /// The metrics in the Prometheus text exposition format (version 0.0.4), already encoded, served on
     /// `/metrics`.

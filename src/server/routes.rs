@@ -250,7 +250,7 @@ async fn extension_status<V: NodeView>(State(shared): St<V>, Path(name): Path<St
 }
 
 async fn pods<V: NodeView>(State(shared): St<V>) -> Response {
-    match serde_json::to_vec(&shared.view.pods()) {
+    match shared.view.pods_json() {
         Ok(body) => with_content_type(body.into_response(), "application/json"),
         Err(e) => {
             status::failure(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the pod list: {e}"))
