@@ -17,6 +17,7 @@ use crate::config::CriConfig;
 use crate::error::{CriError, Result};
 use crate::events::{EventsConfig, RuntimeEventStream};
 use crate::filter::{ContainerFilter, SandboxFilter};
+use crate::sandbox_stats_guard::SandboxStatsGuard;
 
 /// The CRI API version string sent in `Version` requests (the kubelet sends the same).
 const CRI_CLIENT_VERSION: &str = "0.1.0";
@@ -43,6 +44,9 @@ pub struct CriClient {
     config: CriConfig,
     /// Shared by every clone, so metrics installed later count the calls of earlier clones too.
     metrics: Arc<OnceLock<CriMetrics>>,
+    /// Keeps sandbox stats calls apart from the calls that read the sandbox store, on runtimes that
+    /// crash otherwise; shared by every clone.
+    sandbox_stats: Arc<SandboxStatsGuard>,
 }
 
 /// The kubelet's metrics of runtime calls, labelled `operation_type` with the kubelet's names
@@ -258,7 +262,7 @@ impl CriClient {
         let image = ImageServiceClient::new(channel.clone())
             .max_decoding_message_size(max)
             .max_encoding_message_size(max);
-        CriClient { runtime, image, channel, config, metrics: Arc::default() }
+        CriClient { runtime, image, channel, config, metrics: Arc::default(), sandbox_stats: Arc::default() }
     }
 
     fn grpc_endpoint(config: &CriConfig, path: &Path) -> Result<Endpoint> {
@@ -308,6 +312,7 @@ impl CriClient {
         // No `grpc-timeout` header: tonic's channel would enforce it itself and race this deadline with a
         // CANCELLED status. Dropping the call on timeout resets the HTTP/2 stream, which cancels the request's
         // context in the runtime just the same.
+        let _held = self.sandbox_stats.enter(call, || self.runtime_version()).await;
         let request = tonic::Request::new(message);
         let started = tokio::time::Instant::now();
         let outcome = match deadline {
@@ -327,6 +332,16 @@ impl CriClient {
             Err(e) => tracing::debug!(call, elapsed_ms, error = %e, "CRI call failed"),
         }
         outcome.map(tonic::Response::into_inner)
+    }
+
+    /// The runtime's name and version for the sandbox stats guard: a bare `Version` call (not through
+    /// [`Self::unary`], which consults the guard), `None` if it fails.
+    async fn runtime_version(&self) -> Option<(String, String)> {
+        let mut c = self.runtime.clone();
+        let request = tonic::Request::new(v1::VersionRequest { version: CRI_CLIENT_VERSION.to_owned() });
+        let reply = tokio::time::timeout(self.config.runtime_request_timeout, c.version(request)).await;
+        let reply = reply.ok()?.ok()?.into_inner();
+        Some((reply.runtime_name, reply.runtime_version))
     }
 
     fn default_deadline(&self) -> Option<Duration> {

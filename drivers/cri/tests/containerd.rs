@@ -888,3 +888,69 @@ async fn events_reconnect_after_connection_loss() {
         started.elapsed()
     );
 }
+
+/// containerd before 1.6.22 writes its sandbox map under a read lock while it serves sandbox stats, and
+/// crashes (`concurrent map iteration and map write`) when another call reads the map at that moment.
+/// The client keeps sandbox stats calls apart from the calls that read it; here stats calls run in a loop
+/// beside sandbox listings and status reads from other tasks of one client (its clones) on several
+/// threads, and the runtime must answer every call and still run afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sandbox_stats_beside_sandbox_listings_do_not_crash_the_runtime() {
+    let env = env_or_skip!("sandbox_stats_beside_sandbox_listings_do_not_crash_the_runtime");
+    let cri = connect(&env).await;
+    let version = cri.version().await.expect("Version");
+    eprintln!("runtime {} {}", version.runtime_name, version.runtime_version);
+    let mut cleanup = Cleanup::new(&env);
+    let run = random_hex(16);
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        let mut pod = test_pod(&env, &mut cleanup, "stats-race", true, Vec::new());
+        pod.config.labels.insert(TEST_RUN_LABEL.to_owned(), run.clone());
+        ids.push(run_sandbox(&cri, &mut cleanup, &pod).await);
+    }
+    let ours = SandboxFilter::managed().label(TEST_RUN_LABEL, run.clone());
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut tasks: Vec<JoinHandle<Result<usize, String>>> = Vec::new();
+    for _ in 0..2 {
+        let (cri, ours) = (cri.clone(), ours.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut calls = 0;
+            while Instant::now() < until {
+                let stats = cri.list_pod_sandbox_stats(&ours).await.map_err(|e| format!("stats: {e}"))?;
+                if stats.len() != 6 {
+                    return Err(format!("stats of {} sandboxes, not 6", stats.len()));
+                }
+                calls += 1;
+            }
+            Ok(calls)
+        }));
+    }
+    for _ in 0..3 {
+        let (cri, ours, ids) = (cri.clone(), ours.clone(), ids.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut calls = 0;
+            while Instant::now() < until {
+                let listed = cri.list_pod_sandboxes(&ours).await.map_err(|e| format!("list: {e}"))?;
+                if listed.len() != 6 {
+                    return Err(format!("{} sandboxes listed, not 6", listed.len()));
+                }
+                let id = &ids[calls % ids.len()];
+                cri.pod_sandbox_status(id).await.map_err(|e| format!("status of {id}: {e}"))?;
+                calls += 1;
+            }
+            Ok(calls)
+        }));
+    }
+    let mut counts = Vec::new();
+    for task in tasks {
+        match task.await {
+            Ok(Ok(calls)) => counts.push(calls),
+            Ok(Err(e)) => panic!("a call failed (did the runtime crash?): {e}"),
+            Err(e) => panic!("a task panicked: {e}"),
+        }
+    }
+    eprintln!("rounds per task (stats, stats, listings…): {counts:?}");
+    assert!(counts.iter().all(|c| *c > 0), "every task made calls: {counts:?}");
+    cri.version().await.expect("the runtime still answers");
+    cleanup.run(&cri).await;
+}
