@@ -702,8 +702,14 @@ impl CriClient {
 
     /// CRI `ListPodSandboxStats`. The filter's `state` is ignored (the CRI stats filter has none).
     ///
-    /// Expensive on containerd 1.6 (≈ 17 ms per sandbox: cgroup and network namespace statistics).
+    /// Expensive on containerd 1.6 (≈ 15 ms per sandbox: cgroup and network namespace statistics). On a
+    /// runtime where sandbox stats calls must run alone (see `sandbox_stats_guard`), the stats are read one
+    /// sandbox at a time with `PodSandboxStats`, so that the calls of the pods' operations and of the PLEG
+    /// run between them instead of waiting for the whole list (1.5 s at 110 pods).
     pub async fn list_pod_sandbox_stats(&self, filter: &SandboxFilter) -> Result<Vec<v1::PodSandboxStats>> {
+        if self.sandbox_stats.is_affected(|| self.runtime_version()).await {
+            return self.pod_sandbox_stats_one_at_a_time(filter).await;
+        }
         let mut c = self.runtime.clone();
         let req = v1::ListPodSandboxStatsRequest { filter: filter.to_stats_proto() };
         let resp = self
@@ -712,6 +718,48 @@ impl CriClient {
             })
             .await?;
         Ok(resp.stats)
+    }
+
+    /// `ListPodSandboxStats` as one `PodSandboxStats` per ready sandbox that `filter` matches. As the
+    /// runtime's own list does, a sandbox that stopped or went away meanwhile is left out; when every
+    /// sandbox's call failed so, the runtime is likely down and the last error is returned.
+    async fn pod_sandbox_stats_one_at_a_time(
+        &self,
+        filter: &SandboxFilter,
+    ) -> Result<Vec<v1::PodSandboxStats>> {
+        let sandboxes =
+            self.list_pod_sandboxes(&filter.clone().state(v1::PodSandboxState::SandboxReady)).await?;
+        let mut stats = Vec::with_capacity(sandboxes.len());
+        let mut skipped = None;
+        for sandbox in &sandboxes {
+            match self.pod_sandbox_stats(&sandbox.id).await {
+                Ok(s) => stats.push(s),
+                Err(e) if e.is_not_found() || e.code() == Some(tonic::Code::Unavailable) => {
+                    tracing::debug!(sandbox = %sandbox.id, error = %e, "no stats for a sandbox that stopped or went away");
+                    skipped = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        match skipped {
+            Some(e) if stats.is_empty() => Err(e),
+            _ => Ok(stats),
+        }
+    }
+
+    /// CRI `PodSandboxStats` of one sandbox.
+    async fn pod_sandbox_stats(&self, sandbox_id: &str) -> Result<v1::PodSandboxStats> {
+        let mut c = self.runtime.clone();
+        let req = v1::PodSandboxStatsRequest { pod_sandbox_id: sandbox_id.to_owned() };
+        let resp = self
+            .unary("PodSandboxStats", self.default_deadline(), req, move |r| async move {
+                c.pod_sandbox_stats(r).await
+            })
+            .await?;
+        resp.stats.ok_or_else(|| CriError::InvalidResponse {
+            call: "PodSandboxStats",
+            reason: "no stats in response".into(),
+        })
     }
 
     // ---------------------------------------------------------------- image service

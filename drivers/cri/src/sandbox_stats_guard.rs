@@ -10,7 +10,9 @@
 //! several times a day here.
 //!
 //! So on such a runtime a sandbox stats call runs alone: it waits until the runtime-service calls in
-//! flight have returned, and calls made meanwhile wait until it has returned. Calls that do not read
+//! flight have returned, and calls made meanwhile wait until it has returned. The client then reads
+//! sandbox stats one sandbox at a time (`PodSandboxStats`), so that each wait is one sandbox's (about
+//! 15 ms) rather than the whole list's (1.5 s at 110 pods). Calls that do not read
 //! the sandbox store and may take long (`ExecSync`, the image service) are not held up, and on
 //! other runtimes nothing waits at all. Whether the runtime is affected is learnt from CRI `Version`
 //! at the first call that needs to know; until a `Version` call succeeds the guard is applied.
@@ -84,7 +86,21 @@ impl SandboxStatsGuard {
         if access == Access::Free {
             return Held::Nothing;
         }
-        let affected = match self.affected.get() {
+        match (self.is_affected(version).await, access) {
+            (false, _) | (_, Access::Free) => Held::Nothing,
+            (true, Access::Shared) => Held::Shared(self.lock.read().await),
+            (true, Access::Exclusive) => Held::Exclusive(self.lock.write().await),
+        }
+    }
+
+    /// Whether the runtime is affected (asked with `version` until that succeeds once; until then,
+    /// yes).
+    pub(crate) async fn is_affected<F, Fut>(&self, version: F) -> bool
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Option<(String, String)>>,
+    {
+        match self.affected.get() {
             Some(known) => *known,
             None => match version().await {
                 Some((name, version)) => {
@@ -103,11 +119,6 @@ impl SandboxStatsGuard {
                 }
                 None => true,
             },
-        };
-        match (affected, access) {
-            (false, _) | (_, Access::Free) => Held::Nothing,
-            (true, Access::Shared) => Held::Shared(self.lock.read().await),
-            (true, Access::Exclusive) => Held::Exclusive(self.lock.write().await),
         }
     }
 }
