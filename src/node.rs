@@ -435,8 +435,10 @@ impl NodeView for Node {
     }
 
     fn pods(&self) -> List<Pod> {
-        let mut items: Vec<Pod> = self
-            .pod_entries(&self.desired.entries())
+        let desired = self.desired.entries();
+        let mut entries = self.pod_entries(&desired);
+        crate::server::pod_list::sort(&mut entries);
+        let items = entries
             .into_iter()
             .map(|entry| {
                 let mut pod = entry.pod.clone();
@@ -447,10 +449,6 @@ impl NodeView for Node {
                 pod
             })
             .collect();
-        items.sort_by(|a, b| {
-            (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
-                .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
-        });
         List { items, ..List::default() }
     }
 

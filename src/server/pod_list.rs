@@ -60,12 +60,17 @@ impl Serialize for PodEntry<'_> {
     }
 }
 
-/// The `/pods` body: a v1 `PodList` of `entries`, sorted by namespace and name.
-pub(crate) fn encode(mut entries: Vec<PodEntry<'_>>) -> serde_json::Result<Vec<u8>> {
+/// Sorts `entries` as `/pods` lists them: by namespace, then name.
+pub(crate) fn sort(entries: &mut [PodEntry<'_>]) {
     entries.sort_by(|a, b| {
         let (a, b) = (&a.pod.metadata, &b.pod.metadata);
         (a.namespace.as_deref(), a.name.as_deref()).cmp(&(b.namespace.as_deref(), b.name.as_deref()))
     });
+}
+
+/// The `/pods` body: a v1 `PodList` of `entries`, sorted by namespace and name.
+pub(crate) fn encode(mut entries: Vec<PodEntry<'_>>) -> serde_json::Result<Vec<u8>> {
+    sort(&mut entries);
     #[derive(Serialize)]
     struct ListMeta {}
     #[derive(Serialize)]
