@@ -9,7 +9,7 @@
 //! | nodefs | `statvfs` of `--root-dir` |
 //! | imagefs | CRI `ImageFsInfo` (bytes and inodes the images use) plus `statvfs` of its mountpoint |
 //! | PIDs | `min(kernel.pid_max, kernel.threads-max)` and the task count of `/proc/loadavg` |
-//! | pod CPU, memory, network, processes | CRI `ListPodSandboxStats`; the pod cgroup `<cgroupRoot>/pod<uid>` where the runtime gives nothing |
+//! | pod CPU, memory, network, processes | CRI `ListPodSandboxStats`; the pod cgroup `<cgroupRoot>/pod<uid>` and the network namespace of the sandbox's process where the runtime gives nothing, or must not be asked (containerd before 1.6.22: `CriClient::sandbox_stats_are_safe`) |
 //! | container CPU, memory, writable layer | CRI `ListContainerStats`; the container cgroup `<pod cgroup>/<id>` where the runtime gives nothing |
 //! | container logs | disk usage of `<podLogsDir>/<ns>_<pod>_<uid>/<container>/` |
 //! | volumes | the background volume measurement ([`volume_usage`], every `volumeStatsAggPeriod`) and `statvfs` of the volume's filesystem (not hostPath) |
@@ -172,6 +172,8 @@ struct PodDisk {
     cpu: Option<u64>,
     memory: Option<MemorySample>,
     processes: Option<u64>,
+    /// The pod's interfaces, from its sandbox's network namespace, and the default route's.
+    network: Option<(Vec<host::NetDev>, Option<String>)>,
     containers: HashMap<String, (Option<u64>, Option<MemorySample>)>,
 }
 
@@ -306,7 +308,14 @@ impl StatsProvider {
             cri.list_pod_sandboxes(&sandbox_filter),
             cri.list_containers(&container_filter),
             cri.list_container_stats(&container_filter),
-            cri.list_pod_sandbox_stats(&sandbox_filter),
+            async {
+                // Unsafe on some runtimes: then the pod cgroups and the sandboxes' network namespaces.
+                if cri.sandbox_stats_are_safe().await {
+                    cri.list_pod_sandbox_stats(&sandbox_filter).await
+                } else {
+                    Ok(Vec::new())
+                }
+            },
             self.node_sample(),
             self.image_fs(),
         );
@@ -380,17 +389,18 @@ impl StatsProvider {
                 .filter(|c| container_stats.get(&c.id).is_none_or(|s| s.cpu.is_none() || s.memory.is_none()))
                 .map(|c| c.id.clone())
                 .collect();
-            let pod_cgroup_needed = sandbox_stats
-                .get(&sandbox.id)
-                .is_none_or(|s| s.cpu.is_none() || s.memory.is_none() || s.process.is_none());
-            wanted.push((id, names, need_cgroup, pod_cgroup_needed));
+            let sstats = sandbox_stats.get(&sandbox.id);
+            let pod_cgroup_needed =
+                sstats.is_none_or(|s| s.cpu.is_none() || s.memory.is_none() || s.process.is_none());
+            let network_needed = sstats.is_none_or(|s| s.network.is_none()).then(|| sandbox.id.clone());
+            wanted.push((id, names, need_cgroup, pod_cgroup_needed, network_needed));
         }
         let this = self.clone();
         let disks = tokio::task::spawn_blocking(move || {
             wanted
                 .into_iter()
-                .map(|(id, names, ids, pod_cg)| {
-                    let disk = this.pod_disk(&id, &names, &ids, pod_cg);
+                .map(|(id, names, ids, pod_cg, network_of)| {
+                    let disk = this.pod_disk(&id, &names, &ids, pod_cg, network_of.as_deref());
                     (id.uid.clone(), (id, disk))
                 })
                 .collect::<HashMap<_, _>>()
@@ -516,7 +526,10 @@ impl StatsProvider {
                         ..MemoryStats::default()
                     })
                 });
-            let network = sstats.and_then(|s| s.network.as_ref()).map(|n| network_from_cri(n, now));
+            let network =
+                sstats.and_then(|s| s.network.as_ref()).map(|n| network_from_cri(n, now)).or_else(|| {
+                    disk.network.as_ref().map(|(devs, default)| network_from_devices(now, devs, default))
+                });
             let processes = sstats
                 .and_then(|s| s.process.as_ref())
                 .and_then(|p| p.process_count.as_ref().map(|v| v.value))
@@ -613,23 +626,7 @@ impl StatsProvider {
             inodes_used: Some(f.inodes.saturating_sub(f.inodes_free)),
         });
         let (devs, default) = s.net;
-        let iface = |d: &host::NetDev| InterfaceStats {
-            name: d.name.clone(),
-            rx_bytes: Some(d.rx_bytes),
-            rx_errors: Some(d.rx_errors),
-            tx_bytes: Some(d.tx_bytes),
-            tx_errors: Some(d.tx_errors),
-        };
-        let network = (!devs.is_empty()).then(|| NetworkStats {
-            time: Time(now),
-            default: devs
-                .iter()
-                .find(|d| Some(&d.name) == default.as_ref())
-                .or(devs.first())
-                .map(iface)
-                .unwrap_or_default(),
-            interfaces: devs.iter().map(iface).collect(),
-        });
+        let network = (!devs.is_empty()).then(|| network_from_devices(now, &devs, &default));
         let mut system_containers = Vec::new();
         if s.pods_cpu.is_some() || s.pods_memory.is_some() {
             system_containers.push(ContainerStats {
@@ -663,6 +660,7 @@ impl StatsProvider {
         names: &[String],
         ids: &[String],
         pod_cgroup: bool,
+        network_of: Option<&str>,
     ) -> PodDisk {
         let i = &self.inner;
         let mut disk = PodDisk::default();
@@ -705,6 +703,10 @@ impl StatsProvider {
                 disk.cpu = host::cpu_usage_ns(fs, v, &cgroup);
                 disk.memory = host::cgroup_memory(fs, v, &cgroup);
                 disk.processes = host::cgroup_pids(fs, v, &cgroup);
+            }
+            if let Some(sandbox) = network_of.filter(|s| is_path_segment(s)) {
+                disk.network =
+                    host::cgroup_net_devices(&i.config.proc_fs, fs, v, &format!("{cgroup}/{sandbox}"));
             }
             for cid in ids.iter().filter(|c| is_path_segment(c)) {
                 let rel = format!("{cgroup}/{cid}");
@@ -789,6 +791,28 @@ fn memory_from_sample(now: i64, m: &MemorySample, limit: Option<u64>) -> MemoryS
         rss_bytes: m.rss,
         page_faults: m.page_faults,
         major_page_faults: m.major_page_faults,
+    }
+}
+
+/// Network stats from `/proc/…/net/dev` interfaces and the default route's interface (the first one
+/// when there is no default route).
+fn network_from_devices(now: i64, devs: &[host::NetDev], default: &Option<String>) -> NetworkStats {
+    let iface = |d: &host::NetDev| InterfaceStats {
+        name: d.name.clone(),
+        rx_bytes: Some(d.rx_bytes),
+        rx_errors: Some(d.rx_errors),
+        tx_bytes: Some(d.tx_bytes),
+        tx_errors: Some(d.tx_errors),
+    };
+    NetworkStats {
+        time: Time(now),
+        default: devs
+            .iter()
+            .find(|d| Some(&d.name) == default.as_ref())
+            .or(devs.first())
+            .map(iface)
+            .unwrap_or_default(),
+        interfaces: devs.iter().map(iface).collect(),
     }
 }
 

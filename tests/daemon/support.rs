@@ -357,6 +357,11 @@ impl Nodelet {
     }
 
     /// The node name (`--hostname-override`).
+    /// The test's own client of the runtime this nodelet uses.
+    pub(crate) fn cri(&self) -> &CriClient {
+        &self.cri
+    }
+
     pub(crate) fn node(&self) -> &str {
         &self.node
     }

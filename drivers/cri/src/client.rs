@@ -17,7 +17,6 @@ use crate::config::CriConfig;
 use crate::error::{CriError, Result};
 use crate::events::{EventsConfig, RuntimeEventStream};
 use crate::filter::{ContainerFilter, SandboxFilter};
-use crate::sandbox_stats_guard::SandboxStatsGuard;
 
 /// The CRI API version string sent in `Version` requests (the kubelet sends the same).
 const CRI_CLIENT_VERSION: &str = "0.1.0";
@@ -44,9 +43,8 @@ pub struct CriClient {
     config: CriConfig,
     /// Shared by every clone, so metrics installed later count the calls of earlier clones too.
     metrics: Arc<OnceLock<CriMetrics>>,
-    /// Keeps sandbox stats calls apart from the calls that read the sandbox store, on runtimes that
-    /// crash otherwise; shared by every clone.
-    sandbox_stats: Arc<SandboxStatsGuard>,
+    /// Whether the runtime may be asked for sandbox stats, once known; shared by every clone.
+    sandbox_stats_safe: Arc<tokio::sync::OnceCell<bool>>,
 }
 
 /// The kubelet's metrics of runtime calls, labelled `operation_type` with the kubelet's names
@@ -262,7 +260,14 @@ impl CriClient {
         let image = ImageServiceClient::new(channel.clone())
             .max_decoding_message_size(max)
             .max_encoding_message_size(max);
-        CriClient { runtime, image, channel, config, metrics: Arc::default(), sandbox_stats: Arc::default() }
+        CriClient {
+            runtime,
+            image,
+            channel,
+            config,
+            metrics: Arc::default(),
+            sandbox_stats_safe: Arc::default(),
+        }
     }
 
     fn grpc_endpoint(config: &CriConfig, path: &Path) -> Result<Endpoint> {
@@ -312,7 +317,6 @@ impl CriClient {
         // No `grpc-timeout` header: tonic's channel would enforce it itself and race this deadline with a
         // CANCELLED status. Dropping the call on timeout resets the HTTP/2 stream, which cancels the request's
         // context in the runtime just the same.
-        let _held = self.sandbox_stats.enter(call, || self.runtime_version()).await;
         let request = tonic::Request::new(message);
         let started = tokio::time::Instant::now();
         let outcome = match deadline {
@@ -334,14 +338,29 @@ impl CriClient {
         outcome.map(tonic::Response::into_inner)
     }
 
-    /// The runtime's name and version for the sandbox stats guard: a bare `Version` call (not through
-    /// [`Self::unary`], which consults the guard), `None` if it fails.
-    async fn runtime_version(&self) -> Option<(String, String)> {
-        let mut c = self.runtime.clone();
-        let request = tonic::Request::new(v1::VersionRequest { version: CRI_CLIENT_VERSION.to_owned() });
-        let reply = tokio::time::timeout(self.config.runtime_request_timeout, c.version(request)).await;
-        let reply = reply.ok()?.ok()?.into_inner();
-        Some((reply.runtime_name, reply.runtime_version))
+    /// Whether the runtime may be asked for sandbox stats (`ListPodSandboxStats`, `PodSandboxStats`)
+    /// while other clients list sandboxes: not containerd before 1.6.22, which can crash then (see
+    /// `sandbox_stats_hazard`). Learnt once from CRI `Version`; `false` until a `Version` call succeeds.
+    pub async fn sandbox_stats_are_safe(&self) -> bool {
+        if let Some(safe) = self.sandbox_stats_safe.get() {
+            return *safe;
+        }
+        match self.version().await {
+            Ok(v) => {
+                let safe = !crate::sandbox_stats_hazard::affected(&v.runtime_name, &v.runtime_version);
+                if !safe && self.sandbox_stats_safe.set(safe).is_ok() {
+                    tracing::info!(
+                        runtime = %v.runtime_name,
+                        version = %v.runtime_version,
+                        "this runtime can crash when sandbox stats are read while sandboxes are listed \
+                         (containerd before 1.6.22): pod stats come from the pod cgroups instead"
+                    );
+                }
+                let _ = self.sandbox_stats_safe.set(safe);
+                safe
+            }
+            Err(_) => false,
+        }
     }
 
     fn default_deadline(&self) -> Option<Duration> {
@@ -702,14 +721,9 @@ impl CriClient {
 
     /// CRI `ListPodSandboxStats`. The filter's `state` is ignored (the CRI stats filter has none).
     ///
-    /// Expensive on containerd 1.6 (≈ 15 ms per sandbox: cgroup and network namespace statistics). On a
-    /// runtime where sandbox stats calls must run alone (see `sandbox_stats_guard`), the stats are read one
-    /// sandbox at a time with `PodSandboxStats`, so that the calls of the pods' operations and of the PLEG
-    /// run between them instead of waiting for the whole list (1.5 s at 110 pods).
+    /// Expensive on containerd 1.6 (≈ 15 ms per sandbox: cgroup and network namespace statistics), and
+    /// unsafe there before 1.6.22: check [`Self::sandbox_stats_are_safe`] first.
     pub async fn list_pod_sandbox_stats(&self, filter: &SandboxFilter) -> Result<Vec<v1::PodSandboxStats>> {
-        if self.sandbox_stats.is_affected(|| self.runtime_version()).await {
-            return self.pod_sandbox_stats_one_at_a_time(filter).await;
-        }
         let mut c = self.runtime.clone();
         let req = v1::ListPodSandboxStatsRequest { filter: filter.to_stats_proto() };
         let resp = self
@@ -718,48 +732,6 @@ impl CriClient {
             })
             .await?;
         Ok(resp.stats)
-    }
-
-    /// `ListPodSandboxStats` as one `PodSandboxStats` per ready sandbox that `filter` matches. As the
-    /// runtime's own list does, a sandbox that stopped or went away meanwhile is left out; when every
-    /// sandbox's call failed so, the runtime is likely down and the last error is returned.
-    async fn pod_sandbox_stats_one_at_a_time(
-        &self,
-        filter: &SandboxFilter,
-    ) -> Result<Vec<v1::PodSandboxStats>> {
-        let sandboxes =
-            self.list_pod_sandboxes(&filter.clone().state(v1::PodSandboxState::SandboxReady)).await?;
-        let mut stats = Vec::with_capacity(sandboxes.len());
-        let mut skipped = None;
-        for sandbox in &sandboxes {
-            match self.pod_sandbox_stats(&sandbox.id).await {
-                Ok(s) => stats.push(s),
-                Err(e) if e.is_not_found() || e.code() == Some(tonic::Code::Unavailable) => {
-                    tracing::debug!(sandbox = %sandbox.id, error = %e, "no stats for a sandbox that stopped or went away");
-                    skipped = Some(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        match skipped {
-            Some(e) if stats.is_empty() => Err(e),
-            _ => Ok(stats),
-        }
-    }
-
-    /// CRI `PodSandboxStats` of one sandbox.
-    async fn pod_sandbox_stats(&self, sandbox_id: &str) -> Result<v1::PodSandboxStats> {
-        let mut c = self.runtime.clone();
-        let req = v1::PodSandboxStatsRequest { pod_sandbox_id: sandbox_id.to_owned() };
-        let resp = self
-            .unary("PodSandboxStats", self.default_deadline(), req, move |r| async move {
-                c.pod_sandbox_stats(r).await
-            })
-            .await?;
-        resp.stats.ok_or_else(|| CriError::InvalidResponse {
-            call: "PodSandboxStats",
-            reason: "no stats in response".into(),
-        })
     }
 
     // ---------------------------------------------------------------- image service

@@ -73,7 +73,7 @@ pub mod netns;
 pub mod pod_cgroup;
 mod pod_runtime;
 pub mod probe;
-mod sandbox_stats_guard;
+mod sandbox_stats_hazard;
 mod spec;
 mod termination;
 

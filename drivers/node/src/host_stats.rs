@@ -265,6 +265,22 @@ pub fn net_devices(proc_fs: &Path) -> (Vec<NetDev>, Option<String>) {
     (devs, default)
 }
 
+/// The interfaces of the network namespace of the first process of cgroup `rel` (its `cgroup.procs`),
+/// read from `<proc_fs>/<pid>/net/dev` as [`net_devices`] reads the node's: for a pod, the cgroup of its
+/// sandbox's pause process. `None` when the cgroup has no process or it went away.
+pub fn cgroup_net_devices(
+    proc_fs: &Path,
+    fs: &Path,
+    version: CgroupVersion,
+    rel: &str,
+) -> Option<(Vec<NetDev>, Option<String>)> {
+    let procs = std::fs::read_to_string(cgroup_dir(fs, version, "pids", rel)?.join("cgroup.procs")).ok()?;
+    let pid: u32 = procs.lines().next()?.trim().parse().ok()?;
+    let dir = proc_fs.join(pid.to_string());
+    // A process that exited between the two reads leaves no `net/dev`: nothing rather than empty.
+    dir.join("net/dev").exists().then(|| net_devices(&dir))
+}
+
 /// Capacity and use of the filesystem holding `path` (`statvfs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FsInfo {
@@ -340,6 +356,35 @@ mod tests {
         let p = dir.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
+    }
+
+    #[test]
+    fn a_cgroups_network_is_that_of_its_first_process() {
+        let d = tempfile::tempdir().unwrap();
+        let (fs, proc_fs) = (d.path().join("cgroup"), d.path().join("proc"));
+        write(&fs, "kubepods/podu/sandbox/cgroup.procs", "4242\n4243\n");
+        write(
+            &proc_fs,
+            "4242/net/dev",
+            "Inter-|   Receive                            |  Transmit\n \
+             face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+             lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n  \
+             eth0:    5000      40    2    0    0     0          0         0     3000      30    1    0    0     0       0          0\n",
+        );
+        write(&proc_fs, "4242/net/route", "Iface\tDestination\tGateway\neth0\t00000000\t0100C6C6\n");
+        let (devs, default) =
+            cgroup_net_devices(&proc_fs, &fs, CgroupVersion::V2, "/kubepods/podu/sandbox").expect("read");
+        assert_eq!(
+            devs,
+            vec![NetDev { name: "eth0".into(), rx_bytes: 5000, rx_errors: 2, tx_bytes: 3000, tx_errors: 1 }]
+        );
+        assert_eq!(default.as_deref(), Some("eth0"));
+        // No process, or one that is gone: nothing.
+        write(&fs, "kubepods/podu/empty/cgroup.procs", "");
+        assert_eq!(cgroup_net_devices(&proc_fs, &fs, CgroupVersion::V2, "/kubepods/podu/empty"), None);
+        write(&fs, "kubepods/podu/gone/cgroup.procs", "9999\n");
+        assert_eq!(cgroup_net_devices(&proc_fs, &fs, CgroupVersion::V2, "/kubepods/podu/gone"), None);
+        assert_eq!(cgroup_net_devices(&proc_fs, &fs, CgroupVersion::V2, "/kubepods/../etc"), None);
     }
 
     #[test]
