@@ -348,7 +348,8 @@ impl CriClient {
         match self.version().await {
             Ok(v) => {
                 let safe = !crate::sandbox_stats_hazard::affected(&v.runtime_name, &v.runtime_version);
-                if !safe && self.sandbox_stats_safe.set(safe).is_ok() {
+                // Logged once, by the call that records the answer.
+                if self.sandbox_stats_safe.set(safe).is_ok() && !safe {
                     tracing::info!(
                         runtime = %v.runtime_name,
                         version = %v.runtime_version,
@@ -356,7 +357,6 @@ impl CriClient {
                          (containerd before 1.6.22): pod stats come from the pod cgroups instead"
                     );
                 }
-                let _ = self.sandbox_stats_safe.set(safe);
                 safe
             }
             Err(_) => false,
