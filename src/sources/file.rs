@@ -33,10 +33,10 @@ use super::{Problem, SourceHandle};
 
 /// The kubelet's default `fileCheckFrequency`.
 pub(crate) const DEFAULT_FILE_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
-/// How long the directory must be quiet after a change before it is read. Every change waits this long,
-/// usually twice (the rest of a write's inotify events reach the watcher just after the first one woke
-/// the loop), so it is kept short: a burst from one writer (an editor's save-by-rename, a tool writing many
-/// manifests) is events microseconds apart. At 100 ms it was most of nodelet's start latency for a pod.
+/// How long the directory must be quiet after its last change before it is read. Every change waits
+/// this long, so it is kept short: a burst from one writer (an editor's save-by-rename, a tool writing
+/// many manifests) is events microseconds apart. At 100 ms it was most of nodelet's start latency for a
+/// pod.
 pub(crate) const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(20);
 /// A burst of changes delays a rescan by at most this much.
 const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
@@ -149,16 +149,17 @@ impl FileSource {
                     if events.count.load(Ordering::Relaxed) == covered {
                         continue;
                     }
-                    // Wait for a quiet period, so that a burst of events gives one rescan.
-                    let started = tokio::time::Instant::now();
+                    // Wait until the directory has been quiet for the debounce period since its last
+                    // event, so that a burst of events gives one rescan.
+                    let started = std::time::Instant::now();
                     loop {
-                        let before = events.count.load(Ordering::Relaxed);
+                        let quiet = events.since_last().unwrap_or(self.config.debounce);
+                        if quiet >= self.config.debounce || started.elapsed() >= MAX_DEBOUNCE {
+                            break;
+                        }
                         tokio::select! {
                             () = shutdown.cancelled() => return,
-                            () = tokio::time::sleep(self.config.debounce) => {}
-                        }
-                        if events.count.load(Ordering::Relaxed) == before || started.elapsed() >= MAX_DEBOUNCE {
-                            break;
+                            () = tokio::time::sleep(self.config.debounce - quiet) => {}
                         }
                     }
                 }
@@ -207,8 +208,7 @@ impl FileSource {
                 Err(_) => true,
             };
             if relevant {
-                handler_events.count.fetch_add(1, Ordering::Relaxed);
-                handler_events.notify.notify_one();
+                handler_events.record();
             }
         });
         let watcher = watcher.and_then(|mut watcher| {
@@ -360,10 +360,42 @@ impl FileSource {
 
 const MISSING: &str = "the manifest path does not exist";
 
-#[derive(Debug, Default)]
+/// The relevant inotify events, as the watcher's thread reports them to the source's loop.
+#[derive(Debug)]
 struct Events {
+    /// How many there were.
     count: AtomicU64,
+    /// When the last one came, in nanoseconds after `epoch` (0: none yet).
+    last: AtomicU64,
+    epoch: std::time::Instant,
     notify: Notify,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Self {
+            count: AtomicU64::new(0),
+            last: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+            notify: Notify::new(),
+        }
+    }
+}
+
+impl Events {
+    /// Counts an event, notes its time and wakes the loop.
+    fn record(&self) {
+        let since = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.last.store(since, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.notify.notify_one();
+    }
+
+    /// How long ago the last event came (`None`: there was none).
+    fn since_last(&self) -> Option<Duration> {
+        let last = self.last.load(Ordering::Relaxed);
+        (last != 0).then(|| self.epoch.elapsed().saturating_sub(Duration::from_nanos(last)))
+    }
 }
 
 impl std::fmt::Debug for Watch {

@@ -655,6 +655,19 @@ async fn pods_keep_running_through_an_api_server_outage_and_their_status_catches
         panic!("nodelet is not healthy after the outage: {e}\n{}", n.tail());
     }
 
+    // the pod watch is back: a pod created after the outage runs. Its reconnection waits out the
+    // watcher's back-off (client-go's: 0.8 s doubling to 30 s, jittered), which after a 30 s outage can
+    // be most of the wait below; the teardown's deletions would otherwise race it.
+    n.create_pod(&n.api_pod_manifest(
+        "after",
+        json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}),
+    ))
+    .await;
+    n.wait_api_pod("after", "phase Running (the pod watch reconnected)", Duration::from_secs(120), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+
     n.shutdown().await;
     drop(plane);
 }

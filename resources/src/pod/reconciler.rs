@@ -562,7 +562,25 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
         if inputs.get::<PodUid, crate::sandbox::actual::PodSandboxes>().is_some_and(|s| !s.is_synced()) {
             return Plan::Idle;
         }
-        let joined = view.actual.map(|a| self.joined(inputs, view.desired, a));
+        let joined = match (view.actual, view.desired) {
+            (Some(a), desired) => Some(self.joined(inputs, desired, a)),
+            // A pod the runtime listing has not shown yet may already have the sandbox the sandbox
+            // pair just made (its own state read put it in its store): start the containers in it
+            // now rather than after the next relist. No container of it can exist unseen: every pod
+            // with a sandbox is in the listing, and containers are only made by this pair.
+            (None, Some(pod)) => self.sandboxes(inputs).and_then(|view| {
+                view.of(pod.uid()).filter(|s| !s.sandboxes.is_empty()).map(|_| {
+                    let unlisted = PodActual {
+                        uid: pod.uid().to_owned(),
+                        namespace: pod.namespace().to_owned(),
+                        name: pod.name().to_owned(),
+                        ..PodActual::default()
+                    };
+                    view.join(Some(pod), &unlisted)
+                })
+            }),
+            (None, None) => None,
+        };
         match (view.desired, joined.as_ref()) {
             // The containers are removed; the sandbox pair then removes the sandboxes.
             (None, Some(actual)) if !actual.containers.is_empty() => {
