@@ -33,6 +33,7 @@ use nodelet_resources::pod::driver::{
     CancellationToken, ContainerKind, PodRuntime, RuntimeError, RuntimeResult,
 };
 use nodelet_resources::pod::resize::CgroupResources;
+use nodelet_resources::sandbox::actual::PodSandboxes;
 use nodelet_resources::volume::status::PodVolumes;
 
 use crate::client::CriClient;
@@ -632,12 +633,11 @@ impl CriPodRuntime {
         Ok(facts)
     }
 
-    /// Everything nodelet manages, or only the pod `uid`'s, grouped by pod UID.
-    async fn collect(&self, uid: Option<&str>) -> RuntimeResult<HashMap<String, Arc<PodActual>>> {
-        let client = &self.inner.client;
+    /// The filters of nodelet's sandboxes and containers: this node's (another nodelet on the same
+    /// runtime owns the others), and only the pod `uid`'s when given.
+    fn filters(&self, uid: Option<&str>) -> (SandboxFilter, ContainerFilter) {
         let mut sandbox_filter = SandboxFilter::managed();
         let mut container_filter = ContainerFilter::managed();
-        // Only this node's objects: another nodelet on the same runtime owns the others.
         let node = &self.inner.config.node_name;
         if !node.is_empty() {
             sandbox_filter = sandbox_filter.label(labels::NODE, node.clone());
@@ -647,19 +647,19 @@ impl CriPodRuntime {
             sandbox_filter = sandbox_filter.label(labels::POD_UID, uid);
             container_filter = container_filter.label(labels::POD_UID, uid);
         }
-        let (sandboxes, containers) = futures::join!(
-            client.list_pod_sandboxes(&sandbox_filter),
-            client.list_containers(&container_filter)
-        );
-        let sandboxes =
-            sandboxes.map_err(|e| cri_error("RuntimeUnavailable", "listing pod sandboxes", &e))?;
-        let containers = containers.map_err(|e| cri_error("RuntimeUnavailable", "listing containers", &e))?;
+        (sandbox_filter, container_filter)
+    }
 
-        // Sandbox facts not seen yet.
+    /// Reads the facts (`PodSandboxStatus`) of the listed sandboxes not seen yet into the cache; a
+    /// sandbox that went away meanwhile is left out.
+    async fn learn_sandboxes(&self, sandboxes: &[v1::PodSandbox]) -> RuntimeResult<()> {
         let unknown: Vec<String> = {
             let caches = self.caches();
             sandboxes.iter().filter(|s| !caches.sandboxes.contains_key(&s.id)).map(|s| s.id.clone()).collect()
         };
+        if unknown.is_empty() {
+            return Ok(());
+        }
         let fetched: Vec<(String, Result<SandboxFacts, CriError>)> = futures::stream::iter(unknown)
             .map(|id| async move {
                 let facts = self.sandbox_facts(&id).await;
@@ -677,6 +677,56 @@ impl CriPodRuntime {
                 Err(e) => return Err(cri_error("RuntimeUnavailable", format!("status of sandbox {id}"), &e)),
             }
         }
+        Ok(())
+    }
+
+    /// The pod `uid`'s sandboxes alone (one listing, without its containers): the sandbox pair's
+    /// state read after each of its operations.
+    async fn collect_sandboxes(&self, uid: &str) -> RuntimeResult<Option<PodSandboxes>> {
+        let (filter, _) = self.filters(Some(uid));
+        let sandboxes = self
+            .inner
+            .client
+            .list_pod_sandboxes(&filter)
+            .await
+            .map_err(|e| cri_error("RuntimeUnavailable", "listing pod sandboxes", &e))?;
+        self.learn_sandboxes(&sandboxes).await?;
+        let caches = self.caches();
+        let mut pod: Option<PodSandboxes> = None;
+        for sandbox in &sandboxes {
+            let Some(identity) = PodIdentity::from_labels(&sandbox.labels) else { continue };
+            let Some(facts) = caches.sandboxes.get(&sandbox.id) else { continue };
+            if identity.uid != uid {
+                continue;
+            }
+            pod.get_or_insert_with(|| PodSandboxes {
+                uid: identity.uid.clone(),
+                namespace: identity.namespace.clone(),
+                name: identity.name.clone(),
+                sandboxes: Vec::new(),
+                needs_refresh: false,
+            })
+            .sandboxes
+            .push(sandbox_record(sandbox, facts));
+        }
+        if let Some(pod) = &mut pod {
+            sort_sandboxes(&mut pod.sandboxes);
+        }
+        Ok(pod)
+    }
+
+    /// Everything nodelet manages, or only the pod `uid`'s, grouped by pod UID.
+    async fn collect(&self, uid: Option<&str>) -> RuntimeResult<HashMap<String, Arc<PodActual>>> {
+        let client = &self.inner.client;
+        let (sandbox_filter, container_filter) = self.filters(uid);
+        let (sandboxes, containers) = futures::join!(
+            client.list_pod_sandboxes(&sandbox_filter),
+            client.list_containers(&container_filter)
+        );
+        let sandboxes =
+            sandboxes.map_err(|e| cri_error("RuntimeUnavailable", "listing pod sandboxes", &e))?;
+        let containers = containers.map_err(|e| cri_error("RuntimeUnavailable", "listing containers", &e))?;
+        self.learn_sandboxes(&sandboxes).await?;
 
         // Container statuses for containers first seen running or exited.
         let stale: Vec<(String, ContainerState)> = {
@@ -766,15 +816,7 @@ impl CriPodRuntime {
                 name: identity.name.clone(),
                 ..PodActual::default()
             });
-            pod.sandboxes.push(SandboxRecord {
-                id: sandbox.id.clone(),
-                ready: sandbox.state == v1::PodSandboxState::SandboxReady as i32,
-                ip: facts.ips.first().cloned(),
-                created_at: sandbox.created_at,
-                attempt: sandbox.metadata.as_ref().map_or(facts.attempt, |m| m.attempt),
-                host_network: facts.host_network,
-                runtime_handler: sandbox.runtime_handler.clone(),
-            });
+            pod.sandboxes.push(sandbox_record(sandbox, facts));
         }
         for c in &containers {
             if gone.contains(&c.id) || is_reused(&c.labels) {
@@ -854,8 +896,7 @@ impl CriPodRuntime {
                 .push(record);
         }
         for pod in pods.values_mut() {
-            pod.sandboxes
-                .sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.attempt.cmp(&a.attempt)));
+            sort_sandboxes(&mut pod.sandboxes);
             pod.containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
             // The newest container's annotation, else the newest sandbox's.
             pod.termination_grace_secs =
@@ -1074,6 +1115,24 @@ impl CriPodRuntime {
         );
         Ok(id)
     }
+}
+
+/// A listed sandbox as the pod and sandbox stores keep it.
+fn sandbox_record(sandbox: &v1::PodSandbox, facts: &SandboxFacts) -> SandboxRecord {
+    SandboxRecord {
+        id: sandbox.id.clone(),
+        ready: sandbox.state == v1::PodSandboxState::SandboxReady as i32,
+        ip: facts.ips.first().cloned(),
+        created_at: sandbox.created_at,
+        attempt: sandbox.metadata.as_ref().map_or(facts.attempt, |m| m.attempt),
+        host_network: facts.host_network,
+        runtime_handler: sandbox.runtime_handler.clone(),
+    }
+}
+
+/// A pod's sandboxes newest first (by creation, then attempt).
+fn sort_sandboxes(sandboxes: &mut [SandboxRecord]) {
+    sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.attempt.cmp(&a.attempt)));
 }
 
 /// Makes a container's subPath binds (safely, beneath each volume: `nodelet_host::subpath`), replacing binds

@@ -154,8 +154,7 @@ impl SandboxRuntime for CriPodRuntime {
     }
 
     async fn sandboxes_of(&self, uid: &str) -> RuntimeResult<Option<PodSandboxes>> {
-        let mut pods = self.collect(Some(uid)).await?;
-        Ok(pods.remove(uid).and_then(|pod| PodSandboxes::of(&pod)))
+        self.collect_sandboxes(uid).await
     }
 
     /// The pod cgroups of the pods found at start-up get the node's `podPidsLimit` now (`max` without
