@@ -24,8 +24,9 @@
 //!    floor: its StartContainer returned). Removal: the manifests deleted → the pods gone from `/pods` and
 //!    from the runtime (sandboxes included), against the floor's teardown of the same round.
 //! 3. After the first round, idle with N pods: nodelet's VmRSS, RssAnon and CPU over
-//!    `NODELET_BENCH_IDLE_SECS`; the mean PLEG relist (`kubelet_pleg_relist_duration_seconds` over the window)
-//!    beside its floor, the median of 20 bare relists through the bench's own [`CriClient`] (ListPodSandbox and
+//!    `NODELET_BENCH_IDLE_SECS`; the mean PLEG relist (`kubelet_pleg_relist_duration_seconds` over the window;
+//!    while the runtime's events come nodelet relists only every 60 s, so when the window holds none, the mean
+//!    over nodelet's life so far) and how many relists the window held, beside its floor, the median of 20 bare relists through the bench's own [`CriClient`] (ListPodSandbox and
 //!    ListContainers at once, with nodelet's filters, on the same N pods: the gRPC round trip and the decoding
 //!    without nodelet's work); then `/pods` and `/stats/summary` each requested 20 times in a row (latency to
 //!    the last byte).
@@ -250,8 +251,10 @@ struct Scale {
     hwm_kib: u64,
     idle_cpu: f64,
     idle_secs: f64,
-    /// Mean PLEG relist over the idle window.
+    /// Mean PLEG relist over the idle window (or, when it held none, over nodelet's life so far).
     pleg_relist: Option<Duration>,
+    /// How many relists the idle window held.
+    idle_relists: f64,
     /// Its floor: the time of each bare relist through the bench's client.
     relist_floor: Vec<Duration>,
     pods_latency: Vec<Duration>,
@@ -409,8 +412,14 @@ async fn measure_idle(nodelet: &Nodelet, settings: &Settings, scale: &mut Scale)
     let m1 = nodelet.metrics().await?;
     let delta = |name: &str| m1.get(name).copied().unwrap_or(0.0) - m0.get(name).copied().unwrap_or(0.0);
     let relists = delta("kubelet_pleg_relist_duration_seconds_count");
-    scale.pleg_relist = (relists > 0.0)
-        .then(|| Duration::from_secs_f64(delta("kubelet_pleg_relist_duration_seconds_sum") / relists));
+    let life = |name: &str| m1.get(name).copied().unwrap_or(0.0);
+    let (sum, count) = if relists > 0.0 {
+        (delta("kubelet_pleg_relist_duration_seconds_sum"), relists)
+    } else {
+        (life("kubelet_pleg_relist_duration_seconds_sum"), life("kubelet_pleg_relist_duration_seconds_count"))
+    };
+    scale.pleg_relist = (count > 0.0).then(|| Duration::from_secs_f64(sum / count));
+    scale.idle_relists = relists;
     scale.relist_floor = nodelet.relist_floor(RELIST_FLOOR_ROUNDS).await?;
     let (rss, hwm, anon) = nodelet.memory()?;
     (scale.rss_kib, scale.hwm_kib, scale.anon_kib) = (rss, hwm, anon);
@@ -421,7 +430,7 @@ async fn measure_idle(nodelet: &Nodelet, settings: &Settings, scale: &mut Scale)
     (scale.summary_latency, scale.summary_bytes) = (summary, summary_bytes);
     println!(
         "{} pods idle for {secs:.0} s: {:.2}% of a core, VmRSS {:.1} MiB (VmHWM {:.1} MiB, RssAnon {:.1} MiB), \
-         PLEG relist {} (mean of {relists}; floor {}); /pods {} ({} KiB), /stats/summary {} ({} KiB)",
+         PLEG relist {} ({relists} relists in the window; floor {}); /pods {} ({} KiB), /stats/summary {} ({} KiB)",
         scale.n,
         cpu * 100.0,
         rss as f64 / 1024.0,
@@ -524,7 +533,7 @@ fn report(f: &Figures, settings: &Settings) -> anyhow::Result<()> {
     let _ = writeln!(
         t,
         "| pods | floor start (par.) | nodelet start | / floor | per-pod latency p50 / p99 (floor p50 / p99) | \
-         removal (floor teardown) | / floor | RSS (RssAnon) | idle CPU | PLEG relist (floor) | /pods | /stats/summary |"
+         removal (floor teardown) | / floor | RSS (RssAnon) | idle CPU | PLEG relist (floor), relists idle | /pods | /stats/summary |"
     );
     let _ = writeln!(t, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     let mut notes = Vec::new();
@@ -541,7 +550,7 @@ fn report(f: &Figures, settings: &Settings) -> anyhow::Result<()> {
         let _ = writeln!(
             t,
             "| {} | {} ({}) | {} | {start_ratio:.2}× ({}) | {} / {} ({} / {}) | {} ({}) | {removal_ratio:.2}× ({}) | \
-             {:.1} MiB ({:.1}) | {:.2}% | {} ({}) | {} | {} |",
+             {:.1} MiB ({:.1}) | {:.2}% | {} ({}), {:.0} in {:.0} s | {} | {} |",
             s.n,
             spread(&floor),
             s.best,
@@ -559,6 +568,8 @@ fn report(f: &Figures, settings: &Settings) -> anyhow::Result<()> {
             s.idle_cpu * 100.0,
             s.pleg_relist.map_or("-".to_owned(), us),
             us(median(&s.relist_floor)),
+            s.idle_relists,
+            s.idle_secs,
             spread(&s.pods_latency),
             spread(&s.summary_latency),
         );

@@ -85,6 +85,9 @@ pub(crate) const DEFAULT_CNI_BRIDGE: &str = nodelet_node::containerd::DEFAULT_CN
 pub(crate) const DEFAULT_CONTAINERD_PATH: &str = nodelet_node::containerd::DEFAULT_CONTAINERD_PATH;
 /// How often the PLEG relists the runtime: the kubelet's 1 s.
 pub(crate) const DEFAULT_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// How often the PLEG relists the runtime while the runtime's events come.
+pub(crate) const DEFAULT_PLEG_EVENTED_RELIST_PERIOD: Duration =
+    nodelet_resources::pod::pleg::DEFAULT_EVENTED_RELIST_PERIOD;
 /// `nodelet.housekeepingInterval`: how often the stats behind `/stats/summary` are gathered (the
 /// kubelet's `--housekeeping-interval`, 10 s).
 pub(crate) const DEFAULT_HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(10);
@@ -171,9 +174,13 @@ pub(crate) struct Config {
     pub(crate) sources: SourcesConfig,
     /// `syncFrequency`: maximum time between two syncs of a running pod.
     pub(crate) sync_frequency: Duration,
-    /// `nodelet.plegRelistPeriod`: how often the runtime is relisted (the kubelet's fixed 1 s); the
-    /// runtime's event stream triggers relists in between.
+    /// `nodelet.plegRelistPeriod`: how often the runtime is relisted while its event stream is not
+    /// connected (the kubelet's fixed 1 s).
     pub(crate) pleg_relist_period: Duration,
+    /// `nodelet.plegEventedRelistPeriod`: how often the runtime is relisted while its event stream is
+    /// connected (60 s; the events make the PLEG read the pods they name in between). Never shorter
+    /// than `plegRelistPeriod`.
+    pub(crate) pleg_evented_relist_period: Duration,
     /// `nodelet.housekeepingInterval`: how often the pods' stats (`/stats/summary`, `/metrics/resource`)
     /// are gathered in the background (the kubelet's `--housekeeping-interval`, 10 s).
     pub(crate) housekeeping_interval: Duration,
@@ -859,6 +866,13 @@ impl Config {
             "nodelet.plegRelistPeriod",
             DEFAULT_PLEG_RELIST_PERIOD,
         )?;
+        let pleg_evented_relist_period = m.positive_duration(
+            None,
+            "",
+            nodelet.pleg_evented_relist_period,
+            "nodelet.plegEventedRelistPeriod",
+            DEFAULT_PLEG_EVENTED_RELIST_PERIOD,
+        )?;
         let housekeeping_interval = m.positive_duration(
             None,
             "",
@@ -1355,6 +1369,7 @@ impl Config {
             },
             sync_frequency,
             pleg_relist_period,
+            pleg_evented_relist_period,
             housekeeping_interval,
             server,
             runtime,

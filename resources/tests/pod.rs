@@ -10,10 +10,13 @@ use nodelet_resources::eviction::populator::{VerdictPopulator, evictions};
 use nodelet_resources::eviction::verdict::{Admission, NodeResources, Verdict};
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::pod::driver::PodRuntime;
 use nodelet_resources::pod::driver::{PodDriver, RuntimeError};
 use nodelet_resources::pod::fake::FakeRuntime;
 use nodelet_resources::pod::metrics::PodMetrics;
-use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
+use nodelet_resources::pod::pleg::{
+    DEFAULT_EVENTED_RELIST_PERIOD, DEFAULT_RELIST_PERIOD, MAX_POD_READS, Pleg,
+};
 use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
 use nodelet_resources::pod::status::pod_status;
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
@@ -39,7 +42,7 @@ struct Node {
     reconciler: PodReconciler,
     inputs: Inputs,
     clock: Clock,
-    relist: Arc<tokio::sync::Notify>,
+    relist: nodelet_resources::pod::pleg::PlegWaker,
 }
 
 fn clock() -> Clock {
@@ -465,18 +468,117 @@ async fn a_storm_of_runtime_events_should_not_make_the_pleg_relist_back_to_back(
     assert!(eventually(LONG, || relists() > periodic).await);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = relists();
-    n.relist.notify_one();
+    n.relist.relist();
     tokio::time::sleep(cost + Duration::from_millis(1)).await;
     assert_eq!(relists(), before + 1, "a lone event is relisted at once");
     // An event every millisecond for 600 ms: back to back that is 30 relists of 20 ms; coalesced,
     // each relist is followed by twice its cost of waiting, so at most a third of the time relists.
     let before = relists();
     for _ in 0..600 {
-        n.relist.notify_one();
+        n.relist.relist();
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let storm = relists() - before;
     assert!((8..=11).contains(&storm), "{storm} relists in a 600 ms storm of events");
+}
+
+impl Node {
+    /// How many times the PLEG has relisted.
+    fn relists(&self) -> usize {
+        self.runtime.calls_of("list_pods").len()
+    }
+
+    /// How many times pod `uid` was read alone.
+    fn reads_of(&self, uid: &str) -> usize {
+        self.runtime.calls_of("pod_state").iter().filter(|c| c.target == uid).count()
+    }
+
+    /// The ID of pod `uid`'s newest container.
+    fn container_id(&self, uid: &str) -> String {
+        let pod = self.actual.get(&uid.to_string()).expect("the pod is in the actual store");
+        pod.containers.first().expect("the pod has a container").id.clone()
+    }
+
+    /// Starts `pods` pods `u0`, `u1`…, waits until they run, and connects the runtime's events as the
+    /// daemon does on `Reconnected`; returns once the relist that follows and its follow-ups are over.
+    async fn evented_with(&mut self, pods: usize) {
+        for i in 0..pods {
+            self.add(pod(&format!("u{i}"), &WEB.replacen("{name: web,", &format!("{{name: web{i},"), 1)));
+        }
+        for i in 0..pods {
+            let uid = format!("u{i}");
+            assert!(eventually(LONG, || self.phase(&uid) == "Running").await, "{uid} runs");
+        }
+        self.relist.set_evented(true);
+        self.relist.relist();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_runtime_events_the_pleg_should_read_only_the_pod_an_exit_names_and_relist_seldom() {
+    let mut n = node();
+    n.evented_with(2).await;
+    let (relists, others) = (n.relists(), n.reads_of("u1"));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(n.relists(), relists, "no relist within the evented period while events come");
+    let id = n.container_id("u0");
+    n.runtime.exit("u0", "web", 3);
+    n.relist.changed(&id);
+    assert!(
+        eventually(Duration::from_secs(20), || n.starts("u0/web").len() == 2).await,
+        "the exit is seen (and the container restarted) well before the next relist"
+    );
+    assert_eq!(n.restart_count("u0", "web"), 1);
+    assert_eq!(n.relists(), relists, "seen by reading the pod, not by relisting");
+    assert_eq!(n.reads_of("u1"), others, "the other pod is not read");
+    // The safety net: a relist every evented period.
+    tokio::time::sleep(DEFAULT_EVENTED_RELIST_PERIOD).await;
+    assert!(n.relists() > relists, "a relist every evented period");
+    // The events stop: back to the period.
+    n.relist.set_evented(false);
+    let relists = n.relists();
+    tokio::time::sleep(DEFAULT_RELIST_PERIOD * 3 + Duration::from_millis(500)).await;
+    assert!(n.relists() >= relists + 3, "{} relists in 3.5 periods without events", n.relists() - relists);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_removal_behind_nodelets_back_should_be_seen_by_reading_the_pod() {
+    let mut n = node();
+    n.evented_with(1).await;
+    let relists = n.relists();
+    let id = n.container_id("u0");
+    n.runtime.exit("u0", "web", 0);
+    n.runtime.remove_container(&id).await.expect("the fake removes the container");
+    n.relist.removed(&id);
+    assert!(
+        eventually(Duration::from_secs(20), || n.starts("u0/web").len() == 2).await,
+        "the removed container is replaced"
+    );
+    assert_eq!(n.relists(), relists, "seen by reading the pod, not by relisting");
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_the_stores_cannot_place_or_naming_many_pods_should_make_a_relist() {
+    let mut n = node();
+    n.evented_with(MAX_POD_READS + 1).await;
+    let reads = n.runtime.calls_of("pod_state").len();
+    let relists = n.relists();
+    n.relist.removed("a-container-long-forgotten");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!((n.relists(), n.runtime.calls_of("pod_state").len()), (relists, reads), "nothing to do");
+    n.relist.changed("a-container-not-recorded-yet");
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(n.relists(), relists + 1, "an exit no store can place is relisted for at once");
+    assert_eq!(n.runtime.calls_of("pod_state").len(), reads);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let relists = n.relists();
+    for i in 0..=MAX_POD_READS {
+        n.relist.changed(&n.container_id(&format!("u{i}")));
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(n.relists(), relists + 1, "events naming more than {MAX_POD_READS} pods make one relist");
+    assert_eq!(n.runtime.calls_of("pod_state").len(), reads, "and no pod is read alone");
 }
 
 #[tokio::test(start_paused = true)]

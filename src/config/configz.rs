@@ -205,6 +205,7 @@ fn nodelet_section(c: &Config) -> Value {
     n.insert("containerRestartBackOff".into(), backoff(&c.backoff.container_restart));
     n.insert("imagePullBackOff".into(), backoff(&c.backoff.image_pull));
     n.insert("plegRelistPeriod".into(), duration(c.pleg_relist_period));
+    n.insert("plegEventedRelistPeriod".into(), duration(c.pleg_evented_relist_period));
     let mut storage = Map::new();
     storage.insert("localPath".into(), json!({ "basePath": path(&c.storage.local_base_path) }));
     if let Some(vg) = &c.storage.lvm_volume_group {

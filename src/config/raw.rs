@@ -197,6 +197,7 @@ pub(super) struct RawNodelet {
     pub(super) container_restart_back_off: Option<RawBackOff>,
     pub(super) image_pull_back_off: Option<RawBackOff>,
     pub(super) pleg_relist_period: Option<GoDuration>,
+    pub(super) pleg_evented_relist_period: Option<GoDuration>,
     pub(super) housekeeping_interval: Option<GoDuration>,
     pub(super) storage: Option<RawStorage>,
     #[serde(rename = "imageGCPeriod")]

@@ -13,7 +13,7 @@ use nodelet_resources::pod::desired::{DesiredPod, PodUid};
 use nodelet_resources::pod::driver::PodDriver;
 use nodelet_resources::pod::gc::Surplus;
 use nodelet_resources::pod::metrics::PodMetrics;
-use nodelet_resources::pod::pleg::Pleg;
+use nodelet_resources::pod::pleg::{Pleg, PlegWaker};
 use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
 use nodelet_resources::probe::results::ProbeResults;
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
@@ -574,8 +574,9 @@ pub(crate) fn start_pods(
         actual.clone(),
         engine.observer(),
         config.pleg_relist_period,
-        pod_metrics,
+        pod_metrics.clone(),
     )
+    .with_evented_period(config.pleg_evented_relist_period)
     .with_sandboxes(sandbox_pair.actual(), sandbox_pair.observer());
     let relist = pleg.waker();
     // The sandbox pair's populator and engine (`sandbox-engine`).
@@ -600,7 +601,7 @@ pub(crate) fn start_pods(
     });
     let (cri, stop) = (runtime.cri.clone(), shutdown.clone());
     sup.spawn_restartable("runtime-events", move || {
-        forward_runtime_events(cri.clone(), relist.clone(), stop.clone())
+        forward_runtime_events(cri.clone(), relist.clone(), pod_metrics.clone(), stop.clone())
     });
     let stop = shutdown.clone();
     sup.spawn("pleg", Policy::Critical, async move { pleg.run(stop.cancelled_owned()).await });
@@ -624,37 +625,60 @@ pub(crate) fn start_pods(
     })
 }
 
-/// Whether a runtime event should make the PLEG relist now instead of at the next period: what
-/// nodelet cannot know otherwise (a container or sandbox exited, was killed for memory, or events
-/// were missed). Containers created, started and deleted are nodelet's own operations, whose
-/// outcome the operation already reports; relisting for them made a start of a hundred pods relist
+/// Tells the PLEG what a runtime event means for it: what nodelet cannot know otherwise (a container
+/// or sandbox exited, was killed for memory or was removed, or events were missed) and whether
+/// events come at all. Containers created and started are nodelet's own operations, whose outcome
+/// the operation already reports; waking the PLEG for them made a start of a hundred pods relist
 /// back to back.
-fn wakes_the_pleg(event: &nodelet_cri::RuntimeEvent) -> bool {
+fn tell_the_pleg(event: &nodelet_cri::RuntimeEvent, pleg: &PlegWaker, metrics: &PodMetrics) {
     use nodelet_cri::RuntimeEvent as E;
-    matches!(event, E::ContainerExited { .. } | E::ContainerOom { .. } | E::Reconnected)
+    match event {
+        E::Reconnected => {
+            metrics.evented_pleg_connection_success.inc();
+            pleg.set_evented(true);
+            pleg.relist();
+        }
+        E::Disconnected { .. } => {
+            metrics.evented_pleg_connection_error.inc();
+            pleg.set_evented(false);
+        }
+        E::ContainerExited { id, .. } | E::ContainerOom { id } => pleg.changed(id),
+        E::ContainerRemoved { id } => pleg.removed(id),
+        _ => {}
+    }
 }
 
-/// Runtime events that say something nodelet did not do wake the PLEG (see [`wakes_the_pleg`]).
+/// Forwards the runtime's events to the PLEG (see [`tell_the_pleg`]); while none come (before the
+/// first subscription and after it broke), the PLEG relists every period.
 async fn forward_runtime_events(
     cri: nodelet_cri::CriClient,
-    relist: Arc<tokio::sync::Notify>,
+    pleg: PlegWaker,
+    metrics: PodMetrics,
     stop: CancellationToken,
 ) {
     use futures::StreamExt;
     let mut events = cri.events(nodelet_cri::EventsConfig::default());
+    let _disconnected = DisconnectOnDrop(pleg.clone());
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             event = events.next() => match event {
                 Some(event) => {
                     tracing::trace!(?event, "runtime event");
-                    if wakes_the_pleg(&event) {
-                        relist.notify_one();
-                    }
+                    tell_the_pleg(&event, &pleg, &metrics);
                 }
                 None => return,
             },
         }
+    }
+}
+
+/// Puts the PLEG back on its short period when the event forwarder ends (or is restarted).
+struct DisconnectOnDrop(PlegWaker);
+
+impl Drop for DisconnectOnDrop {
+    fn drop(&mut self) {
+        self.0.set_evented(false);
     }
 }
 

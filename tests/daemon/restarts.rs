@@ -8,6 +8,7 @@ use nodelet_cri::proto;
 use serde_json::json;
 use tokio::time::{Instant, sleep};
 
+use crate::stats::{read_only, sample};
 use crate::support::{
     BACKOFF_INITIAL, BACKOFF_MAX, Nodelet, condition, container, cri_state, env_or_skip, phase,
     sleep_until_term, terminated, uid, waiting,
@@ -198,6 +199,56 @@ async fn an_exit_right_after_the_start_is_noticed_and_restarted_at_once() {
          {RELIST_PERIOD}s periodic relist)"
     );
     assert!(restarted < 1.0, "the first restart came {restarted:.3}s after the exit; expected at once");
+
+    n.shutdown().await;
+}
+
+/// With the runtime's events connected, the PLEG relists only every `plegEventedRelistPeriod` (60 s) and
+/// learns of an exit by reading the pod the exiting container belongs to: a container that exits a few
+/// seconds after it started is shown exited at once, with no relist in between.
+#[tokio::test]
+async fn with_the_runtimes_events_an_exit_is_seen_by_reading_its_pod_not_by_relisting() {
+    let env = env_or_skip!("with_the_runtimes_events_an_exit_is_seen_by_reading_its_pod_not_by_relisting");
+    let n = Nodelet::start(&env, "evented").await;
+    let metrics = async || read_only(&n, "/metrics").await;
+    let count = |text: &str, name: &str| sample(text, name, &[]).unwrap_or(0.0);
+    n.wait_for("the runtime's event stream", Duration::from_secs(20), async || {
+        (count(&metrics().await, "kubelet_evented_pleg_connection_success_count") >= 1.0).then_some(())
+    })
+    .await;
+    n.write_manifest(
+        "late.yaml",
+        &n.pod_manifest(
+            "late",
+            json!({
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "app", "command": ["sh", "-c", "sleep 4; exit 3"]}],
+            }),
+        ),
+    );
+    n.wait_running("late").await;
+    // The follow-ups of the start are over well before the exit.
+    sleep(Duration::from_secs(2)).await;
+    let before = metrics().await;
+    let pod = n.wait_for_pod("late", "phase Failed", Duration::from_secs(20), |p| phase(p) == "Failed").await;
+    let shown_at = wall_clock_nanos();
+    let after = metrics().await;
+    let app = container(&pod, "app").unwrap_or_else(|| panic!("no app status: {:?}", pod.status));
+    assert_eq!(terminated(app).map(|(code, _)| code), Some(3), "{app:?}");
+    let finished = n.containers_of(&uid(&pod)).await;
+    let finished_at = finished.first().map(|c| c.id.clone()).unwrap_or_default();
+    let finished_at = n.container_status(&finished_at).await.finished_at;
+    let shown = (shown_at - finished_at) as f64 / 1e9;
+    let relists = count(&after, "kubelet_pleg_relist_duration_seconds_count")
+        - count(&before, "kubelet_pleg_relist_duration_seconds_count");
+    let reads = count(&after, "nodelet_pleg_pod_read_duration_seconds_count")
+        - count(&before, "nodelet_pleg_pod_read_duration_seconds_count");
+    eprintln!("exit shown after {shown:.3}s; {relists} relists and {reads} pod reads meanwhile");
+    assert!(shown < QUICK_NOTICE_MAX, "/pods showed the exit {shown:.3}s after it; expected at once");
+    assert_eq!(relists, 0.0, "no relist while the runtime's events come");
+    assert!(reads >= 1.0, "the exit was seen by reading the pod ({reads} reads)");
+    assert_eq!(count(&after, "kubelet_evented_pleg_connection_error_count"), 0.0);
 
     n.shutdown().await;
 }

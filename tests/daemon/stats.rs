@@ -12,7 +12,7 @@ use crate::support::{Nodelet, StartOptions, TOKEN, container, env_or_skip, uid};
 const MIB: u64 = 1024 * 1024;
 
 /// `GET <path>` on the read-only port, as text.
-async fn read_only(n: &Nodelet, path: &str) -> String {
+pub(crate) async fn read_only(n: &Nodelet, path: &str) -> String {
     let url = format!("http://127.0.0.1:{}{path}", n.ports().read_only);
     match n.http().get(&url).send().await {
         Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
@@ -50,7 +50,7 @@ fn u(v: &Value) -> u64 {
 }
 
 /// The value of the sample `name{labels…}` whose label set contains every one of `labels`.
-fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+pub(crate) fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
     text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
         let (series, rest) = l.split_once(' ')?;
         let matches = (series == name || series.starts_with(&format!("{name}{{")))

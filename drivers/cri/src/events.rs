@@ -3,7 +3,8 @@
 //! CRI `GetContainerEvents` is not implemented by containerd 1.6 (it arrived in 1.7), so this module
 //! subscribes to containerd's own event service (`containerd.services.events.v1.Events/Subscribe`) on the
 //! same socket and connection as the CRI client, with the filter
-//! `namespace==k8s.io,topic~="^/tasks/"`, and turns task payloads into [`RuntimeEvent`]s.
+//! `namespace==k8s.io,topic~="^/tasks/"` or `topic=="/containers/delete"`, and turns their payloads into
+//! [`RuntimeEvent`]s.
 //!
 //! # Contract for consumers
 //!
@@ -131,6 +132,12 @@ pub enum RuntimeEvent {
         /// CRI container ID (or pod sandbox ID).
         id: String,
     },
+    /// The container (or sandbox) itself was removed from the runtime (`/containers/delete`):
+    /// `RemoveContainer`, `RemovePodSandbox`, or anyone else's removal (`crictl rm`).
+    ContainerRemoved {
+        /// CRI container ID (or pod sandbox ID).
+        id: String,
+    },
 }
 
 impl RuntimeEvent {
@@ -142,7 +149,8 @@ impl RuntimeEvent {
             | RuntimeEvent::ContainerStarted { id, .. }
             | RuntimeEvent::ContainerExited { id, .. }
             | RuntimeEvent::ContainerDeleted { id, .. }
-            | RuntimeEvent::ContainerOom { id } => Some(id),
+            | RuntimeEvent::ContainerOom { id }
+            | RuntimeEvent::ContainerRemoved { id } => Some(id),
         }
     }
 }
@@ -203,6 +211,9 @@ pub fn decode_envelope(env: &Envelope) -> Option<RuntimeEvent> {
         "/tasks/oom" => {
             payload::<cd_events::TaskOom>(env).map(|e| RuntimeEvent::ContainerOom { id: e.container_id })
         }
+        "/containers/delete" => {
+            payload::<cd_events::ContainerDelete>(env).map(|e| RuntimeEvent::ContainerRemoved { id: e.id })
+        }
         _ => None,
     }
 }
@@ -247,11 +258,12 @@ impl Drop for RuntimeEventStream {
     }
 }
 
-/// The Subscribe filters: the namespace's task events, and the sync marker. Filters in the list are ORed;
+/// The Subscribe filters: the namespace's task events, its containers' removals, and the sync marker. Filters in the list are ORed;
 /// the comma-separated conditions of one filter are ANDed.
 fn subscription_filters(namespace: &str) -> Vec<String> {
     vec![
         format!(r#"namespace=={namespace},topic~="^/tasks/""#),
+        format!(r#"namespace=={namespace},topic=="/containers/delete""#),
         format!(r#"namespace=={namespace},topic=="{SYNC_TOPIC}""#),
     ]
 }
@@ -481,6 +493,12 @@ mod tests {
             decode_envelope(&envelope("/tasks/oom", &oom)),
             Some(RuntimeEvent::ContainerOom { id: "c5".into() })
         );
+        let removed = cd_events::ContainerDelete { id: "c6".into() };
+        let decoded = decode_envelope(&envelope("/containers/delete", &removed));
+        assert_eq!(decoded, Some(RuntimeEvent::ContainerRemoved { id: "c6".into() }));
+        assert_eq!(decoded.as_ref().and_then(RuntimeEvent::id), Some("c6"));
+        let created = cd_events::ContainerCreate { id: "c7".into(), ..Default::default() };
+        assert_eq!(decode_envelope(&envelope("/containers/create", &created)), None);
     }
 
     #[test]
@@ -524,6 +542,7 @@ mod tests {
             subscription_filters("k8s.io"),
             vec![
                 r#"namespace==k8s.io,topic~="^/tasks/""#.to_owned(),
+                r#"namespace==k8s.io,topic=="/containers/delete""#.to_owned(),
                 r#"namespace==k8s.io,topic=="/nodelet/events/sync""#.to_owned()
             ]
         );

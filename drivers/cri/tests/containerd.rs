@@ -683,6 +683,13 @@ async fn pod_round_trip() {
     cri.remove_container(&container_id).await.expect("RemoveContainer");
     let err = cri.container_status(&container_id).await.expect_err("removed container");
     assert!(err.is_not_found(), "{err:?}");
+    wait_event(
+        &mut events,
+        Duration::from_secs(10),
+        "ContainerRemoved",
+        |e| matches!(e, RuntimeEvent::ContainerRemoved { id } if *id == container_id),
+    )
+    .await;
 
     // Sandbox teardown: its pause task exits too.
     cri.stop_pod_sandbox(&sandbox_id).await.expect("StopPodSandbox");

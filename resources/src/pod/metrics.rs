@@ -1,6 +1,6 @@
 //! Pod metrics with the kubelet's names (see the shared reference, §10).
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
 
 /// The pod metrics kept live; gauges of running pods and containers are computed at scrape time
 /// from the actual store.
@@ -10,6 +10,14 @@ pub struct PodMetrics {
     pub pleg_relist_duration: Histogram,
     /// `kubelet_pleg_relist_interval_seconds`.
     pub pleg_relist_interval: Histogram,
+    /// `nodelet_pleg_pod_read_duration_seconds`: one read of the pods that runtime events named (the
+    /// evented PLEG's update between relists), however many pods it read.
+    pub pleg_pod_read_duration: Histogram,
+    /// `kubelet_evented_pleg_connection_success_count`: subscriptions to the runtime's events that
+    /// became active (the first and every one after a break).
+    pub evented_pleg_connection_success: IntCounter,
+    /// `kubelet_evented_pleg_connection_error_count`: subscriptions to the runtime's events that broke.
+    pub evented_pleg_connection_error: IntCounter,
     /// `kubelet_started_containers_total{container_type}`: container starts attempted (counted before
     /// the start, as the kubelet), `container_type` from [`container_type`].
     pub started_containers: IntCounterVec,
@@ -44,6 +52,9 @@ const POD_START_BUCKETS: &[f64] = &[
 
 const PLEG_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
+/// Buckets of the evented PLEG's pod reads: a few pods, so finer at the low end.
+const POD_READ_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+
 impl PodMetrics {
     /// Creates the metrics and registers them in `registry`.
     pub fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
@@ -61,6 +72,21 @@ impl PodMetrics {
                     "Interval in seconds between relisting in PLEG.",
                 )
                 .buckets(PLEG_BUCKETS.to_vec()),
+            )?,
+            pleg_pod_read_duration: Histogram::with_opts(
+                HistogramOpts::new(
+                    "nodelet_pleg_pod_read_duration_seconds",
+                    "Duration in seconds for reading the pods that runtime events named, between relists.",
+                )
+                .buckets(POD_READ_BUCKETS.to_vec()),
+            )?,
+            evented_pleg_connection_success: IntCounter::new(
+                "kubelet_evented_pleg_connection_success_count",
+                "The number of times a runtime event stream was established.",
+            )?,
+            evented_pleg_connection_error: IntCounter::new(
+                "kubelet_evented_pleg_connection_error_count",
+                "The number of errors encountered during the establishment of the runtime event stream.",
             )?,
             started_containers: IntCounterVec::new(
                 Opts::new("kubelet_started_containers_total", "Cumulative number of containers started"),
@@ -92,6 +118,9 @@ impl PodMetrics {
         registry.register(Box::new(m.pod_worker_duration.clone()))?;
         registry.register(Box::new(m.pleg_relist_duration.clone()))?;
         registry.register(Box::new(m.pleg_relist_interval.clone()))?;
+        registry.register(Box::new(m.pleg_pod_read_duration.clone()))?;
+        registry.register(Box::new(m.evented_pleg_connection_success.clone()))?;
+        registry.register(Box::new(m.evented_pleg_connection_error.clone()))?;
         registry.register(Box::new(m.started_containers.clone()))?;
         registry.register(Box::new(m.started_containers_errors.clone()))?;
         Ok(m)

@@ -1,9 +1,18 @@
-//! The pod lifecycle event generator: relists the runtime periodically (and at once when the
-//! runtime reports an event) and reports every pod whose state differs from the actual store. The
-//! same listing feeds the sandbox pair's actual store ([`Pleg::with_sandboxes`]): one relist, two
-//! stores.
+//! The pod lifecycle event generator: reports every pod whose state in the runtime differs from the
+//! actual store. The same reads feed the sandbox pair's actual store ([`Pleg::with_sandboxes`]): one
+//! read, two stores.
+//!
+//! It relists the runtime (every pod) periodically, and between relists follows the runtime's events
+//! through its [`PlegWaker`]: an event that names a container or sandbox makes the PLEG read just the
+//! pods it belongs to ([`MAX_POD_READS`] at most, else it relists), an event it cannot place makes it
+//! relist. While the event stream is connected ([`PlegWaker::set_evented`]) the periodic relist is only
+//! the safety net for what events cannot show (an observation the engine dropped while an operation
+//! ran on the pod, an event the runtime lost), every `evented_period`; otherwise every `period`, the
+//! kubelet's 1 s.
 
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use reconcile_engine::{Observer, Store, Update};
@@ -19,22 +28,33 @@ use crate::sandbox::actual::PodSandboxes;
 /// The kubelet's relist period.
 pub const DEFAULT_RELIST_PERIOD: Duration = Duration::from_secs(1);
 
-/// How soon the PLEG relists again after a runtime event or after a relist that reported changes;
-/// the follow-ups double up to the period. Two races make one relist not enough:
-/// - containerd's CRI view lags its native events by tens of milliseconds, so the relist an exit event
+/// The relist period while the runtime's event stream is connected. The kubelet's evented PLEG
+/// relists every 300 s; nodelet's events come from containerd's task events rather than the CRI's,
+/// so it keeps a shorter safety net.
+pub const DEFAULT_EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(60);
+
+/// How soon the PLEG looks again after a runtime event or after a relist that reported changes;
+/// the follow-ups double up to the (non-evented) period. Two races make one look not enough:
+/// - containerd's CRI view lags its native events by tens of milliseconds, so the read an exit event
 ///   triggers can still see the container running, and no further event comes;
 /// - the engine drops an observation that races an operation on the same pod (a container that exits
 ///   while the operation that started it completes), and the PLEG must report it again.
 pub const FOLLOW_UP_RELIST: Duration = Duration::from_millis(100);
 
-/// A relist woken by a runtime event waits until at least this many times the previous relist's
-/// duration has passed since that relist ended (and never longer than [`FOLLOW_UP_RELIST`]), so
+/// A look woken by a runtime event waits until at least this many times the previous look's
+/// duration has passed since that look ended (and never longer than [`FOLLOW_UP_RELIST`]), so
 /// that a storm of events (a hundred pods starting or stopping at once) costs at most a third of
 /// the time in relists instead of relisting back to back, while a lone event on a quiet node is
 /// still seen at once.
 pub const COALESCE_FACTOR: u32 = 2;
 
-/// How long a relist woken at `since_last` after the previous relist ended, which took `last_cost`,
+/// Runtime events that name more pods than this at once make a relist instead of one read per pod.
+pub const MAX_POD_READS: usize = 8;
+
+/// Container IDs kept pending between two looks; more make a relist (memory stays bounded in a storm).
+const MAX_PENDING_IDS: usize = 64;
+
+/// How long a look woken at `since_last` after the previous look ended, which took `last_cost`,
 /// waits first (see [`COALESCE_FACTOR`]).
 fn coalesce_delay(last_cost: Duration, since_last: Duration) -> Duration {
     last_cost.saturating_mul(COALESCE_FACTOR).min(FOLLOW_UP_RELIST).saturating_sub(since_last)
@@ -43,7 +63,7 @@ fn coalesce_delay(last_cost: Duration, since_last: Duration) -> Duration {
 /// The keys of `store` that `listed` lacks (without copying the keys that it has).
 fn gone<V: Send + Sync + 'static>(
     store: &Store<PodUid, V>,
-    listed: &std::collections::HashMap<PodUid, Arc<PodActual>>,
+    listed: &HashMap<PodUid, Arc<PodActual>>,
 ) -> Vec<PodUid> {
     let mut gone = Vec::new();
     store.for_each(|uid, _| {
@@ -54,6 +74,121 @@ fn gone<V: Send + Sync + 'static>(
     gone
 }
 
+/// What runtime events asked for since the PLEG last looked.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Relist everything.
+    relist: bool,
+    /// Container and sandbox IDs named by events; `true` when an ID the stores do not know must be
+    /// relisted for (an exit of a container that no store has recorded yet), `false` when it may be
+    /// ignored (the removal of a container the stores have already forgotten).
+    ids: HashMap<String, bool>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    pending: Mutex<Pending>,
+    notify: Notify,
+    evented: AtomicBool,
+}
+
+/// Tells the PLEG what the runtime's event stream reported. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct PlegWaker(Arc<Shared>);
+
+impl PlegWaker {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.0.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Relist everything soon (events may have been missed).
+    pub fn relist(&self) {
+        let mut pending = self.pending();
+        pending.relist = true;
+        pending.ids.clear();
+        drop(pending);
+        self.0.notify.notify_one();
+    }
+
+    /// The container or sandbox `id` changed in a way nodelet did not cause (it exited, was killed for
+    /// memory): read its pod soon, or relist when no store knows `id`.
+    pub fn changed(&self, id: &str) {
+        self.named(id, true);
+    }
+
+    /// The container or sandbox `id` was removed from the runtime: read its pod soon; nothing when no
+    /// store knows `id` (then no store holds it either).
+    pub fn removed(&self, id: &str) {
+        self.named(id, false);
+    }
+
+    fn named(&self, id: &str, relist_if_unknown: bool) {
+        let mut pending = self.pending();
+        if pending.relist {
+            return;
+        }
+        if pending.ids.len() >= MAX_PENDING_IDS && !pending.ids.contains_key(id) {
+            pending.relist = true;
+            pending.ids.clear();
+        } else {
+            *pending.ids.entry(id.to_owned()).or_default() |= relist_if_unknown;
+        }
+        drop(pending);
+        self.0.notify.notify_one();
+    }
+
+    /// Whether the runtime's event stream is connected: while it is, the PLEG relists every
+    /// `evented_period` instead of every `period`.
+    pub fn set_evented(&self, connected: bool) {
+        if self.0.evented.swap(connected, Ordering::Relaxed) != connected {
+            self.0.notify.notify_one();
+        }
+    }
+
+    fn evented(&self) -> bool {
+        self.0.evented.load(Ordering::Relaxed)
+    }
+
+    fn take(&self) -> Pending {
+        std::mem::take(&mut *self.pending())
+    }
+}
+
+/// What one look reads: every pod (a relist), or some pods.
+#[derive(Debug, Clone, PartialEq)]
+enum Scope {
+    All,
+    Pods(BTreeSet<PodUid>),
+}
+
+impl Scope {
+    fn merge(self, other: Scope) -> Scope {
+        match (self, other) {
+            (Scope::Pods(mut a), Scope::Pods(b)) => {
+                a.extend(b);
+                if a.len() > MAX_POD_READS { Scope::All } else { Scope::Pods(a) }
+            }
+            _ => Scope::All,
+        }
+    }
+}
+
+/// Why a look happens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Cause {
+    Period,
+    Event,
+    FollowUp(Duration),
+}
+
+/// A follow-up look planned at `due`, the `step`th delay of its chain.
+#[derive(Debug)]
+struct FollowUp {
+    scope: Scope,
+    step: Duration,
+    due: Instant,
+}
+
 /// The relist loop.
 #[derive(Debug)]
 pub struct Pleg<R> {
@@ -61,13 +196,16 @@ pub struct Pleg<R> {
     actual: Store<PodUid, PodActual>,
     observer: Observer<PodUid, PodActual>,
     period: Duration,
-    wake: Arc<Notify>,
+    evented_period: Duration,
+    waker: PlegWaker,
     metrics: PodMetrics,
     sandboxes: Option<(Store<PodUid, PodSandboxes>, Observer<PodUid, PodSandboxes>)>,
 }
 
 impl<R: PodRuntime> Pleg<R> {
-    /// A PLEG that compares `runtime`'s listing with `actual` and reports through `observer`.
+    /// A PLEG that compares `runtime`'s listing with `actual` and reports through `observer`,
+    /// relisting every `period` (every [`DEFAULT_EVENTED_RELIST_PERIOD`] while events come, see
+    /// [`Pleg::with_evented_period`]).
     pub fn new(
         runtime: Arc<R>,
         actual: Store<PodUid, PodActual>,
@@ -75,7 +213,23 @@ impl<R: PodRuntime> Pleg<R> {
         period: Duration,
         metrics: PodMetrics,
     ) -> Self {
-        Self { runtime, actual, observer, period, wake: Arc::new(Notify::new()), metrics, sandboxes: None }
+        Self {
+            runtime,
+            actual,
+            observer,
+            period,
+            evented_period: DEFAULT_EVENTED_RELIST_PERIOD,
+            waker: PlegWaker::default(),
+            metrics,
+            sandboxes: None,
+        }
+    }
+
+    /// Relists every `period` while the runtime's event stream is connected (never more often than
+    /// the PLEG's own period).
+    pub fn with_evented_period(mut self, period: Duration) -> Self {
+        self.evented_period = period;
+        self
     }
 
     /// Also reports the pods' sandboxes that differ from the sandbox pair's actual store `actual`,
@@ -89,9 +243,9 @@ impl<R: PodRuntime> Pleg<R> {
         self
     }
 
-    /// A handle that makes the PLEG relist at once (for the runtime's event stream).
-    pub fn waker(&self) -> Arc<Notify> {
-        self.wake.clone()
+    /// The handle through which the runtime's event stream wakes the PLEG.
+    pub fn waker(&self) -> PlegWaker {
+        self.waker.clone()
     }
 
     /// One relist: returns how many pods were reported. `kubelet_pleg_relist_duration_seconds`
@@ -100,89 +254,175 @@ impl<R: PodRuntime> Pleg<R> {
     pub async fn relist(&self) -> Result<usize, super::driver::RuntimeError> {
         let started = Instant::now();
         let listed = self.runtime.list_pods().await?;
-        let reported = self.report(&listed, started);
+        let mut reported = 0;
+        for (uid, state) in &listed {
+            reported += self.report(uid, Some(state), started);
+        }
+        let mut gone: BTreeSet<PodUid> = gone(&self.actual, &listed).into_iter().collect();
+        if let Some((actual, _)) = &self.sandboxes {
+            gone.extend(self::gone(actual, &listed));
+        }
+        for uid in &gone {
+            reported += self.report(uid, None, started);
+        }
         self.metrics.pleg_relist_duration.observe(started.elapsed().as_secs_f64());
         Ok(reported)
     }
 
-    /// Reports every pod of `listed` (a relist started at `started`) that differs from the stores,
-    /// and every pod of the stores that `listed` lacks; returns how many reports it made.
-    fn report(&self, listed: &std::collections::HashMap<PodUid, Arc<PodActual>>, started: Instant) -> usize {
+    /// Reads the pods `uids` (at once) and reports those that differ from the stores; returns how
+    /// many reports it made. `nodelet_pleg_pod_read_duration_seconds` observes it.
+    async fn read_pods(&self, uids: &BTreeSet<PodUid>) -> Result<usize, super::driver::RuntimeError> {
+        let started = Instant::now();
+        let states = futures::future::join_all(uids.iter().map(|uid| self.runtime.pod_state(uid))).await;
         let mut reported = 0;
-        for (uid, state) in listed {
-            if self.actual.get(uid).is_none_or(|a| *a != **state) {
+        for (uid, state) in uids.iter().zip(states) {
+            reported += self.report(uid, state?.map(Arc::new).as_ref(), started);
+        }
+        self.metrics.pleg_pod_read_duration.observe(started.elapsed().as_secs_f64());
+        Ok(reported)
+    }
+
+    /// Reports pod `uid` if `state` (read at `started`; `None`: not in the runtime) differs from the
+    /// stores; returns how many reports it made.
+    fn report(&self, uid: &PodUid, state: Option<&Arc<PodActual>>, started: Instant) -> usize {
+        let mut reported = 0;
+        match state {
+            Some(state) if self.actual.get(uid).is_none_or(|a| *a != **state) => {
                 self.observer.observe(uid.clone(), Update::Set(PodActual::clone(state)), started);
                 reported += 1;
             }
-        }
-        for uid in gone(&self.actual, listed) {
-            self.observer.observe(uid, Update::Remove, started);
-            reported += 1;
+            None if self.actual.contains_key(uid) => {
+                self.observer.observe(uid.clone(), Update::Remove, started);
+                reported += 1;
+            }
+            _ => {}
         }
         if let Some((actual, observer)) = &self.sandboxes {
-            for (uid, state) in listed {
-                let same = actual.get(uid).is_some_and(|a| {
+            let same = match state {
+                Some(state) => actual.get(uid).is_some_and(|a| {
                     !a.needs_refresh
                         && a.sandboxes == state.sandboxes
                         && a.namespace == state.namespace
                         && a.name == state.name
-                });
-                if same {
-                    continue;
+                }),
+                None => !actual.contains_key(uid),
+            };
+            if !same {
+                let update = state.and_then(|s| PodSandboxes::of(s)).map_or(Update::Remove, Update::Set);
+                if !matches!(update, Update::Remove) || actual.contains_key(uid) {
+                    observer.observe(uid.clone(), update, started);
+                    reported += 1;
                 }
-                let update = PodSandboxes::of(state).map_or(Update::Remove, Update::Set);
-                if matches!(update, Update::Remove) && !actual.contains_key(uid) {
-                    continue;
-                }
-                observer.observe(uid.clone(), update, started);
-                reported += 1;
-            }
-            for uid in gone(actual, listed) {
-                observer.observe(uid, Update::Remove, started);
-                reported += 1;
             }
         }
         reported
     }
 
-    /// Relists every period, or sooner when woken, with follow-ups (see [`FOLLOW_UP_RELIST`]), until
-    /// `shutdown` completes.
+    /// What the events in `pending` ask to look at: `None` when nothing.
+    fn resolve(&self, pending: Pending) -> Option<Scope> {
+        if pending.relist {
+            return Some(Scope::All);
+        }
+        if pending.ids.is_empty() {
+            return None;
+        }
+        let mut found: HashSet<&str> = HashSet::new();
+        let mut uids = BTreeSet::new();
+        let mut place = |uid: &PodUid, ids: &mut dyn Iterator<Item = &str>| {
+            for id in ids {
+                if let Some((known, _)) = pending.ids.get_key_value(id) {
+                    found.insert(known.as_str());
+                    uids.insert(uid.clone());
+                }
+            }
+        };
+        self.actual.for_each(|uid, pod| {
+            let ids = pod.containers.iter().map(|c| c.id.as_str());
+            place(uid, &mut ids.chain(pod.sandboxes.iter().map(|s| s.id.as_str())));
+        });
+        if let Some((actual, _)) = &self.sandboxes {
+            actual.for_each(|uid, pod| place(uid, &mut pod.sandboxes.iter().map(|s| s.id.as_str())));
+        }
+        let unknown = pending.ids.iter().any(|(id, relist)| *relist && !found.contains(id.as_str()));
+        if unknown || uids.len() > MAX_POD_READS {
+            Some(Scope::All)
+        } else {
+            (!uids.is_empty()).then_some(Scope::Pods(uids))
+        }
+    }
+
+    /// Relists at once, then every period, and follows the runtime's events, with follow-ups (see
+    /// [`FOLLOW_UP_RELIST`]), until `shutdown` completes.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let mut last = Instant::now();
-        let mut woken = false;
-        let mut follow_up: Option<Duration> = None;
+        let mut last_relist = Instant::now();
+        let mut follow_up: Option<FollowUp> = None;
+        let (mut cause, mut scope) = (Cause::Period, Scope::All);
         loop {
             let now = Instant::now();
-            self.metrics.pleg_relist_interval.observe((now - last).as_secs_f64());
-            last = now;
-            let reported = match self.relist().await {
-                Ok(reported) => reported,
-                Err(e) => {
-                    tracing::warn!(error = %e, "relist failed");
-                    0
+            let looked = match &scope {
+                Scope::All => {
+                    self.metrics.pleg_relist_interval.observe((now - last_relist).as_secs_f64());
+                    last_relist = now;
+                    self.relist().await
                 }
+                Scope::Pods(uids) => self.read_pods(uids).await,
             };
+            let reported = looked.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "relist failed");
+                0
+            });
             let ended = Instant::now();
             let cost = ended - now;
-            follow_up = match follow_up {
-                _ if woken => Some(FOLLOW_UP_RELIST),
+            follow_up = match cause {
+                Cause::Event => {
+                    let scope = match follow_up.take() {
+                        Some(f) => f.scope.merge(scope),
+                        None => scope,
+                    };
+                    Some(FollowUp { scope, step: FOLLOW_UP_RELIST, due: ended + FOLLOW_UP_RELIST })
+                }
                 // a chain of follow-ups ends at the period
-                Some(d) => Some(d.saturating_mul(2)).filter(|d| *d < self.period),
-                None if reported > 0 => Some(FOLLOW_UP_RELIST),
-                None => None,
+                Cause::FollowUp(step) => Some(step.saturating_mul(2))
+                    .filter(|step| *step < self.period)
+                    .map(|step| FollowUp { scope, step, due: ended + step }),
+                Cause::Period if reported > 0 => Some(FollowUp {
+                    scope: Scope::All,
+                    step: FOLLOW_UP_RELIST,
+                    due: ended + FOLLOW_UP_RELIST,
+                }),
+                Cause::Period => follow_up,
             };
-            tokio::select! {
-                () = &mut shutdown => return,
-                () = tokio::time::sleep(follow_up.unwrap_or(self.period)) => woken = false,
-                () = self.wake.notified() => woken = true,
-            }
-            if woken {
+            (cause, scope) = loop {
+                let period =
+                    if self.waker.evented() { self.evented_period.max(self.period) } else { self.period };
+                let periodic = last_relist + period;
+                let due = follow_up.as_ref().map_or(periodic, |f| f.due.min(periodic));
+                tokio::select! {
+                    () = &mut shutdown => return,
+                    () = tokio::time::sleep_until(due) => match follow_up.take() {
+                        Some(f) if f.due < periodic => break (Cause::FollowUp(f.step), f.scope),
+                        kept => {
+                            follow_up = kept;
+                            break (Cause::Period, Scope::All);
+                        }
+                    },
+                    () = self.waker.0.notify.notified() => {
+                        if let Some(scope) = self.resolve(self.waker.take()) {
+                            break (Cause::Event, scope);
+                        }
+                    }
+                }
+            };
+            if cause == Cause::Event {
                 let delay = coalesce_delay(cost, ended.elapsed());
                 if !delay.is_zero() {
                     tokio::select! {
                         () = &mut shutdown => return,
                         () = tokio::time::sleep(delay) => {}
+                    }
+                    if let Some(more) = self.resolve(self.waker.take()) {
+                        scope = scope.merge(more);
                     }
                 }
             }
