@@ -255,6 +255,8 @@ struct Scale {
     pleg_relist: Option<Duration>,
     /// How many relists the idle window held.
     idle_relists: f64,
+    /// The evented PLEG's pod reads over every round's start and removal: how many, and their total time.
+    pod_reads: (f64, f64),
     /// Its floor: the time of each bare relist through the bench's client.
     relist_floor: Vec<Duration>,
     pods_latency: Vec<Duration>,
@@ -369,7 +371,7 @@ async fn measure_scale(
         };
         println!(
             "{n} pods, round {}: floor {} (containerd CPU {}), nodelet {} (containerd CPU {}, nodelet CPU {}; \
-             {} PLEG relists, {} operations) = {:.2}×",
+             {} PLEG relists, {} PLEG pod reads, {} operations) = {:.2}×",
             round + 1,
             ms(floor_start.took),
             ms(floor_start.containerd_cpu),
@@ -377,6 +379,7 @@ async fn measure_scale(
             ms(start.containerd_cpu),
             ms(start.nodelet_cpu),
             delta("kubelet_pleg_relist_duration_seconds_count"),
+            delta("nodelet_pleg_pod_read_duration_seconds_count"),
             delta("reconcile_engine_operations_total"),
             start.took.as_secs_f64() / floor_start.took.as_secs_f64(),
         );
@@ -385,6 +388,12 @@ async fn measure_scale(
             measure_idle(nodelet, settings, scale).await?;
         }
         let removal = nodelet.remove_pods(&names).await?;
+        let metrics2 = nodelet.metrics().await?;
+        let reads = |name: &str| {
+            metrics2.get(name).copied().unwrap_or(0.0) - metrics0.get(name).copied().unwrap_or(0.0)
+        };
+        scale.pod_reads.0 += reads("nodelet_pleg_pod_read_duration_seconds_count");
+        scale.pod_reads.1 += reads("nodelet_pleg_pod_read_duration_seconds_sum");
         println!(
             "{n} pods, round {}: removed (manifests deleted → gone from /pods and the runtime) in {}; floor \
              teardown {}",
@@ -622,6 +631,15 @@ fn report(f: &Figures, settings: &Settings) -> anyhow::Result<()> {
                 us(p),
                 us(median(&s.relist_floor)),
                 verdict(p < Duration::from_millis(5))
+            ));
+        }
+        if s.pod_reads.0 > 0.0 {
+            notes.push(format!(
+                "{} pods: the evented PLEG's pod reads (runtime events between relists) took {} on average, {} reads \
+                 over the rounds' starts and removals",
+                s.n,
+                us(Duration::from_secs_f64(s.pod_reads.1 / s.pod_reads.0)),
+                s.pod_reads.0
             ));
         }
     }

@@ -623,7 +623,10 @@ fn eviction_and_image_gc_flags_replace_the_file_fields() {
     assert_eq!(defaults.config.pleg_evented_relist_period, Duration::from_secs(60));
     let p = ok(&[], Some("nodelet: {plegEventedRelistPeriod: 5m}\n"));
     assert_eq!(p.config.pleg_evented_relist_period, Duration::from_secs(300));
-    assert!(err(&[], Some("nodelet: {plegEventedRelistPeriod: 0s}\n")).contains("nodelet.plegEventedRelistPeriod"));
+    assert!(
+        err(&[], Some("nodelet: {plegEventedRelistPeriod: 0s}\n"))
+            .contains("nodelet.plegEventedRelistPeriod")
+    );
     assert!(err(&["--eviction-hard", "memory.free<1Gi"], None).contains("--eviction-hard"));
     assert!(err(&["--eviction-hard", "memory.available=1Gi"], None).contains("not signal<value"));
     assert!(err(&["--image-gc-high-threshold", "101"], None).contains("--image-gc-high-threshold"));
