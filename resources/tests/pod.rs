@@ -559,19 +559,33 @@ async fn a_removal_behind_nodelets_back_should_be_seen_by_reading_the_pod() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn events_the_stores_cannot_place_or_naming_many_pods_should_make_a_relist() {
+async fn an_exit_no_store_knows_should_be_placed_by_asking_the_runtime() {
     let mut n = node();
-    n.evented_with(MAX_POD_READS + 1).await;
-    let reads = n.runtime.calls_of("pod_state").len();
-    let relists = n.relists();
+    n.evented_with(1).await;
+    let (relists, reads) = (n.relists(), n.runtime.calls_of("pod_state").len());
+    let asked = || n.runtime.calls_of("pod_of").into_iter().map(|c| c.target).collect::<Vec<_>>();
     n.relist.removed("a-container-long-forgotten");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!((n.relists(), n.runtime.calls_of("pod_state").len()), (relists, reads), "nothing to do");
-    n.relist.changed("a-container-not-recorded-yet");
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(n.relists(), relists + 1, "an exit no store can place is relisted for at once");
-    assert_eq!(n.runtime.calls_of("pod_state").len(), reads);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(asked(), Vec::<String>::new(), "a removal no store knows is not asked about");
+    n.relist.changed("another-nodes-container");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(asked(), ["another-nodes-container"]);
+    assert_eq!((n.relists(), n.runtime.calls_of("pod_state").len()), (relists, reads), "not ours: nothing");
+    let id = n.runtime.add_unreported_attempt("u0", "web").expect("u0 has a container web");
+    n.relist.changed(&id);
+    let recorded =
+        || n.actual.get(&"u0".to_string()).is_some_and(|p| p.containers.iter().any(|c| c.id == id));
+    assert!(eventually(Duration::from_secs(1), recorded).await, "placed in u0 and read");
+    assert_eq!(asked().last(), Some(&id));
+    assert_eq!(n.relists(), relists, "without a relist");
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_naming_many_pods_should_make_a_relist() {
+    let mut n = node();
+    n.evented_with(MAX_POD_READS + 1).await;
+    let reads = n.runtime.calls_of("pod_state").len();
     let relists = n.relists();
     for i in 0..=MAX_POD_READS {
         n.relist.changed(&n.container_id(&format!("u{i}")));

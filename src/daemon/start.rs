@@ -634,12 +634,12 @@ fn tell_the_pleg(event: &nodelet_cri::RuntimeEvent, pleg: &PlegWaker, metrics: &
     use nodelet_cri::RuntimeEvent as E;
     match event {
         E::Reconnected => {
-            metrics.evented_pleg_connection_success.inc();
+            metrics.evented_pleg_connections.with_label_values(&["success"]).inc();
             pleg.set_evented(true);
             pleg.relist();
         }
         E::Disconnected { .. } => {
-            metrics.evented_pleg_connection_error.inc();
+            metrics.evented_pleg_connections.with_label_values(&["error"]).inc();
             pleg.set_evented(false);
         }
         E::ContainerExited { id, .. } | E::ContainerOom { id } => pleg.changed(id),

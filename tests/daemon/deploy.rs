@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::cluster_support::{ClusterNode, cluster_or_skip};
 use crate::deploy::render::Scrape;
-use crate::support::{env_or_skip, node_name};
+use crate::support::{StartOptions, env_or_skip, node_name};
 
 /// The dashboard renderer of `examples/dashboard_render` (docs/images/dashboard.svg), tested here on real data.
 #[path = "../../examples/dashboard_render/render.rs"]
@@ -573,7 +573,11 @@ async fn every_metric_of_the_dashboard_and_the_alerts_is_exported() {
     }
 
     // Cluster mode (the certificate manager's metrics) with a pod that has a volume (storage operations).
-    let n = ClusterNode::start(&env, &cluster, "deploy").await;
+    // The PLEG relists every second, as without the runtime's events, so that the three scrapes below,
+    // a second apart, see relists to draw its panel from (with events it relists once a minute).
+    let options =
+        StartOptions { nodelet_extra: "plegEventedRelistPeriod: 1s".to_owned(), ..StartOptions::default() };
+    let n = ClusterNode::start_with(&env, &cluster, "deploy", options).await;
     n.write_manifest(
         "metrics.yaml",
         &n.pod_manifest(

@@ -213,7 +213,9 @@ async fn with_the_runtimes_events_an_exit_is_seen_by_reading_its_pod_not_by_reli
     let metrics = async || read_only(&n, "/metrics").await;
     let count = |text: &str, name: &str| sample(text, name, &[]).unwrap_or(0.0);
     n.wait_for("the runtime's event stream", Duration::from_secs(20), async || {
-        (count(&metrics().await, "kubelet_evented_pleg_connection_success_count") >= 1.0).then_some(())
+        let connected =
+            sample(&metrics().await, "nodelet_evented_pleg_connections_total", &["result=\"success\""]);
+        (connected >= Some(1.0)).then_some(())
     })
     .await;
     n.write_manifest(
@@ -248,7 +250,8 @@ async fn with_the_runtimes_events_an_exit_is_seen_by_reading_its_pod_not_by_reli
     assert!(shown < QUICK_NOTICE_MAX, "/pods showed the exit {shown:.3}s after it; expected at once");
     assert_eq!(relists, 0.0, "no relist while the runtime's events come");
     assert!(reads >= 1.0, "the exit was seen by reading the pod ({reads} reads)");
-    assert_eq!(count(&after, "kubelet_evented_pleg_connection_error_count"), 0.0);
+    let broken = sample(&after, "nodelet_evented_pleg_connections_total", &["result=\"error\""]);
+    assert_eq!(broken.unwrap_or(0.0), 0.0, "the event stream did not break");
 
     n.shutdown().await;
 }

@@ -650,6 +650,13 @@ impl CriPodRuntime {
         (sandbox_filter, container_filter)
     }
 
+    /// Whether an object with `labels` is one this runtime manages: nodelet's, and this node's when
+    /// a node name is set (the same test as [`filters`](Self::filters)).
+    fn owns(&self, labels: &HashMap<String, String>) -> bool {
+        let node = &self.inner.config.node_name;
+        labels::is_managed(labels) && (node.is_empty() || labels.get(labels::NODE) == Some(node))
+    }
+
     /// Reads the facts (`PodSandboxStatus`) of the listed sandboxes not seen yet into the cache; a
     /// sandbox that went away meanwhile is left out.
     async fn learn_sandboxes(&self, sandboxes: &[v1::PodSandbox]) -> RuntimeResult<()> {
@@ -1296,6 +1303,24 @@ impl PodRuntime for CriPodRuntime {
 
     async fn pod_state(&self, uid: &str) -> RuntimeResult<Option<PodActual>> {
         Ok(self.collect(Some(uid)).await?.remove(uid).map(Arc::unwrap_or_clone))
+    }
+
+    async fn pod_of(&self, id: &str) -> RuntimeResult<Option<String>> {
+        let client = &self.inner.client;
+        let labels = match client.container_status(id).await {
+            Ok(status) => status.labels,
+            Err(e) if e.is_not_found() => match client.pod_sandbox_status(id).await {
+                Ok(status) => status.labels,
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) => {
+                    return Err(cri_error("RuntimeUnavailable", format_args!("reading sandbox {id}"), &e));
+                }
+            },
+            Err(e) => {
+                return Err(cri_error("RuntimeUnavailable", format_args!("reading container {id}"), &e));
+            }
+        };
+        Ok(self.owns(&labels).then(|| labels.get(labels::POD_UID).cloned()).flatten())
     }
 }
 

@@ -504,6 +504,15 @@ async fn app_pod_runs_serves_logs_and_tears_down() {
     eprintln!("steady-state pod_state in {:?}", relist_started.elapsed());
     assert_eq!(again.containers, pod_state(&rt, &uid).await.containers);
     assert_eq!(rt.pod_state("no-such-uid").await.expect("pod_state"), None);
+    // Whose a container or sandbox is (for a runtime event that no store can place yet).
+    let state = pod_state(&rt, &uid).await;
+    let container = state.containers.first().map(|c| c.id.clone()).expect("a container");
+    let sandbox = state.sandbox().map(|s| s.id.clone()).expect("a sandbox");
+    assert_eq!(rt.pod_of(&container).await.expect("pod_of").as_deref(), Some(uid.as_str()));
+    assert_eq!(rt.pod_of(&sandbox).await.expect("pod_of").as_deref(), Some(uid.as_str()));
+    assert_eq!(rt.pod_of("no-such-container").await.expect("pod_of"), None);
+    let another_node = runtime_with(&env, runtime_config(&env).with_node_name("another-node")).await;
+    assert_eq!(another_node.pod_of(&container).await.expect("pod_of"), None, "another node's runtime");
     // A pod unchanged since the last listing is handed out again, not built anew.
     let first = rt.list_pods().await.expect("list_pods").remove(&uid).expect("pod listed");
     let second = rt.list_pods().await.expect("list_pods").remove(&uid).expect("pod listed");

@@ -115,6 +115,11 @@ pub trait PodRuntime: Send + Sync + 'static {
     /// What the runtime has for one pod now (`None` if nothing).
     fn pod_state(&self, uid: &str) -> impl Future<Output = RuntimeResult<Option<PodActual>>> + Send;
 
+    /// The UID of the pod that the container or sandbox `id` belongs to, when it is one that nodelet
+    /// manages (on this node); `None` when it is another's, or no longer exists. For the PLEG to place
+    /// a runtime event about an object that no store has recorded yet.
+    fn pod_of(&self, id: &str) -> impl Future<Output = RuntimeResult<Option<String>>> + Send;
+
     /// Removes what the pod left outside the runtime (its log directory) once it is gone.
     /// Default: nothing to remove.
     fn remove_pod_leftovers(

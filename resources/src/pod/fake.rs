@@ -136,6 +136,23 @@ impl FakeRuntime {
         }
     }
 
+    /// Adds an exited attempt of pod `uid`'s container `name` under a new ID, as if an operation had
+    /// made it and its outcome were not recorded yet; returns the ID (`None`: no such container).
+    pub fn add_unreported_attempt(&self, uid: &str, name: &str) -> Option<String> {
+        let now = (self.clock)();
+        let mut state = self.lock();
+        let template = state.containers.iter().rev().find(|c| c.uid == uid && c.record.name == name)?;
+        let (mut record, ignores_term) = (template.record.clone(), template.ignores_term);
+        state.next_id += 1;
+        record.id = format!("container-{}", state.next_id);
+        record.state = ContainerState::Exited;
+        record.exit_code = 1;
+        record.finished_at = now;
+        let id = record.id.clone();
+        state.containers.push(FakeContainer { uid: uid.to_string(), record, ignores_term });
+        Some(id)
+    }
+
     /// Makes the pod's newest sandbox not ready (as if its network died).
     pub fn break_sandbox(&self, uid: &str) {
         let mut state = self.lock();
@@ -370,6 +387,13 @@ impl PodRuntime for FakeRuntime {
         let mut state = self.lock();
         self.record(&mut state, "pod_state", uid.to_string())?;
         Ok(Self::snapshot(&state, uid))
+    }
+
+    async fn pod_of(&self, id: &str) -> RuntimeResult<Option<String>> {
+        let mut state = self.lock();
+        self.record(&mut state, "pod_of", id.to_string())?;
+        let container = state.containers.iter().find(|c| c.record.id == id).map(|c| c.uid.clone());
+        Ok(container.or_else(|| state.sandboxes.iter().find(|s| s.3.id == id).map(|s| s.0.clone())))
     }
 }
 

@@ -1,6 +1,6 @@
 //! Pod metrics with the kubelet's names (see the shared reference, §10).
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 /// The pod metrics kept live; gauges of running pods and containers are computed at scrape time
 /// from the actual store.
@@ -13,11 +13,11 @@ pub struct PodMetrics {
     /// `nodelet_pleg_pod_read_duration_seconds`: one read of the pods that runtime events named (the
     /// evented PLEG's update between relists), however many pods it read.
     pub pleg_pod_read_duration: Histogram,
-    /// `kubelet_evented_pleg_connection_success_count`: subscriptions to the runtime's events that
-    /// became active (the first and every one after a break).
-    pub evented_pleg_connection_success: IntCounter,
-    /// `kubelet_evented_pleg_connection_error_count`: subscriptions to the runtime's events that broke.
-    pub evented_pleg_connection_error: IntCounter,
+    /// `nodelet_evented_pleg_connections_total{result}`: subscriptions to the runtime's events that
+    /// became active (`success`: the first and every one after a break) or broke (`error`). The
+    /// kubelet's `kubelet_evented_pleg_connection_{success,error}_count`, named as Prometheus wants
+    /// a counter.
+    pub evented_pleg_connections: IntCounterVec,
     /// `kubelet_started_containers_total{container_type}`: container starts attempted (counted before
     /// the start, as the kubelet), `container_type` from [`container_type`].
     pub started_containers: IntCounterVec,
@@ -80,13 +80,12 @@ impl PodMetrics {
                 )
                 .buckets(POD_READ_BUCKETS.to_vec()),
             )?,
-            evented_pleg_connection_success: IntCounter::new(
-                "kubelet_evented_pleg_connection_success_count",
-                "The number of times a runtime event stream was established.",
-            )?,
-            evented_pleg_connection_error: IntCounter::new(
-                "kubelet_evented_pleg_connection_error_count",
-                "The number of errors encountered during the establishment of the runtime event stream.",
+            evented_pleg_connections: IntCounterVec::new(
+                Opts::new(
+                    "nodelet_evented_pleg_connections_total",
+                    "Subscriptions to the runtime's event stream that became active (success) or broke (error).",
+                ),
+                &["result"],
             )?,
             started_containers: IntCounterVec::new(
                 Opts::new("kubelet_started_containers_total", "Cumulative number of containers started"),
@@ -119,8 +118,10 @@ impl PodMetrics {
         registry.register(Box::new(m.pleg_relist_duration.clone()))?;
         registry.register(Box::new(m.pleg_relist_interval.clone()))?;
         registry.register(Box::new(m.pleg_pod_read_duration.clone()))?;
-        registry.register(Box::new(m.evented_pleg_connection_success.clone()))?;
-        registry.register(Box::new(m.evented_pleg_connection_error.clone()))?;
+        registry.register(Box::new(m.evented_pleg_connections.clone()))?;
+        for result in ["success", "error"] {
+            m.evented_pleg_connections.with_label_values(&[result]);
+        }
         registry.register(Box::new(m.started_containers.clone()))?;
         registry.register(Box::new(m.started_containers_errors.clone()))?;
         Ok(m)

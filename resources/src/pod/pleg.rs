@@ -4,8 +4,9 @@
 //!
 //! It relists the runtime (every pod) periodically, and between relists follows the runtime's events
 //! through its [`PlegWaker`]: an event that names a container or sandbox makes the PLEG read just the
-//! pods it belongs to ([`MAX_POD_READS`] at most, else it relists), an event it cannot place makes it
-//! relist. While the event stream is connected ([`PlegWaker::set_evented`]) the periodic relist is only
+//! pods it belongs to ([`MAX_POD_READS`] at most, else it relists); the exit of one that no store has
+//! recorded yet is placed by asking the runtime ([`PodRuntime::pod_of`]), and ignored when it is not
+//! nodelet's. While the event stream is connected ([`PlegWaker::set_evented`]) the periodic relist is only
 //! the safety net for what events cannot show (an observation the engine dropped while an operation
 //! ran on the pod, an event the runtime lost), every `evented_period`; otherwise every `period`, the
 //! kubelet's 1 s.
@@ -51,6 +52,10 @@ pub const COALESCE_FACTOR: u32 = 2;
 /// Runtime events that name more pods than this at once make a relist instead of one read per pod.
 pub const MAX_POD_READS: usize = 8;
 
+/// At most this many container IDs that no store knows are asked about at once (one `ContainerStatus`
+/// each; the runtime's other clients' containers are among them); more make a relist.
+const MAX_ASKED: usize = 32;
+
 /// Container IDs kept pending between two looks; more make a relist (memory stays bounded in a storm).
 const MAX_PENDING_IDS: usize = 64;
 
@@ -80,8 +85,8 @@ struct Pending {
     /// Relist everything.
     relist: bool,
     /// Container and sandbox IDs named by events; `true` when an ID the stores do not know must be
-    /// relisted for (an exit of a container that no store has recorded yet), `false` when it may be
-    /// ignored (the removal of a container the stores have already forgotten).
+    /// placed by asking the runtime (an exit of a container that no store has recorded yet), `false`
+    /// when it may be ignored (the removal of a container the stores have already forgotten).
     ids: HashMap<String, bool>,
 }
 
@@ -111,7 +116,7 @@ impl PlegWaker {
     }
 
     /// The container or sandbox `id` changed in a way nodelet did not cause (it exited, was killed for
-    /// memory): read its pod soon, or relist when no store knows `id`.
+    /// memory): read its pod soon (when no store knows `id`, the runtime is asked whose it is).
     pub fn changed(&self, id: &str) {
         self.named(id, true);
     }
@@ -319,7 +324,7 @@ impl<R: PodRuntime> Pleg<R> {
     }
 
     /// What the events in `pending` ask to look at: `None` when nothing.
-    fn resolve(&self, pending: Pending) -> Option<Scope> {
+    async fn resolve(&self, pending: Pending) -> Option<Scope> {
         if pending.relist {
             return Some(Scope::All);
         }
@@ -343,11 +348,32 @@ impl<R: PodRuntime> Pleg<R> {
         if let Some((actual, _)) = &self.sandboxes {
             actual.for_each(|uid, pod| place(uid, &mut pod.sandboxes.iter().map(|s| s.id.as_str())));
         }
-        let unknown = pending.ids.iter().any(|(id, relist)| *relist && !found.contains(id.as_str()));
-        if unknown || uids.len() > MAX_POD_READS {
-            Some(Scope::All)
-        } else {
-            (!uids.is_empty()).then_some(Scope::Pods(uids))
+        let unknown: Vec<&str> = pending
+            .ids
+            .iter()
+            .filter(|(id, ask)| **ask && !found.contains(id.as_str()))
+            .map(|(id, _)| id.as_str())
+            .collect();
+        if uids.len() > MAX_POD_READS || unknown.len() > MAX_ASKED {
+            return Some(Scope::All);
+        }
+        let owners = futures::future::join_all(unknown.iter().map(|id| self.runtime.pod_of(id))).await;
+        for owner in owners {
+            match owner {
+                Ok(Some(uid)) => {
+                    uids.insert(uid);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot place a runtime event: relisting");
+                    return Some(Scope::All);
+                }
+            }
+        }
+        match uids.len() {
+            0 => None,
+            n if n > MAX_POD_READS => Some(Scope::All),
+            _ => Some(Scope::Pods(uids)),
         }
     }
 
@@ -408,7 +434,7 @@ impl<R: PodRuntime> Pleg<R> {
                         }
                     },
                     () = self.waker.0.notify.notified() => {
-                        if let Some(scope) = self.resolve(self.waker.take()) {
+                        if let Some(scope) = self.resolve(self.waker.take()).await {
                             break (Cause::Event, scope);
                         }
                     }
@@ -421,7 +447,7 @@ impl<R: PodRuntime> Pleg<R> {
                         () = &mut shutdown => return,
                         () = tokio::time::sleep(delay) => {}
                     }
-                    if let Some(more) = self.resolve(self.waker.take()) {
+                    if let Some(more) = self.resolve(self.waker.take()).await {
                         scope = scope.merge(more);
                     }
                 }
