@@ -152,14 +152,12 @@ impl FileSource {
                     // Wait until the directory has been quiet for the debounce period since its last
                     // event, so that a burst of events gives one rescan.
                     let started = std::time::Instant::now();
-                    loop {
-                        let quiet = events.since_last().unwrap_or(self.config.debounce);
-                        if quiet >= self.config.debounce || started.elapsed() >= MAX_DEBOUNCE {
-                            break;
-                        }
+                    while let Some(wait) =
+                        debounce_wait(events.since_last(), started.elapsed(), self.config.debounce)
+                    {
                         tokio::select! {
                             () = shutdown.cancelled() => return,
-                            () = tokio::time::sleep(self.config.debounce - quiet) => {}
+                            () = tokio::time::sleep(wait) => {}
                         }
                     }
                 }
@@ -360,6 +358,14 @@ impl FileSource {
 
 const MISSING: &str = "the manifest path does not exist";
 
+/// How much longer a rescan that a change asked for waits: until the manifests have been quiet for
+/// `debounce` since the last event (which came `quiet` ago; `None`: none recorded), but no longer
+/// than [`MAX_DEBOUNCE`] since the wait began (`waited` ago). `None`: rescan now.
+fn debounce_wait(quiet: Option<Duration>, waited: Duration, debounce: Duration) -> Option<Duration> {
+    let quiet = quiet.unwrap_or(debounce);
+    (quiet < debounce && waited < MAX_DEBOUNCE).then(|| (debounce - quiet).min(MAX_DEBOUNCE - waited))
+}
+
 /// The relevant inotify events, as the watcher's thread reports them to the source's loop.
 #[derive(Debug)]
 struct Events {
@@ -512,6 +518,19 @@ mod tests {
 
     fn image_of(running: &Running, name: &str) -> Option<String> {
         by_name(&running.store, name).and_then(|p| p.containers()[0].image.clone())
+    }
+
+    #[test]
+    fn a_rescan_waits_for_a_quiet_period_after_the_last_event_but_not_forever() {
+        let ms = Duration::from_millis;
+        let d = ms(20);
+        assert_eq!(debounce_wait(None, ms(0), d), None, "no event recorded: at once");
+        assert_eq!(debounce_wait(Some(ms(25)), ms(0), d), None, "quiet long enough already");
+        assert_eq!(debounce_wait(Some(ms(0)), ms(0), d), Some(ms(20)), "an event just now: a whole period");
+        assert_eq!(debounce_wait(Some(ms(15)), ms(15), d), Some(ms(5)), "counted from the last event");
+        assert_eq!(debounce_wait(Some(ms(1)), ms(300), d), Some(ms(19)), "a later event starts it again");
+        assert_eq!(debounce_wait(Some(ms(0)), MAX_DEBOUNCE, d), None, "events that never stop: at most 1 s");
+        assert_eq!(debounce_wait(Some(ms(0)), MAX_DEBOUNCE - ms(5), d), Some(ms(5)), "never past the bound");
     }
 
     #[tokio::test]
