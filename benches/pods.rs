@@ -25,8 +25,9 @@
 //!    from the runtime (sandboxes included), against the floor's teardown of the same round.
 //! 3. After the first round, idle with N pods: nodelet's VmRSS, RssAnon and CPU over
 //!    `NODELET_BENCH_IDLE_SECS`; the mean PLEG relist (`kubelet_pleg_relist_duration_seconds` over the window;
-//!    while the runtime's events come nodelet relists only every 60 s, so when the window holds none, the mean
-//!    over nodelet's life so far) and how many relists the window held, beside its floor, the median of 20 bare relists through the bench's own [`CriClient`] (ListPodSandbox and
+//!    while the runtime's events come nodelet relists only every 60 s, so when the window holds none, the next
+//!    relist, waited for up to 65 s) and how many relists the window held, beside its floor, the median of 20
+//!    bare relists through the bench's own [`CriClient`] (ListPodSandbox and
 //!    ListContainers at once, with nodelet's filters, on the same N pods: the gRPC round trip and the decoding
 //!    without nodelet's work); then `/pods` and `/stats/summary` each requested 20 times in a row (latency to
 //!    the last byte).
@@ -79,6 +80,10 @@ const DEADLINE: Duration = Duration::from_secs(300);
 const RUN_LABEL: &str = "io.nodelet.bench.run";
 /// How many times `/pods` and `/stats/summary` are requested for their latency.
 const LATENCY_REQUESTS: usize = 20;
+/// How long the idle measurement waits for a relist when its window held none (the PLEG relists every
+/// 60 s while the runtime's events come).
+const IDLE_RELIST_WAIT: Duration = Duration::from_secs(65);
+
 /// How many bare relists make the relist floor.
 const RELIST_FLOOR_ROUNDS: usize = 20;
 /// The pod's command (both sides): `httpd` serving a page, `sh` ending on SIGTERM.
@@ -384,6 +389,8 @@ async fn measure_scale(
             start.took.as_secs_f64() / floor_start.took.as_secs_f64(),
         );
 
+        println!("{n} pods, round {}: nodelet's CRI calls: {}", round + 1, cri_calls(&metrics0, &metrics1));
+
         if round == 0 {
             measure_idle(nodelet, settings, scale).await?;
         }
@@ -412,6 +419,25 @@ async fn measure_scale(
     Ok(())
 }
 
+/// nodelet's CRI calls (`kubelet_runtime_operations_total`).
+const CRI_CALLS: &str = "kubelet_runtime_operations_total";
+
+/// The CRI calls made between the scrapes `before` and `after`, most frequent first: `"list_containers 512, …"`.
+fn cri_calls(before: &HashMap<String, f64>, after: &HashMap<String, f64>) -> String {
+    let mut calls: Vec<(String, f64)> = after
+        .iter()
+        .filter_map(|(series, v)| {
+            let labels = series.strip_prefix(CRI_CALLS)?.strip_prefix('{')?;
+            let op = labels.split("operation_type=\"").nth(1)?.split('"').next()?;
+            Some((op.to_owned(), v - before.get(series).copied().unwrap_or(0.0)))
+        })
+        .filter(|(_, n)| *n > 0.0)
+        .collect();
+    calls.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let calls: Vec<String> = calls.iter().map(|(op, n)| format!("{op} {n}")).collect();
+    calls.join(", ")
+}
+
 /// Idle with N pods (readiness probes every 10 s): memory, CPU, PLEG relists, `/pods` and `/stats/summary`.
 async fn measure_idle(nodelet: &Nodelet, settings: &Settings, scale: &mut Scale) -> anyhow::Result<()> {
     // let the start settle (and the first summary be gathered), then sample
@@ -421,11 +447,13 @@ async fn measure_idle(nodelet: &Nodelet, settings: &Settings, scale: &mut Scale)
     let m1 = nodelet.metrics().await?;
     let delta = |name: &str| m1.get(name).copied().unwrap_or(0.0) - m0.get(name).copied().unwrap_or(0.0);
     let relists = delta("kubelet_pleg_relist_duration_seconds_count");
-    let life = |name: &str| m1.get(name).copied().unwrap_or(0.0);
-    let (sum, count) = if relists > 0.0 {
-        (delta("kubelet_pleg_relist_duration_seconds_sum"), relists)
+    let (sum, count, waited) = if relists > 0.0 {
+        (delta("kubelet_pleg_relist_duration_seconds_sum"), relists, None)
     } else {
-        (life("kubelet_pleg_relist_duration_seconds_sum"), life("kubelet_pleg_relist_duration_seconds_count"))
+        // while the runtime's events come the PLEG relists once a minute: time the next relist on
+        // the idle node (not the mean over nodelet's life, which holds relists made under load)
+        let (sum, count, waited) = nodelet.next_relist(&m1, IDLE_RELIST_WAIT).await?;
+        (sum, count, Some(waited))
     };
     scale.pleg_relist = (count > 0.0).then(|| Duration::from_secs_f64(sum / count));
     scale.idle_relists = relists;
@@ -439,13 +467,14 @@ async fn measure_idle(nodelet: &Nodelet, settings: &Settings, scale: &mut Scale)
     (scale.summary_latency, scale.summary_bytes) = (summary, summary_bytes);
     println!(
         "{} pods idle for {secs:.0} s: {:.2}% of a core, VmRSS {:.1} MiB (VmHWM {:.1} MiB, RssAnon {:.1} MiB), \
-         PLEG relist {} ({relists} relists in the window; floor {}); /pods {} ({} KiB), /stats/summary {} ({} KiB)",
+         PLEG relist {} ({relists} relists in the window{}; floor {}); /pods {} ({} KiB), /stats/summary {} ({} KiB)",
         scale.n,
         cpu * 100.0,
         rss as f64 / 1024.0,
         hwm as f64 / 1024.0,
         anon as f64 / 1024.0,
         scale.pleg_relist.map_or("-".to_owned(), us),
+        waited.map_or(String::new(), |w| format!(", so the next one, {w:.0} s later")),
         spread(&scale.relist_floor),
         spread(&scale.pods_latency),
         pods_bytes / 1024,
@@ -1104,6 +1133,28 @@ impl Nodelet {
     }
 
     /// `/metrics` on the read-only port: each metric name → the sum of its samples.
+    /// Waits (at most `limit`) for the PLEG's next relist after the scrape `after`: the sum and the
+    /// count of the relists seen (count 0 when none came) and how many seconds it waited.
+    async fn next_relist(
+        &self,
+        after: &HashMap<String, f64>,
+        limit: Duration,
+    ) -> anyhow::Result<(f64, f64, f64)> {
+        let started = Instant::now();
+        let value = |m: &HashMap<String, f64>, name: &str| m.get(name).copied().unwrap_or(0.0);
+        loop {
+            let now = self.metrics().await?;
+            let count = value(&now, "kubelet_pleg_relist_duration_seconds_count")
+                - value(after, "kubelet_pleg_relist_duration_seconds_count");
+            if count > 0.0 || started.elapsed() >= limit {
+                let sum = value(&now, "kubelet_pleg_relist_duration_seconds_sum")
+                    - value(after, "kubelet_pleg_relist_duration_seconds_sum");
+                return Ok((sum, count, started.elapsed().as_secs_f64()));
+            }
+            sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     async fn metrics(&self) -> anyhow::Result<HashMap<String, f64>> {
         let url = self.pods_url.replace("/pods", "/metrics");
         let text = self.http.get(&url).send().await?.error_for_status()?.text().await?;
@@ -1113,6 +1164,10 @@ impl Nodelet {
             let name = series.split('{').next().unwrap_or(series);
             if let Ok(v) = value.parse::<f64>() {
                 *sums.entry(name.to_owned()).or_insert(0.0) += v;
+                if name == CRI_CALLS {
+                    // and each call's own series, for the calls a start makes
+                    sums.insert(series.to_owned(), v);
+                }
             }
         }
         Ok(sums)

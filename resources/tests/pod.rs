@@ -582,6 +582,20 @@ async fn an_exit_no_store_knows_should_be_placed_by_asking_the_runtime() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_relist_that_finds_a_missed_exit_should_look_again_at_that_pod_only() {
+    let mut n = node();
+    n.evented_with(2).await;
+    let (relists, reads, others) = (n.relists(), n.reads_of("u0"), n.reads_of("u1"));
+    // The exit's event is lost: the periodic relist finds it.
+    n.runtime.exit("u0", "web", 3);
+    tokio::time::sleep(DEFAULT_EVENTED_RELIST_PERIOD + Duration::from_secs(3)).await;
+    assert_eq!(n.starts("u0/web").len(), 2, "the exit is found and the container restarted");
+    assert_eq!(n.relists(), relists + 1, "one relist: its follow-ups read the pod it reported");
+    assert!(n.reads_of("u0") > reads, "the follow-ups read u0");
+    assert_eq!(n.reads_of("u1"), others, "and not the pod that matched the stores");
+}
+
+#[tokio::test(start_paused = true)]
 async fn events_naming_many_pods_should_make_a_relist() {
     let mut n = node();
     n.evented_with(MAX_POD_READS + 1).await;

@@ -34,7 +34,8 @@ pub const DEFAULT_RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// so it keeps a shorter safety net.
 pub const DEFAULT_EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(60);
 
-/// How soon the PLEG looks again after a runtime event or after a relist that reported changes;
+/// How soon the PLEG looks again after a runtime event (at the pods it named) or after a relist that
+/// reported changes (at the pods it reported; every pod when they are more than [`MAX_POD_READS`]);
 /// the follow-ups double up to the (non-evented) period. Two races make one look not enough:
 /// - containerd's CRI view lags its native events by tens of milliseconds, so the read an exit event
 ///   triggers can still see the container running, and no further event comes;
@@ -167,11 +168,16 @@ enum Scope {
 }
 
 impl Scope {
+    /// Some pods, or every pod when they are more than [`MAX_POD_READS`].
+    fn of(uids: BTreeSet<PodUid>) -> Scope {
+        if uids.len() > MAX_POD_READS { Scope::All } else { Scope::Pods(uids) }
+    }
+
     fn merge(self, other: Scope) -> Scope {
         match (self, other) {
             (Scope::Pods(mut a), Scope::Pods(b)) => {
                 a.extend(b);
-                if a.len() > MAX_POD_READS { Scope::All } else { Scope::Pods(a) }
+                Scope::of(a)
             }
             _ => Scope::All,
         }
@@ -253,52 +259,60 @@ impl<R: PodRuntime> Pleg<R> {
         self.waker.clone()
     }
 
-    /// One relist: returns how many pods were reported. `kubelet_pleg_relist_duration_seconds`
-    /// observes the whole of it, as the kubelet's does: the listing and the comparison with the
-    /// stores.
-    pub async fn relist(&self) -> Result<usize, super::driver::RuntimeError> {
+    /// One relist: returns the pods it reported. `kubelet_pleg_relist_duration_seconds` observes the
+    /// whole of it, as the kubelet's does: the listing and the comparison with the stores.
+    pub async fn relist(&self) -> Result<BTreeSet<PodUid>, super::driver::RuntimeError> {
         let started = Instant::now();
         let listed = self.runtime.list_pods().await?;
-        let mut reported = 0;
+        let mut reported = BTreeSet::new();
         for (uid, state) in &listed {
-            reported += self.report(uid, Some(state), started);
+            if self.report(uid, Some(state), started) {
+                reported.insert(uid.clone());
+            }
         }
         let mut gone: BTreeSet<PodUid> = gone(&self.actual, &listed).into_iter().collect();
         if let Some((actual, _)) = &self.sandboxes {
             gone.extend(self::gone(actual, &listed));
         }
-        for uid in &gone {
-            reported += self.report(uid, None, started);
+        for uid in gone {
+            if self.report(&uid, None, started) {
+                reported.insert(uid);
+            }
         }
         self.metrics.pleg_relist_duration.observe(started.elapsed().as_secs_f64());
         Ok(reported)
     }
 
-    /// Reads the pods `uids` (at once) and reports those that differ from the stores; returns how
-    /// many reports it made. `nodelet_pleg_pod_read_duration_seconds` observes it.
-    async fn read_pods(&self, uids: &BTreeSet<PodUid>) -> Result<usize, super::driver::RuntimeError> {
+    /// Reads the pods `uids` (at once) and returns those it reported, that differed from the stores.
+    /// `nodelet_pleg_pod_read_duration_seconds` observes it.
+    async fn read_pods(
+        &self,
+        uids: &BTreeSet<PodUid>,
+    ) -> Result<BTreeSet<PodUid>, super::driver::RuntimeError> {
         let started = Instant::now();
         let states = futures::future::join_all(uids.iter().map(|uid| self.runtime.pod_state(uid))).await;
-        let mut reported = 0;
+        let mut reported = BTreeSet::new();
         for (uid, state) in uids.iter().zip(states) {
-            reported += self.report(uid, state?.map(Arc::new).as_ref(), started);
+            if self.report(uid, state?.map(Arc::new).as_ref(), started) {
+                reported.insert(uid.clone());
+            }
         }
         self.metrics.pleg_pod_read_duration.observe(started.elapsed().as_secs_f64());
         Ok(reported)
     }
 
     /// Reports pod `uid` if `state` (read at `started`; `None`: not in the runtime) differs from the
-    /// stores; returns how many reports it made.
-    fn report(&self, uid: &PodUid, state: Option<&Arc<PodActual>>, started: Instant) -> usize {
-        let mut reported = 0;
+    /// stores; returns whether it reported anything.
+    fn report(&self, uid: &PodUid, state: Option<&Arc<PodActual>>, started: Instant) -> bool {
+        let mut reported = false;
         match state {
             Some(state) if self.actual.get(uid).is_none_or(|a| *a != **state) => {
                 self.observer.observe(uid.clone(), Update::Set(PodActual::clone(state)), started);
-                reported += 1;
+                reported = true;
             }
             None if self.actual.contains_key(uid) => {
                 self.observer.observe(uid.clone(), Update::Remove, started);
-                reported += 1;
+                reported = true;
             }
             _ => {}
         }
@@ -316,7 +330,7 @@ impl<R: PodRuntime> Pleg<R> {
                 let update = state.and_then(|s| PodSandboxes::of(s)).map_or(Update::Remove, Update::Set);
                 if !matches!(update, Update::Remove) || actual.contains_key(uid) {
                     observer.observe(uid.clone(), update, started);
-                    reported += 1;
+                    reported = true;
                 }
             }
         }
@@ -396,7 +410,7 @@ impl<R: PodRuntime> Pleg<R> {
             };
             let reported = looked.unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "relist failed");
-                0
+                BTreeSet::new()
             });
             let ended = Instant::now();
             let cost = ended - now;
@@ -412,11 +426,16 @@ impl<R: PodRuntime> Pleg<R> {
                 Cause::FollowUp(step) => Some(step.saturating_mul(2))
                     .filter(|step| *step < self.period)
                     .map(|step| FollowUp { scope, step, due: ended + step }),
-                Cause::Period if reported > 0 => Some(FollowUp {
-                    scope: Scope::All,
-                    step: FOLLOW_UP_RELIST,
-                    due: ended + FOLLOW_UP_RELIST,
-                }),
+                // the pods a relist reported are looked at again (an observation the engine
+                // dropped is reported again); the others matched the stores
+                Cause::Period if !reported.is_empty() => {
+                    let scope = Scope::of(reported);
+                    let scope = match follow_up.take() {
+                        Some(f) => f.scope.merge(scope),
+                        None => scope,
+                    };
+                    Some(FollowUp { scope, step: FOLLOW_UP_RELIST, due: ended + FOLLOW_UP_RELIST })
+                }
                 Cause::Period => follow_up,
             };
             (cause, scope) = loop {
