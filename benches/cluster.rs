@@ -257,7 +257,7 @@ async fn with_plane(
     let cri = CriClient::connect(CriConfig::new(env.endpoint.clone()))
         .await
         .with_context(|| format!("cannot connect to {}", env.endpoint))?;
-    let mut nodelet = Nodelet::start(env, dir, node, &kubeconfig).await?;
+    let mut nodelet = Nodelet::start(env, dir, node, &kubeconfig, settings.pods).await?;
     let result = async {
         let started = Instant::now();
         api.wait_node_ready(node, &mut nodelet).await?;
@@ -1010,7 +1010,14 @@ struct Nodelet {
 }
 
 impl Nodelet {
-    async fn start(env: &Env, dir: &Path, node: &str, kubeconfig: &Path) -> anyhow::Result<Nodelet> {
+    /// `pods`: how many pods a phase runs at once (`--max-pods` is at least that, at least the default 110).
+    async fn start(
+        env: &Env,
+        dir: &Path,
+        node: &str,
+        kubeconfig: &Path,
+        pods: usize,
+    ) -> anyhow::Result<Nodelet> {
         let manifests = dir.join("manifests");
         for sub in ["root", "manifests", "logs"] {
             std::fs::create_dir_all(dir.join(sub))?;
@@ -1031,6 +1038,7 @@ impl Nodelet {
             ("--read-only-port", read_only.to_string()),
             ("--port", main.to_string()),
             ("--healthz-port", healthz.to_string()),
+            ("--max-pods", pods.max(110).to_string()),
             ("--cgroup-root", env.cgroup_parent.clone()),
             ("--resolv-conf", env.resolv_conf.clone()),
             // The shared test runtime's disk may be nearly full: measure pods, not DiskPressure, and never
