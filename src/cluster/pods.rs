@@ -10,7 +10,8 @@
 //!
 //! Pods are validated and defaulted like every source's ([`prepare`]); what the API server wrote
 //! that is not the pod's spec (status, `resourceVersion`, managed fields) is dropped first, so a
-//! status update does not touch the desired pod. A pod that fails nodelet's validation is reported as
+//! status update does not touch the desired pod: a change of only those (each status patch's echo)
+//! updates the snapshot and nothing else, without preparing every pod again. A pod that fails nodelet's validation is reported as
 //! a source problem (an `InvalidManifest` event on the pod) and not run.
 
 use std::collections::{BTreeMap, HashMap};
@@ -66,6 +67,18 @@ fn spec_only(pod: &Pod) -> Pod {
     pod.metadata.resource_version = None;
     pod.metadata.managed_fields = None;
     pod
+}
+
+/// Whether `new` differs from `old` in what the desired pod is made of (everything but the status,
+/// `resourceVersion` and the managed fields, as [`spec_only`] keeps).
+fn spec_changed(old: &Pod, new: &Pod) -> bool {
+    let bookkeeping = |pod: &Pod| {
+        let mut meta = pod.metadata.clone();
+        meta.resource_version = None;
+        meta.managed_fields = None;
+        meta
+    };
+    old.spec != new.spec || bookkeeping(old) != bookkeeping(new)
 }
 
 /// The API server source; see the [module docs](self).
@@ -137,8 +150,16 @@ impl ApiPods {
                     true
                 }
                 Some(Ok(Event::Apply(pod))) => {
-                    current.insert(name_of(&pod), Arc::new(pod));
-                    true
+                    let pod = Arc::new(pod);
+                    match current.insert(name_of(&pod), pod.clone()) {
+                        Some(old) if synced && !spec_changed(&old, &pod) => {
+                            // Only the status (or the server's bookkeeping) changed, as after each
+                            // status patch: the desired pods stay, only the snapshot changes.
+                            self.publish_snapshot(&current);
+                            false
+                        }
+                        _ => true,
+                    }
                 }
                 Some(Ok(Event::Delete(pod))) => current.remove(&name_of(&pod)).is_some(),
             };
@@ -181,6 +202,43 @@ impl ApiPods {
         }
         self.prepared = seen;
         self.handle.report(pods, problems);
+        self.publish_snapshot(current);
+    }
+
+    /// Gives the snapshot's readers the pods.
+    fn publish_snapshot(&self, current: &BTreeMap<PodName, Arc<Pod>>) {
         self.tx.send_replace(Arc::new(ApiPodSnapshot { synced: true, pods: current.clone() }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    use super::*;
+
+    #[test]
+    fn only_a_change_beyond_the_status_and_the_bookkeeping_changes_the_spec() {
+        let mut old = Pod::default();
+        old.metadata.name = Some("web".to_owned());
+        old.metadata.resource_version = Some("1".to_owned());
+        old.spec = Some(PodSpec { node_name: Some("n".to_owned()), ..PodSpec::default() });
+        let mut new = old.clone();
+        new.metadata.resource_version = Some("2".to_owned());
+        new.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        new.status = Some(PodStatus { phase: Some("Running".to_owned()), ..PodStatus::default() });
+        assert!(!spec_changed(&old, &new), "a status patch's echo");
+        let mut labelled = new.clone();
+        labelled.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
+        assert!(spec_changed(&old, &labelled), "metadata");
+        let mut deleted = new.clone();
+        deleted.metadata.deletion_timestamp = new.metadata.creation_timestamp.clone().or(Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        ));
+        assert!(spec_changed(&old, &deleted), "a deletion");
+        let mut respecced = new;
+        respecced.spec.as_mut().expect("spec").active_deadline_seconds = Some(5);
+        assert!(spec_changed(&old, &respecced), "the spec");
     }
 }
