@@ -11,8 +11,9 @@
 //! Pods are validated and defaulted like every source's ([`prepare`]); what the API server wrote
 //! that is not the pod's spec (status, `resourceVersion`, managed fields) is dropped first, so a
 //! status update does not touch the desired pod: a change of only those (each status patch's echo)
-//! updates the snapshot and nothing else, without preparing every pod again. A pod that fails nodelet's validation is reported as
-//! a source problem (an `InvalidManifest` event on the pod) and not run.
+//! updates the snapshot and nothing else, without preparing every pod again. A pod that fails
+//! nodelet's validation is reported as a source problem (an `InvalidManifest` event on the pod) and
+//! not run.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -214,7 +215,7 @@ impl ApiPods {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
 
     use super::*;
 
@@ -233,9 +234,7 @@ mod tests {
         labelled.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
         assert!(spec_changed(&old, &labelled), "metadata");
         let mut deleted = new.clone();
-        deleted.metadata.deletion_timestamp = new.metadata.creation_timestamp.clone().or(Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-        ));
+        deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         assert!(spec_changed(&old, &deleted), "a deletion");
         let mut respecced = new;
         respecced.spec.as_mut().expect("spec").active_deadline_seconds = Some(5);
