@@ -1132,7 +1132,6 @@ impl Nodelet {
         Ok(pods)
     }
 
-    /// `/metrics` on the read-only port: each metric name → the sum of its samples.
     /// Waits (at most `limit`) for the PLEG's next relist after the scrape `after`: the sum and the
     /// count of the relists seen (count 0 when none came) and how many seconds it waited.
     async fn next_relist(
@@ -1155,6 +1154,8 @@ impl Nodelet {
         }
     }
 
+    /// `/metrics` on the read-only port: each metric name → the sum of its samples, and each series of
+    /// [`CRI_CALLS`] (with its labels) → its value.
     async fn metrics(&self) -> anyhow::Result<HashMap<String, f64>> {
         let url = self.pods_url.replace("/pods", "/metrics");
         let text = self.http.get(&url).send().await?.error_for_status()?.text().await?;

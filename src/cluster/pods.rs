@@ -70,16 +70,9 @@ fn spec_only(pod: &Pod) -> Pod {
     pod
 }
 
-/// Whether `new` differs from `old` in what the desired pod is made of (everything but the status,
-/// `resourceVersion` and the managed fields, as [`spec_only`] keeps).
+/// Whether `new` differs from `old` in what the desired pod is made of ([`spec_only`]).
 fn spec_changed(old: &Pod, new: &Pod) -> bool {
-    let bookkeeping = |pod: &Pod| {
-        let mut meta = pod.metadata.clone();
-        meta.resource_version = None;
-        meta.managed_fields = None;
-        meta
-    };
-    old.spec != new.spec || bookkeeping(old) != bookkeeping(new)
+    spec_only(old) != spec_only(new)
 }
 
 /// The API server source; see the [module docs](self).
