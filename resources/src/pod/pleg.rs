@@ -36,7 +36,8 @@ pub const DEFAULT_EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(60);
 
 /// How soon the PLEG looks again after a runtime event (at the pods it named) or after a relist that
 /// reported changes (at the pods it reported; every pod when they are more than [`MAX_POD_READS`]);
-/// the follow-ups double up to the (non-evented) period. Two races make one look not enough:
+/// the follow-ups double up to the (non-evented) period; a relist's follow-ups end sooner, at the
+/// first look that finds the stores matching the runtime. Two races make one look not enough:
 /// - containerd's CRI view lags its native events by tens of milliseconds, so the read an exit event
 ///   triggers can still see the container running, and no further event comes;
 /// - the engine drops an observation that races an operation on the same pod (a container that exits
@@ -189,15 +190,43 @@ impl Scope {
 enum Cause {
     Period,
     Event,
-    FollowUp(Duration),
+    /// The `step`th delay of a chain; `until_quiet`: the chain ends at a look that reports nothing.
+    FollowUp {
+        step: Duration,
+        until_quiet: bool,
+    },
 }
 
 /// A follow-up look planned at `due`, the `step`th delay of its chain.
+///
+/// A chain that a runtime event started runs to the period whatever its looks find (the runtime's
+/// CRI view may still show the state from before the event, so a look that finds nothing proves
+/// nothing). A chain that a periodic relist started (`until_quiet`) is there to report again what
+/// the engine dropped: it ends at the first look that finds the stores matching the runtime.
 #[derive(Debug)]
 struct FollowUp {
     scope: Scope,
     step: Duration,
     due: Instant,
+    until_quiet: bool,
+}
+
+/// The follow-up that continues a chain after a look at `scope` that took its `step`th delay
+/// (`reported`: whether the look reported anything), ending at `ended`; `None` when the chain
+/// ends: its next delay would reach `period`, or it ends when quiet and the look was.
+fn next_follow_up(
+    scope: Scope,
+    step: Duration,
+    until_quiet: bool,
+    reported: bool,
+    ended: Instant,
+    period: Duration,
+) -> Option<FollowUp> {
+    if until_quiet && !reported {
+        return None;
+    }
+    let step = step.saturating_mul(2);
+    (step < period).then(|| FollowUp { scope, step, due: ended + step, until_quiet })
 }
 
 /// The relist loop.
@@ -420,21 +449,32 @@ impl<R: PodRuntime> Pleg<R> {
                         Some(f) => f.scope.merge(scope),
                         None => scope,
                     };
-                    Some(FollowUp { scope, step: FOLLOW_UP_RELIST, due: ended + FOLLOW_UP_RELIST })
+                    Some(FollowUp {
+                        scope,
+                        step: FOLLOW_UP_RELIST,
+                        due: ended + FOLLOW_UP_RELIST,
+                        until_quiet: false,
+                    })
                 }
-                // a chain of follow-ups ends at the period
-                Cause::FollowUp(step) => Some(step.saturating_mul(2))
-                    .filter(|step| *step < self.period)
-                    .map(|step| FollowUp { scope, step, due: ended + step }),
+                // a chain of follow-ups ends at the period (or, started by a relist, when quiet)
+                Cause::FollowUp { step, until_quiet } => {
+                    next_follow_up(scope, step, until_quiet, !reported.is_empty(), ended, self.period)
+                }
                 // the pods a relist reported are looked at again (an observation the engine
                 // dropped is reported again); the others matched the stores
                 Cause::Period if !reported.is_empty() => {
                     let scope = Scope::of(reported);
-                    let scope = match follow_up.take() {
-                        Some(f) => f.scope.merge(scope),
-                        None => scope,
+                    // an event's chain that was pending keeps running to the period
+                    let (scope, until_quiet) = match follow_up.take() {
+                        Some(f) => (f.scope.merge(scope), f.until_quiet),
+                        None => (scope, true),
                     };
-                    Some(FollowUp { scope, step: FOLLOW_UP_RELIST, due: ended + FOLLOW_UP_RELIST })
+                    Some(FollowUp {
+                        scope,
+                        step: FOLLOW_UP_RELIST,
+                        due: ended + FOLLOW_UP_RELIST,
+                        until_quiet,
+                    })
                 }
                 Cause::Period => follow_up,
             };
@@ -446,7 +486,9 @@ impl<R: PodRuntime> Pleg<R> {
                 tokio::select! {
                     () = &mut shutdown => return,
                     () = tokio::time::sleep_until(due) => match follow_up.take() {
-                        Some(f) if f.due < periodic => break (Cause::FollowUp(f.step), f.scope),
+                        Some(f) if f.due < periodic => {
+                            break (Cause::FollowUp { step: f.step, until_quiet: f.until_quiet }, f.scope);
+                        }
                         kept => {
                             follow_up = kept;
                             break (Cause::Period, Scope::All);
@@ -496,6 +538,26 @@ mod tests {
         writer.remove(&"a".to_owned());
         assert_eq!(gone(&store, &listed(&["b", "c"])), Vec::<PodUid>::new(), "a removed key is not reported");
         assert_eq!(gone(&store, &listed(&[])).len(), 2);
+    }
+
+    #[test]
+    fn an_events_chain_runs_to_the_period_and_a_relists_ends_when_quiet() {
+        let (ended, period, step) = (Instant::now(), Duration::from_secs(1), FOLLOW_UP_RELIST);
+        let pods = || Scope::Pods(BTreeSet::from(["u".to_owned()]));
+        let next = |until_quiet, reported| next_follow_up(pods(), step, until_quiet, reported, ended, period);
+        for reported in [false, true] {
+            let f = next(false, reported).expect("an event's chain goes on, found or not");
+            assert_eq!((f.step, f.due, f.until_quiet), (step * 2, ended + step * 2, false));
+        }
+        assert!(next(true, false).is_none(), "a relist's chain ends at a quiet look");
+        let f = next(true, true).expect("and goes on while its looks report");
+        assert_eq!((f.step, f.scope, f.until_quiet), (step * 2, pods(), true));
+        let last = next_follow_up(pods(), Duration::from_millis(800), false, true, ended, period);
+        assert!(last.is_none(), "no chain goes past the period");
+        assert!(
+            next_follow_up(Scope::All, Duration::MAX, false, true, ended, period).is_none(),
+            "no overflow"
+        );
     }
 
     #[test]
