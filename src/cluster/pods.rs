@@ -9,9 +9,10 @@
 //! only handed to the mirror-pod manager through the [`ApiPodSnapshot`].
 //!
 //! Pods are validated and defaulted like every source's ([`prepare`]); what the API server wrote
-//! that is not the pod's spec (status, `resourceVersion`, managed fields) is dropped first, so a
+//! that is not the pod's spec (status, `resourceVersion`, managed fields) is left out first, so a
 //! status update does not touch the desired pod: a change of only those (each status patch's echo)
-//! updates the snapshot and nothing else, without preparing every pod again. A pod that fails
+//! updates the snapshot and nothing else, without preparing every pod again. Managed fields are
+//! never read and are dropped as each pod arrives. A pod that fails
 //! nodelet's validation is reported as a source problem (an `InvalidManifest` event on the pod) and
 //! not run.
 
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -70,9 +72,43 @@ fn spec_only(pod: &Pod) -> Pod {
     pod
 }
 
-/// Whether `new` differs from `old` in what the desired pod is made of ([`spec_only`]).
+/// Whether `new` differs from `old` in what the desired pod is made of: everything but the status,
+/// the `resourceVersion` and the managed fields (what [`spec_only`] drops). Compares in place,
+/// without copying either pod.
 fn spec_changed(old: &Pod, new: &Pod) -> bool {
-    spec_only(old) != spec_only(new)
+    // Every field is named, so that a field a newer k8s-openapi adds is not silently ignored.
+    let meta::ObjectMeta {
+        annotations,
+        creation_timestamp,
+        deletion_grace_period_seconds,
+        deletion_timestamp,
+        finalizers,
+        generate_name,
+        generation,
+        labels,
+        managed_fields: _,
+        name,
+        namespace,
+        owner_references,
+        resource_version: _,
+        self_link,
+        uid,
+    } = &old.metadata;
+    let m = &new.metadata;
+    old.spec != new.spec
+        || *annotations != m.annotations
+        || *creation_timestamp != m.creation_timestamp
+        || *deletion_grace_period_seconds != m.deletion_grace_period_seconds
+        || *deletion_timestamp != m.deletion_timestamp
+        || *finalizers != m.finalizers
+        || *generate_name != m.generate_name
+        || *generation != m.generation
+        || *labels != m.labels
+        || *name != m.name
+        || *namespace != m.namespace
+        || *owner_references != m.owner_references
+        || *self_link != m.self_link
+        || *uid != m.uid
 }
 
 /// The API server source; see the [module docs](self).
@@ -82,8 +118,9 @@ pub(crate) struct ApiPods {
     node: String,
     handle: SourceHandle,
     tx: watch::Sender<Arc<ApiPodSnapshot>>,
-    /// The last preparation of each pod, by UID: reused while the spec stays the same.
-    prepared: HashMap<String, (Pod, Result<DesiredPod, String>)>,
+    /// The last preparation of each pod, by UID, with the pod it was made from: reused while the
+    /// spec stays the same.
+    prepared: HashMap<String, (Arc<Pod>, Result<DesiredPod, String>)>,
 }
 
 impl ApiPods {
@@ -107,7 +144,12 @@ impl ApiPods {
     /// Watches until `shutdown`.
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node));
-        let mut stream = watcher::watcher(self.api.clone(), config).default_backoff().boxed();
+        // The managed fields (often the largest part of a pod's metadata) are never read: they are
+        // dropped on receipt instead of being kept with every pod.
+        let mut stream = watcher::watcher(self.api.clone(), config)
+            .default_backoff()
+            .modify(|pod| pod.metadata.managed_fields = None)
+            .boxed();
         let mut building: BTreeMap<PodName, Arc<Pod>> = BTreeMap::new();
         let mut current: BTreeMap<PodName, Arc<Pod>> = BTreeMap::new();
         let mut synced = false;
@@ -174,10 +216,9 @@ impl ApiPods {
                 continue;
             }
             let Some(uid) = pod.metadata.uid.clone() else { continue };
-            let spec = spec_only(pod);
             let result = match self.prepared.remove(&uid) {
-                Some((old, result)) if old == spec => result,
-                _ => prepare(spec.clone(), PodSource::Api, &self.node).map_err(|e| e.to_string()).and_then(
+                Some((old, result)) if !spec_changed(&old, pod) => result,
+                _ => prepare(spec_only(pod), PodSource::Api, &self.node).map_err(|e| e.to_string()).and_then(
                     |desired| match security.api.admit(&desired.pod) {
                         Ok(()) => Ok(desired),
                         Err(refusal) => Err(format!("pods \"{name}\" is forbidden: {refusal}")),
@@ -192,7 +233,7 @@ impl ApiPods {
                     message: message.clone(),
                 }),
             }
-            seen.insert(uid, (spec, result));
+            seen.insert(uid, (pod.clone(), result));
         }
         self.prepared = seen;
         self.handle.report(pods, problems);
@@ -229,6 +270,13 @@ mod tests {
         let mut deleted = new.clone();
         deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         assert!(spec_changed(&old, &deleted), "a deletion");
+        let mut finalized = new.clone();
+        finalized.metadata.finalizers = Some(vec!["f".to_owned()]);
+        assert!(spec_changed(&old, &finalized), "finalizers");
+        let mut annotated = new.clone();
+        annotated.metadata.annotations = Some([("a".to_owned(), "b".to_owned())].into());
+        assert!(spec_changed(&old, &annotated), "annotations");
+        assert!(!spec_changed(&new, &spec_only(&new)), "what spec_only drops is what is not compared");
         let mut respecced = new;
         respecced.spec.as_mut().expect("spec").active_deadline_seconds = Some(5);
         assert!(spec_changed(&old, &respecced), "the spec");
