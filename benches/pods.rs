@@ -24,10 +24,11 @@
 //!    floor: its StartContainer returned). Removal: the manifests deleted → the pods gone from `/pods` and
 //!    from the runtime (sandboxes included), against the floor's teardown of the same round.
 //! 3. After the first round, idle with N pods: nodelet's VmRSS, RssAnon and CPU over
-//!    `NODELET_BENCH_IDLE_SECS`; the mean PLEG relist (`kubelet_pleg_relist_duration_seconds` over the window;
-//!    while the runtime's events come nodelet relists only every 60 s, so when the window holds none, the next
-//!    relist, waited for up to 65 s) and how many relists the window held, beside its floor, the median of 20
-//!    bare relists through the bench's own [`CriClient`] (ListPodSandbox and
+//!    `NODELET_BENCH_IDLE_SECS` and how many PLEG relists the window held; then the PLEG relist on the idle
+//!    node: while the runtime's events come nodelet relists only every 60 s, so the bench waits for the next
+//!    relists and times each (`kubelet_pleg_relist_duration_seconds`, scraped every 250 ms): one at each pod
+//!    count, `NODELET_BENCH_RELISTS` (default 3) at the largest, where the median is taken; beside it its
+//!    floor, the median of 20 bare relists through the bench's own [`CriClient`] (ListPodSandbox and
 //!    ListContainers at once, with nodelet's filters, on the same N pods: the gRPC round trip and the decoding
 //!    without nodelet's work); then `/pods` and `/stats/summary` each requested 20 times in a row (latency to
 //!    the last byte).
@@ -40,7 +41,8 @@
 //!
 //! Environment: `NODELET_BENCH_PODS` (the series, default `10,30,110,250`), `NODELET_BENCH_MANY_ROUNDS` (N-pod
 //! rounds, default 3), `NODELET_BENCH_ROUNDS` (single-pod rounds, default 5), `NODELET_BENCH_IDLE_SECS` (default
-//! 30), `NODELET_BENCH_PARALLELISM` (floor parallelisms, default `4,8`), `NODELET_BENCH_OUT`,
+//! 30), `NODELET_BENCH_RELISTS` (relists timed at the largest pod count, default 3),
+//! `NODELET_BENCH_PARALLELISM` (floor parallelisms, default `4,8`), `NODELET_BENCH_OUT`,
 //! `NODELET_BENCH_KEEP_LOG=1` (print and keep nodelet's log directory), `NODELET_BENCH_LOG` (nodelet's
 //! `RUST_LOG`, e.g. `info,nodelet::sources=debug,reconcile_engine=debug` to see where the time goes).
 //!
@@ -80,8 +82,8 @@ const DEADLINE: Duration = Duration::from_secs(300);
 const RUN_LABEL: &str = "io.nodelet.bench.run";
 /// How many times `/pods` and `/stats/summary` are requested for their latency.
 const LATENCY_REQUESTS: usize = 20;
-/// How long the idle measurement waits for a relist when its window held none (the PLEG relists every
-/// 60 s while the runtime's events come).
+/// How long the idle measurement waits for each relist it times (the PLEG relists every 60 s while
+/// the runtime's events come).
 const IDLE_RELIST_WAIT: Duration = Duration::from_secs(65);
 
 /// How many bare relists make the relist floor.
@@ -132,6 +134,8 @@ struct Settings {
     many_rounds: usize,
     rounds: usize,
     idle: Duration,
+    /// How many idle relists are timed at the largest pod count (one at the others).
+    relists: usize,
     parallelism: Vec<usize>,
     keep_log: bool,
     out: Option<PathBuf>,
@@ -163,6 +167,7 @@ impl Settings {
             many_rounds: env_number("NODELET_BENCH_MANY_ROUNDS", 3)?,
             rounds: env_number("NODELET_BENCH_ROUNDS", 5)?,
             idle: Duration::from_secs(env_number("NODELET_BENCH_IDLE_SECS", 30)? as u64),
+            relists: env_number("NODELET_BENCH_RELISTS", 3)?,
             parallelism: env_list("NODELET_BENCH_PARALLELISM", &[4, 8])?,
             keep_log: std::env::var("NODELET_BENCH_KEEP_LOG").as_deref() == Ok("1"),
             out,
@@ -171,6 +176,7 @@ impl Settings {
             || settings.series.contains(&0)
             || settings.rounds == 0
             || settings.many_rounds == 0
+            || settings.relists == 0
             || settings.parallelism.is_empty()
             || settings.parallelism.contains(&0)
         {
@@ -256,8 +262,8 @@ struct Scale {
     hwm_kib: u64,
     idle_cpu: f64,
     idle_secs: f64,
-    /// Mean PLEG relist over the idle window (or, when it held none, over nodelet's life so far).
-    pleg_relist: Option<Duration>,
+    /// The PLEG relists timed on the idle node.
+    pleg_relist: Vec<Duration>,
     /// How many relists the idle window held.
     idle_relists: f64,
     /// The evented PLEG's pod reads over every round's start and removal: how many, and their total time.
@@ -447,15 +453,12 @@ async fn measure_idle(nodelet: &Nodelet, settings: &Settings, scale: &mut Scale)
     let m1 = nodelet.metrics().await?;
     let delta = |name: &str| m1.get(name).copied().unwrap_or(0.0) - m0.get(name).copied().unwrap_or(0.0);
     let relists = delta("kubelet_pleg_relist_duration_seconds_count");
-    let (sum, count, waited) = if relists > 0.0 {
-        (delta("kubelet_pleg_relist_duration_seconds_sum"), relists, None)
-    } else {
-        // while the runtime's events come the PLEG relists once a minute: time the next relist on
-        // the idle node (not the mean over nodelet's life, which holds relists made under load)
-        let (sum, count, waited) = nodelet.next_relist(&m1, IDLE_RELIST_WAIT).await?;
-        (sum, count, Some(waited))
-    };
-    scale.pleg_relist = (count > 0.0).then(|| Duration::from_secs_f64(sum / count));
+    // while the runtime's events come the PLEG relists once a minute: time the next relists on the
+    // idle node, each alone (not the mean over nodelet's life, which holds relists made under load)
+    let wanted = if Some(&scale.n) == settings.series.last() { settings.relists } else { 1 };
+    let waiting = Instant::now();
+    scale.pleg_relist = nodelet.next_relists(wanted, IDLE_RELIST_WAIT).await?;
+    let waited = waiting.elapsed();
     scale.idle_relists = relists;
     scale.relist_floor = nodelet.relist_floor(RELIST_FLOOR_ROUNDS).await?;
     let (rss, hwm, anon) = nodelet.memory()?;
@@ -467,14 +470,16 @@ async fn measure_idle(nodelet: &Nodelet, settings: &Settings, scale: &mut Scale)
     (scale.summary_latency, scale.summary_bytes) = (summary, summary_bytes);
     println!(
         "{} pods idle for {secs:.0} s: {:.2}% of a core, VmRSS {:.1} MiB (VmHWM {:.1} MiB, RssAnon {:.1} MiB), \
-         PLEG relist {} ({relists} relists in the window{}; floor {}); /pods {} ({} KiB), /stats/summary {} ({} KiB)",
+         PLEG relist {} ({relists} relists in the window; {} timed over the next {:.0} s; floor {}); \
+         /pods {} ({} KiB), /stats/summary {} ({} KiB)",
         scale.n,
         cpu * 100.0,
         rss as f64 / 1024.0,
         hwm as f64 / 1024.0,
         anon as f64 / 1024.0,
-        scale.pleg_relist.map_or("-".to_owned(), us),
-        waited.map_or(String::new(), |w| format!(", so the next one, {w:.0} s later")),
+        relist_figure(&scale.pleg_relist),
+        scale.pleg_relist.len(),
+        waited.as_secs_f64(),
         spread(&scale.relist_floor),
         spread(&scale.pods_latency),
         pods_bytes / 1024,
@@ -488,6 +493,20 @@ async fn measure_idle(nodelet: &Nodelet, settings: &Settings, scale: &mut Scale)
 
 fn us(d: Duration) -> String {
     if d < Duration::from_millis(10) { format!("{:.2} ms", d.as_secs_f64() * 1000.0) } else { ms(d) }
+}
+
+/// The relists timed: one alone, several as their median with the spread; `-` when none came.
+fn relist_figure(v: &[Duration]) -> String {
+    match v {
+        [] => "-".to_owned(),
+        [one] => us(*one),
+        _ => spread(v),
+    }
+}
+
+/// Each of `v`, in order.
+fn list_us(v: &[Duration]) -> String {
+    v.iter().map(|d| us(*d)).collect::<Vec<_>>().join(", ")
 }
 
 /// The median, with the spread: `median (min–max)`.
@@ -604,7 +623,7 @@ fn report(f: &Figures, settings: &Settings) -> anyhow::Result<()> {
             s.rss_kib as f64 / 1024.0,
             s.anon_kib as f64 / 1024.0,
             s.idle_cpu * 100.0,
-            s.pleg_relist.map_or("-".to_owned(), us),
+            relist_figure(&s.pleg_relist),
             us(median(&s.relist_floor)),
             s.idle_relists,
             s.idle_secs,
@@ -652,12 +671,13 @@ fn report(f: &Figures, settings: &Settings) -> anyhow::Result<()> {
                 ));
             }
         }
-        if s.n == 250
-            && let Some(p) = s.pleg_relist
-        {
+        if s.n == 250 && !s.pleg_relist.is_empty() {
+            let p = median(&s.pleg_relist);
             notes.push(format!(
-                "250 pods: PLEG relist {} (floor {}), goal < 5 ms: {}",
+                "250 pods: PLEG relist {} (median of {}: {}; floor {}), goal < 5 ms: {}",
                 us(p),
+                s.pleg_relist.len(),
+                list_us(&s.pleg_relist),
                 us(median(&s.relist_floor)),
                 verdict(p < Duration::from_millis(5))
             ));
@@ -699,7 +719,7 @@ fn report(f: &Figures, settings: &Settings) -> anyhow::Result<()> {
         }),
         line("/pods latency", "ms", 1000.0, &|s| median(&s.pods_latency).as_secs_f64()),
         line("/stats/summary latency", "ms", 1000.0, &|s| median(&s.summary_latency).as_secs_f64()),
-        line("PLEG relist", "ms", 1000.0, &|s| s.pleg_relist.unwrap_or_default().as_secs_f64()),
+        line("PLEG relist", "ms", 1000.0, &|s| median(&s.pleg_relist).as_secs_f64()),
         line("PLEG relist floor (bare list calls)", "ms", 1000.0, &|s| median(&s.relist_floor).as_secs_f64()),
     ];
 
@@ -1132,26 +1152,32 @@ impl Nodelet {
         Ok(pods)
     }
 
-    /// Waits (at most `limit`) for the PLEG's next relist after the scrape `after`: the sum and the
-    /// count of the relists seen (count 0 when none came) and how many seconds it waited.
-    async fn next_relist(
-        &self,
-        after: &HashMap<String, f64>,
-        limit: Duration,
-    ) -> anyhow::Result<(f64, f64, f64)> {
-        let started = Instant::now();
-        let value = |m: &HashMap<String, f64>, name: &str| m.get(name).copied().unwrap_or(0.0);
-        loop {
-            let now = self.metrics().await?;
-            let count = value(&now, "kubelet_pleg_relist_duration_seconds_count")
-                - value(after, "kubelet_pleg_relist_duration_seconds_count");
-            if count > 0.0 || started.elapsed() >= limit {
-                let sum = value(&now, "kubelet_pleg_relist_duration_seconds_sum")
-                    - value(after, "kubelet_pleg_relist_duration_seconds_sum");
-                return Ok((sum, count, started.elapsed().as_secs_f64()));
+    /// Waits for the PLEG's next `wanted` relists (each at most `limit` away) and returns the time of
+    /// each: a scrape every 250 ms, a relist's time the growth of the histogram's sum with its count
+    /// (when two came between scrapes, each their mean). Fewer when one did not come in time.
+    async fn next_relists(&self, wanted: usize, limit: Duration) -> anyhow::Result<Vec<Duration>> {
+        let read = |m: &HashMap<String, f64>| {
+            let value = |name: &str| m.get(name).copied().unwrap_or(0.0);
+            (
+                value("kubelet_pleg_relist_duration_seconds_count"),
+                value("kubelet_pleg_relist_duration_seconds_sum"),
+            )
+        };
+        let (mut count, mut sum) = read(&self.metrics().await?);
+        let mut timed = Vec::with_capacity(wanted);
+        let mut since = Instant::now();
+        while timed.len() < wanted && since.elapsed() < limit {
+            sleep(Duration::from_millis(250)).await;
+            let (now_count, now_sum) = read(&self.metrics().await?);
+            let came = now_count - count;
+            if came >= 1.0 {
+                let each = Duration::from_secs_f64(((now_sum - sum) / came).max(0.0));
+                timed.extend(std::iter::repeat_n(each, came as usize));
+                (count, sum, since) = (now_count, now_sum, Instant::now());
             }
-            sleep(Duration::from_millis(500)).await;
         }
+        timed.truncate(wanted);
+        Ok(timed)
     }
 
     /// `/metrics` on the read-only port: each metric name → the sum of its samples, and each series of
