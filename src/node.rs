@@ -421,6 +421,16 @@ impl Node {
     }
 }
 
+/// The pod of `entry` as `/pods` serves it: with its status and its creation time.
+fn served_pod(entry: crate::server::pod_list::PodEntry<'_>) -> Pod {
+    let mut pod = entry.pod.clone();
+    if pod.metadata.creation_timestamp.is_none() {
+        pod.metadata.creation_timestamp = entry.created;
+    }
+    pod.status = Some(entry.status);
+    pod
+}
+
 impl NodeView for Node {
     fn add_ephemeral_container(
         &self,
@@ -438,18 +448,14 @@ impl NodeView for Node {
         let desired = self.desired.entries();
         let mut entries = self.pod_entries(&desired);
         crate::server::pod_list::sort(&mut entries);
-        let items = entries
-            .into_iter()
-            .map(|entry| {
-                let mut pod = entry.pod.clone();
-                if pod.metadata.creation_timestamp.is_none() {
-                    pod.metadata.creation_timestamp = entry.created;
-                }
-                pod.status = Some(entry.status);
-                pod
-            })
-            .collect();
+        let items = entries.into_iter().map(served_pod).collect();
         List { items, ..List::default() }
+    }
+
+    fn pod(&self, uid: &str) -> Option<Pod> {
+        let uid = uid.to_owned();
+        let desired = self.desired.get(&uid)?;
+        self.pod_entries(&[(uid, desired)]).into_iter().next().map(served_pod)
     }
 
     fn pods_json(&self) -> serde_json::Result<Vec<u8>> {

@@ -233,6 +233,7 @@ impl Cluster {
             nodelet_resources::sandbox::actual::PodSandboxes,
         >,
         probes: nodelet_resources::probe::results::ProbeResults,
+        related: Vec<reconcile_engine::Subscription<nodelet_resources::pod::desired::PodUid>>,
         cri: nodelet_cri::CriClient,
         csi: std::sync::Arc<nodelet_csi::Registry>,
         refresh: tokio::sync::watch::Sender<()>,
@@ -306,7 +307,7 @@ impl Cluster {
         let status = status::StatusManager::new(
             self.client.clone(),
             view.clone(),
-            status::PodStores { desired: desired.clone(), actual, sandboxes },
+            status::PodStores { desired: desired.clone(), actual, sandboxes, related },
             probes,
             self.snapshot.clone(),
             host_ips,

@@ -15,7 +15,9 @@
 //!   precondition), which finishes the deletion as the kubelet does.
 //!
 //! Woken by changes of the desired and actual pod stores, of the probe results and of the API's
-//! pods, and every 10 s at the latest (the kubelet's status batch period); statuses are computed
+//! pods; a pass then builds the statuses of just the pods those changes name (a status patch's echo
+//! costs one pod's status, not every pod's). Every 10 s (the kubelet's status batch period), and
+//! while a failed write waits for its retry, a pass looks at every pod. Statuses are computed
 //! locally, API calls happen only for changes.
 
 use std::collections::{HashMap, HashSet};
@@ -32,7 +34,7 @@ use nodelet_resources::pod::validation::{
     CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
 };
 use nodelet_resources::sandbox::actual::PodSandboxes;
-use reconcile_engine::Store;
+use reconcile_engine::{Store, Subscription};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -78,6 +80,9 @@ pub(crate) struct PodStores {
     /// The sandbox pair's actual store: a pod's IP and `PodReadyToStartContainers` come from it,
     /// and a stopped sandbox is what lets a deleted pod go.
     pub(crate) sandboxes: Store<PodUid, PodSandboxes>,
+    /// The changes of the other stores by pod that a pod's status is computed from (the pod and
+    /// sandbox pairs' operation status, the node's verdicts).
+    pub(crate) related: Vec<Subscription<PodUid>>,
 }
 
 /// The status manager; see the [module docs](self).
@@ -89,6 +94,8 @@ pub(crate) struct StatusManager<V> {
     /// The sandbox pair's actual store: a pod's IP and `PodReadyToStartContainers` come from it,
     /// and a stopped sandbox is what lets a deleted pod go.
     sandboxes: Store<PodUid, PodSandboxes>,
+    /// See [`PodStores::related`].
+    related: Vec<Subscription<PodUid>>,
     probes: nodelet_resources::probe::results::ProbeResults,
     snapshot: watch::Receiver<Arc<ApiPodSnapshot>>,
     host_ips: Vec<String>,
@@ -100,6 +107,8 @@ pub(crate) struct StatusManager<V> {
     finalized: HashSet<String>,
     /// Targets whose last write failed: when to try again, and the back-off.
     retry: HashMap<String, (Instant, Backoff)>,
+    /// The API's pods at the last pass (its changes since name the pods to look at).
+    seen_snapshot: Arc<ApiPodSnapshot>,
 }
 
 impl<V> std::fmt::Debug for StatusManager<V> {
@@ -119,13 +128,14 @@ impl<V: NodeView> StatusManager<V> {
         snapshot: watch::Receiver<Arc<ApiPodSnapshot>>,
         host_ips: Vec<String>,
     ) -> Self {
-        let PodStores { desired, actual, sandboxes } = pods;
+        let PodStores { desired, actual, sandboxes, related } = pods;
         Self {
             api: client,
             view,
             desired,
             actual,
             sandboxes,
+            related,
             probes,
             snapshot,
             host_ips,
@@ -133,54 +143,85 @@ impl<V: NodeView> StatusManager<V> {
             transitions: HashMap::new(),
             finalized: HashSet::new(),
             retry: HashMap::new(),
+            seen_snapshot: Arc::new(ApiPodSnapshot::default()),
         }
     }
 
     /// Writes statuses until `shutdown`.
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
-        let desired_changes = self.desired.subscribe();
-        let actual_changes = self.actual.subscribe();
-        let sandbox_changes = self.sandboxes.subscribe();
+        let mut by_pod = vec![self.desired.subscribe(), self.actual.subscribe(), self.sandboxes.subscribe()];
+        by_pod.append(&mut self.related);
         let probe_changes = self.probes.subscribe();
-        // Failed writes are retried on the next pass: soon, while there are any.
-        let mut next_pass = BATCH_PERIOD;
+        // When the last pass over every pod was (none yet).
+        let mut last_full: Option<Instant> = None;
         loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = desired_changes.changed() => {}
-                () = actual_changes.changed() => {}
-                () = sandbox_changes.changed() => {}
-                () = probe_changes.changed() => {}
-                r = self.snapshot.changed() => if r.is_err() { return },
-                () = tokio::time::sleep(next_pass) => {}
-            }
-            // Coalesce a burst of changes into one pass.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            desired_changes.drain();
-            actual_changes.drain();
-            sandbox_changes.drain();
-            probe_changes.drain();
-            self.sync().await;
             let now = Instant::now();
-            next_pass = self
+            // The next pass over every pod: the batch period after the last (at once for the first,
+            // once the API's pods are listed), sooner for a retry.
+            let first = if self.snapshot.borrow().synced { now } else { now + BATCH_PERIOD };
+            let full_due = self
                 .retry
                 .values()
-                .map(|(at, _)| at.saturating_duration_since(now))
+                .map(|(at, _)| (*at).max(now + Duration::from_millis(100)))
+                .chain(Some(last_full.map_or(first, |at| at + BATCH_PERIOD)))
                 .min()
-                .map_or(BATCH_PERIOD, |d| d.clamp(Duration::from_millis(100), BATCH_PERIOD));
+                .unwrap_or(now);
+            let mut full = tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = futures::future::select_all(by_pod.iter().map(|s| Box::pin(s.changed()))) => false,
+                () = probe_changes.changed() => false,
+                r = self.snapshot.changed() => if r.is_err() { return } else { false },
+                () = tokio::time::sleep_until(full_due) => true,
+            };
+            // Coalesce a burst of changes into one pass.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let mut dirty: HashSet<PodUid> = by_pod.iter().flat_map(Subscription::drain).collect();
+            let probed: HashSet<String> = probe_changes.drain().into_iter().collect();
+            if !probed.is_empty() {
+                // probe results are kept by container ID
+                self.actual.for_each(|uid, pod| {
+                    if pod.containers.iter().any(|c| probed.contains(&c.id)) {
+                        dirty.insert(uid.clone());
+                    }
+                });
+            }
+            full |= Instant::now() >= full_due;
+            if self.sync(if full { None } else { Some(dirty) }).await == Some(true) {
+                last_full = Some(Instant::now());
+            }
         }
     }
 
-    /// One pass over every pod.
-    async fn sync(&mut self) {
+    /// One pass over every pod (`only` `None`, or no pass yet), or over the pods `only` and those
+    /// whose API pod changed since the last pass. Returns whether the pass was over every pod;
+    /// `None` when none ran (the API's pods are not listed yet).
+    async fn sync(&mut self, only: Option<HashSet<PodUid>>) -> Option<bool> {
         let snapshot = self.snapshot.borrow_and_update().clone();
         if !snapshot.synced {
-            return;
+            return None;
         }
+        let pods = match only {
+            Some(mut uids) if self.seen_snapshot.synced => {
+                uids.extend(changed_in_api(&self.seen_snapshot, &snapshot, &self.desired));
+                let pods: Vec<Pod> = uids.iter().filter_map(|uid| self.view.pod(uid)).collect();
+                self.seen_snapshot = snapshot.clone();
+                self.sync_pods(pods, &snapshot, false).await;
+                return Some(false);
+            }
+            _ => self.view.pods().items,
+        };
+        self.seen_snapshot = snapshot.clone();
+        self.sync_pods(pods, &snapshot, true).await;
+        Some(true)
+    }
+
+    /// Writes the statuses of `pods` that changed; `all`: `pods` are every pod, and what was kept
+    /// for the others is forgotten.
+    async fn sync_pods(&mut self, pods: Vec<Pod>, snapshot: &ApiPodSnapshot, all: bool) {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let mut live = HashSet::new();
-        for pod in self.view.pods().items {
-            let Some((target, api_pod)) = target_of(&pod, &snapshot) else { continue };
+        for pod in pods {
+            let Some((target, api_pod)) = target_of(&pod, snapshot) else { continue };
             live.insert(target.uid.clone());
             if self.finalized.contains(&target.uid) {
                 continue;
@@ -211,11 +252,13 @@ impl<V: NodeView> StatusManager<V> {
                 }
             }
         }
-        // Forget pods that are gone.
-        self.sent.retain(|uid, _| live.contains(uid));
-        self.transitions.retain(|(uid, _), _| live.contains(uid));
-        self.retry.retain(|uid, _| live.contains(uid));
-        self.finalized.retain(|uid| live.contains(uid));
+        if all {
+            // Forget pods that are gone.
+            self.sent.retain(|uid, _| live.contains(uid));
+            self.transitions.retain(|(uid, _), _| live.contains(uid));
+            self.retry.retain(|uid, _| live.contains(uid));
+            self.finalized.retain(|uid| live.contains(uid));
+        }
     }
 
     fn failed(&mut self, target: &Target, what: &str, e: &kube::Error) {
@@ -349,6 +392,31 @@ fn target_of<'a>(pod: &Pod, snapshot: &'a ApiPodSnapshot) -> Option<(Target, &'a
     Some((target, api_pod.as_ref()))
 }
 
+/// The pods of `desired` whose namesake in the API changed (was added, replaced or removed) from
+/// `old` to `now` (compared by pointer: the API source shares the pods that did not change).
+fn changed_in_api(
+    old: &ApiPodSnapshot,
+    now: &ApiPodSnapshot,
+    desired: &Store<PodUid, DesiredPod>,
+) -> HashSet<PodUid> {
+    let old = &old.pods;
+    let changed = now.pods.iter().filter(|(key, pod)| old.get(*key).is_none_or(|was| !Arc::ptr_eq(was, pod)));
+    let removed = old.keys().filter(|key| !now.pods.contains_key(*key));
+    let mut names: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for (namespace, name) in changed.map(|(key, _)| key).chain(removed) {
+        names.entry(namespace.as_str()).or_default().insert(name.as_str());
+    }
+    let mut uids = HashSet::new();
+    if !names.is_empty() {
+        desired.for_each(|uid, pod| {
+            if names.get(pod.namespace()).is_some_and(|n| n.contains(pod.name())) {
+                uids.insert(uid.clone());
+            }
+        });
+    }
+    uids
+}
+
 /// Whether nothing of `pod` runs any more: no running container and no ready sandbox.
 fn is_terminated(pod: &Pod) -> bool {
     let Some(status) = &pod.status else { return true };
@@ -364,4 +432,58 @@ fn is_terminated(pod: &Pod) -> bool {
         .flatten()
         .any(|c| c.type_ == "PodReadyToStartContainers" && c.status == "True");
     !running && !sandbox_ready
+}
+
+#[cfg(test)]
+mod tests {
+    use nodelet_resources::pod::desired::PodSource;
+    use nodelet_resources::pod::validation::prepare;
+
+    use super::*;
+
+    fn api_pod(name: &str, uid: &str) -> Arc<Pod> {
+        let mut pod = Pod::default();
+        pod.metadata.namespace = Some("default".to_owned());
+        pod.metadata.name = Some(name.to_owned());
+        pod.metadata.uid = Some(uid.to_owned());
+        Arc::new(pod)
+    }
+
+    fn snapshot(pods: &[&Arc<Pod>]) -> ApiPodSnapshot {
+        let pods = pods
+            .iter()
+            .map(|p| {
+                let key = (
+                    p.metadata.namespace.clone().unwrap_or_default(),
+                    p.metadata.name.clone().unwrap_or_default(),
+                );
+                (key, Arc::clone(p))
+            })
+            .collect();
+        ApiPodSnapshot { synced: true, pods }
+    }
+
+    #[test]
+    fn a_pass_looks_at_the_pods_whose_api_pod_was_added_replaced_or_removed() {
+        let (desired, mut writer) = reconcile_engine::store::<PodUid, DesiredPod>();
+        for (name, uid) in [("a", "ua"), ("b", "ub"), ("c", "uc"), ("d", "ud")] {
+            let yaml = format!(
+                "metadata: {{name: {name}, namespace: default, uid: {uid}}}\n\
+                 spec: {{containers: [{{name: c, image: busybox}}]}}"
+            );
+            let pod: Pod = crate::yaml::from_str(&yaml).expect("pod");
+            let pod = prepare(pod, PodSource::Api, "node").expect("valid");
+            writer.insert(uid.to_owned(), pod);
+        }
+        let (a, b, c) = (api_pod("a", "ua"), api_pod("b", "ub"), api_pod("c", "uc"));
+        let old = snapshot(&[&a, &b, &c]);
+        let same = snapshot(&[&a, &b, &c]);
+        assert!(changed_in_api(&old, &same, &desired).is_empty(), "the same pods: nothing to look at");
+        // b's status patch echoed (a new copy), c deleted, d created, and a pod nobody desires
+        let (b2, d, other) = (api_pod("b", "ub"), api_pod("d", "ud"), api_pod("x", "ux"));
+        let now = snapshot(&[&a, &b2, &d, &other]);
+        let mut changed: Vec<PodUid> = changed_in_api(&old, &now, &desired).into_iter().collect();
+        changed.sort();
+        assert_eq!(changed, ["ub", "uc", "ud"]);
+    }
 }

@@ -293,6 +293,7 @@ fn start_cluster(
         pods.actual.clone(),
         pods.sandboxes.actual().clone(),
         pods.probes.clone(),
+        vec![pods.failures.subscribe(), pods.sandbox_failures.subscribe(), pods.verdicts.subscribe()],
         runtime.cri.clone(),
         storage.csi.clone(),
         pods.refresh.clone(),

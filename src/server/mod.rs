@@ -86,6 +86,12 @@ pub(crate) trait NodeView: Send + Sync + 'static {
     /// The pods on this node with their live status, served as a v1 `PodList` on `/pods`.
     fn pods(&self) -> List<Pod>;
 
+    /// The pod with UID `uid`, as [`Self::pods`] shows it; `None` when there is none. The daemon
+    /// overrides it to build that one pod instead of every pod.
+    fn pod(&self, uid: &str) -> Option<Pod> {
+        self.pods().items.into_iter().find(|p| p.metadata.uid.as_deref() == Some(uid))
+    }
+
     /// The body of `/pods`: [`Self::pods`] as JSON. The daemon overrides it to write the pods where
     /// they are kept ([`pod_list::encode`]) instead of copying each one per request.
     fn pods_json(&self) -> serde_json::Result<Vec<u8>> {
