@@ -300,15 +300,31 @@ impl<K: Key, V: PartialEq + Send + Sync + 'static> Writer<K, V> {
         true
     }
 
+    /// [`upsert`](Writer::upsert) of an already shared value: a value that is the one the store
+    /// holds (the same `Arc`) is not compared at all.
+    pub fn upsert_arc(&mut self, key: K, value: Arc<V>) -> bool {
+        if self.shared.map.get(&key).is_some_and(|old| Arc::ptr_eq(&old, &value) || **old == *value) {
+            return false;
+        }
+        self.insert_arc(key, value);
+        true
+    }
+
     /// Makes the store hold exactly `entries`: keys not listed are removed, changed values are
     /// replaced, equal values are left alone. Returns the number of keys that changed. This is
     /// what a populator calls after a full listing of its source.
     pub fn replace_all(&mut self, entries: impl IntoIterator<Item = (K, V)>) -> usize {
+        self.replace_all_arc(entries.into_iter().map(|(key, value)| (key, Arc::new(value))))
+    }
+
+    /// [`replace_all`](Writer::replace_all) of already shared values: a populator that keeps the
+    /// values it wrote last time and hands the same `Arc`s again pays no comparison for them.
+    pub fn replace_all_arc(&mut self, entries: impl IntoIterator<Item = (K, Arc<V>)>) -> usize {
         let mut seen = Set::default();
         let mut changed = 0;
         for (key, value) in entries {
             seen.insert(key.clone());
-            changed += usize::from(self.upsert(key, value));
+            changed += usize::from(self.upsert_arc(key, value));
         }
         let stale: Vec<K> =
             self.shared.map.iter().filter(|e| !seen.contains(e.key())).map(|e| e.key().clone()).collect();
@@ -414,6 +430,33 @@ mod tests {
         assert_eq!(changed, 2);
         assert!(!store.contains_key(&1));
         assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn replace_all_arc_should_not_compare_the_values_it_already_holds() {
+        static COMPARED: AtomicUsize = AtomicUsize::new(0);
+        #[derive(Debug)]
+        struct Counted(u32);
+        impl PartialEq for Counted {
+            fn eq(&self, other: &Self) -> bool {
+                COMPARED.fetch_add(1, Ordering::Relaxed);
+                self.0 == other.0
+            }
+        }
+        let (store, mut writer) = store::<u32, Counted>();
+        let sub = store.subscribe();
+        let (one, two) = (Arc::new(Counted(1)), Arc::new(Counted(2)));
+        assert_eq!(writer.replace_all_arc([(1, one.clone()), (2, two.clone())]), 2);
+        sub.drain();
+        let compared = COMPARED.load(Ordering::Relaxed);
+        assert_eq!(writer.replace_all_arc([(1, one.clone()), (2, two.clone())]), 0);
+        assert_eq!(COMPARED.load(Ordering::Relaxed), compared, "the same Arcs are not compared");
+        assert_eq!(writer.replace_all_arc([(1, Arc::new(Counted(1))), (2, Arc::new(Counted(3)))]), 1);
+        assert_eq!(COMPARED.load(Ordering::Relaxed), compared + 2, "new Arcs are");
+        assert!(store.get(&1).is_some_and(|v| Arc::ptr_eq(&v, &one)), "an equal value is left alone");
+        assert_eq!(store.get(&2).map(|v| v.0), Some(3));
+        assert_eq!(sub.drain(), vec![2]);
+        assert_eq!(writer.replace_all_arc([(2, two)]), 2, "1 removed, 2 changed back");
     }
 
     #[test]

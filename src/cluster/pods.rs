@@ -111,6 +111,9 @@ fn spec_changed(old: &Pod, new: &Pod) -> bool {
         || *uid != m.uid
 }
 
+/// A pod prepared for the pod config, or why it cannot run.
+type Prepared = Result<Arc<DesiredPod>, String>;
+
 /// The API server source; see the [module docs](self).
 #[derive(Debug)]
 pub(crate) struct ApiPods {
@@ -120,7 +123,7 @@ pub(crate) struct ApiPods {
     tx: watch::Sender<Arc<ApiPodSnapshot>>,
     /// The last preparation of each pod, by UID, with the pod it was made from: reused while the
     /// spec stays the same.
-    prepared: HashMap<String, (Arc<Pod>, Result<DesiredPod, String>)>,
+    prepared: HashMap<String, (Arc<Pod>, Prepared)>,
 }
 
 impl ApiPods {
@@ -220,7 +223,7 @@ impl ApiPods {
                 Some((old, result)) if !spec_changed(&old, pod) => result,
                 _ => prepare(spec_only(pod), PodSource::Api, &self.node).map_err(|e| e.to_string()).and_then(
                     |desired| match security.api.admit(&desired.pod) {
-                        Ok(()) => Ok(desired),
+                        Ok(()) => Ok(Arc::new(desired)),
                         Err(refusal) => Err(format!("pods \"{name}\" is forbidden: {refusal}")),
                     },
                 ),
@@ -236,7 +239,8 @@ impl ApiPods {
             seen.insert(uid, (pod.clone(), result));
         }
         self.prepared = seen;
-        self.handle.report(pods, problems);
+        // the same `Arc` for a pod that did not change: the pod config neither copies nor compares it
+        self.handle.report_shared(pods, problems);
         self.publish_snapshot(current);
     }
 

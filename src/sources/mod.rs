@@ -11,7 +11,9 @@
 //! [`PodConfig`] owns the single [`reconcile_engine::Writer`] of the desired store. Each source gets
 //! a [`SourceHandle`] from [`PodConfig::add_source`] and reports its **full current set** of pods
 //! (and problems) every time something changes; the pod config merges every source's set into the
-//! store (`replace_all`: a pod its source no longer lists disappears). After
+//! store (`replace_all`: a pod its source no longer lists disappears); a pod that a source reports
+//! again as the same `Arc` becomes the same store value as last time, neither copied nor compared,
+//! so a report costs what changed in it rather than a copy of every pod. After
 //! [`PodConfig::seal`], the store is marked synced once every source has reported once, so the
 //! engine never tears down a pod because a source has not been read yet (the kubelet's
 //! `SeenAllSources`).
@@ -163,6 +165,23 @@ struct State {
     security: Arc<SecurityPolicies>,
     /// The node's bound on every pod's grace periods (`nodelet.maxTerminationGracePeriodSeconds`).
     grace_cap: GraceCap,
+    /// What the last merge wrote for each pod, by UID, with what it was made from.
+    built: HashMap<PodUid, Built>,
+}
+
+/// A pod the merge wrote to the store, and what it made it from: while a source reports the same
+/// `Arc` again (and nothing else it depends on changed) the same pod is written again, without
+/// copying or comparing it.
+#[derive(Debug)]
+struct Built {
+    /// The source's pod.
+    input: Arc<DesiredPod>,
+    /// Its `kubernetes.io/config.seen`.
+    seen: String,
+    /// The node's grace-period bound it was held to.
+    grace_cap: GraceCap,
+    /// The pod written to the store.
+    output: Arc<DesiredPod>,
 }
 
 /// The security settings ([`PodSecurity`]: a Pod Security Standards level and the `--allow-privileged=false`
@@ -221,6 +240,7 @@ impl PodConfig {
                     debug: None,
                     security: Arc::default(),
                     grace_cap: GraceCap::NONE,
+                    built: HashMap::new(),
                 }),
             }),
         }
@@ -341,8 +361,7 @@ impl Shared {
             current_uids.insert((uid.clone(), pod.source.clone()));
             current_names.insert((full_name(pod), pod.source.clone()));
         });
-        let candidates: Vec<&DesiredPod> =
-            state.sources.iter().flat_map(|s| s.pods.iter().map(|p| &**p)).collect();
+        let candidates: Vec<&Arc<DesiredPod>> = state.sources.iter().flat_map(|s| s.pods.iter()).collect();
         let is_incumbent = |pod: &DesiredPod| {
             current_uids.contains(&(pod.uid().to_owned(), pod.source.clone()))
                 || current_names.contains(&(full_name(pod), pod.source.clone()))
@@ -352,7 +371,7 @@ impl Shared {
             .filter(|p| is_incumbent(p))
             .chain(candidates.iter().filter(|p| !is_incumbent(p)));
 
-        let mut accepted: Vec<DesiredPod> = Vec::new();
+        let mut accepted: Vec<Arc<DesiredPod>> = Vec::new();
         let mut by_uid: HashMap<String, String> = HashMap::new();
         let mut by_name: HashMap<String, String> = HashMap::new();
         let mut merge_problems = Vec::new();
@@ -376,10 +395,10 @@ impl Shared {
             }
             by_uid.insert(uid, location.clone());
             by_name.insert(name, location);
-            accepted.push((*pod).clone());
+            accepted.push(Arc::clone(pod));
         }
 
-        let uids: HashSet<&str> = accepted.iter().map(DesiredPod::uid).collect();
+        let uids: HashSet<&str> = accepted.iter().map(|pod| pod.uid()).collect();
         state.first_seen.retain(|uid, _| uids.contains(uid.as_str()));
         if let Some(debug) = state.debug.as_mut()
             && state.synced
@@ -388,30 +407,53 @@ impl Shared {
             debug.retain(|uid| uids.contains(uid));
         }
         let mut entries = Vec::with_capacity(accepted.len());
-        for mut pod in accepted {
-            let uid = pod.uid().to_owned();
-            if let Some(added) = state.debug.as_ref().map(|d| d.containers(&uid)).filter(|a| !a.is_empty())
-                && pod.source != PodSource::Api
-            {
-                match add_ephemeral_containers(&pod, added.to_vec()) {
-                    Ok(with) => pod = with,
-                    Err(e) => {
-                        tracing::warn!(pod = %full_name(&pod), error = %e, "ephemeral containers left out")
-                    }
+        let mut built = HashMap::with_capacity(accepted.len());
+        for input in accepted {
+            let uid = input.uid().to_owned();
+            let added = (input.source != PodSource::Api)
+                .then(|| state.debug.as_ref().map(|d| d.containers(&uid)))
+                .flatten()
+                .filter(|a| !a.is_empty());
+            let seen = state.first_seen.entry(uid.clone()).or_insert_with(now_rfc3339);
+            let output = match state.built.remove(&uid) {
+                // (a pod with ephemeral containers merged in is never kept in `built`)
+                Some(last)
+                    if added.is_none()
+                        && Arc::ptr_eq(&last.input, &input)
+                        && last.seen == *seen
+                        && last.grace_cap == state.grace_cap =>
+                {
+                    last.output
                 }
+                _ => {
+                    let mut pod = DesiredPod::clone(&input);
+                    if let Some(added) = added {
+                        match add_ephemeral_containers(&pod, added.to_vec()) {
+                            Ok(with) => pod = with,
+                            Err(e) => {
+                                tracing::warn!(pod = %full_name(&pod), error = %e, "ephemeral containers left out")
+                            }
+                        }
+                    }
+                    if cap_grace_periods(&mut pod.pod, state.grace_cap) {
+                        tracing::debug!(pod = %full_name(&pod), max = ?state.grace_cap.max(), "grace periods lowered to the node's bound");
+                    }
+                    pod.pod
+                        .metadata
+                        .annotations
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(CONFIG_SEEN_ANNOTATION.into(), seen.clone());
+                    Arc::new(pod)
+                }
+            };
+            if added.is_none() {
+                let (seen, grace_cap) = (seen.clone(), state.grace_cap);
+                built.insert(uid.clone(), Built { input, seen, grace_cap, output: output.clone() });
             }
-            if cap_grace_periods(&mut pod.pod, state.grace_cap) {
-                tracing::debug!(pod = %full_name(&pod), max = ?state.grace_cap.max(), "grace periods lowered to the node's bound");
-            }
-            let seen = state.first_seen.entry(uid.clone()).or_insert_with(now_rfc3339).clone();
-            pod.pod
-                .metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .insert(CONFIG_SEEN_ANNOTATION.into(), seen);
-            entries.push((uid, pod));
+            entries.push((uid, output));
         }
-        let changed = state.writer.replace_all(entries);
+        state.built = built;
+        let changed = state.writer.replace_all_arc(entries);
         if changed > 0 {
             tracing::debug!(changed, pods = self.store.len(), "desired pods updated");
         }

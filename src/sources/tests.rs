@@ -240,3 +240,46 @@ fn api_pods_get_no_ephemeral_containers_from_nodelet() {
     let err = config.add_ephemeral_container("default", "web", container).expect_err("API pod");
     assert!(matches!(err, debug::DebugError::ApiPod(_)), "{err}");
 }
+
+#[test]
+fn a_pod_reported_again_is_written_again_only_when_it_or_the_nodes_bound_changed() {
+    let config = PodConfig::new(NODE);
+    let store = config.store();
+    let files = config.add_source("file").expect("file");
+    let (a, b) = (Arc::new(desired("a", "nginx", file("a"))), Arc::new(desired("b", "nginx", file("b"))));
+    files.report_shared(vec![a.clone(), b.clone()], Vec::new());
+    let written = |name: &str| {
+        let uid = by_name(&store, name).expect("present").uid().to_owned();
+        store.get(&uid).expect("in the store")
+    };
+    let (a1, b1) = (written("a-node-a"), written("b-node-a"));
+    let sub = store.subscribe();
+    let b2 = Arc::new(desired("b", "nginx:2", file("b")));
+    files.report_shared(vec![a.clone(), b2], Vec::new());
+    assert!(Arc::ptr_eq(&written("a-node-a"), &a1), "the unchanged pod is the value written before");
+    assert!(!Arc::ptr_eq(&written("b-node-a"), &b1));
+    assert_eq!(
+        written("b-node-a").pod.spec.as_ref().map(|s| s.containers[0].image.clone()),
+        Some(Some("nginx:2".into()))
+    );
+    // (b's UID, a hash of its manifest, changed with it: the old one went, the new one came)
+    let a_uid = a1.uid().to_owned();
+    let changed = sub.drain();
+    assert!(!changed.is_empty() && !changed.contains(&a_uid), "only the changed pod is written: {changed:?}");
+    // An equal pod in a new `Arc` (a source that rebuilds its pods) is compared, and left alone.
+    let a_again = Arc::new(desired("a", "nginx", file("a")));
+    files.report_shared(vec![a_again, Arc::new(desired("b", "nginx:2", file("b")))], Vec::new());
+    assert!(Arc::ptr_eq(&written("a-node-a"), &a1));
+    assert!(sub.drain().is_empty(), "nothing changed");
+    // What the merge adds still follows the node's settings.
+    let seen = |p: &DesiredPod| {
+        p.pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_SEEN_ANNOTATION)).cloned()
+    };
+    assert_eq!(seen(&written("a-node-a")), seen(&a1), "config.seen stays");
+    let config = config
+        .with_grace_cap(nodelet_resources::pod::grace::GraceCap::at_most(std::time::Duration::from_secs(5)));
+    files.report_shared(vec![a, Arc::new(desired("b", "nginx:2", file("b")))], Vec::new());
+    let grace = |p: &DesiredPod| p.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds);
+    assert_eq!(grace(&written("a-node-a")), Some(5), "a new bound applies to the same source pod");
+    assert_eq!(config.store().len(), 2);
+}
