@@ -599,9 +599,9 @@ pub(crate) fn start_pods(
             stop.clone(),
         )
     });
-    let (cri, stop) = (runtime.cri.clone(), shutdown.clone());
+    let (cri, own, stop) = (runtime.cri.clone(), storage.pod_runtime.own_changes(), shutdown.clone());
     sup.spawn_restartable("runtime-events", move || {
-        forward_runtime_events(cri.clone(), relist.clone(), pod_metrics.clone(), stop.clone())
+        forward_runtime_events(cri.clone(), relist.clone(), own.clone(), pod_metrics.clone(), stop.clone())
     });
     let stop = shutdown.clone();
     sup.spawn("pleg", Policy::Critical, async move { pleg.run(stop.cancelled_owned()).await });
@@ -629,8 +629,14 @@ pub(crate) fn start_pods(
 /// or sandbox exited, was killed for memory or was removed, or events were missed) and whether
 /// events come at all. Containers created and started are nodelet's own operations, whose outcome
 /// the operation already reports; waking the PLEG for them made a start of a hundred pods relist
-/// back to back.
-fn tell_the_pleg(event: &nodelet_cri::RuntimeEvent, pleg: &PlegWaker, metrics: &PodMetrics) {
+/// back to back. So are the exits and removals of containers nodelet stops and removes (`own`):
+/// those operations read the pod's state when they end.
+fn tell_the_pleg(
+    event: &nodelet_cri::RuntimeEvent,
+    pleg: &PlegWaker,
+    own: &nodelet_cri::OwnChanges,
+    metrics: &PodMetrics,
+) {
     use nodelet_cri::RuntimeEvent as E;
     match event {
         E::Reconnected => {
@@ -641,6 +647,9 @@ fn tell_the_pleg(event: &nodelet_cri::RuntimeEvent, pleg: &PlegWaker, metrics: &
         E::Disconnected { .. } => {
             metrics.evented_pleg_connections.with_label_values(&["error"]).inc();
             pleg.set_evented(false);
+        }
+        E::ContainerExited { id, .. } | E::ContainerRemoved { id } if own.caused(id) => {
+            tracing::trace!(container = %id, "nodelet's own change: left to its operation");
         }
         E::ContainerExited { id, .. } | E::ContainerOom { id } => pleg.changed(id),
         E::ContainerRemoved { id } => pleg.removed(id),
@@ -653,6 +662,7 @@ fn tell_the_pleg(event: &nodelet_cri::RuntimeEvent, pleg: &PlegWaker, metrics: &
 async fn forward_runtime_events(
     cri: nodelet_cri::CriClient,
     pleg: PlegWaker,
+    own: nodelet_cri::OwnChanges,
     metrics: PodMetrics,
     stop: CancellationToken,
 ) {
@@ -665,7 +675,7 @@ async fn forward_runtime_events(
             event = events.next() => match event {
                 Some(event) => {
                     tracing::trace!(?event, "runtime event");
-                    tell_the_pleg(&event, &pleg, &metrics);
+                    tell_the_pleg(&event, &pleg, &own, &metrics);
                 }
                 None => return,
             },

@@ -88,7 +88,7 @@ pub use filter::{ContainerFilter, SandboxFilter};
 pub use netns::{NetnsDialer, NetnsError, SandboxNetwork};
 pub use pod_runtime::{
     CriPodRuntime, CriPodRuntimeConfig, DEFAULT_CGROUP_FS, DEFAULT_CLUSTER_DOMAIN, DEFAULT_POD_LOG_ROOT,
-    DEFAULT_RESOLV_CONF, DEFAULT_SECCOMP_PROFILE_ROOT, EnvObjects, apparmor_enabled,
+    DEFAULT_RESOLV_CONF, DEFAULT_SECCOMP_PROFILE_ROOT, EnvObjects, OwnChanges, apparmor_enabled,
 };
 pub use probe::CriProber;
 

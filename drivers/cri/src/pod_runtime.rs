@@ -47,7 +47,10 @@ use crate::spec::{self, ContainerInputs, SpecError};
 use crate::termination;
 
 mod memo;
+mod own;
 mod sandbox;
+
+pub use own::OwnChanges;
 
 /// Default root of pod log directories (the kubelet's `podLogsDir`).
 pub const DEFAULT_POD_LOG_ROOT: &str = "/var/log/pods";
@@ -392,6 +395,8 @@ struct Inner {
     prober: CriProber,
     /// What happened to each container's image (the `Pulling`/`Pulled` events).
     pulls: images::PullRecords,
+    /// The containers nodelet is stopping or removing, or just did.
+    own: OwnChanges,
 }
 
 /// nodelet's [`PodRuntime`] on CRI. Cheap to clone (one `Arc`); clones share the client and the caches.
@@ -510,8 +515,15 @@ impl CriPodRuntime {
                 caches: Mutex::default(),
                 prober,
                 pulls: images::PullRecords::default(),
+                own: OwnChanges::default(),
             }),
         }
+    }
+
+    /// The containers nodelet is stopping or removing, or just did (shared): the runtime event
+    /// forwarder leaves their exits and removals to the operations that made them.
+    pub fn own_changes(&self) -> OwnChanges {
+        self.inner.own.clone()
     }
 
     /// What happened to each container's image the last time it was made sure of (shared: the node
@@ -939,6 +951,18 @@ impl CriPodRuntime {
         Ok(built)
     }
 
+    /// Stops the container `container_id`: its preStop hook first, within `grace`, then
+    /// `StopContainer` with what is left of it; a container already gone is stopped.
+    async fn stop(&self, container_id: &str, grace: Duration) -> RuntimeResult<()> {
+        let grace = probe::pre_stop(&self.inner.prober, container_id, grace).await;
+        match self.inner.client.stop_container(container_id, grace).await {
+            Err(e) if !e.is_not_found() => {
+                Err(cri_error("KillContainerError", format!("StopContainer {container_id}"), &e))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// For an ephemeral container with a `targetContainerName`: the runtime ID of the target's
     /// newest container in the sandbox, as the kubelet's `getTargetID` (an error while it has none).
     async fn pid_target(
@@ -1111,7 +1135,8 @@ impl CriPodRuntime {
             )),
         };
         if let Err(e) = hook {
-            if let Err(stop) = self.stop_container(&id, pod.grace_period()).await {
+            // (a failed start reads no state: the exit is the PLEG's to find, as any other)
+            if let Err(stop) = self.stop(&id, pod.grace_period()).await {
                 tracing::warn!(container = %id, error = %stop, "cannot kill the container whose postStart failed");
             }
             return Err(e);
@@ -1215,14 +1240,13 @@ impl PodRuntime for CriPodRuntime {
     }
 
     async fn stop_container(&self, container_id: &str, grace: Duration) -> RuntimeResult<()> {
-        // preStop first, within the grace period; the stop gets what is left.
-        let grace = probe::pre_stop(&self.inner.prober, container_id, grace).await;
-        match self.inner.client.stop_container(container_id, grace).await {
-            Err(e) if !e.is_not_found() => {
-                Err(cri_error("KillContainerError", format!("StopContainer {container_id}"), &e))
-            }
-            _ => Ok(()),
+        // The pod driver reads the pod's state after every stop it makes: its exit is nodelet's own.
+        let change = self.inner.own.begin(container_id);
+        let stopped = self.stop(container_id, grace).await;
+        if stopped.is_ok() {
+            change.done();
         }
+        stopped
     }
 
     async fn update_container_resources(
@@ -1278,11 +1302,13 @@ impl PodRuntime for CriPodRuntime {
                 None
             }
         };
+        let change = self.inner.own.begin(container_id);
         if let Err(e) = client.remove_container(container_id).await
             && !e.is_not_found()
         {
             return Err(cri_error("KillContainerError", format!("RemoveContainer {container_id}"), &e));
         }
+        change.done();
         self.caches().containers.remove(container_id);
         if let Some(path) = log_path.filter(|p| !p.as_os_str().is_empty()) {
             let log = path.display();

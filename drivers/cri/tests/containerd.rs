@@ -25,15 +25,15 @@ use std::time::Duration;
 
 use nodelet_cri::labels::{self, PodIdentity};
 use nodelet_cri::proto::{self, ContainerState, PodSandboxState};
-use nodelet_cri::{
-    ContainerFilter, CriClient, CriConfig, CriError, EventsConfig, RuntimeEvent, RuntimeEventStream,
-    SandboxFilter,
-};
+use nodelet_cri::{ContainerFilter, CriClient, CriConfig, CriError, RuntimeEvent, SandboxFilter};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 
-use common::{http_get, in_pod_network, lock_busybox2, random_hex, random_uid, required, short, var};
+use common::{
+    http_get, in_pod_network, lock_busybox2, random_hex, random_uid, required, short, subscribed_events, var,
+    wait_event,
+};
 
 /// A label unique to one test, so parallel tests (and leftovers of other runs) never see each other's objects.
 const TEST_RUN_LABEL: &str = "io.nodelet.test-run";
@@ -353,34 +353,6 @@ async fn exec(cri: &CriClient, id: &str, cmd: &[&str]) -> nodelet_cri::ExecSyncO
         Ok(out) => out,
         Err(e) => panic!("ExecSync {cmd:?}: {e}"),
     }
-}
-
-/// Waits for an event matching `pred`, failing with the events seen so far.
-async fn wait_event(
-    events: &mut RuntimeEventStream,
-    within: Duration,
-    what: &str,
-    pred: impl Fn(&RuntimeEvent) -> bool,
-) -> RuntimeEvent {
-    let deadline = Instant::now() + within;
-    let mut seen = Vec::new();
-    loop {
-        match tokio::time::timeout_at(deadline, events.recv()).await {
-            Ok(Some(ev)) if pred(&ev) => return ev,
-            Ok(Some(ev)) => seen.push(ev),
-            Ok(None) => panic!("event stream ended while waiting for {what}; seen {seen:?}"),
-            Err(_) => panic!("no {what} within {within:?}; seen {seen:?}"),
-        }
-    }
-}
-
-async fn subscribed_events(cri: &CriClient) -> RuntimeEventStream {
-    let started = Instant::now();
-    let mut events = cri.events(EventsConfig::default());
-    wait_event(&mut events, Duration::from_secs(10), "Reconnected", |e| *e == RuntimeEvent::Reconnected)
-        .await;
-    eprintln!("event subscription active after {:?}", started.elapsed());
-    events
 }
 
 /// Polls ContainerStatus until the container is EXITED (it lags the exit event by tens of milliseconds).

@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use nodelet_cri::{CriClient, CriConfig, CriPodRuntime, CriPodRuntimeConfig};
+use nodelet_cri::{CriClient, CriConfig, CriPodRuntime, CriPodRuntimeConfig, RuntimeEvent};
 use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual};
 use nodelet_resources::pod::desired::{DesiredPod, PodSource};
 use nodelet_resources::pod::driver::{ContainerKind, PodRuntime, container_hash};
@@ -871,6 +871,58 @@ async fn stop_honours_the_grace_period() {
         "a container ignoring TERM was stopped after {stubborn_took:?} with a {grace:?} grace period"
     );
     eprintln!("stop: polite {polite_took:?}, stubborn {stubborn_took:?}");
+    cleanup.run(&rt).await;
+}
+
+#[tokio::test]
+async fn the_runtimes_events_about_what_nodelet_stops_and_removes_are_its_own_and_other_exits_are_not() {
+    let env = env_or_skip!("the_runtimes_events_about_what_nodelet_stops_and_removes_are_its_own");
+    let rt = runtime(&env).await;
+    let own = rt.own_changes();
+    let client = CriClient::connect(client_config(&env)).await.expect("connect");
+    let mut events = common::subscribed_events(&client).await;
+    let mut cleanup = Cleanup::new(&env);
+
+    let stopped = container(
+        "stopped",
+        &env.busybox,
+        &["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"],
+    );
+    let quitter = container("quitter", &env.busybox, &["sh", "-c", "sleep 1; exit 3"]);
+    let pod =
+        desired("own", PodSpec { containers: vec![stopped.clone(), quitter.clone()], ..Default::default() });
+    let sandbox_id = run_sandbox(&rt, &mut cleanup, &pod).await;
+    let stopped_id = start(&rt, &pod, &sandbox_id, &stopped, ContainerKind::App, 0).await;
+    let quitter_id = start(&rt, &pod, &sandbox_id, &quitter, ContainerKind::App, 0).await;
+
+    // A container that exits by itself: its event is not nodelet's.
+    let within = Duration::from_secs(20);
+    let exited = |id: &str| {
+        let id = id.to_owned();
+        move |e: &RuntimeEvent| matches!(e, RuntimeEvent::ContainerExited { id: got, .. } if *got == id)
+    };
+    common::wait_event(&mut events, within, "the quitter's exit", exited(&quitter_id)).await;
+    assert!(!own.caused(&quitter_id), "an exit nodelet did not cause is followed");
+
+    // One nodelet stops, then removes: each event is its own (the ID the runtime reports is the one marked).
+    sleep(Duration::from_millis(300)).await;
+    rt.stop_container(&stopped_id, Duration::from_secs(10)).await.expect("stop_container");
+    common::wait_event(&mut events, within, "the stopped container's exit", exited(&stopped_id)).await;
+    assert!(own.caused(&stopped_id), "the exit of a container nodelet stopped is its own");
+    rt.remove_container(&stopped_id).await.expect("remove_container");
+    let removed = stopped_id.clone();
+    common::wait_event(
+        &mut events,
+        within,
+        "the removal",
+        move |e| matches!(e, RuntimeEvent::ContainerRemoved { id } if *id == removed),
+    )
+    .await;
+    assert!(own.caused(&stopped_id), "and so is its removal");
+    assert!(
+        !own.caused(&sandbox_id),
+        "sandboxes are never marked: the sandbox pair reads only its own store"
+    );
     cleanup.run(&rt).await;
 }
 

@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use nodelet_cri::{CriClient, EventsConfig, RuntimeEvent, RuntimeEventStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
@@ -100,4 +101,33 @@ pub(crate) async fn http_get(addr: SocketAddr) -> (u16, String, SocketAddr) {
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text.as_str(), ""));
     let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     (code, body.to_owned(), local)
+}
+
+/// Waits for an event matching `pred`, failing with the events seen so far.
+pub(crate) async fn wait_event(
+    events: &mut RuntimeEventStream,
+    within: Duration,
+    what: &str,
+    pred: impl Fn(&RuntimeEvent) -> bool,
+) -> RuntimeEvent {
+    let deadline = Instant::now() + within;
+    let mut seen = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Some(ev)) if pred(&ev) => return ev,
+            Ok(Some(ev)) => seen.push(ev),
+            Ok(None) => panic!("event stream ended while waiting for {what}; seen {seen:?}"),
+            Err(_) => panic!("no {what} within {within:?}; seen {seen:?}"),
+        }
+    }
+}
+
+/// The runtime's event stream, once its subscription is active.
+pub(crate) async fn subscribed_events(cri: &CriClient) -> RuntimeEventStream {
+    let started = Instant::now();
+    let mut events = cri.events(EventsConfig::default());
+    wait_event(&mut events, Duration::from_secs(10), "Reconnected", |e| *e == RuntimeEvent::Reconnected)
+        .await;
+    eprintln!("event subscription active after {:?}", started.elapsed());
+    events
 }
