@@ -30,7 +30,9 @@
 //!    count, `NODELET_BENCH_RELISTS` (default 3) at the largest, where the median is taken; beside it its
 //!    floor, the median of 20 bare relists through the bench's own [`CriClient`] (ListPodSandbox and
 //!    ListContainers at once, with nodelet's filters, on the same N pods: the gRPC round trip and the decoding
-//!    without nodelet's work; 50 ms apart, so all but the first run warm: the first is printed too); then
+//!    without nodelet's work; 50 ms apart, so all but the first run warm: the first is printed too), and
+//!    between them as many listings by nodelet's own listing code (`CriPodRuntime::list_pods`) in the bench's
+//!    process, which tell the driver's share of a relist from the daemon's; then
 //!    `/pods` and `/stats/summary` each requested 20 times in a row (latency to
 //!    the last byte).
 //! 4. After the series: one pod, several rounds, floor and nodelet paired (medians).
@@ -61,7 +63,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
-use nodelet_cri::{ContainerFilter, CriClient, CriConfig, SandboxFilter, labels, proto};
+use nodelet_cri::{
+    ContainerFilter, CriClient, CriConfig, CriPodRuntime, CriPodRuntimeConfig, SandboxFilter, labels, proto,
+};
+use nodelet_resources::pod::driver::PodRuntime;
 use tokio::process::{Child, Command};
 use tokio::time::{Instant, sleep};
 
@@ -271,6 +276,9 @@ struct Scale {
     pod_reads: (f64, f64),
     /// Its floor: the time of each bare relist through the bench's client.
     relist_floor: Vec<Duration>,
+    /// nodelet's listing code (the CRI pod runtime's `list_pods`) run in the bench's process between
+    /// the bare relists: the driver's share of a relist without the daemon around it.
+    driver_relist: Vec<Duration>,
     pods_latency: Vec<Duration>,
     summary_latency: Vec<Duration>,
     /// Bytes of the `/pods` and `/stats/summary` answers.
@@ -461,7 +469,7 @@ async fn measure_idle(nodelet: &Nodelet, settings: &Settings, scale: &mut Scale)
     scale.pleg_relist = nodelet.next_relists(wanted, IDLE_RELIST_WAIT).await?;
     let waited = waiting.elapsed();
     scale.idle_relists = relists;
-    scale.relist_floor = nodelet.relist_floor(RELIST_FLOOR_ROUNDS).await?;
+    (scale.relist_floor, scale.driver_relist) = nodelet.relist_floor(RELIST_FLOOR_ROUNDS).await?;
     let (rss, hwm, anon) = nodelet.memory()?;
     (scale.rss_kib, scale.hwm_kib, scale.anon_kib) = (rss, hwm, anon);
     (scale.idle_cpu, scale.idle_secs) = (cpu, secs);
@@ -471,7 +479,8 @@ async fn measure_idle(nodelet: &Nodelet, settings: &Settings, scale: &mut Scale)
     (scale.summary_latency, scale.summary_bytes) = (summary, summary_bytes);
     println!(
         "{} pods idle for {secs:.0} s: {:.2}% of a core, VmRSS {:.1} MiB (VmHWM {:.1} MiB, RssAnon {:.1} MiB), \
-         PLEG relist {} ({relists} relists in the window; {} timed over the next {:.0} s; floor {}, the first {}); \
+         PLEG relist {} ({relists} relists in the window; {} timed over the next {:.0} s; floor {}, the first {}; \
+         nodelet's listing code in the bench's process {}); \
          /pods {} ({} KiB), /stats/summary {} ({} KiB)",
         scale.n,
         cpu * 100.0,
@@ -483,6 +492,7 @@ async fn measure_idle(nodelet: &Nodelet, settings: &Settings, scale: &mut Scale)
         waited.as_secs_f64(),
         spread(&scale.relist_floor),
         scale.relist_floor.first().map_or("-".to_owned(), |d| us(*d)),
+        spread(&scale.driver_relist),
         spread(&scale.pods_latency),
         pods_bytes / 1024,
         spread(&scale.summary_latency),
@@ -676,12 +686,14 @@ fn report(f: &Figures, settings: &Settings) -> anyhow::Result<()> {
         if s.n == 250 && !s.pleg_relist.is_empty() {
             let p = median(&s.pleg_relist);
             notes.push(format!(
-                "250 pods: PLEG relist {} (median of {}: {}; floor {}, its first bare relist {}), goal < 5 ms: {}",
+                "250 pods: PLEG relist {} (median of {}: {}; floor {}, its first bare relist {}; nodelet's listing \
+                 code in the bench's process {}), goal < 5 ms: {}",
                 us(p),
                 s.pleg_relist.len(),
                 list_us(&s.pleg_relist),
                 us(median(&s.relist_floor)),
                 s.relist_floor.first().map_or("-".to_owned(), |d| us(*d)),
+                us(median(&s.driver_relist)),
                 verdict(p < Duration::from_millis(5))
             ));
         }
@@ -1049,11 +1061,18 @@ impl Nodelet {
     }
 
     /// The relist floor: `rounds` bare relists (ListPodSandbox and ListContainers at once, with the filters
-    /// nodelet's PLEG uses, decoded), 50 ms apart; each one's time.
-    async fn relist_floor(&self, rounds: usize) -> anyhow::Result<Vec<Duration>> {
+    /// nodelet's PLEG uses, decoded), 50 ms apart; each one's time. Between them, as many listings by
+    /// nodelet's own listing code ([`CriPodRuntime::list_pods`] on the bench's client, after one to fill
+    /// its caches), each one's time: the second list.
+    async fn relist_floor(&self, rounds: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
         let sandboxes = SandboxFilter::managed().label(labels::NODE, self.node.clone());
         let containers = ContainerFilter::managed().label(labels::NODE, self.node.clone());
+        let driver = CriPodRuntime::new(
+            self.cri.clone(),
+            CriPodRuntimeConfig::default().with_node_name(self.node.clone()),
+        );
         let mut took = Vec::with_capacity(rounds);
+        let mut driver_took = Vec::with_capacity(rounds);
         for _ in 0..rounds {
             let started = Instant::now();
             let (s, c) = futures::join!(
@@ -1063,9 +1082,16 @@ impl Nodelet {
             took.push(started.elapsed());
             s?;
             c?;
-            sleep(Duration::from_millis(50)).await;
+            sleep(Duration::from_millis(25)).await;
+            let started = Instant::now();
+            let pods = driver.list_pods().await.map_err(|e| anyhow::anyhow!("list_pods: {e}"))?;
+            driver_took.push(started.elapsed());
+            drop(pods);
+            sleep(Duration::from_millis(25)).await;
         }
-        Ok(took)
+        // the first listing fetched every container's status: not a relist of a running node
+        driver_took.remove(0);
+        Ok((took, driver_took))
     }
 
     /// The pid (for /proc).

@@ -178,8 +178,8 @@ pub(crate) struct Config {
     /// connected (the kubelet's fixed 1 s).
     pub(crate) pleg_relist_period: Duration,
     /// `nodelet.plegEventedRelistPeriod`: how often the runtime is relisted while its event stream is
-    /// connected (60 s; the events make the PLEG read the pods they name in between). Never shorter
-    /// than `plegRelistPeriod`.
+    /// connected (60 s, plus up to a tenth at random; the events make the PLEG read the pods they name
+    /// in between). Never shorter than `plegRelistPeriod`.
     pub(crate) pleg_evented_relist_period: Duration,
     /// `nodelet.housekeepingInterval`: how often the pods' stats (`/stats/summary`, `/metrics/resource`)
     /// are gathered in the background (the kubelet's `--housekeeping-interval`, 10 s).

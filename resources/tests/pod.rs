@@ -15,7 +15,7 @@ use nodelet_resources::pod::driver::{PodDriver, RuntimeError};
 use nodelet_resources::pod::fake::FakeRuntime;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{
-    DEFAULT_EVENTED_RELIST_PERIOD, DEFAULT_RELIST_PERIOD, MAX_POD_READS, Pleg,
+    DEFAULT_EVENTED_RELIST_PERIOD, DEFAULT_RELIST_PERIOD, EVENTED_RELIST_JITTER, MAX_POD_READS, Pleg,
 };
 use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
 use nodelet_resources::pod::status::pod_status;
@@ -588,7 +588,8 @@ async fn a_relist_that_finds_a_missed_exit_should_look_again_at_that_pod_only() 
     let (relists, reads, others) = (n.relists(), n.reads_of("u0"), n.reads_of("u1"));
     // The exit's event is lost: the periodic relist finds it.
     n.runtime.exit("u0", "web", 3);
-    tokio::time::sleep(DEFAULT_EVENTED_RELIST_PERIOD + Duration::from_secs(3)).await;
+    let late = DEFAULT_EVENTED_RELIST_PERIOD.mul_f64(1.0 + EVENTED_RELIST_JITTER);
+    tokio::time::sleep(late + Duration::from_secs(3)).await;
     assert_eq!(n.starts("u0/web").len(), 2, "the exit is found and the container restarted");
     assert_eq!(n.relists(), relists + 1, "one relist: its follow-ups read the pod it reported");
     let read = n.reads_of("u0") - reads;

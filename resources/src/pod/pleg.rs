@@ -51,6 +51,18 @@ pub const FOLLOW_UP_RELIST: Duration = Duration::from_millis(100);
 /// still seen at once.
 pub const COALESCE_FACTOR: u32 = 2;
 
+/// While the event stream is connected, each periodic relist comes up to this fraction of the period
+/// later than the period (at random): the node's other periodic work (statistics every 10 s, volume
+/// statistics every minute) starts with the daemon, and a relist exactly every minute ran at the
+/// same moment as all of it, on the same cores and the same runtime.
+pub const EVENTED_RELIST_JITTER: f64 = 0.1;
+
+/// The evented relist period `period` with its jitter: up to [`EVENTED_RELIST_JITTER`] of it more,
+/// `unit` (in `0..1`) saying how much.
+fn jittered(period: Duration, unit: f64) -> Duration {
+    period + period.mul_f64(EVENTED_RELIST_JITTER * unit.clamp(0.0, 1.0))
+}
+
 /// Runtime events that name more pods than this at once make a relist instead of one read per pod.
 pub const MAX_POD_READS: usize = 8;
 
@@ -427,12 +439,15 @@ impl<R: PodRuntime> Pleg<R> {
         let mut last_relist = Instant::now();
         let mut follow_up: Option<FollowUp> = None;
         let (mut cause, mut scope) = (Cause::Period, Scope::All);
+        // the evented period of the next relist, jitter included (drawn anew after each relist)
+        let mut evented_period = jittered(self.evented_period, fastrand::f64());
         loop {
             let now = Instant::now();
             let looked = match &scope {
                 Scope::All => {
                     self.metrics.pleg_relist_interval.observe((now - last_relist).as_secs_f64());
                     last_relist = now;
+                    evented_period = jittered(self.evented_period, fastrand::f64());
                     self.relist().await
                 }
                 Scope::Pods(uids) => self.read_pods(uids).await,
@@ -479,8 +494,7 @@ impl<R: PodRuntime> Pleg<R> {
                 Cause::Period => follow_up,
             };
             (cause, scope) = loop {
-                let period =
-                    if self.waker.evented() { self.evented_period.max(self.period) } else { self.period };
+                let period = if self.waker.evented() { evented_period.max(self.period) } else { self.period };
                 let periodic = last_relist + period;
                 let due = follow_up.as_ref().map_or(periodic, |f| f.due.min(periodic));
                 tokio::select! {
@@ -558,6 +572,16 @@ mod tests {
             next_follow_up(Scope::All, Duration::MAX, false, true, ended, period).is_none(),
             "no overflow"
         );
+    }
+
+    #[test]
+    fn the_evented_relist_comes_up_to_a_tenth_of_its_period_late() {
+        let minute = Duration::from_secs(60);
+        assert_eq!(jittered(minute, 0.0), minute);
+        assert_eq!(jittered(minute, 0.5), Duration::from_secs(63));
+        assert_eq!(jittered(minute, 1.0), Duration::from_secs(66));
+        assert_eq!(jittered(minute, 7.0), Duration::from_secs(66), "never more");
+        assert_eq!(jittered(minute, -1.0), minute, "never less");
     }
 
     #[test]
