@@ -96,19 +96,25 @@ fn spec_changed(old: &Pod, new: &Pod) -> bool {
     } = &old.metadata;
     let m = &new.metadata;
     old.spec != new.spec
-        || *annotations != m.annotations
-        || *creation_timestamp != m.creation_timestamp
-        || *deletion_grace_period_seconds != m.deletion_grace_period_seconds
-        || *deletion_timestamp != m.deletion_timestamp
-        || *finalizers != m.finalizers
-        || *generate_name != m.generate_name
-        || *generation != m.generation
-        || *labels != m.labels
-        || *name != m.name
-        || *namespace != m.namespace
-        || *owner_references != m.owner_references
-        || *self_link != m.self_link
-        || *uid != m.uid
+        || (annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers)
+            != (
+                &m.annotations,
+                &m.creation_timestamp,
+                &m.deletion_grace_period_seconds,
+                &m.deletion_timestamp,
+                &m.finalizers,
+            )
+        || (generate_name, generation, labels, name, namespace, owner_references, self_link, uid)
+            != (
+                &m.generate_name,
+                &m.generation,
+                &m.labels,
+                &m.name,
+                &m.namespace,
+                &m.owner_references,
+                &m.self_link,
+                &m.uid,
+            )
 }
 
 /// A pod prepared for the pod config, or why it cannot run.
