@@ -20,7 +20,7 @@ pub(crate) const KEEP: Duration = Duration::from_secs(10);
 /// followed as any other (memory stays bounded whatever happens).
 const MAX: usize = 4096;
 
-/// Containers nodelet is changing or changed within [`KEEP`], by ID; `None`: the call is running.
+/// Containers nodelet is changing or changed within the last 10 s, by ID; `None`: the call is running.
 /// Cheap to clone; clones share the marks.
 #[derive(Debug, Clone, Default)]
 pub struct OwnChanges(Arc<Mutex<HashMap<String, Option<Instant>>>>);
@@ -46,7 +46,7 @@ impl OwnChanges {
     }
 
     /// Whether an event about the container `id` reports a change nodelet is making or made within
-    /// [`KEEP`].
+    /// the last 10 s.
     pub fn caused(&self, id: &str) -> bool {
         let mut marks = self.marks();
         match marks.get(id) {
