@@ -200,19 +200,16 @@ impl<V: NodeView> StatusManager<V> {
         if !snapshot.synced {
             return None;
         }
-        let pods = match only {
+        let (pods, all) = match only {
             Some(mut uids) if self.seen_snapshot.synced => {
                 uids.extend(changed_in_api(&self.seen_snapshot, &snapshot, &self.desired));
-                let pods: Vec<Pod> = uids.iter().filter_map(|uid| self.view.pod(uid)).collect();
-                self.seen_snapshot = snapshot.clone();
-                self.sync_pods(pods, &snapshot, false).await;
-                return Some(false);
+                (uids.iter().filter_map(|uid| self.view.pod(uid)).collect(), false)
             }
-            _ => self.view.pods().items,
+            _ => (self.view.pods().items, true),
         };
         self.seen_snapshot = snapshot.clone();
-        self.sync_pods(pods, &snapshot, true).await;
-        Some(true)
+        self.sync_pods(pods, &snapshot, all).await;
+        Some(all)
     }
 
     /// Writes the statuses of `pods` that changed; `all`: `pods` are every pod, and what was kept
