@@ -9,6 +9,11 @@
 //! * Container status per container ID and state: `ListContainers` lacks start and finish times, exit code,
 //!   reason and the resolved image, so `ContainerStatus` is called once when a container is first seen
 //!   running and once when first seen exited; a steady-state relist makes no per-container calls.
+//! * Each pod's sandbox and container IDs (`index`): one pod's state (read after each operation, and by the
+//!   PLEG on runtime events) comes from a `PodSandboxStatus` and a `ContainerStatus` per object it has
+//!   rather than from filtered listings, which containerd answers at the cost of a full one. A pod the index
+//!   cannot answer for (before the first full listing, or after a creation whose result is unknown) is read
+//!   through filtered listings.
 //!
 //! A pod's `runtimeClassName` is looked up at every sandbox creation (see
 //! [`CriPodRuntimeConfig::runtime_classes`]); its class's `handler` is passed to `RunPodSandbox`.
@@ -46,6 +51,7 @@ use crate::probe::{self, CriProber};
 use crate::spec::{self, ContainerInputs, SpecError};
 use crate::termination;
 
+mod index;
 mod memo;
 mod own;
 mod sandbox;
@@ -338,6 +344,29 @@ struct SandboxFacts {
     host_network: bool,
 }
 
+impl SandboxFacts {
+    fn of(status: &v1::PodSandboxStatus) -> Self {
+        SandboxFacts {
+            attempt: status.metadata.as_ref().map_or(0, |m| m.attempt),
+            ips: sandbox_ips(status),
+            host_network: status
+                .linux
+                .as_ref()
+                .and_then(|l| l.namespaces.as_ref())
+                .and_then(|n| n.options.as_ref())
+                .is_some_and(|o| o.network == v1::NamespaceMode::Node as i32),
+        }
+    }
+}
+
+/// Sandboxes and containers as a listing shows them, with the statuses of the containers read one
+/// by one (empty after a listing).
+struct Listed {
+    sandboxes: Vec<v1::PodSandbox>,
+    containers: Vec<v1::Container>,
+    statuses: HashMap<String, v1::ContainerStatus>,
+}
+
 /// The part of `ContainerStatus` that `ListContainers` lacks, as seen in `state`.
 #[derive(Debug, Clone)]
 struct StatusFacts {
@@ -375,6 +404,8 @@ struct Caches {
     facts_fetched: u64,
     /// The pods built by earlier listings.
     memo: memo::Memo,
+    /// Each pod's sandboxes and containers, for reading one pod without a listing.
+    index: index::PodIndex,
 }
 
 impl Caches {
@@ -631,16 +662,7 @@ impl CriPodRuntime {
             return Ok(facts.clone());
         }
         let status = self.inner.client.pod_sandbox_status(sandbox_id).await?;
-        let facts = SandboxFacts {
-            attempt: status.metadata.as_ref().map_or(0, |m| m.attempt),
-            ips: sandbox_ips(&status),
-            host_network: status
-                .linux
-                .as_ref()
-                .and_then(|l| l.namespaces.as_ref())
-                .and_then(|n| n.options.as_ref())
-                .is_some_and(|o| o.network == v1::NamespaceMode::Node as i32),
-        };
+        let facts = SandboxFacts::of(&status);
         self.caches().sandboxes.insert(sandbox_id.to_owned(), facts.clone());
         Ok(facts)
     }
@@ -699,16 +721,24 @@ impl CriPodRuntime {
         Ok(())
     }
 
-    /// The pod `uid`'s sandboxes alone (one listing, without its containers): the sandbox pair's
-    /// state read after each of its operations.
+    /// The pod `uid`'s sandboxes alone (without its containers): the sandbox pair's state read after
+    /// each of its operations. A `PodSandboxStatus` per sandbox the index knows, else one listing.
     async fn collect_sandboxes(&self, uid: &str) -> RuntimeResult<Option<PodSandboxes>> {
-        let (filter, _) = self.filters(Some(uid));
-        let sandboxes = self
-            .inner
-            .client
-            .list_pod_sandboxes(&filter)
-            .await
-            .map_err(|e| cri_error("RuntimeUnavailable", "listing pod sandboxes", &e))?;
+        let known = self.caches().index.objects(uid);
+        let sandboxes = match known {
+            Some(objects) => {
+                let objects = index::PodObjects { containers: Vec::new(), ..objects };
+                self.read_objects(objects).await?.sandboxes
+            }
+            None => {
+                let (filter, _) = self.filters(Some(uid));
+                self.inner
+                    .client
+                    .list_pod_sandboxes(&filter)
+                    .await
+                    .map_err(|e| cri_error("RuntimeUnavailable", "listing pod sandboxes", &e))?
+            }
+        };
         self.learn_sandboxes(&sandboxes).await?;
         let caches = self.caches();
         let mut pod: Option<PodSandboxes> = None;
@@ -734,10 +764,12 @@ impl CriPodRuntime {
         Ok(pod)
     }
 
-    /// Everything nodelet manages, or only the pod `uid`'s, grouped by pod UID.
-    async fn collect(&self, uid: Option<&str>) -> RuntimeResult<HashMap<String, Arc<PodActual>>> {
+    /// Lists nodelet's sandboxes and containers (of the pod `uid` only, when given) and tells the
+    /// index what it found.
+    async fn list(&self, uid: Option<&str>) -> RuntimeResult<Listed> {
         let client = &self.inner.client;
         let (sandbox_filter, container_filter) = self.filters(uid);
+        let start = self.caches().index.start_listing();
         let (sandboxes, containers) = futures::join!(
             client.list_pod_sandboxes(&sandbox_filter),
             client.list_containers(&container_filter)
@@ -745,6 +777,99 @@ impl CriPodRuntime {
         let sandboxes =
             sandboxes.map_err(|e| cri_error("RuntimeUnavailable", "listing pod sandboxes", &e))?;
         let containers = containers.map_err(|e| cri_error("RuntimeUnavailable", "listing containers", &e))?;
+        self.caches().index.listed(start, uid, &sandboxes, &containers);
+        Ok(Listed { sandboxes, containers, statuses: HashMap::new() })
+    }
+
+    /// Reads the objects the index names with a status call each, as a listing would show them (with
+    /// the container statuses beside). An object that is gone is left out and forgotten.
+    async fn read_objects(&self, objects: index::PodObjects) -> RuntimeResult<Listed> {
+        let client = &self.inner.client;
+        let sandbox_reads = futures::stream::iter(objects.sandboxes)
+            .map(|id| async move {
+                let status = client.pod_sandbox_status(&id).await;
+                (id, status)
+            })
+            .buffer_unordered(STATUS_CONCURRENCY)
+            .collect::<Vec<_>>();
+        let container_reads = futures::stream::iter(objects.containers)
+            .map(|(id, sandbox)| async move {
+                let status = client.container_status(&id).await;
+                (id, sandbox, status)
+            })
+            .buffer_unordered(STATUS_CONCURRENCY)
+            .collect::<Vec<_>>();
+        let (sandbox_reads, container_reads) = futures::join!(sandbox_reads, container_reads);
+        let mut listed = Listed {
+            sandboxes: Vec::with_capacity(sandbox_reads.len()),
+            containers: Vec::with_capacity(container_reads.len()),
+            statuses: HashMap::with_capacity(container_reads.len()),
+        };
+        let mut gone = Vec::new();
+        for (id, read) in sandbox_reads {
+            match read {
+                Ok(status) => listed.sandboxes.push(self.listed_sandbox(status)),
+                Err(e) if e.is_not_found() => gone.push(id),
+                Err(e) => return Err(cri_error("RuntimeUnavailable", format!("status of sandbox {id}"), &e)),
+            }
+        }
+        for (id, sandbox, read) in container_reads {
+            match read {
+                Ok(status) => {
+                    listed.containers.push(v1::Container {
+                        id: status.id.clone(),
+                        pod_sandbox_id: sandbox,
+                        metadata: status.metadata.clone(),
+                        image: status.image.clone(),
+                        image_ref: status.image_ref.clone(),
+                        state: status.state,
+                        created_at: status.created_at,
+                        labels: status.labels.clone(),
+                        annotations: status.annotations.clone(),
+                        image_id: status.image_id.clone(),
+                    });
+                    listed.statuses.insert(id, status);
+                }
+                Err(e) if e.is_not_found() => gone.push(id),
+                Err(e) => {
+                    return Err(cri_error("RuntimeUnavailable", format!("status of container {id}"), &e));
+                }
+            }
+        }
+        if !gone.is_empty() {
+            let mut caches = self.caches();
+            for id in &gone {
+                caches.index.remove(id);
+            }
+        }
+        Ok(listed)
+    }
+
+    /// A sandbox's status as its listing item; its facts are cached on the way.
+    fn listed_sandbox(&self, status: v1::PodSandboxStatus) -> v1::PodSandbox {
+        let mut caches = self.caches();
+        if !caches.sandboxes.contains_key(&status.id) {
+            caches.sandboxes.insert(status.id.clone(), SandboxFacts::of(&status));
+        }
+        v1::PodSandbox {
+            id: status.id,
+            metadata: status.metadata,
+            state: status.state,
+            created_at: status.created_at,
+            labels: status.labels,
+            annotations: status.annotations,
+            runtime_handler: status.runtime_handler,
+        }
+    }
+
+    /// Everything nodelet manages, or only the pod `uid`'s, grouped by pod UID.
+    async fn collect(&self, uid: Option<&str>) -> RuntimeResult<HashMap<String, Arc<PodActual>>> {
+        let client = &self.inner.client;
+        let known = uid.and_then(|uid| self.caches().index.objects(uid));
+        let Listed { sandboxes, containers, mut statuses } = match known {
+            Some(objects) => self.read_objects(objects).await?,
+            None => self.list(uid).await?,
+        };
         self.learn_sandboxes(&sandboxes).await?;
 
         // Container statuses for containers first seen running or exited.
@@ -759,7 +884,10 @@ impl CriPodRuntime {
                 })
                 .collect()
         };
-        let statuses: Vec<(String, Result<v1::ContainerStatus, CriError>)> = futures::stream::iter(stale)
+        // Those read just now (the pod's objects read one by one) need no second call.
+        let (read, unread): (Vec<_>, Vec<_>) =
+            stale.into_iter().partition(|(id, _)| statuses.contains_key(id));
+        let mut fetched: Vec<(String, Result<v1::ContainerStatus, CriError>)> = futures::stream::iter(unread)
             .map(|(id, _)| async move {
                 let status = client.container_status(&id).await;
                 (id, status)
@@ -767,6 +895,12 @@ impl CriPodRuntime {
             .buffer_unordered(STATUS_CONCURRENCY)
             .collect()
             .await;
+        fetched.extend(read.into_iter().filter_map(|(id, _)| {
+            let status = statuses.remove(&id)?;
+            Some((id, Ok(status)))
+        }));
+        drop(statuses);
+        let statuses = fetched;
         let mut gone: HashSet<String> = HashSet::new();
         {
             let mut caches = self.caches();
@@ -1099,14 +1233,17 @@ impl CriPodRuntime {
             ));
         }
 
-        let id =
-            client.create_container(sandbox_id, container_config, sandbox_config).await.map_err(|e| {
-                cri_error(
-                    "CreateContainerError",
-                    format!("container {:?}: CreateContainer", container.name),
-                    &e,
-                )
-            })?;
+        let created = client.create_container(sandbox_id, container_config, sandbox_config).await;
+        {
+            let mut caches = self.caches();
+            match &created {
+                Ok(id) => caches.index.add_container(pod.uid(), id, sandbox_id),
+                Err(_) => caches.index.creation_failed(pod.uid()),
+            }
+        }
+        let id = created.map_err(|e| {
+            cri_error("CreateContainerError", format!("container {:?}: CreateContainer", container.name), &e)
+        })?;
         if let Err(e) = client.start_container(&id).await {
             let error =
                 cri_error("RunContainerError", format!("container {:?}: StartContainer", container.name), &e);
@@ -1294,7 +1431,9 @@ impl PodRuntime for CriPodRuntime {
         let log_path = match client.container_status(container_id).await {
             Ok(status) => Some(PathBuf::from(status.log_path)),
             Err(e) if e.is_not_found() => {
-                self.caches().containers.remove(container_id);
+                let mut caches = self.caches();
+                caches.containers.remove(container_id);
+                caches.index.remove(container_id);
                 return Ok(());
             }
             Err(e) => {
@@ -1309,7 +1448,11 @@ impl PodRuntime for CriPodRuntime {
             return Err(cri_error("KillContainerError", format!("RemoveContainer {container_id}"), &e));
         }
         change.done();
-        self.caches().containers.remove(container_id);
+        {
+            let mut caches = self.caches();
+            caches.containers.remove(container_id);
+            caches.index.remove(container_id);
+        }
         if let Some(path) = log_path.filter(|p| !p.as_os_str().is_empty()) {
             let log = path.display();
             if !is_inside(&path, &self.inner.config.pod_log_root) {

@@ -951,3 +951,81 @@ async fn container_resources_are_reported_and_updated_in_place() {
     assert_eq!(record.state, ContainerState::Running, "still the same running container");
     let _ = teardown(&rt, pod.uid(), NAMESPACE, pod.name()).await;
 }
+
+/// How many calls of `operation_type` the client has counted in `registry`.
+fn calls(registry: &prometheus::Registry, operation_type: &str) -> u64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|family| family.name() == "kubelet_runtime_operations_total")
+        .flat_map(|family| family.get_metric())
+        .filter(|m| m.get_label().iter().any(|l| l.name() == "operation_type" && l.value() == operation_type))
+        .map(|m| m.get_counter().get_value() as u64)
+        .sum()
+}
+
+/// The listings the client has made so far.
+fn listings(registry: &prometheus::Registry) -> u64 {
+    calls(registry, "list_podsandbox") + calls(registry, "list_containers")
+}
+
+#[tokio::test]
+async fn one_pods_state_is_read_without_listings_once_the_node_was_listed_and_matches_a_listing() {
+    let env = env_or_skip!(
+        "one_pods_state_is_read_without_listings_once_the_node_was_listed_and_matches_a_listing"
+    );
+    let rt = runtime(&env).await;
+    let registry = prometheus::Registry::new();
+    assert!(rt.client().set_metrics(nodelet_cri::CriMetrics::new(&registry).expect("metrics")));
+    // Another runtime, whose reads are listings (it never listed the node), to compare with.
+    let lister = runtime(&env).await;
+    let mut cleanup = Cleanup::new(&env);
+
+    let init = container("setup", &env.busybox, &["sh", "-c", "exit 3"]);
+    let pod = desired(
+        "index",
+        PodSpec {
+            init_containers: Some(vec![init.clone()]),
+            containers: vec![httpd(&env, "web")],
+            ..Default::default()
+        },
+    );
+    let uid = pod.uid().to_owned();
+    // Before the first full listing, a pod's state comes from listings.
+    let sandbox_id = run_sandbox(&rt, &mut cleanup, &pod).await;
+    let before = listings(&registry);
+    assert_eq!(pod_state(&rt, &uid).await.sandboxes.len(), 1);
+    assert_eq!(listings(&registry), before + 2, "ListPodSandbox and ListContainers");
+
+    rt.list_pods().await.expect("list_pods");
+    let listed = listings(&registry);
+    let first = start(&rt, &pod, &sandbox_id, &init, ContainerKind::Init, 0).await;
+    wait_container(&rt, &uid, &first, "exited", |c| c.state == ContainerState::Exited).await;
+    let web = start(&rt, &pod, &sandbox_id, &httpd(&env, "web"), ContainerKind::App, 0).await;
+    wait_container(&rt, &uid, &web, "running", |c| c.state == ContainerState::Running).await;
+    let read = pod_state(&rt, &uid).await;
+    let sandboxes = rt.sandboxes_of(&uid).await.expect("sandboxes_of");
+    assert_eq!(listings(&registry), listed, "reads of one pod made listings");
+    assert!(calls(&registry, "container_status") > 0 && calls(&registry, "podsandbox_status") > 0);
+
+    // What was read is what a listing shows.
+    assert_eq!(read, pod_state(&lister, &uid).await);
+    assert_eq!(sandboxes, lister.sandboxes_of(&uid).await.expect("sandboxes_of"));
+    assert_eq!(read.containers.len(), 2, "{read:?}");
+    let listed_node = lister.list_pods().await.expect("list_pods");
+    assert_eq!(Some(&read), listed_node.get(&uid).map(|p| &**p));
+
+    // A container removed behind nodelet's back is gone from the next read.
+    lister.client().remove_container(&first).await.expect("RemoveContainer");
+    let read = pod_state(&rt, &uid).await;
+    assert_eq!(read.containers.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), [web.as_str()]);
+    assert_eq!(listings(&registry), listed, "a gone object needs no listing");
+    // Another pod, unknown to the runtime: nothing, without a call.
+    let calls_before: u64 =
+        ["container_status", "podsandbox_status"].iter().map(|c| calls(&registry, c)).sum();
+    assert_eq!(rt.pod_state(&random_uid()).await.expect("pod_state"), None);
+    let calls_after: u64 =
+        ["container_status", "podsandbox_status"].iter().map(|c| calls(&registry, c)).sum();
+    assert_eq!((calls_after, listings(&registry)), (calls_before, listed));
+    cleanup.run(&rt).await;
+}

@@ -74,7 +74,15 @@ impl SandboxRuntime for CriPodRuntime {
             ));
         }
         let limited = self.limit_pod_pids(pod).await?;
-        let id = match self.inner.client.run_pod_sandbox(config, &handler).await {
+        let created = self.inner.client.run_pod_sandbox(config, &handler).await;
+        {
+            let mut caches = self.caches();
+            match &created {
+                Ok(id) => caches.index.add_sandbox(pod.uid(), id),
+                Err(_) => caches.index.creation_failed(pod.uid()),
+            }
+        }
+        let id = match created {
             Ok(id) => id,
             Err(e) => {
                 // A cgroup made for a sandbox that never ran goes again (one with processes stays).
@@ -116,7 +124,9 @@ impl SandboxRuntime for CriPodRuntime {
         let uid = match client.pod_sandbox_status(sandbox_id).await {
             Ok(status) => status.metadata.map(|m| m.uid).filter(|u| !u.is_empty()),
             Err(e) if e.is_not_found() => {
-                self.caches().sandboxes.remove(sandbox_id);
+                let mut caches = self.caches();
+                caches.sandboxes.remove(sandbox_id);
+                caches.index.remove(sandbox_id);
                 return Ok(());
             }
             Err(e) => {
@@ -128,14 +138,25 @@ impl SandboxRuntime for CriPodRuntime {
         {
             return Err(cri_error("KillPodSandboxError", format!("RemovePodSandbox {sandbox_id}"), &e));
         }
-        self.caches().sandboxes.remove(sandbox_id);
+        let known = {
+            let mut caches = self.caches();
+            caches.sandboxes.remove(sandbox_id);
+            caches.index.remove(sandbox_id);
+            uid.as_deref().and_then(|uid| caches.index.objects(uid))
+        };
         // The runtime leaves the pod cgroup behind: remove it once the pod has no sandbox left.
         if let Some(uid) = uid
             && self.pod_cgroup(&uid).is_some()
         {
-            let others = SandboxFilter::managed().label(labels::POD_UID, uid.clone());
-            match client.list_pod_sandboxes(&others).await {
-                Ok(left) if left.is_empty() => {
+            let left = match known {
+                Some(objects) => Ok(objects.sandboxes.len()),
+                None => {
+                    let others = SandboxFilter::managed().label(labels::POD_UID, uid.clone());
+                    client.list_pod_sandboxes(&others).await.map(|left| left.len())
+                }
+            };
+            match left {
+                Ok(0) => {
                     let removed = self.remove_pod_cgroups(&uid).await;
                     tracing::debug!(pod = %uid, removed, "removed pod cgroups");
                 }
