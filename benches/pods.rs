@@ -46,6 +46,8 @@
 //! rounds, default 3), `NODELET_BENCH_ROUNDS` (single-pod rounds, default 5), `NODELET_BENCH_IDLE_SECS` (default
 //! 30), `NODELET_BENCH_RELISTS` (relists timed at the largest pod count, default 3),
 //! `NODELET_BENCH_PARALLELISM` (floor parallelisms, default `4,8`), `NODELET_BENCH_OUT`,
+//! `NODELET_BENCH_CONFIG` (a KubeletConfiguration file nodelet is started with, `--config`; the bench's flags
+//! win over it),
 //! `NODELET_BENCH_KEEP_LOG=1` (print and keep nodelet's log directory), `NODELET_BENCH_LOG` (nodelet's
 //! `RUST_LOG`, e.g. `info,nodelet::sources=debug,reconcile_engine=debug` to see where the time goes).
 //!
@@ -1023,8 +1025,10 @@ impl Nodelet {
             ("--image-gc-high-threshold", "100".to_owned()),
             ("--max-pods", max_pods.to_string()),
         ];
+        let config = std::env::var("NODELET_BENCH_CONFIG").ok().filter(|c| !c.is_empty());
         let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
             .args(args.iter().flat_map(|(flag, value)| [*flag, value.as_str()]))
+            .args(config.iter().flat_map(|file| ["--config", file.as_str()]))
             .env_remove("RUST_LOG")
             .envs(std::env::var("NODELET_BENCH_LOG").ok().map(|filter| ("RUST_LOG", filter)))
             .stdin(Stdio::null())

@@ -708,7 +708,9 @@ pub(crate) fn start_stats(
         system_clock(),
     )
     .with_volumes(src.desired.clone(), vols.actual.clone())
-    .with_housekeeping_interval(config.housekeeping_interval);
+    .with_housekeeping_interval(config.housekeeping_interval)
+    // The containers' writable layers are disk usage, measured as often as the volumes'.
+    .with_container_fs_interval(config.storage.volume_stats_agg_period);
     let (provider, stop) = (stats.clone(), core.shutdown.clone());
     core.supervisor
         .spawn_restartable("stats-housekeeping", move || provider.clone().housekeeping(stop.clone()));

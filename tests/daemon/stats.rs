@@ -205,6 +205,58 @@ async fn stats_summary_and_resource_metrics_show_what_the_pod_uses() {
 }
 
 #[tokio::test]
+async fn housekeeping_reads_container_cpu_and_memory_from_cgroups_and_asks_the_runtime_once_a_period() {
+    let env = env_or_skip!(
+        "housekeeping_reads_container_cpu_and_memory_from_cgroups_and_asks_the_runtime_once_a_period"
+    );
+    // A round every second; the runtime's container stats (writable layers) every volumeStatsAggPeriod (1 m).
+    let options =
+        StartOptions { nodelet_extra: "housekeepingInterval: 1s".into(), ..StartOptions::default() };
+    let n = Nodelet::start_with(&env, "hk", options).await;
+    let script = "head -c 16777216 /dev/zero > /dev/shm/fill && exec sleep 3600";
+    n.write_manifest(
+        "hk.yaml",
+        &n.pod_manifest(
+            "hk",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "hog", "command": ["sh", "-c", script]}],
+            }),
+        ),
+    );
+    let pod_uid = uid(&n.wait_running("hk").await);
+    let hog = async || -> Option<Value> {
+        let s: Value = serde_json::from_str(&read_only(&n, "/stats/summary").await).ok()?;
+        let p = s["pods"].as_array()?.iter().find(|p| p["podRef"]["uid"] == pod_uid.as_str())?.clone();
+        p["containers"].as_array()?.iter().find(|c| c["name"] == "hog").cloned()
+    };
+    // The container came after the first round's ListContainerStats: its numbers are its cgroup's, the
+    // CPU rate from two of nodelet's own samples.
+    let first = n
+        .wait_for("the container's memory and CPU rate in the summary", Duration::from_secs(20), async || {
+            let c = hog().await?;
+            (u(&c["memory"]["workingSetBytes"]) >= 16 * MIB && c["cpu"]["usageNanoCores"].is_u64())
+                .then_some(c)
+        })
+        .await;
+    let asked = async || {
+        sample(
+            &read_only(&n, "/metrics").await,
+            "kubelet_runtime_operations_total",
+            &["operation_type=\"list_container_stats\""],
+        )
+        .unwrap_or(0.0)
+    };
+    let before = asked().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = hog().await.unwrap_or_default();
+    assert_ne!(later["cpu"]["time"], first["cpu"]["time"], "no newer round: {later}");
+    assert!(u(&later["memory"]["workingSetBytes"]) >= 16 * MIB, "{later}");
+    assert_eq!(asked().await, before, "ListContainerStats in a housekeeping round within the period");
+    assert!(before <= 2.0, "ListContainerStats {before} times in a few rounds");
+}
+
+#[tokio::test]
 async fn dead_attempts_of_a_crash_looping_container_are_collected_with_their_logs() {
     let env = env_or_skip!("dead_attempts_of_a_crash_looping_container_are_collected_with_their_logs");
     let options =
