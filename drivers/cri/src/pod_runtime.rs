@@ -877,11 +877,12 @@ impl CriPodRuntime {
             let caches = self.caches();
             containers
                 .iter()
-                .map(|c| (c.id.clone(), container_state(c.state)))
-                .filter(|(id, state)| {
+                .filter(|c| {
+                    let state = container_state(c.state);
                     matches!(state, ContainerState::Running | ContainerState::Exited)
-                        && caches.containers.get(id).is_none_or(|f| f.state != *state)
+                        && caches.containers.get(&c.id).is_none_or(|f| f.state != state)
                 })
+                .map(|c| (c.id.clone(), container_state(c.state)))
                 .collect()
         };
         // Those read just now (the pod's objects read one by one) need no second call.

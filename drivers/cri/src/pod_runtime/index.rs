@@ -147,15 +147,18 @@ impl PodIndex {
     ) {
         let ListingStart(start) = start;
         let mut seen: HashSet<&str> = HashSet::with_capacity(sandboxes.len() + containers.len());
+        // On a steady node every object is known already: look up before copying a key.
         for s in sandboxes {
             let Some(owner) = s.labels.get(labels::POD_UID) else { continue };
             if uid.is_some_and(|u| u != owner) {
                 continue;
             }
             seen.insert(&s.id);
-            let pod = self.pods.entry(owner.clone()).or_default();
-            pod.sandboxes.entry(s.id.clone()).or_insert(start);
-            self.owners.entry(s.id.clone()).or_insert_with(|| owner.clone());
+            if self.owners.contains_key(&s.id) {
+                continue;
+            }
+            self.pods.entry(owner.clone()).or_default().sandboxes.insert(s.id.clone(), start);
+            self.owners.insert(s.id.clone(), owner.clone());
         }
         for c in containers {
             let Some(owner) = c.labels.get(labels::POD_UID) else { continue };
@@ -163,9 +166,12 @@ impl PodIndex {
                 continue;
             }
             seen.insert(&c.id);
+            if self.owners.contains_key(&c.id) {
+                continue;
+            }
             let pod = self.pods.entry(owner.clone()).or_default();
-            pod.containers.entry(c.id.clone()).or_insert_with(|| (c.pod_sandbox_id.clone(), start));
-            self.owners.entry(c.id.clone()).or_insert_with(|| owner.clone());
+            pod.containers.insert(c.id.clone(), (c.pod_sandbox_id.clone(), start));
+            self.owners.insert(c.id.clone(), owner.clone());
         }
         let owners = &mut self.owners;
         self.pods.retain(|pod_uid, pod| {
