@@ -147,31 +147,28 @@ impl PodIndex {
     ) {
         let ListingStart(start) = start;
         let mut seen: HashSet<&str> = HashSet::with_capacity(sandboxes.len() + containers.len());
-        // On a steady node every object is known already: look up before copying a key.
-        for s in sandboxes {
-            let Some(owner) = s.labels.get(labels::POD_UID) else { continue };
+        // Sandboxes (no sandbox ID beside), then containers (with their sandbox's).
+        let items = sandboxes
+            .iter()
+            .map(|s| (&s.id, &s.labels, None))
+            .chain(containers.iter().map(|c| (&c.id, &c.labels, Some(&c.pod_sandbox_id))));
+        for (id, object_labels, sandbox) in items {
+            let Some(owner) = object_labels.get(labels::POD_UID) else { continue };
             if uid.is_some_and(|u| u != owner) {
                 continue;
             }
-            seen.insert(&s.id);
-            if self.owners.contains_key(&s.id) {
-                continue;
-            }
-            self.pods.entry(owner.clone()).or_default().sandboxes.insert(s.id.clone(), start);
-            self.owners.insert(s.id.clone(), owner.clone());
-        }
-        for c in containers {
-            let Some(owner) = c.labels.get(labels::POD_UID) else { continue };
-            if uid.is_some_and(|u| u != owner) {
-                continue;
-            }
-            seen.insert(&c.id);
-            if self.owners.contains_key(&c.id) {
+            seen.insert(id);
+            // On a steady node every object is known already: look up before copying a key.
+            if self.owners.contains_key(id) {
                 continue;
             }
             let pod = self.pods.entry(owner.clone()).or_default();
-            pod.containers.insert(c.id.clone(), (c.pod_sandbox_id.clone(), start));
-            self.owners.insert(c.id.clone(), owner.clone());
+            if let Some(sandbox) = sandbox {
+                pod.containers.insert(id.clone(), (sandbox.clone(), start));
+            } else {
+                pod.sandboxes.insert(id.clone(), start);
+            }
+            self.owners.insert(id.clone(), owner.clone());
         }
         let owners = &mut self.owners;
         self.pods.retain(|pod_uid, pod| {
