@@ -226,8 +226,8 @@ impl StatsProvider {
     }
 
     /// Asks the runtime for the containers' stats only every `interval` in housekeeping (their writable
-    /// layers' usage; CPU and memory are read from their cgroups), instead of every
-    /// `volumeStatsAggPeriod`'s default (1 m). Call before cloning.
+    /// layers' usage; CPU and memory are read from their cgroups) instead of every minute (the default,
+    /// `volumeStatsAggPeriod`'s). Call before cloning.
     pub(crate) fn with_container_fs_interval(mut self, interval: Duration) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.container_fs_interval = interval;
