@@ -439,8 +439,8 @@ impl<R: PodRuntime> Pleg<R> {
         let mut last_relist = Instant::now();
         let mut follow_up: Option<FollowUp> = None;
         let (mut cause, mut scope) = (Cause::Period, Scope::All);
-        // the evented period of the next relist, jitter included (drawn anew after each relist)
-        let mut evented_period = jittered(self.evented_period, fastrand::f64());
+        // the evented period of the next relist, jitter included (drawn at each relist, the first included)
+        let mut evented_period = self.evented_period;
         loop {
             let now = Instant::now();
             let looked = match &scope {

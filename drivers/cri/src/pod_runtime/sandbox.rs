@@ -97,16 +97,11 @@ impl SandboxRuntime for CriPodRuntime {
                 return Err(RuntimeError { not_found: false, ..e });
             }
         };
-        // Like the kubelet, read the sandbox's IPs right away (and keep them: they never change).
-        match self.sandbox_facts(&id).await {
-            Ok(facts) => tracing::info!(
-                pod = %pod.uid(), sandbox = %id, attempt, ips = ?facts.ips,
-                elapsed_ms = started.elapsed().as_millis(), "sandbox running"
-            ),
-            Err(e) => {
-                tracing::warn!(pod = %pod.uid(), sandbox = %id, error = %e, "sandbox runs, its status failed")
-            }
-        }
+        // Its IPs are read (and kept: they never change) by the sandbox pair's state read that follows
+        // every creation, with a `PodSandboxStatus`.
+        tracing::info!(
+            pod = %pod.uid(), sandbox = %id, attempt, elapsed_ms = started.elapsed().as_millis(), "sandbox running"
+        );
         Ok(id)
     }
 
