@@ -29,8 +29,8 @@
 //!    relists and times each (`kubelet_pleg_relist_duration_seconds`, scraped every 250 ms): one at each pod
 //!    count, `NODELET_BENCH_RELISTS` (default 3) at the largest, where the median is taken; beside it its
 //!    floor, the median of 20 bare relists through the bench's own [`CriClient`] (ListPodSandbox and
-//!    ListContainers at once, with nodelet's filters, on the same N pods: the gRPC round trip and the decoding
-//!    without nodelet's work; 50 ms apart, so all but the first run warm: the first is printed too), and
+//!    ListContainers at once, with nodelet's filters, on the same N pods, decoded lean as nodelet decodes them
+//!    (`nodelet_cri::listing`): the gRPC round trip and the decoding without nodelet's work; 50 ms apart, so all but the first run warm: the first is printed too), and
 //!    between them as many listings by nodelet's own listing code (`CriPodRuntime::list_pods`) in the bench's
 //!    process, which tell the driver's share of a relist from the daemon's; then
 //!    `/pods` and `/stats/summary` each requested 20 times in a row (latency to
@@ -1065,7 +1065,7 @@ impl Nodelet {
     }
 
     /// The relist floor: `rounds` bare relists (ListPodSandbox and ListContainers at once, with the filters
-    /// nodelet's PLEG uses, decoded), 50 ms apart; each one's time. Between them, as many listings by
+    /// nodelet's PLEG uses, decoded lean as nodelet's are), 50 ms apart; each one's time. Between them, as many listings by
     /// nodelet's own listing code ([`CriPodRuntime::list_pods`] on the bench's client, after one to fill
     /// its caches), each one's time: the second list.
     async fn relist_floor(&self, rounds: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
@@ -1080,8 +1080,8 @@ impl Nodelet {
         for _ in 0..rounds {
             let started = Instant::now();
             let (s, c) = futures::join!(
-                self.cri.list_pod_sandboxes(&sandboxes),
-                self.cri.list_containers(&containers)
+                self.cri.list_sandbox_items(&sandboxes),
+                self.cri.list_container_items(&containers)
             );
             took.push(started.elapsed());
             s?;

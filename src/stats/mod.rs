@@ -44,7 +44,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nodelet_cri::labels;
+use nodelet_cri::labels::{self, Lookup};
+use nodelet_cri::listing::{ListedContainer, ListedSandbox};
 use nodelet_cri::proto as v1;
 use nodelet_cri::{ContainerFilter, CriPodRuntime, SandboxFilter};
 use nodelet_resources::common::clock::Clock;
@@ -361,8 +362,8 @@ impl StatsProvider {
             container_filter = container_filter.label(labels::NODE, node.clone());
         }
         let (sandboxes, containers, container_stats, sandbox_stats, node_sample, image_fs) = tokio::join!(
-            cri.list_pod_sandboxes(&sandbox_filter),
-            cri.list_containers(&container_filter),
+            cri.list_sandbox_items(&sandbox_filter),
+            cri.list_container_items(&container_filter),
             async { if ask { cri.list_container_stats(&container_filter).await } else { Ok(Vec::new()) } },
             async {
                 // Unsafe on some runtimes: then the pod cgroups and the sandboxes' network namespaces.
@@ -421,30 +422,30 @@ impl StatsProvider {
         let node_stats = self.node_stats(node_sample, image_fs);
 
         // The newest sandbox of each pod, and the running containers in it (newest attempt per name).
-        let mut newest: HashMap<String, &v1::PodSandbox> = HashMap::new();
+        let mut newest: HashMap<String, &ListedSandbox> = HashMap::new();
         for s in &sandboxes {
-            let Some(uid) = s.labels.get(labels::POD_UID) else { continue };
-            let entry = newest.entry(uid.clone()).or_insert(s);
+            let Some(uid) = s.labels.value(labels::POD_UID) else { continue };
+            let entry = newest.entry(uid.to_owned()).or_insert(s);
             if s.created_at > entry.created_at {
                 *entry = s;
             }
         }
-        let mut running: HashMap<String, Vec<&v1::Container>> = HashMap::new();
-        let mut newest_attempt: HashMap<(String, String), &v1::Container> = HashMap::new();
+        let mut running: HashMap<String, Vec<&ListedContainer>> = HashMap::new();
+        let mut newest_attempt: HashMap<(&str, &str), &ListedContainer> = HashMap::new();
         for c in &containers {
             let (Some(uid), Some(name)) =
-                (c.labels.get(labels::POD_UID), c.labels.get(labels::CONTAINER_NAME))
+                (c.labels.value(labels::POD_UID), c.labels.value(labels::CONTAINER_NAME))
             else {
                 continue;
             };
-            let entry = newest_attempt.entry((uid.clone(), name.clone())).or_insert(c);
+            let entry = newest_attempt.entry((uid, name)).or_insert(c);
             if c.created_at > entry.created_at {
                 *entry = c;
             }
         }
         for ((uid, _), c) in newest_attempt {
             if c.state == v1::ContainerState::ContainerRunning as i32 {
-                running.entry(uid).or_default().push(c);
+                running.entry(uid.to_owned()).or_default().push(c);
             }
         }
 
@@ -453,8 +454,10 @@ impl StatsProvider {
         for (uid, sandbox) in &newest {
             let Some(id) = labels::PodIdentity::from_labels(&sandbox.labels) else { continue };
             let mine = running.get(uid).map(Vec::as_slice).unwrap_or_default();
-            let names: Vec<String> =
-                mine.iter().filter_map(|c| c.labels.get(labels::CONTAINER_NAME).cloned()).collect();
+            let names: Vec<String> = mine
+                .iter()
+                .filter_map(|c| c.labels.value(labels::CONTAINER_NAME).map(str::to_owned))
+                .collect();
             let need_cgroup: Vec<String> = mine
                 .iter()
                 .filter(|c| container_stats.get(&c.id).is_none_or(|s| s.cpu.is_none() || s.memory.is_none()))
@@ -492,7 +495,7 @@ impl StatsProvider {
             let mut sum_cpu: Option<u64> = None;
             let mut sum_ws: Option<u64> = None;
             for c in running.get(&uid).map(Vec::as_slice).unwrap_or_default() {
-                let name = c.labels.get(labels::CONTAINER_NAME).cloned().unwrap_or_default();
+                let name = c.labels.value(labels::CONTAINER_NAME).unwrap_or_default().to_owned();
                 let cs = container_stats.get(&c.id);
                 let fallback = disk.containers.get(&c.id);
                 let cpu = cs
@@ -535,9 +538,9 @@ impl StatsProvider {
                 // The image as the pod spec (and pod status) names it; the runtime has only the ID.
                 let image = c
                     .annotations
-                    .get(labels::CONTAINER_IMAGE)
+                    .value(labels::CONTAINER_IMAGE)
                     .filter(|i| !i.is_empty())
-                    .cloned()
+                    .map(str::to_owned)
                     .or_else(|| c.image.as_ref().map(|i| i.image.clone()))
                     .unwrap_or_default();
                 container_list.push(ContainerStats {

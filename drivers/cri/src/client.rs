@@ -303,7 +303,7 @@ impl CriClient {
     }
 
     /// Runs one unary call with a deadline, mapping errors and logging the outcome.
-    async fn unary<Req, Resp, F, Fut>(
+    pub(crate) async fn unary<Req, Resp, F, Fut>(
         &self,
         call: &'static str,
         deadline: Option<Duration>,
@@ -363,7 +363,7 @@ impl CriClient {
         }
     }
 
-    fn default_deadline(&self) -> Option<Duration> {
+    pub(crate) fn default_deadline(&self) -> Option<Duration> {
         Some(self.config.runtime_request_timeout)
     }
 

@@ -87,12 +87,25 @@ impl PodIdentity {
     }
 
     /// Reads the identity back from a sandbox's or container's labels; `None` if any of the three is missing.
-    pub fn from_labels(labels: &HashMap<String, String>) -> Option<Self> {
+    pub fn from_labels(labels: &(impl Lookup + ?Sized)) -> Option<Self> {
         Some(PodIdentity {
-            name: labels.get(POD_NAME)?.clone(),
-            namespace: labels.get(POD_NAMESPACE)?.clone(),
-            uid: labels.get(POD_UID)?.clone(),
+            name: labels.value(POD_NAME)?.to_owned(),
+            namespace: labels.value(POD_NAMESPACE)?.to_owned(),
+            uid: labels.value(POD_UID)?.to_owned(),
         })
+    }
+}
+
+/// Read access to a label or annotation map, in whichever form the runtime's answer was decoded: a
+/// `HashMap` (the CRI types) or a list of entries (the lean listings of [`crate::listing`]).
+pub trait Lookup {
+    /// The value of `key`, if the map has it.
+    fn value(&self, key: &str) -> Option<&str>;
+}
+
+impl<S: std::hash::BuildHasher> Lookup for HashMap<String, String, S> {
+    fn value(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
     }
 }
 
@@ -135,28 +148,28 @@ pub fn managed_selector() -> HashMap<String, String> {
 }
 
 /// True if the labels carry the nodelet marker.
-pub fn is_managed(labels: &HashMap<String, String>) -> bool {
-    labels.get(MANAGED).is_some_and(|v| v == MANAGED_VALUE)
+pub fn is_managed(labels: &(impl Lookup + ?Sized)) -> bool {
+    labels.value(MANAGED) == Some(MANAGED_VALUE)
 }
 
 /// Parses [`CONTAINER_RESTART_COUNT`]; `None` if absent or malformed.
-pub fn restart_count(annotations: &HashMap<String, String>) -> Option<u32> {
-    annotations.get(CONTAINER_RESTART_COUNT)?.parse().ok()
+pub fn restart_count(annotations: &(impl Lookup + ?Sized)) -> Option<u32> {
+    annotations.value(CONTAINER_RESTART_COUNT)?.parse().ok()
 }
 
 /// Parses [`CONTAINER_SIDECAR_INDEX`]; `None` if absent (not a sidecar) or malformed.
-pub fn sidecar_index(annotations: &HashMap<String, String>) -> Option<u32> {
-    annotations.get(CONTAINER_SIDECAR_INDEX)?.parse().ok()
+pub fn sidecar_index(annotations: &(impl Lookup + ?Sized)) -> Option<u32> {
+    annotations.value(CONTAINER_SIDECAR_INDEX)?.parse().ok()
 }
 
 /// Parses [`CONTAINER_HASH`] (hex); `None` if absent or malformed.
-pub fn spec_hash(annotations: &HashMap<String, String>) -> Option<u64> {
-    u64::from_str_radix(annotations.get(CONTAINER_HASH)?, 16).ok()
+pub fn spec_hash(annotations: &(impl Lookup + ?Sized)) -> Option<u64> {
+    u64::from_str_radix(annotations.value(CONTAINER_HASH)?, 16).ok()
 }
 
 /// Parses [`POD_TERMINATION_GRACE_PERIOD`] (seconds); `None` if absent or malformed.
-pub fn termination_grace_period_secs(annotations: &HashMap<String, String>) -> Option<i64> {
-    annotations.get(POD_TERMINATION_GRACE_PERIOD)?.parse().ok()
+pub fn termination_grace_period_secs(annotations: &(impl Lookup + ?Sized)) -> Option<i64> {
+    annotations.value(POD_TERMINATION_GRACE_PERIOD)?.parse().ok()
 }
 
 #[cfg(test)]

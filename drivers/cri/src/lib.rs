@@ -68,6 +68,7 @@ mod filter;
 pub mod image_gc;
 pub mod images;
 pub mod labels;
+pub mod listing;
 pub mod log_rotation;
 pub mod netns;
 pub mod pod_cgroup;

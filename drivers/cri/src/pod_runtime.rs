@@ -46,7 +46,8 @@ use crate::dns::{self, NodeDns, ResolvConf};
 use crate::error::CriError;
 use crate::filter::{ContainerFilter, SandboxFilter};
 use crate::images::{self, PullPolicy};
-use crate::labels::{self, PodIdentity};
+use crate::labels::{self, Lookup, PodIdentity};
+use crate::listing::{Entry, ListedContainer, ListedSandbox};
 use crate::probe::{self, CriProber};
 use crate::spec::{self, ContainerInputs, SpecError};
 use crate::termination;
@@ -362,8 +363,8 @@ impl SandboxFacts {
 /// Sandboxes and containers as a listing shows them, with the statuses of the containers read one
 /// by one (empty after a listing).
 struct Listed {
-    sandboxes: Vec<v1::PodSandbox>,
-    containers: Vec<v1::Container>,
+    sandboxes: Vec<ListedSandbox>,
+    containers: Vec<ListedContainer>,
     statuses: HashMap<String, v1::ContainerStatus>,
 }
 
@@ -686,14 +687,14 @@ impl CriPodRuntime {
 
     /// Whether an object with `labels` is one this runtime manages: nodelet's, and this node's when
     /// a node name is set (the same test as [`filters`](Self::filters)).
-    fn owns(&self, labels: &HashMap<String, String>) -> bool {
+    fn owns(&self, labels: &(impl Lookup + ?Sized)) -> bool {
         let node = &self.inner.config.node_name;
-        labels::is_managed(labels) && (node.is_empty() || labels.get(labels::NODE) == Some(node))
+        labels::is_managed(labels) && (node.is_empty() || labels.value(labels::NODE) == Some(node.as_str()))
     }
 
     /// Reads the facts (`PodSandboxStatus`) of the listed sandboxes not seen yet into the cache; a
     /// sandbox that went away meanwhile is left out.
-    async fn learn_sandboxes(&self, sandboxes: &[v1::PodSandbox]) -> RuntimeResult<()> {
+    async fn learn_sandboxes(&self, sandboxes: &[ListedSandbox]) -> RuntimeResult<()> {
         let unknown: Vec<String> = {
             let caches = self.caches();
             sandboxes.iter().filter(|s| !caches.sandboxes.contains_key(&s.id)).map(|s| s.id.clone()).collect()
@@ -734,7 +735,7 @@ impl CriPodRuntime {
                 let (filter, _) = self.filters(Some(uid));
                 self.inner
                     .client
-                    .list_pod_sandboxes(&filter)
+                    .list_sandbox_items(&filter)
                     .await
                     .map_err(|e| cri_error("RuntimeUnavailable", "listing pod sandboxes", &e))?
             }
@@ -771,8 +772,8 @@ impl CriPodRuntime {
         let (sandbox_filter, container_filter) = self.filters(uid);
         let start = self.caches().index.start_listing();
         let (sandboxes, containers) = futures::join!(
-            client.list_pod_sandboxes(&sandbox_filter),
-            client.list_containers(&container_filter)
+            client.list_sandbox_items(&sandbox_filter),
+            client.list_container_items(&container_filter)
         );
         let sandboxes =
             sandboxes.map_err(|e| cri_error("RuntimeUnavailable", "listing pod sandboxes", &e))?;
@@ -816,18 +817,7 @@ impl CriPodRuntime {
         for (id, sandbox, read) in container_reads {
             match read {
                 Ok(status) => {
-                    listed.containers.push(v1::Container {
-                        id: status.id.clone(),
-                        pod_sandbox_id: sandbox,
-                        metadata: status.metadata.clone(),
-                        image: status.image.clone(),
-                        image_ref: status.image_ref.clone(),
-                        state: status.state,
-                        created_at: status.created_at,
-                        labels: status.labels.clone(),
-                        annotations: status.annotations.clone(),
-                        image_id: status.image_id.clone(),
-                    });
+                    listed.containers.push(ListedContainer::from_status(&status, sandbox));
                     listed.statuses.insert(id, status);
                 }
                 Err(e) if e.is_not_found() => gone.push(id),
@@ -846,20 +836,12 @@ impl CriPodRuntime {
     }
 
     /// A sandbox's status as its listing item; its facts are cached on the way.
-    fn listed_sandbox(&self, status: v1::PodSandboxStatus) -> v1::PodSandbox {
+    fn listed_sandbox(&self, status: v1::PodSandboxStatus) -> ListedSandbox {
         let mut caches = self.caches();
         if !caches.sandboxes.contains_key(&status.id) {
             caches.sandboxes.insert(status.id.clone(), SandboxFacts::of(&status));
         }
-        v1::PodSandbox {
-            id: status.id,
-            metadata: status.metadata,
-            state: status.state,
-            created_at: status.created_at,
-            labels: status.labels,
-            annotations: status.annotations,
-            runtime_handler: status.runtime_handler,
-        }
+        ListedSandbox::from_status(status)
     }
 
     /// Everything nodelet manages, or only the pod `uid`'s, grouped by pod UID.
@@ -952,9 +934,8 @@ impl CriPodRuntime {
                 reused.insert((*uid).to_owned(), pod);
             }
         }
-        let is_reused = |labels: &HashMap<String, String>| {
-            labels.get(labels::POD_UID).is_some_and(|uid| reused.contains_key(uid))
-        };
+        let is_reused =
+            |labels: &[Entry]| labels.value(labels::POD_UID).is_some_and(|uid| reused.contains_key(uid));
         let mut pods: HashMap<String, PodActual> = HashMap::new();
         let mut graces: HashMap<String, u64> = HashMap::new();
         let log_root = &self.inner.config.pod_log_root;
@@ -979,8 +960,8 @@ impl CriPodRuntime {
             let Some(identity) = PodIdentity::from_labels(&c.labels) else { continue };
             let name = c
                 .labels
-                .get(labels::CONTAINER_NAME)
-                .cloned()
+                .value(labels::CONTAINER_NAME)
+                .map(str::to_owned)
                 .or_else(|| c.metadata.as_ref().map(|m| m.name.clone()))
                 .unwrap_or_default();
             let restart_count = labels::restart_count(&c.annotations)
@@ -999,11 +980,11 @@ impl CriPodRuntime {
                 id: c.id.clone(),
                 sandbox_id: c.pod_sandbox_id.clone(),
                 restart_count,
-                spec_hash: c.annotations.get(labels::CONTAINER_HASH).cloned(),
+                spec_hash: c.annotations.value(labels::CONTAINER_HASH).map(str::to_owned),
                 spec_hash_without_resources: c
                     .annotations
-                    .get(labels::CONTAINER_HASH_WITHOUT_RESOURCES)
-                    .cloned(),
+                    .value(labels::CONTAINER_HASH_WITHOUT_RESOURCES)
+                    .map(str::to_owned),
                 applied: facts.and_then(|f| f.applied),
                 sidecar: labels::sidecar_index(&c.annotations),
                 // A status fetched during this relist may be newer than the list; otherwise the list is.
@@ -1013,8 +994,8 @@ impl CriPodRuntime {
                 },
                 image: c
                     .annotations
-                    .get(labels::CONTAINER_IMAGE)
-                    .cloned()
+                    .value(labels::CONTAINER_IMAGE)
+                    .map(str::to_owned)
                     .or_else(|| c.image.as_ref().map(|i| i.image.clone()))
                     .unwrap_or_default(),
                 image_ref: facts
@@ -1288,7 +1269,7 @@ impl CriPodRuntime {
 }
 
 /// A listed sandbox as the pod and sandbox stores keep it.
-fn sandbox_record(sandbox: &v1::PodSandbox, facts: &SandboxFacts) -> SandboxRecord {
+fn sandbox_record(sandbox: &ListedSandbox, facts: &SandboxFacts) -> SandboxRecord {
     SandboxRecord {
         id: sandbox.id.clone(),
         ready: sandbox.state == v1::PodSandboxState::SandboxReady as i32,

@@ -89,6 +89,11 @@ fn client_config(env: &TestEnv) -> CriConfig {
         .with_exec_sync_margin(Duration::from_secs(10))
 }
 
+/// A lean listing's entries as the map the full listing has.
+fn entries(entries: &[nodelet_cri::listing::Entry]) -> std::collections::HashMap<String, String> {
+    entries.iter().map(|e| (e.key.clone(), e.value.clone())).collect()
+}
+
 async fn connect(env: &TestEnv) -> CriClient {
     match CriClient::connect(client_config(env)).await {
         Ok(c) => c,
@@ -567,6 +572,17 @@ async fn pod_round_trip() {
     assert!(cri.list_pod_sandboxes(&not_ready).await.expect("ListPodSandbox(notready)").is_empty());
     let by_id = SandboxFilter::all().id(sandbox_id.clone());
     assert_eq!(cri.list_pod_sandboxes(&by_id).await.expect("ListPodSandbox(id)").len(), 1);
+    // The lean listing carries the same sandbox, field for field.
+    let lean = cri.list_sandbox_items(&mine).await.expect("ListPodSandbox (lean)");
+    assert_eq!(lean.len(), 1);
+    let (full, lean) = (&listed[0], &lean[0]);
+    assert_eq!(
+        (&lean.id, &lean.metadata, lean.state, lean.created_at, &lean.runtime_handler),
+        (&full.id, &full.metadata, full.state, full.created_at, &full.runtime_handler)
+    );
+    assert_eq!(entries(&lean.labels), full.labels);
+    assert_eq!(entries(&lean.annotations), full.annotations);
+    assert_eq!(PodIdentity::from_labels(&lean.labels).as_ref(), Some(&pod.identity));
 
     // Container.
     let config = container_config(&env, &pod, &httpd_command());
@@ -594,6 +610,18 @@ async fn pod_round_trip() {
     assert!(cri.list_containers(&exited).await.expect("ListContainers(exited)").is_empty());
     let by_label = ContainerFilter::managed().label(TEST_RUN_LABEL, pod.run_label.clone());
     assert_eq!(cri.list_containers(&by_label).await.expect("ListContainers(label)").len(), 1);
+    let lean = cri.list_container_items(&in_pod).await.expect("ListContainers (lean)");
+    assert_eq!(lean.len(), 1);
+    let (full, lean) = (&listed[0], &lean[0]);
+    assert_eq!(
+        (&lean.id, &lean.pod_sandbox_id, &lean.metadata, &lean.image_ref, lean.state, lean.created_at),
+        (&full.id, &full.pod_sandbox_id, &full.metadata, &full.image_ref, full.state, full.created_at)
+    );
+    assert_eq!(lean.image.as_ref().map(|i| &i.image), full.image.as_ref().map(|i| &i.image));
+    assert_eq!(entries(&lean.labels), full.labels);
+    assert_eq!(entries(&lean.annotations), full.annotations);
+    assert_eq!(labels::spec_hash(&lean.annotations), Some(0x00c0_ffee));
+    assert!(cri.list_container_items(&exited).await.expect("ListContainers(exited, lean)").is_empty());
 
     // HTTP from the host to the pod.
     let index = exec(&cri, &container_id, &["cat", "/var/www/index.html"]).await;

@@ -21,9 +21,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use k8s_cri::v1;
-
-use crate::labels;
+use crate::labels::{self, Lookup};
+use crate::listing::{ListedContainer, ListedSandbox};
 
 /// One pod's objects: sandbox IDs, and container IDs with their sandbox's ID, each with the tick
 /// it was learnt at.
@@ -142,8 +141,8 @@ impl PodIndex {
         &mut self,
         start: ListingStart,
         uid: Option<&str>,
-        sandboxes: &[v1::PodSandbox],
-        containers: &[v1::Container],
+        sandboxes: &[ListedSandbox],
+        containers: &[ListedContainer],
     ) {
         let ListingStart(start) = start;
         let mut seen: HashSet<&str> = HashSet::with_capacity(sandboxes.len() + containers.len());
@@ -153,7 +152,7 @@ impl PodIndex {
             .map(|s| (&s.id, &s.labels, None))
             .chain(containers.iter().map(|c| (&c.id, &c.labels, Some(&c.pod_sandbox_id))));
         for (id, object_labels, sandbox) in items {
-            let Some(owner) = object_labels.get(labels::POD_UID) else { continue };
+            let Some(owner) = object_labels.value(labels::POD_UID) else { continue };
             if uid.is_some_and(|u| u != owner) {
                 continue;
             }
@@ -162,13 +161,13 @@ impl PodIndex {
             if self.owners.contains_key(id) {
                 continue;
             }
-            let pod = self.pods.entry(owner.clone()).or_default();
+            let pod = self.pods.entry(owner.to_owned()).or_default();
             if let Some(sandbox) = sandbox {
                 pod.containers.insert(id.clone(), (sandbox.clone(), start));
             } else {
                 pod.sandboxes.insert(id.clone(), start);
             }
-            self.owners.insert(id.clone(), owner.clone());
+            self.owners.insert(id.clone(), owner.to_owned());
         }
         let owners = &mut self.owners;
         self.pods.retain(|pod_uid, pod| {
@@ -203,20 +202,21 @@ impl PodIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::listing::Entry;
 
-    fn sandbox(id: &str, uid: &str) -> v1::PodSandbox {
-        v1::PodSandbox {
+    fn sandbox(id: &str, uid: &str) -> ListedSandbox {
+        ListedSandbox {
             id: id.into(),
-            labels: [(labels::POD_UID.to_owned(), uid.to_owned())].into(),
+            labels: vec![Entry { key: labels::POD_UID.to_owned(), value: uid.to_owned() }],
             ..Default::default()
         }
     }
 
-    fn container(id: &str, uid: &str, sandbox: &str) -> v1::Container {
-        v1::Container {
+    fn container(id: &str, uid: &str, sandbox: &str) -> ListedContainer {
+        ListedContainer {
             id: id.into(),
             pod_sandbox_id: sandbox.into(),
-            labels: [(labels::POD_UID.to_owned(), uid.to_owned())].into(),
+            labels: vec![Entry { key: labels::POD_UID.to_owned(), value: uid.to_owned() }],
             ..Default::default()
         }
     }

@@ -11,10 +11,10 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use k8s_cri::v1;
 use nodelet_resources::pod::actual::PodActual;
 
-use crate::labels;
+use crate::labels::{self, Lookup};
+use crate::listing::{ListedContainer, ListedSandbox};
 
 /// A pod's signature: what its `PodActual` is built from, as one number. Order-independent, as
 /// the runtime lists in no fixed order.
@@ -37,26 +37,26 @@ fn item(kind: u8, id: &str, state: i32, facts: Option<u64>) -> Signature {
 /// facts are cached for a sandbox, `container_facts` which version of a container's facts is cached
 /// (`None`: none), `skip` whether a container is left out (gone while the listing was read).
 pub(super) fn signatures<'a>(
-    sandboxes: &'a [v1::PodSandbox],
-    containers: &'a [v1::Container],
+    sandboxes: &'a [ListedSandbox],
+    containers: &'a [ListedContainer],
     sandbox_facts: impl Fn(&str) -> bool,
     container_facts: impl Fn(&str) -> Option<u64>,
     skip: impl Fn(&str) -> bool,
 ) -> HashMap<&'a str, Signature> {
     let mut signatures: HashMap<&str, Signature> = HashMap::new();
     for s in sandboxes {
-        let Some(uid) = s.labels.get(labels::POD_UID) else { continue };
+        let Some(uid) = s.labels.value(labels::POD_UID) else { continue };
         let part = item(0, &s.id, s.state, sandbox_facts(&s.id).then_some(0));
-        let sig = signatures.entry(uid.as_str()).or_default();
+        let sig = signatures.entry(uid).or_default();
         *sig = sig.wrapping_add(part);
     }
     for c in containers {
         if skip(&c.id) {
             continue;
         }
-        let Some(uid) = c.labels.get(labels::POD_UID) else { continue };
+        let Some(uid) = c.labels.value(labels::POD_UID) else { continue };
         let part = item(1, &c.id, c.state, container_facts(&c.id));
-        let sig = signatures.entry(uid.as_str()).or_default();
+        let sig = signatures.entry(uid).or_default();
         *sig = sig.wrapping_add(part);
     }
     signatures
@@ -98,28 +98,30 @@ impl Memo {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::listing::Entry;
+    use k8s_cri::v1;
 
-    fn sandbox(id: &str, uid: &str, state: v1::PodSandboxState) -> v1::PodSandbox {
-        v1::PodSandbox {
+    fn sandbox(id: &str, uid: &str, state: v1::PodSandboxState) -> ListedSandbox {
+        ListedSandbox {
             id: id.into(),
-            labels: [(labels::POD_UID.to_owned(), uid.to_owned())].into(),
+            labels: vec![Entry { key: labels::POD_UID.to_owned(), value: uid.to_owned() }],
             state: state as i32,
             ..Default::default()
         }
     }
 
-    fn container(id: &str, uid: &str, state: v1::ContainerState) -> v1::Container {
-        v1::Container {
+    fn container(id: &str, uid: &str, state: v1::ContainerState) -> ListedContainer {
+        ListedContainer {
             id: id.into(),
-            labels: [(labels::POD_UID.to_owned(), uid.to_owned())].into(),
+            labels: vec![Entry { key: labels::POD_UID.to_owned(), value: uid.to_owned() }],
             state: state as i32,
             ..Default::default()
         }
     }
 
     fn sigs<'a>(
-        sandboxes: &'a [v1::PodSandbox],
-        containers: &'a [v1::Container],
+        sandboxes: &'a [ListedSandbox],
+        containers: &'a [ListedContainer],
         facts: &'a HashMap<&str, u64>,
     ) -> HashMap<&'a str, Signature> {
         signatures(sandboxes, containers, |_| true, |id| facts.get(id).copied(), |_| false)
@@ -161,7 +163,7 @@ mod tests {
     #[test]
     fn pods_are_signed_apart_and_items_without_a_uid_are_left_out() {
         let ready = v1::PodSandboxState::SandboxReady;
-        let sandboxes = vec![sandbox("s1", "a", ready), sandbox("s2", "b", ready), v1::PodSandbox::default()];
+        let sandboxes = vec![sandbox("s1", "a", ready), sandbox("s2", "b", ready), ListedSandbox::default()];
         let facts = HashMap::new();
         let signed = sigs(&sandboxes, &[], &facts);
         assert_eq!(signed.len(), 2);

@@ -147,7 +147,7 @@ impl SandboxRuntime for CriPodRuntime {
                 Some(objects) => Ok(objects.sandboxes.len()),
                 None => {
                     let others = SandboxFilter::managed().label(labels::POD_UID, uid.clone());
-                    client.list_pod_sandboxes(&others).await.map(|left| left.len())
+                    client.list_sandbox_items(&others).await.map(|left| left.len())
                 }
             };
             match left {
