@@ -21,7 +21,7 @@ use crate::filter::{ContainerFilter, SandboxFilter};
 use crate::labels::Lookup;
 
 /// One entry of a label or annotation map, as a protobuf map puts it on the wire.
-#[derive(Clone, PartialEq, Eq, Hash, prost::Message)]
+#[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct Entry {
     /// The label's or annotation's key.
     #[prost(string, tag = "1")]
@@ -32,9 +32,9 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The entries of `map` (order unspecified, as the map's).
-    pub fn from_map(map: std::collections::HashMap<String, String>) -> Vec<Entry> {
-        map.into_iter().map(|(key, value)| Entry { key, value }).collect()
+    /// The entries of a map (owned or borrowed), in its iteration order.
+    pub fn list<K: Into<String>, V: Into<String>>(map: impl IntoIterator<Item = (K, V)>) -> Vec<Entry> {
+        map.into_iter().map(|(key, value)| Entry { key: key.into(), value: value.into() }).collect()
     }
 }
 
@@ -126,8 +126,8 @@ impl ListedSandbox {
             metadata: status.metadata,
             state: status.state,
             created_at: status.created_at,
-            labels: Entry::from_map(status.labels),
-            annotations: Entry::from_map(status.annotations),
+            labels: Entry::list(status.labels),
+            annotations: Entry::list(status.annotations),
             runtime_handler: status.runtime_handler,
         }
     }
@@ -137,9 +137,6 @@ impl ListedContainer {
     /// A container's status as its listing shows it; the status does not name the sandbox, so the
     /// caller does.
     pub fn from_status(status: &v1::ContainerStatus, pod_sandbox_id: String) -> Self {
-        let entries = |map: &std::collections::HashMap<String, String>| {
-            map.iter().map(|(key, value)| Entry { key: key.clone(), value: value.clone() }).collect()
-        };
         ListedContainer {
             id: status.id.clone(),
             pod_sandbox_id,
@@ -148,8 +145,8 @@ impl ListedContainer {
             image_ref: status.image_ref.clone(),
             state: status.state,
             created_at: status.created_at,
-            labels: entries(&status.labels),
-            annotations: entries(&status.annotations),
+            labels: Entry::list(&status.labels),
+            annotations: Entry::list(&status.annotations),
         }
     }
 }
