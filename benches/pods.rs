@@ -30,7 +30,8 @@
 //!    count, `NODELET_BENCH_RELISTS` (default 3) at the largest, where the median is taken; beside it its
 //!    floor, the median of 20 bare relists through the bench's own [`CriClient`] (ListPodSandbox and
 //!    ListContainers at once, with nodelet's filters, on the same N pods, decoded lean as nodelet decodes them
-//!    (`nodelet_cri::listing`): the gRPC round trip and the decoding without nodelet's work; 50 ms apart, so all but the first run warm: the first is printed too), and
+//!    (`nodelet_cri::listing`): the gRPC round trip and the decoding without nodelet's work; 50 ms apart, so
+//!    all but the first run warm: the first is printed too), and
 //!    between them as many listings by nodelet's own listing code (`CriPodRuntime::list_pods`) in the bench's
 //!    process, which tell the driver's share of a relist from the daemon's; then
 //!    `/pods` and `/stats/summary` each requested 20 times in a row (latency to
@@ -1065,9 +1066,9 @@ impl Nodelet {
     }
 
     /// The relist floor: `rounds` bare relists (ListPodSandbox and ListContainers at once, with the filters
-    /// nodelet's PLEG uses, decoded lean as nodelet's are), 50 ms apart; each one's time. Between them, as many listings by
-    /// nodelet's own listing code ([`CriPodRuntime::list_pods`] on the bench's client, after one to fill
-    /// its caches), each one's time: the second list.
+    /// nodelet's PLEG uses, decoded lean as nodelet's are), 50 ms apart; each one's time. Between them, as
+    /// many listings by nodelet's own listing code ([`CriPodRuntime::list_pods`] on the bench's client, after
+    /// one to fill its caches), each one's time: the second list.
     async fn relist_floor(&self, rounds: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
         let sandboxes = SandboxFilter::managed().label(labels::NODE, self.node.clone());
         let containers = ContainerFilter::managed().label(labels::NODE, self.node.clone());
