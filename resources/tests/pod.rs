@@ -43,6 +43,8 @@ struct Node {
     inputs: Inputs,
     clock: Clock,
     relist: nodelet_resources::pod::pleg::PlegWaker,
+    /// Reports to the pod engine as the PLEG does.
+    observer: reconcile_engine::Observer<PodUid, PodActual>,
 }
 
 fn clock() -> Clock {
@@ -98,6 +100,7 @@ fn node_with_verdicts(
     }
     let mut engine = builder.build();
     let actual = engine.actual();
+    let observer = engine.observer();
     let pleg = Pleg::new(
         runtime.clone(),
         actual.clone(),
@@ -111,7 +114,7 @@ fn node_with_verdicts(
     let reconciler = PodReconciler::new(CrashLoopBackOff::default(), clock.clone());
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
-    Node { runtime, writer, desired, actual, status, reconciler, inputs, clock, relist }
+    Node { runtime, writer, desired, actual, status, reconciler, inputs, clock, relist, observer }
 }
 
 fn node() -> Node {
@@ -540,6 +543,31 @@ async fn with_runtime_events_the_pleg_should_read_only_the_pod_an_exit_names_and
     let relists = n.relists();
     tokio::time::sleep(DEFAULT_RELIST_PERIOD * 3 + Duration::from_millis(500)).await;
     assert!(n.relists() >= relists + 3, "{} relists in 3.5 periods without events", n.relists() - relists);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_differs_from_an_unchanged_runtime_should_be_set_right_by_the_next_relist() {
+    let mut n = node();
+    n.add(pod("u1", WEB));
+    assert!(eventually(LONG, || n.phase("u1") == "Running").await);
+    // Quiet relists: the runtime hands out the same pod each time, and the PLEG remembers that it
+    // equalled the store.
+    let relists = n.relists();
+    assert!(eventually(LONG, || n.relists() >= relists + 3).await);
+    let uid = "u1".to_owned();
+    let truth = n.actual.get(&uid).expect("the pod is in the store");
+    // The store now says something else (a message the reconciler does not act on), the runtime not.
+    let mut wrong = PodActual::clone(&truth);
+    wrong.containers[0].message = "not what the runtime says".into();
+    n.observer.observe(uid.clone(), reconcile_engine::Update::Set(wrong), tokio::time::Instant::now());
+    assert!(eventually(LONG, || n.actual.get(&uid).is_some_and(|a| *a != *truth)).await);
+    let relists = n.relists();
+    n.relist.relist();
+    assert!(eventually(Duration::from_secs(5), || n.relists() > relists).await);
+    assert!(
+        eventually(Duration::from_secs(5), || n.actual.get(&uid).is_some_and(|a| *a == *truth)).await,
+        "the relist after the change reports the runtime's state again"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -22,6 +22,7 @@
 //! naming the volume rather than running without it), the kubelet-managed `/etc/hosts`, image pull
 //! secrets, the systemd cgroup driver's slice names, user namespaces.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -399,8 +400,8 @@ fn applied_resources(resources: Option<&v1::ContainerResources>) -> Option<Cgrou
 
 #[derive(Debug, Default)]
 struct Caches {
-    sandboxes: HashMap<String, SandboxFacts>,
-    containers: HashMap<String, StatusFacts>,
+    sandboxes: foldhash::HashMap<String, SandboxFacts>,
+    containers: foldhash::HashMap<String, StatusFacts>,
     /// How many times container facts were fetched or changed (see [`Caches::next_version`]).
     facts_fetched: u64,
     /// The pods built by earlier listings.
@@ -920,11 +921,22 @@ impl CriPodRuntime {
         }
 
         let mut caches = self.caches();
+        // How many listed items have facts cached: when the caches hold no others, a whole
+        // listing has nothing of them to forget.
+        let (sandbox_hits, container_hits) = (Cell::new(0), Cell::new(0));
         let signatures = memo::signatures(
             &sandboxes,
             &containers,
-            |id| caches.sandboxes.contains_key(id),
-            |id| caches.containers.get(id).map(|f| f.version),
+            |id| {
+                let hit = caches.sandboxes.contains_key(id);
+                sandbox_hits.set(sandbox_hits.get() + usize::from(hit));
+                hit
+            },
+            |id| {
+                let version = caches.containers.get(id).map(|f| f.version);
+                container_hits.set(container_hits.get() + usize::from(version.is_some()));
+                version
+            },
             |id| gone.contains(id),
         );
         // The pods that are as they were at an earlier listing; only the others are built.
@@ -934,12 +946,16 @@ impl CriPodRuntime {
                 reused.insert((*uid).to_owned(), pod);
             }
         }
+        let all_reused = reused.len() == signatures.len();
         let is_reused =
             |labels: &[Entry]| labels.value(labels::POD_UID).is_some_and(|uid| reused.contains_key(uid));
         let mut pods: HashMap<String, PodActual> = HashMap::new();
         let mut graces: HashMap<String, u64> = HashMap::new();
         let log_root = &self.inner.config.pod_log_root;
-        for sandbox in &sandboxes {
+        // On a quiet node every pod is reused: nothing to build.
+        let to_build: (&[ListedSandbox], &[ListedContainer]) =
+            if all_reused { (&[], &[]) } else { (&sandboxes, &containers) };
+        for sandbox in to_build.0 {
             if is_reused(&sandbox.labels) {
                 continue;
             }
@@ -953,7 +969,7 @@ impl CriPodRuntime {
             });
             pod.sandboxes.push(sandbox_record(sandbox, facts));
         }
-        for c in &containers {
+        for c in to_build.1 {
             if gone.contains(&c.id) || is_reused(&c.labels) {
                 continue;
             }
@@ -1054,12 +1070,22 @@ impl CriPodRuntime {
         }
         match uid {
             None => {
-                // Forget what the runtime no longer has.
-                let sandbox_ids: HashSet<&str> = sandboxes.iter().map(|s| s.id.as_str()).collect();
-                let container_ids: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
-                caches.sandboxes.retain(|id, _| sandbox_ids.contains(id.as_str()));
-                caches.containers.retain(|id, _| container_ids.contains(id.as_str()));
-                caches.memo.retain(|uid| built.contains_key(uid));
+                // Forget what the runtime no longer has. The runtime's IDs are unique: caches that
+                // hold as many entries as the listed items they had hold no others (a quiet node).
+                if caches.sandboxes.len() != sandbox_hits.get() {
+                    let sandbox_ids: foldhash::HashSet<&str> =
+                        sandboxes.iter().map(|s| s.id.as_str()).collect();
+                    caches.sandboxes.retain(|id, _| sandbox_ids.contains(id.as_str()));
+                }
+                if caches.containers.len() != container_hits.get() {
+                    let container_ids: foldhash::HashSet<&str> =
+                        containers.iter().map(|c| c.id.as_str()).collect();
+                    caches.containers.retain(|id, _| container_ids.contains(id.as_str()));
+                }
+                // Every pod reused and no other remembered: the memo is as it should be.
+                if !(all_reused && caches.memo.len() == built.len()) {
+                    caches.memo.retain(|uid| built.contains_key(uid));
+                }
             }
             Some(uid) if !built.contains_key(uid) => caches.memo.remove(uid),
             Some(_) => {}

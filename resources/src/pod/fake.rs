@@ -58,6 +58,8 @@ struct State {
     faults: HashMap<&'static str, VecDeque<RuntimeError>>,
     calls: Vec<FakeCall>,
     images: HashSet<String>,
+    /// The pods of the last `list_pods`.
+    listed: HashMap<String, Arc<PodActual>>,
     list_delay: Duration,
 }
 
@@ -377,10 +379,21 @@ impl PodRuntime for FakeRuntime {
             .map(|s| s.0.clone())
             .chain(state.containers.iter().map(|c| c.uid.clone()))
             .collect();
-        Ok(uids
+        // The same `Arc` for a pod unchanged since the last listing, as the CRI driver's memo does
+        // (the PLEG's comparisons take a shortcut on it).
+        let listed: HashMap<String, Arc<PodActual>> = uids
             .into_iter()
-            .filter_map(|uid| Some((uid.clone(), Arc::new(Self::snapshot(&state, &uid)?))))
-            .collect())
+            .filter_map(|uid| {
+                let pod = Self::snapshot(&state, &uid)?;
+                let pod = match state.listed.get(&uid) {
+                    Some(last) if **last == pod => last.clone(),
+                    _ => Arc::new(pod),
+                };
+                Some((uid, pod))
+            })
+            .collect();
+        state.listed = listed.clone();
+        Ok(listed)
     }
 
     async fn pod_state(&self, uid: &str) -> RuntimeResult<Option<PodActual>> {

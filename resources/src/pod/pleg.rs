@@ -241,6 +241,24 @@ fn next_follow_up(
     (step < period).then(|| FollowUp { scope, step, due: ended + step, until_quiet })
 }
 
+/// What the last look at a pod found equal to the stores: the runtime's state it read (the pod
+/// runtime hands out the same `Arc` for a pod that has not changed, see [`PodRuntime::list_pods`])
+/// and each store's value it equalled (`None`: not equal, or not compared). Values behind an `Arc`
+/// never change and the `Arc`s held here keep them alive, so when a look reads the same `Arc` and
+/// a store holds the same `Arc` as then, they are still equal: a quiet node's relist compares
+/// pointers instead of every pod's containers, field by field.
+#[derive(Debug)]
+struct Seen {
+    listed: Arc<PodActual>,
+    pod: Option<Arc<PodActual>>,
+    sandboxes: Option<Arc<PodSandboxes>>,
+}
+
+/// Whether `remembered` and `current` are the same allocation.
+fn same_arc<T>(remembered: Option<&Arc<T>>, current: Option<&Arc<T>>) -> bool {
+    matches!((remembered, current), (Some(a), Some(b)) if Arc::ptr_eq(a, b))
+}
+
 /// The relist loop.
 #[derive(Debug)]
 pub struct Pleg<R> {
@@ -252,6 +270,8 @@ pub struct Pleg<R> {
     waker: PlegWaker,
     metrics: PodMetrics,
     sandboxes: Option<(Store<PodUid, PodSandboxes>, Observer<PodUid, PodSandboxes>)>,
+    /// Per pod, what the last look found equal to the stores (see [`Seen`]).
+    seen: Mutex<HashMap<PodUid, Seen>>,
 }
 
 impl<R: PodRuntime> Pleg<R> {
@@ -274,6 +294,7 @@ impl<R: PodRuntime> Pleg<R> {
             waker: PlegWaker::default(),
             metrics,
             sandboxes: None,
+            seen: Mutex::new(HashMap::new()),
         }
     }
 
@@ -305,6 +326,7 @@ impl<R: PodRuntime> Pleg<R> {
     pub async fn relist(&self) -> Result<BTreeSet<PodUid>, super::driver::RuntimeError> {
         let started = Instant::now();
         let listed = self.runtime.list_pods().await?;
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).retain(|uid, _| listed.contains_key(uid));
         let mut reported = BTreeSet::new();
         for (uid, state) in &listed {
             if self.report(uid, Some(state), started) {
@@ -345,35 +367,64 @@ impl<R: PodRuntime> Pleg<R> {
     /// Reports pod `uid` if `state` (read at `started`; `None`: not in the runtime) differs from the
     /// stores; returns whether it reported anything.
     fn report(&self, uid: &PodUid, state: Option<&Arc<PodActual>>, started: Instant) -> bool {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(state) = state else {
+            seen.remove(uid);
+            return self.report_gone(uid, started);
+        };
+        let before = seen.remove(uid).filter(|s| Arc::ptr_eq(&s.listed, state));
         let mut reported = false;
-        match state {
-            Some(state) if self.actual.get(uid).is_none_or(|a| *a != **state) => {
-                self.observer.observe(uid.clone(), Update::Set(PodActual::clone(state)), started);
-                reported = true;
-            }
-            None if self.actual.contains_key(uid) => {
-                self.observer.observe(uid.clone(), Update::Remove, started);
-                reported = true;
-            }
-            _ => {}
+        let current = self.actual.get(uid);
+        let pod_same = same_arc(before.as_ref().and_then(|s| s.pod.as_ref()), current.as_ref())
+            || current.as_ref().is_some_and(|a| **a == **state);
+        if !pod_same {
+            self.observer.observe(uid.clone(), Update::Set(PodActual::clone(state)), started);
+            reported = true;
         }
+        let mut sandboxes_same = None;
         if let Some((actual, observer)) = &self.sandboxes {
-            let same = match state {
-                Some(state) => actual.get(uid).is_some_and(|a| {
+            let current = actual.get(uid);
+            let same = same_arc(before.as_ref().and_then(|s| s.sandboxes.as_ref()), current.as_ref())
+                || current.as_ref().is_some_and(|a| {
                     !a.needs_refresh
                         && a.sandboxes == state.sandboxes
                         && a.namespace == state.namespace
                         && a.name == state.name
-                }),
-                None => !actual.contains_key(uid),
-            };
-            if !same {
-                let update = state.and_then(|s| PodSandboxes::of(s)).map_or(Update::Remove, Update::Set);
-                if !matches!(update, Update::Remove) || actual.contains_key(uid) {
+                });
+            if same {
+                sandboxes_same = current;
+            } else {
+                let update = PodSandboxes::of(state).map_or(Update::Remove, Update::Set);
+                if !matches!(update, Update::Remove) || current.is_some() {
                     observer.observe(uid.clone(), update, started);
                     reported = true;
                 }
             }
+        }
+        seen.insert(
+            uid.clone(),
+            Seen {
+                listed: state.clone(),
+                pod: pod_same.then_some(current).flatten(),
+                sandboxes: sandboxes_same,
+            },
+        );
+        reported
+    }
+
+    /// Reports pod `uid` gone from the runtime where a store still has it; returns whether it
+    /// reported anything.
+    fn report_gone(&self, uid: &PodUid, started: Instant) -> bool {
+        let mut reported = false;
+        if self.actual.contains_key(uid) {
+            self.observer.observe(uid.clone(), Update::Remove, started);
+            reported = true;
+        }
+        if let Some((actual, observer)) = &self.sandboxes
+            && actual.contains_key(uid)
+        {
+            observer.observe(uid.clone(), Update::Remove, started);
+            reported = true;
         }
         reported
     }

@@ -19,7 +19,7 @@
 //!
 //! Objects made by others under nodelet's labels are found by the next full listing (the PLEG's).
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet, HashSetExt};
 
 use crate::labels::{self, Lookup};
 use crate::listing::{ListedContainer, ListedSandbox};
@@ -145,20 +145,24 @@ impl PodIndex {
         containers: &[ListedContainer],
     ) {
         let ListingStart(start) = start;
-        let mut seen: HashSet<&str> = HashSet::with_capacity(sandboxes.len() + containers.len());
-        // Sandboxes (no sandbox ID beside), then containers (with their sandbox's).
-        let items = sandboxes
-            .iter()
-            .map(|s| (&s.id, &s.labels, None))
-            .chain(containers.iter().map(|c| (&c.id, &c.labels, Some(&c.pod_sandbox_id))));
-        for (id, object_labels, sandbox) in items {
-            let Some(owner) = object_labels.value(labels::POD_UID) else { continue };
-            if uid.is_some_and(|u| u != owner) {
-                continue;
-            }
-            seen.insert(id);
+        // Sandboxes (no sandbox ID beside), then containers (with their sandbox's), of the pod `uid`
+        // when given.
+        let items = || {
+            sandboxes
+                .iter()
+                .map(|s| (&s.id, &s.labels, None))
+                .chain(containers.iter().map(|c| (&c.id, &c.labels, Some(&c.pod_sandbox_id))))
+                .filter_map(move |(id, object_labels, sandbox)| {
+                    let owner = object_labels.value(labels::POD_UID)?;
+                    uid.is_none_or(|u| u == owner).then_some((id, owner, sandbox))
+                })
+        };
+        let (mut listed, mut known) = (0, 0);
+        for (id, owner, sandbox) in items() {
+            listed += 1;
             // On a steady node every object is known already: look up before copying a key.
             if self.owners.contains_key(id) {
+                known += 1;
                 continue;
             }
             let pod = self.pods.entry(owner.to_owned()).or_default();
@@ -169,30 +173,46 @@ impl PodIndex {
             }
             self.owners.insert(id.clone(), owner.to_owned());
         }
-        let owners = &mut self.owners;
-        self.pods.retain(|pod_uid, pod| {
-            if uid.is_some_and(|u| u != pod_uid) {
-                return true;
-            }
-            pod.sandboxes.retain(|id, learnt| {
-                let keep = *learnt >= start || seen.contains(id.as_str());
-                if !keep {
-                    owners.remove(id);
+        // A whole listing that found every object known and the index holding no others (the
+        // runtime's IDs are unique) drops nothing: a quiet node's relist skips the comparison.
+        let drops_nothing = uid.is_none() && known == listed && self.owners.len() == listed;
+        if drops_nothing {
+            for pod in self.pods.values_mut() {
+                if pod.dirty.is_some_and(|at| at < start) {
+                    pod.dirty = None;
                 }
-                keep
-            });
-            pod.containers.retain(|id, (_, learnt)| {
-                let keep = *learnt >= start || seen.contains(id.as_str());
-                if !keep {
-                    owners.remove(id);
-                }
-                keep
-            });
-            if pod.dirty.is_some_and(|at| at < start) {
-                pod.dirty = None;
             }
-            !pod.is_empty()
-        });
+        } else {
+            let seen: HashSet<&str> = {
+                let mut seen = HashSet::with_capacity(listed);
+                seen.extend(items().map(|(id, _, _)| id.as_str()));
+                seen
+            };
+            let owners = &mut self.owners;
+            self.pods.retain(|pod_uid, pod| {
+                if uid.is_some_and(|u| u != pod_uid) {
+                    return true;
+                }
+                pod.sandboxes.retain(|id, learnt| {
+                    let keep = *learnt >= start || seen.contains(id.as_str());
+                    if !keep {
+                        owners.remove(id);
+                    }
+                    keep
+                });
+                pod.containers.retain(|id, (_, learnt)| {
+                    let keep = *learnt >= start || seen.contains(id.as_str());
+                    if !keep {
+                        owners.remove(id);
+                    }
+                    keep
+                });
+                if pod.dirty.is_some_and(|at| at < start) {
+                    pod.dirty = None;
+                }
+                !pod.is_empty()
+            });
+        }
         if uid.is_none() {
             self.complete = true;
         }
@@ -282,6 +302,27 @@ mod tests {
         let late = index.start_listing();
         index.listed(late, Some("a"), &[sandbox("s1", "a")], &[container("c9", "a", "s1")]);
         assert_eq!(index.objects("a").map(sorted), Some(objects(&["s1"], &[("c9", "s1")])));
+    }
+
+    #[test]
+    fn a_listing_that_matches_the_index_keeps_it_and_clears_earlier_failures() {
+        let mut index = PodIndex::default();
+        let (sandboxes, containers) =
+            ([sandbox("s1", "a"), sandbox("s2", "b")], [container("c1", "a", "s1")]);
+        let start = index.start_listing();
+        index.listed(start, None, &sandboxes, &containers);
+        index.creation_failed("b");
+        assert_eq!(index.objects("b"), None);
+        // Every listed object known, nothing else known: the quiet node's case.
+        let start = index.start_listing();
+        index.listed(start, None, &sandboxes, &containers);
+        assert_eq!(index.objects("a").map(sorted), Some(objects(&["s1"], &[("c1", "s1")])));
+        assert_eq!(index.objects("b").map(sorted), Some(objects(&["s2"], &[])), "the failure is older");
+        // As many objects listed as known, but one of them new: the one no longer listed goes.
+        let start = index.start_listing();
+        index.listed(start, None, &sandboxes, &[container("c2", "a", "s1")]);
+        assert_eq!(index.objects("a").map(sorted), Some(objects(&["s1"], &[("c2", "s1")])));
+        assert!(!index.owners.contains_key("c1"));
     }
 
     #[test]

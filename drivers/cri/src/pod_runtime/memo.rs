@@ -7,10 +7,10 @@
 //! string, where it built one `PodActual` per pod per second before (the steady allocation churn
 //! that kept the allocator's arenas growing with the pods).
 
-use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
+use foldhash::{HashMap, HashMapExt};
 use nodelet_resources::pod::actual::PodActual;
 
 use crate::labels::{self, Lookup};
@@ -89,7 +89,6 @@ impl Memo {
     }
 
     /// How many pods it remembers.
-    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.pods.len()
     }
@@ -122,7 +121,7 @@ mod tests {
     fn sigs<'a>(
         sandboxes: &'a [ListedSandbox],
         containers: &'a [ListedContainer],
-        facts: &'a HashMap<&str, u64>,
+        facts: &'a std::collections::HashMap<&str, u64>,
     ) -> HashMap<&'a str, Signature> {
         signatures(sandboxes, containers, |_| true, |id| facts.get(id).copied(), |_| false)
     }
@@ -132,7 +131,7 @@ mod tests {
         let sandboxes = vec![sandbox("s1", "a", v1::PodSandboxState::SandboxReady)];
         let running = v1::ContainerState::ContainerRunning;
         let containers = vec![container("c1", "a", running), container("c2", "a", running)];
-        let facts = HashMap::from([("c1", 1), ("c2", 2)]);
+        let facts = std::collections::HashMap::from([("c1", 1), ("c2", 2)]);
         let base = sigs(&sandboxes, &containers, &facts)["a"];
 
         let reversed: Vec<_> = containers.iter().rev().cloned().collect();
@@ -142,7 +141,7 @@ mod tests {
         exited[1].state = v1::ContainerState::ContainerExited as i32;
         assert_ne!(sigs(&sandboxes, &exited, &facts)["a"], base, "a state change");
 
-        let newer_facts = HashMap::from([("c1", 1), ("c2", 3)]);
+        let newer_facts = std::collections::HashMap::from([("c1", 1), ("c2", 3)]);
         assert_ne!(sigs(&sandboxes, &containers, &newer_facts)["a"], base, "refetched facts");
 
         let fewer = vec![containers[0].clone()];
@@ -164,7 +163,7 @@ mod tests {
     fn pods_are_signed_apart_and_items_without_a_uid_are_left_out() {
         let ready = v1::PodSandboxState::SandboxReady;
         let sandboxes = vec![sandbox("s1", "a", ready), sandbox("s2", "b", ready), ListedSandbox::default()];
-        let facts = HashMap::new();
+        let facts = std::collections::HashMap::new();
         let signed = sigs(&sandboxes, &[], &facts);
         assert_eq!(signed.len(), 2);
         assert_ne!(signed["a"], signed["b"]);
