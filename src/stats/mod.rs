@@ -460,10 +460,12 @@ impl StatsProvider {
                 .collect();
             let need_cgroup: Vec<String> = mine
                 .iter()
-                .filter(|c| container_stats.get(&c.id).is_none_or(|s| s.cpu.is_none() || s.memory.is_none()))
-                .map(|c| c.id.clone())
+                .filter(|c| {
+                    container_stats.get(c.id.as_str()).is_none_or(|s| s.cpu.is_none() || s.memory.is_none())
+                })
+                .map(|c| c.id.as_str().to_owned())
                 .collect();
-            let sstats = sandbox_stats.get(&sandbox.id);
+            let sstats = sandbox_stats.get(sandbox.id.as_str());
             let pod_cgroup_needed =
                 sstats.is_none_or(|s| s.cpu.is_none() || s.memory.is_none() || s.process.is_none());
             let network_needed = sstats.is_none_or(|s| s.network.is_none()).then(|| sandbox.id.clone());
@@ -487,7 +489,7 @@ impl StatsProvider {
         let mut pods = Vec::new();
         for (uid, (identity, disk)) in disks {
             let Some(sandbox) = newest.get(&uid) else { continue };
-            let sstats = sandbox_stats.get(&sandbox.id);
+            let sstats = sandbox_stats.get(sandbox.id.as_str());
             let pod_cgroup = self.inner.runtime.pod_cgroup(&uid);
             let mut ephemeral_used = 0_u64;
             let mut ephemeral_inodes = 0_u64;
@@ -496,8 +498,8 @@ impl StatsProvider {
             let mut sum_ws: Option<u64> = None;
             for c in running.get(&uid).map(Vec::as_slice).unwrap_or_default() {
                 let name = c.labels.value(labels::CONTAINER_NAME).unwrap_or_default().to_owned();
-                let cs = container_stats.get(&c.id);
-                let fallback = disk.containers.get(&c.id);
+                let cs = container_stats.get(c.id.as_str());
+                let fallback = disk.containers.get(c.id.as_str());
                 let cpu = cs
                     .and_then(|s| s.cpu.as_ref())
                     .and_then(|u| self.cpu_from_cri(&c.id, u))
@@ -506,8 +508,10 @@ impl StatsProvider {
                     .and_then(|s| s.memory.as_ref())
                     .and_then(memory_from_cri)
                     .or_else(|| fallback.and_then(|f| f.1).map(|m| memory_from_sample(now, &m, None)));
-                let rootfs =
-                    cs.and_then(|s| s.writable_layer.as_ref()).or_else(|| layers.get(&c.id)).map(|w| {
+                let rootfs = cs
+                    .and_then(|s| s.writable_layer.as_ref())
+                    .or_else(|| layers.get(c.id.as_str()))
+                    .map(|w| {
                         let used = w.used_bytes.as_ref().map(|v| v.value);
                         let inodes = w.inodes_used.as_ref().map(|v| v.value);
                         ephemeral_used = ephemeral_used.saturating_add(used.unwrap_or(0));
@@ -541,7 +545,7 @@ impl StatsProvider {
                     .value(labels::CONTAINER_IMAGE)
                     .filter(|i| !i.is_empty())
                     .map(str::to_owned)
-                    .or_else(|| c.image.as_ref().map(|i| i.image.clone()))
+                    .or_else(|| c.image.as_ref().map(|i| i.image.as_str().to_owned()))
                     .unwrap_or_default();
                 container_list.push(ContainerStats {
                     name,
@@ -551,7 +555,7 @@ impl StatsProvider {
                     rootfs,
                     logs,
                     runtime: ContainerRuntimeInfo {
-                        id: c.id.clone(),
+                        id: c.id.as_str().to_owned(),
                         image,
                         cgroup: pod_cgroup.as_ref().map(|p| format!("{p}/{}", c.id)),
                     },

@@ -698,7 +698,11 @@ impl CriPodRuntime {
     async fn learn_sandboxes(&self, sandboxes: &[ListedSandbox]) -> RuntimeResult<()> {
         let unknown: Vec<String> = {
             let caches = self.caches();
-            sandboxes.iter().filter(|s| !caches.sandboxes.contains_key(&s.id)).map(|s| s.id.clone()).collect()
+            sandboxes
+                .iter()
+                .filter(|s| !caches.sandboxes.contains_key(s.id.as_str()))
+                .map(|s| s.id.as_str().to_owned())
+                .collect()
         };
         if unknown.is_empty() {
             return Ok(());
@@ -746,7 +750,7 @@ impl CriPodRuntime {
         let mut pod: Option<PodSandboxes> = None;
         for sandbox in &sandboxes {
             let Some(identity) = PodIdentity::from_labels(&sandbox.labels) else { continue };
-            let Some(facts) = caches.sandboxes.get(&sandbox.id) else { continue };
+            let Some(facts) = caches.sandboxes.get(sandbox.id.as_str()) else { continue };
             if identity.uid != uid {
                 continue;
             }
@@ -863,9 +867,9 @@ impl CriPodRuntime {
                 .filter(|c| {
                     let state = container_state(c.state);
                     matches!(state, ContainerState::Running | ContainerState::Exited)
-                        && caches.containers.get(&c.id).is_none_or(|f| f.state != state)
+                        && caches.containers.get(c.id.as_str()).is_none_or(|f| f.state != state)
                 })
-                .map(|c| (c.id.clone(), container_state(c.state)))
+                .map(|c| (c.id.as_str().to_owned(), container_state(c.state)))
                 .collect()
         };
         // Those read just now (the pod's objects read one by one) need no second call.
@@ -950,7 +954,7 @@ impl CriPodRuntime {
         let is_reused =
             |labels: &[Entry]| labels.value(labels::POD_UID).is_some_and(|uid| reused.contains_key(uid));
         let mut pods: HashMap<String, PodActual> = HashMap::new();
-        let mut graces: HashMap<String, u64> = HashMap::new();
+        let mut graces: HashMap<&str, u64> = HashMap::new();
         let log_root = &self.inner.config.pod_log_root;
         // On a quiet node every pod is reused: nothing to build.
         let to_build: (&[ListedSandbox], &[ListedContainer]) =
@@ -960,7 +964,7 @@ impl CriPodRuntime {
                 continue;
             }
             let Some(identity) = PodIdentity::from_labels(&sandbox.labels) else { continue };
-            let Some(facts) = caches.sandboxes.get(&sandbox.id) else { continue };
+            let Some(facts) = caches.sandboxes.get(sandbox.id.as_str()) else { continue };
             let pod = pods.entry(identity.uid.clone()).or_insert_with(|| PodActual {
                 uid: identity.uid.clone(),
                 namespace: identity.namespace.clone(),
@@ -970,7 +974,7 @@ impl CriPodRuntime {
             pod.sandboxes.push(sandbox_record(sandbox, facts));
         }
         for c in to_build.1 {
-            if gone.contains(&c.id) || is_reused(&c.labels) {
+            if gone.contains(c.id.as_str()) || is_reused(&c.labels) {
                 continue;
             }
             let Some(identity) = PodIdentity::from_labels(&c.labels) else { continue };
@@ -978,12 +982,12 @@ impl CriPodRuntime {
                 .labels
                 .value(labels::CONTAINER_NAME)
                 .map(str::to_owned)
-                .or_else(|| c.metadata.as_ref().map(|m| m.name.clone()))
+                .or_else(|| c.metadata.as_ref().map(|m| m.name.as_str().to_owned()))
                 .unwrap_or_default();
             let restart_count = labels::restart_count(&c.annotations)
                 .or_else(|| c.metadata.as_ref().map(|m| m.attempt))
                 .unwrap_or(0);
-            let facts = caches.containers.get(&c.id);
+            let facts = caches.containers.get(c.id.as_str());
             let computed_log = || {
                 spec::is_path_segment(&name).then(|| {
                     spec::pod_log_dir(log_root, &identity)
@@ -993,8 +997,8 @@ impl CriPodRuntime {
                 })
             };
             let record = ContainerRecord {
-                id: c.id.clone(),
-                sandbox_id: c.pod_sandbox_id.clone(),
+                id: c.id.as_str().to_owned(),
+                sandbox_id: c.pod_sandbox_id.as_str().to_owned(),
                 restart_count,
                 spec_hash: c.annotations.value(labels::CONTAINER_HASH).map(str::to_owned),
                 spec_hash_without_resources: c
@@ -1012,12 +1016,12 @@ impl CriPodRuntime {
                     .annotations
                     .value(labels::CONTAINER_IMAGE)
                     .map(str::to_owned)
-                    .or_else(|| c.image.as_ref().map(|i| i.image.clone()))
+                    .or_else(|| c.image.as_ref().map(|i| i.image.as_str().to_owned()))
                     .unwrap_or_default(),
                 image_ref: facts
                     .map(|f| f.image_ref.clone())
                     .filter(|r| !r.is_empty())
-                    .unwrap_or(c.image_ref.clone()),
+                    .unwrap_or_else(|| c.image_ref.as_str().to_owned()),
                 created_at: c.created_at,
                 started_at: facts.map_or(0, |f| f.started_at),
                 finished_at: facts.map_or(0, |f| f.finished_at),
@@ -1034,7 +1038,7 @@ impl CriPodRuntime {
             if let Some(grace) =
                 labels::termination_grace_period_secs(&c.annotations).and_then(|g| u64::try_from(g).ok())
             {
-                graces.insert(c.id.clone(), grace);
+                graces.insert(c.id.as_str(), grace);
             }
             pods.entry(identity.uid.clone())
                 .or_insert_with(|| PodActual {
@@ -1051,7 +1055,7 @@ impl CriPodRuntime {
             pod.containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
             // The newest container's annotation, else the newest sandbox's.
             pod.termination_grace_secs =
-                pod.containers.iter().find_map(|c| graces.get(&c.id).copied()).or_else(|| {
+                pod.containers.iter().find_map(|c| graces.get(c.id.as_str()).copied()).or_else(|| {
                     let newest = pod.sandboxes.first()?;
                     let sandbox = sandboxes.iter().find(|s| s.id == newest.id)?;
                     labels::termination_grace_period_secs(&sandbox.annotations)
@@ -1297,13 +1301,13 @@ impl CriPodRuntime {
 /// A listed sandbox as the pod and sandbox stores keep it.
 fn sandbox_record(sandbox: &ListedSandbox, facts: &SandboxFacts) -> SandboxRecord {
     SandboxRecord {
-        id: sandbox.id.clone(),
+        id: sandbox.id.as_str().to_owned(),
         ready: sandbox.state == v1::PodSandboxState::SandboxReady as i32,
         ip: facts.ips.first().cloned(),
         created_at: sandbox.created_at,
         attempt: sandbox.metadata.as_ref().map_or(facts.attempt, |m| m.attempt),
         host_network: facts.host_network,
-        runtime_handler: sandbox.runtime_handler.clone(),
+        runtime_handler: sandbox.runtime_handler.as_str().to_owned(),
     }
 }
 

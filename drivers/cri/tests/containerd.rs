@@ -91,7 +91,7 @@ fn client_config(env: &TestEnv) -> CriConfig {
 
 /// A lean listing's entries as the map the full listing has.
 fn entries(entries: &[nodelet_cri::listing::Entry]) -> std::collections::HashMap<String, String> {
-    entries.iter().map(|e| (e.key.clone(), e.value.clone())).collect()
+    entries.iter().map(|e| (e.key.as_str().to_owned(), e.value.as_str().to_owned())).collect()
 }
 
 async fn connect(env: &TestEnv) -> CriClient {
@@ -577,8 +577,14 @@ async fn pod_round_trip() {
     assert_eq!(lean.len(), 1);
     let (full, lean) = (&listed[0], &lean[0]);
     assert_eq!(
-        (&lean.id, &lean.metadata, lean.state, lean.created_at, &lean.runtime_handler),
-        (&full.id, &full.metadata, full.state, full.created_at, &full.runtime_handler)
+        (lean.id.as_str(), lean.state, lean.created_at, lean.runtime_handler.as_str()),
+        (full.id.as_str(), full.state, full.created_at, full.runtime_handler.as_str())
+    );
+    let (lean_meta, full_meta) =
+        (lean.metadata.as_ref().expect("metadata"), full.metadata.as_ref().expect("metadata"));
+    assert_eq!(
+        (lean_meta.name.as_str(), lean_meta.uid.as_str(), lean_meta.namespace.as_str(), lean_meta.attempt),
+        (full_meta.name.as_str(), full_meta.uid.as_str(), full_meta.namespace.as_str(), full_meta.attempt)
     );
     assert_eq!(entries(&lean.labels), full.labels);
     assert_eq!(entries(&lean.annotations), full.annotations);
@@ -614,10 +620,25 @@ async fn pod_round_trip() {
     assert_eq!(lean.len(), 1);
     let (full, lean) = (&listed[0], &lean[0]);
     assert_eq!(
-        (&lean.id, &lean.pod_sandbox_id, &lean.metadata, &lean.image_ref, lean.state, lean.created_at),
-        (&full.id, &full.pod_sandbox_id, &full.metadata, &full.image_ref, full.state, full.created_at)
+        (
+            lean.id.as_str(),
+            lean.pod_sandbox_id.as_str(),
+            lean.image_ref.as_str(),
+            lean.state,
+            lean.created_at
+        ),
+        (
+            full.id.as_str(),
+            full.pod_sandbox_id.as_str(),
+            full.image_ref.as_str(),
+            full.state,
+            full.created_at
+        )
     );
-    assert_eq!(lean.image.as_ref().map(|i| &i.image), full.image.as_ref().map(|i| &i.image));
+    let (lean_meta, full_meta) =
+        (lean.metadata.as_ref().expect("metadata"), full.metadata.as_ref().expect("metadata"));
+    assert_eq!((lean_meta.name.as_str(), lean_meta.attempt), (full_meta.name.as_str(), full_meta.attempt));
+    assert_eq!(lean.image.as_ref().map(|i| i.image.as_str()), full.image.as_ref().map(|i| i.image.as_str()));
     assert_eq!(entries(&lean.labels), full.labels);
     assert_eq!(entries(&lean.annotations), full.annotations);
     assert_eq!(labels::spec_hash(&lean.annotations), Some(0x00c0_ffee));

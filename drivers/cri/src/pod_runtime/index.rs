@@ -150,8 +150,8 @@ impl PodIndex {
         let items = || {
             sandboxes
                 .iter()
-                .map(|s| (&s.id, &s.labels, None))
-                .chain(containers.iter().map(|c| (&c.id, &c.labels, Some(&c.pod_sandbox_id))))
+                .map(|s| (s.id.as_str(), &s.labels, None))
+                .chain(containers.iter().map(|c| (c.id.as_str(), &c.labels, Some(c.pod_sandbox_id.as_str()))))
                 .filter_map(move |(id, object_labels, sandbox)| {
                     let owner = object_labels.value(labels::POD_UID)?;
                     uid.is_none_or(|u| u == owner).then_some((id, owner, sandbox))
@@ -167,11 +167,11 @@ impl PodIndex {
             }
             let pod = self.pods.entry(owner.to_owned()).or_default();
             if let Some(sandbox) = sandbox {
-                pod.containers.insert(id.clone(), (sandbox.clone(), start));
+                pod.containers.insert(id.to_owned(), (sandbox.to_owned(), start));
             } else {
-                pod.sandboxes.insert(id.clone(), start);
+                pod.sandboxes.insert(id.to_owned(), start);
             }
-            self.owners.insert(id.clone(), owner.to_owned());
+            self.owners.insert(id.to_owned(), owner.to_owned());
         }
         // A whole listing that found every object known and the index holding no others (the
         // runtime's IDs are unique) drops nothing: a quiet node's relist skips the comparison.
@@ -185,7 +185,7 @@ impl PodIndex {
         } else {
             let seen: HashSet<&str> = {
                 let mut seen = HashSet::with_capacity(listed);
-                seen.extend(items().map(|(id, _, _)| id.as_str()));
+                seen.extend(items().map(|(id, _, _)| id));
                 seen
             };
             let owners = &mut self.owners;
@@ -227,7 +227,7 @@ mod tests {
     fn sandbox(id: &str, uid: &str) -> ListedSandbox {
         ListedSandbox {
             id: id.into(),
-            labels: vec![Entry { key: labels::POD_UID.to_owned(), value: uid.to_owned() }],
+            labels: vec![Entry { key: labels::POD_UID.into(), value: uid.into() }],
             ..Default::default()
         }
     }
@@ -236,7 +236,7 @@ mod tests {
         ListedContainer {
             id: id.into(),
             pod_sandbox_id: sandbox.into(),
-            labels: vec![Entry { key: labels::POD_UID.to_owned(), value: uid.to_owned() }],
+            labels: vec![Entry { key: labels::POD_UID.into(), value: uid.into() }],
             ..Default::default()
         }
     }

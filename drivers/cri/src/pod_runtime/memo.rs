@@ -103,7 +103,7 @@ mod tests {
     fn sandbox(id: &str, uid: &str, state: v1::PodSandboxState) -> ListedSandbox {
         ListedSandbox {
             id: id.into(),
-            labels: vec![Entry { key: labels::POD_UID.to_owned(), value: uid.to_owned() }],
+            labels: vec![Entry { key: labels::POD_UID.into(), value: uid.into() }],
             state: state as i32,
             ..Default::default()
         }
@@ -112,7 +112,7 @@ mod tests {
     fn container(id: &str, uid: &str, state: v1::ContainerState) -> ListedContainer {
         ListedContainer {
             id: id.into(),
-            labels: vec![Entry { key: labels::POD_UID.to_owned(), value: uid.to_owned() }],
+            labels: vec![Entry { key: labels::POD_UID.into(), value: uid.into() }],
             state: state as i32,
             ..Default::default()
         }
