@@ -1,6 +1,6 @@
 //! The prober on paused time with a fake probe handler, over the pod engine and the fake runtime:
-//! thresholds, initial delay, period, startup gating, workers stopping with their container,
-//! liveness restarts through the pod reconciler, readiness in status.
+//! thresholds, initial delay, period, startup gating, workers stopping with their container (a run in
+//! progress is let finish), liveness restarts through the pod reconciler, readiness in status.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -43,12 +43,24 @@ struct Run {
 #[derive(Debug, Default)]
 struct FakeHandler {
     outcomes: Mutex<HashMap<String, bool>>,
+    /// How long a run of a word takes (default: no time).
+    delays: Mutex<HashMap<String, Duration>>,
     runs: Mutex<Vec<Run>>,
+    /// How many runs finished (a run cancelled midway does not count).
+    finished: Mutex<usize>,
 }
 
 impl FakeHandler {
     fn set(&self, word: &str, ok: bool) {
         self.outcomes.lock().unwrap_or_else(PoisonError::into_inner).insert(word.to_string(), ok);
+    }
+
+    fn take_time(&self, word: &str, delay: Duration) {
+        self.delays.lock().unwrap_or_else(PoisonError::into_inner).insert(word.to_string(), delay);
+    }
+
+    fn finished(&self) -> usize {
+        *self.finished.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn runs(&self, kind: ProbeKind) -> Vec<Run> {
@@ -77,6 +89,11 @@ impl ProbeHandler for FakeHandler {
             container_id: target.container_id.clone(),
             at: Instant::now(),
         });
+        let delay = self.delays.lock().unwrap_or_else(PoisonError::into_inner).get(&word).copied();
+        if let Some(delay) = delay {
+            sleep(delay).await;
+        }
+        *self.finished.lock().unwrap_or_else(PoisonError::into_inner) += 1;
         let ok =
             self.outcomes.lock().unwrap_or_else(PoisonError::into_inner).get(&word).copied().unwrap_or(true);
         if ok { ProbeOutcome::Success } else { ProbeOutcome::Failure(format!("{word} said no")) }
@@ -428,6 +445,29 @@ async fn probes_stop_when_the_container_stops_and_start_again_with_the_new_one()
     sleep(Duration::from_secs(5)).await;
     assert_eq!(n.handler.runs(ProbeKind::Readiness).len(), count);
     assert!(probe_series(&n.metrics, "u1").is_empty(), "no series comes back");
+}
+
+/// A worker told to stop lets the run in progress finish rather than cancel it, as the kubelet does:
+/// containerd 1.6 wedges a container for 30 s when an `ExecSync` is cancelled while its process
+/// starts, and the pod's removal waited for that. No run starts after the stop.
+#[tokio::test(start_paused = true)]
+async fn a_run_in_progress_finishes_when_the_pod_goes_and_none_starts_after() {
+    let mut n = node();
+    n.handler.take_time("slow", Duration::from_secs(5));
+    n.add(pod(
+        "u1",
+        &probed(
+            "    startupProbe: {exec: {command: [slow, start]}, periodSeconds: 1, timeoutSeconds: 30, failureThreshold: 60}\n",
+        ),
+    ));
+    assert!(eventually(LONG, || !n.handler.runs(ProbeKind::Startup).is_empty()).await);
+    assert_eq!(n.handler.finished(), 0, "the first run is in progress");
+    n.writer.remove(&"u1".to_string());
+    assert!(eventually(LONG, || n.actual.get(&"u1".to_string()).is_none()).await);
+    sleep(Duration::from_secs(10)).await;
+    assert_eq!(n.handler.runs(ProbeKind::Startup).len(), 1, "no run after the pod went");
+    assert_eq!(n.handler.finished(), 1, "the run in progress finished: it was not cancelled");
+    assert!(n.results.is_empty());
 }
 
 #[tokio::test(start_paused = true)]

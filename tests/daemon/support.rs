@@ -3,7 +3,9 @@
 //! [`Nodelet::start`] spawns the binary with its own root, manifest and log directories, free loopback
 //! ports, a unique node name (static pods are named `<name>-<node>`, so parallel tests never share a pod),
 //! a config file with a short crash-loop back-off and a bearer token for the main port. Its stdout and stderr
-//! go to `nodelet.log` in the temporary directory, printed when a test fails.
+//! go to `nodelet.log` in the temporary directory, printed when a test fails, after the runtime's log lines
+//! about what the pods left behind. nodelet logs with its default filter; `NODELET_TEST_RUST_LOG`, when
+//! set, is its `RUST_LOG` (e.g. `info,nodelet_cri=trace` shows every CRI call).
 //!
 //! Teardown always runs: [`Nodelet::shutdown`] on the happy path (it also asserts that nodelet removed every
 //! pod from the runtime), the [`Drop`] guard when a test panics. Both remove every manifest, wait until
@@ -271,6 +273,7 @@ impl Nodelet {
                 .args(self.daemon_args())
                 .envs(self.options.env.iter().map(|(k, v)| (k, v)))
                 .env_remove("RUST_LOG")
+                .envs(std::env::var("NODELET_TEST_RUST_LOG").ok().map(|v| ("RUST_LOG", v)))
                 .stdin(Stdio::null())
                 .stdout(log)
                 .stderr(stderr)
@@ -514,8 +517,12 @@ impl Nodelet {
             }
             if Instant::now() >= deadline {
                 let pods = serde_json::to_string_pretty(&self.pods().await).unwrap_or_default();
+                let (sandboxes, containers) = node_objects(&self.cri, &self.node).await;
+                let ids =
+                    sandboxes.iter().map(|s| s.id.as_str()).chain(containers.iter().map(|c| c.id.as_str()));
+                let runtime = runtime_log_of(&ids.collect::<Vec<_>>());
                 panic!(
-                    "timed out after {timeout:?} waiting for {what}\n/pods:\n{pods}\nnodelet log:\n{}",
+                    "timed out after {timeout:?} waiting for {what}\n{runtime}/pods:\n{pods}\nnodelet log:\n{}",
                     self.log()
                 );
             }
@@ -740,7 +747,9 @@ async fn teardown(input: TeardownInput, mut child: Option<Child>) -> Option<Stri
             containers.iter().map(|c| c.id.as_str()).collect::<Vec<_>>()
         );
         if Instant::now() >= deadline {
-            problems.push(format!("{TEARDOWN_WAIT:?} after the manifests were removed, {last}"));
+            let ids = sandboxes.iter().map(|s| s.id.as_str()).chain(containers.iter().map(|c| c.id.as_str()));
+            let runtime = runtime_log_of(&ids.collect::<Vec<_>>());
+            problems.push(format!("{TEARDOWN_WAIT:?} after the manifests were removed, {last}\n{runtime}"));
             break;
         }
         sleep(Duration::from_millis(200)).await;
@@ -768,6 +777,34 @@ async fn pods_left(http: &reqwest::Client, port: u16) -> Option<usize> {
     let response = http.get(format!("http://127.0.0.1:{port}/pods")).send().await.ok()?;
     let list: List<Pod> = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
     Some(list.items.len())
+}
+
+/// What the runtime's log (`NODELET_TEST_CONTAINERD_LOG`) says of the sandboxes and containers `ids`: its
+/// last lines that name one, for a failure message (it comes before nodelet's log, which is long). Empty
+/// when there are no IDs or no log.
+fn runtime_log_of(ids: &[&str]) -> String {
+    use std::io::BufRead;
+    const LINES: usize = 30;
+    let Some(path) = var("NODELET_TEST_CONTAINERD_LOG") else { return String::new() };
+    let Ok(file) = std::fs::File::open(&path) else { return String::new() };
+    if ids.is_empty() {
+        return String::new();
+    }
+    let mut last = std::collections::VecDeque::with_capacity(LINES);
+    for line in std::io::BufReader::new(file).lines().map_while(Result::ok) {
+        if ids.iter().any(|id| line.contains(id)) {
+            if last.len() == LINES {
+                last.pop_front();
+            }
+            last.push_back(line.chars().take(400).collect::<String>());
+        }
+    }
+    let mut out = format!("the runtime's log ({path}) of what is left, last {LINES} lines:\n");
+    for line in last {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
 }
 
 /// The sandboxes and containers of `node` in the runtime (empty if the runtime cannot be asked).

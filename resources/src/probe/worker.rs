@@ -7,9 +7,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use reconcile_engine::{Store, Waker, Writer, store};
+use reconcile_engine::{CancellationToken, Store, Waker, Writer, store};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::desired::{ProbeKind, ProbeSpec, container_probes};
@@ -36,13 +35,19 @@ struct Report {
     failure: Option<String>,
 }
 
-/// Aborts the task when dropped.
+/// A worker's stop signal, given when dropped: the worker ends before its next run, or once the run
+/// in progress finishes (bounded by the probe's timeout), whose outcome is then dropped.
+///
+/// A run in progress is never cancelled, as the kubelet never cancels one: containerd 1.6 wedges the
+/// container for 30 s when an `ExecSync` is cancelled while its process starts (containerd closes
+/// the exec's output pipes and the shim waits to open them, holding the container), and a stop of
+/// the container waits for it. A pod removed right after its container started took 30 s to go.
 #[derive(Debug)]
-struct AbortOnDrop(JoinHandle<()>);
+struct StopOnDrop(CancellationToken);
 
-impl Drop for AbortOnDrop {
+impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        self.0.abort();
+        self.0.cancel();
     }
 }
 
@@ -59,7 +64,7 @@ pub struct Prober<H> {
     /// while nodelet was down, and their first probes are spread over a period.
     created_at: i64,
     /// Per pod: the probed containers (by ID) and their workers.
-    workers: HashMap<PodUid, HashMap<String, Vec<AbortOnDrop>>>,
+    workers: HashMap<PodUid, HashMap<String, Vec<StopOnDrop>>>,
     /// Per pod: the container IDs with an entry in the results store.
     entries: HashMap<PodUid, HashSet<String>>,
     /// Per desired pod: the probes that have metric series, deleted when the pod leaves.
@@ -87,7 +92,7 @@ impl<H> std::fmt::Debug for WorkerCtx<H> {
 #[derive(Debug)]
 struct PodSeries {
     /// Cleared (under the write lock) before the series are deleted; workers count a run only
-    /// while it is set (under the read lock), so an aborted worker that was mid-run cannot bring a
+    /// while it is set (under the read lock), so a stopped worker that was mid-run cannot bring a
     /// deleted series back.
     alive: Arc<RwLock<bool>>,
     labels: HashSet<ProbeLabels>,
@@ -107,6 +112,8 @@ struct WorkerCtx<H> {
     labels: ProbeLabels,
     /// The pod's [`PodSeries::alive`].
     alive: Arc<RwLock<bool>>,
+    /// Cancelled when the worker must stop (see [`StopOnDrop`]).
+    stop: CancellationToken,
 }
 
 impl<H: ProbeHandler> Prober<H> {
@@ -285,6 +292,7 @@ impl<H: ProbeHandler> Prober<H> {
                 } else {
                     Duration::ZERO
                 };
+                let stop = CancellationToken::new();
                 let ctx = WorkerCtx {
                     handler: self.handler.clone(),
                     delay: spec.initial_delay.saturating_sub(ran_for).max(jitter),
@@ -295,8 +303,10 @@ impl<H: ProbeHandler> Prober<H> {
                     alive: series.alive.clone(),
                     target: target.clone(),
                     spec,
+                    stop: stop.clone(),
                 };
-                tasks.push(AbortOnDrop(tokio::spawn(ctx.run())));
+                tokio::spawn(ctx.run());
+                tasks.push(StopOnDrop(stop));
             }
             tracing::debug!(pod = %uid, container = %record.name, id = %record.id, probes = tasks.len(), "probing");
             running.insert(record.id.clone(), tasks);
@@ -342,19 +352,27 @@ fn initial_result(kind: ProbeKind) -> ProbeResult {
 }
 
 impl<H: ProbeHandler> WorkerCtx<H> {
-    /// Probes every period until the container stops (the task is aborted), or for good after a
-    /// liveness or startup failure (the container is restarted with a new ID and new workers) or a
-    /// startup success.
+    /// Probes every period until the container stops (the worker is told to stop), or for good
+    /// after a liveness or startup failure (the container is restarted with a new ID and new
+    /// workers) or a startup success.
     async fn run(self) {
         let spec = &self.spec;
-        tokio::time::sleep(self.delay).await;
+        tokio::select! {
+            biased;
+            () = self.stop.cancelled() => return,
+            () = tokio::time::sleep(self.delay) => {}
+        }
         let mut ticker = tokio::time::interval(spec.period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut reported = initial_result(spec.kind);
         let mut last = ProbeResult::Unknown;
         let mut run: u32 = 0;
         loop {
-            ticker.tick().await;
+            tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
             if let Some(results) = &self.gate
                 && !results.get(&self.target.container_id).is_some_and(|r| r.started())
             {
@@ -370,6 +388,10 @@ impl<H: ProbeHandler> WorkerCtx<H> {
                 Ok(outcome) => outcome,
                 Err(_) => ProbeOutcome::Error(format!("probe did not finish within {:?}", spec.timeout)),
             };
+            // Told to stop while the run was in progress: its outcome is for nobody.
+            if self.stop.is_cancelled() {
+                return;
+            }
             let i = match outcome {
                 ProbeOutcome::Success => 0,
                 ProbeOutcome::Failure(_) => 1,
