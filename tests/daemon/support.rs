@@ -518,9 +518,7 @@ impl Nodelet {
             if Instant::now() >= deadline {
                 let pods = serde_json::to_string_pretty(&self.pods().await).unwrap_or_default();
                 let (sandboxes, containers) = node_objects(&self.cri, &self.node).await;
-                let ids =
-                    sandboxes.iter().map(|s| s.id.as_str()).chain(containers.iter().map(|c| c.id.as_str()));
-                let runtime = runtime_log_of(&ids.collect::<Vec<_>>());
+                let runtime = runtime_log_of(&sandboxes, &containers);
                 panic!(
                     "timed out after {timeout:?} waiting for {what}\n{runtime}/pods:\n{pods}\nnodelet log:\n{}",
                     self.log()
@@ -747,8 +745,7 @@ async fn teardown(input: TeardownInput, mut child: Option<Child>) -> Option<Stri
             containers.iter().map(|c| c.id.as_str()).collect::<Vec<_>>()
         );
         if Instant::now() >= deadline {
-            let ids = sandboxes.iter().map(|s| s.id.as_str()).chain(containers.iter().map(|c| c.id.as_str()));
-            let runtime = runtime_log_of(&ids.collect::<Vec<_>>());
+            let runtime = runtime_log_of(&sandboxes, &containers);
             problems.push(format!("{TEARDOWN_WAIT:?} after the manifests were removed, {last}\n{runtime}"));
             break;
         }
@@ -779,17 +776,19 @@ async fn pods_left(http: &reqwest::Client, port: u16) -> Option<usize> {
     Some(list.items.len())
 }
 
-/// What the runtime's log (`NODELET_TEST_CONTAINERD_LOG`) says of the sandboxes and containers `ids`: its
-/// last lines that name one, for a failure message (it comes before nodelet's log, which is long). Empty
-/// when there are no IDs or no log.
-fn runtime_log_of(ids: &[&str]) -> String {
+/// What the runtime's log (`NODELET_TEST_CONTAINERD_LOG`) says of `sandboxes` and `containers`: its last
+/// lines that name one, for a failure message (it comes before nodelet's log, which is long). Empty when
+/// there are none or no log.
+fn runtime_log_of(sandboxes: &[proto::PodSandbox], containers: &[proto::Container]) -> String {
     use std::io::BufRead;
     const LINES: usize = 30;
-    let Some(path) = var("NODELET_TEST_CONTAINERD_LOG") else { return String::new() };
-    let Ok(file) = std::fs::File::open(&path) else { return String::new() };
+    let ids: Vec<&str> =
+        sandboxes.iter().map(|s| s.id.as_str()).chain(containers.iter().map(|c| c.id.as_str())).collect();
     if ids.is_empty() {
         return String::new();
     }
+    let Some(path) = var("NODELET_TEST_CONTAINERD_LOG") else { return String::new() };
+    let Ok(file) = std::fs::File::open(&path) else { return String::new() };
     let mut last = std::collections::VecDeque::with_capacity(LINES);
     for line in std::io::BufReader::new(file).lines().map_while(Result::ok) {
         if ids.iter().any(|id| line.contains(id)) {
