@@ -443,9 +443,13 @@ async fn short_client_and_serving_certificates_rotate_without_a_restart() {
     let into = second.seen - first.not_before;
     assert!((41..=56).contains(&into), "renewed {into} s into the first certificate: {second:?}");
     assert_eq!(second.username, format!("system:node:{node}"), "renewed with the current identity");
+    // The CSR is seen issued before nodelet has fetched and written the certificate: wait for the link.
     let link = n.root_dir().join("pki/nodelet-client-current.pem");
-    let (_, _, nb, _, _) = cert_facts(&std::fs::read(&link).unwrap_or_default());
-    assert!(nb >= second.not_before, "the symlink points at the new certificate");
+    n.wait_until("the symlink to point at the new certificate", Duration::from_secs(15), async || {
+        let (_, _, nb, _, _) = cert_facts(&std::fs::read(&link).unwrap_or_default());
+        if nb >= second.not_before { Ok(()) } else { Err(format!("notBefore {nb} < {}", second.not_before)) }
+    })
+    .await;
 
     // past the first certificate's notAfter the API server still accepts nodelet: the Lease is renewed
     let deadline = first.not_after + 4;
