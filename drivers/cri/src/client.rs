@@ -636,13 +636,19 @@ impl CriClient {
     /// that outlives it fails with an error for which [`CriError::is_timeout`] is true. This client's deadline
     /// is `timeout + exec_sync_margin`. A zero `timeout` means no runtime-side limit; the client deadline is
     /// then `runtime_request_timeout`.
+    ///
+    /// Dropping the returned future does not cancel the call: it runs on its own task until the runtime
+    /// answers or the deadline expires, and its answer is dropped. A cancelled `ExecSync` kills the command
+    /// in containerd, and one cancelled while its process starts holds the container in containerd 1.6 for
+    /// 30 s (its shim waits that long for the command's output pipes, and a `StopContainer` waits for the
+    /// shim). So a caller that stops waiting (a probe's own timeout, a pod that goes away) leaves the
+    /// command to its end.
     pub async fn exec_sync(
         &self,
         container_id: &str,
         cmd: Vec<String>,
         timeout: Duration,
     ) -> Result<ExecSyncOutput> {
-        let mut c = self.runtime.clone();
         let req =
             v1::ExecSyncRequest { container_id: container_id.to_owned(), cmd, timeout: ceil_secs(timeout) };
         let deadline = if timeout.is_zero() {
@@ -650,8 +656,16 @@ impl CriClient {
         } else {
             timeout.saturating_add(self.config.exec_sync_margin)
         };
-        let resp =
-            self.unary("ExecSync", Some(deadline), req, move |r| async move { c.exec_sync(r).await }).await?;
+        let client = self.clone();
+        let call = tokio::spawn(async move {
+            let mut c = client.runtime.clone();
+            client.unary("ExecSync", Some(deadline), req, move |r| async move { c.exec_sync(r).await }).await
+        });
+        let resp = call.await.map_err(|e| CriError::Status {
+            call: "ExecSync",
+            code: tonic::Code::Cancelled,
+            message: format!("the call's task ended without an answer: {e}"),
+        })??;
         Ok(ExecSyncOutput { stdout: resp.stdout, stderr: resp.stderr, exit_code: resp.exit_code })
     }
 

@@ -47,7 +47,9 @@
 //! Every call is bounded by [`CriConfig::runtime_request_timeout`] (2 minutes by default, like the
 //! kubelet's `--runtime-request-timeout`), except: `RunPodSandbox` (twice that, as the kubelet),
 //! `StopContainer` (plus the grace period), `ExecSync` (the command timeout plus
-//! [`CriConfig::exec_sync_margin`]) and `PullImage` ([`CriConfig::image_pull_timeout`]).
+//! [`CriConfig::exec_sync_margin`]) and `PullImage` ([`CriConfig::image_pull_timeout`]). Only the
+//! deadline cancels an `ExecSync`: a caller that drops it leaves the command to its end (see
+//! [`CriClient::exec_sync`]).
 //!
 //! # containerd specifics worth knowing
 //!
@@ -55,6 +57,8 @@
 //! * `ContainerStatus` lags the native exit event by tens of milliseconds.
 //! * `StopPodSandbox` kills the sandbox's containers without grace period: stop containers first.
 //! * CRI does not delete a sandbox's `log_directory`; the caller owns it.
+//! * A cancelled `ExecSync` kills its command; one cancelled while its process starts holds the
+//!   container for 30 s in containerd 1.6, and a `StopContainer` waits that long.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

@@ -822,6 +822,47 @@ async fn exit_event_and_exec_timeout() {
     eprintln!("exit_event_and_exec_timeout: exec timeout after {exec_took:?}; total {:?}", started.elapsed());
 }
 
+/// A caller that stops waiting for an `ExecSync` leaves the command to run to its end: the call is not
+/// cancelled, which would kill the command in containerd (and, in a narrow window while the process starts,
+/// hold the container for 30 s in containerd 1.6).
+#[tokio::test]
+async fn a_dropped_exec_sync_runs_to_its_end() {
+    let env = env_or_skip!("a_dropped_exec_sync_runs_to_its_end");
+    let started = Instant::now();
+    let cri = connect(&env).await;
+    let mut cleanup = Cleanup::new(&env);
+
+    let pod = test_pod(&env, &mut cleanup, "exec-drop", true, Vec::new());
+    let sandbox_id = run_sandbox(&cri, &mut cleanup, &pod).await;
+    let container_id =
+        create_and_start(&cri, &sandbox_id, &pod, container_config(&env, &pod, &["sleep", "3600"])).await;
+
+    // The caller gives up after 300 ms, while the command sleeps.
+    let command = ["sh", "-c", "sleep 1; echo done > /exec-ran"].map(str::to_owned).to_vec();
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        cri.exec_sync(&container_id, command, Duration::from_secs(10)),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the command cannot end within 300 ms: {gave_up:?}");
+
+    // The command still ran to its end.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = exec(&cri, &container_id, &["cat", "/exec-ran"]).await;
+        if out.success() {
+            assert_eq!(out.stdout_lossy(), "done\n");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the dropped command did not run to its end: {out:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    cri.stop_container(&container_id, Duration::ZERO).await.expect("StopContainer");
+    cleanup.run(&cri).await;
+    eprintln!("a_dropped_exec_sync_runs_to_its_end: ok in {:?}", started.elapsed());
+}
+
 #[tokio::test]
 async fn list_filters_by_managed_label() {
     let env = env_or_skip!("list_filters_by_managed_label");
