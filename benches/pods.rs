@@ -300,6 +300,9 @@ struct Scale {
 /// The whole run.
 #[derive(Debug, Default)]
 struct Figures {
+    /// `/proc/loadavg` when the run began (the table is written after 250 pods came and went, when the load
+    /// average still counts their processes).
+    load_at_start: String,
     scales: Vec<Scale>,
     floor_one: Vec<Duration>,
     nodelet_one: Vec<Duration>,
@@ -312,7 +315,7 @@ async fn measure(
     dir: &Path,
     run_id: &str,
 ) -> anyhow::Result<()> {
-    let mut figures = Figures::default();
+    let mut figures = Figures { load_at_start: loadavg(), ..Figures::default() };
     let containerd = env.containerd_pid();
     let max_pods = settings.series.iter().copied().max().unwrap_or(110).max(110);
     let mut nodelet = Nodelet::start(env, dir, run_id, max_pods).await?;
@@ -764,9 +767,11 @@ fn report(f: &Figures, settings: &Settings) -> anyhow::Result<()> {
         std::fs::create_dir_all(out)?;
         let mut md = format!(
             "<!-- written by `cargo bench --bench pods`; see docs/benchmarks.md -->\n\n\
-             Run at load average {} on {} CPUs; medians of {} rounds with (min–max).\n\n",
-            loadavg(),
+             Run on {} CPUs, load average {} at its start and {} at its end; medians of {} rounds with \
+             (min–max).\n\n",
             cpus(),
+            f.load_at_start,
+            loadavg(),
             settings.many_rounds
         );
         md.push_str(&t);
