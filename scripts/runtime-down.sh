@@ -177,8 +177,10 @@ cri_ids() { # ids of CRI sandboxes/containers that still have directories
 
 # ---------------------------------------------------------------- 0. the envtest control plane
 # scripts/test.sh starts one for the cluster tests under $BASE/envtest with envtest's start.sh: stop it with
-# envtest's stop.sh (by its pid files; --purge as given here), else by those pid files ourselves.
+# envtest's stop.sh (by its pid files; --purge as given here), else by those pid files ourselves. Pid files
+# whose process is gone or runs another program (a reboot, a restored machine) are dropped first.
 ENVTEST_DIR=$BASE/envtest
+"$(dirname "${BASH_SOURCE[0]}")/envtest-clear-stale.sh" "$ENVTEST_DIR"
 if compgen -G "$ENVTEST_DIR/run/*.pid" >/dev/null; then
 	ENVTEST_SCRIPTS=${NODELET_TEST_ENVTEST_SCRIPTS:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/../shared/envtest}
 	if [ -x "$ENVTEST_SCRIPTS/stop.sh" ]; then
@@ -190,10 +192,7 @@ if compgen -G "$ENVTEST_DIR/run/*.pid" >/dev/null; then
 		for n in kube-scheduler kube-controller-manager kube-apiserver etcd; do
 			f=$ENVTEST_DIR/run/$n.pid
 			[ -f "$f" ] || continue
-			pid=$(cat "$f" 2>/dev/null || true)
-			if [ -n "$pid" ] && [ "$(basename "$(readlink "/proc/$pid/exe" 2>/dev/null)")" = "$n" ]; then
-				stop_pid "$pid" "$n" 10
-			fi
+			stop_pid "$(cat "$f")" "$n" 10
 			rm -f "$f"
 		done
 	fi

@@ -54,6 +54,7 @@ elif [[ -z "$ENVTEST_SCRIPTS" || ! -x "$ENVTEST_SCRIPTS/start.sh" ]]; then
   NOTES+=("cluster tests did NOT run: KUBEBUILDER_ASSETS=$ASSETS is set, but there is no envtest start.sh to start a control plane with (provide ../shared/envtest or set NODELET_TEST_ENVTEST_SCRIPTS)")
 else
   ENVTEST_BASE="${NODELET_TEST_BASE:-/tmp/nodelet-test}/envtest"
+  scripts/envtest-clear-stale.sh "$ENVTEST_BASE"
   # In-place pod resize (issue 17) is alpha in v1.28: the API server lets resources change only with this gate.
   ENVTEST_APISERVER_ARGS="--feature-gates=InPlacePodVerticalScaling=true ${ENVTEST_APISERVER_ARGS:-}" \
   ENVTEST_BASE=$ENVTEST_BASE ENVTEST_APISERVER_PORT=26443 ENVTEST_ETCD_PORT=22379 ENVTEST_CONTROLLERS=1 \
