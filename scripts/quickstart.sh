@@ -27,7 +27,8 @@
 #   NODELET_BIN              use this nodelet binary instead of building one
 #   NODELET_QS_ROOT_DIR      --root-dir                      (default /var/lib/nodelet)
 #   NODELET_QS_IMAGES        image archive directory         (default /var/cache/nodelet/images)
-#   NODELET_QS_POD_CIDR      pod network, inside 198.18.0.0/16 (default 198.18.0.0/16)
+#   NODELET_QS_POD_CIDR      pod network, inside 198.18.0.0/16 (default 198.18.0.0/16); it must not overlap
+#                            another interface's network (the test runtime's bridge uses 198.18.0.0/16 too)
 #   NODELET_QS_EVICTION_HARD --eviction-hard (default: the kubelet's memory threshold, 1Gi free for disks)
 #   NODELET_QS_LOG           nodelet's log file              (default /var/log/nodelet-quickstart.log)
 #   NODELET_QS_TIMEOUT       seconds to wait for the web pod (default 180)
@@ -35,6 +36,8 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck disable=SC1091 # scripts/lib/ipv4.sh
+. "$REPO/scripts/lib/ipv4.sh"
 ROOT_DIR=${NODELET_QS_ROOT_DIR:-/var/lib/nodelet}
 IMAGES=${NODELET_QS_IMAGES:-/var/cache/nodelet/images}
 POD_CIDR=${NODELET_QS_POD_CIDR:-198.18.0.0/16}
@@ -260,6 +263,14 @@ case "${1:-}" in
 	;;
 *) die "unknown argument: $1 (usage: $0 [--stop | --status])" ;;
 esac
+
+# Another bridge on an overlapping network would take the route to the pods: refuse before any work.
+claims=$(ipv4_claims_of "$POD_CIDR" "$BRIDGE")
+if [ -n "$claims" ]; then
+	die "the pod network $POD_CIDR overlaps a network this machine already has ($(echo "$claims" | paste -sd, -)):" \
+		"the pods on $BRIDGE would not be reachable from the host. Remove that network (for the test runtime's" \
+		"bridge: scripts/runtime-down.sh) or choose another network inside 198.18.0.0/16 with NODELET_QS_POD_CIDR."
+fi
 
 # ---------------------------------------------------------------- 1. packages
 log "1/5 installing missing Debian packages"
