@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# IPv4 helpers shared by scripts/runtime-up.sh and scripts/quickstart.sh (sourced; defines functions only).
+# IPv4 helpers for the scripts (sourced; defines functions only). scripts/quickstart.sh uses them to refuse a
+# pod network whose route another interface would take.
 
 # ipv4_int A.B.C.D: the address as a 32-bit number.
 ipv4_int() {
