@@ -1,6 +1,13 @@
 //! `/containerLogs`: opens a container's CRI log file and streams the container's output the way the
 //! kubelet does (the parsing and rendering are in [`nodelet_node::cri_log`], shared with `nodelet logs`): the last
 //! N lines, lines since a time, optional timestamps, a byte limit, and following the file as it grows.
+//!
+//! Each chunk goes out on its own before the next chunk or the end of the body, as the kubelet's flushing
+//! writer sends it: the body stream yields once between chunks, so the server writes (and flushes) one chunk
+//! before it learns that the body has ended. A client that reads a chunk and the end of the body in one `Read`
+//! can lose the chunk: the v1.28 API server's WebSocket log streaming (`wsstream.messageCopy`) drops data that
+//! comes with `io.EOF`, and Go's chunked reader returns both at once when the terminating chunk is already
+//! buffered (the upstream spec "should support retrieving logs from the container over websockets").
 
 use std::io::{self, SeekFrom};
 use std::path::Path;
@@ -177,6 +184,7 @@ impl LogFile {
             poll_interval,
             last_running_check: None,
             finished: false,
+            sent: false,
         };
         futures::stream::unfold(follower, |mut f| async move { f.next_chunk().await.map(|chunk| (chunk, f)) })
     }
@@ -191,10 +199,21 @@ struct Follower {
     poll_interval: Duration,
     last_running_check: Option<Instant>,
     finished: bool,
+    /// A chunk has been handed out: yield once before the next one (see the module doc).
+    sent: bool,
 }
 
 impl Follower {
     async fn next_chunk(&mut self) -> Option<io::Result<Bytes>> {
+        if std::mem::take(&mut self.sent) {
+            tokio::task::yield_now().await;
+        }
+        let chunk = self.read_chunk().await;
+        self.sent = matches!(chunk, Some(Ok(_)));
+        chunk
+    }
+
+    async fn read_chunk(&mut self) -> Option<io::Result<Bytes>> {
         if self.finished {
             return None;
         }
@@ -315,5 +334,23 @@ mod tests {
         let out: Vec<u8> =
             chunks.into_iter().flat_map(|c| c.map(|b| b.to_vec()).unwrap_or_default()).collect();
         assert_eq!(String::from_utf8_lossy(&out), "new\nnewer\n");
+    }
+
+    #[tokio::test]
+    async fn the_end_of_the_body_comes_after_a_yield_never_with_the_last_chunk() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let path = dir.path().join("0.log");
+        std::fs::write(&path, "2026-01-01T00:00:01.000000000Z stdout F container is alive\n")
+            .unwrap_or_else(|e| panic!("write: {e}"));
+        let options = LogOptions::default();
+        let file = open(&path, &options).await.unwrap_or_else(|e| panic!("open: {e}"));
+        let stream =
+            file.into_stream(options, Box::new(|| false), CancellationToken::new(), DEFAULT_POLL_INTERVAL);
+        let mut stream = std::pin::pin!(stream);
+        let first = futures::StreamExt::next(&mut stream).await;
+        assert_eq!(first.and_then(Result::ok).as_deref(), Some(&b"container is alive\n"[..]));
+        // the server gets to write out the chunk before it polls the body again
+        assert!(futures::poll!(futures::StreamExt::next(&mut stream)).is_pending());
+        assert!(futures::StreamExt::next(&mut stream).await.is_none());
     }
 }
