@@ -27,7 +27,9 @@ pub(crate) mod kubelet_flags;
     about = "Runs Kubernetes pods on this machine by reconciling desired against actual state",
     long_about = "Runs Kubernetes pods on this machine by reconciling desired against actual state.\n\n\
         Without a command, runs the node agent (same as `nodelet run`). Flags are named like the kubelet's \
-        and override the fields of the --config file (a KubeletConfiguration, kubelet.config.k8s.io/v1beta1).\n\n\
+        and override the fields of the --config file (a KubeletConfiguration, kubelet.config.k8s.io/v1beta1). \
+        A kubelet flag nodelet does not act on is refused with a message naming its config field \
+        (docs/kubelet-flags.md lists them all).\n\n\
         With --kubeconfig, nodelet registers this node with the cluster's API server (cluster mode); without \
         it, it runs static pods only (standalone mode).\n\n\
         Without --container-runtime-endpoint, nodelet starts and supervises its own containerd under \
@@ -85,7 +87,8 @@ where
         }
     };
     if !refused.is_empty() {
-        return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, refused.join("\n")));
+        // one `error: …` line per refused flag
+        return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, refused.join("\nerror: ")));
     }
     let mut command = Cli::from_arg_matches_mut(&mut matches)?.into_command();
     if let Command::Run(run) = &mut command {

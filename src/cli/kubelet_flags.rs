@@ -95,6 +95,7 @@ const FIXED_EVENT_RATE: &str = "nodelet posts at most 100 events per 2 seconds (
 const NO_CGROUP_LAYOUT: &str = "nodelet does not manage a QoS or system cgroup hierarchy: pod cgroups are created \
     under cgroupRoot (--cgroup-root) only";
 
+/// An accepted flag the kubelet does not deprecate.
 const fn accepted(name: &'static str, field: Option<&'static str>, note: &'static str) -> KubeletFlag {
     KubeletFlag { name, handling: Handling::Accepted, field, deprecated: None, value: Value::One, note }
 }
