@@ -17,6 +17,8 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::config::GoDuration;
 
+pub(crate) mod kubelet_flags;
+
 /// Runs Kubernetes pods on this machine: static pods from a directory or a URL, on containerd.
 #[derive(Debug, Parser)]
 #[command(
@@ -25,7 +27,9 @@ use crate::config::GoDuration;
     about = "Runs Kubernetes pods on this machine by reconciling desired against actual state",
     long_about = "Runs Kubernetes pods on this machine by reconciling desired against actual state.\n\n\
         Without a command, runs the node agent (same as `nodelet run`). Flags are named like the kubelet's \
-        and override the fields of the --config file (a KubeletConfiguration, kubelet.config.k8s.io/v1beta1).\n\n\
+        and override the fields of the --config file (a KubeletConfiguration, kubelet.config.k8s.io/v1beta1). \
+        A kubelet flag nodelet does not act on is refused with a message naming its config field \
+        (docs/kubelet-flags.md lists them all).\n\n\
         With --kubeconfig, nodelet registers this node with the cluster's API server (cluster mode); without \
         it, it runs static pods only (standalone mode).\n\n\
         Without --container-runtime-endpoint, nodelet starts and supervises its own containerd under \
@@ -48,6 +52,49 @@ impl Cli {
     pub(crate) fn into_command(self) -> Command {
         self.command.unwrap_or(Command::Run(Box::new(self.run)))
     }
+}
+
+/// nodelet's command line: [`Cli`] plus, for the daemon (top level and `run`), the kubelet flags nodelet
+/// refuses, as hidden arguments (see [`kubelet_flags`]).
+pub(crate) fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command()
+        .args(kubelet_flags::refused_args())
+        .mut_subcommand("run", |run| run.args(kubelet_flags::refused_args()))
+}
+
+/// Parses a command line (`args` starts with the program name). A kubelet flag nodelet does not support is
+/// an error naming its KubeletConfiguration field; the kubelet's deprecation lines for the deprecated kubelet
+/// flags given go to [`RunArgs::deprecation_warnings`].
+pub(crate) fn try_parse_from<I, T>(args: I) -> Result<Command, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::FromArgMatches;
+    let mut cmd = command();
+    let mut matches = cmd.try_get_matches_from_mut(args)?;
+    let (refused, warnings) = {
+        // the daemon's flags: at the top level, or those of `run`
+        let daemon = match matches.subcommand() {
+            None => Some((&cmd, &matches)),
+            Some(("run", m)) => cmd.find_subcommand("run").map(|c| (c, m)),
+            Some(_) => None,
+        };
+        match daemon {
+            Some((c, m)) => (kubelet_flags::refusals(m), kubelet_flags::deprecation_warnings(c, m)),
+            None => (Vec::new(), Vec::new()),
+        }
+    };
+    if !refused.is_empty() {
+        // one `error: …` line per refused flag
+        return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, refused.join("\nerror: ")));
+    }
+    let mut command = Cli::from_arg_matches_mut(&mut matches)?.into_command();
+    if let Command::Run(run) = &mut command {
+        run.deprecation_warnings = warnings;
+    }
+    Ok(command)
 }
 
 /// nodelet's commands.
@@ -134,6 +181,10 @@ pub(crate) struct RunArgs {
     /// Maximum time between two syncs of a running pod [default: 1m] [config: syncFrequency]
     #[arg(long, value_name = "DURATION", help_heading = "Pod sources")]
     pub(crate) sync_frequency: Option<GoDuration>,
+    /// How often the pods' stats (/stats/summary, /metrics/resource) are gathered [default: 10s]
+    /// [config: nodelet.housekeepingInterval]
+    #[arg(long, value_name = "DURATION", help_heading = "Pod sources")]
+    pub(crate) housekeeping_interval: Option<GoDuration>,
     /// nodelet only: address (e.g. 127.0.0.1:10260) of an unauthenticated endpoint accepting pod manifests
     /// (POST /pods, DELETE /pods/NS/NAME); keep it on loopback; off by default
     /// [config: nodelet.manifestHTTPAddress]
@@ -173,6 +224,15 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Node")]
     pub(crate) allow_privileged: Option<bool>,
+    /// Give every container without a seccomp profile the runtime's default (RuntimeDefault) instead of
+    /// Unconfined [default: false] [config: seccompDefault]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          help_heading = "Node")]
+    pub(crate) seccomp_default: Option<bool>,
+    /// How often the disk usage of volumes and container filesystems is measured [default: 1m]
+    /// [config: volumeStatsAggPeriod]
+    #[arg(long, value_name = "DURATION", help_heading = "Node")]
+    pub(crate) volume_stats_agg_period: Option<GoDuration>,
 
     /// Kubeconfig of the API server to register this node with; enables cluster mode (without it nodelet
     /// runs static pods only, standalone). With --bootstrap-kubeconfig it may be missing: TLS bootstrap
@@ -219,6 +279,16 @@ pub(crate) struct RunArgs {
     /// (also in standalone mode) [config: clusterDomain]
     #[arg(long, value_name = "DOMAIN", help_heading = "Cluster")]
     pub(crate) cluster_domain: Option<String>,
+    /// Renew the client certificate (from --bootstrap-kubeconfig's TLS bootstrap) before it expires
+    /// [default: false] [config: rotateCertificates]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          help_heading = "Cluster")]
+    pub(crate) rotate_certificates: Option<bool>,
+    /// Get the main port's serving certificate from the cluster (a CertificateSigningRequest) and renew it
+    /// before it expires [default: false] [config: serverTLSBootstrap]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          help_heading = "Cluster")]
+    pub(crate) rotate_server_certificates: Option<bool>,
 
     /// CRI endpoint of an external runtime (unix:///path.sock); without it nodelet runs its own containerd
     /// [config: containerRuntimeEndpoint]
@@ -253,6 +323,11 @@ pub(crate) struct RunArgs {
     /// IP address of the main (HTTPS) and read-only ports [default: 0.0.0.0] [config: address]
     #[arg(long, value_name = "IP", help_heading = "Serving")]
     pub(crate) address: Option<IpAddr>,
+    /// Run the HTTP(S) servers: the main port, the read-only port and /healthz; false runs none
+    /// [default: true] [config: enableServer]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          help_heading = "Serving")]
+    pub(crate) enable_server: Option<bool>,
     /// Main HTTPS port (authenticated: /pods, /metrics, /stats/summary, /containerLogs) [default: 10250]
     /// [config: port]
     #[arg(long, value_name = "PORT", help_heading = "Serving")]
@@ -344,6 +419,53 @@ pub(crate) struct RunArgs {
     /// Minimum age of an unused image before it may be removed [default: 2m] [config: imageMinimumGCAge]
     #[arg(long, value_name = "DURATION", help_heading = "Eviction and garbage collection")]
     pub(crate) minimum_image_ttl_duration: Option<GoDuration>,
+    /// Longest grace period (seconds) given to a pod evicted for a soft threshold (its own when shorter)
+    /// [default: 0] [config: evictionMaxPodGracePeriod]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        allow_negative_numbers = true,
+        help_heading = "Eviction and garbage collection"
+    )]
+    pub(crate) eviction_max_pod_grace_period: Option<i64>,
+    /// Count the pods' local ephemeral storage (emptyDir, logs, writable layers) against their limits and
+    /// evict pods that exceed them [default: true] [config: localStorageCapacityIsolation]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          help_heading = "Eviction and garbage collection")]
+    pub(crate) local_storage_capacity_isolation: Option<bool>,
+    /// Minimum age of a dead container before it may be removed [default: 0s]
+    /// [config: nodelet.containerGC.minAge]
+    #[arg(long, value_name = "DURATION", help_heading = "Eviction and garbage collection")]
+    pub(crate) minimum_container_ttl_duration: Option<GoDuration>,
+    /// Dead containers kept per container of a pod, at least 1 [default: 1]
+    /// [config: nodelet.containerGC.maxPerPodContainer]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        help_heading = "Eviction and garbage collection"
+    )]
+    pub(crate) maximum_dead_containers_per_container: Option<i64>,
+    /// Dead containers kept on the node in all; -1 for no limit [default: -1]
+    /// [config: nodelet.containerGC.maxContainers]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        help_heading = "Eviction and garbage collection"
+    )]
+    pub(crate) maximum_dead_containers: Option<i64>,
+    /// Size (e.g. 10Mi) at which a container's log file is rotated [default: 10Mi] [config: containerLogMaxSize]
+    #[arg(long, value_name = "QUANTITY", help_heading = "Eviction and garbage collection")]
+    pub(crate) container_log_max_size: Option<String>,
+    /// Log files kept per container, at least 2 [default: 5] [config: containerLogMaxFiles]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        help_heading = "Eviction and garbage collection"
+    )]
+    pub(crate) container_log_max_files: Option<i64>,
 
     /// Log line format: text or json (the kubelet's JSON keys ts, caller, msg, v, err) [default: text]
     /// [config: logging.format]
@@ -352,6 +474,10 @@ pub(crate) struct RunArgs {
     /// Logging.
     #[command(flatten)]
     pub(crate) log: LogArgs,
+    /// The kubelet's deprecation lines for the deprecated kubelet flags given, logged at start (set by
+    /// [`try_parse_from`]).
+    #[arg(skip)]
+    pub(crate) deprecation_warnings: Vec<String>,
 }
 
 /// `nodelet get pods`.
@@ -820,7 +946,6 @@ pub(crate) struct PortForwardArgs {
 /// `nodelet completion SHELL`: the completion script of `shell` (`bash`, `zsh` or `fish`), generated from
 /// the command definition by clap_complete.
 pub(crate) fn completion(shell: &str, out: &mut dyn std::io::Write) -> Result<(), String> {
-    use clap::CommandFactory;
     use clap_complete::Shell;
     let shell = match shell {
         "bash" => Shell::Bash,
@@ -828,15 +953,14 @@ pub(crate) fn completion(shell: &str, out: &mut dyn std::io::Write) -> Result<()
         "fish" => Shell::Fish,
         other => return Err(format!("unsupported shell type {other:?}")),
     };
-    clap_complete::generate(shell, &mut Cli::command(), "nodelet", out);
+    clap_complete::generate(shell, &mut command(), "nodelet", out);
     Ok(())
 }
 
 /// `nodelet man`: one roff page (section 1) for nodelet and all its commands: the top-level page
 /// that clap_mangen makes, then a section per command with its synopsis, description and options.
 pub(crate) fn man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    use clap::CommandFactory;
-    let mut cmd = Cli::command().disable_help_subcommand(true);
+    let mut cmd = command().disable_help_subcommand(true);
     cmd.build();
     clap_mangen::Man::new(cmd.clone()).render(out)?;
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
@@ -863,9 +987,8 @@ pub(crate) fn man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
 
 /// `nodelet man --dir DIR`: writes nodelet.1 and nodelet-COMMAND.1 for every command into `dir`.
 pub(crate) fn man_pages_to(dir: &std::path::Path) -> std::io::Result<()> {
-    use clap::CommandFactory;
     std::fs::create_dir_all(dir)?;
-    clap_mangen::generate_to(Cli::command(), dir)
+    clap_mangen::generate_to(command(), dir)
 }
 
 /// The tracing filter directive for a kubelet-style verbosity level (used when `RUST_LOG` is unset).
@@ -1121,6 +1244,16 @@ mod tests {
                 format!("[default: {}]", short_go(config::DEFAULT_UNAUTHORIZED_CACHE_TTL)),
             ),
             ("--allow-privileged", "[default: false]".to_owned()),
+            (
+                "--volume-stats-agg-period",
+                format!("[default: {}]", short_go(config::DEFAULT_VOLUME_STATS_AGG_PERIOD)),
+            ),
+            (
+                "--housekeeping-interval",
+                format!("[default: {}]", short_go(config::DEFAULT_HOUSEKEEPING_INTERVAL)),
+            ),
+            ("--container-log-max-files", format!("[default: {}]", config::DEFAULT_CONTAINER_LOG_MAX_FILES)),
+            ("--enable-server", "[default: true]".to_owned()),
         ];
         for (flag, default) in expect {
             // the flag's own entry: from its line to the next flag's line

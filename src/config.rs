@@ -780,6 +780,7 @@ impl Config {
             None => (RawKubeletConfiguration::default(), None, Vec::new()),
         };
         let m = Merger { file: file_path.as_deref(), cwd: &host.cwd };
+        field_flags(args, &mut raw)?;
 
         // ---- node
         let node_name = match &args.hostname_override {
@@ -1881,6 +1882,74 @@ fn eviction_flags(args: &RunArgs, raw: &mut RawKubeletConfiguration) -> Result<(
     }
     if let Some(d) = args.minimum_image_ttl_duration {
         raw.image_minimum_gc_age = Some(d);
+    }
+    Ok(())
+}
+
+/// Puts the flags that stand for one file field each (`--enable-server` for `enableServer`, ...) over the
+/// file's fields, as the kubelet applies its flags over its config file, after checking each value so
+/// that errors name the flag.
+fn field_flags(args: &RunArgs, raw: &mut RawKubeletConfiguration) -> Result<(), ConfigError> {
+    let flag_err = |flag: &str, message: String| ConfigError::Invalid { origin: flag.to_owned(), message };
+    let positive = |flag: &str, d: GoDuration| -> Result<GoDuration, ConfigError> {
+        if d.0.is_zero() { Err(flag_err(flag, "must be greater than 0".into())) } else { Ok(d) }
+    };
+    if let Some(b) = args.enable_server {
+        raw.enable_server = Some(b);
+    }
+    if let Some(b) = args.seccomp_default {
+        raw.seccomp_default = Some(b);
+    }
+    if let Some(b) = args.rotate_certificates {
+        raw.rotate_certificates = Some(b);
+    }
+    if let Some(b) = args.rotate_server_certificates {
+        raw.server_tls_bootstrap = Some(b);
+    }
+    if let Some(b) = args.local_storage_capacity_isolation {
+        raw.local_storage_capacity_isolation = Some(b);
+    }
+    if let Some(d) = args.volume_stats_agg_period {
+        raw.volume_stats_agg_period = Some(positive("--volume-stats-agg-period", d)?);
+    }
+    if let Some(size) = &args.container_log_max_size {
+        parse_quantity(size).map_err(|e| flag_err("--container-log-max-size", e.to_string()))?;
+        raw.container_log_max_size = Some(size.clone());
+    }
+    if let Some(n) = args.container_log_max_files {
+        if u32::try_from(n).ok().filter(|n| *n >= 2).is_none() {
+            return Err(flag_err("--container-log-max-files", format!("{n} must be at least 2")));
+        }
+        raw.container_log_max_files = Some(n);
+    }
+    if let Some(n) = args.eviction_max_pod_grace_period {
+        if i32::try_from(n).is_err() {
+            return Err(flag_err("--eviction-max-pod-grace-period", format!("{n} is out of range")));
+        }
+        raw.eviction_max_pod_grace_period = Some(n);
+    }
+    if let Some(d) = args.housekeeping_interval {
+        raw.nodelet.get_or_insert_default().housekeeping_interval =
+            Some(positive("--housekeeping-interval", d)?);
+    }
+    if let Some(d) = args.minimum_container_ttl_duration {
+        raw.nodelet.get_or_insert_default().container_gc.get_or_insert_default().min_age = Some(d);
+    }
+    if let Some(n) = args.maximum_dead_containers_per_container {
+        if u32::try_from(n).ok().filter(|n| *n >= 1).is_none() {
+            return Err(flag_err(
+                "--maximum-dead-containers-per-container",
+                format!("{n} must be at least 1 (pod status shows the previous attempt)"),
+            ));
+        }
+        raw.nodelet.get_or_insert_default().container_gc.get_or_insert_default().max_per_pod_container =
+            Some(n);
+    }
+    if let Some(n) = args.maximum_dead_containers {
+        if n >= 0 && u32::try_from(n).is_err() {
+            return Err(flag_err("--maximum-dead-containers", format!("{n} is too large")));
+        }
+        raw.nodelet.get_or_insert_default().container_gc.get_or_insert_default().max_containers = Some(n);
     }
     Ok(())
 }

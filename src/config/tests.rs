@@ -12,7 +12,7 @@ fn host() -> HostFacts {
 fn args(flags: &[&str]) -> RunArgs {
     let mut v = vec!["nodelet"];
     v.extend_from_slice(flags);
-    match Cli::try_parse_from(v).unwrap_or_else(|e| panic!("{flags:?}: {e}")).into_command() {
+    match crate::cli::try_parse_from(v).unwrap_or_else(|e| panic!("{flags:?}: {e}")) {
         Command::Run(r) => *r,
         other => panic!("not run: {other:?}"),
     }
@@ -1181,4 +1181,91 @@ fn the_grace_period_bound_comes_from_the_nodelet_section_or_its_flag() {
     let e = err(&[], Some("nodelet:\n  maxTerminationGracePeriodSeconds: -1\n"));
     assert!(e.contains("nodelet.maxTerminationGracePeriodSeconds"), "{e}");
     assert!(err(&["--max-termination-grace-period", "-3"], None).contains("--max-termination-grace-period"));
+}
+
+/// The kubelet flags of file fields that had none in nodelet (`--enable-server`, `--rotate-certificates`, …)
+/// set those fields, over the file as every flag.
+#[test]
+fn kubelet_flags_of_file_fields_set_them_over_the_file() {
+    let (_dir, kc) = kubeconfig();
+    let body = "enableServer: true\nseccompDefault: false\nvolumeStatsAggPeriod: 2m\nrotateCertificates: false\n\
+                serverTLSBootstrap: false\nlocalStorageCapacityIsolation: true\ncontainerLogMaxSize: 1Mi\n\
+                containerLogMaxFiles: 3\nevictionMaxPodGracePeriod: 5\n\
+                nodelet:\n  housekeepingInterval: 30s\n  containerGC: {period: 5s, minAge: 1m, \
+                maxPerPodContainer: 2, maxContainers: 10}\n";
+    let from_file = ok(&["--kubeconfig", &kc], Some(body)).config;
+    let l = ok(
+        &[
+            "--kubeconfig",
+            &kc,
+            "--enable-server=false",
+            "--seccomp-default",
+            "--volume-stats-agg-period=30s",
+            "--rotate-certificates",
+            "--rotate-server-certificates=true",
+            "--local-storage-capacity-isolation=false",
+            "--container-log-max-size=20Mi",
+            "--container-log-max-files=7",
+            "--eviction-max-pod-grace-period=60",
+            "--housekeeping-interval=3s",
+            "--minimum-container-ttl-duration=2m",
+            "--maximum-dead-containers-per-container=4",
+            "--maximum-dead-containers=-1",
+        ],
+        Some(body),
+    );
+    let c = l.config.clone();
+    assert!(from_file.server.enabled && !c.server.enabled);
+    assert!(!from_file.pods.seccomp_default && c.pods.seccomp_default);
+    assert_eq!(
+        (from_file.storage.volume_stats_agg_period, c.storage.volume_stats_agg_period),
+        (Duration::from_secs(120), Duration::from_secs(30))
+    );
+    let (file_cluster, cluster) = (from_file.cluster.expect("cluster"), c.cluster.expect("cluster"));
+    assert!(!file_cluster.rotate_certificates && cluster.rotate_certificates);
+    assert!(!file_cluster.server_tls_bootstrap && cluster.server_tls_bootstrap);
+    assert!(
+        from_file.eviction.local_storage_capacity_isolation && !c.eviction.local_storage_capacity_isolation
+    );
+    assert_eq!((from_file.container_logs.max_size, c.container_logs.max_size), (1 << 20, 20 << 20));
+    assert_eq!((from_file.container_logs.max_files, c.container_logs.max_files), (3, 7));
+    assert_eq!((from_file.eviction.max_pod_grace_period, c.eviction.max_pod_grace_period), (5, 60));
+    assert_eq!(
+        (from_file.housekeeping_interval, c.housekeeping_interval),
+        (Duration::from_secs(30), Duration::from_secs(3))
+    );
+    let (file_gc, gc) = (from_file.container_gc, c.container_gc);
+    assert_eq!((file_gc.min_age, gc.min_age), (Duration::from_secs(60), Duration::from_secs(120)));
+    assert_eq!((file_gc.max_per_pod_container, gc.max_per_pod_container), (2, 4));
+    assert_eq!((file_gc.max_containers, gc.max_containers), (Some(10), None));
+    assert_eq!(gc.period, Duration::from_secs(5), "the file's other containerGC fields stay");
+    for field in
+        ["enableServer", "seccompDefault", "rotateCertificates", "serverTLSBootstrap", "containerLogMaxSize"]
+    {
+        assert_eq!(warned(&l, field), None, "{field} is acted on");
+    }
+
+    // without a file, the flags alone
+    let c = ok(&["--maximum-dead-containers=25", "--enable-server=false"], None).config;
+    assert_eq!(c.container_gc.max_containers, Some(25));
+    assert!(!c.server.enabled);
+    // `--rotate-certificates` without --kubeconfig: accepted, and the usual cluster mode warning
+    let l = ok(&["--rotate-certificates"], None);
+    assert!(warned(&l, "rotateCertificates").is_some_and(|m| m.contains("--kubeconfig")), "{:?}", l.warnings);
+}
+
+#[test]
+fn kubelet_flags_of_file_fields_are_checked_and_errors_name_the_flag() {
+    for (flags, flag) in [
+        (&["--volume-stats-agg-period=0s"][..], "--volume-stats-agg-period"),
+        (&["--housekeeping-interval=0s"], "--housekeeping-interval"),
+        (&["--container-log-max-size=lots"], "--container-log-max-size"),
+        (&["--container-log-max-files=1"], "--container-log-max-files"),
+        (&["--eviction-max-pod-grace-period=9999999999"], "--eviction-max-pod-grace-period"),
+        (&["--maximum-dead-containers-per-container=0"], "--maximum-dead-containers-per-container"),
+        (&["--maximum-dead-containers=99999999999"], "--maximum-dead-containers"),
+    ] {
+        let e = err(flags, Some("containerLogMaxFiles: 4\n"));
+        assert!(e.starts_with(&format!("invalid {flag}:")), "{flags:?}: {e}");
+    }
 }

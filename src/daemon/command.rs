@@ -1,8 +1,6 @@
 //! The command line of a nodelet binary: `nodelet run …` starts the daemon, every other command is a
 //! client command. A binary built with extensions has the same commands as `nodelet`.
 
-use clap::Parser;
-
 use super::Error;
 use crate::{cli, client, config, logging};
 
@@ -41,12 +39,16 @@ impl Invocation {
     /// Parses the process's arguments (exits with clap's usage error or help like any CLI), loads the
     /// daemon's configuration and sets up logging.
     pub fn from_args() -> Result<Self, Error> {
-        let command = cli::Cli::parse().into_command();
+        let command = cli::try_parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
         if let cli::Command::Run(args) = &command {
             // The daemon logs as its configuration says (`--logging-format`, `logging:`): read it first.
             let loaded = config::Config::load(args).map_err(|e| Error::Config(e.into()))?;
             logging::init(loaded.config.logging.format, loaded.config.logging.verbosity)
                 .map_err(|e| Error::Config(e.into()))?;
+            // as the kubelet prints them: `Flag --NAME has been deprecated, …`
+            for warning in &args.deprecation_warnings {
+                tracing::warn!("{warning}");
+            }
             return Ok(Invocation::Daemon(NodeConfig { loaded: Box::new(loaded) }));
         }
         cli::init_tracing(command.verbosity(), "warn").map_err(|e| Error::Config(e.into()))?;
