@@ -1315,3 +1315,54 @@ async fn a_non_root_container_reads_its_config_map_and_with_fs_group_its_0440_se
     n.remove_manifest("grouped.yaml");
     n.shutdown().await;
 }
+
+/// The kubelet-managed /etc/hosts (e2e "KubeletManagedEtcHosts" and "HostAliases"): containers get
+/// the pod's file with its IP, hostname, subdomain FQDN and host aliases; a container that mounts
+/// something at /etc/hosts keeps that; the file goes with the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_get_the_kubelet_managed_etc_hosts_unless_they_mount_their_own() {
+    let env = env_or_skip!("containers_get_the_kubelet_managed_etc_hosts_unless_they_mount_their_own");
+    let n = Nodelet::start(&env, "etchosts").await;
+    n.write_manifest(
+        "hosts.yaml",
+        &n.pod_manifest(
+            "hosts",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "hostname": "web-0",
+                "subdomain": "nginx",
+                "hostAliases": [{"ip": "123.45.67.89", "hostnames": ["foo.local", "bar.local"]}],
+                "volumes": [{"name": "host-hosts", "hostPath": {"path": "/etc/hosts", "type": "File"}}],
+                "containers": [
+                    {"name": "managed", "command": sleep_until_term("")},
+                    {"name": "own", "command": sleep_until_term(""),
+                     "volumeMounts": [{"name": "host-hosts", "mountPath": "/etc/hosts"}]},
+                ],
+            }),
+        ),
+    );
+    let pod = n.wait_running("hosts").await;
+    let ip = pod_ip(&pod).to_string();
+    // No clusterDomain configured (the kubelet's default ""): the kubelet writes "<sub>.<ns>.svc.".
+    let domain = "";
+    let managed = runtime_id(container(&pod, "managed").unwrap_or_else(|| panic!("no status of managed")));
+    let want = format!(
+        "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\
+         fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n\
+         {ip}\tweb-0.nginx.default.svc.{domain}\tweb-0\n\n# Entries added by HostAliases.\n123.45.67.89\tfoo.local\tbar.local\n"
+    );
+    assert_eq!(n.exec(&managed, &["cat", "/etc/hosts"]).await, (0, want));
+    let own = runtime_id(container(&pod, "own").unwrap_or_else(|| panic!("no status of own")));
+    let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    assert_eq!(n.exec(&own, &["cat", "/etc/hosts"]).await, (0, node_hosts));
+    let file = n.root_dir().join("pods").join(uid(&pod)).join("etc-hosts");
+    assert!(file.is_file(), "{}", file.display());
+
+    n.remove_manifest("hosts.yaml");
+    let pod_dir = n.root_dir().join("pods").join(uid(&pod));
+    n.wait_for("the pod and its directory gone", Duration::from_secs(60), async || {
+        (n.pod("hosts").await.is_none() && !pod_dir.exists()).then_some(())
+    })
+    .await;
+    n.shutdown().await;
+}
