@@ -26,6 +26,7 @@ pub(crate) mod podobjects;
 pub(crate) mod pods;
 pub(crate) mod ratelimit;
 pub(crate) mod runtimeclasses;
+pub(crate) mod services;
 pub(crate) mod status;
 
 use std::time::Duration;
@@ -115,6 +116,7 @@ pub(crate) struct Cluster {
     serving: Option<certificates::ServingCerts>,
     runtime_classes: runtimeclasses::ApiRuntimeClasses,
     runtime_class_feed: runtimeclasses::RuntimeClassFeed,
+    services: services::ApiServices,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -185,6 +187,7 @@ impl Cluster {
         Ok(Self {
             runtime_classes,
             runtime_class_feed,
+            services: services::ApiServices::default(),
             client: certs.client,
             current: certs.current,
             snapshot,
@@ -196,6 +199,12 @@ impl Cluster {
     /// The ConfigMaps, Secrets, claims and tokens of API pods (filled once [`start`](Self::start)ed).
     pub(crate) fn pod_data(&self) -> podobjects::PodData {
         self.pod_data.clone()
+    }
+
+    /// The API server's Services, for service environment variables (filled once
+    /// [`start`](Self::start) ran).
+    pub(crate) fn services(&self) -> services::ApiServices {
+        self.services.clone()
     }
 
     /// The API server's RuntimeClasses (filled once [`start`](Self::start) ran).
@@ -212,7 +221,7 @@ impl Cluster {
     /// Starts the writers (the Node and its Lease, pod statuses, mirror pods and events, all read
     /// from `view` and the pod stores), the pod data watches, which poke `refresh` when the volumes
     /// must be rendered again, and the serving certificate's manager, as tasks of `sup` (`pod-data-refresh`,
-    /// `runtime-classes`, `pod-data`, `serving-certificate`, `csi-node`, `node-sync`, `pod-status`,
+    /// `runtime-classes`, `services`, `pod-data`, `serving-certificate`, `csi-node`, `node-sync`, `pod-status`,
     /// `mirror-pods`, `events`). All wait for the node's credentials.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start<V: crate::server::NodeView + Send + Sync + 'static>(
@@ -253,6 +262,8 @@ impl Cluster {
         });
         let classes = self.runtime_class_feed.run(self.client.clone(), shutdown.clone());
         sup.spawn("runtime-classes", MayFinish, when_ready(self.current.clone(), shutdown.clone(), classes));
+        let services = self.services.clone().run(self.client.clone(), shutdown.clone());
+        sup.spawn("services", MayFinish, when_ready(self.current.clone(), shutdown.clone(), services));
         let pod_data = self.pod_data.clone().run(self.client.clone(), desired.clone(), shutdown.clone());
         sup.spawn("pod-data", MayFinish, when_ready(self.current.clone(), shutdown.clone(), pod_data));
         let host_ips: Vec<String> = view

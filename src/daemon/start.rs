@@ -255,9 +255,14 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
     let node_objects =
         volumes::NodeObjects::new(src.objects.clone(), src.cluster.as_ref().map(|c| c.pod_data()))
             .with_api_runtime_classes(src.cluster.as_ref().map(cluster::Cluster::runtime_classes));
+    let mut pod_runtime_config = nodelet_cri::CriPodRuntimeConfig::default();
+    if let Some(c) = &src.cluster {
+        // Service environment variables (none in standalone mode, as the kubelet without an API server).
+        pod_runtime_config = pod_runtime_config.with_services(Arc::new(c.services()));
+    }
     let pod_runtime = Arc::new(nodelet_cri::CriPodRuntime::new(
         runtime.cri.clone(),
-        nodelet_cri::CriPodRuntimeConfig::default()
+        pod_runtime_config
             .with_pod_log_root(&config.pods.pod_logs_dir)
             .with_cgroup_root(config.pods.cgroup_root.clone())
             .with_pod_pids_limit(config.pods.pod_pids_limit.and_then(|n| u64::try_from(n).ok()))

@@ -155,8 +155,12 @@ pub(crate) struct StartOptions {
 }
 
 /// This package's `nodelet` binary (`nodelet` from `PATH` in a package without one: pass
-/// [`StartOptions::binary`] there).
+/// [`StartOptions::binary`] there). `NODELET_TEST_BINARY` names another copy of it: with a target
+/// directory that several checkouts share, `target/debug/nodelet` is whichever was built last.
 pub(crate) fn nodelet_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("NODELET_TEST_BINARY").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
     PathBuf::from(option_env!("CARGO_BIN_EXE_nodelet").unwrap_or("nodelet"))
 }
 

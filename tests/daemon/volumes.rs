@@ -32,6 +32,12 @@ fn is_mount_point(path: &Path) -> bool {
         .any(|line| line.split(' ').nth(4) == Some(path.as_str()))
 }
 
+/// The permission and special bits of `path` (not following a final symlink).
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path).map(|m| m.permissions().mode() & 0o7777).unwrap_or(u32::MAX)
+}
+
 fn volume_dir(n: &Nodelet, uid: &str, plugin: &str, name: &str) -> PathBuf {
     n.root_dir().join("pods").join(uid).join("volumes").join(plugin).join(name)
 }
@@ -1212,5 +1218,151 @@ async fn a_standard_csi_driver_registers_through_node_driver_registrar_and_serve
     n.remove_manifest("storage.yaml");
     n.wait_for("the volume deleted", Duration::from_secs(20), async || (!written.exists()).then_some(()))
         .await;
+    n.shutdown().await;
+}
+
+/// The kubelet's e2e "ConfigMap should be consumable from pods in volume as non-root" and "Secrets
+/// should be consumable from pods in volume as non-root with defaultMode and fsGroup set": a
+/// container running as uid 1000 reads a configMap (on disk, its directory 0777) and, with an
+/// `fsGroup`, a secret and a projected secret of `defaultMode: 0440` (files group `fsGroup`,
+/// directories setgid).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_root_container_reads_its_config_map_and_with_fs_group_its_0440_secrets() {
+    let env = env_or_skip!("a_non_root_container_reads_its_config_map_and_with_fs_group_its_0440_secrets");
+    let n = Nodelet::start(&env, "nonroot").await;
+    n.write_manifest_text(
+        "objects.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm, namespace: default}\ndata: {data-1: value-1}\n---\n\
+         apiVersion: v1\nkind: Secret\nmetadata: {name: sec, namespace: default}\ndata: {data-1: dmFsdWUtMQ==}\n",
+    );
+    let volumes = |fs_group: bool| {
+        let mut v = vec![
+            json!({"name": "cm", "configMap": {"name": "cm"}}),
+            json!({"name": "cm-mapped", "configMap": {"name": "cm", "items": [{"key": "data-1", "path": "path/to/data-2"}]}}),
+        ];
+        if fs_group {
+            v.push(json!({"name": "sec", "secret": {"secretName": "sec", "defaultMode": 0o440}}));
+            v.push(json!({"name": "proj", "projected": {"defaultMode": 0o440, "sources": [{"secret": {"name": "sec"}}]}}));
+        }
+        v
+    };
+    let mounts = |fs_group: bool| {
+        let mut m = vec![
+            json!({"name": "cm", "mountPath": "/cm"}),
+            json!({"name": "cm-mapped", "mountPath": "/cm-mapped"}),
+        ];
+        if fs_group {
+            m.push(json!({"name": "sec", "mountPath": "/sec"}));
+            m.push(json!({"name": "proj", "mountPath": "/proj"}));
+        }
+        m
+    };
+    for (pod, fs_group) in [("plain", false), ("grouped", true)] {
+        let mut sc = json!({"runAsUser": 1000});
+        if fs_group {
+            sc["fsGroup"] = json!(1234);
+        }
+        n.write_manifest(
+            &format!("{pod}.yaml"),
+            &n.pod_manifest(
+                pod,
+                json!({
+                    "terminationGracePeriodSeconds": 1,
+                    "securityContext": sc,
+                    "volumes": volumes(fs_group),
+                    "containers": [{"name": "app", "command": sleep_until_term(""), "volumeMounts": mounts(fs_group)}],
+                }),
+            ),
+        );
+    }
+    for (pod, fs_group) in [("plain", false), ("grouped", true)] {
+        let status = n.wait_running(pod).await;
+        let id =
+            runtime_id(container(&status, "app").unwrap_or_else(|| panic!("{pod}: no container status")));
+        assert_eq!(n.exec(&id, &["id", "-u"]).await, (0, "1000\n".to_owned()), "{pod}");
+        assert_eq!(n.exec(&id, &["cat", "/cm/data-1"]).await, (0, "value-1".to_owned()), "{pod}");
+        assert_eq!(
+            n.exec(&id, &["cat", "/cm-mapped/path/to/data-2"]).await,
+            (0, "value-1".to_owned()),
+            "{pod}"
+        );
+        let dir = volume_dir(&n, &uid(&status), "kubernetes.io~configmap", "cm");
+        let want = if fs_group { 0o2777 } else { 0o777 };
+        assert_eq!(mode_of(&dir), want, "{pod}: {}", dir.display());
+        if fs_group {
+            for file in ["/sec/data-1", "/proj/data-1"] {
+                assert_eq!(n.exec(&id, &["cat", file]).await, (0, "value-1".to_owned()), "{file}");
+                // Following the ..data link: the file itself.
+                assert_eq!(
+                    n.exec(&id, &["stat", "-L", "-c", "%a %g", file]).await,
+                    (0, "440 1234\n".to_owned()),
+                    "{file}"
+                );
+            }
+            assert_eq!(
+                n.exec(&id, &["stat", "-c", "%a %g", "/sec/..data/"]).await,
+                (0, "2755 1234\n".to_owned())
+            );
+            assert_eq!(n.exec(&id, &["stat", "-c", "%a %g", "/sec"]).await, (0, "3777 1234\n".to_owned()));
+        } else {
+            assert_eq!(
+                n.exec(&id, &["stat", "-L", "-c", "%a %g", "/cm/data-1"]).await,
+                (0, "644 0\n".to_owned())
+            );
+        }
+    }
+    n.remove_manifest("plain.yaml");
+    n.remove_manifest("grouped.yaml");
+    n.shutdown().await;
+}
+
+/// The kubelet-managed /etc/hosts (e2e "KubeletManagedEtcHosts" and "HostAliases"): containers get
+/// the pod's file with its IP, hostname, subdomain FQDN and host aliases; a container that mounts
+/// something at /etc/hosts keeps that; the file goes with the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_get_the_kubelet_managed_etc_hosts_unless_they_mount_their_own() {
+    let env = env_or_skip!("containers_get_the_kubelet_managed_etc_hosts_unless_they_mount_their_own");
+    let n = Nodelet::start(&env, "etchosts").await;
+    n.write_manifest(
+        "hosts.yaml",
+        &n.pod_manifest(
+            "hosts",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "hostname": "web-0",
+                "subdomain": "nginx",
+                "hostAliases": [{"ip": "123.45.67.89", "hostnames": ["foo.local", "bar.local"]}],
+                "volumes": [{"name": "host-hosts", "hostPath": {"path": "/etc/hosts", "type": "File"}}],
+                "containers": [
+                    {"name": "managed", "command": sleep_until_term("")},
+                    {"name": "own", "command": sleep_until_term(""),
+                     "volumeMounts": [{"name": "host-hosts", "mountPath": "/etc/hosts"}]},
+                ],
+            }),
+        ),
+    );
+    let pod = n.wait_running("hosts").await;
+    let ip = pod_ip(&pod).to_string();
+    // No clusterDomain configured (the kubelet's default ""): the kubelet writes "<sub>.<ns>.svc.".
+    let domain = "";
+    let managed = runtime_id(container(&pod, "managed").unwrap_or_else(|| panic!("no status of managed")));
+    let want = format!(
+        "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\
+         fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n\
+         {ip}\tweb-0.nginx.default.svc.{domain}\tweb-0\n\n# Entries added by HostAliases.\n123.45.67.89\tfoo.local\tbar.local\n"
+    );
+    assert_eq!(n.exec(&managed, &["cat", "/etc/hosts"]).await, (0, want));
+    let own = runtime_id(container(&pod, "own").unwrap_or_else(|| panic!("no status of own")));
+    let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    assert_eq!(n.exec(&own, &["cat", "/etc/hosts"]).await, (0, node_hosts));
+    let file = n.root_dir().join("pods").join(uid(&pod)).join("etc-hosts");
+    assert!(file.is_file(), "{}", file.display());
+
+    n.remove_manifest("hosts.yaml");
+    let pod_dir = n.root_dir().join("pods").join(uid(&pod));
+    n.wait_for("the pod and its directory gone", Duration::from_secs(60), async || {
+        (n.pod("hosts").await.is_none() && !pod_dir.exists()).then_some(())
+    })
+    .await;
     n.shutdown().await;
 }

@@ -67,6 +67,7 @@ mod client;
 mod config;
 mod dns;
 mod error;
+mod etc_hosts;
 pub mod events;
 mod filter;
 pub mod image_gc;
@@ -79,6 +80,7 @@ pub mod pod_cgroup;
 mod pod_runtime;
 pub mod probe;
 mod sandbox_stats_hazard;
+pub mod service_env;
 mod spec;
 mod termination;
 
@@ -93,7 +95,8 @@ pub use filter::{ContainerFilter, SandboxFilter};
 pub use netns::{NetnsDialer, NetnsError, SandboxNetwork};
 pub use pod_runtime::{
     CriPodRuntime, CriPodRuntimeConfig, DEFAULT_CGROUP_FS, DEFAULT_CLUSTER_DOMAIN, DEFAULT_POD_LOG_ROOT,
-    DEFAULT_RESOLV_CONF, DEFAULT_SECCOMP_PROFILE_ROOT, EnvObjects, OwnChanges, apparmor_enabled,
+    DEFAULT_RESOLV_CONF, DEFAULT_SECCOMP_PROFILE_ROOT, EnvObjects, OwnChanges, ServiceLookup,
+    apparmor_enabled,
 };
 pub use probe::CriProber;
 

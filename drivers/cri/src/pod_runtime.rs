@@ -51,7 +51,7 @@ use crate::labels::{self, Lookup, PodIdentity};
 use crate::listing::{Entry, ListedContainer, ListedSandbox};
 use crate::probe::{self, CriProber};
 use crate::spec::{self, ContainerInputs, SpecError};
-use crate::termination;
+use crate::{etc_hosts, termination};
 
 mod index;
 mod memo;
@@ -137,7 +137,33 @@ pub struct CriPodRuntimeConfig {
     /// Where `env`/`envFrom` references to ConfigMaps and Secrets are looked up (none: such references
     /// are errors unless optional).
     pub objects: EnvObjects,
+    /// Where the Services of service environment variables are listed ([`crate::service_env`]);
+    /// none (standalone mode): containers get no such variables.
+    pub services: ServiceLookup,
 }
+
+/// The Services of service environment variables (see [`CriPodRuntimeConfig::services`]); equal
+/// when both are unset or the same lister.
+#[derive(Clone, Default)]
+pub struct ServiceLookup(pub Option<std::sync::Arc<dyn crate::service_env::ServiceLister>>);
+
+impl std::fmt::Debug for ServiceLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "ServiceLookup(Some(..))" } else { "ServiceLookup(None)" })
+    }
+}
+
+impl PartialEq for ServiceLookup {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for ServiceLookup {}
 
 /// The ConfigMaps and Secrets environment variables may refer to (see
 /// [`CriPodRuntimeConfig::objects`]); equal when both are unset or the same lookup.
@@ -209,6 +235,7 @@ impl Default for CriPodRuntimeConfig {
             apparmor_enabled: false,
             memory_capacity_bytes: None,
             objects: EnvObjects::default(),
+            services: ServiceLookup::default(),
             root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
         }
     }
@@ -267,6 +294,12 @@ impl CriPodRuntimeConfig {
         objects: std::sync::Arc<dyn nodelet_host::files::ObjectLookup + Send + Sync>,
     ) -> Self {
         self.objects = EnvObjects(Some(objects));
+        self
+    }
+
+    /// Sets [`services`](Self::services).
+    pub fn with_services(mut self, services: std::sync::Arc<dyn crate::service_env::ServiceLister>) -> Self {
+        self.services = ServiceLookup(Some(services));
         self
     }
 
@@ -1205,6 +1238,21 @@ impl CriPodRuntime {
         let (mut mounts, binds) =
             spec::container_mounts(pod, container, &inputs, config, &pod_dir).map_err(spec_error)?;
         bind_sub_paths(&container.name, binds).await?;
+        // The kubelet-managed /etc/hosts, once the pod's IPs are known.
+        if !facts.ips.is_empty() && !etc_hosts::mounts_own(container) {
+            let file = self.write_etc_hosts(pod, &facts.ips).await.map_err(|why| {
+                RuntimeError::new(
+                    "CreateContainerConfigError",
+                    format!("container {:?}: cannot write the pod's hosts file: {why}", container.name),
+                )
+            })?;
+            mounts.push(v1::Mount {
+                container_path: etc_hosts::ETC_HOSTS_PATH.to_owned(),
+                host_path: file.display().to_string(),
+                selinux_relabel: true,
+                ..v1::Mount::default()
+            });
+        }
         // The termination message file, at `terminationMessagePath`.
         if let Some(path) = container.termination_message_path.as_deref().filter(|p| !p.is_empty()) {
             let (root, uid, name) = (config.root_dir.clone(), pod.uid().to_owned(), container.name.clone());
@@ -1346,10 +1394,45 @@ async fn bind_sub_paths(container: &str, binds: Vec<spec::SubPathBind>) -> Runti
     }
 }
 
+impl CriPodRuntime {
+    /// Writes the pod's `/etc/hosts` ([`etc_hosts`]) for its IPs `ips`; returns the file's path.
+    async fn write_etc_hosts(&self, pod: &DesiredPod, ips: &[String]) -> Result<PathBuf, String> {
+        let config = &self.inner.config;
+        let (host, domain) = spec::host_name_and_domain(pod, config).map_err(|e| e.to_string())?;
+        let aliases = pod.spec().host_aliases.clone().unwrap_or_default();
+        let (root, uid, ips, host_network) =
+            (config.root_dir.clone(), pod.uid().to_owned(), ips.to_vec(), pod.host_network());
+        tokio::task::spawn_blocking(move || {
+            let content = if host_network {
+                let node = etc_hosts::read_node_hosts(Path::new(etc_hosts::ETC_HOSTS_PATH))
+                    .map_err(|e| format!("reading the node's {}: {e}", etc_hosts::ETC_HOSTS_PATH))?;
+                etc_hosts::node_content(&node, &aliases)
+            } else {
+                etc_hosts::managed_content(&ips, &host, &domain, &aliases)
+            };
+            etc_hosts::write(&root, &uid, &content).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| format!("hosts file task failed: {e}"))?
+    }
+}
+
 impl PodRuntime for CriPodRuntime {
     async fn remove_pod_leftovers(&self, namespace: &str, name: &str, uid: &str) -> RuntimeResult<()> {
-        // The termination message files (and the pod directory, when nothing else is left in it).
+        // The termination message files and the hosts file (and the pod directory, when nothing
+        // else is left in it).
         if !uid.is_empty() && !uid.contains('/') && uid != "." && uid != ".." {
+            let (root, owned_uid) = (self.inner.config.root_dir.clone(), uid.to_owned());
+            let removed = tokio::task::spawn_blocking(move || etc_hosts::remove(&root, &owned_uid))
+                .await
+                .map_err(io::Error::other)
+                .and_then(|r| r);
+            if let Err(e) = removed {
+                return Err(RuntimeError::new(
+                    "KillPodSandboxError",
+                    format!("removing the hosts file of pod {uid}: {e}"),
+                ));
+            }
             let dir = termination::pod_containers_dir(&self.inner.config.root_dir, uid);
             match tokio::fs::remove_dir_all(&dir).await {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {

@@ -140,14 +140,17 @@ pub(crate) fn check_privileged(
     Ok(())
 }
 
-fn hostname(pod: &DesiredPod, config: &CriPodRuntimeConfig) -> Result<String, SpecError> {
+/// The pod's hostname and host domain (the kubelet's `GeneratePodHostNameAndDomain`): `spec.hostname`
+/// or the pod's name, cut to 63 characters (without trailing `-` or `.`), and with a `subdomain`
+/// `<subdomain>.<namespace>.svc.<cluster domain>`, else empty. A `hostnameOverride` is the hostname
+/// as written, without a domain.
+pub(crate) fn host_name_and_domain(
+    pod: &DesiredPod,
+    config: &CriPodRuntimeConfig,
+) -> Result<(String, String), SpecError> {
     let spec = pod.spec();
-    if pod.host_network() {
-        // The sandbox shares the node's UTS namespace; runc refuses a hostname without one of its own.
-        return Ok(String::new());
-    }
     if let Some(name) = spec.hostname_override.as_deref().filter(|h| !h.is_empty()) {
-        return Ok(name.to_owned());
+        return Ok((name.to_owned(), String::new()));
     }
     let mut host = spec.hostname.as_deref().filter(|h| !h.is_empty()).unwrap_or(pod.name()).to_owned();
     if host.len() > MAX_HOSTNAME_LEN {
@@ -165,6 +168,23 @@ fn hostname(pod: &DesiredPod, config: &CriPodRuntimeConfig) -> Result<String, Sp
             )));
         }
     }
+    let domain = match spec.subdomain.as_deref().filter(|s| !s.is_empty()) {
+        Some(subdomain) => format!("{subdomain}.{}.svc.{}", pod.namespace(), config.cluster_domain),
+        None => String::new(),
+    };
+    Ok((host, domain))
+}
+
+fn hostname(pod: &DesiredPod, config: &CriPodRuntimeConfig) -> Result<String, SpecError> {
+    let spec = pod.spec();
+    if pod.host_network() {
+        // The sandbox shares the node's UTS namespace; runc refuses a hostname without one of its own.
+        return Ok(String::new());
+    }
+    if let Some(name) = spec.hostname_override.as_deref().filter(|h| !h.is_empty()) {
+        return Ok(name.to_owned());
+    }
+    let (host, _) = host_name_and_domain(pod, config)?;
     let subdomain = spec.subdomain.as_deref().unwrap_or_default();
     if spec.set_hostname_as_fqdn == Some(true) && !subdomain.is_empty() {
         let mut fqdn = format!("{host}.{subdomain}.{}.svc", pod.namespace());
@@ -549,6 +569,13 @@ fn container_env(
 ) -> Result<Env, SpecError> {
     let mut env = Env::default();
     let namespace = pod.namespace();
+    // Service variables: the lowest precedence, and what `$(VAR)` falls back to.
+    let services = crate::service_env::service_env(
+        config.services.0.as_deref(),
+        namespace,
+        pod.spec().enable_service_links.unwrap_or(true),
+    )
+    .map_err(|why| SpecError::Container(format!("container {:?}: {why}", container.name)))?;
     for (i, from) in container.env_from.iter().flatten().enumerate() {
         let (kind, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
             (Some(c), _) => ("configMapRef", c.name.as_str(), c.optional),
@@ -581,7 +608,7 @@ fn container_env(
     for (i, var) in container.env.iter().flatten().enumerate() {
         let var_path = format!("{path}.env[{i}]");
         let value = match (var.value.as_deref().filter(|v| !v.is_empty()), &var.value_from) {
-            (Some(v), _) => expand(v, |name| env.get(name)),
+            (Some(v), _) => expand(v, |name| env.get(name).or_else(|| services.get(name).cloned())),
             (None, None) => String::new(),
             (None, Some(from)) => match env_var_source(pod, container, from, &var_path, inputs, config)? {
                 Some(v) => v,
@@ -589,6 +616,11 @@ fn container_env(
             },
         };
         env.set(&var.name, value);
+    }
+    for (name, value) in services {
+        if env.get(&name).is_none() {
+            env.set(&name, value);
+        }
     }
     Ok(env)
 }

@@ -22,6 +22,18 @@
 //! the atomic writer fills it, so their content never touches the node's disk and never counts
 //! towards the pod's local ephemeral storage. Teardown unmounts whatever is mounted at the
 //! volume's directory; reconstruction after a restart finds the mount.
+//!
+//! The directory of a configMap, secret, downwardAPI or projected volume is world-readable and
+//! searchable, as the kubelet's emptyDir wrapper makes it (so a container running as any user reads
+//! its files): on disk 0777, a tmpfs root 1777 (the tmpfs default, which the kubelet keeps). The
+//! atomic writer's timestamped directories are 0755 and the files have their `mode`.
+//!
+//! A pod's `fsGroup` ([`DesiredVolume::fs_group`]) is applied with [`ownership`] where and when the
+//! kubelet applies it: to an emptyDir when it is made, to the files of a configMap, secret,
+//! downwardAPI or projected volume whenever new content is written (and whenever the volume's root
+//! lacks the group, e.g. after a write whose ownership change failed), to a `local` PersistentVolume
+//! when it is mounted for the pod (skipped with `fsGroupChangePolicy: OnRootMismatch` when its root
+//! already has the group and mode).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -34,10 +46,15 @@ use nodelet_resources::volume::driver::{VolumeError, VolumeHost};
 use nodelet_resources::volume::ops::VolumeOp;
 
 use crate::hostpath::{HostPathType, check_host_path};
-use crate::{atomic, mounts, subpath};
+use crate::{atomic, mounts, ownership, subpath};
 
 /// Permissions of an emptyDir, as the kubelet makes them (world-writable: any container user).
 const EMPTY_DIR_MODE: u32 = 0o777;
+/// Permissions of the directory of a configMap volume (the kubelet's emptyDir wrapper's).
+const FILES_DIR_MODE: u32 = 0o777;
+/// Permissions of the tmpfs root of a secret, downwardAPI or projected volume: the tmpfs default,
+/// which the kubelet's memory emptyDir wrapper keeps (it mounts without a `mode` option).
+const FILES_TMPFS_MODE: u32 = 0o1777;
 /// Permissions of the directories nodelet makes on the way to a volume.
 const PARENT_MODE: u32 = 0o750;
 
@@ -92,16 +109,22 @@ impl HostVolumes {
                 Ok(actual(false, None))
             }
             VolumeSource::EmptyDir { memory, size_limit } => {
-                make_dir(&path, EMPTY_DIR_MODE).map_err(|e| io_error(&what(), "creating", &path, &e))?;
+                let mut fresh =
+                    make_dir(&path, EMPTY_DIR_MODE).map_err(|e| io_error(&what(), "creating", &path, &e))?;
                 if *memory {
                     let size = self.tmpfs_size(volume, *size_limit);
-                    mount_tmpfs_once(&path, size, EMPTY_DIR_MODE).map_err(|e| {
+                    fresh = mount_tmpfs_once(&path, size, EMPTY_DIR_MODE).map_err(|e| {
                         VolumeError::uncertain(format!(
                             "{}: mounting a tmpfs at {}: {e}",
                             what(),
                             path.display()
                         ))
                     })?;
+                }
+                // The kubelet changes an emptyDir's ownership when it makes it, not again.
+                if fresh {
+                    apply_fs_group(volume, &path, false)
+                        .map_err(|e| VolumeError::failed(format!("{}: {e}", what())))?;
                 }
                 Ok(actual(*memory, None))
             }
@@ -117,6 +140,9 @@ impl HostVolumes {
                             source.display()
                         ))
                     })?;
+                    // As the kubelet: once, when the volume is mounted for the pod.
+                    apply_fs_group(volume, &path, true)
+                        .map_err(|e| VolumeError::uncertain(format!("{}: {e}", what())))?;
                 }
                 Ok(actual(false, None))
             }
@@ -126,21 +152,33 @@ impl HostVolumes {
                 csi.driver
             ))),
             VolumeSource::Files { files, digest, .. } => {
-                make_dir(&path, PARENT_MODE).map_err(|e| io_error(&what(), "creating", &path, &e))?;
+                make_dir(&path, FILES_DIR_MODE).map_err(|e| io_error(&what(), "creating", &path, &e))?;
                 // Secret, downwardAPI and projected volumes never touch the disk: the tmpfs is
                 // there before the first file is written.
                 let tmpfs = source.memory_backed();
                 if tmpfs {
-                    mount_tmpfs_once(&path, self.tmpfs_size(volume, None), 0o755).map_err(|e| {
-                        VolumeError::uncertain(format!(
-                            "{}: mounting a tmpfs at {}: {e}",
-                            what(),
-                            path.display()
-                        ))
-                    })?;
+                    mount_tmpfs_once(&path, self.tmpfs_size(volume, None), FILES_TMPFS_MODE).map_err(
+                        |e| {
+                            VolumeError::uncertain(format!(
+                                "{}: mounting a tmpfs at {}: {e}",
+                                what(),
+                                path.display()
+                            ))
+                        },
+                    )?;
+                } else {
+                    // A directory made by an earlier version (0750) or with another umask.
+                    ensure_perm(&path, FILES_DIR_MODE).map_err(|e| io_error(&what(), "chmod", &path, &e))?;
                 }
-                atomic::write_atomic(&path, files.as_ref())
+                let changed = atomic::write_atomic(&path, files.as_ref())
                     .map_err(|e| VolumeError::uncertain(format!("{}: writing its files: {e}", what())))?;
+                // The atomic writer's setPerms: after every write of new content.
+                let root_mismatch =
+                    volume.fs_group.is_some_and(|g| ownership::requires_change(&path, g.gid, g.read_only));
+                if changed || root_mismatch {
+                    apply_fs_group(volume, &path, false)
+                        .map_err(|e| VolumeError::uncertain(format!("{}: {e}", what())))?;
+                }
                 Ok(actual(tmpfs, Some(digest.clone())))
             }
         }
@@ -272,18 +310,18 @@ fn io_error(what: &str, doing: &str, path: &Path, e: &io::Error) -> VolumeError 
     VolumeError::failed(format!("{what}: {doing} {}: {e}", path.display()))
 }
 
-/// Creates `path` (and its parents, 0750) and gives it `mode`.
-fn make_dir(path: &Path, mode: u32) -> io::Result<()> {
+/// Creates `path` (and its parents, 0750) and gives it `mode`; returns whether it was made now.
+fn make_dir(path: &Path, mode: u32) -> io::Result<bool> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     if let Some(parent) = path.parent() {
         std::fs::DirBuilder::new().recursive(true).mode(PARENT_MODE).create(parent)?;
     }
     match std::fs::DirBuilder::new().mode(mode).create(path) {
-        Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)),
+        Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map(|()| true),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             let meta = std::fs::symlink_metadata(path)?;
             if meta.is_dir() {
-                Ok(())
+                Ok(false)
             } else {
                 Err(io::Error::new(io::ErrorKind::AlreadyExists, "exists and is not a directory"))
             }
@@ -292,11 +330,46 @@ fn make_dir(path: &Path, mode: u32) -> io::Result<()> {
     }
 }
 
-fn mount_tmpfs_once(path: &Path, size: Option<u64>, mode: u32) -> Result<(), mounts::MountError> {
+/// Gives the directory `path` (not a symlink) the permission bits `mode` when its own differ,
+/// keeping the setgid and sticky bits (an `fsGroup`'s).
+fn ensure_perm(path: &Path, mode: u32) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = rustix::fs::fstat(&fd)?;
+    if st.st_mode & 0o777 != mode & 0o777 {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode((st.st_mode & 0o7000) | (mode & 0o777)))?;
+    }
+    Ok(())
+}
+
+/// Mounts a tmpfs at `path` unless one is there; returns whether it was mounted now.
+fn mount_tmpfs_once(path: &Path, size: Option<u64>, mode: u32) -> Result<bool, mounts::MountError> {
     if mounts::is_mount_point(path)? {
+        return Ok(false);
+    }
+    mounts::mount_tmpfs(path, size, mode).map(|()| true)
+}
+
+/// Applies the volume's `fsGroup` (if any) to `path`; `honour_policy`: skip when
+/// `fsGroupChangePolicy: OnRootMismatch` finds the root right already.
+fn apply_fs_group(
+    volume: &DesiredVolume,
+    path: &Path,
+    honour_policy: bool,
+) -> Result<(), ownership::OwnershipError> {
+    let Some(group) = volume.fs_group else { return Ok(()) };
+    if honour_policy
+        && group.on_root_mismatch
+        && !ownership::requires_change(path, group.gid, group.read_only)
+    {
+        tracing::debug!(path = %path.display(), "fsGroup: root already right (OnRootMismatch)");
         return Ok(());
     }
-    mounts::mount_tmpfs(path, size, mode)
+    ownership::set_volume_ownership(path, group.gid, group.read_only)
 }
 
 /// Removes `dir` if it is an empty directory; anything else is left alone.

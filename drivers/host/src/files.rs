@@ -18,7 +18,9 @@
 //!   defaults to the node's allocatable amount ([`NodeAllocatable`]), an unset request to the limit
 //!   (the API server's defaulting).
 //! - `serviceAccountToken` projections are written from the token the [`ObjectLookup`] gives for the
-//!   pod (in cluster mode, issued by the API server's TokenRequest API for the pod's service account);
+//!   pod (in cluster mode, issued by the API server's TokenRequest API for the pod's service account),
+//!   mode `defaultMode`, or 0600 when the pod has an `fsGroup` (as the kubelet: the volume's ownership
+//!   change then adds group read);
 //!   a lookup without tokens (standalone mode) makes them an error, and so are `clusterTrustBundle`
 //!   and `podCertificate` projections.
 //!
@@ -424,6 +426,16 @@ impl<'a> Renderer<'a> {
                     let path = self.path(&p.path, &format!("{field}.path"), &mut paths)?;
                     match result {
                         Ok(token) => {
+                            // The kubelet writes a token 0600 when the pod has an fsGroup (its
+                            // SetVolumeOwnership then makes it 0640, group fsGroup).
+                            let has_fs_group = self
+                                .pod
+                                .spec
+                                .as_ref()
+                                .and_then(|s| s.security_context.as_ref())
+                                .and_then(|s| s.fs_group)
+                                .is_some();
+                            let mode = if has_fs_group { 0o600 } else { mode };
                             out.insert(path, FileEntry { data: token.into_bytes(), mode });
                         }
                         Err(reason) => {

@@ -8,6 +8,8 @@
 //! - [`hostpath`]: the kubelet's `hostPath` `type` checks.
 //! - [`mounts`]: tmpfs mounts, unmounts, mount-point queries from `/proc/self/mountinfo`, and a
 //!   directory removal that refuses to descend into mounts.
+//! - [`ownership`]: the kubelet's `SetVolumeOwnership` (`fsGroup`): group and group permissions of
+//!   every entry of a volume, without following symlinks.
 //! - [`driver`]: [`driver::HostVolumes`], the volume resource's host driver built on the above.
 //! - [`subpath`]: safe `subPath` / `subPathExpr` binds (the CVE-2017-1002101 and CVE-2021-25741
 //!   classes): the path is resolved beneath the volume by the kernel (`openat2` with
@@ -28,5 +30,6 @@ pub mod files;
 mod fsutil;
 pub mod hostpath;
 pub mod mounts;
+pub mod ownership;
 pub mod subpath;
 pub mod usage;

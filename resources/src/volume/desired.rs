@@ -272,6 +272,57 @@ pub struct DesiredVolume {
     /// The pod's memory limit ([`pod_memory_limit`](super::tmpfs::pod_memory_limit)), which
     /// bounds the size of its memory-backed volumes.
     pub memory_limit: Option<u64>,
+    /// The group the volume's files are given (the pod's `securityContext.fsGroup`), for the
+    /// volume kinds the kubelet applies it to ([`FsGroup::for_volume`]); `None` otherwise.
+    pub fs_group: Option<FsGroup>,
+}
+
+/// The kubelet's `SetVolumeOwnership` (`pkg/volume/volume_linux.go`) as one volume gets it: every
+/// file and directory gets group `gid`, group read (and write, unless `read_only`), directories
+/// also group search and the setgid bit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsGroup {
+    /// The pod's `fsGroup`.
+    pub gid: u32,
+    /// The mask for a read-only volume (group `r` on files, `r-x` on directories) instead of a
+    /// writable one (`rw`, `rwx`).
+    pub read_only: bool,
+    /// `fsGroupChangePolicy: OnRootMismatch`: nothing is changed when the volume's root already
+    /// has the group and the mode bits (only honoured where the kubelet honours it: `local`
+    /// PersistentVolumes; emptyDir, configMap, secret, downwardAPI and projected volumes are always
+    /// walked).
+    pub on_root_mismatch: bool,
+}
+
+impl FsGroup {
+    /// What the kubelet applies to a volume of `source` for a pod with `security_context`:
+    ///
+    /// - emptyDir: read-write mask (on the volume's first set-up, `empty_dir.go`);
+    /// - configMap, secret, downwardAPI, projected: read-only mask, after every write of new
+    ///   content (the `setPerms` of their atomic writer);
+    /// - `local` PersistentVolumes not mounted read-only: read-write mask, honouring
+    ///   `fsGroupChangePolicy` (`local.go`);
+    /// - nothing for hostPath and CSI volumes (a CSI driver's `fsGroupPolicy` comes from its
+    ///   CSIDriver object, which nodelet does not read; the `File` policy is not applied).
+    ///
+    /// `None` without an `fsGroup`, or with one outside 0..=2^32-1.
+    pub fn for_volume(
+        security_context: Option<&k8s_openapi::api::core::v1::PodSecurityContext>,
+        source: &VolumeSource,
+        read_only_claim: bool,
+    ) -> Option<FsGroup> {
+        let sc = security_context?;
+        let gid = u32::try_from(sc.fs_group?).ok()?;
+        let on_root_mismatch = sc.fs_group_change_policy.as_deref() == Some("OnRootMismatch");
+        match source {
+            VolumeSource::EmptyDir { .. } => Some(FsGroup { gid, read_only: false, on_root_mismatch: false }),
+            VolumeSource::Files { .. } => Some(FsGroup { gid, read_only: true, on_root_mismatch: false }),
+            VolumeSource::Local { .. } if !read_only_claim => {
+                Some(FsGroup { gid, read_only: false, on_root_mismatch })
+            }
+            _ => None,
+        }
+    }
 }
 
 impl DesiredVolume {
@@ -296,6 +347,53 @@ impl DesiredVolume {
             plugin: Plugin::Csi,
             source: Ok(VolumeSource::CsiDevice(device)),
             memory_limit: None,
+            fs_group: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod fs_group_tests {
+    use k8s_openapi::api::core::v1::PodSecurityContext;
+
+    use super::*;
+
+    fn sc(fs_group: Option<i64>, policy: Option<&str>) -> PodSecurityContext {
+        PodSecurityContext {
+            fs_group,
+            fs_group_change_policy: policy.map(str::to_owned),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn fs_group_applies_to_the_kinds_the_kubelet_changes() {
+        let empty = VolumeSource::EmptyDir { memory: false, size_limit: None };
+        let files = VolumeSource::files(Plugin::Secret, FileSet::new());
+        let local = VolumeSource::Local { volume: "pv".into(), path: "/mnt/pv".into() };
+        let host = VolumeSource::HostPath { path: "/tmp".into(), kind: None };
+        let policy = sc(Some(2000), Some("OnRootMismatch"));
+        assert_eq!(
+            FsGroup::for_volume(Some(&policy), &empty, false),
+            Some(FsGroup { gid: 2000, read_only: false, on_root_mismatch: false })
+        );
+        assert_eq!(
+            FsGroup::for_volume(Some(&policy), &files, false),
+            Some(FsGroup { gid: 2000, read_only: true, on_root_mismatch: false })
+        );
+        assert_eq!(
+            FsGroup::for_volume(Some(&policy), &local, false),
+            Some(FsGroup { gid: 2000, read_only: false, on_root_mismatch: true })
+        );
+        assert_eq!(FsGroup::for_volume(Some(&policy), &local, true), None);
+        assert_eq!(FsGroup::for_volume(Some(&policy), &host, false), None);
+        assert_eq!(FsGroup::for_volume(Some(&sc(None, None)), &empty, false), None);
+        assert_eq!(FsGroup::for_volume(None, &empty, false), None);
+        assert_eq!(FsGroup::for_volume(Some(&sc(Some(-1), None)), &empty, false), None);
+        assert_eq!(
+            FsGroup::for_volume(Some(&sc(Some(7), Some("Always"))), &local, false)
+                .map(|g| g.on_root_mismatch),
+            Some(false)
+        );
     }
 }

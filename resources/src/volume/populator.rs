@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, Volume};
 use reconcile_engine::CancellationToken;
 use reconcile_engine::{Store, Writer};
 
-use super::desired::{CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, split_key};
+use super::desired::{CsiSource, DesiredVolume, FsGroup, Plugin, VolumeKey, VolumeSource, split_key};
 use super::status::plugin_of;
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, PodUid};
@@ -107,9 +107,11 @@ impl<R: Renderer> Populator<R> {
             .iter()
             .flatten()
             .filter_map(|volume| {
+                let mut read_only_claim = false;
                 let (plugin, source) = if let Some(claim) = &volume.persistent_volume_claim {
                     let pv = self.claims.as_ref()?.bound_volume(pod.namespace(), &claim.claim_name).ok()?;
-                    claim_source(volume, claim.read_only.unwrap_or(false), &pv)
+                    read_only_claim = claim.read_only.unwrap_or(false);
+                    claim_source(volume, read_only_claim, &pv)
                 } else {
                     let plugin = plugin_of(volume).ok()?;
                     let source = match plugin {
@@ -119,6 +121,9 @@ impl<R: Renderer> Populator<R> {
                     };
                     (plugin, source)
                 };
+                let fs_group = source.as_ref().ok().and_then(|source| {
+                    FsGroup::for_volume(pod.spec().security_context.as_ref(), source, read_only_claim)
+                });
                 Some(DesiredVolume {
                     pod_uid: pod.uid().to_owned(),
                     namespace: pod.namespace().to_owned(),
@@ -127,6 +132,7 @@ impl<R: Renderer> Populator<R> {
                     plugin,
                     source,
                     memory_limit,
+                    fs_group,
                 })
             })
             .collect()
