@@ -335,7 +335,10 @@ pub(crate) fn sandbox_config(
         .security_context
         .as_ref()
         .and_then(|sc| sc.sysctls.as_ref())
-        .map(|s| s.iter().map(|s| (s.name.clone(), s.value.clone())).collect())
+        // In the dotted form (`kernel/shm_rmid_forced` is `kernel.shm_rmid_forced`), as the kubelet passes them.
+        .map(|s| {
+            s.iter().map(|s| (nodelet_resources::pod::sysctl::to_dots(&s.name), s.value.clone())).collect()
+        })
         .unwrap_or_default();
 
     let pod_sc = spec.security_context.as_ref();
