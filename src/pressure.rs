@@ -290,7 +290,7 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
         sink,
         EvictionMetrics::new(w.registry)?,
         events.clone(),
-        w.clock,
+        w.clock.clone(),
     )
     .with_reclaimer(Arc::new(w.container_gc))
     .with_reclaimer(Arc::new(ImagePairReclaimer::new(free, DEFAULT_RECLAIM_TIMEOUT)))
@@ -305,7 +305,8 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
         w.admission,
         manager.conditions(),
         evictions,
-    );
+    )
+    .with_clock(w.clock);
     sup.spawn("verdict-populator", Critical, populator.run(shutdown.clone()));
     sup.spawn("eviction-manager", Critical, manager.run(shutdown.clone().cancelled_owned()));
     Ok(PressureState { view, events })

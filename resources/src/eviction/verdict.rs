@@ -31,13 +31,17 @@ use crate::pod::desired::{DesiredPod, is_sidecar};
 use crate::pod::ops::PodOp;
 use crate::pod::sysctl::{self, SysctlAllowlist};
 
+/// The status reason of a pod stopped at its `activeDeadlineSeconds`.
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+
 /// The taint a pod tolerates to be admitted under memory pressure when it is BestEffort.
 pub const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";
 
 /// Why a pod was stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VerdictKind {
-    /// Evicted while running, because of node pressure.
+    /// Stopped while admitted: evicted because of node pressure or a local storage limit, or past
+    /// its `activeDeadlineSeconds`.
     Evicted,
     /// Refused before it ran (admission).
     Rejected,
@@ -107,6 +111,20 @@ impl Verdict {
     /// the kubelet's reason `Evicted` and, as the kubelet does, no `DisruptionTarget` condition.
     pub fn evicted_over_limit(message: String, grace: Duration, at: i64) -> Self {
         Self::evicted_with(message, grace, at, false)
+    }
+
+    /// Stopped because it was active on the node longer than its `activeDeadlineSeconds`: the
+    /// kubelet's reason `DeadlineExceeded` and message, its containers killed with `grace` (the
+    /// pod's own grace period), no `DisruptionTarget` condition.
+    pub fn deadline_exceeded(grace: Duration, at: i64) -> Self {
+        Verdict::Stopped(Stopped {
+            kind: VerdictKind::Evicted,
+            reason: DEADLINE_EXCEEDED.into(),
+            message: "Pod was active on the node longer than the specified deadline".into(),
+            grace,
+            at,
+            disruption_target: false,
+        })
     }
 
     fn evicted_with(message: String, grace: Duration, at: i64, disruption_target: bool) -> Self {
