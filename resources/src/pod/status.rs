@@ -46,6 +46,9 @@ pub fn pod_status(
     let progress = reconciler.progress(pod, actual);
     let sandbox = actual.sandbox().filter(|s| s.ready);
     let policy = pod.restart_policy();
+    // A pod stopped for good (refused, evicted, past its active deadline) restarts nothing: its
+    // containers show how they ended.
+    let stopped = reconciler.verdict(inputs, pod.uid()).as_deref().is_some_and(|v| v.stopped().is_some());
 
     let init_statuses: Vec<ContainerStatus> = pod
         .init_containers()
@@ -56,12 +59,12 @@ pub fn pod_status(
                 // probes, as an app container.
                 let finished = matches!(progress, Progress::Finished { .. });
                 return container_status(reconciler, c, actual, failure, "PodInitializing", now, |_| {
-                    !finished
+                    !finished && !stopped
                 });
             }
             let mut status =
                 container_status(reconciler, c, actual, failure, "PodInitializing", now, |code| {
-                    code != 0 && policy != RestartPolicy::Never
+                    !stopped && code != 0 && policy != RestartPolicy::Never
                 });
             // An init container that completed is ready, as the kubelet reports it.
             let completed =
@@ -85,7 +88,9 @@ pub fn pod_status(
         .containers()
         .iter()
         .map(|c| {
-            container_status(reconciler, c, actual, failure, app_waiting, now, |code| policy.restarts(code))
+            container_status(reconciler, c, actual, failure, app_waiting, now, |code| {
+                !stopped && policy.restarts(code)
+            })
         })
         .collect();
 
