@@ -220,6 +220,11 @@ pub(crate) struct RunArgs {
     /// [config: nodelet.maxTerminationGracePeriodSeconds]
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, help_heading = "Node")]
     pub(crate) max_termination_grace_period: Option<i64>,
+    /// Unsafe sysctls pods may set besides the safe ones, comma-separated; repeatable. Names or prefixes
+    /// ending in '*' (e.g. 'kernel.msg*,net.core.somaxconn'), each of the IPC or network namespace
+    /// [config: allowedUnsafeSysctls]
+    #[arg(long, value_name = "SYSCTL,...", action = ArgAction::Append, help_heading = "Node")]
+    pub(crate) allowed_unsafe_sysctls: Vec<String>,
     /// Allow containers to request privileged mode [default: false] [config: nodelet.allowPrivileged]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Node")]

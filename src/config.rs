@@ -412,6 +412,9 @@ pub(crate) struct PodsConfig {
     pub(crate) pod_security: PodSecurityLevels,
     /// `seccompDefault`: containers without a seccomp profile run with `RuntimeDefault`.
     pub(crate) seccomp_default: bool,
+    /// `allowedUnsafeSysctls` / `--allowed-unsafe-sysctls`: the sysctls (names, or prefixes ending in `*`)
+    /// pods may set besides the safe ones; checked when the configuration is read.
+    pub(crate) allowed_unsafe_sysctls: Vec<String>,
     /// `clusterDNS` / `--cluster-dns`: DNS servers of ClusterFirst pods (empty: the node's resolv.conf).
     pub(crate) cluster_dns: Vec<std::net::IpAddr>,
     /// `clusterDomain` / `--cluster-domain`: the cluster's DNS domain ("" for none).
@@ -1243,6 +1246,25 @@ impl Config {
             }
         }
         let seccomp_default = raw.seccomp_default.unwrap_or(false);
+        let allowed_unsafe_sysctls: Vec<String> = if args.allowed_unsafe_sysctls.is_empty() {
+            raw.allowed_unsafe_sysctls.clone().unwrap_or_default()
+        } else {
+            args.allowed_unsafe_sysctls
+                .iter()
+                .flat_map(|s| s.split(','))
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        if let Err(e) = nodelet_resources::pod::sysctl::SysctlAllowlist::new(&allowed_unsafe_sysctls) {
+            return Err(m.origin_err(
+                !args.allowed_unsafe_sysctls.is_empty(),
+                "--allowed-unsafe-sysctls",
+                "allowedUnsafeSysctls",
+                e.to_string(),
+            ));
+        }
         let cluster_dns = m.cluster_dns(args, &raw)?;
         let cluster_domain = m.cluster_domain(args, &raw)?;
         let pods = PodsConfig {
@@ -1257,6 +1279,7 @@ impl Config {
             allowed_host_paths,
             pod_security,
             seccomp_default,
+            allowed_unsafe_sysctls,
             cluster_dns,
             cluster_domain,
         };

@@ -197,8 +197,8 @@ pub(crate) struct Wiring<'a> {
 }
 
 /// Admission as the configuration and the node set it up: the node's allocatable resources and
-/// `maxPods`, RuntimeClasses (overhead, node selector, tolerations), the node's labels and, in
-/// cluster mode, its `registerWithTaints`.
+/// `maxPods`, RuntimeClasses (overhead, node selector, tolerations), the node's labels, the
+/// sysctls pods may set (`allowedUnsafeSysctls`) and, in cluster mode, its `registerWithTaints`.
 pub(crate) fn admission(
     config: &config::Config,
     facts: &nodelet_node::node_facts::NodeFacts,
@@ -209,6 +209,15 @@ pub(crate) fn admission(
         .with_runtime_classes(classes)
         .with_node_taints(config.cluster.as_ref().map(|c| c.register_with_taints.clone()).unwrap_or_default())
         .with_node_labels(node_labels(&config.node_name, config.cluster.as_ref().map(|c| &c.node_labels)))
+        .with_sysctls(
+            // Checked when the configuration was read; a failure here would be a bug, logged and the
+            // safe set kept.
+            nodelet_resources::pod::sysctl::SysctlAllowlist::new(&config.pods.allowed_unsafe_sysctls)
+                .unwrap_or_else(|e| {
+                    tracing::error!(error = %e, "allowedUnsafeSysctls: keeping the safe sysctls only");
+                    nodelet_resources::pod::sysctl::SysctlAllowlist::default()
+                }),
+        )
 }
 
 /// Starts the image pair (its engine, `image-engine`, with its relations on the pod stores, and its
@@ -281,7 +290,7 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
         sink,
         EvictionMetrics::new(w.registry)?,
         events.clone(),
-        w.clock,
+        w.clock.clone(),
     )
     .with_reclaimer(Arc::new(w.container_gc))
     .with_reclaimer(Arc::new(ImagePairReclaimer::new(free, DEFAULT_RECLAIM_TIMEOUT)))
@@ -296,7 +305,8 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
         w.admission,
         manager.conditions(),
         evictions,
-    );
+    )
+    .with_clock(w.clock);
     sup.spawn("verdict-populator", Critical, populator.run(shutdown.clone()));
     sup.spawn("eviction-manager", Critical, manager.run(shutdown.clone().cancelled_owned()));
     Ok(PressureState { view, events })

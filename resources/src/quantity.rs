@@ -42,6 +42,9 @@ impl FromStr for Quantity {
 }
 
 impl Quantity {
+    /// The quantity `1`.
+    pub const ONE: Quantity = Quantity { negative: false, mantissa: 1, exp10: 0, exp2: 0 };
+
     /// Parses a quantity; `None` for anything that is not one (see [`Quantity::try_parse`] for why).
     pub fn parse(text: &str) -> Option<Quantity> {
         Quantity::try_parse(text).ok()

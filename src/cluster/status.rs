@@ -4,7 +4,10 @@
 //!   status of its mirror pod (once the mirror exists). The status is the one `/pods` shows plus
 //!   `hostIP`/`hostIPs`, with each condition's `lastTransitionTime` kept from when its status last
 //!   changed; conditions nodelet does not own (set by the scheduler, controllers or readiness
-//!   gates) are kept as the API has them.
+//!   gates) are kept as the API has them. `Ready` of a pod with `spec.readinessGates` is decided
+//!   here again, over those conditions: `True` only when its containers are ready and every gate's
+//!   condition is `True` (else `ReadinessGatesNotReady`, as the kubelet words it). A change of the
+//!   API pod (a gate's condition patched by a controller) wakes a pass for that pod.
 //! - **Only on change.** A pod's status is patched (JSON merge patch with `metadata.uid`, so a pod
 //!   recreated under the same name is never written) when it differs from what was last written;
 //!   a failed write is retried with back-off, and only the latest status is ever sent, so nothing is
@@ -30,6 +33,7 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use nodelet_resources::pod::actual::PodActual;
 use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::pod::status::{KUBELET_CONDITIONS, pod_ready_condition};
 use nodelet_resources::pod::validation::{
     CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
 };
@@ -296,6 +300,7 @@ impl<V: NodeView> StatusManager<V> {
         }
         let api_status = api_pod.status.as_ref();
         let mut conditions = status.conditions.take().unwrap_or_default();
+        let theirs = with_conditions_of_others(pod, api_status, &mut conditions);
         for c in &mut conditions {
             let key = (target.uid.clone(), c.type_.clone());
             let api_same = api_status
@@ -312,14 +317,6 @@ impl<V: NodeView> StatusManager<V> {
             }
             c.last_transition_time = Some(entry.1.clone());
         }
-        // Conditions others own stay as the API has them.
-        let ours: HashSet<String> = conditions.iter().map(|c| c.type_.clone()).collect();
-        let theirs: Vec<PodCondition> = api_status
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|c| !ours.contains(&c.type_))
-            .collect();
         conditions.extend(theirs);
         status.conditions = Some(conditions);
         status.nominated_node_name = api_status.and_then(|s| s.nominated_node_name.clone());
@@ -359,6 +356,33 @@ impl<V: NodeView> StatusManager<V> {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Takes the conditions others own (readiness gates, controllers) from the API's status of `pod`,
+/// as the API has them, and decides `Ready` among `ours` again over them when `pod` has
+/// readiness gates. Returns the others' conditions.
+fn with_conditions_of_others(
+    pod: &Pod,
+    api_status: Option<&PodStatus>,
+    ours: &mut Vec<PodCondition>,
+) -> Vec<PodCondition> {
+    let own: HashSet<&str> = ours.iter().map(|c| c.type_.as_str()).collect();
+    let theirs: Vec<PodCondition> = api_status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| !own.contains(c.type_.as_str()) && !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    let gated = pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()).is_some_and(|g| !g.is_empty());
+    if gated && let Some(containers_ready) = ours.iter().find(|c| c.type_ == "ContainersReady").cloned() {
+        let ready = pod_ready_condition(pod.spec.as_ref(), &containers_ready, &theirs);
+        match ours.iter_mut().find(|c| c.type_ == "Ready") {
+            Some(c) => *c = ready,
+            None => ours.push(ready),
+        }
+    }
+    theirs
 }
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
@@ -458,6 +482,95 @@ mod tests {
             })
             .collect();
         ApiPodSnapshot { synced: true, pods }
+    }
+
+    #[test]
+    fn readiness_gates_decide_ready_over_the_conditions_others_set_in_the_api() {
+        let condition = |type_: &str, status: &str| PodCondition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            ..PodCondition::default()
+        };
+        let pod: Pod = crate::yaml::from_str(
+            "metadata: {name: gated, namespace: default, uid: u}\n\
+             spec: {containers: [{name: c, image: busybox}], readinessGates: [{conditionType: k8s.io/one}, {conditionType: k8s.io/two}]}",
+        )
+        .expect("pod");
+        let ours = || vec![condition("Ready", "True"), condition("ContainersReady", "True")];
+        let api = |conditions: Vec<PodCondition>| PodStatus {
+            conditions: Some(conditions),
+            ..PodStatus::default()
+        };
+        let ready_of = |conditions: &[PodCondition]| {
+            conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+
+        let mut mine = ours();
+        let theirs = with_conditions_of_others(&pod, None, &mut mine);
+        assert!(theirs.is_empty());
+        assert_eq!(
+            ready_of(&mine),
+            Some((
+                "False".to_owned(),
+                Some("ReadinessGatesNotReady".to_owned()),
+                Some(
+                    r#"corresponding condition of pod readiness gate "k8s.io/one" does not exist., corresponding condition of pod readiness gate "k8s.io/two" does not exist."#
+                        .to_owned()
+                )
+            ))
+        );
+
+        // The API has one gate True and one False, and stale copies of nodelet's own conditions.
+        let status = api(vec![
+            condition("k8s.io/one", "True"),
+            condition("k8s.io/two", "False"),
+            condition("Ready", "False"),
+            condition("PodScheduled", "True"),
+        ]);
+        let mut mine = ours();
+        let theirs = with_conditions_of_others(&pod, Some(&status), &mut mine);
+        assert_eq!(
+            theirs,
+            vec![condition("k8s.io/one", "True"), condition("k8s.io/two", "False")],
+            "kept as they are"
+        );
+        assert_eq!(
+            ready_of(&mine).and_then(|r| r.2),
+            Some(r#"the status of pod readiness gate "k8s.io/two" is not "True", but False"#.to_owned())
+        );
+
+        let status = api(vec![condition("k8s.io/one", "True"), condition("k8s.io/two", "True")]);
+        let mut mine = ours();
+        with_conditions_of_others(&pod, Some(&status), &mut mine);
+        assert_eq!(ready_of(&mine), Some(("True".to_owned(), None, None)));
+
+        // Containers not ready: Ready says so whatever the gates.
+        let mut mine = vec![
+            PodCondition {
+                reason: Some("ContainersNotReady".into()),
+                message: Some("containers with unready status: [c]".into()),
+                ..condition("Ready", "False")
+            },
+            PodCondition {
+                reason: Some("ContainersNotReady".into()),
+                message: Some("containers with unready status: [c]".into()),
+                ..condition("ContainersReady", "False")
+            },
+        ];
+        with_conditions_of_others(&pod, Some(&status), &mut mine);
+        assert_eq!(ready_of(&mine).and_then(|r| r.1), Some("ContainersNotReady".to_owned()));
+
+        // Without gates, Ready is left as computed.
+        let mut plain = pod.clone();
+        if let Some(spec) = plain.spec.as_mut() {
+            spec.readiness_gates = None;
+        }
+        let mut mine = ours();
+        with_conditions_of_others(&plain, None, &mut mine);
+        assert_eq!(ready_of(&mine), Some(("True".to_owned(), None, None)));
     }
 
     #[test]

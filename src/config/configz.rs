@@ -100,6 +100,9 @@ pub(crate) fn kubelet_configuration(c: &Config) -> Value {
     put(&mut m, "cgroupRoot", c.pods.cgroup_root.clone());
     m.insert("maxPods".into(), c.pods.max_pods.into());
     m.insert("seccompDefault".into(), c.pods.seccomp_default.into());
+    if !c.pods.allowed_unsafe_sysctls.is_empty() {
+        m.insert("allowedUnsafeSysctls".into(), c.pods.allowed_unsafe_sysctls.clone().into());
+    }
     m.insert("podPidsLimit".into(), c.pods.pod_pids_limit.unwrap_or(-1).into());
     m.insert("resolvConf".into(), c.pods.resolv_conf.as_deref().map_or_else(|| Value::from(""), path));
     m.insert("podCIDR".into(), c.runtime.embedded.pod_cidr.to_string().into());

@@ -55,6 +55,7 @@ pub(super) struct RawKubeletConfiguration {
     pub(super) max_pods: Option<i64>,
     pub(super) seccomp_default: Option<bool>,
     pub(super) pod_pids_limit: Option<i64>,
+    pub(super) allowed_unsafe_sysctls: Option<Vec<String>>,
     pub(super) crash_loop_back_off: Option<RawCrashLoopBackOff>,
 
     // DNS of ClusterFirst pods

@@ -1153,6 +1153,32 @@ fn pod_security_levels_host_paths_and_seccomp_default_are_read() {
 }
 
 #[test]
+fn allowed_unsafe_sysctls_come_from_the_file_or_the_flag_and_must_be_namespaced() {
+    assert!(ok(&[], None).config.pods.allowed_unsafe_sysctls.is_empty());
+    let l = ok(&[], Some("allowedUnsafeSysctls: [\"kernel.msg*\", net.core.somaxconn]\n"));
+    assert_eq!(
+        l.config.pods.allowed_unsafe_sysctls,
+        vec!["kernel.msg*".to_owned(), "net.core.somaxconn".to_owned()]
+    );
+    assert_eq!(warned(&l, "allowedUnsafeSysctls"), None, "read, not ignored");
+    let z = configz::configz(&l.config);
+    assert_eq!(z["kubeletconfig"]["allowedUnsafeSysctls"][0], "kernel.msg*");
+    let l = ok(
+        &["--allowed-unsafe-sysctls", "kernel.msg*,kernel.sem", "--allowed-unsafe-sysctls=fs.mqueue.*"],
+        Some("allowedUnsafeSysctls: [net.core.somaxconn]\n"),
+    );
+    assert_eq!(
+        l.config.pods.allowed_unsafe_sysctls,
+        vec!["kernel.msg*", "kernel.sem", "fs.mqueue.*"],
+        "the flag wins"
+    );
+    let e = err(&[], Some("allowedUnsafeSysctls: [kernel.panic]\n"));
+    assert!(e.contains("allowedUnsafeSysctls") && e.contains("not known to be namespaced"), "{e}");
+    let e = err(&["--allowed-unsafe-sysctls", "Kernel.msgmax"], None);
+    assert!(e.contains("--allowed-unsafe-sysctls") && e.contains("must have at most 253 characters"), "{e}");
+}
+
+#[test]
 fn a_pod_pids_limit_needs_a_cgroup_root_for_its_pod_cgroups() {
     let e = err(&[], Some("podPidsLimit: 100\n"));
     assert!(e.contains("podPidsLimit") && e.contains("cgroupRoot"), "{e}");

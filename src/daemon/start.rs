@@ -276,6 +276,16 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
             .with_node_name(&config.node_name)
             .with_root_dir(&config.root_dir)
             .with_node_ips(runtime.facts.internal_ips())
+            .with_allocatable(
+                runtime
+                    .facts
+                    .allocatable
+                    .iter()
+                    .filter_map(|(k, q)| {
+                        Some((k.clone(), nodelet_resources::quantity::Quantity::parse(&q.0)?))
+                    })
+                    .collect(),
+            )
             .with_objects(Arc::new(node_objects.clone()))
             .with_runtime_classes(Arc::new(node_objects.clone())),
     ));

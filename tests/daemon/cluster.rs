@@ -2,7 +2,10 @@
 //! node's own identity `system:node:<node>` (authorization Node,RBAC; admission NodeRestriction). Node
 //! registration, the node Lease, pods from the API, graceful deletion, crash loops, events, mirror pods, an
 //! API server outage, a Deployment scheduled onto the node, and the main port's TokenReview and
-//! SubjectAccessReview checks (with `kubectl logs` through the API server). The fixture is
+//! SubjectAccessReview checks (with `kubectl logs` through the API server), and what the e2e
+//! `[NodeConformance]` specs check of admission (unsafe sysctls, another OS), downward API environment
+//! variables, pod conditions (init containers, readiness gates) and `activeDeadlineSeconds` set by an
+//! update. The fixture is
 //! [`ClusterNode`](crate::cluster_support::ClusterNode); every check reads the API with an admin client.
 
 use std::collections::BTreeSet;
@@ -1321,5 +1324,223 @@ async fn the_nodes_csinode_object_lists_its_registered_csi_drivers() {
     assert!(!labels.contains_key(TOPOLOGY_KEY), "{}", pretty(&node.metadata));
     assert!(labels.contains_key("kubernetes.io/hostname"), "nodelet's own labels stay");
     n.assert_no_forbidden_in_log();
+    n.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------ conformance
+
+/// The status `reason` of a pod.
+fn status_reason(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref()?.reason.as_deref()
+}
+
+/// `(status, reason, message)` of the pod's condition `kind`.
+fn condition_summary(pod: &Pod, kind: &str) -> Option<(String, Option<String>, Option<String>)> {
+    condition(pod, kind).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test]
+async fn admission_refuses_unsafe_sysctls_and_other_oses_and_downward_env_reads_defaulted_divisors() {
+    let (env, cluster) = cluster_or_skip!(
+        "admission_refuses_unsafe_sysctls_and_other_oses_and_downward_env_reads_defaulted_divisors"
+    );
+    let n = ClusterNode::start(&env, &cluster, "conform-admit").await;
+    let sleeper = json!([{"name": "main", "command": ["sleep", "3600"]}]);
+    n.create_pod(&n.api_pod_manifest(
+        "unsafe-sysctl",
+        json!({"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "10000000000"}]},
+               "containers": sleeper}),
+    ))
+    .await;
+    n.create_pod(&n.api_pod_manifest("windows", json!({"os": {"name": "windows"}, "containers": sleeper})))
+        .await;
+    n.create_pod(&n.api_pod_manifest(
+        "safe-sysctl",
+        json!({"restartPolicy": "Never",
+               "securityContext": {"sysctls": [{"name": "kernel/shm_rmid_forced", "value": "1"}]},
+               "containers": [{"name": "main", "command": ["sh", "-c", "test \"$(cat /proc/sys/kernel/shm_rmid_forced)\" = 1"]}]}),
+    ))
+    .await;
+    // No divisor: the API server stores "0", which means 1. No limits in `defaults`: node allocatable.
+    let field = |name: &str, resource: &str, divisor: Option<&str>| {
+        let mut selector = json!({"resource": resource});
+        if let Some(d) = divisor {
+            selector["divisor"] = json!(d);
+        }
+        json!({"name": name, "valueFrom": {"resourceFieldRef": selector}})
+    };
+    let env_vars = json!([
+        field("CPU_LIMIT", "limits.cpu", None),
+        field("MEMORY_LIMIT", "limits.memory", None),
+        field("CPU_REQUEST", "requests.cpu", Some("1m")),
+        field("MEMORY_REQUEST", "requests.memory", None),
+    ]);
+    n.create_pod(&n.api_pod_manifest(
+        "downward",
+        json!({"restartPolicy": "Never", "containers": [
+            {"name": "limited", "env": env_vars.clone(),
+             "resources": {"requests": {"cpu": "250m", "memory": "32Mi"}, "limits": {"cpu": "1250m", "memory": "64Mi"}},
+             "command": ["sh", "-c", "echo $CPU_LIMIT $MEMORY_LIMIT $CPU_REQUEST $MEMORY_REQUEST; \
+                 test \"$CPU_LIMIT $MEMORY_LIMIT $CPU_REQUEST $MEMORY_REQUEST\" = '2 67108864 250 33554432'"]},
+            {"name": "defaults", "env": env_vars,
+             "command": ["sh", "-c", "echo $CPU_LIMIT $MEMORY_LIMIT $CPU_REQUEST $MEMORY_REQUEST; \
+                 test \"$CPU_LIMIT\" -ge 1 && test \"$MEMORY_LIMIT\" -gt 67108864 && test \"$CPU_REQUEST $MEMORY_REQUEST\" = '0 0'"]},
+        ]}),
+    ))
+    .await;
+
+    let refused = async |name: &str, reason: &str| {
+        let what = format!("phase Failed with reason {reason}");
+        n.wait_api_pod(name, &what, WAIT, |p| phase(p) == "Failed" && status_reason(p) == Some(reason)).await
+    };
+    let pod = refused("unsafe-sysctl", "SysctlForbidden").await;
+    let message = pod.status.as_ref().and_then(|s| s.message.clone());
+    assert_eq!(message.as_deref(), Some(r#"forbidden sysctl: "kernel.msgmax" not allowlisted"#));
+    assert!(n.sandboxes_of(&uid(&pod)).await.is_empty(), "a refused pod never gets a sandbox");
+    let pod = refused("windows", "PodOSNotSupported").await;
+    let message = pod.status.as_ref().and_then(|s| s.message.clone());
+    assert_eq!(message.as_deref(), Some("Failed to admit pod as the OS field doesn't match node OS"));
+    n.wait_api_pod("safe-sysctl", "phase Succeeded (the sysctl set in the pod)", WAIT, |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    n.wait_api_pod("downward", "phase Succeeded (both containers saw the values they expect)", WAIT, |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn init_and_readiness_gate_conditions_read_as_the_kubelets_and_an_updated_active_deadline_stops_the_pod()
+ {
+    let (env, cluster) = cluster_or_skip!(
+        "init_and_readiness_gate_conditions_read_as_the_kubelets_and_an_updated_active_deadline_stops_the_pod"
+    );
+    let n = ClusterNode::start(&env, &cluster, "conform-status").await;
+
+    // Init containers not done yet: Initialized names both, Ready the app container.
+    n.create_pod(&n.api_pod_manifest(
+        "initializing",
+        json!({"initContainers": [{"name": "init1", "command": sleep_until_term("")},
+                                  {"name": "init2", "command": ["true"]}],
+               "containers": [{"name": "run1", "command": sleep_until_term("")}]}),
+    ))
+    .await;
+    let pod = n
+        .wait_api_pod("initializing", "init1 running", WAIT, |p| {
+            crate::support::init_container(p, "init1")
+                .and_then(|c| c.state.as_ref())
+                .is_some_and(|s| s.running.is_some())
+        })
+        .await;
+    let dump = pretty(&pod);
+    assert_eq!(
+        condition_summary(&pod, "Initialized"),
+        Some((
+            "False".to_owned(),
+            Some("ContainersNotInitialized".to_owned()),
+            Some("containers with incomplete status: [init1 init2]".to_owned())
+        )),
+        "{dump}"
+    );
+    let unready = Some((
+        "False".to_owned(),
+        Some("ContainersNotReady".to_owned()),
+        Some("containers with unready status: [run1]".to_owned()),
+    ));
+    assert_eq!(condition_summary(&pod, "Ready"), unready, "{dump}");
+    assert_eq!(condition_summary(&pod, "ContainersReady"), unready, "{dump}");
+
+    // Readiness gates: Ready once the containers are ready and both gates' conditions are True.
+    let (one, two) = ("example.com/gate-one", "example.com/gate-two");
+    n.create_pod(&n.api_pod_manifest(
+        "gated",
+        json!({"readinessGates": [{"conditionType": one}, {"conditionType": two}],
+               "containers": [{"name": "main", "command": sleep_until_term("")}]}),
+    ))
+    .await;
+    let pod = n
+        .wait_api_pod("gated", "Running with ContainersReady=True", WAIT, |p| {
+            phase(p) == "Running" && is_true(p, "ContainersReady")
+        })
+        .await;
+    let gates_missing = format!(
+        "corresponding condition of pod readiness gate {one:?} does not exist., \
+         corresponding condition of pod readiness gate {two:?} does not exist."
+    );
+    assert_eq!(
+        condition_summary(&pod, "Ready"),
+        Some(("False".to_owned(), Some("ReadinessGatesNotReady".to_owned()), Some(gates_missing))),
+        "{}",
+        pretty(&pod)
+    );
+    let set_gate = async |gate: &str, status: &str| {
+        let body = json!({"status": {"conditions": [{"type": gate, "status": status}]}});
+        let params = kube::api::PatchParams::default();
+        if let Err(e) = n.pods_api().patch_status("gated", &params, &kube::api::Patch::Strategic(body)).await
+        {
+            panic!("cannot patch the gate's condition: {e}");
+        }
+    };
+    let ready_message = |p: &Pod| condition(p, "Ready").and_then(|c| c.message.clone()).unwrap_or_default();
+    set_gate(one, "True").await;
+    let two_missing = format!("corresponding condition of pod readiness gate {two:?} does not exist.");
+    let pod = n
+        .wait_api_pod("gated", "Ready False for the second gate only", WAIT, |p| {
+            ready_message(p) == two_missing
+        })
+        .await;
+    assert!(!is_true(&pod, "Ready"), "{}", pretty(&pod));
+    assert!(is_true(&pod, one), "the gate's condition stays as patched: {}", pretty(&pod));
+    set_gate(two, "True").await;
+    n.wait_api_pod("gated", "Ready True with both gates True", WAIT, |p| is_true(p, "Ready")).await;
+    set_gate(one, "False").await;
+    let one_false = format!("the status of pod readiness gate {one:?} is not \"True\", but False");
+    n.wait_api_pod("gated", "Ready False again", WAIT, |p| {
+        !is_true(p, "Ready") && ready_message(p) == one_false
+    })
+    .await;
+
+    // activeDeadlineSeconds added to a running pod: it is stopped once it has been active that long.
+    n.create_pod(&n.api_pod_manifest(
+        "deadline",
+        json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}),
+    ))
+    .await;
+    let pod = n.wait_api_running("deadline").await;
+    let started = pod.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0);
+    let body = json!({"spec": {"activeDeadlineSeconds": 8}});
+    let params = kube::api::PatchParams::default();
+    if let Err(e) = n.pods_api().patch("deadline", &params, &kube::api::Patch::Strategic(body)).await {
+        panic!("cannot add activeDeadlineSeconds: {e}");
+    }
+    let pod = n
+        .wait_api_pod("deadline", "phase Failed with reason DeadlineExceeded", WAIT, |p| {
+            phase(p) == "Failed" && status_reason(p) == Some("DeadlineExceeded")
+        })
+        .await;
+    let dump = pretty(&pod);
+    let message = pod.status.as_ref().and_then(|s| s.message.clone());
+    assert_eq!(
+        message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline"),
+        "{dump}"
+    );
+    // The containers are killed with the pod's grace period, then show terminated.
+    let pod = n
+        .wait_api_pod("deadline", "container main terminated", WAIT, |p| {
+            container(p, "main").and_then(terminated).is_some()
+        })
+        .await;
+    assert_eq!(status_reason(&pod), Some("DeadlineExceeded"), "{}", pretty(&pod));
+    let finished = container(&pod, "main")
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.as_ref())
+        .and_then(|t| t.finished_at.clone());
+    if let (Some(started), Some(finished)) = (started, finished) {
+        let active = finished.0.duration_since(started).as_secs_f64();
+        assert!(active >= 7.0, "killed {active} s after its start, before its deadline:\n{}", pretty(&pod));
+    }
     n.shutdown().await;
 }

@@ -290,9 +290,18 @@ async fn a_failing_init_container_fails_a_never_pod_and_the_app_never_starts() {
     assert_eq!(waiting(app).map(|w| w.0), Some("PodInitializing".to_owned()), "{app:?}");
     assert_eq!(condition(&pod, "Ready").map(|c| c.status.as_str()), Some("False"));
     assert_eq!(
-        condition(&pod, "Initialized").map(|c| (c.status.as_str(), c.reason.as_deref())),
-        Some(("False", Some("ContainersNotInitialized"))),
+        condition(&pod, "Initialized").map(|c| (
+            c.status.as_str(),
+            c.reason.as_deref(),
+            c.message.as_deref()
+        )),
+        Some(("False", Some("ContainersNotInitialized"), Some("containers with incomplete status: [init]"))),
         "the init container failed: the pod is not initialized"
+    );
+    assert_eq!(
+        condition(&pod, "Ready").map(|c| (c.reason.as_deref(), c.message.as_deref())),
+        Some((Some("PodFailed"), None)),
+        "a Failed pod's Ready condition, as the kubelet's"
     );
 
     // Nothing starts later either: the init container is not retried and the app never created.

@@ -132,6 +132,11 @@ pub struct CriPodRuntimeConfig {
     /// The node's memory, for Burstable containers' `oom_score_adj` and unset `limits.memory` env
     /// references. `None`: read from `/proc/meminfo` when the runtime is created.
     pub memory_capacity_bytes: Option<u64>,
+    /// The node's allocatable resources (`cpu`, `memory`, `ephemeral-storage`, as the `Node` status shows them):
+    /// what a `resourceFieldRef` to an unset or zero `limits.*` reads, as the kubelet's
+    /// `MergeContainerResourceLimits` fills them in. Empty: the machine's CPUs and
+    /// [`memory_capacity_bytes`](Self::memory_capacity_bytes).
+    pub allocatable: std::collections::BTreeMap<String, nodelet_resources::quantity::Quantity>,
     /// nodelet's root directory (`--root-dir`): subPath binds go under `<root>/pods/<uid>/volume-subpaths`.
     pub root_dir: PathBuf,
     /// Where `env`/`envFrom` references to ConfigMaps and Secrets are looked up (none: such references
@@ -234,6 +239,7 @@ impl Default for CriPodRuntimeConfig {
             seccomp_default: false,
             apparmor_enabled: false,
             memory_capacity_bytes: None,
+            allocatable: std::collections::BTreeMap::new(),
             objects: EnvObjects::default(),
             services: ServiceLookup::default(),
             root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
@@ -366,6 +372,15 @@ impl CriPodRuntimeConfig {
     /// Sets [`memory_capacity_bytes`](Self::memory_capacity_bytes).
     pub fn with_memory_capacity_bytes(mut self, bytes: Option<u64>) -> Self {
         self.memory_capacity_bytes = bytes;
+        self
+    }
+
+    /// Sets [`allocatable`](Self::allocatable).
+    pub fn with_allocatable(
+        mut self,
+        allocatable: std::collections::BTreeMap<String, nodelet_resources::quantity::Quantity>,
+    ) -> Self {
+        self.allocatable = allocatable;
         self
     }
 }

@@ -355,7 +355,10 @@ pub(crate) fn sandbox_config(
         .security_context
         .as_ref()
         .and_then(|sc| sc.sysctls.as_ref())
-        .map(|s| s.iter().map(|s| (s.name.clone(), s.value.clone())).collect())
+        // In the dotted form (`kernel/shm_rmid_forced` is `kernel.shm_rmid_forced`), as the kubelet passes them.
+        .map(|s| {
+            s.iter().map(|s| (nodelet_resources::pod::sysctl::to_dots(&s.name), s.value.clone())).collect()
+        })
         .unwrap_or_default();
 
     let pod_sc = spec.security_context.as_ref();
@@ -509,6 +512,11 @@ fn field_ref_value(
     }
 }
 
+/// The value of a `resourceFieldRef`, as the kubelet's `ExtractContainerResourceValue`
+/// (`pkg/api/v1/resource/helpers.go`) computes it: an absent or zero `divisor` is 1; a limit that is unset or
+/// zero reads as the node's allocatable amount (`defaultPodLimitsForDownwardAPI`, for `cpu`, `memory` and
+/// `ephemeral-storage`); an unset request reads 0; the quotient is rounded up (CPU in millicores over the
+/// divisor's millicores, the rest in whole units over the divisor's whole units).
 fn resource_field_value(
     pod: &DesiredPod,
     this: &Container,
@@ -528,34 +536,50 @@ fn resource_field_value(
     };
     let divisor = match &selector.divisor {
         Some(d) => Quantity::parse(&d.0).ok_or_else(|| err(format!("invalid divisor {:?}", d.0)))?,
-        None => Quantity::parse("1").ok_or_else(|| err("internal: cannot parse 1".into()))?,
+        None => Quantity::ONE,
     };
+    let divisor = if divisor.is_zero() { Quantity::ONE } else { divisor };
     let (which, resource) = selector
         .resource
         .split_once('.')
         .ok_or_else(|| err(format!("unsupported resource {:?}", selector.resource)))?;
-    if !matches!(which, "limits" | "requests") || !matches!(resource, "cpu" | "memory") {
+    let known =
+        matches!(resource, "cpu" | "memory" | "ephemeral-storage") || resource.starts_with("hugepages-");
+    if !matches!(which, "limits" | "requests") || !known {
         return Err(err(format!("unsupported resource {:?}", selector.resource)));
     }
-    let value = quantity_of(container, which, resource, path)?;
-    let (value, divisor) = if resource == "cpu" {
-        let node_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let default = if which == "limits" { i64::try_from(node_cpus).unwrap_or(1) * 1000 } else { 0 };
-        (value.map_or(default, |q| q.scaled_ceil(1000)), divisor.scaled_ceil(1000))
-    } else {
-        let default = if which == "limits" {
-            i64::try_from(config.memory_capacity_bytes.unwrap_or(0)).unwrap_or(i64::MAX)
-        } else {
-            0
-        };
-        (value.map_or(default, |q| q.scaled_ceil(1)), divisor.scaled_ceil(1))
+    let scale = if resource == "cpu" { 1000 } else { 1 };
+    let value = quantity_of(container, which, resource, path)?.filter(|q| !q.is_zero());
+    let value = match value {
+        Some(q) => q.scaled_ceil(scale),
+        None if which == "limits" && !resource.starts_with("hugepages-") => {
+            node_allocatable(config, resource, scale)
+        }
+        None => 0,
     };
+    let divisor = divisor.scaled_ceil(scale);
     if divisor <= 0 {
         return Err(err("divisor must be positive".into()));
     }
     // Rounded up, like the kubelet's math.Ceil.
     let out = value.div_euclid(divisor) + i64::from(value.rem_euclid(divisor) != 0);
     Ok(out.to_string())
+}
+
+/// The node's allocatable `resource` in units of `1/scale` (millicores for `cpu` with scale 1000): from
+/// [`CriPodRuntimeConfig::allocatable`], else the machine's CPUs or memory capacity, else 0.
+fn node_allocatable(config: &CriPodRuntimeConfig, resource: &str, scale: i64) -> i64 {
+    if let Some(q) = config.allocatable.get(resource) {
+        return q.scaled_ceil(scale).max(0);
+    }
+    match resource {
+        "cpu" => {
+            let node_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            i64::try_from(node_cpus).unwrap_or(1).saturating_mul(scale)
+        }
+        "memory" => config.memory_capacity_bytes.map_or(0, |b| i64::try_from(b).unwrap_or(i64::MAX)),
+        _ => 0,
+    }
 }
 
 /// The container's environment, in order: `env` entries with `$(VAR)` references to earlier ones expanded
@@ -1783,6 +1807,77 @@ mod tests {
         let known = cfg().with_node_ips(vec!["127.0.0.1".into()]);
         let cc = container_config(&p, &c, &inputs(&img, &[]), &known).expect("known host IP");
         assert!(cc.envs.iter().any(|kv| kv.key == "NODE_IP" && kv.value == "127.0.0.1"));
+    }
+
+    #[test]
+    fn resource_field_refs_read_as_the_kubelet_computes_them() {
+        let field = |name: &str, resource: &str, divisor: Option<&str>| EnvVar {
+            name: name.into(),
+            value_from: Some(EnvVarSource {
+                resource_field_ref: Some(k8s_openapi::api::core::v1::ResourceFieldSelector {
+                    resource: resource.into(),
+                    divisor: divisor.map(|d| Q(d.into())),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut c = container("app");
+        c.resources =
+            resources(&[("cpu", "250m"), ("memory", "32Mi")], &[("cpu", "1250m"), ("memory", "64Mi")]);
+        c.env = Some(vec![
+            // The API server sends an unset divisor as "0": both mean 1.
+            field("CPU_LIMIT", "limits.cpu", None),
+            field("MEMORY_LIMIT", "limits.memory", Some("0")),
+            field("CPU_REQUEST", "requests.cpu", Some("1m")),
+            field("MEMORY_REQUEST", "requests.memory", Some("1Mi")),
+            field("STORAGE_REQUEST", "requests.ephemeral-storage", None),
+        ]);
+        let p = pod(vec![c.clone()]);
+        let img = image();
+        let env = |c: &Container, p: &DesiredPod, config: &CriPodRuntimeConfig| {
+            let cc = container_config(p, c, &inputs(&img, &[]), config).expect("config");
+            cc.envs.into_iter().map(|kv| (kv.key, kv.value)).collect::<BTreeMap<_, _>>()
+        };
+        let got = env(&c, &p, &cfg());
+        assert_eq!(got["CPU_LIMIT"], "2", "1250m rounds up to 2 cores");
+        assert_eq!(got["MEMORY_LIMIT"], (64u64 << 20).to_string());
+        assert_eq!(got["CPU_REQUEST"], "250");
+        assert_eq!(got["MEMORY_REQUEST"], "32");
+        assert_eq!(got["STORAGE_REQUEST"], "0", "an unset request reads 0");
+
+        // Without limits: the node's allocatable amounts.
+        let mut bare = c.clone();
+        bare.resources = None;
+        let p = pod(vec![bare.clone()]);
+        let allocatable: BTreeMap<String, Quantity> =
+            [("cpu", "3500m"), ("memory", "2Gi"), ("ephemeral-storage", "10G")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), Quantity::parse(v).expect("quantity")))
+                .collect();
+        let mut bare_env = bare.clone();
+        bare_env.env.get_or_insert_with(Vec::new).push(field(
+            "STORAGE_LIMIT",
+            "limits.ephemeral-storage",
+            Some("1G"),
+        ));
+        let p_env = pod(vec![bare_env.clone()]);
+        let got = env(&bare_env, &p_env, &cfg().with_allocatable(allocatable));
+        assert_eq!(got["CPU_LIMIT"], "4");
+        assert_eq!(got["MEMORY_LIMIT"], (2u64 << 30).to_string());
+        assert_eq!(got["STORAGE_LIMIT"], "10");
+        assert_eq!(got["CPU_REQUEST"], "0");
+        // No allocatable known: the machine's CPUs and memory capacity.
+        let got = env(&bare, &p, &cfg());
+        assert_eq!(got["MEMORY_LIMIT"], (1u64 << 30).to_string());
+        assert!(got["CPU_LIMIT"].parse::<u64>().is_ok_and(|n| n >= 1), "{got:?}");
+
+        let mut negative = c.clone();
+        negative.env = Some(vec![field("BAD", "limits.cpu", Some("-1"))]);
+        let p = pod(vec![negative.clone()]);
+        let err = container_config(&p, &negative, &inputs(&img, &[]), &cfg()).expect_err("negative divisor");
+        assert!(err.to_string().contains("divisor must be positive"), "{err}");
     }
 
     #[test]

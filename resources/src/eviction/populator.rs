@@ -11,6 +11,13 @@
 //! - **In-place resize**: an admitted pod whose spec asks for other resources is decided again
 //!   every pass: the new requests are committed when the node has room, otherwise the verdict
 //!   says `Deferred` (decided again as soon as another pod changes or goes) or `Infeasible`.
+//! - **Active deadline**: an admitted pod with `spec.activeDeadlineSeconds` is stopped once it has
+//!   been active on the node that long (the kubelet's `activeDeadlineHandler`): a `DeadlineExceeded`
+//!   verdict, its containers killed with its grace period. It has been active since its first
+//!   sandbox was created, or since it was admitted when that is earlier (the pod's `startTime`
+//!   as the kubelet sets it when it first syncs the pod). The deadline is read from the current
+//!   spec at every pass, so one added or lowered by an update of the pod takes effect; a pass runs
+//!   when the earliest deadline of the node comes.
 //! - **Eviction**: the [`EvictionManager`](super::manager::EvictionManager) sends its decisions
 //!   through an [`EvictionSink`]; the populator turns them into `Evicted` verdicts. The manager's
 //!   pressure conditions reach admission through a `watch` channel.
@@ -18,7 +25,7 @@
 //! The pod and sandbox engines watch the verdict store (a declared relation, key = the pod UID), so
 //! a pod whose verdict changes is planned again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use reconcile_engine::{CancellationToken, Store, Writer};
@@ -26,7 +33,8 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info};
 
 use super::signal::Condition;
-use super::verdict::{Admission, ResizeDecision, Verdict, pod_requests};
+use super::verdict::{Admission, DEADLINE_EXCEEDED, ResizeDecision, Verdict, pod_requests};
+use crate::common::clock::{Clock, system_clock};
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, PodUid};
 
@@ -83,6 +91,11 @@ pub struct VerdictPopulator {
     admission: Admission,
     conditions: watch::Receiver<BTreeSet<Condition>>,
     evictions: Evictions,
+    clock: Clock,
+    /// When each admitted pod was admitted (wall-clock nanoseconds), for its active deadline.
+    admitted_at: HashMap<PodUid, i64>,
+    /// The earliest active deadline of an admitted pod (wall-clock nanoseconds), if any.
+    next_deadline: Option<i64>,
 }
 
 impl std::fmt::Debug for VerdictPopulator {
@@ -108,7 +121,63 @@ impl VerdictPopulator {
         conditions: watch::Receiver<BTreeSet<Condition>>,
         evictions: Evictions,
     ) -> Self {
-        Self { pods, pod_actual, writer, admission, conditions, evictions }
+        Self {
+            pods,
+            pod_actual,
+            writer,
+            admission,
+            conditions,
+            evictions,
+            clock: system_clock(),
+            admitted_at: HashMap::new(),
+            next_deadline: None,
+        }
+    }
+
+    /// Reads the wall clock from `clock` (active deadlines) instead of the system's.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// When `pod` (admitted) reaches its `activeDeadlineSeconds`, wall-clock nanoseconds: `None`
+    /// without one.
+    fn deadline_of(&self, pod: &DesiredPod) -> Option<i64> {
+        let seconds = pod.pod.spec.as_ref()?.active_deadline_seconds?;
+        let uid = pod.uid();
+        let sandbox = self
+            .pod_actual
+            .get(&uid.to_owned())
+            .and_then(|a| a.sandboxes.iter().map(|s| s.created_at).filter(|t| *t > 0).min());
+        let start = match (self.admitted_at.get(uid).copied(), sandbox) {
+            (Some(a), Some(s)) => a.min(s),
+            (a, s) => a.or(s)?,
+        };
+        Some(start.saturating_add(seconds.saturating_mul(1_000_000_000)))
+    }
+
+    /// Stops the admitted pods past their active deadline and notes the next deadline to come.
+    /// Returns the number of verdicts that changed.
+    fn enforce_deadlines(&mut self) -> usize {
+        let now = (self.clock)();
+        let verdicts = self.writer.reader();
+        let mut changed = 0;
+        let mut next: Option<i64> = None;
+        for (uid, pod) in self.pods.entries() {
+            if !verdicts.get(&uid).is_some_and(|v| v.is_admitted()) {
+                continue;
+            }
+            let Some(deadline) = self.deadline_of(&pod) else { continue };
+            if deadline <= now {
+                info!(pod = %pod.name(), namespace = %pod.namespace(), reason = DEADLINE_EXCEEDED, "pod past its activeDeadlineSeconds; stopping it");
+                self.writer.insert(uid, Verdict::deadline_exceeded(pod.grace_period(), now));
+                changed += 1;
+            } else {
+                next = Some(next.map_or(deadline, |n| n.min(deadline)));
+            }
+        }
+        self.next_deadline = next;
+        changed
     }
 
     /// A reader of the verdict store.
@@ -126,6 +195,7 @@ impl VerdictPopulator {
             if !self.pods.contains_key(&uid) {
                 self.writer.remove(&uid);
                 self.admission.forget(&uid);
+                self.admitted_at.remove(&uid);
                 changed += 1;
             }
         }
@@ -167,10 +237,13 @@ impl VerdictPopulator {
                     "pod refused at admission"
                 );
             }
+            if verdict.is_admitted() {
+                self.admitted_at.insert(uid.clone(), (self.clock)());
+            }
             self.writer.insert(uid, verdict);
             changed += 1;
         }
-        changed
+        changed + self.enforce_deadlines()
     }
 
     /// Records `eviction`, unless the pod is gone or already stopped; returns whether it did.
@@ -200,11 +273,18 @@ impl VerdictPopulator {
         let changed = self.sync();
         debug!(changed, "verdicts synced");
         loop {
+            // The next active deadline, as a delay from now on the wall clock.
+            let until_deadline = self.next_deadline.map(|at| {
+                Duration::from_nanos(u64::try_from(at.saturating_sub((self.clock)())).unwrap_or(0))
+            });
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = pods_sub.changed() => {
                     pods_sub.drain();
                     self.sync();
+                }
+                () = tokio::time::sleep(until_deadline.unwrap_or_default()), if until_deadline.is_some() => {
+                    self.enforce_deadlines();
                 }
                 Some(eviction) = self.evictions.0.recv() => {
                     self.evict(eviction);
@@ -217,6 +297,8 @@ impl VerdictPopulator {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Pod;
+
+    use std::sync::Arc;
 
     use super::*;
     use crate::eviction::verdict::{NodeResources, VerdictKind};
@@ -353,6 +435,84 @@ mod tests {
         assert!(!s.populator.evict(eviction("victim")), "already stopped");
         assert!(!s.populator.evict(eviction("gone")), "not desired");
         assert_eq!(s.populator.sync(), 0, "an eviction is final");
+    }
+
+    fn with_deadline(name: &str, seconds: Option<i64>) -> DesiredPod {
+        let mut p = pod(name, None, "10m");
+        if let Some(spec) = p.pod.spec.as_mut() {
+            spec.active_deadline_seconds = seconds;
+            spec.termination_grace_period_seconds = Some(3);
+        }
+        p
+    }
+
+    /// A wall clock following (paused) tokio time, from 1000 s after the epoch.
+    fn tokio_clock() -> Clock {
+        let start = tokio::time::Instant::now();
+        Arc::new(move || 1_000_000_000_000 + i64::try_from(start.elapsed().as_nanos()).unwrap_or(i64::MAX))
+    }
+
+    fn stopped(
+        verdicts: &Store<PodUid, Verdict>,
+        uid: &str,
+    ) -> Option<(VerdictKind, String, String, Duration)> {
+        let v = verdicts.get(&uid.to_owned())?;
+        v.stopped().map(|s| (s.kind.clone(), s.reason.clone(), s.message.clone(), s.grace))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_active_deadline_added_or_lowered_by_an_update_stops_the_pod_when_it_passes() {
+        let mut s = setup(1000);
+        s.populator = s.populator.with_clock(tokio_clock());
+        let verdicts = s.populator.verdicts();
+        let shutdown = CancellationToken::new();
+        s.actual.mark_synced();
+        let Setup { populator, mut pods, actual: _actual, conditions: _c, sink: _sink } = s;
+        pods.insert("added".into(), with_deadline("added", None));
+        pods.insert("lowered".into(), with_deadline("lowered", Some(600)));
+        let task = tokio::spawn(populator.run(shutdown.clone()));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(stopped(&verdicts, "added"), None);
+        assert!(verdicts.get(&"added".to_owned()).is_some_and(|v| v.is_admitted()));
+
+        // 10 s in: a deadline of 30 s is added to one, the other's goes from 600 s to 5 s (passed).
+        pods.insert("added".into(), with_deadline("added", Some(30)));
+        pods.insert("lowered".into(), with_deadline("lowered", Some(5)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let expected = Some((
+            VerdictKind::Evicted,
+            "DeadlineExceeded".to_owned(),
+            "Pod was active on the node longer than the specified deadline".to_owned(),
+            Duration::from_secs(3),
+        ));
+        assert_eq!(stopped(&verdicts, "lowered"), expected, "past its lowered deadline at once");
+        assert_eq!(stopped(&verdicts, "added"), None, "11 s of 30");
+        tokio::time::sleep(Duration::from_secs(18)).await;
+        assert_eq!(stopped(&verdicts, "added"), None, "29 s of 30");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(stopped(&verdicts, "added"), expected, "woken by its deadline, no other change");
+        shutdown.cancel();
+        task.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn a_pod_found_running_counts_from_its_sandbox() {
+        let mut s = setup(1000);
+        let now = Arc::new(std::sync::atomic::AtomicI64::new(100_000_000_000));
+        let read = now.clone();
+        s.populator =
+            s.populator.with_clock(Arc::new(move || read.load(std::sync::atomic::Ordering::SeqCst)));
+        s.pods.insert("adopted".into(), with_deadline("adopted", Some(60)));
+        let mut actual = running();
+        actual.sandboxes =
+            vec![crate::pod::actual::SandboxRecord { created_at: 50_000_000_000, ..Default::default() }];
+        s.actual.insert("adopted".into(), actual);
+        s.populator.sync();
+        assert_eq!(reason(&s, "adopted").as_deref(), Some("Admitted"), "50 s of 60");
+        now.store(110_000_000_000, std::sync::atomic::Ordering::SeqCst);
+        s.populator.sync();
+        assert_eq!(reason(&s, "adopted").as_deref(), Some("DeadlineExceeded"), "60 s after its sandbox");
+        assert_eq!(s.populator.sync(), 0, "final");
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,9 +6,10 @@
 //!   populator and the pod status read it; only the
 //!   [`VerdictPopulator`](super::populator::VerdictPopulator) writes it.
 //! - [`Admission`]: the kubelet's admit handlers as plain state owned by that populator: node
-//!   pressure (the eviction manager's conditions), the resource fit against the node's allocatable
-//!   resources (`OutOfpods`, `OutOfcpu`, `OutOfmemory`, counting RuntimeClass overhead), the node
-//!   selector (`NodeAffinity`) and `NoExecute` taints (`TaintToleration`); and in-place resize
+//!   pressure (the eviction manager's conditions), the sysctl allowlist (`SysctlForbidden`), the
+//!   pod's OS (`PodOSSelectorNodeLabelDoesNotMatch`, `PodOSNotSupported`), the resource fit against
+//!   the node's allocatable resources (`OutOfpods`, `OutOfcpu`, `OutOfmemory`, counting RuntimeClass
+//!   overhead), the node selector (`NodeAffinity`) and `NoExecute` taints (`TaintToleration`); and in-place resize
 //!   decisions ([`ResizeDecision`]) against the same accounting.
 //! - [`plan_stopped`] and [`apply`]: what the pod pair does with a stopped pod (kill it, keep its
 //!   containers for logs) and how its status shows it (phase `Failed`, the verdict's reason and
@@ -28,6 +29,10 @@ use crate::common::runtime_class::{self, RuntimeClasses};
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, is_sidecar};
 use crate::pod::ops::PodOp;
+use crate::pod::sysctl::{self, SysctlAllowlist};
+
+/// The status reason of a pod stopped at its `activeDeadlineSeconds`.
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 
 /// The taint a pod tolerates to be admitted under memory pressure when it is BestEffort.
 pub const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";
@@ -35,7 +40,8 @@ pub const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";
 /// Why a pod was stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VerdictKind {
-    /// Evicted while running, because of node pressure.
+    /// Stopped while admitted: evicted because of node pressure or a local storage limit, or past
+    /// its `activeDeadlineSeconds`.
     Evicted,
     /// Refused before it ran (admission).
     Rejected,
@@ -105,6 +111,20 @@ impl Verdict {
     /// the kubelet's reason `Evicted` and, as the kubelet does, no `DisruptionTarget` condition.
     pub fn evicted_over_limit(message: String, grace: Duration, at: i64) -> Self {
         Self::evicted_with(message, grace, at, false)
+    }
+
+    /// Stopped because it was active on the node longer than its `activeDeadlineSeconds`: the
+    /// kubelet's reason `DeadlineExceeded` and message, its containers killed with `grace` (the
+    /// pod's own grace period), no `DisruptionTarget` condition.
+    pub fn deadline_exceeded(grace: Duration, at: i64) -> Self {
+        Verdict::Stopped(Stopped {
+            kind: VerdictKind::Evicted,
+            reason: DEADLINE_EXCEEDED.into(),
+            message: "Pod was active on the node longer than the specified deadline".into(),
+            grace,
+            at,
+            disruption_target: false,
+        })
     }
 
     fn evicted_with(message: String, grace: Duration, at: i64, disruption_target: bool) -> Self {
@@ -266,6 +286,7 @@ pub struct Admission {
     classes: Option<ClassLookup>,
     node_labels: Option<BTreeMap<String, String>>,
     node_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    sysctls: SysctlAllowlist,
 }
 
 impl Admission {
@@ -299,6 +320,13 @@ impl Admission {
     /// node's `NoExecute` taints among `taints`: the kubelet's `TaintToleration`.
     pub fn with_node_taints(mut self, taints: Vec<k8s_openapi::api::core::v1::Taint>) -> Self {
         self.node_taints = taints.into_iter().filter(|t| t.effect == "NoExecute").collect();
+        self
+    }
+
+    /// Makes admission allow the sysctls of `allowlist` (the safe set and the node's
+    /// `allowedUnsafeSysctls`) instead of the safe set alone.
+    pub fn with_sysctls(mut self, allowlist: SysctlAllowlist) -> Self {
+        self.sysctls = allowlist;
         self
     }
 
@@ -347,9 +375,11 @@ impl Admission {
     /// Admission of a new pod, as the kubelet's admit handlers decide it, under the pressure
     /// `conditions`: under memory pressure alone, BestEffort pods are refused unless they
     /// tolerate the memory-pressure taint; under any other pressure every pod is refused;
-    /// critical pods are always admitted. Then the resource fit (`OutOfpods`, `OutOfcpu`,
-    /// `OutOfmemory`), the node selector (`NodeAffinity`) and the `NoExecute` taints
-    /// (`TaintToleration`). A pod that is `started` (it already has something in the runtime,
+    /// critical pods are always admitted. Then, in the kubelet's order, the sysctls
+    /// (`SysctlForbidden`), a `kubernetes.io/os` pod label other than the node's OS
+    /// (`PodOSSelectorNodeLabelDoesNotMatch`), a `spec.os.name` other than the node's OS
+    /// (`PodOSNotSupported`), the resource fit (`OutOfpods`, `OutOfcpu`, `OutOfmemory`), the node
+    /// selector (`NodeAffinity`) and the `NoExecute` taints (`TaintToleration`). A pod that is `started` (it already has something in the runtime,
     /// e.g. after a restart of nodelet) is admitted whatever it asks. An admitted pod's requests
     /// count against every later pod until it is [`forget`](Self::forget)-ten.
     pub fn admit(&mut self, pod: &DesiredPod, started: bool, conditions: &BTreeSet<Condition>) -> Verdict {
@@ -367,6 +397,12 @@ impl Admission {
         if refuse {
             let names: Vec<&str> = conditions.iter().map(|c| c.as_str()).collect();
             return Verdict::rejected("Evicted", format!("The node had condition: [{}]. ", names.join(", ")));
+        }
+        if let Some(Err(message)) = pod.pod.spec.as_ref().map(|spec| self.sysctls.admit(spec)) {
+            return Verdict::rejected(sysctl::FORBIDDEN_REASON, message);
+        }
+        if let Some(refused) = reject_os(pod) {
+            return refused;
         }
         if let Some(stop) = self.resources.and_then(|r| Self::fits(&self.admitted, r, requests)) {
             return Verdict::Stopped(stop);
@@ -424,6 +460,33 @@ impl Admission {
         None
     }
 }
+
+/// The node's OS, as the kubelet's `runtime.GOOS` names it.
+const NODE_OS: &str = std::env::consts::OS;
+
+/// The kubelet's OS checks (`pkg/kubelet/lifecycle/predicate.go`): a pod whose `kubernetes.io/os`
+/// label (its label, as the kubelet reads it, not its node selector) is not the node's OS, or whose
+/// `spec.os.name` is not the node's OS.
+fn reject_os(pod: &DesiredPod) -> Option<Verdict> {
+    let label = pod.pod.metadata.labels.as_ref().and_then(|l| l.get(OS_LABEL));
+    if label.is_some_and(|os| os != NODE_OS) {
+        return Some(Verdict::rejected(
+            "PodOSSelectorNodeLabelDoesNotMatch",
+            "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label".into(),
+        ));
+    }
+    let os = pod.pod.spec.as_ref().and_then(|s| s.os.as_ref());
+    if os.is_some_and(|os| os.name != NODE_OS) {
+        return Some(Verdict::rejected(
+            "PodOSNotSupported",
+            "Failed to admit pod as the OS field doesn't match node OS".into(),
+        ));
+    }
+    None
+}
+
+/// The node label naming the OS.
+const OS_LABEL: &str = "kubernetes.io/os";
 
 /// The plan for a pod under a verdict: stop whatever still runs (keeping the containers for
 /// their status and logs), then nothing.
@@ -639,6 +702,62 @@ mod tests {
             serde_json::json!({"runtimeClassName": "tolerant", "containers": [{"name": "c", "image": "i"}]}),
         );
         assert_eq!(admit(&mut a, &classy, false), None, "the class's toleration");
+    }
+
+    #[test]
+    fn unsafe_sysctls_and_other_oses_are_refused_with_the_kubelets_texts() {
+        let mut a = Admission::new();
+        let sysctl = |uid: &str, name: &str| {
+            pod(
+                uid,
+                serde_json::json!({"containers": [{"name": "c", "image": "i"}],
+                    "securityContext": {"sysctls": [{"name": name, "value": "1"}]}}),
+            )
+        };
+        assert_eq!(admit(&mut a, &sysctl("safe", "kernel.shm_rmid_forced"), false), None);
+        let refused = admit(&mut a, &sysctl("unsafe", "kernel.msgmax"), false).map(|v| (v.reason, v.message));
+        assert_eq!(
+            refused,
+            Some((
+                "SysctlForbidden".to_owned(),
+                r#"forbidden sysctl: "kernel.msgmax" not allowlisted"#.to_owned()
+            ))
+        );
+        let mut allowing = Admission::new()
+            .with_sysctls(SysctlAllowlist::new(&["kernel.msg*".to_owned()]).expect("valid patterns"));
+        assert_eq!(admit(&mut allowing, &sysctl("unsafe", "kernel.msgmax"), false), None);
+
+        let windows = pod(
+            "win",
+            serde_json::json!({"os": {"name": "windows"}, "containers": [{"name": "c", "image": "i"}]}),
+        );
+        let refused = admit(&mut a, &windows, false).map(|v| (v.kind, v.reason, v.message));
+        assert_eq!(
+            refused,
+            Some((
+                VerdictKind::Rejected,
+                "PodOSNotSupported".to_owned(),
+                "Failed to admit pod as the OS field doesn't match node OS".to_owned()
+            ))
+        );
+        let linux = pod(
+            "lin",
+            serde_json::json!({"os": {"name": "linux"}, "containers": [{"name": "c", "image": "i"}]}),
+        );
+        assert_eq!(admit(&mut a, &linux, false), None);
+
+        let mut labelled = best_effort("labelled");
+        labelled.pod.metadata.labels = Some(BTreeMap::from([(OS_LABEL.to_owned(), "windows".to_owned())]));
+        let refused = admit(&mut a, &labelled, false).map(|v| (v.reason, v.message));
+        assert_eq!(
+            refused,
+            Some((
+                "PodOSSelectorNodeLabelDoesNotMatch".to_owned(),
+                "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label".to_owned()
+            ))
+        );
+        labelled.pod.metadata.labels = Some(BTreeMap::from([(OS_LABEL.to_owned(), "linux".to_owned())]));
+        assert_eq!(admit(&mut a, &labelled, false), None);
     }
 
     #[test]

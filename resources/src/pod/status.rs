@@ -46,6 +46,9 @@ pub fn pod_status(
     let progress = reconciler.progress(pod, actual);
     let sandbox = actual.sandbox().filter(|s| s.ready);
     let policy = pod.restart_policy();
+    // A pod stopped for good (refused, evicted, past its active deadline) restarts nothing: its
+    // containers show how they ended.
+    let stopped = reconciler.verdict(inputs, pod.uid()).as_deref().is_some_and(|v| v.stopped().is_some());
 
     let init_statuses: Vec<ContainerStatus> = pod
         .init_containers()
@@ -56,12 +59,12 @@ pub fn pod_status(
                 // probes, as an app container.
                 let finished = matches!(progress, Progress::Finished { .. });
                 return container_status(reconciler, c, actual, failure, "PodInitializing", now, |_| {
-                    !finished
+                    !finished && !stopped
                 });
             }
             let mut status =
                 container_status(reconciler, c, actual, failure, "PodInitializing", now, |code| {
-                    code != 0 && policy != RestartPolicy::Never
+                    !stopped && code != 0 && policy != RestartPolicy::Never
                 });
             // An init container that completed is ready, as the kubelet reports it.
             let completed =
@@ -70,8 +73,9 @@ pub fn pod_status(
             status
         })
         .collect();
-    // Initialized once every init container succeeded (sidecars: started); a pod that finished
-    // because one failed never was.
+    // Whether the app containers are past initialization, for their waiting reason (the condition is
+    // decided from the statuses below): every init container succeeded (sidecars: started); a pod
+    // that finished because one failed never was.
     let initialized = match progress {
         Progress::Started => true,
         Progress::Finished { .. } => pod.init_containers().iter().filter(|c| !is_sidecar(c)).all(|c| {
@@ -84,15 +88,12 @@ pub fn pod_status(
         .containers()
         .iter()
         .map(|c| {
-            container_status(reconciler, c, actual, failure, app_waiting, now, |code| policy.restarts(code))
+            container_status(reconciler, c, actual, failure, app_waiting, now, |code| {
+                !stopped && policy.restarts(code)
+            })
         })
         .collect();
 
-    // Sidecars count for readiness, as the kubelet counts them.
-    let sidecar_statuses = init_statuses.iter().zip(pod.init_containers()).filter(|(_, c)| is_sidecar(c));
-    let containers_ready = !statuses.is_empty()
-        && statuses.iter().all(|s| s.ready)
-        && sidecar_statuses.into_iter().all(|(s, _)| s.ready);
     let phase = match progress {
         Progress::Finished { succeeded: true } => "Succeeded",
         Progress::Finished { succeeded: false } => "Failed",
@@ -105,21 +106,22 @@ pub fn pod_status(
         _ => "Pending",
     };
     let start_time = actual.sandboxes.iter().map(|s| s.created_at).filter(|t| *t > 0).min().and_then(time);
-    let ready_to_start = sandbox.is_some();
-    let condition = |kind: &str, ok: bool, reason: Option<&str>| PodCondition {
-        type_: kind.to_string(),
-        status: if ok { "True" } else { "False" }.to_string(),
-        reason: if ok { None } else { reason.map(str::to_string) },
+    let no_reason = PodCondition { status: "True".into(), ..PodCondition::default() };
+    let ready_to_start = PodCondition {
+        type_: "PodReadyToStartContainers".into(),
+        status: if sandbox.is_some() { "True" } else { "False" }.into(),
         ..PodCondition::default()
     };
-    let not_ready_reason =
-        if phase == "Succeeded" || phase == "Failed" { "PodCompleted" } else { "ContainersNotReady" };
+    let containers_ready = containers_ready_condition(pod, &init_statuses, &statuses, phase);
+    // Conditions others set (readiness gates) are in the pod's own status, when it has one; the
+    // cluster's status manager decides `Ready` again with the API's conditions.
+    let others = pod.pod.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default();
     let conditions = vec![
-        condition("PodReadyToStartContainers", ready_to_start, None),
-        condition("Initialized", initialized, Some("ContainersNotInitialized")),
-        condition("Ready", containers_ready, Some(not_ready_reason)),
-        condition("ContainersReady", containers_ready, Some(not_ready_reason)),
-        condition("PodScheduled", true, None),
+        ready_to_start,
+        initialized_condition(pod, &init_statuses, &statuses, phase),
+        pod_ready_condition(pod.pod.spec.as_ref(), &containers_ready, others),
+        containers_ready,
+        PodCondition { type_: "PodScheduled".into(), ..no_reason },
     ];
     // In-place resize: while a running container's cgroup settings differ from its spec, admission's
     // word on it (InProgress, Deferred, Infeasible, or Proposed before it is decided); the containers' allocated and applied resources.
@@ -166,6 +168,165 @@ pub fn pod_status(
     match reconciler.verdict(inputs, pod.uid()).as_deref().and_then(|v| v.stopped()) {
         Some(stopped) => crate::eviction::verdict::apply(stopped, status, now),
         None => status,
+    }
+}
+
+/// The condition types the kubelet owns (`PodConditionByKubelet`): their statuses are computed here;
+/// every other type is someone else's (readiness gates, controllers) and kept as the API has it.
+pub const KUBELET_CONDITIONS: [&str; 5] =
+    ["PodScheduled", "Ready", "Initialized", "ContainersReady", "PodReadyToStartContainers"];
+
+/// Go's `fmt.Sprintf("%s", names)` of a string slice: `[a b]`.
+fn go_list(names: &[&str]) -> String {
+    format!("[{}]", names.join(" "))
+}
+
+/// The names of `containers` with no status in `statuses` ("unknown"), and of those whose status
+/// `incomplete` says is not there yet.
+fn sort_out<'a>(
+    containers: impl Iterator<Item = &'a Container>,
+    statuses: &[&ContainerStatus],
+    incomplete: impl Fn(&Container, &ContainerStatus) -> bool,
+) -> (Vec<&'a str>, Vec<&'a str>) {
+    let (mut unknown, mut not_yet) = (Vec::new(), Vec::new());
+    for c in containers {
+        match statuses.iter().find(|s| s.name == c.name) {
+            None => unknown.push(c.name.as_str()),
+            Some(s) if incomplete(c, s) => not_yet.push(c.name.as_str()),
+            Some(_) => {}
+        }
+    }
+    (unknown, not_yet)
+}
+
+/// `containers with unknown status: [a], containers with <what> status: [b c]`: empty when both
+/// lists are.
+fn not_ready_message(unknown: &[&str], not_yet: &[&str], what: &str) -> String {
+    let mut parts = Vec::new();
+    if !unknown.is_empty() {
+        parts.push(format!("containers with unknown status: {}", go_list(unknown)));
+    }
+    if !not_yet.is_empty() {
+        parts.push(format!("containers with {what} status: {}", go_list(not_yet)));
+    }
+    parts.join(", ")
+}
+
+/// The `ContainersReady` condition, as the kubelet's `GenerateContainersReadyCondition`
+/// (`pkg/kubelet/status/generate.go`) decides it: `True` when every app container and sidecar is
+/// ready; else `False` with `PodCompleted` (a `Succeeded` pod), `PodFailed` (a `Failed` pod) or
+/// `ContainersNotReady` and `containers with unready status: [a b]`.
+fn containers_ready_condition(
+    pod: &DesiredPod,
+    init_statuses: &[ContainerStatus],
+    statuses: &[ContainerStatus],
+    phase: &str,
+) -> PodCondition {
+    let all: Vec<&ContainerStatus> = init_statuses.iter().chain(statuses).collect();
+    let containers = pod.init_containers().iter().filter(|c| is_sidecar(c)).chain(pod.containers());
+    let (unknown, unready) = sort_out(containers, &all, |_, s| !s.ready);
+    let not_ready = |reason: &str, message: String| PodCondition {
+        type_: "ContainersReady".into(),
+        status: "False".into(),
+        reason: Some(reason.into()),
+        message: (!message.is_empty()).then_some(message),
+        ..PodCondition::default()
+    };
+    if phase == "Succeeded" && unknown.is_empty() {
+        return not_ready("PodCompleted", String::new());
+    }
+    if phase == "Failed" {
+        return not_ready("PodFailed", String::new());
+    }
+    let message = not_ready_message(&unknown, &unready, "unready");
+    if !message.is_empty() {
+        return not_ready("ContainersNotReady", message);
+    }
+    PodCondition { type_: "ContainersReady".into(), status: "True".into(), ..PodCondition::default() }
+}
+
+/// The `Ready` condition, as the kubelet's `GeneratePodReadyCondition` decides it from
+/// `ContainersReady` and the pod's readiness gates (`spec.readinessGates`) over `conditions` (the
+/// pod's conditions, those others set included): `ContainersReady`'s status, reason and message
+/// while it is not `True`; else `False` with `ReadinessGatesNotReady` while a gate's condition is
+/// missing (`corresponding condition of pod readiness gate "x" does not exist.`) or not `True`
+/// (`the status of pod readiness gate "x" is not "True", but False`); else `True`.
+pub fn pod_ready_condition(
+    spec: Option<&k8s_openapi::api::core::v1::PodSpec>,
+    containers_ready: &PodCondition,
+    conditions: &[PodCondition],
+) -> PodCondition {
+    if containers_ready.status != "True" {
+        return PodCondition { type_: "Ready".into(), ..containers_ready.clone() };
+    }
+    let gates = spec.and_then(|s| s.readiness_gates.as_deref()).unwrap_or_default();
+    let unready: Vec<String> = gates
+        .iter()
+        .filter_map(|gate| match conditions.iter().find(|c| c.type_ == gate.condition_type) {
+            None => Some(format!(
+                "corresponding condition of pod readiness gate {:?} does not exist.",
+                gate.condition_type
+            )),
+            Some(c) if c.status != "True" => Some(format!(
+                "the status of pod readiness gate {:?} is not \"True\", but {}",
+                gate.condition_type, c.status
+            )),
+            Some(_) => None,
+        })
+        .collect();
+    if !unready.is_empty() {
+        return PodCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: Some("ReadinessGatesNotReady".into()),
+            message: Some(unready.join(", ")),
+            ..PodCondition::default()
+        };
+    }
+    PodCondition { type_: "Ready".into(), status: "True".into(), ..PodCondition::default() }
+}
+
+/// The `Initialized` condition, as the kubelet's `GeneratePodInitializedCondition` decides it:
+/// `True` with `PodCompleted` for a `Succeeded` pod; `True` once an app container has run (running
+/// or terminated) or every init container completed (a sidecar: started); else `False` with
+/// `ContainersNotInitialized` and `containers with incomplete status: [a b]`, the init containers
+/// not done yet in spec order.
+fn initialized_condition(
+    pod: &DesiredPod,
+    init_statuses: &[ContainerStatus],
+    statuses: &[ContainerStatus],
+    phase: &str,
+) -> PodCondition {
+    let all: Vec<&ContainerStatus> = init_statuses.iter().chain(statuses).collect();
+    let (unknown, incomplete) = sort_out(pod.init_containers().iter(), &all, |c, s| {
+        if is_sidecar(c) { s.started != Some(true) } else { !s.ready }
+    });
+    let done = |reason: Option<&str>| PodCondition {
+        type_: "Initialized".into(),
+        status: "True".into(),
+        reason: reason.map(Into::into),
+        ..PodCondition::default()
+    };
+    if phase == "Succeeded" && unknown.is_empty() {
+        return done(Some("PodCompleted"));
+    }
+    let app_started = statuses.iter().any(|s| {
+        pod.containers().iter().any(|c| c.name == s.name)
+            && s.state.as_ref().is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+    });
+    if app_started {
+        return done(None);
+    }
+    let message = not_ready_message(&unknown, &incomplete, "incomplete");
+    if message.is_empty() {
+        return done(None);
+    }
+    PodCondition {
+        type_: "Initialized".into(),
+        status: "False".into(),
+        reason: Some("ContainersNotInitialized".into()),
+        message: Some(message),
+        ..PodCondition::default()
     }
 }
 
@@ -347,5 +508,192 @@ fn terminated(c: &ContainerRecord) -> V1State {
             ..ContainerStateTerminated::default()
         }),
         ..V1State::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::*;
+    use crate::pod::desired::PodSource;
+
+    fn pod(spec: serde_json::Value) -> DesiredPod {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": spec,
+        }))
+        .unwrap_or_default();
+        DesiredPod { pod, source: PodSource::Http }
+    }
+
+    fn waiting(name: &str) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            state: Some(V1State {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some("PodInitializing".into()),
+                    message: None,
+                }),
+                ..V1State::default()
+            }),
+            ..ContainerStatus::default()
+        }
+    }
+
+    fn exited(name: &str, code: i32) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            ready: code == 0,
+            state: Some(V1State {
+                terminated: Some(ContainerStateTerminated { exit_code: code, ..Default::default() }),
+                ..V1State::default()
+            }),
+            ..ContainerStatus::default()
+        }
+    }
+
+    fn running(name: &str, ready: bool) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            ready,
+            started: Some(true),
+            state: Some(V1State { running: Some(ContainerStateRunning::default()), ..V1State::default() }),
+            ..ContainerStatus::default()
+        }
+    }
+
+    fn summary(c: &PodCondition) -> (&str, Option<&str>, Option<&str>) {
+        (c.status.as_str(), c.reason.as_deref(), c.message.as_deref())
+    }
+
+    fn two_inits() -> DesiredPod {
+        pod(serde_json::json!({
+            "initContainers": [{"name": "init1", "image": "i"}, {"name": "init2", "image": "i"}],
+            "containers": [{"name": "run1", "image": "i"}, {"name": "run2", "image": "i"}],
+        }))
+    }
+
+    #[test]
+    fn initialized_names_the_init_containers_not_done_in_spec_order() {
+        let p = two_inits();
+        let apps = [waiting("run1"), waiting("run2")];
+        let c = initialized_condition(&p, &[waiting("init1"), waiting("init2")], &apps, "Pending");
+        assert_eq!(
+            summary(&c),
+            (
+                "False",
+                Some("ContainersNotInitialized"),
+                Some("containers with incomplete status: [init1 init2]")
+            )
+        );
+        let c = initialized_condition(&p, &[exited("init1", 0), running("init2", false)], &apps, "Pending");
+        assert_eq!(summary(&c).2, Some("containers with incomplete status: [init2]"));
+        // A failed init container of a Never pod: the pod failed, never initialized.
+        let c = initialized_condition(&p, &[exited("init1", 1), waiting("init2")], &apps, "Failed");
+        assert_eq!(summary(&c).2, Some("containers with incomplete status: [init1 init2]"));
+        let c = initialized_condition(&p, &[exited("init1", 0), exited("init2", 0)], &apps, "Pending");
+        assert_eq!(summary(&c), ("True", None, None));
+        // An app container that ran: initialized, whatever the init statuses say now.
+        let c = initialized_condition(
+            &p,
+            &[waiting("init1")],
+            &[running("run1", true), waiting("run2")],
+            "Running",
+        );
+        assert_eq!(summary(&c), ("True", None, None));
+        let c = initialized_condition(&p, &[exited("init1", 0), exited("init2", 0)], &apps, "Succeeded");
+        assert_eq!(summary(&c), ("True", Some("PodCompleted"), None));
+        // A status missing is unknown.
+        let c = initialized_condition(&p, &[exited("init1", 1)], &apps, "Pending");
+        assert_eq!(
+            summary(&c).2,
+            Some("containers with unknown status: [init2], containers with incomplete status: [init1]")
+        );
+        let none = pod(serde_json::json!({"containers": [{"name": "run1", "image": "i"}]}));
+        assert_eq!(
+            summary(&initialized_condition(&none, &[], &[waiting("run1")], "Pending")),
+            ("True", None, None)
+        );
+    }
+
+    #[test]
+    fn containers_ready_names_the_unready_containers_and_sidecars() {
+        let p = pod(serde_json::json!({
+            "initContainers": [{"name": "init", "image": "i"}, {"name": "side", "image": "i", "restartPolicy": "Always"}],
+            "containers": [{"name": "run1", "image": "i"}, {"name": "run2", "image": "i"}],
+        }));
+        let inits = [exited("init", 0), running("side", false)];
+        let c = containers_ready_condition(&p, &inits, &[running("run1", true), waiting("run2")], "Running");
+        assert_eq!(
+            summary(&c),
+            ("False", Some("ContainersNotReady"), Some("containers with unready status: [side run2]"))
+        );
+        let ready = [exited("init", 0), running("side", true)];
+        let c = containers_ready_condition(
+            &p,
+            &ready,
+            &[running("run1", true), running("run2", true)],
+            "Running",
+        );
+        assert_eq!(summary(&c), ("True", None, None));
+        let c = containers_ready_condition(&p, &ready, &[exited("run1", 0), exited("run2", 0)], "Succeeded");
+        assert_eq!(summary(&c), ("False", Some("PodCompleted"), None));
+        let c = containers_ready_condition(&p, &ready, &[exited("run1", 1), exited("run2", 0)], "Failed");
+        assert_eq!(summary(&c), ("False", Some("PodFailed"), None));
+        let c = containers_ready_condition(&p, &ready, &[running("run1", true)], "Running");
+        assert_eq!(summary(&c).2, Some("containers with unknown status: [run2]"));
+    }
+
+    #[test]
+    fn ready_follows_containers_ready_then_the_readiness_gates() {
+        let p = pod(serde_json::json!({
+            "containers": [{"name": "c", "image": "i"}],
+            "readinessGates": [{"conditionType": "example.com/a"}, {"conditionType": "example.com/b"}],
+        }));
+        let spec = p.pod.spec.as_ref();
+        let not_ready = PodCondition {
+            type_: "ContainersReady".into(),
+            status: "False".into(),
+            reason: Some("ContainersNotReady".into()),
+            message: Some("containers with unready status: [c]".into()),
+            ..PodCondition::default()
+        };
+        let r = pod_ready_condition(spec, &not_ready, &[]);
+        assert_eq!((r.type_.as_str(), summary(&r)), ("Ready", summary(&not_ready)));
+        let ready = PodCondition {
+            type_: "ContainersReady".into(),
+            status: "True".into(),
+            ..PodCondition::default()
+        };
+        let gate =
+            |t: &str, s: &str| PodCondition { type_: t.into(), status: s.into(), ..PodCondition::default() };
+        let r = pod_ready_condition(spec, &ready, &[gate("example.com/a", "True")]);
+        assert_eq!(
+            summary(&r),
+            (
+                "False",
+                Some("ReadinessGatesNotReady"),
+                Some(r#"corresponding condition of pod readiness gate "example.com/b" does not exist."#)
+            )
+        );
+        let r = pod_ready_condition(
+            spec,
+            &ready,
+            &[gate("example.com/a", "False"), gate("example.com/b", "Unknown")],
+        );
+        assert_eq!(
+            summary(&r).2,
+            Some(
+                r#"the status of pod readiness gate "example.com/a" is not "True", but False, the status of pod readiness gate "example.com/b" is not "True", but Unknown"#
+            )
+        );
+        let r = pod_ready_condition(
+            spec,
+            &ready,
+            &[gate("example.com/b", "True"), gate("example.com/a", "True")],
+        );
+        assert_eq!(summary(&r), ("True", None, None));
+        assert_eq!(summary(&pod_ready_condition(None, &ready, &[])), ("True", None, None));
     }
 }
