@@ -123,6 +123,10 @@ write_doc() {
 		| ([$N.specs[].name] + [$K.specs[].name] | unique) as $names
 		| ($N.specs | map({(.name): .state}) | add) as $ns
 		| ($K.specs | map({(.name): .state}) | add) as $ks
+		| ($N.specs | map({(.name): .seconds}) | add) as $nt
+		| ($K.specs | map({(.name): .seconds}) | add) as $kt
+		| def cell(st; t; n): if st[n] == null then "not run" else "\(st[n]) (\(t[n]) s)" end;
+		.
 		| [ $names[] | select(($ks[.] // "") == "passed" and ($ns[.] // "") != "passed") ] as $gap
 		| [
 		"# Kubernetes conformance: nodelet beside the kubelet",
@@ -134,15 +138,20 @@ write_doc() {
 		"| | nodelet | kubelet v1.28.7 |",
 		"|---|---|---|",
 		"| run (UTC) | \($N.date) | \($K.date) |",
-		"| commit | `\($N.commit)` | `\($K.commit)` (the script'"'"'s) |",
+		"| commit of this tree | `\($N.commit)` | `\($K.commit)` (the scripts'"'"'; the kubelet is upstream'"'"'s) |",
 		"| runtime | \($N.runtime) | \($K.runtime) |",
 		"| Ginkgo processes | \($N.procs) | \($K.procs) |",
 		"| focus | `\($N.focus | esc)` | `\($K.focus | esc)` |",
 		"| skip | `\($N.skip | esc)` | `\($K.skip | esc)` |",
 		"| wall time of the suite | \($N.wall_seconds | fmt_t) | \($K.wall_seconds | fmt_t) |",
+		"| load average (1 min) | \($N.load // "not recorded") | \($K.load // "not recorded") |",
 		"| passed | \(count($N; "passed")) | \(count($K; "passed")) |",
 		"| failed | \(count($N; "failed")) | \(count($K; "failed")) |",
 		"| skipped (by the spec itself) | \(count($N; "skipped")) | \(count($K; "skipped")) |",
+		"",
+		"The skip leaves out what this script does not run in parallel (`[Serial]`, `[Disruptive]`, `[Flaky]`, `[Slow]`) and",
+		"the one spec that needs the internet (a pull from upstream'"'"'s private registry with upstream'"'"'s credentials). The wall",
+		"time is the suite'"'"'s, from the first spec to the last; a spec'"'"'s seconds are its own run time in its Ginkgo process.",
 		"",
 		(if ($gap | length) == 0 then
 			"**nodelet passes every spec the kubelet passes here.**"
@@ -162,7 +171,7 @@ write_doc() {
 		"",
 		"| spec | nodelet | kubelet |",
 		"|---|---|---|",
-		( $names[] | "| \(. | esc) | \($ns[.] // "not run") | \($ks[.] // "not run") |" )
+		( $names[] | "| \(. | esc) | \(cell($ns; $nt; .)) | \(cell($ks; $kt; .)) |" )
 		] | .[]' >"$tmp"
 	mv "$tmp" "$DOC"
 	log "wrote $DOC"
@@ -374,8 +383,13 @@ done
 log "node $NODE is Ready"
 
 # ---------------------------------------------------------------- 6. the suite
+COMMIT=$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git -C "$REPO_ROOT" status --porcelain -- src resources drivers reconcile-engine proto 2>/dev/null)" ]; then
+	COMMIT="$COMMIT+changes"
+fi
 log "6/7 e2e.test: focus '$FOCUS', skip '$SKIP', $PROCS processes; reports in $OUT"
 START=$(date +%s)
+LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
 set +e
 "$CONFORMANCE_BIN/ginkgo" --procs="$PROCS" --timeout=120m --focus="$FOCUS" --skip="$SKIP" --no-color \
 	--output-dir="$OUT" --junit-report=junit.xml --json-report=report.json \
@@ -386,6 +400,7 @@ set +e
 rc=$?
 set -e
 WALL=$(($(date +%s) - START))
+LOAD_END=$(cut -d' ' -f1 /proc/loadavg)
 log "suite ended (exit $rc) after $((WALL / 60)) m $((WALL % 60)) s; log $OUT/e2e.log"
 [ -f "$OUT/report.json" ] || { tail -n 40 "$OUT/e2e.log" >&2; die "no report.json: the suite did not run"; }
 
@@ -430,15 +445,12 @@ trap - EXIT
 
 if [ "$RECORD" = 1 ]; then
 	mkdir -p "$RESULTS"
-	commit=$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-	if [ -n "$(git -C "$REPO_ROOT" status --porcelain -- src resources drivers reconcile-engine proto 2>/dev/null)" ]; then
-		commit="$commit+changes"
-	fi
 	runtime=$(containerd --version | awk '{print "containerd " $3}')
-	jq --arg agent "$AGENT" --arg date "$(date -u '+%F %H:%M')" --arg commit "$commit" --arg runtime "$runtime" \
+	jq --arg agent "$AGENT" --arg date "$(date -u '+%F %H:%M')" --arg commit "$COMMIT" --arg runtime "$runtime" \
 		--argjson procs "$PROCS" --arg focus "$FOCUS" --arg skip "$SKIP" --argjson wall "$WALL" \
+		--arg load "$LOAD_START at the start, $LOAD_END at the end" \
 		'{agent: $agent, date: $date, commit: $commit, runtime: $runtime, procs: $procs, focus: $focus, skip: $skip,
-		  wall_seconds: $wall, specs: [.[] | {name, state, seconds}]}' "$SPECS" >"$RESULTS/$AGENT.json"
+		  wall_seconds: $wall, load: $load, specs: [.[] | {name, state, seconds}]}' "$SPECS" >"$RESULTS/$AGENT.json"
 	log "recorded $RESULTS/$AGENT.json"
 	if [ -f "$RESULTS/nodelet.json" ] && [ -f "$RESULTS/kubelet.json" ]; then write_doc; fi
 fi
