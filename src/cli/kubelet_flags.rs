@@ -167,11 +167,11 @@ impl KubeletFlag {
 /// two), in its order.
 pub(crate) const KUBELET_FLAGS: &[KubeletFlag] = &[
     config_flag("address", "address", ""),
-    refused_field(
+    config_flag(
         "allowed-unsafe-sysctls",
         "allowedUnsafeSysctls",
-        "nodelet keeps no allowlist of unsafe sysctls: a pod's sysctls go to the runtime as they are, checked only by \
-         the pod's Pod Security level (nodelet.podSecurity)",
+        "names or `prefix*` patterns; a pod with any other sysctl outside the safe set is refused at admission \
+         (SysctlForbidden)",
     ),
     config_flag(
         "anonymous-auth",
