@@ -18,6 +18,7 @@ mod pods;
 mod port_forward;
 pub(crate) mod selector;
 mod session;
+mod spdy;
 mod storage;
 mod stream;
 
