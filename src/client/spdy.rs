@@ -410,7 +410,8 @@ fn parse_header_block(block: &[u8]) -> Result<Headers, SpdyError> {
         let mut text = || -> Result<String, SpdyError> {
             let len = f.u32().map_err(bad)? as usize;
             let bytes = f.take(len).map_err(bad)?;
-            String::from_utf8(bytes.to_vec()).map_err(|_| SpdyError::HeaderBlock("a header is not UTF-8".into()))
+            String::from_utf8(bytes.to_vec())
+                .map_err(|_| SpdyError::HeaderBlock("a header is not UTF-8".into()))
         };
         let name = text()?;
         let value = text()?;
@@ -675,15 +676,19 @@ mod tests {
     #[test]
     fn the_wire_format_is_spdy3s() {
         let mut enc = HeaderEncoder::new().expect("encoder");
-        let data = encode(&Frame::Data { stream: 3, fin: true, data: b"ab".to_vec() }, &mut enc).expect("data");
+        let data =
+            encode(&Frame::Data { stream: 3, fin: true, data: b"ab".to_vec() }, &mut enc).expect("data");
         assert_eq!(data, [0, 0, 0, 3, 1, 0, 0, 2, b'a', b'b']);
         let ping = encode(&Frame::Ping { id: 1 }, &mut enc).expect("ping");
         assert_eq!(ping, [0x80, 3, 0, 6, 0, 0, 0, 4, 0, 0, 0, 1]);
         let update = encode(&Frame::WindowUpdate { stream: 5, delta: 0x100 }, &mut enc).expect("update");
         assert_eq!(update, [0x80, 3, 0, 9, 0, 0, 0, 8, 0, 0, 0, 5, 0, 0, 1, 0]);
         // a SYN_STREAM's block is a zlib stream naming the SPDY dictionary (FDICT, DICTID 0xe3c6a7c2)
-        let syn = encode(&Frame::SynStream { stream: 1, headers: h(&[("streamtype", "error")]), fin: false }, &mut enc)
-            .expect("syn");
+        let syn = encode(
+            &Frame::SynStream { stream: 1, headers: h(&[("streamtype", "error")]), fin: false },
+            &mut enc,
+        )
+        .expect("syn");
         assert_eq!(&syn[..5], [0x80, 3, 0, 1, 0]);
         assert_eq!(&syn[8..18], [0, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
         assert_eq!(syn[19] & 0x20, 0x20, "FDICT");
@@ -691,7 +696,8 @@ mod tests {
         // a reference zlib inflater with the dictionary reads the block
         let mut z = Decompress::new(true);
         let mut out = Vec::with_capacity(256);
-        let err = z.decompress_vec(&syn[18..], &mut out, FlushDecompress::Sync).expect_err("needs the dictionary");
+        let err =
+            z.decompress_vec(&syn[18..], &mut out, FlushDecompress::Sync).expect_err("needs the dictionary");
         assert_eq!(err.needs_dictionary(), Some(0xe3c6_a7c2));
         z.set_dictionary(&DICTIONARY).expect("dictionary");
         let taken = z.total_in() as usize;
@@ -709,7 +715,10 @@ mod tests {
         // SPDY/2
         assert!(matches!(parse_bytes(&[0x80, 2, 0, 6, 0, 0, 0, 4, 0, 0, 0, 1]), Err(SpdyError::Version(2))));
         // a PING of 3 bytes, of 5 bytes
-        assert!(matches!(parse_bytes(&[0x80, 3, 0, 6, 0, 0, 0, 3, 0, 0, 1]), Err(SpdyError::Malformed { .. })));
+        assert!(matches!(
+            parse_bytes(&[0x80, 3, 0, 6, 0, 0, 0, 3, 0, 0, 1]),
+            Err(SpdyError::Malformed { .. })
+        ));
         assert!(matches!(
             parse_bytes(&[0x80, 3, 0, 6, 0, 0, 0, 5, 0, 0, 0, 1, 9]),
             Err(SpdyError::Malformed { .. })
@@ -756,7 +765,9 @@ mod tests {
         big.extend_from_slice(&((MAX_HEADER_BLOCK as u32) + 1).to_be_bytes());
         big.resize(big.len() + MAX_HEADER_BLOCK + 1, b'x');
         let mut dec = HeaderDecoder::default();
-        assert!(matches!(dec.decode(&compressed(&big)), Err(SpdyError::HeaderBlock(m)) if m.contains("more than")));
+        assert!(
+            matches!(dec.decode(&compressed(&big)), Err(SpdyError::HeaderBlock(m)) if m.contains("more than"))
+        );
         // a header block cut short
         let mut enc = HeaderEncoder::new().expect("encoder");
         let block = enc.encode(&h(&[("streamtype", "stdout")])).expect("encode");
@@ -767,11 +778,17 @@ mod tests {
     #[tokio::test]
     async fn frames_are_read_from_a_connection_with_bounds() {
         let mut enc = HeaderEncoder::new().expect("encoder");
-        let mut wire = encode(&Frame::SynReply { stream: 1, headers: vec![], fin: false }, &mut enc).expect("reply");
-        wire.extend(encode(&Frame::Data { stream: 1, fin: true, data: vec![7; 40_000] }, &mut enc).expect("data"));
+        let mut wire =
+            encode(&Frame::SynReply { stream: 1, headers: vec![], fin: false }, &mut enc).expect("reply");
+        wire.extend(
+            encode(&Frame::Data { stream: 1, fin: true, data: vec![7; 40_000] }, &mut enc).expect("data"),
+        );
         let mut dec = HeaderDecoder::default();
         let mut reader = &wire[..];
-        assert!(matches!(read_frame(&mut reader, &mut dec).await, Ok(Some(Frame::SynReply { stream: 1, .. }))));
+        assert!(matches!(
+            read_frame(&mut reader, &mut dec).await,
+            Ok(Some(Frame::SynReply { stream: 1, .. }))
+        ));
         match read_frame(&mut reader, &mut dec).await {
             Ok(Some(Frame::Data { stream: 1, fin: true, data })) => assert_eq!(data.len(), 40_000),
             other => panic!("{other:?}"),
@@ -780,7 +797,10 @@ mod tests {
         // cut inside the head, inside the payload
         assert!(matches!(read_frame(&mut &wire[..5], &mut dec).await, Err(SpdyError::Truncated)));
         let data_at = wire.len() - 40_008;
-        assert!(matches!(read_frame(&mut &wire[data_at..data_at + 100], &mut dec).await, Err(SpdyError::Truncated)));
+        assert!(matches!(
+            read_frame(&mut &wire[data_at..data_at + 100], &mut dec).await,
+            Err(SpdyError::Truncated)
+        ));
         // a frame announcing 16 MiB is refused before anything is allocated
         let huge = [0_u8, 0, 0, 1, 0, 0xff, 0xff, 0xff];
         assert!(matches!(read_frame(&mut &huge[..], &mut dec).await, Err(SpdyError::TooLarge { .. })));
