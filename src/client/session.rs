@@ -97,8 +97,8 @@ pub(crate) struct Session {
 
 #[derive(Debug)]
 enum Transport {
-    /// A WebSocket, and whether `v5.channel.k8s.io` was chosen.
-    WebSocket { ws: Ws, v5: bool },
+    /// A WebSocket (boxed: its buffers make it large), and whether `v5.channel.k8s.io` was chosen.
+    WebSocket { ws: Box<Ws>, v5: bool },
     /// A SPDY/3.1 connection, and whether the session has a terminal.
     Spdy { io: SpdyIo, tty: bool },
 }
@@ -141,7 +141,7 @@ impl Session {
         }
         let (ws, protocol) = main.websocket(&path, &[V5, V4]).await?;
         debug!(%protocol, endpoint, "WebSocket session open");
-        Ok(Self { transport: Transport::WebSocket { ws, v5: protocol == V5 } })
+        Ok(Self { transport: Transport::WebSocket { ws: Box::new(ws), v5: protocol == V5 } })
     }
 
     /// Relays `input` (chunks of stdin, ended by closing the channel) to the process and its output to
@@ -156,7 +156,7 @@ impl Session {
         output: &mut O,
     ) -> Result<Option<serde_json::Value>, StreamError> {
         match self.transport {
-            Transport::WebSocket { ws, v5 } => relay_websocket(ws, v5, input, resize, output).await,
+            Transport::WebSocket { ws, v5 } => relay_websocket(*ws, v5, input, resize, output).await,
             Transport::Spdy { io, tty } => relay_spdy(io, tty, input, resize, output).await,
         }
     }
