@@ -791,9 +791,12 @@ impl MainPortArgs {
 
 /// `nodelet exec POD -- COMMAND…`.
 #[derive(Debug, Clone, Args)]
-#[command(after_help = "Talks WebSocket (v5.channel.k8s.io, else v4.channel.k8s.io) to /exec on the main \
-    port; nodelet proxies it to the container runtime. The exit code is the command's. With v4 (containerd \
-    1.6) the end of -i input cannot be passed on: a command that reads until end of input keeps waiting.")]
+#[command(
+    after_help = "With -i talks SPDY/3.1 (v5.channel.k8s.io or v4.channel.k8s.io, as kubectl) to /exec \
+    on the main port, and the end of the input reaches the command (echo data | nodelet exec -i POD -- cat \
+    ends); without -i a WebSocket (v5.channel.k8s.io, else v4.channel.k8s.io). nodelet proxies either to the \
+    container runtime. The exit code is the command's."
+)]
 pub(crate) struct ExecArgs {
     /// Pod name (static pods are named <name>-<node>).
     #[arg(value_name = "POD")]
@@ -823,9 +826,10 @@ pub(crate) struct ExecArgs {
 
 /// `nodelet attach POD`.
 #[derive(Debug, Clone, Args)]
-#[command(after_help = "Talks WebSocket (v5.channel.k8s.io, else v4.channel.k8s.io) to /attach on the \
-    main port; nodelet proxies it to the container runtime. Shows the output of the container's main process \
-    (and passes input with -i) until it exits or the command is interrupted.")]
+#[command(after_help = "With -i talks SPDY/3.1 (v5.channel.k8s.io or v4.channel.k8s.io, as kubectl) to \
+    /attach on the main port, else a WebSocket (v5.channel.k8s.io, else v4.channel.k8s.io); nodelet proxies \
+    either to the container runtime. Shows the output of the container's main process (and passes input with \
+    -i) until it exits or the command is interrupted.")]
 pub(crate) struct AttachArgs {
     /// Pod name (static pods are named <name>-<node>).
     #[arg(value_name = "POD")]

@@ -10,8 +10,8 @@
 //! - To a pod (`SRC [NS/]POD:DEST`): when DEST is a directory in the container (`test -d`), the copy goes
 //!   to DEST/basename(SRC), else to DEST. The archive (one entry named after the destination's last
 //!   component, recursively for a directory; symbolic links archived as links) is built locally into a
-//!   temporary file and sent to `tar xmf - -C DIR` in the container. With `v4.channel.k8s.io`
-//!   (containerd 1.6) the end of stdin cannot be passed on, and busybox's tar reads its input to the end
+//!   temporary file and sent to `tar xmf - -C DIR` in the container over a session with stdin (SPDY, whose
+//!   end of stdin reaches the container; see [`super::session`]). busybox's tar reads its input to the end
 //!   even after the end-of-archive blocks, so the container runs `head -c SIZE | tar xmf - -C DIR` (a
 //!   fixed script, the size and directory passed as arguments, never spliced into it): `head` ends the
 //!   input after exactly the archive's bytes; when tar fails early, `cat` reads the rest, because

@@ -1,7 +1,7 @@
 //! nodelet's client commands: `nodelet get` and `nodelet describe pod` (ask the local nodelet's API;
 //! selectors in [`selector`], `-o jsonpath` in [`jsonpath`], the other formats in [`output`]), `nodelet logs` (reads
 //! the CRI log files directly), `nodelet exec`, `nodelet attach`, `nodelet debug`, `nodelet cp` and `nodelet port-forward`
-//! (WebSockets to the local nodelet's main port).
+//! (WebSocket or SPDY/3.1 sessions, [`session`], to the local nodelet's main port).
 
 mod cp;
 mod debug;
@@ -18,6 +18,7 @@ mod pods;
 mod port_forward;
 pub(crate) mod selector;
 mod session;
+mod spdy;
 mod storage;
 mod stream;
 

@@ -1,7 +1,10 @@
-//! The WebSocket connection of `nodelet exec`, `attach`, `cp` and `port-forward` to the local nodelet's
+//! The streaming connections of `nodelet exec`, `attach`, `cp` and `port-forward` to the local nodelet's
 //! main port: TLS (tokio-rustls) verified against `--certificate-authority` (default: nodelet's self-signed
 //! certificate under /var/lib/nodelet/pki, when it exists) or not at all with `--insecure-skip-tls-verify`,
-//! the bearer token of `--token` / `--token-file` / `NODELET_TOKEN`, and the subprotocols offered.
+//! the bearer token of `--token` / `--token-file` / `NODELET_TOKEN`, and then either a WebSocket upgrade
+//! with the subprotocols offered ([`MainPort::websocket`]) or an HTTP/1.1 upgrade to SPDY/3.1 with the
+//! stream protocol versions offered in `X-Stream-Protocol-Version` ([`MainPort::spdy`], as client-go's
+//! SPDY round tripper does: `POST`, `Connection: Upgrade`, `Upgrade: SPDY/3.1`).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -29,6 +32,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A WebSocket to the main port.
 pub(crate) type Ws = WebSocketStream<TlsStream<TcpStream>>;
+
+/// A connection to the main port upgraded to SPDY/3.1.
+pub(crate) type SpdyIo = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
+
+/// The most of a refused upgrade's body that is read (for its message).
+const MAX_REFUSAL_BODY: usize = 64 * 1024;
 
 /// Why the connection could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +76,12 @@ pub(crate) enum StreamError {
     /// The WebSocket failed.
     #[error("WebSocket: {0}")]
     WebSocket(String),
+    /// The SPDY upgrade or session failed.
+    #[error("SPDY: {0}")]
+    Spdy(String),
+    /// A SPDY frame could not be read or written.
+    #[error(transparent)]
+    SpdyFrame(#[from] super::spdy::SpdyError),
     /// Local I/O (terminal, listening socket, stdout).
     #[error("{what}: {source}")]
     Io {
@@ -140,7 +155,6 @@ impl MainPort {
         ws_url: &str,
         protocols: &[&str],
     ) -> Result<(Ws, String), StreamError> {
-        let unreachable = |message: String| StreamError::Unreachable { url: url.to_owned(), message };
         let mut request =
             ws_url.into_client_request().map_err(|e| StreamError::WebSocket(format!("{ws_url}: {e}")))?;
         let headers = request.headers_mut();
@@ -152,20 +166,7 @@ impl MainPort {
         let offered = HeaderValue::from_str(&protocols.join(", "))
             .map_err(|_| StreamError::Usage("bad subprotocol".into()))?;
         headers.insert(header::SEC_WEBSOCKET_PROTOCOL, offered);
-        let tcp = TcpStream::connect((self.host.as_str(), self.port))
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
-        let name = match self.host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
-            Ok(ip) => ServerName::IpAddress(ip.into()),
-            Err(_) => ServerName::try_from(self.host.clone()).map_err(|e| unreachable(e.to_string()))?,
-        };
-        let tls = TlsConnector::from(self.tls.clone()).connect(name, tcp).await.map_err(|e| {
-            let mut message = e.to_string();
-            if message.contains("certificate") || message.contains("UnknownIssuer") {
-                message.push_str(" (pass --certificate-authority FILE, or --insecure-skip-tls-verify)");
-            }
-            unreachable(message)
-        })?;
+        let tls = self.tls_connect(url).await?;
         match tokio_tungstenite::client_async(request, tls).await {
             Ok((ws, response)) => {
                 let chosen = response
@@ -178,15 +179,122 @@ impl MainPort {
             }
             Err(tungstenite::Error::Http(response)) => {
                 let body = response.body().as_deref().unwrap_or_default();
-                let message = serde_json::from_slice::<serde_json::Value>(body)
-                    .ok()
-                    .and_then(|v| v["message"].as_str().map(str::to_owned))
-                    .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_owned());
-                Err(StreamError::Refused { url: url.to_owned(), status: response.status().as_u16(), message })
+                Err(StreamError::Refused {
+                    url: url.to_owned(),
+                    status: response.status().as_u16(),
+                    message: refusal_message(body),
+                })
             }
             Err(e) => Err(StreamError::WebSocket(format!("{url}: {e}"))),
         }
     }
+
+    /// TCP and TLS to the main port.
+    async fn tls_connect(&self, url: &str) -> Result<TlsStream<TcpStream>, StreamError> {
+        let unreachable = |message: String| StreamError::Unreachable { url: url.to_owned(), message };
+        let tcp = TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        // Interactive sessions send small frames (keystrokes): no Nagle delay on them.
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "cannot set TCP_NODELAY");
+        }
+        let name = match self.host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+            Ok(ip) => ServerName::IpAddress(ip.into()),
+            Err(_) => ServerName::try_from(self.host.clone()).map_err(|e| unreachable(e.to_string()))?,
+        };
+        TlsConnector::from(self.tls.clone()).connect(name, tcp).await.map_err(|e| {
+            let mut message = e.to_string();
+            if message.contains("certificate") || message.contains("UnknownIssuer") {
+                message.push_str(" (pass --certificate-authority FILE, or --insecure-skip-tls-verify)");
+            }
+            unreachable(message)
+        })
+    }
+
+    /// Upgrades a `POST` of `path_and_query` to SPDY/3.1, offering `protocols` (in order of preference) in
+    /// `X-Stream-Protocol-Version`; returns the connection with the version the server chose.
+    pub(crate) async fn spdy(
+        &self,
+        path_and_query: &str,
+        protocols: &[&str],
+    ) -> Result<(SpdyIo, String), StreamError> {
+        let url = format!("{}{path_and_query}", self.base);
+        tokio::time::timeout(CONNECT_TIMEOUT, self.spdy_upgrade(&url, path_and_query, protocols))
+            .await
+            .map_err(|_| StreamError::Unreachable { url: url.clone(), message: "timed out".into() })?
+    }
+
+    async fn spdy_upgrade(
+        &self,
+        url: &str,
+        path_and_query: &str,
+        protocols: &[&str],
+    ) -> Result<(SpdyIo, String), StreamError> {
+        use http_body_util::BodyExt as _;
+        let failed = |what: &str, e: &dyn std::fmt::Display| StreamError::Spdy(format!("{url}: {what}: {e}"));
+        let mut request = hyper::Request::builder()
+            .method(hyper::Method::POST)
+            .uri(path_and_query)
+            .header(header::HOST, format!("{}:{}", self.host, self.port))
+            .header(header::CONNECTION, "Upgrade")
+            .header(header::UPGRADE, "SPDY/3.1");
+        for protocol in protocols {
+            request = request.header("X-Stream-Protocol-Version", *protocol);
+        }
+        if let Some(token) = &self.token {
+            let value = HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| StreamError::Usage("the token is not a valid header value".into()))?;
+            request = request.header(header::AUTHORIZATION, value);
+        }
+        let request = request
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| failed("the request", &e))?;
+        let tls = self.tls_connect(url).await?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .map_err(|e| failed("HTTP handshake", &e))?;
+        // Drives the connection until the upgrade hands its socket over (or it fails).
+        tokio::spawn(async move {
+            if let Err(error) = conn.with_upgrades().await {
+                tracing::debug!(%error, "SPDY upgrade connection ended with an error");
+            }
+        });
+        let mut response = sender.send_request(request).await.map_err(|e| failed("no answer", &e))?;
+        let status = response.status();
+        if status != hyper::StatusCode::SWITCHING_PROTOCOLS {
+            let body = http_body_util::Limited::new(response.into_body(), MAX_REFUSAL_BODY)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            return Err(StreamError::Refused {
+                url: url.to_owned(),
+                status: status.as_u16(),
+                message: refusal_message(&body),
+            });
+        }
+        let upgraded_to = response.headers().get(header::UPGRADE).and_then(|v| v.to_str().ok());
+        if !upgraded_to.is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1")) {
+            return Err(StreamError::Spdy(format!("{url} switched to {upgraded_to:?}, not SPDY/3.1")));
+        }
+        let chosen = response
+            .headers()
+            .get("X-Stream-Protocol-Version")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let upgraded = hyper::upgrade::on(&mut response).await.map_err(|e| failed("upgrade", &e))?;
+        Ok((hyper_util::rt::TokioIo::new(upgraded), chosen))
+    }
+}
+
+/// The message of a refused upgrade: the `Status`' message, else the body's text.
+fn refusal_message(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_owned())
 }
 
 fn tls_config(ca: Option<&Path>, insecure: bool) -> Result<rustls::ClientConfig, StreamError> {

@@ -397,8 +397,18 @@ async fn exec_sessions_do_not_leak() {
 }
 
 /// Runs `nodelet ARGS[0] --server <main port> --certificate-authority <its cert> ARGS[1..]…` with the token in
-/// `NODELET_TOKEN` and `input` on stdin; returns (exit code, stdout, stderr).
+/// `NODELET_TOKEN` and `input` on stdin, which is kept open until the command ends; returns (exit code,
+/// stdout, stderr).
 pub(crate) async fn nodelet_streaming_cli(n: &Nodelet, args: &[&str], input: &str) -> (i32, String, String) {
+    streaming_cli(n, args, input.as_bytes(), false).await
+}
+
+/// As [`nodelet_streaming_cli`], but stdin ends after `input` (as with `echo data | nodelet exec -i …`).
+async fn nodelet_streaming_cli_to_eof(n: &Nodelet, args: &[&str], input: &[u8]) -> (i32, String, String) {
+    streaming_cli(n, args, input, true).await
+}
+
+async fn streaming_cli(n: &Nodelet, args: &[&str], input: &[u8], end_input: bool) -> (i32, String, String) {
     use tokio::io::AsyncWriteExt as _;
     let ca = n.root_dir().join("pki").join("nodelet.crt");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
@@ -416,19 +426,76 @@ pub(crate) async fn nodelet_streaming_cli(n: &Nodelet, args: &[&str], input: &st
         .kill_on_drop(true)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run nodelet {args:?}: {e}"));
-    // kept open until the end: v4.channel.k8s.io cannot pass the end of input on, the command must not need it
     let mut stdin = child.stdin.take().expect("stdin");
-    stdin.write_all(input.as_bytes()).await.expect("write stdin");
-    let output = tokio::time::timeout(EXEC_LIMIT, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("nodelet {args:?} did not end in time"))
-        .expect("nodelet's output");
+    let writing = async move {
+        // a command that ends before its input does closes the pipe: not an error here
+        let _ = stdin.write_all(input).await;
+        if end_input {
+            drop(stdin);
+            None
+        } else {
+            Some(stdin)
+        }
+    };
+    // written while the output is read (a large input does not fit the pipe)
+    let (stdin, output) = tokio::join!(writing, tokio::time::timeout(EXEC_LIMIT, child.wait_with_output()));
+    let output =
+        output.unwrap_or_else(|_| panic!("nodelet {args:?} did not end in time")).expect("nodelet's output");
     drop(stdin);
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+}
+
+#[tokio::test]
+async fn nodelet_exec_i_ends_with_its_input_over_spdy() {
+    let env = env_or_skip!("nodelet_exec_i_ends_with_its_input_over_spdy");
+    let n = Nodelet::start(&env, "exec-eof").await;
+    let (pod, _) = shell_pod(&n, "eof").await;
+
+    // `echo data | nodelet exec -i POD -- cat`: the end of input reaches cat, which ends
+    let started = std::time::Instant::now();
+    let (code, out, err) =
+        nodelet_streaming_cli_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "cat"], b"data\n").await;
+    assert_eq!((code, out.as_str()), (0, "data\n"), "stderr: {err}");
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+
+    // stdout and stderr stay apart; the exit code is the command's
+    let script = "cat; echo err >&2; exit 7";
+    let (code, out, err) = nodelet_streaming_cli_to_eof(
+        &n,
+        &["exec", "-i", &pod, "-c", "app", "--", "sh", "-c", script],
+        b"a\nb\n",
+    )
+    .await;
+    assert_eq!((code, out.as_str(), err.as_str()), (7, "a\nb\n", "err\n"));
+
+    // no input at all: the end comes at once
+    let (code, out, err) =
+        nodelet_streaming_cli_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "wc", "-c"], b"").await;
+    assert_eq!((code, out.trim()), (0, "0"), "stderr: {err}");
+
+    // far more than the SPDY windows (64 KiB), intact, and more output than one window back
+    let input: Vec<u8> = (0..(1 << 20) + 1).map(|i: u32| b'a' + (i % 26) as u8).collect();
+    let (code, out, err) =
+        nodelet_streaming_cli_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "sha256sum"], &input).await;
+    assert_eq!((code, out.as_str()), (0, format!("{}  -\n", sha256_hex(&input)).as_str()), "stderr: {err}");
+    let (code, out, err) =
+        nodelet_streaming_cli_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "cat"], &input).await;
+    assert_eq!(code, 0, "stderr: {err}");
+    assert!(out.as_bytes() == input.as_slice(), "cat returned {} bytes of {}", out.len(), input.len());
+
+    // a command that ends before its input does: the session still ends, with its code
+    let (code, out, err) = nodelet_streaming_cli(
+        &n,
+        &["exec", "-i", &pod, "-c", "app", "--", "sh", "-c", "head -c 3; exit 4"],
+        "abcdef",
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (4, "abc"), "stderr: {err}");
+    n.shutdown().await;
 }
 
 #[tokio::test]
