@@ -137,7 +137,7 @@ write_doc() {
 		"",
 		"| | nodelet | kubelet v1.28.7 |",
 		"|---|---|---|",
-		"| run (UTC) | \($N.date) | \($K.date) |",
+		"| run started (UTC) | \($N.date) | \($K.date) |",
 		"| commit of this tree | `\($N.commit)` | `\($K.commit)` (the scripts'"'"'; the kubelet is upstream'"'"'s) |",
 		"| runtime | \($N.runtime) | \($K.runtime) |",
 		"| Ginkgo processes | \($N.procs) | \($K.procs) |",
@@ -389,6 +389,7 @@ if [ -n "$(git -C "$REPO_ROOT" status --porcelain -- src resources drivers recon
 fi
 log "6/7 e2e.test: focus '$FOCUS', skip '$SKIP', $PROCS processes; reports in $OUT"
 START=$(date +%s)
+START_UTC=$(date -u '+%F %H:%M')
 LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
 set +e
 "$CONFORMANCE_BIN/ginkgo" --procs="$PROCS" --timeout=120m --focus="$FOCUS" --skip="$SKIP" --no-color \
@@ -446,7 +447,7 @@ trap - EXIT
 if [ "$RECORD" = 1 ]; then
 	mkdir -p "$RESULTS"
 	runtime=$(containerd --version | awk '{print "containerd " $3}')
-	jq --arg agent "$AGENT" --arg date "$(date -u '+%F %H:%M')" --arg commit "$COMMIT" --arg runtime "$runtime" \
+	jq --arg agent "$AGENT" --arg date "$START_UTC" --arg commit "$COMMIT" --arg runtime "$runtime" \
 		--argjson procs "$PROCS" --arg focus "$FOCUS" --arg skip "$SKIP" --argjson wall "$WALL" \
 		--arg load "$LOAD_START at the start, $LOAD_END at the end" \
 		'{agent: $agent, date: $date, commit: $commit, runtime: $runtime, procs: $procs, focus: $focus, skip: $skip,

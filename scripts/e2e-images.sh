@@ -192,10 +192,12 @@ images_stamp() {
 	} | sha256sum | cut -d' ' -f1
 }
 
-web_root() { # DIR DOCROOT NAME:TAG
-	mkdir -p "$1$2" "$1/etc"
+web_root() { # DIR DOCROOT NAME:TAG COMMAND: COMMAND (a path) runs busybox httpd on port 80 serving DOCROOT
+	mkdir -p "$1$2" "$1/etc" "$1$(dirname "$4")"
 	printf '<html><body><h1>It works!</h1><p>%s (nodelet e2e image)</p></body></html>\n' "$3" >"$1$2/index.html"
 	echo "$3" >"$1/etc/e2e-image-version"
+	printf '#!/bin/sh\nexec httpd -f -p 80 -h %s\n' "$2" >"$1$4"
+	chmod 0755 "$1$4"
 }
 
 build_images() {
@@ -216,18 +218,10 @@ build_images() {
 	install -m 0644 "$REPO_ROOT/deploy/images/e2e/localhost.crt" "$work/agnhost/localhost.crt"
 	install -m 0644 "$REPO_ROOT/deploy/images/e2e/localhost.key" "$work/agnhost/localhost.key"
 
-	for t in 1.14 1.15; do
-		web_root "$work/nginx-$t" /usr/share/nginx/html "nginx:$t-4"
-		mkdir -p "$work/nginx-$t/usr/sbin"
-		# upstream's CMD is `nginx -g 'daemon off;'`: the same command serves the same page here
-		printf '#!/bin/sh\nexec httpd -f -p 80 -h /usr/share/nginx/html\n' >"$work/nginx-$t/usr/sbin/nginx"
-		chmod 0755 "$work/nginx-$t/usr/sbin/nginx"
-	done
+	# upstream's commands (`nginx -g 'daemon off;'`, `httpd-foreground`) serve the same page here
+	for t in 1.14 1.15; do web_root "$work/nginx-$t" /usr/share/nginx/html "nginx:$t-4" /usr/sbin/nginx; done
 	for t in 2.4.38 2.4.39; do
-		web_root "$work/httpd-$t" /usr/local/apache2/htdocs "httpd:$t-4"
-		mkdir -p "$work/httpd-$t/usr/local/bin"
-		printf '#!/bin/sh\nexec httpd -f -p 80 -h /usr/local/apache2/htdocs\n' >"$work/httpd-$t/usr/local/bin/httpd-foreground"
-		chmod 0755 "$work/httpd-$t/usr/local/bin/httpd-foreground"
+		web_root "$work/httpd-$t" /usr/local/apache2/htdocs "httpd:$t-4" /usr/local/bin/httpd-foreground
 	done
 
 	mkdir -p "$work/nonewprivs/usr/local/bin"

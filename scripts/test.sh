@@ -103,6 +103,22 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 step "cargo doc (warnings denied)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 
+# The representative subset of Kubernetes' own [NodeConformance] suite (tests/conformance-subset.txt) against
+# this tree's nodelet, with the upstream e2e.test of ../shared/conformance (or $NODELET_CONFORMANCE_SOURCE):
+# a spec that regresses fails the run. Without the upstream programs it cannot run: said here and at the end.
+CONF_SRC=${NODELET_CONFORMANCE_SOURCE:-../shared/conformance}
+if [[ -x "$CONF_SRC/install.sh" ]]; then
+  step "upstream conformance subset (scripts/conformance.sh --subset)"
+  cargo build --workspace --all-features --bin nodelet
+  # a failing spec fails the run at the end, after the other tests have run too
+  if ! NODELET_CONFORMANCE_SOURCE=$CONF_SRC scripts/conformance.sh --subset --nodelet-bin target/debug/nodelet; then
+    CONFORMANCE_FAILED=1
+  fi
+  scripts/conformance.sh --stop
+else
+  NOTES+=("the upstream conformance subset did NOT run: no $CONF_SRC/install.sh (set NODELET_CONFORMANCE_SOURCE)")
+fi
+
 step "tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --all-features --no-fail-fast "$@"
@@ -115,5 +131,10 @@ step "examples"
 cargo run -q -p reconcile-engine --example minimal
 cargo run -q -p reconcile-engine --example files
 
+if [[ "${CONFORMANCE_FAILED:-0}" == 1 ]]; then
+  echo
+  echo "FAILED: the upstream conformance subset (see its output above)" >&2
+  exit 1
+fi
 echo
 echo "all checks passed"
