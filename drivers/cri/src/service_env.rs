@@ -21,9 +21,12 @@
 //! (names upper-cased with `-` made `_`; protocol `TCP` when unset). They are the lowest
 //! precedence: a variable of the container's `env`/`envFrom` of the same name wins, and `$(VAR)`
 //! in `env` values may refer to them. Where Services come from (cluster mode: a list and watch of
-//! all Services) is a [`ServiceLister`]; until it has listed once, a container's environment cannot
-//! be made (the kubelet's "services have not yet been read at least once"); without one (standalone
-//! mode) there are no such variables.
+//! all Services) is a [`ServiceLister`]; until it has listed once, the container environment of a
+//! pod from the API server cannot be made (the kubelet's "services have not yet been read at least
+//! once"), while a static pod's gets the variables of what has been listed so far, none before the
+//! first list (the kubelet's `IsStaticPod` exception: a static pod must start when the API server is
+//! unreachable or the node's credentials are not valid); without a lister (standalone mode) there are
+//! no such variables.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -115,21 +118,27 @@ const MASTER_SERVICES: &[&str] = &["kubernetes"];
 /// The namespace of the master services.
 const MASTER_NAMESPACE: &str = "default";
 
-/// The service variables of a pod in `namespace` (`getServiceEnvVarMap`), sorted by name; an error
-/// while `lister` has not listed Services once. No lister: none.
+/// The service variables of a pod in `namespace` (`getServiceEnvVarMap`), sorted by name; for a pod
+/// that is not `static_pod`, an error while `lister` has not listed Services once (a static pod gets
+/// none then). No lister: none.
 pub fn service_env(
     lister: Option<&dyn ServiceLister>,
     namespace: &str,
     enable_service_links: bool,
+    static_pod: bool,
 ) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
     let Some(lister) = lister else { return Ok(out) };
-    let not_synced = || "services have not yet been read at least once, cannot construct envvars".to_owned();
+    let listed = |namespace: &str| match lister.services(namespace) {
+        Some(services) => Ok(services),
+        None if static_pod => Ok(BTreeMap::new()),
+        None => Err("services have not yet been read at least once, cannot construct envvars".to_owned()),
+    };
     let mut chosen: BTreeMap<String, Arc<ServiceFacts>> = BTreeMap::new();
     if enable_service_links {
-        chosen = lister.services(namespace).ok_or_else(not_synced)?;
+        chosen = listed(namespace)?;
     }
-    let masters = lister.services(MASTER_NAMESPACE).ok_or_else(not_synced)?;
+    let masters = listed(MASTER_NAMESPACE)?;
     for name in MASTER_SERVICES {
         if let Some(facts) = masters.get(*name) {
             chosen.entry((*name).to_owned()).or_insert_with(|| facts.clone());
@@ -213,19 +222,21 @@ mod tests {
         );
         all.insert("app".to_owned(), BTreeMap::from([("web".to_owned(), svc("10.0.0.3"))]));
         let lister = Fixed(Some(all));
-        let env = service_env(Some(&lister), "app", true).expect("synced");
+        let env = service_env(Some(&lister), "app", true, false).expect("synced");
         assert_eq!(env.get("KUBERNETES_SERVICE_HOST").map(String::as_str), Some("10.0.0.1"));
         assert_eq!(env.get("KUBERNETES_SERVICE_PORT_HTTPS").map(String::as_str), Some("443"));
         assert_eq!(env.get("WEB_SERVICE_HOST").map(String::as_str), Some("10.0.0.3"));
         assert!(!env.contains_key("OTHER_SERVICE_HOST"));
         // enableServiceLinks: false keeps only the master service.
-        let env = service_env(Some(&lister), "app", false).expect("synced");
+        let env = service_env(Some(&lister), "app", false, false).expect("synced");
         assert!(env.contains_key("KUBERNETES_SERVICE_HOST") && !env.contains_key("WEB_SERVICE_HOST"));
         // In namespace default, every service there.
-        let env = service_env(Some(&lister), "default", true).expect("synced");
+        let env = service_env(Some(&lister), "default", true, false).expect("synced");
         assert!(env.contains_key("OTHER_SERVICE_HOST"));
         // Not listed yet: an error; no lister: nothing.
-        assert!(service_env(Some(&Fixed(None)), "app", true).is_err());
-        assert!(service_env(None, "app", true).expect("standalone").is_empty());
+        assert!(service_env(Some(&Fixed(None)), "app", true, false).is_err());
+        // a static pod starts without them (the API server may be unreachable)
+        assert!(service_env(Some(&Fixed(None)), "app", true, true).expect("static").is_empty());
+        assert!(service_env(None, "app", true, false).expect("standalone").is_empty());
     }
 }

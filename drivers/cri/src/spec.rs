@@ -598,6 +598,7 @@ fn container_env(
         config.services.0.as_deref(),
         namespace,
         pod.spec().enable_service_links.unwrap_or(true),
+        !matches!(pod.source, nodelet_resources::pod::desired::PodSource::Api),
     )
     .map_err(|why| SpecError::Container(format!("container {:?}: {why}", container.name)))?;
     for (i, from) in container.env_from.iter().flatten().enumerate() {
