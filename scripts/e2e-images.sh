@@ -37,6 +37,8 @@
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck disable=SC1091 # scripts/lib/oci.sh
+. "$SCRIPT_DIR/lib/oci.sh"
 REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 EPOCH=2024-01-01T00:00:00Z
 log() { printf '[e2e-images %(%H:%M:%S)T] %s\n' -1 "$*"; }
@@ -279,10 +281,7 @@ build_images() {
 	mv "$new" "$LAYOUT"
 }
 
-layout_digest() {
-	jq -r --arg t "$1" '.manifests[] | select(.annotations["org.opencontainers.image.ref.name"] == $t) | .digest' \
-		"$LAYOUT/index.json"
-}
+layout_digest() { oci_layout_digest "$LAYOUT" "$1"; }
 
 STAMP=$(images_stamp)
 if [ "$(cat "$DIR/.stamp" 2>/dev/null)" != "$STAMP" ] || [ ! -f "$LAYOUT/index.json" ]; then
@@ -306,9 +305,7 @@ for i in "${IMAGES[@]}"; do
 		log "  $rpath $want"
 		continue
 	fi
-	have=$(curl -fsS -I --max-time 5 -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
-		"http://$REG/v2/${rpath%%:*}/manifests/${rpath##*:}" 2>/dev/null |
-		tr -d '\r' | awk -F': ' 'tolower($1) == "docker-content-digest" {print $2}' || true)
+	have=$(oci_registry_digest "$REG" "$rpath")
 	if [ "$have" = "$want" ]; then
 		log "  $REG/$rpath $want (present)"
 		continue

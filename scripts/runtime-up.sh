@@ -43,6 +43,8 @@ set -euo pipefail
 
 START_NS=$(date +%s%N)
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck disable=SC1091 # scripts/lib/oci.sh
+. "$SCRIPT_DIR/lib/oci.sh"
 REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 
 BASE=${NODELET_TEST_BASE:-/tmp/nodelet-test}
@@ -402,10 +404,7 @@ build_images() {
 }
 
 # manifest digest of a layout tag
-layout_digest() {
-	jq -r --arg t "$1" '.manifests[] | select(.annotations["org.opencontainers.image.ref.name"] == $t) | .digest' \
-		"$LAYOUT/index.json"
-}
+layout_digest() { oci_layout_digest "$LAYOUT" "$1"; }
 
 STAMP=$(images_stamp)
 need_build=0
@@ -590,9 +589,7 @@ done
 for i in "${IMAGES[@]}"; do
 	IFS='|' read -r ltag _ rpath _ <<<"$i"
 	want=$(layout_digest "$ltag")
-	have=$(curl -fsS -I --max-time 5 -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
-		"http://$REG_ADDR/v2/${rpath%%:*}/manifests/${rpath##*:}" 2>/dev/null |
-		tr -d '\r' | awk -F': ' 'tolower($1) == "docker-content-digest" {print $2}' || true)
+	have=$(oci_registry_digest "$REG_ADDR" "$rpath")
 	if [ "$have" = "$want" ]; then
 		log "registry has $REG_ADDR/$rpath"
 		continue
