@@ -6,6 +6,11 @@
 #   scripts/conformance.sh                      nodelet, every [NodeConformance] spec a machine without internet can
 #                                               run (skips below); records the result and rewrites docs/conformance.md
 #   scripts/conformance.sh --agent kubelet      the same against the reference kubelet (recorded beside nodelet's)
+#   scripts/conformance.sh --suite extended     what the default run leaves out: the [Slow], [Serial] and [Disruptive]
+#                                               [NodeConformance] specs and the [sig-node] and [sig-storage]
+#                                               [Conformance] specs outside [NodeConformance] (parallel ones first,
+#                                               then the [Serial]/[Disruptive] ones in one process); recorded as
+#                                               docs/conformance/<agent>-extended.json, its own table in the doc
 #   scripts/conformance.sh --focus REGEX        a subset (Ginkgo focus regex on the spec's full text); not recorded
 #   scripts/conformance.sh --subset             the representative subset of tests/conformance-subset.txt
 #                                               (the test command runs it); not recorded
@@ -34,9 +39,11 @@
 #     cluster.local.
 #   * ginkgo + e2e.test from ../shared/conformance (install.sh), --provider=skeleton.
 #
-# Skipped by default: [Serial], [Disruptive], [Flaky], [Slow] (this script runs the parallel set), and the one
-# spec that needs the internet: "should be able to pull from private registry with secret" (its image and
-# credentials are upstream's private registry).
+# Skipped by default: [Serial], [Disruptive], [Flaky], [Slow] (the default suite is the parallel set; --suite extended
+# runs the rest but [Flaky]), and the one spec that needs the internet: "should be able to pull from private registry
+# with secret" (its image and credentials are upstream's private registry). Skipped on a machine that cannot run
+# them, detected before the run and named in its output and record: PrivilegedPod, whose container runs
+# `ip link add dummy1 type dummy`, where the kernel has no dummy link type (the kubelet fails it the same way).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -55,7 +62,11 @@ DEAD_REG=127.0.0.1:5199
 API_PORT=36443
 ETCD_PORT=32379
 CGROUP_PARENT=/nodelet-conformance
-DEFAULT_SKIP='\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Slow\]|should be able to pull from private registry with secret'
+NO_INTERNET_SKIP='should be able to pull from private registry with secret'
+DEFAULT_SKIP="\\[Serial\\]|\\[Disruptive\\]|\\[Flaky\\]|\\[Slow\\]|$NO_INTERNET_SKIP"
+# --suite extended: the node-facing specs beyond the default suite (those of this focus that the default run skips)
+EXTENDED_FOCUS='\[NodeConformance\]|\[sig-node\].*\[Conformance\]|\[sig-storage\].*\[Conformance\]'
+EXTENDED_SKIP="\\[Flaky\\]|$NO_INTERNET_SKIP"
 
 log() { printf '[conformance %(%H:%M:%S)T] %s\n' -1 "$*"; }
 die() {
@@ -68,7 +79,7 @@ usage() {
 }
 
 AGENT=nodelet FOCUS='\[NodeConformance\]' SKIP=$DEFAULT_SKIP PROCS=4 NODELET_BIN=${NODELET_BIN:-} OUT=
-RECORD=auto MODE=run CUSTOM_FOCUS=0 CUSTOM_SKIP=0 KEEP=0
+RECORD=auto MODE=run CUSTOM_FOCUS=0 CUSTOM_SKIP=0 KEEP=0 SUITE=node BUILD=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--agent) AGENT=${2:?--agent needs a value} && shift ;;
@@ -78,6 +89,7 @@ while [ $# -gt 0 ]; do
 	--nodelet-bin) NODELET_BIN=${2:?--nodelet-bin needs a value} && shift ;;
 	--out) OUT=${2:?--out needs a value} && shift ;;
 	--subset) MODE=subset ;;
+	--suite) SUITE=${2:?--suite needs a value} && shift ;;
 	--record) RECORD=1 ;;
 	--no-record) RECORD=0 ;;
 	--doc) MODE=doc ;;
@@ -92,6 +104,12 @@ while [ $# -gt 0 ]; do
 	shift
 done
 case "$AGENT" in nodelet | kubelet) ;; *) die "--agent must be nodelet or kubelet, got '$AGENT'" ;; esac
+case "$SUITE" in node | extended) ;; *) die "--suite must be node or extended, got '$SUITE'" ;; esac
+if [ "$SUITE" = extended ]; then
+	[ "$CUSTOM_FOCUS" = 1 ] || [ "$CUSTOM_SKIP" = 1 ] || [ "$MODE" = subset ] &&
+		die "--suite extended chooses its own specs: no --focus, --skip or --subset with it"
+	FOCUS=$EXTENDED_FOCUS SKIP=$EXTENDED_SKIP
+fi
 [[ $PROCS =~ ^[1-9][0-9]?$ ]] || die "--procs must be 1..99, got '$PROCS'"
 case "$BASE" in /*/*) ;; *) die "NODELET_CONFORMANCE_BASE must be an absolute path below a top-level directory" ;; esac
 
@@ -106,52 +124,44 @@ envtest_scripts() {
 }
 
 # ---------------------------------------------------------------- the document
-# docs/conformance/<agent>.json: one recorded run each (written by record_result); docs/conformance/reasons.tsv:
-# why nodelet does not pass a spec and the plan (regex on the spec name, TAB, reason, TAB, plan; written by hand).
-write_doc() {
-	local n=$RESULTS/nodelet.json k=$RESULTS/kubelet.json reasons=$RESULTS/reasons.tsv tmp
-	[ -f "$n" ] || die "no recorded nodelet run ($n): run $0 first"
-	[ -f "$k" ] || die "no recorded kubelet run ($k): run $0 --agent kubelet first"
-	tmp=$(mktemp)
-	jq -n -r --slurpfile n "$n" --slurpfile k "$k" --rawfile reasons "${reasons}" '
+# one section of the document: the recorded runs $1 (nodelet) and $2 (kubelet), under heading $3 (markdown, or empty
+# for the default suite, whose section opens the document)
+doc_section() {
+	local n=$1 k=$2 heading=$3 reasons=$RESULTS/reasons.tsv
+	jq -n -r --slurpfile n "$n" --slurpfile k "$k" --rawfile reasons "${reasons}" --arg heading "$heading" '
 		def esc: gsub("\\|"; "\\|");
 		def fmt_t: (. / 60 | floor | tostring) + " m " + (. % 60 | floor | tostring) + " s";
 		def count(s; st): [s.specs[] | select(.state == st)] | length;
+		def sub: if $heading == "" then "##" else "###" end;
 		($reasons | split("\n") | map(select(length > 0 and (startswith("#") | not)) | split("\t"))) as $rs
 		| def reason(name): ([$rs[] | select(.[0] as $re | name | test($re))] | first) // null;
 		$n[0] as $N | $k[0] as $K
 		| ([$N.specs[].name] + [$K.specs[].name] | unique) as $names
-		| ($N.specs | map({(.name): .state}) | add) as $ns
-		| ($K.specs | map({(.name): .state}) | add) as $ks
-		| ($N.specs | map({(.name): .seconds}) | add) as $nt
-		| ($K.specs | map({(.name): .seconds}) | add) as $kt
+		| ($N.specs | map({(.name): .state}) | add // {}) as $ns
+		| ($K.specs | map({(.name): .state}) | add // {}) as $ks
+		| ($N.specs | map({(.name): .seconds}) | add // {}) as $nt
+		| ($K.specs | map({(.name): .seconds}) | add // {}) as $kt
 		| def cell(st; t; n): if st[n] == null then "not run" else "\(st[n]) (\(t[n]) s)" end;
+		def machine_skip(r): if (r.machine_skip // "") == "" then "none" else "`\(r.machine_skip | esc)`" end;
 		.
 		| [ $names[] | select(($ks[.] // "") == "passed" and ($ns[.] // "") != "passed") ] as $gap
 		| [
-		"# Kubernetes conformance: nodelet beside the kubelet",
-		"",
-		"Written by `scripts/conformance.sh` from the recorded runs in `docs/conformance/` (`nodelet.json`, `kubelet.json`) and the",
-		"reasons in `docs/conformance/reasons.tsv`; do not edit by hand. Both agents ran the upstream `e2e.test` v1.28.7 on the same",
-		"machine, control plane (envtest v1.28.7), containerd, images and settings (see the header of `scripts/conformance.sh`).",
-		"",
+		(if $heading == "" then empty else ($heading, "") end),
 		"| | nodelet | kubelet v1.28.7 |",
 		"|---|---|---|",
 		"| run started (UTC) | \($N.date) | \($K.date) |",
 		"| commit of this tree | `\($N.commit)` | `\($K.commit)` (the scripts'"'"'; the kubelet is upstream'"'"'s) |",
+		"| nodelet build | \($N.build // "not recorded") | (upstream release binary) |",
 		"| runtime | \($N.runtime) | \($K.runtime) |",
 		"| Ginkgo processes | \($N.procs) | \($K.procs) |",
 		"| focus | `\($N.focus | esc)` | `\($K.focus | esc)` |",
 		"| skip | `\($N.skip | esc)` | `\($K.skip | esc)` |",
+		"| skipped because of this machine | \(machine_skip($N)) | \(machine_skip($K)) |",
 		"| wall time of the suite | \($N.wall_seconds | fmt_t) | \($K.wall_seconds | fmt_t) |",
 		"| load average (1 min) | \($N.load // "not recorded") | \($K.load // "not recorded") |",
 		"| passed | \(count($N; "passed")) | \(count($K; "passed")) |",
 		"| failed | \(count($N; "failed")) | \(count($K; "failed")) |",
 		"| skipped (by the spec itself) | \(count($N; "skipped")) | \(count($K; "skipped")) |",
-		"",
-		"The skip leaves out what this script does not run in parallel (`[Serial]`, `[Disruptive]`, `[Flaky]`, `[Slow]`) and",
-		"the one spec that needs the internet (a pull from upstream'"'"'s private registry with upstream'"'"'s credentials). The wall",
-		"time is the suite'"'"'s, from the first spec to the last; a spec'"'"'s seconds are its own run time in its Ginkgo process.",
 		"",
 		(if ($gap | length) == 0 then
 			"**nodelet passes every spec the kubelet passes here.**"
@@ -159,7 +169,7 @@ write_doc() {
 			"**\($gap | length) spec(s) the kubelet passes and nodelet does not:** see the reasons below."
 		end),
 		"",
-		"## Specs nodelet does not pass",
+		"\(sub) Specs nodelet does not pass",
 		"",
 		"| spec | nodelet | kubelet | reason | plan |",
 		"|---|---|---|---|---|",
@@ -167,12 +177,45 @@ write_doc() {
 		  | reason($s) as $r
 		  | "| \($s | esc) | \($ns[$s] // "not run") | \($ks[$s] // "not run") | \(($r[1] // "**no reason recorded**") | esc) | \(($r[2] // "") | esc) |" ),
 		"",
-		"## Every spec run",
+		"\(sub) Every spec run",
 		"",
 		"| spec | nodelet | kubelet |",
 		"|---|---|---|",
-		( $names[] | "| \(. | esc) | \(cell($ns; $nt; .)) | \(cell($ks; $kt; .)) |" )
-		] | .[]' >"$tmp"
+		( $names[] | "| \(. | esc) | \(cell($ns; $nt; .)) | \(cell($ks; $kt; .)) |" ),
+		""
+		] | .[]'
+}
+
+# docs/conformance/<agent>.json and <agent>-extended.json: one recorded run each (written by the record step);
+# docs/conformance/reasons.tsv: why nodelet does not pass a spec and the plan (regex on the spec name, TAB, reason,
+# TAB, plan; written by hand).
+write_doc() {
+	local n=$RESULTS/nodelet.json k=$RESULTS/kubelet.json tmp
+	[ -f "$n" ] || die "no recorded nodelet run ($n): run $0 first"
+	[ -f "$k" ] || die "no recorded kubelet run ($k): run $0 --agent kubelet first"
+	tmp=$(mktemp)
+	{
+		cat <<-'EOF'
+			# Kubernetes conformance: nodelet beside the kubelet
+
+			Written by `scripts/conformance.sh` from the recorded runs in `docs/conformance/` (`nodelet.json`, `kubelet.json`,
+			`nodelet-extended.json`, `kubelet-extended.json`) and the reasons in `docs/conformance/reasons.tsv`; do not edit by
+			hand. Both agents ran the upstream `e2e.test` v1.28.7 on the same machine, control plane (envtest v1.28.7),
+			containerd, images and settings (see the header of `scripts/conformance.sh`).
+
+			The default suite is every `[NodeConformance]` spec that runs in parallel: the skip leaves out `[Serial]`,
+			`[Disruptive]`, `[Flaky]` and `[Slow]` (the extended suite below runs them but `[Flaky]`), and the one spec that
+			needs the internet (a pull from upstream's private registry with upstream's credentials). A spec this machine
+			cannot run is detected before the run and named in the table. The wall time is the suite's, from the first
+			spec to the last; a spec's seconds are its own run time in its Ginkgo process.
+
+		EOF
+		doc_section "$n" "$k" ""
+		if [ -f "$RESULTS/nodelet-extended.json" ] && [ -f "$RESULTS/kubelet-extended.json" ]; then
+			doc_section "$RESULTS/nodelet-extended.json" "$RESULTS/kubelet-extended.json" \
+				"## Beyond [NodeConformance]: the extended suite (\`--suite extended\`)"$'\n\n'"The node-facing specs the default suite leaves out: the \`[Slow]\`, \`[Serial]\` and \`[Disruptive]\` \`[NodeConformance]\` specs, and the \`[sig-node]\` and \`[sig-storage]\` \`[Conformance]\` specs outside \`[NodeConformance]\`. The parallel ones run first, then the \`[Serial]\` and \`[Disruptive]\` ones in one process."
+		fi
+	} >"$tmp"
 	mv "$tmp" "$DOC"
 	log "wrote $DOC"
 }
@@ -256,6 +299,11 @@ if [ "$AGENT" = nodelet ]; then
 		NODELET_BIN=$REPO_ROOT/target/release/nodelet
 	fi
 	NODELET_BIN=$(realpath "$NODELET_BIN")
+	case "$NODELET_BIN" in
+	*/target/release/nodelet) BUILD="release (cargo build --release)" ;;
+	*/target/debug/nodelet) BUILD="debug (cargo build)" ;;
+	*) BUILD="given: $NODELET_BIN" ;;
+	esac
 	[ -x "$NODELET_BIN" ] || die "nodelet binary $NODELET_BIN not found"
 	AGENT_BIN=$NODELET_BIN
 else
@@ -387,23 +435,75 @@ COMMIT=$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ -n "$(git -C "$REPO_ROOT" status --porcelain -- src resources drivers reconcile-engine proto 2>/dev/null)" ]; then
 	COMMIT="$COMMIT+changes"
 fi
-log "6/7 e2e.test: focus '$FOCUS', skip '$SKIP', $PROCS processes; reports in $OUT"
+# a spec this machine cannot run, detected here (the reason goes to the log and the record)
+MACHINE_SKIP=
+probe_ns=nlconf-probe-$$
+if ip netns add "$probe_ns" 2>/dev/null; then
+	if ! ip -n "$probe_ns" link add probe0 type dummy 2>/dev/null; then
+		MACHINE_SKIP='PrivilegedPod \[NodeConformance\] should enable privileged commands'
+		log "skipping PrivilegedPod: this kernel cannot create a dummy link, which the spec's container does (ip link add dummy1 type dummy)"
+	fi
+	ip netns del "$probe_ns" 2>/dev/null || true
+fi
+if [ -n "$MACHINE_SKIP" ]; then SKIP=${SKIP:+$SKIP|}$MACHINE_SKIP; fi
+
+# run_ginkgo FOCUS SKIP PROCS DIR: one Ginkgo run of e2e.test, reports in DIR
+run_ginkgo() {
+	mkdir -p "$4"
+	"$CONFORMANCE_BIN/ginkgo" --procs="$3" --timeout=120m --focus="$1" --skip="$2" --no-color \
+		--output-dir="$4" --junit-report=junit.xml --json-report=report.json \
+		"$CONFORMANCE_BIN/e2e.test" -- \
+		--kubeconfig="$ADMIN_KUBECONFIG" --provider=skeleton --num-nodes=1 --node-os-distro=debian \
+		--disable-log-dump --system-pods-startup-timeout=1m --minStartupPods=0 --kubectl-path="$KUBECTL" \
+		--report-dir="$4" >"$4/e2e.log" 2>&1
+}
+# names_focus FILE: a focus regex matching exactly the spec names listed in FILE (one per line)
+names_focus() { sed 's/[][().*+?{}|^$\\]/\\&/g' "$1" | paste -sd'|'; }
+
 START=$(date +%s)
 START_UTC=$(date -u '+%F %H:%M')
 LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
-set +e
-"$CONFORMANCE_BIN/ginkgo" --procs="$PROCS" --timeout=120m --focus="$FOCUS" --skip="$SKIP" --no-color \
-	--output-dir="$OUT" --junit-report=junit.xml --json-report=report.json \
-	"$CONFORMANCE_BIN/e2e.test" -- \
-	--kubeconfig="$ADMIN_KUBECONFIG" --provider=skeleton --num-nodes=1 --node-os-distro=debian \
-	--disable-log-dump --system-pods-startup-timeout=1m --minStartupPods=0 --kubectl-path="$KUBECTL" \
-	--report-dir="$OUT" >"$OUT/e2e.log" 2>&1
-rc=$?
+REPORTS=()
+if [ "$SUITE" = extended ]; then
+	# the specs of the focus that the default suite does not run, from a dry run of e2e.test
+	"$CONFORMANCE_BIN/e2e.test" --ginkgo.dry-run --ginkgo.no-color --ginkgo.focus="$FOCUS" --ginkgo.skip="$SKIP" \
+		--ginkgo.json-report="$OUT/dry-run.json" >"$OUT/dry-run.log" 2>&1 ||
+		{ tail -n 20 "$OUT/dry-run.log" >&2; die "the dry run of e2e.test failed"; }
+	jq -r --arg default_skip "$DEFAULT_SKIP" '.[].SpecReports[]? | select(.LeafNodeType == "It" and .State == "passed")
+		| ((.ContainerHierarchyTexts // []) + [.LeafNodeText] | join(" "))
+		| select((test("\\[NodeConformance\\]") and (test($default_skip) | not)) | not)' "$OUT/dry-run.json" |
+		sort >"$OUT/extended-specs.txt"
+	grep -E '\[Serial\]|\[Disruptive\]' "$OUT/extended-specs.txt" >"$OUT/serial-specs.txt" || true
+	grep -vE '\[Serial\]|\[Disruptive\]' "$OUT/extended-specs.txt" >"$OUT/parallel-specs.txt" || true
+	[ -s "$OUT/extended-specs.txt" ] || die "the dry run found no spec for the extended suite ($OUT/dry-run.json)"
+	log "6/7 e2e.test, extended suite: $(wc -l <"$OUT/parallel-specs.txt") parallel specs ($PROCS processes), then $(wc -l <"$OUT/serial-specs.txt") [Serial]/[Disruptive] specs (1 process); reports in $OUT"
+	set +e
+	if [ -s "$OUT/parallel-specs.txt" ]; then
+		run_ginkgo "$(names_focus "$OUT/parallel-specs.txt")" "$SKIP" "$PROCS" "$OUT/parallel"
+		rc=$?
+		log "parallel part ended (exit $rc)"
+		REPORTS+=("$OUT/parallel/report.json")
+	fi
+	if [ -s "$OUT/serial-specs.txt" ]; then
+		run_ginkgo "$(names_focus "$OUT/serial-specs.txt")" "$SKIP" 1 "$OUT/serial"
+		rc=$?
+		log "serial part ended (exit $rc)"
+		REPORTS+=("$OUT/serial/report.json")
+	fi
+else
+	log "6/7 e2e.test: focus '$FOCUS', skip '$SKIP', $PROCS processes; reports in $OUT"
+	set +e
+	run_ginkgo "$FOCUS" "$SKIP" "$PROCS" "$OUT"
+	rc=$?
+	REPORTS+=("$OUT/report.json")
+fi
 set -e
 WALL=$(($(date +%s) - START))
 LOAD_END=$(cut -d' ' -f1 /proc/loadavg)
-log "suite ended (exit $rc) after $((WALL / 60)) m $((WALL % 60)) s; log $OUT/e2e.log"
-[ -f "$OUT/report.json" ] || { tail -n 40 "$OUT/e2e.log" >&2; die "no report.json: the suite did not run"; }
+log "suite ended after $((WALL / 60)) m $((WALL % 60)) s; logs: e2e.log in $OUT"
+for r in "${REPORTS[@]}"; do
+	[ -f "$r" ] || { tail -n 40 "$(dirname "$r")/e2e.log" >&2; die "no $r: the suite did not run"; }
+done
 
 # ---------------------------------------------------------------- 7. results
 log "7/7 results"
@@ -415,7 +515,7 @@ jq '[.[].SpecReports[]? | select(.LeafNodeType == "It")
 	   state: (if .State == "skipped" and (.Failure == null) then "filtered" else .State end),
 	   seconds: ((.RunTime // 0) / 1e9 | floor),
 	   message: ((.Failure.Message // "") | .[0:400])}
-	| select(.state != "filtered")] | sort_by(.name)' "$OUT/report.json" >"$SPECS"
+	| select(.state != "filtered")] | sort_by(.name)' <(jq -s 'add' "${REPORTS[@]}") >"$SPECS"
 if [ "$MODE" = subset ]; then
 	# every listed spec must have run: a renamed or dropped spec counts as a failure, not as a smaller subset
 	grep -v '^#' "$SUBSET_FILE" | grep -v '^[[:space:]]*$' | jq -R . | jq -s . >"$OUT/subset.json"
@@ -447,12 +547,16 @@ trap - EXIT
 if [ "$RECORD" = 1 ]; then
 	mkdir -p "$RESULTS"
 	runtime=$(containerd --version | awk '{print "containerd " $3}')
+	record=$RESULTS/$AGENT.json
+	[ "$SUITE" = extended ] && record=$RESULTS/$AGENT-extended.json
 	jq --arg agent "$AGENT" --arg date "$START_UTC" --arg commit "$COMMIT" --arg runtime "$runtime" \
 		--argjson procs "$PROCS" --arg focus "$FOCUS" --arg skip "$SKIP" --argjson wall "$WALL" \
-		--arg load "$LOAD_START at the start, $LOAD_END at the end" \
+		--arg load "$LOAD_START at the start, $LOAD_END at the end" --arg machine_skip "$MACHINE_SKIP" \
+		--arg build "$BUILD" \
 		'{agent: $agent, date: $date, commit: $commit, runtime: $runtime, procs: $procs, focus: $focus, skip: $skip,
-		  wall_seconds: $wall, load: $load, specs: [.[] | {name, state, seconds}]}' "$SPECS" >"$RESULTS/$AGENT.json"
-	log "recorded $RESULTS/$AGENT.json"
+		  machine_skip: $machine_skip, build: (if $agent == "nodelet" then $build else null end),
+		  wall_seconds: $wall, load: $load, specs: [.[] | {name, state, seconds}]}' "$SPECS" >"$record"
+	log "recorded $record"
 	if [ -f "$RESULTS/nodelet.json" ] && [ -f "$RESULTS/kubelet.json" ]; then write_doc; fi
 fi
 
