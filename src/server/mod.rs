@@ -16,12 +16,13 @@
 //! credentials is served as `system:anonymous` (group `system:unauthenticated`) only when `anonymous_auth` is
 //! true; nodelet's default is false (the kubelet's command-line default is true).
 //!
-//! **Authorization**: with `authorization.mode: AlwaysAllow` (the default) every authenticated user (and
-//! the anonymous user, when enabled) may use every endpoint. With `Webhook` (cluster mode) each request is
-//! checked with a `SubjectAccessReview` for resource `nodes`, the node's name, the verb of the method and the
-//! subresource of the path (`stats`, `metrics`, `log`, `spec`, `checkpoint`, else `proxy`), the kubelet's
-//! mapping; a denial is a 403 `Forbidden (user=…, verb=…, resource=nodes, subresource(s)=[…])`, a failed
-//! review a 500. Answers are cached (`cacheAuthorizedTTL`, `cacheUnauthorizedTTL`). `GET` and `HEAD` are
+//! **Authorization**: with `authorization.mode: AlwaysAllow` (the default standalone) every authenticated
+//! user (and the anonymous user, when enabled) may use every endpoint. With `Webhook` (the default in
+//! cluster mode) each request is checked with a `SubjectAccessReview` for resource `nodes`, the node's name,
+//! the verb of the method (`create` on `/exec`, `/attach`, `/portForward` and `/run` whatever the method:
+//! stricter than the kubelet, which authorizes a WebSocket exec as `get`) and the subresource of the path
+//! (`stats`, `metrics`, `log`, `checkpoint`, else `proxy`), the kubelet's mapping; a denial is a 403
+//! `Forbidden (user=…, verb=…, resource=nodes, subresource(s)=[…])`, a failed review a 500. Answers are cached (`cacheAuthorizedTTL`, `cacheUnauthorizedTTL`). `GET` and `HEAD` are
 //! served; the streaming paths also take `POST` (SPDY clients), `/run` only `POST`; other methods get 405
 //! (after authorization).
 //!
@@ -296,7 +297,8 @@ pub(crate) struct ServerConfig {
     /// are checked with a TokenReview through [`Self::kube_client`]. Default `None` (off).
     pub(crate) token_webhook: Option<TokenWebhookConfig>,
     /// `--authorization-mode` / `authorization`: `Webhook` checks every request with a
-    /// SubjectAccessReview through [`Self::kube_client`]. Default `AlwaysAllow`.
+    /// SubjectAccessReview through [`Self::kube_client`]. Default here `AlwaysAllow`; the daemon's
+    /// configuration makes it `Webhook` in cluster mode ([`crate::config`]).
     pub(crate) authorization: AuthorizationMode,
     /// The cluster's API client (cluster mode), which both webhooks need.
     pub(crate) kube_client: Option<ApiClient>,
