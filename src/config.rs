@@ -1541,8 +1541,8 @@ impl Merger<'_> {
         let cluster_mode = args.kubeconfig.is_some();
         let file_defaults = cluster_mode && self.file.is_some();
         // A file's 0s is the kubelet's default (v1beta1 defaulting cannot tell it from unset); a flag's 0 is 0.
-        let file_ttl = |value: Option<GoDuration>, field: &str, default: Duration, warnings: &mut Vec<_>| {
-            match value {
+        let file_ttl =
+            |value: Option<GoDuration>, field: &str, default: Duration, warnings: &mut Vec<_>| match value {
                 Some(d) if d.0.is_zero() => {
                     warnings.push(ConfigWarning {
                         field: field.to_owned(),
@@ -1555,8 +1555,7 @@ impl Merger<'_> {
                     None
                 }
                 other => other,
-            }
-        };
+            };
         let authn = raw.authentication.as_ref().and_then(|a| a.webhook.as_ref());
         let (enabled, from_flag) = match (args.authentication_token_webhook, authn.and_then(|w| w.enabled)) {
             (Some(e), _) => (e, true),
@@ -1985,7 +1984,8 @@ fn always_allow_in_a_cluster(
     .into_iter()
     .filter_map(|(on, what)| on.then_some(what))
     .collect();
-    if args.kubeconfig.is_none() || authorization != AuthorizationMode::AlwaysAllow || cluster_wide.is_empty() {
+    if args.kubeconfig.is_none() || authorization != AuthorizationMode::AlwaysAllow || cluster_wide.is_empty()
+    {
         if args.insecure_always_allow_authorization {
             warnings.push(ConfigWarning {
                 field: insecure_flag.to_owned(),

@@ -24,7 +24,7 @@ use crate::support::{Nodelet, TOKEN, env_or_skip, sleep_until_term};
 /// How long one exec may take in these tests.
 pub(crate) const EXEC_LIMIT: Duration = Duration::from_secs(30);
 
-type Ws = WebSocketStream<TlsStream<TcpStream>>;
+pub(crate) type Ws = WebSocketStream<TlsStream<TcpStream>>;
 
 /// A TLS connection to the main port, trusting nodelet's self-signed certificate.
 async fn tls(n: &Nodelet) -> TlsStream<TcpStream> {
@@ -45,7 +45,12 @@ async fn tls(n: &Nodelet) -> TlsStream<TcpStream> {
 }
 
 /// Opens a WebSocket on the main port; `Err((status, body))` when the server refuses the upgrade.
-async fn ws(n: &Nodelet, path: &str, token: Option<&str>, protocol: &str) -> Result<Ws, (u16, String)> {
+pub(crate) async fn ws(
+    n: &Nodelet,
+    path: &str,
+    token: Option<&str>,
+    protocol: &str,
+) -> Result<Ws, (u16, String)> {
     let url = format!("wss://127.0.0.1:{}{path}", n.ports().main);
     let mut request = url.as_str().into_client_request().expect("a WebSocket request");
     if let Some(t) = token {
@@ -93,7 +98,7 @@ impl ExecOutput {
 }
 
 /// The query of an exec of `cmd`.
-fn exec_query(cmd: &[&str], stdin: bool, tty: bool) -> String {
+pub(crate) fn exec_query(cmd: &[&str], stdin: bool, tty: bool) -> String {
     let mut q: Vec<String> = cmd.iter().map(|c| format!("command={}", urlencode(c))).collect();
     q.push("stdout=1".into());
     if !tty {
