@@ -2,8 +2,8 @@
 //!
 //! | Listener | Default | Transport | Authentication | Endpoints |
 //! |---|---|---|---|---|
-//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/runningpods/`, `/configz`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`), `POST /debug/{ns}/{pod}` (ephemeral containers of static pods) |
-//! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary` |
+//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/runningpods/`, `/configz`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`), `POST /debug/{ns}/{pod}` (ephemeral containers of static pods); nodelet's own lists for its CLI: `/api/v1/events`, `/api/v1/nodes[/{name}]`, `/api/v1/persistentvolumes`, `/api/v1/persistentvolumeclaims`, `/apis/storage.k8s.io/v1/storageclasses`, `/apis/storage.k8s.io/v1/csinodes`, `/extensions/{name}` |
+//! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | the kubelet's set only: `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary` |
 //! | healthz (`--healthz-bind-address`:`--healthz-port`) | 127.0.0.1:10248 | HTTP | none | `/healthz` |
 //!
 //! **Authentication on the main port** works like the kubelet's union authenticator: a client certificate

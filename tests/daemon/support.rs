@@ -579,6 +579,25 @@ impl Nodelet {
         format!("https://127.0.0.1:{}{path}", self.ports.main)
     }
 
+    /// `GET <path>` on the main port with the fixture's token: the body of the answer, whatever its status;
+    /// `None` when nothing answered. nodelet's own lists (events, nodes, volumes, storage classes, CSI nodes)
+    /// are served there only, not on the read-only port.
+    pub(crate) async fn main_get_text(&self, path: &str) -> Option<String> {
+        let response = self.main_client().get(self.main_url(path)).bearer_auth(TOKEN).send().await.ok()?;
+        response.text().await.ok()
+    }
+
+    /// `nodelet ARGS… --server <main port> --certificate-authority <its certificate> --token <token>`: the
+    /// client commands against the main port (see [`nodelet_cli`]).
+    pub(crate) async fn cli_main(&self, args: &[&str]) -> String {
+        let server = self.main_url("");
+        let ca = self.root_dir().join("pki").join("nodelet.crt");
+        let ca = ca.display().to_string();
+        let mut all = args.to_vec();
+        all.extend(["--server", server.as_str(), "--certificate-authority", ca.as_str(), "--token", TOKEN]);
+        nodelet_cli(&all).await
+    }
+
     // -------------------------------------------------------------------------------------------- the runtime
 
     /// Every sandbox of this node in the runtime (its pods' names end with `-<node>`).
