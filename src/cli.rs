@@ -341,6 +341,10 @@ pub(crate) struct RunArgs {
     /// [config: readOnlyPort]
     #[arg(long, value_name = "PORT", help_heading = "Serving")]
     pub(crate) read_only_port: Option<u16>,
+    /// Close an exec, attach or port-forward session after this long without traffic either way; must be
+    /// greater than 0 [default: 4h] [config: streamingConnectionIdleTimeout]
+    #[arg(long, value_name = "DURATION", help_heading = "Serving")]
+    pub(crate) streaming_connection_idle_timeout: Option<GoDuration>,
     /// Port of the plain-HTTP /healthz endpoint; 0 disables [default: 10248] [config: healthzPort]
     #[arg(long, value_name = "PORT", help_heading = "Serving")]
     pub(crate) healthz_port: Option<u16>,

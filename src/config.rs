@@ -306,6 +306,11 @@ pub(crate) struct ServerConfig {
     pub(crate) cert_dir: PathBuf,
     /// Who may use the main port.
     pub(crate) auth: AuthConfig,
+    /// `streamingConnectionIdleTimeout` / `--streaming-connection-idle-timeout`: an exec, attach or
+    /// port-forward session with no traffic for this long is closed (default 4h, as the kubelet).
+    pub(crate) streaming_connection_idle_timeout: Duration,
+    /// `nodelet.maxStreamingSessionsPerUser`: streaming sessions one user may have open at once.
+    pub(crate) max_streaming_sessions_per_user: usize,
 }
 
 /// A certificate and its key.
@@ -1028,6 +1033,42 @@ impl Config {
                 ),
             });
         }
+        let streaming_connection_idle_timeout =
+            match (args.streaming_connection_idle_timeout, raw.streaming_connection_idle_timeout) {
+                (Some(d), _) if d.0.is_zero() => {
+                    return Err(m.flag_err(
+                        "--streaming-connection-idle-timeout",
+                        "must be greater than 0: nodelet always closes idle streaming sessions".into(),
+                    ));
+                }
+                (Some(d), _) => d.0,
+                (None, Some(d)) if d.0.is_zero() => {
+                    warnings.push(ConfigWarning {
+                        field: "streamingConnectionIdleTimeout".into(),
+                        message: format!(
+                            "0s in a config file means the default, {} (as the kubelet)",
+                            GoDuration(crate::server::DEFAULT_STREAMING_IDLE_TIMEOUT)
+                        ),
+                    });
+                    crate::server::DEFAULT_STREAMING_IDLE_TIMEOUT
+                }
+                (None, Some(d)) => d.0,
+                (None, None) => crate::server::DEFAULT_STREAMING_IDLE_TIMEOUT,
+            };
+        let max_sessions = crate::server::MAX_SESSIONS;
+        let max_streaming_sessions_per_user = match nodelet.max_streaming_sessions_per_user {
+            None => crate::server::DEFAULT_MAX_SESSIONS_PER_USER,
+            Some(n) => {
+                usize::try_from(n).ok().filter(|n| (1..=max_sessions).contains(n)).ok_or_else(|| {
+                    m.file_err(
+                        "nodelet.maxStreamingSessionsPerUser",
+                        format!(
+                            "{n} is not between 1 and {max_sessions} (the node's limit of streaming sessions)"
+                        ),
+                    )
+                })?
+            }
+        };
         let server = ServerConfig {
             enabled,
             address,
@@ -1037,6 +1078,8 @@ impl Config {
             tls,
             cert_dir: root_dir.join("pki"),
             auth: AuthConfig { client_ca_file, token_auth_file, anonymous, token_webhook, authorization },
+            streaming_connection_idle_timeout,
+            max_streaming_sessions_per_user,
         };
 
         // ---- runtime

@@ -587,10 +587,11 @@ pub(crate) const KUBELET_FLAGS: &[KubeletFlag] = &[
     cadvisor("storage-driver-secure").bool(),
     cadvisor("storage-driver-table"),
     cadvisor("storage-driver-user"),
-    refused_field(
+    config_flag(
         "streaming-connection-idle-timeout",
         "streamingConnectionIdleTimeout",
-        "nodelet has no idle timeout setting for exec, attach and port-forward streams",
+        "closes exec, attach and port-forward sessions idle that long (4h by default, as the kubelet); 0 is \
+         refused (the kubelet's 0 turns the timeout off)",
     ),
     config_flag("sync-frequency", "syncFrequency", ""),
     refused_field("system-cgroups", "systemCgroups", NO_CGROUP_LAYOUT),

@@ -1436,3 +1436,30 @@ fn always_allow_with_a_cluster_wide_authenticator_is_refused_without_the_insecur
     assert_eq!(l.config.server.auth.authorization, KUBELET_WEBHOOK_AUTHZ);
     assert!(warned(&l, insecure).is_some_and(|m| m.contains("ignored")), "{:?}", l.warnings);
 }
+
+#[test]
+fn streaming_idle_timeout_and_per_user_cap_are_read_with_the_kubelets_default() {
+    let c = ok(&[], None).config;
+    assert_eq!(c.server.streaming_connection_idle_timeout, Duration::from_secs(4 * 3600), "the kubelet's 4h");
+    assert_eq!(c.server.max_streaming_sessions_per_user, 128);
+    let l = ok(&[], Some("streamingConnectionIdleTimeout: 30m\nnodelet: {maxStreamingSessionsPerUser: 4}\n"));
+    assert_eq!(l.config.server.streaming_connection_idle_timeout, Duration::from_secs(1800));
+    assert_eq!(l.config.server.max_streaming_sessions_per_user, 4);
+    for field in ["streamingConnectionIdleTimeout", "nodelet.maxStreamingSessionsPerUser"] {
+        assert!(warned(&l, field).is_none(), "read, not ignored: {:?}", l.warnings);
+    }
+    let c =
+        ok(&["--streaming-connection-idle-timeout", "90s"], Some("streamingConnectionIdleTimeout: 30m\n"))
+            .config;
+    assert_eq!(c.server.streaming_connection_idle_timeout, Duration::from_secs(90), "the flag wins");
+    // 0s in a file is the kubelet's default; a flag's 0 (the kubelet's "never") is refused.
+    let l = ok(&[], Some("streamingConnectionIdleTimeout: 0s\n"));
+    assert_eq!(l.config.server.streaming_connection_idle_timeout, Duration::from_secs(4 * 3600));
+    assert!(warned(&l, "streamingConnectionIdleTimeout").is_some_and(|m| m.contains("default")));
+    let e = err(&["--streaming-connection-idle-timeout", "0s"], None);
+    assert!(e.contains("--streaming-connection-idle-timeout") && e.contains("greater than 0"), "{e}");
+    for bad in ["0", "257", "-1"] {
+        let e = err(&[], Some(&format!("nodelet: {{maxStreamingSessionsPerUser: {bad}}}\n")));
+        assert!(e.contains("nodelet.maxStreamingSessionsPerUser") && e.contains("between 1 and 256"), "{e}");
+    }
+}

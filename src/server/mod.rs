@@ -64,12 +64,14 @@ use axum::Router;
 use hyper_util::server::graceful::GracefulShutdown;
 use k8s_openapi::List;
 use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub(crate) use auth::AuthError;
+pub(crate) use streaming::{
+    DEFAULT_IDLE_TIMEOUT as DEFAULT_STREAMING_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS_PER_USER, MAX_SESSIONS,
+};
 pub(crate) use tls::{ServingCertHandle, TlsError};
 
 use auth::{Authenticator, TokenAuthenticator};
@@ -317,6 +319,13 @@ pub(crate) struct ServerConfig {
     pub(crate) shutdown_grace: Duration,
     /// The extensions' status tables, served on `/extensions/{name}` (see [`crate::daemon::StatusTable`]).
     pub(crate) extensions: crate::daemon::extension::StatusTables,
+    /// `--streaming-connection-idle-timeout` / `streamingConnectionIdleTimeout`: an exec, attach or
+    /// port-forward session with no traffic either way for this long is closed. Default 4 h (as the
+    /// kubelet); zero: never.
+    pub(crate) streaming_idle_timeout: Duration,
+    /// `nodelet.maxStreamingSessionsPerUser`: streaming sessions one authenticated user may have open at
+    /// once (nodelet-only). Default [`streaming::DEFAULT_MAX_SESSIONS_PER_USER`].
+    pub(crate) max_streaming_sessions_per_user: usize,
 }
 
 impl ServerConfig {
@@ -342,6 +351,8 @@ impl ServerConfig {
             hostname: hostname.into(),
             shutdown_grace: Duration::from_secs(5),
             extensions: Default::default(),
+            streaming_idle_timeout: streaming::DEFAULT_IDLE_TIMEOUT,
+            max_streaming_sessions_per_user: streaming::DEFAULT_MAX_SESSIONS_PER_USER,
         }
     }
 }
@@ -451,7 +462,11 @@ impl Servers {
             stopping: stopping.clone(),
             log_poll_interval: logs::DEFAULT_POLL_INTERVAL,
             runtime: config.runtime.clone(),
-            sessions: Arc::new(Semaphore::new(streaming::MAX_SESSIONS)),
+            sessions: streaming::Sessions::new(
+                streaming::MAX_SESSIONS,
+                config.max_streaming_sessions_per_user,
+            ),
+            idle_timeout: Some(config.streaming_idle_timeout).filter(|t| !t.is_zero()),
             dialer: nodelet_cri::NetnsDialer::default(),
             extensions: config.extensions.clone(),
         });

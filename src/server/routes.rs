@@ -40,8 +40,10 @@ pub(crate) struct Shared<V> {
     pub(crate) log_poll_interval: Duration,
     /// The container runtime for the streaming endpoints.
     pub(crate) runtime: Option<nodelet_cri::CriClient>,
-    /// Open streaming sessions (see [`streaming::MAX_SESSIONS`]).
-    pub(crate) sessions: Arc<tokio::sync::Semaphore>,
+    /// Open streaming sessions, in all and per user (see [`streaming::Sessions`]).
+    pub(crate) sessions: Arc<streaming::Sessions>,
+    /// `streamingConnectionIdleTimeout`: a session with no traffic for this long is closed (`None`: never).
+    pub(crate) idle_timeout: Option<Duration>,
     /// Dials pod ports in their network namespaces (nodelet's own WebSocket port-forward).
     pub(crate) dialer: nodelet_cri::NetnsDialer,
     /// The extensions' status tables (`/extensions/{name}`).
