@@ -341,6 +341,10 @@ pub(crate) struct RunArgs {
     /// [config: readOnlyPort]
     #[arg(long, value_name = "PORT", help_heading = "Serving")]
     pub(crate) read_only_port: Option<u16>,
+    /// Close an exec, attach or port-forward session after this long without traffic either way; must be
+    /// greater than 0 [default: 4h] [config: streamingConnectionIdleTimeout]
+    #[arg(long, value_name = "DURATION", help_heading = "Serving")]
+    pub(crate) streaming_connection_idle_timeout: Option<GoDuration>,
     /// Port of the plain-HTTP /healthz endpoint; 0 disables [default: 10248] [config: healthzPort]
     #[arg(long, value_name = "PORT", help_heading = "Serving")]
     pub(crate) healthz_port: Option<u16>,
@@ -369,8 +373,9 @@ pub(crate) struct RunArgs {
           help_heading = "Authentication")]
     pub(crate) anonymous_auth: Option<bool>,
     /// Cluster mode only: check bearer tokens that are not in --token-auth-file with a TokenReview through
-    /// the API server. Default false (the kubelet's config-file default is true) [default: false]
-    /// [config: authentication.webhook.enabled]
+    /// the API server. Default: true in cluster mode with a --config file (the KubeletConfiguration file
+    /// default), false otherwise (the kubelet's command-line default)
+    /// [default: true with --config and --kubeconfig, else false] [config: authentication.webhook.enabled]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Authentication")]
     pub(crate) authentication_token_webhook: Option<bool>,
@@ -379,9 +384,18 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", help_heading = "Authentication")]
     pub(crate) authentication_token_webhook_cache_ttl: Option<GoDuration>,
     /// Authorization of the main port: AlwaysAllow, or Webhook (cluster mode only: a SubjectAccessReview
-    /// for each request, as the kubelet) [default: AlwaysAllow] [config: authorization.mode]
+    /// for each request, as the kubelet). In cluster mode the default is Webhook (the kubelet's command line
+    /// defaults to AlwaysAllow), and AlwaysAllow with client certificates, TokenReview or anonymous requests
+    /// needs --insecure-always-allow-authorization [default: Webhook with --kubeconfig, else AlwaysAllow]
+    /// [config: authorization.mode]
     #[arg(long, value_name = "MODE", help_heading = "Authentication")]
     pub(crate) authorization_mode: Option<String>,
+    /// nodelet only: accept --authorization-mode AlwaysAllow in cluster mode together with client
+    /// certificates, TokenReview or anonymous requests, which lets every node's certificate and every
+    /// ServiceAccount token of the cluster exec into every pod here. Refused without this flag; with it,
+    /// a warning at every start
+    #[arg(long, help_heading = "Authentication")]
+    pub(crate) insecure_always_allow_authorization: bool,
     /// How long an allowing SubjectAccessReview answer is cached; 0 disables [default: 5m]
     /// [config: authorization.webhook.cacheAuthorizedTTL]
     #[arg(long, value_name = "DURATION", help_heading = "Authentication")]
@@ -1238,12 +1252,15 @@ mod tests {
                 format!("[default: {}]", short_go(config::DEFAULT_NODE_STATUS_UPDATE_FREQUENCY)),
             ),
             ("--anonymous-auth", "[default: false]".to_owned()),
-            ("--authentication-token-webhook", "[default: false]".to_owned()),
+            (
+                "--authentication-token-webhook",
+                "[default: true with --config and --kubeconfig, else false]".to_owned(),
+            ),
             (
                 "--authentication-token-webhook-cache-ttl",
                 format!("[default: {}]", short_go(config::DEFAULT_TOKEN_WEBHOOK_CACHE_TTL)),
             ),
-            ("--authorization-mode", "[default: AlwaysAllow]".to_owned()),
+            ("--authorization-mode", "[default: Webhook with --kubeconfig, else AlwaysAllow]".to_owned()),
             (
                 "--authorization-webhook-cache-authorized-ttl",
                 format!("[default: {}]", short_go(config::DEFAULT_AUTHORIZED_CACHE_TTL)),

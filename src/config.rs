@@ -306,6 +306,11 @@ pub(crate) struct ServerConfig {
     pub(crate) cert_dir: PathBuf,
     /// Who may use the main port.
     pub(crate) auth: AuthConfig,
+    /// `streamingConnectionIdleTimeout` / `--streaming-connection-idle-timeout`: an exec, attach or
+    /// port-forward session with no traffic for this long is closed (default 4h, as the kubelet).
+    pub(crate) streaming_connection_idle_timeout: Duration,
+    /// `nodelet.maxStreamingSessionsPerUser`: streaming sessions one user may have open at once.
+    pub(crate) max_streaming_sessions_per_user: usize,
 }
 
 /// A certificate and its key.
@@ -326,10 +331,11 @@ pub(crate) struct AuthConfig {
     pub(crate) token_auth_file: Option<PathBuf>,
     /// `authentication.anonymous.enabled` / `--anonymous-auth` (default false).
     pub(crate) anonymous: bool,
-    /// `authentication.webhook.enabled` / `--authentication-token-webhook` (default false; cluster mode
-    /// only): `Some` when bearer tokens not in the token file are checked with a TokenReview.
+    /// `authentication.webhook.enabled` / `--authentication-token-webhook` (cluster mode only; default true
+    /// with a config file, false with flags alone, as the kubelet): `Some` when bearer tokens not in the
+    /// token file are checked with a TokenReview.
     pub(crate) token_webhook: Option<TokenWebhookConfig>,
-    /// `authorization.mode` / `--authorization-mode` (default `AlwaysAllow`).
+    /// `authorization.mode` / `--authorization-mode` (default `Webhook` in cluster mode, else `AlwaysAllow`).
     pub(crate) authorization: AuthorizationMode,
 }
 
@@ -344,7 +350,8 @@ pub(crate) struct TokenWebhookConfig {
 /// `authorization.mode`: who may do what on the main port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AuthorizationMode {
-    /// Every authenticated request is allowed (the default, as the kubelet's command line).
+    /// Every authenticated request is allowed (the default standalone; in cluster mode only with
+    /// `--insecure-always-allow-authorization` when a cluster-wide authenticator is on).
     AlwaysAllow,
     /// A SubjectAccessReview for each request (cluster mode only).
     Webhook {
@@ -984,6 +991,14 @@ impl Config {
             .or(authn.and_then(|a| a.anonymous.as_ref()).and_then(|a| a.enabled))
             .unwrap_or(false);
         let (token_webhook, authorization) = m.webhooks(args, &raw, &mut warnings)?;
+        always_allow_in_a_cluster(
+            args,
+            authorization,
+            client_ca_file.is_some(),
+            token_webhook.is_some(),
+            anonymous,
+            &mut warnings,
+        )?;
         let enabled = raw.enable_server.unwrap_or(true);
         if enabled
             && !anonymous
@@ -1018,6 +1033,42 @@ impl Config {
                 ),
             });
         }
+        let streaming_connection_idle_timeout =
+            match (args.streaming_connection_idle_timeout, raw.streaming_connection_idle_timeout) {
+                (Some(d), _) if d.0.is_zero() => {
+                    return Err(m.flag_err(
+                        "--streaming-connection-idle-timeout",
+                        "must be greater than 0: nodelet always closes idle streaming sessions".into(),
+                    ));
+                }
+                (Some(d), _) => d.0,
+                (None, Some(d)) if d.0.is_zero() => {
+                    warnings.push(ConfigWarning {
+                        field: "streamingConnectionIdleTimeout".into(),
+                        message: format!(
+                            "0s in a config file means the default, {} (as the kubelet)",
+                            GoDuration(crate::server::DEFAULT_STREAMING_IDLE_TIMEOUT)
+                        ),
+                    });
+                    crate::server::DEFAULT_STREAMING_IDLE_TIMEOUT
+                }
+                (None, Some(d)) => d.0,
+                (None, None) => crate::server::DEFAULT_STREAMING_IDLE_TIMEOUT,
+            };
+        let max_sessions = crate::server::MAX_SESSIONS;
+        let max_streaming_sessions_per_user = match nodelet.max_streaming_sessions_per_user {
+            None => crate::server::DEFAULT_MAX_SESSIONS_PER_USER,
+            Some(n) => {
+                usize::try_from(n).ok().filter(|n| (1..=max_sessions).contains(n)).ok_or_else(|| {
+                    m.file_err(
+                        "nodelet.maxStreamingSessionsPerUser",
+                        format!(
+                            "{n} is not between 1 and {max_sessions} (the node's limit of streaming sessions)"
+                        ),
+                    )
+                })?
+            }
+        };
         let server = ServerConfig {
             enabled,
             address,
@@ -1027,6 +1078,8 @@ impl Config {
             tls,
             cert_dir: root_dir.join("pki"),
             auth: AuthConfig { client_ca_file, token_auth_file, anonymous, token_webhook, authorization },
+            streaming_connection_idle_timeout,
+            max_streaming_sessions_per_user,
         };
 
         // ---- runtime
@@ -1513,9 +1566,15 @@ impl Merger<'_> {
             _ => Ok(None),
         }
     }
-    /// `authentication.webhook` and `authorization` (flags over the file). Both webhooks need cluster mode
-    /// (`--kubeconfig`): without it enabling either is an error. Cache lifetimes given for a webhook that is
-    /// off are reported as ignored.
+    /// `authentication.webhook` and `authorization` (flags over the file over the defaults). Both webhooks need
+    /// cluster mode (`--kubeconfig`): without it enabling either is an error. Cache lifetimes given for a
+    /// webhook that is off are reported as ignored.
+    ///
+    /// Defaults, as the kubelet's where it can be: in cluster mode with a config file, the file format's
+    /// (v1beta1) defaults: TokenReview on, Webhook authorization, and a cache lifetime of 0s or unset in the
+    /// file means the kubelet's default (2m, 5m, 30s). Without a file, the kubelet's command-line defaults
+    /// (TokenReview off), except authorization: Webhook in cluster mode, where the kubelet's command line
+    /// says AlwaysAllow. Standalone (no API server to ask), AlwaysAllow and no TokenReview.
     fn webhooks(
         &self,
         args: &RunArgs,
@@ -1523,11 +1582,28 @@ impl Merger<'_> {
         warnings: &mut Vec<ConfigWarning>,
     ) -> Result<(Option<TokenWebhookConfig>, AuthorizationMode), ConfigError> {
         let cluster_mode = args.kubeconfig.is_some();
+        let file_defaults = cluster_mode && self.file.is_some();
+        // A file's 0s is the kubelet's default (v1beta1 defaulting cannot tell it from unset); a flag's 0 is 0.
+        let file_ttl =
+            |value: Option<GoDuration>, field: &str, default: Duration, warnings: &mut Vec<_>| match value {
+                Some(d) if d.0.is_zero() => {
+                    warnings.push(ConfigWarning {
+                        field: field.to_owned(),
+                        message: format!(
+                            "0s in a config file means the default, {} (as the kubelet); use the flag to \
+                             turn the cache off",
+                            GoDuration(default)
+                        ),
+                    });
+                    None
+                }
+                other => other,
+            };
         let authn = raw.authentication.as_ref().and_then(|a| a.webhook.as_ref());
         let (enabled, from_flag) = match (args.authentication_token_webhook, authn.and_then(|w| w.enabled)) {
             (Some(e), _) => (e, true),
             (None, Some(e)) => (e, false),
-            (None, None) => (false, false),
+            (None, None) => (file_defaults, false),
         };
         let ttl_flag = args.authentication_token_webhook_cache_ttl;
         let ttl_file = authn.and_then(|w| w.cache_ttl);
@@ -1542,6 +1618,12 @@ impl Merger<'_> {
                         .into(),
                 ));
             }
+            let ttl_file = file_ttl(
+                ttl_file,
+                "authentication.webhook.cacheTTL",
+                DEFAULT_TOKEN_WEBHOOK_CACHE_TTL,
+                warnings,
+            );
             let cache_ttl = ttl_flag.or(ttl_file).map_or(DEFAULT_TOKEN_WEBHOOK_CACHE_TTL, |d| d.0);
             Some(TokenWebhookConfig { cache_ttl })
         } else {
@@ -1558,8 +1640,9 @@ impl Merger<'_> {
         let authz = raw.authorization.as_ref();
         let (mode, from_flag) = match (&args.authorization_mode, authz.and_then(|a| a.mode.as_deref())) {
             (Some(m), _) => (m.as_str(), true),
-            (None, Some(m)) => (m, false),
-            (None, None) => ("AlwaysAllow", false),
+            (None, Some(m)) if !m.is_empty() => (m, false),
+            (None, _) if cluster_mode => ("Webhook", false),
+            (None, _) => ("AlwaysAllow", false),
         };
         let hook = authz.and_then(|a| a.webhook.as_ref());
         let authorized_flag = args.authorization_webhook_cache_authorized_ttl;
@@ -1592,6 +1675,18 @@ impl Merger<'_> {
                             .into(),
                     ));
                 }
+                let authorized_file = file_ttl(
+                    authorized_file,
+                    "authorization.webhook.cacheAuthorizedTTL",
+                    DEFAULT_AUTHORIZED_CACHE_TTL,
+                    warnings,
+                );
+                let unauthorized_file = file_ttl(
+                    unauthorized_file,
+                    "authorization.webhook.cacheUnauthorizedTTL",
+                    DEFAULT_UNAUTHORIZED_CACHE_TTL,
+                    warnings,
+                );
                 AuthorizationMode::Webhook {
                     cache_authorized_ttl: authorized_flag
                         .or(authorized_file)
@@ -1906,6 +2001,61 @@ fn eviction_flags(args: &RunArgs, raw: &mut RawKubeletConfiguration) -> Result<(
     if let Some(d) = args.minimum_image_ttl_duration {
         raw.image_minimum_gc_age = Some(d);
     }
+    Ok(())
+}
+
+/// In cluster mode, `AlwaysAllow` together with an authenticator that admits identities of the whole cluster
+/// (a client CA, which signs every node's certificate; TokenReview, which accepts every pod's ServiceAccount
+/// token; anonymous requests) would let each of them exec into, attach to and port-forward every pod on this
+/// node: refused unless `--insecure-always-allow-authorization` is given, and then warned about at every
+/// start. A static token file alone is not such an authenticator (its users are named one by one on this
+/// node). The flag without that combination is reported as ignored.
+fn always_allow_in_a_cluster(
+    args: &RunArgs,
+    authorization: AuthorizationMode,
+    client_ca: bool,
+    token_reviews: bool,
+    anonymous: bool,
+    warnings: &mut Vec<ConfigWarning>,
+) -> Result<(), ConfigError> {
+    let insecure_flag = "--insecure-always-allow-authorization";
+    let cluster_wide: Vec<&str> = [
+        (client_ca, "client certificates (authentication.x509.clientCAFile)"),
+        (token_reviews, "TokenReview (authentication.webhook.enabled)"),
+        (anonymous, "anonymous requests (authentication.anonymous.enabled)"),
+    ]
+    .into_iter()
+    .filter_map(|(on, what)| on.then_some(what))
+    .collect();
+    if args.kubeconfig.is_none() || authorization != AuthorizationMode::AlwaysAllow || cluster_wide.is_empty()
+    {
+        if args.insecure_always_allow_authorization {
+            warnings.push(ConfigWarning {
+                field: insecure_flag.to_owned(),
+                message: "only matters in cluster mode with authorization.mode AlwaysAllow and client \
+                          certificates, TokenReview or anonymous requests; ignored"
+                    .to_owned(),
+            });
+        }
+        return Ok(());
+    }
+    let danger = format!(
+        "authorization.mode AlwaysAllow in cluster mode with {}: every node's client certificate and every \
+         ServiceAccount token of the cluster may exec into, attach to and port-forward every pod on this node",
+        cluster_wide.join(", ")
+    );
+    if !args.insecure_always_allow_authorization {
+        return Err(ConfigError::Invalid {
+            origin: "--authorization-mode / authorization.mode".to_owned(),
+            message: format!(
+                "{danger}; use Webhook (the default in cluster mode), or pass {insecure_flag} to accept that"
+            ),
+        });
+    }
+    warnings.push(ConfigWarning {
+        field: "authorization.mode".to_owned(),
+        message: format!("INSECURE ({insecure_flag}): {danger}"),
+    });
     Ok(())
 }
 

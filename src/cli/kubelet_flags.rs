@@ -183,11 +183,18 @@ pub(crate) const KUBELET_FLAGS: &[KubeletFlag] = &[
     config_flag(
         "authentication-token-webhook",
         "authentication.webhook.enabled",
-        "cluster mode (--kubeconfig) only",
+        "cluster mode (--kubeconfig) only; as the kubelet, true by default with a --config file, false with \
+         flags alone",
     )
     .bool(),
     config_flag("authentication-token-webhook-cache-ttl", "authentication.webhook.cacheTTL", ""),
-    config_flag("authorization-mode", "authorization.mode", "AlwaysAllow or Webhook (cluster mode only)"),
+    config_flag(
+        "authorization-mode",
+        "authorization.mode",
+        "AlwaysAllow or Webhook (cluster mode only). Default Webhook in cluster mode, also with flags alone \
+         (the kubelet's command-line default is AlwaysAllow); AlwaysAllow in cluster mode with client \
+         certificates, TokenReview or anonymous requests needs nodelet's --insecure-always-allow-authorization",
+    ),
     config_flag("authorization-webhook-cache-authorized-ttl", "authorization.webhook.cacheAuthorizedTTL", ""),
     config_flag("authorization-webhook-cache-unauthorized-ttl", "authorization.webhook.cacheUnauthorizedTTL", ""),
     cadvisor("boot-id-file"),
@@ -580,10 +587,11 @@ pub(crate) const KUBELET_FLAGS: &[KubeletFlag] = &[
     cadvisor("storage-driver-secure").bool(),
     cadvisor("storage-driver-table"),
     cadvisor("storage-driver-user"),
-    refused_field(
+    config_flag(
         "streaming-connection-idle-timeout",
         "streamingConnectionIdleTimeout",
-        "nodelet has no idle timeout setting for exec, attach and port-forward streams",
+        "closes exec, attach and port-forward sessions idle that long (4h by default, as the kubelet); 0 is \
+         refused (the kubelet's 0 turns the timeout off)",
     ),
     config_flag("sync-frequency", "syncFrequency", ""),
     refused_field("system-cgroups", "systemCgroups", NO_CGROUP_LAYOUT),

@@ -639,7 +639,12 @@ pub(crate) async fn run(args: &DescribeArgs, now: Timestamp) -> Result<(), GetEr
         }
     }
     let events: Option<Vec<Event>> = if args.show_events {
-        Some(fetch_list(&get, "/api/v1/events").await.unwrap_or_default())
+        // Events are on the main port only: without a token (or with a read-only --server) the pods are
+        // described without them, and the reason is said.
+        Some(fetch_list(&get, "/api/v1/events").await.unwrap_or_else(|e| {
+            eprintln!("warning: events not shown: {e}");
+            Vec::new()
+        }))
     } else {
         None
     };

@@ -47,6 +47,27 @@ pub(crate) enum GetError {
         /// The URL.
         url: String,
     },
+    /// A bearer token and a plain-HTTP server: refused before anything is sent.
+    #[error(
+        "refusing to send the bearer token (--token, --token-file or NODELET_TOKEN) over plain HTTP to {url} \
+         (--server): use the main port, e.g. --server https://127.0.0.1:10250, or drop the token to read the \
+         read-only port"
+    )]
+    TokenOverHttp {
+        /// The `--server` URL.
+        url: String,
+    },
+    /// A path only the main port serves, asked of a plain-HTTP (read-only port) server.
+    #[error(
+        "{path} is served on nodelet's main port only, not on the read-only port {url} (--server): pass \
+         --server https://127.0.0.1:10250 with --token-file FILE (or NODELET_TOKEN)"
+    )]
+    MainPortOnly {
+        /// The `--server` URL.
+        url: String,
+        /// The path asked for.
+        path: String,
+    },
     /// The HTTP client could not be built.
     #[error("cannot set up the HTTP client: {0}")]
     Client(String),
@@ -63,8 +84,8 @@ pub(crate) enum GetError {
     },
     /// The server refused the credentials.
     #[error(
-        "{url} answered {status}: {body}\n(pass --token-file FILE or set NODELET_TOKEN, or use the read-only \
-             port)"
+        "{url} answered {status}: {body}\n(pass --token-file FILE or set NODELET_TOKEN; /pods is also on the \
+             read-only port, when nodelet serves one)"
     )]
     Unauthorized {
         /// The URL.
@@ -132,15 +153,34 @@ pub(crate) struct Target {
     pub(crate) optional: bool,
 }
 
-/// The servers to ask, in order.
-pub(crate) fn targets(server: Option<&str>) -> Result<Vec<Target>, GetError> {
+/// Whether nodelet's read-only port serves `path` (the kubelet's unauthenticated set); everything else is
+/// on the main port only.
+fn on_read_only_port(path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or(path);
+    matches!(path, "/pods" | "/healthz" | "/stats/summary" | "/metrics") || path.starts_with("/metrics/")
+}
+
+/// The servers to ask for `path`, in order. `--server` alone when given; a bearer token is never sent over
+/// plain HTTP (refused before anything is sent). Without `--server`: with a token, or for a path only the
+/// main port serves, the main port (HTTPS) only; else the read-only port, then the main port. With a token
+/// the read-only port on 127.0.0.1 is never asked: any local user could have bound it before nodelet.
+pub(crate) fn targets(server: Option<&str>, token: bool, path: &str) -> Result<Vec<Target>, GetError> {
     match server {
         Some(s) => {
             let lower = s.to_ascii_lowercase();
             if !(lower.starts_with("http://") || lower.starts_with("https://")) {
                 return Err(GetError::BadUrl { url: s.to_owned() });
             }
+            if token && lower.starts_with("http://") {
+                return Err(GetError::TokenOverHttp { url: s.to_owned() });
+            }
+            if lower.starts_with("http://") && !on_read_only_port(path) {
+                return Err(GetError::MainPortOnly { url: s.to_owned(), path: path.to_owned() });
+            }
             Ok(vec![Target { url: s.trim_end_matches('/').to_owned(), optional: false }])
+        }
+        None if token || !on_read_only_port(path) => {
+            Ok(vec![Target { url: DEFAULT_MAIN_URL.into(), optional: false }])
         }
         None => Ok(vec![
             Target { url: DEFAULT_READ_ONLY_URL.into(), optional: true },
@@ -227,18 +267,17 @@ pub(super) async fn fetch_list<T: serde::de::DeserializeOwned>(
 
 /// Fetches `path` from the first target that answers: its URL and the body of a 2xx answer.
 pub(super) async fn fetch_body(args: &GetArgs, path: &str) -> Result<(String, String), GetError> {
-    let client = build_client(args)?;
     let token = read_token(args.conn.token.as_deref(), args.conn.token_file.as_deref())?;
-    let targets = targets(args.conn.server.as_deref())?;
+    let targets = targets(args.conn.server.as_deref(), token.is_some(), path)?;
+    let client = build_client(args)?;
     let mut tried = Vec::new();
     let mut last = String::new();
     for target in &targets {
         let url = format!("{}{path}", target.url);
         tried.push(url.clone());
         let mut req = client.get(&url).header("Accept", "application/json");
-        if let Some(t) = &token
-            && url.starts_with("https://")
-        {
+        if let Some(t) = &token {
+            // `targets` gives only https:// URLs when there is a token.
             req = req.bearer_auth(t);
         }
         debug!(%url, "fetching pods");
@@ -278,10 +317,12 @@ pub(super) async fn main_port_request(
     path: &str,
     body: Option<Vec<u8>>,
 ) -> Result<String, GetError> {
-    let client = build_client(args)?;
     let token = read_token(args.conn.token.as_deref(), args.conn.token_file.as_deref())?;
-    let base =
-        targets(args.conn.server.as_deref())?.pop().map(|t| t.url).unwrap_or_else(|| DEFAULT_MAIN_URL.into());
+    let base = targets(args.conn.server.as_deref(), token.is_some(), path)?
+        .pop()
+        .map(|t| t.url)
+        .unwrap_or_else(|| DEFAULT_MAIN_URL.into());
+    let client = build_client(args)?;
     let url = format!("{base}{path}");
     let mut req = match body {
         Some(body) => client.post(&url).header("Content-Type", "application/json").body(body),
@@ -630,14 +671,10 @@ mod tests {
     #[tokio::test]
     async fn get_pods_fetches_and_prints_a_kubectl_like_table() {
         let (url, server) = serve("200 OK", pod_list()).await;
-        let args = get_args(&["--server", &url, "--token", "secret-token"]);
+        let args = get_args(&["--server", &url]);
         let pods = fetch_pods(&args).await.expect("fetch");
         let requests = server.await.expect("server");
         assert!(requests[0].starts_with("GET /pods HTTP/1.1"), "{requests:?}");
-        assert!(
-            !requests[0].to_ascii_lowercase().contains("secret-token"),
-            "tokens never go over plain http"
-        );
         let (out, _, r) = print(&[], pods);
         r.expect("printed");
         assert_eq!(
@@ -700,11 +737,27 @@ mod tests {
 
     #[test]
     fn default_targets_try_the_read_only_port_then_the_main_port() {
-        let t = targets(None).expect("targets");
+        let t = targets(None, false, "/pods").expect("targets");
         assert_eq!(t[0], Target { url: "http://127.0.0.1:10255".into(), optional: true });
         assert_eq!(t[1], Target { url: "https://127.0.0.1:10250".into(), optional: false });
-        assert!(targets(Some("127.0.0.1:10250")).is_err());
-        assert_eq!(targets(Some("https://h:1/")).expect("ok")[0].url, "https://h:1");
+        assert!(targets(Some("127.0.0.1:10250"), false, "/pods").is_err());
+        assert_eq!(targets(Some("https://h:1/"), true, "/pods").expect("ok")[0].url, "https://h:1");
+        let main_only = vec![Target { url: "https://127.0.0.1:10250".into(), optional: false }];
+        for (token, path) in [(true, "/pods"), (false, "/api/v1/events"), (false, "/extensions/prepull")] {
+            assert_eq!(targets(None, token, path).expect("targets"), main_only, "{token} {path}");
+        }
+        assert!(matches!(
+            targets(Some("http://127.0.0.1:10255"), true, "/pods"),
+            Err(GetError::TokenOverHttp { .. })
+        ));
+        let e = targets(Some("http://127.0.0.1:10255"), false, "/api/v1/events").expect_err("main port only");
+        assert!(
+            matches!(e, GetError::MainPortOnly { .. }) && e.to_string().contains("--server https://"),
+            "{e}"
+        );
+        for path in ["/pods", "/stats/summary", "/metrics/probes", "/healthz"] {
+            assert!(targets(Some("http://127.0.0.1:10255"), false, path).is_ok(), "{path}");
+        }
     }
 
     /// Against nodelet's real HTTP servers (src/server): the read-only port over HTTP, and the main port over
@@ -781,6 +834,54 @@ mod tests {
         }
         let _ = stop.send(());
         let _ = task.await;
+    }
+
+    /// Whether anything connected to `listener` within a short while (the request was sent there).
+    async fn was_asked(listener: &TcpListener) -> bool {
+        tokio::time::timeout(Duration::from_millis(300), listener.accept()).await.is_ok()
+    }
+
+    /// Issue 37: a bearer token never goes over plain HTTP: the request is refused before it is sent, with an
+    /// error naming the URL and the flag.
+    #[tokio::test]
+    async fn a_bearer_token_is_never_sent_over_plain_http() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let args = get_args(&["--server", &url, "--token", "secret-token"]);
+        let e = fetch_pods(&args).await.expect_err("a token with an http:// server is refused");
+        let message = e.to_string();
+        assert!(
+            message.contains(&url) && message.contains("--server") && message.contains("plain HTTP"),
+            "{message}"
+        );
+        assert!(!message.contains("secret-token"), "{message}");
+        let e = main_port_request(&args, "/debug/default/web", Some(b"{}".to_vec()))
+            .await
+            .expect_err("a token with an http:// server is refused");
+        assert!(e.to_string().contains("plain HTTP"), "{e}");
+        assert!(!was_asked(&listener).await, "nothing was sent to {url}");
+    }
+
+    /// Issue 37: holding a token, the CLI talks only HTTPS to the main port: it never asks
+    /// http://127.0.0.1:10255, which any local user may have bound before nodelet (to serve made-up pods or
+    /// to collect what is sent). Without a token the read-only port is asked first for `/pods` (the
+    /// kubelet's set), never for what only the main port serves.
+    #[tokio::test]
+    async fn the_read_only_port_a_local_user_may_have_bound_is_not_asked_with_a_token() {
+        let squatter = match TcpListener::bind("127.0.0.1:10255").await {
+            Ok(l) => l,
+            Err(e) => panic!("this test plays the local user who binds 127.0.0.1:10255 first: {e}"),
+        };
+        let r = fetch_pods(&get_args(&["--token", "secret-token"])).await;
+        assert!(!was_asked(&squatter).await, "the read-only port was asked while holding a token: {r:?}");
+        let r = fetch_list::<Event>(&get_args(&[]), "/api/v1/events").await;
+        assert!(!was_asked(&squatter).await, "events are not on the read-only port: {r:?}");
+        // No token: `/pods` may come from the read-only port.
+        let asked = tokio::spawn(async move {
+            tokio::time::timeout(Duration::from_secs(5), squatter.accept()).await.is_ok()
+        });
+        let _ = fetch_pods(&get_args(&["--request-timeout", "1s"])).await;
+        assert!(asked.await.expect("task"), "without a token /pods is asked of the read-only port first");
     }
 
     #[test]

@@ -86,6 +86,7 @@ pub(crate) fn kubelet_configuration(c: &Config) -> Value {
         }),
     };
     m.insert("authorization".into(), authorization);
+    m.insert("streamingConnectionIdleTimeout".into(), duration(c.server.streaming_connection_idle_timeout));
     m.insert("healthzPort".into(), c.server.healthz.map_or(0, |h| h.port()).into());
     if let Some(h) = c.server.healthz {
         m.insert("healthzBindAddress".into(), h.ip().to_string().into());
@@ -197,6 +198,7 @@ fn nodelet_section(c: &Config) -> Value {
             .into(),
     );
     put(&mut n, "tokenAuthFile", c.server.auth.token_auth_file.as_deref().map(path));
+    n.insert("maxStreamingSessionsPerUser".into(), c.server.max_streaming_sessions_per_user.into());
     put(&mut n, "manifestHTTPAddress", c.sources.manifest_http_addr.map(|a| a.to_string()));
     n.insert("podInfraContainerImage".into(), c.runtime.pod_infra_container_image.clone().into());
     if c.runtime.endpoint.is_none() {

@@ -42,6 +42,7 @@ pub(super) struct RawKubeletConfiguration {
     pub(super) server_tls_bootstrap: Option<bool>,
     pub(super) authentication: Option<RawAuthentication>,
     pub(super) authorization: Option<RawAuthorization>,
+    pub(super) streaming_connection_idle_timeout: Option<GoDuration>,
 
     // runtime
     pub(super) container_runtime_endpoint: Option<String>,
@@ -188,6 +189,7 @@ pub(super) struct RawNodelet {
     pub(super) max_termination_grace_period_seconds: Option<i64>,
     pub(super) pod_security: Option<RawPodSecurity>,
     pub(super) token_auth_file: Option<String>,
+    pub(super) max_streaming_sessions_per_user: Option<i64>,
     #[serde(rename = "manifestHTTPAddress")]
     pub(super) manifest_http_address: Option<String>,
     pub(super) pod_infra_container_image: Option<String>,

@@ -1295,3 +1295,171 @@ fn kubelet_flags_of_file_fields_are_checked_and_errors_name_the_flag() {
         assert!(e.starts_with(&format!("invalid {flag}:")), "{flags:?}: {e}");
     }
 }
+
+// ---- issue 37: authentication and authorization defaults (file defaults for a file, flag defaults for flags)
+
+/// What kubeadm writes: a KubeletConfiguration whose only authentication setting is the client CA.
+const CLIENT_CA_ONLY: &str = "authentication: {x509: {clientCAFile: /etc/kubernetes/pki/ca.crt}}\n";
+
+const KUBELET_WEBHOOK_AUTHZ: AuthorizationMode = AuthorizationMode::Webhook {
+    cache_authorized_ttl: Duration::from_secs(300),
+    cache_unauthorized_ttl: Duration::from_secs(30),
+};
+
+#[test]
+fn file_default_authentication_webhook_enabled_is_true_in_cluster_mode() {
+    let (_dir, kc) = kubeconfig();
+    for body in [CLIENT_CA_ONLY, "", "authentication: {}\n", "authentication: {webhook: {}}\n"] {
+        let l = ok(&["--kubeconfig", &kc], Some(body));
+        assert_eq!(
+            l.config.server.auth.token_webhook,
+            Some(TokenWebhookConfig { cache_ttl: Duration::from_secs(120) }),
+            "a config file defaults authentication.webhook.enabled to true (cacheTTL 2m): {body:?}"
+        );
+    }
+    // The file can still turn it off, and the flag wins over the file.
+    let l = ok(&["--kubeconfig", &kc], Some("authentication: {webhook: {enabled: false}}\n"));
+    assert_eq!(l.config.server.auth.token_webhook, None);
+    let l = ok(&["--kubeconfig", &kc, "--authentication-token-webhook=false"], Some(CLIENT_CA_ONLY));
+    assert_eq!(l.config.server.auth.token_webhook, None);
+}
+
+#[test]
+fn file_default_authentication_anonymous_enabled_is_false() {
+    let (_dir, kc) = kubeconfig();
+    assert!(!ok(&["--kubeconfig", &kc], Some(CLIENT_CA_ONLY)).config.server.auth.anonymous);
+    assert!(!ok(&[], Some("")).config.server.auth.anonymous);
+    let l = ok(&["--kubeconfig", &kc], Some("authentication: {anonymous: {enabled: true}}\n"));
+    assert!(l.config.server.auth.anonymous, "the file's explicit value is taken");
+}
+
+#[test]
+fn file_default_authorization_mode_is_webhook_in_cluster_mode() {
+    let (_dir, kc) = kubeconfig();
+    for body in [CLIENT_CA_ONLY, "", "authorization: {}\n", "authorization: {webhook: {}}\n"] {
+        let l = ok(&["--kubeconfig", &kc], Some(body));
+        assert_eq!(l.config.server.auth.authorization, KUBELET_WEBHOOK_AUTHZ, "{body:?}");
+    }
+}
+
+#[test]
+fn file_default_cache_ttls_are_the_kubelets_and_zero_in_a_file_means_the_default() {
+    let (_dir, kc) = kubeconfig();
+    let body = "authentication: {webhook: {cacheTTL: 0s}}\n\
+                authorization: {webhook: {cacheAuthorizedTTL: 0s, cacheUnauthorizedTTL: 0s}}\n";
+    let l = ok(&["--kubeconfig", &kc], Some(body));
+    // The kubelet's v1beta1 defaulting cannot tell 0s from unset: both get 2m, 5m and 30s.
+    assert_eq!(
+        l.config.server.auth.token_webhook,
+        Some(TokenWebhookConfig { cache_ttl: Duration::from_secs(120) })
+    );
+    assert_eq!(l.config.server.auth.authorization, KUBELET_WEBHOOK_AUTHZ);
+    for field in [
+        "authentication.webhook.cacheTTL",
+        "authorization.webhook.cacheAuthorizedTTL",
+        "authorization.webhook.cacheUnauthorizedTTL",
+    ] {
+        assert!(
+            warned(&l, field).is_some_and(|m| m.contains("0s in a config file means the default")),
+            "{field}: {:?}",
+            l.warnings
+        );
+    }
+    // A flag's 0 is 0 (no cache), as with the kubelet's flags.
+    let l = ok(&["--kubeconfig", &kc, "--authentication-token-webhook-cache-ttl", "0s"], Some(""));
+    assert_eq!(l.config.server.auth.token_webhook, Some(TokenWebhookConfig { cache_ttl: Duration::ZERO }));
+}
+
+#[test]
+fn flag_defaults_in_cluster_mode_are_webhook_authorization_without_token_reviews() {
+    // No config file: the kubelet's command-line defaults (TokenReview off), except authorization, which is
+    // Webhook in cluster mode (the kubelet's command line says AlwaysAllow) and anonymous, which stays off.
+    let (_dir, kc) = kubeconfig();
+    let l = ok(&["--kubeconfig", &kc, "--client-ca-file", "/etc/kubernetes/pki/ca.crt"], None);
+    let auth = &l.config.server.auth;
+    assert_eq!(auth.token_webhook, None, "--authentication-token-webhook defaults to false");
+    assert!(!auth.anonymous);
+    assert_eq!(auth.authorization, KUBELET_WEBHOOK_AUTHZ, "--authorization-mode defaults to Webhook");
+}
+
+#[test]
+fn standalone_defaults_are_always_allow_without_token_reviews_with_or_without_a_file() {
+    for body in [None, Some(""), Some(CLIENT_CA_ONLY)] {
+        let l = ok(&[], body);
+        assert_eq!(l.config.server.auth.token_webhook, None, "{body:?}");
+        assert_eq!(l.config.server.auth.authorization, AuthorizationMode::AlwaysAllow, "{body:?}");
+    }
+}
+
+#[test]
+fn always_allow_with_a_cluster_wide_authenticator_is_refused_without_the_insecure_flag() {
+    let (_dir, kc) = kubeconfig();
+    let insecure = "--insecure-always-allow-authorization";
+    for (flags, body, names) in [
+        (vec![], "authorization: {mode: AlwaysAllow}\n", "TokenReview"),
+        (vec!["--authorization-mode", "AlwaysAllow"], CLIENT_CA_ONLY, "clientCAFile"),
+        (vec!["--authorization-mode=AlwaysAllow", "--client-ca-file", "/ca.crt"], "", "clientCAFile"),
+        (
+            vec!["--authorization-mode=AlwaysAllow", "--anonymous-auth"],
+            "authentication: {webhook: {enabled: false}}\n",
+            "anonymous",
+        ),
+    ] {
+        let mut with_kc = vec!["--kubeconfig", kc.as_str()];
+        with_kc.extend(flags.iter().copied());
+        let e = err(&with_kc, Some(body));
+        assert!(
+            e.contains("AlwaysAllow") && e.contains(names) && e.contains(insecure) && e.contains("every pod"),
+            "{flags:?} {body:?}: {e}"
+        );
+        // With the flag: started, and warned about (logged at every start).
+        with_kc.push(insecure);
+        let l = ok(&with_kc, Some(body));
+        assert_eq!(l.config.server.auth.authorization, AuthorizationMode::AlwaysAllow);
+        assert!(
+            warned(&l, "authorization.mode").is_some_and(|m| m.starts_with("INSECURE") && m.contains(names)),
+            "{:?}",
+            l.warnings
+        );
+    }
+    // Without a cluster-wide authenticator (a static token file only) AlwaysAllow needs no flag.
+    let l = ok(
+        &["--kubeconfig", &kc, "--authorization-mode=AlwaysAllow", "--token-auth-file", "/tokens.csv"],
+        Some("authentication: {webhook: {enabled: false}}\n"),
+    );
+    assert_eq!(l.config.server.auth.authorization, AuthorizationMode::AlwaysAllow);
+    assert!(warned(&l, "authorization.mode").is_none(), "{:?}", l.warnings);
+    // Standalone: AlwaysAllow is the only mode; a client CA with it is the operator's own.
+    assert!(warned(&ok(&["--client-ca-file", "/ca.crt"], Some("")), "authorization.mode").is_none());
+    // The flag where it changes nothing is named as ignored.
+    let l = ok(&["--kubeconfig", &kc, insecure], Some(CLIENT_CA_ONLY));
+    assert_eq!(l.config.server.auth.authorization, KUBELET_WEBHOOK_AUTHZ);
+    assert!(warned(&l, insecure).is_some_and(|m| m.contains("ignored")), "{:?}", l.warnings);
+}
+
+#[test]
+fn streaming_idle_timeout_and_per_user_cap_are_read_with_the_kubelets_default() {
+    let c = ok(&[], None).config;
+    assert_eq!(c.server.streaming_connection_idle_timeout, Duration::from_secs(4 * 3600), "the kubelet's 4h");
+    assert_eq!(c.server.max_streaming_sessions_per_user, 128);
+    let l = ok(&[], Some("streamingConnectionIdleTimeout: 30m\nnodelet: {maxStreamingSessionsPerUser: 4}\n"));
+    assert_eq!(l.config.server.streaming_connection_idle_timeout, Duration::from_secs(1800));
+    assert_eq!(l.config.server.max_streaming_sessions_per_user, 4);
+    for field in ["streamingConnectionIdleTimeout", "nodelet.maxStreamingSessionsPerUser"] {
+        assert!(warned(&l, field).is_none(), "read, not ignored: {:?}", l.warnings);
+    }
+    let c =
+        ok(&["--streaming-connection-idle-timeout", "90s"], Some("streamingConnectionIdleTimeout: 30m\n"))
+            .config;
+    assert_eq!(c.server.streaming_connection_idle_timeout, Duration::from_secs(90), "the flag wins");
+    // 0s in a file is the kubelet's default; a flag's 0 (the kubelet's "never") is refused.
+    let l = ok(&[], Some("streamingConnectionIdleTimeout: 0s\n"));
+    assert_eq!(l.config.server.streaming_connection_idle_timeout, Duration::from_secs(4 * 3600));
+    assert!(warned(&l, "streamingConnectionIdleTimeout").is_some_and(|m| m.contains("default")));
+    let e = err(&["--streaming-connection-idle-timeout", "0s"], None);
+    assert!(e.contains("--streaming-connection-idle-timeout") && e.contains("greater than 0"), "{e}");
+    for bad in ["0", "257", "-1"] {
+        let e = err(&[], Some(&format!("nodelet: {{maxStreamingSessionsPerUser: {bad}}}\n")));
+        assert!(e.contains("nodelet.maxStreamingSessionsPerUser") && e.contains("between 1 and 256"), "{e}");
+    }
+}

@@ -331,6 +331,8 @@ async fn start_servers(
     server_config.serving_cert = serving_cert;
     server_config.runtime = Some(runtime.cri.clone());
     server_config.extensions = extensions;
+    server_config.streaming_idle_timeout = config.server.streaming_connection_idle_timeout;
+    server_config.max_streaming_sessions_per_user = config.server.max_streaming_sessions_per_user;
     let servers = server::Servers::bind(&server_config, node).await.map_err(|e| Error::Start(e.into()))?;
     tracing::info!(
         main = %servers.main_addr(),

@@ -2,8 +2,8 @@
 //!
 //! | Listener | Default | Transport | Authentication | Endpoints |
 //! |---|---|---|---|---|
-//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/runningpods/`, `/configz`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`), `POST /debug/{ns}/{pod}` (ephemeral containers of static pods) |
-//! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary` |
+//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/runningpods/`, `/configz`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`), `POST /debug/{ns}/{pod}` (ephemeral containers of static pods); nodelet's own lists for its CLI: `/api/v1/events`, `/api/v1/nodes[/{name}]`, `/api/v1/persistentvolumes`, `/api/v1/persistentvolumeclaims`, `/apis/storage.k8s.io/v1/storageclasses`, `/apis/storage.k8s.io/v1/csinodes`, `/extensions/{name}` |
+//! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | the kubelet's set only: `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary` |
 //! | healthz (`--healthz-bind-address`:`--healthz-port`) | 127.0.0.1:10248 | HTTP | none | `/healthz` |
 //!
 //! **Authentication on the main port** works like the kubelet's union authenticator: a client certificate
@@ -16,12 +16,13 @@
 //! credentials is served as `system:anonymous` (group `system:unauthenticated`) only when `anonymous_auth` is
 //! true; nodelet's default is false (the kubelet's command-line default is true).
 //!
-//! **Authorization**: with `authorization.mode: AlwaysAllow` (the default) every authenticated user (and
-//! the anonymous user, when enabled) may use every endpoint. With `Webhook` (cluster mode) each request is
-//! checked with a `SubjectAccessReview` for resource `nodes`, the node's name, the verb of the method and the
-//! subresource of the path (`stats`, `metrics`, `log`, `spec`, `checkpoint`, else `proxy`), the kubelet's
-//! mapping; a denial is a 403 `Forbidden (user=…, verb=…, resource=nodes, subresource(s)=[…])`, a failed
-//! review a 500. Answers are cached (`cacheAuthorizedTTL`, `cacheUnauthorizedTTL`). `GET` and `HEAD` are
+//! **Authorization**: with `authorization.mode: AlwaysAllow` (the default standalone) every authenticated
+//! user (and the anonymous user, when enabled) may use every endpoint. With `Webhook` (the default in
+//! cluster mode) each request is checked with a `SubjectAccessReview` for resource `nodes`, the node's name,
+//! the verb of the method (`create` on `/exec`, `/attach`, `/portForward` and `/run` whatever the method:
+//! stricter than the kubelet, which authorizes a WebSocket exec as `get`) and the subresource of the path
+//! (`stats`, `metrics`, `log`, `checkpoint`, else `proxy`), the kubelet's mapping; a denial is a 403
+//! `Forbidden (user=…, verb=…, resource=nodes, subresource(s)=[…])`, a failed review a 500. Answers are cached (`cacheAuthorizedTTL`, `cacheUnauthorizedTTL`). `GET` and `HEAD` are
 //! served; the streaming paths also take `POST` (SPDY clients), `/run` only `POST`; other methods get 405
 //! (after authorization).
 //!
@@ -63,12 +64,14 @@ use axum::Router;
 use hyper_util::server::graceful::GracefulShutdown;
 use k8s_openapi::List;
 use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub(crate) use auth::AuthError;
+pub(crate) use streaming::{
+    DEFAULT_IDLE_TIMEOUT as DEFAULT_STREAMING_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS_PER_USER, MAX_SESSIONS,
+};
 pub(crate) use tls::{ServingCertHandle, TlsError};
 
 use auth::{Authenticator, TokenAuthenticator};
@@ -296,7 +299,8 @@ pub(crate) struct ServerConfig {
     /// are checked with a TokenReview through [`Self::kube_client`]. Default `None` (off).
     pub(crate) token_webhook: Option<TokenWebhookConfig>,
     /// `--authorization-mode` / `authorization`: `Webhook` checks every request with a
-    /// SubjectAccessReview through [`Self::kube_client`]. Default `AlwaysAllow`.
+    /// SubjectAccessReview through [`Self::kube_client`]. Default here `AlwaysAllow`; the daemon's
+    /// configuration makes it `Webhook` in cluster mode ([`crate::config`]).
     pub(crate) authorization: AuthorizationMode,
     /// The cluster's API client (cluster mode), which both webhooks need.
     pub(crate) kube_client: Option<ApiClient>,
@@ -315,6 +319,13 @@ pub(crate) struct ServerConfig {
     pub(crate) shutdown_grace: Duration,
     /// The extensions' status tables, served on `/extensions/{name}` (see [`crate::daemon::StatusTable`]).
     pub(crate) extensions: crate::daemon::extension::StatusTables,
+    /// `--streaming-connection-idle-timeout` / `streamingConnectionIdleTimeout`: an exec, attach or
+    /// port-forward session with no traffic either way for this long is closed. Default 4 h (as the
+    /// kubelet); zero: never.
+    pub(crate) streaming_idle_timeout: Duration,
+    /// `nodelet.maxStreamingSessionsPerUser`: streaming sessions one authenticated user may have open at
+    /// once (nodelet-only). Default [`streaming::DEFAULT_MAX_SESSIONS_PER_USER`].
+    pub(crate) max_streaming_sessions_per_user: usize,
 }
 
 impl ServerConfig {
@@ -340,6 +351,8 @@ impl ServerConfig {
             hostname: hostname.into(),
             shutdown_grace: Duration::from_secs(5),
             extensions: Default::default(),
+            streaming_idle_timeout: streaming::DEFAULT_IDLE_TIMEOUT,
+            max_streaming_sessions_per_user: streaming::DEFAULT_MAX_SESSIONS_PER_USER,
         }
     }
 }
@@ -449,7 +462,11 @@ impl Servers {
             stopping: stopping.clone(),
             log_poll_interval: logs::DEFAULT_POLL_INTERVAL,
             runtime: config.runtime.clone(),
-            sessions: Arc::new(Semaphore::new(streaming::MAX_SESSIONS)),
+            sessions: streaming::Sessions::new(
+                streaming::MAX_SESSIONS,
+                config.max_streaming_sessions_per_user,
+            ),
+            idle_timeout: Some(config.streaming_idle_timeout).filter(|t| !t.is_zero()),
             dialer: nodelet_cri::NetnsDialer::default(),
             extensions: config.extensions.clone(),
         });

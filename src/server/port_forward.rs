@@ -18,7 +18,8 @@
 //!
 //! The session ends when the client closes (a close frame, which is answered, or the end of its
 //! connection), when every port's pod connection has ended and the client sent nothing more for
-//! [`CLOSE_GRACE`] (containerd's one second after the first direction ends), or when the servers stop.
+//! [`CLOSE_GRACE`] (containerd's one second after the first direction ends), when nothing has gone either
+//! way on the client's connection for `streamingConnectionIdleTimeout`, or when the servers stop.
 //! Then nodelet sends a close frame, closes the TLS connection and the pod connections.
 //!
 //! Copies: pod → client, each read from the pod lands in a buffer behind room for the frame header, which is
@@ -39,11 +40,11 @@ use nodelet_cri::{NetnsDialer, NetnsError, SandboxNetwork};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{Mutex, OwnedSemaphorePermit};
+use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::streaming::UPGRADE_WAIT;
+use super::streaming::{Activity, SessionPermit, Tracked, UPGRADE_WAIT, idle};
 
 /// The binary channel protocol served here.
 pub(crate) const CHANNEL_V4: &str = "v4.channel.k8s.io";
@@ -146,22 +147,24 @@ pub(crate) async fn dial_all(
 }
 
 /// Serves one port-forward WebSocket on the client's upgraded connection until it ends (see the module
-/// docs); holds `permit` meanwhile.
+/// docs), or until nothing has gone either way for `idle_timeout`; holds `permit` meanwhile.
 pub(crate) async fn serve(
     client: hyper::upgrade::OnUpgrade,
     dialed: Vec<Dialed>,
-    permit: OwnedSemaphorePermit,
+    permit: SessionPermit,
     stopping: CancellationToken,
+    idle_timeout: Option<Duration>,
     what: String,
 ) {
     let _permit = permit;
+    let activity = Activity::new();
     let session = async {
         let client = tokio::time::timeout(UPGRADE_WAIT, client)
             .await
             .map_err(|_| format!("the client did not take up the connection within {UPGRADE_WAIT:?}"))?
             .map_err(|e| format!("client side: {e}"))?;
         debug!(%what, "client side upgraded; forwarding");
-        let (read, write) = tokio::io::split(TokioIo::new(client));
+        let (read, write) = tokio::io::split(Tracked::new(TokioIo::new(client), activity.clone()));
         run(read, write, dialed).await.map_err(|e| format!("client connection: {e}"))
     };
     tokio::select! {
@@ -169,6 +172,9 @@ pub(crate) async fn serve(
             Ok(how) => debug!(%what, %how, "port-forward session ended"),
             Err(error) => debug!(%what, %error, "port-forward session ended"),
         },
+        () = idle(&activity, idle_timeout) => {
+            info!(%what, ?idle_timeout, "port-forward session closed: idle (streamingConnectionIdleTimeout)")
+        }
         () = stopping.cancelled() => info!(%what, "port-forward session closed: the servers are stopping"),
     }
 }

@@ -40,8 +40,10 @@ pub(crate) struct Shared<V> {
     pub(crate) log_poll_interval: Duration,
     /// The container runtime for the streaming endpoints.
     pub(crate) runtime: Option<nodelet_cri::CriClient>,
-    /// Open streaming sessions (see [`streaming::MAX_SESSIONS`]).
-    pub(crate) sessions: Arc<tokio::sync::Semaphore>,
+    /// Open streaming sessions, in all and per user (see [`streaming::Sessions`]).
+    pub(crate) sessions: Arc<streaming::Sessions>,
+    /// `streamingConnectionIdleTimeout`: a session with no traffic for this long is closed (`None`: never).
+    pub(crate) idle_timeout: Option<Duration>,
     /// Dials pod ports in their network namespaces (nodelet's own WebSocket port-forward).
     pub(crate) dialer: nodelet_cri::NetnsDialer,
     /// The extensions' status tables (`/extensions/{name}`).
@@ -112,19 +114,13 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
         .with_state(shared)
 }
 
-/// The read-only port: `/pods`, `/api/v1/events`, `/healthz`, `/metrics`, `/metrics/resource`,
-/// `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary`, no authentication, no logs.
+/// The read-only port: the kubelet's unauthenticated set (`InstallAuthNotRequiredHandlers`) and no more:
+/// `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`,
+/// `/stats/summary`. No logs, no streaming, and none of nodelet's own object lists (events, nodes, volumes,
+/// storage classes, CSI nodes, extension tables): those are on the authenticated main port only.
 pub(crate) fn read_only_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
     Router::new()
         .route("/pods", get(pods::<V>))
-        .route("/extensions/{name}", get(extension_status::<V>))
-        .route("/api/v1/events", get(events::<V>))
-        .route("/api/v1/persistentvolumes", get(persistent_volumes::<V>))
-        .route("/api/v1/persistentvolumeclaims", get(persistent_volume_claims::<V>))
-        .route("/apis/storage.k8s.io/v1/storageclasses", get(storage_classes::<V>))
-        .route("/apis/storage.k8s.io/v1/csinodes", get(csi_nodes::<V>))
-        .route("/api/v1/nodes", get(nodes::<V>))
-        .route("/api/v1/nodes/{name}", get(node::<V>))
         .route("/healthz", get(healthz::<V>))
         .route("/metrics", get(metrics::<V>))
         .route("/metrics/resource", get(metrics_resource::<V>))

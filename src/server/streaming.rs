@@ -27,14 +27,22 @@
 //! does) with CRI `ExecSync` and returns stdout followed by stderr as text; a non-zero exit is a 500 whose
 //! message has the exit code and the output.
 //!
-//! Bounds: at most [`MAX_SESSIONS`] streaming sessions at once (further requests get 429); a session
-//! ends, closing both connections (which ends the runtime's session), when either side closes (also with a
-//! clean close: the first direction to end ends both, as in the kubelet's upgrade proxy) or fails,
-//! when the client does not take up its upgraded connection within [`UPGRADE_WAIT`], or when the servers
-//! stop. The runtime's URL must be plain HTTP on a loopback address; anything else is refused.
+//! Bounds ([`Sessions`]): at most [`MAX_SESSIONS`] streaming sessions at once, and at most
+//! `nodelet.maxStreamingSessionsPerUser` (default [`DEFAULT_MAX_SESSIONS_PER_USER`]) of one authenticated
+//! user, so that one user cannot take every slot (further requests get 429, naming the limit); at most
+//! [`MAX_PORTS`] ports in one port-forward request (400). A session ends, closing both connections (which
+//! ends the runtime's session), when either side closes (also with a clean close: the first direction to end
+//! ends both, as in the kubelet's upgrade proxy) or fails, when no byte has gone either way for
+//! `streamingConnectionIdleTimeout` (default 4 h, as the kubelet's), when the client does not take up its
+//! upgraded connection within [`UPGRADE_WAIT`], or when the servers stop. The runtime's URL must be plain
+//! HTTP on a loopback address; anything else is refused.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -44,9 +52,10 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
 use nodelet_cri::proto;
 use serde::Deserialize;
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -56,6 +65,14 @@ use super::{NodeView, StreamTargetError, status};
 
 /// Streaming sessions (exec, attach, port-forward) open at once; more get 429.
 pub(crate) const MAX_SESSIONS: usize = 256;
+/// Streaming sessions one user may have open at once (`nodelet.maxStreamingSessionsPerUser`): half of
+/// [`MAX_SESSIONS`], so that no single identity can hold every slot. The API server's sessions (every
+/// `kubectl exec`, `attach`, `port-forward` of the cluster) come as one user, its kubelet client.
+pub(crate) const DEFAULT_MAX_SESSIONS_PER_USER: usize = MAX_SESSIONS / 2;
+/// `streamingConnectionIdleTimeout`: the kubelet's 4 h.
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
+/// Ports in one port-forward request: the binary channel protocol has 256 channels, two per port.
+pub(crate) const MAX_PORTS: usize = 128;
 /// How long the client may take to take up the upgraded connection after the 101.
 pub(crate) const UPGRADE_WAIT: Duration = Duration::from_secs(30);
 /// How long connecting to the runtime's streaming server and getting its answer may take.
@@ -81,6 +98,17 @@ pub(crate) enum StreamError {
     /// Too many sessions.
     #[error("too many streaming sessions (at most {MAX_SESSIONS}); try again later")]
     TooMany,
+    /// Too many sessions of one user.
+    #[error(
+        "too many streaming sessions of user {user:?} (at most {max} per user, \
+         nodelet.maxStreamingSessionsPerUser); close one first"
+    )]
+    TooManyForUser {
+        /// The authenticated user.
+        user: String,
+        /// The per-user limit.
+        max: usize,
+    },
     /// No CRI client (servers started without a runtime).
     #[error("container runtime streaming is not available")]
     NoRuntime,
@@ -104,7 +132,7 @@ impl StreamError {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::NotRunning(_) => StatusCode::BAD_REQUEST,
-            Self::TooMany => StatusCode::TOO_MANY_REQUESTS,
+            Self::TooMany | Self::TooManyForUser { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::NoRuntime => StatusCode::SERVICE_UNAVAILABLE,
             Self::Cri { source, .. } if source.is_not_found() => StatusCode::NOT_FOUND,
             Self::Cri { .. } | Self::Upstream(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -193,8 +221,9 @@ pub(crate) fn parse_stdio(query: &[(String, String)]) -> Result<(Vec<String>, St
 }
 
 /// Parses the repeated `port` parameter (each may also be a comma-separated list); every entry must be
-/// 1-65535 (an empty one too is refused). A WebSocket client names its ports only here, so for it at least
-/// one is required (the kubelet's rule); a SPDY client names them in stream headers instead.
+/// 1-65535 (an empty one too is refused), and there may be at most [`MAX_PORTS`]. A WebSocket client names
+/// its ports only here, so for it at least one is required (the kubelet's rule); a SPDY client names them
+/// in stream headers instead (read by the runtime's streaming server, not here).
 pub(crate) fn parse_ports(query: &[(String, String)], websocket: bool) -> Result<Vec<i32>, String> {
     let mut ports = Vec::new();
     for (key, value) in query {
@@ -210,6 +239,13 @@ pub(crate) fn parse_ports(query: &[(String, String)], websocket: bool) -> Result
     }
     if websocket && ports.is_empty() {
         return Err("query parameter \"port\" is required (the pod ports to forward to)".to_owned());
+    }
+    if ports.len() > MAX_PORTS {
+        return Err(format!(
+            "{} ports in one port-forward request; at most {MAX_PORTS} (the channel protocol has two of its 256 \
+             channels per port)",
+            ports.len()
+        ));
     }
     Ok(ports)
 }
@@ -233,13 +269,158 @@ fn is_upgrade(headers: &HeaderMap) -> bool {
 
 type St<V> = State<Arc<Shared<V>>>;
 
-/// Common start of exec, attach and port-forward: names, upgrade, a session slot, the runtime and the
-/// resolved pod or container.
+/// The open streaming sessions: at most `max` in all and `per_user` of one user.
+#[derive(Debug)]
+pub(crate) struct Sessions {
+    all: Arc<Semaphore>,
+    per_user: usize,
+    users: Mutex<HashMap<String, usize>>,
+}
+
+/// A session's slot, given back when dropped (when the session ends).
+#[derive(Debug)]
+pub(crate) struct SessionPermit {
+    _all: OwnedSemaphorePermit,
+    sessions: Arc<Sessions>,
+    user: String,
+}
+
+impl Sessions {
+    /// At most `max` sessions, `per_user` of one user (at least one each).
+    pub(crate) fn new(max: usize, per_user: usize) -> Arc<Self> {
+        Arc::new(Self {
+            all: Arc::new(Semaphore::new(max.max(1))),
+            per_user: per_user.max(1),
+            users: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn users(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        // Every update is complete before the lock is released: a poisoned map is consistent.
+        self.users.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A slot for one more session of `user`: refused when the user has `per_user` open, or when every slot
+    /// is taken.
+    pub(crate) fn acquire(self: &Arc<Self>, user: &str) -> Result<SessionPermit, StreamError> {
+        let mut users = self.users();
+        let open = users.get(user).copied().unwrap_or(0);
+        if open >= self.per_user {
+            return Err(StreamError::TooManyForUser { user: user.to_owned(), max: self.per_user });
+        }
+        let all = self.all.clone().try_acquire_owned().map_err(|_| StreamError::TooMany)?;
+        users.insert(user.to_owned(), open + 1);
+        Ok(SessionPermit { _all: all, sessions: self.clone(), user: user.to_owned() })
+    }
+}
+
+impl Drop for SessionPermit {
+    fn drop(&mut self) {
+        let mut users = self.sessions.users();
+        if let Some(open) = users.get_mut(&self.user) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                users.remove(&self.user);
+            }
+        }
+    }
+}
+
+/// When a session last carried a byte, for `streamingConnectionIdleTimeout`.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    start: Instant,
+    /// Milliseconds after `start`.
+    last: AtomicU64,
+}
+
+impl Activity {
+    /// Active now.
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self { start: Instant::now(), last: AtomicU64::new(0) })
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// Completes once nothing has been carried for `timeout`.
+    pub(crate) async fn idle_for(&self, timeout: Duration) {
+        loop {
+            let deadline = self.start + Duration::from_millis(self.last.load(Ordering::Relaxed)) + timeout;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
+/// A connection whose reads and writes count as the session's activity.
+#[derive(Debug)]
+pub(crate) struct Tracked<T> {
+    inner: T,
+    activity: Arc<Activity>,
+}
+
+impl<T> Tracked<T> {
+    /// `inner`, reporting to `activity`.
+    pub(crate) fn new(inner: T, activity: Arc<Activity>) -> Self {
+        Self { inner, activity }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Ends when `activity` has been idle for `timeout`; never when `timeout` is `None`.
+pub(crate) async fn idle(activity: &Activity, timeout: Option<Duration>) {
+    match timeout {
+        Some(t) => activity.idle_for(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Common start of exec, attach and port-forward: names, upgrade, a session slot of the request's user
+/// (see [`Sessions`]), the runtime and the resolved pod or container.
 fn begin<V: NodeView>(
     shared: &Shared<V>,
     path: &StreamPath,
     request: &Request,
-) -> Result<(OwnedSemaphorePermit, nodelet_cri::CriClient, super::StreamTarget), StreamError> {
+) -> Result<(SessionPermit, nodelet_cri::CriClient, super::StreamTarget), StreamError> {
     path.validate()?;
     if !is_upgrade(request.headers()) {
         return Err(StreamError::BadRequest(
@@ -247,7 +428,10 @@ fn begin<V: NodeView>(
         ));
     }
     let runtime = shared.runtime.clone().ok_or(StreamError::NoRuntime)?;
-    let permit = shared.sessions.clone().try_acquire_owned().map_err(|_| StreamError::TooMany)?;
+    // The main port's authentication puts the user in; without one (not on the main port) all share a slot
+    // set.
+    let user = request.extensions().get::<super::auth::UserInfo>().map_or("", |u| u.name.as_str());
+    let permit = shared.sessions.acquire(user)?;
     Ok((permit, runtime, resolve(shared, path)?))
 }
 
@@ -308,7 +492,7 @@ pub(crate) async fn exec<V: NodeView>(
         Err(source) => return StreamError::Cri { call: "Exec", source }.into_response(),
     };
     let what = format!("exec {}/{}/{}", path.namespace, path.pod, path.container.unwrap_or_default());
-    proxy(request, &url, permit, shared.stopping.clone(), what).await
+    proxy(request, &url, permit, shared.stopping.clone(), shared.idle_timeout, what).await
 }
 
 /// `GET|POST /attach/{namespace}/{pod}[/{uid}]/{container}`.
@@ -338,7 +522,7 @@ pub(crate) async fn attach<V: NodeView>(
         Err(source) => return StreamError::Cri { call: "Attach", source }.into_response(),
     };
     let what = format!("attach {}/{}/{}", path.namespace, path.pod, path.container.unwrap_or_default());
-    proxy(request, &url, permit, shared.stopping.clone(), what).await
+    proxy(request, &url, permit, shared.stopping.clone(), shared.idle_timeout, what).await
 }
 
 /// `GET|POST /portForward/{namespace}/{pod}[/{uid}]`.
@@ -364,7 +548,14 @@ pub(crate) async fn port_forward<V: NodeView>(
             Ok(dialed) => {
                 debug!(%what, ?protocol, "forwarding in the pod's network namespace");
                 let client = hyper::upgrade::on(&mut request);
-                tokio::spawn(port_forward::serve(client, dialed, permit, shared.stopping.clone(), what));
+                tokio::spawn(port_forward::serve(
+                    client,
+                    dialed,
+                    permit,
+                    shared.stopping.clone(),
+                    shared.idle_timeout,
+                    what,
+                ));
                 return port_forward::switching_protocols(&key, protocol);
             }
             Err(reason) => {
@@ -376,7 +567,7 @@ pub(crate) async fn port_forward<V: NodeView>(
         Ok(url) => url,
         Err(source) => return StreamError::Cri { call: "PortForward", source }.into_response(),
     };
-    proxy(request, &url, permit, shared.stopping.clone(), what).await
+    proxy(request, &url, permit, shared.stopping.clone(), shared.idle_timeout, what).await
 }
 
 /// Finds the sandbox's network and dials `ports` there; the reason when the runtime must forward instead.
@@ -481,8 +672,9 @@ fn upstream_addr(uri: &Uri) -> Result<SocketAddr, StreamError> {
 async fn proxy(
     mut request: Request,
     url: &str,
-    permit: OwnedSemaphorePermit,
+    permit: SessionPermit,
     stopping: CancellationToken,
+    idle_timeout: Option<Duration>,
     what: String,
 ) -> Response {
     let mut forwarded = HeaderMap::new();
@@ -496,7 +688,7 @@ async fn proxy(
         Ok(Upstream::Switched { headers, upgrade }) => {
             debug!(%what, ?headers, "the runtime switched protocols");
             let client = hyper::upgrade::on(&mut request);
-            tokio::spawn(relay(client, upgrade, permit, stopping, what));
+            tokio::spawn(relay(client, upgrade, permit, stopping, idle_timeout, what));
             let mut response = Response::new(Body::empty());
             *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
             *response.headers_mut() = headers;
@@ -570,16 +762,19 @@ async fn open_upstream(method: Method, forwarded: HeaderMap, url: &str) -> Resul
     Ok(Upstream::Refused(out))
 }
 
-/// Copies between the client's and the runtime's upgraded connections until one side closes, the client
-/// does not take up its connection in time, or the servers stop.
+/// Copies between the client's and the runtime's upgraded connections until one side closes, nothing has
+/// gone either way for `idle_timeout`, the client does not take up its connection in time, or the servers
+/// stop.
 async fn relay(
     client: hyper::upgrade::OnUpgrade,
     runtime: hyper::upgrade::OnUpgrade,
-    permit: OwnedSemaphorePermit,
+    permit: SessionPermit,
     stopping: CancellationToken,
+    idle_timeout: Option<Duration>,
     what: String,
 ) {
     let _permit = permit;
+    let activity = Activity::new();
     let session = async {
         let runtime = runtime.await.map_err(|e| format!("runtime side: {e}"))?;
         debug!(%what, "runtime side upgraded");
@@ -588,7 +783,8 @@ async fn relay(
             .map_err(|_| format!("the client did not take up the connection within {UPGRADE_WAIT:?}"))?
             .map_err(|e| format!("client side: {e}"))?;
         debug!(%what, "client side upgraded; relaying");
-        let (client_read, client_write) = tokio::io::split(TokioIo::new(client));
+        let (client_read, client_write) =
+            tokio::io::split(Tracked::new(TokioIo::new(client), activity.clone()));
         let (runtime_read, runtime_write) = tokio::io::split(TokioIo::new(runtime));
         // The first direction to end ends the session (as the kubelet's upgrade proxy does): a client that
         // goes away, even with a clean close, must not keep the runtime's session (and this slot) open
@@ -609,6 +805,9 @@ async fn relay(
             Ok(how) => debug!(%what, %how, "streaming session ended"),
             Err(error) => debug!(%what, %error, "streaming session ended"),
         },
+        () = idle(&activity, idle_timeout) => {
+            info!(%what, ?idle_timeout, "streaming session closed: idle (streamingConnectionIdleTimeout)")
+        }
         () = stopping.cancelled() => info!(%what, "streaming session closed: the servers are stopping"),
     }
 }
@@ -668,6 +867,68 @@ mod tests {
         // WebSocket clients must name a port; SPDY clients name them in stream headers
         assert!(parse_ports(&q(&[("other", "1")]), ws).is_err_and(|e| e.contains("\"port\" is required")));
         assert_eq!(parse_ports(&q(&[]), !ws), Ok(vec![]));
+        // At most 128 ports: the channel protocol has two of its 256 channels per port.
+        let list = |n: u16| (1..=n).map(|p| p.to_string()).collect::<Vec<_>>().join(",");
+        assert_eq!(parse_ports(&q(&[("port", &list(128))]), ws).map(|p| p.len()), Ok(128));
+        let e = parse_ports(&q(&[("port", &list(129))]), ws).expect_err("129 ports");
+        assert!(e.contains("129 ports") && e.contains("at most 128"), "{e}");
+        let repeated: Vec<(String, String)> = (1..=129).map(|p| ("port".to_owned(), p.to_string())).collect();
+        assert!(parse_ports(&repeated, !ws).is_err(), "repeated parameters count too");
+    }
+
+    #[test]
+    fn sessions_are_capped_per_user_and_in_all_and_given_back_on_drop() {
+        let sessions = Sessions::new(3, 2);
+        let a1 = sessions.acquire("alice").expect("first of alice");
+        let _a2 = sessions.acquire("alice").expect("second of alice");
+        let e = sessions.acquire("alice").expect_err("third of alice");
+        assert!(matches!(&e, StreamError::TooManyForUser { user, max: 2 } if user == "alice"), "{e}");
+        assert_eq!(e.code(), StatusCode::TOO_MANY_REQUESTS);
+        let _b1 = sessions.acquire("bob").expect("bob still gets in");
+        let e = sessions.acquire("carol").expect_err("every slot taken");
+        assert!(matches!(e, StreamError::TooMany), "{e}");
+        drop(a1);
+        let _c1 = sessions.acquire("carol").expect("a slot came back");
+        assert!(sessions.acquire("alice").is_err(), "no slot left in all");
+        assert_eq!(sessions.users().get("alice"), Some(&1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn activity_ends_the_idle_wait_only_after_a_quiet_timeout() {
+        let activity = Activity::new();
+        let timeout = Duration::from_secs(10);
+        let idle = idle(&activity, Some(timeout));
+        tokio::pin!(idle);
+        for _ in 0..5 {
+            tokio::time::advance(Duration::from_secs(6)).await;
+            activity.touch();
+            assert!(futures::poll!(idle.as_mut()).is_pending(), "traffic every 6 s keeps it open");
+        }
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert!(futures::poll!(idle.as_mut()).is_pending());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(futures::poll!(idle.as_mut()).is_ready(), "10 s without traffic");
+        let never = super::idle(&activity, None);
+        tokio::pin!(never);
+        tokio::time::advance(Duration::from_secs(100_000)).await;
+        assert!(futures::poll!(never.as_mut()).is_pending());
+    }
+
+    #[tokio::test]
+    async fn tracked_connections_count_reads_and_writes_as_activity() {
+        let (a, mut b) = tokio::io::duplex(64);
+        let activity = Activity::new();
+        let mut tracked = Tracked::new(a, activity.clone());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(activity.last.load(Ordering::Relaxed), 0);
+        tracked.write_all(b"x").await.expect("write");
+        let after_write = activity.last.load(Ordering::Relaxed);
+        assert!(after_write >= 20, "{after_write}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        b.write_all(b"y").await.expect("write");
+        let mut one = [0_u8; 1];
+        tracked.read_exact(&mut one).await.expect("read");
+        assert!(activity.last.load(Ordering::Relaxed) >= after_write + 20);
     }
 
     #[test]

@@ -740,6 +740,61 @@ async fn read_only_port_serves_pods_without_auth_and_has_no_logs() {
     server.stop().await;
 }
 
+/// Issue 37: the read-only port serves the kubelet's set (`/pods`, `/stats/summary`, `/metrics*`,
+/// `/healthz`) and no more: events, nodes, volumes, storage classes, CSI nodes and extension tables are
+/// served on the main port only, behind authentication.
+#[tokio::test]
+async fn objects_beyond_the_kubelets_read_only_set_are_served_on_the_main_port_only() {
+    struct Table;
+    impl crate::daemon::StatusTable for Table {
+        fn columns(&self) -> Vec<String> {
+            vec!["NAME".into()]
+        }
+        fn rows(&self) -> Vec<Vec<String>> {
+            vec![vec!["row-1".into()]]
+        }
+    }
+    let dir = tempdir();
+    let token_file = dir.path().join("tokens.csv");
+    write_file(&token_file, "tok,alice,uid-1\n");
+    let mut config = test_config(dir.path());
+    config.read_only_port = Some(0);
+    config.token_auth_file = Some(token_file);
+    config.extensions.0.insert("prepull".into(), Arc::new(Table));
+    let server = Running::start(&config, FakeView::new()).await;
+    let read_only = server.read_only.expect("read-only port enabled");
+    for path in [
+        "/api/v1/events",
+        "/api/v1/nodes",
+        "/api/v1/nodes/node-a",
+        "/api/v1/persistentvolumes",
+        "/api/v1/persistentvolumeclaims",
+        "/apis/storage.k8s.io/v1/storageclasses",
+        "/apis/storage.k8s.io/v1/csinodes",
+        "/extensions/prepull",
+    ] {
+        let plain = get(read_only, &ClientTls::Plain, path, None).await;
+        assert_eq!(plain.status, StatusCode::NOT_FOUND, "{path} on the read-only port: {}", plain.body);
+        let anonymous = get(server.main, &https(), path, None).await;
+        assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED, "{path} on the main port without credentials");
+        let served = get(server.main, &https(), path, Some("tok")).await;
+        // The fake view has no node-a: 404 from the handler itself, with its own message.
+        if path.ends_with("/node-a") {
+            assert_eq!(served.status, StatusCode::NOT_FOUND, "{path}: {}", served.body);
+            assert!(served.body.contains("nodes \\\"node-a\\\" not found"), "{path}: {}", served.body);
+        } else {
+            assert_eq!(served.status, StatusCode::OK, "{path} on the main port: {}", served.body);
+        }
+    }
+    // The kubelet's read-only set is still there.
+    for path in ["/pods", "/healthz", "/metrics", "/metrics/resource", "/metrics/cadvisor", "/metrics/probes"]
+    {
+        let reply = get(read_only, &ClientTls::Plain, path, None).await;
+        assert_eq!(reply.status, StatusCode::OK, "{path} on the read-only port: {}", reply.body);
+    }
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn healthz_port_answers_on_loopback() {
     let dir = tempdir();

@@ -182,7 +182,7 @@ impl TokenReviewer {
 pub(crate) struct RequestAttributes {
     /// `get`, `create`, `update`, `patch`, `delete` (another method: its lower-cased name).
     pub(crate) verb: &'static str,
-    /// `stats`, `metrics`, `log`, `spec`, `checkpoint` or `proxy`.
+    /// `stats`, `metrics`, `log`, `checkpoint` or `proxy`.
     pub(crate) subresource: &'static str,
 }
 
@@ -191,33 +191,37 @@ fn is_subpath(path: &str, prefix: &str) -> bool {
     path.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
-/// The kubelet's mapping of a request to authorization attributes (`GetRequestAttributes`): the verb from
-/// the method (GET and HEAD → `get`, POST → `create`, PUT → `update`, PATCH → `patch`, DELETE → `delete`;
-/// streaming GETs stay `get`), the subresource from the path: `/stats…` → `stats`, `/metrics…` →
-/// `metrics`, `/logs…` → `log`, `/spec…` → `spec`, `/checkpoint…` → `checkpoint`, everything else (`/pods`,
-/// `/run`, `/exec`, `/attach`, `/portForward`, `/containerLogs`, `/healthz`, …) → `proxy`.
+/// The kubelet's mapping of a request to authorization attributes (`GetRequestAttributes`), with one
+/// difference: the verb comes from the method (GET and HEAD → `get`, POST → `create`, PUT → `update`, PATCH →
+/// `patch`, DELETE → `delete`), except on `/exec`, `/attach`, `/portForward` and `/run`, where it is always
+/// `create`: a WebSocket upgrade is a GET, and the kubelet's `get` there lets read-only `nodes/proxy` access
+/// run commands in every pod. The subresource comes from the path as the kubelet's: `/stats…` → `stats`,
+/// `/metrics…` → `metrics`, `/logs…` → `log`, `/checkpoint…` → `checkpoint`, everything else (`/pods`,
+/// `/run`, `/exec`, `/attach`, `/portForward`, `/containerLogs`, `/configz`, `/healthz`, `/spec`, …) →
+/// `proxy`. (Kubelets before 1.18 also mapped `/spec…` to `spec`; today's kubelet, like nodelet, serves no
+/// `/spec` and maps it to `proxy`.)
 pub(crate) fn request_attributes(method: &http::Method, path: &str) -> RequestAttributes {
-    let verb = match *method {
-        http::Method::GET | http::Method::HEAD => "get",
-        http::Method::POST => "create",
-        http::Method::PUT => "update",
-        http::Method::PATCH => "patch",
-        http::Method::DELETE => "delete",
-        http::Method::OPTIONS => "options",
-        http::Method::CONNECT => "connect",
-        http::Method::TRACE => "trace",
-        _ => "unknown",
+    let starts_a_process = ["/exec", "/attach", "/portForward", "/run"].iter().any(|p| is_subpath(path, p));
+    let verb = if starts_a_process {
+        "create"
+    } else {
+        match *method {
+            http::Method::GET | http::Method::HEAD => "get",
+            http::Method::POST => "create",
+            http::Method::PUT => "update",
+            http::Method::PATCH => "patch",
+            http::Method::DELETE => "delete",
+            http::Method::OPTIONS => "options",
+            http::Method::CONNECT => "connect",
+            http::Method::TRACE => "trace",
+            _ => "unknown",
+        }
     };
-    let subresource = [
-        ("/stats", "stats"),
-        ("/metrics", "metrics"),
-        ("/logs", "log"),
-        ("/spec", "spec"),
-        ("/checkpoint", "checkpoint"),
-    ]
-    .into_iter()
-    .find(|(prefix, _)| is_subpath(path, prefix))
-    .map_or("proxy", |(_, sub)| sub);
+    let subresource =
+        [("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"), ("/checkpoint", "checkpoint")]
+            .into_iter()
+            .find(|(prefix, _)| is_subpath(path, prefix))
+            .map_or("proxy", |(_, sub)| sub);
     RequestAttributes { verb, subresource }
 }
 
@@ -343,8 +347,9 @@ pub(crate) mod tests {
             ("/metrics/cadvisor", "metrics"),
             ("/logs", "log"),
             ("/logs/syslog", "log"),
-            ("/spec", "spec"),
-            ("/spec/", "spec"),
+            ("/spec", "proxy"),
+            ("/spec/", "proxy"),
+            ("/configz", "proxy"),
             ("/checkpoint/ns/pod/c", "checkpoint"),
             ("/pods", "proxy"),
             ("/run/ns/pod/c", "proxy"),
@@ -381,6 +386,38 @@ pub(crate) mod tests {
             request_attributes(&http::Method::GET, "/containerLogs/ns/p/c"),
             RequestAttributes { verb: "get", subresource: "proxy" }
         );
+    }
+
+    /// A WebSocket exec is a GET: were it `get`, read-only `nodes/proxy` access (what monitoring is given)
+    /// would run commands in every pod. Every request to a path that starts a process or opens a stream into
+    /// a pod is `create`, whatever its method (kubernetes/kubernetes#136550 proposes the same for the
+    /// kubelet, which still maps a WebSocket GET to `get`).
+    #[test]
+    fn streaming_and_run_paths_are_create_on_proxy_whatever_the_method() {
+        for path in [
+            "/exec/ns/pod/c",
+            "/exec/ns/pod/uid-1/c",
+            "/attach/ns/pod/c",
+            "/attach/ns/pod/uid-1/c",
+            "/portForward/ns/pod",
+            "/portForward/ns/pod/uid-1",
+            "/run/ns/pod/c",
+            "/run/ns/pod/uid-1/c",
+            "/exec",
+            "/portForward/",
+        ] {
+            for method in [http::Method::GET, http::Method::POST, http::Method::HEAD, http::Method::PUT] {
+                assert_eq!(
+                    request_attributes(&method, path),
+                    RequestAttributes { verb: "create", subresource: "proxy" },
+                    "{method} {path}"
+                );
+            }
+        }
+        // Paths that only look alike keep the method's verb.
+        assert_eq!(request_attributes(&http::Method::GET, "/execute").verb, "get");
+        assert_eq!(request_attributes(&http::Method::GET, "/portForwarding/x").verb, "get");
+        assert_eq!(request_attributes(&http::Method::GET, "/pods").verb, "get");
     }
 
     #[tokio::test(start_paused = true)]

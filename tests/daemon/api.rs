@@ -224,6 +224,24 @@ async fn running_pods_and_configz_are_served_on_the_main_port_only() {
         let response = n.http().get(&url).send().await.unwrap_or_else(|e| panic!("GET {url}: {e}"));
         assert_eq!(response.status(), 404, "{url}");
     }
+    // Issue 37: nor are nodelet's own object lists (the read-only port serves the kubelet's set only); the
+    // main port serves them, with authentication.
+    let this_node = format!("/api/v1/nodes/{}", n.node());
+    for path in [
+        "/api/v1/events",
+        "/api/v1/nodes",
+        this_node.as_str(),
+        "/api/v1/persistentvolumes",
+        "/api/v1/persistentvolumeclaims",
+        "/apis/storage.k8s.io/v1/storageclasses",
+        "/apis/storage.k8s.io/v1/csinodes",
+    ] {
+        let url = format!("http://127.0.0.1:{}{path}", n.ports().read_only);
+        let response = n.http().get(&url).send().await.unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        assert_eq!(response.status(), 404, "{url} on the read-only port");
+        assert_eq!(get(path, None).await.status(), 401, "{path} on the main port without the token");
+        assert_eq!(get(path, Some(TOKEN)).await.status(), 200, "{path} on the main port with the token");
+    }
 
     // Once the runtime no longer runs it, it is gone from the list.
     n.remove_manifest("rp.yaml");

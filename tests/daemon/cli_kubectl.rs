@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::support::{Nodelet, env_or_skip, nodelet_cli, sleep_until_term};
+use crate::support::{Nodelet, TOKEN, env_or_skip, nodelet_cli, sleep_until_term};
 
 /// Runs `nodelet ARGS…`; returns (success, stdout, stderr).
 async fn cli(args: &[&str]) -> (bool, String, String) {
@@ -119,7 +119,7 @@ async fn get_and_describe_select_format_and_watch_like_kubectl() {
     // get events: the container lifecycle events nodelet reports, kubectl's columns
     let events = n
         .wait_for("Started events of both pods", Duration::from_secs(20), async || {
-            let t = nodelet_cli(&["get", "events", "--server", s]).await;
+            let t = n.cli_main(&["get", "events"]).await;
             (t.contains(&format!("pod/{web}")) && t.contains(&format!("pod/{batch}"))).then_some(t)
         })
         .await;
@@ -139,21 +139,18 @@ async fn get_and_describe_select_format_and_watch_like_kubectl() {
             && l.ends_with("Started container main")),
         "{events}"
     );
-    let mine = nodelet_cli(&[
-        "get",
-        "events",
-        "--field-selector",
-        &format!("involvedObject.name={web}"),
-        "--server",
-        s,
-    ])
-    .await;
+    let mine =
+        n.cli_main(&["get", "events", "--field-selector", &format!("involvedObject.name={web}")]).await;
     assert!(mine.contains(&format!("pod/{web}")) && !mine.contains(&format!("pod/{batch}")), "{mine}");
-    let (ok, _, err) = cli(&["get", "events", "--field-selector", "spec.nodeName=x", "--server", s]).await;
+    let (main, ca) = (n.main_url(""), n.root_dir().join("pki/nodelet.crt").display().to_string());
+    let main_flags = ["--server", main.as_str(), "--certificate-authority", ca.as_str(), "--token", TOKEN];
+    let mut args = vec!["get", "events", "--field-selector", "spec.nodeName=x"];
+    args.extend(main_flags);
+    let (ok, _, err) = cli(&args).await;
     assert!(!ok && err.contains("field label not supported: spec.nodeName"), "{err}");
 
     // describe pod: a name prefix finds the static pod; its events come last
-    let text = nodelet_cli(&["describe", "pod", "web", "--server", s]).await;
+    let text = n.cli_main(&["describe", "pod", "web"]).await;
     let field = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{name}:")))
@@ -250,15 +247,9 @@ async fn get_and_describe_select_format_and_watch_like_kubectl() {
     watch.kill().await.unwrap_or_else(|e| panic!("cannot stop get -w: {e}"));
 
     // Image events, in the kubelet's words: a present image, and a pull from the loopback registry.
-    let present = nodelet_cli(&[
-        "get",
-        "events",
-        "--field-selector",
-        &format!("involvedObject.name={web},reason=Pulled"),
-        "--server",
-        s,
-    ])
-    .await;
+    let present = n
+        .cli_main(&["get", "events", "--field-selector", &format!("involvedObject.name={web},reason=Pulled")])
+        .await;
     assert!(
         present.contains(&format!("Container image \"{}\" already present on machine", env.busybox)),
         "{present}"
@@ -274,7 +265,7 @@ async fn get_and_describe_select_format_and_watch_like_kubectl() {
     n.write_manifest("pulled.yaml", &pulled);
     n.wait_running("pulled").await;
     let pulled_name = n.pod_name("pulled");
-    let text = nodelet_cli(&["describe", "pod", &pulled_name, "--server", s]).await;
+    let text = n.cli_main(&["describe", "pod", &pulled_name]).await;
     let events_part = text.split("\nEvents:\n").nth(1).unwrap_or_default();
     let lines: Vec<&str> = events_part.lines().collect();
     let pulling = lines.iter().position(|l| l.contains(&format!("Pulling image \"{remote}\"")));

@@ -976,6 +976,190 @@ async fn the_main_port_authenticates_with_token_reviews_and_authorizes_with_subj
     n.shutdown().await;
 }
 
+/// A ClusterRole with `rules` bound to ServiceAccount `namespace/account`; both named `name`.
+async fn grant(n: &ClusterNode, name: &str, namespace: &str, account: &str, rules: Value) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::PostParams;
+    let role: ClusterRole = match serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+        "rules": rules,
+    })) {
+        Ok(r) => r,
+        Err(e) => panic!("bad cluster role: {e}"),
+    };
+    let binding: ClusterRoleBinding = match serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    })) {
+        Ok(b) => b,
+        Err(e) => panic!("bad cluster role binding: {e}"),
+    };
+    if let Err(e) = Api::<ClusterRole>::all(n.client()).create(&PostParams::default(), &role).await {
+        panic!("cannot create cluster role {name}: {e}");
+    }
+    if let Err(e) = Api::<ClusterRoleBinding>::all(n.client()).create(&PostParams::default(), &binding).await
+    {
+        panic!("cannot create cluster role binding {name}: {e}");
+    }
+}
+
+/// Removes what [`grant`] created.
+async fn revoke(n: &ClusterNode, name: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let _ = Api::<ClusterRoleBinding>::all(n.client()).delete(name, &DeleteParams::default()).await;
+    let _ = Api::<ClusterRole>::all(n.client()).delete(name, &DeleteParams::default()).await;
+}
+
+/// A token of a new ServiceAccount `namespace/name` (no RBAC of its own).
+async fn service_account_token(n: &ClusterNode, namespace: &str, name: &str) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::api::PostParams;
+    let accounts: Api<ServiceAccount> = Api::namespaced(n.client(), namespace);
+    let sa: ServiceAccount = match serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace},
+    })) {
+        Ok(sa) => sa,
+        Err(e) => panic!("bad service account: {e}"),
+    };
+    if let Err(e) = accounts.create(&PostParams::default(), &sa).await {
+        panic!("cannot create service account {namespace}/{name}: {e}");
+    }
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(600), ..TokenRequestSpec::default() }),
+        ..TokenRequest::default()
+    };
+    match accounts.create_token_request(name, &PostParams::default(), &request).await {
+        Ok(t) => {
+            t.status.and_then(|s| s.token).filter(|t| !t.is_empty()).unwrap_or_else(|| panic!("no token"))
+        }
+        Err(e) => panic!("cannot request a token of {namespace}/{name}: {e}"),
+    }
+}
+
+/// `POST /run/default/{pod}/app?cmd=…` with a bearer token: (status, body).
+async fn main_run(
+    n: &ClusterNode,
+    client: &reqwest::Client,
+    pod: &str,
+    cmd: &str,
+    token: &str,
+) -> (u16, String) {
+    let url = n.main_url(&format!("/run/default/{pod}/app?cmd={}", cmd.replace(' ', "+")));
+    let response = match client.post(&url).bearer_auth(token).send().await {
+        Ok(r) => r,
+        Err(e) => panic!("POST {url}: {e:?}\n{}", n.tail()),
+    };
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap_or_default())
+}
+
+/// Issue 37: with a KubeletConfiguration that sets nothing but the client CA (what kubeadm writes), the file
+/// format's defaults hold (TokenReview on, Webhook authorization): the cluster admin's token works, a
+/// ServiceAccount token without RBAC gets 403 from `/exec`, `/run`, `/configz` and `/pods`, `get` on
+/// `nodes/proxy` opens the reads but not exec or run (a WebSocket exec is a GET, authorized as `create`),
+/// and `create` opens those.
+#[tokio::test]
+async fn a_client_ca_only_config_authorizes_service_account_tokens_through_rbac_on_nodes_proxy() {
+    use crate::exec::{exec_query, shell_pod, ws};
+
+    let (env, cluster) = cluster_or_skip!(
+        "a_client_ca_only_config_authorizes_service_account_tokens_through_rbac_on_nodes_proxy"
+    );
+    let options = StartOptions {
+        config_extra: format!("authentication:\n  x509:\n    clientCAFile: {}", cluster.ca.display()),
+        ..StartOptions::default()
+    };
+    let n = ClusterNode::start_with(&env, &cluster, "authz-defaults", options).await;
+    let client = n.main_client_with(None);
+    let ns = n.namespace().to_owned();
+    let (pod, _uid) = shell_pod(&n, "target").await;
+    let exec_path = format!("/exec/default/{pod}/app?{}", exec_query(&["echo", "exec-ok"], false, false));
+
+    // The cluster admin's token (a static token of the API server): TokenReview and SubjectAccessReview.
+    let admin_token = n.cluster().admin_token.clone();
+    let (code, body) = main_get_ok(&n, &client, "/pods", Some(&admin_token)).await;
+    assert_eq!(code, 200, "GET /pods with the cluster admin's token: {body}\n{}", n.tail());
+
+    let sa_token = service_account_token(&n, &ns, "intruder").await;
+    let sa_user = format!("system:serviceaccount:{ns}:intruder");
+    let forbidden = |verb: &str| {
+        format!("Forbidden (user={sa_user}, verb={verb}, resource=nodes, subresource(s)=[proxy])")
+    };
+    for path in ["/pods", "/configz"] {
+        let (code, body) = main_get_ok(&n, &client, path, Some(&sa_token)).await;
+        assert_eq!(code, 403, "GET {path} as {sa_user}: {body}\n{}", n.tail());
+        assert!(body.contains(&forbidden("get")), "GET {path}: {body}");
+    }
+    let (code, body) = main_run(&n, &client, &pod, "echo run-ok", &sa_token).await;
+    assert_eq!(code, 403, "POST /run as {sa_user}: {body}");
+    assert!(body.contains(&forbidden("create")), "POST /run: {body}");
+    match ws(&n, &exec_path, Some(&sa_token), "v4.channel.k8s.io").await {
+        Ok(_) => panic!("a WebSocket exec as {sa_user} without RBAC was let in"),
+        Err((code, body)) => {
+            assert_eq!(code, 403, "exec as {sa_user}: {body}");
+            assert!(body.contains(&forbidden("create")), "exec: {body}");
+        }
+    }
+
+    // get on nodes/proxy: the reads (after the 30 s the denial may stay cached), not exec or run.
+    let reader = format!("e2e-proxy-get-{}", n.node());
+    grant(
+        &n,
+        &reader,
+        &ns,
+        "intruder",
+        json!([{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]),
+    )
+    .await;
+    n.wait_until("GET /pods to be allowed after get on nodes/proxy", WAIT, async || {
+        match main_get(&n, &client, "/pods", Some(&sa_token)).await {
+            Ok((200, body)) => Ok(body),
+            Ok((code, body)) => Err(format!("{code}: {body}")),
+            Err(e) => Err(e),
+        }
+    })
+    .await;
+    let (code, body) = main_get_ok(&n, &client, "/configz", Some(&sa_token)).await;
+    assert_eq!(code, 200, "GET /configz with get on nodes/proxy: {body}");
+    match ws(&n, &exec_path, Some(&sa_token), "v4.channel.k8s.io").await {
+        Ok(_) => panic!("a WebSocket exec (a GET) was let in with only get on nodes/proxy"),
+        Err((code, body)) => {
+            assert!(code == 403 && body.contains(&forbidden("create")), "exec: {code} {body}")
+        }
+    }
+
+    // create on nodes/proxy: /run and /exec.
+    let runner = format!("e2e-proxy-create-{}", n.node());
+    grant(
+        &n,
+        &runner,
+        &ns,
+        "intruder",
+        json!([{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["create"]}]),
+    )
+    .await;
+    let out = n
+        .wait_until("POST /run to be allowed after create on nodes/proxy", WAIT, async || {
+            match main_run(&n, &client, &pod, "echo run-ok", &sa_token).await {
+                (200, body) => Ok(body),
+                (code, body) => Err(format!("{code}: {body}")),
+            }
+        })
+        .await;
+    assert_eq!(out.trim(), "run-ok");
+    match ws(&n, &exec_path, Some(&sa_token), "v4.channel.k8s.io").await {
+        Ok(_) => {} // 101: the session is open
+        Err((code, body)) => panic!("exec with create on nodes/proxy: {code}: {body}\n{}", n.tail()),
+    }
+
+    revoke(&n, &reader).await;
+    revoke(&n, &runner).await;
+    n.remove_manifest("target.yaml");
+    n.shutdown().await;
+}
+
 /// The fixture reads envtest's `env.sh` without a shell: the lines `start.sh` writes.
 #[test]
 fn envtest_env_files_are_parsed_without_a_shell() {

@@ -23,21 +23,16 @@ use k8s_openapi::api::core::v1::Pod;
 use nodelet_cri::{CriClient, CriConfig};
 use serde_json::{Value, json};
 
-use crate::support::{Nodelet, StartOptions, TOKEN, condition, env_or_skip, nodelet_cli, phase};
+use crate::support::{Nodelet, StartOptions, TOKEN, condition, env_or_skip, phase};
 
 const MI: u64 = 1 << 20;
 
 /// `GET path` on the read-only port, as JSON.
 async fn get_json(n: &Nodelet, path: &str) -> Value {
-    let url = format!("http://127.0.0.1:{}{path}", n.ports().read_only);
-    let response = match n.http().get(&url).send().await {
-        Ok(r) => r,
-        Err(e) => panic!("GET {url}: {e}"),
-    };
-    let body = response.text().await.unwrap_or_default();
+    let Some(body) = n.main_get_text(path).await else { panic!("GET {path} on the main port: no answer") };
     match serde_json::from_str(&body) {
         Ok(v) => v,
-        Err(e) => panic!("GET {url}: not JSON: {e}: {body}"),
+        Err(e) => panic!("GET {path}: not JSON: {e}: {body}"),
     }
 }
 
@@ -140,8 +135,8 @@ async fn memory_pressure_evicts_the_pod_over_its_request_and_refuses_best_effort
     let pressure = conditions.as_array().into_iter().flatten().find(|c| c["type"] == "MemoryPressure");
     assert_eq!(pressure.map(|c| c["status"].clone()), Some(json!("True")), "{list}");
     assert_eq!(pressure.map(|c| c["reason"].clone()), Some(json!("KubeletHasInsufficientMemory")));
-    let url = format!("http://127.0.0.1:{}/api/v1/nodes/no-such-node", n.ports().read_only);
-    let status = n.http().get(&url).send().await.map(|r| r.status().as_u16()).unwrap_or(0);
+    let url = n.main_url("/api/v1/nodes/no-such-node");
+    let status = https.get(&url).bearer_auth(TOKEN).send().await.map(|r| r.status().as_u16()).unwrap_or(0);
     assert_eq!(status, 404, "GET {url}");
     // The hog's containers are killed and not started again.
     n.wait_for_pod("hog", "no container running", Duration::from_secs(30), |p| {
@@ -171,9 +166,7 @@ async fn memory_pressure_evicts_the_pod_over_its_request_and_refuses_best_effort
     }
 
     // What users see: the node's conditions, the metric, the event.
-    let table =
-        nodelet_cli(&["get", "nodes", "--server", &format!("http://127.0.0.1:{}", n.ports().read_only)])
-            .await;
+    let table = n.cli_main(&["get", "nodes"]).await;
     assert!(table.contains(n.node()) && table.contains("MemoryPressure"), "{table}");
     assert_eq!(metric(&n, "kubelet_evictions_total{eviction_signal=\"memory.available\"}").await, Some(1.0));
     let events = get_json(&n, "/api/v1/events").await;
@@ -494,11 +487,10 @@ async fn node_status_shows_the_machines_capacity_allocatable_addresses_and_syste
     assert_eq!(list["items"][0]["status"]["addresses"], status["addresses"], "{list}");
 
     // What a user sees: kubectl's columns, and the wide ones.
-    let server = format!("http://127.0.0.1:{}", n.ports().read_only);
-    let table = nodelet_cli(&["get", "nodes", "--server", &server]).await;
+    let table = n.cli_main(&["get", "nodes"]).await;
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
     assert_eq!(header, ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "PRESSURE"], "{table}");
-    let wide = nodelet_cli(&["get", "nodes", "-o", "wide", "--server", &server]).await;
+    let wide = n.cli_main(&["get", "nodes", "-o", "wide"]).await;
     let mut lines = wide.lines();
     let header = lines.next().unwrap_or_default();
     let row = lines.next().unwrap_or_default();

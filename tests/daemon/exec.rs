@@ -19,12 +19,12 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::cluster_support::{ClusterEnv, ClusterNode, cluster_or_skip};
-use crate::support::{Nodelet, TOKEN, env_or_skip, sleep_until_term};
+use crate::support::{Nodelet, OTHER_TOKEN, StartOptions, TOKEN, env_or_skip, sleep_until_term};
 
 /// How long one exec may take in these tests.
 pub(crate) const EXEC_LIMIT: Duration = Duration::from_secs(30);
 
-type Ws = WebSocketStream<TlsStream<TcpStream>>;
+pub(crate) type Ws = WebSocketStream<TlsStream<TcpStream>>;
 
 /// A TLS connection to the main port, trusting nodelet's self-signed certificate.
 async fn tls(n: &Nodelet) -> TlsStream<TcpStream> {
@@ -45,7 +45,12 @@ async fn tls(n: &Nodelet) -> TlsStream<TcpStream> {
 }
 
 /// Opens a WebSocket on the main port; `Err((status, body))` when the server refuses the upgrade.
-async fn ws(n: &Nodelet, path: &str, token: Option<&str>, protocol: &str) -> Result<Ws, (u16, String)> {
+pub(crate) async fn ws(
+    n: &Nodelet,
+    path: &str,
+    token: Option<&str>,
+    protocol: &str,
+) -> Result<Ws, (u16, String)> {
     let url = format!("wss://127.0.0.1:{}{path}", n.ports().main);
     let mut request = url.as_str().into_client_request().expect("a WebSocket request");
     if let Some(t) = token {
@@ -93,7 +98,7 @@ impl ExecOutput {
 }
 
 /// The query of an exec of `cmd`.
-fn exec_query(cmd: &[&str], stdin: bool, tty: bool) -> String {
+pub(crate) fn exec_query(cmd: &[&str], stdin: bool, tty: bool) -> String {
     let mut q: Vec<String> = cmd.iter().map(|c| format!("command={}", urlencode(c))).collect();
     q.push("stdout=1".into());
     if !tty {
@@ -651,6 +656,99 @@ async fn read_forward(ws: &mut Ws, enough: usize) -> Forwarded {
     };
     tokio::time::timeout(EXEC_LIMIT, read).await.expect("the port-forward answers in time");
     out
+}
+
+/// Reads a session until the server ends it; (what came on stdout, how long it took).
+async fn until_closed(mut ws: Ws, limit: Duration) -> (String, Duration) {
+    let started = tokio::time::Instant::now();
+    let mut stdout = String::new();
+    let read = async {
+        while let Some(message) = ws.next().await {
+            match message {
+                Ok(Message::Binary(d)) if d.first() == Some(&1) => {
+                    stdout.push_str(&String::from_utf8_lossy(&d[1..]))
+                }
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    };
+    if tokio::time::timeout(limit, read).await.is_err() {
+        panic!("the session was still open after {limit:?}; stdout so far: {stdout:?}");
+    }
+    (stdout, started.elapsed())
+}
+
+/// Issue 37: streaming limits a client cannot exhaust, against the real runtime: at most 128 ports in one
+/// port-forward (129 is a 400), `streamingConnectionIdleTimeout` closes a session with no traffic (and
+/// not one with traffic), and `nodelet.maxStreamingSessionsPerUser` refuses one user's next session while
+/// another user still gets in.
+#[tokio::test]
+async fn streaming_sessions_have_an_idle_timeout_a_per_user_cap_and_at_most_128_ports() {
+    let env = env_or_skip!("streaming_sessions_have_an_idle_timeout_a_per_user_cap_and_at_most_128_ports");
+    let options = StartOptions {
+        config_extra: "streamingConnectionIdleTimeout: 2s".into(),
+        nodelet_extra: "maxStreamingSessionsPerUser: 2".into(),
+        ..StartOptions::default()
+    };
+    let n = Nodelet::start_with(&env, "stream-limits", options).await;
+    let (pod, _) = shell_pod(&n, "limits").await;
+    const V4: &str = "v4.channel.k8s.io";
+
+    // 129 ports: refused before the runtime is asked; 128 are served.
+    let ports = |count: u16| (1..=count).map(|p| (9000 + p).to_string()).collect::<Vec<_>>().join(",");
+    let (status, body) = ws(&n, &format!("/portForward/default/{pod}?port={}", ports(129)), Some(TOKEN), V4)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("a port-forward of 129 ports was upgraded"));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("129 ports") && body.contains("at most 128"), "{body}");
+    let forward = ws(&n, &format!("/portForward/default/{pod}?port={}", ports(128)), Some(TOKEN), V4)
+        .await
+        .unwrap_or_else(|(status, body)| panic!("128 ports: {status}: {body}"));
+    drop(forward);
+
+    // A session with no traffic is closed after the idle timeout (2 s), long before its command ends.
+    let exec_path = |cmd: &[&str]| format!("/exec/default/{pod}/app?{}", exec_query(cmd, false, false));
+    let idle = ws(&n, &exec_path(&["sleep", "60"]), Some(TOKEN), V4)
+        .await
+        .unwrap_or_else(|(status, body)| panic!("exec sleep: {status}: {body}"));
+    let (_, took) = until_closed(idle, Duration::from_secs(20)).await;
+    assert!(took >= Duration::from_millis(1500) && took < Duration::from_secs(8), "closed after {took:?}");
+    // One with traffic (a line every 0.5 s for 4 s) outlives the idle timeout and ends on its own.
+    let busy = ws(
+        &n,
+        &exec_path(&["sh", "-c", "for i in 1 2 3 4 5 6 7 8; do echo tick-$i; sleep 0.5; done"]),
+        Some(TOKEN),
+        V4,
+    )
+    .await
+    .unwrap_or_else(|(status, body)| panic!("exec ticks: {status}: {body}"));
+    let (out, took) = until_closed(busy, Duration::from_secs(20)).await;
+    assert!(out.contains("tick-8") && took >= Duration::from_secs(3), "{out:?} after {took:?}");
+
+    // Per user at most 2 sessions: e2e-user's third is refused, e2e-other still gets in.
+    let ticking = exec_path(&["sh", "-c", "while true; do echo tick; sleep 0.5; done"]);
+    let open = async |token: &str| ws(&n, &ticking, Some(token), V4).await;
+    let first = open(TOKEN).await.unwrap_or_else(|(status, body)| panic!("first session: {status}: {body}"));
+    let _second =
+        open(TOKEN).await.unwrap_or_else(|(status, body)| panic!("second session: {status}: {body}"));
+    let (status, body) =
+        open(TOKEN).await.err().unwrap_or_else(|| panic!("a third session of e2e-user opened"));
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("e2e-user") && body.contains("at most 2"), "{body}");
+    let _other = open(OTHER_TOKEN).await.unwrap_or_else(|(status, body)| {
+        panic!("another user is refused: {status}: {body}\n{}", n.log_tail(30))
+    });
+    // Closing one gives e2e-user's slot back.
+    drop(first);
+    n.wait_for("e2e-user's slot back after closing a session", Duration::from_secs(10), async || {
+        open(TOKEN).await.ok()
+    })
+    .await;
+
+    n.remove_manifest("limits.yaml");
+    n.shutdown().await;
 }
 
 #[tokio::test]

@@ -505,8 +505,7 @@ async fn runtime_classes_pick_the_sandbox_handler_and_unknown_ones_keep_the_pod_
     }
     let events = n
         .wait_for("a FailedCreatePodSandBox event", Duration::from_secs(10), async || {
-            let url = format!("http://127.0.0.1:{}/api/v1/events", n.ports().read_only);
-            let body = n.http().get(&url).send().await.ok()?.text().await.ok()?;
+            let body = n.main_get_text("/api/v1/events").await?;
             body.contains("FailedCreatePodSandBox").then_some(body)
         })
         .await;

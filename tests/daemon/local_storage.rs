@@ -46,10 +46,9 @@ async fn metric(n: &Nodelet, series: &str) -> Option<f64> {
 
 /// `GET path` on the read-only port, as JSON (`Null` when unreadable).
 async fn get_json(n: &Nodelet, path: &str) -> Value {
-    let url = format!("http://127.0.0.1:{}{path}", n.ports().read_only);
-    match n.http().get(&url).send().await {
-        Ok(r) => serde_json::from_str(&r.text().await.unwrap_or_default()).unwrap_or_default(),
-        Err(_) => Value::Null,
+    match n.main_get_text(path).await {
+        Some(body) => serde_json::from_str(&body).unwrap_or_default(),
+        None => Value::Null,
     }
 }
 

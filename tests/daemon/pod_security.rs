@@ -191,10 +191,9 @@ spec:
                  storageClassName: manual\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 500Mi}}\n";
     n.write_manifest_text("pv.yaml", &pv);
     n.write_manifest_text("claim.yaml", claim);
-    let pvs_url = format!("http://127.0.0.1:{}/api/v1/persistentvolumes", n.ports().read_only);
     let phase = async |n: &Nodelet| -> Value {
-        let Ok(r) = n.http().get(&pvs_url).send().await else { return Value::Null };
-        let list: Value = serde_json::from_slice(&r.bytes().await.unwrap_or_default()).unwrap_or(Value::Null);
+        let Some(body) = n.main_get_text("/api/v1/persistentvolumes").await else { return Value::Null };
+        let list: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
         list["items"][0]["status"].clone()
     };
     n.wait_for("the forged volume Bound", Duration::from_secs(15), async || {

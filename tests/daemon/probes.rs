@@ -112,10 +112,9 @@ fn last_message(status: &ContainerStatus) -> String {
 
 /// `GET path` on the read-only port, as text.
 async fn get_text(n: &Nodelet, path: &str) -> String {
-    let url = format!("http://127.0.0.1:{}{path}", n.ports().read_only);
-    match n.http().get(&url).send().await {
-        Ok(r) => r.text().await.unwrap_or_default(),
-        Err(e) => panic!("GET {url}: {e}"),
+    match n.main_get_text(path).await {
+        Some(body) => body,
+        None => panic!("GET {path} on the main port: no answer"),
     }
 }
 

@@ -366,7 +366,8 @@ async fn an_oom_killed_container_shows_oomkilled_and_an_event() {
         })
         .await;
     let pod_name = n.pod_name("oom");
-    let events: Value = serde_json::from_str(&read_only(&n, "/api/v1/events").await).unwrap_or_default();
+    let events: Value = serde_json::from_str(&n.main_get_text("/api/v1/events").await.unwrap_or_default())
+        .unwrap_or_default();
     let oom = events["items"].as_array().and_then(|items| {
         items.iter().find(|e| e["reason"] == "OOMKilling" && e["involvedObject"]["name"] == pod_name.as_str())
     });

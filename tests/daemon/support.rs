@@ -33,8 +33,10 @@ pub(crate) const POLL: Duration = Duration::from_millis(150);
 pub(crate) const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
 /// The cap of the fixture's crash-loop back-off.
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(4);
-/// The bearer token accepted on the main port.
+/// The bearer token accepted on the main port (user `e2e-user`, group `system:masters`).
 pub(crate) const TOKEN: &str = "e2e-token-0123456789abcdef";
+/// Another user's bearer token (user `e2e-other`, group `system:masters`), for per-user limits.
+pub(crate) const OTHER_TOKEN: &str = "e2e-other-token-fedcba9876543210";
 /// Prefix of every node name the fixture makes up (the leftover sweep only touches these).
 const NODE_PREFIX: &str = "e2e-";
 /// How long teardown waits for nodelet to remove the pods before removing them itself.
@@ -205,7 +207,12 @@ impl Nodelet {
         for sub in ["root", "manifests", "logs"] {
             mkdir(&dir.path().join(sub));
         }
-        write_file(&dir.path().join("tokens.csv"), &format!("{TOKEN},e2e-user,1001,\"system:masters\"\n"));
+        write_file(
+            &dir.path().join("tokens.csv"),
+            &format!(
+                "{TOKEN},e2e-user,1001,\"system:masters\"\n{OTHER_TOKEN},e2e-other,1002,\"system:masters\"\n"
+            ),
+        );
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\n\
              kind: KubeletConfiguration\n\
@@ -577,6 +584,25 @@ impl Nodelet {
     /// `https://127.0.0.1:<port><path>`.
     pub(crate) fn main_url(&self, path: &str) -> String {
         format!("https://127.0.0.1:{}{path}", self.ports.main)
+    }
+
+    /// `GET <path>` on the main port with the fixture's token: the body of the answer, whatever its status;
+    /// `None` when nothing answered. nodelet's own lists (events, nodes, volumes, storage classes, CSI nodes)
+    /// are served there only, not on the read-only port.
+    pub(crate) async fn main_get_text(&self, path: &str) -> Option<String> {
+        let response = self.main_client().get(self.main_url(path)).bearer_auth(TOKEN).send().await.ok()?;
+        response.text().await.ok()
+    }
+
+    /// `nodelet ARGS… --server <main port> --certificate-authority <its certificate> --token <token>`: the
+    /// client commands against the main port (see [`nodelet_cli`]).
+    pub(crate) async fn cli_main(&self, args: &[&str]) -> String {
+        let server = self.main_url("");
+        let ca = self.root_dir().join("pki").join("nodelet.crt");
+        let ca = ca.display().to_string();
+        let mut all = args.to_vec();
+        all.extend(["--server", server.as_str(), "--certificate-authority", ca.as_str(), "--token", TOKEN]);
+        nodelet_cli(&all).await
     }
 
     // -------------------------------------------------------------------------------------------- the runtime

@@ -53,10 +53,9 @@ async fn wait_gone(n: &Nodelet, name: &str, uid: &str) {
 
 /// The (reason, message) of every event on `/api/v1/events`.
 async fn events(n: &Nodelet) -> Vec<(String, String)> {
-    let url = format!("http://127.0.0.1:{}/api/v1/events", n.ports().read_only);
-    let Ok(response) = n.http().get(url).send().await else { return Vec::new() };
+    let Some(body) = n.main_get_text("/api/v1/events").await else { return Vec::new() };
     let list: k8s_openapi::List<k8s_openapi::api::core::v1::Event> =
-        serde_json::from_slice(&response.bytes().await.unwrap_or_default()).unwrap_or_default();
+        serde_json::from_str(&body).unwrap_or_default();
     list.items.into_iter().map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default())).collect()
 }
 
@@ -509,10 +508,9 @@ spec:
     // The claim alone first: no volume yet, it is Pending and says why.
     let (pv_doc, claim_doc) = storage.split_once("---").unwrap_or_default();
     n.write_manifest_text("claim.yaml", claim_doc);
-    let server = format!("http://127.0.0.1:{}", n.ports().read_only);
     let pending = n
         .wait_for("the claim Pending with a reason", Duration::from_secs(10), async || {
-            let table = crate::support::nodelet_cli(&["get", "pvc", "--server", &server]).await;
+            let table = n.cli_main(&["get", "pvc"]).await;
             table.lines().any(|l| l.starts_with("data ") && l.contains("Pending")).then_some(table)
         })
         .await;
@@ -528,7 +526,7 @@ spec:
         (pvs["items"][0]["status"]["phase"] == "Bound").then_some(())
     })
     .await;
-    let table = crate::support::nodelet_cli(&["get", "pv", "--server", &server]).await;
+    let table = n.cli_main(&["get", "pv"]).await;
     assert!(
         table
             .lines()
@@ -595,9 +593,8 @@ fn fs_capacity(path: &Path) -> f64 {
 
 /// A v1 List from the read-only port.
 async fn api_list(n: &Nodelet, path: &str) -> Value {
-    let url = format!("http://127.0.0.1:{}{path}", n.ports().read_only);
-    let Ok(response) = n.http().get(&url).send().await else { return Value::Null };
-    serde_json::from_slice(&response.bytes().await.unwrap_or_default()).unwrap_or(Value::Null)
+    let Some(body) = n.main_get_text(path).await else { return Value::Null };
+    serde_json::from_str(&body).unwrap_or(Value::Null)
 }
 
 /// The `nodelet-csi-hostpath` binary, built beside this test binary (`cargo nextest run --workspace`
@@ -718,9 +715,8 @@ async fn a_claim_of_a_csi_storage_class_is_provisioned_staged_published_and_clea
     let storage =
         class_and_claim("csi-hostpath", "hostpath.csi.nodelet.dev", "WaitForFirstConsumer", "scratch");
     n.write_manifest_text("storage.yaml", &storage);
-    let server = format!("http://127.0.0.1:{}", n.ports().read_only);
     n.wait_for("the storage class in nodelet get storageclass", Duration::from_secs(10), async || {
-        let classes = crate::support::nodelet_cli(&["get", "storageclass", "--server", &server]).await;
+        let classes = n.cli_main(&["get", "storageclass"]).await;
         classes
             .lines()
             .any(|l| l.starts_with("csi-hostpath ") && l.contains("hostpath.csi.nodelet.dev"))
@@ -742,15 +738,14 @@ async fn a_claim_of_a_csi_storage_class_is_provisioned_staged_published_and_clea
     let pod = n.wait_running("csi-user").await;
     let uid = uid(&pod);
     // The claim's events say it was provisioned, as the external-provisioner words it.
-    let claim_events = crate::support::nodelet_cli(&[
-        "get",
-        "events",
-        "--field-selector",
-        "involvedObject.kind=PersistentVolumeClaim,involvedObject.name=scratch",
-        "--server",
-        &server,
-    ])
-    .await;
+    let claim_events = n
+        .cli_main(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.kind=PersistentVolumeClaim,involvedObject.name=scratch",
+        ])
+        .await;
     assert!(
         claim_events.lines().any(|l| l.contains("Normal")
             && l.contains("ProvisioningSucceeded")
@@ -1076,13 +1071,9 @@ async fn an_lvm_storage_class_provisions_a_logical_volume_for_a_pod_and_deletes_
     n.shutdown().await;
 }
 
-/// `status` of the Node on `/api/v1/nodes` (read-only port).
+/// `status` of the Node on `/api/v1/nodes` (main port).
 async fn node_status(n: &Nodelet) -> serde_json::Value {
-    let url = format!("http://127.0.0.1:{}/api/v1/nodes", n.ports().read_only);
-    let body = match n.http().get(&url).send().await {
-        Ok(r) => r.text().await.unwrap_or_default(),
-        Err(e) => panic!("GET {url}: {e}"),
-    };
+    let Some(body) = n.main_get_text("/api/v1/nodes").await else { panic!("GET /api/v1/nodes: no answer") };
     let list: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     list["items"][0]["status"].clone()
 }
@@ -1163,8 +1154,7 @@ async fn a_standard_csi_driver_registers_through_node_driver_registrar_and_serve
     }
 
     // `nodelet get csinodes`: the node with its one driver.
-    let server = format!("http://127.0.0.1:{}", n.ports().read_only);
-    let table = crate::support::nodelet_cli(&["get", "csinodes", "--server", &server]).await;
+    let table = n.cli_main(&["get", "csinodes"]).await;
     let row: Vec<&str> = table.lines().nth(1).unwrap_or_default().split_whitespace().collect();
     assert_eq!(row.get(..2), Some(&[n.node(), "1"][..]), "{table}");
 

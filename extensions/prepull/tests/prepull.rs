@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{Nodelet, StartOptions, env_or_skip};
+use support::{Nodelet, StartOptions, TOKEN, env_or_skip};
 
 fn var(name: &str) -> String {
     std::env::var(name)
@@ -19,9 +19,13 @@ fn var(name: &str) -> String {
         .unwrap_or_else(|| panic!("{name} is unset: source /tmp/nodelet-test/env.sh"))
 }
 
+/// `nodelet-prepull get prepull` against the main port (extension tables are not on the read-only port).
 async fn get_prepull(n: &Nodelet) -> (bool, String, String) {
+    let ca = n.root_dir().join("pki").join("nodelet.crt");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodelet-prepull"))
-        .args(["get", "prepull", "--server", &format!("http://127.0.0.1:{}", n.ports().read_only)])
+        .args(["get", "prepull", "--server", &n.main_url(""), "--token", TOKEN])
+        .arg("--certificate-authority")
+        .arg(&ca)
         .env_remove("RUST_LOG")
         .output()
         .await
