@@ -311,7 +311,7 @@ proptest! {
 
 /// Numbers at and beyond every integer limit, in every form a decoder may meet them: plain,
 /// signed, as exponents of a quantity, with suffixes, and as long digit strings.
-fn limit_numbers() -> Vec<String> {
+pub(crate) fn limit_numbers() -> Vec<String> {
     let ints: Vec<String> = [
         i64::MIN.to_string(),
         i64::MAX.to_string(),
@@ -492,5 +492,71 @@ fn manifest_numbers_at_every_integer_limit_are_decoded_or_refused_without_panic(
         }
     }
     std::panic::set_hook(hook);
+    assert!(panics.is_empty(), "{} panics:\n{}", panics.len(), panics.join("\n"));
+}
+
+/// Collects the panics of `f` over `inputs` (the default hook silenced), so that one run names them all.
+fn panics_of<T>(inputs: &[String], f: impl Fn(&str) -> T) -> Vec<String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let panics = inputs
+        .iter()
+        .filter_map(|input| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(f(input))))
+                .err()
+                .map(|payload| format!("{input:?}: {}", crate::daemon::panic_message(payload.as_ref())))
+        })
+        .collect();
+    std::panic::set_hook(hook);
+    panics
+}
+
+/// The other decoders of input nodelet does not control, with numbers at and beyond every integer limit:
+/// Go durations, quantities of the configuration, label and field selectors, CRI log lines (their
+/// timestamps), the log endpoint's query (`tailLines`, `limitBytes`, `sinceSeconds`, `sinceTime`) and the
+/// port-forward endpoint's ports. None panics; every refusal says why.
+#[test]
+fn decoders_at_every_integer_limit_refuse_without_panic() {
+    let numbers = limit_numbers();
+    let mut panics = Vec::new();
+    panics.extend(panics_of(&numbers, |n| {
+        if let Err(e) = crate::config::units::parse_go_duration(n) {
+            assert!(!e.to_string().is_empty());
+        }
+        let _ = crate::config::units::parse_quantity(n);
+        let _ = n.parse::<crate::config::ThresholdValue>();
+    }));
+    panics.extend(panics_of(&numbers, |n| {
+        for selector in [format!("a={n}"), format!("a in ({n},{n})"), format!("{n}!={n}"), format!("a>{n}")] {
+            let _ = crate::client::selector::LabelSelector::parse(&selector);
+            let _ = crate::client::selector::FieldSelector::parse(&selector, crate::client::selector::POD_FIELDS);
+        }
+    }));
+    panics.extend(panics_of(&numbers, |n| {
+        for line in [
+            format!("{n} stdout F x"),
+            format!("{n}-01-01T00:00:00Z stdout F x"),
+            format!("2026-01-01T00:00:00.{}Z stderr P x", n.trim_start_matches('-')),
+            format!("2026-01-01T00:00:00Z stdout {n} x"),
+        ] {
+            if let Some(parsed) = nodelet_node::cri_log::parse_cri_line(line.as_bytes()) {
+                let _ = nodelet_node::cri_log::normalize_timestamp(parsed.timestamp);
+            }
+        }
+    }));
+    panics.extend(panics_of(&numbers, |n| {
+        let now: k8s_openapi::jiff::Timestamp = "2026-01-02T03:04:05Z".parse().unwrap_or_default();
+        for key in ["tailLines", "limitBytes", "sinceSeconds", "sinceTime"] {
+            let query = vec![(key.to_owned(), n.to_owned())];
+            if let Err(e) = crate::server::logs::LogOptions::from_query(&query, now) {
+                assert!(e.contains(key), "{key}={n}: {e}");
+            }
+        }
+        let time = format!("{n}-01-01T00:00:00Z");
+        let _ = crate::server::logs::LogOptions::from_query(&[("sinceTime".to_owned(), time)], now);
+        for websocket in [false, true] {
+            let _ = crate::server::streaming::parse_ports(&[("port".to_owned(), n.to_owned())], websocket);
+        }
+    }));
     assert!(panics.is_empty(), "{} panics:\n{}", panics.len(), panics.join("\n"));
 }
