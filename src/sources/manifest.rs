@@ -333,6 +333,7 @@ mod tests {
         pods.iter().map(|p| p.key.as_str()).collect()
     }
 
+
     #[test]
     fn multi_document_yaml_is_split_and_other_kinds_kept_aside() {
         let text = format!(
