@@ -360,15 +360,21 @@ fn pod_with(field: &str, value: &str) -> String {
         "cpu-limit" => (format!("limits: {{cpu: {quoted}}}"), String::new(), "", String::new()),
         "memory-limit" => (format!("limits: {{memory: {quoted}}}"), String::new(), "", String::new()),
         "cpu-request" => (format!("requests: {{cpu: {quoted}}}"), String::new(), "", String::new()),
-        "storage-limit" => (format!("limits: {{ephemeral-storage: {quoted}}}"), String::new(), "", String::new()),
+        "storage-limit" => {
+            (format!("limits: {{ephemeral-storage: {quoted}}}"), String::new(), "", String::new())
+        }
         "hugepages" => (
-            format!("limits: {{hugepages-2Mi: {quoted}, memory: 1Gi}}, requests: {{hugepages-2Mi: {quoted}}}"),
+            format!(
+                "limits: {{hugepages-2Mi: {quoted}, memory: 1Gi}}, requests: {{hugepages-2Mi: {quoted}}}"
+            ),
             String::new(),
             "",
             String::new(),
         ),
         "extended" => (format!("limits: {{example.com/gpu: {quoted}}}"), String::new(), "", String::new()),
-        "size-limit" => (String::new(), format!("- {{name: v, emptyDir: {{sizeLimit: {quoted}}}}}"), "", String::new()),
+        "size-limit" => {
+            (String::new(), format!("- {{name: v, emptyDir: {{sizeLimit: {quoted}}}}}"), "", String::new())
+        }
         "memory-size-limit" => (
             String::new(),
             format!("- {{name: v, emptyDir: {{medium: Memory, sizeLimit: {quoted}}}}}"),
@@ -387,7 +393,9 @@ fn pod_with(field: &str, value: &str) -> String {
             "limits: {cpu: '1'}".to_owned(),
             String::new(),
             "",
-            format!("env: [{{name: E, valueFrom: {{resourceFieldRef: {{resource: limits.cpu, divisor: {quoted}}}}}}}]"),
+            format!(
+                "env: [{{name: E, valueFrom: {{resourceFieldRef: {{resource: limits.cpu, divisor: {quoted}}}}}}}]"
+            ),
         ),
         "grace" => (String::new(), String::new(), "grace", String::new()),
         "deadline" => (String::new(), String::new(), "deadline", String::new()),
@@ -398,9 +406,16 @@ fn pod_with(field: &str, value: &str) -> String {
             String::new(),
             String::new(),
             "",
-            format!("livenessProbe: {{exec: {{command: [true]}}, periodSeconds: {value}, initialDelaySeconds: {value}, timeoutSeconds: {value}, terminationGracePeriodSeconds: {value}}}"),
+            format!(
+                "livenessProbe: {{exec: {{command: [true]}}, periodSeconds: {value}, initialDelaySeconds: {value}, timeoutSeconds: {value}, terminationGracePeriodSeconds: {value}}}"
+            ),
         ),
-        "port" => (String::new(), String::new(), "", format!("ports: [{{containerPort: {value}, hostPort: {value}}}]")),
+        "port" => (
+            String::new(),
+            String::new(),
+            "",
+            format!("ports: [{{containerPort: {value}, hostPort: {value}}}]"),
+        ),
         "default-mode" => (
             String::new(),
             format!("- {{name: v, configMap: {{name: x, defaultMode: {value}}}}}"),
@@ -427,8 +442,10 @@ fn pod_with(field: &str, value: &str) -> String {
     };
     let volumes = if volume.is_empty() { String::new() } else { format!("  volumes:\n  {volume}\n") };
     let mounts = if volume.is_empty() { "" } else { "    volumeMounts: [{name: v, mountPath: /v}]\n" };
-    let resources = if resources.is_empty() { String::new() } else { format!("    resources: {{{resources}}}\n") };
-    let container_extra = if container_extra.is_empty() { String::new() } else { format!("    {container_extra}\n") };
+    let resources =
+        if resources.is_empty() { String::new() } else { format!("    resources: {{{resources}}}\n") };
+    let container_extra =
+        if container_extra.is_empty() { String::new() } else { format!("    {container_extra}\n") };
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: default}}\nspec:\n{spec_line}  containers:\n  - name: c\n    image: busybox\n{resources}{mounts}{container_extra}{volumes}"
     )
@@ -529,7 +546,8 @@ fn decoders_at_every_integer_limit_refuse_without_panic() {
     panics.extend(panics_of(&numbers, |n| {
         for selector in [format!("a={n}"), format!("a in ({n},{n})"), format!("{n}!={n}"), format!("a>{n}")] {
             let _ = crate::client::selector::LabelSelector::parse(&selector);
-            let _ = crate::client::selector::FieldSelector::parse(&selector, crate::client::selector::POD_FIELDS);
+            let _ =
+                crate::client::selector::FieldSelector::parse(&selector, crate::client::selector::POD_FIELDS);
         }
     }));
     panics.extend(panics_of(&numbers, |n| {

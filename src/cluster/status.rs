@@ -527,7 +527,6 @@ mod tests {
                 ..Default::default()
             }),
             status: Some(PodStatus { qos_class: Some("Guaranteed".to_owned()), ..Default::default() }),
-            ..Default::default()
         };
         // The desired pod as the API source makes it (the recorded class kept), and the status built from it.
         let desired = nodelet_resources::pod::validation::prepare(

@@ -1351,7 +1351,9 @@ fn config_numbers_at_every_integer_limit_are_refused_or_used_without_panic() {
                         "{body}: the error names neither the file nor a flag: {message}"
                     );
                 }
-                Err(payload) => panics.push(format!("{body}: {}", crate::daemon::panic_message(payload.as_ref()))),
+                Err(payload) => {
+                    panics.push(format!("{body}: {}", crate::daemon::panic_message(payload.as_ref())))
+                }
             }
         }
     }

@@ -595,8 +595,9 @@ mod tests {
         let router = Router::new()
             .route("/panic", axum::routing::get(panics))
             .route("/ok", axum::routing::get(|| async { "ok" }));
-        let endpoint =
-            Endpoint::bind("test", SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), router, None).await.expect("bind");
+        let endpoint = Endpoint::bind("test", SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), router, None)
+            .await
+            .expect("bind");
         let addr = endpoint.addr;
         let stopping = CancellationToken::new();
         let server = tokio::spawn(endpoint.serve_until(stopping.clone(), Duration::from_secs(1)));

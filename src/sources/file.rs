@@ -184,7 +184,9 @@ impl FileSource {
             let problem = Problem {
                 location: self.config.path.display().to_string(),
                 object: None,
-                message: format!("reading the manifests panicked ({message}); they are read again at the next change or check"),
+                message: format!(
+                    "reading the manifests panicked ({message}); they are read again at the next change or check"
+                ),
             };
             self.path_problem = Some(problem.clone());
             self.handle.set_problems(vec![problem]);
@@ -354,7 +356,8 @@ impl FileSource {
                 let message = crate::daemon::panic_message(payload.as_ref());
                 tracing::error!(path = %location, panic = %message, "reading a manifest file panicked");
                 let message = format!("the file could not be read (nodelet panicked on it: {message})");
-                let problems = vec![Problem { location, object: None, message: kept_note(message, previous.len()) }];
+                let problems =
+                    vec![Problem { location, object: None, message: kept_note(message, previous.len()) }];
                 let others = self.files.get(&path).map(|s| s.others.clone()).unwrap_or_default();
                 (previous.to_vec(), problems, others)
             }

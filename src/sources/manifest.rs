@@ -201,18 +201,18 @@ fn classify_one(
         return;
     }
     let kind = document.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
+    #[cfg(test)]
+    if kind.as_deref().or(default_kind) == Some("Pod") {
+        PANIC_ON_POD.with_borrow(|name| {
+            if let Some(name) = name
+                && object_key(&document).is_some_and(|key| key.ends_with(&format!("/{name}")))
+            {
+                panic!("test hook: panicking on pod {name}");
+            }
+        });
+    }
     match kind.as_deref().or(default_kind) {
-        Some("Pod") => match {
-            #[cfg(test)]
-            PANIC_ON_POD.with_borrow(|name| {
-                if let Some(name) = name
-                    && object_key(&document).is_some_and(|key| key.ends_with(&format!("/{name}")))
-                {
-                    panic!("test hook: panicking on pod {name}");
-                }
-            });
-            validation::prepare_value(document, source.clone(), node_name)
-        } {
+        Some("Pod") => match validation::prepare_value(document, source.clone(), node_name) {
             Ok(pod) => {
                 let key = format!("{}/{}", pod.namespace(), manifest_name(&pod, node_name));
                 match security.admit(&pod.pod) {
@@ -332,7 +332,6 @@ mod tests {
     fn keys(pods: &[ParsedPod]) -> Vec<&str> {
         pods.iter().map(|p| p.key.as_str()).collect()
     }
-
 
     #[test]
     fn multi_document_yaml_is_split_and_other_kinds_kept_aside() {

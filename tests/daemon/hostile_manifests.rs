@@ -183,7 +183,8 @@ async fn a_quantity_at_the_i64_limit_is_refused_by_name_and_the_node_keeps_runni
     );
     n.write_manifest("steady.yaml", &steady);
     let before = n.wait_running("steady").await;
-    for (file, cpu) in [("negative-exponent.yaml", "1e-9223372036854775808"), ("exponent.yaml", "1e9223372036854775807")]
+    for (file, cpu) in
+        [("negative-exponent.yaml", "1e-9223372036854775808"), ("exponent.yaml", "1e9223372036854775807")]
     {
         let name = file.trim_end_matches(".yaml");
         // A string, as JSON or quoted YAML writes it: the quantity parser reads it. (Unquoted YAML reads
@@ -194,9 +195,12 @@ async fn a_quantity_at_the_i64_limit_is_refused_by_name_and_the_node_keeps_runni
         );
         n.write_manifest(file, &bad);
         let path = n.manifest_dir().join(file).display().to_string();
-        let message =
-            wait_problem(&n, file, &[&path, &format!("default/{name}"), "spec.containers[0].resources.limits[cpu]"])
-                .await;
+        let message = wait_problem(
+            &n,
+            file,
+            &[&path, &format!("default/{name}"), "spec.containers[0].resources.limits[cpu]"],
+        )
+        .await;
         assert!(message.contains("too large"), "{file}: {message}");
     }
     // Read again after a restart too (the file is still there): the node starts and keeps running.

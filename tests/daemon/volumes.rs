@@ -1411,7 +1411,10 @@ async fn a_symlink_under_an_allowed_host_path_prefix_cannot_lead_out_of_it() {
     n.write_manifest("escape.yaml", &pod_with("escape", "hostroot", prefix.join("escape"), ""));
     n.write_manifest("up.yaml", &pod_with("up", "uproot", prefix.join("data/up/etc"), "Directory"));
     n.write_manifest("plain.yaml", &pod_with("plain", "data", prefix.join("data"), "Directory"));
-    n.write_manifest("inside.yaml", &pod_with("inside", "made", prefix.join("inside/new"), "DirectoryOrCreate"));
+    n.write_manifest(
+        "inside.yaml",
+        &pod_with("inside", "made", prefix.join("inside/new"), "DirectoryOrCreate"),
+    );
 
     let plain = n.wait_running("plain").await;
     let (code, out) = n.exec(&container_id(&plain, "app"), &["cat", "/v/hello"]).await;
@@ -1419,15 +1422,18 @@ async fn a_symlink_under_an_allowed_host_path_prefix_cannot_lead_out_of_it() {
     let inside = n.wait_running("inside").await;
     let (code, _) = n.exec(&container_id(&inside, "app"), &["sh", "-c", "echo made > /v/f"]).await;
     assert_eq!(code, 0);
-    assert_eq!(std::fs::read_to_string(data.join("new/f")).unwrap_or_default(), "made\n", "created beneath the prefix");
+    assert_eq!(
+        std::fs::read_to_string(data.join("new/f")).unwrap_or_default(),
+        "made\n",
+        "created beneath the prefix"
+    );
 
     for (pod, volume, component) in [("escape", "hostroot", "escape"), ("up", "uproot", "data/up")] {
         let event = n
             .wait_for(&format!("a FailedMount event for {pod}"), Duration::from_secs(20), async || {
-                main_port_events(&n)
-                    .await
-                    .into_iter()
-                    .find(|(reason, message)| reason == "FailedMount" && message.contains(&format!("\"{volume}\"")))
+                main_port_events(&n).await.into_iter().find(|(reason, message)| {
+                    reason == "FailedMount" && message.contains(&format!("\"{volume}\""))
+                })
             })
             .await;
         let component = prefix.join(component).display().to_string();

@@ -122,7 +122,8 @@ impl HostVolumes {
                 let confined = resolve_beneath_prefix(host, &self.allowed_host_paths, kind)
                     .map_err(|e| VolumeError::failed(format!("{}: {e}", what())))?;
                 let Some(resolved) = confined else {
-                    check_host_path(host, kind).map_err(|e| VolumeError::failed(format!("{}: {e}", what())))?;
+                    check_host_path(host, kind)
+                        .map_err(|e| VolumeError::failed(format!("{}: {e}", what())))?;
                     return Ok(actual(false, None));
                 };
                 // Beside the volume's subPath binds, which its teardown unmounts.

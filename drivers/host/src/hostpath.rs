@@ -239,7 +239,11 @@ const RESOLVE: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGIC
 
 /// The longest of `prefixes` that `path` is under (component-wise), if any.
 pub fn allowed_prefix<'a>(path: &Path, prefixes: &'a [PathBuf]) -> Option<&'a Path> {
-    prefixes.iter().filter(|p| path.starts_with(p)).max_by_key(|p| p.components().count()).map(PathBuf::as_path)
+    prefixes
+        .iter()
+        .filter(|p| path.starts_with(p))
+        .max_by_key(|p| p.components().count())
+        .map(PathBuf::as_path)
 }
 
 /// Resolves `path`, which lies under one of `prefixes`, beneath that prefix (see the [module docs](self)),
@@ -253,7 +257,10 @@ pub fn resolve_beneath_prefix(
 ) -> Result<Option<OwnedFd>, HostPathError> {
     let Some(prefix) = allowed_prefix(path, prefixes) else { return Ok(None) };
     if path.components().any(|c| c == Component::ParentDir) {
-        return Err(HostPathError::InvalidPath { path: path.to_path_buf(), reason: "must not contain \"..\"" });
+        return Err(HostPathError::InvalidPath {
+            path: path.to_path_buf(),
+            reason: "must not contain \"..\"",
+        });
     }
     let io_err = |op: &'static str, at: &Path, e: Errno| io(op, at, e.into());
     // The prefix itself is the operator's: opened as configured.
@@ -273,8 +280,9 @@ pub fn resolve_beneath_prefix(
         component: components[..upto].iter().fold(prefix.to_path_buf(), |p, c| p.join(c)),
         reason,
     };
-    let mut current = rustix::fs::openat(&root, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| io_err("open the allowed prefix", prefix, e))?;
+    let mut current =
+        rustix::fs::openat(&root, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| io_err("open the allowed prefix", prefix, e))?;
     for i in 0..components.len() {
         let rel: PathBuf = components[..=i].iter().collect();
         let last = i + 1 == components.len();
@@ -297,14 +305,19 @@ pub fn resolve_beneath_prefix(
                             Mode::empty(),
                         )
                         .map_err(|e| io_err("open", &at, e))?;
-                        rustix::fs::fchmod(&made, Mode::from_raw_mode(0o755)).map_err(|e| io_err("chmod", &at, e))?;
+                        rustix::fs::fchmod(&made, Mode::from_raw_mode(0o755))
+                            .map_err(|e| io_err("chmod", &at, e))?;
                         tracing::debug!(path = %at.display(), "created hostPath directory beneath its allowed prefix");
                     }
                     HostPathType::FileOrCreate if last => {
                         let made = rustix::fs::openat(
                             &current,
                             name,
-                            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                            OFlags::WRONLY
+                                | OFlags::CREATE
+                                | OFlags::EXCL
+                                | OFlags::NOFOLLOW
+                                | OFlags::CLOEXEC,
                             Mode::from_raw_mode(0o644),
                         );
                         match made {
@@ -315,7 +328,9 @@ pub fn resolve_beneath_prefix(
                         }
                         tracing::debug!(path = %at.display(), "created hostPath file beneath its allowed prefix");
                     }
-                    HostPathType::FileOrCreate => return Err(HostPathError::ParentMissing { path: path.to_path_buf() }),
+                    HostPathType::FileOrCreate => {
+                        return Err(HostPathError::ParentMissing { path: path.to_path_buf() });
+                    }
                     _ => return Err(HostPathError::NotFound { path: path.to_path_buf(), kind }),
                 }
                 match open_beneath(&root, &rel) {
@@ -331,7 +346,9 @@ pub fn resolve_beneath_prefix(
     let found = FileType::from_raw_mode(stat.st_mode);
     let (expected, matches) = match kind {
         HostPathType::Unset => return Ok(Some(current)),
-        HostPathType::DirectoryOrCreate | HostPathType::Directory => ("directory", found == FileType::Directory),
+        HostPathType::DirectoryOrCreate | HostPathType::Directory => {
+            ("directory", found == FileType::Directory)
+        }
         HostPathType::FileOrCreate | HostPathType::File => ("file", found == FileType::RegularFile),
         HostPathType::Socket => ("socket file", found == FileType::Socket),
         HostPathType::CharDevice => ("character device", found == FileType::CharacterDevice),
@@ -381,7 +398,8 @@ fn open_beneath(root: &OwnedFd, rel: &Path) -> Result<OwnedFd, Errno> {
 
 /// Why `name` in `parent` failed to resolve beneath the prefix with `errno`, for people.
 fn reason_of(parent: &OwnedFd, name: &std::ffi::OsStr, errno: Errno) -> String {
-    let link = rustix::fs::readlinkat(parent, name, Vec::new()).ok().map(|t| t.to_string_lossy().into_owned());
+    let link =
+        rustix::fs::readlinkat(parent, name, Vec::new()).ok().map(|t| t.to_string_lossy().into_owned());
     match (link, errno) {
         (Some(target), _) if target.starts_with('/') => {
             format!("is a symlink to the absolute path {target:?}, which leads out of the allowed prefix")

@@ -394,7 +394,8 @@ pub fn bind_descriptor(source: &OwnedFd, target: &Path) -> Result<(), SubPathErr
     let source_stat = fs::fstat(source).map_err(|e| fail(format!("fstat of the source: {e}")))?;
     let source_id = fsutil::dev_ino(&source_stat);
     if mounts::is_mount_point(target)? {
-        let st = fs::statat(fs::CWD, target, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| fail(format!("stat: {e}")))?;
+        let st =
+            fs::statat(fs::CWD, target, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| fail(format!("stat: {e}")))?;
         if fsutil::dev_ino(&st) == source_id {
             return Ok(());
         }

@@ -111,7 +111,9 @@ pub fn compute_qos_class<'a>(containers: impl IntoIterator<Item = &'a Container>
     if requests.is_empty() && limits.is_empty() {
         return QosClass::BestEffort;
     }
-    if guaranteed && requests.len() == limits.len() && requests.iter().all(|(name, r)| limits.get(name) == Some(r))
+    if guaranteed
+        && requests.len() == limits.len()
+        && requests.iter().all(|(name, r)| limits.get(name) == Some(r))
     {
         QosClass::Guaranteed
     } else {
@@ -160,11 +162,7 @@ mod tests {
     fn pod(containers: Vec<Container>, init: Vec<Container>) -> DesiredPod {
         DesiredPod {
             pod: Pod {
-                spec: Some(PodSpec {
-                    containers,
-                    init_containers: Some(init),
-                    ..PodSpec::default()
-                }),
+                spec: Some(PodSpec { containers, init_containers: Some(init), ..PodSpec::default() }),
                 ..Pod::default()
             },
             source: PodSource::Api,
@@ -209,7 +207,11 @@ mod tests {
                 ),
                 Guaranteed,
             ),
-            ("best-effort-best-effort", pod(vec![container(NONE, NONE), container(NONE, NONE)], vec![]), BestEffort),
+            (
+                "best-effort-best-effort",
+                pod(vec![container(NONE, NONE), container(NONE, NONE)], vec![]),
+                BestEffort,
+            ),
             ("best-effort", pod(vec![container(NONE, NONE)], vec![]), BestEffort),
             (
                 "best-effort-burstable",
@@ -221,24 +223,38 @@ mod tests {
                 pod(vec![container(NONE, NONE), container(("10m", "100Mi"), ("10m", "100Mi"))], vec![]),
                 Burstable,
             ),
-            ("burstable-cpu-guaranteed-memory", pod(vec![container(("", "100Mi"), ("", "100Mi"))], vec![]), Burstable),
+            (
+                "burstable-cpu-guaranteed-memory",
+                pod(vec![container(("", "100Mi"), ("", "100Mi"))], vec![]),
+                Burstable,
+            ),
             ("burstable-no-limits", pod(vec![container(("100m", "100Mi"), NONE)], vec![]), Burstable),
             (
                 "burstable-guaranteed",
                 pod(
-                    vec![container(("1", "100Mi"), ("2", "100Mi")), container(("100m", "100Mi"), ("100m", "100Mi"))],
+                    vec![
+                        container(("1", "100Mi"), ("2", "100Mi")),
+                        container(("100m", "100Mi"), ("100m", "100Mi")),
+                    ],
                     vec![],
                 ),
                 Burstable,
             ),
             (
                 "burstable-unbounded-but-requests-match-limits",
-                pod(vec![container(("100m", "100Mi"), ("200m", "200Mi")), container(("100m", "100Mi"), NONE)], vec![]),
+                pod(
+                    vec![container(("100m", "100Mi"), ("200m", "200Mi")), container(("100m", "100Mi"), NONE)],
+                    vec![],
+                ),
                 Burstable,
             ),
             ("burstable-1", pod(vec![container(("10m", "100Mi"), ("100m", "200Mi"))], vec![]), Burstable),
             ("burstable-2", pod(vec![container(("0", "0"), ("100m", "200Mi"))], vec![]), Burstable),
-            ("best-effort-hugepages", pod(vec![hugepages(container(("0", "0"), ("0", "0")))], vec![]), BestEffort),
+            (
+                "best-effort-hugepages",
+                pod(vec![hugepages(container(("0", "0"), ("0", "0")))], vec![]),
+                BestEffort,
+            ),
             (
                 "init-container",
                 pod(vec![container(NONE, NONE)], vec![container(("10m", "100Mi"), ("100m", "200Mi"))]),

@@ -122,14 +122,25 @@ fn exponents_and_digits_at_integer_limits_are_refused_not_panics() {
     ];
     for n in &limits {
         let unsigned = n.trim_start_matches('-');
-        for text in [format!("1e{n}"), format!("1E{n}"), format!("-1e{n}"), format!("1e+{unsigned}"), format!("1.5e{n}")] {
+        for text in [
+            format!("1e{n}"),
+            format!("1E{n}"),
+            format!("-1e{n}"),
+            format!("1e+{unsigned}"),
+            format!("1.5e{n}"),
+        ] {
             assert_eq!(Quantity::try_parse(&text), Err(QuantityError::TooLarge), "{text}");
         }
         // Zero times anything is zero.
-        assert_eq!(Quantity::try_parse(&format!("0e{n}")).map(Quantity::is_zero), Err(QuantityError::TooLarge));
+        assert_eq!(
+            Quantity::try_parse(&format!("0e{n}")).map(Quantity::is_zero),
+            Err(QuantityError::TooLarge)
+        );
         for text in [n.clone(), format!("{n}Ei"), format!("{n}E"), format!("{n}n"), format!("{n}.{n}")] {
             let q = Quantity::try_parse(&text);
-            let _ = q.map(|q| (q.nanos(), q.scaled_ceil(i64::MIN), q.scaled_ceil(i64::MAX), q.value_u64(), q.to_string()));
+            let _ = q.map(|q| {
+                (q.nanos(), q.scaled_ceil(i64::MIN), q.scaled_ceil(i64::MAX), q.value_u64(), q.to_string())
+            });
         }
     }
     assert_eq!(Quantity::try_parse("1e-1000").and_then(Quantity::nanos), Ok(1), "rounds up to one nano-unit");
