@@ -308,3 +308,273 @@ proptest! {
         }
     }
 }
+
+/// Numbers at and beyond every integer limit, in every form a decoder may meet them: plain,
+/// signed, as exponents of a quantity, with suffixes, and as long digit strings.
+pub(crate) fn limit_numbers() -> Vec<String> {
+    let ints: Vec<String> = [
+        i64::MIN.to_string(),
+        i64::MAX.to_string(),
+        u64::MAX.to_string(),
+        i128::MIN.to_string(),
+        i128::MAX.to_string(),
+        u128::MAX.to_string(),
+        i32::MIN.to_string(),
+        i32::MAX.to_string(),
+        u32::MAX.to_string(),
+        "9223372036854775808".to_owned(),
+        "-9223372036854775809".to_owned(),
+        "18446744073709551616".to_owned(),
+        "9".repeat(400),
+        format!("0.{}1", "0".repeat(400)),
+    ]
+    .into_iter()
+    .collect();
+    let mut out = Vec::new();
+    for n in &ints {
+        out.push(n.clone());
+        out.push(format!("1e{n}"));
+        out.push(format!("1E{n}"));
+        out.push(format!("1e+{}", n.trim_start_matches('-')));
+        out.push(format!("-1e{n}"));
+        out.push(format!("0e{n}"));
+        out.push(format!("0.1e{n}"));
+        out.push(format!("{n}Ei"));
+        out.push(format!("{n}E"));
+        out.push(format!("{n}n"));
+        out.push(format!("{n}m"));
+        out.push(format!("{n}Mi"));
+        out.push(format!("{n}s"));
+        out.push(format!("{n}h"));
+        out.push(format!("{n}ns"));
+        out.push(format!("{n}%"));
+        out.push(format!("{n}.5"));
+    }
+    out
+}
+
+/// A pod manifest with `value` in the field at `at` (the rest of the pod valid), as YAML text.
+fn pod_with(field: &str, value: &str) -> String {
+    let quoted = format!("'{value}'");
+    let (resources, volume, spec_extra, container_extra) = match field {
+        "cpu-limit" => (format!("limits: {{cpu: {quoted}}}"), String::new(), "", String::new()),
+        "memory-limit" => (format!("limits: {{memory: {quoted}}}"), String::new(), "", String::new()),
+        "cpu-request" => (format!("requests: {{cpu: {quoted}}}"), String::new(), "", String::new()),
+        "storage-limit" => {
+            (format!("limits: {{ephemeral-storage: {quoted}}}"), String::new(), "", String::new())
+        }
+        "hugepages" => (
+            format!(
+                "limits: {{hugepages-2Mi: {quoted}, memory: 1Gi}}, requests: {{hugepages-2Mi: {quoted}}}"
+            ),
+            String::new(),
+            "",
+            String::new(),
+        ),
+        "extended" => (format!("limits: {{example.com/gpu: {quoted}}}"), String::new(), "", String::new()),
+        "size-limit" => {
+            (String::new(), format!("- {{name: v, emptyDir: {{sizeLimit: {quoted}}}}}"), "", String::new())
+        }
+        "memory-size-limit" => (
+            String::new(),
+            format!("- {{name: v, emptyDir: {{medium: Memory, sizeLimit: {quoted}}}}}"),
+            "",
+            String::new(),
+        ),
+        "divisor" => (
+            "limits: {memory: 64Mi}".to_owned(),
+            format!(
+                "- {{name: v, downwardAPI: {{items: [{{path: m, resourceFieldRef: {{containerName: c, resource: limits.memory, divisor: {quoted}}}}}]}}}}"
+            ),
+            "",
+            String::new(),
+        ),
+        "env-divisor" => (
+            "limits: {cpu: '1'}".to_owned(),
+            String::new(),
+            "",
+            format!(
+                "env: [{{name: E, valueFrom: {{resourceFieldRef: {{resource: limits.cpu, divisor: {quoted}}}}}}}]"
+            ),
+        ),
+        "grace" => (String::new(), String::new(), "grace", String::new()),
+        "deadline" => (String::new(), String::new(), "deadline", String::new()),
+        "run-as-user" => (String::new(), String::new(), "user", String::new()),
+        "fs-group" => (String::new(), String::new(), "fsgroup", String::new()),
+        "priority" => (String::new(), String::new(), "priority", String::new()),
+        "probe-period" => (
+            String::new(),
+            String::new(),
+            "",
+            format!(
+                "livenessProbe: {{exec: {{command: [true]}}, periodSeconds: {value}, initialDelaySeconds: {value}, timeoutSeconds: {value}, terminationGracePeriodSeconds: {value}}}"
+            ),
+        ),
+        "port" => (
+            String::new(),
+            String::new(),
+            "",
+            format!("ports: [{{containerPort: {value}, hostPort: {value}}}]"),
+        ),
+        "default-mode" => (
+            String::new(),
+            format!("- {{name: v, configMap: {{name: x, defaultMode: {value}}}}}"),
+            "",
+            String::new(),
+        ),
+        "lifecycle-sleep" => (
+            String::new(),
+            String::new(),
+            "",
+            format!("lifecycle: {{preStop: {{sleep: {{seconds: {value}}}}}}}"),
+        ),
+        "overhead" => (String::new(), String::new(), "overhead", String::new()),
+        other => panic!("no field {other}"),
+    };
+    let spec_line = match spec_extra {
+        "grace" => format!("  terminationGracePeriodSeconds: {value}\n"),
+        "deadline" => format!("  activeDeadlineSeconds: {value}\n"),
+        "user" => format!("  securityContext: {{runAsUser: {value}, runAsGroup: {value}}}\n"),
+        "fsgroup" => format!("  securityContext: {{fsGroup: {value}, supplementalGroups: [{value}]}}\n"),
+        "priority" => format!("  priority: {value}\n"),
+        "overhead" => format!("  overhead: {{cpu: {quoted}, memory: {quoted}}}\n"),
+        _ => String::new(),
+    };
+    let volumes = if volume.is_empty() { String::new() } else { format!("  volumes:\n  {volume}\n") };
+    let mounts = if volume.is_empty() { "" } else { "    volumeMounts: [{name: v, mountPath: /v}]\n" };
+    let resources =
+        if resources.is_empty() { String::new() } else { format!("    resources: {{{resources}}}\n") };
+    let container_extra =
+        if container_extra.is_empty() { String::new() } else { format!("    {container_extra}\n") };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: default}}\nspec:\n{spec_line}  containers:\n  - name: c\n    image: busybox\n{resources}{mounts}{container_extra}{volumes}"
+    )
+}
+
+/// Every field of a pod a number reaches, with numbers at and beyond every integer limit: the
+/// decoder never panics (a panic is collected, not propagated, so that one run names them all),
+/// and a refusal is a problem that names the field.
+#[test]
+fn manifest_numbers_at_every_integer_limit_are_decoded_or_refused_without_panic() {
+    const FIELDS: &[&str] = &[
+        "cpu-limit",
+        "memory-limit",
+        "cpu-request",
+        "storage-limit",
+        "hugepages",
+        "extended",
+        "size-limit",
+        "memory-size-limit",
+        "divisor",
+        "env-divisor",
+        "grace",
+        "deadline",
+        "run-as-user",
+        "fs-group",
+        "priority",
+        "probe-period",
+        "port",
+        "default-mode",
+        "lifecycle-sleep",
+        "overhead",
+    ];
+    let mut panics = Vec::new();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    for field in FIELDS {
+        for value in limit_numbers() {
+            let text = pod_with(field, &value);
+            let result = std::panic::catch_unwind(|| {
+                crate::sources::manifest::parse(text.as_bytes(), &PodSource::Http, "node-a", &http_security())
+            });
+            match result {
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                        .unwrap_or_default();
+                    panics.push(format!("{field} = {value}: {message}"));
+                }
+                Ok(parsed) => {
+                    for problem in &parsed.problems {
+                        assert!(!problem.message.trim().is_empty(), "{field} = {value}: an empty problem");
+                    }
+                    assert!(
+                        parsed.pods.len() + parsed.problems.len() == 1,
+                        "{field} = {value}: neither a pod nor a problem: {parsed:?}\n{text}"
+                    );
+                }
+            }
+        }
+    }
+    std::panic::set_hook(hook);
+    assert!(panics.is_empty(), "{} panics:\n{}", panics.len(), panics.join("\n"));
+}
+
+/// Collects the panics of `f` over `inputs` (the default hook silenced), so that one run names them all.
+fn panics_of<T>(inputs: &[String], f: impl Fn(&str) -> T) -> Vec<String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let panics = inputs
+        .iter()
+        .filter_map(|input| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(f(input))))
+                .err()
+                .map(|payload| format!("{input:?}: {}", crate::daemon::panic_message(payload.as_ref())))
+        })
+        .collect();
+    std::panic::set_hook(hook);
+    panics
+}
+
+/// The other decoders of input nodelet does not control, with numbers at and beyond every integer limit:
+/// Go durations, quantities of the configuration, label and field selectors, CRI log lines (their
+/// timestamps), the log endpoint's query (`tailLines`, `limitBytes`, `sinceSeconds`, `sinceTime`) and the
+/// port-forward endpoint's ports. None panics; every refusal says why.
+#[test]
+fn decoders_at_every_integer_limit_refuse_without_panic() {
+    let numbers = limit_numbers();
+    let mut panics = Vec::new();
+    panics.extend(panics_of(&numbers, |n| {
+        if let Err(e) = crate::config::units::parse_go_duration(n) {
+            assert!(!e.to_string().is_empty());
+        }
+        let _ = crate::config::units::parse_quantity(n);
+        let _ = n.parse::<crate::config::ThresholdValue>();
+    }));
+    panics.extend(panics_of(&numbers, |n| {
+        for selector in [format!("a={n}"), format!("a in ({n},{n})"), format!("{n}!={n}"), format!("a>{n}")] {
+            let _ = crate::client::selector::LabelSelector::parse(&selector);
+            let _ =
+                crate::client::selector::FieldSelector::parse(&selector, crate::client::selector::POD_FIELDS);
+        }
+    }));
+    panics.extend(panics_of(&numbers, |n| {
+        for line in [
+            format!("{n} stdout F x"),
+            format!("{n}-01-01T00:00:00Z stdout F x"),
+            format!("2026-01-01T00:00:00.{}Z stderr P x", n.trim_start_matches('-')),
+            format!("2026-01-01T00:00:00Z stdout {n} x"),
+        ] {
+            if let Some(parsed) = nodelet_node::cri_log::parse_cri_line(line.as_bytes()) {
+                let _ = nodelet_node::cri_log::normalize_timestamp(parsed.timestamp);
+            }
+        }
+    }));
+    panics.extend(panics_of(&numbers, |n| {
+        let now: k8s_openapi::jiff::Timestamp = "2026-01-02T03:04:05Z".parse().unwrap_or_default();
+        for key in ["tailLines", "limitBytes", "sinceSeconds", "sinceTime"] {
+            let query = vec![(key.to_owned(), n.to_owned())];
+            if let Err(e) = crate::server::logs::LogOptions::from_query(&query, now) {
+                assert!(e.contains(key), "{key}={n}: {e}");
+            }
+        }
+        let time = format!("{n}-01-01T00:00:00Z");
+        let _ = crate::server::logs::LogOptions::from_query(&[("sinceTime".to_owned(), time)], now);
+        for websocket in [false, true] {
+            let _ = crate::server::streaming::parse_ports(&[("port".to_owned(), n.to_owned())], websocket);
+        }
+    }));
+    assert!(panics.is_empty(), "{} panics:\n{}", panics.len(), panics.join("\n"));
+}

@@ -189,14 +189,18 @@ fn step_error(what: &str, e: &nodelet_csi::VolumeOpError) -> VolumeError {
 
 impl NodeVolumes {
     /// Volumes under `root`; CSI drivers from `registry`; memory-backed volumes no larger than
-    /// `allocatable_memory` (the node's allocatable memory, bytes).
+    /// `allocatable_memory` (the node's allocatable memory, bytes); hostPaths under one of
+    /// `allowed_host_paths` resolved beneath it.
     pub(crate) fn new(
         root: &std::path::Path,
         registry: Arc<nodelet_csi::Registry>,
         allocatable_memory: Option<u64>,
+        allowed_host_paths: Vec<std::path::PathBuf>,
     ) -> Self {
         Self {
-            host: nodelet_host::driver::HostVolumes::new(root).with_allocatable_memory(allocatable_memory),
+            host: nodelet_host::driver::HostVolumes::new(root)
+                .with_allocatable_memory(allocatable_memory)
+                .with_allowed_host_paths(allowed_host_paths),
             registry,
             layout: nodelet_csi::VolumeLayout::new(root),
             device_locks: Arc::default(),

@@ -88,7 +88,8 @@ impl Quantity {
                     return Err(QuantityError::Syntax);
                 }
                 let value: i64 = exponent.parse().map_err(|_| QuantityError::TooLarge)?;
-                if value.abs() > MAX_EXPONENT {
+                // `unsigned_abs`: `i64::MIN.abs()` overflows (a panic with overflow checks on).
+                if value.unsigned_abs() > MAX_EXPONENT.unsigned_abs() {
                     return Err(QuantityError::TooLarge);
                 }
                 (value, 0)
@@ -115,7 +116,10 @@ impl Quantity {
         if mantissa == 0 {
             return Ok(Quantity { negative: false, mantissa: 0, exp10: 0, exp2: 0 });
         }
-        let exp10 = exp10_suffix + trailing_zeros - frac_len;
+        let exp10 = exp10_suffix
+            .checked_add(trailing_zeros)
+            .and_then(|e| e.checked_sub(frac_len))
+            .ok_or(QuantityError::TooLarge)?;
         Ok(Quantity { negative, mantissa, exp10, exp2 })
     }
 

@@ -63,10 +63,14 @@ fn name_of(pod: &Pod) -> PodName {
     )
 }
 
-/// The pod as a spec: without status and the server's bookkeeping.
-fn spec_only(pod: &Pod) -> Pod {
+/// The pod as a spec: without status and the server's bookkeeping, but with the QoS class the API server
+/// recorded (`status.qosClass`, immutable once the pod exists), which the kubelet's rules take over computing
+/// it again (`GetPodQOS`, see [`nodelet_resources::common::qos`]).
+pub(crate) fn spec_only(pod: &Pod) -> Pod {
     let mut pod = pod.clone();
-    pod.status = None;
+    let qos_class = pod.status.take().and_then(|s| s.qos_class);
+    pod.status =
+        qos_class.map(|q| k8s_openapi::api::core::v1::PodStatus { qos_class: Some(q), ..Default::default() });
     pod.metadata.resource_version = None;
     pod.metadata.managed_fields = None;
     pod

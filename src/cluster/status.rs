@@ -299,6 +299,7 @@ impl<V: NodeView> StatusManager<V> {
             }
         }
         let api_status = api_pod.status.as_ref();
+        keep_recorded_qos_class(&mut status, api_status);
         let mut conditions = status.conditions.take().unwrap_or_default();
         let theirs = with_conditions_of_others(pod, api_status, &mut conditions);
         for c in &mut conditions {
@@ -438,6 +439,15 @@ fn changed_in_api(
     uids
 }
 
+/// The QoS class the API server recorded for the pod is kept: it is immutable once the pod exists, and the
+/// kubelet reads it rather than computing it again (`GetPodQOS`). nodelet's own (by value, the same rules) is
+/// written only where the API pod has none.
+fn keep_recorded_qos_class(status: &mut PodStatus, api_status: Option<&PodStatus>) {
+    if let Some(recorded) = api_status.and_then(|s| s.qos_class.as_ref()).filter(|q| !q.is_empty()) {
+        status.qos_class = Some(recorded.clone());
+    }
+}
+
 /// Whether nothing of `pod` runs any more: no running container and no ready sandbox.
 fn is_terminated(pod: &Pod) -> bool {
     let Some(status) = &pod.status else { return true };
@@ -482,6 +492,64 @@ mod tests {
             })
             .collect();
         ApiPodSnapshot { synced: true, pods }
+    }
+
+    /// Issue 37, point 12: requests cpu `1` with limits cpu `1000m` is Guaranteed, as the API server says;
+    /// the status nodelet writes says so too, and never replaces the class the API server recorded.
+    #[test]
+    fn the_status_keeps_the_api_servers_qos_class() {
+        use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let list = |cpu: &str| {
+            Some(std::collections::BTreeMap::from([
+                ("cpu".to_owned(), Quantity(cpu.to_owned())),
+                ("memory".to_owned(), Quantity("64Mi".to_owned())),
+            ]))
+        };
+        let api_pod = Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("p".to_owned()),
+                namespace: Some("default".to_owned()),
+                uid: Some("u-1".to_owned()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "c".to_owned(),
+                    image: Some("busybox".to_owned()),
+                    resources: Some(ResourceRequirements {
+                        requests: list("1"),
+                        limits: list("1000m"),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: Some(PodStatus { qos_class: Some("Guaranteed".to_owned()), ..Default::default() }),
+        };
+        // The desired pod as the API source makes it (the recorded class kept), and the status built from it.
+        let desired = nodelet_resources::pod::validation::prepare(
+            crate::cluster::pods::spec_only(&api_pod),
+            nodelet_resources::pod::desired::PodSource::Api,
+            "node-a",
+        )
+        .expect("a valid pod");
+        assert_eq!(nodelet_resources::pod::status::qos_class(&desired).as_str(), "Guaranteed");
+        let mut without_record = desired.clone();
+        without_record.pod.status = None;
+        assert_eq!(
+            nodelet_resources::pod::status::qos_class(&without_record).as_str(),
+            "Guaranteed",
+            "computed by value: 1 == 1000m"
+        );
+        // Whatever nodelet computed, the API server's class is what is written back.
+        let mut status = PodStatus { qos_class: Some("Burstable".to_owned()), ..Default::default() };
+        keep_recorded_qos_class(&mut status, api_pod.status.as_ref());
+        assert_eq!(status.qos_class.as_deref(), Some("Guaranteed"));
+        let mut status = PodStatus { qos_class: Some("Burstable".to_owned()), ..Default::default() };
+        keep_recorded_qos_class(&mut status, None);
+        assert_eq!(status.qos_class.as_deref(), Some("Burstable"), "nodelet's own where the API has none");
     }
 
     #[test]

@@ -1463,3 +1463,68 @@ fn streaming_idle_timeout_and_per_user_cap_are_read_with_the_kubelets_default() 
         assert!(e.contains("nodelet.maxStreamingSessionsPerUser") && e.contains("between 1 and 256"), "{e}");
     }
 }
+
+/// Every number of the configuration file (integers, durations, quantities, thresholds) at and beyond every
+/// integer limit: a value the node cannot use is an error naming the file and the field, never a panic.
+#[test]
+fn config_numbers_at_every_integer_limit_are_refused_or_used_without_panic() {
+    const FIELDS: &[&str] = &[
+        "port: {}",
+        "readOnlyPort: {}",
+        "healthzPort: {}",
+        "maxPods: {}",
+        "podPidsLimit: {}",
+        "kubeAPIQPS: {}",
+        "kubeAPIBurst: {}",
+        "nodeLeaseDurationSeconds: {}",
+        "evictionMaxPodGracePeriod: {}",
+        "imageGCHighThresholdPercent: {}",
+        "imageGCLowThresholdPercent: {}",
+        "containerLogMaxFiles: {}",
+        "containerLogMaxSize: '{}'",
+        "maxParallelImagePulls: {}",
+        "logging: {verbosity: {}}",
+        "fileCheckFrequency: '{}'",
+        "syncFrequency: '{}'",
+        "runtimeRequestTimeout: '{}'",
+        "nodeStatusUpdateFrequency: '{}'",
+        "imageMinimumGCAge: '{}'",
+        "imageMaximumGCAge: '{}'",
+        "evictionPressureTransitionPeriod: '{}'",
+        "evictionHard: {memory.available: '{}'}",
+        "evictionHard: {nodefs.inodesFree: '{}'}",
+        "evictionSoft: {memory.available: '{}'}\nevictionSoftGracePeriod: {memory.available: '{}'}",
+        "evictionMinimumReclaim: {memory.available: '{}'}",
+        "authentication: {webhook: {cacheTTL: '{}'}}",
+        "crashLoopBackOff: {maxContainerRestartPeriod: '{}'}",
+        "nodelet: {maxTerminationGracePeriodSeconds: {}}",
+        "nodelet: {containerRestartBackOff: {initial: '{}', max: '{}', resetAfter: '{}'}}",
+        "nodelet: {imagePullBackOff: {initial: '{}', max: '{}'}}",
+        "nodelet: {plegRelistPeriod: '{}', housekeepingInterval: '{}', imageGCPeriod: '{}'}",
+        "nodelet: {evictionMonitoringPeriod: '{}'}",
+        "nodelet: {containerGC: {period: '{}', minAge: '{}', maxPerPodContainer: {}, maxContainers: {}}}",
+    ];
+    let mut panics = Vec::new();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    for field in FIELDS {
+        for value in crate::fuzz_tests::limit_numbers() {
+            let body = field.replace("{}", &value);
+            match std::panic::catch_unwind(|| load(&[], Some(&body)).map(drop)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    let message = e.to_string();
+                    assert!(
+                        message.contains("/etc/nodelet/config.yaml") || message.contains("--"),
+                        "{body}: the error names neither the file nor a flag: {message}"
+                    );
+                }
+                Err(payload) => {
+                    panics.push(format!("{body}: {}", crate::daemon::panic_message(payload.as_ref())))
+                }
+            }
+        }
+    }
+    std::panic::set_hook(hook);
+    assert!(panics.is_empty(), "{} panics:\n{}", panics.len(), panics.join("\n"));
+}

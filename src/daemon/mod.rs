@@ -26,7 +26,7 @@ use anyhow::Context as _;
 
 pub use command::{ClientCommand, Invocation, NodeConfig};
 pub use extension::{BoxError, Extension, ExtensionContext, StatusTable};
-pub use supervisor::{Policy, Supervisor, TaskFailure};
+pub use supervisor::{Policy, Supervisor, TaskFailure, panic_message};
 
 use crate::{cluster, config, node, server};
 

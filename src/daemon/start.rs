@@ -384,6 +384,7 @@ pub(crate) fn start_volumes(core: &Core, runtime: &Runtime, storage: &Storage) -
                 &config.root_dir,
                 storage.csi.clone(),
                 allocatable_memory(&runtime.facts),
+                config.pods.allowed_host_paths.clone(),
             )),
             storage.volume_metrics.clone(),
         )),

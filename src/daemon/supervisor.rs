@@ -208,16 +208,18 @@ impl Supervisor {
 }
 
 /// `panicked: <message>` or `was cancelled`.
+/// The message of a panic's payload (`panic!("…")` gives a `&str` or a `String`), or `(no message)`.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
+}
+
 fn ended_how(e: tokio::task::JoinError) -> String {
     match e.try_into_panic() {
-        Ok(payload) => {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "(no message)".to_owned());
-            format!("panicked: {message}")
-        }
+        Ok(payload) => format!("panicked: {}", panic_message(payload.as_ref())),
         Err(_) => "was cancelled".to_owned(),
     }
 }

@@ -379,7 +379,7 @@ impl Served {
         let Self { router, limits, watcher, busy, listener, remote } = self;
         let info = ConnInfo { remote, client_cert };
         let busy_on_request = busy.clone();
-        let service = router
+        let service = guard_panics(router, listener, remote)
             .map_request(move |request: hyper::Request<Incoming>| {
                 busy_on_request.fetch_add(1, Ordering::AcqRel);
                 let (mut parts, body) = request.into_parts();
@@ -414,6 +414,38 @@ impl Served {
             debug!(listener, %remote, %error, "connection ended with an error");
         }
     }
+}
+
+/// `router` with a panic boundary per request: a handler that panics (a bug a request reached) answers
+/// `500 Internal Server Error` and the panic is logged with the listener and the client; the connection, the
+/// listener and the node keep running. (Without it the connection's task would end, dropping the connection.)
+fn guard_panics(
+    router: Router,
+    listener: &'static str,
+    remote: SocketAddr,
+) -> impl tower::Service<
+    hyper::Request<Body>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
+> + Clone {
+    tower::service_fn(move |request: hyper::Request<Body>| {
+        use futures::FutureExt as _;
+        let router = router.clone();
+        let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+        async move {
+            match std::panic::AssertUnwindSafe(router.oneshot(request)).catch_unwind().await {
+                Ok(response) => response,
+                Err(payload) => {
+                    let panic = crate::daemon::panic_message(payload.as_ref());
+                    tracing::error!(listener, %remote, %method, %path, %panic, "a request handler panicked");
+                    let mut response = axum::response::Response::new(Body::from("Internal Server Error\n"));
+                    *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                    Ok(response)
+                }
+            }
+        }
+    })
 }
 
 /// Marks a connection busy while a response is alive.
@@ -551,6 +583,40 @@ mod tests {
         drop(tx);
         let collected = body.collect().await.expect("in time").to_bytes();
         assert_eq!(&collected[..], b"whole");
+    }
+
+    async fn panics() -> &'static str {
+        panic!("a handler bug")
+    }
+
+    /// A handler that panics answers 500; the same connection and the listener keep serving.
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_and_the_connection_keeps_serving() {
+        let router = Router::new()
+            .route("/panic", axum::routing::get(panics))
+            .route("/ok", axum::routing::get(|| async { "ok" }));
+        let endpoint = Endpoint::bind("test", SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), router, None)
+            .await
+            .expect("bind");
+        let addr = endpoint.addr;
+        let stopping = CancellationToken::new();
+        let server = tokio::spawn(endpoint.serve_until(stopping.clone(), Duration::from_secs(1)));
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.expect("handshake");
+        tokio::spawn(connection);
+        for (path, status, body) in [("/panic", 500, "Internal Server Error\n"), ("/ok", 200, "ok")] {
+            let request = hyper::Request::get(path)
+                .header("host", "localhost")
+                .body(http_body_util::Empty::<Bytes>::new())
+                .expect("request");
+            let response = sender.send_request(request).await.expect("an answer on the same connection");
+            assert_eq!(response.status().as_u16(), status, "{path}");
+            let bytes = response.into_body().collect().await.expect("body").to_bytes();
+            assert_eq!(&bytes[..], body.as_bytes(), "{path}");
+        }
+        stopping.cancel();
+        server.await.expect("the listener ended without a panic");
     }
 
     #[test]

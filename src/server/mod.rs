@@ -41,12 +41,12 @@
 
 mod auth;
 pub(crate) mod conn;
-mod logs;
+pub(crate) mod logs;
 pub(crate) mod pod_list;
 mod port_forward;
 mod routes;
 mod status;
-mod streaming;
+pub(crate) mod streaming;
 mod tls;
 mod webhook;
 

@@ -166,7 +166,30 @@ impl FileSource {
                 self.ensure_watch(&mut watch, &events);
             }
             covered = events.count.load(Ordering::Relaxed);
-            self.rescan().await;
+            self.rescan_guarded().await;
+        }
+    }
+
+    /// [`rescan`](Self::rescan) with a panic boundary: a panic while reading the manifests (a bug input
+    /// reached past the per-document boundary of [`manifest::parse`]) does not end the source's task, which the
+    /// supervisor would take for the node failing. What was read is forgotten, so the next rescan reads every
+    /// file again; the pods last reported keep running, and the panic is a problem of the manifest path.
+    async fn rescan_guarded(&mut self) {
+        use futures::FutureExt as _;
+        let outcome = std::panic::AssertUnwindSafe(self.rescan()).catch_unwind().await;
+        if let Err(payload) = outcome {
+            let message = crate::daemon::panic_message(payload.as_ref());
+            tracing::error!(path = %self.config.path.display(), panic = %message, "reading the manifests panicked");
+            self.files.clear();
+            let problem = Problem {
+                location: self.config.path.display().to_string(),
+                object: None,
+                message: format!(
+                    "reading the manifests panicked ({message}); they are read again at the next change or check"
+                ),
+            };
+            self.path_problem = Some(problem.clone());
+            self.handle.set_problems(vec![problem]);
         }
     }
 
@@ -317,13 +340,30 @@ impl FileSource {
         }
         let source = PodSource::File(path.clone());
         let security = self.handle.security();
-        let parsed =
-            manifest::parse(&content, &source, self.handle.node_name(), security.for_source(&source));
         let previous = self.files.get(&path).map(|s| s.pods.as_slice()).unwrap_or_default();
-        let (pods, kept) = manifest::keep_last_good(&parsed, previous);
-        let problems = problems_of(&location, &parsed, &pods, kept);
-        tracing::debug!(path = %location, pods = pods.len(), problems = problems.len(), "manifest read");
-        self.files.insert(path, FileState { content: Some(content), pods, problems, others: parsed.others });
+        // A panic while reading this file (past the per-document boundary of `manifest::parse`) is a problem
+        // of this file: its last good pods are kept, the other files are read.
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let parsed =
+                manifest::parse(&content, &source, self.handle.node_name(), security.for_source(&source));
+            let (pods, kept) = manifest::keep_last_good(&parsed, previous);
+            let problems = problems_of(&location, &parsed, &pods, kept);
+            (pods, problems, parsed.others)
+        }));
+        let (pods, problems, others) = match read {
+            Ok(read) => read,
+            Err(payload) => {
+                let message = crate::daemon::panic_message(payload.as_ref());
+                tracing::error!(path = %location, panic = %message, "reading a manifest file panicked");
+                let message = format!("the file could not be read (nodelet panicked on it: {message})");
+                let problems =
+                    vec![Problem { location, object: None, message: kept_note(message, previous.len()) }];
+                let others = self.files.get(&path).map(|s| s.others.clone()).unwrap_or_default();
+                (previous.to_vec(), problems, others)
+            }
+        };
+        tracing::debug!(path = %path.display(), pods = pods.len(), problems = problems.len(), "manifest read");
+        self.files.insert(path, FileState { content: Some(content), pods, problems, others });
     }
 
     fn report(&self) {

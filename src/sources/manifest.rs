@@ -88,7 +88,13 @@ pub(crate) fn parse(bytes: &[u8], source: &PodSource, node_name: &str, security:
         parsed.problem(None, "manifest is not UTF-8 text".into());
         return parsed;
     };
-    let documents = match read_documents(text) {
+    // A panic in the YAML or JSON reader (a bug, not a manifest's fault) refuses the manifest, not the node.
+    let read = std::panic::catch_unwind(|| read_documents(text)).unwrap_or_else(|payload| {
+        let message = crate::daemon::panic_message(payload.as_ref());
+        tracing::error!(panic = %message, "reading a manifest panicked; the manifest is refused");
+        Err((Vec::new(), format!("the manifest could not be read (nodelet panicked reading it: {message})")))
+    });
+    let documents = match read {
         Ok(documents) => documents,
         Err((documents, message)) => {
             // Keep what was read before the syntax error; the rest is unknown.
@@ -135,9 +141,51 @@ fn classify(documents: Vec<serde_json::Value>, ctx: &Ctx<'_>) -> Parsed {
     let numbered = documents.len() > 1;
     for (i, document) in documents.into_iter().enumerate() {
         let label = if numbered { format!("document {}: ", i + 1) } else { String::new() };
-        classify_one(document, &label, None, ctx, &mut parsed);
+        classify_guarded(document, &label, None, ctx, &mut parsed);
     }
     parsed
+}
+
+/// [`classify_one`] with a panic boundary: a panic while decoding, validating or admitting one document (a
+/// bug that input reached) refuses that document, as a problem naming it, and the other documents of the
+/// manifest are used; the source's task, and the node, keep running.
+fn classify_guarded(
+    document: serde_json::Value,
+    label: &str,
+    default_kind: Option<&str>,
+    ctx: &Ctx<'_>,
+    parsed: &mut Parsed,
+) {
+    let object = object_key(&document);
+    let mut one = Parsed::default();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        classify_one(document, label, default_kind, ctx, &mut one);
+    }));
+    match outcome {
+        Ok(()) => {
+            parsed.pods.append(&mut one.pods);
+            parsed.problems.append(&mut one.problems);
+            for (kind, mut values) in std::mem::take(&mut one.others) {
+                parsed.others.entry(kind).or_default().append(&mut values);
+            }
+        }
+        Err(payload) => {
+            // What the document produced before the panic is dropped with it: none of it is trusted.
+            let message = crate::daemon::panic_message(payload.as_ref());
+            let name = object.as_deref().unwrap_or("(unnamed)");
+            tracing::error!(object = name, panic = %message, "handling a manifest document panicked; the document is refused");
+            parsed.problem(
+                object,
+                format!("{label}the document could not be handled (nodelet panicked on it: {message}); it is refused"),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test hook: a pod document with this name makes [`classify_one`] panic (on this thread only).
+    static PANIC_ON_POD: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
 fn classify_one(
@@ -153,6 +201,16 @@ fn classify_one(
         return;
     }
     let kind = document.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
+    #[cfg(test)]
+    if kind.as_deref().or(default_kind) == Some("Pod") {
+        PANIC_ON_POD.with_borrow(|name| {
+            if let Some(name) = name
+                && object_key(&document).is_some_and(|key| key.ends_with(&format!("/{name}")))
+            {
+                panic!("test hook: panicking on pod {name}");
+            }
+        });
+    }
     match kind.as_deref().or(default_kind) {
         Some("Pod") => match validation::prepare_value(document, source.clone(), node_name) {
             Ok(pod) => {
@@ -187,7 +245,7 @@ fn classify_one(
             };
             let item_default = if kind.as_deref() == Some("PodList") { Some("Pod") } else { None };
             for (j, item) in items.into_iter().enumerate() {
-                classify_one(item, &format!("{label}items[{j}]: "), item_default, ctx, parsed);
+                classify_guarded(item, &format!("{label}items[{j}]: "), item_default, ctx, parsed);
             }
         }
         Some(other) => {
@@ -289,6 +347,58 @@ mod tests {
         let config_maps = parsed.others.get("ConfigMap").map(Vec::len);
         assert_eq!(config_maps, Some(1));
         assert_eq!(parsed.others["ConfigMap"][0]["data"]["a"], "b");
+    }
+
+    /// A panic while handling one document (the test hook stands for any bug input could reach) is a
+    /// problem naming that document; the other documents, and the pods of a list, are used.
+    #[test]
+    fn a_panic_on_one_document_refuses_that_document_only() {
+        PANIC_ON_POD.with_borrow_mut(|name| *name = Some("bad".to_owned()));
+        let text = format!(
+            "{}---\n{}---\nkind: List\nitems:\n- {{kind: Pod, metadata: {{name: bad, namespace: ns}}}}\n- {}\n",
+            pod_yaml("good", "nginx"),
+            pod_yaml("bad", "nginx"),
+            r#"{kind: Pod, metadata: {name: other}, spec: {containers: [{name: c, image: x}]}}"#,
+        );
+        let parsed = parse(text.as_bytes(), &source(), "node1", &PodSecurity::default());
+        PANIC_ON_POD.with_borrow_mut(|name| *name = None);
+        assert_eq!(keys(&parsed.pods), ["default/good", "default/other"]);
+        let problems: Vec<(Option<&str>, &str)> =
+            parsed.problems.iter().map(|p| (p.object.as_deref(), p.message.as_str())).collect();
+        assert_eq!(
+            problems,
+            [
+                (
+                    Some("default/bad"),
+                    "document 2: the document could not be handled (nodelet panicked on it: test hook: panicking on \
+                     pod bad); it is refused"
+                ),
+                (
+                    Some("ns/bad"),
+                    "document 3: items[0]: the document could not be handled (nodelet panicked on it: test hook: \
+                     panicking on pod bad); it is refused"
+                ),
+            ]
+        );
+    }
+
+    /// The quantity of issue 37: an exponent at the limit of an `i64` once panicked (`i64::MIN.abs()`), which
+    /// stopped the node; now it is a problem naming the pod and the field.
+    #[test]
+    fn a_quantity_exponent_at_the_i64_limit_is_a_problem_naming_the_field() {
+        for cpu in ["1e-9223372036854775808", "1e9223372036854775807", "-1e-9223372036854775808"] {
+            let text = format!(
+                "{}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: bad}}\nspec:\n  containers:\n  - name: c\n    image: x\n    resources: {{limits: {{cpu: '{cpu}'}}}}\n",
+                pod_yaml("good", "nginx")
+            );
+            let parsed = parse(text.as_bytes(), &source(), "node1", &PodSecurity::default());
+            assert_eq!(keys(&parsed.pods), ["default/good"], "{cpu}");
+            assert_eq!(parsed.problems.len(), 1, "{cpu}: {:?}", parsed.problems);
+            assert_eq!(parsed.problems[0].object.as_deref(), Some("default/bad"));
+            let message = &parsed.problems[0].message;
+            assert!(message.contains("spec.containers[0].resources.limits[cpu]"), "{cpu}: {message}");
+            assert!(message.contains("too large") || message.contains("greater than"), "{cpu}: {message}");
+        }
     }
 
     #[test]

@@ -168,3 +168,50 @@ async fn hostile_manifests_are_refused_by_name_within_bounded_memory_and_leave_h
     assert_eq!(names, vec![n.pod_name("steady")], "only the healthy pod runs");
     n.shutdown().await;
 }
+
+/// Issue 37, point 0: a quantity whose exponent sits at the limit of an `i64` once panicked the file source's
+/// task (`attempt to negate with overflow`), and the supervisor stopped the node, again at every start while
+/// the file was there. Planted next to a healthy pod on the real runtime: the node keeps running, the healthy
+/// pod is untouched, and the bad document is a problem naming the file, the pod and the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quantity_at_the_i64_limit_is_refused_by_name_and_the_node_keeps_running() {
+    let Some(env) = runtime_env("hostile_manifests::a_quantity_at_the_i64_limit") else { return };
+    let mut n = Nodelet::start(&env, "quantity-limit").await;
+    let steady = n.pod_manifest(
+        "steady",
+        json!({"terminationGracePeriodSeconds": 2, "containers": [{"name": "app", "command": sleep_until_term("")}]}),
+    );
+    n.write_manifest("steady.yaml", &steady);
+    let before = n.wait_running("steady").await;
+    for (file, cpu) in
+        [("negative-exponent.yaml", "1e-9223372036854775808"), ("exponent.yaml", "1e9223372036854775807")]
+    {
+        let name = file.trim_end_matches(".yaml");
+        // A string, as JSON or quoted YAML writes it: the quantity parser reads it. (Unquoted YAML reads
+        // `1e-9223372036854775808` as the float 0 and `1e9223372036854775807` as infinity, as go-yaml does.)
+        let bad = n.pod_manifest(
+            name,
+            json!({"containers": [{"name": "app", "command": sleep_until_term(""), "resources": {"limits": {"cpu": cpu}}}]}),
+        );
+        n.write_manifest(file, &bad);
+        let path = n.manifest_dir().join(file).display().to_string();
+        let message = wait_problem(
+            &n,
+            file,
+            &[&path, &format!("default/{name}"), "spec.containers[0].resources.limits[cpu]"],
+        )
+        .await;
+        assert!(message.contains("too large"), "{file}: {message}");
+    }
+    // Read again after a restart too (the file is still there): the node starts and keeps running.
+    n.stop().await;
+    n.start_again().await;
+    let path = n.manifest_dir().join("negative-exponent.yaml").display().to_string();
+    wait_problem(&n, "the problem after a restart", &[&path, "too large"]).await;
+    let after = n.wait_running("steady").await;
+    assert_eq!(uid(&after), uid(&before), "the healthy pod is the same pod");
+    assert!(n.exit_status().is_none(), "nodelet stopped: {}", n.log_tail(40));
+    let names: Vec<String> = n.pods().await.items.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    assert_eq!(names, vec![n.pod_name("steady")], "only the healthy pod runs");
+    n.shutdown().await;
+}

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Nodelet, container, env_or_skip, phase, pod_ip, runtime_id, sleep_until_term, uid, waiting,
+    Nodelet, StartOptions, container, env_or_skip, phase, pod_ip, runtime_id, sleep_until_term, uid, waiting,
 };
 
 /// The mount points at or beneath `dir`, from this process's mount table.
@@ -1355,4 +1355,86 @@ async fn containers_get_the_kubelet_managed_etc_hosts_unless_they_mount_their_ow
     })
     .await;
     n.shutdown().await;
+}
+
+/// The events nodelet serves on its authenticated main port: (reason, message).
+async fn main_port_events(n: &Nodelet) -> Vec<(String, String)> {
+    let request = n.main_client().get(n.main_url("/api/v1/events")).bearer_auth(crate::support::TOKEN);
+    let Ok(response) = request.send().await else { return Vec::new() };
+    let list: k8s_openapi::List<k8s_openapi::api::core::v1::Event> =
+        serde_json::from_slice(&response.bytes().await.unwrap_or_default()).unwrap_or_default();
+    list.items.into_iter().map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default())).collect()
+}
+
+/// Issue 37, point 6: with `--allow-privileged=false` and `allowedHostPaths`, a symlink planted under the allowed
+/// prefix that points at `/` does not turn a hostPath into the host's root: the volume is refused with an error
+/// naming it and the symlink, and the pod does not start. A plain directory under the prefix, and a symlink
+/// that stays beneath it, still work (the runtime mounts what was resolved, bound in the pod's directory).
+#[tokio::test]
+async fn a_symlink_under_an_allowed_host_path_prefix_cannot_lead_out_of_it() {
+    let env = env_or_skip!("a_symlink_under_an_allowed_host_path_prefix_cannot_lead_out_of_it");
+    let prefix = std::env::temp_dir().join(format!("nodelet-allowed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&prefix);
+    let data = prefix.join("data");
+    std::fs::create_dir_all(&data).unwrap_or_else(|e| panic!("mkdir {}: {e}", data.display()));
+    std::fs::write(data.join("hello"), "from the prefix\n").unwrap_or_else(|e| panic!("write: {e}"));
+    std::os::unix::fs::symlink("/", prefix.join("escape")).unwrap_or_else(|e| panic!("symlink: {e}"));
+    std::os::unix::fs::symlink("../../..", data.join("up")).unwrap_or_else(|e| panic!("symlink: {e}"));
+    std::os::unix::fs::symlink("data", prefix.join("inside")).unwrap_or_else(|e| panic!("symlink: {e}"));
+    let options = StartOptions {
+        extra_args: vec!["--allow-privileged=false".to_owned()],
+        nodelet_extra: format!("allowedHostPaths: [{}]\n", prefix.display()),
+        ..StartOptions::default()
+    };
+    let n = Nodelet::start_with(&env, "hostpath-prefix", options).await;
+    let pod_with = |name: &str, volume: &str, path: PathBuf, kind: &str| {
+        n.pod_manifest(
+            name,
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": volume, "hostPath": {"path": path, "type": kind}}],
+                "containers": [{"name": "app", "command": sleep_until_term(""),
+                                "volumeMounts": [{"name": volume, "mountPath": "/v"}]}],
+            }),
+        )
+    };
+    n.write_manifest("escape.yaml", &pod_with("escape", "hostroot", prefix.join("escape"), ""));
+    n.write_manifest("up.yaml", &pod_with("up", "uproot", prefix.join("data/up/etc"), "Directory"));
+    n.write_manifest("plain.yaml", &pod_with("plain", "data", prefix.join("data"), "Directory"));
+    n.write_manifest(
+        "inside.yaml",
+        &pod_with("inside", "made", prefix.join("inside/new"), "DirectoryOrCreate"),
+    );
+
+    let plain = n.wait_running("plain").await;
+    let (code, out) = n.exec(&container_id(&plain, "app"), &["cat", "/v/hello"]).await;
+    assert_eq!((code, out.as_str()), (0, "from the prefix\n"));
+    let inside = n.wait_running("inside").await;
+    let (code, _) = n.exec(&container_id(&inside, "app"), &["sh", "-c", "echo made > /v/f"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        std::fs::read_to_string(data.join("new/f")).unwrap_or_default(),
+        "made\n",
+        "created beneath the prefix"
+    );
+
+    for (pod, volume, component) in [("escape", "hostroot", "escape"), ("up", "uproot", "data/up")] {
+        let event = n
+            .wait_for(&format!("a FailedMount event for {pod}"), Duration::from_secs(20), async || {
+                main_port_events(&n).await.into_iter().find(|(reason, message)| {
+                    reason == "FailedMount" && message.contains(&format!("\"{volume}\""))
+                })
+            })
+            .await;
+        let component = prefix.join(component).display().to_string();
+        assert!(
+            event.1.contains(&component) && event.1.contains("leads out of the allowed prefix"),
+            "the refusal names the volume and the symlink: {event:?}"
+        );
+        let refused = n.pod(pod).await.unwrap_or_else(|| panic!("pod {pod} listed"));
+        assert_eq!(phase(&refused), "Pending", "{pod}");
+        assert!(n.sandboxes_of(&uid(&refused)).await.is_empty(), "{pod}: a sandbox for a refused volume");
+    }
+    n.shutdown().await;
+    let _ = std::fs::remove_dir_all(&prefix);
 }

@@ -9,6 +9,7 @@ use std::path::{Component, Path, PathBuf};
 
 use k8s_cri::v1;
 use k8s_openapi::api::core::v1::{Container, EnvVarSource, SeccompProfile};
+use nodelet_resources::common::qos::{QosClass, qos_class};
 use nodelet_resources::pod::desired::DesiredPod;
 use nodelet_resources::pod::driver::{ContainerKind, container_hash};
 use nodelet_resources::pod::resize::{CgroupResources, container_hash_without_resources};
@@ -731,49 +732,6 @@ fn object_data(
             .collect();
         data.extend(secret.string_data.unwrap_or_default());
         Some(data.into_iter().collect())
-    }
-}
-
-/// The pod's QoS class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum QosClass {
-    /// Every container has CPU and memory limits equal to its requests.
-    Guaranteed,
-    /// Some requests or limits, not Guaranteed.
-    Burstable,
-    /// No requests or limits at all.
-    BestEffort,
-}
-
-/// The pod's QoS class (`GetPodQOS`), from CPU and memory requests and limits of all its containers.
-pub(crate) fn qos_class(pod: &DesiredPod) -> QosClass {
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in pod.init_containers().iter().chain(pod.containers()) {
-        let resources = c.resources.as_ref();
-        let get = |map: Option<
-            &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-        >,
-                   key: &str| {
-            map.and_then(|m| m.get(key)).and_then(|q| Quantity::parse(&q.0)).filter(|q| !q.is_zero())
-        };
-        let limits = resources.and_then(|r| r.limits.as_ref());
-        let requests = resources.and_then(|r| r.requests.as_ref());
-        for key in ["cpu", "memory"] {
-            let (l, r) = (get(limits, key), get(requests, key));
-            any |= l.is_some() || r.is_some();
-            match (l, r) {
-                (Some(l), Some(r)) if l.scaled_ceil(1000) == r.scaled_ceil(1000) => {}
-                // Defaulting copies a limit to a missing request.
-                (Some(_), None) => {}
-                _ => guaranteed = false,
-            }
-        }
-    }
-    match (any, guaranteed) {
-        (false, _) => QosClass::BestEffort,
-        (true, true) => QosClass::Guaranteed,
-        (true, false) => QosClass::Burstable,
     }
 }
 

@@ -45,7 +45,7 @@ use nodelet_resources::volume::desired::{
 use nodelet_resources::volume::driver::{VolumeError, VolumeHost};
 use nodelet_resources::volume::ops::VolumeOp;
 
-use crate::hostpath::{HostPathType, check_host_path};
+use crate::hostpath::{HostPathType, check_host_path, resolve_beneath_prefix};
 use crate::{atomic, mounts, ownership, subpath};
 
 /// Permissions of an emptyDir, as the kubelet makes them (world-writable: any container user).
@@ -58,18 +58,32 @@ const FILES_TMPFS_MODE: u32 = 0o1777;
 /// Permissions of the directories nodelet makes on the way to a volume.
 const PARENT_MODE: u32 = 0o750;
 
+/// The name, in `<root>/pods/<uid>/volume-subpaths/<volume>/`, of the bind of a hostPath resolved beneath its
+/// allowed prefix (not a container name: those are DNS labels, without `~`).
+pub const CONFINED_HOST_PATH: &str = "~host-path";
+
 /// Sets volumes up under nodelet's root directory.
 #[derive(Debug, Clone)]
 pub struct HostVolumes {
     root: PathBuf,
     /// The node's allocatable memory, the largest a memory-backed volume's tmpfs gets.
     allocatable_memory: Option<u64>,
+    /// `nodelet.allowedHostPaths`: a hostPath under one of them is resolved beneath it.
+    allowed_host_paths: Vec<PathBuf>,
 }
 
 impl HostVolumes {
     /// Volumes under `root` (`--root-dir`).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into(), allocatable_memory: None }
+        Self { root: root.into(), allocatable_memory: None, allowed_host_paths: Vec::new() }
+    }
+
+    /// The allowed hostPath prefixes (`nodelet.allowedHostPaths`): a hostPath volume under one of them is
+    /// resolved beneath it, never through a symlink out of it, and the runtime mounts a bind of what was
+    /// resolved, kept in the pod's directory ([`CONFINED_HOST_PATH`]), not the path string.
+    pub fn with_allowed_host_paths(mut self, prefixes: Vec<PathBuf>) -> Self {
+        self.allowed_host_paths = prefixes;
+        self
     }
 
     /// Sizes memory-backed volumes to at most `bytes`, the node's allocatable memory (without it,
@@ -105,8 +119,22 @@ impl HostVolumes {
             VolumeSource::HostPath { path: host, kind } => {
                 let kind = HostPathType::parse(kind.as_deref())
                     .map_err(|e| VolumeError::failed(format!("{}: hostPath.type: {e}", what())))?;
-                check_host_path(host, kind).map_err(|e| VolumeError::failed(format!("{}: {e}", what())))?;
-                Ok(actual(false, None))
+                let confined = resolve_beneath_prefix(host, &self.allowed_host_paths, kind)
+                    .map_err(|e| VolumeError::failed(format!("{}: {e}", what())))?;
+                let Some(resolved) = confined else {
+                    check_host_path(host, kind)
+                        .map_err(|e| VolumeError::failed(format!("{}: {e}", what())))?;
+                    return Ok(actual(false, None));
+                };
+                // Beside the volume's subPath binds, which its teardown unmounts.
+                let staged = pod_dir(&self.root, &volume.pod_uid)
+                    .join("volume-subpaths")
+                    .join(&volume.name)
+                    .join(CONFINED_HOST_PATH);
+                subpath::bind_descriptor(&resolved, &staged).map_err(|e| {
+                    VolumeError::uncertain(format!("{}: binding hostPath {}: {e}", what(), host.display()))
+                })?;
+                Ok(VolumeActual { path: staged, ..actual(false, None) })
             }
             VolumeSource::EmptyDir { memory, size_limit } => {
                 let mut fresh =

@@ -6,10 +6,25 @@
 //! `FileOrCreate` creates with `O_EXCL|O_NOFOLLOW` (the kubelet's `O_CREATE` would create the target
 //! of a dangling symlink anywhere on the host; here a dangling symlink is "not a file"); created
 //! directories and files get exactly 0755 / 0644, whatever the process umask.
+//!
+//! **Under an allowed prefix** (`nodelet.allowedHostPaths`), a hostPath is resolved by the kernel beneath the
+//! prefix ([`resolve_beneath_prefix`]: `openat2(prefix, rest, O_PATH, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`),
+//! so a symlink planted under `/srv/data` that points at `/` (or anywhere outside the prefix) is refused with an
+//! error naming the component, instead of handing the runtime a path string it would follow out of the prefix.
+//! Symlinks that stay beneath the prefix are followed. Missing directories (`DirectoryOrCreate`, and an unset
+//! type, for which the runtime would create a directory) and a missing file (`FileOrCreate`) are created one
+//! component at a time with `mkdirat`/`openat(O_EXCL|O_NOFOLLOW)` in the parent just resolved. The type is
+//! checked on the resolved descriptor. The volume driver then bind-mounts that descriptor at a directory of the
+//! pod's own (see [`crate::driver`]), which is what the runtime mounts: a symlink swapped in after the
+//! resolution cannot redirect it.
 
 use std::fmt;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+
+use rustix::fd::OwnedFd;
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
 /// Errors of the hostPath checks; each names the path.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +65,21 @@ pub enum HostPathError {
     ParentMissing {
         /// The path.
         path: PathBuf,
+    },
+    /// A component of a hostPath under an allowed prefix leads out of the prefix (a symlink to an absolute
+    /// path or through `..`, a magic link) or cannot be resolved beneath it.
+    #[error(
+        "hostPath {path:?}: {component:?} {reason}; a hostPath under the allowed prefix {prefix:?} must resolve beneath it"
+    )]
+    Escapes {
+        /// The path.
+        path: PathBuf,
+        /// The allowed prefix it is under.
+        prefix: PathBuf,
+        /// The offending component (the path up to and including it).
+        component: PathBuf,
+        /// What is wrong with it.
+        reason: String,
     },
     /// Creating or inspecting the path failed.
     #[error("hostPath {path:?}: {op}: {source}")]
@@ -200,6 +230,185 @@ pub fn check_host_path(path: &Path, kind: HostPathType) -> Result<(), HostPathEr
         None => Err(HostPathError::NotFound { path: path.to_path_buf(), kind }),
         Some(ft) if matches(&ft) => Ok(()),
         Some(ft) => Err(HostPathError::WrongType { path: path.to_path_buf(), expected, found: describe(ft) }),
+    }
+}
+
+/// How a hostPath under an allowed prefix is resolved: beneath the prefix, without magic links. (Mounts under
+/// the prefix are the operator's and may be crossed.)
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
+
+/// The longest of `prefixes` that `path` is under (component-wise), if any.
+pub fn allowed_prefix<'a>(path: &Path, prefixes: &'a [PathBuf]) -> Option<&'a Path> {
+    prefixes
+        .iter()
+        .filter(|p| path.starts_with(p))
+        .max_by_key(|p| p.components().count())
+        .map(PathBuf::as_path)
+}
+
+/// Resolves `path`, which lies under one of `prefixes`, beneath that prefix (see the [module docs](self)),
+/// creating what its `kind` creates, and checks its type: an `O_PATH` descriptor of what the hostPath is.
+/// `Ok(None)` when `path` is under no prefix (it is then used as the kubelet uses it, through
+/// [`check_host_path`]).
+pub fn resolve_beneath_prefix(
+    path: &Path,
+    prefixes: &[PathBuf],
+    kind: HostPathType,
+) -> Result<Option<OwnedFd>, HostPathError> {
+    let Some(prefix) = allowed_prefix(path, prefixes) else { return Ok(None) };
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Err(HostPathError::InvalidPath {
+            path: path.to_path_buf(),
+            reason: "must not contain \"..\"",
+        });
+    }
+    let io_err = |op: &'static str, at: &Path, e: Errno| io(op, at, e.into());
+    // The prefix itself is the operator's: opened as configured.
+    let root = rustix::fs::open(prefix, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| io_err("open the allowed prefix", prefix, e))?;
+    let rest = path.strip_prefix(prefix).unwrap_or(Path::new(""));
+    let components: Vec<&std::ffi::OsStr> = rest
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name),
+            _ => None,
+        })
+        .collect();
+    let escape = |upto: usize, reason: String| HostPathError::Escapes {
+        path: path.to_path_buf(),
+        prefix: prefix.to_path_buf(),
+        component: components[..upto].iter().fold(prefix.to_path_buf(), |p, c| p.join(c)),
+        reason,
+    };
+    let mut current =
+        rustix::fs::openat(&root, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| io_err("open the allowed prefix", prefix, e))?;
+    for i in 0..components.len() {
+        let rel: PathBuf = components[..=i].iter().collect();
+        let last = i + 1 == components.len();
+        current = match open_beneath(&root, &rel) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => {
+                let name = components[i];
+                let at = prefix.join(&rel);
+                match kind {
+                    HostPathType::DirectoryOrCreate | HostPathType::Unset => {
+                        match rustix::fs::mkdirat(&current, name, Mode::from_raw_mode(0o755)) {
+                            Ok(()) | Err(Errno::EXIST) => {}
+                            Err(e) => return Err(io_err("mkdir", &at, e)),
+                        }
+                        // Exactly 0755, whatever the umask (through the directory just made, not a path).
+                        let made = rustix::fs::openat(
+                            &current,
+                            name,
+                            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                            Mode::empty(),
+                        )
+                        .map_err(|e| io_err("open", &at, e))?;
+                        rustix::fs::fchmod(&made, Mode::from_raw_mode(0o755))
+                            .map_err(|e| io_err("chmod", &at, e))?;
+                        tracing::debug!(path = %at.display(), "created hostPath directory beneath its allowed prefix");
+                    }
+                    HostPathType::FileOrCreate if last => {
+                        let made = rustix::fs::openat(
+                            &current,
+                            name,
+                            OFlags::WRONLY
+                                | OFlags::CREATE
+                                | OFlags::EXCL
+                                | OFlags::NOFOLLOW
+                                | OFlags::CLOEXEC,
+                            Mode::from_raw_mode(0o644),
+                        );
+                        match made {
+                            Ok(file) => rustix::fs::fchmod(&file, Mode::from_raw_mode(0o644))
+                                .map_err(|e| io_err("chmod", &at, e))?,
+                            Err(Errno::EXIST) => {}
+                            Err(e) => return Err(io_err("create", &at, e)),
+                        }
+                        tracing::debug!(path = %at.display(), "created hostPath file beneath its allowed prefix");
+                    }
+                    HostPathType::FileOrCreate => {
+                        return Err(HostPathError::ParentMissing { path: path.to_path_buf() });
+                    }
+                    _ => return Err(HostPathError::NotFound { path: path.to_path_buf(), kind }),
+                }
+                match open_beneath(&root, &rel) {
+                    Ok(fd) => fd,
+                    Err(Errno::NOENT) => return Err(escape(i + 1, "is a dangling symlink".to_owned())),
+                    Err(e) => return Err(escape(i + 1, reason_of(&current, name, e))),
+                }
+            }
+            Err(e) => return Err(escape(i + 1, reason_of(&current, components[i], e))),
+        };
+    }
+    let stat = rustix::fs::fstat(&current).map_err(|e| io_err("stat", path, e))?;
+    let found = FileType::from_raw_mode(stat.st_mode);
+    let (expected, matches) = match kind {
+        HostPathType::Unset => return Ok(Some(current)),
+        HostPathType::DirectoryOrCreate | HostPathType::Directory => {
+            ("directory", found == FileType::Directory)
+        }
+        HostPathType::FileOrCreate | HostPathType::File => ("file", found == FileType::RegularFile),
+        HostPathType::Socket => ("socket file", found == FileType::Socket),
+        HostPathType::CharDevice => ("character device", found == FileType::CharacterDevice),
+        HostPathType::BlockDevice => ("block device", found == FileType::BlockDevice),
+    };
+    if !matches {
+        let found = match found {
+            FileType::Directory => "directory",
+            FileType::RegularFile => "file",
+            FileType::Socket => "socket file",
+            FileType::CharacterDevice => "character device",
+            FileType::BlockDevice => "block device",
+            _ => "file of unknown type",
+        };
+        return Err(HostPathError::WrongType { path: path.to_path_buf(), expected, found });
+    }
+    Ok(Some(current))
+}
+
+/// `openat2(root, rel, O_PATH, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`, retried when a concurrent rename makes
+/// the kernel give up (`EAGAIN`); without `openat2` (before Linux 5.6), every component is opened with
+/// `O_NOFOLLOW` and any symlink is refused (`ELOOP`).
+fn open_beneath(root: &OwnedFd, rel: &Path) -> Result<OwnedFd, Errno> {
+    let mut attempts = 0;
+    loop {
+        match rustix::fs::openat2(root, rel, OFlags::PATH | OFlags::CLOEXEC, Mode::empty(), RESOLVE) {
+            Err(Errno::AGAIN) if attempts < 64 => attempts += 1,
+            Err(Errno::NOSYS) => {
+                let mut cur = rustix::fs::openat(root, ".", OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
+                for component in rel.components() {
+                    cur = rustix::fs::openat(
+                        &cur,
+                        component.as_os_str(),
+                        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )?;
+                    if FileType::from_raw_mode(rustix::fs::fstat(&cur)?.st_mode) == FileType::Symlink {
+                        return Err(Errno::LOOP);
+                    }
+                }
+                return Ok(cur);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Why `name` in `parent` failed to resolve beneath the prefix with `errno`, for people.
+fn reason_of(parent: &OwnedFd, name: &std::ffi::OsStr, errno: Errno) -> String {
+    let link =
+        rustix::fs::readlinkat(parent, name, Vec::new()).ok().map(|t| t.to_string_lossy().into_owned());
+    match (link, errno) {
+        (Some(target), _) if target.starts_with('/') => {
+            format!("is a symlink to the absolute path {target:?}, which leads out of the allowed prefix")
+        }
+        (Some(target), Errno::LOOP) => format!("is a symlink to {target:?} in a symlink loop"),
+        (Some(target), _) => format!("is a symlink to {target:?}, which leads out of the allowed prefix"),
+        (None, Errno::XDEV) => "leads out of the allowed prefix".to_owned(),
+        (None, Errno::NOTDIR) => "is not a directory".to_owned(),
+        (None, e) => format!("cannot be opened: {}", std::io::Error::from(e)),
     }
 }
 

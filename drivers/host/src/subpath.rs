@@ -384,6 +384,37 @@ pub fn bind_sub_path(volume_root: &Path, sub_path: &str, target: &Path) -> Resul
     Ok(())
 }
 
+/// Bind-mounts (recursively: mounts beneath it come along) what the `O_PATH` descriptor `source` resolved to
+/// onto `target`, created to match (an empty directory or file), through `/proc/self/fd`: a symlink swapped
+/// in after the resolution cannot redirect the bind. Verified as [`bind_sub_path`] does. A `target` that is
+/// already a mount of the same inode (after a restart) is left as it is. Used for hostPaths resolved beneath
+/// an allowed prefix ([`crate::hostpath::resolve_beneath_prefix`]).
+pub fn bind_descriptor(source: &OwnedFd, target: &Path) -> Result<(), SubPathError> {
+    let fail = |reason: String| SubPathError::Target { target: target.to_path_buf(), reason };
+    let source_stat = fs::fstat(source).map_err(|e| fail(format!("fstat of the source: {e}")))?;
+    let source_id = fsutil::dev_ino(&source_stat);
+    if mounts::is_mount_point(target)? {
+        let st =
+            fs::statat(fs::CWD, target, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| fail(format!("stat: {e}")))?;
+        if fsutil::dev_ino(&st) == source_id {
+            return Ok(());
+        }
+        return Err(fail("already a mount point of something else".into()));
+    }
+    let is_dir = FileType::from_raw_mode(source_stat.st_mode) == FileType::Directory;
+    let target_fd = prepare_target(target, is_dir)?;
+    let from = format!("/proc/self/fd/{}", source.as_raw_fd());
+    let onto = format!("/proc/self/fd/{}", target_fd.as_raw_fd());
+    rustix::mount::mount_bind_recursive(from.as_str(), onto.as_str())
+        .map_err(|e| fail(format!("bind mount: {}", std::io::Error::from(e))))?;
+    let bound = fs::statat(fs::CWD, target, AtFlags::SYMLINK_NOFOLLOW).map(|st| fsutil::dev_ino(&st));
+    if bound != Ok(source_id) || !mounts::is_mount_point(target)? {
+        mounts::unmount(target)?;
+        return Err(fail("after the bind mount the target is not what was resolved; unmounted".into()));
+    }
+    Ok(())
+}
+
 /// Creates `target` (an empty directory or file, replacing a leftover of the other kind) and opens it
 /// with `O_PATH|O_NOFOLLOW`.
 fn prepare_target(target: &Path, is_dir: bool) -> Result<OwnedFd, SubPathError> {

@@ -24,7 +24,7 @@ use reconcile_engine::Plan;
 
 use super::rank::is_critical;
 use super::signal::Condition;
-use crate::common::qos::qos_class;
+use crate::common::qos::{QosClass, qos_class};
 use crate::common::runtime_class::{self, RuntimeClasses};
 use crate::pod::actual::PodActual;
 use crate::pod::desired::{DesiredPod, is_sidecar};
@@ -393,7 +393,7 @@ impl Admission {
             && !is_critical(pod)
             && !(conditions.len() == 1
                 && conditions.contains(&Condition::MemoryPressure)
-                && (qos_class(pod) != "BestEffort" || tolerates_memory_pressure(pod)));
+                && (qos_class(pod) != QosClass::BestEffort || tolerates_memory_pressure(pod)));
         if refuse {
             let names: Vec<&str> = conditions.iter().map(|c| c.as_str()).collect();
             return Verdict::rejected("Evicted", format!("The node had condition: [{}]. ", names.join(", ")));

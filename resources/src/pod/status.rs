@@ -159,7 +159,7 @@ pub fn pod_status(
         pod_ip: ip.clone(),
         pod_ips: ip.map(|ip| vec![PodIP { ip }]),
         start_time,
-        qos_class: Some(qos_class(pod).to_string()),
+        qos_class: Some(qos_class(pod).as_str().to_owned()),
         message: failure_message,
         resize: resize.map(|r| r.map_or("Proposed", ResizeDecision::status).to_string()),
         ..PodStatus::default()

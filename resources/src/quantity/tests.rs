@@ -105,6 +105,51 @@ fn u64_values() {
     assert_eq!(Quantity::parse("99Ei").and_then(Quantity::value_u64), None);
 }
 
+/// Exponents and digit strings at and beyond every integer limit: refused as too large (or read as zero, or the
+/// smallest unit rounded up), never a panic. `1e-9223372036854775808` once panicked (`i64::MIN.abs()`).
+#[test]
+fn exponents_and_digits_at_integer_limits_are_refused_not_panics() {
+    let limits = [
+        i64::MIN.to_string(),
+        i64::MAX.to_string(),
+        u64::MAX.to_string(),
+        i128::MIN.to_string(),
+        i128::MAX.to_string(),
+        u128::MAX.to_string(),
+        "-9223372036854775809".to_owned(),
+        "9223372036854775808".to_owned(),
+        "9".repeat(1000),
+    ];
+    for n in &limits {
+        let unsigned = n.trim_start_matches('-');
+        for text in [
+            format!("1e{n}"),
+            format!("1E{n}"),
+            format!("-1e{n}"),
+            format!("1e+{unsigned}"),
+            format!("1.5e{n}"),
+        ] {
+            assert_eq!(Quantity::try_parse(&text), Err(QuantityError::TooLarge), "{text}");
+        }
+        // Zero times anything is zero.
+        assert_eq!(
+            Quantity::try_parse(&format!("0e{n}")).map(Quantity::is_zero),
+            Err(QuantityError::TooLarge)
+        );
+        for text in [n.clone(), format!("{n}Ei"), format!("{n}E"), format!("{n}n"), format!("{n}.{n}")] {
+            let q = Quantity::try_parse(&text);
+            let _ = q.map(|q| {
+                (q.nanos(), q.scaled_ceil(i64::MIN), q.scaled_ceil(i64::MAX), q.value_u64(), q.to_string())
+            });
+        }
+    }
+    assert_eq!(Quantity::try_parse("1e-1000").and_then(Quantity::nanos), Ok(1), "rounds up to one nano-unit");
+    assert_eq!(Quantity::try_parse("1e-1001"), Err(QuantityError::TooLarge));
+    let q = Quantity::try_parse(&format!("0.{}1", "0".repeat(5000))).expect("a tiny number");
+    assert_eq!(q.nanos(), Ok(1));
+    assert_eq!(Quantity::try_parse("-1").map(|q| q.scaled_ceil(i64::MIN)), Ok(i64::MAX));
+}
+
 fn canonical_text() -> impl Strategy<Value = String> {
     let suffix = prop::sample::select(vec![
         "", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
@@ -121,6 +166,13 @@ proptest! {
     #[test]
     fn never_panics_on_quantity_shaped_strings(s in "[+-]?[0-9]{0,45}(\\.[0-9]{0,45})?([eE][+-]?[0-9]{1,5}|[numkMGTPE]|[KMGTPE]i)?") {
         let _ = Quantity::try_parse(&s).map(|q| (q.nanos(), q.scaled_ceil(i64::MAX), q.value_u64(), q.to_string()));
+    }
+
+    #[test]
+    fn never_panics_on_any_exponent(mantissa in "[+-]?[0-9]{0,40}(\\.[0-9]{0,40})?", exp in prop_oneof![Just(i64::MIN), Just(i64::MAX), any::<i64>()], wide in prop_oneof![Just(i128::MIN), Just(i128::MAX), any::<i128>()]) {
+        for text in [format!("{mantissa}e{exp}"), format!("{mantissa}E{wide}"), format!("{mantissa}e+{}", exp.unsigned_abs())] {
+            let _ = Quantity::try_parse(&text).map(|q| (q.nanos(), q.scaled_ceil(i64::MIN), q.value_u64(), q.to_string()));
+        }
     }
 
     #[test]
