@@ -429,6 +429,21 @@ for _ in $(seq 1 120); do
 done
 [ "$ready" = 1 ] || { tail -n 30 "$AGENT_LOG" >&2; die "node $NODE not Ready after 120 s (log $AGENT_LOG)"; }
 log "node $NODE is Ready"
+# a node under pressure is tainted NoSchedule, and the suite would wait 30 minutes for it to be schedulable:
+# say so now (the usual cause on a build machine is a disk fuller than the eviction thresholds, e.g.
+# imagefs.available<15%, which both agents apply)
+# (an agent's eviction manager reports within seconds of its start: watch for 15 s)
+pressure=
+for _ in $(seq 1 15); do
+	pressure=$(k get node "$NODE" -o jsonpath='{range .status.conditions[?(@.status=="True")]}{.type}{" "}{end}' |
+		tr ' ' '\n' | grep -E '^(DiskPressure|MemoryPressure|PIDPressure)$' | paste -sd, || true)
+	[ -n "$pressure" ] && break
+	sleep 1
+done
+if [ -n "$pressure" ]; then
+	df -h / "$BASE" >&2 || true
+	die "node $NODE reports $pressure: free disk (or memory) below the agent's eviction thresholds before running the suite (log $AGENT_LOG)"
+fi
 
 # ---------------------------------------------------------------- 6. the suite
 COMMIT=$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
