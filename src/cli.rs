@@ -225,7 +225,8 @@ pub(crate) struct RunArgs {
     /// [config: allowedUnsafeSysctls]
     #[arg(long, value_name = "SYSCTL,...", action = ArgAction::Append, help_heading = "Node")]
     pub(crate) allowed_unsafe_sysctls: Vec<String>,
-    /// Allow containers to request privileged mode [default: false] [config: nodelet.allowPrivileged]
+    /// Allow containers to request privileged mode; false holds every pod source to the baseline Pod Security
+    /// level [default: true] [config: nodelet.allowPrivileged]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Node")]
     pub(crate) allow_privileged: Option<bool>,
@@ -1252,7 +1253,7 @@ mod tests {
                 "--authorization-webhook-cache-unauthorized-ttl",
                 format!("[default: {}]", short_go(config::DEFAULT_UNAUTHORIZED_CACHE_TTL)),
             ),
-            ("--allow-privileged", "[default: false]".to_owned()),
+            ("--allow-privileged", "[default: true]".to_owned()),
             (
                 "--volume-stats-agg-period",
                 format!("[default: {}]", short_go(config::DEFAULT_VOLUME_STATS_AGG_PERIOD)),

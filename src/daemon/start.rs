@@ -260,6 +260,10 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
         // Service environment variables (none in standalone mode, as the kubelet without an API server).
         pod_runtime_config = pod_runtime_config.with_services(Arc::new(c.services()));
     }
+    if let Some(api) = node_objects.api() {
+        // API pods' variables read the API server's objects only (static pods': the manifests' only).
+        pod_runtime_config = pod_runtime_config.with_api_objects(Arc::new(api));
+    }
     let pod_runtime = Arc::new(nodelet_cri::CriPodRuntime::new(
         runtime.cri.clone(),
         pod_runtime_config
@@ -286,7 +290,7 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
                     })
                     .collect(),
             )
-            .with_objects(Arc::new(node_objects.clone()))
+            .with_objects(Arc::new(node_objects.local()))
             .with_runtime_classes(Arc::new(node_objects.clone())),
     ));
     let volume_metrics = VolumeMetrics::new(&core.registry)?;

@@ -35,13 +35,13 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use nodelet_resources::pod::desired::{DesiredPod, PodSource};
-use nodelet_resources::pod::security::PodSecurity;
 use nodelet_resources::pod::validation::{FieldError, FieldErrorKind};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::SourceHandle;
+use super::admission::SourcePolicy;
 use super::manifest::{self, MAX_MANIFEST_BYTES};
 use crate::server::conn::{Endpoint, Limits};
 
@@ -135,7 +135,7 @@ impl HttpSource {
             TcpListener::bind(addr).await.map_err(|source| HttpSourceError::Bind { addr, source })?;
         let local_addr = listener.local_addr().map_err(|source| HttpSourceError::Bind { addr, source })?;
         let (submitted, documents) = match &config.checkpoint {
-            Some(path) => restore(path, handle.node_name(), &handle.security().http),
+            Some(path) => restore(path, handle.node_name(), &handle.security().for_remote(&PodSource::Http)),
             None => (BTreeMap::new(), BTreeMap::new()),
         };
         handle.report(submitted.values().cloned().collect(), Vec::new());
@@ -285,7 +285,7 @@ fn pod_documents(text: &str) -> BTreeMap<String, serde_json::Value> {
 fn restore(
     path: &std::path::Path,
     node_name: &str,
-    security: &PodSecurity,
+    security: &SourcePolicy,
 ) -> (BTreeMap<String, DesiredPod>, BTreeMap<String, serde_json::Value>) {
     let mut pods = BTreeMap::new();
     let mut documents = BTreeMap::new();
@@ -416,7 +416,12 @@ async fn submit(State(state): State<Arc<EndpointState>>, headers: HeaderMap, bod
         );
     }
     let security = state.handle.security();
-    let parsed = manifest::parse(&body, &PodSource::Http, state.handle.node_name(), &security.http);
+    let parsed = manifest::parse(
+        &body,
+        &PodSource::Http,
+        state.handle.node_name(),
+        &security.for_remote(&PodSource::Http),
+    );
     if let Some(syntax) = parsed.problems.iter().find(|p| p.object.is_none() && p.field_errors.is_empty()) {
         return status(StatusCode::BAD_REQUEST, "BadRequest", syntax.message.clone(), Vec::new());
     }

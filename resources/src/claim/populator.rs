@@ -107,10 +107,15 @@ impl std::fmt::Debug for Populator {
     }
 }
 
-/// The claims the pods use: (namespace, claim name).
+/// The claims the static pods use: (namespace, claim name). An API pod's claims are the control plane's
+/// to bind (objects do not cross sources): they never count here, so a claim a manifest declares is never
+/// bound or provisioned for an API pod.
 pub fn claims_in_use(pods: &Store<PodUid, DesiredPod>) -> BTreeSet<(String, String)> {
     let mut used = BTreeSet::new();
     pods.for_each(|_, pod| {
+        if pod.source == crate::pod::desired::PodSource::Api {
+            return;
+        }
         for volume in pod.spec().volumes.iter().flatten() {
             if let Some(c) = &volume.persistent_volume_claim {
                 used.insert((pod.namespace().to_owned(), c.claim_name.clone()));
