@@ -220,8 +220,10 @@ pub(crate) async fn start_sources(core: &Core) -> anyhow::Result<Sources> {
             .with_context(|| format!("cannot create {}", checkpoint_dir.display()))?;
         let mut http_config = sources::http::HttpSourceConfig::new(addr);
         http_config.checkpoint = Some(checkpoint_dir.join("pods.json"));
+        let token_file = checkpoint_dir.join("token");
+        http_config.token_file = Some(token_file.clone());
         let source = sources::http::HttpSource::bind(http_config, pod_config.add_source("http")?).await?;
-        tracing::info!(addr = %source.local_addr(), "accepting manifests over HTTP");
+        tracing::info!(addr = %source.local_addr(), token_file = %token_file.display(), "accepting manifests over HTTP (bearer token required)");
         sup.spawn("source-http", Policy::Critical, source.run(shutdown.clone()));
     }
     // Cluster mode: the API server is one more source.
