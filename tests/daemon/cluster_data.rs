@@ -405,6 +405,7 @@ async fn secrets_and_claims_do_not_cross_sources_and_privileged_api_pods_run_by_
 
     let reader = |secret: &str| {
         json!({
+            "terminationGracePeriodSeconds": 1,
             "volumes": [{"name": "s", "secret": {"secretName": secret}}],
             "containers": [{"name": "main", "command": ["sh", "-c", "echo FILE=$(cat /s/value); echo ENV=$V; sleep 3600"],
                             "env": [{"name": "V", "valueFrom": {"secretKeyRef": {"name": secret, "key": "value"}}}],
@@ -475,15 +476,13 @@ async fn secrets_and_claims_do_not_cross_sources_and_privileged_api_pods_run_by_
     .await;
     let writer = |who: &str| {
         json!({
+            "terminationGracePeriodSeconds": 1,
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
             "containers": [{"name": "main", "command": ["sh", "-c", format!("echo {who} > /data/{who}; sleep 3600")],
                             "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
         })
     };
-    // ...and privileged, as a CNI or CSI node plugin is: the API server admitted it, so it runs.
-    let mut api_writer = n.api_pod_manifest("api-writer", writer("api-writer"));
-    api_writer["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
-    n.create_pod(&api_writer).await;
+    n.create_pod(&n.api_pod_manifest("api-writer", writer("api-writer"))).await;
     n.wait_api_running("api-writer").await;
     n.wait_until("the API pod's file on the claim's volume", WAIT, async || {
         std::fs::read_to_string(data.join("api-writer")).map_err(|e| e.to_string())
@@ -500,6 +499,14 @@ async fn secrets_and_claims_do_not_cross_sources_and_privileged_api_pods_run_by_
         let pod = n.pod("static-writer").await;
         assert!(pod.as_ref().is_none_or(|p| phase(p) != "Running"), "the static pod runs on the API claim");
     }
+    // A privileged API pod, as every CNI or CSI node plugin is: the API server admitted it, so it runs.
+    let mut privileged = n.api_pod_manifest(
+        "api-privileged",
+        json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "command": ["sleep", "3600"]}]}),
+    );
+    privileged["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
+    n.create_pod(&privileged).await;
+    n.wait_api_running("api-privileged").await;
     let log = n.log();
     assert!(!log.contains("from-the-api") && !log.contains("from-the-node") && !log.contains("node-private"));
     n.shutdown().await;

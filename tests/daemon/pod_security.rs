@@ -279,6 +279,17 @@ async fn the_manifest_endpoint_refuses_local_users_without_its_token_and_pods_th
     }
     n.assert_untouched("plain", &plain_before).await;
     n.assert_alive_within(PEAK_RSS_MIB, "the manifest endpoint's token");
+    let delete = format!("{url}/default/plain");
+    let anonymous = n.http().delete(&delete).send().await.unwrap_or_else(|e| panic!("DELETE {delete}: {e}"));
+    assert_eq!(anonymous.status().as_u16(), 401, "nor can a local user remove a pod");
+    let removed = n
+        .http()
+        .delete(&delete)
+        .bearer_auth(n.manifest_token())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("DELETE {delete}: {e}"));
+    assert!(removed.status().is_success(), "{}", removed.status());
     n.shutdown().await;
 }
 

@@ -252,16 +252,22 @@ async fn the_manifest_urls_credentials_are_in_no_event_log_line_or_configz() {
                                  "command": sleep_until_term("")}]},
     });
     let body = format!(
-        "{}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: broken, namespace: default}}\nspec:\n  containers:\n  - {{name: app, image: ''}}\n",
-        good
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: broken, namespace: default}}\nspec:\n  containers:\n  - {{name: app, image: ''}}\n---\n{good}\n"
     );
+    let served = std::sync::Arc::new(std::sync::Mutex::new(body));
+    let serving = served.clone();
     let router = Router::new()
         .route("/hop", get(|| async { Redirect::to("/pods?next=hop-5ecr3t-c3") }))
-        .route("/pods", get(move || async move { body.clone() }));
+        .route("/pods", get(move || async move { serving.lock().map(|b| b.clone()).unwrap_or_default() }));
     tokio::spawn(async move { axum::serve(listener, router).await });
     let url = format!("http://admin:pw-5ecr3t-a1@{addr}/hop?token=t0ken-5ecr3t-b2");
     let options = crate::support::StartOptions {
-        extra_args: vec!["--manifest-url".to_owned(), url.clone()],
+        extra_args: vec![
+            "--manifest-url".to_owned(),
+            url.clone(),
+            "--http-check-frequency".to_owned(),
+            "1s".to_owned(),
+        ],
         ..Default::default()
     };
     let n = Nodelet::start_with(&env, "url-secrets", options).await;
@@ -299,5 +305,13 @@ async fn the_manifest_urls_credentials_are_in_no_event_log_line_or_configz() {
         assert!(!configz.to_string().contains(secret), "{secret} in /configz: {configz}");
         assert!(!log.contains(secret), "{secret} in nodelet's log:\n{log}");
     }
+    // The URL serves nothing any more: its pods go.
+    if let Ok(mut body) = served.lock() {
+        body.clear();
+    }
+    n.wait_for("the URL's pod gone", Duration::from_secs(30), async || {
+        n.pod("fetched").await.is_none().then_some(())
+    })
+    .await;
     n.shutdown().await;
 }
