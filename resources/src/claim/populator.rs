@@ -329,3 +329,41 @@ impl Populator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Pod, PodSpec, Volume};
+
+    use super::*;
+    use crate::pod::desired::PodSource;
+
+    fn using(claim: &str, source: PodSource) -> DesiredPod {
+        let mut pod = Pod::default();
+        pod.metadata.namespace = Some("ns".into());
+        pod.spec = Some(PodSpec {
+            volumes: Some(vec![Volume {
+                name: "v".into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.into(),
+                    read_only: None,
+                }),
+                ..Volume::default()
+            }]),
+            ..PodSpec::default()
+        });
+        DesiredPod { pod, source }
+    }
+
+    #[test]
+    fn an_api_pods_claims_are_never_nodelets_to_bind() {
+        let (pods, mut writer) = reconcile_engine::store();
+        writer.insert("a".to_owned(), using("static-data", PodSource::File("/m/a.yaml".into())));
+        writer.insert("b".to_owned(), using("api-data", PodSource::Api));
+        writer.insert("c".to_owned(), using("http-data", PodSource::Http));
+        let used: Vec<(String, String)> = claims_in_use(&pods).into_iter().collect();
+        assert_eq!(
+            used,
+            [("ns".to_owned(), "http-data".to_owned()), ("ns".to_owned(), "static-data".to_owned())]
+        );
+    }
+}

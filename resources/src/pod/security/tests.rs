@@ -230,7 +230,7 @@ fn node_restrictions_refuse_every_way_to_root() {
     };
     let policy = PodSecurity { level: Level::Privileged, restrictions: Some(r.clone()) };
     assert_eq!(policy.effective_level(), Level::Baseline, "--allow-privileged=false caps at baseline");
-    let plain = pod(json!({"containers": [c("a", json!({"capabilities": {"add": ["CAP_CHOWN"]}}))],
+    let plain = pod(json!({"containers": [c("a", json!({"capabilities": {"add": ["CHOWN"]}}))],
         "volumes": [{"name": "ok", "hostPath": {"path": "/srv/data/x"}}]}));
     assert!(policy.admit(&plain).is_ok(), "a hostPath under an allowed prefix passes the cap");
     let baseline = PodSecurity { level: Level::Baseline, restrictions: None };
