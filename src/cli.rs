@@ -185,8 +185,8 @@ pub(crate) struct RunArgs {
     /// [config: nodelet.housekeepingInterval]
     #[arg(long, value_name = "DURATION", help_heading = "Pod sources")]
     pub(crate) housekeeping_interval: Option<GoDuration>,
-    /// nodelet only: address (e.g. 127.0.0.1:10260) of an unauthenticated endpoint accepting pod manifests
-    /// (POST /pods, DELETE /pods/NS/NAME); keep it on loopback; off by default
+    /// nodelet only: loopback address (e.g. 127.0.0.1:10260) of an endpoint accepting pod manifests (POST /pods,
+    /// DELETE /pods/NS/NAME) with the bearer token of <root-dir>/http-source/token; off by default
     /// [config: nodelet.manifestHTTPAddress]
     #[arg(long, value_name = "IP:PORT", help_heading = "Pod sources")]
     pub(crate) manifest_http_addr: Option<SocketAddr>,

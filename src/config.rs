@@ -918,8 +918,8 @@ impl Config {
             warnings.push(ConfigWarning {
                 field: "nodelet.manifestHTTPAddress".into(),
                 message: format!(
-                    "the manifest endpoint {addr} has no authentication: whoever reaches it can run privileged \
-                     pods; bind it to 127.0.0.1"
+                    "the manifest endpoint {addr} is for local use (whoever has its token can run pods); bind it to \
+                     127.0.0.1"
                 ),
             });
         }

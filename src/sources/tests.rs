@@ -267,7 +267,7 @@ fn an_ephemeral_container_is_admitted_with_its_pod_at_the_sources_level() {
     assert!(
         debug::DebugState::load(dir.path())
             .expect("reload")
-            .containers(&by_name(&store, "a-node-a").expect("a").uid().to_owned())
+            .containers(by_name(&store, "a-node-a").expect("a").uid())
             .is_empty(),
         "not kept"
     );

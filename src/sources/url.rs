@@ -605,6 +605,8 @@ mod tests {
         assert_eq!(redact_url("http://[::1]:80/p"), "http://[::1]/p", "the scheme's own port is implied");
         assert_eq!(redact_url("http://127.0.0.1:9/p?"), "http://127.0.0.1:9/p?<redacted>");
         assert_eq!(redact_url("not a url?token=x"), "<redacted> (not a URL)");
+        let debugged = format!("{:?}", PodSource::Url("https://u:pw@example.invalid/m?token=x".into()));
+        assert_eq!(debugged, "Url(<redacted>)", "a pod's Debug (in any log line) leaves the URL out");
     }
 
     /// Everything logged (every level) while the guard lives, on this thread.
