@@ -405,7 +405,7 @@ COMMON=(--kubeconfig "$AGENT_DIR/node.kubeconfig" --hostname-override "$NODE" --
 	--cluster-domain cluster.local --read-only-port 0)
 if [ "$AGENT" = nodelet ]; then
 	ARGS=("${COMMON[@]}" --root-dir "$AGENT_DIR/root" --pod-logs-dir "$AGENT_DIR/logs" --cgroup-root "$CGROUP_PARENT"
-		--allow-privileged=true --v 2)
+		--v 2)
 else
 	for key in vm.overcommit_memory kernel.panic kernel.panic_on_oops; do
 		echo "$key $(sysctl -n "$key")"

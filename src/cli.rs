@@ -185,8 +185,8 @@ pub(crate) struct RunArgs {
     /// [config: nodelet.housekeepingInterval]
     #[arg(long, value_name = "DURATION", help_heading = "Pod sources")]
     pub(crate) housekeeping_interval: Option<GoDuration>,
-    /// nodelet only: address (e.g. 127.0.0.1:10260) of an unauthenticated endpoint accepting pod manifests
-    /// (POST /pods, DELETE /pods/NS/NAME); keep it on loopback; off by default
+    /// nodelet only: loopback address (e.g. 127.0.0.1:10260) of an endpoint accepting pod manifests (POST /pods,
+    /// DELETE /pods/NS/NAME) with the bearer token of <root-dir>/http-source/token; off by default
     /// [config: nodelet.manifestHTTPAddress]
     #[arg(long, value_name = "IP:PORT", help_heading = "Pod sources")]
     pub(crate) manifest_http_addr: Option<SocketAddr>,
@@ -225,7 +225,8 @@ pub(crate) struct RunArgs {
     /// [config: allowedUnsafeSysctls]
     #[arg(long, value_name = "SYSCTL,...", action = ArgAction::Append, help_heading = "Node")]
     pub(crate) allowed_unsafe_sysctls: Vec<String>,
-    /// Allow containers to request privileged mode [default: false] [config: nodelet.allowPrivileged]
+    /// Allow containers to request privileged mode; false holds every pod source to the baseline Pod Security
+    /// level [default: true] [config: nodelet.allowPrivileged]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Node")]
     pub(crate) allow_privileged: Option<bool>,
@@ -1269,7 +1270,7 @@ mod tests {
                 "--authorization-webhook-cache-unauthorized-ttl",
                 format!("[default: {}]", short_go(config::DEFAULT_UNAUTHORIZED_CACHE_TTL)),
             ),
-            ("--allow-privileged", "[default: false]".to_owned()),
+            ("--allow-privileged", "[default: true]".to_owned()),
             (
                 "--volume-stats-agg-period",
                 format!("[default: {}]", short_go(config::DEFAULT_VOLUME_STATS_AGG_PERIOD)),

@@ -58,6 +58,9 @@ pub(crate) const DEFAULT_AUTHORIZED_CACHE_TTL: Duration = Duration::from_secs(30
 pub(crate) const DEFAULT_UNAUTHORIZED_CACHE_TTL: Duration = Duration::from_secs(30);
 /// `resolvConf`.
 pub(crate) const DEFAULT_RESOLV_CONF: &str = "/etc/resolv.conf";
+/// The one namespace pods of the manifest URL, the HTTP endpoint and untrusted files may use by default
+/// (`nodelet.httpPodNamespaces`).
+pub(crate) const DEFAULT_HTTP_POD_NAMESPACE: &str = "default";
 /// `runtimeRequestTimeout`: the kubelet's 2m.
 pub(crate) const DEFAULT_RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// `syncFrequency`: the kubelet's 1m.
@@ -407,16 +410,21 @@ pub(crate) struct PodsConfig {
     /// `--max-termination-grace-period` / `nodelet.maxTerminationGracePeriodSeconds`: the longest grace
     /// period any pod gets (`None`: no bound).
     pub(crate) max_grace_period: Option<Duration>,
-    /// `--allow-privileged` / `nodelet.allowPrivileged`.
+    /// `--allow-privileged` / `nodelet.allowPrivileged` (default true, as the kubelet's flag). `false` holds
+    /// every source to `baseline` at least, and refuses host namespaces, added capabilities beyond the
+    /// runtime's default set, hostPath volumes outside [`Self::allowed_host_paths`] and host ports of
+    /// nodelet's own ports with messages naming the flag.
     pub(crate) allow_privileged: bool,
-    /// `--allow-privileged=false` (or `nodelet.allowPrivileged: false`) was set explicitly: host namespaces,
-    /// added capabilities beyond the runtime's default set, hostPath volumes outside
-    /// [`Self::allowed_host_paths`] and host ports of nodelet's own ports are refused too.
-    pub(crate) privileged_refused_explicitly: bool,
-    /// `nodelet.allowedHostPaths`: directories hostPath volumes may use when `--allow-privileged=false` is set.
+    /// `nodelet.allowedHostPaths`: with `--allow-privileged=false`, directories the hostPath volumes of
+    /// the sources whose level is `privileged` may still use.
     pub(crate) allowed_host_paths: Vec<PathBuf>,
     /// `nodelet.podSecurity`: the Pod Security Standards level per source.
     pub(crate) pod_security: PodSecurityLevels,
+    /// `nodelet.httpPodNamespaces`: the namespaces pods from the manifest URL, the HTTP endpoint and
+    /// manifest files not owned by root may use (default: `default`).
+    pub(crate) http_pod_namespaces: Vec<String>,
+    /// `nodelet.httpPodLabels`: the label keys those pods may carry (default: none).
+    pub(crate) http_pod_labels: Vec<String>,
     /// `seccompDefault`: containers without a seccomp profile run with `RuntimeDefault`.
     pub(crate) seccomp_default: bool,
     /// `allowedUnsafeSysctls` / `--allowed-unsafe-sysctls`: the sysctls (names, or prefixes ending in `*`)
@@ -441,7 +449,8 @@ impl PodsConfig {
 /// `nodelet.podSecurity`: the Pod Security Standards level enforced on each pod source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PodSecurityLevels {
-    /// `file` (default `privileged`: static pods from the node's own directory are trusted).
+    /// `file` (default `privileged`: static pods from root's own files are trusted; other files get
+    /// `baseline` at least, see [`crate::sources::admission`]).
     pub(crate) file: Level,
     /// `url` (default `baseline`).
     pub(crate) url: Level,
@@ -746,30 +755,41 @@ impl HostFacts {
 }
 
 impl Config {
-    /// The security settings each pod source is held to: its `nodelet.podSecurity` level and, with an explicit
-    /// `--allow-privileged=false`, the node restrictions (allowed hostPath prefixes; nodelet's own ports, which no
-    /// hostPort may take).
+    /// The settings each pod source is held to: its `nodelet.podSecurity` level; with
+    /// `--allow-privileged=false`, the node restrictions (which raise every level to `baseline`; the allowed
+    /// hostPath prefixes only for sources whose level is `privileged`; nodelet's own ports, which no hostPort
+    /// may take); and for the URL, HTTP and untrusted-file sources, the namespaces and labels they may use.
     pub(crate) fn security_policies(&self) -> crate::sources::SecurityPolicies {
-        let restrictions = self.pods.privileged_refused_explicitly.then(|| {
-            let mut ports = std::collections::BTreeSet::new();
-            if self.server.enabled {
-                ports.insert(self.server.port);
-            }
-            ports.extend(self.server.read_only_port);
-            ports.extend(self.server.healthz.map(|a| a.port()));
-            ports.extend(self.sources.manifest_http_addr.map(|a| a.port()));
-            NodeRestrictions {
-                host_path_prefixes: self.pods.allowed_host_paths.clone(),
-                reserved_host_ports: ports,
-            }
-        });
-        let policy = |level| PodSecurity { level, restrictions: restrictions.clone() };
+        use crate::sources::admission::{Placement, untrusted_level};
+        let mut ports = std::collections::BTreeSet::new();
+        if self.server.enabled {
+            ports.insert(self.server.port);
+        }
+        ports.extend(self.server.read_only_port);
+        ports.extend(self.server.healthz.map(|a| a.port()));
+        ports.extend(self.sources.manifest_http_addr.map(|a| a.port()));
+        let restrictions = |level: Level| {
+            (!self.pods.allow_privileged).then(|| NodeRestrictions {
+                host_path_prefixes: if level == Level::Privileged {
+                    self.pods.allowed_host_paths.clone()
+                } else {
+                    Vec::new()
+                },
+                reserved_host_ports: ports.clone(),
+            })
+        };
+        let policy = |level: Level| PodSecurity { level, restrictions: restrictions(level) };
         let levels = self.pods.pod_security;
         crate::sources::SecurityPolicies {
             file: policy(levels.file),
             url: policy(levels.url),
             http: policy(levels.http),
             api: policy(levels.api),
+            untrusted_file: policy(untrusted_level(levels.file)),
+            placement: Placement {
+                namespaces: Some(self.pods.http_pod_namespaces.iter().cloned().collect()),
+                label_keys: Some(self.pods.http_pod_labels.iter().cloned().collect()),
+            },
         }
     }
 
@@ -905,8 +925,8 @@ impl Config {
             warnings.push(ConfigWarning {
                 field: "nodelet.manifestHTTPAddress".into(),
                 message: format!(
-                    "the manifest endpoint {addr} has no authentication: whoever reaches it can run privileged \
-                     pods; bind it to 127.0.0.1"
+                    "the manifest endpoint {addr} is for local use (whoever has its token can run pods); bind it to \
+                     127.0.0.1"
                 ),
             });
         }
@@ -1269,8 +1289,7 @@ impl Config {
                 (Some(n), _) | (None, Some(n)) => Some(Duration::from_secs(n.unsigned_abs())),
                 (None, None) => None,
             };
-        let allow_privileged = args.allow_privileged.or(nodelet.allow_privileged).unwrap_or(false);
-        let privileged_refused_explicitly = args.allow_privileged.or(nodelet.allow_privileged) == Some(false);
+        let allow_privileged = args.allow_privileged.or(nodelet.allow_privileged).unwrap_or(true);
         let mut allowed_host_paths = Vec::new();
         for (i, p) in nodelet.allowed_host_paths.iter().flatten().enumerate() {
             let path = PathBuf::from(p);
@@ -1296,6 +1315,27 @@ impl Config {
                         m.file_err(&format!("nodelet.podSecurity.{name}"), e.to_string())
                     })?;
                 }
+            }
+        }
+        let http_pod_namespaces = nodelet
+            .http_pod_namespaces
+            .clone()
+            .unwrap_or_else(|| vec![DEFAULT_HTTP_POD_NAMESPACE.to_owned()]);
+        for (i, namespace) in http_pod_namespaces.iter().enumerate() {
+            if !nodelet_resources::common::names::is_dns_label(namespace) {
+                return Err(m.file_err(
+                    &format!("nodelet.httpPodNamespaces[{i}]"),
+                    format!("{namespace:?} is not a namespace name (an RFC 1123 label)"),
+                ));
+            }
+        }
+        let http_pod_labels = nodelet.http_pod_labels.clone().unwrap_or_default();
+        for (i, key) in http_pod_labels.iter().enumerate() {
+            if !crate::sources::admission::is_label_key(key) {
+                return Err(m.file_err(
+                    &format!("nodelet.httpPodLabels[{i}]"),
+                    format!("{key:?} is not a label key ([prefix/]name)"),
+                ));
             }
         }
         let seccomp_default = raw.seccomp_default.unwrap_or(false);
@@ -1328,9 +1368,10 @@ impl Config {
             pod_pids_limit,
             max_grace_period,
             allow_privileged,
-            privileged_refused_explicitly,
             allowed_host_paths,
             pod_security,
+            http_pod_namespaces,
+            http_pod_labels,
             seccomp_default,
             allowed_unsafe_sysctls,
             cluster_dns,
@@ -2162,12 +2203,14 @@ pub(crate) fn validate_node_name(name: &str) -> Result<String, String> {
 pub(crate) use nodelet_resources::common::names::{is_dns_label, is_dns_subdomain};
 
 fn validate_url(u: &str) -> Result<String, String> {
+    // The URL may hold a credential: errors show it redacted.
+    let shown = crate::sources::url::redact_url(u);
     let lower = u.to_ascii_lowercase();
     if !(lower.starts_with("http://") || lower.starts_with("https://")) {
-        return Err(format!("{u:?} is not an http:// or https:// URL"));
+        return Err(format!("{shown:?} is not an http:// or https:// URL"));
     }
     if u.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(format!("{u:?} contains whitespace or control characters"));
+        return Err(format!("{shown:?} contains whitespace or control characters"));
     }
     Ok(u.to_owned())
 }

@@ -149,8 +149,11 @@ fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
 }
 
 /// The HTTP source's default pod security: the baseline level.
-fn http_security() -> PodSecurity {
-    PodSecurity { level: Level::Baseline, restrictions: None }
+fn http_security() -> crate::sources::admission::SourcePolicy {
+    crate::sources::admission::SourcePolicy {
+        security: PodSecurity { level: Level::Baseline, restrictions: None },
+        placement: None,
+    }
 }
 
 /// Decodes a manifest as the HTTP source does and checks the properties.

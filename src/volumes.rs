@@ -2,6 +2,11 @@
 //! the pod runtime and admission, RuntimeClasses) from the manifest directory and (cluster mode) the
 //! API server; the daemon's CSI volume host ([`NodeVolumes`]). (The pod engine is woken when a
 //! pod's volumes change by its relation on the volume actual store, see `main.rs`.)
+//!
+//! **Objects do not cross sources.** An API pod's volumes and variables read the API server's ConfigMaps,
+//! Secrets and tokens only; a static pod's (file, URL, HTTP) the manifest directory's only: a Secret a
+//! manifest declares for static pods is never an API pod's, and a static pod never reads an API Secret (the
+//! Kubernetes documentation: static pods cannot refer to API objects).
 
 use std::sync::Arc;
 
@@ -9,7 +14,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Volume};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use nodelet_host::files::ObjectLookup;
 use nodelet_resources::common::runtime_class::RuntimeClasses;
-use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::volume::actual::{DeviceActual, MountState, VolumeActual};
 use nodelet_resources::volume::desired::{
     CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, split_key,
@@ -23,9 +28,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::sources::ManifestObjects;
 
-/// The ConfigMaps, Secrets and service-account tokens pods get: in cluster mode the API server's
-/// (the objects API pods refer to, tokens for API pods), then the manifest directory's. Cheap to
-/// clone; reads from memory.
+/// The ConfigMaps, Secrets and service-account tokens pods get, kept apart by source: the manifest
+/// directory's for static pods ([`local`](Self::local)), in cluster mode the API server's for API pods
+/// ([`api`](Self::api)). Cheap to clone; reads from memory.
 #[derive(Clone)]
 pub(crate) struct NodeObjects {
     manifest: watch::Receiver<Arc<ManifestObjects>>,
@@ -57,33 +62,32 @@ impl NodeObjects {
         self
     }
 
+    /// The static pods' objects: the manifest directory's, and nothing of the API server's.
+    pub(crate) fn local(&self) -> ManifestLookup {
+        ManifestLookup(self.manifest.clone())
+    }
+
+    /// The API pods' objects (cluster mode): the API server's, and nothing of the manifest directory's.
+    pub(crate) fn api(&self) -> Option<crate::cluster::podobjects::PodData> {
+        self.api.clone()
+    }
+
     fn manifest(&self) -> Snapshot {
         Snapshot(self.manifest.borrow().clone())
     }
 }
 
-impl ObjectLookup for NodeObjects {
+/// The manifest directory's ConfigMaps and Secrets, as they are now: what static pods read.
+#[derive(Clone)]
+pub(crate) struct ManifestLookup(watch::Receiver<Arc<ManifestObjects>>);
+
+impl ObjectLookup for ManifestLookup {
     fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
-        self.api
-            .as_ref()
-            .and_then(|a| a.config_map(namespace, name))
-            .or_else(|| self.manifest().config_map(namespace, name))
+        Snapshot(self.0.borrow().clone()).config_map(namespace, name)
     }
 
     fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
-        self.api
-            .as_ref()
-            .and_then(|a| a.secret(namespace, name))
-            .or_else(|| self.manifest().secret(namespace, name))
-    }
-
-    fn service_account_token(
-        &self,
-        pod: &k8s_openapi::api::core::v1::Pod,
-        audience: &str,
-        expiration_seconds: i64,
-    ) -> Option<Result<String, String>> {
-        self.api.as_ref()?.service_account_token(pod, audience, expiration_seconds)
+        Snapshot(self.0.borrow().clone()).secret(namespace, name)
     }
 }
 
@@ -97,7 +101,8 @@ impl RuntimeClasses for NodeObjects {
     }
 }
 
-/// Renders configMap, secret, downwardAPI and projected volumes from the [`NodeObjects`].
+/// Renders configMap, secret, downwardAPI and projected volumes from the [`NodeObjects`] of the pod's
+/// kind.
 #[derive(Debug)]
 pub(crate) struct ManifestRenderer {
     objects: NodeObjects,
@@ -140,8 +145,15 @@ impl ObjectLookup for Snapshot {
 
 impl Renderer for ManifestRenderer {
     fn render(&self, pod: &DesiredPod, volume: &Volume, plugin: Plugin) -> Result<VolumeSource, String> {
-        let files =
-            nodelet_host::files::volume_files(&pod.pod, volume, &self.objects).map_err(|e| e.to_string())?;
+        let files = match (&pod.source, &self.objects.api) {
+            (PodSource::Api, Some(api)) => nodelet_host::files::volume_files(&pod.pod, volume, api),
+            // (an API pod without an API server cannot be; it reads nothing)
+            (PodSource::Api, None) => {
+                nodelet_host::files::volume_files(&pod.pod, volume, &Snapshot(Arc::default()))
+            }
+            _ => nodelet_host::files::volume_files(&pod.pod, volume, &self.objects.manifest()),
+        }
+        .map_err(|e| e.to_string())?;
         Ok(VolumeSource::files(plugin, files))
     }
 }

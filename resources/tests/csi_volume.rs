@@ -145,7 +145,7 @@ struct OneVolume {
 }
 
 impl ClaimLookup for OneVolume {
-    fn bound_volume(&self, _namespace: &str, claim: &str) -> Result<PersistentVolume, String> {
+    fn bound_volume(&self, _pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String> {
         if self.unknown.load(Ordering::SeqCst) {
             return Err(format!("persistentvolumeclaim {claim:?} not found"));
         }

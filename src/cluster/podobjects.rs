@@ -506,15 +506,15 @@ impl ObjectLookup for PodData {
 }
 
 impl PodData {
-    /// The bound volume of claim `namespace/name` if an API pod uses it (`None`: not an API pod's
-    /// claim, ask nodelet's own binder).
+    /// The bound volume of claim `namespace/name` if an API pod uses it (`None`: not read yet).
     fn api_claim(&self, namespace: &str, claim: &str) -> Option<Result<PersistentVolume, String>> {
         let state = self.lock();
         state.claims.get(&(namespace.to_owned(), claim.to_owned())).map(|c| c.volume.clone())
     }
 }
 
-/// The claims of API pods from the API server, the others from nodelet's own binder.
+/// The claims of API pods from the API server only, static pods' from nodelet's own binder only: a static
+/// pod never mounts an API claim (even one an API pod on this node uses), an API pod never a manifest's.
 pub(crate) struct ClusterClaims {
     /// The API's claims.
     pub(crate) api: PodData,
@@ -523,11 +523,13 @@ pub(crate) struct ClusterClaims {
 }
 
 impl ClaimLookup for ClusterClaims {
-    fn bound_volume(&self, namespace: &str, claim: &str) -> Result<PersistentVolume, String> {
-        match self.api.api_claim(namespace, claim) {
-            Some(result) => result,
-            None => self.local.bound_volume(namespace, claim),
+    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String> {
+        if pod.source != PodSource::Api {
+            return self.local.bound_volume(pod, claim);
         }
+        self.api.api_claim(pod.namespace(), claim).unwrap_or_else(|| {
+            Err(format!("persistentvolumeclaim {claim:?} has not been read from the API server yet"))
+        })
     }
 
     fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {

@@ -5,14 +5,15 @@
 //! setting them). nodelet's own settings follow under `nodelet:`, as in the config file.
 //!
 //! Only fields nodelet acts on appear; a cluster-mode field only in cluster mode. Nothing secret is shown:
-//! the values of `staticPodURLHeader` (they may carry credentials) are replaced by `<redacted>`, and so is
-//! the user information (password, or a lone token) in `staticPodURL`. Paths to credential files (`tlsPrivateKeyFile`, `tokenAuthFile`) are
+//! the values of `staticPodURLHeader` (they may carry credentials) are replaced by `<redacted>`, and so are
+//! the user information and the query string of `staticPodURL` ([`redact_url`]). Paths to credential files (`tlsPrivateKeyFile`, `tokenAuthFile`) are
 //! shown, as the kubelet shows them; their content never is.
 
 use serde_json::{Map, Value, json};
 
 use super::units::format_go_duration;
 use super::{AuthorizationMode, Config, EvictionThreshold, ThresholdValue};
+use crate::sources::url::redact_url;
 
 /// What replaces a secret value.
 pub(crate) const REDACTED: &str = "<redacted>";
@@ -188,6 +189,8 @@ fn nodelet_section(c: &Config) -> Value {
         "podSecurity".into(),
         json!({"file": levels.file.as_str(), "url": levels.url.as_str(), "http": levels.http.as_str(), "api": levels.api.as_str()}),
     );
+    n.insert("httpPodNamespaces".into(), c.pods.http_pod_namespaces.clone().into());
+    n.insert("httpPodLabels".into(), c.pods.http_pod_labels.clone().into());
     n.insert(
         "allowedHostPaths".into(),
         c.pods
@@ -254,21 +257,6 @@ fn quantity(bytes: u64) -> String {
     bytes.to_string()
 }
 
-/// The URL with the secret part of its user information (if any) replaced by [`REDACTED`].
-fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        // `user:password@`: the password goes; a lone `token@` may be the credential itself.
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:{REDACTED}@{host}{tail}"),
-            None => format!("{scheme}://{REDACTED}@{host}{tail}"),
-        },
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,15 +267,5 @@ mod tests {
         assert_eq!(quantity(1536), "1536");
         assert_eq!(quantity(0), "0");
         assert_eq!(quantity(3 << 30), "3Gi");
-    }
-
-    #[test]
-    fn passwords_in_urls_are_redacted() {
-        assert_eq!(
-            redact_url("https://u:pw@example.invalid/m?x=1"),
-            "https://u:<redacted>@example.invalid/m?x=1"
-        );
-        assert_eq!(redact_url("https://example.invalid/a@b"), "https://example.invalid/a@b");
-        assert_eq!(redact_url("https://token@example.invalid/"), "https://<redacted>@example.invalid/");
     }
 }

@@ -188,6 +188,8 @@ pub(super) struct RawNodelet {
     pub(super) allowed_host_paths: Option<Vec<String>>,
     pub(super) max_termination_grace_period_seconds: Option<i64>,
     pub(super) pod_security: Option<RawPodSecurity>,
+    pub(super) http_pod_namespaces: Option<Vec<String>>,
+    pub(super) http_pod_labels: Option<Vec<String>>,
     pub(super) token_auth_file: Option<String>,
     pub(super) max_streaming_sessions_per_user: Option<i64>,
     #[serde(rename = "manifestHTTPAddress")]

@@ -1080,7 +1080,7 @@ fn configz_shows_the_effective_configuration_with_flags_and_file_fields_merged()
     let l = ok(
         &["--sync-frequency", "45s", "--max-pods", "20", "--logging-format", "json"],
         Some(
-            "containerLogMaxFiles: 3\nmaxPods: 50\nstaticPodURL: https://user:hunter2@example.invalid/m\n\
+            "containerLogMaxFiles: 3\nmaxPods: 50\nstaticPodURL: https://user:hunter2@example.invalid/m?token=tok3n\n\
              staticPodURLHeader: {Authorization: [Bearer s3cret]}\nnodelet: {cniBridge: br9}\n",
         ),
     );
@@ -1106,8 +1106,11 @@ fn configz_shows_the_effective_configuration_with_flags_and_file_fields_merged()
     assert_eq!(k["nodelet"]["cniBridge"], "br9");
     assert!(k.get("registerNode").is_none(), "cluster-mode fields only in cluster mode");
     let text = z.to_string();
-    assert!(!text.contains("hunter2") && !text.contains("s3cret"), "no secrets: {text}");
-    assert_eq!(k["staticPodURL"], "https://user:<redacted>@example.invalid/m");
+    assert!(
+        !text.contains("hunter2") && !text.contains("s3cret") && !text.contains("tok3n"),
+        "no secrets: {text}"
+    );
+    assert_eq!(k["staticPodURL"], "https://<redacted>@example.invalid/m?<redacted>");
     assert_eq!(k["staticPodURLHeader"]["Authorization"][0], "<redacted>");
 }
 
@@ -1116,13 +1119,25 @@ fn pod_security_levels_host_paths_and_seccomp_default_are_read() {
     let defaults = ok(&[], None).config;
     assert_eq!(defaults.pods.pod_security, super::PodSecurityLevels::default());
     assert!(!defaults.pods.seccomp_default);
-    assert!(!defaults.pods.privileged_refused_explicitly, "unset is not an explicit false");
+    assert!(defaults.pods.allow_privileged, "unset allows privileged pods, as the kubelet's default");
     let policies = defaults.security_policies();
     assert_eq!(policies.file.level, Level::Privileged);
+    assert_eq!(policies.untrusted_file.level, Level::Baseline, "files not owned by root");
     assert_eq!(policies.http.level, Level::Baseline);
     assert_eq!(policies.url.level, Level::Baseline);
     assert_eq!(policies.api.level, Level::Privileged);
     assert!(policies.http.restrictions.is_none());
+    assert!(policies.api.restrictions.is_none(), "API pods run as the API server admitted them");
+    assert_eq!(
+        policies.placement.namespaces,
+        Some(["default".to_owned()].into()),
+        "URL and HTTP pods: the default namespace only"
+    );
+    assert_eq!(policies.placement.label_keys, Some(Default::default()), "and no labels");
+    assert_eq!(
+        defaults.security_policies(),
+        ok(&["--allow-privileged=true"], None).config.security_policies()
+    );
 
     let l = ok(
         &["--allow-privileged=false", "--port", "11250", "--read-only-port", "10255"],
@@ -1139,11 +1154,40 @@ fn pod_security_levels_host_paths_and_seccomp_default_are_read() {
     assert_eq!(policies.http.level, Level::Baseline, "unset keeps its default");
     assert_eq!(policies.api.level, Level::Restricted);
     let restrictions = policies.file.restrictions.clone().expect("--allow-privileged=false restricts");
-    assert_eq!(restrictions.host_path_prefixes, vec![PathBuf::from("/srv/data")]);
+    assert!(restrictions.host_path_prefixes.is_empty(), "a baseline source gets no hostPath");
     assert!(
         restrictions.reserved_host_ports.contains(&11250)
             && restrictions.reserved_host_ports.contains(&10255)
     );
+
+    // --allow-privileged=false caps every source at baseline; the allowed hostPath prefixes go only to the
+    // sources whose own level is privileged.
+    let capped = ok(&["--allow-privileged=false"], Some("nodelet:\n  allowedHostPaths: [/srv/data]\n"))
+        .config
+        .security_policies();
+    for (name, policy) in
+        [("file", &capped.file), ("api", &capped.api), ("url", &capped.url), ("http", &capped.http)]
+    {
+        assert_eq!(policy.effective_level(), Level::Baseline, "{name}");
+    }
+    let api = capped.api.restrictions.clone().expect("restricted");
+    assert_eq!(api.host_path_prefixes, vec![PathBuf::from("/srv/data")]);
+    assert!(capped.http.restrictions.clone().expect("restricted").host_path_prefixes.is_empty());
+    assert!(capped.untrusted_file.restrictions.clone().expect("restricted").host_path_prefixes.is_empty());
+
+    let placed = ok(
+        &[],
+        Some("nodelet:\n  httpPodNamespaces: [edge, default]\n  httpPodLabels: [app, example.com/tier]\n"),
+    );
+    assert!(warned(&placed, "nodelet.httpPodNamespaces").is_none(), "read, not ignored");
+    let placement = placed.config.security_policies().placement;
+    assert_eq!(placement.namespaces, Some(["default".to_owned(), "edge".to_owned()].into()));
+    assert_eq!(placement.label_keys, Some(["app".to_owned(), "example.com/tier".to_owned()].into()));
+    assert!(
+        err(&[], Some("nodelet: {httpPodNamespaces: [Kube_System]}\n"))
+            .contains("nodelet.httpPodNamespaces[0]")
+    );
+    assert!(err(&[], Some("nodelet: {httpPodLabels: [\"a b\"]}\n")).contains("nodelet.httpPodLabels[0]"));
 
     assert!(err(&[], Some("nodelet: {podSecurity: {http: root}}\n")).contains("nodelet.podSecurity.http"));
     assert!(

@@ -220,8 +220,10 @@ pub(crate) async fn start_sources(core: &Core) -> anyhow::Result<Sources> {
             .with_context(|| format!("cannot create {}", checkpoint_dir.display()))?;
         let mut http_config = sources::http::HttpSourceConfig::new(addr);
         http_config.checkpoint = Some(checkpoint_dir.join("pods.json"));
+        let token_file = checkpoint_dir.join("token");
+        http_config.token_file = Some(token_file.clone());
         let source = sources::http::HttpSource::bind(http_config, pod_config.add_source("http")?).await?;
-        tracing::info!(addr = %source.local_addr(), "accepting manifests over HTTP");
+        tracing::info!(addr = %source.local_addr(), token_file = %token_file.display(), "accepting manifests over HTTP (bearer token required)");
         sup.spawn("source-http", Policy::Critical, source.run(shutdown.clone()));
     }
     // Cluster mode: the API server is one more source.
@@ -260,6 +262,10 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
         // Service environment variables (none in standalone mode, as the kubelet without an API server).
         pod_runtime_config = pod_runtime_config.with_services(Arc::new(c.services()));
     }
+    if let Some(api) = node_objects.api() {
+        // API pods' variables read the API server's objects only (static pods': the manifests' only).
+        pod_runtime_config = pod_runtime_config.with_api_objects(Arc::new(api));
+    }
     let pod_runtime = Arc::new(nodelet_cri::CriPodRuntime::new(
         runtime.cri.clone(),
         pod_runtime_config
@@ -286,7 +292,7 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
                     })
                     .collect(),
             )
-            .with_objects(Arc::new(node_objects.clone()))
+            .with_objects(Arc::new(node_objects.local()))
             .with_runtime_classes(Arc::new(node_objects.clone())),
     ));
     let volume_metrics = VolumeMetrics::new(&core.registry)?;

@@ -193,8 +193,9 @@ async fn authenticate<V: NodeView>(State(shared): St<V>, mut request: Request, n
 
 /// `POST /debug/{namespace}/{pod}` with a v1 `EphemeralContainer` (JSON): adds it to the static pod (what
 /// `nodelet debug` does; API pods get theirs through the API server). 201 with the container as sent;
-/// 400 for a body that is not an ephemeral container or one the pod cannot take, 404 for an unknown pod,
-/// 409 for an API pod, 500 when it cannot be kept.
+/// 400 for a body that is not an ephemeral container or one the pod cannot take, 403 when the pod with it
+/// would break its source's Pod Security level (as the API server refuses `pods/ephemeralcontainers`), 404
+/// for an unknown pod, 409 for an API pod, 500 when it cannot be kept.
 async fn debug_pod<V: NodeView>(
     State(shared): St<V>,
     Path((namespace, pod)): Path<(String, String)>,
@@ -229,6 +230,7 @@ async fn debug_pod<V: NodeView>(
                 DebugError::PodNotFound { .. } => StatusCode::NOT_FOUND,
                 DebugError::ApiPod(_) => StatusCode::CONFLICT,
                 DebugError::Invalid(_) => StatusCode::BAD_REQUEST,
+                DebugError::Forbidden(_) => StatusCode::FORBIDDEN,
                 DebugError::NotSupported => StatusCode::NOT_IMPLEMENTED,
                 DebugError::Save(_) => StatusCode::INTERNAL_SERVER_ERROR,
             };

@@ -45,6 +45,10 @@ pub(crate) enum DebugError {
     /// The container is not valid for the pod.
     #[error(transparent)]
     Invalid(#[from] ValidationError),
+    /// The pod with the container would break its source's Pod Security level, `--allow-privileged=false`
+    /// or placement (the whole message, naming the pod).
+    #[error("{0}")]
+    Forbidden(String),
     /// The state file could not be written; nothing was added.
     #[error("cannot keep the ephemeral container: {0}")]
     Save(#[from] AtomicWriteError),

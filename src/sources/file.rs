@@ -9,6 +9,10 @@
 //!   the `notify` crate, with a 20 ms quiet period to absorb bursts such as an editor's
 //!   save-by-rename), and every `fileCheckFrequency` (20 s) as a safety net: changes inotify cannot
 //!   see (the target of a symbolic link) and a directory that appears, disappears or is replaced.
+//! - **Trust.** A file owned by root (or nodelet's own user) and writable by no one else, in a directory
+//!   that is too, is the administrator's: its pods get `nodelet.podSecurity.file`. Any other file's pods
+//!   are held to `baseline` at least and to the namespaces and labels of the URL and HTTP sources (see
+//!   [`super::admission`]).
 //! - **Problems.** A file that cannot be read or that holds an invalid document is reported with
 //!   its path, the pod and the field; its last good pods keep running (see the [pod config
 //!   docs](super)). A missing path is reported too, and counts as an empty source.
@@ -28,6 +32,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::admission::trusted_metadata;
 use super::manifest::{self, MAX_MANIFEST_BYTES, Parsed, ParsedPod};
 use super::{Problem, SourceHandle};
 
@@ -108,6 +113,9 @@ pub(crate) struct FileSource {
 struct FileState {
     /// The bytes last read, to skip parsing unchanged files (`None` when the last read failed).
     content: Option<Vec<u8>>,
+    /// Whether the file was trusted ([`super::admission::trusted_manifest`]) when last read: a change of
+    /// owner or mode parses it again.
+    trusted: bool,
     /// What the file contributes: its valid pods, plus the last good version of the broken ones.
     pods: Vec<ParsedPod>,
     problems: Vec<Problem>,
@@ -319,12 +327,13 @@ impl FileSource {
 
     async fn read_file(&mut self, path: PathBuf) {
         let location = path.display().to_string();
-        let content = match read_limited(&path).await {
-            Ok(content) => content,
+        let (content, file_trusted) = match read_limited(&path).await {
+            Ok(read) => read,
             Err(message) => {
                 // Unreadable now: keep its last good pods, report why.
                 let state = self.files.entry(path).or_insert_with(|| FileState {
                     content: None,
+                    trusted: false,
                     pods: Vec::new(),
                     problems: Vec::new(),
                     others: BTreeMap::new(),
@@ -335,8 +344,16 @@ impl FileSource {
                 return;
             }
         };
-        if self.files.get(&path).is_some_and(|s| s.content.as_ref() == Some(&content)) {
+        // The directory the file is listed in: whoever may write there may replace the file.
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir_trusted = tokio::fs::metadata(dir).await.is_ok_and(|m| trusted_metadata(&m));
+        let trusted = file_trusted && dir_trusted;
+        if self.files.get(&path).is_some_and(|s| s.content.as_ref() == Some(&content) && s.trusted == trusted)
+        {
             return;
+        }
+        if !trusted {
+            tracing::debug!(path = %location, "manifest not owned by root or writable by others: held to baseline");
         }
         let source = PodSource::File(path.clone());
         let security = self.handle.security();
@@ -345,7 +362,7 @@ impl FileSource {
         // of this file: its last good pods are kept, the other files are read.
         let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let parsed =
-                manifest::parse(&content, &source, self.handle.node_name(), security.for_source(&source));
+                manifest::parse(&content, &source, self.handle.node_name(), &security.for_file(trusted));
             let (pods, kept) = manifest::keep_last_good(&parsed, previous);
             let problems = problems_of(&location, &parsed, &pods, kept);
             (pods, problems, parsed.others)
@@ -356,14 +373,17 @@ impl FileSource {
                 let message = crate::daemon::panic_message(payload.as_ref());
                 tracing::error!(path = %location, panic = %message, "reading a manifest file panicked");
                 let message = format!("the file could not be read (nodelet panicked on it: {message})");
-                let problems =
-                    vec![Problem { location, object: None, message: kept_note(message, previous.len()) }];
+                let problems = vec![Problem {
+                    location: location.clone(),
+                    object: None,
+                    message: kept_note(message, previous.len()),
+                }];
                 let others = self.files.get(&path).map(|s| s.others.clone()).unwrap_or_default();
                 (previous.to_vec(), problems, others)
             }
         };
-        tracing::debug!(path = %path.display(), pods = pods.len(), problems = problems.len(), "manifest read");
-        self.files.insert(path, FileState { content: Some(content), pods, problems, others });
+        tracing::debug!(path = %location, pods = pods.len(), problems = problems.len(), "manifest read");
+        self.files.insert(path, FileState { content: Some(content), trusted, pods, problems, others });
     }
 
     fn report(&self) {
@@ -462,16 +482,18 @@ fn ignored_name(name: &str) -> bool {
         || name == "4913"
 }
 
-/// Reads at most [`MAX_MANIFEST_BYTES`] (+1, to tell that a file is too large).
-async fn read_limited(path: &Path) -> Result<Vec<u8>, String> {
+/// Reads at most [`MAX_MANIFEST_BYTES`] (+1, to tell that a file is too large), and whether the file read
+/// (the opened file itself, not the path again) is the node administrator's ([`trusted_metadata`]).
+async fn read_limited(path: &Path) -> Result<(Vec<u8>, bool), String> {
     let file = tokio::fs::File::open(path).await.map_err(|e| format!("cannot read the file: {e}"))?;
+    let trusted = file.metadata().await.is_ok_and(|m| trusted_metadata(&m));
     let mut content = Vec::new();
     let limit = u64::try_from(MAX_MANIFEST_BYTES).unwrap_or(u64::MAX).saturating_add(1);
     file.take(limit).read_to_end(&mut content).await.map_err(|e| format!("cannot read the file: {e}"))?;
     if content.len() > MAX_MANIFEST_BYTES {
         return Err(format!("the file is larger than {MAX_MANIFEST_BYTES} bytes"));
     }
-    Ok(content)
+    Ok((content, trusted))
 }
 
 /// The problems of one manifest at `location`, noting the pods kept from its last good version.

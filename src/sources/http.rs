@@ -5,6 +5,7 @@
 //! | `POST /pods` with a manifest (YAML or JSON: one Pod, a PodList, or several documents; `Content-Type` a JSON or YAML type) | `201` with `{"pods": [{"namespace", "name", "uid"}]}`; `422` with a `Status` listing the field errors, and nothing applied; `400` for unparseable text; `409` when a pod collides with one from another source; `415` for another content type |
 //! | `GET /pods` | `200` with a `PodList` of the submitted pods |
 //! | `DELETE /pods/{namespace}/{name}` (the name as submitted or with the node suffix) | `200` with the removed pod's `{"namespace", "name", "uid"}`; `404` if there is none |
+//! | any request without `Authorization: Bearer <token>` (see **Security**) | `401` |
 //!
 //! Submitted pods are static pods (`kubernetes.io/config.source: http`; name suffixed with the
 //! node name; UID hashed from the content, so submitting the same manifest again changes nothing
@@ -12,13 +13,16 @@
 //! document as submitted, in `<root-dir>/http-source/pods.json`) before the request is answered, and
 //! restored, with the same UIDs, when nodelet starts again.
 //!
-//! **Security: there is no authentication and no authorization.** Whoever can reach the endpoint
-//! can run any pod, privileged ones included, i.e. is root on this machine. It therefore binds
-//! only to loopback addresses unless [`HttpSourceConfig::allow_remote`] is set, and must never be
-//! exposed. Against web pages in a local browser it refuses requests whose `Host` is not a
-//! loopback name (DNS rebinding) and submissions whose `Content-Type` is not JSON or YAML (so a
-//! cross-site form or `text/plain` request cannot reach it without a CORS preflight, which it never
-//! grants).
+//! **Security.** Whoever may submit pods here decides what runs on the node (within the source's Pod
+//! Security level, `baseline` by default, and its namespaces and labels, see [`super::admission`]), so
+//! every request must carry the endpoint's bearer token (`Authorization: Bearer <token>`): a random
+//! 256-bit token in [`HttpSourceConfig::token_file`] (`<root-dir>/http-source/token`, mode 0600, owned by
+//! nodelet's user, created at the first start and kept across restarts), so only who can read that file
+//! (root) can use the endpoint; another local user's connection gets `401 Unauthorized`. The endpoint binds
+//! only to loopback addresses unless [`HttpSourceConfig::allow_remote`] is set. Against web pages in a
+//! local browser it also refuses requests whose `Host` is not a loopback name (DNS rebinding) and
+//! submissions whose `Content-Type` is not JSON or YAML (so a cross-site form or `text/plain` request
+//! cannot reach it without a CORS preflight, which it never grants).
 //!
 //! It is served under the same connection limits as the node's ports ([`crate::server::conn`]).
 
@@ -35,13 +39,13 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use nodelet_resources::pod::desired::{DesiredPod, PodSource};
-use nodelet_resources::pod::security::PodSecurity;
 use nodelet_resources::pod::validation::{FieldError, FieldErrorKind};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::SourceHandle;
+use super::admission::SourcePolicy;
 use super::manifest::{self, MAX_MANIFEST_BYTES};
 use crate::server::conn::{Endpoint, Limits};
 
@@ -58,10 +62,13 @@ pub(crate) const DEFAULT_MAX_PODS: usize = 256;
 pub(crate) enum HttpSourceError {
     /// The address is not a loopback address and `allow_remote` is not set.
     #[error(
-        "refusing to serve the manifest endpoint on {0}: it has no authentication; bind it to a loopback \
-         address, or set allow_remote if you really mean to let everyone who reaches it run pods"
+        "refusing to serve the manifest endpoint on {0}: it is for local use; bind it to a loopback address, or \
+         set allow_remote if you really mean to let whoever has its token run pods from the network"
     )]
     NotLoopback(SocketAddr),
+    /// The token cannot be made or kept.
+    #[error("cannot keep the manifest endpoint's token: {0}")]
+    Token(String),
     /// The address cannot be bound.
     #[error("cannot bind the manifest endpoint to {addr}: {source}")]
     Bind {
@@ -88,13 +95,57 @@ pub(crate) struct HttpSourceConfig {
     /// Where the submitted pods are checkpointed (`<root-dir>/http-source/pods.json` in the daemon), so
     /// that they survive a restart; `None` keeps them in memory only.
     pub(crate) checkpoint: Option<PathBuf>,
+    /// The file of the bearer token every request must carry (`<root-dir>/http-source/token` in the
+    /// daemon): read if it holds a token only nodelet's user can read, else written with a new one (mode
+    /// 0600). `None`: a new token in memory only ([`HttpSource::token`]).
+    pub(crate) token_file: Option<PathBuf>,
 }
 
 impl HttpSourceConfig {
     /// The defaults for `addr`.
     pub(crate) fn new(addr: SocketAddr) -> Self {
-        Self { addr, allow_remote: false, max_pods: DEFAULT_MAX_PODS, checkpoint: None }
+        Self { addr, allow_remote: false, max_pods: DEFAULT_MAX_PODS, checkpoint: None, token_file: None }
     }
+}
+
+/// The length of a token in hex digits (256 bits).
+const TOKEN_HEX_LEN: usize = 64;
+
+/// A new random token (256 bits, hex).
+fn new_token() -> Result<String, HttpSourceError> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; TOKEN_HEX_LEN / 2];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| HttpSourceError::Token("the system's random generator failed".to_owned()))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The token kept in `path`: the one there if only nodelet's user owns and can read the file and it holds a
+/// token, else a new one written there (mode 0600).
+fn load_or_create_token(path: &std::path::Path) -> Result<String, HttpSourceError> {
+    use std::os::unix::fs::MetadataExt;
+    let fail = |e: String| HttpSourceError::Token(format!("{}: {e}", path.display()));
+    if let Ok(meta) = std::fs::symlink_metadata(path)
+        && meta.is_file()
+        && meta.uid() == rustix::process::geteuid().as_raw()
+        && meta.mode() & 0o077 == 0
+        && let Ok(text) = std::fs::read_to_string(path)
+    {
+        let token = text.trim();
+        if token.len() == TOKEN_HEX_LEN && token.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(token.to_owned());
+        }
+    }
+    let token = new_token()?;
+    nodelet_node::atomic::write_atomically(path, format!("{token}\n").as_bytes(), 0o600)
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(token)
+}
+
+/// Whether `a` and `b` are equal, in a time that does not depend on where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The manifest submission endpoint; see the [module docs](self).
@@ -105,9 +156,12 @@ pub(crate) struct HttpSource {
     state: Arc<EndpointState>,
 }
 
-#[derive(Debug)]
 struct EndpointState {
     handle: SourceHandle,
+    /// The bearer token every request must carry.
+    token: String,
+    /// Where it is kept, for the refusal's message.
+    token_file: Option<PathBuf>,
     allow_remote: bool,
     max_pods: usize,
     /// Submitted pods by `namespace/name` as submitted.
@@ -115,6 +169,12 @@ struct EndpointState {
     /// The checkpoint file and, by the same keys, each pod's document as submitted (locked after
     /// `submitted`).
     checkpoint: Option<(PathBuf, Mutex<BTreeMap<String, serde_json::Value>>)>,
+}
+
+impl std::fmt::Debug for EndpointState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointState").field("token_file", &self.token_file).finish_non_exhaustive()
+    }
 }
 
 impl HttpSource {
@@ -129,13 +189,17 @@ impl HttpSource {
             if !config.allow_remote {
                 return Err(HttpSourceError::NotLoopback(addr));
             }
-            tracing::warn!(%addr, "the manifest endpoint has no authentication and listens beyond loopback");
+            tracing::warn!(%addr, "the manifest endpoint listens beyond loopback: whoever has its token can run pods");
         }
+        let token = match &config.token_file {
+            Some(path) => load_or_create_token(path)?,
+            None => new_token()?,
+        };
         let listener =
             TcpListener::bind(addr).await.map_err(|source| HttpSourceError::Bind { addr, source })?;
         let local_addr = listener.local_addr().map_err(|source| HttpSourceError::Bind { addr, source })?;
         let (submitted, documents) = match &config.checkpoint {
-            Some(path) => restore(path, handle.node_name(), &handle.security().http),
+            Some(path) => restore(path, handle.node_name(), &handle.security().for_remote(&PodSource::Http)),
             None => (BTreeMap::new(), BTreeMap::new()),
         };
         handle.report(submitted.values().cloned().collect(), Vec::new());
@@ -144,6 +208,8 @@ impl HttpSource {
         }
         let state = Arc::new(EndpointState {
             handle,
+            token,
+            token_file: config.token_file,
             allow_remote: config.allow_remote,
             max_pods: config.max_pods,
             submitted: Mutex::new(submitted),
@@ -155,6 +221,12 @@ impl HttpSource {
     /// The address it listens on.
     pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    #[cfg(test)]
+    /// The bearer token requests must carry.
+    pub(crate) fn token(&self) -> &str {
+        &self.state.token
     }
 
     /// Serves until `shutdown` fires.
@@ -179,6 +251,35 @@ impl HttpSource {
 impl EndpointState {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, DesiredPod>> {
         self.submitted.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The refusal of a request without the endpoint's bearer token, or whose `Host` is not a loopback
+    /// name (unless remote access is allowed).
+    fn refuse(&self, headers: &HeaderMap) -> Option<Response> {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        if !presented.is_some_and(|t| same_secret(t.as_bytes(), self.token.as_bytes())) {
+            let whence = self
+                .token_file
+                .as_ref()
+                .map_or_else(String::new, |path| format!(" (the token is in {})", path.display()));
+            let what = if presented.is_some() {
+                "the bearer token is not the endpoint's"
+            } else {
+                "no bearer token"
+            };
+            tracing::info!(reason = what, "manifest endpoint: refused an unauthenticated request");
+            return Some(status(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                format!("{what}: send Authorization: Bearer <token>{whence}"),
+                Vec::new(),
+            ));
+        }
+        self.refuse_host(headers)
     }
 
     /// The refusal of a request whose `Host` is not a loopback name, unless remote access is
@@ -285,7 +386,7 @@ fn pod_documents(text: &str) -> BTreeMap<String, serde_json::Value> {
 fn restore(
     path: &std::path::Path,
     node_name: &str,
-    security: &PodSecurity,
+    security: &SourcePolicy,
 ) -> (BTreeMap<String, DesiredPod>, BTreeMap<String, serde_json::Value>) {
     let mut pods = BTreeMap::new();
     let mut documents = BTreeMap::new();
@@ -404,7 +505,7 @@ fn is_manifest_type(headers: &HeaderMap) -> bool {
 }
 
 async fn submit(State(state): State<Arc<EndpointState>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(refusal) = state.refuse_host(&headers) {
+    if let Some(refusal) = state.refuse(&headers) {
         return refusal;
     }
     if !is_manifest_type(&headers) {
@@ -416,7 +517,12 @@ async fn submit(State(state): State<Arc<EndpointState>>, headers: HeaderMap, bod
         );
     }
     let security = state.handle.security();
-    let parsed = manifest::parse(&body, &PodSource::Http, state.handle.node_name(), &security.http);
+    let parsed = manifest::parse(
+        &body,
+        &PodSource::Http,
+        state.handle.node_name(),
+        &security.for_remote(&PodSource::Http),
+    );
     if let Some(syntax) = parsed.problems.iter().find(|p| p.object.is_none() && p.field_errors.is_empty()) {
         return status(StatusCode::BAD_REQUEST, "BadRequest", syntax.message.clone(), Vec::new());
     }
@@ -504,7 +610,7 @@ async fn submit(State(state): State<Arc<EndpointState>>, headers: HeaderMap, bod
 }
 
 async fn list(State(state): State<Arc<EndpointState>>, headers: HeaderMap) -> Response {
-    if let Some(refusal) = state.refuse_host(&headers) {
+    if let Some(refusal) = state.refuse(&headers) {
         return refusal;
     }
     let items: Vec<serde_json::Value> =
@@ -520,7 +626,7 @@ async fn remove(
     headers: HeaderMap,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
-    if let Some(refusal) = state.refuse_host(&headers) {
+    if let Some(refusal) = state.refuse(&headers) {
         return refusal;
     }
     let mut submitted = state.lock();
@@ -563,6 +669,7 @@ mod tests {
 
     struct Endpoint {
         base: String,
+        token: String,
         store: Store<PodUid, DesiredPod>,
         client: reqwest::Client,
         shutdown: CancellationToken,
@@ -574,18 +681,33 @@ mod tests {
     }
 
     async fn start_with(checkpoint: Option<std::path::PathBuf>) -> Endpoint {
+        start_configured(|c| c.checkpoint = checkpoint).await
+    }
+
+    /// An endpoint with settings changed by `change`, and a client that sends its token.
+    async fn start_configured(change: impl FnOnce(&mut HttpSourceConfig)) -> Endpoint {
         let config = PodConfig::new(NODE);
         let files = config.add_source("file").expect("file");
         let handle = config.add_source("http").expect("http");
         let mut http_config = HttpSourceConfig::new("127.0.0.1:0".parse().expect("addr"));
-        http_config.checkpoint = checkpoint;
+        change(&mut http_config);
         let source = HttpSource::bind(http_config, handle).await.expect("binds on loopback");
         let base = format!("http://{}", source.local_addr());
+        let token = source.token().to_owned();
         let shutdown = CancellationToken::new();
         tokio::spawn(source.run(shutdown.clone()));
-        let client =
-            reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(5)).build().expect("client");
-        Endpoint { base, store: config.store(), client, shutdown, files }
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).expect("header"),
+        );
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .default_headers(headers)
+            .build()
+            .expect("client");
+        Endpoint { base, token, store: config.store(), client, shutdown, files }
     }
 
     impl Endpoint {
@@ -824,6 +946,106 @@ mod tests {
             .expect("request");
         assert_eq!(rebound.status().as_u16(), 403, "DNS rebinding is refused");
         assert!(endpoint.store.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_request_without_the_token_is_refused_and_changes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let token_file = dir.path().join("token");
+        let endpoint = start_configured(|c| c.token_file = Some(token_file.clone())).await;
+        // Another local user: no token, or a guess.
+        let stranger = reqwest::Client::builder().no_proxy().build().expect("client");
+        let submit = |client: &reqwest::Client, token: Option<&str>| {
+            let mut request = client
+                .post(format!("{}/pods", endpoint.base))
+                .header("content-type", "application/yaml")
+                .body(pod_yaml("web", "nginx"));
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            request.send()
+        };
+        for token in [None, Some("0".repeat(64).as_str()), Some(&endpoint.token[..63])] {
+            let response = submit(&stranger, token).await.expect("request");
+            assert_eq!(response.status().as_u16(), 401, "{token:?}");
+            let body = response.text().await.expect("body");
+            assert!(
+                body.contains("Authorization: Bearer") && body.contains(&token_file.display().to_string()),
+                "{body}"
+            );
+        }
+        for request in [
+            stranger.get(format!("{}/pods", endpoint.base)),
+            stranger.delete(format!("{}/pods/default/web", endpoint.base)),
+        ] {
+            assert_eq!(request.send().await.expect("request").status().as_u16(), 401);
+        }
+        assert!(endpoint.store.is_empty(), "nothing was submitted");
+        // The token's holder may.
+        let (status, answer) = endpoint.post("application/yaml", pod_yaml("web", "nginx")).await;
+        assert_eq!(status, 201, "{answer}");
+
+        // The token is kept in a file only nodelet's user can read, and the same after a restart.
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(&token_file).expect("token file");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&token_file).expect("read").trim(), endpoint.token);
+        let again = start_configured(|c| c.token_file = Some(token_file.clone())).await;
+        assert_eq!(again.token, endpoint.token, "kept across restarts");
+        // A token file others may read is not trusted: a new token replaces it.
+        std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let third = start_configured(|c| c.token_file = Some(token_file.clone())).await;
+        assert_ne!(third.token, endpoint.token);
+        let meta = std::fs::metadata(&token_file).expect("token file");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    }
+
+    #[tokio::test]
+    async fn pods_outside_the_allowed_namespaces_or_with_labels_are_refused_naming_the_field() {
+        use crate::sources::admission::{Placement, SecurityPolicies};
+        let config = PodConfig::new(NODE).with_security(SecurityPolicies {
+            placement: Placement {
+                namespaces: Some(["default".to_owned()].into()),
+                label_keys: Some(["app".to_owned()].into()),
+            },
+            ..SecurityPolicies::default()
+        });
+        let handle = config.add_source("http").expect("http");
+        let source = HttpSource::bind(HttpSourceConfig::new("127.0.0.1:0".parse().expect("addr")), handle)
+            .await
+            .expect("binds");
+        let base = format!("http://{}", source.local_addr());
+        let token = source.token().to_owned();
+        let shutdown = CancellationToken::new();
+        tokio::spawn(source.run(shutdown.clone()));
+        let client = reqwest::Client::builder().no_proxy().build().expect("client");
+        let post = |body: String| {
+            client
+                .post(format!("{base}/pods"))
+                .bearer_auth(&token)
+                .header("content-type", "application/yaml")
+                .body(body)
+                .send()
+        };
+        let dns = pod_yaml("dns", "nginx")
+            .replace("  namespace: default\n", "  namespace: default\n  labels:\n    k8s-app: kube-dns\n");
+        let response = post(dns).await.expect("request");
+        assert_eq!(response.status().as_u16(), 403);
+        let body = response.text().await.expect("body");
+        assert!(
+            body.contains("pods \\\"default/dns\\\" is forbidden: metadata.labels[k8s-app]: Forbidden"),
+            "{body}"
+        );
+        let system = pod_yaml("sys", "nginx").replace("namespace: default", "namespace: kube-system");
+        let response = post(system).await.expect("request");
+        assert_eq!(response.status().as_u16(), 403);
+        let body = response.text().await.expect("body");
+        assert!(body.contains("metadata.namespace: Forbidden: \\\"kube-system\\\""), "{body}");
+        let labelled = pod_yaml("ok", "nginx")
+            .replace("  namespace: default\n", "  namespace: default\n  labels:\n    app: web\n");
+        assert_eq!(post(labelled).await.expect("request").status().as_u16(), 201, "an allowed label");
+        assert_eq!(names(&config.store()), ["ok-node-a"]);
+        shutdown.cancel();
     }
 
     #[tokio::test]

@@ -27,9 +27,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use nodelet_resources::pod::desired::{DesiredPod, PodSource};
-use nodelet_resources::pod::security::PodSecurity;
 use nodelet_resources::pod::validation::{self, FieldError, ValidationError};
 
+use super::admission::SourcePolicy;
 use crate::yaml;
 
 /// The largest manifest read, from any source (a file, a URL's body, a request body).
@@ -75,9 +75,9 @@ impl Parsed {
     }
 }
 
-/// Parses and validates the manifest `bytes` from `source` for this node, and holds its pods to `security`
+/// Parses and validates the manifest `bytes` from `source` for this node, and admits its pods with `security`
 /// (a refused pod is a problem naming the pod and the check).
-pub(crate) fn parse(bytes: &[u8], source: &PodSource, node_name: &str, security: &PodSecurity) -> Parsed {
+pub(crate) fn parse(bytes: &[u8], source: &PodSource, node_name: &str, security: &SourcePolicy) -> Parsed {
     let ctx = Ctx { source, node_name, security };
     let mut parsed = Parsed::default();
     if bytes.len() > MAX_MANIFEST_BYTES {
@@ -133,7 +133,7 @@ fn read_documents(text: &str) -> Result<Vec<serde_json::Value>, (Vec<serde_json:
 struct Ctx<'a> {
     source: &'a PodSource,
     node_name: &'a str,
-    security: &'a PodSecurity,
+    security: &'a SourcePolicy,
 }
 
 fn classify(documents: Vec<serde_json::Value>, ctx: &Ctx<'_>) -> Parsed {
@@ -340,7 +340,7 @@ mod tests {
             pod_yaml("a", "nginx"),
             pod_yaml("b", "nginx")
         );
-        let parsed = parse(text.as_bytes(), &source(), "node1", &PodSecurity::default());
+        let parsed = parse(text.as_bytes(), &source(), "node1", &SourcePolicy::default());
         assert_eq!(keys(&parsed.pods), ["default/a", "default/b"]);
         assert_eq!(parsed.pods[0].pod.name(), "a-node1");
         assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
@@ -406,8 +406,13 @@ mod tests {
         let host = r#"{"kind":"Pod","metadata":{"name":"h"},"spec":{"hostNetwork":true,"containers":[{"name":"c","image":"x"}]}}"#;
         let plain =
             r#"{"kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}}"#;
-        let baseline =
-            PodSecurity { level: nodelet_resources::pod::security::Level::Baseline, restrictions: None };
+        let baseline = SourcePolicy {
+            security: nodelet_resources::pod::security::PodSecurity {
+                level: nodelet_resources::pod::security::Level::Baseline,
+                restrictions: None,
+            },
+            placement: None,
+        };
         let parsed = parse(format!("{host}\n{plain}").as_bytes(), &source(), "n", &baseline);
         assert_eq!(keys(&parsed.pods), ["default/p"]);
         assert_eq!(parsed.problems.len(), 1, "{:?}", parsed.problems);
@@ -418,22 +423,22 @@ mod tests {
             problem.message,
             r#"document 1: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)"#
         );
-        let privileged = parse(host.as_bytes(), &source(), "n", &PodSecurity::default());
+        let privileged = parse(host.as_bytes(), &source(), "n", &SourcePolicy::default());
         assert_eq!(keys(&privileged.pods), ["default/h"]);
     }
 
     #[test]
     fn json_documents_pod_lists_and_lists_are_read() {
         let one = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"},"spec":{"containers":[{"name":"c","image":"x"}]}}"#;
-        let parsed = parse(format!("  {one}\n{one}").as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse(format!("  {one}\n{one}").as_bytes(), &source(), "n", &SourcePolicy::default());
         assert_eq!(keys(&parsed.pods), ["default/j", "default/j"]);
 
         let list = r#"{"kind":"PodList","items":[{"metadata":{"name":"p1","namespace":"ns"},"spec":{"containers":[{"name":"c","image":"x"}]}}]}"#;
-        let parsed = parse(list.as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse(list.as_bytes(), &source(), "n", &SourcePolicy::default());
         assert_eq!(keys(&parsed.pods), ["ns/p1"]);
 
         let yaml_list = "kind: List\nitems:\n- kind: Pod\n  metadata: {name: l1}\n  spec: {containers: [{name: c, image: x}]}\n- kind: Secret\n  metadata: {name: s}\n";
-        let parsed = parse(yaml_list.as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse(yaml_list.as_bytes(), &source(), "n", &SourcePolicy::default());
         assert_eq!(keys(&parsed.pods), ["default/l1"]);
         assert_eq!(parsed.others.get("Secret").map(Vec::len), Some(1));
     }
@@ -441,7 +446,7 @@ mod tests {
     #[test]
     fn invalid_documents_name_document_object_and_field() {
         let text = format!("{}---\n{}", pod_yaml("good", "nginx"), pod_yaml("bad", "''"));
-        let parsed = parse(text.as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse(text.as_bytes(), &source(), "n", &SourcePolicy::default());
         assert_eq!(keys(&parsed.pods), ["default/good"]);
         assert_eq!(parsed.problems.len(), 1);
         let problem = &parsed.problems[0];
@@ -453,25 +458,25 @@ mod tests {
     #[test]
     fn syntax_errors_keep_the_documents_before_them() {
         let text = format!("{}---\nkind: Pod\nmetadata: [unclosed\n", pod_yaml("a", "nginx"));
-        let parsed = parse(text.as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse(text.as_bytes(), &source(), "n", &SourcePolicy::default());
         assert_eq!(keys(&parsed.pods), ["default/a"]);
         assert_eq!(parsed.problems.len(), 1);
         assert!(parsed.problems[0].message.starts_with("invalid YAML: "), "{:?}", parsed.problems);
         assert_eq!(parsed.problems[0].object, None);
-        let parsed = parse(b"{\"kind\": ", &source(), "n", &PodSecurity::default());
+        let parsed = parse(b"{\"kind\": ", &source(), "n", &SourcePolicy::default());
         assert!(parsed.problems[0].message.starts_with("invalid JSON: "), "{:?}", parsed.problems);
     }
 
     #[test]
     fn documents_without_kind_or_not_objects_are_problems() {
-        let parsed = parse(b"metadata:\n  name: x\n", &source(), "n", &PodSecurity::default());
+        let parsed = parse(b"metadata:\n  name: x\n", &source(), "n", &SourcePolicy::default());
         assert_eq!(parsed.problems[0].message, "kind: Required value");
         assert_eq!(parsed.problems[0].object.as_deref(), Some("default/x"));
-        let parsed = parse(b"- 1\n- 2\n", &source(), "n", &PodSecurity::default());
+        let parsed = parse(b"- 1\n- 2\n", &source(), "n", &SourcePolicy::default());
         assert_eq!(parsed.problems[0].object, None);
-        let parsed = parse(&[0xff, 0xfe], &source(), "n", &PodSecurity::default());
+        let parsed = parse(&[0xff, 0xfe], &source(), "n", &SourcePolicy::default());
         assert_eq!(parsed.problems[0].message, "manifest is not UTF-8 text");
-        let parsed = parse(b"", &source(), "n", &PodSecurity::default());
+        let parsed = parse(b"", &source(), "n", &SourcePolicy::default());
         assert_eq!(parsed, Parsed::default(), "an empty manifest has no pods and no problems");
     }
 
@@ -494,7 +499,7 @@ mod tests {
         let text = format!("{}---\n{}", pod_yaml("a", "nginx"), billion_laughs());
         assert!(text.len() < 600, "{}", text.len());
         let started = std::time::Instant::now();
-        let parsed = parse(text.as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse(text.as_bytes(), &source(), "n", &SourcePolicy::default());
         assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
         assert!(parsed.pods.is_empty() && parsed.others.is_empty(), "nothing of it is used: {parsed:?}");
         assert_eq!(parsed.problems.len(), 1);
@@ -508,23 +513,23 @@ mod tests {
 
     #[test]
     fn document_count_and_nesting_are_capped() {
-        let parsed = parse("---\n".repeat(10_000).as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse("---\n".repeat(10_000).as_bytes(), &source(), "n", &SourcePolicy::default());
         assert_eq!(parsed.problems.len(), 1);
         assert_eq!(
             parsed.problems[0].message,
             "invalid YAML: more than 1000 YAML documents at line 1001, column 1"
         );
         let many_pods = (0..1001).map(|i| pod_yaml(&format!("p{i}"), "x")).collect::<Vec<_>>().join("---\n");
-        let parsed = parse(many_pods.as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse(many_pods.as_bytes(), &source(), "n", &SourcePolicy::default());
         assert!(parsed.pods.is_empty(), "a manifest past a limit is refused as a whole");
         assert!(parsed.problems[0].message.starts_with("invalid YAML: more than 1000 YAML documents"));
         let json = "{}".repeat(1001);
-        let parsed = parse(json.as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse(json.as_bytes(), &source(), "n", &SourcePolicy::default());
         assert_eq!(parsed.problems.len(), 1);
         assert_eq!(parsed.problems[0].message, "invalid JSON: more than 1000 documents");
 
         let deep = format!("kind: Pod\nspec: {}", "[".repeat(10_000));
-        let parsed = parse(deep.as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse(deep.as_bytes(), &source(), "n", &SourcePolicy::default());
         assert_eq!(parsed.problems.len(), 1);
         let message = &parsed.problems[0].message;
         assert!(
@@ -532,7 +537,7 @@ mod tests {
             "{message}"
         );
         // JSON (first character `[`) has serde_json's limit.
-        let parsed = parse("[".repeat(10_000).as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse("[".repeat(10_000).as_bytes(), &source(), "n", &SourcePolicy::default());
         let message = &parsed.problems[0].message;
         assert!(message.starts_with("invalid JSON: recursion limit exceeded"), "{message}");
     }
@@ -541,7 +546,7 @@ mod tests {
     fn yaml_1_1_octal_modes_are_read_as_kubernetes_reads_them() {
         // The volumes of the Kubernetes docs (configMap defaultMode 0400, secret items mode 0511).
         let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: modes\nspec:\n  containers:\n  - name: app\n    image: busybox\n    volumeMounts:\n    - {name: config, mountPath: /etc/config}\n    - {name: secret, mountPath: /etc/secret}\n  volumes:\n  - name: config\n    configMap:\n      name: log-config\n      defaultMode: 0400\n  - name: secret\n    secret:\n      secretName: mysecret\n      defaultMode: 0o644\n      items:\n      - key: username\n        path: my-group/my-username\n        mode: 0511\n";
-        let parsed = parse(text.as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse(text.as_bytes(), &source(), "n", &SourcePolicy::default());
         assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
         let volumes =
             parsed.pods[0].pod.pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
@@ -552,7 +557,7 @@ mod tests {
         assert_eq!(secret.items.as_ref().map(|items| items[0].mode), Some(Some(0o511)));
         // Quoted, it is a string, which a mode is not.
         let quoted = text.replace("defaultMode: 0400", "defaultMode: '0400'");
-        let parsed = parse(quoted.as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse(quoted.as_bytes(), &source(), "n", &SourcePolicy::default());
         assert!(parsed.pods.is_empty());
         assert_eq!(parsed.problems.len(), 1, "{:?}", parsed.problems);
     }
@@ -560,7 +565,7 @@ mod tests {
     #[test]
     fn anchors_and_aliases_within_the_limits_are_expanded() {
         let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: anchors\nspec:\n  containers:\n  - &app {name: a, image: nginx, env: [{name: X, value: \"1\"}]}\n  - <<: *app\n    name: b\n";
-        let parsed = parse(text.as_bytes(), &source(), "n", &PodSecurity::default());
+        let parsed = parse(text.as_bytes(), &source(), "n", &SourcePolicy::default());
         assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
         let containers =
             parsed.pods[0].pod.pod.spec.as_ref().map(|s| s.containers.clone()).unwrap_or_default();
@@ -575,7 +580,7 @@ mod tests {
             format!("{}---\n{}", pod_yaml("a", "nginx:1"), pod_yaml("b", "nginx:1")).as_bytes(),
             &source(),
             "n",
-            &PodSecurity::default(),
+            &SourcePolicy::default(),
         );
         assert_eq!(keep_last_good(&v1, &[]).1, 0);
 
@@ -584,7 +589,7 @@ mod tests {
             format!("{}---\n{}", pod_yaml("a", "nginx:2"), pod_yaml("b", "''")).as_bytes(),
             &source(),
             "n",
-            &PodSecurity::default(),
+            &SourcePolicy::default(),
         );
         let (pods, kept) = keep_last_good(&v2, &v1.pods);
         assert_eq!((keys(&pods), kept), (vec!["default/a", "default/b"], 1));
@@ -592,12 +597,12 @@ mod tests {
         assert_eq!(pods[1].pod, v1.pods[1].pod);
 
         // b removed, a broken: only a is kept.
-        let v3 = parse(pod_yaml("a", "''").as_bytes(), &source(), "n", &PodSecurity::default());
+        let v3 = parse(pod_yaml("a", "''").as_bytes(), &source(), "n", &SourcePolicy::default());
         let (pods, _) = keep_last_good(&v3, &v1.pods);
         assert_eq!(keys(&pods), ["default/a"]);
 
         // A syntax error: everything previous that is not superseded stays.
-        let v4 = parse(b"kind: [", &source(), "n", &PodSecurity::default());
+        let v4 = parse(b"kind: [", &source(), "n", &SourcePolicy::default());
         let (pods, kept) = keep_last_good(&v4, &v1.pods);
         assert_eq!((keys(&pods), kept), (vec!["default/a", "default/b"], 2));
     }

@@ -49,6 +49,7 @@
 //! **`kubernetes.io/config.seen`** is set here, from the first time the pod config saw the UID
 //! (RFC 3339, UTC); it stays the same while the pod stays, so rescans never change a desired pod.
 
+pub(crate) mod admission;
 pub(crate) mod debug;
 pub(crate) mod file;
 pub(crate) mod http;
@@ -63,11 +64,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::EphemeralContainer;
 use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::grace::{GraceCap, cap_grace_periods};
-use nodelet_resources::pod::security::PodSecurity;
 use nodelet_resources::pod::validation::{CONFIG_SEEN_ANNOTATION, add_ephemeral_containers};
 use reconcile_engine::{Store, Writer};
 use tokio::sync::watch;
 
+pub(crate) use admission::SecurityPolicies;
 pub(crate) use file::ManifestObjects;
 
 /// Errors of the pod config.
@@ -182,32 +183,6 @@ struct Built {
     grace_cap: GraceCap,
     /// The pod written to the store.
     output: Arc<DesiredPod>,
-}
-
-/// The security settings ([`PodSecurity`]: a Pod Security Standards level and the `--allow-privileged=false`
-/// restrictions) each pod source is held to. The default holds no source to anything (tests).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct SecurityPolicies {
-    /// The static pod directory (`--pod-manifest-path`).
-    pub(crate) file: PodSecurity,
-    /// The manifest URL.
-    pub(crate) url: PodSecurity,
-    /// The manifest HTTP endpoint.
-    pub(crate) http: PodSecurity,
-    /// The API server (cluster mode).
-    pub(crate) api: PodSecurity,
-}
-
-impl SecurityPolicies {
-    /// The settings pods from `source` are held to.
-    pub(crate) fn for_source(&self, source: &PodSource) -> &PodSecurity {
-        match source {
-            PodSource::File(_) => &self.file,
-            PodSource::Url(_) => &self.url,
-            PodSource::Http => &self.http,
-            PodSource::Api => &self.api,
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -328,8 +303,13 @@ impl PodConfig {
         if pod.source == PodSource::Api {
             return Err(debug::DebugError::ApiPod(format!("{namespace}/{name}")));
         }
-        // Validated against the pod as it runs, its earlier ephemeral containers included.
-        add_ephemeral_containers(&pod, vec![container.clone()])?;
+        // Validated against the pod as it runs, its earlier ephemeral containers included, and admitted
+        // with the new container as the pod's source would admit the whole pod (the API server's
+        // PodSecurity admission does the same for `pods/ephemeralcontainers`).
+        let with = add_ephemeral_containers(&pod, vec![container.clone()])?;
+        state.security.for_source(&pod.source).admit(&with.pod).map_err(|refusal| {
+            debug::DebugError::Forbidden(format!("pods \"{namespace}/{name}\" is forbidden: {refusal}"))
+        })?;
         if let Some(debug) = state.debug.as_mut() {
             debug.add(&uid, container)?;
         }
@@ -428,10 +408,22 @@ impl Shared {
                 _ => {
                     let mut pod = DesiredPod::clone(&input);
                     if let Some(added) = added {
-                        match add_ephemeral_containers(&pod, added.to_vec()) {
+                        // Admitted again, as when they were added: the source's settings may have changed
+                        // since (a restart with a stricter level, a manifest file that is no longer root's).
+                        let admitted = add_ephemeral_containers(&pod, added.to_vec())
+                            .map_err(|e| e.to_string())
+                            .and_then(|with| {
+                                state
+                                    .security
+                                    .for_source(&pod.source)
+                                    .admit(&with.pod)
+                                    .map_err(|e| e.to_string())?;
+                                Ok(with)
+                            });
+                        match admitted {
                             Ok(with) => pod = with,
-                            Err(e) => {
-                                tracing::warn!(pod = %full_name(&pod), error = %e, "ephemeral containers left out")
+                            Err(error) => {
+                                tracing::warn!(pod = %full_name(&pod), %error, "ephemeral containers left out")
                             }
                         }
                     }
@@ -532,7 +524,7 @@ impl State {
 fn location_of(source: &PodSource) -> String {
     match source {
         PodSource::File(path) => path.display().to_string(),
-        PodSource::Url(url) => url.clone(),
+        PodSource::Url(url) => url::redact_url(url),
         PodSource::Http => http::LOCATION.to_owned(),
         PodSource::Api => "api".to_owned(),
     }

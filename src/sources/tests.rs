@@ -221,6 +221,88 @@ fn ephemeral_containers_of_static_pods_are_kept_merged_and_dropped_with_their_po
     assert!(by_name(&again.store(), "a-node-a").expect("a").ephemeral_specs().is_empty());
 }
 
+/// An ephemeral container adding `SYS_ADMIN`.
+fn sys_admin_debugger(name: &str) -> k8s_openapi::api::core::v1::EphemeralContainer {
+    use k8s_openapi::api::core::v1::{Capabilities, EphemeralContainer, SecurityContext};
+    EphemeralContainer {
+        name: name.into(),
+        image: Some("busybox".into()),
+        security_context: Some(SecurityContext {
+            capabilities: Some(Capabilities { add: Some(vec!["SYS_ADMIN".into()]), drop: None }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Pods of the HTTP endpoint held to `baseline`, nothing else restricted.
+fn http_at_baseline() -> SecurityPolicies {
+    use nodelet_resources::pod::security::{Level, PodSecurity};
+    SecurityPolicies {
+        http: PodSecurity { level: Level::Baseline, restrictions: None },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_ephemeral_container_is_admitted_with_its_pod_at_the_sources_level() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = PodConfig::new(NODE)
+        .with_debug_state(debug::DebugState::load(dir.path()).expect("load"))
+        .with_security(http_at_baseline());
+    let store = config.store();
+    let http = config.add_source("http").expect("http");
+    config.seal();
+    http.report(vec![desired("a", "nginx", PodSource::Http)], Vec::new());
+    let err = config
+        .add_ephemeral_container("default", "a-node-a", sys_admin_debugger("dbg"))
+        .expect_err("SYS_ADMIN");
+    assert!(matches!(err, debug::DebugError::Forbidden(_)), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "pods \"default/a-node-a\" is forbidden: violates PodSecurity \"baseline:latest\": non-default capabilities \
+         (container \"dbg\" must not include \"SYS_ADMIN\" in securityContext.capabilities.add)"
+    );
+    assert!(by_name(&store, "a-node-a").expect("a").ephemeral_specs().is_empty(), "not added");
+    assert!(
+        debug::DebugState::load(dir.path())
+            .expect("reload")
+            .containers(by_name(&store, "a-node-a").expect("a").uid())
+            .is_empty(),
+        "not kept"
+    );
+    // A plain debugger is still welcome.
+    let plain = k8s_openapi::api::core::v1::EphemeralContainer {
+        name: "plain".into(),
+        image: Some("busybox".into()),
+        ..Default::default()
+    };
+    config.add_ephemeral_container("default", "a-node-a", plain).expect("baseline allows it");
+}
+
+#[test]
+fn ephemeral_containers_kept_from_before_are_admitted_again_when_merged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Added while the HTTP source was privileged...
+    let config = PodConfig::new(NODE).with_debug_state(debug::DebugState::load(dir.path()).expect("load"));
+    let http = config.add_source("http").expect("http");
+    config.seal();
+    http.report(vec![desired("a", "nginx", PodSource::Http)], Vec::new());
+    config
+        .add_ephemeral_container("default", "a-node-a", sys_admin_debugger("dbg"))
+        .expect("privileged source");
+
+    // ...then nodelet restarts with the source at baseline: the kept container is left out.
+    let again = PodConfig::new(NODE)
+        .with_debug_state(debug::DebugState::load(dir.path()).expect("reload"))
+        .with_security(http_at_baseline());
+    let http = again.add_source("http").expect("http");
+    again.seal();
+    http.report(vec![desired("a", "nginx", PodSource::Http)], Vec::new());
+    let pod = by_name(&again.store(), "a-node-a").expect("the pod itself runs");
+    assert!(pod.ephemeral_specs().is_empty(), "{:?}", pod.ephemeral_specs());
+}
+
 #[test]
 fn api_pods_get_no_ephemeral_containers_from_nodelet() {
     let dir = tempfile::tempdir().expect("tempdir");

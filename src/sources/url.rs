@@ -17,6 +17,9 @@
 //! - **Redirects** are followed (at most 10) by the source itself: never from `https` to anything
 //!   unencrypted, and the `--manifest-url-header` headers only go to the configured URL's origin
 //!   (scheme, host and port), never to another host a redirect leads to.
+//! - **The URL may hold a credential** (user information, a token in the query string): wherever it is
+//!   shown (problems, and so events and `nodelet get`; logs; `/configz`; errors) it is shown redacted
+//!   ([`redact_url`]): `https://<redacted>@host/path?<redacted>`. This holds for redirect targets too.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -41,13 +44,39 @@ const CA_BUNDLES: &[&str] = &[
     "/etc/ssl/cert.pem",
 ];
 
+/// `url` as it may be shown (problems, events, logs, `/configz`, errors): its user information and its query
+/// string, which may carry credentials, each replaced by `<redacted>`, and its fragment dropped
+/// (`https://<redacted>@host:8443/pods?<redacted>`). A text that does not parse as a URL is redacted whole.
+pub(crate) fn redact_url(url: &str) -> String {
+    const REDACTED: &str = crate::config::configz::REDACTED;
+    let Ok(parsed) = reqwest::Url::parse(url) else { return format!("{REDACTED} (not a URL)") };
+    let mut out = format!("{}:", parsed.scheme());
+    if let Some(host) = parsed.host_str() {
+        out.push_str("//");
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            out.push_str(REDACTED);
+            out.push('@');
+        }
+        out.push_str(host);
+        if let Some(port) = parsed.port() {
+            out.push_str(&format!(":{port}"));
+        }
+    }
+    out.push_str(parsed.path());
+    if parsed.query().is_some() {
+        out.push('?');
+        out.push_str(REDACTED);
+    }
+    out
+}
+
 /// Errors of the URL source's configuration.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum UrlSourceError {
     /// The URL does not parse or is not `http`/`https`.
     #[error("invalid manifest URL {url:?}: {reason}")]
     InvalidUrl {
-        /// The URL.
+        /// The URL, redacted ([`redact_url`]).
         url: String,
         /// Why.
         reason: String,
@@ -100,6 +129,8 @@ impl UrlSourceConfig {
 #[derive(Debug)]
 pub(crate) struct UrlSource {
     config: UrlSourceConfig,
+    /// The URL as it is shown ([`redact_url`]): the problems' location.
+    shown: String,
     handle: SourceHandle,
     client: reqwest::Client,
     headers: HeaderMap,
@@ -115,7 +146,7 @@ impl UrlSource {
     /// A URL source reporting through `handle`. Checks the URL and headers and builds the client;
     /// nothing is fetched before [`run`](Self::run).
     pub(crate) fn new(config: UrlSourceConfig, handle: SourceHandle) -> Result<Self, UrlSourceError> {
-        let invalid = |reason: String| UrlSourceError::InvalidUrl { url: config.url.clone(), reason };
+        let invalid = |reason: String| UrlSourceError::InvalidUrl { url: redact_url(&config.url), reason };
         let url = reqwest::Url::parse(&config.url).map_err(|e| invalid(e.to_string()))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(invalid("the scheme must be http or https".into()));
@@ -142,6 +173,7 @@ impl UrlSource {
         }
         let client = builder.build().map_err(UrlSourceError::Client)?;
         Ok(Self {
+            shown: redact_url(&config.url),
             config,
             handle,
             client,
@@ -179,13 +211,13 @@ impl UrlSource {
                         &body,
                         &source,
                         self.handle.node_name(),
-                        security.for_source(&source),
+                        &security.for_remote(&source),
                     );
                     let (pods, kept) = manifest::keep_last_good(&parsed, &self.pods);
-                    self.body_problems = super::file::problems_of(&self.config.url, &parsed, &pods, kept);
+                    self.body_problems = super::file::problems_of(&self.shown, &parsed, &pods, kept);
                     self.pods = pods;
                     self.last_body = Some(body);
-                    tracing::debug!(url = %self.config.url, pods = self.pods.len(), "manifest URL read");
+                    tracing::debug!(url = %self.shown, pods = self.pods.len(), "manifest URL read");
                 }
                 let pods = self.pods.iter().map(|p| p.pod.clone()).collect();
                 self.handle.report_shared(pods, self.body_problems.clone());
@@ -197,7 +229,7 @@ impl UrlSource {
                     format!(" (the pods of the last good response keep running: {})", self.pods.len())
                 };
                 let problem = Problem {
-                    location: self.config.url.clone(),
+                    location: self.shown.clone(),
                     object: None,
                     message: format!("{message}{kept}"),
                 };
@@ -219,7 +251,8 @@ impl UrlSource {
             let response = request
                 .send()
                 .await
-                .map_err(|e| format!("cannot fetch the manifest URL: {}", error_chain(&e)))?;
+                // (without the URL: reqwest's text names it, credentials and all)
+                .map_err(|e| format!("cannot fetch the manifest URL: {}", error_chain(&e.without_url())))?;
             if !response.status().is_redirection() {
                 break response;
             }
@@ -228,7 +261,7 @@ impl UrlSource {
                 return Err(format!("the manifest URL redirected more than {MAX_REDIRECTS} times"));
             }
             let next = redirect_target(&url, response.headers())?;
-            tracing::debug!(from = %url, to = %next, "manifest URL redirected");
+            tracing::debug!(from = %redact_url(url.as_str()), to = %redact_url(next.as_str()), "manifest URL redirected");
             url = next;
         };
         let status = response.status();
@@ -239,7 +272,7 @@ impl UrlSource {
         while let Some(chunk) = response
             .chunk()
             .await
-            .map_err(|e| format!("cannot read the manifest URL's body: {}", error_chain(&e)))?
+            .map_err(|e| format!("cannot read the manifest URL's body: {}", error_chain(&e.without_url())))?
         {
             if body.len() + chunk.len() > MAX_MANIFEST_BYTES {
                 return Err(format!("the manifest URL's body is larger than {MAX_MANIFEST_BYTES} bytes"));
@@ -255,18 +288,20 @@ const MAX_REDIRECTS: usize = 10;
 
 /// Where a redirect from `from` leads, if the source may follow it: a `Location` that parses relative to
 /// `from`, `http` or `https`, and never from `https` to `http`.
-fn redirect_target(from: &reqwest::Url, headers: &HeaderMap) -> Result<reqwest::Url, String> {
+fn redirect_target(from_url: &reqwest::Url, headers: &HeaderMap) -> Result<reqwest::Url, String> {
+    let from = redact_url(from_url.as_str());
     let location = headers
         .get(reqwest::header::LOCATION)
         .ok_or_else(|| format!("the manifest URL {from} redirected without a Location"))?;
     let location = location
         .to_str()
         .map_err(|_| format!("the manifest URL {from} redirected to a Location that is not text"))?;
-    let to = from
+    let to_url = from_url
         .join(location)
-        .map_err(|e| format!("the manifest URL {from} redirected to {location:?}: {e}"))?;
-    match (from.scheme(), to.scheme()) {
-        ("https", "https") | ("http", "http" | "https") => Ok(to),
+        .map_err(|e| format!("the manifest URL {from} redirected to {}: {e}", redact_url(location)))?;
+    let to = redact_url(to_url.as_str());
+    match (from_url.scheme(), to_url.scheme()) {
+        ("https", "https") | ("http", "http" | "https") => Ok(to_url),
         ("https", "http") => {
             Err(format!("refusing the redirect from {from} to {to}: from https to unencrypted http"))
         }
@@ -557,6 +592,106 @@ mod tests {
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), task).await.expect("stops").expect("no panic");
         assert!(shared.lock().expect("lock").hits >= 2);
+    }
+
+    #[test]
+    fn urls_are_shown_without_user_information_or_query() {
+        assert_eq!(
+            redact_url("https://u:pw@example.invalid:8443/m?token=x#frag"),
+            "https://<redacted>@example.invalid:8443/m?<redacted>"
+        );
+        assert_eq!(redact_url("https://token@example.invalid/"), "https://<redacted>@example.invalid/");
+        assert_eq!(redact_url("https://example.invalid/a@b"), "https://example.invalid/a@b");
+        assert_eq!(redact_url("http://[::1]:80/p"), "http://[::1]/p", "the scheme's own port is implied");
+        assert_eq!(redact_url("http://127.0.0.1:9/p?"), "http://127.0.0.1:9/p?<redacted>");
+        assert_eq!(redact_url("not a url?token=x"), "<redacted> (not a URL)");
+        let debugged = format!("{:?}", PodSource::Url("https://u:pw@example.invalid/m?token=x".into()));
+        assert_eq!(debugged, "Url(<redacted>)", "a pod's Debug (in any log line) leaves the URL out");
+    }
+
+    /// Everything logged (every level) while the guard lives, on this thread.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("log lock").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().expect("log lock")).into_owned()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_urls_credentials_are_in_no_problem_and_no_log_line() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let secrets = ["s3cretpw", "t0ps3cret", "n3xts3cret"];
+        let redirect = Router::new()
+            .route("/hop", get(|| async { axum::response::Redirect::to("/pods?token=n3xts3cret") }));
+        let (addr, shared) = serve_with("127.0.0.1", 500, "boom", redirect).await;
+        let with_secrets = |path: &str| format!("http://user:s3cretpw@{addr}/{path}?token=t0ps3cret");
+
+        // A failing fetch, after a redirect whose target holds a token too.
+        let (config, mut source) = source_for(&with_secrets("hop"), Vec::new());
+        source.poll_once().await;
+        let mut problems = config.problems().list().to_vec();
+        assert!(problems.iter().any(|p| p.message.contains("HTTP 500")), "{problems:?}");
+        // A body with a broken pod.
+        set(&shared, 200, &pod_yaml("a", "''"));
+        source.poll_once().await;
+        problems.extend(config.problems().list().iter().cloned());
+        assert!(problems.iter().any(|p| p.message.contains("Required value")), "{problems:?}");
+        // Nothing listens: the client's error names the URL.
+        let closed =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind").local_addr().expect("addr");
+        let (config, mut source) =
+            source_for(&format!("http://user:s3cretpw@{closed}/pods?token=t0ps3cret"), Vec::new());
+        source.poll_once().await;
+        problems.extend(config.problems().list().iter().cloned());
+        assert!(problems.iter().any(|p| p.message.starts_with("cannot fetch")), "{problems:?}");
+        // A redirect the source refuses names both ends.
+        let from = reqwest::Url::parse(&with_secrets("x")).expect("url");
+        let mut location = HeaderMap::new();
+        location.insert(reqwest::header::LOCATION, HeaderValue::from_static("ftp://h/?token=n3xts3cret"));
+        let refused = redirect_target(&from, &location).expect_err("ftp");
+
+        let logs = captured.text();
+        assert!(logs.contains("manifest URL redirected"), "debug lines are captured: {logs}");
+        for secret in secrets {
+            for p in &problems {
+                assert!(!p.to_string().contains(secret), "{secret} in the problem {p}");
+            }
+            assert!(!logs.contains(secret), "{secret} in the logs:\n{logs}");
+            assert!(!refused.contains(secret), "{secret} in {refused}");
+        }
+        assert!(
+            problems.iter().all(|p| p.location == format!("http://<redacted>@{addr}/hop?<redacted>")
+                || p.location == format!("http://<redacted>@{closed}/pods?<redacted>")),
+            "{problems:?}"
+        );
+        let invalid = UrlSource::new(
+            UrlSourceConfig::new("ftp://user:s3cretpw@h/?token=t0ps3cret"),
+            PodConfig::new(NODE).add_source("url").expect("source"),
+        )
+        .expect_err("ftp");
+        assert!(
+            !invalid.to_string().contains("s3cretpw") && !invalid.to_string().contains("t0ps3cret"),
+            "{invalid}"
+        );
     }
 
     #[test]

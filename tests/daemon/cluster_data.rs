@@ -368,3 +368,149 @@ async fn a_wait_for_first_consumer_claim_is_bound_by_the_scheduler_to_a_local_vo
         }
     }
 }
+
+/// Objects do not cross sources: a node-local Secret (a manifest's) and an API Secret of the same
+/// namespace/name each reach only their own kind of pod, an API pod never falls back to a node-local one,
+/// and a static pod cannot mount the claim an API pod on the node uses. Privileged API pods (every CNI and
+/// CSI node plugin) run by default, as the API server admitted them.
+#[tokio::test]
+async fn secrets_and_claims_do_not_cross_sources_and_privileged_api_pods_run_by_default() {
+    const TEST: &str = "secrets_and_claims_do_not_cross_sources_and_privileged_api_pods_run_by_default";
+    let (env, cluster) = cluster_or_skip!(TEST);
+    if let Err(why) = cluster.controllers_running() {
+        if std::env::var("NODELET_REQUIRE_CLUSTER").as_deref() == Ok("1") {
+            panic!(
+                "{why}: start the control plane with ENVTEST_CONTROLLERS=1 (the PV controller binds claims)"
+            );
+        }
+        eprintln!("SKIP {TEST}: {why}");
+        return;
+    }
+    let n = crate::cluster_support::ClusterNode::start(&env, &cluster, "xsrc").await;
+    let ns = n.namespace().to_owned();
+
+    // The same namespace/name twice: in the API, and in a manifest for static pods; and one only in a manifest.
+    let secrets: Api<Secret> = Api::namespaced(n.client(), &ns);
+    create(&secrets, json!({"metadata": {"name": "shared"}, "stringData": {"value": "from-the-api"}})).await;
+    let local_secret = |name: &str, value: &str| {
+        use base64::Engine as _;
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns},
+               "data": {"value": base64::engine::general_purpose::STANDARD.encode(value)}})
+    };
+    n.write_manifest(
+        "secrets.yaml",
+        &json!({"apiVersion": "v1", "kind": "List",
+        "items": [local_secret("shared", "from-the-node"), local_secret("node-only", "node-private")]}),
+    );
+
+    let reader = |secret: &str| {
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "s", "secret": {"secretName": secret}}],
+            "containers": [{"name": "main", "command": ["sh", "-c", "echo FILE=$(cat /s/value); echo ENV=$V; sleep 3600"],
+                            "env": [{"name": "V", "valueFrom": {"secretKeyRef": {"name": secret, "key": "value"}}}],
+                            "volumeMounts": [{"name": "s", "mountPath": "/s"}]}],
+        })
+    };
+    // The API pod reads "shared" (so nodelet watches the API's), another API pod asks for "node-only"; then
+    // a static pod (the file source) reads "shared" too.
+    n.create_pod(&n.api_pod_manifest("api-reader", reader("shared"))).await;
+    n.create_pod(&n.api_pod_manifest("api-snoop", reader("node-only"))).await;
+    let api_pod = n.wait_api_running("api-reader").await;
+    let mut static_reader = n.pod_manifest("static-reader", reader("shared"));
+    static_reader["metadata"]["namespace"] = json!(ns);
+    n.write_manifest("static-reader.yaml", &static_reader);
+
+    let api_uid = uid(&api_pod);
+    let api_out = n
+        .wait_until("the API pod's output", WAIT, async || {
+            let out = container_output(&n, "api-reader", &api_uid, "main");
+            if out.contains("ENV=") { Ok(out) } else { Err(out) }
+        })
+        .await;
+    assert!(api_out.contains("FILE=from-the-api") && api_out.contains("ENV=from-the-api"), "{api_out}");
+    let static_name = n.pod_name("static-reader");
+    let static_pod = n.wait_for_pod("static-reader", "Running", WAIT, |p| phase(p) == "Running").await;
+    let static_uid = uid(&static_pod);
+    let static_out = n
+        .wait_until("the static pod's output", WAIT, async || {
+            let out = container_output(&n, &static_name, &static_uid, "main");
+            if out.contains("ENV=") { Ok(out) } else { Err(out) }
+        })
+        .await;
+    assert!(
+        static_out.contains("FILE=from-the-node") && static_out.contains("ENV=from-the-node"),
+        "a static pod reads the manifest's Secret, never the API's: {static_out}"
+    );
+    // The API pod asking for a Secret only a manifest has waits: it is not the API's.
+    let snoop = n.api_pod("api-snoop").await.unwrap_or_else(|| panic!("api-snoop is gone"));
+    assert_ne!(phase(&snoop), "Running", "an API pod read a node-local Secret: {}", pretty(&snoop));
+    let snoop_uid = uid(&snoop);
+    assert!(n.containers_of(&snoop_uid).await.is_empty(), "an API pod started on a node-local Secret");
+    assert!(
+        !container_output(&n, "api-snoop", &snoop_uid, "main").contains("node-private"),
+        "an API pod read a node-local Secret"
+    );
+
+    // A claim the control plane bound, used by an API pod...
+    let data = n.dir().join("pv-data");
+    std::fs::create_dir_all(&data).unwrap_or_else(|e| panic!("cannot create {}: {e}", data.display()));
+    let pv_name = format!("{ns}-pv");
+    let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(n.client());
+    create(
+        &pvs,
+        json!({
+            "metadata": {"name": pv_name},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                     "persistentVolumeReclaimPolicy": "Retain", "storageClassName": pv_name,
+                     "hostPath": {"path": data.display().to_string(), "type": "Directory"}},
+        }),
+    )
+    .await;
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = Api::namespaced(n.client(), &ns);
+    create(
+        &claims,
+        json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": pv_name,
+               "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+    let writer = |who: &str| {
+        json!({
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+            "containers": [{"name": "main", "command": ["sh", "-c", format!("echo {who} > /data/{who}; sleep 3600")],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+        })
+    };
+    n.create_pod(&n.api_pod_manifest("api-writer", writer("api-writer"))).await;
+    n.wait_api_running("api-writer").await;
+    n.wait_until("the API pod's file on the claim's volume", WAIT, async || {
+        std::fs::read_to_string(data.join("api-writer")).map_err(|e| e.to_string())
+    })
+    .await;
+    // ...is not a static pod's to mount.
+    let mut static_writer = n.pod_manifest("static-writer", writer("static-writer"));
+    static_writer["metadata"]["namespace"] = json!(ns);
+    n.write_manifest("static-writer.yaml", &static_writer);
+    n.wait_for_pod("static-writer", "listed by nodelet", WAIT, |_| true).await;
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!data.join("static-writer").exists(), "a static pod mounted the API pod's claim");
+        let pod = n.pod("static-writer").await;
+        assert!(pod.as_ref().is_none_or(|p| phase(p) != "Running"), "the static pod runs on the API claim");
+    }
+    // A privileged API pod, as every CNI or CSI node plugin is: the API server admitted it, so it runs.
+    let mut privileged = n.api_pod_manifest(
+        "api-privileged",
+        json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "command": ["sleep", "3600"]}]}),
+    );
+    privileged["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
+    n.create_pod(&privileged).await;
+    n.wait_api_running("api-privileged").await;
+    let log = n.log();
+    assert!(!log.contains("from-the-api") && !log.contains("from-the-node") && !log.contains("node-private"));
+    n.shutdown().await;
+    if let Err(e) = pvs.delete(&pv_name, &Default::default()).await {
+        eprintln!("could not delete the PersistentVolume {pv_name}: {e}");
+    }
+}

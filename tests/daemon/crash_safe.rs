@@ -102,6 +102,7 @@ async fn truncated_and_corrupt_state_files_at_start_are_reported_moved_aside_and
     let response = n
         .http()
         .post(format!("http://127.0.0.1:{port}/pods"))
+        .bearer_auth(n.manifest_token())
         .header("content-type", "application/json")
         .body(submitted.to_string())
         .send()
@@ -117,7 +118,13 @@ async fn truncated_and_corrupt_state_files_at_start_are_reported_moved_aside_and
     n.assert_untouched("steady", &before).await;
     n.assert_alive_within(PEAK_RSS_MIB, "corrupt state files");
     let url = format!("http://127.0.0.1:{port}/pods/default/submitted");
-    let removed = n.http().delete(&url).send().await.unwrap_or_else(|e| panic!("DELETE {url}: {e}"));
+    let removed = n
+        .http()
+        .delete(&url)
+        .bearer_auth(n.manifest_token())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("DELETE {url}: {e}"));
     assert!(removed.status().is_success(), "{}", removed.status());
     n.shutdown().await;
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use serde_json::json;
 
 use crate::exec::nodelet_streaming_cli;
-use crate::support::{Nodelet, env_or_skip, sleep_until_term};
+use crate::support::{Nodelet, StartOptions, TOKEN, env_or_skip, sleep_until_term, uid};
 
 fn ephemeral<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
     pod.status.as_ref()?.ephemeral_container_statuses.as_ref()?.iter().find(|c| c.name == name)
@@ -120,6 +120,73 @@ async fn nodelet_debug_adds_an_ephemeral_container_to_a_static_pod_that_survives
     assert_eq!((count(&containers, "dbg1"), count(&containers, "dbg2")), (1, 1), "{containers:?}");
     assert_eq!(count(&containers, "app"), 1, "the pod itself was not restarted");
     assert!(!n.log().contains("sneaky"));
+    n.shutdown().await;
+}
+
+/// `POST /debug` cannot give a pod what its source's Pod Security level refuses: the whole pod, with the new
+/// ephemeral container, is admitted as the API server's PodSecurity admission admits `pods/ephemeralcontainers`.
+#[tokio::test]
+async fn debug_cannot_add_sys_admin_or_privileged_to_a_baseline_pod() {
+    let env = env_or_skip!("debug_cannot_add_sys_admin_or_privileged_to_a_baseline_pod");
+    let options =
+        StartOptions { nodelet_extra: "podSecurity: {file: baseline}".to_owned(), ..Default::default() };
+    let n = Nodelet::start_with(&env, "debug-pss", options).await;
+    n.write_manifest(
+        "base.yaml",
+        &n.pod_manifest(
+            "base",
+            json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "app", "command": sleep_until_term("")}]}),
+        ),
+    );
+    let before = n.wait_running("base").await;
+    let name = n.pod_name("base");
+    let post = async |container: serde_json::Value| {
+        let response = n
+            .main_client()
+            .post(n.main_url(&format!("/debug/default/{name}")))
+            .bearer_auth(TOKEN)
+            .body(container.to_string())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST /debug: {e}"));
+        let status = response.status().as_u16();
+        let body: serde_json::Value = serde_json::from_str(&response.text().await.unwrap_or_default())
+            .unwrap_or(serde_json::Value::Null);
+        (status, body["message"].as_str().unwrap_or_default().to_owned())
+    };
+    let debugger = |name: &str, security: serde_json::Value| {
+        json!({"name": name, "image": env.busybox, "imagePullPolicy": "IfNotPresent",
+               "command": ["sleep", "1"], "securityContext": security})
+    };
+    let (status, message) = post(debugger("admin", json!({"capabilities": {"add": ["SYS_ADMIN"]}}))).await;
+    assert_eq!(status, 403, "{message}");
+    assert_eq!(
+        message,
+        format!(
+            "pods \"default/{name}\" is forbidden: violates PodSecurity \"baseline:latest\": non-default \
+             capabilities (container \"admin\" must not include \"SYS_ADMIN\" in securityContext.capabilities.add)"
+        )
+    );
+    let (status, message) = post(debugger("root", json!({"privileged": true}))).await;
+    assert_eq!(status, 403, "{message}");
+    assert!(
+        message.contains(r#"violates PodSecurity "baseline:latest": privileged (container "root" must not set securityContext.privileged=true)"#),
+        "{message}"
+    );
+    // Nothing was added, nothing started; the pod runs on untouched.
+    sleep_secs(3).await;
+    let pod = n.pod("base").await.unwrap_or_else(|| panic!("the pod is gone"));
+    let spec = pod.spec.clone().unwrap_or_default();
+    assert!(spec.ephemeral_containers.unwrap_or_default().is_empty(), "no ephemeral container was added");
+    let containers = n.containers_of(&uid(&before)).await;
+    assert!(
+        containers.iter().all(|c| c.metadata.as_ref().is_none_or(|m| m.name == "app")),
+        "only app runs: {containers:?}"
+    );
+    n.assert_untouched("base", &before).await;
+    // What baseline allows is still added.
+    let (status, message) = post(debugger("plain", json!({}))).await;
+    assert_eq!(status, 201, "{message}");
     n.shutdown().await;
 }
 

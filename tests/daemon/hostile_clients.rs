@@ -109,6 +109,7 @@ async fn thousands_of_idle_and_slow_connections_do_not_keep_real_clients_out() {
     let main: SocketAddr = ([127, 0, 0, 1], ports.main).into();
     let healthz: SocketAddr = ([127, 0, 0, 1], ports.healthz).into();
     let manifests: SocketAddr = ([127, 0, 0, 1], http_port).into();
+    let manifest_token = nodelet.manifest_token();
 
     // Trickling bodies first (they are busy: the server must not close them for room, only time them out),
     // then slowloris senders and plain idle connections on every port.
@@ -156,7 +157,7 @@ async fn thousands_of_idle_and_slow_connections_do_not_keep_real_clients_out() {
         assert!(main_pods.status().is_success(), "round {round}: main /pods answered {}", main_pods.status());
         let listed = timed(
             "GET /pods on the manifest endpoint",
-            fresh().get(format!("http://{manifests}/pods")).send(),
+            fresh().get(format!("http://{manifests}/pods")).bearer_auth(&manifest_token).send(),
         )
         .await;
         assert!(

@@ -118,8 +118,10 @@ async fn hostile_manifests_are_refused_by_name_within_bounded_memory_and_leave_h
 
     // Through the HTTP source: refused with a 4xx naming the limit, nothing applied.
     let http = reqwest::Client::builder().no_proxy().build().unwrap_or_else(|e| panic!("HTTP client: {e}"));
+    let token = n.manifest_token();
     let post = |body: String| {
         http.post(format!("http://127.0.0.1:{http_port}/pods"))
+            .bearer_auth(&token)
             .header("Content-Type", "application/yaml")
             .body(body)
             .send()

@@ -35,6 +35,7 @@ async fn submit(n: &Nodelet, port: u16, pod: &Value) -> (u16, String) {
     let response = n
         .http()
         .post(format!("http://127.0.0.1:{port}/pods"))
+        .bearer_auth(n.manifest_token())
         .header("content-type", "application/json")
         .body(pod.to_string())
         .send()
@@ -85,7 +86,13 @@ async fn the_http_source_refuses_host_network_at_baseline_while_the_file_source_
     n.assert_untouched("plain", &plain_before).await;
     n.assert_alive_within(PEAK_RSS_MIB, "the HTTP source at baseline");
     let url = format!("http://127.0.0.1:{port}/pods/default/plain");
-    let removed = n.http().delete(&url).send().await.unwrap_or_else(|e| panic!("DELETE {url}: {e}"));
+    let removed = n
+        .http()
+        .delete(&url)
+        .bearer_auth(n.manifest_token())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("DELETE {url}: {e}"));
     assert!(removed.status().is_success(), "{}", removed.status());
     n.shutdown().await;
 }
@@ -117,6 +124,172 @@ async fn allow_privileged_false_refuses_a_host_pid_static_pod() {
     assert!(n.pod("hostpid").await.is_none(), "the refused pod is not on the node");
     n.assert_untouched("plain", &plain_before).await;
     n.assert_alive_within(PEAK_RSS_MIB, "--allow-privileged=false");
+    n.shutdown().await;
+}
+
+/// Writes `manifest` as `file` in the manifest directory already owned by `uid` with `mode` (through a dotfile
+/// nodelet ignores, renamed into place), so that nodelet never sees it otherwise.
+fn write_manifest_as(n: &Nodelet, file: &str, manifest: &Value, uid: u32, mode: u32) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = n.manifest_dir();
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, manifest.to_string()).unwrap_or_else(|e| panic!("write {}: {e}", tmp.display()));
+    std::os::unix::fs::chown(&tmp, Some(uid), None)
+        .unwrap_or_else(|e| panic!("chown {}: {e}", tmp.display()));
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}", tmp.display()));
+    let path = dir.join(file);
+    std::fs::rename(&tmp, &path).unwrap_or_else(|e| panic!("rename to {}: {e}", path.display()));
+    path
+}
+
+/// One model for privilege: by default a privileged static pod from a root-owned manifest runs (the kubelet's
+/// `--allow-privileged` defaults to true), while a manifest file another user owns, or one anyone may write, is
+/// held to `baseline`: whoever wrote it is not known to be root.
+#[tokio::test]
+async fn privileged_static_pods_run_by_default_and_files_not_owned_by_root_are_held_to_baseline() {
+    let env = env_or_skip!(
+        "privileged_static_pods_run_by_default_and_files_not_owned_by_root_are_held_to_baseline"
+    );
+    if !rustix::process::geteuid().is_root() {
+        panic!("this test chowns manifest files: run it as root, as the runtime tests are");
+    }
+    let mut n = Nodelet::start(&env, "pss-default").await;
+    let host = |name: &str| {
+        n.pod_manifest(
+            name,
+            json!({"hostNetwork": true, "terminationGracePeriodSeconds": 1,
+                   "containers": [{"name": "app", "command": sleep_until_term("")}]}),
+        )
+    };
+    n.write_manifest(
+        "priv.yaml",
+        &n.pod_manifest(
+            "priv",
+            json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "app",
+                   "command": sleep_until_term(""), "securityContext": {"privileged": true}}]}),
+        ),
+    );
+    let priv_before = n.wait_running("priv").await;
+
+    // Owned by nobody (65534), or root's but writable by anyone: refused at baseline, reported naming the file.
+    let nobody = write_manifest_as(&n, "nobody.yaml", &host("nobody"), 65534, 0o644);
+    let open = write_manifest_as(&n, "open.yaml", &host("open"), 0, 0o666);
+    for file in [&nobody, &open] {
+        let file = file.display().to_string();
+        let line = n
+            .wait_for("a log line refusing the untrusted file's pod", Duration::from_secs(10), async || {
+                n.log()
+                    .lines()
+                    .find(|l| l.contains(&file) && l.contains("violates PodSecurity"))
+                    .map(str::to_owned)
+            })
+            .await;
+        assert!(
+            line.contains(r#"violates PodSecurity \"baseline:latest\": host namespaces (hostNetwork=true)"#)
+                || line.contains(
+                    r#"violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)"#
+                ),
+            "{line}"
+        );
+    }
+    // The same pod from a root-owned file runs.
+    n.write_manifest("rooted.yaml", &host("rooted"));
+    n.wait_running("rooted").await;
+    assert!(
+        n.pod("nobody").await.is_none() && n.pod("open").await.is_none(),
+        "the refused pods are not on the node"
+    );
+    n.assert_untouched("priv", &priv_before).await;
+    n.assert_alive_within(PEAK_RSS_MIB, "untrusted manifest files");
+    n.shutdown().await;
+}
+
+/// The manifest endpoint is not an open door for local users: without its token (in a root-only file) a
+/// request is refused, and with it a pod may not pose as a Service's endpoint nor pick its namespace.
+#[tokio::test]
+async fn the_manifest_endpoint_refuses_local_users_without_its_token_and_pods_that_could_pose_as_a_service() {
+    let env = env_or_skip!(
+        "the_manifest_endpoint_refuses_local_users_without_its_token_and_pods_that_could_pose_as_a_service"
+    );
+    let port = free_port();
+    let options = StartOptions {
+        extra_args: vec!["--manifest-http-addr".to_owned(), format!("127.0.0.1:{port}")],
+        ..Default::default()
+    };
+    let mut n = Nodelet::start_with(&env, "pss-http-auth", options).await;
+    let app = || json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "app", "command": sleep_until_term("")}]});
+    let url = format!("http://127.0.0.1:{port}/pods");
+
+    // A local connection without the token.
+    let stranger = n.pod_manifest("stranger", app());
+    let response = n
+        .http()
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(stranger.to_string())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST /pods: {e}"));
+    let status = response.status().as_u16();
+    let body = response.text().await.unwrap_or_default();
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("Authorization: Bearer"), "says what is missing: {body}");
+    let listed = n.http().get(&url).send().await.unwrap_or_else(|e| panic!("GET /pods: {e}"));
+    assert_eq!(listed.status().as_u16(), 401);
+    let guessed = n
+        .http()
+        .post(&url)
+        .bearer_auth("0".repeat(64))
+        .header("content-type", "application/json")
+        .body(stranger.to_string())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST /pods: {e}"));
+    assert_eq!(guessed.status().as_u16(), 401);
+    // The token is root's alone.
+    let token_file = n.root_dir().join("http-source/token");
+    let meta = std::fs::metadata(&token_file).unwrap_or_else(|e| panic!("{}: {e}", token_file.display()));
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        assert_eq!((meta.permissions().mode() & 0o777, meta.uid()), (0o600, 0), "{}", token_file.display());
+    }
+
+    // With the token: a label a Service could select, or a namespace not allowed, is refused naming the field.
+    let mut dns = n.pod_manifest("dns", app());
+    dns["metadata"]["labels"] = json!({"k8s-app": "kube-dns"});
+    let (status, body) = submit(&n, port, &dns).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains(r#"pods \"default/dns\" is forbidden: metadata.labels[k8s-app]: Forbidden"#),
+        "{body}"
+    );
+    let mut system = n.pod_manifest("system", app());
+    system["metadata"]["namespace"] = json!("kube-system");
+    let (status, body) = submit(&n, port, &system).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains(r#"metadata.namespace: Forbidden: \"kube-system\""#), "{body}");
+
+    let plain = n.pod_manifest("plain", app());
+    let (status, body) = submit(&n, port, &plain).await;
+    assert_eq!(status, 201, "{body}");
+    let plain_before = n.wait_running("plain").await;
+    for name in ["stranger", "dns", "system"] {
+        assert!(n.pod(name).await.is_none(), "{name} is not on the node");
+    }
+    n.assert_untouched("plain", &plain_before).await;
+    n.assert_alive_within(PEAK_RSS_MIB, "the manifest endpoint's token");
+    let delete = format!("{url}/default/plain");
+    let anonymous = n.http().delete(&delete).send().await.unwrap_or_else(|e| panic!("DELETE {delete}: {e}"));
+    assert_eq!(anonymous.status().as_u16(), 401, "nor can a local user remove a pod");
+    let removed = n
+        .http()
+        .delete(&delete)
+        .bearer_auth(n.manifest_token())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("DELETE {delete}: {e}"));
+    assert!(removed.status().is_success(), "{}", removed.status());
     n.shutdown().await;
 }
 

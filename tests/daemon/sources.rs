@@ -231,3 +231,87 @@ async fn two_nodelets_on_one_runtime_leave_each_others_pods_alone() {
     b.shutdown().await;
     a.shutdown().await;
 }
+
+/// The manifest URL may hold a credential (user information, a token in the query string, and a redirect's
+/// target may hold another): it is in no event, no log line and not in `/configz`, which show it redacted.
+#[tokio::test]
+async fn the_manifest_urls_credentials_are_in_no_event_log_line_or_configz() {
+    use axum::Router;
+    use axum::response::Redirect;
+    use axum::routing::get;
+
+    let env = env_or_skip!("the_manifest_urls_credentials_are_in_no_event_log_line_or_configz");
+    const SECRETS: [&str; 3] = ["pw-5ecr3t-a1", "t0ken-5ecr3t-b2", "hop-5ecr3t-c3"];
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("addr: {e}"));
+    // One pod that runs, one that is broken (an empty image): a problem, so an event and a log line.
+    let good = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fetched", "namespace": "default"},
+        "spec": {"terminationGracePeriodSeconds": 1, "dnsPolicy": "None", "dnsConfig": {"nameservers": ["127.0.0.1"]},
+                 "containers": [{"name": "app", "image": env.busybox, "imagePullPolicy": "IfNotPresent",
+                                 "command": sleep_until_term("")}]},
+    });
+    let body = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: broken, namespace: default}}\nspec:\n  containers:\n  - {{name: app, image: ''}}\n---\n{good}\n"
+    );
+    let served = std::sync::Arc::new(std::sync::Mutex::new(body));
+    let serving = served.clone();
+    let router = Router::new()
+        .route("/hop", get(|| async { Redirect::to("/pods?next=hop-5ecr3t-c3") }))
+        .route("/pods", get(move || async move { serving.lock().map(|b| b.clone()).unwrap_or_default() }));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let url = format!("http://admin:pw-5ecr3t-a1@{addr}/hop?token=t0ken-5ecr3t-b2");
+    let options = crate::support::StartOptions {
+        extra_args: vec![
+            "--manifest-url".to_owned(),
+            url.clone(),
+            "--http-check-frequency".to_owned(),
+            "1s".to_owned(),
+        ],
+        ..Default::default()
+    };
+    let n = Nodelet::start_with(&env, "url-secrets", options).await;
+    n.wait_running("fetched").await;
+    let shown = format!("http://<redacted>@{addr}/hop?<redacted>");
+
+    let get_json = async |path: &str| -> serde_json::Value {
+        let response = n
+            .main_client()
+            .get(n.main_url(path))
+            .bearer_auth(crate::support::TOKEN)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        assert!(response.status().is_success(), "GET {path}: {}", response.status());
+        serde_json::from_str(&response.text().await.unwrap_or_default()).unwrap_or(serde_json::Value::Null)
+    };
+    let events = n
+        .wait_for("an InvalidManifest event for the broken pod", Duration::from_secs(20), async || {
+            let events = get_json("/api/v1/events").await;
+            let found = events["items"].as_array().into_iter().flatten().any(|e| {
+                e["reason"] == "InvalidManifest"
+                    && e["message"].as_str().is_some_and(|m| m.contains("broken"))
+            });
+            found.then_some(events.to_string())
+        })
+        .await;
+    assert!(events.contains(&shown), "the event names the URL, redacted: {events}");
+    let configz = get_json("/configz").await;
+    assert_eq!(configz["kubeletconfig"]["staticPodURL"], shown.as_str(), "{configz}");
+    let log = n.log();
+    assert!(log.contains(&shown), "the log names the URL, redacted");
+    for secret in SECRETS {
+        assert!(!events.contains(secret), "{secret} in the events: {events}");
+        assert!(!configz.to_string().contains(secret), "{secret} in /configz: {configz}");
+        assert!(!log.contains(secret), "{secret} in nodelet's log:\n{log}");
+    }
+    // The URL serves nothing any more: its pods go.
+    if let Ok(mut body) = served.lock() {
+        body.clear();
+    }
+    n.wait_for("the URL's pod gone", Duration::from_secs(30), async || {
+        n.pod("fetched").await.is_none().then_some(())
+    })
+    .await;
+    n.shutdown().await;
+}

@@ -415,6 +415,16 @@ impl Nodelet {
         &self.env.endpoint
     }
 
+    /// The bearer token of the manifest HTTP endpoint (`--manifest-http-addr`), from
+    /// `<root-dir>/http-source/token`.
+    pub(crate) fn manifest_token(&self) -> String {
+        let path = self.root_dir().join("http-source/token");
+        match std::fs::read_to_string(&path) {
+            Ok(t) => t.trim().to_owned(),
+            Err(e) => panic!("cannot read {}: {e}", path.display()),
+        }
+    }
+
     /// `--pod-manifest-path`.
     pub(crate) fn manifest_dir(&self) -> PathBuf {
         self.dir.path().join("manifests")

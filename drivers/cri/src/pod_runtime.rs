@@ -139,8 +139,8 @@ pub struct CriPodRuntimeConfig {
     pub allocatable: std::collections::BTreeMap<String, nodelet_resources::quantity::Quantity>,
     /// nodelet's root directory (`--root-dir`): subPath binds go under `<root>/pods/<uid>/volume-subpaths`.
     pub root_dir: PathBuf,
-    /// Where `env`/`envFrom` references to ConfigMaps and Secrets are looked up (none: such references
-    /// are errors unless optional).
+    /// Where `env`/`envFrom` references to ConfigMaps and Secrets are looked up, by the kind of pod (none:
+    /// such references are errors unless optional).
     pub objects: EnvObjects,
     /// Where the Services of service environment variables are listed ([`crate::service_env`]);
     /// none (standalone mode): containers get no such variables.
@@ -170,24 +170,52 @@ impl PartialEq for ServiceLookup {
 
 impl Eq for ServiceLookup {}
 
-/// The ConfigMaps and Secrets environment variables may refer to (see
-/// [`CriPodRuntimeConfig::objects`]); equal when both are unset or the same lookup.
+/// The ConfigMaps and Secrets environment variables may refer to (see [`CriPodRuntimeConfig::objects`]), by
+/// the kind of pod: objects do not cross sources, an API pod reads the API server's objects only and a static
+/// pod (file, URL, HTTP) the manifest directory's only. Equal when both lookups are the same (or unset).
 #[derive(Clone, Default)]
-pub struct EnvObjects(pub Option<std::sync::Arc<dyn nodelet_host::files::ObjectLookup + Send + Sync>>);
+pub struct EnvObjects {
+    /// Static pods' objects (the manifest directory's).
+    pub local: Option<std::sync::Arc<dyn nodelet_host::files::ObjectLookup + Send + Sync>>,
+    /// API pods' objects (the API server's).
+    pub api: Option<std::sync::Arc<dyn nodelet_host::files::ObjectLookup + Send + Sync>>,
+}
+
+impl EnvObjects {
+    /// The lookup of `pod`'s kind, if there is one.
+    pub fn for_pod(
+        &self,
+        pod: &DesiredPod,
+    ) -> Option<&(dyn nodelet_host::files::ObjectLookup + Send + Sync)> {
+        match pod.source {
+            nodelet_resources::pod::desired::PodSource::Api => self.api.as_deref(),
+            _ => self.local.as_deref(),
+        }
+    }
+}
 
 impl std::fmt::Debug for EnvObjects {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "EnvObjects(Some(..))" } else { "EnvObjects(None)" })
+        f.debug_struct("EnvObjects")
+            .field("local", &self.local.is_some())
+            .field("api", &self.api.is_some())
+            .finish()
     }
 }
 
 impl PartialEq for EnvObjects {
     fn eq(&self, other: &Self) -> bool {
-        match (&self.0, &other.0) {
-            (None, None) => true,
-            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
-            _ => false,
+        fn same(
+            a: &Option<std::sync::Arc<dyn nodelet_host::files::ObjectLookup + Send + Sync>>,
+            b: &Option<std::sync::Arc<dyn nodelet_host::files::ObjectLookup + Send + Sync>>,
+        ) -> bool {
+            match (a, b) {
+                (None, None) => true,
+                (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+                _ => false,
+            }
         }
+        same(&self.local, &other.local) && same(&self.api, &other.api)
     }
 }
 
@@ -294,12 +322,21 @@ impl CriPodRuntimeConfig {
         self
     }
 
-    /// Sets [`objects`](Self::objects).
+    /// Sets the static pods' [`objects`](Self::objects) (the manifest directory's).
     pub fn with_objects(
         mut self,
         objects: std::sync::Arc<dyn nodelet_host::files::ObjectLookup + Send + Sync>,
     ) -> Self {
-        self.objects = EnvObjects(Some(objects));
+        self.objects.local = Some(objects);
+        self
+    }
+
+    /// Sets the API pods' [`objects`](Self::objects) (the API server's).
+    pub fn with_api_objects(
+        mut self,
+        objects: std::sync::Arc<dyn nodelet_host::files::ObjectLookup + Send + Sync>,
+    ) -> Self {
+        self.objects.api = Some(objects);
         self
     }
 

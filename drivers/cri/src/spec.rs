@@ -609,7 +609,7 @@ fn container_env(
             (None, None) => continue,
         };
         let field = format!("{path}.envFrom[{i}].{kind}");
-        let Some(data) = object_data(config, kind == "configMapRef", namespace, name) else {
+        let Some(data) = object_data(config, pod, kind == "configMapRef", name) else {
             if optional == Some(true) {
                 continue;
             }
@@ -689,7 +689,7 @@ fn env_var_source(
     };
     let is_config_map = kind == "configMapKeyRef";
     let what = if is_config_map { "configmap" } else { "secret" };
-    match object_data(config, is_config_map, pod.namespace(), object) {
+    match object_data(config, pod, is_config_map, object) {
         Some(data) => match data.into_iter().find(|(k, _)| k == key) {
             Some((_, value)) => Ok(Some(value)),
             None if optional == Some(true) => Ok(None),
@@ -699,7 +699,7 @@ fn env_var_source(
             ))),
         },
         None if optional == Some(true) => Ok(None),
-        None if config.objects.0.is_none() => Err(SpecError::Container(format!(
+        None if config.objects.for_pod(pod).is_none() => Err(SpecError::Container(format!(
             "container {name:?}: {var_path}.valueFrom.{kind}: not supported by nodelet without an API server"
         ))),
         None => Err(SpecError::Container(format!(
@@ -709,16 +709,18 @@ fn env_var_source(
     }
 }
 
-/// The data of the ConfigMap (or Secret) `namespace/name` as strings (a Secret's bytes decoded as
-/// UTF-8, lossily; a ConfigMap's `binaryData` is not used for variables), sorted by key; `None` when
-/// there is no such object or no lookup.
+/// The data of the ConfigMap (or Secret) `name` in `pod`'s namespace, from the objects of `pod`'s kind (an
+/// API pod's from the API server, a static pod's from the manifest directory), as strings (a Secret's bytes
+/// decoded as UTF-8, lossily; a ConfigMap's `binaryData` is not used for variables), sorted by key; `None`
+/// when there is no such object or no lookup.
 fn object_data(
     config: &CriPodRuntimeConfig,
+    pod: &DesiredPod,
     config_map: bool,
-    namespace: &str,
     name: &str,
 ) -> Option<Vec<(String, String)>> {
-    let lookup = config.objects.0.as_ref()?;
+    let namespace = pod.namespace();
+    let lookup = config.objects.for_pod(pod)?;
     if config_map {
         let cm = lookup.config_map(namespace, name)?;
         Some(cm.data.unwrap_or_default().into_iter().collect())
@@ -1912,6 +1914,14 @@ mod tests {
         // Without a lookup (standalone), a required reference is refused.
         let err = container_config(&p, &c, &inputs(&img, &[]), &cfg()).expect_err("no lookup");
         assert!(err.to_string().contains("envFrom[0].configMapRef"), "{err}");
+        // Objects do not cross sources: an API pod does not read the static pods' objects.
+        let mut api_pod = p.clone();
+        api_pod.source = PodSource::Api;
+        let err = container_config(&api_pod, &c, &inputs(&img, &[]), &with).expect_err("not the API's");
+        assert!(err.to_string().contains("envFrom[0].configMapRef"), "{err}");
+        let api_only = cfg().with_api_objects(with.objects.local.clone().expect("local"));
+        assert!(container_config(&api_pod, &c, &inputs(&img, &[]), &api_only).is_ok(), "the API's own");
+        assert!(container_config(&p, &c, &inputs(&img, &[]), &api_only).is_err(), "and not a static pod's");
     }
 
     #[test]

@@ -107,10 +107,15 @@ impl std::fmt::Debug for Populator {
     }
 }
 
-/// The claims the pods use: (namespace, claim name).
+/// The claims the static pods use: (namespace, claim name). An API pod's claims are the control plane's
+/// to bind (objects do not cross sources): they never count here, so a claim a manifest declares is never
+/// bound or provisioned for an API pod.
 pub fn claims_in_use(pods: &Store<PodUid, DesiredPod>) -> BTreeSet<(String, String)> {
     let mut used = BTreeSet::new();
     pods.for_each(|_, pod| {
+        if pod.source == crate::pod::desired::PodSource::Api {
+            return;
+        }
         for volume in pod.spec().volumes.iter().flatten() {
             if let Some(c) = &volume.persistent_volume_claim {
                 used.insert((pod.namespace().to_owned(), c.claim_name.clone()));
@@ -322,5 +327,43 @@ impl Populator {
                 tracing::debug!(changed, "desired claims updated");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Pod, PodSpec, Volume};
+
+    use super::*;
+    use crate::pod::desired::PodSource;
+
+    fn using(claim: &str, source: PodSource) -> DesiredPod {
+        let mut pod = Pod::default();
+        pod.metadata.namespace = Some("ns".into());
+        pod.spec = Some(PodSpec {
+            volumes: Some(vec![Volume {
+                name: "v".into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.into(),
+                    read_only: None,
+                }),
+                ..Volume::default()
+            }]),
+            ..PodSpec::default()
+        });
+        DesiredPod { pod, source }
+    }
+
+    #[test]
+    fn an_api_pods_claims_are_never_nodelets_to_bind() {
+        let (pods, mut writer) = reconcile_engine::store();
+        writer.insert("a".to_owned(), using("static-data", PodSource::File("/m/a.yaml".into())));
+        writer.insert("b".to_owned(), using("api-data", PodSource::Api));
+        writer.insert("c".to_owned(), using("http-data", PodSource::Http));
+        let used: Vec<(String, String)> = claims_in_use(&pods).into_iter().collect();
+        assert_eq!(
+            used,
+            [("ns".to_owned(), "http-data".to_owned()), ("ns".to_owned(), "static-data".to_owned())]
+        );
     }
 }

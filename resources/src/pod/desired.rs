@@ -8,8 +8,9 @@ use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodSpec};
 /// The key of a pod in the desired and actual stores: its UID.
 pub type PodUid = String;
 
-/// Where a desired pod came from (the `kubernetes.io/config.source` annotation says the same).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// Where a desired pod came from (the `kubernetes.io/config.source` annotation says the same). Its `Debug`
+/// leaves the manifest URL out: it may hold a credential.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub enum PodSource {
     /// A file in the static manifest directory.
     File(PathBuf),
@@ -19,6 +20,18 @@ pub enum PodSource {
     Http,
     /// The Kubernetes API server.
     Api,
+}
+
+impl std::fmt::Debug for PodSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PodSource::File(path) => f.debug_tuple("File").field(path).finish(),
+            // (user information or a token in the query string may be in it)
+            PodSource::Url(_) => f.write_str("Url(<redacted>)"),
+            PodSource::Http => f.write_str("Http"),
+            PodSource::Api => f.write_str("Api"),
+        }
+    }
 }
 
 impl PodSource {

@@ -6,9 +6,11 @@
 //! (the baseline checks, then the restricted ones). [`PodSecurity::admit`] turns that into the API server's
 //! text: `violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)`.
 //!
-//! [`NodeRestrictions`] is what `--allow-privileged=false` refuses beyond `privileged: true`: host
-//! namespaces, capabilities beyond the runtime's default set, hostPath volumes outside the allowed
-//! prefixes, and host ports equal to the node agent's own ports.
+//! [`NodeRestrictions`] is what `--allow-privileged=false` adds: every source is held to at least
+//! `baseline` ([`PodSecurity::effective_level`]), and the refusals name the flag for host namespaces,
+//! capabilities beyond the runtime's default set, hostPath volumes outside the allowed prefixes and host
+//! ports equal to the node agent's own ports. hostPath volumes under the allowed prefixes are the one thing
+//! the restrictions let through that `baseline` alone would refuse (the node's operator listed them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -158,10 +160,11 @@ fn join_display(items: &[Forbidden]) -> String {
     items.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// What `--allow-privileged=false` refuses beyond `privileged: true`.
+/// What `--allow-privileged=false` refuses, and the hostPath directories it still allows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeRestrictions {
-    /// Directories (absolute) under which hostPath volumes are allowed; empty: none.
+    /// Directories (absolute) under which hostPath volumes are allowed, even though the `baseline` level
+    /// these restrictions imply refuses hostPath volumes; empty: none.
     pub host_path_prefixes: Vec<PathBuf>,
     /// The node agent's own ports, which no hostPort may take.
     pub reserved_host_ports: BTreeSet<u16>,
@@ -170,28 +173,49 @@ pub struct NodeRestrictions {
 /// The security settings one pod source is held to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodSecurity {
-    /// The Pod Security Standards level enforced.
+    /// The Pod Security Standards level configured for the source.
     pub level: Level,
-    /// `Some` when `--allow-privileged=false` is set: what it refuses.
+    /// `Some` when `--allow-privileged=false` is set: what it refuses; it also raises the level to at least
+    /// `baseline` (see [`effective_level`](Self::effective_level)).
     pub restrictions: Option<NodeRestrictions>,
 }
 
 impl PodSecurity {
-    /// Checks `pod` against these settings: the restrictions first, then the level.
-    pub fn admit(&self, pod: &Pod) -> Result<(), SecurityError> {
-        if let Some(restrictions) = &self.restrictions {
-            let problems = restrictions.check(pod);
-            if !problems.is_empty() {
-                return Err(SecurityError::NotPrivileged(problems));
-            }
-        }
-        let violations = evaluate(pod, self.level);
-        if violations.is_empty() {
-            Ok(())
-        } else {
-            Err(SecurityError::PodSecurity { level: self.level, violations })
-        }
+    /// The level enforced: [`level`](Self::level), raised to `baseline` under `--allow-privileged=false`.
+    pub fn effective_level(&self) -> Level {
+        if self.restrictions.is_some() { self.level.max(Level::Baseline) } else { self.level }
     }
+
+    /// Checks `pod` against these settings: the restrictions first, then the effective level (hostPath
+    /// volumes the restrictions allow are not counted against it).
+    pub fn admit(&self, pod: &Pod) -> Result<(), SecurityError> {
+        let level = self.effective_level();
+        let violations = match &self.restrictions {
+            Some(restrictions) => {
+                let problems = restrictions.check(pod);
+                if !problems.is_empty() {
+                    return Err(SecurityError::NotPrivileged(problems));
+                }
+                if restrictions.host_path_prefixes.is_empty() {
+                    evaluate(pod, level)
+                } else {
+                    // Every hostPath volume is under an allowed prefix (checked above).
+                    evaluate(&without_host_paths(pod), level)
+                }
+            }
+            None => evaluate(pod, level),
+        };
+        if violations.is_empty() { Ok(()) } else { Err(SecurityError::PodSecurity { level, violations }) }
+    }
+}
+
+/// `pod` without its hostPath volumes.
+fn without_host_paths(pod: &Pod) -> Pod {
+    let mut pod = pod.clone();
+    if let Some(volumes) = pod.spec.as_mut().and_then(|s| s.volumes.as_mut()) {
+        volumes.retain(|v| v.host_path.is_none());
+    }
+    pod
 }
 
 impl NodeRestrictions {

@@ -28,8 +28,9 @@ pub trait Renderer: Send + Sync + 'static {
 
 /// Finds the PersistentVolume bound to a claim.
 pub trait ClaimLookup: Send + Sync + 'static {
-    /// The PersistentVolume bound to claim `claim` in `namespace`, or why there is none (yet).
-    fn bound_volume(&self, namespace: &str, claim: &str) -> Result<PersistentVolume, String>;
+    /// The PersistentVolume bound to claim `claim` in `pod`'s namespace, as `pod`'s kind resolves it (an API
+    /// pod's claims are the API server's, a static pod's the manifests'), or why there is none (yet).
+    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String>;
 
     /// Resolves once the answers of [`bound_volume`](Self::bound_volume) are complete (after a
     /// restart: once the claims and their bindings are known again), so that no volume is torn
@@ -40,8 +41,14 @@ pub trait ClaimLookup: Send + Sync + 'static {
 }
 
 impl ClaimLookup for crate::claim::status::ClaimView {
-    fn bound_volume(&self, namespace: &str, claim: &str) -> Result<PersistentVolume, String> {
-        crate::claim::status::ClaimView::bound_volume(self, namespace, claim)
+    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String> {
+        // nodelet's own binder serves static pods only: an API pod's claims are the API server's.
+        if pod.source == crate::pod::desired::PodSource::Api {
+            return Err(format!(
+                "persistentvolumeclaim {claim:?} of an API pod: nodelet's own binder serves static pods only"
+            ));
+        }
+        crate::claim::status::ClaimView::bound_volume(self, pod.namespace(), claim)
     }
 
     fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
@@ -109,7 +116,7 @@ impl<R: Renderer> Populator<R> {
             .filter_map(|volume| {
                 let mut read_only_claim = false;
                 let (plugin, source) = if let Some(claim) = &volume.persistent_volume_claim {
-                    let pv = self.claims.as_ref()?.bound_volume(pod.namespace(), &claim.claim_name).ok()?;
+                    let pv = self.claims.as_ref()?.bound_volume(pod, &claim.claim_name).ok()?;
                     read_only_claim = claim.read_only.unwrap_or(false);
                     claim_source(volume, read_only_claim, &pv)
                 } else {

@@ -149,7 +149,7 @@ impl VolumeGate {
                             let why = self
                                 .claims
                                 .as_ref()
-                                .and_then(|c| c.bound_volume(pod.namespace(), &claim.claim_name).err())
+                                .and_then(|c| c.bound_volume(pod, &claim.claim_name).err())
                                 .unwrap_or_else(|| {
                                     format!(
                                         "persistentvolumeclaim {:?} is not bound to a volume yet",

@@ -229,10 +229,21 @@ fn node_restrictions_refuse_every_way_to_root() {
         reserved_host_ports: [10250u16, 10248].into_iter().collect(),
     };
     let policy = PodSecurity { level: Level::Privileged, restrictions: Some(r.clone()) };
-    let plain =
-        pod(json!({"containers": [c("a", json!({"capabilities": {"add": ["NET_RAW", "CAP_CHOWN"]}}))],
+    assert_eq!(policy.effective_level(), Level::Baseline, "--allow-privileged=false caps at baseline");
+    let plain = pod(json!({"containers": [c("a", json!({"capabilities": {"add": ["CHOWN"]}}))],
         "volumes": [{"name": "ok", "hostPath": {"path": "/srv/data/x"}}]}));
-    assert!(policy.admit(&plain).is_ok());
+    assert!(policy.admit(&plain).is_ok(), "a hostPath under an allowed prefix passes the cap");
+    let baseline = PodSecurity { level: Level::Baseline, restrictions: None };
+    assert!(baseline.admit(&plain).is_err(), "baseline alone refuses every hostPath");
+    // NET_RAW is in the runtime's default set but not in baseline's.
+    let raw = pod(json!({"containers": [c("a", json!({"capabilities": {"add": ["NET_RAW"]}}))]}));
+    let err = policy.admit(&raw).expect_err("NET_RAW at the cap");
+    assert!(
+        err.to_string().starts_with(r#"violates PodSecurity "baseline:latest": non-default capabilities"#),
+        "{err}"
+    );
+    let restricted = PodSecurity { level: Level::Restricted, restrictions: Some(r.clone()) };
+    assert_eq!(restricted.effective_level(), Level::Restricted, "the cap never lowers a level");
 
     let pid = pod(json!({"hostPID": true, "containers": [c("a", json!({}))]}));
     assert_eq!(r.check(&pid), ["spec.hostPID: host namespaces are not allowed"]);
