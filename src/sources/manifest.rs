@@ -360,7 +360,7 @@ mod tests {
             pod_yaml("bad", "nginx"),
             r#"{kind: Pod, metadata: {name: other}, spec: {containers: [{name: c, image: x}]}}"#,
         );
-        let parsed = parse(text.as_bytes(), &source(), "node1", &PodSecurity::default());
+        let parsed = parse(text.as_bytes(), &source(), "node1", &SourcePolicy::default());
         PANIC_ON_POD.with_borrow_mut(|name| *name = None);
         assert_eq!(keys(&parsed.pods), ["default/good", "default/other"]);
         let problems: Vec<(Option<&str>, &str)> =
@@ -391,7 +391,7 @@ mod tests {
                 "{}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: bad}}\nspec:\n  containers:\n  - name: c\n    image: x\n    resources: {{limits: {{cpu: '{cpu}'}}}}\n",
                 pod_yaml("good", "nginx")
             );
-            let parsed = parse(text.as_bytes(), &source(), "node1", &PodSecurity::default());
+            let parsed = parse(text.as_bytes(), &source(), "node1", &SourcePolicy::default());
             assert_eq!(keys(&parsed.pods), ["default/good"], "{cpu}");
             assert_eq!(parsed.problems.len(), 1, "{cpu}: {:?}", parsed.problems);
             assert_eq!(parsed.problems[0].object.as_deref(), Some("default/bad"));
