@@ -560,7 +560,7 @@ mod tests {
         assert!(m.usage.bytes < 4 << 20, "the symlink's target is not counted: {m:?}");
         // The two directories left are counted whole (2 × 21 entries, plus the top and what was
         // counted of the vanished one before it went).
-        assert!(m.usage.inodes >= 1 + 2 * 22 && m.usage.inodes <= 1 + 2 * 22 + 5, "{m:?}");
+        assert!((45..=50).contains(&m.usage.inodes), "{m:?}");
         // The top itself vanishing ends the walk.
         let mut walk = Walk::new();
         assert_eq!(step(&mut walk, d.path(), 3).end, End::OutOfBudget);
