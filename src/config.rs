@@ -146,6 +146,10 @@ pub(crate) const DEFAULT_IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 /// `nodelet.evictionMonitoringPeriod`: how often the eviction manager checks the signals (the
 /// kubelet's fixed 10s housekeeping interval).
 pub(crate) const DEFAULT_EVICTION_MONITORING_PERIOD: Duration = Duration::from_secs(10);
+/// `nodelet.localStorageEntryBudget`: directory entries the local storage measurement examines per
+/// pass, in all (a few hundred milliseconds of `fstatat` at most); a walk it cuts short resumes on the
+/// next pass.
+pub(crate) const DEFAULT_LOCAL_STORAGE_ENTRY_BUDGET: u64 = 200_000;
 /// `registerNode`: the kubelet registers its node by default.
 pub(crate) const DEFAULT_REGISTER_NODE: bool = true;
 /// `kubeAPIQPS`: the kubelet's 50 (an explicit 0 means this default too).
@@ -522,6 +526,9 @@ pub(crate) struct EvictionConfig {
     /// `localStorageCapacityIsolation` (default true): pods over their emptyDir `sizeLimit` or their
     /// containers' `ephemeral-storage` limits are evicted.
     pub(crate) local_storage_capacity_isolation: bool,
+    /// `nodelet.localStorageEntryBudget`: directory entries the local storage measurement examines
+    /// per pass (positive).
+    pub(crate) local_storage_entry_budget: u64,
 }
 
 /// Image garbage collection settings.
@@ -1415,6 +1422,12 @@ impl Config {
             "nodelet.evictionMonitoringPeriod",
             DEFAULT_EVICTION_MONITORING_PERIOD,
         )?;
+        if let Some(budget) = nodelet.local_storage_entry_budget {
+            if budget == 0 {
+                return Err(m.file_err("nodelet.localStorageEntryBudget", "must be positive".into()));
+            }
+            eviction.local_storage_entry_budget = budget;
+        }
         let mut image_gc = m.image_gc(&raw)?;
         image_gc.period = m.positive_duration(
             None,
@@ -1909,6 +1922,7 @@ impl Merger<'_> {
             minimum_reclaim,
             monitoring_period: DEFAULT_EVICTION_MONITORING_PERIOD,
             local_storage_capacity_isolation: raw.local_storage_capacity_isolation.unwrap_or(true),
+            local_storage_entry_budget: DEFAULT_LOCAL_STORAGE_ENTRY_BUDGET,
         })
     }
 

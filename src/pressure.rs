@@ -275,10 +275,11 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
     });
     let (sink, evictions) = nodelet_resources::eviction::populator::evictions();
     if w.config.eviction.local_storage_capacity_isolation {
-        let measure = w
-            .stats
-            .clone()
-            .measure_local_storage_every(w.config.eviction.monitoring_period, shutdown.clone());
+        let measure = w.stats.clone().measure_local_storage_every(
+            w.config.eviction.monitoring_period,
+            w.config.eviction.local_storage_entry_budget,
+            shutdown.clone(),
+        );
         sup.spawn("local-storage-measure", Critical, measure);
     }
     let manager = EvictionManager::new(

@@ -223,6 +223,7 @@ fn nodelet_section(c: &Config) -> Value {
     n.insert("storage".into(), storage.into());
     n.insert("imageGCPeriod".into(), duration(c.image_gc.period));
     n.insert("evictionMonitoringPeriod".into(), duration(c.eviction.monitoring_period));
+    n.insert("localStorageEntryBudget".into(), c.eviction.local_storage_entry_budget.into());
     let gc = &c.container_gc;
     n.insert(
         "containerGC".into(),

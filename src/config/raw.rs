@@ -208,6 +208,7 @@ pub(super) struct RawNodelet {
     #[serde(rename = "imageGCPeriod")]
     pub(super) image_gc_period: Option<GoDuration>,
     pub(super) eviction_monitoring_period: Option<GoDuration>,
+    pub(super) local_storage_entry_budget: Option<u64>,
     #[serde(rename = "containerGC")]
     pub(super) container_gc: Option<RawContainerGc>,
 }

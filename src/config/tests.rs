@@ -587,7 +587,7 @@ fn eviction_and_image_gc_flags_replace_the_file_fields() {
             "5m",
         ],
         Some(
-            "evictionHard: {imagefs.available: 20%}\nnodelet: {imageGCPeriod: 1m, evictionMonitoringPeriod: 2s}\n",
+            "evictionHard: {imagefs.available: 20%}\nnodelet: {imageGCPeriod: 1m, evictionMonitoringPeriod: 2s, localStorageEntryBudget: 50}\n",
         ),
     );
     let e = &l.config.eviction;
@@ -604,12 +604,19 @@ fn eviction_and_image_gc_flags_replace_the_file_fields() {
     assert_eq!(e.minimum_reclaim.get("nodefs.available"), Some(&ThresholdValue::Quantity(500 << 20)));
     assert_eq!(e.pressure_transition_period, Duration::from_secs(30));
     assert_eq!(e.monitoring_period, Duration::from_secs(2));
+    assert_eq!(e.local_storage_entry_budget, 50);
     let gc = &l.config.image_gc;
     assert_eq!((gc.high_threshold_percent, gc.low_threshold_percent), (70, 60));
     assert_eq!((gc.minimum_age, gc.period), (Duration::from_secs(300), Duration::from_secs(60)));
 
     let defaults = ok(&[], None);
     assert_eq!(defaults.config.eviction.monitoring_period, Duration::from_secs(10));
+    assert_eq!(defaults.config.eviction.local_storage_entry_budget, 200_000);
+    let zero = load(&[], Some("nodelet: {localStorageEntryBudget: 0}\n")).map(drop);
+    assert!(
+        zero.as_ref().is_err_and(|e| e.to_string().contains("nodelet.localStorageEntryBudget")),
+        "{zero:?}"
+    );
     assert!(defaults.config.eviction.local_storage_capacity_isolation, "on by default, as the kubelet");
     let off = ok(&[], Some("localStorageCapacityIsolation: false\n"));
     assert!(!off.config.eviction.local_storage_capacity_isolation);
@@ -1546,6 +1553,7 @@ fn config_numbers_at_every_integer_limit_are_refused_or_used_without_panic() {
         "nodelet: {imagePullBackOff: {initial: '{}', max: '{}'}}",
         "nodelet: {plegRelistPeriod: '{}', housekeepingInterval: '{}', imageGCPeriod: '{}'}",
         "nodelet: {evictionMonitoringPeriod: '{}'}",
+        "nodelet: {localStorageEntryBudget: {}}",
         "nodelet: {containerGC: {period: '{}', minAge: '{}', maxPerPodContainer: {}, maxContainers: {}}}",
     ];
     let mut panics = Vec::new();

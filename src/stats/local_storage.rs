@@ -15,9 +15,13 @@
 //! so an emptyDir over its `sizeLimit` is found within the eviction monitoring period, not only
 //! after the next `volumeStatsAggPeriod`. The walks ([`nodelet_host::usage`]) never follow a
 //! symlink, never cross a mount, stop once a part is over the limit it is checked against, and
-//! share a budget of [`ENTRY_BUDGET`] entries per measurement; pods are taken in turn from a
-//! rotating start so that a budget spent on one pod's tree reaches the others next time. A part cut
-//! short is a lower bound: it can delay an eviction, never cause a wrong one.
+//! share a budget of `nodelet.localStorageEntryBudget` entries per measurement (default
+//! [`ENTRY_BUDGET`]); pods are taken in turn from a rotating start so that a budget spent on one
+//! pod's tree reaches the others next time. A walk the budget cuts short is kept, by the path it
+//! measures, and resumed where it stopped by the next measurement ([`Walk`]): a tree with more
+//! files than one budget is still counted whole, over several periods, and until then the part
+//! reports the larger of its last whole count and what the walk under way has counted (a lower
+//! bound: it can delay an eviction, never cause a wrong one, and more files cannot hide usage).
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -28,7 +32,7 @@ use std::time::Duration;
 
 use nodelet_cri::{ContainerFilter, labels};
 use nodelet_host::usage::End;
-use nodelet_host::usage::{Budget, measure};
+use nodelet_host::usage::{Budget, Walk};
 use nodelet_resources::eviction::local_storage::{ContainerStorage, LocalStorage, PodStorage, StorageLimits};
 use nodelet_resources::pod::desired::DesiredPod;
 use nodelet_resources::volume::actual::VolumeActual;
@@ -40,7 +44,23 @@ use super::{StatsError, StatsProvider, every, is_path_segment};
 
 /// Directory entries the walks of one measurement may examine in all: a few hundred milliseconds of
 /// `fstatat` at most, whatever the pods hold.
-pub(crate) const ENTRY_BUDGET: u64 = 200_000;
+pub(crate) const ENTRY_BUDGET: u64 = crate::config::DEFAULT_LOCAL_STORAGE_ENTRY_BUDGET;
+
+/// The walks of the local storage measurement, by the path they measure: those of the previous
+/// measurement (taken from) and those of this one (kept for the next).
+#[derive(Debug, Default)]
+pub(crate) struct Walks {
+    previous: HashMap<PathBuf, Walk>,
+    current: HashMap<PathBuf, Walk>,
+}
+
+impl Walks {
+    /// The walks to keep for the next measurement: those of the paths this one measured (the walks
+    /// of pods and volumes gone are dropped).
+    fn into_next(self) -> Self {
+        Walks { previous: self.current, current: HashMap::new() }
+    }
+}
 
 /// One pod to measure: its identity, limits, and the paths of its local ephemeral volumes.
 struct Wanted {
@@ -54,9 +74,14 @@ struct Wanted {
 
 impl StatsProvider {
     /// Measures now and every `period` until `shutdown`.
-    pub(crate) async fn measure_local_storage_every(self, period: Duration, shutdown: CancellationToken) {
+    pub(crate) async fn measure_local_storage_every(
+        self,
+        period: Duration,
+        entry_budget: u64,
+        shutdown: CancellationToken,
+    ) {
         every(period, &shutdown, || async {
-            if let Err(e) = self.measure_local_storage().await {
+            if let Err(e) = self.measure_local_storage(entry_budget).await {
                 tracing::debug!(error = %e, "cannot measure the pods' local storage");
             }
         })
@@ -68,8 +93,12 @@ impl StatsProvider {
         self.inner.local_storage.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    /// Measures the pods with local storage limits and keeps the result as the newest.
-    pub(crate) async fn measure_local_storage(&self) -> Result<Arc<LocalStorage>, StatsError> {
+    /// Measures the pods with local storage limits, `entry_budget` directory entries at most, and
+    /// keeps the result as the newest; walks cut short by the budget go on next time.
+    pub(crate) async fn measure_local_storage(
+        &self,
+        entry_budget: u64,
+    ) -> Result<Arc<LocalStorage>, StatsError> {
         let i = &self.inner;
         let mut wanted = Vec::new();
         for (uid, pod) in i.pods.as_ref().map(|p| p.entries()).unwrap_or_default() {
@@ -93,6 +122,8 @@ impl StatsProvider {
             wanted.push(Wanted { pod, limits, volumes, logs });
         }
         if wanted.is_empty() {
+            *i.local_storage_walks.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Walks::default();
             let empty = Arc::new(LocalStorage::default());
             *i.local_storage.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = empty.clone();
             return Ok(empty);
@@ -103,24 +134,29 @@ impl StatsProvider {
         wanted.rotate_left(start);
         let root_dir = i.config.root_dir.clone();
         let clock = i.clock.clone();
-        let (measured, fresh) = tokio::task::spawn_blocking(move || {
+        // Taken out while the walks run (a measurement that fails starts them again).
+        let mut walks = std::mem::take(
+            &mut *i.local_storage_walks.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let (measured, fresh, walks) = tokio::task::spawn_blocking(move || {
             let dedicated_image_fs =
                 image_fs.is_some_and(|m| device(&m).is_some_and(|d| Some(d) != device(&root_dir)));
-            let mut budget = Budget::new(ENTRY_BUDGET);
+            let mut budget = Budget::new(entry_budget);
             let mut fresh = Vec::new();
             let pods = wanted
                 .into_iter()
                 .map(|w| {
                     let uid = w.pod.uid().to_owned();
-                    let (storage, walked) = measure_pod(&w, &rootfs, &mut budget, clock());
+                    let (storage, walked) = measure_pod(&w, &rootfs, &mut budget, &mut walks, clock());
                     fresh.extend(walked);
                     (uid, storage)
                 })
                 .collect();
-            (LocalStorage { pods, dedicated_image_fs }, fresh)
+            (LocalStorage { pods, dedicated_image_fs }, fresh, walks.into_next())
         })
         .await
         .map_err(|e| StatsError::Task(e.to_string()))?;
+        *i.local_storage_walks.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = walks;
         // What the fresh walks counted in full is the volumes' newest usage for the summary too.
         self.update_volume_usage(fresh);
         let measured = Arc::new(measured);
@@ -181,10 +217,18 @@ fn device(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.dev())
 }
 
-/// A bounded walk of `path`, stopped once over `limit` (blocking); `None` when it is gone or cannot
-/// be measured.
-fn walk(path: &Path, limit: Option<u64>, budget: &mut Budget) -> Option<nodelet_host::usage::Measured> {
-    match measure(path, limit, budget) {
+/// A bounded pass over `path`, going on with the walk of the previous measurement, stopped once
+/// over `limit` (blocking); `None` when it is gone or cannot be measured.
+fn walk(
+    path: &Path,
+    limit: Option<u64>,
+    budget: &mut Budget,
+    walks: &mut Walks,
+) -> Option<nodelet_host::usage::Measured> {
+    let mut walk = walks.previous.remove(path).unwrap_or_default();
+    let measured = walk.step(path, limit, budget);
+    walks.current.insert(path.to_path_buf(), walk);
+    match measured {
         Ok(m) => m,
         Err(e) => {
             tracing::debug!(path = %path.display(), error = %e, "cannot measure local storage");
@@ -206,12 +250,13 @@ fn walk_volumes(
     w: &Wanted,
     storage: &mut PodStorage,
     budget: &mut Budget,
+    walks: &mut Walks,
     now: i64,
 ) -> Vec<(VolumeKey, VolumeUsage)> {
     let mut complete = Vec::new();
     for (name, key, path) in &w.volumes {
         let Some(limit) = volume_limit(w, name) else { continue };
-        match walk(path, Some(limit), budget) {
+        match walk(path, Some(limit), budget, walks) {
             Some(m) => {
                 storage.volumes.insert(name.clone(), m.usage.bytes);
                 if m.end == End::Complete {
@@ -239,11 +284,12 @@ fn measure_pod(
     w: &Wanted,
     rootfs: &HashMap<(String, String), u64>,
     budget: &mut Budget,
+    walks: &mut Walks,
     now: i64,
 ) -> (PodStorage, Vec<(VolumeKey, VolumeUsage)>) {
     let pod_limit = w.limits.pod.as_ref().map(|(b, _)| *b);
     let mut storage = PodStorage::default();
-    let fresh = walk_volumes(w, &mut storage, budget, now);
+    let fresh = walk_volumes(w, &mut storage, budget, walks, now);
     if w.limits.containers.is_empty() && pod_limit.is_none() {
         return (storage, fresh);
     }
@@ -261,7 +307,7 @@ fn measure_pod(
             .logs
             .as_ref()
             .filter(|_| is_path_segment(name))
-            .and_then(|dir| walk(&dir.join(name), limit, budget))
+            .and_then(|dir| walk(&dir.join(name), limit, budget, walks))
             .map(|m| m.usage.bytes);
         let rootfs = rootfs.get(&(uid.to_owned(), name.to_owned())).copied();
         if logs.is_some() || rootfs.is_some() {
@@ -318,7 +364,7 @@ mod tests {
         write(&dir.path().join("logs/app/0.log"), 3 * MI);
         let rootfs: HashMap<(String, String), u64> = [(("u1".to_owned(), "app".to_owned()), 5 * MI)].into();
         let mut budget = Budget::new(ENTRY_BUDGET);
-        let (s, fresh) = measure_pod(&w, &rootfs, &mut budget, 5);
+        let (s, fresh) = measure_pod(&w, &rootfs, &mut budget, &mut Walks::default(), 5);
         assert!(s.volumes.get("scratch").is_some_and(|b| *b >= MI / 2 && *b < MI), "{s:?}");
         assert!(s.volumes.get("cm").is_some_and(|b| *b > 0 && *b < MI), "{s:?}");
         let app = s.containers.get("app").copied().unwrap_or_default();
@@ -342,7 +388,7 @@ mod tests {
         }
         write(&dir.path().join("cm/data"), 100);
         let mut budget = Budget::new(ENTRY_BUDGET);
-        let (s, fresh) = measure_pod(&w, &HashMap::new(), &mut budget, 5);
+        let (s, fresh) = measure_pod(&w, &HashMap::new(), &mut budget, &mut Walks::default(), 5);
         let walked = s.volumes.get("scratch").copied().unwrap_or(0);
         assert!(walked > MI && walked < 4 * MI, "stopped soon after 1Mi, not all 4Mi: {walked}");
         // Only whole counts go back into the volume measurement: the configMap's, not the cut emptyDir's.
@@ -354,7 +400,36 @@ mod tests {
 
         std::fs::remove_dir_all(&scratch).unwrap_or_else(|e| panic!("{e}"));
         std::fs::create_dir(&scratch).unwrap_or_else(|e| panic!("{e}"));
-        let (s, _) = measure_pod(&w, &HashMap::new(), &mut budget, 6);
+        let (s, _) = measure_pod(&w, &HashMap::new(), &mut budget, &mut Walks::default(), 6);
         assert_eq!(check(&w.pod, &s, false), None, "{s:?}");
+    }
+
+    #[test]
+    fn a_volume_with_more_files_than_the_budget_is_measured_whole_over_several_passes() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let w = wanted(dir.path());
+        // 300 files of 8 KiB: 2.3 MiB, over the 1Mi sizeLimit, in more entries than a pass may examine.
+        for i in 0..300 {
+            write(&dir.path().join(format!("scratch/{}/f{i}", i % 3)), 8192);
+        }
+        let mut walks = Walks::default();
+        let mut reported = Vec::new();
+        let evicted = loop {
+            assert!(reported.len() < 20, "the walk makes progress: {reported:?}");
+            let mut budget = Budget::new(40);
+            let (s, _) = measure_pod(&w, &HashMap::new(), &mut budget, &mut walks, 5);
+            walks = walks.into_next();
+            reported.push(s.volumes.get("scratch").copied().unwrap_or(0));
+            if let Some(e) = check(&w.pod, &s, false) {
+                break e;
+            }
+        };
+        assert_eq!(evicted.signal, nodelet_resources::eviction::local_storage::LimitSignal::EmptyDirFs);
+        assert!(reported.len() > 2, "no single pass could count past 1Mi: {reported:?}");
+        assert!(reported.windows(2).all(|p| p[0] <= p[1]), "{reported:?}");
+        // Without the walks kept, every pass counts the same first 40 entries and never finds it.
+        let mut budget = Budget::new(40);
+        let (s, _) = measure_pod(&w, &HashMap::new(), &mut budget, &mut Walks::default(), 5);
+        assert_eq!(check(&w.pod, &s, false), None);
     }
 }

@@ -139,6 +139,8 @@ struct Inner {
     local_storage: Mutex<Arc<nodelet_resources::eviction::local_storage::LocalStorage>>,
     /// Where the next local storage measurement starts in the list of pods.
     local_storage_cursor: std::sync::atomic::AtomicUsize,
+    /// The local storage walks under way, by the path they measure, resumed by the next measurement.
+    local_storage_walks: Mutex<local_storage::Walks>,
     /// The newest measurement of the pods' volumes ([`volume_usage`]).
     volume_usage: Mutex<Arc<volume_usage::VolumeUsages>>,
     /// Where the next volume measurement starts in the list of volumes.
@@ -211,6 +213,7 @@ impl StatsProvider {
                 gathering: tokio::sync::Mutex::const_new(()),
                 local_storage: Mutex::default(),
                 local_storage_cursor: std::sync::atomic::AtomicUsize::new(0),
+                local_storage_walks: Mutex::default(),
                 volume_usage: Mutex::default(),
                 volume_cursor: std::sync::atomic::AtomicUsize::new(0),
             }),

@@ -14,6 +14,9 @@
 //! - a healthy neighbour with limits it stays within keeps running;
 //! - with `localStorageCapacityIsolation: false`, the same pods keep running once `/stats/summary` shows
 //!   them over their limits;
+//! - a pod whose container (limit `ephemeral-storage: 1Mi`) writes 2.3 MiB as 300 small files into an
+//!   emptyDir, with the measurement's entry budget set to 50 entries a pass, is evicted all the same:
+//!   the walk resumes across passes until it has counted past the limit;
 //! - in each case nodelet is alive at the end and its peak RSS stays under [`PEAK_RSS_MIB`].
 
 use std::time::Duration;
@@ -241,6 +244,37 @@ async fn without_local_storage_capacity_isolation_nothing_is_evicted() {
         assert_eq!(metric(&n, &series).await, Some(0.0), "{series}");
     }
     n.assert_alive_within(PEAK_RSS_MIB, "without local storage capacity isolation");
+    n.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_with_more_files_than_one_walk_budget_is_still_evicted() {
+    let env = env_or_skip!("a_pod_with_more_files_than_one_walk_budget_is_still_evicted");
+    let options = StartOptions {
+        nodelet_extra: "evictionMonitoringPeriod: 1s\nlocalStorageEntryBudget: 50".into(),
+        ..StartOptions::default()
+    };
+    let mut n = Nodelet::start_with(&env, "lsi-files", options).await;
+    // 300 files of 8 KiB (2.3 MiB) in three directories: no pass of 50 entries counts past 1Mi.
+    let script = "for d in 0 1 2; do mkdir -p /data/$d; i=0; while [ $i -lt 100 ]; do \
+                  head -c 8192 /dev/zero > /data/$d/f$i; i=$((i+1)); done; done";
+    let mut c = sh("app", script, Some("1Mi"));
+    c["volumeMounts"] = json!([{"name": "scratch", "mountPath": "/data"}]);
+    let spec = json!({"containers": [c], "volumes": [{"name": "scratch", "emptyDir": {}}]});
+    n.write_manifest("files.yaml", &n.pod_manifest("files", spec));
+    let evicted = |p: &Pod| reason_and_message(p).1 == "Evicted";
+    let files = n.wait_for_pod("files", "evicted", Duration::from_secs(60), evicted).await;
+    assert_eq!(
+        reason_and_message(&files),
+        (
+            "Failed".into(),
+            "Evicted".into(),
+            "Pod ephemeral local storage usage exceeds the total limit of containers 1Mi. ".into()
+        )
+    );
+    let series = "kubelet_evictions_total{eviction_signal=\"ephemeralpodfs.limit\"}";
+    assert_eq!(metric(&n, series).await, Some(1.0), "{series}");
+    n.assert_alive_within(PEAK_RSS_MIB, "a pod with more files than one walk budget");
     n.shutdown().await;
 }
 
