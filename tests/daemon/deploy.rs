@@ -266,7 +266,8 @@ fn install_script_puts_binary_unit_and_config_in_place_and_keeps_an_edited_confi
     assert!(text(&out).contains("not started"), "{}", text(&out));
     assert!(stage.path().join("usr/local/bin/nodelet").is_file());
     let staged_unit = read(&stage.path().join("etc/systemd/system/nodelet.service"));
-    assert_eq!(staged_unit, read(&deploy("nodelet.service")), "the staged unit names the final paths");
+    let final_unit = read(&deploy("nodelet.service")).replace("ExecStart=/usr/bin/nodelet", "ExecStart=/usr/local/bin/nodelet");
+    assert_eq!(staged_unit, final_unit, "the staged unit names the final paths");
     let staged_config = read(&stage.path().join("etc/nodelet/kubelet-config.yaml"));
     assert_eq!(staged_config, read(&deploy("config/kubelet-config.yaml")));
 
