@@ -168,6 +168,8 @@ cleanup() {
 	rm -rf /etc/nodelet /etc/default/nodelet
 	[ "$DATA_DIR_PREEXISTED" = 1 ] || rm -rf --one-file-system /var/lib/nodelet
 	if ! grep -qF " $BASE/" /proc/self/mountinfo; then rm -rf --one-file-system "$BASE/root"; fi
+	# the packages (about 16 MB each); the logs stay for a look
+	rm -rf "$BASE/v1" "$BASE/v2"
 	exit "$rc"
 }
 trap cleanup EXIT
