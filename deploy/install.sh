@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Installs nodelet as a systemd service: the binary, the unit (deploy/nodelet.service), a config
-# (deploy/config/kubelet-config.yaml), an environment file for extra flags and the static pod directory;
-# then `systemctl daemon-reload && systemctl enable --now nodelet`. See docs/operations.md.
+# Installs nodelet as a systemd service. See docs/operations.md.
 #
+# With a Debian package (--deb FILE, or without --binary the newest target/debian/nodelet_*.deb that
+# scripts/package.sh built, on a machine with apt-get and the default paths): `apt-get install FILE`, which
+# brings containerd, runc and the CNI plugins, installs the unit and the config as conffiles, and starts nodelet.
+#
+# Otherwise the files: the binary, the unit (deploy/nodelet.service, ExecStart rewritten to the binary's path),
+# a config (deploy/config/kubelet-config.yaml), an environment file for extra flags
+# (deploy/config/nodelet.default) and the static pod directory; then
+# `systemctl daemon-reload && systemctl enable --now nodelet`.
+#
+#   sudo deploy/install.sh                          # the package if there is one, else target/release/nodelet
+#   sudo deploy/install.sh --deb nodelet_0.1.0-1_amd64.deb
 #   sudo deploy/install.sh --binary target/release/nodelet
 #   deploy/install.sh --destdir /tmp/stage          # stage the files under /tmp/stage, start nothing
 #
@@ -15,8 +24,9 @@ usage() {
     cat <<'EOF'
 Usage: install.sh [options]
 
-  --binary PATH     the nodelet binary to install (default: target/release/nodelet, else
-                    target/debug/nodelet, of the repository this script is in)
+  --deb FILE        install this Debian package with apt-get (no other option applies)
+  --binary PATH     install the files with this nodelet binary (default, when there is no package to
+                    install: target/release/nodelet, else target/debug/nodelet, of this repository)
   --prefix DIR      the binary goes to DIR/bin/nodelet (default: /usr/local)
   --sysconfdir DIR  the config goes to DIR/nodelet/kubelet-config.yaml, the environment file to
                     DIR/default/nodelet (default: /etc)
@@ -39,6 +49,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 
 binary=""
+deb=""
+custom_paths=0
 prefix="${PREFIX:-/usr/local}"
 sysconfdir="/etc"
 unitdir="/etc/systemd/system"
@@ -47,10 +59,11 @@ start=1
 
 while [ $# -gt 0 ]; do
     case "$1" in
+        --deb) deb="${2:?--deb needs a file}"; shift 2 ;;
         --binary) binary="${2:?--binary needs a path}"; shift 2 ;;
-        --prefix) prefix="${2:?--prefix needs a directory}"; shift 2 ;;
-        --sysconfdir) sysconfdir="${2:?--sysconfdir needs a directory}"; shift 2 ;;
-        --unitdir) unitdir="${2:?--unitdir needs a directory}"; shift 2 ;;
+        --prefix) prefix="${2:?--prefix needs a directory}"; custom_paths=1; shift 2 ;;
+        --sysconfdir) sysconfdir="${2:?--sysconfdir needs a directory}"; custom_paths=1; shift 2 ;;
+        --unitdir) unitdir="${2:?--unitdir needs a directory}"; custom_paths=1; shift 2 ;;
         --destdir) destdir="${2:?--destdir needs a directory}"; shift 2 ;;
         --no-start) start=0; shift ;;
         -h | --help) usage; exit 0 ;;
@@ -63,6 +76,38 @@ done
 
 if [ -n "$destdir" ]; then
     start=0
+fi
+
+# ---- the Debian package, when there is one to install and this machine can
+can_apt() {
+    command -v apt-get >/dev/null && command -v dpkg >/dev/null && [ "$(id -u)" = 0 ]
+}
+if [ -z "$deb" ] && [ -z "$binary" ] && [ -z "$destdir" ] && [ "$custom_paths" = 0 ] && [ -z "${PREFIX:-}" ] &&
+    [ "$start" = 1 ] && can_apt; then
+    # the newest package scripts/package.sh built for this machine's architecture
+    arch="$(dpkg --print-architecture)"
+    # shellcheck disable=SC2012 # package file names have no special characters
+    deb="$(ls -t "${CARGO_TARGET_DIR:-$repo/target}"/debian/nodelet_*_"$arch".deb 2>/dev/null | head -n 1 || true)"
+fi
+if [ -n "$deb" ]; then
+    if [ -n "$binary" ] || [ -n "$destdir" ] || [ "$custom_paths" = 1 ]; then
+        die "--deb installs the package's own paths: it cannot be combined with --binary, --destdir or paths"
+    fi
+    [ -f "$deb" ] || die "no such package: $deb"
+    can_apt || die "installing $deb needs apt-get, dpkg and root; without them use --binary"
+    case "$deb" in
+        /*) ;;
+        *) deb="$PWD/$deb" ;;
+    esac
+    echo "installing the package $deb (apt-get install; its dependencies come with it)"
+    # --force-confold: an edited /etc/nodelet/kubelet-config.yaml or /etc/default/nodelet is kept as it is
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -o Dpkg::Options::=--force-confold "$deb"
+    if [ -d /run/systemd/system ]; then
+        systemctl --no-pager --lines=0 status nodelet || true
+    else
+        echo "systemd is not running on this machine: the package's files are installed, nodelet is not started"
+    fi
+    exit 0
 fi
 for dir in "$prefix" "$sysconfdir" "$unitdir"; do
     case "$dir" in
@@ -85,7 +130,7 @@ fi
 if [ ! -f "$binary" ] || [ ! -x "$binary" ]; then
     die "not an executable file: $binary"
 fi
-for src in "$here/nodelet.service" "$here/config/kubelet-config.yaml"; do
+for src in "$here/nodelet.service" "$here/config/kubelet-config.yaml" "$here/config/nodelet.default"; do
     [ -f "$src" ] || die "missing $src"
 done
 if [ "$start" = 1 ]; then
@@ -138,16 +183,12 @@ keep() {
 }
 
 # The unit and the config name the final paths.
-sed -e "s|/usr/local/bin/nodelet|$bin_path|g" \
+sed -e "/^ExecStart=/s|/usr/bin/nodelet|$bin_path|" \
     -e "s|/etc/nodelet/kubelet-config.yaml|$config_path|g" \
     -e "s|/etc/default/nodelet|$env_path|g" \
     "$here/nodelet.service" >"$stage/nodelet.service"
 sed -e "s|/etc/nodelet/|$config_dir/|g" "$here/config/kubelet-config.yaml" >"$stage/kubelet-config.yaml"
-cat >"$stage/nodelet.env" <<'EOF'
-# Extra command-line flags of nodelet, read by the nodelet systemd unit (as /etc/default/kubelet is by the
-# kubelet's). Flags override the fields of the config file.
-NODELET_EXTRA_ARGS=""
-EOF
+sed -e "s|/etc/nodelet/kubelet-config.yaml|$config_path|g" "$here/config/nodelet.default" >"$stage/nodelet.env"
 
 put "$binary" "$bin_path" 0755
 put "$stage/nodelet.service" "$unit_path" 0644

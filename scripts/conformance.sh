@@ -35,8 +35,8 @@
 #     on ports 36443/32379, purged before the run.
 #   * the node "e2e-node": nodelet or the kubelet with a node client certificate, Webhook authentication and
 #     authorization, the envtest CA as client CA, serving 198.18.224.1:10250 (the API server's logs/exec/port-
-#     forward go there), pods' DNS from an explicit resolv.conf (nameserver 127.0.0.1), cluster domain
-#     cluster.local.
+#     forward go there) and /healthz on 198.18.224.1:10248 (not 127.0.0.1, where a quick start's nodelet may
+#     listen), pods' DNS from an explicit resolv.conf (nameserver 127.0.0.1), cluster domain cluster.local.
 #   * ginkgo + e2e.test from ../shared/conformance (install.sh), --provider=skeleton.
 #
 # Skipped by default: [Serial], [Disruptive], [Flaky], [Slow] (the default suite is the parallel set; --suite extended
@@ -402,7 +402,7 @@ AGENT_LOG=$OUT/$AGENT.log
 COMMON=(--kubeconfig "$AGENT_DIR/node.kubeconfig" --hostname-override "$NODE" --node-ip "$NODE_IP"
 	--address "$NODE_IP" --container-runtime-endpoint "unix://$SOCK" --client-ca-file "$APISERVER_CA"
 	--authentication-token-webhook --authorization-mode Webhook --resolv-conf "$RESOLV"
-	--cluster-domain cluster.local --read-only-port 0)
+	--cluster-domain cluster.local --read-only-port 0 --healthz-bind-address "$NODE_IP")
 if [ "$AGENT" = nodelet ]; then
 	ARGS=("${COMMON[@]}" --root-dir "$AGENT_DIR/root" --pod-logs-dir "$AGENT_DIR/logs" --cgroup-root "$CGROUP_PARENT"
 		--v 2)

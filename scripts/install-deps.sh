@@ -20,12 +20,13 @@ PKGS=(
 	jq curl
 	prometheus # for promtool
 	systemd shellcheck # systemd-analyze verify and shellcheck of deploy/ (tests/daemon/deploy.rs)
+	lintian            # the Debian package's check (scripts/package-test.sh)
 	util-linux e2fsprogs lvm2
 	make bzip2 xz-utils netcat-openbsd openssl # scripts/e2e-images.sh and scripts/conformance.sh
 )
 # commands that must exist afterwards (name → proves which package works)
 CMDS=(containerd containerd-shim-runc-v2 ctr runc skopeo umoci docker-registry
-	iptables ip protoc gcc jq curl promtool systemd-analyze shellcheck setsid nsenter findmnt mkfs.ext4 lvcreate
+	iptables ip protoc gcc jq curl promtool systemd-analyze shellcheck lintian setsid nsenter findmnt mkfs.ext4 lvcreate
 	make bzip2 xz nc.openbsd openssl)
 CNI_BIN_DIR=/usr/lib/cni
 CNI_PLUGINS=(bridge host-local loopback portmap)

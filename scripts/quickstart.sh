@@ -7,15 +7,15 @@
 #
 # Steps:
 #   1. scripts/install-deps.sh: the Debian packages (containerd, runc, CNI plugins, busybox-static, umoci, ...)
-#   2. cargo build --release (skipped when NODELET_BIN names a binary)
+#   2. cargo build --release (skipped when NODELET_BIN names a binary); prints how long the build took
 #   3. scripts/build-images.sh: the local images as archives in $NODELET_QS_IMAGES (no registry needed)
 #   4. nodelet in the background, with its embedded containerd (no --container-runtime-endpoint):
 #        nodelet --root-dir /var/lib/nodelet --pod-manifest-path deploy/examples \
-#                --address 127.0.0.1 --read-only-port 10255 --pod-cidr 198.18.0.0/16 \
+#                --address 127.0.0.1 --read-only-port 10255 --pod-cidr 198.18.128.0/18 \
 #                --preload-images /var/cache/nodelet/images
 #      log: /var/log/nodelet-quickstart.log, pid: /run/nodelet-quickstart.pid
 #   5. waits for /healthz and for the web pod, prints `nodelet get pods -o wide`, fetches the web page through
-#      the pod's hostPort 18080 on the bridge address (198.18.0.1), and prints what to try next
+#      the pod's hostPort 18080 on the bridge address (198.18.128.1), and prints what to try next
 #
 # --stop removes the pods the way nodelet removes any pod (grace period, CNI teardown with its hostPort rules,
 # log directories): it stops nodelet, runs it once more on the same root dir with an empty manifest
@@ -27,8 +27,11 @@
 #   NODELET_BIN              use this nodelet binary instead of building one
 #   NODELET_QS_ROOT_DIR      --root-dir                      (default /var/lib/nodelet)
 #   NODELET_QS_IMAGES        image archive directory         (default /var/cache/nodelet/images)
-#   NODELET_QS_POD_CIDR      pod network, inside 198.18.0.0/16 (default 198.18.0.0/16); it must not overlap
-#                            another interface's network (the test runtime's bridge uses 198.18.0.0/16 too)
+#   NODELET_QS_POD_CIDR      pod network, inside 198.18.0.0/16 (default 198.18.128.0/18); it must not overlap
+#                            another interface's network. The test command's runtime (nlcni0, 198.18.0.0/17)
+#                            and conformance node (nlconf0, 198.18.224.0/20) are disjoint from the default.
+#   NODELET_QS_PORT, NODELET_QS_READ_ONLY_PORT, NODELET_QS_HEALTHZ_PORT
+#                            nodelet's ports on 127.0.0.1 (default 10250, 10255, 10248)
 #   NODELET_QS_EVICTION_HARD --eviction-hard (default: the kubelet's memory threshold, 1Gi free for disks)
 #   NODELET_QS_LOG           nodelet's log file              (default /var/log/nodelet-quickstart.log)
 #   NODELET_QS_TIMEOUT       seconds to wait for the web pod (default 180)
@@ -40,7 +43,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/scripts/lib/ipv4.sh"
 ROOT_DIR=${NODELET_QS_ROOT_DIR:-/var/lib/nodelet}
 IMAGES=${NODELET_QS_IMAGES:-/var/cache/nodelet/images}
-POD_CIDR=${NODELET_QS_POD_CIDR:-198.18.0.0/16}
+POD_CIDR=${NODELET_QS_POD_CIDR:-198.18.128.0/18}
 # The kubelet's defaults are nodefs.available<10% and imagefs.available<15%: on a large disk that is mostly
 # used by other things, the demo would only show DiskPressure. Absolute disk thresholds keep it running.
 EVICTION_HARD=${NODELET_QS_EVICTION_HARD:-memory.available<100Mi,nodefs.available<1Gi,nodefs.inodesFree<5%,imagefs.available<1Gi}
@@ -52,8 +55,9 @@ STATEFILE=/run/nodelet-quickstart.state # what --stop needs: binary, root dir, p
 BRIDGE=nodelet0                         # the embedded runtime's CNI bridge (src/config.rs DEFAULT_CNI_BRIDGE)
 CNI_NET=nodelet                         # its CNI network name (drivers/node/src/containerd.rs CNI_NETWORK_NAME)
 MANIFESTS=$REPO/deploy/examples
-READ_ONLY_URL=http://127.0.0.1:10255
-HEALTHZ_URL=http://127.0.0.1:10248/healthz
+PORT=${NODELET_QS_PORT:-10250}
+READ_ONLY_PORT=${NODELET_QS_READ_ONLY_PORT:-10255}
+HEALTHZ_PORT=${NODELET_QS_HEALTHZ_PORT:-10248}
 HOST_PORT=18080
 
 log() { printf '\033[1m[quickstart %(%H:%M:%S)T]\033[0m %s\n' -1 "$*"; }
@@ -78,6 +82,9 @@ if [ -f "$STATEFILE" ]; then
 		ROOT_DIR) ROOT_DIR=$v ;;
 		POD_CIDR) POD_CIDR=$v ;;
 		LOG) LOG=$v ;;
+		PORT) PORT=$v ;;
+		READ_ONLY_PORT) READ_ONLY_PORT=$v ;;
+		HEALTHZ_PORT) HEALTHZ_PORT=$v ;;
 		PORTMAP_CHAINS_PREEXISTING) PORTMAP_CHAINS_PREEXISTING=$v ;;
 		esac
 	done <"$STATEFILE"
@@ -87,6 +94,11 @@ if [[ ! $POD_CIDR =~ ^198\.18\.([0-9]{1,3})\.([0-9]{1,3})/([0-9]{1,2})$ ]]; then
 fi
 GATEWAY=198.18.${BASH_REMATCH[1]}.$((BASH_REMATCH[2] + 1)) # the bridge's address: the network's first host
 [[ $TIMEOUT =~ ^[0-9]+$ ]] || die "NODELET_QS_TIMEOUT must be a number of seconds"
+for p in "$PORT" "$READ_ONLY_PORT" "$HEALTHZ_PORT"; do
+	if [[ ! $p =~ ^[1-9][0-9]{0,4}$ ]] || [ "$p" -gt 65535 ]; then die "NODELET_QS_*PORT must be a port number, got '$p'"; fi
+done
+READ_ONLY_URL=http://127.0.0.1:$READ_ONLY_PORT
+HEALTHZ_URL=http://127.0.0.1:$HEALTHZ_PORT/healthz
 case "$ROOT_DIR$IMAGES$LOG" in *[!A-Za-z0-9/._-]*) die "paths may only contain [A-Za-z0-9/._-]" ;; esac
 
 # is_nodelet PID: whether PID is a live nodelet process (a rebuilt binary shows as "nodelet (deleted)")
@@ -148,7 +160,7 @@ containers_left() {
 remove_pods() {
 	local bin=$1 empty pid i port n=unknown
 	[ -d "$ROOT_DIR/containerd" ] || return 0
-	for port in 10248 10250; do
+	for port in "$HEALTHZ_PORT" "$PORT"; do
 		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			die "something listens on 127.0.0.1:$port (another nodelet or kubelet?): stop it, then run --stop again"
 		fi
@@ -161,7 +173,8 @@ remove_pods() {
 	log "removing the pods: nodelet runs once more on $ROOT_DIR with an empty manifest directory"
 	printf '\n=== %(%F %T)T quickstart.sh --stop: removing the pods\n' -1 >>"$LOG"
 	setsid "$bin" --root-dir "$ROOT_DIR" --pod-manifest-path "$empty" --address 127.0.0.1 \
-		--read-only-port 0 --pod-cidr "$POD_CIDR" </dev/null >>"$LOG" 2>&1 &
+		--port "$PORT" --healthz-port "$HEALTHZ_PORT" --read-only-port 0 --pod-cidr "$POD_CIDR" \
+		</dev/null >>"$LOG" 2>&1 &
 	pid=$!
 	for ((i = 0; i < 1200; i++)); do # 120 s: grace periods, then SIGKILL
 		if [ ! -r "/proc/$pid/stat" ] || [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ]; then
@@ -268,8 +281,9 @@ esac
 claims=$(ipv4_claims_of "$POD_CIDR" "$BRIDGE")
 if [ -n "$claims" ]; then
 	die "the pod network $POD_CIDR overlaps a network this machine already has ($(echo "$claims" | paste -sd, -)):" \
-		"the pods on $BRIDGE would not be reachable from the host. Remove that network (for the test runtime's" \
-		"bridge: scripts/runtime-down.sh) or choose another network inside 198.18.0.0/16 with NODELET_QS_POD_CIDR."
+		"the pods on $BRIDGE would not be reachable from the host. Remove that network, or choose another network" \
+		"inside 198.18.0.0/16 with NODELET_QS_POD_CIDR (the test runtime uses 198.18.0.0/17, the conformance node" \
+		"198.18.224.0/20)."
 fi
 
 # ---------------------------------------------------------------- 1. packages
@@ -284,8 +298,11 @@ if [ -n "${NODELET_BIN:-}" ]; then
 else
 	command -v cargo >/dev/null || die "cargo not found: install the Rust toolchain (https://rustup.rs) first"
 	log "2/5 building nodelet (cargo build --release; the first build takes several minutes)"
+	build_start=$(date +%s)
 	(cd "$REPO" && cargo build --release --bin nodelet)
 	[ -x "$BIN" ] || die "build finished but $BIN is missing"
+	build_secs=$(($(date +%s) - build_start))
+	log "built $BIN in $((build_secs / 60)) min $((build_secs % 60)) s (load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs)"
 fi
 
 # ---------------------------------------------------------------- 3. images
@@ -298,7 +315,7 @@ if pid=$(running_pid); then
 	stop_nodelet "$pid"
 	rm -f "$PIDFILE"
 fi
-for port in 10248 10250 10255; do
+for port in "$HEALTHZ_PORT" "$PORT" "$READ_ONLY_PORT"; do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 		die "something already listens on 127.0.0.1:$port (another kubelet or nodelet?)"
 	fi
@@ -307,7 +324,9 @@ ARGS=(
 	--root-dir "$ROOT_DIR"
 	--pod-manifest-path "$MANIFESTS"
 	--address 127.0.0.1
-	--read-only-port 10255
+	--port "$PORT"
+	--read-only-port "$READ_ONLY_PORT"
+	--healthz-port "$HEALTHZ_PORT"
 	--pod-cidr "$POD_CIDR"
 	--preload-images "$IMAGES"
 	--eviction-hard "$EVICTION_HARD"
@@ -329,7 +348,8 @@ if [ -z "$PORTMAP_CHAINS_PREEXISTING" ]; then
 	fi
 fi
 case "$BIN" in *[!A-Za-z0-9/._-]*) die "the nodelet binary's path may only contain [A-Za-z0-9/._-]: $BIN" ;; esac
-printf '%s\n' "BIN=$BIN" "ROOT_DIR=$ROOT_DIR" "POD_CIDR=$POD_CIDR" "LOG=$LOG" \
+printf '%s\n' "BIN=$BIN" "ROOT_DIR=$ROOT_DIR" "POD_CIDR=$POD_CIDR" "LOG=$LOG" "PORT=$PORT" \
+	"READ_ONLY_PORT=$READ_ONLY_PORT" "HEALTHZ_PORT=$HEALTHZ_PORT" \
 	"PORTMAP_CHAINS_PREEXISTING=$PORTMAP_CHAINS_PREEXISTING" >"$STATEFILE"
 setsid "$BIN" "${ARGS[@]}" </dev/null >>"$LOG" 2>&1 &
 PID=$!
@@ -374,8 +394,10 @@ echo "nodelet runs in the background (pid $PID), with its own containerd under $
 echo "Try:"
 N=$BIN
 [ "$BIN" = "$REPO/target/release/nodelet" ] && N=target/release/nodelet # as the README shows it
+GET="$N get pods"
+[ "$READ_ONLY_PORT" = 10255 ] || GET="$GET --server $READ_ONLY_URL"
 TRY=(
-	"$N get pods" "the pods, like kubectl get pods (port 10255)"
+	"$GET" "the pods, like kubectl get pods (port $READ_ONLY_PORT)"
 	"$N logs web-$NODE" "the web server's log (CRI log files)"
 	"$N logs crashloop-$NODE --previous" "the crash-looping container's last run"
 	"$N logs shared-emptydir-$NODE -c reader" "what the init container wrote into the shared emptyDir"

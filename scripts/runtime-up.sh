@@ -13,7 +13,7 @@
 #   * containerd (CRI) as a plain background process: own root/state/socket/config, runc root,
 #     pid file run/containerd.pid, log logs/containerd.log; restarted when its config changed
 #   * CNI network "nodelet-test": bridge nlcni0 (gateway, no masquerade, hairpin), host-local
-#     IPAM on 198.18.0.0/16, no default route in pods (nothing can leave the host), portmap
+#     IPAM on 198.18.0.0/17, no default route in pods (nothing can leave the host), portmap
 #   * deterministic OCI images built with umoci (identical digests on every build):
 #       localhost/nodelet/pause:3.9       static C pause (deploy/images/pause.c), the sandbox image
 #       localhost/nodelet/busybox:latest  busybox-static + one symlink per applet in /bin
@@ -29,7 +29,10 @@
 # Environment (all optional):
 #   NODELET_TEST_BASE         base directory            (default /tmp/nodelet-test)
 #   NODELET_TEST_REGISTRY     registry listen address   (default 127.0.0.1:5000, loopback only)
-#   NODELET_TEST_POD_SUBNET   pod CIDR                  (default 198.18.0.0/16; must lie in it)
+#   NODELET_TEST_POD_SUBNET   pod CIDR                  (default 198.18.0.0/17; must lie in 198.18.0.0/16)
+#                             The default networks are disjoint: this one 198.18.0.0/17, the quick start's
+#                             198.18.128.0/18 (scripts/quickstart.sh), the conformance node's 198.18.224.0/20
+#                             (scripts/conformance.sh), so the test command and the quick start run side by side.
 #   NODELET_TEST_BRIDGE       Linux bridge name         (default nlcni0)
 #   NODELET_TEST_CNI_NETWORK  CNI network name          (default nodelet-test)
 #   NODELET_TEST_CGROUP_PARENT top-level cgroup for pods (default /nodelet-test; exported for
@@ -49,7 +52,7 @@ REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 
 BASE=${NODELET_TEST_BASE:-/tmp/nodelet-test}
 REG_ADDR=${NODELET_TEST_REGISTRY:-127.0.0.1:5000}
-POD_SUBNET=${NODELET_TEST_POD_SUBNET:-198.18.0.0/16}
+POD_SUBNET=${NODELET_TEST_POD_SUBNET:-198.18.0.0/17}
 BRIDGE=${NODELET_TEST_BRIDGE:-nlcni0}
 CNI_NET=${NODELET_TEST_CNI_NETWORK:-nodelet-test}
 CGROUP_PARENT=${NODELET_TEST_CGROUP_PARENT:-/nodelet-test}
@@ -124,6 +127,7 @@ if [[ ! $POD_SUBNET =~ ^198\.18\.([0-9]{1,3})\.([0-9]{1,3})/([0-9]{1,2})$ ]]; th
 	die "NODELET_TEST_POD_SUBNET must be a CIDR inside 198.18.0.0/16, got '$POD_SUBNET'"
 fi
 c=${BASH_REMATCH[1]} d=${BASH_REMATCH[2]} plen=${BASH_REMATCH[3]}
+GATEWAY_CIDR=198.18.$c.$((d + 1))/$plen # the bridge's address (the bridge plugin's gateway: the first host)
 if [ "$c" -gt 255 ] || [ "$d" -gt 255 ] || [ "$plen" -lt 16 ] || [ "$plen" -gt 28 ] ||
 	[ $((((c << 8) | d) & ((1 << (32 - plen)) - 1))) -ne 0 ]; then
 	die "NODELET_TEST_POD_SUBNET '$POD_SUBNET' is not a network address with prefix /16../28 inside 198.18.0.0/16"
@@ -436,6 +440,21 @@ if [ "$IMAGES_ONLY" = 1 ]; then
 fi
 
 # ---------------------------------------------------------------- CNI, registry hosts, resolv.conf
+# The bridge plugin refuses a bridge that holds another address than the network's gateway: a bridge left by a
+# runtime on another network (e.g. 198.18.0.0/16, the default before 198.18.0.0/17) would fail every pod. With no
+# pod attached it is deleted (the plugin makes it again); with pods attached, they would lose their network.
+if ip link show "$BRIDGE" >/dev/null 2>&1; then
+	bridge_addrs=$(ip -4 -o addr show dev "$BRIDGE" 2>/dev/null | awk '{print $4}')
+	if [ -n "$bridge_addrs" ] && [ "$bridge_addrs" != "$GATEWAY_CIDR" ]; then
+		if [ -n "$(ip -o link show master "$BRIDGE" 2>/dev/null)" ]; then
+			die "bridge $BRIDGE holds $(echo "$bridge_addrs" | paste -sd, -), not the gateway of $POD_SUBNET ($GATEWAY_CIDR), and" \
+				"pods are attached to it: stop them with scripts/runtime-down.sh, or keep the old network with" \
+				"NODELET_TEST_POD_SUBNET=$(echo "$bridge_addrs" | head -n1 | sed 's|\.[0-9]*/|.0/|')"
+		fi
+		log "deleting bridge $BRIDGE ($(echo "$bridge_addrs" | paste -sd, -)): the pod network is now $POD_SUBNET"
+		ip link delete "$BRIDGE" || die "could not delete bridge $BRIDGE"
+	fi
+fi
 if write_file "$CNI_CONF_DIR/10-$CNI_NET.conflist" <<EOF; then log "wrote CNI config $CNI_CONF_DIR/10-$CNI_NET.conflist"; fi
 {
   "cniVersion": "1.0.0",

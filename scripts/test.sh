@@ -39,7 +39,16 @@ print_notes() {
   local n
   for n in "${NOTES[@]}"; do printf '\nNOTE: %s\n' "$n"; done
 }
-trap print_notes EXIT
+# What the run leaves running, so that the next run starts at once: said at the end, pass or fail.
+print_kept() {
+  print_notes
+  printf '\nKEPT: the test runtime under %s (containerd, the registry on %s, bridge %s on %s) and the\n' \
+    "${NODELET_TEST_BASE:-/tmp/nodelet-test}" "${NODELET_TEST_REGISTRY:-127.0.0.1:5000}" \
+    "${NODELET_TEST_BRIDGE:-nlcni0}" "${NODELET_TEST_POD_SUBNET:-198.18.0.0/17}"
+  printf 'control plane on 127.0.0.1:26443 (if it started); they leave the quick start'"'"'s network (198.18.128.0/18) free.\n'
+  printf 'Stop them with scripts/runtime-down.sh (add --purge to delete %s too).\n' "${NODELET_TEST_BASE:-/tmp/nodelet-test}"
+}
+trap print_kept EXIT
 ENVTEST_SCRIPTS=${NODELET_TEST_ENVTEST_SCRIPTS:-}
 if [[ -z "$ENVTEST_SCRIPTS" && -d ../shared/envtest ]]; then
   ENVTEST_SCRIPTS=$(cd ../shared/envtest && pwd)
@@ -131,9 +140,64 @@ step "examples"
 cargo run -q -p reconcile-engine --example minimal
 cargo run -q -p reconcile-engine --example files
 
-if [[ "${CONFORMANCE_FAILED:-0}" == 1 ]]; then
+# The README's other command on the same machine, with the suite's runtime still up: scripts/quickstart.sh runs its
+# own checks (nodelet healthy, the web pod answers on its hostPort through the nodelet0 bridge) and --stop removes
+# its pods, containerd and bridge. The default networks are disjoint (this runtime's nlcni0 198.18.0.0/17, the quick
+# start's 198.18.128.0/18, the conformance node's 198.18.224.0/20). It runs the debug binary the tests built (no
+# second, release build) with its root dir and log under $NODELET_TEST_BASE/quickstart (the root dir is removed
+# afterwards) and the test runtime's images. NODELET_QS_* settings in the environment (ports, network) are passed on.
+QS_STATE=/run/nodelet-quickstart.state
+if [[ -f "$QS_STATE" ]]; then
+  NOTES+=("the quick-start check did NOT run: a quick start runs on this machine ($QS_STATE); it was left alone")
+else
+  step "the quick start next to the test runtime (scripts/quickstart.sh, then --stop)"
+  QS_BASE="${NODELET_TEST_BASE:-/tmp/nodelet-test}/quickstart"
+  QS_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/nodelet"
+  cargo build --workspace --all-features --bin nodelet
+  mkdir -p "$QS_BASE"
+  qs_start=$(date +%s)
+  # the images are the test runtime's archives (the same recipe: build-images.sh finds them up to date)
+  qs_env=(NODELET_BIN="$QS_BIN" NODELET_QS_ROOT_DIR="$QS_BASE/root" NODELET_QS_LOG="$QS_BASE/nodelet.log"
+    NODELET_QS_IMAGES="${NODELET_TEST_BASE:-/tmp/nodelet-test}/images")
+  if ! env "${qs_env[@]}" scripts/quickstart.sh; then
+    QUICKSTART_FAILED=1
+  fi
+  if ! env "${qs_env[@]}" scripts/quickstart.sh --stop; then
+    QUICKSTART_FAILED=1
+  fi
+  if [[ -d "$QS_BASE/root" ]]; then
+    if grep -qF " $QS_BASE/root" /proc/self/mountinfo; then
+      NOTES+=("$QS_BASE/root still has mounts after quickstart.sh --stop: left in place")
+      QUICKSTART_FAILED=1
+    else
+      rm -rf --one-file-system "$QS_BASE/root"
+    fi
+  fi
+  echo "the quick-start check took $(($(date +%s) - qs_start)) s"
+fi
+
+# The Debian package end to end (scripts/package-test.sh): built with cargo-deb from the same debug binary (the
+# fat-LTO dist build would take about 20 minutes), lintian, installed, the unit verified, nodelet started from the
+# installed files against this runtime with the example pods, upgraded while they run, removed and purged.
+if dpkg-query -W -f='${Status}' nodelet 2>/dev/null | grep -q installed || [[ -e /etc/nodelet || -e /etc/default/nodelet ]]; then
+  NOTES+=("the package test did NOT run: nodelet is installed on this machine (/etc/nodelet); it was left alone")
+else
+  step "the Debian package (scripts/package-test.sh)"
+  pkg_start=$(date +%s)
+  cargo build --workspace --all-features --bin nodelet
+  if ! scripts/package-test.sh --binary "${CARGO_TARGET_DIR:-$PWD/target}/debug/nodelet"; then
+    PACKAGE_FAILED=1
+  fi
+  echo "the package test took $(($(date +%s) - pkg_start)) s"
+fi
+
+FAILED=()
+[[ "${CONFORMANCE_FAILED:-0}" == 1 ]] && FAILED+=("the upstream conformance subset")
+[[ "${QUICKSTART_FAILED:-0}" == 1 ]] && FAILED+=("the quick start next to the test runtime")
+[[ "${PACKAGE_FAILED:-0}" == 1 ]] && FAILED+=("the Debian package test")
+if [[ ${#FAILED[@]} -gt 0 ]]; then
   echo
-  echo "FAILED: the upstream conformance subset (see its output above)" >&2
+  printf 'FAILED: %s (see its output above)\n' "${FAILED[@]}" >&2
   exit 1
 fi
 echo

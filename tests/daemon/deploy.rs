@@ -266,13 +266,21 @@ fn install_script_puts_binary_unit_and_config_in_place_and_keeps_an_edited_confi
     assert!(text(&out).contains("not started"), "{}", text(&out));
     assert!(stage.path().join("usr/local/bin/nodelet").is_file());
     let staged_unit = read(&stage.path().join("etc/systemd/system/nodelet.service"));
-    assert_eq!(staged_unit, read(&deploy("nodelet.service")), "the staged unit names the final paths");
+    let final_unit = read(&deploy("nodelet.service"))
+        .replace("ExecStart=/usr/bin/nodelet", "ExecStart=/usr/local/bin/nodelet");
+    assert_eq!(staged_unit, final_unit, "the staged unit names the final paths");
     let staged_config = read(&stage.path().join("etc/nodelet/kubelet-config.yaml"));
     assert_eq!(staged_config, read(&deploy("config/kubelet-config.yaml")));
 
     // Refusals: no binary, a relative path; and no start without systemd (never tried on a systemd host).
     let out = run(&deploy("install.sh"), &["--binary", "/no/such/nodelet", "--destdir", "/tmp/unused"]);
     assert!(!out.status.success() && text(&out).contains("not an executable file"), "{}", text(&out));
+    // A package installs its own paths: --deb with a binary or a staging root is refused, and a missing package
+    // is named (before anything is installed).
+    let out = run(&deploy("install.sh"), &["--deb", "/no/such/nodelet.deb", "--destdir", "/tmp/unused"]);
+    assert!(!out.status.success() && text(&out).contains("cannot be combined"), "{}", text(&out));
+    let out = run(&deploy("install.sh"), &["--deb", "/no/such/nodelet.deb"]);
+    assert!(!out.status.success() && text(&out).contains("no such package"), "{}", text(&out));
     let out = layout.install(&["--no-start", "--prefix", "usr"]);
     assert!(!out.status.success() && text(&out).contains("not an absolute path"), "{}", text(&out));
     if !Path::new("/run/systemd/system").exists() {
