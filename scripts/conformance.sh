@@ -204,7 +204,7 @@ write_doc() {
 			containerd, images and settings (see the header of `scripts/conformance.sh`).
 
 			The default suite is every `[NodeConformance]` spec that runs in parallel: the skip leaves out `[Serial]`,
-			`[Disruptive]`, `[Flaky]` and `[Slow]` (the extended suite below runs them but `[Flaky]`), and the one spec that
+			`[Disruptive]`, `[Flaky]` and `[Slow]` (`--suite extended` runs them but `[Flaky]`), and the one spec that
 			needs the internet (a pull from upstream's private registry with upstream's credentials). A spec this machine
 			cannot run is detected before the run and named in the table. The wall time is the suite's, from the first
 			spec to the last; a spec's seconds are its own run time in its Ginkgo process.
