@@ -24,6 +24,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use futures::FutureExt;
 use nodelet_resources::pod::desired::PodSource;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio_util::sync::CancellationToken;
@@ -140,6 +141,9 @@ pub(crate) struct UrlSource {
     pods: Vec<ParsedPod>,
     /// Problems of the last body.
     body_problems: Vec<Problem>,
+    /// Test hook: the next poll panics.
+    #[cfg(test)]
+    panic_next_poll: bool,
 }
 
 impl UrlSource {
@@ -181,6 +185,8 @@ impl UrlSource {
             last_body: None,
             pods: Vec::new(),
             body_problems: Vec::new(),
+            #[cfg(test)]
+            panic_next_poll: false,
         })
     }
 
@@ -193,15 +199,41 @@ impl UrlSource {
                 () = shutdown.cancelled() => return,
                 _ = ticker.tick() => {}
             }
-            tokio::select! {
+            // A panic while fetching or reading the URL (past the per-document boundary of `manifest::parse`) is
+            // a problem of the URL: the pods of the last good response keep running, the next poll tries again,
+            // and the panic never reaches the supervisor.
+            let polled = tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = self.poll_once() => {}
+                polled = std::panic::AssertUnwindSafe(self.poll_once()).catch_unwind() => polled,
+            };
+            if let Err(payload) = polled {
+                let message = crate::daemon::panic_message(payload.as_ref());
+                tracing::error!(url = %self.shown, panic = %message, "reading the manifest URL panicked");
+                // read the next response afresh, whatever it is
+                self.last_body = None;
+                let kept = if self.pods.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (the pods of the last good response keep running: {})", self.pods.len())
+                };
+                let problem = Problem {
+                    location: self.shown.clone(),
+                    object: None,
+                    message: format!(
+                        "the manifest URL could not be read (nodelet panicked on it: {message}){kept}"
+                    ),
+                };
+                self.handle.set_problems(vec![problem]);
             }
         }
     }
 
     /// One fetch, parse and report.
     pub(crate) async fn poll_once(&mut self) {
+        #[cfg(test)]
+        if std::mem::take(&mut self.panic_next_poll) {
+            panic!("test hook: panicking on this poll");
+        }
         match self.fetch().await {
             Ok(body) => {
                 if self.last_body.as_ref() != Some(&body) {
@@ -592,6 +624,38 @@ mod tests {
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), task).await.expect("stops").expect("no panic");
         assert!(shared.lock().expect("lock").hits >= 2);
+    }
+
+    #[tokio::test]
+    async fn a_panic_while_polling_is_a_problem_of_the_url_and_the_next_poll_reads_it_again() {
+        let (addr, _shared) = serve(200, &pod_yaml("a", "nginx")).await;
+        let config = PodConfig::new(NODE);
+        let handle = config.add_source("url").expect("url");
+        let settings = UrlSourceConfig {
+            // long enough for the problem to be seen before the next poll clears it
+            check_frequency: Duration::from_millis(400),
+            ..UrlSourceConfig::new(format!("http://{addr}/pods?token=secret"))
+        };
+        let mut source = UrlSource::new(settings, handle).expect("valid");
+        source.panic_next_poll = true;
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(source.run(shutdown.clone()));
+        let problems = config.problems();
+        eventually("the panic reported as a problem", Duration::from_secs(2), || {
+            problems
+                .list()
+                .iter()
+                .any(|p| p.message.contains("nodelet panicked on it: test hook"))
+                .then_some(())
+        })
+        .await;
+        let listed = problems.list();
+        assert!(listed.iter().all(|p| !p.location.contains("secret")), "{listed:?}");
+        let store = config.store();
+        eventually("the next poll", Duration::from_secs(2), || by_name(&store, "a-node-a")).await;
+        assert!(!task.is_finished(), "the source keeps running");
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task).await.expect("stops").expect("no panic");
     }
 
     #[test]
