@@ -492,12 +492,8 @@ fn manifest_numbers_at_every_integer_limit_are_decoded_or_refused_without_panic(
             });
             match result {
                 Err(panic) => {
-                    let message = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                        .unwrap_or_default();
-                    panics.push(format!("{field} = {value}: {message}"));
+                    panics
+                        .push(format!("{field} = {value}: {}", crate::daemon::panic_message(panic.as_ref())));
                 }
                 Ok(parsed) => {
                     for problem in &parsed.problems {

@@ -211,19 +211,9 @@ impl UrlSource {
                 tracing::error!(url = %self.shown, panic = %message, "reading the manifest URL panicked");
                 // read the next response afresh, whatever it is
                 self.last_body = None;
-                let kept = if self.pods.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (the pods of the last good response keep running: {})", self.pods.len())
-                };
-                let problem = Problem {
-                    location: self.shown.clone(),
-                    object: None,
-                    message: format!(
-                        "the manifest URL could not be read (nodelet panicked on it: {message}){kept}"
-                    ),
-                };
-                self.handle.set_problems(vec![problem]);
+                self.report_failure(format!(
+                    "the manifest URL could not be read (nodelet panicked on it: {message})"
+                ));
             }
         }
     }
@@ -254,20 +244,20 @@ impl UrlSource {
                 let pods = self.pods.iter().map(|p| p.pod.clone()).collect();
                 self.handle.report_shared(pods, self.body_problems.clone());
             }
-            Err(message) => {
-                let kept = if self.pods.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (the pods of the last good response keep running: {})", self.pods.len())
-                };
-                let problem = Problem {
-                    location: self.shown.clone(),
-                    object: None,
-                    message: format!("{message}{kept}"),
-                };
-                self.handle.set_problems(vec![problem]);
-            }
+            Err(message) => self.report_failure(message),
         }
+    }
+
+    /// Reports a failed poll as the URL's one problem, saying how many pods of the last good response keep running.
+    fn report_failure(&self, message: String) {
+        let kept = if self.pods.is_empty() {
+            String::new()
+        } else {
+            format!(" (the pods of the last good response keep running: {})", self.pods.len())
+        };
+        let problem =
+            Problem { location: self.shown.clone(), object: None, message: format!("{message}{kept}") };
+        self.handle.set_problems(vec![problem]);
     }
 
     async fn fetch(&self) -> Result<Vec<u8>, String> {
