@@ -72,15 +72,22 @@ CNI_CACHE=/var/lib/cni/results
 BRIDGE=${NODELET_TEST_BRIDGE:-nlcni0}
 CNI_NET=${NODELET_TEST_CNI_NETWORK:-nodelet-test}
 CGROUP_PARENT=${NODELET_TEST_CGROUP_PARENT:-/nodelet-test}
+CTD_BIN_DIR='' RUNC_BIN='' # the containerd and runc of NODELET_TEST_CONTAINERD / NODELET_TEST_RUNC
 if [ -f "$RUN/runtime.conf" ]; then
 	while IFS='=' read -r k v; do
 		case "$k" in
 		BRIDGE) BRIDGE=$v ;;
 		CNI_NET) CNI_NET=$v ;;
 		CGROUP_PARENT) CGROUP_PARENT=$v ;;
+		CTD_BIN_DIR) CTD_BIN_DIR=$v ;;
+		RUNC_BIN) RUNC_BIN=$v ;;
 		esac
 	done <"$RUN/runtime.conf"
 fi
+case "$CTD_BIN_DIR$RUNC_BIN" in *[!A-Za-z0-9/._-]*) die "invalid binary path in $RUN/runtime.conf" ;; esac
+CONTAINERD=containerd CTR=ctr RUNC=runc
+if [ -n "$CTD_BIN_DIR" ]; then CONTAINERD=$CTD_BIN_DIR/containerd CTR=$CTD_BIN_DIR/ctr; fi
+if [ -n "$RUNC_BIN" ]; then RUNC=$RUNC_BIN; fi
 # these decide what gets killed and deleted: refuse anything unexpected
 [[ $BRIDGE =~ ^[A-Za-z0-9_.-]{1,15}$ ]] || die "invalid bridge name '$BRIDGE'"
 [[ $CNI_NET =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] || die "invalid CNI network name '$CNI_NET'"
@@ -104,7 +111,7 @@ if [ -d "$RUN" ]; then
 	flock -w 300 9 || die "timed out waiting for $RUN/lock (runtime-up.sh running?)"
 fi
 
-ctr_() { ctr --address "$SOCK" "$@"; }
+ctr_() { "$CTR" --address "$SOCK" "$@"; }
 
 # ---------------------------------------------------------------- process helpers
 is_ours() { # pid exe config
@@ -207,7 +214,10 @@ if [ -z "$CTD_PID" ] && [ -f "$CTD_CONFIG" ] && [ -n "$TASKS_AT_START$(cri_ids)"
 	log "containerd not running but containers left behind: starting it to clean up"
 	mkdir -p "$(dirname "$CTD_LOG")"
 	rm -f "$SOCK" "$SOCK.ttrpc"
-	setsid containerd --config "$CTD_CONFIG" </dev/null >>"$CTD_LOG" 2>&1 9>&- &
+	ctd_path=$PATH
+	if [ -n "$RUNC_BIN" ]; then ctd_path=$(dirname "$RUNC_BIN"):$ctd_path; fi
+	if [ -n "$CTD_BIN_DIR" ]; then ctd_path=$CTD_BIN_DIR:$ctd_path; fi
+	PATH=$ctd_path setsid "$CONTAINERD" --config "$CTD_CONFIG" </dev/null >>"$CTD_LOG" 2>&1 9>&- &
 	CTD_PID=$!
 	echo "$CTD_PID" >"$RUN/containerd.pid"
 	for ((i = 0; i < 300; i++)); do
@@ -275,7 +285,7 @@ for st in "$RUNC_ROOT"/*/*/state.json /run/containerd/runc/*/*/state.json; do
 	id=$(basename "$(dirname "$st")")
 	root=$(dirname "$(dirname "$st")")
 	log "runc delete --force $id (root $root)"
-	runc --root "$root" delete --force "$id" >/dev/null 2>&1 || warn "runc delete $id failed"
+	"$RUNC" --root "$root" delete --force "$id" >/dev/null 2>&1 || warn "runc delete $id failed"
 done
 for s in $(our_shims); do
 	for c in $(ps -o pid= --ppid "$s" 2>/dev/null || true); do

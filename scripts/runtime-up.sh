@@ -39,6 +39,14 @@
 #                             tests, runtime-down.sh kills and removes everything under it)
 #   (a second instance next to the default one needs its own BASE, REGISTRY, BRIDGE,
 #    CNI_NETWORK and CGROUP_PARENT)
+#   NODELET_TEST_CONTAINERD   the containerd to run: a directory holding containerd, ctr and
+#                             containerd-shim-runc-v2 (in DIR/bin or DIR), e.g. the containerd 2.x of
+#                             ../shared/runtimes unpacked by its install.sh; default: containerd on PATH
+#                             (Debian's 1.6). The config follows its version (`containerd config default`
+#                             prints the newest config version it reads: 2, 3 or 4). A base directory
+#                             belongs to one containerd major version: another one needs its own BASE.
+#   NODELET_TEST_RUNC         the runc binary (or a directory holding runc) containerd's shim runs;
+#                             default: runc on PATH
 #   NODELET_TEST_EXTRA_IMAGES extra test images: space-separated NAME:TAG=/abs/static-binary;
 #                             each becomes localhost/nodelet/NAME:TAG = busybox + the binary in
 #                             /usr/local/bin (entrypoint), imported and pushed as NAME:TAG
@@ -58,6 +66,8 @@ CNI_NET=${NODELET_TEST_CNI_NETWORK:-nodelet-test}
 CGROUP_PARENT=${NODELET_TEST_CGROUP_PARENT:-/nodelet-test}
 EXTRA_IMAGES_SPEC=${NODELET_TEST_EXTRA_IMAGES:-}
 CNI_BIN_DIR=/usr/lib/cni
+CTD_SPEC=${NODELET_TEST_CONTAINERD:-}
+RUNC_SPEC=${NODELET_TEST_RUNC:-}
 
 RUN=$BASE/run
 SOCK=$RUN/containerd.sock
@@ -90,10 +100,45 @@ die() {
 }
 
 # ---------------------------------------------------------------- arguments, validation
+# The containerd binaries: CTD_BIN_DIR (empty: PATH), CONTAINERD, CTR; RUNC_BIN (empty: PATH)
+CTD_BIN_DIR=
+if [ -n "$CTD_SPEC" ]; then
+	for d in "$CTD_SPEC/bin" "$CTD_SPEC"; do
+		if [ -x "$d/containerd" ]; then
+			CTD_BIN_DIR=$(realpath -- "$d")
+			break
+		fi
+	done
+	[ -n "$CTD_BIN_DIR" ] || die "NODELET_TEST_CONTAINERD=$CTD_SPEC holds no containerd (looked in DIR/bin and DIR)"
+	for b in ctr containerd-shim-runc-v2; do
+		[ -x "$CTD_BIN_DIR/$b" ] || die "NODELET_TEST_CONTAINERD: $CTD_BIN_DIR/$b missing"
+	done
+fi
+RUNC_BIN=
+if [ -n "$RUNC_SPEC" ]; then
+	if [ -d "$RUNC_SPEC" ]; then RUNC_SPEC=$RUNC_SPEC/runc; fi
+	[ -x "$RUNC_SPEC" ] || die "NODELET_TEST_RUNC=$RUNC_SPEC is not an executable runc"
+	RUNC_BIN=$(realpath -- "$RUNC_SPEC")
+fi
+ctd_exe() { if [ -n "$CTD_BIN_DIR" ]; then echo "$CTD_BIN_DIR/$1"; else echo "$1"; fi; }
+CONTAINERD=$(ctd_exe containerd)
+CTR=$(ctd_exe ctr)
+# "containerd github.com/containerd/containerd/v2 v2.3.4 <commit>" -> 2.3.4
+containerd_version() { "$CONTAINERD" --version 2>/dev/null | awk '{sub(/^v/, "", $3); sub(/[~+-].*/, "", $3); print $3}'; }
+# the newest config version this containerd reads (1.6/1.7: 2, 2.0/2.1: 3, 2.2+: 4)
+config_version() {
+	local v
+	v=$("$CONTAINERD" config default 2>/dev/null | awk -F' *= *' '$1 == "version" {print $2; exit}')
+	case "$v" in 2 | 3 | 4) echo "$v" ;; *) echo 2 ;; esac
+}
+
 print_config() {
+	local runc_opt=()
+	if [ -n "$RUNC_BIN" ]; then runc_opt=(--runc-binary "$RUNC_BIN"); fi
 	"$SCRIPT_DIR/containerd-config.sh" "$CTD_DIR" "$SOCK" \
 		--runc-root "$RUNC_ROOT" --cni-conf-dir "$CNI_CONF_DIR" --cni-bin-dir "$CNI_BIN_DIR" \
-		--certs-dir "$CERTS_D" --sandbox-image "$PAUSE_IMAGE"
+		--certs-dir "$CERTS_D" --sandbox-image "$PAUSE_IMAGE" \
+		--config-version "$(config_version)" "${runc_opt[@]}"
 }
 IMAGES_ONLY=0
 case "${1:-}" in
@@ -147,12 +192,22 @@ PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
 if [ "$IMAGES_ONLY" = 1 ]; then
 	NEEDED=(skopeo umoci gcc jq flock sha256sum)
 else
-	NEEDED=(containerd containerd-shim-runc-v2 ctr runc skopeo umoci docker-registry gcc jq curl
+	NEEDED=(skopeo umoci docker-registry gcc jq curl
 		setsid flock iptables ip sha256sum)
 fi
 for b in "${NEEDED[@]}"; do
 	command -v "$b" >/dev/null || die "$b not found: run $SCRIPT_DIR/install-deps.sh first"
 done
+if [ "$IMAGES_ONLY" = 0 ]; then
+	for b in containerd containerd-shim-runc-v2 ctr; do
+		command -v "$(ctd_exe "$b")" >/dev/null || die "$b not found: run $SCRIPT_DIR/install-deps.sh first"
+	done
+	if [ -z "$RUNC_BIN" ]; then
+		command -v runc >/dev/null || die "runc not found: run $SCRIPT_DIR/install-deps.sh first"
+	fi
+	CTD_VERSION=$(containerd_version)
+	[ -n "$CTD_VERSION" ] || die "cannot read the version of $CONTAINERD"
+fi
 if [ "$IMAGES_ONLY" = 0 ]; then
 	for b in bridge host-local loopback portmap; do
 		[ -x "$CNI_BIN_DIR/$b" ] || die "CNI plugin $CNI_BIN_DIR/$b missing: run $SCRIPT_DIR/install-deps.sh first"
@@ -175,8 +230,8 @@ else
 	flock -w 300 9 || die "timed out waiting for $RUN/lock"
 fi
 
-ctr_() { ctr --address "$SOCK" "$@"; }
-ctrk() { ctr --address "$SOCK" -n k8s.io "$@"; }
+ctr_() { "$CTR" --address "$SOCK" "$@"; }
+ctrk() { "$CTR" --address "$SOCK" -n k8s.io "$@"; }
 
 # write_file PATH < content: replace PATH only when the content differs; status 0 if changed
 write_file() {
@@ -269,6 +324,8 @@ BRIDGE=$BRIDGE
 CNI_NET=$CNI_NET
 REG_ADDR=$REG_ADDR
 CGROUP_PARENT=$CGROUP_PARENT
+CTD_BIN_DIR=$CTD_BIN_DIR
+RUNC_BIN=$RUNC_BIN
 EOF
 fi
 
@@ -499,6 +556,14 @@ nameserver 127.0.0.1
 EOF
 
 # ---------------------------------------------------------------- containerd
+# containerd 2.x migrates a 1.x metadata store for good: one base directory, one major version
+if [ -f "$RUN/containerd.version" ]; then
+	had=$(cat "$RUN/containerd.version")
+	if [ "${had%%.*}" != "${CTD_VERSION%%.*}" ]; then
+		die "$BASE was set up with containerd $had; containerd $CTD_VERSION needs its own NODELET_TEST_BASE (or run scripts/runtime-down.sh and remove $BASE first)"
+	fi
+fi
+echo "$CTD_VERSION" >"$RUN/containerd.version"
 ctd_config=$(print_config) || die "containerd-config.sh failed"
 if write_file "$CTD_CONFIG" <<<"$ctd_config"; then log "wrote containerd config $CTD_CONFIG"; fi
 
@@ -520,7 +585,11 @@ fi
 if [ -z "$CTD_PID" ]; then
 	rm -f "$SOCK" "$SOCK.ttrpc"
 	log "starting containerd (log $CTD_LOG)"
-	start_bg "$RUN/containerd.pid" "$CTD_LOG" containerd --config "$CTD_CONFIG"
+	# the shim (next to containerd) is found on containerd's PATH, and runc on the shim's
+	ctd_path=$PATH
+	if [ -n "$RUNC_BIN" ]; then ctd_path=$(dirname "$RUNC_BIN"):$ctd_path; fi
+	if [ -n "$CTD_BIN_DIR" ]; then ctd_path=$CTD_BIN_DIR:$ctd_path; fi
+	start_bg "$RUN/containerd.pid" "$CTD_LOG" env PATH="$ctd_path" "$CONTAINERD" --config "$CTD_CONFIG"
 	echo "$CFG_SUM" >"$RUN/containerd.config.sha256"
 	CTD_PID=$(cat "$RUN/containerd.pid")
 fi
@@ -537,9 +606,10 @@ for ((i = 0; i < 300; i++)); do
 	sleep 0.1
 done
 [ "$ready" = 1 ] || die "containerd socket $SOCK not ready after 30s (log $CTD_LOG)"
+# the CRI service is plugin io.containerd.grpc.v1 cri in 1.x and 2.x
 cri_status=$(ctr_ plugins ls 2>/dev/null | awk '$1 == "io.containerd.grpc.v1" && $2 == "cri" {print $NF}')
 [ "$cri_status" = ok ] || die "containerd CRI plugin status '${cri_status:-absent}' (see $CTD_LOG)"
-log "containerd ready: $SOCK (pid $CTD_PID)"
+log "containerd $CTD_VERSION ready: $SOCK (pid $CTD_PID)"
 
 # ---------------------------------------------------------------- import into k8s.io
 for i in "${IMAGES[@]}"; do
@@ -625,6 +695,8 @@ export NODELET_TEST_CRI_ENDPOINT="unix://$SOCK"
 export NODELET_TEST_CONTAINERD_SOCK="$SOCK"
 export NODELET_TEST_CONTAINERD_LOG="$CTD_LOG"
 export NODELET_TEST_CONTAINERD_CONFIG="$CTD_CONFIG"
+export NODELET_TEST_CONTAINERD_VERSION="$CTD_VERSION"
+export NODELET_TEST_CTR="$(command -v "$CTR")"
 export NODELET_TEST_PAUSE_IMAGE="$PAUSE_IMAGE"
 export NODELET_TEST_BUSYBOX_IMAGE="$BUSYBOX_IMAGE"
 export NODELET_TEST_REGISTRY="$REG_ADDR"
