@@ -51,6 +51,9 @@ struct TestEnv {
     resolv_conf: PathBuf,
     cgroup_parent: Option<String>,
     busybox2: Option<String>,
+    /// The pods' files (their `/etc/hosts`, termination messages) go under the test runtime's base, never
+    /// under the host's `/var/lib/nodelet`.
+    root_dir: PathBuf,
 }
 
 fn test_env(test: &str) -> Option<TestEnv> {
@@ -74,6 +77,7 @@ fn test_env(test: &str) -> Option<TestEnv> {
         resolv_conf: PathBuf::from(required("NODELET_TEST_RESOLV_CONF")),
         cgroup_parent: var("NODELET_TEST_CGROUP_PARENT"),
         busybox2: var("NODELET_TEST_REGISTRY_BUSYBOX2"),
+        root_dir: PathBuf::from(required("NODELET_TEST_BASE")).join("cri-pod-runtime"),
     })
 }
 
@@ -94,6 +98,7 @@ fn client_config(env: &TestEnv) -> CriConfig {
 
 fn runtime_config(env: &TestEnv) -> CriPodRuntimeConfig {
     CriPodRuntimeConfig::default()
+        .with_root_dir(env.root_dir.clone())
         .with_pod_log_root(env.log_dir.clone())
         .with_cgroup_root(env.cgroup_parent.clone())
         .with_resolv_conf(Some(env.resolv_conf.clone()))
