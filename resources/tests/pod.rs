@@ -122,6 +122,10 @@ fn node() -> Node {
     node_with(Arc::new(FakeRuntime::new(clock.clone())), clock)
 }
 
+fn clock_now(n: &Node) -> i64 {
+    (n.clock)()
+}
+
 impl Node {
     /// Runs a verdict populator deciding with `admission`, writing `writer`.
     fn admit_with(&self, admission: Admission, writer: Writer<PodUid, Verdict>) {
@@ -327,6 +331,30 @@ async fn a_crashing_container_should_restart_with_the_kubelets_backoff_sequence(
     assert!(n.restart_count("u1", "c") >= 8);
     // Old attempts are removed: the newest and the one before it are kept.
     assert!(n.runtime.container_count("u1") <= 2, "{}", n.runtime.container_count("u1"));
+}
+
+/// e2e "Pods should have their auto-restart back-off timer reset on image update": the kubelet keys its
+/// back-off by the container's spec hash, so a new image neither waits for the old one's back-off nor
+/// inherits its delays; the restart count goes on.
+#[tokio::test(start_paused = true)]
+async fn a_new_image_should_restart_at_once_and_start_the_backoff_afresh() {
+    let mut n = node();
+    n.add(pod("u1", CRASH));
+    // Deep in the back-off: the 6th start came 80 s after the 5th; the next waits 160 s.
+    assert!(eventually(LONG, || n.starts("u1/c").len() >= 6).await);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before = n.starts("u1/c").len();
+    let updated_at = clock_now(&n);
+    n.add(pod("u1", &CRASH.replace("fake/exit:1", "fake/exit:2")));
+    assert!(eventually(LONG, || n.starts("u1/c").len() >= before + 4).await);
+    let starts = n.starts("u1/c");
+    let after = &starts[before..];
+    assert!(after[0] - updated_at < 2_000_000_000, "the new image waited {} ns", after[0] - updated_at);
+    let gaps: Vec<u64> =
+        after.windows(2).map(|w| u64::try_from(w[1] - w[0]).unwrap_or(0) / 1_000_000_000).collect();
+    // The new spec's first exit restarts at once, then 10 s doubling, as for a new container.
+    assert_eq!(gaps[..3], [0, 10, 20], "{gaps:?}");
+    assert!(n.restart_count("u1", "c") >= 8, "the restart count goes on");
 }
 
 #[tokio::test(start_paused = true)]

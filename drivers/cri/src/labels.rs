@@ -53,6 +53,10 @@ pub const CONTAINER_KIND_INIT: &str = "init";
 pub const CONTAINER_KIND_APP: &str = "app";
 /// Value of [`CONTAINER_KIND`] for ephemeral containers.
 pub const CONTAINER_KIND_EPHEMERAL: &str = "ephemeral";
+/// Annotation (nodelet's): the restart count at which the container's spec (its hash without `resources`)
+/// first ran; the crash-loop back-off counts the restarts since then, as the kubelet keys its back-off by
+/// the spec's hash (containers only).
+pub const CONTAINER_BACKOFF_SINCE: &str = "io.nodelet.container.backoffSince";
 /// Annotation (nodelet's): on a sidecar (an init container with `restartPolicy: Always`), its index
 /// among the init containers (they are stopped after the app containers, the last one first).
 pub const CONTAINER_SIDECAR_INDEX: &str = "io.nodelet.container.sidecarIndex";
@@ -155,6 +159,12 @@ pub fn is_managed(labels: &(impl Lookup + ?Sized)) -> bool {
 /// Parses [`CONTAINER_RESTART_COUNT`]; `None` if absent or malformed.
 pub fn restart_count(annotations: &(impl Lookup + ?Sized)) -> Option<u32> {
     annotations.value(CONTAINER_RESTART_COUNT)?.parse().ok()
+}
+
+/// Parses [`CONTAINER_BACKOFF_SINCE`]; `None` if absent (a container created before nodelet recorded it)
+/// or malformed.
+pub fn backoff_since(annotations: &(impl Lookup + ?Sized)) -> Option<u32> {
+    annotations.value(CONTAINER_BACKOFF_SINCE)?.parse().ok()
 }
 
 /// Parses [`CONTAINER_SIDECAR_INDEX`]; `None` if absent (not a sidecar) or malformed.

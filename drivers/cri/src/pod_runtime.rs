@@ -1085,6 +1085,7 @@ impl CriPodRuntime {
                 id: c.id.as_str().to_owned(),
                 sandbox_id: c.pod_sandbox_id.as_str().to_owned(),
                 restart_count,
+                backoff_since: labels::backoff_since(&c.annotations),
                 spec_hash: c.annotations.value(labels::CONTAINER_HASH).map(str::to_owned),
                 spec_hash_without_resources: c
                     .annotations
@@ -1230,6 +1231,7 @@ impl CriPodRuntime {
         container: &Container,
         kind: ContainerKind,
         restart_count: u32,
+        backoff_since: u32,
         volumes: &PodVolumes,
         cancel: &CancellationToken,
     ) -> RuntimeResult<String> {
@@ -1280,6 +1282,7 @@ impl CriPodRuntime {
         let inputs = ContainerInputs {
             kind,
             restart_count,
+            backoff_since,
             image: &image,
             pod_ips: &facts.ips,
             volumes,
@@ -1514,10 +1517,11 @@ impl PodRuntime for CriPodRuntime {
         container: &Container,
         kind: ContainerKind,
         restart_count: u32,
+        backoff_since: u32,
         volumes: &PodVolumes,
         cancel: &CancellationToken,
     ) -> RuntimeResult<String> {
-        self.start(pod, sandbox_id, container, kind, restart_count, volumes, cancel).await.inspect_err(|e| {
+        self.start(pod, sandbox_id, container, kind, restart_count, backoff_since, volumes, cancel).await.inspect_err(|e| {
             let (pod, container) = (pod.uid(), &container.name);
             tracing::debug!(pod, container, reason = e.reason, error = %e.message, "container start failed");
         })

@@ -413,6 +413,8 @@ pub(crate) struct ContainerInputs<'a> {
     pub(crate) kind: ContainerKind,
     /// Restart count, the CRI attempt number.
     pub(crate) restart_count: u32,
+    /// The restart count this spec of the container first ran at ([`labels::CONTAINER_BACKOFF_SINCE`]).
+    pub(crate) backoff_since: u32,
     /// The image as the runtime has it (its ID is what the container is created from).
     pub(crate) image: &'a v1::Image,
     /// The pod's IPs (empty when not known), for `status.podIP(s)`.
@@ -1059,6 +1061,7 @@ pub(crate) fn container_config(
         (labels::CONTAINER_HASH.to_owned(), container_hash(container)),
         (labels::CONTAINER_HASH_WITHOUT_RESOURCES.to_owned(), container_hash_without_resources(container)),
         (labels::CONTAINER_RESTART_COUNT.to_owned(), inputs.restart_count.to_string()),
+        (labels::CONTAINER_BACKOFF_SINCE.to_owned(), inputs.backoff_since.to_string()),
         (
             labels::CONTAINER_TERMINATION_MESSAGE_PATH.to_owned(),
             container
@@ -1189,6 +1192,7 @@ mod tests {
         ContainerInputs {
             kind: ContainerKind::App,
             restart_count: 2,
+            backoff_since: 0,
             image,
             pod_ips: ips,
             volumes: &NO_VOLUMES,
@@ -1357,6 +1361,7 @@ mod tests {
         let inputs = ContainerInputs {
             kind: ContainerKind::Ephemeral,
             restart_count: 0,
+            backoff_since: 0,
             pid_target: Some("target-id"),
             ..inputs(&img, &[])
         };

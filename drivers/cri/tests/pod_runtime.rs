@@ -306,7 +306,7 @@ async fn start(
     n: u32,
 ) -> String {
     let never = nodelet_resources::pod::driver::CancellationToken::new();
-    match rt.start_container(pod, sandbox, c, kind, n, &Default::default(), &never).await {
+    match rt.start_container(pod, sandbox, c, kind, n, 0, &Default::default(), &never).await {
         Ok(id) => id,
         Err(e) => panic!("start_container {}: {e}", c.name),
     }
@@ -710,6 +710,7 @@ async fn start_failures_have_kubelet_reasons() {
             &root,
             ContainerKind::App,
             0,
+            0,
             &Default::default(),
             &Default::default(),
         )
@@ -729,6 +730,7 @@ async fn start_failures_have_kubelet_reasons() {
             &never,
             ContainerKind::App,
             0,
+            0,
             &Default::default(),
             &Default::default(),
         )
@@ -744,6 +746,7 @@ async fn start_failures_have_kubelet_reasons() {
             &invalid,
             ContainerKind::App,
             0,
+            0,
             &Default::default(),
             &Default::default(),
         )
@@ -758,6 +761,7 @@ async fn start_failures_have_kubelet_reasons() {
             &missing,
             ContainerKind::App,
             0,
+            0,
             &Default::default(),
             &Default::default(),
         )
@@ -771,6 +775,7 @@ async fn start_failures_have_kubelet_reasons() {
             &sandbox_id,
             &env_ref,
             ContainerKind::App,
+            0,
             0,
             &Default::default(),
             &Default::default(),

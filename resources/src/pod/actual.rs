@@ -74,6 +74,11 @@ pub struct ContainerRecord {
     pub sandbox_id: String,
     /// Its restart count (the attempt number), from its annotation.
     pub restart_count: u32,
+    /// The restart count at which its spec (hash without `resources`) was first run, from its annotation
+    /// (`None` on containers created before nodelet recorded it: counted from 0). The crash-loop back-off
+    /// counts the restarts since then, as the kubelet keys its back-off by the container's spec hash: a new
+    /// image starts the back-off afresh.
+    pub backoff_since: Option<u32>,
     /// Hash of the container spec it was created from, from its annotation.
     pub spec_hash: Option<String>,
     /// The same without `resources` (containers created by nodelet ≥ 0.1 with resize support).

@@ -68,8 +68,9 @@ pub type RuntimeResult<T> = Result<T, RuntimeError>;
 pub trait PodRuntime: Send + Sync + 'static {
     /// Makes sure the container's image is present as its `imagePullPolicy` says, then creates
     /// and starts the container in the sandbox and runs its `postStart` hook; returns the
-    /// container ID. The container is labelled and annotated with its restart count and spec
-    /// hash. Its `volumeMounts` refer to `volumes`, which are set up.
+    /// container ID. The container is labelled and annotated with its restart count, the restart
+    /// count its spec first ran at (`backoff_since`, read back as
+    /// [`ContainerRecord::backoff_since`]) and its spec hash. Its `volumeMounts` refer to `volumes`, which are set up.
     ///
     /// `cancel` fires when the pod is being terminated (deleted, evicted, …: see
     /// [`PodOp::given_up_for`](reconcile_engine::Operation::given_up_for)), never for a plan
@@ -84,6 +85,7 @@ pub trait PodRuntime: Send + Sync + 'static {
         container: &Container,
         kind: ContainerKind,
         restart_count: u32,
+        backoff_since: u32,
         volumes: &PodVolumes,
         cancel: &CancellationToken,
     ) -> impl Future<Output = RuntimeResult<String>> + Send;
@@ -218,13 +220,15 @@ impl<R: PodRuntime> PodDriver<R> {
         op: &PodOp,
         cancel: &CancellationToken,
     ) -> Outcome<PodActual, RuntimeError> {
-        let PodOp::StartContainer { pod, sandbox_id, name, kind, restart_count, volumes } = op else {
+        let PodOp::StartContainer { pod, sandbox_id, name, kind, restart_count, backoff_since, volumes } = op
+        else {
             return Outcome::Failed(RuntimeError::new(
                 "CreateContainerError",
                 format!("not a container start: {op:?}"),
             ));
         };
-        let (kind, restart_count, name) = (*kind, *restart_count, name.as_str());
+        let (kind, restart_count, backoff_since, name) =
+            (*kind, *restart_count, *backoff_since, name.as_str());
         let ephemeral;
         let containers = match kind {
             ContainerKind::Init => pod.init_containers(),
@@ -244,7 +248,7 @@ impl<R: PodRuntime> PodDriver<R> {
         self.metrics.started_containers.with_label_values(&[container_type]).inc();
         if let Err(e) = self
             .runtime
-            .start_container(pod, sandbox_id, container, kind, restart_count, volumes, cancel)
+            .start_container(pod, sandbox_id, container, kind, restart_count, backoff_since, volumes, cancel)
             .await
         {
             self.metrics.started_containers_errors.with_label_values(&[container_type, e.reason]).inc();

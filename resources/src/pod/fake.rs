@@ -290,10 +290,14 @@ impl PodRuntime for FakeRuntime {
         container: &Container,
         kind: ContainerKind,
         restart_count: u32,
+        backoff_since: u32,
         volumes: &crate::volume::status::PodVolumes,
         cancel: &super::driver::CancellationToken,
     ) -> RuntimeResult<String> {
         let id = self.create_container(pod, sandbox_id, container, kind, restart_count, volumes)?;
+        if let Some(c) = self.lock().containers.iter_mut().find(|c| c.record.id == id) {
+            c.record.backoff_since = Some(backoff_since);
+        }
         // How long its postStart hook takes (`None`: it never returns).
         let hook = match container.image.as_deref() {
             Some("fake/hang-post-start") => Some(None),

@@ -33,6 +33,9 @@ pub enum PodOp {
         kind: ContainerKind,
         /// Its restart count (0 for the first run).
         restart_count: u32,
+        /// The restart count at which this spec of the container first ran (the crash-loop back-off counts
+        /// from there: [`ContainerRecord::backoff_since`](crate::pod::actual::ContainerRecord::backoff_since)).
+        backoff_since: u32,
         /// The pod's volumes, set up (what the container's `volumeMounts` refer to).
         volumes: Arc<PodVolumes>,
     },

@@ -32,6 +32,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Container;
 use reconcile_engine::{Inputs, Plan, Reconciler, Store, Update, View};
 
 use super::actual::{ContainerRecord, ContainerState, PodActual};
@@ -67,15 +68,18 @@ impl Default for CrashLoopBackOff {
 }
 
 impl CrashLoopBackOff {
-    /// How long a container that exited must wait before it starts again.
+    /// How long a container that exited must wait before it starts again: nothing after its spec's first
+    /// run, then `initial` doubling up to `max` with each restart of the same spec (the kubelet keys its
+    /// back-off by the container's spec hash, so a changed image starts afresh).
     pub fn delay(&self, exited: &ContainerRecord) -> Duration {
         let ran = Duration::from_nanos(
             u64::try_from(exited.finished_at.saturating_sub(exited.started_at)).unwrap_or(0),
         );
-        if exited.restart_count == 0 || (exited.started_at > 0 && ran >= self.reset_after) {
+        let restarts = exited.restart_count.saturating_sub(exited.backoff_since.unwrap_or(0));
+        if restarts == 0 || (exited.started_at > 0 && ran >= self.reset_after) {
             return Duration::ZERO;
         }
-        let exp = (exited.restart_count - 1).min(20);
+        let exp = (restarts - 1).min(20);
         self.initial.saturating_mul(1 << exp).min(self.max)
     }
 }
@@ -224,7 +228,8 @@ pub(crate) enum Progress {
 
 /// What the reconciler decides for one container.
 enum Step {
-    Start(u32),
+    /// Start an attempt: its restart count and the restart count its spec first ran at.
+    Start(u32, u32),
     Wait(Duration),
     Done,
     Running,
@@ -242,13 +247,40 @@ impl PodReconciler {
             .unwrap_or(0)
     }
 
+    /// Whether `record` was created from `container`'s spec as it is now: its hash without `resources`
+    /// (resources are resized in place), or its full hash on a container that lacks that one; a record
+    /// without either counts as the same.
+    fn same_spec(record: &ContainerRecord, container: &Container) -> bool {
+        match record.spec_hash_without_resources.as_deref() {
+            Some(h) => h == container_hash_without_resources(container),
+            None => record.spec_hash.as_deref().is_none_or(|h| h == container_hash(container)),
+        }
+    }
+
+    /// The attempt after `newest` (the container's newest record, if any) at restart count `restart_count`:
+    /// the crash-loop back-off goes on counting from where `newest`'s spec first ran when the spec is the
+    /// same, and starts afresh at this attempt when it changed (the kubelet keys its back-off by the
+    /// container's spec hash: a new image is not held back by the old one's crashes).
+    fn attempt(newest: Option<&ContainerRecord>, container: &Container, restart_count: u32) -> Step {
+        let since = match newest {
+            Some(prev) if Self::same_spec(prev, container) => {
+                prev.backoff_since.unwrap_or(0).min(restart_count)
+            }
+            _ => restart_count,
+        };
+        Step::Start(restart_count, since)
+    }
+
     /// For a container that should run (or have run), what to do now.
-    fn step(&self, actual: &PodActual, name: &str, restarts: impl Fn(i32) -> bool) -> Step {
+    fn step(&self, actual: &PodActual, container: &Container, restarts: impl Fn(i32) -> bool) -> Step {
+        let name = container.name.as_str();
         let sandbox = actual.sandbox().map(|s| s.id.as_str()).unwrap_or_default();
         let newest = actual.container(name);
         match newest {
             // Everything starts afresh in a new sandbox (restart counts go on).
-            Some(c) if c.sandbox_id != sandbox => Step::Start(Self::next_restart(actual, name)),
+            Some(c) if c.sandbox_id != sandbox => {
+                Self::attempt(newest, container, Self::next_restart(actual, name))
+            }
             Some(c) if c.state == ContainerState::Running => Step::Running,
             Some(c) if c.state == ContainerState::Exited => {
                 if !restarts(c.exit_code) {
@@ -257,15 +289,17 @@ impl PodReconciler {
                 let since = Duration::from_nanos(
                     u64::try_from((self.clock)().saturating_sub(c.finished_at)).unwrap_or(0),
                 );
-                let delay = self.backoff.delay(c);
+                // A changed spec restarts at once, as the first exit of a new one does.
+                let delay =
+                    if Self::same_spec(c, container) { self.backoff.delay(c) } else { Duration::ZERO };
                 if since >= delay {
-                    Step::Start(c.restart_count.saturating_add(1))
+                    Self::attempt(newest, container, c.restart_count.saturating_add(1))
                 } else {
                     Step::Wait(delay - since)
                 }
             }
             // Missing, only in an older sandbox, or stuck in Created/Unknown: start a new attempt.
-            _ => Step::Start(Self::next_restart(actual, name)),
+            _ => Self::attempt(newest, container, Self::next_restart(actual, name)),
         }
     }
 
@@ -324,7 +358,7 @@ impl PodReconciler {
         actual: &PodActual,
         name: &str,
         kind: ContainerKind,
-        restart_count: u32,
+        (restart_count, backoff_since): (u32, u32),
     ) -> Plan<PodOp> {
         let VolumeReadiness::Ready(volumes) = self.volumes(inputs, pod) else {
             // Woken when the volumes change.
@@ -336,6 +370,7 @@ impl PodReconciler {
             name: name.to_owned(),
             kind,
             restart_count,
+            backoff_since,
             volumes,
         })
     }
@@ -384,15 +419,15 @@ impl PodReconciler {
     ) -> Result<Option<Duration>, Plan<PodOp>> {
         let mut wait: Option<Duration> = None;
         for (_, sidecar) in pod.sidecars().take_while(|(i, _)| *i < upto) {
-            match self.step(actual, &sidecar.name, |_| true) {
-                Step::Start(restart_count) => {
+            match self.step(actual, sidecar, |_| true) {
+                Step::Start(restart_count, since) => {
                     return Err(self.start_op(
                         inputs,
                         pod,
                         actual,
                         &sidecar.name,
                         ContainerKind::Init,
-                        restart_count,
+                        (restart_count, since),
                     ));
                 }
                 Step::Wait(d) => wait = Some(wait.map_or(d, |w| w.min(d))),
@@ -424,7 +459,7 @@ impl PodReconciler {
         {
             return None;
         }
-        match self.start_op(inputs, pod, actual, &missing.name, ContainerKind::Ephemeral, 0) {
+        match self.start_op(inputs, pod, actual, &missing.name, ContainerKind::Ephemeral, (0, 0)) {
             start @ Plan::Run(_) => Some(start),
             _ => None,
         }
@@ -484,10 +519,15 @@ impl PodReconciler {
                 };
                 let init = &pod.init_containers()[i];
                 let restarts = |code: i32| is_sidecar(init) || (code != 0 && policy != RestartPolicy::Never);
-                match self.step(actual, &init.name, restarts) {
-                    Step::Start(restart_count) => {
-                        self.start_op(inputs, pod, actual, &init.name, ContainerKind::Init, restart_count)
-                    }
+                match self.step(actual, init, restarts) {
+                    Step::Start(restart_count, since) => self.start_op(
+                        inputs,
+                        pod,
+                        actual,
+                        &init.name,
+                        ContainerKind::Init,
+                        (restart_count, since),
+                    ),
                     Step::Wait(d) => Plan::RecheckAfter(earlier.map_or(d, |w| w.min(d))),
                     Step::Running | Step::Done => earlier.map_or(Plan::Idle, Plan::RecheckAfter),
                 }
@@ -500,11 +540,7 @@ impl PodReconciler {
                     .filter_map(|c| {
                         let r = actual.container(&c.name)?;
                         // Resources are left out where the container has that hash: they are resized in place.
-                        let stale = r.state == ContainerState::Running
-                            && match r.spec_hash_without_resources.as_deref() {
-                                Some(h) => h != container_hash_without_resources(c),
-                                None => r.spec_hash.as_deref().is_some_and(|h| h != container_hash(c)),
-                            };
+                        let stale = r.state == ContainerState::Running && !Self::same_spec(r, c);
                         stale.then(|| r.id.clone())
                     })
                     .collect();
@@ -524,15 +560,15 @@ impl PodReconciler {
                     wait = Some(wait.map_or(d, |w| w.min(d)));
                 }
                 for c in pod.containers() {
-                    match self.step(actual, &c.name, |code| policy.restarts(code)) {
-                        Step::Start(restart_count) => {
+                    match self.step(actual, c, |code| policy.restarts(code)) {
+                        Step::Start(restart_count, since) => {
                             return self.start_op(
                                 inputs,
                                 pod,
                                 actual,
                                 &c.name,
                                 ContainerKind::App,
-                                restart_count,
+                                (restart_count, since),
                             );
                         }
                         Step::Wait(d) => wait = Some(wait.map_or(d, |w| w.min(d))),
