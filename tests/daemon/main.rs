@@ -20,6 +20,7 @@
 
 mod api;
 mod certificates;
+mod checkpoint;
 mod cli_kubectl;
 mod cli_streaming;
 mod cluster;
