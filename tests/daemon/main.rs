@@ -46,4 +46,5 @@ mod scale;
 mod sources;
 mod stats;
 mod support;
+mod userns;
 mod volumes;
