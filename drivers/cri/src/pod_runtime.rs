@@ -712,6 +712,20 @@ impl CriPodRuntime {
         !matches!(allocator.get(uid), Ok(None))
     }
 
+    /// Frees the user namespace range of the pod `uid`, which has no sandbox left. The sandbox pair
+    /// removes a desired pod's sandboxes only beyond its newest one, and all of them once the pod is gone,
+    /// so a pod whose sandbox is replaced keeps its range.
+    pub(crate) async fn release_userns(&self, uid: &str) {
+        if !self.userns_in_use(Some(uid)) {
+            return;
+        }
+        let allocator = self.userns();
+        let owned = uid.to_owned();
+        if let Err(e) = tokio::task::spawn_blocking(move || allocator.release(&owned)).await {
+            tracing::warn!(pod = %uid, error = %e, "the user namespace release task failed");
+        }
+    }
+
     /// The CRI client.
     pub fn client(&self) -> &CriClient {
         &self.inner.client
@@ -1536,6 +1550,21 @@ impl CriPodRuntime {
 
 impl PodRuntime for CriPodRuntime {
     async fn remove_pod_leftovers(&self, namespace: &str, name: &str, uid: &str) -> RuntimeResult<()> {
+        // The pod is gone: its user namespace range goes now if it has no sandbox left (else with the
+        // last one, in `remove_sandbox`).
+        if self.userns_in_use(Some(uid)) {
+            let known = self.caches().index.objects(uid).map(|o| o.sandboxes.len());
+            let left = match known {
+                Some(n) => Ok(n),
+                None => {
+                    let mine = SandboxFilter::managed().label(labels::POD_UID, uid.to_owned());
+                    self.inner.client.list_sandbox_items(&mine).await.map(|left| left.len())
+                }
+            };
+            if matches!(left, Ok(0)) {
+                self.release_userns(uid).await;
+            }
+        }
         // The termination message files and the hosts file (and the pod directory, when nothing
         // else is left in it).
         if !uid.is_empty() && !uid.contains('/') && uid != "." && uid != ".." {

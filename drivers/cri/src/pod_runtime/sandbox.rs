@@ -170,8 +170,9 @@ impl SandboxRuntime for CriPodRuntime {
             caches.index.remove(sandbox_id);
             uid.as_deref().and_then(|uid| caches.index.objects(uid))
         };
-        // The runtime leaves the pod cgroup behind, and the pod's user namespace range is still
-        // recorded: both go once the pod has no sandbox left.
+        // The runtime leaves the pod cgroup behind, and the pod's user namespace range is still recorded:
+        // both go once the pod has no sandbox left (the sandbox pair removes the last one only once the pod
+        // is gone; a replaced sandbox goes after its successor is made).
         let userns = self.userns_in_use(uid.as_deref());
         if let Some(uid) = uid
             && (self.pod_cgroup(&uid).is_some() || userns)
@@ -190,11 +191,7 @@ impl SandboxRuntime for CriPodRuntime {
                         tracing::debug!(pod = %uid, removed, "removed pod cgroups");
                     }
                     if userns {
-                        let allocator = self.userns();
-                        let owned = uid.clone();
-                        if let Err(e) = tokio::task::spawn_blocking(move || allocator.release(&owned)).await {
-                            tracing::warn!(pod = %uid, error = %e, "the user namespace release task failed");
-                        }
+                        self.release_userns(&uid).await;
                     }
                 }
                 Ok(_) => {}
