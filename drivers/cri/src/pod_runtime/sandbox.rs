@@ -120,6 +120,15 @@ impl SandboxRuntime for CriPodRuntime {
                 if limited {
                     self.remove_pod_cgroups(pod.uid()).await;
                 }
+                // A range given for a sandbox that was not made goes again when the pod has no sandbox
+                // at all (a pod removed before it ever got one keeps none); the next attempt gets the
+                // first free one. An answer that may hide a sandbox (a timeout, no connection) keeps it.
+                if userns.is_some() && !e.is_timeout() && !e.is_unavailable() {
+                    let mine = SandboxFilter::managed().label(labels::POD_UID, pod.uid().to_owned());
+                    if let Ok(0) = self.inner.client.list_sandbox_items(&mine).await.map(|l| l.len()) {
+                        self.release_userns(pod.uid()).await;
+                    }
+                }
                 let e = cri_error(
                     "CreatePodSandboxError",
                     format!("pod {}/{}: RunPodSandbox", pod.namespace(), pod.name()),
