@@ -23,11 +23,12 @@ PKGS=(
 	lintian            # the Debian package's check (scripts/package-test.sh)
 	util-linux e2fsprogs lvm2
 	make bzip2 xz-utils netcat-openbsd openssl # scripts/e2e-images.sh and scripts/conformance.sh
+	criu # containerd 2.x's CRI CheckpointContainer (tests/daemon/checkpoint.rs; `criu check` decides what it expects)
 )
 # commands that must exist afterwards (name → proves which package works)
 CMDS=(containerd containerd-shim-runc-v2 ctr runc skopeo umoci docker-registry
 	iptables ip protoc gcc jq curl promtool systemd-analyze shellcheck lintian setsid nsenter findmnt mkfs.ext4 lvcreate
-	make bzip2 xz nc.openbsd openssl)
+	make bzip2 xz nc.openbsd openssl criu)
 CNI_BIN_DIR=/usr/lib/cni
 CNI_PLUGINS=(bridge host-local loopback portmap)
 

@@ -22,6 +22,7 @@ use nodelet_resources::volume::ops::VolumeOp;
 use prometheus::{Encoder, IntGauge, IntGaugeVec, Opts, Registry};
 use reconcile_engine::{OpError, OpStatus, Store};
 
+use crate::server::checkpoint::{CheckpointTarget, CheckpointTargetError};
 use crate::server::{NodeView, StreamTarget, StreamTargetError};
 use crate::sources::SourceProblems;
 
@@ -684,6 +685,29 @@ impl NodeView for Node {
             return Err(StreamTargetError::NotRunning);
         }
         Ok(StreamTarget { sandbox_id: record.sandbox_id.clone(), container_id: Some(record.id.clone()) })
+    }
+
+    fn checkpoint_target(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<CheckpointTarget, CheckpointTargetError> {
+        let desired = self.find(namespace, pod).ok_or(CheckpointTargetError::PodNotFound)?;
+        let in_spec =
+            desired.containers().iter().chain(desired.init_containers()).any(|c| c.name == container)
+                || desired.ephemeral_specs().iter().any(|c| c.name == container);
+        if !in_spec {
+            return Err(CheckpointTargetError::NoSuchContainer);
+        }
+        let pod_uid = desired.uid().to_string();
+        let actual = self.actual.get(&pod_uid);
+        let record = actual
+            .as_deref()
+            .and_then(|a| a.container(container))
+            .filter(|r| r.state == ContainerState::Running)
+            .ok_or(CheckpointTargetError::NotRunning)?;
+        Ok(CheckpointTarget { pod_uid, container_id: record.id.clone() })
     }
 }
 

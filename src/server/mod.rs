@@ -2,7 +2,7 @@
 //!
 //! | Listener | Default | Transport | Authentication | Endpoints |
 //! |---|---|---|---|---|
-//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/runningpods/`, `/configz`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`), `POST /debug/{ns}/{pod}` (ephemeral containers of static pods); nodelet's own lists for its CLI: `/api/v1/events`, `/api/v1/nodes[/{name}]`, `/api/v1/persistentvolumes`, `/api/v1/persistentvolumeclaims`, `/apis/storage.k8s.io/v1/storageclasses`, `/apis/storage.k8s.io/v1/csinodes`, `/extensions/{name}` |
+//! | main (`--address`:`--port`) | 0.0.0.0:10250 | HTTPS | client certificate, bearer token (token file, TokenReview), anonymous only if enabled | `/pods`, `/runningpods/`, `/configz`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary`, `/containerLogs/{ns}/{pod}/{container}`, `/exec`, `/attach`, `/portForward`, `/run` (see `streaming.rs`), `POST /checkpoint/{ns}/{pod}/{container}` (see `checkpoint.rs`), `POST /debug/{ns}/{pod}` (ephemeral containers of static pods); nodelet's own lists for its CLI: `/api/v1/events`, `/api/v1/nodes[/{name}]`, `/api/v1/persistentvolumes`, `/api/v1/persistentvolumeclaims`, `/apis/storage.k8s.io/v1/storageclasses`, `/apis/storage.k8s.io/v1/csinodes`, `/extensions/{name}` |
 //! | read-only (`--read-only-port`) | disabled (kubelet: 10255 when enabled) | HTTP | none | the kubelet's set only: `/pods`, `/healthz`, `/metrics`, `/metrics/resource`, `/metrics/cadvisor`, `/metrics/probes`, `/stats/summary` |
 //! | healthz (`--healthz-bind-address`:`--healthz-port`) | 127.0.0.1:10248 | HTTP | none | `/healthz` |
 //!
@@ -40,6 +40,7 @@
 //! the servers by completing the `shutdown` future.
 
 mod auth;
+pub(crate) mod checkpoint;
 pub(crate) mod conn;
 pub(crate) mod logs;
 pub(crate) mod pod_list;
@@ -125,6 +126,19 @@ pub(crate) trait NodeView: Send + Sync + 'static {
     ) -> Result<StreamTarget, StreamTargetError> {
         let _ = (namespace, pod, uid, container);
         Err(StreamTargetError::PodNotFound)
+    }
+
+    /// The running container behind `POST /checkpoint/{namespace}/{pod}/{container}`: the pod must be on
+    /// this node, have a container (app, init or ephemeral) of that name in its spec, and that container
+    /// a running instance. Default: no pods.
+    fn checkpoint_target(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<checkpoint::CheckpointTarget, checkpoint::CheckpointTargetError> {
+        let _ = (namespace, pod, container);
+        Err(checkpoint::CheckpointTargetError::PodNotFound)
     }
 
     /// Adds the ephemeral container `container` to the static pod `namespace/pod` (`POST
@@ -304,10 +318,11 @@ pub(crate) struct ServerConfig {
     pub(crate) authorization: AuthorizationMode,
     /// The cluster's API client (cluster mode), which both webhooks need.
     pub(crate) kube_client: Option<ApiClient>,
-    /// The container runtime, for `/exec`, `/attach`, `/portForward` and `/run`. Default `None`: those
-    /// answer 503.
+    /// The container runtime, for `/exec`, `/attach`, `/portForward`, `/run` and `/checkpoint`. Default
+    /// `None`: those answer 503.
     pub(crate) runtime: Option<nodelet_cri::CriClient>,
-    /// `--root-dir`. Default `/var/lib/nodelet` (the kubelet: `/var/lib/kubelet`).
+    /// `--root-dir`. Default `/var/lib/nodelet` (the kubelet: `/var/lib/kubelet`). Checkpoint archives go
+    /// under `<root_dir>/checkpoints`.
     pub(crate) root_dir: PathBuf,
     /// With `serverTLSBootstrap`: the certificate from the cluster, served instead of the self-signed one
     /// once it is there (read at each handshake, so rotation needs no restart). Default `None`.
@@ -469,6 +484,8 @@ impl Servers {
             idle_timeout: Some(config.streaming_idle_timeout).filter(|t| !t.is_zero()),
             dialer: nodelet_cri::NetnsDialer::default(),
             extensions: config.extensions.clone(),
+            root_dir: config.root_dir.clone(),
+            checkpoints: Arc::default(),
         });
 
         let main = bind_listener(

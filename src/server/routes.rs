@@ -48,6 +48,10 @@ pub(crate) struct Shared<V> {
     pub(crate) dialer: nodelet_cri::NetnsDialer,
     /// The extensions' status tables (`/extensions/{name}`).
     pub(crate) extensions: crate::daemon::extension::StatusTables,
+    /// `--root-dir`: checkpoint archives go under `<root_dir>/checkpoints`.
+    pub(crate) root_dir: std::path::PathBuf,
+    /// The containers whose checkpoint is being written (one at a time per container).
+    pub(crate) checkpoints: Arc<super::checkpoint::InProgress>,
 }
 
 /// Per-connection facts, put into every request's extensions by the connection's service.
@@ -104,6 +108,7 @@ pub(crate) fn main_router<V: NodeView>(shared: Arc<Shared<V>>) -> Router {
             "/portForward/{namespace}/{pod}/{uid}",
             get(streaming::port_forward::<V>).post(streaming::port_forward::<V>),
         )
+        .route("/checkpoint/{namespace}/{pod}/{container}", post(super::checkpoint::checkpoint::<V>))
         .route("/debug/{namespace}/{pod}", post(debug_pod::<V>))
         .route("/extensions/{name}", get(extension_status::<V>))
         .route("/run/{namespace}/{pod}/{container}", post(streaming::run::<V>))

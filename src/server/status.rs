@@ -33,6 +33,7 @@ fn reason(code: StatusCode) -> &'static str {
         StatusCode::FORBIDDEN => "Forbidden",
         StatusCode::NOT_FOUND => "NotFound",
         StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
+        StatusCode::CONFLICT => "Conflict",
         StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
         _ => "InternalError",
     }

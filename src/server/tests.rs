@@ -81,6 +81,24 @@ impl NodeView for FakeView {
     fn container_running(&self, _: &str, _: &str, _: &str) -> bool {
         self.running.load(Ordering::SeqCst)
     }
+    fn checkpoint_target(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<checkpoint::CheckpointTarget, checkpoint::CheckpointTargetError> {
+        use checkpoint::CheckpointTargetError as E;
+        if (namespace, pod) != ("default", "web") {
+            return Err(E::PodNotFound);
+        }
+        match container {
+            "app" => {
+                Ok(checkpoint::CheckpointTarget { pod_uid: "uid-web".into(), container_id: "c-app".into() })
+            }
+            "done" => Err(E::NotRunning),
+            _ => Err(E::NoSuchContainer),
+        }
+    }
 }
 
 const PROBE_METRICS: &str = "# TYPE prober_probe_total counter\nprober_probe_total{pod_uid=\"u\"} 1\n";
@@ -1198,4 +1216,106 @@ fn hostile_request_lines_get_a_4xx_or_a_close_and_the_servers_keep_serving() {
     let plain = rt.block_on(get(read_only, &ClientTls::Plain, "/healthz", None));
     assert_eq!(plain.body, "ok");
     rt.block_on(server.stop());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Checkpoints.
+
+#[tokio::test]
+async fn checkpoints_need_their_own_subresource_and_answer_as_the_kubelet() {
+    use serde_json::{Value, json};
+    // alice may do everything; "exec-only" may use the proxy subresource (exec, attach, ...) only.
+    let (client, seen, _calls) = webhook::tests::fake_client(|body: &Value| {
+        let spec = &body["spec"];
+        let allowed = spec["user"] == "alice"
+            || (spec["user"] == "exec-only" && spec["resourceAttributes"]["subresource"] == "proxy");
+        Ok(json!({"kind": "SubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "spec": spec,
+                  "status": {"allowed": allowed}}))
+    });
+    let dir = tempdir();
+    let token_file = dir.path().join("tokens.csv");
+    write_file(&token_file, "alice-token,alice,uid-1\nexec-token,exec-only,uid-2\n");
+    let mut config = test_config(dir.path());
+    config.token_auth_file = Some(token_file);
+    config.authorization = AuthorizationMode::Webhook {
+        cache_authorized_ttl: Duration::from_secs(300),
+        cache_unauthorized_ttl: Duration::from_secs(30),
+    };
+    config.kube_client = Some(ApiClient(client));
+    // A runtime that is not there: the checkpoint call fails with its error.
+    let socket = dir.path().join("no-runtime.sock");
+    let cri = nodelet_cri::CriConfig::new(format!("unix://{}", socket.display()))
+        .with_connect_timeout(Duration::from_secs(2));
+    config.runtime = Some(nodelet_cri::CriClient::connect_lazy(cri).expect("lazy client"));
+    let server = Running::start(&config, FakeView::new()).await;
+    let post = |path: &'static str, token: &'static str| {
+        let main = server.main;
+        async move {
+            request(main, &https(), Method::POST, path, Some(token))
+                .await
+                .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+        }
+    };
+
+    // Allowed to exec is not allowed to checkpoint: a 403 naming the checkpoint subresource, verb create.
+    let denied = post("/checkpoint/default/web/app", "exec-token").await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN, "{}", denied.body);
+    assert_eq!(
+        denied.api_status().message.as_deref(),
+        Some("Forbidden (user=exec-only, verb=create, resource=nodes, subresource(s)=[checkpoint])")
+    );
+    assert!(!dir.path().join("checkpoints").exists(), "nothing is made for a refused request");
+    // GET is not the checkpoint verb: authorized (as get), then 405.
+    let get_reply =
+        request(server.main, &https(), Method::GET, "/checkpoint/default/web/app", Some("alice-token"))
+            .await
+            .expect("GET");
+    assert_eq!(get_reply.status, StatusCode::METHOD_NOT_ALLOWED, "{}", get_reply.body);
+
+    // The kubelet's answers, in its order: pod, container in the spec, timeout, running container.
+    for (path, code, message) in [
+        ("/checkpoint/default/nope/app", StatusCode::NOT_FOUND, "pod does not exist".to_owned()),
+        ("/checkpoint/default/web/nope", StatusCode::NOT_FOUND, "container nope does not exist".to_owned()),
+        (
+            "/checkpoint/default/web/app?timeout=10&timeout=x",
+            StatusCode::NOT_FOUND,
+            "cannot parse value of timeout parameter".to_owned(),
+        ),
+        (
+            "/checkpoint/default/web/done",
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "checkpointing of default/web/done failed (container done not found)".to_owned(),
+        ),
+        (
+            "/checkpoint/default/web/app?timeout=-1",
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "checkpointing of default/web/app failed (CheckpointContainer requires the timeout value to be > 0)"
+                .to_owned(),
+        ),
+    ] {
+        let reply = post(path, "alice-token").await;
+        assert_eq!(reply.status, code, "{path}: {}", reply.body);
+        assert_eq!(reply.api_status().message.as_deref(), Some(message.as_str()), "{path}");
+    }
+    // The runtime's error comes back in a 500; the directory was made 0700 for the archive.
+    let failed = post("/checkpoint/default/web/app?timeout=5", "alice-token").await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", failed.body);
+    let message = failed.api_status().message.unwrap_or_default();
+    assert!(
+        message.starts_with("checkpointing of default/web/app failed (CRI CheckpointContainer"),
+        "{message}"
+    );
+    let mode = std::fs::metadata(dir.path().join("checkpoints")).expect("made").permissions().mode();
+    assert_eq!(mode & 0o7777, 0o700);
+    let sar = seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .rev()
+        .find(|(_, p, _)| p.ends_with("/subjectaccessreviews"))
+        .cloned();
+    let Some((_, _, sar)) = sar else { panic!("no SubjectAccessReview") };
+    assert_eq!(sar["spec"]["resourceAttributes"]["subresource"], "checkpoint");
+    assert_eq!(sar["spec"]["resourceAttributes"]["verb"], "create");
+    server.stop().await;
 }

@@ -20,6 +20,7 @@
 
 mod api;
 mod certificates;
+mod checkpoint;
 mod cli_kubectl;
 mod cli_streaming;
 mod cluster;
@@ -45,4 +46,5 @@ mod scale;
 mod sources;
 mod stats;
 mod support;
+mod userns;
 mod volumes;

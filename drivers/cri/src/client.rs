@@ -398,6 +398,42 @@ impl CriClient {
         })
     }
 
+    /// CRI `Status`'s `runtime_handlers`: each handler the runtime serves with the features it reports
+    /// (`user_namespaces`, `recursive_read_only_mounts`). Empty when the runtime reports none (containerd
+    /// 1.x, CRI before 1.30): such a runtime is taken to have none of the features.
+    pub async fn runtime_handlers(&self) -> Result<Vec<v1::RuntimeHandler>> {
+        let mut c = self.runtime.clone();
+        let req = v1::StatusRequest { verbose: false };
+        let resp = self
+            .unary("Status", self.default_deadline(), req, move |r| async move { c.status(r).await })
+            .await?;
+        Ok(resp.runtime_handlers)
+    }
+
+    /// CRI `CheckpointContainer`: the runtime writes a checkpoint archive of the running container
+    /// `container_id` to `location` (a path on the node). `timeout` (whole seconds, as the CRI takes it)
+    /// is passed on and is also this call's deadline when it is longer than the runtime request timeout, as
+    /// the kubelet's remote runtime does; a shorter or zero one is raised to that timeout.
+    pub async fn checkpoint_container(
+        &self,
+        container_id: &str,
+        location: &str,
+        timeout: Duration,
+    ) -> Result<()> {
+        let deadline = timeout.max(self.config.runtime_request_timeout);
+        let req = v1::CheckpointContainerRequest {
+            container_id: container_id.to_owned(),
+            location: location.to_owned(),
+            timeout: ceil_secs(deadline),
+        };
+        let mut c = self.runtime.clone();
+        self.unary("CheckpointContainer", Some(deadline), req, move |r| async move {
+            c.checkpoint_container(r).await
+        })
+        .await?;
+        Ok(())
+    }
+
     // ---------------------------------------------------------------- runtime service: sandboxes
 
     /// CRI `RunPodSandbox`: creates and starts a pod sandbox (pause container, network namespace via CNI).

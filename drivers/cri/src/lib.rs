@@ -83,6 +83,7 @@ mod sandbox_stats_hazard;
 pub mod service_env;
 mod spec;
 mod termination;
+pub mod userns;
 
 pub use client::{CriClient, CriMetrics, ExecSyncOutput, NETWORK_READY, RUNTIME_READY, RuntimeReadiness};
 pub use config::{

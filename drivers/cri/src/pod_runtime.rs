@@ -18,9 +18,13 @@
 //! A pod's `runtimeClassName` is looked up at every sandbox creation (see
 //! [`CriPodRuntimeConfig::runtime_classes`]); its class's `handler` is passed to `RunPodSandbox`.
 //!
+//! Pods with `hostUsers: false` run in their own user namespace (see [`crate::userns`]): the runtime
+//! handler must report the feature, the range is allocated before the sandbox is created and freed once
+//! the pod's last sandbox is removed.
+//!
 //! Not done yet: raw block `volumeDevices` (a container with one fails with `CreateContainerConfigError`
 //! naming the volume rather than running without it), the kubelet-managed `/etc/hosts`, image pull
-//! secrets, the systemd cgroup driver's slice names, user namespaces.
+//! secrets, the systemd cgroup driver's slice names.
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -515,6 +519,10 @@ struct Inner {
     pulls: images::PullRecords,
     /// The containers nodelet is stopping or removing, or just did.
     own: OwnChanges,
+    /// The user namespace ranges of `hostUsers: false` pods, read from `<root>/pods` on first use.
+    userns: std::sync::OnceLock<Arc<crate::userns::UsernsAllocator>>,
+    /// Whether the ranges of pods without a sandbox were freed (once, at the first start-up adoption).
+    userns_adopted: std::sync::atomic::AtomicBool,
 }
 
 /// nodelet's [`PodRuntime`] on CRI. Cheap to clone (one `Arc`); clones share the client and the caches.
@@ -634,6 +642,8 @@ impl CriPodRuntime {
                 prober,
                 pulls: images::PullRecords::default(),
                 own: OwnChanges::default(),
+                userns: std::sync::OnceLock::new(),
+                userns_adopted: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -648,6 +658,72 @@ impl CriPodRuntime {
     /// view reports them as the kubelet's `Pulling` and `Pulled` events).
     pub fn pull_records(&self) -> images::PullRecords {
         self.inner.pulls.clone()
+    }
+
+    /// The user namespace ranges of `hostUsers: false` pods (see [`crate::userns`]), read from
+    /// `<root>/pods` on first use.
+    pub fn userns(&self) -> Arc<crate::userns::UsernsAllocator> {
+        self.inner
+            .userns
+            .get_or_init(|| Arc::new(crate::userns::UsernsAllocator::load(&self.inner.config.root_dir)))
+            .clone()
+    }
+
+    /// The user namespace of `pod`'s sandbox and containers: `None` for a pod with the host's users, else
+    /// its range (allocated when `allocate`, else the one it has, which must exist). Blocking work runs
+    /// on the blocking pool.
+    pub(crate) async fn pod_userns(
+        &self,
+        pod: &DesiredPod,
+        allocate: bool,
+        reason: &'static str,
+    ) -> RuntimeResult<Option<v1::UserNamespace>> {
+        if pod.spec().host_users != Some(false) {
+            return Ok(None);
+        }
+        let allocator = self.userns();
+        let uid = pod.uid().to_owned();
+        let got = tokio::task::spawn_blocking(move || {
+            if allocate { allocator.get_or_allocate(&uid).map(Some) } else { allocator.get(&uid) }
+        })
+        .await
+        .map_err(|e| RuntimeError::new(reason, format!("user namespace task failed: {e}")))?;
+        match got {
+            Ok(Some(ns)) => Ok(Some(ns)),
+            Ok(None) => Err(RuntimeError::new(
+                reason,
+                format!(
+                    "pod {}/{}: spec.hostUsers is false and the pod has no user namespace allocated",
+                    pod.namespace(),
+                    pod.name()
+                ),
+            )),
+            Err(e) => Err(RuntimeError::new(
+                reason,
+                format!("pod {}/{}: spec.hostUsers: {e}", pod.namespace(), pod.name()),
+            )),
+        }
+    }
+
+    /// Whether the pod `uid` has a user namespace range (or an untrusted allocation file) recorded; false
+    /// without reading the allocations when no pod used one yet.
+    pub(crate) fn userns_in_use(&self, uid: Option<&str>) -> bool {
+        let (Some(uid), Some(allocator)) = (uid, self.inner.userns.get()) else { return false };
+        !matches!(allocator.get(uid), Ok(None))
+    }
+
+    /// Frees the user namespace range of the pod `uid`, which has no sandbox left. The sandbox pair
+    /// removes a desired pod's sandboxes only beyond its newest one, and all of them once the pod is gone,
+    /// so a pod whose sandbox is replaced keeps its range.
+    pub(crate) async fn release_userns(&self, uid: &str) {
+        if !self.userns_in_use(Some(uid)) {
+            return;
+        }
+        let allocator = self.userns();
+        let owned = uid.to_owned();
+        if let Err(e) = tokio::task::spawn_blocking(move || allocator.release(&owned)).await {
+            tracing::warn!(pod = %uid, error = %e, "the user namespace release task failed");
+        }
     }
 
     /// The CRI client.
@@ -1259,7 +1335,9 @@ impl CriPodRuntime {
                 &e,
             )
         })?;
-        let sandbox_config = spec::sandbox_config(pod, facts.attempt, config, None).map_err(spec_error)?;
+        let userns = self.pod_userns(pod, false, "CreateContainerConfigError").await?;
+        let sandbox_config =
+            spec::sandbox_config(pod, facts.attempt, config, None, userns.as_ref()).map_err(spec_error)?;
 
         let image = images::ensure_image_recorded(
             client,
@@ -1288,6 +1366,7 @@ impl CriPodRuntime {
             volumes,
             mounts: &[],
             pid_target: pid_target.as_deref(),
+            userns: userns.as_ref(),
         };
         let pod_dir = config.root_dir.join("pods").join(pod.uid());
         let (mut mounts, binds) =
@@ -1474,6 +1553,21 @@ impl CriPodRuntime {
 
 impl PodRuntime for CriPodRuntime {
     async fn remove_pod_leftovers(&self, namespace: &str, name: &str, uid: &str) -> RuntimeResult<()> {
+        // The pod is gone: its user namespace range goes now if it has no sandbox left (else with the
+        // last one, in `remove_sandbox`).
+        if self.userns_in_use(Some(uid)) {
+            let known = self.caches().index.objects(uid).map(|o| o.sandboxes.len());
+            let left = match known {
+                Some(n) => Ok(n),
+                None => {
+                    let mine = SandboxFilter::managed().label(labels::POD_UID, uid.to_owned());
+                    self.inner.client.list_sandbox_items(&mine).await.map(|left| left.len())
+                }
+            };
+            if matches!(left, Ok(0)) {
+                self.release_userns(uid).await;
+            }
+        }
         // The termination message files and the hosts file (and the pod directory, when nothing
         // else is left in it).
         if !uid.is_empty() && !uid.contains('/') && uid != "." && uid != ".." {

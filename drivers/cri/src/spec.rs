@@ -245,7 +245,9 @@ fn port_mappings(pod: &DesiredPod) -> Result<Vec<v1::PortMapping>, SpecError> {
     Ok(mappings)
 }
 
-fn namespace_options(pod: &DesiredPod) -> v1::NamespaceOption {
+/// The pod's namespaces; `userns` is its own user namespace (`hostUsers: false`, see [`crate::userns`]),
+/// `None` for the host's users (no `userns_options`, as the kubelet without `UserNamespacesSupport`).
+fn namespace_options(pod: &DesiredPod, userns: Option<&v1::UserNamespace>) -> v1::NamespaceOption {
     let spec = pod.spec();
     let mode = |host: bool, otherwise: v1::NamespaceMode| {
         if host { v1::NamespaceMode::Node as i32 } else { otherwise as i32 }
@@ -259,14 +261,19 @@ fn namespace_options(pod: &DesiredPod) -> v1::NamespaceOption {
         network: mode(pod.host_network(), v1::NamespaceMode::Pod),
         pid: mode(spec.host_pid == Some(true), pid_otherwise),
         ipc: mode(spec.host_ipc == Some(true), v1::NamespaceMode::Pod),
+        userns_options: userns.cloned(),
         ..Default::default()
     }
 }
 
 /// A container's namespaces: the pod's, except that a debug container with a target joins the
 /// target container's process namespace (the kubelet's `NamespaceMode_TARGET`).
-fn container_namespace_options(pod: &DesiredPod, pid_target: Option<&str>) -> v1::NamespaceOption {
-    let options = namespace_options(pod);
+fn container_namespace_options(
+    pod: &DesiredPod,
+    pid_target: Option<&str>,
+    userns: Option<&v1::UserNamespace>,
+) -> v1::NamespaceOption {
+    let options = namespace_options(pod, userns);
     match pid_target {
         Some(target) if options.pid == v1::NamespaceMode::Container as i32 => v1::NamespaceOption {
             pid: v1::NamespaceMode::Target as i32,
@@ -327,12 +334,14 @@ fn supplemental_groups(pod: &DesiredPod) -> Vec<i64> {
 }
 
 /// The CRI sandbox config of `pod`'s sandbox number `attempt`. `dns` is the DNS config computed from the
-/// node's resolv.conf (see [`crate::dns`]); it matters only when the sandbox is created.
+/// node's resolv.conf (see [`crate::dns`]); it matters only when the sandbox is created. `userns` is the
+/// pod's user namespace (`hostUsers: false`), `None` for the host's users.
 pub(crate) fn sandbox_config(
     pod: &DesiredPod,
     attempt: u32,
     config: &CriPodRuntimeConfig,
     dns: Option<v1::DnsConfig>,
+    userns: Option<&v1::UserNamespace>,
 ) -> Result<v1::PodSandboxConfig, SpecError> {
     let identity = pod_identity(pod)?;
     let spec = pod.spec();
@@ -372,7 +381,7 @@ pub(crate) fn sandbox_config(
     )
     .map_err(SpecError::Sandbox)?;
     let security_context = v1::LinuxSandboxSecurityContext {
-        namespace_options: Some(namespace_options(pod)),
+        namespace_options: Some(namespace_options(pod, userns)),
         run_as_user: pod_sc.and_then(|sc| sc.run_as_user).map(|value| v1::Int64Value { value }),
         run_as_group: pod_sc.and_then(|sc| sc.run_as_group).map(|value| v1::Int64Value { value }),
         supplemental_groups: supplemental_groups(pod),
@@ -426,6 +435,8 @@ pub(crate) struct ContainerInputs<'a> {
     /// For an ephemeral container with a `targetContainerName`: the runtime ID of that container,
     /// whose process namespace it joins (`NamespaceMode::Target`).
     pub(crate) pid_target: Option<&'a str>,
+    /// The pod's user namespace (`hostUsers: false`), the same as its sandbox's; `None`: the host's users.
+    pub(crate) userns: Option<&'a v1::UserNamespace>,
 }
 
 /// Kubernetes' `$(VAR)` expansion (`third_party/forked/golang/expansion`): `$(NAME)` becomes the value of
@@ -790,6 +801,7 @@ fn container_security_context(
     path: &str,
     config: &CriPodRuntimeConfig,
     pid_target: Option<&str>,
+    userns: Option<&v1::UserNamespace>,
 ) -> Result<v1::LinuxContainerSecurityContext, SpecError> {
     let sc = container.security_context.as_ref();
     let pod_sc = pod.spec().security_context.as_ref();
@@ -813,7 +825,7 @@ fn container_security_context(
     Ok(v1::LinuxContainerSecurityContext {
         capabilities,
         privileged,
-        namespace_options: Some(container_namespace_options(pod, pid_target)),
+        namespace_options: Some(container_namespace_options(pod, pid_target, userns)),
         run_as_user: sc
             .and_then(|s| s.run_as_user)
             .or(pod_sc.and_then(|s| s.run_as_user))
@@ -1131,6 +1143,7 @@ pub(crate) fn container_config(
                 &path,
                 config,
                 inputs.pid_target,
+                inputs.userns,
             )?),
         }),
         ..Default::default()
@@ -1198,6 +1211,7 @@ mod tests {
             volumes: &NO_VOLUMES,
             mounts: &[],
             pid_target: None,
+            userns: None,
         }
     }
 
@@ -1261,7 +1275,7 @@ mod tests {
                 ..Default::default()
             });
         }
-        let s = sandbox_config(&p, 3, &cfg(), None).expect("sandbox config");
+        let s = sandbox_config(&p, 3, &cfg(), None, None).expect("sandbox config");
         let meta = s.metadata.as_ref().expect("metadata");
         assert_eq!(
             (meta.name.as_str(), meta.namespace.as_str(), meta.uid.as_str(), meta.attempt),
@@ -1273,7 +1287,8 @@ mod tests {
         assert_eq!(s.labels.get("app").map(String::as_str), Some("web"));
         assert!(labels::is_managed(&s.labels));
         assert!(!s.labels.contains_key(labels::NODE), "no node name, no node label");
-        let on_node = sandbox_config(&p, 3, &cfg().with_node_name("node-1"), None).expect("sandbox config");
+        let on_node =
+            sandbox_config(&p, 3, &cfg().with_node_name("node-1"), None, None).expect("sandbox config");
         assert_eq!(on_node.labels.get(labels::NODE).map(String::as_str), Some("node-1"));
         assert_eq!(s.annotations.get("note").map(String::as_str), Some("x"));
         assert_eq!(s.annotations.get(CONFIG_SOURCE).map(String::as_str), Some("http"));
@@ -1294,7 +1309,7 @@ mod tests {
             spec.host_network = Some(true);
             spec.host_pid = Some(true);
         }
-        let s = sandbox_config(&p, 0, &cfg(), None).expect("sandbox config");
+        let s = sandbox_config(&p, 0, &cfg(), None, None).expect("sandbox config");
         assert_eq!(s.hostname, "");
         let ns = s.linux.and_then(|l| l.security_context).and_then(|sc| sc.namespace_options).expect("ns");
         assert_eq!((ns.network, ns.pid), (v1::NamespaceMode::Node as i32, v1::NamespaceMode::Node as i32));
@@ -1312,7 +1327,7 @@ mod tests {
             p.pod.metadata.name = Some(name.into());
             p.pod.metadata.namespace = Some(ns.into());
             p.pod.metadata.uid = Some(uid.into());
-            let err = sandbox_config(&p, 0, &cfg(), None).expect_err("hostile identity accepted");
+            let err = sandbox_config(&p, 0, &cfg(), None, None).expect_err("hostile identity accepted");
             assert_eq!(err.reason(), "CreatePodSandboxError");
         }
         let p = pod(vec![container("../evil")]);
@@ -1336,7 +1351,7 @@ mod tests {
         if let Some(spec) = p.pod.spec.as_mut() {
             spec.hostname = Some(format!("{}-.x", "a".repeat(61)));
         }
-        let s = sandbox_config(&p, 0, &cfg(), None).expect("sandbox config");
+        let s = sandbox_config(&p, 0, &cfg(), None, None).expect("sandbox config");
         assert_eq!(s.hostname, "a".repeat(61));
     }
 
@@ -1381,6 +1396,27 @@ mod tests {
         let cc = container_config(&p, ephemeral, &inputs, &cfg()).expect("config");
         let ns = cc.linux.and_then(|l| l.security_context).and_then(|sc| sc.namespace_options).expect("ns");
         assert_eq!((ns.pid, ns.target_id.as_str()), (v1::NamespaceMode::Pod as i32, ""));
+    }
+
+    #[test]
+    fn a_user_namespace_goes_to_the_sandbox_and_every_container() {
+        let p = pod(vec![container("app")]);
+        let ns = crate::userns::user_namespace(2 * crate::userns::RANGE_LENGTH);
+        let of_sandbox = |s: v1::PodSandboxConfig| {
+            s.linux
+                .and_then(|l| l.security_context)
+                .and_then(|sc| sc.namespace_options)
+                .and_then(|n| n.userns_options)
+        };
+        let s = sandbox_config(&p, 0, &cfg(), None, Some(&ns)).expect("sandbox config");
+        assert_eq!(of_sandbox(s), Some(ns.clone()));
+        let s = sandbox_config(&p, 0, &cfg(), None, None).expect("sandbox config");
+        assert_eq!(of_sandbox(s), None, "the host's users: no userns_options at all");
+        let img = image();
+        let inputs = ContainerInputs { userns: Some(&ns), ..inputs(&img, &[]) };
+        let cc = container_config(&p, &p.containers()[0], &inputs, &cfg()).expect("config");
+        let got = cc.linux.and_then(|l| l.security_context).and_then(|sc| sc.namespace_options);
+        assert_eq!(got.and_then(|n| n.userns_options), Some(ns));
     }
 
     #[test]
@@ -1655,7 +1691,7 @@ mod tests {
         assert!(err.to_string().contains("\"root\""), "{err}");
         assert!(err.to_string().contains("spec.containers[1].securityContext.privileged"), "{err}");
         assert!(
-            !sandbox_config(&p, 0, &cfg(), None)
+            !sandbox_config(&p, 0, &cfg(), None, None)
                 .ok()
                 .and_then(|s| s.linux)
                 .and_then(|l| l.security_context)
@@ -1665,7 +1701,7 @@ mod tests {
         let allowed = cfg().with_allow_privileged(true);
         let cc = container_config(&p, &c, &inputs(&img, &[]), &allowed).expect("allowed");
         assert!(cc.linux.and_then(|l| l.security_context).is_some_and(|s| s.privileged));
-        let s = sandbox_config(&p, 0, &allowed, None).expect("sandbox");
+        let s = sandbox_config(&p, 0, &allowed, None, None).expect("sandbox");
         assert!(s.linux.and_then(|l| l.security_context).is_some_and(|s| s.privileged));
     }
 
@@ -1686,7 +1722,7 @@ mod tests {
         assert_eq!(profile(&cfg(), &c), Some(ProfileType::Unconfined as i32), "the kubelet's default");
         let on = cfg().with_seccomp_default(true);
         assert_eq!(profile(&on, &c), Some(ProfileType::RuntimeDefault as i32));
-        let sandbox = sandbox_config(&p, 0, &on, None).expect("sandbox");
+        let sandbox = sandbox_config(&p, 0, &on, None, None).expect("sandbox");
         let sandbox_profile = sandbox.linux.and_then(|l| l.security_context).and_then(|s| s.seccomp);
         assert_eq!(sandbox_profile.map(|s| s.profile_type), Some(ProfileType::RuntimeDefault as i32));
         let mut explicit = c.clone();

@@ -866,6 +866,19 @@ fn validate_spec(spec: &PodSpec, path: &Path, allow_ephemeral: bool, errs: &mut 
             errs.check_name(&path.child(field), v, dns1123_subdomain(v));
         }
     }
+    // The API server's `validateHostUsers`: a pod in its own user namespace shares none of the host's
+    // (its field names, capitals included).
+    if spec.host_users == Some(false) {
+        for (field, on) in [
+            ("hostNetwork", spec.host_network == Some(true)),
+            ("HostPID", spec.host_pid == Some(true)),
+            ("HostIPC", spec.host_ipc == Some(true)),
+        ] {
+            if on {
+                errs.forbidden(&path.child(field), "when `pod.Spec.HostUsers` is false");
+            }
+        }
+    }
     if spec.share_process_namespace == Some(true) && spec.host_pid == Some(true) {
         errs.invalid_str(
             &path.child("shareProcessNamespace"),
@@ -1926,6 +1939,19 @@ mod tests {
         assert_eq!(error.object, ObjectRef { namespace: "default".into(), name: Some("web".into()) });
         assert_eq!(error.errors[0].kind, FieldErrorKind::Required);
         assert_eq!(error.errors[0].path, "spec.containers[0].image");
+    }
+
+    #[test]
+    fn host_users_false_shares_no_host_namespace() {
+        ok(with_spec(json!({"hostUsers": false})));
+        ok(with_spec(json!({"hostUsers": true, "hostNetwork": true, "hostPID": true, "hostIPC": true})));
+        let errs = errors(with_spec(
+            json!({"hostUsers": false, "hostNetwork": true, "hostPID": true, "hostIPC": true}),
+        ));
+        for field in ["spec.hostNetwork", "spec.HostPID", "spec.HostIPC"] {
+            let want = format!("{field}: Forbidden: when `pod.Spec.HostUsers` is false");
+            assert!(errs.iter().any(|e| e.contains(&want)), "{want} in {errs:?}");
+        }
     }
 
     #[test]

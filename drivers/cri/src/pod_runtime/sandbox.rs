@@ -16,6 +16,30 @@ use crate::filter::SandboxFilter;
 use crate::labels;
 
 impl CriPodRuntime {
+    /// For a `hostUsers: false` pod: the runtime handler must support user namespaces (CRI `Status`
+    /// `runtime_handlers[].features.user_namespaces`), else the sandbox is not created and the error names
+    /// `spec.hostUsers`: such a pod never runs with the host's users.
+    async fn check_userns_support(&self, pod: &DesiredPod, handler: &str) -> RuntimeResult<()> {
+        let handlers = self.inner.client.runtime_handlers().await.map_err(|e| {
+            cri_error(
+                "CreatePodSandboxError",
+                format!("pod {}/{}: spec.hostUsers: CRI Status", pod.namespace(), pod.name()),
+                &e,
+            )
+        })?;
+        crate::userns::handler_supports(&handlers, handler).map_err(|why| {
+            RuntimeError::new(
+                "CreatePodSandboxError",
+                format!(
+                    "pod {}/{}: spec.hostUsers: Forbidden: false needs a user namespace, and {why}; the pod is \
+                     not run with the host's users",
+                    pod.namespace(),
+                    pod.name()
+                ),
+            )
+        })
+    }
+
     /// With `podPidsLimit` set: makes the pod cgroup `<cgroupRoot>/pod<uid>` and writes the limit to its
     /// `pids.max` before the sandbox (and so every container) starts in it; returns whether it did.
     async fn limit_pod_pids(&self, pod: &DesiredPod) -> RuntimeResult<bool> {
@@ -64,8 +88,15 @@ impl SandboxRuntime for CriPodRuntime {
             .map_err(|e| RuntimeError::new("CreatePodSandboxError", e.to_string()))?
             .unwrap_or_else(|| self.inner.config.runtime_handler.clone());
         let dns = self.dns_config(pod).await?;
+        let userns = if pod.spec().host_users == Some(false) {
+            self.check_userns_support(pod, &handler).await?;
+            self.pod_userns(pod, true, "CreatePodSandboxError").await?
+        } else {
+            None
+        };
         let config =
-            crate::spec::sandbox_config(pod, attempt, &self.inner.config, Some(dns)).map_err(spec_error)?;
+            crate::spec::sandbox_config(pod, attempt, &self.inner.config, Some(dns), userns.as_ref())
+                .map_err(spec_error)?;
         let log_dir = PathBuf::from(&config.log_directory);
         if let Err(e) = tokio::fs::DirBuilder::new().recursive(true).mode(0o755).create(&log_dir).await {
             return Err(RuntimeError::new(
@@ -88,6 +119,15 @@ impl SandboxRuntime for CriPodRuntime {
                 // A cgroup made for a sandbox that never ran goes again (one with processes stays).
                 if limited {
                     self.remove_pod_cgroups(pod.uid()).await;
+                }
+                // A range given for a sandbox that was not made goes again when the pod has no sandbox
+                // at all (a pod removed before it ever got one keeps none); the next attempt gets the
+                // first free one. An answer that may hide a sandbox (a timeout, no connection) keeps it.
+                if userns.is_some() && !e.is_timeout() && !e.is_unavailable() {
+                    let mine = SandboxFilter::managed().label(labels::POD_UID, pod.uid().to_owned());
+                    if let Ok(0) = self.inner.client.list_sandbox_items(&mine).await.map(|l| l.len()) {
+                        self.release_userns(pod.uid()).await;
+                    }
                 }
                 let e = cri_error(
                     "CreatePodSandboxError",
@@ -139,9 +179,12 @@ impl SandboxRuntime for CriPodRuntime {
             caches.index.remove(sandbox_id);
             uid.as_deref().and_then(|uid| caches.index.objects(uid))
         };
-        // The runtime leaves the pod cgroup behind: remove it once the pod has no sandbox left.
+        // The runtime leaves the pod cgroup behind, and the pod's user namespace range is still recorded:
+        // both go once the pod has no sandbox left (the sandbox pair removes the last one only once the pod
+        // is gone; a replaced sandbox goes after its successor is made).
+        let userns = self.userns_in_use(uid.as_deref());
         if let Some(uid) = uid
-            && self.pod_cgroup(&uid).is_some()
+            && (self.pod_cgroup(&uid).is_some() || userns)
         {
             let left = match known {
                 Some(objects) => Ok(objects.sandboxes.len()),
@@ -152,8 +195,13 @@ impl SandboxRuntime for CriPodRuntime {
             };
             match left {
                 Ok(0) => {
-                    let removed = self.remove_pod_cgroups(&uid).await;
-                    tracing::debug!(pod = %uid, removed, "removed pod cgroups");
+                    if self.pod_cgroup(&uid).is_some() {
+                        let removed = self.remove_pod_cgroups(&uid).await;
+                        tracing::debug!(pod = %uid, removed, "removed pod cgroups");
+                    }
+                    if userns {
+                        self.release_userns(&uid).await;
+                    }
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -176,6 +224,17 @@ impl SandboxRuntime for CriPodRuntime {
     /// The pod cgroups of the pods found at start-up get the node's `podPidsLimit` now (`max` without
     /// one): a limit changed while nodelet was down applies to the pods that already run too.
     async fn adopt(&self, pods: &HashMap<String, PodSandboxes>) {
+        // Once, at start: the user namespace ranges of pods without a sandbox are freed (removed while
+        // nodelet was down, or never got one); those of pods with one are kept.
+        if !self.inner.userns_adopted.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let allocator = self.userns();
+            let keep: std::collections::HashSet<String> = pods.keys().cloned().collect();
+            if let Err(e) =
+                tokio::task::spawn_blocking(move || allocator.retain(|uid| keep.contains(uid))).await
+            {
+                tracing::warn!(error = %e, "the user namespace adoption task failed");
+            }
+        }
         let cgroups: Vec<(String, String)> =
             pods.keys().filter_map(|uid| Some((uid.clone(), self.pod_cgroup(uid)?))).collect();
         if cgroups.is_empty() {
