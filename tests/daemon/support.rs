@@ -91,6 +91,14 @@ pub(crate) fn runtime_env(test: &str) -> Option<Env> {
 }
 
 /// `let env = env_or_skip!("name");`: the runtime, or return from the test after a skip note.
+/// The major version of the test runtime's containerd (`NODELET_TEST_CONTAINERD_VERSION`, which the runtime
+/// set-up exports), to decide which features the runtime must have (e.g. CRI events from 2 on).
+pub(crate) fn containerd_major() -> u32 {
+    let version = required("NODELET_TEST_CONTAINERD_VERSION");
+    let major = version.trim_start_matches('v').split('.').next().and_then(|m| m.parse().ok());
+    major.unwrap_or_else(|| panic!("NODELET_TEST_CONTAINERD_VERSION={version:?} is not a version"))
+}
+
 macro_rules! env_or_skip {
     ($test:expr) => {
         match $crate::support::runtime_env($test) {
