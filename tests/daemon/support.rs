@@ -162,6 +162,8 @@ pub(crate) struct StartOptions {
     pub(crate) binary: Option<PathBuf>,
     /// Environment variables of the daemon.
     pub(crate) env: Vec<(String, String)>,
+    /// No `--cgroup-root` (nodelet's default: no pod cgroups, sandboxes without a cgroup parent).
+    pub(crate) no_cgroup_root: bool,
 }
 
 /// This package's `nodelet` binary (`nodelet` from `PATH` in a package without one: pass
@@ -335,6 +337,7 @@ impl Nodelet {
             ("--v", "2".to_owned()),
         ]
         .into_iter()
+        .filter(|(flag, _)| !(self.options.no_cgroup_root && *flag == "--cgroup-root"))
         .flat_map(|(flag, value)| [flag.to_owned(), value])
         .chain(self.options.extra_args.iter().cloned())
         .collect()
