@@ -48,11 +48,14 @@
 //!   ignores it.
 //! * CRI events cannot be published by a client. The stream counts as active at its first event, or once a
 //!   CRI `Version` call sent on the same HTTP/2 connection after the `GetContainerEvents` request has been
-//!   answered: the runtime (gRPC-Go) reads a connection's requests in order and hands each to its own
-//!   goroutine before it reads the next, so the stream's handler, which subscribes first thing, was started
-//!   before `Version`'s. The window left (that goroutine not yet at its subscription when `Version` has been
-//!   answered) matters only with another subscriber connected: containerd 2.x keeps the events of a moment
-//!   without any subscriber for five minutes and gives them to the next one.
+//!   answered and the stream has stayed unanswered for [`EventsConfig::confirm_grace`] (1 s) after that: a
+//!   runtime without the method (containerd 1.6) answers `UNIMPLEMENTED` on another goroutine than
+//!   `Version`'s, and that answer was seen to come after `Version`'s. The runtime (gRPC-Go) reads a
+//!   connection's requests in order and hands each to its own goroutine before it reads the next, so the
+//!   stream's handler, which subscribes first thing, was started before `Version`'s. The window left (that
+//!   goroutine not yet at its subscription by then) matters only with another subscriber connected:
+//!   containerd 2.x keeps the events of a moment without any subscriber for five minutes and gives them to
+//!   the next one.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -95,6 +98,10 @@ pub struct EventsConfig {
     /// How often a runtime that serves no event stream (neither CRI `GetContainerEvents` nor containerd's
     /// event service) is asked for `GetContainerEvents` again.
     pub reprobe_interval: Duration,
+    /// How long a CRI event stream that has sent nothing must stay unanswered after the `Version` call
+    /// behind it was answered before it counts as active (see the [module docs](self)): a runtime without
+    /// `GetContainerEvents` answers `UNIMPLEMENTED` on another goroutine than `Version`'s, sometimes later.
+    pub confirm_grace: Duration,
 }
 
 impl Default for EventsConfig {
@@ -105,6 +112,7 @@ impl Default for EventsConfig {
             sync_interval: Duration::from_millis(20),
             buffer: 1024,
             reprobe_interval: Duration::from_secs(300),
+            confirm_grace: Duration::from_secs(1),
         }
     }
 }

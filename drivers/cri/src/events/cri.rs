@@ -69,7 +69,8 @@ pub fn decode_container_event(event: &ContainerEventResponse) -> Vec<RuntimeEven
 
 impl Worker {
     /// One `GetContainerEvents` attempt: call, confirm (first event, response headers, or a `Version` call
-    /// answered after the request went out), forward events until failure.
+    /// answered after the request went out and [`EventsConfig::confirm_grace`](super::EventsConfig) without an
+    /// answer to the call since), forward events until failure.
     pub(super) async fn cri_once(&self) -> Ended {
         let mut client = self.runtime.clone();
         let call = client.get_container_events(GetEventsRequest {});
@@ -79,6 +80,10 @@ impl Worker {
         let probe = self.version_probe();
         tokio::pin!(probe);
         let mut probing = true;
+        // Armed when the probe is answered: a runtime without the method may still be about to say so.
+        let grace = tokio::time::sleep(self.config.confirm_grace);
+        tokio::pin!(grace);
+        let mut grace_armed = false;
         let mut confirmed = false;
 
         // Phase 1: until the response headers come (with the first event).
@@ -99,15 +104,19 @@ impl Worker {
                     probing = false;
                     match answer {
                         Ok(()) => {
-                            confirmed = true;
-                            if !self.active("a Version call answered after the request").await {
-                                return Ended::Closed;
-                            }
+                            grace.as_mut().reset(tokio::time::Instant::now() + self.config.confirm_grace);
+                            grace_armed = true;
                         }
                         Err(reason) => tracing::debug!(
                             %reason,
                             "cannot confirm the CRI event stream by Version; waiting for its first event"
                         ),
+                    }
+                }
+                () = &mut grace, if grace_armed && !confirmed => {
+                    confirmed = true;
+                    if !self.active("a Version call answered after the request, and no error since").await {
+                        return Ended::Closed;
                     }
                 }
             }
