@@ -661,13 +661,15 @@ fn tell_the_pleg(
 ) {
     use nodelet_cri::RuntimeEvent as E;
     match event {
-        E::Reconnected => {
+        E::Reconnected { source } => {
             metrics.evented_pleg_connections.with_label_values(&["success"]).inc();
+            metrics.set_event_source(source.as_str());
             pleg.set_evented(true);
             pleg.relist();
         }
         E::Disconnected { .. } => {
             metrics.evented_pleg_connections.with_label_values(&["error"]).inc();
+            metrics.set_event_source(nodelet_resources::pod::metrics::EVENT_SOURCE_NONE);
             pleg.set_evented(false);
         }
         E::ContainerExited { id, .. } | E::ContainerRemoved { id } if own.caused(id) => {
@@ -690,7 +692,7 @@ async fn forward_runtime_events(
 ) {
     use futures::StreamExt;
     let mut events = cri.events(nodelet_cri::EventsConfig::default());
-    let _disconnected = DisconnectOnDrop(pleg.clone());
+    let _disconnected = DisconnectOnDrop(pleg.clone(), metrics.clone());
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -705,12 +707,14 @@ async fn forward_runtime_events(
     }
 }
 
-/// Puts the PLEG back on its short period when the event forwarder ends (or is restarted).
-struct DisconnectOnDrop(PlegWaker);
+/// Puts the PLEG back on its short period (and `nodelet_evented_pleg_source` on `none`) when the event
+/// forwarder ends (or is restarted).
+struct DisconnectOnDrop(PlegWaker, PodMetrics);
 
 impl Drop for DisconnectOnDrop {
     fn drop(&mut self) {
         self.0.set_evented(false);
+        self.1.set_event_source(nodelet_resources::pod::metrics::EVENT_SOURCE_NONE);
     }
 }
 

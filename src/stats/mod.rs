@@ -9,14 +9,17 @@
 //! | nodefs | `statvfs` of `--root-dir` |
 //! | imagefs | CRI `ImageFsInfo` (bytes and inodes the images use) plus `statvfs` of its mountpoint |
 //! | PIDs | `min(kernel.pid_max, kernel.threads-max)` and the task count of `/proc/loadavg` |
-//! | pod CPU, memory, network, processes | CRI `ListPodSandboxStats`; the pod cgroup `<cgroupRoot>/pod<uid>` and the network namespace of the sandbox's process where the runtime gives nothing, or must not be asked (containerd before 1.6.22: `CriClient::sandbox_stats_are_safe`) |
-//! | container CPU, memory | the container cgroup `<pod cgroup>/<id>`; CRI `ListContainerStats` in a gathering that asks the runtime (below), and without a cgroup root |
+//! | pod CPU, memory, network, processes | CRI `ListPodSandboxStats` with a cgroup root where the runtime may be asked (containerd 2.x; not containerd before 1.6.22: `CriClient::sandbox_stats_are_safe`); the pod cgroup `<cgroupRoot>/pod<uid>` and the network namespace of the sandbox's process where the runtime gives nothing or is not asked; without a cgroup root (sandboxes without a cgroup parent, which containerd 2.x cannot measure) the sums of the containers' CPU and memory, and the sandbox's network namespace |
+//! | container CPU, memory | the runtime's: `ListPodSandboxStats`'s containers (containerd 1.7, 2.x), CRI `ListContainerStats` in a gathering that asks for it (below) and always without a cgroup root; else the container cgroup `<pod cgroup>/<id>` |
 //! | container writable layer | CRI `ListContainerStats`, asked every `volumeStatsAggPeriod` by housekeeping and by every fresh gathering; the newest answer in between |
 //! | container logs | disk usage of `<podLogsDir>/<ns>_<pod>_<uid>/<container>/` |
 //! | volumes | the background volume measurement ([`volume_usage`], every `volumeStatsAggPeriod`) and `statvfs` of the volume's filesystem (not hostPath) |
 //!
 //! CPU `usageNanoCores` is the runtime's when it gives one, else the rate since the previous sample of
-//! the same cgroup (absent on the first).
+//! the same cgroup (absent on the first). The runtime reads the same cgroup files (cumulative CPU time;
+//! working set = usage minus inactive file pages), so the numbers are the same whichever gives them: the
+//! daemon test `pod_cpu_and_memory_are_the_cgroups_numbers_from_the_runtime_or_the_cgroups` holds both
+//! against the kernel's files.
 //!
 //! The pods' part is costly at scale (containerd asks every container's shim for
 //! `ListContainerStats`: half a second of its CPU at 250 pods; and logs are walked on disk), so the
@@ -345,6 +348,18 @@ impl StatsProvider {
                 .is_none_or(|(at, _)| at.elapsed() >= inner.container_fs_interval)
     }
 
+    /// Whether this gathering asks the runtime for the pods' stats (`ListPodSandboxStats`): only where the
+    /// runtime can be asked safely (not containerd before 1.6.22, see `CriClient::sandbox_stats_are_safe`)
+    /// and can answer: with a cgroup root, nodelet's sandboxes have a cgroup parent (the pod cgroup).
+    /// Without one, containerd 2.x fails the whole call ("failed to decode sandbox container metrics …
+    /// because cgroupPath is empty", for each sandbox), so the pods' CPU and memory are then the sums of
+    /// their containers' (`ListContainerStats`) and their network is read from the sandboxes' network
+    /// namespaces.
+    async fn asks_for_sandbox_stats(&self) -> bool {
+        self.inner.runtime.config().cgroup_root.is_some()
+            && self.inner.runtime.client().sandbox_stats_are_safe().await
+    }
+
     /// The writable layers' usage of the newest `ListContainerStats`.
     fn last_writable_layers(&self) -> WritableLayers {
         let layers = self.inner.writable_layers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -369,8 +384,8 @@ impl StatsProvider {
             cri.list_container_items(&container_filter),
             async { if ask { cri.list_container_stats(&container_filter).await } else { Ok(Vec::new()) } },
             async {
-                // Unsafe on some runtimes: then the pod cgroups and the sandboxes' network namespaces.
-                if cri.sandbox_stats_are_safe().await {
+                // Not on every runtime: then the pod cgroups and the sandboxes' network namespaces.
+                if self.asks_for_sandbox_stats().await {
                     cri.list_pod_sandbox_stats(&sandbox_filter).await
                 } else {
                     Ok(Vec::new())
@@ -407,6 +422,7 @@ impl StatsProvider {
             .into_iter()
             .filter_map(|s| Some((s.attributes?.id, s.linux?)))
             .collect();
+        let container_stats = with_sandbox_containers(container_stats, &sandbox_stats);
         let node_sample = node_sample?;
         let log_fs = node_sample.logfs.map(|f| FsStats {
             available_bytes: Some(f.available),
@@ -832,6 +848,21 @@ impl StatsProvider {
     }
 }
 
+/// The runtime's container stats by container ID: `ListContainerStats`'s, and for the containers it did not
+/// give (it is asked only every container fs interval when there is a cgroup root), the ones
+/// `ListPodSandboxStats` gave with their pod (containerd 1.7 and 2.x fill `linux.containers`: CPU and memory,
+/// read at the same moment as the pod's).
+fn with_sandbox_containers(
+    mut containers: HashMap<String, v1::ContainerStats>,
+    sandboxes: &HashMap<String, v1::LinuxPodSandboxStats>,
+) -> HashMap<String, v1::ContainerStats> {
+    for stats in sandboxes.values().flat_map(|s| &s.containers) {
+        let Some(id) = stats.attributes.as_ref().map(|a| a.id.clone()) else { continue };
+        containers.entry(id).or_insert_with(|| stats.clone());
+    }
+    containers
+}
+
 /// Whether `s` is one plain path component.
 fn is_path_segment(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\0'])
@@ -958,5 +989,44 @@ mod every_tests {
         tokio::join!(run, stopper);
         assert_eq!(rounds.load(std::sync::atomic::Ordering::Relaxed), 3);
         assert_eq!(started.elapsed(), Duration::from_secs(25));
+    }
+}
+
+#[cfg(test)]
+mod sandbox_container_tests {
+    use super::*;
+
+    fn stats(id: &str, cpu_ns: u64) -> v1::ContainerStats {
+        v1::ContainerStats {
+            attributes: Some(v1::ContainerAttributes { id: id.into(), ..Default::default() }),
+            cpu: Some(v1::CpuUsage {
+                usage_core_nano_seconds: Some(v1::UInt64Value { value: cpu_ns }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn cpu(s: Option<&v1::ContainerStats>) -> Option<u64> {
+        s?.cpu.as_ref()?.usage_core_nano_seconds.as_ref().map(|v| v.value)
+    }
+
+    #[test]
+    fn the_pods_container_stats_fill_in_what_list_container_stats_did_not_give() {
+        let listed: HashMap<String, v1::ContainerStats> = [("a".to_owned(), stats("a", 1))].into();
+        let pod = v1::LinuxPodSandboxStats {
+            containers: vec![stats("a", 100), stats("b", 200), v1::ContainerStats::default()],
+            ..Default::default()
+        };
+        let sandboxes: HashMap<String, v1::LinuxPodSandboxStats> = [("sb".to_owned(), pod)].into();
+        let merged = with_sandbox_containers(listed, &sandboxes);
+        // ListContainerStats's entry stays; the pod's adds the container it did not list; one without
+        // attributes is dropped.
+        assert_eq!(merged.len(), 2, "{merged:?}");
+        assert_eq!(cpu(merged.get("a")), Some(1));
+        assert_eq!(cpu(merged.get("b")), Some(200));
+        // Without sandbox stats (the runtime is not asked), nothing changes.
+        let listed: HashMap<String, v1::ContainerStats> = [("a".to_owned(), stats("a", 1))].into();
+        assert_eq!(with_sandbox_containers(listed.clone(), &HashMap::new()), listed);
     }
 }

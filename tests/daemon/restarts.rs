@@ -10,8 +10,8 @@ use tokio::time::{Instant, sleep};
 
 use crate::stats::{read_only, sample};
 use crate::support::{
-    BACKOFF_INITIAL, BACKOFF_MAX, Nodelet, condition, container, cri_state, env_or_skip, phase,
-    sleep_until_term, terminated, uid, waiting,
+    BACKOFF_INITIAL, BACKOFF_MAX, Nodelet, condition, container, containerd_major, cri_state, env_or_skip,
+    phase, sleep_until_term, terminated, uid, waiting,
 };
 
 /// nodelet's PLEG relist period (`DEFAULT_RELIST_PERIOD`), in seconds.
@@ -203,21 +203,40 @@ async fn an_exit_right_after_the_start_is_noticed_and_restarted_at_once() {
     n.shutdown().await;
 }
 
+/// The PLEG's evented relist period (`plegEventedRelistPeriod`'s default), in seconds.
+const EVENTED_RELIST_PERIOD: f64 = 60.0;
+
 /// With the runtime's events connected, the PLEG relists only every `plegEventedRelistPeriod` (60 s) and
 /// learns of an exit by reading the pod the exiting container belongs to: a container that exits a few
-/// seconds after it started is shown exited with no relist in between (the time it took is printed).
+/// seconds after it started is shown exited with no relist in between, within a few seconds (the time it
+/// took is printed). The events come from CRI `GetContainerEvents` on containerd 2.x and from containerd's
+/// own event service on 1.6 (`nodelet_evented_pleg_source`).
 #[tokio::test]
 async fn with_the_runtimes_events_an_exit_is_seen_by_reading_its_pod_not_by_relisting() {
     let env = env_or_skip!("with_the_runtimes_events_an_exit_is_seen_by_reading_its_pod_not_by_relisting");
+    let expected_source = if containerd_major() >= 2 { "cri" } else { "containerd" };
     let n = Nodelet::start(&env, "evented").await;
     let metrics = async || read_only(&n, "/metrics").await;
     let count = |text: &str, name: &str| sample(text, name, &[]).unwrap_or(0.0);
+    let source = |text: &str, source: &str| {
+        sample(text, "nodelet_evented_pleg_source", &[&format!("source=\"{source}\"")]).unwrap_or(-1.0)
+    };
     n.wait_for("the runtime's event stream", Duration::from_secs(20), async || {
         let connected =
             sample(&metrics().await, "nodelet_evented_pleg_connections_total", &["result=\"success\""]);
         (connected >= Some(1.0)).then_some(())
     })
     .await;
+    let connected = metrics().await;
+    for s in ["cri", "containerd", "none"] {
+        let want = if s == expected_source { 1.0 } else { 0.0 };
+        assert_eq!(
+            source(&connected, s),
+            want,
+            "nodelet_evented_pleg_source{{source={s:?}}} on containerd {}",
+            containerd_major()
+        );
+    }
     n.write_manifest(
         "late.yaml",
         &n.pod_manifest(
@@ -252,8 +271,12 @@ async fn with_the_runtimes_events_an_exit_is_seen_by_reading_its_pod_not_by_reli
     eprintln!("exit shown after {shown:.3}s; {relists} relists and {reads} pod reads meanwhile");
     assert_eq!(relists, 0.0, "no relist while the runtime's events come");
     assert!(reads >= 1.0, "the exit was seen by reading the pod ({reads} reads)");
+    // Far below the relist period the exit would wait for without the events (and below the time a loaded
+    // runtime may take to show it).
+    assert!(shown < 5.0, "exit shown after {shown:.3}s, expected far below {EVENTED_RELIST_PERIOD}s");
     let broken = sample(&after, "nodelet_evented_pleg_connections_total", &["result=\"error\""]);
     assert_eq!(broken.unwrap_or(0.0), 0.0, "the event stream did not break");
+    assert_eq!(source(&after, expected_source), 1.0, "still following the {expected_source} events");
 
     n.shutdown().await;
 }

@@ -378,3 +378,310 @@ async fn an_oom_killed_container_shows_oomkilled_and_an_event() {
     assert!(oom["message"].as_str().is_some_and(|m| m.contains("Container eat was OOM-killed")), "{oom}");
     n.shutdown().await;
 }
+
+/// The value and millisecond timestamp of the sample `name{labels…}` in a Prometheus text exposition.
+fn timed_sample(text: &str, name: &str, labels: &[&str]) -> Option<(f64, i64)> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (series, rest) = l.split_once(' ')?;
+        let matches = (series == name || series.starts_with(&format!("{name}{{")))
+            && labels.iter().all(|want| series.contains(want));
+        let mut fields = rest.split_whitespace();
+        if matches { Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?)) } else { None }
+    })
+}
+
+/// One reading of a cgroup straight from the kernel's files: when (ns since the epoch), cumulative CPU (ns)
+/// and memory working set (usage minus inactive file pages, as the kubelet and containerd compute it).
+#[derive(Debug, Clone, Copy)]
+struct CgroupReading {
+    at: i64,
+    cpu_ns: u64,
+    working_set: u64,
+}
+
+fn read_number(path: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn read_keyed(path: &std::path::Path, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Reads the cgroup `rel` (e.g. `/nodelet-test/pod<uid>`) under `/sys/fs/cgroup`, v1 or v2.
+fn read_cgroup(rel: &str) -> Option<CgroupReading> {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let rel = rel.trim_start_matches('/');
+    let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    let at = i64::try_from(at).ok()?;
+    if root.join("cgroup.controllers").exists() {
+        let dir = root.join(rel);
+        let cpu_ns = read_keyed(&dir.join("cpu.stat"), "usage_usec")?.checked_mul(1000)?;
+        let usage = read_number(&dir.join("memory.current"))?;
+        let inactive = read_keyed(&dir.join("memory.stat"), "inactive_file").unwrap_or(0);
+        Some(CgroupReading { at, cpu_ns, working_set: usage.saturating_sub(inactive) })
+    } else {
+        let cpu_ns = read_number(&root.join("cpuacct").join(rel).join("cpuacct.usage"))?;
+        let memory = root.join("memory").join(rel);
+        let usage = read_number(&memory.join("memory.usage_in_bytes"))?;
+        let inactive = read_keyed(&memory.join("memory.stat"), "total_inactive_file").unwrap_or(0);
+        Some(CgroupReading { at, cpu_ns, working_set: usage.saturating_sub(inactive) })
+    }
+}
+
+/// The readings of a cgroup taken every 20 ms by a background task, until dropped.
+struct CgroupSampler {
+    readings: std::sync::Arc<std::sync::Mutex<Vec<CgroupReading>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CgroupSampler {
+    fn start(rel: String) -> Self {
+        let readings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let out = readings.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Some(r) = read_cgroup(&rel) {
+                    out.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(r);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        CgroupSampler { readings, task }
+    }
+
+    /// The last reading at or before `at_ns - slack` and the first at or after `at_ns + slack`.
+    fn around(&self, at_ns: i64, slack: Duration) -> Option<(CgroupReading, CgroupReading)> {
+        let slack = i64::try_from(slack.as_nanos()).unwrap_or(i64::MAX);
+        let readings = self.readings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = readings.iter().rev().find(|r| r.at <= at_ns - slack)?;
+        let after = readings.iter().find(|r| r.at >= at_ns + slack)?;
+        Some((*before, *after))
+    }
+}
+
+impl Drop for CgroupSampler {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Checks a cumulative CPU figure (`seconds`, read at `at_ms`) and a working set against the cgroup readings
+/// around that moment: the CPU between the readings `slack` before and after (the time between the runtime's or
+/// nodelet's read and the moment stamped on it), the working set within 2 MiB or 5 % of theirs.
+fn check_against_cgroup(
+    what: &str,
+    sampler: &CgroupSampler,
+    cpu: (f64, i64),
+    working_set: f64,
+    slack: Duration,
+) {
+    let (seconds, at_ms) = cpu;
+    let at = at_ms * 1_000_000;
+    let Some((before, after)) = sampler.around(at, slack) else {
+        panic!("{what}: no cgroup readings around {at_ms} ms");
+    };
+    let cpu_ns = seconds * 1e9;
+    let (low, high) = (before.cpu_ns as f64, after.cpu_ns as f64);
+    eprintln!(
+        "{what}: CPU {cpu_ns:.0} ns, cgroup {low:.0}..{high:.0} ns (±{slack:?}); working set {working_set:.0}, \
+         cgroup {}..{}",
+        before.working_set, after.working_set
+    );
+    // 1 ms of slack for the float seconds of the exposition.
+    assert!(
+        cpu_ns >= low - 1e6 && cpu_ns <= high + 1e6,
+        "{what}: CPU {cpu_ns:.0} ns is outside the cgroup's {low:.0}..{high:.0} ns around its time"
+    );
+    let (low, high) =
+        (before.working_set.min(after.working_set) as f64, before.working_set.max(after.working_set) as f64);
+    let tolerance = (2.0 * MIB as f64).max(high * 0.05);
+    assert!(
+        working_set >= low - tolerance && working_set <= high + tolerance,
+        "{what}: working set {working_set:.0} vs the cgroup's {low:.0}..{high:.0} (tolerance {tolerance:.0})"
+    );
+}
+
+/// The pods' CPU and memory that nodelet serves come from the runtime where it serves them (containerd 2.x:
+/// `ListPodSandboxStats`, with the pod's containers) and from the cgroups where it does not (containerd
+/// 1.6.20, which must not be asked): either way they are the cgroups' numbers. A pod burns CPU in a busy loop
+/// and holds 32 MiB; its pod and container cgroups are read every 20 ms by the test; `/metrics/resource`'s
+/// cumulative CPU (with its millisecond timestamp) must lie between the cgroup readings around its time,
+/// and its working set within 2 MiB or 5 %. On the 2.x runtime the runtime's own answer to
+/// `ListPodSandboxStats` is held against the cgroups the same way.
+#[tokio::test]
+async fn pod_cpu_and_memory_are_the_cgroups_numbers_from_the_runtime_or_the_cgroups() {
+    let env = env_or_skip!("pod_cpu_and_memory_are_the_cgroups_numbers_from_the_runtime_or_the_cgroups");
+    let runtime_serves_them = crate::support::containerd_major() >= 2;
+    let options =
+        StartOptions { nodelet_extra: "housekeepingInterval: 1s".into(), ..StartOptions::default() };
+    let n = Nodelet::start_with(&env, "busy", options).await;
+    let script = "head -c 33554432 /dev/zero > /dev/shm/fill && while :; do :; done";
+    n.write_manifest(
+        "busy.yaml",
+        &n.pod_manifest(
+            "busy",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "busy", "command": ["sh", "-c", script]}],
+            }),
+        ),
+    );
+    let pod = n.wait_running("busy").await;
+    let pod_uid = uid(&pod);
+    let pod_name = n.pod_name("busy");
+    let container_id = n
+        .containers_of(&pod_uid)
+        .await
+        .into_iter()
+        .find(|c| c.state == nodelet_cri::proto::ContainerState::ContainerRunning as i32)
+        .map(|c| c.id)
+        .unwrap_or_else(|| panic!("no running container in pod {pod_uid}"));
+    let pod_cgroup = format!("/{}/pod{pod_uid}", env.cgroup_parent.trim_matches('/'));
+    let pod_sampler = CgroupSampler::start(pod_cgroup.clone());
+    let container_sampler = CgroupSampler::start(format!("{pod_cgroup}/{container_id}"));
+    let pod_label = format!("pod=\"{pod_name}\"");
+    let pod_labels = ["namespace=\"default\"", pod_label.as_str()];
+    let container_labels = ["container=\"busy\"", "namespace=\"default\"", pod_label.as_str()];
+
+    // Until the 32 MiB show.
+    n.wait_for("the pod's memory in /metrics/resource", Duration::from_secs(30), async || {
+        let text = read_only(&n, "/metrics/resource").await;
+        let ws = sample(&text, "container_memory_working_set_bytes", &container_labels)?;
+        (ws >= (32 * MIB) as f64).then_some(())
+    })
+    .await;
+    // The fill is over: the working set holds still from here on.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // Three housekeeping rounds, each checked against the cgroups.
+    let slack = Duration::from_millis(300);
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 3 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let text = read_only(&n, "/metrics/resource").await;
+        let pod_cpu = timed_sample(&text, "pod_cpu_usage_seconds_total", &pod_labels);
+        let container_cpu = timed_sample(&text, "container_cpu_usage_seconds_total", &container_labels);
+        let (Some(pod_cpu), Some(container_cpu)) = (pod_cpu, container_cpu) else {
+            panic!("no CPU samples of the pod:\n{text}");
+        };
+        if !seen.insert(pod_cpu.1) {
+            continue;
+        }
+        // Readings after the stamped time are needed too.
+        tokio::time::sleep(slack + Duration::from_millis(100)).await;
+        let pod_ws = sample(&text, "pod_memory_working_set_bytes", &pod_labels).unwrap_or(-1.0);
+        let container_ws =
+            sample(&text, "container_memory_working_set_bytes", &container_labels).unwrap_or(-1.0);
+        check_against_cgroup("pod (served)", &pod_sampler, pod_cpu, pod_ws, slack);
+        check_against_cgroup("container (served)", &container_sampler, container_cpu, container_ws, slack);
+    }
+
+    let metrics = read_only(&n, "/metrics").await;
+    let asked =
+        sample(&metrics, "kubelet_runtime_operations_total", &["operation_type=\"list_podsandbox_stats\""]);
+    let failed = sample(
+        &metrics,
+        "kubelet_runtime_operations_errors_total",
+        &["operation_type=\"list_podsandbox_stats\""],
+    );
+    if runtime_serves_them {
+        // The numbers served were the runtime's: asked every round, never failing.
+        assert!(asked.is_some_and(|v| v >= 3.0), "ListPodSandboxStats asked {asked:?} times");
+        assert_eq!(failed.unwrap_or(0.0), 0.0, "ListPodSandboxStats failed");
+
+        // And the runtime's own answer against the cgroups, with the runtime's nanosecond timestamps.
+        let filter = nodelet_cri::SandboxFilter::all().label(nodelet_cri::labels::POD_UID, pod_uid.clone());
+        let answer = n.cri().list_pod_sandbox_stats(&filter).await.expect("ListPodSandboxStats");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let linux = answer.first().and_then(|s| s.linux.clone()).unwrap_or_default();
+        let value = |v: &Option<nodelet_cri::proto::UInt64Value>| v.as_ref().map_or(-1.0, |v| v.value as f64);
+        let (cpu, memory) = (linux.cpu.unwrap_or_default(), linux.memory.unwrap_or_default());
+        let cpu_ms = cpu.timestamp / 1_000_000;
+        let slack = Duration::from_millis(100);
+        let pod_cpu = (value(&cpu.usage_core_nano_seconds) / 1e9, cpu_ms);
+        check_against_cgroup("pod (runtime)", &pod_sampler, pod_cpu, value(&memory.working_set_bytes), slack);
+        let container = linux
+            .containers
+            .iter()
+            .find(|c| c.attributes.as_ref().is_some_and(|a| a.id == container_id))
+            .cloned()
+            .unwrap_or_else(|| panic!("the runtime's pod stats have no container {container_id}: {linux:?}"));
+        let (cpu, memory) = (container.cpu.unwrap_or_default(), container.memory.unwrap_or_default());
+        let container_cpu = (value(&cpu.usage_core_nano_seconds) / 1e9, cpu.timestamp / 1_000_000);
+        let ws = value(&memory.working_set_bytes);
+        check_against_cgroup("container (runtime)", &container_sampler, container_cpu, ws, slack);
+    } else {
+        // containerd before 1.6.22 must not be asked: the numbers served were the cgroups'.
+        assert!(
+            !n.cri().sandbox_stats_are_safe().await,
+            "containerd {} serves sandbox stats",
+            crate::support::containerd_major()
+        );
+        assert_eq!(asked, None, "nodelet asked an unsafe runtime for sandbox stats");
+    }
+
+    n.shutdown().await;
+}
+
+/// Without a cgroup root (nodelet's default) the pods' sandboxes have no cgroup parent, and containerd 2.x
+/// fails `ListPodSandboxStats` for all of them ("failed to decode sandbox container metrics … cgroupPath is
+/// empty", logged by containerd every housekeeping round): nodelet does not ask, and the pods' CPU and memory
+/// are their containers' sums (`ListContainerStats`), on either runtime.
+#[tokio::test]
+async fn without_a_cgroup_root_pod_stats_are_the_containers_sums_and_sandbox_stats_are_not_asked() {
+    let env = env_or_skip!(
+        "without_a_cgroup_root_pod_stats_are_the_containers_sums_and_sandbox_stats_are_not_asked"
+    );
+    let options = StartOptions {
+        nodelet_extra: "housekeepingInterval: 1s".into(),
+        no_cgroup_root: true,
+        ..StartOptions::default()
+    };
+    let n = Nodelet::start_with(&env, "noroot", options).await;
+    let script = "head -c 16777216 /dev/zero > /dev/shm/fill && exec sleep 3600";
+    n.write_manifest(
+        "noroot.yaml",
+        &n.pod_manifest(
+            "noroot",
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "app", "command": ["sh", "-c", script]}],
+            }),
+        ),
+    );
+    let pod = n.wait_running("noroot").await;
+    let pod_uid = uid(&pod);
+    let p = n
+        .wait_for("the pod's memory in the summary", Duration::from_secs(30), async || {
+            let s: Value = serde_json::from_str(&read_only(&n, "/stats/summary").await).ok()?;
+            let p = s["pods"].as_array()?.iter().find(|p| p["podRef"]["uid"] == pod_uid.as_str())?.clone();
+            (u(&p["memory"]["workingSetBytes"]) >= 16 * MIB).then_some(p)
+        })
+        .await;
+    let c = &p["containers"][0];
+    assert_eq!(
+        p["memory"]["workingSetBytes"], c["memory"]["workingSetBytes"],
+        "the pod's is its container's: {p}"
+    );
+    assert_eq!(p["cpu"]["usageCoreNanoSeconds"], c["cpu"]["usageCoreNanoSeconds"], "{p}");
+    // Rounds went by meanwhile.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let metrics = read_only(&n, "/metrics").await;
+    let op = ["operation_type=\"list_podsandbox_stats\""];
+    assert_eq!(
+        sample(&metrics, "kubelet_runtime_operations_total", &op),
+        None,
+        "ListPodSandboxStats was asked"
+    );
+    let listed =
+        sample(&metrics, "kubelet_runtime_operations_total", &["operation_type=\"list_container_stats\""]);
+    assert!(listed.is_some_and(|v| v >= 2.0), "ListContainerStats asked {listed:?} times");
+    let failed = sample(
+        &metrics,
+        "kubelet_runtime_operations_errors_total",
+        &["operation_type=\"list_container_stats\""],
+    );
+    assert_eq!(failed.unwrap_or(0.0), 0.0, "ListContainerStats failed");
+    n.shutdown().await;
+}

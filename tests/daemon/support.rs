@@ -91,6 +91,14 @@ pub(crate) fn runtime_env(test: &str) -> Option<Env> {
 }
 
 /// `let env = env_or_skip!("name");`: the runtime, or return from the test after a skip note.
+/// The major version of the test runtime's containerd (`NODELET_TEST_CONTAINERD_VERSION`, which the runtime
+/// set-up exports), to decide which features the runtime must have (e.g. CRI events from 2 on).
+pub(crate) fn containerd_major() -> u32 {
+    let version = required("NODELET_TEST_CONTAINERD_VERSION");
+    let major = version.trim_start_matches('v').split('.').next().and_then(|m| m.parse().ok());
+    major.unwrap_or_else(|| panic!("NODELET_TEST_CONTAINERD_VERSION={version:?} is not a version"))
+}
+
 macro_rules! env_or_skip {
     ($test:expr) => {
         match $crate::support::runtime_env($test) {
@@ -154,6 +162,8 @@ pub(crate) struct StartOptions {
     pub(crate) binary: Option<PathBuf>,
     /// Environment variables of the daemon.
     pub(crate) env: Vec<(String, String)>,
+    /// No `--cgroup-root` (nodelet's default: no pod cgroups, sandboxes without a cgroup parent).
+    pub(crate) no_cgroup_root: bool,
 }
 
 /// This package's `nodelet` binary (`nodelet` from `PATH` in a package without one: pass
@@ -327,6 +337,7 @@ impl Nodelet {
             ("--v", "2".to_owned()),
         ]
         .into_iter()
+        .filter(|(flag, _)| !(self.options.no_cgroup_root && *flag == "--cgroup-root"))
         .flat_map(|(flag, value)| [flag.to_owned(), value])
         .chain(self.options.extra_args.iter().cloned())
         .collect()

@@ -19,7 +19,7 @@ use crate::events::{EventsConfig, RuntimeEventStream};
 use crate::filter::{ContainerFilter, SandboxFilter};
 
 /// The CRI API version string sent in `Version` requests (the kubelet sends the same).
-const CRI_CLIENT_VERSION: &str = "0.1.0";
+pub(crate) const CRI_CLIENT_VERSION: &str = "0.1.0";
 
 /// Name of the CRI condition that reports the runtime itself is ready.
 pub const RUNTIME_READY: &str = "RuntimeReady";
@@ -295,11 +295,18 @@ impl CriClient {
         self.channel.clone()
     }
 
-    /// Subscribes to containerd's native task events of [`CriConfig::containerd_namespace`] on the same
-    /// connection, in a background task. Must be called within a tokio runtime. See [`crate::events`] for the
-    /// contract (relist on [`RuntimeEvent::Reconnected`](crate::RuntimeEvent::Reconnected)).
+    /// Subscribes to the runtime's container events on the same connection, in a background task: CRI
+    /// `GetContainerEvents` where the runtime serves it, else containerd's native task events of
+    /// [`CriConfig::containerd_namespace`] when the runtime is containerd, else none. Must be called within a
+    /// tokio runtime. See [`crate::events`] for the contract (relist on
+    /// [`RuntimeEvent::Reconnected`](crate::RuntimeEvent::Reconnected)).
     pub fn events(&self, config: EventsConfig) -> RuntimeEventStream {
-        RuntimeEventStream::spawn(self.channel.clone(), &self.config.containerd_namespace, config)
+        RuntimeEventStream::spawn(
+            self.channel.clone(),
+            self.runtime.clone(),
+            &self.config.containerd_namespace,
+            config,
+        )
     }
 
     /// Runs one unary call with a deadline, mapping errors and logging the outcome.

@@ -1,45 +1,73 @@
-//! containerd native task events: the fast path of an evented PLEG.
+//! The runtime's container events: the fast path of an evented PLEG.
 //!
-//! CRI `GetContainerEvents` is not implemented by containerd 1.6 (it arrived in 1.7), so this module
-//! subscribes to containerd's own event service (`containerd.services.events.v1.Events/Subscribe`) on the
-//! same socket and connection as the CRI client, with the filter
-//! `namespace==k8s.io,topic~="^/tasks/"` or `topic=="/containers/delete"`, and turns their payloads into
-//! [`RuntimeEvent`]s.
+//! Two sources, chosen by what the runtime serves:
+//!
+//! * **CRI `GetContainerEvents`** (the kubelet's EventedPLEG source; containerd 1.7 and 2.x, CRI-O), a
+//!   server-streaming call of the CRI runtime service: see [`cri`]. Tried first, at every (re)connection.
+//! * **containerd's own event service** (`containerd.services.events.v1.Events/Subscribe`), when the runtime
+//!   answers `GetContainerEvents` with `UNIMPLEMENTED` and its CRI `Version` says it is containerd (1.6 has
+//!   no CRI events): subscribed on the same socket and connection as the CRI client, with the filter
+//!   `namespace==k8s.io,topic~="^/tasks/"` or `topic=="/containers/delete"`.
+//!
+//! A runtime that serves neither (not containerd, no `GetContainerEvents`) gets no event stream: the stream
+//! stays silent, and the consumer relists every period; `GetContainerEvents` is asked again every
+//! [`EventsConfig::reprobe_interval`] (a runtime can be upgraded under a running node).
 //!
 //! # Contract for consumers
 //!
 //! * **Events are not replayed.** Whatever happens while no subscription is active is lost. Each time the
 //!   subscription becomes active — the first time and after every reconnect — the stream yields
-//!   [`RuntimeEvent::Reconnected`]; the consumer must then relist (ListPodSandbox + ListContainers) to
-//!   catch up. `Reconnected` is only yielded once the subscription is known to be registered in containerd
-//!   (see below), so a relist started after receiving it cannot miss an event.
+//!   [`RuntimeEvent::Reconnected`] naming the [`EventSource`]; the consumer must then relist
+//!   (ListPodSandbox + ListContainers) to catch up. `Reconnected` is only yielded once the subscription is
+//!   known to be registered in the runtime (see below), so a relist started after receiving it cannot miss an
+//!   event.
 //! * When the subscription breaks, [`RuntimeEvent::Disconnected`] is yielded and the stream reconnects with
 //!   exponential backoff (with jitter) until the stream is dropped. A consumer should fall back to
-//!   periodic relisting while disconnected, and also before the first `Reconnected` (if containerd is
+//!   periodic relisting while disconnected, and also before the first `Reconnected` (if the runtime is
 //!   unreachable at start, no `Disconnected` is yielded: the stream simply stays silent while it retries).
-//! * Task events carry IDs from the CRI's point of view: a container's task has the CRI container ID and a
+//! * Events carry IDs from the CRI's point of view: a container's task has the CRI container ID and a
 //!   sandbox's pause task has the pod sandbox ID. Events of exec processes (`ExecSync`, probes) are dropped.
-//! * containerd processes the same exit asynchronously for CRI: right after
+//! * With containerd's own events, containerd processes the same exit asynchronously for CRI: right after
 //!   [`RuntimeEvent::ContainerExited`], `ContainerStatus` may still say RUNNING for tens of milliseconds. Use
-//!   the event's `exit_status`/`exited_at`, or re-query until the status is EXITED.
+//!   the event's `exit_status`/`exited_at`, or re-query until the status is EXITED. CRI events are sent
+//!   after the runtime's CRI status is updated.
 //! * The stream never ends on its own; it ends (and its background task stops) when it is dropped.
+//! * The background task reads the runtime's stream as fast as the consumer takes events (up to
+//!   [`EventsConfig::buffer`] queued). A consumer that stops reading stalls the runtime's sender: containerd
+//!   2.x's CRI event queue blocks its container operations behind a full subscriber, so read promptly.
 //!
 //! # Knowing when the subscription is active
 //!
-//! containerd sends Subscribe's response headers only together with the first event, so the `subscribe`
-//! call itself does not complete until something happens. To learn promptly that the subscription is
-//! registered, the background task publishes a small marker event on topic [`SYNC_TOPIC`] (which its own
-//! filter also matches) until it receives one back; any received event proves the same. The marker is
-//! visible to other unfiltered subscribers of the namespace (e.g. `ctr events`); the CRI plugin ignores it.
+//! Neither source sends the response headers of its streaming call before the first event (containerd's
+//! `Subscribe` and containerd 2.x's `GetContainerEvents` handler only `Send` events), so the call itself does
+//! not complete until something happens.
+//!
+//! * containerd's events: the background task publishes a small marker event on topic [`SYNC_TOPIC`] (which
+//!   its own filter also matches) until it receives one back; any received event proves the same. The
+//!   marker is visible to other unfiltered subscribers of the namespace (e.g. `ctr events`); the CRI plugin
+//!   ignores it.
+//! * CRI events cannot be published by a client. The stream counts as active at its first event, or once a
+//!   CRI `Version` call sent on the same HTTP/2 connection after the `GetContainerEvents` request has been
+//!   answered and the stream has stayed unanswered for [`EventsConfig::confirm_grace`] (1 s) after that: a
+//!   runtime without the method (containerd 1.6) answers `UNIMPLEMENTED` on another goroutine than
+//!   `Version`'s, and that answer was seen to come after `Version`'s. The runtime (gRPC-Go) reads a
+//!   connection's requests in order and hands each to its own goroutine before it reads the next, so the
+//!   stream's handler, which subscribes first thing, was started before `Version`'s. The window left (that
+//!   goroutine not yet at its subscription by then) matters only with another subscriber connected:
+//!   containerd 2.x keeps the events of a moment without any subscriber for five minutes and gives them to
+//!   the next one.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
+pub mod cri;
+
 use containerd_client::events as cd_events;
 use containerd_client::services::v1::events_client::EventsClient;
 use containerd_client::services::v1::{PublishRequest, SubscribeRequest};
 use containerd_client::types::Envelope;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use prost::{Message, Name};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -65,8 +93,15 @@ pub struct EventsConfig {
     /// one second.
     pub sync_interval: Duration,
     /// Capacity of the queue between the background task and the consumer. When it is full the task waits
-    /// (containerd buffers meanwhile), so no event is dropped by this crate.
+    /// (the runtime buffers meanwhile), so no event is dropped by this crate.
     pub buffer: usize,
+    /// How often a runtime that serves no event stream (neither CRI `GetContainerEvents` nor containerd's
+    /// event service) is asked for `GetContainerEvents` again.
+    pub reprobe_interval: Duration,
+    /// How long a CRI event stream that has sent nothing must stay unanswered after the `Version` call
+    /// behind it was answered before it counts as active (see the [module docs](self)): a runtime without
+    /// `GetContainerEvents` answers `UNIMPLEMENTED` on another goroutine than `Version`'s, sometimes later.
+    pub confirm_grace: Duration,
 }
 
 impl Default for EventsConfig {
@@ -76,46 +111,78 @@ impl Default for EventsConfig {
             max_backoff: Duration::from_secs(10),
             sync_interval: Duration::from_millis(20),
             buffer: 1024,
+            reprobe_interval: Duration::from_secs(300),
+            confirm_grace: Duration::from_secs(1),
         }
     }
 }
 
-/// A runtime event, decoded from containerd's `/tasks/*` events.
+/// Where a [`RuntimeEventStream`]'s events come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EventSource {
+    /// CRI `GetContainerEvents` ([`cri`]).
+    Cri,
+    /// containerd's own event service (containerd without CRI events, e.g. 1.6).
+    Containerd,
+}
+
+impl EventSource {
+    /// The source's name in logs and metric labels: `cri` or `containerd`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventSource::Cri => "cri",
+            EventSource::Containerd => "containerd",
+        }
+    }
+}
+
+impl std::fmt::Display for EventSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A runtime event, decoded from CRI `ContainerEventResponse`s or containerd's `/tasks/*` events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RuntimeEvent {
     /// The subscription is (again) active. Events may have been missed before this point: relist now.
-    Reconnected,
+    Reconnected {
+        /// Which event stream is active.
+        source: EventSource,
+    },
     /// The subscription broke; the stream is reconnecting. Relist periodically until
     /// [`RuntimeEvent::Reconnected`].
     Disconnected {
         /// Why the subscription ended.
         reason: String,
     },
-    /// A task was created for a container or sandbox (`/tasks/create`); its process exists but has not
-    /// been started.
+    /// A container or sandbox was created (`/tasks/create`: its process exists but has not been started;
+    /// CRI `CONTAINER_CREATED_EVENT`).
     ContainerCreated {
         /// CRI container ID (or pod sandbox ID for the sandbox's pause task).
         id: String,
-        /// PID of the init process.
-        pid: u32,
+        /// PID of the init process (containerd's events; CRI events do not say).
+        pid: Option<u32>,
     },
-    /// The container's init process was started (`/tasks/start`).
+    /// The container's init process was started (`/tasks/start`, CRI `CONTAINER_STARTED_EVENT`).
     ContainerStarted {
         /// CRI container ID (or pod sandbox ID).
         id: String,
-        /// PID of the init process.
-        pid: u32,
+        /// PID of the init process (containerd's events; CRI events do not say).
+        pid: Option<u32>,
     },
-    /// The container's init process exited (`/tasks/exit`).
+    /// The container's init process exited (`/tasks/exit`, CRI `CONTAINER_STOPPED_EVENT`).
     ContainerExited {
         /// CRI container ID (or pod sandbox ID).
         id: String,
-        /// PID the process had.
-        pid: u32,
-        /// Exit status: the exit code, or 128 + signal number if killed by a signal (137 = SIGKILL).
-        exit_status: u32,
-        /// When the process exited, as recorded by the shim.
+        /// PID the process had (containerd's events; CRI events do not say).
+        pid: Option<u32>,
+        /// Exit status: the exit code, or 128 + signal number if killed by a signal (137 = SIGKILL). CRI
+        /// events give it for containers (their status's `exit_code`), not for sandboxes.
+        exit_status: Option<u32>,
+        /// When the process exited, as recorded by the shim (CRI: the container status's `finished_at`).
         exited_at: Option<SystemTime>,
     },
     /// The container's task was deleted (`/tasks/delete`): its resources were released after exit.
@@ -127,12 +194,15 @@ pub enum RuntimeEvent {
         /// When the process exited.
         exited_at: Option<SystemTime>,
     },
-    /// The kernel OOM killer acted in the container's cgroup (`/tasks/oom`). An exit usually follows.
+    /// The kernel OOM killer acted in the container's cgroup (`/tasks/oom`; from CRI events: a stopped
+    /// container whose status's reason is `OOMKilled`, just before its [`RuntimeEvent::ContainerExited`]).
+    /// An exit usually follows.
     ContainerOom {
         /// CRI container ID (or pod sandbox ID).
         id: String,
     },
-    /// The container (or sandbox) itself was removed from the runtime (`/containers/delete`):
+    /// The container (or sandbox) itself was removed from the runtime (`/containers/delete`, CRI
+    /// `CONTAINER_DELETED_EVENT`):
     /// `RemoveContainer`, `RemovePodSandbox`, or anyone else's removal (`crictl rm`).
     ContainerRemoved {
         /// CRI container ID (or pod sandbox ID).
@@ -144,7 +214,7 @@ impl RuntimeEvent {
     /// The container (or sandbox) ID the event is about; `None` for connection-state events.
     pub fn id(&self) -> Option<&str> {
         match self {
-            RuntimeEvent::Reconnected | RuntimeEvent::Disconnected { .. } => None,
+            RuntimeEvent::Reconnected { .. } | RuntimeEvent::Disconnected { .. } => None,
             RuntimeEvent::ContainerCreated { id, .. }
             | RuntimeEvent::ContainerStarted { id, .. }
             | RuntimeEvent::ContainerExited { id, .. }
@@ -188,15 +258,15 @@ fn is_init(container_id: &str, exec_id: &str) -> bool {
 pub fn decode_envelope(env: &Envelope) -> Option<RuntimeEvent> {
     match env.topic.as_str() {
         "/tasks/create" => payload::<cd_events::TaskCreate>(env)
-            .map(|e| RuntimeEvent::ContainerCreated { id: e.container_id, pid: e.pid }),
+            .map(|e| RuntimeEvent::ContainerCreated { id: e.container_id, pid: Some(e.pid) }),
         "/tasks/start" => payload::<cd_events::TaskStart>(env)
-            .map(|e| RuntimeEvent::ContainerStarted { id: e.container_id, pid: e.pid }),
+            .map(|e| RuntimeEvent::ContainerStarted { id: e.container_id, pid: Some(e.pid) }),
         "/tasks/exit" => {
             payload::<cd_events::TaskExit>(env).filter(|e| is_init(&e.container_id, &e.id)).map(|e| {
                 RuntimeEvent::ContainerExited {
                     id: e.container_id,
-                    pid: e.pid,
-                    exit_status: e.exit_status,
+                    pid: Some(e.pid),
+                    exit_status: Some(e.exit_status),
                     exited_at: timestamp(e.exited_at),
                 }
             })
@@ -218,7 +288,8 @@ pub fn decode_envelope(env: &Envelope) -> Option<RuntimeEvent> {
     }
 }
 
-/// A stream of [`RuntimeEvent`]s fed by a background task that keeps a containerd event subscription alive.
+/// A stream of [`RuntimeEvent`]s fed by a background task that keeps an event subscription (CRI or containerd)
+/// alive.
 ///
 /// Create it with [`CriClient::events`](crate::CriClient::events). Read it with [`recv`](Self::recv) or as a
 /// [`futures::Stream`]. Dropping it stops the background task. See the [module docs](self) for the contract.
@@ -229,10 +300,16 @@ pub struct RuntimeEventStream {
 }
 
 impl RuntimeEventStream {
-    /// Starts the background subscription task on `channel`. Must be called within a tokio runtime.
-    pub(crate) fn spawn(channel: Channel, namespace: &str, config: EventsConfig) -> Self {
+    /// Starts the background subscription task on `channel` (`runtime`: the CRI runtime service client on
+    /// it). Must be called within a tokio runtime.
+    pub(crate) fn spawn(
+        channel: Channel,
+        runtime: RuntimeServiceClient<Channel>,
+        namespace: &str,
+        config: EventsConfig,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(config.buffer.max(1));
-        let worker = Worker { channel, namespace: namespace.to_owned(), config, tx };
+        let worker = Worker { channel, runtime, namespace: namespace.to_owned(), config, tx };
         let task = tokio::spawn(worker.run());
         RuntimeEventStream { rx, task }
     }
@@ -295,10 +372,25 @@ enum Ended {
     Closed,
     /// The subscription failed or ended; `confirmed` tells whether it had become active.
     Failed { reason: String, confirmed: bool },
+    /// The runtime does not implement CRI `GetContainerEvents`; `confirmed` tells whether the stream had
+    /// been taken for active before the answer came.
+    Unimplemented { confirmed: bool },
+}
+
+/// Which stream the worker asks for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// CRI `GetContainerEvents`.
+    Cri,
+    /// containerd's event service.
+    Containerd,
+    /// Neither: ask for CRI events again after [`EventsConfig::reprobe_interval`].
+    None,
 }
 
 struct Worker {
     channel: Channel,
+    runtime: RuntimeServiceClient<Channel>,
     namespace: String,
     config: EventsConfig,
     tx: mpsc::Sender<RuntimeEvent>,
@@ -308,9 +400,63 @@ impl Worker {
     async fn run(self) {
         let mut backoff = self.config.initial_backoff;
         let mut failures: u32 = 0;
+        let mut mode = Mode::Cri;
+        // The fallback last chosen, logged when it changes.
+        let mut fallback_logged: Option<Mode> = None;
         loop {
-            match self.subscribe_once().await {
+            let ended = match mode {
+                Mode::Cri => self.cri_once().await,
+                Mode::Containerd => self.subscribe_once().await,
+                Mode::None => {
+                    tokio::select! {
+                        _ = self.tx.closed() => return,
+                        _ = tokio::time::sleep(self.config.reprobe_interval) => {}
+                    }
+                    mode = Mode::Cri;
+                    continue;
+                }
+            };
+            // After containerd's events fail, CRI events are asked for first again: the runtime may have been
+            // upgraded while it was down.
+            let attempted = mode;
+            if attempted == Mode::Containerd {
+                mode = Mode::Cri;
+            }
+            match ended {
                 Ended::Closed => return,
+                Ended::Unimplemented { confirmed } => {
+                    if confirmed {
+                        let reason = "GetContainerEvents: unimplemented".to_owned();
+                        if self.tx.send(RuntimeEvent::Disconnected { reason }).await.is_err() {
+                            return;
+                        }
+                    }
+                    match self.runtime_is_containerd().await {
+                        Ok(true) => mode = Mode::Containerd,
+                        Ok(false) => mode = Mode::None,
+                        Err(reason) => {
+                            // The runtime went away between the two calls: start over.
+                            tracing::debug!(%reason, "CRI Version failed after GetContainerEvents was unimplemented");
+                        }
+                    }
+                    if mode != Mode::Cri {
+                        if fallback_logged != Some(mode) {
+                            fallback_logged = Some(mode);
+                            if mode == Mode::Containerd {
+                                tracing::info!(
+                                    "the runtime does not implement CRI GetContainerEvents: using containerd's event service"
+                                );
+                            } else {
+                                tracing::warn!(
+                                    every = ?self.config.reprobe_interval,
+                                    "the runtime implements neither CRI GetContainerEvents nor containerd's event \
+                                     service: the PLEG relists every period; asking again periodically"
+                                );
+                            }
+                        }
+                        continue;
+                    }
+                }
                 Ended::Failed { reason, confirmed } => {
                     if confirmed {
                         // The subscription had been active: start the backoff sequence afresh and tell the
@@ -319,10 +465,11 @@ impl Worker {
                         failures = 0;
                     }
                     failures = failures.saturating_add(1);
+                    let source = if attempted == Mode::Containerd { "containerd" } else { "CRI" };
                     if failures == 1 {
-                        tracing::warn!(%reason, "containerd event subscription failed; reconnecting");
+                        tracing::warn!(%reason, "{source} event subscription failed; reconnecting");
                     } else {
-                        tracing::debug!(%reason, failures, "containerd event subscription still failing");
+                        tracing::debug!(%reason, failures, "{source} event subscription still failing");
                     }
                     if confirmed && self.tx.send(RuntimeEvent::Disconnected { reason }).await.is_err() {
                         return;
@@ -337,6 +484,18 @@ impl Worker {
                 _ = tokio::time::sleep(delay) => {}
             }
             backoff = backoff.saturating_mul(2).min(self.config.max_backoff);
+        }
+    }
+
+    /// Whether the runtime is containerd (CRI `Version`'s `runtime_name`), whose own event service can stand
+    /// in for CRI events. Errors are the call's, as text.
+    async fn runtime_is_containerd(&self) -> Result<bool, String> {
+        let mut client = self.runtime.clone();
+        let request = k8s_cri::v1::VersionRequest { version: crate::client::CRI_CLIENT_VERSION.to_owned() };
+        match tokio::time::timeout(Duration::from_secs(10), client.version(request)).await {
+            Ok(Ok(response)) => Ok(response.into_inner().runtime_name == "containerd"),
+            Ok(Err(status)) => Err(format!("Version: {status}")),
+            Err(_) => Err("Version: no answer within 10s".to_owned()),
         }
     }
 
@@ -375,7 +534,8 @@ impl Worker {
                         if !confirmed {
                             confirmed = true;
                             tracing::info!(namespace = %self.namespace, "containerd event subscription active");
-                            if self.tx.send(RuntimeEvent::Reconnected).await.is_err() {
+                            let active = RuntimeEvent::Reconnected { source: EventSource::Containerd };
+                            if self.tx.send(active).await.is_err() {
                                 return Ended::Closed;
                             }
                         }
@@ -461,8 +621,8 @@ mod tests {
             decode_envelope(&envelope("/tasks/exit", &exit)),
             Some(RuntimeEvent::ContainerExited {
                 id: "c1".into(),
-                pid: 42,
-                exit_status: 137,
+                pid: Some(42),
+                exit_status: Some(137),
                 exited_at: Some(expected_time)
             })
         );
@@ -473,12 +633,12 @@ mod tests {
         let start = cd_events::TaskStart { container_id: "c2".into(), pid: 7 };
         assert_eq!(
             decode_envelope(&envelope("/tasks/start", &start)),
-            Some(RuntimeEvent::ContainerStarted { id: "c2".into(), pid: 7 })
+            Some(RuntimeEvent::ContainerStarted { id: "c2".into(), pid: Some(7) })
         );
         let create = cd_events::TaskCreate { container_id: "c3".into(), pid: 8, ..Default::default() };
         assert_eq!(
             decode_envelope(&envelope("/tasks/create", &create)),
-            Some(RuntimeEvent::ContainerCreated { id: "c3".into(), pid: 8 })
+            Some(RuntimeEvent::ContainerCreated { id: "c3".into(), pid: Some(8) })
         );
         let delete =
             cd_events::TaskDelete { container_id: "c4".into(), exit_status: 3, ..Default::default() };

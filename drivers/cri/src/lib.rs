@@ -3,9 +3,10 @@
 //! * [`CriClient`] speaks the CRI v1 runtime and image services (the [`k8s_cri`] protobufs, re-exported as
 //!   [`proto`]) over a unix socket, with one shared HTTP/2 channel, a deadline on every call and typed errors
 //!   ([`CriError`]).
-//! * [`events`] subscribes to containerd's native task events on the same connection — the fast path of an
-//!   evented PLEG, since containerd 1.6 does not implement CRI `GetContainerEvents` — and exposes them as a
-//!   [`futures::Stream`] of [`RuntimeEvent`]s that reconnects by itself.
+//! * [`events`] subscribes to the runtime's container events on the same connection — the fast path of an
+//!   evented PLEG: CRI `GetContainerEvents` where the runtime serves it (containerd 2.x), containerd's native
+//!   task events where it does not (containerd 1.6) — and exposes them as a [`futures::Stream`] of
+//!   [`RuntimeEvent`]s that reconnects by itself.
 //! * [`CriPodRuntime`] is nodelet's `PodRuntime` (from `nodelet-resources`) on this client: the pod → CRI mapping
 //!   (sandbox and container configs, DNS, ports, resources, security context), image pull policies ([`images`]),
 //!   the kubelet's log layout under [`CriPodRuntimeConfig::pod_log_root`], and relists that rebuild every pod
@@ -31,11 +32,11 @@
 //! while let Some(event) = events.recv().await {
 //!     match event {
 //!         // (Re)subscribed: events may have been missed, relist everything nodelet owns.
-//!         RuntimeEvent::Reconnected => {
+//!         RuntimeEvent::Reconnected { .. } => {
 //!             let sandboxes = cri.list_pod_sandboxes(&SandboxFilter::managed()).await?;
 //!             println!("{} sandboxes", sandboxes.len());
 //!         }
-//!         RuntimeEvent::ContainerExited { id, exit_status, .. } => println!("{id} exited with {exit_status}"),
+//!         RuntimeEvent::ContainerExited { id, exit_status, .. } => println!("{id} exited: {exit_status:?}"),
 //!         _ => {}
 //!     }
 //! }
@@ -54,7 +55,7 @@
 //! # containerd specifics worth knowing
 //!
 //! * `RemoveImage` deletes every tag of the image, not only the reference passed.
-//! * `ContainerStatus` lags the native exit event by tens of milliseconds.
+//! * `ContainerStatus` lags the native exit event by tens of milliseconds (not the CRI event).
 //! * `StopPodSandbox` kills the sandbox's containers without grace period: stop containers first.
 //! * CRI does not delete a sandbox's `log_directory`; the caller owns it.
 //! * A cancelled `ExecSync` kills its command; one cancelled while its process starts holds the
@@ -91,7 +92,7 @@ pub use config::{
     DEFAULT_IMAGE_PULL_TIMEOUT, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_RUNTIME_REQUEST_TIMEOUT, parse_endpoint,
 };
 pub use error::{CriError, Result};
-pub use events::{EventsConfig, RuntimeEvent, RuntimeEventStream};
+pub use events::{EventSource, EventsConfig, RuntimeEvent, RuntimeEventStream};
 pub use filter::{ContainerFilter, SandboxFilter};
 pub use netns::{NetnsDialer, NetnsError, SandboxNetwork};
 pub use pod_runtime::{

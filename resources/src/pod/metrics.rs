@@ -1,6 +1,6 @@
 //! Pod metrics with the kubelet's names (see the shared reference, §10).
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 /// The pod metrics kept live; gauges of running pods and containers are computed at scrape time
 /// from the actual store.
@@ -18,6 +18,11 @@ pub struct PodMetrics {
     /// kubelet's `kubelet_evented_pleg_connection_{success,error}_count`, named as Prometheus wants
     /// a counter.
     pub evented_pleg_connections: IntCounterVec,
+    /// `nodelet_evented_pleg_source{source}`: 1 for the runtime event stream the PLEG follows now, 0 for the
+    /// others: `cri` (CRI `GetContainerEvents`), `containerd` (containerd's own event service, on runtimes
+    /// without CRI events), `none` (no stream active: the PLEG relists every `plegRelistPeriod`). Set with
+    /// [`PodMetrics::set_event_source`].
+    pub evented_pleg_source: IntGaugeVec,
     /// `kubelet_started_containers_total{container_type}`: container starts attempted (counted before
     /// the start, as the kubelet), `container_type` from [`container_type`].
     pub started_containers: IntCounterVec,
@@ -33,6 +38,13 @@ pub struct PodMetrics {
     /// ([`crate::sandbox::metrics`]).
     pub pod_worker_duration: HistogramVec,
 }
+
+/// The `source` label of `nodelet_evented_pleg_source` when no runtime event stream is active.
+pub const EVENT_SOURCE_NONE: &str = "none";
+
+/// Every `source` label of `nodelet_evented_pleg_source`: the runtime event streams (`cri`, `containerd`) and
+/// [`EVENT_SOURCE_NONE`].
+pub const EVENT_SOURCES: [&str; 3] = ["cri", "containerd", EVENT_SOURCE_NONE];
 
 /// The `container_type` label of the container-start metrics: `container`, `init_container` or
 /// `ephemeral_container` (the kubelet's values).
@@ -87,6 +99,13 @@ impl PodMetrics {
                 ),
                 &["result"],
             )?,
+            evented_pleg_source: IntGaugeVec::new(
+                Opts::new(
+                    "nodelet_evented_pleg_source",
+                    "The runtime event stream the PLEG follows (1): cri, containerd, or none (relisting only).",
+                ),
+                &["source"],
+            )?,
             started_containers: IntCounterVec::new(
                 Opts::new("kubelet_started_containers_total", "Cumulative number of containers started"),
                 &["container_type"],
@@ -122,9 +141,19 @@ impl PodMetrics {
         for result in ["success", "error"] {
             m.evented_pleg_connections.with_label_values(&[result]);
         }
+        registry.register(Box::new(m.evented_pleg_source.clone()))?;
+        m.set_event_source(EVENT_SOURCE_NONE);
         registry.register(Box::new(m.started_containers.clone()))?;
         registry.register(Box::new(m.started_containers_errors.clone()))?;
         Ok(m)
+    }
+
+    /// Marks `source` (one of [`EVENT_SOURCES`]) as the event stream the PLEG follows in
+    /// `nodelet_evented_pleg_source`, the others 0.
+    pub fn set_event_source(&self, source: &str) {
+        for s in EVENT_SOURCES {
+            self.evented_pleg_source.with_label_values(&[s]).set(i64::from(s == source));
+        }
     }
 
     /// Metrics registered nowhere (for tests).

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nodelet_cri::{CriClient, EventsConfig, RuntimeEvent, RuntimeEventStream};
+use nodelet_cri::{CriClient, EventSource, EventsConfig, RuntimeEvent, RuntimeEventStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
@@ -122,12 +122,29 @@ pub(crate) async fn wait_event(
     }
 }
 
-/// The runtime's event stream, once its subscription is active.
+/// The event source the test runtime must give: CRI `GetContainerEvents` on containerd 2.x and later, containerd's
+/// own events before (`NODELET_TEST_CONTAINERD_VERSION`, which the runtime set-up exports).
+pub(crate) fn expected_event_source() -> EventSource {
+    let version = required("NODELET_TEST_CONTAINERD_VERSION");
+    let major = version.trim_start_matches('v').split('.').next().and_then(|m| m.parse::<u32>().ok());
+    match major {
+        Some(major) if major >= 2 => EventSource::Cri,
+        Some(_) => EventSource::Containerd,
+        None => panic!("NODELET_TEST_CONTAINERD_VERSION={version:?} is not a version"),
+    }
+}
+
+/// The runtime's event stream, once its subscription is active; fails unless it is the source this runtime
+/// must give ([`expected_event_source`]).
 pub(crate) async fn subscribed_events(cri: &CriClient) -> RuntimeEventStream {
     let started = Instant::now();
     let mut events = cri.events(EventsConfig::default());
-    wait_event(&mut events, Duration::from_secs(10), "Reconnected", |e| *e == RuntimeEvent::Reconnected)
-        .await;
-    eprintln!("event subscription active after {:?}", started.elapsed());
+    let active = wait_event(&mut events, Duration::from_secs(10), "Reconnected", |e| {
+        matches!(e, RuntimeEvent::Reconnected { .. })
+    })
+    .await;
+    let expected = expected_event_source();
+    assert_eq!(active, RuntimeEvent::Reconnected { source: expected }, "the event source of this runtime");
+    eprintln!("event subscription ({expected}) active after {:?}", started.elapsed());
     events
 }
