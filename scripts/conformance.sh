@@ -575,5 +575,8 @@ if [ "$RECORD" = 1 ]; then
 	if [ -f "$RESULTS/nodelet.json" ] && [ -f "$RESULTS/kubelet.json" ]; then write_doc; fi
 fi
 
+if [ "$((passed + failed + skipped))" = 0 ]; then
+	log "ERROR: no spec matched the focus and skip (a [Slow] spec needs --skip or --suite extended: the default skip leaves out [Slow], [Serial] and [Disruptive])"
+fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ] && [ "$((passed + skipped))" -gt 0 ]
