@@ -9,7 +9,7 @@
 //! | nodefs | `statvfs` of `--root-dir` |
 //! | imagefs | CRI `ImageFsInfo` (bytes and inodes the images use) plus `statvfs` of its mountpoint |
 //! | PIDs | `min(kernel.pid_max, kernel.threads-max)` and the task count of `/proc/loadavg` |
-//! | pod CPU, memory, network, processes | CRI `ListPodSandboxStats`; the pod cgroup `<cgroupRoot>/pod<uid>` and the network namespace of the sandbox's process where the runtime gives nothing, or must not be asked (containerd before 1.6.22: `CriClient::sandbox_stats_are_safe`) |
+//! | pod CPU, memory, network, processes | CRI `ListPodSandboxStats`; the pod cgroup `<cgroupRoot>/pod<uid>` and the network namespace of the sandbox's process where the runtime gives nothing, or must not be asked (containerd before 1.6.22: `CriClient::sandbox_stats_are_safe`; after a failed call, for a back-off of 1 min doubling up to 1 h, for good when the runtime lacks the call: [`sandbox_stats_backoff`]) |
 //! | container CPU, memory | the container cgroup `<pod cgroup>/<id>`; CRI `ListContainerStats` in a gathering that asks the runtime (below), and without a cgroup root |
 //! | container writable layer | CRI `ListContainerStats`, asked every `volumeStatsAggPeriod` by housekeeping and by every fresh gathering; the newest answer in between |
 //! | container logs | disk usage of `<podLogsDir>/<ns>_<pod>_<uid>/<container>/` |
@@ -36,6 +36,7 @@
 pub(crate) mod cadvisor;
 pub(crate) mod local_storage;
 pub(crate) mod resource;
+mod sandbox_stats_backoff;
 pub(crate) mod summary;
 pub(crate) mod volume_usage;
 
@@ -145,6 +146,8 @@ struct Inner {
     volume_usage: Mutex<Arc<volume_usage::VolumeUsages>>,
     /// Where the next volume measurement starts in the list of volumes.
     volume_cursor: std::sync::atomic::AtomicUsize,
+    /// When to ask for sandbox stats again after `ListPodSandboxStats` failed.
+    sandbox_stats_backoff: Mutex<sandbox_stats_backoff::SandboxStatsBackoff>,
 }
 
 /// Each container's writable layer usage, by container ID.
@@ -216,6 +219,7 @@ impl StatsProvider {
                 local_storage_walks: Mutex::default(),
                 volume_usage: Mutex::default(),
                 volume_cursor: std::sync::atomic::AtomicUsize::new(0),
+                sandbox_stats_backoff: Mutex::default(),
             }),
         }
     }
@@ -369,9 +373,19 @@ impl StatsProvider {
             cri.list_container_items(&container_filter),
             async { if ask { cri.list_container_stats(&container_filter).await } else { Ok(Vec::new()) } },
             async {
-                // Unsafe on some runtimes: then the pod cgroups and the sandboxes' network namespaces.
-                if cri.sandbox_stats_are_safe().await {
-                    cri.list_pod_sandbox_stats(&sandbox_filter).await
+                // Unsafe on some runtimes, or failing lately (sandbox_stats_backoff): then the pod cgroups
+                // and the sandboxes' network namespaces.
+                let backoff = &self.inner.sandbox_stats_backoff;
+                let lock = || backoff.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if cri.sandbox_stats_are_safe().await && lock().may_ask(Instant::now()) {
+                    let stats = cri.list_pod_sandbox_stats(&sandbox_filter).await;
+                    match &stats {
+                        Ok(_) => lock().succeeded(),
+                        Err(e) => {
+                            lock().failed(e, Instant::now());
+                        }
+                    }
+                    stats
                 } else {
                     Ok(Vec::new())
                 }

@@ -154,6 +154,8 @@ pub(crate) struct StartOptions {
     pub(crate) binary: Option<PathBuf>,
     /// Environment variables of the daemon.
     pub(crate) env: Vec<(String, String)>,
+    /// `--cgroup-root /` (no cgroup root: the runtime's own cgroups) instead of the test runtime's parent.
+    pub(crate) no_cgroup_root: bool,
 }
 
 /// This package's `nodelet` binary (`nodelet` from `PATH` in a package without one: pass
@@ -322,7 +324,10 @@ impl Nodelet {
             ("--read-only-port", self.ports.read_only.to_string()),
             ("--port", self.ports.main.to_string()),
             ("--healthz-port", self.ports.healthz.to_string()),
-            ("--cgroup-root", self.env.cgroup_parent.clone()),
+            (
+                "--cgroup-root",
+                if self.options.no_cgroup_root { "/".into() } else { self.env.cgroup_parent.clone() },
+            ),
             ("--resolv-conf", self.env.resolv_conf.clone()),
             ("--v", "2".to_owned()),
         ]
