@@ -81,6 +81,9 @@ pub const DEFAULT_RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 pub const DEFAULT_HEALTHY_AFTER: Duration = Duration::from_secs(60);
 /// How long one `ctr images import` may take.
 pub const IMPORT_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long CRI may take to show the images an import stored (containerd 2.x's CRI plugin learns of them
+/// from the image events, after `ctr images import` returned).
+pub const IMPORT_VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// containerd.log is rotated at a start when it is larger than this.
 const LOG_ROTATE_BYTES: u64 = 10 << 20;
 /// Longest path a unix socket can have (sun_path is 108 bytes with the NUL).
@@ -1189,8 +1192,10 @@ async fn supervise(
 }
 
 /// Imports every `*.tar` image archive (OCI or docker format) in `dir`, in name order, into containerd's
-/// `k8s.io` namespace with `ctr images import` (unpacked for the overlayfs snapshotter, so CRI can use them).
-/// Returns the archives imported.
+/// `k8s.io` namespace with `ctr images import` (unpacked for the overlayfs snapshotter, so CRI can use them),
+/// then waits (at most [`IMPORT_VISIBLE_TIMEOUT`]) until CRI `ListImages` shows every named image of the
+/// namespace: containerd 2.x's CRI plugin learns of imported images asynchronously, and a pod started
+/// before would try to pull its image. Returns the archives imported.
 pub async fn import_images(ctr: &Path, socket: &Path, dir: &Path) -> Result<Vec<PathBuf>> {
     let entries = std::fs::read_dir(dir).map_err(io_err("read directory", dir))?;
     let mut archives = Vec::new();
@@ -1239,7 +1244,60 @@ pub async fn import_images(ctr: &Path, socket: &Path, dir: &Path) -> Result<Vec<
         info!(archive = %archive.display(), took = ?started.elapsed(), images = %stdout.trim().replace('\n', "; "),
               "imported image archive");
     }
+    if !archives.is_empty() {
+        wait_until_cri_shows_images(ctr, socket).await;
+    }
     Ok(archives)
+}
+
+/// Waits until CRI `ListImages` has, as a tag or digest reference, every image name `ctr images ls -q` lists
+/// in namespace `k8s.io` (names that are bare `sha256:` IDs aside). Logs a warning and returns when that does
+/// not happen within [`IMPORT_VISIBLE_TIMEOUT`] (pods whose image is missing then pull it).
+async fn wait_until_cri_shows_images(ctr: &Path, socket: &Path) {
+    let mut cmd = Command::new(ctr);
+    cmd.arg("--address").arg(socket).args(["--namespace", "k8s.io", "images", "ls", "-q"]);
+    cmd.stdin(Stdio::null()).kill_on_drop(true);
+    let names: Vec<String> = match timeout(IMPORT_TIMEOUT, cmd.output()).await {
+        Ok(Ok(o)) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && !n.starts_with("sha256:"))
+            .map(str::to_owned)
+            .collect(),
+        other => {
+            warn!(result = ?other.map(|r| r.map(|o| o.status)), "cannot list the imported images with ctr");
+            return;
+        }
+    };
+    let endpoint = format!("unix://{}", socket.display());
+    let cri = match CriClient::connect(CriConfig::new(&endpoint)).await {
+        Ok(cri) => cri,
+        Err(e) => {
+            warn!(error = %e, "cannot ask CRI for the imported images");
+            return;
+        }
+    };
+    let started = Instant::now();
+    let mut missing = names.clone();
+    while started.elapsed() < IMPORT_VISIBLE_TIMEOUT {
+        if let Ok(images) = cri.list_images(None).await {
+            let known: std::collections::HashSet<&str> = images
+                .iter()
+                .flat_map(|i| i.repo_tags.iter().chain(i.repo_digests.iter()))
+                .map(String::as_str)
+                .collect();
+            missing.retain(|n| !known.contains(n.as_str()));
+            if missing.is_empty() {
+                debug!(images = names.len(), waited = ?started.elapsed(), "CRI shows the imported images");
+                return;
+            }
+        }
+        sleep(READY_POLL).await;
+    }
+    warn!(
+        ?missing,
+        "CRI does not show these imported images after {IMPORT_VISIBLE_TIMEOUT:?}: pods will pull them"
+    );
 }
 
 #[cfg(test)]
