@@ -89,6 +89,12 @@ for p in "$ROOT" "$STATE" "$OPT" "$CERTS_D" "$RUNC_ROOT" "$CNI_CONF_DIR" "$CNI_B
 	case "$p" in /*) ;; *) die "path must be absolute: $p" ;; esac
 done
 
+# runc: BinaryName only when one is given (else the shim runs runc from containerd's PATH)
+BINARY_NAME=
+if [ -n "$RUNC_BINARY" ]; then
+	BINARY_NAME=$'\n'"        BinaryName = \"$RUNC_BINARY\""
+fi
+
 if [ "$CONFIG_VERSION" != 2 ]; then
 if [ "$CONFIG_VERSION" = 3 ]; then
 	GRPC='[grpc]'
@@ -149,8 +155,7 @@ $TTRPC
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = "$RUNC_ROOT"
-        BinaryName = "$RUNC_BINARY"
+        Root = "$RUNC_ROOT"$BINARY_NAME
 
 [plugins."io.containerd.grpc.v1.cri"]
   disable_tcp_service = true
@@ -211,8 +216,7 @@ oom_score = 0
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = "$RUNC_ROOT"
-        BinaryName = "$RUNC_BINARY"
+        Root = "$RUNC_ROOT"$BINARY_NAME
 
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "$CERTS_D"

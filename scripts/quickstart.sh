@@ -6,10 +6,17 @@
 #   scripts/quickstart.sh --status  show whether it runs, and the pods
 #
 # Steps:
-#   1. scripts/install-deps.sh: the Debian packages (containerd, runc, CNI plugins, busybox-static, umoci, ...)
+#   1. scripts/install-deps.sh: the Debian packages (containerd, runc, CNI plugins, busybox-static, umoci, ...);
+#      then the container runtime: the newest one available, said as it is picked:
+#        - containerd 2.x and runc from ../shared/runtimes (unpacked by its install.sh into
+#          /var/cache/nodelet/runtimes) or already unpacked in /var/cache/nodelet/runtimes/containerd-*/bin
+#          and /var/cache/nodelet/runtimes/runc-*,
+#        - else Debian's containerd 1.6 and runc (on PATH);
+#      NODELET_QS_CONTAINERD=DIR (a directory with bin/containerd or containerd) or =debian chooses.
 #   2. cargo build --release (skipped when NODELET_BIN names a binary); prints how long the build took
 #   3. scripts/build-images.sh: the local images as archives in $NODELET_QS_IMAGES (no registry needed)
-#   4. nodelet in the background, with its embedded containerd (no --container-runtime-endpoint):
+#   4. nodelet in the background, with its embedded containerd (no --container-runtime-endpoint; with
+#      --containerd-path DIR/bin/containerd and the runc's directory first on nodelet's PATH for containerd 2.x):
 #        nodelet --root-dir /var/lib/nodelet --pod-manifest-path deploy/examples \
 #                --address 127.0.0.1 --read-only-port 10255 --pod-cidr 198.18.128.0/18 \
 #                --preload-images /var/cache/nodelet/images
@@ -36,6 +43,12 @@
 #   NODELET_QS_LOG           nodelet's log file              (default /var/log/nodelet-quickstart.log)
 #   NODELET_QS_TIMEOUT       seconds to wait for the web pod (default 180)
 #   NODELET_QS_KUBECONFIG    join the cluster of this kubeconfig (--kubeconfig, with --node-ip 127.0.0.1)
+#   NODELET_QS_CONTAINERD    the runtime: a containerd directory (DIR/bin/containerd or DIR/containerd, with its
+#                            ctr and shim), or "debian" for containerd on PATH (default: the newest available)
+#   NODELET_QS_RUNC          runc's directory for a containerd of NODELET_QS_CONTAINERD (default: the newest
+#                            runc-* next to it, else runc on PATH)
+# A root dir belongs to the containerd major version that first used it: the quick start refuses to run
+# another major on it (--stop uses the one recorded in the state file).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,6 +63,10 @@ EVICTION_HARD=${NODELET_QS_EVICTION_HARD:-memory.available<100Mi,nodefs.availabl
 LOG=${NODELET_QS_LOG:-/var/log/nodelet-quickstart.log}
 TIMEOUT=${NODELET_QS_TIMEOUT:-180}
 KUBECONFIG_FILE=${NODELET_QS_KUBECONFIG:-}
+CTD_CHOICE=${NODELET_QS_CONTAINERD:-}
+RUNC_CHOICE=${NODELET_QS_RUNC:-}
+RUNTIMES_CACHE=/var/cache/nodelet/runtimes
+RUNTIMES_SRC=$REPO/../shared/runtimes
 PIDFILE=/run/nodelet-quickstart.pid
 STATEFILE=/run/nodelet-quickstart.state # what --stop needs: binary, root dir, pod CIDR, log, host state
 BRIDGE=nodelet0                         # the embedded runtime's CNI bridge (src/config.rs DEFAULT_CNI_BRIDGE)
@@ -74,6 +91,8 @@ PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
 # start made with NODELET_QS_* settings). Only known keys with safe values are read.
 PORTMAP_CHAINS_PREEXISTING=
 STATE_BIN=
+STATE_CONTAINERD=
+STATE_RUNC_DIR=
 if [ -f "$STATEFILE" ]; then
 	while IFS='=' read -r k v; do
 		case "$v" in *[!A-Za-z0-9/._-]*) continue ;; esac
@@ -86,6 +105,8 @@ if [ -f "$STATEFILE" ]; then
 		READ_ONLY_PORT) READ_ONLY_PORT=$v ;;
 		HEALTHZ_PORT) HEALTHZ_PORT=$v ;;
 		PORTMAP_CHAINS_PREEXISTING) PORTMAP_CHAINS_PREEXISTING=$v ;;
+		CONTAINERD) STATE_CONTAINERD=$v ;;
+		RUNC_DIR) STATE_RUNC_DIR=$v ;;
 		esac
 	done <"$STATEFILE"
 fi
@@ -152,7 +173,8 @@ stop_nodelet() {
 # containers_left: the number of containers (sandboxes included) in the embedded containerd, or fails
 containers_left() {
 	local out
-	out=$(ctr --address "$ROOT_DIR/containerd/containerd.sock" -n k8s.io containers ls -q 2>/dev/null) || return 1
+	out=$("$(ctr_of "$CONTAINERD")" --address "$ROOT_DIR/containerd/containerd.sock" -n k8s.io containers ls -q 2>/dev/null) ||
+		return 1
 	grep -c . <<<"$out" || true
 }
 
@@ -172,9 +194,9 @@ remove_pods() {
 	empty=$(mktemp -d /tmp/nodelet-quickstart-empty.XXXXXX)
 	log "removing the pods: nodelet runs once more on $ROOT_DIR with an empty manifest directory"
 	printf '\n=== %(%F %T)T quickstart.sh --stop: removing the pods\n' -1 >>"$LOG"
-	setsid "$bin" --root-dir "$ROOT_DIR" --pod-manifest-path "$empty" --address 127.0.0.1 \
-		--port "$PORT" --healthz-port "$HEALTHZ_PORT" --read-only-port 0 --pod-cidr "$POD_CIDR" \
-		</dev/null >>"$LOG" 2>&1 &
+	env PATH="$(runtime_path)" setsid "$bin" --root-dir "$ROOT_DIR" --pod-manifest-path "$empty" \
+		--address 127.0.0.1 --port "$PORT" --healthz-port "$HEALTHZ_PORT" --read-only-port 0 --pod-cidr "$POD_CIDR" \
+		--containerd-path "$CONTAINERD" </dev/null >>"$LOG" 2>&1 &
 	pid=$!
 	for ((i = 0; i < 1200; i++)); do # 120 s: grace periods, then SIGKILL
 		if [ ! -r "/proc/$pid/stat" ] || [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ]; then
@@ -239,6 +261,9 @@ remove_network() {
 stop() {
 	local pid bin
 	bin=${STATE_BIN:-$(nodelet_bin)}
+	# the containerd the quick start ran with (a root dir is not for another major version)
+	CONTAINERD=${STATE_CONTAINERD:-$(command -v containerd || echo containerd)}
+	RUNC_DIR=$STATE_RUNC_DIR
 	if pid=$(running_pid); then
 		log "stopping nodelet (pid $pid)"
 		stop_nodelet "$pid"
@@ -250,6 +275,78 @@ stop() {
 	remove_network
 	rm -f "$STATEFILE"
 	log "stopped and cleaned up (kept: $ROOT_DIR, $IMAGES, $LOG)"
+}
+
+# ctr_of CONTAINERD: the ctr beside that containerd, else ctr on PATH
+ctr_of() {
+	if [ -x "$(dirname "$1")/ctr" ]; then echo "$(dirname "$1")/ctr"; else echo ctr; fi
+}
+
+# runtime_path: nodelet's PATH: the runc directory first (containerd's shim runs the runc on its PATH;
+# nodelet puts containerd's own directory before it)
+runtime_path() {
+	if [ -n "$RUNC_DIR" ]; then echo "$RUNC_DIR:$PATH"; else echo "$PATH"; fi
+}
+
+# newest_in DIR PREFIX: the newest DIR/PREFIX-<version> directory's name
+newest_in() {
+	[ -d "$1" ] || return 0
+	(cd "$1" && find . -maxdepth 1 -type d -name "$2-*" -printf '%f\n' | sort -V | tail -1)
+}
+
+# pick_runtime: sets CONTAINERD (the binary), RUNC_DIR (empty: runc on PATH) and RUNTIME_NAME, the newest
+# runtime available unless NODELET_QS_CONTAINERD chooses
+pick_runtime() {
+	local name runc d
+	CONTAINERD='' RUNC_DIR='' RUNTIME_NAME=''
+	case "$CTD_CHOICE" in
+	debian) ;;
+	"")
+		# unpack the newest of ../shared/runtimes (idempotent), else the newest already unpacked
+		name=$(newest_in "$RUNTIMES_SRC" containerd)
+		runc=$(newest_in "$RUNTIMES_SRC" runc)
+		if [ -n "$name" ] && [ -x "$RUNTIMES_SRC/install.sh" ]; then
+			d=$("$RUNTIMES_SRC/install.sh" "$name" | tail -1) || die "cannot unpack $name from $RUNTIMES_SRC"
+			CONTAINERD=$d/bin/containerd
+			if [ -n "$runc" ]; then
+				RUNC_DIR=$("$RUNTIMES_SRC/install.sh" "$runc" | tail -1) || die "cannot unpack $runc from $RUNTIMES_SRC"
+			fi
+		else
+			name=$(newest_in "$RUNTIMES_CACHE" containerd)
+			[ -n "$name" ] && [ -x "$RUNTIMES_CACHE/$name/bin/containerd" ] && CONTAINERD=$RUNTIMES_CACHE/$name/bin/containerd
+		fi
+		;;
+	*)
+		for d in "$CTD_CHOICE/bin" "$CTD_CHOICE"; do
+			if [ -x "$d/containerd" ]; then
+				CONTAINERD=$(realpath -- "$d/containerd")
+				break
+			fi
+		done
+		[ -n "$CONTAINERD" ] || die "NODELET_QS_CONTAINERD=$CTD_CHOICE holds no containerd (looked in DIR/bin and DIR)"
+		;;
+	esac
+	if [ -n "$CONTAINERD" ] && [ -z "$RUNC_DIR" ]; then
+		if [ -n "$RUNC_CHOICE" ]; then
+			RUNC_DIR=$RUNC_CHOICE
+		else
+			runc=$(newest_in "$RUNTIMES_CACHE" runc)
+			[ -n "$runc" ] && RUNC_DIR=$RUNTIMES_CACHE/$runc
+		fi
+	fi
+	if [ -n "$RUNC_DIR" ] && [ ! -x "$RUNC_DIR/runc" ]; then
+		die "no runc in $RUNC_DIR (NODELET_QS_RUNC)"
+	fi
+	if [ -z "$CONTAINERD" ]; then
+		CONTAINERD=$(command -v containerd) || die "no containerd: install Debian's (scripts/install-deps.sh) or set NODELET_QS_CONTAINERD"
+	fi
+	case "$CONTAINERD$RUNC_DIR" in *[!A-Za-z0-9/._-]*) die "runtime paths may only contain [A-Za-z0-9/._-]: $CONTAINERD $RUNC_DIR" ;; esac
+	RUNTIME_NAME="$("$CONTAINERD" --version 2>/dev/null | awk '{print $1, $3}') with $("$(if [ -n "$RUNC_DIR" ]; then echo "$RUNC_DIR/runc"; else echo runc; fi)" --version 2>/dev/null | head -1)"
+}
+
+# containerd_major CONTAINERD: its major version (1 for Debian's 1.6)
+containerd_major() {
+	"$1" --version 2>/dev/null | awk '{v = $3; sub(/^v/, "", v); split(v, p, "."); print p[1]}'
 }
 
 nodelet_bin() {
@@ -289,6 +386,15 @@ fi
 # ---------------------------------------------------------------- 1. packages
 log "1/5 installing missing Debian packages"
 "$REPO/scripts/install-deps.sh"
+pick_runtime
+log "container runtime: $RUNTIME_NAME ($CONTAINERD${RUNC_DIR:+, runc from $RUNC_DIR})"
+# a root dir is containerd's state of one major version: 2.x migrates 1.6's, 1.6 cannot read 2.x's
+MAJOR_FILE=$ROOT_DIR/containerd/quickstart-containerd-major
+major=$(containerd_major "$CONTAINERD")
+if [ -f "$MAJOR_FILE" ] && [ "$major" -lt "$(cat "$MAJOR_FILE")" ]; then
+	die "$ROOT_DIR was used with containerd $(cat "$MAJOR_FILE").x, which $CONTAINERD ($major.x) cannot read:" \
+		"choose that runtime with NODELET_QS_CONTAINERD, or another NODELET_QS_ROOT_DIR"
+fi
 
 # ---------------------------------------------------------------- 2. build
 BIN=$(nodelet_bin)
@@ -330,6 +436,7 @@ ARGS=(
 	--pod-cidr "$POD_CIDR"
 	--preload-images "$IMAGES"
 	--eviction-hard "$EVICTION_HARD"
+	--containerd-path "$CONTAINERD"
 )
 if [ -n "$KUBECONFIG_FILE" ]; then
 	[ -r "$KUBECONFIG_FILE" ] || die "NODELET_QS_KUBECONFIG: cannot read $KUBECONFIG_FILE"
@@ -350,8 +457,10 @@ fi
 case "$BIN" in *[!A-Za-z0-9/._-]*) die "the nodelet binary's path may only contain [A-Za-z0-9/._-]: $BIN" ;; esac
 printf '%s\n' "BIN=$BIN" "ROOT_DIR=$ROOT_DIR" "POD_CIDR=$POD_CIDR" "LOG=$LOG" "PORT=$PORT" \
 	"READ_ONLY_PORT=$READ_ONLY_PORT" "HEALTHZ_PORT=$HEALTHZ_PORT" \
-	"PORTMAP_CHAINS_PREEXISTING=$PORTMAP_CHAINS_PREEXISTING" >"$STATEFILE"
-setsid "$BIN" "${ARGS[@]}" </dev/null >>"$LOG" 2>&1 &
+	"PORTMAP_CHAINS_PREEXISTING=$PORTMAP_CHAINS_PREEXISTING" "CONTAINERD=$CONTAINERD" "RUNC_DIR=$RUNC_DIR" >"$STATEFILE"
+mkdir -p "$ROOT_DIR/containerd"
+if [ ! -f "$MAJOR_FILE" ] || [ "$(cat "$MAJOR_FILE")" -lt "$major" ]; then echo "$major" >"$MAJOR_FILE"; fi
+env PATH="$(runtime_path)" setsid "$BIN" "${ARGS[@]}" </dev/null >>"$LOG" 2>&1 &
 PID=$!
 echo "$PID" >"$PIDFILE"
 
@@ -390,7 +499,8 @@ log "curl http://$GATEWAY:$HOST_PORT/"
 curl -fsS --max-time 5 "http://$GATEWAY:$HOST_PORT/"
 NODE=$(tr '[:upper:]' '[:lower:]' </proc/sys/kernel/hostname)
 echo
-echo "nodelet runs in the background (pid $PID), with its own containerd under $ROOT_DIR/containerd."
+echo "nodelet runs in the background (pid $PID), with its own containerd under $ROOT_DIR/containerd"
+echo "($RUNTIME_NAME)."
 echo "Try:"
 N=$BIN
 [ "$BIN" = "$REPO/target/release/nodelet" ] && N=target/release/nodelet # as the README shows it

@@ -7,6 +7,14 @@
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh -E 'EXPR'  extra arguments go to cargo nextest (e.g. a filter)
+#
+# Two runtimes: the whole suite runs on Debian's containerd 1.6 (the first test runtime), then the
+# representative subset of tests/runtime2-subset.txt on the second: the newest containerd 2.x and runc of
+# ../shared/runtimes (or $NODELET_TEST_RUNTIMES_SOURCE), unpacked by its install.sh, started by
+# runtime-up.sh as a second instance with settings of its own (base /tmp/nodelet-test-ctd2, registry
+# 127.0.0.1:5002, bridge nlcni2, pod subnet 198.18.192.0/20, cgroup parent /nodelet-test2) next to the
+# first. Without ../shared/runtimes (or with NODELET_TEST_RUNTIME2=0) the subset does not run, and the
+# final notes say so.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -47,6 +55,11 @@ print_kept() {
     "${NODELET_TEST_BRIDGE:-nlcni0}" "${NODELET_TEST_POD_SUBNET:-198.18.0.0/17}"
   printf 'control plane on 127.0.0.1:26443 (if it started); they leave the quick start'"'"'s network (198.18.128.0/18) free.\n'
   printf 'Stop them with scripts/runtime-down.sh (add --purge to delete %s too).\n' "${NODELET_TEST_BASE:-/tmp/nodelet-test}"
+  if [[ "${RT2_UP:-0}" == 1 ]]; then
+    printf '\nKEPT: the second test runtime (%s) under %s (containerd, the registry on %s, bridge %s on %s).\n' \
+      "$RT2_NAME" "$RT2_BASE" "$RT2_REGISTRY" "$RT2_BRIDGE" "$RT2_SUBNET"
+    printf 'Stop it with NODELET_TEST_BASE=%s scripts/runtime-down.sh.\n' "$RT2_BASE"
+  fi
 }
 trap print_kept EXIT
 ENVTEST_SCRIPTS=${NODELET_TEST_ENVTEST_SCRIPTS:-}
@@ -136,6 +149,38 @@ else
   cargo test --workspace --all-features --no-fail-fast "$@"
 fi
 
+# The second runtime (see the top): the subset of tests/runtime2-subset.txt, one nextest filterset a line.
+RT2_BASE=/tmp/nodelet-test-ctd2 RT2_REGISTRY=127.0.0.1:5002 RT2_BRIDGE=nlcni2 RT2_SUBNET=198.18.192.0/20
+RUNTIMES_SRC=${NODELET_TEST_RUNTIMES_SOURCE:-../shared/runtimes}
+newest() { (cd "$RUNTIMES_SRC" && find . -maxdepth 1 -type d -name "$1-*" -printf '%f\n' | sort -V | tail -1); }
+if [[ "${NODELET_TEST_RUNTIME2:-1}" == 0 ]]; then
+  NOTES+=("the second runtime's subset did NOT run: NODELET_TEST_RUNTIME2=0")
+elif [[ ! -x "$RUNTIMES_SRC/install.sh" || -z "$(newest containerd)" || -z "$(newest runc)" ]]; then
+  NOTES+=("the second runtime's subset (containerd 2.x, tests/runtime2-subset.txt) did NOT run: no install.sh with a containerd-* and a runc-* in $RUNTIMES_SRC (set NODELET_TEST_RUNTIMES_SOURCE)")
+else
+  RT2_NAME="$(newest containerd) + $(newest runc)"
+  step "the subset of tests/runtime2-subset.txt on the second runtime ($RT2_NAME, under $RT2_BASE)"
+  rt2_start=$(date +%s)
+  RT2_CONTAINERD=$("$RUNTIMES_SRC/install.sh" "$(newest containerd)" | tail -1)
+  RT2_RUNC=$("$RUNTIMES_SRC/install.sh" "$(newest runc)" | tail -1)
+  if NODELET_TEST_BASE=$RT2_BASE NODELET_TEST_REGISTRY=$RT2_REGISTRY NODELET_TEST_BRIDGE=$RT2_BRIDGE \
+    NODELET_TEST_CNI_NETWORK=nodelet-test2 NODELET_TEST_CGROUP_PARENT=/nodelet-test2 \
+    NODELET_TEST_POD_SUBNET=$RT2_SUBNET NODELET_TEST_CONTAINERD=$RT2_CONTAINERD NODELET_TEST_RUNC=$RT2_RUNC \
+    scripts/runtime-up.sh; then
+    RT2_UP=1
+    RT2_FILTER=$(grep -v '^[[:space:]]*#' tests/runtime2-subset.txt | grep -v '^[[:space:]]*$' |
+      awk '{ printf "%s(%s)", (NR > 1 ? " | " : ""), $0 }')
+    # the second runtime's env.sh replaces the first's settings in a subshell; the control plane is shared
+    # shellcheck disable=SC1091
+    if ! (. "$RT2_BASE/env.sh" && cargo nextest run --workspace --all-features --no-fail-fast -E "$RT2_FILTER"); then
+      RUNTIME2_FAILED=1
+    fi
+  else
+    RUNTIME2_FAILED=1
+  fi
+  echo "the second runtime's subset took $(($(date +%s) - rt2_start)) s"
+fi
+
 step "examples"
 cargo run -q -p reconcile-engine --example minimal
 cargo run -q -p reconcile-engine --example files
@@ -193,6 +238,7 @@ fi
 
 FAILED=()
 [[ "${CONFORMANCE_FAILED:-0}" == 1 ]] && FAILED+=("the upstream conformance subset")
+[[ "${RUNTIME2_FAILED:-0}" == 1 ]] && FAILED+=("the subset on the second runtime (${RT2_NAME:-})")
 [[ "${QUICKSTART_FAILED:-0}" == 1 ]] && FAILED+=("the quick start next to the test runtime")
 [[ "${PACKAGE_FAILED:-0}" == 1 ]] && FAILED+=("the Debian package test")
 if [[ ${#FAILED[@]} -gt 0 ]]; then

@@ -312,7 +312,8 @@ pub(crate) struct RunArgs {
     /// network) [default: 198.18.0.0/16] [config: podCIDR]
     #[arg(long, value_name = "CIDR", help_heading = "Container runtime")]
     pub(crate) pod_cidr: Option<String>,
-    /// nodelet only: containerd binary for the embedded runtime [default: containerd, looked up on PATH]
+    /// nodelet only: containerd binary for the embedded runtime (1.6, 1.7 or 2.x: the config written follows
+    /// its version; it runs with its own directory first on PATH) [default: containerd, looked up on PATH]
     /// [config: nodelet.containerdPath]
     #[arg(long, value_name = "PATH", help_heading = "Container runtime")]
     pub(crate) containerd_path: Option<PathBuf>,

@@ -78,16 +78,26 @@ pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> anyhow::Result
         nodelet_cri::CriConfig::new(endpoint).with_runtime_request_timeout(config.runtime.request_timeout),
     )
     .with_context(|| format!("bad container runtime endpoint {endpoint}"))?;
+    // Wait for the runtime before planning anything: reconstruction needs it.
+    let ready = Arc::new(AtomicBool::new(false));
+    wait_for_runtime(&cri, &ready).await;
     if let (Some(dir), true) = (&config.runtime.preload_images, config.runtime.endpoint.is_some()) {
+        // `ctr images import` speaks containerd's own API: another runtime is refused with a clear error.
+        let version = cri.version().await.context("CRI Version (to preload images)")?;
+        if version.runtime_name != "containerd" {
+            anyhow::bail!(
+                "--preload-images imports with containerd's `ctr images import`, but the runtime at {endpoint} \
+                 is {} {}: load the images with that runtime's own tools instead",
+                version.runtime_name,
+                version.runtime_version
+            );
+        }
         let socket = endpoint.trim_start_matches("unix://");
         let imported =
             nodelet_node::containerd::import_images(std::path::Path::new("ctr"), socket.as_ref(), dir)
                 .await?;
         tracing::info!(images = imported.len(), dir = %dir.display(), "preloaded images");
     }
-    // Wait for the runtime before planning anything: reconstruction needs it.
-    let ready = Arc::new(AtomicBool::new(false));
-    wait_for_runtime(&cri, &ready).await;
     // What the Node object shows of this machine: read once.
     let facts = Arc::new(node_facts::NodeFacts::detect(
         &facts_config(config),

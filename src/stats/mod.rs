@@ -9,7 +9,7 @@
 //! | nodefs | `statvfs` of `--root-dir` |
 //! | imagefs | CRI `ImageFsInfo` (bytes and inodes the images use) plus `statvfs` of its mountpoint |
 //! | PIDs | `min(kernel.pid_max, kernel.threads-max)` and the task count of `/proc/loadavg` |
-//! | pod CPU, memory, network, processes | CRI `ListPodSandboxStats` with a cgroup root where the runtime may be asked (containerd 2.x; not containerd before 1.6.22: `CriClient::sandbox_stats_are_safe`); the pod cgroup `<cgroupRoot>/pod<uid>` and the network namespace of the sandbox's process where the runtime gives nothing or is not asked; without a cgroup root (sandboxes without a cgroup parent, which containerd 2.x cannot measure) the sums of the containers' CPU and memory, and the sandbox's network namespace |
+//! | pod CPU, memory, network, processes | CRI `ListPodSandboxStats` with a cgroup root where the runtime may be asked (containerd 2.x; not containerd before 1.6.22: `CriClient::sandbox_stats_are_safe`; not for a back-off of 1 min doubling up to 1 h after a failed call, for good when the runtime lacks the call: [`sandbox_stats_backoff`]); the pod cgroup `<cgroupRoot>/pod<uid>` and the network namespace of the sandbox's process where the runtime gives nothing or is not asked; without a cgroup root (sandboxes without a cgroup parent, which containerd 2.x cannot measure) the sums of the containers' CPU and memory, and the sandbox's network namespace |
 //! | container CPU, memory | the runtime's: `ListPodSandboxStats`'s containers (containerd 1.7, 2.x), CRI `ListContainerStats` in a gathering that asks for it (below) and always without a cgroup root; else the container cgroup `<pod cgroup>/<id>` |
 //! | container writable layer | CRI `ListContainerStats`, asked every `volumeStatsAggPeriod` by housekeeping and by every fresh gathering; the newest answer in between |
 //! | container logs | disk usage of `<podLogsDir>/<ns>_<pod>_<uid>/<container>/` |
@@ -39,6 +39,7 @@
 pub(crate) mod cadvisor;
 pub(crate) mod local_storage;
 pub(crate) mod resource;
+mod sandbox_stats_backoff;
 pub(crate) mod summary;
 pub(crate) mod volume_usage;
 
@@ -148,6 +149,8 @@ struct Inner {
     volume_usage: Mutex<Arc<volume_usage::VolumeUsages>>,
     /// Where the next volume measurement starts in the list of volumes.
     volume_cursor: std::sync::atomic::AtomicUsize,
+    /// When to ask for sandbox stats again after `ListPodSandboxStats` failed.
+    sandbox_stats_backoff: Mutex<sandbox_stats_backoff::SandboxStatsBackoff>,
 }
 
 /// Each container's writable layer usage, by container ID.
@@ -219,6 +222,7 @@ impl StatsProvider {
                 local_storage_walks: Mutex::default(),
                 volume_usage: Mutex::default(),
                 volume_cursor: std::sync::atomic::AtomicUsize::new(0),
+                sandbox_stats_backoff: Mutex::default(),
             }),
         }
     }
@@ -384,9 +388,19 @@ impl StatsProvider {
             cri.list_container_items(&container_filter),
             async { if ask { cri.list_container_stats(&container_filter).await } else { Ok(Vec::new()) } },
             async {
-                // Not on every runtime: then the pod cgroups and the sandboxes' network namespaces.
-                if self.asks_for_sandbox_stats().await {
-                    cri.list_pod_sandbox_stats(&sandbox_filter).await
+                // Not on every runtime, nor while failing lately (sandbox_stats_backoff): then the pod
+                // cgroups and the sandboxes' network namespaces.
+                let backoff = &self.inner.sandbox_stats_backoff;
+                let lock = || backoff.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if self.asks_for_sandbox_stats().await && lock().may_ask(Instant::now()) {
+                    let stats = cri.list_pod_sandbox_stats(&sandbox_filter).await;
+                    match &stats {
+                        Ok(_) => lock().succeeded(),
+                        Err(e) => {
+                            lock().failed(e, Instant::now());
+                        }
+                    }
+                    stats
                 } else {
                     Ok(Vec::new())
                 }

@@ -5,12 +5,27 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `config.toml` | generated at every start (containerd 1.6, config version 2); `--containerd-config-extra` is merged over it through containerd's `imports` (containerd replaces a plugin's whole table when the extra file has one: copy nodelet's table for that plugin and change it) |
+//! | `config.toml` | generated at every start in the format the binary reads (table below); `--containerd-config-extra` is merged over it through containerd's `imports` (containerd replaces a plugin's whole table when the extra file has one: copy nodelet's table for that plugin and change it) |
 //! | `containerd.sock` (+ `.ttrpc`) | the gRPC socket: the CRI endpoint `unix://<root-dir>/containerd/containerd.sock` |
 //! | `containerd.log` | containerd's stdout and stderr (rotated to `containerd.log.1` past 10 MiB at a start) |
 //! | `containerd.pid` | the running containerd's pid, for operators |
 //! | `root/`, `state/`, `opt/`, `runc/` | containerd's root and state directories, its opt dir, runc's state |
 //! | `certs.d/<host>/hosts.toml` | registry hosts: `127.0.0.1:5000` and `localhost:5000` are reached over plain HTTP |
+//!
+//! Which configuration is written: at every start nodelet runs `<containerd> config default` (at most
+//! [`CONFIG_DEFAULT_TIMEOUT`]) and reads its top-level `version` ([`detect_config_version`]):
+//!
+//! | containerd | `config default` prints | nodelet writes |
+//! |---|---|---|
+//! | 1.6, 1.7 | `version = 2` | version 2: one CRI plugin `io.containerd.grpc.v1.cri` (sandbox image, CNI, runc runtime, registry) |
+//! | 2.0, 2.1 | `version = 3` | version 3: `io.containerd.cri.v1.images` (snapshotter, pinned sandbox image, registry), `io.containerd.cri.v1.runtime` (CNI `bin_dirs`, runc runtime), `io.containerd.grpc.v1.cri` (streaming server only); `[grpc]`/`[ttrpc]` addresses |
+//! | 2.2 and later | `version = 4` | as version 3, with the socket addresses in `plugins."io.containerd.server.v1.grpc"` / `.ttrpc` |
+//!
+//! Any other answer is an error naming the binary ([`ContainerdError::ConfigVersion`]). The settings are the
+//! same as `scripts/containerd-config.sh --config-version N` writes for the test runtime. containerd runs
+//! with its own directory first on PATH: it finds the shim of its release there, and the shim finds runc on
+//! that PATH (a `runc` beside containerd, else nodelet's PATH; [`EmbeddedContainerdConfig::runc_path`]
+//! names another one). Image imports use the `ctr` beside containerd when there is one.
 //!
 //! The CNI network is configured in `<root-dir>/cni/net.d`: when that directory holds no other network
 //! configuration, nodelet writes `10-nodelet.conflist`: a bridge (`nodelet0`) with host-local IPAM on the pod
@@ -66,6 +81,9 @@ pub const DEFAULT_RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 pub const DEFAULT_HEALTHY_AFTER: Duration = Duration::from_secs(60);
 /// How long one `ctr images import` may take.
 pub const IMPORT_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long CRI may take to show the images an import stored (containerd 2.x's CRI plugin learns of them
+/// from the image events, after `ctr images import` returned).
+pub const IMPORT_VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// containerd.log is rotated at a start when it is larger than this.
 const LOG_ROTATE_BYTES: u64 = 10 << 20;
 /// Longest path a unix socket can have (sun_path is 108 bytes with the NUL).
@@ -106,6 +124,14 @@ pub enum ContainerdError {
         value: String,
         /// Why.
         reason: &'static str,
+    },
+    /// The configuration version the binary reads could not be found out, or nodelet cannot write it.
+    #[error("cannot tell which configuration version {path} reads: {reason}")]
+    ConfigVersion {
+        /// The containerd binary.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
     },
     /// A file or directory operation failed.
     #[error("cannot {action} {path}: {source}")]
@@ -195,8 +221,11 @@ pub struct CniNetwork {
 pub struct EmbeddedContainerdConfig {
     /// containerd binary (a bare name is looked up on PATH).
     pub containerd_path: PathBuf,
-    /// ctr binary, for image imports (a bare name is looked up on PATH).
+    /// ctr binary, for image imports (a bare name is looked up in containerd's directory, then on PATH).
     pub ctr_path: PathBuf,
+    /// runc for the `runc` runtime (the shim's `BinaryName`); `None`: runc on containerd's PATH (containerd's
+    /// own directory first, then nodelet's PATH).
+    pub runc_path: Option<PathBuf>,
     /// containerd's directory (`<root-dir>/containerd`).
     pub dir: PathBuf,
     /// The CRI plugin's `sandbox_image`.
@@ -235,6 +264,7 @@ impl EmbeddedContainerdConfig {
         EmbeddedContainerdConfig {
             containerd_path: PathBuf::from(DEFAULT_CONTAINERD_PATH),
             ctr_path: PathBuf::from("ctr"),
+            runc_path: None,
             dir: root_dir.join("containerd"),
             sandbox_image: sandbox_image.to_owned(),
             log_level: "info".to_owned(),
@@ -322,8 +352,93 @@ fn toml_path(p: &Path) -> String {
     toml_str(&p.to_string_lossy())
 }
 
-/// The containerd configuration (1.6, version 2) for `cfg`. Same settings as `scripts/containerd-config.sh`.
-pub fn render_config(cfg: &EmbeddedContainerdConfig) -> String {
+/// The configuration format a containerd binary reads: the top-level `version` of `containerd config
+/// default`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigVersion {
+    /// containerd 1.5–1.7: one CRI plugin `io.containerd.grpc.v1.cri`.
+    V2,
+    /// containerd 2.0/2.1: the CRI plugin split into `io.containerd.cri.v1.images` and
+    /// `io.containerd.cri.v1.runtime`.
+    V3,
+    /// containerd 2.2 and later: as version 3, with the socket addresses in the
+    /// `io.containerd.server.v1.grpc` / `.ttrpc` plugins.
+    V4,
+}
+
+impl ConfigVersion {
+    /// The version for the number `containerd config default` prints; `None` for one nodelet cannot write.
+    pub fn from_number(n: u64) -> Option<Self> {
+        match n {
+            2 => Some(ConfigVersion::V2),
+            3 => Some(ConfigVersion::V3),
+            4 => Some(ConfigVersion::V4),
+            _ => None,
+        }
+    }
+
+    /// The number written as `version = N`.
+    pub fn number(self) -> u32 {
+        match self {
+            ConfigVersion::V2 => 2,
+            ConfigVersion::V3 => 3,
+            ConfigVersion::V4 => 4,
+        }
+    }
+}
+
+/// How long `containerd config default` may take.
+pub const CONFIG_DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The top-level `version = N` of a containerd configuration (keys before the first table; containerd 1.6
+/// prints other keys first, 2.x prints the version on the first line). `None` when there is none.
+pub fn parse_config_version(config: &str) -> Option<u64> {
+    for line in config.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            return None;
+        }
+        let Some((key, value)) = line.split_once('=') else { continue };
+        if key.trim() == "version" {
+            let value = value.split('#').next().unwrap_or("").trim();
+            return value.parse().ok();
+        }
+    }
+    None
+}
+
+/// The configuration version `containerd` reads: runs `<containerd> config default` (with a timeout) and
+/// parses its top-level `version`.
+pub async fn detect_config_version(containerd: &Path) -> Result<ConfigVersion> {
+    let fail = |reason: String| ContainerdError::ConfigVersion { path: containerd.to_owned(), reason };
+    let mut cmd = Command::new(containerd);
+    cmd.args(["config", "default"]).stdin(Stdio::null()).kill_on_drop(true);
+    let output = match timeout(CONFIG_DEFAULT_TIMEOUT, cmd.output()).await {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return Err(fail(format!("cannot run `config default`: {e}"))),
+        Err(_) => {
+            return Err(fail(format!("`config default` did not finish within {CONFIG_DEFAULT_TIMEOUT:?}")));
+        }
+    };
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: String = stderr.trim().chars().take(500).collect();
+        return Err(fail(format!("`config default` failed ({}): {tail}", output.status)));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    match parse_config_version(&text) {
+        Some(n) => ConfigVersion::from_number(n).ok_or_else(|| {
+            fail(format!(
+                "it reads config version {n}; nodelet writes versions 2 (containerd 1.6/1.7), 3 and 4 (2.x)"
+            ))
+        }),
+        None => Err(fail("`config default` printed no top-level `version`".into())),
+    }
+}
+
+/// The containerd configuration for `cfg` in the format `version` (see the module docs). Same settings as
+/// `scripts/containerd-config.sh --config-version N`.
+pub fn render_config(cfg: &EmbeddedContainerdConfig, version: ConfigVersion) -> String {
     let d = &cfg.dir;
     let socket = cfg.socket_path();
     let ttrpc = PathBuf::from(format!("{}.ttrpc", socket.display()));
@@ -331,6 +446,148 @@ pub fn render_config(cfg: &EmbeddedContainerdConfig) -> String {
         Some(p) => format!("imports = [{}]\n", toml_path(p)),
         None => String::new(),
     };
+    let binary_name = match &cfg.runc_path {
+        Some(p) => format!("\n        BinaryName = {}", toml_path(p)),
+        None => String::new(),
+    };
+    let root = toml_path(&d.join("root"));
+    let state = toml_path(&d.join("state"));
+    let socket = toml_path(&socket);
+    let ttrpc = toml_path(&ttrpc);
+    let level = toml_str(&cfg.log_level);
+    let opt = toml_path(&d.join("opt"));
+    let sandbox = toml_str(&cfg.sandbox_image);
+    let cni_bin = toml_path(&cfg.cni_bin_dir);
+    let cni_conf = toml_path(&cfg.cni_conf_dir);
+    let runc = toml_path(&d.join("runc"));
+    let certs = toml_path(&d.join("certs.d"));
+    let (grpc, ttrpc_table) = match version {
+        ConfigVersion::V2 => {
+            return render_config_v2(&RenderV2 {
+                imports,
+                binary_name,
+                root,
+                state,
+                socket,
+                ttrpc,
+                level,
+                opt,
+                sandbox,
+                cni_bin,
+                cni_conf,
+                runc,
+                certs,
+            });
+        }
+        ConfigVersion::V3 => ("[grpc]", "[ttrpc]"),
+        ConfigVersion::V4 => {
+            ("[plugins.\"io.containerd.server.v1.grpc\"]", "[plugins.\"io.containerd.server.v1.ttrpc\"]")
+        }
+    };
+    let n = version.number();
+    format!(
+        r#"# generated by nodelet at every start (containerd 2.x); do not edit: use --containerd-config-extra
+version = {n}
+root = {root}
+state = {state}
+oom_score = 0
+{imports}
+{grpc}
+  address = {socket}
+  uid = 0
+  gid = 0
+
+{ttrpc_table}
+  address = {ttrpc}
+
+[debug]
+  level = {level}
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {opt}
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  discard_unpacked_layers = false
+  stats_collect_period = 10
+
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = {sandbox}
+
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = {certs}
+
+[plugins."io.containerd.cri.v1.runtime"]
+  # pod network namespaces are bind-mounted under the state dir, not /var/run/netns
+  netns_mounts_under_state_dir = true
+  # The target machines' root lacks CAP_SYS_RESOURCE: runc cannot set the negative oom_score_adj CRI gives
+  # sandboxes (-998), so clamp every oom_score_adj to >= containerd's own (0).
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  disable_apparmor = true
+  max_container_log_line_size = 16384
+
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [{cni_bin}]
+    conf_dir = {cni_conf}
+    max_conf_num = 1
+
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        # cgroupfs driver (no systemd on the target machines)
+        SystemdCgroup = false
+        Root = {runc}{binary_name}
+
+[plugins."io.containerd.grpc.v1.cri"]
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+# image pulls through the transfer service read the same registry hosts
+[plugins."io.containerd.transfer.v1.local"]
+  config_path = {certs}
+"#
+    )
+}
+
+/// The rendered values of a version 2 configuration.
+struct RenderV2 {
+    imports: String,
+    binary_name: String,
+    root: String,
+    state: String,
+    socket: String,
+    ttrpc: String,
+    level: String,
+    opt: String,
+    sandbox: String,
+    cni_bin: String,
+    cni_conf: String,
+    runc: String,
+    certs: String,
+}
+
+/// Version 2 (containerd 1.6/1.7): one CRI plugin.
+fn render_config_v2(v: &RenderV2) -> String {
+    let RenderV2 {
+        imports,
+        binary_name,
+        root,
+        state,
+        socket,
+        ttrpc,
+        level,
+        opt,
+        sandbox,
+        cni_bin,
+        cni_conf,
+        runc,
+        certs,
+    } = v;
     format!(
         r#"# generated by nodelet at every start; do not edit: use --containerd-config-extra (merged over this)
 version = 2
@@ -383,22 +640,11 @@ oom_score = 0
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         # cgroupfs driver (no systemd on the target machines)
         SystemdCgroup = false
-        Root = {runc}
+        Root = {runc}{binary_name}
 
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = {certs}
-"#,
-        root = toml_path(&d.join("root")),
-        state = toml_path(&d.join("state")),
-        socket = toml_path(&socket),
-        ttrpc = toml_path(&ttrpc),
-        level = toml_str(&cfg.log_level),
-        opt = toml_path(&d.join("opt")),
-        sandbox = toml_str(&cfg.sandbox_image),
-        cni_bin = toml_path(&cfg.cni_bin_dir),
-        cni_conf = toml_path(&cfg.cni_conf_dir),
-        runc = toml_path(&d.join("runc")),
-        certs = toml_path(&d.join("certs.d")),
+"#
     )
 }
 
@@ -453,9 +699,9 @@ fn write_if_changed(path: &Path, content: &str) -> Result<bool> {
     Ok(true)
 }
 
-/// Checks the settings and writes the configuration files: containerd's config, registry hosts and (when the
-/// directory has no other network) the CNI network.
-pub fn prepare(cfg: &EmbeddedContainerdConfig) -> Result<()> {
+/// Checks the settings and writes the configuration files: containerd's config (in the format `version`),
+/// registry hosts and (when the directory has no other network) the CNI network.
+pub fn prepare(cfg: &EmbeddedContainerdConfig, version: ConfigVersion) -> Result<()> {
     let socket = cfg.socket_path();
     let ttrpc_len = socket.as_os_str().len() + ".ttrpc".len();
     if ttrpc_len > SOCKET_PATH_MAX {
@@ -500,8 +746,17 @@ pub fn prepare(cfg: &EmbeddedContainerdConfig) -> Result<()> {
     if let Some(net) = &cfg.cni_network {
         ensure_cni_network(&cfg.cni_conf_dir, net)?;
     }
-    if write_if_changed(&cfg.config_path(), &render_config(cfg))? {
-        info!(path = %cfg.config_path().display(), "wrote containerd configuration");
+    if let Some(runc) = &cfg.runc_path
+        && !runc.is_absolute()
+    {
+        return Err(ContainerdError::Invalid {
+            what: "runc path",
+            value: runc.to_string_lossy().into_owned(),
+            reason: "must be an absolute path",
+        });
+    }
+    if write_if_changed(&cfg.config_path(), &render_config(cfg, version))? {
+        info!(path = %cfg.config_path().display(), version = version.number(), "wrote containerd configuration");
     }
     Ok(())
 }
@@ -655,6 +910,9 @@ fn spawn(cfg: &EmbeddedContainerdConfig, containerd: &Path, start_no: u32) -> Re
         }
     }
     let mut cmd = Command::new(containerd);
+    if let Some(path) = child_path(containerd) {
+        cmd.env("PATH", path);
+    }
     cmd.arg("--config")
         .arg(cfg.config_path())
         .stdin(Stdio::null())
@@ -670,6 +928,31 @@ fn spawn(cfg: &EmbeddedContainerdConfig, containerd: &Path, start_no: u32) -> Re
         info!(pid, log = %log_path.display(), "started containerd");
     }
     Ok(child)
+}
+
+/// containerd's PATH: the binary's own directory first (containerd finds its shim there, and the shim finds
+/// runc on the same PATH), then nodelet's PATH. `None` when the directory is already first.
+fn child_path(containerd: &Path) -> Option<std::ffi::OsString> {
+    let dir = containerd.parent().filter(|d| !d.as_os_str().is_empty())?;
+    let current = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&current).collect();
+    if dirs.first().is_some_and(|d| d == dir) {
+        return None;
+    }
+    dirs.insert(0, dir.to_owned());
+    std::env::join_paths(dirs).ok()
+}
+
+/// The ctr for image imports: a bare name is looked up in containerd's directory first (the ctr of the same
+/// release), then on PATH.
+fn find_ctr(ctr: &Path, containerd: &Path) -> Option<PathBuf> {
+    if ctr.components().count() == 1
+        && let Some(beside) = containerd.parent().map(|d| d.join(ctr))
+        && let Some(found) = find_executable(&beside)
+    {
+        return Some(found);
+    }
+    find_executable(ctr)
 }
 
 /// Waits until containerd answers CRI `Version`, or fails if it exits or the timeout passes.
@@ -776,7 +1059,8 @@ impl EmbeddedContainerd {
             what: "containerd",
             path: cfg.containerd_path.clone(),
         })?;
-        prepare(&cfg)?;
+        let version = detect_config_version(&containerd).await?;
+        prepare(&cfg, version)?;
         for pid in find_stale(&cfg.config_path()) {
             stop_foreign(pid, &cfg.config_path(), cfg.stop_timeout).await?;
         }
@@ -784,7 +1068,7 @@ impl EmbeddedContainerd {
         let pid = child.id();
         info!(pid, endpoint = %cfg.endpoint(), runtime = %version, "containerd is ready");
         if let Some(dir) = &cfg.preload_images {
-            let imported = match find_executable(&cfg.ctr_path) {
+            let imported = match find_ctr(&cfg.ctr_path, &containerd) {
                 Some(ctr) => import_images(&ctr, &cfg.socket_path(), dir).await,
                 None => Err(ContainerdError::NotFound { what: "ctr", path: cfg.ctr_path.clone() }),
             };
@@ -908,8 +1192,10 @@ async fn supervise(
 }
 
 /// Imports every `*.tar` image archive (OCI or docker format) in `dir`, in name order, into containerd's
-/// `k8s.io` namespace with `ctr images import` (unpacked for the overlayfs snapshotter, so CRI can use them).
-/// Returns the archives imported.
+/// `k8s.io` namespace with `ctr images import` (unpacked for the overlayfs snapshotter, so CRI can use them),
+/// then waits (at most [`IMPORT_VISIBLE_TIMEOUT`]) until CRI `ListImages` shows every named image of the
+/// namespace: containerd 2.x's CRI plugin learns of imported images asynchronously, and a pod started
+/// before would try to pull its image. Returns the archives imported.
 pub async fn import_images(ctr: &Path, socket: &Path, dir: &Path) -> Result<Vec<PathBuf>> {
     let entries = std::fs::read_dir(dir).map_err(io_err("read directory", dir))?;
     let mut archives = Vec::new();
@@ -958,7 +1244,60 @@ pub async fn import_images(ctr: &Path, socket: &Path, dir: &Path) -> Result<Vec<
         info!(archive = %archive.display(), took = ?started.elapsed(), images = %stdout.trim().replace('\n', "; "),
               "imported image archive");
     }
+    if !archives.is_empty() {
+        wait_until_cri_shows_images(ctr, socket).await;
+    }
     Ok(archives)
+}
+
+/// Waits until CRI `ListImages` has, as a tag or digest reference, every image name `ctr images ls -q` lists
+/// in namespace `k8s.io` (names that are bare `sha256:` IDs aside). Logs a warning and returns when that does
+/// not happen within [`IMPORT_VISIBLE_TIMEOUT`] (pods whose image is missing then pull it).
+async fn wait_until_cri_shows_images(ctr: &Path, socket: &Path) {
+    let mut cmd = Command::new(ctr);
+    cmd.arg("--address").arg(socket).args(["--namespace", "k8s.io", "images", "ls", "-q"]);
+    cmd.stdin(Stdio::null()).kill_on_drop(true);
+    let names: Vec<String> = match timeout(IMPORT_TIMEOUT, cmd.output()).await {
+        Ok(Ok(o)) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && !n.starts_with("sha256:"))
+            .map(str::to_owned)
+            .collect(),
+        other => {
+            warn!(result = ?other.map(|r| r.map(|o| o.status)), "cannot list the imported images with ctr");
+            return;
+        }
+    };
+    let endpoint = format!("unix://{}", socket.display());
+    let cri = match CriClient::connect(CriConfig::new(&endpoint)).await {
+        Ok(cri) => cri,
+        Err(e) => {
+            warn!(error = %e, "cannot ask CRI for the imported images");
+            return;
+        }
+    };
+    let started = Instant::now();
+    let mut missing = names.clone();
+    while started.elapsed() < IMPORT_VISIBLE_TIMEOUT {
+        if let Ok(images) = cri.list_images(None).await {
+            let known: std::collections::HashSet<&str> = images
+                .iter()
+                .flat_map(|i| i.repo_tags.iter().chain(i.repo_digests.iter()))
+                .map(String::as_str)
+                .collect();
+            missing.retain(|n| !known.contains(n.as_str()));
+            if missing.is_empty() {
+                debug!(images = names.len(), waited = ?started.elapsed(), "CRI shows the imported images");
+                return;
+            }
+        }
+        sleep(READY_POLL).await;
+    }
+    warn!(
+        ?missing,
+        "CRI does not show these imported images after {IMPORT_VISIBLE_TIMEOUT:?}: pods will pull them"
+    );
 }
 
 #[cfg(test)]
