@@ -200,6 +200,11 @@ async fn twenty_hollow_nodes_run_a_hundred_pods_without_growing_requests() {
     let t2 = request_totals(&client).await;
     let (w1, w2) = (delta(&t0, &t1), delta(&t1, &t2));
     let report = format!("window 1: {w1:#?}\nwindow 2: {w2:#?}\nhollow log:\n{}", tail(&log));
+    eprintln!(
+        "steady windows of {WINDOW:?}: {:.0} then {:.0} requests (WATCH excluded)\nwindow 1: {w1:#?}\nwindow 2: {w2:#?}",
+        non_watch_total(&w1),
+        non_watch_total(&w2)
+    );
     for w in [&w1, &w2] {
         for ((verb, resource, _), n) in w.iter() {
             assert!(
