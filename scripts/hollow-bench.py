@@ -9,6 +9,7 @@ import argparse
 import collections
 import datetime
 import json
+import os
 import re
 import sys
 
@@ -216,6 +217,37 @@ def table(path):
                 print(f"  watches held: {r['node_watches_by_resource']}")
 
 
+def watch(a):
+    """Writes "time type name phase" for every event of the pods of namespace a.namespace until killed
+    (with the bearer token of $ADMIN_TOKEN)."""
+    import ssl
+    import time
+    import urllib.request
+    ctx = ssl.create_default_context(cafile=a.ca)
+    rv = ""
+    with open(a.out, "a", encoding="utf-8") as out:
+        while True:
+            url = f"{a.url}/api/v1/namespaces/{a.namespace}/pods?watch=1&timeoutSeconds=1800"
+            if rv:
+                url += f"&resourceVersion={rv}"
+            req = urllib.request.Request(url, headers={"Authorization": "Bearer " + os.environ["ADMIN_TOKEN"]})
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=1900) as r:
+                    for line in r:
+                        t = time.time()
+                        e = json.loads(line)
+                        if e.get("type") == "ERROR":
+                            rv = ""
+                            break
+                        o = e["object"]
+                        rv = o["metadata"].get("resourceVersion", rv)
+                        phase = (o.get("status") or {}).get("phase", "")
+                        out.write("%.3f %s %s %s\n" % (t, e["type"], o["metadata"]["name"], phase))
+                        out.flush()
+            except Exception:  # a broken watch is opened again from where it was
+                time.sleep(0.5)
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -234,11 +266,16 @@ def main():
     r.add_argument("--rss", nargs=3, required=True)
     r.add_argument("--times", nargs=3, required=True)
     r.add_argument("--gone", required=True)
+    w = sub.add_parser("watch")
+    for flag in ("--url", "--ca", "--namespace", "--out"):
+        w.add_argument(flag, required=True)
     t = sub.add_parser("table")
     t.add_argument("file")
     a = p.parse_args()
     if a.cmd == "run":
         run(a)
+    elif a.cmd == "watch":
+        watch(a)
     else:
         table(a.file)
 

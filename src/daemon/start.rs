@@ -640,7 +640,13 @@ pub(crate) fn start_pods(
     if core.host == Host::Real {
         let (cri, own, stop) = (runtime.cri.clone(), storage.pod_runtime.own_changes(), shutdown.clone());
         sup.spawn_restartable("runtime-events", move || {
-            forward_runtime_events(cri.clone(), relist.clone(), own.clone(), pod_metrics.clone(), stop.clone())
+            forward_runtime_events(
+                cri.clone(),
+                relist.clone(),
+                own.clone(),
+                pod_metrics.clone(),
+                stop.clone(),
+            )
         });
     }
     let stop = shutdown.clone();

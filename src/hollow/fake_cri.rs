@@ -121,11 +121,7 @@ impl FakeCri {
     /// (up to 16,384 nodes of 254 pods); `image_fs` is the directory reported as its image filesystem.
     pub(crate) fn new(index: u32, image_fs: impl Into<PathBuf>) -> Self {
         let [_, _, hi, lo] = (index % (1 << 14)).to_be_bytes();
-        Self {
-            state: Arc::default(),
-            subnet: [10, 64 + hi, lo],
-            image_fs: image_fs.into(),
-        }
+        Self { state: Arc::default(), subnet: [10, 64 + hi, lo], image_fs: image_fs.into() }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -224,9 +220,7 @@ impl FakeCri {
             annotations: config.annotations,
             runtime_handler,
         };
-        state
-            .sandboxes
-            .insert(id.clone(), Sandbox { status, ip_host, log_directory: config.log_directory });
+        state.sandboxes.insert(id.clone(), Sandbox { status, ip_host, log_directory: config.log_directory });
         Ok(id)
     }
 
@@ -441,7 +435,10 @@ impl RuntimeService for FakeCri {
         let id = request.into_inner().container_id;
         let state = self.lock();
         let c = state.containers.get(&id).ok_or_else(|| not_found("container", &id))?;
-        Ok(Response::new(v1::ContainerStatusResponse { status: Some(c.status.clone()), info: HashMap::new() }))
+        Ok(Response::new(v1::ContainerStatusResponse {
+            status: Some(c.status.clone()),
+            info: HashMap::new(),
+        }))
     }
 
     async fn update_container_resources(
@@ -450,7 +447,10 @@ impl RuntimeService for FakeCri {
     ) -> RpcResult<v1::UpdateContainerResourcesResponse> {
         let r = request.into_inner();
         let mut state = self.lock();
-        let c = state.containers.get_mut(&r.container_id).ok_or_else(|| not_found("container", &r.container_id))?;
+        let c = state
+            .containers
+            .get_mut(&r.container_id)
+            .ok_or_else(|| not_found("container", &r.container_id))?;
         c.status.resources = Some(v1::ContainerResources { linux: r.linux, windows: r.windows });
         Ok(Response::new(v1::UpdateContainerResourcesResponse {}))
     }
@@ -540,7 +540,10 @@ impl RuntimeService for FakeCri {
         };
         Ok(Response::new(v1::StatusResponse {
             status: Some(v1::RuntimeStatus {
-                conditions: vec![condition(nodelet_cri::RUNTIME_READY), condition(nodelet_cri::NETWORK_READY)],
+                conditions: vec![
+                    condition(nodelet_cri::RUNTIME_READY),
+                    condition(nodelet_cri::NETWORK_READY),
+                ],
             }),
             ..Default::default()
         }))
@@ -589,7 +592,10 @@ impl RuntimeService for FakeCri {
 
 #[tonic::async_trait]
 impl ImageService for FakeCri {
-    async fn list_images(&self, request: Request<v1::ListImagesRequest>) -> RpcResult<v1::ListImagesResponse> {
+    async fn list_images(
+        &self,
+        request: Request<v1::ListImagesRequest>,
+    ) -> RpcResult<v1::ListImagesResponse> {
         let wanted = request.into_inner().filter.and_then(|f| f.image).map(|i| i.image).unwrap_or_default();
         let state = self.lock();
         let images = state
@@ -644,7 +650,9 @@ impl ImageService for FakeCri {
         let used: u64 = self.lock().images.values().map(|i| i.size).sum();
         let usage = v1::FilesystemUsage {
             timestamp: now_nanos(),
-            fs_id: Some(v1::FilesystemIdentifier { mountpoint: self.image_fs.to_string_lossy().into_owned() }),
+            fs_id: Some(v1::FilesystemIdentifier {
+                mountpoint: self.image_fs.to_string_lossy().into_owned(),
+            }),
             used_bytes: Some(v1::UInt64Value { value: used }),
             inodes_used: Some(v1::UInt64Value { value: 0 }),
         };

@@ -111,11 +111,14 @@ pub(crate) async fn run(args: &HollowArgs) -> Result<(), HollowError> {
         .checked_add(args.nodes - 1)
         .ok_or_else(|| HollowError::Args("--first-index + --nodes overflows".into()))?;
     let host = HostFacts::detect();
+    // The runtime endpoints are unix:// URLs of absolute paths.
+    let root_dir = std::path::absolute(&args.root_dir)
+        .map_err(|source| HollowError::Dir { path: args.root_dir.clone(), source })?;
     // Every configuration first: a missing kubeconfig or a bad file stops before any node starts.
     let mut nodes = Vec::new();
     for index in args.first_index..=last {
         let name = node_name(&args.name_prefix, index);
-        let root = args.root_dir.join(&name);
+        let root = root_dir.join(&name);
         let socket = root.join("cri.sock");
         let loaded = node_config(args, &name, &root, &socket, &host)?;
         std::fs::create_dir_all(&root).map_err(|source| HollowError::Dir { path: root.clone(), source })?;
@@ -130,7 +133,7 @@ pub(crate) async fn run(args: &HollowArgs) -> Result<(), HollowError> {
         .map_err(HollowError::Signal)?;
     let stop = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
-    tracing::info!(nodes = nodes.len(), root = %args.root_dir.display(), "starting hollow nodes");
+    tracing::info!(nodes = nodes.len(), root = %root_dir.display(), "starting hollow nodes");
     for (index, name, root, socket, config) in nodes {
         let runtime = fake_cri::FakeCri::new(index, root.clone());
         let (runtime_stop, node_stop) = (stop.clone(), stop.clone());

@@ -92,9 +92,7 @@ async fn sandboxes_get_made_up_ips_of_the_nodes_subnet_and_give_them_back() {
     let b = s.client.run_pod_sandbox(sandbox_config("b", false), "").await.expect("run b");
     let ip = |id: String| {
         let client = s.client.clone();
-        async move {
-            client.pod_sandbox_status(&id).await.expect("status").network.expect("network").ip
-        }
+        async move { client.pod_sandbox_status(&id).await.expect("status").network.expect("network").ip }
     };
     // Node 300: 10.(64 + 1).(300 % 256).0/24.
     assert_eq!(ip(a.clone()).await, "10.65.44.1");
@@ -222,8 +220,41 @@ fn a_hollow_nodes_config_has_no_servers_static_sources_or_cgroups() {
     assert!(c.pods.cgroup_root.is_none());
     assert_eq!(c.pods.pod_logs_dir, root.join("logs"));
     assert_eq!(c.runtime.endpoint.as_deref(), Some(format!("unix://{}", socket.display()).as_str()));
-    assert_eq!(
-        c.cluster.as_ref().map(|k| k.kubeconfig.clone()),
-        Some(dir.path().join("h-0.kubeconfig"))
-    );
+    assert_eq!(c.cluster.as_ref().map(|k| k.kubeconfig.clone()), Some(dir.path().join("h-0.kubeconfig")));
+}
+
+#[test]
+fn the_hollow_command_parses_with_its_defaults_and_needs_its_two_flags() {
+    let command =
+        crate::cli::try_parse_from(["nodelet", "hollow", "--nodes", "3", "--kubeconfig-dir", "/kc"])
+            .expect("parse");
+    let crate::cli::Command::Hollow(args) = command else { panic!("not hollow: {command:?}") };
+    assert_eq!(args.nodes, 3);
+    assert_eq!(args.kubeconfig_dir, std::path::PathBuf::from("/kc"));
+    assert_eq!(args.name_prefix, "hollow-node-");
+    assert_eq!(args.first_index, 0);
+    assert_eq!(args.root_dir, std::path::PathBuf::from("/var/lib/nodelet-hollow"));
+    assert!(crate::cli::try_parse_from(["nodelet", "hollow", "--nodes", "3"]).is_err());
+    assert!(crate::cli::try_parse_from(["nodelet", "hollow", "--kubeconfig-dir", "/kc"]).is_err());
+    assert_eq!(node_name("hollow-node-", 7), "hollow-node-7");
+}
+
+#[tokio::test]
+async fn no_node_starts_when_a_kubeconfig_is_missing_or_nodes_is_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("h-0.kubeconfig"), "apiVersion: v1\nkind: Config\n").expect("write");
+    let mut args = HollowArgs {
+        nodes: 2,
+        kubeconfig_dir: dir.path().to_owned(),
+        name_prefix: "h-".into(),
+        first_index: 0,
+        root_dir: dir.path().join("nodes"),
+        config: None,
+        log: Default::default(),
+    };
+    let e = run(&args).await.expect_err("h-1 has no kubeconfig");
+    assert!(e.to_string().contains("h-1.kubeconfig"), "{e}");
+    assert!(!dir.path().join("nodes/h-0").exists(), "a node started before every configuration was read");
+    args.nodes = 0;
+    assert!(run(&args).await.is_err());
 }

@@ -132,9 +132,10 @@ async fn twenty_hollow_nodes_run_a_hundred_pods_without_growing_requests() {
                 .items
                 .iter()
                 .filter(|n| {
-                    n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                        c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                    })
+                    n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
                 })
                 .count();
             if ready == NODES as usize { Ok(()) } else { Err(format!("{ready} Ready")) }
@@ -240,6 +241,10 @@ async fn twenty_hollow_nodes_run_a_hundred_pods_without_growing_requests() {
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
     }
     let stopped = tokio::time::timeout(Duration::from_secs(30), hollow.wait()).await;
-    assert!(matches!(stopped, Ok(Ok(s)) if s.success()), "nodelet hollow on SIGTERM: {stopped:?}\n{}", tail(&log));
+    assert!(
+        matches!(stopped, Ok(Ok(s)) if s.success()),
+        "nodelet hollow on SIGTERM: {stopped:?}\n{}",
+        tail(&log)
+    );
     drop(plane);
 }
