@@ -248,6 +248,38 @@ def watch(a):
                 time.sleep(0.5)
 
 
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def extrapolate(path, nodes=5000):
+    """The steady-state figures of the largest N of each kind, scaled to `nodes` nodes."""
+    runs = [json.loads(l) for l in open(path, encoding="utf-8") if l.strip()]
+    print(f"\n## Scaled to {nodes} nodes (steady state, from the largest N of each kind)")
+    print("| figure | nodelet | kubemark |")
+    print("|---|---:|---:|")
+    rows = collections.OrderedDict()
+    for kind in ("nodelet", "kubemark"):
+        mine = [r for r in runs if r["kind"] == kind]
+        if not mine:
+            continue
+        r = max(mine, key=lambda r: r["nodes"])
+        n = max(r["nodes"], 1)
+        per_node = r["node_requests_by_verb_resource_per_min"]
+        writes = sum(v for k, v in per_node.items() if k.split()[0] in WRITES) / n
+        reads = sum(v for k, v in per_node.items() if k.split()[0] in ("get", "list")) / n
+        rows.setdefault("from N", {})[kind] = r["nodes"]
+        rows.setdefault("node requests/s at the API server", {})[kind] = round(r["node_requests_per_min_per_node"] * nodes / 60, 1)
+        rows.setdefault("  of which writes (etcd writes/s)", {})[kind] = round(writes * nodes / 60, 1)
+        rows.setdefault("  of which reads (get, list)/s", {})[kind] = round(reads * nodes / 60, 1)
+        rows.setdefault("watches held by nodes", {})[kind] = round(r["node_watches_per_node"] * nodes)
+        rows.setdefault("API bytes/s (all clients, per node x N)", {})[kind] = round(r["server_bytes_per_min_per_node"] * nodes / 60)
+        rows.setdefault("kube-apiserver CPU cores (linear)", {})[kind] = round(r["apiserver_cpu_cores"] / n * nodes, 2)
+        rows.setdefault("etcd CPU cores (linear)", {})[kind] = round(r["etcd_cpu_cores"] / n * nodes, 2)
+        rows.setdefault("hollow node memory (GiB)", {})[kind] = round(r["rss_per_node_mib"] * nodes / 1024, 1)
+    for label, v in rows.items():
+        print(f"| {label} | {v.get('nodelet', '–')} | {v.get('kubemark', '–')} |")
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -278,6 +310,7 @@ def main():
         watch(a)
     else:
         table(a.file)
+        extrapolate(a.file)
 
 
 if __name__ == "__main__":

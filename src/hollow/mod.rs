@@ -121,13 +121,15 @@ pub(crate) async fn run(args: &HollowArgs) -> Result<(), HollowError> {
         let root = root_dir.join(&name);
         let socket = root.join("cri.sock");
         let loaded = node_config(args, &name, &root, &socket, &host)?;
-        std::fs::create_dir_all(&root).map_err(|source| HollowError::Dir { path: root.clone(), source })?;
         if index == args.first_index {
             for w in &loaded.warnings {
                 tracing::warn!("config: {w}");
             }
         }
         nodes.push((index, name, root, socket, Arc::new(loaded.config)));
+    }
+    for (_, _, root, _, _) in &nodes {
+        std::fs::create_dir_all(root).map_err(|source| HollowError::Dir { path: root.clone(), source })?;
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(HollowError::Signal)?;
