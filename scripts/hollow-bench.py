@@ -167,6 +167,7 @@ def run(a):
         "etcd_rss_mib": round(int(a.rss[1]) / 1024.0, 1),
         "nodes_rss_mib": round(int(a.rss[2]) / 1024.0, 1),
         "rss_per_node_mib": round(int(a.rss[2]) / 1024.0 / n, 2),
+        "pss_per_node_mib": round(int(a.pss) / 1024.0 / n, 2) if a.pss else None,
         "pods_seen": seen,
         "pods_running_seen": len(lat),
         "start_latency_p50_s": round(percentile(lat, 50), 3) if lat else None,
@@ -189,6 +190,7 @@ FIGURES = [
     ("etcd CPU (cores)", "etcd_cpu_cores"),
     ("etcd RSS (MiB)", "etcd_rss_mib"),
     ("RSS per hollow node (MiB)", "rss_per_node_mib"),
+    ("PSS per hollow node (MiB)", "pss_per_node_mib"),
     ("pod start p50 (s)", "start_latency_p50_s"),
     ("pod start p99 (s)", "start_latency_p99_s"),
     ("all pods Running (s)", "all_running_s"),
@@ -275,7 +277,8 @@ def extrapolate(path, nodes=5000):
         rows.setdefault("API bytes/s (all clients, per node x N)", {})[kind] = round(r["server_bytes_per_min_per_node"] * nodes / 60)
         rows.setdefault("kube-apiserver CPU cores (linear)", {})[kind] = round(r["apiserver_cpu_cores"] / n * nodes, 2)
         rows.setdefault("etcd CPU cores (linear)", {})[kind] = round(r["etcd_cpu_cores"] / n * nodes, 2)
-        rows.setdefault("hollow node memory (GiB)", {})[kind] = round(r["rss_per_node_mib"] * nodes / 1024, 1)
+        mem = r.get("pss_per_node_mib") or r["rss_per_node_mib"]
+        rows.setdefault("hollow node memory (GiB, PSS)", {})[kind] = round(mem * nodes / 1024, 1)
     for label, v in rows.items():
         print(f"| {label} | {v.get('nodelet', '–')} | {v.get('kubemark', '–')} |")
 
@@ -296,6 +299,7 @@ def main():
     r.add_argument("--ticks", required=True)
     r.add_argument("--cpu", nargs=4, required=True)
     r.add_argument("--rss", nargs=3, required=True)
+    r.add_argument("--pss", type=int, default=0)
     r.add_argument("--times", nargs=3, required=True)
     r.add_argument("--gone", required=True)
     w = sub.add_parser("watch")

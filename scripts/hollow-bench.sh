@@ -15,7 +15,8 @@
 #   - bytes sent by the API server in the window (apiserver_response_sizes_sum; all clients, so the
 #     controllers' share is in it), per minute
 #   - kube-apiserver's and etcd's CPU (cores, averaged over the window) and RSS at its end (/proc)
-#   - the nodes' RSS (nodelet: the one process; kubemark: the sum of its processes), per node
+#   - the nodes' memory per node: RSS (nodelet: the one process; kubemark: the sum of its processes, each
+#     counting the binary it shares with the others) and PSS (shared pages split between their users)
 #   - pod start latency p50/p99: from a watch's first sight of the pod (its creation) to its first sight
 #     Running (the SLO's creation to running, as the API shows it)
 #   - how long the Deployment took to be all Running, and all gone after its deletion
@@ -97,6 +98,10 @@ trap 'cleanup_run; rm -rf "$BASE/run"' EXIT
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 sum_rss() { local t=0; for p in "$@"; do t=$((t + $(rss_kib "$p"))); done; echo "$t"; }
+# Proportional set size in KiB: memory shared between processes (kubemark's binary, mapped by every one of
+# its processes) counted once over all of them, not once per process as RSS counts it.
+pss_kib() { awk '/^Pss:/ {print $2}' "/proc/$1/smaps_rollup" 2>/dev/null || echo 0; }
+sum_pss() { local t=0; for p in "$@"; do t=$((t + $(pss_kib "$p"))); done; echo "$t"; }
 mem_available_mib() { awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo; }
 
 # The admin token from a file, never on a command line.
@@ -192,8 +197,9 @@ EOF
   w1=$(date +%s.%N); a1=$(cpu_ticks "$api_pid"); e1=$(cpu_ticks "$etcd_pid"); metrics > "$m1"
   sleep "$STEADY"
   w2=$(date +%s.%N); a2=$(cpu_ticks "$api_pid"); e2=$(cpu_ticks "$etcd_pid"); metrics > "$m2"
-  local api_rss etcd_rss nodes_rss
+  local api_rss etcd_rss nodes_rss nodes_pss
   api_rss=$(rss_kib "$api_pid"); etcd_rss=$(rss_kib "$etcd_pid"); nodes_rss=$(sum_rss "${PIDS[@]}")
+  nodes_pss=$(sum_pss "${PIDS[@]}")
   # ---- delete
   local t_delete=$SECONDS
   $kubectl -n bench delete deployment bench --wait=false >/dev/null
@@ -212,7 +218,7 @@ EOF
     --kind "$kind" --nodes "$started" --asked "$n" --pods "$pods" --note "$note" \
     --window "$w1" "$w2" --audit "$run/audit.log" --metrics "$run/metrics-base.txt" "$m1" "$m2" \
     --watch "$run/watch.txt" --ticks "$(getconf CLK_TCK)" \
-    --cpu "$a1" "$a2" "$e1" "$e2" --rss "$api_rss" "$etcd_rss" "$nodes_rss" \
+    --cpu "$a1" "$a2" "$e1" "$e2" --rss "$api_rss" "$etcd_rss" "$nodes_rss" --pss "$nodes_pss" \
     --times "$nodes_ready_s" "$all_running_s" "$all_gone_s" --gone "$left" >> "$RESULTS"
   tail -1 "$RESULTS" >&2
   cleanup_run
