@@ -119,6 +119,9 @@ pub(crate) enum Command {
     PortForward(PortForwardArgs),
     /// Show the details of pods like `kubectl describe pod`, with their events.
     Describe(DescribeArgs),
+    /// Run N hollow nodes in this process against one API server: the real node code over a fake
+    /// runtime that runs nothing and a host that mounts nothing, for measuring the control plane's load.
+    Hollow(HollowArgs),
     /// Print a shell completion script: `source <(nodelet completion bash)`.
     Completion(CompletionArgs),
     /// Print nodelet's man page (roff), or write one page per command into a directory.
@@ -139,9 +142,36 @@ impl Command {
             Command::Debug(d) => d.log.verbosity,
             Command::PortForward(p) => p.log.verbosity,
             Command::Describe(d) => d.log.verbosity,
+            Command::Hollow(h) => h.log.verbosity,
             Command::Completion(_) | Command::Man(_) => None,
         }
     }
+}
+
+/// `nodelet hollow`: many hollow nodes in one process (see `docs/scale.md`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct HollowArgs {
+    /// How many hollow nodes to run
+    #[arg(long, value_name = "N")]
+    pub(crate) nodes: u32,
+    /// Directory of the nodes' kubeconfigs: node NAME reads NAME.kubeconfig (its own identity, e.g. a client
+    /// certificate for system:node:NAME)
+    #[arg(long, value_name = "DIR")]
+    pub(crate) kubeconfig_dir: PathBuf,
+    /// The nodes are named PREFIX<i> for i from --first-index
+    #[arg(long, value_name = "PREFIX", default_value = "hollow-node-")]
+    pub(crate) name_prefix: String,
+    /// The index of the first node (its pods' made-up IPs are in 10.(64 + i / 256).(i % 256).0/24)
+    #[arg(long, value_name = "I", default_value_t = 0)]
+    pub(crate) first_index: u32,
+    /// Each node keeps its files (certificates, pod directories, the fake runtime's socket) in DIR/NAME
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/nodelet-hollow")]
+    pub(crate) root_dir: PathBuf,
+    /// KubeletConfiguration file every node reads, as `nodelet run --config`
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
 }
 
 /// Log verbosity, shared by every command.

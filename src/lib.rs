@@ -15,6 +15,7 @@ mod csinode;
 pub mod daemon;
 #[cfg(test)]
 mod fuzz_tests;
+mod hollow;
 mod logging;
 mod node;
 mod pressure;

@@ -202,17 +202,20 @@ fn step_error(what: &str, e: &nodelet_csi::VolumeOpError) -> VolumeError {
 impl NodeVolumes {
     /// Volumes under `root`; CSI drivers from `registry`; memory-backed volumes no larger than
     /// `allocatable_memory` (the node's allocatable memory, bytes); hostPaths under one of
-    /// `allowed_host_paths` resolved beneath it.
+    /// `allowed_host_paths` resolved beneath it; with `no_mounts` (hollow nodes), nothing mounted
+    /// ([`nodelet_host::driver::HostVolumes::without_mounts`]).
     pub(crate) fn new(
         root: &std::path::Path,
         registry: Arc<nodelet_csi::Registry>,
         allocatable_memory: Option<u64>,
         allowed_host_paths: Vec<std::path::PathBuf>,
+        no_mounts: bool,
     ) -> Self {
         Self {
             host: nodelet_host::driver::HostVolumes::new(root)
                 .with_allocatable_memory(allocatable_memory)
-                .with_allowed_host_paths(allowed_host_paths),
+                .with_allowed_host_paths(allowed_host_paths)
+                .without_mounts(no_mounts),
             registry,
             layout: nodelet_csi::VolumeLayout::new(root),
             device_locks: Arc::default(),

@@ -1,8 +1,8 @@
 //! Keeps this node's CSINode object (storage.k8s.io/v1) in the API server equal to the CSI drivers
 //! registered on the node ([`crate::csinode::csi_node`]), as the kubelet does: created once the Node
 //! is registered (owned by it, so it goes with the Node), its drivers replaced whenever the set of
-//! drivers changes, and checked again every minute. The Node authorizer lets a node manage its own
-//! CSINode.
+//! drivers changes or the Node is registered anew; never polled (a failed write is retried after 5 s).
+//! The Node authorizer lets a node manage its own CSINode.
 //!
 //! The Node object gets what the kubelet's CSI plugin puts on it (before the CSINode is written):
 //! - the annotation `csi.volume.kubernetes.io/nodeid`, a JSON map from driver name to the node ID the
@@ -16,8 +16,8 @@
 //!   itself (the standard labels, `--node-labels`); the kubelet leaves them behind.
 //!
 //! Both are changed with a JSON merge patch of the Node's own metadata, which NodeRestriction allows. The
-//! Node is read (and patched if needed) when the drivers or the Node's identity change, not on every
-//! resync, to keep the idle API traffic at the CSINode's one read a minute.
+//! Node is read (and patched if needed) when the drivers or the Node's identity change: an idle node
+//! sends nothing for its CSINode.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,8 +34,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::node::NodeRef;
 
-/// How often the object is checked even when no driver came or went.
-const RESYNC: Duration = Duration::from_secs(60);
 /// Wait after a failed write.
 const RETRY: Duration = Duration::from_secs(5);
 /// The Node annotation with the drivers' node IDs (the kubelet's `annotationKeyNodeID`).
@@ -81,7 +79,9 @@ impl CsiNodeSync {
             let wait = match node {
                 None => None,
                 Some(node) => match self.sync(&node).await {
-                    Ok(()) => Some(RESYNC),
+                    // As the kubelet: written again when a driver comes or goes or the Node is registered
+                    // anew (its garbage collection takes the CSINode with it), never polled.
+                    Ok(()) => None,
                     Err(e) => {
                         tracing::warn!(node = %node.name, error = %e, "cannot write the node's CSINode; retrying");
                         Some(RETRY)

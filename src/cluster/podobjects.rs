@@ -11,8 +11,10 @@
 //! - **Service-account tokens** (`serviceAccountToken` projections, including the automatic
 //!   `kube-api-access-*` volume) come from the TokenRequest API: audience and expiration as the
 //!   projection asks, bound to the pod (name and UID). A token is asked for the first time the volume
-//!   renders (the render waits, then is redone), and again when 80 % of its lifetime or 24 hours have
-//!   passed; the old one is served until the new one is there. Tokens of pods that are gone are dropped.
+//!   renders (the render waits, then is redone as soon as the token is there; up to 16 requests are in
+//!   flight at once, so a node starting many pods waits about one round trip), and again when 80 % of
+//!   its lifetime or 24 hours have passed; the old one is served until the new one is there. Tokens of
+//!   pods that are gone are dropped.
 //!
 //! - **PersistentVolumeClaims** of API pods, and the PersistentVolumes they are bound to, are read
 //!   with `get` (all the Node authorizer allows a node for them): every 2 s while a claim is missing or
@@ -50,6 +52,8 @@ const TOKEN_CHECK_PERIOD: Duration = Duration::from_secs(30);
 const CLAIM_PENDING_PERIOD: Duration = Duration::from_secs(2);
 /// How often a bound claim (and its volume) is read again.
 const CLAIM_BOUND_PERIOD: Duration = Duration::from_secs(60);
+/// How many TokenRequests are in flight at once.
+const TOKEN_REQUESTS_AT_ONCE: usize = 16;
 /// The longest a token is used before a new one is asked for.
 const TOKEN_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
@@ -316,17 +320,23 @@ impl PodData {
                 .chain(state.tokens.iter().filter(|(_, t)| t.refresh_at <= now).map(|(k, _)| k.clone()))
                 .collect()
         };
-        let mut issued = false;
-        for key in due {
-            if desired.get(&key.pod_uid).is_none() {
-                continue;
-            }
-            match request_token(client, &key).await {
+        let due: Vec<TokenKey> = due.into_iter().filter(|key| desired.get(&key.pod_uid).is_some()).collect();
+        // Several at once: a node starting many pods waits for one round trip, not one per pod; each
+        // token re-renders its volumes as soon as it is there.
+        let mut requests = futures::stream::iter(due)
+            .map(|key| async move {
+                let result = request_token(client, &key).await;
+                (key, result)
+            })
+            .buffer_unordered(TOKEN_REQUESTS_AT_ONCE);
+        while let Some((key, result)) = requests.next().await {
+            match result {
                 Ok(token) => {
                     let mut state = self.lock();
                     state.wanted.remove(&key);
                     state.tokens.insert(key, token);
-                    issued = true;
+                    drop(state);
+                    self.changed.send_replace(());
                 }
                 Err(e) => {
                     tracing::warn!(
@@ -341,9 +351,6 @@ impl PodData {
                     }
                 }
             }
-        }
-        if issued {
-            self.changed.send_replace(());
         }
     }
 }

@@ -77,6 +77,7 @@ impl ClientCommand {
                 cli::Command::Debug(args) => exit_with(client::run_debug(&args).await),
                 cli::Command::Cp(args) => client::run_cp(&args).await.map_err(|e| e.to_string()),
                 cli::Command::Describe(args) => client::run_describe(&args).await.map_err(|e| e.to_string()),
+                cli::Command::Hollow(args) => crate::hollow::run(&args).await.map_err(|e| e.to_string()),
                 cli::Command::Completion(args) => cli::completion(&args.shell, &mut std::io::stdout().lock()),
                 cli::Command::Man(args) => match &args.dir {
                     Some(dir) => {

@@ -152,7 +152,7 @@ impl Node {
                 (embedded.endpoint().to_string(), Some(embedded))
             }
         };
-        let result = run_with_runtime(config, &endpoint, self.extensions, stop).await;
+        let result = run_with_runtime(config, &endpoint, start::Host::Real, self.extensions, stop).await;
         if let Some(embedded) = embedded {
             embedded.shutdown().await.map_err(anyhow::Error::from)?;
         }
@@ -160,14 +160,30 @@ impl Node {
     }
 }
 
+/// One hollow node (`nodelet hollow`, see [`crate::hollow`]): the same pairs, sources and cluster tasks as
+/// a real node, over the runtime at `endpoint` (the hollow node's fake runtime) and a host that mounts
+/// nothing ([`start::Host::Hollow`]), until `stop` is cancelled or a task fails.
+pub(crate) async fn run_hollow(
+    config: Arc<config::Config>,
+    endpoint: &str,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<(), Error> {
+    let stop = async move {
+        stop.cancelled().await;
+        Ok(())
+    };
+    run_with_runtime(config, endpoint, start::Host::Hollow, Vec::new(), stop).await
+}
+
 /// Starts every pair, waits for `stop` or a failed task, then stops everything.
 async fn run_with_runtime(
     config: Arc<config::Config>,
     endpoint: &str,
+    host: start::Host,
     extensions: Vec<Box<dyn Extension>>,
     stop: impl Future<Output = std::io::Result<()>>,
 ) -> Result<(), Error> {
-    let core = start::Core::new(config.clone())?;
+    let core = start::Core::new(config.clone(), host)?;
     let started = start_all(&core, endpoint, extensions).await;
     let outcome = match started {
         Ok(()) => tokio::select! {

@@ -35,9 +35,21 @@ use nodelet_node::{log_rotation, node_facts};
 use crate::{claims, cluster, config, node, pressure};
 use crate::{sources, stats, volumes};
 
+/// What the node's volumes are made on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Host {
+    /// This machine: memory-backed volumes are tmpfs mounts, local volumes and confined hostPaths binds.
+    Real,
+    /// A hollow node (`nodelet hollow`): memory-backed volumes are plain directories, as kubemark's fake
+    /// mounter leaves them; everything else is as on a real node.
+    Hollow,
+}
+
 /// What every start function shares.
 pub(crate) struct Core {
     pub(crate) config: Arc<config::Config>,
+    /// Where the node's volumes are made.
+    pub(crate) host: Host,
     pub(crate) shutdown: CancellationToken,
     pub(crate) supervisor: Supervisor,
     /// `/metrics`.
@@ -49,7 +61,7 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub(crate) fn new(config: Arc<config::Config>) -> anyhow::Result<Self> {
+    pub(crate) fn new(config: Arc<config::Config>, host: Host) -> anyhow::Result<Self> {
         let registry = prometheus::Registry::new();
         let shutdown = CancellationToken::new();
         Ok(Core {
@@ -59,6 +71,7 @@ impl Core {
             registry,
             shutdown,
             config,
+            host,
         })
     }
 }
@@ -401,6 +414,7 @@ pub(crate) fn start_volumes(core: &Core, runtime: &Runtime, storage: &Storage) -
                 storage.csi.clone(),
                 allocatable_memory(&runtime.facts),
                 config.pods.allowed_host_paths.clone(),
+                core.host == Host::Hollow,
             )),
             storage.volume_metrics.clone(),
         )),
@@ -631,10 +645,20 @@ pub(crate) fn start_pods(
             stop.clone(),
         )
     });
-    let (cri, own, stop) = (runtime.cri.clone(), storage.pod_runtime.own_changes(), shutdown.clone());
-    sup.spawn_restartable("runtime-events", move || {
-        forward_runtime_events(cri.clone(), relist.clone(), own.clone(), pod_metrics.clone(), stop.clone())
-    });
+    // A hollow node's fake runtime sends no events: its PLEG relists every period, as the kubelet's
+    // generic PLEG does in kubemark's hollow nodes.
+    if core.host == Host::Real {
+        let (cri, own, stop) = (runtime.cri.clone(), storage.pod_runtime.own_changes(), shutdown.clone());
+        sup.spawn_restartable("runtime-events", move || {
+            forward_runtime_events(
+                cri.clone(),
+                relist.clone(),
+                own.clone(),
+                pod_metrics.clone(),
+                stop.clone(),
+            )
+        });
+    }
     let stop = shutdown.clone();
     sup.spawn("pleg", Policy::Critical, async move { pleg.run(stop.cancelled_owned()).await });
     let stop = shutdown.clone();

@@ -879,6 +879,8 @@ pub(crate) struct ControlPlane {
     assets: PathBuf,
     api_port: u16,
     etcd_port: u16,
+    /// Also kube-controller-manager and kube-scheduler (`ENVTEST_CONTROLLERS=1`).
+    controllers: bool,
 }
 
 /// A free loopback port `p` whose `p + 1` is free too (etcd's client and peer ports), and another one.
@@ -905,6 +907,15 @@ fn free_ports() -> (u16, u16) {
 impl ControlPlane {
     /// Starts etcd and kube-apiserver (no controllers) with the assets and scripts of `suite`.
     pub(crate) async fn start(suite: &ClusterEnv) -> ControlPlane {
+        Self::start_inner(suite, false).await
+    }
+
+    /// [`start`](Self::start) with kube-controller-manager and kube-scheduler too.
+    pub(crate) async fn start_with_controllers(suite: &ClusterEnv) -> ControlPlane {
+        Self::start_inner(suite, true).await
+    }
+
+    async fn start_inner(suite: &ClusterEnv, controllers: bool) -> ControlPlane {
         let dir = match tempfile::Builder::new().prefix("nodelet-e2e-envtest-").tempdir() {
             Ok(d) => d,
             Err(e) => panic!("cannot create a temporary directory: {e}"),
@@ -916,6 +927,7 @@ impl ControlPlane {
             assets: suite.assets.clone(),
             api_port,
             etcd_port,
+            controllers,
         };
         plane.start_again().await;
         plane
@@ -937,7 +949,7 @@ impl ControlPlane {
             .env("ENVTEST_APISERVER_PORT", self.api_port.to_string())
             .env("ENVTEST_ETCD_PORT", self.etcd_port.to_string())
             .env("KUBEBUILDER_ASSETS", &self.assets)
-            .env_remove("ENVTEST_CONTROLLERS")
+            .env("ENVTEST_CONTROLLERS", if self.controllers { "1" } else { "0" })
             .env_remove("ENVTEST_APISERVER_ARGS")
             .env_remove("ENVTEST_KCM_ARGS")
             .env_remove("ENVTEST_EXTRA_TOKENS")

@@ -31,6 +31,7 @@ mod debug;
 mod deploy;
 mod eviction;
 mod exec;
+mod hollow;
 mod hostile_clients;
 mod hostile_manifests;
 mod lifecycle;

@@ -70,12 +70,22 @@ pub struct HostVolumes {
     allocatable_memory: Option<u64>,
     /// `nodelet.allowedHostPaths`: a hostPath under one of them is resolved beneath it.
     allowed_host_paths: Vec<PathBuf>,
+    /// Mount nothing ([`without_mounts`](Self::without_mounts)).
+    no_mounts: bool,
 }
 
 impl HostVolumes {
     /// Volumes under `root` (`--root-dir`).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into(), allocatable_memory: None, allowed_host_paths: Vec::new() }
+        Self { root: root.into(), allocatable_memory: None, allowed_host_paths: Vec::new(), no_mounts: false }
+    }
+
+    /// With `no_mounts`, mounts nothing, as kubemark's fake mounter: memory-backed volumes are plain
+    /// directories on disk, local persistent volumes and hostPaths under an allowed prefix are checked but
+    /// not bound (their directory stays empty). For hollow nodes, whose pods run nowhere.
+    pub fn without_mounts(mut self, no_mounts: bool) -> Self {
+        self.no_mounts = no_mounts;
+        self
     }
 
     /// The allowed hostPath prefixes (`nodelet.allowedHostPaths`): a hostPath volume under one of them is
@@ -126,6 +136,9 @@ impl HostVolumes {
                         .map_err(|e| VolumeError::failed(format!("{}: {e}", what())))?;
                     return Ok(actual(false, None));
                 };
+                if self.no_mounts {
+                    return Ok(actual(false, None));
+                }
                 // Beside the volume's subPath binds, which its teardown unmounts.
                 let staged = pod_dir(&self.root, &volume.pod_uid)
                     .join("volume-subpaths")
@@ -139,7 +152,8 @@ impl HostVolumes {
             VolumeSource::EmptyDir { memory, size_limit } => {
                 let mut fresh =
                     make_dir(&path, EMPTY_DIR_MODE).map_err(|e| io_error(&what(), "creating", &path, &e))?;
-                if *memory {
+                let memory = *memory && !self.no_mounts;
+                if memory {
                     let size = self.tmpfs_size(volume, *size_limit);
                     fresh = mount_tmpfs_once(&path, size, EMPTY_DIR_MODE).map_err(|e| {
                         VolumeError::uncertain(format!(
@@ -154,10 +168,13 @@ impl HostVolumes {
                     apply_fs_group(volume, &path, false)
                         .map_err(|e| VolumeError::failed(format!("{}: {e}", what())))?;
                 }
-                Ok(actual(*memory, None))
+                Ok(actual(memory, None))
             }
             VolumeSource::Local { volume: pv, path: source } => {
                 make_dir(&path, PARENT_MODE).map_err(|e| io_error(&what(), "creating", &path, &e))?;
+                if self.no_mounts {
+                    return Ok(actual(false, None));
+                }
                 if !mounts::is_mount_point(&path)
                     .map_err(|e| VolumeError::failed(format!("{}: {e}", what())))?
                 {
@@ -183,7 +200,7 @@ impl HostVolumes {
                 make_dir(&path, FILES_DIR_MODE).map_err(|e| io_error(&what(), "creating", &path, &e))?;
                 // Secret, downwardAPI and projected volumes never touch the disk: the tmpfs is
                 // there before the first file is written.
-                let tmpfs = source.memory_backed();
+                let tmpfs = source.memory_backed() && !self.no_mounts;
                 if tmpfs {
                     mount_tmpfs_once(&path, self.tmpfs_size(volume, None), FILES_TMPFS_MODE).map_err(
                         |e| {

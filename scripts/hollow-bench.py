@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""The arithmetic of scripts/hollow-bench.sh.
+
+`run ...`: one run's figures from the audit log, the API server's /metrics snapshots, the pod watch and
+the /proc samples, as one JSON line. `table FILE`: the runs of FILE as a table, with nodelet/kubemark
+ratios at each N.
+"""
+import argparse
+import collections
+import datetime
+import json
+import os
+import re
+import sys
+
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def parse_metrics(path):
+    """{(name, frozenset(labels)): value} of a Prometheus text page."""
+    out = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line or line[0] == "#":
+                continue
+            head, _, value = line.rstrip("\n").rpartition(" ")
+            if "{" in head:
+                name, _, labels = head.partition("{")
+                labels = tuple(sorted(LABEL.findall(labels)))
+            else:
+                name, labels = head, ()
+            try:
+                out[(name, labels)] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+def metric_sum(m, name, **match):
+    total = 0.0
+    for (n, labels), v in m.items():
+        if n != name:
+            continue
+        d = dict(labels)
+        if all(d.get(k) == val for k, val in match.items()):
+            total += v
+    return total
+
+
+def by_labels(m, name, keys):
+    out = collections.Counter()
+    for (n, labels), v in m.items():
+        if n == name:
+            d = dict(labels)
+            out[tuple(d.get(k, "") for k in keys)] += v
+    return out
+
+
+def ts(s):
+    # RFC 3339 with microseconds, "Z"
+    return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def audit(path, w1, w2):
+    """The nodes' requests received in [w1, w2) by (verb, resource[/subresource]), the watches they opened
+    in it, and the watches open at w2."""
+    requests = collections.Counter()
+    opened = {}
+    closed = set()
+    users = set()
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            user = e.get("user", {}).get("username", "")
+            if not user.startswith("system:node:"):
+                continue
+            users.add(user)
+            verb = e.get("verb", "")
+            ref = e.get("objectRef") or {}
+            resource = ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else "")
+            received = ts(e["requestReceivedTimestamp"])
+            stage = e.get("stage")
+            if verb == "watch":
+                if stage == "ResponseStarted":
+                    opened[e["auditID"]] = (received, resource)
+                elif stage == "ResponseComplete" and ts(e["stageTimestamp"]) <= w2:
+                    closed.add(e["auditID"])
+                if stage == "ResponseStarted" and w1 <= received < w2:
+                    requests[(verb, resource)] += 1
+            elif stage == "ResponseComplete" and w1 <= received < w2:
+                requests[(verb, resource)] += 1
+    held = collections.Counter(r for a, (t, r) in opened.items() if t <= w2 and a not in closed)
+    return requests, held, len(users)
+
+
+def percentile(values, p):
+    if not values:
+        return None
+    values = sorted(values)
+    k = max(0, min(len(values) - 1, int(round(p / 100.0 * len(values) + 0.5)) - 1))
+    return values[k]
+
+
+def watch_latency(path):
+    first, running = {}, {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) < 3:
+                continue
+            t, _type, name = float(parts[0]), parts[1], parts[2]
+            phase = parts[3] if len(parts) > 3 else ""
+            first.setdefault(name, t)
+            if phase == "Running":
+                running.setdefault(name, t)
+    lat = [running[n] - first[n] for n in running if n in first]
+    return lat, len(first)
+
+
+def run(a):
+    w1, w2 = float(a.window[0]), float(a.window[1])
+    minutes = (w2 - w1) / 60.0
+    base, m1, m2 = (parse_metrics(p) for p in a.metrics)
+    requests, held, users = audit(a.audit, w1, w2)
+    node_rpm = {f"{v} {r}": round(c / minutes, 2) for (v, r), c in sorted(requests.items())}
+    node_total = sum(c for (v, _), c in requests.items() if v != "watch") / minutes
+    server = by_labels(m2, "apiserver_request_total", ("verb", "resource", "subresource"))
+    server1 = by_labels(m1, "apiserver_request_total", ("verb", "resource", "subresource"))
+    server_rpm = {}
+    for k, v in server.items():
+        d = v - server1.get(k, 0.0)
+        if d > 0:
+            server_rpm[" ".join(x for x in k if x)] = round(d / minutes, 2)
+    server_total = sum(v for k, v in server_rpm.items() if not k.startswith("WATCH"))
+    bytes_min = (metric_sum(m2, "apiserver_response_sizes_sum") - metric_sum(m1, "apiserver_response_sizes_sum")) / minutes
+    watches_server = metric_sum(m2, "apiserver_longrunning_requests", verb="WATCH") - metric_sum(
+        base, "apiserver_longrunning_requests", verb="WATCH")
+    lat, seen = watch_latency(a.watch)
+    ticks = float(a.ticks)
+    secs = w2 - w1
+    n = max(a.nodes, 1)
+    out = {
+        "kind": a.kind,
+        "nodes": a.nodes,
+        "asked": a.asked,
+        "note": a.note,
+        "pods": a.pods,
+        "window_s": round(secs, 1),
+        "node_requests_per_min": round(node_total, 2),
+        "node_requests_per_min_per_node": round(node_total / n, 3),
+        "node_requests_by_verb_resource_per_min": node_rpm,
+        "audit_node_users": users,
+        "node_watches": sum(held.values()),
+        "node_watches_per_node": round(sum(held.values()) / n, 2),
+        "node_watches_by_resource": dict(sorted(held.items())),
+        "server_requests_per_min": round(server_total, 2),
+        "server_requests_by_verb_resource_per_min": dict(sorted(server_rpm.items())),
+        "server_watches_added": round(watches_server, 1),
+        "server_bytes_per_min": round(bytes_min),
+        "server_bytes_per_min_per_node": round(bytes_min / n),
+        "apiserver_cpu_cores": round((float(a.cpu[1]) - float(a.cpu[0])) / ticks / secs, 3),
+        "etcd_cpu_cores": round((float(a.cpu[3]) - float(a.cpu[2])) / ticks / secs, 3),
+        "apiserver_rss_mib": round(int(a.rss[0]) / 1024.0, 1),
+        "etcd_rss_mib": round(int(a.rss[1]) / 1024.0, 1),
+        "nodes_rss_mib": round(int(a.rss[2]) / 1024.0, 1),
+        "rss_per_node_mib": round(int(a.rss[2]) / 1024.0 / n, 2),
+        "pss_per_node_mib": round(int(a.pss) / 1024.0 / n, 2) if a.pss else None,
+        "pods_seen": seen,
+        "pods_running_seen": len(lat),
+        "start_latency_p50_s": round(percentile(lat, 50), 3) if lat else None,
+        "start_latency_p99_s": round(percentile(lat, 99), 3) if lat else None,
+        "nodes_ready_s": int(a.times[0]),
+        "all_running_s": int(a.times[1]),
+        "all_gone_s": int(a.times[2]),
+        "pods_left_after_delete": int(a.gone),
+    }
+    print(json.dumps(out, sort_keys=True))
+
+
+FIGURES = [
+    ("node requests/min per node", "node_requests_per_min_per_node"),
+    ("node watches per node", "node_watches_per_node"),
+    ("API bytes/min per node (all clients)", "server_bytes_per_min_per_node"),
+    ("API server requests/min (all)", "server_requests_per_min"),
+    ("kube-apiserver CPU (cores)", "apiserver_cpu_cores"),
+    ("kube-apiserver RSS (MiB)", "apiserver_rss_mib"),
+    ("etcd CPU (cores)", "etcd_cpu_cores"),
+    ("etcd RSS (MiB)", "etcd_rss_mib"),
+    ("RSS per hollow node (MiB)", "rss_per_node_mib"),
+    ("PSS per hollow node (MiB)", "pss_per_node_mib"),
+    ("pod start p50 (s)", "start_latency_p50_s"),
+    ("pod start p99 (s)", "start_latency_p99_s"),
+    ("all pods Running (s)", "all_running_s"),
+    ("all pods gone (s)", "all_gone_s"),
+]
+
+
+def table(path):
+    runs = [json.loads(l) for l in open(path, encoding="utf-8") if l.strip()]
+    by = {(r["kind"], r["asked"]): r for r in runs}
+    for n in sorted({r["asked"] for r in runs}):
+        nl, km = by.get(("nodelet", n)), by.get(("kubemark", n))
+        print(f"\n## N = {n}" + (f" (kubemark: {km['nodes']} nodes; {km['note']})" if km and km["note"] else ""))
+        print("| figure | nodelet | kubemark | nodelet/kubemark |")
+        print("|---|---:|---:|---:|")
+        for label, key in FIGURES:
+            a = nl.get(key) if nl else None
+            b = km.get(key) if km else None
+            ratio = f"{a / b:.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "–"
+            print(f"| {label} | {a if a is not None else '–'} | {b if b is not None else '–'} | {ratio} |")
+        for r in (nl, km):
+            if r:
+                print(f"\n{r['kind']} N={r['nodes']}: the nodes' requests per minute in steady state, by verb and resource:")
+                for k, v in r["node_requests_by_verb_resource_per_min"].items():
+                    print(f"  {k}: {v} ({v / max(r['nodes'], 1):.3f} per node)")
+                print(f"  watches held: {r['node_watches_by_resource']}")
+
+
+def watch(a):
+    """Writes "time type name phase" for every event of the pods of namespace a.namespace until killed
+    (with the bearer token of $ADMIN_TOKEN)."""
+    import ssl
+    import time
+    import urllib.request
+    ctx = ssl.create_default_context(cafile=a.ca)
+    rv = ""
+    with open(a.out, "a", encoding="utf-8") as out:
+        while True:
+            url = f"{a.url}/api/v1/namespaces/{a.namespace}/pods?watch=1&timeoutSeconds=1800"
+            if rv:
+                url += f"&resourceVersion={rv}"
+            req = urllib.request.Request(url, headers={"Authorization": "Bearer " + os.environ["ADMIN_TOKEN"]})
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=1900) as r:
+                    for line in r:
+                        t = time.time()
+                        e = json.loads(line)
+                        if e.get("type") == "ERROR":
+                            rv = ""
+                            break
+                        o = e["object"]
+                        rv = o["metadata"].get("resourceVersion", rv)
+                        phase = (o.get("status") or {}).get("phase", "")
+                        out.write("%.3f %s %s %s\n" % (t, e["type"], o["metadata"]["name"], phase))
+                        out.flush()
+            except Exception:  # a broken watch is opened again from where it was
+                time.sleep(0.5)
+
+
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def extrapolate(path, nodes=5000):
+    """The steady-state figures of the largest N of each kind, scaled to `nodes` nodes."""
+    runs = [json.loads(l) for l in open(path, encoding="utf-8") if l.strip()]
+    print(f"\n## Scaled to {nodes} nodes (steady state, from the largest N of each kind)")
+    print("| figure | nodelet | kubemark |")
+    print("|---|---:|---:|")
+    rows = collections.OrderedDict()
+    for kind in ("nodelet", "kubemark"):
+        mine = [r for r in runs if r["kind"] == kind]
+        if not mine:
+            continue
+        r = max(mine, key=lambda r: r["nodes"])
+        n = max(r["nodes"], 1)
+        per_node = r["node_requests_by_verb_resource_per_min"]
+        writes = sum(v for k, v in per_node.items() if k.split()[0] in WRITES) / n
+        reads = sum(v for k, v in per_node.items() if k.split()[0] in ("get", "list")) / n
+        rows.setdefault("from N", {})[kind] = r["nodes"]
+        rows.setdefault("node requests/s at the API server", {})[kind] = round(r["node_requests_per_min_per_node"] * nodes / 60, 1)
+        rows.setdefault("  of which writes (etcd writes/s)", {})[kind] = round(writes * nodes / 60, 1)
+        rows.setdefault("  of which reads (get, list)/s", {})[kind] = round(reads * nodes / 60, 1)
+        rows.setdefault("watches held by nodes", {})[kind] = round(r["node_watches_per_node"] * nodes)
+        rows.setdefault("API bytes/s (all clients, per node x N)", {})[kind] = round(r["server_bytes_per_min_per_node"] * nodes / 60)
+        rows.setdefault("kube-apiserver CPU cores (linear)", {})[kind] = round(r["apiserver_cpu_cores"] / n * nodes, 2)
+        rows.setdefault("etcd CPU cores (linear)", {})[kind] = round(r["etcd_cpu_cores"] / n * nodes, 2)
+        mem = r.get("pss_per_node_mib") or r["rss_per_node_mib"]
+        rows.setdefault("hollow node memory (GiB, PSS)", {})[kind] = round(mem * nodes / 1024, 1)
+    for label, v in rows.items():
+        print(f"| {label} | {v.get('nodelet', '–')} | {v.get('kubemark', '–')} |")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--kind", required=True)
+    r.add_argument("--nodes", type=int, required=True)
+    r.add_argument("--asked", type=int, required=True)
+    r.add_argument("--pods", type=int, required=True)
+    r.add_argument("--note", default="")
+    r.add_argument("--window", nargs=2, required=True)
+    r.add_argument("--audit", required=True)
+    r.add_argument("--metrics", nargs=3, required=True)
+    r.add_argument("--watch", required=True)
+    r.add_argument("--ticks", required=True)
+    r.add_argument("--cpu", nargs=4, required=True)
+    r.add_argument("--rss", nargs=3, required=True)
+    r.add_argument("--pss", type=int, default=0)
+    r.add_argument("--times", nargs=3, required=True)
+    r.add_argument("--gone", required=True)
+    w = sub.add_parser("watch")
+    for flag in ("--url", "--ca", "--namespace", "--out"):
+        w.add_argument(flag, required=True)
+    t = sub.add_parser("table")
+    t.add_argument("file")
+    a = p.parse_args()
+    if a.cmd == "run":
+        run(a)
+    elif a.cmd == "watch":
+        watch(a)
+    else:
+        table(a.file)
+        extrapolate(a.file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

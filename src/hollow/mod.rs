@@ -1,0 +1,168 @@
+//! Hollow nodes: `nodelet hollow --nodes N --kubeconfig-dir DIR` runs N nodelet nodes in one process
+//! against one API server, each with its own identity (`DIR/NAME.kubeconfig`), API client, pod source, pod,
+//! sandbox and volume pairs, status manager, Node, Lease and events: the real node code of
+//! [`crate::daemon`] ([`crate::daemon::run_hollow`]), over an in-process fake container runtime
+//! ([`fake_cri`], served on `ROOT/NAME/cri.sock`) and a host that mounts nothing
+//! ([`nodelet_host::driver::HostVolumes::without_mounts`]). No node listens on a port. Pods scheduled to
+//! a hollow node go through the whole pod path and report Running with made-up IPs, as the pods of
+//! kubemark's hollow kubelets do. It is a tool for measuring what nodes cost the control plane
+//! (`scripts/hollow-bench.sh`, `docs/scale.md`).
+//!
+//! Each node keeps its files in `ROOT/NAME` (certificates, pod directories with the volumes' files,
+//! container log directories): no cgroups, no mounts, no network. Stop with SIGTERM or SIGINT.
+
+pub(crate) mod fake_cri;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{HollowArgs, RunArgs};
+use crate::config::{self, Config, ConfigFile, HostFacts};
+
+/// Why hollow nodes cannot start.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HollowError {
+    /// `--nodes` is 0, or the names overflow.
+    #[error("{0}")]
+    Args(String),
+    /// A node's kubeconfig is not there.
+    #[error("hollow node {node}: no kubeconfig at {path}")]
+    NoKubeconfig {
+        /// The node.
+        node: String,
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// A node's configuration is invalid.
+    #[error("hollow node {node}: {source}")]
+    Config {
+        /// The node.
+        node: String,
+        /// Why.
+        #[source]
+        source: config::ConfigError,
+    },
+    /// A node's directory cannot be made.
+    #[error("hollow node directory {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A signal handler cannot be installed.
+    #[error("signal handler: {0}")]
+    Signal(#[source] std::io::Error),
+}
+
+/// The name of hollow node `index`.
+pub(crate) fn node_name(prefix: &str, index: u32) -> String {
+    format!("{prefix}{index}")
+}
+
+/// The configuration of hollow node `name` (its files under `root`, its runtime on `socket`): what
+/// `nodelet run` would resolve from `--hostname-override NAME --kubeconfig DIR/NAME.kubeconfig --root-dir
+/// ROOT/NAME --container-runtime-endpoint unix://SOCKET [--config FILE]`, then without servers, static
+/// pod sources, pod cgroups or image preloading, and with the pod logs under its own directory.
+pub(crate) fn node_config(
+    args: &HollowArgs,
+    name: &str,
+    root: &Path,
+    socket: &Path,
+    host: &HostFacts,
+) -> Result<config::Loaded, HollowError> {
+    let kubeconfig = args.kubeconfig_dir.join(format!("{name}.kubeconfig"));
+    if !kubeconfig.is_file() {
+        return Err(HollowError::NoKubeconfig { node: name.to_owned(), path: kubeconfig });
+    }
+    let config_err = |source| HollowError::Config { node: name.to_owned(), source };
+    let run = RunArgs {
+        hostname_override: Some(name.to_owned()),
+        kubeconfig: Some(kubeconfig),
+        root_dir: Some(root.to_owned()),
+        container_runtime_endpoint: Some(format!("unix://{}", socket.display())),
+        config: args.config.clone(),
+        ..Default::default()
+    };
+    let file = run.config.as_deref().map(ConfigFile::read).transpose().map_err(config_err)?;
+    let mut loaded = Config::resolve(&run, file, host).map_err(config_err)?;
+    let c = &mut loaded.config;
+    c.server.enabled = false;
+    c.sources.static_pod_path = None;
+    c.sources.static_pod_url = None;
+    c.sources.manifest_http_addr = None;
+    c.runtime.preload_images = None;
+    c.pods.cgroup_root = None;
+    c.pods.pod_logs_dir = root.join("logs");
+    Ok(loaded)
+}
+
+/// Runs the hollow nodes `args` asks for until SIGTERM or SIGINT. A node whose task fails is logged and
+/// stays down; the others go on.
+pub(crate) async fn run(args: &HollowArgs) -> Result<(), HollowError> {
+    if args.nodes == 0 {
+        return Err(HollowError::Args("--nodes must be at least 1".into()));
+    }
+    let last = args
+        .first_index
+        .checked_add(args.nodes - 1)
+        .ok_or_else(|| HollowError::Args("--first-index + --nodes overflows".into()))?;
+    let host = HostFacts::detect();
+    // The runtime endpoints are unix:// URLs of absolute paths.
+    let root_dir = std::path::absolute(&args.root_dir)
+        .map_err(|source| HollowError::Dir { path: args.root_dir.clone(), source })?;
+    // Every configuration first: a missing kubeconfig or a bad file stops before any node starts.
+    let mut nodes = Vec::new();
+    for index in args.first_index..=last {
+        let name = node_name(&args.name_prefix, index);
+        let root = root_dir.join(&name);
+        let socket = root.join("cri.sock");
+        let loaded = node_config(args, &name, &root, &socket, &host)?;
+        if index == args.first_index {
+            for w in &loaded.warnings {
+                tracing::warn!("config: {w}");
+            }
+        }
+        nodes.push((index, name, root, socket, Arc::new(loaded.config)));
+    }
+    for (_, _, root, _, _) in &nodes {
+        std::fs::create_dir_all(root).map_err(|source| HollowError::Dir { path: root.clone(), source })?;
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(HollowError::Signal)?;
+    let stop = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    tracing::info!(nodes = nodes.len(), root = %root_dir.display(), "starting hollow nodes");
+    for (index, name, root, socket, config) in nodes {
+        let runtime = fake_cri::FakeCri::new(index, root.clone());
+        let (runtime_stop, node_stop) = (stop.clone(), stop.clone());
+        let sock = socket.clone();
+        let runtime_name = name.clone();
+        tasks.spawn(async move {
+            if let Err(e) = runtime.serve(&sock, runtime_stop).await {
+                tracing::error!(node = %runtime_name, error = %e, "hollow node's runtime stopped");
+            }
+        });
+        let endpoint = format!("unix://{}", socket.display());
+        tasks.spawn(async move {
+            match crate::daemon::run_hollow(config, &endpoint, node_stop).await {
+                Ok(()) => tracing::info!(node = %name, "hollow node stopped"),
+                Err(e) => tracing::error!(node = %name, error = %e, "hollow node failed"),
+            }
+        });
+    }
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.map_err(HollowError::Signal)?,
+        _ = term.recv() => {}
+    }
+    tracing::info!("stopping hollow nodes");
+    stop.cancel();
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,260 @@
+//! The fake runtime through nodelet's own CRI client and pod runtime, on a real unix socket, and the
+//! hollow nodes' configuration.
+
+use std::collections::HashMap;
+
+use k8s_cri::v1;
+use tokio_util::sync::CancellationToken;
+
+use super::fake_cri::FakeCri;
+use super::*;
+
+struct Served {
+    client: nodelet_cri::CriClient,
+    fake: FakeCri,
+    stop: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn served(index: u32) -> Served {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("cri.sock");
+    let fake = FakeCri::new(index, dir.path());
+    let stop = CancellationToken::new();
+    let (f, s, path) = (fake.clone(), stop.clone(), socket.clone());
+    tokio::spawn(async move { f.serve(&path, s).await.expect("serve") });
+    let client = nodelet_cri::CriClient::connect_lazy(nodelet_cri::CriConfig::new(format!(
+        "unix://{}",
+        socket.display()
+    )))
+    .expect("client");
+    // Until the socket is bound.
+    for _ in 0..100 {
+        if client.status().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    Served { client, fake, stop, _dir: dir }
+}
+
+fn sandbox_config(uid: &str, host_network: bool) -> v1::PodSandboxConfig {
+    let network = if host_network { v1::NamespaceMode::Node } else { v1::NamespaceMode::Pod } as i32;
+    v1::PodSandboxConfig {
+        metadata: Some(v1::PodSandboxMetadata {
+            name: format!("pod-{uid}"),
+            uid: uid.into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        log_directory: format!("/var/log/pods/default_pod-{uid}_{uid}"),
+        labels: HashMap::from([("io.kubernetes.pod.uid".to_owned(), uid.to_owned())]),
+        linux: Some(v1::LinuxPodSandboxConfig {
+            security_context: Some(v1::LinuxSandboxSecurityContext {
+                namespace_options: Some(v1::NamespaceOption { network, ..Default::default() }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn container_config(name: &str) -> v1::ContainerConfig {
+    v1::ContainerConfig {
+        metadata: Some(v1::ContainerMetadata { name: name.into(), attempt: 0 }),
+        image: Some(v1::ImageSpec { image: "busybox:1".into(), ..Default::default() }),
+        log_path: format!("{name}/0.log"),
+        labels: HashMap::from([("io.kubernetes.container.name".to_owned(), name.to_owned())]),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn the_runtime_is_ready_and_names_itself() {
+    let s = served(0).await;
+    assert!(s.client.status().await.expect("status").is_ready());
+    let v = s.client.version().await.expect("version");
+    assert_eq!(v.runtime_name, "nodelet-hollow");
+    assert_eq!(v.runtime_api_version, "v1");
+}
+
+#[tokio::test]
+async fn sandboxes_get_made_up_ips_of_the_nodes_subnet_and_give_them_back() {
+    let s = served(300).await;
+    let a = s.client.run_pod_sandbox(sandbox_config("a", false), "").await.expect("run a");
+    let b = s.client.run_pod_sandbox(sandbox_config("b", false), "").await.expect("run b");
+    let ip = |id: String| {
+        let client = s.client.clone();
+        async move { client.pod_sandbox_status(&id).await.expect("status").network.expect("network").ip }
+    };
+    // Node 300: 10.(64 + 1).(300 % 256).0/24.
+    assert_eq!(ip(a.clone()).await, "10.65.44.1");
+    assert_eq!(ip(b.clone()).await, "10.65.44.2");
+    s.client.stop_pod_sandbox(&a).await.expect("stop");
+    s.client.remove_pod_sandbox(&a).await.expect("remove");
+    let c = s.client.run_pod_sandbox(sandbox_config("c", false), "").await.expect("run c");
+    assert_eq!(ip(c).await, "10.65.44.1", "the freed IP is given again");
+    let host = s.client.run_pod_sandbox(sandbox_config("h", true), "").await.expect("run host");
+    assert_eq!(ip(host).await, "", "a host-network sandbox gets no pod IP");
+    assert_eq!(s.fake.counts(), (3, 0));
+}
+
+#[tokio::test]
+async fn containers_run_until_stopped_and_go_with_their_sandbox() {
+    let s = served(1).await;
+    let sandbox = sandbox_config("p", false);
+    let id = s.client.run_pod_sandbox(sandbox.clone(), "").await.expect("run");
+    let image = s.client.pull_image("busybox:1", None, None).await.expect("pull");
+    assert!(image.starts_with("sha256:"), "{image}");
+    let c = s.client.create_container(&id, container_config("main"), sandbox.clone()).await.expect("create");
+    let status = s.client.container_status(&c).await.expect("status");
+    assert_eq!(status.state, v1::ContainerState::ContainerCreated as i32);
+    assert_eq!(status.image_ref, image);
+    assert_eq!(status.log_path, "/var/log/pods/default_pod-p_p/main/0.log");
+    s.client.start_container(&c).await.expect("start");
+    let status = s.client.container_status(&c).await.expect("status");
+    assert_eq!(status.state, v1::ContainerState::ContainerRunning as i32);
+    assert!(status.started_at >= status.created_at && status.started_at > 0);
+    assert!(s.client.start_container(&c).await.is_err(), "a running container cannot start again");
+    let exec = s.client.exec_sync(&c, vec!["true".to_owned()], std::time::Duration::from_secs(1)).await;
+    assert_eq!(exec.expect("exec").exit_code, 0);
+    s.client.stop_container(&c, std::time::Duration::from_secs(30)).await.expect("stop");
+    let status = s.client.container_status(&c).await.expect("status");
+    assert_eq!(status.state, v1::ContainerState::ContainerExited as i32);
+    assert_eq!((status.exit_code, status.reason.as_str()), (0, "Completed"));
+    s.client.stop_pod_sandbox(&id).await.expect("stop sandbox");
+    s.client.remove_pod_sandbox(&id).await.expect("remove sandbox");
+    assert_eq!(s.fake.counts(), (0, 0), "the sandbox's containers go with it");
+    assert!(s.client.container_status(&c).await.is_err());
+}
+
+#[tokio::test]
+async fn lists_honour_the_filters() {
+    let s = served(2).await;
+    let (pa, pb) = (sandbox_config("a", false), sandbox_config("b", false));
+    let a = s.client.run_pod_sandbox(pa.clone(), "").await.expect("run a");
+    let b = s.client.run_pod_sandbox(pb.clone(), "").await.expect("run b");
+    let ca = s.client.create_container(&a, container_config("x"), pa.clone()).await.expect("create");
+    let cb = s.client.create_container(&b, container_config("y"), pb.clone()).await.expect("create");
+    s.client.start_container(&cb).await.expect("start");
+    let filter = nodelet_cri::ContainerFilter::all().pod_sandbox_id(&a);
+    let of_a: Vec<String> =
+        s.client.list_containers(&filter).await.expect("list").into_iter().map(|c| c.id).collect();
+    assert_eq!(of_a, vec![ca.clone()]);
+    let running = nodelet_cri::ContainerFilter::all().state(v1::ContainerState::ContainerRunning);
+    let running: Vec<String> =
+        s.client.list_containers(&running).await.expect("list").into_iter().map(|c| c.id).collect();
+    assert_eq!(running, vec![cb]);
+    let by_label = nodelet_cri::SandboxFilter::all().label("io.kubernetes.pod.uid", "b");
+    let found: Vec<String> =
+        s.client.list_pod_sandboxes(&by_label).await.expect("list").into_iter().map(|p| p.id).collect();
+    assert_eq!(found, vec![b]);
+}
+
+#[tokio::test]
+async fn images_are_recorded_and_the_image_filesystem_is_the_nodes_directory() {
+    let s = served(3).await;
+    let spec = "registry.k8s.io/pause:3.9";
+    assert!(s.client.image_status(spec).await.expect("status").is_none());
+    s.client.pull_image(spec, None, None).await.expect("pull");
+    let image = s.client.image_status(spec).await.expect("status").expect("pulled");
+    assert_eq!(image.repo_tags, vec!["registry.k8s.io/pause:3.9".to_owned()]);
+    let fs = s.client.image_fs_info().await.expect("fs info");
+    let usage = fs.image_filesystems.first().expect("one filesystem");
+    assert_eq!(usage.used_bytes.as_ref().map(|u| u.value), Some(1 << 20));
+    assert_eq!(
+        usage.fs_id.as_ref().map(|f| std::path::PathBuf::from(&f.mountpoint)),
+        Some(s._dir.path().to_owned())
+    );
+    s.client.remove_image(&image.id).await.expect("remove");
+    assert!(s.client.image_status(spec).await.expect("status").is_none());
+}
+
+#[tokio::test]
+async fn unknown_objects_are_not_found_and_streaming_is_refused() {
+    let s = served(4).await;
+    assert!(s.client.pod_sandbox_status("nope").await.is_err());
+    assert!(s.client.start_container("nope").await.is_err());
+    // CRI: stopping and removing what is not there succeed.
+    s.client.stop_pod_sandbox("nope").await.expect("stop");
+    s.client.remove_pod_sandbox("nope").await.expect("remove");
+    s.client.remove_container("nope").await.expect("remove");
+    let sandbox = sandbox_config("p", false);
+    let id = s.client.run_pod_sandbox(sandbox.clone(), "").await.expect("run");
+    s.client.stop_pod_sandbox(&id).await.expect("stop");
+    assert!(
+        s.client.create_container(&id, container_config("late"), sandbox.clone()).await.is_err(),
+        "no container in a stopped sandbox"
+    );
+}
+
+#[test]
+fn a_hollow_nodes_config_has_no_servers_static_sources_or_cgroups() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = HollowArgs {
+        nodes: 1,
+        kubeconfig_dir: dir.path().to_owned(),
+        name_prefix: "h-".into(),
+        first_index: 0,
+        root_dir: dir.path().join("nodes"),
+        config: None,
+        log: Default::default(),
+    };
+    let host = HostFacts::detect();
+    let (root, socket) = (dir.path().join("nodes/h-0"), dir.path().join("nodes/h-0/cri.sock"));
+    let missing = node_config(&args, "h-0", &root, &socket, &host).expect_err("no kubeconfig");
+    assert!(missing.to_string().contains("h-0.kubeconfig"), "{missing}");
+    std::fs::write(dir.path().join("h-0.kubeconfig"), "apiVersion: v1\nkind: Config\n").expect("write");
+    let c = node_config(&args, "h-0", &root, &socket, &host).expect("config").config;
+    assert_eq!(c.node_name, "h-0");
+    assert_eq!(c.root_dir, root);
+    assert!(!c.server.enabled);
+    assert!(c.sources.static_pod_path.is_none() && c.sources.manifest_http_addr.is_none());
+    assert!(c.pods.cgroup_root.is_none());
+    assert_eq!(c.pods.pod_logs_dir, root.join("logs"));
+    assert_eq!(c.runtime.endpoint.as_deref(), Some(format!("unix://{}", socket.display()).as_str()));
+    assert_eq!(c.cluster.as_ref().map(|k| k.kubeconfig.clone()), Some(dir.path().join("h-0.kubeconfig")));
+}
+
+#[test]
+fn the_hollow_command_parses_with_its_defaults_and_needs_its_two_flags() {
+    let command =
+        crate::cli::try_parse_from(["nodelet", "hollow", "--nodes", "3", "--kubeconfig-dir", "/kc"])
+            .expect("parse");
+    let crate::cli::Command::Hollow(args) = command else { panic!("not hollow: {command:?}") };
+    assert_eq!(args.nodes, 3);
+    assert_eq!(args.kubeconfig_dir, std::path::PathBuf::from("/kc"));
+    assert_eq!(args.name_prefix, "hollow-node-");
+    assert_eq!(args.first_index, 0);
+    assert_eq!(args.root_dir, std::path::PathBuf::from("/var/lib/nodelet-hollow"));
+    assert!(crate::cli::try_parse_from(["nodelet", "hollow", "--nodes", "3"]).is_err());
+    assert!(crate::cli::try_parse_from(["nodelet", "hollow", "--kubeconfig-dir", "/kc"]).is_err());
+    assert_eq!(node_name("hollow-node-", 7), "hollow-node-7");
+}
+
+#[tokio::test]
+async fn no_node_starts_when_a_kubeconfig_is_missing_or_nodes_is_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("h-0.kubeconfig"), "apiVersion: v1\nkind: Config\n").expect("write");
+    let mut args = HollowArgs {
+        nodes: 2,
+        kubeconfig_dir: dir.path().to_owned(),
+        name_prefix: "h-".into(),
+        first_index: 0,
+        root_dir: dir.path().join("nodes"),
+        config: None,
+        log: Default::default(),
+    };
+    let e = run(&args).await.expect_err("h-1 has no kubeconfig");
+    assert!(e.to_string().contains("h-1.kubeconfig"), "{e}");
+    assert!(!dir.path().join("nodes/h-0").exists(), "a node started before every configuration was read");
+    args.nodes = 0;
+    assert!(run(&args).await.is_err());
+}
