@@ -102,6 +102,14 @@ async fn a_crashing_container_restarts_with_the_configured_back_off() {
     eprintln!("exit → next attempt: {gaps:?} (expected {expected:?})");
     for (i, want) in expected.iter().enumerate() {
         let (before, after) = (&by_count[i], &by_count[i + 1]);
+        if i == 0 && before.finished_at == 0 {
+            // The first attempt can exit, be restarted at once and be removed by the container GC (one dead
+            // container kept per container: the second attempt's exit displaces it) between two polls, on a
+            // runtime whose events are fast (containerd 2.x); its gap is checked by
+            // an_exit_right_after_the_start_is_noticed_and_restarted_at_once.
+            eprintln!("the first attempt's exit was not seen before the container GC removed it");
+            continue;
+        }
         let gap = (after.created_at - before.finished_at) as f64 / 1e9;
         // Upper bound: detection plus containerd creating the container, which takes a while on a busy machine
         // (the_first_restart_of_a_container_that_exits_at_once_is_immediate checks promptness itself).
