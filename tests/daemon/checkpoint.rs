@@ -13,20 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Nodelet, TOKEN, env_or_skip, sleep_until_term};
-
-/// The major version of the test runtime (`NODELET_TEST_CONTAINERD_VERSION`, written by runtime-up.sh);
-/// required with `NODELET_REQUIRE_RUNTIME=1`, since it decides what the runtime is expected to do.
-pub(crate) fn containerd_major() -> u32 {
-    let version = std::env::var("NODELET_TEST_CONTAINERD_VERSION").unwrap_or_default();
-    match version.trim_start_matches('v').split('.').next().and_then(|m| m.parse().ok()) {
-        Some(major) => major,
-        None => panic!(
-            "NODELET_TEST_CONTAINERD_VERSION is {version:?}: source the runtime's env.sh (scripts/runtime-up.sh \
-             writes it) so the tests know which features the runtime has"
-        ),
-    }
-}
+use crate::support::{Nodelet, TOKEN, containerd_major, env_or_skip, sleep_until_term};
 
 /// Whether CRIU runs on this machine: `criu check` succeeds. `Err` with its output when it does not.
 fn criu_works() -> Result<(), String> {

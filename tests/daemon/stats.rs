@@ -686,19 +686,6 @@ async fn without_a_cgroup_root_pod_stats_are_the_containers_sums_and_sandbox_sta
     n.shutdown().await;
 }
 
-/// The containerd of the test runtime: its log and major version (`NODELET_TEST_CONTAINERD_LOG`,
-/// `NODELET_TEST_CONTAINERD_VERSION` of runtime-up.sh's env.sh).
-fn containerd_log_and_major(test: &str) -> (std::path::PathBuf, u32) {
-    let log = std::env::var("NODELET_TEST_CONTAINERD_LOG").unwrap_or_else(|_| {
-        panic!("{test}: NODELET_TEST_CONTAINERD_LOG is unset: source the runtime's env.sh")
-    });
-    let version = std::env::var("NODELET_TEST_CONTAINERD_VERSION").unwrap_or_default();
-    let major = version.split('.').next().and_then(|m| m.parse().ok());
-    let major =
-        major.unwrap_or_else(|| panic!("{test}: NODELET_TEST_CONTAINERD_VERSION {version:?} is no version"));
-    (log.into(), major)
-}
-
 /// containerd 2.x fails `ListPodSandboxStats` for a sandbox without a cgroup parent (a nodelet without a
 /// cgroup root) and logs each failed call at error level: containerd's log filled with one such line per
 /// housekeeping round. A nodelet without a cgroup root does not ask for sandbox stats (the pod's numbers are
@@ -709,7 +696,10 @@ fn containerd_log_and_major(test: &str) -> (std::path::PathBuf, u32) {
 async fn a_runtime_whose_sandbox_stats_fail_is_not_asked_again_at_every_housekeeping_round() {
     const TEST: &str = "a_runtime_whose_sandbox_stats_fail_is_not_asked_again_at_every_housekeeping_round";
     let env = env_or_skip!(TEST);
-    let (log, major) = containerd_log_and_major(TEST);
+    let log = std::path::PathBuf::from(std::env::var("NODELET_TEST_CONTAINERD_LOG").unwrap_or_else(|_| {
+        panic!("{TEST}: NODELET_TEST_CONTAINERD_LOG is unset: source the runtime's env.sh")
+    }));
+    let major = crate::support::containerd_major();
     let options = StartOptions {
         nodelet_extra: "housekeepingInterval: 1s".into(),
         no_cgroup_root: true,

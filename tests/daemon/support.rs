@@ -90,7 +90,6 @@ pub(crate) fn runtime_env(test: &str) -> Option<Env> {
     })
 }
 
-/// `let env = env_or_skip!("name");`: the runtime, or return from the test after a skip note.
 /// The major version of the test runtime's containerd (`NODELET_TEST_CONTAINERD_VERSION`, which the runtime
 /// set-up exports), to decide which features the runtime must have (e.g. CRI events from 2 on).
 pub(crate) fn containerd_major() -> u32 {
@@ -99,6 +98,7 @@ pub(crate) fn containerd_major() -> u32 {
     major.unwrap_or_else(|| panic!("NODELET_TEST_CONTAINERD_VERSION={version:?} is not a version"))
 }
 
+/// `let env = env_or_skip!("name");`: the runtime, or return from the test after a skip note.
 macro_rules! env_or_skip {
     ($test:expr) => {
         match $crate::support::runtime_env($test) {

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::checkpoint::containerd_major;
-use crate::support::{Nodelet, env_or_skip, sleep_until_term, uid};
+use crate::support::{Nodelet, containerd_major, env_or_skip, sleep_until_term, uid};
 
 /// The first range nodelet gives (block 2 of 65536 IDs, as the kubelet).
 const FIRST_HOST_ID: u64 = 2 * 65536;
