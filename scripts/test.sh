@@ -3,7 +3,8 @@
 #   installs what is missing (Debian packages), starts the real runtime (containerd + CNI +
 #   local images + local registry, under /tmp/nodelet-test), then runs the format check, clippy,
 #   the docs build and every test, the real-runtime tests included (they fail, not skip, when
-#   the runtime is missing, because NODELET_REQUIRE_RUNTIME=1).
+#   the runtime is missing, because NODELET_REQUIRE_RUNTIME=1), and the dependency check
+#   (cargo deny: licenses, sources, duplicate versions; deny.toml).
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh -E 'EXPR'  extra arguments go to cargo nextest (e.g. a filter)
@@ -28,6 +29,18 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# cargo-deny (licenses, sources and duplicate versions of the dependency graph, deny.toml): built from crates.io
+# when this version is missing (about 4 CPU-minutes), in the background at low priority while the runtime starts
+# and the tests run; its check runs after the tests.
+DENY_VERSION=0.20.2
+DENY_LOG=$(mktemp /tmp/nodelet-cargo-deny.XXXXXX.log)
+if [[ "$(cargo deny --version 2>/dev/null)" == "cargo-deny $DENY_VERSION" ]]; then
+  DENY_PID=
+else
+  nice -n 19 cargo install --locked --quiet "cargo-deny@$DENY_VERSION" >"$DENY_LOG" 2>&1 &
+  DENY_PID=$!
+fi
 
 step "starting the real runtime (containerd, CNI, images, registry)"
 scripts/runtime-up.sh
@@ -181,6 +194,16 @@ else
   echo "the second runtime's subset took $(($(date +%s) - rt2_start)) s"
 fi
 
+step "cargo deny check licenses bans sources (deny.toml)"
+if [[ -n "$DENY_PID" ]] && ! wait "$DENY_PID"; then
+  cat "$DENY_LOG" >&2
+  DENY_FAILED=1
+  NOTES+=("cargo-deny $DENY_VERSION could not be installed (its log is above): the dependency check did NOT run")
+elif ! cargo deny --log-level warn check licenses bans sources; then
+  DENY_FAILED=1
+fi
+rm -f "$DENY_LOG"
+
 step "examples"
 cargo run -q -p reconcile-engine --example minimal
 cargo run -q -p reconcile-engine --example files
@@ -241,6 +264,7 @@ FAILED=()
 [[ "${RUNTIME2_FAILED:-0}" == 1 ]] && FAILED+=("the subset on the second runtime (${RT2_NAME:-})")
 [[ "${QUICKSTART_FAILED:-0}" == 1 ]] && FAILED+=("the quick start next to the test runtime")
 [[ "${PACKAGE_FAILED:-0}" == 1 ]] && FAILED+=("the Debian package test")
+[[ "${DENY_FAILED:-0}" == 1 ]] && FAILED+=("the dependency check (cargo deny, deny.toml)")
 if [[ ${#FAILED[@]} -gt 0 ]]; then
   echo
   printf 'FAILED: %s (see its output above)\n' "${FAILED[@]}" >&2
