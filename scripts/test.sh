@@ -125,6 +125,11 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 step "cargo doc (warnings denied)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 
+# reconcile-engine from a cargo project outside the workspace (a copy of the crate, the guide's dependencies and
+# complete example): a `cargo check` with a target dir kept between runs, so only what changed is checked again.
+step "reconcile-engine outside the workspace (scripts/check-engine-standalone.sh)"
+scripts/check-engine-standalone.sh
+
 # The representative subset of Kubernetes' own [NodeConformance] suite (tests/conformance-subset.txt) against
 # this tree's nodelet, with the upstream e2e.test of ../shared/conformance (or $NODELET_CONFORMANCE_SOURCE):
 # a spec that regresses fails the run. Without the upstream programs it cannot run: said here and at the end.
