@@ -74,7 +74,8 @@ impl Default for EngineConfig {
 pub struct OpStatus<Op, E> {
     /// The operation.
     pub op: Op,
-    /// How it ended: `failed`, `uncertain`, `timeout` (or `cancelled`).
+    /// How it ended: `failed`, `uncertain` or `timeout` (a cancelled operation leaves the status
+    /// as it was).
     pub result: OpResult,
     /// The error.
     pub error: OpError<E>,

@@ -191,10 +191,7 @@
 //!     // Stop: `run` lets running operations finish (within the shutdown deadline) and reports.
 //!     stop.cancel();
 //!     let report = running.await?;
-//!     println!(
-//!         "{} operations; {} entries found at start-up",
-//!         report.operations, report.reconstructed
-//!     );
+//!     println!("operations: {}, found at start-up: {}", report.operations, report.reconstructed);
 //!     assert_eq!(report.reconstructed, 1);
 //!
 //!     // The metrics in Prometheus' text format (what a /metrics endpoint serves).

@@ -52,10 +52,10 @@ pub enum OpResult {
     Timeout,
     /// Cancelled because desired state no longer wanted it, and ended without success: the driver
     /// returned [`Outcome::Failed`](crate::Outcome::Failed) after the operation's cancellation
-    /// token fired. Not a failure: it starts no backoff (the count of failures in a row neither
-    /// grows nor resets, and a backoff from an earlier failure runs on), and it changes neither the
-    /// actual value nor the key's [`OpStatus`](crate::OpStatus). An `Uncertain` or `Done` outcome
-    /// after cancellation counts as [`Uncertain`](OpResult::Uncertain) or [`Done`](OpResult::Done).
+    /// token fired. Not a failure: it adds nothing to the key's count of failures in a row and
+    /// starts no backoff delay, and it changes neither the actual value nor the key's
+    /// [`OpStatus`](crate::OpStatus). An `Uncertain` or `Done` outcome after cancellation counts
+    /// as [`Uncertain`](OpResult::Uncertain) or [`Done`](OpResult::Done).
     Cancelled,
 }
 
