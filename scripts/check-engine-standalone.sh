@@ -37,6 +37,7 @@ DIR=${NODELET_ENGINE_STANDALONE_DIR:-${TMPDIR:-/tmp}/nodelet-engine-standalone}
 TARGET=${NODELET_ENGINE_STANDALONE_TARGET:-${CARGO_TARGET_DIR:-$REPO/target}/engine-standalone}
 mkdir -p "$DIR" "$TARGET"
 DIR=$(cd "$DIR" && pwd -P)
+TARGET=$(cd "$TARGET" && pwd -P) # cargo runs in $DIR/app: a relative target dir would move
 
 # A Cargo.toml above the copy could lend it a workspace: the check would then prove nothing.
 up=$(dirname "$DIR")
