@@ -2,8 +2,9 @@
 # The whole test suite, from a fresh Debian 12 machine, as root:
 #   installs what is missing (Debian packages), starts the real runtime (containerd + CNI +
 #   local images + local registry, under /tmp/nodelet-test), then runs the format check, clippy,
-#   the docs build and every test, the real-runtime tests included (they fail, not skip, when
-#   the runtime is missing, because NODELET_REQUIRE_RUNTIME=1).
+#   the docs build, reconcile-engine's check from outside the workspace and every test, the
+#   real-runtime tests included (they fail, not skip, when the runtime is missing, because
+#   NODELET_REQUIRE_RUNTIME=1).
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh -E 'EXPR'  extra arguments go to cargo nextest (e.g. a filter)

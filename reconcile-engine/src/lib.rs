@@ -5,7 +5,7 @@
 //! compares the two for one key at a time and plans an [`Operation`]. The engine runs the plan
 //! through an [`Executor`] that keeps at most one operation in flight per key, backs off per key
 //! after failures, times operations out, cancels the ones desired state no longer wants, and
-//! bounds concurrency. Only completions (and start-up reconstruction, and observations a driver
+//! bounds concurrency. Only completions (and start-up reconstruction, and what an [`Observer`]
 //! reports) write the actual state.
 //!
 //! ```text
@@ -214,7 +214,7 @@
 //!   [`Outcome::Uncertain`] (timed out or unknown): the reconciler records uncertainty and plans
 //!   cleanup; nothing is assumed absent.
 //! - **Cancellation.** When a re-plan no longer asks for the running operation, its
-//!   [`CancellationToken`] fires. A [`Outcome::Failed`] returned after that counts as
+//!   [`CancellationToken`] fires. An [`Outcome::Failed`] returned after that counts as
 //!   `result="cancelled"` and is no failure: no backoff, no [`OpStatus`].
 //! - **Incremental** planning of changed keys only, plus a periodic full resync: [`Engine`] lists
 //!   every way a key is planned again.
