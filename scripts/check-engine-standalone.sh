@@ -17,7 +17,8 @@
 #                       workspace tests.
 # and runs `cargo check --offline` in app/ with the target dir $NODELET_ENGINE_STANDALONE_TARGET (default:
 # ${CARGO_TARGET_DIR:-target}/engine-standalone), kept between runs: the first run checks the engine's
-# dependencies (about 40 s of CPU), later runs only what changed.
+# dependencies (about 40 s of CPU), later runs only what changed. Before that it checks that the crate's own
+# [lints] are the workspace's [workspace.lints].
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$PWD
@@ -48,6 +49,23 @@ while :; do
   fi
   [[ "$up" == / ]] && break
   up=$(dirname "$up")
+done
+
+# The lines of TOML table [$2] in $1, up to the next table or blank line.
+table() {
+  awk -v header="[$2]" '
+    $0 == header { inside = 1; next }
+    inside && (/^\[/ || /^[[:space:]]*$/) { exit }
+    inside { print }
+  ' "$1"
+}
+
+# The crate keeps the workspace's lints, written out in its own Cargo.toml.
+for group in rust clippy; do
+  if [[ "$(table Cargo.toml "workspace.lints.$group")" != "$(table reconcile-engine/Cargo.toml "lints.$group")" ]]; then
+    echo "reconcile-engine/Cargo.toml: [lints.$group] differs from [workspace.lints.$group] of Cargo.toml" >&2
+    exit 1
+  fi
 done
 
 # The fenced block of the given language that follows the marker line `<!-- $2 -->` in $1.
