@@ -2,9 +2,10 @@
 # The whole test suite, from a fresh Debian 12 machine, as root:
 #   installs what is missing (Debian packages), starts the real runtime (containerd + CNI +
 #   local images + local registry, under /tmp/nodelet-test), then runs the format check, clippy,
-#   the docs build and every test, the real-runtime tests included (they fail, not skip, when
-#   the runtime is missing, because NODELET_REQUIRE_RUNTIME=1), and the dependency check
-#   (cargo deny: licenses, sources, duplicate versions; deny.toml).
+#   the docs build, reconcile-engine's check from outside the workspace and every test, the
+#   real-runtime tests included (they fail, not skip, when the runtime is missing, because
+#   NODELET_REQUIRE_RUNTIME=1), and the dependency check (cargo deny: licenses, sources,
+#   duplicate versions; deny.toml).
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh -E 'EXPR'  extra arguments go to cargo nextest (e.g. a filter)
@@ -137,6 +138,11 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 step "cargo doc (warnings denied)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
+
+# reconcile-engine from a cargo project outside the workspace (a copy of the crate, the guide's dependencies and
+# complete example): a `cargo check` with a target dir kept between runs, so only what changed is checked again.
+step "reconcile-engine outside the workspace (scripts/check-engine-standalone.sh)"
+scripts/check-engine-standalone.sh
 
 # The representative subset of Kubernetes' own [NodeConformance] suite (tests/conformance-subset.txt) against
 # this tree's nodelet, with the upstream e2e.test of ../shared/conformance (or $NODELET_CONFORMANCE_SOURCE):

@@ -63,7 +63,8 @@ impl BackoffConfig {
         }
     }
 
-    /// The delay after `failures` consecutive failures, with jitter drawn from `rng`.
+    /// The delay after `failures` consecutive failures, with jitter drawn from `rng` (a
+    /// [`fastrand::Rng`](https://docs.rs/fastrand/2/fastrand/struct.Rng.html)).
     pub fn delay(&self, failures: u32, rng: &mut fastrand::Rng) -> Duration {
         let base = self.base_delay(failures);
         if self.jitter <= 0.0 {

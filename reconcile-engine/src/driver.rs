@@ -11,7 +11,9 @@ use crate::{Key, Operation, Update};
 pub enum Outcome<A, E> {
     /// The operation succeeded; the actual value changes as given. Resets the key's backoff.
     Done(Update<A>),
-    /// The operation failed and changed nothing. The actual value is kept and the key backs off.
+    /// The operation failed and changed nothing. The actual value is kept and the key backs off;
+    /// if the operation's cancellation token had fired, it counts as
+    /// [`OpResult::Cancelled`](crate::OpResult::Cancelled) instead, and the key does not back off.
     Failed(E),
     /// The result is unknown (the driver lost track, a call timed out). The reconciler's
     /// [`uncertain`](crate::Reconciler::uncertain) records it and the key backs off.

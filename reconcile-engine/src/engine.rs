@@ -74,7 +74,8 @@ impl Default for EngineConfig {
 pub struct OpStatus<Op, E> {
     /// The operation.
     pub op: Op,
-    /// How it ended: `failed`, `uncertain`, `timeout` (or `cancelled`).
+    /// How it ended: `failed`, `uncertain` or `timeout` (a cancelled operation leaves the status
+    /// as it was).
     pub result: OpResult,
     /// The error.
     pub error: OpError<E>,
@@ -84,12 +85,23 @@ pub struct OpStatus<Op, E> {
     pub retry_at: Option<Instant>,
 }
 
-/// Reports what the world looks like outside of operations (a PLEG-style relist, an event
-/// stream): [`observe`](Observer::observe) sets a key's actual value. Cheap to clone.
+/// Reports changes of the world that no operation made (a process died, a file was deleted):
+/// [`observe`](Observer::observe) sets a key's actual value, and the engine plans the key (with
+/// its ancestors and descendants) again. Cheap to clone; [`Engine::observer`] hands one out,
+/// before [`Engine::run`] consumes the engine.
 ///
-/// An observation is dropped when an operation runs on the key or one finished after the
-/// observation was made: the operation's own result is newer. Observers report again on their
-/// next relist, comparing with the actual store.
+/// Use it for a relist that compares the world with the actual store (what the kubelet's PLEG
+/// does for containers) or for an event stream of the world; the engine itself writes the actual
+/// store only from [`Driver::reconstruct`] and from operations' outcomes.
+///
+/// An observation is dropped
+/// - while an operation runs on the key (its result is newer), and
+/// - if an operation on the key finished strictly after the observation's time: the engine times
+///   each completion with `tokio::time::Instant::now()` when it handles it, and an observation
+///   made at exactly that instant is kept (on paused time the two are often equal).
+///
+/// A dropped observation is not retried: observers report again on their next relist, comparing
+/// with the actual store. The [guide](crate::guide) (section 8) has a relist.
 pub struct Observer<K, A> {
     tx: tokio::sync::mpsc::UnboundedSender<(K, Update<A>, Instant)>,
 }
@@ -107,8 +119,12 @@ impl<K, A> fmt::Debug for Observer<K, A> {
 }
 
 impl<K, A> Observer<K, A> {
-    /// Reports that `key`'s actual value changed as `update` says, as seen at `observed_at`
-    /// (take the time before reading the world). Returns `false` if the engine has stopped.
+    /// Reports that `key`'s actual value changed as `update` says, as seen at `observed_at`: a
+    /// [`tokio::time::Instant`][Instant] (paused with tokio's clock in tests; from a
+    /// `std::time::Instant` with `Instant::from_std`), taken before reading the world. See
+    /// [`Observer`] for when the engine drops it. Returns `false` if the engine has stopped.
+    ///
+    /// [Instant]: https://docs.rs/tokio/1/tokio/time/struct.Instant.html
     pub fn observe(&self, key: K, update: Update<A>, observed_at: Instant) -> bool {
         self.tx.send((key, update, observed_at)).is_ok()
     }
@@ -379,8 +395,28 @@ where
 
 /// Runs one reconciler: desired store → reconciler → executor → driver → actual store.
 ///
-/// Only operation completions (and start-up reconstruction) write the actual store, which the
-/// engine owns; read it through [`Engine::actual`].
+/// Only operation completions, start-up reconstruction and an [`Observer`]'s observations write
+/// the actual store, which the engine owns; read it through [`Engine::actual`]. Build it with
+/// [`Engine::builder`]; [`run`](Engine::run) consumes it.
+///
+/// # When a key is planned again
+///
+/// The engine asks the reconciler for a plan for a key only when one of these happened (keys
+/// planned for several reasons between two passes are planned once):
+///
+/// | trigger | keys planned |
+/// |---|---|
+/// | the desired store's writer set or removed a key (changes coalesce between passes) | that key, its ancestors and its descendants ([`Key::parent`]) |
+/// | an operation on a key finished, whatever its result | that key, its ancestors and its descendants |
+/// | [`Plan::RecheckAfter(delay)`](Plan::RecheckAfter) for a key | that key, after `delay` (the timer goes if the key is planned earlier) |
+/// | start-up (once [`Driver::reconstruct`] succeeded), every [`EngineConfig::resync_period`], and the desired store's writer dropped before it ever synced | every key of both stores |
+/// | the desired store synced ([`Writer::mark_synced`]) | the keys whose teardown waited for it |
+/// | an [`Observer`] reported a key and the observation was kept | that key, its ancestors and its descendants |
+/// | [`Waker::wake`] | that key |
+/// | a store watched by a relation ([`EngineBuilder::watches`]) set or removed a key | the keys the relation's mapper returns |
+///
+/// Nothing else does: a side input registered with [`EngineBuilder::reads`] alone is read, not
+/// watched, and the end of a backoff starts the operation already planned without planning again.
 pub struct Engine<D, A, R, Dr>
 where
     A: Send + 'static,
@@ -539,7 +575,9 @@ where
         self.waker.clone()
     }
 
-    /// An observer that reports changes of the world seen outside operations.
+    /// An observer that reports changes of the world seen outside operations (see [`Observer`]).
+    /// From this call on the engine records when each key's operations finish, to drop older
+    /// observations.
     pub fn observer(&mut self) -> Observer<R::Key, A> {
         self.observed_by_others = true;
         self.observer.clone()
@@ -552,6 +590,13 @@ where
 
     /// Runs until `shutdown` completes, then lets running operations finish within the shutdown
     /// deadline, cancels what is left and returns.
+    ///
+    /// It takes the engine by value: take the readers and handles you need
+    /// ([`actual`](Engine::actual), [`op_status`](Engine::op_status),
+    /// [`observer`](Engine::observer), [`waker`](Engine::waker)) before, and spawn the returned
+    /// future on a task of its own. `shutdown` is any `Future<Output = ()>`:
+    /// `CancellationToken::cancelled_owned()`, a `oneshot` receiver mapped to `()`, a signal.
+    /// Operations not yet started when it completes are dropped.
     ///
     /// First the driver reconstructs what exists into the actual store (retried with backoff
     /// until it succeeds or shutdown is asked for), which then counts as synced

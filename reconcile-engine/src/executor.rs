@@ -45,7 +45,10 @@ pub struct ExecutorConfig {
     pub default_timeout: Duration,
     /// Per-key backoff after failures.
     pub backoff: BackoffConfig,
-    /// Seed of the jitter's random numbers, for reproducible tests. Default: random.
+    /// Seed of the random numbers of the backoff jitter ([`BackoffConfig::jitter`]), for
+    /// reproducible delays in tests. Default: random. It seeds the jitter of operations' backoff
+    /// and nothing else: the retries of [`Driver::reconstruct`] draw their jitter unseeded, and the
+    /// order in which one planning pass visits its keys follows randomly seeded hash sets.
     pub seed: Option<u64>,
 }
 
@@ -76,7 +79,7 @@ impl ExecutorConfig {
         self
     }
 
-    /// Seeds the jitter.
+    /// Seeds the backoff jitter (only; see [`seed`](ExecutorConfig::seed)).
     #[must_use]
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);

@@ -17,7 +17,20 @@
 //! series apart by the `reconciler` label. Two engines with the **same name** on one `Metrics`
 //! share their series: counters add up and each gauge shows whichever engine set it last, so give
 //! every engine its own name. Creating a second `Metrics` in the same registry fails with
-//! [`prometheus::Error::AlreadyReg`].
+//! [`prometheus::Error::AlreadyReg`][AlreadyReg]. To print the metrics, or serve them, encode the
+//! registry with [`prometheus::TextEncoder`][TextEncoder]:
+//!
+//! ```
+//! let registry = prometheus::Registry::new();
+//! let metrics = reconcile_engine::Metrics::new(&registry)?;
+//! assert!(matches!(reconcile_engine::Metrics::new(&registry), Err(prometheus::Error::AlreadyReg)));
+//! let _counts = metrics.for_reconciler("mirror"); // what an engine named "mirror" does
+//! print!("{}", prometheus::TextEncoder::new().encode_to_string(&registry.gather())?);
+//! # Ok::<(), prometheus::Error>(())
+//! ```
+//!
+//! [AlreadyReg]: https://docs.rs/prometheus/0.14/prometheus/enum.Error.html#variant.AlreadyReg
+//! [TextEncoder]: https://docs.rs/prometheus/0.14/prometheus/struct.TextEncoder.html
 
 use std::fmt;
 use std::sync::Arc;
@@ -37,7 +50,12 @@ pub enum OpResult {
     Uncertain,
     /// Ran past its timeout; result unknown.
     Timeout,
-    /// Cancelled because desired state no longer wanted it, and ended without success.
+    /// Cancelled because desired state no longer wanted it, and ended without success: the driver
+    /// returned [`Outcome::Failed`](crate::Outcome::Failed) after the operation's cancellation
+    /// token fired. Not a failure: it adds nothing to the key's count of failures in a row and
+    /// starts no backoff delay, and it changes neither the actual value nor the key's
+    /// [`OpStatus`](crate::OpStatus). An `Uncertain` or `Done` outcome after cancellation counts
+    /// as [`Uncertain`](OpResult::Uncertain) or [`Done`](OpResult::Done).
     Cancelled,
 }
 
@@ -60,8 +78,10 @@ impl fmt::Display for OpResult {
     }
 }
 
-/// The engine's metric families, registered once in a [`Registry`] and shared by every
+/// The engine's metric families, registered once in a [`Registry`][Registry] and shared by every
 /// reconciler (each gets its own `reconciler` label through [`Metrics::for_reconciler`]).
+///
+/// [Registry]: https://docs.rs/prometheus/0.14/prometheus/struct.Registry.html
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Families>,

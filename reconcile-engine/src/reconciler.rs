@@ -192,6 +192,7 @@ pub enum Update<A> {
 /// their ancestors and descendants, see [`Key`]), after each completion on the key, and for every
 /// key on the periodic resync; and for the keys a relation maps a change of a watched store to
 /// (see [`EngineBuilder::watches`](crate::EngineBuilder::watches)).
+/// [`Engine`](crate::Engine#when-a-key-is-planned-again) lists every trigger.
 ///
 /// Required: [`reconcile`](Reconciler::reconcile) and [`uncertain`](Reconciler::uncertain).
 ///

@@ -502,6 +502,29 @@ async fn observations_older_than_the_last_completion_should_be_dropped() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_observation_made_at_the_instant_of_the_last_completion_should_be_kept() {
+    let mut h = harness();
+    h.driver.script(K::Dev(0), [Step::Delay(Duration::from_secs(1))]);
+    h.writer.insert(K::Dev(0), 1);
+    h.writer.mark_synced();
+    let mut engine = engine(&h).build();
+    let observer = engine.observer();
+    let (actual, _stop, _join) = spawn(engine);
+    wait_converged(&h.desired, &actual, LONG, matches).await;
+    // On paused time the engine handles the completion at the instant the driver returned.
+    let done_at = h.driver.calls()[0].finished.expect("finished");
+    observer.observe(K::Dev(0), Update::Remove, done_at - Duration::from_nanos(1));
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(actual.get(&K::Dev(0)).as_deref(), Some(&Actual::Val(1)), "older: dropped");
+    assert_eq!(h.driver.calls().len(), 1);
+    // A tie keeps the observation: the key is gone, and the engine puts it again.
+    observer.observe(K::Dev(0), Update::Remove, done_at);
+    assert!(eventually(LONG, || h.driver.call_count(&K::Dev(0), "put") == 2).await, "equal: kept");
+    wait_converged(&h.desired, &actual, LONG, matches).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn op_status_should_show_the_last_failure_and_its_retry_time_until_success() {
     let mut h = harness();
     h.driver.script(K::Dev(0), [Step::Fail, Step::Fail]);

@@ -123,6 +123,8 @@ async fn executor_should_cancel_a_running_operation_on_request() {
     let c = ex.next_completion().await;
     assert_eq!(c.result, OpResult::Cancelled);
     assert_eq!(c.failures, 0, "a cancellation is not a failure");
+    assert_eq!(c.retry_at, None, "and starts no backoff");
+    assert_eq!(ex.backing_off(), 0);
     assert!(!ex.cancel(&K::Dev(0)));
 }
 
