@@ -29,6 +29,7 @@ pub mod claim;
 pub mod common;
 pub mod eviction;
 pub mod image;
+pub mod model;
 pub mod pod;
 pub mod probe;
 

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Volume};
-use nodelet_resources::pod::actual::PodActual;
-use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::volume::actual::{DeviceActual, MountState, Step, VolumeActual};
 use nodelet_resources::volume::desired::{
     CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, volume_key, volume_path,

@@ -39,7 +39,7 @@ use kube::api::PostParams;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use nodelet_host::files::ObjectLookup;
-use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::validation::CONFIG_SOURCE_ANNOTATION;
 use nodelet_resources::volume::populator::ClaimLookup;
 use reconcile_engine::Store;

@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use nodelet_resources::pod::desired::{DesiredPod, PodSource};
+use nodelet_resources::model::pod::{DesiredPod, PodSource};
 use nodelet_resources::pod::validation::{CONFIG_MIRROR_ANNOTATION, prepare};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;

@@ -31,8 +31,8 @@ use k8s_openapi::api::core::v1::{HostIP, Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use nodelet_resources::pod::actual::PodActual;
-use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use nodelet_resources::pod::status::{KUBELET_CONDITIONS, pod_ready_condition};
 use nodelet_resources::pod::validation::{
     CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
@@ -467,7 +467,7 @@ fn is_terminated(pod: &Pod) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use nodelet_resources::pod::desired::PodSource;
+    use nodelet_resources::model::pod::PodSource;
     use nodelet_resources::pod::validation::prepare;
 
     use super::*;
@@ -531,7 +531,7 @@ mod tests {
         // The desired pod as the API source makes it (the recorded class kept), and the status built from it.
         let desired = nodelet_resources::pod::validation::prepare(
             crate::cluster::pods::spec_only(&api_pod),
-            nodelet_resources::pod::desired::PodSource::Api,
+            nodelet_resources::model::pod::PodSource::Api,
             "node-a",
         )
         .expect("a valid pod");

@@ -53,7 +53,7 @@ use nodelet_cri::listing::{ListedContainer, ListedSandbox};
 use nodelet_cri::proto as v1;
 use nodelet_cri::{ContainerFilter, CriPodRuntime, SandboxFilter};
 use nodelet_resources::common::clock::Clock;
-use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{Plugin, VolumeKey, split_key};
 use reconcile_engine::Store;

@@ -28,8 +28,8 @@ use super::state::{EvictionState, Met, Policy, still_met};
 use super::verdict::Verdict;
 use crate::common::clock::Clock;
 use crate::common::events::{Involved, NodeEvents};
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, PodUid};
+use crate::model::actual::PodActual;
+use crate::model::pod::{DesiredPod, PodUid};
 
 /// The grace period of a pod evicted for a hard threshold (the kubelet's
 /// `immediateEvictionGracePeriodSeconds`).
@@ -445,8 +445,8 @@ mod tests {
     use super::*;
     use crate::eviction::local_storage::{ContainerStorage, LocalStorage, PodStorage};
     use crate::eviction::signal::{Amount, Observation, Observations, PodUsage, SignalError, Threshold};
-    use crate::pod::actual::{ContainerRecord, ContainerState};
-    use crate::pod::desired::PodSource;
+    use crate::model::actual::{ContainerRecord, ContainerState};
+    use crate::model::pod::PodSource;
 
     const MI: u64 = 1 << 20;
 

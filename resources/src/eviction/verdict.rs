@@ -26,8 +26,8 @@ use super::rank::is_critical;
 use super::signal::Condition;
 use crate::common::qos::{QosClass, qos_class};
 use crate::common::runtime_class::{self, RuntimeClasses};
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, is_sidecar};
+use crate::model::actual::PodActual;
+use crate::model::pod::{DesiredPod, is_sidecar};
 use crate::pod::ops::PodOp;
 use crate::pod::sysctl::{self, SysctlAllowlist};
 
@@ -523,7 +523,7 @@ pub fn apply(verdict: &Stopped, mut status: PodStatus, now: i64) -> PodStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::desired::PodSource;
+    use crate::model::pod::PodSource;
     use k8s_openapi::api::core::v1::Pod;
 
     fn pod(uid: &str, spec: serde_json::Value) -> DesiredPod {
@@ -830,15 +830,15 @@ mod tests {
         let Some(stopped) = verdict.stopped() else { panic!("evicted") };
         assert!(!verdict.is_admitted());
         let mut actual = PodActual::default();
-        actual.containers.push(crate::pod::actual::ContainerRecord {
-            state: crate::pod::actual::ContainerState::Running,
+        actual.containers.push(crate::model::actual::ContainerRecord {
+            state: crate::model::actual::ContainerState::Running,
             ..Default::default()
         });
         assert_eq!(
             plan_stopped(Some(&actual), stopped),
             Plan::Run(PodOp::KillPod { grace: Duration::from_secs(1), remove: false })
         );
-        actual.containers[0].state = crate::pod::actual::ContainerState::Exited;
+        actual.containers[0].state = crate::model::actual::ContainerState::Exited;
         assert_eq!(plan_stopped(Some(&actual), stopped), Plan::Idle);
     }
 }

@@ -11,11 +11,11 @@ use k8s_openapi::api::core::v1::Container;
 pub use reconcile_engine::CancellationToken;
 use reconcile_engine::{Driver, Outcome, Update};
 
-use super::actual::{ContainerRecord, ContainerState, PodActual};
-use super::desired::{DesiredPod, PodUid};
 use super::grace::GraceCap;
 use super::metrics::PodMetrics;
 use super::ops::PodOp;
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
+use crate::model::pod::{DesiredPod, PodUid};
 use crate::volume::status::PodVolumes;
 
 /// The shortest grace period a sidecar is stopped with when the app containers used up the pod's
@@ -103,7 +103,7 @@ pub trait PodRuntime: Send + Sync + 'static {
     fn update_container_resources(
         &self,
         container_id: &str,
-        resources: &crate::pod::resize::CgroupResources,
+        resources: &crate::model::cgroup::CgroupResources,
     ) -> impl Future<Output = RuntimeResult<()>> + Send;
 
     /// Removes a container and its log. Removing a missing one succeeds.

@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
 
-use super::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
-use super::desired::DesiredPod;
 use super::driver::{ContainerKind, PodRuntime, RuntimeError, RuntimeResult, container_hash};
 use crate::common::clock::Clock;
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+use crate::model::pod::DesiredPod;
 use crate::sandbox::actual::PodSandboxes;
 use crate::sandbox::desired::SandboxSpec;
 use crate::sandbox::driver::SandboxRuntime;
@@ -258,7 +258,7 @@ impl FakeRuntime {
             spec_hash_without_resources: Some(crate::pod::resize::container_hash_without_resources(
                 container,
             )),
-            applied: Some(crate::pod::resize::CgroupResources::of(container)),
+            applied: Some(crate::model::cgroup::CgroupResources::of(container)),
             state: if exit.is_some() { ContainerState::Exited } else { ContainerState::Running },
             image: image.clone(),
             image_ref: format!("{image}@sha256:fake"),
@@ -353,7 +353,7 @@ impl PodRuntime for FakeRuntime {
     async fn update_container_resources(
         &self,
         container_id: &str,
-        resources: &crate::pod::resize::CgroupResources,
+        resources: &crate::model::cgroup::CgroupResources,
     ) -> RuntimeResult<()> {
         let mut state = self.lock();
         self.record(&mut state, "update_container_resources", container_id.to_string())?;

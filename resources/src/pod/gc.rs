@@ -27,12 +27,12 @@ use std::time::Duration;
 use reconcile_engine::{CancellationToken, Plan, Store, Writer};
 use tokio::sync::watch;
 
-use super::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
-use super::desired::{DesiredPod, PodUid};
 use super::ops::PodOp;
 use crate::common::clock::Clock;
 use crate::eviction::manager::Reclaimer;
 use crate::eviction::signal::{BoxFuture, Signal};
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+use crate::model::pod::{DesiredPod, PodUid};
 
 /// How the collector chooses; the kubelet's `GCPolicy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -530,7 +530,7 @@ mod tests {
         });
         DesiredPod {
             pod: serde_json::from_value(pod).unwrap_or_default(),
-            source: super::super::desired::PodSource::Http,
+            source: crate::model::pod::PodSource::Http,
         }
     }
 

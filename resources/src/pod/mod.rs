@@ -1,7 +1,9 @@
 //! Pods: one desired/actual pair per pod, keyed by pod UID.
 //!
-//! - [`desired`]: what the sources ask for, validated and defaulted as the API server would.
-//! - [`actual`]: what the runtime reports for each pod (sandboxes and containers).
+//! The pair's desired value ([`DesiredPod`](crate::model::pod::DesiredPod)) and actual value
+//! ([`PodActual`](crate::model::actual::PodActual)) are in [`crate::model`]: the other pairs read them too.
+//!
+//! - [`validation`]: what the sources ask for, validated and defaulted as the API server would.
 //! - [`driver`]: the narrow runtime interface ([`driver::PodRuntime`]) the operations use.
 //! - [`gc`]: container garbage collection, planned as operations of the pod pair.
 //! - [`grace`]: the node's upper bound on grace periods.
@@ -9,8 +11,6 @@
 //! - [`sysctl`]: the sysctls pods may set (the kubelet's allowlist, checked at admission).
 //! - [`runtime_class`]: RuntimeClass handlers, overhead and node selectors (in [`crate::common`]).
 
-pub mod actual;
-pub mod desired;
 pub mod driver;
 #[cfg(feature = "testing")]
 pub mod fake;

@@ -20,10 +20,10 @@ use reconcile_engine::{Observer, Store, Update};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::actual::PodActual;
-use super::desired::PodUid;
 use super::driver::PodRuntime;
 use super::metrics::PodMetrics;
+use crate::model::actual::PodActual;
+use crate::model::pod::PodUid;
 use crate::sandbox::actual::PodSandboxes;
 
 /// The kubelet's relist period.

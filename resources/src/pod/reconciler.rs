@@ -35,12 +35,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Container;
 use reconcile_engine::{Inputs, Plan, Reconciler, Store, Update, View};
 
-use super::actual::{ContainerRecord, ContainerState, PodActual};
-use super::desired::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy, is_sidecar};
 use super::driver::{ContainerKind, container_hash};
 use super::ops::PodOp;
-use super::resize::{CgroupResources, container_hash_without_resources, needs_restart};
+use super::resize::{container_hash_without_resources, needs_restart};
 use crate::eviction::verdict::Verdict;
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
+use crate::model::cgroup::CgroupResources;
+use crate::model::pod::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy, is_sidecar};
 use crate::probe::status as probe_status;
 use crate::volume::status::{VolumeGate, VolumeReadiness};
 

@@ -10,13 +10,13 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use reconcile_engine::{OpError, OpStatus};
 
-use super::actual::{ContainerRecord, ContainerState, PodActual};
-use super::desired::{DesiredPod, RestartPolicy, is_sidecar};
 use super::driver::RuntimeError;
 use super::ops::PodOp;
 use super::reconciler::{PodReconciler, Progress};
-use super::resize::CgroupResources;
 use crate::eviction::verdict::ResizeDecision;
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
+use crate::model::cgroup::CgroupResources;
+use crate::model::pod::{DesiredPod, RestartPolicy, is_sidecar};
 use crate::probe::status as probe_status;
 
 /// The last failed operation on a pod, as the engine records it.
@@ -516,7 +516,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
-    use crate::pod::desired::PodSource;
+    use crate::model::pod::PodSource;
 
     fn pod(spec: serde_json::Value) -> DesiredPod {
         let pod: Pod = serde_json::from_value(serde_json::json!({

@@ -3,7 +3,7 @@
 //! Rebuilt from the runtime (the labels nodelet puts on its sandboxes), so a restarted nodelet
 //! finds its sandboxes again.
 
-pub use crate::pod::actual::SandboxRecord;
+pub use crate::model::actual::SandboxRecord;
 
 /// The sandboxes of one pod.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -32,7 +32,7 @@ impl PodSandboxes {
     }
 
     /// The sandbox part of a pod's runtime listing (`None` if it has no sandbox).
-    pub fn of(pod: &crate::pod::actual::PodActual) -> Option<Self> {
+    pub fn of(pod: &crate::model::actual::PodActual) -> Option<Self> {
         (!pod.sandboxes.is_empty()).then(|| Self {
             uid: pod.uid.clone(),
             namespace: pod.namespace.clone(),

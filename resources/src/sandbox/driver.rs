@@ -12,7 +12,7 @@ use super::actual::PodSandboxes;
 use super::desired::SandboxSpec;
 use super::metrics::SandboxMetrics;
 use super::ops::SandboxOp;
-use crate::pod::desired::PodUid;
+use crate::model::pod::PodUid;
 use crate::pod::driver::{RuntimeError, RuntimeResult};
 
 /// What the sandbox operations need from a container runtime; implementations label what they

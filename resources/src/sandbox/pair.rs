@@ -18,8 +18,8 @@ use super::populator::SandboxPopulator;
 use super::reconciler::SandboxReconciler;
 use super::status::{SandboxOpStatus, SandboxView};
 use crate::eviction::verdict::Verdict;
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, PodUid};
+use crate::model::actual::PodActual;
+use crate::model::pod::{DesiredPod, PodUid};
 use crate::volume::actual::VolumeActual;
 use crate::volume::desired::{DesiredVolume, VolumeKey};
 

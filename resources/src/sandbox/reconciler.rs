@@ -29,8 +29,8 @@ use super::actual::PodSandboxes;
 use super::desired::SandboxSpec;
 use super::ops::SandboxOp;
 use crate::eviction::verdict::Verdict;
-use crate::pod::actual::{ContainerState, PodActual};
-use crate::pod::desired::PodUid;
+use crate::model::actual::{ContainerState, PodActual};
+use crate::model::pod::PodUid;
 use crate::volume::status::{VolumeGate, VolumeReadiness};
 
 /// The sandbox reconciler: a pure function of its view and side inputs.
@@ -195,8 +195,8 @@ fn prune(sandboxes: &[super::actual::SandboxRecord], pod: Option<&PodActual>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::actual::{ContainerRecord, SandboxRecord};
-    use crate::pod::desired::{DesiredPod, PodSource};
+    use crate::model::actual::{ContainerRecord, SandboxRecord};
+    use crate::model::pod::{DesiredPod, PodSource};
     use k8s_openapi::api::core::v1::Pod;
 
     fn spec(uid: &str, extra: serde_json::Value) -> SandboxSpec {

@@ -7,8 +7,8 @@ use reconcile_engine::{OpStatus, Store};
 
 use super::actual::PodSandboxes;
 use super::ops::SandboxOp;
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, PodUid};
+use crate::model::actual::PodActual;
+use crate::model::pod::{DesiredPod, PodUid};
 use crate::pod::driver::RuntimeError;
 
 /// The last failed operation on a pod's sandboxes, as the engine records it.
@@ -68,7 +68,7 @@ impl SandboxView {
 }
 
 /// Whether the spec `pod` would get matches `sandbox` (see [`super::desired::SandboxSpec::matches`]).
-pub fn fits(pod: &DesiredPod, sandbox: &crate::pod::actual::SandboxRecord) -> bool {
+pub fn fits(pod: &DesiredPod, sandbox: &crate::model::actual::SandboxRecord) -> bool {
     sandbox.host_network == pod.host_network()
 }
 

@@ -15,8 +15,8 @@ use reconcile_engine::{Store, Writer};
 
 use super::desired::{CsiSource, DesiredVolume, FsGroup, Plugin, VolumeKey, VolumeSource, split_key};
 use super::status::plugin_of;
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, PodUid};
+use crate::model::actual::PodActual;
+use crate::model::pod::{DesiredPod, PodUid};
 use crate::quantity::Quantity;
 
 /// Renders the files of configMap, secret, downwardAPI and projected volumes.
@@ -43,7 +43,7 @@ pub trait ClaimLookup: Send + Sync + 'static {
 impl ClaimLookup for crate::claim::status::ClaimView {
     fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String> {
         // nodelet's own binder serves static pods only: an API pod's claims are the API server's.
-        if pod.source == crate::pod::desired::PodSource::Api {
+        if pod.source == crate::model::pod::PodSource::Api {
             return Err(format!(
                 "persistentvolumeclaim {claim:?} of an API pod: nodelet's own binder serves static pods only"
             ));

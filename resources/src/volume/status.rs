@@ -11,7 +11,7 @@ use reconcile_engine::Store;
 use super::actual::{Step, VolumeActual};
 use super::desired::{CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, volume_key};
 use super::populator::ClaimLookup;
-use crate::pod::desired::DesiredPod;
+use crate::model::pod::DesiredPod;
 
 /// A volume ready for a pod's containers.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -84,7 +84,7 @@ pub struct ContainerRecord {
     /// The same without `resources` (containers created by nodelet ≥ 0.1 with resize support).
     pub spec_hash_without_resources: Option<String>,
     /// Its CPU and memory cgroup settings as the runtime reports them (`None`: not reported).
-    pub applied: Option<crate::pod::resize::CgroupResources>,
+    pub applied: Option<crate::model::cgroup::CgroupResources>,
     /// Its state.
     pub state: ContainerState,
     /// The image as asked for.
