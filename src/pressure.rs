@@ -20,10 +20,10 @@ use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, Pres
 use nodelet_resources::eviction::metrics::EvictionMetrics;
 use nodelet_resources::eviction::populator::VerdictPopulator;
 use nodelet_resources::eviction::signal::{
-    Amount, BoxFuture, Observation, Observations, PodUsage, Signal, SignalError, SignalSource, Threshold,
+    Amount, BoxFuture, Observation, Observations, PodUsage, SignalError, SignalSource, Threshold,
 };
 use nodelet_resources::eviction::state::Policy;
-use nodelet_resources::eviction::verdict::{Admission, Verdict};
+use nodelet_resources::eviction::verdict::Admission;
 use nodelet_resources::image::driver::ImageDriver;
 use nodelet_resources::image::metrics::ImageGcMetrics;
 use nodelet_resources::image::plan::ImageGcPolicy;
@@ -33,6 +33,8 @@ use nodelet_resources::image::reconciler::{ImageReconciler, PodImages, removals_
 use nodelet_resources::image::status::free_space;
 use nodelet_resources::model::actual::PodActual;
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
+use nodelet_resources::model::pressure::Signal;
+use nodelet_resources::model::verdict::Verdict;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{VolumeKey, split_key};
 use reconcile_engine::{Engine, Store, Writer};

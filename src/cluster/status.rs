@@ -535,11 +535,11 @@ mod tests {
             "node-a",
         )
         .expect("a valid pod");
-        assert_eq!(nodelet_resources::pod::status::qos_class(&desired).as_str(), "Guaranteed");
+        assert_eq!(nodelet_resources::model::qos::qos_class(&desired).as_str(), "Guaranteed");
         let mut without_record = desired.clone();
         without_record.pod.status = None;
         assert_eq!(
-            nodelet_resources::pod::status::qos_class(&without_record).as_str(),
+            nodelet_resources::model::qos::qos_class(&without_record).as_str(),
             "Guaranteed",
             "computed by value: 1 == 1000m"
         );

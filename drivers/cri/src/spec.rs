@@ -9,13 +9,13 @@ use std::path::{Component, Path, PathBuf};
 
 use k8s_cri::v1;
 use k8s_openapi::api::core::v1::{Container, EnvVarSource, SeccompProfile};
-use nodelet_resources::common::qos::{QosClass, qos_class};
 use nodelet_resources::model::cgroup::CgroupResources;
 use nodelet_resources::model::pod::DesiredPod;
+use nodelet_resources::model::qos::{QosClass, qos_class};
+use nodelet_resources::model::volumes::PodVolumes;
 use nodelet_resources::pod::driver::{ContainerKind, container_hash};
 use nodelet_resources::pod::resize::container_hash_without_resources;
 use nodelet_resources::pod::security::APPARMOR_ANNOTATION_PREFIX;
-use nodelet_resources::volume::status::PodVolumes;
 
 use crate::labels::{self, PodIdentity};
 use crate::pod_runtime::CriPodRuntimeConfig;
@@ -1593,8 +1593,8 @@ mod tests {
     }
 
     fn set_up_volumes() -> PodVolumes {
-        use nodelet_resources::volume::desired::Plugin;
-        use nodelet_resources::volume::status::MountedVolume;
+        use nodelet_resources::model::volumes::MountedVolume;
+        use nodelet_resources::model::volumes::Plugin;
         PodVolumes::from([
             (
                 "shared".into(),

@@ -2,9 +2,11 @@
 
 use std::cmp::Ordering;
 
-use super::signal::{Condition, PodUsage, Signal};
+use super::signal::PodUsage;
+
 use super::state::Met;
 use crate::model::pod::DesiredPod;
+use crate::model::pressure::{Condition, Signal};
 use crate::quantity::Quantity;
 
 /// Priority at and above which a pod is system-critical (`system-cluster-critical`).

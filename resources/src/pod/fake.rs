@@ -17,10 +17,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
 
-use super::driver::{ContainerKind, PodRuntime, RuntimeError, RuntimeResult, container_hash};
+use super::driver::{ContainerKind, PodRuntime, container_hash};
 use crate::common::clock::Clock;
 use crate::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use crate::model::pod::DesiredPod;
+use crate::model::runtime::{RuntimeError, RuntimeResult};
 use crate::sandbox::actual::PodSandboxes;
 use crate::sandbox::desired::SandboxSpec;
 use crate::sandbox::driver::SandboxRuntime;
@@ -204,7 +205,7 @@ impl FakeRuntime {
         container: &Container,
         kind: ContainerKind,
         restart_count: u32,
-        volumes: &crate::volume::status::PodVolumes,
+        volumes: &crate::model::volumes::PodVolumes,
     ) -> RuntimeResult<String> {
         let now = (self.clock)();
         let mut state = self.lock();
@@ -291,7 +292,7 @@ impl PodRuntime for FakeRuntime {
         kind: ContainerKind,
         restart_count: u32,
         backoff_since: u32,
-        volumes: &crate::volume::status::PodVolumes,
+        volumes: &crate::model::volumes::PodVolumes,
         cancel: &super::driver::CancellationToken,
     ) -> RuntimeResult<String> {
         let id = self.create_container(pod, sandbox_id, container, kind, restart_count, volumes)?;

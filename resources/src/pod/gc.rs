@@ -29,10 +29,11 @@ use tokio::sync::watch;
 
 use super::ops::PodOp;
 use crate::common::clock::Clock;
-use crate::eviction::manager::Reclaimer;
-use crate::eviction::signal::{BoxFuture, Signal};
 use crate::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use crate::model::pod::{DesiredPod, PodUid};
+use crate::model::pressure::Reclaimer;
+use crate::model::pressure::Signal;
+use futures::future::BoxFuture;
 
 /// How the collector chooses; the kubelet's `GCPolicy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,3 +26,4 @@ pub mod security;
 pub mod status;
 pub mod sysctl;
 pub mod validation;
+pub mod verdict;

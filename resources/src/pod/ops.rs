@@ -8,7 +8,7 @@ use reconcile_engine::Operation;
 
 use super::driver::ContainerKind;
 use crate::model::pod::DesiredPod;
-use crate::volume::status::PodVolumes;
+use crate::model::volumes::PodVolumes;
 
 /// How many pod operations the pod engine runs at once: no bound (`0`). The engine already runs at
 /// most one operation per pod, and admission bounds the pods (`maxPods`), so this is the kubelet's

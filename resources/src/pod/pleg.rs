@@ -323,7 +323,7 @@ impl<R: PodRuntime> Pleg<R> {
 
     /// One relist: returns the pods it reported. `kubelet_pleg_relist_duration_seconds` observes the
     /// whole of it, as the kubelet's does: the listing and the comparison with the stores.
-    pub async fn relist(&self) -> Result<BTreeSet<PodUid>, super::driver::RuntimeError> {
+    pub async fn relist(&self) -> Result<BTreeSet<PodUid>, crate::model::runtime::RuntimeError> {
         let started = Instant::now();
         let listed = self.runtime.list_pods().await?;
         self.seen.lock().unwrap_or_else(PoisonError::into_inner).retain(|uid, _| listed.contains_key(uid));
@@ -351,7 +351,7 @@ impl<R: PodRuntime> Pleg<R> {
     async fn read_pods(
         &self,
         uids: &BTreeSet<PodUid>,
-    ) -> Result<BTreeSet<PodUid>, super::driver::RuntimeError> {
+    ) -> Result<BTreeSet<PodUid>, crate::model::runtime::RuntimeError> {
         let started = Instant::now();
         let states = futures::future::join_all(uids.iter().map(|uid| self.runtime.pod_state(uid))).await;
         let mut reported = BTreeSet::new();

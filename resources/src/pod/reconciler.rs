@@ -38,12 +38,13 @@ use reconcile_engine::{Inputs, Plan, Reconciler, Store, Update, View};
 use super::driver::{ContainerKind, container_hash};
 use super::ops::PodOp;
 use super::resize::{container_hash_without_resources, needs_restart};
-use crate::eviction::verdict::Verdict;
 use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
 use crate::model::cgroup::CgroupResources;
 use crate::model::pod::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy, is_sidecar};
+use crate::model::verdict::Verdict;
+use crate::model::volumes::VolumeReadiness;
 use crate::probe::status as probe_status;
-use crate::volume::status::{VolumeGate, VolumeReadiness};
+use crate::volume::status::VolumeGate;
 
 pub use crate::common::clock::{Clock, system_clock};
 
@@ -137,16 +138,16 @@ impl PodReconciler {
     }
 
     /// Admission's word on the requests `pod`'s spec asks for now (see
-    /// [`Verdict::resize_for`](crate::eviction::verdict::Verdict::resize_for)); `None`: not decided
+    /// [`Verdict::resize_for`](crate::model::verdict::Verdict::resize_for)); `None`: not decided
     /// yet. Without a verdict store among `inputs`, always `Accepted`.
     pub fn resize_decision(
         &self,
         inputs: &Inputs,
         pod: &DesiredPod,
-    ) -> Option<crate::eviction::verdict::ResizeDecision> {
+    ) -> Option<crate::model::verdict::ResizeDecision> {
         match inputs.get::<PodUid, Verdict>() {
             Some(store) => store.get(&pod.uid().to_owned())?.resize_for(pod),
-            None => Some(crate::eviction::verdict::ResizeDecision::Accepted),
+            None => Some(crate::model::verdict::ResizeDecision::Accepted),
         }
     }
 
@@ -387,7 +388,7 @@ impl PodReconciler {
         pod: &DesiredPod,
         actual: &PodActual,
     ) -> Result<Plan<PodOp>, Option<Duration>> {
-        use crate::eviction::verdict::ResizeDecision;
+        use crate::model::verdict::ResizeDecision;
         let found = pod.long_running().find_map(|c| {
             let r = actual.container(&c.name).filter(|r| r.state == ContainerState::Running)?;
             let applied = r.applied?;
@@ -639,7 +640,7 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
                 if let Some(verdicts) = inputs.get::<PodUid, Verdict>() {
                     let Some(verdict) = verdicts.get(&pod.uid().to_owned()) else { return Plan::Idle };
                     if let Some(stopped) = verdict.stopped() {
-                        return crate::eviction::verdict::plan_stopped(actual, stopped);
+                        return crate::pod::verdict::plan_stopped(actual, stopped);
                     }
                 }
                 let empty = PodActual::default();

@@ -10,20 +10,20 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use reconcile_engine::{OpError, OpStatus};
 
-use super::driver::RuntimeError;
 use super::ops::PodOp;
 use super::reconciler::{PodReconciler, Progress};
-use crate::eviction::verdict::ResizeDecision;
 use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
 use crate::model::cgroup::CgroupResources;
 use crate::model::pod::{DesiredPod, RestartPolicy, is_sidecar};
+use crate::model::runtime::RuntimeError;
+use crate::model::verdict::ResizeDecision;
 use crate::probe::status as probe_status;
 
 /// The last failed operation on a pod, as the engine records it.
 pub type PodOpStatus = OpStatus<PodOp, RuntimeError>;
 
-pub use crate::common::qos::qos_class;
 pub use crate::common::time::time;
+use crate::model::qos::qos_class;
 
 /// The runtime's ID of a container, as the kubelet shows it (`containerd://<id>`).
 pub fn container_id(record: &ContainerRecord) -> String {
@@ -166,7 +166,7 @@ pub fn pod_status(
     };
     // An evicted or refused pod is Failed with the verdict's reason and message.
     match reconciler.verdict(inputs, pod.uid()).as_deref().and_then(|v| v.stopped()) {
-        Some(stopped) => crate::eviction::verdict::apply(stopped, status, now),
+        Some(stopped) => crate::pod::verdict::apply(stopped, status, now),
         None => status,
     }
 }

@@ -13,7 +13,7 @@ use super::desired::SandboxSpec;
 use super::metrics::SandboxMetrics;
 use super::ops::SandboxOp;
 use crate::model::pod::PodUid;
-use crate::pod::driver::{RuntimeError, RuntimeResult};
+use crate::model::runtime::{RuntimeError, RuntimeResult};
 
 /// What the sandbox operations need from a container runtime; implementations label what they
 /// create so that [`list_sandboxes`](SandboxRuntime::list_sandboxes) finds it after a restart.

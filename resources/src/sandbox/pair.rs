@@ -17,9 +17,9 @@ use super::metrics::SandboxMetrics;
 use super::populator::SandboxPopulator;
 use super::reconciler::SandboxReconciler;
 use super::status::{SandboxOpStatus, SandboxView};
-use crate::eviction::verdict::Verdict;
 use crate::model::actual::PodActual;
 use crate::model::pod::{DesiredPod, PodUid};
+use crate::model::verdict::Verdict;
 use crate::volume::actual::VolumeActual;
 use crate::volume::desired::{DesiredVolume, VolumeKey};
 

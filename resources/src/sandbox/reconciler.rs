@@ -28,10 +28,11 @@ use reconcile_engine::{Inputs, Plan, Reconciler, Update, View};
 use super::actual::PodSandboxes;
 use super::desired::SandboxSpec;
 use super::ops::SandboxOp;
-use crate::eviction::verdict::Verdict;
 use crate::model::actual::{ContainerState, PodActual};
 use crate::model::pod::PodUid;
-use crate::volume::status::{VolumeGate, VolumeReadiness};
+use crate::model::verdict::Verdict;
+use crate::model::volumes::VolumeReadiness;
+use crate::volume::status::VolumeGate;
 
 /// The sandbox reconciler: a pure function of its view and side inputs.
 #[derive(Debug, Default)]

@@ -9,7 +9,7 @@ use super::actual::PodSandboxes;
 use super::ops::SandboxOp;
 use crate::model::actual::PodActual;
 use crate::model::pod::{DesiredPod, PodUid};
-use crate::pod::driver::RuntimeError;
+use crate::model::runtime::RuntimeError;
 
 /// The last failed operation on a pod's sandboxes, as the engine records it.
 pub type SandboxOpStatus = OpStatus<SandboxOp, RuntimeError>;

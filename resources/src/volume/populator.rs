@@ -13,10 +13,12 @@ use k8s_openapi::api::core::v1::{PersistentVolume, Volume};
 use reconcile_engine::CancellationToken;
 use reconcile_engine::{Store, Writer};
 
-use super::desired::{CsiSource, DesiredVolume, FsGroup, Plugin, VolumeKey, VolumeSource, split_key};
+use super::desired::{CsiSource, DesiredVolume, FsGroup, VolumeKey, VolumeSource, split_key};
+
 use super::status::plugin_of;
 use crate::model::actual::PodActual;
 use crate::model::pod::{DesiredPod, PodUid};
+use crate::model::volumes::Plugin;
 use crate::quantity::Quantity;
 
 /// Renders the files of configMap, secret, downwardAPI and projected volumes.
@@ -63,7 +65,7 @@ pub struct Populator<R> {
     writer: Writer<VolumeKey, DesiredVolume>,
     renderer: Arc<R>,
     claims: Option<Arc<dyn ClaimLookup>>,
-    verdicts: Option<Store<PodUid, crate::eviction::verdict::Verdict>>,
+    verdicts: Option<Store<PodUid, crate::model::verdict::Verdict>>,
 }
 
 impl<R> std::fmt::Debug for Populator<R> {
@@ -89,7 +91,7 @@ impl<R: Renderer> Populator<R> {
     /// Releases the volumes of pods evicted or refused (their verdict in `verdicts`, read-only)
     /// once nothing of theirs runs (the kubelet tears down the volumes of terminated pods, which
     /// frees their emptyDirs). [`run`](Self::run) populates again whenever a verdict changes.
-    pub fn with_verdicts(mut self, verdicts: Store<PodUid, crate::eviction::verdict::Verdict>) -> Self {
+    pub fn with_verdicts(mut self, verdicts: Store<PodUid, crate::model::verdict::Verdict>) -> Self {
         self.verdicts = Some(verdicts);
         self
     }
