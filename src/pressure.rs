@@ -214,10 +214,10 @@ pub(crate) fn admission(
         .with_sysctls(
             // Checked when the configuration was read; a failure here would be a bug, logged and the
             // safe set kept.
-            nodelet_resources::pod::sysctl::SysctlAllowlist::new(&config.pods.allowed_unsafe_sysctls)
+            nodelet_resources::common::sysctl::SysctlAllowlist::new(&config.pods.allowed_unsafe_sysctls)
                 .unwrap_or_else(|e| {
                     tracing::error!(error = %e, "allowedUnsafeSysctls: keeping the safe sysctls only");
-                    nodelet_resources::pod::sysctl::SysctlAllowlist::default()
+                    nodelet_resources::common::sysctl::SysctlAllowlist::default()
                 }),
         )
 }

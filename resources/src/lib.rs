@@ -28,6 +28,8 @@
 pub mod claim;
 pub mod common;
 pub mod eviction;
+#[cfg(feature = "testing")]
+pub mod fake;
 pub mod image;
 pub mod model;
 pub mod pod;

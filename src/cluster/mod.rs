@@ -239,7 +239,7 @@ impl Cluster {
         >,
         sandboxes: reconcile_engine::Store<
             nodelet_resources::model::pod::PodUid,
-            nodelet_resources::sandbox::actual::PodSandboxes,
+            nodelet_resources::model::actual::PodSandboxes,
         >,
         probes: nodelet_resources::probe::results::ProbeResults,
         related: Vec<reconcile_engine::Subscription<nodelet_resources::model::pod::PodUid>>,

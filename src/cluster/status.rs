@@ -32,12 +32,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::actual::PodSandboxes;
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use nodelet_resources::pod::status::{KUBELET_CONDITIONS, pod_ready_condition};
 use nodelet_resources::pod::validation::{
     CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
 };
-use nodelet_resources::sandbox::actual::PodSandboxes;
 use reconcile_engine::{Store, Subscription};
 use tokio::sync::watch;
 use tokio::time::Instant;

@@ -37,13 +37,13 @@ use futures::StreamExt;
 use k8s_cri::v1;
 use k8s_openapi::api::core::v1::Container;
 use nodelet_resources::common::runtime_class::{self, RuntimeClasses};
+use nodelet_resources::model::actual::PodSandboxes;
 use nodelet_resources::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use nodelet_resources::model::cgroup::CgroupResources;
 use nodelet_resources::model::pod::DesiredPod;
 use nodelet_resources::model::runtime::{RuntimeError, RuntimeResult};
 use nodelet_resources::model::volumes::PodVolumes;
 use nodelet_resources::pod::driver::{CancellationToken, ContainerKind, PodRuntime};
-use nodelet_resources::sandbox::actual::PodSandboxes;
 
 use crate::client::CriClient;
 use crate::dns::{self, NodeDns, ResolvConf};

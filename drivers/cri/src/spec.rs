@@ -368,7 +368,7 @@ pub(crate) fn sandbox_config(
         .and_then(|sc| sc.sysctls.as_ref())
         // In the dotted form (`kernel/shm_rmid_forced` is `kernel.shm_rmid_forced`), as the kubelet passes them.
         .map(|s| {
-            s.iter().map(|s| (nodelet_resources::pod::sysctl::to_dots(&s.name), s.value.clone())).collect()
+            s.iter().map(|s| (nodelet_resources::common::sysctl::to_dots(&s.name), s.value.clone())).collect()
         })
         .unwrap_or_default();
 

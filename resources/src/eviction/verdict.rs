@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use super::rank::is_critical;
 use crate::common::runtime_class::{self, RuntimeClasses};
+use crate::common::sysctl::{self, SysctlAllowlist};
 use crate::model::pod::DesiredPod;
 use crate::model::pressure::Condition;
 use crate::model::qos::{QosClass, qos_class};
 use crate::model::verdict::{ResizeDecision, Stopped, Verdict, VerdictKind, pod_requests};
-use crate::pod::sysctl::{self, SysctlAllowlist};
 
 /// The taint a pod tolerates to be admitted under memory pressure when it is BestEffort.
 pub const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";

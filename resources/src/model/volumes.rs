@@ -1,9 +1,14 @@
 //! A pod's volumes as the pairs see them: the volume pair sets them up; the pod pair's runtime mounts them into
-//! containers ([`PodVolumes`]) once they are all ready ([`VolumeReadiness`]).
+//! containers ([`PodVolumes`]) once they are all ready ([`VolumeReadiness`]). A PersistentVolumeClaim's volume is
+//! the one the claim is bound to ([`ClaimLookup`], which the claim pair implements).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+
+use crate::model::pod::DesiredPod;
 
 /// The volume plugins nodelet knows, named as the kubelet names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -105,4 +110,18 @@ pub enum VolumeReadiness {
     Ready(Arc<PodVolumes>),
     /// Some volume is not: why (naming the volume).
     Waiting(String),
+}
+
+/// Finds the PersistentVolume bound to a claim.
+pub trait ClaimLookup: Send + Sync + 'static {
+    /// The PersistentVolume bound to claim `claim` in `pod`'s namespace, as `pod`'s kind resolves it (an API
+    /// pod's claims are the API server's, a static pod's the manifests'), or why there is none (yet).
+    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String>;
+
+    /// Resolves once the answers of [`bound_volume`](Self::bound_volume) are complete (after a
+    /// restart: once the claims and their bindings are known again), so that no volume is torn
+    /// down for a claim that is merely not loaded yet. Default: at once.
+    fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::ready(()))
+    }
 }

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 
 use super::ops::PodOp;
 use crate::common::clock::Clock;
-use crate::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual, dead_sandboxes};
 use crate::model::pod::{DesiredPod, PodUid};
 use crate::model::pressure::Reclaimer;
 use crate::model::pressure::Signal;
@@ -189,18 +189,6 @@ pub fn plan(
         }
     }
     out
-}
-
-/// The kubelet's sandbox GC for a pod that is still desired: its sandboxes that are not ready, not
-/// its newest and hold no container (`in_use`). The sandbox pair removes these
-/// ([`SandboxOp::Prune`](crate::sandbox::ops::SandboxOp::Prune)).
-pub fn dead_sandboxes(sandboxes: &[SandboxRecord], in_use: impl Fn(&str) -> bool) -> Vec<String> {
-    let newest = sandboxes.iter().max_by_key(|s| (s.attempt, s.created_at)).map(|s| s.id.as_str());
-    sandboxes
-        .iter()
-        .filter(|s| !s.ready && Some(s.id.as_str()) != newest && !in_use(&s.id))
-        .map(|s| s.id.clone())
-        .collect()
 }
 
 /// The node-wide decision: per pod, the dead containers that only `maxContainers` removes (those
@@ -376,6 +364,7 @@ impl Reclaimer for ContainerGcReclaimer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::actual::SandboxRecord;
 
     const SEC: i64 = 1_000_000_000;
 

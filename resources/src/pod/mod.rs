@@ -8,12 +8,9 @@
 //! - [`gc`]: container garbage collection, planned as operations of the pod pair.
 //! - [`grace`]: the node's upper bound on grace periods.
 //! - [`resize`]: in-place resize of running containers.
-//! - [`sysctl`]: the sysctls pods may set (the kubelet's allowlist, checked at admission).
 //! - [`runtime_class`]: RuntimeClass handlers, overhead and node selectors (in [`crate::common`]).
 
 pub mod driver;
-#[cfg(feature = "testing")]
-pub mod fake;
 pub mod gc;
 pub mod grace;
 pub mod metrics;
@@ -24,6 +21,5 @@ pub mod resize;
 pub use crate::common::runtime_class;
 pub mod security;
 pub mod status;
-pub mod sysctl;
 pub mod validation;
 pub mod verdict;

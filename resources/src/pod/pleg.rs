@@ -23,8 +23,8 @@ use tokio::time::Instant;
 use super::driver::PodRuntime;
 use super::metrics::PodMetrics;
 use crate::model::actual::PodActual;
+use crate::model::actual::PodSandboxes;
 use crate::model::pod::PodUid;
-use crate::sandbox::actual::PodSandboxes;
 
 /// The kubelet's relist period.
 pub const DEFAULT_RELIST_PERIOD: Duration = Duration::from_secs(1);

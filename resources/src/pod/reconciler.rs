@@ -38,7 +38,7 @@ use reconcile_engine::{Inputs, Plan, Reconciler, Store, Update, View};
 use super::driver::{ContainerKind, container_hash};
 use super::ops::PodOp;
 use super::resize::{container_hash_without_resources, needs_restart};
-use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual, finished};
 use crate::model::cgroup::CgroupResources;
 use crate::model::pod::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy, is_sidecar};
 use crate::model::verdict::Verdict;
@@ -155,7 +155,8 @@ impl PodReconciler {
     /// registered): containers start in the ready sandbox it reports, and wait while there is none.
     /// Without them, the pods' own runtime listing is used (and nothing creates sandboxes).
     pub fn sandboxes(&self, inputs: &Inputs) -> Option<crate::sandbox::status::SandboxView> {
-        use crate::sandbox::{actual::PodSandboxes, status::SandboxOpStatus};
+        use crate::model::actual::PodSandboxes;
+        use crate::sandbox::status::SandboxOpStatus;
         let actual = inputs.get::<PodUid, PodSandboxes>()?;
         Some(crate::sandbox::status::SandboxView::new(
             actual.clone(),
@@ -186,30 +187,6 @@ impl PodReconciler {
     pub fn backoff(&self) -> &CrashLoopBackOff {
         &self.backoff
     }
-}
-
-/// Whether every app container of `pod` has finished for good (`Some(succeeded)`), as its restart
-/// policy says; sidecars do not count. A finished pod's sandbox is released.
-pub fn finished(pod: &DesiredPod, actual: &PodActual) -> Option<bool> {
-    let policy = pod.restart_policy();
-    if policy == RestartPolicy::Always {
-        return None;
-    }
-    let init_failed = pod.init_containers().iter().filter(|c| !is_sidecar(c)).any(|c| {
-        actual.container(&c.name).is_some_and(|r| r.state == ContainerState::Exited && r.exit_code != 0)
-    });
-    if init_failed && policy == RestartPolicy::Never {
-        return Some(false);
-    }
-    let mut succeeded = true;
-    for c in pod.containers() {
-        let r = actual.container(&c.name)?;
-        if r.state != ContainerState::Exited || policy.restarts(r.exit_code) {
-            return None;
-        }
-        succeeded &= r.exit_code == 0;
-    }
-    Some(succeeded)
 }
 
 /// Where a pod stands, as far as starting it goes.
@@ -597,7 +574,7 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
         }
         let inputs = view.inputs;
         // Until the sandbox pair has read the runtime, a pod would look as if its sandbox were gone.
-        if inputs.get::<PodUid, crate::sandbox::actual::PodSandboxes>().is_some_and(|s| !s.is_synced()) {
+        if inputs.get::<PodUid, crate::model::actual::PodSandboxes>().is_some_and(|s| !s.is_synced()) {
             return Plan::Idle;
         }
         let joined = match (view.actual, view.desired) {

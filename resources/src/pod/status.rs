@@ -144,11 +144,7 @@ pub fn pod_status(
     }
     let ip = sandbox.and_then(|s| s.ip.clone());
     // The sandbox pair's last failure to create the pod's sandbox.
-    let failure_message =
-        reconciler.sandboxes(inputs).and_then(|v| v.failure(pod.uid())).and_then(|f| match &f.op {
-            crate::sandbox::ops::SandboxOp::Create { .. } => Some(f.error.to_string()),
-            _ => None,
-        });
+    let failure_message = reconciler.sandboxes(inputs).and_then(|v| v.create_failure(pod.uid()));
     let ephemeral_statuses = ephemeral_statuses(reconciler, pod, actual, failure, app_waiting, now);
     let status = PodStatus {
         ephemeral_container_statuses: (!ephemeral_statuses.is_empty()).then_some(ephemeral_statuses),

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use reconcile_engine::{CancellationToken, Driver, Outcome, Update};
 
-use super::actual::PodSandboxes;
 use super::desired::SandboxSpec;
 use super::metrics::SandboxMetrics;
 use super::ops::SandboxOp;
+use crate::model::actual::PodSandboxes;
 use crate::model::pod::PodUid;
 use crate::model::runtime::{RuntimeError, RuntimeResult};
 

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use reconcile_engine::{OpStatus, Store};
 
-use super::actual::PodSandboxes;
 use super::ops::SandboxOp;
 use crate::model::actual::PodActual;
+use crate::model::actual::PodSandboxes;
 use crate::model::pod::{DesiredPod, PodUid};
 use crate::model::runtime::RuntimeError;
 
@@ -59,6 +59,14 @@ impl SandboxView {
     /// The last failed operation on the pod's sandboxes, if any.
     pub fn failure(&self, uid: &str) -> Option<Arc<SandboxOpStatus>> {
         self.failures.as_ref()?.get(&uid.to_owned())
+    }
+
+    /// The error of the pod's last failed attempt to create its sandbox, if its last failed operation was one.
+    pub fn create_failure(&self, uid: &str) -> Option<String> {
+        self.failure(uid).and_then(|f| match &f.op {
+            SandboxOp::Create { .. } => Some(f.error.to_string()),
+            _ => None,
+        })
     }
 
     /// Every pod whose last sandbox operation failed.

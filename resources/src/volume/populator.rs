@@ -18,7 +18,7 @@ use super::desired::{CsiSource, DesiredVolume, FsGroup, VolumeKey, VolumeSource,
 use super::status::plugin_of;
 use crate::model::actual::PodActual;
 use crate::model::pod::{DesiredPod, PodUid};
-use crate::model::volumes::Plugin;
+use crate::model::volumes::{ClaimLookup, Plugin};
 use crate::quantity::Quantity;
 
 /// Renders the files of configMap, secret, downwardAPI and projected volumes.
@@ -26,36 +26,6 @@ pub trait Renderer: Send + Sync + 'static {
     /// The files of `volume` (of plugin `plugin`) of `pod`, or why they cannot be made now
     /// (naming the volume and the object or field).
     fn render(&self, pod: &DesiredPod, volume: &Volume, plugin: Plugin) -> Result<VolumeSource, String>;
-}
-
-/// Finds the PersistentVolume bound to a claim.
-pub trait ClaimLookup: Send + Sync + 'static {
-    /// The PersistentVolume bound to claim `claim` in `pod`'s namespace, as `pod`'s kind resolves it (an API
-    /// pod's claims are the API server's, a static pod's the manifests'), or why there is none (yet).
-    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String>;
-
-    /// Resolves once the answers of [`bound_volume`](Self::bound_volume) are complete (after a
-    /// restart: once the claims and their bindings are known again), so that no volume is torn
-    /// down for a claim that is merely not loaded yet. Default: at once.
-    fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        Box::pin(std::future::ready(()))
-    }
-}
-
-impl ClaimLookup for crate::claim::status::ClaimView {
-    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String> {
-        // nodelet's own binder serves static pods only: an API pod's claims are the API server's.
-        if pod.source == crate::model::pod::PodSource::Api {
-            return Err(format!(
-                "persistentvolumeclaim {claim:?} of an API pod: nodelet's own binder serves static pods only"
-            ));
-        }
-        crate::claim::status::ClaimView::bound_volume(self, pod.namespace(), claim)
-    }
-
-    fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        Box::pin(crate::claim::status::ClaimView::wait_until_synced(self))
-    }
 }
 
 /// Keeps the desired volume store in step with the pods.

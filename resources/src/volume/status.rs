@@ -8,8 +8,8 @@ use reconcile_engine::Store;
 
 use super::actual::{Step, VolumeActual};
 use super::desired::{CsiSource, DesiredVolume, VolumeKey, VolumeSource, device_key, volume_key};
-use super::populator::ClaimLookup;
 use crate::model::pod::DesiredPod;
+use crate::model::volumes::ClaimLookup;
 use crate::model::volumes::{MountedVolume, Plugin, PodVolumes, VolumeReadiness};
 
 /// The plugin serving a volume of a pod spec, or why none does.

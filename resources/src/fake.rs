@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
 
-use super::driver::{ContainerKind, PodRuntime, container_hash};
 use crate::common::clock::Clock;
+use crate::model::actual::PodSandboxes;
 use crate::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use crate::model::pod::DesiredPod;
 use crate::model::runtime::{RuntimeError, RuntimeResult};
-use crate::sandbox::actual::PodSandboxes;
+use crate::pod::driver::{ContainerKind, PodRuntime, container_hash};
 use crate::sandbox::desired::SandboxSpec;
 use crate::sandbox::driver::SandboxRuntime;
 
@@ -293,7 +293,7 @@ impl PodRuntime for FakeRuntime {
         restart_count: u32,
         backoff_since: u32,
         volumes: &crate::model::volumes::PodVolumes,
-        cancel: &super::driver::CancellationToken,
+        cancel: &crate::pod::driver::CancellationToken,
     ) -> RuntimeResult<String> {
         let id = self.create_container(pod, sandbox_id, container, kind, restart_count, volumes)?;
         if let Some(c) = self.lock().containers.iter_mut().find(|c| c.record.id == id) {
