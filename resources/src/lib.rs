@@ -31,6 +31,8 @@ pub mod eviction;
 #[cfg(feature = "testing")]
 pub mod fake;
 pub mod image;
+#[cfg(test)]
+mod layering;
 pub mod model;
 pub mod pod;
 pub mod probe;
