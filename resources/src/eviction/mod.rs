@@ -9,7 +9,7 @@
 //! - **Actual**: the signals a [`signal::SignalSource`] observes (memory, nodefs, imagefs,
 //!   PIDs) and the pods the manager has evicted.
 //! - **Comparison**: [`state::EvictionState::observe`], pure, on paused time in the tests.
-//! - **Operations**: node-level reclaim through [`manager::Reclaimer`]s (image and container
+//! - **Operations**: node-level reclaim through [`Reclaimer`](crate::model::pressure::Reclaimer)s (image and container
 //!   garbage collection), then one pod evicted per pass, ranked by [`rank`] (usage above
 //!   requests, then priority, then usage), sent to the populator through a
 //!   [`populator::EvictionSink`]. System-critical pods (priority ≥ 2,000,000,000) are never evicted.

@@ -42,7 +42,7 @@ pub struct Stopped {
 }
 
 /// The node's word on one pod: the value of the verdict store (`Store<PodUid, Verdict>`), written
-/// only by the [`VerdictPopulator`](super::populator::VerdictPopulator). A pod without a verdict
+/// only by the [`VerdictPopulator`](crate::eviction::populator::VerdictPopulator). A pod without a verdict
 /// has not been through admission yet: it does not start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
