@@ -219,3 +219,25 @@ pub fn dead_sandboxes(sandboxes: &[SandboxRecord], in_use: impl Fn(&str) -> bool
         .map(|s| s.id.clone())
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sandbox(id: &str, ready: bool, attempt: u32, created_at: i64) -> SandboxRecord {
+        SandboxRecord { id: id.into(), ready, attempt, created_at, ..SandboxRecord::default() }
+    }
+
+    #[test]
+    fn dead_sandboxes_go_unless_ready_newest_or_in_use() {
+        let sandboxes = vec![
+            sandbox("newest-not-ready", false, 3, 30),
+            sandbox("ready", true, 2, 20),
+            sandbox("old-with-container", false, 1, 10),
+            sandbox("old-empty", false, 0, 0),
+        ];
+        let dead = dead_sandboxes(&sandboxes, |id| id == "old-with-container");
+        assert_eq!(dead, vec!["old-empty".to_owned()]);
+        assert!(dead_sandboxes(&sandboxes[3..], |_| false).is_empty(), "the only one is the newest");
+    }
+}
