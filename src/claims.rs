@@ -13,7 +13,7 @@ use nodelet_resources::claim::metrics::ClaimMetrics;
 use nodelet_resources::claim::populator::{ClaimObjects, ObjectFeed, Populator};
 use nodelet_resources::claim::reconciler::{ClaimReconciler, watch_related};
 use nodelet_resources::claim::status::ClaimView;
-use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use reconcile_engine::{Engine, Metrics, RunReport, Store};
 use tokio::sync::watch;
 

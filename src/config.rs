@@ -1357,7 +1357,7 @@ impl Config {
                 .map(str::to_owned)
                 .collect()
         };
-        if let Err(e) = nodelet_resources::pod::sysctl::SysctlAllowlist::new(&allowed_unsafe_sysctls) {
+        if let Err(e) = nodelet_resources::common::sysctl::SysctlAllowlist::new(&allowed_unsafe_sysctls) {
             return Err(m.origin_err(
                 !args.allowed_unsafe_sysctls.is_empty(),
                 "--allowed-unsafe-sysctls",

@@ -15,7 +15,7 @@
 use std::alloc::System;
 use std::path::Path;
 
-use nodelet_resources::pod::desired::PodSource;
+use nodelet_resources::model::pod::PodSource;
 use nodelet_resources::pod::security::{Level, PodSecurity};
 use peakmem_alloc::{INSTRUMENTED_SYSTEM, PeakMemAlloc, PeakMemAllocTrait as _};
 use proptest::prelude::*;

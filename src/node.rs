@@ -9,8 +9,8 @@ use k8s_openapi::List;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::common::clock::Clock;
-use nodelet_resources::pod::actual::{ContainerState, PodActual};
-use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::actual::{ContainerState, PodActual};
+use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::reconciler::PodReconciler;
 use nodelet_resources::pod::status::{PodOpStatus, pod_status};
 use nodelet_resources::sandbox::ops::SandboxOp;
@@ -907,7 +907,7 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodelet_resources::pod::actual::{ContainerRecord, SandboxRecord};
+    use nodelet_resources::model::actual::{ContainerRecord, SandboxRecord};
 
     fn container(name: &str, state: ContainerState) -> ContainerRecord {
         ContainerRecord { name: name.into(), image: format!("img/{name}"), state, ..Default::default() }

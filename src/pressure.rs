@@ -20,10 +20,10 @@ use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, Pres
 use nodelet_resources::eviction::metrics::EvictionMetrics;
 use nodelet_resources::eviction::populator::VerdictPopulator;
 use nodelet_resources::eviction::signal::{
-    Amount, BoxFuture, Observation, Observations, PodUsage, Signal, SignalError, SignalSource, Threshold,
+    Amount, BoxFuture, Observation, Observations, PodUsage, SignalError, SignalSource, Threshold,
 };
 use nodelet_resources::eviction::state::Policy;
-use nodelet_resources::eviction::verdict::{Admission, Verdict};
+use nodelet_resources::eviction::verdict::Admission;
 use nodelet_resources::image::driver::ImageDriver;
 use nodelet_resources::image::metrics::ImageGcMetrics;
 use nodelet_resources::image::plan::ImageGcPolicy;
@@ -31,8 +31,10 @@ use nodelet_resources::image::populator::{ImagePopulator, ImageStores};
 use nodelet_resources::image::reclaim::{DEFAULT_RECLAIM_TIMEOUT, ImagePairReclaimer};
 use nodelet_resources::image::reconciler::{ImageReconciler, PodImages, removals_on_pod_change};
 use nodelet_resources::image::status::free_space;
-use nodelet_resources::pod::actual::PodActual;
-use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::pod::{DesiredPod, PodUid};
+use nodelet_resources::model::pressure::Signal;
+use nodelet_resources::model::verdict::Verdict;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{VolumeKey, split_key};
 use reconcile_engine::{Engine, Store, Writer};
@@ -212,10 +214,10 @@ pub(crate) fn admission(
         .with_sysctls(
             // Checked when the configuration was read; a failure here would be a bug, logged and the
             // safe set kept.
-            nodelet_resources::pod::sysctl::SysctlAllowlist::new(&config.pods.allowed_unsafe_sysctls)
+            nodelet_resources::common::sysctl::SysctlAllowlist::new(&config.pods.allowed_unsafe_sysctls)
                 .unwrap_or_else(|e| {
                     tracing::error!(error = %e, "allowedUnsafeSysctls: keeping the safe sysctls only");
-                    nodelet_resources::pod::sysctl::SysctlAllowlist::default()
+                    nodelet_resources::common::sysctl::SysctlAllowlist::default()
                 }),
         )
 }

@@ -14,10 +14,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Volume};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use nodelet_host::files::ObjectLookup;
 use nodelet_resources::common::runtime_class::RuntimeClasses;
-use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::volumes::Plugin;
 use nodelet_resources::volume::actual::{DeviceActual, MountState, VolumeActual};
 use nodelet_resources::volume::desired::{
-    CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, split_key,
+    CsiSource, DesiredVolume, VolumeKey, VolumeSource, device_key, split_key,
 };
 use nodelet_resources::volume::driver::{VolumeError, VolumeHost};
 use nodelet_resources::volume::ops::VolumeOp;

@@ -11,7 +11,11 @@
 //! ```
 //!
 //! Start with [`pod`]: its module doc walks through the pod lifecycle. The pairs feed each other
-//! through their stores, never by calling each other:
+//! through their stores, never by calling each other, and share one vocabulary, [`model`] (the desired pod,
+//! container and sandbox records, verdicts, QoS, pod volumes, runtime errors), which imports no pair. A pair
+//! imports only [`model`], [`quantity`], [`common`] and the read side of another pair's stores it takes as a
+//! side input (the sandbox pair's `SandboxView`, the volume pair's `VolumeGate`, the probe results); a test
+//! (`layering.rs`) checks it on the sources and fails on a cycle.
 //!
 //! - [`volume`]: the volumes the desired pods need (set up before their containers start, torn
 //!   down after their containers are gone); the pod reconciler reads its actual store.
@@ -20,15 +24,20 @@
 //! - [`probe`]: liveness, readiness and startup probes of running containers; the pod reconciler
 //!   and status read their results.
 //! - [`quantity`]: Kubernetes resource quantities, exactly.
-//! - [`common`]: what every pair shares: the clock, API timestamps, the node's events, QoS class,
-//!   DNS-name checks, RuntimeClasses.
+//! - [`common`]: helpers every pair may use: the clock, API timestamps, the node's events, DNS-name
+//!   checks, RuntimeClasses, the sysctl allowlist.
 
 #![deny(missing_docs)]
 
 pub mod claim;
 pub mod common;
 pub mod eviction;
+#[cfg(feature = "testing")]
+pub mod fake;
 pub mod image;
+#[cfg(test)]
+mod layering;
+pub mod model;
 pub mod pod;
 pub mod probe;
 

@@ -18,7 +18,7 @@ use nodelet_resources::claim::driver::{
 use nodelet_resources::claim::populator::{ClaimObjects, Populator};
 use nodelet_resources::claim::reconciler::{ClaimReconciler, watch_related};
 use nodelet_resources::claim::status::ClaimView;
-use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use reconcile_engine::testing::eventually;
 use reconcile_engine::{CancellationToken, Engine, Writer, store};
 use tokio::sync::watch;

@@ -10,18 +10,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Volume};
-use nodelet_resources::pod::actual::PodActual;
-use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::volumes::ClaimLookup;
+use nodelet_resources::model::volumes::Plugin;
+use nodelet_resources::model::volumes::VolumeReadiness;
 use nodelet_resources::volume::actual::{DeviceActual, MountState, Step, VolumeActual};
 use nodelet_resources::volume::desired::{
-    CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, volume_key, volume_path,
+    CsiSource, DesiredVolume, VolumeKey, VolumeSource, device_key, volume_key, volume_path,
 };
 use nodelet_resources::volume::driver::{VolumeDriver, VolumeError, VolumeHost};
 use nodelet_resources::volume::metrics::VolumeMetrics;
 use nodelet_resources::volume::ops::VolumeOp;
-use nodelet_resources::volume::populator::{ClaimLookup, Populator, Renderer};
+use nodelet_resources::volume::populator::{Populator, Renderer};
 use nodelet_resources::volume::reconciler::{VolumeReconciler, related_volumes};
-use nodelet_resources::volume::status::{VolumeGate, VolumeReadiness};
+use nodelet_resources::volume::status::VolumeGate;
 use reconcile_engine::testing::eventually;
 use reconcile_engine::{CancellationToken, Engine, Store, Writer, store};
 

@@ -20,8 +20,8 @@ use nodelet_resources::image::plan::ImageGcPolicy;
 use nodelet_resources::image::populator::{ImagePopulator, ImageStores};
 use nodelet_resources::image::reconciler::{ImageReconciler, PodImages, removals_on_pod_change};
 use nodelet_resources::image::status::{FreeSpace, free_space};
-use nodelet_resources::pod::actual::PodActual;
-use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use reconcile_engine::testing::eventually;
 use reconcile_engine::{BackoffConfig, CancellationToken, Engine, Store, Writer, store};
 

@@ -7,12 +7,14 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use nodelet_resources::common::clock::Clock;
 use nodelet_resources::eviction::populator::{VerdictPopulator, evictions};
-use nodelet_resources::eviction::verdict::{Admission, NodeResources, Verdict};
-use nodelet_resources::pod::actual::PodActual;
-use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::eviction::verdict::{Admission, NodeResources};
+use nodelet_resources::fake::FakeRuntime;
+use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::runtime::RuntimeError;
+use nodelet_resources::model::verdict::Verdict;
+use nodelet_resources::pod::driver::PodDriver;
 use nodelet_resources::pod::driver::PodRuntime;
-use nodelet_resources::pod::driver::{PodDriver, RuntimeError};
-use nodelet_resources::pod::fake::FakeRuntime;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{
     DEFAULT_EVENTED_RELIST_PERIOD, DEFAULT_RELIST_PERIOD, EVENTED_RELIST_JITTER, MAX_POD_READS, Pleg,
@@ -765,7 +767,7 @@ impl Node {
     fn running(&self, uid: &str, name: &str) -> bool {
         self.actual.get(&uid.to_string()).is_some_and(|a| {
             a.container(name)
-                .is_some_and(|c| c.state == nodelet_resources::pod::actual::ContainerState::Running)
+                .is_some_and(|c| c.state == nodelet_resources::model::actual::ContainerState::Running)
         })
     }
 }

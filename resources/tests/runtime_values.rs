@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
-use nodelet_resources::pod::desired::{DesiredPod, PodSource};
+use nodelet_resources::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+use nodelet_resources::model::cgroup::CgroupResources;
+use nodelet_resources::model::pod::{DesiredPod, PodSource};
 use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler};
-use nodelet_resources::pod::resize::CgroupResources;
 use nodelet_resources::pod::status::{pod_status, time};
 use reconcile_engine::{Reconciler, Store, View};
 

@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use nodelet_resources::common::clock::Clock;
-use nodelet_resources::pod::actual::PodActual;
-use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::fake::FakeRuntime;
+use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::volumes::Plugin;
+use nodelet_resources::model::volumes::VolumeReadiness;
 use nodelet_resources::pod::driver::PodDriver;
-use nodelet_resources::pod::fake::FakeRuntime;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
 use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
@@ -21,14 +23,14 @@ use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
 use nodelet_resources::volume::actual::{MountState, VolumeActual};
 use nodelet_resources::volume::desired::{
-    DesiredVolume, FileEntry, FileSet, Plugin, VolumeKey, VolumeSource, volume_path,
+    DesiredVolume, FileEntry, FileSet, VolumeKey, VolumeSource, volume_path,
 };
 use nodelet_resources::volume::driver::{VolumeDriver, VolumeError, VolumeHost};
 use nodelet_resources::volume::metrics::VolumeMetrics;
 use nodelet_resources::volume::ops::VolumeOp;
 use nodelet_resources::volume::populator::{Populator, Renderer};
 use nodelet_resources::volume::reconciler::{VolumeReconciler, pod_of_volume, related_volumes};
-use nodelet_resources::volume::status::{VolumeGate, VolumeReadiness};
+use nodelet_resources::volume::status::VolumeGate;
 use reconcile_engine::testing::eventually;
 use reconcile_engine::{Engine, Store, Writer, store};
 

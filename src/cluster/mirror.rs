@@ -15,7 +15,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams, Preconditions};
-use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::validation::{CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION};
 use reconcile_engine::Store;
 use tokio::sync::watch;

@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use nodelet_resources::pod::desired::{DesiredPod, PodSource};
+use nodelet_resources::model::pod::{DesiredPod, PodSource};
 use nodelet_resources::pod::validation::{CONFIG_MIRROR_ANNOTATION, prepare};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -65,7 +65,7 @@ fn name_of(pod: &Pod) -> PodName {
 
 /// The pod as a spec: without status and the server's bookkeeping, but with the QoS class the API server
 /// recorded (`status.qosClass`, immutable once the pod exists), which the kubelet's rules take over computing
-/// it again (`GetPodQOS`, see [`nodelet_resources::common::qos`]).
+/// it again (`GetPodQOS`, see [`nodelet_resources::model::qos`]).
 pub(crate) fn spec_only(pod: &Pod) -> Pod {
     let mut pod = pod.clone();
     let qos_class = pod.status.take().and_then(|s| s.qos_class);

@@ -31,13 +31,13 @@ use k8s_openapi::api::core::v1::{HostIP, Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use nodelet_resources::pod::actual::PodActual;
-use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::actual::PodSandboxes;
+use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use nodelet_resources::pod::status::{KUBELET_CONDITIONS, pod_ready_condition};
 use nodelet_resources::pod::validation::{
     CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
 };
-use nodelet_resources::sandbox::actual::PodSandboxes;
 use reconcile_engine::{Store, Subscription};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -467,7 +467,7 @@ fn is_terminated(pod: &Pod) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use nodelet_resources::pod::desired::PodSource;
+    use nodelet_resources::model::pod::PodSource;
     use nodelet_resources::pod::validation::prepare;
 
     use super::*;
@@ -531,15 +531,15 @@ mod tests {
         // The desired pod as the API source makes it (the recorded class kept), and the status built from it.
         let desired = nodelet_resources::pod::validation::prepare(
             crate::cluster::pods::spec_only(&api_pod),
-            nodelet_resources::pod::desired::PodSource::Api,
+            nodelet_resources::model::pod::PodSource::Api,
             "node-a",
         )
         .expect("a valid pod");
-        assert_eq!(nodelet_resources::pod::status::qos_class(&desired).as_str(), "Guaranteed");
+        assert_eq!(nodelet_resources::model::qos::qos_class(&desired).as_str(), "Guaranteed");
         let mut without_record = desired.clone();
         without_record.pod.status = None;
         assert_eq!(
-            nodelet_resources::pod::status::qos_class(&without_record).as_str(),
+            nodelet_resources::model::qos::qos_class(&without_record).as_str(),
             "Guaranteed",
             "computed by value: 1 == 1000m"
         );

@@ -503,7 +503,7 @@ fn default_pod_cidr_matches_its_documented_string() {
 /// and explicit DNS (the host resolver is in a network pods must not use).
 #[test]
 fn the_example_manifests_are_valid_static_pods() {
-    use nodelet_resources::pod::desired::PodSource;
+    use nodelet_resources::model::pod::PodSource;
     use nodelet_resources::pod::validation::prepare_value;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/examples");
     let mut names = Vec::new();

@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use nodelet_resources::eviction::manager::PressureView;
-use nodelet_resources::pod::actual::PodActual;
-use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey};
 use reconcile_engine::{CancellationToken, Metrics, Store};

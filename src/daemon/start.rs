@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use nodelet_resources::common::clock::{Clock, system_clock};
-use nodelet_resources::eviction::verdict::Verdict;
-use nodelet_resources::pod::actual::PodActual;
-use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::pod::{DesiredPod, PodUid};
+use nodelet_resources::model::verdict::Verdict;
+use nodelet_resources::model::volumes::ClaimLookup;
 use nodelet_resources::pod::driver::PodDriver;
 use nodelet_resources::pod::gc::Surplus;
 use nodelet_resources::pod::metrics::PodMetrics;
@@ -23,7 +24,7 @@ use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey};
 use nodelet_resources::volume::driver::VolumeDriver;
 use nodelet_resources::volume::metrics::VolumeMetrics;
-use nodelet_resources::volume::populator::{ClaimLookup, Populator};
+use nodelet_resources::volume::populator::Populator;
 use nodelet_resources::volume::reconciler::VolumeReconciler;
 use reconcile_engine::{BackoffConfig, Engine, Metrics, Store};
 use tokio_util::sync::CancellationToken;
@@ -450,7 +451,7 @@ pub(crate) struct Pods {
     pub(crate) failures: Store<PodUid, nodelet_resources::pod::status::PodOpStatus>,
     pub(crate) probes: ProbeResults,
     /// The node's verdicts on its pods (admitted, refused, evicted).
-    pub(crate) verdicts: Store<PodUid, nodelet_resources::eviction::verdict::Verdict>,
+    pub(crate) verdicts: Store<PodUid, nodelet_resources::model::verdict::Verdict>,
     /// What the servers read of the sandbox pair.
     pub(crate) sandboxes: SandboxView,
     /// The sandbox pair's operation status (a side input of the pod reconciler and of pod status).
@@ -467,7 +468,7 @@ pub(crate) struct Pods {
 }
 
 struct PressureInputs {
-    verdict_writer: reconcile_engine::Writer<PodUid, nodelet_resources::eviction::verdict::Verdict>,
+    verdict_writer: reconcile_engine::Writer<PodUid, nodelet_resources::model::verdict::Verdict>,
     admission: nodelet_resources::eviction::verdict::Admission,
     container_gc: nodelet_resources::pod::gc::ContainerGcReclaimer,
 }

@@ -19,7 +19,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_resources::pod::desired::PodSource;
+use nodelet_resources::model::pod::PodSource;
 use nodelet_resources::pod::security::{Level, PodSecurity, SecurityError};
 
 /// The namespaces and label keys pods of the sources nodelet cannot trust as root's may use.

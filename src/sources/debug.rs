@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::EphemeralContainer;
-use nodelet_resources::pod::desired::PodUid;
+use nodelet_resources::model::pod::PodUid;
 use nodelet_resources::pod::validation::ValidationError;
 
 use nodelet_node::atomic::{AtomicWriteError, write_atomically};

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use nodelet_resources::pod::desired::PodSource;
+use nodelet_resources::model::pod::PodSource;
 use notify::Watcher;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, watch};
@@ -538,8 +538,8 @@ mod tests {
 
     struct Running {
         store: reconcile_engine::Store<
-            nodelet_resources::pod::desired::PodUid,
-            nodelet_resources::pod::desired::DesiredPod,
+            nodelet_resources::model::pod::PodUid,
+            nodelet_resources::model::pod::DesiredPod,
         >,
         problems: SourceProblems,
         objects: watch::Receiver<Arc<ManifestObjects>>,

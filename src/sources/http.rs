@@ -38,7 +38,7 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
-use nodelet_resources::pod::desired::{DesiredPod, PodSource};
+use nodelet_resources::model::pod::{DesiredPod, PodSource};
 use nodelet_resources::pod::validation::{FieldError, FieldErrorKind};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -660,7 +660,7 @@ async fn remove(
 mod tests {
     use std::time::Duration;
 
-    use nodelet_resources::pod::desired::PodUid;
+    use nodelet_resources::model::pod::PodUid;
     use reconcile_engine::Store;
 
     use super::super::testutil::{NODE, by_name, desired, names, pod_yaml};

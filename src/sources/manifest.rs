@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use nodelet_resources::pod::desired::{DesiredPod, PodSource};
+use nodelet_resources::model::pod::{DesiredPod, PodSource};
 use nodelet_resources::pod::validation::{self, FieldError, ValidationError};
 
 use super::admission::SourcePolicy;

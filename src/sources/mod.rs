@@ -62,7 +62,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::EphemeralContainer;
-use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::grace::{GraceCap, cap_grace_periods};
 use nodelet_resources::pod::validation::{CONFIG_SEEN_ANNOTATION, add_ephemeral_containers};
 use reconcile_engine::{Store, Writer};

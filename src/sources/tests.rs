@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use nodelet_resources::pod::desired::PodSource;
+use nodelet_resources::model::pod::PodSource;
 use nodelet_resources::pod::validation::CONFIG_SEEN_ANNOTATION;
 
 use super::testutil::{NODE, by_name, desired, names};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use nodelet_resources::pod::desired::{DesiredPod, PodSource, PodUid};
+use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::validation;
 use reconcile_engine::Store;
 

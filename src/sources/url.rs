@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::FutureExt;
-use nodelet_resources::pod::desired::PodSource;
+use nodelet_resources::model::pod::PodSource;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio_util::sync::CancellationToken;
 

@@ -34,9 +34,10 @@ use nodelet_cri::{ContainerFilter, labels};
 use nodelet_host::usage::End;
 use nodelet_host::usage::{Budget, Walk};
 use nodelet_resources::eviction::local_storage::{ContainerStorage, LocalStorage, PodStorage, StorageLimits};
-use nodelet_resources::pod::desired::DesiredPod;
+use nodelet_resources::model::pod::DesiredPod;
+use nodelet_resources::model::volumes::Plugin;
 use nodelet_resources::volume::actual::VolumeActual;
-use nodelet_resources::volume::desired::{Plugin, VolumeKey, split_key};
+use nodelet_resources::volume::desired::{VolumeKey, split_key};
 use tokio_util::sync::CancellationToken;
 
 use super::volume_usage::VolumeUsage;
@@ -321,7 +322,7 @@ fn measure_pod(
 mod tests {
     use super::*;
     use nodelet_resources::eviction::local_storage::check;
-    use nodelet_resources::pod::desired::PodSource;
+    use nodelet_resources::model::pod::PodSource;
 
     const MI: u64 = 1 << 20;
 

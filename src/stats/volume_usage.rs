@@ -17,7 +17,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use nodelet_host::usage::{Budget, End, measure};
-use nodelet_resources::volume::desired::{Plugin, VolumeKey, split_key};
+use nodelet_resources::model::volumes::Plugin;
+use nodelet_resources::volume::desired::{VolumeKey, split_key};
 use tokio_util::sync::CancellationToken;
 
 use super::local_storage::ENTRY_BUDGET;

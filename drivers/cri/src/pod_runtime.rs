@@ -37,14 +37,13 @@ use futures::StreamExt;
 use k8s_cri::v1;
 use k8s_openapi::api::core::v1::Container;
 use nodelet_resources::common::runtime_class::{self, RuntimeClasses};
-use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
-use nodelet_resources::pod::desired::DesiredPod;
-use nodelet_resources::pod::driver::{
-    CancellationToken, ContainerKind, PodRuntime, RuntimeError, RuntimeResult,
-};
-use nodelet_resources::pod::resize::CgroupResources;
-use nodelet_resources::sandbox::actual::PodSandboxes;
-use nodelet_resources::volume::status::PodVolumes;
+use nodelet_resources::model::actual::PodSandboxes;
+use nodelet_resources::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+use nodelet_resources::model::cgroup::CgroupResources;
+use nodelet_resources::model::pod::DesiredPod;
+use nodelet_resources::model::runtime::{RuntimeError, RuntimeResult};
+use nodelet_resources::model::volumes::PodVolumes;
+use nodelet_resources::pod::driver::{CancellationToken, ContainerKind, PodRuntime};
 
 use crate::client::CriClient;
 use crate::dns::{self, NodeDns, ResolvConf};
@@ -192,7 +191,7 @@ impl EnvObjects {
         pod: &DesiredPod,
     ) -> Option<&(dyn nodelet_host::files::ObjectLookup + Send + Sync)> {
         match pod.source {
-            nodelet_resources::pod::desired::PodSource::Api => self.api.as_deref(),
+            nodelet_resources::model::pod::PodSource::Api => self.api.as_deref(),
             _ => self.local.as_deref(),
         }
     }

@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, ContainerPort, LifecycleHandler};
-use nodelet_resources::pod::driver::RuntimeError;
+use nodelet_resources::model::runtime::RuntimeError;
 use nodelet_resources::probe::desired::{Action, HttpGet, MAX_BODY_BYTES, PROBE_USER_AGENT, hook_action};
 use nodelet_resources::probe::handler::{ProbeHandler, ProbeOutcome, ProbeTarget};
 

@@ -9,12 +9,13 @@ use std::path::{Component, Path, PathBuf};
 
 use k8s_cri::v1;
 use k8s_openapi::api::core::v1::{Container, EnvVarSource, SeccompProfile};
-use nodelet_resources::common::qos::{QosClass, qos_class};
-use nodelet_resources::pod::desired::DesiredPod;
+use nodelet_resources::model::cgroup::CgroupResources;
+use nodelet_resources::model::pod::DesiredPod;
+use nodelet_resources::model::qos::{QosClass, qos_class};
+use nodelet_resources::model::volumes::PodVolumes;
 use nodelet_resources::pod::driver::{ContainerKind, container_hash};
-use nodelet_resources::pod::resize::{CgroupResources, container_hash_without_resources};
+use nodelet_resources::pod::resize::container_hash_without_resources;
 use nodelet_resources::pod::security::APPARMOR_ANNOTATION_PREFIX;
-use nodelet_resources::volume::status::PodVolumes;
 
 use crate::labels::{self, PodIdentity};
 use crate::pod_runtime::CriPodRuntimeConfig;
@@ -367,7 +368,7 @@ pub(crate) fn sandbox_config(
         .and_then(|sc| sc.sysctls.as_ref())
         // In the dotted form (`kernel/shm_rmid_forced` is `kernel.shm_rmid_forced`), as the kubelet passes them.
         .map(|s| {
-            s.iter().map(|s| (nodelet_resources::pod::sysctl::to_dots(&s.name), s.value.clone())).collect()
+            s.iter().map(|s| (nodelet_resources::common::sysctl::to_dots(&s.name), s.value.clone())).collect()
         })
         .unwrap_or_default();
 
@@ -612,7 +613,7 @@ fn container_env(
         config.services.0.as_deref(),
         namespace,
         pod.spec().enable_service_links.unwrap_or(true),
-        !matches!(pod.source, nodelet_resources::pod::desired::PodSource::Api),
+        !matches!(pod.source, nodelet_resources::model::pod::PodSource::Api),
     )
     .map_err(|why| SpecError::Container(format!("container {:?}: {why}", container.name)))?;
     for (i, from) in container.env_from.iter().flatten().enumerate() {
@@ -1165,7 +1166,7 @@ mod tests {
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use nodelet_resources::pod::desired::PodSource;
+    use nodelet_resources::model::pod::PodSource;
 
     use super::*;
 
@@ -1592,8 +1593,8 @@ mod tests {
     }
 
     fn set_up_volumes() -> PodVolumes {
-        use nodelet_resources::volume::desired::Plugin;
-        use nodelet_resources::volume::status::MountedVolume;
+        use nodelet_resources::model::volumes::MountedVolume;
+        use nodelet_resources::model::volumes::Plugin;
         PodVolumes::from([
             (
                 "shared".into(),

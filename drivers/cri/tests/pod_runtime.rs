@@ -28,10 +28,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_cri::{CriClient, CriConfig, CriPodRuntime, CriPodRuntimeConfig, RuntimeEvent};
-use nodelet_resources::pod::actual::{ContainerRecord, ContainerState, PodActual};
-use nodelet_resources::pod::desired::{DesiredPod, PodSource};
+use nodelet_resources::model::actual::{ContainerRecord, ContainerState, PodActual};
+use nodelet_resources::model::cgroup::CgroupResources;
+use nodelet_resources::model::pod::{DesiredPod, PodSource};
 use nodelet_resources::pod::driver::{ContainerKind, PodRuntime, container_hash};
-use nodelet_resources::pod::resize::CgroupResources;
 use nodelet_resources::sandbox::desired::SandboxSpec;
 use nodelet_resources::sandbox::driver::SandboxRuntime;
 use tokio::time::{Instant, sleep};

@@ -38,9 +38,10 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use nodelet_resources::model::volumes::Plugin;
 use nodelet_resources::volume::actual::{MountState, VolumeActual};
 use nodelet_resources::volume::desired::{
-    DesiredVolume, Plugin, VolumeKey, VolumeSource, pod_dir, split_key, volume_key, volume_path,
+    DesiredVolume, VolumeKey, VolumeSource, pod_dir, split_key, volume_key, volume_path,
 };
 use nodelet_resources::volume::driver::{VolumeError, VolumeHost};
 use nodelet_resources::volume::ops::VolumeOp;

@@ -5,7 +5,8 @@ mod common;
 
 use nodelet_host::driver::HostVolumes;
 use nodelet_host::files::{FileEntry, FileSet};
-use nodelet_resources::volume::desired::{DesiredVolume, Plugin, VolumeSource, volume_path};
+use nodelet_resources::model::volumes::Plugin;
+use nodelet_resources::volume::desired::{DesiredVolume, VolumeSource, volume_path};
 use nodelet_resources::volume::driver::VolumeHost;
 use nodelet_resources::volume::ops::VolumeOp;
 

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use nodelet_host::driver::HostVolumes;
 use nodelet_host::files::{FileEntry, FileSet};
 use nodelet_host::ownership::{requires_change, set_volume_ownership};
-use nodelet_resources::volume::desired::{DesiredVolume, FsGroup, Plugin, VolumeSource, volume_path};
+use nodelet_resources::model::volumes::Plugin;
+use nodelet_resources::volume::desired::{DesiredVolume, FsGroup, VolumeSource, volume_path};
 use nodelet_resources::volume::driver::VolumeHost;
 
 const GID: u32 = 4321;

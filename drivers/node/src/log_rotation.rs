@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use nodelet_cri::log_rotation::{LogRotationPolicy, rotate_if_needed};
-use nodelet_resources::pod::actual::{ContainerState, PodActual};
-use nodelet_resources::pod::desired::PodUid;
+use nodelet_resources::model::actual::{ContainerState, PodActual};
+use nodelet_resources::model::pod::PodUid;
 use reconcile_engine::Store;
 use tokio_util::sync::CancellationToken;
 

@@ -11,7 +11,7 @@
 //! | PODS | how many pods of the node use it | |
 
 use nodelet::StatusTable;
-use nodelet_resources::pod::desired::{DesiredPod, PodUid};
+use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use reconcile_engine::{OpStatus, Store};
 
 use crate::populator::Problems;

@@ -17,7 +17,7 @@ use super::desired::{
     ANN_BETA_CLASS, ANN_DEFAULT_CLASS, ClaimDesired, ClaimKey, DesiredPv, DesiredPvc, validate_pvc,
 };
 use super::driver::ProvisionedVolumes;
-use crate::pod::desired::{DesiredPod, PodUid};
+use crate::model::pod::{DesiredPod, PodUid};
 
 /// The storage objects the sources declare (standalone mode: the manifest directory).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -113,7 +113,7 @@ impl std::fmt::Debug for Populator {
 pub fn claims_in_use(pods: &Store<PodUid, DesiredPod>) -> BTreeSet<(String, String)> {
     let mut used = BTreeSet::new();
     pods.for_each(|_, pod| {
-        if pod.source == crate::pod::desired::PodSource::Api {
+        if pod.source == crate::model::pod::PodSource::Api {
             return;
         }
         for volume in pod.spec().volumes.iter().flatten() {
@@ -335,7 +335,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Pod, PodSpec, Volume};
 
     use super::*;
-    use crate::pod::desired::PodSource;
+    use crate::model::pod::PodSource;
 
     fn using(claim: &str, source: PodSource) -> DesiredPod {
         let mut pod = Pod::default();

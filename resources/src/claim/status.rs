@@ -17,6 +17,8 @@ use super::desired::{ClaimDesired, ClaimKey, DesiredPvc};
 use super::driver::ClaimError;
 use super::ops::ClaimOp;
 use super::reconciler::ClaimReconciler;
+use crate::model::pod::{DesiredPod, PodSource};
+use crate::model::volumes::ClaimLookup;
 
 /// The failures the claim engine records per key ([`reconcile_engine::Engine::op_status`]).
 pub type ClaimFailures = Store<ClaimKey, OpStatus<ClaimOp, ClaimError>>;
@@ -376,5 +378,21 @@ impl ClaimView {
             }
         }
         events
+    }
+}
+
+impl ClaimLookup for ClaimView {
+    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String> {
+        // nodelet's own binder serves static pods only: an API pod's claims are the API server's.
+        if pod.source == PodSource::Api {
+            return Err(format!(
+                "persistentvolumeclaim {claim:?} of an API pod: nodelet's own binder serves static pods only"
+            ));
+        }
+        ClaimView::bound_volume(self, pod.namespace(), claim)
+    }
+
+    fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(ClaimView::wait_until_synced(self))
     }
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::pod::desired::DesiredPod;
+use crate::model::pod::DesiredPod;
 
 /// Looks RuntimeClass objects up by name.
 pub trait RuntimeClasses: Send + Sync + 'static {
@@ -114,7 +114,7 @@ pub fn tolerates(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::desired::PodSource;
+    use crate::model::pod::PodSource;
     use std::collections::HashMap;
 
     struct Classes(HashMap<String, RuntimeClass>);

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::pod::desired::{DesiredPod, is_sidecar};
+use crate::model::pod::{DesiredPod, is_sidecar};
 use crate::quantity::Quantity;
 
 /// The resource name of local ephemeral storage.
@@ -281,7 +281,7 @@ pub fn check(pod: &DesiredPod, usage: &PodStorage, dedicated_image_fs: bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::desired::PodSource;
+    use crate::model::pod::PodSource;
     use k8s_openapi::api::core::v1::Pod;
 
     const MI: u64 = 1 << 20;

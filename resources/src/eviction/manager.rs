@@ -23,13 +23,14 @@ use super::local_storage::check;
 use super::metrics::EvictionMetrics;
 use super::populator::{Eviction, EvictionSink};
 use super::rank::{Candidate, eviction_message, is_critical, rank};
-use super::signal::{BoxFuture, Condition, Signal, SignalSource};
+use super::signal::SignalSource;
 use super::state::{EvictionState, Met, Policy, still_met};
-use super::verdict::Verdict;
 use crate::common::clock::Clock;
 use crate::common::events::{Involved, NodeEvents};
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, PodUid};
+use crate::model::actual::PodActual;
+use crate::model::pod::{DesiredPod, PodUid};
+use crate::model::pressure::{Condition, Reclaimer, Signal};
+use crate::model::verdict::Verdict;
 
 /// The grace period of a pod evicted for a hard threshold (the kubelet's
 /// `immediateEvictionGracePeriodSeconds`).
@@ -50,16 +51,6 @@ pub struct EvictionConfig {
     /// `localStorageCapacityIsolation`: evict pods over their emptyDir `sizeLimit` or their
     /// containers' `ephemeral-storage` limits ([`local_storage`](super::local_storage)).
     pub local_storage_capacity_isolation: bool,
-}
-
-/// Node-level reclaim (image garbage collection, container garbage collection), tried before
-/// pods are evicted for a disk signal.
-pub trait Reclaimer: Send + Sync + 'static {
-    /// Its name, for logs.
-    fn name(&self) -> &'static str;
-
-    /// Frees what it can towards `bytes` for `signal`; returns the bytes freed.
-    fn reclaim(&self, signal: Signal, bytes: u64) -> BoxFuture<'_, Result<u64, String>>;
 }
 
 /// One pressure condition as the node status shows it.
@@ -444,9 +435,11 @@ mod tests {
 
     use super::*;
     use crate::eviction::local_storage::{ContainerStorage, LocalStorage, PodStorage};
-    use crate::eviction::signal::{Amount, Observation, Observations, PodUsage, SignalError, Threshold};
-    use crate::pod::actual::{ContainerRecord, ContainerState};
-    use crate::pod::desired::PodSource;
+    use crate::eviction::signal::{
+        Amount, BoxFuture, Observation, Observations, PodUsage, SignalError, Threshold,
+    };
+    use crate::model::actual::{ContainerRecord, ContainerState};
+    use crate::model::pod::PodSource;
 
     const MI: u64 = 1 << 20;
 

@@ -3,7 +3,7 @@
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use super::local_storage::LimitSignal;
-use super::signal::{Condition, Signal};
+use crate::model::pressure::{Condition, Signal};
 
 /// `kubelet_evictions_total{eviction_signal}` and `nodelet_node_pressure{condition}`.
 #[derive(Debug, Clone)]

@@ -32,11 +32,12 @@ use reconcile_engine::{CancellationToken, Store, Writer};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info};
 
-use super::signal::Condition;
-use super::verdict::{Admission, DEADLINE_EXCEEDED, ResizeDecision, Verdict, pod_requests};
+use super::verdict::Admission;
 use crate::common::clock::{Clock, system_clock};
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, PodUid};
+use crate::model::actual::PodActual;
+use crate::model::pod::{DesiredPod, PodUid};
+use crate::model::pressure::Condition;
+use crate::model::verdict::{DEADLINE_EXCEEDED, ResizeDecision, Verdict, pod_requests};
 
 /// A pod the eviction manager decided to evict.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,9 +302,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::eviction::verdict::{NodeResources, VerdictKind};
-    use crate::pod::actual::{ContainerRecord, ContainerState};
-    use crate::pod::desired::PodSource;
+    use crate::eviction::verdict::NodeResources;
+    use crate::model::actual::{ContainerRecord, ContainerState};
+    use crate::model::pod::PodSource;
+    use crate::model::verdict::VerdictKind;
 
     fn pod(name: &str, created: Option<&str>, cpu: &str) -> DesiredPod {
         let pod: Pod = serde_json::from_value(serde_json::json!({
@@ -505,7 +507,7 @@ mod tests {
         s.pods.insert("adopted".into(), with_deadline("adopted", Some(60)));
         let mut actual = running();
         actual.sandboxes =
-            vec![crate::pod::actual::SandboxRecord { created_at: 50_000_000_000, ..Default::default() }];
+            vec![crate::model::actual::SandboxRecord { created_at: 50_000_000_000, ..Default::default() }];
         s.actual.insert("adopted".into(), actual);
         s.populator.sync();
         assert_eq!(reason(&s, "adopted").as_deref(), Some("Admitted"), "50 s of 60");

@@ -2,9 +2,11 @@
 
 use std::cmp::Ordering;
 
-use super::signal::{Condition, PodUsage, Signal};
+use super::signal::PodUsage;
+
 use super::state::Met;
-use crate::pod::desired::DesiredPod;
+use crate::model::pod::DesiredPod;
+use crate::model::pressure::{Condition, Signal};
 use crate::quantity::Quantity;
 
 /// Priority at and above which a pod is system-critical (`system-cluster-critical`).
@@ -124,7 +126,7 @@ pub fn eviction_message(met: &Met, candidate: &Candidate<'_>) -> String {
 mod tests {
     use super::*;
     use crate::eviction::signal::{Amount, Observation, Threshold};
-    use crate::pod::desired::PodSource;
+    use crate::model::pod::PodSource;
     use k8s_openapi::api::core::v1::Pod;
 
     const MI: u64 = 1 << 20;

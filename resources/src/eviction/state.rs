@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::signal::{Condition, Observation, Observations, Threshold};
+use super::signal::{Observation, Observations, Threshold};
+
+use crate::model::pressure::Condition;
 
 /// The thresholds and how long a pressure condition outlives its last met threshold.
 #[derive(Debug, Clone, PartialEq)]
@@ -125,8 +127,9 @@ pub fn still_met(threshold: &Threshold, observations: &Observations) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::signal::{Amount, Signal};
+    use super::super::signal::Amount;
     use super::*;
+    use crate::model::pressure::Signal;
 
     const MI: u64 = 1 << 20;
 

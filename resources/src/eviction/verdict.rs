@@ -1,176 +1,28 @@
-//! The node's verdicts on its pods, and the admission decisions behind them.
+//! The admission decisions behind the node's verdicts ([`Verdict`], in [`crate::model::verdict`]: the value of
+//! the verdict store, which only the [`VerdictPopulator`](super::populator::VerdictPopulator) writes).
 //!
-//! - [`Verdict`]: the value of the verdict store (`Store<PodUid, Verdict>`): admitted (with a
-//!   pending in-place resize that could not be granted, if any), or stopped for good ([`Stopped`]):
-//!   refused at admission or evicted under node pressure. The pod reconciler, the volume
-//!   populator and the pod status read it; only the
-//!   [`VerdictPopulator`](super::populator::VerdictPopulator) writes it.
-//! - [`Admission`]: the kubelet's admit handlers as plain state owned by that populator: node
-//!   pressure (the eviction manager's conditions), the sysctl allowlist (`SysctlForbidden`), the
-//!   pod's OS (`PodOSSelectorNodeLabelDoesNotMatch`, `PodOSNotSupported`), the resource fit against
-//!   the node's allocatable resources (`OutOfpods`, `OutOfcpu`, `OutOfmemory`, counting RuntimeClass
-//!   overhead), the node selector (`NodeAffinity`) and `NoExecute` taints (`TaintToleration`); and in-place resize
-//!   decisions ([`ResizeDecision`]) against the same accounting.
-//! - [`plan_stopped`] and [`apply`]: what the pod pair does with a stopped pod (kill it, keep its
-//!   containers for logs) and how its status shows it (phase `Failed`, the verdict's reason and
-//!   message).
+//! [`Admission`]: the kubelet's admit handlers as plain state owned by that populator: node pressure (the
+//! eviction manager's conditions), the sysctl allowlist (`SysctlForbidden`), the pod's OS
+//! (`PodOSSelectorNodeLabelDoesNotMatch`, `PodOSNotSupported`), the resource fit against the node's allocatable
+//! resources (`OutOfpods`, `OutOfcpu`, `OutOfmemory`, counting RuntimeClass overhead), the node selector
+//! (`NodeAffinity`) and `NoExecute` taints (`TaintToleration`); and in-place resize decisions
+//! ([`ResizeDecision`]) against the same accounting. What the pod pair does with a stopped pod is its own
+//! ([`crate::pod::verdict`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
-use reconcile_engine::Plan;
-
 use super::rank::is_critical;
-use super::signal::Condition;
-use crate::common::qos::{QosClass, qos_class};
 use crate::common::runtime_class::{self, RuntimeClasses};
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, is_sidecar};
-use crate::pod::ops::PodOp;
-use crate::pod::sysctl::{self, SysctlAllowlist};
-
-/// The status reason of a pod stopped at its `activeDeadlineSeconds`.
-pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+use crate::common::sysctl::{self, SysctlAllowlist};
+use crate::model::pod::DesiredPod;
+use crate::model::pressure::Condition;
+use crate::model::qos::{QosClass, qos_class};
+use crate::model::verdict::{ResizeDecision, Stopped, Verdict, VerdictKind, pod_requests};
 
 /// The taint a pod tolerates to be admitted under memory pressure when it is BestEffort.
 pub const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";
-
-/// Why a pod was stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VerdictKind {
-    /// Stopped while admitted: evicted because of node pressure or a local storage limit, or past
-    /// its `activeDeadlineSeconds`.
-    Evicted,
-    /// Refused before it ran (admission).
-    Rejected,
-}
-
-/// A pod stopped for good, as its status shows it: phase `Failed` with this reason and message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stopped {
-    /// Evicted or rejected.
-    pub kind: VerdictKind,
-    /// The status reason (`Evicted`, `OutOfcpu`, `NodeAffinity`, ...).
-    pub reason: String,
-    /// The status message.
-    pub message: String,
-    /// The grace period its containers are killed with.
-    pub grace: Duration,
-    /// When it was decided, nanoseconds since the Unix epoch (0 when unknown).
-    pub at: i64,
-    /// Whether the status gets the `DisruptionTarget` condition: the kubelet sets it for a
-    /// node-pressure eviction, not for an eviction over a local storage limit.
-    pub disruption_target: bool,
-}
-
-/// The node's word on one pod: the value of the verdict store (`Store<PodUid, Verdict>`), written
-/// only by the [`VerdictPopulator`](super::populator::VerdictPopulator). A pod without a verdict
-/// has not been through admission yet: it does not start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Admitted: the pod may run.
-    Admitted {
-        /// The pod's own requests admission granted (without RuntimeClass overhead): what its
-        /// containers may be given. A spec asking for other requests is an in-place resize, applied
-        /// once granted.
-        granted: Requests,
-        /// The requests of a resize that could not be granted, and why (`Deferred`, `Infeasible`).
-        resize: Option<(Requests, ResizeDecision)>,
-    },
-    /// Refused at admission, or evicted: the pod never runs (again).
-    Stopped(Stopped),
-}
-
-impl Verdict {
-    /// Admitted with the requests `pod` has, nothing pending.
-    pub fn admitted(pod: &DesiredPod) -> Self {
-        Verdict::Admitted { granted: pod_requests(pod), resize: None }
-    }
-
-    /// Refused at admission with the status `reason` and `message`.
-    pub fn rejected(reason: &str, message: String) -> Self {
-        Verdict::Stopped(Stopped {
-            kind: VerdictKind::Rejected,
-            reason: reason.to_owned(),
-            message,
-            grace: Duration::ZERO,
-            at: 0,
-            disruption_target: false,
-        })
-    }
-
-    /// Evicted under node pressure, with the kubelet's reason `Evicted` (and the
-    /// `DisruptionTarget` condition).
-    pub fn evicted(message: String, grace: Duration, at: i64) -> Self {
-        Self::evicted_with(message, grace, at, true)
-    }
-
-    /// Evicted over a local storage limit (emptyDir `sizeLimit`, `ephemeral-storage` limits), with
-    /// the kubelet's reason `Evicted` and, as the kubelet does, no `DisruptionTarget` condition.
-    pub fn evicted_over_limit(message: String, grace: Duration, at: i64) -> Self {
-        Self::evicted_with(message, grace, at, false)
-    }
-
-    /// Stopped because it was active on the node longer than its `activeDeadlineSeconds`: the
-    /// kubelet's reason `DeadlineExceeded` and message, its containers killed with `grace` (the
-    /// pod's own grace period), no `DisruptionTarget` condition.
-    pub fn deadline_exceeded(grace: Duration, at: i64) -> Self {
-        Verdict::Stopped(Stopped {
-            kind: VerdictKind::Evicted,
-            reason: DEADLINE_EXCEEDED.into(),
-            message: "Pod was active on the node longer than the specified deadline".into(),
-            grace,
-            at,
-            disruption_target: false,
-        })
-    }
-
-    fn evicted_with(message: String, grace: Duration, at: i64, disruption_target: bool) -> Self {
-        Verdict::Stopped(Stopped {
-            kind: VerdictKind::Evicted,
-            reason: "Evicted".into(),
-            message,
-            grace,
-            at,
-            disruption_target,
-        })
-    }
-
-    /// The stop, if the pod is refused or evicted.
-    pub fn stopped(&self) -> Option<&Stopped> {
-        match self {
-            Verdict::Stopped(s) => Some(s),
-            Verdict::Admitted { .. } => None,
-        }
-    }
-
-    /// Whether the pod may run.
-    pub fn is_admitted(&self) -> bool {
-        matches!(self, Verdict::Admitted { .. })
-    }
-
-    /// Admission's word on the requests `pod` (this verdict's pod, as its spec is now) asks for:
-    /// `Accepted` when granted, `Deferred` or `Infeasible` when refused for now or for good,
-    /// `None` while not decided yet (or the pod is stopped).
-    pub fn resize_for(&self, pod: &DesiredPod) -> Option<ResizeDecision> {
-        let Verdict::Admitted { granted, resize } = self else { return None };
-        let asked = pod_requests(pod);
-        if asked == *granted {
-            return Some(ResizeDecision::Accepted);
-        }
-        resize.filter(|(r, _)| *r == asked).map(|(_, d)| d)
-    }
-
-    /// The requests granted, if admitted.
-    pub fn granted(&self) -> Option<Requests> {
-        match self {
-            Verdict::Admitted { granted, .. } => Some(*granted),
-            Verdict::Stopped(_) => None,
-        }
-    }
-}
 
 /// What admission checks a new pod's requests against: the node's allocatable resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,42 +33,6 @@ pub struct NodeResources {
     pub memory_bytes: i64,
     /// `maxPods`.
     pub max_pods: usize,
-}
-
-/// A pod's (cpu millicores, memory bytes) requests.
-pub type Requests = (i64, i64);
-
-/// A pod's requests as admission counts them: the larger of the sum over its app containers and
-/// sidecars and the largest init container (plus the sidecars started before it), per resource (a request defaults to the limit when only that is set).
-pub fn pod_requests(pod: &DesiredPod) -> Requests {
-    let request = |c: &k8s_openapi::api::core::v1::Container, name: &str, scale: i64| -> i64 {
-        let res = c.resources.as_ref();
-        res.and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get(name))
-            .or_else(|| res.and_then(|r| r.limits.as_ref()).and_then(|l| l.get(name)))
-            .and_then(|q| crate::quantity::Quantity::parse(&q.0))
-            .map_or(0, |q| q.scaled_ceil(scale))
-    };
-    // Sidecars run beside everything started after them: they add to the app containers' sum and
-    // to every later init container (the API's `PodRequests`).
-    let sum = |name: &str, scale: i64| -> i64 {
-        let mut running =
-            pod.containers().iter().map(|c| request(c, name, scale)).fold(0_i64, i64::saturating_add);
-        let (mut sidecars, mut init) = (0_i64, 0_i64);
-        for c in pod.init_containers() {
-            let own = request(c, name, scale);
-            let peak = if is_sidecar(c) {
-                running = running.saturating_add(own);
-                sidecars = sidecars.saturating_add(own);
-                sidecars
-            } else {
-                own.saturating_add(sidecars)
-            };
-            init = init.max(peak);
-        }
-        running.max(init)
-    };
-    (sum("cpu", 1000), sum("memory", 1))
 }
 
 /// A pod's requests plus its RuntimeClass overhead, as admission counts them.
@@ -230,28 +46,6 @@ fn requests_with_overhead(pod: &DesiredPod, classes: Option<&dyn RuntimeClasses>
     };
     let (cpu, memory) = pod_requests(pod);
     (cpu.saturating_add(extra("cpu", 1000)), memory.saturating_add(extra("memory", 1)))
-}
-
-/// What admission says of a running pod's new requests (in-place resize), as `status.resize` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResizeDecision {
-    /// The node has room: the new requests are the pod's allocation now.
-    Accepted,
-    /// Not now: other pods use what it needs (tried again at every sync).
-    Deferred,
-    /// Never: more than the node's allocatable resources.
-    Infeasible,
-}
-
-impl ResizeDecision {
-    /// The `status.resize` value while the resize is pending or under way.
-    pub fn status(self) -> &'static str {
-        match self {
-            ResizeDecision::Accepted => "InProgress",
-            ResizeDecision::Deferred => "Deferred",
-            ResizeDecision::Infeasible => "Infeasible",
-        }
-    }
 }
 
 /// The RuntimeClass lookup admission uses (for overhead and node selectors).
@@ -488,42 +282,10 @@ fn reject_os(pod: &DesiredPod) -> Option<Verdict> {
 /// The node label naming the OS.
 const OS_LABEL: &str = "kubernetes.io/os";
 
-/// The plan for a pod under a verdict: stop whatever still runs (keeping the containers for
-/// their status and logs), then nothing.
-pub fn plan_stopped(actual: Option<&PodActual>, verdict: &Stopped) -> Plan<PodOp> {
-    match actual {
-        // The sandbox pair stops the sandbox once no container runs.
-        Some(a) if a.any_running() => Plan::Run(PodOp::KillPod { grace: verdict.grace, remove: false }),
-        _ => Plan::Idle,
-    }
-}
-
-/// The status of a pod under `verdict`: phase `Failed` with its reason and message; a pod evicted
-/// under node pressure also gets the `DisruptionTarget` condition (reason `TerminationByKubelet`),
-/// as the kubelet sets it. `now` is wall-clock nanoseconds.
-pub fn apply(verdict: &Stopped, mut status: PodStatus, now: i64) -> PodStatus {
-    status.phase = Some("Failed".into());
-    status.reason = Some(verdict.reason.clone());
-    status.message = Some(verdict.message.clone());
-    if verdict.kind == VerdictKind::Evicted && verdict.disruption_target {
-        let conditions = status.conditions.get_or_insert_with(Vec::new);
-        conditions.retain(|c| c.type_ != "DisruptionTarget");
-        conditions.push(PodCondition {
-            type_: "DisruptionTarget".into(),
-            status: "True".into(),
-            reason: Some("TerminationByKubelet".into()),
-            message: Some(verdict.message.clone()),
-            last_transition_time: crate::common::time::time(if verdict.at > 0 { verdict.at } else { now }),
-            ..PodCondition::default()
-        });
-    }
-    status
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::desired::PodSource;
+    use crate::model::pod::PodSource;
     use k8s_openapi::api::core::v1::Pod;
 
     fn pod(uid: &str, spec: serde_json::Value) -> DesiredPod {
@@ -821,24 +583,5 @@ mod tests {
         assert_eq!(refused.as_deref(), Some("OutOfcpu"), "the committed requests count");
         a.forget("other");
         assert_eq!(a.resize(&cpu("small", "600m")), Some(ResizeDecision::Accepted));
-    }
-
-    #[test]
-    fn an_evicted_pod_is_killed_then_left_alone() {
-        let verdict =
-            Verdict::evicted("The node was low on resource: memory. ".into(), Duration::from_secs(1), 1);
-        let Some(stopped) = verdict.stopped() else { panic!("evicted") };
-        assert!(!verdict.is_admitted());
-        let mut actual = PodActual::default();
-        actual.containers.push(crate::pod::actual::ContainerRecord {
-            state: crate::pod::actual::ContainerState::Running,
-            ..Default::default()
-        });
-        assert_eq!(
-            plan_stopped(Some(&actual), stopped),
-            Plan::Run(PodOp::KillPod { grace: Duration::from_secs(1), remove: false })
-        );
-        actual.containers[0].state = crate::pod::actual::ContainerState::Exited;
-        assert_eq!(plan_stopped(Some(&actual), stopped), Plan::Idle);
     }
 }

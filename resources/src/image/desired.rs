@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 
 use super::driver::RuntimeImage;
 use super::plan::Reason;
-use crate::pod::actual::PodActual;
-use crate::pod::desired::DesiredPod;
+use crate::model::actual::PodActual;
+use crate::model::pod::DesiredPod;
 
 /// What should become of one image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

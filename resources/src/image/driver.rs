@@ -13,7 +13,7 @@ use super::metrics::ImageGcMetrics;
 use super::ops::ImageOp;
 use crate::common::clock::Clock;
 use crate::common::events::{Involved, NodeEvents};
-use crate::eviction::signal::BoxFuture;
+use futures::future::BoxFuture;
 
 /// An image the runtime has.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use super::status::FreeSpace;
-use crate::eviction::manager::Reclaimer;
-use crate::eviction::signal::{BoxFuture, Signal};
+use crate::model::pressure::Reclaimer;
+use crate::model::pressure::Signal;
+use futures::future::BoxFuture;
 
 /// How long the eviction manager waits for the image pair by default.
 pub const DEFAULT_RECLAIM_TIMEOUT: Duration = Duration::from_secs(60);

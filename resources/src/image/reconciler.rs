@@ -17,8 +17,8 @@ use super::desired::DesiredImage;
 use super::driver::RuntimeImage;
 use super::ops::ImageOp;
 use crate::common::clock::Clock;
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, PodUid};
+use crate::model::actual::PodActual;
+use crate::model::pod::{DesiredPod, PodUid};
 
 /// The pods' stores, read-only: an image a pod names or runs is never removed.
 #[derive(Debug, Clone)]

@@ -11,12 +11,13 @@ use k8s_openapi::api::core::v1::Container;
 pub use reconcile_engine::CancellationToken;
 use reconcile_engine::{Driver, Outcome, Update};
 
-use super::actual::{ContainerRecord, ContainerState, PodActual};
-use super::desired::{DesiredPod, PodUid};
 use super::grace::GraceCap;
 use super::metrics::PodMetrics;
 use super::ops::PodOp;
-use crate::volume::status::PodVolumes;
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
+use crate::model::pod::{DesiredPod, PodUid};
+use crate::model::runtime::{RuntimeError, RuntimeResult};
+use crate::model::volumes::PodVolumes;
 
 /// The shortest grace period a sidecar is stopped with when the app containers used up the pod's
 /// (the kubelet's `minimumGracePeriodInSeconds`).
@@ -34,31 +35,6 @@ pub enum ContainerKind {
     /// process namespace.
     Ephemeral,
 }
-
-/// A failed runtime call, with the Kubernetes waiting reason it shows as in pod status.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason}: {message}")]
-pub struct RuntimeError {
-    /// The reason, as the kubelet names it: `ErrImagePull`, `ErrImageNeverPull`,
-    /// `InvalidImageName`, `CreateContainerConfigError`, `CreateContainerError`,
-    /// `RunContainerError`, `CreatePodSandboxError`, `KillPodSandboxError`, `KillContainerError`,
-    /// `RuntimeUnavailable`.
-    pub reason: &'static str,
-    /// What went wrong, for people.
-    pub message: String,
-    /// The object did not exist (removal of something already gone counts as success).
-    pub not_found: bool,
-}
-
-impl RuntimeError {
-    /// A runtime error with `reason` and `message`.
-    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
-        Self { reason, message: message.into(), not_found: false }
-    }
-}
-
-/// Result of runtime calls.
-pub type RuntimeResult<T> = Result<T, RuntimeError>;
 
 /// What the pod operations need from a container runtime. Every method is one step the kubelet
 /// also takes through CRI; implementations must label what they create so that
@@ -103,7 +79,7 @@ pub trait PodRuntime: Send + Sync + 'static {
     fn update_container_resources(
         &self,
         container_id: &str,
-        resources: &crate::pod::resize::CgroupResources,
+        resources: &crate::model::cgroup::CgroupResources,
     ) -> impl Future<Output = RuntimeResult<()>> + Send;
 
     /// Removes a container and its log. Removing a missing one succeeds.

@@ -3,8 +3,9 @@
 //! `maxPerPodContainer` (1) of each container of a pod, and older than `minAge` (0), are removed
 //! with their logs ([`PodOp::PruneContainers`]); when `maxContainers` (-1: no limit) is set, the
 //! oldest dead containers beyond it across the node too. The sandboxes that are not ready, hold no
-//! container and are not their pod's newest ([`dead_sandboxes`]) are the sandbox pair's to remove
-//! ([`SandboxOp::Prune`](crate::sandbox::ops::SandboxOp::Prune)): it owns the sandboxes.
+//! container and are not their pod's newest
+//! ([`dead_sandboxes`](crate::model::actual::dead_sandboxes)) are the sandbox pair's to remove (its
+//! `SandboxOp::Prune`): it owns the sandboxes, and the pod pair plans none.
 //!
 //! The pod reconciler plans these for a pod when nothing more urgent is due for it ([`after`]),
 //! from the policy and the wall clock, so the pod pair stays the only writer of its runtime
@@ -27,12 +28,13 @@ use std::time::Duration;
 use reconcile_engine::{CancellationToken, Plan, Store, Writer};
 use tokio::sync::watch;
 
-use super::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
-use super::desired::{DesiredPod, PodUid};
 use super::ops::PodOp;
 use crate::common::clock::Clock;
-use crate::eviction::manager::Reclaimer;
-use crate::eviction::signal::{BoxFuture, Signal};
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
+use crate::model::pod::{DesiredPod, PodUid};
+use crate::model::pressure::Reclaimer;
+use crate::model::pressure::Signal;
+use futures::future::BoxFuture;
 
 /// How the collector chooses; the kubelet's `GCPolicy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,8 +79,6 @@ pub struct ContainerGc {
 pub struct GcPlan {
     /// Container IDs, with their pods.
     pub containers: Vec<(PodUid, String)>,
-    /// Sandbox IDs, with their pods.
-    pub sandboxes: Vec<(PodUid, String)>,
     /// When the next container becomes old enough to go (wall clock, ns), if one waits for `minAge`.
     pub next_due: Option<i64>,
 }
@@ -171,35 +171,7 @@ pub fn plan(
             }
         }
     }
-    // Sandboxes: not ready, not the pod's newest, holding no container that stays.
-    let removed: HashSet<&str> = out.containers.iter().map(|(_, id)| id.as_str()).collect();
-    for (uid, pod) in actual {
-        if restarts(uid, 0).is_none() {
-            continue;
-        }
-        let in_use: HashSet<&str> = pod
-            .containers
-            .iter()
-            .filter(|c| !removed.contains(c.id.as_str()))
-            .map(|c| c.sandbox_id.as_str())
-            .collect();
-        for id in dead_sandboxes(&pod.sandboxes, |id| in_use.contains(id)) {
-            out.sandboxes.push((uid.clone(), id));
-        }
-    }
     out
-}
-
-/// The kubelet's sandbox GC for a pod that is still desired: its sandboxes that are not ready, not
-/// its newest and hold no container (`in_use`). The sandbox pair removes these
-/// ([`SandboxOp::Prune`](crate::sandbox::ops::SandboxOp::Prune)).
-pub fn dead_sandboxes(sandboxes: &[SandboxRecord], in_use: impl Fn(&str) -> bool) -> Vec<String> {
-    let newest = sandboxes.iter().max_by_key(|s| (s.attempt, s.created_at)).map(|s| s.id.as_str());
-    sandboxes
-        .iter()
-        .filter(|s| !s.ready && Some(s.id.as_str()) != newest && !in_use(&s.id))
-        .map(|s| s.id.clone())
-        .collect()
 }
 
 /// The node-wide decision: per pod, the dead containers that only `maxContainers` removes (those
@@ -375,6 +347,7 @@ impl Reclaimer for ContainerGcReclaimer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::actual::SandboxRecord;
 
     const SEC: i64 = 1_000_000_000;
 
@@ -431,7 +404,6 @@ mod tests {
         let always = |_: &str, _: i32| Some(true);
         let p = plan(&ContainerGcPolicy::default(), 100 * SEC, &actual, always, none);
         assert_eq!(ids(&p), vec!["c0", "c1"]);
-        assert!(p.sandboxes.is_empty());
         // Min age: the ones created less than 95 s ago stay (c1 is 90 s old), due 5 s later.
         let policy = ContainerGcPolicy { min_age: Duration::from_secs(95), ..ContainerGcPolicy::default() };
         let p = plan(&policy, 100 * SEC, &actual, always, none);
@@ -488,41 +460,6 @@ mod tests {
         assert!(node_surplus(&policy, 100 * SEC, &actual, |_, _| Some(true)).is_empty());
     }
 
-    #[test]
-    fn dead_sandboxes_go_unless_newest_or_in_use() {
-        let mut actual = pod(vec![record("c1", "app", 1, Running, 30 * SEC, 0), {
-            let mut c = record("c0", "app", 0, Exited, 0, 1);
-            c.sandbox_id = "old-with-container".into();
-            c
-        }]);
-        if let Some(p) = Arc::get_mut(&mut actual[0].1) {
-            p.sandboxes = vec![
-                SandboxRecord {
-                    id: "s1".into(),
-                    ready: true,
-                    attempt: 2,
-                    created_at: 20,
-                    ..SandboxRecord::default()
-                },
-                SandboxRecord {
-                    id: "old-with-container".into(),
-                    attempt: 1,
-                    created_at: 10,
-                    ..SandboxRecord::default()
-                },
-                SandboxRecord {
-                    id: "old-empty".into(),
-                    attempt: 0,
-                    created_at: 0,
-                    ..SandboxRecord::default()
-                },
-            ];
-        }
-        let p = plan(&ContainerGcPolicy::default(), 100 * SEC, &actual, |_, _| Some(true), none);
-        assert!(p.containers.is_empty());
-        assert_eq!(p.sandboxes, vec![("u1".to_owned(), "old-empty".to_owned())]);
-    }
-
     fn desired(restart_policy: &str) -> DesiredPod {
         let pod = serde_json::json!({
             "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
@@ -530,7 +467,7 @@ mod tests {
         });
         DesiredPod {
             pod: serde_json::from_value(pod).unwrap_or_default(),
-            source: super::super::desired::PodSource::Http,
+            source: crate::model::pod::PodSource::Http,
         }
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Probe};
 
-use super::desired::DEFAULT_GRACE_PERIOD;
+use crate::model::pod::DEFAULT_GRACE_PERIOD;
 
 /// An upper bound on grace periods; [`GraceCap::NONE`] bounds nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use reconcile_engine::Operation;
 
-use super::desired::DesiredPod;
 use super::driver::ContainerKind;
-use crate::volume::status::PodVolumes;
+use crate::model::pod::DesiredPod;
+use crate::model::volumes::PodVolumes;
 
 /// How many pod operations the pod engine runs at once: no bound (`0`). The engine already runs at
 /// most one operation per pod, and admission bounds the pods (`maxPods`), so this is the kubelet's
@@ -34,7 +34,7 @@ pub enum PodOp {
         /// Its restart count (0 for the first run).
         restart_count: u32,
         /// The restart count at which this spec of the container first ran (the crash-loop back-off counts
-        /// from there: [`ContainerRecord::backoff_since`](crate::pod::actual::ContainerRecord::backoff_since)).
+        /// from there: [`ContainerRecord::backoff_since`](crate::model::actual::ContainerRecord::backoff_since)).
         backoff_since: u32,
         /// The pod's volumes, set up (what the container's `volumeMounts` refer to).
         volumes: Arc<PodVolumes>,
@@ -51,7 +51,7 @@ pub enum PodOp {
         /// The container's runtime ID.
         id: String,
         /// Its new cgroup settings.
-        resources: crate::pod::resize::CgroupResources,
+        resources: crate::model::cgroup::CgroupResources,
     },
     /// Stop every container (with the grace period); with `remove`, also remove them and the pod's
     /// logs (the pod is gone from desired state). Its sandboxes are the sandbox pair's.

@@ -20,11 +20,11 @@ use reconcile_engine::{Observer, Store, Update};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::actual::PodActual;
-use super::desired::PodUid;
 use super::driver::PodRuntime;
 use super::metrics::PodMetrics;
-use crate::sandbox::actual::PodSandboxes;
+use crate::model::actual::PodActual;
+use crate::model::actual::PodSandboxes;
+use crate::model::pod::PodUid;
 
 /// The kubelet's relist period.
 pub const DEFAULT_RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -323,7 +323,7 @@ impl<R: PodRuntime> Pleg<R> {
 
     /// One relist: returns the pods it reported. `kubelet_pleg_relist_duration_seconds` observes the
     /// whole of it, as the kubelet's does: the listing and the comparison with the stores.
-    pub async fn relist(&self) -> Result<BTreeSet<PodUid>, super::driver::RuntimeError> {
+    pub async fn relist(&self) -> Result<BTreeSet<PodUid>, crate::model::runtime::RuntimeError> {
         let started = Instant::now();
         let listed = self.runtime.list_pods().await?;
         self.seen.lock().unwrap_or_else(PoisonError::into_inner).retain(|uid, _| listed.contains_key(uid));
@@ -351,7 +351,7 @@ impl<R: PodRuntime> Pleg<R> {
     async fn read_pods(
         &self,
         uids: &BTreeSet<PodUid>,
-    ) -> Result<BTreeSet<PodUid>, super::driver::RuntimeError> {
+    ) -> Result<BTreeSet<PodUid>, crate::model::runtime::RuntimeError> {
         let started = Instant::now();
         let states = futures::future::join_all(uids.iter().map(|uid| self.runtime.pod_state(uid))).await;
         let mut reported = BTreeSet::new();

@@ -35,14 +35,16 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Container;
 use reconcile_engine::{Inputs, Plan, Reconciler, Store, Update, View};
 
-use super::actual::{ContainerRecord, ContainerState, PodActual};
-use super::desired::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy, is_sidecar};
 use super::driver::{ContainerKind, container_hash};
 use super::ops::PodOp;
-use super::resize::{CgroupResources, container_hash_without_resources, needs_restart};
-use crate::eviction::verdict::Verdict;
+use super::resize::{container_hash_without_resources, needs_restart};
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual, finished};
+use crate::model::cgroup::CgroupResources;
+use crate::model::pod::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy, is_sidecar};
+use crate::model::verdict::Verdict;
+use crate::model::volumes::VolumeReadiness;
 use crate::probe::status as probe_status;
-use crate::volume::status::{VolumeGate, VolumeReadiness};
+use crate::volume::status::VolumeGate;
 
 pub use crate::common::clock::{Clock, system_clock};
 
@@ -136,16 +138,16 @@ impl PodReconciler {
     }
 
     /// Admission's word on the requests `pod`'s spec asks for now (see
-    /// [`Verdict::resize_for`](crate::eviction::verdict::Verdict::resize_for)); `None`: not decided
+    /// [`Verdict::resize_for`](crate::model::verdict::Verdict::resize_for)); `None`: not decided
     /// yet. Without a verdict store among `inputs`, always `Accepted`.
     pub fn resize_decision(
         &self,
         inputs: &Inputs,
         pod: &DesiredPod,
-    ) -> Option<crate::eviction::verdict::ResizeDecision> {
+    ) -> Option<crate::model::verdict::ResizeDecision> {
         match inputs.get::<PodUid, Verdict>() {
             Some(store) => store.get(&pod.uid().to_owned())?.resize_for(pod),
-            None => Some(crate::eviction::verdict::ResizeDecision::Accepted),
+            None => Some(crate::model::verdict::ResizeDecision::Accepted),
         }
     }
 
@@ -153,7 +155,8 @@ impl PodReconciler {
     /// registered): containers start in the ready sandbox it reports, and wait while there is none.
     /// Without them, the pods' own runtime listing is used (and nothing creates sandboxes).
     pub fn sandboxes(&self, inputs: &Inputs) -> Option<crate::sandbox::status::SandboxView> {
-        use crate::sandbox::{actual::PodSandboxes, status::SandboxOpStatus};
+        use crate::model::actual::PodSandboxes;
+        use crate::sandbox::status::SandboxOpStatus;
         let actual = inputs.get::<PodUid, PodSandboxes>()?;
         Some(crate::sandbox::status::SandboxView::new(
             actual.clone(),
@@ -184,30 +187,6 @@ impl PodReconciler {
     pub fn backoff(&self) -> &CrashLoopBackOff {
         &self.backoff
     }
-}
-
-/// Whether every app container of `pod` has finished for good (`Some(succeeded)`), as its restart
-/// policy says; sidecars do not count. A finished pod's sandbox is released.
-pub fn finished(pod: &DesiredPod, actual: &PodActual) -> Option<bool> {
-    let policy = pod.restart_policy();
-    if policy == RestartPolicy::Always {
-        return None;
-    }
-    let init_failed = pod.init_containers().iter().filter(|c| !is_sidecar(c)).any(|c| {
-        actual.container(&c.name).is_some_and(|r| r.state == ContainerState::Exited && r.exit_code != 0)
-    });
-    if init_failed && policy == RestartPolicy::Never {
-        return Some(false);
-    }
-    let mut succeeded = true;
-    for c in pod.containers() {
-        let r = actual.container(&c.name)?;
-        if r.state != ContainerState::Exited || policy.restarts(r.exit_code) {
-            return None;
-        }
-        succeeded &= r.exit_code == 0;
-    }
-    Some(succeeded)
 }
 
 /// Where a pod stands, as far as starting it goes.
@@ -386,7 +365,7 @@ impl PodReconciler {
         pod: &DesiredPod,
         actual: &PodActual,
     ) -> Result<Plan<PodOp>, Option<Duration>> {
-        use crate::eviction::verdict::ResizeDecision;
+        use crate::model::verdict::ResizeDecision;
         let found = pod.long_running().find_map(|c| {
             let r = actual.container(&c.name).filter(|r| r.state == ContainerState::Running)?;
             let applied = r.applied?;
@@ -595,7 +574,7 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
         }
         let inputs = view.inputs;
         // Until the sandbox pair has read the runtime, a pod would look as if its sandbox were gone.
-        if inputs.get::<PodUid, crate::sandbox::actual::PodSandboxes>().is_some_and(|s| !s.is_synced()) {
+        if inputs.get::<PodUid, crate::model::actual::PodSandboxes>().is_some_and(|s| !s.is_synced()) {
             return Plan::Idle;
         }
         let joined = match (view.actual, view.desired) {
@@ -638,7 +617,7 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
                 if let Some(verdicts) = inputs.get::<PodUid, Verdict>() {
                     let Some(verdict) = verdicts.get(&pod.uid().to_owned()) else { return Plan::Idle };
                     if let Some(stopped) = verdict.stopped() {
-                        return crate::eviction::verdict::plan_stopped(actual, stopped);
+                        return crate::pod::verdict::plan_stopped(actual, stopped);
                     }
                 }
                 let empty = PodActual::default();

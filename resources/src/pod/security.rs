@@ -19,7 +19,7 @@ use std::str::FromStr;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, SecurityContext};
 
-use super::desired::ephemeral_as_container;
+use crate::model::pod::ephemeral_as_container;
 
 /// The prefix of the AppArmor annotations (`container.apparmor.security.beta.kubernetes.io/<container>`).
 pub const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";

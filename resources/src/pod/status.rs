@@ -10,20 +10,20 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use reconcile_engine::{OpError, OpStatus};
 
-use super::actual::{ContainerRecord, ContainerState, PodActual};
-use super::desired::{DesiredPod, RestartPolicy, is_sidecar};
-use super::driver::RuntimeError;
 use super::ops::PodOp;
 use super::reconciler::{PodReconciler, Progress};
-use super::resize::CgroupResources;
-use crate::eviction::verdict::ResizeDecision;
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
+use crate::model::cgroup::CgroupResources;
+use crate::model::pod::{DesiredPod, RestartPolicy, is_sidecar};
+use crate::model::runtime::RuntimeError;
+use crate::model::verdict::ResizeDecision;
 use crate::probe::status as probe_status;
 
 /// The last failed operation on a pod, as the engine records it.
 pub type PodOpStatus = OpStatus<PodOp, RuntimeError>;
 
-pub use crate::common::qos::qos_class;
 pub use crate::common::time::time;
+use crate::model::qos::qos_class;
 
 /// The runtime's ID of a container, as the kubelet shows it (`containerd://<id>`).
 pub fn container_id(record: &ContainerRecord) -> String {
@@ -144,11 +144,7 @@ pub fn pod_status(
     }
     let ip = sandbox.and_then(|s| s.ip.clone());
     // The sandbox pair's last failure to create the pod's sandbox.
-    let failure_message =
-        reconciler.sandboxes(inputs).and_then(|v| v.failure(pod.uid())).and_then(|f| match &f.op {
-            crate::sandbox::ops::SandboxOp::Create { .. } => Some(f.error.to_string()),
-            _ => None,
-        });
+    let failure_message = reconciler.sandboxes(inputs).and_then(|v| v.create_failure(pod.uid()));
     let ephemeral_statuses = ephemeral_statuses(reconciler, pod, actual, failure, app_waiting, now);
     let status = PodStatus {
         ephemeral_container_statuses: (!ephemeral_statuses.is_empty()).then_some(ephemeral_statuses),
@@ -166,7 +162,7 @@ pub fn pod_status(
     };
     // An evicted or refused pod is Failed with the verdict's reason and message.
     match reconciler.verdict(inputs, pod.uid()).as_deref().and_then(|v| v.stopped()) {
-        Some(stopped) => crate::eviction::verdict::apply(stopped, status, now),
+        Some(stopped) => crate::pod::verdict::apply(stopped, status, now),
         None => status,
     }
 }
@@ -516,7 +512,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
-    use crate::pod::desired::PodSource;
+    use crate::model::pod::PodSource;
 
     fn pod(spec: serde_json::Value) -> DesiredPod {
         let pod: Pod = serde_json::from_value(serde_json::json!({

@@ -32,7 +32,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sha2::{Digest, Sha256};
 
-use super::desired::{DesiredPod, PodSource, ephemeral_as_container};
+use crate::model::pod::{DesiredPod, PodSource, ephemeral_as_container};
 
 /// Annotation naming the source a pod came from (`file`, `http` or `api`).
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
@@ -1740,7 +1740,7 @@ mod tests {
         assert_eq!(spec.termination_grace_period_seconds, Some(0));
         assert_eq!(spec.enable_service_links, Some(false));
         assert_eq!(spec.scheduler_name.as_deref(), Some("mine"));
-        assert_eq!(pod.restart_policy(), super::super::desired::RestartPolicy::Never);
+        assert_eq!(pod.restart_policy(), crate::model::pod::RestartPolicy::Never);
     }
 
     #[test]

@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::Container;
 
 use super::desired::{ProbeKind, ProbeSpec};
 use super::results::{ProbeResult, ProbeResults};
-use crate::pod::actual::{ContainerRecord, ContainerState, PodActual};
-use crate::pod::desired::DesiredPod;
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
+use crate::model::pod::DesiredPod;
 
 /// Whether a running container counts as started: no startup probe, or it succeeded. Without a
 /// prober (`results` is `None`) probes are ignored.

@@ -16,8 +16,8 @@ use super::handler::{ProbeHandler, ProbeOutcome, ProbeTarget};
 use super::metrics::{ProbeLabels, ProbeMetrics, RESULTS};
 use super::results::{ContainerProbes, ProbeFailure, ProbeResult, ProbeResults};
 use crate::common::clock::Clock;
-use crate::pod::actual::{ContainerState, PodActual};
-use crate::pod::desired::{DesiredPod, PodUid};
+use crate::model::actual::{ContainerState, PodActual};
+use crate::model::pod::{DesiredPod, PodUid};
 
 /// What the prober waits for a handler beyond the probe's own timeout before it gives up on it
 /// (handlers enforce the timeout; this only keeps a hung handler from stopping the worker).

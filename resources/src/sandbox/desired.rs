@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::pod::actual::SandboxRecord;
-use crate::pod::desired::DesiredPod;
+use crate::model::actual::SandboxRecord;
+use crate::model::pod::DesiredPod;
 
 /// The sandbox one pod needs.
 ///

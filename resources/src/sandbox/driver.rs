@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use reconcile_engine::{CancellationToken, Driver, Outcome, Update};
 
-use super::actual::PodSandboxes;
 use super::desired::SandboxSpec;
 use super::metrics::SandboxMetrics;
 use super::ops::SandboxOp;
-use crate::pod::desired::PodUid;
-use crate::pod::driver::{RuntimeError, RuntimeResult};
+use crate::model::actual::PodSandboxes;
+use crate::model::pod::PodUid;
+use crate::model::runtime::{RuntimeError, RuntimeResult};
 
 /// What the sandbox operations need from a container runtime; implementations label what they
 /// create so that [`list_sandboxes`](SandboxRuntime::list_sandboxes) finds it after a restart.

@@ -30,7 +30,7 @@ pub enum SandboxOp {
         ids: Vec<String>,
     },
     /// Remove dead sandboxes of a pod that is still desired, as the kubelet's container GC does
-    /// (see [`crate::pod::gc::dead_sandboxes`]).
+    /// (see [`dead_sandboxes`](crate::model::actual::dead_sandboxes)).
     Prune {
         /// Their IDs.
         ids: Vec<String>,

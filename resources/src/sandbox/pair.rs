@@ -10,16 +10,16 @@ use reconcile_engine::{
     BackoffConfig, CancellationToken, Engine, Metrics, Observer, Store, Waker, Writer, store,
 };
 
-use super::actual::PodSandboxes;
 use super::desired::SandboxSpec;
 use super::driver::{DEFAULT_SANDBOX_CREATIONS_AT_ONCE, SandboxDriver, SandboxRuntime};
 use super::metrics::SandboxMetrics;
 use super::populator::SandboxPopulator;
 use super::reconciler::SandboxReconciler;
 use super::status::{SandboxOpStatus, SandboxView};
-use crate::eviction::verdict::Verdict;
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, PodUid};
+use crate::model::actual::PodActual;
+use crate::model::actual::PodSandboxes;
+use crate::model::pod::{DesiredPod, PodUid};
+use crate::model::verdict::Verdict;
 use crate::volume::actual::VolumeActual;
 use crate::volume::desired::{DesiredVolume, VolumeKey};
 

@@ -3,8 +3,8 @@
 use reconcile_engine::{CancellationToken, Store, Writer};
 
 use super::desired::SandboxSpec;
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, PodUid};
+use crate::model::actual::PodActual;
+use crate::model::pod::{DesiredPod, PodUid};
 
 /// Keeps the desired sandbox store equal to one [`SandboxSpec`] per desired pod.
 #[derive(Debug)]

@@ -10,7 +10,7 @@
 //! containers.
 //!
 //! Dead sandboxes of a pod that is still desired, beyond its newest and holding no container, are
-//! removed as the kubelet's container GC does ([`crate::pod::gc::dead_sandboxes`]).
+//! removed as the kubelet's container GC does ([`dead_sandboxes`](crate::model::actual::dead_sandboxes)).
 //!
 //! A sandbox is made only for a pod the verdict populator admitted (a pod without a verdict waits;
 //! this reconciler never decides admission, it reads the verdict store).
@@ -25,13 +25,14 @@ use std::sync::Arc;
 
 use reconcile_engine::{Inputs, Plan, Reconciler, Update, View};
 
-use super::actual::PodSandboxes;
 use super::desired::SandboxSpec;
 use super::ops::SandboxOp;
-use crate::eviction::verdict::Verdict;
-use crate::pod::actual::{ContainerState, PodActual};
-use crate::pod::desired::PodUid;
-use crate::volume::status::{VolumeGate, VolumeReadiness};
+use crate::model::actual::PodSandboxes;
+use crate::model::actual::{ContainerState, PodActual};
+use crate::model::pod::PodUid;
+use crate::model::verdict::Verdict;
+use crate::model::volumes::VolumeReadiness;
+use crate::volume::status::VolumeGate;
 
 /// The sandbox reconciler: a pure function of its view and side inputs.
 #[derive(Debug, Default)]
@@ -74,7 +75,7 @@ impl SandboxReconciler {
         if spec.pod.deletion_grace().is_some() || admission == Admission::Stopped {
             return true;
         }
-        pod.is_some_and(|p| crate::pod::reconciler::finished(&spec.pod, p).is_some())
+        pod.is_some_and(|p| crate::model::actual::finished(&spec.pod, p).is_some())
     }
 }
 
@@ -185,8 +186,8 @@ impl SandboxReconciler {
 
 /// Container GC of a desired pod's sandboxes: the dead ones beyond the newest that hold no
 /// container (the pod pair prunes the containers first; its actual store wakes this pair).
-fn prune(sandboxes: &[super::actual::SandboxRecord], pod: Option<&PodActual>) -> Plan<SandboxOp> {
-    let ids = crate::pod::gc::dead_sandboxes(sandboxes, |id| {
+fn prune(sandboxes: &[crate::model::actual::SandboxRecord], pod: Option<&PodActual>) -> Plan<SandboxOp> {
+    let ids = crate::model::actual::dead_sandboxes(sandboxes, |id| {
         pod.is_some_and(|p| p.containers.iter().any(|c| c.sandbox_id == id))
     });
     if ids.is_empty() { Plan::Idle } else { Plan::Run(SandboxOp::Prune { ids }) }
@@ -195,8 +196,8 @@ fn prune(sandboxes: &[super::actual::SandboxRecord], pod: Option<&PodActual>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::actual::{ContainerRecord, SandboxRecord};
-    use crate::pod::desired::{DesiredPod, PodSource};
+    use crate::model::actual::{ContainerRecord, SandboxRecord};
+    use crate::model::pod::{DesiredPod, PodSource};
     use k8s_openapi::api::core::v1::Pod;
 
     fn spec(uid: &str, extra: serde_json::Value) -> SandboxSpec {

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use reconcile_engine::{OpStatus, Store};
 
-use super::actual::PodSandboxes;
 use super::ops::SandboxOp;
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, PodUid};
-use crate::pod::driver::RuntimeError;
+use crate::model::actual::PodActual;
+use crate::model::actual::PodSandboxes;
+use crate::model::pod::{DesiredPod, PodUid};
+use crate::model::runtime::RuntimeError;
 
 /// The last failed operation on a pod's sandboxes, as the engine records it.
 pub type SandboxOpStatus = OpStatus<SandboxOp, RuntimeError>;
@@ -61,6 +61,14 @@ impl SandboxView {
         self.failures.as_ref()?.get(&uid.to_owned())
     }
 
+    /// The error of the pod's last failed attempt to create its sandbox, if its last failed operation was one.
+    pub fn create_failure(&self, uid: &str) -> Option<String> {
+        self.failure(uid).and_then(|f| match &f.op {
+            SandboxOp::Create { .. } => Some(f.error.to_string()),
+            _ => None,
+        })
+    }
+
     /// Every pod whose last sandbox operation failed.
     pub fn failures(&self) -> Vec<(PodUid, Arc<SandboxOpStatus>)> {
         self.failures.as_ref().map(Store::entries).unwrap_or_default()
@@ -68,7 +76,7 @@ impl SandboxView {
 }
 
 /// Whether the spec `pod` would get matches `sandbox` (see [`super::desired::SandboxSpec::matches`]).
-pub fn fits(pod: &DesiredPod, sandbox: &crate::pod::actual::SandboxRecord) -> bool {
+pub fn fits(pod: &DesiredPod, sandbox: &crate::model::actual::SandboxRecord) -> bool {
     sandbox.host_network == pod.host_network()
 }
 

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::desired::{Plugin, VolumeKey};
+use super::desired::VolumeKey;
+
+use crate::model::volumes::Plugin;
 
 /// Whether a volume is known to be set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+use crate::model::volumes::Plugin;
+
 /// The key of a volume in the desired and actual stores: `<pod uid>/<volume name>` for a pod's
 /// volume, `csi:<driver>:<sha256 of the volume handle>` for the device of a CSI volume (attached
 /// to the node and staged at its global mount once, shared by every pod that publishes it).
@@ -65,79 +67,6 @@ pub struct FileEntry {
 
 /// The files of a volume by relative path (validated: no `..`, not absolute).
 pub type FileSet = BTreeMap<String, FileEntry>;
-
-/// The volume plugins nodelet knows, named as the kubelet names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Plugin {
-    /// `kubernetes.io/empty-dir`.
-    EmptyDir,
-    /// `kubernetes.io/host-path`.
-    HostPath,
-    /// `kubernetes.io/configmap`.
-    ConfigMap,
-    /// `kubernetes.io/secret`.
-    Secret,
-    /// `kubernetes.io/downward-api`.
-    DownwardApi,
-    /// `kubernetes.io/projected`.
-    Projected,
-    /// `kubernetes.io/local-volume`: a `local` PersistentVolume, bind-mounted.
-    LocalVolume,
-    /// `kubernetes.io/csi`: a CSI PersistentVolume, staged and published by its driver.
-    Csi,
-}
-
-impl Plugin {
-    /// Every plugin.
-    pub const ALL: [Plugin; 8] = [
-        Plugin::EmptyDir,
-        Plugin::HostPath,
-        Plugin::ConfigMap,
-        Plugin::Secret,
-        Plugin::DownwardApi,
-        Plugin::Projected,
-        Plugin::LocalVolume,
-        Plugin::Csi,
-    ];
-
-    /// The plugin's name (`kubernetes.io/empty-dir`), as in metrics labels.
-    pub fn name(self) -> &'static str {
-        match self {
-            Plugin::EmptyDir => "kubernetes.io/empty-dir",
-            Plugin::HostPath => "kubernetes.io/host-path",
-            Plugin::ConfigMap => "kubernetes.io/configmap",
-            Plugin::Secret => "kubernetes.io/secret",
-            Plugin::DownwardApi => "kubernetes.io/downward-api",
-            Plugin::Projected => "kubernetes.io/projected",
-            Plugin::LocalVolume => "kubernetes.io/local-volume",
-            Plugin::Csi => "kubernetes.io/csi",
-        }
-    }
-
-    /// The directory name under `<root>/pods/<uid>/volumes/` (`kubernetes.io~empty-dir`).
-    pub fn dir_name(self) -> &'static str {
-        match self {
-            Plugin::EmptyDir => "kubernetes.io~empty-dir",
-            Plugin::HostPath => "kubernetes.io~host-path",
-            Plugin::ConfigMap => "kubernetes.io~configmap",
-            Plugin::Secret => "kubernetes.io~secret",
-            Plugin::DownwardApi => "kubernetes.io~downward-api",
-            Plugin::Projected => "kubernetes.io~projected",
-            Plugin::LocalVolume => "kubernetes.io~local-volume",
-            Plugin::Csi => "kubernetes.io~csi",
-        }
-    }
-
-    /// The plugin whose directory is called `dir` (for reconstruction).
-    pub fn from_dir_name(dir: &str) -> Option<Plugin> {
-        Plugin::ALL.into_iter().find(|p| p.dir_name() == dir)
-    }
-
-    /// Whether containers always mount it read-only (configMap, secret, downwardAPI, projected).
-    pub fn read_only(self) -> bool {
-        matches!(self, Plugin::ConfigMap | Plugin::Secret | Plugin::DownwardApi | Plugin::Projected)
-    }
-}
 
 /// What a volume is made of, ready to set up.
 #[derive(Debug, Clone, PartialEq, Eq)]

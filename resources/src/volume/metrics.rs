@@ -4,7 +4,8 @@ use prometheus::{HistogramOpts, HistogramVec, IntGaugeVec, Opts, Registry};
 use reconcile_engine::Store;
 
 use super::actual::VolumeActual;
-use super::desired::{DesiredVolume, Plugin, VolumeKey, is_device_key};
+use super::desired::{DesiredVolume, VolumeKey, is_device_key};
+use crate::model::volumes::Plugin;
 
 /// The volume metrics.
 #[derive(Debug, Clone)]

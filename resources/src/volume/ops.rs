@@ -14,7 +14,8 @@ use std::time::Duration;
 use reconcile_engine::Operation;
 
 use super::actual::{DeviceActual, VolumeActual};
-use super::desired::{CsiSource, DesiredVolume, Plugin, VolumeKey};
+use super::desired::{CsiSource, DesiredVolume, VolumeKey};
+use crate::model::volumes::Plugin;
 
 /// One step on one key. At most one runs per key at a time.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,10 +13,12 @@ use k8s_openapi::api::core::v1::{PersistentVolume, Volume};
 use reconcile_engine::CancellationToken;
 use reconcile_engine::{Store, Writer};
 
-use super::desired::{CsiSource, DesiredVolume, FsGroup, Plugin, VolumeKey, VolumeSource, split_key};
+use super::desired::{CsiSource, DesiredVolume, FsGroup, VolumeKey, VolumeSource, split_key};
+
 use super::status::plugin_of;
-use crate::pod::actual::PodActual;
-use crate::pod::desired::{DesiredPod, PodUid};
+use crate::model::actual::PodActual;
+use crate::model::pod::{DesiredPod, PodUid};
+use crate::model::volumes::{ClaimLookup, Plugin};
 use crate::quantity::Quantity;
 
 /// Renders the files of configMap, secret, downwardAPI and projected volumes.
@@ -26,36 +28,6 @@ pub trait Renderer: Send + Sync + 'static {
     fn render(&self, pod: &DesiredPod, volume: &Volume, plugin: Plugin) -> Result<VolumeSource, String>;
 }
 
-/// Finds the PersistentVolume bound to a claim.
-pub trait ClaimLookup: Send + Sync + 'static {
-    /// The PersistentVolume bound to claim `claim` in `pod`'s namespace, as `pod`'s kind resolves it (an API
-    /// pod's claims are the API server's, a static pod's the manifests'), or why there is none (yet).
-    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String>;
-
-    /// Resolves once the answers of [`bound_volume`](Self::bound_volume) are complete (after a
-    /// restart: once the claims and their bindings are known again), so that no volume is torn
-    /// down for a claim that is merely not loaded yet. Default: at once.
-    fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        Box::pin(std::future::ready(()))
-    }
-}
-
-impl ClaimLookup for crate::claim::status::ClaimView {
-    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String> {
-        // nodelet's own binder serves static pods only: an API pod's claims are the API server's.
-        if pod.source == crate::pod::desired::PodSource::Api {
-            return Err(format!(
-                "persistentvolumeclaim {claim:?} of an API pod: nodelet's own binder serves static pods only"
-            ));
-        }
-        crate::claim::status::ClaimView::bound_volume(self, pod.namespace(), claim)
-    }
-
-    fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        Box::pin(crate::claim::status::ClaimView::wait_until_synced(self))
-    }
-}
-
 /// Keeps the desired volume store in step with the pods.
 pub struct Populator<R> {
     pods: Store<PodUid, DesiredPod>,
@@ -63,7 +35,7 @@ pub struct Populator<R> {
     writer: Writer<VolumeKey, DesiredVolume>,
     renderer: Arc<R>,
     claims: Option<Arc<dyn ClaimLookup>>,
-    verdicts: Option<Store<PodUid, crate::eviction::verdict::Verdict>>,
+    verdicts: Option<Store<PodUid, crate::model::verdict::Verdict>>,
 }
 
 impl<R> std::fmt::Debug for Populator<R> {
@@ -89,7 +61,7 @@ impl<R: Renderer> Populator<R> {
     /// Releases the volumes of pods evicted or refused (their verdict in `verdicts`, read-only)
     /// once nothing of theirs runs (the kubelet tears down the volumes of terminated pods, which
     /// frees their emptyDirs). [`run`](Self::run) populates again whenever a verdict changes.
-    pub fn with_verdicts(mut self, verdicts: Store<PodUid, crate::eviction::verdict::Verdict>) -> Self {
+    pub fn with_verdicts(mut self, verdicts: Store<PodUid, crate::model::verdict::Verdict>) -> Self {
         self.verdicts = Some(verdicts);
         self
     }

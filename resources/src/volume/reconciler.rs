@@ -56,7 +56,7 @@ pub fn related_volumes(
 
 /// The pod engine's relation on the volume actual store: a pod volume's key maps to its pod's
 /// UID (device keys to nothing), so the pod is planned again when its volumes change.
-pub fn pod_of_volume(key: &VolumeKey, _actual: Option<&VolumeActual>) -> Option<crate::pod::desired::PodUid> {
+pub fn pod_of_volume(key: &VolumeKey, _actual: Option<&VolumeActual>) -> Option<crate::model::pod::PodUid> {
     split_key(key).map(|(uid, _)| uid.to_owned())
 }
 

@@ -1,46 +1,16 @@
 //! What the pod and sandbox reconcilers ask of volumes: are a pod's volumes ready, and where are they
 //! (read from the volume pair's stores among their side inputs, [`VolumeGate::from_inputs`]).
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Volume;
 use reconcile_engine::Store;
 
 use super::actual::{Step, VolumeActual};
-use super::desired::{CsiSource, DesiredVolume, Plugin, VolumeKey, VolumeSource, device_key, volume_key};
-use super::populator::ClaimLookup;
-use crate::pod::desired::DesiredPod;
-
-/// A volume ready for a pod's containers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MountedVolume {
-    /// The host path to bind-mount into containers.
-    pub path: PathBuf,
-    /// The plugin.
-    pub plugin: Plugin,
-}
-
-impl MountedVolume {
-    /// Whether containers must mount it read-only whatever the mount says (configMap, secret,
-    /// downwardAPI, projected).
-    pub fn forced_read_only(&self) -> bool {
-        self.plugin.read_only()
-    }
-}
-
-/// A pod's volumes by name, all ready.
-pub type PodVolumes = BTreeMap<String, MountedVolume>;
-
-/// Whether a pod may start containers.
-#[derive(Debug, Clone, PartialEq)]
-pub enum VolumeReadiness {
-    /// Every volume is set up.
-    Ready(Arc<PodVolumes>),
-    /// Some volume is not: why (naming the volume).
-    Waiting(String),
-}
+use super::desired::{CsiSource, DesiredVolume, VolumeKey, VolumeSource, device_key, volume_key};
+use crate::model::pod::DesiredPod;
+use crate::model::volumes::ClaimLookup;
+use crate::model::volumes::{MountedVolume, Plugin, PodVolumes, VolumeReadiness};
 
 /// The plugin serving a volume of a pod spec, or why none does.
 pub fn plugin_of(volume: &Volume) -> Result<Plugin, String> {

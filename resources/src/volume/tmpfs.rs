@@ -8,7 +8,7 @@
 //! lowered to the emptyDir's `sizeLimit` when that is smaller still. Each tmpfs is charged to
 //! the memory cgroup of whoever writes into it, so its size is only an upper bound.
 
-use crate::pod::desired::{DesiredPod, is_sidecar};
+use crate::model::pod::{DesiredPod, is_sidecar};
 use crate::quantity::Quantity;
 
 /// The pod's memory limit as its pod cgroup gets it (the kubelet's `ResourceConfigForPod`): only
@@ -59,7 +59,7 @@ pub fn tmpfs_size(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::desired::PodSource;
+    use crate::model::pod::PodSource;
 
     const MI: u64 = 1 << 20;
 

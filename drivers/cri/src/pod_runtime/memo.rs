@@ -11,7 +11,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt};
-use nodelet_resources::pod::actual::PodActual;
+use nodelet_resources::model::actual::PodActual;
 
 use crate::labels::{self, Lookup};
 use crate::listing::{ListedContainer, ListedSandbox};

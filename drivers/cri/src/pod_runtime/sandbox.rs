@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use nodelet_resources::pod::desired::DesiredPod;
-use nodelet_resources::pod::driver::{RuntimeError, RuntimeResult};
-use nodelet_resources::sandbox::actual::PodSandboxes;
+use nodelet_resources::model::actual::PodSandboxes;
+use nodelet_resources::model::pod::DesiredPod;
+use nodelet_resources::model::runtime::{RuntimeError, RuntimeResult};
 use nodelet_resources::sandbox::desired::SandboxSpec;
 use nodelet_resources::sandbox::driver::SandboxRuntime;
 

@@ -1,10 +1,15 @@
-//! Actual state of pods: the containers the runtime reports for each pod UID, and a copy of its
-//! sandboxes as the same listing saw them (for readers of the pod store: pod IP, network namespace).
-//! The sandboxes themselves are the sandbox pair's ([`crate::sandbox`]); the pod reconciler and pod
-//! status read them from its actual store ([`crate::sandbox::status::SandboxView::join`]).
+//! Actual state of pods as the runtime reports it for each pod UID: the pod pair's actual value ([`PodActual`]:
+//! its containers, and a copy of its sandboxes as the same listing saw them, for readers of the pod store: pod
+//! IP, network namespace) and the sandbox pair's ([`PodSandboxes`]: the sandboxes, the copy that pair's
+//! decisions use; the pod reconciler and pod status read them from that pair's actual store).
 //!
 //! Everything here is rebuilt from the runtime (labels and annotations nodelet puts on what it
 //! creates), so a restarted nodelet finds its pods again.
+//!
+//! Two rules on these records are shared by the pod and sandbox pairs: whether a pod has [`finished`] (its
+//! sandbox is released) and which of its sandboxes are dead ([`dead_sandboxes`], the kubelet's sandbox GC).
+
+use crate::model::pod::{DesiredPod, RestartPolicy, is_sidecar};
 
 /// What the runtime has for one pod.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -49,6 +54,44 @@ pub struct SandboxRecord {
     pub runtime_handler: String,
 }
 
+/// The sandboxes of one pod.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodSandboxes {
+    /// The pod's UID.
+    pub uid: String,
+    /// Its namespace, as labelled.
+    pub namespace: String,
+    /// Its name, as labelled.
+    pub name: String,
+    /// Its sandboxes, newest first (normally one; more after a sandbox was replaced).
+    pub sandboxes: Vec<SandboxRecord>,
+    /// An operation ended with an unknown result: read the runtime again before planning.
+    pub needs_refresh: bool,
+}
+
+impl PodSandboxes {
+    /// The newest sandbox, if any.
+    pub fn newest(&self) -> Option<&SandboxRecord> {
+        self.sandboxes.first()
+    }
+
+    /// The newest sandbox if it is ready.
+    pub fn ready(&self) -> Option<&SandboxRecord> {
+        self.newest().filter(|s| s.ready)
+    }
+
+    /// The sandbox part of a pod's runtime listing (`None` if it has no sandbox).
+    pub fn of(pod: &PodActual) -> Option<Self> {
+        (!pod.sandboxes.is_empty()).then(|| Self {
+            uid: pod.uid.clone(),
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            sandboxes: pod.sandboxes.clone(),
+            needs_refresh: false,
+        })
+    }
+}
+
 /// The state of a container as the runtime reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ContainerState {
@@ -84,7 +127,7 @@ pub struct ContainerRecord {
     /// The same without `resources` (containers created by nodelet ≥ 0.1 with resize support).
     pub spec_hash_without_resources: Option<String>,
     /// Its CPU and memory cgroup settings as the runtime reports them (`None`: not reported).
-    pub applied: Option<crate::pod::resize::CgroupResources>,
+    pub applied: Option<crate::model::cgroup::CgroupResources>,
     /// Its state.
     pub state: ContainerState,
     /// The image as asked for.
@@ -138,5 +181,63 @@ impl PodActual {
     /// Whether nothing of the pod exists in the runtime.
     pub fn is_empty(&self) -> bool {
         self.sandboxes.is_empty() && self.containers.is_empty()
+    }
+}
+
+/// Whether every app container of `pod` has finished for good (`Some(succeeded)`), as its restart
+/// policy says; sidecars do not count. A finished pod's sandbox is released.
+pub fn finished(pod: &DesiredPod, actual: &PodActual) -> Option<bool> {
+    let policy = pod.restart_policy();
+    if policy == RestartPolicy::Always {
+        return None;
+    }
+    let init_failed = pod.init_containers().iter().filter(|c| !is_sidecar(c)).any(|c| {
+        actual.container(&c.name).is_some_and(|r| r.state == ContainerState::Exited && r.exit_code != 0)
+    });
+    if init_failed && policy == RestartPolicy::Never {
+        return Some(false);
+    }
+    let mut succeeded = true;
+    for c in pod.containers() {
+        let r = actual.container(&c.name)?;
+        if r.state != ContainerState::Exited || policy.restarts(r.exit_code) {
+            return None;
+        }
+        succeeded &= r.exit_code == 0;
+    }
+    Some(succeeded)
+}
+
+/// The kubelet's sandbox GC for a pod that is still desired: its sandboxes that are not ready, not
+/// its newest and hold no container (`in_use`). The sandbox pair removes these
+/// (its `SandboxOp::Prune`); the pod pair's container GC leaves them to it.
+pub fn dead_sandboxes(sandboxes: &[SandboxRecord], in_use: impl Fn(&str) -> bool) -> Vec<String> {
+    let newest = sandboxes.iter().max_by_key(|s| (s.attempt, s.created_at)).map(|s| s.id.as_str());
+    sandboxes
+        .iter()
+        .filter(|s| !s.ready && Some(s.id.as_str()) != newest && !in_use(&s.id))
+        .map(|s| s.id.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sandbox(id: &str, ready: bool, attempt: u32, created_at: i64) -> SandboxRecord {
+        SandboxRecord { id: id.into(), ready, attempt, created_at, ..SandboxRecord::default() }
+    }
+
+    #[test]
+    fn dead_sandboxes_go_unless_ready_newest_or_in_use() {
+        let sandboxes = vec![
+            sandbox("newest-not-ready", false, 3, 30),
+            sandbox("ready", true, 2, 20),
+            sandbox("old-with-container", false, 1, 10),
+            sandbox("old-empty", false, 0, 0),
+        ];
+        let dead = dead_sandboxes(&sandboxes, |id| id == "old-with-container");
+        assert_eq!(dead, vec!["old-empty".to_owned()]);
+        assert!(dead_sandboxes(&sandboxes[3..], |_| false).is_empty(), "the only one is the newest");
     }
 }

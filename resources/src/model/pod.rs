@@ -1,4 +1,5 @@
-//! Desired state of pods: what the sources ask for, after validation and defaulting.
+//! The desired pod: what the sources ask for, after validation and defaulting (the pod pair's desired value,
+//! which every other pair reads), and the identity of a pod (its UID, its source).
 
 use std::path::PathBuf;
 use std::time::Duration;

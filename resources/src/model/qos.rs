@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
-use crate::pod::desired::DesiredPod;
+use crate::model::pod::DesiredPod;
 use crate::quantity::Quantity;
 
 /// A pod's QoS class.
@@ -133,7 +133,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus, ResourceRequirements};
 
     use super::*;
-    use crate::pod::desired::PodSource;
+    use crate::model::pod::PodSource;
 
     fn list(cpu: &str, memory: &str) -> Option<BTreeMap<String, ApiQuantity>> {
         let mut map = BTreeMap::new();

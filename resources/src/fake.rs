@@ -17,11 +17,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
 
-use super::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
-use super::desired::DesiredPod;
-use super::driver::{ContainerKind, PodRuntime, RuntimeError, RuntimeResult, container_hash};
 use crate::common::clock::Clock;
-use crate::sandbox::actual::PodSandboxes;
+use crate::model::actual::PodSandboxes;
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+use crate::model::pod::DesiredPod;
+use crate::model::runtime::{RuntimeError, RuntimeResult};
+use crate::pod::driver::{ContainerKind, PodRuntime, container_hash};
 use crate::sandbox::desired::SandboxSpec;
 use crate::sandbox::driver::SandboxRuntime;
 
@@ -204,7 +205,7 @@ impl FakeRuntime {
         container: &Container,
         kind: ContainerKind,
         restart_count: u32,
-        volumes: &crate::volume::status::PodVolumes,
+        volumes: &crate::model::volumes::PodVolumes,
     ) -> RuntimeResult<String> {
         let now = (self.clock)();
         let mut state = self.lock();
@@ -258,7 +259,7 @@ impl FakeRuntime {
             spec_hash_without_resources: Some(crate::pod::resize::container_hash_without_resources(
                 container,
             )),
-            applied: Some(crate::pod::resize::CgroupResources::of(container)),
+            applied: Some(crate::model::cgroup::CgroupResources::of(container)),
             state: if exit.is_some() { ContainerState::Exited } else { ContainerState::Running },
             image: image.clone(),
             image_ref: format!("{image}@sha256:fake"),
@@ -291,8 +292,8 @@ impl PodRuntime for FakeRuntime {
         kind: ContainerKind,
         restart_count: u32,
         backoff_since: u32,
-        volumes: &crate::volume::status::PodVolumes,
-        cancel: &super::driver::CancellationToken,
+        volumes: &crate::model::volumes::PodVolumes,
+        cancel: &crate::pod::driver::CancellationToken,
     ) -> RuntimeResult<String> {
         let id = self.create_container(pod, sandbox_id, container, kind, restart_count, volumes)?;
         if let Some(c) = self.lock().containers.iter_mut().find(|c| c.record.id == id) {
@@ -353,7 +354,7 @@ impl PodRuntime for FakeRuntime {
     async fn update_container_resources(
         &self,
         container_id: &str,
-        resources: &crate::pod::resize::CgroupResources,
+        resources: &crate::model::cgroup::CgroupResources,
     ) -> RuntimeResult<()> {
         let mut state = self.lock();
         self.record(&mut state, "update_container_resources", container_id.to_string())?;
