@@ -10,7 +10,7 @@ use super::get::GetError;
 use super::jsonpath::{Template, go_format, relaxed};
 use super::pods::render_table;
 use super::selector::{FieldSelector, LabelSelector};
-use crate::cli::{GetArgs, OutputFormat};
+use crate::args::{GetArgs, OutputFormat};
 
 fn encode(e: impl std::fmt::Display) -> GetError {
     GetError::Output(std::io::Error::other(e.to_string()))
@@ -144,7 +144,7 @@ pub(crate) fn render(
     match format {
         OutputFormat::Json => to_json(&document(api_version, kind, items, single)),
         OutputFormat::Yaml => {
-            crate::yaml::to_string(&document(api_version, kind, items, single)).map_err(encode)
+            nodelet_shared::yaml::to_string(&document(api_version, kind, items, single)).map_err(encode)
         }
         OutputFormat::Name => Ok(items
             .iter()
@@ -180,7 +180,7 @@ pub(crate) fn values<T: Serialize>(items: &[T]) -> Result<Vec<Value>, GetError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{Cli, Command};
+    use crate::args::{Cli, Command};
     use clap::Parser;
 
     fn args(flags: &[&str]) -> GetArgs {

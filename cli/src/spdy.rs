@@ -57,7 +57,7 @@ pub(crate) type Headers = Vec<(String, String)>;
 
 /// Why a frame could not be read or written.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum SpdyError {
+pub enum SpdyError {
     /// A control frame of another SPDY version.
     #[error("SPDY version {0} is not supported (only 3)")]
     Version(u16),
