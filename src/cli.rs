@@ -685,8 +685,6 @@ mod tests {
         assert_eq!(r.manifest_url_header, vec!["a:1,b:2".to_owned(), "b:3".to_owned()]);
     }
 
-
-
     #[test]
     fn daemon_flags_are_not_accepted_by_the_client_commands() {
         assert!(Full::try_parse_from(["nodelet", "--port", "1", "get", "pods"]).is_err());
@@ -697,12 +695,27 @@ mod tests {
     /// without `nodelet-cli`) `get` is an unknown command.
     #[test]
     fn the_client_commands_join_between_run_and_hollow() {
-        let names = |cmd: clap::Command| cmd.get_subcommands().map(|s| s.get_name().to_owned()).collect::<Vec<_>>();
+        // in the order `nodelet --help` lists them
+        let names = |cmd: clap::Command| {
+            let mut subs: Vec<_> = cmd.get_subcommands().collect();
+            subs.sort_by_key(|s| s.get_display_order());
+            subs.iter().map(|s| s.get_name().to_owned()).collect::<Vec<_>>()
+        };
         assert_eq!(
             names(command_with::<nodelet_cli::Command>()),
             [
-                "run", "get", "logs", "exec", "attach", "cp", "debug", "port-forward", "describe", "hollow",
-                "completion", "man"
+                "run",
+                "get",
+                "logs",
+                "exec",
+                "attach",
+                "cp",
+                "debug",
+                "port-forward",
+                "describe",
+                "hollow",
+                "completion",
+                "man"
             ]
         );
         assert_eq!(names(command()), ["run", "hollow", "completion", "man"]);
@@ -866,6 +879,4 @@ mod tests {
         assert!(completion(&mut command(), "tcsh", &mut Vec::new()).is_err());
         assert!(Cli::try_parse_from(["nodelet", "completion", "tcsh"]).is_err());
     }
-
-
 }

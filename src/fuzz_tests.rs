@@ -545,8 +545,7 @@ fn decoders_at_every_integer_limit_refuse_without_panic() {
     panics.extend(panics_of(&numbers, |n| {
         for selector in [format!("a={n}"), format!("a in ({n},{n})"), format!("{n}!={n}"), format!("a>{n}")] {
             let _ = nodelet_cli::selector::LabelSelector::parse(&selector);
-            let _ =
-                nodelet_cli::selector::FieldSelector::parse(&selector, nodelet_cli::selector::POD_FIELDS);
+            let _ = nodelet_cli::selector::FieldSelector::parse(&selector, nodelet_cli::selector::POD_FIELDS);
         }
     }));
     panics.extend(panics_of(&numbers, |n| {

@@ -97,7 +97,6 @@ pub struct GetArgs {
     pub(crate) log: LogArgs,
 }
 
-
 /// Output formats of `get` (`-o`), as kubectl spells them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutputFormat {
@@ -195,7 +194,6 @@ impl DescribeArgs {
         }
     }
 }
-
 
 /// `nodelet logs POD`.
 #[derive(Debug, Clone, Args)]
@@ -474,7 +472,6 @@ pub struct PortForwardArgs {
     #[command(flatten)]
     pub(crate) log: LogArgs,
 }
-
 
 /// A binary with only the client commands, named `nodelet` as in their help and errors.
 #[cfg(test)]

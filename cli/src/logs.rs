@@ -18,8 +18,8 @@ use tokio::io::AsyncSeekExt as _;
 use tokio::time::sleep;
 
 use crate::args::LogsArgs;
-use nodelet_shared::names::{is_dns_label, is_dns_subdomain};
 use nodelet_shared::cri_log::{LineReader, Renderer, tail_start};
+use nodelet_shared::names::{is_dns_label, is_dns_subdomain};
 
 /// How often `-f` looks for new lines.
 pub(crate) const FOLLOW_POLL: Duration = Duration::from_millis(200);

@@ -106,5 +106,4 @@ mod tests {
         assert!("-5%".parse::<ThresholdValue>().is_err());
         assert!("abc%".parse::<ThresholdValue>().is_err());
     }
-
 }

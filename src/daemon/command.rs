@@ -86,7 +86,9 @@ impl<C: clap::Subcommand> Invocation<C> {
                 let command = Box::new(cli::command_with::<C>());
                 (Builtin::Completion { shell: args.shell, command }, None)
             }
-            Commands::Man(args) => (Builtin::Man { dir: args.dir, command: Box::new(cli::command_with::<C>()) }, None),
+            Commands::Man(args) => {
+                (Builtin::Man { dir: args.dir, command: Box::new(cli::command_with::<C>()) }, None)
+            }
         };
         nodelet_shared::log::init_text(verbosity, "warn").map_err(|e| Error::Config(e.into()))?;
         Ok(Invocation::Builtin(BuiltinCommand(builtin)))
@@ -103,7 +105,8 @@ impl BuiltinCommand {
                 Err(e) => Err(format!("cannot start the async runtime: {e}")),
             },
             Builtin::Completion { shell, mut command } => {
-                cli::completion(&mut command, &shell, &mut std::io::stdout().lock()).map_err(|e| e.to_string())
+                cli::completion(&mut command, &shell, &mut std::io::stdout().lock())
+                    .map_err(|e| e.to_string())
             }
             Builtin::Man { dir: Some(dir), command } => {
                 cli::man_pages_to(*command, &dir).map_err(|e| format!("cannot write the man pages: {e}"))

@@ -95,9 +95,10 @@ async fn get_pods_works_against_nodelets_servers() {
     .await
     .expect("main port with token and CA");
     assert_eq!(names(&via_main), ["web-node1", "crashloop-node1", "dns-node1"]);
-    let waiting = via_main[1].status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|c| {
-        c[0].state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.clone())
-    });
+    let waiting =
+        via_main[1].status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|c| {
+            c[0].state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.clone())
+        });
     assert_eq!(waiting.as_deref(), Some("CrashLoopBackOff"), "the status comes through whole");
     let no_token = nodelet_cli::fetch_pods(&get_args(&["--server", &main, "--certificate-authority", ca]))
         .await
