@@ -114,11 +114,41 @@ pub enum OutputFormat {
     CustomColumns(String),
 }
 
+/// Why an `-o` value is refused (kubectl's messages).
+#[derive(Debug, thiserror::Error)]
+pub enum OutputFormatError {
+    /// The file of `jsonpath-file=` or `custom-columns-file=` cannot be read.
+    #[error("error reading template {path}, {source}")]
+    ReadTemplate {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `jsonpath=` or `jsonpath-file=` without a template.
+    #[error("template format specified but no template given")]
+    NoTemplate,
+    /// `custom-columns=` without columns.
+    #[error("custom-columns format specified but no custom columns given")]
+    NoColumns,
+    /// A `custom-columns-file` that is not two lines of as many fields.
+    #[error(transparent)]
+    CustomColumnsFile(#[from] crate::output::CustomColumnsFileError),
+    /// Not a format kubectl has.
+    #[error(
+        "unable to match a printer suitable for the output format {0:?}, allowed formats are: \
+         custom-columns,custom-columns-file,json,jsonpath,jsonpath-file,name,wide,yaml"
+    )]
+    Unknown(String),
+}
+
 /// Parses `-o`: `wide`, `json`, `yaml`, `name`, `jsonpath=TEMPLATE`, `jsonpath-file=FILE`,
 /// `custom-columns=SPEC`, `custom-columns-file=FILE` (kubectl's names).
-pub fn parse_output(s: &str) -> Result<OutputFormat, String> {
-    let read =
-        |path: &str| std::fs::read_to_string(path).map_err(|e| format!("error reading template {path}, {e}"));
+pub fn parse_output(s: &str) -> Result<OutputFormat, OutputFormatError> {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .map_err(|source| OutputFormatError::ReadTemplate { path: path.to_owned(), source })
+    };
     let (name, arg) = match s.split_once('=') {
         Some((n, a)) => (n, Some(a)),
         None => (s, None),
@@ -130,18 +160,15 @@ pub fn parse_output(s: &str) -> Result<OutputFormat, String> {
         ("name", None) => Ok(OutputFormat::Name),
         ("jsonpath", Some(t)) if !t.is_empty() => Ok(OutputFormat::JsonPath(t.to_owned())),
         ("jsonpath-file", Some(f)) if !f.is_empty() => Ok(OutputFormat::JsonPath(read(f)?)),
-        ("jsonpath" | "jsonpath-file", _) => Err("template format specified but no template given".into()),
+        ("jsonpath" | "jsonpath-file", _) => Err(OutputFormatError::NoTemplate),
         ("custom-columns", Some(spec)) if !spec.is_empty() => {
             Ok(OutputFormat::CustomColumns(spec.to_owned()))
         }
-        ("custom-columns", _) => Err("custom-columns format specified but no custom columns given".into()),
+        ("custom-columns", _) => Err(OutputFormatError::NoColumns),
         ("custom-columns-file", Some(f)) if !f.is_empty() => {
-            crate::output::custom_columns_from_file(&read(f)?).map(OutputFormat::CustomColumns)
+            Ok(OutputFormat::CustomColumns(crate::output::custom_columns_from_file(&read(f)?)?))
         }
-        _ => Err(format!(
-            "unable to match a printer suitable for the output format {s:?}, allowed formats are: \
-             custom-columns,custom-columns-file,json,jsonpath,jsonpath-file,name,wide,yaml"
-        )),
+        _ => Err(OutputFormatError::Unknown(s.to_owned())),
     }
 }
 
@@ -647,5 +674,19 @@ mod tests {
         );
         let err = Cli::try_parse_from(["nodelet", "get", "pods", "-o", "table"]).expect_err("unknown format");
         assert!(err.to_string().contains("allowed formats are"), "{err}");
+        // kubectl's messages
+        for (value, message) in [
+            ("jsonpath=", "template format specified but no template given"),
+            ("custom-columns=", "custom-columns format specified but no custom columns given"),
+            ("jsonpath-file=/nonexistent/t", "error reading template /nonexistent/t, "),
+            (
+                "custom-columns-file=",
+                "unable to match a printer suitable for the output format \"custom-columns-file=\", allowed \
+                 formats are: custom-columns,custom-columns-file,json,jsonpath,jsonpath-file,name,wide,yaml",
+            ),
+        ] {
+            let err = parse_output(value).expect_err(value);
+            assert!(err.to_string().starts_with(message), "{value}: {err}");
+        }
     }
 }

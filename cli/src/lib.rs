@@ -29,11 +29,12 @@ mod spdy;
 mod storage;
 mod stream;
 
-pub use args::Command;
+pub use args::{Command, OutputFormatError};
 pub use cp::CpError;
 pub use get::GetError;
 pub use jsonpath::JsonPathError;
 pub use logs::LogsError;
+pub use output::CustomColumnsFileError;
 pub use spdy::SpdyError;
 pub use stream::StreamError;
 
