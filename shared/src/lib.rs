@@ -5,12 +5,13 @@
 //! - [`units`]: Go durations (`1m30s`), in flags and config fields of both;
 //! - [`names`]: DNS-1123 names, as Kubernetes checks them;
 //! - [`cri_log`]: CRI container log files: the daemon's `/containerLogs` and `nodelet logs` read them;
-//! - [`log`]: the `-v` flag and the log filter of every command;
+//! - `log` (feature `log`): the `-v` flag and the log filter of every command;
 //! - [`GET_TYPES`]: the resource types `nodelet get` has; an extension may not take their names.
 
 #![deny(missing_docs)]
 
 pub mod cri_log;
+#[cfg(feature = "log")]
 pub mod log;
 pub mod names;
 pub mod units;
