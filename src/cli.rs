@@ -1,6 +1,8 @@
-//! The `nodelet` command line: the daemon's flags (named like the kubelet's), the client commands (`get`,
-//! `describe`, `logs`, `exec`, `attach`, `cp`, `debug`, `port-forward`), and `completion` (clap_complete)
-//! and the hidden `man` (clap_mangen), both generated from these definitions.
+//! The `nodelet` command line: the daemon's flags (named like the kubelet's), `hollow`, `completion`
+//! (clap_complete) and the hidden `man` (clap_mangen), both generated from the whole command line, and the
+//! place where a binary's client commands join them: [`Commands`] takes them as a type parameter (the
+//! `nodelet` binary passes `nodelet_cli::Command`, whose `get`, `describe`, `logs`, `exec`, `attach`, `cp`,
+//! `debug` and `port-forward` come between `run` and `hollow`; [`NoClient`] adds none).
 //!
 //! `nodelet` alone (or `nodelet run`) runs the daemon. Every daemon flag is optional here: a flag given
 //! explicitly overrides the `--config` file, which overrides the default ([`crate::config::Config::load`]
@@ -14,6 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
+use nodelet_shared::log::LogArgs;
 
 use crate::config::GoDuration;
 
@@ -38,41 +41,66 @@ pub(crate) mod kubelet_flags;
     after_help = "Logging: -v/--v LEVEL sets the verbosity (0-1 info, 2-3 info with more detail from nodelet, \
         4-5 debug, 6+ trace); RUST_LOG, when set, takes precedence (tracing EnvFilter syntax)."
 )]
-pub(crate) struct Cli {
+pub(crate) struct TopLevel<C: Subcommand> {
     /// What to do; the daemon when absent.
     #[command(subcommand)]
-    pub(crate) command: Option<Command>,
+    pub(crate) command: Option<Commands<C>>,
     /// The daemon's flags when no command is given.
     #[command(flatten)]
     pub(crate) run: RunArgs,
 }
 
-impl Cli {
+/// The command line without client commands (the daemon's tests parse with it).
+#[cfg(test)]
+pub(crate) type Cli = TopLevel<NoClient>;
+
+/// The commands without client commands.
+#[cfg(test)]
+pub(crate) type Command = Commands<NoClient>;
+
+impl<C: Subcommand> TopLevel<C> {
     /// The command to execute: the explicit subcommand, or `run` with the top-level flags.
-    pub(crate) fn into_command(self) -> Command {
-        self.command.unwrap_or(Command::Run(Box::new(self.run)))
+    pub(crate) fn into_command(self) -> Commands<C> {
+        self.command.unwrap_or(Commands::Run(Box::new(self.run)))
     }
 }
 
-/// nodelet's command line: [`Cli`] plus, for the daemon (top level and `run`), the kubelet flags nodelet
-/// refuses, as hidden arguments (see [`kubelet_flags`]).
-pub(crate) fn command() -> clap::Command {
+/// The whole command line with the client commands `C`: [`TopLevel`] plus, for the daemon (top level and
+/// `run`), the kubelet flags nodelet refuses, as hidden arguments (see [`kubelet_flags`]).
+pub(crate) fn command_with<C: Subcommand>() -> clap::Command {
     use clap::CommandFactory;
-    Cli::command()
+    TopLevel::<C>::command()
         .args(kubelet_flags::refused_args())
         .mut_subcommand("run", |run| run.args(kubelet_flags::refused_args()))
 }
 
-/// Parses a command line (`args` starts with the program name). A kubelet flag nodelet does not support is
-/// an error naming its KubeletConfiguration field; the kubelet's deprecation lines for the deprecated kubelet
-/// flags given go to [`RunArgs::deprecation_warnings`].
+/// [`command_with`] without client commands.
+#[cfg(test)]
+pub(crate) fn command() -> clap::Command {
+    command_with::<NoClient>()
+}
+
+/// [`try_parse_with`] without client commands.
+#[cfg(test)]
 pub(crate) fn try_parse_from<I, T>(args: I) -> Result<Command, clap::Error>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    try_parse_with::<NoClient, _, _>(args)
+}
+
+/// Parses a command line (`args` starts with the program name) with the client commands `C`. A kubelet flag
+/// nodelet does not support is an error naming its KubeletConfiguration field; the kubelet's deprecation
+/// lines for the deprecated kubelet flags given go to [`RunArgs::deprecation_warnings`].
+pub(crate) fn try_parse_with<C, I, T>(args: I) -> Result<Commands<C>, clap::Error>
+where
+    C: Subcommand,
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     use clap::FromArgMatches;
-    let mut cmd = command();
+    let mut cmd = command_with::<C>();
     let mut matches = cmd.try_get_matches_from_mut(args)?;
     let (refused, warnings) = {
         // the daemon's flags: at the top level, or those of `run`
@@ -90,35 +118,21 @@ where
         // one `error: …` line per refused flag
         return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, refused.join("\nerror: ")));
     }
-    let mut command = Cli::from_arg_matches_mut(&mut matches)?.into_command();
-    if let Command::Run(run) = &mut command {
+    let mut command = TopLevel::<C>::from_arg_matches_mut(&mut matches)?.into_command();
+    if let Commands::Run(run) = &mut command {
         run.deprecation_warnings = warnings;
     }
     Ok(command)
 }
 
-/// nodelet's commands.
+/// nodelet's commands, with the client commands `C` between `run` and `hollow`.
 #[derive(Debug, Subcommand)]
-pub(crate) enum Command {
+pub(crate) enum Commands<C: Subcommand> {
     /// Run the node agent (the default when no command is given).
     Run(Box<RunArgs>),
-    /// Display pods like `kubectl get pods`, from the nodelet on this machine.
-    Get(GetArgs),
-    /// Print the logs of a container like `kubectl logs`, read from the CRI log files on this machine.
-    Logs(LogsArgs),
-    /// Run a command in a container like `kubectl exec`, through the local nodelet's main port.
-    Exec(ExecArgs),
-    /// Attach to a container's main process like `kubectl attach`, through the local nodelet's main port.
-    Attach(AttachArgs),
-    /// Copy files and directories to and from containers like `kubectl cp` (tar over exec).
-    Cp(CpArgs),
-    /// Add an ephemeral (debug) container to a static pod like `kubectl debug`, through the local
-    /// nodelet's main port; with -i, attach to it.
-    Debug(DebugArgs),
-    /// Forward local ports to a pod like `kubectl port-forward`, through the local nodelet's main port.
-    PortForward(PortForwardArgs),
-    /// Show the details of pods like `kubectl describe pod`, with their events.
-    Describe(DescribeArgs),
+    /// The client commands of the binary.
+    #[command(flatten)]
+    Client(C),
     /// Run N hollow nodes in this process against one API server: the real node code over a fake
     /// runtime that runs nothing and a host that mounts nothing, for measuring the control plane's load.
     Hollow(HollowArgs),
@@ -129,22 +143,32 @@ pub(crate) enum Command {
     Man(ManArgs),
 }
 
-impl Command {
-    /// The `-v` level given to this command.
-    pub(crate) fn verbosity(&self) -> Option<u8> {
-        match self {
-            Command::Run(r) => r.log.verbosity,
-            Command::Get(g) => g.log.verbosity,
-            Command::Logs(l) => l.log.verbosity,
-            Command::Exec(e) => e.log.verbosity,
-            Command::Attach(a) => a.log.verbosity,
-            Command::Cp(c) => c.log.verbosity,
-            Command::Debug(d) => d.log.verbosity,
-            Command::PortForward(p) => p.log.verbosity,
-            Command::Describe(d) => d.log.verbosity,
-            Command::Hollow(h) => h.log.verbosity,
-            Command::Completion(_) | Command::Man(_) => None,
-        }
+/// No client commands: the command line of a binary built without `nodelet-cli` (`run`, `hollow`,
+/// `completion`, `man`). It has no value, so [`crate::Invocation::Client`] cannot occur.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoClient {}
+
+impl clap::FromArgMatches for NoClient {
+    fn from_arg_matches(_: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Err(clap::Error::new(clap::error::ErrorKind::InvalidSubcommand))
+    }
+
+    fn update_from_arg_matches(&mut self, _: &clap::ArgMatches) -> Result<(), clap::Error> {
+        match *self {}
+    }
+}
+
+impl Subcommand for NoClient {
+    fn augment_subcommands(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+
+    fn augment_subcommands_for_update(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+
+    fn has_subcommand(_: &str) -> bool {
+        false
     }
 }
 
@@ -172,15 +196,6 @@ pub(crate) struct HollowArgs {
     pub(crate) config: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) log: LogArgs,
-}
-
-/// Log verbosity, shared by every command.
-#[derive(Debug, Clone, Default, Args)]
-pub(crate) struct LogArgs {
-    /// Log verbosity like the kubelet's -v: 0-1 info, 2-3 more detail, 4-5 debug, 6+ trace. RUST_LOG, when
-    /// set, takes precedence.
-    #[arg(short = 'v', long = "v", value_name = "LEVEL")]
-    pub(crate) verbosity: Option<u8>,
 }
 
 /// The daemon's flags. Every flag is optional: unset means "the config file's value, else the default".
@@ -531,175 +546,6 @@ pub(crate) struct RunArgs {
     pub(crate) deprecation_warnings: Vec<String>,
 }
 
-/// `nodelet get pods`.
-#[derive(Debug, Clone, Args)]
-#[command(after_help = "Server: --server, else $NODELET_SERVER, else http://127.0.0.1:10255 (the read-only \
-    port, if nodelet serves it) and then https://127.0.0.1:10250 (the main port, with a bearer token from \
-    --token, --token-file or $NODELET_TOKEN). The main port's certificate is checked against \
-    --certificate-authority, else /var/lib/nodelet/pki/nodelet.crt when that file exists (nodelet's \
-    self-signed certificate).")]
-pub(crate) struct GetArgs {
-    /// Resource type: pods (also pod, po), nodes (node, no), events (event, ev), pv (persistentvolumes),
-    /// pvc (persistentvolumeclaims), storageclass (sc, storageclasses), csinodes (csinode), or the name of
-    /// an extension of the node (its status table, from /extensions/NAME).
-    #[arg(value_name = "TYPE")]
-    pub(crate) resource: String,
-    /// Names of the pods to show (all when none).
-    #[arg(value_name = "NAME")]
-    pub(crate) names: Vec<String>,
-    /// Output format: wide, json, yaml, name, jsonpath=TEMPLATE, jsonpath-file=FILE,
-    /// custom-columns=HEADER:PATH[,...], custom-columns-file=FILE.
-    #[arg(short = 'o', long, value_name = "FORMAT", value_parser = parse_output)]
-    pub(crate) output: Option<OutputFormat>,
-    /// Label selector, e.g. 'app=web,tier!=db', 'env in (a,b)', '!canary' (Kubernetes syntax).
-    #[arg(short = 'l', long, value_name = "SELECTOR")]
-    pub(crate) selector: Option<String>,
-    /// Field selector, e.g. 'status.phase=Running' or, for events, 'involvedObject.name=web'.
-    #[arg(long, value_name = "SELECTOR")]
-    pub(crate) field_selector: Option<String>,
-    /// After listing, watch for changes and print a line (or object) for each. nodelet polls its
-    /// read-only endpoints every second and compares the objects (it has no watch stream); Ctrl-C ends it.
-    #[arg(short = 'w', long)]
-    pub(crate) watch: bool,
-    /// Do not print the table's header line (also of custom-columns).
-    #[arg(long)]
-    pub(crate) no_headers: bool,
-    /// Namespace of the pods.
-    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
-    pub(crate) namespace: String,
-    /// Pods of every namespace (adds a NAMESPACE column).
-    #[arg(short = 'A', long)]
-    pub(crate) all_namespaces: bool,
-    /// How to reach nodelet.
-    #[command(flatten)]
-    pub(crate) conn: ServerArgs,
-    /// Logging.
-    #[command(flatten)]
-    pub(crate) log: LogArgs,
-}
-
-/// The resource types `nodelet get` knows itself; any other type names an extension.
-pub(crate) const GET_TYPES: &[&str] = &[
-    "pods",
-    "pod",
-    "po",
-    "nodes",
-    "node",
-    "no",
-    "events",
-    "event",
-    "ev",
-    "pv",
-    "persistentvolume",
-    "persistentvolumes",
-    "pvc",
-    "persistentvolumeclaim",
-    "persistentvolumeclaims",
-    "sc",
-    "storageclass",
-    "storageclasses",
-    "csinode",
-    "csinodes",
-];
-
-/// Output formats of `get` (`-o`), as kubectl spells them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum OutputFormat {
-    /// The table with more columns (pods: IP, NODE, NOMINATED NODE and READINESS GATES).
-    Wide,
-    /// The objects as JSON (indented by 4 spaces, as kubectl).
-    Json,
-    /// The objects as YAML.
-    Yaml,
-    /// `KIND/NAME` per line.
-    Name,
-    /// A kubectl JSONPath template (`jsonpath=`, or the content of `jsonpath-file=`).
-    JsonPath(String),
-    /// Custom columns `HEADER:PATH,…` (`custom-columns=`; `custom-columns-file=` is turned into this form).
-    CustomColumns(String),
-}
-
-/// Parses `-o`: `wide`, `json`, `yaml`, `name`, `jsonpath=TEMPLATE`, `jsonpath-file=FILE`,
-/// `custom-columns=SPEC`, `custom-columns-file=FILE` (kubectl's names).
-pub(crate) fn parse_output(s: &str) -> Result<OutputFormat, String> {
-    let read =
-        |path: &str| std::fs::read_to_string(path).map_err(|e| format!("error reading template {path}, {e}"));
-    let (name, arg) = match s.split_once('=') {
-        Some((n, a)) => (n, Some(a)),
-        None => (s, None),
-    };
-    match (name, arg) {
-        ("wide", None) => Ok(OutputFormat::Wide),
-        ("json", None) => Ok(OutputFormat::Json),
-        ("yaml", None) => Ok(OutputFormat::Yaml),
-        ("name", None) => Ok(OutputFormat::Name),
-        ("jsonpath", Some(t)) if !t.is_empty() => Ok(OutputFormat::JsonPath(t.to_owned())),
-        ("jsonpath-file", Some(f)) if !f.is_empty() => Ok(OutputFormat::JsonPath(read(f)?)),
-        ("jsonpath" | "jsonpath-file", _) => Err("template format specified but no template given".into()),
-        ("custom-columns", Some(spec)) if !spec.is_empty() => {
-            Ok(OutputFormat::CustomColumns(spec.to_owned()))
-        }
-        ("custom-columns", _) => Err("custom-columns format specified but no custom columns given".into()),
-        ("custom-columns-file", Some(f)) if !f.is_empty() => {
-            crate::client::custom_columns_from_file(&read(f)?).map(OutputFormat::CustomColumns)
-        }
-        _ => Err(format!(
-            "unable to match a printer suitable for the output format {s:?}, allowed formats are: \
-             custom-columns,custom-columns-file,json,jsonpath,jsonpath-file,name,wide,yaml"
-        )),
-    }
-}
-
-/// `nodelet describe pod [NAME...]`.
-#[derive(Debug, Clone, Args)]
-#[command(after_help = "Reads /pods and /api/v1/events from the local nodelet (the server flags are those \
-    of `nodelet get`) and prints each pod like `kubectl describe pod`, its events last.")]
-pub(crate) struct DescribeArgs {
-    /// Resource type: pods (also pod, po).
-    #[arg(value_name = "TYPE", value_parser = ["pods", "pod", "po"])]
-    pub(crate) resource: String,
-    /// Names of the pods (a name prefix also matches, as in kubectl); all pods of the namespace when none.
-    #[arg(value_name = "NAME")]
-    pub(crate) names: Vec<String>,
-    /// Namespace of the pods.
-    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
-    pub(crate) namespace: String,
-    /// Pods of every namespace.
-    #[arg(short = 'A', long)]
-    pub(crate) all_namespaces: bool,
-    /// Label selector (Kubernetes syntax).
-    #[arg(short = 'l', long, value_name = "SELECTOR")]
-    pub(crate) selector: Option<String>,
-    /// Leave the events out.
-    #[arg(long = "show-events", value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
-    pub(crate) show_events: bool,
-    /// How to reach nodelet.
-    #[command(flatten)]
-    pub(crate) conn: ServerArgs,
-    /// Logging.
-    #[command(flatten)]
-    pub(crate) log: LogArgs,
-}
-
-impl DescribeArgs {
-    /// The same request as `nodelet get pods` with these flags.
-    pub(crate) fn get_args(&self) -> GetArgs {
-        GetArgs {
-            resource: "pods".into(),
-            names: Vec::new(),
-            output: None,
-            selector: self.selector.clone(),
-            field_selector: None,
-            watch: false,
-            no_headers: false,
-            namespace: self.namespace.clone(),
-            all_namespaces: self.all_namespaces,
-            conn: self.conn.clone(),
-            log: self.log.clone(),
-        }
-    }
-}
-
 /// `nodelet completion SHELL`.
 #[derive(Debug, Clone, Args)]
 #[command(after_help = "bash: `source <(nodelet completion bash)`, or save it as \
@@ -720,302 +566,34 @@ pub(crate) struct ManArgs {
     pub(crate) dir: Option<PathBuf>,
 }
 
-/// `nodelet logs POD`.
-#[derive(Debug, Clone, Args)]
-#[command(after_help = "Reads <pod-logs-dir>/<namespace>_<pod>_<uid>/<container>/<restart>.log directly \
-    (run it as root on the node; no API needed). With -f it follows the current log file until the container \
-    is restarted (a newer log file appears) or the pod's log directory is removed.")]
-pub(crate) struct LogsArgs {
-    /// Pod name (static pods are named <name>-<node>).
-    #[arg(value_name = "POD")]
-    pub(crate) pod: String,
-    /// Container name; optional when the pod has one container.
-    #[arg(short = 'c', long, value_name = "CONTAINER")]
-    pub(crate) container: Option<String>,
-    /// Namespace of the pod.
-    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
-    pub(crate) namespace: String,
-    /// Keep printing new lines as they are written.
-    #[arg(short = 'f', long)]
-    pub(crate) follow: bool,
-    /// Number of most recent lines to print; -1 for all.
-    #[arg(long, value_name = "N", default_value_t = -1, allow_negative_numbers = true)]
-    pub(crate) tail: i64,
-    /// Print the logs of the previous instance of the container (before its last restart).
-    #[arg(short = 'p', long)]
-    pub(crate) previous: bool,
-    /// Prefix every line with its RFC 3339 timestamp.
-    #[arg(long)]
-    pub(crate) timestamps: bool,
-    /// Only lines newer than this relative duration, like 5s, 2m or 3h (0: all).
-    #[arg(long, value_name = "DURATION", conflicts_with = "since_time")]
-    pub(crate) since: Option<GoDuration>,
-    /// Only lines logged at or after this RFC 3339 time (e.g. 2024-05-01T12:00:00Z).
-    #[arg(long, value_name = "TIME")]
-    pub(crate) since_time: Option<String>,
-    /// Maximum bytes of output; 0 for no limit.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub(crate) limit_bytes: u64,
-    /// Directory of the CRI log files (the daemon's --pod-logs-dir).
-    #[arg(long, value_name = "DIR", env = "NODELET_POD_LOGS_DIR", default_value = "/var/log/pods")]
-    pub(crate) pod_logs_dir: PathBuf,
-    /// Logging.
-    #[command(flatten)]
-    pub(crate) log: LogArgs,
-}
+/// A shell `nodelet completion` has no script for.
+#[derive(Debug, thiserror::Error)]
+#[error("unsupported shell type {0:?}")]
+pub(crate) struct UnsupportedShell(String);
 
-/// How `nodelet get` and `nodelet describe` reach nodelet (the read-only port or the main port).
-#[derive(Debug, Clone, Args)]
-pub(crate) struct ServerArgs {
-    /// nodelet's URL, e.g. http://127.0.0.1:10255 or https://127.0.0.1:10250.
-    #[arg(long, value_name = "URL", env = "NODELET_SERVER")]
-    pub(crate) server: Option<String>,
-    /// Bearer token for the main port (prefer --token-file: a command line is visible to every user).
-    #[arg(long, value_name = "TOKEN", env = "NODELET_TOKEN", hide_env_values = true)]
-    pub(crate) token: Option<String>,
-    /// File holding the bearer token for the main port.
-    #[arg(long, value_name = "FILE", conflicts_with = "token")]
-    pub(crate) token_file: Option<PathBuf>,
-    /// CA certificate (PEM) to verify the server's certificate with.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) certificate_authority: Option<PathBuf>,
-    /// Do not verify the server's certificate (insecure).
-    #[arg(long)]
-    pub(crate) insecure_skip_tls_verify: bool,
-    /// Timeout of each request.
-    #[arg(long, value_name = "DURATION", default_value = "10s")]
-    pub(crate) request_timeout: GoDuration,
-}
-
-/// How the streaming commands reach the local nodelet's main port (the flags of `nodelet get`).
-#[derive(Debug, Clone, Args)]
-pub(crate) struct MainPortArgs {
-    /// nodelet's main port.
-    #[arg(long, value_name = "URL", env = "NODELET_SERVER", default_value = "https://127.0.0.1:10250")]
-    pub(crate) server: String,
-    /// Bearer token for the main port (prefer --token-file: a command line is visible to every user).
-    #[arg(long, value_name = "TOKEN", env = "NODELET_TOKEN", hide_env_values = true)]
-    pub(crate) token: Option<String>,
-    /// File holding the bearer token for the main port.
-    #[arg(long, value_name = "FILE", conflicts_with = "token")]
-    pub(crate) token_file: Option<PathBuf>,
-    /// CA certificate (PEM) to verify the server's certificate with (default: nodelet's self-signed
-    /// certificate under /var/lib/nodelet/pki, when present).
-    #[arg(long, value_name = "FILE")]
-    pub(crate) certificate_authority: Option<PathBuf>,
-    /// Do not verify the server's certificate (insecure).
-    #[arg(long)]
-    pub(crate) insecure_skip_tls_verify: bool,
-}
-
-impl MainPortArgs {
-    /// The `nodelet get pods NAMES… -n NAMESPACE` request to this main port (10 s timeout), for the
-    /// streaming commands that look a pod up first.
-    pub(crate) fn get_pods(&self, namespace: &str, names: Vec<String>) -> GetArgs {
-        GetArgs {
-            resource: "pods".into(),
-            names,
-            output: None,
-            selector: None,
-            field_selector: None,
-            watch: false,
-            no_headers: false,
-            namespace: namespace.to_owned(),
-            all_namespaces: false,
-            conn: ServerArgs {
-                server: Some(self.server.clone()),
-                token: self.token.clone(),
-                token_file: self.token_file.clone(),
-                certificate_authority: self.certificate_authority.clone(),
-                insecure_skip_tls_verify: self.insecure_skip_tls_verify,
-                request_timeout: GoDuration(std::time::Duration::from_secs(10)),
-            },
-            log: LogArgs::default(),
-        }
-    }
-}
-
-/// `nodelet exec POD -- COMMAND…`.
-#[derive(Debug, Clone, Args)]
-#[command(
-    after_help = "With -i talks SPDY/3.1 (v5.channel.k8s.io or v4.channel.k8s.io, as kubectl) to /exec \
-    on the main port, and the end of the input reaches the command (echo data | nodelet exec -i POD -- cat \
-    ends); without -i a WebSocket (v5.channel.k8s.io, else v4.channel.k8s.io). nodelet proxies either to the \
-    container runtime. The exit code is the command's."
-)]
-pub(crate) struct ExecArgs {
-    /// Pod name (static pods are named <name>-<node>).
-    #[arg(value_name = "POD")]
-    pub(crate) pod: String,
-    /// The command and its arguments.
-    #[arg(value_name = "COMMAND", last = true, required = true)]
-    pub(crate) command: Vec<String>,
-    /// Container name; default: the pod's kubectl.kubernetes.io/default-container, else its first.
-    #[arg(short = 'c', long, value_name = "CONTAINER")]
-    pub(crate) container: Option<String>,
-    /// Namespace of the pod.
-    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
-    pub(crate) namespace: String,
-    /// Pass stdin to the container.
-    #[arg(short = 'i', long)]
-    pub(crate) stdin: bool,
-    /// Stdin is a TTY (raw terminal, window size passed on).
-    #[arg(short = 't', long)]
-    pub(crate) tty: bool,
-    /// The main port.
-    #[command(flatten)]
-    pub(crate) server: MainPortArgs,
-    /// Logging.
-    #[command(flatten)]
-    pub(crate) log: LogArgs,
-}
-
-/// `nodelet attach POD`.
-#[derive(Debug, Clone, Args)]
-#[command(after_help = "With -i talks SPDY/3.1 (v5.channel.k8s.io or v4.channel.k8s.io, as kubectl) to \
-    /attach on the main port, else a WebSocket (v5.channel.k8s.io, else v4.channel.k8s.io); nodelet proxies \
-    either to the container runtime. Shows the output of the container's main process (and passes input with \
-    -i) until it exits or the command is interrupted.")]
-pub(crate) struct AttachArgs {
-    /// Pod name (static pods are named <name>-<node>).
-    #[arg(value_name = "POD")]
-    pub(crate) pod: String,
-    /// Container name; default: the pod's kubectl.kubernetes.io/default-container, else its first.
-    #[arg(short = 'c', long, value_name = "CONTAINER")]
-    pub(crate) container: Option<String>,
-    /// Namespace of the pod.
-    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
-    pub(crate) namespace: String,
-    /// Pass stdin to the container (it must have `stdin: true`).
-    #[arg(short = 'i', long)]
-    pub(crate) stdin: bool,
-    /// Stdin is a TTY (the container must have `tty: true`).
-    #[arg(short = 't', long)]
-    pub(crate) tty: bool,
-    /// The main port.
-    #[command(flatten)]
-    pub(crate) server: MainPortArgs,
-    /// Logging.
-    #[command(flatten)]
-    pub(crate) log: LogArgs,
-}
-
-/// `nodelet debug POD --image=IMAGE [-- COMMAND…]`.
-#[derive(Debug, Clone, Args)]
-#[command(after_help = "POSTs the ephemeral container to /debug/NAMESPACE/POD on the main port (authorized \
-    like exec); nodelet keeps it under its root directory, so that it is neither lost nor started twice \
-    across restarts, and starts it once in the running pod (never restarted). With --target it shares that \
-    container's process namespace. With -i (and -t) it then attaches like `nodelet attach`; output of a \
-    container that ended before the attach is printed from its log. Pods from the API server get their \
-    ephemeral containers through the API (kubectl debug).")]
-pub(crate) struct DebugArgs {
-    /// Pod name (static pods are named <name>-<node>).
-    #[arg(value_name = "POD")]
-    pub(crate) pod: String,
-    /// The command and its arguments (default: the image's).
-    #[arg(value_name = "COMMAND", last = true)]
-    pub(crate) command: Vec<String>,
-    /// The debug container's image.
-    #[arg(long, value_name = "IMAGE")]
-    pub(crate) image: String,
-    /// The debug container's imagePullPolicy (Always, IfNotPresent, Never; default from the image's tag).
-    #[arg(long, value_name = "POLICY")]
-    pub(crate) image_pull_policy: Option<String>,
-    /// The container whose process namespace the debug container joins.
-    #[arg(long, value_name = "CONTAINER")]
-    pub(crate) target: Option<String>,
-    /// The debug container's name (default: debugger-XXXXX).
-    #[arg(short = 'c', long, value_name = "NAME")]
-    pub(crate) container: Option<String>,
-    /// Namespace of the pod.
-    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
-    pub(crate) namespace: String,
-    /// Keep stdin open on the container and attach to it.
-    #[arg(short = 'i', long)]
-    pub(crate) stdin: bool,
-    /// Allocate a TTY for the container.
-    #[arg(short = 't', long)]
-    pub(crate) tty: bool,
-    /// The main port.
-    #[command(flatten)]
-    pub(crate) server: MainPortArgs,
-    /// Logging.
-    #[command(flatten)]
-    pub(crate) log: LogArgs,
-}
-
-/// `nodelet cp SRC DEST`.
-#[derive(Debug, Clone, Args)]
-#[command(after_help = "One of SRC and DEST is [NAMESPACE/]POD:PATH, the other a local path. Like kubectl \
-    cp: from a pod, `tar cf - PATH` runs in the container and the archive is unpacked locally (entries that \
-    would land outside DEST, symbolic links and special files are skipped with a warning); to a pod, the \
-    archive is made locally and unpacked by `tar xmf -` in the container (into DEST when DEST is a \
-    directory there, else as DEST). The container needs tar, sh, head and cat (busybox has them).")]
-pub(crate) struct CpArgs {
-    /// Source: a local path or [NAMESPACE/]POD:PATH.
-    #[arg(value_name = "SRC")]
-    pub(crate) src: String,
-    /// Destination: a local path or [NAMESPACE/]POD:PATH.
-    #[arg(value_name = "DEST")]
-    pub(crate) dest: String,
-    /// Container name; default: the pod's kubectl.kubernetes.io/default-container, else its first.
-    #[arg(short = 'c', long, value_name = "CONTAINER")]
-    pub(crate) container: Option<String>,
-    /// Namespace of the pod (when the pod path does not name one).
-    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
-    pub(crate) namespace: String,
-    /// The main port.
-    #[command(flatten)]
-    pub(crate) server: MainPortArgs,
-    /// Logging.
-    #[command(flatten)]
-    pub(crate) log: LogArgs,
-}
-
-/// `nodelet port-forward POD [LOCAL:]REMOTE…`.
-#[derive(Debug, Clone, Args)]
-#[command(after_help = "Each local connection is one WebSocket (v4.channel.k8s.io) to /portForward on the \
-    main port; nodelet proxies it to the container runtime. LOCAL 0 picks a free port; the chosen ports are \
-    printed as `Forwarding from 127.0.0.1:LOCAL -> REMOTE`. Runs until interrupted.")]
-pub(crate) struct PortForwardArgs {
-    /// Pod name (static pods are named <name>-<node>).
-    #[arg(value_name = "POD")]
-    pub(crate) pod: String,
-    /// Ports: REMOTE (same local port), LOCAL:REMOTE, or :REMOTE (a free local port).
-    #[arg(value_name = "[LOCAL:]REMOTE", required = true)]
-    pub(crate) ports: Vec<String>,
-    /// Namespace of the pod.
-    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
-    pub(crate) namespace: String,
-    /// Local address to listen on.
-    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
-    pub(crate) address: IpAddr,
-    /// The main port.
-    #[command(flatten)]
-    pub(crate) server: MainPortArgs,
-    /// Logging.
-    #[command(flatten)]
-    pub(crate) log: LogArgs,
-}
-
-/// `nodelet completion SHELL`: the completion script of `shell` (`bash`, `zsh` or `fish`), generated from
-/// the command definition by clap_complete.
-pub(crate) fn completion(shell: &str, out: &mut dyn std::io::Write) -> Result<(), String> {
+/// `nodelet completion SHELL`: the completion script of `shell` (`bash`, `zsh` or `fish`) for the command
+/// line `cmd` ([`command_with`]), generated by clap_complete.
+pub(crate) fn completion(
+    cmd: &mut clap::Command,
+    shell: &str,
+    out: &mut dyn std::io::Write,
+) -> Result<(), UnsupportedShell> {
     use clap_complete::Shell;
     let shell = match shell {
         "bash" => Shell::Bash,
         "zsh" => Shell::Zsh,
         "fish" => Shell::Fish,
-        other => return Err(format!("unsupported shell type {other:?}")),
+        other => return Err(UnsupportedShell(other.to_owned())),
     };
-    clap_complete::generate(shell, &mut command(), "nodelet", out);
+    clap_complete::generate(shell, cmd, "nodelet", out);
     Ok(())
 }
 
-/// `nodelet man`: one roff page (section 1) for nodelet and all its commands: the top-level page
-/// that clap_mangen makes, then a section per command with its synopsis, description and options.
-pub(crate) fn man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let mut cmd = command().disable_help_subcommand(true);
+/// `nodelet man`: one roff page (section 1) for nodelet and all its commands (`cmd`, [`command_with`]):
+/// the top-level page that clap_mangen makes, then a section per command with its synopsis, description
+/// and options.
+pub(crate) fn man_page(cmd: clap::Command, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let mut cmd = cmd.disable_help_subcommand(true);
     cmd.build();
     clap_mangen::Man::new(cmd.clone()).render(out)?;
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
@@ -1040,42 +618,10 @@ pub(crate) fn man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
     Ok(())
 }
 
-/// `nodelet man --dir DIR`: writes nodelet.1 and nodelet-COMMAND.1 for every command into `dir`.
-pub(crate) fn man_pages_to(dir: &std::path::Path) -> std::io::Result<()> {
+/// `nodelet man --dir DIR`: writes nodelet.1 and nodelet-COMMAND.1 for every command of `cmd` into `dir`.
+pub(crate) fn man_pages_to(cmd: clap::Command, dir: &std::path::Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    clap_mangen::generate_to(command(), dir)
-}
-
-/// The tracing filter directive for a kubelet-style verbosity level (used when `RUST_LOG` is unset).
-pub(crate) fn log_filter_directive(verbosity: Option<u8>) -> &'static str {
-    match verbosity.unwrap_or(0) {
-        0 | 1 => "info",
-        2 | 3 => "info,nodelet=debug",
-        4 | 5 => "debug",
-        _ => "trace",
-    }
-}
-
-/// Installs the global tracing subscriber (stderr): `RUST_LOG` when set, else the `-v` level, else
-/// `default_directive` (e.g. `warn` for the client commands, whose stdout is the product).
-pub(crate) fn init_tracing(verbosity: Option<u8>, default_directive: &str) -> anyhow::Result<()> {
-    use tracing_subscriber::EnvFilter;
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(v) if !v.trim().is_empty() => {
-            EnvFilter::try_new(&v).map_err(|e| anyhow::anyhow!("invalid RUST_LOG {v:?}: {e}"))?
-        }
-        _ => match verbosity {
-            Some(_) => EnvFilter::new(log_filter_directive(verbosity)),
-            None => EnvFilter::new(default_directive),
-        },
-    };
-    use std::io::IsTerminal as _;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .try_init()
-        .map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))
+    clap_mangen::generate_to(cmd, dir)
 }
 
 #[cfg(test)]
@@ -1083,6 +629,9 @@ mod tests {
     use super::*;
     use crate::config;
     use clap::CommandFactory;
+
+    /// The `nodelet` binary's command line: with the client commands of `nodelet-cli`.
+    type Full = TopLevel<nodelet_cli::Command>;
 
     fn parse(args: &[&str]) -> Command {
         let mut v = vec!["nodelet"];
@@ -1137,110 +686,44 @@ mod tests {
     }
 
     #[test]
-    fn get_pods_takes_kubectl_like_flags() {
-        let Command::Get(g) = parse(&[
-            "get",
-            "pods",
-            "web",
-            "-o",
-            "wide",
-            "-n",
-            "kube-system",
-            "--server",
-            "http://127.0.0.1:10255",
-        ]) else {
-            panic!("expected get");
-        };
-        assert_eq!(g.names, vec!["web".to_owned()]);
-        assert_eq!(g.output, Some(OutputFormat::Wide));
-        assert_eq!(g.namespace, "kube-system");
-        assert_eq!(g.conn.server.as_deref(), Some("http://127.0.0.1:10255"));
-        // Any other type names an extension: the server answers, or `get` says it has no such type.
-        assert!(matches!(Cli::try_parse_from(["nodelet", "get", "prepull"]).map(Cli::into_command),
-                Ok(Command::Get(g)) if g.resource == "prepull"),);
-        assert!(
-            Cli::try_parse_from(["nodelet", "get", "pods", "--token", "t", "--token-file", "/f"]).is_err(),
-            "one token source"
-        );
-    }
-
-    #[test]
-    fn logs_takes_kubectl_like_flags() {
-        let Command::Logs(l) =
-            parse(&["logs", "web-node1", "-c", "httpd", "-f", "--tail", "10", "--timestamps"])
-        else {
-            panic!("expected logs");
-        };
-        assert_eq!((l.pod.as_str(), l.container.as_deref()), ("web-node1", Some("httpd")));
-        assert!(l.follow && l.timestamps && !l.previous);
-        assert_eq!(l.tail, 10);
-        assert_eq!(l.namespace, "default");
-        let Command::Logs(l) = parse(&["logs", "x", "--tail=-1", "-p"]) else { panic!("expected logs") };
-        let Command::Exec(e) = parse(&["exec", "-it", "web", "-c", "app", "--", "sh", "-c", "exit 3"]) else {
-            panic!("expected exec")
-        };
-        assert!(e.stdin && e.tty);
-        assert_eq!((e.pod.as_str(), e.container.as_deref()), ("web", Some("app")));
-        assert_eq!(e.command, ["sh", "-c", "exit 3"]);
-        assert_eq!(e.server.server, "https://127.0.0.1:10250");
-        let Command::PortForward(p) = parse(&["port-forward", "web", "8080:80", ":90", "70"]) else {
-            panic!("expected port-forward")
-        };
-        assert_eq!(p.ports, ["8080:80", ":90", "70"]);
-        let Command::Debug(d) = parse(&[
-            "debug",
-            "web",
-            "-n",
-            "ns",
-            "--image=busybox",
-            "--target=app",
-            "-c",
-            "dbg",
-            "-it",
-            "--",
-            "sh",
-            "-c",
-            "ps",
-        ]) else {
-            panic!("debug")
-        };
-        assert_eq!((d.pod.as_str(), d.namespace.as_str(), d.image.as_str()), ("web", "ns", "busybox"));
-        assert_eq!(
-            (d.target.as_deref(), d.container.as_deref(), d.stdin, d.tty),
-            (Some("app"), Some("dbg"), true, true)
-        );
-        assert_eq!(d.command, ["sh", "-c", "ps"]);
-        let Command::Attach(a) = parse(&["attach", "web", "-c", "ticker", "-it", "-n", "ns"]) else {
-            panic!("expected attach")
-        };
-        assert!(a.stdin && a.tty);
-        assert_eq!(
-            (a.pod.as_str(), a.container.as_deref(), a.namespace.as_str()),
-            ("web", Some("ticker"), "ns")
-        );
-        let Command::Cp(c) = parse(&["cp", "ns/web:/etc/hosts", "./hosts", "-c", "app"]) else {
-            panic!("expected cp")
-        };
-        assert_eq!(
-            (c.src.as_str(), c.dest.as_str(), c.container.as_deref()),
-            ("ns/web:/etc/hosts", "./hosts", Some("app"))
-        );
-        let Command::Logs(l2) = parse(&["logs", "web", "--since", "5m", "--limit-bytes", "100"]) else {
-            panic!("expected logs")
-        };
-        assert_eq!(l2.since.map(|d| d.0), Some(std::time::Duration::from_secs(300)));
-        assert_eq!(l2.limit_bytes, 100);
-        let Command::Logs(l3) = parse(&["logs", "web", "--since-time", "2024-05-01T12:00:00Z"]) else {
-            panic!("expected logs")
-        };
-        assert_eq!(l3.since_time.as_deref(), Some("2024-05-01T12:00:00Z"));
-        assert_eq!(l.tail, -1);
-        assert!(l.previous);
-    }
-
-    #[test]
     fn daemon_flags_are_not_accepted_by_the_client_commands() {
-        assert!(Cli::try_parse_from(["nodelet", "--port", "1", "get", "pods"]).is_err());
+        assert!(Full::try_parse_from(["nodelet", "--port", "1", "get", "pods"]).is_err());
+        assert!(Full::try_parse_from(["nodelet", "get", "pods"]).is_ok());
+    }
+
+    /// The client commands come between `run` and `hollow`; without them (an extension's binary built
+    /// without `nodelet-cli`) `get` is an unknown command.
+    #[test]
+    fn the_client_commands_join_between_run_and_hollow() {
+        // in the order `nodelet --help` lists them
+        let names = |cmd: clap::Command| {
+            let mut subs: Vec<_> = cmd.get_subcommands().collect();
+            subs.sort_by_key(|s| s.get_display_order());
+            subs.iter().map(|s| s.get_name().to_owned()).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(command_with::<nodelet_cli::Command>()),
+            [
+                "run",
+                "get",
+                "logs",
+                "exec",
+                "attach",
+                "cp",
+                "debug",
+                "port-forward",
+                "describe",
+                "hollow",
+                "completion",
+                "man"
+            ]
+        );
+        assert_eq!(names(command()), ["run", "hollow", "completion", "man"]);
+        assert!(try_parse_from(["nodelet", "get", "pods"]).is_err());
+        assert!(matches!(
+            try_parse_with::<nodelet_cli::Command, _, _>(["nodelet", "get", "pods"]),
+            Ok(Commands::Client(nodelet_cli::Command::Get(_)))
+        ));
     }
 
     /// The help texts state the defaults; they must be the ones the config module applies.
@@ -1343,11 +826,11 @@ mod tests {
     #[test]
     fn the_man_page_names_every_command_and_flag() {
         let mut page = Vec::new();
-        man_page(&mut page).expect("render");
+        man_page(command_with::<nodelet_cli::Command>(), &mut page).expect("render");
         let page = String::from_utf8(page).expect("utf8");
         assert!(page.contains("\n.TH nodelet 1 "), "{}", &page[..page.len().min(200)]);
         let roff = |s: &str| s.replace('-', "\\-");
-        let mut cmd = Cli::command().disable_help_subcommand(true);
+        let mut cmd = Full::command().disable_help_subcommand(true);
         cmd.build();
         let mut checked = 0;
         for sub in std::iter::once(&cmd).chain(cmd.get_subcommands().filter(|s| !s.is_hide_set())) {
@@ -1372,7 +855,7 @@ mod tests {
         assert!(checked > 80, "only {checked} flags");
         assert!(!page.contains("COMMAND: NODELET MAN"), "the hidden man command stays out");
         let dir = tempfile::tempdir().expect("tempdir");
-        man_pages_to(dir.path()).expect("write pages");
+        man_pages_to(command_with::<nodelet_cli::Command>(), dir.path()).expect("write pages");
         for name in ["nodelet.1", "nodelet-get.1", "nodelet-describe.1", "nodelet-completion.1"] {
             assert!(dir.path().join(name).is_file(), "{name}");
         }
@@ -1382,7 +865,7 @@ mod tests {
     fn completion_scripts_cover_the_commands() {
         for shell in ["bash", "zsh", "fish"] {
             let mut out = Vec::new();
-            completion(shell, &mut out).expect(shell);
+            completion(&mut command_with::<nodelet_cli::Command>(), shell, &mut out).expect(shell);
             let text = String::from_utf8(out).expect("utf8");
             let words: &[&str] = if shell == "fish" {
                 &["describe", "-l selector", "-l pod-manifest-path"]
@@ -1393,56 +876,7 @@ mod tests {
                 assert!(text.contains(word), "{shell} completion lacks {word}");
             }
         }
-        assert!(completion("tcsh", &mut Vec::new()).is_err());
+        assert!(completion(&mut command(), "tcsh", &mut Vec::new()).is_err());
         assert!(Cli::try_parse_from(["nodelet", "completion", "tcsh"]).is_err());
-    }
-
-    #[test]
-    fn get_takes_selectors_watch_and_template_formats() {
-        let Command::Get(g) = parse(&[
-            "get",
-            "events",
-            "-l",
-            "app=web",
-            "--field-selector",
-            "type=Warning",
-            "-w",
-            "--no-headers",
-            "-o",
-            "jsonpath={.items[*].reason}",
-        ]) else {
-            panic!("expected get");
-        };
-        assert_eq!(g.selector.as_deref(), Some("app=web"));
-        assert_eq!(g.field_selector.as_deref(), Some("type=Warning"));
-        assert!(g.watch && g.no_headers);
-        assert_eq!(g.output, Some(OutputFormat::JsonPath("{.items[*].reason}".into())));
-        let Command::Describe(d) = parse(&["describe", "pod", "web", "-n", "ns", "--show-events=false"])
-        else {
-            panic!("expected describe");
-        };
-        assert_eq!(
-            (d.names.as_slice(), d.namespace.as_str(), d.show_events),
-            (&["web".to_owned()][..], "ns", false)
-        );
-        let dir = tempfile::tempdir().expect("tempdir");
-        let file = dir.path().join("cols");
-        std::fs::write(&file, "NAME PHASE\n.metadata.name .status.phase\n").expect("write");
-        let arg = format!("custom-columns-file={}", file.display());
-        let Command::Get(g) = parse(&["get", "pods", "-o", &arg]) else { panic!("expected get") };
-        assert_eq!(
-            g.output,
-            Some(OutputFormat::CustomColumns("NAME:.metadata.name,PHASE:.status.phase".into()))
-        );
-        let err = Cli::try_parse_from(["nodelet", "get", "pods", "-o", "table"]).expect_err("unknown format");
-        assert!(err.to_string().contains("allowed formats are"), "{err}");
-    }
-
-    #[test]
-    fn verbosity_maps_to_tracing_levels() {
-        assert_eq!(log_filter_directive(None), "info");
-        assert_eq!(log_filter_directive(Some(2)), "info,nodelet=debug");
-        assert_eq!(log_filter_directive(Some(4)), "debug");
-        assert_eq!(log_filter_directive(Some(9)), "trace");
     }
 }

@@ -2214,7 +2214,7 @@ pub(crate) fn validate_node_name(name: &str) -> Result<String, String> {
     }
 }
 
-pub(crate) use nodelet_resources::common::names::{is_dns_label, is_dns_subdomain};
+pub(crate) use nodelet_resources::common::names::is_dns_subdomain;
 
 fn validate_url(u: &str) -> Result<String, String> {
     // The URL may hold a credential: errors show it redacted.

@@ -277,13 +277,13 @@ proptest! {
     ) {
         let junk: String = bytes.into_iter().collect();
         for input in [text.as_str(), junk.as_str()] {
-            let (result, peak) = peak_during(|| crate::client::selector::LabelSelector::parse(input));
+            let (result, peak) = peak_during(|| nodelet_cli::selector::LabelSelector::parse(input));
             prop_assert!(peak <= bound(input.len(), 64));
             if let Err(e) = result {
                 prop_assert!(!e.to_string().is_empty());
             }
             let (result, peak) = peak_during(|| {
-                crate::client::selector::FieldSelector::parse(input, crate::client::selector::POD_FIELDS)
+                nodelet_cli::selector::FieldSelector::parse(input, nodelet_cli::selector::POD_FIELDS)
             });
             prop_assert!(peak <= bound(input.len(), 64));
             if let Err(e) = result {
@@ -303,9 +303,9 @@ proptest! {
         let mut line = format!("{timestamp} {stream} {tag} ").into_bytes();
         line.extend_from_slice(&content);
         for input in [&line, &junk] {
-            if let Some(parsed) = nodelet_node::cri_log::parse_cri_line(input) {
+            if let Some(parsed) = nodelet_shared::cri_log::parse_cri_line(input) {
                 prop_assert!(parsed.stream == "stdout" || parsed.stream == "stderr");
-                prop_assert!(nodelet_node::cri_log::normalize_timestamp(parsed.timestamp).is_some());
+                prop_assert!(nodelet_shared::cri_log::normalize_timestamp(parsed.timestamp).is_some());
                 prop_assert!(parsed.content.len() <= input.len());
             }
         }
@@ -544,9 +544,8 @@ fn decoders_at_every_integer_limit_refuse_without_panic() {
     }));
     panics.extend(panics_of(&numbers, |n| {
         for selector in [format!("a={n}"), format!("a in ({n},{n})"), format!("{n}!={n}"), format!("a>{n}")] {
-            let _ = crate::client::selector::LabelSelector::parse(&selector);
-            let _ =
-                crate::client::selector::FieldSelector::parse(&selector, crate::client::selector::POD_FIELDS);
+            let _ = nodelet_cli::selector::LabelSelector::parse(&selector);
+            let _ = nodelet_cli::selector::FieldSelector::parse(&selector, nodelet_cli::selector::POD_FIELDS);
         }
     }));
     panics.extend(panics_of(&numbers, |n| {
@@ -556,8 +555,8 @@ fn decoders_at_every_integer_limit_refuse_without_panic() {
             format!("2026-01-01T00:00:00.{}Z stderr P x", n.trim_start_matches('-')),
             format!("2026-01-01T00:00:00Z stdout {n} x"),
         ] {
-            if let Some(parsed) = nodelet_node::cri_log::parse_cri_line(line.as_bytes()) {
-                let _ = nodelet_node::cri_log::normalize_timestamp(parsed.timestamp);
+            if let Some(parsed) = nodelet_shared::cri_log::parse_cri_line(line.as_bytes()) {
+                let _ = nodelet_shared::cri_log::normalize_timestamp(parsed.timestamp);
             }
         }
     }));

@@ -3,12 +3,12 @@
 //! The library is the daemon: [`Node::builder`] assembles the standard pairs (pods, volumes, claims,
 //! sources, stats, pressure, cluster, servers) from a [`NodeConfig`], [`NodeBuilder::with_extension`] adds
 //! a crate's own reconcilers ([`Extension`]), and [`Node::run`] runs them all on a [`Supervisor`]. The
-//! `nodelet` binary is [`Invocation::from_args`] plus that; `docs/extensions.md` shows how to write an
-//! extension and build a binary with it.
+//! `nodelet` binary is [`Invocation::from_args_with_client`] (the command line, with the client commands of
+//! the `nodelet-cli` crate, which the library does not depend on) plus that; `docs/extensions.md` shows how
+//! to write an extension and build a binary with it, with or without the client commands.
 
 mod claims;
 mod cli;
-mod client;
 mod cluster;
 mod config;
 mod csinode;
@@ -23,9 +23,11 @@ mod server;
 mod sources;
 mod stats;
 mod volumes;
-mod yaml;
 
+pub use cli::NoClient;
 pub use daemon::{
-    ClientCommand, Error, Extension, ExtensionContext, Invocation, Node, NodeBuilder, NodeConfig,
+    BuiltinCommand, Error, Extension, ExtensionContext, Invocation, Node, NodeBuilder, NodeConfig,
     StatusTable, Supervisor,
 };
+// YAML (`crate::yaml`): shared with the client.
+use nodelet_shared::yaml;

@@ -63,7 +63,7 @@ impl LogFormat {
 }
 
 /// Installs the global subscriber on stderr: `RUST_LOG` when set, else the `verbosity` level (see
-/// [`crate::cli::log_filter_directive`]), in `format`.
+/// [`nodelet_shared::log::filter_directive`]), in `format`.
 pub(crate) fn init(format: LogFormat, verbosity: Option<u8>) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
     use tracing_subscriber::EnvFilter;
@@ -71,7 +71,7 @@ pub(crate) fn init(format: LogFormat, verbosity: Option<u8>) -> anyhow::Result<(
         Ok(v) if !v.trim().is_empty() => {
             EnvFilter::try_new(&v).map_err(|e| anyhow::anyhow!("invalid RUST_LOG {v:?}: {e}"))?
         }
-        _ => EnvFilter::new(crate::cli::log_filter_directive(verbosity)),
+        _ => EnvFilter::new(nodelet_shared::log::filter_directive(verbosity)),
     };
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let installed = match format {

@@ -1,16 +1,24 @@
-//! The command line of a nodelet binary: `nodelet run …` starts the daemon, every other command is a
-//! client command. A binary built with extensions has the same commands as `nodelet`.
+//! The command line of a nodelet binary: `nodelet run …` (or no command) starts the daemon; `hollow`,
+//! `completion` and `man` are the library's own commands ([`BuiltinCommand`]); the client commands are the
+//! binary's choice: the `nodelet` binary adds `nodelet-cli`'s (`get`, `logs`, `exec`, …) with
+//! [`Invocation::from_args_with_client`], a binary without them calls [`Invocation::from_args`].
+
+use std::path::PathBuf;
 
 use super::Error;
-use crate::{cli, client, config, logging};
+use crate::cli::{self, Commands, NoClient};
+use crate::{config, logging};
 
-/// What the command line asks for.
+/// What the command line asks for; `C` is the binary's client commands (a clap [`Subcommand`](clap::Subcommand)
+/// enum such as `nodelet_cli::Command`), [`NoClient`] for none.
 #[derive(Debug)]
-pub enum Invocation {
+pub enum Invocation<C = NoClient> {
     /// `nodelet run` (or no command): the configuration of the daemon to start; logging is set up.
     Daemon(NodeConfig),
-    /// A client command (`get`, `logs`, `exec`, …); logging is set up.
-    Client(ClientCommand),
+    /// `hollow`, `completion` or `man`, run by the library; logging is set up.
+    Builtin(BuiltinCommand),
+    /// One of the binary's client commands, parsed; the client sets up its own logging.
+    Client(C),
 }
 
 /// The daemon's configuration: flags over the config file over the defaults, validated.
@@ -31,80 +39,88 @@ impl NodeConfig {
     }
 }
 
-/// A client command, ready to run.
+/// A command the library runs itself, ready to run: `hollow`, `completion` or `man` (the last two print
+/// what is generated from the binary's whole command line, its client commands included).
 #[derive(Debug)]
-pub struct ClientCommand(Box<cli::Command>);
+pub struct BuiltinCommand(Builtin);
+
+#[derive(Debug)]
+enum Builtin {
+    Hollow(Box<cli::HollowArgs>),
+    Completion { shell: String, command: Box<clap::Command> },
+    Man { dir: Option<PathBuf>, command: Box<clap::Command> },
+}
 
 impl Invocation {
-    /// Parses the process's arguments (exits with clap's usage error or help like any CLI), loads the
-    /// daemon's configuration and sets up logging.
+    /// Parses the process's arguments as the command line without client commands (`run`, `hollow`,
+    /// `completion`, `man`); see [`from_args_with_client`](Invocation::from_args_with_client).
     pub fn from_args() -> Result<Self, Error> {
-        let command = cli::try_parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
-        if let cli::Command::Run(args) = &command {
-            // The daemon logs as its configuration says (`--logging-format`, `logging:`): read it first.
-            let loaded = config::Config::load(args).map_err(|e| Error::Config(e.into()))?;
-            logging::init(loaded.config.logging.format, loaded.config.logging.verbosity)
-                .map_err(|e| Error::Config(e.into()))?;
-            // as the kubelet prints them: `Flag --NAME has been deprecated, …`
-            for warning in &args.deprecation_warnings {
-                tracing::warn!("{warning}");
-            }
-            return Ok(Invocation::Daemon(NodeConfig { loaded: Box::new(loaded) }));
-        }
-        cli::init_tracing(command.verbosity(), "warn").map_err(|e| Error::Config(e.into()))?;
-        Ok(Invocation::Client(ClientCommand(Box::new(command))))
+        Self::from_args_with_client()
     }
 }
 
-impl ClientCommand {
-    /// Runs the command and exits the process: 0 on success; on failure a one-line `error: …` and exit
-    /// code 1 (like kubectl), or the remote command's code for `exec`, `attach` and `debug`.
-    pub fn run(self) -> ! {
-        let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-            Ok(rt) => rt,
-            Err(e) => exit_error(&format!("cannot start the async runtime: {e}")),
-        };
-        let result = rt.block_on(async move {
-            match *self.0 {
-                cli::Command::Get(args) => client::run_get(&args).await.map_err(|e| e.to_string()),
-                cli::Command::Logs(args) => client::run_logs(&args).await.map_err(|e| e.to_string()),
-                cli::Command::PortForward(args) => {
-                    client::run_port_forward(&args).await.map_err(|e| e.to_string())
+impl<C: clap::Subcommand> Invocation<C> {
+    /// Parses the process's arguments with the client commands `C` between `run` and `hollow` (exits with
+    /// clap's usage error or help like any CLI); for the daemon loads its configuration and sets up
+    /// logging, for a built-in command sets up logging.
+    pub fn from_args_with_client() -> Result<Self, Error> {
+        let command = cli::try_parse_with::<C, _, _>(std::env::args_os()).unwrap_or_else(|e| e.exit());
+        let (builtin, verbosity) = match command {
+            Commands::Run(args) => {
+                // The daemon logs as its configuration says (`--logging-format`, `logging:`): read it first.
+                let loaded = config::Config::load(&args).map_err(|e| Error::Config(e.into()))?;
+                logging::init(loaded.config.logging.format, loaded.config.logging.verbosity)
+                    .map_err(|e| Error::Config(e.into()))?;
+                // as the kubelet prints them: `Flag --NAME has been deprecated, …`
+                for warning in &args.deprecation_warnings {
+                    tracing::warn!("{warning}");
                 }
-                // The command's exit code; exiting here also ends a blocked read of stdin.
-                cli::Command::Exec(args) => exit_with(client::run_exec(&args).await),
-                cli::Command::Attach(args) => exit_with(client::run_attach(&args).await),
-                cli::Command::Debug(args) => exit_with(client::run_debug(&args).await),
-                cli::Command::Cp(args) => client::run_cp(&args).await.map_err(|e| e.to_string()),
-                cli::Command::Describe(args) => client::run_describe(&args).await.map_err(|e| e.to_string()),
-                cli::Command::Hollow(args) => crate::hollow::run(&args).await.map_err(|e| e.to_string()),
-                cli::Command::Completion(args) => cli::completion(&args.shell, &mut std::io::stdout().lock()),
-                cli::Command::Man(args) => match &args.dir {
-                    Some(dir) => {
-                        cli::man_pages_to(dir).map_err(|e| format!("cannot write the man pages: {e}"))
-                    }
-                    None => cli::man_page(&mut std::io::stdout().lock()).map_err(|e| e.to_string()),
-                },
-                cli::Command::Run(_) => Err("`run` is not a client command".to_owned()),
+                return Ok(Invocation::Daemon(NodeConfig { loaded: Box::new(loaded) }));
             }
-        });
+            Commands::Client(command) => return Ok(Invocation::Client(command)),
+            Commands::Hollow(args) => {
+                let verbosity = args.log.verbosity;
+                (Builtin::Hollow(Box::new(args)), verbosity)
+            }
+            Commands::Completion(args) => {
+                let command = Box::new(cli::command_with::<C>());
+                (Builtin::Completion { shell: args.shell, command }, None)
+            }
+            Commands::Man(args) => {
+                (Builtin::Man { dir: args.dir, command: Box::new(cli::command_with::<C>()) }, None)
+            }
+        };
+        nodelet_shared::log::init_text(verbosity, "warn").map_err(|e| Error::Config(e.into()))?;
+        Ok(Invocation::Builtin(BuiltinCommand(builtin)))
+    }
+}
+
+impl BuiltinCommand {
+    /// Runs the command and exits the process: 0 on success; on failure a one-line `error: …` and exit
+    /// code 1.
+    pub fn run(self) -> ! {
+        let result = match self.0 {
+            Builtin::Hollow(args) => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt.block_on(crate::hollow::run(&args)).map_err(|e| e.to_string()),
+                Err(e) => Err(format!("cannot start the async runtime: {e}")),
+            },
+            Builtin::Completion { shell, mut command } => {
+                cli::completion(&mut command, &shell, &mut std::io::stdout().lock())
+                    .map_err(|e| e.to_string())
+            }
+            Builtin::Man { dir: Some(dir), command } => {
+                cli::man_pages_to(*command, &dir).map_err(|e| format!("cannot write the man pages: {e}"))
+            }
+            Builtin::Man { dir: None, command } => {
+                cli::man_page(*command, &mut std::io::stdout().lock()).map_err(|e| e.to_string())
+            }
+        };
         match result {
             Ok(()) => std::process::exit(0),
-            Err(e) => exit_error(&e),
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(1)
+            }
         }
     }
-}
-
-fn exit_error(message: &str) -> ! {
-    eprintln!("error: {message}");
-    std::process::exit(1)
-}
-
-/// Exits with the exit code of `nodelet exec` / `nodelet attach`, or 1 after printing the error.
-fn exit_with(result: Result<i32, client::StreamError>) -> ! {
-    let code = result.unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        1
-    });
-    std::process::exit(code)
 }

@@ -156,7 +156,7 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
     if !label {
         return Err(format!("extension name {name:?} is not a lowercase DNS label"));
     }
-    if crate::cli::GET_TYPES.contains(&name) {
+    if nodelet_shared::GET_TYPES.contains(&name) {
         return Err(format!("extension name {name:?} is one of nodelet get's own resource types"));
     }
     Ok(())

@@ -5,7 +5,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! match nodelet::Invocation::from_args()? {
 //!     nodelet::Invocation::Daemon(config) => nodelet::Node::builder(config).build()?.run()?,
-//!     nodelet::Invocation::Client(command) => command.run(),
+//!     nodelet::Invocation::Builtin(command) => command.run(),
 //! }
 //! # Ok(())
 //! # }
@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-pub use command::{ClientCommand, Invocation, NodeConfig};
+pub use command::{BuiltinCommand, Invocation, NodeConfig};
 pub use extension::{BoxError, Extension, ExtensionContext, StatusTable};
 pub use supervisor::{Policy, Supervisor, TaskFailure, panic_message};
 

@@ -1,5 +1,5 @@
 //! `/containerLogs`: opens a container's CRI log file and streams the container's output the way the
-//! kubelet does (the parsing and rendering are in [`nodelet_node::cri_log`], shared with `nodelet logs`): the last
+//! kubelet does (the parsing and rendering are in [`nodelet_shared::cri_log`], shared with `nodelet logs`): the last
 //! N lines, lines since a time, optional timestamps, a byte limit, and following the file as it grows.
 //!
 //! Each chunk goes out on its own before the next chunk or the end of the body, as the kubelet's flushing
@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use nodelet_node::cri_log::{LineReader, Renderer, tail_start};
+use nodelet_shared::cri_log::{LineReader, Renderer, tail_start};
 
 /// How often a followed log file is checked for new lines.
 pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);

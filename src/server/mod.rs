@@ -52,6 +52,8 @@ mod tls;
 mod webhook;
 
 #[cfg(test)]
+mod client_tests;
+#[cfg(test)]
 mod tests;
 
 use std::future::Future;

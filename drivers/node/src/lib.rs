@@ -4,7 +4,6 @@
 //! - [`node_facts`]: what the `Node` object shows of this machine (capacity, addresses, system info).
 //! - [`containerd`]: the embedded containerd: its configuration and CNI network files, the supervised
 //!   process, image imports.
-//! - [`cri_log`]: CRI container log files: the line parser and a follower.
 //! - [`log_rotation`]: the rotation of running containers' logs.
 //! - [`atomic`]: the daemon's own files written atomically and durably.
 //! - [`cidr`]: IPv4 networks in CIDR notation (the embedded containerd's pod network).
@@ -14,7 +13,6 @@
 pub mod atomic;
 pub mod cidr;
 pub mod containerd;
-pub mod cri_log;
 pub mod host_stats;
 pub mod log_rotation;
 pub mod node_facts;

@@ -13,7 +13,8 @@
 //! - **metrics**: the engine's `reconcile_engine_*` series with `reconciler="prepull"`, and
 //!   `nodelet_prepull_manifest_errors` (files of the directory that are not valid manifests).
 //!
-//! Register it with the node builder (the `nodelet-prepull` binary of this crate does):
+//! Register it with the node builder; a daemon without the client commands (the `nodelet-prepull` binary of
+//! this crate adds them, see `src/main.rs`):
 //!
 //! ```no_run
 //! # fn main() -> anyhow::Result<()> {
@@ -25,7 +26,7 @@
 //!         let prepull = Prepull::new("/etc/nodelet/prepull.d");
 //!         Node::builder(config).with_extension(prepull).build()?.run()?
 //!     }
-//!     Invocation::Client(command) => command.run(),
+//!     Invocation::Builtin(command) => command.run(),
 //! }
 //! # Ok(())
 //! # }

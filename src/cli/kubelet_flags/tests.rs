@@ -182,11 +182,16 @@ fn refused_flags_exit_with_a_message_naming_the_field() {
 
 #[test]
 fn the_client_commands_do_not_take_kubelet_flags() {
+    use crate::cli::{Commands, try_parse_with};
+    use nodelet_cli::Command as Client;
+    let parse = |args: &[&str]| {
+        try_parse_with::<Client, _, _>(std::iter::once("nodelet").chain(args.iter().copied()))
+    };
     let err = parse(&["get", "pods", "--cgroup-driver", "systemd"]).expect_err("not a get flag");
     assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument, "{err}");
     assert!(parse(&["--cgroup-driver=systemd", "get", "pods"]).is_err());
-    assert!(matches!(parse(&["get", "pods"]), Ok(NodeletCommand::Get(_))));
-    assert!(matches!(parse(&["logs", "web"]), Ok(NodeletCommand::Logs(_))));
+    assert!(matches!(parse(&["get", "pods"]), Ok(Commands::Client(Client::Get(_)))));
+    assert!(matches!(parse(&["logs", "web"]), Ok(Commands::Client(Client::Logs(_)))));
 }
 
 #[test]

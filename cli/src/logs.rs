@@ -2,7 +2,7 @@
 //!
 //! Layout (the kubelet's): `<pod-logs-dir>/<namespace>_<pod>_<uid>/<container>/<restart-count>.log`, each
 //! line `<RFC3339Nano timestamp> <stdout|stderr> <P|F> <content>`, where `P` marks a partial line continued
-//! by the next record. The lines are parsed and rendered by [`nodelet_node::cri_log`], as the server's
+//! by the next record. The lines are parsed and rendered by [`nodelet_shared::cri_log`], as the server's
 //! `/containerLogs` does (`--tail`, `--since`/`--since-time`, `--timestamps`, `--limit-bytes`). Files are
 //! opened component by component without following symbolic links, so a pod that can write into the logs
 //! directory (a hostPath) cannot make this command read other host files.
@@ -17,16 +17,16 @@ use rustix::fs::{Mode, OFlags};
 use tokio::io::AsyncSeekExt as _;
 use tokio::time::sleep;
 
-use crate::cli::LogsArgs;
-use crate::config::{is_dns_label, is_dns_subdomain};
-use nodelet_node::cri_log::{LineReader, Renderer, tail_start};
+use crate::args::LogsArgs;
+use nodelet_shared::cri_log::{LineReader, Renderer, tail_start};
+use nodelet_shared::names::{is_dns_label, is_dns_subdomain};
 
 /// How often `-f` looks for new lines.
 pub(crate) const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
 /// Why `logs` failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum LogsError {
+pub enum LogsError {
     /// A name is not a valid Kubernetes name.
     #[error("invalid {what} {value:?}")]
     InvalidName {
@@ -286,7 +286,7 @@ pub(crate) async fn print_logs(
     out: &mut (dyn Write + Send),
     poll: Duration,
 ) -> Result<(), LogsError> {
-    let since = since(args, k8s_openapi::jiff::Timestamp::now())?;
+    let since = since(args, crate::get::now())?;
     let loc = locate(&args.pod_logs_dir, &args.namespace, &args.pod, args.container.as_deref())?;
     let instance = if args.previous {
         loc.instances.iter().rev().nth(1).copied().ok_or_else(|| LogsError::NoPrevious {
@@ -414,7 +414,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::cli::{Cli, Command};
+    use crate::args::{Cli, Command};
 
     fn logs_args(dir: &Path, flags: &[&str]) -> LogsArgs {
         let d = dir.to_str().expect("utf8").to_owned();

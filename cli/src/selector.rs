@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 /// Why a selector could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum SelectorError {
+pub enum SelectorError {
     /// The label selector is malformed (apimachinery's message).
     #[error("unable to parse requirement: {0}")]
     Requirement(String),
@@ -47,7 +47,7 @@ struct Requirement {
 
 /// A parsed label selector; the empty selector matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct LabelSelector {
+pub struct LabelSelector {
     requirements: Vec<Requirement>,
 }
 
@@ -289,7 +289,7 @@ fn validate_key(key: &str) -> Result<(), String> {
         None => (None, key),
     };
     if let Some(p) = prefix
-        && !crate::config::is_dns_subdomain(p)
+        && !nodelet_shared::names::is_dns_subdomain(p)
     {
         return Err(format!(
             "key: Invalid value: \"{key}\": prefix part a lowercase RFC 1123 subdomain must consist of lower \
@@ -320,7 +320,7 @@ fn validate_value(key: &str, value: &str) -> Result<(), String> {
 
 impl LabelSelector {
     /// Parses a label selector; `""` selects everything.
-    pub(crate) fn parse(s: &str) -> Result<LabelSelector, SelectorError> {
+    pub fn parse(s: &str) -> Result<LabelSelector, SelectorError> {
         let mut p = Parser { tokens: lex(s), pos: 0 };
         let mut requirements = Vec::new();
         loop {
@@ -383,13 +383,13 @@ impl LabelSelector {
 
 /// A field selector: `field=value`, `field==value` or `field!=value` terms, comma-separated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct FieldSelector {
+pub struct FieldSelector {
     terms: Vec<(String, bool, String)>,
 }
 
 impl FieldSelector {
     /// Parses `s`, accepting only the fields in `supported` (the API server's field labels for the kind).
-    pub(crate) fn parse(s: &str, supported: &[&str]) -> Result<FieldSelector, SelectorError> {
+    pub fn parse(s: &str, supported: &[&str]) -> Result<FieldSelector, SelectorError> {
         let mut terms = Vec::new();
         for term in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
@@ -430,7 +430,7 @@ impl FieldSelector {
 }
 
 /// The field labels the API server accepts for pods.
-pub(crate) const POD_FIELDS: &[&str] = &[
+pub const POD_FIELDS: &[&str] = &[
     "metadata.name",
     "metadata.namespace",
     "spec.nodeName",

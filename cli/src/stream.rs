@@ -25,7 +25,7 @@ use tokio_tungstenite::tungstenite::http::{HeaderValue, header};
 use tokio_tungstenite::tungstenite::{self, http::Uri};
 
 use super::get::{DEFAULT_SERVER_CA, read_token};
-use crate::cli::MainPortArgs;
+use crate::args::MainPortArgs;
 
 /// How long connecting (TCP, TLS, upgrade) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,7 +41,7 @@ const MAX_REFUSAL_BODY: usize = 64 * 1024;
 
 /// Why the connection could not be made.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum StreamError {
+pub enum StreamError {
     /// A local file (token, CA) could not be read.
     #[error("cannot read {what} {path}: {message}")]
     ReadFile {

@@ -53,7 +53,7 @@ use tracing::debug;
 
 use super::spdy::{self, Frame, HeaderDecoder, HeaderEncoder};
 use super::stream::{MainPort, SpdyIo, StreamError, Ws, encode};
-use crate::cli::MainPortArgs;
+use crate::args::MainPortArgs;
 
 const V5: &str = "v5.channel.k8s.io";
 const V4: &str = "v4.channel.k8s.io";

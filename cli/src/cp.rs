@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 
 use super::session::{self, Kind, Output, Session, Target};
 use super::stream::{MainPort, StreamError};
-use crate::cli::CpArgs;
+use crate::args::CpArgs;
 
 /// How much of a remote command's stderr is kept.
 const MAX_STDERR: usize = 64 * 1024;
@@ -44,7 +44,7 @@ const UNPACK_SCRIPT: &str = r#"head -c "$1" | { tar xmf - -C "$2"; s=$?; cat >/d
 
 /// Why `nodelet cp` failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum CpError {
+pub enum CpError {
     /// Bad arguments.
     #[error("{0}")]
     Usage(String),

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::get::{GetError, fetch_list};
 use super::pods::human_duration_since;
-use crate::cli::{GetArgs, OutputFormat};
+use crate::args::{GetArgs, OutputFormat};
 
 /// Whether a `get` resource argument names nodes.
 pub(crate) fn is_nodes(resource: &str) -> bool {
@@ -141,8 +141,8 @@ mod tests {
     fn args(flags: &[&str]) -> GetArgs {
         let mut v = vec!["nodelet", "get", "nodes"];
         v.extend_from_slice(flags);
-        match crate::cli::Cli::try_parse_from(v).map(crate::cli::Cli::into_command) {
-            Ok(crate::cli::Command::Get(g)) => g,
+        match crate::args::Cli::try_parse_from(v).map(crate::args::Cli::into_command) {
+            Ok(crate::args::Command::Get(g)) => g,
             other => panic!("{other:?}"),
         }
     }

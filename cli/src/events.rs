@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::get::{GetError, fetch_list};
 use super::pods::human_duration_since;
 use super::selector::EVENT_FIELDS;
-use crate::cli::{GetArgs, OutputFormat};
+use crate::args::{GetArgs, OutputFormat};
 
 /// Whether a `get` resource argument names events.
 pub(crate) fn is_events(resource: &str) -> bool {
@@ -167,7 +167,7 @@ pub(crate) async fn run(args: &GetArgs, now: Timestamp) -> Result<(), GetError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{Cli, Command};
+    use crate::args::{Cli, Command};
     use clap::Parser;
 
     fn args(flags: &[&str]) -> GetArgs {

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use tracing::debug;
 
 use super::pods::{pod_row, pods_table};
-use crate::cli::{GetArgs, OutputFormat};
+use crate::args::{GetArgs, OutputFormat};
 
 /// The read-only port tried first when no server is given (only answers if nodelet serves it).
 pub(crate) const DEFAULT_READ_ONLY_URL: &str = "http://127.0.0.1:10255";
@@ -21,7 +21,7 @@ pub(crate) const DEFAULT_SERVER_CA: &str = "/var/lib/nodelet/pki/nodelet.crt";
 
 /// Why `get` failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum GetError {
+pub enum GetError {
     /// A local file could not be read.
     #[error("cannot read {what} {path}: {source}")]
     ReadFile {
@@ -427,7 +427,7 @@ pub(crate) fn now() -> Timestamp {
 
 /// `nodelet get pods`.
 pub(crate) async fn run(args: &GetArgs) -> Result<(), GetError> {
-    if !crate::cli::GET_TYPES.contains(&args.resource.as_str()) {
+    if !nodelet_shared::GET_TYPES.contains(&args.resource.as_str()) {
         return super::extensions::run(args).await;
     }
     if super::nodes::is_nodes(&args.resource) {
@@ -600,7 +600,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
-    use crate::cli::{Cli, Command};
+    use crate::args::{Cli, Command};
 
     fn get_args(flags: &[&str]) -> GetArgs {
         let mut v = vec!["nodelet", "get", "pods"];
@@ -698,7 +698,7 @@ mod tests {
         assert_eq!(v["kind"], "Pod", "one named pod prints the object");
         assert_eq!(v["metadata"]["name"], "web-node1");
         let (out, _, _) = print(&["-o", "yaml"], pods());
-        let v: serde_json::Value = crate::yaml::from_str(&out).expect("yaml");
+        let v: serde_json::Value = nodelet_shared::yaml::from_str(&out).expect("yaml");
         assert_eq!(v["kind"], "List");
         assert_eq!(v["items"].as_array().map(Vec::len), Some(2));
         let (out, err, r) = print(&["-n", "empty"], pods());
@@ -758,82 +758,6 @@ mod tests {
         for path in ["/pods", "/stats/summary", "/metrics/probes", "/healthz"] {
             assert!(targets(Some("http://127.0.0.1:10255"), false, path).is_ok(), "{path}");
         }
-    }
-
-    /// Against nodelet's real HTTP servers (src/server): the read-only port over HTTP, and the main port over
-    /// HTTPS with its self-signed certificate under <root-dir>/pki and a bearer token from --token-file.
-    #[tokio::test]
-    async fn get_pods_works_against_nodelets_servers() {
-        use crate::server::{NodeView, ServerConfig, Servers};
-        struct View(Vec<Pod>);
-        impl NodeView for View {
-            fn pods(&self) -> k8s_openapi::List<Pod> {
-                k8s_openapi::List { items: self.0.clone(), metadata: Default::default() }
-            }
-            fn metrics(&self) -> String {
-                String::new()
-            }
-            fn healthy(&self) -> Result<(), String> {
-                Ok(())
-            }
-            fn container_log(&self, _: &str, _: &str, _: &str) -> Option<PathBuf> {
-                None
-            }
-        }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let tokens = dir.path().join("tokens.csv");
-        std::fs::write(&tokens, "s3cret,admin,uid-1\n").expect("write");
-        let token_file = dir.path().join("token");
-        std::fs::write(&token_file, "s3cret\n").expect("write");
-        let mut config = ServerConfig::new("node1");
-        config.address = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
-        config.port = 0;
-        config.read_only_port = Some(0);
-        config.healthz_port = None;
-        config.root_dir = dir.path().to_owned();
-        config.token_auth_file = Some(tokens);
-        let servers = Servers::bind(&config, std::sync::Arc::new(View(pods()))).await.expect("bind");
-        let main = format!("https://{}", servers.main_addr());
-        let read_only = format!("http://{}", servers.read_only_addr().expect("read-only port"));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(servers.run(async move {
-            let _ = stopped.await;
-        }));
-        let ca = dir.path().join("pki/nodelet.crt");
-        let (ca, token_file) = (ca.to_str().expect("utf8"), token_file.to_str().expect("utf8"));
-
-        let via_read_only = fetch_pods(&get_args(&["--server", &read_only])).await.expect("read-only port");
-        assert_eq!(via_read_only.len(), 3);
-        let via_main = fetch_pods(&get_args(&[
-            "--server",
-            &main,
-            "--certificate-authority",
-            ca,
-            "--token-file",
-            token_file,
-        ]))
-        .await
-        .expect("main port with token and CA");
-        assert_eq!(via_main.len(), 3);
-        let (out, _, _) = print(&["-A"], via_main);
-        assert!(out.contains("web-node1") && out.contains("CrashLoopBackOff"), "{out}");
-        let no_token = fetch_pods(&get_args(&["--server", &main, "--certificate-authority", ca]))
-            .await
-            .expect_err("anonymous is refused");
-        assert!(matches!(no_token, GetError::Unauthorized { status: 401, .. }), "{no_token}");
-        let insecure =
-            fetch_pods(&get_args(&["--server", &main, "--insecure-skip-tls-verify", "--token", "s3cret"]))
-                .await
-                .expect("insecure");
-        assert_eq!(insecure.len(), 3);
-        if !Path::new(DEFAULT_SERVER_CA).exists() {
-            let untrusted = fetch_pods(&get_args(&["--server", &main, "--token", "s3cret"]))
-                .await
-                .expect_err("the self-signed certificate is not trusted without --certificate-authority");
-            assert!(untrusted.to_string().contains("--certificate-authority"), "{untrusted}");
-        }
-        let _ = stop.send(());
-        let _ = task.await;
     }
 
     /// Whether anything connected to `listener` within a short while (the request was sent there).

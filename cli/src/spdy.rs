@@ -57,11 +57,11 @@ pub(crate) type Headers = Vec<(String, String)>;
 
 /// Why a frame could not be read or written.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum SpdyError {
+pub enum SpdyError {
     /// A control frame of another SPDY version.
     #[error("SPDY version {0} is not supported (only 3)")]
     Version(u16),
-    /// A received frame larger than [`MAX_FRAME`], or one to send larger than the length field.
+    /// A received frame larger than 1 MiB (`MAX_FRAME`), or one to send larger than the length field.
     #[error("SPDY frame of {len} bytes is too large (at most {max})")]
     TooLarge {
         /// The frame's length.

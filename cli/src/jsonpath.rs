@@ -13,7 +13,7 @@ use serde_json::Value;
 
 /// A template that could not be parsed or evaluated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum JsonPathError {
+pub enum JsonPathError {
     /// The template is malformed.
     #[error("error parsing jsonpath {template}, {message}")]
     Parse {

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::get::{GetError, fetch_body};
 use super::output::{table, to_json};
-use crate::cli::{GetArgs, OutputFormat};
+use crate::args::{GetArgs, OutputFormat};
 
 /// The parts of a `meta.k8s.io/v1` `Table` nodelet reads.
 #[derive(Debug, Deserialize)]
@@ -99,7 +99,7 @@ fn print(
         }
         Some(OutputFormat::Json) => to_json(&document)?,
         Some(OutputFormat::Yaml) => {
-            crate::yaml::to_string(&document).map_err(|e| GetError::Usage(e.to_string()))?
+            nodelet_shared::yaml::to_string(&document).map_err(|e| GetError::Usage(e.to_string()))?
         }
         Some(OutputFormat::Name) => rows
             .iter()
@@ -125,7 +125,7 @@ fn print(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{Cli, Command};
+    use crate::args::{Cli, Command};
     use clap::Parser;
 
     fn args(argv: &[&str]) -> GetArgs {

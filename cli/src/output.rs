@@ -10,7 +10,7 @@ use super::get::GetError;
 use super::jsonpath::{Template, go_format, relaxed};
 use super::pods::render_table;
 use super::selector::{FieldSelector, LabelSelector};
-use crate::cli::{GetArgs, OutputFormat};
+use crate::args::{GetArgs, OutputFormat};
 
 fn encode(e: impl std::fmt::Display) -> GetError {
     GetError::Output(std::io::Error::other(e.to_string()))
@@ -94,21 +94,33 @@ pub(crate) fn columns(spec: &str) -> Result<Vec<Column>, GetError> {
     Ok(out)
 }
 
+/// Why a `custom-columns-file` cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CustomColumnsFileError {
+    /// The file has no line of headers.
+    #[error("custom-columns-file: no headers")]
+    NoHeaders,
+    /// The two lines have different numbers of fields.
+    #[error("number of headers ({headers}) and field specifications ({paths}) don't match")]
+    Mismatch {
+        /// Fields of the header line.
+        headers: usize,
+        /// Fields of the path line.
+        paths: usize,
+    },
+}
+
 /// A `custom-columns-file`: a line of headers and a line of paths, separated by white space, turned
 /// into the `HEADER:PATH,…` form.
-pub(crate) fn custom_columns_from_file(text: &str) -> Result<String, String> {
+pub(crate) fn custom_columns_from_file(text: &str) -> Result<String, CustomColumnsFileError> {
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
     let headers: Vec<&str> = lines.next().map(|l| l.split_whitespace().collect()).unwrap_or_default();
     let paths: Vec<&str> = lines.next().map(|l| l.split_whitespace().collect()).unwrap_or_default();
     if headers.is_empty() {
-        return Err("custom-columns-file: no headers".into());
+        return Err(CustomColumnsFileError::NoHeaders);
     }
     if headers.len() != paths.len() {
-        return Err(format!(
-            "number of headers ({}) and field specifications ({}) don't match",
-            headers.len(),
-            paths.len()
-        ));
+        return Err(CustomColumnsFileError::Mismatch { headers: headers.len(), paths: paths.len() });
     }
     Ok(headers.iter().zip(&paths).map(|(h, p)| format!("{h}:{p}")).collect::<Vec<_>>().join(","))
 }
@@ -144,7 +156,7 @@ pub(crate) fn render(
     match format {
         OutputFormat::Json => to_json(&document(api_version, kind, items, single)),
         OutputFormat::Yaml => {
-            crate::yaml::to_string(&document(api_version, kind, items, single)).map_err(encode)
+            nodelet_shared::yaml::to_string(&document(api_version, kind, items, single)).map_err(encode)
         }
         OutputFormat::Name => Ok(items
             .iter()
@@ -180,7 +192,7 @@ pub(crate) fn values<T: Serialize>(items: &[T]) -> Result<Vec<Value>, GetError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{Cli, Command};
+    use crate::args::{Cli, Command};
     use clap::Parser;
 
     fn args(flags: &[&str]) -> GetArgs {
@@ -246,7 +258,10 @@ mod tests {
             custom_columns_from_file("NAME   PHASE\n.metadata.name .status.phase\n").as_deref(),
             Ok("NAME:.metadata.name,PHASE:.status.phase")
         );
-        assert!(custom_columns_from_file("A B\n.x\n").is_err());
+        let mismatch = custom_columns_from_file("A B\n.x\n").expect_err("two headers, one path");
+        assert_eq!(mismatch, CustomColumnsFileError::Mismatch { headers: 2, paths: 1 });
+        assert_eq!(mismatch.to_string(), "number of headers (2) and field specifications (1) don't match");
+        assert_eq!(custom_columns_from_file("\n"), Err(CustomColumnsFileError::NoHeaders));
         assert!(Cli::try_parse_from(["nodelet", "get", "pods", "-o", "table"]).is_err());
         assert!(Cli::try_parse_from(["nodelet", "get", "pods", "-o", "jsonpath="]).is_err());
     }

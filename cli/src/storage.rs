@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::get::{GetError, fetch_list, print_warnings};
 use super::pods::human_duration_since;
 use super::selector::META_FIELDS;
-use crate::cli::{GetArgs, OutputFormat};
+use crate::args::{GetArgs, OutputFormat};
 
 /// The storage kind a `get` resource argument names, if it names one.
 pub(crate) fn kind_of(resource: &str) -> Option<&'static str> {

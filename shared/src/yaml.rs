@@ -35,16 +35,16 @@ use serde_saphyr::options::NonFiniteFloatPolicy;
 use serde_saphyr::{Budget, DuplicateKeyPolicy, ExternalMessageSource, Options};
 
 /// The most documents one input may hold (empty ones included).
-pub(crate) const MAX_DOCUMENTS: usize = 1000;
+pub const MAX_DOCUMENTS: usize = 1000;
 /// The deepest nesting of sequences and mappings. Decoding recurses per level: 64 levels fit the
 /// 2 MiB stack of a test or tokio worker thread even in a debug build (about 90 do not).
-pub(crate) const MAX_DEPTH: usize = 64;
+pub const MAX_DEPTH: usize = 64;
 /// Added to the size-proportional limits, so that tiny inputs with a tag or an alias still fit.
 const SLACK: usize = 1024;
 
 /// Why YAML could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum DecodeError {
+pub enum DecodeError {
     /// The input is past one of the limits (see the module docs).
     #[error("{limit}{at}")]
     Limit {
@@ -69,12 +69,12 @@ pub(crate) enum DecodeError {
 
 impl DecodeError {
     /// Whether the input was refused for a limit (rather than for its syntax or shape).
-    pub(crate) fn is_limit(&self) -> bool {
+    pub fn is_limit(&self) -> bool {
         matches!(self, Self::Limit { .. })
     }
 
     /// Translates a serde-saphyr error for an input of `input_len` bytes.
-    pub(crate) fn new(error: &serde_saphyr::Error, input_len: usize) -> Self {
+    pub fn new(error: &serde_saphyr::Error, input_len: usize) -> Self {
         let limits = Limits::of(input_len);
         let at = match error.location() {
             Some(l) if l.line() > 0 => format!(" at line {}, column {}", l.line(), l.column()),
@@ -151,7 +151,7 @@ impl Limits {
 }
 
 /// The decoder's options for an input of `input_len` bytes (see the module docs).
-pub(crate) fn options(input_len: usize) -> Options {
+pub fn options(input_len: usize) -> Options {
     let limits = Limits::of(input_len);
     let mut budget = Budget::default();
     budget.max_documents = MAX_DOCUMENTS;
@@ -185,7 +185,7 @@ pub(crate) fn options(input_len: usize) -> Options {
 ///
 /// On an error, returns the documents before the one with the error (none when a limit was hit:
 /// the limits are over the whole input) and the error.
-pub(crate) fn documents(text: &str) -> Result<Vec<serde_json::Value>, (Vec<serde_json::Value>, DecodeError)> {
+pub fn documents(text: &str) -> Result<Vec<serde_json::Value>, (Vec<serde_json::Value>, DecodeError)> {
     let error = match serde_saphyr::from_multiple_with_options(text, options(text.len())) {
         Ok(documents) => return Ok(documents),
         Err(e) => DecodeError::new(&e, text.len()),
@@ -207,9 +207,9 @@ pub(crate) fn documents(text: &str) -> Result<Vec<serde_json::Value>, (Vec<serde
     Err((before, error))
 }
 
-/// One document of `text` as a `T`, within the limits (for tests: test manifests and configs).
-#[cfg(test)]
-pub(crate) fn from_str<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, DecodeError> {
+/// One document of `text` as a `T`, within the limits (the tests read their manifests and configs, and the
+/// client's `-o yaml` output, with it).
+pub fn from_str<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, DecodeError> {
     serde_saphyr::from_str_with_options(text, options(text.len()))
         .map_err(|e| DecodeError::new(&e, text.len()))
 }
@@ -217,12 +217,12 @@ pub(crate) fn from_str<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, 
 /// Why a value could not be written as YAML.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write YAML: {0}")]
-pub(crate) struct EncodeError(#[from] serde_saphyr::SerializeError);
+pub struct EncodeError(#[from] serde_saphyr::SerializeError);
 
 /// `value` as YAML, the way kubectl writes it: block style, list items at their key's
 /// indentation, strings quoted only when they would read as another type (`"True"`, `"0644"`,
 /// `"yes"`), multi-line strings as `|` blocks, long strings on one line.
-pub(crate) fn to_string<T: Serialize>(value: &T) -> Result<String, EncodeError> {
+pub fn to_string<T: Serialize>(value: &T) -> Result<String, EncodeError> {
     let mut options = serde_saphyr::SerializerOptions::default();
     options.folded_wrap_chars = usize::MAX;
     Ok(serde_saphyr::to_string_with_options(value, options)?)

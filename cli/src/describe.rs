@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::events::{count, first_seen, last_seen, since};
 use super::get::{GetError, fetch_list, fetch_pods};
-use crate::cli::DescribeArgs;
+use crate::args::DescribeArgs;
 
 /// Go's `text/tabwriter` with kubectl describe's settings (minwidth 0, padding 2, spaces): cells end
 /// with `\t`; a column is aligned over the consecutive lines that have a cell in it.

@@ -4,7 +4,7 @@
 
 use super::session::{self, Kind, Target};
 use super::stream::{MainPort, StreamError};
-use crate::cli::{AttachArgs, ExecArgs};
+use crate::args::{AttachArgs, ExecArgs};
 
 /// Runs `nodelet exec`; returns the command's exit code.
 pub(crate) async fn run(args: &ExecArgs) -> Result<i32, StreamError> {

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, EphemeralContainer, Pod};
 use super::get::{fetch_pods, main_port_request};
 use super::session::{self, Kind, Target};
 use super::stream::{MainPort, StreamError, encode};
-use crate::cli::{DebugArgs, GetArgs};
+use crate::args::{DebugArgs, GetArgs};
 
 /// How long the debug container may take to start (an image pull included).
 const START_TIMEOUT: Duration = Duration::from_secs(300);

@@ -17,7 +17,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::{debug, warn};
 
 use super::stream::{MainPort, StreamError, encode};
-use crate::cli::PortForwardArgs;
+use crate::args::PortForwardArgs;
 
 /// The most read from the local connection into one WebSocket frame.
 const LOCAL_READ: usize = 256 * 1024;
