@@ -17,6 +17,8 @@
 
 mod command;
 pub(crate) mod extension;
+#[cfg(test)]
+mod preload_tests;
 pub(crate) mod start;
 mod supervisor;
 
