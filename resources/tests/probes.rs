@@ -164,7 +164,12 @@ fn node() -> Node {
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
     let waker = engine.waker();
     let inputs = Inputs::new().with(sandboxes.actual()).with(sandboxes.op_status());
-    sandboxes.start(desired.clone(), waker.clone(), reconcile_engine::CancellationToken::new());
+    let (sandbox_engine, sandbox_tasks) =
+        sandboxes.start(desired.clone(), waker.clone(), reconcile_engine::CancellationToken::new());
+    tokio::spawn(sandbox_engine);
+    for task in sandbox_tasks {
+        tokio::spawn(task.future);
+    }
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
     tokio::spawn(prober.run(actual.clone(), waker.clone(), std::future::pending()));

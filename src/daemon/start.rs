@@ -2,11 +2,13 @@
 //! the [`Core`] (configuration, shutdown, supervisor, registries) and the handles of the earlier ones, starts
 //! its tasks on the supervisor, and returns the handles the later ones need.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use nodelet_resources::common::clock::{Clock, system_clock};
+use nodelet_resources::common::task::{Lifetime, NamedTask};
 use nodelet_resources::model::actual::PodActual;
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use nodelet_resources::model::verdict::Verdict;
@@ -328,11 +330,14 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
     std::fs::create_dir_all(&config.storage.csi_plugin_dir).with_context(|| {
         format!("cannot create the CSI plugin directory {}", config.storage.csi_plugin_dir.display())
     })?;
-    let watcher = csi.spawn_watcher(std::time::Duration::from_secs(2), shutdown.clone());
-    sup.watch("csi-plugin-watcher", Policy::Critical, watcher);
+    sup.spawn(
+        "csi-plugin-watcher",
+        Policy::Critical,
+        csi.watcher(std::time::Duration::from_secs(2), shutdown.clone()),
+    );
 
     // The claim engine: PersistentVolumes, claims and classes from the manifests, provisioners.
-    let claims::Claims { view: claim_view, metrics: claim_metrics, task } = claims::start(
+    let claims::Claims { view: claim_view, metrics: claim_metrics } = claims::start(
         config,
         src.objects.clone(),
         src.desired.clone(),
@@ -342,7 +347,6 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
         csi.clone(),
         sup,
     )?;
-    sup.watch("claim-engine", Policy::Critical, log_report("claim", task));
     let mut claim_lookup: Arc<dyn ClaimLookup> = Arc::new(claim_view.clone());
     if let Some(c) = &src.cluster {
         // API pods' claims come from the API server, bound by the control plane.
@@ -352,23 +356,21 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
     Ok(Storage { node_objects, pod_runtime, csi, claim_view, claim_metrics, claim_lookup, volume_metrics })
 }
 
-/// Logs an engine's report when it stops.
-fn log_report(
-    what: &'static str,
-    task: tokio::task::JoinHandle<reconcile_engine::RunReport>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        match task.await {
-            Ok(report) => {
-                tracing::info!(
-                    operations = report.operations,
-                    abandoned = report.abandoned,
-                    "{what} engine stopped"
-                )
-            }
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
-    })
+/// Runs an engine (`run`) and logs its report when it stops.
+pub(crate) async fn log_report(what: &'static str, run: impl Future<Output = reconcile_engine::RunReport>) {
+    let report = run.await;
+    tracing::info!(operations = report.operations, abandoned = report.abandoned, "{what} engine stopped");
+}
+
+/// Spawns a pair's tasks ([`NamedTask`]s) on `sup`.
+fn spawn_tasks(sup: &Supervisor, tasks: Vec<NamedTask>) {
+    for task in tasks {
+        let policy = match task.lifetime {
+            Lifetime::UntilShutdown => Policy::Critical,
+            Lifetime::Bounded => Policy::MayFinish,
+        };
+        sup.spawn(task.name, policy, task.future);
+    }
 }
 
 /// The volume pair's stores and what pods read of it.
@@ -612,9 +614,11 @@ pub(crate) fn start_pods(
         )
     });
     let volume_engine = vols.engine.take().context("the volume engine is started once")?;
-    let stop = shutdown.clone();
-    let task = tokio::spawn(async move { volume_engine.run(stop.cancelled_owned()).await });
-    sup.watch("volume-engine", Policy::Critical, log_report("volume", task));
+    sup.spawn(
+        "volume-engine",
+        Policy::Critical,
+        log_report("volume", volume_engine.run(shutdown.clone().cancelled_owned())),
+    );
 
     let pleg = Pleg::new(
         storage.pod_runtime.clone(),
@@ -627,8 +631,10 @@ pub(crate) fn start_pods(
     .with_sandboxes(sandbox_pair.actual(), sandbox_pair.observer());
     let relist = pleg.waker();
     // The sandbox pair's populator and engine (`sandbox-engine`).
-    let task = sandbox_pair.start(desired.clone(), engine.waker(), shutdown.clone());
-    sup.watch("sandbox-engine", Policy::Critical, log_report("sandbox", task));
+    let (sandbox_engine, sandbox_tasks) =
+        sandbox_pair.start(desired.clone(), engine.waker(), shutdown.clone());
+    sup.spawn("sandbox-engine", Policy::Critical, log_report("sandbox", sandbox_engine));
+    spawn_tasks(sup, sandbox_tasks);
     // The node-wide cap on dead containers (maxContainers), decided over all pods.
     sup.spawn("container-gc", Policy::Critical, surplus_populator.run(shutdown.clone()));
     let (cri, logs_actual, logs_config, stop) =
@@ -662,9 +668,11 @@ pub(crate) fn start_pods(
     }
     let stop = shutdown.clone();
     sup.spawn("pleg", Policy::Critical, async move { pleg.run(stop.cancelled_owned()).await });
-    let stop = shutdown.clone();
-    let task = tokio::spawn(async move { engine.run(stop.cancelled_owned()).await });
-    sup.watch("pod-engine", Policy::Critical, log_report("pod", task));
+    sup.spawn(
+        "pod-engine",
+        Policy::Critical,
+        log_report("pod", engine.run(shutdown.clone().cancelled_owned())),
+    );
     let pressure_inputs =
         Some(PressureInputs { verdict_writer, admission, container_gc: container_reclaimer });
     Ok(Pods {
@@ -726,11 +734,14 @@ async fn forward_runtime_events(
     stop: CancellationToken,
 ) {
     use futures::StreamExt;
-    let mut events = cri.events(nodelet_cri::EventsConfig::default());
+    // The feed runs on this task: its panic is this task's (restarted as `runtime-events`).
+    let (mut events, feed) = cri.events(nodelet_cri::EventsConfig::default());
+    tokio::pin!(feed);
     let _disconnected = DisconnectOnDrop(pleg.clone(), metrics.clone());
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
+            () = &mut feed => return,
             event = events.next() => match event {
                 Some(event) => {
                     tracing::trace!(?event, "runtime event");
