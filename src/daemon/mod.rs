@@ -15,6 +15,8 @@
 //! pods (prober, PLEG, volume populator, container GC, log rotation) → stats → pressure (image GC,
 //! eviction) → extensions → cluster (Node, Lease, status) → servers. Every task runs on the [`Supervisor`].
 
+#[cfg(test)]
+mod bare_spawns;
 mod command;
 pub(crate) mod extension;
 pub(crate) mod start;

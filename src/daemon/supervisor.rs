@@ -91,6 +91,7 @@ impl Supervisor {
     where
         F: Future<Output = ()> + Send + 'static,
     {
+        // A bare spawn: the supervisor's own, watched at once.
         self.watch(name, policy, tokio::spawn(task));
     }
 
@@ -130,6 +131,7 @@ impl Supervisor {
             let mut delay = RESTART_INITIAL;
             loop {
                 let started = tokio::time::Instant::now();
+                // A bare spawn: the supervisor's own, awaited here.
                 let result = tokio::spawn(make()).await;
                 if this.shutdown.is_cancelled() {
                     tracing::debug!(task = %name, "task stopped");

@@ -700,6 +700,7 @@ impl CriClient {
             timeout.saturating_add(self.config.exec_sync_margin)
         };
         let client = self.clone();
+        // A bare spawn: per request, its handle awaited here (it outlives a dropped caller, see above).
         let call = tokio::spawn(async move {
             let mut c = client.runtime.clone();
             client.unary("ExecSync", Some(deadline), req, move |r| async move { c.exec_sync(r).await }).await
