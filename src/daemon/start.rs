@@ -458,15 +458,91 @@ pub(crate) struct Pods {
     pub(crate) sandboxes: SandboxView,
     /// The sandbox pair's operation status (a side input of the pod reconciler and of pod status).
     pub(crate) sandbox_failures: Store<PodUid, SandboxOpStatus>,
-    /// The pod engine's container GC setting.
-    pub(crate) container_gc: nodelet_resources::pod::gc::ContainerGcPolicy,
     /// What [`start_pressure`] takes: the verdict store's writer, admission and the container GC
     /// reclaimer (the verdict populator and the eviction manager run there).
     pressure_inputs: Option<PressureInputs>,
-    pub(crate) crash_loop: CrashLoopBackOff,
+    /// The pod engine's reconciler (a copy, for status).
+    pub(crate) reconciler: PodReconciler,
+    /// The pod engine's side inputs ([`PodSideInputs::inputs`]), for status; taken once.
+    pub(crate) status_inputs: reconcile_engine::Inputs,
     pub(crate) clock: Clock,
     /// Re-populates the volumes (objects or claims changed).
     pub(crate) refresh: tokio::sync::watch::Sender<()>,
+}
+
+/// The pod reconciler's side inputs, defined once: registered on the pod engine ([`register`](Self::register),
+/// with the relations that plan a pod again when one changes) and handed to status ([`inputs`](Self::inputs)),
+/// so status reads what the engine reads. Both take every field by name: a new one cannot be left out of either.
+struct PodSideInputs {
+    /// The engine's own failures: an ephemeral container whose start keeps failing never delays the pod's
+    /// other containers, and no prune replaces a failure on record.
+    failures: Store<PodUid, nodelet_resources::pod::status::PodOpStatus>,
+    /// The node's verdicts on its pods.
+    verdicts: Store<PodUid, Verdict>,
+    /// The volume pair's desired store.
+    volumes_desired: Store<VolumeKey, DesiredVolume>,
+    /// The volume pair's actual store: a pod's containers wait for its volumes.
+    volumes_actual: Store<VolumeKey, VolumeActual>,
+    /// The sandbox pair's actual store: a pod's containers wait for a ready sandbox.
+    sandboxes: Store<PodUid, nodelet_resources::model::actual::PodSandboxes>,
+    /// The sandbox pair's operation status.
+    sandbox_failures: Store<PodUid, SandboxOpStatus>,
+    /// The node-wide container GC decision per pod.
+    surplus: Store<PodUid, Surplus>,
+}
+
+impl PodSideInputs {
+    /// Registers every side input on the pod engine's builder, with the relations that plan a pod again.
+    fn register<Dr>(
+        &self,
+        builder: reconcile_engine::EngineBuilder<DesiredPod, PodActual, PodReconciler, Dr>,
+    ) -> reconcile_engine::EngineBuilder<DesiredPod, PodActual, PodReconciler, Dr>
+    where
+        Dr: reconcile_engine::Driver<PodUid, nodelet_resources::pod::ops::PodOp, PodActual>,
+    {
+        let PodSideInputs {
+            failures,
+            verdicts,
+            volumes_desired,
+            volumes_actual,
+            sandboxes,
+            sandbox_failures,
+            surplus,
+        } = self;
+        builder
+            .reads(failures.clone())
+            // A pod's verdict came or changed: plan the pod again.
+            .watches("verdicts", verdicts.clone(), |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()))
+            // A pod's volumes changed: plan the pod again (its containers wait for them).
+            .reads(volumes_desired.clone())
+            .watches("volumes", volumes_actual.clone(), nodelet_resources::volume::reconciler::pod_of_volume)
+            // A pod's sandboxes changed: plan the pod again (its containers wait for a ready sandbox).
+            .watches("sandboxes", sandboxes.clone(), pod_of_sandboxes)
+            .reads(sandbox_failures.clone())
+            // The node-wide container GC decision for a pod changed: plan the pod again.
+            .watches("container-gc", surplus.clone(), |uid: &PodUid, _: Option<&Surplus>| Some(uid.clone()))
+    }
+
+    /// The same stores as [`Inputs`](reconcile_engine::Inputs), for status.
+    fn inputs(&self) -> reconcile_engine::Inputs {
+        let PodSideInputs {
+            failures,
+            verdicts,
+            volumes_desired,
+            volumes_actual,
+            sandboxes,
+            sandbox_failures,
+            surplus,
+        } = self;
+        reconcile_engine::Inputs::new()
+            .with(failures.clone())
+            .with(verdicts.clone())
+            .with(volumes_desired.clone())
+            .with(volumes_actual.clone())
+            .with(sandboxes.clone())
+            .with(sandbox_failures.clone())
+            .with(surplus.clone())
+    }
 }
 
 struct PressureInputs {
@@ -514,11 +590,12 @@ pub(crate) fn start_pods(
         .with_max(config.backoff.image_pull.max);
     // The pod engine's builder first: the sandbox pair and container GC read its actual store, and it
     // watches theirs.
+    let reconciler = PodReconciler::new(crash_loop, clock.clone())
+        .with_probes(probes.clone())
+        .with_container_gc(config.container_gc);
     let builder = Engine::builder(
         "pods",
-        PodReconciler::new(crash_loop.clone(), clock.clone())
-            .with_probes(probes.clone())
-            .with_container_gc(config.container_gc),
+        reconciler.clone(),
         Arc::new(
             PodDriver::new(storage.pod_runtime.clone(), pod_metrics.clone())
                 .with_grace_cap(config.pods.grace_cap()),
@@ -553,24 +630,22 @@ pub(crate) fn start_pods(
     );
     let sandboxes = sandbox_pair.view();
     let sandbox_failures = sandbox_pair.op_status();
-    let mut engine = builder
+    let side_inputs = PodSideInputs {
+        failures: failures.clone(),
+        verdicts: verdicts.clone(),
+        volumes_desired: vols.desired.clone(),
+        volumes_actual: vols.actual.clone(),
+        sandboxes: sandbox_pair.actual(),
+        sandbox_failures: sandbox_failures.clone(),
+        surplus,
+    };
+    let status_inputs = side_inputs.inputs();
+    let mut engine = side_inputs
+        .register(builder)
         .metrics(&core.engine_metrics)
         .backoff(pod_backoff)
         .max_concurrent(nodelet_resources::pod::ops::MAX_CONCURRENT_OPS)
         .resync_period(config.sync_frequency)
-        // The engine's own failures: an ephemeral container whose start keeps failing never delays
-        // the pod's other containers, and no prune replaces a failure on record.
-        .reads(failures.clone())
-        // A pod's verdict came or changed: plan the pod again.
-        .watches("verdicts", verdicts.clone(), |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()))
-        // A pod's volumes changed: plan the pod again (its containers wait for them).
-        .reads(vols.desired.clone())
-        .watches("volumes", vols.actual.clone(), nodelet_resources::volume::reconciler::pod_of_volume)
-        // A pod's sandboxes changed: plan the pod again (its containers wait for a ready sandbox).
-        .watches("sandboxes", sandbox_pair.actual(), pod_of_sandboxes)
-        .reads(sandbox_failures.clone())
-        // The node-wide container GC decision for a pod changed: plan the pod again.
-        .watches("container-gc", surplus, |uid: &PodUid, _: Option<&Surplus>| Some(uid.clone()))
         .build();
     sup.spawn(
         "prober",
@@ -682,9 +757,9 @@ pub(crate) fn start_pods(
         verdicts,
         sandboxes,
         sandbox_failures,
-        container_gc: config.container_gc,
         pressure_inputs,
-        crash_loop,
+        reconciler,
+        status_inputs,
         clock,
         refresh: refresh_tx,
     })
