@@ -162,7 +162,7 @@ impl<H: ProbeHandler> Prober<H> {
     /// Follows the desired and `actual` pod stores, runs the probes of running containers and
     /// wakes a pod's key in the pod engine through `waker` when a result flips, until `shutdown`
     /// completes; then stops every worker and returns once they have ended (a run in progress is
-    /// abandoned: a handler's runtime call goes on by itself, see [`StopOnDrop`]). A worker that panics
+    /// abandoned: a handler's runtime call, such as an `ExecSync`, goes on by itself). A worker that panics
     /// panics the prober with its message.
     pub async fn run(
         mut self,
