@@ -554,8 +554,8 @@ struct PressureInputs {
 /// The pod engine (task `pod-engine`) with its prober (`prober`), PLEG (`pleg`, `runtime-events`), volume
 /// populator (`volume-populator`, `volume-refresh`), container GC (`container-gc`), log rotation
 /// (`log-rotation`) and the claims' volume stats (`claim-volume-stats`); also starts the
-/// volume engine and the sandbox pair (`sandbox-engine`: sandboxes and their network, see
-/// [`nodelet_resources::sandbox`]).
+/// volume engine and the sandbox pair (`sandbox-engine`, `sandbox-populator` and the start-up steps
+/// `sandbox-wake-pods`, `sandbox-wake-sandboxes`: sandboxes and their network, see [`nodelet_resources::sandbox`]).
 pub(crate) fn start_pods(
     core: &Core,
     runtime: &Runtime,
