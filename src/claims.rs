@@ -14,7 +14,7 @@ use nodelet_resources::claim::populator::{ClaimObjects, ObjectFeed, Populator};
 use nodelet_resources::claim::reconciler::{ClaimReconciler, watch_related};
 use nodelet_resources::claim::status::ClaimView;
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
-use reconcile_engine::{Engine, Metrics, RunReport, Store};
+use reconcile_engine::{Engine, Metrics, Store};
 use tokio::sync::watch;
 
 use crate::config::Config;
@@ -39,12 +39,10 @@ pub(crate) struct Claims {
     pub(crate) view: ClaimView,
     /// Binding counts and `kubelet_volume_stats_*`.
     pub(crate) metrics: ClaimMetrics,
-    /// The engine task.
-    pub(crate) task: tokio::task::JoinHandle<RunReport>,
 }
 
 /// Starts the claim engine's populator (`claim-populator`) and the wake-up of every claim when a CSI
-/// driver registers or goes (`claim-csi-drivers`) on `sup`; returns the engine's task.
+/// driver registers or goes (`claim-csi-drivers`) and the engine (`claim-engine`) on `sup`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     config: &Config,
@@ -116,7 +114,10 @@ pub(crate) fn start(
             }
         }
     });
-    let stop = shutdown.clone();
-    let task = tokio::spawn(async move { engine.run(stop.cancelled_owned()).await });
-    Ok(Claims { view, metrics: ClaimMetrics::new(registry)?, task })
+    sup.spawn(
+        "claim-engine",
+        Policy::Critical,
+        crate::daemon::start::log_report("claim", engine.run(shutdown.clone().cancelled_owned())),
+    );
+    Ok(Claims { view, metrics: ClaimMetrics::new(registry)? })
 }

@@ -112,7 +112,12 @@ fn node_with_verdicts(
     )
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
     let relist = pleg.waker();
-    sandboxes.start(desired.clone(), engine.waker(), reconcile_engine::CancellationToken::new());
+    let (sandbox_engine, sandbox_tasks) =
+        sandboxes.start(desired.clone(), engine.waker(), reconcile_engine::CancellationToken::new());
+    tokio::spawn(sandbox_engine);
+    for task in sandbox_tasks {
+        tokio::spawn(task.future);
+    }
     let reconciler = PodReconciler::new(CrashLoopBackOff::default(), clock.clone());
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));

@@ -39,7 +39,7 @@ struct Run {
 }
 
 /// Answers probes by the `exec` command's first word: the outcome set with [`FakeHandler::set`] for
-/// that word (default success). Records every run.
+/// that word (default success); the word `panic` panics. Records every run.
 #[derive(Debug, Default)]
 struct FakeHandler {
     outcomes: Mutex<HashMap<String, bool>>,
@@ -78,6 +78,7 @@ impl ProbeHandler for FakeHandler {
     async fn probe(&self, target: &ProbeTarget, action: &Action, _timeout: Duration) -> ProbeOutcome {
         let Action::Exec { command } = action else { return ProbeOutcome::Error("not exec".into()) };
         let word = command.first().cloned().unwrap_or_default();
+        assert_ne!(word, "panic", "the handler panicked");
         let kind = match command.get(1).map(String::as_str) {
             Some("live") => ProbeKind::Liveness,
             Some("ready") => ProbeKind::Readiness,
@@ -112,6 +113,9 @@ struct Node {
     clock: Clock,
     waker: reconcile_engine::Waker<PodUid>,
     metrics: ProbeMetrics,
+    /// The prober's task, and what stops it.
+    prober: tokio::task::JoinHandle<()>,
+    stop: reconcile_engine::CancellationToken,
 }
 
 fn clock() -> Clock {
@@ -164,12 +168,32 @@ fn node() -> Node {
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
     let waker = engine.waker();
     let inputs = Inputs::new().with(sandboxes.actual()).with(sandboxes.op_status());
-    sandboxes.start(desired.clone(), waker.clone(), reconcile_engine::CancellationToken::new());
+    let (sandbox_engine, sandbox_tasks) =
+        sandboxes.start(desired.clone(), waker.clone(), reconcile_engine::CancellationToken::new());
+    tokio::spawn(sandbox_engine);
+    for task in sandbox_tasks {
+        tokio::spawn(task.future);
+    }
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
-    tokio::spawn(prober.run(actual.clone(), waker.clone(), std::future::pending()));
+    let stop = reconcile_engine::CancellationToken::new();
+    let prober = tokio::spawn(prober.run(actual.clone(), waker.clone(), stop.clone().cancelled_owned()));
     let reconciler = PodReconciler::new(backoff, clock.clone()).with_probes(results.clone());
-    Node { runtime, handler, writer, actual, desired, reconciler, inputs, results, clock, waker, metrics }
+    Node {
+        runtime,
+        handler,
+        writer,
+        actual,
+        desired,
+        reconciler,
+        inputs,
+        results,
+        clock,
+        waker,
+        metrics,
+        prober,
+        stop,
+    }
 }
 
 /// The `prober_probe_total` series of pod `uid`: (probe type, result) → count.
@@ -495,4 +519,35 @@ async fn after_a_restart_the_first_probes_of_running_containers_are_spread_over_
     assert!(offsets.iter().all(|d| *d <= Duration::from_secs(11)), "{offsets:?}");
     let distinct: std::collections::HashSet<u128> = offsets.iter().map(|d| d.as_millis() / 100).collect();
     assert!(distinct.len() >= 5, "first probes not spread over the period: {offsets:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_panics_panics_the_prober_with_its_message() {
+    let mut n = node();
+    n.add(pod("u1", &probed("    readinessProbe: {exec: {command: [panic, ready]}, periodSeconds: 1}\n")));
+    let ended = tokio::time::timeout(LONG, &mut n.prober).await;
+    let Ok(Err(e)) = ended else { panic!("the prober should have panicked: {ended:?}") };
+    let message = panic_message(e.into_panic());
+    assert!(message.contains("the handler panicked"), "{message}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_shutdown_the_prober_returns_once_its_workers_ended_abandoning_a_run_in_progress() {
+    let mut n = node();
+    n.handler.take_time("slow", Duration::from_secs(30));
+    n.add(pod("u1", &probed("    readinessProbe: {exec: {command: [slow, ready]}, periodSeconds: 1}\n")));
+    assert!(eventually(LONG, || !n.handler.runs(ProbeKind::Readiness).is_empty()).await);
+    n.stop.cancel();
+    let ended = tokio::time::timeout(Duration::from_secs(1), &mut n.prober).await;
+    assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
+    assert_eq!(n.handler.finished(), 0, "the run in progress was abandoned, not awaited");
+}
+
+/// The message of a panic's payload.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
 }

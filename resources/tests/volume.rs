@@ -206,7 +206,12 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
         PodMetrics::unregistered(),
     )
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
-    sandboxes.start(desired.clone(), engine.waker(), reconcile_engine::CancellationToken::new());
+    let (sandbox_engine, sandbox_tasks) =
+        sandboxes.start(desired.clone(), engine.waker(), reconcile_engine::CancellationToken::new());
+    tokio::spawn(sandbox_engine);
+    for task in sandbox_tasks {
+        tokio::spawn(task.future);
+    }
     let (refresh, refresh_rx) = tokio::sync::watch::channel(());
     let populator = Populator::new(desired, pod_actual.clone(), volume_writer, renderer.clone());
     tokio::spawn(populator.run(refresh_rx, reconcile_engine::CancellationToken::new()));

@@ -120,9 +120,8 @@ impl<V: NodeView> NodeSync<V> {
     /// Registers, updates the status and renews the Lease until `shutdown`.
     pub(crate) async fn run(self, shutdown: CancellationToken) {
         let this = Arc::new(self);
-        let lease = tokio::spawn(this.clone().renew_leases(shutdown.clone()));
-        this.update_status(shutdown).await;
-        let _ = lease.await;
+        // Both on this task: a panic of either is the task's.
+        tokio::join!(this.clone().renew_leases(shutdown.clone()), this.update_status(shutdown));
     }
 
     /// The Node as this node would register it.

@@ -44,6 +44,7 @@ use nodelet_resources::model::volumes::ClaimLookup;
 use nodelet_resources::pod::validation::CONFIG_SOURCE_ANNOTATION;
 use reconcile_engine::Store;
 use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// How often token lifetimes are checked.
@@ -148,25 +149,42 @@ impl PodData {
     ) {
         let changes = desired.subscribe();
         let mut check = tokio::time::interval(TOKEN_CHECK_PERIOD);
-        loop {
-            self.sync_watches(&client, &desired);
+        // The object watches, owned by this task: a watch's panic is this task's, and it ends once they have.
+        let mut watches = JoinSet::new();
+        'run: loop {
+            self.sync_watches(&client, &desired, &mut watches);
             self.issue_tokens(&client, &desired).await;
             let next_claim = self.read_claims(&client, &desired).await;
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                () = changes.changed() => { changes.drain(); }
-                () = self.wake.notified() => {}
-                _ = check.tick() => {}
-                () = tokio::time::sleep_until(next_claim) => {}
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break 'run,
+                    () = changes.changed() => { changes.drain(); }
+                    () = self.wake.notified() => {}
+                    _ = check.tick() => {}
+                    () = tokio::time::sleep_until(next_claim) => {}
+                    Some(ended) = watches.join_next(), if !watches.is_empty() => {
+                        if let Err(e) = ended
+                            && e.is_panic()
+                        {
+                            std::panic::resume_unwind(e.into_panic());
+                        }
+                        continue;
+                    }
+                }
+                break;
             }
         }
-        for (_, watched) in self.lock().objects.drain() {
-            watched.task.abort();
-        }
+        self.lock().objects.clear();
+        watches.shutdown().await;
     }
 
     /// Starts and stops the object watches to match what the pods refer to.
-    fn sync_watches(&self, client: &kube::Client, desired: &Store<PodUid, DesiredPod>) {
+    fn sync_watches(
+        &self,
+        client: &kube::Client,
+        desired: &Store<PodUid, DesiredPod>,
+        watches: &mut JoinSet<()>,
+    ) {
         let mut wanted = HashSet::new();
         desired.for_each(|_, pod| {
             if matches!(pod.source, PodSource::Api) {
@@ -185,7 +203,7 @@ impl PodData {
             if state.objects.contains_key(&key) {
                 continue;
             }
-            let task = tokio::spawn(self.clone().watch_object(client.clone(), key.clone())).abort_handle();
+            let task = watches.spawn(self.clone().watch_object(client.clone(), key.clone()));
             state.objects.insert(key, Watched { value: None, task });
         }
         // Tokens of pods that are gone.

@@ -15,6 +15,8 @@
 //! pods (prober, PLEG, volume populator, container GC, log rotation) → stats → pressure (image GC,
 //! eviction) → extensions → cluster (Node, Lease, status) → servers. Every task runs on the [`Supervisor`].
 
+#[cfg(test)]
+mod bare_spawns;
 mod command;
 pub(crate) mod extension;
 #[cfg(test)]
@@ -246,20 +248,9 @@ async fn start_all(
             sources.desired.clone(),
             pods.actual.clone(),
             pods.failures.clone(),
-            nodelet_resources::pod::reconciler::PodReconciler::new(
-                pods.crash_loop.clone(),
-                pods.clock.clone(),
-            )
-            .with_probes(pods.probes.clone())
-            .with_container_gc(pods.container_gc),
-            // What the pod engine's reconciler reads besides its own stores (status shows what it sees).
-            reconcile_engine::Inputs::new()
-                .with(pods.verdicts.clone())
-                .with(pods.sandboxes.actual().clone())
-                .with(pods.sandbox_failures.clone())
-                .with(volumes.desired.clone())
-                .with(volumes.actual.clone())
-                .with(pods.failures.clone()),
+            // The pod engine's reconciler and side inputs (status shows what it sees).
+            pods.reconciler.clone(),
+            std::mem::take(&mut pods.status_inputs),
             pods.clock.clone(),
             core.registry.clone(),
             config.pods.pod_logs_dir.clone(),

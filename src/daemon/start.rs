@@ -2,11 +2,13 @@
 //! the [`Core`] (configuration, shutdown, supervisor, registries) and the handles of the earlier ones, starts
 //! its tasks on the supervisor, and returns the handles the later ones need.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use nodelet_resources::common::clock::{Clock, system_clock};
+use nodelet_resources::common::task::{Lifetime, NamedTask};
 use nodelet_resources::model::actual::PodActual;
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use nodelet_resources::model::verdict::Verdict;
@@ -328,11 +330,14 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
     std::fs::create_dir_all(&config.storage.csi_plugin_dir).with_context(|| {
         format!("cannot create the CSI plugin directory {}", config.storage.csi_plugin_dir.display())
     })?;
-    let watcher = csi.spawn_watcher(std::time::Duration::from_secs(2), shutdown.clone());
-    sup.watch("csi-plugin-watcher", Policy::Critical, watcher);
+    sup.spawn(
+        "csi-plugin-watcher",
+        Policy::Critical,
+        csi.watcher(std::time::Duration::from_secs(2), shutdown.clone()),
+    );
 
     // The claim engine: PersistentVolumes, claims and classes from the manifests, provisioners.
-    let claims::Claims { view: claim_view, metrics: claim_metrics, task } = claims::start(
+    let claims::Claims { view: claim_view, metrics: claim_metrics } = claims::start(
         config,
         src.objects.clone(),
         src.desired.clone(),
@@ -342,7 +347,6 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
         csi.clone(),
         sup,
     )?;
-    sup.watch("claim-engine", Policy::Critical, log_report("claim", task));
     let mut claim_lookup: Arc<dyn ClaimLookup> = Arc::new(claim_view.clone());
     if let Some(c) = &src.cluster {
         // API pods' claims come from the API server, bound by the control plane.
@@ -352,23 +356,21 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
     Ok(Storage { node_objects, pod_runtime, csi, claim_view, claim_metrics, claim_lookup, volume_metrics })
 }
 
-/// Logs an engine's report when it stops.
-fn log_report(
-    what: &'static str,
-    task: tokio::task::JoinHandle<reconcile_engine::RunReport>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        match task.await {
-            Ok(report) => {
-                tracing::info!(
-                    operations = report.operations,
-                    abandoned = report.abandoned,
-                    "{what} engine stopped"
-                )
-            }
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
-    })
+/// Runs an engine (`run`) and logs its report when it stops.
+pub(crate) async fn log_report(what: &'static str, run: impl Future<Output = reconcile_engine::RunReport>) {
+    let report = run.await;
+    tracing::info!(operations = report.operations, abandoned = report.abandoned, "{what} engine stopped");
+}
+
+/// Spawns a pair's tasks ([`NamedTask`]s) on `sup`.
+fn spawn_tasks(sup: &Supervisor, tasks: Vec<NamedTask>) {
+    for task in tasks {
+        let policy = match task.lifetime {
+            Lifetime::UntilShutdown => Policy::Critical,
+            Lifetime::Bounded => Policy::MayFinish,
+        };
+        sup.spawn(task.name, policy, task.future);
+    }
 }
 
 /// The volume pair's stores and what pods read of it.
@@ -456,15 +458,91 @@ pub(crate) struct Pods {
     pub(crate) sandboxes: SandboxView,
     /// The sandbox pair's operation status (a side input of the pod reconciler and of pod status).
     pub(crate) sandbox_failures: Store<PodUid, SandboxOpStatus>,
-    /// The pod engine's container GC setting.
-    pub(crate) container_gc: nodelet_resources::pod::gc::ContainerGcPolicy,
     /// What [`start_pressure`] takes: the verdict store's writer, admission and the container GC
     /// reclaimer (the verdict populator and the eviction manager run there).
     pressure_inputs: Option<PressureInputs>,
-    pub(crate) crash_loop: CrashLoopBackOff,
+    /// The pod engine's reconciler (a copy, for status).
+    pub(crate) reconciler: PodReconciler,
+    /// The pod engine's side inputs ([`PodSideInputs::inputs`]), for status; taken once.
+    pub(crate) status_inputs: reconcile_engine::Inputs,
     pub(crate) clock: Clock,
     /// Re-populates the volumes (objects or claims changed).
     pub(crate) refresh: tokio::sync::watch::Sender<()>,
+}
+
+/// The pod reconciler's side inputs, defined once: registered on the pod engine ([`register`](Self::register),
+/// with the relations that plan a pod again when one changes) and handed to status ([`inputs`](Self::inputs)),
+/// so status reads what the engine reads. Both take every field by name: a new one cannot be left out of either.
+struct PodSideInputs {
+    /// The engine's own failures: an ephemeral container whose start keeps failing never delays the pod's
+    /// other containers, and no prune replaces a failure on record.
+    failures: Store<PodUid, nodelet_resources::pod::status::PodOpStatus>,
+    /// The node's verdicts on its pods.
+    verdicts: Store<PodUid, Verdict>,
+    /// The volume pair's desired store.
+    volumes_desired: Store<VolumeKey, DesiredVolume>,
+    /// The volume pair's actual store: a pod's containers wait for its volumes.
+    volumes_actual: Store<VolumeKey, VolumeActual>,
+    /// The sandbox pair's actual store: a pod's containers wait for a ready sandbox.
+    sandboxes: Store<PodUid, nodelet_resources::model::actual::PodSandboxes>,
+    /// The sandbox pair's operation status.
+    sandbox_failures: Store<PodUid, SandboxOpStatus>,
+    /// The node-wide container GC decision per pod.
+    surplus: Store<PodUid, Surplus>,
+}
+
+impl PodSideInputs {
+    /// Registers every side input on the pod engine's builder, with the relations that plan a pod again.
+    fn register<Dr>(
+        &self,
+        builder: reconcile_engine::EngineBuilder<DesiredPod, PodActual, PodReconciler, Dr>,
+    ) -> reconcile_engine::EngineBuilder<DesiredPod, PodActual, PodReconciler, Dr>
+    where
+        Dr: reconcile_engine::Driver<PodUid, nodelet_resources::pod::ops::PodOp, PodActual>,
+    {
+        let PodSideInputs {
+            failures,
+            verdicts,
+            volumes_desired,
+            volumes_actual,
+            sandboxes,
+            sandbox_failures,
+            surplus,
+        } = self;
+        builder
+            .reads(failures.clone())
+            // A pod's verdict came or changed: plan the pod again.
+            .watches("verdicts", verdicts.clone(), |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()))
+            // A pod's volumes changed: plan the pod again (its containers wait for them).
+            .reads(volumes_desired.clone())
+            .watches("volumes", volumes_actual.clone(), nodelet_resources::volume::reconciler::pod_of_volume)
+            // A pod's sandboxes changed: plan the pod again (its containers wait for a ready sandbox).
+            .watches("sandboxes", sandboxes.clone(), pod_of_sandboxes)
+            .reads(sandbox_failures.clone())
+            // The node-wide container GC decision for a pod changed: plan the pod again.
+            .watches("container-gc", surplus.clone(), |uid: &PodUid, _: Option<&Surplus>| Some(uid.clone()))
+    }
+
+    /// The same stores as [`Inputs`](reconcile_engine::Inputs), for status.
+    fn inputs(&self) -> reconcile_engine::Inputs {
+        let PodSideInputs {
+            failures,
+            verdicts,
+            volumes_desired,
+            volumes_actual,
+            sandboxes,
+            sandbox_failures,
+            surplus,
+        } = self;
+        reconcile_engine::Inputs::new()
+            .with(failures.clone())
+            .with(verdicts.clone())
+            .with(volumes_desired.clone())
+            .with(volumes_actual.clone())
+            .with(sandboxes.clone())
+            .with(sandbox_failures.clone())
+            .with(surplus.clone())
+    }
 }
 
 struct PressureInputs {
@@ -476,8 +554,8 @@ struct PressureInputs {
 /// The pod engine (task `pod-engine`) with its prober (`prober`), PLEG (`pleg`, `runtime-events`), volume
 /// populator (`volume-populator`, `volume-refresh`), container GC (`container-gc`), log rotation
 /// (`log-rotation`) and the claims' volume stats (`claim-volume-stats`); also starts the
-/// volume engine and the sandbox pair (`sandbox-engine`: sandboxes and their network, see
-/// [`nodelet_resources::sandbox`]).
+/// volume engine and the sandbox pair (`sandbox-engine`, `sandbox-populator` and the start-up steps
+/// `sandbox-wake-pods`, `sandbox-wake-sandboxes`: sandboxes and their network, see [`nodelet_resources::sandbox`]).
 pub(crate) fn start_pods(
     core: &Core,
     runtime: &Runtime,
@@ -512,11 +590,12 @@ pub(crate) fn start_pods(
         .with_max(config.backoff.image_pull.max);
     // The pod engine's builder first: the sandbox pair and container GC read its actual store, and it
     // watches theirs.
+    let reconciler = PodReconciler::new(crash_loop, clock.clone())
+        .with_probes(probes.clone())
+        .with_container_gc(config.container_gc);
     let builder = Engine::builder(
         "pods",
-        PodReconciler::new(crash_loop.clone(), clock.clone())
-            .with_probes(probes.clone())
-            .with_container_gc(config.container_gc),
+        reconciler.clone(),
         Arc::new(
             PodDriver::new(storage.pod_runtime.clone(), pod_metrics.clone())
                 .with_grace_cap(config.pods.grace_cap()),
@@ -551,24 +630,22 @@ pub(crate) fn start_pods(
     );
     let sandboxes = sandbox_pair.view();
     let sandbox_failures = sandbox_pair.op_status();
-    let mut engine = builder
+    let side_inputs = PodSideInputs {
+        failures: failures.clone(),
+        verdicts: verdicts.clone(),
+        volumes_desired: vols.desired.clone(),
+        volumes_actual: vols.actual.clone(),
+        sandboxes: sandbox_pair.actual(),
+        sandbox_failures: sandbox_failures.clone(),
+        surplus,
+    };
+    let status_inputs = side_inputs.inputs();
+    let mut engine = side_inputs
+        .register(builder)
         .metrics(&core.engine_metrics)
         .backoff(pod_backoff)
         .max_concurrent(nodelet_resources::pod::ops::MAX_CONCURRENT_OPS)
         .resync_period(config.sync_frequency)
-        // The engine's own failures: an ephemeral container whose start keeps failing never delays
-        // the pod's other containers, and no prune replaces a failure on record.
-        .reads(failures.clone())
-        // A pod's verdict came or changed: plan the pod again.
-        .watches("verdicts", verdicts.clone(), |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()))
-        // A pod's volumes changed: plan the pod again (its containers wait for them).
-        .reads(vols.desired.clone())
-        .watches("volumes", vols.actual.clone(), nodelet_resources::volume::reconciler::pod_of_volume)
-        // A pod's sandboxes changed: plan the pod again (its containers wait for a ready sandbox).
-        .watches("sandboxes", sandbox_pair.actual(), pod_of_sandboxes)
-        .reads(sandbox_failures.clone())
-        // The node-wide container GC decision for a pod changed: plan the pod again.
-        .watches("container-gc", surplus, |uid: &PodUid, _: Option<&Surplus>| Some(uid.clone()))
         .build();
     sup.spawn(
         "prober",
@@ -612,9 +689,11 @@ pub(crate) fn start_pods(
         )
     });
     let volume_engine = vols.engine.take().context("the volume engine is started once")?;
-    let stop = shutdown.clone();
-    let task = tokio::spawn(async move { volume_engine.run(stop.cancelled_owned()).await });
-    sup.watch("volume-engine", Policy::Critical, log_report("volume", task));
+    sup.spawn(
+        "volume-engine",
+        Policy::Critical,
+        log_report("volume", volume_engine.run(shutdown.clone().cancelled_owned())),
+    );
 
     let pleg = Pleg::new(
         storage.pod_runtime.clone(),
@@ -627,8 +706,10 @@ pub(crate) fn start_pods(
     .with_sandboxes(sandbox_pair.actual(), sandbox_pair.observer());
     let relist = pleg.waker();
     // The sandbox pair's populator and engine (`sandbox-engine`).
-    let task = sandbox_pair.start(desired.clone(), engine.waker(), shutdown.clone());
-    sup.watch("sandbox-engine", Policy::Critical, log_report("sandbox", task));
+    let (sandbox_engine, sandbox_tasks) =
+        sandbox_pair.start(desired.clone(), engine.waker(), shutdown.clone());
+    sup.spawn("sandbox-engine", Policy::Critical, log_report("sandbox", sandbox_engine));
+    spawn_tasks(sup, sandbox_tasks);
     // The node-wide cap on dead containers (maxContainers), decided over all pods.
     sup.spawn("container-gc", Policy::Critical, surplus_populator.run(shutdown.clone()));
     let (cri, logs_actual, logs_config, stop) =
@@ -662,9 +743,11 @@ pub(crate) fn start_pods(
     }
     let stop = shutdown.clone();
     sup.spawn("pleg", Policy::Critical, async move { pleg.run(stop.cancelled_owned()).await });
-    let stop = shutdown.clone();
-    let task = tokio::spawn(async move { engine.run(stop.cancelled_owned()).await });
-    sup.watch("pod-engine", Policy::Critical, log_report("pod", task));
+    sup.spawn(
+        "pod-engine",
+        Policy::Critical,
+        log_report("pod", engine.run(shutdown.clone().cancelled_owned())),
+    );
     let pressure_inputs =
         Some(PressureInputs { verdict_writer, admission, container_gc: container_reclaimer });
     Ok(Pods {
@@ -674,9 +757,9 @@ pub(crate) fn start_pods(
         verdicts,
         sandboxes,
         sandbox_failures,
-        container_gc: config.container_gc,
         pressure_inputs,
-        crash_loop,
+        reconciler,
+        status_inputs,
         clock,
         refresh: refresh_tx,
     })
@@ -726,11 +809,14 @@ async fn forward_runtime_events(
     stop: CancellationToken,
 ) {
     use futures::StreamExt;
-    let mut events = cri.events(nodelet_cri::EventsConfig::default());
+    // The feed runs on this task: its panic is this task's (restarted as `runtime-events`).
+    let (mut events, feed) = cri.events(nodelet_cri::EventsConfig::default());
+    tokio::pin!(feed);
     let _disconnected = DisconnectOnDrop(pleg.clone(), metrics.clone());
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
+            () = &mut feed => return,
             event = events.next() => match event {
                 Some(event) => {
                     tracing::trace!(?event, "runtime event");

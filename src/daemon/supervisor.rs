@@ -10,6 +10,13 @@
 //! - [`Policy::MayFinish`]: returning is fine (a task with a bounded job); a panic stops the daemon.
 //!
 //! Nothing ends silently: each end is logged, and [`Supervisor::failed`] resolves with the first failure.
+//!
+//! Every long-lived task of the node runs here, or on a task that runs here and owns it (the prober's workers,
+//! the pod-data object watches: a `JoinSet` whose panics it re-raises). The libraries spawn none: they hand
+//! their tasks to the daemon as futures (`nodelet_resources::common::task::NamedTask`, the CSI registry's
+//! `watcher`, the runtime's `RuntimeEventFeed`). A bare `tokio::spawn` is left only for per-connection or
+//! per-request work and for the embedded containerd's supervisor (which outlives this one), each listed with
+//! its reason in the test `daemon::bare_spawns`.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -91,6 +98,7 @@ impl Supervisor {
     where
         F: Future<Output = ()> + Send + 'static,
     {
+        // A bare spawn: the supervisor's own, watched at once.
         self.watch(name, policy, tokio::spawn(task));
     }
 
@@ -130,6 +138,7 @@ impl Supervisor {
             let mut delay = RESTART_INITIAL;
             loop {
                 let started = tokio::time::Instant::now();
+                // A bare spawn: the supervisor's own, awaited here.
                 let result = tokio::spawn(make()).await;
                 if this.shutdown.is_cancelled() {
                     tracing::debug!(task = %name, "task stopped");

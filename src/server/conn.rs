@@ -159,6 +159,7 @@ impl Endpoint {
                         busy: admitted.busy.clone(),
                     };
                     let force = force.clone();
+                    // A bare spawn: per connection, owned by this server.
                     tokio::spawn(async move {
                         tokio::select! {
                             () = conn.serve() => {}

@@ -548,6 +548,7 @@ pub(crate) async fn port_forward<V: NodeView>(
             Ok(dialed) => {
                 debug!(%what, ?protocol, "forwarding in the pod's network namespace");
                 let client = hyper::upgrade::on(&mut request);
+                // A bare spawn: per connection, owned by the server (the upgraded port-forward stream).
                 tokio::spawn(port_forward::serve(
                     client,
                     dialed,
@@ -688,6 +689,7 @@ async fn proxy(
         Ok(Upstream::Switched { headers, upgrade }) => {
             debug!(%what, ?headers, "the runtime switched protocols");
             let client = hyper::upgrade::on(&mut request);
+            // A bare spawn: per connection, owned by the server (the relayed upgrade).
             tokio::spawn(relay(client, upgrade, permit, stopping, idle_timeout, what));
             let mut response = Response::new(Body::empty());
             *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -721,6 +723,7 @@ async fn open_upstream(method: Method, forwarded: HeaderMap, url: &str) -> Resul
             .await
             .map_err(|e| fail("HTTP handshake with", &e))?;
         // Drives the connection until the upgrade hands its socket over (or it fails).
+        // A bare spawn: per connection, owned by the server (the upstream connection of one upgrade).
         tokio::spawn(async move {
             if let Err(error) = conn.with_upgrades().await {
                 debug!(%error, "runtime streaming connection ended with an error");

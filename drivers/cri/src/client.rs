@@ -15,7 +15,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::config::CriConfig;
 use crate::error::{CriError, Result};
-use crate::events::{EventsConfig, RuntimeEventStream};
+use crate::events::{EventsConfig, RuntimeEventFeed, RuntimeEventStream};
 use crate::filter::{ContainerFilter, SandboxFilter};
 
 /// The CRI API version string sent in `Version` requests (the kubelet sends the same).
@@ -295,13 +295,13 @@ impl CriClient {
         self.channel.clone()
     }
 
-    /// Subscribes to the runtime's container events on the same connection, in a background task: CRI
-    /// `GetContainerEvents` where the runtime serves it, else containerd's native task events of
-    /// [`CriConfig::containerd_namespace`] when the runtime is containerd, else none. Must be called within a
-    /// tokio runtime. See [`crate::events`] for the contract (relist on
+    /// A subscription to the runtime's container events on the same connection: the stream, and its feed
+    /// for the caller to spawn (or poll beside the stream). CRI `GetContainerEvents` where the runtime serves
+    /// it, else containerd's native task events of [`CriConfig::containerd_namespace`] when the runtime is
+    /// containerd, else none. See [`crate::events`] for the contract (relist on
     /// [`RuntimeEvent::Reconnected`](crate::RuntimeEvent::Reconnected)).
-    pub fn events(&self, config: EventsConfig) -> RuntimeEventStream {
-        RuntimeEventStream::spawn(
+    pub fn events(&self, config: EventsConfig) -> (RuntimeEventStream, RuntimeEventFeed) {
+        RuntimeEventStream::new(
             self.channel.clone(),
             self.runtime.clone(),
             &self.config.containerd_namespace,
@@ -700,6 +700,7 @@ impl CriClient {
             timeout.saturating_add(self.config.exec_sync_margin)
         };
         let client = self.clone();
+        // A bare spawn: per request, its handle awaited here (it outlives a dropped caller, see above).
         let call = tokio::spawn(async move {
             let mut c = client.runtime.clone();
             client.unary("ExecSync", Some(deadline), req, move |r| async move { c.exec_sync(r).await }).await

@@ -31,8 +31,8 @@
 //!   [`RuntimeEvent::ContainerExited`], `ContainerStatus` may still say RUNNING for tens of milliseconds. Use
 //!   the event's `exit_status`/`exited_at`, or re-query until the status is EXITED. CRI events are sent
 //!   after the runtime's CRI status is updated.
-//! * The stream never ends on its own; it ends (and its background task stops) when it is dropped.
-//! * The background task reads the runtime's stream as fast as the consumer takes events (up to
+//! * The stream never ends on its own while its feed runs; the feed ends when the stream is dropped.
+//! * The feed reads the runtime's stream as fast as the consumer takes events (up to
 //!   [`EventsConfig::buffer`] queued). A consumer that stops reading stalls the runtime's sender: containerd
 //!   2.x's CRI event queue blocks its container operations behind a full subscriber, so read promptly.
 //!
@@ -42,7 +42,7 @@
 //! `Subscribe` and containerd 2.x's `GetContainerEvents` handler only `Send` events), so the call itself does
 //! not complete until something happens.
 //!
-//! * containerd's events: the background task publishes a small marker event on topic [`SYNC_TOPIC`] (which
+//! * containerd's events: the feed publishes a small marker event on topic [`SYNC_TOPIC`] (which
 //!   its own filter also matches) until it receives one back; any received event proves the same. The
 //!   marker is visible to other unfiltered subscribers of the namespace (e.g. `ctr events`); the CRI plugin
 //!   ignores it.
@@ -57,6 +57,7 @@
 //!   containerd 2.x keeps the events of a moment without any subscriber for five minutes and gives them to
 //!   the next one.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
@@ -70,7 +71,6 @@ use containerd_client::types::Envelope;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use prost::{Message, Name};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 
@@ -288,34 +288,50 @@ pub fn decode_envelope(env: &Envelope) -> Option<RuntimeEvent> {
     }
 }
 
-/// A stream of [`RuntimeEvent`]s fed by a background task that keeps an event subscription (CRI or containerd)
-/// alive.
+/// A stream of [`RuntimeEvent`]s fed by its [`RuntimeEventFeed`], the task that keeps an event subscription
+/// (CRI or containerd) alive.
 ///
-/// Create it with [`CriClient::events`](crate::CriClient::events). Read it with [`recv`](Self::recv) or as a
-/// [`futures::Stream`]. Dropping it stops the background task. See the [module docs](self) for the contract.
+/// Create both with [`CriClient::events`](crate::CriClient::events) and spawn the feed. Read the stream with
+/// [`recv`](Self::recv) or as a [`futures::Stream`]. Dropping it ends the feed. See the [module docs](self) for
+/// the contract.
 #[derive(Debug)]
 pub struct RuntimeEventStream {
     rx: mpsc::Receiver<RuntimeEvent>,
-    task: JoinHandle<()>,
+}
+
+/// The task that feeds a [`RuntimeEventStream`]: it subscribes, reconnects and forwards events until the
+/// stream is dropped, then ends. For the caller to spawn (the daemon runs it on its supervisor, on the task
+/// that reads the stream); the stream stays silent while the feed does not run.
+pub struct RuntimeEventFeed(Pin<Box<dyn Future<Output = ()> + Send + 'static>>);
+
+impl std::fmt::Debug for RuntimeEventFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeEventFeed").finish_non_exhaustive()
+    }
+}
+
+impl Future for RuntimeEventFeed {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.as_mut().poll(cx)
+    }
 }
 
 impl RuntimeEventStream {
-    /// Starts the background subscription task on `channel` (`runtime`: the CRI runtime service client on
-    /// it). Must be called within a tokio runtime.
-    pub(crate) fn spawn(
+    /// The stream and its feed on `channel` (`runtime`: the CRI runtime service client on it).
+    pub(crate) fn new(
         channel: Channel,
         runtime: RuntimeServiceClient<Channel>,
         namespace: &str,
         config: EventsConfig,
-    ) -> Self {
+    ) -> (Self, RuntimeEventFeed) {
         let (tx, rx) = mpsc::channel(config.buffer.max(1));
         let worker = Worker { channel, runtime, namespace: namespace.to_owned(), config, tx };
-        let task = tokio::spawn(worker.run());
-        RuntimeEventStream { rx, task }
+        (RuntimeEventStream { rx }, RuntimeEventFeed(Box::pin(worker.run())))
     }
 
-    /// The next event. Returns `None` only if the background task died (it does not, unless the tokio runtime
-    /// is shutting down).
+    /// The next event. Returns `None` only once the feed has ended (dropped, or panicked).
     pub async fn recv(&mut self) -> Option<RuntimeEvent> {
         self.rx.recv().await
     }
@@ -326,12 +342,6 @@ impl futures::Stream for RuntimeEventStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RuntimeEvent>> {
         self.rx.poll_recv(cx)
-    }
-}
-
-impl Drop for RuntimeEventStream {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

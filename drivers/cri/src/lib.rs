@@ -28,7 +28,8 @@
 //! let readiness = cri.status().await?;
 //! assert!(readiness.is_ready(), "{:?}", readiness.not_ready_reason());
 //!
-//! let mut events = cri.events(EventsConfig::default());
+//! let (mut events, feed) = cri.events(EventsConfig::default());
+//! tokio::spawn(feed);
 //! while let Some(event) = events.recv().await {
 //!     match event {
 //!         // (Re)subscribed: events may have been missed, relist everything nodelet owns.
@@ -92,7 +93,7 @@ pub use config::{
     DEFAULT_IMAGE_PULL_TIMEOUT, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_RUNTIME_REQUEST_TIMEOUT, parse_endpoint,
 };
 pub use error::{CriError, Result};
-pub use events::{EventSource, EventsConfig, RuntimeEvent, RuntimeEventStream};
+pub use events::{EventSource, EventsConfig, RuntimeEvent, RuntimeEventFeed, RuntimeEventStream};
 pub use filter::{ContainerFilter, SandboxFilter};
 pub use netns::{NetnsDialer, NetnsError, SandboxNetwork};
 pub use pod_runtime::{

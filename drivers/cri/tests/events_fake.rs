@@ -226,7 +226,8 @@ async fn unimplemented_on_another_runtime_means_relisting_only() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fake = Fake::new("cri-o");
     let cri = client(&serve(dir.path(), fake.clone())).await;
-    let mut events = cri.events(quick());
+    let (mut events, feed) = cri.events(quick());
+    tokio::spawn(feed);
     assert_eq!(next(&mut events, Duration::from_millis(1000)).await, None, "no event stream to report");
     let calls = fake.calls();
     assert!(fake.count("/GetContainerEvents") >= 2, "asked again after the reprobe interval: {calls:?}");
@@ -248,7 +249,8 @@ async fn a_late_unimplemented_is_not_taken_for_an_active_stream() {
     let cri = client(&serve(dir.path(), fake.clone())).await;
     let mut config = quick();
     config.confirm_grace = Duration::from_millis(600);
-    let mut events = cri.events(config);
+    let (mut events, feed) = cri.events(config);
+    tokio::spawn(feed);
     assert_eq!(next(&mut events, Duration::from_millis(1000)).await, None, "{:?}", fake.calls());
     assert!(fake.count("/Version") >= 1, "{:?}", fake.calls());
 }
@@ -259,7 +261,8 @@ async fn unimplemented_on_containerd_falls_back_to_its_event_service() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fake = Fake::new("containerd");
     let cri = client(&serve(dir.path(), fake.clone())).await;
-    let mut events = cri.events(quick());
+    let (mut events, feed) = cri.events(quick());
+    tokio::spawn(feed);
     // The fake serves no containerd event service: the subscription keeps failing before it is active, so
     // nothing is yielded, but it was asked for.
     assert_eq!(next(&mut events, Duration::from_millis(500)).await, None);
@@ -279,7 +282,8 @@ async fn a_broken_cri_stream_is_reported_and_resumed() {
     let first = fake.next_stream();
     let second = fake.next_stream();
     let cri = client(&serve(dir.path(), fake.clone())).await;
-    let mut events = cri.events(quick());
+    let (mut events, feed) = cri.events(quick());
+    tokio::spawn(feed);
 
     let wait = Duration::from_secs(5);
     // Active before any event: the Version call queued behind the stream's request was answered.

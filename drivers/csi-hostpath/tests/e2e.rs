@@ -411,7 +411,7 @@ async fn watcher_follows_the_registration_dir() {
     let registry = Arc::new(Registry::new(default_registration_dir(&env.root()), CsiClientConfig::default()));
     let mut changes = registry.subscribe();
     let cancel = tokio_util_cancel();
-    let watcher = registry.spawn_watcher(Duration::from_millis(100), cancel.clone());
+    let watcher = tokio::spawn(registry.watcher(Duration::from_millis(100), cancel.clone()));
 
     env.start_driver().await;
     tokio::time::timeout(Duration::from_secs(10), changes.changed())

@@ -6,7 +6,7 @@
 //!   plugin registration protocol (what `node-driver-registrar` serves, [`RegistrationSocket`]) point it at
 //!   the driver's own socket; plain CSI sockets there are taken as they are. It asks each driver for
 //!   `GetPluginInfo`, `Probe`, capabilities and `NodeGetInfo`, and keeps them by name;
-//!   [`Registry::spawn_watcher`] rescans periodically, dropping drivers whose socket vanished.
+//!   [`Registry::watcher`] (a future for the caller to spawn) rescans periodically, dropping drivers whose socket vanished.
 //! * [`CsiClient`] speaks the Identity, Node and Controller services ([`nodelet_proto::csi::v1`]) over one
 //!   shared connection, every call with a deadline (2 minutes, the kubelet's `csiTimeout`).
 //! * [`CsiError::is_uncertain`] classifies failures as the kubelet does: after a timeout, `UNAVAILABLE`,

@@ -226,7 +226,7 @@ impl ScanReport {
 
 /// The CSI drivers registered on this node, by name.
 ///
-/// [`scan`](Self::scan) reconciles it with the registration directory; [`spawn_watcher`](Self::spawn_watcher)
+/// [`scan`](Self::scan) reconciles it with the registration directory; [`watcher`](Self::watcher)
 /// scans periodically. [`subscribe`](Self::subscribe) wakes a consumer (the volume reconciler) whenever the
 /// set of drivers changes.
 #[derive(Debug)]
@@ -348,14 +348,15 @@ impl Registry {
         Ok(report)
     }
 
-    /// Scans every `period` until `cancel` fires, logging failures. The first scan runs at once.
-    pub fn spawn_watcher(
+    /// Scans every `period` until `cancel` fires, logging failures. The first scan runs at once. The
+    /// returned future is the watcher, for the caller to spawn (the daemon runs it on its supervisor).
+    pub fn watcher(
         self: &Arc<Self>,
         period: Duration,
         cancel: CancellationToken,
-    ) -> tokio::task::JoinHandle<()> {
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let registry = Arc::clone(self);
-        tokio::spawn(async move {
+        async move {
             let mut last_failed: HashMap<PathBuf, String> = HashMap::new();
             loop {
                 match registry.scan().await {
@@ -376,7 +377,7 @@ impl Registry {
                     () = tokio::time::sleep(period) => {}
                 }
             }
-        })
+        }
     }
 }
 

@@ -1083,6 +1083,7 @@ impl EmbeddedContainerd {
         let endpoint = cfg.endpoint();
         let socket = cfg.socket_path();
         let pid_path = cfg.pid_path();
+        // A bare spawn: awaited by `shutdown`; it outlives the daemon's supervisor (containerd stops after every task).
         let task = tokio::spawn(supervise(cfg, containerd, child, status_tx, stop_rx));
         Ok(EmbeddedContainerd { endpoint, socket, pid_path, status, stop: Some(stop), task: Some(task) })
     }

@@ -87,6 +87,7 @@ impl CrashLoopBackOff {
 }
 
 /// The pod reconciler.
+#[derive(Clone)]
 pub struct PodReconciler {
     backoff: CrashLoopBackOff,
     clock: Clock,

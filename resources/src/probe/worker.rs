@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use reconcile_engine::{CancellationToken, Store, Waker, Writer, store};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::desired::{ProbeKind, ProbeSpec, container_probes};
@@ -71,6 +72,9 @@ pub struct Prober<H> {
     series: HashMap<PodUid, PodSeries>,
     tx: mpsc::UnboundedSender<Report>,
     rx: mpsc::UnboundedReceiver<Report>,
+    /// The workers' tasks, owned by [`run`](Prober::run)'s task: a worker's panic is the prober's, and the
+    /// prober ends only once its workers have.
+    tasks: JoinSet<()>,
 }
 
 impl<H> std::fmt::Debug for Prober<H> {
@@ -141,6 +145,7 @@ impl<H: ProbeHandler> Prober<H> {
             series: HashMap::new(),
             tx,
             rx,
+            tasks: JoinSet::new(),
         }
     }
 
@@ -156,7 +161,9 @@ impl<H: ProbeHandler> Prober<H> {
 
     /// Follows the desired and `actual` pod stores, runs the probes of running containers and
     /// wakes a pod's key in the pod engine through `waker` when a result flips, until `shutdown`
-    /// completes; then stops every worker.
+    /// completes; then stops every worker and returns once they have ended (a run in progress is
+    /// abandoned: a handler's runtime call, such as an `ExecSync`, goes on by itself). A worker that panics
+    /// panics the prober with its message.
     pub async fn run(
         mut self,
         actual: Store<PodUid, PodActual>,
@@ -190,9 +197,17 @@ impl<H: ProbeHandler> Prober<H> {
                         self.apply(report, &waker);
                     }
                 }
+                Some(ended) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    if let Err(e) = ended
+                        && e.is_panic()
+                    {
+                        std::panic::resume_unwind(e.into_panic());
+                    }
+                }
             }
         }
         self.workers.clear();
+        self.tasks.shutdown().await;
     }
 
     fn apply(&mut self, report: Report, waker: &Waker<PodUid>) {
@@ -305,7 +320,7 @@ impl<H: ProbeHandler> Prober<H> {
                     spec,
                     stop: stop.clone(),
                 };
-                tokio::spawn(ctx.run());
+                self.tasks.spawn(ctx.run());
                 tasks.push(StopOnDrop(stop));
             }
             tracing::debug!(pod = %uid, container = %record.name, id = %record.id, probes = tasks.len(), "probing");

@@ -16,6 +16,7 @@ use super::metrics::SandboxMetrics;
 use super::populator::SandboxPopulator;
 use super::reconciler::SandboxReconciler;
 use super::status::{SandboxOpStatus, SandboxView};
+use crate::common::task::{Lifetime, NamedTask, TaskFuture};
 use crate::model::actual::PodActual;
 use crate::model::actual::PodSandboxes;
 use crate::model::pod::{DesiredPod, PodUid};
@@ -141,24 +142,25 @@ impl<R: SandboxRuntime> SandboxPair<R> {
         self.engine.waker()
     }
 
-    /// Runs the pair until `shutdown`: the populator from the desired pods `pods`, the engine, and
-    /// two start-up steps: once this pair has reconstructed its store, every pod is planned again
-    /// through `pod_waker` (the pod reconciler plans nothing before, a pod would look as if its
-    /// sandbox were gone); once the desired sandboxes synced, the keys reconstructed before are
-    /// planned again. Returns the engine's task.
+    /// The pair's tasks, for the caller to spawn, all ending at `shutdown`: the populator from the desired
+    /// pods `pods` (`sandbox-populator`), the engine (returned first, ending with its report), and two
+    /// start-up steps: once this pair has reconstructed its store, every pod is planned again through
+    /// `pod_waker` (`sandbox-wake-pods`: the pod reconciler plans nothing before, a pod would look as if its
+    /// sandbox were gone); once the desired sandboxes synced, the keys reconstructed before are planned
+    /// again (`sandbox-wake-sandboxes`).
     pub fn start(
         self,
         pods: Store<PodUid, DesiredPod>,
         pod_waker: Waker<PodUid>,
         shutdown: CancellationToken,
-    ) -> tokio::task::JoinHandle<reconcile_engine::RunReport> {
+    ) -> (TaskFuture<reconcile_engine::RunReport>, Vec<NamedTask>) {
         let actual = self.engine.actual();
         let waker = self.engine.waker();
         let pod_actual = self.pods;
         // The pod pair plans nothing before this pair has reconstructed its store: then every pod.
         let (sandboxes, desired_pods, stop) = (actual.clone(), pods.clone(), shutdown.clone());
         let pod_store = pod_actual.clone();
-        tokio::spawn(async move {
+        let wake_pods = NamedTask::new("sandbox-wake-pods", Lifetime::Bounded, async move {
             tokio::select! {
                 () = stop.cancelled() => {}
                 r = sandboxes.wait_until_synced() => if r.is_ok() {
@@ -171,7 +173,7 @@ impl<R: SandboxRuntime> SandboxPair<R> {
         // Until the desired sandboxes sync (every pod source has reported) the reconciler only
         // creates sandboxes: plan every pod again once they have.
         let (desired, stop) = (self.desired.clone(), shutdown.clone());
-        tokio::spawn(async move {
+        let wake_sandboxes = NamedTask::new("sandbox-wake-sandboxes", Lifetime::Bounded, async move {
             tokio::select! {
                 () = stop.cancelled() => {}
                 r = desired.wait_until_synced() => if r.is_ok() {
@@ -181,8 +183,15 @@ impl<R: SandboxRuntime> SandboxPair<R> {
                 },
             }
         });
-        tokio::spawn(SandboxPopulator::new(pods, pod_actual, self.writer).run(shutdown.clone()));
+        let populator = NamedTask::new(
+            "sandbox-populator",
+            Lifetime::UntilShutdown,
+            SandboxPopulator::new(pods, pod_actual, self.writer).run(shutdown.clone()),
+        );
         let engine = self.engine;
-        tokio::spawn(async move { engine.run(shutdown.cancelled_owned()).await })
+        (
+            Box::pin(async move { engine.run(shutdown.cancelled_owned()).await }),
+            vec![populator, wake_pods, wake_sandboxes],
+        )
     }
 }

@@ -67,6 +67,7 @@ async fn main() {
             }
         }
     };
+    // A bare spawn: this test image's poller, as long-lived as its process.
     tokio::spawn(poll);
     let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, args.port));
     println!("grpc-health: serving {names:?} on {addr}");

@@ -138,7 +138,8 @@ pub(crate) fn expected_event_source() -> EventSource {
 /// must give ([`expected_event_source`]).
 pub(crate) async fn subscribed_events(cri: &CriClient) -> RuntimeEventStream {
     let started = Instant::now();
-    let mut events = cri.events(EventsConfig::default());
+    let (mut events, feed) = cri.events(EventsConfig::default());
+    tokio::spawn(feed);
     let active = wait_event(&mut events, Duration::from_secs(10), "Reconnected", |e| {
         matches!(e, RuntimeEvent::Reconnected { .. })
     })
