@@ -330,6 +330,7 @@ async fn upload(remote: &Remote, src: &Path, dest: &str) -> Result<(), CpError> 
         .await
         .map_err(|e| CpError::Usage(format!("building the archive failed: {e}")))??;
     let (tx, rx) = mpsc::channel::<Vec<u8>>(16);
+    // Bare spawn: the upload's archive feeder, per command; it ends with the archive or when the receiver goes.
     tokio::spawn(async move {
         let mut file = tokio::fs::File::from_std(file);
         let mut buf = vec![0_u8; CHUNK];

@@ -71,6 +71,7 @@ pub(crate) async fn run(args: &PortForwardArgs) -> Result<(), StreamError> {
                 };
                 println!("Handling connection for {remote}");
                 let (main, path) = (main.clone(), path.clone());
+                // Bare spawn: per forwarded connection, owned by this command.
                 tokio::spawn(async move {
                     if let Err(e) = forward(&main, &path, remote, conn).await {
                         eprintln!("error forwarding port {remote} for {peer}: {e}");

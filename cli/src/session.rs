@@ -170,6 +170,7 @@ async fn relay_websocket<O: Output>(
     output: &mut O,
 ) -> Result<Option<serde_json::Value>, StreamError> {
     let (sink, mut stream) = ws.split();
+    // Bare spawns in this file: the session's own input and frame pumps, per command, awaited or aborted by it.
     let sender = tokio::spawn(send_input(sink, input, window_changes(resize), resize, v5));
     let mut status: Option<serde_json::Value> = None;
     let result = loop {

@@ -254,7 +254,8 @@ impl MainPort {
         let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
             .await
             .map_err(|e| failed("HTTP handshake", &e))?;
-        // Drives the connection until the upgrade hands its socket over (or it fails).
+        // Drives the connection until the upgrade hands its socket over (or it fails); a bare spawn, per
+        // connection.
         tokio::spawn(async move {
             if let Err(error) = conn.with_upgrades().await {
                 tracing::debug!(%error, "SPDY upgrade connection ended with an error");

@@ -52,14 +52,10 @@ const ALLOWED: &[Allowed] = &[
         "the containerd supervisor: started before the daemon's supervisor and stopped after it (containerd \
          outlives every task), awaited by EmbeddedContainerd::shutdown",
     ),
-    allow("src/client/cp.rs", "tokio::spawn(async move {", "the CLI client's session"),
-    allow(
-        "src/client/port_forward.rs",
-        "tokio::spawn(async move {",
-        "the CLI client's session, per connection",
-    ),
-    allow("src/client/session.rs", "tokio::spawn(", "the CLI client's session"),
-    allow("src/client/stream.rs", "tokio::spawn(async move {", "the CLI client's session, per connection"),
+    allow("cli/src/cp.rs", "tokio::spawn(async move {", "the CLI client's session"),
+    allow("cli/src/port_forward.rs", "tokio::spawn(async move {", "the CLI client's session, per connection"),
+    allow("cli/src/session.rs", "tokio::spawn(", "the CLI client's session"),
+    allow("cli/src/stream.rs", "tokio::spawn(async move {", "the CLI client's session, per connection"),
     allow(
         "deploy/images/grpc-health/src/main.rs",
         "tokio::spawn(poll);",
