@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 pub enum SelectorError {
     /// The label selector is malformed (apimachinery's message).
     #[error("unable to parse requirement: {0}")]
-    Requirement(String),
+    Requirement(#[from] RequirementError),
     /// The text after a requirement is not `,` or the end.
     #[error("{0}")]
     Syntax(String),
@@ -22,6 +22,54 @@ pub enum SelectorError {
     /// A field selector term is not `field=value`, `field==value` or `field!=value`.
     #[error("invalid selector: '{0}'; can't understand '{1}'")]
     BadField(String, String),
+}
+
+/// Why one requirement of a label selector is malformed: apimachinery's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequirementError {
+    /// A token other than the expected ones.
+    #[error("found '{found}', expected: {expected}")]
+    Unexpected {
+        /// The token as written.
+        found: String,
+        /// What the grammar allows there.
+        expected: &'static str,
+    },
+    /// The key's prefix is not a DNS-1123 subdomain.
+    #[error(
+        "key: Invalid value: \"{0}\": prefix part a lowercase RFC 1123 subdomain must consist of lower \
+             case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+    )]
+    KeyPrefix(String),
+    /// The key's name part is not a qualified name.
+    #[error(
+        "key: Invalid value: \"{0}\": name part must consist of alphanumeric characters, '-', '_' or \
+             '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
+             '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+    )]
+    KeyName(String),
+    /// A value is not a label value.
+    #[error(
+        "values[0][{key}]: Invalid value: \"{value}\": a valid label must be an empty string or consist of \
+         alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character \
+         (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is \
+         '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+    )]
+    Value {
+        /// The requirement's key.
+        key: String,
+        /// The value as written.
+        value: String,
+    },
+    /// The value of a `gt` or `lt` requirement is not an integer.
+    #[error("values[0]: Invalid value: \"{0}\": for 'Gt', 'Lt' operators, the value must be an integer")]
+    NotInteger(String),
+}
+
+impl RequirementError {
+    fn unexpected(found: &Token, expected: &'static str) -> Self {
+        Self::Unexpected { found: found.literal(), expected }
+    }
 }
 
 /// An operator of a label requirement.
@@ -188,7 +236,7 @@ impl Parser {
         }
     }
 
-    fn requirement(&mut self) -> Result<Requirement, String> {
+    fn requirement(&mut self) -> Result<Requirement, RequirementError> {
         let mut op = None;
         let mut t = self.next_value();
         if t == Token::DoesNotExist {
@@ -196,7 +244,7 @@ impl Parser {
             t = self.next_value();
         }
         let Token::Ident(key) = t else {
-            return Err(format!("found '{}', expected: identifier", t.literal()));
+            return Err(RequirementError::unexpected(&t, "identifier"));
         };
         validate_key(&key)?;
         if matches!(self.peek_value(), Token::End | Token::Comma) || op == Some(Op::DoesNotExist) {
@@ -210,7 +258,7 @@ impl Parser {
             Token::Gt => Op::GreaterThan,
             Token::Lt => Op::LessThan,
             other => {
-                return Err(format!("found '{}', expected: in, notin, =, ==, !=, gt, lt", other.literal()));
+                return Err(RequirementError::unexpected(&other, "in, notin, =, ==, !=, gt, lt"));
             }
         };
         let values = match op {
@@ -221,28 +269,25 @@ impl Parser {
             validate_value(&key, v)?;
         }
         if matches!(op, Op::GreaterThan | Op::LessThan) && values[0].parse::<i64>().is_err() {
-            return Err(format!(
-                "values[0]: Invalid value: \"{}\": for 'Gt', 'Lt' operators, the value must be an integer",
-                values[0]
-            ));
+            return Err(RequirementError::NotInteger(values[0].clone()));
         }
         Ok(Requirement { key, op, values })
     }
 
-    fn exact_value(&mut self) -> Result<String, String> {
+    fn exact_value(&mut self) -> Result<String, RequirementError> {
         if matches!(self.peek_value(), Token::End | Token::Comma) {
             return Ok(String::new());
         }
         match self.next_value() {
             Token::Ident(v) => Ok(v),
-            t => Err(format!("found '{}', expected: identifier", t.literal())),
+            t => Err(RequirementError::unexpected(&t, "identifier")),
         }
     }
 
-    fn value_set(&mut self) -> Result<Vec<String>, String> {
+    fn value_set(&mut self) -> Result<Vec<String>, RequirementError> {
         let t = self.next();
         if t != Token::Open {
-            return Err(format!("found '{}', expected: '('", t.literal()));
+            return Err(RequirementError::unexpected(&t, "'('"));
         }
         let mut values = Vec::new();
         // `()` and `(a,)` hold an empty value, as in apimachinery.
@@ -253,7 +298,7 @@ impl Parser {
                     match self.next_value() {
                         Token::Comma => {}
                         Token::Close => return Ok(values),
-                        t => return Err(format!("found '{}', expected: ',' or ')'", t.literal())),
+                        t => return Err(RequirementError::unexpected(&t, "',' or ')'")),
                     }
                     if self.peek_value() == Token::Close {
                         self.next();
@@ -268,7 +313,7 @@ impl Parser {
                 Token::Comma => {
                     values.push(String::new());
                 }
-                t => return Err(format!("found '{}', expected: ',', ')' or identifier", t.literal())),
+                t => return Err(RequirementError::unexpected(&t, "',', ')' or identifier")),
             }
         }
     }
@@ -283,7 +328,7 @@ fn name_part_ok(s: &str) -> bool {
         && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
-fn validate_key(key: &str) -> Result<(), String> {
+fn validate_key(key: &str) -> Result<(), RequirementError> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -291,31 +336,19 @@ fn validate_key(key: &str) -> Result<(), String> {
     if let Some(p) = prefix
         && !nodelet_shared::names::is_dns_subdomain(p)
     {
-        return Err(format!(
-            "key: Invalid value: \"{key}\": prefix part a lowercase RFC 1123 subdomain must consist of lower \
-             case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-        ));
+        return Err(RequirementError::KeyPrefix(key.to_owned()));
     }
     if !name_part_ok(name) {
-        return Err(format!(
-            "key: Invalid value: \"{key}\": name part must consist of alphanumeric characters, '-', '_' or \
-             '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
-             '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
-        ));
+        return Err(RequirementError::KeyName(key.to_owned()));
     }
     Ok(())
 }
 
-fn validate_value(key: &str, value: &str) -> Result<(), String> {
+fn validate_value(key: &str, value: &str) -> Result<(), RequirementError> {
     if value.is_empty() || name_part_ok(value) {
         return Ok(());
     }
-    Err(format!(
-        "values[0][{key}]: Invalid value: \"{value}\": a valid label must be an empty string or consist of \
-         alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character \
-         (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is \
-         '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
-    ))
+    Err(RequirementError::Value { key: key.to_owned(), value: value.to_owned() })
 }
 
 impl LabelSelector {
@@ -327,7 +360,7 @@ impl LabelSelector {
             match p.peek_value() {
                 Token::End => break,
                 Token::Ident(_) | Token::DoesNotExist => {
-                    let r = p.requirement().map_err(SelectorError::Requirement)?;
+                    let r = p.requirement()?;
                     requirements.push(r);
                     match p.next() {
                         Token::End => break,

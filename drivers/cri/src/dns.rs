@@ -69,14 +69,19 @@ pub(crate) enum DnsKind {
     None,
 }
 
+/// A `dnsPolicy` the kubelet does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("spec.dnsPolicy: unsupported value {0:?}")]
+pub(crate) struct UnknownDnsPolicy(pub(crate) String);
+
 /// Resolves `dnsPolicy` (unset means `ClusterFirst`); `Err` with the unknown value otherwise.
-pub(crate) fn dns_kind(policy: Option<&str>, host_network: bool) -> Result<DnsKind, String> {
+pub(crate) fn dns_kind(policy: Option<&str>, host_network: bool) -> Result<DnsKind, UnknownDnsPolicy> {
     match policy.unwrap_or("ClusterFirst") {
         "None" => Ok(DnsKind::None),
         "ClusterFirstWithHostNet" => Ok(DnsKind::Cluster),
         "ClusterFirst" if !host_network => Ok(DnsKind::Cluster),
         "ClusterFirst" | "Default" => Ok(DnsKind::Host),
-        other => Err(other.to_owned()),
+        other => Err(UnknownDnsPolicy(other.to_owned())),
     }
 }
 
@@ -219,7 +224,7 @@ mod tests {
         assert_eq!(dns_kind(Some("ClusterFirstWithHostNet"), true), Ok(DnsKind::Cluster));
         assert_eq!(dns_kind(Some("Default"), false), Ok(DnsKind::Host));
         assert_eq!(dns_kind(Some("None"), false), Ok(DnsKind::None));
-        assert_eq!(dns_kind(Some("Bogus"), false), Err("Bogus".to_owned()));
+        assert_eq!(dns_kind(Some("Bogus"), false), Err(UnknownDnsPolicy("Bogus".to_owned())));
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub enum ImageError {
         /// The image as written in the pod spec.
         image: String,
         /// What is wrong with it.
-        why: String,
+        why: ImageNameError,
     },
     /// `imagePullPolicy: Never` and the runtime does not have the image.
     #[error("container image {image:?} is not present with pull policy of Never")]
@@ -171,14 +171,40 @@ fn valid_domain(d: &str) -> bool {
     })
 }
 
+/// What is wrong with an image reference ([`validate_image_name`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImageNameError {
+    /// The reference is empty.
+    #[error("empty image name")]
+    Empty,
+    /// Too long, a blank or control character, or a path component outside the grammar.
+    #[error("invalid reference format")]
+    Format,
+    /// The part after `@` is not `algorithm:hex` (at least 32 hex digits).
+    #[error("invalid digest format")]
+    Digest,
+    /// The tag is not `[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`.
+    #[error("invalid tag {0:?}")]
+    Tag(String),
+    /// The repository name exceeds 255 characters.
+    #[error("repository name must not be more than 255 characters")]
+    NameTooLong,
+    /// The registry host is not a valid domain or address.
+    #[error("invalid registry host {0:?}")]
+    RegistryHost(String),
+    /// The repository name has upper-case letters.
+    #[error("repository name must be lowercase")]
+    Uppercase,
+}
+
 /// Checks an image reference against the distribution reference grammar
 /// (`[domain/]path[:tag][@algorithm:hex]`), as the kubelet does before pulling; `Err` says what is wrong.
-pub fn validate_image_name(image: &str) -> Result<(), String> {
+pub fn validate_image_name(image: &str) -> Result<(), ImageNameError> {
     if image.is_empty() {
-        return Err("empty image name".into());
+        return Err(ImageNameError::Empty);
     }
     if image.len() > 4096 || image.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
-        return Err("invalid reference format".into());
+        return Err(ImageNameError::Format);
     }
     let (name_tag, digest) = match image.split_once('@') {
         Some((n, d)) => (n, Some(d)),
@@ -186,12 +212,12 @@ pub fn validate_image_name(image: &str) -> Result<(), String> {
     };
     if let Some(digest) = digest {
         let Some((algorithm, hex)) = digest.split_once(':') else {
-            return Err("invalid digest format".into());
+            return Err(ImageNameError::Digest);
         };
         let algorithm_ok = !algorithm.is_empty()
             && algorithm.bytes().all(|b| is_lower_alnum(b) || matches!(b, b'+' | b'.' | b'_' | b'-'));
         if !algorithm_ok || hex.len() < 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err("invalid digest format".into());
+            return Err(ImageNameError::Digest);
         }
     }
     let (name, tag) = match tag_of(name_tag) {
@@ -205,11 +231,11 @@ pub fn validate_image_name(image: &str) -> Result<(), String> {
             || bytes.len() > 128
             || !bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
         {
-            return Err(format!("invalid tag {tag:?}"));
+            return Err(ImageNameError::Tag(tag.to_owned()));
         }
     }
     if name.len() > 255 {
-        return Err("repository name must not be more than 255 characters".into());
+        return Err(ImageNameError::NameTooLong);
     }
     let mut components: Vec<&str> = name.split('/').collect();
     let first = components.first().copied().unwrap_or_default();
@@ -219,16 +245,16 @@ pub fn validate_image_name(image: &str) -> Result<(), String> {
             || first.bytes().any(|b| b.is_ascii_uppercase()));
     if has_domain {
         if !valid_domain(first) {
-            return Err(format!("invalid registry host {first:?}"));
+            return Err(ImageNameError::RegistryHost(first.to_owned()));
         }
         components.remove(0);
     }
     if components.iter().all(|c| valid_path_component(c)) {
         Ok(())
     } else if name.bytes().any(|b| b.is_ascii_uppercase()) {
-        Err("repository name must be lowercase".into())
+        Err(ImageNameError::Uppercase)
     } else {
-        Err("invalid reference format".into())
+        Err(ImageNameError::Format)
     }
 }
 
@@ -495,6 +521,9 @@ mod tests {
         let e = ImageError::NeverPull { image: "x".into() };
         assert_eq!(e.reason(), "ErrImageNeverPull");
         assert!(e.to_string().contains("pull policy of Never"));
-        assert_eq!(ImageError::Invalid { image: "X".into(), why: "w".into() }.reason(), "InvalidImageName");
+        assert_eq!(
+            ImageError::Invalid { image: "X".into(), why: ImageNameError::Empty }.reason(),
+            "InvalidImageName"
+        );
     }
 }

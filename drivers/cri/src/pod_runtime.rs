@@ -795,9 +795,8 @@ impl CriPodRuntime {
     async fn dns_config(&self, pod: &DesiredPod) -> RuntimeResult<v1::DnsConfig> {
         let config = &self.inner.config;
         let spec = pod.spec();
-        let kind = dns::dns_kind(spec.dns_policy.as_deref(), pod.host_network()).map_err(|other| {
-            RuntimeError::new("CreatePodSandboxError", format!("spec.dnsPolicy: unsupported value {other:?}"))
-        })?;
+        let kind = dns::dns_kind(spec.dns_policy.as_deref(), pod.host_network())
+            .map_err(|unknown| RuntimeError::new("CreatePodSandboxError", unknown.to_string()))?;
         let host = match (&config.resolv_conf, kind) {
             (_, dns::DnsKind::None) | (None, _) => None,
             (Some(path), _) => match tokio::fs::read_to_string(path).await {

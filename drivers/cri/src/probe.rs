@@ -63,6 +63,23 @@ fn host_of<'a>(host: Option<&'a str>, pod_ip: Option<&'a str>) -> Result<&'a str
     host.or(pod_ip).ok_or_else(|| "the pod has no IP and the probe names no host".to_owned())
 }
 
+/// Why a lifecycle hook failed ([`CriProber::run_hook`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookError {
+    /// The `exec` command failed or could not run: the runtime's output or error.
+    #[error("{0}")]
+    Exec(String),
+    /// The `httpGet` request got no answer.
+    #[error("{0}")]
+    Http(String),
+    /// A `tcpSocket` or `grpc` hook, which the kubelet does not run either.
+    #[error("only exec, httpGet and sleep hooks are supported")]
+    Unsupported,
+    /// The hook cannot be run as written (an unknown port name, no handler).
+    #[error("{0}")]
+    Unusable(String),
+}
+
 /// How an HTTP request ended.
 enum HttpAnswer {
     /// A status and the start of the body.
@@ -249,24 +266,22 @@ impl CriProber {
         pod_ip: Option<&str>,
         action: &Action,
         timeout: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), HookError> {
         match action {
             Action::Exec { command } => match self.exec(container_id, command, timeout).await {
                 ProbeOutcome::Success => Ok(()),
-                ProbeOutcome::Failure(m) | ProbeOutcome::Error(m) => Err(m),
+                ProbeOutcome::Failure(m) | ProbeOutcome::Error(m) => Err(HookError::Exec(m)),
             },
             Action::HttpGet(get) => match self.http_get(get, pod_ip, timeout).await {
                 HttpAnswer::Status(..) => Ok(()),
-                HttpAnswer::Error(e) => Err(e),
+                HttpAnswer::Error(e) => Err(HookError::Http(e)),
             },
             Action::Sleep(d) => {
                 tokio::time::sleep(*d).await;
                 Ok(())
             }
-            Action::TcpSocket { .. } | Action::Grpc { .. } => {
-                Err("only exec, httpGet and sleep hooks are supported".to_owned())
-            }
-            Action::Unusable(why) => Err(why.clone()),
+            Action::TcpSocket { .. } | Action::Grpc { .. } => Err(HookError::Unsupported),
+            Action::Unusable(why) => Err(HookError::Unusable(why.clone())),
         }
     }
 }

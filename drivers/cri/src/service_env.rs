@@ -118,6 +118,11 @@ const MASTER_SERVICES: &[&str] = &["kubernetes"];
 /// The namespace of the master services.
 const MASTER_NAMESPACE: &str = "default";
 
+/// The Services have not been listed once yet, so the variables of a pod from the API cannot be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("services have not yet been read at least once, cannot construct envvars")]
+pub struct ServicesNotListed;
+
 /// The service variables of a pod in `namespace` (`getServiceEnvVarMap`), sorted by name; for a pod
 /// that is not `static_pod`, an error while `lister` has not listed Services once (a static pod gets
 /// none then). No lister: none.
@@ -126,13 +131,13 @@ pub fn service_env(
     namespace: &str,
     enable_service_links: bool,
     static_pod: bool,
-) -> Result<BTreeMap<String, String>, String> {
+) -> Result<BTreeMap<String, String>, ServicesNotListed> {
     let mut out = BTreeMap::new();
     let Some(lister) = lister else { return Ok(out) };
     let listed = |namespace: &str| match lister.services(namespace) {
         Some(services) => Ok(services),
         None if static_pod => Ok(BTreeMap::new()),
-        None => Err("services have not yet been read at least once, cannot construct envvars".to_owned()),
+        None => Err(ServicesNotListed),
     };
     let mut chosen: BTreeMap<String, Arc<ServiceFacts>> = BTreeMap::new();
     if enable_service_links {
@@ -234,7 +239,7 @@ mod tests {
         let env = service_env(Some(&lister), "default", true, false).expect("synced");
         assert!(env.contains_key("OTHER_SERVICE_HOST"));
         // Not listed yet: an error; no lister: nothing.
-        assert!(service_env(Some(&Fixed(None)), "app", true, false).is_err());
+        assert_eq!(service_env(Some(&Fixed(None)), "app", true, false), Err(ServicesNotListed));
         // a static pod starts without them (the API server may be unreachable)
         assert!(service_env(Some(&Fixed(None)), "app", true, true).expect("static").is_empty());
         assert!(service_env(None, "app", true, false).expect("standalone").is_empty());

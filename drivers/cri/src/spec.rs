@@ -42,6 +42,61 @@ impl SpecError {
     }
 }
 
+/// Why a pod's or container's seccomp or AppArmor profile cannot be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ProfileError {
+    /// A seccomp `Localhost` profile whose path is empty, absolute or climbs out of the seccomp root.
+    #[error("{field}.localhostProfile: {path:?} must be a relative path without `..` under the seccomp root")]
+    SeccompPath {
+        /// The `seccompProfile` field.
+        field: String,
+        /// The path as given.
+        path: String,
+    },
+    /// An unknown seccomp profile type.
+    #[error("{field}.type: unsupported seccomp profile type {kind:?}")]
+    SeccompType {
+        /// The `seccompProfile` field.
+        field: String,
+        /// The type as given.
+        kind: String,
+    },
+    /// An AppArmor `Localhost` profile without a name.
+    #[error("appArmorProfile.localhostProfile: Required value for type Localhost")]
+    AppArmorLocalhostName,
+    /// An unknown AppArmor profile type.
+    #[error("appArmorProfile.type: unsupported AppArmor profile type {0:?}")]
+    AppArmorType(String),
+    /// A malformed AppArmor annotation.
+    #[error(
+        "annotation {key}: invalid AppArmor profile {value:?} (use runtime/default, localhost/<profile> \
+                         or unconfined)"
+    )]
+    AppArmorAnnotation {
+        /// The annotation's key.
+        key: String,
+        /// Its value.
+        value: String,
+    },
+    /// A confining AppArmor profile on a node without AppArmor.
+    #[error("Cannot enforce AppArmor: AppArmor is not enabled on the host")]
+    AppArmorDisabled,
+}
+
+/// Why a `fieldRef` of an environment variable has no value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FieldRefError {
+    /// `spec.nodeName` is unset and the node's name is not configured.
+    #[error("the node name is not known")]
+    NodeName,
+    /// `status.hostIP(s)` and the node's addresses are not configured.
+    #[error("the node IP is not known")]
+    NodeIp,
+    /// A field path the kubelet does not support.
+    #[error("unsupported field path {0:?}")]
+    Unsupported(String),
+}
+
 /// Annotation on sandboxes: where the pod came from (`file`, `http`, `api`).
 const CONFIG_SOURCE: &str = "kubernetes.io/config.source";
 /// Annotation on sandboxes: the pod's config hash (nodelet: its UID, like the kubelet's static pods).
@@ -203,12 +258,17 @@ fn hostname(pod: &DesiredPod, config: &CriPodRuntimeConfig) -> Result<String, Sp
     Ok(host)
 }
 
-fn protocol(p: Option<&str>) -> Result<v1::Protocol, String> {
+/// A port protocol other than TCP, UDP and SCTP (the value as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unsupported value {0:?}")]
+struct UnsupportedProtocol(String);
+
+fn protocol(p: Option<&str>) -> Result<v1::Protocol, UnsupportedProtocol> {
     match p.unwrap_or("TCP") {
         "TCP" => Ok(v1::Protocol::Tcp),
         "UDP" => Ok(v1::Protocol::Udp),
         "SCTP" => Ok(v1::Protocol::Sctp),
-        other => Err(other.to_owned()),
+        other => Err(UnsupportedProtocol(other.to_owned())),
     }
 }
 
@@ -225,9 +285,8 @@ fn port_mappings(pod: &DesiredPod) -> Result<Vec<v1::PortMapping>, SpecError> {
             if !(1..=65535).contains(&host_port) || !(1..=65535).contains(&p.container_port) {
                 return Err(SpecError::Sandbox(format!("{path}: port out of range")));
             }
-            let protocol = protocol(p.protocol.as_deref()).map_err(|other| {
-                SpecError::Sandbox(format!("{path}.protocol: unsupported value {other:?}"))
-            })?;
+            let protocol = protocol(p.protocol.as_deref())
+                .map_err(|unsupported| SpecError::Sandbox(format!("{path}.protocol: {unsupported}")))?;
             let host_ip = p.host_ip.clone().unwrap_or_default();
             if !host_ip.is_empty() && host_ip.parse::<std::net::IpAddr>().is_err() {
                 return Err(SpecError::Sandbox(format!("{path}.hostIP: {host_ip:?} is not an IP address")));
@@ -291,7 +350,7 @@ fn seccomp(
     profile: Option<&SeccompProfile>,
     config: &CriPodRuntimeConfig,
     field: &str,
-) -> Result<v1::SecurityProfile, String> {
+) -> Result<v1::SecurityProfile, ProfileError> {
     use v1::security_profile::ProfileType;
     let root = &config.seccomp_profile_root;
     let Some(profile) = profile else {
@@ -310,16 +369,14 @@ fn seccomp(
             let rel = profile.localhost_profile.as_deref().unwrap_or_default();
             let rel_path = Path::new(rel);
             if rel.is_empty() || !rel_path.components().all(|c| matches!(c, Component::Normal(_))) {
-                return Err(format!(
-                    "{field}.localhostProfile: {rel:?} must be a relative path without `..` under the seccomp root"
-                ));
+                return Err(ProfileError::SeccompPath { field: field.to_owned(), path: rel.to_owned() });
             }
             Ok(v1::SecurityProfile {
                 profile_type: ProfileType::Localhost as i32,
                 localhost_ref: root.join(rel_path).to_string_lossy().into_owned(),
             })
         }
-        other => Err(format!("{field}.type: unsupported seccomp profile type {other:?}")),
+        other => Err(ProfileError::SeccompType { field: field.to_owned(), kind: other.to_owned() }),
     }
 }
 
@@ -380,7 +437,7 @@ pub(crate) fn sandbox_config(
         config,
         "spec.securityContext.seccompProfile",
     )
-    .map_err(SpecError::Sandbox)?;
+    .map_err(|e| SpecError::Sandbox(e.to_string()))?;
     let security_context = v1::LinuxSandboxSecurityContext {
         namespace_options: Some(namespace_options(pod, userns)),
         run_as_user: pod_sc.and_then(|sc| sc.run_as_user).map(|value| v1::Int64Value { value }),
@@ -486,7 +543,7 @@ fn field_ref_value(
     field_path: &str,
     inputs: &ContainerInputs<'_>,
     config: &CriPodRuntimeConfig,
-) -> Result<String, String> {
+) -> Result<String, FieldRefError> {
     let meta = &pod.pod.metadata;
     let spec = pod.spec();
     let subscript = |prefix: &str| {
@@ -505,23 +562,21 @@ fn field_ref_value(
         "spec.nodeName" => match spec.node_name.as_deref().filter(|n| !n.is_empty()) {
             Some(n) => Ok(n.to_owned()),
             None if !config.node_name.is_empty() => Ok(config.node_name.clone()),
-            None => Err("the node name is not known".to_owned()),
+            None => Err(FieldRefError::NodeName),
         },
         "spec.serviceAccountName" => Ok(spec.service_account_name.clone().unwrap_or_default()),
         "status.podIP" => Ok(pod_ips.first().cloned().unwrap_or_default()),
         "status.podIPs" => Ok(pod_ips.join(",")),
-        "status.hostIP" => {
-            config.node_ips.first().cloned().ok_or_else(|| "the node IP is not known".to_owned())
-        }
+        "status.hostIP" => config.node_ips.first().cloned().ok_or(FieldRefError::NodeIp),
         "status.hostIPs" if !config.node_ips.is_empty() => Ok(config.node_ips.join(",")),
-        "status.hostIPs" => Err("the node IP is not known".to_owned()),
+        "status.hostIPs" => Err(FieldRefError::NodeIp),
         _ => {
             if let Some(key) = subscript("metadata.labels") {
                 Ok(meta.labels.as_ref().and_then(|l| l.get(&key)).cloned().unwrap_or_default())
             } else if let Some(key) = subscript("metadata.annotations") {
                 Ok(meta.annotations.as_ref().and_then(|a| a.get(&key)).cloned().unwrap_or_default())
             } else {
-                Err(format!("unsupported field path {field_path:?}"))
+                Err(FieldRefError::Unsupported(field_path.to_owned()))
             }
         }
     }
@@ -852,7 +907,7 @@ fn apparmor(
     pod: &DesiredPod,
     container: &Container,
     config: &CriPodRuntimeConfig,
-) -> Result<Option<v1::SecurityProfile>, String> {
+) -> Result<Option<v1::SecurityProfile>, ProfileError> {
     use v1::security_profile::ProfileType;
     let field = container
         .security_context
@@ -866,11 +921,11 @@ fn apparmor(
             "Localhost" => match field.localhost_profile.as_deref().filter(|p| !p.is_empty()) {
                 Some(name) => (ProfileType::Localhost, name.to_owned()),
                 None => {
-                    return Err("appArmorProfile.localhostProfile: Required value for type Localhost".into());
+                    return Err(ProfileError::AppArmorLocalhostName);
                 }
             },
             other => {
-                return Err(format!("appArmorProfile.type: unsupported AppArmor profile type {other:?}"));
+                return Err(ProfileError::AppArmorType(other.to_owned()));
             }
         }
     } else {
@@ -884,16 +939,13 @@ fn apparmor(
             other => match other.strip_prefix("localhost/").filter(|p| !p.is_empty()) {
                 Some(name) => (ProfileType::Localhost, name.to_owned()),
                 None => {
-                    return Err(format!(
-                        "annotation {key}: invalid AppArmor profile {other:?} (use runtime/default, localhost/<profile> \
-                         or unconfined)"
-                    ));
+                    return Err(ProfileError::AppArmorAnnotation { key, value: other.to_owned() });
                 }
             },
         }
     };
     if profile.0 != ProfileType::Unconfined && !config.apparmor_enabled {
-        return Err("Cannot enforce AppArmor: AppArmor is not enabled on the host".into());
+        return Err(ProfileError::AppArmorDisabled);
     }
     Ok(Some(v1::SecurityProfile { profile_type: profile.0 as i32, localhost_ref: profile.1 }))
 }

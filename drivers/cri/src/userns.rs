@@ -326,22 +326,33 @@ fn write_file(path: &Path, file: &MappingsFile) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// Why the runtime cannot run a pod in a user namespace ([`handler_supports`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerSupportError {
+    /// The runtime reports no handler features at all (containerd 1.x).
+    #[error(
+        "the container runtime reports no runtime handler features (CRI Status runtime_handlers; \
+                    containerd 1.x has none): it cannot run pods in user namespaces"
+    )]
+    NoFeatures,
+    /// The handler is reported without user-namespace support.
+    #[error("the container runtime's handler {0:?} does not support user namespaces (with idmapped mounts)")]
+    Unsupported(String),
+    /// The handler is not reported.
+    #[error("the container runtime does not report the handler {0:?}")]
+    UnknownHandler(String),
+}
+
 /// Whether the runtime handler `handler` (`""`: the default) can run pods in user namespaces, from the
 /// runtime's CRI `Status` `runtime_handlers` (see the module documentation). `Err` says why not.
-pub fn handler_supports(handlers: &[v1::RuntimeHandler], handler: &str) -> Result<(), String> {
+pub fn handler_supports(handlers: &[v1::RuntimeHandler], handler: &str) -> Result<(), HandlerSupportError> {
     if handlers.is_empty() {
-        return Err(
-            "the container runtime reports no runtime handler features (CRI Status runtime_handlers; \
-                    containerd 1.x has none): it cannot run pods in user namespaces"
-                .to_owned(),
-        );
+        return Err(HandlerSupportError::NoFeatures);
     }
     match handlers.iter().find(|h| h.name == handler) {
         Some(h) if h.features.as_ref().is_some_and(|f| f.user_namespaces) => Ok(()),
-        Some(_) => Err(format!(
-            "the container runtime's handler {handler:?} does not support user namespaces (with idmapped mounts)"
-        )),
-        None => Err(format!("the container runtime does not report the handler {handler:?}")),
+        Some(_) => Err(HandlerSupportError::Unsupported(handler.to_owned())),
+        None => Err(HandlerSupportError::UnknownHandler(handler.to_owned())),
     }
 }
 
@@ -484,12 +495,14 @@ mod tests {
             name: name.to_owned(),
             features: Some(v1::RuntimeHandlerFeatures { user_namespaces: userns, ..Default::default() }),
         };
-        let none = handler_supports(&[], "").expect_err("containerd 1.x");
+        let none = handler_supports(&[], "").expect_err("containerd 1.x").to_string();
         assert!(none.contains("reports no runtime handler features"), "{none}");
         assert_eq!(handler_supports(&[handler("", true), handler("runc", true)], ""), Ok(()));
-        let off = handler_supports(&[handler("", true), handler("kata", false)], "kata").expect_err("off");
+        let off = handler_supports(&[handler("", true), handler("kata", false)], "kata")
+            .expect_err("off")
+            .to_string();
         assert!(off.contains("\"kata\" does not support user namespaces"), "{off}");
-        let missing = handler_supports(&[handler("", true)], "gvisor").expect_err("absent");
+        let missing = handler_supports(&[handler("", true)], "gvisor").expect_err("absent").to_string();
         assert!(missing.contains("does not report the handler \"gvisor\""), "{missing}");
     }
 }

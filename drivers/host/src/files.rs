@@ -256,7 +256,7 @@ pub enum FilesError {
         /// The key.
         key: String,
         /// Why.
-        reason: String,
+        reason: ConfigKeyError,
     },
     /// Two files of the content collide (`a` and `a/b`).
     #[error("volume {volume:?}: file {path:?} conflicts with the file {other:?}")]
@@ -708,7 +708,7 @@ impl<'a> Renderer<'a> {
         let labels = meta.labels.as_ref().unwrap_or(&empty);
         let annotations = meta.annotations.as_ref().unwrap_or(&empty);
         if let Some((path, key)) = split_subscript(field_path) {
-            let bad_key = |errs: String| {
+            let bad_key = |errs: QualifiedNameError| {
                 self.invalid(&field, format!("{field_path:?}"), format!("invalid key subscript: {errs}"))
             };
             return match path {
@@ -965,21 +965,71 @@ fn go_is_print(c: char) -> bool {
     !(format_chars || private_or_non)
 }
 
+/// Why a label or annotation key is not a qualified name (`qualified_name_error`): the API's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QualifiedNameError {
+    /// More than one `/`.
+    #[error(
+        "a qualified name must consist of alphanumeric characters, '-', '_' or '.', \
+                        with an optional DNS subdomain prefix and '/'"
+    )]
+    Shape,
+    /// An empty prefix before the `/`.
+    #[error("prefix part must be non-empty")]
+    EmptyPrefix,
+    /// A prefix that is not a lowercase DNS-1123 subdomain.
+    #[error("prefix part must be a lowercase RFC 1123 subdomain")]
+    Prefix,
+    /// An empty name part.
+    #[error("name part must be non-empty")]
+    EmptyName,
+    /// A name part over 63 characters.
+    #[error("name part must be no more than 63 characters")]
+    NameTooLong,
+    /// A name part with other characters or ends.
+    #[error(
+        "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and \
+                    end with an alphanumeric character"
+    )]
+    Name,
+}
+
+/// Why a ConfigMap or Secret key cannot name a file (`config_key_error`): the API's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigKeyError {
+    /// The key is empty.
+    #[error("must not be empty")]
+    Empty,
+    /// The key exceeds 253 characters.
+    #[error("must be no more than 253 characters")]
+    TooLong,
+    /// A character outside `[-._a-zA-Z0-9]`.
+    #[error("a valid config key must consist of alphanumeric characters, '-', '_' or '.'")]
+    Characters,
+    /// The key is `.`.
+    #[error("must not be '.'")]
+    Dot,
+    /// The key is `..`.
+    #[error("must not be '..'")]
+    DotDot,
+    /// The key starts with `..`.
+    #[error("must not start with '..'")]
+    DotDotPrefix,
+}
+
 /// `IsQualifiedName`: `[prefix/]name`, prefix a DNS-1123 subdomain, name at most 63 characters of
 /// `[A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9]`.
-fn qualified_name_error(value: &str) -> Result<(), String> {
+fn qualified_name_error(value: &str) -> Result<(), QualifiedNameError> {
     let (prefix, name) = match value.split('/').collect::<Vec<_>>()[..] {
         [name] => (None, name),
         [prefix, name] => (Some(prefix), name),
         _ => {
-            return Err("a qualified name must consist of alphanumeric characters, '-', '_' or '.', \
-                        with an optional DNS subdomain prefix and '/'"
-                .into());
+            return Err(QualifiedNameError::Shape);
         }
     };
     if let Some(prefix) = prefix {
         if prefix.is_empty() {
-            return Err("prefix part must be non-empty".into());
+            return Err(QualifiedNameError::EmptyPrefix);
         }
         let label_ok = |l: &str| {
             !l.is_empty()
@@ -988,44 +1038,40 @@ fn qualified_name_error(value: &str) -> Result<(), String> {
                 && !l.ends_with('-')
         };
         if prefix.len() > 253 || !prefix.split('.').all(label_ok) {
-            return Err("prefix part must be a lowercase RFC 1123 subdomain".into());
+            return Err(QualifiedNameError::Prefix);
         }
     }
     if name.is_empty() {
-        return Err("name part must be non-empty".into());
+        return Err(QualifiedNameError::EmptyName);
     }
     if name.len() > 63 {
-        return Err("name part must be no more than 63 characters".into());
+        return Err(QualifiedNameError::NameTooLong);
     }
     let inner_ok = name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     let ends_ok = name.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
         && name.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric);
     if !inner_ok || !ends_ok {
-        return Err(
-            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and \
-                    end with an alphanumeric character"
-                .into(),
-        );
+        return Err(QualifiedNameError::Name);
     }
     Ok(())
 }
 
 /// `IsConfigMapKey` (also used for Secret keys): `[-._a-zA-Z0-9]+`, at most 253, not `.`/`..`, not
 /// starting with `..`.
-fn config_key_error(key: &str) -> Result<(), String> {
+fn config_key_error(key: &str) -> Result<(), ConfigKeyError> {
     if key.is_empty() {
-        return Err("must not be empty".into());
+        return Err(ConfigKeyError::Empty);
     }
     if key.len() > 253 {
-        return Err("must be no more than 253 characters".into());
+        return Err(ConfigKeyError::TooLong);
     }
     if !key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
-        return Err("a valid config key must consist of alphanumeric characters, '-', '_' or '.'".into());
+        return Err(ConfigKeyError::Characters);
     }
     match key {
-        "." => Err("must not be '.'".into()),
-        ".." => Err("must not be '..'".into()),
-        k if k.starts_with("..") => Err("must not start with '..'".into()),
+        "." => Err(ConfigKeyError::Dot),
+        ".." => Err(ConfigKeyError::DotDot),
+        k if k.starts_with("..") => Err(ConfigKeyError::DotDotPrefix),
         _ => Ok(()),
     }
 }

@@ -186,28 +186,50 @@ pub fn provisioned_volume_name(uid: &str) -> String {
     format!("pvc-{uid}")
 }
 
+/// Why a volume does not satisfy the claim that names it ([`check_volume_satisfies_claim`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MismatchError {
+    /// The volume's capacity is below the claim's request (both as written in the objects).
+    #[error("requested PV is too small: it has {capacity}, the claim requests {request}")]
+    TooSmall {
+        /// The volume's `spec.capacity.storage` (`0` when absent).
+        capacity: String,
+        /// The claim's `spec.resources.requests.storage`.
+        request: String,
+    },
+    /// The storage classes differ.
+    #[error("storageClassName does not match: the volume has {volume:?}, the claim {claim:?}")]
+    Class {
+        /// The volume's class.
+        volume: String,
+        /// The claim's class.
+        claim: String,
+    },
+    /// The volume modes (Filesystem, Block) differ.
+    #[error("incompatible volumeMode")]
+    VolumeMode,
+    /// The volume lacks an access mode the claim asks for.
+    #[error("incompatible accessMode")]
+    AccessMode,
+}
+
 /// Whether `volume` satisfies `claim` when the claim names it (`spec.volumeName`): capacity,
 /// class, volume mode and access modes (`checkVolumeSatisfyClaim`).
-pub fn check_volume_satisfies_claim(volume: &DesiredPv, claim: &DesiredPvc) -> Result<(), String> {
+pub fn check_volume_satisfies_claim(volume: &DesiredPv, claim: &DesiredPvc) -> Result<(), MismatchError> {
     if volume.capacity() < claim.request() {
-        return Err(format!(
-            "requested PV is too small: it has {}, the claim requests {}",
-            volume.capacity_text().unwrap_or("0"),
-            claim.request_text()
-        ));
+        return Err(MismatchError::TooSmall {
+            capacity: volume.capacity_text().unwrap_or("0").to_owned(),
+            request: claim.request_text().to_owned(),
+        });
     }
     if volume.class() != claim.class {
-        return Err(format!(
-            "storageClassName does not match: the volume has {:?}, the claim {:?}",
-            volume.class(),
-            claim.class
-        ));
+        return Err(MismatchError::Class { volume: volume.class().to_owned(), claim: claim.class.clone() });
     }
     if volume.volume_mode() != claim.volume_mode() {
-        return Err("incompatible volumeMode".into());
+        return Err(MismatchError::VolumeMode);
     }
     if !access_modes_satisfied(volume, claim) {
-        return Err("incompatible accessMode".into());
+        return Err(MismatchError::AccessMode);
     }
     Ok(())
 }

@@ -116,7 +116,7 @@ pub struct DesiredPv {
     /// Whether a provisioner of nodelet created it (it is not in the manifests).
     pub provisioned: bool,
     /// Why the object cannot be used (a missing capacity, a bad name): it never binds.
-    pub invalid: Option<String>,
+    pub invalid: Option<ValidationError>,
 }
 
 impl DesiredPv {
@@ -209,7 +209,7 @@ pub struct DesiredPvc {
     /// gone (the `kubernetes.io/pvc-protection` finalizer).
     pub deleting: bool,
     /// Why the object cannot be bound (no access mode, a bad size): it stays Pending.
-    pub invalid: Option<String>,
+    pub invalid: Option<ValidationError>,
 }
 
 impl DesiredPvc {
@@ -327,17 +327,64 @@ pub fn storage_bytes(
 
 pub use crate::common::names::is_dns_subdomain;
 
+/// Why a PersistentVolume or PersistentVolumeClaim is invalid (what the API server would reject).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValidationError {
+    /// `metadata.name` is not a DNS subdomain; `kind` is `volume` or `claim`.
+    #[error("metadata.name: invalid {kind} name {name:?}")]
+    Name {
+        /// `volume` or `claim`.
+        kind: &'static str,
+        /// The name as given.
+        name: String,
+    },
+    /// A required field is missing.
+    #[error("{0}: required")]
+    Required(&'static str),
+    /// `spec.capacity.storage` does not parse as a non-negative quantity.
+    #[error("spec.capacity.storage: invalid quantity {0:?}")]
+    Capacity(String),
+    /// `spec.resources.requests.storage` is not a positive quantity.
+    #[error("spec.resources.requests.storage: must be greater than zero, got {0:?}")]
+    Request(String),
+    /// A field holds a value outside its enumeration.
+    #[error("{field}: unsupported value {value:?}")]
+    Unsupported {
+        /// The field's path.
+        field: &'static str,
+        /// The value as given.
+        value: String,
+    },
+    /// No access mode is given.
+    #[error("{0}: at least 1 access mode is required")]
+    NoAccessMode(&'static str),
+    /// `ReadWriteOncePod` is combined with other access modes.
+    #[error("{0}: may not use ReadWriteOncePod with other access modes")]
+    ExclusiveRwop(&'static str),
+    /// A path that must be absolute is not.
+    #[error("{field}: {path:?} must be an absolute path")]
+    RelativePath {
+        /// The field's path.
+        field: &'static str,
+        /// The path as given.
+        path: String,
+    },
+    /// A local volume has no required node affinity.
+    #[error("spec.nodeAffinity: required for local volumes")]
+    LocalWithoutAffinity,
+}
+
 /// Checks a PersistentVolume as the API server would (the parts the binder relies on).
-pub fn validate_pv(pv: &PersistentVolume) -> Result<(), String> {
+pub fn validate_pv(pv: &PersistentVolume) -> Result<(), ValidationError> {
     let name = pv.metadata.name.as_deref().unwrap_or_default();
     if !is_dns_subdomain(name) {
-        return Err(format!("metadata.name: invalid volume name {name:?}"));
+        return Err(ValidationError::Name { kind: "volume", name: name.to_owned() });
     }
-    let Some(spec) = &pv.spec else { return Err("spec: required".into()) };
+    let Some(spec) = &pv.spec else { return Err(ValidationError::Required("spec")) };
     match spec.capacity.as_ref().and_then(|c| c.get("storage")) {
-        None => return Err("spec.capacity.storage: required".into()),
+        None => return Err(ValidationError::Required("spec.capacity.storage")),
         Some(q) if spec.capacity.as_ref().and_then(storage_bytes).is_none() => {
-            return Err(format!("spec.capacity.storage: invalid quantity {:?}", q.0));
+            return Err(ValidationError::Capacity(q.0.clone()));
         }
         Some(_) => {}
     }
@@ -345,38 +392,41 @@ pub fn validate_pv(pv: &PersistentVolume) -> Result<(), String> {
     if let Some(p) = &spec.persistent_volume_reclaim_policy
         && !["Retain", "Delete", "Recycle"].contains(&p.as_str())
     {
-        return Err(format!("spec.persistentVolumeReclaimPolicy: unsupported value {p:?}"));
+        return Err(ValidationError::Unsupported {
+            field: "spec.persistentVolumeReclaimPolicy",
+            value: p.clone(),
+        });
     }
     validate_volume_mode(spec.volume_mode.as_deref(), "spec.volumeMode")?;
     if let Some(local) = &spec.local
         && !local.path.starts_with('/')
     {
-        return Err(format!("spec.local.path: {:?} must be an absolute path", local.path));
+        return Err(ValidationError::RelativePath { field: "spec.local.path", path: local.path.clone() });
     }
     if let Some(h) = &spec.host_path
         && !h.path.starts_with('/')
     {
-        return Err(format!("spec.hostPath.path: {:?} must be an absolute path", h.path));
+        return Err(ValidationError::RelativePath { field: "spec.hostPath.path", path: h.path.clone() });
     }
     if spec.local.is_some() && spec.node_affinity.as_ref().and_then(|a| a.required.as_ref()).is_none() {
-        return Err("spec.nodeAffinity: required for local volumes".into());
+        return Err(ValidationError::LocalWithoutAffinity);
     }
     Ok(())
 }
 
 /// Checks a PersistentVolumeClaim as the API server would (the parts the binder relies on).
-pub fn validate_pvc(pvc: &PersistentVolumeClaim) -> Result<(), String> {
+pub fn validate_pvc(pvc: &PersistentVolumeClaim) -> Result<(), ValidationError> {
     let name = pvc.metadata.name.as_deref().unwrap_or_default();
     if !is_dns_subdomain(name) {
-        return Err(format!("metadata.name: invalid claim name {name:?}"));
+        return Err(ValidationError::Name { kind: "claim", name: name.to_owned() });
     }
-    let Some(spec) = &pvc.spec else { return Err("spec: required".into()) };
+    let Some(spec) = &pvc.spec else { return Err(ValidationError::Required("spec")) };
     validate_access_modes(spec.access_modes.as_deref(), "spec.accessModes")?;
     let requests = spec.resources.as_ref().and_then(|r| r.requests.as_ref());
     match requests.and_then(|r| r.get("storage")) {
-        None => return Err("spec.resources.requests.storage: required".into()),
+        None => return Err(ValidationError::Required("spec.resources.requests.storage")),
         Some(q) if requests.and_then(storage_bytes).is_none_or(|b| b == 0) => {
-            return Err(format!("spec.resources.requests.storage: must be greater than zero, got {:?}", q.0));
+            return Err(ValidationError::Request(q.0.clone()));
         }
         Some(_) => {}
     }
@@ -384,25 +434,25 @@ pub fn validate_pvc(pvc: &PersistentVolumeClaim) -> Result<(), String> {
     Ok(())
 }
 
-fn validate_access_modes(modes: Option<&[String]>, field: &str) -> Result<(), String> {
+fn validate_access_modes(modes: Option<&[String]>, field: &'static str) -> Result<(), ValidationError> {
     let modes = modes.unwrap_or_default();
     if modes.is_empty() {
-        return Err(format!("{field}: at least 1 access mode is required"));
+        return Err(ValidationError::NoAccessMode(field));
     }
     for m in modes {
         if !access_mode::ALL.contains(&m.as_str()) {
-            return Err(format!("{field}: unsupported value {m:?}"));
+            return Err(ValidationError::Unsupported { field, value: m.clone() });
         }
     }
     if modes.iter().any(|m| m == access_mode::RWOP) && modes.len() > 1 {
-        return Err(format!("{field}: may not use ReadWriteOncePod with other access modes"));
+        return Err(ValidationError::ExclusiveRwop(field));
     }
     Ok(())
 }
 
-fn validate_volume_mode(mode: Option<&str>, field: &str) -> Result<(), String> {
+fn validate_volume_mode(mode: Option<&str>, field: &'static str) -> Result<(), ValidationError> {
     match mode {
         None | Some("Filesystem" | "Block") => Ok(()),
-        Some(other) => Err(format!("{field}: unsupported value {other:?}")),
+        Some(other) => Err(ValidationError::Unsupported { field, value: other.to_owned() }),
     }
 }

@@ -283,7 +283,7 @@ impl ClaimView {
             if let Some(invalid) = &v.invalid {
                 status.phase = Some("Pending".into());
                 status.reason = Some("Invalid".into());
-                status.message = Some(invalid.clone());
+                status.message = Some(invalid.to_string());
             } else if let Some(r) = &record {
                 status.phase = Some(r.phase.as_str().to_owned());
                 status.message = r.message.clone();

@@ -80,6 +80,22 @@ pub enum SysctlPatternError {
     NotNamespaced(String),
 }
 
+/// Why a pod may not set a sysctl ([`SysctlAllowlist::admit`]): the kubelet's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SysctlForbidden {
+    /// Neither a safe sysctl nor one of the node's allowed unsafe ones.
+    #[error("forbidden sysctl: {0:?} not allowlisted")]
+    NotAllowlisted(String),
+    /// A sysctl of a namespace the pod shares with the node (`hostNetwork`, `hostIPC`).
+    #[error("forbidden sysctl: {name:?} not allowed with host {} enabled", .namespace.as_str())]
+    HostNamespace {
+        /// The sysctl, with `.` as the separator.
+        name: String,
+        /// The namespace shared with the node.
+        namespace: Namespace,
+    },
+}
+
 /// The sysctls pods may set on this node: the safe set and the node's unsafe ones.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SysctlAllowlist {
@@ -118,28 +134,27 @@ impl SysctlAllowlist {
 
     /// Whether a pod with `spec` may set its sysctls: `Err` with the kubelet's message (for the
     /// [`FORBIDDEN_REASON`] rejection) naming the first one it may not.
-    pub fn admit(&self, spec: &PodSpec) -> Result<(), String> {
+    pub fn admit(&self, spec: &PodSpec) -> Result<(), SysctlForbidden> {
         let sysctls = spec.security_context.as_ref().and_then(|sc| sc.sysctls.as_deref()).unwrap_or_default();
         let host_network = spec.host_network == Some(true);
         let host_ipc = spec.host_ipc == Some(true);
         for sysctl in sysctls {
-            self.check(&sysctl.name, host_network, host_ipc)
-                .map_err(|why| format!("forbidden sysctl: {why}"))?;
+            self.check(&sysctl.name, host_network, host_ipc)?;
         }
         Ok(())
     }
 
-    fn check(&self, name: &str, host_network: bool, host_ipc: bool) -> Result<(), String> {
+    fn check(&self, name: &str, host_network: bool, host_ipc: bool) -> Result<(), SysctlForbidden> {
         let name = to_dots(name);
         let ns = match self.names.get(&name) {
             Some(ns) => *ns,
             None => match self.prefixes.iter().find(|(p, _)| name.starts_with(p.as_str())) {
                 Some((_, ns)) => *ns,
-                None => return Err(format!("{name:?} not allowlisted")),
+                None => return Err(SysctlForbidden::NotAllowlisted(name)),
             },
         };
         if (ns == Namespace::Ipc && host_ipc) || (ns == Namespace::Net && host_network) {
-            return Err(format!("{name:?} not allowed with host {} enabled", ns.as_str()));
+            return Err(SysctlForbidden::HostNamespace { name, namespace: ns });
         }
         Ok(())
     }
@@ -212,21 +227,23 @@ mod tests {
     fn the_safe_set_is_allowed_and_the_rest_is_forbidden_with_the_kubelets_message() {
         let list = SysctlAllowlist::default();
         assert_eq!(
-            list.admit(&spec(&["kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range"], false, false)),
+            list.admit(&spec(&["kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range"], false, false))
+                .map_err(|e| e.to_string()),
             Ok(())
         );
         assert_eq!(
-            list.admit(&spec(&["kernel/shm_rmid_forced"], false, false)),
+            list.admit(&spec(&["kernel/shm_rmid_forced"], false, false)).map_err(|e| e.to_string()),
             Ok(()),
             "slashes as separators"
         );
         assert_eq!(list.admit(&spec(&[], true, true)), Ok(()));
         assert_eq!(
-            list.admit(&spec(&["kernel.shm_rmid_forced", "kernel.msgmax"], false, false)),
+            list.admit(&spec(&["kernel.shm_rmid_forced", "kernel.msgmax"], false, false))
+                .map_err(|e| e.to_string()),
             Err(r#"forbidden sysctl: "kernel.msgmax" not allowlisted"#.to_owned())
         );
         assert_eq!(
-            list.admit(&spec(&["net.ipv4.tcp_keepalive_time"], false, false)),
+            list.admit(&spec(&["net.ipv4.tcp_keepalive_time"], false, false)).map_err(|e| e.to_string()),
             Err(r#"forbidden sysctl: "net.ipv4.tcp_keepalive_time" not allowlisted"#.to_owned()),
             "not safe before v1.29"
         );
@@ -236,18 +253,18 @@ mod tests {
     fn host_namespaces_forbid_the_sysctls_of_those_namespaces() {
         let list = SysctlAllowlist::default();
         assert_eq!(
-            list.admit(&spec(&["net.ipv4.ip_local_port_range"], true, false)),
+            list.admit(&spec(&["net.ipv4.ip_local_port_range"], true, false)).map_err(|e| e.to_string()),
             Err(r#"forbidden sysctl: "net.ipv4.ip_local_port_range" not allowed with host net enabled"#
                 .to_owned())
         );
         assert_eq!(list.admit(&spec(&["net.ipv4.ip_local_port_range"], false, true)), Ok(()));
         assert_eq!(
-            list.admit(&spec(&["kernel.shm_rmid_forced"], false, true)),
+            list.admit(&spec(&["kernel.shm_rmid_forced"], false, true)).map_err(|e| e.to_string()),
             Err(r#"forbidden sysctl: "kernel.shm_rmid_forced" not allowed with host ipc enabled"#.to_owned())
         );
         let unsafe_list = SysctlAllowlist::new(&["kernel.msg*".into()]).expect("valid");
         assert_eq!(
-            unsafe_list.admit(&spec(&["kernel.msgmax"], false, true)),
+            unsafe_list.admit(&spec(&["kernel.msgmax"], false, true)).map_err(|e| e.to_string()),
             Err(r#"forbidden sysctl: "kernel.msgmax" not allowed with host ipc enabled"#.to_owned())
         );
     }
@@ -258,15 +275,17 @@ mod tests {
             SysctlAllowlist::new(&["kernel.msg*".into(), "net.core.somaxconn".into(), "kernel.sem".into()])
                 .expect("valid");
         assert_eq!(
-            list.admit(&spec(&["kernel.msgmax", "kernel.msgmnb", "kernel.sem"], false, false)),
+            list.admit(&spec(&["kernel.msgmax", "kernel.msgmnb", "kernel.sem"], false, false))
+                .map_err(|e| e.to_string()),
             Ok(())
         );
         assert_eq!(
-            list.admit(&spec(&["net.core.somaxconn", "kernel.shm_rmid_forced"], false, false)),
+            list.admit(&spec(&["net.core.somaxconn", "kernel.shm_rmid_forced"], false, false))
+                .map_err(|e| e.to_string()),
             Ok(())
         );
         assert_eq!(
-            list.admit(&spec(&["net.core.rmem_max"], false, false)),
+            list.admit(&spec(&["net.core.rmem_max"], false, false)).map_err(|e| e.to_string()),
             Err(r#"forbidden sysctl: "net.core.rmem_max" not allowlisted"#.to_owned())
         );
         let slashed = SysctlAllowlist::new(&["net/core/somaxconn".into()]).expect("valid");

@@ -193,7 +193,7 @@ impl Admission {
             return Verdict::rejected("Evicted", format!("The node had condition: [{}]. ", names.join(", ")));
         }
         if let Some(Err(message)) = pod.pod.spec.as_ref().map(|spec| self.sysctls.admit(spec)) {
-            return Verdict::rejected(sysctl::FORBIDDEN_REASON, message);
+            return Verdict::rejected(sysctl::FORBIDDEN_REASON, message.to_string());
         }
         if let Some(refused) = reject_os(pod) {
             return refused;

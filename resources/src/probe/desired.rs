@@ -136,12 +136,21 @@ fn count(value: Option<i32>, default: u32) -> u32 {
     }
 }
 
+/// Why a probe's or hook's port does not resolve ([`resolve_port`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PortError {
+    /// A number outside 1..=65535.
+    #[error("invalid port {0}")]
+    Invalid(i32),
+    /// A name that none of the container's ports has.
+    #[error("couldn't find port {0:?} in the container's ports")]
+    NoSuchName(String),
+}
+
 /// Looks a port up: a number as is, a name among the container's ports.
-pub fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, String> {
+pub fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, PortError> {
     match port {
-        IntOrString::Int(n) => {
-            u16::try_from(*n).ok().filter(|p| *p > 0).ok_or_else(|| format!("invalid port {n}"))
-        }
+        IntOrString::Int(n) => u16::try_from(*n).ok().filter(|p| *p > 0).ok_or(PortError::Invalid(*n)),
         IntOrString::String(name) => {
             if let Ok(n) = name.parse::<i32>() {
                 return resolve_port(&IntOrString::Int(n), ports);
@@ -151,7 +160,7 @@ pub fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, 
                 .find(|p| p.name.as_deref() == Some(name.as_str()))
                 .and_then(|p| u16::try_from(p.container_port).ok())
                 .filter(|p| *p > 0)
-                .ok_or_else(|| format!("couldn't find port {name:?} in the container's ports"))
+                .ok_or_else(|| PortError::NoSuchName(name.clone()))
         }
     }
 }
@@ -159,7 +168,7 @@ pub fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, 
 fn http_get(action: &HTTPGetAction, ports: &[ContainerPort]) -> Action {
     let port = match resolve_port(&action.port, ports) {
         Ok(p) => p,
-        Err(e) => return Action::Unusable(e),
+        Err(e) => return Action::Unusable(e.to_string()),
     };
     let mut path = action.path.clone().unwrap_or_default();
     if !path.starts_with('/') {
@@ -185,13 +194,13 @@ pub fn probe_action(probe: &Probe, ports: &[ContainerPort]) -> Action {
     if let Some(tcp) = &probe.tcp_socket {
         return match resolve_port(&tcp.port, ports) {
             Ok(port) => Action::TcpSocket { host: tcp.host.clone().filter(|h| !h.is_empty()), port },
-            Err(e) => Action::Unusable(e),
+            Err(e) => Action::Unusable(e.to_string()),
         };
     }
     if let Some(grpc) = &probe.grpc {
         return match resolve_port(&IntOrString::Int(grpc.port), ports) {
             Ok(port) => Action::Grpc { port, service: grpc.service.clone().unwrap_or_default() },
-            Err(e) => Action::Unusable(e),
+            Err(e) => Action::Unusable(e.to_string()),
         };
     }
     Action::Unusable("the probe has no handler".to_string())
