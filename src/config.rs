@@ -28,7 +28,7 @@ pub(crate) use cluster_mode::check_node_label;
 pub(crate) use units::format_go_duration;
 pub(crate) use units::{GoDuration, ThresholdValue, parse_go_duration, parse_quantity};
 
-use nodelet_resources::pod::security::{Level, NodeRestrictions, PodSecurity, UnknownLevel};
+use nodelet_resources::pod::security::{Level, NodeRestrictions, PodSecurity};
 
 use crate::cli::RunArgs;
 use crate::yaml;

@@ -1,10 +1,34 @@
-//! Merging each section of [`Config`] from its raw inputs: the command-line flags ([`RunArgs`]), the parsed
-//! config file ([`RawKubeletConfiguration`]) and the host's facts. Each function validates one section and
-//! returns it or the first [`ConfigError`]; [`Config::resolve`] composes them in a fixed order, so errors
-//! and warnings come out in the same order for the same input.
+//! Merging each section of [`Config`](super::Config) from its raw inputs: the command-line flags
+//! ([`RunArgs`]), the parsed config file ([`RawKubeletConfiguration`]) and the host's facts. Each function
+//! validates one section and returns it or the first [`ConfigError`];
+//! [`Config::resolve`](super::Config::resolve) composes them in a fixed order, so errors and warnings come out
+//! in the same order for the same input.
 
-use super::raw::RawNodelet;
-use super::*;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nodelet_resources::pod::security::UnknownLevel;
+
+use super::raw::{RawKubeletConfiguration, RawNodelet};
+use super::{
+    AuthConfig, BackOffConfig, ConfigError, ConfigWarning, ContainerLogConfig, DEFAULT_ADDRESS,
+    DEFAULT_CNI_BRIDGE, DEFAULT_CONTAINER_LOG_MAX_FILES, DEFAULT_CONTAINER_LOG_MAX_SIZE,
+    DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL, DEFAULT_CONTAINER_RESTART_BACKOFF, DEFAULT_CONTAINERD_PATH,
+    DEFAULT_EVICTION_MONITORING_PERIOD, DEFAULT_FILE_CHECK_FREQUENCY, DEFAULT_HEALTHZ_BIND_ADDRESS,
+    DEFAULT_HEALTHZ_PORT, DEFAULT_HOUSEKEEPING_INTERVAL, DEFAULT_HTTP_CHECK_FREQUENCY,
+    DEFAULT_HTTP_POD_NAMESPACE, DEFAULT_IMAGE_GC_PERIOD, DEFAULT_IMAGE_PULL_BACKOFF, DEFAULT_MAX_PODS,
+    DEFAULT_PLEG_EVENTED_RELIST_PERIOD, DEFAULT_PLEG_RELIST_PERIOD, DEFAULT_POD_INFRA_CONTAINER_IMAGE,
+    DEFAULT_POD_LOGS_DIR, DEFAULT_PORT, DEFAULT_READ_ONLY_PORT, DEFAULT_RESOLV_CONF, DEFAULT_ROOT_DIR,
+    DEFAULT_RUNTIME_REQUEST_TIMEOUT, DEFAULT_SYNC_FREQUENCY, DEFAULT_VOLUME_STATS_AGG_PERIOD,
+    EmbeddedRuntimeConfig, EvictionConfig, GoDuration, HostFacts, ImageGcConfig, ImagePullConfig,
+    MIN_CONTAINER_LOG_MONITOR_INTERVAL, Merger, NOT_YET_ENFORCED, PodSecurityLevels, PodsConfig,
+    RuntimeConfig, ServerConfig, SourcesConfig, StorageConfig, TlsFiles, always_allow_in_a_cluster, clone_io,
+    default_pod_cidr, eviction_flags, parse_header_flag, parse_quantity, raw_field_set, valid_ifname,
+    validate_cgroup, validate_endpoint, validate_header, validate_image_ref, validate_node_name,
+    validate_url,
+};
+use crate::cli::RunArgs;
 
 /// The periods of the node's loops, top-level fields of [`Config`].
 #[derive(Debug, Clone, Copy)]
