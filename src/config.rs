@@ -936,11 +936,11 @@ impl Merger<'_> {
     }
 
     fn flag_path(&self, flag: &str, p: &Path) -> Result<PathBuf, ConfigError> {
-        check_path(p).map_err(|msg| self.flag_err(flag, msg))?;
+        check_path(p).map_err(|e| self.flag_err(flag, e.to_string()))?;
         Ok(if p.is_absolute() { p.to_owned() } else { self.cwd.join(p) })
     }
     fn file_path(&self, field: &str, p: &Path) -> Result<PathBuf, ConfigError> {
-        check_path(p).map_err(|msg| self.file_err(field, msg))?;
+        check_path(p).map_err(|e| self.file_err(field, e.to_string()))?;
         if p.is_absolute() {
             return Ok(p.to_owned());
         }
@@ -1196,7 +1196,7 @@ impl Merger<'_> {
     ) -> Result<Vec<EvictionThreshold>, ConfigError> {
         map.iter()
             .map(|(signal, value)| {
-                check_signal(signal).map_err(|msg| self.file_err(field, msg))?;
+                check_signal(signal).map_err(|e| self.file_err(field, e.to_string()))?;
                 let value = value
                     .parse::<ThresholdValue>()
                     .map_err(|e| self.file_err(&format!("{field}.{signal}"), e.to_string()))?;
@@ -1221,7 +1221,7 @@ impl Merger<'_> {
         let soft = self.thresholds("evictionSoft", raw.eviction_soft.as_ref().unwrap_or(&BTreeMap::new()))?;
         let mut soft_grace_period = BTreeMap::new();
         for (signal, d) in raw.eviction_soft_grace_period.iter().flatten() {
-            check_signal(signal).map_err(|msg| self.file_err("evictionSoftGracePeriod", msg))?;
+            check_signal(signal).map_err(|e| self.file_err("evictionSoftGracePeriod", e.to_string()))?;
             let d = parse_go_duration(d)
                 .map_err(|e| self.file_err(&format!("evictionSoftGracePeriod.{signal}"), e.to_string()))?;
             soft_grace_period.insert(signal.clone(), d);
@@ -1244,7 +1244,7 @@ impl Merger<'_> {
         }
         let mut minimum_reclaim = BTreeMap::new();
         for (signal, v) in raw.eviction_minimum_reclaim.iter().flatten() {
-            check_signal(signal).map_err(|msg| self.file_err("evictionMinimumReclaim", msg))?;
+            check_signal(signal).map_err(|e| self.file_err("evictionMinimumReclaim", e.to_string()))?;
             let v = v
                 .parse::<ThresholdValue>()
                 .map_err(|e| self.file_err(&format!("evictionMinimumReclaim.{signal}"), e.to_string()))?;
@@ -1342,6 +1342,7 @@ impl Merger<'_> {
 /// with the kubelet), after checking them so that errors name the flag.
 fn eviction_flags(args: &RunArgs, raw: &mut RawKubeletConfiguration) -> Result<(), ConfigError> {
     let flag_err = |flag: &str, message: String| ConfigError::Invalid { origin: flag.to_owned(), message };
+    let value_err = |flag: &str, e: ValueError| flag_err(flag, e.to_string());
     // `signal<value,...` (--eviction-hard, --eviction-soft) or `signal=value,...` (the others).
     let parse_map = |flag: &str, text: &str, sep: char| -> Result<BTreeMap<String, String>, ConfigError> {
         let mut map = BTreeMap::new();
@@ -1350,7 +1351,7 @@ fn eviction_flags(args: &RunArgs, raw: &mut RawKubeletConfiguration) -> Result<(
                 .split_once(sep)
                 .ok_or_else(|| flag_err(flag, format!("{pair:?} is not signal{sep}value")))?;
             let (k, v) = (k.trim(), v.trim());
-            check_signal(k).map_err(|m| flag_err(flag, m))?;
+            check_signal(k).map_err(|e| value_err(flag, e))?;
             map.insert(k.to_owned(), v.to_owned());
         }
         Ok(map)
@@ -1526,58 +1527,126 @@ fn field_flags(args: &RunArgs, raw: &mut RawKubeletConfiguration) -> Result<(), 
     Ok(())
 }
 
-fn check_signal(signal: &str) -> Result<(), String> {
+/// Why a single value (a path, URL, header, name, ...) is not valid; [`Merger`] wraps it in
+/// [`ConfigError::Invalid`] with the flag or field it came from.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ValueError {
+    /// An eviction signal nodelet does not know.
+    #[error("unknown eviction signal {signal:?} (known: {})", EVICTION_SIGNALS.join(", "))]
+    UnknownSignal {
+        /// The signal given.
+        signal: String,
+    },
+    /// An empty path.
+    #[error("empty path")]
+    EmptyPath,
+    /// A path with control characters.
+    #[error("path {path:?} contains control characters")]
+    PathControlChars {
+        /// The path, lossily decoded.
+        path: String,
+    },
+    /// A node name that is not a DNS-1123 subdomain.
+    #[error(
+        "{name:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253, starting and \
+         ending with a letter or digit)"
+    )]
+    NodeName {
+        /// The name given.
+        name: String,
+    },
+    /// A URL that is not http:// or https://.
+    #[error("{shown:?} is not an http:// or https:// URL")]
+    NotHttpUrl {
+        /// The URL, its credential redacted.
+        shown: String,
+    },
+    /// A URL with whitespace or control characters.
+    #[error("{shown:?} contains whitespace or control characters")]
+    UrlChars {
+        /// The URL, its credential redacted.
+        shown: String,
+    },
+    /// A `--manifest-url-header` item without `:`.
+    #[error("{pair:?} is not key:value")]
+    NotKeyValue {
+        /// The item.
+        pair: String,
+    },
+    /// An HTTP header name that is not a token.
+    #[error("{name:?} is not a valid HTTP header name")]
+    HeaderName {
+        /// The name.
+        name: String,
+    },
+    /// An HTTP header value with control characters.
+    #[error("the value of header {name:?} contains control characters")]
+    HeaderValue {
+        /// The header's name.
+        name: String,
+    },
+    /// A CRI endpoint that is not a unix socket.
+    #[error(transparent)]
+    Endpoint(#[from] nodelet_cri::CriError),
+    /// Not an image reference.
+    #[error("{image:?} is not an image reference")]
+    ImageRef {
+        /// The reference given.
+        image: String,
+    },
+    /// Not an absolute cgroup path.
+    #[error("{cgroup:?} is not an absolute cgroup path like /nodelet (segments of [A-Za-z0-9_.-])")]
+    Cgroup {
+        /// The path given.
+        cgroup: String,
+    },
+}
+
+fn check_signal(signal: &str) -> Result<(), ValueError> {
     if EVICTION_SIGNALS.contains(&signal) {
         Ok(())
     } else {
-        Err(format!("unknown eviction signal {signal:?} (known: {})", EVICTION_SIGNALS.join(", ")))
+        Err(ValueError::UnknownSignal { signal: signal.to_owned() })
     }
 }
 
-fn check_path(p: &Path) -> Result<(), String> {
+fn check_path(p: &Path) -> Result<(), ValueError> {
     let s = p.as_os_str().to_string_lossy();
     if s.is_empty() {
-        return Err("empty path".into());
+        return Err(ValueError::EmptyPath);
     }
     if s.chars().any(char::is_control) {
-        return Err(format!("path {s:?} contains control characters"));
+        return Err(ValueError::PathControlChars { path: s.into_owned() });
     }
     Ok(())
 }
 
 /// Lower-cases and checks a node name: a DNS-1123 subdomain.
-pub(crate) fn validate_node_name(name: &str) -> Result<String, String> {
+pub(crate) fn validate_node_name(name: &str) -> Result<String, ValueError> {
     let n = name.trim().to_lowercase();
-    if is_dns_subdomain(&n) {
-        Ok(n)
-    } else {
-        Err(format!(
-            "{name:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253, starting \
-             and ending with a letter or digit)"
-        ))
-    }
+    if is_dns_subdomain(&n) { Ok(n) } else { Err(ValueError::NodeName { name: name.to_owned() }) }
 }
 
 pub(crate) use nodelet_resources::common::names::is_dns_subdomain;
 
-fn validate_url(u: &str) -> Result<String, String> {
+fn validate_url(u: &str) -> Result<String, ValueError> {
     // The URL may hold a credential: errors show it redacted.
-    let shown = crate::sources::url::redact_url(u);
+    let shown = || crate::sources::url::redact_url(u).to_string();
     let lower = u.to_ascii_lowercase();
     if !(lower.starts_with("http://") || lower.starts_with("https://")) {
-        return Err(format!("{shown:?} is not an http:// or https:// URL"));
+        return Err(ValueError::NotHttpUrl { shown: shown() });
     }
     if u.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(format!("{shown:?} contains whitespace or control characters"));
+        return Err(ValueError::UrlChars { shown: shown() });
     }
     Ok(u.to_owned())
 }
 
 /// `a:1,b:2` → [(a, 1), (b, 2)], like the kubelet's `--manifest-url-header`.
-fn parse_header_flag(s: &str) -> Result<Vec<(String, String)>, String> {
+fn parse_header_flag(s: &str) -> Result<Vec<(String, String)>, ValueError> {
     let mut out = Vec::new();
     for pair in s.split(',').filter(|p| !p.trim().is_empty()) {
-        let (k, v) = pair.split_once(':').ok_or_else(|| format!("{pair:?} is not key:value"))?;
+        let (k, v) = pair.split_once(':').ok_or_else(|| ValueError::NotKeyValue { pair: pair.to_owned() })?;
         let (k, v) = (k.trim(), v.trim());
         validate_header(k, v)?;
         out.push((k.to_owned(), v.to_owned()));
@@ -1585,30 +1654,30 @@ fn parse_header_flag(s: &str) -> Result<Vec<(String, String)>, String> {
     Ok(out)
 }
 
-fn validate_header(name: &str, value: &str) -> Result<(), String> {
+fn validate_header(name: &str, value: &str) -> Result<(), ValueError> {
     let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
     if name.is_empty() || !name.chars().all(token) {
-        return Err(format!("{name:?} is not a valid HTTP header name"));
+        return Err(ValueError::HeaderName { name: name.to_owned() });
     }
     if value.chars().any(|c| c.is_control() && c != '\t') {
-        return Err(format!("the value of header {name:?} contains control characters"));
+        return Err(ValueError::HeaderValue { name: name.to_owned() });
     }
     Ok(())
 }
 
-fn validate_endpoint(e: &str) -> Result<String, String> {
-    nodelet_cri::parse_endpoint(e).map_err(|err| err.to_string())?;
+fn validate_endpoint(e: &str) -> Result<String, ValueError> {
+    nodelet_cri::parse_endpoint(e)?;
     Ok(e.to_owned())
 }
 
-fn validate_image_ref(image: &str) -> Result<(), String> {
+fn validate_image_ref(image: &str) -> Result<(), ValueError> {
     if image.is_empty() || image.len() > 4096 || image.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("{image:?} is not an image reference"));
+        return Err(ValueError::ImageRef { image: image.to_owned() });
     }
     Ok(())
 }
 
-fn validate_cgroup(c: &str) -> Result<Option<String>, String> {
+fn validate_cgroup(c: &str) -> Result<Option<String>, ValueError> {
     if c.is_empty() || c == "/" {
         return Ok(None);
     }
@@ -1622,7 +1691,7 @@ fn validate_cgroup(c: &str) -> Result<Option<String>, String> {
     if ok {
         Ok(Some(c.trim_end_matches('/').to_owned()))
     } else {
-        Err(format!("{c:?} is not an absolute cgroup path like /nodelet (segments of [A-Za-z0-9_.-])"))
+        Err(ValueError::Cgroup { cgroup: c.to_owned() })
     }
 }
 

@@ -47,7 +47,9 @@ impl Merger<'_> {
     /// The node's name (`--hostname-override`, else the machine's hostname) and `--root-dir`.
     pub(super) fn node(&self, args: &RunArgs, host: &HostFacts) -> Result<(String, PathBuf), ConfigError> {
         let node_name = match &args.hostname_override {
-            Some(h) => validate_node_name(h).map_err(|msg| self.flag_err("--hostname-override", msg))?,
+            Some(h) => {
+                validate_node_name(h).map_err(|e| self.flag_err("--hostname-override", e.to_string()))?
+            }
             None => {
                 let h = host.hostname.as_ref().map_err(|e| ConfigError::Hostname(clone_io(e)))?;
                 validate_node_name(h).map_err(|msg| ConfigError::Invalid {
@@ -85,21 +87,25 @@ impl Merger<'_> {
         };
         let static_pod_url = match static_pod_url {
             Some((u, origin)) => {
-                Some(validate_url(&u).map_err(|message| ConfigError::Invalid { origin, message })?)
+                Some(validate_url(&u).map_err(|e| ConfigError::Invalid { origin, message: e.to_string() })?)
             }
             None => None,
         };
         let static_pod_url_headers = if !args.manifest_url_header.is_empty() {
             let mut out = Vec::new();
             for h in &args.manifest_url_header {
-                out.extend(parse_header_flag(h).map_err(|msg| self.flag_err("--manifest-url-header", msg))?);
+                out.extend(
+                    parse_header_flag(h)
+                        .map_err(|e| self.flag_err("--manifest-url-header", e.to_string()))?,
+                );
             }
             out
         } else {
             let mut out = Vec::new();
             for (name, values) in raw.static_pod_url_header.iter().flatten() {
                 for v in values {
-                    validate_header(name, v).map_err(|msg| self.file_err("staticPodURLHeader", msg))?;
+                    validate_header(name, v)
+                        .map_err(|e| self.file_err("staticPodURLHeader", e.to_string()))?;
                     out.push((name.clone(), v.clone()));
                 }
             }
@@ -378,12 +384,13 @@ impl Merger<'_> {
         warnings: &mut Vec<ConfigWarning>,
     ) -> Result<RuntimeConfig, ConfigError> {
         let endpoint = match (&args.container_runtime_endpoint, &raw.container_runtime_endpoint) {
-            (Some(e), _) => {
-                Some(validate_endpoint(e).map_err(|msg| self.flag_err("--container-runtime-endpoint", msg))?)
-            }
-            (None, Some(e)) if !e.is_empty() => {
-                Some(validate_endpoint(e).map_err(|msg| self.file_err("containerRuntimeEndpoint", msg))?)
-            }
+            (Some(e), _) => Some(
+                validate_endpoint(e)
+                    .map_err(|e| self.flag_err("--container-runtime-endpoint", e.to_string()))?,
+            ),
+            (None, Some(e)) if !e.is_empty() => Some(
+                validate_endpoint(e).map_err(|e| self.file_err("containerRuntimeEndpoint", e.to_string()))?,
+            ),
             _ => None,
         };
         if let Some(image_ep) = raw.image_service_endpoint.as_deref().filter(|e| !e.is_empty())
@@ -410,7 +417,7 @@ impl Merger<'_> {
                 (None, None) => (DEFAULT_POD_INFRA_CONTAINER_IMAGE.to_owned(), String::new()),
             };
         validate_image_ref(&image)
-            .map_err(|message| ConfigError::Invalid { origin: image_origin, message })?;
+            .map_err(|e| ConfigError::Invalid { origin: image_origin, message: e.to_string() })?;
         let (cidr, cidr_origin) = match (&args.pod_cidr, &raw.pod_cidr) {
             (Some(c), _) => (c.clone(), self.flag_origin("--pod-cidr")),
             (None, Some(c)) if !c.is_empty() => (c.clone(), self.file_origin("podCIDR")),
@@ -531,8 +538,8 @@ impl Merger<'_> {
             (None, None) => Some(PathBuf::from(DEFAULT_RESOLV_CONF)),
         };
         let cgroup_root = match (&args.cgroup_root, &raw.cgroup_root) {
-            (Some(c), _) => validate_cgroup(c).map_err(|msg| self.flag_err("--cgroup-root", msg))?,
-            (None, Some(c)) => validate_cgroup(c).map_err(|msg| self.file_err("cgroupRoot", msg))?,
+            (Some(c), _) => validate_cgroup(c).map_err(|e| self.flag_err("--cgroup-root", e.to_string()))?,
+            (None, Some(c)) => validate_cgroup(c).map_err(|e| self.file_err("cgroupRoot", e.to_string()))?,
             (None, None) => None,
         };
         let max_pods = match (args.max_pods, raw.max_pods) {
