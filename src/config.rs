@@ -1631,7 +1631,7 @@ pub(crate) use nodelet_resources::common::names::is_dns_subdomain;
 
 fn validate_url(u: &str) -> Result<String, ValueError> {
     // The URL may hold a credential: errors show it redacted.
-    let shown = || crate::sources::url::redact_url(u).to_string();
+    let shown = || crate::sources::url::redact_url(u);
     let lower = u.to_ascii_lowercase();
     if !(lower.starts_with("http://") || lower.starts_with("https://")) {
         return Err(ValueError::NotHttpUrl { shown: shown() });
