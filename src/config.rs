@@ -10,6 +10,15 @@
 //!
 //! Relative paths are resolved like the kubelet does: in the file, against the file's directory; on the
 //! command line, against the current directory.
+//!
+//! The stages: [`ConfigFile::parse`] reads the file into its raw form (`raw.rs`, every field optional) and
+//! collects the warnings about unknown and ignored fields; [`Config::resolve`] puts the flags over it and
+//! builds each section of [`Config`] with one `Merger` method per section (`sections.rs`; cluster mode and
+//! the pods' DNS in `cluster_mode.rs`), which validates its values and returns the section or a
+//! [`ConfigError`]. The value checkers return [`ValueError`] (and `cluster_mode`'s own error types), which
+//! `Merger` wraps into [`ConfigError::Invalid`] with the flag or field the value came from. Value syntaxes
+//! shared with the kubelet (Go durations, quantities) are in `units.rs`; `/configz`'s view of the result is
+//! in `configz.rs`.
 
 mod cluster_mode;
 pub(crate) mod configz;

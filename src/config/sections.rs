@@ -30,7 +30,7 @@ use super::{
 };
 use crate::cli::RunArgs;
 
-/// The periods of the node's loops, top-level fields of [`Config`].
+/// The periods of the node's loops, top-level fields of [`Config`](super::Config).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Periods {
     /// `syncFrequency`.
