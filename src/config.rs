@@ -10,10 +10,20 @@
 //!
 //! Relative paths are resolved like the kubelet does: in the file, against the file's directory; on the
 //! command line, against the current directory.
+//!
+//! The stages: [`ConfigFile::parse`] reads the file into its raw form (`raw.rs`, every field optional) and
+//! collects the warnings about unknown and ignored fields; [`Config::resolve`] puts the flags over it and
+//! builds each section of [`Config`] with one `Merger` method per section (`sections.rs`; cluster mode and
+//! the pods' DNS in `cluster_mode.rs`), which validates its values and returns the section or a
+//! [`ConfigError`]. The value checkers return [`ValueError`] (and `cluster_mode`'s own error types), which
+//! `Merger` wraps into [`ConfigError::Invalid`] with the flag or field the value came from. Value syntaxes
+//! shared with the kubelet (Go durations, quantities) are in `units.rs`; `/configz`'s view of the result is
+//! in `configz.rs`.
 
 mod cluster_mode;
 pub(crate) mod configz;
 mod raw;
+mod sections;
 pub(crate) mod units;
 
 use std::collections::BTreeMap;
@@ -27,11 +37,12 @@ pub(crate) use cluster_mode::check_node_label;
 pub(crate) use units::format_go_duration;
 pub(crate) use units::{GoDuration, ThresholdValue, parse_go_duration, parse_quantity};
 
-use nodelet_resources::pod::security::{Level, NodeRestrictions, PodSecurity, UnknownLevel};
+use nodelet_resources::pod::security::{Level, NodeRestrictions, PodSecurity};
 
 use crate::cli::RunArgs;
 use crate::yaml;
 use raw::{KUBELET_FIELDS, RawBackOff, RawKubeletConfiguration};
+use sections::Periods;
 
 /// The only accepted `apiVersion`.
 pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -818,686 +829,28 @@ impl Config {
         };
         let m = Merger { file: file_path.as_deref(), cwd: &host.cwd };
         field_flags(args, &mut raw)?;
-
-        // ---- node
-        let node_name = match &args.hostname_override {
-            Some(h) => validate_node_name(h).map_err(|msg| m.flag_err("--hostname-override", msg))?,
-            None => {
-                let h = host.hostname.as_ref().map_err(|e| ConfigError::Hostname(clone_io(e)))?;
-                validate_node_name(h).map_err(|msg| ConfigError::Invalid {
-                    origin: "hostname".into(),
-                    message: format!("{msg}; set --hostname-override"),
-                })?
-            }
-        };
-        let root_dir = match &args.root_dir {
-            Some(p) => m.flag_path("--root-dir", p)?,
-            None => PathBuf::from(DEFAULT_ROOT_DIR),
-        };
-
-        // ---- sources
-        let static_pod_path = m.path_opt(
-            args.pod_manifest_path.as_deref(),
-            "--pod-manifest-path",
-            raw.static_pod_path.as_deref(),
-            "staticPodPath",
-        )?;
-        let static_pod_url = match (&args.manifest_url, &raw.static_pod_url) {
-            (Some(u), _) => Some((u.clone(), m.flag_origin("--manifest-url"))),
-            (None, Some(u)) if !u.is_empty() => Some((u.clone(), m.file_origin("staticPodURL"))),
-            _ => None,
-        };
-        let static_pod_url = match static_pod_url {
-            Some((u, origin)) => {
-                Some(validate_url(&u).map_err(|message| ConfigError::Invalid { origin, message })?)
-            }
-            None => None,
-        };
-        let static_pod_url_headers = if !args.manifest_url_header.is_empty() {
-            let mut out = Vec::new();
-            for h in &args.manifest_url_header {
-                out.extend(parse_header_flag(h).map_err(|msg| m.flag_err("--manifest-url-header", msg))?);
-            }
-            out
-        } else {
-            let mut out = Vec::new();
-            for (name, values) in raw.static_pod_url_header.iter().flatten() {
-                for v in values {
-                    validate_header(name, v).map_err(|msg| m.file_err("staticPodURLHeader", msg))?;
-                    out.push((name.clone(), v.clone()));
-                }
-            }
-            out
-        };
-        if static_pod_url.is_none() && !static_pod_url_headers.is_empty() {
-            warnings.push(ConfigWarning {
-                field: "staticPodURLHeader".into(),
-                message: "headers given without a manifest URL; ignored".into(),
-            });
-        }
-        let file_check_frequency = m.positive_duration(
-            args.file_check_frequency,
-            "--file-check-frequency",
-            raw.file_check_frequency,
-            "fileCheckFrequency",
-            DEFAULT_FILE_CHECK_FREQUENCY,
-        )?;
-        let http_check_frequency = m.positive_duration(
-            args.http_check_frequency,
-            "--http-check-frequency",
-            raw.http_check_frequency,
-            "httpCheckFrequency",
-            DEFAULT_HTTP_CHECK_FREQUENCY,
-        )?;
-        let sync_frequency = m.positive_duration(
-            args.sync_frequency,
-            "--sync-frequency",
-            raw.sync_frequency,
-            "syncFrequency",
-            DEFAULT_SYNC_FREQUENCY,
-        )?;
+        let (node_name, root_dir) = m.node(args, host)?;
         let nodelet = raw.nodelet.take().unwrap_or_default();
-        let pleg_relist_period = m.positive_duration(
-            None,
-            "",
-            nodelet.pleg_relist_period,
-            "nodelet.plegRelistPeriod",
-            DEFAULT_PLEG_RELIST_PERIOD,
-        )?;
-        let pleg_evented_relist_period = m.positive_duration(
-            None,
-            "",
-            nodelet.pleg_evented_relist_period,
-            "nodelet.plegEventedRelistPeriod",
-            DEFAULT_PLEG_EVENTED_RELIST_PERIOD,
-        )?;
-        let housekeeping_interval = m.positive_duration(
-            None,
-            "",
-            nodelet.housekeeping_interval,
-            "nodelet.housekeepingInterval",
-            DEFAULT_HOUSEKEEPING_INTERVAL,
-        )?;
-        let manifest_http_addr = match (args.manifest_http_addr, &nodelet.manifest_http_address) {
-            (Some(a), _) => Some(a),
-            (None, Some(s)) if !s.is_empty() => Some(s.parse::<SocketAddr>().map_err(|_| {
-                m.file_err("nodelet.manifestHTTPAddress", format!("{s:?} is not an IP:PORT address"))
-            })?),
-            _ => None,
-        };
-
-        if let Some(addr) = manifest_http_addr
-            && !addr.ip().is_loopback()
-        {
-            warnings.push(ConfigWarning {
-                field: "nodelet.manifestHTTPAddress".into(),
-                message: format!(
-                    "the manifest endpoint {addr} is for local use (whoever has its token can run pods); bind it to \
-                     127.0.0.1"
-                ),
-            });
-        }
-
-        // ---- server
-        let address = m.ip(args.address, "--address", raw.address.as_deref(), "address", DEFAULT_ADDRESS)?;
-        let port = m.port(args.port, "--port", raw.port, "port", DEFAULT_PORT)?;
-        if port == 0 {
-            return Err(m.origin_err(
-                args.port.is_some(),
-                "--port",
-                "port",
-                "must be between 1 and 65535".into(),
-            ));
-        }
-        let read_only_port = m.port(
-            args.read_only_port,
-            "--read-only-port",
-            raw.read_only_port,
-            "readOnlyPort",
-            DEFAULT_READ_ONLY_PORT,
-        )?;
-        let healthz_port = m.port(
-            args.healthz_port,
-            "--healthz-port",
-            raw.healthz_port,
-            "healthzPort",
-            DEFAULT_HEALTHZ_PORT,
-        )?;
-        let healthz_ip = m.ip(
-            args.healthz_bind_address,
-            "--healthz-bind-address",
-            raw.healthz_bind_address.as_deref(),
-            "healthzBindAddress",
-            DEFAULT_HEALTHZ_BIND_ADDRESS,
-        )?;
-        let cert = m.path_opt(
-            args.tls_cert_file.as_deref(),
-            "--tls-cert-file",
-            raw.tls_cert_file.as_deref(),
-            "tlsCertFile",
-        )?;
-        let key = m.path_opt(
-            args.tls_private_key_file.as_deref(),
-            "--tls-private-key-file",
-            raw.tls_private_key_file.as_deref(),
-            "tlsPrivateKeyFile",
-        )?;
-        let tls = match (cert, key) {
-            (Some(cert_file), Some(key_file)) => Some(TlsFiles { cert_file, key_file }),
-            (None, None) => None,
-            (Some(_), None) => {
-                return Err(ConfigError::Invalid {
-                    origin: "--tls-cert-file / tlsCertFile".into(),
-                    message:
-                        "a certificate needs its private key (--tls-private-key-file / tlsPrivateKeyFile)"
-                            .into(),
-                });
-            }
-            (None, Some(_)) => {
-                return Err(ConfigError::Invalid {
-                    origin: "--tls-private-key-file / tlsPrivateKeyFile".into(),
-                    message: "a private key needs its certificate (--tls-cert-file / tlsCertFile)".into(),
-                });
-            }
-        };
-        let authn = raw.authentication.as_ref();
-        let client_ca_file = m.path_opt(
-            args.client_ca_file.as_deref(),
-            "--client-ca-file",
-            authn.and_then(|a| a.x509.as_ref()).and_then(|x| x.client_ca_file.as_deref()),
-            "authentication.x509.clientCAFile",
-        )?;
-        let token_auth_file = m.path_opt(
-            args.token_auth_file.as_deref(),
-            "--token-auth-file",
-            nodelet.token_auth_file.as_deref(),
-            "nodelet.tokenAuthFile",
-        )?;
-        let anonymous = args
-            .anonymous_auth
-            .or(authn.and_then(|a| a.anonymous.as_ref()).and_then(|a| a.enabled))
-            .unwrap_or(false);
-        let (token_webhook, authorization) = m.webhooks(args, &raw, &mut warnings)?;
-        always_allow_in_a_cluster(
-            args,
-            authorization,
-            client_ca_file.is_some(),
-            token_webhook.is_some(),
-            anonymous,
-            &mut warnings,
-        )?;
-        let enabled = raw.enable_server.unwrap_or(true);
-        if enabled
-            && !anonymous
-            && client_ca_file.is_none()
-            && token_auth_file.is_none()
-            && token_webhook.is_none()
-        {
-            warnings.push(ConfigWarning {
-                field: "authentication".into(),
-                message: format!(
-                    "no authenticator configured: port {port} will refuse every request; set --client-ca-file, \
-                     --token-auth-file or --authentication-token-webhook (or --read-only-port for local \
-                     unauthenticated reads)"
-                ),
-            });
-        }
-        if enabled && anonymous && !address.is_loopback() {
-            warnings.push(ConfigWarning {
-                field: "authentication.anonymous.enabled".into(),
-                message: format!(
-                    "anonymous requests are allowed on {address}:{port}: anyone who reaches it can read pods and \
-                     logs"
-                ),
-            });
-        }
-        if read_only_port != 0 && !address.is_loopback() {
-            warnings.push(ConfigWarning {
-                field: "readOnlyPort".into(),
-                message: format!(
-                    "the read-only port {read_only_port} serves pod specs without authentication on {address}; \
-                     prefer --address 127.0.0.1 or port 0"
-                ),
-            });
-        }
-        let streaming_connection_idle_timeout =
-            match (args.streaming_connection_idle_timeout, raw.streaming_connection_idle_timeout) {
-                (Some(d), _) if d.0.is_zero() => {
-                    return Err(m.flag_err(
-                        "--streaming-connection-idle-timeout",
-                        "must be greater than 0: nodelet always closes idle streaming sessions".into(),
-                    ));
-                }
-                (Some(d), _) => d.0,
-                (None, Some(d)) if d.0.is_zero() => {
-                    warnings.push(ConfigWarning {
-                        field: "streamingConnectionIdleTimeout".into(),
-                        message: format!(
-                            "0s in a config file means the default, {} (as the kubelet)",
-                            GoDuration(crate::server::DEFAULT_STREAMING_IDLE_TIMEOUT)
-                        ),
-                    });
-                    crate::server::DEFAULT_STREAMING_IDLE_TIMEOUT
-                }
-                (None, Some(d)) => d.0,
-                (None, None) => crate::server::DEFAULT_STREAMING_IDLE_TIMEOUT,
-            };
-        let max_sessions = crate::server::MAX_SESSIONS;
-        let max_streaming_sessions_per_user = match nodelet.max_streaming_sessions_per_user {
-            None => crate::server::DEFAULT_MAX_SESSIONS_PER_USER,
-            Some(n) => {
-                usize::try_from(n).ok().filter(|n| (1..=max_sessions).contains(n)).ok_or_else(|| {
-                    m.file_err(
-                        "nodelet.maxStreamingSessionsPerUser",
-                        format!(
-                            "{n} is not between 1 and {max_sessions} (the node's limit of streaming sessions)"
-                        ),
-                    )
-                })?
-            }
-        };
-        let server = ServerConfig {
-            enabled,
-            address,
-            port,
-            read_only_port: (read_only_port != 0).then_some(read_only_port),
-            healthz: (healthz_port != 0).then_some(SocketAddr::new(healthz_ip, healthz_port)),
-            tls,
-            cert_dir: root_dir.join("pki"),
-            auth: AuthConfig { client_ca_file, token_auth_file, anonymous, token_webhook, authorization },
-            streaming_connection_idle_timeout,
-            max_streaming_sessions_per_user,
-        };
-
-        // ---- runtime
-        let endpoint = match (&args.container_runtime_endpoint, &raw.container_runtime_endpoint) {
-            (Some(e), _) => {
-                Some(validate_endpoint(e).map_err(|msg| m.flag_err("--container-runtime-endpoint", msg))?)
-            }
-            (None, Some(e)) if !e.is_empty() => {
-                Some(validate_endpoint(e).map_err(|msg| m.file_err("containerRuntimeEndpoint", msg))?)
-            }
-            _ => None,
-        };
-        if let Some(image_ep) = raw.image_service_endpoint.as_deref().filter(|e| !e.is_empty())
-            && Some(image_ep) != endpoint.as_deref()
-        {
-            warnings.push(ConfigWarning {
-                field: "imageServiceEndpoint".into(),
-                message: "a separate image service is not supported: images are managed through the runtime \
-                          endpoint; ignored"
-                    .into(),
-            });
-        }
-        let request_timeout = m.positive_duration(
-            args.runtime_request_timeout,
-            "--runtime-request-timeout",
-            raw.runtime_request_timeout,
-            "runtimeRequestTimeout",
-            DEFAULT_RUNTIME_REQUEST_TIMEOUT,
-        )?;
-        let (image, image_origin) =
-            match (&args.pod_infra_container_image, &nodelet.pod_infra_container_image) {
-                (Some(i), _) => (i.clone(), m.flag_origin("--pod-infra-container-image")),
-                (None, Some(i)) => (i.clone(), m.file_origin("nodelet.podInfraContainerImage")),
-                (None, None) => (DEFAULT_POD_INFRA_CONTAINER_IMAGE.to_owned(), String::new()),
-            };
-        validate_image_ref(&image)
-            .map_err(|message| ConfigError::Invalid { origin: image_origin, message })?;
-        let (cidr, cidr_origin) = match (&args.pod_cidr, &raw.pod_cidr) {
-            (Some(c), _) => (c.clone(), m.flag_origin("--pod-cidr")),
-            (None, Some(c)) if !c.is_empty() => (c.clone(), m.file_origin("podCIDR")),
-            _ => (String::new(), String::new()),
-        };
-        let pod_cidr = if cidr.is_empty() {
-            default_pod_cidr()
-        } else {
-            cidr.parse().map_err(|e: nodelet_node::cidr::CidrError| ConfigError::Invalid {
-                origin: cidr_origin,
-                message: e.to_string(),
-            })?
-        };
-        let cni_bridge = nodelet.cni_bridge.clone().unwrap_or_else(|| DEFAULT_CNI_BRIDGE.to_owned());
-        if !valid_ifname(&cni_bridge) {
-            return Err(m.file_err(
-                "nodelet.cniBridge",
-                format!("{cni_bridge:?} is not a network interface name (1-15 of [A-Za-z0-9_.-])"),
-            ));
-        }
-        let containerd_path = match (&args.containerd_path, &nodelet.containerd_path) {
-            (Some(p), _) => p.clone(),
-            (None, Some(p)) if !p.is_empty() => {
-                let p = PathBuf::from(p);
-                // a bare name is looked up on PATH; a path with a slash is relative to the file
-                if p.components().count() > 1 { m.file_path("nodelet.containerdPath", &p)? } else { p }
-            }
-            _ => PathBuf::from(DEFAULT_CONTAINERD_PATH),
-        };
-        let config_extra = m.path_opt(
-            args.containerd_config_extra.as_deref(),
-            "--containerd-config-extra",
-            nodelet.containerd_config_extra.as_deref(),
-            "nodelet.containerdConfigExtra",
-        )?;
-        let preload_images = m.path_opt(
-            args.preload_images.as_deref(),
-            "--preload-images",
-            nodelet.preload_images.as_deref(),
-            "nodelet.preloadImages",
-        )?;
-        let raw_storage = nodelet.storage.as_ref();
-        let local_base_path = match raw_storage
-            .and_then(|s| s.local_path.as_ref())
-            .and_then(|l| l.base_path.as_deref())
-        {
-            Some(p) if !p.is_empty() => m.file_path("nodelet.storage.localPath.basePath", Path::new(p))?,
-            _ => root_dir.join("storage").join("local"),
-        };
-        let lvm_volume_group =
-            match raw_storage.and_then(|s| s.lvm.as_ref()).and_then(|l| l.volume_group.clone()) {
-                Some(vg) if vg.is_empty() => None,
-                Some(vg) if !nodelet_storage::lvm::valid_lvm_name(&vg) => {
-                    return Err(m.file_err(
-                    "nodelet.storage.lvm.volumeGroup",
-                    format!(
-                        "{vg:?} is not a valid LVM volume group name ([A-Za-z0-9+_.-], not starting with '-')"
-                    ),
-                ));
-                }
-                other => other,
-            };
-        let csi_plugin_dir =
-            match raw_storage.and_then(|s| s.csi.as_ref()).and_then(|c| c.plugin_dir.as_deref()) {
-                Some(p) if !p.is_empty() => m.file_path("nodelet.storage.csi.pluginDir", Path::new(p))?,
-                _ => root_dir.join("plugins_registry"),
-            };
-        let volume_stats_agg_period = m.positive_duration(
-            None,
-            "",
-            raw.volume_stats_agg_period,
-            "volumeStatsAggPeriod",
-            DEFAULT_VOLUME_STATS_AGG_PERIOD,
-        )?;
-        let storage =
-            StorageConfig { local_base_path, lvm_volume_group, csi_plugin_dir, volume_stats_agg_period };
-        let runtime = RuntimeConfig {
-            endpoint,
-            request_timeout,
-            pod_infra_container_image: image,
-            embedded: EmbeddedRuntimeConfig { containerd_path, config_extra, pod_cidr, cni_bridge },
-            preload_images,
-        };
-
-        // ---- pods
-        let pod_logs_dir = m
-            .path_opt(
-                args.pod_logs_dir.as_deref(),
-                "--pod-logs-dir",
-                raw.pod_logs_dir.as_deref(),
-                "podLogsDir",
-            )?
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_POD_LOGS_DIR));
-        let resolv_conf = match (&args.resolv_conf, &raw.resolv_conf) {
-            (Some(s), _) if s.is_empty() => None,
-            (Some(s), _) => Some(m.flag_path("--resolv-conf", Path::new(s))?),
-            (None, Some(s)) if s.is_empty() => None,
-            (None, Some(s)) => Some(m.file_path("resolvConf", Path::new(s))?),
-            (None, None) => Some(PathBuf::from(DEFAULT_RESOLV_CONF)),
-        };
-        let cgroup_root = match (&args.cgroup_root, &raw.cgroup_root) {
-            (Some(c), _) => validate_cgroup(c).map_err(|msg| m.flag_err("--cgroup-root", msg))?,
-            (None, Some(c)) => validate_cgroup(c).map_err(|msg| m.file_err("cgroupRoot", msg))?,
-            (None, None) => None,
-        };
-        let max_pods = match (args.max_pods, raw.max_pods) {
-            (Some(n), _) => {
-                if n == 0 {
-                    return Err(m.flag_err("--max-pods", "must be at least 1".into()));
-                }
-                n
-            }
-            (None, Some(n)) => u32::try_from(n)
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| m.file_err("maxPods", format!("{n} is not between 1 and {}", u32::MAX)))?,
-            (None, None) => DEFAULT_MAX_PODS,
-        };
-        let pod_pids_limit = match (args.pod_max_pids, raw.pod_pids_limit) {
-            (Some(n), _) if n < -1 => return Err(m.flag_err("--pod-max-pids", format!("{n} is below -1"))),
-            (None, Some(n)) if n < -1 => return Err(m.file_err("podPidsLimit", format!("{n} is below -1"))),
-            (Some(n), _) | (None, Some(n)) => (n > 0).then_some(n),
-            (None, None) => None,
-        };
-        // The limit is the pod cgroup's pids.max: without a cgroup root the runtime puts every container in
-        // a cgroup of its own and there is no pod cgroup to limit.
-        if let Some(n) = pod_pids_limit
-            && cgroup_root.is_none()
-        {
-            return Err(m.origin_err(
-                args.pod_max_pids.is_some(),
-                "--pod-max-pids",
-                "podPidsLimit",
-                format!(
-                    "{n} needs a pod cgroup: set cgroupRoot (--cgroup-root) to a cgroup like /nodelet, under \
-                     which each pod gets pod<uid> with this limit"
-                ),
-            ));
-        }
-        let max_grace_period =
-            match (args.max_termination_grace_period, nodelet.max_termination_grace_period_seconds) {
-                (Some(n), _) if n < 0 => {
-                    return Err(m.flag_err("--max-termination-grace-period", format!("{n} is negative")));
-                }
-                (None, Some(n)) if n < 0 => {
-                    return Err(
-                        m.file_err("nodelet.maxTerminationGracePeriodSeconds", format!("{n} is negative"))
-                    );
-                }
-                (Some(n), _) | (None, Some(n)) => Some(Duration::from_secs(n.unsigned_abs())),
-                (None, None) => None,
-            };
-        let allow_privileged = args.allow_privileged.or(nodelet.allow_privileged).unwrap_or(true);
-        let mut allowed_host_paths = Vec::new();
-        for (i, p) in nodelet.allowed_host_paths.iter().flatten().enumerate() {
-            let path = PathBuf::from(p);
-            if !path.is_absolute() || path.components().any(|c| matches!(c, std::path::Component::ParentDir))
-            {
-                return Err(m.file_err(
-                    &format!("nodelet.allowedHostPaths[{i}]"),
-                    format!("{p:?} must be an absolute path without `..`"),
-                ));
-            }
-            allowed_host_paths.push(path);
-        }
-        let mut pod_security = PodSecurityLevels::default();
-        if let Some(levels) = &nodelet.pod_security {
-            for (name, value, slot) in [
-                ("file", &levels.file, &mut pod_security.file),
-                ("url", &levels.url, &mut pod_security.url),
-                ("http", &levels.http, &mut pod_security.http),
-                ("api", &levels.api, &mut pod_security.api),
-            ] {
-                if let Some(value) = value {
-                    *slot = value.parse().map_err(|e: UnknownLevel| {
-                        m.file_err(&format!("nodelet.podSecurity.{name}"), e.to_string())
-                    })?;
-                }
-            }
-        }
-        let http_pod_namespaces = nodelet
-            .http_pod_namespaces
-            .clone()
-            .unwrap_or_else(|| vec![DEFAULT_HTTP_POD_NAMESPACE.to_owned()]);
-        for (i, namespace) in http_pod_namespaces.iter().enumerate() {
-            if !nodelet_resources::common::names::is_dns_label(namespace) {
-                return Err(m.file_err(
-                    &format!("nodelet.httpPodNamespaces[{i}]"),
-                    format!("{namespace:?} is not a namespace name (an RFC 1123 label)"),
-                ));
-            }
-        }
-        let http_pod_labels = nodelet.http_pod_labels.clone().unwrap_or_default();
-        for (i, key) in http_pod_labels.iter().enumerate() {
-            if !crate::sources::admission::is_label_key(key) {
-                return Err(m.file_err(
-                    &format!("nodelet.httpPodLabels[{i}]"),
-                    format!("{key:?} is not a label key ([prefix/]name)"),
-                ));
-            }
-        }
-        let seccomp_default = raw.seccomp_default.unwrap_or(false);
-        let allowed_unsafe_sysctls: Vec<String> = if args.allowed_unsafe_sysctls.is_empty() {
-            raw.allowed_unsafe_sysctls.clone().unwrap_or_default()
-        } else {
-            args.allowed_unsafe_sysctls
-                .iter()
-                .flat_map(|s| s.split(','))
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-                .collect()
-        };
-        if let Err(e) = nodelet_resources::common::sysctl::SysctlAllowlist::new(&allowed_unsafe_sysctls) {
-            return Err(m.origin_err(
-                !args.allowed_unsafe_sysctls.is_empty(),
-                "--allowed-unsafe-sysctls",
-                "allowedUnsafeSysctls",
-                e.to_string(),
-            ));
-        }
-        let cluster_dns = m.cluster_dns(args, &raw)?;
-        let cluster_domain = m.cluster_domain(args, &raw)?;
-        let pods = PodsConfig {
-            pod_logs_dir,
-            resolv_conf,
-            cgroup_root,
-            max_pods,
-            pod_pids_limit,
-            max_grace_period,
-            allow_privileged,
-            allowed_host_paths,
-            pod_security,
-            http_pod_namespaces,
-            http_pod_labels,
-            seccomp_default,
-            allowed_unsafe_sysctls,
-            cluster_dns,
-            cluster_domain,
-        };
-
-        // ---- cluster mode
+        let (sources, periods) = m.sources(args, &raw, &nodelet, &mut warnings)?;
+        let server = m.server(args, &raw, &nodelet, &root_dir, &mut warnings)?;
+        let runtime = m.runtime(args, &raw, &nodelet, &mut warnings)?;
+        let storage = m.storage(&raw, &nodelet, &root_dir)?;
+        let pods = m.pods(args, &raw, &nodelet)?;
         let cluster = m.cluster(args, &raw, &server.cert_dir, server.tls.is_some(), &mut warnings)?;
-
-        // ---- back-off
-        let kubelet_max = raw.crash_loop_back_off.as_ref().and_then(|c| c.max_container_restart_period);
-        if let Some(max) = kubelet_max
-            && !(Duration::from_secs(1)..=Duration::from_secs(300)).contains(&max.0)
-        {
-            return Err(m.file_err(
-                "crashLoopBackOff.maxContainerRestartPeriod",
-                format!("{max} is not between 1s and 300s"),
-            ));
-        }
-        let container_restart = m.backoff(
-            nodelet.container_restart_back_off.as_ref(),
-            "nodelet.containerRestartBackOff",
-            DEFAULT_CONTAINER_RESTART_BACKOFF,
-            kubelet_max.map(|d| d.0),
-        )?;
-        let image_pull = m.backoff(
-            nodelet.image_pull_back_off.as_ref(),
-            "nodelet.imagePullBackOff",
-            DEFAULT_IMAGE_PULL_BACKOFF,
-            None,
-        )?;
-        let backoff = BackOffConfig { container_restart, image_pull };
-
-        // ---- eviction, image and container GC, container logs, image pulls
-        eviction_flags(args, &mut raw)?;
-        let mut eviction = m.eviction(&raw)?;
-        eviction.monitoring_period = m.positive_duration(
-            None,
-            "",
-            nodelet.eviction_monitoring_period,
-            "nodelet.evictionMonitoringPeriod",
-            DEFAULT_EVICTION_MONITORING_PERIOD,
-        )?;
-        if let Some(budget) = nodelet.local_storage_entry_budget {
-            if budget == 0 {
-                return Err(m.file_err("nodelet.localStorageEntryBudget", "must be positive".into()));
-            }
-            eviction.local_storage_entry_budget = budget;
-        }
-        let mut image_gc = m.image_gc(&raw)?;
-        image_gc.period = m.positive_duration(
-            None,
-            "",
-            nodelet.image_gc_period,
-            "nodelet.imageGCPeriod",
-            DEFAULT_IMAGE_GC_PERIOD,
-        )?;
+        let backoff = m.backoffs(&raw, &nodelet)?;
+        let eviction = m.eviction_config(args, &mut raw, &nodelet)?;
+        let image_gc = m.image_gc_config(&raw, &nodelet)?;
         let container_gc = m.container_gc(nodelet.container_gc.as_ref())?;
-        let container_logs = ContainerLogConfig {
-            max_size: match &raw.container_log_max_size {
-                Some(s) => parse_quantity(s).map_err(|e| m.file_err("containerLogMaxSize", e.to_string()))?,
-                None => DEFAULT_CONTAINER_LOG_MAX_SIZE,
-            },
-            max_files: match raw.container_log_max_files {
-                Some(n) => u32::try_from(n)
-                    .ok()
-                    .filter(|n| *n >= 2)
-                    .ok_or_else(|| m.file_err("containerLogMaxFiles", format!("{n} must be at least 2")))?,
-                None => DEFAULT_CONTAINER_LOG_MAX_FILES,
-            },
-            monitor_interval: match raw.container_log_monitor_interval {
-                Some(d) if d.0 < MIN_CONTAINER_LOG_MONITOR_INTERVAL => {
-                    return Err(
-                        m.file_err("containerLogMonitorInterval", format!("{:?} must be at least 3s", d.0))
-                    );
-                }
-                Some(d) => d.0,
-                None => DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL,
-            },
-        };
-        let serialize = raw.serialize_image_pulls.unwrap_or(true);
-        let max_parallel = match raw.max_parallel_image_pulls {
-            Some(n) => Some(
-                u32::try_from(n)
-                    .ok()
-                    .filter(|n| *n >= 1)
-                    .ok_or_else(|| m.file_err("maxParallelImagePulls", format!("{n} must be at least 1")))?,
-            ),
-            None => None,
-        };
-        if serialize && max_parallel.is_some_and(|n| n > 1) {
-            return Err(m.file_err(
-                "maxParallelImagePulls",
-                "must be unset or 1 when serializeImagePulls is true".into(),
-            ));
-        }
-        let image_pulls = ImagePullConfig { serialize, max_parallel };
-        for field in NOT_YET_ENFORCED {
-            if m.file.is_some() && raw_field_set(&raw, field) {
-                warnings.push(ConfigWarning {
-                    field: (*field).to_owned(),
-                    message: "parsed and validated, but not enforced yet by this nodelet version".into(),
-                });
-            }
-        }
-
+        let container_logs = m.container_logs(&raw)?;
+        let image_pulls = m.image_pulls(&raw, &mut warnings)?;
         let logging = m.logging(args, &raw)?;
+        let Periods { sync_frequency, pleg_relist_period, pleg_evented_relist_period, housekeeping_interval } =
+            periods;
         let config = Config {
             config_file: file_path,
             node_name,
             root_dir,
-            sources: SourcesConfig {
-                static_pod_path,
-                static_pod_url,
-                static_pod_url_headers,
-                file_check_frequency,
-                http_check_frequency,
-                manifest_http_addr,
-            },
+            sources,
             sync_frequency,
             pleg_relist_period,
             pleg_evented_relist_period,
@@ -1592,11 +945,11 @@ impl Merger<'_> {
     }
 
     fn flag_path(&self, flag: &str, p: &Path) -> Result<PathBuf, ConfigError> {
-        check_path(p).map_err(|msg| self.flag_err(flag, msg))?;
+        check_path(p).map_err(|e| self.flag_err(flag, e.to_string()))?;
         Ok(if p.is_absolute() { p.to_owned() } else { self.cwd.join(p) })
     }
     fn file_path(&self, field: &str, p: &Path) -> Result<PathBuf, ConfigError> {
-        check_path(p).map_err(|msg| self.file_err(field, msg))?;
+        check_path(p).map_err(|e| self.file_err(field, e.to_string()))?;
         if p.is_absolute() {
             return Ok(p.to_owned());
         }
@@ -1852,7 +1205,7 @@ impl Merger<'_> {
     ) -> Result<Vec<EvictionThreshold>, ConfigError> {
         map.iter()
             .map(|(signal, value)| {
-                check_signal(signal).map_err(|msg| self.file_err(field, msg))?;
+                check_signal(signal).map_err(|e| self.file_err(field, e.to_string()))?;
                 let value = value
                     .parse::<ThresholdValue>()
                     .map_err(|e| self.file_err(&format!("{field}.{signal}"), e.to_string()))?;
@@ -1877,7 +1230,7 @@ impl Merger<'_> {
         let soft = self.thresholds("evictionSoft", raw.eviction_soft.as_ref().unwrap_or(&BTreeMap::new()))?;
         let mut soft_grace_period = BTreeMap::new();
         for (signal, d) in raw.eviction_soft_grace_period.iter().flatten() {
-            check_signal(signal).map_err(|msg| self.file_err("evictionSoftGracePeriod", msg))?;
+            check_signal(signal).map_err(|e| self.file_err("evictionSoftGracePeriod", e.to_string()))?;
             let d = parse_go_duration(d)
                 .map_err(|e| self.file_err(&format!("evictionSoftGracePeriod.{signal}"), e.to_string()))?;
             soft_grace_period.insert(signal.clone(), d);
@@ -1900,7 +1253,7 @@ impl Merger<'_> {
         }
         let mut minimum_reclaim = BTreeMap::new();
         for (signal, v) in raw.eviction_minimum_reclaim.iter().flatten() {
-            check_signal(signal).map_err(|msg| self.file_err("evictionMinimumReclaim", msg))?;
+            check_signal(signal).map_err(|e| self.file_err("evictionMinimumReclaim", e.to_string()))?;
             let v = v
                 .parse::<ThresholdValue>()
                 .map_err(|e| self.file_err(&format!("evictionMinimumReclaim.{signal}"), e.to_string()))?;
@@ -1998,6 +1351,7 @@ impl Merger<'_> {
 /// with the kubelet), after checking them so that errors name the flag.
 fn eviction_flags(args: &RunArgs, raw: &mut RawKubeletConfiguration) -> Result<(), ConfigError> {
     let flag_err = |flag: &str, message: String| ConfigError::Invalid { origin: flag.to_owned(), message };
+    let value_err = |flag: &str, e: ValueError| flag_err(flag, e.to_string());
     // `signal<value,...` (--eviction-hard, --eviction-soft) or `signal=value,...` (the others).
     let parse_map = |flag: &str, text: &str, sep: char| -> Result<BTreeMap<String, String>, ConfigError> {
         let mut map = BTreeMap::new();
@@ -2006,7 +1360,7 @@ fn eviction_flags(args: &RunArgs, raw: &mut RawKubeletConfiguration) -> Result<(
                 .split_once(sep)
                 .ok_or_else(|| flag_err(flag, format!("{pair:?} is not signal{sep}value")))?;
             let (k, v) = (k.trim(), v.trim());
-            check_signal(k).map_err(|m| flag_err(flag, m))?;
+            check_signal(k).map_err(|e| value_err(flag, e))?;
             map.insert(k.to_owned(), v.to_owned());
         }
         Ok(map)
@@ -2182,58 +1536,126 @@ fn field_flags(args: &RunArgs, raw: &mut RawKubeletConfiguration) -> Result<(), 
     Ok(())
 }
 
-fn check_signal(signal: &str) -> Result<(), String> {
+/// Why a single value (a path, URL, header, name, ...) is not valid; [`Merger`] wraps it in
+/// [`ConfigError::Invalid`] with the flag or field it came from.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ValueError {
+    /// An eviction signal nodelet does not know.
+    #[error("unknown eviction signal {signal:?} (known: {})", EVICTION_SIGNALS.join(", "))]
+    UnknownSignal {
+        /// The signal given.
+        signal: String,
+    },
+    /// An empty path.
+    #[error("empty path")]
+    EmptyPath,
+    /// A path with control characters.
+    #[error("path {path:?} contains control characters")]
+    PathControlChars {
+        /// The path, lossily decoded.
+        path: String,
+    },
+    /// A node name that is not a DNS-1123 subdomain.
+    #[error(
+        "{name:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253, starting and \
+         ending with a letter or digit)"
+    )]
+    NodeName {
+        /// The name given.
+        name: String,
+    },
+    /// A URL that is not http:// or https://.
+    #[error("{shown:?} is not an http:// or https:// URL")]
+    NotHttpUrl {
+        /// The URL, its credential redacted.
+        shown: String,
+    },
+    /// A URL with whitespace or control characters.
+    #[error("{shown:?} contains whitespace or control characters")]
+    UrlChars {
+        /// The URL, its credential redacted.
+        shown: String,
+    },
+    /// A `--manifest-url-header` item without `:`.
+    #[error("{pair:?} is not key:value")]
+    NotKeyValue {
+        /// The item.
+        pair: String,
+    },
+    /// An HTTP header name that is not a token.
+    #[error("{name:?} is not a valid HTTP header name")]
+    HeaderName {
+        /// The name.
+        name: String,
+    },
+    /// An HTTP header value with control characters.
+    #[error("the value of header {name:?} contains control characters")]
+    HeaderValue {
+        /// The header's name.
+        name: String,
+    },
+    /// A CRI endpoint that is not a unix socket.
+    #[error(transparent)]
+    Endpoint(#[from] nodelet_cri::CriError),
+    /// Not an image reference.
+    #[error("{image:?} is not an image reference")]
+    ImageRef {
+        /// The reference given.
+        image: String,
+    },
+    /// Not an absolute cgroup path.
+    #[error("{cgroup:?} is not an absolute cgroup path like /nodelet (segments of [A-Za-z0-9_.-])")]
+    Cgroup {
+        /// The path given.
+        cgroup: String,
+    },
+}
+
+fn check_signal(signal: &str) -> Result<(), ValueError> {
     if EVICTION_SIGNALS.contains(&signal) {
         Ok(())
     } else {
-        Err(format!("unknown eviction signal {signal:?} (known: {})", EVICTION_SIGNALS.join(", ")))
+        Err(ValueError::UnknownSignal { signal: signal.to_owned() })
     }
 }
 
-fn check_path(p: &Path) -> Result<(), String> {
+fn check_path(p: &Path) -> Result<(), ValueError> {
     let s = p.as_os_str().to_string_lossy();
     if s.is_empty() {
-        return Err("empty path".into());
+        return Err(ValueError::EmptyPath);
     }
     if s.chars().any(char::is_control) {
-        return Err(format!("path {s:?} contains control characters"));
+        return Err(ValueError::PathControlChars { path: s.into_owned() });
     }
     Ok(())
 }
 
 /// Lower-cases and checks a node name: a DNS-1123 subdomain.
-pub(crate) fn validate_node_name(name: &str) -> Result<String, String> {
+pub(crate) fn validate_node_name(name: &str) -> Result<String, ValueError> {
     let n = name.trim().to_lowercase();
-    if is_dns_subdomain(&n) {
-        Ok(n)
-    } else {
-        Err(format!(
-            "{name:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253, starting \
-             and ending with a letter or digit)"
-        ))
-    }
+    if is_dns_subdomain(&n) { Ok(n) } else { Err(ValueError::NodeName { name: name.to_owned() }) }
 }
 
 pub(crate) use nodelet_resources::common::names::is_dns_subdomain;
 
-fn validate_url(u: &str) -> Result<String, String> {
+fn validate_url(u: &str) -> Result<String, ValueError> {
     // The URL may hold a credential: errors show it redacted.
-    let shown = crate::sources::url::redact_url(u);
+    let shown = || crate::sources::url::redact_url(u);
     let lower = u.to_ascii_lowercase();
     if !(lower.starts_with("http://") || lower.starts_with("https://")) {
-        return Err(format!("{shown:?} is not an http:// or https:// URL"));
+        return Err(ValueError::NotHttpUrl { shown: shown() });
     }
     if u.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(format!("{shown:?} contains whitespace or control characters"));
+        return Err(ValueError::UrlChars { shown: shown() });
     }
     Ok(u.to_owned())
 }
 
 /// `a:1,b:2` → [(a, 1), (b, 2)], like the kubelet's `--manifest-url-header`.
-fn parse_header_flag(s: &str) -> Result<Vec<(String, String)>, String> {
+fn parse_header_flag(s: &str) -> Result<Vec<(String, String)>, ValueError> {
     let mut out = Vec::new();
     for pair in s.split(',').filter(|p| !p.trim().is_empty()) {
-        let (k, v) = pair.split_once(':').ok_or_else(|| format!("{pair:?} is not key:value"))?;
+        let (k, v) = pair.split_once(':').ok_or_else(|| ValueError::NotKeyValue { pair: pair.to_owned() })?;
         let (k, v) = (k.trim(), v.trim());
         validate_header(k, v)?;
         out.push((k.to_owned(), v.to_owned()));
@@ -2241,30 +1663,30 @@ fn parse_header_flag(s: &str) -> Result<Vec<(String, String)>, String> {
     Ok(out)
 }
 
-fn validate_header(name: &str, value: &str) -> Result<(), String> {
+fn validate_header(name: &str, value: &str) -> Result<(), ValueError> {
     let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
     if name.is_empty() || !name.chars().all(token) {
-        return Err(format!("{name:?} is not a valid HTTP header name"));
+        return Err(ValueError::HeaderName { name: name.to_owned() });
     }
     if value.chars().any(|c| c.is_control() && c != '\t') {
-        return Err(format!("the value of header {name:?} contains control characters"));
+        return Err(ValueError::HeaderValue { name: name.to_owned() });
     }
     Ok(())
 }
 
-fn validate_endpoint(e: &str) -> Result<String, String> {
-    nodelet_cri::parse_endpoint(e).map_err(|err| err.to_string())?;
+fn validate_endpoint(e: &str) -> Result<String, ValueError> {
+    nodelet_cri::parse_endpoint(e)?;
     Ok(e.to_owned())
 }
 
-fn validate_image_ref(image: &str) -> Result<(), String> {
+fn validate_image_ref(image: &str) -> Result<(), ValueError> {
     if image.is_empty() || image.len() > 4096 || image.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("{image:?} is not an image reference"));
+        return Err(ValueError::ImageRef { image: image.to_owned() });
     }
     Ok(())
 }
 
-fn validate_cgroup(c: &str) -> Result<Option<String>, String> {
+fn validate_cgroup(c: &str) -> Result<Option<String>, ValueError> {
     if c.is_empty() || c == "/" {
         return Ok(None);
     }
@@ -2278,7 +1700,7 @@ fn validate_cgroup(c: &str) -> Result<Option<String>, String> {
     if ok {
         Ok(Some(c.trim_end_matches('/').to_owned()))
     } else {
-        Err(format!("{c:?} is not an absolute cgroup path like /nodelet (segments of [A-Za-z0-9_.-])"))
+        Err(ValueError::Cgroup { cgroup: c.to_owned() })
     }
 }
 

@@ -1580,3 +1580,41 @@ fn config_numbers_at_every_integer_limit_are_refused_or_used_without_panic() {
     std::panic::set_hook(hook);
     assert!(panics.is_empty(), "{} panics:\n{}", panics.len(), panics.join("\n"));
 }
+
+#[test]
+fn config_value_errors_keep_their_messages() {
+    let err = |e: ValueError| e.to_string();
+    assert_eq!(
+        err(check_signal("x").unwrap_err()),
+        format!("unknown eviction signal \"x\" (known: {})", EVICTION_SIGNALS.join(", "))
+    );
+    assert_eq!(err(check_path(Path::new("")).unwrap_err()), "empty path");
+    assert_eq!(err(check_path(Path::new("a\nb")).unwrap_err()), r#"path "a\nb" contains control characters"#);
+    assert_eq!(
+        err(validate_node_name("A_B").unwrap_err()),
+        r#""A_B" is not a valid node name (lower-case letters, digits, '-' and '.', at most 253, starting and ending with a letter or digit)"#
+    );
+    assert_eq!(
+        err(validate_url("ftp://h/x").unwrap_err()),
+        r#""ftp://h/x" is not an http:// or https:// URL"#
+    );
+    assert_eq!(
+        err(validate_url("http://h/a b").unwrap_err()),
+        r#""http://h/a%20b" contains whitespace or control characters"#
+    );
+    assert_eq!(err(parse_header_flag("a").unwrap_err()), r#""a" is not key:value"#);
+    assert_eq!(err(parse_header_flag("a b:c").unwrap_err()), r#""a b" is not a valid HTTP header name"#);
+    assert_eq!(
+        err(validate_header("a", "b\nc").unwrap_err()),
+        r#"the value of header "a" contains control characters"#
+    );
+    assert_eq!(
+        err(validate_endpoint("tcp://x").unwrap_err()),
+        nodelet_cri::parse_endpoint("tcp://x").unwrap_err().to_string()
+    );
+    assert_eq!(err(validate_image_ref("a b").unwrap_err()), r#""a b" is not an image reference"#);
+    assert_eq!(
+        err(validate_cgroup("nodelet").unwrap_err()),
+        r#""nodelet" is not an absolute cgroup path like /nodelet (segments of [A-Za-z0-9_.-])"#
+    );
+}
