@@ -35,10 +35,9 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 # when this version is missing (about 4 CPU-minutes), in the background at low priority while the runtime starts
 # and the tests run; its check runs after the tests.
 DENY_VERSION=0.20.2
-DENY_LOG=$(mktemp /tmp/nodelet-cargo-deny.XXXXXX.log)
-if [[ "$(cargo deny --version 2>/dev/null)" == "cargo-deny $DENY_VERSION" ]]; then
-  DENY_PID=
-else
+DENY_PID= DENY_LOG=
+if [[ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $DENY_VERSION" ]]; then
+  DENY_LOG=$(mktemp /tmp/nodelet-cargo-deny.XXXXXX.log)
   nice -n 19 cargo install --locked --quiet "cargo-deny@$DENY_VERSION" >"$DENY_LOG" 2>&1 &
   DENY_PID=$!
 fi
@@ -208,7 +207,7 @@ if [[ -n "$DENY_PID" ]] && ! wait "$DENY_PID"; then
 elif ! cargo deny --log-level warn check licenses bans sources; then
   DENY_FAILED=1
 fi
-rm -f "$DENY_LOG"
+if [[ -n "$DENY_LOG" ]]; then rm -f "$DENY_LOG"; fi
 
 step "examples"
 cargo run -q -p reconcile-engine --example minimal
