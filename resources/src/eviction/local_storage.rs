@@ -13,7 +13,8 @@
 //!
 //! The first one met evicts the pod at once (the hard-eviction grace period). Pure: the
 //! measurement is data ([`LocalStorage`]), taken in the background by the node's stats and read by
-//! the [`EvictionManager`](super::manager::EvictionManager).
+//! the eviction pair's sampler with each sample ([`sampler`](super::sampler)), checked by its
+//! [`reconciler`](super::reconciler).
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,4 @@
-//! The eviction manager's metrics.
+//! The eviction pair's metrics.
 
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 

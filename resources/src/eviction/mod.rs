@@ -1,23 +1,29 @@
-//! Node-pressure eviction and pod admission, as a desired/actual pair.
+//! Node-pressure eviction and pod admission, as a desired/actual pair on the engine.
 //!
 //! - **Desired**: the thresholds ([`signal::Threshold`]: `evictionHard`, `evictionSoft` with
-//!   grace periods, `evictionMinimumReclaim`) and the pressure transition period
-//!   ([`state::Policy`]); and the verdict store (`Store<PodUid, `[`Verdict`](crate::model::verdict::Verdict)`>`): which
-//!   pods may run (admitted, with the requests granted them), which are refused, which evicted.
-//!   Only the [`populator::VerdictPopulator`] writes it: admission first come, first served
-//!   ([`verdict::Admission`]), in-place resize decisions, and the evictions the manager decides.
-//! - **Actual**: the signals a [`signal::SignalSource`] observes (memory, nodefs, imagefs,
-//!   PIDs) and the pods the manager has evicted.
-//! - **Comparison**: [`state::EvictionState::observe`], pure, on paused time in the tests.
-//! - **Operations**: node-level reclaim through [`Reclaimer`](crate::model::pressure::Reclaimer)s (image and container
-//!   garbage collection), then one pod evicted per pass, ranked by [`rank`] (usage above
-//!   requests, then priority, then usage), sent to the populator through a
-//!   [`populator::EvictionSink`]. System-critical pods (priority ≥ 2,000,000,000) are never evicted.
-//! - **Local storage capacity isolation** ([`local_storage`]): each pass, before the thresholds, a
-//!   pod over an emptyDir `sizeLimit` or its containers' `ephemeral-storage` limits is evicted, from
-//!   the usage a [`signal::SignalSource`] measured in the background.
-//! - **Status**: the node's pressure conditions ([`manager::PressureView`]), which admission also
-//!   reads; [`events`] and [`metrics`].
+//!   grace periods, `evictionMinimumReclaim`), the pressure transition period ([`state::Policy`])
+//!   and the other settings ([`reconciler::EvictionConfig`]), at the key
+//!   [`reconciler::EvictionKey::Node`]; and the verdicts the pod pair reaches, the verdict store
+//!   (`Store<PodUid, `[`Verdict`](crate::model::verdict::Verdict)`>`): which pods may run (admitted,
+//!   with the requests granted them), which are refused, which evicted. Only the
+//!   [`populator::VerdictPopulator`] writes it: admission first come, first served
+//!   ([`verdict::Admission`]), in-place resize decisions, and the evictions the pair's driver sends.
+//! - **Actual**: the newest sample of the signals (memory, nodefs, imagefs, PIDs, and the pods'
+//!   local storage usage), which the [`sampler::SignalSampler`] (the pair's populator) writes every
+//!   monitoring period at [`reconciler::EvictionKey::Signals`]; and what the passes did
+//!   ([`reconciler::NodeEviction`]: what the comparison remembers, the pressure conditions, the
+//!   current pass, the pods evicted, why and when).
+//! - **Reconciler** ([`reconciler::EvictionReconciler`]), pure: compares each sample with the
+//!   thresholds ([`state::EvictionState::observe`]), then plans a pass one step at a time: local
+//!   storage limits first ([`local_storage`]), node-level reclaim for a disk signal, then one pod
+//!   evicted, ranked by [`rank`] (usage above requests, then priority, then usage).
+//!   System-critical pods (priority ≥ 2,000,000,000) are never evicted.
+//! - **Operations and driver** ([`reconciler::EvictionOp`], [`driver::EvictionDriver`]): publish the
+//!   conditions, reclaim through [`Reclaimer`](crate::model::pressure::Reclaimer)s (container and
+//!   image garbage collection), measure the pods' usage, evict (through a
+//!   [`populator::EvictionSink`] to the verdict populator, then wait for the pod to stop).
+//! - **Status**: the node's pressure conditions ([`status::PressureView`]), which admission also
+//!   reads; [`events`] and [`metrics`] (`kubelet_evictions_total`, `nodelet_node_pressure`).
 //!
 //! The pod pair reads the verdict store and never writes it: a pod starts only once admitted;
 //! a stopped pod is killed ([`plan_stopped`](crate::pod::verdict::plan_stopped)) and its status shows phase
@@ -25,11 +31,17 @@
 //! store (a declared relation, key = the pod UID), so a pod is planned again when its verdict changes.
 
 pub use crate::common::events;
+pub mod driver;
 pub mod local_storage;
-pub mod manager;
 pub mod metrics;
 pub mod populator;
 pub mod rank;
+pub mod reconciler;
+pub mod sampler;
 pub mod signal;
 pub mod state;
+pub mod status;
 pub mod verdict;
+
+#[cfg(test)]
+mod tests;

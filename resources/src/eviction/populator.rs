@@ -18,9 +18,9 @@
 //!   as the kubelet sets it when it first syncs the pod). The deadline is read from the current
 //!   spec at every pass, so one added or lowered by an update of the pod takes effect; a pass runs
 //!   when the earliest deadline of the node comes.
-//! - **Eviction**: the [`EvictionManager`](super::manager::EvictionManager) sends its decisions
-//!   through an [`EvictionSink`]; the populator turns them into `Evicted` verdicts. The manager's
-//!   pressure conditions reach admission through a `watch` channel.
+//! - **Eviction**: the eviction pair's [`EvictionDriver`](super::driver::EvictionDriver) sends the
+//!   pods it evicts through an [`EvictionSink`]; the populator turns them into `Evicted` verdicts.
+//!   The pair's pressure conditions reach admission through a `watch` channel.
 //!
 //! The pod and sandbox engines watch the verdict store (a declared relation, key = the pod UID), so
 //! a pod whose verdict changes is planned again.
@@ -39,7 +39,7 @@ use crate::model::pod::{DesiredPod, PodUid};
 use crate::model::pressure::Condition;
 use crate::model::verdict::{DEADLINE_EXCEEDED, ResizeDecision, Verdict, pod_requests};
 
-/// A pod the eviction manager decided to evict.
+/// A pod the eviction pair decided to evict.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Eviction {
     /// The pod.
@@ -55,7 +55,7 @@ pub struct Eviction {
     pub over_limit: bool,
 }
 
-/// Where the eviction manager sends its evictions. Cheap to clone.
+/// Where the eviction pair's driver sends its evictions. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct EvictionSink(mpsc::UnboundedSender<Eviction>);
 
@@ -77,14 +77,14 @@ impl Evictions {
     }
 }
 
-/// A channel from the eviction manager to the verdict populator.
+/// A channel from the eviction pair's driver to the verdict populator.
 pub fn evictions() -> (EvictionSink, Evictions) {
     let (tx, rx) = mpsc::unbounded_channel();
     (EvictionSink(tx), Evictions(rx))
 }
 
 /// Writes the verdict store from the desired pods, the actual pods (at start-up), the eviction
-/// manager's pressure conditions and evictions.
+/// pair's pressure conditions and evictions.
 pub struct VerdictPopulator {
     pods: Store<PodUid, DesiredPod>,
     pod_actual: Store<PodUid, PodActual>,

@@ -127,7 +127,7 @@ pub struct SignalError(pub String);
 /// A boxed future (the traits here are object safe).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Where the eviction manager reads the node's signals and the pods' usage: the node's stats
+/// Where the eviction pair reads the node's signals and the pods' usage: the node's stats
 /// provider implements it.
 pub trait SignalSource: Send + Sync + 'static {
     /// The node-level signals now.

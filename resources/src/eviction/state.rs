@@ -1,6 +1,7 @@
 //! The eviction pair's comparison: thresholds (desired) against observed signals (actual), with
 //! the soft thresholds' grace periods, the minimum reclaim and the pressure transition period.
-//! Pure and synchronous: the manager feeds it observations and the time.
+//! Pure and synchronous: the [`reconciler`](super::reconciler) feeds it each sample of the signals and
+//! the sample's time, and keeps what it remembers in the pair's actual state.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -56,7 +57,7 @@ pub struct Assessment {
 }
 
 /// What the comparison remembers between passes.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct EvictionState {
     /// When each met threshold was first seen met (index into the policy's thresholds).
     first_met: BTreeMap<usize, Instant>,

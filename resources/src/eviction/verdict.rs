@@ -2,7 +2,7 @@
 //! the verdict store, which only the [`VerdictPopulator`](super::populator::VerdictPopulator) writes).
 //!
 //! [`Admission`]: the kubelet's admit handlers as plain state owned by that populator: node pressure (the
-//! eviction manager's conditions), the sysctl allowlist (`SysctlForbidden`), the pod's OS
+//! eviction pair's conditions), the sysctl allowlist (`SysctlForbidden`), the pod's OS
 //! (`PodOSSelectorNodeLabelDoesNotMatch`, `PodOSNotSupported`), the resource fit against the node's allocatable
 //! resources (`OutOfpods`, `OutOfcpu`, `OutOfmemory`, counting RuntimeClass overhead), the node selector
 //! (`NodeAffinity`) and `NoExecute` taints (`TaintToleration`); and in-place resize decisions

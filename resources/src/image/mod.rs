@@ -23,7 +23,7 @@
 //!   `RemoveImage`, which nodelet-cri implements): `kubelet_image_garbage_collected_total{reason}`
 //!   ([`metrics`]) and `ImageGCFailed` events.
 //! - **Status** ([`status`]): each pass's report, and the [`status::FreeSpace`] channel through
-//!   which the eviction manager's [`reclaim::ImagePairReclaimer`] asks for space and waits for
+//!   which the eviction pair's [`reclaim::ImagePairReclaimer`] asks for space and waits for
 //!   the bytes freed.
 
 pub mod actual;

@@ -1,11 +1,10 @@
-//! Image GC as node-level reclaim for the eviction manager: under disk pressure it asks the image
+//! Image GC as node-level reclaim for the eviction pair: under disk pressure it asks the image
 //! pair to free space (a request its populator reads) and waits, bounded, for the bytes freed.
 
 use std::time::Duration;
 
-use super::status::FreeSpace;
-use crate::model::pressure::Reclaimer;
-use crate::model::pressure::Signal;
+use super::status::{FreeSpace, FreeSpaceError};
+use crate::model::pressure::{ReclaimError, Reclaimer, Signal};
 use futures::future::BoxFuture;
 
 /// How long the eviction manager waits for the image pair by default.
@@ -31,12 +30,17 @@ impl Reclaimer for ImagePairReclaimer {
         "image-gc"
     }
 
-    fn reclaim(&self, signal: Signal, _bytes: u64) -> BoxFuture<'_, Result<u64, String>> {
+    fn reclaim(&self, signal: Signal, _bytes: u64) -> BoxFuture<'_, Result<u64, ReclaimError>> {
         Box::pin(async move {
             if !signal.is_disk() {
                 return Ok(0);
             }
-            self.free.free(None, self.timeout).await.map_err(|e| e.to_string())
+            self.free.free(None, self.timeout).await.map_err(|e| match e {
+                FreeSpaceError::Stopped => ReclaimError::Stopped("image garbage collection"),
+                FreeSpaceError::Timeout(timeout) => {
+                    ReclaimError::Timeout { collector: "image garbage collection", timeout }
+                }
+            })
         })
     }
 }

@@ -3,6 +3,7 @@
 //! and container garbage collectors before it evicts pods for a disk signal.
 
 use std::fmt;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 
@@ -166,5 +167,21 @@ pub trait Reclaimer: Send + Sync + 'static {
     fn name(&self) -> &'static str;
 
     /// Frees what it can towards `bytes` for `signal`; returns the bytes freed.
-    fn reclaim(&self, signal: Signal, bytes: u64) -> BoxFuture<'_, Result<u64, String>>;
+    fn reclaim(&self, signal: Signal, bytes: u64) -> BoxFuture<'_, Result<u64, ReclaimError>>;
+}
+
+/// Why node-level reclaim failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReclaimError {
+    /// The collector that frees the space is not running.
+    #[error("{0} is not running")]
+    Stopped(&'static str),
+    /// The collector did not answer in time.
+    #[error("{collector} did not answer within {timeout:?}")]
+    Timeout {
+        /// The collector.
+        collector: &'static str,
+        /// How long it was waited for.
+        timeout: Duration,
+    },
 }

@@ -32,7 +32,7 @@ use super::ops::PodOp;
 use crate::common::clock::Clock;
 use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
 use crate::model::pod::{DesiredPod, PodUid};
-use crate::model::pressure::Reclaimer;
+use crate::model::pressure::{ReclaimError, Reclaimer};
 use crate::model::pressure::Signal;
 use futures::future::BoxFuture;
 
@@ -335,7 +335,7 @@ impl Reclaimer for ContainerGcReclaimer {
         "container-gc"
     }
 
-    fn reclaim(&self, signal: Signal, _bytes: u64) -> BoxFuture<'_, Result<u64, String>> {
+    fn reclaim(&self, signal: Signal, _bytes: u64) -> BoxFuture<'_, Result<u64, ReclaimError>> {
         if signal.is_disk() {
             self.0.send_modify(|n| *n = n.wrapping_add(1));
             tracing::debug!("container GC for disk pressure");
