@@ -1,7 +1,7 @@
-//! Node pressure: the image pair (image garbage collection), the eviction manager and the verdict
-//! populator (admission and eviction verdicts, the pod pair's input) wired to the stats provider and
-//! the pod stores, the local storage measurement (with `localStorageCapacityIsolation`), and the v1
-//! `Node` object that shows the pressure conditions.
+//! Node pressure: the image pair (image garbage collection), the eviction pair (its engine and its
+//! signal sampler) and the verdict populator (admission and eviction verdicts, the pod pair's input)
+//! wired to the stats provider and the pod stores, the local storage measurement (with
+//! `localStorageCapacityIsolation`), and the v1 `Node` object that shows the pressure conditions.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,14 +15,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::common::clock::Clock;
 use nodelet_resources::common::events::NodeEvents;
 use nodelet_resources::common::time::time;
+use nodelet_resources::eviction::driver::EvictionDriver;
 use nodelet_resources::eviction::local_storage::LocalStorage;
-use nodelet_resources::eviction::manager::{EvictionConfig, EvictionManager, PressureView};
 use nodelet_resources::eviction::metrics::EvictionMetrics;
 use nodelet_resources::eviction::populator::VerdictPopulator;
+use nodelet_resources::eviction::reconciler::{EvictionConfig, EvictionKey, EvictionPods, EvictionReconciler};
+use nodelet_resources::eviction::sampler::SignalSampler;
 use nodelet_resources::eviction::signal::{
     Amount, BoxFuture, Observation, Observations, PodUsage, SignalError, SignalSource, Threshold,
 };
 use nodelet_resources::eviction::state::Policy;
+use nodelet_resources::eviction::status::PressureView;
 use nodelet_resources::eviction::verdict::Admission;
 use nodelet_resources::image::driver::ImageDriver;
 use nodelet_resources::image::metrics::ImageGcMetrics;
@@ -47,7 +50,7 @@ use crate::stats::StatsProvider;
 /// The eviction signals from the stats provider.
 struct StatsSignals(StatsProvider);
 
-/// A configured threshold amount as the eviction manager takes it.
+/// A configured threshold amount as the eviction pair takes it.
 pub(crate) fn amount(v: &ThresholdValue) -> Amount {
     match v {
         ThresholdValue::Quantity(q) => Amount::Quantity(*q),
@@ -129,7 +132,7 @@ impl SignalSource for StatsSignals {
     }
 }
 
-/// The eviction manager's settings from the configuration.
+/// The eviction pair's settings (its desired state) from the configuration.
 pub(crate) fn eviction_config(c: &config::EvictionConfig) -> EvictionConfig {
     let signal = |name: &str| Signal::parse(name);
     let mut thresholds = Vec::new();
@@ -223,8 +226,9 @@ pub(crate) fn admission(
 }
 
 /// Starts the image pair (its engine, `image-engine`, with its relations on the pod stores, and its
-/// populator, `image-populator`), the eviction manager (`eviction-manager`) and the verdict populator
-/// (`verdict-populator`) on `sup`, all critical. The pod engine watches the verdict store itself.
+/// populator, `image-populator`), the eviction pair (its engine, `eviction-engine`, and its signal
+/// sampler, `eviction-sampler`) and the verdict populator (`verdict-populator`) on `sup`, all
+/// critical. The pod engine watches the verdict store itself.
 pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, prometheus::Error> {
     let shutdown = sup.shutdown();
     let events = NodeEvents::new();
@@ -284,13 +288,12 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
         );
         sup.spawn("local-storage-measure", Critical, measure);
     }
-    let manager = EvictionManager::new(
-        eviction_config(&w.config.eviction),
-        Arc::new(StatsSignals(w.stats)),
-        w.desired.clone(),
-        w.actual.clone(),
-        w.verdicts.clone(),
+    let config = eviction_config(&w.config.eviction);
+    let source = Arc::new(StatsSignals(w.stats));
+    let driver = EvictionDriver::new(
+        source.clone(),
         sink,
+        w.actual.clone(),
         EvictionMetrics::new(w.registry)?,
         events.clone(),
         w.clock.clone(),
@@ -300,18 +303,30 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
     .with_cleanup_check(Arc::new(move |uid: &str| {
         !w.volumes.keys().iter().any(|k| split_key(k).is_some_and(|(u, _)| u == uid))
     }));
-    let view = manager.pressure();
-    let populator = VerdictPopulator::new(
-        w.desired,
-        w.actual,
-        w.verdict_writer,
-        w.admission,
-        manager.conditions(),
-        evictions,
-    )
-    .with_clock(w.clock);
+    let view = driver.pressure();
+    let conditions = driver.conditions();
+    let pods = EvictionPods { desired: w.desired.clone(), actual: w.actual.clone(), verdicts: w.verdicts.clone() };
+    let reconciler = EvictionReconciler::new(pods, driver.reclaims());
+    let (eviction_desired, mut eviction_desired_writer) = reconcile_engine::store();
+    let period = config.monitoring_period;
+    let local_storage = config.local_storage_capacity_isolation;
+    eviction_desired_writer.insert(EvictionKey::Node, config);
+    eviction_desired_writer.mark_synced();
+    let mut eviction = Engine::builder("eviction", reconciler, Arc::new(driver), eviction_desired)
+        .metrics(w.engine_metrics)
+        .build();
+    let sampler = SignalSampler::new(source, eviction.observer(), local_storage);
+    let populator =
+        VerdictPopulator::new(w.desired, w.actual, w.verdict_writer, w.admission, conditions, evictions)
+            .with_clock(w.clock);
     sup.spawn("verdict-populator", Critical, populator.run(shutdown.clone()));
-    sup.spawn("eviction-manager", Critical, manager.run(shutdown.clone().cancelled_owned()));
+    let stop = shutdown.clone();
+    sup.spawn("eviction-engine", Critical, async move {
+        // The desired state is written once; its writer lives as long as the engine.
+        let _desired = eviction_desired_writer;
+        eviction.run(stop.cancelled_owned()).await;
+    });
+    sup.spawn("eviction-sampler", Critical, sampler.run(period, shutdown.clone().cancelled_owned()));
     Ok(PressureState { view, events })
 }
 

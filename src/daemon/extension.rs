@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use nodelet_resources::eviction::manager::PressureView;
+use nodelet_resources::eviction::status::PressureView;
 use nodelet_resources::model::actual::PodActual;
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use nodelet_resources::volume::actual::VolumeActual;

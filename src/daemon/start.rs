@@ -869,8 +869,8 @@ pub(crate) fn start_stats(
     stats
 }
 
-/// Image garbage collection, the verdict populator and the eviction manager (tasks `image-engine`,
-/// `image-populator`, `verdict-populator`, `eviction-manager`).
+/// Image garbage collection, the verdict populator and the eviction pair (tasks `image-engine`,
+/// `image-populator`, `verdict-populator`, `eviction-engine`, `eviction-sampler`).
 pub(crate) fn start_pressure(
     core: &Core,
     runtime: &Runtime,
