@@ -19,7 +19,9 @@ use nodelet_resources::eviction::driver::EvictionDriver;
 use nodelet_resources::eviction::local_storage::LocalStorage;
 use nodelet_resources::eviction::metrics::EvictionMetrics;
 use nodelet_resources::eviction::populator::VerdictPopulator;
-use nodelet_resources::eviction::reconciler::{EvictionConfig, EvictionKey, EvictionPods, EvictionReconciler};
+use nodelet_resources::eviction::reconciler::{
+    EvictionConfig, EvictionKey, EvictionPods, EvictionReconciler,
+};
 use nodelet_resources::eviction::sampler::SignalSampler;
 use nodelet_resources::eviction::signal::{
     Amount, BoxFuture, Observation, Observations, PodUsage, SignalError, SignalSource, Threshold,
@@ -305,7 +307,8 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
     }));
     let view = driver.pressure();
     let conditions = driver.conditions();
-    let pods = EvictionPods { desired: w.desired.clone(), actual: w.actual.clone(), verdicts: w.verdicts.clone() };
+    let pods =
+        EvictionPods { desired: w.desired.clone(), actual: w.actual.clone(), verdicts: w.verdicts.clone() };
     let reconciler = EvictionReconciler::new(pods, driver.reclaims());
     let (eviction_desired, mut eviction_desired_writer) = reconcile_engine::store();
     let period = config.monitoring_period;

@@ -123,7 +123,7 @@ impl EvictionDriver {
     }
 
     /// Publishes a pass's conditions.
-    fn publish(&self, conditions: &BTreeSet<Condition>, threshold_met: Option<&Met>) {
+    fn publish(&self, conditions: &BTreeSet<Condition>, acted_on: Option<&Met>) {
         let now = (self.clock)();
         for (condition, pressure) in self.pressure.update(conditions, now) {
             let what = condition.as_str().trim_end_matches("Pressure");
@@ -143,7 +143,7 @@ impl EvictionDriver {
             c.clone_from(conditions);
             changed
         });
-        if let Some(met) = threshold_met {
+        if let Some(met) = acted_on {
             let signal = met.threshold.signal;
             self.events.record(
                 Involved::Node,
@@ -201,8 +201,13 @@ impl EvictionDriver {
             } else {
                 info!(pod = %p.name, namespace = %p.namespace, signal = p.signal, grace = ?p.grace, "evicting pod");
             }
-            let eviction =
-                Eviction { uid: p.uid.clone(), message: p.message.clone(), grace: p.grace, at: now, over_limit };
+            let eviction = Eviction {
+                uid: p.uid.clone(),
+                message: p.message.clone(),
+                grace: p.grace,
+                at: now,
+                over_limit,
+            };
             if !self.sink.evict(eviction) {
                 warn!(pod = %p.uid, "the verdict populator is gone; the eviction is not applied");
             }
@@ -238,8 +243,8 @@ impl Driver<EvictionKey, EvictionOp, EvictionActual> for EvictionDriver {
     ) -> Outcome<EvictionActual, Infallible> {
         let mut next = op.next().clone();
         let stage = match op {
-            EvictionOp::Assess { threshold_met, .. } => {
-                let met = next.pass.as_ref().and_then(|p| p.act_on.as_ref()).filter(|_| threshold_met.is_some());
+            EvictionOp::Assess { announce, .. } => {
+                let met = next.pass.as_ref().and_then(|p| p.act_on.as_ref()).filter(|_| *announce);
                 self.publish(&next.conditions, met);
                 None
             }
@@ -260,6 +265,6 @@ impl Driver<EvictionKey, EvictionOp, EvictionActual> for EvictionDriver {
             pass.stage = stage;
         }
         next.updated_at = Some(Instant::now());
-        Outcome::Done(Update::Set(EvictionActual::Node(next)))
+        Outcome::Done(Update::Set(EvictionActual::Node(Box::new(next))))
     }
 }

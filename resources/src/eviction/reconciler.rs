@@ -38,7 +38,7 @@ use super::signal::{Observations, PodUsage};
 use super::state::{EvictionState, Met, Policy, still_met};
 use crate::model::actual::PodActual;
 use crate::model::pod::{DesiredPod, PodUid};
-use crate::model::pressure::{Condition, Signal};
+use crate::model::pressure::Condition;
 use crate::model::verdict::Verdict;
 
 /// The grace period of a pod evicted for a hard threshold (the kubelet's
@@ -169,7 +169,7 @@ pub struct NodeEviction {
 #[derive(Debug, Clone, PartialEq)]
 pub enum EvictionActual {
     /// At [`EvictionKey::Node`].
-    Node(NodeEviction),
+    Node(Box<NodeEviction>),
     /// At [`EvictionKey::Signals`].
     Signals(Sample),
 }
@@ -199,9 +199,9 @@ pub enum EvictionOp {
     Assess {
         /// The node's actual value after the step.
         next: Box<NodeEviction>,
-        /// The conditions that changed are reported as events; the signal of a threshold met
-        /// and acted on in this pass (`EvictionThresholdMet`), if any.
-        threshold_met: Option<Signal>,
+        /// Whether the pass acts on a threshold (no pod over a local storage limit): announced
+        /// as `EvictionThresholdMet`.
+        announce: bool,
     },
     /// Node-level reclaim for a disk threshold, then the signals observed again.
     Reclaim {
@@ -363,9 +363,9 @@ impl EvictionReconciler {
             Some(measured) if config.local_storage_capacity_isolation => self.over_limit(&next, measured),
             _ => Vec::new(),
         };
-        let threshold_met = act_on.as_ref().filter(|_| over_limit.is_empty()).map(|m| m.threshold.signal);
+        let announce = act_on.is_some() && over_limit.is_empty();
         next.pass = Some(Pass { seq: sample.seq, at: sample.at, act_on, over_limit, stage: Stage::Assessed });
-        EvictionOp::Assess { next: Box::new(next), threshold_met }
+        EvictionOp::Assess { next: Box::new(next), announce }
     }
 
     /// The next step of `pass`, if it is not over.
@@ -392,7 +392,9 @@ impl EvictionReconciler {
                 if self.active_pods(node).is_empty() {
                     return None;
                 }
-                Some(EvictionOp::MeasureUsage { next: with_stage(Stage::Measured { usage: BTreeMap::new() }) })
+                Some(EvictionOp::MeasureUsage {
+                    next: with_stage(Stage::Measured { usage: BTreeMap::new() }),
+                })
             }
             Stage::Measured { usage } => {
                 let pods = self.active_pods(node);
@@ -439,12 +441,22 @@ impl EvictionReconciler {
         if let Some(p) = next.pass.as_mut() {
             p.stage = Stage::Evicted;
         }
-        EvictionOp::Evict { next: Box::new(next), pods, over_limit, cleanup_timeout: config.pod_cleanup_timeout }
+        EvictionOp::Evict {
+            next: Box::new(next),
+            pods,
+            over_limit,
+            cleanup_timeout: config.pod_cleanup_timeout,
+        }
     }
 
     /// Plans for the node: the next step of the current pass, else a pass over the newest sample
     /// taken since the last step.
-    pub fn plan(&self, config: &EvictionConfig, node: &NodeEviction, sample: Option<&Sample>) -> Plan<EvictionOp> {
+    pub fn plan(
+        &self,
+        config: &EvictionConfig,
+        node: &NodeEviction,
+        sample: Option<&Sample>,
+    ) -> Plan<EvictionOp> {
         if let Some(pass) = &node.pass
             && let Some(op) = self.step(config, node, pass)
         {
@@ -469,7 +481,7 @@ impl Reconciler<EvictionConfig, EvictionActual> for EvictionReconciler {
     fn reconcile(&self, view: &View<'_, EvictionKey, EvictionConfig, EvictionActual>) -> Plan<EvictionOp> {
         let (EvictionKey::Node, Some(config)) = (view.key, view.desired) else { return Plan::Idle };
         let node = match view.actual {
-            Some(EvictionActual::Node(n)) => n.clone(),
+            Some(EvictionActual::Node(n)) => NodeEviction::clone(n),
             _ => NodeEviction::default(),
         };
         let sample = view.actual_store.get(&EvictionKey::Signals);
@@ -480,7 +492,12 @@ impl Reconciler<EvictionConfig, EvictionActual> for EvictionReconciler {
         self.plan(config, &node, sample)
     }
 
-    fn uncertain(&self, _key: &EvictionKey, op: &EvictionOp, _actual: Option<&EvictionActual>) -> Update<EvictionActual> {
-        Update::Set(EvictionActual::Node(op.next_uncertain()))
+    fn uncertain(
+        &self,
+        _key: &EvictionKey,
+        op: &EvictionOp,
+        _actual: Option<&EvictionActual>,
+    ) -> Update<EvictionActual> {
+        Update::Set(EvictionActual::Node(Box::new(op.next_uncertain())))
     }
 }

@@ -14,11 +14,13 @@ use super::local_storage::{ContainerStorage, LocalStorage, PodStorage};
 use super::metrics::EvictionMetrics;
 use super::populator::Evictions;
 use super::reconciler::{
-    EvictionActual, EvictionConfig, EvictionKey, EvictionOp, EvictionPods, EvictionReconciler, HARD_EVICTION_GRACE,
-    NodeEviction, Sample, Stage,
+    EvictionActual, EvictionConfig, EvictionKey, EvictionOp, EvictionPods, EvictionReconciler,
+    HARD_EVICTION_GRACE, NodeEviction, Sample, Stage,
 };
 use super::sampler::SignalSampler;
-use super::signal::{Amount, BoxFuture, Observation, Observations, PodUsage, SignalError, SignalSource, Threshold};
+use super::signal::{
+    Amount, BoxFuture, Observation, Observations, PodUsage, SignalError, SignalSource, Threshold,
+};
 use super::state::Policy;
 use crate::common::events::NodeEvents;
 use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
@@ -113,7 +115,6 @@ struct Setup {
     evictions: Evictions,
     events: NodeEvents,
     reclaims: Arc<CountingReclaimer>,
-    pods: EvictionPods,
     writers: (Writer<PodUid, DesiredPod>, Writer<PodUid, PodActual>, Writer<PodUid, Verdict>),
 }
 
@@ -131,7 +132,12 @@ fn setup(readings: Vec<Observations>, threshold: Threshold) -> Setup {
     setup_with(readings, threshold, LocalStorage::default(), true)
 }
 
-fn setup_with(readings: Vec<Observations>, threshold: Threshold, storage: LocalStorage, isolation: bool) -> Setup {
+fn setup_with(
+    readings: Vec<Observations>,
+    threshold: Threshold,
+    storage: LocalStorage,
+    isolation: bool,
+) -> Setup {
     let (desired, mut dw) = reconcile_engine::store::<PodUid, DesiredPod>();
     let (actual, mut aw) = reconcile_engine::store::<PodUid, PodActual>();
     let c = |n: &str| serde_json::json!({"name": "app", "image": "busybox", "resources": {"requests": {"memory": n}}});
@@ -177,7 +183,7 @@ fn setup_with(readings: Vec<Observations>, threshold: Threshold, storage: LocalS
     let pods = EvictionPods { desired, actual, verdicts };
     Setup {
         config: config(threshold, isolation),
-        reconciler: EvictionReconciler::new(pods.clone(), driver.reclaims()),
+        reconciler: EvictionReconciler::new(pods, driver.reclaims()),
         driver,
         script,
         node: NodeEviction::default(),
@@ -185,7 +191,6 @@ fn setup_with(readings: Vec<Observations>, threshold: Threshold, storage: LocalS
         evictions,
         events,
         reclaims,
-        pods,
         writers: (dw, aw, verdict_writer),
     }
 }
@@ -229,7 +234,7 @@ impl Setup {
             if let Some(Stage::Reclaimed { freed, .. }) = next.pass.as_ref().map(|p| &p.stage) {
                 report.reclaimed = *freed;
             }
-            self.node = next;
+            self.node = *next;
         }
         report
     }
@@ -251,7 +256,11 @@ async fn one_pod_per_pass_ranked_and_never_a_critical_one() {
     let gauge = s.driver.metrics().node_pressure.with_label_values(&["MemoryPressure"]).get();
     assert_eq!(gauge, 1, "nodelet_node_pressure follows the condition");
     assert_eq!(s.driver.metrics().evictions.with_label_values(&["memory.available"]).get(), 1);
-    assert_eq!(*s.driver.conditions().borrow(), [Condition::MemoryPressure].into(), "admission sees the pressure");
+    assert_eq!(
+        *s.driver.conditions().borrow(),
+        [Condition::MemoryPressure].into(),
+        "admission sees the pressure"
+    );
     let record = s.node.evicted.get("hog").map(|r| (r.signal, r.message.clone()));
     assert_eq!(record, Some(("memory.available", v.message.clone())), "the actual state records why");
     // Still under pressure: the next pass evicts the next pod, never the critical one.
@@ -264,7 +273,8 @@ async fn one_pod_per_pass_ranked_and_never_a_critical_one() {
 #[tokio::test(start_paused = true)]
 async fn disk_pressure_reclaims_first_and_evicts_nobody_when_that_is_enough() {
     let t = Threshold::hard(Signal::NodeFsAvailable, Amount::Percentage(10.0));
-    let readings = vec![reading(Signal::NodeFsAvailable, 50 * MI), reading(Signal::NodeFsAvailable, 200 * MI)];
+    let readings =
+        vec![reading(Signal::NodeFsAvailable, 50 * MI), reading(Signal::NodeFsAvailable, 200 * MI)];
     let mut s = setup(readings, t);
     let report = s.pass().await;
     assert_eq!(report.signal, Some(Signal::NodeFsAvailable));
@@ -326,7 +336,12 @@ async fn a_pod_over_a_local_storage_limit_is_evicted_first_and_the_thresholds_wa
     let v = s.evictions.try_next().unwrap_or_else(|| panic!("filler is evicted"));
     assert_eq!(
         (v.uid.as_str(), v.message.as_str(), v.grace, v.over_limit),
-        ("filler", "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ", HARD_EVICTION_GRACE, true)
+        (
+            "filler",
+            "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ",
+            HARD_EVICTION_GRACE,
+            true
+        )
     );
     assert_eq!(s.driver.metrics().evictions.with_label_values(&["emptydirfs.limit"]).get(), 1);
     assert_eq!(s.driver.metrics().evictions.with_label_values(&["memory.available"]).get(), 0);
@@ -355,7 +370,8 @@ async fn without_local_storage_capacity_isolation_limits_are_not_enforced() {
 #[tokio::test(start_paused = true)]
 async fn the_condition_outlives_the_pressure_by_the_transition_period_and_events_follow_it() {
     let t = Threshold::hard(Signal::PidAvailable, Amount::Quantity(100));
-    let mut s = setup(vec![[(Signal::PidAvailable, Observation { available: 50, capacity: 1000 })].into()], t);
+    let mut s =
+        setup(vec![[(Signal::PidAvailable, Observation { available: 50, capacity: 1000 })].into()], t);
     s.writers.0.remove(&"hog".to_owned());
     s.writers.0.remove(&"steady".to_owned());
     let report = s.pass().await;
@@ -389,7 +405,7 @@ async fn a_pass_runs_to_its_end_and_the_next_takes_a_sample_from_after_it() {
     else {
         panic!("set")
     };
-    s.node = next;
+    s.node = *next;
     // A newer sample arrives in the middle of the pass: the pass goes on with its own.
     tokio::time::advance(Duration::from_secs(10)).await;
     let newer = s.sample().await;
@@ -399,12 +415,17 @@ async fn a_pass_runs_to_its_end_and_the_next_takes_a_sample_from_after_it() {
     assert!(!reconcile_engine::Operation::given_up_for(&op, None), "never given up for a new sample");
     // The evicted pod takes its time to stop: a sample from before the end of the pass is not used.
     let mut node = s.node.clone();
-    node.pass.as_mut().map(|p| p.stage = Stage::Evicted);
+    if let Some(p) = node.pass.as_mut() {
+        p.stage = Stage::Evicted;
+    }
     node.updated_at = Some(Instant::now() + Duration::from_secs(5));
     assert_eq!(s.reconciler.plan(&s.config, &node, Some(&newer)), Plan::Idle);
     tokio::time::advance(Duration::from_secs(10)).await;
     let after = s.sample().await;
-    assert!(matches!(s.reconciler.plan(&s.config, &node, Some(&after)), Plan::Run(EvictionOp::Assess { .. })));
+    assert!(matches!(
+        s.reconciler.plan(&s.config, &node, Some(&after)),
+        Plan::Run(EvictionOp::Assess { .. })
+    ));
 }
 
 #[tokio::test(start_paused = true)]
@@ -425,14 +446,13 @@ async fn the_reconciler_plans_the_node_from_the_signals_key_and_an_uncertain_ste
     assert_eq!(s.reconciler.reconcile(&view), Plan::Idle, "nothing runs on the signals' key");
     assert_eq!(reconcile_engine::Key::parent(&EvictionKey::Signals), Some(EvictionKey::Node));
     // A step that timed out: measuring moves on without usage.
-    let mut node = op.next().clone();
-    node.pass.as_mut().map(|p| p.stage = Stage::Assessed);
+    let node = op.next().clone();
     let Plan::Run(measure) = s.reconciler.plan(&s.config, &node, None) else { panic!("measure") };
-    let Update::Set(EvictionActual::Node(after)) = s.reconciler.uncertain(&EvictionKey::Node, &measure, None) else {
+    let Update::Set(EvictionActual::Node(after)) = s.reconciler.uncertain(&EvictionKey::Node, &measure, None)
+    else {
         panic!("set")
     };
     assert_eq!(after.pass.map(|p| p.stage), Some(Stage::Measured { usage: BTreeMap::new() }));
-    let _ = &s.pods;
 }
 
 #[tokio::test(start_paused = true)]
@@ -456,7 +476,7 @@ async fn on_an_engine_the_sampler_drives_passes_every_monitoring_period() {
         .get(&EvictionKey::Node)
         .as_deref()
     {
-        Some(EvictionActual::Node(n)) => Some(n.clone()),
+        Some(EvictionActual::Node(n)) => Some(NodeEviction::clone(n)),
         _ => None,
     };
     assert_eq!(node(&actual).and_then(|n| n.pass).map(|p| p.seq), Some(1), "the first sample at once");

@@ -32,8 +32,8 @@ use super::ops::PodOp;
 use crate::common::clock::Clock;
 use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
 use crate::model::pod::{DesiredPod, PodUid};
-use crate::model::pressure::{ReclaimError, Reclaimer};
 use crate::model::pressure::Signal;
+use crate::model::pressure::{ReclaimError, Reclaimer};
 use futures::future::BoxFuture;
 
 /// How the collector chooses; the kubelet's `GCPolicy`.
