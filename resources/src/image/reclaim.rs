@@ -7,7 +7,7 @@ use super::status::{FreeSpace, FreeSpaceError};
 use crate::model::pressure::{ReclaimError, Reclaimer, Signal};
 use futures::future::BoxFuture;
 
-/// How long the eviction manager waits for the image pair by default.
+/// How long the eviction pair waits for the image pair by default.
 pub const DEFAULT_RECLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A [`Reclaimer`] that asks the image pair to remove every unused image that may be removed (the

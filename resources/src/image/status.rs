@@ -1,5 +1,5 @@
 //! What the image pair reports: the outcome of each populator pass ([`PassReport`]), and the
-//! channel through which others (the eviction manager) ask it to free space ([`FreeSpace`]) and
+//! channel through which others (the eviction pair) ask it to free space ([`FreeSpace`]) and
 //! wait for the answer. A request is state the populator reads, never a call into the runtime.
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Node pressure as the pairs share it: the eviction signals ([`Signal`]) and the node conditions they report
-//! through ([`Condition`]), and node-level reclaim ([`Reclaimer`]): what the eviction manager asks of the image
+//! through ([`Condition`]), and node-level reclaim ([`Reclaimer`]): what the eviction pair asks of the image
 //! and container garbage collectors before it evicts pods for a disk signal.
 
 use std::fmt;

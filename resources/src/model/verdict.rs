@@ -1,5 +1,5 @@
-//! The node's verdicts on its pods: the value of the verdict store (`Store<PodUid, Verdict>`) that eviction's
-//! admission and eviction manager write and the pod, volume and sandbox pairs read.
+//! The node's verdicts on its pods: the value of the verdict store (`Store<PodUid, Verdict>`) that the eviction
+//! pair's verdict populator writes (admission, deadlines, evictions) and the pod, volume and sandbox pairs read.
 //!
 //! - [`Verdict`]: admitted (with a pending in-place resize that could not be granted, if any), or stopped for
 //!   good ([`Stopped`]): refused at admission or evicted under node pressure.

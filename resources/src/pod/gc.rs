@@ -259,7 +259,7 @@ impl std::fmt::Debug for SurplusPopulator {
 
 /// The surplus store (the pod reconciler's side input, to be watched by the pod engine), its
 /// [`SurplusPopulator`] over the desired pods and the pod engine's `actual` store, and a
-/// [`ContainerGcReclaimer`] for the eviction manager.
+/// [`ContainerGcReclaimer`] for the eviction pair.
 pub fn container_gc(
     policy: ContainerGcPolicy,
     desired: Store<PodUid, DesiredPod>,
