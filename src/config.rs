@@ -154,7 +154,7 @@ pub(crate) const EVICTION_SIGNALS: &[&str] = &[
 ];
 /// `nodelet.imageGCPeriod`: how often image garbage collection runs (the kubelet's fixed 5m).
 pub(crate) const DEFAULT_IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
-/// `nodelet.evictionMonitoringPeriod`: how often the eviction manager checks the signals (the
+/// `nodelet.evictionMonitoringPeriod`: how often the eviction pair samples the signals (the
 /// kubelet's fixed 10s housekeeping interval).
 pub(crate) const DEFAULT_EVICTION_MONITORING_PERIOD: Duration = Duration::from_secs(10);
 /// `nodelet.localStorageEntryBudget`: directory entries the local storage measurement examines per

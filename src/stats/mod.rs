@@ -32,8 +32,8 @@
 //! itself (the host numbers through the readers of [`nodelet_node::host_stats`]). The volumes are never
 //! walked by a gathering: their usage is the newest background measurement ([`volume_usage`], as the
 //! kubelet's volume stats are cached for `volumeStatsAggPeriod`), which the local storage check reads too.
-//! [`StatsProvider::node`], the eviction manager's node signals, is read fresh: `/proc`, `statvfs`
-//! and one CRI call; the pods' usage, which the eviction manager asks for only when it is about to evict,
+//! [`StatsProvider::node`], the eviction pair's node signals, is read fresh: `/proc`, `statvfs`
+//! and one CRI call; the pods' usage, which the eviction pair asks for only when it is about to evict,
 //! is gathered fresh too ([`StatsProvider::refresh`], after a fresh round of [`StatsProvider::measure_volumes`]).
 
 pub(crate) mod cadvisor;

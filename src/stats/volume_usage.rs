@@ -1,6 +1,6 @@
 //! The pods' volume usage, measured in the background every `volumeStatsAggPeriod` (the kubelet's
 //! volume stats calculator, default 1 m) and kept as state: `/stats/summary` (its `volume` entries
-//! and the volumes' part of `ephemeral-storage`) and the local storage check of the eviction manager
+//! and the volumes' part of `ephemeral-storage`) and the local storage check of the eviction pair
 //! ([`local_storage`](super::local_storage)) read it; neither walks a volume per request.
 //!
 //! Every volume nodelet set up for a pod is measured (hostPath volumes are the host's own and are

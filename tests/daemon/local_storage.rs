@@ -1,5 +1,5 @@
 //! Local storage capacity isolation on the real runtime (`localStorageCapacityIsolation`), with the
-//! eviction manager checking every second:
+//! eviction pair sampling every second:
 //!
 //! - a pod writing 4 MiB into an emptyDir with `sizeLimit: 1Mi` is evicted (Failed, `Evicted`, the
 //!   kubelet's message, an `Evicted` event, `kubelet_evictions_total{eviction_signal="emptydirfs.limit"}`,
