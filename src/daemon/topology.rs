@@ -976,7 +976,7 @@ pub(crate) fn start_pressure(
 }
 
 /// Cluster mode: the Node object, its Lease, pod status, mirror pods, events (tasks named in
-/// [`cluster::Cluster::start`]).
+/// [`cluster::Cluster::tasks`]).
 fn start_cluster(
     core: &Core,
     cluster: cluster::Cluster,
@@ -987,7 +987,7 @@ fn start_cluster(
     pods: &Pods,
 ) {
     let Some(c) = &core.config.cluster else { return };
-    cluster.start(
+    let tasks = cluster.tasks(
         &core.config.node_name,
         c,
         node,
@@ -999,8 +999,9 @@ fn start_cluster(
         runtime.cri.clone(),
         storage.csi.clone(),
         pods.refresh.clone(),
-        &core.supervisor,
+        &core.shutdown,
     );
+    spawn_tasks(&core.supervisor, tasks);
 }
 
 /// The HTTP servers: main, read-only and healthz ports (task `servers`).
