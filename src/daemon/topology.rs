@@ -1049,3 +1049,47 @@ async fn start_servers(
     });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(root_dir: &std::path::Path) -> config::Config {
+        let mut config = config::Config::resolve(
+            &crate::cli::RunArgs { hostname_override: Some("n".into()), ..Default::default() },
+            None,
+            &config::HostFacts::detect(),
+        )
+        .expect("defaults")
+        .config;
+        config.root_dir = root_dir.to_path_buf();
+        config
+    }
+
+    #[tokio::test]
+    async fn a_root_directory_that_cannot_be_made_fails_the_setup_stage_with_its_message() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, "").expect("file");
+        let root = file.join("root");
+        let outcome = run(Arc::new(config(&root)), Vec::new(), std::future::pending()).await;
+        let Err(Error::Start(e)) = outcome else { panic!("started under a file: {outcome:?}") };
+        assert_eq!(e.stage(), Stage::Setup);
+        let message = e.to_string();
+        assert!(
+            message.starts_with(&format!("cannot create the root directory {}: ", root.display())),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_runtime_endpoint_that_is_not_a_unix_socket_fails_the_runtime_stage() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = config(dir.path());
+        config.runtime.endpoint = Some("tcp://127.0.0.1:1".into());
+        let outcome = run(Arc::new(config), Vec::new(), std::future::pending()).await;
+        let Err(Error::Start(e)) = outcome else { panic!("started on a TCP endpoint: {outcome:?}") };
+        assert_eq!(e.stage(), Stage::Runtime);
+        assert!(e.to_string().starts_with("bad container runtime endpoint tcp://127.0.0.1:1: "), "{e}");
+    }
+}
