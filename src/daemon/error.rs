@@ -118,7 +118,7 @@ impl std::fmt::Display for StartError {
     }
 }
 
-// The message already holds the causes (as `anyhow`'s `{:#}` printed them): no `source` to print twice.
+// The message already holds the causes, one after the other: no `source`, so nothing prints them twice.
 impl std::error::Error for StartError {}
 
 /// What failed while the node started.
