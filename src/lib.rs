@@ -26,8 +26,8 @@ mod volumes;
 
 pub use cli::NoClient;
 pub use daemon::{
-    BuiltinCommand, Error, Extension, ExtensionContext, Invocation, Node, NodeBuilder, NodeConfig,
-    StatusTable, Supervisor,
+    BuiltinCommand, Error, Extension, ExtensionContext, Invocation, Node, NodeBuilder, NodeConfig, Stage,
+    StartError, StatusTable, Supervisor,
 };
 // YAML (`crate::yaml`): shared with the client.
 use nodelet_shared::yaml;

@@ -62,14 +62,25 @@ impl LogFormat {
     }
 }
 
+/// Why logging cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LoggingError {
+    /// `RUST_LOG` is not a valid filter (the reason is in the message, as the binary prints it).
+    #[error("invalid RUST_LOG {value:?}: {reason}")]
+    Filter { value: String, reason: tracing_subscriber::filter::ParseError },
+    /// A global subscriber is already installed.
+    #[error("cannot install the log subscriber: {0}")]
+    Install(Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
 /// Installs the global subscriber on stderr: `RUST_LOG` when set, else the `verbosity` level (see
 /// [`nodelet_shared::log::filter_directive`]), in `format`.
-pub(crate) fn init(format: LogFormat, verbosity: Option<u8>) -> anyhow::Result<()> {
+pub(crate) fn init(format: LogFormat, verbosity: Option<u8>) -> Result<(), LoggingError> {
     use std::io::IsTerminal as _;
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if !v.trim().is_empty() => {
-            EnvFilter::try_new(&v).map_err(|e| anyhow::anyhow!("invalid RUST_LOG {v:?}: {e}"))?
+            EnvFilter::try_new(&v).map_err(|reason| LoggingError::Filter { value: v.clone(), reason })?
         }
         _ => EnvFilter::new(nodelet_shared::log::filter_directive(verbosity)),
     };
@@ -80,7 +91,7 @@ pub(crate) fn init(format: LogFormat, verbosity: Option<u8>) -> anyhow::Result<(
             builder.with_ansi(false).fmt_fields(JsonFields).event_format(KlogJson::default()).try_init()
         }
     };
-    installed.map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))
+    installed.map_err(LoggingError::Install)
 }
 
 /// The kubelet's JSON line format (see the [module docs](self)).

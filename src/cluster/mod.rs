@@ -33,6 +33,9 @@ use std::time::Duration;
 
 use kube::Client;
 
+use nodelet_resources::common::task::Lifetime::Bounded;
+use nodelet_resources::common::task::NamedTask;
+
 use crate::daemon::Policy::MayFinish;
 
 /// Errors of cluster mode's set-up.
@@ -218,13 +221,14 @@ impl Cluster {
         self.serving.as_ref().map(certificates::ServingCerts::handle)
     }
 
-    /// Starts the writers (the Node and its Lease, pod statuses, mirror pods and events, all read
-    /// from `view` and the pod stores), the pod data watches, which poke `refresh` when the volumes
-    /// must be rendered again, and the serving certificate's manager, as tasks of `sup` (`pod-data-refresh`,
-    /// `runtime-classes`, `services`, `pod-data`, `serving-certificate`, `csi-node`, `node-sync`, `pod-status`,
-    /// `mirror-pods`, `events`). All wait for the node's credentials.
+    /// The writers (the Node and its Lease, pod statuses, mirror pods and events, all read from `view` and
+    /// the pod stores), the pod data watches, which poke `refresh` when the volumes must be rendered again,
+    /// and the serving certificate's manager, as named tasks for the daemon to spawn (`pod-data-refresh`,
+    /// `runtime-classes`, `services`, `pod-data`, `serving-certificate`, `csi-node`, `node-sync`,
+    /// `pod-status`, `mirror-pods`, `events`; each may end, a panic is a failure), all ending at `shutdown`.
+    /// All wait for the node's credentials.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn start<V: crate::server::NodeView + Send + Sync + 'static>(
+    pub(crate) fn tasks<V: crate::server::NodeView + Send + Sync + 'static>(
         self,
         node_name: &str,
         cluster: &crate::config::ClusterConfig,
@@ -246,12 +250,12 @@ impl Cluster {
         cri: nodelet_cri::CriClient,
         csi: std::sync::Arc<nodelet_csi::Registry>,
         refresh: tokio::sync::watch::Sender<()>,
-        sup: &crate::daemon::Supervisor,
-    ) {
-        let shutdown = sup.shutdown();
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Vec<NamedTask> {
+        let mut tasks = Vec::new();
         let mut changes = self.pod_data.subscribe();
         let stop = shutdown.clone();
-        sup.spawn("pod-data-refresh", MayFinish, async move {
+        tasks.push(NamedTask::new("pod-data-refresh", Bounded, async move {
             loop {
                 tokio::select! {
                     () = stop.cancelled() => return,
@@ -259,13 +263,25 @@ impl Cluster {
                 }
                 refresh.send_replace(());
             }
-        });
+        }));
         let classes = self.runtime_class_feed.run(self.client.clone(), shutdown.clone());
-        sup.spawn("runtime-classes", MayFinish, when_ready(self.current.clone(), shutdown.clone(), classes));
+        tasks.push(NamedTask::new(
+            "runtime-classes",
+            Bounded,
+            when_ready(self.current.clone(), shutdown.clone(), classes),
+        ));
         let services = self.services.clone().run(self.client.clone(), shutdown.clone());
-        sup.spawn("services", MayFinish, when_ready(self.current.clone(), shutdown.clone(), services));
+        tasks.push(NamedTask::new(
+            "services",
+            Bounded,
+            when_ready(self.current.clone(), shutdown.clone(), services),
+        ));
         let pod_data = self.pod_data.clone().run(self.client.clone(), desired.clone(), shutdown.clone());
-        sup.spawn("pod-data", MayFinish, when_ready(self.current.clone(), shutdown.clone(), pod_data));
+        tasks.push(NamedTask::new(
+            "pod-data",
+            Bounded,
+            when_ready(self.current.clone(), shutdown.clone(), pod_data),
+        ));
         let host_ips: Vec<String> = view
             .nodes()
             .items
@@ -277,11 +293,11 @@ impl Cluster {
         if let Some(serving) = self.serving {
             let run =
                 serving.run(self.client.clone(), node_name.to_owned(), host_ips.clone(), shutdown.clone());
-            sup.spawn(
+            tasks.push(NamedTask::new(
                 "serving-certificate",
-                MayFinish,
+                Bounded,
                 when_ready(self.current.clone(), shutdown.clone(), run),
-            );
+            ));
         }
         let node_sync = node::NodeSync::new(
             self.client.clone(),
@@ -312,9 +328,17 @@ impl Cluster {
         let csi_node =
             csinode::CsiNodeSync::new(self.client.clone(), csi, node_sync.registered(), own_labels);
         let run = csi_node.run(shutdown.clone());
-        sup.spawn("csi-node", MayFinish, when_ready(self.current.clone(), shutdown.clone(), run));
+        tasks.push(NamedTask::new(
+            "csi-node",
+            Bounded,
+            when_ready(self.current.clone(), shutdown.clone(), run),
+        ));
         let run = node_sync.run(shutdown.clone());
-        sup.spawn("node-sync", MayFinish, when_ready(self.current.clone(), shutdown.clone(), run));
+        tasks.push(NamedTask::new(
+            "node-sync",
+            Bounded,
+            when_ready(self.current.clone(), shutdown.clone(), run),
+        ));
         let status = status::StatusManager::new(
             self.client.clone(),
             view.clone(),
@@ -324,12 +348,21 @@ impl Cluster {
             host_ips,
         );
         let run = status.run(shutdown.clone());
-        sup.spawn("pod-status", MayFinish, when_ready(self.current.clone(), shutdown.clone(), run));
+        tasks.push(NamedTask::new(
+            "pod-status",
+            Bounded,
+            when_ready(self.current.clone(), shutdown.clone(), run),
+        ));
         let mirrors = mirror::MirrorPods::new(self.client.clone(), desired, self.snapshot, registered);
         let run = mirrors.run(shutdown.clone());
-        sup.spawn("mirror-pods", MayFinish, when_ready(self.current.clone(), shutdown.clone(), run));
+        tasks.push(NamedTask::new(
+            "mirror-pods",
+            Bounded,
+            when_ready(self.current.clone(), shutdown.clone(), run),
+        ));
         let events = events::EventSink::new(self.client, view, node_name.to_owned());
         let run = events.run(shutdown.clone());
-        sup.spawn("events", MayFinish, when_ready(self.current, shutdown.clone(), run));
+        tasks.push(NamedTask::new("events", Bounded, when_ready(self.current, shutdown.clone(), run)));
+        tasks
     }
 }

@@ -46,12 +46,6 @@ const ALLOWED: &[Allowed] = &[
         "let call = tokio::spawn(async move {",
         "per request, awaited by its caller",
     ),
-    allow(
-        "drivers/node/src/containerd.rs",
-        "let task = tokio::spawn(supervise(",
-        "the containerd supervisor: started before the daemon's supervisor and stopped after it (containerd \
-         outlives every task), awaited by EmbeddedContainerd::shutdown",
-    ),
     allow("cli/src/cp.rs", "tokio::spawn(async move {", "the CLI client's session"),
     allow("cli/src/port_forward.rs", "tokio::spawn(async move {", "the CLI client's session, per connection"),
     allow("cli/src/session.rs", "tokio::spawn(", "the CLI client's session"),

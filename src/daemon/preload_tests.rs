@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::start::{Core, Host, start_runtime};
+use super::topology::{Core, Host, start_runtime};
 use crate::hollow::fake_cri::FakeCri;
 
 #[tokio::test]

@@ -14,9 +14,9 @@
 //! Every long-lived task of the node runs here, or on a task that runs here and owns it (the prober's workers,
 //! the pod-data object watches: a `JoinSet` whose panics it re-raises). The libraries spawn none: they hand
 //! their tasks to the daemon as futures (`nodelet_resources::common::task::NamedTask`, the CSI registry's
-//! `watcher`, the runtime's `RuntimeEventFeed`). A bare `tokio::spawn` is left only for per-connection or
-//! per-request work and for the embedded containerd's supervisor (which outlives this one), each listed with
-//! its reason in the test `daemon::bare_spawns`.
+//! `watcher`, the runtime's `RuntimeEventFeed`, the embedded containerd's `ContainerdSupervision`, which runs
+//! on a second supervisor that outlives the node's: `daemon::topology::run`). A bare `tokio::spawn` is left
+//! only for per-connection or per-request work, each listed with its reason in the test `daemon::bare_spawns`.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};

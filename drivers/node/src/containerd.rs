@@ -37,21 +37,24 @@
 //!
 //! Supervision: containerd runs as a child process in its own process group (a Ctrl-C on nodelet's terminal
 //! does not reach it); if it exits, it is restarted after a back-off (1 s, doubling, at most 30 s; reset
-//! after 60 s of uptime). Running containers survive a containerd restart (their shims are independent).
+//! after 60 s of uptime). That supervision is a future, [`ContainerdSupervision`], which
+//! [`EmbeddedContainerd::start`] hands to its caller to run (the daemon runs it on a supervisor that
+//! outlives every other task): this crate spawns no task. Running containers survive a containerd restart (their shims are independent).
 //! [`EmbeddedContainerd::shutdown`] sends SIGTERM, waits, then SIGKILL. A containerd left running by a
 //! nodelet that was killed is found by its config path at the next start and stopped first.
 
 use std::fmt::Write as _;
+use std::future::Future;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use nodelet_cri::{CriClient, CriConfig};
 use tokio::process::{Child, Command};
 use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 use tracing::{debug, info, warn};
 
@@ -195,7 +198,8 @@ pub enum ContainerdError {
         /// ctr's message.
         message: String,
     },
-    /// The supervisor task failed.
+    /// The supervision ([`ContainerdSupervision`]) ended before it stopped containerd: it panicked, or it
+    /// was dropped without running to its end.
     #[error("the containerd supervisor task failed: {0}")]
     Task(String),
 }
@@ -1039,8 +1043,8 @@ pub struct ContainerdStatus {
     pub last_exit: Option<String>,
 }
 
-/// A running, supervised containerd. Stop it with [`Self::shutdown`]; dropping it stops it too (in the
-/// background, while the tokio runtime lives).
+/// A running containerd, supervised by the [`ContainerdSupervision`] its caller runs. Stop it with
+/// [`Self::shutdown`]; dropping it stops it too (the supervision stops containerd and ends).
 #[derive(Debug)]
 pub struct EmbeddedContainerd {
     endpoint: String,
@@ -1048,13 +1052,34 @@ pub struct EmbeddedContainerd {
     pid_path: PathBuf,
     status: watch::Receiver<ContainerdStatus>,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    /// Resolves when the supervision has stopped containerd.
+    done: Option<oneshot::Receiver<()>>,
+}
+
+/// The supervision of a started containerd: restarts it with back-off when it exits, stops it when
+/// [`EmbeddedContainerd::shutdown`] asks (or the handle is dropped), then ends. The caller runs it (spawns
+/// it) from [`EmbeddedContainerd::start`] until then.
+pub struct ContainerdSupervision(Pin<Box<dyn Future<Output = ()> + Send + 'static>>);
+
+impl std::fmt::Debug for ContainerdSupervision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ContainerdSupervision")
+    }
+}
+
+impl Future for ContainerdSupervision {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.0.as_mut().poll(cx)
+    }
 }
 
 impl EmbeddedContainerd {
     /// Writes the configuration, stops a containerd left by a previous nodelet, starts containerd, waits until
-    /// it answers CRI `Version`, imports the preload images, and supervises it from then on.
-    pub async fn start(cfg: EmbeddedContainerdConfig) -> Result<Self> {
+    /// it answers CRI `Version` and imports the preload images. Returns the handle and the supervision, which
+    /// the caller runs from then on (until [`shutdown`](Self::shutdown) has returned).
+    pub async fn start(cfg: EmbeddedContainerdConfig) -> Result<(Self, ContainerdSupervision)> {
         let containerd = find_executable(&cfg.containerd_path).ok_or_else(|| ContainerdError::NotFound {
             what: "containerd",
             path: cfg.containerd_path.clone(),
@@ -1083,9 +1108,14 @@ impl EmbeddedContainerd {
         let endpoint = cfg.endpoint();
         let socket = cfg.socket_path();
         let pid_path = cfg.pid_path();
-        // A bare spawn: awaited by `shutdown`; it outlives the daemon's supervisor (containerd stops after every task).
-        let task = tokio::spawn(supervise(cfg, containerd, child, status_tx, stop_rx));
-        Ok(EmbeddedContainerd { endpoint, socket, pid_path, status, stop: Some(stop), task: Some(task) })
+        let (done_tx, done) = oneshot::channel();
+        let supervision = ContainerdSupervision(Box::pin(async move {
+            supervise(cfg, containerd, child, status_tx, stop_rx).await;
+            let _ = done_tx.send(());
+        }));
+        let handle =
+            EmbeddedContainerd { endpoint, socket, pid_path, status, stop: Some(stop), done: Some(done) };
+        Ok((handle, supervision))
     }
 
     /// The CRI endpoint: `unix://<root-dir>/containerd/containerd.sock`.
@@ -1103,14 +1133,18 @@ impl EmbeddedContainerd {
         self.status.clone()
     }
 
-    /// Stops containerd (SIGTERM, then SIGKILL after the stop timeout) and the supervisor. Running
-    /// containers keep running (their shims are independent of containerd).
+    /// Stops containerd (SIGTERM, then SIGKILL after the stop timeout) and waits until the supervision has
+    /// (it must be running). Running containers keep running (their shims are independent of containerd).
     pub async fn shutdown(mut self) -> Result<()> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        if let Some(task) = self.task.take() {
-            task.await.map_err(|e| ContainerdError::Task(e.to_string()))?;
+        if let Some(done) = self.done.take() {
+            done.await.map_err(|_| {
+                ContainerdError::Task(
+                    "it ended before stopping containerd (it panicked or was not run)".into(),
+                )
+            })?;
         }
         for p in [
             self.socket.clone(),

@@ -351,7 +351,7 @@ async fn embedded_containerd_starts_is_restarted_after_sigkill_and_shuts_down_cl
     cfg.stop_timeout = Duration::from_secs(10);
     let config_path = cfg.config_path();
 
-    let ctd = EmbeddedContainerd::start(cfg.clone()).await.unwrap_or_else(|e| panic!("start: {e}"));
+    let ctd = start_supervised(cfg.clone()).await;
     assert_eq!(ctd.endpoint(), format!("unix://{}/containerd/containerd.sock", tmp.path().display()));
     let cri = CriClient::connect(CriConfig::new(ctd.endpoint())).await.expect("connect");
     let v = cri.version().await.expect("CRI Version");
@@ -414,7 +414,7 @@ async fn a_containerd_left_by_a_dead_nodelet_is_replaced_and_preload_images_are_
     wait_ready(&cfg, &mut orphan).await.expect("orphan ready");
     let orphan_pid = orphan.id().expect("pid");
 
-    let ctd = EmbeddedContainerd::start(cfg.clone()).await.unwrap_or_else(|e| panic!("start: {e}"));
+    let ctd = start_supervised(cfg.clone()).await;
     let _ = timeout(Duration::from_secs(5), orphan.wait()).await; // reap it (it is our child in this test)
     assert!(!alive(orphan_pid), "the leftover containerd was stopped");
     let pid = ctd.status().pid.expect("pid");
@@ -487,7 +487,7 @@ async fn a_pod_on_the_embedded_containerd_gets_an_ip_and_its_host_port_answers_o
     let uid = format!("{:032x}", unique_u128());
     let cgroup = format!("{}/pod{uid}", cgroup_parent.trim_end_matches('/'));
 
-    let ctd = EmbeddedContainerd::start(cfg.clone()).await.unwrap_or_else(|e| panic!("start: {e}"));
+    let ctd = start_supervised(cfg.clone()).await;
     let endpoint = ctd.endpoint().to_owned();
     let sandbox_id = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
 
@@ -630,4 +630,11 @@ async fn containerd_accepts_the_generated_config_and_merges_the_extra_file() {
     assert!(dump.contains(&format!("Root = \"{}\"", c.dir.join("runc").display())), "{dump}");
     assert!(dump.contains(&format!("address = \"{}\"", c.socket_path().display())), "{dump}");
     assert!(dump.contains("level = \"debug\""), "the extra file wins: {dump}");
+}
+
+/// Starts the embedded containerd and runs its supervision on a task of the test.
+async fn start_supervised(cfg: EmbeddedContainerdConfig) -> EmbeddedContainerd {
+    let (ctd, supervision) = EmbeddedContainerd::start(cfg).await.unwrap_or_else(|e| panic!("start: {e}"));
+    tokio::spawn(supervision);
+    ctd
 }

@@ -1,12 +1,35 @@
-//! The start functions of the standard pairs and concerns, in the order the daemon calls them. Each takes
-//! the [`Core`] (configuration, shutdown, supervisor, registries) and the handles of the earlier ones, starts
-//! its tasks on the supervisor, and returns the handles the later ones need.
+//! The node, assembled in one place: which pairs exist, what each reads and watches, which tasks run, in
+//! what order they start. [`run`] (a real node) and [`run_hollow`] (`nodelet hollow`) both go through
+//! [`run_with_runtime`] → [`assemble`], which calls the steps below in order; each takes the [`Core`]
+//! (configuration, shutdown, supervisor, registries) and the handles of the earlier ones, spawns its tasks
+//! on the [`Supervisor`] and returns the handles the later ones read. Helpers that build one pair's parts
+//! live with the pair (`crate::claims`, `crate::volumes`, `crate::pressure`, `super::runtime`,
+//! `nodelet_resources::sandbox::pair`); the choices of stores, relations and tasks are here.
+//!
+//! | step | pairs and stores | tasks |
+//! |---|---|---|
+//! | [`run`] | the embedded containerd (when no CRI endpoint is set), on an outer supervisor | `containerd` |
+//! | [`start_runtime`] | the CRI client, runtime readiness, the node's facts | `runtime-health` |
+//! | [`start_sources`] | the desired pod store `Store<PodUid, DesiredPod>` (`PodConfig`, its only writer) | `source-file`, `source-url`, `source-http`; cluster mode: `source-api`, `client-certificate` |
+//! | [`start_claims`] | the CRI pod runtime, the CSI registry, the claim pair (`claims`: watches its related claims; populated from the manifests' objects and the desired pods) | `csi-plugin-watcher`, `claim-populator`, `claim-csi-drivers`, `claim-engine` |
+//! | [`start_volumes`] | the volume pair (`volumes`: watches its own actual store as `devices`) | `volume-watch` |
+//! | [`start_pods`] | the verdict store; the pod pair (`pods`: side inputs [`PodSideInputs`]); the sandbox pair (`sandboxes`: watches `pods`, `verdicts`, `volumes`, reads the desired volumes); the volume populator; the container GC surplus store | `prober`, `volume-refresh`, `volume-populator`, `claim-volume-stats`, `volume-engine`, `sandbox-engine`, `sandbox-populator`, `sandbox-wake-pods`, `sandbox-wake-sandboxes`, `container-gc`, `log-rotation`, `runtime-events` (real nodes), `pleg`, `pod-engine` |
+//! | [`start_stats`] | the stats provider | `stats-housekeeping`, `volume-stats` |
+//! | [`start_pressure`] | `pressure::start`: image GC, the verdict populator (the verdict store's writer), the eviction manager | `image-engine`, `image-populator`, `local-storage-measure`, `verdict-populator`, `eviction-manager` |
+//! | extensions | [`ExtensionContext`]: the pod and volume stores, pressure, the supervisor | the extensions' own |
+//! | status | [`node::Node`]: what the servers and cluster mode read | — |
+//! | [`start_cluster`] | cluster mode's writers (Node, Lease, pod status, mirror pods, events) | `pod-data-refresh`, `runtime-classes`, `services`, `pod-data`, `serving-certificate`, `csi-node`, `node-sync`, `pod-status`, `mirror-pods`, `events` |
+//! | [`start_servers`] | the HTTP servers | `servers` |
+//!
+//! A step that fails stops the start with a [`StartError`] naming its [`Stage`].
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
-use anyhow::Context as _;
+use nodelet_resources::claim::metrics::ClaimMetrics;
+use nodelet_resources::claim::reconciler::{ClaimReconciler, watch_related};
+use nodelet_resources::claim::status::ClaimView;
 use nodelet_resources::common::clock::{Clock, system_clock};
 use nodelet_resources::common::task::{Lifetime, NamedTask};
 use nodelet_resources::model::actual::PodActual;
@@ -16,7 +39,7 @@ use nodelet_resources::model::volumes::ClaimLookup;
 use nodelet_resources::pod::driver::PodDriver;
 use nodelet_resources::pod::gc::Surplus;
 use nodelet_resources::pod::metrics::PodMetrics;
-use nodelet_resources::pod::pleg::{Pleg, PlegWaker};
+use nodelet_resources::pod::pleg::Pleg;
 use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
 use nodelet_resources::probe::results::ProbeResults;
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
@@ -31,11 +54,13 @@ use nodelet_resources::volume::reconciler::VolumeReconciler;
 use reconcile_engine::{BackoffConfig, Engine, Metrics, Store};
 use tokio_util::sync::CancellationToken;
 
+use super::error::{Error, Stage, StartCause, StartError};
+use super::extension::{self, Extension, ExtensionContext};
+use super::runtime;
 use super::supervisor::{Policy, Supervisor};
-use nodelet_node::containerd::EmbeddedContainerdConfig;
 use nodelet_node::{log_rotation, node_facts};
 
-use crate::{claims, cluster, config, node, pressure};
+use crate::{claims, cluster, config, node, pressure, server};
 use crate::{sources, stats, volumes};
 
 /// What the node's volumes are made on.
@@ -64,7 +89,7 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub(crate) fn new(config: Arc<config::Config>, host: Host) -> anyhow::Result<Self> {
+    pub(crate) fn new(config: Arc<config::Config>, host: Host) -> Result<Self, prometheus::Error> {
         let registry = prometheus::Registry::new();
         let shutdown = CancellationToken::new();
         Ok(Core {
@@ -79,6 +104,181 @@ impl Core {
     }
 }
 
+/// The daemon on this machine: creates the root directory, starts the embedded containerd when no CRI
+/// endpoint is configured, runs the node ([`run_with_runtime`]) until `stop` resolves or a task fails, then
+/// stops containerd.
+///
+/// The embedded containerd's supervision runs on a second, outer [`Supervisor`] (task `containerd`): it starts
+/// before the node's supervisor and stops after it, since containerd must outlive every task of the node. Its
+/// failure stops the node as a failure of the node's own tasks does.
+pub(crate) async fn run(
+    config: Arc<config::Config>,
+    extensions: Vec<Box<dyn Extension>>,
+    stop: impl Future<Output = std::io::Result<()>>,
+) -> Result<(), Error> {
+    tracing::info!(node = %config.node_name, root = %config.root_dir.display(), "starting nodelet");
+    std::fs::create_dir_all(&config.root_dir).map_err(|source| {
+        let what = format!("the root directory {}", config.root_dir.display());
+        StartError::new(Stage::Setup, StartCause::CreateDir { what, source })
+    })?;
+    let outer_shutdown = CancellationToken::new();
+    // Its only task is `containerd` (Critical, never restarted): its `nodelet_task_restarts_total` stays
+    // out of `/metrics`.
+    let outer = Supervisor::new(outer_shutdown.clone(), &prometheus::Registry::new())
+        .map_err(StartError::at(Stage::Setup))?;
+    // The container runtime: an external CRI endpoint, or nodelet's own containerd.
+    let (endpoint, embedded) = match &config.runtime.endpoint {
+        Some(endpoint) => {
+            tracing::info!(%endpoint, "using the external container runtime");
+            (endpoint.clone(), None)
+        }
+        None => {
+            let cfg = runtime::embedded_containerd_config(&config);
+            let (embedded, supervision) = nodelet_node::containerd::EmbeddedContainerd::start(cfg)
+                .await
+                .map_err(StartError::at(Stage::Runtime))?;
+            outer.spawn("containerd", Policy::Critical, supervision);
+            (embedded.endpoint().to_string(), Some(embedded))
+        }
+    };
+    let stop = async {
+        tokio::select! {
+            r = stop => r.map_err(Error::from),
+            failure = outer.failed() => Err(Error::TaskFailed(failure)),
+        }
+    };
+    let result = run_with_runtime(config, &endpoint, Host::Real, extensions, stop).await;
+    // The node's tasks have stopped: now containerd.
+    outer_shutdown.cancel();
+    let stopped = match embedded {
+        Some(embedded) => embedded.shutdown().await.map_err(StartError::at(Stage::Runtime)),
+        None => Ok(()),
+    };
+    outer.join().await;
+    stopped?;
+    result
+}
+
+/// One hollow node (`nodelet hollow`, see [`crate::hollow`]): the same pairs, sources and cluster tasks as
+/// a real node, over the runtime at `endpoint` (the hollow node's fake runtime) and a host that mounts
+/// nothing ([`Host::Hollow`]), until `stop` is cancelled or a task fails.
+pub(crate) async fn run_hollow(
+    config: Arc<config::Config>,
+    endpoint: &str,
+    stop: CancellationToken,
+) -> Result<(), Error> {
+    let stop = async move {
+        stop.cancelled().await;
+        Ok(())
+    };
+    run_with_runtime(config, endpoint, Host::Hollow, Vec::new(), stop).await
+}
+
+/// Starts the node ([`assemble`]), waits for `stop` or a failed task, then stops every task.
+async fn run_with_runtime(
+    config: Arc<config::Config>,
+    endpoint: &str,
+    host: Host,
+    extensions: Vec<Box<dyn Extension>>,
+    stop: impl Future<Output = Result<(), Error>>,
+) -> Result<(), Error> {
+    let core = Core::new(config, host).map_err(StartError::at(Stage::Setup))?;
+    let started = assemble(&core, endpoint, extensions).await;
+    let outcome = match started {
+        Ok(()) => tokio::select! {
+            r = stop => r,
+            failure = core.supervisor.failed() => Err(Error::TaskFailed(failure)),
+        },
+        Err(e) => Err(e),
+    };
+    match &outcome {
+        Ok(()) => tracing::info!("shutting down; pods keep running"),
+        Err(e) => tracing::error!(error = %e, "stopping nodelet"),
+    }
+    core.shutdown.cancel();
+    core.supervisor.join().await;
+    outcome
+}
+
+/// The node, in start order: each step takes the handles of the earlier ones, spawns its tasks on the
+/// supervisor and returns the handles the later ones read. The standard pairs, the extensions (each given an
+/// [`ExtensionContext`] of the pairs' stores), the node's status ([`node::Node`]), cluster mode and the servers.
+async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension>>) -> Result<(), Error> {
+    let config = &core.config;
+    let runtime = start_runtime(core, endpoint).await.map_err(StartError::at(Stage::Runtime))?;
+    let mut sources = start_sources(core).await.map_err(StartError::at(Stage::Sources))?;
+    let storage = start_claims(core, &runtime, &sources).map_err(StartError::at(Stage::Claims))?;
+    let (volumes, volume_engine) = start_volumes(core, &runtime, &storage);
+    let (mut pods, pressure_inputs) = start_pods(core, &runtime, &sources, &storage, &volumes, volume_engine)
+        .map_err(StartError::at(Stage::Pods))?;
+    let stats = start_stats(core, &sources, &storage, &volumes);
+    let pressure = start_pressure(core, &runtime, &sources, &volumes, &pods, pressure_inputs, &stats)
+        .map_err(StartError::at(Stage::Pressure))?;
+
+    let ctx = ExtensionContext {
+        node_name: config.node_name.clone(),
+        root_dir: config.root_dir.clone(),
+        pods_desired: sources.desired.clone(),
+        pods_actual: pods.actual.clone(),
+        volumes_desired: volumes.desired.clone(),
+        volumes_actual: volumes.actual.clone(),
+        pressure: pressure.view.clone(),
+        engine_metrics: core.engine_metrics.clone(),
+        registry: core.registry.clone(),
+        supervisor: core.supervisor.clone(),
+        cri: runtime.cri.clone(),
+    };
+    let mut tables = extension::StatusTables::default();
+    for ext in extensions {
+        let name = ext.name().to_owned();
+        tracing::info!(extension = %name, "starting extension");
+        let table = ext.start(&ctx).map_err(|source| Error::ExtensionStart { name: name.clone(), source })?;
+        if let Some(table) = table {
+            tables.0.insert(name, table);
+        }
+    }
+
+    let node = Arc::new(
+        node::Node::new(
+            sources.desired.clone(),
+            pods.actual.clone(),
+            pods.failures.clone(),
+            // The pod engine's reconciler and side inputs (status shows what it sees).
+            pods.reconciler.clone(),
+            std::mem::take(&mut pods.status_inputs),
+            pods.clock.clone(),
+            core.registry.clone(),
+            config.pods.pod_logs_dir.clone(),
+            runtime.ready.clone(),
+            sources.pod_config.problems(),
+            config.node_name.clone(),
+        )
+        .map_err(StartError::at(Stage::Status))?
+        .with_volumes(volumes.view())
+        .with_claims(storage.claim_view.clone(), storage.claim_metrics.clone())
+        .with_stats(stats.clone())
+        .with_probe_registry(core.probe_registry.clone())
+        .with_pressure(pressure)
+        .with_facts(runtime.facts.clone())
+        .with_csi(storage.csi.clone())
+        .with_pod_config(sources.pod_config.clone())
+        .with_configz(config::configz::configz(config))
+        .with_pulls(storage.pod_runtime.pull_records()),
+    );
+    let cluster = sources.cluster.take();
+    let kube_client = cluster.as_ref().map(cluster::Cluster::client);
+    let serving_cert = cluster.as_ref().and_then(cluster::Cluster::serving_cert);
+    if let Some(cluster) = cluster {
+        start_cluster(core, cluster, node.clone(), &runtime, &sources, &storage, &pods);
+    }
+    if config.server.enabled {
+        start_servers(core, node, kube_client, serving_cert, &runtime, tables)
+            .await
+            .map_err(StartError::at(Stage::Servers))?;
+    }
+    Ok(())
+}
+
 /// The container runtime, ready.
 pub(crate) struct Runtime {
     pub(crate) cri: nodelet_cri::CriClient,
@@ -88,25 +288,24 @@ pub(crate) struct Runtime {
 
 /// Connects to the runtime at `endpoint`, preloads images, waits until it is ready, and keeps checking
 /// its health for `/healthz` (task `runtime-health`, restartable).
-pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> anyhow::Result<Runtime> {
+pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> Result<Runtime, StartCause> {
     let config = &core.config;
     let cri = nodelet_cri::CriClient::connect_lazy(
         nodelet_cri::CriConfig::new(endpoint).with_runtime_request_timeout(config.runtime.request_timeout),
     )
-    .with_context(|| format!("bad container runtime endpoint {endpoint}"))?;
+    .map_err(|source| StartCause::Endpoint { endpoint: endpoint.to_owned(), source })?;
     // Wait for the runtime before planning anything: reconstruction needs it.
     let ready = Arc::new(AtomicBool::new(false));
-    wait_for_runtime(&cri, &ready).await;
+    runtime::wait_for_runtime(&cri, &ready).await;
     if let (Some(dir), true) = (&config.runtime.preload_images, config.runtime.endpoint.is_some()) {
         // `ctr images import` speaks containerd's own API: another runtime is refused with a clear error.
-        let version = cri.version().await.context("CRI Version (to preload images)")?;
+        let version = cri.version().await.map_err(StartCause::Version)?;
         if version.runtime_name != "containerd" {
-            anyhow::bail!(
-                "--preload-images imports with containerd's `ctr images import`, but the runtime at {endpoint} \
-                 is {} {}: load the images with that runtime's own tools instead",
-                version.runtime_name,
-                version.runtime_version
-            );
+            return Err(StartCause::NotContainerd {
+                endpoint: endpoint.to_owned(),
+                name: version.runtime_name,
+                version: version.runtime_version,
+            });
         }
         let socket = endpoint.trim_start_matches("unix://");
         let imported =
@@ -116,7 +315,7 @@ pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> anyhow::Result
     }
     // What the Node object shows of this machine: read once.
     let facts = Arc::new(node_facts::NodeFacts::detect(
-        &facts_config(config),
+        &runtime::facts_config(config),
         node_facts::runtime_version(&cri).await,
     ));
     // kubelet_runtime_operations_{total,errors_total,duration_seconds}, counted in every clone of `cri`.
@@ -124,82 +323,9 @@ pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> anyhow::Result
 
     let (health_cri, health_ready, stop) = (cri.clone(), ready.clone(), core.shutdown.clone());
     core.supervisor.spawn_restartable("runtime-health", move || {
-        runtime_health(health_cri.clone(), health_ready.clone(), stop.clone())
+        runtime::runtime_health(health_cri.clone(), health_ready.clone(), stop.clone())
     });
     Ok(Runtime { cri, ready, facts })
-}
-
-/// What of the configuration the node's facts ([`node_facts::NodeFacts::detect`]) depend on.
-fn facts_config(config: &config::Config) -> node_facts::FactsConfig {
-    node_facts::FactsConfig {
-        root_dir: config.root_dir.clone(),
-        node_name: config.node_name.clone(),
-        max_pods: config.pods.max_pods,
-        hard_eviction: config
-            .eviction
-            .hard
-            .iter()
-            .map(|t| node_facts::EvictionThreshold {
-                signal: t.signal.clone(),
-                value: pressure::amount(&t.value),
-            })
-            .collect(),
-        address: config.server.address,
-        node_ips: config.cluster.as_ref().map(|c| c.node_ips.clone()).unwrap_or_default(),
-        kubelet_port: config.server.port,
-        local_storage_capacity_isolation: config.eviction.local_storage_capacity_isolation,
-    }
-}
-
-/// The embedded containerd's settings the configuration asks for.
-pub(crate) fn embedded_containerd_config(config: &config::Config) -> EmbeddedContainerdConfig {
-    let mut c = EmbeddedContainerdConfig::new(&config.root_dir, &config.runtime.pod_infra_container_image);
-    let e = &config.runtime.embedded;
-    c.containerd_path = e.containerd_path.clone();
-    c.config_extra = e.config_extra.clone();
-    if let Some(net) = c.cni_network.as_mut() {
-        net.bridge = e.cni_bridge.clone();
-        net.subnet = e.pod_cidr;
-    }
-    c.preload_images = config.runtime.preload_images.clone();
-    c
-}
-
-/// Runtime health for /healthz, every 5 s.
-async fn runtime_health(cri: nodelet_cri::CriClient, ready: Arc<AtomicBool>, stop: CancellationToken) {
-    loop {
-        let ok = matches!(cri.status().await, Ok(s) if s.is_ready());
-        if ready.swap(ok, Ordering::Relaxed) != ok {
-            if ok {
-                tracing::info!("container runtime is ready");
-            } else {
-                tracing::warn!("container runtime is not ready");
-            }
-        }
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
-        }
-    }
-}
-
-/// Waits until the runtime answers `Status` with RuntimeReady (logging while it does not).
-async fn wait_for_runtime(cri: &nodelet_cri::CriClient, ready: &AtomicBool) {
-    let mut delay = std::time::Duration::from_millis(100);
-    loop {
-        match cri.status().await {
-            Ok(status) if status.is_ready() => {
-                ready.store(true, Ordering::Relaxed);
-                return;
-            }
-            Ok(status) => {
-                tracing::warn!(reason = ?status.not_ready_reason(), "container runtime not ready yet")
-            }
-            Err(e) => tracing::warn!(error = %e, "container runtime not reachable yet"),
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(std::time::Duration::from_secs(5));
-    }
 }
 
 /// The pod sources and the desired pod store.
@@ -213,7 +339,7 @@ pub(crate) struct Sources {
 
 /// Sources → desired store: the manifest directory (task `source-file`), URL (`source-url`), HTTP
 /// endpoint (`source-http`) and, in cluster mode, the API server (`source-api`, `client-certificate`).
-pub(crate) async fn start_sources(core: &Core) -> anyhow::Result<Sources> {
+pub(crate) async fn start_sources(core: &Core) -> Result<Sources, StartCause> {
     let (config, sup, shutdown) = (&core.config, &core.supervisor, &core.shutdown);
     // Ephemeral containers `nodelet debug` added to static pods, kept across restarts.
     let debug_dir = config.root_dir.join("debug");
@@ -243,7 +369,7 @@ pub(crate) async fn start_sources(core: &Core) -> anyhow::Result<Sources> {
     if let Some(addr) = config.sources.manifest_http_addr {
         let checkpoint_dir = config.root_dir.join("http-source");
         std::fs::create_dir_all(&checkpoint_dir)
-            .with_context(|| format!("cannot create {}", checkpoint_dir.display()))?;
+            .map_err(|source| StartCause::CreateDir { what: checkpoint_dir.display().to_string(), source })?;
         let mut http_config = sources::http::HttpSourceConfig::new(addr);
         http_config.checkpoint = Some(checkpoint_dir.join("pods.json"));
         let token_file = checkpoint_dir.join("token");
@@ -270,14 +396,14 @@ pub(crate) struct Storage {
     pub(crate) pod_runtime: Arc<nodelet_cri::CriPodRuntime>,
     pub(crate) csi: Arc<nodelet_csi::Registry>,
     pub(crate) claim_view: nodelet_resources::claim::status::ClaimView,
-    pub(crate) claim_metrics: nodelet_resources::claim::metrics::ClaimMetrics,
+    pub(crate) claim_metrics: ClaimMetrics,
     pub(crate) claim_lookup: Arc<dyn ClaimLookup>,
     pub(crate) volume_metrics: VolumeMetrics,
 }
 
 /// The CRI pod runtime, the CSI plugin registry (task `csi-plugin-watcher`) and the claim engine (tasks
 /// `claim-engine`, `claim-populator`, `claim-csi-drivers`).
-pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> anyhow::Result<Storage> {
+pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> Result<Storage, StartCause> {
     let (config, sup, shutdown) = (&core.config, &core.supervisor, &core.shutdown);
     // ConfigMaps, Secrets and tokens for volumes and environment variables.
     let node_objects =
@@ -327,8 +453,9 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
         &config.storage.csi_plugin_dir,
         nodelet_csi::CsiClientConfig::default(),
     ));
-    std::fs::create_dir_all(&config.storage.csi_plugin_dir).with_context(|| {
-        format!("cannot create the CSI plugin directory {}", config.storage.csi_plugin_dir.display())
+    std::fs::create_dir_all(&config.storage.csi_plugin_dir).map_err(|source| StartCause::CreateDir {
+        what: format!("the CSI plugin directory {}", config.storage.csi_plugin_dir.display()),
+        source,
     })?;
     sup.spawn(
         "csi-plugin-watcher",
@@ -336,17 +463,39 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> any
         csi.watcher(std::time::Duration::from_secs(2), shutdown.clone()),
     );
 
-    // The claim engine: PersistentVolumes, claims and classes from the manifests, provisioners.
-    let claims::Claims { view: claim_view, metrics: claim_metrics } = claims::start(
-        config,
-        src.objects.clone(),
+    // The claim pair: PersistentVolumes, claims and classes from the manifests, provisioners.
+    let provisioners = claims::provisioners(config, &csi)?;
+    let driver = claims::driver(config, provisioners.clone(), volume_metrics.operation_duration.clone());
+    let provisioned = driver.provisioned();
+    let reconciler = ClaimReconciler::new(claims::node_info(config, &csi), provisioners);
+    let (claims_desired, claims_writer) = reconcile_engine::store();
+    let engine = Engine::builder("claims", reconciler.clone(), Arc::new(driver), claims_desired.clone())
+        .metrics(&core.engine_metrics);
+    let engine = watch_related(engine, &claims_desired).build();
+    let claims_actual = engine.actual();
+    let claim_view = ClaimView::new(claims_desired.clone(), claims_actual.clone(), reconciler)
+        .with_failures(engine.op_status());
+    let populator = nodelet_resources::claim::populator::Populator::new(
+        claims::objects(src.objects.clone()),
+        provisioned,
         src.desired.clone(),
-        &core.registry,
-        &core.engine_metrics,
-        volume_metrics.operation_duration.clone(),
-        csi.clone(),
-        sup,
-    )?;
+        claims_actual,
+        claims_writer,
+    );
+    sup.spawn("claim-populator", Policy::Critical, populator.run(shutdown.clone()));
+    // A CSI driver registering (or going away) changes what can be provisioned (`csi-plugin-watcher`
+    // watches the registry).
+    sup.spawn(
+        "claim-csi-drivers",
+        Policy::MayFinish,
+        claims::wake_on_csi_drivers(csi.clone(), claims_desired, engine.waker(), shutdown.clone()),
+    );
+    sup.spawn(
+        "claim-engine",
+        Policy::Critical,
+        log_report("claim", engine.run(shutdown.clone().cancelled_owned())),
+    );
+    let claim_metrics = ClaimMetrics::new(&core.registry)?;
     let mut claim_lookup: Arc<dyn ClaimLookup> = Arc::new(claim_view.clone());
     if let Some(c) = &src.cluster {
         // API pods' claims come from the API server, bound by the control plane.
@@ -385,9 +534,13 @@ pub(crate) struct Volumes {
         >,
     >,
     metrics: VolumeMetrics,
-    /// The engine, started by [`start_pods`] (its populator is the pod pair's).
-    engine: Option<VolumeEngine>,
-    writer: Option<reconcile_engine::Writer<VolumeKey, DesiredVolume>>,
+}
+
+/// The volume pair's engine and the writer of its desired store: [`start_pods`] runs both (the volume
+/// populator is the pod pair's).
+pub(crate) struct VolumeEngineParts {
+    engine: VolumeEngine,
+    writer: reconcile_engine::Writer<VolumeKey, DesiredVolume>,
 }
 
 type VolumeEngine = Engine<DesiredVolume, VolumeActual, VolumeReconciler, VolumeDriver<volumes::NodeVolumes>>;
@@ -404,8 +557,12 @@ impl Volumes {
     }
 }
 
-/// The volume engine (task `volume-engine`) and its observer (`volume-watch`).
-pub(crate) fn start_volumes(core: &Core, runtime: &Runtime, storage: &Storage) -> Volumes {
+/// The volume engine (run by [`start_pods`] as task `volume-engine`) and its observer (`volume-watch`).
+pub(crate) fn start_volumes(
+    core: &Core,
+    runtime: &Runtime,
+    storage: &Storage,
+) -> (Volumes, VolumeEngineParts) {
     let config = &core.config;
     let (desired, writer) = reconcile_engine::store();
     let builder = Engine::builder(
@@ -415,7 +572,7 @@ pub(crate) fn start_volumes(core: &Core, runtime: &Runtime, storage: &Storage) -
             Arc::new(volumes::NodeVolumes::new(
                 &config.root_dir,
                 storage.csi.clone(),
-                allocatable_memory(&runtime.facts),
+                runtime::allocatable_memory(&runtime.facts),
                 config.pods.allowed_host_paths.clone(),
                 core.host == Host::Hollow,
             )),
@@ -436,15 +593,7 @@ pub(crate) fn start_volumes(core: &Core, runtime: &Runtime, storage: &Storage) -
         volumes::watch_volumes(actual.clone(), engine.observer(), core.shutdown.clone()),
     );
     let metrics = storage.volume_metrics.clone();
-    Volumes { desired, actual, failures, metrics, engine: Some(engine), writer: Some(writer) }
-}
-
-/// The node's allocatable memory in bytes (`None` when unknown): the largest tmpfs a memory-backed
-/// volume gets.
-fn allocatable_memory(facts: &node_facts::NodeFacts) -> Option<u64> {
-    let q = facts.allocatable.get("memory")?;
-    let q = nodelet_resources::quantity::Quantity::parse(&q.0).filter(|q| !q.is_negative())?;
-    u64::try_from(q.scaled_ceil(1)).ok().filter(|b| *b > 0)
+    (Volumes { desired, actual, failures, metrics }, VolumeEngineParts { engine, writer })
 }
 
 /// The pod pair's stores and what the servers and later pairs read of it.
@@ -458,9 +607,6 @@ pub(crate) struct Pods {
     pub(crate) sandboxes: SandboxView,
     /// The sandbox pair's operation status (a side input of the pod reconciler and of pod status).
     pub(crate) sandbox_failures: Store<PodUid, SandboxOpStatus>,
-    /// What [`start_pressure`] takes: the verdict store's writer, admission and the container GC
-    /// reclaimer (the verdict populator and the eviction manager run there).
-    pressure_inputs: Option<PressureInputs>,
     /// The pod engine's reconciler (a copy, for status).
     pub(crate) reconciler: PodReconciler,
     /// The pod engine's side inputs ([`PodSideInputs::inputs`]), for status; taken once.
@@ -545,7 +691,9 @@ impl PodSideInputs {
     }
 }
 
-struct PressureInputs {
+/// What [`start_pods`] hands to [`start_pressure`]: the verdict store's writer, admission and the container
+/// GC reclaimer (the verdict populator and the eviction manager run there).
+pub(crate) struct PressureInputs {
     verdict_writer: reconcile_engine::Writer<PodUid, nodelet_resources::model::verdict::Verdict>,
     admission: nodelet_resources::eviction::verdict::Admission,
     container_gc: nodelet_resources::pod::gc::ContainerGcReclaimer,
@@ -561,8 +709,9 @@ pub(crate) fn start_pods(
     runtime: &Runtime,
     src: &Sources,
     storage: &Storage,
-    vols: &mut Volumes,
-) -> anyhow::Result<Pods> {
+    vols: &Volumes,
+    volume_engine: VolumeEngineParts,
+) -> Result<(Pods, PressureInputs), StartCause> {
     let (config, sup, shutdown) = (&core.config, &core.supervisor, &core.shutdown);
     let desired = &src.desired;
     let pod_metrics = PodMetrics::new(&core.registry)?;
@@ -652,7 +801,7 @@ pub(crate) fn start_pods(
         Policy::Critical,
         prober.run(actual.clone(), engine.waker(), shutdown.clone().cancelled_owned()),
     );
-    let writer = vols.writer.take().context("the volume populator is started once")?;
+    let VolumeEngineParts { engine: volume_engine, writer } = volume_engine;
     let renderer = volumes::ManifestRenderer::new(storage.node_objects.clone());
     let populator = Populator::new(desired.clone(), actual.clone(), writer, Arc::new(renderer))
         .with_claims(storage.claim_lookup.clone())
@@ -688,7 +837,6 @@ pub(crate) fn start_pods(
             stop.clone(),
         )
     });
-    let volume_engine = vols.engine.take().context("the volume engine is started once")?;
     sup.spawn(
         "volume-engine",
         Policy::Critical,
@@ -732,7 +880,7 @@ pub(crate) fn start_pods(
     if core.host == Host::Real {
         let (cri, own, stop) = (runtime.cri.clone(), storage.pod_runtime.own_changes(), shutdown.clone());
         sup.spawn_restartable("runtime-events", move || {
-            forward_runtime_events(
+            runtime::forward_runtime_events(
                 cri.clone(),
                 relist.clone(),
                 own.clone(),
@@ -748,95 +896,20 @@ pub(crate) fn start_pods(
         Policy::Critical,
         log_report("pod", engine.run(shutdown.clone().cancelled_owned())),
     );
-    let pressure_inputs =
-        Some(PressureInputs { verdict_writer, admission, container_gc: container_reclaimer });
-    Ok(Pods {
+    let pressure_inputs = PressureInputs { verdict_writer, admission, container_gc: container_reclaimer };
+    let pods = Pods {
         actual,
         failures,
         probes,
         verdicts,
         sandboxes,
         sandbox_failures,
-        pressure_inputs,
         reconciler,
         status_inputs,
         clock,
         refresh: refresh_tx,
-    })
-}
-
-/// Tells the PLEG what a runtime event means for it: what nodelet cannot know otherwise (a container
-/// or sandbox exited, was killed for memory or was removed, or events were missed) and whether
-/// events come at all. Containers created and started are nodelet's own operations, whose outcome
-/// the operation already reports; waking the PLEG for them made a start of a hundred pods relist
-/// back to back. So are the exits and removals of containers nodelet stops and removes (`own`):
-/// those operations read the pod's state when they end.
-fn tell_the_pleg(
-    event: &nodelet_cri::RuntimeEvent,
-    pleg: &PlegWaker,
-    own: &nodelet_cri::OwnChanges,
-    metrics: &PodMetrics,
-) {
-    use nodelet_cri::RuntimeEvent as E;
-    match event {
-        E::Reconnected { source } => {
-            metrics.evented_pleg_connections.with_label_values(&["success"]).inc();
-            metrics.set_event_source(source.as_str());
-            pleg.set_evented(true);
-            pleg.relist();
-        }
-        E::Disconnected { .. } => {
-            metrics.evented_pleg_connections.with_label_values(&["error"]).inc();
-            metrics.set_event_source(nodelet_resources::pod::metrics::EVENT_SOURCE_NONE);
-            pleg.set_evented(false);
-        }
-        E::ContainerExited { id, .. } | E::ContainerRemoved { id } if own.caused(id) => {
-            tracing::trace!(container = %id, "nodelet's own change: left to its operation");
-        }
-        E::ContainerExited { id, .. } | E::ContainerOom { id } => pleg.changed(id),
-        E::ContainerRemoved { id } => pleg.removed(id),
-        _ => {}
-    }
-}
-
-/// Forwards the runtime's events to the PLEG (see [`tell_the_pleg`]); while none come (before the
-/// first subscription and after it broke), the PLEG relists every period.
-async fn forward_runtime_events(
-    cri: nodelet_cri::CriClient,
-    pleg: PlegWaker,
-    own: nodelet_cri::OwnChanges,
-    metrics: PodMetrics,
-    stop: CancellationToken,
-) {
-    use futures::StreamExt;
-    // The feed runs on this task: its panic is this task's (restarted as `runtime-events`).
-    let (mut events, feed) = cri.events(nodelet_cri::EventsConfig::default());
-    tokio::pin!(feed);
-    let _disconnected = DisconnectOnDrop(pleg.clone(), metrics.clone());
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = &mut feed => return,
-            event = events.next() => match event {
-                Some(event) => {
-                    tracing::trace!(?event, "runtime event");
-                    tell_the_pleg(&event, &pleg, &own, &metrics);
-                }
-                None => return,
-            },
-        }
-    }
-}
-
-/// Puts the PLEG back on its short period (and `nodelet_evented_pleg_source` on `none`) when the event
-/// forwarder ends (or is restarted).
-struct DisconnectOnDrop(PlegWaker, PodMetrics);
-
-impl Drop for DisconnectOnDrop {
-    fn drop(&mut self) {
-        self.0.set_evented(false);
-        self.1.set_event_source(nodelet_resources::pod::metrics::EVENT_SOURCE_NONE);
-    }
+    };
+    Ok((pods, pressure_inputs))
 }
 
 /// Node, pod and container statistics (/stats/summary, /metrics/resource, eviction signals): tasks
@@ -876,11 +949,11 @@ pub(crate) fn start_pressure(
     runtime: &Runtime,
     src: &Sources,
     vols: &Volumes,
-    pods: &mut Pods,
+    pods: &Pods,
+    inputs: PressureInputs,
     stats: &stats::StatsProvider,
-) -> anyhow::Result<pressure::PressureState> {
+) -> Result<pressure::PressureState, StartCause> {
     let config = &core.config;
-    let inputs = pods.pressure_inputs.take().context("pressure is started once")?;
     let state = pressure::start(
         pressure::Wiring {
             config,
@@ -902,51 +975,121 @@ pub(crate) fn start_pressure(
     Ok(state)
 }
 
+/// Cluster mode: the Node object, its Lease, pod status, mirror pods, events (tasks named in
+/// [`cluster::Cluster::tasks`]).
+fn start_cluster(
+    core: &Core,
+    cluster: cluster::Cluster,
+    node: Arc<node::Node>,
+    runtime: &Runtime,
+    sources: &Sources,
+    storage: &Storage,
+    pods: &Pods,
+) {
+    let Some(c) = &core.config.cluster else { return };
+    let tasks = cluster.tasks(
+        &core.config.node_name,
+        c,
+        node,
+        sources.desired.clone(),
+        pods.actual.clone(),
+        pods.sandboxes.actual().clone(),
+        pods.probes.clone(),
+        vec![pods.failures.subscribe(), pods.sandbox_failures.subscribe(), pods.verdicts.subscribe()],
+        runtime.cri.clone(),
+        storage.csi.clone(),
+        pods.refresh.clone(),
+        &core.shutdown,
+    );
+    spawn_tasks(&core.supervisor, tasks);
+}
+
+/// The HTTP servers: main, read-only and healthz ports (task `servers`).
+async fn start_servers(
+    core: &Core,
+    node: Arc<node::Node>,
+    kube_client: Option<kube::Client>,
+    serving_cert: Option<server::ServingCertHandle>,
+    runtime: &Runtime,
+    extensions: extension::StatusTables,
+) -> Result<(), StartCause> {
+    let config = &core.config;
+    let mut server_config = server::ServerConfig::new(config.node_name.clone());
+    server_config.address = config.server.address;
+    server_config.port = config.server.port;
+    server_config.read_only_port = config.server.read_only_port;
+    server_config.healthz_port = config.server.healthz.map(|a| a.port());
+    if let Some(h) = config.server.healthz {
+        server_config.healthz_bind_address = h.ip();
+    }
+    server_config.tls_cert_file = config.server.tls.as_ref().map(|t| t.cert_file.clone());
+    server_config.tls_private_key_file = config.server.tls.as_ref().map(|t| t.key_file.clone());
+    server_config.client_ca_file = config.server.auth.client_ca_file.clone();
+    server_config.token_auth_file = config.server.auth.token_auth_file.clone();
+    server_config.anonymous_auth = config.server.auth.anonymous;
+    server_config.token_webhook = config.server.auth.token_webhook;
+    server_config.authorization = config.server.auth.authorization;
+    server_config.kube_client = kube_client.map(server::ApiClient);
+    server_config.root_dir = config.root_dir.clone();
+    server_config.serving_cert = serving_cert;
+    server_config.runtime = Some(runtime.cri.clone());
+    server_config.extensions = extensions;
+    server_config.streaming_idle_timeout = config.server.streaming_connection_idle_timeout;
+    server_config.max_streaming_sessions_per_user = config.server.max_streaming_sessions_per_user;
+    let servers = server::Servers::bind(&server_config, node).await?;
+    tracing::info!(
+        main = %servers.main_addr(),
+        read_only = ?servers.read_only_addr(),
+        healthz = ?servers.healthz_addr(),
+        "serving"
+    );
+    let stop = core.shutdown.clone();
+    core.supervisor.spawn("servers", Policy::Critical, async move {
+        servers.run(stop.cancelled_owned()).await;
+    });
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
-    use std::path::PathBuf;
-
     use super::*;
 
-    #[test]
-    fn the_embedded_containerd_gets_the_daemons_settings() {
-        let mut config = crate::config::Config::resolve(
+    fn config(root_dir: &std::path::Path) -> config::Config {
+        let mut config = config::Config::resolve(
             &crate::cli::RunArgs { hostname_override: Some("n".into()), ..Default::default() },
             None,
-            &crate::config::HostFacts::detect(),
+            &config::HostFacts::detect(),
         )
         .expect("defaults")
         .config;
-        config.root_dir = PathBuf::from("/srv/nodelet");
-        config.runtime.pod_infra_container_image = "registry.k8s.io/pause:3.9".into();
-        config.runtime.embedded.pod_cidr = "198.18.32.0/20".parse().expect("cidr");
-        let c = embedded_containerd_config(&config);
-        assert_eq!(c.dir, PathBuf::from("/srv/nodelet/containerd"));
-        assert_eq!(c.sandbox_image, "registry.k8s.io/pause:3.9");
-        assert_eq!(c.cni_conf_dir, PathBuf::from("/srv/nodelet/cni/net.d"));
-        let net = c.cni_network.expect("network");
-        assert_eq!(net.subnet.first_host(), Ipv4Addr::new(198, 18, 32, 1));
-        assert_eq!(net.bridge, "nodelet0");
+        config.root_dir = root_dir.to_path_buf();
+        config
     }
 
-    #[test]
-    fn the_node_facts_get_the_daemons_settings() {
-        let config = crate::config::Config::resolve(
-            &crate::cli::RunArgs { hostname_override: Some("n".into()), ..Default::default() },
-            None,
-            &crate::config::HostFacts::detect(),
-        )
-        .expect("defaults")
-        .config;
-        let facts = facts_config(&config);
-        assert_eq!(facts.node_name, "n");
-        assert_eq!(facts.max_pods, 110);
-        assert_eq!(facts.kubelet_port, 10250);
-        let signals: Vec<&str> = facts.hard_eviction.iter().map(|t| t.signal.as_str()).collect();
+    #[tokio::test]
+    async fn a_root_directory_that_cannot_be_made_fails_the_setup_stage_with_its_message() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, "").expect("file");
+        let root = file.join("root");
+        let outcome = run(Arc::new(config(&root)), Vec::new(), std::future::pending()).await;
+        let Err(Error::Start(e)) = outcome else { panic!("started under a file: {outcome:?}") };
+        assert_eq!(e.stage(), Stage::Setup);
+        let message = e.to_string();
         assert!(
-            signals.contains(&"memory.available") && signals.contains(&"nodefs.available"),
-            "{signals:?}"
+            message.starts_with(&format!("cannot create the root directory {}: ", root.display())),
+            "{message}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_runtime_endpoint_that_is_not_a_unix_socket_fails_the_runtime_stage() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = config(dir.path());
+        config.runtime.endpoint = Some("tcp://127.0.0.1:1".into());
+        let outcome = run(Arc::new(config), Vec::new(), std::future::pending()).await;
+        let Err(Error::Start(e)) = outcome else { panic!("started on a TCP endpoint: {outcome:?}") };
+        assert_eq!(e.stage(), Stage::Runtime);
+        assert!(e.to_string().starts_with("bad container runtime endpoint tcp://127.0.0.1:1: "), "{e}");
     }
 }
