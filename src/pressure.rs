@@ -235,7 +235,7 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
     let (image_desired, image_desired_writer) = reconcile_engine::store();
     let mut engine = Engine::builder(
         "images",
-        ImageReconciler::new(pinned.clone(), policy.minimum_age, w.clock.clone()),
+        ImageReconciler::new(pinned.clone(), policy.minimum_age),
         Arc::new(ImageDriver::new(
             runtime.clone(),
             ImageGcMetrics::new(w.registry)?,
@@ -245,11 +245,12 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
         image_desired.clone(),
     )
     .metrics(w.engine_metrics)
+    .wall_clock(nodelet_resources::common::clock::wall_clock(&w.clock))
     // A pod appeared, changed or went: plan again every image to be removed (a pod that uses it
     // keeps it).
     .watches("pods-desired", pods.desired.clone(), removals_on_pod_change(image_desired.clone()))
     .watches("pods-actual", pods.actual.clone(), removals_on_pod_change(image_desired.clone()))
-    .build();
+    .build_with(pods.clone());
     let (free, requests) = free_space();
     let populator = ImagePopulator::new(
         policy,

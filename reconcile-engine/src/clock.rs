@@ -46,7 +46,7 @@ impl WallClock {
         (self.0)()
     }
 
-    /// The time now in nanoseconds since the Unix epoch (`0` before it, saturated after year 2262).
+    /// The time now in nanoseconds since the Unix epoch (see [`unix_nanos`]).
     pub fn now_unix_nanos(&self) -> i64 {
         unix_nanos(self.now())
     }
@@ -64,18 +64,30 @@ impl fmt::Debug for WallClock {
     }
 }
 
-/// `time` in nanoseconds since the Unix epoch: `0` before it, `i64::MAX` past year 2262.
+/// `time` in nanoseconds since the Unix epoch, negative before it, saturated at the ends of `i64`
+/// (years 1677 and 2262).
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
-/// assert_eq!(reconcile_engine::unix_nanos(SystemTime::UNIX_EPOCH + Duration::from_secs(2)), 2_000_000_000);
+/// use reconcile_engine::{from_unix_nanos, unix_nanos};
+///
+/// assert_eq!(unix_nanos(SystemTime::UNIX_EPOCH + Duration::from_secs(2)), 2_000_000_000);
+/// assert_eq!(unix_nanos(from_unix_nanos(-5)), -5);
 /// ```
 pub fn unix_nanos(time: SystemTime) -> i64 {
-    time.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    match time.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
+    }
 }
 
-/// The time `nanos` nanoseconds after the Unix epoch (the epoch for negative values).
+/// The time `nanos` nanoseconds after the Unix epoch (before it when negative).
 pub fn from_unix_nanos(nanos: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
+    let offset = Duration::from_nanos(nanos.unsigned_abs());
+    let time = if nanos >= 0 {
+        SystemTime::UNIX_EPOCH.checked_add(offset)
+    } else {
+        SystemTime::UNIX_EPOCH.checked_sub(offset)
+    };
+    time.unwrap_or(SystemTime::UNIX_EPOCH)
 }

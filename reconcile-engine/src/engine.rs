@@ -1047,8 +1047,12 @@ where
         let started = std::time::Instant::now();
         // Read before any value of this pass: a value read after it is at least as new.
         let version = self.desired.version();
-        let pass =
-            Pass { synced: self.desired.is_synced(), now: Instant::now(), wall: self.wall_clock.now(), version };
+        let pass = Pass {
+            synced: self.desired.is_synced(),
+            now: Instant::now(),
+            wall: self.wall_clock.now(),
+            version,
+        };
         if std::mem::take(&mut self.resync) {
             let planned = self.plan_everything(&pass);
             self.executor.metrics().reconciles.inc_by(planned);
