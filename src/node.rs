@@ -58,7 +58,7 @@ pub(crate) struct Node {
     failures: Store<PodUid, PodOpStatus>,
     reconciler: PodReconciler,
     /// The side inputs of the pod engine's reconciler, for status.
-    inputs: reconcile_engine::Inputs,
+    inputs: nodelet_resources::pod::reconciler::PodInputs,
     clock: Clock,
     registry: Registry,
     /// The registry of `/metrics/probes` (the prober's metrics).
@@ -87,7 +87,7 @@ impl Node {
         actual: Store<PodUid, PodActual>,
         failures: Store<PodUid, PodOpStatus>,
         reconciler: PodReconciler,
-        inputs: reconcile_engine::Inputs,
+        inputs: nodelet_resources::pod::reconciler::PodInputs,
         clock: Clock,
         registry: Registry,
         pod_logs_dir: PathBuf,

@@ -241,7 +241,7 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
     let (image_desired, image_desired_writer) = reconcile_engine::store();
     let mut engine = Engine::builder(
         "images",
-        ImageReconciler::new(pinned.clone(), policy.minimum_age, w.clock.clone()),
+        ImageReconciler::new(pinned.clone(), policy.minimum_age),
         Arc::new(ImageDriver::new(
             runtime.clone(),
             ImageGcMetrics::new(w.registry)?,
@@ -251,11 +251,12 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
         image_desired.clone(),
     )
     .metrics(w.engine_metrics)
+    .wall_clock(nodelet_resources::common::clock::wall_clock(&w.clock))
     // A pod appeared, changed or went: plan again every image to be removed (a pod that uses it
     // keeps it).
     .watches("pods-desired", pods.desired.clone(), removals_on_pod_change(image_desired.clone()))
     .watches("pods-actual", pods.actual.clone(), removals_on_pod_change(image_desired.clone()))
-    .build();
+    .build_with(pods.clone());
     let (free, requests) = free_space();
     let populator = ImagePopulator::new(
         policy,
@@ -309,7 +310,7 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
     let conditions = driver.conditions();
     let pods =
         EvictionPods { desired: w.desired.clone(), actual: w.actual.clone(), verdicts: w.verdicts.clone() };
-    let reconciler = EvictionReconciler::new(pods, driver.reclaims());
+    let reconciler = EvictionReconciler::new(driver.reclaims());
     let (eviction_desired, mut eviction_desired_writer) = reconcile_engine::store();
     let period = config.monitoring_period;
     let local_storage = config.local_storage_capacity_isolation;
@@ -317,7 +318,7 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
     eviction_desired_writer.mark_synced();
     let mut eviction = Engine::builder("eviction", reconciler, Arc::new(driver), eviction_desired)
         .metrics(w.engine_metrics)
-        .build();
+        .build_with(pods);
     let sampler = SignalSampler::new(source, eviction.observer(), local_storage);
     let populator =
         VerdictPopulator::new(w.desired, w.actual, w.verdict_writer, w.admission, conditions, evictions)

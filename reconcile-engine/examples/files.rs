@@ -56,6 +56,7 @@ struct FilesReconciler;
 impl Reconciler<String, FileState> for FilesReconciler {
     type Key = String;
     type Op = FileOp;
+    type Inputs = ();
 
     fn reconcile(&self, v: &View<'_, String, String, FileState>) -> Plan<FileOp> {
         match (v.desired, v.actual) {

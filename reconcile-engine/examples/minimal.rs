@@ -25,6 +25,7 @@ struct Mirror;
 impl Reconciler<String, Option<String>> for Mirror {
     type Key = String;
     type Op = Op;
+    type Inputs = ();
 
     fn reconcile(&self, v: &View<'_, String, String, Option<String>>) -> Plan<Op> {
         match (v.desired, v.actual) {

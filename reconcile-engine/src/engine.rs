@@ -9,6 +9,7 @@
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,10 +20,11 @@ use crate::executor::OpError;
 use crate::executor::{Completion, Core, Done, ExecutorConfig};
 use crate::metrics::{Metrics, OpResult};
 use crate::reconciler::View;
-use crate::relation::{Inputs, RelationSpec, Relations};
+use crate::relation::{RelationSpec, Relations};
 use crate::store::{Subscription, Writer};
 use crate::{
-    BackoffConfig, Driver, Key, Map, Operation, Outcome, Plan, Reconciler, Set, Store, Update, store,
+    BackoffConfig, Driver, Key, Map, Operation, Outcome, Plan, Reconciler, Set, Store, Update, WallClock,
+    store,
 };
 
 /// Engine settings: [`Default`], then set the public fields (or use the setters of
@@ -130,9 +132,10 @@ impl<K, A> Observer<K, A> {
     }
 }
 
-/// Asks the engine to plan keys again because something the reconciler reads besides the
-/// desired and actual stores changed (another engine's actual store, probe results). Cheap to
-/// clone.
+/// Asks the engine to plan keys again because something the reconciler reads that is not a
+/// [`Store`] changed (a registry of plugins, results kept in a structure of their own). Cheap to
+/// clone. A change of a store is a relation ([`EngineBuilder::watches`]), and "plan again once
+/// that store has loaded" is a gate ([`EngineBuilder::waits_for`]): neither needs a waker.
 ///
 /// The reconciler must stay a function of what it reads: a wake only makes the engine look
 /// again, it carries no state.
@@ -186,8 +189,18 @@ pub struct EngineBuilder<D, A: Send + 'static, R: Reconciler<D, A>, Dr: Driver<R
     status: Store<R::Key, OpStatus<R::Op, Dr::Error>>,
     status_writer: Writer<R::Key, OpStatus<R::Op, Dr::Error>>,
     relations: Vec<RelationSpec<R::Key>>,
-    inputs: Inputs,
+    gates: Vec<Gate>,
+    wall_clock: WallClock,
     _actual: PhantomData<fn() -> A>,
+}
+
+/// Waits until a store has synced: `true`, or `false` if its writer was dropped before.
+type GateFn = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
+
+/// A store the engine waits for before it plans anything ([`EngineBuilder::waits_for`]).
+struct Gate {
+    name: String,
+    wait: GateFn,
 }
 
 impl<D, A: Send + 'static, R: Reconciler<D, A>, Dr: Driver<R::Key, R::Op, A>> fmt::Debug
@@ -198,7 +211,7 @@ impl<D, A: Send + 'static, R: Reconciler<D, A>, Dr: Driver<R::Key, R::Op, A>> fm
             .field("name", &self.name)
             .field("config", &self.config)
             .field("relations", &self.relations.iter().map(|r| r.name.as_str()).collect::<Vec<_>>())
-            .field("inputs", &self.inputs)
+            .field("gates", &self.gates.iter().map(|g| g.name.as_str()).collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -273,21 +286,77 @@ where
         self.status.clone()
     }
 
-    /// Registers `store` as a side input: the reconciler reads it, read-only, through
-    /// [`View::input`] (one store per type `Store<K2, V2>`; a later one of the same type replaces
-    /// an earlier one). A change of a side input alone does not plan anything again; declare a
-    /// relation with [`watches`](Self::watches) for that.
+    /// Sets the wall clock read into [`View::wall`] at every planning pass. Default:
+    /// [`WallClock::system`]. Tests on paused time give [`WallClock::tokio`].
     #[must_use]
-    pub fn reads<K2: Key, V2: Send + Sync + 'static>(mut self, store: Store<K2, V2>) -> Self {
-        self.inputs.insert(store);
+    pub fn wall_clock(mut self, clock: WallClock) -> Self {
+        self.wall_clock = clock;
+        self
+    }
+
+    /// Makes the engine wait, after [`Driver::reconstruct`] and before it plans anything, until
+    /// `store` has synced once ([`Writer::mark_synced`]); once every store it waits for has, it
+    /// plans every key. `name` names the store in the engine's logs.
+    ///
+    /// For a reconciler that cannot decide before another pair has loaded: a pod whose sandboxes
+    /// are not read yet looks as if they were gone. Events that come meanwhile (desired changes,
+    /// observations, relations) are kept and handled after. A store whose writer is dropped
+    /// before it ever synced no longer holds the engine back (a warning is logged).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use reconcile_engine::testing::FakeDriver;
+    /// use reconcile_engine::{CancellationToken, Engine, Plan, Reconciler, Update, View, store};
+    /// # #[derive(Clone, Debug, PartialEq)] struct Start;
+    /// # impl reconcile_engine::Operation for Start { fn kind(&self) -> &'static str { "start" } }
+    /// struct Rec;
+    /// impl Reconciler<u32, u32> for Rec {
+    ///     type Key = String;
+    ///     type Op = Start;
+    ///     type Inputs = ();
+    ///     fn reconcile(&self, v: &View<'_, String, u32, u32>) -> Plan<Start> {
+    ///         if v.actual.is_none() { Plan::Run(Start) } else { Plan::Idle }
+    ///     }
+    ///     fn uncertain(&self, _: &String, _: &Start, _: Option<&u32>) -> Update<u32> { Update::Keep }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (desired, mut writer) = store::<String, u32>();
+    /// let (sandboxes, mut sandbox_writer) = store::<String, bool>(); // another pair's store
+    /// let driver = Arc::new(FakeDriver::new(|_: &String, _: &Start| Update::Set(1)));
+    /// writer.insert("a".into(), 1);
+    /// let engine = Engine::builder("gated", Rec, driver.clone(), desired)
+    ///     .waits_for("sandboxes", sandboxes)
+    ///     .build();
+    /// let stop = CancellationToken::new();
+    /// let run = tokio::spawn(engine.run(stop.clone().cancelled_owned()));
+    /// tokio::time::sleep(Duration::from_secs(1)).await;
+    /// assert!(driver.calls().is_empty(), "nothing planned before the sandboxes loaded");
+    /// sandbox_writer.mark_synced();
+    /// tokio::time::sleep(Duration::from_secs(1)).await;
+    /// assert_eq!(driver.calls().len(), 1);
+    /// stop.cancel();
+    /// run.await.unwrap();
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn waits_for<K2: Key, V2: Send + Sync + 'static>(
+        mut self,
+        name: impl Into<String>,
+        store: Store<K2, V2>,
+    ) -> Self {
+        let wait: GateFn = Box::new(move || Box::pin(async move { store.wait_until_synced().await.is_ok() }));
+        self.gates.push(Gate { name: name.into(), wait });
         self
     }
 
     /// Declares a relation named `name` (the `relation` label of
     /// `reconcile_engine_relation_wakeups_total`): whenever a key of `store` changes (is set or
     /// removed), `mapper` maps it, with its new value (`None` once removed), to keys of this
-    /// engine, and the engine plans those again. `store` also becomes a side input, as with
-    /// [`reads`](Self::reads).
+    /// engine, and the engine plans those again. The reconciler reads the store through its
+    /// [`Inputs`](Reconciler::Inputs) (give the engine a clone of it there).
     ///
     /// Changes are coalesced per key between two passes of the engine (a key written many times
     /// is mapped once, with its latest value); none is lost, and nothing is polled. A removed
@@ -301,7 +370,7 @@ where
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use reconcile_engine::{Engine, Plan, Reconciler, Update, View, store};
+    /// use reconcile_engine::{Engine, Plan, Reconciler, Store, Update, View, store};
     /// # use reconcile_engine::{Driver, Operation, Outcome, CancellationToken};
     /// # #[derive(Clone, Debug, PartialEq)] struct Start;
     /// # impl Operation for Start { fn kind(&self) -> &'static str { "start" } }
@@ -315,11 +384,17 @@ where
     ///
     /// /// Starts a pod once every volume it needs (key "pod/volume") is mounted.
     /// struct Pods;
+    /// /// What the pod reconciler reads besides its own stores.
+    /// struct PodInputs {
+    ///     /// The volume engine's actual store: key "pod/volume", `true` once mounted.
+    ///     volumes: Store<String, bool>,
+    /// }
     /// impl Reconciler<Vec<String>, bool> for Pods {
     ///     type Key = String;
     ///     type Op = Start;
-    ///     fn reconcile(&self, v: &View<'_, String, Vec<String>, bool>) -> Plan<Start> {
-    ///         let Some(volumes) = v.input::<String, bool>() else { return Plan::Idle };
+    ///     type Inputs = PodInputs;
+    ///     fn reconcile(&self, v: &View<'_, String, Vec<String>, bool, PodInputs>) -> Plan<Start> {
+    ///         let volumes = &v.inputs.volumes;
     ///         let ready = v.desired.is_some_and(|names| {
     ///             names.iter().all(|n| volumes.get(&format!("{}/{n}", v.key)).is_some_and(|m| *m))
     ///         });
@@ -332,10 +407,10 @@ where
     /// let (mounted, _volume_writer) = store::<String, bool>(); // another engine's actual store
     /// let engine = Engine::builder("pods", Pods, Arc::new(Runtime), pods)
     ///     // "p1/data" changed (or went away): plan pod "p1" again.
-    ///     .watches("volumes", mounted, |key: &String, _mounted: Option<&bool>| {
+    ///     .watches("volumes", mounted.clone(), |key: &String, _mounted: Option<&bool>| {
     ///         key.split_once('/').map(|(pod, _)| pod.to_owned())
     ///     })
-    ///     .build();
+    ///     .build_with(PodInputs { volumes: mounted });
     /// # drop(engine);
     /// ```
     #[must_use]
@@ -346,13 +421,29 @@ where
         I: IntoIterator<Item = R::Key>,
         F: Fn(&K2, Option<&V2>) -> I + Send + Sync + 'static,
     {
-        self.inputs.insert(store.clone());
         self.relations.push(RelationSpec::new(name.into(), store, mapper));
         self
     }
 
-    /// Builds the engine. Nothing runs until [`Engine::run`].
-    pub fn build(self) -> Engine<D, A, R, Dr> {
+    /// Builds the engine of a reconciler without side inputs (`type Inputs = ()`). Nothing runs
+    /// until [`Engine::run`].
+    ///
+    /// A reconciler with side inputs is built with [`build_with`](Self::build_with): calling
+    /// `build` on it does not compile.
+    pub fn build(self) -> Engine<D, A, R, Dr>
+    where
+        R: Reconciler<D, A, Inputs = ()>,
+    {
+        self.build_with(())
+    }
+
+    /// Builds the engine with the reconciler's side inputs `inputs`, which every [`View`] shows
+    /// ([`View::inputs`]). Nothing runs until [`Engine::run`].
+    ///
+    /// The inputs are often built from the builder's own stores first
+    /// ([`actual`](Self::actual), [`op_status`](Self::op_status)) and other pairs' stores; a store
+    /// whose changes should plan keys again is also watched ([`watches`](Self::watches)).
+    pub fn build_with(self, inputs: R::Inputs) -> Engine<D, A, R, Dr> {
         let metrics = self.metrics.unwrap_or_else(Metrics::unregistered);
         let executor = Core::new(&self.name, self.driver, self.config.executor.clone(), &metrics);
         let (actual, actual_writer) = (self.actual, self.actual_writer);
@@ -388,7 +479,9 @@ where
             last_completion: Map::default(),
             observed_by_others: false,
             relations,
-            inputs: self.inputs,
+            gates: self.gates,
+            wall_clock: self.wall_clock,
+            inputs,
         }
     }
 }
@@ -408,15 +501,17 @@ where
 /// |---|---|
 /// | the desired store's writer set or removed a key (changes coalesce between passes) | that key, its ancestors and its descendants ([`Key::parent`]) |
 /// | an operation on a key finished, whatever its result | that key, its ancestors and its descendants |
-/// | [`Plan::RecheckAfter(delay)`](Plan::RecheckAfter) for a key | that key, after `delay` (the timer goes if the key is planned earlier) |
-/// | start-up (once [`Driver::reconstruct`] succeeded), every [`EngineConfig::resync_period`], and the desired store's writer dropped before it ever synced | every key of both stores |
-/// | the desired store synced ([`Writer::mark_synced`]) | the keys whose teardown waited for it |
 /// | an [`Observer`] reported a key and the observation was kept | that key, its ancestors and its descendants |
-/// | [`Waker::wake`] | that key |
 /// | a store watched by a relation ([`EngineBuilder::watches`]) set or removed a key | the keys the relation's mapper returns |
+/// | [`Plan::RecheckAfter(delay)`](Plan::RecheckAfter) for a key | that key, after `delay` (the timer goes if the key is planned earlier) |
+/// | start-up: [`Driver::reconstruct`] succeeded and every store of [`EngineBuilder::waits_for`] synced | every key of both stores |
+/// | the desired store synced ([`Writer::mark_synced`]), or its writer was dropped before it ever synced | every key of both stores |
+/// | every [`EngineConfig::resync_period`] | every key of both stores |
+/// | [`Waker::wake`], for what the reconciler reads that is not a store | that key |
 ///
-/// Nothing else does: a side input registered with [`EngineBuilder::reads`] alone is read, not
-/// watched, and the end of a backoff starts the operation already planned without planning again.
+/// Nothing else does: a side input ([`Reconciler::Inputs`]) that no relation watches is read,
+/// not watched, and the end of a backoff starts the operation already planned without planning
+/// again.
 pub struct Engine<D, A, R, Dr>
 where
     A: Send + 'static,
@@ -455,7 +550,10 @@ where
     wakes: tokio::sync::mpsc::UnboundedReceiver<R::Key>,
     waker: Waker<R::Key>,
     relations: Relations<R::Key>,
-    inputs: Inputs,
+    /// Stores to wait for before the first pass; emptied once they synced.
+    gates: Vec<Gate>,
+    wall_clock: WallClock,
+    inputs: R::Inputs,
 }
 
 impl<D, A, R, Dr> fmt::Debug for Engine<D, A, R, Dr>
@@ -484,6 +582,7 @@ struct Planned<D> {
 struct Pass {
     synced: bool,
     now: Instant,
+    wall: std::time::SystemTime,
     /// The desired store's version at the start of the pass.
     version: u64,
 }
@@ -553,7 +652,8 @@ where
             status,
             status_writer,
             relations: Vec::new(),
-            inputs: Inputs::new(),
+            gates: Vec::new(),
+            wall_clock: WallClock::system(),
             _actual: PhantomData,
         }
     }
@@ -609,6 +709,9 @@ where
             Some(n) => report.reconstructed = n,
             None => return report,
         }
+        if !self.wait_for_gates(&mut shutdown).await {
+            return report;
+        }
         self.dirty_all();
         let mut sync_watch = self.desired.sync_watch();
         let mut synced_seen = self.desired.is_synced();
@@ -657,9 +760,9 @@ where
                 Event::Synced => {
                     synced_seen = true;
                     tracing::debug!(reconciler = %self.name, held = self.held.len(), "desired state synced");
-                    for key in std::mem::take(&mut self.held) {
-                        self.dirty.insert(key);
-                    }
+                    // Every key, not only the held teardowns: a reconciler may have waited for the
+                    // complete desired state in other ways (`View::desired_synced`).
+                    self.dirty_all();
                 }
                 Event::Recheck(key) => {
                     self.recheck_keys.remove(&key);
@@ -689,6 +792,23 @@ where
         report.abandoned = self.shut_down().await;
         report.operations = self.operations;
         report
+    }
+
+    /// Waits until every store of [`EngineBuilder::waits_for`] has synced; `false` if shutdown was
+    /// asked for first.
+    async fn wait_for_gates(&mut self, shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>) -> bool {
+        for gate in std::mem::take(&mut self.gates) {
+            let wait = (gate.wait)();
+            tracing::debug!(reconciler = %self.name, store = %gate.name, "waiting for a store to sync");
+            tokio::select! {
+                biased;
+                () = shutdown.as_mut() => return false,
+                synced = wait => if !synced {
+                    tracing::warn!(reconciler = %self.name, store = %gate.name, "a store's writer was dropped before it synced; planning without it");
+                },
+            }
+        }
+        true
     }
 
     async fn reconstruct(
@@ -927,7 +1047,12 @@ where
         let started = std::time::Instant::now();
         // Read before any value of this pass: a value read after it is at least as new.
         let version = self.desired.version();
-        let pass = Pass { synced: self.desired.is_synced(), now: Instant::now(), version };
+        let pass = Pass {
+            synced: self.desired.is_synced(),
+            now: Instant::now(),
+            wall: self.wall_clock.now(),
+            version,
+        };
         if std::mem::take(&mut self.resync) {
             let planned = self.plan_everything(&pass);
             self.executor.metrics().reconciles.inc_by(planned);
@@ -993,6 +1118,7 @@ where
             actual_store: &self.actual,
             desired_synced: synced,
             now: pass.now,
+            wall: pass.wall,
             inputs: &self.inputs,
         };
         let plan = self.reconciler.reconcile(&view);

@@ -21,14 +21,17 @@
 //!
 //! # Start here
 //! 1. Create the desired store with [`store()`]; keep its [`Writer`] in your populator.
-//! 2. Implement [`Reconciler`] (two methods) and [`Driver`] (one method; [`Driver::reconstruct`]
+//! 2. Implement [`Reconciler`] (two methods, and `type Inputs = ()` until it reads other pairs'
+//!    stores) and [`Driver`] (one method; [`Driver::reconstruct`]
 //!    to recover state after a restart).
 //! 3. Build an [`Engine`] with [`Engine::builder`], take what you need from it (its
 //!    [`actual`](Engine::actual) store, an [`observer`](Engine::observer)), and spawn
 //!    [`run`](Engine::run), which consumes the engine, with a shutdown future. Metrics go to a
 //!    [`prometheus::Registry`][Registry] through [`Metrics`].
-//! 4. If the reconciler depends on another pair, declare it on the builder
-//!    ([`reads`](EngineBuilder::reads), [`watches`](EngineBuilder::watches)).
+//! 4. If the reconciler depends on another pair, make its stores the reconciler's
+//!    [`Inputs`](Reconciler::Inputs) (given to [`build_with`](EngineBuilder::build_with)) and
+//!    declare on the builder what plans keys again ([`watches`](EngineBuilder::watches)) or what
+//!    must have loaded first ([`waits_for`](EngineBuilder::waits_for)).
 //! 5. If the world changes without operations (a process dies), report it through an
 //!    [`Observer`].
 //!
@@ -88,6 +91,7 @@
 //! impl Reconciler<String, Entry> for Mirror {
 //!     type Key = String;
 //!     type Op = Op;
+//!     type Inputs = ();
 //!
 //!     fn reconcile(&self, v: &View<'_, String, String, Entry>) -> Plan<Op> {
 //!         match (v.desired, v.actual) {
@@ -225,11 +229,16 @@
 //!   actual store through an [`Observer`] (a PLEG-style relist); observations made before the
 //!   key's last completion (a tie keeps the observation), or handled while an operation runs on
 //!   it, are dropped.
-//! - **Relations and side inputs.** A reconciler reads other pairs' stores, read-only, through
-//!   its [`View`] ([`View::input`], registered with [`EngineBuilder::reads`]); a relation
+//! - **Typed side inputs, relations and gates.** A reconciler reads other pairs' stores,
+//!   read-only, through its [`View`]: its own [`Reconciler::Inputs`] type, given to
+//!   [`EngineBuilder::build_with`], so an input cannot be left out. A relation
 //!   ([`EngineBuilder::watches`]) maps every change of such a store, deletions included, to keys
-//!   the engine plans again, coalesced and without polling. A [`Waker`] plans a key again for
-//!   sources that are not stores.
+//!   the engine plans again, coalesced and without polling; a gate ([`EngineBuilder::waits_for`])
+//!   holds all planning until a store has loaded. A [`Waker`] plans a key again for sources that
+//!   are not stores.
+//! - **Time from the view.** [`View::now`] (tokio's clock) and [`View::wall`] (a [`WallClock`],
+//!   the system clock unless [`EngineBuilder::wall_clock`] gives another): reconcilers read no
+//!   clock of their own, so tests on paused time cover their decisions on time.
 //! - **Status.** [`Engine::op_status`] shows, per key, the last failed operation, its error and
 //!   when it retries.
 //! - **Observability.** Prometheus metrics per reconciler ([`metrics`] lists them; print them
@@ -246,6 +255,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod clock;
 mod driver;
 mod engine;
 pub mod executor;
@@ -264,13 +274,13 @@ pub mod testing;
 pub mod guide {}
 
 pub use backoff::BackoffConfig;
+pub use clock::{WallClock, from_unix_nanos, unix_nanos};
 pub use driver::{Driver, Outcome};
 pub use engine::{Engine, EngineBuilder, EngineConfig, Observer, OpStatus, RunReport, Waker};
 pub use executor::{Executor, ExecutorConfig, OpError, Submitted};
 pub use key::Key;
 pub use metrics::{Metrics, OpResult};
 pub use reconciler::{Operation, Plan, Reconciler, Update, View};
-pub use relation::Inputs;
 pub use store::{Store, Subscription, SyncWatch, Writer, WriterDropped, store};
 pub use tokio_util::sync::CancellationToken;
 

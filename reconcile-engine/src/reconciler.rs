@@ -1,11 +1,10 @@
 //! The `Reconciler` trait: a pure, synchronous function from desired and actual state to a plan.
 
 use std::fmt::Debug;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::relation::{Inputs, NO_INPUTS};
 use crate::{Key, Store};
 
 /// An operation a reconciler plans and a [`Driver`](crate::Driver) carries out.
@@ -64,30 +63,37 @@ impl<Op> From<Option<Op>> for Plan<Op> {
 }
 
 /// What a reconciler sees of one key: its desired and actual values, read access to both whole
-/// stores for decisions that involve other keys (a parent's state, say), the side inputs (other
-/// pairs' stores, see [`input`](View::input)) and the time of the pass.
+/// stores for decisions that involve other keys (a parent's state, say), its side inputs (`I`,
+/// the reconciler's [`Reconciler::Inputs`]: other pairs' stores) and the time of the pass, both
+/// monotonic ([`now`](View::now)) and wall-clock ([`wall`](View::wall)).
 ///
-/// The engine builds one per key. Tests of a reconciler build one with [`View::new`]:
+/// The engine builds one per key. Tests of a reconciler build one with [`View::new`], and give it
+/// inputs with [`with_inputs`](View::with_inputs):
 ///
 /// ```
-/// use reconcile_engine::{Inputs, View, store};
+/// use reconcile_engine::{Store, View, store};
+///
+/// /// The side inputs of a reconciler: here one other pair's store.
+/// struct Limits {
+///     limits: Store<String, u64>,
+/// }
 ///
 /// let (desired, mut dw) = store::<String, u32>();
 /// let (actual, _aw) = store::<String, u32>();
 /// let (limits, mut lw) = store::<String, u64>();
 /// dw.insert("a".into(), 1);
 /// lw.insert("a".into(), 10);
-/// let inputs = Inputs::new().with(limits);
+/// let inputs = Limits { limits };
 /// let key = "a".to_string();
 /// let want = desired.get(&key);
 /// let view = View::new(&key, want.as_deref(), None, &desired, &actual).with_inputs(&inputs);
 /// assert_eq!(view.desired, Some(&1));
 /// assert!(!view.desired_synced);
-/// let limit = view.input::<String, u64>().and_then(|s| s.get(&key));
+/// let limit = view.inputs.limits.get(&key);
 /// assert_eq!(limit.as_deref(), Some(&10));
 /// ```
 #[non_exhaustive]
-pub struct View<'a, K, D, A> {
+pub struct View<'a, K, D, A, I = ()> {
     /// The key being reconciled.
     pub key: &'a K,
     /// Its desired value, if any.
@@ -102,14 +108,21 @@ pub struct View<'a, K, D, A> {
     pub desired_synced: bool,
     /// The time of this reconcile pass (`tokio::time`, so paused in tests).
     pub now: Instant,
-    /// The side inputs registered on the engine (read them with [`input`](View::input)).
-    pub inputs: &'a Inputs,
+    /// The wall-clock time of this reconcile pass, from the engine's [`WallClock`](crate::WallClock)
+    /// (the system clock unless the builder was given another,
+    /// [`EngineBuilder::wall_clock`](crate::EngineBuilder::wall_clock)). Compare it with wall-clock
+    /// timestamps of the world (when a process exited); measure delays with [`now`](View::now).
+    pub wall: SystemTime,
+    /// The side inputs the engine was built with
+    /// ([`EngineBuilder::build_with`](crate::EngineBuilder::build_with)).
+    pub inputs: &'a I,
 }
 
 impl<'a, K: Key, D: Send + Sync + 'static, A: Send + Sync + 'static> View<'a, K, D, A> {
     /// A view of `key` with its `desired` and `actual` values and both stores; `desired_synced`
-    /// as `desired_store` says, `now` the current (tokio) time and no side inputs. Meant for
-    /// unit tests of reconcilers; change the rest with the `with_*` methods.
+    /// as `desired_store` says, `now` the current (tokio) time, `wall` the system clock and no
+    /// side inputs. Meant for unit tests of reconcilers; change the rest with the `with_*`
+    /// methods.
     pub fn new(
         key: &'a K,
         desired: Option<&'a D>,
@@ -125,21 +138,41 @@ impl<'a, K: Key, D: Send + Sync + 'static, A: Send + Sync + 'static> View<'a, K,
             actual_store,
             desired_synced: desired_store.is_synced(),
             now: Instant::now(),
-            inputs: &NO_INPUTS,
+            wall: SystemTime::now(),
+            inputs: &(),
         }
     }
+}
 
-    /// Sets the side inputs.
+impl<'a, K, D, A, I> View<'a, K, D, A, I> {
+    /// The same view with the side inputs `inputs` (of the reconciler's
+    /// [`Inputs`](Reconciler::Inputs) type).
     #[must_use]
-    pub fn with_inputs(mut self, inputs: &'a Inputs) -> Self {
-        self.inputs = inputs;
-        self
+    pub fn with_inputs<I2>(self, inputs: &'a I2) -> View<'a, K, D, A, I2> {
+        View {
+            key: self.key,
+            desired: self.desired,
+            actual: self.actual,
+            desired_store: self.desired_store,
+            actual_store: self.actual_store,
+            desired_synced: self.desired_synced,
+            now: self.now,
+            wall: self.wall,
+            inputs,
+        }
     }
 
     /// Sets the time of the pass.
     #[must_use]
     pub fn with_now(mut self, now: Instant) -> Self {
         self.now = now;
+        self
+    }
+
+    /// Sets the wall-clock time of the pass.
+    #[must_use]
+    pub fn with_wall(mut self, wall: SystemTime) -> Self {
+        self.wall = wall;
         self
     }
 
@@ -151,23 +184,15 @@ impl<'a, K: Key, D: Send + Sync + 'static, A: Send + Sync + 'static> View<'a, K,
     }
 }
 
-impl<K, D, A> View<'_, K, D, A> {
-    /// The side input of type `Store<K2, V2>` registered with
-    /// [`EngineBuilder::reads`](crate::EngineBuilder::reads) or
-    /// [`EngineBuilder::watches`](crate::EngineBuilder::watches), read-only. `None` if no store
-    /// of that type was registered.
-    pub fn input<K2: Key, V2: Send + Sync + 'static>(&self) -> Option<&Store<K2, V2>> {
-        self.inputs.get::<K2, V2>()
-    }
-}
-
-impl<K: Debug, D: Debug, A: Debug> Debug for View<'_, K, D, A> {
+impl<K: Debug, D: Debug, A: Debug, I> Debug for View<'_, K, D, A, I> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("View")
             .field("key", self.key)
             .field("desired", &self.desired)
             .field("actual", &self.actual)
             .field("desired_synced", &self.desired_synced)
+            .field("now", &self.now)
+            .field("wall", &self.wall)
             .finish_non_exhaustive()
     }
 }
@@ -186,8 +211,9 @@ pub enum Update<A> {
 /// Compares desired with actual state for one key and plans at most one operation.
 ///
 /// Implementations are plain synchronous functions of their input: no I/O, no clocks but
-/// [`View::now`], no writes to shared state, and nothing read but what the [`View`] shows (its
-/// stores and side inputs), so they are tested without a runtime. The engine calls
+/// [`View::now`] and [`View::wall`], no writes to shared state, and nothing read but what the
+/// [`View`] shows (its stores and side inputs), so they are tested without a runtime, and on
+/// paused time when a decision depends on time. The engine calls
 /// [`reconcile`](Reconciler::reconcile) only for keys whose desired or actual value changed (and
 /// their ancestors and descendants, see [`Key`]), after each completion on the key, and for every
 /// key on the periodic resync; and for the keys a relation maps a change of a watched store to
@@ -202,9 +228,16 @@ pub trait Reconciler<D, A>: Send + Sync + 'static {
     type Key: Key;
     /// The operation type.
     type Op: Operation;
+    /// The side inputs: what the reconciler reads besides its own two stores, typically a struct
+    /// of other pairs' [`Store`]s; `()` for none. The engine is built with a value of it
+    /// ([`EngineBuilder::build_with`](crate::EngineBuilder::build_with);
+    /// [`build`](crate::EngineBuilder::build) when it is `()`), and every [`View`] shows it as
+    /// [`View::inputs`]: an input cannot be left out by mistake, the compiler asks for it. An
+    /// input that is optional says so in its type (`Option<Store<..>>`).
+    type Inputs: Send + Sync + 'static;
 
     /// Plans what to do for one key.
-    fn reconcile(&self, view: &View<'_, Self::Key, D, A>) -> Plan<Self::Op>;
+    fn reconcile(&self, view: &View<'_, Self::Key, D, A, Self::Inputs>) -> Plan<Self::Op>;
 
     /// Records an operation whose result is unknown (it timed out, or the driver reported
     /// [`Outcome::Uncertain`](crate::Outcome::Uncertain)). Whatever the operation may have created

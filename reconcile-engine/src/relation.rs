@@ -1,15 +1,12 @@
-//! Relations and side inputs: how one pair depends on another pair's stores.
+//! Relations: how one pair is planned again when another pair's stores change.
 //!
-//! A **side input** is a read-only [`Store`] a reconciler reads besides its own desired and actual
-//! stores, registered on the builder ([`EngineBuilder::reads`](crate::EngineBuilder::reads)) and
-//! read in `reconcile()` through [`View::input`](crate::View::input). A **relation**
-//! ([`EngineBuilder::watches`](crate::EngineBuilder::watches)) also subscribes to that store and
-//! maps every changed key (present or deleted) to keys of this engine, which the engine plans
-//! again. Together they replace hand-written wake tasks: the reconciler stays a pure function of
-//! what its [`View`](crate::View) shows, and the engine knows when to look again.
+//! A reconciler reads other pairs' stores as its side inputs (its
+//! [`Reconciler::Inputs`](crate::Reconciler::Inputs), shown by every [`View`](crate::View)). A
+//! **relation** ([`EngineBuilder::watches`](crate::EngineBuilder::watches)) subscribes to such a
+//! store and maps every changed key (present or deleted) to keys of this engine, which the engine
+//! plans again. Together they replace hand-written wake tasks: the reconciler stays a pure
+//! function of what its view shows, and the engine knows when to look again.
 
-use std::any::{Any, TypeId};
-use std::fmt;
 use std::sync::Arc;
 
 use prometheus::IntCounter;
@@ -17,75 +14,6 @@ use tokio::sync::Notify;
 
 use crate::store::Subscription;
 use crate::{Key, Store};
-
-/// The side inputs of one engine: read-only stores its reconciler reads through
-/// [`View::input`](crate::View::input), one per store type (`Store<K, V>`).
-///
-/// The engine keeps the inputs registered with
-/// [`EngineBuilder::reads`](crate::EngineBuilder::reads) and
-/// [`EngineBuilder::watches`](crate::EngineBuilder::watches). Tests of a reconciler build their
-/// own and pass them to [`View::with_inputs`](crate::View::with_inputs):
-///
-/// ```
-/// use reconcile_engine::{Inputs, store};
-///
-/// let (devices, mut writer) = store::<String, bool>();
-/// writer.insert("sda".into(), true);
-/// let inputs = Inputs::new().with(devices);
-/// let read = inputs.get::<String, bool>().expect("registered");
-/// assert_eq!(read.get(&"sda".to_string()).as_deref(), Some(&true));
-/// assert!(inputs.get::<u32, bool>().is_none());
-/// ```
-#[derive(Default)]
-pub struct Inputs {
-    stores: Vec<(TypeId, Box<dyn Any + Send + Sync>)>,
-}
-
-impl fmt::Debug for Inputs {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Inputs").field("stores", &self.stores.len()).finish()
-    }
-}
-
-/// No inputs, for views built without any.
-pub(crate) static NO_INPUTS: Inputs = Inputs { stores: Vec::new() };
-
-impl Inputs {
-    /// No side inputs.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds `store` as the input of its type, replacing an earlier store of the same type.
-    #[must_use]
-    pub fn with<K: Key, V: Send + Sync + 'static>(mut self, store: Store<K, V>) -> Self {
-        self.insert(store);
-        self
-    }
-
-    /// Adds `store` as the input of its type, replacing an earlier store of the same type.
-    pub fn insert<K: Key, V: Send + Sync + 'static>(&mut self, store: Store<K, V>) {
-        let id = TypeId::of::<Store<K, V>>();
-        self.stores.retain(|(t, _)| *t != id);
-        self.stores.push((id, Box::new(store)));
-    }
-
-    /// The input of type `Store<K, V>`, if one was registered.
-    pub fn get<K: Key, V: Send + Sync + 'static>(&self) -> Option<&Store<K, V>> {
-        let id = TypeId::of::<Store<K, V>>();
-        self.stores.iter().find(|(t, _)| *t == id).and_then(|(_, s)| s.downcast_ref())
-    }
-
-    /// Number of inputs.
-    pub fn len(&self) -> usize {
-        self.stores.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.stores.is_empty()
-    }
-}
 
 /// Maps a changed key of a watched store to keys of the watching engine.
 type MapFn<K> = Box<dyn Fn(&mut dyn FnMut(K)) + Send + Sync>;

@@ -264,6 +264,7 @@ struct Gated {
 impl Reconciler<u32, Actual> for Gated {
     type Key = K;
     type Op = Op;
+    type Inputs = ();
 
     fn reconcile(&self, v: &View<'_, K, u32, Actual>) -> Plan<Op> {
         if !self.open.load(Ordering::SeqCst) {
@@ -543,4 +544,118 @@ async fn op_status_should_show_the_last_failure_and_its_retry_time_until_success
     assert!(left > Duration::from_millis(990) && left <= Duration::from_secs(1), "{left:?}");
     wait_converged(&h.desired, &actual, LONG, matches).await;
     assert!(status.get(&K::Dev(0)).is_none(), "cleared by the success");
+}
+
+/// Puts a device's desired value only while the wall clock of its view is past `after`; until
+/// then, checks again in a second. A decision on wall time, read only from the view.
+struct NotBefore {
+    after: std::time::SystemTime,
+}
+
+impl Reconciler<u32, Actual> for NotBefore {
+    type Key = K;
+    type Op = Op;
+    type Inputs = ();
+
+    fn reconcile(&self, v: &View<'_, K, u32, Actual>) -> Plan<Op> {
+        if v.wall < self.after {
+            return Plan::RecheckAfter(Duration::from_secs(1));
+        }
+        Rec.reconcile(v)
+    }
+
+    fn uncertain(&self, key: &K, op: &Op, actual: Option<&Actual>) -> Update<Actual> {
+        Rec.uncertain(key, op, actual)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wall_clock_of_the_views_should_be_the_engines_and_follow_paused_time() {
+    let mut h = harness();
+    h.writer.insert(K::Dev(0), 1);
+    h.writer.mark_synced();
+    let start = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+    let rec = NotBefore { after: start + Duration::from_secs(60) };
+    let engine = Engine::builder("wall", rec, h.driver.clone(), h.desired.clone())
+        .wall_clock(reconcile_engine::WallClock::tokio(start))
+        .build();
+    let began = Instant::now();
+    let (actual, _stop, _join) = spawn(engine);
+    wait_converged(&h.desired, &actual, LONG, matches).await;
+    let started = h.driver.calls()[0].started - began;
+    // Started once the engine's clock (not the system's) passed `after`: 60 s of paused time.
+    assert!(started >= Duration::from_secs(60) && started <= Duration::from_secs(61), "{started:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_engine_should_plan_nothing_before_the_stores_it_waits_for_synced() {
+    let mut h = harness();
+    h.writer.insert(K::Dev(0), 1);
+    h.writer.insert(K::Dev(1), 2);
+    h.writer.mark_synced();
+    let (first, mut first_writer) = reconcile_engine::store::<u8, bool>();
+    let (second, mut second_writer) = reconcile_engine::store::<String, u32>();
+    let engine = engine(&h).waits_for("first", first).waits_for("second", second).build();
+    let (actual, _stop, _join) = spawn(engine);
+    settle().await;
+    first_writer.mark_synced();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(h.driver.calls().is_empty(), "planned before every gate synced");
+    // A desired change meanwhile is kept, and planned with the rest once the gates open.
+    h.writer.insert(K::Dev(2), 3);
+    second_writer.mark_synced();
+    wait_converged(&h.desired, &actual, LONG, matches).await;
+    assert_eq!(h.driver.kind_count("put"), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_whose_writer_was_dropped_unsynced_should_not_hold_the_engine() {
+    let mut h = harness();
+    h.writer.insert(K::Dev(0), 1);
+    h.writer.mark_synced();
+    let (gate, gate_writer) = reconcile_engine::store::<u8, bool>();
+    let (actual, _stop, _join) = spawn(engine(&h).waits_for("gone", gate).build());
+    settle().await;
+    assert!(h.driver.calls().is_empty());
+    drop(gate_writer);
+    wait_converged(&h.desired, &actual, LONG, matches).await;
+}
+
+/// Creates desired values; deletes actual ones without a desired value only once the desired
+/// store synced, by answering `Idle` before (not a held teardown).
+struct WaitsForDesired;
+
+impl Reconciler<u32, Actual> for WaitsForDesired {
+    type Key = K;
+    type Op = Op;
+    type Inputs = ();
+
+    fn reconcile(&self, v: &View<'_, K, u32, Actual>) -> Plan<Op> {
+        match Rec.reconcile(v) {
+            Plan::Run(Op::Delete) if !v.desired_synced => Plan::Idle,
+            plan => plan,
+        }
+    }
+
+    fn uncertain(&self, key: &K, op: &Op, actual: Option<&Actual>) -> Update<Actual> {
+        Rec.uncertain(key, op, actual)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_desired_store_syncing_should_plan_every_key_again() {
+    let mut h = harness();
+    h.driver.set_existing(vec![(K::Dev(7), Actual::Val(7))]);
+    h.writer.insert(K::Dev(0), 1);
+    let engine = Engine::builder("desired-sync", WaitsForDesired, h.driver.clone(), h.desired.clone())
+        .resync_period(Duration::from_secs(3600))
+        .build();
+    let (actual, _stop, _join) = spawn(engine);
+    assert!(eventually(LONG, || actual.get(&K::Dev(0)).as_deref() == Some(&Actual::Val(1))).await);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(actual.contains_key(&K::Dev(7)), "nothing deleted before the desired store synced");
+    assert_eq!(h.driver.kind_count("delete"), 0);
+    h.writer.mark_synced();
+    wait_converged(&h.desired, &actual, LONG, matches).await;
+    assert!(!actual.contains_key(&K::Dev(7)));
 }

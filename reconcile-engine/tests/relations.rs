@@ -28,11 +28,12 @@ struct Gated {
 impl Reconciler<u32, Actual> for Gated {
     type Key = K;
     type Op = Op;
+    type Inputs = Gates;
 
-    fn reconcile(&self, v: &View<'_, K, u32, Actual>) -> Plan<Op> {
+    fn reconcile(&self, v: &View<'_, K, u32, Actual, Gates>) -> Plan<Op> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let K::Dev(d) = v.key else { return Plan::Idle };
-        let Some(gates) = v.input::<u8, bool>() else { return Plan::Idle };
+        let gates = v.inputs;
         match (gates.get(d).map(|open| *open), v.desired, v.actual) {
             (None, _, Some(_)) => Plan::Run(Op::Delete),
             (Some(true), Some(want), actual) if actual != Some(&Actual::Val(*want)) => {
@@ -73,11 +74,11 @@ fn start() -> Setup {
     let engine = Engine::builder("gated", Gated { calls: calls.clone() }, driver.clone(), desired_store)
         .metrics(&metrics)
         .resync_period(Duration::from_secs(3600))
-        .watches("gates", gate_store, move |d: &u8, open: Option<&bool>| {
+        .watches("gates", gate_store.clone(), move |d: &u8, open: Option<&bool>| {
             seen.lock().expect("lock").push((*d, open.copied()));
             [K::Dev(*d)]
         })
-        .build();
+        .build_with(gate_store);
     let actual = engine.actual();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let join = tokio::spawn(engine.run(async move {

@@ -125,14 +125,15 @@ fn start(images: Vec<RuntimeImage>, available: u64, period: Duration) -> Pair {
     let (image_desired, writer) = store();
     let mut engine = Engine::builder(
         "images",
-        ImageReconciler::new(pinned.clone(), policy.minimum_age, clock.clone()),
+        ImageReconciler::new(pinned.clone(), policy.minimum_age),
         Arc::new(ImageDriver::new(runtime.clone(), metrics.clone(), events.clone(), clock.clone())),
         image_desired.clone(),
     )
+    .wall_clock(nodelet_resources::common::clock::wall_clock(&clock))
     .backoff(BackoffConfig::default().without_jitter().with_initial(Duration::from_secs(10)))
     .watches("pods-desired", pod_images.desired.clone(), removals_on_pod_change(image_desired.clone()))
     .watches("pods-actual", pod_images.actual.clone(), removals_on_pod_change(image_desired.clone()))
-    .build();
+    .build_with(pod_images.clone());
     let (free, requests) = free_space();
     let populator = ImagePopulator::new(
         policy,

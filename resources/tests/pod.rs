@@ -19,13 +19,13 @@ use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{
     DEFAULT_EVENTED_RELIST_PERIOD, DEFAULT_RELIST_PERIOD, EVENTED_RELIST_JITTER, MAX_POD_READS, Pleg,
 };
-use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
+use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodInputs, PodReconciler};
 use nodelet_resources::pod::status::pod_status;
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
 use nodelet_resources::sandbox::status::pod_of_sandboxes;
 use reconcile_engine::testing::eventually;
-use reconcile_engine::{CancellationToken, Engine, Inputs, OpStatus, Store, Writer, store};
+use reconcile_engine::{CancellationToken, Engine, OpStatus, Store, Writer, store};
 
 const LONG: Duration = Duration::from_secs(3600);
 
@@ -42,7 +42,7 @@ struct Node {
     actual: Store<PodUid, PodActual>,
     status: Store<PodUid, OpStatus<nodelet_resources::pod::ops::PodOp, RuntimeError>>,
     reconciler: PodReconciler,
-    inputs: Inputs,
+    inputs: PodInputs,
     clock: Clock,
     relist: nodelet_resources::pod::pleg::PlegWaker,
     /// Reports to the pod engine as the PLEG does.
@@ -72,10 +72,11 @@ fn node_with_verdicts(
     writer.mark_synced();
     let builder = Engine::builder(
         "pods",
-        PodReconciler::new(CrashLoopBackOff::default(), clock.clone()),
+        PodReconciler::new(CrashLoopBackOff::default()),
         Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
         desired.clone(),
     )
+    .wall_clock(nodelet_resources::common::clock::wall_clock(&clock))
     .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
     .max_concurrent(nodelet_resources::pod::ops::MAX_CONCURRENT_OPS);
     let mut sandboxes = SandboxPair::new(
@@ -90,17 +91,20 @@ fn node_with_verdicts(
         },
     );
     let status = builder.op_status();
-    let mut inputs = Inputs::new().with(sandboxes.actual()).with(sandboxes.op_status()).with(status.clone());
+    let inputs = PodInputs {
+        failures: Some(status.clone()),
+        verdicts: verdicts.clone(),
+        sandboxes: Some(sandboxes.view()),
+        ..PodInputs::default()
+    };
     let mut builder = builder
-        .reads(status.clone())
         .watches("sandboxes", sandboxes.actual(), pod_of_sandboxes)
-        .reads(sandboxes.op_status());
+        .waits_for("sandboxes", sandboxes.actual());
     if let Some(verdicts) = verdicts {
-        inputs.insert(verdicts.clone());
         builder =
             builder.watches("verdicts", verdicts, |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()));
     }
-    let mut engine = builder.build();
+    let mut engine = builder.build_with(inputs.clone());
     let actual = engine.actual();
     let observer = engine.observer();
     let pleg = Pleg::new(
@@ -113,12 +117,12 @@ fn node_with_verdicts(
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
     let relist = pleg.waker();
     let (sandbox_engine, sandbox_tasks) =
-        sandboxes.start(desired.clone(), engine.waker(), reconcile_engine::CancellationToken::new());
+        sandboxes.start(desired.clone(), reconcile_engine::CancellationToken::new());
     tokio::spawn(sandbox_engine);
     for task in sandbox_tasks {
         tokio::spawn(task.future);
     }
-    let reconciler = PodReconciler::new(CrashLoopBackOff::default(), clock.clone());
+    let reconciler = PodReconciler::new(CrashLoopBackOff::default());
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
     Node { runtime, writer, desired, actual, status, reconciler, inputs, clock, relist, observer }

@@ -14,7 +14,7 @@ use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::driver::PodDriver;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
-use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
+use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodInputs, PodReconciler};
 use nodelet_resources::pod::status::pod_status;
 use nodelet_resources::probe::desired::{Action, ProbeKind};
 use nodelet_resources::probe::handler::{ProbeHandler, ProbeOutcome, ProbeTarget};
@@ -24,7 +24,7 @@ use nodelet_resources::probe::worker::Prober;
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
 use reconcile_engine::testing::eventually;
-use reconcile_engine::{Engine, Inputs, Store, Writer, store};
+use reconcile_engine::{Engine, Store, Writer, store};
 use tokio::time::{Instant, sleep};
 
 const LONG: Duration = Duration::from_secs(3600);
@@ -108,7 +108,7 @@ struct Node {
     actual: Store<PodUid, PodActual>,
     desired: Store<PodUid, DesiredPod>,
     reconciler: PodReconciler,
-    inputs: Inputs,
+    inputs: PodInputs,
     results: ProbeResults,
     clock: Clock,
     waker: reconcile_engine::Waker<PodUid>,
@@ -142,10 +142,11 @@ fn node() -> Node {
     };
     let builder = Engine::builder(
         "pods",
-        PodReconciler::new(backoff.clone(), clock.clone()).with_probes(results.clone()),
+        PodReconciler::new(backoff.clone()).with_probes(results.clone()),
         Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
         desired.clone(),
-    );
+    )
+    .wall_clock(nodelet_resources::common::clock::wall_clock(&clock));
     let mut sandboxes = SandboxPair::new(
         runtime.clone(),
         builder.actual(),
@@ -153,10 +154,11 @@ fn node() -> Node {
         None,
         SandboxPairConfig::default(),
     );
+    let inputs = PodInputs { sandboxes: Some(sandboxes.view()), ..PodInputs::default() };
     let mut engine = builder
         .watches("sandboxes", sandboxes.actual(), nodelet_resources::sandbox::status::pod_of_sandboxes)
-        .reads(sandboxes.op_status())
-        .build();
+        .waits_for("sandboxes", sandboxes.actual())
+        .build_with(inputs.clone());
     let actual = engine.actual();
     let pleg = Pleg::new(
         runtime.clone(),
@@ -167,9 +169,8 @@ fn node() -> Node {
     )
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
     let waker = engine.waker();
-    let inputs = Inputs::new().with(sandboxes.actual()).with(sandboxes.op_status());
     let (sandbox_engine, sandbox_tasks) =
-        sandboxes.start(desired.clone(), waker.clone(), reconcile_engine::CancellationToken::new());
+        sandboxes.start(desired.clone(), reconcile_engine::CancellationToken::new());
     tokio::spawn(sandbox_engine);
     for task in sandbox_tasks {
         tokio::spawn(task.future);
@@ -178,7 +179,7 @@ fn node() -> Node {
     tokio::spawn(pleg.run(std::future::pending()));
     let stop = reconcile_engine::CancellationToken::new();
     let prober = tokio::spawn(prober.run(actual.clone(), waker.clone(), stop.clone().cancelled_owned()));
-    let reconciler = PodReconciler::new(backoff, clock.clone()).with_probes(results.clone());
+    let reconciler = PodReconciler::new(backoff).with_probes(results.clone());
     Node {
         runtime,
         handler,

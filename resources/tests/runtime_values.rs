@@ -2,14 +2,13 @@
 //! container that claims to have restarted `u32::MAX` times): the pod logic saturates on them instead of
 //! overflowing (a panic in debug builds, a wrapped nonsense value in release builds).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_resources::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
 use nodelet_resources::model::cgroup::CgroupResources;
 use nodelet_resources::model::pod::{DesiredPod, PodSource};
-use nodelet_resources::pod::reconciler::{Clock, CrashLoopBackOff, PodReconciler};
+use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodInputs, PodReconciler};
 use nodelet_resources::pod::status::{pod_status, time};
 use reconcile_engine::{Reconciler, Store, View};
 
@@ -58,10 +57,6 @@ fn actual(state: ContainerState, restart_count: u32, started_at: i64, finished_a
     }
 }
 
-fn clock(now: i64) -> Clock {
-    Arc::new(move || now)
-}
-
 #[test]
 fn the_crash_loop_delay_saturates_on_extreme_times_and_restart_counts() {
     let backoff = CrashLoopBackOff::default();
@@ -92,26 +87,22 @@ fn pod_status_and_plans_survive_extreme_runtime_values() {
     writer.mark_synced();
     let actual_store: Store<String, PodActual> = reconcile_engine::store().0;
     for now in EXTREMES {
-        let reconciler = PodReconciler::new(CrashLoopBackOff::default(), clock(now));
+        let reconciler = PodReconciler::new(CrashLoopBackOff::default());
+        let inputs = PodInputs::default();
         for state in [ContainerState::Running, ContainerState::Exited] {
             for started_at in EXTREMES {
                 for finished_at in EXTREMES {
                     for restarts in [0, u32::MAX] {
                         let a = actual(state, restarts, started_at, finished_at);
-                        let status = pod_status(
-                            &reconciler,
-                            &reconcile_engine::Inputs::new(),
-                            &desired,
-                            Some(&a),
-                            None,
-                            now,
-                        );
+                        let status = pod_status(&reconciler, &inputs, &desired, Some(&a), None, now);
                         let app = status.container_statuses.as_ref().and_then(|c| c.first());
                         let count = app.map_or(-1, |c| c.restart_count);
                         assert!(count >= 0, "restartCount {count} of {restarts}");
                         // The plan, too (the next attempt's restart count saturates).
                         let key = "u1".to_owned();
-                        let view = View::new(&key, Some(&desired), Some(&a), &desired_store, &actual_store);
+                        let view = View::new(&key, Some(&desired), Some(&a), &desired_store, &actual_store)
+                            .with_inputs(&inputs)
+                            .with_wall(reconcile_engine::from_unix_nanos(now));
                         let _ = reconciler.reconcile(&view);
                     }
                 }

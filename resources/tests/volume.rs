@@ -18,7 +18,7 @@ use nodelet_resources::model::volumes::VolumeReadiness;
 use nodelet_resources::pod::driver::PodDriver;
 use nodelet_resources::pod::metrics::PodMetrics;
 use nodelet_resources::pod::pleg::{DEFAULT_RELIST_PERIOD, Pleg};
-use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
+use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodInputs, PodReconciler};
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
 use nodelet_resources::volume::actual::{MountState, VolumeActual};
@@ -175,10 +175,11 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
     pods.mark_synced();
     let builder = Engine::builder(
         "pods",
-        PodReconciler::new(CrashLoopBackOff::default(), clock.clone()),
+        PodReconciler::new(CrashLoopBackOff::default()),
         Arc::new(PodDriver::new(runtime.clone(), PodMetrics::unregistered())),
         desired.clone(),
-    );
+    )
+    .wall_clock(nodelet_resources::common::clock::wall_clock(&clock));
     let mut sandboxes = SandboxPair::new(
         runtime.clone(),
         builder.actual(),
@@ -190,13 +191,14 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
             ..SandboxPairConfig::default()
         },
     );
+    let inputs =
+        PodInputs { volumes: Some(gate.clone()), sandboxes: Some(sandboxes.view()), ..PodInputs::default() };
     let mut engine = builder
         .backoff(reconcile_engine::BackoffConfig::default().without_jitter())
-        .reads(volumes.clone())
         .watches("volumes", volume_actual.clone(), pod_of_volume)
         .watches("sandboxes", sandboxes.actual(), nodelet_resources::sandbox::status::pod_of_sandboxes)
-        .reads(sandboxes.op_status())
-        .build();
+        .waits_for("sandboxes", sandboxes.actual())
+        .build_with(inputs);
     let pod_actual = engine.actual();
     let pleg = Pleg::new(
         runtime.clone(),
@@ -207,7 +209,7 @@ fn node_with(host: FakeHost, clock: Clock) -> Node {
     )
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
     let (sandbox_engine, sandbox_tasks) =
-        sandboxes.start(desired.clone(), engine.waker(), reconcile_engine::CancellationToken::new());
+        sandboxes.start(desired.clone(), reconcile_engine::CancellationToken::new());
     tokio::spawn(sandbox_engine);
     for task in sandbox_tasks {
         tokio::spawn(task.future);

@@ -610,15 +610,16 @@ pub(crate) struct Pods {
     /// The pod engine's reconciler (a copy, for status).
     pub(crate) reconciler: PodReconciler,
     /// The pod engine's side inputs ([`PodSideInputs::inputs`]), for status; taken once.
-    pub(crate) status_inputs: reconcile_engine::Inputs,
+    pub(crate) status_inputs: nodelet_resources::pod::reconciler::PodInputs,
     pub(crate) clock: Clock,
     /// Re-populates the volumes (objects or claims changed).
     pub(crate) refresh: tokio::sync::watch::Sender<()>,
 }
 
-/// The pod reconciler's side inputs, defined once: registered on the pod engine ([`register`](Self::register),
-/// with the relations that plan a pod again when one changes) and handed to status ([`inputs`](Self::inputs)),
-/// so status reads what the engine reads. Both take every field by name: a new one cannot be left out of either.
+/// The pod reconciler's side inputs, defined once: their relations declared on the pod engine
+/// ([`register`](Self::register): what plans a pod again when one changes, and the store it waits for) and
+/// the [`PodInputs`](nodelet_resources::pod::reconciler::PodInputs) value ([`inputs`](Self::inputs)) that
+/// the engine is built with and status reads, so status reads what the engine reads.
 struct PodSideInputs {
     /// The engine's own failures: an ephemeral container whose start keeps failing never delays the pod's
     /// other containers, and no prune replaces a failure on record.
@@ -638,7 +639,9 @@ struct PodSideInputs {
 }
 
 impl PodSideInputs {
-    /// Registers every side input on the pod engine's builder, with the relations that plan a pod again.
+    /// Declares on the pod engine's builder the relations that plan a pod again when a side input changes,
+    /// and the gate on the sandbox pair's actual store (nothing is planned before it was reconstructed: a
+    /// pod would look as if its sandbox were gone).
     fn register<Dr>(
         &self,
         builder: reconcile_engine::EngineBuilder<DesiredPod, PodActual, PodReconciler, Dr>,
@@ -646,31 +649,22 @@ impl PodSideInputs {
     where
         Dr: reconcile_engine::Driver<PodUid, nodelet_resources::pod::ops::PodOp, PodActual>,
     {
-        let PodSideInputs {
-            failures,
-            verdicts,
-            volumes_desired,
-            volumes_actual,
-            sandboxes,
-            sandbox_failures,
-            surplus,
-        } = self;
+        let PodSideInputs { verdicts, volumes_actual, sandboxes, surplus, .. } = self;
         builder
-            .reads(failures.clone())
             // A pod's verdict came or changed: plan the pod again.
             .watches("verdicts", verdicts.clone(), |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()))
             // A pod's volumes changed: plan the pod again (its containers wait for them).
-            .reads(volumes_desired.clone())
             .watches("volumes", volumes_actual.clone(), nodelet_resources::volume::reconciler::pod_of_volume)
             // A pod's sandboxes changed: plan the pod again (its containers wait for a ready sandbox).
             .watches("sandboxes", sandboxes.clone(), pod_of_sandboxes)
-            .reads(sandbox_failures.clone())
+            // Nothing is planned before the sandbox pair has read the runtime, then every pod.
+            .waits_for("sandboxes", sandboxes.clone())
             // The node-wide container GC decision for a pod changed: plan the pod again.
             .watches("container-gc", surplus.clone(), |uid: &PodUid, _: Option<&Surplus>| Some(uid.clone()))
     }
 
-    /// The same stores as [`Inputs`](reconcile_engine::Inputs), for status.
-    fn inputs(&self) -> reconcile_engine::Inputs {
+    /// The pod reconciler's side inputs: the engine is built with them, status reads them.
+    fn inputs(&self) -> nodelet_resources::pod::reconciler::PodInputs {
         let PodSideInputs {
             failures,
             verdicts,
@@ -680,14 +674,16 @@ impl PodSideInputs {
             sandbox_failures,
             surplus,
         } = self;
-        reconcile_engine::Inputs::new()
-            .with(failures.clone())
-            .with(verdicts.clone())
-            .with(volumes_desired.clone())
-            .with(volumes_actual.clone())
-            .with(sandboxes.clone())
-            .with(sandbox_failures.clone())
-            .with(surplus.clone())
+        nodelet_resources::pod::reconciler::PodInputs {
+            failures: Some(failures.clone()),
+            verdicts: Some(verdicts.clone()),
+            volumes: Some(nodelet_resources::volume::status::VolumeGate::new(
+                volumes_desired.clone(),
+                volumes_actual.clone(),
+            )),
+            sandboxes: Some(SandboxView::new(sandboxes.clone(), Some(sandbox_failures.clone()))),
+            surplus: Some(surplus.clone()),
+        }
     }
 }
 
@@ -702,8 +698,8 @@ pub(crate) struct PressureInputs {
 /// The pod engine (task `pod-engine`) with its prober (`prober`), PLEG (`pleg`, `runtime-events`), volume
 /// populator (`volume-populator`, `volume-refresh`), container GC (`container-gc`), log rotation
 /// (`log-rotation`) and the claims' volume stats (`claim-volume-stats`); also starts the
-/// volume engine and the sandbox pair (`sandbox-engine`, `sandbox-populator` and the start-up steps
-/// `sandbox-wake-pods`, `sandbox-wake-sandboxes`: sandboxes and their network, see [`nodelet_resources::sandbox`]).
+/// volume engine and the sandbox pair (`sandbox-engine`, `sandbox-populator`: sandboxes and their network,
+/// see [`nodelet_resources::sandbox`]).
 pub(crate) fn start_pods(
     core: &Core,
     runtime: &Runtime,
@@ -739,9 +735,8 @@ pub(crate) fn start_pods(
         .with_max(config.backoff.image_pull.max);
     // The pod engine's builder first: the sandbox pair and container GC read its actual store, and it
     // watches theirs.
-    let reconciler = PodReconciler::new(crash_loop, clock.clone())
-        .with_probes(probes.clone())
-        .with_container_gc(config.container_gc);
+    let reconciler =
+        PodReconciler::new(crash_loop).with_probes(probes.clone()).with_container_gc(config.container_gc);
     let builder = Engine::builder(
         "pods",
         reconciler.clone(),
@@ -750,7 +745,8 @@ pub(crate) fn start_pods(
                 .with_grace_cap(config.pods.grace_cap()),
         ),
         desired.clone(),
-    );
+    )
+    .wall_clock(nodelet_resources::common::clock::wall_clock(&clock));
     let actual = builder.actual();
     let failures = builder.op_status();
     // Container GC: dead containers pruned by the pod pair, dead sandboxes by the sandbox pair
@@ -795,7 +791,7 @@ pub(crate) fn start_pods(
         .backoff(pod_backoff)
         .max_concurrent(nodelet_resources::pod::ops::MAX_CONCURRENT_OPS)
         .resync_period(config.sync_frequency)
-        .build();
+        .build_with(status_inputs.clone());
     sup.spawn(
         "prober",
         Policy::Critical,
@@ -854,8 +850,7 @@ pub(crate) fn start_pods(
     .with_sandboxes(sandbox_pair.actual(), sandbox_pair.observer());
     let relist = pleg.waker();
     // The sandbox pair's populator and engine (`sandbox-engine`).
-    let (sandbox_engine, sandbox_tasks) =
-        sandbox_pair.start(desired.clone(), engine.waker(), shutdown.clone());
+    let (sandbox_engine, sandbox_tasks) = sandbox_pair.start(desired.clone(), shutdown.clone());
     sup.spawn("sandbox-engine", Policy::Critical, log_report("sandbox", sandbox_engine));
     spawn_tasks(sup, sandbox_tasks);
     // The node-wide cap on dead containers (maxContainers), decided over all pods.

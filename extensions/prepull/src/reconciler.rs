@@ -40,6 +40,7 @@ pub struct PrepullReconciler;
 impl Reconciler<WantedImage, ImagePresent> for PrepullReconciler {
     type Key = String;
     type Op = PrepullOp;
+    type Inputs = ();
 
     fn reconcile(&self, v: &View<'_, String, WantedImage, ImagePresent>) -> Plan<PrepullOp> {
         match (v.desired, v.actual) {

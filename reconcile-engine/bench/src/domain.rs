@@ -83,6 +83,7 @@ impl BenchReconciler {
 impl Reconciler<PodState, PodState> for BenchReconciler {
     type Key = String;
     type Op = Op;
+    type Inputs = ();
 
     fn reconcile(&self, view: &View<'_, String, PodState, PodState>) -> Plan<Op> {
         Self::plan(view.desired, view.actual)

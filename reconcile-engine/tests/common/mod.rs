@@ -58,6 +58,7 @@ pub struct Rec;
 impl Reconciler<u32, Actual> for Rec {
     type Key = K;
     type Op = Op;
+    type Inputs = ();
 
     fn reconcile(&self, v: &View<'_, K, u32, Actual>) -> Plan<Op> {
         match (v.desired, v.actual) {
@@ -121,8 +122,8 @@ pub fn engine(h: &Harness) -> reconcile_engine::EngineBuilder<u32, Actual, Rec, 
 }
 
 /// Spawns the engine; returns the actual store, a shutdown trigger and the join handle.
-pub fn spawn(
-    engine: TestEngine,
+pub fn spawn<R: Reconciler<u32, Actual, Key = K, Op = Op>>(
+    engine: Engine<u32, Actual, R, Fake>,
 ) -> (Store<K, Actual>, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<reconcile_engine::RunReport>)
 {
     let actual = engine.actual();

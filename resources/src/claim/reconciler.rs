@@ -268,6 +268,7 @@ impl ClaimReconciler {
 impl Reconciler<ClaimDesired, ClaimActual> for ClaimReconciler {
     type Key = ClaimKey;
     type Op = ClaimOp;
+    type Inputs = ();
 
     fn reconcile(&self, view: &View<'_, ClaimKey, ClaimDesired, ClaimActual>) -> Plan<ClaimOp> {
         match view.key {

@@ -294,38 +294,38 @@ pub struct EvictionPods {
     pub verdicts: Store<PodUid, Verdict>,
 }
 
-/// The eviction reconciler.
+/// The eviction reconciler. Its side inputs ([`Reconciler::Inputs`]) are the pod stores
+/// ([`EvictionPods`]), given to the engine with
+/// [`EngineBuilder::build_with`](reconcile_engine::EngineBuilder::build_with).
 #[derive(Debug)]
 pub struct EvictionReconciler {
-    pods: EvictionPods,
     node_reclaim: bool,
 }
 
 impl EvictionReconciler {
-    /// A reconciler over the pod stores (read-only); `node_reclaim` says whether node-level
-    /// reclaimers are there to try before evicting for a disk signal.
-    pub fn new(pods: EvictionPods, node_reclaim: bool) -> Self {
-        Self { pods, node_reclaim }
+    /// A reconciler; `node_reclaim` says whether node-level reclaimers are there to try before
+    /// evicting for a disk signal.
+    pub fn new(node_reclaim: bool) -> Self {
+        Self { node_reclaim }
     }
 
     /// The pods that may be evicted: desired, admitted, not evicted yet, running something.
-    fn active_pods(&self, node: &NodeEviction) -> Vec<Arc<DesiredPod>> {
-        self.pods
-            .desired
+    fn active_pods(pods: &EvictionPods, node: &NodeEviction) -> Vec<Arc<DesiredPod>> {
+        pods.desired
             .entries()
             .into_iter()
             .filter(|(uid, _)| !node.evicted.contains_key(uid))
-            .filter(|(uid, _)| self.pods.verdicts.get(uid).is_none_or(|v| v.is_admitted()))
-            .filter(|(uid, _)| self.pods.actual.get(uid).is_some_and(|a| a.any_running()))
+            .filter(|(uid, _)| pods.verdicts.get(uid).is_none_or(|v| v.is_admitted()))
+            .filter(|(uid, _)| pods.actual.get(uid).is_some_and(|a| a.any_running()))
             .map(|(_, p)| p)
             .collect()
     }
 
     /// The active pods over a local storage limit of `sample`'s measurement, critical ones left
     /// out.
-    fn over_limit(&self, node: &NodeEviction, measured: &LocalStorage) -> Vec<PodEviction> {
+    fn over_limit(pods: &EvictionPods, node: &NodeEviction, measured: &LocalStorage) -> Vec<PodEviction> {
         let mut out = Vec::new();
-        for pod in self.active_pods(node) {
+        for pod in Self::active_pods(pods, node) {
             let Some(usage) = measured.pods.get(pod.uid()) else { continue };
             let Some(exceeded) = check(&pod, usage, measured.dedicated_image_fs) else { continue };
             if is_critical(&pod) {
@@ -346,12 +346,12 @@ impl EvictionReconciler {
     }
 
     /// Compares a new sample: the first step of a pass.
-    fn assess(&self, config: &EvictionConfig, node: &NodeEviction, sample: &Sample) -> EvictionOp {
+    fn assess(pods: &EvictionPods, config: &EvictionConfig, node: &NodeEviction, sample: &Sample) -> EvictionOp {
         let mut memory = node.memory.clone();
         let assessment = memory.observe(&config.policy, &sample.observations, sample.at);
         let act_on = assessment.act_on.first().cloned();
         let mut evicted = node.evicted.clone();
-        evicted.retain(|uid, _| self.pods.desired.contains_key(uid));
+        evicted.retain(|uid, _| pods.desired.contains_key(uid));
         let mut next = NodeEviction {
             memory,
             conditions: assessment.conditions,
@@ -360,7 +360,7 @@ impl EvictionReconciler {
             updated_at: node.updated_at,
         };
         let over_limit = match &sample.local_storage {
-            Some(measured) if config.local_storage_capacity_isolation => self.over_limit(&next, measured),
+            Some(measured) if config.local_storage_capacity_isolation => Self::over_limit(pods, &next, measured),
             _ => Vec::new(),
         };
         let announce = act_on.is_some() && over_limit.is_empty();
@@ -369,7 +369,13 @@ impl EvictionReconciler {
     }
 
     /// The next step of `pass`, if it is not over.
-    fn step(&self, config: &EvictionConfig, node: &NodeEviction, pass: &Pass) -> Option<EvictionOp> {
+    fn step(
+        &self,
+        pods: &EvictionPods,
+        config: &EvictionConfig,
+        node: &NodeEviction,
+        pass: &Pass,
+    ) -> Option<EvictionOp> {
         let with_stage = |stage: Stage| {
             let mut next = node.clone();
             if let Some(p) = next.pass.as_mut() {
@@ -389,7 +395,7 @@ impl EvictionReconciler {
             }),
             Stage::Reclaimed { after: Some(after), .. } if !still_met(&met.threshold, after) => None,
             Stage::Assessed | Stage::Reclaimed { .. } => {
-                if self.active_pods(node).is_empty() {
+                if Self::active_pods(pods, node).is_empty() {
                     return None;
                 }
                 Some(EvictionOp::MeasureUsage {
@@ -397,8 +403,8 @@ impl EvictionReconciler {
                 })
             }
             Stage::Measured { usage } => {
-                let pods = self.active_pods(node);
-                let candidates: Vec<Candidate<'_>> = pods
+                let active = Self::active_pods(pods, node);
+                let candidates: Vec<Candidate<'_>> = active
                     .iter()
                     .map(|p| Candidate { pod: p, usage: usage.get(p.uid()).cloned().unwrap_or_default() })
                     .collect();
@@ -453,12 +459,13 @@ impl EvictionReconciler {
     /// taken since the last step.
     pub fn plan(
         &self,
+        pods: &EvictionPods,
         config: &EvictionConfig,
         node: &NodeEviction,
         sample: Option<&Sample>,
     ) -> Plan<EvictionOp> {
         if let Some(pass) = &node.pass
-            && let Some(op) = self.step(config, node, pass)
+            && let Some(op) = self.step(pods, config, node, pass)
         {
             return Plan::Run(op);
         }
@@ -467,7 +474,7 @@ impl EvictionReconciler {
                 if node.pass.as_ref().is_none_or(|p| s.seq > p.seq)
                     && node.updated_at.is_none_or(|t| s.at >= t) =>
             {
-                Plan::Run(self.assess(config, node, s))
+                Plan::Run(Self::assess(pods, config, node, s))
             }
             _ => Plan::Idle,
         }
@@ -477,8 +484,12 @@ impl EvictionReconciler {
 impl Reconciler<EvictionConfig, EvictionActual> for EvictionReconciler {
     type Key = EvictionKey;
     type Op = EvictionOp;
+    type Inputs = EvictionPods;
 
-    fn reconcile(&self, view: &View<'_, EvictionKey, EvictionConfig, EvictionActual>) -> Plan<EvictionOp> {
+    fn reconcile(
+        &self,
+        view: &View<'_, EvictionKey, EvictionConfig, EvictionActual, EvictionPods>,
+    ) -> Plan<EvictionOp> {
         let (EvictionKey::Node, Some(config)) = (view.key, view.desired) else { return Plan::Idle };
         let node = match view.actual {
             Some(EvictionActual::Node(n)) => NodeEviction::clone(n),
@@ -489,7 +500,7 @@ impl Reconciler<EvictionConfig, EvictionActual> for EvictionReconciler {
             Some(EvictionActual::Signals(s)) => Some(s),
             _ => None,
         };
-        self.plan(config, &node, sample)
+        self.plan(view.inputs, config, &node, sample)
     }
 
     fn uncertain(

@@ -108,6 +108,7 @@ struct PassReport {
 struct Setup {
     config: EvictionConfig,
     reconciler: EvictionReconciler,
+    pods: EvictionPods,
     driver: EvictionDriver,
     script: Arc<Script>,
     node: NodeEviction,
@@ -183,7 +184,8 @@ fn setup_with(
     let pods = EvictionPods { desired, actual, verdicts };
     Setup {
         config: config(threshold, isolation),
-        reconciler: EvictionReconciler::new(pods, driver.reclaims()),
+        reconciler: EvictionReconciler::new(driver.reclaims()),
+        pods,
         driver,
         script,
         node: NodeEviction::default(),
@@ -211,7 +213,7 @@ impl Setup {
         let sample = self.sample().await;
         let mut report = PassReport::default();
         let cancel = CancellationToken::new();
-        while let Plan::Run(op) = self.reconciler.plan(&self.config, &self.node, Some(&sample)) {
+        while let Plan::Run(op) = self.reconciler.plan(&self.pods, &self.config, &self.node, Some(&sample)) {
             assert!(report.steps.len() < 10, "a pass ends: {:?}", report.steps);
             let outcome = self.driver.execute(&EvictionKey::Node, &op, &cancel).await;
             let Outcome::Done(Update::Set(EvictionActual::Node(next))) = outcome else {
@@ -398,7 +400,7 @@ async fn a_pass_runs_to_its_end_and_the_next_takes_a_sample_from_after_it() {
     let t = Threshold::hard(Signal::MemoryAvailable, Amount::Quantity(100 * MI));
     let mut s = setup(vec![reading(Signal::MemoryAvailable, 50 * MI)], t);
     let first = s.sample().await;
-    let Plan::Run(assess) = s.reconciler.plan(&s.config, &s.node, Some(&first)) else { panic!("assess") };
+    let Plan::Run(assess) = s.reconciler.plan(&s.pods, &s.config, &s.node, Some(&first)) else { panic!("assess") };
     let cancel = CancellationToken::new();
     let Outcome::Done(Update::Set(EvictionActual::Node(next))) =
         s.driver.execute(&EvictionKey::Node, &assess, &cancel).await
@@ -409,7 +411,7 @@ async fn a_pass_runs_to_its_end_and_the_next_takes_a_sample_from_after_it() {
     // A newer sample arrives in the middle of the pass: the pass goes on with its own.
     tokio::time::advance(Duration::from_secs(10)).await;
     let newer = s.sample().await;
-    let plan = s.reconciler.plan(&s.config, &s.node, Some(&newer));
+    let plan = s.reconciler.plan(&s.pods, &s.config, &s.node, Some(&newer));
     assert!(matches!(plan, Plan::Run(EvictionOp::MeasureUsage { .. })), "{plan:?}");
     let Plan::Run(op) = plan else { return };
     assert!(!reconcile_engine::Operation::given_up_for(&op, None), "never given up for a new sample");
@@ -419,11 +421,11 @@ async fn a_pass_runs_to_its_end_and_the_next_takes_a_sample_from_after_it() {
         p.stage = Stage::Evicted;
     }
     node.updated_at = Some(Instant::now() + Duration::from_secs(5));
-    assert_eq!(s.reconciler.plan(&s.config, &node, Some(&newer)), Plan::Idle);
+    assert_eq!(s.reconciler.plan(&s.pods, &s.config, &node, Some(&newer)), Plan::Idle);
     tokio::time::advance(Duration::from_secs(10)).await;
     let after = s.sample().await;
     assert!(matches!(
-        s.reconciler.plan(&s.config, &node, Some(&after)),
+        s.reconciler.plan(&s.pods, &s.config, &node, Some(&after)),
         Plan::Run(EvictionOp::Assess { .. })
     ));
 }
@@ -438,16 +440,17 @@ async fn the_reconciler_plans_the_node_from_the_signals_key_and_an_uncertain_ste
     let sample = s.sample().await;
     aw.insert(EvictionKey::Signals, EvictionActual::Signals(sample));
     let config = desired.get(&EvictionKey::Node);
-    let view = View::new(&EvictionKey::Node, config.as_deref(), None, &desired, &actual);
+    let view = View::new(&EvictionKey::Node, config.as_deref(), None, &desired, &actual).with_inputs(&s.pods);
     let Plan::Run(op) = s.reconciler.reconcile(&view) else { panic!("a pass starts") };
     assert_eq!(reconcile_engine::Operation::kind(&op), "assess");
     let signals = actual.get(&EvictionKey::Signals);
-    let view = View::new(&EvictionKey::Signals, None, signals.as_deref(), &desired, &actual);
+    let view =
+        View::new(&EvictionKey::Signals, None, signals.as_deref(), &desired, &actual).with_inputs(&s.pods);
     assert_eq!(s.reconciler.reconcile(&view), Plan::Idle, "nothing runs on the signals' key");
     assert_eq!(reconcile_engine::Key::parent(&EvictionKey::Signals), Some(EvictionKey::Node));
     // A step that timed out: measuring moves on without usage.
     let node = op.next().clone();
-    let Plan::Run(measure) = s.reconciler.plan(&s.config, &node, None) else { panic!("measure") };
+    let Plan::Run(measure) = s.reconciler.plan(&s.pods, &s.config, &node, None) else { panic!("measure") };
     let Update::Set(EvictionActual::Node(after)) = s.reconciler.uncertain(&EvictionKey::Node, &measure, None)
     else {
         panic!("set")
@@ -459,12 +462,12 @@ async fn the_reconciler_plans_the_node_from_the_signals_key_and_an_uncertain_ste
 async fn on_an_engine_the_sampler_drives_passes_every_monitoring_period() {
     let t = Threshold::hard(Signal::MemoryAvailable, Amount::Quantity(100 * MI));
     let s = setup(vec![reading(Signal::MemoryAvailable, 500 * MI)], t);
-    let Setup { config, reconciler, driver, script, mut evictions, mut writers, .. } = s;
+    let Setup { config, reconciler, pods, driver, script, mut evictions, mut writers, .. } = s;
     let pressure = driver.pressure();
     let (desired, mut dw) = reconcile_engine::store::<EvictionKey, EvictionConfig>();
     dw.insert(EvictionKey::Node, config.clone());
     dw.mark_synced();
-    let mut engine = Engine::builder("eviction", reconciler, Arc::new(driver), desired).build();
+    let mut engine = Engine::builder("eviction", reconciler, Arc::new(driver), desired).build_with(pods);
     let sampler = SignalSampler::new(script.clone(), engine.observer(), true);
     let actual = engine.actual();
     let shutdown = CancellationToken::new();

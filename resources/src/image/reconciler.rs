@@ -2,10 +2,10 @@
 //! not pinned, no pod uses it now (the pod stores, read as side inputs, are checked again here, so a
 //! pod that appears after the populator's decision wins) and it is older than `imageMinimumGCAge`.
 //!
-//! Side inputs: the pod desired and actual stores (`Store<PodUid, DesiredPod>`,
-//! `Store<PodUid, PodActual>`); the image engine watches both, and a change of any pod plans again
-//! every image the desired state says to remove ([`removals_on_pod_change`]). Without them, nothing
-//! is removed.
+//! Side inputs ([`PodImages`]): the pod desired and actual stores; the image engine watches both,
+//! and a change of any pod plans again every image the desired state says to remove
+//! ([`removals_on_pod_change`]). The age of an image is measured with the engine's wall clock
+//! ([`View::wall`]).
 
 use std::fmt;
 use std::time::Duration;
@@ -16,7 +16,6 @@ use super::actual::{ImageActual, ImageId};
 use super::desired::DesiredImage;
 use super::driver::RuntimeImage;
 use super::ops::ImageOp;
-use crate::common::clock::Clock;
 use crate::model::actual::PodActual;
 use crate::model::pod::{DesiredPod, PodUid};
 
@@ -30,14 +29,6 @@ pub struct PodImages {
 }
 
 impl PodImages {
-    /// The pod stores among a reconciler's side inputs, if both are there.
-    pub fn from_inputs(inputs: &reconcile_engine::Inputs) -> Option<Self> {
-        Some(Self {
-            desired: inputs.get::<PodUid, DesiredPod>()?.clone(),
-            actual: inputs.get::<PodUid, PodActual>()?.clone(),
-        })
-    }
-
     /// Whether a pod names `image` in its spec or runs a container of it.
     pub fn uses(&self, image: &RuntimeImage) -> bool {
         let mut used = false;
@@ -68,7 +59,6 @@ impl PodImages {
 pub struct ImageReconciler {
     pinned: Vec<String>,
     minimum_age: Duration,
-    clock: Clock,
 }
 
 impl fmt::Debug for ImageReconciler {
@@ -82,9 +72,9 @@ impl fmt::Debug for ImageReconciler {
 
 impl ImageReconciler {
     /// A reconciler that never removes what the pods (its side inputs) use or `pinned` (references)
-    /// name, nor an image first seen less than `minimum_age` ago by the wall clock `clock`.
-    pub fn new(pinned: Vec<String>, minimum_age: Duration, clock: Clock) -> Self {
-        Self { pinned, minimum_age, clock }
+    /// name, nor an image first seen less than `minimum_age` ago by the engine's wall clock.
+    pub fn new(pinned: Vec<String>, minimum_age: Duration) -> Self {
+        Self { pinned, minimum_age }
     }
 }
 
@@ -108,17 +98,18 @@ pub fn removals_on_pod_change<V>(
 impl Reconciler<DesiredImage, ImageActual> for ImageReconciler {
     type Key = ImageId;
     type Op = ImageOp;
+    type Inputs = PodImages;
 
-    fn reconcile(&self, view: &View<'_, ImageId, DesiredImage, ImageActual>) -> Plan<ImageOp> {
+    fn reconcile(&self, view: &View<'_, ImageId, DesiredImage, ImageActual, PodImages>) -> Plan<ImageOp> {
         let (Some(DesiredImage::Remove(reason)), Some(actual)) = (view.desired, view.actual) else {
             return Plan::Idle;
         };
         let image = &actual.image;
-        let Some(pods) = PodImages::from_inputs(view.inputs) else { return Plan::Idle };
+        let pods = view.inputs;
         if image.pinned || self.pinned.iter().any(|r| image.matches(r)) || pods.uses(image) {
             return Plan::Idle;
         }
-        let age = (self.clock)().saturating_sub(actual.first_seen);
+        let age = reconcile_engine::unix_nanos(view.wall).saturating_sub(actual.first_seen);
         let minimum = i64::try_from(self.minimum_age.as_nanos()).unwrap_or(i64::MAX);
         if age < minimum {
             return Plan::RecheckAfter(Duration::from_nanos(u64::try_from(minimum - age).unwrap_or(0)));

@@ -13,27 +13,30 @@
 //! Ephemeral containers (`spec.ephemeralContainers`) start once the pod is initialized, after
 //! everything else the pod needs, each at most once: never restarted, not counted for anything.
 //!
-//! Side inputs, read through the [`View`] (the daemon registers them with
-//! [`EngineBuilder::reads`](reconcile_engine::EngineBuilder::reads) and declares the relations that
-//! plan a pod again when they change with
-//! [`EngineBuilder::watches`](reconcile_engine::EngineBuilder::watches)); an input that is not
-//! registered is a concern the reconciler leaves out:
-//! - the verdict store (`Store<PodUid, Verdict>`, written by the eviction pair's verdict populator;
-//!   relation: identity): admission, eviction and resize decisions;
+//! Side inputs: [`PodInputs`], read through the [`View`] (the engine is built with them,
+//! [`EngineBuilder::build_with`](reconcile_engine::EngineBuilder::build_with), and declares the
+//! relations that plan a pod again when they change with
+//! [`EngineBuilder::watches`](reconcile_engine::EngineBuilder::watches)); an input that is `None` is
+//! a concern the reconciler leaves out:
+//! - the verdict store (written by the eviction pair's verdict populator; relation: identity):
+//!   admission, eviction and resize decisions;
 //! - the volume pair's desired and actual stores (relation on the actual store:
 //!   [`pod_of_volume`](crate::volume::reconciler::pod_of_volume)): containers wait for their volumes;
 //! - the sandbox pair's actual store and operation status (relation:
-//!   [`pod_of_sandboxes`](crate::sandbox::status::pod_of_sandboxes)): containers start in its ready
-//!   sandbox;
+//!   [`pod_of_sandboxes`](crate::sandbox::status::pod_of_sandboxes); the engine also waits for the
+//!   actual store to be reconstructed before it plans): containers start in its ready sandbox;
 //! - the container GC surplus store (relation: identity), when `maxContainers` is set;
 //! - this engine's own operation status ([`EngineBuilder::op_status`](reconcile_engine::EngineBuilder::op_status)).
+//!
+//! Time comes from the view: the crash-loop back-off and container GC compare the runtime's
+//! wall-clock timestamps with [`View::wall`], and the ephemeral containers' retry with [`View::now`].
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
-use reconcile_engine::{Inputs, Plan, Reconciler, Store, Update, View};
+use reconcile_engine::{Plan, Reconciler, Store, Update, View};
 
 use super::driver::{ContainerKind, container_hash};
 use super::ops::PodOp;
@@ -47,6 +50,49 @@ use crate::probe::status as probe_status;
 use crate::volume::status::VolumeGate;
 
 pub use crate::common::clock::{Clock, system_clock};
+
+/// What the pod reconciler reads besides its own stores; status reads the same value
+/// ([`pod_status`](super::status::pod_status)). `None` leaves a concern out (the default, for
+/// tests of one concern); the node sets every field.
+#[derive(Clone, Default)]
+pub struct PodInputs {
+    /// The pod engine's own operation status ([`EngineBuilder::op_status`](reconcile_engine::EngineBuilder::op_status)):
+    /// an ephemeral container whose start keeps failing never delays the pod's other containers, and
+    /// no prune replaces a failure on record.
+    pub failures: Option<Store<PodUid, super::status::PodOpStatus>>,
+    /// The node's verdicts on its pods (written only by the verdict populator): a pod starts only once
+    /// admitted; refused and evicted pods never start again. `None`: every pod counts as admitted.
+    pub verdicts: Option<Store<PodUid, Verdict>>,
+    /// The volume pair's stores: a pod's containers wait for its volumes. `None`: pods get no volumes.
+    pub volumes: Option<VolumeGate>,
+    /// The sandbox pair's actual store and operation status: containers start in the ready sandbox it
+    /// reports. `None`: the pods' own runtime listing is used (and nothing creates sandboxes).
+    pub sandboxes: Option<crate::sandbox::status::SandboxView>,
+    /// The node-wide container GC decision per pod ([`SurplusPopulator`](super::gc::SurplusPopulator)),
+    /// when `maxContainers` is set.
+    pub surplus: Option<Store<PodUid, super::gc::Surplus>>,
+}
+
+impl fmt::Debug for PodInputs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PodInputs")
+            .field("failures", &self.failures.is_some())
+            .field("verdicts", &self.verdicts.is_some())
+            .field("volumes", &self.volumes.is_some())
+            .field("sandboxes", &self.sandboxes.is_some())
+            .field("surplus", &self.surplus.is_some())
+            .finish()
+    }
+}
+
+/// What one pass of the reconciler shares: the side inputs and the view's clocks.
+struct Cx<'a> {
+    inputs: &'a PodInputs,
+    /// [`View::wall`] in nanoseconds since the Unix epoch (the runtime's timestamps).
+    wall: i64,
+    /// [`View::now`].
+    now: tokio::time::Instant,
+}
 
 /// CrashLoopBackOff timing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +136,6 @@ impl CrashLoopBackOff {
 #[derive(Clone)]
 pub struct PodReconciler {
     backoff: CrashLoopBackOff,
-    clock: Clock,
     probes: Option<crate::probe::results::ProbeResults>,
     container_gc: Option<super::gc::ContainerGcPolicy>,
 }
@@ -102,9 +147,11 @@ impl fmt::Debug for PodReconciler {
 }
 
 impl PodReconciler {
-    /// A reconciler with the given crash-loop timing and clock.
-    pub fn new(backoff: CrashLoopBackOff, clock: Clock) -> Self {
-        Self { backoff, clock, probes: None, container_gc: None }
+    /// A reconciler with the given crash-loop timing. Wall-clock time comes from the engine's
+    /// clock ([`View::wall`]; give the engine the runtime's clock with
+    /// [`wall_clock`](crate::common::clock::wall_clock)).
+    pub fn new(backoff: CrashLoopBackOff) -> Self {
+        Self { backoff, probes: None, container_gc: None }
     }
 
     /// Restarts containers whose liveness or startup probe failed, as `results` says, and lets
@@ -121,10 +168,10 @@ impl PodReconciler {
     }
 
     /// Whether `pod`'s volumes are ready, and where they are: from the volume pair's stores among
-    /// `inputs` (see [`VolumeGate::from_inputs`]; the kubelet's WaitForAttachAndMount). Without
-    /// them, pods get no volumes.
-    pub fn volumes(&self, inputs: &Inputs, pod: &DesiredPod) -> VolumeReadiness {
-        match VolumeGate::from_inputs(inputs) {
+    /// `inputs` (see [`VolumeGate`]; the kubelet's WaitForAttachAndMount). Without them, pods get
+    /// no volumes.
+    pub fn volumes(&self, inputs: &PodInputs, pod: &DesiredPod) -> VolumeReadiness {
+        match &inputs.volumes {
             Some(gate) => gate.check(pod),
             None => VolumeReadiness::Ready(Arc::default()),
         }
@@ -134,8 +181,8 @@ impl PodReconciler {
     /// [`VerdictPopulator`](crate::eviction::populator::VerdictPopulator) writes it): a pod
     /// starts only once admitted, pods refused at admission never start, evicted pods are killed
     /// and never start again. `None`: no verdict, or verdicts are not applied.
-    pub fn verdict(&self, inputs: &Inputs, uid: &str) -> Option<Arc<Verdict>> {
-        inputs.get::<PodUid, Verdict>()?.get(&uid.to_owned())
+    pub fn verdict(&self, inputs: &PodInputs, uid: &str) -> Option<Arc<Verdict>> {
+        inputs.verdicts.as_ref()?.get(&uid.to_owned())
     }
 
     /// Admission's word on the requests `pod`'s spec asks for now (see
@@ -143,31 +190,25 @@ impl PodReconciler {
     /// yet. Without a verdict store among `inputs`, always `Accepted`.
     pub fn resize_decision(
         &self,
-        inputs: &Inputs,
+        inputs: &PodInputs,
         pod: &DesiredPod,
     ) -> Option<crate::model::verdict::ResizeDecision> {
-        match inputs.get::<PodUid, Verdict>() {
+        match &inputs.verdicts {
             Some(store) => store.get(&pod.uid().to_owned())?.resize_for(pod),
             None => Some(crate::model::verdict::ResizeDecision::Accepted),
         }
     }
 
     /// The sandbox pair's stores among `inputs` (its actual store, and its operation status when
-    /// registered): containers start in the ready sandbox it reports, and wait while there is none.
+    /// given): containers start in the ready sandbox it reports, and wait while there is none.
     /// Without them, the pods' own runtime listing is used (and nothing creates sandboxes).
-    pub fn sandboxes(&self, inputs: &Inputs) -> Option<crate::sandbox::status::SandboxView> {
-        use crate::model::actual::PodSandboxes;
-        use crate::sandbox::status::SandboxOpStatus;
-        let actual = inputs.get::<PodUid, PodSandboxes>()?;
-        Some(crate::sandbox::status::SandboxView::new(
-            actual.clone(),
-            inputs.get::<PodUid, SandboxOpStatus>().cloned(),
-        ))
+    pub fn sandboxes<'a>(&self, inputs: &'a PodInputs) -> Option<&'a crate::sandbox::status::SandboxView> {
+        inputs.sandboxes.as_ref()
     }
 
     /// The pod's runtime state with its sandboxes as the sandbox pair has them (see
     /// [`SandboxView::join`](crate::sandbox::status::SandboxView::join)).
-    pub fn joined(&self, inputs: &Inputs, pod: Option<&DesiredPod>, actual: &PodActual) -> PodActual {
+    pub fn joined(&self, inputs: &PodInputs, pod: Option<&DesiredPod>, actual: &PodActual) -> PodActual {
         match self.sandboxes(inputs) {
             Some(view) => view.join(pod, actual),
             None => actual.clone(),
@@ -252,7 +293,13 @@ impl PodReconciler {
     }
 
     /// For a container that should run (or have run), what to do now.
-    fn step(&self, actual: &PodActual, container: &Container, restarts: impl Fn(i32) -> bool) -> Step {
+    fn step(
+        &self,
+        wall: i64,
+        actual: &PodActual,
+        container: &Container,
+        restarts: impl Fn(i32) -> bool,
+    ) -> Step {
         let name = container.name.as_str();
         let sandbox = actual.sandbox().map(|s| s.id.as_str()).unwrap_or_default();
         let newest = actual.container(name);
@@ -266,9 +313,8 @@ impl PodReconciler {
                 if !restarts(c.exit_code) {
                     return Step::Done;
                 }
-                let since = Duration::from_nanos(
-                    u64::try_from((self.clock)().saturating_sub(c.finished_at)).unwrap_or(0),
-                );
+                let since =
+                    Duration::from_nanos(u64::try_from(wall.saturating_sub(c.finished_at)).unwrap_or(0));
                 // A changed spec restarts at once, as the first exit of a new one does.
                 let delay =
                     if Self::same_spec(c, container) { self.backoff.delay(c) } else { Duration::ZERO };
@@ -333,14 +379,14 @@ impl PodReconciler {
     /// A start of the container `name` of kind `kind` in the pod's sandbox, once its volumes are ready.
     fn start_op(
         &self,
-        inputs: &Inputs,
+        cx: &Cx<'_>,
         pod: &DesiredPod,
         actual: &PodActual,
         name: &str,
         kind: ContainerKind,
         (restart_count, backoff_since): (u32, u32),
     ) -> Plan<PodOp> {
-        let VolumeReadiness::Ready(volumes) = self.volumes(inputs, pod) else {
+        let VolumeReadiness::Ready(volumes) = self.volumes(cx.inputs, pod) else {
             // Woken when the volumes change.
             return Plan::Idle;
         };
@@ -362,7 +408,7 @@ impl PodReconciler {
     /// change, and the pod is woken when its verdict does). `Err(None)`: nothing to resize now.
     fn resize(
         &self,
-        inputs: &Inputs,
+        cx: &Cx<'_>,
         pod: &DesiredPod,
         actual: &PodActual,
     ) -> Result<Plan<PodOp>, Option<Duration>> {
@@ -374,7 +420,7 @@ impl PodReconciler {
             (wanted.cpu_differs(&applied) || wanted.memory_differs(&applied)).then_some((c, r, applied))
         });
         let Some((c, record, applied)) = found else { return Err(None) };
-        match self.resize_decision(inputs, pod) {
+        match self.resize_decision(cx.inputs, pod) {
             // The container keeps what it has; status says why.
             None | Some(ResizeDecision::Deferred | ResizeDecision::Infeasible) => return Err(None),
             Some(ResizeDecision::Accepted) => {}
@@ -392,17 +438,17 @@ impl PodReconciler {
     /// are not running: a start to run now, or how long until the next one is due.
     fn restart_sidecars(
         &self,
-        inputs: &Inputs,
+        cx: &Cx<'_>,
         pod: &DesiredPod,
         actual: &PodActual,
         upto: usize,
     ) -> Result<Option<Duration>, Plan<PodOp>> {
         let mut wait: Option<Duration> = None;
         for (_, sidecar) in pod.sidecars().take_while(|(i, _)| *i < upto) {
-            match self.step(actual, sidecar, |_| true) {
+            match self.step(cx.wall, actual, sidecar, |_| true) {
                 Step::Start(restart_count, since) => {
                     return Err(self.start_op(
-                        inputs,
+                        cx,
                         pod,
                         actual,
                         &sidecar.name,
@@ -426,37 +472,35 @@ impl PodReconciler {
     /// container's crash-loop back-off ends), the pod waits for that instead, whose start then goes first.
     fn start_ephemeral(
         &self,
-        inputs: &Inputs,
+        cx: &Cx<'_>,
         pod: &DesiredPod,
         actual: &PodActual,
         due: Option<Duration>,
     ) -> Option<Plan<PodOp>> {
         let missing = pod.ephemeral_specs().iter().find(|c| actual.container(&c.name).is_none())?;
         if let Some(due) = due
-            && self
-                .ephemeral_retry_at(inputs, pod.uid())
-                .is_some_and(|at| at > tokio::time::Instant::now() + due)
+            && self.ephemeral_retry_at(cx.inputs, pod.uid()).is_some_and(|at| at > cx.now + due)
         {
             return None;
         }
-        match self.start_op(inputs, pod, actual, &missing.name, ContainerKind::Ephemeral, (0, 0)) {
+        match self.start_op(cx, pod, actual, &missing.name, ContainerKind::Ephemeral, (0, 0)) {
             start @ Plan::Run(_) => Some(start),
             _ => None,
         }
     }
 
     /// Whether the pod's last operation failed (the engine's operation status among `inputs` keeps it).
-    fn has_failure(inputs: &Inputs, uid: &str) -> bool {
+    fn has_failure(inputs: &PodInputs, uid: &str) -> bool {
         Self::failures(inputs).is_some_and(|f| f.contains_key(&uid.to_owned()))
     }
 
-    /// The pod engine's last failed operation of each pod, if registered as a side input.
-    fn failures(inputs: &Inputs) -> Option<&Store<PodUid, super::status::PodOpStatus>> {
-        inputs.get::<PodUid, super::status::PodOpStatus>()
+    /// The pod engine's last failed operation of each pod, if given as a side input.
+    fn failures(inputs: &PodInputs) -> Option<&Store<PodUid, super::status::PodOpStatus>> {
+        inputs.failures.as_ref()
     }
 
     /// When the engine retries the pod's failed ephemeral container start, if that is its last failure.
-    fn ephemeral_retry_at(&self, inputs: &Inputs, uid: &str) -> Option<tokio::time::Instant> {
+    fn ephemeral_retry_at(&self, inputs: &PodInputs, uid: &str) -> Option<tokio::time::Instant> {
         let status = Self::failures(inputs)?.get(&uid.to_owned())?;
         match &status.op {
             PodOp::StartContainer { kind: ContainerKind::Ephemeral, .. } => status.retry_at,
@@ -464,7 +508,7 @@ impl PodReconciler {
         }
     }
 
-    fn plan_running(&self, inputs: &Inputs, pod: &DesiredPod, actual: &PodActual) -> Plan<PodOp> {
+    fn plan_running(&self, cx: &Cx<'_>, pod: &DesiredPod, actual: &PodActual) -> Plan<PodOp> {
         let policy = pod.restart_policy();
         match self.progress(pod, actual) {
             Progress::Finished { .. } => {
@@ -493,15 +537,15 @@ impl PodReconciler {
                 Plan::Run(PodOp::KillContainers { ids, grace })
             }
             Progress::Initializing(i) => {
-                let earlier = match self.restart_sidecars(inputs, pod, actual, i) {
+                let earlier = match self.restart_sidecars(cx, pod, actual, i) {
                     Ok(wait) => wait,
                     Err(start) => return start,
                 };
                 let init = &pod.init_containers()[i];
                 let restarts = |code: i32| is_sidecar(init) || (code != 0 && policy != RestartPolicy::Never);
-                match self.step(actual, init, restarts) {
+                match self.step(cx.wall, actual, init, restarts) {
                     Step::Start(restart_count, since) => self.start_op(
-                        inputs,
+                        cx,
                         pod,
                         actual,
                         &init.name,
@@ -527,12 +571,12 @@ impl PodReconciler {
                 if !changed.is_empty() {
                     return Plan::Run(PodOp::KillContainers { ids: changed, grace: pod.grace_period() });
                 }
-                let resize_wait = match self.resize(inputs, pod, actual) {
+                let resize_wait = match self.resize(cx, pod, actual) {
                     Ok(plan) => return plan,
                     Err(wait) => wait,
                 };
                 // Sidecars that exited are restarted (with back-off) whatever the pod's restart policy.
-                let mut wait = match self.restart_sidecars(inputs, pod, actual, usize::MAX) {
+                let mut wait = match self.restart_sidecars(cx, pod, actual, usize::MAX) {
                     Ok(wait) => wait,
                     Err(start) => return start,
                 };
@@ -540,10 +584,10 @@ impl PodReconciler {
                     wait = Some(wait.map_or(d, |w| w.min(d)));
                 }
                 for c in pod.containers() {
-                    match self.step(actual, c, |code| policy.restarts(code)) {
+                    match self.step(cx.wall, actual, c, |code| policy.restarts(code)) {
                         Step::Start(restart_count, since) => {
                             return self.start_op(
-                                inputs,
+                                cx,
                                 pod,
                                 actual,
                                 &c.name,
@@ -556,7 +600,7 @@ impl PodReconciler {
                     }
                 }
                 // Ephemeral containers last: nothing of the pod itself waits for them.
-                if let Some(start) = self.start_ephemeral(inputs, pod, actual, wait) {
+                if let Some(start) = self.start_ephemeral(cx, pod, actual, wait) {
                     return start;
                 }
                 wait.map_or(Plan::Idle, Plan::RecheckAfter)
@@ -568,14 +612,17 @@ impl PodReconciler {
 impl Reconciler<DesiredPod, PodActual> for PodReconciler {
     type Key = PodUid;
     type Op = PodOp;
+    type Inputs = PodInputs;
 
-    fn reconcile(&self, view: &View<'_, PodUid, DesiredPod, PodActual>) -> Plan<PodOp> {
+    fn reconcile(&self, view: &View<'_, PodUid, DesiredPod, PodActual, PodInputs>) -> Plan<PodOp> {
         if view.actual.is_some_and(|a| a.needs_refresh) {
             return Plan::Run(PodOp::Refresh);
         }
         let inputs = view.inputs;
-        // Until the sandbox pair has read the runtime, a pod would look as if its sandbox were gone.
-        if inputs.get::<PodUid, crate::model::actual::PodSandboxes>().is_some_and(|s| !s.is_synced()) {
+        let cx = Cx { inputs, wall: reconcile_engine::unix_nanos(view.wall), now: view.now };
+        // Until the sandbox pair has read the runtime, a pod would look as if its sandbox were gone
+        // (the node's engine waits for that store before it plans at all).
+        if inputs.sandboxes.as_ref().is_some_and(|s| !s.actual().is_synced()) {
             return Plan::Idle;
         }
         let joined = match (view.actual, view.desired) {
@@ -615,7 +662,7 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
                     };
                 }
                 // Admission is the verdict populator's: no verdict yet, wait (woken when it comes).
-                if let Some(verdicts) = inputs.get::<PodUid, Verdict>() {
+                if let Some(verdicts) = &inputs.verdicts {
                     let Some(verdict) = verdicts.get(&pod.uid().to_owned()) else { return Plan::Idle };
                     if let Some(stopped) = verdict.stopped() {
                         return crate::pod::verdict::plan_stopped(actual, stopped);
@@ -623,16 +670,13 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
                 }
                 let empty = PodActual::default();
                 let actual = actual.unwrap_or(&empty);
-                let next = self.plan_running(inputs, pod, actual);
+                let next = self.plan_running(&cx, pod, actual);
                 match &self.container_gc {
                     // Not while an operation's failure is on record: a prune that succeeded would replace
                     // it, and its event and waiting reason (a failed postStart hook, say) would be lost.
                     Some(policy) if !Self::has_failure(inputs, pod.uid()) => {
-                        let gc = super::gc::ContainerGc {
-                            policy: *policy,
-                            surplus: inputs.get::<PodUid, super::gc::Surplus>().cloned(),
-                        };
-                        super::gc::after(&gc, (self.clock)(), pod, actual, next)
+                        let gc = super::gc::ContainerGc { policy: *policy, surplus: inputs.surplus.clone() };
+                        super::gc::after(&gc, cx.wall, pod, actual, next)
                     }
                     _ => next,
                 }
@@ -645,5 +689,79 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
         let mut next = actual.cloned().unwrap_or_default();
         next.needs_refresh = true;
         Update::Set(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use k8s_openapi::api::core::v1::Pod;
+    use reconcile_engine::{Plan, Reconciler, View, from_unix_nanos, store};
+
+    use super::{CrashLoopBackOff, PodInputs, PodReconciler};
+    use crate::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+    use crate::model::pod::{DesiredPod, PodSource, PodUid};
+    use crate::pod::ops::PodOp;
+
+    const EXITED_AT: i64 = 1_700_000_000_000_000_000;
+
+    fn pod() -> DesiredPod {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u"},
+            "spec": {"containers": [{"name": "app", "image": "busybox"}]},
+        }))
+        .expect("test pod");
+        DesiredPod { pod, source: PodSource::Http }
+    }
+
+    /// The pod's container exited (code 1) at `EXITED_AT` after its first restart, in a ready sandbox.
+    fn crashed(pod: &DesiredPod) -> PodActual {
+        let spec = &pod.containers()[0];
+        PodActual {
+            uid: "u".into(),
+            sandboxes: vec![SandboxRecord { id: "s".into(), ready: true, ..SandboxRecord::default() }],
+            containers: vec![ContainerRecord {
+                id: "c1".into(),
+                name: "app".into(),
+                sandbox_id: "s".into(),
+                state: ContainerState::Exited,
+                exit_code: 1,
+                restart_count: 1,
+                started_at: EXITED_AT - 1_000_000_000,
+                finished_at: EXITED_AT,
+                spec_hash: Some(super::container_hash(spec)),
+                spec_hash_without_resources: Some(super::container_hash_without_resources(spec)),
+                ..ContainerRecord::default()
+            }],
+            ..PodActual::default()
+        }
+    }
+
+    /// The crash-loop back-off is measured with the view's wall clock, not the system's: the same
+    /// record waits while the view's time is 2 s after the exit and restarts once it is 11 s after.
+    #[test]
+    fn the_crash_loop_back_off_is_measured_with_the_views_wall_clock() {
+        let (desired, _dw) = store::<PodUid, DesiredPod>();
+        let (actual, _aw) = store::<PodUid, PodActual>();
+        let (pod, inputs) = (pod(), PodInputs::default());
+        let record = crashed(&pod);
+        let reconciler = PodReconciler::new(CrashLoopBackOff::default());
+        let key: PodUid = "u".into();
+        let plan_at = |wall: SystemTime| {
+            let view = View::new(&key, Some(&pod), Some(&record), &desired, &actual)
+                .with_inputs(&inputs)
+                .with_wall(wall);
+            reconciler.reconcile(&view)
+        };
+        // The first restart after a restart waits `initial` (10 s) from the exit.
+        assert_eq!(
+            plan_at(from_unix_nanos(EXITED_AT + 2_000_000_000)),
+            Plan::RecheckAfter(Duration::from_secs(8))
+        );
+        assert!(matches!(
+            plan_at(from_unix_nanos(EXITED_AT + 11_000_000_000)),
+            Plan::Run(PodOp::StartContainer { restart_count: 2, .. })
+        ));
     }
 }

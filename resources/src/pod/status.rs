@@ -35,7 +35,7 @@ pub fn container_id(record: &ContainerRecord) -> String {
 /// wall-clock nanoseconds (for crash-loop messages).
 pub fn pod_status(
     reconciler: &PodReconciler,
-    inputs: &reconcile_engine::Inputs,
+    inputs: &super::reconciler::PodInputs,
     pod: &DesiredPod,
     actual: Option<&PodActual>,
     failure: Option<&PodOpStatus>,

@@ -1,20 +1,20 @@
 //! The sandbox pair assembled: its engine, with its declared relations on the pod actual store (read
 //! before the pod engine is built, [`EngineBuilder::actual`](reconcile_engine::EngineBuilder::actual)),
 //! the volume actual store and the verdict store, and its populator. The pod pair declares its own
-//! relation on this pair's actual store ([`pod_of_sandboxes`](super::status::pod_of_sandboxes)) and
-//! reads its operation status ([`SandboxPair::op_status`]) as side inputs.
+//! relation on this pair's actual store ([`pod_of_sandboxes`](super::status::pod_of_sandboxes)),
+//! waits for it to be reconstructed before it plans
+//! ([`EngineBuilder::waits_for`](reconcile_engine::EngineBuilder::waits_for)), and reads it and its
+//! operation status ([`SandboxPair::op_status`]) as side inputs.
 
 use std::sync::Arc;
 
-use reconcile_engine::{
-    BackoffConfig, CancellationToken, Engine, Metrics, Observer, Store, Waker, Writer, store,
-};
+use reconcile_engine::{BackoffConfig, CancellationToken, Engine, Metrics, Observer, Store, Writer, store};
 
 use super::desired::SandboxSpec;
 use super::driver::{DEFAULT_SANDBOX_CREATIONS_AT_ONCE, SandboxDriver, SandboxRuntime};
 use super::metrics::SandboxMetrics;
 use super::populator::SandboxPopulator;
-use super::reconciler::SandboxReconciler;
+use super::reconciler::{SandboxInputs, SandboxReconciler};
 use super::status::{SandboxOpStatus, SandboxView};
 use crate::common::task::{Lifetime, NamedTask, TaskFuture};
 use crate::model::actual::PodActual;
@@ -23,6 +23,7 @@ use crate::model::pod::{DesiredPod, PodUid};
 use crate::model::verdict::Verdict;
 use crate::volume::actual::VolumeActual;
 use crate::volume::desired::{DesiredVolume, VolumeKey};
+use crate::volume::status::VolumeGate;
 
 /// The sandbox pair, built between the pod engine's builder (whose actual store it watches) and the
 /// pod engine (which watches this pair's actual store), then started ([`SandboxPair::start`]).
@@ -90,26 +91,27 @@ impl<R: SandboxRuntime> SandboxPair<R> {
         // A pod's containers changed: plan its sandbox again (a sandbox is stopped or replaced only
         // once nothing of the pod runs in it).
         .watches("pods", pods.clone(), |uid: &PodUid, _: Option<&PodActual>| Some(uid.clone()));
-        if let Some(verdicts) = config.verdicts {
+        if let Some(verdicts) = config.verdicts.clone() {
             // A pod's verdict came or changed: plan its sandbox again.
             builder =
                 builder.watches("verdicts", verdicts, |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()));
         }
-        if let Some((volume_desired, volume_actual)) = config.volumes {
+        if let Some((_, volume_actual)) = config.volumes.clone() {
             // A pod's volumes changed: plan its sandbox again (it waits for them).
-            builder = builder.reads(volume_desired).watches(
-                "volumes",
-                volume_actual,
-                crate::volume::reconciler::pod_of_volume,
-            );
+            builder = builder.watches("volumes", volume_actual, crate::volume::reconciler::pod_of_volume);
         }
+        let inputs = SandboxInputs {
+            pods: pods.clone(),
+            verdicts: config.verdicts,
+            volumes: config.volumes.map(|(desired, actual)| VolumeGate::new(desired, actual)),
+        };
         if let Some(metrics) = engine_metrics {
             builder = builder.metrics(metrics);
         }
         if let Some(period) = config.resync_period {
             builder = builder.resync_period(period);
         }
-        Self { engine: builder.build(), desired, writer, pods }
+        Self { engine: builder.build_with(inputs), desired, writer, pods }
     }
 
     /// What the servers read of this pair.
@@ -137,61 +139,23 @@ impl<R: SandboxRuntime> SandboxPair<R> {
         self.engine.observer()
     }
 
-    /// A waker of this pair's keys.
-    pub fn waker(&self) -> Waker<PodUid> {
-        self.engine.waker()
-    }
-
-    /// The pair's tasks, for the caller to spawn, all ending at `shutdown`: the populator from the desired
-    /// pods `pods` (`sandbox-populator`), the engine (returned first, ending with its report), and two
-    /// start-up steps: once this pair has reconstructed its store, every pod is planned again through
-    /// `pod_waker` (`sandbox-wake-pods`: the pod reconciler plans nothing before, a pod would look as if its
-    /// sandbox were gone); once the desired sandboxes synced, the keys reconstructed before are planned
-    /// again (`sandbox-wake-sandboxes`).
+    /// The pair's tasks, for the caller to spawn, all ending at `shutdown`: the engine (returned first,
+    /// ending with its report) and the populator from the desired pods `pods` (`sandbox-populator`).
+    /// Nothing else runs at start-up: the engine plans every pod again once the desired sandboxes have
+    /// synced (every pod source has reported), and the pod engine waits for this pair's actual store to
+    /// be reconstructed ([`EngineBuilder::waits_for`](reconcile_engine::EngineBuilder::waits_for)).
     pub fn start(
         self,
         pods: Store<PodUid, DesiredPod>,
-        pod_waker: Waker<PodUid>,
         shutdown: CancellationToken,
     ) -> (TaskFuture<reconcile_engine::RunReport>, Vec<NamedTask>) {
-        let actual = self.engine.actual();
-        let waker = self.engine.waker();
         let pod_actual = self.pods;
-        // The pod pair plans nothing before this pair has reconstructed its store: then every pod.
-        let (sandboxes, desired_pods, stop) = (actual.clone(), pods.clone(), shutdown.clone());
-        let pod_store = pod_actual.clone();
-        let wake_pods = NamedTask::new("sandbox-wake-pods", Lifetime::Bounded, async move {
-            tokio::select! {
-                () = stop.cancelled() => {}
-                r = sandboxes.wait_until_synced() => if r.is_ok() {
-                    for key in desired_pods.keys().into_iter().chain(pod_store.keys()) {
-                        pod_waker.wake(key);
-                    }
-                },
-            }
-        });
-        // Until the desired sandboxes sync (every pod source has reported) the reconciler only
-        // creates sandboxes: plan every pod again once they have.
-        let (desired, stop) = (self.desired.clone(), shutdown.clone());
-        let wake_sandboxes = NamedTask::new("sandbox-wake-sandboxes", Lifetime::Bounded, async move {
-            tokio::select! {
-                () = stop.cancelled() => {}
-                r = desired.wait_until_synced() => if r.is_ok() {
-                    for key in actual.keys().into_iter().chain(desired.keys()) {
-                        waker.wake(key);
-                    }
-                },
-            }
-        });
         let populator = NamedTask::new(
             "sandbox-populator",
             Lifetime::UntilShutdown,
             SandboxPopulator::new(pods, pod_actual, self.writer).run(shutdown.clone()),
         );
         let engine = self.engine;
-        (
-            Box::pin(async move { engine.run(shutdown.cancelled_owned()).await }),
-            vec![populator, wake_pods, wake_sandboxes],
-        )
+        (Box::pin(async move { engine.run(shutdown.cancelled_owned()).await }), vec![populator])
     }
 }

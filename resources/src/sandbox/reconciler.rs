@@ -15,15 +15,15 @@
 //! A sandbox is made only for a pod the verdict populator admitted (a pod without a verdict waits;
 //! this reconciler never decides admission, it reads the verdict store).
 //!
-//! Side inputs, read through the [`View`] (each also a declared relation of the pair's engine, see
-//! [`super::pair`]): the pod pair's actual store (`Store<PodUid, PodActual>`, key = the pod UID),
-//! the verdict store (`Store<PodUid, Verdict>`, key = the pod UID; without it every pod counts as
-//! admitted) and the volume pair's desired and actual stores (the actual one watched, key
-//! (volume, pod UID) → pod UID; without them pods have no volumes to wait for).
+//! Side inputs ([`SandboxInputs`], read through the [`View`]; each store also a declared relation of
+//! the pair's engine, see [`super::pair`]): the pod pair's actual store (key = the pod UID), the
+//! verdict store (key = the pod UID; without it every pod counts as admitted) and the volume pair's
+//! stores (the actual one watched, key (volume, pod UID) → pod UID; without them pods have no
+//! volumes to wait for).
 
 use std::sync::Arc;
 
-use reconcile_engine::{Inputs, Plan, Reconciler, Update, View};
+use reconcile_engine::{Plan, Reconciler, Store, Update, View};
 
 use super::desired::SandboxSpec;
 use super::ops::SandboxOp;
@@ -33,6 +33,20 @@ use crate::model::pod::PodUid;
 use crate::model::verdict::Verdict;
 use crate::model::volumes::VolumeReadiness;
 use crate::volume::status::VolumeGate;
+
+/// What the sandbox reconciler reads besides its own stores.
+#[derive(Debug, Clone)]
+pub struct SandboxInputs {
+    /// The pod pair's actual store: a sandbox is stopped or replaced only once nothing of the pod
+    /// runs in it.
+    pub pods: Store<PodUid, PodActual>,
+    /// The node's verdicts (written only by the verdict populator): a sandbox only for an
+    /// admitted pod. `None`: every pod counts as admitted.
+    pub verdicts: Option<Store<PodUid, Verdict>>,
+    /// The volume pair's stores: a sandbox waits for the pod's volumes (the kubelet's
+    /// WaitForAttachAndMount). `None`: pods have no volumes to wait for.
+    pub volumes: Option<VolumeGate>,
+}
 
 /// The sandbox reconciler: a pure function of its view and side inputs.
 #[derive(Debug, Default)]
@@ -59,8 +73,8 @@ impl SandboxReconciler {
     /// [`VerdictPopulator`](crate::eviction::populator::VerdictPopulator)) say of the pod: a sandbox
     /// is made only for an admitted pod, a pod without a verdict waits, a refused or evicted pod has
     /// its sandbox stopped.
-    fn admission(inputs: &Inputs, spec: &SandboxSpec) -> Admission {
-        let Some(verdicts) = inputs.get::<PodUid, Verdict>() else { return Admission::Admitted };
+    fn admission(inputs: &SandboxInputs, spec: &SandboxSpec) -> Admission {
+        let Some(verdicts) = &inputs.verdicts else { return Admission::Admitted };
         match verdicts.get(&spec.pod.uid().to_owned()) {
             None => Admission::Waiting,
             Some(v) if v.stopped().is_some() => Admission::Stopped,
@@ -93,16 +107,20 @@ fn without_running(ids: Vec<String>, pod: Option<&PodActual>) -> Vec<String> {
 impl Reconciler<SandboxSpec, PodSandboxes> for SandboxReconciler {
     type Key = PodUid;
     type Op = SandboxOp;
+    type Inputs = SandboxInputs;
 
-    fn reconcile(&self, view: &View<'_, PodUid, SandboxSpec, PodSandboxes>) -> Plan<SandboxOp> {
+    fn reconcile(
+        &self,
+        view: &View<'_, PodUid, SandboxSpec, PodSandboxes, SandboxInputs>,
+    ) -> Plan<SandboxOp> {
         if view.actual.is_some_and(|a| a.needs_refresh) {
             return Plan::Run(SandboxOp::Refresh);
         }
-        let Some(pods) = view.input::<PodUid, PodActual>() else { return Plan::Idle };
-        let plan = self.plan(view.inputs, view.desired, view.actual, pods.get(view.key).as_deref());
+        let pod = view.inputs.pods.get(view.key);
+        let plan = self.plan(view.inputs, view.desired, view.actual, pod.as_deref());
         // Until every pod source has reported (see the populator), a pod without a desired
         // sandbox may be one a source has not listed yet: only sandboxes are made, nothing is
-        // stopped, removed or pruned. The pair plans every pod again once the store syncs.
+        // stopped, removed or pruned. The engine plans every pod again once the store syncs.
         match plan {
             Plan::Run(SandboxOp::Create { .. }) => plan,
             _ if !view.desired_synced => Plan::Idle,
@@ -127,7 +145,7 @@ impl SandboxReconciler {
     /// The plan for one pod from its desired sandbox, its sandboxes and its containers (`pod`).
     fn plan(
         &self,
-        inputs: &Inputs,
+        inputs: &SandboxInputs,
         desired: Option<&SandboxSpec>,
         actual: Option<&PodSandboxes>,
         pod: Option<&PodActual>,
@@ -172,7 +190,7 @@ impl SandboxReconciler {
             _ if !ready.is_empty() => Plan::Run(SandboxOp::Stop { ids: ready }),
             _ => {
                 // The kubelet's WaitForAttachAndMount comes before the sandbox.
-                if let Some(gate) = VolumeGate::from_inputs(inputs)
+                if let Some(gate) = &inputs.volumes
                     && let VolumeReadiness::Waiting(_) = gate.check(&spec.pod)
                 {
                     return Plan::Idle;
@@ -249,6 +267,11 @@ mod tests {
         SandboxReconciler::new()
     }
 
+    /// Inputs with an empty pod store, no verdicts and no volumes.
+    fn no_inputs() -> SandboxInputs {
+        SandboxInputs { pods: reconcile_engine::store().0, verdicts: None, volumes: None }
+    }
+
     fn stop(ids: &[&str]) -> Plan<SandboxOp> {
         Plan::Run(SandboxOp::Stop { ids: ids.iter().map(|s| (*s).to_string()).collect() })
     }
@@ -256,7 +279,7 @@ mod tests {
     #[test]
     fn before_every_pod_source_reported_sandboxes_are_made_but_none_is_stopped_or_removed() {
         let (pod_actual, _pod_writer) = reconcile_engine::store::<PodUid, PodActual>();
-        let inputs = Inputs::new().with(pod_actual);
+        let inputs = SandboxInputs { pods: pod_actual, verdicts: None, volumes: None };
         let r = SandboxReconciler::new();
         let (desired_store, _dw) = reconcile_engine::store::<PodUid, SandboxSpec>();
         let (actual_store, _aw) = reconcile_engine::store::<PodUid, PodSandboxes>();
@@ -284,7 +307,7 @@ mod tests {
     #[test]
     fn a_pod_without_a_sandbox_gets_its_first() {
         let spec = spec("u", serde_json::json!({}));
-        let plan = reconciler().plan(&Inputs::new(), Some(&spec), None, None);
+        let plan = reconciler().plan(&no_inputs(), Some(&spec), None, None);
         assert_eq!(plan, Plan::Run(SandboxOp::Create { spec: Arc::new(spec), attempt: 0 }));
     }
 
@@ -293,10 +316,10 @@ mod tests {
         let spec = spec("u", serde_json::json!({}));
         let actual = sandboxes(vec![sandbox("s0", false, 0)]);
         let running = containers(&[("s0", ContainerState::Running, 0)]);
-        assert_eq!(reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&running)), Plan::Idle);
+        assert_eq!(reconciler().plan(&no_inputs(), Some(&spec), Some(&actual), Some(&running)), Plan::Idle);
         let exited = containers(&[("s0", ContainerState::Exited, 137)]);
         assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&exited)),
+            reconciler().plan(&no_inputs(), Some(&spec), Some(&actual), Some(&exited)),
             Plan::Run(SandboxOp::Create { spec: Arc::new(spec), attempt: 1 })
         );
     }
@@ -306,44 +329,38 @@ mod tests {
         let spec = spec("u", serde_json::json!({"hostNetwork": true}));
         let actual = sandboxes(vec![sandbox("s0", true, 0)]);
         let running = containers(&[("s0", ContainerState::Running, 0)]);
-        assert_eq!(reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&running)), Plan::Idle);
+        assert_eq!(reconciler().plan(&no_inputs(), Some(&spec), Some(&actual), Some(&running)), Plan::Idle);
         let exited = containers(&[("s0", ContainerState::Exited, 0)]);
-        assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&exited)),
-            stop(&["s0"])
-        );
+        assert_eq!(reconciler().plan(&no_inputs(), Some(&spec), Some(&actual), Some(&exited)), stop(&["s0"]));
         let stopped = sandboxes(vec![sandbox("s0", false, 0)]);
         assert!(matches!(
-            reconciler().plan(&Inputs::new(), Some(&spec), Some(&stopped), Some(&exited)),
+            reconciler().plan(&no_inputs(), Some(&spec), Some(&stopped), Some(&exited)),
             Plan::Run(SandboxOp::Create { attempt: 1, .. })
         ));
         let mut fitting = sandbox("s1", true, 1);
         fitting.host_network = true;
         let replaced = sandboxes(vec![fitting, sandbox("s0", false, 0)]);
-        assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&spec), Some(&replaced), Some(&exited)),
-            Plan::Idle
-        );
+        assert_eq!(reconciler().plan(&no_inputs(), Some(&spec), Some(&replaced), Some(&exited)), Plan::Idle);
     }
 
     #[test]
     fn a_pod_that_is_gone_loses_its_sandboxes_after_its_containers() {
         let actual = sandboxes(vec![sandbox("s0", true, 0)]);
         let running = containers(&[("s0", ContainerState::Running, 0)]);
-        assert_eq!(reconciler().plan(&Inputs::new(), None, Some(&actual), Some(&running)), Plan::Idle);
+        assert_eq!(reconciler().plan(&no_inputs(), None, Some(&actual), Some(&running)), Plan::Idle);
         let exited = containers(&[("s0", ContainerState::Exited, 0)]);
-        assert_eq!(reconciler().plan(&Inputs::new(), None, Some(&actual), Some(&exited)), stop(&["s0"]));
+        assert_eq!(reconciler().plan(&no_inputs(), None, Some(&actual), Some(&exited)), stop(&["s0"]));
         let stopped = sandboxes(vec![sandbox("s0", false, 0)]);
         assert_eq!(
-            reconciler().plan(&Inputs::new(), None, Some(&stopped), Some(&exited)),
+            reconciler().plan(&no_inputs(), None, Some(&stopped), Some(&exited)),
             Plan::Idle,
             "containers first"
         );
         assert_eq!(
-            reconciler().plan(&Inputs::new(), None, Some(&stopped), None),
+            reconciler().plan(&no_inputs(), None, Some(&stopped), None),
             Plan::Run(SandboxOp::Remove { ids: vec!["s0".into()] })
         );
-        assert_eq!(reconciler().plan(&Inputs::new(), None, None, None), Plan::Idle);
+        assert_eq!(reconciler().plan(&no_inputs(), None, None, None), Plan::Idle);
     }
 
     #[test]
@@ -352,16 +369,16 @@ mod tests {
         let remove_both = Plan::Run(SandboxOp::Remove { ids: vec!["s1".into(), "s0".into()] });
         // the pod pair removed the containers: its actual state has none left (or no entry at all)
         let emptied = containers(&[]);
-        assert_eq!(reconciler().plan(&Inputs::new(), None, Some(&ready), Some(&emptied)), remove_both);
-        assert_eq!(reconciler().plan(&Inputs::new(), None, Some(&ready), None), remove_both);
+        assert_eq!(reconciler().plan(&no_inputs(), None, Some(&ready), Some(&emptied)), remove_both);
+        assert_eq!(reconciler().plan(&no_inputs(), None, Some(&ready), None), remove_both);
         // a container still there (even exited) keeps the two steps: stop now, remove after it
         let exited = containers(&[("s1", ContainerState::Exited, 0)]);
-        assert_eq!(reconciler().plan(&Inputs::new(), None, Some(&ready), Some(&exited)), stop(&["s1"]));
+        assert_eq!(reconciler().plan(&no_inputs(), None, Some(&ready), Some(&exited)), stop(&["s1"]));
         // a pod still desired but finished is only stopped, never removed
         let finished = spec("u", serde_json::json!({"restartPolicy": "Never"}));
         let exited_ok = containers(&[("s1", ContainerState::Exited, 0)]);
         assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&finished), Some(&ready), Some(&exited_ok)),
+            reconciler().plan(&no_inputs(), Some(&finished), Some(&ready), Some(&exited_ok)),
             stop(&["s1"])
         );
     }
@@ -372,14 +389,11 @@ mod tests {
         let actual = sandboxes(vec![sandbox("s0", true, 0)]);
         let exited = containers(&[("s0", ContainerState::Exited, 0)]);
         assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&never), Some(&actual), Some(&exited)),
+            reconciler().plan(&no_inputs(), Some(&never), Some(&actual), Some(&exited)),
             stop(&["s0"])
         );
         let stopped = sandboxes(vec![sandbox("s0", false, 0)]);
-        assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&never), Some(&stopped), Some(&exited)),
-            Plan::Idle
-        );
+        assert_eq!(reconciler().plan(&no_inputs(), Some(&never), Some(&stopped), Some(&exited)), Plan::Idle);
 
         let mut deleted = spec("u", serde_json::json!({}));
         let mut pod = (*deleted.pod).clone();
@@ -390,16 +404,16 @@ mod tests {
         deleted.pod = Arc::new(pod);
         let running = containers(&[("s0", ContainerState::Running, 0)]);
         assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&deleted), Some(&actual), Some(&running)),
+            reconciler().plan(&no_inputs(), Some(&deleted), Some(&actual), Some(&running)),
             Plan::Idle
         );
         let killed = containers(&[("s0", ContainerState::Exited, 137)]);
         assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&deleted), Some(&actual), Some(&killed)),
+            reconciler().plan(&no_inputs(), Some(&deleted), Some(&actual), Some(&killed)),
             stop(&["s0"])
         );
         assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&deleted), Some(&stopped), Some(&killed)),
+            reconciler().plan(&no_inputs(), Some(&deleted), Some(&stopped), Some(&killed)),
             Plan::Idle
         );
     }
@@ -410,7 +424,7 @@ mod tests {
         let actual = sandboxes(vec![sandbox("s1", true, 1), sandbox("s0", true, 0)]);
         let running = containers(&[("s1", ContainerState::Running, 0)]);
         assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&running)),
+            reconciler().plan(&no_inputs(), Some(&spec), Some(&actual), Some(&running)),
             stop(&["s0"])
         );
     }
@@ -419,7 +433,7 @@ mod tests {
     fn a_sandbox_only_for_an_admitted_pod() {
         let spec = spec("u", serde_json::json!({}));
         let (verdicts, mut writer) = reconcile_engine::store::<PodUid, Verdict>();
-        let inputs = Inputs::new().with(verdicts);
+        let inputs = SandboxInputs { verdicts: Some(verdicts), ..no_inputs() };
         let r = reconciler();
         // No verdict yet: wait (nothing made, nothing stopped).
         assert_eq!(r.plan(&inputs, Some(&spec), None, None), Plan::Idle);
@@ -447,12 +461,12 @@ mod tests {
         // s1 still holds a dead container (the pod pair prunes it first).
         let pod = containers(&[("s2", ContainerState::Running, 0), ("s1", ContainerState::Exited, 1)]);
         assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&pod)),
+            reconciler().plan(&no_inputs(), Some(&spec), Some(&actual), Some(&pod)),
             Plan::Run(SandboxOp::Prune { ids: vec!["s0".into()] })
         );
         let pod = containers(&[("s2", ContainerState::Running, 0)]);
         assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&spec), Some(&actual), Some(&pod)),
+            reconciler().plan(&no_inputs(), Some(&spec), Some(&actual), Some(&pod)),
             Plan::Run(SandboxOp::Prune { ids: vec!["s1".into(), "s0".into()] })
         );
         // The newest stays even when dead (a finished pod's status reads it).
@@ -460,7 +474,7 @@ mod tests {
         let done = sandboxes(vec![sandbox("s1", false, 1), sandbox("s0", false, 0)]);
         let exited = containers(&[("s1", ContainerState::Exited, 0)]);
         assert_eq!(
-            reconciler().plan(&Inputs::new(), Some(&never), Some(&done), Some(&exited)),
+            reconciler().plan(&no_inputs(), Some(&never), Some(&done), Some(&exited)),
             Plan::Run(SandboxOp::Prune { ids: vec!["s0".into()] })
         );
     }

@@ -121,6 +121,7 @@ fn needs_set_up(desired: &DesiredVolume, source: &VolumeSource, actual: Option<&
 impl Reconciler<DesiredVolume, VolumeActual> for VolumeReconciler {
     type Key = VolumeKey;
     type Op = VolumeOp;
+    type Inputs = ();
 
     fn reconcile(&self, view: &VolumeView<'_>) -> Plan<VolumeOp> {
         match (view.desired, view.actual) {

@@ -1,5 +1,5 @@
 //! What the pod and sandbox reconcilers ask of volumes: are a pod's volumes ready, and where are they
-//! (read from the volume pair's stores among their side inputs, [`VolumeGate::from_inputs`]).
+//! (read from the volume pair's stores among their side inputs, a [`VolumeGate`]).
 
 use std::sync::Arc;
 
@@ -76,16 +76,6 @@ impl VolumeGate {
     /// A gate over the volume engine's desired and actual stores.
     pub fn new(desired: Store<VolumeKey, DesiredVolume>, actual: Store<VolumeKey, VolumeActual>) -> Self {
         Self { desired, actual, claims: None }
-    }
-
-    /// A gate over the volume engine's desired and actual stores found among a reconciler's side
-    /// inputs (`Store<VolumeKey, DesiredVolume>` and `Store<VolumeKey, VolumeActual>`, registered with
-    /// [`EngineBuilder::reads`](reconcile_engine::EngineBuilder::reads) or
-    /// [`watches`](reconcile_engine::EngineBuilder::watches)); `None` unless both are there.
-    pub fn from_inputs(inputs: &reconcile_engine::Inputs) -> Option<Self> {
-        let desired = inputs.get::<VolumeKey, DesiredVolume>()?;
-        let actual = inputs.get::<VolumeKey, VolumeActual>()?;
-        Some(Self::new(desired.clone(), actual.clone()))
     }
 
     /// Says why a pod waits for a claim that is not bound (from the claim engine).
