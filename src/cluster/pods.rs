@@ -156,7 +156,7 @@ impl ApiPods {
 
     /// Watches until `shutdown`.
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
-        let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node));
+        let config = super::watch_config().fields(&format!("spec.nodeName={}", self.node));
         // The managed fields (often the largest part of a pod's metadata) are never read: they are
         // dropped on receipt instead of being kept with every pod.
         let mut stream = watcher::watcher(self.api.clone(), config)
