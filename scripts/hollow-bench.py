@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The arithmetic of scripts/hollow-bench.sh.
 
-`run ...`: one run's figures from the audit log, the API server's /metrics snapshots, the pod watch and
-the /proc samples, as one JSON line. `table FILE`: the runs of FILE as a table, with nodelet/kubemark
-ratios at each N.
+`run ...`: one run's figures from the audit log, the API server's /metrics snapshots, the pod watches
+(the saturation phase's Deployment, the latency pods) and the /proc samples, as one JSON line. `watch ...`:
+a namespace's pod events with their times. `create ...`: the latency pods, one at a time at a fixed rate.
+`table FILE`: the runs of FILE as a table, with nodelet/kubemark ratios at each N.
 """
 import argparse
 import collections
@@ -139,6 +140,10 @@ def run(a):
     watches_server = metric_sum(m2, "apiserver_longrunning_requests", verb="WATCH") - metric_sum(
         base, "apiserver_longrunning_requests", verb="WATCH")
     lat, seen = watch_latency(a.watch)
+    if a.latency_watch:
+        llat, lseen = watch_latency(a.latency_watch)
+    else:
+        llat, lseen = [], 0
     ticks = float(a.ticks)
     secs = w2 - w1
     n = max(a.nodes, 1)
@@ -172,6 +177,12 @@ def run(a):
         "pods_running_seen": len(lat),
         "start_latency_p50_s": round(percentile(lat, 50), 3) if lat else None,
         "start_latency_p99_s": round(percentile(lat, 99), 3) if lat else None,
+        "latency_pods": lseen,
+        "latency_pods_running": len(llat),
+        "latency_pods_rate_per_s": a.latency_rate,
+        "latency_start_p50_s": round(percentile(llat, 50), 3) if llat else None,
+        "latency_start_p99_s": round(percentile(llat, 99), 3) if llat else None,
+        "load_average": a.load,
         "nodes_ready_s": int(a.times[0]),
         "all_running_s": int(a.times[1]),
         "all_gone_s": int(a.times[2]),
@@ -193,6 +204,8 @@ FIGURES = [
     ("PSS per hollow node (MiB)", "pss_per_node_mib"),
     ("pod start p50 (s)", "start_latency_p50_s"),
     ("pod start p99 (s)", "start_latency_p99_s"),
+    ("latency pods' start p50 (s)", "latency_start_p50_s"),
+    ("latency pods' start p99 (s)", "latency_start_p99_s"),
     ("all pods Running (s)", "all_running_s"),
     ("all pods gone (s)", "all_gone_s"),
 ]
@@ -250,6 +263,41 @@ def watch(a):
                 time.sleep(0.5)
 
 
+def create(a):
+    """Creates a.count pods latency-0 ... in namespace a.namespace, one at a time at a.rate per second (the
+    density test's "latency pods", created at a sustainable rate after the saturation phase), with the
+    bearer token of $ADMIN_TOKEN. Prints how many were created and how late the last one was."""
+    import ssl
+    import time
+    import urllib.request
+    ctx = ssl.create_default_context(cafile=a.ca)
+    url = f"{a.url}/api/v1/namespaces/{a.namespace}/pods"
+    headers = {"Authorization": "Bearer " + os.environ["ADMIN_TOKEN"], "Content-Type": "application/json"}
+    start = time.monotonic()
+    created, late = 0, 0.0
+    for i in range(a.count):
+        due = start + i / a.rate
+        now = time.monotonic()
+        if due > now:
+            time.sleep(due - now)
+        else:
+            late = max(late, now - due)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"latency-{i}", "labels": {"app": "latency"}},
+            "spec": {"containers": [{"name": "busybox", "image": "busybox:1.36", "command": ["sleep", "36000"]}]},
+        }
+        req = urllib.request.Request(url, data=json.dumps(pod).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+                r.read()
+            created += 1
+        except Exception as e:  # counted: the figures say how many of the asked pods there were
+            print(f"latency-{i}: {e}", file=sys.stderr)
+    print(json.dumps({"created": created, "max_late_s": round(late, 3)}))
+
+
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
 
@@ -302,6 +350,14 @@ def main():
     r.add_argument("--pss", type=int, default=0)
     r.add_argument("--times", nargs=3, required=True)
     r.add_argument("--gone", required=True)
+    r.add_argument("--latency-watch", default="")
+    r.add_argument("--latency-rate", type=float, default=None)
+    r.add_argument("--load", default="")
+    c = sub.add_parser("create")
+    for flag in ("--url", "--ca", "--namespace"):
+        c.add_argument(flag, required=True)
+    c.add_argument("--count", type=int, required=True)
+    c.add_argument("--rate", type=float, required=True)
     w = sub.add_parser("watch")
     for flag in ("--url", "--ca", "--namespace", "--out"):
         w.add_argument(flag, required=True)
@@ -312,6 +368,8 @@ def main():
         run(a)
     elif a.cmd == "watch":
         watch(a)
+    elif a.cmd == "create":
+        create(a)
     else:
         table(a.file)
         extrapolate(a.file)

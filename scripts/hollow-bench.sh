@@ -20,6 +20,10 @@
 #   - pod start latency p50/p99: from a watch's first sight of the pod (its creation) to its first sight
 #     Running (the SLO's creation to running, as the API shows it)
 #   - how long the Deployment took to be all Running, and all gone after its deletion
+#   - the latency pods (after the steady window, as sig-scalability's density test): LATENCY_PODS more pods
+#     created one at a time at LATENCY_RATE per second, each measured from creation to Running as above,
+#     p50/p99 (the SLO's pod start-up latency: pods created at a sustainable rate), then deleted
+#   - the load average of the machine (1, 5, 15 min) at the end of the steady window
 #
 # Environment:
 #   HOLLOW_BENCH_NODES          node counts (default "10 100")
@@ -27,6 +31,8 @@
 #   HOLLOW_BENCH_PODS_PER_NODE  default 30
 #   HOLLOW_BENCH_STEADY         seconds of the steady window (default 120)
 #   HOLLOW_BENCH_SETTLE         seconds between all Running and the window (default 30)
+#   HOLLOW_BENCH_LATENCY_PODS   latency pods (default: 2 x N, at least 100; 0: no latency phase)
+#   HOLLOW_BENCH_LATENCY_RATE   latency pods created per second (default 5)
 #   HOLLOW_BENCH_MIN_FREE_MIB   kubemark: no further process starts below this MemAvailable (default 6144);
 #                               the run then goes on with the nodes started and says so
 #   HOLLOW_BENCH_BASE           work directory (default /tmp/nodelet-hollow-bench; removed at the end)
@@ -43,6 +49,8 @@ PODS_PER_NODE="${HOLLOW_BENCH_PODS_PER_NODE:-30}"
 STEADY="${HOLLOW_BENCH_STEADY:-120}"
 SETTLE="${HOLLOW_BENCH_SETTLE:-30}"
 MIN_FREE_MIB="${HOLLOW_BENCH_MIN_FREE_MIB:-6144}"
+LATENCY_PODS="${HOLLOW_BENCH_LATENCY_PODS:-}"
+LATENCY_RATE="${HOLLOW_BENCH_LATENCY_RATE:-5}"
 BASE="${HOLLOW_BENCH_BASE:-/tmp/nodelet-hollow-bench}"
 ENVTEST_SCRIPTS="${ENVTEST_SCRIPTS:-$(cd "$ROOT/.." && pwd)/shared/envtest}"
 API_PORT="${ENVTEST_APISERVER_PORT:-46443}"
@@ -66,12 +74,14 @@ mkdir -p "$BASE"
 
 PIDS=()          # node processes of the current run
 WATCHER=""
+LATENCY_WATCHER=""
 ENVTEST_BASE=""
 TMP_BEFORE="$BASE/tmp-before"
 kubemark_tmp() { find /tmp -maxdepth 1 \( -name 'hollow-kubelet.*' -o -name 'kubelet_remote_*.sock' \) | sort; }
 cleanup_run() {
   if [ -n "$WATCHER" ]; then kill "$WATCHER" 2>/dev/null || true; fi
-  WATCHER=""
+  if [ -n "$LATENCY_WATCHER" ]; then kill "$LATENCY_WATCHER" 2>/dev/null || true; fi
+  WATCHER=""; LATENCY_WATCHER=""
   if [ "${#PIDS[@]}" -gt 0 ]; then
     kill -TERM "${PIDS[@]}" 2>/dev/null || true
     for _ in $(seq 1 60); do
@@ -200,6 +210,33 @@ EOF
   local api_rss etcd_rss nodes_rss nodes_pss
   api_rss=$(rss_kib "$api_pid"); etcd_rss=$(rss_kib "$etcd_pid"); nodes_rss=$(sum_rss "${PIDS[@]}")
   nodes_pss=$(sum_pss "${PIDS[@]}")
+  local load; load=$(cut -d' ' -f1-3 /proc/loadavg)
+  # ---- latency pods: created one at a time at a fixed rate beside the saturation pods, then deleted
+  local latency=${LATENCY_PODS:-$((2 * started > 100 ? 2 * started : 100))}
+  if [ "$latency" -gt 0 ]; then
+    log "$kind N=$n: $latency latency pods at ${LATENCY_RATE}/s"
+    $kubectl create namespace latency >/dev/null
+    python3 "$HERE/hollow-bench.py" watch --url "$APISERVER_URL" --ca "$APISERVER_CA" \
+      --namespace latency --out "$run/latency-watch.txt" &
+    LATENCY_WATCHER=$!
+    sleep 2
+    python3 "$HERE/hollow-bench.py" create --url "$APISERVER_URL" --ca "$APISERVER_CA" --namespace latency \
+      --count "$latency" --rate "$LATENCY_RATE" > "$run/latency-create.json"
+    local t_lat=$SECONDS lrunning=0
+    while [ $((SECONDS - t_lat)) -lt 600 ]; do
+      lrunning=$($kubectl -n latency get pods --no-headers --field-selector=status.phase=Running 2>/dev/null | wc -l)
+      [ "$lrunning" -ge "$latency" ] && break
+      sleep 2
+    done
+    log "$kind N=$n: $lrunning of $latency latency pods Running ($(cat "$run/latency-create.json"))"
+    kill "$LATENCY_WATCHER" 2>/dev/null || true; LATENCY_WATCHER=""
+    $kubectl -n latency delete pods --all --wait=false >/dev/null
+    local t_ldel=$SECONDS
+    while [ $((SECONDS - t_ldel)) -lt 600 ]; do
+      [ "$($kubectl -n latency get pods --no-headers 2>/dev/null | wc -l)" = 0 ] && break
+      sleep 3
+    done
+  fi
   # ---- delete
   local t_delete=$SECONDS
   $kubectl -n bench delete deployment bench --wait=false >/dev/null
@@ -219,7 +256,9 @@ EOF
     --window "$w1" "$w2" --audit "$run/audit.log" --metrics "$run/metrics-base.txt" "$m1" "$m2" \
     --watch "$run/watch.txt" --ticks "$(getconf CLK_TCK)" \
     --cpu "$a1" "$a2" "$e1" "$e2" --rss "$api_rss" "$etcd_rss" "$nodes_rss" --pss "$nodes_pss" \
-    --times "$nodes_ready_s" "$all_running_s" "$all_gone_s" --gone "$left" >> "$RESULTS"
+    --times "$nodes_ready_s" "$all_running_s" "$all_gone_s" --gone "$left" \
+    --latency-watch "$( [ "$latency" -gt 0 ] && echo "$run/latency-watch.txt")" --latency-rate "$LATENCY_RATE" \
+    --load "$load" >> "$RESULTS"
   tail -1 "$RESULTS" >&2
   cleanup_run
   rm -rf "$run"

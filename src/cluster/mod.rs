@@ -57,11 +57,33 @@ pub(crate) fn user_agent(node: &str) -> String {
     format!("nodelet/v{} ({node})", env!("CARGO_PKG_VERSION"))
 }
 
+/// The shortest server-side timeout a watch asks for: client-go's reflectors' `minWatchTimeout`.
+pub(crate) const WATCH_TIMEOUT_MIN_SECS: u32 = 300;
+
+/// The configuration of a watch: its server-side timeout (`timeoutSeconds`) is random in [5 min, 10 min),
+/// as client-go's reflectors ask for, so that a node's watches, and those of nodes started together, end
+/// and are re-opened at different times instead of all at once every 290 s (kube-rs' fixed default).
+/// kube-rs' watcher keeps the timeout a watch was made with for its re-opens, so each watch has its own
+/// period in that range rather than a fresh draw per re-open.
+pub(crate) fn watch_config() -> kube::runtime::watcher::Config {
+    watch_config_with(fastrand::f64())
+}
+
+/// [`watch_config`] with the random draw `r` in [0, 1) given.
+pub(crate) fn watch_config_with(r: f64) -> kube::runtime::watcher::Config {
+    let min = f64::from(WATCH_TIMEOUT_MIN_SECS);
+    // r < 1 keeps it below 2 × min; the `min` guards the float edge.
+    let secs = (min * (1.0 + r.clamp(0.0, 1.0))).floor().min(2.0 * min - 1.0);
+    // In range by the clamps above (300 ..= 599): the cast neither truncates nor saturates.
+    kube::runtime::watcher::Config::default().timeout(secs as u32)
+}
+
 /// The timeouts and user agent of every client of cluster mode.
 pub(crate) fn tune(config: &mut kube::Config, node: &str) {
-    // Calls that hang are cut off; watches have their own server-side timeout.
+    // Calls that hang are cut off; a watch ends by its own server-side timeout (at most 2 ×
+    // WATCH_TIMEOUT_MIN_SECS), well before its connection's read timeout.
     config.connect_timeout = Some(Duration::from_secs(10));
-    config.read_timeout = Some(Duration::from_secs(330));
+    config.read_timeout = Some(Duration::from_secs(u64::from(2 * WATCH_TIMEOUT_MIN_SECS) + 40));
     config.write_timeout = Some(Duration::from_secs(30));
     config.headers.push((
         http_header_name("user-agent"),
@@ -364,5 +386,31 @@ impl Cluster {
         let run = events.run(shutdown.clone());
         tasks.push(NamedTask::new("events", Bounded, when_ready(self.current, shutdown.clone(), run)));
         tasks
+    }
+}
+
+#[cfg(test)]
+mod watch_timeout_tests {
+    use super::*;
+
+    #[test]
+    fn watch_timeouts_are_random_in_five_to_ten_minutes_as_client_gos() {
+        assert_eq!(watch_config_with(0.0).timeout, Some(300));
+        assert_eq!(watch_config_with(0.5).timeout, Some(450));
+        assert_eq!(watch_config_with(0.999_999).timeout, Some(599));
+        assert_eq!(watch_config_with(1.0).timeout, Some(599));
+        assert_eq!(watch_config_with(-3.0).timeout, Some(300));
+        let drawn: std::collections::BTreeSet<Option<u32>> =
+            (0..50).map(|_| watch_config().timeout).collect();
+        assert!(drawn.len() > 1, "{drawn:?}");
+        assert!(drawn.iter().all(|t| matches!(t, Some(300..=599))), "{drawn:?}");
+    }
+
+    #[test]
+    fn the_read_timeout_outlasts_the_longest_watch() {
+        let mut config = kube::Config::new("https://127.0.0.1:6443".parse().expect("url"));
+        tune(&mut config, "n");
+        let longest = Duration::from_secs(u64::from(2 * WATCH_TIMEOUT_MIN_SECS));
+        assert!(config.read_timeout.is_some_and(|t| t > longest));
     }
 }

@@ -10,7 +10,8 @@
 //!   `nodeStatusMaxImages`), and patched (strategic merge on `nodes/status`) when it changed (heartbeat
 //!   times aside) or `nodeStatusReportFrequency` has passed since the last patch.
 //! - **Lease** `kube-node-lease/<node>`: held by this node for `nodeLeaseDurationSeconds` and renewed
-//!   every quarter of it (10 s by default), owned by the Node so it goes with it.
+//!   every quarter of it plus up to 4 % more, random (10 to 10.4 s by default; the kubelet's lease controller
+//!   renews with the same jitter), owned by the Node so it goes with it.
 //!
 //! A failed call is retried with back-off; nothing here ever touches a pod.
 
@@ -266,7 +267,7 @@ impl<V: NodeView> NodeSync<V> {
             let delay = match self.renew_lease(&mut lease, node).await {
                 Ok(()) => {
                     backoff.reset();
-                    period
+                    jittered(period, fastrand::f64())
                 }
                 Err(e) => {
                     lease = None;
@@ -331,4 +332,32 @@ fn without_heartbeats(status: &NodeStatus) -> NodeStatus {
         c.last_heartbeat_time = None;
     }
     status
+}
+
+/// The Lease renewal period: `period` plus up to 4 % of it, random (`r` in [0, 1)), as the kubelet's lease
+/// controller renews (`wait.JitterUntil(…, renewInterval, 0.04, …)`), so that nodes started together do not
+/// renew in step.
+pub(crate) fn jittered(period: Duration, r: f64) -> Duration {
+    period + period.mul_f64(0.04 * r.clamp(0.0, 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_renewal_is_jittered_by_up_to_four_percent_as_the_kubelets() {
+        let period = Duration::from_secs(10);
+        assert_eq!(jittered(period, 0.0), period);
+        assert_eq!(jittered(period, 0.5), Duration::from_millis(10_200));
+        assert!(jittered(period, 0.999_999) < Duration::from_millis(10_400));
+        // Out-of-range draws stay within the band.
+        assert_eq!(jittered(period, 7.0), Duration::from_millis(10_400));
+        assert_eq!(jittered(period, -1.0), period);
+        // Random draws spread over the band rather than repeating one value.
+        let draws: std::collections::BTreeSet<Duration> =
+            (0..50).map(|_| jittered(period, fastrand::f64())).collect();
+        assert!(draws.len() > 1);
+        assert!(draws.iter().all(|d| *d >= period && *d < Duration::from_millis(10_400)));
+    }
 }

@@ -219,7 +219,7 @@ impl PodData {
         let (namespace, name) = match &key {
             ObjectKey::ConfigMap(ns, n) | ObjectKey::Secret(ns, n) => (ns.clone(), n.clone()),
         };
-        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let config = super::watch_config().fields(&format!("metadata.name={name}"));
         match &key {
             ObjectKey::ConfigMap(..) => {
                 let api: Api<ConfigMap> = Api::namespaced(client, &namespace);

@@ -76,6 +76,14 @@ pub(crate) fn spec_only(pod: &Pod) -> Pod {
     pod
 }
 
+/// Replaces `pod` by a copy of itself. A pod decoded from JSON has every list with the spare capacity of
+/// its growth (a `Vec` of one container has room for four, and `Container`, `Volume` and their kin are
+/// kilobytes each); the copy has none. Pods are kept for as long as they are bound to the node, so this
+/// is most of what a pod costs in memory.
+pub(crate) fn compact(pod: &mut Pod) {
+    *pod = pod.clone();
+}
+
 /// Whether `new` differs from `old` in what the desired pod is made of: everything but the status,
 /// the `resourceVersion` and the managed fields (what [`spec_only`] drops). Compares in place,
 /// without copying either pod.
@@ -156,12 +164,16 @@ impl ApiPods {
 
     /// Watches until `shutdown`.
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
-        let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node));
+        let config = super::watch_config().fields(&format!("spec.nodeName={}", self.node));
         // The managed fields (often the largest part of a pod's metadata) are never read: they are
-        // dropped on receipt instead of being kept with every pod.
+        // dropped on receipt instead of being kept with every pod. The pod is then kept as a copy of
+        // what was received ([`compact`]).
         let mut stream = watcher::watcher(self.api.clone(), config)
             .default_backoff()
-            .modify(|pod| pod.metadata.managed_fields = None)
+            .modify(|pod| {
+                pod.metadata.managed_fields = None;
+                compact(pod);
+            })
             .boxed();
         let mut building: BTreeMap<PodName, Arc<Pod>> = BTreeMap::new();
         let mut current: BTreeMap<PodName, Arc<Pod>> = BTreeMap::new();
@@ -203,7 +215,15 @@ impl ApiPods {
                     match current.insert(name_of(&pod), pod.clone()) {
                         Some(old) if synced && !spec_changed(&old, &pod) => {
                             // Only the status (or the server's bookkeeping) changed, as after each
-                            // status patch: the desired pods stay, only the snapshot changes.
+                            // status patch: the desired pods stay, only the snapshot changes. The
+                            // prepared pod's source is the new version from now on (the same spec), so
+                            // that the old version is not kept beside it.
+                            if let Some(uid) = pod.metadata.uid.as_deref()
+                                && let Some((source, _)) = self.prepared.get_mut(uid)
+                                && Arc::ptr_eq(source, &old)
+                            {
+                                *source = pod.clone();
+                            }
                             self.publish_snapshot(&current);
                             false
                         }
@@ -266,6 +286,28 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
 
     use super::*;
+
+    #[test]
+    fn a_compacted_pod_is_the_same_pod_without_the_spare_capacity_of_its_decoding() {
+        let json = serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u"},
+            "spec": {
+                "containers": [{"name": "c", "image": "busybox"}],
+                "tolerations": [{"key": "a", "operator": "Exists"}, {"key": "b", "operator": "Exists"}],
+            },
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        });
+        // Decoded from text, as the watch's events are (a `Value`'s arrays would tell serde their length).
+        let mut pod: Pod = serde_json::from_str(&json.to_string()).expect("pod");
+        let decoded = pod.clone();
+        let tolerations = |p: &Pod| p.spec.as_ref().and_then(|s| s.tolerations.as_ref()).map(Vec::capacity);
+        assert!(tolerations(&pod) > Some(2), "serde grows a list past its length: {:?}", tolerations(&pod));
+        compact(&mut pod);
+        assert_eq!(pod, decoded);
+        assert_eq!(tolerations(&pod), Some(2));
+        let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).map(Vec::capacity);
+        assert_eq!(conditions, Some(1));
+    }
 
     #[test]
     fn only_a_change_beyond_the_status_and_the_bookkeeping_changes_the_spec() {

@@ -36,7 +36,7 @@ impl RuntimeClassFeed {
     /// Lists and watches RuntimeClasses until `shutdown` (re-listing with back-off after errors).
     pub(crate) async fn run(self, client: Client, shutdown: CancellationToken) {
         let api: Api<RuntimeClass> = Api::all(client);
-        let stream = reflector::reflector(self.writer, watcher::watcher(api, watcher::Config::default()))
+        let stream = reflector::reflector(self.writer, watcher::watcher(api, super::watch_config()))
             .default_backoff()
             .applied_objects();
         let mut stream = std::pin::pin!(stream);

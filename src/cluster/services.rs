@@ -75,7 +75,7 @@ impl ApiServices {
     /// Lists and watches Services until `shutdown` (listing again with back-off after errors).
     pub(crate) async fn run(self, client: Client, shutdown: CancellationToken) {
         let api: Api<Service> = Api::all(client);
-        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+        let stream = watcher::watcher(api, super::watch_config()).default_backoff();
         let mut stream = std::pin::pin!(stream);
         // A list in progress: replaces everything once complete.
         let mut listing: Option<ByNamespace> = None;
