@@ -15,7 +15,7 @@
 //! | [`start_volumes`] | the volume pair (`volumes`: watches its own actual store as `devices`) | `volume-watch` |
 //! | [`start_pods`] | the verdict store; the pod pair (`pods`: side inputs [`PodSideInputs`]); the sandbox pair (`sandboxes`: watches `pods`, `verdicts`, `volumes`, reads the desired volumes); the volume populator; the container GC surplus store | `prober`, `volume-refresh`, `volume-populator`, `claim-volume-stats`, `volume-engine`, `sandbox-engine`, `sandbox-populator`, `sandbox-wake-pods`, `sandbox-wake-sandboxes`, `container-gc`, `log-rotation`, `runtime-events` (real nodes), `pleg`, `pod-engine` |
 //! | [`start_stats`] | the stats provider | `stats-housekeeping`, `volume-stats` |
-//! | [`start_pressure`] | `pressure::start`: image GC, the verdict populator (the verdict store's writer), the eviction manager | `image-engine`, `image-populator`, `local-storage-measure`, `verdict-populator`, `eviction-manager` |
+//! | [`start_pressure`] | `pressure::start`: image GC, the verdict populator (the verdict store's writer), the eviction pair (engine and sampler) | `image-engine`, `image-populator`, `local-storage-measure`, `verdict-populator`, `eviction-engine`, `eviction-sampler` |
 //! | extensions | [`ExtensionContext`]: the pod and volume stores, pressure, the supervisor | the extensions' own |
 //! | status | [`node::Node`]: what the servers and cluster mode read | — |
 //! | [`start_cluster`] | cluster mode's writers (Node, Lease, pod status, mirror pods, events) | `pod-data-refresh`, `runtime-classes`, `services`, `pod-data`, `serving-certificate`, `csi-node`, `node-sync`, `pod-status`, `mirror-pods`, `events` |
@@ -688,7 +688,7 @@ impl PodSideInputs {
 }
 
 /// What [`start_pods`] hands to [`start_pressure`]: the verdict store's writer, admission and the container
-/// GC reclaimer (the verdict populator and the eviction manager run there).
+/// GC reclaimer (the verdict populator and the eviction pair run there).
 pub(crate) struct PressureInputs {
     verdict_writer: reconcile_engine::Writer<PodUid, nodelet_resources::model::verdict::Verdict>,
     admission: nodelet_resources::eviction::verdict::Admission,

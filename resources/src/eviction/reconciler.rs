@@ -346,7 +346,12 @@ impl EvictionReconciler {
     }
 
     /// Compares a new sample: the first step of a pass.
-    fn assess(pods: &EvictionPods, config: &EvictionConfig, node: &NodeEviction, sample: &Sample) -> EvictionOp {
+    fn assess(
+        pods: &EvictionPods,
+        config: &EvictionConfig,
+        node: &NodeEviction,
+        sample: &Sample,
+    ) -> EvictionOp {
         let mut memory = node.memory.clone();
         let assessment = memory.observe(&config.policy, &sample.observations, sample.at);
         let act_on = assessment.act_on.first().cloned();
@@ -360,7 +365,9 @@ impl EvictionReconciler {
             updated_at: node.updated_at,
         };
         let over_limit = match &sample.local_storage {
-            Some(measured) if config.local_storage_capacity_isolation => Self::over_limit(pods, &next, measured),
+            Some(measured) if config.local_storage_capacity_isolation => {
+                Self::over_limit(pods, &next, measured)
+            }
             _ => Vec::new(),
         };
         let announce = act_on.is_some() && over_limit.is_empty();

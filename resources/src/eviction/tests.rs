@@ -400,7 +400,9 @@ async fn a_pass_runs_to_its_end_and_the_next_takes_a_sample_from_after_it() {
     let t = Threshold::hard(Signal::MemoryAvailable, Amount::Quantity(100 * MI));
     let mut s = setup(vec![reading(Signal::MemoryAvailable, 50 * MI)], t);
     let first = s.sample().await;
-    let Plan::Run(assess) = s.reconciler.plan(&s.pods, &s.config, &s.node, Some(&first)) else { panic!("assess") };
+    let Plan::Run(assess) = s.reconciler.plan(&s.pods, &s.config, &s.node, Some(&first)) else {
+        panic!("assess")
+    };
     let cancel = CancellationToken::new();
     let Outcome::Done(Update::Set(EvictionActual::Node(next))) =
         s.driver.execute(&EvictionKey::Node, &assess, &cancel).await
