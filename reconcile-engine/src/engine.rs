@@ -280,8 +280,8 @@ where
     }
 
     /// A reader of the operation status store the engine will write (see [`Engine::op_status`]),
-    /// already before it is built: for the reconciler to read it as a side input
-    /// ([`reads`](Self::reads)), or to hand it to another pair.
+    /// already before it is built: for the reconciler to read it as a side input (a field of its
+    /// [`Reconciler::Inputs`], given to [`build_with`](Self::build_with)), or to hand it to another pair.
     pub fn op_status(&self) -> Store<R::Key, OpStatus<R::Op, Dr::Error>> {
         self.status.clone()
     }

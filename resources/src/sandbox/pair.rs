@@ -62,7 +62,7 @@ pub struct SandboxPairConfig {
     /// admitted pod. `None`: every pod counts as admitted.
     pub verdicts: Option<Store<PodUid, Verdict>>,
     /// The volume pair's desired and actual stores, side inputs of the reconciler (a sandbox waits
-    /// for the pod's volumes, see [`VolumeGate`](crate::volume::status::VolumeGate)); the actual one
+    /// for the pod's volumes, see [`VolumeGate`]); the actual one
     /// is watched, so that a waiting pod is planned again when they change. `None`: pods have no
     /// volumes to wait for.
     pub volumes: Option<(Store<VolumeKey, DesiredVolume>, Store<VolumeKey, VolumeActual>)>,
