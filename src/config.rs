@@ -909,9 +909,11 @@ impl Merger<'_> {
         use crate::logging::LogFormat;
         let logging = raw.logging.as_ref();
         let format = match (&args.logging_format, logging.and_then(|l| l.format.as_deref())) {
-            (Some(f), _) => LogFormat::parse(f).map_err(|msg| self.flag_err("--logging-format", msg))?,
+            (Some(f), _) => {
+                LogFormat::parse(f).map_err(|e| self.flag_err("--logging-format", e.to_string()))?
+            }
             (None, Some(f)) if !f.is_empty() => {
-                LogFormat::parse(f).map_err(|msg| self.file_err("logging.format", msg))?
+                LogFormat::parse(f).map_err(|e| self.file_err("logging.format", e.to_string()))?
             }
             _ => LogFormat::Text,
         };

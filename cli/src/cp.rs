@@ -78,6 +78,33 @@ pub enum CpError {
     Corrupted(String),
 }
 
+/// Why a directory of an unpacked entry could not be made (the entry is skipped with a warning).
+#[derive(Debug, thiserror::Error)]
+enum DirError {
+    /// Creating a directory failed.
+    #[error("cannot create {}: {source}", .path.display())]
+    Create {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A component is a symbolic link.
+    #[error("{} is a symbolic link; not following it", .0.display())]
+    Symlink(PathBuf),
+    /// A component is something else than a directory.
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    /// A component could not be inspected.
+    #[error("{}: {source}", .path.display())]
+    Inspect {
+        /// The component.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 fn stderr_suffix(stderr: &str) -> String {
     let stderr = stderr.trim();
     if stderr.is_empty() { String::new() } else { format!(": {stderr}") }
@@ -474,7 +501,7 @@ fn extract(reader: impl Read, prefix: &str, dest: &Path, warnings: &mut dyn Writ
             // a file copied as `dest` itself: only its directory is made
             (true, Some(parent)) if !is_dir && !parent.as_os_str().is_empty() => {
                 std::fs::create_dir_all(parent)
-                    .map_err(|e| format!("cannot create {}: {e}", parent.display()))
+                    .map_err(|source| DirError::Create { path: parent.to_owned(), source })
             }
             (true, _) if !is_dir => Ok(()),
             _ => make_dirs_beneath(dest, dirs),
@@ -494,21 +521,22 @@ fn extract(reader: impl Read, prefix: &str, dest: &Path, warnings: &mut dyn Writ
 
 /// Creates `dest` and the directories `parts` beneath it, refusing to go through a symbolic link or
 /// anything else that is not a directory beneath `dest`.
-fn make_dirs_beneath(dest: &Path, parts: &[&[u8]]) -> Result<(), String> {
-    std::fs::create_dir_all(dest).map_err(|e| format!("cannot create {}: {e}", dest.display()))?;
+fn make_dirs_beneath(dest: &Path, parts: &[&[u8]]) -> Result<(), DirError> {
+    std::fs::create_dir_all(dest).map_err(|source| DirError::Create { path: dest.to_owned(), source })?;
     let mut path = dest.to_owned();
     for part in parts {
         path.push(OsStr::from_bytes(part));
         match std::fs::symlink_metadata(&path) {
             Ok(m) if m.is_dir() => {}
             Ok(m) if m.is_symlink() => {
-                return Err(format!("{} is a symbolic link; not following it", path.display()));
+                return Err(DirError::Symlink(path));
             }
-            Ok(_) => return Err(format!("{} is not a directory", path.display())),
+            Ok(_) => return Err(DirError::NotADirectory(path)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+                std::fs::create_dir(&path)
+                    .map_err(|source| DirError::Create { path: path.clone(), source })?;
             }
-            Err(e) => return Err(format!("{}: {e}", path.display())),
+            Err(source) => return Err(DirError::Inspect { path, source }),
         }
     }
     Ok(())

@@ -20,7 +20,7 @@ pub enum JsonPathError {
         /// The template.
         template: String,
         /// What is wrong.
-        message: String,
+        message: PathError,
     },
     /// Evaluation failed (e.g. an index out of bounds).
     #[error("error executing jsonpath {template:?}: Error executing template: {message}")]
@@ -28,8 +28,70 @@ pub enum JsonPathError {
         /// The template.
         template: String,
         /// What failed.
-        message: String,
+        message: PathError,
     },
+}
+
+/// What is wrong with one action of a template, or why evaluating a path failed; the messages are
+/// client-go's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// An action `{` without its `}`.
+    #[error("unclosed action")]
+    UnclosedAction,
+    /// An `{end}` outside a `range`.
+    #[error("not in range, nothing to end")]
+    NothingToEnd,
+    /// A `range` without its `{end}`.
+    #[error("unexpected EOF: range without end")]
+    RangeWithoutEnd,
+    /// A quoted string without its closing quote.
+    #[error("unterminated quoted string {0}")]
+    UnterminatedString(String),
+    /// An unknown `\` escape (`escape` is what follows the backslash) in the quoted string `text`.
+    #[error("invalid escape \\{escape} in {text}")]
+    InvalidEscape {
+        /// What follows the backslash.
+        escape: String,
+        /// The quoted string.
+        text: String,
+    },
+    /// An empty or unquoted field name in the given path or bracket.
+    #[error("invalid field name in {0}")]
+    InvalidFieldName(String),
+    /// A character (or path) a path cannot hold.
+    #[error("unrecognized character in action: {0}")]
+    UnrecognizedCharacter(String),
+    /// A `[` without its `]` in the given path.
+    #[error("unterminated array in {0}")]
+    UnterminatedArray(String),
+    /// An array index that is not an integer (as written, with or without its brackets).
+    #[error("invalid array index {0}")]
+    InvalidIndex(String),
+    /// A filter operand that is neither a path, a string, a number nor a boolean.
+    #[error("unrecognized filter operand {0}")]
+    UnrecognizedOperand(String),
+    /// An index outside the array.
+    #[error("array index out of bounds: index {index}, length {length}")]
+    OutOfBounds {
+        /// The index.
+        index: i64,
+        /// The array's length.
+        length: i64,
+    },
+    /// A slice whose start is after its end.
+    #[error("starting index {start} is greater than ending index {end}")]
+    StartAfterEnd {
+        /// The start.
+        start: i64,
+        /// The end.
+        end: i64,
+    },
+    /// A `custom-columns` expression that is not a single path (kubectl's `RelaxedJSONPathExpression`).
+    #[error(
+        "unexpected path string, expected a 'name1.name2' or '.name1.name2' or '{{name1.name2}}' or '{{.name1.name2}}'"
+    )]
+    NotRelaxedPath,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -82,7 +144,7 @@ pub(crate) struct Template {
 impl Template {
     /// Parses `template`.
     pub(crate) fn parse(template: &str) -> Result<Template, JsonPathError> {
-        let err = |message: String| JsonPathError::Parse { template: template.to_owned(), message };
+        let err = |message: PathError| JsonPathError::Parse { template: template.to_owned(), message };
         let chars: Vec<char> = template.chars().collect();
         // Stack of open ranges: (path, nodes so far); the bottom is the template itself.
         let mut stack: Vec<(Option<Vec<Step>>, Vec<Node>)> = vec![(None, Vec::new())];
@@ -115,17 +177,17 @@ impl Template {
                 j += 1;
             }
             if j >= chars.len() {
-                return Err(err("unclosed action".into()));
+                return Err(err(PathError::UnclosedAction));
             }
             let action: String = chars[i + 1..j].iter().collect();
             let action = action.trim();
             i = j + 1;
             if action == "end" {
                 if stack.len() < 2 {
-                    return Err(err("not in range, nothing to end".into()));
+                    return Err(err(PathError::NothingToEnd));
                 }
                 let Some((Some(path), body)) = stack.pop() else {
-                    return Err(err("not in range, nothing to end".into()));
+                    return Err(err(PathError::NothingToEnd));
                 };
                 if let Some((_, nodes)) = stack.last_mut() {
                     nodes.push(Node::Range(path, body));
@@ -151,7 +213,7 @@ impl Template {
             nodes.push(Node::Text(text));
         }
         if stack.len() != 1 {
-            return Err(err("unexpected EOF: range without end".into()));
+            return Err(err(PathError::RangeWithoutEnd));
         }
         let nodes = stack.pop().map(|(_, n)| n).unwrap_or_default();
         Ok(Template { source: template.to_owned(), nodes })
@@ -179,7 +241,7 @@ impl Template {
     }
 }
 
-fn render_nodes(nodes: &[Node], cur: &Value, out: &mut String) -> Result<(), String> {
+fn render_nodes(nodes: &[Node], cur: &Value, out: &mut String) -> Result<(), PathError> {
     for node in nodes {
         match node {
             Node::Text(t) => out.push_str(t),
@@ -229,11 +291,11 @@ pub(crate) fn go_format(v: &Value) -> String {
 }
 
 /// Go's `strconv.Unquote` of a double-quoted string.
-fn unquote(s: &str) -> Result<String, String> {
+fn unquote(s: &str) -> Result<String, PathError> {
     let inner = s
         .strip_prefix('"')
         .and_then(|s| s.strip_suffix('"'))
-        .ok_or_else(|| format!("unterminated quoted string {s}"))?;
+        .ok_or_else(|| PathError::UnterminatedString(s.to_owned()))?;
     let mut out = String::new();
     let mut chars = inner.chars();
     while let Some(c) = chars.next() {
@@ -250,13 +312,17 @@ fn unquote(s: &str) -> Result<String, String> {
             Some('\'') => out.push('\''),
             Some('u') => {
                 let hex: String = chars.by_ref().take(4).collect();
-                let c = u32::from_str_radix(&hex, 16)
-                    .ok()
-                    .and_then(char::from_u32)
-                    .ok_or_else(|| format!("invalid escape \\u{hex} in {s}"))?;
+                let c = u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32).ok_or_else(|| {
+                    PathError::InvalidEscape { escape: format!("u{hex}"), text: s.to_owned() }
+                })?;
                 out.push(c);
             }
-            other => return Err(format!("invalid escape \\{} in {s}", other.unwrap_or(' '))),
+            other => {
+                return Err(PathError::InvalidEscape {
+                    escape: other.unwrap_or(' ').to_string(),
+                    text: s.to_owned(),
+                });
+            }
         }
     }
     Ok(out)
@@ -282,7 +348,7 @@ fn read_name(chars: &[char], i: &mut usize) -> String {
 }
 
 /// Parses a path such as `.items[*].metadata.name`.
-fn parse_path(s: &str) -> Result<Vec<Step>, String> {
+fn parse_path(s: &str) -> Result<Vec<Step>, PathError> {
     let chars: Vec<char> = s.chars().collect();
     let mut steps = Vec::new();
     let mut i = 0;
@@ -309,10 +375,10 @@ fn parse_path(s: &str) -> Result<Vec<Step>, String> {
                         // `{.}`: the current object.
                         continue;
                     }
-                    return Err(format!("invalid field name in {s}"));
+                    return Err(PathError::InvalidFieldName(s.to_owned()));
                 }
                 if name.chars().any(char::is_whitespace) {
-                    return Err(format!("unrecognized character in action: {s}"));
+                    return Err(PathError::UnrecognizedCharacter(s.to_owned()));
                 }
                 steps.push(if name == "*" { Step::Wildcard } else { Step::Field(name) });
             }
@@ -336,7 +402,7 @@ fn parse_path(s: &str) -> Result<Vec<Step>, String> {
                     j += 1;
                 }
                 if j >= chars.len() {
-                    return Err(format!("unterminated array in {s}"));
+                    return Err(PathError::UnterminatedArray(s.to_owned()));
                 }
                 let inner: String = chars[start..j].iter().collect();
                 steps.push(parse_bracket(inner.trim())?);
@@ -346,11 +412,11 @@ fn parse_path(s: &str) -> Result<Vec<Step>, String> {
                 // A path without a leading dot, as `range items[*]` is sometimes written.
                 let name = read_name(&chars, &mut i);
                 if name.is_empty() {
-                    return Err(format!("unrecognized character in action: {c}"));
+                    return Err(PathError::UnrecognizedCharacter(c.to_string()));
                 }
                 steps.push(Step::Field(name));
             }
-            c => return Err(format!("unrecognized character in action: {c}")),
+            c => return Err(PathError::UnrecognizedCharacter(c.to_string())),
         }
     }
     Ok(steps)
@@ -386,7 +452,7 @@ fn strip_quotes(s: &str) -> Option<&str> {
         .or_else(|| s.strip_prefix('"').and_then(|s| s.strip_suffix('"')))
 }
 
-fn parse_bracket(inner: &str) -> Result<Step, String> {
+fn parse_bracket(inner: &str) -> Result<Step, PathError> {
     if inner == "*" {
         return Ok(Step::Wildcard);
     }
@@ -396,7 +462,8 @@ fn parse_bracket(inner: &str) -> Result<Step, String> {
     if inner.starts_with('\'') || inner.starts_with('"') {
         let mut paths = Vec::new();
         for part in split_top(inner) {
-            let name = strip_quotes(part.trim()).ok_or_else(|| format!("invalid field name in [{inner}]"))?;
+            let name =
+                strip_quotes(part.trim()).ok_or_else(|| PathError::InvalidFieldName(format!("[{inner}]")))?;
             paths.push(parse_path(&format!(".{name}"))?);
         }
         // One plain name is an ordinary field.
@@ -410,29 +477,29 @@ fn parse_bracket(inner: &str) -> Result<Step, String> {
     let parts = split_top(inner);
     if parts.len() > 1 {
         let idx: Result<Vec<i64>, _> = parts.iter().map(|p| p.trim().parse::<i64>()).collect();
-        return idx.map(Step::Indexes).map_err(|_| format!("invalid array index [{inner}]"));
+        return idx.map(Step::Indexes).map_err(|_| PathError::InvalidIndex(format!("[{inner}]")));
     }
-    let num = |s: &str| -> Result<Option<i64>, String> {
+    let num = |s: &str| -> Result<Option<i64>, PathError> {
         let s = s.trim();
         if s.is_empty() {
             Ok(None)
         } else {
-            s.parse::<i64>().map(Some).map_err(|_| format!("invalid array index {s}"))
+            s.parse::<i64>().map(Some).map_err(|_| PathError::InvalidIndex(s.to_owned()))
         }
     };
     let fields: Vec<&str> = inner.split(':').collect();
     match fields.as_slice() {
         [one] => {
-            let i = num(one)?.ok_or_else(|| "invalid array index []".to_owned())?;
+            let i = num(one)?.ok_or_else(|| PathError::InvalidIndex("[]".to_owned()))?;
             Ok(Step::Slice { start: Some(i), end: None, step: None, single: true })
         }
         [a, b] => Ok(Step::Slice { start: num(a)?, end: num(b)?, step: None, single: false }),
         [a, b, c] => Ok(Step::Slice { start: num(a)?, end: num(b)?, step: num(c)?, single: false }),
-        _ => Err(format!("invalid array index [{inner}]")),
+        _ => Err(PathError::InvalidIndex(format!("[{inner}]"))),
     }
 }
 
-fn parse_operand(s: &str) -> Result<Operand, String> {
+fn parse_operand(s: &str) -> Result<Operand, PathError> {
     let s = s.trim();
     if s.starts_with('@') || s.starts_with('$') || s.starts_with('.') {
         return parse_path(s).map(Operand::Path);
@@ -445,10 +512,10 @@ fn parse_operand(s: &str) -> Result<Operand, String> {
         "false" => return Ok(Operand::Bool(false)),
         _ => {}
     }
-    s.parse::<f64>().map(Operand::Num).map_err(|_| format!("unrecognized filter operand {s}"))
+    s.parse::<f64>().map(Operand::Num).map_err(|_| PathError::UnrecognizedOperand(s.to_owned()))
 }
 
-fn parse_filter(f: &str) -> Result<Filter, String> {
+fn parse_filter(f: &str) -> Result<Filter, PathError> {
     // The first comparison operator outside quotes.
     let chars: Vec<char> = f.chars().collect();
     let mut quote = None;
@@ -475,7 +542,7 @@ fn parse_filter(f: &str) -> Result<Filter, String> {
     Ok(Filter { left: parse_operand(f)?, cmp: None })
 }
 
-fn eval(steps: &[Step], input: Vec<Value>) -> Result<Vec<Value>, String> {
+fn eval(steps: &[Step], input: Vec<Value>) -> Result<Vec<Value>, PathError> {
     let mut cur = input;
     for step in steps {
         let mut next = Vec::new();
@@ -534,13 +601,13 @@ fn eval(steps: &[Step], input: Vec<Value>) -> Result<Vec<Value>, String> {
                         continue;
                     }
                     if s >= len || s < 0 {
-                        return Err(format!("array index out of bounds: index {s}, length {len}"));
+                        return Err(PathError::OutOfBounds { index: s, length: len });
                     }
                     if e > len || e < 0 {
-                        return Err(format!("array index out of bounds: index {}, length {len}", e - 1));
+                        return Err(PathError::OutOfBounds { index: e - 1, length: len });
                     }
                     if s > e {
-                        return Err(format!("starting index {s} is greater than ending index {e}"));
+                        return Err(PathError::StartAfterEnd { start: s, end: e });
                     }
                     let step = step.unwrap_or(1).max(1);
                     let mut i = s;
@@ -561,7 +628,7 @@ fn eval(steps: &[Step], input: Vec<Value>) -> Result<Vec<Value>, String> {
                         match usize::try_from(k).ok().and_then(|k| a.get(k)) {
                             Some(x) => next.push(x.clone()),
                             None => {
-                                return Err(format!("array index out of bounds: index {i}, length {len}"));
+                                return Err(PathError::OutOfBounds { index: i, length: len });
                             }
                         }
                     }
@@ -588,7 +655,7 @@ fn eval(steps: &[Step], input: Vec<Value>) -> Result<Vec<Value>, String> {
     Ok(cur)
 }
 
-fn operand_value(o: &Operand, item: &Value) -> Result<Option<Value>, String> {
+fn operand_value(o: &Operand, item: &Value) -> Result<Option<Value>, PathError> {
     Ok(match o {
         Operand::Path(p) => eval(p, vec![item.clone()])?.into_iter().next(),
         Operand::Str(s) => Some(Value::String(s.clone())),
@@ -597,7 +664,7 @@ fn operand_value(o: &Operand, item: &Value) -> Result<Option<Value>, String> {
     })
 }
 
-fn filter_matches(f: &Filter, item: &Value) -> Result<bool, String> {
+fn filter_matches(f: &Filter, item: &Value) -> Result<bool, PathError> {
     let Some(left) = operand_value(&f.left, item)? else { return Ok(false) };
     let Some((op, right)) = &f.cmp else { return Ok(true) };
     let Some(right) = operand_value(right, item)? else { return Ok(false) };
@@ -622,18 +689,14 @@ fn filter_matches(f: &Filter, item: &Value) -> Result<bool, String> {
 }
 
 /// kubectl's `RelaxedJSONPathExpression`: `a.b`, `.a.b`, `{a.b}` and `{.a.b}` all become `{.a.b}`.
-pub(crate) fn relaxed(expr: &str) -> Result<String, String> {
+pub(crate) fn relaxed(expr: &str) -> Result<String, PathError> {
     if expr.is_empty() {
         return Ok(String::new());
     }
     let inner = expr.strip_prefix('{').and_then(|e| e.strip_suffix('}')).unwrap_or(expr);
     let inner = inner.strip_prefix('.').unwrap_or(inner);
     if inner.is_empty() || inner.contains('{') || inner.contains('}') {
-        return Err(
-            "unexpected path string, expected a 'name1.name2' or '.name1.name2' or '{name1.name2}' or \
-                    '{.name1.name2}'"
-                .into(),
-        );
+        return Err(PathError::NotRelaxedPath);
     }
     Ok(format!("{{.{inner}}}"))
 }
@@ -725,6 +788,32 @@ mod tests {
         assert!(parse("{.items[a]}").contains("invalid array index"));
         let e = Template::parse("{.items[5]}").expect("parse").render(&doc()).expect_err("out of bounds");
         assert!(e.to_string().contains("array index out of bounds: index 5, length 2"), "{e}");
+    }
+
+    #[test]
+    fn typed_errors_keep_client_gos_messages() {
+        let parse = |t: &str| Template::parse(t).expect_err(t).to_string();
+        assert_eq!(parse(r#"{"\q"}"#), r#"error parsing jsonpath {"\q"}, invalid escape \q in "\q""#);
+        assert_eq!(
+            parse(r#"{"\uzzzz"}"#),
+            r#"error parsing jsonpath {"\uzzzz"}, invalid escape \uzzzz in "\uzzzz""#
+        );
+        assert_eq!(parse("{.items[]}"), "error parsing jsonpath {.items[]}, invalid array index []");
+        assert_eq!(
+            parse("{.items[?(@.a==x)]}"),
+            "error parsing jsonpath {.items[?(@.a==x)]}, unrecognized filter operand x"
+        );
+        let render = |t: &str| Template::parse(t).expect("parse").render(&doc()).expect_err(t).to_string();
+        assert_eq!(
+            render("{.items[1:0]}"),
+            r#"error executing jsonpath "{.items[1:0]}": Error executing template: starting index 1 is greater than ending index 0"#
+        );
+        assert_eq!(
+            relaxed("{a}{b}").map_err(|e| e.to_string()),
+            Err("unexpected path string, expected a 'name1.name2' or '.name1.name2' or '{name1.name2}' or \
+                 '{.name1.name2}'"
+                .to_owned())
+        );
     }
 
     #[test]

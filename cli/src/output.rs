@@ -88,7 +88,7 @@ pub(crate) fn columns(spec: &str) -> Result<Vec<Column>, GetError> {
                 "unexpected custom-columns spec: {part}, expected <header>:<json-path-expr>"
             )));
         };
-        let path = relaxed(path).map_err(GetError::Usage)?;
+        let path = relaxed(path).map_err(|e| GetError::Usage(e.to_string()))?;
         out.push(Column { header: header.to_owned(), path: Template::parse(&path)? });
     }
     Ok(out)

@@ -130,7 +130,7 @@ impl TokenAuthenticator {
             if line.trim().is_empty() {
                 continue;
             }
-            let fields = split_csv_record(line).map_err(syntax)?;
+            let fields = split_csv_record(line).map_err(|e| syntax(e.to_string()))?;
             if fields.len() < 3 {
                 return Err(syntax(format!(
                     "expected at least 3 columns (token,user,uid), found {}",
@@ -171,9 +171,23 @@ impl TokenAuthenticator {
     }
 }
 
+/// Why a line of the token file is not a CSV record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum CsvError {
+    /// A quoted field without its closing quote.
+    #[error("unterminated quoted field")]
+    UnterminatedQuotedField,
+    /// Something else than a comma after a quoted field.
+    #[error("unexpected {0:?} after a quoted field")]
+    TextAfterQuotedField(char),
+    /// A quote inside a field that does not start with one.
+    #[error("bare \" in a non-quoted field")]
+    BareQuote,
+}
+
 /// Splits one CSV record as Go's `encoding/csv` with `TrimLeadingSpace` does: fields are separated by
 /// commas, a field may be double-quoted (then it may hold commas, and `""` stands for a quote).
-fn split_csv_record(line: &str) -> Result<Vec<String>, String> {
+fn split_csv_record(line: &str) -> Result<Vec<String>, CsvError> {
     let mut fields = Vec::new();
     let mut chars = line.chars().peekable();
     loop {
@@ -182,7 +196,7 @@ fn split_csv_record(line: &str) -> Result<Vec<String>, String> {
         if chars.next_if_eq(&'"').is_some() {
             loop {
                 match chars.next() {
-                    None => return Err("unterminated quoted field".to_owned()),
+                    None => return Err(CsvError::UnterminatedQuotedField),
                     Some('"') if chars.next_if_eq(&'"').is_some() => field.push('"'),
                     Some('"') => break,
                     Some(c) => field.push(c),
@@ -194,7 +208,7 @@ fn split_csv_record(line: &str) -> Result<Vec<String>, String> {
                     return Ok(fields);
                 }
                 Some(',') => fields.push(field),
-                Some(c) => return Err(format!("unexpected {c:?} after a quoted field")),
+                Some(c) => return Err(CsvError::TextAfterQuotedField(c)),
             }
         } else {
             loop {
@@ -207,7 +221,7 @@ fn split_csv_record(line: &str) -> Result<Vec<String>, String> {
                         fields.push(field);
                         break;
                     }
-                    Some('"') => return Err("bare \" in a non-quoted field".to_owned()),
+                    Some('"') => return Err(CsvError::BareQuote),
                     Some(c) => field.push(c),
                 }
             }
@@ -345,7 +359,18 @@ mod tests {
             split_csv_record(r#"a,"b ""c"", d",e"#).expect("valid"),
             vec!["a".to_owned(), "b \"c\", d".to_owned(), "e".to_owned()]
         );
-        assert!(split_csv_record(r#"a,b"c"#).is_err());
+        assert_eq!(
+            split_csv_record(r#"a,b"c"#).map_err(|e| e.to_string()),
+            Err(r#"bare " in a non-quoted field"#.to_owned())
+        );
+        assert_eq!(
+            split_csv_record(r#""a"b"#).map_err(|e| e.to_string()),
+            Err("unexpected 'b' after a quoted field".to_owned())
+        );
+        assert_eq!(
+            split_csv_record(r#""a"#).map_err(|e| e.to_string()),
+            Err("unterminated quoted field".to_owned())
+        );
     }
 
     #[tokio::test]

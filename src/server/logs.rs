@@ -46,6 +46,47 @@ pub(crate) struct LogOptions {
     pub(crate) since: Option<k8s_openapi::jiff::Timestamp>,
 }
 
+/// Why the query of a log request is refused (the message of its 400 response).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum QueryError {
+    /// A number parameter that is not an integer.
+    #[error("{key}: {value:?} is not an integer")]
+    NotAnInteger {
+        /// The parameter.
+        key: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// A negative `tailLines`.
+    #[error("tailLines: must be 0 or more, got {0}")]
+    NegativeTail(i64),
+    /// A `limitBytes` or `sinceSeconds` that is not positive.
+    #[error("{key}: must be greater than 0, got {value}")]
+    NotPositive {
+        /// The parameter.
+        key: &'static str,
+        /// Its value.
+        value: i64,
+    },
+    /// Both `sinceTime` and `sinceSeconds`.
+    #[error("at most one of sinceTime or sinceSeconds may be specified")]
+    BothSince,
+    /// A `sinceTime` that is not an RFC 3339 time.
+    #[error("sinceTime: {0:?} is not an RFC 3339 time")]
+    NotATime(String),
+    /// A parameter nodelet does not implement (`stream`).
+    #[error("{0} is not supported by nodelet yet")]
+    Unsupported(String),
+    /// A flag that is not one of Go's booleans.
+    #[error("{key}: {value:?} is not a boolean")]
+    NotABoolean {
+        /// The parameter.
+        key: String,
+        /// Its value.
+        value: String,
+    },
+}
+
 impl LogOptions {
     /// Parses the query parameters; the error is the message of a 400 response. Unknown parameters are
     /// ignored (as the kubelet does); `stream` is refused rather than silently ignored, because ignoring
@@ -53,7 +94,7 @@ impl LogOptions {
     pub(crate) fn from_query(
         params: &[(String, String)],
         now: k8s_openapi::jiff::Timestamp,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, QueryError> {
         let mut options = Self::default();
         let mut since_given = false;
         for (key, value) in params {
@@ -61,39 +102,42 @@ impl LogOptions {
                 "follow" => options.follow = parse_bool(key, value)?,
                 "timestamps" => options.timestamps = parse_bool(key, value)?,
                 "tailLines" => {
-                    let n: i64 =
-                        value.parse().map_err(|_| format!("tailLines: {value:?} is not an integer"))?;
-                    let n = u64::try_from(n).map_err(|_| format!("tailLines: must be 0 or more, got {n}"))?;
+                    let n: i64 = value
+                        .parse()
+                        .map_err(|_| QueryError::NotAnInteger { key: "tailLines", value: value.clone() })?;
+                    let n = u64::try_from(n).map_err(|_| QueryError::NegativeTail(n))?;
                     options.tail_lines = Some(n);
                 }
                 "limitBytes" => {
-                    let n: i64 =
-                        value.parse().map_err(|_| format!("limitBytes: {value:?} is not an integer"))?;
+                    let n: i64 = value
+                        .parse()
+                        .map_err(|_| QueryError::NotAnInteger { key: "limitBytes", value: value.clone() })?;
                     match u64::try_from(n) {
                         Ok(n) if n > 0 => options.limit_bytes = Some(n),
-                        _ => return Err(format!("limitBytes: must be greater than 0, got {n}")),
+                        _ => return Err(QueryError::NotPositive { key: "limitBytes", value: n }),
                     }
                 }
                 "previous" => options.previous = parse_bool(key, value)?,
                 "sinceSeconds" | "sinceTime" => {
                     if std::mem::replace(&mut since_given, true) {
-                        return Err("at most one of sinceTime or sinceSeconds may be specified".into());
+                        return Err(QueryError::BothSince);
                     }
                     options.since = Some(if key == "sinceSeconds" {
-                        let n: i64 = value
-                            .parse()
-                            .map_err(|_| format!("sinceSeconds: {value:?} is not an integer"))?;
+                        let n: i64 = value.parse().map_err(|_| QueryError::NotAnInteger {
+                            key: "sinceSeconds",
+                            value: value.clone(),
+                        })?;
                         if n <= 0 {
-                            return Err(format!("sinceSeconds: must be greater than 0, got {n}"));
+                            return Err(QueryError::NotPositive { key: "sinceSeconds", value: n });
                         }
                         let span = k8s_openapi::jiff::SignedDuration::from_secs(n);
                         now.checked_sub(span).unwrap_or(k8s_openapi::jiff::Timestamp::MIN)
                     } else {
-                        value.parse().map_err(|_| format!("sinceTime: {value:?} is not an RFC 3339 time"))?
+                        value.parse().map_err(|_| QueryError::NotATime(value.clone()))?
                     });
                 }
                 "stream" => {
-                    return Err(format!("{key} is not supported by nodelet yet"));
+                    return Err(QueryError::Unsupported(key.clone()));
                 }
                 _ => {}
             }
@@ -103,11 +147,11 @@ impl LogOptions {
 }
 
 /// Go's `strconv.ParseBool`, which the kubelet uses for query flags.
-fn parse_bool(key: &str, value: &str) -> Result<bool, String> {
+fn parse_bool(key: &str, value: &str) -> Result<bool, QueryError> {
     match value {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(format!("{key}: {value:?} is not a boolean")),
+        _ => Err(QueryError::NotABoolean { key: key.to_owned(), value: value.to_owned() }),
     }
 }
 
@@ -311,6 +355,23 @@ mod tests {
             vec![("stream", "Stdout")],
         ] {
             assert!(parse(&bad).is_err(), "{bad:?} should be refused");
+        }
+        // The messages of the 400 responses.
+        let message = |pairs: &[(&str, &str)]| parse(pairs).map_err(|e| e.to_string()).err();
+        for (bad, expected) in [
+            (vec![("follow", "yes")], r#"follow: "yes" is not a boolean"#),
+            (vec![("tailLines", "-1")], "tailLines: must be 0 or more, got -1"),
+            (vec![("tailLines", "ten")], r#"tailLines: "ten" is not an integer"#),
+            (vec![("limitBytes", "0")], "limitBytes: must be greater than 0, got 0"),
+            (vec![("sinceSeconds", "0")], "sinceSeconds: must be greater than 0, got 0"),
+            (vec![("sinceTime", "yesterday")], r#"sinceTime: "yesterday" is not an RFC 3339 time"#),
+            (
+                vec![("sinceSeconds", "5"), ("sinceTime", "2026-01-01T00:00:00Z")],
+                "at most one of sinceTime or sinceSeconds may be specified",
+            ),
+            (vec![("stream", "Stdout")], "stream is not supported by nodelet yet"),
+        ] {
+            assert_eq!(message(&bad).as_deref(), Some(expected), "{bad:?}");
         }
     }
 

@@ -113,11 +113,29 @@ pub(crate) fn switching_protocols(key: &HeaderValue, protocol: Option<&'static s
     response
 }
 
-/// One requested port: its connection, or the text for its error channel.
+/// One requested port: its connection, or why it could not be made (the text of its error channel).
 #[derive(Debug)]
 pub(crate) struct Dialed {
     port: u16,
-    conn: Result<TcpStream, String>,
+    conn: Result<TcpStream, DialError>,
+}
+
+/// A port of the pod that could not be connected to, in containerd's words (the pod is the sandbox ID,
+/// the UID is empty, as the runtime sees them): what the client reads on the port's error channel.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "error forwarding port {port} to pod {sandbox_id}, uid : failed to execute portforward in network namespace \
+     \"{network}\": failed to connect to localhost:{port} inside namespace \"{sandbox_id}\": {source}"
+)]
+pub(crate) struct DialError {
+    /// The port.
+    port: u16,
+    /// The sandbox.
+    sandbox_id: String,
+    /// The sandbox's network namespace, as shown.
+    network: String,
+    /// Why the connection failed.
+    source: NetnsError,
 }
 
 /// Dials every port in `network`. `Err` when the namespace itself cannot be used (then nothing was kept
@@ -134,12 +152,12 @@ pub(crate) async fn dial_all(
         let conn = match result {
             Ok(conn) => Ok(conn),
             Err(e) if e.is_namespace_unusable() => return Err(e),
-            // containerd's wording (the pod is the sandbox ID, the UID is empty, as the runtime sees them)
-            Err(e) => Err(format!(
-                "error forwarding port {port} to pod {sandbox_id}, uid : failed to execute portforward in \
-                 network namespace \"{network}\": failed to connect to localhost:{port} inside namespace \
-                 \"{sandbox_id}\": {e}"
-            )),
+            Err(source) => Err(DialError {
+                port,
+                sandbox_id: sandbox_id.to_owned(),
+                network: network.to_string(),
+                source,
+            }),
         };
         out.push(Dialed { port, conn });
     }
@@ -200,7 +218,8 @@ where
                 pod_readers.push((data, r));
                 pod_writers.push(Some(w));
             }
-            Err(text) => {
+            Err(failed) => {
+                let text = failed.to_string();
                 debug!(port = d.port, error = %text, "port-forward connect failed");
                 write_message(&writer, error, text.as_bytes()).await?;
                 pod_writers.push(None);
@@ -555,6 +574,25 @@ fn unmask(data: &mut [u8], mask: [u8; 4], done: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_port_reads_as_containerds_error() {
+        let error = DialError {
+            port: 9999,
+            sandbox_id: "sb1".to_owned(),
+            network: "/var/run/netns/cni-1".to_owned(),
+            source: NetnsError::Connect {
+                addr: std::net::SocketAddr::from(([127, 0, 0, 1], 9999)),
+                source: io::Error::from(io::ErrorKind::ConnectionRefused),
+            },
+        };
+        assert_eq!(
+            error.to_string(),
+            "error forwarding port 9999 to pod sb1, uid : failed to execute portforward in network namespace \
+             \"/var/run/netns/cni-1\": failed to connect to localhost:9999 inside namespace \"sb1\": dial tcp4 \
+             127.0.0.1:9999: connect: connection refused"
+        );
+    }
 
     fn masked_frame(opcode: u8, fin: bool, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
         let mut f = vec![if fin { 0x80 } else { 0 } | opcode];

@@ -407,7 +407,7 @@ async fn container_logs<V: NodeView>(
     }
     let options = match LogOptions::from_query(&query, k8s_openapi::jiff::Timestamp::now()) {
         Ok(options) => options,
-        Err(message) => return log_failure(StatusCode::BAD_REQUEST, message),
+        Err(message) => return log_failure(StatusCode::BAD_REQUEST, message.to_string()),
     };
     let view = shared.view.clone();
     let Some(path) = view.container_log(&namespace, &pod, &container) else {

@@ -196,8 +196,42 @@ fn truthy(value: &str) -> bool {
     matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 
+/// Why the query of a streaming request is refused (the message of its 400 response).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum QueryError {
+    /// None of stdin, stdout and stderr is asked for.
+    #[error("you must specify at least 1 of stdin, stdout, stderr")]
+    NoStream,
+    /// A port that is not 1-65535.
+    #[error("invalid port {0:?}: must be 1-65535")]
+    InvalidPort(String),
+    /// A WebSocket port-forward without ports.
+    #[error("query parameter \"port\" is required (the pod ports to forward to)")]
+    PortRequired,
+    /// More ports than the channel protocol can carry.
+    #[error(
+        "{0} ports in one port-forward request; at most {MAX_PORTS} (the channel protocol has two of its 256 \
+         channels per port)"
+    )]
+    TooManyPorts(usize),
+}
+
+/// Why a port-forward cannot be served in the pod's network namespace (then the runtime forwards).
+#[derive(Debug, thiserror::Error)]
+enum NativeForwardError {
+    /// The runtime does not tell where the sandbox's network is.
+    #[error("the runtime does not say where the sandbox's network is")]
+    NoNetwork,
+    /// `PodSandboxStatus` failed.
+    #[error("PodSandboxStatus: {0}")]
+    Status(#[source] nodelet_cri::CriError),
+    /// The network namespace cannot be used.
+    #[error(transparent)]
+    Namespace(#[from] nodelet_cri::netns::NetnsError),
+}
+
 /// Parses `command` (repeated) and the stdio flags; the error is a 400's message.
-pub(crate) fn parse_stdio(query: &[(String, String)]) -> Result<(Vec<String>, Stdio), String> {
+pub(crate) fn parse_stdio(query: &[(String, String)]) -> Result<(Vec<String>, Stdio), QueryError> {
     let mut command = Vec::new();
     let mut s = Stdio::default();
     for (key, value) in query {
@@ -215,7 +249,7 @@ pub(crate) fn parse_stdio(query: &[(String, String)]) -> Result<(Vec<String>, St
         s.stderr = false;
     }
     if !s.stdin && !s.stdout && !s.stderr {
-        return Err("you must specify at least 1 of stdin, stdout, stderr".to_owned());
+        return Err(QueryError::NoStream);
     }
     Ok((command, s))
 }
@@ -224,7 +258,7 @@ pub(crate) fn parse_stdio(query: &[(String, String)]) -> Result<(Vec<String>, St
 /// 1-65535 (an empty one too is refused), and there may be at most [`MAX_PORTS`]. A WebSocket client names
 /// its ports only here, so for it at least one is required (the kubelet's rule); a SPDY client names them
 /// in stream headers instead (read by the runtime's streaming server, not here).
-pub(crate) fn parse_ports(query: &[(String, String)], websocket: bool) -> Result<Vec<i32>, String> {
+pub(crate) fn parse_ports(query: &[(String, String)], websocket: bool) -> Result<Vec<i32>, QueryError> {
     let mut ports = Vec::new();
     for (key, value) in query {
         if key != "port" {
@@ -233,19 +267,15 @@ pub(crate) fn parse_ports(query: &[(String, String)], websocket: bool) -> Result
         for p in value.split(',') {
             match p.parse::<u16>() {
                 Ok(n) if n > 0 => ports.push(i32::from(n)),
-                _ => return Err(format!("invalid port {p:?}: must be 1-65535")),
+                _ => return Err(QueryError::InvalidPort(p.to_owned())),
             }
         }
     }
     if websocket && ports.is_empty() {
-        return Err("query parameter \"port\" is required (the pod ports to forward to)".to_owned());
+        return Err(QueryError::PortRequired);
     }
     if ports.len() > MAX_PORTS {
-        return Err(format!(
-            "{} ports in one port-forward request; at most {MAX_PORTS} (the channel protocol has two of its 256 \
-             channels per port)",
-            ports.len()
-        ));
+        return Err(QueryError::TooManyPorts(ports.len()));
     }
     Ok(ports)
 }
@@ -469,7 +499,7 @@ pub(crate) async fn exec<V: NodeView>(
 ) -> Response {
     let (command, stdio) = match parse_stdio(&query) {
         Ok(parsed) => parsed,
-        Err(message) => return StreamError::BadRequest(message).into_response(),
+        Err(message) => return StreamError::BadRequest(message.to_string()).into_response(),
     };
     if command.is_empty() {
         return StreamError::BadRequest("you must specify a command (the command parameter)".to_owned())
@@ -504,7 +534,7 @@ pub(crate) async fn attach<V: NodeView>(
 ) -> Response {
     let (_, stdio) = match parse_stdio(&query) {
         Ok(parsed) => parsed,
-        Err(message) => return StreamError::BadRequest(message).into_response(),
+        Err(message) => return StreamError::BadRequest(message.to_string()).into_response(),
     };
     let (permit, runtime, target) = match begin(&shared, &path, &request) {
         Ok(started) => started,
@@ -534,7 +564,7 @@ pub(crate) async fn port_forward<V: NodeView>(
 ) -> Response {
     let ports = match parse_ports(&query, is_websocket(request.headers())) {
         Ok(p) => p,
-        Err(message) => return StreamError::BadRequest(message).into_response(),
+        Err(message) => return StreamError::BadRequest(message.to_string()).into_response(),
     };
     let (permit, runtime, target) = match begin(&shared, &path, &request) {
         Ok(started) => started,
@@ -577,13 +607,13 @@ async fn forward_natively<V: NodeView>(
     runtime: &nodelet_cri::CriClient,
     sandbox_id: &str,
     ports: &[u16],
-) -> Result<Vec<port_forward::Dialed>, String> {
+) -> Result<Vec<port_forward::Dialed>, NativeForwardError> {
     let network = match runtime.sandbox_network(sandbox_id).await {
         Ok(Some(network)) => network,
-        Ok(None) => return Err("the runtime does not say where the sandbox's network is".to_owned()),
-        Err(e) => return Err(format!("PodSandboxStatus: {e}")),
+        Ok(None) => return Err(NativeForwardError::NoNetwork),
+        Err(e) => return Err(NativeForwardError::Status(e)),
     };
-    port_forward::dial_all(&shared.dialer, &network, sandbox_id, ports).await.map_err(|e| e.to_string())
+    Ok(port_forward::dial_all(&shared.dialer, &network, sandbox_id, ports).await?)
 }
 
 /// `POST /run/{namespace}/{pod}[/{uid}]/{container}?cmd=…`.
@@ -868,13 +898,28 @@ mod tests {
             assert!(parse_ports(&q(&[("port", bad)]), !ws).is_err(), "{bad:?}");
         }
         // WebSocket clients must name a port; SPDY clients name them in stream headers
-        assert!(parse_ports(&q(&[("other", "1")]), ws).is_err_and(|e| e.contains("\"port\" is required")));
+        assert!(
+            parse_ports(&q(&[("other", "1")]), ws)
+                .is_err_and(|e| e.to_string().contains("\"port\" is required"))
+        );
         assert_eq!(parse_ports(&q(&[]), !ws), Ok(vec![]));
         // At most 128 ports: the channel protocol has two of its 256 channels per port.
         let list = |n: u16| (1..=n).map(|p| p.to_string()).collect::<Vec<_>>().join(",");
         assert_eq!(parse_ports(&q(&[("port", &list(128))]), ws).map(|p| p.len()), Ok(128));
-        let e = parse_ports(&q(&[("port", &list(129))]), ws).expect_err("129 ports");
-        assert!(e.contains("129 ports") && e.contains("at most 128"), "{e}");
+        let e = parse_ports(&q(&[("port", &list(129))]), ws).expect_err("129 ports").to_string();
+        assert_eq!(
+            e,
+            "129 ports in one port-forward request; at most 128 (the channel protocol has two of its 256 channels \
+             per port)"
+        );
+        assert_eq!(
+            parse_ports(&q(&[("port", "0")]), ws).map_err(|e| e.to_string()),
+            Err(r#"invalid port "0": must be 1-65535"#.to_owned())
+        );
+        assert_eq!(
+            parse_stdio(&q(&[("command", "ls"), ("stdout", "0")])).map_err(|e| e.to_string()),
+            Err("you must specify at least 1 of stdin, stdout, stderr".to_owned())
+        );
         let repeated: Vec<(String, String)> = (1..=129).map(|p| ("port".to_owned(), p.to_string())).collect();
         assert!(parse_ports(&repeated, !ws).is_err(), "repeated parameters count too");
     }

@@ -329,7 +329,7 @@ impl FileSource {
         let location = path.display().to_string();
         let (content, file_trusted) = match read_limited(&path).await {
             Ok(read) => read,
-            Err(message) => {
+            Err(error) => {
                 // Unreadable now: keep its last good pods, report why.
                 let state = self.files.entry(path).or_insert_with(|| FileState {
                     content: None,
@@ -339,8 +339,11 @@ impl FileSource {
                     others: BTreeMap::new(),
                 });
                 state.content = None;
-                state.problems =
-                    vec![Problem { location, object: None, message: kept_note(message, state.pods.len()) }];
+                state.problems = vec![Problem {
+                    location,
+                    object: None,
+                    message: kept_note(error.to_string(), state.pods.len()),
+                }];
                 return;
             }
         };
@@ -482,16 +485,27 @@ fn ignored_name(name: &str) -> bool {
         || name == "4913"
 }
 
+/// Why a manifest file could not be read (its one problem; its last good pods keep running).
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    /// Opening or reading failed.
+    #[error("cannot read the file: {0}")]
+    Io(#[from] std::io::Error),
+    /// The file is larger than a manifest may be.
+    #[error("the file is larger than {MAX_MANIFEST_BYTES} bytes")]
+    TooLarge,
+}
+
 /// Reads at most [`MAX_MANIFEST_BYTES`] (+1, to tell that a file is too large), and whether the file read
 /// (the opened file itself, not the path again) is the node administrator's ([`trusted_metadata`]).
-async fn read_limited(path: &Path) -> Result<(Vec<u8>, bool), String> {
-    let file = tokio::fs::File::open(path).await.map_err(|e| format!("cannot read the file: {e}"))?;
+async fn read_limited(path: &Path) -> Result<(Vec<u8>, bool), ReadError> {
+    let file = tokio::fs::File::open(path).await?;
     let trusted = file.metadata().await.is_ok_and(|m| trusted_metadata(&m));
     let mut content = Vec::new();
     let limit = u64::try_from(MAX_MANIFEST_BYTES).unwrap_or(u64::MAX).saturating_add(1);
-    file.take(limit).read_to_end(&mut content).await.map_err(|e| format!("cannot read the file: {e}"))?;
+    file.take(limit).read_to_end(&mut content).await?;
     if content.len() > MAX_MANIFEST_BYTES {
-        return Err(format!("the file is larger than {MAX_MANIFEST_BYTES} bytes"));
+        return Err(ReadError::TooLarge);
     }
     Ok((content, trusted))
 }

@@ -300,6 +300,23 @@ impl EndpointState {
     }
 }
 
+/// Why the checkpoint of the submitted pods could not be updated (the request fails with a 500).
+#[derive(Debug, thiserror::Error)]
+enum CheckpointError {
+    /// The submission is not UTF-8.
+    #[error("cannot checkpoint the submission: {0}")]
+    NotText(#[source] std::str::Utf8Error),
+    /// A pod of the submission was not found among its documents.
+    #[error("cannot checkpoint pod {0:?}: its document was not found")]
+    NoDocument(String),
+    /// The checkpoint cannot be encoded.
+    #[error("cannot encode the checkpoint: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// The checkpoint cannot be written.
+    #[error("cannot checkpoint the submitted pods: {0}")]
+    Write(#[source] nodelet_node::atomic::AtomicWriteError),
+}
+
 impl EndpointState {
     /// Adds the pods `keys` of a submission (`body`, already parsed successfully) to the checkpoint and
     /// writes it durably; the submission is refused when that fails, so nothing is accepted that a restart
@@ -308,16 +325,14 @@ impl EndpointState {
         &self,
         body: &[u8],
         keys: impl Iterator<Item = &'a str>,
-    ) -> Result<(), String> {
+    ) -> Result<(), CheckpointError> {
         let Some((path, documents)) = &self.checkpoint else { return Ok(()) };
-        let text = std::str::from_utf8(body).map_err(|e| format!("cannot checkpoint the submission: {e}"))?;
+        let text = std::str::from_utf8(body).map_err(CheckpointError::NotText)?;
         let by_key = pod_documents(text);
         let mut documents = documents.lock().unwrap_or_else(PoisonError::into_inner);
         let mut next = documents.clone();
         for key in keys {
-            let document = by_key
-                .get(key)
-                .ok_or_else(|| format!("cannot checkpoint pod {key:?}: its document was not found"))?;
+            let document = by_key.get(key).ok_or_else(|| CheckpointError::NoDocument(key.to_owned()))?;
             next.insert(key.to_owned(), document.clone());
         }
         write_checkpoint(path, &next)?;
@@ -326,7 +341,7 @@ impl EndpointState {
     }
 
     /// Drops `key` from the checkpoint.
-    fn checkpoint_removal(&self, key: &str) -> Result<(), String> {
+    fn checkpoint_removal(&self, key: &str) -> Result<(), CheckpointError> {
         let Some((path, documents)) = &self.checkpoint else { return Ok(()) };
         let mut documents = documents.lock().unwrap_or_else(PoisonError::into_inner);
         let mut next = documents.clone();
@@ -340,10 +355,9 @@ impl EndpointState {
 fn write_checkpoint(
     path: &std::path::Path,
     documents: &BTreeMap<String, serde_json::Value>,
-) -> Result<(), String> {
-    let bytes = serde_json::to_vec(documents).map_err(|e| format!("cannot encode the checkpoint: {e}"))?;
-    nodelet_node::atomic::write_atomically(path, &bytes, 0o600)
-        .map_err(|e| format!("cannot checkpoint the submitted pods: {e}"))
+) -> Result<(), CheckpointError> {
+    let bytes = serde_json::to_vec(documents).map_err(CheckpointError::Encode)?;
+    nodelet_node::atomic::write_atomically(path, &bytes, 0o600).map_err(CheckpointError::Write)
 }
 
 /// The pod documents of a manifest (Pods, and the items of PodLists and Lists) by `namespace/name` as
@@ -598,7 +612,7 @@ async fn submit(State(state): State<Arc<EndpointState>>, headers: HeaderMap, bod
         return status(StatusCode::CONFLICT, "AlreadyExists", conflicts.join("; "), Vec::new());
     }
     if let Err(e) = state.checkpoint_submission(&body, parsed.pods.iter().map(|p| p.key.as_str())) {
-        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", e, Vec::new());
+        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", e.to_string(), Vec::new());
     }
     *submitted = next;
     state.handle.report(submitted.values().cloned().collect(), Vec::new());
@@ -645,7 +659,7 @@ async fn remove(
         );
     };
     if let Err(e) = state.checkpoint_removal(&key) {
-        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", e, Vec::new());
+        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", e.to_string(), Vec::new());
     }
     let Some(pod) = submitted.remove(&key) else {
         return status(StatusCode::NOT_FOUND, "NotFound", format!("no submitted pod \"{key}\""), Vec::new());

@@ -244,7 +244,7 @@ impl UrlSource {
                 let pods = self.pods.iter().map(|p| p.pod.clone()).collect();
                 self.handle.report_shared(pods, self.body_problems.clone());
             }
-            Err(message) => self.report_failure(message),
+            Err(error) => self.report_failure(error.to_string()),
         }
     }
 
@@ -260,8 +260,8 @@ impl UrlSource {
         self.handle.set_problems(vec![problem]);
     }
 
-    async fn fetch(&self) -> Result<Vec<u8>, String> {
-        let first = reqwest::Url::parse(&self.config.url).map_err(|e| format!("bad manifest URL: {e}"))?;
+    async fn fetch(&self) -> Result<Vec<u8>, FetchError> {
+        let first = reqwest::Url::parse(&self.config.url).map_err(FetchError::BadUrl)?;
         let origin = first.origin();
         let mut url = first;
         let mut hops = 0;
@@ -274,13 +274,13 @@ impl UrlSource {
                 .send()
                 .await
                 // (without the URL: reqwest's text names it, credentials and all)
-                .map_err(|e| format!("cannot fetch the manifest URL: {}", error_chain(&e.without_url())))?;
+                .map_err(|e| FetchError::Send(error_chain(&e.without_url())))?;
             if !response.status().is_redirection() {
                 break response;
             }
             hops += 1;
             if hops > MAX_REDIRECTS {
-                return Err(format!("the manifest URL redirected more than {MAX_REDIRECTS} times"));
+                return Err(FetchError::TooManyRedirects);
             }
             let next = redirect_target(&url, response.headers())?;
             tracing::debug!(from = %redact_url(url.as_str()), to = %redact_url(next.as_str()), "manifest URL redirected");
@@ -288,16 +288,14 @@ impl UrlSource {
         };
         let status = response.status();
         if !status.is_success() {
-            return Err(format!("fetching the manifest URL failed: HTTP {status}"));
+            return Err(FetchError::Status(status));
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| format!("cannot read the manifest URL's body: {}", error_chain(&e.without_url())))?
+        while let Some(chunk) =
+            response.chunk().await.map_err(|e| FetchError::ReadBody(error_chain(&e.without_url())))?
         {
             if body.len() + chunk.len() > MAX_MANIFEST_BYTES {
-                return Err(format!("the manifest URL's body is larger than {MAX_MANIFEST_BYTES} bytes"));
+                return Err(FetchError::TooLarge);
             }
             body.extend_from_slice(&chunk);
         }
@@ -305,31 +303,102 @@ impl UrlSource {
     }
 }
 
+/// The error of parsing a URL (the `url` crate's, through reqwest).
+type UrlParseError = <reqwest::Url as std::str::FromStr>::Err;
+
+/// Why one poll of the manifest URL failed (the URL's one problem until a poll succeeds). URLs in the
+/// messages are redacted; reqwest's errors are shown without their URL.
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    /// The configured URL does not parse.
+    #[error("bad manifest URL: {0}")]
+    BadUrl(#[source] UrlParseError),
+    /// The request failed (the error's chain, without the URL).
+    #[error("cannot fetch the manifest URL: {0}")]
+    Send(String),
+    /// Too many redirects.
+    #[error("the manifest URL redirected more than {MAX_REDIRECTS} times")]
+    TooManyRedirects,
+    /// A redirect the source does not follow.
+    #[error(transparent)]
+    Redirect(#[from] RedirectError),
+    /// The final answer is not a success.
+    #[error("fetching the manifest URL failed: HTTP {0}")]
+    Status(reqwest::StatusCode),
+    /// Reading the body failed (the error's chain, without the URL).
+    #[error("cannot read the manifest URL's body: {0}")]
+    ReadBody(String),
+    /// The body is larger than a manifest may be.
+    #[error("the manifest URL's body is larger than {MAX_MANIFEST_BYTES} bytes")]
+    TooLarge,
+}
+
+/// Why a redirect is not followed (`from` and `to` are redacted URLs).
+#[derive(Debug, thiserror::Error)]
+enum RedirectError {
+    /// No `Location` header.
+    #[error("the manifest URL {from} redirected without a Location")]
+    NoLocation {
+        /// Where the redirect came from.
+        from: String,
+    },
+    /// A `Location` that is not text.
+    #[error("the manifest URL {from} redirected to a Location that is not text")]
+    LocationNotText {
+        /// Where the redirect came from.
+        from: String,
+    },
+    /// A `Location` that does not parse relative to `from`.
+    #[error("the manifest URL {from} redirected to {location}: {source}")]
+    BadLocation {
+        /// Where the redirect came from.
+        from: String,
+        /// The `Location`, redacted.
+        location: String,
+        /// Why it does not parse.
+        source: UrlParseError,
+    },
+    /// From `https` to `http`.
+    #[error("refusing the redirect from {from} to {to}: from https to unencrypted http")]
+    Downgrade {
+        /// Where the redirect came from.
+        from: String,
+        /// Where it leads.
+        to: String,
+    },
+    /// To a scheme other than `http` and `https`.
+    #[error("refusing the redirect from {from} to {to}: scheme {scheme:?} is not http or https")]
+    Scheme {
+        /// Where the redirect came from.
+        from: String,
+        /// Where it leads.
+        to: String,
+        /// Its scheme.
+        scheme: String,
+    },
+}
+
 /// Redirects the URL source follows at most (as Go's HTTP client and reqwest's default).
 const MAX_REDIRECTS: usize = 10;
 
 /// Where a redirect from `from` leads, if the source may follow it: a `Location` that parses relative to
 /// `from`, `http` or `https`, and never from `https` to `http`.
-fn redirect_target(from_url: &reqwest::Url, headers: &HeaderMap) -> Result<reqwest::Url, String> {
+fn redirect_target(from_url: &reqwest::Url, headers: &HeaderMap) -> Result<reqwest::Url, RedirectError> {
     let from = redact_url(from_url.as_str());
     let location = headers
         .get(reqwest::header::LOCATION)
-        .ok_or_else(|| format!("the manifest URL {from} redirected without a Location"))?;
-    let location = location
-        .to_str()
-        .map_err(|_| format!("the manifest URL {from} redirected to a Location that is not text"))?;
-    let to_url = from_url
-        .join(location)
-        .map_err(|e| format!("the manifest URL {from} redirected to {}: {e}", redact_url(location)))?;
+        .ok_or_else(|| RedirectError::NoLocation { from: from.clone() })?;
+    let location = location.to_str().map_err(|_| RedirectError::LocationNotText { from: from.clone() })?;
+    let to_url = from_url.join(location).map_err(|source| RedirectError::BadLocation {
+        from: from.clone(),
+        location: redact_url(location),
+        source,
+    })?;
     let to = redact_url(to_url.as_str());
     match (from_url.scheme(), to_url.scheme()) {
         ("https", "https") | ("http", "http" | "https") => Ok(to_url),
-        ("https", "http") => {
-            Err(format!("refusing the redirect from {from} to {to}: from https to unencrypted http"))
-        }
-        (_, other) => {
-            Err(format!("refusing the redirect from {from} to {to}: scheme {other:?} is not http or https"))
-        }
+        ("https", "http") => Err(RedirectError::Downgrade { from, to }),
+        (_, other) => Err(RedirectError::Scheme { from, to, scheme: other.to_owned() }),
     }
 }
 
@@ -516,14 +585,16 @@ mod tests {
         let mut location = HeaderMap::new();
         let from = reqwest::Url::parse("https://example.invalid/pods").expect("url");
         location.insert(reqwest::header::LOCATION, HeaderValue::from_static("http://example.invalid/pods"));
-        let error = redirect_target(&from, &location).expect_err("downgrade");
+        let error = redirect_target(&from, &location).expect_err("downgrade").to_string();
         assert_eq!(
             error,
             "refusing the redirect from https://example.invalid/pods to http://example.invalid/pods: from https \
              to unencrypted http"
         );
         location.insert(reqwest::header::LOCATION, HeaderValue::from_static("file:///etc/passwd"));
-        assert!(redirect_target(&from, &location).expect_err("file").contains("is not http or https"));
+        assert!(
+            redirect_target(&from, &location).expect_err("file").to_string().contains("is not http or https")
+        );
         location.insert(reqwest::header::LOCATION, HeaderValue::from_static("/other"));
         assert_eq!(
             redirect_target(&from, &location).expect("relative").as_str(),
@@ -532,7 +603,12 @@ mod tests {
         let plain = reqwest::Url::parse("http://example.invalid/pods").expect("url");
         location.insert(reqwest::header::LOCATION, HeaderValue::from_static("https://example.invalid/x"));
         assert!(redirect_target(&plain, &location).is_ok(), "http to https is an upgrade");
-        assert!(redirect_target(&plain, &HeaderMap::new()).expect_err("none").contains("without a Location"));
+        assert!(
+            redirect_target(&plain, &HeaderMap::new())
+                .expect_err("none")
+                .to_string()
+                .contains("without a Location")
+        );
     }
 
     #[tokio::test]
@@ -721,7 +797,7 @@ mod tests {
         let from = reqwest::Url::parse(&with_secrets("x")).expect("url");
         let mut location = HeaderMap::new();
         location.insert(reqwest::header::LOCATION, HeaderValue::from_static("ftp://h/?token=n3xts3cret"));
-        let refused = redirect_target(&from, &location).expect_err("ftp");
+        let refused = redirect_target(&from, &location).expect_err("ftp").to_string();
 
         let logs = captured.text();
         assert!(logs.contains("manifest URL redirected"), "debug lines are captured: {logs}");

@@ -64,6 +64,17 @@ use std::time::{Duration, SystemTime};
 
 pub mod cri;
 
+/// Why a CRI `Version` call (asked to tell the runtime's name, or to confirm an event stream) failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum VersionError {
+    /// The runtime answered with an error.
+    #[error("Version: {0}")]
+    Status(#[from] tonic::Status),
+    /// The runtime did not answer within the deadline.
+    #[error("Version: no answer within {0:?}")]
+    Timeout(Duration),
+}
+
 use containerd_client::events as cd_events;
 use containerd_client::services::v1::events_client::EventsClient;
 use containerd_client::services::v1::{PublishRequest, SubscribeRequest};
@@ -498,14 +509,14 @@ impl Worker {
     }
 
     /// Whether the runtime is containerd (CRI `Version`'s `runtime_name`), whose own event service can stand
-    /// in for CRI events. Errors are the call's, as text.
-    async fn runtime_is_containerd(&self) -> Result<bool, String> {
+    /// in for CRI events.
+    async fn runtime_is_containerd(&self) -> Result<bool, VersionError> {
         let mut client = self.runtime.clone();
         let request = k8s_cri::v1::VersionRequest { version: crate::client::CRI_CLIENT_VERSION.to_owned() };
         match tokio::time::timeout(Duration::from_secs(10), client.version(request)).await {
             Ok(Ok(response)) => Ok(response.into_inner().runtime_name == "containerd"),
-            Ok(Err(status)) => Err(format!("Version: {status}")),
-            Err(_) => Err("Version: no answer within 10s".to_owned()),
+            Ok(Err(status)) => Err(VersionError::Status(status)),
+            Err(_) => Err(VersionError::Timeout(Duration::from_secs(10))),
         }
     }
 

@@ -1526,26 +1526,45 @@ async fn bind_sub_paths(container: &str, binds: Vec<spec::SubPathBind>) -> Runti
     }
 }
 
+/// Why the pod's `/etc/hosts` could not be written.
+#[derive(Debug, thiserror::Error)]
+enum HostsFileError {
+    /// The pod's host name or domain is invalid.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// The node's hosts file (copied for a host-network pod) could not be read.
+    #[error("reading the node's {}: {source}", etc_hosts::ETC_HOSTS_PATH)]
+    ReadNode {
+        /// Why.
+        source: io::Error,
+    },
+    /// Writing the file failed.
+    #[error(transparent)]
+    Write(io::Error),
+    /// The blocking task that writes it failed.
+    #[error("hosts file task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 impl CriPodRuntime {
     /// Writes the pod's `/etc/hosts` ([`etc_hosts`]) for its IPs `ips`; returns the file's path.
-    async fn write_etc_hosts(&self, pod: &DesiredPod, ips: &[String]) -> Result<PathBuf, String> {
+    async fn write_etc_hosts(&self, pod: &DesiredPod, ips: &[String]) -> Result<PathBuf, HostsFileError> {
         let config = &self.inner.config;
-        let (host, domain) = spec::host_name_and_domain(pod, config).map_err(|e| e.to_string())?;
+        let (host, domain) = spec::host_name_and_domain(pod, config)?;
         let aliases = pod.spec().host_aliases.clone().unwrap_or_default();
         let (root, uid, ips, host_network) =
             (config.root_dir.clone(), pod.uid().to_owned(), ips.to_vec(), pod.host_network());
         tokio::task::spawn_blocking(move || {
             let content = if host_network {
                 let node = etc_hosts::read_node_hosts(Path::new(etc_hosts::ETC_HOSTS_PATH))
-                    .map_err(|e| format!("reading the node's {}: {e}", etc_hosts::ETC_HOSTS_PATH))?;
+                    .map_err(|source| HostsFileError::ReadNode { source })?;
                 etc_hosts::node_content(&node, &aliases)
             } else {
                 etc_hosts::managed_content(&ips, &host, &domain, &aliases)
             };
-            etc_hosts::write(&root, &uid, &content).map_err(|e| e.to_string())
+            etc_hosts::write(&root, &uid, &content).map_err(HostsFileError::Write)
         })
-        .await
-        .map_err(|e| format!("hosts file task failed: {e}"))?
+        .await?
     }
 }
 

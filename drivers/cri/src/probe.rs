@@ -38,8 +38,18 @@ const EXEC_MARGIN: Duration = Duration::from_secs(2);
 pub struct CriProber {
     client: CriClient,
     /// The HTTP client, or why it could not be built (then HTTP probes and hooks fail with that).
-    http: Result<reqwest::Client, String>,
+    http: Result<reqwest::Client, HttpClientError>,
 }
+
+/// Why the HTTP probe client could not be built (then every HTTP probe and hook fails with this).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot build the HTTP probe client: {0}")]
+struct HttpClientError(std::sync::Arc<reqwest::Error>);
+
+/// Why a probe has no host to go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the pod has no IP and the probe names no host")]
+struct NoHost;
 
 /// `host:port` for a URL (IPv6 literals bracketed).
 fn authority(host: &str, port: u16) -> String {
@@ -59,8 +69,8 @@ fn truncate(text: &str) -> String {
 }
 
 /// The host a probe goes to: the spec's, else the pod IP.
-fn host_of<'a>(host: Option<&'a str>, pod_ip: Option<&'a str>) -> Result<&'a str, String> {
-    host.or(pod_ip).ok_or_else(|| "the pod has no IP and the probe names no host".to_owned())
+fn host_of<'a>(host: Option<&'a str>, pod_ip: Option<&'a str>) -> Result<&'a str, NoHost> {
+    host.or(pod_ip).ok_or(NoHost)
 }
 
 /// Why a lifecycle hook failed ([`CriProber::run_hook`]).
@@ -110,7 +120,7 @@ impl CriProber {
             .build()
             .map_err(|e| {
                 tracing::error!(error = %e, "cannot build the HTTP probe client: HTTP probes and hooks will fail");
-                format!("cannot build the HTTP probe client: {e}")
+                HttpClientError(std::sync::Arc::new(e))
             });
         CriProber { client, http }
     }
@@ -156,7 +166,7 @@ impl CriProber {
     async fn http_get(&self, get: &HttpGet, pod_ip: Option<&str>, timeout: Duration) -> HttpAnswer {
         let host = match host_of(get.host.as_deref(), pod_ip) {
             Ok(h) => h,
-            Err(e) => return HttpAnswer::Error(e),
+            Err(e) => return HttpAnswer::Error(e.to_string()),
         };
         let scheme = if get.https { "https" } else { "http" };
         let url = format!("{scheme}://{}{}", authority(host, get.port), get.path);
@@ -166,7 +176,7 @@ impl CriProber {
         };
         let http = match &self.http {
             Ok(c) => c,
-            Err(e) => return HttpAnswer::Error(e.clone()),
+            Err(e) => return HttpAnswer::Error(e.to_string()),
         };
         let mut request = http.get(url.clone());
         if !timeout.is_zero() {
@@ -211,7 +221,7 @@ impl CriProber {
     async fn tcp(host: Option<&str>, port: u16, pod_ip: Option<&str>, timeout: Duration) -> ProbeOutcome {
         let host = match host_of(host, pod_ip) {
             Ok(h) => h,
-            Err(e) => return ProbeOutcome::Error(e),
+            Err(e) => return ProbeOutcome::Error(e.to_string()),
         };
         match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await {
             Ok(Ok(_stream)) => ProbeOutcome::Success,
@@ -226,7 +236,7 @@ impl CriProber {
 
         let host = match host_of(None, pod_ip) {
             Ok(h) => h,
-            Err(e) => return ProbeOutcome::Error(e),
+            Err(e) => return ProbeOutcome::Error(e.to_string()),
         };
         let addr = authority(host, port);
         let endpoint = match tonic::transport::Endpoint::from_shared(format!("http://{addr}"))

@@ -84,6 +84,32 @@ struct IdMapping {
     length: u32,
 }
 
+/// Why a `userns` file found at startup is not an allocation nodelet (or the kubelet) made.
+#[derive(Debug, thiserror::Error)]
+enum MappingsFileError {
+    /// The file is not the kubelet's JSON.
+    #[error("does not parse: {0}")]
+    Parse(#[from] serde_json::Error),
+    /// Not exactly one UID mapping.
+    #[error("exactly one UID mapping expected")]
+    NotOneUidMapping,
+    /// The GID mapping differs from the UID mapping.
+    #[error("the GID mapping must equal the UID mapping")]
+    GidDiffers,
+    /// The mapping does not start at ID 0 in the pod.
+    #[error("the mapping must start at ID 0 in the pod")]
+    NotFromZero,
+    /// The mapping's length is not the range length.
+    #[error("the mapping must have {RANGE_LENGTH} IDs, not {0}")]
+    Length(u32),
+    /// The host ID is not at the start of a block.
+    #[error("host ID {0} is not a multiple of {RANGE_LENGTH}")]
+    Unaligned(u32),
+    /// The host IDs are in the reserved blocks.
+    #[error("host IDs from {0} are reserved")]
+    Reserved(u32),
+}
+
 /// The kubelet's `userns` file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -99,25 +125,25 @@ impl MappingsFile {
     }
 
     /// The block of a file nodelet (or the kubelet) wrote; `Err` with why it is not one.
-    fn block(&self) -> Result<u32, String> {
+    fn block(&self) -> Result<u32, MappingsFileError> {
         let [uid] = self.uid_mappings.as_slice() else {
-            return Err("exactly one UID mapping expected".into());
+            return Err(MappingsFileError::NotOneUidMapping);
         };
         if self.gid_mappings.as_slice() != [*uid] {
-            return Err("the GID mapping must equal the UID mapping".into());
+            return Err(MappingsFileError::GidDiffers);
         }
         if uid.container_id != 0 {
-            return Err("the mapping must start at ID 0 in the pod".into());
+            return Err(MappingsFileError::NotFromZero);
         }
         if uid.length != RANGE_LENGTH {
-            return Err(format!("the mapping must have {RANGE_LENGTH} IDs, not {}", uid.length));
+            return Err(MappingsFileError::Length(uid.length));
         }
         if uid.host_id % RANGE_LENGTH != 0 {
-            return Err(format!("host ID {} is not a multiple of {RANGE_LENGTH}", uid.host_id));
+            return Err(MappingsFileError::Unaligned(uid.host_id));
         }
         let block = uid.host_id / RANGE_LENGTH;
         if block < FIRST_BLOCK {
-            return Err(format!("host IDs from {} are reserved", uid.host_id));
+            return Err(MappingsFileError::Reserved(uid.host_id));
         }
         Ok(block)
     }
@@ -192,7 +218,7 @@ impl UsernsAllocator {
                 }
             };
             let parsed = serde_json::from_slice::<MappingsFile>(&text)
-                .map_err(|e| format!("does not parse: {e}"))
+                .map_err(MappingsFileError::from)
                 .and_then(|file| file.block());
             match parsed {
                 Ok(block) if state.used.contains(&block) => {
@@ -206,7 +232,7 @@ impl UsernsAllocator {
                     state.by_pod.insert(uid, block);
                 }
                 Err(reason) => {
-                    state.broken.insert(uid, reason);
+                    state.broken.insert(uid, reason.to_string());
                 }
             }
         }

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_cri::v1::{ContainerEventResponse, ContainerEventType, GetEventsRequest, VersionRequest};
 
-use super::{Ended, EventSource, RuntimeEvent, Worker};
+use super::{Ended, EventSource, RuntimeEvent, VersionError, Worker};
 
 /// The container status reason of a container the kernel's OOM killer ended (the CRI's and the kubelet's).
 const OOM_KILLED: &str = "OOMKilled";
@@ -163,14 +163,14 @@ impl Worker {
 
     /// A CRI `Version` call with a deadline; its answer proves the runtime has read every request sent on the
     /// connection before it.
-    fn version_probe(&self) -> impl Future<Output = Result<(), String>> + use<> {
+    fn version_probe(&self) -> impl Future<Output = Result<(), VersionError>> + use<> {
         let mut client = self.runtime.clone();
         async move {
             let request = VersionRequest { version: crate::client::CRI_CLIENT_VERSION.to_owned() };
             match tokio::time::timeout(PROBE_TIMEOUT, client.version(request)).await {
                 Ok(Ok(_)) => Ok(()),
-                Ok(Err(status)) => Err(format!("Version: {status}")),
-                Err(_) => Err(format!("Version: no answer within {PROBE_TIMEOUT:?}")),
+                Ok(Err(status)) => Err(VersionError::Status(status)),
+                Err(_) => Err(VersionError::Timeout(PROBE_TIMEOUT)),
             }
         }
     }
