@@ -643,11 +643,11 @@ impl NodeView for Node {
         List { items, ..List::default() }
     }
 
-    fn healthy(&self) -> Result<(), String> {
+    fn healthy(&self) -> Result<(), crate::server::Unhealthy> {
         if self.runtime_ready.load(Ordering::Relaxed) {
             Ok(())
         } else {
-            Err("container runtime is not ready".to_string())
+            Err(crate::server::Unhealthy::RuntimeNotReady)
         }
     }
 

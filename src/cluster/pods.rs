@@ -130,7 +130,23 @@ fn spec_changed(old: &Pod, new: &Pod) -> bool {
 }
 
 /// A pod prepared for the pod config, or why it cannot run.
-type Prepared = Result<Arc<DesiredPod>, String>;
+type Prepared = Result<Arc<DesiredPod>, PrepareError>;
+
+/// Why a pod of the API server cannot run here (the message of its problem).
+#[derive(Debug, thiserror::Error)]
+enum PrepareError {
+    /// The pod is invalid (the field errors as the API server writes them).
+    #[error(transparent)]
+    Invalid(#[from] nodelet_resources::pod::validation::ValidationError),
+    /// The Pod Security Standards level the API server's pods are held to refuses the pod.
+    #[error("pods \"{name}\" is forbidden: {refusal}")]
+    Forbidden {
+        /// The pod's name.
+        name: String,
+        /// Why it is refused.
+        refusal: nodelet_resources::pod::security::SecurityError,
+    },
+}
 
 /// The API server source; see the [module docs](self).
 #[derive(Debug)]
@@ -251,19 +267,19 @@ impl ApiPods {
             let Some(uid) = pod.metadata.uid.clone() else { continue };
             let result = match self.prepared.remove(&uid) {
                 Some((old, result)) if !spec_changed(&old, pod) => result,
-                _ => prepare(spec_only(pod), PodSource::Api, &self.node).map_err(|e| e.to_string()).and_then(
-                    |desired| match security.api.admit(&desired.pod) {
+                _ => prepare(spec_only(pod), PodSource::Api, &self.node)
+                    .map_err(PrepareError::from)
+                    .and_then(|desired| match security.api.admit(&desired.pod) {
                         Ok(()) => Ok(Arc::new(desired)),
-                        Err(refusal) => Err(format!("pods \"{name}\" is forbidden: {refusal}")),
-                    },
-                ),
+                        Err(refusal) => Err(PrepareError::Forbidden { name: name.clone(), refusal }),
+                    }),
             };
             match &result {
                 Ok(desired) => pods.push(desired.clone()),
-                Err(message) => problems.push(Problem {
+                Err(error) => problems.push(Problem {
                     location: "api server".to_owned(),
                     object: Some(format!("{namespace}/{name}")),
-                    message: message.clone(),
+                    message: error.to_string(),
                 }),
             }
             seen.insert(uid, (pod.clone(), result));

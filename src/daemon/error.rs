@@ -13,8 +13,8 @@ pub enum Error {
     #[error(transparent)]
     Config(BoxError),
     /// Two extensions have the same name, or a name is not allowed.
-    #[error("{0}")]
-    Extension(String),
+    #[error(transparent)]
+    Extension(#[from] super::extension::NameError),
     /// An extension failed to start.
     #[error("extension {name:?} failed to start: {source}")]
     ExtensionStart {
@@ -192,5 +192,20 @@ mod tests {
         assert!(e.source().is_none(), "the causes are in the message, not printed twice");
         assert!(matches!(e, Error::Start(ref s) if s.stage() == Stage::Setup));
         assert_eq!(Stage::Pressure.to_string(), "pressure");
+    }
+
+    #[test]
+    fn an_extension_name_error_says_which_name_and_why() {
+        use super::super::extension::{NameError, check_name};
+        assert_eq!(check_name("prepull"), Ok(()));
+        let e = check_name("Bad_Name").unwrap_err();
+        assert_eq!(e, NameError::NotLabel("Bad_Name".into()));
+        assert_eq!(e.to_string(), "extension name \"Bad_Name\" is not a lowercase DNS label");
+        let e = check_name("pods").unwrap_err();
+        assert_eq!(
+            Error::from(e).to_string(),
+            "extension name \"pods\" is one of nodelet get's own resource types"
+        );
+        assert_eq!(NameError::Duplicate("x".into()).to_string(), "two extensions are named \"x\"");
     }
 }

@@ -146,18 +146,32 @@ impl StatusTables {
     }
 }
 
+/// Why a name cannot be an extension's name ([`check_name`], [`Node`](super::Node)'s build).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// The name is not a lowercase RFC 1123 label.
+    #[error("extension name {0:?} is not a lowercase DNS label")]
+    NotLabel(String),
+    /// The name is one of `nodelet get`'s own resource types.
+    #[error("extension name {0:?} is one of nodelet get's own resource types")]
+    OwnType(String),
+    /// Two extensions have this name.
+    #[error("two extensions are named {0:?}")]
+    Duplicate(String),
+}
+
 /// Whether `name` can be an extension's name: a lowercase RFC 1123 label, not one of `get`'s own types.
-pub(crate) fn check_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_name(name: &str) -> Result<(), NameError> {
     let label = !name.is_empty()
         && name.len() <= 63
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-');
     if !label {
-        return Err(format!("extension name {name:?} is not a lowercase DNS label"));
+        return Err(NameError::NotLabel(name.to_owned()));
     }
     if nodelet_shared::GET_TYPES.contains(&name) {
-        return Err(format!("extension name {name:?} is one of nodelet get's own resource types"));
+        return Err(NameError::OwnType(name.to_owned()));
     }
     Ok(())
 }

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 pub use command::{BuiltinCommand, Invocation, NodeConfig};
 pub use error::{Error, Stage, StartError};
-pub use extension::{BoxError, Extension, ExtensionContext, StatusTable};
+pub use extension::{BoxError, Extension, ExtensionContext, NameError, StatusTable};
 pub use supervisor::{Policy, Supervisor, TaskFailure, panic_message};
 pub(crate) use topology::run_hollow;
 
@@ -63,7 +63,7 @@ impl NodeBuilder {
         for e in &self.extensions {
             extension::check_name(e.name()).map_err(Error::Extension)?;
             if !seen.insert(e.name().to_owned()) {
-                return Err(Error::Extension(format!("two extensions are named {:?}", e.name())));
+                return Err(Error::Extension(extension::NameError::Duplicate(e.name().to_owned())));
             }
         }
         Ok(Node { config: self.config, extensions: self.extensions })

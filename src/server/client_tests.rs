@@ -52,7 +52,7 @@ async fn get_pods_works_against_nodelets_servers() {
         fn metrics(&self) -> String {
             String::new()
         }
-        fn healthy(&self) -> Result<(), String> {
+        fn healthy(&self) -> Result<(), super::Unhealthy> {
             Ok(())
         }
         fn container_log(&self, _: &str, _: &str, _: &str) -> Option<PathBuf> {

@@ -109,7 +109,7 @@ pub(crate) trait NodeView: Send + Sync + 'static {
     fn metrics(&self) -> String;
 
     /// `Ok(())` when the node agent is healthy, else the reason, which `/healthz` returns with a 500.
-    fn healthy(&self) -> Result<(), String>;
+    fn healthy(&self) -> Result<(), Unhealthy>;
 
     /// The newest CRI log file of a container (`<podLogsDir>/<ns>_<pod>_<uid>/<container>/<restart>.log`),
     /// or `None` when the pod or the container is unknown. The file is opened without following a final
@@ -255,6 +255,14 @@ pub(crate) struct StreamTarget {
     pub(crate) sandbox_id: String,
     /// The running container (for CRI `Exec` / `Attach` / `ExecSync`), when one was named.
     pub(crate) container_id: Option<String>,
+}
+
+/// Why [`NodeView::healthy`] says the node agent is not healthy (the text `/healthz` returns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Unhealthy {
+    /// The container runtime has not answered `Status` as ready.
+    #[error("container runtime is not ready")]
+    RuntimeNotReady,
 }
 
 /// Why [`NodeView::stream_target`] found nothing to stream to.

@@ -37,7 +37,7 @@ const LIMIT: Duration = Duration::from_secs(15);
 struct FakeView {
     pods: Mutex<List<Pod>>,
     metrics: String,
-    health: Mutex<Result<(), String>>,
+    health: Mutex<Result<(), Unhealthy>>,
     logs: Mutex<HashMap<(String, String, String), PathBuf>>,
     running: AtomicBool,
 }
@@ -72,8 +72,8 @@ impl NodeView for FakeView {
     fn probe_metrics(&self) -> String {
         PROBE_METRICS.to_owned()
     }
-    fn healthy(&self) -> Result<(), String> {
-        self.health.lock().expect("lock").clone()
+    fn healthy(&self) -> Result<(), Unhealthy> {
+        *self.health.lock().expect("lock")
     }
     fn container_log(&self, namespace: &str, pod: &str, container: &str) -> Option<PathBuf> {
         self.logs.lock().expect("lock").get(&(namespace.into(), pod.into(), container.into())).cloned()
@@ -825,10 +825,10 @@ async fn healthz_port_answers_on_loopback() {
     let ok = get(healthz, &ClientTls::Plain, "/healthz", None).await;
     assert_eq!((ok.status, ok.body.as_str()), (StatusCode::OK, "ok"));
 
-    *view.health.lock().expect("lock") = Err("PLEG is not healthy: relist took 4m".to_owned());
+    *view.health.lock().expect("lock") = Err(Unhealthy::RuntimeNotReady);
     let failing = get(healthz, &ClientTls::Plain, "/healthz", None).await;
     assert_eq!(failing.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(failing.body.contains("PLEG is not healthy: relist took 4m"), "{}", failing.body);
+    assert_eq!(failing.body, "healthz check failed: container runtime is not ready\n");
 
     assert_eq!(get(healthz, &ClientTls::Plain, "/pods", None).await.status, StatusCode::NOT_FOUND);
     server.stop().await;
