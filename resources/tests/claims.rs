@@ -218,7 +218,7 @@ async fn a_larger_claim_stays_pending_and_says_why_until_a_volume_fits() {
     .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(h.pvc_phase("data").as_deref(), Some("Pending"));
-    let err = h.view.bound_volume("default", "data").unwrap_err();
+    let err = h.view.bound_volume("default", "data").unwrap_err().to_string();
     assert!(err.starts_with("persistentvolumeclaim \"data\" is not bound: "), "{err}");
     assert!(err.contains("of class \"fast\" with at least 5Gi"), "{err}");
     assert!(err.contains("the largest available one has 1Gi"), "{err}");
@@ -480,10 +480,10 @@ async fn unknown_provisioner_and_missing_class_say_why() {
     let ext = h.view.claim_state("default", "ext").unwrap();
     assert_eq!(ext.reason.as_deref(), Some("ExternalProvisioning"));
     assert!(ext.message.unwrap().contains("ebs.csi.aws.com"));
-    let missing = h.view.bound_volume("default", "nocls").unwrap_err();
+    let missing = h.view.bound_volume("default", "nocls").unwrap_err().to_string();
     assert!(missing.contains("storageclass.storage.k8s.io \"ghost\" not found"), "{missing}");
     assert_eq!(
-        h.view.bound_volume("default", "nope").unwrap_err(),
+        h.view.bound_volume("default", "nope").unwrap_err().to_string(),
         "persistentvolumeclaim \"nope\" not found"
     );
     h.stop().await;
@@ -510,7 +510,10 @@ async fn removed_volume_makes_its_claim_lost_and_restart_keeps_bindings() {
     // The volume disappears: the claim is Lost.
     h.set(objects(vec![volume("0-first", "5Gi", "ReadWriteOnce", "")], claims.clone(), vec![]));
     assert!(eventually(WAIT, || h.pvc_phase("data").as_deref() == Some("Lost")).await);
-    assert!(h.view.bound_volume("default", "data").unwrap_err().contains("lost its volume \"a\""));
+    assert_eq!(
+        h.view.bound_volume("default", "data").unwrap_err().to_string(),
+        "persistentvolumeclaim \"data\" lost its volume \"a\""
+    );
     // It comes back: Bound again.
     h.set(objects(
         vec![volume("0-first", "5Gi", "ReadWriteOnce", ""), volume("a", "5Gi", "ReadWriteOnce", "")],
@@ -542,7 +545,7 @@ async fn a_claim_in_use_outlives_its_manifest_and_invalid_objects_say_why() {
     .await;
     assert!(eventually(WAIT, || h.bound_to("data").is_some()).await);
     h.add_pod_using("pod-1", "data");
-    let broken = h.view.bound_volume("default", "broken").unwrap_err();
+    let broken = h.view.bound_volume("default", "broken").unwrap_err().to_string();
     assert!(broken.contains("at least 1 access mode is required"), "{broken}");
     let bad = h
         .view

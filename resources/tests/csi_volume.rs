@@ -12,9 +12,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Volume};
 use nodelet_resources::model::actual::PodActual;
 use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
-use nodelet_resources::model::volumes::ClaimLookup;
 use nodelet_resources::model::volumes::Plugin;
 use nodelet_resources::model::volumes::VolumeReadiness;
+use nodelet_resources::model::volumes::{BoundVolumeError, ClaimLookup};
 use nodelet_resources::volume::actual::{DeviceActual, MountState, Step, VolumeActual};
 use nodelet_resources::volume::desired::{
     CsiSource, DesiredVolume, VolumeKey, VolumeSource, device_key, volume_key, volume_path,
@@ -148,14 +148,14 @@ struct OneVolume {
 }
 
 impl ClaimLookup for OneVolume {
-    fn bound_volume(&self, _pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String> {
+    fn bound_volume(&self, _pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, BoundVolumeError> {
         if self.unknown.load(Ordering::SeqCst) {
-            return Err(format!("persistentvolumeclaim {claim:?} not found"));
+            return Err(BoundVolumeError::NotFound { claim: claim.to_owned() });
         }
-        serde_saphyr::from_str(&format!(
+        Ok(serde_saphyr::from_str(&format!(
             "metadata: {{name: pv-1}}\nspec:\n  accessModes: [ReadWriteOnce]\n  csi: {{driver: {DRIVER}, volumeHandle: {HANDLE}}}\n"
         ))
-        .map_err(|e| e.to_string())
+        .expect("test volume"))
     }
 }
 

@@ -40,7 +40,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use nodelet_host::files::ObjectLookup;
 use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
-use nodelet_resources::model::volumes::ClaimLookup;
+use nodelet_resources::model::volumes::{BoundVolumeError, ClaimLookup};
 use nodelet_resources::pod::validation::CONFIG_SOURCE_ANNOTATION;
 use reconcile_engine::Store;
 use tokio::sync::{Notify, watch};
@@ -96,7 +96,7 @@ enum Object {
 /// A claim an API pod uses, as last read.
 struct Claim {
     /// The bound volume, or why there is none.
-    volume: Result<PersistentVolume, String>,
+    volume: Result<PersistentVolume, BoundVolumeError>,
     /// When to read it again.
     next_check: tokio::time::Instant,
 }
@@ -306,8 +306,8 @@ impl PodData {
                 std::collections::hash_map::Entry::Occupied(mut e) => {
                     let claim = e.get_mut();
                     // A failed read keeps a volume already known (the API server may be away).
-                    let keep = claim.volume.is_ok() && matches!(&volume, Err(e) if e.starts_with("reading"));
-                    if !keep && claim.volume != volume {
+                    let keep = claim.volume.is_ok() && matches!(&volume, Err(BoundVolumeError::Read { .. }));
+                    if !keep && !same_claim(&claim.volume, &volume) {
                         claim.volume = volume;
                         changed = true;
                     }
@@ -373,26 +373,50 @@ impl PodData {
     }
 }
 
+/// Whether two reads of a claim say the same: the same volume, or the same reason for none.
+fn same_claim(
+    a: &Result<PersistentVolume, BoundVolumeError>,
+    b: &Result<PersistentVolume, BoundVolumeError>,
+) -> bool {
+    match (a, b) {
+        (Ok(a), Ok(b)) => a == b,
+        (Err(a), Err(b)) => a.to_string() == b.to_string(),
+        _ => false,
+    }
+}
+
 /// The volume bound to claim `namespace/name`, or why there is none.
-async fn read_claim(client: &kube::Client, namespace: &str, name: &str) -> Result<PersistentVolume, String> {
+async fn read_claim(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<PersistentVolume, BoundVolumeError> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
     let claim = match claims.get_opt(name).await {
         Ok(Some(c)) => c,
-        Ok(None) => return Err(format!("persistentvolumeclaim {name:?} not found")),
-        Err(e) => return Err(format!("reading persistentvolumeclaim {name:?}: {e}")),
+        Ok(None) => return Err(BoundVolumeError::NotFound { claim: name.to_owned() }),
+        Err(e) => {
+            return Err(BoundVolumeError::Read {
+                kind: "persistentvolumeclaim",
+                name: name.to_owned(),
+                error: Arc::new(e),
+            });
+        }
     };
     let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
     let volume = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()).filter(|v| !v.is_empty());
     let (Some(volume), "Bound") = (volume, phase) else {
-        return Err(format!("persistentvolumeclaim {name:?} is not bound (phase {phase})"));
+        return Err(BoundVolumeError::NotBoundPhase { claim: name.to_owned(), phase: phase.to_owned() });
     };
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     match volumes.get_opt(volume).await {
         Ok(Some(pv)) => Ok(pv),
-        Ok(None) => {
-            Err(format!("persistentvolumeclaim {name:?} is bound to volume {volume:?}, which is gone"))
-        }
-        Err(e) => Err(format!("reading persistentvolume {volume:?}: {e}")),
+        Ok(None) => Err(BoundVolumeError::VolumeGone { claim: name.to_owned(), volume: volume.to_owned() }),
+        Err(e) => Err(BoundVolumeError::Read {
+            kind: "persistentvolume",
+            name: volume.to_owned(),
+            error: Arc::new(e),
+        }),
     }
 }
 
@@ -532,7 +556,7 @@ impl ObjectLookup for PodData {
 
 impl PodData {
     /// The bound volume of claim `namespace/name` if an API pod uses it (`None`: not read yet).
-    fn api_claim(&self, namespace: &str, claim: &str) -> Option<Result<PersistentVolume, String>> {
+    fn api_claim(&self, namespace: &str, claim: &str) -> Option<Result<PersistentVolume, BoundVolumeError>> {
         let state = self.lock();
         state.claims.get(&(namespace.to_owned(), claim.to_owned())).map(|c| c.volume.clone())
     }
@@ -548,13 +572,13 @@ pub(crate) struct ClusterClaims {
 }
 
 impl ClaimLookup for ClusterClaims {
-    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String> {
+    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, BoundVolumeError> {
         if pod.source != PodSource::Api {
             return self.local.bound_volume(pod, claim);
         }
-        self.api.api_claim(pod.namespace(), claim).unwrap_or_else(|| {
-            Err(format!("persistentvolumeclaim {claim:?} has not been read from the API server yet"))
-        })
+        self.api
+            .api_claim(pod.namespace(), claim)
+            .unwrap_or_else(|| Err(BoundVolumeError::NotReadYet { claim: claim.to_owned() }))
     }
 
     fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {

@@ -18,7 +18,7 @@ use super::driver::ClaimError;
 use super::ops::ClaimOp;
 use super::reconciler::ClaimReconciler;
 use crate::model::pod::{DesiredPod, PodSource};
-use crate::model::volumes::ClaimLookup;
+use crate::model::volumes::{BoundVolumeError, ClaimLookup};
 
 /// The failures the claim engine records per key ([`reconcile_engine::Engine::op_status`]).
 pub type ClaimFailures = Store<ClaimKey, OpStatus<ClaimOp, ClaimError>>;
@@ -144,26 +144,26 @@ impl ClaimView {
 
     /// The volume claim `namespace/claim` is bound to, or why there is none
     /// (`persistentvolumeclaim "data" is not bound: no persistent volume of class "fast" ...`).
-    pub fn bound_volume(&self, namespace: &str, claim: &str) -> Result<PersistentVolume, String> {
+    pub fn bound_volume(&self, namespace: &str, claim: &str) -> Result<PersistentVolume, BoundVolumeError> {
         let Some(c) = self.desired_claim(namespace, claim) else {
-            return Err(format!("persistentvolumeclaim {claim:?} not found"));
+            return Err(BoundVolumeError::NotFound { claim: claim.to_owned() });
         };
         let state = self.claim_state_of(&c);
         match (state.phase, &state.volume) {
             (ClaimPhase::Bound, Some(v)) => {
                 let pv = self.desired.get(&ClaimKey::Volume(v.clone())).and_then(|d| d.as_volume().cloned());
-                pv.map(|pv| (*pv.pv).clone()).ok_or_else(|| {
-                    format!("persistentvolumeclaim {claim:?} is bound to volume {v:?}, which is gone")
+                pv.map(|pv| (*pv.pv).clone()).ok_or_else(|| BoundVolumeError::VolumeGone {
+                    claim: claim.to_owned(),
+                    volume: v.clone(),
                 })
             }
-            (ClaimPhase::Lost, v) => Err(format!(
-                "persistentvolumeclaim {claim:?} lost its volume {:?}",
-                v.as_deref().unwrap_or_default()
-            )),
-            _ => Err(format!(
-                "persistentvolumeclaim {claim:?} is not bound: {}",
-                state.message.as_deref().unwrap_or("waiting for binding")
-            )),
+            (ClaimPhase::Lost, v) => {
+                Err(BoundVolumeError::Lost { claim: claim.to_owned(), volume: v.clone().unwrap_or_default() })
+            }
+            _ => Err(BoundVolumeError::NotBound {
+                claim: claim.to_owned(),
+                reason: state.message.clone().unwrap_or_else(|| "waiting for binding".to_owned()),
+            }),
         }
     }
 
@@ -382,12 +382,10 @@ impl ClaimView {
 }
 
 impl ClaimLookup for ClaimView {
-    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String> {
+    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, BoundVolumeError> {
         // nodelet's own binder serves static pods only: an API pod's claims are the API server's.
         if pod.source == PodSource::Api {
-            return Err(format!(
-                "persistentvolumeclaim {claim:?} of an API pod: nodelet's own binder serves static pods only"
-            ));
+            return Err(BoundVolumeError::ApiPod { claim: claim.to_owned() });
         }
         ClaimView::bound_volume(self, pod.namespace(), claim)
     }

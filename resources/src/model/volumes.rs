@@ -112,11 +112,76 @@ pub enum VolumeReadiness {
     Waiting(String),
 }
 
+/// Why [`ClaimLookup::bound_volume`] has no volume for a claim (yet).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BoundVolumeError {
+    /// The claim does not exist.
+    #[error("persistentvolumeclaim {claim:?} not found")]
+    NotFound {
+        /// The claim's name.
+        claim: String,
+    },
+    /// nodelet's binder has not bound the claim: why (its status message).
+    #[error("persistentvolumeclaim {claim:?} is not bound: {reason}")]
+    NotBound {
+        /// The claim's name.
+        claim: String,
+        /// The binder's message (`no persistent volume of class "fast" ...`).
+        reason: String,
+    },
+    /// The API server's claim is not bound (its phase).
+    #[error("persistentvolumeclaim {claim:?} is not bound (phase {phase})")]
+    NotBoundPhase {
+        /// The claim's name.
+        claim: String,
+        /// The claim's `status.phase` (`Pending` when unset).
+        phase: String,
+    },
+    /// The claim lost its volume.
+    #[error("persistentvolumeclaim {claim:?} lost its volume {volume:?}")]
+    Lost {
+        /// The claim's name.
+        claim: String,
+        /// The volume it was bound to.
+        volume: String,
+    },
+    /// The claim is bound to a volume that does not exist.
+    #[error("persistentvolumeclaim {claim:?} is bound to volume {volume:?}, which is gone")]
+    VolumeGone {
+        /// The claim's name.
+        claim: String,
+        /// The volume.
+        volume: String,
+    },
+    /// nodelet's own binder was asked for an API pod's claim.
+    #[error("persistentvolumeclaim {claim:?} of an API pod: nodelet's own binder serves static pods only")]
+    ApiPod {
+        /// The claim's name.
+        claim: String,
+    },
+    /// The API server's claim has not been read yet.
+    #[error("persistentvolumeclaim {claim:?} has not been read from the API server yet")]
+    NotReadYet {
+        /// The claim's name.
+        claim: String,
+    },
+    /// Reading the claim or its volume from the API server failed.
+    #[error("reading {kind} {name:?}: {error}")]
+    Read {
+        /// `persistentvolumeclaim` or `persistentvolume`.
+        kind: &'static str,
+        /// The object's name.
+        name: String,
+        /// The client's error (in the message, not a `source`, so that it is printed once).
+        error: Arc<dyn std::error::Error + Send + Sync>,
+    },
+}
+
 /// Finds the PersistentVolume bound to a claim.
 pub trait ClaimLookup: Send + Sync + 'static {
     /// The PersistentVolume bound to claim `claim` in `pod`'s namespace, as `pod`'s kind resolves it (an API
     /// pod's claims are the API server's, a static pod's the manifests'), or why there is none (yet).
-    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, String>;
+    fn bound_volume(&self, pod: &DesiredPod, claim: &str) -> Result<PersistentVolume, BoundVolumeError>;
 
     /// Resolves once the answers of [`bound_volume`](Self::bound_volume) are complete (after a
     /// restart: once the claims and their bindings are known again), so that no volume is torn

@@ -110,6 +110,7 @@ impl VolumeGate {
                                 .claims
                                 .as_ref()
                                 .and_then(|c| c.bound_volume(pod, &claim.claim_name).err())
+                                .map(|e| e.to_string())
                                 .unwrap_or_else(|| {
                                     format!(
                                         "persistentvolumeclaim {:?} is not bound to a volume yet",
