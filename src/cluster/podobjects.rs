@@ -38,7 +38,7 @@ use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use nodelet_host::files::ObjectLookup;
+use nodelet_host::files::{ObjectLookup, TokenError};
 use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::model::volumes::{BoundVolumeError, ClaimLookup};
 use nodelet_resources::pod::validation::CONFIG_SOURCE_ANNOTATION;
@@ -108,7 +108,7 @@ struct State {
     claims: HashMap<(String, String), Claim>,
     tokens: HashMap<TokenKey, Token>,
     /// Tokens asked for by a render and not issued yet (with the last error, if any).
-    wanted: HashMap<TokenKey, Option<String>>,
+    wanted: HashMap<TokenKey, Option<Arc<kube::Error>>>,
 }
 
 /// The API's pod data for this node; see the [module docs](self). Cheap to clone.
@@ -365,7 +365,7 @@ impl PodData {
                     );
                     let mut state = self.lock();
                     if let Some(reason) = state.wanted.get_mut(&key) {
-                        *reason = Some(e.to_string());
+                        *reason = Some(Arc::new(e));
                     }
                 }
             }
@@ -519,7 +519,7 @@ impl ObjectLookup for PodData {
         pod: &Pod,
         audience: &str,
         expiration_seconds: i64,
-    ) -> Option<Result<String, String>> {
+    ) -> Option<Result<String, TokenError>> {
         // Only pods from the API server have a service account the API server issues tokens for.
         let source = pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION));
         if source.map(String::as_str) != Some("api") {
@@ -543,9 +543,9 @@ impl ObjectLookup for PodData {
         }
         let reason = match state.wanted.get(&key) {
             Some(Some(error)) => {
-                format!("the token request for service account {:?} failed: {error}", key.service_account)
+                TokenError::Failed { service_account: key.service_account.clone(), error: error.clone() }
             }
-            _ => format!("requesting a token for service account {:?}", key.service_account),
+            _ => TokenError::Requesting { service_account: key.service_account.clone() },
         };
         state.wanted.entry(key).or_insert(None);
         drop(state);

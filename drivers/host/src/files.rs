@@ -62,7 +62,7 @@ pub trait ObjectLookup {
         pod: &Pod,
         audience: &str,
         expiration_seconds: i64,
-    ) -> Option<Result<String, String>> {
+    ) -> Option<Result<String, TokenError>> {
         let _ = (pod, audience, expiration_seconds);
         None
     }
@@ -165,6 +165,25 @@ fn count_cpu_list(list: &str) -> Option<usize> {
     Some(n)
 }
 
+/// Why [`ObjectLookup::service_account_token`] has no token for a pod (yet).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TokenError {
+    /// The token is asked for and not issued yet.
+    #[error("requesting a token for service account {service_account:?}")]
+    Requesting {
+        /// The pod's service account.
+        service_account: String,
+    },
+    /// The last request for the token failed (it is asked for again).
+    #[error("the token request for service account {service_account:?} failed: {error}")]
+    Failed {
+        /// The pod's service account.
+        service_account: String,
+        /// The request's error (in the message, not a `source`, so that it is printed once).
+        error: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    },
+}
+
 /// Errors of volume rendering; each names the volume and, where there is one, the field.
 #[derive(Debug, thiserror::Error)]
 pub enum FilesError {
@@ -212,7 +231,7 @@ pub enum FilesError {
         /// The projection's field.
         field: String,
         /// Why.
-        reason: String,
+        reason: TokenError,
     },
     /// The ConfigMap does not exist and the reference is not optional.
     #[error("volume {volume:?}: configMap {name:?} not found")]
@@ -1079,6 +1098,27 @@ fn config_key_error(key: &str) -> Result<(), ConfigKeyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_error_names_the_service_account_and_the_failure() {
+        let waiting = TokenError::Requesting { service_account: "default".into() };
+        assert_eq!(waiting.to_string(), "requesting a token for service account \"default\"");
+        let io = std::io::Error::other("connection refused");
+        let failed = TokenError::Failed { service_account: "app".into(), error: std::sync::Arc::new(io) };
+        assert_eq!(
+            failed.to_string(),
+            "the token request for service account \"app\" failed: connection refused"
+        );
+        let e = FilesError::TokenNotReady {
+            volume: "kube-api".into(),
+            field: "projected.sources[0]".into(),
+            reason: waiting,
+        };
+        assert_eq!(
+            e.to_string(),
+            "volume \"kube-api\": projected.sources[0]: no token yet: requesting a token for service account \"default\""
+        );
+    }
 
     #[test]
     fn go_quote_matches_go() {
