@@ -145,7 +145,12 @@ impl ObjectLookup for Snapshot {
 }
 
 impl Renderer for ManifestRenderer {
-    fn render(&self, pod: &DesiredPod, volume: &Volume, plugin: Plugin) -> Result<VolumeSource, String> {
+    fn render(
+        &self,
+        pod: &DesiredPod,
+        volume: &Volume,
+        plugin: Plugin,
+    ) -> Result<VolumeSource, nodelet_resources::volume::desired::RenderError> {
         let files = match (&pod.source, &self.objects.api) {
             (PodSource::Api, Some(api)) => nodelet_host::files::volume_files(&pod.pod, volume, api),
             // (an API pod without an API server cannot be; it reads nothing)
@@ -154,7 +159,7 @@ impl Renderer for ManifestRenderer {
             }
             _ => nodelet_host::files::volume_files(&pod.pod, volume, &self.objects.manifest()),
         }
-        .map_err(|e| e.to_string())?;
+        .map_err(nodelet_resources::volume::desired::RenderError::new)?;
         Ok(VolumeSource::files(plugin, files))
     }
 }

@@ -17,7 +17,7 @@ use nodelet_resources::model::volumes::VolumeReadiness;
 use nodelet_resources::model::volumes::{BoundVolumeError, ClaimLookup};
 use nodelet_resources::volume::actual::{DeviceActual, MountState, Step, VolumeActual};
 use nodelet_resources::volume::desired::{
-    CsiSource, DesiredVolume, VolumeKey, VolumeSource, device_key, volume_key, volume_path,
+    CsiSource, DesiredVolume, RenderError, VolumeKey, VolumeSource, device_key, volume_key, volume_path,
 };
 use nodelet_resources::volume::driver::{VolumeDriver, VolumeError, VolumeHost};
 use nodelet_resources::volume::metrics::VolumeMetrics;
@@ -162,8 +162,13 @@ impl ClaimLookup for OneVolume {
 struct NoFiles;
 
 impl Renderer for NoFiles {
-    fn render(&self, _pod: &DesiredPod, volume: &Volume, _plugin: Plugin) -> Result<VolumeSource, String> {
-        Err(format!("volume {:?}: no files here", volume.name))
+    fn render(
+        &self,
+        _pod: &DesiredPod,
+        volume: &Volume,
+        _plugin: Plugin,
+    ) -> Result<VolumeSource, RenderError> {
+        Err(RenderError::new(std::io::Error::other(format!("volume {:?}: no files here", volume.name))))
     }
 }
 

@@ -23,7 +23,7 @@ use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
 use nodelet_resources::volume::actual::{MountState, VolumeActual};
 use nodelet_resources::volume::desired::{
-    DesiredVolume, FileEntry, FileSet, VolumeKey, VolumeSource, volume_path,
+    DesiredVolume, FileEntry, FileSet, RenderError, VolumeKey, VolumeSource, volume_path,
 };
 use nodelet_resources::volume::driver::{VolumeDriver, VolumeError, VolumeHost};
 use nodelet_resources::volume::metrics::VolumeMetrics;
@@ -101,7 +101,7 @@ impl VolumeHost for FakeHost {
             self.uncertain_next.fetch_sub(1, Ordering::SeqCst);
             return Err(VolumeError::uncertain(format!("volume {:?}: mount timed out", volume.name)));
         }
-        let source = volume.source.as_ref().map_err(|e| VolumeError::failed(e.clone()))?;
+        let source = volume.source.as_ref().map_err(|e| VolumeError::failed(e.to_string()))?;
         Ok(VolumeActual {
             plugin: volume.plugin,
             path: volume_path(Path::new(ROOT), volume),
@@ -129,12 +129,20 @@ struct MapRenderer {
 }
 
 impl Renderer for MapRenderer {
-    fn render(&self, _pod: &DesiredPod, volume: &Volume, plugin: Plugin) -> Result<VolumeSource, String> {
+    fn render(
+        &self,
+        _pod: &DesiredPod,
+        volume: &Volume,
+        plugin: Plugin,
+    ) -> Result<VolumeSource, RenderError> {
         let name = volume.config_map.as_ref().map(|c| c.name.clone()).unwrap_or_default();
-        let maps = self.maps.lock().map_err(|_| "poisoned".to_string())?;
-        let content = maps
-            .get(&name)
-            .ok_or_else(|| format!("volume {:?}: configmap {name:?} not found", volume.name))?;
+        let maps = self.maps.lock().expect("lock");
+        let content = maps.get(&name).ok_or_else(|| {
+            RenderError::new(std::io::Error::other(format!(
+                "volume {:?}: configmap {name:?} not found",
+                volume.name
+            )))
+        })?;
         let files =
             FileSet::from([("data".into(), FileEntry { data: content.clone().into_bytes(), mode: 0o644 })]);
         Ok(VolumeSource::files(plugin, files))

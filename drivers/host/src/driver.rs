@@ -116,7 +116,7 @@ impl HostVolumes {
 
     fn set_up_blocking(&self, volume: &DesiredVolume) -> Result<VolumeActual, VolumeError> {
         let what = || format!("volume {:?} of pod {}/{}", volume.name, volume.namespace, volume.pod_name);
-        let source = volume.source.as_ref().map_err(|why| VolumeError::failed(why.clone()))?;
+        let source = volume.source.as_ref().map_err(|why| VolumeError::failed(why.to_string()))?;
         let path = volume_path(&self.root, volume);
         let actual = |tmpfs: bool, digest: Option<String>| VolumeActual {
             plugin: volume.plugin,

@@ -179,6 +179,134 @@ impl VolumeSource {
     }
 }
 
+/// Why the source of a pod volume cannot be made (now); each names the volume.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// A persistentVolumeClaim volume's plugin depends on the volume bound to the claim.
+    #[error("volume {volume:?}: persistentVolumeClaim volumes need a bound PersistentVolume")]
+    ClaimNeedsVolume {
+        /// The volume's name in the pod spec.
+        volume: String,
+    },
+    /// No plugin serves this kind of volume.
+    #[error("volume {volume:?}: {kind} volumes are not supported by nodelet yet")]
+    Unsupported {
+        /// The volume's name in the pod spec.
+        volume: String,
+        /// The volume's kind (its field in the pod spec, `unknown` when it has none).
+        kind: String,
+    },
+    /// The PersistentVolume bound to the claim has no spec.
+    #[error("volume {volume:?}: persistentvolume {pv:?} has no spec")]
+    PvNoSpec {
+        /// The volume's name in the pod spec.
+        volume: String,
+        /// The PersistentVolume.
+        pv: String,
+    },
+    /// The PersistentVolume's path (`local.path`, `hostPath.path`) is relative.
+    #[error("volume {volume:?}: persistentvolume {pv:?}: {field} must be absolute")]
+    PvPathRelative {
+        /// The volume's name in the pod spec.
+        volume: String,
+        /// The PersistentVolume.
+        pv: String,
+        /// The field.
+        field: &'static str,
+    },
+    /// The PersistentVolume's CSI source references secrets.
+    #[error(
+        "volume {volume:?}: persistentvolume {pv:?}: CSI secret references are not supported by nodelet yet"
+    )]
+    PvCsiSecrets {
+        /// The volume's name in the pod spec.
+        volume: String,
+        /// The PersistentVolume.
+        pv: String,
+    },
+    /// No plugin serves the PersistentVolume's kind.
+    #[error("volume {volume:?}: persistentvolume {pv:?}: {kind} volumes are not supported by nodelet")]
+    PvUnsupported {
+        /// The volume's name in the pod spec.
+        volume: String,
+        /// The PersistentVolume.
+        pv: String,
+        /// Its kind (its field in the PersistentVolume spec).
+        kind: String,
+    },
+    /// The volume is not an emptyDir.
+    #[error("volume {volume:?}: not an emptyDir")]
+    NotEmptyDir {
+        /// The volume's name in the pod spec.
+        volume: String,
+    },
+    /// `emptyDir.medium` is neither empty nor `Memory`.
+    #[error("volume {volume:?}: emptyDir.medium: unsupported value {medium:?}")]
+    EmptyDirMedium {
+        /// The volume's name in the pod spec.
+        volume: String,
+        /// The medium.
+        medium: String,
+    },
+    /// `emptyDir.sizeLimit` is not a non-negative quantity.
+    #[error("volume {volume:?}: emptyDir.sizeLimit: invalid quantity {quantity:?}")]
+    EmptyDirSizeLimit {
+        /// The volume's name in the pod spec.
+        volume: String,
+        /// The quantity as written.
+        quantity: String,
+    },
+    /// The volume is not a hostPath.
+    #[error("volume {volume:?}: not a hostPath")]
+    NotHostPath {
+        /// The volume's name in the pod spec.
+        volume: String,
+    },
+    /// `hostPath.path` is relative.
+    #[error("volume {volume:?}: hostPath.path: {path:?} must be an absolute path")]
+    HostPathRelative {
+        /// The volume's name in the pod spec.
+        volume: String,
+        /// The path.
+        path: String,
+    },
+    /// The [`Renderer`](super::populator::Renderer) cannot make the files (a configMap that does not exist).
+    #[error(transparent)]
+    Render(RenderError),
+}
+
+/// The error of a [`Renderer`](super::populator::Renderer), which names the volume and the object or field.
+/// Two are equal when they say the same: the desired store compares them to know what changed.
+#[derive(Debug, Clone)]
+pub struct RenderError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl RenderError {
+    /// Wraps the renderer's own error.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+}
+
+impl std::fmt::Display for RenderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for RenderError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for RenderError {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for RenderError {}
+
 /// One volume of one pod, as the pod needs it; or the device of a CSI volume
 /// ([`VolumeSource::CsiDevice`], made by [`DesiredVolume::device`]: its pod fields are empty and
 /// `name` is the PersistentVolume's).
@@ -197,7 +325,7 @@ pub struct DesiredVolume {
     /// What to set up, or why it cannot be made now (a configMap that does not exist): the
     /// message names the volume and the object. Nothing is set up until it can be; a volume
     /// already set up keeps its last content.
-    pub source: Result<VolumeSource, String>,
+    pub source: Result<VolumeSource, SourceError>,
     /// The pod's memory limit ([`pod_memory_limit`](super::tmpfs::pod_memory_limit)), which
     /// bounds the size of its memory-backed volumes.
     pub memory_limit: Option<u64>,

@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::{PersistentVolume, Volume};
 use reconcile_engine::CancellationToken;
 use reconcile_engine::{Store, Writer};
 
-use super::desired::{CsiSource, DesiredVolume, FsGroup, VolumeKey, VolumeSource, split_key};
+use super::desired::{
+    CsiSource, DesiredVolume, FsGroup, RenderError, SourceError, VolumeKey, VolumeSource, split_key,
+};
 
 use super::status::plugin_of;
 use crate::model::actual::PodActual;
@@ -25,7 +27,7 @@ use crate::quantity::Quantity;
 pub trait Renderer: Send + Sync + 'static {
     /// The files of `volume` (of plugin `plugin`) of `pod`, or why they cannot be made now
     /// (naming the volume and the object or field).
-    fn render(&self, pod: &DesiredPod, volume: &Volume, plugin: Plugin) -> Result<VolumeSource, String>;
+    fn render(&self, pod: &DesiredPod, volume: &Volume, plugin: Plugin) -> Result<VolumeSource, RenderError>;
 }
 
 /// Keeps the desired volume store in step with the pods.
@@ -96,7 +98,7 @@ impl<R: Renderer> Populator<R> {
                     let source = match plugin {
                         Plugin::EmptyDir => empty_dir(volume),
                         Plugin::HostPath => host_path(volume),
-                        _ => self.renderer.render(pod, volume, plugin),
+                        _ => self.renderer.render(pod, volume, plugin).map_err(SourceError::Render),
                     };
                     (plugin, source)
                 };
@@ -228,22 +230,19 @@ fn claim_source(
     volume: &Volume,
     read_only: bool,
     pv: &PersistentVolume,
-) -> (Plugin, Result<VolumeSource, String>) {
+) -> (Plugin, Result<VolumeSource, SourceError>) {
     let pv_name = pv.metadata.name.clone().unwrap_or_default();
     let Some(spec) = &pv.spec else {
         return (
             Plugin::LocalVolume,
-            Err(format!("volume {:?}: persistentvolume {pv_name:?} has no spec", volume.name)),
+            Err(SourceError::PvNoSpec { volume: volume.name.clone(), pv: pv_name }),
         );
     };
     if let Some(local) = &spec.local {
         let source = if local.path.starts_with('/') {
             Ok(VolumeSource::Local { volume: pv_name, path: local.path.clone().into() })
         } else {
-            Err(format!(
-                "volume {:?}: persistentvolume {pv_name:?}: local.path must be absolute",
-                volume.name
-            ))
+            Err(SourceError::PvPathRelative { volume: volume.name.clone(), pv: pv_name, field: "local.path" })
         };
         return (Plugin::LocalVolume, source);
     }
@@ -254,10 +253,11 @@ fn claim_source(
                 kind: h.type_.clone().filter(|t| !t.is_empty()),
             })
         } else {
-            Err(format!(
-                "volume {:?}: persistentvolume {pv_name:?}: hostPath.path must be absolute",
-                volume.name
-            ))
+            Err(SourceError::PvPathRelative {
+                volume: volume.name.clone(),
+                pv: pv_name,
+                field: "hostPath.path",
+            })
         };
         return (Plugin::HostPath, source);
     }
@@ -265,10 +265,7 @@ fn claim_source(
         if csi.node_stage_secret_ref.is_some() || csi.node_publish_secret_ref.is_some() {
             return (
                 Plugin::Csi,
-                Err(format!(
-                    "volume {:?}: persistentvolume {pv_name:?}: CSI secret references are not supported by nodelet yet",
-                    volume.name
-                )),
+                Err(SourceError::PvCsiSecrets { volume: volume.name.clone(), pv: pv_name }),
             );
         }
         let source = CsiSource {
@@ -311,29 +308,28 @@ fn claim_source(
             })
         })
         .unwrap_or_else(|| "unknown".into());
-    (
-        Plugin::LocalVolume,
-        Err(format!(
-            "volume {:?}: persistentvolume {pv_name:?}: {kind} volumes are not supported by nodelet",
-            volume.name
-        )),
-    )
+    (Plugin::LocalVolume, Err(SourceError::PvUnsupported { volume: volume.name.clone(), pv: pv_name, kind }))
 }
 
-fn empty_dir(volume: &Volume) -> Result<VolumeSource, String> {
-    let Some(e) = &volume.empty_dir else { return Err(format!("volume {:?}: not an emptyDir", volume.name)) };
+fn empty_dir(volume: &Volume) -> Result<VolumeSource, SourceError> {
+    let Some(e) = &volume.empty_dir else {
+        return Err(SourceError::NotEmptyDir { volume: volume.name.clone() });
+    };
     let memory = match e.medium.as_deref() {
         None | Some("") => false,
         Some("Memory") => true,
         Some(other) => {
-            return Err(format!("volume {:?}: emptyDir.medium: unsupported value {other:?}", volume.name));
+            return Err(SourceError::EmptyDirMedium {
+                volume: volume.name.clone(),
+                medium: other.to_owned(),
+            });
         }
     };
     let size_limit = match &e.size_limit {
         None => None,
         Some(q) => {
             let parsed = Quantity::parse(&q.0).filter(|q| !q.is_negative()).ok_or_else(|| {
-                format!("volume {:?}: emptyDir.sizeLimit: invalid quantity {:?}", volume.name, q.0)
+                SourceError::EmptyDirSizeLimit { volume: volume.name.clone(), quantity: q.0.clone() }
             })?;
             Some(u64::try_from(parsed.scaled_ceil(1)).unwrap_or(u64::MAX))
         }
@@ -341,16 +337,95 @@ fn empty_dir(volume: &Volume) -> Result<VolumeSource, String> {
     Ok(VolumeSource::EmptyDir { memory, size_limit })
 }
 
-fn host_path(volume: &Volume) -> Result<VolumeSource, String> {
-    let Some(h) = &volume.host_path else { return Err(format!("volume {:?}: not a hostPath", volume.name)) };
+fn host_path(volume: &Volume) -> Result<VolumeSource, SourceError> {
+    let Some(h) = &volume.host_path else {
+        return Err(SourceError::NotHostPath { volume: volume.name.clone() });
+    };
     if !h.path.starts_with('/') {
-        return Err(format!(
-            "volume {:?}: hostPath.path: {:?} must be an absolute path",
-            volume.name, h.path
-        ));
+        return Err(SourceError::HostPathRelative { volume: volume.name.clone(), path: h.path.clone() });
     }
     Ok(VolumeSource::HostPath {
         path: h.path.clone().into(),
         kind: h.type_.clone().filter(|t| !t.is_empty()),
     })
+}
+
+#[cfg(test)]
+mod source_error_tests {
+    use super::*;
+
+    fn volume(json: serde_json::Value) -> Volume {
+        serde_json::from_value(json).expect("test volume")
+    }
+
+    fn pv(json: serde_json::Value) -> PersistentVolume {
+        serde_json::from_value(json).expect("test persistent volume")
+    }
+
+    fn message<T: std::fmt::Debug>(result: Result<T, SourceError>) -> String {
+        result.expect_err("an error").to_string()
+    }
+
+    #[test]
+    fn spec_errors_name_the_volume_and_the_field() {
+        let v = volume(serde_json::json!({"name": "d", "emptyDir": {"medium": "Disk"}}));
+        assert_eq!(message(empty_dir(&v)), r#"volume "d": emptyDir.medium: unsupported value "Disk""#);
+        let v = volume(serde_json::json!({"name": "d", "emptyDir": {"sizeLimit": "-1Gi"}}));
+        assert_eq!(message(empty_dir(&v)), r#"volume "d": emptyDir.sizeLimit: invalid quantity "-1Gi""#);
+        assert_eq!(message(host_path(&v)), r#"volume "d": not a hostPath"#);
+        let h = volume(serde_json::json!({"name": "h", "hostPath": {"path": "rel"}}));
+        assert_eq!(message(host_path(&h)), r#"volume "h": hostPath.path: "rel" must be an absolute path"#);
+        assert_eq!(message(empty_dir(&h)), r#"volume "h": not an emptyDir"#);
+        let c = volume(serde_json::json!({"name": "c", "persistentVolumeClaim": {"claimName": "x"}}));
+        assert_eq!(
+            message(plugin_of(&c)),
+            r#"volume "c": persistentVolumeClaim volumes need a bound PersistentVolume"#
+        );
+        let n = volume(serde_json::json!({"name": "n", "nfs": {"server": "s", "path": "/"}}));
+        assert_eq!(message(plugin_of(&n)), r#"volume "n": nfs volumes are not supported by nodelet yet"#);
+    }
+
+    #[test]
+    fn claim_errors_name_the_volume_and_the_persistent_volume() {
+        let c = volume(serde_json::json!({"name": "c", "persistentVolumeClaim": {"claimName": "x"}}));
+        let cases = [
+            (
+                serde_json::json!({"metadata": {"name": "p"}}),
+                r#"volume "c": persistentvolume "p" has no spec"#,
+            ),
+            (
+                serde_json::json!({"metadata": {"name": "p"}, "spec": {"local": {"path": "rel"}}}),
+                r#"volume "c": persistentvolume "p": local.path must be absolute"#,
+            ),
+            (
+                serde_json::json!({"metadata": {"name": "p"}, "spec": {"hostPath": {"path": "rel"}}}),
+                r#"volume "c": persistentvolume "p": hostPath.path must be absolute"#,
+            ),
+            (
+                serde_json::json!({"metadata": {"name": "p"}, "spec": {"csi": {"driver": "d", "volumeHandle": "h",
+                    "nodePublishSecretRef": {"name": "s"}}}}),
+                r#"volume "c": persistentvolume "p": CSI secret references are not supported by nodelet yet"#,
+            ),
+            (
+                serde_json::json!({"metadata": {"name": "p"}, "spec": {"nfs": {"server": "s", "path": "/"}}}),
+                r#"volume "c": persistentvolume "p": nfs volumes are not supported by nodelet"#,
+            ),
+        ];
+        for (json, want) in cases {
+            assert_eq!(message(claim_source(&c, false, &pv(json)).1), want);
+        }
+    }
+
+    #[test]
+    fn render_errors_say_what_the_renderer_says_and_compare_by_it() {
+        let a = SourceError::Render(RenderError::new(std::io::Error::other(
+            "volume \"v\": configMap \"m\" not found",
+        )));
+        let b = SourceError::Render(RenderError::new(std::io::Error::other(
+            "volume \"v\": configMap \"m\" not found",
+        )));
+        assert_eq!(a.to_string(), "volume \"v\": configMap \"m\" not found");
+        assert_eq!(a, b);
+        assert_ne!(a, SourceError::Render(RenderError::new(std::io::Error::other("other"))));
+    }
 }

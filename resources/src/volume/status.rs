@@ -7,13 +7,15 @@ use k8s_openapi::api::core::v1::Volume;
 use reconcile_engine::Store;
 
 use super::actual::{Step, VolumeActual};
-use super::desired::{CsiSource, DesiredVolume, VolumeKey, VolumeSource, device_key, volume_key};
+use super::desired::{
+    CsiSource, DesiredVolume, SourceError, VolumeKey, VolumeSource, device_key, volume_key,
+};
 use crate::model::pod::DesiredPod;
 use crate::model::volumes::ClaimLookup;
 use crate::model::volumes::{MountedVolume, Plugin, PodVolumes, VolumeReadiness};
 
 /// The plugin serving a volume of a pod spec, or why none does.
-pub fn plugin_of(volume: &Volume) -> Result<Plugin, String> {
+pub fn plugin_of(volume: &Volume) -> Result<Plugin, SourceError> {
     let plugin = if volume.empty_dir.is_some() {
         Plugin::EmptyDir
     } else if volume.host_path.is_some() {
@@ -28,16 +30,13 @@ pub fn plugin_of(volume: &Volume) -> Result<Plugin, String> {
         Plugin::Projected
     } else if volume.persistent_volume_claim.is_some() {
         // Which plugin serves a claim depends on the volume bound to it.
-        return Err(format!(
-            "volume {:?}: persistentVolumeClaim volumes need a bound PersistentVolume",
-            volume.name
-        ));
+        return Err(SourceError::ClaimNeedsVolume { volume: volume.name.clone() });
     } else {
         let kind = serde_json::to_value(volume)
             .ok()
             .and_then(|v| v.as_object().and_then(|o| o.keys().find(|k| *k != "name").cloned()))
             .unwrap_or_else(|| "unknown".into());
-        return Err(format!("volume {:?}: {kind} volumes are not supported by nodelet yet", volume.name));
+        return Err(SourceError::Unsupported { volume: volume.name.clone(), kind });
     };
     Ok(plugin)
 }
@@ -89,7 +88,7 @@ impl VolumeGate {
         let mut ready = PodVolumes::new();
         for volume in pod.spec().volumes.iter().flatten() {
             if let (Err(why), None) = (plugin_of(volume), &volume.persistent_volume_claim) {
-                return VolumeReadiness::Waiting(why);
+                return VolumeReadiness::Waiting(why.to_string());
             }
             let key = volume_key(pod.uid(), &volume.name);
             match self.actual.get(&key) {
@@ -104,7 +103,7 @@ impl VolumeGate {
                         self.desired.get(&key).map(|d| d.source.clone()),
                         &volume.persistent_volume_claim,
                     ) {
-                        (Some(Err(why)), _) => why,
+                        (Some(Err(why)), _) => why.to_string(),
                         (None, Some(claim)) => {
                             let why = self
                                 .claims
