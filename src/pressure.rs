@@ -14,6 +14,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::common::clock::Clock;
 use nodelet_resources::common::events::NodeEvents;
+use nodelet_resources::common::task::Lifetime::UntilShutdown;
+use nodelet_resources::common::task::NamedTask;
 use nodelet_resources::common::time::time;
 use nodelet_resources::eviction::driver::EvictionDriver;
 use nodelet_resources::eviction::local_storage::LocalStorage;
@@ -43,10 +45,9 @@ use nodelet_resources::model::verdict::Verdict;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{VolumeKey, split_key};
 use reconcile_engine::{Engine, Store, Writer};
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, ThresholdValue};
-use crate::daemon::Policy::Critical;
-use crate::daemon::Supervisor;
 use crate::stats::StatsProvider;
 
 /// The eviction signals from the stats provider.
@@ -227,12 +228,18 @@ pub(crate) fn admission(
         )
 }
 
-/// Starts the image pair (its engine, `image-engine`, with its relations on the pod stores, and its
+/// Builds the image pair (its engine, `image-engine`, with its relations on the pod stores, and its
 /// populator, `image-populator`), the eviction pair (its engine, `eviction-engine`, and its signal
-/// sampler, `eviction-sampler`) and the verdict populator (`verdict-populator`) on `sup`, all
-/// critical. The pod engine watches the verdict store itself.
-pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, prometheus::Error> {
-    let shutdown = sup.shutdown();
+/// sampler, `eviction-sampler`; with local storage capacity isolation, `local-storage-measure`) and the
+/// verdict populator (`verdict-populator`), and returns their tasks for the daemon to spawn, in that
+/// order: `image-populator`, `image-engine`, `local-storage-measure`, `verdict-populator`,
+/// `eviction-engine`, `eviction-sampler`, each running until `shutdown`. The pod engine watches the
+/// verdict store itself.
+pub(crate) fn start(
+    w: Wiring<'_>,
+    shutdown: &CancellationToken,
+) -> Result<(PressureState, Vec<NamedTask>), prometheus::Error> {
+    let mut tasks = Vec::with_capacity(6);
     let events = NodeEvents::new();
     let policy = image_gc_policy(&w.config.image_gc);
     let runtime = Arc::new(nodelet_cri::image_gc::CriImageGc::new(w.cri));
@@ -273,15 +280,15 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
         w.clock.clone(),
     )
     .with_pinned(pinned);
-    sup.spawn(
+    tasks.push(NamedTask::new(
         "image-populator",
-        Critical,
+        UntilShutdown,
         populator.run(w.config.image_gc.period, shutdown.clone().cancelled_owned()),
-    );
+    ));
     let stop = shutdown.clone();
-    sup.spawn("image-engine", Critical, async move {
+    tasks.push(NamedTask::new("image-engine", UntilShutdown, async move {
         engine.run(stop.cancelled_owned()).await;
-    });
+    }));
     let (sink, evictions) = nodelet_resources::eviction::populator::evictions();
     if w.config.eviction.local_storage_capacity_isolation {
         let measure = w.stats.clone().measure_local_storage_every(
@@ -289,7 +296,7 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
             w.config.eviction.local_storage_entry_budget,
             shutdown.clone(),
         );
-        sup.spawn("local-storage-measure", Critical, measure);
+        tasks.push(NamedTask::new("local-storage-measure", UntilShutdown, measure));
     }
     let config = eviction_config(&w.config.eviction);
     let source = Arc::new(StatsSignals(w.stats));
@@ -323,15 +330,19 @@ pub(crate) fn start(w: Wiring<'_>, sup: &Supervisor) -> Result<PressureState, pr
     let populator =
         VerdictPopulator::new(w.desired, w.actual, w.verdict_writer, w.admission, conditions, evictions)
             .with_clock(w.clock);
-    sup.spawn("verdict-populator", Critical, populator.run(shutdown.clone()));
+    tasks.push(NamedTask::new("verdict-populator", UntilShutdown, populator.run(shutdown.clone())));
     let stop = shutdown.clone();
-    sup.spawn("eviction-engine", Critical, async move {
+    tasks.push(NamedTask::new("eviction-engine", UntilShutdown, async move {
         // The desired state is written once; its writer lives as long as the engine.
         let _desired = eviction_desired_writer;
         eviction.run(stop.cancelled_owned()).await;
-    });
-    sup.spawn("eviction-sampler", Critical, sampler.run(period, shutdown.clone().cancelled_owned()));
-    Ok(PressureState { view, events })
+    }));
+    tasks.push(NamedTask::new(
+        "eviction-sampler",
+        UntilShutdown,
+        sampler.run(period, shutdown.clone().cancelled_owned()),
+    ));
+    Ok((PressureState { view, events }, tasks))
 }
 
 /// The node as a v1 `Node`: its name and labels, the `Ready` condition from the runtime's health and

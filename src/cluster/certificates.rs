@@ -41,6 +41,7 @@ use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateS
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::config::Kubeconfig;
+use nodelet_resources::common::task::{Lifetime, NamedTask};
 use rcgen::PublicKeyData as _;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -696,16 +697,16 @@ impl std::fmt::Debug for ClientCerts {
 }
 
 /// Sets up the client: from `--kubeconfig` when its certificate is good (or it has no certificate and no
-/// bootstrap is asked for), else through TLS bootstrap in the background. The certificate's task
-/// (`client-certificate`) runs on `sup`.
+/// bootstrap is asked for), else through TLS bootstrap in the background. Returns the client and the
+/// certificate's task (`client-certificate`, bootstrap then rotation; it may end, and ends at `shutdown`) for
+/// the daemon to spawn.
 pub(crate) async fn start_client(
     node: &str,
     config: &ClientCertConfig,
     layer: &super::ratelimit::RateLimitLayer,
     metrics: &CertMetrics,
-    sup: &crate::daemon::Supervisor,
-) -> Result<ClientCerts, CertError> {
-    let shutdown = sup.shutdown();
+    shutdown: &CancellationToken,
+) -> Result<(ClientCerts, NamedTask), CertError> {
     let store = PemStore::new(&config.cert_dir, "nodelet-client");
     let unauthorized = Arc::new(Unauthorized::default());
     let rotate = config.rotate || config.bootstrap_kubeconfig.is_some();
@@ -784,8 +785,8 @@ pub(crate) async fn start_client(
     let current = task.tx.subscribe();
     let default_ns = "default";
     let client = swapping_client(current.clone(), unauthorized, layer, default_ns);
-    sup.spawn("client-certificate", crate::daemon::Policy::MayFinish, task.run(shutdown.clone()));
-    Ok(ClientCerts { client, current })
+    let task = NamedTask::new("client-certificate", Lifetime::Bounded, task.run(shutdown.clone()));
+    Ok((ClientCerts { client, current }, task))
 }
 
 /// The client certificate's task: bootstrap when needed, then rotation (or, without rotation, the TTL

@@ -36,8 +36,6 @@ use kube::Client;
 use nodelet_resources::common::task::Lifetime::Bounded;
 use nodelet_resources::common::task::NamedTask;
 
-use crate::daemon::Policy::MayFinish;
-
 /// Errors of cluster mode's set-up.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ClusterError {
@@ -172,19 +170,19 @@ impl Cluster {
     }
 
     /// Sets up the client of `cluster` (TLS bootstrap in the background when needed, certificate
-    /// rotation; see [`certificates`]) and adds the API pod source ("api") to `pod_config`; the tasks
-    /// (`client-certificate`, `source-api`) run on `sup`, the metrics go into `registry`.
+    /// rotation; see [`certificates`]) and adds the API pod source ("api") to `pod_config`; returns it with
+    /// its tasks for the daemon to spawn, in order: `client-certificate` and `source-api` (each may end, both
+    /// end at `shutdown`). The metrics go into `registry`.
     pub(crate) async fn connect(
         node_name: &str,
         cluster: &crate::config::ClusterConfig,
         pod_config: &crate::sources::PodConfig,
         registry: &prometheus::Registry,
-        sup: &crate::daemon::Supervisor,
-    ) -> Result<Self, ClusterError> {
-        let shutdown = sup.shutdown();
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Result<(Self, Vec<NamedTask>), ClusterError> {
         let metrics = certificates::CertMetrics::new(registry)?;
         let layer = ratelimit::RateLimitLayer::new(cluster.kube_api_qps, cluster.kube_api_burst);
-        let certs = certificates::start_client(
+        let (certs, cert_task) = certificates::start_client(
             node_name,
             &certificates::ClientCertConfig {
                 kubeconfig: cluster.kubeconfig.clone(),
@@ -194,31 +192,37 @@ impl Cluster {
             },
             &layer,
             &metrics,
-            sup,
+            shutdown,
         )
         .await?;
         tracing::info!(kubeconfig = %cluster.kubeconfig.display(), "cluster mode: pods come from the API server too");
         let source = pods::ApiPods::new(certs.client.clone(), pod_config.add_source("api")?);
         let snapshot = source.snapshot();
-        sup.spawn(
-            "source-api",
-            MayFinish,
-            when_ready(certs.current.clone(), shutdown.clone(), source.run(shutdown.clone())),
-        );
+        let tasks = vec![
+            cert_task,
+            NamedTask::new(
+                "source-api",
+                Bounded,
+                when_ready(certs.current.clone(), shutdown.clone(), source.run(shutdown.clone())),
+            ),
+        ];
         let serving = cluster
             .server_tls_bootstrap
             .then(|| certificates::ServingCerts::new(&cluster.cert_dir, &metrics));
         let (runtime_classes, runtime_class_feed) = runtimeclasses::runtime_classes();
-        Ok(Self {
-            runtime_classes,
-            runtime_class_feed,
-            services: services::ApiServices::default(),
-            client: certs.client,
-            current: certs.current,
-            snapshot,
-            serving,
-            pod_data: podobjects::PodData::new(),
-        })
+        Ok((
+            Self {
+                runtime_classes,
+                runtime_class_feed,
+                services: services::ApiServices::default(),
+                client: certs.client,
+                current: certs.current,
+                snapshot,
+                serving,
+                pod_data: podobjects::PodData::new(),
+            },
+            tasks,
+        ))
     }
 
     /// The ConfigMaps, Secrets, claims and tokens of API pods (filled once [`start`](Self::start)ed).

@@ -66,9 +66,32 @@ fn module_dir(file: &Path) -> PathBuf {
     }
 }
 
-/// The spawns of one file's source (1-based line numbers and the lines), skipping `#[cfg(test)]` items and
-/// comments; adds the paths of its `#[cfg(test)] mod x;` to `test_modules`.
+/// The bare spawns of one file's source (1-based line numbers and the lines), skipping `#[cfg(test)]` items
+/// and comments; adds the paths of its `#[cfg(test)] mod x;` to `test_modules`.
 fn spawns(file: &Path, source: &str, test_modules: &mut Vec<PathBuf>) -> Vec<(usize, String)> {
+    lines_with(file, source, test_modules, |line| {
+        line.contains("tokio::spawn(") || line.contains("task::spawn(")
+    })
+}
+
+/// A spawn on the [`Supervisor`](super::Supervisor): `sup.spawn(`, `supervisor.spawn(`,
+/// `supervisor().spawn(`, `outer.spawn(` and their `spawn_restartable(`.
+fn supervisor_spawn(line: &str) -> bool {
+    ["sup", "supervisor", "supervisor()", "outer"]
+        .iter()
+        .any(|r| line.contains(&format!("{r}.spawn(")) || line.contains(&format!("{r}.spawn_restartable(")))
+        || line.trim_start().starts_with(".spawn(")
+        || line.trim_start().starts_with(".spawn_restartable(")
+}
+
+/// The lines of one file's source that `matches` (1-based line numbers and the lines), skipping
+/// `#[cfg(test)]` items and comments; adds the paths of its `#[cfg(test)] mod x;` to `test_modules`.
+fn lines_with(
+    file: &Path,
+    source: &str,
+    test_modules: &mut Vec<PathBuf>,
+    matches: impl Fn(&str) -> bool,
+) -> Vec<(usize, String)> {
     let lines: Vec<&str> = source.lines().collect();
     let mut found = Vec::new();
     let mut i = 0;
@@ -92,7 +115,7 @@ fn spawns(file: &Path, source: &str, test_modules: &mut Vec<PathBuf>) -> Vec<(us
                 continue;
             }
         }
-        if !trimmed.starts_with("//") && (line.contains("tokio::spawn(") || line.contains("task::spawn(")) {
+        if !trimmed.starts_with("//") && matches(line) {
             found.push((i + 1, line.trim().to_owned()));
         }
         i += 1;
@@ -182,4 +205,54 @@ fn the_scan_skips_test_items_and_comments_and_finds_the_rest() {
         ]
     );
     assert_eq!(modules, vec![PathBuf::from("src/a/tests")]);
+}
+
+/// The files of the root crate that spawn on the [`Supervisor`](super::Supervisor): the one assembly module;
+/// everything else hands its tasks to it ([`NamedTask`](nodelet_resources::common::task::NamedTask)s or
+/// futures).
+const SUPERVISOR_SPAWNERS: &[&str] = &["src/daemon/topology.rs"];
+
+#[test]
+fn only_the_assembly_module_spawns_on_the_supervisor() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut test_modules = Vec::new();
+    let mut found = Vec::new();
+    for file in sources(&root.join("src")) {
+        let Ok(source) = std::fs::read_to_string(&file) else { continue };
+        let relative = file.strip_prefix(root).unwrap_or(&file).to_path_buf();
+        for (line, text) in lines_with(&relative, &source, &mut test_modules, supervisor_spawn) {
+            found.push((relative.clone(), line, text));
+        }
+    }
+    found.retain(|(file, _, _)| {
+        !test_modules.iter().any(|m| file.starts_with(m) || *file == m.with_extension("rs"))
+    });
+    let spawners: Vec<&Path> = found.iter().map(|(file, _, _)| file.as_path()).collect();
+    for file in SUPERVISOR_SPAWNERS {
+        assert!(
+            spawners.contains(&Path::new(file)),
+            "{file} spawns nothing on the supervisor: the scan is broken"
+        );
+    }
+    let elsewhere: Vec<String> = found
+        .iter()
+        .filter(|(file, _, _)| !SUPERVISOR_SPAWNERS.iter().any(|s| file == Path::new(s)))
+        .map(|(file, line, text)| format!("{}:{line}: {text}", file.display()))
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "tasks spawned on the supervisor outside src/daemon/topology.rs: return them as NamedTasks and spawn \
+         them in topology.rs:\n{}",
+        elsewhere.join("\n")
+    );
+}
+
+#[test]
+fn the_supervisor_scan_finds_each_form() {
+    let source = "fn start() {\n    sup.spawn(\"a\", Critical, f());\n    core.supervisor\n        \
+                  .spawn_restartable(\"b\", g);\n    ctx.supervisor().spawn(\"c\", Critical, h());\n    \
+                  self.tracker.spawn(x());\n}\n";
+    let found = lines_with(Path::new("src/a.rs"), source, &mut Vec::new(), supervisor_spawn);
+    let lines: Vec<usize> = found.iter().map(|(l, _)| *l).collect();
+    assert_eq!(lines, vec![2, 4, 5]);
 }

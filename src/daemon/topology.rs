@@ -3,19 +3,20 @@
 //! [`run_with_runtime`] → [`assemble`], which calls the steps below in order; each takes the [`Core`]
 //! (configuration, shutdown, supervisor, registries) and the handles of the earlier ones, spawns its tasks
 //! on the [`Supervisor`] and returns the handles the later ones read. Helpers that build one pair's parts
-//! live with the pair (`crate::claims`, `crate::volumes`, `crate::pressure`, `super::runtime`,
-//! `nodelet_resources::sandbox::pair`); the choices of stores, relations and tasks are here.
+//! live with the pair (`crate::claims`, `crate::volumes`, `crate::pressure`, `crate::cluster`,
+//! `super::runtime`, `nodelet_resources::sandbox::pair`) and hand their tasks back as [`NamedTask`]s; the
+//! choices of stores, relations and tasks are here, and every task of the node is spawned here.
 //!
 //! | step | pairs and stores | tasks |
 //! |---|---|---|
 //! | [`run`] | the embedded containerd (when no CRI endpoint is set), on an outer supervisor | `containerd` |
 //! | [`start_runtime`] | the CRI client, runtime readiness, the node's facts | `runtime-health` |
-//! | [`start_sources`] | the desired pod store `Store<PodUid, DesiredPod>` (`PodConfig`, its only writer) | `source-file`, `source-url`, `source-http`; cluster mode: `source-api`, `client-certificate` |
+//! | [`start_sources`] | the desired pod store `Store<PodUid, DesiredPod>` (`PodConfig`, its only writer); cluster mode: the API client and pod source (`Cluster::connect`, which returns their tasks) | `source-file`, `source-url`, `source-http`; cluster mode: `client-certificate`, `source-api` |
 //! | [`start_claims`] | the CRI pod runtime, the CSI registry, the claim pair (`claims`: watches its related claims; populated from the manifests' objects and the desired pods) | `csi-plugin-watcher`, `claim-populator`, `claim-csi-drivers`, `claim-engine` |
 //! | [`start_volumes`] | the volume pair (`volumes`: watches its own actual store as `devices`) | `volume-watch` |
 //! | [`start_pods`] | the verdict store; the pod pair (`pods`: side inputs [`PodSideInputs`]); the sandbox pair (`sandboxes`: watches `pods`, `verdicts`, `volumes`, reads the desired volumes); the volume populator; the container GC surplus store | `prober`, `volume-refresh`, `volume-populator`, `claim-volume-stats`, `volume-engine`, `sandbox-engine`, `sandbox-populator`, `sandbox-wake-pods`, `sandbox-wake-sandboxes`, `container-gc`, `log-rotation`, `runtime-events` (real nodes), `pleg`, `pod-engine` |
 //! | [`start_stats`] | the stats provider | `stats-housekeeping`, `volume-stats` |
-//! | [`start_pressure`] | `pressure::start`: image GC, the verdict populator (the verdict store's writer), the eviction pair (engine and sampler) | `image-engine`, `image-populator`, `local-storage-measure`, `verdict-populator`, `eviction-engine`, `eviction-sampler` |
+//! | [`start_pressure`] | `pressure::start` (which builds them and returns their tasks): image GC, the verdict populator (the verdict store's writer), the eviction pair (engine and sampler) | `image-populator`, `image-engine`, `local-storage-measure`, `verdict-populator`, `eviction-engine`, `eviction-sampler` |
 //! | extensions | [`ExtensionContext`]: the pod and volume stores, pressure, the supervisor | the extensions' own |
 //! | status | [`node::Node`]: what the servers and cluster mode read | — |
 //! | [`start_cluster`] | cluster mode's writers (Node, Lease, pod status, mirror pods, events) | `pod-data-refresh`, `runtime-classes`, `services`, `pod-data`, `serving-certificate`, `csi-node`, `node-sync`, `pod-status`, `mirror-pods`, `events` |
@@ -381,7 +382,11 @@ pub(crate) async fn start_sources(core: &Core) -> Result<Sources, StartCause> {
     // Cluster mode: the API server is one more source.
     let cluster = match &config.cluster {
         Some(c) => {
-            Some(cluster::Cluster::connect(&config.node_name, c, &pod_config, &core.registry, sup).await?)
+            let (cluster, tasks) =
+                cluster::Cluster::connect(&config.node_name, c, &pod_config, &core.registry, shutdown)
+                    .await?;
+            spawn_tasks(sup, tasks);
+            Some(cluster)
         }
         None => None,
     };
@@ -937,8 +942,9 @@ pub(crate) fn start_stats(
     stats
 }
 
-/// Image garbage collection, the verdict populator and the eviction pair (tasks `image-engine`,
-/// `image-populator`, `verdict-populator`, `eviction-engine`, `eviction-sampler`).
+/// Image garbage collection, the verdict populator and the eviction pair (tasks, in start order,
+/// `image-populator`, `image-engine`, `local-storage-measure` (with local storage capacity isolation),
+/// `verdict-populator`, `eviction-engine`, `eviction-sampler`; all critical).
 pub(crate) fn start_pressure(
     core: &Core,
     runtime: &Runtime,
@@ -949,7 +955,7 @@ pub(crate) fn start_pressure(
     stats: &stats::StatsProvider,
 ) -> Result<pressure::PressureState, StartCause> {
     let config = &core.config;
-    let state = pressure::start(
+    let (state, tasks) = pressure::start(
         pressure::Wiring {
             config,
             cri: runtime.cri.clone(),
@@ -965,8 +971,9 @@ pub(crate) fn start_pressure(
             engine_metrics: &core.engine_metrics,
             clock: pods.clock.clone(),
         },
-        &core.supervisor,
+        &core.shutdown,
     )?;
+    spawn_tasks(&core.supervisor, tasks);
     Ok(state)
 }
 
