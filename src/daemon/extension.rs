@@ -146,7 +146,7 @@ impl StatusTables {
     }
 }
 
-/// Why a name cannot be an extension's name ([`check_name`], [`Node`](super::Node)'s build).
+/// Why a name cannot be an extension's name (checked when [`Node`](super::Node) is built).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
     /// The name is not a lowercase RFC 1123 label.
