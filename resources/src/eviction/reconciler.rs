@@ -498,16 +498,20 @@ impl Reconciler<EvictionConfig, EvictionActual> for EvictionReconciler {
         view: &View<'_, EvictionKey, EvictionConfig, EvictionActual, EvictionPods>,
     ) -> Plan<EvictionOp> {
         let (EvictionKey::Node, Some(config)) = (view.key, view.desired) else { return Plan::Idle };
+        let none;
         let node = match view.actual {
-            Some(EvictionActual::Node(n)) => NodeEviction::clone(n),
-            _ => NodeEviction::default(),
+            Some(EvictionActual::Node(n)) => &**n,
+            _ => {
+                none = NodeEviction::default();
+                &none
+            }
         };
         let sample = view.actual_store.get(&EvictionKey::Signals);
         let sample = match sample.as_deref() {
             Some(EvictionActual::Signals(s)) => Some(s),
             _ => None,
         };
-        self.plan(view.inputs, config, &node, sample)
+        self.plan(view.inputs, config, node, sample)
     }
 
     fn uncertain(
