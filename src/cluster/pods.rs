@@ -12,7 +12,13 @@
 //! that is not the pod's spec (status, `resourceVersion`, managed fields) is left out first, so a
 //! status update does not touch the desired pod: a change of only those (each status patch's echo)
 //! updates the snapshot and nothing else, without preparing every pod again. Managed fields are
-//! never read and are dropped as each pod arrives. A pod that fails
+//! never read and are dropped as each pod arrives. Once a pod's desired pod is prepared, the snapshot
+//! keeps the pod without its spec (the desired pod has it, and the snapshot's readers, the status
+//! manager and the mirror-pod manager, read only metadata and status): a new version is compared with
+//! the prepared one through a digest of what the desired pod is made of ([`fingerprint`]). The desired
+//! pod is marked seen here ([`SourceHandle::mark_seen`]) so that the pod config keeps it as it is
+//! instead of an annotated copy: each API pod is kept as its metadata and status plus one desired pod.
+//! A pod that fails
 //! nodelet's validation is reported as a source problem (an `InvalidManifest` event on the pod) and
 //! not run.
 
@@ -40,7 +46,8 @@ pub(crate) type PodName = (String, String);
 pub(crate) struct ApiPodSnapshot {
     /// Whether a complete list was received (the pods below are the API's, not a partial view).
     pub(crate) synced: bool,
-    /// Every pod bound to this node, mirror pods included.
+    /// Every pod bound to this node, mirror pods included; without its spec once its desired pod is
+    /// prepared (the desired store has it).
     pub(crate) pods: BTreeMap<PodName, Arc<Pod>>,
 }
 
@@ -84,10 +91,12 @@ pub(crate) fn compact(pod: &mut Pod) {
     *pod = pod.clone();
 }
 
-/// Whether `new` differs from `old` in what the desired pod is made of: everything but the status,
-/// the `resourceVersion` and the managed fields (what [`spec_only`] drops). Compares in place,
-/// without copying either pod.
-fn spec_changed(old: &Pod, new: &Pod) -> bool {
+/// What the desired pod of an API pod is made of, as a SHA-256 digest: its spec and metadata, without the
+/// status, the `resourceVersion` and the managed fields (what [`spec_only`] drops). Two versions of a pod
+/// with the same fingerprint make the same desired pod. `None` if the pod cannot be serialized (never
+/// equal to anything: the pod is prepared again).
+fn fingerprint(pod: &Pod) -> Option<[u8; 32]> {
+    use sha2::Digest as _;
     // Every field is named, so that a field a newer k8s-openapi adds is not silently ignored.
     let meta::ObjectMeta {
         annotations,
@@ -105,28 +114,30 @@ fn spec_changed(old: &Pod, new: &Pod) -> bool {
         resource_version: _,
         self_link,
         uid,
-    } = &old.metadata;
-    let m = &new.metadata;
-    old.spec != new.spec
-        || (annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers)
-            != (
-                &m.annotations,
-                &m.creation_timestamp,
-                &m.deletion_grace_period_seconds,
-                &m.deletion_timestamp,
-                &m.finalizers,
-            )
-        || (generate_name, generation, labels, name, namespace, owner_references, self_link, uid)
-            != (
-                &m.generate_name,
-                &m.generation,
-                &m.labels,
-                &m.name,
-                &m.namespace,
-                &m.owner_references,
-                &m.self_link,
-                &m.uid,
-            )
+    } = &pod.metadata;
+    // serde_json writes a struct's fields in their order and maps (`BTreeMap`) in key order: the same
+    // pod always gives the same bytes.
+    let parts = (
+        &pod.spec,
+        (annotations, creation_timestamp, deletion_grace_period_seconds, deletion_timestamp, finalizers),
+        (generate_name, generation, labels, name, namespace, owner_references, self_link, uid),
+    );
+    let mut hasher = sha2::Sha256::new();
+    serde_json::to_writer(&mut hasher, &parts).ok()?;
+    Some(hasher.finalize().into())
+}
+
+/// Whether `new` differs from `old` in what the desired pod is made of (see [`fingerprint`]).
+#[cfg(test)]
+fn spec_changed(old: &Pod, new: &Pod) -> bool {
+    let (old, new) = (fingerprint(old), fingerprint(new));
+    old.is_none() || old != new
+}
+
+/// The pod as the snapshot keeps it once its desired pod is prepared: its metadata and status, without
+/// the spec (the desired pod has it; nothing reads the API's copy).
+fn without_spec(pod: &Pod) -> Pod {
+    Pod { metadata: pod.metadata.clone(), spec: None, status: pod.status.clone() }
 }
 
 /// A pod prepared for the pod config, or why it cannot run.
@@ -146,6 +157,113 @@ enum PrepareError {
         /// Why it is refused.
         refusal: nodelet_resources::pod::security::SecurityError,
     },
+    /// A pod whose spec was dropped without its preparation kept (never happens: see [`Pods`]).
+    #[error("the pod's spec is gone")]
+    SpecGone,
+}
+
+/// The source's pods as listed and watched, and what was prepared from them.
+///
+/// A pod is kept as received until its desired pod is prepared; from then on the snapshot keeps it
+/// without its spec ([`without_spec`]) and the preparation keeps the fingerprint of the version it was
+/// made from: a later version with the same fingerprint (a status patch's echo) reuses it, any other is
+/// kept whole until it is prepared again. A pod without a spec here therefore always has its preparation.
+#[derive(Debug, Default)]
+struct Pods {
+    /// The pods of the last complete list and the changes since.
+    current: BTreeMap<PodName, Arc<Pod>>,
+    /// The pods of a list in progress.
+    building: BTreeMap<PodName, Arc<Pod>>,
+    /// Whether a complete list was received.
+    synced: bool,
+    /// The last preparation of each pod, by UID, with the fingerprint of the version it was made from.
+    prepared: HashMap<String, (Option<[u8; 32]>, Prepared)>,
+}
+
+impl Pods {
+    /// Takes a watch event's pod (a change after the list); returns whether the desired pods may have
+    /// changed. A version that changes only the status or the server's bookkeeping (as after each status
+    /// patch) replaces the snapshot's pod, without its spec, and leaves the desired pods as they are.
+    fn apply(&mut self, pod: Pod) -> bool {
+        let key = name_of(&pod);
+        let old = self.current.get(&key).filter(|old| old.metadata.uid == pod.metadata.uid);
+        let prepared =
+            pod.metadata.uid.as_deref().and_then(|uid| self.prepared.get(uid)).and_then(|(print, _)| *print);
+        let print = fingerprint(&pod);
+        let same = self.synced
+            && print.is_some()
+            && match (old, prepared) {
+                (Some(_), Some(was)) => Some(was) == print,
+                // not prepared (a mirror pod): compared with the version before
+                (Some(old), None) => old.spec.is_some() && fingerprint(old) == print,
+                (None, _) => false,
+            };
+        let kept = if same && prepared.is_some() { without_spec(&pod) } else { pod };
+        self.current.insert(key, Arc::new(kept));
+        !same
+    }
+
+    /// The desired pods of the current set (with the problems of those that cannot run), prepared for
+    /// `handle`'s node (only those that changed since the last time); the pods prepared are kept without
+    /// their spec from now on.
+    fn prepare(&mut self, handle: &SourceHandle) -> (Vec<Arc<DesiredPod>>, Vec<Problem>) {
+        let mut pods = Vec::new();
+        let mut problems = Vec::new();
+        let mut seen = HashMap::new();
+        let security = handle.security();
+        let node = handle.node_name();
+        for ((namespace, name), pod) in &mut self.current {
+            if is_mirror(pod) {
+                continue;
+            }
+            let Some(uid) = pod.metadata.uid.clone() else { continue };
+            let last = self.prepared.remove(&uid);
+            let (print, result) = match last {
+                // prepared from an earlier version, unchanged since (its spec dropped then)
+                Some(last) if pod.spec.is_none() => last,
+                None if pod.spec.is_none() => (None, Err(PrepareError::SpecGone)),
+                last => {
+                    let print = fingerprint(pod);
+                    match last {
+                        Some((was, result)) if was.is_some() && was == print => (print, result),
+                        _ => {
+                            let result = prepare(spec_only(pod), PodSource::Api, node)
+                                .map_err(PrepareError::from)
+                                .and_then(|mut desired| match security.api.admit(&desired.pod) {
+                                    Ok(()) => {
+                                        handle.mark_seen(&mut desired);
+                                        Ok(Arc::new(desired))
+                                    }
+                                    Err(refusal) => {
+                                        Err(PrepareError::Forbidden { name: name.clone(), refusal })
+                                    }
+                                });
+                            (print, result)
+                        }
+                    }
+                }
+            };
+            match &result {
+                Ok(desired) => pods.push(desired.clone()),
+                Err(error) => problems.push(Problem {
+                    location: "api server".to_owned(),
+                    object: Some(format!("{namespace}/{name}")),
+                    message: error.to_string(),
+                }),
+            }
+            if print.is_some() && pod.spec.is_some() {
+                *pod = Arc::new(without_spec(pod));
+            }
+            seen.insert(uid, (print, result));
+        }
+        self.prepared = seen;
+        (pods, problems)
+    }
+
+    /// The snapshot of the current set.
+    fn snapshot(&self) -> ApiPodSnapshot {
+        ApiPodSnapshot { synced: true, pods: self.current.clone() }
+    }
 }
 
 /// The API server source; see the [module docs](self).
@@ -155,9 +273,7 @@ pub(crate) struct ApiPods {
     node: String,
     handle: SourceHandle,
     tx: watch::Sender<Arc<ApiPodSnapshot>>,
-    /// The last preparation of each pod, by UID, with the pod it was made from: reused while the
-    /// spec stays the same.
-    prepared: HashMap<String, (Arc<Pod>, Prepared)>,
+    pods: Pods,
 }
 
 impl ApiPods {
@@ -169,7 +285,7 @@ impl ApiPods {
             node,
             handle,
             tx: watch::channel(Arc::new(ApiPodSnapshot::default())).0,
-            prepared: HashMap::new(),
+            pods: Pods::default(),
         }
     }
 
@@ -191,9 +307,6 @@ impl ApiPods {
                 compact(pod);
             })
             .boxed();
-        let mut building: BTreeMap<PodName, Arc<Pod>> = BTreeMap::new();
-        let mut current: BTreeMap<PodName, Arc<Pod>> = BTreeMap::new();
-        let mut synced = false;
         let mut failing = false;
         loop {
             let event = tokio::select! {
@@ -210,89 +323,50 @@ impl ApiPods {
                     continue;
                 }
                 Some(Ok(Event::Init)) => {
-                    building.clear();
+                    self.pods.building.clear();
                     false
                 }
                 Some(Ok(Event::InitApply(pod))) => {
-                    building.insert(name_of(&pod), Arc::new(pod));
+                    self.pods.building.insert(name_of(&pod), Arc::new(pod));
                     false
                 }
                 Some(Ok(Event::InitDone)) => {
-                    current = std::mem::take(&mut building);
-                    if failing || !synced {
-                        tracing::info!(pods = current.len(), "listed this node's pods in the API");
+                    self.pods.current = std::mem::take(&mut self.pods.building);
+                    if failing || !self.pods.synced {
+                        tracing::info!(pods = self.pods.current.len(), "listed this node's pods in the API");
                     }
                     failing = false;
-                    synced = true;
+                    self.pods.synced = true;
                     true
                 }
                 Some(Ok(Event::Apply(pod))) => {
-                    let pod = Arc::new(pod);
-                    match current.insert(name_of(&pod), pod.clone()) {
-                        Some(old) if synced && !spec_changed(&old, &pod) => {
-                            // Only the status (or the server's bookkeeping) changed, as after each
-                            // status patch: the desired pods stay, only the snapshot changes. The
-                            // prepared pod's source is the new version from now on (the same spec), so
-                            // that the old version is not kept beside it.
-                            if let Some(uid) = pod.metadata.uid.as_deref()
-                                && let Some((source, _)) = self.prepared.get_mut(uid)
-                                && Arc::ptr_eq(source, &old)
-                            {
-                                *source = pod.clone();
-                            }
-                            self.publish_snapshot(&current);
-                            false
-                        }
-                        _ => true,
+                    let changed = self.pods.apply(pod);
+                    if !changed && self.pods.synced {
+                        // Only the status (or the server's bookkeeping) changed: the desired pods stay,
+                        // only the snapshot changes.
+                        self.publish_snapshot();
                     }
+                    changed
                 }
-                Some(Ok(Event::Delete(pod))) => current.remove(&name_of(&pod)).is_some(),
+                Some(Ok(Event::Delete(pod))) => self.pods.current.remove(&name_of(&pod)).is_some(),
             };
-            if changed && synced {
-                self.publish(&current);
+            if changed && self.pods.synced {
+                self.publish();
             }
         }
     }
 
     /// Gives the pod config the current set and the snapshot's readers the pods.
-    fn publish(&mut self, current: &BTreeMap<PodName, Arc<Pod>>) {
-        let mut pods = Vec::new();
-        let mut problems = Vec::new();
-        let mut seen = HashMap::new();
-        let security = self.handle.security();
-        for ((namespace, name), pod) in current {
-            if is_mirror(pod) {
-                continue;
-            }
-            let Some(uid) = pod.metadata.uid.clone() else { continue };
-            let result = match self.prepared.remove(&uid) {
-                Some((old, result)) if !spec_changed(&old, pod) => result,
-                _ => prepare(spec_only(pod), PodSource::Api, &self.node)
-                    .map_err(PrepareError::from)
-                    .and_then(|desired| match security.api.admit(&desired.pod) {
-                        Ok(()) => Ok(Arc::new(desired)),
-                        Err(refusal) => Err(PrepareError::Forbidden { name: name.clone(), refusal }),
-                    }),
-            };
-            match &result {
-                Ok(desired) => pods.push(desired.clone()),
-                Err(error) => problems.push(Problem {
-                    location: "api server".to_owned(),
-                    object: Some(format!("{namespace}/{name}")),
-                    message: error.to_string(),
-                }),
-            }
-            seen.insert(uid, (pod.clone(), result));
-        }
-        self.prepared = seen;
+    fn publish(&mut self) {
+        let (pods, problems) = self.pods.prepare(&self.handle);
         // the same `Arc` for a pod that did not change: the pod config neither copies nor compares it
         self.handle.report_shared(pods, problems);
-        self.publish_snapshot(current);
+        self.publish_snapshot();
     }
 
     /// Gives the snapshot's readers the pods.
-    fn publish_snapshot(&self, current: &BTreeMap<PodName, Arc<Pod>>) {
-        self.tx.send_replace(Arc::new(ApiPodSnapshot { synced: true, pods: current.clone() }));
+    fn publish_snapshot(&self) {
+        self.tx.send_replace(Arc::new(self.pods.snapshot()));
     }
 }
 
@@ -300,8 +374,15 @@ impl ApiPods {
 mod tests {
     use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+    use nodelet_resources::pod::validation::CONFIG_SEEN_ANNOTATION;
 
     use super::*;
+
+    /// `pod` with the label `tier=front`.
+    fn with_tier(mut pod: Pod) -> Pod {
+        pod.metadata.labels.get_or_insert_with(BTreeMap::new).insert("tier".to_owned(), "front".to_owned());
+        pod
+    }
 
     #[test]
     fn a_compacted_pod_is_the_same_pod_without_the_spare_capacity_of_its_decoding() {
@@ -323,6 +404,134 @@ mod tests {
         assert_eq!(tolerations(&pod), Some(2));
         let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).map(Vec::capacity);
         assert_eq!(conditions, Some(1));
+    }
+
+    /// A pod as the API server sends it for a Deployment's replica (managed fields already dropped).
+    fn api_pod(resource_version: &str, phase: &str) -> Pod {
+        let json = serde_json::json!({
+            "metadata": {
+                "name": "web-7d4b9c-x2x9q", "namespace": "bench", "uid": "u-1", "resourceVersion": resource_version,
+                "generateName": "web-7d4b9c-", "labels": {"app": "web", "pod-template-hash": "7d4b9c"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c",
+                    "uid": "rs-1", "controller": true, "blockOwnerDeletion": true}],
+                "creationTimestamp": "2026-12-05T14:00:00Z",
+            },
+            "spec": {
+                "nodeName": "node-a",
+                "containers": [{"name": "busybox", "image": "busybox:1.36", "command": ["sleep", "36000"],
+                    "volumeMounts": [{"name": "kube-api-access-abcde", "readOnly": true,
+                        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
+                "volumes": [{"name": "kube-api-access-abcde", "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace",
+                        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}],
+                "serviceAccountName": "default",
+                "tolerations": [
+                    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                        "tolerationSeconds": 300},
+                    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                        "tolerationSeconds": 300}],
+            },
+            "status": {"phase": phase, "qosClass": "BestEffort",
+                "conditions": [{"type": "PodScheduled", "status": "True"}]},
+        });
+        serde_json::from_str(&json.to_string()).expect("pod")
+    }
+
+    fn api_source() -> (crate::sources::PodConfig, SourceHandle) {
+        let config = crate::sources::PodConfig::new("node-a");
+        let handle = config.add_source("api").expect("api source");
+        config.seal();
+        (config, handle)
+    }
+
+    fn listed(pods: &mut Pods, pod: Pod) {
+        pods.building.insert(name_of(&pod), Arc::new(pod));
+        pods.current = std::mem::take(&mut pods.building);
+        pods.synced = true;
+    }
+
+    fn kept(pods: &Pods) -> Arc<Pod> {
+        pods.current.values().next().cloned().expect("one pod")
+    }
+
+    #[test]
+    fn a_prepared_pod_is_kept_without_its_spec_and_its_desired_pod_once() {
+        let (config, handle) = api_source();
+        let mut pods = Pods::default();
+        let received = api_pod("1", "Pending");
+        listed(&mut pods, received.clone());
+        let (desired, problems) = pods.prepare(&handle);
+        assert!(problems.is_empty(), "{problems:?}");
+        handle.report_shared(desired.clone(), problems);
+        // What the snapshot's readers read (status manager: namespace, name, UID, annotations, the status;
+        // mirror pods: annotations, UID, deletion) is all there; only the spec is gone.
+        let snapshot = kept(&pods);
+        assert_eq!(snapshot.metadata, received.metadata);
+        assert_eq!(snapshot.status, received.status);
+        assert_eq!(snapshot.spec, None);
+        // The desired store's pod is the source's own, marked seen: one object, not an annotated copy.
+        let stored = config.store().get(&"u-1".to_owned()).expect("in the desired store");
+        assert!(Arc::ptr_eq(&stored, &desired[0]), "the pod config kept a copy of the source's desired pod");
+        let seen =
+            stored.pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_SEEN_ANNOTATION)).cloned();
+        assert!(seen.is_some(), "config.seen is set");
+        let spec = stored.pod.spec.as_ref().expect("the desired pod has the spec");
+        assert_eq!(spec.containers[0].image.as_deref(), Some("busybox:1.36"));
+        assert_eq!(spec.volumes.as_ref().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn a_status_echo_keeps_the_desired_pod_and_a_spec_change_prepares_it_again() {
+        let (config, handle) = api_source();
+        let mut pods = Pods::default();
+        listed(&mut pods, api_pod("1", "Pending"));
+        let (first, problems) = pods.prepare(&handle);
+        handle.report_shared(first.clone(), problems);
+        let seen = |pod: &DesiredPod| {
+            pod.pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_SEEN_ANNOTATION)).cloned()
+        };
+
+        // a status patch's echo: only the snapshot changes, without the spec
+        assert!(!pods.apply(api_pod("2", "Running")), "a status change is not a change of the desired pod");
+        let snapshot = kept(&pods);
+        assert_eq!(snapshot.spec, None);
+        assert_eq!(snapshot.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Running"));
+        assert_eq!(snapshot.metadata.resource_version.as_deref(), Some("2"));
+        let (again, _) = pods.prepare(&handle);
+        assert!(Arc::ptr_eq(&again[0], &first[0]), "the same desired pod, not prepared again");
+
+        // a change of the metadata the desired pod is made of: kept whole until prepared again
+        assert!(pods.apply(with_tier(api_pod("3", "Running"))));
+        assert!(kept(&pods).spec.is_some(), "the new version's spec is kept until it is prepared");
+        let (changed, problems) = pods.prepare(&handle);
+        handle.report_shared(changed.clone(), problems);
+        assert!(!Arc::ptr_eq(&changed[0], &first[0]));
+        assert_eq!(
+            changed[0].pod.metadata.labels.as_ref().and_then(|l| l.get("tier")).map(String::as_str),
+            Some("front")
+        );
+        assert_eq!(seen(&changed[0]), seen(&first[0]), "seen since the UID was first seen");
+        assert!(kept(&pods).spec.is_none());
+        let stored = config.store().get(&"u-1".to_owned()).expect("in the store");
+        assert!(Arc::ptr_eq(&stored, &changed[0]));
+
+        // a relist of the same version reuses the preparation
+        listed(&mut pods, with_tier(api_pod("4", "Running")));
+        let (relisted, _) = pods.prepare(&handle);
+        assert!(Arc::ptr_eq(&relisted[0], &changed[0]), "a relist does not prepare an unchanged pod again");
+    }
+
+    #[test]
+    fn a_pod_without_spec_and_without_its_preparation_is_a_problem_not_a_pod() {
+        let (_config, handle) = api_source();
+        let mut pods = Pods::default();
+        listed(&mut pods, without_spec(&api_pod("1", "Running")));
+        let (desired, problems) = pods.prepare(&handle);
+        assert!(desired.is_empty());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].message.contains("spec is gone"), "{}", problems[0]);
     }
 
     #[test]

@@ -9,12 +9,15 @@
 //! (`scripts/hollow-bench.sh`, `docs/scale.md`).
 //!
 //! Each node keeps its files in `ROOT/NAME` (certificates, pod directories with the volumes' files,
-//! container log directories): no cgroups, no mounts, no network. Stop with SIGTERM or SIGINT.
+//! container log directories): no cgroups, no mounts, no network. Stop with SIGTERM or SIGINT. Every
+//! minute the process gives its allocator's free pages back ([`trim_periodically`]), so that what the nodes
+//! hold in steady state is their live memory, not the start-up's peak.
 
 pub(crate) mod fake_cri;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -154,6 +157,7 @@ pub(crate) async fn run(args: &HollowArgs) -> Result<(), HollowError> {
             }
         });
     }
+    tasks.spawn(trim_periodically(TRIM_PERIOD, nodelet_node::allocator::trim, stop.clone()));
     tokio::select! {
         r = tokio::signal::ctrl_c() => r.map_err(HollowError::Signal)?,
         _ = term.recv() => {}
@@ -162,6 +166,28 @@ pub(crate) async fn run(args: &HollowArgs) -> Result<(), HollowError> {
     stop.cancel();
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// How often `nodelet hollow` gives its allocator's free pages back.
+pub(crate) const TRIM_PERIOD: Duration = Duration::from_secs(60);
+
+/// Calls `trim` (on a blocking thread) every `period` until `stop`. Starting many nodes at once, and each
+/// node's start of its pods, is a peak of memory made and freed: glibc keeps the freed pages
+/// ([`nodelet_node::allocator`]), so without this the process would stay at its high-water mark. Only
+/// `nodelet hollow` does this; `nodelet run` leaves its allocator alone.
+pub(crate) async fn trim_periodically(period: Duration, trim: fn() -> bool, stop: CancellationToken) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        match tokio::task::spawn_blocking(trim).await {
+            Ok(released) => tracing::debug!(released, "allocator trimmed"),
+            Err(e) => tracing::warn!(error = %e, "trimming the allocator failed"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -258,3 +258,29 @@ async fn no_node_starts_when_a_kubeconfig_is_missing_or_nodes_is_zero() {
     args.nodes = 0;
     assert!(run(&args).await.is_err());
 }
+
+static TRIMS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn counted_trim() -> bool {
+    TRIMS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    true
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_allocator_is_trimmed_every_period_until_stopped() {
+    let trims = || TRIMS.load(std::sync::atomic::Ordering::SeqCst);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(trim_periodically(Duration::from_secs(60), counted_trim, stop.clone()));
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    assert_eq!(trims(), 0, "not before the first period");
+    tokio::time::sleep(Duration::from_secs(62)).await;
+    for _ in 0..1000 {
+        if trims() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(trims(), 2, "once a period (at 60 s and 120 s)");
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(1), task).await.expect("ends at stop").expect("no panic");
+}

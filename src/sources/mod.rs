@@ -47,7 +47,9 @@
 //! [`PodConfig::with_grace_cap`]) are lowered here, for pods of every source.
 //!
 //! **`kubernetes.io/config.seen`** is set here, from the first time the pod config saw the UID
-//! (RFC 3339, UTC); it stays the same while the pod stays, so rescans never change a desired pod.
+//! (RFC 3339, UTC); it stays the same while the pod stays, so rescans never change a desired pod. A
+//! source may set it itself ([`SourceHandle::mark_seen`], the API source does): such a pod is written to
+//! the store as the source's own `Arc`, not copied, so each desired pod is kept once.
 
 pub(crate) mod admission;
 pub(crate) mod debug;
@@ -405,6 +407,15 @@ impl Shared {
                 {
                     last.output
                 }
+                // A source that marked the pod seen already ([`SourceHandle::mark_seen`]), with nothing to add
+                // or lower: the pod is written as the source made it, shared rather than copied, so that
+                // it is kept once.
+                _ if added.is_none()
+                    && state.grace_cap == GraceCap::NONE
+                    && seen_mark(&input) == Some(seen.as_str()) =>
+                {
+                    Arc::clone(&input)
+                }
                 _ => {
                     let mut pod = DesiredPod::clone(&input);
                     if let Some(added) = added {
@@ -530,6 +541,11 @@ fn location_of(source: &PodSource) -> String {
     }
 }
 
+/// The pod's `kubernetes.io/config.seen`, if it has one.
+fn seen_mark(pod: &DesiredPod) -> Option<&str> {
+    pod.pod.metadata.annotations.as_ref()?.get(CONFIG_SEEN_ANNOTATION).map(String::as_str)
+}
+
 fn full_name(pod: &DesiredPod) -> String {
     format!("{}/{}", pod.namespace(), pod.name())
 }
@@ -560,6 +576,21 @@ impl SourceHandle {
     /// [`SecurityPolicies::for_source`]).
     pub(crate) fn security(&self) -> Arc<SecurityPolicies> {
         self.shared.lock().security.clone()
+    }
+
+    /// Sets `pod`'s `kubernetes.io/config.seen` to when the pod config first saw its UID (now, if it has
+    /// not seen it yet). A pod reported through [`report_shared`](Self::report_shared) with this mark (and
+    /// nothing the pod config adds to it: no ephemeral containers, no grace-period bound) becomes the store's
+    /// value as it is, the same `Arc`, instead of an annotated copy: the source's pod and the desired pod
+    /// are then one object.
+    pub(crate) fn mark_seen(&self, pod: &mut DesiredPod) {
+        let seen =
+            self.shared.lock().first_seen.entry(pod.uid().to_owned()).or_insert_with(now_rfc3339).clone();
+        pod.pod
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(CONFIG_SEEN_ANNOTATION.into(), seen);
     }
 
     /// Replaces this source's pods and problems with `pods` and `problems` (its full current

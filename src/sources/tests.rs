@@ -365,3 +365,37 @@ fn a_pod_reported_again_is_written_again_only_when_it_or_the_nodes_bound_changed
     assert_eq!(grace(&written("a-node-a")), Some(5), "a new bound applies to the same source pod");
     assert_eq!(config.store().len(), 2);
 }
+
+#[test]
+fn a_pod_its_source_marked_seen_is_kept_once_unless_the_merge_changes_it() {
+    let config = PodConfig::new(NODE);
+    let store = config.store();
+    let http = config.add_source("http").expect("http");
+    let mut marked = desired("a", "nginx", PodSource::Http);
+    http.mark_seen(&mut marked);
+    let marked = Arc::new(marked);
+    let unmarked = Arc::new(desired("b", "nginx", PodSource::Http));
+    http.report_shared(vec![marked.clone(), unmarked.clone()], Vec::new());
+    let written = |name: &str| {
+        let uid = by_name(&store, name).expect("present").uid().to_owned();
+        store.get(&uid).expect("in the store")
+    };
+    assert!(Arc::ptr_eq(&written("a-node-a"), &marked), "the source's pod is the desired pod: no copy");
+    assert!(!Arc::ptr_eq(&written("b-node-a"), &unmarked), "an unmarked pod gets an annotated copy");
+    let seen = |p: &DesiredPod| {
+        p.pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_SEEN_ANNOTATION)).cloned()
+    };
+    assert!(seen(&written("b-node-a")).is_some() && seen(&unmarked).is_none());
+    // Marking a pod again gives the time its UID was first seen.
+    let mut again = desired("a", "nginx", PodSource::Http);
+    http.mark_seen(&mut again);
+    assert_eq!(seen(&again), seen(&marked));
+    // A grace-period bound changes the pod: it is written as a copy, lowered, with the same mark.
+    let config = config
+        .with_grace_cap(nodelet_resources::pod::grace::GraceCap::at_most(std::time::Duration::from_secs(5)));
+    http.report_shared(vec![marked.clone(), unmarked], Vec::new());
+    let grace = |p: &DesiredPod| p.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds);
+    assert!(!Arc::ptr_eq(&written("a-node-a"), &marked));
+    assert_eq!((grace(&written("a-node-a")), seen(&written("a-node-a"))), (Some(5), seen(&marked)));
+    assert_eq!(config.store().len(), 2);
+}

@@ -7,9 +7,11 @@
 //! - [`log_rotation`]: the rotation of running containers' logs.
 //! - [`atomic`]: the daemon's own files written atomically and durably.
 //! - [`cidr`]: IPv4 networks in CIDR notation (the embedded containerd's pod network).
+//! - [`allocator`]: gives the memory allocator's free pages back to the system (glibc's `malloc_trim`).
 
 #![deny(missing_docs)]
 
+pub mod allocator;
 pub mod atomic;
 pub mod cidr;
 pub mod containerd;
