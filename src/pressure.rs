@@ -1,7 +1,8 @@
-//! Node pressure: the image pair (image garbage collection), the eviction pair (its engine and its
-//! signal sampler) and the verdict populator (admission and eviction verdicts, the pod pair's input)
-//! wired to the stats provider and the pod stores, the local storage measurement (with
-//! `localStorageCapacityIsolation`), and the v1 `Node` object that shows the pressure conditions.
+//! Node pressure: the eviction pair (its engine and its signal sampler) and the verdict populator
+//! (admission and eviction verdicts, the pod pair's input) wired to the stats provider and the pod stores,
+//! the local storage measurement (with `localStorageCapacityIsolation`), and the v1 `Node` object that
+//! shows the pressure conditions. The image pair, whose reclaimer the eviction pair tries, is a built-in
+//! extension (`crate::daemon::builtin::images`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,16 +32,9 @@ use nodelet_resources::eviction::signal::{
 use nodelet_resources::eviction::state::Policy;
 use nodelet_resources::eviction::status::PressureView;
 use nodelet_resources::eviction::verdict::Admission;
-use nodelet_resources::image::driver::ImageDriver;
-use nodelet_resources::image::metrics::ImageGcMetrics;
-use nodelet_resources::image::plan::ImageGcPolicy;
-use nodelet_resources::image::populator::{ImagePopulator, ImageStores};
-use nodelet_resources::image::reclaim::{DEFAULT_RECLAIM_TIMEOUT, ImagePairReclaimer};
-use nodelet_resources::image::reconciler::{ImageReconciler, PodImages, removals_on_pod_change};
-use nodelet_resources::image::status::free_space;
 use nodelet_resources::model::actual::PodActual;
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
-use nodelet_resources::model::pressure::Signal;
+use nodelet_resources::model::pressure::{Reclaimers, Signal};
 use nodelet_resources::model::verdict::Verdict;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{VolumeKey, split_key};
@@ -165,16 +159,6 @@ pub(crate) fn eviction_config(c: &config::EvictionConfig) -> EvictionConfig {
     }
 }
 
-/// The image GC policy from the configuration.
-pub(crate) fn image_gc_policy(c: &config::ImageGcConfig) -> ImageGcPolicy {
-    ImageGcPolicy {
-        high_threshold_percent: c.high_threshold_percent,
-        low_threshold_percent: c.low_threshold_percent,
-        minimum_age: c.minimum_age,
-        maximum_age: c.maximum_age,
-    }
-}
-
 /// What the node view shows of the node's pressure.
 #[derive(Clone)]
 pub(crate) struct PressureState {
@@ -187,7 +171,6 @@ pub(crate) struct PressureState {
 /// What [`start`] needs.
 pub(crate) struct Wiring<'a> {
     pub(crate) config: &'a config::Config,
-    pub(crate) cri: nodelet_cri::CriClient,
     pub(crate) stats: StatsProvider,
     pub(crate) desired: Store<PodUid, DesiredPod>,
     pub(crate) actual: Store<PodUid, PodActual>,
@@ -197,8 +180,13 @@ pub(crate) struct Wiring<'a> {
     pub(crate) verdict_writer: Writer<PodUid, Verdict>,
     /// What admission checks pods against ([`admission`]).
     pub(crate) admission: Admission,
-    /// Container GC, tried first under disk pressure.
-    pub(crate) container_gc: nodelet_resources::pod::gc::ContainerGcReclaimer,
+    /// The node-level reclaimers (container GC, image GC, the extensions'), tried under disk pressure in
+    /// the order added, read at every reclaim.
+    pub(crate) reclaimers: Reclaimers,
+    /// The node's pressure conditions, as handed to the extensions: the eviction pair updates them.
+    pub(crate) pressure: PressureView,
+    /// The node's event log (eviction events; image GC records there too).
+    pub(crate) events: NodeEvents,
     pub(crate) registry: &'a prometheus::Registry,
     pub(crate) engine_metrics: &'a reconcile_engine::Metrics,
     pub(crate) clock: Clock,
@@ -228,67 +216,17 @@ pub(crate) fn admission(
         )
 }
 
-/// Builds the image pair (its engine, `image-engine`, with its relations on the pod stores, and its
-/// populator, `image-populator`), the eviction pair (its engine, `eviction-engine`, and its signal
-/// sampler, `eviction-sampler`; with local storage capacity isolation, `local-storage-measure`) and the
-/// verdict populator (`verdict-populator`), and returns their tasks for the daemon to spawn, in that
-/// order: `image-populator`, `image-engine`, `local-storage-measure`, `verdict-populator`,
-/// `eviction-engine`, `eviction-sampler`, each running until `shutdown`. The pod engine watches the
-/// verdict store itself.
+/// Builds the eviction pair (its engine, `eviction-engine`, and its signal sampler, `eviction-sampler`;
+/// with local storage capacity isolation, `local-storage-measure`) and the verdict populator
+/// (`verdict-populator`), and returns their tasks for the daemon to spawn, in that order:
+/// `local-storage-measure`, `verdict-populator`, `eviction-engine`, `eviction-sampler`, each running until
+/// `shutdown`. The pod engine watches the verdict store itself.
 pub(crate) fn start(
     w: Wiring<'_>,
     shutdown: &CancellationToken,
 ) -> Result<(PressureState, Vec<NamedTask>), prometheus::Error> {
-    let mut tasks = Vec::with_capacity(6);
-    let events = NodeEvents::new();
-    let policy = image_gc_policy(&w.config.image_gc);
-    let runtime = Arc::new(nodelet_cri::image_gc::CriImageGc::new(w.cri));
-    let pinned = vec![w.config.runtime.pod_infra_container_image.clone()];
-    let pods = PodImages { desired: w.desired.clone(), actual: w.actual.clone() };
-    let (image_desired, image_desired_writer) = reconcile_engine::store();
-    let mut engine = Engine::builder(
-        "images",
-        ImageReconciler::new(pinned.clone(), policy.minimum_age),
-        Arc::new(ImageDriver::new(
-            runtime.clone(),
-            ImageGcMetrics::new(w.registry)?,
-            events.clone(),
-            w.clock.clone(),
-        )),
-        image_desired.clone(),
-    )
-    .metrics(w.engine_metrics)
-    .wall_clock(nodelet_resources::common::clock::wall_clock(&w.clock))
-    // A pod appeared, changed or went: plan again every image to be removed (a pod that uses it
-    // keeps it).
-    .watches("pods-desired", pods.desired.clone(), removals_on_pod_change(image_desired.clone()))
-    .watches("pods-actual", pods.actual.clone(), removals_on_pod_change(image_desired.clone()))
-    .build_with(pods.clone());
-    let (free, requests) = free_space();
-    let populator = ImagePopulator::new(
-        policy,
-        runtime,
-        pods.clone(),
-        ImageStores {
-            desired: image_desired_writer,
-            actual: engine.actual(),
-            observer: engine.observer(),
-            failures: engine.op_status(),
-        },
-        requests,
-        events.clone(),
-        w.clock.clone(),
-    )
-    .with_pinned(pinned);
-    tasks.push(NamedTask::new(
-        "image-populator",
-        UntilShutdown,
-        populator.run(w.config.image_gc.period, shutdown.clone().cancelled_owned()),
-    ));
-    let stop = shutdown.clone();
-    tasks.push(NamedTask::new("image-engine", UntilShutdown, async move {
-        engine.run(stop.cancelled_owned()).await;
-    }));
+    let mut tasks = Vec::with_capacity(4);
+    let events = w.events;
     let (sink, evictions) = nodelet_resources::eviction::populator::evictions();
     if w.config.eviction.local_storage_capacity_isolation {
         let measure = w.stats.clone().measure_local_storage_every(
@@ -308,8 +246,8 @@ pub(crate) fn start(
         events.clone(),
         w.clock.clone(),
     )
-    .with_reclaimer(Arc::new(w.container_gc))
-    .with_reclaimer(Arc::new(ImagePairReclaimer::new(free, DEFAULT_RECLAIM_TIMEOUT)))
+    .with_reclaimers(w.reclaimers)
+    .with_pressure(w.pressure)
     .with_cleanup_check(Arc::new(move |uid: &str| {
         !w.volumes.keys().iter().any(|k| split_key(k).is_some_and(|(u, _)| u == uid))
     }));

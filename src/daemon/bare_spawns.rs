@@ -207,10 +207,12 @@ fn the_scan_skips_test_items_and_comments_and_finds_the_rest() {
     assert_eq!(modules, vec![PathBuf::from("src/a/tests")]);
 }
 
-/// The files of the root crate that spawn on the [`Supervisor`](super::Supervisor): the one assembly module;
-/// everything else hands its tasks to it ([`NamedTask`](nodelet_resources::common::task::NamedTask)s or
-/// futures).
-const SUPERVISOR_SPAWNERS: &[&str] = &["src/daemon/topology.rs"];
+/// The files of the root crate that spawn on the [`Supervisor`](super::Supervisor): the one assembly module,
+/// and nodelet's own pairs assembled as extensions (`super::builtin`), which the assembly module starts
+/// through `Extension::start` and which spawn on the supervisor of their `ExtensionContext`, as every
+/// extension does; everything else hands its tasks to the assembly module
+/// ([`NamedTask`](nodelet_resources::common::task::NamedTask)s or futures).
+const SUPERVISOR_SPAWNERS: &[&str] = &["src/daemon/topology.rs", "src/daemon/builtin/images.rs"];
 
 #[test]
 fn only_the_assembly_module_spawns_on_the_supervisor() {
@@ -241,8 +243,8 @@ fn only_the_assembly_module_spawns_on_the_supervisor() {
         .collect();
     assert!(
         elsewhere.is_empty(),
-        "tasks spawned on the supervisor outside src/daemon/topology.rs: return them as NamedTasks and spawn \
-         them in topology.rs:\n{}",
+        "tasks spawned on the supervisor outside src/daemon/topology.rs and the built-in extensions: return \
+         them as NamedTasks and spawn them in topology.rs:\n{}",
         elsewhere.join("\n")
     );
 }

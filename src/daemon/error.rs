@@ -172,6 +172,9 @@ pub(crate) enum StartCause {
     /// The servers cannot be bound.
     #[error(transparent)]
     Server(#[from] crate::server::ServerError),
+    /// One of nodelet's own pairs started as an extension (`super::builtin`) failed to start.
+    #[error(transparent)]
+    Builtin(BoxError),
 }
 
 #[cfg(test)]

@@ -1,11 +1,18 @@
-//! The extension API: a crate outside nodelet adds its own reconcilers to the node.
+//! The extension API: a crate outside nodelet adds its own reconcilers to the node, and the node adds its
+//! image pair the same way.
 //!
 //! An [`Extension`] is registered with [`NodeBuilder::with_extension`](super::NodeBuilder::with_extension).
 //! After the standard pairs have started, the daemon calls [`Extension::start`] with an
 //! [`ExtensionContext`]: read-only [`Store`]s of the node's pods (desired and actual), volumes (desired and
 //! actual) and its pressure conditions, the shared engine [`Metrics`] (give the engine its own name and its
 //! series carry it as their `reconciler` label), the `/metrics` registry for its own series, the
-//! [`Supervisor`] to spawn its tasks on, the shutdown token, and the container runtime's CRI client.
+//! [`Supervisor`] to spawn its tasks on, the shutdown token, the container runtime's CRI client, the node's
+//! event log ([`NodeEvents`]), its wall clock ([`Clock`]) and the list of node-level [`Reclaimer`]s the
+//! eviction pair tries under disk pressure ([`Reclaimers`]).
+//!
+//! nodelet's own image pair (image garbage collection, `super::builtin::images`) is an [`Extension`] too:
+//! the daemon starts it through [`Extension::start`] with the same [`ExtensionContext`], at its place in the
+//! start order (before the eviction pair, which tries the reclaimer it adds).
 //!
 //! Its status: [`Extension::start`] may return a [`StatusTable`]; the main and read-only ports serve it
 //! as a `meta.k8s.io/v1` `Table` on `/extensions/{name}`, and `nodelet get {name}` prints it like the
@@ -14,19 +21,25 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use nodelet_resources::common::clock::Clock;
+use nodelet_resources::common::events::NodeEvents;
 use nodelet_resources::eviction::status::PressureView;
 use nodelet_resources::model::actual::PodActual;
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
+#[cfg(doc)]
+use nodelet_resources::model::pressure::Reclaimer;
+use nodelet_resources::model::pressure::Reclaimers;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey};
-use reconcile_engine::{CancellationToken, Metrics, Store};
+use reconcile_engine::{CancellationToken, Metrics, Store, WallClock};
 
 use super::supervisor::Supervisor;
 
 /// Any error an extension returns from [`Extension::start`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// A crate's addition to the node: started once, after the standard pairs, before the servers.
+/// A crate's addition to the node: started once, after the standard pairs, before the servers (nodelet's
+/// own image pair is one too, started the same way at its place before the eviction pair).
 pub trait Extension: Send + 'static {
     /// Its name: a lowercase DNS label (`prepull`). The name of `/extensions/{name}` and `nodelet get
     /// {name}`; a good default for its engine's `reconciler` label.
@@ -46,7 +59,7 @@ pub trait StatusTable: Send + Sync + 'static {
 }
 
 /// What an extension reads and uses of the node.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ExtensionContext {
     pub(crate) node_name: String,
     pub(crate) root_dir: std::path::PathBuf,
@@ -59,6 +72,20 @@ pub struct ExtensionContext {
     pub(crate) registry: prometheus::Registry,
     pub(crate) supervisor: Supervisor,
     pub(crate) cri: nodelet_cri::CriClient,
+    pub(crate) events: NodeEvents,
+    pub(crate) clock: Clock,
+    pub(crate) reclaimers: Reclaimers,
+}
+
+impl std::fmt::Debug for ExtensionContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtensionContext")
+            .field("node_name", &self.node_name)
+            .field("root_dir", &self.root_dir)
+            .field("supervisor", &self.supervisor)
+            .field("reclaimers", &self.reclaimers)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ExtensionContext {
@@ -111,6 +138,29 @@ impl ExtensionContext {
     /// The container runtime's CRI client (its calls count in `kubelet_runtime_operations_*`).
     pub fn cri(&self) -> &nodelet_cri::CriClient {
         &self.cri
+    }
+    /// The node's event log (served on `/api/v1/events`, posted to the API server in cluster mode): the
+    /// eviction pair and image garbage collection record theirs here.
+    pub fn events(&self) -> &NodeEvents {
+        &self.events
+    }
+    /// The node's wall clock (nanoseconds since the Unix epoch), for the timestamps of events and
+    /// records; the one the standard pairs use.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+    /// The node's wall clock as an engine's: pass it to
+    /// [`EngineBuilder::wall_clock`](reconcile_engine::EngineBuilder::wall_clock) so a reconciler reads
+    /// ([`View::wall`](reconcile_engine::View::wall)) the clock that stamped what it compares.
+    pub fn wall_clock(&self) -> WallClock {
+        nodelet_resources::common::clock::wall_clock(&self.clock)
+    }
+    /// The node-level reclaimers the eviction pair tries, in the order added, before it evicts pods for a
+    /// disk signal (container garbage collection, then image garbage collection, then the extensions'):
+    /// [`Reclaimers::add`] one that frees disk space. The eviction pair reads the list at every reclaim, so
+    /// a reclaimer added by an extension, which starts after the eviction pair, is tried too.
+    pub fn reclaimers(&self) -> &Reclaimers {
+        &self.reclaimers
     }
 }
 

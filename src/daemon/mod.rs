@@ -12,11 +12,13 @@
 //! ```
 //!
 //! The node is assembled in one module, `topology` (see its table): runtime → sources → claims → volumes →
-//! pods (prober, PLEG, volume populator, container GC, log rotation) → stats → pressure (image GC,
-//! eviction) → extensions → cluster (Node, Lease, status) → servers. Every task runs on the [`Supervisor`].
+//! pods (prober, PLEG, volume populator, container GC, log rotation) → stats → image GC (a built-in
+//! [`Extension`], started as a third party's is) → pressure (admission, eviction) → extensions → cluster
+//! (Node, Lease, status) → servers. Every task runs on the [`Supervisor`].
 
 #[cfg(test)]
 mod bare_spawns;
+mod builtin;
 mod command;
 mod error;
 pub(crate) mod extension;

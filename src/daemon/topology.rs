@@ -1,11 +1,17 @@
 //! The node, assembled in one place: which pairs exist, what each reads and watches, which tasks run, in
 //! what order they start. [`run`] (a real node) and [`run_hollow`] (`nodelet hollow`) both go through
 //! [`run_with_runtime`] → [`assemble`], which calls the steps below in order; each takes the [`Core`]
-//! (configuration, shutdown, supervisor, registries) and the handles of the earlier ones, spawns its tasks
-//! on the [`Supervisor`] and returns the handles the later ones read. Helpers that build one pair's parts
-//! live with the pair (`crate::claims`, `crate::volumes`, `crate::pressure`, `crate::cluster`,
-//! `super::runtime`, `nodelet_resources::sandbox::pair`) and hand their tasks back as [`NamedTask`]s; the
-//! choices of stores, relations and tasks are here, and every task of the node is spawned here.
+//! (configuration, shutdown, supervisor, registries, the node's clock, event log and reclaimers) and the
+//! handles of the earlier ones, spawns its tasks on the [`Supervisor`] and returns the handles the later
+//! ones read. Helpers that build one pair's parts live with the pair (`crate::claims`, `crate::volumes`,
+//! `crate::pressure`, `crate::cluster`, `super::runtime`, `nodelet_resources::sandbox::pair`) and hand their
+//! tasks back as [`NamedTask`]s; the choices of stores, relations and tasks are here, and every task of the
+//! node is spawned here or by an [`Extension`] this module starts.
+//!
+//! The image pair is assembled as an extension is ([`super::builtin`]): [`start_builtins`] starts it
+//! through [`Extension::start`] ([`start_extension`], the one path of nodelet's own and third parties'
+//! extensions) with the same [`ExtensionContext`] the third parties get later, and it hands its reclaimer to
+//! the eviction pair through [`ExtensionContext::reclaimers`].
 //!
 //! | step | pairs and stores | tasks |
 //! |---|---|---|
@@ -14,10 +20,11 @@
 //! | [`start_sources`] | the desired pod store `Store<PodUid, DesiredPod>` (`PodConfig`, its only writer); cluster mode: the API client and pod source (`Cluster::connect`, which returns their tasks) | `source-file`, `source-url`, `source-http`; cluster mode: `client-certificate`, `source-api` |
 //! | [`start_claims`] | the CRI pod runtime, the CSI registry, the claim pair (`claims`: watches its related claims; populated from the manifests' objects and the desired pods) | `csi-plugin-watcher`, `claim-populator`, `claim-csi-drivers`, `claim-engine` |
 //! | [`start_volumes`] | the volume pair (`volumes`: watches its own actual store as `devices`) | `volume-watch` |
-//! | [`start_pods`] | the verdict store; the pod pair (`pods`: side inputs [`PodSideInputs`]); the sandbox pair (`sandboxes`: watches `pods`, `verdicts`, `volumes`, reads the desired volumes); the volume populator; the container GC surplus store | `prober`, `volume-refresh`, `volume-populator`, `claim-volume-stats`, `volume-engine`, `sandbox-engine`, `sandbox-populator`, `sandbox-wake-pods`, `sandbox-wake-sandboxes`, `container-gc`, `log-rotation`, `runtime-events` (real nodes), `pleg`, `pod-engine` |
+//! | [`start_pods`] | the verdict store; the pod pair (`pods`: side inputs [`PodSideInputs`]); the sandbox pair (`sandboxes`: watches `pods`, `verdicts`, `volumes`, reads the desired volumes); the volume populator; the container GC surplus store and its reclaimer (`container-gc`, the first of [`Core::reclaimers`]) | `prober`, `volume-refresh`, `volume-populator`, `claim-volume-stats`, `volume-engine`, `sandbox-engine`, `sandbox-populator`, `container-gc`, `log-rotation`, `runtime-events` (real nodes), `pleg`, `pod-engine` |
 //! | [`start_stats`] | the stats provider | `stats-housekeeping`, `volume-stats` |
-//! | [`start_pressure`] | `pressure::start` (which builds them and returns their tasks): image GC, the verdict populator (the verdict store's writer), the eviction pair (engine and sampler) | `image-populator`, `image-engine`, `local-storage-measure`, `verdict-populator`, `eviction-engine`, `eviction-sampler` |
-//! | extensions | [`ExtensionContext`]: the pod and volume stores, pressure, the supervisor | the extensions' own |
+//! | [`start_builtins`] | the [`ExtensionContext`] (the pod and volume stores, the pressure conditions the eviction pair will update, the supervisor, the CRI client, the node's events, clock and reclaimers); the built-in extensions ([`builtin_extensions`]): the image pair (`images`, [`builtin::images::ImageGc`]: watches `pods-desired`, `pods-actual`; adds the `image-gc` reclaimer) | `image-populator`, `image-engine` |
+//! | [`start_pressure`] | `pressure::start` (which builds them and returns their tasks): the verdict populator (the verdict store's writer), the eviction pair (engine and sampler; it tries the context's reclaimers, `container-gc` from [`start_pods`] first) | `local-storage-measure`, `verdict-populator`, `eviction-engine`, `eviction-sampler` |
+//! | extensions | the third parties' [`Extension`]s, in the order added, each through [`start_extension`] with the same [`ExtensionContext`] | the extensions' own |
 //! | status | [`node::Node`]: what the servers and cluster mode read | — |
 //! | [`start_cluster`] | cluster mode's writers (Node, Lease, pod status, mirror pods, events) | `pod-data-refresh`, `runtime-classes`, `services`, `pod-data`, `serving-certificate`, `csi-node`, `node-sync`, `pod-status`, `mirror-pods`, `events` |
 //! | [`start_servers`] | the HTTP servers | `servers` |
@@ -32,9 +39,12 @@ use nodelet_resources::claim::metrics::ClaimMetrics;
 use nodelet_resources::claim::reconciler::{ClaimReconciler, watch_related};
 use nodelet_resources::claim::status::ClaimView;
 use nodelet_resources::common::clock::{Clock, system_clock};
+use nodelet_resources::common::events::NodeEvents;
 use nodelet_resources::common::task::{Lifetime, NamedTask};
+use nodelet_resources::eviction::status::PressureView;
 use nodelet_resources::model::actual::PodActual;
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
+use nodelet_resources::model::pressure::Reclaimers;
 use nodelet_resources::model::verdict::Verdict;
 use nodelet_resources::model::volumes::ClaimLookup;
 use nodelet_resources::pod::driver::PodDriver;
@@ -55,8 +65,9 @@ use nodelet_resources::volume::reconciler::VolumeReconciler;
 use reconcile_engine::{BackoffConfig, Engine, Metrics, Store};
 use tokio_util::sync::CancellationToken;
 
+use super::builtin;
 use super::error::{Error, Stage, StartCause, StartError};
-use super::extension::{self, Extension, ExtensionContext};
+use super::extension::{self, BoxError, Extension, ExtensionContext, StatusTables};
 use super::runtime;
 use super::supervisor::{Policy, Supervisor};
 use nodelet_node::{log_rotation, node_facts};
@@ -87,6 +98,13 @@ pub(crate) struct Core {
     pub(crate) probe_registry: prometheus::Registry,
     /// The engine metrics every engine reports to, each under its own `reconciler` label.
     pub(crate) engine_metrics: Metrics,
+    /// The node's wall clock (the pairs' timestamps; the engines' `View::wall`).
+    pub(crate) clock: Clock,
+    /// The node's event log: eviction and image GC events (shown with the pressure conditions).
+    pub(crate) events: NodeEvents,
+    /// The node-level reclaimers the eviction pair tries under disk pressure, in the order added:
+    /// container GC ([`start_pods`]), image GC (the built-in extension `images`), the extensions'.
+    pub(crate) reclaimers: Reclaimers,
 }
 
 impl Core {
@@ -101,6 +119,9 @@ impl Core {
             shutdown,
             config,
             host,
+            clock: system_clock(),
+            events: NodeEvents::new(),
+            reclaimers: Reclaimers::new(),
         })
     }
 }
@@ -202,8 +223,10 @@ async fn run_with_runtime(
 }
 
 /// The node, in start order: each step takes the handles of the earlier ones, spawns its tasks on the
-/// supervisor and returns the handles the later ones read. The standard pairs, the extensions (each given an
-/// [`ExtensionContext`] of the pairs' stores), the node's status ([`node::Node`]), cluster mode and the servers.
+/// supervisor and returns the handles the later ones read. The standard pairs (the image pair among them, a
+/// built-in extension, before the eviction pair), the third parties' extensions (each given the same
+/// [`ExtensionContext`] of the pairs' stores), the node's status ([`node::Node`]), cluster mode and the
+/// servers.
 async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension>>) -> Result<(), Error> {
     let config = &core.config;
     let runtime = start_runtime(core, endpoint).await.map_err(StartError::at(Stage::Runtime))?;
@@ -213,9 +236,8 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
     let (mut pods, pressure_inputs) = start_pods(core, &runtime, &sources, &storage, &volumes, volume_engine)
         .map_err(StartError::at(Stage::Pods))?;
     let stats = start_stats(core, &sources, &storage, &volumes);
-    let pressure = start_pressure(core, &runtime, &sources, &volumes, &pods, pressure_inputs, &stats)
-        .map_err(StartError::at(Stage::Pressure))?;
-
+    // What every extension is given, the built-in ones first: the pressure conditions are the eviction
+    // pair's, made here so that the extensions started before it hold them too.
     let ctx = ExtensionContext {
         node_name: config.node_name.clone(),
         root_dir: config.root_dir.clone(),
@@ -223,20 +245,23 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
         pods_actual: pods.actual.clone(),
         volumes_desired: volumes.desired.clone(),
         volumes_actual: volumes.actual.clone(),
-        pressure: pressure.view.clone(),
+        pressure: PressureView::new((core.clock)()),
         engine_metrics: core.engine_metrics.clone(),
         registry: core.registry.clone(),
         supervisor: core.supervisor.clone(),
         cri: runtime.cri.clone(),
+        events: core.events.clone(),
+        clock: core.clock.clone(),
+        reclaimers: core.reclaimers.clone(),
     };
-    let mut tables = extension::StatusTables::default();
+    let mut tables = StatusTables::default();
+    start_builtins(&ctx, &mut tables, builtin_extensions(config)).map_err(StartError::at(Stage::Pressure))?;
+    let pressure = start_pressure(core, &sources, &volumes, &pods, pressure_inputs, &stats, &ctx)
+        .map_err(StartError::at(Stage::Pressure))?;
     for ext in extensions {
         let name = ext.name().to_owned();
         tracing::info!(extension = %name, "starting extension");
-        let table = ext.start(&ctx).map_err(|source| Error::ExtensionStart { name: name.clone(), source })?;
-        if let Some(table) = table {
-            tables.0.insert(name, table);
-        }
+        start_extension(ext, &ctx, &mut tables).map_err(|source| Error::ExtensionStart { name, source })?;
     }
 
     let node = Arc::new(
@@ -276,6 +301,41 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
         start_servers(core, node, kube_client, serving_cert, &runtime, tables)
             .await
             .map_err(StartError::at(Stage::Servers))?;
+    }
+    Ok(())
+}
+
+/// nodelet's own pairs that start as extensions ([`builtin`]), in start order: the image pair
+/// ([`builtin::images::ImageGc`]).
+fn builtin_extensions(config: &config::Config) -> Vec<Box<dyn Extension>> {
+    vec![Box::new(builtin::images::ImageGc::new(config))]
+}
+
+/// Starts nodelet's own pairs that are extensions (tasks: the image pair's `image-populator`,
+/// `image-engine`), each as every extension starts ([`start_extension`]); their failure is the
+/// [`Stage::Pressure`]'s.
+fn start_builtins(
+    ctx: &ExtensionContext,
+    tables: &mut StatusTables,
+    builtins: Vec<Box<dyn Extension>>,
+) -> Result<(), StartCause> {
+    for ext in builtins {
+        start_extension(ext, ctx, tables).map_err(StartCause::Builtin)?;
+    }
+    Ok(())
+}
+
+/// Starts `ext` through [`Extension::start`] with `ctx`, the one way every extension starts, nodelet's own
+/// and a third party's; keeps the status table it returns, if any, in `tables` (served on
+/// `/extensions/{name}`).
+fn start_extension(
+    ext: Box<dyn Extension>,
+    ctx: &ExtensionContext,
+    tables: &mut StatusTables,
+) -> Result<(), BoxError> {
+    let name = ext.name().to_owned();
+    if let Some(table) = ext.start(ctx)? {
+        tables.0.insert(name, table);
     }
     Ok(())
 }
@@ -692,19 +752,19 @@ impl PodSideInputs {
     }
 }
 
-/// What [`start_pods`] hands to [`start_pressure`]: the verdict store's writer, admission and the container
-/// GC reclaimer (the verdict populator and the eviction pair run there).
+/// What [`start_pods`] hands to [`start_pressure`]: the verdict store's writer and admission (the verdict
+/// populator runs there).
 pub(crate) struct PressureInputs {
     verdict_writer: reconcile_engine::Writer<PodUid, nodelet_resources::model::verdict::Verdict>,
     admission: nodelet_resources::eviction::verdict::Admission,
-    container_gc: nodelet_resources::pod::gc::ContainerGcReclaimer,
 }
 
 /// The pod engine (task `pod-engine`) with its prober (`prober`), PLEG (`pleg`, `runtime-events`), volume
 /// populator (`volume-populator`, `volume-refresh`), container GC (`container-gc`), log rotation
 /// (`log-rotation`) and the claims' volume stats (`claim-volume-stats`); also starts the
 /// volume engine and the sandbox pair (`sandbox-engine`, `sandbox-populator`: sandboxes and their network,
-/// see [`nodelet_resources::sandbox`]).
+/// see [`nodelet_resources::sandbox`]). Adds container GC's reclaimer to [`Core::reclaimers`], so the
+/// eviction pair tries it first.
 pub(crate) fn start_pods(
     core: &Core,
     runtime: &Runtime,
@@ -721,7 +781,7 @@ pub(crate) fn start_pods(
         max: config.backoff.container_restart.max,
         reset_after: config.backoff.container_restart.reset_after,
     };
-    let clock = system_clock();
+    let clock = core.clock.clone();
     // The prober: runs the probes of running containers; the pod reconciler and status read its results.
     let prober = nodelet_resources::probe::worker::Prober::new(
         Arc::new(storage.pod_runtime.prober().clone()),
@@ -896,7 +956,9 @@ pub(crate) fn start_pods(
         Policy::Critical,
         log_report("pod", engine.run(shutdown.clone().cancelled_owned())),
     );
-    let pressure_inputs = PressureInputs { verdict_writer, admission, container_gc: container_reclaimer };
+    // Under disk pressure the eviction pair tries container GC first.
+    core.reclaimers.add(Arc::new(container_reclaimer));
+    let pressure_inputs = PressureInputs { verdict_writer, admission };
     let pods = Pods {
         actual,
         failures,
@@ -942,23 +1004,22 @@ pub(crate) fn start_stats(
     stats
 }
 
-/// Image garbage collection, the verdict populator and the eviction pair (tasks, in start order,
-/// `image-populator`, `image-engine`, `local-storage-measure` (with local storage capacity isolation),
-/// `verdict-populator`, `eviction-engine`, `eviction-sampler`; all critical).
+/// The verdict populator and the eviction pair (tasks, in start order, `local-storage-measure` (with local
+/// storage capacity isolation), `verdict-populator`, `eviction-engine`, `eviction-sampler`; all critical),
+/// with the extensions' pressure conditions, event log and reclaimers (`ctx`).
 pub(crate) fn start_pressure(
     core: &Core,
-    runtime: &Runtime,
     src: &Sources,
     vols: &Volumes,
     pods: &Pods,
     inputs: PressureInputs,
     stats: &stats::StatsProvider,
+    ctx: &ExtensionContext,
 ) -> Result<pressure::PressureState, StartCause> {
     let config = &core.config;
     let (state, tasks) = pressure::start(
         pressure::Wiring {
             config,
-            cri: runtime.cri.clone(),
             stats: stats.clone(),
             desired: src.desired.clone(),
             actual: pods.actual.clone(),
@@ -966,10 +1027,12 @@ pub(crate) fn start_pressure(
             verdicts: pods.verdicts.clone(),
             verdict_writer: inputs.verdict_writer,
             admission: inputs.admission,
-            container_gc: inputs.container_gc,
+            reclaimers: ctx.reclaimers().clone(),
+            pressure: ctx.pressure(),
+            events: ctx.events().clone(),
             registry: &core.registry,
             engine_metrics: &core.engine_metrics,
-            clock: pods.clock.clone(),
+            clock: ctx.clock().clone(),
         },
         &core.shutdown,
     )?;
@@ -1055,6 +1118,8 @@ async fn start_servers(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ThresholdValue;
+    use nodelet_resources::model::pressure::{ReclaimError, Reclaimer, Signal};
 
     fn config(root_dir: &std::path::Path) -> config::Config {
         let mut config = config::Config::resolve(
@@ -1066,6 +1131,204 @@ mod tests {
         .config;
         config.root_dir = root_dir.to_path_buf();
         config
+    }
+
+    /// The extension context over empty stores, a CRI client of a socket nobody serves, and `core`'s
+    /// supervisor, clock, events and reclaimers.
+    fn context(core: &Core) -> ExtensionContext {
+        let cri = nodelet_cri::CriClient::connect_lazy(nodelet_cri::CriConfig::new(format!(
+            "unix://{}",
+            core.config.root_dir.join("nobody.sock").display()
+        )))
+        .expect("client");
+        ExtensionContext {
+            node_name: core.config.node_name.clone(),
+            root_dir: core.config.root_dir.clone(),
+            pods_desired: reconcile_engine::store().0,
+            pods_actual: reconcile_engine::store().0,
+            volumes_desired: reconcile_engine::store().0,
+            volumes_actual: reconcile_engine::store().0,
+            pressure: PressureView::new(0),
+            engine_metrics: core.engine_metrics.clone(),
+            registry: core.registry.clone(),
+            supervisor: core.supervisor.clone(),
+            cri,
+            events: core.events.clone(),
+            clock: core.clock.clone(),
+            reclaimers: core.reclaimers.clone(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_image_pair_starts_through_extension_start_with_its_tasks_its_reclaimer_and_no_table() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let core = Core::new(Arc::new(config(dir.path())), Host::Hollow).expect("core");
+        let builtins = builtin_extensions(&core.config);
+        let names: Vec<&str> = builtins.iter().map(|e| e.name()).collect();
+        assert_eq!(names, ["images"]);
+        let mut tables = StatusTables::default();
+        start_builtins(&context(&core), &mut tables, builtins).expect("started");
+        assert_eq!(core.supervisor.task_names(), ["image-populator", "image-engine"]);
+        assert_eq!(
+            format!("{:?}", core.reclaimers),
+            r#"["image-gc"]"#,
+            "the eviction pair's image reclaimer"
+        );
+        assert!(tables.0.is_empty(), "no /extensions/images: {tables:?}");
+        let text = prometheus::TextEncoder::new().encode_to_string(&core.registry.gather()).expect("text");
+        assert!(text.contains("reconciler=\"images\""), "the engine reports as before: {text}");
+        core.shutdown.cancel();
+        core.supervisor.join().await;
+    }
+
+    #[tokio::test]
+    async fn a_builtin_that_fails_to_start_fails_the_pressure_stage_with_its_message() {
+        struct Broken;
+        impl Extension for Broken {
+            fn name(&self) -> &str {
+                "broken"
+            }
+            fn start(
+                self: Box<Self>,
+                _: &ExtensionContext,
+            ) -> Result<Option<Arc<dyn extension::StatusTable>>, BoxError> {
+                Err(Box::new(prometheus::Error::AlreadyReg))
+            }
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let core = Core::new(Arc::new(config(dir.path())), Host::Hollow).expect("core");
+        let e = start_builtins(&context(&core), &mut StatusTables::default(), vec![Box::new(Broken)])
+            .map_err(StartError::at(Stage::Pressure))
+            .expect_err("broken");
+        assert_eq!(e.stage(), Stage::Pressure);
+        assert_eq!(e.to_string(), prometheus::Error::AlreadyReg.to_string(), "as the pressure stage said it");
+    }
+
+    /// A third party's extension: the tasks started before it, and a reclaimer that records the signals it
+    /// is asked to reclaim for.
+    struct Recorder {
+        started_after: Arc<std::sync::Mutex<Vec<String>>>,
+        calls: Arc<std::sync::Mutex<Vec<Signal>>>,
+    }
+
+    struct RecordingReclaimer(Arc<std::sync::Mutex<Vec<Signal>>>);
+
+    impl Reclaimer for RecordingReclaimer {
+        fn name(&self) -> &'static str {
+            "recorder"
+        }
+        fn reclaim(
+            &self,
+            signal: Signal,
+            _: u64,
+        ) -> futures::future::BoxFuture<'_, Result<u64, ReclaimError>> {
+            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(signal);
+            Box::pin(std::future::ready(Ok(0)))
+        }
+    }
+
+    impl Extension for Recorder {
+        fn name(&self) -> &str {
+            "recorder"
+        }
+        fn start(
+            self: Box<Self>,
+            ctx: &ExtensionContext,
+        ) -> Result<Option<Arc<dyn extension::StatusTable>>, BoxError> {
+            *self.started_after.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                ctx.supervisor().task_names();
+            ctx.reclaimers().add(Arc::new(RecordingReclaimer(self.calls.clone())));
+            Ok(None)
+        }
+    }
+
+    /// Every task of a standalone hollow node (no sources, no servers, no runtime events), in start order:
+    /// the image pair's two between the stats' and the eviction pair's, as when `pressure::start` built them.
+    const HOLLOW_TASKS: &[&str] = &[
+        "runtime-health",
+        "csi-plugin-watcher",
+        "claim-populator",
+        "claim-csi-drivers",
+        "claim-engine",
+        "volume-watch",
+        "prober",
+        "volume-refresh",
+        "volume-populator",
+        "claim-volume-stats",
+        "volume-engine",
+        "sandbox-engine",
+        "sandbox-populator",
+        "container-gc",
+        "log-rotation",
+        "pleg",
+        "pod-engine",
+        "stats-housekeeping",
+        "volume-stats",
+        "image-populator",
+        "image-engine",
+        "local-storage-measure",
+        "verdict-populator",
+        "eviction-engine",
+        "eviction-sampler",
+    ];
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_image_pair_starts_before_the_eviction_pair_which_tries_a_third_partys_reclaimer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("root");
+        let socket = dir.path().join("cri.sock");
+        std::fs::create_dir_all(&root).expect("root");
+        let fake = crate::hollow::fake_cri::FakeCri::new(0, &root);
+        let runtime_stop = CancellationToken::new();
+        let (stop, path) = (runtime_stop.clone(), socket.clone());
+        tokio::spawn(async move { fake.serve(&path, stop).await.expect("serve") });
+        let endpoint = format!("unix://{}", socket.display());
+        let args = crate::cli::RunArgs {
+            hostname_override: Some("n".into()),
+            root_dir: Some(root.clone()),
+            container_runtime_endpoint: Some(endpoint.clone()),
+            ..Default::default()
+        };
+        let mut config =
+            config::Config::resolve(&args, None, &config::HostFacts::detect()).expect("config").config;
+        config.server.enabled = false;
+        config.pods.cgroup_root = None;
+        config.pods.pod_logs_dir = root.join("logs");
+        // Disk pressure at once: less than all of the root directory's filesystem is free.
+        config.eviction.hard = vec![config::EvictionThreshold {
+            signal: "nodefs.available".into(),
+            value: ThresholdValue::Percentage(100.0),
+        }];
+        config.eviction.monitoring_period = std::time::Duration::from_millis(100);
+        let core = Core::new(Arc::new(config), Host::Hollow).expect("core");
+        let recorder = Recorder { started_after: Arc::default(), calls: Arc::default() };
+        let (started_after, calls) = (recorder.started_after.clone(), recorder.calls.clone());
+        assemble(&core, &endpoint, vec![Box::new(recorder)]).await.expect("started");
+
+        let names = core.supervisor.task_names();
+        assert_eq!(names, HOLLOW_TASKS, "the node's tasks, in start order");
+        let before: Vec<String> =
+            started_after.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        assert_eq!(before, names, "the third party starts after every standard pair");
+        assert_eq!(
+            format!("{:?}", core.reclaimers),
+            r#"["container-gc", "image-gc", "recorder"]"#,
+            "container GC, the image pair's, then the third party's"
+        );
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let seen = calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            if seen.contains(&Signal::NodeFsAvailable) {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the third party's reclaimer was never tried");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let reasons: Vec<String> = core.events.list().into_iter().map(|e| e.reason).collect();
+        assert!(reasons.iter().any(|r| r == "EvictionThresholdMet"), "the node's event log: {reasons:?}");
+        core.shutdown.cancel();
+        core.supervisor.join().await;
+        runtime_stop.cancel();
     }
 
     #[tokio::test]

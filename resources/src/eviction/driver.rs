@@ -5,8 +5,9 @@
 //!   ([`PressureView`]), to admission (a `watch` channel the verdict populator reads), to
 //!   `nodelet_node_pressure`, and each change to an event (`NodeHasMemoryPressure`,
 //!   `NodeHasSufficientMemory`, ...); a threshold acted on is announced (`EvictionThresholdMet`).
-//! - [`Reclaim`](EvictionOp::Reclaim): the node-level [`Reclaimer`]s in the order added (container
-//!   then image garbage collection), then the signals observed again.
+//! - [`Reclaim`](EvictionOp::Reclaim): the node-level [`Reclaimer`]s of its [`Reclaimers`] list in the
+//!   order added (on a node: container then image garbage collection, then the extensions'), then the
+//!   signals observed again.
 //! - [`MeasureUsage`](EvictionOp::MeasureUsage): the pods' usage of now, for ranking.
 //! - [`Evict`](EvictionOp::Evict): each pod's eviction is sent to the
 //!   [`VerdictPopulator`](super::populator::VerdictPopulator) through an [`EvictionSink`] (its verdict
@@ -37,7 +38,7 @@ use crate::common::clock::Clock;
 use crate::common::events::{Involved, NodeEvents};
 use crate::model::actual::PodActual;
 use crate::model::pod::PodUid;
-use crate::model::pressure::{Condition, Reclaimer};
+use crate::model::pressure::{Condition, Reclaimer, Reclaimers};
 
 /// Whether everything of the pod with this UID besides its containers (its volumes) is released.
 pub type CleanedUp = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -45,7 +46,7 @@ pub type CleanedUp = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 /// The eviction pair's driver.
 pub struct EvictionDriver {
     source: Arc<dyn SignalSource>,
-    reclaimers: Vec<Arc<dyn Reclaimer>>,
+    reclaimers: Reclaimers,
     sink: EvictionSink,
     pod_actual: Store<PodUid, PodActual>,
     cleaned_up: Option<CleanedUp>,
@@ -58,7 +59,7 @@ pub struct EvictionDriver {
 
 impl std::fmt::Debug for EvictionDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EvictionDriver").field("reclaimers", &self.reclaimers.len()).finish_non_exhaustive()
+        f.debug_struct("EvictionDriver").field("reclaimers", &self.reclaimers).finish_non_exhaustive()
     }
 }
 
@@ -75,7 +76,7 @@ impl EvictionDriver {
     ) -> Self {
         Self {
             source,
-            reclaimers: Vec::new(),
+            reclaimers: Reclaimers::new(),
             sink,
             pod_actual,
             cleaned_up: None,
@@ -95,14 +96,35 @@ impl EvictionDriver {
         self
     }
 
-    /// Adds a node-level reclaimer, tried in the order added.
+    /// Adds a node-level reclaimer to its list ([`reclaimers`](Self::reclaimers)), tried in the order added.
     #[must_use]
-    pub fn with_reclaimer(mut self, reclaimer: Arc<dyn Reclaimer>) -> Self {
-        self.reclaimers.push(reclaimer);
+    pub fn with_reclaimer(self, reclaimer: Arc<dyn Reclaimer>) -> Self {
+        self.reclaimers.add(reclaimer);
         self
     }
 
-    /// Whether node-level reclaimers were added (the reconciler plans reclaim only then).
+    /// Tries the reclaimers of the shared list `reclaimers` (in place of its own, and of those added to it
+    /// before): whatever is added to that list later, before or while the driver runs, is tried too.
+    #[must_use]
+    pub fn with_reclaimers(mut self, reclaimers: Reclaimers) -> Self {
+        self.reclaimers = reclaimers;
+        self
+    }
+
+    /// Shows the pressure conditions in `view` (in place of its own, all `False` since it was made): a view
+    /// handed out before the driver was built.
+    #[must_use]
+    pub fn with_pressure(mut self, view: PressureView) -> Self {
+        self.pressure = view;
+        self
+    }
+
+    /// The list of node-level reclaimers it tries (shared: adding to it adds to the driver's).
+    pub fn reclaimers(&self) -> &Reclaimers {
+        &self.reclaimers
+    }
+
+    /// Whether node-level reclaimers were added by now (the reconciler plans reclaim only then).
     pub fn reclaims(&self) -> bool {
         !self.reclaimers.is_empty()
     }
@@ -160,7 +182,7 @@ impl EvictionDriver {
     async fn reclaim(&self, met: &Met) -> Stage {
         let signal = met.threshold.signal;
         let mut freed = 0;
-        for r in &self.reclaimers {
+        for r in self.reclaimers.list() {
             match r.reclaim(signal, met.to_reclaim()).await {
                 Ok(n) => {
                     freed += n;

@@ -25,7 +25,7 @@ use super::state::Policy;
 use crate::common::events::NodeEvents;
 use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
 use crate::model::pod::{DesiredPod, PodSource, PodUid};
-use crate::model::pressure::{Condition, ReclaimError, Reclaimer, Signal};
+use crate::model::pressure::{Condition, ReclaimError, Reclaimer, Reclaimers, Signal};
 use crate::model::verdict::Verdict;
 
 const MI: u64 = 1 << 20;
@@ -297,6 +297,64 @@ async fn disk_pressure_reclaims_first_then_evicts_when_still_met() {
     assert_eq!((s.reclaims.count(), report.reclaimed), (1, MI));
     assert!(report.evicted.is_some());
     assert_eq!(s.driver.metrics().evictions.with_label_values(&["nodefs.available"]).get(), 1);
+}
+
+/// A reclaimer that records its calls (its name, the signal) in a shared log.
+struct LoggingReclaimer(&'static str, Arc<Mutex<Vec<(&'static str, Signal)>>>);
+
+impl Reclaimer for LoggingReclaimer {
+    fn name(&self) -> &'static str {
+        self.0
+    }
+    fn reclaim(&self, signal: Signal, _: u64) -> BoxFuture<'_, Result<u64, ReclaimError>> {
+        self.1.lock().unwrap_or_else(PoisonError::into_inner).push((self.0, signal));
+        Box::pin(async { Ok(2 * MI) })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reclaimer_added_to_the_shared_list_after_the_driver_was_built_is_tried_in_order_under_disk_pressure()
+ {
+    let t = Threshold::hard(Signal::NodeFsAvailable, Amount::Percentage(10.0));
+    let readings =
+        vec![reading(Signal::NodeFsAvailable, 50 * MI), reading(Signal::NodeFsAvailable, 200 * MI)];
+    let mut s = setup(readings, t);
+    // As the node does: the list the driver was built with, handed to whoever starts later (an extension).
+    let shared = Reclaimers::new();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    shared.add(Arc::new(LoggingReclaimer("first", log.clone())));
+    s.driver = std::mem::replace(&mut s.driver, placeholder()).with_reclaimers(shared.clone());
+    assert!(s.driver.reclaims());
+    // Added after the driver was built, as an extension that starts after the eviction pair does.
+    shared.add(Arc::new(LoggingReclaimer("late", log.clone())));
+    let report = s.pass().await;
+    assert_eq!(report.steps, ["assess", "reclaim"]);
+    assert_eq!(report.reclaimed, 4 * MI, "both reclaimers' bytes count");
+    assert_eq!(
+        *log.lock().unwrap_or_else(PoisonError::into_inner),
+        [("first", Signal::NodeFsAvailable), ("late", Signal::NodeFsAvailable)],
+        "the one added after the driver was built is tried too, after the earlier one"
+    );
+    assert_eq!(s.reclaims.count(), 0, "the shared list took the place of the driver's own");
+    assert_eq!(format!("{:?}", s.driver.reclaimers()), r#"["first", "late"]"#);
+}
+
+/// A driver that is never run (to move the real one out of a [`Setup`]).
+fn placeholder() -> EvictionDriver {
+    let (sink, _) = super::populator::evictions();
+    let script = Arc::new(Script {
+        readings: Mutex::new(Vec::new()),
+        usage: BTreeMap::new(),
+        storage: LocalStorage::default(),
+    });
+    EvictionDriver::new(
+        script,
+        sink,
+        reconcile_engine::store().0,
+        EvictionMetrics::new(&prometheus::Registry::new()).unwrap_or_else(|e| panic!("{e}")),
+        NodeEvents::new(),
+        Arc::new(|| 1),
+    )
 }
 
 #[tokio::test(start_paused = true)]

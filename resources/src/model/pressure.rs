@@ -1,8 +1,9 @@
 //! Node pressure as the pairs share it: the eviction signals ([`Signal`]) and the node conditions they report
-//! through ([`Condition`]), and node-level reclaim ([`Reclaimer`]): what the eviction pair asks of the image
-//! and container garbage collectors before it evicts pods for a disk signal.
+//! through ([`Condition`]), and node-level reclaim ([`Reclaimer`], collected in [`Reclaimers`]): what the
+//! eviction pair asks of the image and container garbage collectors before it evicts pods for a disk signal.
 
 use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -168,6 +169,41 @@ pub trait Reclaimer: Send + Sync + 'static {
 
     /// Frees what it can towards `bytes` for `signal`; returns the bytes freed.
     fn reclaim(&self, signal: Signal, bytes: u64) -> BoxFuture<'_, Result<u64, ReclaimError>>;
+}
+
+/// The node-level reclaimers the eviction pair tries for a disk signal, in the order added: one list shared
+/// by whoever adds to it (the container GC, the image pair, extensions) and the eviction pair's driver,
+/// which reads it at every reclaim, so a reclaimer added after the driver was built is tried too. Cheap to
+/// clone (the clones share the list).
+#[derive(Clone, Default)]
+pub struct Reclaimers(Arc<Mutex<Vec<Arc<dyn Reclaimer>>>>);
+
+impl fmt::Debug for Reclaimers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.list().iter().map(|r| r.name())).finish()
+    }
+}
+
+impl Reclaimers {
+    /// An empty list.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `reclaimer`, tried after those added before it.
+    pub fn add(&self, reclaimer: Arc<dyn Reclaimer>) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).push(reclaimer);
+    }
+
+    /// The reclaimers now, in the order added.
+    pub fn list(&self) -> Vec<Arc<dyn Reclaimer>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Whether none was added.
+    pub fn is_empty(&self) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
+    }
 }
 
 /// Why node-level reclaim failed.
