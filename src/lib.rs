@@ -8,9 +8,7 @@
 //! to write an extension and build a binary with it, with or without the client commands.
 
 mod claims;
-mod cli;
 mod cluster;
-mod config;
 mod csinode;
 pub mod daemon;
 #[cfg(test)]
@@ -29,5 +27,9 @@ pub use daemon::{
     BuiltinCommand, Error, Extension, ExtensionContext, Invocation, Node, NodeBuilder, NodeConfig, Stage,
     StartError, StatusTable, Supervisor,
 };
+/// The configuration (crate `nodelet-config`): the flags and the KubeletConfiguration file, validated.
+pub use nodelet_config as config;
+/// The daemon's command line (`nodelet_config::cli`).
+pub use nodelet_config::cli;
 // YAML (`crate::yaml`): shared with the client.
 use nodelet_shared::yaml;
