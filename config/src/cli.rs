@@ -140,7 +140,7 @@ pub enum Commands<C: Subcommand> {
 }
 
 /// No client commands: the command line of a binary built without `nodelet-cli` (`run`, `hollow`,
-/// `completion`, `man`). It has no value, so [`crate::Invocation::Client`] cannot occur.
+/// `completion`, `man`). It has no value, so `nodelet::Invocation::Client` cannot occur.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoClient {}
 

@@ -1561,7 +1561,7 @@ fn field_flags(args: &RunArgs, raw: &mut RawKubeletConfiguration) -> Result<(), 
     Ok(())
 }
 
-/// Why a single value (a path, URL, header, name, ...) is not valid; [`Merger`] wraps it in
+/// Why a single value (a path, URL, header, name, ...) is not valid; `Merger` wraps it in
 /// [`ConfigError::Invalid`] with the flag or field it came from.
 #[derive(Debug, thiserror::Error)]
 pub enum ValueError {

@@ -6,7 +6,7 @@
 //! and saying why nodelet does not support it ([`refusals`]): the parser knows these flags (as hidden
 //! arguments generated from the table by [`refused_args`]), so a kubelet unit file fails with that message
 //! and not with an "unexpected argument". `docs/kubelet-flags.md` is generated from the table
-//! ([`markdown`]).
+//! (`markdown`).
 
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
