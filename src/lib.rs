@@ -6,6 +6,10 @@
 //! `nodelet` binary is [`Invocation::from_args_with_client`] (the command line, with the client commands of
 //! the `nodelet-cli` crate, which the library does not depend on) plus that; `docs/extensions.md` shows how
 //! to write an extension and build a binary with it, with or without the client commands.
+//!
+//! The configuration (the daemon's flags and its KubeletConfiguration file, validated into one `Config`) is
+//! the `nodelet-config` crate, re-exported here as [`config`] and [`cli`]; it depends on nothing of the
+//! daemon.
 
 mod claims;
 mod cluster;

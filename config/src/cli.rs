@@ -190,6 +190,7 @@ pub struct HollowArgs {
     /// KubeletConfiguration file every node reads, as `nodelet run --config`
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Logging.
     #[command(flatten)]
     pub log: LogArgs,
 }
