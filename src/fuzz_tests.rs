@@ -576,3 +576,81 @@ fn decoders_at_every_integer_limit_refuse_without_panic() {
     }));
     assert!(panics.is_empty(), "{} panics:\n{}", panics.len(), panics.join("\n"));
 }
+
+/// `body` after the KubeletConfiguration header as the file /etc/nodelet/config.yaml, without flags.
+fn load_config(body: &str) -> Result<crate::config::Loaded, crate::config::ConfigError> {
+    use crate::config::{Config, ConfigFile, HostFacts};
+    let header = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let file = ConfigFile::parse(Path::new("/etc/nodelet/config.yaml"), &format!("{header}{body}"))?;
+    let host = HostFacts { hostname: Ok("node-1".into()), cwd: std::path::PathBuf::from("/work") };
+    let crate::cli::Command::Run(args) = crate::cli::try_parse_from(["nodelet"]).expect("no flags") else {
+        panic!("not run")
+    };
+    Config::resolve(&args, Some(file), &host)
+}
+
+/// Every number of the configuration file (integers, durations, quantities, thresholds) at and beyond every
+/// integer limit: a value the node cannot use is an error naming the file and the field, never a panic.
+#[test]
+fn config_numbers_at_every_integer_limit_are_refused_or_used_without_panic() {
+    const FIELDS: &[&str] = &[
+        "port: {}",
+        "readOnlyPort: {}",
+        "healthzPort: {}",
+        "maxPods: {}",
+        "podPidsLimit: {}",
+        "kubeAPIQPS: {}",
+        "kubeAPIBurst: {}",
+        "nodeLeaseDurationSeconds: {}",
+        "evictionMaxPodGracePeriod: {}",
+        "imageGCHighThresholdPercent: {}",
+        "imageGCLowThresholdPercent: {}",
+        "containerLogMaxFiles: {}",
+        "containerLogMaxSize: '{}'",
+        "maxParallelImagePulls: {}",
+        "logging: {verbosity: {}}",
+        "fileCheckFrequency: '{}'",
+        "syncFrequency: '{}'",
+        "runtimeRequestTimeout: '{}'",
+        "nodeStatusUpdateFrequency: '{}'",
+        "imageMinimumGCAge: '{}'",
+        "imageMaximumGCAge: '{}'",
+        "evictionPressureTransitionPeriod: '{}'",
+        "evictionHard: {memory.available: '{}'}",
+        "evictionHard: {nodefs.inodesFree: '{}'}",
+        "evictionSoft: {memory.available: '{}'}\nevictionSoftGracePeriod: {memory.available: '{}'}",
+        "evictionMinimumReclaim: {memory.available: '{}'}",
+        "authentication: {webhook: {cacheTTL: '{}'}}",
+        "crashLoopBackOff: {maxContainerRestartPeriod: '{}'}",
+        "nodelet: {maxTerminationGracePeriodSeconds: {}}",
+        "nodelet: {containerRestartBackOff: {initial: '{}', max: '{}', resetAfter: '{}'}}",
+        "nodelet: {imagePullBackOff: {initial: '{}', max: '{}'}}",
+        "nodelet: {plegRelistPeriod: '{}', housekeepingInterval: '{}', imageGCPeriod: '{}'}",
+        "nodelet: {evictionMonitoringPeriod: '{}'}",
+        "nodelet: {localStorageEntryBudget: {}}",
+        "nodelet: {containerGC: {period: '{}', minAge: '{}', maxPerPodContainer: {}, maxContainers: {}}}",
+    ];
+    let mut panics = Vec::new();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    for field in FIELDS {
+        for value in limit_numbers() {
+            let body = field.replace("{}", &value);
+            match std::panic::catch_unwind(|| load_config(&body).map(drop)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    let message = e.to_string();
+                    assert!(
+                        message.contains("/etc/nodelet/config.yaml") || message.contains("--"),
+                        "{body}: the error names neither the file nor a flag: {message}"
+                    );
+                }
+                Err(payload) => {
+                    panics.push(format!("{body}: {}", crate::daemon::panic_message(payload.as_ref())))
+                }
+            }
+        }
+    }
+    std::panic::set_hook(hook);
+    assert!(panics.is_empty(), "{} panics:\n{}", panics.len(), panics.join("\n"));
+}

@@ -6,11 +6,13 @@
 //! `nodelet` binary is [`Invocation::from_args_with_client`] (the command line, with the client commands of
 //! the `nodelet-cli` crate, which the library does not depend on) plus that; `docs/extensions.md` shows how
 //! to write an extension and build a binary with it, with or without the client commands.
+//!
+//! The configuration (the daemon's flags and its KubeletConfiguration file, validated into one `Config`) is
+//! the `nodelet-config` crate, re-exported here as [`config`] and [`cli`]; it depends on nothing of the
+//! daemon.
 
 mod claims;
-mod cli;
 mod cluster;
-mod config;
 mod csinode;
 pub mod daemon;
 #[cfg(test)]
@@ -29,5 +31,9 @@ pub use daemon::{
     BuiltinCommand, Error, Extension, ExtensionContext, Invocation, Node, NodeBuilder, NodeConfig, Stage,
     StartError, StatusTable, Supervisor,
 };
+/// The configuration (crate `nodelet-config`): the flags and the KubeletConfiguration file, validated.
+pub use nodelet_config as config;
+/// The daemon's command line (`nodelet_config::cli`).
+pub use nodelet_config::cli;
 // YAML (`crate::yaml`): shared with the client.
 use nodelet_shared::yaml;

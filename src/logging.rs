@@ -27,51 +27,8 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
-/// `--logging-format` / `logging.format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum LogFormat {
-    /// Human-readable lines (the default).
-    #[default]
-    Text,
-    /// One JSON object per line (see the [module docs](self)).
-    Json,
-}
-
-/// A log format that is neither `text` nor `json` (the kubelet's words).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("Unsupported value: {value:?}: supported values: {}", LogFormat::supported())]
-pub(crate) struct UnsupportedFormat {
-    /// The format asked for.
-    pub(crate) value: String,
-}
-
-impl LogFormat {
-    /// The formats, as the kubelet names them.
-    pub(crate) const NAMES: [&'static str; 2] = ["json", "text"];
-
-    /// `text` or `json`; anything else is refused with the kubelet's words.
-    pub(crate) fn parse(s: &str) -> Result<Self, UnsupportedFormat> {
-        match s {
-            "text" => Ok(LogFormat::Text),
-            "json" => Ok(LogFormat::Json),
-            other => Err(UnsupportedFormat { value: other.to_owned() }),
-        }
-    }
-
-    /// The names, quoted and comma-separated, for messages.
-    fn supported() -> String {
-        let quoted: Vec<String> = Self::NAMES.iter().map(|n| format!("{n:?}")).collect();
-        quoted.join(", ")
-    }
-
-    /// The name written in the configuration.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            LogFormat::Text => "text",
-            LogFormat::Json => "json",
-        }
-    }
-}
+/// `--logging-format` / `logging.format` (the configuration's: `nodelet_config::LogFormat`).
+pub(crate) use crate::config::LogFormat;
 
 /// Why logging cannot be set up.
 #[derive(Debug, thiserror::Error)]
@@ -376,18 +333,6 @@ mod tests {
         assert_eq!(lines[0]["attempt"], 2);
         assert_eq!(lines[0]["key"], "a\"b\nc");
         assert_eq!(lines[0]["msg"], "line\nbreak");
-    }
-
-    #[test]
-    fn formats_are_the_kubelets() {
-        assert_eq!(LogFormat::parse("json"), Ok(LogFormat::Json));
-        assert_eq!(LogFormat::parse("text"), Ok(LogFormat::Text));
-        let e = LogFormat::parse("xml").expect_err("refused").to_string();
-        assert_eq!(e, r#"Unsupported value: "xml": supported values: "json", "text""#);
-        assert_eq!(
-            LogFormat::NAMES.map(|n| LogFormat::parse(n).map(LogFormat::name)),
-            [Ok("json"), Ok("text")]
-        );
     }
 
     #[test]

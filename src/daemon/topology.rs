@@ -410,7 +410,7 @@ pub(crate) async fn start_sources(core: &Core) -> Result<Sources, StartCause> {
     });
     let pod_config = sources::PodConfig::new(config.node_name.clone())
         .with_debug_state(debug_state)
-        .with_security(config.security_policies())
+        .with_security(crate::sources::SecurityPolicies::from_config(config))
         .with_grace_cap(config.pods.grace_cap());
     let mut objects = tokio::sync::watch::channel(Arc::new(sources::ManifestObjects::new())).1;
     if let Some(path) = &config.sources.static_pod_path {

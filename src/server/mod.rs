@@ -72,9 +72,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub(crate) use auth::AuthError;
-pub(crate) use streaming::{
-    DEFAULT_IDLE_TIMEOUT as DEFAULT_STREAMING_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS_PER_USER, MAX_SESSIONS,
-};
 pub(crate) use tls::{ServingCertHandle, TlsError};
 
 use auth::{Authenticator, TokenAuthenticator};

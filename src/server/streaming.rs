@@ -63,14 +63,13 @@ use super::port_forward;
 use super::routes::{Shared, is_dns_label, is_dns_subdomain};
 use super::{NodeView, StreamTargetError, status};
 
-/// Streaming sessions (exec, attach, port-forward) open at once; more get 429.
-pub(crate) const MAX_SESSIONS: usize = 256;
 /// Streaming sessions one user may have open at once (`nodelet.maxStreamingSessionsPerUser`): half of
-/// [`MAX_SESSIONS`], so that no single identity can hold every slot. The API server's sessions (every
-/// `kubectl exec`, `attach`, `port-forward` of the cluster) come as one user, its kubelet client.
-pub(crate) const DEFAULT_MAX_SESSIONS_PER_USER: usize = MAX_SESSIONS / 2;
-/// `streamingConnectionIdleTimeout`: the kubelet's 4 h.
-pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
+/// [`MAX_SESSIONS`] (the configuration's default).
+pub(crate) use crate::config::DEFAULT_MAX_STREAMING_SESSIONS_PER_USER as DEFAULT_MAX_SESSIONS_PER_USER;
+/// `streamingConnectionIdleTimeout`: the kubelet's 4 h (the configuration's default).
+pub(crate) use crate::config::DEFAULT_STREAMING_IDLE_TIMEOUT as DEFAULT_IDLE_TIMEOUT;
+/// Streaming sessions (exec, attach, port-forward) open at once; more get 429.
+pub(crate) use crate::config::MAX_STREAMING_SESSIONS as MAX_SESSIONS;
 /// Ports in one port-forward request: the binary channel protocol has 256 channels, two per port.
 pub(crate) const MAX_PORTS: usize = 128;
 /// How long the client may take to take up the upgraded connection after the 101.

@@ -20,7 +20,9 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;
 use nodelet_resources::model::pod::PodSource;
-use nodelet_resources::pod::security::{Level, PodSecurity, SecurityError};
+use nodelet_resources::pod::security::{Level, NodeRestrictions, PodSecurity, SecurityError};
+
+use crate::config::Config;
 
 /// The namespaces and label keys pods of the sources nodelet cannot trust as root's may use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -122,6 +124,43 @@ pub(crate) struct SecurityPolicies {
 }
 
 impl SecurityPolicies {
+    /// The settings each pod source is held to, from the node's configuration: its `nodelet.podSecurity` level; with
+    /// `--allow-privileged=false`, the node restrictions (which raise every level to `baseline`; the allowed
+    /// hostPath prefixes only for sources whose level is `privileged`; nodelet's own ports, which no hostPort
+    /// may take); and for the URL, HTTP and untrusted-file sources, the namespaces and labels they may use.
+    pub(crate) fn from_config(config: &Config) -> Self {
+        let mut ports = BTreeSet::new();
+        if config.server.enabled {
+            ports.insert(config.server.port);
+        }
+        ports.extend(config.server.read_only_port);
+        ports.extend(config.server.healthz.map(|a| a.port()));
+        ports.extend(config.sources.manifest_http_addr.map(|a| a.port()));
+        let restrictions = |level: Level| {
+            (!config.pods.allow_privileged).then(|| NodeRestrictions {
+                host_path_prefixes: if level == Level::Privileged {
+                    config.pods.allowed_host_paths.clone()
+                } else {
+                    Vec::new()
+                },
+                reserved_host_ports: ports.clone(),
+            })
+        };
+        let policy = |level: Level| PodSecurity { level, restrictions: restrictions(level) };
+        let levels = config.pods.pod_security;
+        SecurityPolicies {
+            file: policy(levels.file),
+            url: policy(levels.url),
+            http: policy(levels.http),
+            api: policy(levels.api),
+            untrusted_file: policy(untrusted_level(levels.file)),
+            placement: Placement {
+                namespaces: Some(config.pods.http_pod_namespaces.iter().cloned().collect()),
+                label_keys: Some(config.pods.http_pod_labels.iter().cloned().collect()),
+            },
+        }
+    }
+
     /// The policy of a manifest file, trusted (see [`trusted_manifest`]) or not.
     pub(crate) fn for_file(&self, trusted: bool) -> SourcePolicy {
         if trusted {
@@ -170,20 +209,6 @@ pub(crate) fn trusted_manifest(path: &Path) -> bool {
     trusted(dir) && trusted(path)
 }
 
-/// Whether `key` is a label key: an optional DNS subdomain prefix and `/`, then a name of 1 to 63
-/// characters of `[A-Za-z0-9_.-]` that starts and ends alphanumeric.
-pub(crate) fn is_label_key(key: &str) -> bool {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    let name_ok = (1..=63).contains(&name.len())
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    name_ok && prefix.is_none_or(nodelet_resources::common::names::is_dns_subdomain)
-}
-
 /// The level of an untrusted manifest file: `level`, but at least `baseline`.
 pub(crate) fn untrusted_level(level: Level) -> Level {
     level.max(Level::Baseline)
@@ -194,6 +219,89 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+
+    use std::path::PathBuf;
+
+    /// The configuration of `flags` and of the file /etc/nodelet/config.yaml with `body` (after the
+    /// KubeletConfiguration header), if any.
+    fn config(flags: &[&str], body: Option<&str>) -> Config {
+        use crate::config::{ConfigFile, HostFacts};
+        let mut argv = vec!["nodelet"];
+        argv.extend_from_slice(flags);
+        let crate::cli::Command::Run(args) = crate::cli::try_parse_from(argv).expect("flags") else {
+            panic!("not run")
+        };
+        let header = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let file = body.map(|b| {
+            ConfigFile::parse(Path::new("/etc/nodelet/config.yaml"), &format!("{header}{b}")).expect("file")
+        });
+        let host = HostFacts { hostname: Ok("node-1".into()), cwd: PathBuf::from("/work") };
+        Config::resolve(&args, file, &host).expect("config").config
+    }
+
+    #[test]
+    fn security_policies_come_from_the_levels_the_restrictions_and_the_placement_configured() {
+        let policies = SecurityPolicies::from_config(&config(&[], None));
+        assert_eq!(policies.file.level, Level::Privileged);
+        assert_eq!(policies.untrusted_file.level, Level::Baseline, "files not owned by root");
+        assert_eq!(policies.http.level, Level::Baseline);
+        assert_eq!(policies.url.level, Level::Baseline);
+        assert_eq!(policies.api.level, Level::Privileged);
+        assert!(policies.http.restrictions.is_none());
+        assert!(policies.api.restrictions.is_none(), "API pods run as the API server admitted them");
+        assert_eq!(
+            policies.placement.namespaces,
+            Some(["default".to_owned()].into()),
+            "URL and HTTP pods: the default namespace only"
+        );
+        assert_eq!(policies.placement.label_keys, Some(Default::default()), "and no labels");
+        assert_eq!(policies, SecurityPolicies::from_config(&config(&["--allow-privileged=true"], None)));
+
+        let policies = SecurityPolicies::from_config(&config(
+            &["--allow-privileged=false", "--port", "11250", "--read-only-port", "10255"],
+            Some(
+                "seccompDefault: true\nnodelet:\n  podSecurity: {file: baseline, api: restricted}\n  \
+                 allowedHostPaths: [/srv/data]\n",
+            ),
+        ));
+        assert_eq!(policies.file.level, Level::Baseline);
+        assert_eq!(policies.http.level, Level::Baseline, "unset keeps its default");
+        assert_eq!(policies.api.level, Level::Restricted);
+        let restrictions = policies.file.restrictions.clone().expect("--allow-privileged=false restricts");
+        assert!(restrictions.host_path_prefixes.is_empty(), "a baseline source gets no hostPath");
+        assert!(
+            restrictions.reserved_host_ports.contains(&11250)
+                && restrictions.reserved_host_ports.contains(&10255)
+        );
+
+        // --allow-privileged=false caps every source at baseline; the allowed hostPath prefixes go only to the
+        // sources whose own level is privileged.
+        let capped = SecurityPolicies::from_config(&config(
+            &["--allow-privileged=false"],
+            Some("nodelet:\n  allowedHostPaths: [/srv/data]\n"),
+        ));
+        for (name, policy) in
+            [("file", &capped.file), ("api", &capped.api), ("url", &capped.url), ("http", &capped.http)]
+        {
+            assert_eq!(policy.effective_level(), Level::Baseline, "{name}");
+        }
+        let api = capped.api.restrictions.clone().expect("restricted");
+        assert_eq!(api.host_path_prefixes, vec![PathBuf::from("/srv/data")]);
+        assert!(capped.http.restrictions.clone().expect("restricted").host_path_prefixes.is_empty());
+        assert!(
+            capped.untrusted_file.restrictions.clone().expect("restricted").host_path_prefixes.is_empty()
+        );
+
+        let placement = SecurityPolicies::from_config(&config(
+            &[],
+            Some(
+                "nodelet:\n  httpPodNamespaces: [edge, default]\n  httpPodLabels: [app, example.com/tier]\n",
+            ),
+        ))
+        .placement;
+        assert_eq!(placement.namespaces, Some(["default".to_owned(), "edge".to_owned()].into()));
+        assert_eq!(placement.label_keys, Some(["app".to_owned(), "example.com/tier".to_owned()].into()));
+    }
 
     fn pod(namespace: &str, labels: &[(&str, &str)]) -> Pod {
         let mut pod = Pod::default();
@@ -264,15 +372,5 @@ mod tests {
         assert!(policies.for_remote(&PodSource::Url("http://x".into())).placement.is_some());
         assert_eq!(policies.for_remote(&PodSource::Api).placement, None);
         assert_eq!(untrusted_level(Level::Restricted), Level::Restricted);
-    }
-
-    #[test]
-    fn label_keys() {
-        for ok in ["app", "k8s-app", "example.com/tier", "a.b_c-d"] {
-            assert!(is_label_key(ok), "{ok}");
-        }
-        for bad in ["", "-a", "a/", "/a", "Exa mple", "UPPER.com/x", &"x".repeat(64)] {
-            assert!(!is_label_key(bad), "{bad}");
-        }
     }
 }

@@ -45,31 +45,8 @@ const CA_BUNDLES: &[&str] = &[
     "/etc/ssl/cert.pem",
 ];
 
-/// `url` as it may be shown (problems, events, logs, `/configz`, errors): its user information and its query
-/// string, which may carry credentials, each replaced by `<redacted>`, and its fragment dropped
-/// (`https://<redacted>@host:8443/pods?<redacted>`). A text that does not parse as a URL is redacted whole.
-pub(crate) fn redact_url(url: &str) -> String {
-    const REDACTED: &str = crate::config::configz::REDACTED;
-    let Ok(parsed) = reqwest::Url::parse(url) else { return format!("{REDACTED} (not a URL)") };
-    let mut out = format!("{}:", parsed.scheme());
-    if let Some(host) = parsed.host_str() {
-        out.push_str("//");
-        if !parsed.username().is_empty() || parsed.password().is_some() {
-            out.push_str(REDACTED);
-            out.push('@');
-        }
-        out.push_str(host);
-        if let Some(port) = parsed.port() {
-            out.push_str(&format!(":{port}"));
-        }
-    }
-    out.push_str(parsed.path());
-    if parsed.query().is_some() {
-        out.push('?');
-        out.push_str(REDACTED);
-    }
-    out
-}
+/// `url` as it may be shown: the configuration's (`nodelet_config::configz::redact_url`).
+pub(crate) use crate::config::configz::redact_url;
 
 /// Errors of the URL source's configuration.
 #[derive(Debug, thiserror::Error)]

@@ -337,17 +337,17 @@ impl Merger<'_> {
                         field: "streamingConnectionIdleTimeout".into(),
                         message: format!(
                             "0s in a config file means the default, {} (as the kubelet)",
-                            GoDuration(crate::server::DEFAULT_STREAMING_IDLE_TIMEOUT)
+                            GoDuration(crate::DEFAULT_STREAMING_IDLE_TIMEOUT)
                         ),
                     });
-                    crate::server::DEFAULT_STREAMING_IDLE_TIMEOUT
+                    crate::DEFAULT_STREAMING_IDLE_TIMEOUT
                 }
                 (None, Some(d)) => d.0,
-                (None, None) => crate::server::DEFAULT_STREAMING_IDLE_TIMEOUT,
+                (None, None) => crate::DEFAULT_STREAMING_IDLE_TIMEOUT,
             };
-        let max_sessions = crate::server::MAX_SESSIONS;
+        let max_sessions = crate::MAX_STREAMING_SESSIONS;
         let max_streaming_sessions_per_user = match nodelet.max_streaming_sessions_per_user {
-            None => crate::server::DEFAULT_MAX_SESSIONS_PER_USER,
+            None => crate::DEFAULT_MAX_STREAMING_SESSIONS_PER_USER,
             Some(n) => {
                 usize::try_from(n).ok().filter(|n| (1..=max_sessions).contains(n)).ok_or_else(|| {
                     self.file_err(
@@ -633,7 +633,7 @@ impl Merger<'_> {
         }
         let http_pod_labels = nodelet.http_pod_labels.clone().unwrap_or_default();
         for (i, key) in http_pod_labels.iter().enumerate() {
-            if !crate::sources::admission::is_label_key(key) {
+            if !crate::is_label_key(key) {
                 return Err(self.file_err(
                     &format!("nodelet.httpPodLabels[{i}]"),
                     format!("{key:?} is not a label key ([prefix/]name)"),

@@ -42,7 +42,7 @@ const TAINT_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
 /// Why a cluster-mode value (a kubeconfig path, node IP, label, taint, cluster domain) is not valid;
 /// [`Merger`] wraps it in [`ConfigError::Invalid`] with the flag or field it came from.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ClusterValueError {
+pub enum ClusterValueError {
     /// The file cannot be opened or its metadata read.
     #[error("cannot read {}: {reason}", path.display())]
     Unreadable {
@@ -177,7 +177,7 @@ pub(crate) enum ClusterValueError {
 
 /// Why a qualified name (`[prefix/]name`: a label or taint key) is not valid.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum QualifiedNameError {
+pub enum QualifiedNameError {
     /// `/name`.
     #[error("the prefix before '/' must not be empty")]
     EmptyPrefix,
@@ -207,7 +207,7 @@ pub(crate) enum QualifiedNameError {
 
 /// Why a name part or label value is not valid.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum NameCharsError {
+pub enum NameCharsError {
     /// Longer than 63 characters.
     #[error("must be no more than 63 characters")]
     TooLong,
@@ -491,7 +491,7 @@ fn parse_node_labels(values: &[String]) -> Result<BTreeMap<String, String>, Clus
 }
 
 /// A node label the kubelet would accept from `--node-labels` (and may set on its Node).
-pub(crate) fn check_node_label(key: &str, value: &str) -> Result<(), ClusterValueError> {
+pub fn check_node_label(key: &str, value: &str) -> Result<(), ClusterValueError> {
     check_qualified_name(key)
         .map_err(|reason| ClusterValueError::LabelKey { key: key.to_owned(), reason })?;
     check_label_value(value).map_err(|reason| ClusterValueError::LabelValue {

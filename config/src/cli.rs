@@ -5,9 +5,9 @@
 //! `debug` and `port-forward` come between `run` and `hollow`; [`NoClient`] adds none).
 //!
 //! `nodelet` alone (or `nodelet run`) runs the daemon. Every daemon flag is optional here: a flag given
-//! explicitly overrides the `--config` file, which overrides the default ([`crate::config::Config::load`]
+//! explicitly overrides the `--config` file, which overrides the default ([`crate::Config::load`]
 //! does the merge). The defaults written in the help texts are checked against the constants in
-//! [`crate::config`] by a unit test.
+//! the crate's root by a unit test.
 
 // The field docs below are the command-line help texts: plain text with <placeholders>, not HTML.
 #![allow(rustdoc::invalid_html_tags)]
@@ -18,9 +18,9 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args, Parser, Subcommand};
 use nodelet_shared::log::LogArgs;
 
-use crate::config::GoDuration;
+use crate::GoDuration;
 
-pub(crate) mod kubelet_flags;
+pub mod kubelet_flags;
 
 /// Runs Kubernetes pods on this machine: static pods from a directory or a URL, on containerd.
 #[derive(Debug, Parser)]
@@ -41,33 +41,31 @@ pub(crate) mod kubelet_flags;
     after_help = "Logging: -v/--v LEVEL sets the verbosity (0-1 info, 2-3 info with more detail from nodelet, \
         4-5 debug, 6+ trace); RUST_LOG, when set, takes precedence (tracing EnvFilter syntax)."
 )]
-pub(crate) struct TopLevel<C: Subcommand> {
+pub struct TopLevel<C: Subcommand> {
     /// What to do; the daemon when absent.
     #[command(subcommand)]
-    pub(crate) command: Option<Commands<C>>,
+    pub command: Option<Commands<C>>,
     /// The daemon's flags when no command is given.
     #[command(flatten)]
-    pub(crate) run: RunArgs,
+    pub run: RunArgs,
 }
 
 /// The command line without client commands (the daemon's tests parse with it).
-#[cfg(test)]
-pub(crate) type Cli = TopLevel<NoClient>;
+pub type Cli = TopLevel<NoClient>;
 
 /// The commands without client commands.
-#[cfg(test)]
-pub(crate) type Command = Commands<NoClient>;
+pub type Command = Commands<NoClient>;
 
 impl<C: Subcommand> TopLevel<C> {
     /// The command to execute: the explicit subcommand, or `run` with the top-level flags.
-    pub(crate) fn into_command(self) -> Commands<C> {
+    pub fn into_command(self) -> Commands<C> {
         self.command.unwrap_or(Commands::Run(Box::new(self.run)))
     }
 }
 
 /// The whole command line with the client commands `C`: [`TopLevel`] plus, for the daemon (top level and
 /// `run`), the kubelet flags nodelet refuses, as hidden arguments (see [`kubelet_flags`]).
-pub(crate) fn command_with<C: Subcommand>() -> clap::Command {
+pub fn command_with<C: Subcommand>() -> clap::Command {
     use clap::CommandFactory;
     TopLevel::<C>::command()
         .args(kubelet_flags::refused_args())
@@ -75,14 +73,12 @@ pub(crate) fn command_with<C: Subcommand>() -> clap::Command {
 }
 
 /// [`command_with`] without client commands.
-#[cfg(test)]
-pub(crate) fn command() -> clap::Command {
+pub fn command() -> clap::Command {
     command_with::<NoClient>()
 }
 
 /// [`try_parse_with`] without client commands.
-#[cfg(test)]
-pub(crate) fn try_parse_from<I, T>(args: I) -> Result<Command, clap::Error>
+pub fn try_parse_from<I, T>(args: I) -> Result<Command, clap::Error>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -93,7 +89,7 @@ where
 /// Parses a command line (`args` starts with the program name) with the client commands `C`. A kubelet flag
 /// nodelet does not support is an error naming its KubeletConfiguration field; the kubelet's deprecation
 /// lines for the deprecated kubelet flags given go to [`RunArgs::deprecation_warnings`].
-pub(crate) fn try_parse_with<C, I, T>(args: I) -> Result<Commands<C>, clap::Error>
+pub fn try_parse_with<C, I, T>(args: I) -> Result<Commands<C>, clap::Error>
 where
     C: Subcommand,
     I: IntoIterator<Item = T>,
@@ -127,7 +123,7 @@ where
 
 /// nodelet's commands, with the client commands `C` between `run` and `hollow`.
 #[derive(Debug, Subcommand)]
-pub(crate) enum Commands<C: Subcommand> {
+pub enum Commands<C: Subcommand> {
     /// Run the node agent (the default when no command is given).
     Run(Box<RunArgs>),
     /// The client commands of the binary.
@@ -144,7 +140,7 @@ pub(crate) enum Commands<C: Subcommand> {
 }
 
 /// No client commands: the command line of a binary built without `nodelet-cli` (`run`, `hollow`,
-/// `completion`, `man`). It has no value, so [`crate::Invocation::Client`] cannot occur.
+/// `completion`, `man`). It has no value, so `nodelet::Invocation::Client` cannot occur.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoClient {}
 
@@ -174,317 +170,318 @@ impl Subcommand for NoClient {
 
 /// `nodelet hollow`: many hollow nodes in one process (see `docs/scale.md`).
 #[derive(Debug, Clone, Args)]
-pub(crate) struct HollowArgs {
+pub struct HollowArgs {
     /// How many hollow nodes to run
     #[arg(long, value_name = "N")]
-    pub(crate) nodes: u32,
+    pub nodes: u32,
     /// Directory of the nodes' kubeconfigs: node NAME reads NAME.kubeconfig (its own identity, e.g. a client
     /// certificate for system:node:NAME)
     #[arg(long, value_name = "DIR")]
-    pub(crate) kubeconfig_dir: PathBuf,
+    pub kubeconfig_dir: PathBuf,
     /// The nodes are named PREFIX<i> for i from --first-index
     #[arg(long, value_name = "PREFIX", default_value = "hollow-node-")]
-    pub(crate) name_prefix: String,
+    pub name_prefix: String,
     /// The index of the first node (its pods' made-up IPs are in 10.(64 + i / 256).(i % 256).0/24)
     #[arg(long, value_name = "I", default_value_t = 0)]
-    pub(crate) first_index: u32,
+    pub first_index: u32,
     /// Each node keeps its files (certificates, pod directories, the fake runtime's socket) in DIR/NAME
     #[arg(long, value_name = "DIR", default_value = "/var/lib/nodelet-hollow")]
-    pub(crate) root_dir: PathBuf,
+    pub root_dir: PathBuf,
     /// KubeletConfiguration file every node reads, as `nodelet run --config`
     #[arg(long, value_name = "FILE")]
-    pub(crate) config: Option<PathBuf>,
+    pub config: Option<PathBuf>,
+    /// Logging.
     #[command(flatten)]
-    pub(crate) log: LogArgs,
+    pub log: LogArgs,
 }
 
 /// The daemon's flags. Every flag is optional: unset means "the config file's value, else the default".
 #[derive(Debug, Clone, Default, Args)]
-pub(crate) struct RunArgs {
+pub struct RunArgs {
     /// KubeletConfiguration file (kubelet.config.k8s.io/v1beta1). Flags given explicitly override its fields;
     /// relative paths inside it are relative to the file's directory.
     #[arg(long, value_name = "FILE", help_heading = "Configuration")]
-    pub(crate) config: Option<PathBuf>,
+    pub config: Option<PathBuf>,
 
     /// Directory (or single file) of static pod manifests, re-read every --file-check-frequency and on change
     /// [config: staticPodPath]
     #[arg(long, value_name = "PATH", help_heading = "Pod sources")]
-    pub(crate) pod_manifest_path: Option<PathBuf>,
+    pub pod_manifest_path: Option<PathBuf>,
     /// URL of a pod manifest (a Pod or a PodList), fetched every --http-check-frequency [config: staticPodURL]
     #[arg(long, value_name = "URL", help_heading = "Pod sources")]
-    pub(crate) manifest_url: Option<String>,
+    pub manifest_url: Option<String>,
     /// HTTP header(s) for --manifest-url requests, as 'key:value[,key:value...]'; repeatable
     /// [config: staticPodURLHeader]
     #[arg(long, value_name = "KEY:VALUE", action = ArgAction::Append, help_heading = "Pod sources")]
-    pub(crate) manifest_url_header: Vec<String>,
+    pub manifest_url_header: Vec<String>,
     /// How often the manifest path is re-listed [default: 20s] [config: fileCheckFrequency]
     #[arg(long, value_name = "DURATION", help_heading = "Pod sources")]
-    pub(crate) file_check_frequency: Option<GoDuration>,
+    pub file_check_frequency: Option<GoDuration>,
     /// How often the manifest URL is fetched [default: 20s] [config: httpCheckFrequency]
     #[arg(long, value_name = "DURATION", help_heading = "Pod sources")]
-    pub(crate) http_check_frequency: Option<GoDuration>,
+    pub http_check_frequency: Option<GoDuration>,
     /// Maximum time between two syncs of a running pod [default: 1m] [config: syncFrequency]
     #[arg(long, value_name = "DURATION", help_heading = "Pod sources")]
-    pub(crate) sync_frequency: Option<GoDuration>,
+    pub sync_frequency: Option<GoDuration>,
     /// How often the pods' stats (/stats/summary, /metrics/resource) are gathered [default: 10s]
     /// [config: nodelet.housekeepingInterval]
     #[arg(long, value_name = "DURATION", help_heading = "Pod sources")]
-    pub(crate) housekeeping_interval: Option<GoDuration>,
+    pub housekeeping_interval: Option<GoDuration>,
     /// nodelet only: loopback address (e.g. 127.0.0.1:10260) of an endpoint accepting pod manifests (POST /pods,
     /// DELETE /pods/NS/NAME) with the bearer token of <root-dir>/http-source/token; off by default
     /// [config: nodelet.manifestHTTPAddress]
     #[arg(long, value_name = "IP:PORT", help_heading = "Pod sources")]
-    pub(crate) manifest_http_addr: Option<SocketAddr>,
+    pub manifest_http_addr: Option<SocketAddr>,
 
     /// Node name instead of the machine's hostname (static pods are named <pod>-<node>)
     #[arg(long, value_name = "NAME", help_heading = "Node")]
-    pub(crate) hostname_override: Option<String>,
+    pub hostname_override: Option<String>,
     /// Directory for nodelet's state: pod volumes, certificates, the embedded containerd
     /// [default: /var/lib/nodelet]
     #[arg(long, value_name = "DIR", help_heading = "Node")]
-    pub(crate) root_dir: Option<PathBuf>,
+    pub root_dir: Option<PathBuf>,
     /// Directory of the containers' CRI log files [default: /var/log/pods] [config: podLogsDir]
     #[arg(long, value_name = "DIR", help_heading = "Node")]
-    pub(crate) pod_logs_dir: Option<PathBuf>,
+    pub pod_logs_dir: Option<PathBuf>,
     /// Resolver configuration given to pods with dnsPolicy Default/ClusterFirst; '' disables
     /// [default: /etc/resolv.conf] [config: resolvConf]
     #[arg(long, value_name = "FILE", help_heading = "Node")]
-    pub(crate) resolv_conf: Option<String>,
+    pub resolv_conf: Option<String>,
     /// Cgroup under which pod cgroups are created [default: the root cgroup] [config: cgroupRoot]
     #[arg(long, value_name = "CGROUP", help_heading = "Node")]
-    pub(crate) cgroup_root: Option<String>,
+    pub cgroup_root: Option<String>,
     /// Maximum number of pods on this node [default: 110] [config: maxPods]
     #[arg(long, value_name = "N", help_heading = "Node")]
-    pub(crate) max_pods: Option<u32>,
+    pub max_pods: Option<u32>,
     /// Maximum number of processes per pod, set as its pod cgroup's pids.max (needs --cgroup-root); -1 for
     /// no limit [default: -1] [config: podPidsLimit]
     #[arg(long, value_name = "N", allow_negative_numbers = true, help_heading = "Node")]
-    pub(crate) pod_max_pids: Option<i64>,
+    pub pod_max_pids: Option<i64>,
     /// Longest grace period any pod gets to stop, in seconds: terminationGracePeriodSeconds, deletion
     /// and probe grace periods above it are lowered to it [default: no bound]
     /// [config: nodelet.maxTerminationGracePeriodSeconds]
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, help_heading = "Node")]
-    pub(crate) max_termination_grace_period: Option<i64>,
+    pub max_termination_grace_period: Option<i64>,
     /// Unsafe sysctls pods may set besides the safe ones, comma-separated; repeatable. Names or prefixes
     /// ending in '*' (e.g. 'kernel.msg*,net.core.somaxconn'), each of the IPC or network namespace
     /// [config: allowedUnsafeSysctls]
     #[arg(long, value_name = "SYSCTL,...", action = ArgAction::Append, help_heading = "Node")]
-    pub(crate) allowed_unsafe_sysctls: Vec<String>,
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// Allow containers to request privileged mode; false holds every pod source to the baseline Pod Security
     /// level [default: true] [config: nodelet.allowPrivileged]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Node")]
-    pub(crate) allow_privileged: Option<bool>,
+    pub allow_privileged: Option<bool>,
     /// Give every container without a seccomp profile the runtime's default (RuntimeDefault) instead of
     /// Unconfined [default: false] [config: seccompDefault]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Node")]
-    pub(crate) seccomp_default: Option<bool>,
+    pub seccomp_default: Option<bool>,
     /// How often the disk usage of volumes and container filesystems is measured [default: 1m]
     /// [config: volumeStatsAggPeriod]
     #[arg(long, value_name = "DURATION", help_heading = "Node")]
-    pub(crate) volume_stats_agg_period: Option<GoDuration>,
+    pub volume_stats_agg_period: Option<GoDuration>,
 
     /// Kubeconfig of the API server to register this node with; enables cluster mode (without it nodelet
     /// runs static pods only, standalone). With --bootstrap-kubeconfig it may be missing: TLS bootstrap
     /// writes it
     #[arg(long, value_name = "FILE", help_heading = "Cluster")]
-    pub(crate) kubeconfig: Option<PathBuf>,
+    pub kubeconfig: Option<PathBuf>,
     /// TLS bootstrap: when --kubeconfig is missing or its client certificate is missing or expired, ask the
     /// cluster for one (a CertificateSigningRequest) with these credentials (e.g. a bootstrap token), store it
     /// under <root-dir>/pki and write --kubeconfig; the client certificate is then rotated before it expires
     #[arg(long, value_name = "FILE", help_heading = "Cluster")]
-    pub(crate) bootstrap_kubeconfig: Option<PathBuf>,
+    pub bootstrap_kubeconfig: Option<PathBuf>,
     /// The node's InternalIP address(es): one IP, or an IPv4 and an IPv6 address separated by a comma
     /// [default: detected]
     #[arg(long, value_name = "IP[,IP]", help_heading = "Cluster")]
-    pub(crate) node_ip: Option<String>,
+    pub node_ip: Option<String>,
     /// Labels of the Node object, 'key=value[,key=value...]'; repeatable. Keys in the kubernetes.io and
     /// k8s.io namespaces are refused except the kubelet's own (kubernetes.io/hostname, ...) and the
     /// kubelet.kubernetes.io and node.kubernetes.io namespaces
     #[arg(long, value_name = "KEY=VALUE,...", action = ArgAction::Append, help_heading = "Cluster")]
-    pub(crate) node_labels: Vec<String>,
+    pub node_labels: Vec<String>,
     /// Register this node with the API server [default: true] [config: registerNode]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Cluster")]
-    pub(crate) register_node: Option<bool>,
+    pub register_node: Option<bool>,
     /// Taints the node is registered with, 'key[=value]:Effect[,...]' (Effect: NoSchedule,
     /// PreferNoSchedule or NoExecute) [config: registerWithTaints]
     #[arg(long, value_name = "KEY[=VALUE]:EFFECT,...", help_heading = "Cluster")]
-    pub(crate) register_with_taints: Option<String>,
+    pub register_with_taints: Option<String>,
     /// Queries per second to the API server; 0 means the default [default: 50] [config: kubeAPIQPS]
     #[arg(long, value_name = "QPS", allow_negative_numbers = true, help_heading = "Cluster")]
-    pub(crate) kube_api_qps: Option<f64>,
+    pub kube_api_qps: Option<f64>,
     /// Burst of queries to the API server [default: 100] [config: kubeAPIBurst]
     #[arg(long, value_name = "N", allow_negative_numbers = true, help_heading = "Cluster")]
-    pub(crate) kube_api_burst: Option<i64>,
+    pub kube_api_burst: Option<i64>,
     /// How often the node's status is computed, and posted when it changed [default: 10s]
     /// [config: nodeStatusUpdateFrequency]
     #[arg(long, value_name = "DURATION", help_heading = "Cluster")]
-    pub(crate) node_status_update_frequency: Option<GoDuration>,
+    pub node_status_update_frequency: Option<GoDuration>,
     /// DNS server IP(s) of pods with dnsPolicy ClusterFirst, comma-separated; repeatable. Without it they
     /// get the node's resolv.conf (also in standalone mode) [config: clusterDNS]
     #[arg(long, value_name = "IP,...", action = ArgAction::Append, help_heading = "Cluster")]
-    pub(crate) cluster_dns: Vec<String>,
+    pub cluster_dns: Vec<String>,
     /// The cluster's DNS domain (e.g. cluster.local), searched by ClusterFirst pods; empty for none
     /// (also in standalone mode) [config: clusterDomain]
     #[arg(long, value_name = "DOMAIN", help_heading = "Cluster")]
-    pub(crate) cluster_domain: Option<String>,
+    pub cluster_domain: Option<String>,
     /// Renew the client certificate (from --bootstrap-kubeconfig's TLS bootstrap) before it expires
     /// [default: false] [config: rotateCertificates]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Cluster")]
-    pub(crate) rotate_certificates: Option<bool>,
+    pub rotate_certificates: Option<bool>,
     /// Get the main port's serving certificate from the cluster (a CertificateSigningRequest) and renew it
     /// before it expires [default: false] [config: serverTLSBootstrap]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Cluster")]
-    pub(crate) rotate_server_certificates: Option<bool>,
+    pub rotate_server_certificates: Option<bool>,
 
     /// CRI endpoint of an external runtime (unix:///path.sock); without it nodelet runs its own containerd
     /// [config: containerRuntimeEndpoint]
     #[arg(long, value_name = "ENDPOINT", help_heading = "Container runtime")]
-    pub(crate) container_runtime_endpoint: Option<String>,
+    pub container_runtime_endpoint: Option<String>,
     /// Timeout of each runtime call, except long-running ones (pull, logs, exec, attach) [default: 2m]
     /// [config: runtimeRequestTimeout]
     #[arg(long, value_name = "DURATION", help_heading = "Container runtime")]
-    pub(crate) runtime_request_timeout: Option<GoDuration>,
+    pub runtime_request_timeout: Option<GoDuration>,
     /// Sandbox ("pause") image of the embedded containerd [default: localhost/nodelet/pause:3.9]
     /// [config: nodelet.podInfraContainerImage]
     #[arg(long, value_name = "IMAGE", help_heading = "Container runtime")]
-    pub(crate) pod_infra_container_image: Option<String>,
+    pub pod_infra_container_image: Option<String>,
     /// Pod network of the embedded runtime's CNI bridge (used when <root-dir>/cni/net.d has no other
     /// network) [default: 198.18.0.0/16] [config: podCIDR]
     #[arg(long, value_name = "CIDR", help_heading = "Container runtime")]
-    pub(crate) pod_cidr: Option<String>,
+    pub pod_cidr: Option<String>,
     /// nodelet only: containerd binary for the embedded runtime (1.6, 1.7 or 2.x: the config written follows
     /// its version; it runs with its own directory first on PATH) [default: containerd, looked up on PATH]
     /// [config: nodelet.containerdPath]
     #[arg(long, value_name = "PATH", help_heading = "Container runtime")]
-    pub(crate) containerd_path: Option<PathBuf>,
+    pub containerd_path: Option<PathBuf>,
     /// nodelet only: TOML file merged over the embedded containerd's generated config (containerd
     /// `imports`: a plugin table in it replaces the generated one for that plugin)
     /// [config: nodelet.containerdConfigExtra]
     #[arg(long, value_name = "FILE", help_heading = "Container runtime")]
-    pub(crate) containerd_config_extra: Option<PathBuf>,
+    pub containerd_config_extra: Option<PathBuf>,
     /// nodelet only: directory of OCI/docker image archives (*.tar) imported into the runtime at start,
     /// before any pod starts [config: nodelet.preloadImages]
     #[arg(long, value_name = "DIR", help_heading = "Container runtime")]
-    pub(crate) preload_images: Option<PathBuf>,
+    pub preload_images: Option<PathBuf>,
 
     /// IP address of the main (HTTPS) and read-only ports [default: 0.0.0.0] [config: address]
     #[arg(long, value_name = "IP", help_heading = "Serving")]
-    pub(crate) address: Option<IpAddr>,
+    pub address: Option<IpAddr>,
     /// Run the HTTP(S) servers: the main port, the read-only port and /healthz; false runs none
     /// [default: true] [config: enableServer]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Serving")]
-    pub(crate) enable_server: Option<bool>,
+    pub enable_server: Option<bool>,
     /// Main HTTPS port (authenticated: /pods, /metrics, /stats/summary, /containerLogs) [default: 10250]
     /// [config: port]
     #[arg(long, value_name = "PORT", help_heading = "Serving")]
-    pub(crate) port: Option<u16>,
+    pub port: Option<u16>,
     /// Unauthenticated read-only HTTP port (/pods, /metrics, /healthz); 0 disables [default: 0]
     /// [config: readOnlyPort]
     #[arg(long, value_name = "PORT", help_heading = "Serving")]
-    pub(crate) read_only_port: Option<u16>,
+    pub read_only_port: Option<u16>,
     /// Close an exec, attach or port-forward session after this long without traffic either way; must be
     /// greater than 0 [default: 4h] [config: streamingConnectionIdleTimeout]
     #[arg(long, value_name = "DURATION", help_heading = "Serving")]
-    pub(crate) streaming_connection_idle_timeout: Option<GoDuration>,
+    pub streaming_connection_idle_timeout: Option<GoDuration>,
     /// Port of the plain-HTTP /healthz endpoint; 0 disables [default: 10248] [config: healthzPort]
     #[arg(long, value_name = "PORT", help_heading = "Serving")]
-    pub(crate) healthz_port: Option<u16>,
+    pub healthz_port: Option<u16>,
     /// IP address of the /healthz endpoint [default: 127.0.0.1] [config: healthzBindAddress]
     #[arg(long, value_name = "IP", help_heading = "Serving")]
-    pub(crate) healthz_bind_address: Option<IpAddr>,
+    pub healthz_bind_address: Option<IpAddr>,
     /// Certificate (PEM, may include intermediates) of the main port; without it a self-signed one is
     /// generated under <root-dir>/pki [config: tlsCertFile]
     #[arg(long, value_name = "FILE", help_heading = "Serving")]
-    pub(crate) tls_cert_file: Option<PathBuf>,
+    pub tls_cert_file: Option<PathBuf>,
     /// Private key (PEM) matching --tls-cert-file [config: tlsPrivateKeyFile]
     #[arg(long, value_name = "FILE", help_heading = "Serving")]
-    pub(crate) tls_private_key_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
 
     /// CA bundle (PEM) that client certificates on the main port must chain to
     /// [config: authentication.x509.clientCAFile]
     #[arg(long, value_name = "FILE", help_heading = "Authentication")]
-    pub(crate) client_ca_file: Option<PathBuf>,
+    pub client_ca_file: Option<PathBuf>,
     /// nodelet only: static bearer tokens for the main port, CSV lines 'token,user,uid[,"group1,group2"]'
     /// [config: nodelet.tokenAuthFile]
     #[arg(long, value_name = "FILE", help_heading = "Authentication")]
-    pub(crate) token_auth_file: Option<PathBuf>,
+    pub token_auth_file: Option<PathBuf>,
     /// Allow unauthenticated requests on the main port. Default false: safer than the kubelet, whose
     /// command-line default is true [default: false] [config: authentication.anonymous.enabled]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Authentication")]
-    pub(crate) anonymous_auth: Option<bool>,
+    pub anonymous_auth: Option<bool>,
     /// Cluster mode only: check bearer tokens that are not in --token-auth-file with a TokenReview through
     /// the API server. Default: true in cluster mode with a --config file (the KubeletConfiguration file
     /// default), false otherwise (the kubelet's command-line default)
     /// [default: true with --config and --kubeconfig, else false] [config: authentication.webhook.enabled]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Authentication")]
-    pub(crate) authentication_token_webhook: Option<bool>,
+    pub authentication_token_webhook: Option<bool>,
     /// How long TokenReview answers (authenticated or not) are cached; 0 disables the cache [default: 2m]
     /// [config: authentication.webhook.cacheTTL]
     #[arg(long, value_name = "DURATION", help_heading = "Authentication")]
-    pub(crate) authentication_token_webhook_cache_ttl: Option<GoDuration>,
+    pub authentication_token_webhook_cache_ttl: Option<GoDuration>,
     /// Authorization of the main port: AlwaysAllow, or Webhook (cluster mode only: a SubjectAccessReview
     /// for each request, as the kubelet). In cluster mode the default is Webhook (the kubelet's command line
     /// defaults to AlwaysAllow), and AlwaysAllow with client certificates, TokenReview or anonymous requests
     /// needs --insecure-always-allow-authorization [default: Webhook with --kubeconfig, else AlwaysAllow]
     /// [config: authorization.mode]
     #[arg(long, value_name = "MODE", help_heading = "Authentication")]
-    pub(crate) authorization_mode: Option<String>,
+    pub authorization_mode: Option<String>,
     /// nodelet only: accept --authorization-mode AlwaysAllow in cluster mode together with client
     /// certificates, TokenReview or anonymous requests, which lets every node's certificate and every
     /// ServiceAccount token of the cluster exec into every pod here. Refused without this flag; with it,
     /// a warning at every start
     #[arg(long, help_heading = "Authentication")]
-    pub(crate) insecure_always_allow_authorization: bool,
+    pub insecure_always_allow_authorization: bool,
     /// How long an allowing SubjectAccessReview answer is cached; 0 disables [default: 5m]
     /// [config: authorization.webhook.cacheAuthorizedTTL]
     #[arg(long, value_name = "DURATION", help_heading = "Authentication")]
-    pub(crate) authorization_webhook_cache_authorized_ttl: Option<GoDuration>,
+    pub authorization_webhook_cache_authorized_ttl: Option<GoDuration>,
     /// How long a denying SubjectAccessReview answer is cached; 0 disables [default: 30s]
     /// [config: authorization.webhook.cacheUnauthorizedTTL]
     #[arg(long, value_name = "DURATION", help_heading = "Authentication")]
-    pub(crate) authorization_webhook_cache_unauthorized_ttl: Option<GoDuration>,
+    pub authorization_webhook_cache_unauthorized_ttl: Option<GoDuration>,
 
     /// Hard eviction thresholds, 'signal<value' pairs separated by commas, e.g.
     /// 'memory.available<100Mi,nodefs.available<10%'; setting one drops the other defaults
     /// [default: memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%]
     /// [config: evictionHard]
     #[arg(long, value_name = "SIGNAL<VALUE,...", help_heading = "Eviction and garbage collection")]
-    pub(crate) eviction_hard: Option<String>,
+    pub eviction_hard: Option<String>,
     /// Soft eviction thresholds, 'signal<value' pairs; each needs --eviction-soft-grace-period
     /// [config: evictionSoft]
     #[arg(long, value_name = "SIGNAL<VALUE,...", help_heading = "Eviction and garbage collection")]
-    pub(crate) eviction_soft: Option<String>,
+    pub eviction_soft: Option<String>,
     /// How long each soft threshold must be met before pods are evicted, 'signal=duration' pairs
     /// [config: evictionSoftGracePeriod]
     #[arg(long, value_name = "SIGNAL=DURATION,...", help_heading = "Eviction and garbage collection")]
-    pub(crate) eviction_soft_grace_period: Option<String>,
+    pub eviction_soft_grace_period: Option<String>,
     /// Minimum amount reclaimed beyond a met threshold, 'signal=quantity' pairs
     /// [config: evictionMinimumReclaim]
     #[arg(long, value_name = "SIGNAL=VALUE,...", help_heading = "Eviction and garbage collection")]
-    pub(crate) eviction_minimum_reclaim: Option<String>,
+    pub eviction_minimum_reclaim: Option<String>,
     /// How long a pressure condition stays true after its thresholds were last met [default: 5m]
     /// [config: evictionPressureTransitionPeriod]
     #[arg(long, value_name = "DURATION", help_heading = "Eviction and garbage collection")]
-    pub(crate) eviction_pressure_transition_period: Option<GoDuration>,
+    pub eviction_pressure_transition_period: Option<GoDuration>,
     /// Image filesystem usage (percent) at which image garbage collection starts; 100 disables it
     /// [default: 85] [config: imageGCHighThresholdPercent]
     #[arg(long, value_name = "PERCENT", help_heading = "Eviction and garbage collection")]
-    pub(crate) image_gc_high_threshold: Option<i64>,
+    pub image_gc_high_threshold: Option<i64>,
     /// Image filesystem usage (percent) image garbage collection brings it down to [default: 80]
     /// [config: imageGCLowThresholdPercent]
     #[arg(long, value_name = "PERCENT", help_heading = "Eviction and garbage collection")]
-    pub(crate) image_gc_low_threshold: Option<i64>,
+    pub image_gc_low_threshold: Option<i64>,
     /// Minimum age of an unused image before it may be removed [default: 2m] [config: imageMinimumGCAge]
     #[arg(long, value_name = "DURATION", help_heading = "Eviction and garbage collection")]
-    pub(crate) minimum_image_ttl_duration: Option<GoDuration>,
+    pub minimum_image_ttl_duration: Option<GoDuration>,
     /// Longest grace period (seconds) given to a pod evicted for a soft threshold (its own when shorter)
     /// [default: 0] [config: evictionMaxPodGracePeriod]
     #[arg(
@@ -493,16 +490,16 @@ pub(crate) struct RunArgs {
         allow_negative_numbers = true,
         help_heading = "Eviction and garbage collection"
     )]
-    pub(crate) eviction_max_pod_grace_period: Option<i64>,
+    pub eviction_max_pod_grace_period: Option<i64>,
     /// Count the pods' local ephemeral storage (emptyDir, logs, writable layers) against their limits and
     /// evict pods that exceed them [default: true] [config: localStorageCapacityIsolation]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           help_heading = "Eviction and garbage collection")]
-    pub(crate) local_storage_capacity_isolation: Option<bool>,
+    pub local_storage_capacity_isolation: Option<bool>,
     /// Minimum age of a dead container before it may be removed [default: 0s]
     /// [config: nodelet.containerGC.minAge]
     #[arg(long, value_name = "DURATION", help_heading = "Eviction and garbage collection")]
-    pub(crate) minimum_container_ttl_duration: Option<GoDuration>,
+    pub minimum_container_ttl_duration: Option<GoDuration>,
     /// Dead containers kept per container of a pod, at least 1 [default: 1]
     /// [config: nodelet.containerGC.maxPerPodContainer]
     #[arg(
@@ -511,7 +508,7 @@ pub(crate) struct RunArgs {
         allow_negative_numbers = true,
         help_heading = "Eviction and garbage collection"
     )]
-    pub(crate) maximum_dead_containers_per_container: Option<i64>,
+    pub maximum_dead_containers_per_container: Option<i64>,
     /// Dead containers kept on the node in all; -1 for no limit [default: -1]
     /// [config: nodelet.containerGC.maxContainers]
     #[arg(
@@ -520,10 +517,10 @@ pub(crate) struct RunArgs {
         allow_negative_numbers = true,
         help_heading = "Eviction and garbage collection"
     )]
-    pub(crate) maximum_dead_containers: Option<i64>,
+    pub maximum_dead_containers: Option<i64>,
     /// Size (e.g. 10Mi) at which a container's log file is rotated [default: 10Mi] [config: containerLogMaxSize]
     #[arg(long, value_name = "QUANTITY", help_heading = "Eviction and garbage collection")]
-    pub(crate) container_log_max_size: Option<String>,
+    pub container_log_max_size: Option<String>,
     /// Log files kept per container, at least 2 [default: 5] [config: containerLogMaxFiles]
     #[arg(
         long,
@@ -531,19 +528,19 @@ pub(crate) struct RunArgs {
         allow_negative_numbers = true,
         help_heading = "Eviction and garbage collection"
     )]
-    pub(crate) container_log_max_files: Option<i64>,
+    pub container_log_max_files: Option<i64>,
 
     /// Log line format: text or json (the kubelet's JSON keys ts, caller, msg, v, err) [default: text]
     /// [config: logging.format]
     #[arg(long, value_name = "FORMAT", help_heading = "Logging")]
-    pub(crate) logging_format: Option<String>,
+    pub logging_format: Option<String>,
     /// Logging.
     #[command(flatten)]
-    pub(crate) log: LogArgs,
+    pub log: LogArgs,
     /// The kubelet's deprecation lines for the deprecated kubelet flags given, logged at start (set by
     /// [`try_parse_from`]).
     #[arg(skip)]
-    pub(crate) deprecation_warnings: Vec<String>,
+    pub deprecation_warnings: Vec<String>,
 }
 
 /// `nodelet completion SHELL`.
@@ -551,29 +548,29 @@ pub(crate) struct RunArgs {
 #[command(after_help = "bash: `source <(nodelet completion bash)`, or save it as \
     /etc/bash_completion.d/nodelet. zsh: `nodelet completion zsh > \"${fpath[1]}/_nodelet\"`. fish: \
     `nodelet completion fish > ~/.config/fish/completions/nodelet.fish`.")]
-pub(crate) struct CompletionArgs {
+pub struct CompletionArgs {
     /// The shell.
     #[arg(value_name = "SHELL", value_parser = ["bash", "zsh", "fish"])]
-    pub(crate) shell: String,
+    pub shell: String,
 }
 
 /// `nodelet man [--dir DIR]`.
 #[derive(Debug, Clone, Args)]
-pub(crate) struct ManArgs {
+pub struct ManArgs {
     /// Write nodelet.1 and one nodelet-COMMAND.1 per command into this directory instead of printing
     /// nodelet.1.
     #[arg(long, value_name = "DIR")]
-    pub(crate) dir: Option<PathBuf>,
+    pub dir: Option<PathBuf>,
 }
 
 /// A shell `nodelet completion` has no script for.
 #[derive(Debug, thiserror::Error)]
 #[error("unsupported shell type {0:?}")]
-pub(crate) struct UnsupportedShell(String);
+pub struct UnsupportedShell(String);
 
 /// `nodelet completion SHELL`: the completion script of `shell` (`bash`, `zsh` or `fish`) for the command
 /// line `cmd` ([`command_with`]), generated by clap_complete.
-pub(crate) fn completion(
+pub fn completion(
     cmd: &mut clap::Command,
     shell: &str,
     out: &mut dyn std::io::Write,
@@ -592,7 +589,7 @@ pub(crate) fn completion(
 /// `nodelet man`: one roff page (section 1) for nodelet and all its commands (`cmd`, [`command_with`]):
 /// the top-level page that clap_mangen makes, then a section per command with its synopsis, description
 /// and options.
-pub(crate) fn man_page(cmd: clap::Command, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+pub fn man_page(cmd: clap::Command, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     let mut cmd = cmd.disable_help_subcommand(true);
     cmd.build();
     clap_mangen::Man::new(cmd.clone()).render(out)?;
@@ -619,7 +616,7 @@ pub(crate) fn man_page(cmd: clap::Command, out: &mut dyn std::io::Write) -> std:
 }
 
 /// `nodelet man --dir DIR`: writes nodelet.1 and nodelet-COMMAND.1 for every command of `cmd` into `dir`.
-pub(crate) fn man_pages_to(cmd: clap::Command, dir: &std::path::Path) -> std::io::Result<()> {
+pub fn man_pages_to(cmd: clap::Command, dir: &std::path::Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     clap_mangen::generate_to(cmd, dir)
 }
@@ -627,7 +624,7 @@ pub(crate) fn man_pages_to(cmd: clap::Command, dir: &std::path::Path) -> std::io
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config;
+    use crate as config;
     use clap::CommandFactory;
 
     /// The `nodelet` binary's command line: with the client commands of `nodelet-cli`.

@@ -13,7 +13,7 @@ use crate::cli::{Command as NodeletCommand, RunArgs, command, try_parse_from};
 ///     split(line, parts, /  +/); n = split(parts[1], w, " "); name = w[1];
 ///     type = (n > 1) ? w[2] : "bool"; next }
 ///   name != "" && /^ / { text = text " " $0 }
-///   END { out() }' > src/cli/kubelet-v1.28.7-flags.tsv
+///   END { out() }' > config/src/cli/kubelet-v1.28.7-flags.tsv
 /// ```
 const KUBELET_HELP: &str = include_str!("../kubelet-v1.28.7-flags.tsv");
 
@@ -283,7 +283,7 @@ fn every_deprecated_accepted_flag_warns_when_given() {
 /// `docs/kubelet-flags.md` is [`markdown`]; with NODELET_UPDATE_DOCS=1 this test writes it.
 #[test]
 fn kubelet_flags_doc_is_current() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/kubelet-flags.md");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/kubelet-flags.md");
     let want = markdown();
     if std::env::var_os("NODELET_UPDATE_DOCS").is_some() {
         std::fs::write(&path, &want).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -1,5 +1,11 @@
-//! The daemon's configuration: a KubeletConfiguration file merged with the command-line flags into one
-//! validated [`Config`].
+//! nodelet's configuration (crate `nodelet-config`): the daemon's command line ([`cli`]) and a
+//! KubeletConfiguration file, merged into one validated [`Config`]. The daemon (crate `nodelet`) reads it as
+//! `nodelet::config` and `nodelet::cli`; this crate depends on no daemon code, only on the crates whose
+//! value syntaxes it checks (quantities and Pod Security levels of `nodelet-resources`, CRI endpoints of
+//! `nodelet-cri`, pod CIDRs and containerd defaults of `nodelet-node`, LVM names of `nodelet-storage`) and on
+//! `nodelet-shared` (YAML, Go durations, the `-v` flag). The defaults and limits the daemon's parts share with
+//! it are constants here (e.g. [`MAX_STREAMING_SESSIONS`], [`DEFAULT_STREAMING_IDLE_TIMEOUT`], [`LogFormat`]);
+//! what a part derives from the configuration (the pod sources' security policies) is that part's code.
 //!
 //! Precedence is the kubelet's: a flag given explicitly wins over the file's field, which wins over the
 //! default. Field names are the kubelet's (kubelet.config.k8s.io/v1beta1); nodelet's own settings sit under
@@ -11,20 +17,21 @@
 //! Relative paths are resolved like the kubelet does: in the file, against the file's directory; on the
 //! command line, against the current directory.
 //!
-//! The stages: [`ConfigFile::parse`] reads the file into its raw form (`raw.rs`, every field optional) and
-//! collects the warnings about unknown and ignored fields; [`Config::resolve`] puts the flags over it and
-//! builds each section of [`Config`] with one `Merger` method per section (`sections.rs`; cluster mode and
-//! the pods' DNS in `cluster_mode.rs`), which validates its values and returns the section or a
-//! [`ConfigError`]. The value checkers return [`ValueError`] (and `cluster_mode`'s own error types), which
-//! `Merger` wraps into [`ConfigError::Invalid`] with the flag or field the value came from. Value syntaxes
-//! shared with the kubelet (Go durations, quantities) are in `units.rs`; `/configz`'s view of the result is
-//! in `configz.rs`.
+//! The stages, raw to validated, one section at a time: [`ConfigFile::parse`] reads the file into its raw
+//! form (`raw.rs`, every field optional) and collects the warnings about unknown and ignored fields;
+//! [`Config::resolve`] puts the flags ([`cli::RunArgs`]) over it and builds each section of [`Config`] with
+//! one `Merger` method per section (`sections.rs`; cluster mode and the pods' DNS in `cluster_mode.rs`),
+//! which validates its values and returns the section or a [`ConfigError`]. The value checkers return
+//! [`ValueError`] (and `cluster_mode`'s own error types), which `Merger` wraps into [`ConfigError::Invalid`]
+//! with the flag or field the value came from. Value syntaxes shared with the kubelet (Go durations,
+//! quantities) are in [`units`]; `/configz`'s view of the result is in [`configz`].
 
+pub mod cli;
 mod cluster_mode;
-pub(crate) mod configz;
+pub mod configz;
 mod raw;
 mod sections;
-pub(crate) mod units;
+pub mod units;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -32,116 +39,116 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub(crate) use cluster_mode::check_node_label;
+pub use cluster_mode::check_node_label;
 #[cfg(test)]
-pub(crate) use units::format_go_duration;
-pub(crate) use units::{GoDuration, ThresholdValue, parse_go_duration, parse_quantity};
+pub use units::format_go_duration;
+pub use units::{GoDuration, ThresholdValue, parse_go_duration, parse_quantity};
 
-use nodelet_resources::pod::security::{Level, NodeRestrictions, PodSecurity};
+use nodelet_resources::pod::security::Level;
 
 use crate::cli::RunArgs;
-use crate::yaml;
+use nodelet_shared::yaml;
 use raw::{KUBELET_FIELDS, RawBackOff, RawKubeletConfiguration};
 use sections::Periods;
 
 /// The only accepted `apiVersion`.
-pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 /// The only accepted `kind`.
-pub(crate) const KIND: &str = "KubeletConfiguration";
+pub const KIND: &str = "KubeletConfiguration";
 
 /// `--root-dir`: nodelet's state (like the kubelet's /var/lib/kubelet).
-pub(crate) const DEFAULT_ROOT_DIR: &str = "/var/lib/nodelet";
+pub const DEFAULT_ROOT_DIR: &str = "/var/lib/nodelet";
 /// `address`: the main and read-only ports listen on every address, like the kubelet.
-pub(crate) const DEFAULT_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+pub const DEFAULT_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 /// `port`: the kubelet's HTTPS port.
-pub(crate) const DEFAULT_PORT: u16 = 10250;
+pub const DEFAULT_PORT: u16 = 10250;
 /// `readOnlyPort`: disabled, as in the kubelet's config-file defaults (10255 when enabled by convention).
-pub(crate) const DEFAULT_READ_ONLY_PORT: u16 = 0;
+pub const DEFAULT_READ_ONLY_PORT: u16 = 0;
 /// `healthzPort`.
-pub(crate) const DEFAULT_HEALTHZ_PORT: u16 = 10248;
+pub const DEFAULT_HEALTHZ_PORT: u16 = 10248;
 /// `healthzBindAddress`: loopback only.
-pub(crate) const DEFAULT_HEALTHZ_BIND_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+pub const DEFAULT_HEALTHZ_BIND_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// `authentication.webhook.cacheTTL`: the kubelet's 2m.
-pub(crate) const DEFAULT_TOKEN_WEBHOOK_CACHE_TTL: Duration = Duration::from_secs(120);
+pub const DEFAULT_TOKEN_WEBHOOK_CACHE_TTL: Duration = Duration::from_secs(120);
 /// `authorization.webhook.cacheAuthorizedTTL`: the kubelet's 5m.
-pub(crate) const DEFAULT_AUTHORIZED_CACHE_TTL: Duration = Duration::from_secs(300);
+pub const DEFAULT_AUTHORIZED_CACHE_TTL: Duration = Duration::from_secs(300);
 /// `authorization.webhook.cacheUnauthorizedTTL`: the kubelet's 30s.
-pub(crate) const DEFAULT_UNAUTHORIZED_CACHE_TTL: Duration = Duration::from_secs(30);
+pub const DEFAULT_UNAUTHORIZED_CACHE_TTL: Duration = Duration::from_secs(30);
 /// `resolvConf`.
-pub(crate) const DEFAULT_RESOLV_CONF: &str = "/etc/resolv.conf";
+pub const DEFAULT_RESOLV_CONF: &str = "/etc/resolv.conf";
 /// The one namespace pods of the manifest URL, the HTTP endpoint and untrusted files may use by default
 /// (`nodelet.httpPodNamespaces`).
-pub(crate) const DEFAULT_HTTP_POD_NAMESPACE: &str = "default";
+pub const DEFAULT_HTTP_POD_NAMESPACE: &str = "default";
 /// `runtimeRequestTimeout`: the kubelet's 2m.
-pub(crate) const DEFAULT_RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+pub const DEFAULT_RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// `syncFrequency`: the kubelet's 1m.
-pub(crate) const DEFAULT_SYNC_FREQUENCY: Duration = Duration::from_secs(60);
+pub const DEFAULT_SYNC_FREQUENCY: Duration = Duration::from_secs(60);
 /// `fileCheckFrequency`: the kubelet's 20s.
-pub(crate) const DEFAULT_FILE_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
+pub const DEFAULT_FILE_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
 /// `httpCheckFrequency`: the kubelet's 20s.
-pub(crate) const DEFAULT_HTTP_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
+pub const DEFAULT_HTTP_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
 /// `podLogsDir`.
-pub(crate) const DEFAULT_POD_LOGS_DIR: &str = "/var/log/pods";
+pub const DEFAULT_POD_LOGS_DIR: &str = "/var/log/pods";
 /// `volumeStatsAggPeriod`: the kubelet's 1 minute.
-pub(crate) const DEFAULT_VOLUME_STATS_AGG_PERIOD: Duration = Duration::from_secs(60);
+pub const DEFAULT_VOLUME_STATS_AGG_PERIOD: Duration = Duration::from_secs(60);
 /// `maxPods`: the kubelet's 110.
-pub(crate) const DEFAULT_MAX_PODS: u32 = 110;
+pub const DEFAULT_MAX_PODS: u32 = 110;
 /// `nodelet.podInfraContainerImage`: the pause image `scripts/build-images.sh` builds (no registry needed);
 /// a node with registry access may use `registry.k8s.io/pause:3.9`.
-pub(crate) const DEFAULT_POD_INFRA_CONTAINER_IMAGE: &str = "localhost/nodelet/pause:3.9";
+pub const DEFAULT_POD_INFRA_CONTAINER_IMAGE: &str = "localhost/nodelet/pause:3.9";
 #[cfg(test)]
 /// `podCIDR` of the embedded runtime's bridge network: RFC 2544's benchmark range, unlikely to clash with a
 /// real network.
-pub(crate) const DEFAULT_POD_CIDR: &str = "198.18.0.0/16";
+pub const DEFAULT_POD_CIDR: &str = "198.18.0.0/16";
 /// `nodelet.cniBridge`.
-pub(crate) const DEFAULT_CNI_BRIDGE: &str = nodelet_node::containerd::DEFAULT_CNI_BRIDGE;
+pub const DEFAULT_CNI_BRIDGE: &str = nodelet_node::containerd::DEFAULT_CNI_BRIDGE;
 /// `nodelet.containerdPath`: looked up on PATH.
-pub(crate) const DEFAULT_CONTAINERD_PATH: &str = nodelet_node::containerd::DEFAULT_CONTAINERD_PATH;
+pub const DEFAULT_CONTAINERD_PATH: &str = nodelet_node::containerd::DEFAULT_CONTAINERD_PATH;
 /// How often the PLEG relists the runtime: the kubelet's 1 s.
-pub(crate) const DEFAULT_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
+pub const DEFAULT_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// How often the PLEG relists the runtime while the runtime's events come.
-pub(crate) const DEFAULT_PLEG_EVENTED_RELIST_PERIOD: Duration =
+pub const DEFAULT_PLEG_EVENTED_RELIST_PERIOD: Duration =
     nodelet_resources::pod::pleg::DEFAULT_EVENTED_RELIST_PERIOD;
 /// `nodelet.housekeepingInterval`: how often the stats behind `/stats/summary` are gathered (the
 /// kubelet's `--housekeeping-interval`, 10 s).
-pub(crate) const DEFAULT_HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(10);
+pub const DEFAULT_HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(10);
 /// Container restart back-off: the kubelet's 10s, doubling up to 300s, forgotten after 10 minutes.
-pub(crate) const DEFAULT_CONTAINER_RESTART_BACKOFF: BackOff = BackOff {
+pub const DEFAULT_CONTAINER_RESTART_BACKOFF: BackOff = BackOff {
     initial: Duration::from_secs(10),
     max: Duration::from_secs(300),
     reset_after: Duration::from_secs(600),
 };
 /// Image pull back-off: the kubelet's 10s to 300s.
-pub(crate) const DEFAULT_IMAGE_PULL_BACKOFF: BackOff = BackOff {
+pub const DEFAULT_IMAGE_PULL_BACKOFF: BackOff = BackOff {
     initial: Duration::from_secs(10),
     max: Duration::from_secs(300),
     reset_after: Duration::from_secs(600),
 };
 /// `evictionPressureTransitionPeriod`: 5m.
-pub(crate) const DEFAULT_EVICTION_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
+pub const DEFAULT_EVICTION_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
 /// `imageGCHighThresholdPercent`.
-pub(crate) const DEFAULT_IMAGE_GC_HIGH_THRESHOLD_PERCENT: u8 = 85;
+pub const DEFAULT_IMAGE_GC_HIGH_THRESHOLD_PERCENT: u8 = 85;
 /// `imageGCLowThresholdPercent`.
-pub(crate) const DEFAULT_IMAGE_GC_LOW_THRESHOLD_PERCENT: u8 = 80;
+pub const DEFAULT_IMAGE_GC_LOW_THRESHOLD_PERCENT: u8 = 80;
 /// `imageMinimumGCAge`: 2m.
-pub(crate) const DEFAULT_IMAGE_MINIMUM_GC_AGE: Duration = Duration::from_secs(120);
+pub const DEFAULT_IMAGE_MINIMUM_GC_AGE: Duration = Duration::from_secs(120);
 /// `containerLogMaxSize`: 10Mi.
-pub(crate) const DEFAULT_CONTAINER_LOG_MAX_SIZE: u64 = 10 << 20;
+pub const DEFAULT_CONTAINER_LOG_MAX_SIZE: u64 = 10 << 20;
 /// `containerLogMaxFiles`.
-pub(crate) const DEFAULT_CONTAINER_LOG_MAX_FILES: u32 = 5;
+pub const DEFAULT_CONTAINER_LOG_MAX_FILES: u32 = 5;
 /// `containerLogMonitorInterval`: the kubelet's 10 s.
-pub(crate) const DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL: Duration = Duration::from_secs(10);
+pub const DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL: Duration = Duration::from_secs(10);
 /// The shortest `containerLogMonitorInterval` the kubelet accepts.
 const MIN_CONTAINER_LOG_MONITOR_INTERVAL: Duration = Duration::from_secs(3);
 /// The kubelet's Linux `evictionHard` defaults.
-pub(crate) const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
+pub const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
     ("memory.available", "100Mi"),
     ("nodefs.available", "10%"),
     ("nodefs.inodesFree", "5%"),
     ("imagefs.available", "15%"),
 ];
 /// Eviction signals the kubelet knows.
-pub(crate) const EVICTION_SIGNALS: &[&str] = &[
+pub const EVICTION_SIGNALS: &[&str] = &[
     "memory.available",
     "allocatableMemory.available",
     "nodefs.available",
@@ -153,221 +160,276 @@ pub(crate) const EVICTION_SIGNALS: &[&str] = &[
     "pid.available",
 ];
 /// `nodelet.imageGCPeriod`: how often image garbage collection runs (the kubelet's fixed 5m).
-pub(crate) const DEFAULT_IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
+pub const DEFAULT_IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 /// `nodelet.evictionMonitoringPeriod`: how often the eviction pair samples the signals (the
 /// kubelet's fixed 10s housekeeping interval).
-pub(crate) const DEFAULT_EVICTION_MONITORING_PERIOD: Duration = Duration::from_secs(10);
+pub const DEFAULT_EVICTION_MONITORING_PERIOD: Duration = Duration::from_secs(10);
 /// `nodelet.localStorageEntryBudget`: directory entries the local storage measurement examines per
 /// pass, in all (a few hundred milliseconds of `fstatat` at most); a walk it cuts short resumes on the
 /// next pass.
-pub(crate) const DEFAULT_LOCAL_STORAGE_ENTRY_BUDGET: u64 = 200_000;
+pub const DEFAULT_LOCAL_STORAGE_ENTRY_BUDGET: u64 = 200_000;
 /// `registerNode`: the kubelet registers its node by default.
-pub(crate) const DEFAULT_REGISTER_NODE: bool = true;
+pub const DEFAULT_REGISTER_NODE: bool = true;
 /// `kubeAPIQPS`: the kubelet's 50 (an explicit 0 means this default too).
-pub(crate) const DEFAULT_KUBE_API_QPS: f64 = 50.0;
+pub const DEFAULT_KUBE_API_QPS: f64 = 50.0;
 /// `kubeAPIBurst`: the kubelet's 100.
-pub(crate) const DEFAULT_KUBE_API_BURST: u32 = 100;
+pub const DEFAULT_KUBE_API_BURST: u32 = 100;
 /// `nodeStatusUpdateFrequency`: the kubelet's 10s.
-pub(crate) const DEFAULT_NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
+pub const DEFAULT_NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
 /// `nodeStatusReportFrequency`: the kubelet's 5m, unless `nodeStatusUpdateFrequency` is set explicitly
 /// (then it is that).
-pub(crate) const DEFAULT_NODE_STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
+pub const DEFAULT_NODE_STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
 /// `nodeLeaseDurationSeconds`: the kubelet's 40.
-pub(crate) const DEFAULT_NODE_LEASE_DURATION: Duration = Duration::from_secs(40);
+pub const DEFAULT_NODE_LEASE_DURATION: Duration = Duration::from_secs(40);
 /// `clusterDomain`: the kubelet's empty default (no cluster domain).
-pub(crate) const DEFAULT_CLUSTER_DOMAIN: &str = "";
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "";
+/// Streaming sessions (exec, attach, port-forward) the servers hold open at once; more get 429. The upper
+/// bound of `nodelet.maxStreamingSessionsPerUser`.
+pub const MAX_STREAMING_SESSIONS: usize = 256;
+/// `nodelet.maxStreamingSessionsPerUser`: half of [`MAX_STREAMING_SESSIONS`], so that no single identity can
+/// hold every slot. The API server's sessions (every `kubectl exec`, `attach`, `port-forward` of the cluster)
+/// come as one user, its kubelet client.
+pub const DEFAULT_MAX_STREAMING_SESSIONS_PER_USER: usize = MAX_STREAMING_SESSIONS / 2;
+/// `streamingConnectionIdleTimeout`: the kubelet's 4 h.
+pub const DEFAULT_STREAMING_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
 /// File fields nodelet parses and validates but does not act on yet; setting one gives a warning.
-pub(crate) const NOT_YET_ENFORCED: &[&str] = &["serializeImagePulls", "maxParallelImagePulls"];
+pub const NOT_YET_ENFORCED: &[&str] = &["serializeImagePulls", "maxParallelImagePulls"];
 
 /// The validated configuration of the daemon.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Config {
+pub struct Config {
     /// The `--config` file, if any.
-    pub(crate) config_file: Option<PathBuf>,
+    pub config_file: Option<PathBuf>,
     /// This node's name: `--hostname-override`, else the machine's hostname; lower-cased, a DNS subdomain.
-    pub(crate) node_name: String,
+    pub node_name: String,
     /// `--root-dir`: nodelet's state directory (absolute).
-    pub(crate) root_dir: PathBuf,
+    pub root_dir: PathBuf,
     /// Where pods come from.
-    pub(crate) sources: SourcesConfig,
+    pub sources: SourcesConfig,
     /// `syncFrequency`: maximum time between two syncs of a running pod.
-    pub(crate) sync_frequency: Duration,
+    pub sync_frequency: Duration,
     /// `nodelet.plegRelistPeriod`: how often the runtime is relisted while its event stream is not
     /// connected (the kubelet's fixed 1 s).
-    pub(crate) pleg_relist_period: Duration,
+    pub pleg_relist_period: Duration,
     /// `nodelet.plegEventedRelistPeriod`: how often the runtime is relisted while its event stream is
     /// connected (60 s, plus up to a tenth at random; the events make the PLEG read the pods they name
     /// in between). Never shorter than `plegRelistPeriod`.
-    pub(crate) pleg_evented_relist_period: Duration,
+    pub pleg_evented_relist_period: Duration,
     /// `nodelet.housekeepingInterval`: how often the pods' stats (`/stats/summary`, `/metrics/resource`)
     /// are gathered in the background (the kubelet's `--housekeeping-interval`, 10 s).
-    pub(crate) housekeeping_interval: Duration,
+    pub housekeeping_interval: Duration,
     /// The HTTP(S) endpoints.
-    pub(crate) server: ServerConfig,
+    pub server: ServerConfig,
     /// The container runtime.
-    pub(crate) runtime: RuntimeConfig,
+    pub runtime: RuntimeConfig,
     /// Settings applied to every pod.
-    pub(crate) pods: PodsConfig,
+    pub pods: PodsConfig,
     /// Retry delays.
-    pub(crate) backoff: BackOffConfig,
+    pub backoff: BackOffConfig,
     /// Node-pressure eviction.
-    pub(crate) eviction: EvictionConfig,
+    pub eviction: EvictionConfig,
     /// Image garbage collection.
-    pub(crate) image_gc: ImageGcConfig,
+    pub image_gc: ImageGcConfig,
     /// Container log rotation.
-    pub(crate) container_logs: ContainerLogConfig,
+    pub container_logs: ContainerLogConfig,
     /// Image pull parallelism (parsed; see [`NOT_YET_ENFORCED`]).
-    pub(crate) image_pulls: ImagePullConfig,
+    pub image_pulls: ImagePullConfig,
     /// `nodelet.storage`: the volume provisioners.
-    pub(crate) storage: StorageConfig,
+    pub storage: StorageConfig,
     /// `nodelet.containerGC`: dead container garbage collection.
-    pub(crate) container_gc: nodelet_resources::pod::gc::ContainerGcPolicy,
+    pub container_gc: nodelet_resources::pod::gc::ContainerGcPolicy,
     /// Cluster mode: `Some` when `--kubeconfig` is given.
-    pub(crate) cluster: Option<ClusterConfig>,
+    pub cluster: Option<ClusterConfig>,
     /// How the daemon logs.
-    pub(crate) logging: LoggingConfig,
+    pub logging: LoggingConfig,
+}
+
+/// `--logging-format` / `logging.format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Human-readable lines (the default).
+    #[default]
+    Text,
+    /// One JSON object per line (the daemon's `logging` module documents the fields).
+    Json,
+}
+
+/// A log format that is neither `text` nor `json` (the kubelet's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Unsupported value: {value:?}: supported values: {}", LogFormat::supported())]
+pub struct UnsupportedFormat {
+    /// The format asked for.
+    pub value: String,
+}
+
+impl LogFormat {
+    /// The formats, as the kubelet names them.
+    pub const NAMES: [&'static str; 2] = ["json", "text"];
+
+    /// `text` or `json`; anything else is refused with the kubelet's words.
+    pub fn parse(s: &str) -> Result<Self, UnsupportedFormat> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(UnsupportedFormat { value: other.to_owned() }),
+        }
+    }
+
+    /// The names, quoted and comma-separated, for messages.
+    fn supported() -> String {
+        let quoted: Vec<String> = Self::NAMES.iter().map(|n| format!("{n:?}")).collect();
+        quoted.join(", ")
+    }
+
+    /// The name written in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
 }
 
 /// `logging:` / `--logging-format` and `-v`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct LoggingConfig {
+pub struct LoggingConfig {
     /// `logging.format` / `--logging-format`: `text` (default) or `json`.
-    pub(crate) format: crate::logging::LogFormat,
+    pub format: LogFormat,
     /// `logging.verbosity` / `-v`: `None` when neither is given (info).
-    pub(crate) verbosity: Option<u8>,
+    pub verbosity: Option<u8>,
 }
 
 /// How nodelet joins a Kubernetes cluster (`--kubeconfig` and the settings that go with it).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ClusterConfig {
+pub struct ClusterConfig {
     /// `--kubeconfig` (absolute).
-    pub(crate) kubeconfig: PathBuf,
+    pub kubeconfig: PathBuf,
     /// `--node-ip`: the node's InternalIP addresses (empty: detected).
-    pub(crate) node_ips: Vec<IpAddr>,
+    pub node_ips: Vec<IpAddr>,
     /// `--node-labels`.
-    pub(crate) node_labels: BTreeMap<String, String>,
+    pub node_labels: BTreeMap<String, String>,
     /// `registerNode`.
-    pub(crate) register_node: bool,
+    pub register_node: bool,
     /// `registerWithTaints`.
-    pub(crate) register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
     /// `kubeAPIQPS`.
-    pub(crate) kube_api_qps: f64,
+    pub kube_api_qps: f64,
     /// `kubeAPIBurst`.
-    pub(crate) kube_api_burst: u32,
+    pub kube_api_burst: u32,
     /// `nodeStatusUpdateFrequency`.
-    pub(crate) node_status_update_frequency: Duration,
+    pub node_status_update_frequency: Duration,
     /// `nodeStatusReportFrequency`.
-    pub(crate) node_status_report_frequency: Duration,
+    pub node_status_report_frequency: Duration,
     /// `nodeLeaseDurationSeconds`.
-    pub(crate) node_lease_duration: Duration,
+    pub node_lease_duration: Duration,
     /// `--bootstrap-kubeconfig` (absolute): TLS bootstrap when `kubeconfig` has no valid client certificate.
-    pub(crate) bootstrap_kubeconfig: Option<PathBuf>,
+    pub bootstrap_kubeconfig: Option<PathBuf>,
     /// `rotateCertificates` (default false, the kubelet's): renew the client certificate before it expires.
     /// Rotation happens too whenever `bootstrap_kubeconfig` is given.
-    pub(crate) rotate_certificates: bool,
+    pub rotate_certificates: bool,
     /// `serverTLSBootstrap` (default false): the main port's certificate comes from the cluster.
-    pub(crate) server_tls_bootstrap: bool,
+    pub server_tls_bootstrap: bool,
     /// Where the certificates from the cluster are kept: `<root-dir>/pki`.
-    pub(crate) cert_dir: PathBuf,
+    pub cert_dir: PathBuf,
 }
 
 /// `nodelet.storage`: where the provisioners put volumes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StorageConfig {
+pub struct StorageConfig {
     /// `nodelet.storage.localPath.basePath`: the local-directory provisioner's directory.
     /// Default `<root-dir>/storage/local`.
-    pub(crate) local_base_path: PathBuf,
+    pub local_base_path: PathBuf,
     /// `nodelet.storage.lvm.volumeGroup`: the LVM provisioner's volume group. Default unset (no
     /// LVM provisioner).
-    pub(crate) lvm_volume_group: Option<String>,
+    pub lvm_volume_group: Option<String>,
     /// `nodelet.storage.csi.pluginDir`: where CSI drivers register their sockets. Default
     /// `<root-dir>/plugins_registry`.
-    pub(crate) csi_plugin_dir: PathBuf,
+    pub csi_plugin_dir: PathBuf,
     /// `volumeStatsAggPeriod`: how often the `kubelet_volume_stats_*` of claim-backed volumes are
     /// measured again (they are also measured whenever volumes are set up or torn down). Default 1m.
-    pub(crate) volume_stats_agg_period: Duration,
+    pub volume_stats_agg_period: Duration,
 }
 
 /// Pod sources.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SourcesConfig {
+pub struct SourcesConfig {
     /// `staticPodPath` / `--pod-manifest-path`: a directory or a file of manifests (absolute).
-    pub(crate) static_pod_path: Option<PathBuf>,
+    pub static_pod_path: Option<PathBuf>,
     /// `staticPodURL` / `--manifest-url`: an http(s) URL.
-    pub(crate) static_pod_url: Option<String>,
+    pub static_pod_url: Option<String>,
     /// `staticPodURLHeader` / `--manifest-url-header`: (name, value) pairs, in order; a name may repeat.
-    pub(crate) static_pod_url_headers: Vec<(String, String)>,
+    pub static_pod_url_headers: Vec<(String, String)>,
     /// `fileCheckFrequency`.
-    pub(crate) file_check_frequency: Duration,
+    pub file_check_frequency: Duration,
     /// `httpCheckFrequency`.
-    pub(crate) http_check_frequency: Duration,
+    pub http_check_frequency: Duration,
     /// `--manifest-http-addr` / `nodelet.manifestHTTPAddress`: nodelet's manifest-accepting HTTP endpoint.
-    pub(crate) manifest_http_addr: Option<SocketAddr>,
+    pub manifest_http_addr: Option<SocketAddr>,
 }
 
 /// The HTTP(S) endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ServerConfig {
+pub struct ServerConfig {
     /// `enableServer`: serve the main port at all.
-    pub(crate) enabled: bool,
+    pub enabled: bool,
     /// `address` / `--address`.
-    pub(crate) address: IpAddr,
+    pub address: IpAddr,
     /// `port` / `--port` (HTTPS, authenticated).
-    pub(crate) port: u16,
+    pub port: u16,
     /// `readOnlyPort` / `--read-only-port`; `None` when 0 (disabled).
-    pub(crate) read_only_port: Option<u16>,
+    pub read_only_port: Option<u16>,
     /// `healthzBindAddress:healthzPort`; `None` when the port is 0.
-    pub(crate) healthz: Option<SocketAddr>,
+    pub healthz: Option<SocketAddr>,
     /// `tlsCertFile` + `tlsPrivateKeyFile`; `None`: a self-signed certificate under [`Self::cert_dir`].
-    pub(crate) tls: Option<TlsFiles>,
+    pub tls: Option<TlsFiles>,
     /// Where a self-signed certificate lives: `<root-dir>/pki` (`nodelet.crt`, `nodelet.key`).
-    pub(crate) cert_dir: PathBuf,
+    pub cert_dir: PathBuf,
     /// Who may use the main port.
-    pub(crate) auth: AuthConfig,
+    pub auth: AuthConfig,
     /// `streamingConnectionIdleTimeout` / `--streaming-connection-idle-timeout`: an exec, attach or
     /// port-forward session with no traffic for this long is closed (default 4h, as the kubelet).
-    pub(crate) streaming_connection_idle_timeout: Duration,
+    pub streaming_connection_idle_timeout: Duration,
     /// `nodelet.maxStreamingSessionsPerUser`: streaming sessions one user may have open at once.
-    pub(crate) max_streaming_sessions_per_user: usize,
+    pub max_streaming_sessions_per_user: usize,
 }
 
 /// A certificate and its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TlsFiles {
+pub struct TlsFiles {
     /// PEM certificate chain.
-    pub(crate) cert_file: PathBuf,
+    pub cert_file: PathBuf,
     /// PEM private key.
-    pub(crate) key_file: PathBuf,
+    pub key_file: PathBuf,
 }
 
 /// Authentication and authorization of the main port.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct AuthConfig {
+pub struct AuthConfig {
     /// `authentication.x509.clientCAFile` / `--client-ca-file`.
-    pub(crate) client_ca_file: Option<PathBuf>,
+    pub client_ca_file: Option<PathBuf>,
     /// `nodelet.tokenAuthFile` / `--token-auth-file`: static bearer tokens.
-    pub(crate) token_auth_file: Option<PathBuf>,
+    pub token_auth_file: Option<PathBuf>,
     /// `authentication.anonymous.enabled` / `--anonymous-auth` (default false).
-    pub(crate) anonymous: bool,
+    pub anonymous: bool,
     /// `authentication.webhook.enabled` / `--authentication-token-webhook` (cluster mode only; default true
     /// with a config file, false with flags alone, as the kubelet): `Some` when bearer tokens not in the
     /// token file are checked with a TokenReview.
-    pub(crate) token_webhook: Option<TokenWebhookConfig>,
+    pub token_webhook: Option<TokenWebhookConfig>,
     /// `authorization.mode` / `--authorization-mode` (default `Webhook` in cluster mode, else `AlwaysAllow`).
-    pub(crate) authorization: AuthorizationMode,
+    pub authorization: AuthorizationMode,
 }
 
 /// `authentication.webhook`: TokenReview authentication of bearer tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TokenWebhookConfig {
+pub struct TokenWebhookConfig {
     /// `cacheTTL` / `--authentication-token-webhook-cache-ttl`: how long an answer (authenticated or not) is
     /// kept; zero: not cached. Default 2m.
-    pub(crate) cache_ttl: Duration,
+    pub cache_ttl: Duration,
 }
 
 /// `authorization.mode`: who may do what on the main port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AuthorizationMode {
+pub enum AuthorizationMode {
     /// Every authenticated request is allowed (the default standalone; in cluster mode only with
     /// `--insecure-always-allow-authorization` when a cluster-wide authenticator is on).
     AlwaysAllow,
@@ -382,78 +444,78 @@ pub(crate) enum AuthorizationMode {
 
 /// The container runtime.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RuntimeConfig {
+pub struct RuntimeConfig {
     /// `containerRuntimeEndpoint` / `--container-runtime-endpoint`; `None`: run the embedded containerd.
-    pub(crate) endpoint: Option<String>,
+    pub endpoint: Option<String>,
     /// `runtimeRequestTimeout`.
-    pub(crate) request_timeout: Duration,
+    pub request_timeout: Duration,
     /// The sandbox image (the embedded containerd's `sandbox_image`).
-    pub(crate) pod_infra_container_image: String,
+    pub pod_infra_container_image: String,
     /// The embedded containerd (used when [`Self::endpoint`] is `None`).
-    pub(crate) embedded: EmbeddedRuntimeConfig,
+    pub embedded: EmbeddedRuntimeConfig,
     /// `--preload-images` / `nodelet.preloadImages`: image archives imported at start.
-    pub(crate) preload_images: Option<PathBuf>,
+    pub preload_images: Option<PathBuf>,
 }
 
 /// Settings of the embedded containerd.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct EmbeddedRuntimeConfig {
+pub struct EmbeddedRuntimeConfig {
     /// `--containerd-path`: the binary (a bare name is looked up on PATH).
-    pub(crate) containerd_path: PathBuf,
+    pub containerd_path: PathBuf,
     /// `--containerd-config-extra`: TOML merged over the generated config.
-    pub(crate) config_extra: Option<PathBuf>,
+    pub config_extra: Option<PathBuf>,
     /// `podCIDR` / `--pod-cidr`: the bridge network's subnet.
-    pub(crate) pod_cidr: Ipv4Cidr,
+    pub pod_cidr: Ipv4Cidr,
     /// `nodelet.cniBridge`: the Linux bridge's name.
-    pub(crate) cni_bridge: String,
+    pub cni_bridge: String,
 }
 
 /// Settings applied to every pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PodsConfig {
+pub struct PodsConfig {
     /// `podLogsDir`: where CRI log files go (absolute).
-    pub(crate) pod_logs_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
     /// `resolvConf`; `None` when set to `""` (pods get no DNS from the host).
-    pub(crate) resolv_conf: Option<PathBuf>,
+    pub resolv_conf: Option<PathBuf>,
     /// `cgroupRoot`; `None`: the root cgroup.
-    pub(crate) cgroup_root: Option<String>,
+    pub cgroup_root: Option<String>,
     /// `maxPods`.
-    pub(crate) max_pods: u32,
+    pub max_pods: u32,
     /// `podPidsLimit`; `None`: no limit (-1 or 0). Set only with a [`Self::cgroup_root`]: it is written to
     /// each pod cgroup's `pids.max`.
-    pub(crate) pod_pids_limit: Option<i64>,
+    pub pod_pids_limit: Option<i64>,
     /// `--max-termination-grace-period` / `nodelet.maxTerminationGracePeriodSeconds`: the longest grace
     /// period any pod gets (`None`: no bound).
-    pub(crate) max_grace_period: Option<Duration>,
+    pub max_grace_period: Option<Duration>,
     /// `--allow-privileged` / `nodelet.allowPrivileged` (default true, as the kubelet's flag). `false` holds
     /// every source to `baseline` at least, and refuses host namespaces, added capabilities beyond the
     /// runtime's default set, hostPath volumes outside [`Self::allowed_host_paths`] and host ports of
     /// nodelet's own ports with messages naming the flag.
-    pub(crate) allow_privileged: bool,
+    pub allow_privileged: bool,
     /// `nodelet.allowedHostPaths`: with `--allow-privileged=false`, directories the hostPath volumes of
     /// the sources whose level is `privileged` may still use.
-    pub(crate) allowed_host_paths: Vec<PathBuf>,
+    pub allowed_host_paths: Vec<PathBuf>,
     /// `nodelet.podSecurity`: the Pod Security Standards level per source.
-    pub(crate) pod_security: PodSecurityLevels,
+    pub pod_security: PodSecurityLevels,
     /// `nodelet.httpPodNamespaces`: the namespaces pods from the manifest URL, the HTTP endpoint and
     /// manifest files not owned by root may use (default: `default`).
-    pub(crate) http_pod_namespaces: Vec<String>,
+    pub http_pod_namespaces: Vec<String>,
     /// `nodelet.httpPodLabels`: the label keys those pods may carry (default: none).
-    pub(crate) http_pod_labels: Vec<String>,
+    pub http_pod_labels: Vec<String>,
     /// `seccompDefault`: containers without a seccomp profile run with `RuntimeDefault`.
-    pub(crate) seccomp_default: bool,
+    pub seccomp_default: bool,
     /// `allowedUnsafeSysctls` / `--allowed-unsafe-sysctls`: the sysctls (names, or prefixes ending in `*`)
     /// pods may set besides the safe ones; checked when the configuration is read.
-    pub(crate) allowed_unsafe_sysctls: Vec<String>,
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// `clusterDNS` / `--cluster-dns`: DNS servers of ClusterFirst pods (empty: the node's resolv.conf).
-    pub(crate) cluster_dns: Vec<std::net::IpAddr>,
+    pub cluster_dns: Vec<std::net::IpAddr>,
     /// `clusterDomain` / `--cluster-domain`: the cluster's DNS domain ("" for none).
-    pub(crate) cluster_domain: String,
+    pub cluster_domain: String,
 }
 
 impl PodsConfig {
     /// The bound on every pod's grace periods.
-    pub(crate) fn grace_cap(&self) -> nodelet_resources::pod::grace::GraceCap {
+    pub fn grace_cap(&self) -> nodelet_resources::pod::grace::GraceCap {
         self.max_grace_period.map_or(
             nodelet_resources::pod::grace::GraceCap::NONE,
             nodelet_resources::pod::grace::GraceCap::at_most,
@@ -463,16 +525,16 @@ impl PodsConfig {
 
 /// `nodelet.podSecurity`: the Pod Security Standards level enforced on each pod source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PodSecurityLevels {
+pub struct PodSecurityLevels {
     /// `file` (default `privileged`: static pods from root's own files are trusted; other files get
-    /// `baseline` at least, see [`crate::sources::admission`]).
-    pub(crate) file: Level,
+    /// `baseline` at least, see nodelet's `sources::admission`).
+    pub file: Level,
     /// `url` (default `baseline`).
-    pub(crate) url: Level,
+    pub url: Level,
     /// `http` (default `baseline`).
-    pub(crate) http: Level,
+    pub http: Level,
     /// `api` (default `privileged`: the API server's own admission decides).
-    pub(crate) api: Level,
+    pub api: Level,
 }
 
 impl Default for PodSecurityLevels {
@@ -488,104 +550,104 @@ impl Default for PodSecurityLevels {
 
 /// Retry delays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BackOffConfig {
+pub struct BackOffConfig {
     /// CrashLoopBackOff (`nodelet.containerRestartBackOff`; the max also from
     /// `crashLoopBackOff.maxContainerRestartPeriod`).
-    pub(crate) container_restart: BackOff,
+    pub container_restart: BackOff,
     /// ImagePullBackOff (`nodelet.imagePullBackOff`).
-    pub(crate) image_pull: BackOff,
+    pub image_pull: BackOff,
 }
 
 /// An exponential back-off: `initial`, doubling, capped at `max`; forgotten after `reset_after` without a
 /// new failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BackOff {
+pub struct BackOff {
     /// First delay.
-    pub(crate) initial: Duration,
+    pub initial: Duration,
     /// Largest delay.
-    pub(crate) max: Duration,
+    pub max: Duration,
     /// Quiet time after which the next failure starts again at `initial`.
-    pub(crate) reset_after: Duration,
+    pub reset_after: Duration,
 }
 
 /// One eviction threshold.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct EvictionThreshold {
+pub struct EvictionThreshold {
     /// A signal from [`EVICTION_SIGNALS`].
-    pub(crate) signal: String,
+    pub signal: String,
     /// Evict when the signal falls below this.
-    pub(crate) value: ThresholdValue,
+    pub value: ThresholdValue,
 }
 
 /// Node-pressure eviction settings.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct EvictionConfig {
+pub struct EvictionConfig {
     /// `evictionHard` (kubelet defaults when unset; with `mergeDefaultEvictionSettings`, merged over them).
-    pub(crate) hard: Vec<EvictionThreshold>,
+    pub hard: Vec<EvictionThreshold>,
     /// `evictionSoft`.
-    pub(crate) soft: Vec<EvictionThreshold>,
+    pub soft: Vec<EvictionThreshold>,
     /// `evictionSoftGracePeriod`, one per soft signal.
-    pub(crate) soft_grace_period: BTreeMap<String, Duration>,
+    pub soft_grace_period: BTreeMap<String, Duration>,
     /// `evictionPressureTransitionPeriod`.
-    pub(crate) pressure_transition_period: Duration,
+    pub pressure_transition_period: Duration,
     /// `evictionMaxPodGracePeriod` (seconds).
-    pub(crate) max_pod_grace_period: i32,
+    pub max_pod_grace_period: i32,
     /// `evictionMinimumReclaim`.
-    pub(crate) minimum_reclaim: BTreeMap<String, ThresholdValue>,
+    pub minimum_reclaim: BTreeMap<String, ThresholdValue>,
     /// `nodelet.evictionMonitoringPeriod`: how often the signals are checked.
-    pub(crate) monitoring_period: Duration,
+    pub monitoring_period: Duration,
     /// `localStorageCapacityIsolation` (default true): pods over their emptyDir `sizeLimit` or their
     /// containers' `ephemeral-storage` limits are evicted.
-    pub(crate) local_storage_capacity_isolation: bool,
+    pub local_storage_capacity_isolation: bool,
     /// `nodelet.localStorageEntryBudget`: directory entries the local storage measurement examines
     /// per pass (positive).
-    pub(crate) local_storage_entry_budget: u64,
+    pub local_storage_entry_budget: u64,
 }
 
 /// Image garbage collection settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ImageGcConfig {
+pub struct ImageGcConfig {
     /// `imageGCHighThresholdPercent` (100 disables image GC).
-    pub(crate) high_threshold_percent: u8,
+    pub high_threshold_percent: u8,
     /// `imageGCLowThresholdPercent`.
-    pub(crate) low_threshold_percent: u8,
+    pub low_threshold_percent: u8,
     /// `imageMinimumGCAge`.
-    pub(crate) minimum_age: Duration,
+    pub minimum_age: Duration,
     /// `imageMaximumGCAge`; `None` when 0.
-    pub(crate) maximum_age: Option<Duration>,
+    pub maximum_age: Option<Duration>,
     /// `nodelet.imageGCPeriod`: how often image garbage collection runs.
-    pub(crate) period: Duration,
+    pub period: Duration,
 }
 
 /// Container log rotation settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ContainerLogConfig {
+pub struct ContainerLogConfig {
     /// `containerLogMaxSize` in bytes.
-    pub(crate) max_size: u64,
+    pub max_size: u64,
     /// `containerLogMaxFiles` (≥ 2).
-    pub(crate) max_files: u32,
+    pub max_files: u32,
     /// `containerLogMonitorInterval` (≥ 3 s): how often log sizes are checked.
-    pub(crate) monitor_interval: Duration,
+    pub monitor_interval: Duration,
 }
 
 /// Image pull settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ImagePullConfig {
+pub struct ImagePullConfig {
     /// `serializeImagePulls`.
-    pub(crate) serialize: bool,
+    pub serialize: bool,
     /// `maxParallelImagePulls`.
-    pub(crate) max_parallel: Option<u32>,
+    pub max_parallel: Option<u32>,
 }
 
-pub(crate) use nodelet_node::cidr::{Ipv4Cidr, default_pod_cidr};
+pub use nodelet_node::cidr::{Ipv4Cidr, default_pod_cidr};
 
 /// Something in the configuration nodelet does not act on, or that looks dangerous. Log every one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ConfigWarning {
+pub struct ConfigWarning {
     /// The file field (dotted path) or flag it is about.
-    pub(crate) field: String,
+    pub field: String,
     /// What is wrong.
-    pub(crate) message: String,
+    pub message: String,
 }
 
 impl fmt::Display for ConfigWarning {
@@ -596,7 +658,7 @@ impl fmt::Display for ConfigWarning {
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ConfigError {
+pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
@@ -639,16 +701,16 @@ pub(crate) enum ConfigError {
 
 /// Result of [`Config::load`].
 #[derive(Debug, Clone)]
-pub(crate) struct Loaded {
+pub struct Loaded {
     /// The configuration.
-    pub(crate) config: Config,
+    pub config: Config,
     /// Everything to log at warning level, in the order found.
-    pub(crate) warnings: Vec<ConfigWarning>,
+    pub warnings: Vec<ConfigWarning>,
 }
 
 /// A parsed, not yet merged config file.
 #[derive(Debug)]
-pub(crate) struct ConfigFile {
+pub struct ConfigFile {
     path: PathBuf,
     raw: RawKubeletConfiguration,
     warnings: Vec<ConfigWarning>,
@@ -656,7 +718,7 @@ pub(crate) struct ConfigFile {
 
 impl ConfigFile {
     /// Reads and parses `path`.
-    pub(crate) fn read(path: &Path) -> Result<Self, ConfigError> {
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         Self::parse(path, &text)
@@ -664,7 +726,7 @@ impl ConfigFile {
 
     /// Parses `text` as the content of `path`: checks apiVersion/kind, types, and collects warnings for
     /// unknown and ignored fields.
-    pub(crate) fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
         let parse_err =
             |field: String, message: String| ConfigError::Parse { path: path.to_owned(), field, message };
         if text.trim().is_empty() {
@@ -753,16 +815,16 @@ fn is_read(top: &str) -> bool {
 
 /// Facts about the machine the configuration depends on (injected by tests).
 #[derive(Debug, Clone)]
-pub(crate) struct HostFacts {
+pub struct HostFacts {
     /// The machine's hostname.
-    pub(crate) hostname: Result<String, std::sync::Arc<std::io::Error>>,
+    pub hostname: Result<String, std::sync::Arc<std::io::Error>>,
     /// The current directory, for relative flag paths.
-    pub(crate) cwd: PathBuf,
+    pub cwd: PathBuf,
 }
 
 impl HostFacts {
     /// The real machine: `/proc/sys/kernel/hostname` and the current directory.
-    pub(crate) fn detect() -> Self {
+    pub fn detect() -> Self {
         let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .or_else(|_| std::fs::read_to_string("/etc/hostname"))
             .map(|s| s.trim().to_owned())
@@ -773,52 +835,14 @@ impl HostFacts {
 }
 
 impl Config {
-    /// The settings each pod source is held to: its `nodelet.podSecurity` level; with
-    /// `--allow-privileged=false`, the node restrictions (which raise every level to `baseline`; the allowed
-    /// hostPath prefixes only for sources whose level is `privileged`; nodelet's own ports, which no hostPort
-    /// may take); and for the URL, HTTP and untrusted-file sources, the namespaces and labels they may use.
-    pub(crate) fn security_policies(&self) -> crate::sources::SecurityPolicies {
-        use crate::sources::admission::{Placement, untrusted_level};
-        let mut ports = std::collections::BTreeSet::new();
-        if self.server.enabled {
-            ports.insert(self.server.port);
-        }
-        ports.extend(self.server.read_only_port);
-        ports.extend(self.server.healthz.map(|a| a.port()));
-        ports.extend(self.sources.manifest_http_addr.map(|a| a.port()));
-        let restrictions = |level: Level| {
-            (!self.pods.allow_privileged).then(|| NodeRestrictions {
-                host_path_prefixes: if level == Level::Privileged {
-                    self.pods.allowed_host_paths.clone()
-                } else {
-                    Vec::new()
-                },
-                reserved_host_ports: ports.clone(),
-            })
-        };
-        let policy = |level: Level| PodSecurity { level, restrictions: restrictions(level) };
-        let levels = self.pods.pod_security;
-        crate::sources::SecurityPolicies {
-            file: policy(levels.file),
-            url: policy(levels.url),
-            http: policy(levels.http),
-            api: policy(levels.api),
-            untrusted_file: policy(untrusted_level(levels.file)),
-            placement: Placement {
-                namespaces: Some(self.pods.http_pod_namespaces.iter().cloned().collect()),
-                label_keys: Some(self.pods.http_pod_labels.iter().cloned().collect()),
-            },
-        }
-    }
-
     /// Loads the configuration from the flags and the `--config` file they name.
-    pub(crate) fn load(args: &RunArgs) -> Result<Loaded, ConfigError> {
+    pub fn load(args: &RunArgs) -> Result<Loaded, ConfigError> {
         let file = args.config.as_deref().map(ConfigFile::read).transpose()?;
         Self::resolve(args, file, &HostFacts::detect())
     }
 
     /// Merges flags over a parsed file over the defaults, and validates.
-    pub(crate) fn resolve(
+    pub fn resolve(
         args: &RunArgs,
         file: Option<ConfigFile>,
         host: &HostFacts,
@@ -906,7 +930,6 @@ struct Merger<'a> {
 impl Merger<'_> {
     /// `--logging-format` over `logging.format`, `-v` over `logging.verbosity`.
     fn logging(&self, args: &RunArgs, raw: &RawKubeletConfiguration) -> Result<LoggingConfig, ConfigError> {
-        use crate::logging::LogFormat;
         let logging = raw.logging.as_ref();
         let format = match (&args.logging_format, logging.and_then(|l| l.format.as_deref())) {
             (Some(f), _) => {
@@ -1538,10 +1561,10 @@ fn field_flags(args: &RunArgs, raw: &mut RawKubeletConfiguration) -> Result<(), 
     Ok(())
 }
 
-/// Why a single value (a path, URL, header, name, ...) is not valid; [`Merger`] wraps it in
+/// Why a single value (a path, URL, header, name, ...) is not valid; `Merger` wraps it in
 /// [`ConfigError::Invalid`] with the flag or field it came from.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ValueError {
+pub enum ValueError {
     /// An eviction signal nodelet does not know.
     #[error("unknown eviction signal {signal:?} (known: {})", EVICTION_SIGNALS.join(", "))]
     UnknownSignal {
@@ -1633,16 +1656,30 @@ fn check_path(p: &Path) -> Result<(), ValueError> {
 }
 
 /// Lower-cases and checks a node name: a DNS-1123 subdomain.
-pub(crate) fn validate_node_name(name: &str) -> Result<String, ValueError> {
+pub fn validate_node_name(name: &str) -> Result<String, ValueError> {
     let n = name.trim().to_lowercase();
     if is_dns_subdomain(&n) { Ok(n) } else { Err(ValueError::NodeName { name: name.to_owned() }) }
 }
 
-pub(crate) use nodelet_resources::common::names::is_dns_subdomain;
+pub use nodelet_resources::common::names::is_dns_subdomain;
+
+/// Whether `key` is a label key: an optional DNS subdomain prefix and `/`, then a name of 1 to 63
+/// characters of `[A-Za-z0-9_.-]` that starts and ends alphanumeric.
+pub fn is_label_key(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let name_ok = (1..=63).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    name_ok && prefix.is_none_or(is_dns_subdomain)
+}
 
 fn validate_url(u: &str) -> Result<String, ValueError> {
     // The URL may hold a credential: errors show it redacted.
-    let shown = || crate::sources::url::redact_url(u);
+    let shown = || configz::redact_url(u);
     let lower = u.to_ascii_lowercase();
     if !(lower.starts_with("http://") || lower.starts_with("https://")) {
         return Err(ValueError::NotHttpUrl { shown: shown() });

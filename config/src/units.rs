@@ -6,12 +6,12 @@ use std::str::FromStr;
 
 use nodelet_resources::quantity::{Quantity, QuantityError};
 
-pub(crate) use nodelet_shared::units::{GoDuration, UnitError, format_go_duration, parse_go_duration};
+pub use nodelet_shared::units::{GoDuration, UnitError, format_go_duration, parse_go_duration};
 
 /// A threshold value as the kubelet's eviction settings write it: an absolute quantity (`100Mi`, `1k`, `500`)
 /// or a percentage of capacity (`10%`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum ThresholdValue {
+pub enum ThresholdValue {
     /// An absolute amount (bytes, inodes or process ids), rounded up to a whole number.
     Quantity(u64),
     /// A percentage of the capacity, 0–100.
@@ -51,7 +51,7 @@ impl fmt::Display for ThresholdValue {
 /// Parses a non-negative Kubernetes quantity (`128974848`, `129e6`, `129M`, `123Mi`, `1.5Gi`, `100m`) into a
 /// whole number, rounding up like `resource.Quantity.Value()`, with the project's one quantity parser
 /// ([`Quantity`]); surrounding blanks are allowed, as in YAML values.
-pub(crate) fn parse_quantity(text: &str) -> Result<u64, UnitError> {
+pub fn parse_quantity(text: &str) -> Result<u64, UnitError> {
     let s = text.trim();
     if s.is_empty() {
         return Err(UnitError::Empty);

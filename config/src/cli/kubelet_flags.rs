@@ -6,13 +6,13 @@
 //! and saying why nodelet does not support it ([`refusals`]): the parser knows these flags (as hidden
 //! arguments generated from the table by [`refused_args`]), so a kubelet unit file fails with that message
 //! and not with an "unexpected argument". `docs/kubelet-flags.md` is generated from the table
-//! ([`markdown`]).
+//! (`markdown`).
 
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 /// What nodelet does with a kubelet flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Handling {
+pub enum Handling {
     /// Accepted and acted on, with the kubelet's meaning (a field of [`super::RunArgs`]).
     Accepted,
     /// Refused before start: the reason says why nodelet does not support it.
@@ -21,7 +21,7 @@ pub(crate) enum Handling {
 
 /// How the kubelet parses a flag's value (pflag), which the generated argument of a refused flag mirrors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Value {
+pub enum Value {
     /// A boolean: `--flag` or `--flag=false`.
     Bool,
     /// A value: `--flag VALUE` or `--flag=VALUE`.
@@ -30,30 +30,30 @@ pub(crate) enum Value {
 
 /// One kubelet flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct KubeletFlag {
+pub struct KubeletFlag {
     /// The long name, without `--`.
-    pub(crate) name: &'static str,
+    pub name: &'static str,
     /// Accepted or refused.
-    pub(crate) handling: Handling,
+    pub handling: Handling,
     /// The config file field the flag stands for (dotted; nodelet's own settings start with `nodelet.`), or
     /// `None` when neither the kubelet nor nodelet has one.
-    pub(crate) field: Option<&'static str>,
+    pub field: Option<&'static str>,
     /// The kubelet's deprecation message (`Flag --NAME has been deprecated, MESSAGE`), if it deprecates it.
-    pub(crate) deprecated: Option<&'static str>,
+    pub deprecated: Option<&'static str>,
     /// How the value is given.
-    pub(crate) value: Value,
+    pub value: Value,
     /// How nodelet's handling differs from the kubelet's, if it does (for the documentation).
-    pub(crate) note: &'static str,
+    pub note: &'static str,
 }
 
 impl KubeletFlag {
     /// The line the kubelet prints for a deprecated flag given on the command line, if it is deprecated.
-    pub(crate) fn deprecation_warning(&self) -> Option<String> {
+    pub fn deprecation_warning(&self) -> Option<String> {
         self.deprecated.map(|m| format!("Flag --{} has been deprecated, {m}", self.name))
     }
 
     /// The error for a refused flag given on the command line (`None` for an accepted flag).
-    pub(crate) fn refusal(&self) -> Option<String> {
+    pub fn refusal(&self) -> Option<String> {
         let Handling::Refused(reason) = self.handling else { return None };
         Some(match self.field {
             Some(field) => format!(
@@ -165,7 +165,7 @@ impl KubeletFlag {
 
 /// Every flag `kubelet --help` lists in v1.28 (`kubelet-v1.28.7-flags.tsv` is that list; a test compares the
 /// two), in its order.
-pub(crate) const KUBELET_FLAGS: &[KubeletFlag] = &[
+pub const KUBELET_FLAGS: &[KubeletFlag] = &[
     config_flag("address", "address", ""),
     config_flag(
         "allowed-unsafe-sysctls",
@@ -639,14 +639,14 @@ pub(crate) const KUBELET_FLAGS: &[KubeletFlag] = &[
 
 /// The table entry of kubelet flag `name` (without `--`).
 #[cfg(test)]
-pub(crate) fn lookup(name: &str) -> Option<&'static KubeletFlag> {
+pub fn lookup(name: &str) -> Option<&'static KubeletFlag> {
     KUBELET_FLAGS.iter().find(|f| f.name == name)
 }
 
 /// The refused flags as hidden arguments, so that the parser takes their values the way the kubelet does and
 /// [`refusals`] can name them. Their ids are their names: a field of [`super::RunArgs`] for the same flag
 /// would be a duplicate, which clap's checks refuse.
-pub(crate) fn refused_args() -> impl Iterator<Item = Arg> {
+pub fn refused_args() -> impl Iterator<Item = Arg> {
     KUBELET_FLAGS.iter().filter(|f| matches!(f.handling, Handling::Refused(_))).map(|f| {
         let arg = Arg::new(f.name).long(f.name).hide(true).action(ArgAction::Append);
         match f.value {
@@ -659,7 +659,7 @@ pub(crate) fn refused_args() -> impl Iterator<Item = Arg> {
 }
 
 /// The error messages of the refused kubelet flags given in `matches` (the daemon's), in the table's order.
-pub(crate) fn refusals(matches: &ArgMatches) -> Vec<String> {
+pub fn refusals(matches: &ArgMatches) -> Vec<String> {
     KUBELET_FLAGS
         .iter()
         .filter(|f| {
@@ -671,7 +671,7 @@ pub(crate) fn refusals(matches: &ArgMatches) -> Vec<String> {
 
 /// The kubelet's deprecation lines for the accepted deprecated flags given on the command line in `matches`
 /// (parsed by `command`, the daemon's), in the table's order.
-pub(crate) fn deprecation_warnings(command: &Command, matches: &ArgMatches) -> Vec<String> {
+pub fn deprecation_warnings(command: &Command, matches: &ArgMatches) -> Vec<String> {
     KUBELET_FLAGS
         .iter()
         .filter(|f| f.handling == Handling::Accepted && f.deprecated.is_some())
@@ -686,7 +686,7 @@ pub(crate) fn deprecation_warnings(command: &Command, matches: &ArgMatches) -> V
 
 /// `docs/kubelet-flags.md`: the table as Markdown (written by the test `kubelet_flags_doc_is_current`).
 #[cfg(test)]
-pub(crate) fn markdown() -> String {
+pub fn markdown() -> String {
     use std::fmt::Write as _;
     let count = |accepted: bool, deprecated: bool| {
         KUBELET_FLAGS
@@ -699,8 +699,8 @@ pub(crate) fn markdown() -> String {
     let _ = write!(
         out,
         "# The kubelet's flags in nodelet\n\n\
-         <!-- Generated from src/cli/kubelet_flags.rs by the test `kubelet_flags_doc_is_current`; do not edit. \
-         Regenerate: NODELET_UPDATE_DOCS=1 cargo nextest run -p nodelet -E 'test(kubelet_flags_doc_is_current)' -->\n\n\
+         <!-- Generated from config/src/cli/kubelet_flags.rs by the test `kubelet_flags_doc_is_current`; do not edit. \
+         Regenerate: NODELET_UPDATE_DOCS=1 cargo nextest run -p nodelet-config -E 'test(kubelet_flags_doc_is_current)' -->\n\n\
          Every flag of the kubelet v1.28 (`kubelet --help`), and what nodelet does with it: {} flags, {} accepted, \
          {} accepted and deprecated (nodelet logs the kubelet's deprecation line, `Flag --NAME has been \
          deprecated, …`, at start), {} refused.\n\n\

@@ -13,13 +13,37 @@ use serde_json::{Map, Value, json};
 
 use super::units::format_go_duration;
 use super::{AuthorizationMode, Config, EvictionThreshold, ThresholdValue};
-use crate::sources::url::redact_url;
 
 /// What replaces a secret value.
-pub(crate) const REDACTED: &str = "<redacted>";
+pub const REDACTED: &str = "<redacted>";
+
+/// `url` as it may be shown (problems, events, logs, `/configz`, errors): its user information and its query
+/// string, which may carry credentials, each replaced by `<redacted>`, and its fragment dropped
+/// (`https://<redacted>@host:8443/pods?<redacted>`). A text that does not parse as a URL is redacted whole.
+pub fn redact_url(url: &str) -> String {
+    let Ok(parsed) = ::url::Url::parse(url) else { return format!("{REDACTED} (not a URL)") };
+    let mut out = format!("{}:", parsed.scheme());
+    if let Some(host) = parsed.host_str() {
+        out.push_str("//");
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            out.push_str(REDACTED);
+            out.push('@');
+        }
+        out.push_str(host);
+        if let Some(port) = parsed.port() {
+            out.push_str(&format!(":{port}"));
+        }
+    }
+    out.push_str(parsed.path());
+    if parsed.query().is_some() {
+        out.push('?');
+        out.push_str(REDACTED);
+    }
+    out
+}
 
 /// The body of `/configz`.
-pub(crate) fn configz(config: &Config) -> Value {
+pub fn configz(config: &Config) -> Value {
     json!({ "kubeletconfig": kubelet_configuration(config) })
 }
 
@@ -35,7 +59,7 @@ fn put<T: Into<Value>>(map: &mut Map<String, Value>, key: &str, value: Option<T>
 }
 
 /// The effective KubeletConfiguration (see the [module docs](self)).
-pub(crate) fn kubelet_configuration(c: &Config) -> Value {
+pub fn kubelet_configuration(c: &Config) -> Value {
     let mut m = Map::new();
     let path = |p: &std::path::Path| Value::from(p.display().to_string());
 

@@ -464,7 +464,7 @@ fn config_file_is_read_from_disk_with_its_path_in_errors() {
 
 #[test]
 fn the_example_config_in_deploy_is_valid_and_warns_only_that_the_main_port_needs_an_authenticator() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/config/kubelet-config.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/kubelet-config.yaml");
     let f = ConfigFile::read(&path).expect("example parses");
     let l = Config::resolve(&args(&[]), Some(f), &host()).expect("example validates");
     // As installed, the main port refuses every request until the operator sets a client CA or a token
@@ -505,7 +505,7 @@ fn default_pod_cidr_matches_its_documented_string() {
 fn the_example_manifests_are_valid_static_pods() {
     use nodelet_resources::model::pod::PodSource;
     use nodelet_resources::pod::validation::prepare_value;
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/examples");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
     let mut names = Vec::new();
     for entry in std::fs::read_dir(&dir).expect("deploy/examples") {
         let path = entry.expect("entry").path();
@@ -517,7 +517,7 @@ fn the_example_manifests_are_valid_static_pods() {
             dir.display()
         );
         let value: serde_json::Value =
-            crate::yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            nodelet_shared::yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let desired = prepare_value(value, PodSource::File(path.clone()), "node1")
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let pod = &desired.pod;
@@ -534,7 +534,8 @@ fn the_example_manifests_are_valid_static_pods() {
     names.sort();
     assert_eq!(names, vec!["crashloop-node1", "shared-emptydir-node1", "web-node1"]);
     let web: serde_json::Value =
-        crate::yaml::from_str(&std::fs::read_to_string(dir.join("web.yaml")).expect("web")).expect("yaml");
+        nodelet_shared::yaml::from_str(&std::fs::read_to_string(dir.join("web.yaml")).expect("web"))
+            .expect("yaml");
     assert_eq!(web["spec"]["containers"][0]["ports"][0]["hostPort"], 18080);
 }
 
@@ -1054,7 +1055,6 @@ fn the_config_file_is_yaml_as_the_kubelet_reads_it_within_limits() {
 
 #[test]
 fn logging_format_and_verbosity_come_from_the_flags_over_the_file() {
-    use crate::logging::LogFormat;
     let c = ok(&[], None).config;
     assert_eq!((c.logging.format, c.logging.verbosity), (LogFormat::Text, None), "text by default");
     let c = ok(&[], Some("logging: {format: json, verbosity: 4}\n")).config;
@@ -1125,26 +1125,14 @@ fn configz_shows_the_effective_configuration_with_flags_and_file_fields_merged()
 fn pod_security_levels_host_paths_and_seccomp_default_are_read() {
     let defaults = ok(&[], None).config;
     assert_eq!(defaults.pods.pod_security, super::PodSecurityLevels::default());
+    let levels = defaults.pods.pod_security;
+    assert_eq!(
+        [levels.file, levels.url, levels.http, levels.api],
+        [Level::Privileged, Level::Baseline, Level::Baseline, Level::Privileged]
+    );
     assert!(!defaults.pods.seccomp_default);
     assert!(defaults.pods.allow_privileged, "unset allows privileged pods, as the kubelet's default");
-    let policies = defaults.security_policies();
-    assert_eq!(policies.file.level, Level::Privileged);
-    assert_eq!(policies.untrusted_file.level, Level::Baseline, "files not owned by root");
-    assert_eq!(policies.http.level, Level::Baseline);
-    assert_eq!(policies.url.level, Level::Baseline);
-    assert_eq!(policies.api.level, Level::Privileged);
-    assert!(policies.http.restrictions.is_none());
-    assert!(policies.api.restrictions.is_none(), "API pods run as the API server admitted them");
-    assert_eq!(
-        policies.placement.namespaces,
-        Some(["default".to_owned()].into()),
-        "URL and HTTP pods: the default namespace only"
-    );
-    assert_eq!(policies.placement.label_keys, Some(Default::default()), "and no labels");
-    assert_eq!(
-        defaults.security_policies(),
-        ok(&["--allow-privileged=true"], None).config.security_policies()
-    );
+    assert_eq!(defaults, ok(&["--allow-privileged=true"], None).config);
 
     let l = ok(
         &["--allow-privileged=false", "--port", "11250", "--read-only-port", "10255"],
@@ -1156,40 +1144,16 @@ fn pod_security_levels_host_paths_and_seccomp_default_are_read() {
     let c = &l.config;
     assert!(c.pods.seccomp_default);
     assert!(warned(&l, "seccompDefault").is_none(), "read, not ignored");
-    let policies = c.security_policies();
-    assert_eq!(policies.file.level, Level::Baseline);
-    assert_eq!(policies.http.level, Level::Baseline, "unset keeps its default");
-    assert_eq!(policies.api.level, Level::Restricted);
-    let restrictions = policies.file.restrictions.clone().expect("--allow-privileged=false restricts");
-    assert!(restrictions.host_path_prefixes.is_empty(), "a baseline source gets no hostPath");
-    assert!(
-        restrictions.reserved_host_ports.contains(&11250)
-            && restrictions.reserved_host_ports.contains(&10255)
-    );
-
-    // --allow-privileged=false caps every source at baseline; the allowed hostPath prefixes go only to the
-    // sources whose own level is privileged.
-    let capped = ok(&["--allow-privileged=false"], Some("nodelet:\n  allowedHostPaths: [/srv/data]\n"))
-        .config
-        .security_policies();
-    for (name, policy) in
-        [("file", &capped.file), ("api", &capped.api), ("url", &capped.url), ("http", &capped.http)]
-    {
-        assert_eq!(policy.effective_level(), Level::Baseline, "{name}");
-    }
-    let api = capped.api.restrictions.clone().expect("restricted");
-    assert_eq!(api.host_path_prefixes, vec![PathBuf::from("/srv/data")]);
-    assert!(capped.http.restrictions.clone().expect("restricted").host_path_prefixes.is_empty());
-    assert!(capped.untrusted_file.restrictions.clone().expect("restricted").host_path_prefixes.is_empty());
+    assert!(!c.pods.allow_privileged);
+    let levels = c.pods.pod_security;
+    assert_eq!([levels.file, levels.http, levels.api], [Level::Baseline, Level::Baseline, Level::Restricted]);
+    assert_eq!(c.pods.allowed_host_paths, vec![PathBuf::from("/srv/data")]);
 
     let placed = ok(
         &[],
         Some("nodelet:\n  httpPodNamespaces: [edge, default]\n  httpPodLabels: [app, example.com/tier]\n"),
     );
     assert!(warned(&placed, "nodelet.httpPodNamespaces").is_none(), "read, not ignored");
-    let placement = placed.config.security_policies().placement;
-    assert_eq!(placement.namespaces, Some(["default".to_owned(), "edge".to_owned()].into()));
-    assert_eq!(placement.label_keys, Some(["app".to_owned(), "example.com/tier".to_owned()].into()));
     assert!(
         err(&[], Some("nodelet: {httpPodNamespaces: [Kube_System]}\n"))
             .contains("nodelet.httpPodNamespaces[0]")
@@ -1515,72 +1479,6 @@ fn streaming_idle_timeout_and_per_user_cap_are_read_with_the_kubelets_default() 
     }
 }
 
-/// Every number of the configuration file (integers, durations, quantities, thresholds) at and beyond every
-/// integer limit: a value the node cannot use is an error naming the file and the field, never a panic.
-#[test]
-fn config_numbers_at_every_integer_limit_are_refused_or_used_without_panic() {
-    const FIELDS: &[&str] = &[
-        "port: {}",
-        "readOnlyPort: {}",
-        "healthzPort: {}",
-        "maxPods: {}",
-        "podPidsLimit: {}",
-        "kubeAPIQPS: {}",
-        "kubeAPIBurst: {}",
-        "nodeLeaseDurationSeconds: {}",
-        "evictionMaxPodGracePeriod: {}",
-        "imageGCHighThresholdPercent: {}",
-        "imageGCLowThresholdPercent: {}",
-        "containerLogMaxFiles: {}",
-        "containerLogMaxSize: '{}'",
-        "maxParallelImagePulls: {}",
-        "logging: {verbosity: {}}",
-        "fileCheckFrequency: '{}'",
-        "syncFrequency: '{}'",
-        "runtimeRequestTimeout: '{}'",
-        "nodeStatusUpdateFrequency: '{}'",
-        "imageMinimumGCAge: '{}'",
-        "imageMaximumGCAge: '{}'",
-        "evictionPressureTransitionPeriod: '{}'",
-        "evictionHard: {memory.available: '{}'}",
-        "evictionHard: {nodefs.inodesFree: '{}'}",
-        "evictionSoft: {memory.available: '{}'}\nevictionSoftGracePeriod: {memory.available: '{}'}",
-        "evictionMinimumReclaim: {memory.available: '{}'}",
-        "authentication: {webhook: {cacheTTL: '{}'}}",
-        "crashLoopBackOff: {maxContainerRestartPeriod: '{}'}",
-        "nodelet: {maxTerminationGracePeriodSeconds: {}}",
-        "nodelet: {containerRestartBackOff: {initial: '{}', max: '{}', resetAfter: '{}'}}",
-        "nodelet: {imagePullBackOff: {initial: '{}', max: '{}'}}",
-        "nodelet: {plegRelistPeriod: '{}', housekeepingInterval: '{}', imageGCPeriod: '{}'}",
-        "nodelet: {evictionMonitoringPeriod: '{}'}",
-        "nodelet: {localStorageEntryBudget: {}}",
-        "nodelet: {containerGC: {period: '{}', minAge: '{}', maxPerPodContainer: {}, maxContainers: {}}}",
-    ];
-    let mut panics = Vec::new();
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    for field in FIELDS {
-        for value in crate::fuzz_tests::limit_numbers() {
-            let body = field.replace("{}", &value);
-            match std::panic::catch_unwind(|| load(&[], Some(&body)).map(drop)) {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    let message = e.to_string();
-                    assert!(
-                        message.contains("/etc/nodelet/config.yaml") || message.contains("--"),
-                        "{body}: the error names neither the file nor a flag: {message}"
-                    );
-                }
-                Err(payload) => {
-                    panics.push(format!("{body}: {}", crate::daemon::panic_message(payload.as_ref())))
-                }
-            }
-        }
-    }
-    std::panic::set_hook(hook);
-    assert!(panics.is_empty(), "{} panics:\n{}", panics.len(), panics.join("\n"));
-}
-
 #[test]
 fn config_value_errors_keep_their_messages() {
     let err = |e: ValueError| e.to_string();
@@ -1617,4 +1515,23 @@ fn config_value_errors_keep_their_messages() {
         err(validate_cgroup("nodelet").unwrap_err()),
         r#""nodelet" is not an absolute cgroup path like /nodelet (segments of [A-Za-z0-9_.-])"#
     );
+}
+
+#[test]
+fn formats_are_the_kubelets() {
+    assert_eq!(LogFormat::parse("json"), Ok(LogFormat::Json));
+    assert_eq!(LogFormat::parse("text"), Ok(LogFormat::Text));
+    let e = LogFormat::parse("xml").expect_err("refused").to_string();
+    assert_eq!(e, r#"Unsupported value: "xml": supported values: "json", "text""#);
+    assert_eq!(LogFormat::NAMES.map(|n| LogFormat::parse(n).map(LogFormat::name)), [Ok("json"), Ok("text")]);
+}
+
+#[test]
+fn label_keys() {
+    for ok in ["app", "k8s-app", "example.com/tier", "a.b_c-d"] {
+        assert!(is_label_key(ok), "{ok}");
+    }
+    for bad in ["", "-a", "a/", "/a", "Exa mple", "UPPER.com/x", &"x".repeat(64)] {
+        assert!(!is_label_key(bad), "{bad}");
+    }
 }
