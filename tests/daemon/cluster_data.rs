@@ -1,6 +1,7 @@
 //! Pod data from the API server in cluster mode: ConfigMaps and Secrets as volumes and environment
 //! variables (watched: a change reaches the running pod), projected service-account tokens from the
-//! TokenRequest API (the automatic `kube-api-access-*` volume and an audience-bound projection), a
+//! TokenRequest API (the automatic `kube-api-access-*` volume and an audience-bound projection; no
+//! `FailedMount` event while the token is requested), a
 //! missing ConfigMap that keeps the pod waiting with a `FailedMount` event until it appears, and no
 //! secret in nodelet's log. Against the real API server (envtest) and the real containerd.
 
