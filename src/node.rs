@@ -271,12 +271,13 @@ impl Node {
         }
     }
 
-    /// `FailedMount` events: volumes whose content cannot be made and failed volume operations.
+    /// `FailedMount` events: volumes whose content cannot be made and failed volume operations. A
+    /// volume that waits for something under way (a service-account token being requested) is no
+    /// failure: no event, as the kubelet, whose SetUp asks for the token synchronously, sends none.
     fn volume_events(&self, items: &mut Vec<Event>) {
         let Some(v) = &self.volumes else { return };
         for (_, volume) in v.desired.entries() {
-            if let Err(why) = &volume.source {
-                let message = format!("MountVolume.SetUp failed for volume {:?} : {why}", volume.name);
+            if let Some(message) = render_failure(&volume) {
                 items.push(self.event(
                     "FailedMount",
                     &volume.namespace,
@@ -904,10 +905,72 @@ impl Node {
     }
 }
 
+/// The `FailedMount` message of a volume whose content cannot be made; `None` when it can, or
+/// when it only waits for something under way ([`SourceError::is_pending`](nodelet_resources::volume::desired::SourceError::is_pending)).
+fn render_failure(volume: &DesiredVolume) -> Option<String> {
+    match &volume.source {
+        Err(why) if !why.is_pending() => {
+            Some(format!("MountVolume.SetUp failed for volume {:?} : {why}", volume.name))
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use nodelet_resources::model::actual::{ContainerRecord, SandboxRecord};
+    use nodelet_resources::model::volumes::Plugin;
+    use nodelet_resources::volume::desired::{RenderError, SourceError};
+
+    /// The projected volume `kube-api-access-x` whose token is not there, for `reason`.
+    fn token_volume(reason: nodelet_host::files::TokenError) -> DesiredVolume {
+        let error = nodelet_host::files::FilesError::TokenNotReady {
+            volume: "kube-api-access-x".into(),
+            field: "projected.sources[0].serviceAccountToken".into(),
+            reason,
+        };
+        DesiredVolume {
+            pod_uid: "u1".into(),
+            namespace: "ns".into(),
+            pod_name: "web".into(),
+            name: "kube-api-access-x".into(),
+            plugin: Plugin::Projected,
+            source: Err(SourceError::Render(crate::volumes::render_error(error))),
+            memory_limit: None,
+            fs_group: None,
+        }
+    }
+
+    #[test]
+    fn a_token_being_requested_is_no_failed_mount_and_a_failed_request_is() {
+        let requesting = nodelet_host::files::TokenError::Requesting { service_account: "default".into() };
+        let waiting = token_volume(requesting);
+        assert!(waiting.source.as_ref().is_err_and(SourceError::is_pending), "{:?}", waiting.source);
+        assert_eq!(render_failure(&waiting), None, "a wait reports no FailedMount");
+
+        let io = std::io::Error::other("connection refused");
+        let failed = token_volume(nodelet_host::files::TokenError::Failed {
+            service_account: "default".into(),
+            error: Arc::new(io),
+        });
+        assert!(failed.source.as_ref().is_err_and(|e| !e.is_pending()), "{:?}", failed.source);
+        assert_eq!(
+            render_failure(&failed).as_deref(),
+            Some(
+                "MountVolume.SetUp failed for volume \"kube-api-access-x\" : volume \"kube-api-access-x\": \
+                 projected.sources[0].serviceAccountToken: no token yet: the token request for service \
+                 account \"default\" failed: connection refused"
+            )
+        );
+
+        // Any other render error stays a failure (a ConfigMap that does not exist).
+        let mut missing = waiting.clone();
+        missing.source = Err(SourceError::Render(RenderError::new(std::io::Error::other(
+            "volume \"cfg\": configMap \"later\" not found",
+        ))));
+        assert!(render_failure(&missing).is_some_and(|m| m.ends_with("configMap \"later\" not found")));
+    }
 
     fn container(name: &str, state: ContainerState) -> ContainerRecord {
         ContainerRecord { name: name.into(), image: format!("img/{name}"), state, ..Default::default() }

@@ -159,8 +159,20 @@ impl Renderer for ManifestRenderer {
             }
             _ => nodelet_host::files::volume_files(&pod.pod, volume, &self.objects.manifest()),
         }
-        .map_err(nodelet_resources::volume::desired::RenderError::new)?;
+        .map_err(render_error)?;
         Ok(VolumeSource::files(plugin, files))
+    }
+}
+
+/// A render error as the volume engine sees it: a token being requested is a wait (the token's
+/// arrival renders the volume again, see `cluster::podobjects`), anything else a failure.
+pub(crate) fn render_error(
+    e: nodelet_host::files::FilesError,
+) -> nodelet_resources::volume::desired::RenderError {
+    if e.is_pending() {
+        nodelet_resources::volume::desired::RenderError::pending(e)
+    } else {
+        nodelet_resources::volume::desired::RenderError::new(e)
     }
 }
 

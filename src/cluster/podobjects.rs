@@ -11,8 +11,9 @@
 //! - **Service-account tokens** (`serviceAccountToken` projections, including the automatic
 //!   `kube-api-access-*` volume) come from the TokenRequest API: audience and expiration as the
 //!   projection asks, bound to the pod (name and UID). A token is asked for the first time the volume
-//!   renders (the render waits, then is redone as soon as the token is there; up to 16 requests are in
-//!   flight at once, so a node starting many pods waits about one round trip), and again when 80 % of
+//!   renders (the render waits, with no `FailedMount` event, then is redone as soon as the token is there;
+//!   a failed request is a `FailedMount`; up to 16 requests are in flight at once, so a node starting many
+//!   pods waits about one round trip), and again when 80 % of
 //!   its lifetime or 24 hours have passed; the old one is served until the new one is there. Tokens of
 //!   pods that are gone are dropped.
 //!

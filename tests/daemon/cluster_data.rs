@@ -1,6 +1,7 @@
 //! Pod data from the API server in cluster mode: ConfigMaps and Secrets as volumes and environment
 //! variables (watched: a change reaches the running pod), projected service-account tokens from the
-//! TokenRequest API (the automatic `kube-api-access-*` volume and an audience-bound projection), a
+//! TokenRequest API (the automatic `kube-api-access-*` volume and an audience-bound projection; no
+//! `FailedMount` event while the token is requested), a
 //! missing ConfigMap that keeps the pod waiting with a `FailedMount` event until it appears, and no
 //! secret in nodelet's log. Against the real API server (envtest) and the real containerd.
 
@@ -125,6 +126,30 @@ async fn config_maps_secrets_and_service_account_tokens_reach_api_pods_and_updat
     assert_eq!(line("FILE="), "hello", "configMap volume\n{output}");
     assert_eq!(line("NS="), n.namespace(), "the automatic volume's downwardAPI part\n{output}");
     assert_eq!(line("CA="), "yes", "kube-root-ca.crt in the automatic volume\n{output}");
+
+    // Waiting for a token is not a failed mount: the start (up to its Started event) has no FailedMount.
+    let events: Api<Event> = Api::namespaced(n.client(), n.namespace());
+    let of_pod = n
+        .wait_until("the Started event of pod data", WAIT, async || {
+            let list = events.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+            let of_pod: Vec<Event> = list
+                .items
+                .into_iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some("data"))
+                .collect();
+            if of_pod.iter().any(|e| e.reason.as_deref() == Some("Started")) {
+                Ok(of_pod)
+            } else {
+                Err(format!("{} events, none Started", of_pod.len()))
+            }
+        })
+        .await;
+    let failed: Vec<String> = of_pod
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedMount"))
+        .map(|e| e.message.clone().unwrap_or_default())
+        .collect();
+    assert!(failed.is_empty(), "FailedMount events at the start of an API pod: {failed:?}");
 
     // The tokens are real: the API server authenticates them as the pod's service account, bound to it.
     let token = line("TOKEN=");

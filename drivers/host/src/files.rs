@@ -298,6 +298,14 @@ pub enum FilesError {
     },
 }
 
+impl FilesError {
+    /// Whether the volume only waits for something under way (a token being requested, see
+    /// [`TokenError::Requesting`]) rather than failed: a wait, not a failed mount.
+    pub fn is_pending(&self) -> bool {
+        matches!(self, Self::TokenNotReady { reason: TokenError::Requesting { .. }, .. })
+    }
+}
+
 /// Renders the content of `volume` (a `configMap`, `secret`, `downwardAPI` or `projected` volume of
 /// `pod`), looking objects up in the pod's namespace through `lookup`. Unset CPU and memory limits in a
 /// `resourceFieldRef` default to the host's capacity ([`NodeAllocatable::from_host`], read only when
@@ -1118,6 +1126,14 @@ mod tests {
             e.to_string(),
             "volume \"kube-api\": projected.sources[0]: no token yet: requesting a token for service account \"default\""
         );
+        assert!(e.is_pending(), "a token being requested is a wait");
+        let e = FilesError::TokenNotReady {
+            volume: "kube-api".into(),
+            field: "projected.sources[0]".into(),
+            reason: failed,
+        };
+        assert!(!e.is_pending(), "a failed request is a failure");
+        assert!(!FilesError::ConfigMapNotFound { volume: "v".into(), name: "c".into() }.is_pending());
     }
 
     #[test]

@@ -275,33 +275,59 @@ pub enum SourceError {
     Render(RenderError),
 }
 
+impl SourceError {
+    /// Whether the volume waits for something under way rather than failed
+    /// ([`RenderError::is_pending`]): no `FailedMount` is reported for it.
+    pub fn is_pending(&self) -> bool {
+        matches!(self, Self::Render(e) if e.is_pending())
+    }
+}
+
 /// The error of a [`Renderer`](super::populator::Renderer), which names the volume and the object or field.
+/// Either a failure (a configMap that does not exist: the node reports a `FailedMount` event) or a
+/// wait for something under way ([`pending`](Self::pending): a service-account token being requested),
+/// which keeps the volume not ready with this message as its reason and reports no failure.
 /// Two are equal when they say the same: the desired store compares them to know what changed.
 #[derive(Debug, Clone)]
-pub struct RenderError(Arc<dyn std::error::Error + Send + Sync>);
+pub struct RenderError {
+    error: Arc<dyn std::error::Error + Send + Sync>,
+    pending: bool,
+}
 
 impl RenderError {
-    /// Wraps the renderer's own error.
+    /// Wraps the renderer's own error: the content cannot be made (a failure).
     pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Self(Arc::new(error))
+        Self { error: Arc::new(error), pending: false }
+    }
+
+    /// Wraps the reason why the content is not there yet although nothing failed (a token being
+    /// requested): the volume waits, and the renderer is run again when what it waits for is there.
+    pub fn pending(reason: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self { error: Arc::new(reason), pending: true }
+    }
+
+    /// Whether this is a wait ([`pending`](Self::pending)) rather than a failure.
+    pub fn is_pending(&self) -> bool {
+        self.pending
     }
 }
 
 impl std::fmt::Display for RenderError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+        self.error.fmt(f)
     }
 }
 
 impl std::error::Error for RenderError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
+        self.error.source()
     }
 }
 
 impl PartialEq for RenderError {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+        self.pending == other.pending
+            && (Arc::ptr_eq(&self.error, &other.error) || self.error.to_string() == other.error.to_string())
     }
 }
 

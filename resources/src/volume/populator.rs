@@ -427,5 +427,17 @@ mod source_error_tests {
         assert_eq!(a.to_string(), "volume \"v\": configMap \"m\" not found");
         assert_eq!(a, b);
         assert_ne!(a, SourceError::Render(RenderError::new(std::io::Error::other("other"))));
+        assert!(!a.is_pending(), "a failure");
+    }
+
+    #[test]
+    fn a_pending_render_is_a_wait_and_differs_from_the_same_failure() {
+        let msg = "volume \"t\": no token yet: requesting a token for service account \"default\"";
+        let waiting = SourceError::Render(RenderError::pending(std::io::Error::other(msg)));
+        assert!(waiting.is_pending());
+        assert_eq!(waiting.to_string(), msg, "the waiting reason says why");
+        let failed = SourceError::Render(RenderError::new(std::io::Error::other(msg)));
+        assert_ne!(waiting, failed, "a change from waiting to failed is a change of desired state");
+        assert!(!SourceError::NotEmptyDir { volume: "t".into() }.is_pending());
     }
 }
