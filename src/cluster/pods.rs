@@ -198,7 +198,8 @@ impl Pods {
                 (Some(old), None) => old.spec.is_some() && fingerprint(old) == print,
                 (None, _) => false,
             };
-        let kept = if same && prepared.is_some() { without_spec(&pod) } else { pod };
+        // (moved, not copied: the event's pod is ours)
+        let kept = if same && prepared.is_some() { Pod { spec: None, ..pod } } else { pod };
         self.current.insert(key, Arc::new(kept));
         !same
     }
