@@ -12,7 +12,8 @@
 //!
 //! Every API call goes through one [`kube::Client`] with the kubelet's client-side rate limit
 //! (`kubeAPIQPS`, `kubeAPIBurst`; see [`ratelimit`]), which forwards each request to the client of the
-//! current client certificate ([`certificates`]: TLS bootstrap, rotation, the serving certificate). With
+//! current client certificate ([`certificates`]: TLS bootstrap, rotation, the serving certificate), whose
+//! requests share one HTTP/2 connection ([`transport`]). With
 //! TLS bootstrap the tasks below start once the certificate is issued. None of these tasks ever stops or restarts a
 //! pod because the API server is unreachable: each retries with back-off and catches up when the API
 //! server is back, and the pod source keeps its last complete list meanwhile.
@@ -28,6 +29,7 @@ pub(crate) mod ratelimit;
 pub(crate) mod runtimeclasses;
 pub(crate) mod services;
 pub(crate) mod status;
+pub(crate) mod transport;
 
 use std::time::Duration;
 
