@@ -37,6 +37,9 @@ pub(crate) const PING_IDLE: Duration = Duration::from_secs(30);
 /// How long a ping's answer may take before the connection is closed (client-go's `PingTimeout`).
 pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// The TLS sessions a client keeps for resumption.
+const TLS_SESSIONS: usize = 4;
+
 /// A client of `config` (no rate limit) whose requests share one connection: HTTP/2 when the server
 /// negotiates it, else HTTP/1 (a plain `http://` server). A `proxy-url` in `config` gives kube-client's
 /// own (HTTP/1) client.
@@ -47,10 +50,14 @@ pub(crate) fn client(config: kube::Config) -> Result<kube::Client, kube::Error> 
     let default_ns = config.default_namespace.clone();
     let auth = config.auth_layer()?;
 
+    let mut tls = config.rustls_client_config()?;
+    // one connection to one server: a few resumable sessions are enough (rustls' default keeps room for
+    // 256, allocated up front)
+    tls.resumption = rustls::client::Resumption::in_memory_sessions(TLS_SESSIONS);
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     let mut https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config.rustls_client_config()?)
+        .with_tls_config(tls)
         .https_or_http();
     if let Some(name) = &config.tls_server_name {
         let name = name
