@@ -56,9 +56,7 @@ pub(crate) fn client(config: kube::Config) -> Result<kube::Client, kube::Error> 
     tls.resumption = rustls::client::Resumption::in_memory_sessions(TLS_SESSIONS);
     let mut http = HttpConnector::new();
     http.enforce_http(false);
-    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http();
+    let mut https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http();
     if let Some(name) = &config.tls_server_name {
         let name = name
             .clone()

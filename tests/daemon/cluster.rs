@@ -1749,7 +1749,8 @@ fn established_to(pid: u32, port: u16) -> Result<usize, String> {
         let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
         for line in text.lines().skip(1) {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let (Some(remote), Some(state), Some(inode)) = (fields.get(2), fields.get(3), fields.get(9)) else {
+            let (Some(remote), Some(state), Some(inode)) = (fields.get(2), fields.get(3), fields.get(9))
+            else {
                 continue;
             };
             let remote_port = remote.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
@@ -1763,8 +1764,9 @@ fn established_to(pid: u32, port: u16) -> Result<usize, String> {
 
 #[tokio::test]
 async fn the_watches_the_lease_and_the_status_patches_share_one_connection_to_the_api_server() {
-    let (env, cluster) =
-        cluster_or_skip!("the_watches_the_lease_and_the_status_patches_share_one_connection_to_the_api_server");
+    let (env, cluster) = cluster_or_skip!(
+        "the_watches_the_lease_and_the_status_patches_share_one_connection_to_the_api_server"
+    );
     let port = cluster
         .apiserver_url
         .rsplit(':')
@@ -1774,8 +1776,10 @@ async fn the_watches_the_lease_and_the_status_patches_share_one_connection_to_th
     let n = ClusterNode::start(&env, &cluster, "oneconn").await;
     // a running pod: the pod watch, the Services watch (its environment) and the watches of the objects its
     // volumes use are open, its status was patched, and the Lease is renewed meanwhile
-    let manifest =
-        n.api_pod_manifest("sleeper", json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}));
+    let manifest = n.api_pod_manifest(
+        "sleeper",
+        json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}),
+    );
     n.create_pod(&manifest).await;
     n.wait_api_running("sleeper").await;
     let Some(pid) = n.pid() else { panic!("nodelet is not running\n{}", n.tail()) };
