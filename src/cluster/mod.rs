@@ -80,7 +80,8 @@ pub(crate) fn watch_config_with(r: f64) -> kube::runtime::watcher::Config {
 
 /// The timeouts and user agent of every client of cluster mode.
 pub(crate) fn tune(config: &mut kube::Config, node: &str) {
-    // Calls that hang are cut off; a watch ends by its own server-side timeout (at most 2 ×
+    // A connection nothing is read from is cut off (over HTTP/2 its pings are read every 30 s, see
+    // `transport`, so only a dead peer); a watch ends by its own server-side timeout (at most 2 ×
     // WATCH_TIMEOUT_MIN_SECS), well before its connection's read timeout.
     config.connect_timeout = Some(Duration::from_secs(10));
     config.read_timeout = Some(Duration::from_secs(u64::from(2 * WATCH_TIMEOUT_MIN_SECS) + 40));
