@@ -510,7 +510,8 @@ fn write_node_kubeconfig(kubeconfig: &Path, bootstrap: &Path, pem: &Path) -> Res
 }
 
 /// A client (no rate limit: the outer client has it) from `kubeconfig`, its identity replaced by the
-/// certificate and key in `identity` when given; and the kubeconfig's default namespace.
+/// certificate and key in `identity` when given; and the kubeconfig's default namespace. Its requests share
+/// one connection ([`super::transport`]).
 pub(crate) async fn build_client(
     kubeconfig: &Path,
     identity: Option<&Path>,
@@ -531,9 +532,8 @@ pub(crate) async fn build_client(
         auth.token_file = None;
     }
     super::tune(&mut config, node);
-    let builder = kube::client::ClientBuilder::try_from(config)
-        .map_err(|source| CertError::Client { path: kubeconfig.display().to_string(), source })?;
-    Ok(builder.build())
+    super::transport::client(config)
+        .map_err(|source| CertError::Client { path: kubeconfig.display().to_string(), source })
 }
 
 // ------------------------------------------------------------------------------------------------ the client

@@ -12,7 +12,8 @@
 //!
 //! Every API call goes through one [`kube::Client`] with the kubelet's client-side rate limit
 //! (`kubeAPIQPS`, `kubeAPIBurst`; see [`ratelimit`]), which forwards each request to the client of the
-//! current client certificate ([`certificates`]: TLS bootstrap, rotation, the serving certificate). With
+//! current client certificate ([`certificates`]: TLS bootstrap, rotation, the serving certificate), whose
+//! requests share one HTTP/2 connection ([`transport`]). With
 //! TLS bootstrap the tasks below start once the certificate is issued. None of these tasks ever stops or restarts a
 //! pod because the API server is unreachable: each retries with back-off and catches up when the API
 //! server is back, and the pod source keeps its last complete list meanwhile.
@@ -28,6 +29,7 @@ pub(crate) mod ratelimit;
 pub(crate) mod runtimeclasses;
 pub(crate) mod services;
 pub(crate) mod status;
+pub(crate) mod transport;
 
 use std::time::Duration;
 
@@ -78,7 +80,8 @@ pub(crate) fn watch_config_with(r: f64) -> kube::runtime::watcher::Config {
 
 /// The timeouts and user agent of every client of cluster mode.
 pub(crate) fn tune(config: &mut kube::Config, node: &str) {
-    // Calls that hang are cut off; a watch ends by its own server-side timeout (at most 2 ×
+    // A connection nothing is read from is cut off (over HTTP/2 its pings are read every 30 s, see
+    // `transport`, so only a dead peer); a watch ends by its own server-side timeout (at most 2 ×
     // WATCH_TIMEOUT_MIN_SECS), well before its connection's read timeout.
     config.connect_timeout = Some(Duration::from_secs(10));
     config.read_timeout = Some(Duration::from_secs(u64::from(2 * WATCH_TIMEOUT_MIN_SECS) + 40));

@@ -31,6 +31,16 @@ use tonic::{Request, Response, Status};
 /// The size every fake image reports.
 const IMAGE_SIZE: u64 = 1 << 20;
 
+/// The most concurrent calls (HTTP/2 streams) the node's CRI client may have open on its connection; more
+/// wait in the client. h2 keeps the slabs of its stream store and frame queues at their peak size on both
+/// ends, so this bounds what a node's start-up burst leaves behind (the runtime answers at once, so the
+/// calls hardly wait).
+const MAX_CONCURRENT_STREAMS: u32 = 16;
+
+/// The HTTP/2 flow-control windows of the connection and of each stream: the protocol's default, which
+/// the runtime's small messages never fill (hyper's server would announce 1 MiB).
+const WINDOW: u32 = 65_535;
+
 /// Errors of serving the fake runtime.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum FakeCriError {
@@ -158,6 +168,9 @@ impl FakeCri {
             Some((conn, listener))
         });
         let served = tonic::transport::Server::builder()
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .initial_stream_window_size(WINDOW)
+            .initial_connection_window_size(WINDOW)
             .add_service(RuntimeServiceServer::new(self.clone()))
             .add_service(ImageServiceServer::new(self))
             .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())

@@ -1728,3 +1728,76 @@ async fn init_and_readiness_gate_conditions_read_as_the_kubelets_and_an_updated_
     }
     n.shutdown().await;
 }
+
+// ------------------------------------------------------------------------------------------------ one connection
+
+/// The established TCP connections of process `pid` to `port` (any address): its socket fds matched with
+/// the entries of `/proc/PID/net/tcp{,6}` in state `01` (ESTABLISHED) whose remote port is `port`.
+fn established_to(pid: u32, port: u16) -> Result<usize, String> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_err(|e| format!("/proc/{pid}/fd: {e}"))?;
+    let inodes: BTreeSet<String> = fds
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            target.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')).map(str::to_owned)
+        })
+        .collect();
+    let mut count = 0;
+    for table in ["tcp", "tcp6"] {
+        let path = format!("/proc/{pid}/net/{table}");
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(remote), Some(state), Some(inode)) = (fields.get(2), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            let remote_port = remote.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+            if *state == "01" && remote_port == Some(port) && inodes.contains(*inode) {
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
+}
+
+#[tokio::test]
+async fn the_watches_the_lease_and_the_status_patches_share_one_connection_to_the_api_server() {
+    let (env, cluster) = cluster_or_skip!(
+        "the_watches_the_lease_and_the_status_patches_share_one_connection_to_the_api_server"
+    );
+    let port = cluster
+        .apiserver_url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse::<u16>().ok())
+        .unwrap_or_else(|| panic!("no port in the API server URL {}", cluster.apiserver_url));
+    let n = ClusterNode::start(&env, &cluster, "oneconn").await;
+    // a running pod: the pod watch, the Services watch (its environment) and the watches of the objects its
+    // volumes use are open, its status was patched, and the Lease is renewed meanwhile
+    let manifest = n.api_pod_manifest(
+        "sleeper",
+        json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}),
+    );
+    n.create_pod(&manifest).await;
+    n.wait_api_running("sleeper").await;
+    let Some(pid) = n.pid() else { panic!("nodelet is not running\n{}", n.tail()) };
+    // several looks over a few Lease renewals (every 2 s here): one connection each time (HTTP/2; an
+    // HTTP/1 client holds one per watch)
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        sleep(Duration::from_secs(2)).await;
+        match established_to(pid, port) {
+            Ok(count) => seen.push(count),
+            Err(e) => panic!("cannot count nodelet's connections: {e}"),
+        }
+    }
+    assert!(
+        seen.iter().all(|&count| count == 1),
+        "nodelet's established connections to the API server (port {port}) at five looks 2 s apart: {seen:?}, \
+         expected 1 each time\n{}",
+        n.tail()
+    );
+    n.shutdown().await;
+}
