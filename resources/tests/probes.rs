@@ -111,7 +111,6 @@ struct Node {
     inputs: PodInputs,
     results: ProbeResults,
     clock: Clock,
-    waker: reconcile_engine::Waker<PodUid>,
     metrics: ProbeMetrics,
     /// The prober's task, and what stops it.
     prober: tokio::task::JoinHandle<()>,
@@ -158,6 +157,7 @@ fn node() -> Node {
     let mut engine = builder
         .watches("sandboxes", sandboxes.actual(), nodelet_resources::sandbox::status::pod_of_sandboxes)
         .waits_for("sandboxes", sandboxes.actual())
+        .watches("probes", results.clone(), nodelet_resources::probe::results::pod_of_probes)
         .build_with(inputs.clone());
     let actual = engine.actual();
     let pleg = Pleg::new(
@@ -168,7 +168,6 @@ fn node() -> Node {
         PodMetrics::unregistered(),
     )
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
-    let waker = engine.waker();
     let (sandbox_engine, sandbox_tasks) =
         sandboxes.start(desired.clone(), reconcile_engine::CancellationToken::new());
     tokio::spawn(sandbox_engine);
@@ -178,7 +177,7 @@ fn node() -> Node {
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
     let stop = reconcile_engine::CancellationToken::new();
-    let prober = tokio::spawn(prober.run(actual.clone(), waker.clone(), stop.clone().cancelled_owned()));
+    let prober = tokio::spawn(prober.run(actual.clone(), stop.clone().cancelled_owned()));
     let reconciler = PodReconciler::new(backoff).with_probes(results.clone());
     Node {
         runtime,
@@ -190,7 +189,6 @@ fn node() -> Node {
         inputs,
         results,
         clock,
-        waker,
         metrics,
         prober,
         stop,
@@ -303,6 +301,8 @@ async fn liveness_failures_restart_the_container_after_the_failure_threshold() {
         .count();
     assert_eq!(failed_runs, 3, "killed after exactly failureThreshold failures");
     assert!(failing_since.elapsed() >= Duration::from_secs(4));
+    // The failure plans the pod at once (the engine watches the results), not at the next resync (30 s).
+    assert!(failing_since.elapsed() < Duration::from_secs(10), "{:?}", failing_since.elapsed());
     let stops = n.runtime.calls_of("stop_container");
     assert_eq!(stops.len(), 1, "{stops:?}");
 
@@ -509,7 +509,7 @@ async fn after_a_restart_the_first_probes_of_running_containers_are_spread_over_
     let prober =
         Prober::new(handler.clone(), n.desired.clone(), ProbeMetrics::unregistered(), n.clock.clone());
     let restarted = Instant::now();
-    tokio::spawn(prober.run(n.actual.clone(), n.waker.clone(), std::future::pending()));
+    tokio::spawn(prober.run(n.actual.clone(), std::future::pending()));
     sleep(Duration::from_secs(25)).await;
     let mut first: HashMap<String, Instant> = HashMap::new();
     for run in handler.runs(ProbeKind::Readiness) {

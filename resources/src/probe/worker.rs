@@ -1,13 +1,14 @@
 //! The prober: one timer-driven tokio task per probe of each running container (no threads; time
 //! only through `tokio::time`), started when the container is seen running in the actual store and
-//! stopped when it stops, and one manager task that owns the results store, applies what the
-//! workers report and wakes the pod's engine key when a result flips.
+//! stopped when it stops, and one manager task that owns the results store and applies what the
+//! workers report. The pod engine watches the results store (a relation, mapped to the pod by
+//! [`pod_of_probes`](super::results::pod_of_probes)), so a result written plans its pod again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use reconcile_engine::{CancellationToken, Store, Waker, Writer, store};
+use reconcile_engine::{CancellationToken, Store, Writer, store};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -159,15 +160,14 @@ impl<H: ProbeHandler> Prober<H> {
         self.workers.values().flat_map(HashMap::values).map(Vec::len).sum()
     }
 
-    /// Follows the desired and `actual` pod stores, runs the probes of running containers and
-    /// wakes a pod's key in the pod engine through `waker` when a result flips, until `shutdown`
+    /// Follows the desired and `actual` pod stores and runs the probes of running containers, writing
+    /// their results to the results store (which the pod engine watches), until `shutdown`
     /// completes; then stops every worker and returns once they have ended (a run in progress is
     /// abandoned: a handler's runtime call, such as an `ExecSync`, goes on by itself). A worker that panics
     /// panics the prober with its message.
     pub async fn run(
         mut self,
         actual: Store<PodUid, PodActual>,
-        waker: Waker<PodUid>,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
@@ -192,9 +192,9 @@ impl<H: ProbeHandler> Prober<H> {
                     }
                 }
                 Some(report) = self.rx.recv() => {
-                    self.apply(report, &waker);
+                    self.apply(report);
                     while let Ok(report) = self.rx.try_recv() {
-                        self.apply(report, &waker);
+                        self.apply(report);
                     }
                 }
                 Some(ended) = self.tasks.join_next(), if !self.tasks.is_empty() => {
@@ -210,7 +210,7 @@ impl<H: ProbeHandler> Prober<H> {
         self.tasks.shutdown().await;
     }
 
-    fn apply(&mut self, report: Report, waker: &Waker<PodUid>) {
+    fn apply(&mut self, report: Report) {
         let Some(current) = self.results.get(&report.container_id) else {
             // The container stopped meanwhile.
             return;
@@ -232,9 +232,6 @@ impl<H: ProbeHandler> Prober<H> {
             entry.last_failure = Some(ProbeFailure { kind: report.kind, message, count });
         }
         self.writer.insert(report.container_id, entry);
-        if report.flipped.is_some() {
-            waker.wake(report.pod_uid);
-        }
     }
 
     /// Starts and stops the pod's workers to match its running containers; drops the results of
