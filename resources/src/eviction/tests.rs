@@ -14,7 +14,7 @@ use super::local_storage::{ContainerStorage, LocalStorage, PodStorage};
 use super::metrics::EvictionMetrics;
 use super::populator::Evictions;
 use super::reconciler::{
-    EvictionActual, EvictionConfig, EvictionKey, EvictionOp, EvictionInputs, EvictionReconciler,
+    EvictionActual, EvictionConfig, EvictionInputs, EvictionKey, EvictionOp, EvictionReconciler,
     HARD_EVICTION_GRACE, NodeEviction, Sample, Stage,
 };
 use super::sampler::SignalSampler;
