@@ -867,7 +867,7 @@ pub(crate) fn start_pods(
     sup.spawn(
         "prober",
         Policy::Critical,
-        prober.run(actual.clone(), shutdown.clone().cancelled_owned()),
+        prober.run(actual.clone(), sandbox_pair.actual(), shutdown.clone().cancelled_owned()),
     );
     let VolumeEngineParts { engine: volume_engine, writer } = volume_engine;
     let renderer = volumes::ManifestRenderer::new(storage.node_objects.clone());
@@ -1030,6 +1030,7 @@ pub(crate) fn start_pressure(
             stats: stats.clone(),
             desired: src.desired.clone(),
             actual: pods.actual.clone(),
+            sandboxes: pods.sandboxes.actual().clone(),
             volumes: vols.actual.clone(),
             verdicts: pods.verdicts.clone(),
             verdict_writer: inputs.verdict_writer,
