@@ -9,7 +9,7 @@ use k8s_openapi::List;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_resources::common::clock::Clock;
-use nodelet_resources::model::actual::{ContainerState, PodActual};
+use nodelet_resources::model::actual::{ContainerState, PodActual, PodSandboxes};
 use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::pod::reconciler::PodReconciler;
 use nodelet_resources::pod::status::{PodOpStatus, pod_status};
@@ -465,8 +465,13 @@ impl NodeView for Node {
     }
 
     fn running_pods(&self) -> List<Pod> {
-        let mut items: Vec<Pod> =
-            self.actual.entries().into_iter().filter_map(|(_, actual)| running_pod(&actual)).collect();
+        let view = self.reconciler.sandboxes(&self.inputs);
+        let mut items: Vec<Pod> = self
+            .actual
+            .entries()
+            .into_iter()
+            .filter_map(|(uid, actual)| running_pod(&actual, view.and_then(|v| v.of(&uid)).as_deref()))
+            .collect();
         items.sort_by(|a, b| {
             (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
                 .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
@@ -518,8 +523,11 @@ impl NodeView for Node {
     fn metrics(&self) -> String {
         let mut running_pods = 0;
         let mut states = [0_i64; 4];
+        // Pods with a ready sandbox, as the sandbox pair's actual store has them.
+        if let Some(view) = self.reconciler.sandboxes(&self.inputs) {
+            view.actual().for_each(|_, pod| running_pods += i64::from(pod.ready().is_some()));
+        }
         self.actual.for_each(|_, pod| {
-            running_pods += i64::from(pod.sandbox().is_some_and(|s| s.ready));
             for c in &pod.containers {
                 let i = match c.state {
                     ContainerState::Created => 0,
@@ -713,10 +721,10 @@ impl NodeView for Node {
 }
 
 /// A pod as the kubelet's `/runningpods/` shows it (`kubecontainer.Pod.ToAPIPod` of the runtime's
-/// running pods): only when it has a ready sandbox or a running container; name, namespace and uid, and
-/// its running containers with their name and image.
-fn running_pod(actual: &PodActual) -> Option<Pod> {
-    let ready = actual.sandboxes.iter().any(|s| s.ready);
+/// running pods): only when it has a ready sandbox (in `sandboxes`, the sandbox pair's record of it) or a
+/// running container; name, namespace and uid, and its running containers with their name and image.
+fn running_pod(actual: &PodActual, sandboxes: Option<&PodSandboxes>) -> Option<Pod> {
+    let ready = sandboxes.is_some_and(|s| s.sandboxes.iter().any(|s| s.ready));
     let containers: Vec<k8s_openapi::api::core::v1::Container> = actual
         .containers
         .iter()
@@ -978,18 +986,23 @@ mod tests {
 
     #[test]
     fn running_pods_are_those_with_a_ready_sandbox_or_a_running_container() {
-        let pod = |ready: bool, containers: Vec<ContainerRecord>| PodActual {
+        let pod = |containers: Vec<ContainerRecord>| PodActual {
             uid: "u1".into(),
             namespace: "ns".into(),
             name: "web".into(),
-            sandboxes: vec![SandboxRecord { id: "s".into(), ready, ..Default::default() }],
             containers,
             ..Default::default()
         };
-        let shown = running_pod(&pod(
-            true,
-            vec![container("app", ContainerState::Running), container("done", ContainerState::Exited)],
-        ))
+        let sandboxes = |ready: bool| PodSandboxes {
+            uid: "u1".into(),
+            sandboxes: vec![SandboxRecord { id: "s".into(), ready, ..Default::default() }],
+            ..Default::default()
+        };
+        let (ready, dead) = (sandboxes(true), sandboxes(false));
+        let shown = running_pod(
+            &pod(vec![container("app", ContainerState::Running), container("done", ContainerState::Exited)]),
+            Some(&ready),
+        )
         .expect("running");
         assert_eq!(
             serde_json::to_value(&shown).expect("json"),
@@ -1001,8 +1014,9 @@ mod tests {
             }),
             "only the running containers, with name and image"
         );
-        assert!(running_pod(&pod(true, vec![])).is_some(), "a ready sandbox alone counts");
-        assert!(running_pod(&pod(false, vec![container("x", ContainerState::Running)])).is_some());
-        assert!(running_pod(&pod(false, vec![container("x", ContainerState::Exited)])).is_none());
+        assert!(running_pod(&pod(vec![]), Some(&ready)).is_some(), "a ready sandbox alone counts");
+        assert!(running_pod(&pod(vec![]), None).is_none(), "nothing in the sandbox pair's store");
+        assert!(running_pod(&pod(vec![container("x", ContainerState::Running)]), Some(&dead)).is_some());
+        assert!(running_pod(&pod(vec![container("x", ContainerState::Exited)]), Some(&dead)).is_none());
     }
 }

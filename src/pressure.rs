@@ -23,7 +23,7 @@ use nodelet_resources::eviction::local_storage::LocalStorage;
 use nodelet_resources::eviction::metrics::EvictionMetrics;
 use nodelet_resources::eviction::populator::VerdictPopulator;
 use nodelet_resources::eviction::reconciler::{
-    EvictionConfig, EvictionKey, EvictionPods, EvictionReconciler,
+    EvictionConfig, EvictionInputs, EvictionKey, EvictionReconciler,
 };
 use nodelet_resources::eviction::sampler::SignalSampler;
 use nodelet_resources::eviction::signal::{
@@ -32,7 +32,7 @@ use nodelet_resources::eviction::signal::{
 use nodelet_resources::eviction::state::Policy;
 use nodelet_resources::eviction::status::PressureView;
 use nodelet_resources::eviction::verdict::Admission;
-use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::actual::{PodActual, PodSandboxes};
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use nodelet_resources::model::pressure::{Reclaimers, Signal};
 use nodelet_resources::model::verdict::Verdict;
@@ -174,6 +174,8 @@ pub(crate) struct Wiring<'a> {
     pub(crate) stats: StatsProvider,
     pub(crate) desired: Store<PodUid, DesiredPod>,
     pub(crate) actual: Store<PodUid, PodActual>,
+    /// The sandbox pair's actual store.
+    pub(crate) sandboxes: Store<PodUid, PodSandboxes>,
     pub(crate) volumes: Store<VolumeKey, VolumeActual>,
     /// The verdict store (a reader) and its writer, for the verdict populator.
     pub(crate) verdicts: Store<PodUid, Verdict>,
@@ -253,9 +255,15 @@ pub(crate) fn start(
     }));
     let view = driver.pressure();
     let conditions = driver.conditions();
-    let pods =
-        EvictionPods { desired: w.desired.clone(), actual: w.actual.clone(), verdicts: w.verdicts.clone() };
-    let reconciler = EvictionReconciler::new(driver.reclaims());
+    // The reconciler reads the driver's list of reclaimers when it plans: one an extension adds later
+    // is planned for as the built-in ones are.
+    let inputs = EvictionInputs {
+        desired: w.desired.clone(),
+        actual: w.actual.clone(),
+        verdicts: w.verdicts.clone(),
+        reclaimers: driver.reclaimers().clone(),
+    };
+    let reconciler = EvictionReconciler::new();
     let (eviction_desired, mut eviction_desired_writer) = reconcile_engine::store();
     let period = config.monitoring_period;
     let local_storage = config.local_storage_capacity_isolation;
@@ -263,11 +271,18 @@ pub(crate) fn start(
     eviction_desired_writer.mark_synced();
     let mut eviction = Engine::builder("eviction", reconciler, Arc::new(driver), eviction_desired)
         .metrics(w.engine_metrics)
-        .build_with(pods);
+        .build_with(inputs);
     let sampler = SignalSampler::new(source, eviction.observer(), local_storage);
-    let populator =
-        VerdictPopulator::new(w.desired, w.actual, w.verdict_writer, w.admission, conditions, evictions)
-            .with_clock(w.clock);
+    let populator = VerdictPopulator::new(
+        w.desired,
+        w.actual,
+        w.sandboxes,
+        w.verdict_writer,
+        w.admission,
+        conditions,
+        evictions,
+    )
+    .with_clock(w.clock);
     tasks.push(NamedTask::new("verdict-populator", UntilShutdown, populator.run(shutdown.clone())));
     let stop = shutdown.clone();
     tasks.push(NamedTask::new("eviction-engine", UntilShutdown, async move {

@@ -142,9 +142,11 @@ impl Node {
     fn admit_with(&self, admission: Admission, writer: Writer<PodUid, Verdict>) {
         let (_, evictions) = evictions();
         let (_, conditions) = tokio::sync::watch::channel(Default::default());
+        let sandboxes = self.inputs.sandboxes.as_ref().map(|v| v.actual().clone());
         let populator = VerdictPopulator::new(
             self.desired.clone(),
             self.actual.clone(),
+            sandboxes.unwrap_or_else(|| panic!("the test node has a sandbox pair")),
             writer,
             admission,
             conditions,

@@ -106,12 +106,13 @@ struct Node {
     handler: Arc<FakeHandler>,
     writer: Writer<PodUid, DesiredPod>,
     actual: Store<PodUid, PodActual>,
+    /// The sandbox pair's actual store.
+    sandboxes: Store<PodUid, nodelet_resources::model::actual::PodSandboxes>,
     desired: Store<PodUid, DesiredPod>,
     reconciler: PodReconciler,
     inputs: PodInputs,
     results: ProbeResults,
     clock: Clock,
-    waker: reconcile_engine::Waker<PodUid>,
     metrics: ProbeMetrics,
     /// The prober's task, and what stops it.
     prober: tokio::task::JoinHandle<()>,
@@ -158,6 +159,7 @@ fn node() -> Node {
     let mut engine = builder
         .watches("sandboxes", sandboxes.actual(), nodelet_resources::sandbox::status::pod_of_sandboxes)
         .waits_for("sandboxes", sandboxes.actual())
+        .watches("probes", results.clone(), nodelet_resources::probe::results::pod_of_probes)
         .build_with(inputs.clone());
     let actual = engine.actual();
     let pleg = Pleg::new(
@@ -168,7 +170,7 @@ fn node() -> Node {
         PodMetrics::unregistered(),
     )
     .with_sandboxes(sandboxes.actual(), sandboxes.observer());
-    let waker = engine.waker();
+    let sandbox_actual = sandboxes.actual();
     let (sandbox_engine, sandbox_tasks) =
         sandboxes.start(desired.clone(), reconcile_engine::CancellationToken::new());
     tokio::spawn(sandbox_engine);
@@ -178,19 +180,20 @@ fn node() -> Node {
     tokio::spawn(engine.run(std::future::pending()));
     tokio::spawn(pleg.run(std::future::pending()));
     let stop = reconcile_engine::CancellationToken::new();
-    let prober = tokio::spawn(prober.run(actual.clone(), waker.clone(), stop.clone().cancelled_owned()));
+    let prober =
+        tokio::spawn(prober.run(actual.clone(), sandbox_actual.clone(), stop.clone().cancelled_owned()));
     let reconciler = PodReconciler::new(backoff).with_probes(results.clone());
     Node {
         runtime,
         handler,
         writer,
         actual,
+        sandboxes: sandbox_actual,
         desired,
         reconciler,
         inputs,
         results,
         clock,
-        waker,
         metrics,
         prober,
         stop,
@@ -303,6 +306,8 @@ async fn liveness_failures_restart_the_container_after_the_failure_threshold() {
         .count();
     assert_eq!(failed_runs, 3, "killed after exactly failureThreshold failures");
     assert!(failing_since.elapsed() >= Duration::from_secs(4));
+    // The failure plans the pod at once (the engine watches the results), not at the next resync (30 s).
+    assert!(failing_since.elapsed() < Duration::from_secs(10), "{:?}", failing_since.elapsed());
     let stops = n.runtime.calls_of("stop_container");
     assert_eq!(stops.len(), 1, "{stops:?}");
 
@@ -509,7 +514,7 @@ async fn after_a_restart_the_first_probes_of_running_containers_are_spread_over_
     let prober =
         Prober::new(handler.clone(), n.desired.clone(), ProbeMetrics::unregistered(), n.clock.clone());
     let restarted = Instant::now();
-    tokio::spawn(prober.run(n.actual.clone(), n.waker.clone(), std::future::pending()));
+    tokio::spawn(prober.run(n.actual.clone(), n.sandboxes.clone(), std::future::pending()));
     sleep(Duration::from_secs(25)).await;
     let mut first: HashMap<String, Instant> = HashMap::new();
     for run in handler.runs(ProbeKind::Readiness) {
@@ -551,4 +556,54 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         .cloned()
         .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
         .unwrap_or_default()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_prober_takes_a_pods_sandbox_from_the_sandbox_pairs_store() {
+    use nodelet_resources::model::actual::{ContainerRecord, PodSandboxes, SandboxRecord};
+    let handler = Arc::new(FakeHandler::default());
+    let (desired, mut writer) = store::<PodUid, DesiredPod>();
+    let (actual, mut actual_writer) = store::<PodUid, PodActual>();
+    let (sandboxes, mut sandbox_writer) = store::<PodUid, PodSandboxes>();
+    writer.insert(
+        "u1".into(),
+        pod("u1", &probed("    readinessProbe: {exec: {command: [ok, ready]}, periodSeconds: 1}\n")),
+    );
+    let running = ContainerRecord {
+        id: "c1".into(),
+        name: "app".into(),
+        sandbox_id: "s1".into(),
+        state: ContainerState::Running,
+        ..ContainerRecord::default()
+    };
+    // The pod store's record lists no sandbox: only the sandbox pair's store has the pod's.
+    actual_writer.insert(
+        "u1".into(),
+        PodActual { uid: "u1".into(), containers: vec![running], ..PodActual::default() },
+    );
+    let prober = Prober::new(handler.clone(), desired, ProbeMetrics::unregistered(), clock());
+    let results = prober.results();
+    let stop = reconcile_engine::CancellationToken::new();
+    let task = tokio::spawn(prober.run(actual, sandboxes, stop.clone().cancelled_owned()));
+    sleep(Duration::from_secs(3)).await;
+    assert!(handler.runs(ProbeKind::Readiness).is_empty(), "no sandbox in the sandbox pair's store yet");
+    let sandbox = |ready| PodSandboxes {
+        uid: "u1".into(),
+        sandboxes: vec![SandboxRecord { id: "s1".into(), ready, ..SandboxRecord::default() }],
+        ..PodSandboxes::default()
+    };
+    sandbox_writer.insert("u1".into(), sandbox(true));
+    sleep(Duration::from_secs(3)).await;
+    let runs = handler.runs(ProbeKind::Readiness).len();
+    assert!(runs >= 2, "probed once the sandbox pair's store shows the sandbox ready: {runs} runs");
+    assert!(results.get(&"c1".to_owned()).is_some());
+    // The sandbox died: the workers stop.
+    sandbox_writer.insert("u1".into(), sandbox(false));
+    sleep(Duration::from_secs(1)).await;
+    let before = handler.runs(ProbeKind::Readiness).len();
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(handler.runs(ProbeKind::Readiness).len(), before, "no run once the sandbox is not ready");
+    stop.cancel();
+    task.await.unwrap_or_else(|e| panic!("{e}"));
+    drop((writer, actual_writer, sandbox_writer));
 }

@@ -157,8 +157,9 @@ impl ExtensionContext {
     }
     /// The node-level reclaimers the eviction pair tries, in the order added, before it evicts pods for a
     /// disk signal (container garbage collection, then image garbage collection, then the extensions'):
-    /// [`Reclaimers::add`] one that frees disk space. The eviction pair reads the list at every reclaim, so
-    /// a reclaimer added by an extension, which starts after the eviction pair, is tried too.
+    /// [`Reclaimers::add`] one that frees disk space. The eviction pair reads the list whenever it plans a
+    /// reclaim and at every reclaim, so a reclaimer added by an extension, which starts after the eviction
+    /// pair, is planned for and tried too.
     pub fn reclaimers(&self) -> &Reclaimers {
         &self.reclaimers
     }

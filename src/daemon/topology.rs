@@ -701,6 +701,9 @@ struct PodSideInputs {
     sandbox_failures: Store<PodUid, SandboxOpStatus>,
     /// The node-wide container GC decision per pod.
     surplus: Store<PodUid, Surplus>,
+    /// The prober's results (the reconciler holds its own reader, [`PodReconciler::with_probes`]): a
+    /// container's liveness or startup failure gets it killed.
+    probes: ProbeResults,
 }
 
 impl PodSideInputs {
@@ -714,7 +717,7 @@ impl PodSideInputs {
     where
         Dr: reconcile_engine::Driver<PodUid, nodelet_resources::pod::ops::PodOp, PodActual>,
     {
-        let PodSideInputs { verdicts, volumes_actual, sandboxes, surplus, .. } = self;
+        let PodSideInputs { verdicts, volumes_actual, sandboxes, surplus, probes, .. } = self;
         builder
             // A pod's verdict came or changed: plan the pod again.
             .watches("verdicts", verdicts.clone(), |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()))
@@ -726,6 +729,8 @@ impl PodSideInputs {
             .waits_for("sandboxes", sandboxes.clone())
             // The node-wide container GC decision for a pod changed: plan the pod again.
             .watches("container-gc", surplus.clone(), |uid: &PodUid, _: Option<&Surplus>| Some(uid.clone()))
+            // A container's probe results changed: plan its pod again.
+            .watches("probes", probes.clone(), nodelet_resources::probe::results::pod_of_probes)
     }
 
     /// The pod reconciler's side inputs: the engine is built with them, status reads them.
@@ -738,6 +743,7 @@ impl PodSideInputs {
             sandboxes,
             sandbox_failures,
             surplus,
+            probes: _,
         } = self;
         nodelet_resources::pod::reconciler::PodInputs {
             failures: Some(failures.clone()),
@@ -848,6 +854,7 @@ pub(crate) fn start_pods(
         sandboxes: sandbox_pair.actual(),
         sandbox_failures: sandbox_failures.clone(),
         surplus,
+        probes: probes.clone(),
     };
     let status_inputs = side_inputs.inputs();
     let mut engine = side_inputs
@@ -860,7 +867,7 @@ pub(crate) fn start_pods(
     sup.spawn(
         "prober",
         Policy::Critical,
-        prober.run(actual.clone(), engine.waker(), shutdown.clone().cancelled_owned()),
+        prober.run(actual.clone(), sandbox_pair.actual(), shutdown.clone().cancelled_owned()),
     );
     let VolumeEngineParts { engine: volume_engine, writer } = volume_engine;
     let renderer = volumes::ManifestRenderer::new(storage.node_objects.clone());
@@ -1023,6 +1030,7 @@ pub(crate) fn start_pressure(
             stats: stats.clone(),
             desired: src.desired.clone(),
             actual: pods.actual.clone(),
+            sandboxes: pods.sandboxes.actual().clone(),
             volumes: vols.actual.clone(),
             verdicts: pods.verdicts.clone(),
             verdict_writer: inputs.verdict_writer,

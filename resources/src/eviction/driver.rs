@@ -119,14 +119,10 @@ impl EvictionDriver {
         self
     }
 
-    /// The list of node-level reclaimers it tries (shared: adding to it adds to the driver's).
+    /// The list of node-level reclaimers it tries (shared: adding to it adds to the driver's); the
+    /// reconciler reads the same list ([`EvictionInputs::reclaimers`](super::reconciler::EvictionInputs::reclaimers)).
     pub fn reclaimers(&self) -> &Reclaimers {
         &self.reclaimers
-    }
-
-    /// Whether node-level reclaimers were added by now (the reconciler plans reclaim only then).
-    pub fn reclaims(&self) -> bool {
-        !self.reclaimers.is_empty()
     }
 
     /// The node's pressure conditions, updated at every pass.

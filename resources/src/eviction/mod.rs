@@ -15,7 +15,8 @@
 //!   current pass, the pods evicted, why and when).
 //! - **Reconciler** ([`reconciler::EvictionReconciler`]), pure: compares each sample with the
 //!   thresholds ([`state::EvictionState::observe`]), then plans a pass one step at a time: local
-//!   storage limits first ([`local_storage`]), node-level reclaim for a disk signal, then one pod
+//!   storage limits first ([`local_storage`]), node-level reclaim for a disk signal (when the node's
+//!   shared list of reclaimers, a side input, holds one as the step is planned), then one pod
 //!   evicted, ranked by [`rank`] (usage above requests, then priority, then usage).
 //!   System-critical pods (priority ≥ 2,000,000,000) are never evicted.
 //! - **Operations and driver** ([`reconciler::EvictionOp`], [`driver::EvictionDriver`]): publish the

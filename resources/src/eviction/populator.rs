@@ -4,9 +4,9 @@
 //! - **Admission**, first come, first served like the kubelet: every pass, the desired pods that
 //!   have no verdict yet are decided oldest first (by `metadata.creationTimestamp`, then namespace
 //!   and name) against the node's allocatable resources and the pods admitted before them
-//!   ([`Admission`]). A pod that already has something in the runtime (found by the pod engine's
-//!   start-up reconstruction) is always admitted, so the populator waits for the pod actual store
-//!   to be reconstructed before its first pass. A verdict is final: a refused pod stays refused
+//!   ([`Admission`]). A pod that already has something in the runtime (containers found by the pod
+//!   engine's start-up reconstruction, sandboxes by the sandbox engine's) is always admitted, so the
+//!   populator waits for both actual stores to be reconstructed before its first pass. A verdict is final: a refused pod stays refused
 //!   until it leaves the desired state, when its verdict and its share of the node go.
 //! - **In-place resize**: an admitted pod whose spec asks for other resources is decided again
 //!   every pass: the new requests are committed when the node has room, otherwise the verdict
@@ -14,7 +14,7 @@
 //! - **Active deadline**: an admitted pod with `spec.activeDeadlineSeconds` is stopped once it has
 //!   been active on the node that long (the kubelet's `activeDeadlineHandler`): a `DeadlineExceeded`
 //!   verdict, its containers killed with its grace period. It has been active since its first
-//!   sandbox was created, or since it was admitted when that is earlier (the pod's `startTime`
+//!   sandbox was created (as the sandbox pair's actual store has it), or since it was admitted when that is earlier (the pod's `startTime`
 //!   as the kubelet sets it when it first syncs the pod). The deadline is read from the current
 //!   spec at every pass, so one added or lowered by an update of the pod takes effect; a pass runs
 //!   when the earliest deadline of the node comes.
@@ -34,7 +34,7 @@ use tracing::{debug, info};
 
 use super::verdict::Admission;
 use crate::common::clock::{Clock, system_clock};
-use crate::model::actual::PodActual;
+use crate::model::actual::{PodActual, PodSandboxes};
 use crate::model::pod::{DesiredPod, PodUid};
 use crate::model::pressure::Condition;
 use crate::model::verdict::{DEADLINE_EXCEEDED, ResizeDecision, Verdict, pod_requests};
@@ -83,11 +83,12 @@ pub fn evictions() -> (EvictionSink, Evictions) {
     (EvictionSink(tx), Evictions(rx))
 }
 
-/// Writes the verdict store from the desired pods, the actual pods (at start-up), the eviction
-/// pair's pressure conditions and evictions.
+/// Writes the verdict store from the desired pods, the actual pods and their sandboxes (at start-up;
+/// the sandboxes' creation for active deadlines), the eviction pair's pressure conditions and evictions.
 pub struct VerdictPopulator {
     pods: Store<PodUid, DesiredPod>,
     pod_actual: Store<PodUid, PodActual>,
+    sandboxes: Store<PodUid, PodSandboxes>,
     writer: Writer<PodUid, Verdict>,
     admission: Admission,
     conditions: watch::Receiver<BTreeSet<Condition>>,
@@ -113,10 +114,13 @@ fn admission_order(a: &DesiredPod, b: &DesiredPod) -> std::cmp::Ordering {
 }
 
 impl VerdictPopulator {
-    /// A populator deciding with `admission`, writing through `writer`.
+    /// A populator of the desired pods `pods`, whose containers and sandboxes are in `pod_actual` and
+    /// `sandboxes` (the pod and sandbox pairs' actual stores), deciding with `admission`, writing
+    /// through `writer`.
     pub fn new(
         pods: Store<PodUid, DesiredPod>,
         pod_actual: Store<PodUid, PodActual>,
+        sandboxes: Store<PodUid, PodSandboxes>,
         writer: Writer<PodUid, Verdict>,
         admission: Admission,
         conditions: watch::Receiver<BTreeSet<Condition>>,
@@ -125,6 +129,7 @@ impl VerdictPopulator {
         Self {
             pods,
             pod_actual,
+            sandboxes,
             writer,
             admission,
             conditions,
@@ -147,7 +152,7 @@ impl VerdictPopulator {
         let seconds = pod.pod.spec.as_ref()?.active_deadline_seconds?;
         let uid = pod.uid();
         let sandbox = self
-            .pod_actual
+            .sandboxes
             .get(&uid.to_owned())
             .and_then(|a| a.sandboxes.iter().map(|s| s.created_at).filter(|t| *t > 0).min());
         let start = match (self.admitted_at.get(uid).copied(), sandbox) {
@@ -227,7 +232,8 @@ impl VerdictPopulator {
         let conditions = self.conditions.borrow().clone();
         for pod in new {
             let uid = pod.uid().to_owned();
-            let started = self.pod_actual.get(&uid).is_some_and(|a| !a.is_empty());
+            let started = self.pod_actual.get(&uid).is_some_and(|a| !a.containers.is_empty())
+                || self.sandboxes.get(&uid).is_some_and(|s| !s.sandboxes.is_empty());
             let verdict = self.admission.admit(&pod, started, &conditions);
             if let Some(stopped) = verdict.stopped() {
                 info!(
@@ -269,7 +275,10 @@ impl VerdictPopulator {
         let pods_sub = self.pods.subscribe();
         tokio::select! {
             () = shutdown.cancelled() => return,
-            _ = self.pod_actual.wait_until_synced() => {}
+            _ = async {
+                let _ = self.pod_actual.wait_until_synced().await;
+                let _ = self.sandboxes.wait_until_synced().await;
+            } => {}
         }
         let changed = self.sync();
         debug!(changed, "verdicts synced");
@@ -320,6 +329,7 @@ mod tests {
         populator: VerdictPopulator,
         pods: Writer<PodUid, DesiredPod>,
         actual: Writer<PodUid, PodActual>,
+        sandboxes: Writer<PodUid, PodSandboxes>,
         conditions: watch::Sender<BTreeSet<Condition>>,
         sink: EvictionSink,
     }
@@ -327,13 +337,15 @@ mod tests {
     fn setup(cpu_milli: i64) -> Setup {
         let (pod_store, pods) = reconcile_engine::store();
         let (actual_store, actual) = reconcile_engine::store();
+        let (sandbox_store, sandboxes) = reconcile_engine::store();
         let (_, writer) = reconcile_engine::store();
         let (conditions, rx) = watch::channel(BTreeSet::new());
         let (sink, evictions) = evictions();
         let admission =
             Admission::new().with_resources(NodeResources { cpu_milli, memory_bytes: 1 << 30, max_pods: 10 });
-        let populator = VerdictPopulator::new(pod_store, actual_store, writer, admission, rx, evictions);
-        Setup { populator, pods, actual, conditions, sink }
+        let populator =
+            VerdictPopulator::new(pod_store, actual_store, sandbox_store, writer, admission, rx, evictions);
+        Setup { populator, pods, actual, sandboxes, conditions, sink }
     }
 
     fn reason(s: &Setup, uid: &str) -> Option<String> {
@@ -344,6 +356,23 @@ mod tests {
     fn running() -> PodActual {
         let c = ContainerRecord { state: ContainerState::Running, ..ContainerRecord::default() };
         PodActual { containers: vec![c], ..PodActual::default() }
+    }
+
+    #[test]
+    fn a_pod_with_only_a_sandbox_in_the_runtime_is_admitted_whatever_it_asks() {
+        let mut s = setup(1000);
+        s.pods.insert("first".into(), pod("first", Some("2026-01-01T00:00:01Z"), "600m"));
+        s.pods.insert("sandboxed".into(), pod("sandboxed", Some("2026-01-01T00:00:02Z"), "900m"));
+        s.pods.insert("new".into(), pod("new", Some("2026-01-01T00:00:03Z"), "900m"));
+        // Its sandbox is in the sandbox pair's actual store; the pod actual store has no container of it.
+        let sandbox = crate::model::actual::SandboxRecord { id: "s".into(), ..Default::default() };
+        s.sandboxes
+            .insert("sandboxed".into(), PodSandboxes { sandboxes: vec![sandbox], ..Default::default() });
+        s.actual.insert("sandboxed".into(), PodActual::default());
+        assert_eq!(s.populator.sync(), 3);
+        assert_eq!(reason(&s, "first").as_deref(), Some("Admitted"));
+        assert_eq!(reason(&s, "sandboxed").as_deref(), Some("Admitted"), "already in the runtime");
+        assert_eq!(reason(&s, "new").as_deref(), Some("OutOfcpu"));
     }
 
     #[test]
@@ -469,7 +498,15 @@ mod tests {
         let verdicts = s.populator.verdicts();
         let shutdown = CancellationToken::new();
         s.actual.mark_synced();
-        let Setup { populator, mut pods, actual: _actual, conditions: _c, sink: _sink } = s;
+        s.sandboxes.mark_synced();
+        let Setup {
+            populator,
+            mut pods,
+            actual: _actual,
+            sandboxes: _sandboxes,
+            conditions: _c,
+            sink: _sink,
+        } = s;
         pods.insert("added".into(), with_deadline("added", None));
         pods.insert("lowered".into(), with_deadline("lowered", Some(600)));
         let task = tokio::spawn(populator.run(shutdown.clone()));
@@ -505,10 +542,10 @@ mod tests {
         s.populator =
             s.populator.with_clock(Arc::new(move || read.load(std::sync::atomic::Ordering::SeqCst)));
         s.pods.insert("adopted".into(), with_deadline("adopted", Some(60)));
-        let mut actual = running();
-        actual.sandboxes =
-            vec![crate::model::actual::SandboxRecord { created_at: 50_000_000_000, ..Default::default() }];
-        s.actual.insert("adopted".into(), actual);
+        s.actual.insert("adopted".into(), running());
+        let sandbox =
+            crate::model::actual::SandboxRecord { created_at: 50_000_000_000, ..Default::default() };
+        s.sandboxes.insert("adopted".into(), PodSandboxes { sandboxes: vec![sandbox], ..Default::default() });
         s.populator.sync();
         assert_eq!(reason(&s, "adopted").as_deref(), Some("Admitted"), "50 s of 60");
         now.store(110_000_000_000, std::sync::atomic::Ordering::SeqCst);
@@ -523,7 +560,15 @@ mod tests {
         let verdicts = s.populator.verdicts();
         let shutdown = CancellationToken::new();
         s.actual.mark_synced();
-        let Setup { populator, mut pods, actual: _actual, conditions: _c, sink: _sink } = s;
+        s.sandboxes.mark_synced();
+        let Setup {
+            populator,
+            mut pods,
+            actual: _actual,
+            sandboxes: _sandboxes,
+            conditions: _c,
+            sink: _sink,
+        } = s;
         let task = tokio::spawn(populator.run(shutdown.clone()));
         tokio::task::yield_now().await;
         pods.insert("p".into(), pod("p", None, "10m"));

@@ -12,8 +12,9 @@
 //!    ([`EvictionOp::Evict`], the hard-eviction grace period); such a pass does nothing else.
 //! 3. For the most urgent threshold met past its grace period: for a disk signal, node-level
 //!    reclaim first ([`EvictionOp::Reclaim`]: container and image garbage collection, then the
-//!    signals observed again); the pass ends there when the threshold plus its minimum reclaim is
-//!    no longer met.
+//!    signals observed again) when the shared list of reclaimers ([`EvictionInputs::reclaimers`])
+//!    holds one as the step is planned; the pass ends there when the threshold plus its minimum
+//!    reclaim is no longer met.
 //! 4. The pods' usage measured ([`EvictionOp::MeasureUsage`]), the active pods ranked
 //!    ([`rank`](super::rank)) and one evicted ([`EvictionOp::Evict`]).
 //!
@@ -38,7 +39,7 @@ use super::signal::{Observations, PodUsage};
 use super::state::{EvictionState, Met, Policy, still_met};
 use crate::model::actual::PodActual;
 use crate::model::pod::{DesiredPod, PodUid};
-use crate::model::pressure::Condition;
+use crate::model::pressure::{Condition, Reclaimers};
 use crate::model::verdict::Verdict;
 
 /// The grace period of a pod evicted for a hard threshold (the kubelet's
@@ -283,34 +284,36 @@ impl Operation for EvictionOp {
     }
 }
 
-/// The pod stores the reconciler reads: which pods are active, what they ask for and use.
+/// What the reconciler reads besides its own stores: the pod stores (which pods are active, what
+/// they ask for and use) and the node-level reclaimers there are to try.
 #[derive(Debug, Clone)]
-pub struct EvictionPods {
+pub struct EvictionInputs {
     /// The desired pods.
     pub desired: Store<PodUid, DesiredPod>,
     /// What the runtime runs of them.
     pub actual: Store<PodUid, PodActual>,
     /// Their verdicts (pods already stopped are not candidates).
     pub verdicts: Store<PodUid, Verdict>,
+    /// The node-level reclaimers, the list the driver tries (shared: a reclaimer added to it later,
+    /// by an extension, counts from then on). Read when a step is planned: reclaim is planned for a
+    /// disk signal only while the list holds one.
+    pub reclaimers: Reclaimers,
 }
 
-/// The eviction reconciler. Its side inputs ([`Reconciler::Inputs`]) are the pod stores
-/// ([`EvictionPods`]), given to the engine with
+/// The eviction reconciler. Its side inputs ([`Reconciler::Inputs`]) are [`EvictionInputs`],
+/// given to the engine with
 /// [`EngineBuilder::build_with`](reconcile_engine::EngineBuilder::build_with).
-#[derive(Debug)]
-pub struct EvictionReconciler {
-    node_reclaim: bool,
-}
+#[derive(Debug, Default)]
+pub struct EvictionReconciler;
 
 impl EvictionReconciler {
-    /// A reconciler; `node_reclaim` says whether node-level reclaimers are there to try before
-    /// evicting for a disk signal.
-    pub fn new(node_reclaim: bool) -> Self {
-        Self { node_reclaim }
+    /// A reconciler.
+    pub fn new() -> Self {
+        Self
     }
 
     /// The pods that may be evicted: desired, admitted, not evicted yet, running something.
-    fn active_pods(pods: &EvictionPods, node: &NodeEviction) -> Vec<Arc<DesiredPod>> {
+    fn active_pods(pods: &EvictionInputs, node: &NodeEviction) -> Vec<Arc<DesiredPod>> {
         pods.desired
             .entries()
             .into_iter()
@@ -323,7 +326,7 @@ impl EvictionReconciler {
 
     /// The active pods over a local storage limit of `sample`'s measurement, critical ones left
     /// out.
-    fn over_limit(pods: &EvictionPods, node: &NodeEviction, measured: &LocalStorage) -> Vec<PodEviction> {
+    fn over_limit(pods: &EvictionInputs, node: &NodeEviction, measured: &LocalStorage) -> Vec<PodEviction> {
         let mut out = Vec::new();
         for pod in Self::active_pods(pods, node) {
             let Some(usage) = measured.pods.get(pod.uid()) else { continue };
@@ -347,7 +350,7 @@ impl EvictionReconciler {
 
     /// Compares a new sample: the first step of a pass.
     fn assess(
-        pods: &EvictionPods,
+        pods: &EvictionInputs,
         config: &EvictionConfig,
         node: &NodeEviction,
         sample: &Sample,
@@ -378,7 +381,7 @@ impl EvictionReconciler {
     /// The next step of `pass`, if it is not over.
     fn step(
         &self,
-        pods: &EvictionPods,
+        pods: &EvictionInputs,
         config: &EvictionConfig,
         node: &NodeEviction,
         pass: &Pass,
@@ -396,7 +399,7 @@ impl EvictionReconciler {
         let met = pass.act_on.as_ref()?;
         let signal = met.threshold.signal;
         match &pass.stage {
-            Stage::Assessed if signal.is_disk() && self.node_reclaim => Some(EvictionOp::Reclaim {
+            Stage::Assessed if signal.is_disk() && !pods.reclaimers.is_empty() => Some(EvictionOp::Reclaim {
                 next: with_stage(Stage::Reclaimed { freed: 0, after: None }),
                 met: Box::new(met.clone()),
             }),
@@ -466,7 +469,7 @@ impl EvictionReconciler {
     /// taken since the last step.
     pub fn plan(
         &self,
-        pods: &EvictionPods,
+        pods: &EvictionInputs,
         config: &EvictionConfig,
         node: &NodeEviction,
         sample: Option<&Sample>,
@@ -491,11 +494,11 @@ impl EvictionReconciler {
 impl Reconciler<EvictionConfig, EvictionActual> for EvictionReconciler {
     type Key = EvictionKey;
     type Op = EvictionOp;
-    type Inputs = EvictionPods;
+    type Inputs = EvictionInputs;
 
     fn reconcile(
         &self,
-        view: &View<'_, EvictionKey, EvictionConfig, EvictionActual, EvictionPods>,
+        view: &View<'_, EvictionKey, EvictionConfig, EvictionActual, EvictionInputs>,
     ) -> Plan<EvictionOp> {
         let (EvictionKey::Node, Some(config)) = (view.key, view.desired) else { return Plan::Idle };
         let none;

@@ -14,7 +14,7 @@ use super::local_storage::{ContainerStorage, LocalStorage, PodStorage};
 use super::metrics::EvictionMetrics;
 use super::populator::Evictions;
 use super::reconciler::{
-    EvictionActual, EvictionConfig, EvictionKey, EvictionOp, EvictionPods, EvictionReconciler,
+    EvictionActual, EvictionConfig, EvictionInputs, EvictionKey, EvictionOp, EvictionReconciler,
     HARD_EVICTION_GRACE, NodeEviction, Sample, Stage,
 };
 use super::sampler::SignalSampler;
@@ -108,7 +108,7 @@ struct PassReport {
 struct Setup {
     config: EvictionConfig,
     reconciler: EvictionReconciler,
-    pods: EvictionPods,
+    pods: EvictionInputs,
     driver: EvictionDriver,
     script: Arc<Script>,
     node: NodeEviction,
@@ -181,10 +181,10 @@ fn setup_with(
         Arc::new(|| 1),
     )
     .with_reclaimer(reclaims.clone());
-    let pods = EvictionPods { desired, actual, verdicts };
+    let pods = EvictionInputs { desired, actual, verdicts, reclaimers: driver.reclaimers().clone() };
     Setup {
         config: config(threshold, isolation),
-        reconciler: EvictionReconciler::new(driver.reclaims()),
+        reconciler: EvictionReconciler::new(),
         pods,
         driver,
         script,
@@ -324,7 +324,7 @@ async fn a_reclaimer_added_to_the_shared_list_after_the_driver_was_built_is_trie
     let log = Arc::new(Mutex::new(Vec::new()));
     shared.add(Arc::new(LoggingReclaimer("first", log.clone())));
     s.driver = std::mem::replace(&mut s.driver, placeholder()).with_reclaimers(shared.clone());
-    assert!(s.driver.reclaims());
+    s.pods.reclaimers = shared.clone();
     // Added after the driver was built, as an extension that starts after the eviction pair does.
     shared.add(Arc::new(LoggingReclaimer("late", log.clone())));
     let report = s.pass().await;
@@ -554,6 +554,50 @@ async fn on_an_engine_the_sampler_drives_passes_every_monitoring_period() {
     writers.1.insert("hog".into(), PodActual::default());
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(node(&actual).is_some_and(|n| n.evicted.contains_key("hog")), "the eviction is recorded");
+    shutdown.cancel();
+    let _ = task.await;
+    let _ = sampling.await;
+    drop(writers);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reclaimer_added_after_the_engine_was_built_with_none_is_planned_under_disk_pressure() {
+    let t = Threshold::hard(Signal::NodeFsAvailable, Amount::Percentage(10.0));
+    let mut s = setup(vec![reading(Signal::NodeFsAvailable, 500 * MI)], t);
+    // The node's list, empty when the eviction pair is built (no built-in reclaimer).
+    let shared = Reclaimers::new();
+    s.driver = std::mem::replace(&mut s.driver, placeholder()).with_reclaimers(shared.clone());
+    s.pods.reclaimers = shared.clone();
+    let Setup { config, reconciler, pods, driver, script, mut evictions, writers, .. } = s;
+    let (desired, mut dw) = reconcile_engine::store::<EvictionKey, EvictionConfig>();
+    dw.insert(EvictionKey::Node, config.clone());
+    dw.mark_synced();
+    let mut engine = Engine::builder("eviction", reconciler, Arc::new(driver), desired).build_with(pods);
+    let sampler = SignalSampler::new(script.clone(), engine.observer(), false);
+    let actual = engine.actual();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move { engine.run(stop.cancelled_owned()).await });
+    let sampling = tokio::spawn(sampler.run(config.monitoring_period, shutdown.clone().cancelled_owned()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Added once the engine runs, as an extension that starts after the eviction pair does.
+    let late = Arc::new(CountingReclaimer(Mutex::new(0)));
+    shared.add(late.clone());
+    // The disk fills up; what the reclaimer frees is enough.
+    script.push(reading(Signal::NodeFsAvailable, 50 * MI));
+    script.push(reading(Signal::NodeFsAvailable, 200 * MI));
+    script.readings.lock().unwrap_or_else(PoisonError::into_inner).remove(0);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(late.count(), 1, "reclaim is planned with the reclaimer added after the engine was built");
+    let stage = match actual.get(&EvictionKey::Node).as_deref() {
+        Some(EvictionActual::Node(n)) => n.pass.as_ref().map(|p| p.stage.clone()),
+        _ => None,
+    };
+    assert!(
+        matches!(stage, Some(Stage::Reclaimed { freed, after: Some(_) }) if freed == MI),
+        "the pass ended at reclaim: {stage:?}"
+    );
+    assert_eq!(evictions.try_next().map(|e| e.uid), None, "no pod evicted: reclaim was enough");
     shutdown.cancel();
     let _ = task.await;
     let _ = sampling.await;

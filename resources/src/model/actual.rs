@@ -1,7 +1,26 @@
 //! Actual state of pods as the runtime reports it for each pod UID: the pod pair's actual value ([`PodActual`]:
-//! its containers, and a copy of its sandboxes as the same listing saw them, for readers of the pod store: pod
-//! IP, network namespace) and the sandbox pair's ([`PodSandboxes`]: the sandboxes, the copy that pair's
-//! decisions use; the pod reconciler and pod status read them from that pair's actual store).
+//! its containers, and its sandboxes as the same runtime listing saw them) and the sandbox pair's
+//! ([`PodSandboxes`]: the sandboxes).
+//!
+//! **Who reads a pod's sandboxes from where.** Every reader of a store takes the sandbox records from the
+//! sandbox pair's actual store (`Store<PodUid, PodSandboxes>`): the pod reconciler and pod status
+//! (`SandboxView::join`), the sandbox reconciler, the prober (`probe::worker`), the verdict populator
+//! (a pod already in the runtime, the start of an active deadline), the node's `/runningpods` and
+//! `kubelet_running_pods`. [`PodActual::sandboxes`] is read only where a runtime listing is at hand before
+//! it reaches a store: the pod driver (the start duration, from the pod's first sandbox) and the PLEG
+//! (which reports that listing's sandboxes to the sandbox pair); the pod reconciler falls back on it only
+//! when it is given no sandbox pair (unit tests).
+//!
+//! **Why joining the two stores decides as the one listing did.** The PLEG reports one listing to both
+//! stores, but each engine applies its observation in its own loop, so a reader may see one store ahead
+//! of the other. It never sees a container in a sandbox that the sandbox store lacks: a sandbox enters
+//! that store from its `Create` outcome (or from the start-up reconstruction, which the pod engine and
+//! the verdict populator wait for; the prober probes no container of a pod before that store has the
+//! pod's sandbox) before the pod pair starts any container in it, and the sandbox pair stops or removes a sandbox only once the pod actual store shows its
+//! containers stopped or gone. What is left is a sandbox dying under running containers: for the length
+//! of one engine pass one store shows it dead and the other not, and the readers act on it at the next
+//! change of either store (the pod reconciler kills the containers, the prober stops their workers), as
+//! they did on the listing.
 //!
 //! Everything here is rebuilt from the runtime (labels and annotations nodelet puts on what it
 //! creates), so a restarted nodelet finds its pods again.
@@ -21,8 +40,8 @@ pub struct PodActual {
     /// Its name, as labelled.
     pub name: String,
     /// Its sandboxes as the runtime listing saw them, newest first (normally one; more after a
-    /// sandbox was replaced). Written by the pod PLEG and pod operations as a copy; the sandbox
-    /// pair's actual store is the one its decisions use.
+    /// sandbox was replaced). Readers of the pod store take a pod's sandboxes from the sandbox pair's
+    /// actual store instead (see the [module docs](self)).
     pub sandboxes: Vec<SandboxRecord>,
     /// Its containers, every attempt, newest first.
     pub containers: Vec<ContainerRecord>,

@@ -1,6 +1,8 @@
 //! The pod lifecycle event generator: reports every pod whose state in the runtime differs from the
 //! actual store. The same reads feed the sandbox pair's actual store ([`Pleg::with_sandboxes`]): one
-//! read, two stores.
+//! read, two stores, each applied by its engine in its own loop; the readers take a pod's sandboxes from
+//! the sandbox pair's store, and why joining the two decides as the one read did is in
+//! [`crate::model::actual`].
 //!
 //! It relists the runtime (every pod) periodically, and between relists follows the runtime's events
 //! through its [`PlegWaker`]: an event that names a container or sandbox makes the PLEG read just the

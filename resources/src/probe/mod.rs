@@ -13,7 +13,8 @@
 //!   success, startup = unknown; thresholds; liveness and readiness held until the startup probe
 //!   succeeded; a worker stops with its container, and for good after a liveness or startup failure).
 //! - [`results`]: the results store (per container ID) the prober writes and the pod reconciler and
-//!   status read. A flipped result wakes the pod's key in the pod engine; the reconciler kills a
+//!   status read. The pod engine watches it (relation `probes`, mapper
+//!   [`pod_of_probes`](results::pod_of_probes)), so a changed result plans its pod again; the reconciler kills a
 //!   container whose liveness or startup probe failed (restartPolicy and CrashLoopBackOff then
 //!   apply as to any exit), and status shows `ready`, `started` and the `Ready`/`ContainersReady`
 //!   conditions from the readiness and startup results.

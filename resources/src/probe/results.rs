@@ -1,10 +1,12 @@
 //! Probe results: one entry per running container that has probes, keyed by the runtime's
 //! container ID, in a [`reconcile_engine::Store`] the prober owns the writer of. The pod reconciler
-//! and the status code hold readers; a changed result wakes the pod's engine key.
+//! and the status code hold readers; the pod engine watches the store (relation `probes`, mapper
+//! [`pod_of_probes`]), so a changed result plans the container's pod again.
 
 use reconcile_engine::Store;
 
 use super::desired::ProbeKind;
+use crate::model::pod::PodUid;
 
 /// A probe's current result, as the kubelet's results managers keep it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,3 +119,10 @@ impl ContainerProbes {
 
 /// A reader of the probe results, keyed by container ID.
 pub type ProbeResults = Store<String, ContainerProbes>;
+
+/// The mapper of the pod engine's relation on the results store: a container's results changed,
+/// plan its pod again. A removed entry maps to nothing: it goes when the runtime no longer has the
+/// container, a change of the pod store that already planned the pod.
+pub fn pod_of_probes(_container_id: &String, results: Option<&ContainerProbes>) -> Option<PodUid> {
+    results.map(|r| r.pod_uid.clone())
+}

@@ -1,13 +1,15 @@
 //! The prober: one timer-driven tokio task per probe of each running container (no threads; time
-//! only through `tokio::time`), started when the container is seen running in the actual store and
-//! stopped when it stops, and one manager task that owns the results store, applies what the
-//! workers report and wakes the pod's engine key when a result flips.
+//! only through `tokio::time`), started when the pod actual store shows the container running in the
+//! pod's newest sandbox and the sandbox pair's actual store shows that sandbox ready, and stopped when
+//! either stops, and one manager task that owns the results store and applies what the
+//! workers report. The pod engine watches the results store (a relation, mapped to the pod by
+//! [`pod_of_probes`](super::results::pod_of_probes)), so a result written plans its pod again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use reconcile_engine::{CancellationToken, Store, Waker, Writer, store};
+use reconcile_engine::{CancellationToken, Store, Writer, store};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -17,7 +19,7 @@ use super::handler::{ProbeHandler, ProbeOutcome, ProbeTarget};
 use super::metrics::{ProbeLabels, ProbeMetrics, RESULTS};
 use super::results::{ContainerProbes, ProbeFailure, ProbeResult, ProbeResults};
 use crate::common::clock::Clock;
-use crate::model::actual::{ContainerState, PodActual};
+use crate::model::actual::{ContainerState, PodActual, PodSandboxes};
 use crate::model::pod::{DesiredPod, PodUid};
 
 /// What the prober waits for a handler beyond the probe's own timeout before it gives up on it
@@ -159,42 +161,49 @@ impl<H: ProbeHandler> Prober<H> {
         self.workers.values().flat_map(HashMap::values).map(Vec::len).sum()
     }
 
-    /// Follows the desired and `actual` pod stores, runs the probes of running containers and
-    /// wakes a pod's key in the pod engine through `waker` when a result flips, until `shutdown`
+    /// Follows the desired and `actual` pod stores and the sandbox pair's actual store `sandboxes`, and
+    /// runs the probes of running containers, writing
+    /// their results to the results store (which the pod engine watches), until `shutdown`
     /// completes; then stops every worker and returns once they have ended (a run in progress is
     /// abandoned: a handler's runtime call, such as an `ExecSync`, goes on by itself). A worker that panics
     /// panics the prober with its message.
     pub async fn run(
         mut self,
         actual: Store<PodUid, PodActual>,
-        waker: Waker<PodUid>,
+        sandboxes: Store<PodUid, PodSandboxes>,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
         let desired_sub = self.desired.subscribe();
         let actual_sub = actual.subscribe();
+        let sandboxes_sub = sandboxes.subscribe();
         let mut all: HashSet<PodUid> = self.desired.keys().into_iter().collect();
         all.extend(actual.keys());
         for uid in all {
-            self.sync_pod(&uid, &actual);
+            self.sync_pod(&uid, &actual, &sandboxes);
         }
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 () = desired_sub.changed() => {
                     for uid in desired_sub.drain() {
-                        self.sync_pod(&uid, &actual);
+                        self.sync_pod(&uid, &actual, &sandboxes);
                     }
                 }
                 () = actual_sub.changed() => {
                     for uid in actual_sub.drain() {
-                        self.sync_pod(&uid, &actual);
+                        self.sync_pod(&uid, &actual, &sandboxes);
+                    }
+                }
+                () = sandboxes_sub.changed() => {
+                    for uid in sandboxes_sub.drain() {
+                        self.sync_pod(&uid, &actual, &sandboxes);
                     }
                 }
                 Some(report) = self.rx.recv() => {
-                    self.apply(report, &waker);
+                    self.apply(report);
                     while let Ok(report) = self.rx.try_recv() {
-                        self.apply(report, &waker);
+                        self.apply(report);
                     }
                 }
                 Some(ended) = self.tasks.join_next(), if !self.tasks.is_empty() => {
@@ -210,7 +219,7 @@ impl<H: ProbeHandler> Prober<H> {
         self.tasks.shutdown().await;
     }
 
-    fn apply(&mut self, report: Report, waker: &Waker<PodUid>) {
+    fn apply(&mut self, report: Report) {
         let Some(current) = self.results.get(&report.container_id) else {
             // The container stopped meanwhile.
             return;
@@ -232,19 +241,22 @@ impl<H: ProbeHandler> Prober<H> {
             entry.last_failure = Some(ProbeFailure { kind: report.kind, message, count });
         }
         self.writer.insert(report.container_id, entry);
-        if report.flipped.is_some() {
-            waker.wake(report.pod_uid);
-        }
     }
 
     /// Starts and stops the pod's workers to match its running containers; drops the results of
     /// containers the runtime no longer has.
-    fn sync_pod(&mut self, uid: &PodUid, actual: &Store<PodUid, PodActual>) {
+    fn sync_pod(
+        &mut self,
+        uid: &PodUid,
+        actual: &Store<PodUid, PodActual>,
+        sandboxes: &Store<PodUid, PodSandboxes>,
+    ) {
         let desired = self.desired.get(uid);
         let state = actual.get(uid);
+        let pod_sandboxes = sandboxes.get(uid);
         let mut wanted = Vec::new();
         if let (Some(pod), Some(state)) = (desired.as_deref(), state.as_deref())
-            && let Some(sandbox) = state.sandbox().filter(|s| s.ready)
+            && let Some(sandbox) = pod_sandboxes.as_deref().and_then(PodSandboxes::ready)
         {
             for c in pod.long_running() {
                 let probes = container_probes(c);
