@@ -23,7 +23,6 @@ mod node;
 mod pressure;
 mod server;
 mod sources;
-mod stats;
 mod volumes;
 
 pub use cli::NoClient;

@@ -73,7 +73,8 @@ use super::supervisor::{Policy, Supervisor};
 use nodelet_node::{log_rotation, node_facts};
 
 use crate::{claims, cluster, config, node, pressure, server};
-use crate::{sources, stats, volumes};
+use crate::{sources, volumes};
+use nodelet_stats as stats;
 
 /// What the node's volumes are made on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -209,8 +209,8 @@ pub(crate) trait NodeView: Send + Sync + 'static {
     /// recent. Default: unavailable.
     fn stats_summary(
         &self,
-    ) -> impl Future<Output = Result<crate::stats::summary::Summary, crate::stats::StatsError>> + Send {
-        std::future::ready(Err(crate::stats::StatsError::Task("stats are not available".to_owned())))
+    ) -> impl Future<Output = Result<nodelet_stats::summary::Summary, nodelet_stats::StatsError>> + Send {
+        std::future::ready(Err(nodelet_stats::StatsError::Task("stats are not available".to_owned())))
     }
 
     /// The prober's metrics (`prober_probe_total`, `prober_probe_duration_seconds`) in the Prometheus text
@@ -220,8 +220,8 @@ pub(crate) trait NodeView: Send + Sync + 'static {
     }
 
     /// The machine's `machine_*` facts for `/metrics/cadvisor`. Default: unknown (left out).
-    fn machine(&self) -> crate::stats::cadvisor::Machine {
-        crate::stats::cadvisor::Machine::default()
+    fn machine(&self) -> nodelet_stats::cadvisor::Machine {
+        nodelet_stats::cadvisor::Machine::default()
     }
 
     /// Whether the container is running; `/containerLogs?follow=true` stops once the container is no longer

@@ -354,17 +354,17 @@ async fn stats_summary<V: NodeView>(
 async fn metrics_resource<V: NodeView>(State(shared): St<V>) -> Response {
     let summary = shared.view.stats_summary().await;
     let text = match &summary {
-        Ok(s) => crate::stats::resource::encode(Ok(s)),
-        Err(e) => crate::stats::resource::encode(Err(e)),
+        Ok(s) => nodelet_stats::resource::encode(Ok(s)),
+        Err(e) => nodelet_stats::resource::encode(Err(e)),
     };
     with_content_type(text.into_response(), PROMETHEUS_TEXT)
 }
 
 /// `/metrics/cadvisor`: cAdvisor's `container_*` and `machine_*` series, from the summary.
 async fn metrics_cadvisor<V: NodeView>(State(shared): St<V>) -> Response {
-    use crate::stats::cadvisor;
+    use nodelet_stats::cadvisor;
     let summary = shared.view.stats_summary().await;
-    let now = crate::stats::summary::Time(
+    let now = nodelet_stats::summary::Time(
         time::OffsetDateTime::now_utc().unix_timestamp_nanos().try_into().unwrap_or(i64::MAX),
     );
     let machine = shared.view.machine();

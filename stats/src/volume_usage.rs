@@ -6,7 +6,7 @@
 //! Every volume nodelet set up for a pod is measured (hostPath volumes are the host's own and are
 //! not), a tmpfs too (its own filesystem: the walk starts at its root). The walks
 //! ([`nodelet_host::usage`]) never follow a symlink, never cross a mount, and share a budget of
-//! [`ENTRY_BUDGET`](super::local_storage::ENTRY_BUDGET) entries per round; volumes are taken in
+//! [`local_storage::ENTRY_BUDGET`](super::local_storage::ENTRY_BUDGET) entries per round; volumes are taken in
 //! turn from a rotating start so that a budget spent on one volume's tree reaches the others next
 //! time. A volume cut short is kept as a lower bound ([`VolumeUsage::complete`] is false).
 
@@ -26,27 +26,27 @@ use super::{StatsError, StatsProvider, every};
 
 /// One volume's usage as a walk counted it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct VolumeUsage {
+pub struct VolumeUsage {
     /// Bytes of allocated blocks.
-    pub(crate) bytes: u64,
+    pub bytes: u64,
     /// Inodes.
-    pub(crate) inodes: u64,
+    pub inodes: u64,
     /// Whether the whole tree was counted (else `bytes` and `inodes` are lower bounds).
-    pub(crate) complete: bool,
+    pub complete: bool,
     /// When it was measured (the provider's clock, ns).
-    pub(crate) time: i64,
+    pub time: i64,
 }
 
 /// The newest measurement of the pods' volumes, by volume key (`<pod uid>/<volume name>`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct VolumeUsages {
+pub struct VolumeUsages {
     /// Each measured volume.
-    pub(crate) volumes: HashMap<VolumeKey, VolumeUsage>,
+    pub volumes: HashMap<VolumeKey, VolumeUsage>,
 }
 
 impl StatsProvider {
     /// Measures the pods' volumes now and every `period` (`volumeStatsAggPeriod`) until `shutdown`.
-    pub(crate) async fn measure_volumes_every(self, period: Duration, shutdown: CancellationToken) {
+    pub async fn measure_volumes_every(self, period: Duration, shutdown: CancellationToken) {
         every(period, &shutdown, || async {
             if let Err(e) = self.measure_volumes().await {
                 tracing::debug!(error = %e, "cannot measure the pods' volumes");
@@ -62,7 +62,7 @@ impl StatsProvider {
 
     /// Measures every pod volume (not hostPath) and keeps the result as the newest. A volume whose
     /// walk fails keeps its previous value; a volume that is gone is dropped.
-    pub(crate) async fn measure_volumes(&self) -> Result<Arc<VolumeUsages>, StatsError> {
+    pub async fn measure_volumes(&self) -> Result<Arc<VolumeUsages>, StatsError> {
         let i = &self.inner;
         let mut wanted: Vec<(VolumeKey, PathBuf)> = i
             .volumes

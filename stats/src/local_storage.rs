@@ -45,7 +45,7 @@ use super::{StatsError, StatsProvider, every, is_path_segment};
 
 /// Directory entries the walks of one measurement may examine in all: a few hundred milliseconds of
 /// `fstatat` at most, whatever the pods hold.
-pub(crate) const ENTRY_BUDGET: u64 = crate::config::DEFAULT_LOCAL_STORAGE_ENTRY_BUDGET;
+pub const ENTRY_BUDGET: u64 = nodelet_config::DEFAULT_LOCAL_STORAGE_ENTRY_BUDGET;
 
 /// The walks of the local storage measurement, by the path they measure: those of the previous
 /// measurement (taken from) and those of this one (kept for the next).
@@ -75,7 +75,7 @@ struct Wanted {
 
 impl StatsProvider {
     /// Measures now and every `period` until `shutdown`.
-    pub(crate) async fn measure_local_storage_every(
+    pub async fn measure_local_storage_every(
         self,
         period: Duration,
         entry_budget: u64,
@@ -90,7 +90,7 @@ impl StatsProvider {
     }
 
     /// The newest measurement (empty before the first).
-    pub(crate) fn local_storage(&self) -> Arc<LocalStorage> {
+    pub fn local_storage(&self) -> Arc<LocalStorage> {
         self.inner.local_storage.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 

@@ -29,17 +29,17 @@ use super::summary::{CpuStats, InterfaceStats, MemoryStats, NetworkStats, Summar
 
 /// The machine, as the `machine_*` series show it (read once at start-up).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Machine {
+pub struct Machine {
     /// Logical CPUs (the node's `cpu` capacity).
-    pub(crate) cpu_cores: Option<u64>,
+    pub cpu_cores: Option<u64>,
     /// Installed memory in bytes (`MemTotal`, the node's `memory` capacity).
-    pub(crate) memory_bytes: Option<u64>,
+    pub memory_bytes: Option<u64>,
     /// `/proc/sys/kernel/random/boot_id`.
-    pub(crate) boot_id: String,
+    pub boot_id: String,
     /// `/etc/machine-id`.
-    pub(crate) machine_id: String,
+    pub machine_id: String,
     /// The firmware's system UUID.
-    pub(crate) system_uuid: String,
+    pub system_uuid: String,
 }
 
 /// The labels cAdvisor puts on every container series, in the order they are written (sorted by name,
@@ -261,7 +261,7 @@ impl Families {
 
 /// The `/metrics/cadvisor` families of `summary` (`Err`: no summary, only the machine and
 /// `container_scrape_error 1`) at scrape time `now`. Families without a series are left out.
-pub(crate) fn families(
+pub fn families(
     summary: Result<&Summary, &dyn std::fmt::Display>,
     machine: &Machine,
     now: Time,
@@ -330,7 +330,7 @@ pub(crate) fn families(
 }
 
 /// `families` in the Prometheus text format (version 0.0.4).
-pub(crate) fn encode(families: &[MetricFamily]) -> String {
+pub fn encode(families: &[MetricFamily]) -> String {
     let mut out = String::new();
     if let Err(e) = prometheus::TextEncoder::new().encode_utf8(families, &mut out) {
         tracing::warn!(error = %e, "could not encode the cadvisor metrics");

@@ -9,7 +9,7 @@
 //! | nodefs | `statvfs` of `--root-dir` |
 //! | imagefs | CRI `ImageFsInfo` (bytes and inodes the images use) plus `statvfs` of its mountpoint |
 //! | PIDs | `min(kernel.pid_max, kernel.threads-max)` and the task count of `/proc/loadavg` |
-//! | pod CPU, memory, network, processes | CRI `ListPodSandboxStats` with a cgroup root where the runtime may be asked (containerd 2.x; not containerd before 1.6.22: `CriClient::sandbox_stats_are_safe`; not for a back-off of 1 min doubling up to 1 h after a failed call, for good when the runtime lacks the call: [`sandbox_stats_backoff`]); the pod cgroup `<cgroupRoot>/pod<uid>` and the network namespace of the sandbox's process where the runtime gives nothing or is not asked; without a cgroup root (sandboxes without a cgroup parent, which containerd 2.x cannot measure) the sums of the containers' CPU and memory, and the sandbox's network namespace |
+//! | pod CPU, memory, network, processes | CRI `ListPodSandboxStats` with a cgroup root where the runtime may be asked (containerd 2.x; not containerd before 1.6.22: `CriClient::sandbox_stats_are_safe`; not for a back-off of 1 min doubling up to 1 h after a failed call, for good when the runtime lacks the call: `sandbox_stats_backoff`); the pod cgroup `<cgroupRoot>/pod<uid>` and the network namespace of the sandbox's process where the runtime gives nothing or is not asked; without a cgroup root (sandboxes without a cgroup parent, which containerd 2.x cannot measure) the sums of the containers' CPU and memory, and the sandbox's network namespace |
 //! | container CPU, memory | the runtime's: `ListPodSandboxStats`'s containers (containerd 1.7, 2.x), CRI `ListContainerStats` in a gathering that asks for it (below) and always without a cgroup root; else the container cgroup `<pod cgroup>/<id>` |
 //! | container writable layer | CRI `ListContainerStats`, asked every `volumeStatsAggPeriod` by housekeeping and by every fresh gathering; the newest answer in between |
 //! | container logs | disk usage of `<podLogsDir>/<ns>_<pod>_<uid>/<container>/` |
@@ -35,13 +35,18 @@
 //! [`StatsProvider::node`], the eviction pair's node signals, is read fresh: `/proc`, `statvfs`
 //! and one CRI call; the pods' usage, which the eviction pair asks for only when it is about to evict,
 //! is gathered fresh too ([`StatsProvider::refresh`], after a fresh round of [`StatsProvider::measure_volumes`]).
+//!
+//! This crate (`nodelet-stats`) is a leaf of the daemon: it imports the drivers (`nodelet-cri`,
+//! `nodelet-host`, `nodelet-node`), the pairs' model (`nodelet-resources`), the engine's `Store` and the
+//! configuration's defaults (`nodelet-config`), never the daemon, the servers, the pod sources or the
+//! cluster client; they read it (the servers' `/stats` and `/metrics` routes, the pressure pair, the node).
 
-pub(crate) mod cadvisor;
-pub(crate) mod local_storage;
-pub(crate) mod resource;
+pub mod cadvisor;
+pub mod local_storage;
+pub mod resource;
 mod sandbox_stats_backoff;
-pub(crate) mod summary;
-pub(crate) mod volume_usage;
+pub mod summary;
+pub mod volume_usage;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -70,7 +75,7 @@ use summary::{
 
 /// Why stats could not be gathered.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum StatsError {
+pub enum StatsError {
     /// A CRI call the summary cannot do without (listing sandboxes or containers) failed.
     #[error("container runtime: {0}")]
     Runtime(#[from] nodelet_cri::CriError),
@@ -84,20 +89,20 @@ pub(crate) enum StatsError {
 
 /// Where the provider reads from.
 #[derive(Debug, Clone)]
-pub(crate) struct StatsConfig {
+pub struct StatsConfig {
     /// The node's name (`nodeName` of the summary; nodelet's sandboxes are labelled with it).
-    pub(crate) node_name: String,
+    pub node_name: String,
     /// `--root-dir`: its filesystem is nodefs.
-    pub(crate) root_dir: PathBuf,
+    pub root_dir: PathBuf,
     /// `podLogsDir`: container logs.
-    pub(crate) pod_logs_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
     /// Where `/proc` is (tests point it elsewhere).
-    pub(crate) proc_fs: PathBuf,
+    pub proc_fs: PathBuf,
 }
 
 impl StatsConfig {
     /// Reads the real `/proc`.
-    pub(crate) fn new(node_name: impl Into<String>, root_dir: &Path, pod_logs_dir: &Path) -> Self {
+    pub fn new(node_name: impl Into<String>, root_dir: &Path, pod_logs_dir: &Path) -> Self {
         Self {
             node_name: node_name.into(),
             root_dir: root_dir.to_path_buf(),
@@ -109,7 +114,7 @@ impl StatsConfig {
 
 /// Gathers node and pod statistics on demand. Cheap to clone (one `Arc`).
 #[derive(Clone)]
-pub(crate) struct StatsProvider {
+pub struct StatsProvider {
     inner: Arc<Inner>,
 }
 
@@ -200,7 +205,7 @@ struct PodDisk {
 
 impl StatsProvider {
     /// A provider over the runtime's CRI client and its pod cgroups.
-    pub(crate) fn new(runtime: Arc<CriPodRuntime>, config: StatsConfig, clock: Clock) -> Self {
+    pub fn new(runtime: Arc<CriPodRuntime>, config: StatsConfig, clock: Clock) -> Self {
         let cgroup_fs = runtime.config().cgroup_fs.clone();
         let cgroup_version = CgroupVersion::detect(&cgroup_fs);
         Self {
@@ -213,8 +218,8 @@ impl StatsProvider {
                 pods: None,
                 volumes: None,
                 cpu_samples: Mutex::default(),
-                housekeeping_interval: crate::config::DEFAULT_HOUSEKEEPING_INTERVAL,
-                container_fs_interval: crate::config::DEFAULT_VOLUME_STATS_AGG_PERIOD,
+                housekeeping_interval: nodelet_config::DEFAULT_HOUSEKEEPING_INTERVAL,
+                container_fs_interval: nodelet_config::DEFAULT_VOLUME_STATS_AGG_PERIOD,
                 writable_layers: Mutex::default(),
                 cache: Mutex::default(),
                 gathering: tokio::sync::Mutex::const_new(()),
@@ -230,7 +235,7 @@ impl StatsProvider {
 
     /// Gathers the summary every `interval` (see [`housekeeping`](Self::housekeeping)) instead of the
     /// default 10 s. Call before cloning.
-    pub(crate) fn with_housekeeping_interval(mut self, interval: Duration) -> Self {
+    pub fn with_housekeeping_interval(mut self, interval: Duration) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.housekeeping_interval = interval;
         }
@@ -240,7 +245,7 @@ impl StatsProvider {
     /// Asks the runtime for the containers' stats only every `interval` in housekeeping (their writable
     /// layers' usage; CPU and memory are read from their cgroups) instead of every minute (the default,
     /// `volumeStatsAggPeriod`'s). Call before cloning.
-    pub(crate) fn with_container_fs_interval(mut self, interval: Duration) -> Self {
+    pub fn with_container_fs_interval(mut self, interval: Duration) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.container_fs_interval = interval;
         }
@@ -253,7 +258,7 @@ impl StatsProvider {
     /// cgroups and asks the runtime for the containers' stats (`ListContainerStats`, which containerd
     /// answers by asking every container's shim) only when the writable layers' usage it has is a
     /// container fs interval old: at 250 pods that call took half a second of containerd's CPU.
-    pub(crate) async fn housekeeping(self, shutdown: CancellationToken) {
+    pub async fn housekeeping(self, shutdown: CancellationToken) {
         every(self.inner.housekeeping_interval, &shutdown, || async {
             let started = Instant::now();
             let gathered = {
@@ -281,7 +286,7 @@ impl StatsProvider {
 
     /// Gathers a summary now (after any gathering under way), with the runtime's container stats of
     /// now, and keeps it as the newest.
-    pub(crate) async fn refresh(&self) -> Result<Arc<Summary>, StatsError> {
+    pub async fn refresh(&self) -> Result<Arc<Summary>, StatsError> {
         let _one_at_a_time = self.inner.gathering.lock().await;
         self.gather_and_keep(true).await
     }
@@ -309,15 +314,15 @@ impl StatsProvider {
         self.gather_and_keep(true).await
     }
 
-    /// The whole Summary API document (a copy of [`cached_summary`](Self::cached_summary)): the node and
+    /// The whole Summary API document (a copy of `cached_summary`): the node and
     /// every pod with a sandbox of this node.
-    pub(crate) async fn summary(&self) -> Result<Summary, StatsError> {
+    pub async fn summary(&self) -> Result<Summary, StatsError> {
         Ok(Summary::clone(&*self.cached_summary().await?))
     }
 
     /// Also reports the pods' volumes: their claims from the pod specs in `pods`, their paths from
     /// `volumes`. Call before cloning.
-    pub(crate) fn with_volumes(
+    pub fn with_volumes(
         mut self,
         pods: Store<PodUid, DesiredPod>,
         volumes: Store<VolumeKey, VolumeActual>,
@@ -332,7 +337,7 @@ impl StatsProvider {
     /// The node's stats: CPU, memory (with `availableBytes` = capacity minus working set), nodefs,
     /// imagefs and container fs, PIDs, network. Fails only when the node's memory cannot be read; a
     /// runtime that does not answer `ImageFsInfo` leaves `runtime` out.
-    pub(crate) async fn node(&self) -> Result<NodeStats, StatsError> {
+    pub async fn node(&self) -> Result<NodeStats, StatsError> {
         let (sample, image_fs) = tokio::join!(self.node_sample(), self.image_fs());
         let sample = sample?;
         Ok(self.node_stats(sample, image_fs))

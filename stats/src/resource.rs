@@ -53,7 +53,7 @@ fn working_set(m: &Option<MemoryStats>) -> Option<(f64, Time)> {
 }
 
 /// The resource metrics of `summary`; on an error only the scrape error gauges (set to 1).
-pub(crate) fn encode(summary: Result<&Summary, &dyn std::fmt::Display>) -> String {
+pub fn encode(summary: Result<&Summary, &dyn std::fmt::Display>) -> String {
     let mut out = String::new();
     let s = match summary {
         Ok(s) => Some(s),

@@ -9,21 +9,21 @@ use serde::Serialize;
 /// A point in time, nanoseconds since the Unix epoch; serialized as the kubelet's `metav1.Time`
 /// (RFC 3339, whole seconds, UTC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub(crate) struct Time(pub(crate) i64);
+pub struct Time(pub i64);
 
 impl Time {
     /// Whole seconds since the epoch (rounded down).
-    pub(crate) fn unix_seconds(self) -> i64 {
+    pub fn unix_seconds(self) -> i64 {
         self.0.div_euclid(1_000_000_000)
     }
 
     /// Milliseconds since the epoch (rounded down), for Prometheus sample timestamps.
-    pub(crate) fn unix_millis(self) -> i64 {
+    pub fn unix_millis(self) -> i64 {
         self.0.div_euclid(1_000_000)
     }
 
     /// RFC 3339 with whole seconds in UTC, e.g. `2024-05-01T12:00:00Z`.
-    pub(crate) fn rfc3339(self) -> String {
+    pub fn rfc3339(self) -> String {
         match time::OffsetDateTime::from_unix_timestamp(self.unix_seconds()) {
             Ok(t) => format!(
                 "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
@@ -47,285 +47,285 @@ impl Serialize for Time {
 
 /// The whole summary: the node and its pods.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub(crate) struct Summary {
+pub struct Summary {
     /// The node.
-    pub(crate) node: NodeStats,
+    pub node: NodeStats,
     /// Every pod with a sandbox on the node.
-    pub(crate) pods: Vec<PodStats>,
+    pub pods: Vec<PodStats>,
 }
 
 /// The node's stats.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct NodeStats {
+pub struct NodeStats {
     /// The node's name.
-    pub(crate) node_name: String,
+    pub node_name: String,
     /// System containers (`pods`: the cgroup every pod runs under).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) system_containers: Vec<ContainerStats>,
+    pub system_containers: Vec<ContainerStats>,
     /// When the node booted.
-    pub(crate) start_time: Time,
+    pub start_time: Time,
     /// CPU of the whole machine.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) cpu: Option<CpuStats>,
+    pub cpu: Option<CpuStats>,
     /// Memory of the whole machine; `availableBytes` is what eviction calls `memory.available`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) memory: Option<MemoryStats>,
+    pub memory: Option<MemoryStats>,
     /// The default interface and all others.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) network: Option<NetworkStats>,
+    pub network: Option<NetworkStats>,
     /// The filesystem of the root directory (`--root-dir`): eviction's `nodefs`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) fs: Option<FsStats>,
+    pub fs: Option<FsStats>,
     /// The runtime's image and container filesystems: eviction's `imagefs`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) runtime: Option<RuntimeStats>,
+    pub runtime: Option<RuntimeStats>,
     /// Process IDs: eviction's `pid.available` is `maxpid - curproc`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) rlimit: Option<RlimitStats>,
+    pub rlimit: Option<RlimitStats>,
 }
 
 /// The runtime's filesystems.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct RuntimeStats {
+pub struct RuntimeStats {
     /// Where images live (`usedBytes`: what the images take).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) image_fs: Option<FsStats>,
+    pub image_fs: Option<FsStats>,
     /// Where container writable layers live (the image filesystem unless the runtime splits them).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) container_fs: Option<FsStats>,
+    pub container_fs: Option<FsStats>,
 }
 
 /// Process ID limits.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub(crate) struct RlimitStats {
+pub struct RlimitStats {
     /// When sampled.
-    pub(crate) time: Time,
+    pub time: Time,
     /// The largest number of processes: the smaller of `kernel.pid_max` and `kernel.threads-max`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) maxpid: Option<i64>,
+    pub maxpid: Option<i64>,
     /// Processes (tasks) that exist now.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) curproc: Option<i64>,
+    pub curproc: Option<i64>,
 }
 
 /// A pod's stats.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct PodStats {
+pub struct PodStats {
     /// Which pod.
-    pub(crate) pod_ref: PodReference,
+    pub pod_ref: PodReference,
     /// When its sandbox was created.
-    pub(crate) start_time: Time,
+    pub start_time: Time,
     /// Its running containers.
-    pub(crate) containers: Vec<ContainerStats>,
+    pub containers: Vec<ContainerStats>,
     /// The pod cgroup's CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) cpu: Option<CpuStats>,
+    pub cpu: Option<CpuStats>,
     /// The pod cgroup's memory.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) memory: Option<MemoryStats>,
+    pub memory: Option<MemoryStats>,
     /// The pod's network namespace.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) network: Option<NetworkStats>,
+    pub network: Option<NetworkStats>,
     /// Its volumes that report usage (not hostPath).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) volume: Vec<VolumeStats>,
+    pub volume: Vec<VolumeStats>,
     /// Local ephemeral storage: container writable layers, logs and the local volumes.
     #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
-    pub(crate) ephemeral_storage: Option<FsStats>,
+    pub ephemeral_storage: Option<FsStats>,
     /// How many processes the pod has.
     #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
-    pub(crate) process_stats: Option<ProcessStats>,
+    pub process_stats: Option<ProcessStats>,
     /// The pod's cgroup (`<cgroup root>/pod<uid>`), when nodelet manages one; not in the JSON
     /// (the `id` label of `/metrics/cadvisor`).
     #[serde(skip)]
-    pub(crate) cgroup: Option<String>,
+    pub cgroup: Option<String>,
 }
 
 /// Names a pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub(crate) struct PodReference {
+pub struct PodReference {
     /// Name.
-    pub(crate) name: String,
+    pub name: String,
     /// Namespace.
-    pub(crate) namespace: String,
+    pub namespace: String,
     /// UID.
-    pub(crate) uid: String,
+    pub uid: String,
 }
 
 /// A pod's process count.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub(crate) struct ProcessStats {
+pub struct ProcessStats {
     /// Processes in the pod's cgroup.
     #[serde(rename = "process_count", skip_serializing_if = "Option::is_none")]
-    pub(crate) process_count: Option<u64>,
+    pub process_count: Option<u64>,
 }
 
 /// A container's stats (or a system container's).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ContainerStats {
+pub struct ContainerStats {
     /// The container's name in the pod spec (or the system container's: `pods`).
-    pub(crate) name: String,
+    pub name: String,
     /// When the container was created.
-    pub(crate) start_time: Time,
+    pub start_time: Time,
     /// CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) cpu: Option<CpuStats>,
+    pub cpu: Option<CpuStats>,
     /// Memory.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) memory: Option<MemoryStats>,
+    pub memory: Option<MemoryStats>,
     /// The writable layer (`usedBytes`) on the container filesystem (capacity, available).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) rootfs: Option<FsStats>,
+    pub rootfs: Option<FsStats>,
     /// The container's log files (`usedBytes`) on the log filesystem.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) logs: Option<FsStats>,
+    pub logs: Option<FsStats>,
     /// What the runtime calls the container, its image and its cgroup; not in the JSON (the
     /// labels of `/metrics/cadvisor`). Empty for system containers.
     #[serde(skip)]
-    pub(crate) runtime: ContainerRuntimeInfo,
+    pub runtime: ContainerRuntimeInfo,
 }
 
 /// A container as the runtime knows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ContainerRuntimeInfo {
+pub struct ContainerRuntimeInfo {
     /// The runtime's container ID.
-    pub(crate) id: String,
+    pub id: String,
     /// The image, as the runtime names it (a reference such as `docker.io/library/busybox:1.36`
     /// when it gives one, else the image ID).
-    pub(crate) image: String,
+    pub image: String,
     /// The container's cgroup (`<pod cgroup>/<id>`), when nodelet manages the pod's cgroup.
-    pub(crate) cgroup: Option<String>,
+    pub cgroup: Option<String>,
 }
 
 /// CPU usage.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct CpuStats {
+pub struct CpuStats {
     /// When sampled.
-    pub(crate) time: Time,
+    pub time: Time,
     /// Usage over the last sampling interval, in billionths of a core.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) usage_nano_cores: Option<u64>,
+    pub usage_nano_cores: Option<u64>,
     /// Cumulative CPU time, in core-nanoseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) usage_core_nano_seconds: Option<u64>,
+    pub usage_core_nano_seconds: Option<u64>,
 }
 
 /// Memory usage, in bytes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct MemoryStats {
+pub struct MemoryStats {
     /// When sampled.
-    pub(crate) time: Time,
+    pub time: Time,
     /// Limit (or capacity) minus the working set.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) available_bytes: Option<u64>,
+    pub available_bytes: Option<u64>,
     /// All memory in use, page cache included.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) usage_bytes: Option<u64>,
+    pub usage_bytes: Option<u64>,
     /// Usage minus inactive file pages: what the OOM killer and eviction look at.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) working_set_bytes: Option<u64>,
+    pub working_set_bytes: Option<u64>,
     /// Anonymous memory and swap cache.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) rss_bytes: Option<u64>,
+    pub rss_bytes: Option<u64>,
     /// Cumulative page faults.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) page_faults: Option<u64>,
+    pub page_faults: Option<u64>,
     /// Cumulative major page faults.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) major_page_faults: Option<u64>,
+    pub major_page_faults: Option<u64>,
 }
 
 /// Network usage: the default interface (flattened) and every interface.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub(crate) struct NetworkStats {
+pub struct NetworkStats {
     /// When sampled.
-    pub(crate) time: Time,
+    pub time: Time,
     /// The default interface.
     #[serde(flatten)]
-    pub(crate) default: InterfaceStats,
+    pub default: InterfaceStats,
     /// Every interface.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) interfaces: Vec<InterfaceStats>,
+    pub interfaces: Vec<InterfaceStats>,
 }
 
 /// One network interface, cumulative counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct InterfaceStats {
+pub struct InterfaceStats {
     /// Its name.
-    pub(crate) name: String,
+    pub name: String,
     /// Bytes received.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) rx_bytes: Option<u64>,
+    pub rx_bytes: Option<u64>,
     /// Receive errors.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) rx_errors: Option<u64>,
+    pub rx_errors: Option<u64>,
     /// Bytes sent.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) tx_bytes: Option<u64>,
+    pub tx_bytes: Option<u64>,
     /// Send errors.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) tx_errors: Option<u64>,
+    pub tx_errors: Option<u64>,
 }
 
 /// Filesystem usage, in bytes and inodes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct FsStats {
+pub struct FsStats {
     /// When sampled.
-    pub(crate) time: Time,
+    pub time: Time,
     /// Free bytes for unprivileged users.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) available_bytes: Option<u64>,
+    pub available_bytes: Option<u64>,
     /// Size of the filesystem.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) capacity_bytes: Option<u64>,
+    pub capacity_bytes: Option<u64>,
     /// Bytes used (by the whole filesystem, or by the thing these stats describe).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) used_bytes: Option<u64>,
+    pub used_bytes: Option<u64>,
     /// Free inodes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) inodes_free: Option<u64>,
+    pub inodes_free: Option<u64>,
     /// Total inodes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) inodes: Option<u64>,
+    pub inodes: Option<u64>,
     /// Inodes used (by the whole filesystem, or by the thing these stats describe).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) inodes_used: Option<u64>,
+    pub inodes_used: Option<u64>,
 }
 
 /// A pod volume's usage.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct VolumeStats {
+pub struct VolumeStats {
     /// Usage (`usedBytes`, `inodesUsed`: the volume's own; the rest: its filesystem's).
     #[serde(flatten)]
-    pub(crate) fs: FsStats,
+    pub fs: FsStats,
     /// The volume's name in the pod spec.
-    pub(crate) name: String,
+    pub name: String,
     /// The claim behind it, for `persistentVolumeClaim` volumes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) pvc_ref: Option<PvcReference>,
+    pub pvc_ref: Option<PvcReference>,
 }
 
 /// Names a PersistentVolumeClaim.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub(crate) struct PvcReference {
+pub struct PvcReference {
     /// Claim name.
-    pub(crate) name: String,
+    pub name: String,
     /// Claim namespace.
-    pub(crate) namespace: String,
+    pub namespace: String,
 }
 
 impl Summary {
     /// The summary with CPU and memory only (`/stats/summary?only_cpu_and_memory=true`, as the kubelet).
-    pub(crate) fn only_cpu_and_memory(mut self) -> Self {
+    pub fn only_cpu_and_memory(mut self) -> Self {
         let strip = |c: &mut ContainerStats| {
             c.rootfs = None;
             c.logs = None;
