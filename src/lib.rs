@@ -21,7 +21,6 @@ mod hollow;
 mod logging;
 mod node;
 mod pressure;
-mod server;
 mod sources;
 mod volumes;
 
@@ -34,5 +33,7 @@ pub use daemon::{
 pub use nodelet_config as config;
 /// The daemon's command line (`nodelet_config::cli`).
 pub use nodelet_config::cli;
+// The HTTP servers (`crate::server`): crate `nodelet-server`.
+use nodelet_server as server;
 // YAML (`crate::yaml`): shared with the client.
 use nodelet_shared::yaml;

@@ -33,14 +33,14 @@ const ALLOWED: &[Allowed] = &[
         "tokio::spawn(make()).await",
         "the supervisor itself (a restartable task)",
     ),
-    allow("src/server/conn.rs", "tokio::spawn(async move {", "per connection, owned by its server"),
+    allow("server/src/conn.rs", "tokio::spawn(async move {", "per connection, owned by its server"),
     allow(
-        "src/server/streaming.rs",
+        "server/src/streaming.rs",
         "tokio::spawn(port_forward::serve(",
         "per connection, owned by its server",
     ),
-    allow("src/server/streaming.rs", "tokio::spawn(relay(", "per connection, owned by its server"),
-    allow("src/server/streaming.rs", "tokio::spawn(async move {", "per connection, owned by its server"),
+    allow("server/src/streaming.rs", "tokio::spawn(relay(", "per connection, owned by its server"),
+    allow("server/src/streaming.rs", "tokio::spawn(async move {", "per connection, owned by its server"),
     allow(
         "drivers/cri/src/client.rs",
         "let call = tokio::spawn(async move {",
@@ -216,7 +216,7 @@ const SUPERVISOR_SPAWNERS: &[&str] = &["src/daemon/topology.rs", "src/daemon/bui
 
 /// The sources the supervisor scan reads: the root crate's and those of the crates split from it, which the
 /// assembly module starts the same way.
-const DAEMON_SOURCES: &[&str] = &["src", "stats/src"];
+const DAEMON_SOURCES: &[&str] = &["src", "stats/src", "server/src"];
 
 #[test]
 fn only_the_assembly_module_spawns_on_the_supervisor() {

@@ -15,44 +15,14 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::EphemeralContainer;
 use nodelet_resources::model::pod::PodUid;
-use nodelet_resources::pod::validation::ValidationError;
 
 use nodelet_node::atomic::{AtomicWriteError, write_atomically};
 
 /// The state file's name under `<root-dir>/debug`.
 pub(crate) const STATE_FILE: &str = "ephemeral-containers.json";
 
-/// Why an ephemeral container could not be added.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum DebugError {
-    /// No pod of that name runs here.
-    #[error("pods \"{name}\" not found in namespace \"{namespace}\"")]
-    PodNotFound {
-        /// The namespace.
-        namespace: String,
-        /// The pod's name.
-        name: String,
-    },
-    /// The pod is the API server's: its ephemeral containers are added there.
-    #[error(
-        "pod \"{0}\" comes from the API server: add ephemeral containers through its ephemeralcontainers \
-         subresource (kubectl debug)"
-    )]
-    ApiPod(String),
-    /// This nodelet keeps no ephemeral containers (no state file configured).
-    #[error("this nodelet does not keep ephemeral containers of static pods")]
-    NotSupported,
-    /// The container is not valid for the pod.
-    #[error(transparent)]
-    Invalid(#[from] ValidationError),
-    /// The pod with the container would break its source's Pod Security level, `--allow-privileged=false`
-    /// or placement (the whole message, naming the pod).
-    #[error("{0}")]
-    Forbidden(String),
-    /// The state file could not be written; nothing was added.
-    #[error("cannot keep the ephemeral container: {0}")]
-    Save(#[from] AtomicWriteError),
-}
+/// Why an ephemeral container could not be added (declared by the servers, which answer `POST /debug` with it).
+pub(crate) use nodelet_server::DebugError;
 
 /// Why the state file could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -20,7 +20,7 @@ use super::ServerConfig;
 
 /// Why the TLS material could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum TlsError {
+pub enum TlsError {
     /// Only one of `tlsCertFile` and `tlsPrivateKeyFile` is set.
     #[error("--tls-cert-file and --tls-private-key-file must be given together")]
     IncompleteCertKeyPair,
@@ -154,11 +154,11 @@ fn certified_key(
 /// The main port's certificate from the cluster (`serverTLSBootstrap`), replaced when it is rotated; the
 /// server reads it at each TLS handshake.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct ServingCertHandle(Arc<std::sync::RwLock<Option<Arc<rustls::sign::CertifiedKey>>>>);
+pub struct ServingCertHandle(Arc<std::sync::RwLock<Option<Arc<rustls::sign::CertifiedKey>>>>);
 
 impl ServingCertHandle {
     /// Serves the certificate chain and key of `pem` from now on.
-    pub(crate) fn set_pem(&self, pem: &[u8]) -> Result<(), TlsError> {
+    pub fn set_pem(&self, pem: &[u8]) -> Result<(), TlsError> {
         let invalid = |reason: String| TlsError::Invalid {
             what: "serving certificate from the cluster",
             path: PathBuf::new(),

@@ -38,7 +38,7 @@ impl UserInfo {
 
 /// Why the token file could not be loaded.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum AuthError {
+pub enum AuthError {
     /// The file could not be read.
     #[error("cannot read the token file {}: {source}", path.display())]
     ReadTokenFile {

@@ -1,7 +1,7 @@
 //! `/exec`, `/attach`, `/portForward` and `/run` on the main port.
 //!
 //! A `/portForward` WebSocket with the binary channel protocol is served by nodelet itself, dialling the
-//! ports inside the pod's network namespace ([`super::port_forward`]); when that namespace cannot be found or
+//! ports inside the pod's network namespace (`port_forward`); when that namespace cannot be found or
 //! entered, and for every other request, the runtime streams as described here.
 //!
 //! `/exec/{namespace}/{pod}[/{uid}]/{container}`, `/attach/…` (same shapes) and
@@ -27,14 +27,14 @@
 //! does) with CRI `ExecSync` and returns stdout followed by stderr as text; a non-zero exit is a 500 whose
 //! message has the exit code and the output.
 //!
-//! Bounds ([`Sessions`]): at most [`MAX_SESSIONS`] streaming sessions at once, and at most
+//! Bounds (`Sessions`): at most [`MAX_SESSIONS`] streaming sessions at once, and at most
 //! `nodelet.maxStreamingSessionsPerUser` (default [`DEFAULT_MAX_SESSIONS_PER_USER`]) of one authenticated
 //! user, so that one user cannot take every slot (further requests get 429, naming the limit); at most
-//! [`MAX_PORTS`] ports in one port-forward request (400). A session ends, closing both connections (which
+//! `MAX_PORTS` ports in one port-forward request (400). A session ends, closing both connections (which
 //! ends the runtime's session), when either side closes (also with a clean close: the first direction to end
 //! ends both, as in the kubelet's upgrade proxy) or fails, when no byte has gone either way for
 //! `streamingConnectionIdleTimeout` (default 4 h, as the kubelet's), when the client does not take up its
-//! upgraded connection within [`UPGRADE_WAIT`], or when the servers stop. The runtime's URL must be plain
+//! upgraded connection within `UPGRADE_WAIT`, or when the servers stop. The runtime's URL must be plain
 //! HTTP on a loopback address; anything else is refused.
 
 use std::collections::HashMap;
@@ -65,11 +65,11 @@ use super::{NodeView, StreamTargetError, status};
 
 /// Streaming sessions one user may have open at once (`nodelet.maxStreamingSessionsPerUser`): half of
 /// [`MAX_SESSIONS`] (the configuration's default).
-pub(crate) use crate::config::DEFAULT_MAX_STREAMING_SESSIONS_PER_USER as DEFAULT_MAX_SESSIONS_PER_USER;
+pub(crate) use nodelet_config::DEFAULT_MAX_STREAMING_SESSIONS_PER_USER as DEFAULT_MAX_SESSIONS_PER_USER;
 /// `streamingConnectionIdleTimeout`: the kubelet's 4 h (the configuration's default).
-pub(crate) use crate::config::DEFAULT_STREAMING_IDLE_TIMEOUT as DEFAULT_IDLE_TIMEOUT;
+pub(crate) use nodelet_config::DEFAULT_STREAMING_IDLE_TIMEOUT as DEFAULT_IDLE_TIMEOUT;
 /// Streaming sessions (exec, attach, port-forward) open at once; more get 429.
-pub(crate) use crate::config::MAX_STREAMING_SESSIONS as MAX_SESSIONS;
+pub(crate) use nodelet_config::MAX_STREAMING_SESSIONS as MAX_SESSIONS;
 /// Ports in one port-forward request: the binary channel protocol has 256 channels, two per port.
 pub(crate) const MAX_PORTS: usize = 128;
 /// How long the client may take to take up the upgraded connection after the 101.
@@ -197,7 +197,7 @@ fn truthy(value: &str) -> bool {
 
 /// Why the query of a streaming request is refused (the message of its 400 response).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum QueryError {
+pub enum QueryError {
     /// None of stdin, stdout and stderr is asked for.
     #[error("you must specify at least 1 of stdin, stdout, stderr")]
     NoStream,
@@ -254,10 +254,10 @@ pub(crate) fn parse_stdio(query: &[(String, String)]) -> Result<(Vec<String>, St
 }
 
 /// Parses the repeated `port` parameter (each may also be a comma-separated list); every entry must be
-/// 1-65535 (an empty one too is refused), and there may be at most [`MAX_PORTS`]. A WebSocket client names
+/// 1-65535 (an empty one too is refused), and there may be at most `MAX_PORTS`. A WebSocket client names
 /// its ports only here, so for it at least one is required (the kubelet's rule); a SPDY client names them
 /// in stream headers instead (read by the runtime's streaming server, not here).
-pub(crate) fn parse_ports(query: &[(String, String)], websocket: bool) -> Result<Vec<i32>, QueryError> {
+pub fn parse_ports(query: &[(String, String)], websocket: bool) -> Result<Vec<i32>, QueryError> {
     let mut ports = Vec::new();
     for (key, value) in query {
         if key != "port" {

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use nodelet_cli::args::GetArgs;
 
 use super::{NodeView, ServerConfig, Servers};
-use crate::cli::{Commands, try_parse_with};
+use nodelet_config::cli::{Commands, try_parse_with};
 
 /// nodelet's self-signed certificate, which the client trusts by default when it exists.
 const DEFAULT_SERVER_CA: &str = "/var/lib/nodelet/pki/nodelet.crt";

@@ -47,7 +47,7 @@ pub(crate) struct Shared<V> {
     /// Dials pod ports in their network namespaces (nodelet's own WebSocket port-forward).
     pub(crate) dialer: nodelet_cri::NetnsDialer,
     /// The extensions' status tables (`/extensions/{name}`).
-    pub(crate) extensions: crate::daemon::extension::StatusTables,
+    pub(crate) extensions: crate::extensions::StatusTables,
     /// `--root-dir`: checkpoint archives go under `<root_dir>/checkpoints`.
     pub(crate) root_dir: std::path::PathBuf,
     /// The containers whose checkpoint is being written (one at a time per container).
@@ -206,7 +206,7 @@ async fn debug_pod<V: NodeView>(
     Path((namespace, pod)): Path<(String, String)>,
     body: axum::body::Bytes,
 ) -> Response {
-    use crate::sources::debug::DebugError;
+    use crate::debug::DebugError;
     let container: k8s_openapi::api::core::v1::EphemeralContainer = match serde_json::from_slice(&body) {
         Ok(c) => c,
         Err(e) => return status::failure(StatusCode::BAD_REQUEST, format!("not an EphemeralContainer: {e}")),

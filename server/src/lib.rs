@@ -38,16 +38,25 @@
 //!
 //! The daemon provides the data through [`NodeView`], binds with [`Servers::bind`] and stops
 //! the servers by completing the `shutdown` future.
+//!
+//! This crate (`nodelet-server`) imports the configuration (`nodelet-config`), the statistics
+//! (`nodelet-stats`), the drivers it streams and reads through (`nodelet-cri`, `nodelet-node`), the pairs'
+//! model (`nodelet-resources`) and `nodelet-shared`; never the daemon, the pod sources or the cluster client.
+//! What they give the servers comes through [`NodeView`]; what the servers declare for them is here: the
+//! extensions' [`StatusTable`]s, the [`DebugError`] of `POST /debug`, the connection limits of
+//! [`conn`] (the HTTP pod source listens under them too), the serving certificate's handle.
 
 mod auth;
-pub(crate) mod checkpoint;
-pub(crate) mod conn;
-pub(crate) mod logs;
-pub(crate) mod pod_list;
+pub mod checkpoint;
+pub mod conn;
+pub mod debug;
+pub mod extensions;
+pub mod logs;
+pub mod pod_list;
 mod port_forward;
 mod routes;
 mod status;
-pub(crate) mod streaming;
+pub mod streaming;
 mod tls;
 mod webhook;
 
@@ -71,21 +80,23 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-pub(crate) use auth::AuthError;
-pub(crate) use tls::{ServingCertHandle, TlsError};
+pub use auth::AuthError;
+pub use debug::DebugError;
+pub use extensions::{StatusTable, StatusTables};
+pub use tls::{ServingCertHandle, TlsError};
 
 use auth::{Authenticator, TokenAuthenticator};
 use conn::Endpoint;
 use routes::{Authorizer, Shared};
 use webhook::{AccessReviewer, TokenReviewer};
 
-pub(crate) use crate::config::{AuthorizationMode, TokenWebhookConfig};
+pub use nodelet_config::{AuthorizationMode, TokenWebhookConfig};
 
 /// What the servers show about the node. The daemon implements it over its live state.
 ///
 /// The methods are synchronous and are called on the async runtime for every request: they must return
 /// quickly (copy a snapshot under a short lock, never wait on the runtime or the network).
-pub(crate) trait NodeView: Send + Sync + 'static {
+pub trait NodeView: Send + Sync + 'static {
     /// The pods on this node with their live status, served as a v1 `PodList` on `/pods`.
     fn pods(&self) -> List<Pod>;
 
@@ -147,9 +158,9 @@ pub(crate) trait NodeView: Send + Sync + 'static {
         namespace: &str,
         pod: &str,
         container: k8s_openapi::api::core::v1::EphemeralContainer,
-    ) -> Result<(), crate::sources::debug::DebugError> {
+    ) -> Result<(), crate::debug::DebugError> {
         let _ = (namespace, pod, container);
-        Err(crate::sources::debug::DebugError::NotSupported)
+        Err(crate::debug::DebugError::NotSupported)
     }
 
     /// The pods running in the container runtime (a ready sandbox or a running container), as the
@@ -161,7 +172,7 @@ pub(crate) trait NodeView: Send + Sync + 'static {
     }
 
     /// The effective configuration served on `/configz` (`{"kubeletconfig": {...}}`, see
-    /// [`crate::config::configz`]); `None`: not available (404).
+    /// [`nodelet_config::configz`]); `None`: not available (404).
     fn configz(&self) -> Option<serde_json::Value> {
         None
     }
@@ -247,16 +258,16 @@ pub(crate) trait NodeView: Send + Sync + 'static {
 
 /// What [`NodeView::stream_target`] resolves a streaming request to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StreamTarget {
+pub struct StreamTarget {
     /// The pod's newest sandbox (for CRI `PortForward`).
-    pub(crate) sandbox_id: String,
+    pub sandbox_id: String,
     /// The running container (for CRI `Exec` / `Attach` / `ExecSync`), when one was named.
-    pub(crate) container_id: Option<String>,
+    pub container_id: Option<String>,
 }
 
 /// Why [`NodeView::healthy`] says the node agent is not healthy (the text `/healthz` returns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Unhealthy {
+pub enum Unhealthy {
     /// The container runtime has not answered `Status` as ready.
     #[error("container runtime is not ready")]
     RuntimeNotReady,
@@ -264,7 +275,7 @@ pub(crate) enum Unhealthy {
 
 /// Why [`NodeView::stream_target`] found nothing to stream to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum StreamTargetError {
+pub enum StreamTargetError {
     /// No such pod on this node.
     #[error("pod does not exist")]
     PodNotFound,
@@ -285,74 +296,74 @@ pub(crate) enum StreamTargetError {
 /// Where and how the servers listen. Field names follow the kubelet's flags and
 /// `KubeletConfiguration` fields; [`ServerConfig::new`] fills in the defaults listed on each field.
 #[derive(Debug, Clone)]
-pub(crate) struct ServerConfig {
+pub struct ServerConfig {
     /// `--address` / `address`: the main port's bind address. Default `0.0.0.0` (as the kubelet).
-    pub(crate) address: IpAddr,
+    pub address: IpAddr,
     /// `--port` / `port`: the main HTTPS port. Default 10250 (as the kubelet). 0 picks a free port (tests);
     /// the kubelet rejects 0.
-    pub(crate) port: u16,
+    pub port: u16,
     /// `--read-only-port` / `readOnlyPort`: the unauthenticated plain-HTTP port, bound to `address`.
     /// Default `None` = disabled (the kubelet's config-file default; its command-line legacy default is
     /// 10255). `Some(0)` picks a free port; map the flag value 0 to `None`.
-    pub(crate) read_only_port: Option<u16>,
+    pub read_only_port: Option<u16>,
     /// `--healthz-bind-address` / `healthzBindAddress`. Default `127.0.0.1` (as the kubelet).
-    pub(crate) healthz_bind_address: IpAddr,
+    pub healthz_bind_address: IpAddr,
     /// `--healthz-port` / `healthzPort`. Default `Some(10248)` (as the kubelet); `None` disables it (the
     /// kubelet's value 0); `Some(0)` picks a free port.
-    pub(crate) healthz_port: Option<u16>,
+    pub healthz_port: Option<u16>,
     /// `--tls-cert-file` / `tlsCertFile`: PEM certificate chain for the main port. When it and
     /// `tls_private_key_file` are unset, a self-signed certificate is generated once and kept under
     /// `<root_dir>/pki/nodelet.crt` and `nodelet.key` (the kubelet keeps `kubelet.crt|key` under `--cert-dir`).
-    pub(crate) tls_cert_file: Option<PathBuf>,
+    pub tls_cert_file: Option<PathBuf>,
     /// `--tls-private-key-file` / `tlsPrivateKeyFile`: PEM private key (PKCS#8, PKCS#1 or SEC1) matching
     /// `tls_cert_file`. Both or neither must be set.
-    pub(crate) tls_private_key_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
     /// `--client-ca-file` / `authentication.x509.clientCAFile`: PEM bundle of CAs whose client certificates
     /// authenticate (user = CN, groups = O). Default unset: client certificates are not requested.
-    pub(crate) client_ca_file: Option<PathBuf>,
+    pub client_ca_file: Option<PathBuf>,
     /// `--token-auth-file`: static bearer tokens, CSV `token,user,uid[,"group1,group2"]` in the API
     /// server's format. nodelet-specific (the kubelet authenticates tokens through a TokenReview webhook).
-    pub(crate) token_auth_file: Option<PathBuf>,
+    pub token_auth_file: Option<PathBuf>,
     /// `--anonymous-auth` / `authentication.anonymous.enabled`: serve requests without credentials as
     /// `system:anonymous`. Default false (the kubelet's command-line default is true).
-    pub(crate) anonymous_auth: bool,
+    pub anonymous_auth: bool,
     /// `--authentication-token-webhook` / `authentication.webhook`: bearer tokens not in the token file
     /// are checked with a TokenReview through [`Self::kube_client`]. Default `None` (off).
-    pub(crate) token_webhook: Option<TokenWebhookConfig>,
+    pub token_webhook: Option<TokenWebhookConfig>,
     /// `--authorization-mode` / `authorization`: `Webhook` checks every request with a
     /// SubjectAccessReview through [`Self::kube_client`]. Default here `AlwaysAllow`; the daemon's
-    /// configuration makes it `Webhook` in cluster mode ([`crate::config`]).
-    pub(crate) authorization: AuthorizationMode,
+    /// configuration makes it `Webhook` in cluster mode ([`nodelet_config`]).
+    pub authorization: AuthorizationMode,
     /// The cluster's API client (cluster mode), which both webhooks need.
-    pub(crate) kube_client: Option<ApiClient>,
+    pub kube_client: Option<ApiClient>,
     /// The container runtime, for `/exec`, `/attach`, `/portForward`, `/run` and `/checkpoint`. Default
     /// `None`: those answer 503.
-    pub(crate) runtime: Option<nodelet_cri::CriClient>,
+    pub runtime: Option<nodelet_cri::CriClient>,
     /// `--root-dir`. Default `/var/lib/nodelet` (the kubelet: `/var/lib/kubelet`). Checkpoint archives go
     /// under `<root_dir>/checkpoints`.
-    pub(crate) root_dir: PathBuf,
+    pub root_dir: PathBuf,
     /// With `serverTLSBootstrap`: the certificate from the cluster, served instead of the self-signed one
     /// once it is there (read at each handshake, so rotation needs no restart). Default `None`.
-    pub(crate) serving_cert: Option<ServingCertHandle>,
+    pub serving_cert: Option<ServingCertHandle>,
     /// The node's host name, put with `localhost`, 127.0.0.1 and ::1 into the self-signed certificate.
-    pub(crate) hostname: String,
+    pub hostname: String,
     /// How long open connections (log streams included) may take to finish after shutdown is asked
     /// before they are dropped. Default 5 s (nodelet-specific).
-    pub(crate) shutdown_grace: Duration,
-    /// The extensions' status tables, served on `/extensions/{name}` (see [`crate::daemon::StatusTable`]).
-    pub(crate) extensions: crate::daemon::extension::StatusTables,
+    pub shutdown_grace: Duration,
+    /// The extensions' status tables, served on `/extensions/{name}` (see [`StatusTable`]).
+    pub extensions: crate::extensions::StatusTables,
     /// `--streaming-connection-idle-timeout` / `streamingConnectionIdleTimeout`: an exec, attach or
     /// port-forward session with no traffic either way for this long is closed. Default 4 h (as the
     /// kubelet); zero: never.
-    pub(crate) streaming_idle_timeout: Duration,
+    pub streaming_idle_timeout: Duration,
     /// `nodelet.maxStreamingSessionsPerUser`: streaming sessions one authenticated user may have open at
     /// once (nodelet-only). Default [`streaming::DEFAULT_MAX_SESSIONS_PER_USER`].
-    pub(crate) max_streaming_sessions_per_user: usize,
+    pub max_streaming_sessions_per_user: usize,
 }
 
 impl ServerConfig {
     /// The defaults documented on each field, for a node called `hostname`.
-    pub(crate) fn new(hostname: impl Into<String>) -> Self {
+    pub fn new(hostname: impl Into<String>) -> Self {
         Self {
             address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             port: 10250,
@@ -381,7 +392,7 @@ impl ServerConfig {
 
 /// The cluster's API client, as [`ServerConfig::kube_client`] holds it.
 #[derive(Clone)]
-pub(crate) struct ApiClient(pub(crate) kube::Client);
+pub struct ApiClient(pub kube::Client);
 
 impl std::fmt::Debug for ApiClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -391,7 +402,7 @@ impl std::fmt::Debug for ApiClient {
 
 /// Why the servers could not start.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ServerError {
+pub enum ServerError {
     /// A listener could not bind its address.
     #[error("cannot listen on {addr} for the {listener}: {source}")]
     Bind {
@@ -416,7 +427,7 @@ pub(crate) enum ServerError {
 
 /// The bound listeners, ready to serve. Binding first lets the caller report the addresses (with port 0
 /// resolved) before serving.
-pub(crate) struct Servers {
+pub struct Servers {
     main: Endpoint,
     read_only: Option<Endpoint>,
     healthz: Option<Endpoint>,
@@ -438,7 +449,7 @@ impl std::fmt::Debug for Servers {
 impl Servers {
     /// Loads or generates the TLS material, reads the token file and binds every enabled listener.
     /// Fails with the listener, address and OS error when a port cannot be bound.
-    pub(crate) async fn bind<V: NodeView>(config: &ServerConfig, view: Arc<V>) -> Result<Self, ServerError> {
+    pub async fn bind<V: NodeView>(config: &ServerConfig, view: Arc<V>) -> Result<Self, ServerError> {
         let tokens = match &config.token_auth_file {
             Some(path) => {
                 let tokens = TokenAuthenticator::from_file(path)?;
@@ -530,23 +541,23 @@ impl Servers {
     }
 
     /// The main HTTPS port's bound address.
-    pub(crate) fn main_addr(&self) -> SocketAddr {
+    pub fn main_addr(&self) -> SocketAddr {
         self.main.addr
     }
 
     /// The read-only port's bound address, when enabled.
-    pub(crate) fn read_only_addr(&self) -> Option<SocketAddr> {
+    pub fn read_only_addr(&self) -> Option<SocketAddr> {
         self.read_only.as_ref().map(|l| l.addr)
     }
 
     /// The healthz port's bound address, when enabled.
-    pub(crate) fn healthz_addr(&self) -> Option<SocketAddr> {
+    pub fn healthz_addr(&self) -> Option<SocketAddr> {
         self.healthz.as_ref().map(|l| l.addr)
     }
 
     /// Serves until `shutdown` completes, then stops accepting, ends log streams, lets open requests finish
     /// for up to the configured grace period and drops what is left.
-    pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send) {
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
         let Self { main, read_only, healthz, stopping, grace } = self;
         let graceful = GracefulShutdown::new();
         let force = CancellationToken::new();
@@ -579,7 +590,7 @@ impl Servers {
 
 #[cfg(test)]
 /// Binds every enabled listener (see [`Servers::bind`]) and serves until `shutdown` completes.
-pub(crate) async fn serve<V: NodeView>(
+pub async fn serve<V: NodeView>(
     config: &ServerConfig,
     view: Arc<V>,
     shutdown: impl Future<Output = ()> + Send,

@@ -49,19 +49,19 @@ use super::routes::ConnInfo;
 
 /// The limits one listener applies to its connections; see the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Limits {
+pub struct Limits {
     /// Open connections in total.
-    pub(crate) total: usize,
+    pub total: usize,
     /// Open connections from one client address.
-    pub(crate) per_client: usize,
+    pub per_client: usize,
     /// Time to finish the TLS handshake.
-    pub(crate) tls_handshake: Duration,
+    pub tls_handshake: Duration,
     /// Time to send a request's headers; also the idle keep-alive limit.
-    pub(crate) header_read: Duration,
+    pub header_read: Duration,
     /// Time to send a request's whole body.
-    pub(crate) body_read: Duration,
+    pub body_read: Duration,
     /// Time a write may make no progress before the connection is closed.
-    pub(crate) write_stall: Duration,
+    pub write_stall: Duration,
 }
 
 impl Default for Limits {
@@ -87,24 +87,35 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 /// One bound listener with what it serves.
-pub(crate) struct Endpoint {
+pub struct Endpoint {
     /// The listener's name in logs, e.g. `main HTTPS port (--port)`.
-    pub(crate) name: &'static str,
+    pub name: &'static str,
     /// The bound socket.
-    pub(crate) listener: TcpListener,
+    pub listener: TcpListener,
     /// Its local address (port 0 resolved).
-    pub(crate) addr: SocketAddr,
+    pub addr: SocketAddr,
     /// What it serves.
-    pub(crate) router: Router,
+    pub router: Router,
     /// TLS, for the main port.
-    pub(crate) tls: Option<TlsAcceptor>,
+    pub tls: Option<TlsAcceptor>,
     /// Its limits.
-    pub(crate) limits: Limits,
+    pub limits: Limits,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("name", &self.name)
+            .field("addr", &self.addr)
+            .field("tls", &self.tls.is_some())
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Endpoint {
     /// Binds `addr`.
-    pub(crate) async fn bind(
+    pub async fn bind(
         name: &'static str,
         addr: SocketAddr,
         router: Router,
@@ -118,7 +129,7 @@ impl Endpoint {
     /// Serves until `stopping` is cancelled, then waits up to `grace` for open requests and drops the rest.
     /// For a listener served on its own (the HTTP manifest source); the node's ports share one shutdown in
     /// `Servers::run`.
-    pub(crate) async fn serve_until(self, stopping: CancellationToken, grace: Duration) {
+    pub async fn serve_until(self, stopping: CancellationToken, grace: Duration) {
         let graceful = GracefulShutdown::new();
         let force = CancellationToken::new();
         info!(listener = self.name, addr = %self.addr, tls = self.tls.is_some(), "serving");
@@ -438,7 +449,7 @@ fn guard_panics(
             match std::panic::AssertUnwindSafe(router.oneshot(request)).catch_unwind().await {
                 Ok(response) => response,
                 Err(payload) => {
-                    let panic = crate::daemon::panic_message(payload.as_ref());
+                    let panic = nodelet_shared::panic_message(payload.as_ref());
                     tracing::error!(listener, %remote, %method, %path, %panic, "a request handler panicked");
                     let mut response = axum::response::Response::new(Body::from("Internal Server Error\n"));
                     *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;

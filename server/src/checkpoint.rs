@@ -47,7 +47,7 @@ pub(crate) const CHECKPOINTS_DIR: &str = "checkpoints";
 
 /// Why [`NodeView::checkpoint_target`] found no container to checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum CheckpointTargetError {
+pub enum CheckpointTargetError {
     /// No such pod on this node.
     #[error("pod does not exist")]
     PodNotFound,
@@ -61,11 +61,11 @@ pub(crate) enum CheckpointTargetError {
 
 /// What a checkpoint request resolved to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CheckpointTarget {
-    /// The pod's UID (the key of [`InProgress`], with the container name).
-    pub(crate) pod_uid: String,
+pub struct CheckpointTarget {
+    /// The pod's UID (the key of `InProgress`, with the container name).
+    pub pod_uid: String,
     /// The running container's runtime ID.
-    pub(crate) container_id: String,
+    pub container_id: String,
 }
 
 /// The containers whose checkpoint is being written: at most one per container at a time.

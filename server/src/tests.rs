@@ -764,7 +764,7 @@ async fn read_only_port_serves_pods_without_auth_and_has_no_logs() {
 #[tokio::test]
 async fn objects_beyond_the_kubelets_read_only_set_are_served_on_the_main_port_only() {
     struct Table;
-    impl crate::daemon::StatusTable for Table {
+    impl crate::StatusTable for Table {
         fn columns(&self) -> Vec<String> {
             vec!["NAME".into()]
         }
@@ -778,7 +778,7 @@ async fn objects_beyond_the_kubelets_read_only_set_are_served_on_the_main_port_o
     let mut config = test_config(dir.path());
     config.read_only_port = Some(0);
     config.token_auth_file = Some(token_file);
-    config.extensions.0.insert("prepull".into(), Arc::new(Table));
+    config.extensions.insert("prepull".into(), Arc::new(Table));
     let server = Running::start(&config, FakeView::new()).await;
     let read_only = server.read_only.expect("read-only port enabled");
     for path in [

@@ -31,24 +31,24 @@ const CHUNK_BYTES: usize = 32 * 1024;
 
 /// The query parameters of `/containerLogs` that nodelet serves.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct LogOptions {
+pub struct LogOptions {
     /// `follow=true`: keep streaming new lines until the container stops or the client goes away.
-    pub(crate) follow: bool,
+    pub follow: bool,
     /// `tailLines=N`: start with the last N lines (N ≥ 0).
-    pub(crate) tail_lines: Option<u64>,
+    pub tail_lines: Option<u64>,
     /// `timestamps=true`: prefix each line with its timestamp (RFC 3339, 9 fractional digits).
-    pub(crate) timestamps: bool,
+    pub timestamps: bool,
     /// `limitBytes=N`: stop after N bytes of output (N > 0).
-    pub(crate) limit_bytes: Option<u64>,
+    pub limit_bytes: Option<u64>,
     /// `previous=true`: the log of the container's previous instance.
-    pub(crate) previous: bool,
+    pub previous: bool,
     /// `sinceSeconds=N` / `sinceTime=T`: only lines logged at or after this time.
-    pub(crate) since: Option<k8s_openapi::jiff::Timestamp>,
+    pub since: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// Why the query of a log request is refused (the message of its 400 response).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum QueryError {
+pub enum QueryError {
     /// A number parameter that is not an integer.
     #[error("{key}: {value:?} is not an integer")]
     NotAnInteger {
@@ -91,7 +91,7 @@ impl LogOptions {
     /// Parses the query parameters; the error is the message of a 400 response. Unknown parameters are
     /// ignored (as the kubelet does); `stream` is refused rather than silently ignored, because ignoring
     /// it would return other lines than asked for. `sinceSeconds` counts back from `now`.
-    pub(crate) fn from_query(
+    pub fn from_query(
         params: &[(String, String)],
         now: k8s_openapi::jiff::Timestamp,
     ) -> Result<Self, QueryError> {

@@ -9,13 +9,13 @@ use serde::ser::{SerializeStruct, Serializer};
 
 /// One pod of the list: the pod as kept, and what the node adds to it.
 #[derive(Debug)]
-pub(crate) struct PodEntry<'a> {
+pub struct PodEntry<'a> {
     /// The pod as the node keeps it (its status, if any, is replaced by `status`).
-    pub(crate) pod: &'a Pod,
+    pub pod: &'a Pod,
     /// `metadata.creationTimestamp` to show when the pod has none.
-    pub(crate) created: Option<Time>,
+    pub created: Option<Time>,
     /// The pod's status.
-    pub(crate) status: PodStatus,
+    pub status: PodStatus,
 }
 
 /// The metadata with a creation time filled in.
@@ -61,7 +61,7 @@ impl Serialize for PodEntry<'_> {
 }
 
 /// Sorts `entries` as `/pods` lists them: by namespace, then name.
-pub(crate) fn sort(entries: &mut [PodEntry<'_>]) {
+pub fn sort(entries: &mut [PodEntry<'_>]) {
     entries.sort_by(|a, b| {
         let (a, b) = (&a.pod.metadata, &b.pod.metadata);
         (a.namespace.as_deref(), a.name.as_deref()).cmp(&(b.namespace.as_deref(), b.name.as_deref()))
@@ -69,7 +69,7 @@ pub(crate) fn sort(entries: &mut [PodEntry<'_>]) {
 }
 
 /// The `/pods` body: a v1 `PodList` of `entries`, sorted by namespace and name.
-pub(crate) fn encode(mut entries: Vec<PodEntry<'_>>) -> serde_json::Result<Vec<u8>> {
+pub fn encode(mut entries: Vec<PodEntry<'_>>) -> serde_json::Result<Vec<u8>> {
     sort(&mut entries);
     #[derive(Serialize)]
     struct ListMeta {}
