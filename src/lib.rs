@@ -21,7 +21,6 @@ mod hollow;
 mod logging;
 mod node;
 mod pressure;
-mod sources;
 mod volumes;
 
 pub use cli::NoClient;
@@ -35,5 +34,7 @@ pub use nodelet_config as config;
 pub use nodelet_config::cli;
 // The HTTP servers (`crate::server`): crate `nodelet-server`.
 use nodelet_server as server;
+// The static pod sources (`crate::sources`): crate `nodelet-sources`.
+use nodelet_sources as sources;
 // YAML (`crate::yaml`): shared with the client.
 use nodelet_shared::yaml;

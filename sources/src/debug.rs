@@ -22,11 +22,11 @@ use nodelet_node::atomic::{AtomicWriteError, write_atomically};
 pub(crate) const STATE_FILE: &str = "ephemeral-containers.json";
 
 /// Why an ephemeral container could not be added (declared by the servers, which answer `POST /debug` with it).
-pub(crate) use nodelet_server::DebugError;
+pub use nodelet_server::DebugError;
 
 /// Why the state file could not be read.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum LoadError {
+pub enum LoadError {
     /// Reading it failed.
     #[error("cannot read {}: {source}", path.display())]
     Read {
@@ -56,14 +56,14 @@ struct StateFile {
 
 /// The ephemeral containers of static pods, as last saved.
 #[derive(Debug)]
-pub(crate) struct DebugState {
+pub struct DebugState {
     path: PathBuf,
     pods: BTreeMap<PodUid, Vec<EphemeralContainer>>,
 }
 
 impl DebugState {
     /// The state kept in `dir` (created if missing): what the file holds, or nothing if there is none.
-    pub(crate) fn load(dir: &Path) -> Result<Self, LoadError> {
+    pub fn load(dir: &Path) -> Result<Self, LoadError> {
         let path = dir.join(STATE_FILE);
         let read_err = |source| LoadError::Read { path: path.clone(), source };
         std::fs::create_dir_all(dir).map_err(read_err)?;
@@ -81,17 +81,17 @@ impl DebugState {
 
     /// An empty state that is saved to `path` (for a state file that could not be read: it is replaced
     /// only when a container is added).
-    pub(crate) fn empty(dir: &Path) -> Self {
+    pub fn empty(dir: &Path) -> Self {
         Self { path: dir.join(STATE_FILE), pods: BTreeMap::new() }
     }
 
     /// The ephemeral containers added to the pod `uid`.
-    pub(crate) fn containers(&self, uid: &str) -> &[EphemeralContainer] {
+    pub fn containers(&self, uid: &str) -> &[EphemeralContainer] {
         self.pods.get(uid).map_or(&[], Vec::as_slice)
     }
 
     /// Adds `container` to the pod `uid` and saves; on failure nothing is added.
-    pub(crate) fn add(&mut self, uid: &str, container: EphemeralContainer) -> Result<(), AtomicWriteError> {
+    pub fn add(&mut self, uid: &str, container: EphemeralContainer) -> Result<(), AtomicWriteError> {
         self.pods.entry(uid.to_owned()).or_default().push(container);
         if let Err(e) = self.save() {
             if let Some(list) = self.pods.get_mut(uid) {
@@ -106,7 +106,7 @@ impl DebugState {
     }
 
     /// Forgets the pods not in `keep` (saved when something changed).
-    pub(crate) fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
         let before = self.pods.len();
         self.pods.retain(|uid, _| keep(uid));
         if self.pods.len() != before

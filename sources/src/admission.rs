@@ -22,13 +22,13 @@ use k8s_openapi::api::core::v1::Pod;
 use nodelet_resources::model::pod::PodSource;
 use nodelet_resources::pod::security::{Level, NodeRestrictions, PodSecurity, SecurityError};
 
-use crate::config::Config;
+use nodelet_config::Config;
 
 /// The namespaces and label keys pods of the sources nodelet cannot trust as root's may use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Placement {
+pub struct Placement {
     /// The namespaces allowed (`None`: any).
-    pub(crate) namespaces: Option<BTreeSet<String>>,
+    pub namespaces: Option<BTreeSet<String>>,
     /// The label keys allowed (`None`: any).
     pub(crate) label_keys: Option<BTreeSet<String>>,
 }
@@ -73,7 +73,7 @@ fn list(items: &BTreeSet<String>) -> String {
 
 /// Why a pod was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// The Pod Security Standards level or `--allow-privileged=false`.
     #[error(transparent)]
     Security(#[from] SecurityError),
@@ -84,16 +84,16 @@ pub(crate) enum Refusal {
 
 /// What the pods of one source (or one manifest file) are admitted against.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct SourcePolicy {
+pub struct SourcePolicy {
     /// The level and the `--allow-privileged=false` restrictions.
-    pub(crate) security: PodSecurity,
+    pub security: PodSecurity,
     /// The namespaces and labels allowed (`None`: any).
-    pub(crate) placement: Option<Placement>,
+    pub placement: Option<Placement>,
 }
 
 impl SourcePolicy {
     /// Checks `pod` (the placement first, then the security settings).
-    pub(crate) fn admit(&self, pod: &Pod) -> Result<(), Refusal> {
+    pub fn admit(&self, pod: &Pod) -> Result<(), Refusal> {
         if let Some(placement) = &self.placement {
             let problems = placement.check(pod);
             if !problems.is_empty() {
@@ -107,20 +107,20 @@ impl SourcePolicy {
 
 /// The settings each pod source is held to. The default holds no source to anything (tests).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct SecurityPolicies {
+pub struct SecurityPolicies {
     /// Manifest files the node's administrator owns (`--pod-manifest-path`).
-    pub(crate) file: PodSecurity,
+    pub file: PodSecurity,
     /// The manifest URL.
-    pub(crate) url: PodSecurity,
+    pub url: PodSecurity,
     /// The manifest HTTP endpoint.
-    pub(crate) http: PodSecurity,
+    pub http: PodSecurity,
     /// The API server (cluster mode).
-    pub(crate) api: PodSecurity,
+    pub api: PodSecurity,
     /// Manifest files the node's administrator does not own: `file` raised to `baseline`, without the
     /// allowed hostPath prefixes.
     pub(crate) untrusted_file: PodSecurity,
     /// The namespaces and labels of the URL, HTTP and untrusted-file sources.
-    pub(crate) placement: Placement,
+    pub placement: Placement,
 }
 
 impl SecurityPolicies {
@@ -128,7 +128,7 @@ impl SecurityPolicies {
     /// `--allow-privileged=false`, the node restrictions (which raise every level to `baseline`; the allowed
     /// hostPath prefixes only for sources whose level is `privileged`; nodelet's own ports, which no hostPort
     /// may take); and for the URL, HTTP and untrusted-file sources, the namespaces and labels they may use.
-    pub(crate) fn from_config(config: &Config) -> Self {
+    pub fn from_config(config: &Config) -> Self {
         let mut ports = BTreeSet::new();
         if config.server.enabled {
             ports.insert(config.server.port);
@@ -225,10 +225,12 @@ mod tests {
     /// The configuration of `flags` and of the file /etc/nodelet/config.yaml with `body` (after the
     /// KubeletConfiguration header), if any.
     fn config(flags: &[&str], body: Option<&str>) -> Config {
-        use crate::config::{ConfigFile, HostFacts};
+        use nodelet_config::{ConfigFile, HostFacts};
         let mut argv = vec!["nodelet"];
         argv.extend_from_slice(flags);
-        let crate::cli::Command::Run(args) = crate::cli::try_parse_from(argv).expect("flags") else {
+        let nodelet_config::cli::Command::Run(args) =
+            nodelet_config::cli::try_parse_from(argv).expect("flags")
+        else {
             panic!("not run")
         };
         let header = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";

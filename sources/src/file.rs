@@ -48,21 +48,21 @@ const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// Settings of the [`FileSource`].
 #[derive(Debug, Clone)]
-pub(crate) struct FileSourceConfig {
+pub struct FileSourceConfig {
     /// The manifest directory, or a single manifest file.
-    pub(crate) path: PathBuf,
+    pub path: PathBuf,
     /// Full rescan period (`fileCheckFrequency`, default 20 s).
-    pub(crate) check_frequency: Duration,
+    pub check_frequency: Duration,
     /// Quiet period after a change before the rescan (default 20 ms).
     pub(crate) debounce: Duration,
     /// Whether to watch the directory with inotify (default true); without it, changes are seen
     /// only by the periodic rescan.
-    pub(crate) watch: bool,
+    pub watch: bool,
 }
 
 impl FileSourceConfig {
     /// The defaults for `path`.
-    pub(crate) fn new(path: impl Into<PathBuf>) -> Self {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
             check_frequency: DEFAULT_FILE_CHECK_FREQUENCY,
@@ -74,16 +74,16 @@ impl FileSourceConfig {
 
 /// A document of another kind than Pod found in a manifest file.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ManifestObject {
+pub struct ManifestObject {
     /// The file it is in.
-    pub(crate) file: PathBuf,
+    pub file: PathBuf,
     /// The document.
-    pub(crate) value: serde_json::Value,
+    pub value: serde_json::Value,
 }
 
 impl ManifestObject {
     /// The document as a `T` of `kind`; an unreadable one is logged with its file and skipped.
-    pub(crate) fn parse<T: serde::de::DeserializeOwned>(&self, kind: &str) -> Option<T> {
+    pub fn parse<T: serde::de::DeserializeOwned>(&self, kind: &str) -> Option<T> {
         match serde_json::from_value::<T>(self.value.clone()) {
             Ok(v) => Some(v),
             Err(e) => {
@@ -96,11 +96,11 @@ impl ManifestObject {
 
 /// The documents of other kinds than Pod in the manifest files, by kind (`ConfigMap`, `Secret`,
 /// ...), in file and document order. Replaced as a whole after every rescan that changes it.
-pub(crate) type ManifestObjects = BTreeMap<String, Vec<ManifestObject>>;
+pub type ManifestObjects = BTreeMap<String, Vec<ManifestObject>>;
 
 /// Reads static pods from a manifest directory or file; see the [module docs](self).
 #[derive(Debug)]
-pub(crate) struct FileSource {
+pub struct FileSource {
     config: FileSourceConfig,
     handle: SourceHandle,
     files: BTreeMap<PathBuf, FileState>,
@@ -131,18 +131,18 @@ struct Watch {
 
 impl FileSource {
     /// A file source reporting through `handle`. Nothing is read before [`run`](Self::run).
-    pub(crate) fn new(config: FileSourceConfig, handle: SourceHandle) -> Self {
+    pub fn new(config: FileSourceConfig, handle: SourceHandle) -> Self {
         let (objects, _) = watch::channel(Arc::new(ManifestObjects::new()));
         Self { config, handle, files: BTreeMap::new(), path_problem: None, objects }
     }
 
     /// The documents of other kinds than Pod, updated after every rescan.
-    pub(crate) fn objects(&self) -> watch::Receiver<Arc<ManifestObjects>> {
+    pub fn objects(&self) -> watch::Receiver<Arc<ManifestObjects>> {
         self.objects.subscribe()
     }
 
     /// Reads the manifests now and whenever they change, until `shutdown` fires.
-    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+    pub async fn run(mut self, shutdown: CancellationToken) {
         let events = Arc::new(Events::default());
         let mut watch: Option<Watch> = None;
         let mut ticker = tokio::time::interval(self.config.check_frequency);
@@ -186,7 +186,7 @@ impl FileSource {
         use futures::FutureExt as _;
         let outcome = std::panic::AssertUnwindSafe(self.rescan()).catch_unwind().await;
         if let Err(payload) = outcome {
-            let message = crate::daemon::panic_message(payload.as_ref());
+            let message = nodelet_shared::panic_message(payload.as_ref());
             tracing::error!(path = %self.config.path.display(), panic = %message, "reading the manifests panicked");
             self.files.clear();
             let problem = Problem {
@@ -373,7 +373,7 @@ impl FileSource {
         let (pods, problems, others) = match read {
             Ok(read) => read,
             Err(payload) => {
-                let message = crate::daemon::panic_message(payload.as_ref());
+                let message = nodelet_shared::panic_message(payload.as_ref());
                 tracing::error!(path = %location, panic = %message, "reading a manifest file panicked");
                 let message = format!("the file could not be read (nodelet panicked on it: {message})");
                 let problems = vec![Problem {

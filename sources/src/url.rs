@@ -12,7 +12,7 @@
 //!   the file source.
 //! - `https` URLs are verified against the system's CA bundle (the first of
 //!   `/etc/ssl/certs/ca-certificates.crt`, `/etc/pki/tls/certs/ca-bundle.crt`,
-//!   `/etc/ssl/ca-bundle.pem`, `/etc/ssl/cert.pem`), or [`UrlSourceConfig::ca_file`]. Proxies
+//!   `/etc/ssl/ca-bundle.pem`, `/etc/ssl/cert.pem`), or `UrlSourceConfig::ca_file`. Proxies
 //!   from the environment (`HTTPS_PROXY`, ...) are used except for loopback URLs.
 //! - **Redirects** are followed (at most 10) by the source itself: never from `https` to anything
 //!   unencrypted, and the `--manifest-url-header` headers only go to the configured URL's origin
@@ -46,11 +46,11 @@ const CA_BUNDLES: &[&str] = &[
 ];
 
 /// `url` as it may be shown: the configuration's (`nodelet_config::configz::redact_url`).
-pub(crate) use crate::config::configz::redact_url;
+pub(crate) use nodelet_config::configz::redact_url;
 
 /// Errors of the URL source's configuration.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum UrlSourceError {
+pub enum UrlSourceError {
     /// The URL does not parse or is not `http`/`https`.
     #[error("invalid manifest URL {url:?}: {reason}")]
     InvalidUrl {
@@ -77,22 +77,22 @@ pub(crate) enum UrlSourceError {
 
 /// Settings of the [`UrlSource`].
 #[derive(Debug, Clone)]
-pub(crate) struct UrlSourceConfig {
+pub struct UrlSourceConfig {
     /// The URL (`http` or `https`).
-    pub(crate) url: String,
+    pub url: String,
     /// Headers sent with every request, in order (a name may repeat).
-    pub(crate) headers: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
     /// Poll period (`httpCheckFrequency`, default 20 s).
-    pub(crate) check_frequency: Duration,
+    pub check_frequency: Duration,
     /// Timeout of one fetch (default 10 s).
-    pub(crate) timeout: Duration,
+    pub timeout: Duration,
     /// A PEM CA bundle to verify `https` servers with, instead of the system's.
     pub(crate) ca_file: Option<PathBuf>,
 }
 
 impl UrlSourceConfig {
     /// The defaults for `url`.
-    pub(crate) fn new(url: impl Into<String>) -> Self {
+    pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
             headers: Vec::new(),
@@ -105,7 +105,7 @@ impl UrlSourceConfig {
 
 /// Polls the manifest URL; see the [module docs](self).
 #[derive(Debug)]
-pub(crate) struct UrlSource {
+pub struct UrlSource {
     config: UrlSourceConfig,
     /// The URL as it is shown ([`redact_url`]): the problems' location.
     shown: String,
@@ -126,7 +126,7 @@ pub(crate) struct UrlSource {
 impl UrlSource {
     /// A URL source reporting through `handle`. Checks the URL and headers and builds the client;
     /// nothing is fetched before [`run`](Self::run).
-    pub(crate) fn new(config: UrlSourceConfig, handle: SourceHandle) -> Result<Self, UrlSourceError> {
+    pub fn new(config: UrlSourceConfig, handle: SourceHandle) -> Result<Self, UrlSourceError> {
         let invalid = |reason: String| UrlSourceError::InvalidUrl { url: redact_url(&config.url), reason };
         let url = reqwest::Url::parse(&config.url).map_err(|e| invalid(e.to_string()))?;
         if !matches!(url.scheme(), "http" | "https") {
@@ -168,7 +168,7 @@ impl UrlSource {
     }
 
     /// Fetches the URL now and every `check_frequency`, until `shutdown` fires.
-    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+    pub async fn run(mut self, shutdown: CancellationToken) {
         let mut ticker = tokio::time::interval(self.config.check_frequency);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -184,7 +184,7 @@ impl UrlSource {
                 polled = std::panic::AssertUnwindSafe(self.poll_once()).catch_unwind() => polled,
             };
             if let Err(payload) = polled {
-                let message = crate::daemon::panic_message(payload.as_ref());
+                let message = nodelet_shared::panic_message(payload.as_ref());
                 tracing::error!(url = %self.shown, panic = %message, "reading the manifest URL panicked");
                 // read the next response afresh, whatever it is
                 self.last_body = None;

@@ -19,12 +19,12 @@
 //! 256-bit token in [`HttpSourceConfig::token_file`] (`<root-dir>/http-source/token`, mode 0600, owned by
 //! nodelet's user, created at the first start and kept across restarts), so only who can read that file
 //! (root) can use the endpoint; another local user's connection gets `401 Unauthorized`. The endpoint binds
-//! only to loopback addresses unless [`HttpSourceConfig::allow_remote`] is set. Against web pages in a
+//! only to loopback addresses unless `HttpSourceConfig::allow_remote` is set. Against web pages in a
 //! local browser it also refuses requests whose `Host` is not a loopback name (DNS rebinding) and
 //! submissions whose `Content-Type` is not JSON or YAML (so a cross-site form or `text/plain` request
 //! cannot reach it without a CORS preflight, which it never grants).
 //!
-//! It is served under the same connection limits as the node's ports ([`crate::server::conn`]).
+//! It is served under the same connection limits as the node's ports ([`nodelet_server::conn`]).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -47,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 use super::SourceHandle;
 use super::admission::SourcePolicy;
 use super::manifest::{self, MAX_MANIFEST_BYTES};
-use crate::server::conn::{Endpoint, Limits};
+use nodelet_server::conn::{Endpoint, Limits};
 
 /// The problems' location of submitted pods.
 pub(crate) const LOCATION: &str = "http endpoint";
@@ -59,7 +59,7 @@ pub(crate) const DEFAULT_MAX_PODS: usize = 256;
 
 /// Errors of the HTTP source.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum HttpSourceError {
+pub enum HttpSourceError {
     /// The address is not a loopback address and `allow_remote` is not set.
     #[error(
         "refusing to serve the manifest endpoint on {0}: it is for local use; bind it to a loopback address, or \
@@ -85,25 +85,25 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Settings of the [`HttpSource`].
 #[derive(Debug, Clone)]
-pub(crate) struct HttpSourceConfig {
+pub struct HttpSourceConfig {
     /// The address to listen on (port 0 picks a free port).
-    pub(crate) addr: SocketAddr,
+    pub addr: SocketAddr,
     /// Serve on a non-loopback address too. **Dangerous**: see the [module docs](self).
     pub(crate) allow_remote: bool,
     /// The most pods that may be submitted at once (default 256).
-    pub(crate) max_pods: usize,
+    pub max_pods: usize,
     /// Where the submitted pods are checkpointed (`<root-dir>/http-source/pods.json` in the daemon), so
     /// that they survive a restart; `None` keeps them in memory only.
-    pub(crate) checkpoint: Option<PathBuf>,
+    pub checkpoint: Option<PathBuf>,
     /// The file of the bearer token every request must carry (`<root-dir>/http-source/token` in the
     /// daemon): read if it holds a token only nodelet's user can read, else written with a new one (mode
-    /// 0600). `None`: a new token in memory only ([`HttpSource::token`]).
-    pub(crate) token_file: Option<PathBuf>,
+    /// 0600). `None`: a new token in memory only (`HttpSource::token`).
+    pub token_file: Option<PathBuf>,
 }
 
 impl HttpSourceConfig {
     /// The defaults for `addr`.
-    pub(crate) fn new(addr: SocketAddr) -> Self {
+    pub fn new(addr: SocketAddr) -> Self {
         Self { addr, allow_remote: false, max_pods: DEFAULT_MAX_PODS, checkpoint: None, token_file: None }
     }
 }
@@ -150,7 +150,7 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 
 /// The manifest submission endpoint; see the [module docs](self).
 #[derive(Debug)]
-pub(crate) struct HttpSource {
+pub struct HttpSource {
     listener: TcpListener,
     local_addr: SocketAddr,
     state: Arc<EndpointState>,
@@ -180,10 +180,7 @@ impl std::fmt::Debug for EndpointState {
 impl HttpSource {
     /// Binds the endpoint and reports the (empty) set of submitted pods, so that this source
     /// counts as reported at once.
-    pub(crate) async fn bind(
-        config: HttpSourceConfig,
-        handle: SourceHandle,
-    ) -> Result<Self, HttpSourceError> {
+    pub async fn bind(config: HttpSourceConfig, handle: SourceHandle) -> Result<Self, HttpSourceError> {
         let addr = config.addr;
         if !addr.ip().to_canonical().is_loopback() {
             if !config.allow_remote {
@@ -219,18 +216,18 @@ impl HttpSource {
     }
 
     /// The address it listens on.
-    pub(crate) fn local_addr(&self) -> SocketAddr {
+    pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
 
     #[cfg(test)]
     /// The bearer token requests must carry.
-    pub(crate) fn token(&self) -> &str {
+    pub fn token(&self) -> &str {
         &self.state.token
     }
 
     /// Serves until `shutdown` fires.
-    pub(crate) async fn run(self, shutdown: CancellationToken) {
+    pub async fn run(self, shutdown: CancellationToken) {
         let router = Router::new()
             .route("/pods", get(list).post(submit))
             .route("/pods/{namespace}/{name}", delete(remove))
@@ -363,7 +360,7 @@ fn write_checkpoint(
 /// The pod documents of a manifest (Pods, and the items of PodLists and Lists) by `namespace/name` as
 /// written, the key [`manifest::parse`] gives them.
 fn pod_documents(text: &str) -> BTreeMap<String, serde_json::Value> {
-    let documents = match crate::yaml::documents(text) {
+    let documents = match nodelet_shared::yaml::documents(text) {
         Ok(d) => d,
         Err((d, _)) => d,
     };
@@ -1016,7 +1013,7 @@ mod tests {
 
     #[tokio::test]
     async fn pods_outside_the_allowed_namespaces_or_with_labels_are_refused_naming_the_field() {
-        use crate::sources::admission::{Placement, SecurityPolicies};
+        use crate::admission::{Placement, SecurityPolicies};
         let config = PodConfig::new(NODE).with_security(SecurityPolicies {
             placement: Placement {
                 namespaces: Some(["default".to_owned()].into()),

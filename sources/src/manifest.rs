@@ -8,9 +8,9 @@
 //!
 //! # What is accepted, and the limits
 //!
-//! - At most [`MAX_MANIFEST_BYTES`] of UTF-8 text and at most [`yaml::MAX_DOCUMENTS`] documents
+//! - At most `MAX_MANIFEST_BYTES` of UTF-8 text and at most [`yaml::MAX_DOCUMENTS`] documents
 //!   (YAML or JSON; empty YAML documents count).
-//! - YAML is read as Kubernetes reads manifests (YAML 1.1 scalars, see [`crate::yaml`]):
+//! - YAML is read as Kubernetes reads manifests (YAML 1.1 scalars, see [`nodelet_shared::yaml`]):
 //!   `defaultMode: 0644` is the octal 420 (`'0644'` is a string), anchors, aliases and merge keys
 //!   are expanded, a repeated key keeps its last value; booleans are only `true` and `false`
 //!   (`name: y` is the string `y`, unlike in the kubelet).
@@ -30,43 +30,43 @@ use nodelet_resources::model::pod::{DesiredPod, PodSource};
 use nodelet_resources::pod::validation::{self, FieldError, ValidationError};
 
 use super::admission::SourcePolicy;
-use crate::yaml;
+use nodelet_shared::yaml;
 
 /// The largest manifest read, from any source (a file, a URL's body, a request body).
 pub(crate) const MAX_MANIFEST_BYTES: usize = 8 * 1024 * 1024;
 
 /// A pod read from a manifest, with the key that identifies it in that manifest.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ParsedPod {
+pub struct ParsedPod {
     /// `namespace/name` as written in the manifest (without a static pod's node suffix).
-    pub(crate) key: String,
+    pub key: String,
     /// The validated, defaulted pod, shared with what the source reports (a source keeps its last
     /// reading and the pod config keeps its last report: one copy of the pod, not two).
-    pub(crate) pod: Arc<DesiredPod>,
+    pub pod: Arc<DesiredPod>,
 }
 
 /// A document of a manifest that could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DocProblem {
+pub struct DocProblem {
     /// `namespace/name` of the pod it is about, when the document says.
-    pub(crate) object: Option<String>,
+    pub object: Option<String>,
     /// What is wrong, for people (names the document and the field).
-    pub(crate) message: String,
+    pub message: String,
     /// The field errors, when the document is a pod that failed validation.
     pub(crate) field_errors: Vec<FieldError>,
     /// The pod is valid but the node's security settings refuse it.
-    pub(crate) forbidden: bool,
+    pub forbidden: bool,
 }
 
 /// What a manifest holds.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Parsed {
+pub struct Parsed {
     /// The valid pods, in document order.
-    pub(crate) pods: Vec<ParsedPod>,
+    pub pods: Vec<ParsedPod>,
     /// The documents that could not be used.
-    pub(crate) problems: Vec<DocProblem>,
+    pub problems: Vec<DocProblem>,
     /// Documents of other kinds, by kind, in document order.
-    pub(crate) others: BTreeMap<String, Vec<serde_json::Value>>,
+    pub others: BTreeMap<String, Vec<serde_json::Value>>,
 }
 
 impl Parsed {
@@ -77,7 +77,7 @@ impl Parsed {
 
 /// Parses and validates the manifest `bytes` from `source` for this node, and admits its pods with `security`
 /// (a refused pod is a problem naming the pod and the check).
-pub(crate) fn parse(bytes: &[u8], source: &PodSource, node_name: &str, security: &SourcePolicy) -> Parsed {
+pub fn parse(bytes: &[u8], source: &PodSource, node_name: &str, security: &SourcePolicy) -> Parsed {
     let ctx = Ctx { source, node_name, security };
     let mut parsed = Parsed::default();
     if bytes.len() > MAX_MANIFEST_BYTES {
@@ -90,7 +90,7 @@ pub(crate) fn parse(bytes: &[u8], source: &PodSource, node_name: &str, security:
     };
     // A panic in the YAML or JSON reader (a bug, not a manifest's fault) refuses the manifest, not the node.
     let read = std::panic::catch_unwind(|| read_documents(text)).unwrap_or_else(|payload| {
-        let message = crate::daemon::panic_message(payload.as_ref());
+        let message = nodelet_shared::panic_message(payload.as_ref());
         tracing::error!(panic = %message, "reading a manifest panicked; the manifest is refused");
         Err((Vec::new(), format!("the manifest could not be read (nodelet panicked reading it: {message})")))
     });
@@ -171,7 +171,7 @@ fn classify_guarded(
         }
         Err(payload) => {
             // What the document produced before the panic is dropped with it: none of it is trusted.
-            let message = crate::daemon::panic_message(payload.as_ref());
+            let message = nodelet_shared::panic_message(payload.as_ref());
             let name = object.as_deref().unwrap_or("(unnamed)");
             tracing::error!(object = name, panic = %message, "handling a manifest document panicked; the document is refused");
             parsed.problem(

@@ -310,7 +310,7 @@ fn api_pods_get_no_ephemeral_containers_from_nodelet() {
     let api = config.add_source("api").expect("api");
     config.seal();
     let mut value: serde_json::Value =
-        crate::yaml::from_str(&super::testutil::pod_yaml("web", "nginx")).expect("yaml");
+        nodelet_shared::yaml::from_str(&super::testutil::pod_yaml("web", "nginx")).expect("yaml");
     value["metadata"]["uid"] = serde_json::json!("0b1c4f2e-7d3a-4c55-9b8e-0f1e2d3c4b5a");
     let pod = nodelet_resources::pod::validation::prepare_value(value, PodSource::Api, NODE).expect("valid");
     api.report(vec![pod], Vec::new());

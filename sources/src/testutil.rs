@@ -19,7 +19,7 @@ pub(crate) fn pod_yaml(name: &str, image: &str) -> String {
 /// A prepared pod named `name` from `source`.
 pub(crate) fn desired(name: &str, image: &str, source: PodSource) -> DesiredPod {
     let value: serde_json::Value =
-        crate::yaml::from_str(&pod_yaml(name, image)).expect("test manifest parses");
+        nodelet_shared::yaml::from_str(&pod_yaml(name, image)).expect("test manifest parses");
     validation::prepare_value(value, source, NODE).expect("test manifest is valid")
 }
 

@@ -5,7 +5,7 @@
 //!  UrlSource  (--manifest-url)     ───┤
 //!  HttpSource (--manifest-http-addr) ─┼──▶ SourceHandle ──▶ PodConfig ──▶ desired Store<PodUid, DesiredPod>
 //!  ApiPods    (--kubeconfig;           │    (one each)        (merge)  ──▶ SourceProblems
-//!             crate::cluster::pods) ──┘
+//!             src/cluster/pods.rs)  ──┘
 //! ```
 //!
 //! [`PodConfig`] owns the single [`reconcile_engine::Writer`] of the desired store. Each source gets
@@ -50,13 +50,18 @@
 //! (RFC 3339, UTC); it stays the same while the pod stays, so rescans never change a desired pod. A
 //! source may set it itself ([`SourceHandle::mark_seen`], the API source does): such a pod is written to
 //! the store as the source's own `Arc`, not copied, so each desired pod is kept once.
+//!
+//! This crate (`nodelet-sources`) imports the configuration (`nodelet-config`), the servers' connection
+//! limits and the `DebugError` they declare (`nodelet-server`), the pairs' model (`nodelet-resources`), the
+//! engine's store and `nodelet-shared`; never the daemon or the cluster client (whose API pod source reports
+//! through a [`SourceHandle`] like the others).
 
-pub(crate) mod admission;
-pub(crate) mod debug;
-pub(crate) mod file;
-pub(crate) mod http;
-pub(crate) mod manifest;
-pub(crate) mod url;
+pub mod admission;
+pub mod debug;
+pub mod file;
+pub mod http;
+pub mod manifest;
+pub mod url;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -70,12 +75,12 @@ use nodelet_resources::pod::validation::{CONFIG_SEEN_ANNOTATION, add_ephemeral_c
 use reconcile_engine::{Store, Writer};
 use tokio::sync::watch;
 
-pub(crate) use admission::SecurityPolicies;
-pub(crate) use file::ManifestObjects;
+pub use admission::SecurityPolicies;
+pub use file::ManifestObjects;
 
 /// Errors of the pod config.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum PodConfigError {
+pub enum PodConfigError {
     /// A source with this name was added already.
     #[error("pod source {0:?} was added twice")]
     DuplicateSource(String),
@@ -86,16 +91,16 @@ pub(crate) enum PodConfigError {
 
 /// A problem with a source: an invalid manifest, an unreadable file, a failed fetch, a duplicate.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct Problem {
+pub struct Problem {
     /// Where: the file path, the URL, or `http endpoint`.
-    pub(crate) location: String,
+    pub location: String,
     /// The pod it is about, as `namespace/name`, when known: the name as written in the manifest
     /// (without a static pod's node suffix), except for duplicates, which name the pod as it would
     /// run (with the suffix).
-    pub(crate) object: Option<String>,
+    pub object: Option<String>,
     /// What is wrong; for an invalid pod, the field errors as the API server writes them
     /// (`spec.containers[0].image: Required value`).
-    pub(crate) message: String,
+    pub message: String,
 }
 
 impl fmt::Display for Problem {
@@ -109,26 +114,26 @@ impl fmt::Display for Problem {
 
 /// A read-only, cheap-clone view of every source's current problems.
 #[derive(Debug, Clone)]
-pub(crate) struct SourceProblems {
+pub struct SourceProblems {
     rx: watch::Receiver<Arc<Vec<Problem>>>,
 }
 
 impl SourceProblems {
     /// The current problems, sorted by location, object and message.
-    pub(crate) fn list(&self) -> Arc<Vec<Problem>> {
+    pub fn list(&self) -> Arc<Vec<Problem>> {
         self.rx.borrow().clone()
     }
 
     #[cfg(test)]
     /// Whether there is no problem.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.rx.borrow().is_empty()
     }
 
     #[cfg(test)]
     /// Waits until `predicate` holds for the problem list and returns that list (at once if it
     /// holds already). Cancel-safe.
-    pub(crate) async fn wait_for(&self, mut predicate: impl FnMut(&[Problem]) -> bool) -> Arc<Vec<Problem>> {
+    pub async fn wait_for(&self, mut predicate: impl FnMut(&[Problem]) -> bool) -> Arc<Vec<Problem>> {
         let mut rx = self.rx.clone();
         let found = rx.wait_for(|problems| predicate(problems)).await.map(|problems| problems.clone());
         // The sender lives in the pod config's shared state; if it is gone, report what is there.
@@ -140,7 +145,7 @@ impl SourceProblems {
 ///
 /// Cheap to clone; every clone and every [`SourceHandle`] share one store.
 #[derive(Debug, Clone)]
-pub(crate) struct PodConfig {
+pub struct PodConfig {
     shared: Arc<Shared>,
 }
 
@@ -199,7 +204,7 @@ struct SourceState {
 impl PodConfig {
     /// A pod config for the node `node_name` (static pods get its lowercased name as suffix),
     /// with an empty, not yet synced desired store.
-    pub(crate) fn new(node_name: impl Into<String>) -> Self {
+    pub fn new(node_name: impl Into<String>) -> Self {
         let (store, writer) = reconcile_engine::store();
         let (problems, _) = watch::channel(Arc::new(Vec::new()));
         Self {
@@ -224,25 +229,25 @@ impl PodConfig {
     }
 
     /// The desired pod store (read side), keyed by pod UID.
-    pub(crate) fn store(&self) -> Store<PodUid, DesiredPod> {
+    pub fn store(&self) -> Store<PodUid, DesiredPod> {
         self.shared.store.clone()
     }
 
     /// The problems of every source.
-    pub(crate) fn problems(&self) -> SourceProblems {
+    pub fn problems(&self) -> SourceProblems {
         SourceProblems { rx: self.shared.problems.subscribe() }
     }
 
     #[cfg(test)]
     /// The node name the sources prepare pods for.
-    pub(crate) fn node_name(&self) -> &str {
+    pub fn node_name(&self) -> &str {
         &self.shared.node_name
     }
 
     /// Adds an enabled source named `name` (`file`, `url`, `http`, `api`) and returns the handle
     /// it reports through. Sources take precedence over later ones when pods collide. Add every
     /// source before [`seal`](Self::seal).
-    pub(crate) fn add_source(&self, name: impl Into<String>) -> Result<SourceHandle, PodConfigError> {
+    pub fn add_source(&self, name: impl Into<String>) -> Result<SourceHandle, PodConfigError> {
         let name = name.into();
         let mut state = self.shared.lock();
         if state.sealed {
@@ -258,21 +263,21 @@ impl PodConfig {
 
     /// Keeps the ephemeral containers `nodelet debug` adds to static pods in `state` (loaded from its
     /// file) and merges them into those pods. Call before any source reports.
-    pub(crate) fn with_debug_state(self, state: debug::DebugState) -> Self {
+    pub fn with_debug_state(self, state: debug::DebugState) -> Self {
         self.shared.lock().debug = Some(state);
         self
     }
 
     /// Holds every source's pods to `security` (the default holds them to nothing). Call before any source
     /// reads its pods.
-    pub(crate) fn with_security(self, security: SecurityPolicies) -> Self {
+    pub fn with_security(self, security: SecurityPolicies) -> Self {
         self.shared.lock().security = Arc::new(security);
         self
     }
 
     /// Lowers every pod's grace periods to `cap` as it enters the desired store (see
     /// [`nodelet_resources::pod::grace`]). Call before any source reports.
-    pub(crate) fn with_grace_cap(self, cap: GraceCap) -> Self {
+    pub fn with_grace_cap(self, cap: GraceCap) -> Self {
         self.shared.lock().grace_cap = cap;
         self
     }
@@ -280,7 +285,7 @@ impl PodConfig {
     /// Adds the ephemeral container `container` to the static pod `namespace/name` (its name with the node
     /// suffix): validated as the API server's `ephemeralcontainers` subresource would, saved (see
     /// [`debug`]), then merged into the desired pod, which the pod reconciler starts it in.
-    pub(crate) fn add_ephemeral_container(
+    pub fn add_ephemeral_container(
         &self,
         namespace: &str,
         name: &str,
@@ -322,7 +327,7 @@ impl PodConfig {
 
     /// Declares that every source has been added: the store is marked synced as soon as each has
     /// reported once (at once if they all have, or if there is none).
-    pub(crate) fn seal(&self) {
+    pub fn seal(&self) {
         let mut state = self.shared.lock();
         state.sealed = true;
         state.maybe_mark_synced();
@@ -561,20 +566,20 @@ fn now_rfc3339() -> String {
 
 /// How one source reports to the [`PodConfig`]. Not `Clone`: one source, one handle.
 #[derive(Debug)]
-pub(crate) struct SourceHandle {
+pub struct SourceHandle {
     shared: Arc<Shared>,
     index: usize,
 }
 
 impl SourceHandle {
     /// The node name to prepare pods for.
-    pub(crate) fn node_name(&self) -> &str {
+    pub fn node_name(&self) -> &str {
         &self.shared.node_name
     }
 
     /// The security settings of every source (a source applies its own, see
-    /// [`SecurityPolicies::for_source`]).
-    pub(crate) fn security(&self) -> Arc<SecurityPolicies> {
+    /// `SecurityPolicies::for_source`).
+    pub fn security(&self) -> Arc<SecurityPolicies> {
         self.shared.lock().security.clone()
     }
 
@@ -583,7 +588,7 @@ impl SourceHandle {
     /// nothing the pod config adds to it: no ephemeral containers, no grace-period bound) becomes the store's
     /// value as it is, the same `Arc`, instead of an annotated copy: the source's pod and the desired pod
     /// are then one object.
-    pub(crate) fn mark_seen(&self, pod: &mut DesiredPod) {
+    pub fn mark_seen(&self, pod: &mut DesiredPod) {
         let seen =
             self.shared.lock().first_seen.entry(pod.uid().to_owned()).or_insert_with(now_rfc3339).clone();
         pod.pod
@@ -596,13 +601,13 @@ impl SourceHandle {
     /// Replaces this source's pods and problems with `pods` and `problems` (its full current
     /// set) and merges every source into the desired store. Counts as the source's report for
     /// [`PodConfig::seal`].
-    pub(crate) fn report(&self, pods: Vec<DesiredPod>, problems: Vec<Problem>) {
+    pub fn report(&self, pods: Vec<DesiredPod>, problems: Vec<Problem>) {
         self.report_shared(pods.into_iter().map(Arc::new).collect(), problems);
     }
 
     /// [`report`](Self::report) for a source that keeps its pods behind `Arc`s: the pod config
     /// shares them instead of keeping a copy of each.
-    pub(crate) fn report_shared(&self, pods: Vec<Arc<DesiredPod>>, problems: Vec<Problem>) {
+    pub fn report_shared(&self, pods: Vec<Arc<DesiredPod>>, problems: Vec<Problem>) {
         let mut state = self.shared.lock();
         if let Some(source) = state.sources.get_mut(self.index) {
             source.pods = pods;
