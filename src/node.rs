@@ -634,7 +634,7 @@ impl NodeView for Node {
 
     fn csi_nodes(&self) -> List<k8s_openapi::api::storage::v1::CSINode> {
         let Some(csi) = &self.csi else { return List::default() };
-        let mut node = crate::csinode::csi_node(&self.node_name, &csi.drivers());
+        let mut node = crate::cluster::csinode::csi_node(&self.node_name, &csi.drivers());
         node.metadata.creation_timestamp = nodelet_resources::common::time::time(self.started);
         List { items: vec![node], ..List::default() }
     }

@@ -216,7 +216,7 @@ const SUPERVISOR_SPAWNERS: &[&str] = &["src/daemon/topology.rs", "src/daemon/bui
 
 /// The sources the supervisor scan reads: the root crate's and those of the crates split from it, which the
 /// assembly module starts the same way.
-const DAEMON_SOURCES: &[&str] = &["src", "stats/src", "server/src", "sources/src"];
+const DAEMON_SOURCES: &[&str] = &["src", "stats/src", "server/src", "sources/src", "cluster/src"];
 
 #[test]
 fn only_the_assembly_module_spawns_on_the_supervisor() {

@@ -10,24 +10,36 @@ use tokio_util::sync::CancellationToken;
 
 /// The RuntimeClasses the API server has; empty until the first list arrived. Cheap to clone.
 #[derive(Clone)]
-pub(crate) struct ApiRuntimeClasses {
+pub struct ApiRuntimeClasses {
     store: reflector::Store<RuntimeClass>,
 }
 
-/// Fills an [`ApiRuntimeClasses`]: run it with [`run`](Self::run).
-pub(crate) struct RuntimeClassFeed {
+/// Fills an [`ApiRuntimeClasses`]: run it with its `run`.
+pub struct RuntimeClassFeed {
     writer: reflector::store::Writer<RuntimeClass>,
 }
 
+impl std::fmt::Debug for ApiRuntimeClasses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiRuntimeClasses").field("classes", &self.store.state().len()).finish()
+    }
+}
+
+impl std::fmt::Debug for RuntimeClassFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeClassFeed").finish_non_exhaustive()
+    }
+}
+
 /// An empty set of classes and the feed that fills it.
-pub(crate) fn runtime_classes() -> (ApiRuntimeClasses, RuntimeClassFeed) {
+pub fn runtime_classes() -> (ApiRuntimeClasses, RuntimeClassFeed) {
     let (store, writer) = reflector::store();
     (ApiRuntimeClasses { store }, RuntimeClassFeed { writer })
 }
 
 impl ApiRuntimeClasses {
     /// The class named `name`, if the API server has it.
-    pub(crate) fn get(&self, name: &str) -> Option<RuntimeClass> {
+    pub fn get(&self, name: &str) -> Option<RuntimeClass> {
         self.store.get(&reflector::ObjectRef::new(name)).map(|c| (*c).clone())
     }
 }

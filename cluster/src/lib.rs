@@ -11,34 +11,44 @@
 //! ```
 //!
 //! Every API call goes through one [`kube::Client`] with the kubelet's client-side rate limit
-//! (`kubeAPIQPS`, `kubeAPIBurst`; see [`ratelimit`]), which forwards each request to the client of the
-//! current client certificate ([`certificates`]: TLS bootstrap, rotation, the serving certificate). With
+//! (`kubeAPIQPS`, `kubeAPIBurst`; see `ratelimit`), which forwards each request to the client of the
+//! current client certificate (`certificates`: TLS bootstrap, rotation, the serving certificate). With
 //! TLS bootstrap the tasks below start once the certificate is issued. None of these tasks ever stops or restarts a
 //! pod because the API server is unreachable: each retries with back-off and catches up when the API
 //! server is back, and the pod source keeps its last complete list meanwhile.
+//!
+//! This crate (`nodelet-cluster`) imports the servers (`nodelet-server`: the node view it reads, the serving
+//! certificate it renews), the pod sources (`nodelet-sources`: the API pods are one more source of the
+//! `PodConfig`), the configuration, the drivers and the pairs' model; never the daemon, which starts its tasks.
 
 pub(crate) mod certificates;
-pub(crate) mod csinode;
+pub mod csinode;
 pub(crate) mod events;
 pub(crate) mod mirror;
 pub(crate) mod node;
-pub(crate) mod podobjects;
+pub mod podobjects;
 pub(crate) mod pods;
 pub(crate) mod ratelimit;
-pub(crate) mod runtimeclasses;
-pub(crate) mod services;
+pub mod runtimeclasses;
+pub mod services;
 pub(crate) mod status;
 
 use std::time::Duration;
 
 use kube::Client;
 
+pub use certificates::CertError;
 use nodelet_resources::common::task::Lifetime::Bounded;
 use nodelet_resources::common::task::NamedTask;
+// The crates below this one, by the names the modules use (`crate::server`, …).
+use nodelet_config as config;
+use nodelet_server as server;
+use nodelet_shared::yaml;
+use nodelet_sources as sources;
 
 /// Errors of cluster mode's set-up.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ClusterError {
+pub enum ClusterError {
     /// The client certificate could not be set up.
     #[error(transparent)]
     Certificates(#[from] certificates::CertError),
@@ -130,7 +140,7 @@ pub(crate) fn is_status(e: &kube::Error, code: u16) -> bool {
 
 /// Cluster mode's first half, set up with the pod sources: the client, its certificate manager and the
 /// API pod source.
-pub(crate) struct Cluster {
+pub struct Cluster {
     client: Client,
     pod_data: podobjects::PodData,
     /// The current inner client; the tasks start once it is there (after TLS bootstrap).
@@ -165,15 +175,15 @@ async fn when_ready(
 
 impl Cluster {
     /// The API client (rate limited), for the main port's TokenReviews and SubjectAccessReviews.
-    pub(crate) fn client(&self) -> Client {
+    pub fn client(&self) -> Client {
         self.client.clone()
     }
 
     /// Sets up the client of `cluster` (TLS bootstrap in the background when needed, certificate
-    /// rotation; see [`certificates`]) and adds the API pod source ("api") to `pod_config`; returns it with
+    /// rotation; see `certificates`) and adds the API pod source ("api") to `pod_config`; returns it with
     /// its tasks for the daemon to spawn, in order: `client-certificate` and `source-api` (each may end, both
     /// end at `shutdown`). The metrics go into `registry`.
-    pub(crate) async fn connect(
+    pub async fn connect(
         node_name: &str,
         cluster: &crate::config::ClusterConfig,
         pod_config: &crate::sources::PodConfig,
@@ -225,25 +235,25 @@ impl Cluster {
         ))
     }
 
-    /// The ConfigMaps, Secrets, claims and tokens of API pods (filled once [`start`](Self::start)ed).
-    pub(crate) fn pod_data(&self) -> podobjects::PodData {
+    /// The ConfigMaps, Secrets, claims and tokens of API pods (filled once its [`tasks`](Self::tasks) run).
+    pub fn pod_data(&self) -> podobjects::PodData {
         self.pod_data.clone()
     }
 
     /// The API server's Services, for service environment variables (filled once
-    /// [`start`](Self::start) ran).
-    pub(crate) fn services(&self) -> services::ApiServices {
+    /// its [`tasks`](Self::tasks) run).
+    pub fn services(&self) -> services::ApiServices {
         self.services.clone()
     }
 
-    /// The API server's RuntimeClasses (filled once [`start`](Self::start) ran).
-    pub(crate) fn runtime_classes(&self) -> runtimeclasses::ApiRuntimeClasses {
+    /// The API server's RuntimeClasses (filled once its [`tasks`](Self::tasks) run).
+    pub fn runtime_classes(&self) -> runtimeclasses::ApiRuntimeClasses {
         self.runtime_classes.clone()
     }
 
     /// With `serverTLSBootstrap`: the main port's certificate from the cluster (the server reads it at
     /// each handshake).
-    pub(crate) fn serving_cert(&self) -> Option<crate::server::ServingCertHandle> {
+    pub fn serving_cert(&self) -> Option<crate::server::ServingCertHandle> {
         self.serving.as_ref().map(certificates::ServingCerts::handle)
     }
 
@@ -254,7 +264,7 @@ impl Cluster {
     /// `pod-status`, `mirror-pods`, `events`; each may end, a panic is a failure), all ending at `shutdown`.
     /// All wait for the node's credentials.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn tasks<V: crate::server::NodeView + Send + Sync + 'static>(
+    pub fn tasks<V: crate::server::NodeView + Send + Sync + 'static>(
         self,
         node_name: &str,
         cluster: &crate::config::ClusterConfig,

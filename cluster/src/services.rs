@@ -27,7 +27,7 @@ struct State {
 
 /// The Services the API server has; "not synced" until the first list arrived. Cheap to clone.
 #[derive(Clone, Default)]
-pub(crate) struct ApiServices {
+pub struct ApiServices {
     state: Arc<RwLock<State>>,
 }
 

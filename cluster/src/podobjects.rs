@@ -114,7 +114,7 @@ struct State {
 
 /// The API's pod data for this node; see the [module docs](self). Cheap to clone.
 #[derive(Clone)]
-pub(crate) struct PodData {
+pub struct PodData {
     state: Arc<Mutex<State>>,
     wake: Arc<Notify>,
     changed: watch::Sender<()>,
@@ -126,9 +126,15 @@ impl std::fmt::Debug for PodData {
     }
 }
 
+impl Default for PodData {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl PodData {
-    /// Nothing yet; [`run`](Self::run) fills it.
-    pub(crate) fn new() -> Self {
+    /// Nothing yet; its `run` fills it.
+    pub fn new() -> Self {
         Self { state: Arc::default(), wake: Arc::new(Notify::new()), changed: watch::channel(()).0 }
     }
 
@@ -565,11 +571,17 @@ impl PodData {
 
 /// The claims of API pods from the API server only, static pods' from nodelet's own binder only: a static
 /// pod never mounts an API claim (even one an API pod on this node uses), an API pod never a manifest's.
-pub(crate) struct ClusterClaims {
+pub struct ClusterClaims {
     /// The API's claims.
-    pub(crate) api: PodData,
+    pub api: PodData,
     /// nodelet's own binder (static pods' claims from the manifests).
-    pub(crate) local: Arc<dyn ClaimLookup>,
+    pub local: Arc<dyn ClaimLookup>,
+}
+
+impl std::fmt::Debug for ClusterClaims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterClaims").field("api", &self.api).finish_non_exhaustive()
+    }
 }
 
 impl ClaimLookup for ClusterClaims {

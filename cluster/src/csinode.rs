@@ -1,5 +1,5 @@
 //! Keeps this node's CSINode object (storage.k8s.io/v1) in the API server equal to the CSI drivers
-//! registered on the node ([`crate::csinode::csi_node`]), as the kubelet does: created once the Node
+//! registered on the node ([`csi_node`]), as the kubelet does: created once the Node
 //! is registered (owned by it, so it goes with the Node), its drivers replaced whenever the set of
 //! drivers changes or the Node is registered anew; never polled (a failed write is retried after 5 s).
 //! The Node authorizer lets a node manage its own CSINode.
@@ -33,6 +33,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::node::NodeRef;
+
+mod object;
+pub use object::csi_node;
 
 /// Wait after a failed write.
 const RETRY: Duration = Duration::from_secs(5);
@@ -101,7 +104,7 @@ impl CsiNodeSync {
         let drivers = self.registry.drivers();
         let existing = self.api.get_opt(&node.name).await?;
         self.sync_node(node, &drivers, existing.as_ref()).await?;
-        let mut wanted = crate::csinode::csi_node(&node.name, &drivers);
+        let mut wanted = object::csi_node(&node.name, &drivers);
         wanted.metadata.owner_references = Some(vec![OwnerReference {
             api_version: "v1".into(),
             kind: "Node".into(),

@@ -60,7 +60,7 @@ const TTL_TICK: Duration = Duration::from_secs(1);
 
 /// Why a certificate could not be obtained, stored or used.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum CertError {
+pub enum CertError {
     /// The key or the CSR could not be generated.
     #[error("cannot generate a key and CSR: {0}")]
     Generate(#[from] rcgen::Error),

@@ -530,7 +530,7 @@ mod tests {
         };
         // The desired pod as the API source makes it (the recorded class kept), and the status built from it.
         let desired = nodelet_resources::pod::validation::prepare(
-            crate::cluster::pods::spec_only(&api_pod),
+            crate::pods::spec_only(&api_pod),
             nodelet_resources::model::pod::PodSource::Api,
             "node-a",
         )
