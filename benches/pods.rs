@@ -50,7 +50,7 @@
 //! `NODELET_BENCH_CONFIG` (a KubeletConfiguration file nodelet is started with, `--config`; the bench's flags
 //! win over it),
 //! `NODELET_BENCH_KEEP_LOG=1` (print and keep nodelet's log directory), `NODELET_BENCH_LOG` (nodelet's
-//! `RUST_LOG`, e.g. `info,nodelet::sources=debug,reconcile_engine=debug` to see where the time goes).
+//! `RUST_LOG`, e.g. `info,nodelet_sources=debug,reconcile_engine=debug` to see where the time goes).
 //!
 //! Every pod it creates is removed at the end, also after an error: the floor's by their run label, nodelet's
 //! by nodelet itself (manifests removed) and then by its node label.

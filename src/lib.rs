@@ -12,8 +12,6 @@
 //! daemon.
 
 mod claims;
-mod cluster;
-mod csinode;
 pub mod daemon;
 #[cfg(test)]
 mod fuzz_tests;
@@ -21,9 +19,6 @@ mod hollow;
 mod logging;
 mod node;
 mod pressure;
-mod server;
-mod sources;
-mod stats;
 mod volumes;
 
 pub use cli::NoClient;
@@ -35,5 +30,12 @@ pub use daemon::{
 pub use nodelet_config as config;
 /// The daemon's command line (`nodelet_config::cli`).
 pub use nodelet_config::cli;
-// YAML (`crate::yaml`): shared with the client.
+// Cluster mode (`crate::cluster`): crate `nodelet-cluster`.
+use nodelet_cluster as cluster;
+// The HTTP servers (`crate::server`): crate `nodelet-server`.
+use nodelet_server as server;
+// The static pod sources (`crate::sources`): crate `nodelet-sources`.
+use nodelet_sources as sources;
+// YAML (`crate::yaml`, the fuzz tests' limits): shared with the client.
+#[cfg(test)]
 use nodelet_shared::yaml;

@@ -44,7 +44,7 @@ pub(crate) struct VolumeView {
 
 /// What the servers show of this node.
 pub(crate) struct Node {
-    stats: Option<crate::stats::StatsProvider>,
+    stats: Option<nodelet_stats::StatsProvider>,
     pressure: Option<crate::pressure::PressureState>,
     /// When this nodelet started (wall-clock nanoseconds), the node's creation time.
     started: i64,
@@ -213,7 +213,7 @@ impl Node {
     }
 
     /// Serves `/stats/summary`, `/metrics/resource` and `/metrics/cadvisor` from `stats`.
-    pub(crate) fn with_stats(mut self, stats: crate::stats::StatsProvider) -> Self {
+    pub(crate) fn with_stats(mut self, stats: nodelet_stats::StatsProvider) -> Self {
         self.stats = Some(stats);
         self
     }
@@ -562,8 +562,8 @@ impl NodeView for Node {
         self.probe_registry.as_ref().map(encode).unwrap_or_default()
     }
 
-    fn machine(&self) -> crate::stats::cadvisor::Machine {
-        let Some(facts) = &self.facts else { return crate::stats::cadvisor::Machine::default() };
+    fn machine(&self) -> nodelet_stats::cadvisor::Machine {
+        let Some(facts) = &self.facts else { return nodelet_stats::cadvisor::Machine::default() };
         let capacity = |name: &str| {
             facts
                 .capacity
@@ -571,7 +571,7 @@ impl NodeView for Node {
                 .and_then(|q| nodelet_resources::quantity::Quantity::parse(&q.0))
                 .and_then(|q| u64::try_from(q.scaled_ceil(1)).ok())
         };
-        crate::stats::cadvisor::Machine {
+        nodelet_stats::cadvisor::Machine {
             cpu_cores: capacity("cpu"),
             memory_bytes: capacity("memory"),
             boot_id: facts.boot_id.clone(),
@@ -582,12 +582,12 @@ impl NodeView for Node {
 
     fn stats_summary(
         &self,
-    ) -> impl Future<Output = Result<crate::stats::summary::Summary, crate::stats::StatsError>> + Send {
+    ) -> impl Future<Output = Result<nodelet_stats::summary::Summary, nodelet_stats::StatsError>> + Send {
         let stats = self.stats.clone();
         async move {
             match stats {
                 Some(stats) => stats.summary().await,
-                None => Err(crate::stats::StatsError::Task("stats are not available".to_owned())),
+                None => Err(nodelet_stats::StatsError::Task("stats are not available".to_owned())),
             }
         }
     }
@@ -642,7 +642,7 @@ impl NodeView for Node {
 
     fn csi_nodes(&self) -> List<k8s_openapi::api::storage::v1::CSINode> {
         let Some(csi) = &self.csi else { return List::default() };
-        let mut node = crate::csinode::csi_node(&self.node_name, &csi.drivers());
+        let mut node = crate::cluster::csinode::csi_node(&self.node_name, &csi.drivers());
         node.metadata.creation_timestamp = nodelet_resources::common::time::time(self.started);
         List { items: vec![node], ..List::default() }
     }

@@ -42,7 +42,7 @@ use reconcile_engine::{Engine, Store, Writer};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, ThresholdValue};
-use crate::stats::StatsProvider;
+use nodelet_stats::StatsProvider;
 
 /// The eviction signals from the stats provider.
 struct StatsSignals(StatsProvider);
@@ -65,7 +65,7 @@ impl SignalSource for StatsSignals {
             {
                 out.insert(Signal::MemoryAvailable, Observation { available, capacity: available + ws });
             }
-            let mut fs = |bytes: Signal, inodes: Signal, f: &crate::stats::summary::FsStats| {
+            let mut fs = |bytes: Signal, inodes: Signal, f: &nodelet_stats::summary::FsStats| {
                 if let (Some(available), Some(capacity)) = (f.available_bytes, f.capacity_bytes) {
                     out.insert(bytes, Observation { available, capacity });
                 }

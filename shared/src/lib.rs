@@ -6,7 +6,8 @@
 //! - [`names`]: DNS-1123 names, as Kubernetes checks them;
 //! - [`cri_log`]: CRI container log files: the daemon's `/containerLogs` and `nodelet logs` read them;
 //! - `log` (feature `log`): the `-v` flag and the log filter of every command;
-//! - [`GET_TYPES`]: the resource types `nodelet get` has; an extension may not take their names.
+//! - [`GET_TYPES`]: the resource types `nodelet get` has; an extension may not take their names;
+//! - [`panic_message`]: the message of a caught panic, as the daemon's tasks, servers and sources log it.
 
 #![deny(missing_docs)]
 
@@ -41,3 +42,12 @@ pub const GET_TYPES: &[&str] = &[
     "csinode",
     "csinodes",
 ];
+
+/// The message of a panic's payload (`panic!("…")` gives a `&str` or a `String`), or `(no message)`.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
+}

@@ -50,13 +50,10 @@ pub trait Extension: Send + 'static {
     fn start(self: Box<Self>, ctx: &ExtensionContext) -> Result<Option<Arc<dyn StatusTable>>, BoxError>;
 }
 
-/// An extension's status as a table: column names and rows of cells, read on every request.
-pub trait StatusTable: Send + Sync + 'static {
-    /// The column headers (`NAME`, `STATUS`, …); `nodelet get` prints them as given.
-    fn columns(&self) -> Vec<String>;
-    /// One row per object, as many cells as [`columns`](Self::columns), the object's name first.
-    fn rows(&self) -> Vec<Vec<String>>;
-}
+/// An extension's status as a table (crate `nodelet-server`, which serves it on `/extensions/{name}`).
+pub use nodelet_server::StatusTable;
+/// The started extensions' status tables, by name.
+pub(crate) use nodelet_server::StatusTables;
 
 /// What an extension reads and uses of the node.
 #[derive(Clone)]
@@ -162,38 +159,6 @@ impl ExtensionContext {
     /// pair, is planned for and tried too.
     pub fn reclaimers(&self) -> &Reclaimers {
         &self.reclaimers
-    }
-}
-
-/// The started extensions' status tables, by name: what the servers serve on `/extensions/{name}`.
-#[derive(Clone, Default)]
-pub(crate) struct StatusTables(pub(crate) std::collections::BTreeMap<String, Arc<dyn StatusTable>>);
-
-impl std::fmt::Debug for StatusTables {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.0.keys()).finish()
-    }
-}
-
-impl StatusTables {
-    /// The table as a `meta.k8s.io/v1` `Table` (what kubectl's server-side printing reads): one string
-    /// column per header, one row per object with its cells; `None` for an unknown name.
-    pub(crate) fn table(&self, name: &str) -> Option<serde_json::Value> {
-        let table = self.0.get(name)?;
-        let columns: Vec<serde_json::Value> = table
-            .columns()
-            .into_iter()
-            .map(|c| serde_json::json!({"name": c, "type": "string", "format": "", "description": "", "priority": 0}))
-            .collect();
-        let rows: Vec<serde_json::Value> =
-            table.rows().into_iter().map(|cells| serde_json::json!({"cells": cells})).collect();
-        Some(serde_json::json!({
-            "kind": "Table",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": {},
-            "columnDefinitions": columns,
-            "rows": rows,
-        }))
     }
 }
 

@@ -216,16 +216,10 @@ impl Supervisor {
     }
 }
 
-/// `panicked: <message>` or `was cancelled`.
-/// The message of a panic's payload (`panic!("…")` gives a `&str` or a `String`), or `(no message)`.
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".to_owned())
-}
+/// The message of a panic's payload (`nodelet-shared`, where the servers and the sources read it too).
+pub use nodelet_shared::panic_message;
 
+/// `panicked: <message>` or `was cancelled`.
 fn ended_how(e: tokio::task::JoinError) -> String {
     match e.try_into_panic() {
         Ok(payload) => format!("panicked: {}", panic_message(payload.as_ref())),

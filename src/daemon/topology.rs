@@ -73,7 +73,8 @@ use super::supervisor::{Policy, Supervisor};
 use nodelet_node::{log_rotation, node_facts};
 
 use crate::{claims, cluster, config, node, pressure, server};
-use crate::{sources, stats, volumes};
+use crate::{sources, volumes};
+use nodelet_stats as stats;
 
 /// What the node's volumes are made on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -335,7 +336,7 @@ fn start_extension(
 ) -> Result<(), BoxError> {
     let name = ext.name().to_owned();
     if let Some(table) = ext.start(ctx)? {
-        tables.0.insert(name, table);
+        tables.insert(name, table);
     }
     Ok(())
 }
@@ -1182,7 +1183,7 @@ mod tests {
             r#"["image-gc"]"#,
             "the eviction pair's image reclaimer"
         );
-        assert!(tables.0.is_empty(), "no /extensions/images: {tables:?}");
+        assert!(tables.is_empty(), "no /extensions/images: {tables:?}");
         let text = prometheus::TextEncoder::new().encode_to_string(&core.registry.gather()).expect("text");
         assert!(text.contains("reconciler=\"images\""), "the engine reports as before: {text}");
         core.shutdown.cancel();

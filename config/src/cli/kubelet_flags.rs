@@ -626,7 +626,7 @@ pub const KUBELET_FLAGS: &[KubeletFlag] = &[
     refused(
         "vmodule",
         None,
-        "nodelet's per-module log levels are set with RUST_LOG (e.g. RUST_LOG=info,nodelet::cluster=debug); the \
+        "nodelet's per-module log levels are set with RUST_LOG (e.g. RUST_LOG=info,nodelet_cluster=debug); the \
          kubelet's field is logging.vmodule, which nodelet does not read",
     ),
     refused_field(
