@@ -9,7 +9,11 @@
 //!
 //! The configuration (the daemon's flags and its KubeletConfiguration file, validated into one `Config`) is
 //! the `nodelet-config` crate, re-exported here as [`config`] and [`cli`]; it depends on nothing of the
-//! daemon.
+//! daemon. The parts the daemon assembles are crates of their own, below it: `nodelet-stats` (node, pod
+//! and container statistics), `nodelet-server` (the node's HTTP servers), `nodelet-sources` (the static
+//! pod sources and the pod config that merges them) and `nodelet-cluster` (cluster mode: the API pod
+//! source, the Node and its Lease, status, events, certificates); `docs/architecture.md` draws how they
+//! depend on each other.
 
 mod claims;
 pub mod daemon;
