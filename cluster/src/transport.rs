@@ -56,6 +56,10 @@ pub(crate) fn client(config: kube::Config) -> Result<kube::Client, kube::Error> 
     tls.resumption = rustls::client::Resumption::in_memory_sessions(TLS_SESSIONS);
     let mut http = HttpConnector::new();
     http.enforce_http(false);
+    // Every stream of the client shares this connection: a small frame (a request's headers, a window
+    // update, a ping) must not wait for the acknowledgement of the previous one (Nagle), as Go's net package
+    // sets for client-go.
+    http.set_nodelay(true);
     let mut https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http();
     if let Some(name) = &config.tls_server_name {
         let name = name
