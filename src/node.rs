@@ -680,12 +680,14 @@ impl NodeView for Node {
         if uid.is_some_and(|u| u != pod_uid) {
             return Err(StreamTargetError::UidMismatch);
         }
-        let actual = self.actual.get(&pod_uid);
         let Some(container) = container else {
+            // The pod's newest sandbox, as the sandbox pair's actual store has it.
+            let sandboxes = self.reconciler.sandboxes(&self.inputs).and_then(|view| view.of(&pod_uid));
             let sandbox =
-                actual.as_deref().and_then(PodActual::sandbox).ok_or(StreamTargetError::NoSandbox)?;
+                sandboxes.as_deref().and_then(PodSandboxes::newest).ok_or(StreamTargetError::NoSandbox)?;
             return Ok(StreamTarget { sandbox_id: sandbox.id.clone(), container_id: None });
         };
+        let actual = self.actual.get(&pod_uid);
         let record = actual
             .as_deref()
             .and_then(|a| a.container(container))

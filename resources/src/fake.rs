@@ -18,8 +18,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Container;
 
 use crate::common::clock::Clock;
-use crate::model::actual::PodSandboxes;
-use crate::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+use crate::model::actual::{
+    ContainerRecord, ContainerState, ListedPod, PodActual, PodSandboxes, SandboxRecord,
+};
 use crate::model::pod::DesiredPod;
 use crate::model::runtime::{RuntimeError, RuntimeResult};
 use crate::pod::driver::{ContainerKind, PodRuntime, container_hash};
@@ -60,7 +61,7 @@ struct State {
     calls: Vec<FakeCall>,
     images: HashSet<String>,
     /// The pods of the last `list_pods`.
-    listed: HashMap<String, Arc<PodActual>>,
+    listed: HashMap<String, ListedPod>,
     list_delay: Duration,
 }
 
@@ -174,7 +175,8 @@ impl FakeRuntime {
         self.lock().containers.iter().filter(|c| c.uid == uid && c.record.name == name).count()
     }
 
-    fn snapshot(state: &State, uid: &str) -> Option<PodActual> {
+    /// What the runtime has of pod `uid`: its containers, and its sandboxes apart (`None`: nothing).
+    fn snapshot(state: &State, uid: &str) -> Option<(PodActual, Option<PodSandboxes>)> {
         let mut sandboxes: Vec<&(String, String, String, SandboxRecord, Option<u64>)> =
             state.sandboxes.iter().filter(|s| s.0 == uid).collect();
         let containers: Vec<ContainerRecord> =
@@ -184,15 +186,29 @@ impl FakeRuntime {
         }
         sandboxes.sort_by_key(|s| std::cmp::Reverse(s.3.created_at));
         let first = sandboxes.first();
-        Some(PodActual {
+        let (namespace, name) =
+            (first.map(|s| s.1.clone()).unwrap_or_default(), first.map(|s| s.2.clone()).unwrap_or_default());
+        let pod_sandboxes = first.map(|_| PodSandboxes {
             uid: uid.to_string(),
-            namespace: first.map(|s| s.1.clone()).unwrap_or_default(),
-            name: first.map(|s| s.2.clone()).unwrap_or_default(),
-            termination_grace_secs: first.and_then(|s| s.4),
+            namespace: namespace.clone(),
+            name: name.clone(),
             sandboxes: sandboxes.iter().map(|s| s.3.clone()).collect(),
+            needs_refresh: false,
+        });
+        let pod = PodActual {
+            uid: uid.to_string(),
+            namespace,
+            name,
+            termination_grace_secs: first.and_then(|s| s.4),
             containers,
             needs_refresh: false,
-        })
+        };
+        Some((pod, pod_sandboxes))
+    }
+
+    /// Pod `uid`'s sandboxes alone (`None`: it has none).
+    fn sandbox_snapshot(state: &State, uid: &str) -> Option<PodSandboxes> {
+        Self::snapshot(state, uid).and_then(|(_, sandboxes)| sandboxes)
     }
 }
 
@@ -371,7 +387,7 @@ impl PodRuntime for FakeRuntime {
         Ok(())
     }
 
-    async fn list_pods(&self) -> RuntimeResult<HashMap<String, Arc<PodActual>>> {
+    async fn list_pods(&self) -> RuntimeResult<HashMap<String, ListedPod>> {
         let delay = self.lock().list_delay;
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
@@ -384,27 +400,30 @@ impl PodRuntime for FakeRuntime {
             .map(|s| s.0.clone())
             .chain(state.containers.iter().map(|c| c.uid.clone()))
             .collect();
-        // The same `Arc` for a pod unchanged since the last listing, as the CRI driver's memo does
+        // The same `Arc`s for a pod unchanged since the last listing, as the CRI driver's memo does
         // (the PLEG's comparisons take a shortcut on it).
-        let listed: HashMap<String, Arc<PodActual>> = uids
+        let listed: HashMap<String, ListedPod> = uids
             .into_iter()
             .filter_map(|uid| {
-                let pod = Self::snapshot(&state, &uid)?;
-                let pod = match state.listed.get(&uid) {
-                    Some(last) if **last == pod => last.clone(),
-                    _ => Arc::new(pod),
+                let (pod, sandboxes) = Self::snapshot(&state, &uid)?;
+                let listed = match state.listed.get(&uid) {
+                    Some(last) if *last.pod == pod && last.sandboxes.as_deref() == sandboxes.as_ref() => {
+                        last.clone()
+                    }
+                    _ => ListedPod { pod: Arc::new(pod), sandboxes: sandboxes.map(Arc::new) },
                 };
-                Some((uid, pod))
+                Some((uid, listed))
             })
             .collect();
         state.listed = listed.clone();
         Ok(listed)
     }
 
-    async fn pod_state(&self, uid: &str) -> RuntimeResult<Option<PodActual>> {
+    async fn pod_state(&self, uid: &str) -> RuntimeResult<Option<ListedPod>> {
         let mut state = self.lock();
         self.record(&mut state, "pod_state", uid.to_string())?;
-        Ok(Self::snapshot(&state, uid))
+        Ok(Self::snapshot(&state, uid)
+            .map(|(pod, sandboxes)| ListedPod { pod: Arc::new(pod), sandboxes: sandboxes.map(Arc::new) }))
     }
 
     async fn pod_of(&self, id: &str) -> RuntimeResult<Option<String>> {
@@ -466,15 +485,13 @@ impl SandboxRuntime for FakeRuntime {
         let uids: HashSet<String> = state.sandboxes.iter().map(|s| s.0.clone()).collect();
         Ok(uids
             .into_iter()
-            .filter_map(|uid| {
-                Self::snapshot(&state, &uid).and_then(|p| PodSandboxes::of(&p)).map(|s| (uid, s))
-            })
+            .filter_map(|uid| Some((uid.clone(), Self::sandbox_snapshot(&state, &uid)?)))
             .collect())
     }
 
     async fn sandboxes_of(&self, uid: &str) -> RuntimeResult<Option<PodSandboxes>> {
         let mut state = self.lock();
         self.record(&mut state, "sandboxes_of", uid.to_string())?;
-        Ok(Self::snapshot(&state, uid).and_then(|p| PodSandboxes::of(&p)))
+        Ok(Self::sandbox_snapshot(&state, uid))
     }
 }

@@ -9,7 +9,7 @@ use nodelet_resources::common::clock::Clock;
 use nodelet_resources::eviction::populator::{VerdictPopulator, evictions};
 use nodelet_resources::eviction::verdict::{Admission, NodeResources};
 use nodelet_resources::fake::FakeRuntime;
-use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::actual::{PodActual, SandboxRecord};
 use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::model::runtime::RuntimeError;
 use nodelet_resources::model::verdict::Verdict;
@@ -153,6 +153,12 @@ impl Node {
             evictions,
         );
         tokio::spawn(populator.run(CancellationToken::new()));
+    }
+
+    /// The pod's sandboxes as the sandbox pair's actual store has them, newest first.
+    fn sandboxes_of(&self, uid: &str) -> Vec<SandboxRecord> {
+        let view = self.inputs.sandboxes.as_ref();
+        view.and_then(|v| v.of(uid)).map(|s| s.sandboxes.clone()).unwrap_or_default()
     }
 
     fn add(&mut self, pod: DesiredPod) {
@@ -393,13 +399,7 @@ async fn never_should_not_restart_and_the_pod_should_fail_and_release_its_sandbo
     let mut n = node();
     n.add(pod("u1", &CRASH.replace("spec:\n", "spec:\n  restartPolicy: Never\n")));
     assert!(eventually(LONG, || n.phase("u1") == "Failed").await);
-    assert!(
-        eventually(LONG, || n
-            .actual
-            .get(&"u1".into())
-            .is_some_and(|a| a.sandbox().is_some_and(|s| !s.ready)))
-        .await
-    );
+    assert!(eventually(LONG, || n.sandboxes_of("u1").first().is_some_and(|s| !s.ready)).await);
     tokio::time::sleep(Duration::from_secs(600)).await;
     assert_eq!(n.starts("u1/c").len(), 1);
     let terminated = n
@@ -732,10 +732,11 @@ spec:
     let deleted_at = tokio::time::Instant::now();
     n.add(desired);
     let stopped = || {
-        n.actual.get(&"u1".into()).is_some_and(|a| !a.any_running() && a.sandboxes.iter().all(|s| !s.ready))
+        n.actual.get(&"u1".into()).is_some_and(|a| !a.any_running())
+            && n.sandboxes_of("u1").iter().all(|s| !s.ready)
     };
     assert!(eventually(LONG, stopped).await);
-    // 5 s, and the sandbox's stop shows in the pod's state at the next relist (at most a period).
+    // 5 s, and the sandbox's stop shows in the sandbox pair's store (its stop's outcome, or the next relist).
     let took = deleted_at.elapsed().as_secs();
     assert!((5..=6).contains(&took), "{took} s: the deletion's grace period (5 s), not the spec's (30 s)");
     // Stopped but kept (for the final status), never started again.
@@ -834,13 +835,7 @@ async fn a_job_with_sidecars_should_complete_when_its_app_is_done_and_stop_the_s
     ));
     assert!(eventually(LONG, || n.phase("u1") == "Succeeded").await);
     assert!(eventually(LONG, || !n.running("u1", "proxy") && !n.running("u1", "log")).await);
-    assert!(
-        eventually(LONG, || n
-            .actual
-            .get(&"u1".into())
-            .is_some_and(|a| a.sandbox().is_some_and(|s| !s.ready)))
-        .await
-    );
+    assert!(eventually(LONG, || n.sandboxes_of("u1").first().is_some_and(|s| !s.ready)).await);
     tokio::time::sleep(Duration::from_secs(600)).await;
     assert_eq!(n.phase("u1"), "Succeeded", "stopped sidecars do not fail the pod");
     assert_eq!(n.starts("u1/proxy").len(), 1, "stopped sidecars of a finished pod are not restarted");
@@ -871,7 +866,8 @@ async fn sidecars_should_be_stopped_after_the_app_containers_last_one_first() {
     assert_eq!(names, vec!["app", "log", "proxy"], "{stops:?}");
     // The app used the whole grace period; each sidecar then gets the minimum of 2 s (they stop at once here).
     assert_eq!((stops[1].1 - stops[0].1) / 1_000_000_000, 7);
-    // 7 s of stops, and the pod's state shows the sandbox gone at the next relist (at most a period).
+    // 7 s of stops, and the pod store drops the pod once the runtime has nothing of it (its sandbox gone) at
+    // the next relist (at most a period).
     assert!(removed_at.elapsed() < Duration::from_secs(9), "took {:?}", removed_at.elapsed());
 }
 

@@ -576,7 +576,7 @@ async fn the_prober_takes_a_pods_sandbox_from_the_sandbox_pairs_store() {
         state: ContainerState::Running,
         ..ContainerRecord::default()
     };
-    // The pod store's record lists no sandbox: only the sandbox pair's store has the pod's.
+    // The pod store holds the containers; only the sandbox pair's store has the pod's sandbox.
     actual_writer.insert(
         "u1".into(),
         PodActual { uid: "u1".into(), containers: vec![running], ..PodActual::default() },

@@ -5,11 +5,14 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet_resources::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+use nodelet_resources::model::actual::{
+    ContainerRecord, ContainerState, PodActual, PodSandboxes, SandboxRecord,
+};
 use nodelet_resources::model::cgroup::CgroupResources;
 use nodelet_resources::model::pod::{DesiredPod, PodSource};
 use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodInputs, PodReconciler};
 use nodelet_resources::pod::status::{pod_status, time};
+use nodelet_resources::sandbox::status::SandboxView;
 use reconcile_engine::{Reconciler, Store, View};
 
 const EXTREMES: [i64; 6] = [i64::MIN, i64::MIN + 1, -1, 0, 1, i64::MAX];
@@ -23,18 +26,33 @@ fn pod() -> DesiredPod {
     DesiredPod { pod, source: PodSource::Http }
 }
 
+/// Inputs whose sandbox pair has the pod in a ready sandbox created at `created_at`.
+fn in_sandbox(created_at: i64) -> PodInputs {
+    let (sandboxes, mut writer) = reconcile_engine::store();
+    let sandbox = SandboxRecord {
+        id: "s1".into(),
+        ready: true,
+        ip: Some("198.18.0.2".into()),
+        created_at,
+        ..SandboxRecord::default()
+    };
+    let pod = PodSandboxes {
+        uid: "u1".into(),
+        namespace: "default".into(),
+        name: "p".into(),
+        sandboxes: vec![sandbox],
+        needs_refresh: false,
+    };
+    writer.insert("u1".to_owned(), pod);
+    writer.mark_synced();
+    PodInputs { sandboxes: Some(SandboxView::new(sandboxes, None)), ..PodInputs::default() }
+}
+
 fn actual(state: ContainerState, restart_count: u32, started_at: i64, finished_at: i64) -> PodActual {
     PodActual {
         uid: "u1".into(),
         namespace: "default".into(),
         name: "p".into(),
-        sandboxes: vec![SandboxRecord {
-            id: "s1".into(),
-            ready: true,
-            ip: Some("198.18.0.2".into()),
-            created_at: started_at,
-            ..SandboxRecord::default()
-        }],
         containers: vec![ContainerRecord {
             id: "c1".into(),
             name: "app".into(),
@@ -88,9 +106,9 @@ fn pod_status_and_plans_survive_extreme_runtime_values() {
     let actual_store: Store<String, PodActual> = reconcile_engine::store().0;
     for now in EXTREMES {
         let reconciler = PodReconciler::new(CrashLoopBackOff::default());
-        let inputs = PodInputs::default();
         for state in [ContainerState::Running, ContainerState::Exited] {
             for started_at in EXTREMES {
+                let inputs = in_sandbox(started_at);
                 for finished_at in EXTREMES {
                     for restarts in [0, u32::MAX] {
                         let a = actual(state, restarts, started_at, finished_at);

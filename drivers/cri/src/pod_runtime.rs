@@ -37,8 +37,9 @@ use futures::StreamExt;
 use k8s_cri::v1;
 use k8s_openapi::api::core::v1::Container;
 use nodelet_resources::common::runtime_class::{self, RuntimeClasses};
-use nodelet_resources::model::actual::PodSandboxes;
-use nodelet_resources::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+use nodelet_resources::model::actual::{
+    ContainerRecord, ContainerState, ListedPod, PodActual, PodSandboxes, SandboxRecord,
+};
 use nodelet_resources::model::cgroup::CgroupResources;
 use nodelet_resources::model::pod::DesiredPod;
 use nodelet_resources::model::runtime::{RuntimeError, RuntimeResult};
@@ -534,8 +535,9 @@ struct Inner {
 /// let client = CriClient::connect(CriConfig::new("unix:///run/containerd/containerd.sock")).await?;
 /// let config = CriPodRuntimeConfig::default().with_cgroup_root(Some("/nodelet".into()));
 /// let runtime = CriPodRuntime::new(client, config);
-/// for (uid, pod) in runtime.list_pods().await? {
-///     println!("{uid}: {}/{} with {} containers", pod.namespace, pod.name, pod.containers.len());
+/// for (uid, listed) in runtime.list_pods().await? {
+///     let (pod, sandboxes) = (&listed.pod, listed.sandboxes.as_ref().map_or(0, |s| s.sandboxes.len()));
+///     println!("{uid}: {}/{} with {} containers, {sandboxes} sandboxes", pod.namespace, pod.name, pod.containers.len());
 /// }
 /// # Ok(()) }
 /// ```
@@ -1008,8 +1010,9 @@ impl CriPodRuntime {
         ListedSandbox::from_status(status)
     }
 
-    /// Everything nodelet manages, or only the pod `uid`'s, grouped by pod UID.
-    async fn collect(&self, uid: Option<&str>) -> RuntimeResult<HashMap<String, Arc<PodActual>>> {
+    /// Everything nodelet manages, or only the pod `uid`'s, grouped by pod UID: each pod's containers
+    /// and its sandboxes apart.
+    async fn collect(&self, uid: Option<&str>) -> RuntimeResult<HashMap<String, ListedPod>> {
         let client = &self.inner.client;
         let known = uid.and_then(|uid| self.caches().index.objects(uid));
         let Listed { sandboxes, containers, mut statuses } = match known {
@@ -1103,7 +1106,7 @@ impl CriPodRuntime {
             |id| gone.contains(id),
         );
         // The pods that are as they were at an earlier listing; only the others are built.
-        let mut reused: HashMap<String, Arc<PodActual>> = HashMap::with_capacity(signatures.len());
+        let mut reused: HashMap<String, ListedPod> = HashMap::with_capacity(signatures.len());
         for (uid, signature) in &signatures {
             if let Some(pod) = caches.memo.get(uid, *signature) {
                 reused.insert((*uid).to_owned(), pod);
@@ -1113,6 +1116,7 @@ impl CriPodRuntime {
         let is_reused =
             |labels: &[Entry]| labels.value(labels::POD_UID).is_some_and(|uid| reused.contains_key(uid));
         let mut pods: HashMap<String, PodActual> = HashMap::new();
+        let mut pod_sandboxes: HashMap<String, PodSandboxes> = HashMap::new();
         let mut graces: HashMap<&str, u64> = HashMap::new();
         let log_root = &self.inner.config.pod_log_root;
         // On a quiet node every pod is reused: nothing to build.
@@ -1124,13 +1128,23 @@ impl CriPodRuntime {
             }
             let Some(identity) = PodIdentity::from_labels(&sandbox.labels) else { continue };
             let Some(facts) = caches.sandboxes.get(sandbox.id.as_str()) else { continue };
-            let pod = pods.entry(identity.uid.clone()).or_insert_with(|| PodActual {
+            pods.entry(identity.uid.clone()).or_insert_with(|| PodActual {
                 uid: identity.uid.clone(),
                 namespace: identity.namespace.clone(),
                 name: identity.name.clone(),
                 ..PodActual::default()
             });
-            pod.sandboxes.push(sandbox_record(sandbox, facts));
+            pod_sandboxes
+                .entry(identity.uid.clone())
+                .or_insert_with(|| PodSandboxes {
+                    uid: identity.uid.clone(),
+                    namespace: identity.namespace.clone(),
+                    name: identity.name.clone(),
+                    sandboxes: Vec::new(),
+                    needs_refresh: false,
+                })
+                .sandboxes
+                .push(sandbox_record(sandbox, facts));
         }
         for c in to_build.1 {
             if gone.contains(c.id.as_str()) || is_reused(&c.labels) {
@@ -1210,27 +1224,30 @@ impl CriPodRuntime {
                 .containers
                 .push(record);
         }
-        for pod in pods.values_mut() {
+        for pod in pod_sandboxes.values_mut() {
             sort_sandboxes(&mut pod.sandboxes);
+        }
+        for pod in pods.values_mut() {
             pod.containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
             // The newest container's annotation, else the newest sandbox's.
             pod.termination_grace_secs =
                 pod.containers.iter().find_map(|c| graces.get(c.id.as_str()).copied()).or_else(|| {
-                    let newest = pod.sandboxes.first()?;
+                    let newest = pod_sandboxes.get(&pod.uid)?.newest()?;
                     let sandbox = sandboxes.iter().find(|s| s.id == newest.id)?;
                     labels::termination_grace_period_secs(&sandbox.annotations)
                         .and_then(|g| u64::try_from(g).ok())
                 });
         }
 
-        let mut built: HashMap<String, Arc<PodActual>> = reused;
+        let mut built: HashMap<String, ListedPod> = reused;
         built.reserve(pods.len());
         for (pod_uid, pod) in pods {
-            let pod = Arc::new(pod);
+            let sandboxes = pod_sandboxes.remove(&pod_uid).map(Arc::new);
+            let listed = ListedPod { pod: Arc::new(pod), sandboxes };
             if let Some(signature) = signatures.get(pod_uid.as_str()) {
-                caches.memo.insert(&pod_uid, *signature, pod.clone());
+                caches.memo.insert(&pod_uid, *signature, listed.clone());
             }
-            built.insert(pod_uid, pod);
+            built.insert(pod_uid, listed);
         }
         match uid {
             None => {
@@ -1286,7 +1303,7 @@ impl CriPodRuntime {
             .collect(Some(pod.uid()))
             .await?
             .remove(pod.uid())
-            .map(Arc::unwrap_or_clone)
+            .map(|listed| Arc::unwrap_or_clone(listed.pod))
             .unwrap_or_default();
         match state.container(target).filter(|c| c.sandbox_id == sandbox_id) {
             Some(c) => Ok(Some(c.id.clone())),
@@ -1728,12 +1745,12 @@ impl PodRuntime for CriPodRuntime {
         Ok(())
     }
 
-    async fn list_pods(&self) -> RuntimeResult<HashMap<String, Arc<PodActual>>> {
+    async fn list_pods(&self) -> RuntimeResult<HashMap<String, ListedPod>> {
         self.collect(None).await
     }
 
-    async fn pod_state(&self, uid: &str) -> RuntimeResult<Option<PodActual>> {
-        Ok(self.collect(Some(uid)).await?.remove(uid).map(Arc::unwrap_or_clone))
+    async fn pod_state(&self, uid: &str) -> RuntimeResult<Option<ListedPod>> {
+        Ok(self.collect(Some(uid)).await?.remove(uid))
     }
 
     async fn pod_of(&self, id: &str) -> RuntimeResult<Option<String>> {

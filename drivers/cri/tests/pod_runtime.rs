@@ -19,6 +19,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
@@ -28,7 +29,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodelet_cri::{CriClient, CriConfig, CriPodRuntime, CriPodRuntimeConfig, RuntimeEvent};
-use nodelet_resources::model::actual::{ContainerRecord, ContainerState, PodActual};
+use nodelet_resources::model::actual::{
+    ContainerRecord, ContainerState, ListedPod, PodActual, SandboxRecord,
+};
 use nodelet_resources::model::cgroup::CgroupResources;
 use nodelet_resources::model::pod::{DesiredPod, PodSource};
 use nodelet_resources::pod::driver::{ContainerKind, PodRuntime, container_hash};
@@ -122,13 +125,14 @@ async fn runtime(env: &TestEnv) -> CriPodRuntime {
 async fn teardown(rt: &CriPodRuntime, uid: &str, namespace: &str, name: &str) -> Vec<String> {
     let mut errors = Vec::new();
     match rt.pod_state(uid).await {
-        Ok(Some(pod)) => {
+        Ok(Some(listed)) => {
+            let (pod, sandboxes) = (&listed.pod, sandboxes_of(&listed));
             for c in pod.containers.iter().filter(|c| c.state != ContainerState::Exited) {
                 if let Err(e) = rt.stop_container(&c.id, Duration::ZERO).await {
                     errors.push(format!("stop container {}: {e}", c.id));
                 }
             }
-            for s in &pod.sandboxes {
+            for s in sandboxes {
                 if let Err(e) = rt.stop_sandbox(&s.id).await {
                     errors.push(format!("stop sandbox {}: {e}", s.id));
                 }
@@ -138,7 +142,7 @@ async fn teardown(rt: &CriPodRuntime, uid: &str, namespace: &str, name: &str) ->
                     errors.push(format!("remove container {}: {e}", c.id));
                 }
             }
-            for s in &pod.sandboxes {
+            for s in sandboxes {
                 if let Err(e) = rt.remove_sandbox(&s.id).await {
                     errors.push(format!("remove sandbox {}: {e}", s.id));
                 }
@@ -312,11 +316,27 @@ async fn start(
     }
 }
 
-async fn pod_state(rt: &CriPodRuntime, uid: &str) -> PodActual {
+/// What `pod_state` reads of the pod `uid`: its containers and its sandboxes.
+async fn listed_state(rt: &CriPodRuntime, uid: &str) -> ListedPod {
     match rt.pod_state(uid).await {
-        Ok(Some(pod)) => pod,
+        Ok(Some(listed)) => listed,
         other => panic!("pod_state {uid}: {other:?}"),
     }
+}
+
+/// The pod `uid`'s containers as `pod_state` reads them.
+async fn pod_state(rt: &CriPodRuntime, uid: &str) -> PodActual {
+    Arc::unwrap_or_clone(listed_state(rt, uid).await.pod)
+}
+
+/// A read's sandboxes, newest first.
+fn sandboxes_of(listed: &ListedPod) -> &[SandboxRecord] {
+    listed.sandboxes.as_ref().map_or(&[], |s| s.sandboxes.as_slice())
+}
+
+/// The pod `uid`'s newest sandbox as `pod_state` reads it.
+async fn newest_sandbox(rt: &CriPodRuntime, uid: &str) -> Option<SandboxRecord> {
+    sandboxes_of(&listed_state(rt, uid).await).first().cloned()
 }
 
 /// Polls `pod_state` until the container with `id` satisfies `pred`.
@@ -447,22 +467,28 @@ async fn app_pod_runs_serves_logs_and_tears_down() {
 
     // list_pods finds the pod by UID, with what nodelet needs to carry on after a restart.
     let listed = rt.list_pods().await.expect("list_pods");
-    let actual = listed.get(&uid).unwrap_or_else(|| panic!("pod {uid} not listed"));
+    let listed = listed.get(&uid).unwrap_or_else(|| panic!("pod {uid} not listed"));
+    let actual = &listed.pod;
     assert_eq!(
         (actual.uid.as_str(), actual.namespace.as_str(), actual.name.as_str()),
         (uid.as_str(), NAMESPACE, name.as_str())
     );
     assert_eq!(actual.termination_grace_secs, Some(5));
-    let sandbox = actual.sandbox().expect("sandbox");
+    let listed_sandboxes = listed.sandboxes.as_deref().expect("the pod's sandboxes listed");
+    assert_eq!(
+        (listed_sandboxes.uid.as_str(), listed_sandboxes.namespace.as_str(), listed_sandboxes.name.as_str()),
+        (uid.as_str(), NAMESPACE, name.as_str())
+    );
+    let sandbox = listed_sandboxes.newest().expect("sandbox");
     assert_eq!((sandbox.id.as_str(), sandbox.ready, sandbox.attempt), (sandbox_id.as_str(), true, 0));
     let ip: Ipv4Addr = sandbox.ip.as_deref().unwrap_or_default().parse().expect("pod IPv4");
     assert!(allowed_destination(IpAddr::V4(ip)) && !ip.is_loopback(), "pod IP {ip}");
     assert!(!sandbox.host_network, "a pod network of its own: {sandbox:?}");
     // The sandbox pair's listings: the same sandbox, found by pod UID.
     let of = rt.sandboxes_of(&uid).await.expect("sandboxes_of").expect("the pod's sandboxes");
-    assert_eq!(of.sandboxes, actual.sandboxes);
+    assert_eq!(&of, listed_sandboxes);
     let all = rt.list_sandboxes().await.expect("list_sandboxes");
-    assert_eq!(all.get(&uid).map(|s| &s.sandboxes), Some(&actual.sandboxes));
+    assert_eq!(all.get(&uid), Some(listed_sandboxes));
     let record = wait_container(&rt, &uid, &id, "running", |c| c.state == ContainerState::Running).await;
     assert_eq!(
         (record.name.as_str(), record.restart_count, record.sandbox_id.as_str()),
@@ -507,12 +533,12 @@ async fn app_pod_runs_serves_logs_and_tears_down() {
     let relist_started = Instant::now();
     let again = rt.pod_state(&uid).await.expect("pod_state").expect("pod");
     eprintln!("steady-state pod_state in {:?}", relist_started.elapsed());
-    assert_eq!(again.containers, pod_state(&rt, &uid).await.containers);
+    assert_eq!(again.pod.containers, pod_state(&rt, &uid).await.containers);
     assert_eq!(rt.pod_state("no-such-uid").await.expect("pod_state"), None);
     // Whose a container or sandbox is (for a runtime event that no store can place yet).
-    let state = pod_state(&rt, &uid).await;
-    let container = state.containers.first().map(|c| c.id.clone()).expect("a container");
-    let sandbox = state.sandbox().map(|s| s.id.clone()).expect("a sandbox");
+    let state = listed_state(&rt, &uid).await;
+    let container = state.pod.containers.first().map(|c| c.id.clone()).expect("a container");
+    let sandbox = sandboxes_of(&state).first().map(|s| s.id.clone()).expect("a sandbox");
     assert_eq!(rt.pod_of(&container).await.expect("pod_of").as_deref(), Some(uid.as_str()));
     assert_eq!(rt.pod_of(&sandbox).await.expect("pod_of").as_deref(), Some(uid.as_str()));
     assert_eq!(rt.pod_of("no-such-container").await.expect("pod_of"), None);
@@ -521,8 +547,8 @@ async fn app_pod_runs_serves_logs_and_tears_down() {
     // A pod unchanged since the last listing is handed out again, not built anew.
     let first = rt.list_pods().await.expect("list_pods").remove(&uid).expect("pod listed");
     let second = rt.list_pods().await.expect("list_pods").remove(&uid).expect("pod listed");
-    assert!(std::sync::Arc::ptr_eq(&first, &second), "an unchanged pod was built again");
-    assert_eq!(*first, again);
+    assert!(first.same(&second), "an unchanged pod was built again");
+    assert_eq!(first, again);
 
     // Teardown through the interface: the container's log goes with it; the pod's cgroup too.
     rt.stop_container(&id, Duration::from_secs(1)).await.expect("stop_container");
@@ -530,13 +556,14 @@ async fn app_pod_runs_serves_logs_and_tears_down() {
     assert!(stopped.finished_at >= stopped.started_at, "{stopped:?}");
     // The change shows in a whole listing too, though the pod was unchanged there before.
     let relisted = rt.list_pods().await.expect("list_pods").remove(&uid).expect("pod listed");
-    assert!(!std::sync::Arc::ptr_eq(&relisted, &first));
-    assert_eq!(relisted.containers.iter().find(|c| c.id == id), Some(&stopped));
+    assert!(!Arc::ptr_eq(&relisted.pod, &first.pod));
+    assert!(relisted.sandboxes.as_ref().zip(first.sandboxes.as_ref()).is_some_and(|(a, b)| a == b));
+    assert_eq!(relisted.pod.containers.iter().find(|c| c.id == id), Some(&stopped));
     rt.stop_container(&id, Duration::ZERO).await.expect("stopping an exited container succeeds");
     rt.stop_sandbox(&sandbox_id).await.expect("stop_sandbox");
     rt.stop_sandbox(&sandbox_id).await.expect("stop_sandbox again");
-    let pod_now = pod_state(&rt, &uid).await;
-    assert!(!pod_now.sandboxes[0].ready, "{pod_now:?}");
+    let pod_now = newest_sandbox(&rt, &uid).await;
+    assert!(pod_now.as_ref().is_some_and(|s| !s.ready), "{pod_now:?}");
     rt.remove_container(&id).await.expect("remove_container");
     assert!(!log_dir.join("web/0.log").exists(), "the container's log survived its removal");
     rt.remove_container(&id).await.expect("removing a missing container succeeds");
@@ -625,9 +652,9 @@ async fn host_network_pod() {
     let sandbox_id = run_sandbox(&rt, &mut cleanup, &pod).await;
     let id = start(&rt, &pod, &sandbox_id, &web, ContainerKind::App, 0).await;
 
-    let actual = pod_state(&rt, &uid).await;
-    assert_eq!(actual.sandbox().map(|s| s.ip.clone()), Some(None), "a host-network pod has no IP of its own");
-    assert_eq!(actual.sandbox().map(|s| s.host_network), Some(true), "the sandbox is in the node's network");
+    let sandbox = newest_sandbox(&rt, &uid).await;
+    assert_eq!(sandbox.as_ref().map(|s| s.ip.clone()), Some(None), "a host-network pod has no IP of its own");
+    assert_eq!(sandbox.map(|s| s.host_network), Some(true), "the sandbox is in the node's network");
     wait_container(&rt, &uid, &id, "running", |c| c.state == ContainerState::Running).await;
     let (code, body, _) = http_get(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)).await;
     assert_eq!(code, 200, "{body}");
@@ -653,7 +680,7 @@ async fn host_port_reaches_the_pod() {
     let uid = pod.uid().to_owned();
     let sandbox_id = run_sandbox(&rt, &mut cleanup, &pod).await;
     start(&rt, &pod, &sandbox_id, &web, ContainerKind::App, 0).await;
-    let ip = pod_state(&rt, &uid).await.sandbox().and_then(|s| s.ip.clone()).expect("pod IP");
+    let ip = newest_sandbox(&rt, &uid).await.and_then(|s| s.ip).expect("pod IP");
     let ip: IpAddr = ip.parse().expect("pod IP");
 
     // Directly, then through the hostPort on the host's address on the pod bridge (the portmap plugin does not
@@ -786,9 +813,9 @@ async fn start_failures_have_kubelet_reasons() {
     assert!(err.message.contains("spec.containers[5].env[0].valueFrom.fieldRef.fieldPath"), "{err}");
 
     // Nothing was created for any of them; the sandbox is fine.
-    let actual = pod_state(&rt, &uid).await;
-    assert!(actual.containers.is_empty(), "{:?}", actual.containers);
-    assert!(actual.sandbox().is_some_and(|s| s.ready));
+    let actual = listed_state(&rt, &uid).await;
+    assert!(actual.pod.containers.is_empty(), "{:?}", actual.pod.containers);
+    assert!(sandboxes_of(&actual).first().is_some_and(|s| s.ready));
 
     // Allowed, the privileged container runs.
     let permissive = runtime_with(&env, runtime_config(&env).with_allow_privileged(true)).await;
@@ -1004,7 +1031,7 @@ async fn one_pods_state_is_read_without_listings_once_the_node_was_listed_and_ma
     // Before the first full listing, a pod's state comes from listings.
     let sandbox_id = run_sandbox(&rt, &mut cleanup, &pod).await;
     let before = listings(&registry);
-    assert_eq!(pod_state(&rt, &uid).await.sandboxes.len(), 1);
+    assert_eq!(sandboxes_of(&listed_state(&rt, &uid).await).len(), 1);
     assert_eq!(listings(&registry), before + 2, "ListPodSandbox and ListContainers");
 
     rt.list_pods().await.expect("list_pods");
@@ -1013,17 +1040,18 @@ async fn one_pods_state_is_read_without_listings_once_the_node_was_listed_and_ma
     wait_container(&rt, &uid, &first, "exited", |c| c.state == ContainerState::Exited).await;
     let web = start(&rt, &pod, &sandbox_id, &httpd(&env, "web"), ContainerKind::App, 0).await;
     wait_container(&rt, &uid, &web, "running", |c| c.state == ContainerState::Running).await;
-    let read = pod_state(&rt, &uid).await;
+    let read = listed_state(&rt, &uid).await;
     let sandboxes = rt.sandboxes_of(&uid).await.expect("sandboxes_of");
     assert_eq!(listings(&registry), listed, "reads of one pod made listings");
     assert!(calls(&registry, "container_status") > 0 && calls(&registry, "podsandbox_status") > 0);
 
     // What was read is what a listing shows.
-    assert_eq!(read, pod_state(&lister, &uid).await);
+    assert_eq!(read, listed_state(&lister, &uid).await);
     assert_eq!(sandboxes, lister.sandboxes_of(&uid).await.expect("sandboxes_of"));
-    assert_eq!(read.containers.len(), 2, "{read:?}");
+    assert_eq!(sandboxes.as_ref(), read.sandboxes.as_deref(), "the sandbox pair's read and the pod's agree");
+    assert_eq!(read.pod.containers.len(), 2, "{read:?}");
     let listed_node = lister.list_pods().await.expect("list_pods");
-    assert_eq!(Some(&read), listed_node.get(&uid).map(|p| &**p));
+    assert_eq!(Some(&read), listed_node.get(&uid));
 
     // A container removed behind nodelet's back is gone from the next read.
     lister.client().remove_container(&first).await.expect("RemoveContainer");

@@ -1,26 +1,26 @@
-//! Actual state of pods as the runtime reports it for each pod UID: the pod pair's actual value ([`PodActual`]:
-//! its containers, and its sandboxes as the same runtime listing saw them) and the sandbox pair's
-//! ([`PodSandboxes`]: the sandboxes).
+//! Actual state of pods as the runtime reports it for each pod UID, in two records with one owner each:
+//! the pod pair's actual value ([`PodActual`]: the pod's containers) and the sandbox pair's
+//! ([`PodSandboxes`]: its sandboxes). A runtime read of a pod gives both apart ([`ListedPod`]); no record
+//! carries the other's facts.
 //!
 //! **Who reads a pod's sandboxes from where.** Every reader of a store takes the sandbox records from the
 //! sandbox pair's actual store (`Store<PodUid, PodSandboxes>`): the pod reconciler and pod status
-//! (`SandboxView::join`), the sandbox reconciler, the prober (`probe::worker`), the verdict populator
+//! (`SandboxView::sandboxes`), the sandbox reconciler, the prober (`probe::worker`), the verdict populator
 //! (a pod already in the runtime, the start of an active deadline), the node's `/runningpods` and
-//! `kubelet_running_pods`. [`PodActual::sandboxes`] is read only where a runtime listing is at hand before
-//! it reaches a store: the pod driver (the start duration, from the pod's first sandbox) and the PLEG
-//! (which reports that listing's sandboxes to the sandbox pair); the pod reconciler falls back on it only
-//! when it is given no sandbox pair (unit tests).
+//! `kubelet_running_pods`. A runtime read's [`ListedPod::sandboxes`] is read only where that read is at
+//! hand before it reaches a store: the pod driver (the start duration, from the pod's first sandbox) and
+//! the PLEG (which reports that read's sandboxes to the sandbox pair and its containers to the pod pair).
 //!
 //! **Why joining the two stores decides as the one listing did.** The PLEG reports one listing to both
 //! stores, but each engine applies its observation in its own loop, so a reader may see one store ahead
 //! of the other. It never sees a container in a sandbox that the sandbox store lacks: a sandbox enters
 //! that store from its `Create` outcome (or from the start-up reconstruction, which the pod engine and
 //! the verdict populator wait for; the prober probes no container of a pod before that store has the
-//! pod's sandbox) before the pod pair starts any container in it, and the sandbox pair stops or removes a sandbox only once the pod actual store shows its
-//! containers stopped or gone. What is left is a sandbox dying under running containers: for the length
-//! of one engine pass one store shows it dead and the other not, and the readers act on it at the next
-//! change of either store (the pod reconciler kills the containers, the prober stops their workers), as
-//! they did on the listing.
+//! pod's sandbox) before the pod pair starts any container in it, and the sandbox pair stops or removes a
+//! sandbox only once the pod actual store shows its containers stopped or gone. What is left is a sandbox
+//! dying under running containers: for the length of one engine pass one store shows it dead and the
+//! other not, and the readers act on it at the next change of either store (the pod reconciler kills the
+//! containers, the prober stops their workers), as they did on the listing.
 //!
 //! Everything here is rebuilt from the runtime (labels and annotations nodelet puts on what it
 //! creates), so a restarted nodelet finds its pods again.
@@ -28,9 +28,37 @@
 //! Two rules on these records are shared by the pod and sandbox pairs: whether a pod has [`finished`] (its
 //! sandbox is released) and which of its sandboxes are dead ([`dead_sandboxes`], the kubelet's sandbox GC).
 
+use std::sync::Arc;
+
 use crate::model::pod::{DesiredPod, RestartPolicy, is_sidecar};
 
-/// What the runtime has for one pod.
+/// What the runtime has for one pod, as one read of it saw it: its containers (the pod pair's actual
+/// value) and its sandboxes (the sandbox pair's), apart. A runtime may hand out the same `Arc`s again
+/// for a pod unchanged since its last listing (see
+/// [`PodRuntime::list_pods`](crate::pod::driver::PodRuntime::list_pods)).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ListedPod {
+    /// The pod's containers. A pod the runtime has only sandboxes of has one too, without containers
+    /// (its identity from the sandboxes' labels).
+    pub pod: Arc<PodActual>,
+    /// Its sandboxes (`None`: it has none).
+    pub sandboxes: Option<Arc<PodSandboxes>>,
+}
+
+impl ListedPod {
+    /// Whether `self` and `other` hold the same allocations (a runtime handed out the same read again).
+    pub fn same(&self, other: &ListedPod) -> bool {
+        Arc::ptr_eq(&self.pod, &other.pod)
+            && match (&self.sandboxes, &other.sandboxes) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+}
+
+/// What the runtime has of one pod's containers: the pod pair's actual value. Its sandboxes are the
+/// sandbox pair's ([`PodSandboxes`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PodActual {
     /// The pod's UID.
@@ -39,10 +67,6 @@ pub struct PodActual {
     pub namespace: String,
     /// Its name, as labelled.
     pub name: String,
-    /// Its sandboxes as the runtime listing saw them, newest first (normally one; more after a
-    /// sandbox was replaced). Readers of the pod store take a pod's sandboxes from the sandbox pair's
-    /// actual store instead (see the [module docs](self)).
-    pub sandboxes: Vec<SandboxRecord>,
     /// Its containers, every attempt, newest first.
     pub containers: Vec<ContainerRecord>,
     /// The pod's termination grace period in seconds, from the annotation nodelet puts on its
@@ -97,17 +121,6 @@ impl PodSandboxes {
     /// The newest sandbox if it is ready.
     pub fn ready(&self) -> Option<&SandboxRecord> {
         self.newest().filter(|s| s.ready)
-    }
-
-    /// The sandbox part of a pod's runtime listing (`None` if it has no sandbox).
-    pub fn of(pod: &PodActual) -> Option<Self> {
-        (!pod.sandboxes.is_empty()).then(|| Self {
-            uid: pod.uid.clone(),
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            sandboxes: pod.sandboxes.clone(),
-            needs_refresh: false,
-        })
     }
 }
 
@@ -173,11 +186,6 @@ pub struct ContainerRecord {
 }
 
 impl PodActual {
-    /// The newest sandbox, if any.
-    pub fn sandbox(&self) -> Option<&SandboxRecord> {
-        self.sandboxes.first()
-    }
-
     /// The newest attempt of the container named `name`, if any.
     pub fn container(&self, name: &str) -> Option<&ContainerRecord> {
         self.containers.iter().filter(|c| c.name == name).max_by_key(|c| (c.restart_count, c.created_at))
@@ -195,11 +203,6 @@ impl PodActual {
     /// Whether any container of the pod is running.
     pub fn any_running(&self) -> bool {
         self.containers.iter().any(|c| c.state == ContainerState::Running)
-    }
-
-    /// Whether nothing of the pod exists in the runtime.
-    pub fn is_empty(&self) -> bool {
-        self.sandboxes.is_empty() && self.containers.is_empty()
     }
 }
 
@@ -258,5 +261,22 @@ mod tests {
         let dead = dead_sandboxes(&sandboxes, |id| id == "old-with-container");
         assert_eq!(dead, vec!["old-empty".to_owned()]);
         assert!(dead_sandboxes(&sandboxes[3..], |_| false).is_empty(), "the only one is the newest");
+    }
+
+    #[test]
+    fn a_listed_pod_is_the_same_only_with_the_same_allocations_of_both_parts() {
+        let pod = Arc::new(PodActual { uid: "u".into(), ..PodActual::default() });
+        let sandboxes = Arc::new(PodSandboxes { uid: "u".into(), ..PodSandboxes::default() });
+        let listed = ListedPod { pod: pod.clone(), sandboxes: Some(sandboxes.clone()) };
+        assert!(listed.same(&listed.clone()));
+        let equal_copy =
+            ListedPod { pod: Arc::new(PodActual::clone(&pod)), sandboxes: Some(sandboxes.clone()) };
+        assert!(!listed.same(&equal_copy), "equal containers, another allocation");
+        let other_sandboxes =
+            ListedPod { pod: pod.clone(), sandboxes: Some(Arc::new(PodSandboxes::clone(&sandboxes))) };
+        assert!(!listed.same(&other_sandboxes), "equal sandboxes, another allocation");
+        let without = ListedPod { pod: pod.clone(), sandboxes: None };
+        assert!(!listed.same(&without) && !without.same(&listed));
+        assert!(without.same(&ListedPod { pod, sandboxes: None }));
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! - [`pod`]: a pod's identity ([`pod::PodUid`], [`pod::PodSource`]) and the desired pod ([`pod::DesiredPod`]),
 //!   the pod pair's desired value that every other pair reads.
-//! - [`actual`]: what the runtime reports for a pod ([`actual::PodActual`]): its container records and its
-//!   sandbox records ([`actual::SandboxRecord`]).
+//! - [`actual`]: what the runtime reports for a pod, apart ([`actual::ListedPod`]): its container records
+//!   ([`actual::PodActual`], the pod pair's) and its sandbox records ([`actual::PodSandboxes`], the sandbox
+//!   pair's).
 //! - [`cgroup`]: the cgroup settings of a container's CPU and memory.
 //! - [`qos`]: a pod's QoS class, the one computation of the project.
 //! - [`runtime`]: runtime errors ([`runtime::RuntimeError`]), with the reason the pod status shows.

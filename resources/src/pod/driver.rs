@@ -14,7 +14,7 @@ use reconcile_engine::{Driver, Outcome, Update};
 use super::grace::GraceCap;
 use super::metrics::PodMetrics;
 use super::ops::PodOp;
-use crate::model::actual::{ContainerRecord, ContainerState, PodActual};
+use crate::model::actual::{ContainerRecord, ContainerState, ListedPod, PodActual, PodSandboxes};
 use crate::model::pod::{DesiredPod, PodUid};
 use crate::model::runtime::{RuntimeError, RuntimeResult};
 use crate::model::volumes::PodVolumes;
@@ -39,8 +39,8 @@ pub enum ContainerKind {
 /// What the pod operations need from a container runtime. Every method is one step the kubelet
 /// also takes through CRI; implementations must label what they create so that
 /// [`list_pods`](PodRuntime::list_pods) finds it again after a restart. Sandboxes are made and
-/// removed through [`SandboxRuntime`](crate::sandbox::driver::SandboxRuntime); the listings here
-/// report them too (one relist feeds both pairs).
+/// removed through [`SandboxRuntime`](crate::sandbox::driver::SandboxRuntime); the reads here
+/// report them too, apart from the containers ([`ListedPod`]: one relist feeds both pairs).
 pub trait PodRuntime: Send + Sync + 'static {
     /// Makes sure the container's image is present as its `imagePullPolicy` says, then creates
     /// and starts the container in the sandbox and runs its `postStart` hook; returns the
@@ -85,13 +85,13 @@ pub trait PodRuntime: Send + Sync + 'static {
     /// Removes a container and its log. Removing a missing one succeeds.
     fn remove_container(&self, container_id: &str) -> impl Future<Output = RuntimeResult<()>> + Send;
 
-    /// Everything nodelet manages (containers and sandboxes), grouped by pod UID. A runtime may hand
-    /// out the same `Arc` again for a pod that has not changed since its last listing (the PLEG
+    /// Everything nodelet manages (containers and sandboxes, apart), grouped by pod UID. A runtime may
+    /// hand out the same `Arc`s again for a pod that has not changed since its last listing (the PLEG
     /// relists every second).
-    fn list_pods(&self) -> impl Future<Output = RuntimeResult<HashMap<String, Arc<PodActual>>>> + Send;
+    fn list_pods(&self) -> impl Future<Output = RuntimeResult<HashMap<String, ListedPod>>> + Send;
 
     /// What the runtime has for one pod now (`None` if nothing).
-    fn pod_state(&self, uid: &str) -> impl Future<Output = RuntimeResult<Option<PodActual>>> + Send;
+    fn pod_state(&self, uid: &str) -> impl Future<Output = RuntimeResult<Option<ListedPod>>> + Send;
 
     /// The UID of the pod that the container or sandbox `id` belongs to, when it is one that nodelet
     /// manages (on this node); `None` when it is another's, or no longer exists. For the PLEG to place
@@ -161,16 +161,25 @@ impl<R: PodRuntime> PodDriver<R> {
         self.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Observes the pod's start duration, from the creation of its first sandbox, when all its app
-    /// containers first run (each in its first attempt).
-    fn observe_started(&self, uid: &str, pod: &DesiredPod, outcome: &Outcome<PodActual, RuntimeError>) {
+    /// Observes the pod's start duration, from the creation of its first sandbox (among `sandboxes`,
+    /// those the read of `outcome` saw), when all its app containers first run (each in its first
+    /// attempt).
+    fn observe_started(
+        &self,
+        uid: &str,
+        pod: &DesiredPod,
+        outcome: &Outcome<PodActual, RuntimeError>,
+        sandboxes: Option<&PodSandboxes>,
+    ) {
         let Outcome::Done(Update::Set(state)) = outcome else { return };
         let first_run = pod.containers().iter().all(|spec| {
             state
                 .container(&spec.name)
                 .is_some_and(|c| c.state == ContainerState::Running && c.restart_count == 0)
         });
-        let Some(sandbox) = state.sandboxes.iter().find(|s| s.attempt == 0) else { return };
+        let Some(sandbox) = sandboxes.and_then(|s| s.sandboxes.iter().find(|s| s.attempt == 0)) else {
+            return;
+        };
         if !first_run || !self.started().insert(uid.to_owned()) {
             return;
         }
@@ -181,27 +190,47 @@ impl<R: PodRuntime> PodDriver<R> {
         self.metrics.pod_start_duration.observe(Duration::from_nanos(nanos).as_secs_f64());
     }
 
-    async fn state(&self, uid: &str) -> Outcome<PodActual, RuntimeError> {
+    /// The pod's containers as the runtime has them now, and its sandboxes as the same read saw them.
+    async fn read(&self, uid: &str) -> (Outcome<PodActual, RuntimeError>, Option<Arc<PodSandboxes>>) {
         match self.runtime.pod_state(uid).await {
-            Ok(Some(state)) => Outcome::Done(Update::Set(state)),
-            Ok(None) => Outcome::Done(Update::Remove),
-            Err(e) => Outcome::Uncertain(e),
+            Ok(Some(listed)) => {
+                (Outcome::Done(Update::Set(Arc::unwrap_or_clone(listed.pod))), listed.sandboxes)
+            }
+            Ok(None) => (Outcome::Done(Update::Remove), None),
+            Err(e) => (Outcome::Uncertain(e), None),
         }
     }
 
-    /// Runs a [`PodOp::StartContainer`].
+    async fn state(&self, uid: &str) -> Outcome<PodActual, RuntimeError> {
+        self.read(uid).await.0
+    }
+
+    /// Runs a [`PodOp::StartContainer`], and observes the pod's start duration from its state afterwards.
     async fn start(
         &self,
         uid: &str,
         op: &PodOp,
         cancel: &CancellationToken,
     ) -> Outcome<PodActual, RuntimeError> {
+        let (outcome, sandboxes) = self.start_read(uid, op, cancel).await;
+        if let PodOp::StartContainer { pod, .. } = op {
+            self.observe_started(uid, pod, &outcome, sandboxes.as_deref());
+        }
+        outcome
+    }
+
+    /// Runs a [`PodOp::StartContainer`]; returns its outcome and the pod's sandboxes as the read of
+    /// that outcome saw them.
+    async fn start_read(
+        &self,
+        uid: &str,
+        op: &PodOp,
+        cancel: &CancellationToken,
+    ) -> (Outcome<PodActual, RuntimeError>, Option<Arc<PodSandboxes>>) {
         let PodOp::StartContainer { pod, sandbox_id, name, kind, restart_count, backoff_since, volumes } = op
         else {
-            return Outcome::Failed(RuntimeError::new(
-                "CreateContainerError",
-                format!("not a container start: {op:?}"),
-            ));
+            let e = RuntimeError::new("CreateContainerError", format!("not a container start: {op:?}"));
+            return (Outcome::Failed(e), None);
         };
         let (kind, restart_count, backoff_since, name) =
             (*kind, *restart_count, *backoff_since, name.as_str());
@@ -215,10 +244,11 @@ impl<R: PodRuntime> PodDriver<R> {
             }
         };
         let Some(container) = containers.iter().find(|c| c.name == name) else {
-            return Outcome::Failed(RuntimeError::new(
+            let e = RuntimeError::new(
                 "CreateContainerConfigError",
                 format!("container {name:?} is not in the pod spec"),
-            ));
+            );
+            return (Outcome::Failed(e), None);
         };
         let container_type = super::metrics::container_type(kind);
         self.metrics.started_containers.with_label_values(&[container_type]).inc();
@@ -228,9 +258,9 @@ impl<R: PodRuntime> PodDriver<R> {
             .await
         {
             self.metrics.started_containers_errors.with_label_values(&[container_type, e.reason]).inc();
-            return Outcome::Failed(e);
+            return (Outcome::Failed(e), None);
         }
-        let outcome = self.state(uid).await;
+        let (outcome, sandboxes) = self.read(uid).await;
         // Keep only the newest exited attempt besides the new one (for `lastState` and
         // `--previous` logs); older attempts are removed with their logs.
         if let Outcome::Done(Update::Set(state)) = &outcome {
@@ -249,10 +279,10 @@ impl<R: PodRuntime> PodDriver<R> {
                 .iter()
                 .any(|c| c.name == name && c.restart_count.saturating_add(1) < restart_count)
             {
-                return self.state(uid).await;
+                return self.read(uid).await;
             }
         }
-        outcome
+        (outcome, sandboxes)
     }
 
     /// Stops the pod's containers that still run: the app (and init) containers together with
@@ -280,7 +310,7 @@ impl<R: PodRuntime> PodDriver<R> {
 
     async fn kill(&self, uid: &str, grace: Duration, remove: bool) -> Outcome<PodActual, RuntimeError> {
         let state = match self.runtime.pod_state(uid).await {
-            Ok(Some(state)) => state,
+            Ok(Some(listed)) => listed.pod,
             Ok(None) => return Outcome::Done(Update::Remove),
             Err(e) => return Outcome::Failed(e),
         };
@@ -335,13 +365,9 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
                 .with_label_values(&[kind])
                 .observe(started.elapsed().as_secs_f64());
         }
-        match op {
-            PodOp::StartContainer { pod, .. } => self.observe_started(uid, pod, &outcome),
-            PodOp::KillPod { remove: true, .. } => {
-                self.started().remove(uid);
-                self.synced().remove(uid);
-            }
-            _ => {}
+        if let PodOp::KillPod { remove: true, .. } = op {
+            self.started().remove(uid);
+            self.synced().remove(uid);
         }
         outcome
     }
@@ -352,7 +378,7 @@ impl<R: PodRuntime> Driver<PodUid, PodOp, PodActual> for PodDriver<R> {
             .list_pods()
             .await?
             .into_iter()
-            .map(|(uid, pod)| (uid, Arc::unwrap_or_clone(pod)))
+            .map(|(uid, listed)| (uid, Arc::unwrap_or_clone(listed.pod)))
             .collect())
     }
 }

@@ -347,7 +347,6 @@ impl Reclaimer for ContainerGcReclaimer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::actual::SandboxRecord;
 
     const SEC: i64 = 1_000_000_000;
 
@@ -372,12 +371,7 @@ mod tests {
     }
 
     fn pod(containers: Vec<ContainerRecord>) -> Vec<(PodUid, Arc<PodActual>)> {
-        let sandboxes =
-            vec![SandboxRecord { id: "s1".into(), ready: true, created_at: 0, ..SandboxRecord::default() }];
-        vec![(
-            "u1".to_owned(),
-            Arc::new(PodActual { uid: "u1".into(), sandboxes, containers, ..PodActual::default() }),
-        )]
+        vec![("u1".to_owned(), Arc::new(PodActual { uid: "u1".into(), containers, ..PodActual::default() }))]
     }
 
     fn ids(p: &GcPlan) -> Vec<&str> {

@@ -1,8 +1,8 @@
-//! The pod lifecycle event generator: reports every pod whose state in the runtime differs from the
-//! actual store. The same reads feed the sandbox pair's actual store ([`Pleg::with_sandboxes`]): one
-//! read, two stores, each applied by its engine in its own loop; the readers take a pod's sandboxes from
-//! the sandbox pair's store, and why joining the two decides as the one read did is in
-//! [`crate::model::actual`].
+//! The pod lifecycle event generator: reports every pod whose containers in the runtime differ from the
+//! actual store. The same reads feed the sandbox pair's actual store ([`Pleg::with_sandboxes`]) with the
+//! pods' sandboxes, which each read gives apart from the containers ([`ListedPod`]): one read, two
+//! stores, each compared with its own part and applied by its engine in its own loop; why joining the
+//! two decides as the one read did is in [`crate::model::actual`].
 //!
 //! It relists the runtime (every pod) periodically, and between relists follows the runtime's events
 //! through its [`PlegWaker`]: an event that names a container or sandbox makes the PLEG read just the
@@ -24,8 +24,7 @@ use tokio::time::Instant;
 
 use super::driver::PodRuntime;
 use super::metrics::PodMetrics;
-use crate::model::actual::PodActual;
-use crate::model::actual::PodSandboxes;
+use crate::model::actual::{ListedPod, PodActual, PodSandboxes};
 use crate::model::pod::PodUid;
 
 /// The kubelet's relist period.
@@ -84,7 +83,7 @@ fn coalesce_delay(last_cost: Duration, since_last: Duration) -> Duration {
 /// The keys of `store` that `listed` lacks (without copying the keys that it has).
 fn gone<V: Send + Sync + 'static>(
     store: &Store<PodUid, V>,
-    listed: &HashMap<PodUid, Arc<PodActual>>,
+    listed: &HashMap<PodUid, ListedPod>,
 ) -> Vec<PodUid> {
     let mut gone = Vec::new();
     store.for_each(|uid, _| {
@@ -244,14 +243,14 @@ fn next_follow_up(
 }
 
 /// What the last look at a pod found equal to the stores: the runtime's state it read (the pod
-/// runtime hands out the same `Arc` for a pod that has not changed, see [`PodRuntime::list_pods`])
+/// runtime hands out the same `Arc`s for a pod that has not changed, see [`PodRuntime::list_pods`])
 /// and each store's value it equalled (`None`: not equal, or not compared). Values behind an `Arc`
-/// never change and the `Arc`s held here keep them alive, so when a look reads the same `Arc` and
+/// never change and the `Arc`s held here keep them alive, so when a look reads the same `Arc`s and
 /// a store holds the same `Arc` as then, they are still equal: a quiet node's relist compares
 /// pointers instead of every pod's containers, field by field.
 #[derive(Debug)]
 struct Seen {
-    listed: Arc<PodActual>,
+    listed: ListedPod,
     pod: Option<Arc<PodActual>>,
     sandboxes: Option<Arc<PodSandboxes>>,
 }
@@ -358,7 +357,7 @@ impl<R: PodRuntime> Pleg<R> {
         let states = futures::future::join_all(uids.iter().map(|uid| self.runtime.pod_state(uid))).await;
         let mut reported = BTreeSet::new();
         for (uid, state) in uids.iter().zip(states) {
-            if self.report(uid, state?.map(Arc::new).as_ref(), started) {
+            if self.report(uid, state?.as_ref(), started) {
                 reported.insert(uid.clone());
             }
         }
@@ -367,20 +366,21 @@ impl<R: PodRuntime> Pleg<R> {
     }
 
     /// Reports pod `uid` if `state` (read at `started`; `None`: not in the runtime) differs from the
-    /// stores; returns whether it reported anything.
-    fn report(&self, uid: &PodUid, state: Option<&Arc<PodActual>>, started: Instant) -> bool {
+    /// stores: its containers from the pod store, its sandboxes from the sandbox store; returns whether
+    /// it reported anything.
+    fn report(&self, uid: &PodUid, state: Option<&ListedPod>, started: Instant) -> bool {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(state) = state else {
             seen.remove(uid);
             return self.report_gone(uid, started);
         };
-        let before = seen.remove(uid).filter(|s| Arc::ptr_eq(&s.listed, state));
+        let before = seen.remove(uid).filter(|s| s.listed.same(state));
         let mut reported = false;
         let current = self.actual.get(uid);
         let pod_same = same_arc(before.as_ref().and_then(|s| s.pod.as_ref()), current.as_ref())
-            || current.as_ref().is_some_and(|a| **a == **state);
+            || current.as_ref().is_some_and(|a| **a == *state.pod);
         if !pod_same {
-            self.observer.observe(uid.clone(), Update::Set(PodActual::clone(state)), started);
+            self.observer.observe(uid.clone(), Update::Set(PodActual::clone(&state.pod)), started);
             reported = true;
         }
         let mut sandboxes_same = None;
@@ -389,14 +389,26 @@ impl<R: PodRuntime> Pleg<R> {
             let same = same_arc(before.as_ref().and_then(|s| s.sandboxes.as_ref()), current.as_ref())
                 || current.as_ref().is_some_and(|a| {
                     !a.needs_refresh
-                        && a.sandboxes == state.sandboxes
-                        && a.namespace == state.namespace
-                        && a.name == state.name
+                        && match &state.sandboxes {
+                            Some(listed) => {
+                                a.sandboxes == listed.sandboxes
+                                    && a.namespace == listed.namespace
+                                    && a.name == listed.name
+                            }
+                            None => {
+                                a.sandboxes.is_empty()
+                                    && a.namespace == state.pod.namespace
+                                    && a.name == state.pod.name
+                            }
+                        }
                 });
             if same {
                 sandboxes_same = current;
             } else {
-                let update = PodSandboxes::of(state).map_or(Update::Remove, Update::Set);
+                let update = state
+                    .sandboxes
+                    .as_deref()
+                    .map_or(Update::Remove, |s| Update::Set(PodSandboxes::clone(s)));
                 if !matches!(update, Update::Remove) || current.is_some() {
                     observer.observe(uid.clone(), update, started);
                     reported = true;
@@ -449,10 +461,7 @@ impl<R: PodRuntime> Pleg<R> {
                 }
             }
         };
-        self.actual.for_each(|uid, pod| {
-            let ids = pod.containers.iter().map(|c| c.id.as_str());
-            place(uid, &mut ids.chain(pod.sandboxes.iter().map(|s| s.id.as_str())));
-        });
+        self.actual.for_each(|uid, pod| place(uid, &mut pod.containers.iter().map(|c| c.id.as_str())));
         if let Some((actual, _)) = &self.sandboxes {
             actual.for_each(|uid, pod| place(uid, &mut pod.sandboxes.iter().map(|s| s.id.as_str())));
         }
@@ -591,8 +600,8 @@ mod tests {
     #[test]
     fn the_pods_gone_are_those_of_the_store_the_listing_lacks() {
         let (store, mut writer) = reconcile_engine::store::<PodUid, u8>();
-        let listed = |uids: &[&str]| -> std::collections::HashMap<PodUid, Arc<PodActual>> {
-            uids.iter().map(|u| ((*u).to_owned(), Arc::default())).collect()
+        let listed = |uids: &[&str]| -> std::collections::HashMap<PodUid, ListedPod> {
+            uids.iter().map(|u| ((*u).to_owned(), ListedPod::default())).collect()
         };
         assert!(gone(&store, &listed(&["a"])).is_empty(), "an empty store lacks nothing");
         for uid in ["a", "b", "c"] {

@@ -31,6 +31,7 @@
 //! Time comes from the view: the crash-loop back-off and container GC compare the runtime's
 //! wall-clock timestamps with [`View::wall`], and the ephemeral containers' retry with [`View::now`].
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,7 +42,7 @@ use reconcile_engine::{Plan, Reconciler, Store, Update, View};
 use super::driver::{ContainerKind, container_hash};
 use super::ops::PodOp;
 use super::resize::{container_hash_without_resources, needs_restart};
-use crate::model::actual::{ContainerRecord, ContainerState, PodActual, finished};
+use crate::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord, finished};
 use crate::model::cgroup::CgroupResources;
 use crate::model::pod::{DEFAULT_GRACE_PERIOD, DesiredPod, PodUid, RestartPolicy, is_sidecar};
 use crate::model::verdict::Verdict;
@@ -66,7 +67,7 @@ pub struct PodInputs {
     /// The volume pair's stores: a pod's containers wait for its volumes. `None`: pods get no volumes.
     pub volumes: Option<VolumeGate>,
     /// The sandbox pair's actual store and operation status: containers start in the ready sandbox it
-    /// reports. `None`: the pods' own runtime listing is used (and nothing creates sandboxes).
+    /// reports. `None`: no pod has a sandbox (nothing creates one), so no container starts.
     pub sandboxes: Option<crate::sandbox::status::SandboxView>,
     /// The node-wide container GC decision per pod ([`SurplusPopulator`](super::gc::SurplusPopulator)),
     /// when `maxContainers` is set.
@@ -85,9 +86,12 @@ impl fmt::Debug for PodInputs {
     }
 }
 
-/// What one pass of the reconciler shares: the side inputs and the view's clocks.
+/// What one pass of the reconciler shares: the side inputs, the pod's newest sandbox and the view's
+/// clocks.
 struct Cx<'a> {
     inputs: &'a PodInputs,
+    /// The pod's newest sandbox as the sandbox pair has it (see [`PodReconciler::pod_sandboxes`]).
+    sandbox: Option<&'a SandboxRecord>,
     /// [`View::wall`] in nanoseconds since the Unix epoch (the runtime's timestamps).
     wall: i64,
     /// [`View::now`].
@@ -201,18 +205,21 @@ impl PodReconciler {
 
     /// The sandbox pair's stores among `inputs` (its actual store, and its operation status when
     /// given): containers start in the ready sandbox it reports, and wait while there is none.
-    /// Without them, the pods' own runtime listing is used (and nothing creates sandboxes).
+    /// Without them, no pod has a sandbox.
     pub fn sandboxes<'a>(&self, inputs: &'a PodInputs) -> Option<&'a crate::sandbox::status::SandboxView> {
         inputs.sandboxes.as_ref()
     }
 
-    /// The pod's runtime state with its sandboxes as the sandbox pair has them (see
-    /// [`SandboxView::join`](crate::sandbox::status::SandboxView::join)).
-    pub fn joined(&self, inputs: &PodInputs, pod: Option<&DesiredPod>, actual: &PodActual) -> PodActual {
-        match self.sandboxes(inputs) {
-            Some(view) => view.join(pod, actual),
-            None => actual.clone(),
-        }
+    /// The pod `uid`'s sandboxes as the sandbox pair has them, newest first (see
+    /// [`SandboxView::sandboxes`](crate::sandbox::status::SandboxView::sandboxes): one that no longer
+    /// fits `pod` shows as not ready); none without the sandbox pair's stores among `inputs`.
+    pub fn pod_sandboxes(
+        &self,
+        inputs: &PodInputs,
+        pod: Option<&DesiredPod>,
+        uid: &str,
+    ) -> Vec<SandboxRecord> {
+        self.sandboxes(inputs).map(|view| view.sandboxes(pod, uid)).unwrap_or_default()
     }
 
     /// Prunes dead containers of desired pods by `policy` when nothing more urgent is due for the
@@ -295,13 +302,14 @@ impl PodReconciler {
     /// For a container that should run (or have run), what to do now.
     fn step(
         &self,
-        wall: i64,
+        cx: &Cx<'_>,
         actual: &PodActual,
         container: &Container,
         restarts: impl Fn(i32) -> bool,
     ) -> Step {
+        let wall = cx.wall;
         let name = container.name.as_str();
-        let sandbox = actual.sandbox().map(|s| s.id.as_str()).unwrap_or_default();
+        let sandbox = cx.sandbox.map(|s| s.id.as_str()).unwrap_or_default();
         let newest = actual.container(name);
         match newest {
             // Everything starts afresh in a new sandbox (restart counts go on).
@@ -329,15 +337,22 @@ impl PodReconciler {
         }
     }
 
-    pub(crate) fn progress(&self, pod: &DesiredPod, actual: &PodActual) -> Progress {
+    /// Where `pod` stands, from its containers `actual` and its newest sandbox `sandbox` (as the
+    /// sandbox pair has it).
+    pub(crate) fn progress(
+        &self,
+        pod: &DesiredPod,
+        actual: &PodActual,
+        sandbox: Option<&SandboxRecord>,
+    ) -> Progress {
         let policy = pod.restart_policy();
-        if actual.sandbox().is_none_or(|s| !s.ready) {
+        let Some(sandbox) = sandbox.filter(|s| s.ready) else {
             if let Some(finished) = self.finished(pod, actual) {
                 return finished;
             }
             return Progress::NoSandbox;
-        }
-        let sandbox = actual.sandbox().map(|s| s.id.as_str()).unwrap_or_default();
+        };
+        let sandbox = sandbox.id.as_str();
         let in_sandbox = |name: &str| actual.container(name).filter(|c| c.sandbox_id == sandbox);
         let inits = pod.init_containers();
         for (i, init) in inits.iter().enumerate() {
@@ -381,7 +396,6 @@ impl PodReconciler {
         &self,
         cx: &Cx<'_>,
         pod: &DesiredPod,
-        actual: &PodActual,
         name: &str,
         kind: ContainerKind,
         (restart_count, backoff_since): (u32, u32),
@@ -392,7 +406,7 @@ impl PodReconciler {
         };
         Plan::Run(PodOp::StartContainer {
             pod: Arc::new(pod.clone()),
-            sandbox_id: actual.sandbox().map(|s| s.id.clone()).unwrap_or_default(),
+            sandbox_id: cx.sandbox.map(|s| s.id.clone()).unwrap_or_default(),
             name: name.to_owned(),
             kind,
             restart_count,
@@ -445,12 +459,11 @@ impl PodReconciler {
     ) -> Result<Option<Duration>, Plan<PodOp>> {
         let mut wait: Option<Duration> = None;
         for (_, sidecar) in pod.sidecars().take_while(|(i, _)| *i < upto) {
-            match self.step(cx.wall, actual, sidecar, |_| true) {
+            match self.step(cx, actual, sidecar, |_| true) {
                 Step::Start(restart_count, since) => {
                     return Err(self.start_op(
                         cx,
                         pod,
-                        actual,
                         &sidecar.name,
                         ContainerKind::Init,
                         (restart_count, since),
@@ -483,7 +496,7 @@ impl PodReconciler {
         {
             return None;
         }
-        match self.start_op(cx, pod, actual, &missing.name, ContainerKind::Ephemeral, (0, 0)) {
+        match self.start_op(cx, pod, &missing.name, ContainerKind::Ephemeral, (0, 0)) {
             start @ Plan::Run(_) => Some(start),
             _ => None,
         }
@@ -510,7 +523,7 @@ impl PodReconciler {
 
     fn plan_running(&self, cx: &Cx<'_>, pod: &DesiredPod, actual: &PodActual) -> Plan<PodOp> {
         let policy = pod.restart_policy();
-        match self.progress(pod, actual) {
+        match self.progress(pod, actual, cx.sandbox) {
             Progress::Finished { .. } => {
                 // Keep the exited containers (logs, status); the sandbox pair releases the sandbox
                 // once none runs.
@@ -543,15 +556,10 @@ impl PodReconciler {
                 };
                 let init = &pod.init_containers()[i];
                 let restarts = |code: i32| is_sidecar(init) || (code != 0 && policy != RestartPolicy::Never);
-                match self.step(cx.wall, actual, init, restarts) {
-                    Step::Start(restart_count, since) => self.start_op(
-                        cx,
-                        pod,
-                        actual,
-                        &init.name,
-                        ContainerKind::Init,
-                        (restart_count, since),
-                    ),
+                match self.step(cx, actual, init, restarts) {
+                    Step::Start(restart_count, since) => {
+                        self.start_op(cx, pod, &init.name, ContainerKind::Init, (restart_count, since))
+                    }
                     Step::Wait(d) => Plan::RecheckAfter(earlier.map_or(d, |w| w.min(d))),
                     Step::Running | Step::Done => earlier.map_or(Plan::Idle, Plan::RecheckAfter),
                 }
@@ -584,12 +592,11 @@ impl PodReconciler {
                     wait = Some(wait.map_or(d, |w| w.min(d)));
                 }
                 for c in pod.containers() {
-                    match self.step(cx.wall, actual, c, |code| policy.restarts(code)) {
+                    match self.step(cx, actual, c, |code| policy.restarts(code)) {
                         Step::Start(restart_count, since) => {
                             return self.start_op(
                                 cx,
                                 pod,
-                                actual,
                                 &c.name,
                                 ContainerKind::App,
                                 (restart_count, since),
@@ -619,32 +626,38 @@ impl Reconciler<DesiredPod, PodActual> for PodReconciler {
             return Plan::Run(PodOp::Refresh);
         }
         let inputs = view.inputs;
-        let cx = Cx { inputs, wall: reconcile_engine::unix_nanos(view.wall), now: view.now };
         // Until the sandbox pair has read the runtime, a pod would look as if its sandbox were gone
         // (the node's engine waits for that store before it plans at all).
         if inputs.sandboxes.as_ref().is_some_and(|s| !s.actual().is_synced()) {
             return Plan::Idle;
         }
-        let joined = match (view.actual, view.desired) {
-            (Some(a), desired) => Some(self.joined(inputs, desired, a)),
+        let (actual, sandboxes) = match (view.actual, view.desired) {
+            (Some(a), desired) => (Some(Cow::Borrowed(a)), self.pod_sandboxes(inputs, desired, &a.uid)),
             // A pod the runtime listing has not shown yet may already have the sandbox the sandbox
             // pair just made (its own state read put it in its store): start the containers in it
             // now rather than after the next relist. No container of it can exist unseen: every pod
             // with a sandbox is in the listing, and containers are only made by this pair.
-            (None, Some(pod)) => self.sandboxes(inputs).and_then(|view| {
-                view.of(pod.uid()).filter(|s| !s.sandboxes.is_empty()).map(|_| {
+            (None, Some(pod)) => match self.pod_sandboxes(inputs, Some(pod), pod.uid()) {
+                sandboxes if sandboxes.is_empty() => (None, sandboxes),
+                sandboxes => {
                     let unlisted = PodActual {
                         uid: pod.uid().to_owned(),
                         namespace: pod.namespace().to_owned(),
                         name: pod.name().to_owned(),
                         ..PodActual::default()
                     };
-                    view.join(Some(pod), &unlisted)
-                })
-            }),
-            (None, None) => None,
+                    (Some(Cow::Owned(unlisted)), sandboxes)
+                }
+            },
+            (None, None) => (None, Vec::new()),
         };
-        match (view.desired, joined.as_ref()) {
+        let cx = Cx {
+            inputs,
+            sandbox: sandboxes.first(),
+            wall: reconcile_engine::unix_nanos(view.wall),
+            now: view.now,
+        };
+        match (view.desired, actual.as_deref()) {
             // The containers are removed; the sandbox pair then removes the sandboxes.
             (None, Some(actual)) if !actual.containers.is_empty() => {
                 let grace = actual.termination_grace_secs.map_or(DEFAULT_GRACE_PERIOD, Duration::from_secs);
@@ -700,9 +713,10 @@ mod tests {
     use reconcile_engine::{Plan, Reconciler, View, from_unix_nanos, store};
 
     use super::{CrashLoopBackOff, PodInputs, PodReconciler};
-    use crate::model::actual::{ContainerRecord, ContainerState, PodActual, SandboxRecord};
+    use crate::model::actual::{ContainerRecord, ContainerState, PodActual, PodSandboxes, SandboxRecord};
     use crate::model::pod::{DesiredPod, PodSource, PodUid};
     use crate::pod::ops::PodOp;
+    use crate::sandbox::status::SandboxView;
 
     const EXITED_AT: i64 = 1_700_000_000_000_000_000;
 
@@ -715,12 +729,23 @@ mod tests {
         DesiredPod { pod, source: PodSource::Http }
     }
 
-    /// The pod's container exited (code 1) at `EXITED_AT` after its first restart, in a ready sandbox.
+    /// Inputs with a sandbox pair whose actual store (synced) has pod `u` in the ready sandbox `s`.
+    fn in_ready_sandbox() -> PodInputs {
+        let (sandboxes, mut writer) = store::<PodUid, PodSandboxes>();
+        let sandbox = SandboxRecord { id: "s".into(), ready: true, ..SandboxRecord::default() };
+        writer.insert(
+            "u".into(),
+            PodSandboxes { uid: "u".into(), sandboxes: vec![sandbox], ..PodSandboxes::default() },
+        );
+        writer.mark_synced();
+        PodInputs { sandboxes: Some(SandboxView::new(sandboxes, None)), ..PodInputs::default() }
+    }
+
+    /// The pod's container exited (code 1) at `EXITED_AT` after its first restart, in sandbox `s`.
     fn crashed(pod: &DesiredPod) -> PodActual {
         let spec = &pod.containers()[0];
         PodActual {
             uid: "u".into(),
-            sandboxes: vec![SandboxRecord { id: "s".into(), ready: true, ..SandboxRecord::default() }],
             containers: vec![ContainerRecord {
                 id: "c1".into(),
                 name: "app".into(),
@@ -744,7 +769,7 @@ mod tests {
     fn the_crash_loop_back_off_is_measured_with_the_views_wall_clock() {
         let (desired, _dw) = store::<PodUid, DesiredPod>();
         let (actual, _aw) = store::<PodUid, PodActual>();
-        let (pod, inputs) = (pod(), PodInputs::default());
+        let (pod, inputs) = (pod(), in_ready_sandbox());
         let record = crashed(&pod);
         let reconciler = PodReconciler::new(CrashLoopBackOff::default());
         let key: PodUid = "u".into();
@@ -762,6 +787,27 @@ mod tests {
         assert!(matches!(
             plan_at(from_unix_nanos(EXITED_AT + 11_000_000_000)),
             Plan::Run(PodOp::StartContainer { restart_count: 2, .. })
+        ));
+    }
+
+    /// A pod's sandboxes come from the sandbox pair's store alone: without it no pod has one and
+    /// nothing starts; with it, the container starts in the sandbox that store has.
+    #[test]
+    fn containers_start_only_in_a_sandbox_of_the_sandbox_pairs_store() {
+        let (desired, _dw) = store::<PodUid, DesiredPod>();
+        let (actual, _aw) = store::<PodUid, PodActual>();
+        let pod = pod();
+        let listed = PodActual { uid: "u".into(), ..PodActual::default() };
+        let reconciler = PodReconciler::new(CrashLoopBackOff::default());
+        let key: PodUid = "u".into();
+        let plan = |inputs: &PodInputs| {
+            let view = View::new(&key, Some(&pod), Some(&listed), &desired, &actual).with_inputs(inputs);
+            reconciler.reconcile(&view)
+        };
+        assert_eq!(plan(&PodInputs::default()), Plan::Idle, "no sandbox pair: no sandbox");
+        assert!(matches!(
+            plan(&in_ready_sandbox()),
+            Plan::Run(PodOp::StartContainer { sandbox_id, .. }) if sandbox_id == "s"
         ));
     }
 }

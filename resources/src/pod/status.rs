@@ -41,10 +41,11 @@ pub fn pod_status(
     failure: Option<&PodOpStatus>,
     now: i64,
 ) -> PodStatus {
-    let joined = reconciler.joined(inputs, Some(pod), actual.unwrap_or(&PodActual::default()));
-    let actual = &joined;
-    let progress = reconciler.progress(pod, actual);
-    let sandbox = actual.sandbox().filter(|s| s.ready);
+    let empty = PodActual::default();
+    let actual = actual.unwrap_or(&empty);
+    let sandboxes = reconciler.pod_sandboxes(inputs, Some(pod), &actual.uid);
+    let progress = reconciler.progress(pod, actual, sandboxes.first());
+    let sandbox = sandboxes.first().filter(|s| s.ready);
     let policy = pod.restart_policy();
     // A pod stopped for good (refused, evicted, past its active deadline) restarts nothing: its
     // containers show how they ended.
@@ -105,7 +106,7 @@ pub fn pod_status(
         }
         _ => "Pending",
     };
-    let start_time = actual.sandboxes.iter().map(|s| s.created_at).filter(|t| *t > 0).min().and_then(time);
+    let start_time = sandboxes.iter().map(|s| s.created_at).filter(|t| *t > 0).min().and_then(time);
     let no_reason = PodCondition { status: "True".into(), ..PodCondition::default() };
     let ready_to_start = PodCondition {
         type_: "PodReadyToStartContainers".into(),

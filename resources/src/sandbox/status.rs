@@ -6,8 +6,7 @@ use std::sync::Arc;
 use reconcile_engine::{OpStatus, Store};
 
 use super::ops::SandboxOp;
-use crate::model::actual::PodActual;
-use crate::model::actual::PodSandboxes;
+use crate::model::actual::{PodSandboxes, SandboxRecord};
 use crate::model::pod::{DesiredPod, PodUid};
 use crate::model::runtime::RuntimeError;
 
@@ -35,20 +34,17 @@ impl SandboxView {
         &self.actual
     }
 
-    /// The pod's runtime state with its sandboxes replaced by those of the sandbox pair (newest
-    /// first). A ready sandbox that no longer fits `pod` (see [`super::desired::SandboxSpec::matches`]) shows as not
-    /// ready: the pod's containers must stop so that the sandbox pair can replace it.
-    pub fn join(&self, pod: Option<&DesiredPod>, actual: &PodActual) -> PodActual {
-        let mut joined = PodActual { sandboxes: Vec::new(), ..actual.clone() };
-        if let Some(sandboxes) = self.actual.get(&actual.uid) {
-            joined.sandboxes.clone_from(&sandboxes.sandboxes);
-        }
+    /// The pod `uid`'s sandboxes as the sandbox pair has them (newest first). A ready sandbox that no
+    /// longer fits `pod` (see [`super::desired::SandboxSpec::matches`]) shows as not ready: the pod's
+    /// containers must stop so that the sandbox pair can replace it.
+    pub fn sandboxes(&self, pod: Option<&DesiredPod>, uid: &str) -> Vec<SandboxRecord> {
+        let mut sandboxes = self.actual.get(&uid.to_owned()).map(|s| s.sandboxes.clone()).unwrap_or_default();
         if let Some(pod) = pod {
-            for s in &mut joined.sandboxes {
+            for s in &mut sandboxes {
                 s.ready &= fits(pod, s);
             }
         }
-        joined
+        sandboxes
     }
 
     /// The pod's sandboxes as the sandbox pair has them.
@@ -76,7 +72,7 @@ impl SandboxView {
 }
 
 /// Whether the spec `pod` would get matches `sandbox` (see [`super::desired::SandboxSpec::matches`]).
-pub fn fits(pod: &DesiredPod, sandbox: &crate::model::actual::SandboxRecord) -> bool {
+pub fn fits(pod: &DesiredPod, sandbox: &SandboxRecord) -> bool {
     sandbox.host_network == pod.host_network()
 }
 

@@ -1,29 +1,29 @@
-//! Reuse of the pods a listing built last time: a pod's [`PodActual`] is a function of its listed
-//! sandboxes and containers (their IDs and states; everything else the listing carries is fixed
-//! for an ID) and of the runtime facts cached for them, so a pod whose items and facts are the
-//! same as at the previous listing gets the same `Arc<PodActual>` again instead of a new one.
+//! Reuse of the pods a listing built last time: a pod's [`ListedPod`] (its `PodActual` and its
+//! `PodSandboxes`) is a function of its listed sandboxes and containers (their IDs and states;
+//! everything else the listing carries is fixed for an ID) and of the runtime facts cached for them,
+//! so a pod whose items and facts are the same as at the previous listing gets the same `Arc`s again
+//! instead of new ones.
 //!
 //! On a quiet node every relist finds every pod unchanged: it builds no record and copies no
-//! string, where it built one `PodActual` per pod per second before (the steady allocation churn
+//! string, where it built one record per pod per second before (the steady allocation churn
 //! that kept the allocator's arenas growing with the pods).
 
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt};
-use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::actual::ListedPod;
 
 use crate::labels::{self, Lookup};
 use crate::listing::{ListedContainer, ListedSandbox};
 
-/// A pod's signature: what its `PodActual` is built from, as one number. Order-independent, as
+/// A pod's signature: what its `ListedPod` is built from, as one number. Order-independent, as
 /// the runtime lists in no fixed order.
 pub(super) type Signature = u64;
 
-/// The last built `PodActual` of each pod, with the signature it was built from.
+/// The last built `ListedPod` of each pod, with the signature it was built from.
 #[derive(Debug, Default)]
 pub(super) struct Memo {
-    pods: HashMap<String, (Signature, Arc<PodActual>)>,
+    pods: HashMap<String, (Signature, ListedPod)>,
 }
 
 /// One listed item's part of its pod's signature.
@@ -64,12 +64,12 @@ pub(super) fn signatures<'a>(
 
 impl Memo {
     /// The pod `uid` as built last time, if it was built from `signature`.
-    pub(super) fn get(&self, uid: &str, signature: Signature) -> Option<Arc<PodActual>> {
+    pub(super) fn get(&self, uid: &str, signature: Signature) -> Option<ListedPod> {
         self.pods.get(uid).filter(|(s, _)| *s == signature).map(|(_, pod)| pod.clone())
     }
 
     /// Remembers `pod`, built from `signature`.
-    pub(super) fn insert(&mut self, uid: &str, signature: Signature, pod: Arc<PodActual>) {
+    pub(super) fn insert(&mut self, uid: &str, signature: Signature, pod: ListedPod) {
         match self.pods.get_mut(uid) {
             Some(entry) => *entry = (signature, pod),
             None => {
@@ -99,6 +99,8 @@ mod tests {
     use super::*;
     use crate::listing::Entry;
     use k8s_cri::v1;
+    use nodelet_resources::model::actual::PodActual;
+    use std::sync::Arc;
 
     fn sandbox(id: &str, uid: &str, state: v1::PodSandboxState) -> ListedSandbox {
         ListedSandbox {
@@ -172,9 +174,12 @@ mod tests {
     #[test]
     fn the_memo_answers_only_for_the_signature_it_was_given() {
         let mut memo = Memo::default();
-        let pod = Arc::new(PodActual { uid: "a".into(), ..PodActual::default() });
+        let pod = ListedPod {
+            pod: Arc::new(PodActual { uid: "a".into(), ..PodActual::default() }),
+            ..ListedPod::default()
+        };
         memo.insert("a", 7, pod.clone());
-        assert!(memo.get("a", 7).is_some_and(|p| Arc::ptr_eq(&p, &pod)));
+        assert!(memo.get("a", 7).is_some_and(|p| p.same(&pod)));
         assert!(memo.get("a", 8).is_none());
         assert!(memo.get("b", 7).is_none());
         memo.insert("b", 1, pod.clone());

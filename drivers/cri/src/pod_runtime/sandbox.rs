@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use nodelet_resources::model::actual::PodSandboxes;
 use nodelet_resources::model::pod::DesiredPod;
@@ -214,7 +215,10 @@ impl SandboxRuntime for CriPodRuntime {
 
     async fn list_sandboxes(&self) -> RuntimeResult<HashMap<String, PodSandboxes>> {
         let pods = self.collect(None).await?;
-        Ok(pods.into_iter().filter_map(|(uid, pod)| PodSandboxes::of(&pod).map(|s| (uid, s))).collect())
+        Ok(pods
+            .into_iter()
+            .filter_map(|(uid, listed)| Some((uid, Arc::unwrap_or_clone(listed.sandboxes?))))
+            .collect())
     }
 
     async fn sandboxes_of(&self, uid: &str) -> RuntimeResult<Option<PodSandboxes>> {
