@@ -33,6 +33,7 @@
 #   HOLLOW_BENCH_SETTLE         seconds between all Running and the window (default 30)
 #   HOLLOW_BENCH_LATENCY_PODS   latency pods (default: 2 x N, at least 100; 0: no latency phase)
 #   HOLLOW_BENCH_LATENCY_RATE   latency pods created per second (default 5)
+#   HOLLOW_BENCH_WAIT           seconds to wait for all pods Running, and for all gone (default 1200)
 #   HOLLOW_BENCH_MIN_FREE_MIB   kubemark: no further process starts below this MemAvailable (default 6144);
 #                               the run then goes on with the nodes started and says so
 #   HOLLOW_BENCH_BASE           work directory (default /tmp/nodelet-hollow-bench; removed at the end)
@@ -49,6 +50,7 @@ PODS_PER_NODE="${HOLLOW_BENCH_PODS_PER_NODE:-30}"
 STEADY="${HOLLOW_BENCH_STEADY:-120}"
 SETTLE="${HOLLOW_BENCH_SETTLE:-30}"
 MIN_FREE_MIB="${HOLLOW_BENCH_MIN_FREE_MIB:-6144}"
+WAIT="${HOLLOW_BENCH_WAIT:-1200}"
 LATENCY_PODS="${HOLLOW_BENCH_LATENCY_PODS:-}"
 LATENCY_RATE="${HOLLOW_BENCH_LATENCY_RATE:-5}"
 BASE="${HOLLOW_BENCH_BASE:-/tmp/nodelet-hollow-bench}"
@@ -192,12 +194,12 @@ EOF
   local t_create=$SECONDS
   $kubectl -n bench create deployment bench --image=busybox:1.36 --replicas="$pods" -- sleep 36000 >/dev/null
   local running=0
-  while [ $((SECONDS - t_create)) -lt 1200 ]; do
+  while [ $((SECONDS - t_create)) -lt "$WAIT" ]; do
     running=$($kubectl -n bench get pods --no-headers --field-selector=status.phase=Running 2>/dev/null | wc -l)
     [ "$running" -ge "$pods" ] && break
     sleep 3
   done
-  [ "$running" -ge "$pods" ] || die "$kind N=$n: only $running of $pods pods Running after 1200 s"
+  [ "$running" -ge "$pods" ] || die "$kind N=$n: only $running of $pods pods Running after $WAIT s"
   local all_running_s=$((SECONDS - t_create))
   log "$kind N=$n: $pods pods Running in ${all_running_s}s; settling ${SETTLE}s"
   sleep "$SETTLE"
@@ -241,12 +243,12 @@ EOF
   local t_delete=$SECONDS
   $kubectl -n bench delete deployment bench --wait=false >/dev/null
   local left=$pods
-  while [ $((SECONDS - t_delete)) -lt 1200 ]; do
+  while [ $((SECONDS - t_delete)) -lt "$WAIT" ]; do
     left=$($kubectl -n bench get pods --no-headers 2>/dev/null | wc -l)
     [ "$left" = 0 ] && break
     sleep 3
   done
-  [ "$left" = 0 ] || log "$kind N=$n: $left pods still there after 1200 s"
+  [ "$left" = 0 ] || log "$kind N=$n: $left pods still there after $WAIT s"
   local all_gone_s=$((SECONDS - t_delete))
   log "$kind N=$n: pods gone in ${all_gone_s}s"
   kill "$WATCHER" 2>/dev/null || true; WATCHER=""

@@ -43,7 +43,9 @@ pub fn pod_status(
 ) -> PodStatus {
     let empty = PodActual::default();
     let actual = actual.unwrap_or(&empty);
-    let sandboxes = reconciler.pod_sandboxes(inputs, Some(pod), &actual.uid);
+    // By the desired pod's UID: the sandbox pair may have made the pod's sandbox before the runtime
+    // reports any container of it (no actual value yet).
+    let sandboxes = reconciler.pod_sandboxes(inputs, Some(pod), pod.uid());
     let progress = reconciler.progress(pod, actual, sandboxes.first());
     let sandbox = sandboxes.first().filter(|s| s.ready);
     let policy = pod.restart_policy();
@@ -569,6 +571,42 @@ mod tests {
             "initContainers": [{"name": "init1", "image": "i"}, {"name": "init2", "image": "i"}],
             "containers": [{"name": "run1", "image": "i"}, {"name": "run2", "image": "i"}],
         }))
+    }
+
+    #[test]
+    fn a_ready_sandbox_shows_its_ip_before_the_runtime_reports_any_container() {
+        use crate::model::actual::{PodSandboxes, SandboxRecord};
+        use crate::sandbox::status::SandboxView;
+        let (sandboxes, mut writer) = reconcile_engine::store::<crate::model::pod::PodUid, PodSandboxes>();
+        let sandbox = SandboxRecord {
+            id: "s".into(),
+            ready: true,
+            ip: Some("198.18.0.7".into()),
+            ..SandboxRecord::default()
+        };
+        writer.insert(
+            "u".into(),
+            PodSandboxes { uid: "u".into(), sandboxes: vec![sandbox], ..PodSandboxes::default() },
+        );
+        writer.mark_synced();
+        let inputs = super::super::reconciler::PodInputs {
+            sandboxes: Some(SandboxView::new(sandboxes, None)),
+            ..Default::default()
+        };
+        let desired = pod(serde_json::json!({"containers": [{"name": "app", "image": "busybox"}]}));
+        let status = pod_status(
+            &PodReconciler::new(super::super::reconciler::CrashLoopBackOff::default()),
+            &inputs,
+            &desired,
+            None,
+            None,
+            0,
+        );
+        assert_eq!(
+            status.pod_ip.as_deref(),
+            Some("198.18.0.7"),
+            "no actual value yet, the sandbox store has one"
+        );
     }
 
     #[test]
