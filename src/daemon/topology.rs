@@ -18,7 +18,7 @@
 //! | [`run`] | the embedded containerd (when no CRI endpoint is set), on an outer supervisor | `containerd` |
 //! | [`start_runtime`] | the CRI client, runtime readiness, the node's facts | `runtime-health` |
 //! | [`start_sources`] | the desired pod store `Store<PodUid, DesiredPod>` (`PodConfig`, its only writer); cluster mode: the API client and pod source (`Cluster::connect`, which returns their tasks) | `source-file`, `source-url`, `source-http`; cluster mode: `client-certificate`, `source-api` |
-//! | [`start_claims`] | the CRI pod runtime, the CSI registry, the claim pair (`claims`: watches its related claims; populated from the manifests' objects and the desired pods) | `csi-plugin-watcher`, `claim-populator`, `claim-csi-drivers`, `claim-engine` |
+//! | [`start_claims`] | the CRI pod runtime, the CSI registry and its store of registered drivers `Store<String, CsiDriverInfo>` (written by `claims::csi_drivers`), the claim pair (`claims`: watches its related claims and `csi-drivers`; populated from the manifests' objects and the desired pods) | `csi-plugin-watcher`, `csi-drivers`, `claim-populator`, `claim-engine` |
 //! | [`start_volumes`] | the volume pair (`volumes`: watches its own actual store as `devices`) | `volume-watch` |
 //! | [`start_pods`] | the verdict store; the pod pair (`pods`: side inputs [`PodSideInputs`]); the sandbox pair (`sandboxes`: watches `pods`, `verdicts`, `volumes`, reads the desired volumes); the volume populator; the container GC surplus store and its reclaimer (`container-gc`, the first of [`Core::reclaimers`]) | `prober`, `volume-refresh`, `volume-populator`, `claim-volume-stats`, `volume-engine`, `sandbox-engine`, `sandbox-populator`, `container-gc`, `log-rotation`, `runtime-events` (real nodes), `pleg`, `pod-engine` |
 //! | [`start_stats`] | the stats provider | `stats-housekeeping`, `volume-stats` |
@@ -467,8 +467,8 @@ pub(crate) struct Storage {
     pub(crate) volume_metrics: VolumeMetrics,
 }
 
-/// The CRI pod runtime, the CSI plugin registry (task `csi-plugin-watcher`) and the claim engine (tasks
-/// `claim-engine`, `claim-populator`, `claim-csi-drivers`).
+/// The CRI pod runtime, the CSI plugin registry (task `csi-plugin-watcher`) and the store of its
+/// drivers (task `csi-drivers`), and the claim engine (tasks `claim-engine`, `claim-populator`).
 pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> Result<Storage, StartCause> {
     let (config, sup, shutdown) = (&core.config, &core.supervisor, &core.shutdown);
     // ConfigMaps, Secrets and tokens for volumes and environment variables.
@@ -529,15 +529,25 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> Res
         csi.watcher(std::time::Duration::from_secs(2), shutdown.clone()),
     );
 
+    // The registered CSI drivers as a store: a driver registering (or going away) changes what can be
+    // provisioned and the node's topology labels, and the claim engine watches it.
+    let (csi_drivers, csi_drivers_writer) = reconcile_engine::store();
+    sup.spawn(
+        "csi-drivers",
+        Policy::Critical,
+        claims::csi_drivers(csi.clone(), csi_drivers_writer, shutdown.clone()),
+    );
+
     // The claim pair: PersistentVolumes, claims and classes from the manifests, provisioners.
     let provisioners = claims::provisioners(config, &csi)?;
     let driver = claims::driver(config, provisioners.clone(), volume_metrics.operation_duration.clone());
     let provisioned = driver.provisioned();
-    let reconciler = ClaimReconciler::new(claims::node_info(config, &csi), provisioners);
+    let reconciler = ClaimReconciler::new(claims::node_info(config, &csi_drivers), provisioners);
     let (claims_desired, claims_writer) = reconcile_engine::store();
     let engine = Engine::builder("claims", reconciler.clone(), Arc::new(driver), claims_desired.clone())
         .metrics(&core.engine_metrics);
-    let engine = watch_related(engine, &claims_desired).build();
+    let engine = watch_related(engine, &claims_desired);
+    let engine = claims::watch_csi_drivers(engine, &claims_desired, &csi_drivers).build();
     let claims_actual = engine.actual();
     let claim_view = ClaimView::new(claims_desired.clone(), claims_actual.clone(), reconciler)
         .with_failures(engine.op_status());
@@ -549,13 +559,6 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> Res
         claims_writer,
     );
     sup.spawn("claim-populator", Policy::Critical, populator.run(shutdown.clone()));
-    // A CSI driver registering (or going away) changes what can be provisioned (`csi-plugin-watcher`
-    // watches the registry).
-    sup.spawn(
-        "claim-csi-drivers",
-        Policy::MayFinish,
-        claims::wake_on_csi_drivers(csi.clone(), claims_desired, engine.waker(), shutdown.clone()),
-    );
     sup.spawn(
         "claim-engine",
         Policy::Critical,
@@ -1256,8 +1259,8 @@ mod tests {
     const HOLLOW_TASKS: &[&str] = &[
         "runtime-health",
         "csi-plugin-watcher",
+        "csi-drivers",
         "claim-populator",
-        "claim-csi-drivers",
         "claim-engine",
         "volume-watch",
         "prober",
