@@ -1,8 +1,9 @@
 //! Node pressure: the eviction pair (its engine and its signal sampler) and the verdict populator
 //! (admission and eviction verdicts, the pod pair's input) wired to the stats provider and the pod stores,
 //! the local storage measurement (with `localStorageCapacityIsolation`), and the v1 `Node` object that
-//! shows the pressure conditions. The image pair, whose reclaimer the eviction pair tries, is a built-in
-//! extension (`crate::daemon::builtin::images`).
+//! shows the pressure conditions. The daemon starts them as a built-in extension
+//! (`crate::daemon::builtin::eviction`), after the image pair (`crate::daemon::builtin::images`), whose
+//! reclaimer the eviction pair tries.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -159,7 +160,8 @@ pub(crate) fn eviction_config(c: &config::EvictionConfig) -> EvictionConfig {
     }
 }
 
-/// What the node view shows of the node's pressure.
+/// What the node view shows of the node's pressure: the extension context's conditions (the eviction
+/// pair updates them) and event log.
 #[derive(Clone)]
 pub(crate) struct PressureState {
     /// The pressure conditions.
@@ -226,7 +228,7 @@ pub(crate) fn admission(
 pub(crate) fn start(
     w: Wiring<'_>,
     shutdown: &CancellationToken,
-) -> Result<(PressureState, Vec<NamedTask>), prometheus::Error> {
+) -> Result<Vec<NamedTask>, prometheus::Error> {
     let mut tasks = Vec::with_capacity(4);
     let events = w.events;
     let (sink, evictions) = nodelet_resources::eviction::populator::evictions();
@@ -245,7 +247,7 @@ pub(crate) fn start(
         sink,
         w.actual.clone(),
         EvictionMetrics::new(w.registry)?,
-        events.clone(),
+        events,
         w.clock.clone(),
     )
     .with_reclaimers(w.reclaimers)
@@ -253,7 +255,6 @@ pub(crate) fn start(
     .with_cleanup_check(Arc::new(move |uid: &str| {
         !w.volumes.keys().iter().any(|k| split_key(k).is_some_and(|(u, _)| u == uid))
     }));
-    let view = driver.pressure();
     let conditions = driver.conditions();
     // The reconciler reads the driver's list of reclaimers when it plans: one an extension adds later
     // is planned for as the built-in ones are.
@@ -295,7 +296,7 @@ pub(crate) fn start(
         UntilShutdown,
         sampler.run(period, shutdown.clone().cancelled_owned()),
     ));
-    Ok((PressureState { view, events }, tasks))
+    Ok(tasks)
 }
 
 /// The node as a v1 `Node`: its name and labels, the `Ready` condition from the runtime's health and

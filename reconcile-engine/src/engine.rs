@@ -132,36 +132,6 @@ impl<K, A> Observer<K, A> {
     }
 }
 
-/// Asks the engine to plan keys again because something the reconciler reads that is not a
-/// [`Store`] changed (a registry of plugins, results kept in a structure of their own). Cheap to
-/// clone. A change of a store is a relation ([`EngineBuilder::watches`]), and "plan again once
-/// that store has loaded" is a gate ([`EngineBuilder::waits_for`]): neither needs a waker.
-///
-/// The reconciler must stay a function of what it reads: a wake only makes the engine look
-/// again, it carries no state.
-pub struct Waker<K> {
-    tx: tokio::sync::mpsc::UnboundedSender<K>,
-}
-
-impl<K> Clone for Waker<K> {
-    fn clone(&self) -> Self {
-        Self { tx: self.tx.clone() }
-    }
-}
-
-impl<K> fmt::Debug for Waker<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Waker").finish_non_exhaustive()
-    }
-}
-
-impl<K> Waker<K> {
-    /// Plans `key` again soon. Returns `false` if the engine has stopped.
-    pub fn wake(&self, key: K) -> bool {
-        self.tx.send(key).is_ok()
-    }
-}
-
 /// Completions handled in one go before the engine plans again.
 const COMPLETION_BATCH: usize = 256;
 
@@ -452,10 +422,7 @@ where
         let desired_sub = self.desired.subscribe();
         let (status, status_writer) = (self.status, self.status_writer);
         let (tx, observations) = tokio::sync::mpsc::unbounded_channel();
-        let (wake_tx, wakes) = tokio::sync::mpsc::unbounded_channel();
         Engine {
-            wakes,
-            waker: Waker { tx: wake_tx },
             name: self.name,
             reconciler: self.reconciler,
             executor,
@@ -507,11 +474,12 @@ where
 /// | start-up: [`Driver::reconstruct`] succeeded and every store of [`EngineBuilder::waits_for`] synced | every key of both stores |
 /// | the desired store synced ([`Writer::mark_synced`]), or its writer was dropped before it ever synced | every key of both stores |
 /// | every [`EngineConfig::resync_period`] | every key of both stores |
-/// | [`Waker::wake`], for what the reconciler reads that is not a store | that key |
 ///
 /// Nothing else does: a side input ([`Reconciler::Inputs`]) that no relation watches is read,
 /// not watched, and the end of a backoff starts the operation already planned without planning
-/// again.
+/// again. Something the reconciler reads that is not a store (a registry of plugins) is copied
+/// into a store by a task of its own (a populator, which writes it whenever the source changes)
+/// and watched through a relation.
 pub struct Engine<D, A, R, Dr>
 where
     A: Send + 'static,
@@ -547,8 +515,6 @@ where
     /// observer was handed out).
     last_completion: Map<R::Key, Instant>,
     observed_by_others: bool,
-    wakes: tokio::sync::mpsc::UnboundedReceiver<R::Key>,
-    waker: Waker<R::Key>,
     relations: Relations<R::Key>,
     /// Stores to wait for before the first pass; emptied once they synced.
     gates: Vec<Gate>,
@@ -619,7 +585,6 @@ enum Event<K, Op, A, E, C> {
     Synced,
     Recheck(K),
     Observed(K, Update<A>, Instant),
-    Wake(K),
     Related,
 }
 
@@ -669,12 +634,6 @@ where
         self.status.clone()
     }
 
-    /// A waker that makes the engine plan keys again when something else the reconciler reads
-    /// changed.
-    pub fn waker(&self) -> Waker<R::Key> {
-        self.waker.clone()
-    }
-
     /// An observer that reports changes of the world seen outside operations (see [`Observer`]).
     /// From this call on the engine records when each key's operations finish, to drop older
     /// observations.
@@ -693,7 +652,7 @@ where
     ///
     /// It takes the engine by value: take the readers and handles you need
     /// ([`actual`](Engine::actual), [`op_status`](Engine::op_status),
-    /// [`observer`](Engine::observer), [`waker`](Engine::waker)) before, and spawn the returned
+    /// [`observer`](Engine::observer)) before, and spawn the returned
     /// future on a task of its own. `shutdown` is any `Future<Output = ()>`:
     /// `CancellationToken::cancelled_owned()`, a `oneshot` receiver mapped to `()`, a signal.
     /// Operations not yet started when it completes are dropped.
@@ -735,7 +694,6 @@ where
                         Event::Recheck(expired.into_inner())
                     }
                     Some((key, update, at)) = self.observations.recv() => Event::Observed(key, update, at),
-                    Some(key) = self.wakes.recv() => Event::Wake(key),
                     () = self.relations.changed(), if !self.relations.is_empty() => Event::Related,
                     _ = resync.tick() => Event::Resync,
                 }
@@ -769,12 +727,6 @@ where
                     self.dirty.insert(key);
                 }
                 Event::Resync => self.dirty_all(),
-                Event::Wake(key) => {
-                    self.dirty.insert(key);
-                    while let Ok(key) = self.wakes.try_recv() {
-                        self.dirty.insert(key);
-                    }
-                }
                 Event::Related => {
                     let dirty = &mut self.dirty;
                     self.relations.drain(|key| {

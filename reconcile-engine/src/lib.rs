@@ -234,8 +234,8 @@
 //!   [`EngineBuilder::build_with`], so an input cannot be left out. A relation
 //!   ([`EngineBuilder::watches`]) maps every change of such a store, deletions included, to keys
 //!   the engine plans again, coalesced and without polling; a gate ([`EngineBuilder::waits_for`])
-//!   holds all planning until a store has loaded. A [`Waker`] plans a key again for sources that
-//!   are not stores.
+//!   holds all planning until a store has loaded. A source that is not a store (a registry of
+//!   plugins) is copied into one by a small task of its own, and watched like any other.
 //! - **Time from the view.** [`View::now`] (tokio's clock) and [`View::wall`] (a [`WallClock`],
 //!   the system clock unless [`EngineBuilder::wall_clock`] gives another): reconcilers read no
 //!   clock of their own, so tests on paused time cover their decisions on time.
@@ -276,7 +276,7 @@ pub mod guide {}
 pub use backoff::BackoffConfig;
 pub use clock::{WallClock, from_unix_nanos, unix_nanos};
 pub use driver::{Driver, Outcome};
-pub use engine::{Engine, EngineBuilder, EngineConfig, Observer, OpStatus, RunReport, Waker};
+pub use engine::{Engine, EngineBuilder, EngineConfig, Observer, OpStatus, RunReport};
 pub use executor::{Executor, ExecutorConfig, OpError, Submitted};
 pub use key::Key;
 pub use metrics::{Metrics, OpResult};

@@ -323,31 +323,6 @@ async fn recheck_after_should_reconsider_the_key_after_the_delay() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_wake_should_reconsider_the_key_at_once() {
-    let mut h = harness();
-    let open = Arc::new(AtomicBool::new(false));
-    h.writer.insert(K::Dev(0), 1);
-    h.writer.insert(K::Dev(1), 1);
-    h.writer.mark_synced();
-    let gated = Gated { open: open.clone(), recheck: None };
-    let engine = Engine::builder("gated", gated, h.driver.clone(), h.desired.clone()).build();
-    let actual = engine.actual();
-    let waker = engine.waker();
-    let _join = tokio::spawn(engine.run(std::future::pending()));
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    open.store(true, Ordering::SeqCst);
-    let opened = Instant::now();
-    assert!(waker.wake(K::Dev(0)));
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // Only the woken key was planned again, at once (long before the 30 s resync).
-    let calls = h.driver.calls();
-    assert_eq!(calls.len(), 1, "{calls:?}");
-    assert!(calls[0].started - opened < Duration::from_millis(10));
-    assert_eq!(actual.get(&K::Dev(0)).as_deref(), Some(&Actual::Val(1)));
-    assert!(actual.get(&K::Dev(1)).is_none());
-}
-
-#[tokio::test(start_paused = true)]
 async fn shutdown_should_let_running_operations_finish_within_the_deadline() {
     let mut h = harness();
     h.driver.script(K::Dev(0), [Step::Delay(Duration::from_secs(2))]);

@@ -16,11 +16,11 @@ use nodelet_resources::claim::driver::{
     ClaimDriver, MemoryRecords, ProvisionError, ProvisionRequest, Provisioner, ProvisionerSet,
 };
 use nodelet_resources::claim::populator::{ClaimObjects, Populator};
-use nodelet_resources::claim::reconciler::{ClaimReconciler, watch_related};
+use nodelet_resources::claim::reconciler::{ClaimReconciler, watch_provisioners, watch_related};
 use nodelet_resources::claim::status::ClaimView;
 use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use reconcile_engine::testing::eventually;
-use reconcile_engine::{CancellationToken, Engine, Writer, store};
+use reconcile_engine::{CancellationToken, Engine, EngineBuilder, Store, Writer, store};
 use tokio::sync::watch;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -54,11 +54,23 @@ struct FakeProvisioner {
     created: Mutex<Vec<String>>,
     deleted: Mutex<Vec<String>>,
     fail: Mutex<Option<String>>,
+    /// When set, it serves the names of this store (as the CSI provisioner serves the registered
+    /// drivers; the value is a driver's topology), not its own name.
+    registered: Option<Store<String, Topology>>,
 }
+
+/// A registered provisioner's topology: labels of the node.
+type Topology = BTreeMap<String, String>;
 
 impl Provisioner for FakeProvisioner {
     fn name(&self) -> &str {
         "fake.example.com"
+    }
+    fn handles(&self, name: &str) -> bool {
+        match &self.registered {
+            Some(registered) => registered.contains_key(&name.to_owned()),
+            None => name == self.name(),
+        }
     }
     fn provision<'a>(
         &'a self,
@@ -85,6 +97,9 @@ impl Provisioner for FakeProvisioner {
     }
 }
 
+type ClaimEngineBuilder =
+    EngineBuilder<ClaimDesired, ClaimActual, ClaimReconciler, ClaimDriver<MemoryRecords>>;
+
 struct Harness {
     objects: watch::Sender<Arc<ClaimObjects>>,
     pods: Writer<PodUid, DesiredPod>,
@@ -105,6 +120,18 @@ impl Harness {
         records: Arc<MemoryRecords>,
         provisioner: Arc<FakeProvisioner>,
     ) -> Self {
+        Self::assemble(objects, records, provisioner, NodeInfo::new(NODE), |builder, _| builder).await
+    }
+
+    /// The pair with `node`, its engine's relations on its own stores and those `relate` adds
+    /// (given the desired store).
+    async fn assemble(
+        objects: ClaimObjects,
+        records: Arc<MemoryRecords>,
+        provisioner: Arc<FakeProvisioner>,
+        node: NodeInfo,
+        relate: impl FnOnce(ClaimEngineBuilder, &Store<ClaimKey, ClaimDesired>) -> ClaimEngineBuilder,
+    ) -> Self {
         let (tx, rx) = watch::channel(Arc::new(objects));
         let (pods_store, mut pods) = store::<PodUid, DesiredPod>();
         pods.mark_synced();
@@ -112,12 +139,12 @@ impl Harness {
         let set = ProvisionerSet::new([provisioner.clone() as Arc<dyn Provisioner>]);
         let driver = ClaimDriver::new(records.clone(), set.clone());
         let provisioned = driver.provisioned();
-        let reconciler = ClaimReconciler::new(NodeInfo::new(NODE), set);
-        let engine = watch_related(
+        let reconciler = ClaimReconciler::new(node, set);
+        let builder = watch_related(
             Engine::builder("claims", reconciler.clone(), Arc::new(driver), desired.clone()),
             &desired,
-        )
-        .build();
+        );
+        let engine = relate(builder, &desired).build();
         let actual = engine.actual();
         let view =
             ClaimView::new(desired.clone(), actual.clone(), reconciler).with_failures(engine.op_status());
@@ -486,6 +513,118 @@ async fn unknown_provisioner_and_missing_class_say_why() {
         h.view.bound_volume("default", "nope").unwrap_err().to_string(),
         "persistentvolumeclaim \"nope\" not found"
     );
+    h.stop().await;
+}
+
+/// A pair whose provisioner serves the names of a store of registered provisioners (as the daemon's
+/// CSI provisioner serves the registered CSI drivers), whose node is labelled with their topology, and
+/// whose engine watches that store through [`watch_provisioners`] (every claim and volume is planned
+/// again for a provisioner with a topology, or one that went away, as the daemon does).
+async fn with_registered_provisioners(
+    objects: ClaimObjects,
+    metrics: &reconcile_engine::Metrics,
+) -> (Harness, Writer<String, Topology>) {
+    let (registered, writer) = store::<String, Topology>();
+    let provisioner =
+        Arc::new(FakeProvisioner { registered: Some(registered.clone()), ..Default::default() });
+    let labels = registered.clone();
+    let node = NodeInfo::new(NODE).with_dynamic_labels(Arc::new(move || {
+        let mut all = BTreeMap::new();
+        labels.for_each(|_, topology| all.extend(topology.clone()));
+        all
+    }));
+    let metrics = metrics.clone();
+    let h =
+        Harness::assemble(objects, Arc::new(MemoryRecords::new()), provisioner, node, |builder, desired| {
+            watch_provisioners(
+                builder.metrics(&metrics),
+                "provisioners",
+                desired,
+                registered,
+                |t: Option<&Topology>| t.is_none_or(|t| !t.is_empty()),
+            )
+        })
+        .await;
+    (h, writer)
+}
+
+/// `reconcile_engine_relation_wakeups_total` of the relation `provisioners`.
+fn provisioner_wakeups(registry: &prometheus::Registry) -> u64 {
+    let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather()).expect("encode");
+    text.lines()
+        .filter(|l| {
+            l.starts_with("reconcile_engine_relation_wakeups_total{")
+                && l.contains("relation=\"provisioners\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_waiting_for_its_provisioner_is_provisioned_once_it_registers() {
+    let registry = prometheus::Registry::new();
+    let metrics = reconcile_engine::Metrics::new(&registry).expect("metrics");
+    let (h, mut registered) = with_registered_provisioners(
+        objects(
+            vec![],
+            vec![
+                claim("data", "1Gi", "ReadWriteOnce", Some("late")),
+                claim("other", "1Gi", "ReadWriteOnce", Some("elsewhere")),
+            ],
+            vec![
+                class("metadata: {name: late}\nprovisioner: late.example.com\n"),
+                class("metadata: {name: elsewhere}\nprovisioner: other.example.com\n"),
+            ],
+        ),
+        &metrics,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let state = h.view.claim_state("default", "data").expect("claim");
+    assert_eq!(state.reason.as_deref(), Some("ExternalProvisioning"), "{state:?}");
+    assert_eq!(provisioner_wakeups(&registry), 0);
+    // The provisioner registers (without topology): the claim naming it is planned again at once,
+    // not at the next resync (30 s), and only that claim.
+    registered.insert("late.example.com".into(), Topology::new());
+    assert!(
+        eventually(Duration::from_secs(5), || h.bound_to("data").is_some()).await,
+        "{:?}",
+        h.view.claim_state("default", "data")
+    );
+    assert_eq!(h.provisioner.created.lock().unwrap().len(), 1);
+    assert_eq!(provisioner_wakeups(&registry), 1, "only the claim whose class names it");
+    assert_eq!(h.pvc_phase("other").as_deref(), Some("Pending"));
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_provisioner_with_a_topology_plans_every_claim_again() {
+    let registry = prometheus::Registry::new();
+    let metrics = reconcile_engine::Metrics::new(&registry).expect("metrics");
+    // A volume only for nodes in zone a; the node is in no zone until a provisioner with that topology
+    // registers.
+    let mut zoned = volume("zoned", "5Gi", "ReadWriteOnce", "");
+    zoned.spec.as_mut().unwrap().node_affinity = Some(
+        serde_saphyr::from_str(
+            "required: {nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: In, values: [a]}]}]}",
+        )
+        .expect("affinity"),
+    );
+    let (h, mut registered) = with_registered_provisioners(
+        objects(vec![zoned], vec![claim("data", "1Gi", "ReadWriteOnce", Some(""))], vec![]),
+        &metrics,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(h.pvc_phase("data").as_deref(), Some("Pending"));
+    assert_eq!(h.bound_to("data"), None);
+    registered.insert("zonal.example.com".into(), Topology::from([("zone".to_owned(), "a".to_owned())]));
+    assert!(
+        eventually(Duration::from_secs(5), || h.bound_to("data").as_deref() == Some("zoned")).await,
+        "{:?}",
+        h.view.claim_state("default", "data")
+    );
+    assert!(provisioner_wakeups(&registry) >= 1);
     h.stop().await;
 }
 

@@ -212,7 +212,8 @@ fn the_scan_skips_test_items_and_comments_and_finds_the_rest() {
 /// through `Extension::start` and which spawn on the supervisor of their `ExtensionContext`, as every
 /// extension does; everything else hands its tasks to the assembly module
 /// ([`NamedTask`](nodelet_resources::common::task::NamedTask)s or futures).
-const SUPERVISOR_SPAWNERS: &[&str] = &["src/daemon/topology.rs", "src/daemon/builtin/images.rs"];
+const SUPERVISOR_SPAWNERS: &[&str] =
+    &["src/daemon/topology.rs", "src/daemon/builtin/images.rs", "src/daemon/builtin/eviction.rs"];
 
 /// The sources the supervisor scan reads: the root crate's and those of the crates split from it, which the
 /// assembly module starts the same way.

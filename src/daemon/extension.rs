@@ -3,16 +3,18 @@
 //!
 //! An [`Extension`] is registered with [`NodeBuilder::with_extension`](super::NodeBuilder::with_extension).
 //! After the standard pairs have started, the daemon calls [`Extension::start`] with an
-//! [`ExtensionContext`]: read-only [`Store`]s of the node's pods (desired and actual), volumes (desired and
-//! actual) and its pressure conditions, the shared engine [`Metrics`] (give the engine its own name and its
+//! [`ExtensionContext`]: read-only [`Store`]s of the node's pods (desired and actual), their sandboxes,
+//! the admission and eviction verdicts, volumes (desired and actual), its pressure conditions, the node's
+//! stats ([`StatsProvider`]), the shared engine [`Metrics`] (give the engine its own name and its
 //! series carry it as their `reconciler` label), the `/metrics` registry for its own series, the
 //! [`Supervisor`] to spawn its tasks on, the shutdown token, the container runtime's CRI client, the node's
 //! event log ([`NodeEvents`]), its wall clock ([`Clock`]) and the list of node-level [`Reclaimer`]s the
 //! eviction pair tries under disk pressure ([`Reclaimers`]).
 //!
-//! nodelet's own image pair (image garbage collection, `super::builtin::images`) is an [`Extension`] too:
-//! the daemon starts it through [`Extension::start`] with the same [`ExtensionContext`], at its place in the
-//! start order (before the eviction pair, which tries the reclaimer it adds).
+//! nodelet's own image pair (image garbage collection, `super::builtin::images`) and eviction pair (with
+//! the verdict populator, `super::builtin::eviction`) are [`Extension`]s too: the daemon starts them
+//! through [`Extension::start`] with the same [`ExtensionContext`], in that order (the eviction pair tries
+//! the reclaimer the image pair adds), before the third parties' extensions.
 //!
 //! Its status: [`Extension::start`] may return a [`StatusTable`]; the main and read-only ports serve it
 //! as a `meta.k8s.io/v1` `Table` on `/extensions/{name}`, and `nodelet get {name}` prints it like the
@@ -24,13 +26,15 @@ use std::sync::Arc;
 use nodelet_resources::common::clock::Clock;
 use nodelet_resources::common::events::NodeEvents;
 use nodelet_resources::eviction::status::PressureView;
-use nodelet_resources::model::actual::PodActual;
+use nodelet_resources::model::actual::{PodActual, PodSandboxes};
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
 #[cfg(doc)]
 use nodelet_resources::model::pressure::Reclaimer;
 use nodelet_resources::model::pressure::Reclaimers;
+use nodelet_resources::model::verdict::Verdict;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey};
+use nodelet_stats::StatsProvider;
 use reconcile_engine::{CancellationToken, Metrics, Store, WallClock};
 
 use super::supervisor::Supervisor;
@@ -62,9 +66,12 @@ pub struct ExtensionContext {
     pub(crate) root_dir: std::path::PathBuf,
     pub(crate) pods_desired: Store<PodUid, DesiredPod>,
     pub(crate) pods_actual: Store<PodUid, PodActual>,
+    pub(crate) sandboxes_actual: Store<PodUid, PodSandboxes>,
+    pub(crate) verdicts: Store<PodUid, Verdict>,
     pub(crate) volumes_desired: Store<VolumeKey, DesiredVolume>,
     pub(crate) volumes_actual: Store<VolumeKey, VolumeActual>,
     pub(crate) pressure: PressureView,
+    pub(crate) stats: StatsProvider,
     pub(crate) engine_metrics: Metrics,
     pub(crate) registry: prometheus::Registry,
     pub(crate) supervisor: Supervisor,
@@ -102,6 +109,16 @@ impl ExtensionContext {
     pub fn pods_actual(&self) -> Store<PodUid, PodActual> {
         self.pods_actual.clone()
     }
+    /// The pods' sandboxes as the runtime runs them, by pod UID (read-only; the sandbox pair's actual
+    /// store).
+    pub fn sandboxes_actual(&self) -> Store<PodUid, PodSandboxes> {
+        self.sandboxes_actual.clone()
+    }
+    /// The admission and eviction verdicts of the pods, by UID (read-only; the verdict populator, which
+    /// the eviction pair runs, writes them; the pod pair stops a pod whose verdict says so).
+    pub fn verdicts(&self) -> Store<PodUid, Verdict> {
+        self.verdicts.clone()
+    }
     /// The volumes the pods need (read-only).
     pub fn volumes_desired(&self) -> Store<VolumeKey, DesiredVolume> {
         self.volumes_desired.clone()
@@ -113,6 +130,11 @@ impl ExtensionContext {
     /// The node's pressure conditions (MemoryPressure, DiskPressure, PIDPressure).
     pub fn pressure(&self) -> PressureView {
         self.pressure.clone()
+    }
+    /// The node's stats: what `/stats/summary` serves, gathered on demand or from the newest
+    /// housekeeping (the eviction pair's signals come from here).
+    pub fn stats(&self) -> &StatsProvider {
+        &self.stats
     }
     /// The engine metrics every engine reports to: pass them to
     /// [`EngineBuilder::metrics`](reconcile_engine::EngineBuilder::metrics); the engine's name is its

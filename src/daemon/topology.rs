@@ -18,12 +18,11 @@
 //! | [`run`] | the embedded containerd (when no CRI endpoint is set), on an outer supervisor | `containerd` |
 //! | [`start_runtime`] | the CRI client, runtime readiness, the node's facts | `runtime-health` |
 //! | [`start_sources`] | the desired pod store `Store<PodUid, DesiredPod>` (`PodConfig`, its only writer); cluster mode: the API client and pod source (`Cluster::connect`, which returns their tasks) | `source-file`, `source-url`, `source-http`; cluster mode: `client-certificate`, `source-api` |
-//! | [`start_claims`] | the CRI pod runtime, the CSI registry, the claim pair (`claims`: watches its related claims; populated from the manifests' objects and the desired pods) | `csi-plugin-watcher`, `claim-populator`, `claim-csi-drivers`, `claim-engine` |
+//! | [`start_claims`] | the CRI pod runtime, the CSI registry and its store of registered drivers `Store<String, CsiDriverInfo>` (written by `claims::csi_drivers`), the claim pair (`claims`: watches its related claims and `csi-drivers`; populated from the manifests' objects and the desired pods) | `csi-plugin-watcher`, `csi-drivers`, `claim-populator`, `claim-engine` |
 //! | [`start_volumes`] | the volume pair (`volumes`: watches its own actual store as `devices`) | `volume-watch` |
 //! | [`start_pods`] | the verdict store; the pod pair (`pods`: side inputs [`PodSideInputs`]); the sandbox pair (`sandboxes`: watches `pods`, `verdicts`, `volumes`, reads the desired volumes); the volume populator; the container GC surplus store and its reclaimer (`container-gc`, the first of [`Core::reclaimers`]) | `prober`, `volume-refresh`, `volume-populator`, `claim-volume-stats`, `volume-engine`, `sandbox-engine`, `sandbox-populator`, `container-gc`, `log-rotation`, `runtime-events` (real nodes), `pleg`, `pod-engine` |
 //! | [`start_stats`] | the stats provider | `stats-housekeeping`, `volume-stats` |
-//! | [`start_builtins`] | the [`ExtensionContext`] (the pod and volume stores, the pressure conditions the eviction pair will update, the supervisor, the CRI client, the node's events, clock and reclaimers); the built-in extensions ([`builtin_extensions`]): the image pair (`images`, [`builtin::images::ImageGc`]: watches `pods-desired`, `pods-actual`; adds the `image-gc` reclaimer) | `image-populator`, `image-engine` |
-//! | [`start_pressure`] | `pressure::start` (which builds them and returns their tasks): the verdict populator (the verdict store's writer), the eviction pair (engine and sampler; it tries the context's reclaimers, `container-gc` from [`start_pods`] first) | `local-storage-measure`, `verdict-populator`, `eviction-engine`, `eviction-sampler` |
+//! | [`start_builtins`] | the [`ExtensionContext`] (the pod, sandbox, verdict and volume stores, the pressure conditions the eviction pair updates, the stats provider, the supervisor, the CRI client, the node's events, clock and reclaimers); the built-in extensions ([`builtin_extensions`]), in order: the image pair (`images`, [`builtin::images::ImageGc`]: watches `pods-desired`, `pods-actual`; adds the `image-gc` reclaimer), then the eviction pair ([`builtin::eviction::EvictionPair`], through `pressure::start`: the verdict populator with the verdict store's writer and admission from [`start_pods`], the eviction engine and sampler; it tries the context's reclaimers, `container-gc` from [`start_pods`] first) | `image-populator`, `image-engine`, `local-storage-measure`, `verdict-populator`, `eviction-engine`, `eviction-sampler` |
 //! | extensions | the third parties' [`Extension`]s, in the order added, each through [`start_extension`] with the same [`ExtensionContext`] | the extensions' own |
 //! | status | [`node::Node`]: what the servers and cluster mode read | — |
 //! | [`start_cluster`] | cluster mode's writers (Node, Lease, pod status, mirror pods, events) | `pod-data-refresh`, `runtime-classes`, `services`, `pod-data`, `serving-certificate`, `csi-node`, `node-sync`, `pod-status`, `mirror-pods`, `events` |
@@ -244,9 +243,12 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
         root_dir: config.root_dir.clone(),
         pods_desired: sources.desired.clone(),
         pods_actual: pods.actual.clone(),
+        sandboxes_actual: pods.sandboxes.actual().clone(),
+        verdicts: pods.verdicts.clone(),
         volumes_desired: volumes.desired.clone(),
         volumes_actual: volumes.actual.clone(),
         pressure: PressureView::new((core.clock)()),
+        stats: stats.clone(),
         engine_metrics: core.engine_metrics.clone(),
         registry: core.registry.clone(),
         supervisor: core.supervisor.clone(),
@@ -256,9 +258,9 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
         reclaimers: core.reclaimers.clone(),
     };
     let mut tables = StatusTables::default();
-    start_builtins(&ctx, &mut tables, builtin_extensions(config)).map_err(StartError::at(Stage::Pressure))?;
-    let pressure = start_pressure(core, &sources, &volumes, &pods, pressure_inputs, &stats, &ctx)
+    start_builtins(&ctx, &mut tables, builtin_extensions(config, pressure_inputs))
         .map_err(StartError::at(Stage::Pressure))?;
+    let pressure = pressure::PressureState { view: ctx.pressure(), events: ctx.events().clone() };
     for ext in extensions {
         let name = ext.name().to_owned();
         tracing::info!(extension = %name, "starting extension");
@@ -307,13 +309,22 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
 }
 
 /// nodelet's own pairs that start as extensions ([`builtin`]), in start order: the image pair
-/// ([`builtin::images::ImageGc`]).
-fn builtin_extensions(config: &config::Config) -> Vec<Box<dyn Extension>> {
-    vec![Box::new(builtin::images::ImageGc::new(config))]
+/// ([`builtin::images::ImageGc`]), then the eviction pair ([`builtin::eviction::EvictionPair`], given the
+/// verdict store's writer and admission from [`start_pods`]), which tries the image pair's reclaimer.
+fn builtin_extensions(config: &Arc<config::Config>, pressure: PressureInputs) -> Vec<Box<dyn Extension>> {
+    vec![
+        Box::new(builtin::images::ImageGc::new(config)),
+        Box::new(builtin::eviction::EvictionPair::new(
+            config.clone(),
+            pressure.verdict_writer,
+            pressure.admission,
+        )),
+    ]
 }
 
 /// Starts nodelet's own pairs that are extensions (tasks: the image pair's `image-populator`,
-/// `image-engine`), each as every extension starts ([`start_extension`]); their failure is the
+/// `image-engine`; the eviction pair's `local-storage-measure`, `verdict-populator`, `eviction-engine`,
+/// `eviction-sampler`), each as every extension starts ([`start_extension`]); their failure is the
 /// [`Stage::Pressure`]'s.
 fn start_builtins(
     ctx: &ExtensionContext,
@@ -467,8 +478,8 @@ pub(crate) struct Storage {
     pub(crate) volume_metrics: VolumeMetrics,
 }
 
-/// The CRI pod runtime, the CSI plugin registry (task `csi-plugin-watcher`) and the claim engine (tasks
-/// `claim-engine`, `claim-populator`, `claim-csi-drivers`).
+/// The CRI pod runtime, the CSI plugin registry (task `csi-plugin-watcher`) and the store of its
+/// drivers (task `csi-drivers`), and the claim engine (tasks `claim-engine`, `claim-populator`).
 pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> Result<Storage, StartCause> {
     let (config, sup, shutdown) = (&core.config, &core.supervisor, &core.shutdown);
     // ConfigMaps, Secrets and tokens for volumes and environment variables.
@@ -529,15 +540,25 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> Res
         csi.watcher(std::time::Duration::from_secs(2), shutdown.clone()),
     );
 
+    // The registered CSI drivers as a store: a driver registering (or going away) changes what can be
+    // provisioned and the node's topology labels, and the claim engine watches it.
+    let (csi_drivers, csi_drivers_writer) = reconcile_engine::store();
+    sup.spawn(
+        "csi-drivers",
+        Policy::Critical,
+        claims::csi_drivers(csi.clone(), csi_drivers_writer, shutdown.clone()),
+    );
+
     // The claim pair: PersistentVolumes, claims and classes from the manifests, provisioners.
     let provisioners = claims::provisioners(config, &csi)?;
     let driver = claims::driver(config, provisioners.clone(), volume_metrics.operation_duration.clone());
     let provisioned = driver.provisioned();
-    let reconciler = ClaimReconciler::new(claims::node_info(config, &csi), provisioners);
+    let reconciler = ClaimReconciler::new(claims::node_info(config, &csi_drivers), provisioners);
     let (claims_desired, claims_writer) = reconcile_engine::store();
     let engine = Engine::builder("claims", reconciler.clone(), Arc::new(driver), claims_desired.clone())
         .metrics(&core.engine_metrics);
-    let engine = watch_related(engine, &claims_desired).build();
+    let engine = watch_related(engine, &claims_desired);
+    let engine = claims::watch_csi_drivers(engine, &claims_desired, &csi_drivers).build();
     let claims_actual = engine.actual();
     let claim_view = ClaimView::new(claims_desired.clone(), claims_actual.clone(), reconciler)
         .with_failures(engine.op_status());
@@ -549,13 +570,6 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> Res
         claims_writer,
     );
     sup.spawn("claim-populator", Policy::Critical, populator.run(shutdown.clone()));
-    // A CSI driver registering (or going away) changes what can be provisioned (`csi-plugin-watcher`
-    // watches the registry).
-    sup.spawn(
-        "claim-csi-drivers",
-        Policy::MayFinish,
-        claims::wake_on_csi_drivers(csi.clone(), claims_desired, engine.waker(), shutdown.clone()),
-    );
     sup.spawn(
         "claim-engine",
         Policy::Critical,
@@ -759,8 +773,8 @@ impl PodSideInputs {
     }
 }
 
-/// What [`start_pods`] hands to [`start_pressure`]: the verdict store's writer and admission (the verdict
-/// populator runs there).
+/// What [`start_pods`] hands to the eviction pair ([`builtin::eviction::EvictionPair`]): the verdict
+/// store's writer and admission (the verdict populator runs there).
 pub(crate) struct PressureInputs {
     verdict_writer: reconcile_engine::Writer<PodUid, nodelet_resources::model::verdict::Verdict>,
     admission: nodelet_resources::eviction::verdict::Admission,
@@ -1012,43 +1026,6 @@ pub(crate) fn start_stats(
     stats
 }
 
-/// The verdict populator and the eviction pair (tasks, in start order, `local-storage-measure` (with local
-/// storage capacity isolation), `verdict-populator`, `eviction-engine`, `eviction-sampler`; all critical),
-/// with the extensions' pressure conditions, event log and reclaimers (`ctx`).
-pub(crate) fn start_pressure(
-    core: &Core,
-    src: &Sources,
-    vols: &Volumes,
-    pods: &Pods,
-    inputs: PressureInputs,
-    stats: &stats::StatsProvider,
-    ctx: &ExtensionContext,
-) -> Result<pressure::PressureState, StartCause> {
-    let config = &core.config;
-    let (state, tasks) = pressure::start(
-        pressure::Wiring {
-            config,
-            stats: stats.clone(),
-            desired: src.desired.clone(),
-            actual: pods.actual.clone(),
-            sandboxes: pods.sandboxes.actual().clone(),
-            volumes: vols.actual.clone(),
-            verdicts: pods.verdicts.clone(),
-            verdict_writer: inputs.verdict_writer,
-            admission: inputs.admission,
-            reclaimers: ctx.reclaimers().clone(),
-            pressure: ctx.pressure(),
-            events: ctx.events().clone(),
-            registry: &core.registry,
-            engine_metrics: &core.engine_metrics,
-            clock: ctx.clock().clone(),
-        },
-        &core.shutdown,
-    )?;
-    spawn_tasks(&core.supervisor, tasks);
-    Ok(state)
-}
-
 /// Cluster mode: the Node object, its Lease, pod status, mirror pods, events (tasks named in
 /// [`cluster::Cluster::tasks`]).
 fn start_cluster(
@@ -1142,22 +1119,37 @@ mod tests {
         config
     }
 
-    /// The extension context over empty stores, a CRI client of a socket nobody serves, and `core`'s
-    /// supervisor, clock, events and reclaimers.
+    /// The extension context over empty stores, a CRI client of a socket nobody serves (and stats read
+    /// through it), and `core`'s supervisor, clock, events and reclaimers.
     fn context(core: &Core) -> ExtensionContext {
         let cri = nodelet_cri::CriClient::connect_lazy(nodelet_cri::CriConfig::new(format!(
             "unix://{}",
             core.config.root_dir.join("nobody.sock").display()
         )))
         .expect("client");
+        let stats = stats::StatsProvider::new(
+            Arc::new(nodelet_cri::CriPodRuntime::new(
+                cri.clone(),
+                nodelet_cri::CriPodRuntimeConfig::default(),
+            )),
+            stats::StatsConfig::new(
+                &core.config.node_name,
+                &core.config.root_dir,
+                &core.config.pods.pod_logs_dir,
+            ),
+            system_clock(),
+        );
         ExtensionContext {
             node_name: core.config.node_name.clone(),
             root_dir: core.config.root_dir.clone(),
             pods_desired: reconcile_engine::store().0,
             pods_actual: reconcile_engine::store().0,
+            sandboxes_actual: reconcile_engine::store().0,
+            verdicts: reconcile_engine::store().0,
             volumes_desired: reconcile_engine::store().0,
             volumes_actual: reconcile_engine::store().0,
             pressure: PressureView::new(0),
+            stats,
             engine_metrics: core.engine_metrics.clone(),
             registry: core.registry.clone(),
             supervisor: core.supervisor.clone(),
@@ -1169,23 +1161,38 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_image_pair_starts_through_extension_start_with_its_tasks_its_reclaimer_and_no_table() {
+    async fn the_image_and_eviction_pairs_start_through_extension_start_with_their_tasks_and_no_table() {
         let dir = tempfile::tempdir().expect("tempdir");
         let core = Core::new(Arc::new(config(dir.path())), Host::Hollow).expect("core");
-        let builtins = builtin_extensions(&core.config);
+        let pressure = PressureInputs {
+            verdict_writer: reconcile_engine::store().1,
+            admission: nodelet_resources::eviction::verdict::Admission::new(),
+        };
+        let builtins = builtin_extensions(&core.config, pressure);
         let names: Vec<&str> = builtins.iter().map(|e| e.name()).collect();
-        assert_eq!(names, ["images"]);
+        assert_eq!(names, ["images", "eviction"]);
         let mut tables = StatusTables::default();
         start_builtins(&context(&core), &mut tables, builtins).expect("started");
-        assert_eq!(core.supervisor.task_names(), ["image-populator", "image-engine"]);
+        assert_eq!(
+            core.supervisor.task_names(),
+            [
+                "image-populator",
+                "image-engine",
+                "local-storage-measure",
+                "verdict-populator",
+                "eviction-engine",
+                "eviction-sampler"
+            ]
+        );
         assert_eq!(
             format!("{:?}", core.reclaimers),
             r#"["image-gc"]"#,
             "the eviction pair's image reclaimer"
         );
-        assert!(tables.is_empty(), "no /extensions/images: {tables:?}");
+        assert!(tables.is_empty(), "no /extensions/images or /extensions/eviction: {tables:?}");
         let text = prometheus::TextEncoder::new().encode_to_string(&core.registry.gather()).expect("text");
         assert!(text.contains("reconciler=\"images\""), "the engine reports as before: {text}");
+        assert!(text.contains("reconciler=\"eviction\""), "the engine reports as before: {text}");
         core.shutdown.cancel();
         core.supervisor.join().await;
     }
@@ -1256,8 +1263,8 @@ mod tests {
     const HOLLOW_TASKS: &[&str] = &[
         "runtime-health",
         "csi-plugin-watcher",
+        "csi-drivers",
         "claim-populator",
-        "claim-csi-drivers",
         "claim-engine",
         "volume-watch",
         "prober",

@@ -805,6 +805,39 @@ async fn a_claim_of_a_csi_storage_class_is_provisioned_staged_published_and_clea
 }
 
 #[tokio::test]
+async fn a_claim_waiting_for_its_csi_driver_is_provisioned_once_the_driver_registers() {
+    let env = env_or_skip!("a_claim_waiting_for_its_csi_driver_is_provisioned_once_the_driver_registers");
+    let n = Nodelet::start(&env, "csi-late").await;
+    // The claim first, with no CSI driver registered: it waits for its provisioner and says so.
+    let storage = class_and_claim("csi-late", "hostpath.csi.nodelet.dev", "Immediate", "late");
+    n.write_manifest_text("storage.yaml", &storage);
+    n.wait_for("the claim waiting for its provisioner", Duration::from_secs(10), async || {
+        let claims = api_list(&n, "/api/v1/persistentvolumeclaims").await;
+        let message = claims["items"][0]["status"]["conditions"][0]["message"].as_str()?.to_owned();
+        message.contains("hostpath.csi.nodelet.dev").then_some(())
+    })
+    .await;
+    let table = n.cli_main(&["get", "pvc"]).await;
+    assert!(table.lines().any(|l| l.starts_with("late ") && l.contains("Pending")), "{table}");
+    // The driver registers at the next scan of the plugin directory (every 2 s); the store of
+    // registered drivers changes and the claim engine, which watches it, plans the claim again at
+    // once: bound well before the engine's first resync (30 s after it started).
+    let driver = CsiDriver::start(&n, &[]);
+    n.wait_for("the claim Bound once the driver registered", Duration::from_secs(12), async || {
+        let table = n.cli_main(&["get", "pvc"]).await;
+        table.lines().any(|l| l.starts_with("late ") && l.contains("Bound")).then_some(())
+    })
+    .await;
+    assert_eq!(driver.lifecycle(), ["CreateVolume"]);
+    n.remove_manifest("storage.yaml");
+    n.wait_for("the CSI volume deleted", Duration::from_secs(20), async || {
+        (driver.lifecycle().last().map(String::as_str) == Some("DeleteVolume")).then_some(())
+    })
+    .await;
+    n.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_csi_device_is_attached_and_staged_once_for_two_pods_survives_kill_9_and_goes_after_the_last_pod() {
     let env = env_or_skip!(
         "a_csi_device_is_attached_and_staged_once_for_two_pods_survives_kill_9_and_goes_after_the_last_pod"

@@ -227,8 +227,9 @@ impl ScanReport {
 /// The CSI drivers registered on this node, by name.
 ///
 /// [`scan`](Self::scan) reconciles it with the registration directory; [`watcher`](Self::watcher)
-/// scans periodically. [`subscribe`](Self::subscribe) wakes a consumer (the volume reconciler) whenever the
-/// set of drivers changes.
+/// scans periodically. [`subscribe`](Self::subscribe) wakes a consumer (the daemon copies the drivers
+/// into a store the claim engine watches) whenever the set of drivers changes;
+/// [`scanned`](Self::scanned) waits for the first scan.
 #[derive(Debug)]
 pub struct Registry {
     dir: PathBuf,
@@ -236,6 +237,8 @@ pub struct Registry {
     discovery_timeout: Duration,
     drivers: Mutex<BTreeMap<String, Arc<Driver>>>,
     generation: watch::Sender<u64>,
+    /// A scan has finished.
+    scanned: watch::Sender<bool>,
 }
 
 impl Registry {
@@ -248,6 +251,7 @@ impl Registry {
             discovery_timeout: DEFAULT_DISCOVERY_TIMEOUT,
             drivers: Mutex::new(BTreeMap::new()),
             generation: watch::Sender::new(0),
+            scanned: watch::Sender::new(false),
         }
     }
 
@@ -275,6 +279,19 @@ impl Registry {
     /// A receiver whose value (a generation counter) changes whenever drivers are added or removed.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.generation.subscribe()
+    }
+
+    /// Whether a [`scan`](Self::scan) has finished: the drivers are those found in the registration
+    /// directory, not only none found yet.
+    pub fn has_scanned(&self) -> bool {
+        *self.scanned.borrow()
+    }
+
+    /// Waits until a [`scan`](Self::scan) has finished (at once if one has).
+    pub async fn scanned(&self) {
+        let mut scanned = self.scanned.subscribe();
+        // The sender lives as long as `self`: `wait_for` cannot fail while this borrows it.
+        let _ = scanned.wait_for(|s| *s).await;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Driver>>> {
@@ -345,6 +362,7 @@ impl Registry {
         if report.changed() {
             self.generation.send_modify(|g| *g = g.wrapping_add(1));
         }
+        self.scanned.send_if_modified(|s| !std::mem::replace(s, true));
         Ok(report)
     }
 

@@ -199,7 +199,10 @@ async fn registry_registers_ready_csi_drivers_only() {
     let mut changes = registry.subscribe();
 
     // Empty (and missing) directories are fine.
+    assert!(!registry.has_scanned());
     assert!(!registry.scan().await.expect("scan").changed());
+    assert!(registry.has_scanned() && !changes.has_changed().expect("sender alive"));
+    registry.scanned().await;
     assert!(
         !Registry::new(dir.join("missing"), CsiClientConfig::default()).scan().await.expect("scan").changed()
     );

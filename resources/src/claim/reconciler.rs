@@ -6,7 +6,9 @@
 //! stores. A volume's next step depends on its claim's state and the other way round, and who
 //! binds to what depends on every unbound claim and volume: [`watch_related`] declares the
 //! engine's relations on its own two stores, which plan again, when a key changes, the keys
-//! [`related_keys`] names.
+//! [`related_keys`] names. What can be provisioned, and the node's labels, may depend on a store
+//! of provisioners kept elsewhere (the daemon's registered CSI drivers): [`watch_provisioners`]
+//! declares a relation on it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -378,4 +380,47 @@ where
     let (d, a) = (desired.clone(), actual.clone());
     let on_actual = move |key: &ClaimKey, _: Option<&ClaimActual>| related_keys(&d, &a, key);
     builder.watches("desired", desired.clone(), on_desired).watches("actual", actual, on_actual)
+}
+
+/// Declares a relation named `name` on `provisioners`, a store keyed by provisioner name (the
+/// `provisioner` of a StorageClass) whose entries change what the reconciler decides: whether a
+/// provisioner of the [`ProvisionerSet`] serves that name, and possibly the labels of the
+/// [`NodeInfo`] (a CSI driver's topology). When an entry is set or removed, the claims of
+/// `desired` whose class names that provisioner are planned again; every claim and every volume
+/// are when `affects_all` says so for the entry's new value (`None`: removed), for a change that
+/// may move the node's labels (which volumes a claim may bind to: the volume takes the first step
+/// of a binding, so it is planned too).
+///
+/// The reconciler does not read `provisioners` itself: its [`ProvisionerSet`] and [`NodeInfo`]
+/// are to answer from the same source, updated no later than the store.
+pub fn watch_provisioners<V, Dr>(
+    builder: EngineBuilder<ClaimDesired, ClaimActual, ClaimReconciler, Dr>,
+    name: &str,
+    desired: &Store<ClaimKey, ClaimDesired>,
+    provisioners: Store<String, V>,
+    affects_all: impl Fn(Option<&V>) -> bool + Send + Sync + 'static,
+) -> EngineBuilder<ClaimDesired, ClaimActual, ClaimReconciler, Dr>
+where
+    V: Send + Sync + 'static,
+    Dr: Driver<ClaimKey, ClaimOp, ClaimActual>,
+{
+    let desired = desired.clone();
+    let claims_of = move |provisioner: &String, value: Option<&V>| {
+        let all = affects_all(value);
+        let mut keys = Vec::new();
+        desired.for_each(|key, d| {
+            let related = match d {
+                ClaimDesired::Claim(c) => {
+                    all || c.storage_class.as_ref().is_some_and(|class| class.provisioner == *provisioner)
+                }
+                ClaimDesired::Volume(_) => all,
+                ClaimDesired::Class(_) => false,
+            };
+            if related {
+                keys.push(key.clone());
+            }
+        });
+        keys
+    };
+    builder.watches(name, provisioners, claims_of)
 }

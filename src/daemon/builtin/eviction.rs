@@ -1,0 +1,83 @@
+//! The eviction pair (node pressure) as an [`Extension`]: [`EvictionPair`] builds, through
+//! [`pressure::start`], the eviction engine (`eviction`) with its signal sampler and the verdict
+//! populator, and spawns their tasks on the supervisor, all critical: `local-storage-measure` (with
+//! `localStorageCapacityIsolation`), `verdict-populator`, `eviction-engine`, `eviction-sampler`.
+//!
+//! Everything it reads of the node comes from the [`ExtensionContext`]: the node's stats, the pod,
+//! sandbox, volume and verdict stores, the pressure conditions it updates, the event log it records
+//! evictions in, the clock, the metrics and the reclaimers it tries under disk pressure (container GC's,
+//! the image pair's, the extensions'). What only this pair may hold it is given when built: the verdict
+//! store's writer (the verdict populator is its only writer) and admission. It has no status table.
+
+use std::sync::Arc;
+
+use nodelet_resources::common::task::Lifetime;
+use nodelet_resources::eviction::verdict::Admission;
+use nodelet_resources::model::pod::PodUid;
+use nodelet_resources::model::verdict::Verdict;
+use reconcile_engine::Writer;
+
+use crate::config;
+use crate::daemon::extension::{BoxError, Extension, ExtensionContext, StatusTable};
+use crate::daemon::supervisor::Policy;
+use crate::pressure;
+
+/// The eviction pair and the verdict populator, with what only they hold.
+pub(crate) struct EvictionPair {
+    /// The node's configuration (`eviction*`, `localStorageCapacityIsolation`).
+    config: Arc<config::Config>,
+    /// The verdict store's writer, for the verdict populator.
+    verdict_writer: Writer<PodUid, Verdict>,
+    /// What admission checks pods against.
+    admission: Admission,
+}
+
+impl EvictionPair {
+    /// The pair as `config` sets it, with the verdict store's writer and admission (made where the pod
+    /// pair, which reads the verdicts, starts).
+    pub(crate) fn new(
+        config: Arc<config::Config>,
+        verdict_writer: Writer<PodUid, Verdict>,
+        admission: Admission,
+    ) -> Self {
+        Self { config, verdict_writer, admission }
+    }
+}
+
+impl Extension for EvictionPair {
+    fn name(&self) -> &str {
+        "eviction"
+    }
+
+    fn start(self: Box<Self>, ctx: &ExtensionContext) -> Result<Option<Arc<dyn StatusTable>>, BoxError> {
+        let EvictionPair { config, verdict_writer, admission } = *self;
+        let tasks = pressure::start(
+            pressure::Wiring {
+                config: &config,
+                stats: ctx.stats().clone(),
+                desired: ctx.pods_desired(),
+                actual: ctx.pods_actual(),
+                sandboxes: ctx.sandboxes_actual(),
+                volumes: ctx.volumes_actual(),
+                verdicts: ctx.verdicts(),
+                verdict_writer,
+                admission,
+                reclaimers: ctx.reclaimers().clone(),
+                pressure: ctx.pressure(),
+                events: ctx.events().clone(),
+                registry: ctx.registry(),
+                engine_metrics: ctx.engine_metrics(),
+                clock: ctx.clock().clone(),
+            },
+            ctx.shutdown(),
+        )?;
+        for task in tasks {
+            let policy = match task.lifetime {
+                Lifetime::UntilShutdown => Policy::Critical,
+                Lifetime::Bounded => Policy::MayFinish,
+            };
+            ctx.supervisor().spawn(task.name, policy, task.future);
+        }
+        Ok(None)
+    }
+}
