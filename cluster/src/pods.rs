@@ -92,11 +92,14 @@ pub(crate) fn compact(pod: &mut Pod) {
 }
 
 /// What the desired pod of an API pod is made of, as a SHA-256 digest: its spec and metadata, without the
-/// status, the `resourceVersion` and the managed fields (what [`spec_only`] drops). Two versions of a pod
-/// with the same fingerprint make the same desired pod. `None` if the pod cannot be serialized (never
-/// equal to anything: the pod is prepared again).
-fn fingerprint(pod: &Pod) -> Option<[u8; 32]> {
+/// status, the `resourceVersion` and the managed fields (what the pod source leaves out of the desired
+/// pod). Two versions of a pod with the same fingerprint make the same desired pod. `None` if the pod
+/// cannot be serialized (never equal to anything: the pod is prepared again). The pod source fingerprints
+/// each version of a pod the watch delivers once, on receipt.
+pub fn fingerprint(pod: &Pod) -> Option<[u8; 32]> {
     use sha2::Digest as _;
+    #[cfg(test)]
+    FINGERPRINTS.with(|n| n.set(n.get() + 1));
     // Every field is named, so that a field a newer k8s-openapi adds is not silently ignored.
     let meta::ObjectMeta {
         annotations,
@@ -127,6 +130,12 @@ fn fingerprint(pod: &Pod) -> Option<[u8; 32]> {
     Some(hasher.finalize().into())
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many times [`fingerprint`] ran on this thread (each test has its own).
+    static FINGERPRINTS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Whether `new` differs from `old` in what the desired pod is made of (see [`fingerprint`]).
 #[cfg(test)]
 fn spec_changed(old: &Pod, new: &Pod) -> bool {
@@ -138,6 +147,22 @@ fn spec_changed(old: &Pod, new: &Pod) -> bool {
 /// the spec (the desired pod has it; nothing reads the API's copy).
 fn without_spec(pod: &Pod) -> Pod {
     Pod { metadata: pod.metadata.clone(), spec: None, status: pod.status.clone() }
+}
+
+/// A pod as the source keeps it, with the fingerprint of the version received, computed once on receipt.
+#[derive(Debug)]
+struct Kept {
+    /// The pod; without its spec once prepared (see [`Pods`]).
+    pod: Arc<Pod>,
+    /// [`fingerprint`] of the version received.
+    print: Option<[u8; 32]>,
+}
+
+impl Kept {
+    /// A pod as received (its fingerprint computed here).
+    fn new(pod: Pod) -> Self {
+        Self { print: fingerprint(&pod), pod: Arc::new(pod) }
+    }
 }
 
 /// A pod prepared for the pod config, or why it cannot run.
@@ -171,9 +196,9 @@ enum PrepareError {
 #[derive(Debug, Default)]
 struct Pods {
     /// The pods of the last complete list and the changes since.
-    current: BTreeMap<PodName, Arc<Pod>>,
+    current: BTreeMap<PodName, Kept>,
     /// The pods of a list in progress.
-    building: BTreeMap<PodName, Arc<Pod>>,
+    building: BTreeMap<PodName, Kept>,
     /// Whether a complete list was received.
     synced: bool,
     /// The last preparation of each pod, by UID, with the fingerprint of the version it was made from.
@@ -186,7 +211,7 @@ impl Pods {
     /// patch) replaces the snapshot's pod, without its spec, and leaves the desired pods as they are.
     fn apply(&mut self, pod: Pod) -> bool {
         let key = name_of(&pod);
-        let old = self.current.get(&key).filter(|old| old.metadata.uid == pod.metadata.uid);
+        let old = self.current.get(&key).filter(|old| old.pod.metadata.uid == pod.metadata.uid);
         let prepared =
             pod.metadata.uid.as_deref().and_then(|uid| self.prepared.get(uid)).and_then(|(print, _)| *print);
         let print = fingerprint(&pod);
@@ -195,12 +220,12 @@ impl Pods {
             && match (old, prepared) {
                 (Some(_), Some(was)) => Some(was) == print,
                 // not prepared (a mirror pod): compared with the version before
-                (Some(old), None) => old.spec.is_some() && fingerprint(old) == print,
+                (Some(old), None) => old.pod.spec.is_some() && old.print == print,
                 (None, _) => false,
             };
         // (moved, not copied: the event's pod is ours)
         let kept = if same && prepared.is_some() { Pod { spec: None, ..pod } } else { pod };
-        self.current.insert(key, Arc::new(kept));
+        self.current.insert(key, Kept { pod: Arc::new(kept), print });
         !same
     }
 
@@ -213,7 +238,7 @@ impl Pods {
         let mut seen = HashMap::new();
         let security = handle.security();
         let node = handle.node_name();
-        for ((namespace, name), pod) in &mut self.current {
+        for ((namespace, name), Kept { pod, print: received }) in &mut self.current {
             if is_mirror(pod) {
                 continue;
             }
@@ -224,7 +249,7 @@ impl Pods {
                 Some(last) if pod.spec.is_none() => last,
                 None if pod.spec.is_none() => (None, Err(PrepareError::SpecGone)),
                 last => {
-                    let print = fingerprint(pod);
+                    let print = *received;
                     match last {
                         Some((was, result)) if was.is_some() && was == print => (print, result),
                         _ => {
@@ -263,7 +288,10 @@ impl Pods {
 
     /// The snapshot of the current set.
     fn snapshot(&self) -> ApiPodSnapshot {
-        ApiPodSnapshot { synced: true, pods: self.current.clone() }
+        ApiPodSnapshot {
+            synced: true,
+            pods: self.current.iter().map(|(name, kept)| (name.clone(), kept.pod.clone())).collect(),
+        }
     }
 }
 
@@ -328,7 +356,7 @@ impl ApiPods {
                     false
                 }
                 Some(Ok(Event::InitApply(pod))) => {
-                    self.pods.building.insert(name_of(&pod), Arc::new(pod));
+                    self.pods.building.insert(name_of(&pod), Kept::new(pod));
                     false
                 }
                 Some(Ok(Event::InitDone)) => {
@@ -448,13 +476,13 @@ mod tests {
     }
 
     fn listed(pods: &mut Pods, pod: Pod) {
-        pods.building.insert(name_of(&pod), Arc::new(pod));
+        pods.building.insert(name_of(&pod), Kept::new(pod));
         pods.current = std::mem::take(&mut pods.building);
         pods.synced = true;
     }
 
     fn kept(pods: &Pods) -> Arc<Pod> {
-        pods.current.values().next().cloned().expect("one pod")
+        pods.current.values().next().map(|kept| kept.pod.clone()).expect("one pod")
     }
 
     #[test]
@@ -522,6 +550,32 @@ mod tests {
         listed(&mut pods, with_tier(api_pod("4", "Running")));
         let (relisted, _) = pods.prepare(&handle);
         assert!(Arc::ptr_eq(&relisted[0], &changed[0]), "a relist does not prepare an unchanged pod again");
+    }
+
+    #[test]
+    fn each_version_received_is_fingerprinted_once() {
+        let (_config, handle) = api_source();
+        let mut pods = Pods::default();
+        let count = || FINGERPRINTS.with(std::cell::Cell::get);
+        let start = count();
+        listed(&mut pods, api_pod("1", "Pending"));
+        let _ = pods.prepare(&handle);
+        assert_eq!(count() - start, 1, "a listed pod, prepared");
+        // a status patch's echo
+        assert!(!pods.apply(api_pod("2", "Running")));
+        let _ = pods.prepare(&handle);
+        assert_eq!(count() - start, 2, "a status echo");
+        // a change of the spec's metadata, then its preparation: the digest of its receipt is the one kept
+        assert!(pods.apply(with_tier(api_pod("3", "Running"))));
+        let (changed, _) = pods.prepare(&handle);
+        assert_eq!(count() - start, 3, "a spec change");
+        assert_eq!(
+            changed[0].pod.metadata.labels.as_ref().and_then(|l| l.get("tier")).map(String::as_str),
+            Some("front")
+        );
+        // nothing changed: nothing to fingerprint
+        let _ = pods.prepare(&handle);
+        assert_eq!(count() - start, 3);
     }
 
     #[test]
