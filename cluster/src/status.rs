@@ -35,16 +35,14 @@ use nodelet_resources::model::actual::PodActual;
 use nodelet_resources::model::actual::PodSandboxes;
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use nodelet_resources::pod::status::{KUBELET_CONDITIONS, pod_ready_condition};
-use nodelet_resources::pod::validation::{
-    CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
-};
+use nodelet_resources::pod::validation::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 use reconcile_engine::{Store, Subscription};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Backoff;
-use super::pods::ApiPodSnapshot;
+use super::pods::{ApiPod, ApiPodSnapshot};
 use crate::server::NodeView;
 
 /// Top-level status fields nodelet owns: cleared in the API when nodelet's status lacks them.
@@ -275,7 +273,7 @@ impl<V: NodeView> StatusManager<V> {
         &mut self,
         target: &Target,
         pod: &Pod,
-        api_pod: &Pod,
+        api_pod: &ApiPod,
         terminated: bool,
         now: &Time,
     ) -> PodStatus {
@@ -395,22 +393,20 @@ fn is_api_pod(pod: &Pod) -> bool {
 }
 
 /// Where `pod`'s status goes, and the API's copy of it.
-fn target_of<'a>(pod: &Pod, snapshot: &'a ApiPodSnapshot) -> Option<(Target, &'a Pod)> {
+fn target_of<'a>(pod: &Pod, snapshot: &'a ApiPodSnapshot) -> Option<(Target, &'a ApiPod)> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let name = pod.metadata.name.as_deref()?;
     let api_pod = snapshot.get(namespace, name)?;
     let matches = if is_api_pod(pod) {
-        api_pod.metadata.uid == pod.metadata.uid
+        api_pod.uid == pod.metadata.uid
     } else {
         // A static pod: its mirror, when the mirror reflects this version of it.
-        annotation(api_pod, CONFIG_MIRROR_ANNOTATION).is_some()
-            && annotation(api_pod, CONFIG_MIRROR_ANNOTATION) == annotation(pod, CONFIG_HASH_ANNOTATION)
+        api_pod.mirror.is_some() && api_pod.mirror.as_deref() == annotation(pod, CONFIG_HASH_ANNOTATION)
     };
     if !matches {
         return None;
     }
-    let target =
-        Target { namespace: namespace.to_owned(), name: name.to_owned(), uid: api_pod.metadata.uid.clone()? };
+    let target = Target { namespace: namespace.to_owned(), name: name.to_owned(), uid: api_pod.uid.clone()? };
     Some((target, api_pod.as_ref()))
 }
 
@@ -472,24 +468,14 @@ mod tests {
 
     use super::*;
 
-    fn api_pod(name: &str, uid: &str) -> Arc<Pod> {
-        let mut pod = Pod::default();
-        pod.metadata.namespace = Some("default".to_owned());
-        pod.metadata.name = Some(name.to_owned());
-        pod.metadata.uid = Some(uid.to_owned());
-        Arc::new(pod)
+    fn api_pod<'a>(name: &'a str, uid: &str) -> (&'a str, Arc<ApiPod>) {
+        (name, Arc::new(ApiPod { uid: Some(uid.to_owned()), ..ApiPod::default() }))
     }
 
-    fn snapshot(pods: &[&Arc<Pod>]) -> ApiPodSnapshot {
+    fn snapshot(pods: &[&(&str, Arc<ApiPod>)]) -> ApiPodSnapshot {
         let pods = pods
             .iter()
-            .map(|p| {
-                let key = (
-                    p.metadata.namespace.clone().unwrap_or_default(),
-                    p.metadata.name.clone().unwrap_or_default(),
-                );
-                (key, Arc::clone(p))
-            })
+            .map(|(name, p)| (("default".to_owned(), (*name).to_owned()), Arc::clone(p)))
             .collect();
         ApiPodSnapshot { synced: true, pods }
     }
@@ -530,7 +516,7 @@ mod tests {
         };
         // The desired pod as the API source makes it (the recorded class kept), and the status built from it.
         let desired = nodelet_resources::pod::validation::prepare(
-            crate::pods::spec_only(&api_pod),
+            crate::pods::spec_only(api_pod.clone()),
             nodelet_resources::model::pod::PodSource::Api,
             "node-a",
         )
