@@ -101,8 +101,9 @@ pub(crate) struct StatusManager<V> {
     probes: nodelet_resources::probe::results::ProbeResults,
     snapshot: watch::Receiver<Arc<ApiPodSnapshot>>,
     host_ips: Vec<String>,
-    /// What was last written, per target UID.
-    sent: HashMap<String, PodStatus>,
+    /// What was last written, per target UID: its digest ([`status_digest`]), not the status (a few
+    /// kilobytes a pod).
+    sent: HashMap<String, [u8; 32]>,
     /// When each (target UID, condition type) last changed status.
     transitions: HashMap<(String, String), (String, Time)>,
     /// Targets deleted with grace 0 already.
@@ -230,11 +231,15 @@ impl<V: NodeView> StatusManager<V> {
             }
             let terminated = is_terminated(&pod);
             let status = self.status_for(&target, &pod, api_pod, terminated, &now);
-            if self.sent.get(&target.uid) != Some(&status) {
+            let digest = status_digest(&status);
+            if digest.is_none() || self.sent.get(&target.uid) != digest.as_ref() {
                 match self.write(&target, &status).await {
                     Ok(()) => {
                         self.retry.remove(&target.uid);
-                        self.sent.insert(target.uid.clone(), status);
+                        match digest {
+                            Some(digest) => self.sent.insert(target.uid.clone(), digest),
+                            None => self.sent.remove(&target.uid),
+                        };
                     }
                     Err(e) => {
                         self.failed(&target, "writing the pod status", &e);
@@ -355,6 +360,16 @@ impl<V: NodeView> StatusManager<V> {
             Err(e) => Err(e),
         }
     }
+}
+
+/// A SHA-256 digest of `status` as JSON (serde_json writes a struct's fields in their order and maps in
+/// key order: the same status always gives the same digest); `None` if it cannot be serialized (never
+/// equal to anything: the status is written).
+fn status_digest(status: &PodStatus) -> Option<[u8; 32]> {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    serde_json::to_writer(&mut hasher, status).ok()?;
+    Some(hasher.finalize().into())
 }
 
 /// Takes the conditions others own (readiness gates, controllers) from the API's status of `pod`,
@@ -536,6 +551,29 @@ mod tests {
         let mut status = PodStatus { qos_class: Some("Burstable".to_owned()), ..Default::default() };
         keep_recorded_qos_class(&mut status, None);
         assert_eq!(status.qos_class.as_deref(), Some("Burstable"), "nodelet's own where the API has none");
+    }
+
+    #[test]
+    fn the_digest_of_a_status_tells_a_change_of_any_field() {
+        let status = PodStatus {
+            phase: Some("Running".to_owned()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".to_owned(),
+                status: "True".to_owned(),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        };
+        let digest = status_digest(&status);
+        assert!(digest.is_some());
+        assert_eq!(status_digest(&status.clone()), digest, "the same status, the same digest");
+        let mut not_ready = status.clone();
+        if let Some(c) = not_ready.conditions.as_mut().and_then(|c| c.first_mut()) {
+            c.status = "False".to_owned();
+        }
+        assert_ne!(status_digest(&not_ready), digest);
+        let with_ip = PodStatus { pod_ip: Some("10.64.0.2".to_owned()), ..status.clone() };
+        assert_ne!(status_digest(&with_ip), digest);
     }
 
     #[test]
