@@ -42,6 +42,7 @@ use kube::Client;
 pub use certificates::CertError;
 use nodelet_resources::common::task::Lifetime::Bounded;
 use nodelet_resources::common::task::NamedTask;
+pub use pods::fingerprint;
 // The crates below this one, by the names the modules use (`crate::server`, …).
 use nodelet_config as config;
 use nodelet_server as server;

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::node::NodeRef;
-use super::pods::{ApiPodSnapshot, is_mirror};
+use super::pods::ApiPodSnapshot;
 use super::{Backoff, is_status};
 
 /// The mirror-pod manager; see the [module docs](self).
@@ -98,13 +98,13 @@ impl MirrorPods {
                 pod.pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_HASH_ANNOTATION)).cloned();
             let result = match snapshot.get(&namespace, &name) {
                 // Deleted through the API (gracefully): finish the deletion; a new mirror follows.
-                Some(existing) if is_mirror(existing) && existing.metadata.deletion_timestamp.is_some() => {
-                    self.delete(existing).await
+                Some(existing) if existing.is_mirror() && existing.deletion_timestamp.is_some() => {
+                    self.delete(&namespace, &name, existing.uid.clone()).await
                 }
-                Some(existing) if is_mirror(existing) && mirror_hash(existing) == hash.as_deref() => Ok(()),
-                Some(existing) if is_mirror(existing) => {
+                Some(existing) if existing.is_mirror() && existing.mirror == hash => Ok(()),
+                Some(existing) if existing.is_mirror() => {
                     // An old version of the static pod: replace it (the new one follows on the next pass).
-                    self.delete(existing).await
+                    self.delete(&namespace, &name, existing.uid.clone()).await
                 }
                 // A pod of the API under the static pod's name: not ours to touch.
                 Some(_) => Ok(()),
@@ -115,9 +115,9 @@ impl MirrorPods {
             }
         }
         for ((namespace, name), existing) in &snapshot.pods {
-            if is_mirror(existing)
+            if existing.is_mirror()
                 && !wanted.contains(&(namespace.clone(), name.clone()))
-                && let Err(e) = self.delete(existing).await
+                && let Err(e) = self.delete(namespace, name, existing.uid.clone()).await
             {
                 first_error.get_or_insert(e);
             }
@@ -153,13 +153,12 @@ impl MirrorPods {
         }
     }
 
-    async fn delete(&self, mirror: &Pod) -> Result<(), kube::Error> {
-        let namespace = mirror.metadata.namespace.as_deref().unwrap_or("default");
-        let name = mirror.metadata.name.as_deref().unwrap_or_default();
+    /// Deletes the mirror pod `namespace/name` of UID `uid`.
+    async fn delete(&self, namespace: &str, name: &str, uid: Option<String>) -> Result<(), kube::Error> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let params = DeleteParams {
             grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions { uid: mirror.metadata.uid.clone(), resource_version: None }),
+            preconditions: Some(Preconditions { uid, resource_version: None }),
             ..DeleteParams::default()
         };
         match api.delete(name, &params).await {
@@ -171,8 +170,4 @@ impl MirrorPods {
             Err(e) => Err(e),
         }
     }
-}
-
-fn mirror_hash(pod: &Pod) -> Option<&str> {
-    pod.metadata.annotations.as_ref()?.get(CONFIG_MIRROR_ANNOTATION).map(String::as_str)
 }

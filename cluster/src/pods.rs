@@ -12,12 +12,13 @@
 //! that is not the pod's spec (status, `resourceVersion`, managed fields) is left out first, so a
 //! status update does not touch the desired pod: a change of only those (each status patch's echo)
 //! updates the snapshot and nothing else, without preparing every pod again. Managed fields are
-//! never read and are dropped as each pod arrives. Once a pod's desired pod is prepared, the snapshot
-//! keeps the pod without its spec (the desired pod has it, and the snapshot's readers, the status
-//! manager and the mirror-pod manager, read only metadata and status): a new version is compared with
-//! the prepared one through a digest of what the desired pod is made of ([`fingerprint`]). The desired
+//! never read and are dropped as each pod arrives. The snapshot keeps of each pod only what its
+//! readers, the status manager and the mirror-pod manager, read ([`ApiPod`]); the whole pod is kept
+//! only until its desired pod is prepared (the desired pod has the spec): a new version is compared
+//! with the prepared one through a digest of what the desired pod is made of ([`fingerprint`],
+//! computed once per version received). The desired
 //! pod is marked seen here ([`SourceHandle::mark_seen`]) so that the pod config keeps it as it is
-//! instead of an annotated copy: each API pod is kept as its metadata and status plus one desired pod.
+//! instead of an annotated copy: each API pod is kept as its [`ApiPod`] plus one desired pod.
 //! A pod that fails
 //! nodelet's validation is reported as a source problem (an `InvalidManifest` event on the pod) and
 //! not run.
@@ -26,7 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
@@ -46,21 +47,54 @@ pub(crate) type PodName = (String, String);
 pub(crate) struct ApiPodSnapshot {
     /// Whether a complete list was received (the pods below are the API's, not a partial view).
     pub(crate) synced: bool,
-    /// Every pod bound to this node, mirror pods included; without its spec once its desired pod is
-    /// prepared (the desired store has it).
-    pub(crate) pods: BTreeMap<PodName, Arc<Pod>>,
+    /// Every pod bound to this node, mirror pods included, as its readers read it.
+    pub(crate) pods: BTreeMap<PodName, Arc<ApiPod>>,
 }
 
 impl ApiPodSnapshot {
     /// The pod `namespace/name`, if the API has it.
-    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<&Arc<Pod>> {
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<&Arc<ApiPod>> {
         self.pods.get(&(namespace.to_owned(), name.to_owned()))
     }
 }
 
-/// Whether `pod` is a mirror pod.
-pub(crate) fn is_mirror(pod: &Pod) -> bool {
-    pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION))
+/// What the snapshot keeps of an API pod: the fields its readers read, the rest of the pod left out (the
+/// desired pod has the spec). The status manager reads the UID, the mirror annotation and, of the status,
+/// the conditions others own, the QoS class and `nominatedNodeName`; the mirror-pod manager the UID, the
+/// mirror annotation and the deletion timestamp. A `Pod` without spec would still take
+/// `size_of::<Pod>()` (the spec's fields are inline, about 2.6 KB) plus its metadata and status.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ApiPod {
+    /// `metadata.uid`.
+    pub(crate) uid: Option<String>,
+    /// The annotation `kubernetes.io/config.mirror` (the hash of the static pod a mirror pod reflects).
+    pub(crate) mirror: Option<String>,
+    /// `metadata.deletionTimestamp`.
+    pub(crate) deletion_timestamp: Option<meta::Time>,
+    /// The status with `conditions`, `qosClass` and `nominatedNodeName` only.
+    pub(crate) status: Option<PodStatus>,
+}
+
+impl ApiPod {
+    /// What the snapshot keeps of `pod`.
+    pub(crate) fn of(pod: &Pod) -> Self {
+        Self {
+            uid: pod.metadata.uid.clone(),
+            mirror: pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_MIRROR_ANNOTATION)).cloned(),
+            deletion_timestamp: pod.metadata.deletion_timestamp.clone(),
+            status: pod.status.as_ref().map(|s| PodStatus {
+                conditions: s.conditions.clone(),
+                qos_class: s.qos_class.clone(),
+                nominated_node_name: s.nominated_node_name.clone(),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    /// Whether the pod is a mirror pod.
+    pub(crate) fn is_mirror(&self) -> bool {
+        self.mirror.is_some()
+    }
 }
 
 fn name_of(pod: &Pod) -> PodName {
@@ -73,8 +107,7 @@ fn name_of(pod: &Pod) -> PodName {
 /// The pod as a spec: without status and the server's bookkeeping, but with the QoS class the API server
 /// recorded (`status.qosClass`, immutable once the pod exists), which the kubelet's rules take over computing
 /// it again (`GetPodQOS`, see [`nodelet_resources::model::qos`]).
-pub(crate) fn spec_only(pod: &Pod) -> Pod {
-    let mut pod = pod.clone();
+pub(crate) fn spec_only(mut pod: Pod) -> Pod {
     let qos_class = pod.status.take().and_then(|s| s.qos_class);
     pod.status =
         qos_class.map(|q| k8s_openapi::api::core::v1::PodStatus { qos_class: Some(q), ..Default::default() });
@@ -92,11 +125,14 @@ pub(crate) fn compact(pod: &mut Pod) {
 }
 
 /// What the desired pod of an API pod is made of, as a SHA-256 digest: its spec and metadata, without the
-/// status, the `resourceVersion` and the managed fields (what [`spec_only`] drops). Two versions of a pod
-/// with the same fingerprint make the same desired pod. `None` if the pod cannot be serialized (never
-/// equal to anything: the pod is prepared again).
-fn fingerprint(pod: &Pod) -> Option<[u8; 32]> {
+/// status, the `resourceVersion` and the managed fields (what the pod source leaves out of the desired
+/// pod). Two versions of a pod with the same fingerprint make the same desired pod. `None` if the pod
+/// cannot be serialized (never equal to anything: the pod is prepared again). The pod source fingerprints
+/// each version of a pod the watch delivers once, on receipt.
+pub fn fingerprint(pod: &Pod) -> Option<[u8; 32]> {
     use sha2::Digest as _;
+    #[cfg(test)]
+    FINGERPRINTS.with(|n| n.set(n.get() + 1));
     // Every field is named, so that a field a newer k8s-openapi adds is not silently ignored.
     let meta::ObjectMeta {
         annotations,
@@ -127,6 +163,12 @@ fn fingerprint(pod: &Pod) -> Option<[u8; 32]> {
     Some(hasher.finalize().into())
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many times [`fingerprint`] ran on this thread (each test has its own).
+    static FINGERPRINTS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Whether `new` differs from `old` in what the desired pod is made of (see [`fingerprint`]).
 #[cfg(test)]
 fn spec_changed(old: &Pod, new: &Pod) -> bool {
@@ -134,10 +176,27 @@ fn spec_changed(old: &Pod, new: &Pod) -> bool {
     old.is_none() || old != new
 }
 
-/// The pod as the snapshot keeps it once its desired pod is prepared: its metadata and status, without
-/// the spec (the desired pod has it; nothing reads the API's copy).
-fn without_spec(pod: &Pod) -> Pod {
-    Pod { metadata: pod.metadata.clone(), spec: None, status: pod.status.clone() }
+/// A pod as the source keeps it: what the snapshot has of it, the whole pod until its desired pod is
+/// prepared, and the fingerprint of the version received, computed once on receipt.
+#[derive(Debug)]
+struct Kept {
+    /// What the snapshot has of the pod.
+    api: Arc<ApiPod>,
+    /// The pod as received, until its desired pod is prepared from it (see [`Pods`]); never for a mirror
+    /// pod (not run, so never prepared). Boxed: `None` takes a pointer's size, not a `Pod`'s.
+    whole: Option<Box<Pod>>,
+    /// [`fingerprint`] of the version received.
+    print: Option<[u8; 32]>,
+}
+
+impl Kept {
+    /// A pod as received (its fingerprint computed here).
+    fn new(pod: Pod) -> Self {
+        let api = ApiPod::of(&pod);
+        let print = fingerprint(&pod);
+        let whole = (!api.is_mirror()).then(|| Box::new(pod));
+        Self { api: Arc::new(api), whole, print }
+    }
 }
 
 /// A pod prepared for the pod config, or why it cannot run.
@@ -164,16 +223,16 @@ enum PrepareError {
 
 /// The source's pods as listed and watched, and what was prepared from them.
 ///
-/// A pod is kept as received until its desired pod is prepared; from then on the snapshot keeps it
-/// without its spec ([`without_spec`]) and the preparation keeps the fingerprint of the version it was
-/// made from: a later version with the same fingerprint (a status patch's echo) reuses it, any other is
-/// kept whole until it is prepared again. A pod without a spec here therefore always has its preparation.
+/// A pod is kept whole until its desired pod is prepared; from then on only what the snapshot has of it
+/// ([`ApiPod`]) and the preparation, with the fingerprint of the version it was made from: a later
+/// version with the same fingerprint (a status patch's echo) reuses it, any other is kept whole until it
+/// is prepared again. A pod kept without the whole pod therefore always has its preparation.
 #[derive(Debug, Default)]
 struct Pods {
     /// The pods of the last complete list and the changes since.
-    current: BTreeMap<PodName, Arc<Pod>>,
+    current: BTreeMap<PodName, Kept>,
     /// The pods of a list in progress.
-    building: BTreeMap<PodName, Arc<Pod>>,
+    building: BTreeMap<PodName, Kept>,
     /// Whether a complete list was received.
     synced: bool,
     /// The last preparation of each pod, by UID, with the fingerprint of the version it was made from.
@@ -183,24 +242,28 @@ struct Pods {
 impl Pods {
     /// Takes a watch event's pod (a change after the list); returns whether the desired pods may have
     /// changed. A version that changes only the status or the server's bookkeeping (as after each status
-    /// patch) replaces the snapshot's pod, without its spec, and leaves the desired pods as they are.
+    /// patch) replaces what the snapshot has of the pod, drops the whole pod and leaves the desired pods
+    /// as they are.
     fn apply(&mut self, pod: Pod) -> bool {
         let key = name_of(&pod);
-        let old = self.current.get(&key).filter(|old| old.metadata.uid == pod.metadata.uid);
+        let old = self.current.get(&key).filter(|old| old.api.uid == pod.metadata.uid);
         let prepared =
             pod.metadata.uid.as_deref().and_then(|uid| self.prepared.get(uid)).and_then(|(print, _)| *print);
-        let print = fingerprint(&pod);
+        // (moved, not copied: the event's pod is ours)
+        let mut kept = Kept::new(pod);
+        let print = kept.print;
         let same = self.synced
             && print.is_some()
             && match (old, prepared) {
                 (Some(_), Some(was)) => Some(was) == print,
                 // not prepared (a mirror pod): compared with the version before
-                (Some(old), None) => old.spec.is_some() && fingerprint(old) == print,
+                (Some(old), None) => old.print == print,
                 (None, _) => false,
             };
-        // (moved, not copied: the event's pod is ours)
-        let kept = if same && prepared.is_some() { Pod { spec: None, ..pod } } else { pod };
-        self.current.insert(key, Arc::new(kept));
+        if same && prepared.is_some() {
+            kept.whole = None;
+        }
+        self.current.insert(key, kept);
         !same
     }
 
@@ -213,22 +276,26 @@ impl Pods {
         let mut seen = HashMap::new();
         let security = handle.security();
         let node = handle.node_name();
-        for ((namespace, name), pod) in &mut self.current {
-            if is_mirror(pod) {
+        for ((namespace, name), kept) in &mut self.current {
+            if kept.api.is_mirror() {
                 continue;
             }
-            let Some(uid) = pod.metadata.uid.clone() else { continue };
+            let Some(uid) = kept.api.uid.clone() else { continue };
             let last = self.prepared.remove(&uid);
-            let (print, result) = match last {
-                // prepared from an earlier version, unchanged since (its spec dropped then)
-                Some(last) if pod.spec.is_none() => last,
-                None if pod.spec.is_none() => (None, Err(PrepareError::SpecGone)),
-                last => {
-                    let print = fingerprint(pod);
+            let print = kept.print;
+            let (print, result) = match (last, kept.whole.take()) {
+                // prepared from an earlier version, unchanged since (the whole pod dropped then)
+                (Some(last), None) => last,
+                (None, None) => (None, Err(PrepareError::SpecGone)),
+                (last, Some(whole)) => {
+                    if print.is_none() {
+                        // never equal to anything: kept whole, prepared again each time
+                        kept.whole = Some(whole.clone());
+                    }
                     match last {
                         Some((was, result)) if was.is_some() && was == print => (print, result),
                         _ => {
-                            let result = prepare(spec_only(pod), PodSource::Api, node)
+                            let result = prepare(spec_only(*whole), PodSource::Api, node)
                                 .map_err(PrepareError::from)
                                 .and_then(|mut desired| match security.api.admit(&desired.pod) {
                                     Ok(()) => {
@@ -252,9 +319,6 @@ impl Pods {
                     message: error.to_string(),
                 }),
             }
-            if print.is_some() && pod.spec.is_some() {
-                *pod = Arc::new(without_spec(pod));
-            }
             seen.insert(uid, (print, result));
         }
         self.prepared = seen;
@@ -263,7 +327,10 @@ impl Pods {
 
     /// The snapshot of the current set.
     fn snapshot(&self) -> ApiPodSnapshot {
-        ApiPodSnapshot { synced: true, pods: self.current.clone() }
+        ApiPodSnapshot {
+            synced: true,
+            pods: self.current.iter().map(|(name, kept)| (name.clone(), kept.api.clone())).collect(),
+        }
     }
 }
 
@@ -328,7 +395,7 @@ impl ApiPods {
                     false
                 }
                 Some(Ok(Event::InitApply(pod))) => {
-                    self.pods.building.insert(name_of(&pod), Arc::new(pod));
+                    self.pods.building.insert(name_of(&pod), Kept::new(pod));
                     false
                 }
                 Some(Ok(Event::InitDone)) => {
@@ -448,13 +515,13 @@ mod tests {
     }
 
     fn listed(pods: &mut Pods, pod: Pod) {
-        pods.building.insert(name_of(&pod), Arc::new(pod));
+        pods.building.insert(name_of(&pod), Kept::new(pod));
         pods.current = std::mem::take(&mut pods.building);
         pods.synced = true;
     }
 
-    fn kept(pods: &Pods) -> Arc<Pod> {
-        pods.current.values().next().cloned().expect("one pod")
+    fn kept(pods: &Pods) -> &Kept {
+        pods.current.values().next().expect("one pod")
     }
 
     #[test]
@@ -466,12 +533,19 @@ mod tests {
         let (desired, problems) = pods.prepare(&handle);
         assert!(problems.is_empty(), "{problems:?}");
         handle.report_shared(desired.clone(), problems);
-        // What the snapshot's readers read (status manager: namespace, name, UID, annotations, the status;
-        // mirror pods: annotations, UID, deletion) is all there; only the spec is gone.
-        let snapshot = kept(&pods);
-        assert_eq!(snapshot.metadata, received.metadata);
-        assert_eq!(snapshot.status, received.status);
-        assert_eq!(snapshot.spec, None);
+        // What the snapshot's readers read (status manager: UID, the mirror annotation, the status's
+        // conditions, QoS class and nominated node; mirror pods: the mirror annotation, UID, deletion) is all
+        // there; the whole pod is gone.
+        let kept = kept(&pods);
+        assert!(kept.whole.is_none(), "the whole pod is dropped once prepared");
+        let snapshot = pods.snapshot();
+        let api = snapshot.get("bench", "web-7d4b9c-x2x9q").expect("in the snapshot");
+        assert_eq!(api.uid.as_deref(), Some("u-1"));
+        assert_eq!(api.mirror, None);
+        let status = api.status.as_ref().expect("a status");
+        assert_eq!(status.qos_class.as_deref(), Some("BestEffort"));
+        assert_eq!(status.conditions, received.status.as_ref().and_then(|s| s.conditions.clone()));
+        assert_eq!(status.phase, None, "what no reader reads is not kept");
         // The desired store's pod is the source's own, marked seen: one object, not an annotated copy.
         let stored = config.store().get(&"u-1".to_owned()).expect("in the desired store");
         assert!(Arc::ptr_eq(&stored, &desired[0]), "the pod config kept a copy of the source's desired pod");
@@ -494,18 +568,19 @@ mod tests {
             pod.pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_SEEN_ANNOTATION)).cloned()
         };
 
-        // a status patch's echo: only the snapshot changes, without the spec
-        assert!(!pods.apply(api_pod("2", "Running")), "a status change is not a change of the desired pod");
-        let snapshot = kept(&pods);
-        assert_eq!(snapshot.spec, None);
-        assert_eq!(snapshot.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Running"));
-        assert_eq!(snapshot.metadata.resource_version.as_deref(), Some("2"));
+        // a status patch's echo: only the snapshot changes, without the whole pod
+        let mut echo = api_pod("2", "Running");
+        echo.status.get_or_insert_with(Default::default).nominated_node_name = Some("node-b".to_owned());
+        assert!(!pods.apply(echo), "a status change is not a change of the desired pod");
+        assert!(kept(&pods).whole.is_none());
+        let api = kept(&pods).api.clone();
+        assert_eq!(api.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()), Some("node-b"));
         let (again, _) = pods.prepare(&handle);
         assert!(Arc::ptr_eq(&again[0], &first[0]), "the same desired pod, not prepared again");
 
         // a change of the metadata the desired pod is made of: kept whole until prepared again
         assert!(pods.apply(with_tier(api_pod("3", "Running"))));
-        assert!(kept(&pods).spec.is_some(), "the new version's spec is kept until it is prepared");
+        assert!(kept(&pods).whole.is_some(), "the new version is kept whole until it is prepared");
         let (changed, problems) = pods.prepare(&handle);
         handle.report_shared(changed.clone(), problems);
         assert!(!Arc::ptr_eq(&changed[0], &first[0]));
@@ -514,7 +589,7 @@ mod tests {
             Some("front")
         );
         assert_eq!(seen(&changed[0]), seen(&first[0]), "seen since the UID was first seen");
-        assert!(kept(&pods).spec.is_none());
+        assert!(kept(&pods).whole.is_none());
         let stored = config.store().get(&"u-1".to_owned()).expect("in the store");
         assert!(Arc::ptr_eq(&stored, &changed[0]));
 
@@ -525,10 +600,39 @@ mod tests {
     }
 
     #[test]
+    fn each_version_received_is_fingerprinted_once() {
+        let (_config, handle) = api_source();
+        let mut pods = Pods::default();
+        let count = || FINGERPRINTS.with(std::cell::Cell::get);
+        let start = count();
+        listed(&mut pods, api_pod("1", "Pending"));
+        let _ = pods.prepare(&handle);
+        assert_eq!(count() - start, 1, "a listed pod, prepared");
+        // a status patch's echo
+        assert!(!pods.apply(api_pod("2", "Running")));
+        let _ = pods.prepare(&handle);
+        assert_eq!(count() - start, 2, "a status echo");
+        // a change of the spec's metadata, then its preparation: the digest of its receipt is the one kept
+        assert!(pods.apply(with_tier(api_pod("3", "Running"))));
+        let (changed, _) = pods.prepare(&handle);
+        assert_eq!(count() - start, 3, "a spec change");
+        assert_eq!(
+            changed[0].pod.metadata.labels.as_ref().and_then(|l| l.get("tier")).map(String::as_str),
+            Some("front")
+        );
+        // nothing changed: nothing to fingerprint
+        let _ = pods.prepare(&handle);
+        assert_eq!(count() - start, 3);
+    }
+
+    #[test]
     fn a_pod_without_spec_and_without_its_preparation_is_a_problem_not_a_pod() {
         let (_config, handle) = api_source();
         let mut pods = Pods::default();
-        listed(&mut pods, without_spec(&api_pod("1", "Running")));
+        let mut received = Kept::new(api_pod("1", "Running"));
+        received.whole = None;
+        pods.current.insert(("bench".to_owned(), "web-7d4b9c-x2x9q".to_owned()), received);
+        pods.synced = true;
         let (desired, problems) = pods.prepare(&handle);
         assert!(desired.is_empty());
         assert_eq!(problems.len(), 1, "{problems:?}");
@@ -558,7 +662,7 @@ mod tests {
         let mut annotated = new.clone();
         annotated.metadata.annotations = Some([("a".to_owned(), "b".to_owned())].into());
         assert!(spec_changed(&old, &annotated), "annotations");
-        assert!(!spec_changed(&new, &spec_only(&new)), "what spec_only drops is what is not compared");
+        assert!(!spec_changed(&new, &spec_only(new.clone())), "what spec_only drops is what is not compared");
         let mut respecced = new;
         respecced.spec.as_mut().expect("spec").active_deadline_seconds = Some(5);
         assert!(spec_changed(&old, &respecced), "the spec");

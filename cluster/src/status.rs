@@ -35,16 +35,14 @@ use nodelet_resources::model::actual::PodActual;
 use nodelet_resources::model::actual::PodSandboxes;
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
 use nodelet_resources::pod::status::{KUBELET_CONDITIONS, pod_ready_condition};
-use nodelet_resources::pod::validation::{
-    CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
-};
+use nodelet_resources::pod::validation::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 use reconcile_engine::{Store, Subscription};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Backoff;
-use super::pods::ApiPodSnapshot;
+use super::pods::{ApiPod, ApiPodSnapshot};
 use crate::server::NodeView;
 
 /// Top-level status fields nodelet owns: cleared in the API when nodelet's status lacks them.
@@ -103,8 +101,9 @@ pub(crate) struct StatusManager<V> {
     probes: nodelet_resources::probe::results::ProbeResults,
     snapshot: watch::Receiver<Arc<ApiPodSnapshot>>,
     host_ips: Vec<String>,
-    /// What was last written, per target UID.
-    sent: HashMap<String, PodStatus>,
+    /// What was last written, per target UID: its digest ([`status_digest`]), not the status (a few
+    /// kilobytes a pod).
+    sent: HashMap<String, [u8; 32]>,
     /// When each (target UID, condition type) last changed status.
     transitions: HashMap<(String, String), (String, Time)>,
     /// Targets deleted with grace 0 already.
@@ -232,11 +231,15 @@ impl<V: NodeView> StatusManager<V> {
             }
             let terminated = is_terminated(&pod);
             let status = self.status_for(&target, &pod, api_pod, terminated, &now);
-            if self.sent.get(&target.uid) != Some(&status) {
+            let digest = status_digest(&status);
+            if digest.is_none() || self.sent.get(&target.uid) != digest.as_ref() {
                 match self.write(&target, &status).await {
                     Ok(()) => {
                         self.retry.remove(&target.uid);
-                        self.sent.insert(target.uid.clone(), status);
+                        match digest {
+                            Some(digest) => self.sent.insert(target.uid.clone(), digest),
+                            None => self.sent.remove(&target.uid),
+                        };
                     }
                     Err(e) => {
                         self.failed(&target, "writing the pod status", &e);
@@ -275,7 +278,7 @@ impl<V: NodeView> StatusManager<V> {
         &mut self,
         target: &Target,
         pod: &Pod,
-        api_pod: &Pod,
+        api_pod: &ApiPod,
         terminated: bool,
         now: &Time,
     ) -> PodStatus {
@@ -359,6 +362,16 @@ impl<V: NodeView> StatusManager<V> {
     }
 }
 
+/// A SHA-256 digest of `status` as JSON (serde_json writes a struct's fields in their order and maps in
+/// key order: the same status always gives the same digest); `None` if it cannot be serialized (never
+/// equal to anything: the status is written).
+fn status_digest(status: &PodStatus) -> Option<[u8; 32]> {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    serde_json::to_writer(&mut hasher, status).ok()?;
+    Some(hasher.finalize().into())
+}
+
 /// Takes the conditions others own (readiness gates, controllers) from the API's status of `pod`,
 /// as the API has them, and decides `Ready` among `ours` again over them when `pod` has
 /// readiness gates. Returns the others' conditions.
@@ -395,22 +408,20 @@ fn is_api_pod(pod: &Pod) -> bool {
 }
 
 /// Where `pod`'s status goes, and the API's copy of it.
-fn target_of<'a>(pod: &Pod, snapshot: &'a ApiPodSnapshot) -> Option<(Target, &'a Pod)> {
+fn target_of<'a>(pod: &Pod, snapshot: &'a ApiPodSnapshot) -> Option<(Target, &'a ApiPod)> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let name = pod.metadata.name.as_deref()?;
     let api_pod = snapshot.get(namespace, name)?;
     let matches = if is_api_pod(pod) {
-        api_pod.metadata.uid == pod.metadata.uid
+        api_pod.uid == pod.metadata.uid
     } else {
         // A static pod: its mirror, when the mirror reflects this version of it.
-        annotation(api_pod, CONFIG_MIRROR_ANNOTATION).is_some()
-            && annotation(api_pod, CONFIG_MIRROR_ANNOTATION) == annotation(pod, CONFIG_HASH_ANNOTATION)
+        api_pod.mirror.is_some() && api_pod.mirror.as_deref() == annotation(pod, CONFIG_HASH_ANNOTATION)
     };
     if !matches {
         return None;
     }
-    let target =
-        Target { namespace: namespace.to_owned(), name: name.to_owned(), uid: api_pod.metadata.uid.clone()? };
+    let target = Target { namespace: namespace.to_owned(), name: name.to_owned(), uid: api_pod.uid.clone()? };
     Some((target, api_pod.as_ref()))
 }
 
@@ -472,24 +483,14 @@ mod tests {
 
     use super::*;
 
-    fn api_pod(name: &str, uid: &str) -> Arc<Pod> {
-        let mut pod = Pod::default();
-        pod.metadata.namespace = Some("default".to_owned());
-        pod.metadata.name = Some(name.to_owned());
-        pod.metadata.uid = Some(uid.to_owned());
-        Arc::new(pod)
+    fn api_pod<'a>(name: &'a str, uid: &str) -> (&'a str, Arc<ApiPod>) {
+        (name, Arc::new(ApiPod { uid: Some(uid.to_owned()), ..ApiPod::default() }))
     }
 
-    fn snapshot(pods: &[&Arc<Pod>]) -> ApiPodSnapshot {
+    fn snapshot(pods: &[&(&str, Arc<ApiPod>)]) -> ApiPodSnapshot {
         let pods = pods
             .iter()
-            .map(|p| {
-                let key = (
-                    p.metadata.namespace.clone().unwrap_or_default(),
-                    p.metadata.name.clone().unwrap_or_default(),
-                );
-                (key, Arc::clone(p))
-            })
+            .map(|(name, p)| (("default".to_owned(), (*name).to_owned()), Arc::clone(p)))
             .collect();
         ApiPodSnapshot { synced: true, pods }
     }
@@ -530,7 +531,7 @@ mod tests {
         };
         // The desired pod as the API source makes it (the recorded class kept), and the status built from it.
         let desired = nodelet_resources::pod::validation::prepare(
-            crate::pods::spec_only(&api_pod),
+            crate::pods::spec_only(api_pod.clone()),
             nodelet_resources::model::pod::PodSource::Api,
             "node-a",
         )
@@ -550,6 +551,29 @@ mod tests {
         let mut status = PodStatus { qos_class: Some("Burstable".to_owned()), ..Default::default() };
         keep_recorded_qos_class(&mut status, None);
         assert_eq!(status.qos_class.as_deref(), Some("Burstable"), "nodelet's own where the API has none");
+    }
+
+    #[test]
+    fn the_digest_of_a_status_tells_a_change_of_any_field() {
+        let status = PodStatus {
+            phase: Some("Running".to_owned()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".to_owned(),
+                status: "True".to_owned(),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        };
+        let digest = status_digest(&status);
+        assert!(digest.is_some());
+        assert_eq!(status_digest(&status.clone()), digest, "the same status, the same digest");
+        let mut not_ready = status.clone();
+        if let Some(c) = not_ready.conditions.as_mut().and_then(|c| c.first_mut()) {
+            c.status = "False".to_owned();
+        }
+        assert_ne!(status_digest(&not_ready), digest);
+        let with_ip = PodStatus { pod_ip: Some("10.64.0.2".to_owned()), ..status.clone() };
+        assert_ne!(status_digest(&with_ip), digest);
     }
 
     #[test]

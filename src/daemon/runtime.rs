@@ -49,6 +49,40 @@ pub(crate) fn embedded_containerd_config(config: &config::Config) -> EmbeddedCon
     c
 }
 
+/// How many calls a hollow node's CRI client queues for its connection (tonic's default is 1,024): more
+/// callers wait for room. The fake runtime serves 16 calls at a time ([`crate::hollow`]) and answers at
+/// once, so a deeper queue only holds more requests (and their channel blocks) at the start-up peak.
+const HOLLOW_CRI_BUFFER: usize = 64;
+
+/// The HTTP/2 flow-control windows of a hollow node's CRI connection (stream and connection): the
+/// protocol's default, as the fake runtime's side announces; its answers are small. hyper's client would
+/// announce 2 MiB per stream and 5 MiB per connection.
+const HOLLOW_CRI_WINDOW: u32 = 65_535;
+
+/// The CRI client of a hollow node (`nodelet hollow`): `nodelet run`'s client
+/// ([`nodelet_cri::CriClient::connect_lazy`]) with a shorter request queue ([`HOLLOW_CRI_BUFFER`]) and
+/// the protocol's default flow-control windows ([`HOLLOW_CRI_WINDOW`]) on its connection to the node's
+/// fake runtime; connected on first use, as that one.
+pub(crate) fn hollow_cri_client(
+    config: nodelet_cri::CriConfig,
+) -> Result<nodelet_cri::CriClient, nodelet_cri::CriError> {
+    let path = config.socket_path()?;
+    // The URI is required by tonic but ignored: the connector dials the unix socket.
+    let endpoint = tonic::transport::Endpoint::from_static("http://[::]:50051")
+        .connect_timeout(config.connect_timeout)
+        .buffer_size(HOLLOW_CRI_BUFFER)
+        .initial_stream_window_size(HOLLOW_CRI_WINDOW)
+        .initial_connection_window_size(HOLLOW_CRI_WINDOW);
+    let channel = endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+        let path = path.clone();
+        async move {
+            let stream = tokio::net::UnixStream::connect(path).await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+        }
+    }));
+    Ok(nodelet_cri::CriClient::from_channel(channel, config))
+}
+
 /// Runtime health for /healthz, every 5 s.
 pub(crate) async fn runtime_health(
     cri: nodelet_cri::CriClient,

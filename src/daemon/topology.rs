@@ -363,9 +363,13 @@ pub(crate) struct Runtime {
 /// its health for `/healthz` (task `runtime-health`, restartable).
 pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> Result<Runtime, StartCause> {
     let config = &core.config;
-    let cri = nodelet_cri::CriClient::connect_lazy(
-        nodelet_cri::CriConfig::new(endpoint).with_runtime_request_timeout(config.runtime.request_timeout),
-    )
+    let cri_config =
+        nodelet_cri::CriConfig::new(endpoint).with_runtime_request_timeout(config.runtime.request_timeout);
+    let cri = if core.host == Host::Hollow {
+        runtime::hollow_cri_client(cri_config)
+    } else {
+        nodelet_cri::CriClient::connect_lazy(cri_config)
+    }
     .map_err(|source| StartCause::Endpoint { endpoint: endpoint.to_owned(), source })?;
     // Wait for the runtime before planning anything: reconstruction needs it.
     let ready = Arc::new(AtomicBool::new(false));

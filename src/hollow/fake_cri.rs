@@ -64,18 +64,74 @@ pub(crate) enum FakeCriError {
     },
 }
 
-#[derive(Debug, Clone)]
-struct Sandbox {
-    status: v1::PodSandboxStatus,
-    /// The host part of its IP in the node's /24 (none for host-network sandboxes).
-    ip_host: Option<u8>,
-    log_directory: String,
+/// Labels or annotations as a record keeps them: the pairs sorted by key, each string without spare
+/// capacity (a decoded `HashMap<String, String>` has room for more entries than it holds, and buckets of
+/// 48 bytes each). Answers get a map built from them, as they would get a copy of a kept map.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Pairs(Box<[(Box<str>, Box<str>)]>);
+
+impl Pairs {
+    fn new(map: HashMap<String, String>) -> Self {
+        let mut pairs: Vec<_> =
+            map.into_iter().map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str())).collect();
+        pairs.sort_unstable();
+        Self(pairs.into_boxed_slice())
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        let found = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
+        self.0.get(found).map(|(_, v)| &**v)
+    }
+
+    fn to_map(&self) -> HashMap<String, String> {
+        self.0.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
 }
 
+/// A sandbox as the runtime keeps it: its status as `PodSandboxStatus` answers it, the labels and
+/// annotations kept apart ([`Pairs`]).
+#[derive(Debug, Clone)]
+struct Sandbox {
+    /// The status, without labels and annotations.
+    status: v1::PodSandboxStatus,
+    labels: Pairs,
+    annotations: Pairs,
+    /// The host part of its IP in the node's /24 (none for host-network sandboxes).
+    ip_host: Option<u8>,
+    log_directory: Box<str>,
+}
+
+impl Sandbox {
+    /// The status as `PodSandboxStatus` answers it.
+    fn status(&self) -> v1::PodSandboxStatus {
+        v1::PodSandboxStatus {
+            labels: self.labels.to_map(),
+            annotations: self.annotations.to_map(),
+            ..self.status.clone()
+        }
+    }
+}
+
+/// A container as the runtime keeps it: its status as `ContainerStatus` answers it, the labels and
+/// annotations kept apart ([`Pairs`]).
 #[derive(Debug, Clone)]
 struct Container {
-    sandbox: String,
+    sandbox: Box<str>,
+    /// The status, without labels and annotations.
     status: v1::ContainerStatus,
+    labels: Pairs,
+    annotations: Pairs,
+}
+
+impl Container {
+    /// The status as `ContainerStatus` answers it.
+    fn status(&self) -> v1::ContainerStatus {
+        v1::ContainerStatus {
+            labels: self.labels.to_map(),
+            annotations: self.annotations.to_map(),
+            ..self.status.clone()
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -114,8 +170,8 @@ fn not_found(what: &str, id: &str) -> Status {
 }
 
 /// Whether `labels` has every pair of `selector`.
-fn selected(labels: &HashMap<String, String>, selector: &HashMap<String, String>) -> bool {
-    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+fn selected(labels: &Pairs, selector: &HashMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v.as_str()))
 }
 
 /// The made-up id of image `name` (the same name gives the same id).
@@ -187,14 +243,14 @@ impl FakeCri {
         let s = &c.status;
         v1::Container {
             id: s.id.clone(),
-            pod_sandbox_id: c.sandbox.clone(),
+            pod_sandbox_id: c.sandbox.to_string(),
             metadata: s.metadata.clone(),
             image: s.image.clone(),
             image_ref: s.image_ref.clone(),
             state: s.state,
             created_at: s.created_at,
-            labels: s.labels.clone(),
-            annotations: s.annotations.clone(),
+            labels: c.labels.to_map(),
+            annotations: c.annotations.to_map(),
             image_id: s.image_id.clone(),
         }
     }
@@ -229,11 +285,18 @@ impl FakeCri {
             linux: Some(v1::LinuxPodSandboxStatus {
                 namespaces: Some(v1::Namespace { options: namespaces }),
             }),
-            labels: config.labels,
-            annotations: config.annotations,
+            labels: HashMap::new(),
+            annotations: HashMap::new(),
             runtime_handler,
         };
-        state.sandboxes.insert(id.clone(), Sandbox { status, ip_host, log_directory: config.log_directory });
+        let sandbox = Sandbox {
+            status,
+            labels: Pairs::new(config.labels),
+            annotations: Pairs::new(config.annotations),
+            ip_host,
+            log_directory: config.log_directory.into_boxed_str(),
+        };
+        state.sandboxes.insert(id.clone(), sandbox);
         Ok(id)
     }
 
@@ -246,7 +309,7 @@ impl FakeCri {
         let log_path = if config.log_path.is_empty() || sandbox.log_directory.is_empty() {
             String::new()
         } else {
-            Path::new(&sandbox.log_directory).join(&config.log_path).to_string_lossy().into_owned()
+            Path::new(&*sandbox.log_directory).join(&config.log_path).to_string_lossy().into_owned()
         };
         let image_name = config.image.as_ref().map(|i| i.image.clone()).unwrap_or_default();
         let image_ref = state
@@ -263,13 +326,21 @@ impl FakeCri {
             image: config.image,
             image_ref: image_ref.clone(),
             image_id: image_ref,
-            labels: config.labels,
-            annotations: config.annotations,
-            mounts: config.mounts,
+            mounts: {
+                let mut mounts = config.mounts;
+                mounts.shrink_to_fit();
+                mounts
+            },
             log_path,
             ..Default::default()
         };
-        state.containers.insert(id.clone(), Container { sandbox: sandbox_id.to_owned(), status });
+        let container = Container {
+            sandbox: sandbox_id.into(),
+            status,
+            labels: Pairs::new(config.labels),
+            annotations: Pairs::new(config.annotations),
+        };
+        state.containers.insert(id.clone(), container);
         Ok(id)
     }
 
@@ -319,7 +390,7 @@ impl RuntimeService for FakeCri {
         if let Some(s) = state.sandboxes.get_mut(&id) {
             s.status.state = v1::PodSandboxState::SandboxNotready as i32;
         }
-        state.containers.values_mut().filter(|c| c.sandbox == id).for_each(Self::stop_one);
+        state.containers.values_mut().filter(|c| *c.sandbox == *id).for_each(Self::stop_one);
         Ok(Response::new(v1::StopPodSandboxResponse {}))
     }
 
@@ -334,7 +405,7 @@ impl RuntimeService for FakeCri {
         {
             state.ips_in_use.remove(&h);
         }
-        state.containers.retain(|_, c| c.sandbox != id);
+        state.containers.retain(|_, c| *c.sandbox != *id);
         Ok(Response::new(v1::RemovePodSandboxResponse {}))
     }
 
@@ -346,7 +417,7 @@ impl RuntimeService for FakeCri {
         let state = self.lock();
         let s = state.sandboxes.get(&id).ok_or_else(|| not_found("sandbox", &id))?;
         Ok(Response::new(v1::PodSandboxStatusResponse {
-            status: Some(s.status.clone()),
+            status: Some(s.status()),
             timestamp: now_nanos(),
             ..Default::default()
         }))
@@ -363,14 +434,14 @@ impl RuntimeService for FakeCri {
             .values()
             .filter(|s| filter.id.is_empty() || s.status.id == filter.id)
             .filter(|s| filter.state.as_ref().is_none_or(|f| f.state == s.status.state))
-            .filter(|s| selected(&s.status.labels, &filter.label_selector))
+            .filter(|s| selected(&s.labels, &filter.label_selector))
             .map(|s| v1::PodSandbox {
                 id: s.status.id.clone(),
                 metadata: s.status.metadata.clone(),
                 state: s.status.state,
                 created_at: s.status.created_at,
-                labels: s.status.labels.clone(),
-                annotations: s.status.annotations.clone(),
+                labels: s.labels.to_map(),
+                annotations: s.annotations.to_map(),
                 runtime_handler: s.status.runtime_handler.clone(),
             })
             .collect();
@@ -433,9 +504,9 @@ impl RuntimeService for FakeCri {
             .containers
             .values()
             .filter(|c| filter.id.is_empty() || c.status.id == filter.id)
-            .filter(|c| filter.pod_sandbox_id.is_empty() || c.sandbox == filter.pod_sandbox_id)
+            .filter(|c| filter.pod_sandbox_id.is_empty() || *c.sandbox == *filter.pod_sandbox_id)
             .filter(|c| filter.state.as_ref().is_none_or(|f| f.state == c.status.state))
-            .filter(|c| selected(&c.status.labels, &filter.label_selector))
+            .filter(|c| selected(&c.labels, &filter.label_selector))
             .map(Self::container_of)
             .collect();
         Ok(Response::new(v1::ListContainersResponse { containers }))
@@ -448,10 +519,7 @@ impl RuntimeService for FakeCri {
         let id = request.into_inner().container_id;
         let state = self.lock();
         let c = state.containers.get(&id).ok_or_else(|| not_found("container", &id))?;
-        Ok(Response::new(v1::ContainerStatusResponse {
-            status: Some(c.status.clone()),
-            info: HashMap::new(),
-        }))
+        Ok(Response::new(v1::ContainerStatusResponse { status: Some(c.status()), info: HashMap::new() }))
     }
 
     async fn update_container_resources(

@@ -284,3 +284,38 @@ async fn the_allocator_is_trimmed_every_period_until_stopped() {
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(1), task).await.expect("ends at stop").expect("no panic");
 }
+
+#[tokio::test]
+async fn labels_and_annotations_come_back_as_sent() {
+    use k8s_cri::v1::runtime_service_server::RuntimeService as _;
+    let s = served(3).await;
+    let mut sandbox = sandbox_config("p", false);
+    sandbox.labels.insert("app".to_owned(), "web".to_owned());
+    sandbox.annotations = HashMap::from([
+        ("kubernetes.io/config.seen".to_owned(), "2026-12-05T22:00:00Z".to_owned()),
+        ("kubernetes.io/config.source".to_owned(), "api".to_owned()),
+    ]);
+    let id = s.client.run_pod_sandbox(sandbox.clone(), "").await.expect("run");
+    let mut config = container_config("main");
+    config.annotations = HashMap::from([("io.kubernetes.container.hash".to_owned(), "1a2b".to_owned())]);
+    let c = s.client.create_container(&id, config.clone(), sandbox.clone()).await.expect("create");
+
+    let status = s.client.container_status(&c).await.expect("status");
+    assert_eq!((status.labels, status.annotations), (config.labels.clone(), config.annotations.clone()));
+    let listed = s.client.list_containers(&nodelet_cri::ContainerFilter::all()).await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!((&listed[0].labels, &listed[0].annotations), (&config.labels, &config.annotations));
+    assert_eq!(listed[0].pod_sandbox_id, id);
+
+    let request =
+        tonic::Request::new(v1::PodSandboxStatusRequest { pod_sandbox_id: id.clone(), verbose: false });
+    let status = s.fake.pod_sandbox_status(request).await.expect("sandbox status").into_inner().status;
+    let status = status.expect("a status");
+    assert_eq!((status.labels, status.annotations), (sandbox.labels.clone(), sandbox.annotations.clone()));
+    let listed = s.client.list_pod_sandboxes(&nodelet_cri::SandboxFilter::all()).await.expect("list");
+    assert_eq!((&listed[0].labels, &listed[0].annotations), (&sandbox.labels, &sandbox.annotations));
+    let by_label = nodelet_cri::SandboxFilter::all().label("app", "web");
+    assert_eq!(s.client.list_pod_sandboxes(&by_label).await.expect("list").len(), 1);
+    let by_other = nodelet_cri::SandboxFilter::all().label("app", "db");
+    assert!(s.client.list_pod_sandboxes(&by_other).await.expect("list").is_empty());
+}
