@@ -168,6 +168,9 @@ def run(a):
         "server_bytes_per_min_per_node": round(bytes_min / n),
         "apiserver_cpu_cores": round((float(a.cpu[1]) - float(a.cpu[0])) / ticks / secs, 3),
         "etcd_cpu_cores": round((float(a.cpu[3]) - float(a.cpu[2])) / ticks / secs, 3),
+        "nodes_cpu_cores": (
+            round((float(a.nodes_cpu[1]) - float(a.nodes_cpu[0])) / ticks / secs, 3) if a.nodes_cpu else None
+        ),
         "apiserver_rss_mib": round(int(a.rss[0]) / 1024.0, 1),
         "etcd_rss_mib": round(int(a.rss[1]) / 1024.0, 1),
         "nodes_rss_mib": round(int(a.rss[2]) / 1024.0, 1),
@@ -197,6 +200,7 @@ FIGURES = [
     ("API bytes/min per node (all clients)", "server_bytes_per_min_per_node"),
     ("API server requests/min (all)", "server_requests_per_min"),
     ("kube-apiserver CPU (cores)", "apiserver_cpu_cores"),
+    ("the nodes' CPU (cores)", "nodes_cpu_cores"),
     ("kube-apiserver RSS (MiB)", "apiserver_rss_mib"),
     ("etcd CPU (cores)", "etcd_cpu_cores"),
     ("etcd RSS (MiB)", "etcd_rss_mib"),
@@ -346,6 +350,7 @@ def main():
     r.add_argument("--watch", required=True)
     r.add_argument("--ticks", required=True)
     r.add_argument("--cpu", nargs=4, required=True)
+    r.add_argument("--nodes-cpu", nargs=2, default=None)
     r.add_argument("--rss", nargs=3, required=True)
     r.add_argument("--pss", type=int, default=0)
     r.add_argument("--times", nargs=3, required=True)

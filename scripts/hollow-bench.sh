@@ -14,7 +14,8 @@
 #   - watches held by the nodes (audit: watches opened and not closed by the end of the window), per node
 #   - bytes sent by the API server in the window (apiserver_response_sizes_sum; all clients, so the
 #     controllers' share is in it), per minute
-#   - kube-apiserver's and etcd's CPU (cores, averaged over the window) and RSS at its end (/proc)
+#   - kube-apiserver's, etcd's and the nodes' CPU (cores, averaged over the window; nodelet: the one process,
+#     kubemark: the sum of its processes) and the first two's RSS at its end (/proc)
 #   - the nodes' memory per node: RSS (nodelet: the one process; kubemark: the sum of its processes, each
 #     counting the binary it shares with the others) and PSS (shared pages split between their users)
 #   - pod start latency p50/p99: from a watch's first sight of the pod (its creation) to its first sight
@@ -33,6 +34,7 @@
 #   HOLLOW_BENCH_SETTLE         seconds between all Running and the window (default 30)
 #   HOLLOW_BENCH_LATENCY_PODS   latency pods (default: 2 x N, at least 100; 0: no latency phase)
 #   HOLLOW_BENCH_LATENCY_RATE   latency pods created per second (default 5)
+#   HOLLOW_BENCH_KEEP           non-empty: keep each run's directory (audit log, watch records, the nodes' log)
 #   HOLLOW_BENCH_WAIT           seconds to wait for all pods Running, and for all gone (default 1200)
 #   HOLLOW_BENCH_MIN_FREE_MIB   kubemark: no further process starts below this MemAvailable (default 6144);
 #                               the run then goes on with the nodes started and says so
@@ -108,6 +110,7 @@ trap 'cleanup_run; rm -rf "$BASE/run"' EXIT
 
 # /proc figures of a process: "utime+stime in ticks" and "RSS in KiB".
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+sum_ticks() { local t=0; for p in "$@"; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 sum_rss() { local t=0; for p in "$@"; do t=$((t + $(rss_kib "$p"))); done; echo "$t"; }
 # Proportional set size in KiB: memory shared between processes (kubemark's binary, mapped by every one of
@@ -205,10 +208,10 @@ EOF
   sleep "$SETTLE"
   # ---- steady window
   local m1="$run/metrics-1.txt" m2="$run/metrics-2.txt"
-  local a1 e1 a2 e2 w1 w2
-  w1=$(date +%s.%N); a1=$(cpu_ticks "$api_pid"); e1=$(cpu_ticks "$etcd_pid"); metrics > "$m1"
+  local a1 e1 a2 e2 n1 n2 w1 w2
+  w1=$(date +%s.%N); a1=$(cpu_ticks "$api_pid"); e1=$(cpu_ticks "$etcd_pid"); n1=$(sum_ticks "${PIDS[@]}"); metrics > "$m1"
   sleep "$STEADY"
-  w2=$(date +%s.%N); a2=$(cpu_ticks "$api_pid"); e2=$(cpu_ticks "$etcd_pid"); metrics > "$m2"
+  w2=$(date +%s.%N); a2=$(cpu_ticks "$api_pid"); e2=$(cpu_ticks "$etcd_pid"); n2=$(sum_ticks "${PIDS[@]}"); metrics > "$m2"
   local api_rss etcd_rss nodes_rss nodes_pss
   api_rss=$(rss_kib "$api_pid"); etcd_rss=$(rss_kib "$etcd_pid"); nodes_rss=$(sum_rss "${PIDS[@]}")
   nodes_pss=$(sum_pss "${PIDS[@]}")
@@ -257,13 +260,13 @@ EOF
     --kind "$kind" --nodes "$started" --asked "$n" --pods "$pods" --note "$note" \
     --window "$w1" "$w2" --audit "$run/audit.log" --metrics "$run/metrics-base.txt" "$m1" "$m2" \
     --watch "$run/watch.txt" --ticks "$(getconf CLK_TCK)" \
-    --cpu "$a1" "$a2" "$e1" "$e2" --rss "$api_rss" "$etcd_rss" "$nodes_rss" --pss "$nodes_pss" \
+    --cpu "$a1" "$a2" "$e1" "$e2" --nodes-cpu "$n1" "$n2" --rss "$api_rss" "$etcd_rss" "$nodes_rss" --pss "$nodes_pss" \
     --times "$nodes_ready_s" "$all_running_s" "$all_gone_s" --gone "$left" \
     --latency-watch "$( [ "$latency" -gt 0 ] && echo "$run/latency-watch.txt")" --latency-rate "$LATENCY_RATE" \
     --load "$load" >> "$RESULTS"
   tail -1 "$RESULTS" >&2
   cleanup_run
-  rm -rf "$run"
+  if [ -n "${HOLLOW_BENCH_KEEP:-}" ]; then log "kept $run (audit log, watches, the nodes' log)"; else rm -rf "$run"; fi
 }
 
 for n in $NODES; do
