@@ -915,15 +915,7 @@ impl CriPodRuntime {
             if identity.uid != uid {
                 continue;
             }
-            pod.get_or_insert_with(|| PodSandboxes {
-                uid: identity.uid.clone(),
-                namespace: identity.namespace.clone(),
-                name: identity.name.clone(),
-                sandboxes: Vec::new(),
-                needs_refresh: false,
-            })
-            .sandboxes
-            .push(sandbox_record(sandbox, facts));
+            pod.get_or_insert_with(|| no_sandboxes(&identity)).sandboxes.push(sandbox_record(sandbox, facts));
         }
         if let Some(pod) = &mut pod {
             sort_sandboxes(&mut pod.sandboxes);
@@ -1136,13 +1128,7 @@ impl CriPodRuntime {
             });
             pod_sandboxes
                 .entry(identity.uid.clone())
-                .or_insert_with(|| PodSandboxes {
-                    uid: identity.uid.clone(),
-                    namespace: identity.namespace.clone(),
-                    name: identity.name.clone(),
-                    sandboxes: Vec::new(),
-                    needs_refresh: false,
-                })
+                .or_insert_with(|| no_sandboxes(&identity))
                 .sandboxes
                 .push(sandbox_record(sandbox, facts));
         }
@@ -1505,6 +1491,17 @@ fn sandbox_record(sandbox: &ListedSandbox, facts: &SandboxFacts) -> SandboxRecor
         attempt: sandbox.metadata.as_ref().map_or(facts.attempt, |m| m.attempt),
         host_network: facts.host_network,
         runtime_handler: sandbox.runtime_handler.as_str().to_owned(),
+    }
+}
+
+/// The sandbox record of the pod `identity` names, with no sandbox yet.
+fn no_sandboxes(identity: &PodIdentity) -> PodSandboxes {
+    PodSandboxes {
+        uid: identity.uid.clone(),
+        namespace: identity.namespace.clone(),
+        name: identity.name.clone(),
+        sandboxes: Vec::new(),
+        needs_refresh: false,
     }
 }
 
