@@ -66,11 +66,13 @@ pub(crate) fn driver(
     ClaimDriver::new(records, set).with_operation_metrics(operation_duration)
 }
 
-/// What the claim pair reads of a registered CSI driver (an entry of the store [`csi_drivers`] writes,
+/// What the claim pair keeps of a registered CSI driver (an entry of the store [`csi_drivers`] writes,
 /// by driver name).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CsiDriverInfo {
-    /// It provisions volumes (`CREATE_DELETE_VOLUME`).
+    /// It provisions volumes (`CREATE_DELETE_VOLUME`). Nothing reads it from the store: the provisioner
+    /// asks the registry itself. It is kept so that a driver re-registering with another capability is a
+    /// change of its entry, which plans the claims that name it again.
     pub(crate) can_create_volumes: bool,
     /// Its accessible topology on this node (`NodeGetInfo`): labels of the node.
     pub(crate) topology: BTreeMap<String, String>,
