@@ -9,6 +9,7 @@ a namespace's pod events with their times. `create ...`: the latency pods, one a
 import argparse
 import collections
 import datetime
+import glob
 import json
 import os
 import re
@@ -62,6 +63,12 @@ def ts(s):
     return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
+def lines(paths):
+    for p in paths:
+        with open(p, encoding="utf-8", errors="replace") as f:
+            yield from f
+
+
 def audit(path, w1, w2):
     """The nodes' requests received in [w1, w2) by (verb, resource[/subresource]), the watches they opened
     in it, and the watches open at w2."""
@@ -69,30 +76,34 @@ def audit(path, w1, w2):
     opened = {}
     closed = set()
     users = set()
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            user = e.get("user", {}).get("username", "")
-            if not user.startswith("system:node:"):
-                continue
-            users.add(user)
-            verb = e.get("verb", "")
-            ref = e.get("objectRef") or {}
-            resource = ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else "")
-            received = ts(e["requestReceivedTimestamp"])
-            stage = e.get("stage")
-            if verb == "watch":
-                if stage == "ResponseStarted":
-                    opened[e["auditID"]] = (received, resource)
-                elif stage == "ResponseComplete" and ts(e["stageTimestamp"]) <= w2:
-                    closed.add(e["auditID"])
-                if stage == "ResponseStarted" and w1 <= received < w2:
-                    requests[(verb, resource)] += 1
-            elif stage == "ResponseComplete" and w1 <= received < w2:
+    # The API server's audit log rotates at --audit-log-maxsize MB (0 is lumberjack's default, 100 MB: an
+    # N=500 run's log was cut there and its window's events went to a backup), keeping the backups
+    # beside it as audit-<time>.log: read them all.
+    base, ext = os.path.splitext(path)
+    paths = sorted(glob.glob(f"{glob.escape(base)}-*{ext}")) + [path]
+    for line in lines(paths):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        user = e.get("user", {}).get("username", "")
+        if not user.startswith("system:node:"):
+            continue
+        users.add(user)
+        verb = e.get("verb", "")
+        ref = e.get("objectRef") or {}
+        resource = ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else "")
+        received = ts(e["requestReceivedTimestamp"])
+        stage = e.get("stage")
+        if verb == "watch":
+            if stage == "ResponseStarted":
+                opened[e["auditID"]] = (received, resource)
+            elif stage == "ResponseComplete" and ts(e["stageTimestamp"]) <= w2:
+                closed.add(e["auditID"])
+            if stage == "ResponseStarted" and w1 <= received < w2:
                 requests[(verb, resource)] += 1
+        elif stage == "ResponseComplete" and w1 <= received < w2:
+            requests[(verb, resource)] += 1
     held = collections.Counter(r for a, (t, r) in opened.items() if t <= w2 and a not in closed)
     return requests, held, len(users)
 
@@ -185,6 +196,7 @@ def run(a):
         "latency_pods_rate_per_s": a.latency_rate,
         "latency_start_p50_s": round(percentile(llat, 50), 3) if llat else None,
         "latency_start_p99_s": round(percentile(llat, 99), 3) if llat else None,
+        **latency_cpu(a, ticks),
         "load_average": a.load,
         "nodes_ready_s": int(a.times[0]),
         "all_running_s": int(a.times[1]),
@@ -192,6 +204,20 @@ def run(a):
         "pods_left_after_delete": int(a.gone),
     }
     print(json.dumps(out, sort_keys=True))
+
+
+def latency_cpu(a, ticks):
+    """The API server's and the nodes' CPU (cores) from the first latency pod's creation to the last one seen
+    Running (`--latency-cpu` wall1 wall2 api1 api2 nodes1 nodes2), if the run had a latency phase."""
+    if not a.latency_cpu:
+        return {}
+    w1, w2, a1, a2, n1, n2 = (float(x) for x in a.latency_cpu)
+    secs = max(w2 - w1, 1e-9)
+    return {
+        "latency_window_s": round(secs, 1),
+        "latency_apiserver_cpu_cores": round((a2 - a1) / ticks / secs, 3),
+        "latency_nodes_cpu_cores": round((n2 - n1) / ticks / secs, 3),
+    }
 
 
 FIGURES = [
@@ -358,6 +384,7 @@ def main():
     r.add_argument("--latency-watch", default="")
     r.add_argument("--latency-rate", type=float, default=None)
     r.add_argument("--load", default="")
+    r.add_argument("--latency-cpu", nargs=6, default=None)
     c = sub.add_parser("create")
     for flag in ("--url", "--ca", "--namespace"):
         c.add_argument(flag, required=True)

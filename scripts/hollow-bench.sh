@@ -106,7 +106,7 @@ cleanup_run() {
       while read -r f; do rm -rf -- "$f"; done
   fi
 }
-trap 'cleanup_run; rm -rf "$BASE/run"' EXIT
+trap 'cleanup_run; [ -n "${HOLLOW_BENCH_KEEP:-}" ] || rm -rf "$BASE/run"' EXIT
 
 # /proc figures of a process: "utime+stime in ticks" and "RSS in KiB".
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
@@ -117,6 +117,14 @@ sum_rss() { local t=0; for p in "$@"; do t=$((t + $(rss_kib "$p"))); done; echo 
 # its processes) counted once over all of them, not once per process as RSS counts it.
 pss_kib() { awk '/^Pss:/ {print $2}' "/proc/$1/smaps_rollup" 2>/dev/null || echo 0; }
 sum_pss() { local t=0; for p in "$@"; do t=$((t + $(pss_kib "$p"))); done; echo "$t"; }
+# How many pods namespace $1 has, from a LIST of one item (`remainingItemCount`): the wait loops poll this
+# instead of listing every pod (15,000 at N=500) every few seconds, which loaded the API server they measure.
+pod_count() {
+  $kubectl get --raw "/api/v1/namespaces/$1/pods?limit=1" 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(len(d.get("items") or []) + (d.get("metadata", {}).get("remainingItemCount") or 0))' 2>/dev/null || echo -1
+}
 mem_available_mib() { awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo; }
 
 # The admin token from a file, never on a command line.
@@ -141,7 +149,7 @@ EOF
   log "$kind N=$n: starting the control plane"
   ENVTEST_BASE="$ENVTEST_BASE" ENVTEST_APISERVER_PORT="$API_PORT" ENVTEST_ETCD_PORT="$ETCD_PORT" \
     ENVTEST_CONTROLLERS=1 ENVTEST_KCM_ARGS="--kube-api-qps=100 --kube-api-burst=200" \
-    ENVTEST_APISERVER_ARGS="--audit-policy-file=$run/audit-policy.yaml --audit-log-path=$run/audit.log --audit-log-maxsize=0 --audit-log-format=json" \
+    ENVTEST_APISERVER_ARGS="--audit-policy-file=$run/audit-policy.yaml --audit-log-path=$run/audit.log --audit-log-maxsize=1000000 --audit-log-format=json" \
     "$ENVTEST_SCRIPTS/start.sh" >"$run/envtest.log" 2>&1 || die "envtest start failed: $(tail -5 "$run/envtest.log")"
   # shellcheck disable=SC1091
   . "$ENVTEST_BASE/env.sh"
@@ -198,8 +206,12 @@ EOF
   $kubectl -n bench create deployment bench --image=busybox:1.36 --replicas="$pods" -- sleep 36000 >/dev/null
   local running=0
   while [ $((SECONDS - t_create)) -lt "$WAIT" ]; do
-    running=$($kubectl -n bench get pods --no-headers --field-selector=status.phase=Running 2>/dev/null | wc -l)
-    [ "$running" -ge "$pods" ] && break
+    # The Deployment's ready count is one small GET; the pods are listed only once it says all are ready.
+    ready=$($kubectl -n bench get deployment bench -o jsonpath='{.status.readyReplicas}' 2>/dev/null || true)
+    if [ "${ready:-0}" -ge "$pods" ]; then
+      running=$($kubectl -n bench get pods --no-headers --field-selector=status.phase=Running 2>/dev/null | wc -l)
+      [ "$running" -ge "$pods" ] && break
+    fi
     sleep 3
   done
   [ "$running" -ge "$pods" ] || die "$kind N=$n: only $running of $pods pods Running after $WAIT s"
@@ -208,7 +220,7 @@ EOF
   sleep "$SETTLE"
   # ---- steady window
   local m1="$run/metrics-1.txt" m2="$run/metrics-2.txt"
-  local a1 e1 a2 e2 n1 n2 w1 w2
+  local a1 e1 a2 e2 n1 n2 w1 w2 lw1="" lw2="" la1="" la2="" ln1="" ln2=""
   w1=$(date +%s.%N); a1=$(cpu_ticks "$api_pid"); e1=$(cpu_ticks "$etcd_pid"); n1=$(sum_ticks "${PIDS[@]}"); metrics > "$m1"
   sleep "$STEADY"
   w2=$(date +%s.%N); a2=$(cpu_ticks "$api_pid"); e2=$(cpu_ticks "$etcd_pid"); n2=$(sum_ticks "${PIDS[@]}"); metrics > "$m2"
@@ -220,6 +232,7 @@ EOF
   local latency=${LATENCY_PODS:-$((2 * started > 100 ? 2 * started : 100))}
   if [ "$latency" -gt 0 ]; then
     log "$kind N=$n: $latency latency pods at ${LATENCY_RATE}/s"
+    lw1=$(date +%s.%N); la1=$(cpu_ticks "$api_pid"); ln1=$(sum_ticks "${PIDS[@]}")
     $kubectl create namespace latency >/dev/null
     python3 "$HERE/hollow-bench.py" watch --url "$APISERVER_URL" --ca "$APISERVER_CA" \
       --namespace latency --out "$run/latency-watch.txt" &
@@ -233,12 +246,13 @@ EOF
       [ "$lrunning" -ge "$latency" ] && break
       sleep 2
     done
+    lw2=$(date +%s.%N); la2=$(cpu_ticks "$api_pid"); ln2=$(sum_ticks "${PIDS[@]}")
     log "$kind N=$n: $lrunning of $latency latency pods Running ($(cat "$run/latency-create.json"))"
     kill "$LATENCY_WATCHER" 2>/dev/null || true; LATENCY_WATCHER=""
     $kubectl -n latency delete pods --all --wait=false >/dev/null
     local t_ldel=$SECONDS
     while [ $((SECONDS - t_ldel)) -lt 600 ]; do
-      [ "$($kubectl -n latency get pods --no-headers 2>/dev/null | wc -l)" = 0 ] && break
+      [ "$(pod_count latency)" = 0 ] && break
       sleep 3
     done
   fi
@@ -247,7 +261,7 @@ EOF
   $kubectl -n bench delete deployment bench --wait=false >/dev/null
   local left=$pods
   while [ $((SECONDS - t_delete)) -lt "$WAIT" ]; do
-    left=$($kubectl -n bench get pods --no-headers 2>/dev/null | wc -l)
+    left=$(pod_count bench)
     [ "$left" = 0 ] && break
     sleep 3
   done
@@ -263,6 +277,7 @@ EOF
     --cpu "$a1" "$a2" "$e1" "$e2" --nodes-cpu "$n1" "$n2" --rss "$api_rss" "$etcd_rss" "$nodes_rss" --pss "$nodes_pss" \
     --times "$nodes_ready_s" "$all_running_s" "$all_gone_s" --gone "$left" \
     --latency-watch "$( [ "$latency" -gt 0 ] && echo "$run/latency-watch.txt")" --latency-rate "$LATENCY_RATE" \
+    ${lw1:+--latency-cpu "$lw1" "$lw2" "$la1" "$la2" "$ln1" "$ln2"} \
     --load "$load" >> "$RESULTS"
   tail -1 "$RESULTS" >&2
   cleanup_run

@@ -15,7 +15,11 @@
 //!   a failed request is a `FailedMount`; up to 16 requests are in flight at once, so a node starting many
 //!   pods waits about one round trip), and again when 80 % of
 //!   its lifetime or 24 hours have passed; the old one is served until the new one is there. Tokens of
-//!   pods that are gone are dropped.
+//!   pods that are gone are dropped. A failed request is tried again after 0.5 s, doubling to at most
+//!   32 s, as the kubelet's volume manager retries a failed mount: not sooner, however often the volumes
+//!   render meanwhile (a failing token costs a bounded number of requests), and not later (the first
+//!   request for a pod just bound is often refused by the Node authorizer, which has not seen the binding
+//!   yet; the pod starts as soon as it has).
 //!
 //! - **PersistentVolumeClaims** of API pods, and the PersistentVolumes they are bound to, are read
 //!   with `get` (all the Node authorizer allows a node for them): every 2 s while a claim is missing or
@@ -58,6 +62,10 @@ const CLAIM_BOUND_PERIOD: Duration = Duration::from_secs(60);
 const TOKEN_REQUESTS_AT_ONCE: usize = 16;
 /// The longest a token is used before a new one is asked for.
 const TOKEN_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// How long after a failed TokenRequest the first retry waits; each failure in a row doubles it.
+const TOKEN_RETRY_INITIAL: Duration = Duration::from_millis(500);
+/// The longest wait between two TokenRequests for the same token.
+const TOKEN_RETRY_MAX: Duration = Duration::from_secs(32);
 
 /// An object a pod refers to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -110,6 +118,25 @@ struct State {
     tokens: HashMap<TokenKey, Token>,
     /// Tokens asked for by a render and not issued yet (with the last error, if any).
     wanted: HashMap<TokenKey, Option<Arc<kube::Error>>>,
+    /// Tokens whose last request failed: when the next may be made.
+    retries: HashMap<TokenKey, Retry>,
+}
+
+/// When a token whose request failed is asked for again.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    /// Not before this.
+    at: tokio::time::Instant,
+    /// The wait that led to `at` (doubled at the next failure).
+    delay: Duration,
+}
+
+impl Retry {
+    /// The retry after one more failure at `now`, following `previous` (none: the first failure).
+    fn after(previous: Option<&Retry>, now: tokio::time::Instant) -> Self {
+        let delay = previous.map_or(TOKEN_RETRY_INITIAL, |r| (r.delay * 2).min(TOKEN_RETRY_MAX));
+        Retry { at: now + delay, delay }
+    }
 }
 
 /// The API's pod data for this node; see the [module docs](self). Cheap to clone.
@@ -160,15 +187,16 @@ impl PodData {
         let mut watches = JoinSet::new();
         'run: loop {
             self.sync_watches(&client, &desired, &mut watches);
-            self.issue_tokens(&client, &desired).await;
+            let next_token = self.issue_tokens(&client, &desired).await;
             let next_claim = self.read_claims(&client, &desired).await;
+            let next = next_token.map_or(next_claim, |t| t.min(next_claim));
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => break 'run,
                     () = changes.changed() => { changes.drain(); }
                     () = self.wake.notified() => {}
                     _ = check.tick() => {}
-                    () = tokio::time::sleep_until(next_claim) => {}
+                    () = tokio::time::sleep_until(next) => {}
                     Some(ended) = watches.join_next(), if !watches.is_empty() => {
                         if let Err(e) = ended
                             && e.is_panic()
@@ -220,6 +248,7 @@ impl PodData {
         });
         state.tokens.retain(|k, _| live.contains(&k.pod_uid));
         state.wanted.retain(|k, _| live.contains(&k.pod_uid));
+        state.retries.retain(|k, _| live.contains(&k.pod_uid));
     }
 
     async fn watch_object(self, client: kube::Client, key: ObjectKey) {
@@ -333,16 +362,24 @@ impl PodData {
         state.claims.values().map(|c| c.next_check).min().unwrap_or(now + CLAIM_BOUND_PERIOD)
     }
 
-    /// Asks for the tokens renders wanted and renews those past their refresh time.
-    async fn issue_tokens(&self, client: &kube::Client, desired: &Store<PodUid, DesiredPod>) {
+    /// Asks for the tokens renders wanted and renews those past their refresh time, except those whose
+    /// last request failed and whose retry is not due; returns when the first of those is.
+    async fn issue_tokens(
+        &self,
+        client: &kube::Client,
+        desired: &Store<PodUid, DesiredPod>,
+    ) -> Option<tokio::time::Instant> {
         let now = SystemTime::now();
+        let instant = tokio::time::Instant::now();
         let due: Vec<TokenKey> = {
             let state = self.lock();
+            let waiting = |key: &TokenKey| state.retries.get(key).is_some_and(|r| r.at > instant);
             state
                 .wanted
                 .keys()
+                .chain(state.tokens.iter().filter(|(_, t)| t.refresh_at <= now).map(|(k, _)| k))
+                .filter(|key| !waiting(key))
                 .cloned()
-                .chain(state.tokens.iter().filter(|(_, t)| t.refresh_at <= now).map(|(k, _)| k.clone()))
                 .collect()
         };
         let due: Vec<TokenKey> = due.into_iter().filter(|key| desired.get(&key.pod_uid).is_some()).collect();
@@ -359,6 +396,7 @@ impl PodData {
                 Ok(token) => {
                     let mut state = self.lock();
                     state.wanted.remove(&key);
+                    state.retries.remove(&key);
                     state.tokens.insert(key, token);
                     drop(state);
                     self.changed.send_replace(());
@@ -371,12 +409,20 @@ impl PodData {
                         "requesting a service account token failed"
                     );
                     let mut state = self.lock();
+                    let retry = Retry::after(state.retries.get(&key), tokio::time::Instant::now());
+                    state.retries.insert(key.clone(), retry);
                     if let Some(reason) = state.wanted.get_mut(&key) {
                         *reason = Some(Arc::new(e));
                     }
                 }
             }
         }
+        drop(requests);
+        let mut state = self.lock();
+        let State { retries, wanted, tokens, .. } = &mut *state;
+        // A retry of a token no longer wanted (its projection changed) would never be made.
+        retries.retain(|key, _| wanted.contains_key(key) || tokens.contains_key(key));
+        retries.values().map(|r| r.at).min()
     }
 }
 
@@ -596,5 +642,118 @@ impl ClaimLookup for ClusterClaims {
 
     fn wait_synced(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
         self.local.wait_synced()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use nodelet_resources::pod::validation::prepare;
+
+    use super::*;
+
+    /// An API server that refuses the first `refusals` TokenRequests (403, as the Node authorizer does
+    /// before it has seen the pod's binding) and issues a token afterwards; counts the requests.
+    fn token_server(refusals: usize) -> (kube::Client, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                assert!(req.uri().path().ends_with("/serviceaccounts/default/token"), "{}", req.uri());
+                let (code, body) = if n <= refusals {
+                    (
+                        403,
+                        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+                            "message":"no relationship found between node 'node' and this object",
+                            "reason":"Forbidden","code":403}"#,
+                    )
+                } else {
+                    (
+                        201,
+                        r#"{"kind":"TokenRequest","apiVersion":"authentication.k8s.io/v1","spec":{},
+                            "status":{"token":"issued","expirationTimestamp":"2099-01-01T00:00:00Z"}}"#,
+                    )
+                };
+                let response = http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body.as_bytes().to_vec()))
+                    .expect("response");
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        (kube::Client::new(service, "default"), calls)
+    }
+
+    /// The pod data task over `client`, with one API pod desired; returns the pod as renders see it.
+    fn start(client: kube::Client) -> (PodData, Pod, CancellationToken) {
+        let (desired, mut writer) = reconcile_engine::store::<PodUid, DesiredPod>();
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .expect("pod");
+        let pod = prepare(pod, PodSource::Api, "node").expect("valid");
+        let seen = pod.pod.clone();
+        writer.insert("u1".to_owned(), pod);
+        let data = PodData::new();
+        let shutdown = CancellationToken::new();
+        tokio::spawn(data.clone().run(client, desired, shutdown.clone()));
+        (data, seen, shutdown)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_token_request_is_retried_after_half_a_second_doubling_however_often_volumes_render() {
+        let (client, calls) = token_server(3);
+        let (data, pod, shutdown) = start(client);
+        let start = tokio::time::Instant::now();
+        let render = || data.service_account_token(&pod, "", 3600);
+        assert!(matches!(render(), Some(Err(TokenError::Requesting { .. }))));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "the first render asks at once");
+        // Renders before the retry is due (each wakes the task) ask for nothing.
+        for _ in 0..8 {
+            assert!(matches!(render(), Some(Err(TokenError::Failed { .. }))));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "no request before the retry is due");
+        // Retries 0.5 s, 1 s and 2 s after each refusal: the fourth request, 3.5 s in, is answered, with no
+        // render asking meanwhile (before, a refused token waited for the next 30 s check).
+        tokio::time::sleep_until(start + Duration::from_millis(3_400)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert!(matches!(render(), Some(Err(TokenError::Failed { .. }))));
+        tokio::time::sleep_until(start + Duration::from_millis(3_600)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        assert_eq!(render().map(|r| r.ok()), Some(Some("issued".to_owned())));
+        shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_token_refused_for_long_is_asked_for_at_most_every_32_seconds() {
+        let (client, calls) = token_server(usize::MAX);
+        let (data, pod, shutdown) = start(client);
+        let _ = data.service_account_token(&pod, "", 3600);
+        // 0.5 + 1 + 2 + 4 + 8 + 16 + 32 = 63.5 s: 8 requests; then one every 32 s.
+        tokio::time::sleep(Duration::from_secs(64)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 8);
+        tokio::time::sleep(Duration::from_secs(320)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 18);
+        shutdown.cancel();
+    }
+
+    #[test]
+    fn each_failure_in_a_row_doubles_the_wait_up_to_32_seconds() {
+        let now = tokio::time::Instant::now();
+        let mut retry = Retry::after(None, now);
+        let mut waits = vec![retry.delay];
+        for _ in 0..8 {
+            retry = Retry::after(Some(&retry), now);
+            waits.push(retry.delay);
+        }
+        let secs: Vec<f64> = waits.iter().map(Duration::as_secs_f64).collect();
+        assert_eq!(secs, [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 32.0, 32.0]);
+        assert_eq!(retry.at, now + Duration::from_secs(32));
     }
 }
