@@ -20,7 +20,7 @@
 //! | [`start_sources`] | the desired pod store `Store<PodUid, DesiredPod>` (`PodConfig`, its only writer); cluster mode: the API client and pod source (`Cluster::connect`, which returns their tasks) | `source-file`, `source-url`, `source-http`; cluster mode: `client-certificate`, `source-api` |
 //! | [`start_claims`] | the CRI pod runtime, the CSI registry and its store of registered drivers `Store<String, CsiDriverInfo>` (written by `claims::csi_drivers`), the claim pair (`claims`: watches its related claims and `csi-drivers`; populated from the manifests' objects and the desired pods) | `csi-plugin-watcher`, `csi-drivers`, `claim-populator`, `claim-engine` |
 //! | [`start_volumes`] | the volume pair (`volumes`: watches its own actual store as `devices`) | `volume-watch` |
-//! | [`start_pods`] | the verdict store; the pod pair (`pods`: side inputs [`PodSideInputs`]); the sandbox pair (`sandboxes`: watches `pods`, `verdicts`, `volumes`, reads the desired volumes); the volume populator; the container GC surplus store and its reclaimer (`container-gc`, the first of [`Core::reclaimers`]) | `prober`, `volume-refresh`, `volume-populator`, `claim-volume-stats`, `volume-engine`, `sandbox-engine`, `sandbox-populator`, `container-gc`, `log-rotation`, `runtime-events` (real nodes), `pleg`, `pod-engine` |
+//! | [`start_pods`] | the verdict store; the pod pair (`pods`: side inputs [`PodSideInputs`]); the sandbox pair (`sandboxes`: watches `pods`, `verdicts`, `volumes`, reads the desired volumes); the volume populator; the container GC surplus store and its reclaimer (`container-gc`, the first of [`Core::reclaimers`]) | `prober`, `volume-refresh`, `volume-populator`, `claim-volume-stats`, `volume-engine`, `sandbox-engine`, `sandbox-populator`, `container-gc`, `log-rotation`, `runtime-events`, `pleg`, `pod-engine` |
 //! | [`start_stats`] | the stats provider | `stats-housekeeping`, `volume-stats` |
 //! | [`start_builtins`] | the [`ExtensionContext`] (the pod, sandbox, verdict and volume stores, the pressure conditions the eviction pair updates, the stats provider, the supervisor, the CRI client, the node's events, clock and reclaimers); the built-in extensions ([`builtin_extensions`]), in order: the image pair (`images`, [`builtin::images::ImageGc`]: watches `pods-desired`, `pods-actual`; adds the `image-gc` reclaimer), then the eviction pair ([`builtin::eviction::EvictionPair`], through `pressure::start`: the verdict populator with the verdict store's writer and admission from [`start_pods`], the eviction engine and sampler; it tries the context's reclaimers, `container-gc` from [`start_pods`] first) | `image-populator`, `image-engine`, `local-storage-measure`, `verdict-populator`, `eviction-engine`, `eviction-sampler` |
 //! | extensions | the third parties' [`Extension`]s, in the order added, each through [`start_extension`] with the same [`ExtensionContext`] | the extensions' own |
@@ -961,9 +961,9 @@ pub(crate) fn start_pods(
             stop.clone(),
         )
     });
-    // A hollow node's fake runtime sends no events: its PLEG relists every period, as the kubelet's
-    // generic PLEG does in kubemark's hollow nodes.
-    if core.host == Host::Real {
+    // The runtime's container events (a hollow node's fake runtime sends them too): while they come, the
+    // PLEG relists every `plegEventedRelistPeriod`.
+    {
         let (cri, own, stop) = (runtime.cri.clone(), storage.pod_runtime.own_changes(), shutdown.clone());
         sup.spawn_restartable("runtime-events", move || {
             runtime::forward_runtime_events(

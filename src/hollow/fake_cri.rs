@@ -10,8 +10,13 @@
 //!   running, as with kubemark.
 //! - `PullImage` records the image (1 MiB, a made-up `sha256:` id); `ImageFsInfo` reports the node's
 //!   directory as the image filesystem.
-//! - `ExecSync` succeeds with no output (exec probes pass); streaming `Exec`, `Attach`, `PortForward`,
-//!   `CheckpointContainer` and container events are not served (`UNIMPLEMENTED`): the node's PLEG relists.
+//! - `ExecSync` succeeds with no output (exec probes pass); streaming `Exec`, `Attach`, `PortForward` and
+//!   `CheckpointContainer` are not served (`UNIMPLEMENTED`).
+//! - `GetContainerEvents` streams each container's and sandbox's creation, start, stop and removal (CRI
+//!   `CONTAINER_*_EVENT`, the ID and the time only), as containerd 1.7 and 2.x do: the node's
+//!   PLEG runs evented, as on a real node (a relist every `plegEventedRelistPeriod`, 60 s, instead of every
+//!   second). A subscriber that falls more than [`EVENT_QUEUE`] events behind gets its stream ended with
+//!   `ABORTED` (the node reconnects and relists); nothing is replayed.
 //! - Stats calls answer with no entries.
 //!
 //! Every answer is built from what the node sent; nothing a request carries reaches a file, a mount or a
@@ -40,6 +45,9 @@ const MAX_CONCURRENT_STREAMS: u32 = 16;
 /// The HTTP/2 flow-control windows of the connection and of each stream: the protocol's default, which
 /// the runtime's small messages never fill (hyper's server would announce 1 MiB).
 const WINDOW: u32 = 65_535;
+
+/// How many container events a subscriber may fall behind before its stream is ended.
+const EVENT_QUEUE: usize = 32;
 
 /// Errors of serving the fake runtime.
 #[derive(Debug, thiserror::Error)]
@@ -152,6 +160,8 @@ pub(crate) struct FakeCri {
     subnet: [u8; 3],
     /// Reported as the image filesystem's mountpoint.
     image_fs: PathBuf,
+    /// The container events (ID, CRI `ContainerEventType`) to `GetContainerEvents` subscribers.
+    events: tokio::sync::broadcast::Sender<(Box<str>, v1::ContainerEventType)>,
 }
 
 fn now_nanos() -> i64 {
@@ -187,7 +197,14 @@ impl FakeCri {
     /// (up to 16,384 nodes of 254 pods); `image_fs` is the directory reported as its image filesystem.
     pub(crate) fn new(index: u32, image_fs: impl Into<PathBuf>) -> Self {
         let [_, _, hi, lo] = (index % (1 << 14)).to_be_bytes();
-        Self { state: Arc::default(), subnet: [10, 64 + hi, lo], image_fs: image_fs.into() }
+        let (events, _) = tokio::sync::broadcast::channel(EVENT_QUEUE);
+        Self { state: Arc::default(), subnet: [10, 64 + hi, lo], image_fs: image_fs.into(), events }
+    }
+
+    /// Tells the event subscribers, if any, that container `id` had event `kind`.
+    fn emit(&self, id: &str, kind: v1::ContainerEventType) {
+        // No subscriber: nobody to tell (events are not replayed).
+        let _ = self.events.send((id.into(), kind));
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -344,16 +361,18 @@ impl FakeCri {
         Ok(id)
     }
 
-    fn stop_one(container: &mut Container) {
+    /// Stops `container` if it is created or running; whether it did.
+    fn stop_one(container: &mut Container) -> bool {
         let s = &mut container.status;
-        if s.state == v1::ContainerState::ContainerRunning as i32
-            || s.state == v1::ContainerState::ContainerCreated as i32
-        {
+        let stops = s.state == v1::ContainerState::ContainerRunning as i32
+            || s.state == v1::ContainerState::ContainerCreated as i32;
+        if stops {
             s.state = v1::ContainerState::ContainerExited as i32;
             s.finished_at = now_nanos();
             s.exit_code = 0;
             s.reason = "Completed".into();
         }
+        stops
     }
 }
 
@@ -377,6 +396,8 @@ impl RuntimeService for FakeCri {
         let r = request.into_inner();
         let config = r.config.ok_or_else(|| Status::invalid_argument("no sandbox config"))?;
         let pod_sandbox_id = self.run_sandbox(config, r.runtime_handler)?;
+        self.emit(&pod_sandbox_id, v1::ContainerEventType::ContainerCreatedEvent);
+        self.emit(&pod_sandbox_id, v1::ContainerEventType::ContainerStartedEvent);
         Ok(Response::new(v1::RunPodSandboxResponse { pod_sandbox_id }))
     }
 
@@ -386,11 +407,18 @@ impl RuntimeService for FakeCri {
     ) -> RpcResult<v1::StopPodSandboxResponse> {
         let id = request.into_inner().pod_sandbox_id;
         let mut state = self.lock();
-        // CRI: stopping an unknown sandbox is not an error.
-        if let Some(s) = state.sandboxes.get_mut(&id) {
-            s.status.state = v1::PodSandboxState::SandboxNotready as i32;
+        for c in state.containers.values_mut().filter(|c| *c.sandbox == *id) {
+            if Self::stop_one(c) {
+                self.emit(&c.status.id, v1::ContainerEventType::ContainerStoppedEvent);
+            }
         }
-        state.containers.values_mut().filter(|c| *c.sandbox == *id).for_each(Self::stop_one);
+        // CRI: stopping an unknown sandbox is not an error.
+        if let Some(s) = state.sandboxes.get_mut(&id)
+            && s.status.state == v1::PodSandboxState::SandboxReady as i32
+        {
+            s.status.state = v1::PodSandboxState::SandboxNotready as i32;
+            self.emit(&id, v1::ContainerEventType::ContainerStoppedEvent);
+        }
         Ok(Response::new(v1::StopPodSandboxResponse {}))
     }
 
@@ -400,12 +428,19 @@ impl RuntimeService for FakeCri {
     ) -> RpcResult<v1::RemovePodSandboxResponse> {
         let id = request.into_inner().pod_sandbox_id;
         let mut state = self.lock();
-        if let Some(s) = state.sandboxes.remove(&id)
-            && let Some(h) = s.ip_host
-        {
-            state.ips_in_use.remove(&h);
+        state.containers.retain(|cid, c| {
+            let keep = *c.sandbox != *id;
+            if !keep {
+                self.emit(cid, v1::ContainerEventType::ContainerDeletedEvent);
+            }
+            keep
+        });
+        if let Some(s) = state.sandboxes.remove(&id) {
+            if let Some(h) = s.ip_host {
+                state.ips_in_use.remove(&h);
+            }
+            self.emit(&id, v1::ContainerEventType::ContainerDeletedEvent);
         }
-        state.containers.retain(|_, c| *c.sandbox != *id);
         Ok(Response::new(v1::RemovePodSandboxResponse {}))
     }
 
@@ -455,6 +490,7 @@ impl RuntimeService for FakeCri {
         let r = request.into_inner();
         let config = r.config.ok_or_else(|| Status::invalid_argument("no container config"))?;
         let container_id = self.create(&r.pod_sandbox_id, config)?;
+        self.emit(&container_id, v1::ContainerEventType::ContainerCreatedEvent);
         Ok(Response::new(v1::CreateContainerResponse { container_id }))
     }
 
@@ -470,6 +506,7 @@ impl RuntimeService for FakeCri {
         }
         c.status.state = v1::ContainerState::ContainerRunning as i32;
         c.status.started_at = now_nanos();
+        self.emit(&id, v1::ContainerEventType::ContainerStartedEvent);
         Ok(Response::new(v1::StartContainerResponse {}))
     }
 
@@ -480,7 +517,9 @@ impl RuntimeService for FakeCri {
         let id = request.into_inner().container_id;
         let mut state = self.lock();
         let c = state.containers.get_mut(&id).ok_or_else(|| not_found("container", &id))?;
-        Self::stop_one(c);
+        if Self::stop_one(c) {
+            self.emit(&id, v1::ContainerEventType::ContainerStoppedEvent);
+        }
         Ok(Response::new(v1::StopContainerResponse {}))
     }
 
@@ -490,7 +529,9 @@ impl RuntimeService for FakeCri {
     ) -> RpcResult<v1::RemoveContainerResponse> {
         let id = request.into_inner().container_id;
         // CRI: removing a container that is not there is not an error.
-        self.lock().containers.remove(&id);
+        if self.lock().containers.remove(&id).is_some() {
+            self.emit(&id, v1::ContainerEventType::ContainerDeletedEvent);
+        }
         Ok(Response::new(v1::RemoveContainerResponse {}))
     }
 
@@ -644,7 +685,30 @@ impl RuntimeService for FakeCri {
         &self,
         _: Request<v1::GetEventsRequest>,
     ) -> RpcResult<Self::GetContainerEventsStream> {
-        Err(Status::unimplemented("the hollow runtime sends no container events"))
+        use tokio::sync::broadcast::error::RecvError;
+        // Subscribed before the answer: an event after it is not missed.
+        let events = self.events.subscribe();
+        let stream = futures::stream::unfold(Some(events), |events| async move {
+            let mut events = events?;
+            match events.recv().await {
+                Ok((id, kind)) => {
+                    let event = v1::ContainerEventResponse {
+                        container_id: id.into(),
+                        container_event_type: kind as i32,
+                        created_at: now_nanos(),
+                        ..Default::default()
+                    };
+                    Some((Ok(event), Some(events)))
+                }
+                // Fell behind: end the stream with an error (the subscriber reconnects and relists).
+                Err(RecvError::Lagged(n)) => Some((
+                    Err(Status::aborted(format!("{n} container events were dropped: too slow a reader"))),
+                    None,
+                )),
+                Err(RecvError::Closed) => None,
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn list_metric_descriptors(

@@ -319,3 +319,86 @@ async fn labels_and_annotations_come_back_as_sent() {
     let by_other = nodelet_cri::SandboxFilter::all().label("app", "db");
     assert!(s.client.list_pod_sandboxes(&by_other).await.expect("list").is_empty());
 }
+
+#[tokio::test]
+async fn container_events_reach_the_nodes_event_stream_so_its_pleg_runs_evented() {
+    use futures::StreamExt;
+    use nodelet_cri::{EventSource, RuntimeEvent};
+    let s = served(0).await;
+    let (events, feed) = s.client.events(nodelet_cri::EventsConfig::default());
+    tokio::spawn(feed);
+    let mut events = events;
+    let next = async |events: &mut nodelet_cri::RuntimeEventStream| {
+        tokio::time::timeout(std::time::Duration::from_secs(10), events.next())
+            .await
+            .expect("an event within 10 s")
+            .expect("the stream goes on")
+    };
+    // GetContainerEvents is served: the CRI source, not "none".
+    assert_eq!(next(&mut events).await, RuntimeEvent::Reconnected { source: EventSource::Cri });
+    let sandbox = s.client.run_pod_sandbox(sandbox_config("a", false), "").await.expect("run");
+    assert_eq!(next(&mut events).await, RuntimeEvent::ContainerCreated { id: sandbox.clone(), pid: None });
+    assert_eq!(next(&mut events).await, RuntimeEvent::ContainerStarted { id: sandbox.clone(), pid: None });
+    let id = s
+        .client
+        .create_container(&sandbox, container_config("c"), sandbox_config("a", false))
+        .await
+        .expect("create");
+    s.client.start_container(&id).await.expect("start");
+    s.client.stop_container(&id, std::time::Duration::ZERO).await.expect("stop");
+    s.client.remove_container(&id).await.expect("remove");
+    assert_eq!(next(&mut events).await, RuntimeEvent::ContainerCreated { id: id.clone(), pid: None });
+    assert_eq!(next(&mut events).await, RuntimeEvent::ContainerStarted { id: id.clone(), pid: None });
+    assert!(
+        matches!(next(&mut events).await, RuntimeEvent::ContainerExited { id: ref e, .. } if *e == id),
+        "stopped"
+    );
+    assert_eq!(next(&mut events).await, RuntimeEvent::ContainerRemoved { id: id.clone() });
+    // A second container goes with its sandbox: stopped, then removed, each before the sandbox.
+    let second = s
+        .client
+        .create_container(&sandbox, container_config("d"), sandbox_config("a", false))
+        .await
+        .expect("create");
+    s.client.stop_pod_sandbox(&sandbox).await.expect("stop sandbox");
+    s.client.remove_pod_sandbox(&sandbox).await.expect("remove sandbox");
+    assert_eq!(next(&mut events).await, RuntimeEvent::ContainerCreated { id: second.clone(), pid: None });
+    assert!(
+        matches!(next(&mut events).await, RuntimeEvent::ContainerExited { id: ref e, .. } if *e == second)
+    );
+    // The sandbox's own stop (the node's PLEG relists its pod: sandbox stops are not the node's marked
+    // changes), and its removal after its containers'.
+    assert!(
+        matches!(next(&mut events).await, RuntimeEvent::ContainerExited { id: ref e, .. } if *e == sandbox)
+    );
+    assert_eq!(next(&mut events).await, RuntimeEvent::ContainerRemoved { id: second });
+    assert_eq!(next(&mut events).await, RuntimeEvent::ContainerRemoved { id: sandbox });
+}
+
+#[tokio::test]
+async fn a_subscriber_that_falls_behind_gets_its_stream_ended_not_a_gap() {
+    use futures::StreamExt;
+    use k8s_cri::v1::runtime_service_server::RuntimeService;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = FakeCri::new(0, dir.path());
+    let stream =
+        fake.get_container_events(tonic::Request::new(v1::GetEventsRequest {})).await.expect("served");
+    let mut stream = stream.into_inner();
+    let sandbox = fake.run_pod_sandbox(tonic::Request::new(v1::RunPodSandboxRequest {
+        config: Some(sandbox_config("a", false)),
+        runtime_handler: String::new(),
+    }));
+    let sandbox = sandbox.await.expect("run").into_inner().pod_sandbox_id;
+    // More creations than the queue holds, with nobody reading.
+    for i in 0..40 {
+        let request = v1::CreateContainerRequest {
+            pod_sandbox_id: sandbox.clone(),
+            config: Some(container_config(&format!("c{i}"))),
+            sandbox_config: Some(sandbox_config("a", false)),
+        };
+        fake.create_container(tonic::Request::new(request)).await.expect("create");
+    }
+    let first = stream.next().await.expect("an item");
+    assert_eq!(first.expect_err("the stream ends with an error").code(), tonic::Code::Aborted);
+    assert!(stream.next().await.is_none(), "and ends");
+}

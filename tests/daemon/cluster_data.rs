@@ -2,14 +2,14 @@
 //! variables (watched: a change reaches the running pod), projected service-account tokens from the
 //! TokenRequest API (the automatic `kube-api-access-*` volume and an audience-bound projection; no
 //! `FailedMount` event while the token is requested), a
-//! missing ConfigMap that keeps the pod waiting with a `FailedMount` event until it appears, and no
-//! secret in nodelet's log. Against the real API server (envtest) and the real containerd.
+//! missing ConfigMap that keeps the pod waiting with a `FailedMount` event until it appears, a refused
+//! token asked for again within seconds, and no secret in nodelet's log. Against the real API server (envtest) and the real containerd.
 
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret, ServiceAccount};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::cluster_support::{ClusterNode, cluster_or_skip, pretty};
@@ -230,6 +230,69 @@ async fn a_pod_waits_for_a_missing_config_map_with_an_event_and_starts_when_it_a
     assert_eq!(pod.as_ref().map(phase), Some("Pending"), "waits, not Failed");
     create_config_map(&n, "later", json!({"k": "v"})).await;
     n.wait_api_running("waiter").await;
+    n.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_refused_service_account_token_is_asked_for_again_within_seconds() {
+    const TEST: &str = "a_refused_service_account_token_is_asked_for_again_within_seconds";
+    let (env, cluster) = cluster_or_skip!(TEST);
+    let n = ClusterNode::start(&env, &cluster, "latesa").await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(n.client(), n.namespace());
+    // The ServiceAccount admission plugin wants the account to exist when the pod is created; the pod is
+    // created unscheduled, the account deleted, and only then the pod bound to the node, whose first
+    // TokenRequest is refused (the account is not found).
+    create(&accounts, json!({"metadata": {"name": "late"}})).await;
+    let mut manifest = n.api_pod_manifest(
+        "late-token",
+        json!({
+            "serviceAccountName": "late",
+            "automountServiceAccountToken": true,
+            "schedulerName": "nobody",
+            "containers": [{"name": "main", "command": ["sleep", "3600"]}],
+        }),
+    );
+    if let Some(spec) = manifest["spec"].as_object_mut() {
+        spec.remove("nodeName");
+    }
+    n.create_pod(&manifest).await;
+    if let Err(e) = accounts.delete("late", &DeleteParams::default()).await {
+        panic!("cannot delete service account late: {e}");
+    }
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "late-token"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": n.node()},
+    });
+    if let Err(e) = n
+        .pods_api()
+        .create_subresource::<serde_json::Value, serde_json::Value>(
+            "binding",
+            "late-token",
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+    {
+        panic!("cannot bind pod late-token to {}: {e}", n.node());
+    }
+    n.wait_until("a refused TokenRequest in nodelet's log", WAIT, async || {
+        if n.log().contains("requesting a service account token failed") {
+            Ok(())
+        } else {
+            Err("not yet".to_owned())
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let pod = n.api_pod("late-token").await;
+    assert_eq!(pod.as_ref().map(phase), Some("Pending"), "waits for its token");
+    create(&accounts, json!({"metadata": {"name": "late"}})).await;
+    let allowed = tokio::time::Instant::now();
+    n.wait_api_running("late-token").await;
+    // Retried 0.5, 1 and 2 s after each refusal: the token comes within a few seconds of the account,
+    // not at a 30 s check.
+    let took = allowed.elapsed();
+    assert!(took <= Duration::from_secs(10), "Running {took:?} after the account was created\n{}", n.tail());
     n.shutdown().await;
 }
 
