@@ -2,8 +2,8 @@
 //! StorageClass objects of the manifest directory, the provisioners the configuration asks for, the claim
 //! driver's records, the node as binding sees it, and the store of registered CSI drivers the claim
 //! engine watches (a driver registering or going away changes what can be provisioned and the node's
-//! topology labels). The pair is assembled (engine, populator, tasks) in
-//! `daemon::topology::start_claims`.
+//! topology labels). The pair's stores and engine builder are made in `daemon::topology::claim_stores`; it
+//! starts (relations, engine, populator, tasks) as the built-in extension `daemon::builtin::claims`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,7 +1,9 @@
 //! Volume wiring of the daemon: the renderer that reads ConfigMaps, Secrets and tokens (and, for
 //! the pod runtime and admission, RuntimeClasses) from the manifest directory and (cluster mode) the
-//! API server; the daemon's CSI volume host ([`NodeVolumes`]). (The pod engine is woken when a
-//! pod's volumes change by its relation on the volume actual store, see `main.rs`.)
+//! API server; the daemon's CSI volume host ([`NodeVolumes`]); the volume pair's tasks that read them
+//! (`volume-watch`, `volume-refresh`, `claim-volume-stats`, spawned by `daemon::builtin::volumes`). (The
+//! pod engine is woken when a pod's volumes change by its relation on the volume actual store, see
+//! `daemon::builtin::pods`.)
 //!
 //! **Objects do not cross sources.** An API pod's volumes and variables read the API server's ConfigMaps,
 //! Secrets and tokens only; a static pod's (file, URL, HTTP) the manifest directory's only: a Secret a

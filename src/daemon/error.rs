@@ -47,9 +47,9 @@ pub enum Stage {
     Sources,
     /// The CRI pod runtime, the CSI plugin registry and the claim pair.
     Claims,
-    /// The volume pair.
+    /// The volume pair, with its populator.
     Volumes,
-    /// The pod pair with the sandbox pair, the prober, the PLEG and the volume populator.
+    /// The sandbox pair, and the pod pair with the prober, the PLEG and container GC.
     Pods,
     /// Node, pod and container statistics.
     Stats,

@@ -1,5 +1,5 @@
 //! The extension API: a crate outside nodelet adds its own reconcilers to the node, and the node adds its
-//! image pair the same way.
+//! own pairs the same way.
 //!
 //! An [`Extension`] is registered with [`NodeBuilder::with_extension`](super::NodeBuilder::with_extension).
 //! After the standard pairs have started, the daemon calls [`Extension::start`] with an
@@ -11,10 +11,12 @@
 //! event log ([`NodeEvents`]), its wall clock ([`Clock`]) and the list of node-level [`Reclaimer`]s the
 //! eviction pair tries under disk pressure ([`Reclaimers`]).
 //!
-//! nodelet's own image pair (image garbage collection, `super::builtin::images`) and eviction pair (with
-//! the verdict populator, `super::builtin::eviction`) are [`Extension`]s too: the daemon starts them
-//! through [`Extension::start`] with the same [`ExtensionContext`], in that order (the eviction pair tries
-//! the reclaimer the image pair adds), before the third parties' extensions.
+//! nodelet's own pairs are [`Extension`]s too (`super::builtin`): the claim pair, the volume pair, the
+//! sandbox pair, the pod pair, the image pair (image garbage collection) and the eviction pair (with the
+//! verdict populator). The daemon first makes every standard pair's stores (an engine's actual store
+//! exists before the engine is built), builds the [`ExtensionContext`] from them, then starts each of its
+//! pairs through [`Extension::start`] with that context, in that order (the eviction pair tries the
+//! reclaimers the pod pair and the image pair add), before the third parties' extensions.
 //!
 //! Its status: [`Extension::start`] may return a [`StatusTable`]; the main and read-only ports serve it
 //! as a `meta.k8s.io/v1` `Table` on `/extensions/{name}`, and `nodelet get {name}` prints it like the
@@ -43,7 +45,7 @@ use super::supervisor::Supervisor;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// A crate's addition to the node: started once, after the standard pairs, before the servers (nodelet's
-/// own image pair is one too, started the same way at its place before the eviction pair).
+/// own pairs are extensions too, started the same way, each at its place in the node's start order).
 pub trait Extension: Send + 'static {
     /// Its name: a lowercase DNS label (`prepull`). The name of `/extensions/{name}` and `nodelet get
     /// {name}`; a good default for its engine's `reconciler` label.

@@ -11,10 +11,11 @@
 //! # }
 //! ```
 //!
-//! The node is assembled in one module, `topology` (see its table): runtime → sources → claims → volumes →
-//! pods (prober, PLEG, volume populator, container GC, log rotation) → stats → image GC (a built-in
-//! [`Extension`], started as a third party's is) → pressure (admission, eviction) → extensions → cluster
-//! (Node, Lease, status) → servers. Every task runs on the [`Supervisor`].
+//! The node is assembled in one module, `topology` (see its table): runtime → sources → every standard
+//! pair's stores → claims → volumes (with the volume populator) → sandboxes → pods (prober, PLEG, container
+//! GC, log rotation) → stats → image GC → pressure (admission, eviction) → extensions → cluster (Node,
+//! Lease, status) → servers. The six pairs are built-in [`Extension`]s, each started as a third party's is.
+//! Every task runs on the [`Supervisor`].
 
 #[cfg(test)]
 mod bare_spawns;

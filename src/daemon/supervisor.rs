@@ -219,6 +219,19 @@ impl Supervisor {
 /// The message of a panic's payload (`nodelet-shared`, where the servers and the sources read it too).
 pub use nodelet_shared::panic_message;
 
+/// Spawns a library's tasks ([`NamedTask`](nodelet_resources::common::task::NamedTask)s) on `sup`: one
+/// that runs until shutdown is [`Policy::Critical`], a bounded one [`Policy::MayFinish`].
+pub(crate) fn spawn_tasks(sup: &Supervisor, tasks: Vec<nodelet_resources::common::task::NamedTask>) {
+    use nodelet_resources::common::task::Lifetime;
+    for task in tasks {
+        let policy = match task.lifetime {
+            Lifetime::UntilShutdown => Policy::Critical,
+            Lifetime::Bounded => Policy::MayFinish,
+        };
+        sup.spawn(task.name, policy, task.future);
+    }
+}
+
 /// `panicked: <message>` or `was cancelled`.
 fn ended_how(e: tokio::task::JoinError) -> String {
     match e.try_into_panic() {

@@ -2,29 +2,41 @@
 //! what order they start. [`run`] (a real node) and [`run_hollow`] (`nodelet hollow`) both go through
 //! [`run_with_runtime`] → [`assemble`], which calls the steps below in order; each takes the [`Core`]
 //! (configuration, shutdown, supervisor, registries, the node's clock, event log and reclaimers) and the
-//! handles of the earlier ones, spawns its tasks on the [`Supervisor`] and returns the handles the later
-//! ones read. Helpers that build one pair's parts live with the pair (`crate::claims`, `crate::volumes`,
-//! `crate::pressure`, `crate::cluster`, `super::runtime`, `nodelet_resources::sandbox::pair`) and hand their
-//! tasks back as [`NamedTask`]s; the choices of stores, relations and tasks are here, and every task of the
-//! node is spawned here or by an [`Extension`] this module starts.
+//! handles of the earlier ones, and returns the handles the later ones read. Helpers that build one pair's
+//! parts live with the pair (`crate::claims`, `crate::volumes`, `crate::pressure`, `crate::cluster`,
+//! `super::runtime`, `nodelet_resources::sandbox::pair`) and hand their tasks back as futures or
+//! `NamedTask`s; the choices of stores and of the order are here, and every task of the node is spawned
+//! here or by an [`Extension`] this module starts.
 //!
-//! The image pair is assembled as an extension is ([`super::builtin`]): [`start_builtins`] starts it
-//! through [`Extension::start`] ([`start_extension`], the one path of nodelet's own and third parties'
-//! extensions) with the same [`ExtensionContext`] the third parties get later, and it hands its reclaimer to
-//! the eviction pair through [`ExtensionContext::reclaimers`].
+//! **Every standard pair starts as an extension does.** Stores before engines: [`make_pairs`] first makes
+//! every pair's stores and handles, spawning nothing: the desired stores and their writers
+//! (`reconcile_engine::store`), each engine's builder, whose actual and operation status stores exist
+//! before the engine is built (`EngineBuilder::actual`, `EngineBuilder::op_status`), the views status reads
+//! of them, and each pair as a value of [`super::builtin`] given what only it may hold (writers, its engine
+//! builder, its populator's inputs); then [`context`] makes the [`ExtensionContext`] from those stores; then
+//! [`start_builtins`] starts each of nodelet's own pairs through [`Extension::start`] ([`start_extension`],
+//! the one path of nodelet's own and the third parties' extensions) with that context, in order, its
+//! failure failing its [`Stage`]. A pair declares its relations and gates on its engine's builder and
+//! spawns its tasks on the context's supervisor in its `start`.
 //!
 //! | step | pairs and stores | tasks |
 //! |---|---|---|
 //! | [`run`] | the embedded containerd (when no CRI endpoint is set), on an outer supervisor | `containerd` |
 //! | [`start_runtime`] | the CRI client, runtime readiness, the node's facts | `runtime-health` |
 //! | [`start_sources`] | the desired pod store `Store<PodUid, DesiredPod>` (`PodConfig`, its only writer); cluster mode: the API client and pod source (`Cluster::connect`, which returns their tasks) | `source-file`, `source-url`, `source-http`; cluster mode: `client-certificate`, `source-api` |
-//! | [`start_claims`] | the CRI pod runtime, the CSI registry and its store of registered drivers `Store<String, CsiDriverInfo>` (written by `claims::csi_drivers`), the claim pair (`claims`: watches its related claims and `csi-drivers`; populated from the manifests' objects and the desired pods) | `csi-plugin-watcher`, `csi-drivers`, `claim-populator`, `claim-engine` |
-//! | [`start_volumes`] | the volume pair (`volumes`: watches its own actual store as `devices`) | `volume-watch` |
-//! | [`start_pods`] | the verdict store; the pod pair (`pods`: side inputs [`PodSideInputs`]); the sandbox pair (`sandboxes`: watches `pods`, `verdicts`, `volumes`, reads the desired volumes); the volume populator; the container GC surplus store and its reclaimer (`container-gc`, the first of [`Core::reclaimers`]) | `prober`, `volume-refresh`, `volume-populator`, `claim-volume-stats`, `volume-engine`, `sandbox-engine`, `sandbox-populator`, `container-gc`, `log-rotation`, `runtime-events`, `pleg`, `pod-engine` |
-//! | [`start_stats`] | the stats provider | `stats-housekeeping`, `volume-stats` |
-//! | [`start_builtins`] | the [`ExtensionContext`] (the pod, sandbox, verdict and volume stores, the pressure conditions the eviction pair updates, the stats provider, the supervisor, the CRI client, the node's events, clock and reclaimers); the built-in extensions ([`builtin_extensions`]), in order: the image pair (`images`, [`builtin::images::ImageGc`]: watches `pods-desired`, `pods-actual`; adds the `image-gc` reclaimer), then the eviction pair ([`builtin::eviction::EvictionPair`], through `pressure::start`: the verdict populator with the verdict store's writer and admission from [`start_pods`], the eviction engine and sampler; it tries the context's reclaimers, `container-gc` from [`start_pods`] first) | `image-populator`, `image-engine`, `local-storage-measure`, `verdict-populator`, `eviction-engine`, `eviction-sampler` |
+//! | [`make_pairs`] → [`claim_stores`] ([`Stage::Claims`]) | the CRI pod runtime, the CSI registry (its directory created) and the store of its registered drivers `Store<String, CsiDriverInfo>`, the provisioners, the claim engine's builder and desired store, the claim view and lookup ([`Storage`]); the pair [`builtin::claims::ClaimPair`] | — |
+//! | [`make_pairs`] → [`volume_stores`] | the volume engine's builder and desired store, the refresh channel ([`Volumes`]); the pair [`builtin::volumes::VolumePair`] | — |
+//! | [`make_pairs`] → [`pod_stores`] ([`Stage::Pods`]) | the verdict store and admission ([`PressureInputs`], for the eviction pair); the pod engine's builder (the pod reconciler, a copy kept for status); the prober; the container GC surplus store, populator and reclaimer; the sandbox pair (`SandboxPair::new`, its engine `sandboxes` built: watches `pods`, `verdicts`, `volumes`, reads the desired volumes) and the observer the PLEG reports sandboxes through; the pod side inputs [`builtin::pods::PodSideInputs`] and their value, which the engine is built with and status reads ([`Pods`]); the pairs [`builtin::sandboxes::Sandboxes`], [`builtin::pods::PodPair`] | — |
+//! | [`make_pairs`] → [`stats_provider`] | the stats provider | — |
+//! | [`context`] | the [`ExtensionContext`]: the pod, sandbox, verdict and volume stores, the pressure conditions the eviction pair updates, the stats provider, the engine metrics, the registry, the supervisor, the CRI client, the node's events, clock and reclaimers | — |
+//! | [`start_builtins`] ([`StandardPairs::in_start_order`]) | the claim pair (`claims`: watches its related claims and `csi-drivers`; populated from the manifests' objects and the desired pods), [`Stage::Claims`] | `csi-plugin-watcher`, `csi-drivers`, `claim-populator`, `claim-engine` |
+//! | | the volume pair (`volumes`: watches its own actual store as `devices`; the populator reads the desired and actual pods and the verdicts), [`Stage::Volumes`] | `volume-watch`, `volume-refresh`, `volume-populator`, `claim-volume-stats`, `volume-engine` |
+//! | | the sandbox pair, [`Stage::Pods`] | `sandbox-engine`, `sandbox-populator` |
+//! | | the pod pair (`pods`: relations, gate and side inputs of [`builtin::pods::PodSideInputs`]; adds the `container-gc` reclaimer, the first of [`Core::reclaimers`]), [`Stage::Pods`] | `prober`, `container-gc`, `log-rotation`, `runtime-events`, `pleg`, `pod-engine` |
+//! | [`start_stats`] | the stats provider's tasks | `stats-housekeeping`, `volume-stats` |
+//! | [`start_builtins`] ([`builtin_extensions`]), [`Stage::Pressure`] | the image pair (`images`, [`builtin::images::ImageGc`]: watches `pods-desired`, `pods-actual`; adds the `image-gc` reclaimer), then the eviction pair ([`builtin::eviction::EvictionPair`], through `pressure::start`: the verdict populator with the verdict store's writer and admission from [`pod_stores`], the eviction engine and sampler; it tries the context's reclaimers, `container-gc` first) | `image-populator`, `image-engine`, `local-storage-measure`, `verdict-populator`, `eviction-engine`, `eviction-sampler` |
 //! | extensions | the third parties' [`Extension`]s, in the order added, each through [`start_extension`] with the same [`ExtensionContext`] | the extensions' own |
-//! | status | [`node::Node`]: what the servers and cluster mode read | — |
+//! | status | [`node::Node`]: what the servers and cluster mode read ([`Handles`]: the pod reconciler copy and the side inputs' value, the failures stores, the probe results, the volume view, the claim view…) | — |
 //! | [`start_cluster`] | cluster mode's writers (Node, Lease, pod status, mirror pods, events) | `pod-data-refresh`, `runtime-classes`, `services`, `pod-data`, `serving-certificate`, `csi-node`, `node-sync`, `pod-status`, `mirror-pods`, `events` |
 //! | [`start_servers`] | the HTTP servers | `servers` |
 //!
@@ -35,11 +47,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use nodelet_resources::claim::metrics::ClaimMetrics;
-use nodelet_resources::claim::reconciler::{ClaimReconciler, watch_related};
+use nodelet_resources::claim::reconciler::ClaimReconciler;
 use nodelet_resources::claim::status::ClaimView;
 use nodelet_resources::common::clock::{Clock, system_clock};
 use nodelet_resources::common::events::NodeEvents;
-use nodelet_resources::common::task::{Lifetime, NamedTask};
 use nodelet_resources::eviction::status::PressureView;
 use nodelet_resources::model::actual::PodActual;
 use nodelet_resources::model::pod::{DesiredPod, PodUid};
@@ -47,19 +58,16 @@ use nodelet_resources::model::pressure::Reclaimers;
 use nodelet_resources::model::verdict::Verdict;
 use nodelet_resources::model::volumes::ClaimLookup;
 use nodelet_resources::pod::driver::PodDriver;
-use nodelet_resources::pod::gc::Surplus;
 use nodelet_resources::pod::metrics::PodMetrics;
-use nodelet_resources::pod::pleg::Pleg;
 use nodelet_resources::pod::reconciler::{CrashLoopBackOff, PodReconciler};
 use nodelet_resources::probe::results::ProbeResults;
 use nodelet_resources::sandbox::metrics::SandboxMetrics;
 use nodelet_resources::sandbox::pair::{SandboxPair, SandboxPairConfig};
-use nodelet_resources::sandbox::status::{SandboxOpStatus, SandboxView, pod_of_sandboxes};
+use nodelet_resources::sandbox::status::{SandboxOpStatus, SandboxView};
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey};
 use nodelet_resources::volume::driver::VolumeDriver;
 use nodelet_resources::volume::metrics::VolumeMetrics;
-use nodelet_resources::volume::populator::Populator;
 use nodelet_resources::volume::reconciler::VolumeReconciler;
 use reconcile_engine::{BackoffConfig, Engine, Metrics, Store};
 use tokio_util::sync::CancellationToken;
@@ -68,8 +76,8 @@ use super::builtin;
 use super::error::{Error, Stage, StartCause, StartError};
 use super::extension::{self, BoxError, Extension, ExtensionContext, StatusTables};
 use super::runtime;
-use super::supervisor::{Policy, Supervisor};
-use nodelet_node::{log_rotation, node_facts};
+use super::supervisor::{Policy, Supervisor, spawn_tasks};
+use nodelet_node::node_facts;
 
 use crate::{claims, cluster, config, node, pressure, server};
 use crate::{sources, volumes};
@@ -103,7 +111,8 @@ pub(crate) struct Core {
     /// The node's event log: eviction and image GC events (shown with the pressure conditions).
     pub(crate) events: NodeEvents,
     /// The node-level reclaimers the eviction pair tries under disk pressure, in the order added:
-    /// container GC ([`start_pods`]), image GC (the built-in extension `images`), the extensions'.
+    /// container GC (the built-in extension `pods`), image GC (the built-in extension `images`), the
+    /// extensions'.
     pub(crate) reclaimers: Reclaimers,
 }
 
@@ -222,44 +231,22 @@ async fn run_with_runtime(
     outcome
 }
 
-/// The node, in start order: each step takes the handles of the earlier ones, spawns its tasks on the
-/// supervisor and returns the handles the later ones read. The standard pairs (the image pair among them, a
-/// built-in extension, before the eviction pair), the third parties' extensions (each given the same
-/// [`ExtensionContext`] of the pairs' stores), the node's status ([`node::Node`]), cluster mode and the
+/// The node, in start order: the runtime and the sources; then, stores before engines, every standard
+/// pair's stores and handles ([`make_pairs`]: nothing runs yet) and the [`ExtensionContext`] made of them;
+/// then nodelet's own pairs, each started through [`Extension::start`] ([`start_builtins`]: the claim,
+/// volume, sandbox and pod pairs, the stats' tasks, the image and eviction pairs), the third parties'
+/// extensions (each given the same context), the node's status ([`node::Node`]), cluster mode and the
 /// servers.
 async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension>>) -> Result<(), Error> {
     let config = &core.config;
     let runtime = start_runtime(core, endpoint).await.map_err(StartError::at(Stage::Runtime))?;
     let mut sources = start_sources(core).await.map_err(StartError::at(Stage::Sources))?;
-    let storage = start_claims(core, &runtime, &sources).map_err(StartError::at(Stage::Claims))?;
-    let (volumes, volume_engine) = start_volumes(core, &runtime, &storage);
-    let (mut pods, pressure_inputs) = start_pods(core, &runtime, &sources, &storage, &volumes, volume_engine)
-        .map_err(StartError::at(Stage::Pods))?;
-    let stats = start_stats(core, &sources, &storage, &volumes);
-    // What every extension is given, the built-in ones first: the pressure conditions are the eviction
-    // pair's, made here so that the extensions started before it hold them too.
-    let ctx = ExtensionContext {
-        node_name: config.node_name.clone(),
-        root_dir: config.root_dir.clone(),
-        pods_desired: sources.desired.clone(),
-        pods_actual: pods.actual.clone(),
-        sandboxes_actual: pods.sandboxes.actual().clone(),
-        verdicts: pods.verdicts.clone(),
-        volumes_desired: volumes.desired.clone(),
-        volumes_actual: volumes.actual.clone(),
-        pressure: PressureView::new((core.clock)()),
-        stats: stats.clone(),
-        engine_metrics: core.engine_metrics.clone(),
-        registry: core.registry.clone(),
-        supervisor: core.supervisor.clone(),
-        cri: runtime.cri.clone(),
-        events: core.events.clone(),
-        clock: core.clock.clone(),
-        reclaimers: core.reclaimers.clone(),
-    };
+    let Pairs { mut handles, stats, standard, pressure_inputs } = make_pairs(core, &runtime, &sources)?;
+    let ctx = context(core, &runtime, &sources, &handles, &stats);
     let mut tables = StatusTables::default();
-    start_builtins(&ctx, &mut tables, builtin_extensions(config, pressure_inputs))
-        .map_err(StartError::at(Stage::Pressure))?;
+    start_builtins(&ctx, &mut tables, standard.in_start_order())?;
+    start_stats(core, &stats);
+    start_builtins(&ctx, &mut tables, builtin_extensions(config, pressure_inputs))?;
     let pressure = pressure::PressureState { view: ctx.pressure(), events: ctx.events().clone() };
     for ext in extensions {
         let name = ext.name().to_owned();
@@ -267,6 +254,7 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
         start_extension(ext, &ctx, &mut tables).map_err(|source| Error::ExtensionStart { name, source })?;
     }
 
+    let Handles { storage, volumes, pods } = &mut handles;
     let node = Arc::new(
         node::Node::new(
             sources.desired.clone(),
@@ -298,7 +286,7 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
     let kube_client = cluster.as_ref().map(cluster::Cluster::client);
     let serving_cert = cluster.as_ref().and_then(cluster::Cluster::serving_cert);
     if let Some(cluster) = cluster {
-        start_cluster(core, cluster, node.clone(), &runtime, &sources, &storage, &pods);
+        start_cluster(core, cluster, node.clone(), &runtime, &sources, &handles);
     }
     if config.server.enabled {
         start_servers(core, node, kube_client, serving_cert, &runtime, tables)
@@ -308,31 +296,98 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
     Ok(())
 }
 
-/// nodelet's own pairs that start as extensions ([`builtin`]), in start order: the image pair
-/// ([`builtin::images::ImageGc`]), then the eviction pair ([`builtin::eviction::EvictionPair`], given the
-/// verdict store's writer and admission from [`start_pods`]), which tries the image pair's reclaimer.
-fn builtin_extensions(config: &Arc<config::Config>, pressure: PressureInputs) -> Vec<Box<dyn Extension>> {
+/// What every extension is given, nodelet's own first: the stores of the standard pairs, the stats, and
+/// the [`Core`]'s shared parts. The pressure conditions are the eviction pair's, made here so that the
+/// extensions started before it hold them too.
+fn context(
+    core: &Core,
+    runtime: &Runtime,
+    sources: &Sources,
+    handles: &Handles,
+    stats: &stats::StatsProvider,
+) -> ExtensionContext {
+    let Handles { volumes, pods, .. } = handles;
+    ExtensionContext {
+        node_name: core.config.node_name.clone(),
+        root_dir: core.config.root_dir.clone(),
+        pods_desired: sources.desired.clone(),
+        pods_actual: pods.actual.clone(),
+        sandboxes_actual: pods.sandboxes.actual().clone(),
+        verdicts: pods.verdicts.clone(),
+        volumes_desired: volumes.desired.clone(),
+        volumes_actual: volumes.actual.clone(),
+        pressure: PressureView::new((core.clock)()),
+        stats: stats.clone(),
+        engine_metrics: core.engine_metrics.clone(),
+        registry: core.registry.clone(),
+        supervisor: core.supervisor.clone(),
+        cri: runtime.cri.clone(),
+        events: core.events.clone(),
+        clock: core.clock.clone(),
+        reclaimers: core.reclaimers.clone(),
+    }
+}
+
+/// One of nodelet's own pairs as the extension that starts it, and the [`Stage`] its failure fails.
+pub(crate) struct Builtin {
+    stage: Stage,
+    extension: Box<dyn Extension>,
+}
+
+impl Builtin {
+    fn new(stage: Stage, extension: impl Extension) -> Self {
+        Builtin { stage, extension: Box::new(extension) }
+    }
+}
+
+/// The claim, volume, sandbox and pod pairs, made ([`make_pairs`]) and not started: each holds what only it
+/// may hold.
+pub(crate) struct StandardPairs {
+    claims: builtin::claims::ClaimPair,
+    volumes: builtin::volumes::VolumePair,
+    sandboxes: builtin::sandboxes::Sandboxes,
+    pods: builtin::pods::PodPair,
+}
+
+impl StandardPairs {
+    /// The pairs in start order, each with its stage: claims ([`Stage::Claims`]: the CSI registry's tasks
+    /// and the claim engine, which the volume pair's claim lookup reads), volumes ([`Stage::Volumes`]),
+    /// sandboxes and pods ([`Stage::Pods`]: the pod engine waits for the sandboxes' actual store).
+    fn in_start_order(self) -> Vec<Builtin> {
+        let StandardPairs { claims, volumes, sandboxes, pods } = self;
+        vec![
+            Builtin::new(Stage::Claims, claims),
+            Builtin::new(Stage::Volumes, volumes),
+            Builtin::new(Stage::Pods, sandboxes),
+            Builtin::new(Stage::Pods, pods),
+        ]
+    }
+}
+
+/// nodelet's own pairs that start as extensions after the stats ([`builtin`]), in start order, at
+/// [`Stage::Pressure`]: the image pair ([`builtin::images::ImageGc`]), then the eviction pair
+/// ([`builtin::eviction::EvictionPair`], given the verdict store's writer and admission made with the pod
+/// pair's stores), which tries the image pair's reclaimer.
+fn builtin_extensions(config: &Arc<config::Config>, pressure: PressureInputs) -> Vec<Builtin> {
     vec![
-        Box::new(builtin::images::ImageGc::new(config)),
-        Box::new(builtin::eviction::EvictionPair::new(
-            config.clone(),
-            pressure.verdict_writer,
-            pressure.admission,
-        )),
+        Builtin::new(Stage::Pressure, builtin::images::ImageGc::new(config)),
+        Builtin::new(
+            Stage::Pressure,
+            builtin::eviction::EvictionPair::new(config.clone(), pressure.verdict_writer, pressure.admission),
+        ),
     ]
 }
 
-/// Starts nodelet's own pairs that are extensions (tasks: the image pair's `image-populator`,
-/// `image-engine`; the eviction pair's `local-storage-measure`, `verdict-populator`, `eviction-engine`,
-/// `eviction-sampler`), each as every extension starts ([`start_extension`]); their failure is the
-/// [`Stage::Pressure`]'s.
+/// Starts nodelet's own pairs that are extensions, in order, each as every extension starts
+/// ([`start_extension`]); the failure of one fails its [`Stage`] with its message.
 fn start_builtins(
     ctx: &ExtensionContext,
     tables: &mut StatusTables,
-    builtins: Vec<Box<dyn Extension>>,
-) -> Result<(), StartCause> {
-    for ext in builtins {
-        start_extension(ext, ctx, tables).map_err(StartCause::Builtin)?;
+    builtins: Vec<Builtin>,
+) -> Result<(), StartError> {
+    for Builtin { stage, extension } in builtins {
+        start_extension(extension, ctx, tables)
+            .map_err(|e| StartError::new(stage, StartCause::Builtin(e)))?;
     }
     Ok(())
 }
@@ -471,21 +526,61 @@ pub(crate) async fn start_sources(core: &Core) -> Result<Sources, StartCause> {
     Ok(Sources { pod_config, desired, objects, cluster })
 }
 
+/// Every standard pair made, stores before engines, none started: what the node reads of them
+/// ([`Handles`]), the stats provider, the pairs themselves ([`StandardPairs`]) and what the eviction pair
+/// is given of the pod pair's stores ([`PressureInputs`]).
+pub(crate) struct Pairs {
+    pub(crate) handles: Handles,
+    pub(crate) stats: stats::StatsProvider,
+    pub(crate) standard: StandardPairs,
+    pub(crate) pressure_inputs: PressureInputs,
+}
+
+/// What status, cluster mode, the servers and the [`ExtensionContext`] read of the standard pairs.
+pub(crate) struct Handles {
+    pub(crate) storage: Storage,
+    pub(crate) volumes: Volumes,
+    pub(crate) pods: Pods,
+}
+
+/// Makes every standard pair's stores and handles, and each pair with what only it holds, in the order
+/// they start ([`claim_stores`] at [`Stage::Claims`], [`volume_stores`], [`pod_stores`] at
+/// [`Stage::Pods`]), and the stats provider over them; spawns nothing (the CSI plugin directory is
+/// created).
+pub(crate) fn make_pairs(core: &Core, runtime: &Runtime, sources: &Sources) -> Result<Pairs, StartError> {
+    let (storage, claims) = claim_stores(core, runtime, sources).map_err(StartError::at(Stage::Claims))?;
+    let (volumes, volume_pair) = volume_stores(core, runtime, sources, &storage);
+    let (pods, sandboxes, pod_pair, pressure_inputs) =
+        pod_stores(core, runtime, sources, &storage, &volumes).map_err(StartError::at(Stage::Pods))?;
+    let stats = stats_provider(core, sources, &storage, &volumes);
+    Ok(Pairs {
+        handles: Handles { storage, volumes, pods },
+        stats,
+        standard: StandardPairs { claims, volumes: volume_pair, sandboxes, pods: pod_pair },
+        pressure_inputs,
+    })
+}
+
 /// What pods run on and read from: the CRI pod runtime, the objects of volumes, CSI plugins, claims.
 pub(crate) struct Storage {
     pub(crate) node_objects: volumes::NodeObjects,
     pub(crate) pod_runtime: Arc<nodelet_cri::CriPodRuntime>,
     pub(crate) csi: Arc<nodelet_csi::Registry>,
-    pub(crate) claim_view: nodelet_resources::claim::status::ClaimView,
+    pub(crate) claim_view: ClaimView,
     pub(crate) claim_metrics: ClaimMetrics,
     pub(crate) claim_lookup: Arc<dyn ClaimLookup>,
     pub(crate) volume_metrics: VolumeMetrics,
 }
 
-/// The CRI pod runtime, the CSI plugin registry (task `csi-plugin-watcher`) and the store of its
-/// drivers (task `csi-drivers`), and the claim engine (tasks `claim-engine`, `claim-populator`).
-pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> Result<Storage, StartCause> {
-    let (config, sup, shutdown) = (&core.config, &core.supervisor, &core.shutdown);
+/// The CRI pod runtime, the CSI plugin registry and its directory, the store of its drivers, and the claim
+/// pair ([`builtin::claims::ClaimPair`]: it runs the registry's watcher, the drivers' store, the claim
+/// engine and populator) with the claim view made from its engine builder's stores.
+pub(crate) fn claim_stores(
+    core: &Core,
+    runtime: &Runtime,
+    src: &Sources,
+) -> Result<(Storage, builtin::claims::ClaimPair), StartCause> {
+    let config = &core.config;
     // ConfigMaps, Secrets and tokens for volumes and environment variables.
     let node_objects =
         volumes::NodeObjects::new(src.objects.clone(), src.cluster.as_ref().map(|c| c.pod_data()))
@@ -538,20 +633,8 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> Res
         what: format!("the CSI plugin directory {}", config.storage.csi_plugin_dir.display()),
         source,
     })?;
-    sup.spawn(
-        "csi-plugin-watcher",
-        Policy::Critical,
-        csi.watcher(std::time::Duration::from_secs(2), shutdown.clone()),
-    );
-
-    // The registered CSI drivers as a store: a driver registering (or going away) changes what can be
-    // provisioned and the node's topology labels, and the claim engine watches it.
+    // The registered CSI drivers as a store (written by `csi-drivers`, watched by the claim engine).
     let (csi_drivers, csi_drivers_writer) = reconcile_engine::store();
-    sup.spawn(
-        "csi-drivers",
-        Policy::Critical,
-        claims::csi_drivers(csi.clone(), csi_drivers_writer, shutdown.clone()),
-    );
 
     // The claim pair: PersistentVolumes, claims and classes from the manifests, provisioners.
     let provisioners = claims::provisioners(config, &csi)?;
@@ -559,26 +642,9 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> Res
     let provisioned = driver.provisioned();
     let reconciler = ClaimReconciler::new(claims::node_info(config, &csi_drivers), provisioners);
     let (claims_desired, claims_writer) = reconcile_engine::store();
-    let engine = Engine::builder("claims", reconciler.clone(), Arc::new(driver), claims_desired.clone())
-        .metrics(&core.engine_metrics);
-    let engine = watch_related(engine, &claims_desired);
-    let engine = claims::watch_csi_drivers(engine, &claims_desired, &csi_drivers).build();
-    let claims_actual = engine.actual();
-    let claim_view = ClaimView::new(claims_desired.clone(), claims_actual.clone(), reconciler)
-        .with_failures(engine.op_status());
-    let populator = nodelet_resources::claim::populator::Populator::new(
-        claims::objects(src.objects.clone()),
-        provisioned,
-        src.desired.clone(),
-        claims_actual,
-        claims_writer,
-    );
-    sup.spawn("claim-populator", Policy::Critical, populator.run(shutdown.clone()));
-    sup.spawn(
-        "claim-engine",
-        Policy::Critical,
-        log_report("claim", engine.run(shutdown.clone().cancelled_owned())),
-    );
+    let builder = Engine::builder("claims", reconciler.clone(), Arc::new(driver), claims_desired.clone());
+    let claim_view = ClaimView::new(claims_desired.clone(), builder.actual(), reconciler)
+        .with_failures(builder.op_status());
     let claim_metrics = ClaimMetrics::new(&core.registry)?;
     let mut claim_lookup: Arc<dyn ClaimLookup> = Arc::new(claim_view.clone());
     if let Some(c) = &src.cluster {
@@ -586,27 +652,20 @@ pub(crate) fn start_claims(core: &Core, runtime: &Runtime, src: &Sources) -> Res
         claim_lookup =
             Arc::new(cluster::podobjects::ClusterClaims { api: c.pod_data(), local: claim_lookup });
     }
-    Ok(Storage { node_objects, pod_runtime, csi, claim_view, claim_metrics, claim_lookup, volume_metrics })
+    let pair = builtin::claims::ClaimPair::new(
+        csi.clone(),
+        (csi_drivers, csi_drivers_writer),
+        builder,
+        (claims_desired, claims_writer),
+        claims::objects(src.objects.clone()),
+        provisioned,
+    );
+    let storage =
+        Storage { node_objects, pod_runtime, csi, claim_view, claim_metrics, claim_lookup, volume_metrics };
+    Ok((storage, pair))
 }
 
-/// Runs an engine (`run`) and logs its report when it stops.
-pub(crate) async fn log_report(what: &'static str, run: impl Future<Output = reconcile_engine::RunReport>) {
-    let report = run.await;
-    tracing::info!(operations = report.operations, abandoned = report.abandoned, "{what} engine stopped");
-}
-
-/// Spawns a pair's tasks ([`NamedTask`]s) on `sup`.
-fn spawn_tasks(sup: &Supervisor, tasks: Vec<NamedTask>) {
-    for task in tasks {
-        let policy = match task.lifetime {
-            Lifetime::UntilShutdown => Policy::Critical,
-            Lifetime::Bounded => Policy::MayFinish,
-        };
-        sup.spawn(task.name, policy, task.future);
-    }
-}
-
-/// The volume pair's stores and what pods read of it.
+/// The volume pair's stores and what the servers and cluster mode read of it.
 pub(crate) struct Volumes {
     pub(crate) desired: Store<VolumeKey, DesiredVolume>,
     pub(crate) actual: Store<VolumeKey, VolumeActual>,
@@ -618,16 +677,9 @@ pub(crate) struct Volumes {
         >,
     >,
     metrics: VolumeMetrics,
+    /// Populates the volumes again (cluster mode: the API objects changed).
+    pub(crate) refresh: tokio::sync::watch::Sender<()>,
 }
-
-/// The volume pair's engine and the writer of its desired store: [`start_pods`] runs both (the volume
-/// populator is the pod pair's).
-pub(crate) struct VolumeEngineParts {
-    engine: VolumeEngine,
-    writer: reconcile_engine::Writer<VolumeKey, DesiredVolume>,
-}
-
-type VolumeEngine = Engine<DesiredVolume, VolumeActual, VolumeReconciler, VolumeDriver<volumes::NodeVolumes>>;
 
 impl Volumes {
     /// What the servers show of the volumes.
@@ -641,12 +693,15 @@ impl Volumes {
     }
 }
 
-/// The volume engine (run by [`start_pods`] as task `volume-engine`) and its observer (`volume-watch`).
-pub(crate) fn start_volumes(
+/// The volume pair's stores (the desired store, its engine builder's actual and operation status
+/// stores) and the pair ([`builtin::volumes::VolumePair`]: it runs the volume engine, its observer
+/// `volume-watch`, the populator and `claim-volume-stats`).
+pub(crate) fn volume_stores(
     core: &Core,
     runtime: &Runtime,
+    src: &Sources,
     storage: &Storage,
-) -> (Volumes, VolumeEngineParts) {
+) -> (Volumes, builtin::volumes::VolumePair) {
     let config = &core.config;
     let (desired, writer) = reconcile_engine::store();
     let builder = Engine::builder(
@@ -663,142 +718,69 @@ pub(crate) fn start_volumes(
             storage.volume_metrics.clone(),
         )),
         desired.clone(),
-    )
-    .metrics(&core.engine_metrics);
-    // Pod volumes and their CSI devices wait for each other.
-    let own_actual = builder.actual();
-    let related = nodelet_resources::volume::reconciler::related_volumes(desired.clone(), own_actual.clone());
-    let mut engine = builder.watches("devices", own_actual, related).build();
-    let actual = engine.actual();
-    let failures = engine.op_status();
-    core.supervisor.spawn(
-        "volume-watch",
-        Policy::Critical,
-        volumes::watch_volumes(actual.clone(), engine.observer(), core.shutdown.clone()),
+    );
+    let (actual, failures) = (builder.actual(), builder.op_status());
+    // Re-populate when the objects (ConfigMaps, Secrets) or the claims' bindings change.
+    let (refresh_tx, refresh) = tokio::sync::watch::channel(());
+    let pair = builtin::volumes::VolumePair::new(
+        builder,
+        (desired.clone(), writer),
+        builtin::volumes::VolumeSources {
+            renderer: volumes::ManifestRenderer::new(storage.node_objects.clone()),
+            claim_lookup: storage.claim_lookup.clone(),
+            claims: storage.claim_view.clone(),
+            objects: src.objects.clone(),
+            refresh: (refresh_tx.clone(), refresh),
+        },
+        builtin::volumes::ClaimVolumeStats {
+            csi: storage.csi.clone(),
+            metrics: storage.claim_metrics.clone(),
+            period: config.storage.volume_stats_agg_period,
+        },
     );
     let metrics = storage.volume_metrics.clone();
-    (Volumes { desired, actual, failures, metrics }, VolumeEngineParts { engine, writer })
+    (Volumes { desired, actual, failures, metrics, refresh: refresh_tx }, pair)
 }
 
-/// The pod pair's stores and what the servers and later pairs read of it.
+/// The pod and sandbox pairs' stores and what the servers and later pairs read of them.
 pub(crate) struct Pods {
     pub(crate) actual: Store<PodUid, PodActual>,
     pub(crate) failures: Store<PodUid, nodelet_resources::pod::status::PodOpStatus>,
     pub(crate) probes: ProbeResults,
     /// The node's verdicts on its pods (admitted, refused, evicted).
-    pub(crate) verdicts: Store<PodUid, nodelet_resources::model::verdict::Verdict>,
+    pub(crate) verdicts: Store<PodUid, Verdict>,
     /// What the servers read of the sandbox pair.
     pub(crate) sandboxes: SandboxView,
     /// The sandbox pair's operation status (a side input of the pod reconciler and of pod status).
     pub(crate) sandbox_failures: Store<PodUid, SandboxOpStatus>,
     /// The pod engine's reconciler (a copy, for status).
     pub(crate) reconciler: PodReconciler,
-    /// The pod engine's side inputs ([`PodSideInputs::inputs`]), for status; taken once.
+    /// The pod engine's side inputs ([`builtin::pods::PodPair::status_inputs`]), for status; taken once.
     pub(crate) status_inputs: nodelet_resources::pod::reconciler::PodInputs,
     pub(crate) clock: Clock,
-    /// Re-populates the volumes (objects or claims changed).
-    pub(crate) refresh: tokio::sync::watch::Sender<()>,
 }
 
-/// The pod reconciler's side inputs, defined once: their relations declared on the pod engine
-/// ([`register`](Self::register): what plans a pod again when one changes, and the store it waits for) and
-/// the [`PodInputs`](nodelet_resources::pod::reconciler::PodInputs) value ([`inputs`](Self::inputs)) that
-/// the engine is built with and status reads, so status reads what the engine reads.
-struct PodSideInputs {
-    /// The engine's own failures: an ephemeral container whose start keeps failing never delays the pod's
-    /// other containers, and no prune replaces a failure on record.
-    failures: Store<PodUid, nodelet_resources::pod::status::PodOpStatus>,
-    /// The node's verdicts on its pods.
-    verdicts: Store<PodUid, Verdict>,
-    /// The volume pair's desired store.
-    volumes_desired: Store<VolumeKey, DesiredVolume>,
-    /// The volume pair's actual store: a pod's containers wait for its volumes.
-    volumes_actual: Store<VolumeKey, VolumeActual>,
-    /// The sandbox pair's actual store: a pod's containers wait for a ready sandbox.
-    sandboxes: Store<PodUid, nodelet_resources::model::actual::PodSandboxes>,
-    /// The sandbox pair's operation status.
-    sandbox_failures: Store<PodUid, SandboxOpStatus>,
-    /// The node-wide container GC decision per pod.
-    surplus: Store<PodUid, Surplus>,
-    /// The prober's results (the reconciler holds its own reader, [`PodReconciler::with_probes`]): a
-    /// container's liveness or startup failure gets it killed.
-    probes: ProbeResults,
-}
-
-impl PodSideInputs {
-    /// Declares on the pod engine's builder the relations that plan a pod again when a side input changes,
-    /// and the gate on the sandbox pair's actual store (nothing is planned before it was reconstructed: a
-    /// pod would look as if its sandbox were gone).
-    fn register<Dr>(
-        &self,
-        builder: reconcile_engine::EngineBuilder<DesiredPod, PodActual, PodReconciler, Dr>,
-    ) -> reconcile_engine::EngineBuilder<DesiredPod, PodActual, PodReconciler, Dr>
-    where
-        Dr: reconcile_engine::Driver<PodUid, nodelet_resources::pod::ops::PodOp, PodActual>,
-    {
-        let PodSideInputs { verdicts, volumes_actual, sandboxes, surplus, probes, .. } = self;
-        builder
-            // A pod's verdict came or changed: plan the pod again.
-            .watches("verdicts", verdicts.clone(), |uid: &PodUid, _: Option<&Verdict>| Some(uid.clone()))
-            // A pod's volumes changed: plan the pod again (its containers wait for them).
-            .watches("volumes", volumes_actual.clone(), nodelet_resources::volume::reconciler::pod_of_volume)
-            // A pod's sandboxes changed: plan the pod again (its containers wait for a ready sandbox).
-            .watches("sandboxes", sandboxes.clone(), pod_of_sandboxes)
-            // Nothing is planned before the sandbox pair has read the runtime, then every pod.
-            .waits_for("sandboxes", sandboxes.clone())
-            // The node-wide container GC decision for a pod changed: plan the pod again.
-            .watches("container-gc", surplus.clone(), |uid: &PodUid, _: Option<&Surplus>| Some(uid.clone()))
-            // A container's probe results changed: plan its pod again.
-            .watches("probes", probes.clone(), nodelet_resources::probe::results::pod_of_probes)
-    }
-
-    /// The pod reconciler's side inputs: the engine is built with them, status reads them.
-    fn inputs(&self) -> nodelet_resources::pod::reconciler::PodInputs {
-        let PodSideInputs {
-            failures,
-            verdicts,
-            volumes_desired,
-            volumes_actual,
-            sandboxes,
-            sandbox_failures,
-            surplus,
-            probes: _,
-        } = self;
-        nodelet_resources::pod::reconciler::PodInputs {
-            failures: Some(failures.clone()),
-            verdicts: Some(verdicts.clone()),
-            volumes: Some(nodelet_resources::volume::status::VolumeGate::new(
-                volumes_desired.clone(),
-                volumes_actual.clone(),
-            )),
-            sandboxes: Some(SandboxView::new(sandboxes.clone(), Some(sandbox_failures.clone()))),
-            surplus: Some(surplus.clone()),
-        }
-    }
-}
-
-/// What [`start_pods`] hands to the eviction pair ([`builtin::eviction::EvictionPair`]): the verdict
-/// store's writer and admission (the verdict populator runs there).
+/// What the eviction pair ([`builtin::eviction::EvictionPair`]) is given, made with the pod pair's stores:
+/// the verdict store's writer and admission (the verdict populator runs there).
 pub(crate) struct PressureInputs {
-    verdict_writer: reconcile_engine::Writer<PodUid, nodelet_resources::model::verdict::Verdict>,
+    verdict_writer: reconcile_engine::Writer<PodUid, Verdict>,
     admission: nodelet_resources::eviction::verdict::Admission,
 }
 
-/// The pod engine (task `pod-engine`) with its prober (`prober`), PLEG (`pleg`, `runtime-events`), volume
-/// populator (`volume-populator`, `volume-refresh`), container GC (`container-gc`), log rotation
-/// (`log-rotation`) and the claims' volume stats (`claim-volume-stats`); also starts the
-/// volume engine and the sandbox pair (`sandbox-engine`, `sandbox-populator`: sandboxes and their network,
-/// see [`nodelet_resources::sandbox`]). Adds container GC's reclaimer to [`Core::reclaimers`], so the
-/// eviction pair tries it first.
-pub(crate) fn start_pods(
+/// The pod pair's stores: the verdict store, the pod engine's builder (its actual and operation status
+/// stores), the prober's results, container GC's surplus store; the sandbox pair, built over them
+/// ([`SandboxPair::new`]: its engine watches the pod actual store), with the observer the PLEG reports
+/// sandboxes through; the pod reconciler's side inputs ([`builtin::pods::PodSideInputs`]) and their value
+/// for status. Returns the pairs ([`builtin::sandboxes::Sandboxes`], [`builtin::pods::PodPair`]) and what
+/// the eviction pair is given.
+pub(crate) fn pod_stores(
     core: &Core,
     runtime: &Runtime,
     src: &Sources,
     storage: &Storage,
     vols: &Volumes,
-    volume_engine: VolumeEngineParts,
-) -> Result<(Pods, PressureInputs), StartCause> {
-    let (config, sup, shutdown) = (&core.config, &core.supervisor, &core.shutdown);
+) -> Result<(Pods, builtin::sandboxes::Sandboxes, builtin::pods::PodPair, PressureInputs), StartCause> {
+    let config = &core.config;
     let desired = &src.desired;
     let pod_metrics = PodMetrics::new(&core.registry)?;
     let crash_loop = CrashLoopBackOff {
@@ -816,7 +798,7 @@ pub(crate) fn start_pods(
     );
     let probes = prober.results();
     // The node's verdicts on its pods (admitted, refused, evicted): written only by the verdict
-    // populator that `pressure::start` runs; read by the pod and sandbox reconcilers, the volume
+    // populator that the eviction pair runs; read by the pod and sandbox reconcilers, the volume
     // populator, status.
     let (verdicts, verdict_writer) = reconcile_engine::store();
     let admission = pressure::admission(config, &runtime.facts, Arc::new(storage.node_objects.clone()));
@@ -835,8 +817,7 @@ pub(crate) fn start_pods(
                 .with_grace_cap(config.pods.grace_cap()),
         ),
         desired.clone(),
-    )
-    .wall_clock(nodelet_resources::common::clock::wall_clock(&clock));
+    );
     let actual = builder.actual();
     let failures = builder.op_status();
     // Container GC: dead containers pruned by the pod pair, dead sandboxes by the sandbox pair
@@ -865,7 +846,9 @@ pub(crate) fn start_pods(
     );
     let sandboxes = sandbox_pair.view();
     let sandbox_failures = sandbox_pair.op_status();
-    let side_inputs = PodSideInputs {
+    // The PLEG lists sandboxes too, and reports them to the sandbox pair's actual store.
+    let sandbox_observer = sandbox_pair.observer();
+    let side_inputs = builtin::pods::PodSideInputs {
         failures: failures.clone(),
         verdicts: verdicts.clone(),
         volumes_desired: vols.desired.clone(),
@@ -875,116 +858,25 @@ pub(crate) fn start_pods(
         surplus,
         probes: probes.clone(),
     };
-    let status_inputs = side_inputs.inputs();
-    let mut engine = side_inputs
-        .register(builder)
-        .metrics(&core.engine_metrics)
-        .backoff(pod_backoff)
-        .max_concurrent(nodelet_resources::pod::ops::MAX_CONCURRENT_OPS)
-        .resync_period(config.sync_frequency)
-        .build_with(status_inputs.clone());
-    sup.spawn(
-        "prober",
-        Policy::Critical,
-        prober.run(actual.clone(), sandbox_pair.actual(), shutdown.clone().cancelled_owned()),
-    );
-    let VolumeEngineParts { engine: volume_engine, writer } = volume_engine;
-    let renderer = volumes::ManifestRenderer::new(storage.node_objects.clone());
-    let populator = Populator::new(desired.clone(), actual.clone(), writer, Arc::new(renderer))
-        .with_claims(storage.claim_lookup.clone())
-        .with_verdicts(verdicts.clone());
-    // Re-populate when the objects (ConfigMaps, Secrets) or the claims' bindings change.
-    let (refresh_tx, refresh) = tokio::sync::watch::channel(());
-    sup.spawn(
-        "volume-refresh",
-        Policy::Critical,
-        volumes::forward_changes(
-            src.objects.clone(),
-            storage.claim_view.subscribe(),
-            refresh_tx.clone(),
-            shutdown.clone(),
-        ),
-    );
-    sup.spawn("volume-populator", Policy::Critical, populator.run(refresh, shutdown.clone()));
-    let (pods, vol_actual, csi, claim_metrics, period, stop) = (
-        desired.clone(),
-        vols.actual.clone(),
-        storage.csi.clone(),
-        storage.claim_metrics.clone(),
-        config.storage.volume_stats_agg_period,
-        shutdown.clone(),
-    );
-    sup.spawn_restartable("claim-volume-stats", move || {
-        volumes::claim_volume_stats(
-            pods.clone(),
-            vol_actual.clone(),
-            csi.clone(),
-            claim_metrics.clone(),
-            period,
-            stop.clone(),
-        )
+    let pod_pair = builtin::pods::PodPair::new(builtin::pods::PodPairParts {
+        builder,
+        side_inputs,
+        prober,
+        container_gc: builtin::pods::ContainerGc {
+            populator: surplus_populator,
+            reclaimer: container_reclaimer,
+        },
+        pod_runtime: storage.pod_runtime.clone(),
+        pod_metrics,
+        sandbox_observer,
+        settings: builtin::pods::PodSettings {
+            backoff: pod_backoff,
+            resync_period: config.sync_frequency,
+            relist_period: config.pleg_relist_period,
+            evented_relist_period: config.pleg_evented_relist_period,
+            container_logs: config.container_logs,
+        },
     });
-    sup.spawn(
-        "volume-engine",
-        Policy::Critical,
-        log_report("volume", volume_engine.run(shutdown.clone().cancelled_owned())),
-    );
-
-    let pleg = Pleg::new(
-        storage.pod_runtime.clone(),
-        actual.clone(),
-        engine.observer(),
-        config.pleg_relist_period,
-        pod_metrics.clone(),
-    )
-    .with_evented_period(config.pleg_evented_relist_period)
-    .with_sandboxes(sandbox_pair.actual(), sandbox_pair.observer());
-    let relist = pleg.waker();
-    // The sandbox pair's populator and engine (`sandbox-engine`).
-    let (sandbox_engine, sandbox_tasks) = sandbox_pair.start(desired.clone(), shutdown.clone());
-    sup.spawn("sandbox-engine", Policy::Critical, log_report("sandbox", sandbox_engine));
-    spawn_tasks(sup, sandbox_tasks);
-    // The node-wide cap on dead containers (maxContainers), decided over all pods.
-    sup.spawn("container-gc", Policy::Critical, surplus_populator.run(shutdown.clone()));
-    let (cri, logs_actual, logs_config, stop) =
-        (runtime.cri.clone(), actual.clone(), config.container_logs, shutdown.clone());
-    sup.spawn_restartable("log-rotation", move || {
-        let policy = nodelet_cri::log_rotation::LogRotationPolicy {
-            max_size: logs_config.max_size,
-            max_files: logs_config.max_files,
-        };
-        log_rotation::run(
-            cri.clone(),
-            logs_actual.clone(),
-            policy,
-            logs_config.monitor_interval,
-            stop.clone(),
-        )
-    });
-    // The runtime's container events (a hollow node's fake runtime sends them too): while they come, the
-    // PLEG relists every `plegEventedRelistPeriod`.
-    {
-        let (cri, own, stop) = (runtime.cri.clone(), storage.pod_runtime.own_changes(), shutdown.clone());
-        sup.spawn_restartable("runtime-events", move || {
-            runtime::forward_runtime_events(
-                cri.clone(),
-                relist.clone(),
-                own.clone(),
-                pod_metrics.clone(),
-                stop.clone(),
-            )
-        });
-    }
-    let stop = shutdown.clone();
-    sup.spawn("pleg", Policy::Critical, async move { pleg.run(stop.cancelled_owned()).await });
-    sup.spawn(
-        "pod-engine",
-        Policy::Critical,
-        log_report("pod", engine.run(shutdown.clone().cancelled_owned())),
-    );
-    // Under disk pressure the eviction pair tries container GC first.
-    core.reclaimers.add(Arc::new(container_reclaimer));
-    let pressure_inputs = PressureInputs { verdict_writer, admission };
     let pods = Pods {
         actual,
         failures,
@@ -993,24 +885,23 @@ pub(crate) fn start_pods(
         sandboxes,
         sandbox_failures,
         reconciler,
-        status_inputs,
+        status_inputs: pod_pair.status_inputs(),
         clock,
-        refresh: refresh_tx,
     };
-    Ok((pods, pressure_inputs))
+    let pressure_inputs = PressureInputs { verdict_writer, admission };
+    Ok((pods, builtin::sandboxes::Sandboxes::new(sandbox_pair), pod_pair, pressure_inputs))
 }
 
-/// Node, pod and container statistics (/stats/summary, /metrics/resource, eviction signals): tasks
-/// `stats-housekeeping` and `volume-stats` (the pods' volumes measured every `volumeStatsAggPeriod`),
-/// both restartable.
-pub(crate) fn start_stats(
+/// Node, pod and container statistics (/stats/summary, /metrics/resource, eviction signals) over the CRI
+/// pod runtime, the desired pods and the volume actual store; [`start_stats`] runs its tasks.
+pub(crate) fn stats_provider(
     core: &Core,
     src: &Sources,
     storage: &Storage,
     vols: &Volumes,
 ) -> stats::StatsProvider {
     let config = &core.config;
-    let stats = stats::StatsProvider::new(
+    stats::StatsProvider::new(
         storage.pod_runtime.clone(),
         stats::StatsConfig::new(&config.node_name, &config.root_dir, &config.pods.pod_logs_dir),
         system_clock(),
@@ -1018,7 +909,13 @@ pub(crate) fn start_stats(
     .with_volumes(src.desired.clone(), vols.actual.clone())
     .with_housekeeping_interval(config.housekeeping_interval)
     // The containers' writable layers are disk usage, measured as often as the volumes'.
-    .with_container_fs_interval(config.storage.volume_stats_agg_period);
+    .with_container_fs_interval(config.storage.volume_stats_agg_period)
+}
+
+/// The stats' tasks `stats-housekeeping` and `volume-stats` (the pods' volumes measured every
+/// `volumeStatsAggPeriod`), both restartable.
+pub(crate) fn start_stats(core: &Core, stats: &stats::StatsProvider) {
+    let config = &core.config;
     let (provider, stop) = (stats.clone(), core.shutdown.clone());
     core.supervisor
         .spawn_restartable("stats-housekeeping", move || provider.clone().housekeeping(stop.clone()));
@@ -1027,7 +924,6 @@ pub(crate) fn start_stats(
     core.supervisor.spawn_restartable("volume-stats", move || {
         provider.clone().measure_volumes_every(period, stop.clone())
     });
-    stats
 }
 
 /// Cluster mode: the Node object, its Lease, pod status, mirror pods, events (tasks named in
@@ -1038,10 +934,10 @@ fn start_cluster(
     node: Arc<node::Node>,
     runtime: &Runtime,
     sources: &Sources,
-    storage: &Storage,
-    pods: &Pods,
+    handles: &Handles,
 ) {
     let Some(c) = &core.config.cluster else { return };
+    let Handles { storage, volumes, pods } = handles;
     let tasks = cluster.tasks(
         &core.config.node_name,
         c,
@@ -1053,7 +949,7 @@ fn start_cluster(
         vec![pods.failures.subscribe(), pods.sandbox_failures.subscribe(), pods.verdicts.subscribe()],
         runtime.cri.clone(),
         storage.csi.clone(),
-        pods.refresh.clone(),
+        volumes.refresh.clone(),
         &core.shutdown,
     );
     spawn_tasks(&core.supervisor, tasks);
@@ -1173,8 +1069,8 @@ mod tests {
             admission: nodelet_resources::eviction::verdict::Admission::new(),
         };
         let builtins = builtin_extensions(&core.config, pressure);
-        let names: Vec<&str> = builtins.iter().map(|e| e.name()).collect();
-        assert_eq!(names, ["images", "eviction"]);
+        let order: Vec<(&str, Stage)> = builtins.iter().map(|b| (b.extension.name(), b.stage)).collect();
+        assert_eq!(order, [("images", Stage::Pressure), ("eviction", Stage::Pressure)]);
         let mut tables = StatusTables::default();
         start_builtins(&context(&core), &mut tables, builtins).expect("started");
         assert_eq!(
@@ -1202,7 +1098,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_builtin_that_fails_to_start_fails_the_pressure_stage_with_its_message() {
+    async fn a_builtin_that_fails_to_start_fails_its_stage_with_its_message_and_stops_the_start() {
         struct Broken;
         impl Extension for Broken {
             fn name(&self) -> &str {
@@ -1217,11 +1113,21 @@ mod tests {
         }
         let dir = tempfile::tempdir().expect("tempdir");
         let core = Core::new(Arc::new(config(dir.path())), Host::Hollow).expect("core");
-        let e = start_builtins(&context(&core), &mut StatusTables::default(), vec![Box::new(Broken)])
-            .map_err(StartError::at(Stage::Pressure))
-            .expect_err("broken");
-        assert_eq!(e.stage(), Stage::Pressure);
-        assert_eq!(e.to_string(), prometheus::Error::AlreadyReg.to_string(), "as the pressure stage said it");
+        for stage in [Stage::Claims, Stage::Volumes, Stage::Pods, Stage::Pressure] {
+            let builtins = vec![
+                Builtin::new(stage, Broken),
+                Builtin::new(Stage::Pressure, builtin::images::ImageGc::new(&core.config)),
+            ];
+            let e =
+                start_builtins(&context(&core), &mut StatusTables::default(), builtins).expect_err("broken");
+            assert_eq!(e.stage(), stage);
+            assert_eq!(
+                e.to_string(),
+                prometheus::Error::AlreadyReg.to_string(),
+                "as the {stage} stage said it"
+            );
+        }
+        assert!(core.supervisor.task_names().is_empty(), "nothing after the broken pair started");
     }
 
     /// A third party's extension: the tasks started before it, and a reclaimer that records the signals it
@@ -1262,26 +1168,34 @@ mod tests {
         }
     }
 
-    /// Every task of a standalone hollow node (no sources, no servers, no runtime events), in start order:
-    /// the image pair's two between the stats' and the eviction pair's, as when `pressure::start` built them.
-    const HOLLOW_TASKS: &[&str] = &[
+    /// The tasks of the runtime and the claim, volume, sandbox and pod pairs of a standalone hollow node (no
+    /// sources, no runtime events), in start order: each pair's own in a row (the prober, the pod pair's,
+    /// after the sandbox pair's, since the pairs start as extensions).
+    const PAIR_TASKS: &[&str] = &[
         "runtime-health",
         "csi-plugin-watcher",
         "csi-drivers",
         "claim-populator",
         "claim-engine",
         "volume-watch",
-        "prober",
         "volume-refresh",
         "volume-populator",
         "claim-volume-stats",
         "volume-engine",
         "sandbox-engine",
         "sandbox-populator",
+        "prober",
         "container-gc",
         "log-rotation",
+        "runtime-events",
         "pleg",
         "pod-engine",
+    ];
+
+    /// Every task of a standalone hollow node (no sources, no servers), in start order:
+    /// [`PAIR_TASKS`], the stats', then the image pair's two before the eviction pair's, as when
+    /// `pressure::start` built them.
+    const HOLLOW_TASKS: &[&str] = &[
         "stats-housekeeping",
         "volume-stats",
         "image-populator",
@@ -1292,11 +1206,11 @@ mod tests {
         "eviction-sampler",
     ];
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_image_pair_starts_before_the_eviction_pair_which_tries_a_third_partys_reclaimer() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = dir.path().join("root");
-        let socket = dir.path().join("cri.sock");
+    /// A standalone hollow node's configuration (no sources, no servers) under `dir`, over a fake runtime
+    /// served there until the returned token is cancelled; and the runtime's endpoint.
+    fn hollow_node(dir: &std::path::Path) -> (config::Config, String, CancellationToken) {
+        let root = dir.join("root");
+        let socket = dir.join("cri.sock");
         std::fs::create_dir_all(&root).expect("root");
         let fake = crate::hollow::fake_cri::FakeCri::new(0, &root);
         let runtime_stop = CancellationToken::new();
@@ -1314,6 +1228,52 @@ mod tests {
         config.server.enabled = false;
         config.pods.cgroup_root = None;
         config.pods.pod_logs_dir = root.join("logs");
+        (config, endpoint, runtime_stop)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_claim_volume_sandbox_and_pod_pairs_start_through_extension_start_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (config, endpoint, runtime_stop) = hollow_node(dir.path());
+        let core = Core::new(Arc::new(config), Host::Hollow).expect("core");
+        let runtime = start_runtime(&core, &endpoint).await.expect("runtime");
+        let sources = start_sources(&core).await.expect("sources");
+        let Pairs { handles, stats, standard, .. } = make_pairs(&core, &runtime, &sources).expect("made");
+        assert_eq!(core.supervisor.task_names(), ["runtime-health"], "making the pairs runs nothing");
+        let builtins = standard.in_start_order();
+        let order: Vec<(&str, Stage)> = builtins.iter().map(|b| (b.extension.name(), b.stage)).collect();
+        assert_eq!(
+            order,
+            [
+                ("claims", Stage::Claims),
+                ("volumes", Stage::Volumes),
+                ("sandboxes", Stage::Pods),
+                ("pods", Stage::Pods)
+            ]
+        );
+        let ctx = super::context(&core, &runtime, &sources, &handles, &stats);
+        let mut tables = StatusTables::default();
+        start_builtins(&ctx, &mut tables, builtins).expect("started");
+        assert_eq!(core.supervisor.task_names(), PAIR_TASKS, "each pair's tasks, in start order");
+        assert_eq!(
+            format!("{:?}", core.reclaimers),
+            r#"["container-gc"]"#,
+            "the pod pair's, through the context"
+        );
+        assert!(tables.is_empty(), "no /extensions/ table of a standard pair: {tables:?}");
+        let text = prometheus::TextEncoder::new().encode_to_string(&core.registry.gather()).expect("text");
+        for engine in ["claims", "volumes", "sandboxes", "pods"] {
+            assert!(text.contains(&format!("reconciler=\"{engine}\"")), "{engine} reports as before: {text}");
+        }
+        core.shutdown.cancel();
+        core.supervisor.join().await;
+        runtime_stop.cancel();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_image_pair_starts_before_the_eviction_pair_which_tries_a_third_partys_reclaimer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut config, endpoint, runtime_stop) = hollow_node(dir.path());
         // Disk pressure at once: less than all of the root directory's filesystem is free.
         config.eviction.hard = vec![config::EvictionThreshold {
             signal: "nodefs.available".into(),
@@ -1326,7 +1286,8 @@ mod tests {
         assemble(&core, &endpoint, vec![Box::new(recorder)]).await.expect("started");
 
         let names = core.supervisor.task_names();
-        assert_eq!(names, HOLLOW_TASKS, "the node's tasks, in start order");
+        let all: Vec<&str> = PAIR_TASKS.iter().chain(HOLLOW_TASKS).copied().collect();
+        assert_eq!(names, all, "the node's tasks, in start order");
         let before: Vec<String> =
             started_after.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         assert_eq!(before, names, "the third party starts after every standard pair");

@@ -11,7 +11,6 @@
 
 use std::sync::Arc;
 
-use nodelet_resources::common::task::Lifetime;
 use nodelet_resources::eviction::verdict::Admission;
 use nodelet_resources::model::pod::PodUid;
 use nodelet_resources::model::verdict::Verdict;
@@ -19,7 +18,7 @@ use reconcile_engine::Writer;
 
 use crate::config;
 use crate::daemon::extension::{BoxError, Extension, ExtensionContext, StatusTable};
-use crate::daemon::supervisor::Policy;
+use crate::daemon::supervisor::spawn_tasks;
 use crate::pressure;
 
 /// The eviction pair and the verdict populator, with what only they hold.
@@ -33,8 +32,8 @@ pub(crate) struct EvictionPair {
 }
 
 impl EvictionPair {
-    /// The pair as `config` sets it, with the verdict store's writer and admission (made where the pod
-    /// pair, which reads the verdicts, starts).
+    /// The pair as `config` sets it, with the verdict store's writer and admission (made with the pod
+    /// pair's stores, `topology::pod_stores`: the pod pair reads the verdicts).
     pub(crate) fn new(
         config: Arc<config::Config>,
         verdict_writer: Writer<PodUid, Verdict>,
@@ -71,13 +70,7 @@ impl Extension for EvictionPair {
             },
             ctx.shutdown(),
         )?;
-        for task in tasks {
-            let policy = match task.lifetime {
-                Lifetime::UntilShutdown => Policy::Critical,
-                Lifetime::Bounded => Policy::MayFinish,
-            };
-            ctx.supervisor().spawn(task.name, policy, task.future);
-        }
+        spawn_tasks(ctx.supervisor(), tasks);
         Ok(None)
     }
 }
