@@ -64,6 +64,9 @@ const OWNED_FIELDS: [&str; 13] = [
 
 /// The longest time between two passes (the kubelet's status manager syncs every 10 s).
 const BATCH_PERIOD: Duration = Duration::from_secs(10);
+/// How long after its last write a pod's status in the API is compared with what nodelet would write
+/// (before, the API's pods may not show the write yet).
+const RECONCILE_AFTER: Duration = Duration::from_secs(2);
 
 /// Where a pod's status goes: the API pod (its own, or the static pod's mirror).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -102,8 +105,8 @@ pub(crate) struct StatusManager<V> {
     snapshot: watch::Receiver<Arc<ApiPodSnapshot>>,
     host_ips: Vec<String>,
     /// What was last written, per target UID: its digest ([`status_digest`]), not the status (a few
-    /// kilobytes a pod).
-    sent: HashMap<String, [u8; 32]>,
+    /// kilobytes a pod), and when.
+    sent: HashMap<String, ([u8; 32], Instant)>,
     /// When each (target UID, condition type) last changed status.
     transitions: HashMap<(String, String), (String, Time)>,
     /// Targets deleted with grace 0 already.
@@ -232,12 +235,20 @@ impl<V: NodeView> StatusManager<V> {
             let terminated = is_terminated(&pod);
             let status = self.status_for(&target, &pod, api_pod, terminated, &now);
             let digest = status_digest(&status);
-            if digest.is_none() || self.sent.get(&target.uid) != digest.as_ref() {
+            let sent = self.sent.get(&target.uid);
+            // Someone else changed a condition of ours in the API (the node lifecycle controller sets
+            // Ready=False while the node is NotReady, and leaves it when the node is back): a pass over
+            // every pod writes it again, as the kubelet's status manager reconciles every 10 s. A write of
+            // the last second may not be in the API's pods yet.
+            let overwritten = all
+                && sent.is_some_and(|(_, at)| at.elapsed() >= RECONCILE_AFTER)
+                && own_conditions_differ(&status, api_pod.status.as_ref());
+            if digest.is_none() || sent.map(|(d, _)| d) != digest.as_ref() || overwritten {
                 match self.write(&target, &status).await {
                     Ok(()) => {
                         self.retry.remove(&target.uid);
                         match digest {
-                            Some(digest) => self.sent.insert(target.uid.clone(), digest),
+                            Some(digest) => self.sent.insert(target.uid.clone(), (digest, Instant::now())),
                             None => self.sent.remove(&target.uid),
                         };
                     }
@@ -360,6 +371,16 @@ impl<V: NodeView> StatusManager<V> {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Whether the API's status `api` lacks or has another status of one of the kubelet's conditions in `ours`.
+fn own_conditions_differ(ours: &PodStatus, api: Option<&PodStatus>) -> bool {
+    let api = api.and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+    ours.conditions
+        .iter()
+        .flatten()
+        .filter(|c| KUBELET_CONDITIONS.contains(&c.type_.as_str()))
+        .any(|c| api.iter().find(|a| a.type_ == c.type_).is_none_or(|a| a.status != c.status))
 }
 
 /// A SHA-256 digest of `status` as JSON (serde_json writes a struct's fields in their order and maps in
@@ -551,6 +572,32 @@ mod tests {
         let mut status = PodStatus { qos_class: Some("Burstable".to_owned()), ..Default::default() };
         keep_recorded_qos_class(&mut status, None);
         assert_eq!(status.qos_class.as_deref(), Some("Burstable"), "nodelet's own where the API has none");
+    }
+
+    #[test]
+    fn a_condition_of_ours_that_the_api_lacks_or_has_otherwise_differs_and_others_do_not_count() {
+        let condition = |type_: &str, status: &str| PodCondition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            ..PodCondition::default()
+        };
+        let with = |conditions: Vec<PodCondition>| PodStatus {
+            conditions: Some(conditions),
+            ..PodStatus::default()
+        };
+        let ours = with(vec![condition("Ready", "True"), condition("ContainersReady", "True")]);
+        let same = with(vec![
+            condition("ContainersReady", "True"),
+            condition("Ready", "True"),
+            condition("example.com/gate", "False"),
+        ]);
+        assert!(!own_conditions_differ(&ours, Some(&same)), "the same, in another order, with another's");
+        let controller = with(vec![condition("Ready", "False"), condition("ContainersReady", "True")]);
+        assert!(own_conditions_differ(&ours, Some(&controller)), "Ready set to False by the node controller");
+        assert!(own_conditions_differ(&ours, Some(&with(vec![condition("Ready", "True")]))), "one missing");
+        assert!(own_conditions_differ(&ours, None), "no status at all");
+        let theirs_only = with(vec![condition("example.com/gate", "True")]);
+        assert!(!own_conditions_differ(&theirs_only, Some(&same)), "another's condition is not ours to fix");
     }
 
     #[test]

@@ -278,6 +278,37 @@ async fn a_pod_from_the_api_runs_and_its_status_reaches_the_api_without_forbidde
     n.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_ready_condition_the_node_controller_set_to_false_is_set_true_again() {
+    let (env, cluster) =
+        cluster_or_skip!("a_ready_condition_the_node_controller_set_to_false_is_set_true_again");
+    let n = ClusterNode::start(&env, &cluster, "reready").await;
+    let manifest = n.api_pod_manifest(
+        "sleeper",
+        json!({"containers": [{"name": "main", "command": sleep_until_term("")}]}),
+    );
+    n.create_pod(&manifest).await;
+    n.wait_api_running("sleeper").await;
+    // What the node lifecycle controller does to the pods of a node whose Lease lapsed (MarkPodsNotReady);
+    // it leaves them once the node is back, and the kubelet's status manager sets Ready again.
+    let patch = json!({"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "NodeNotReady"}
+    ]}});
+    let patched = n
+        .pods_api()
+        .patch_status("sleeper", &kube::api::PatchParams::default(), &kube::api::Patch::Strategic(&patch))
+        .await;
+    match patched {
+        Ok(pod) => assert!(!is_true(&pod, "Ready"), "the patch took:\n{}", pretty(&pod)),
+        Err(e) => panic!("cannot patch the pod's status: {e}"),
+    }
+    let started = Instant::now();
+    n.wait_api_pod("sleeper", "Ready=True again", Duration::from_secs(30), |p| is_true(p, "Ready")).await;
+    // A pass over every pod every 10 s compares the API's conditions with nodelet's.
+    assert!(started.elapsed() <= Duration::from_secs(15), "Ready again after {:?}", started.elapsed());
+    n.shutdown().await;
+}
+
 // ------------------------------------------------------------------------------------------------ (d) deletion
 
 #[tokio::test]
