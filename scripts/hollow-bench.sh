@@ -205,10 +205,13 @@ EOF
   local t_create=$SECONDS
   $kubectl -n bench create deployment bench --image=busybox:1.36 --replicas="$pods" -- sleep 36000 >/dev/null
   local running=0
+  local polls=0
   while [ $((SECONDS - t_create)) -lt "$WAIT" ]; do
-    # The Deployment's ready count is one small GET; the pods are listed only once it says all are ready.
+    # The Deployment's ready count is one small GET; the pods are listed once it says all are ready, and
+    # every 30 s (a pod can be Running and not Ready: the node controller marks a lapsed node's pods so).
     ready=$($kubectl -n bench get deployment bench -o jsonpath='{.status.readyReplicas}' 2>/dev/null || true)
-    if [ "${ready:-0}" -ge "$pods" ]; then
+    polls=$((polls + 1))
+    if [ "${ready:-0}" -ge "$pods" ] || [ $((polls % 10)) = 0 ]; then
       running=$($kubectl -n bench get pods --no-headers --field-selector=status.phase=Running 2>/dev/null | wc -l)
       [ "$running" -ge "$pods" ] && break
     fi
