@@ -208,12 +208,20 @@ fn the_scan_skips_test_items_and_comments_and_finds_the_rest() {
 }
 
 /// The files of the root crate that spawn on the [`Supervisor`](super::Supervisor): the one assembly module,
-/// and nodelet's own pairs assembled as extensions (`super::builtin`), which the assembly module starts
-/// through `Extension::start` and which spawn on the supervisor of their `ExtensionContext`, as every
-/// extension does; everything else hands its tasks to the assembly module
-/// ([`NamedTask`](nodelet_resources::common::task::NamedTask)s or futures).
-const SUPERVISOR_SPAWNERS: &[&str] =
-    &["src/daemon/topology.rs", "src/daemon/builtin/images.rs", "src/daemon/builtin/eviction.rs"];
+/// the supervisor's `spawn_tasks` (a pair's [`NamedTask`](nodelet_resources::common::task::NamedTask)s, each
+/// with the policy of its lifetime: the eviction pair spawns through it only), and nodelet's own pairs
+/// assembled as extensions (`super::builtin`), which the assembly module starts through `Extension::start`
+/// and which spawn on the supervisor of their `ExtensionContext`, as every extension does; everything else
+/// hands its tasks to the assembly module (`NamedTask`s or futures).
+const SUPERVISOR_SPAWNERS: &[&str] = &[
+    "src/daemon/topology.rs",
+    "src/daemon/supervisor.rs",
+    "src/daemon/builtin/claims.rs",
+    "src/daemon/builtin/volumes.rs",
+    "src/daemon/builtin/sandboxes.rs",
+    "src/daemon/builtin/pods.rs",
+    "src/daemon/builtin/images.rs",
+];
 
 /// The sources the supervisor scan reads: the root crate's and those of the crates split from it, which the
 /// assembly module starts the same way.
