@@ -263,7 +263,7 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
             // The pod engine's reconciler and side inputs (status shows what it sees).
             pods.reconciler.clone(),
             std::mem::take(&mut pods.status_inputs),
-            pods.clock.clone(),
+            core.clock.clone(),
             core.registry.clone(),
             config.pods.pod_logs_dir.clone(),
             runtime.ready.clone(),
@@ -757,7 +757,6 @@ pub(crate) struct Pods {
     pub(crate) reconciler: PodReconciler,
     /// The pod engine's side inputs ([`builtin::pods::PodPair::status_inputs`]), for status; taken once.
     pub(crate) status_inputs: nodelet_resources::pod::reconciler::PodInputs,
-    pub(crate) clock: Clock,
 }
 
 /// What the eviction pair ([`builtin::eviction::EvictionPair`]) is given, made with the pod pair's stores:
@@ -886,7 +885,6 @@ pub(crate) fn pod_stores(
         sandbox_failures,
         reconciler,
         status_inputs: pod_pair.status_inputs(),
-        clock,
     };
     let pressure_inputs = PressureInputs { verdict_writer, admission };
     Ok((pods, builtin::sandboxes::Sandboxes::new(sandbox_pair), pod_pair, pressure_inputs))

@@ -143,33 +143,26 @@ pub(crate) struct ContainerGc {
     pub(crate) reclaimer: ContainerGcReclaimer,
 }
 
-/// The pod pair, with what only it holds.
+/// The pod pair, with what only it holds: its parts, and the value of its side inputs the engine is built
+/// with (status reads a clone).
 pub(crate) struct PodPair {
-    /// The engine's builder (reconciler, driver, desired store, wall clock).
-    builder: PodEngineBuilder,
-    /// Its side inputs.
-    side_inputs: PodSideInputs,
-    /// The value of its side inputs the engine is built with (status reads a clone).
+    parts: PodPairParts,
     inputs: PodInputs,
-    /// The prober (its results are a side input).
-    prober: Prober<CriProber>,
-    container_gc: ContainerGc,
-    /// The runtime the PLEG lists, and whose own changes `runtime-events` leaves out.
-    pod_runtime: Arc<CriPodRuntime>,
-    pod_metrics: PodMetrics,
-    /// The observer the PLEG reports the sandboxes it lists through (the sandbox pair's).
-    sandbox_observer: Observer<PodUid, PodSandboxes>,
-    settings: PodSettings,
 }
 
-/// What the pod pair is built from: see the fields of [`PodPair`].
+/// What the pod pair is built from.
 pub(crate) struct PodPairParts {
+    /// The engine's builder (reconciler, driver, desired store, wall clock).
     pub(crate) builder: PodEngineBuilder,
+    /// Its side inputs.
     pub(crate) side_inputs: PodSideInputs,
+    /// The prober (its results are a side input).
     pub(crate) prober: Prober<CriProber>,
     pub(crate) container_gc: ContainerGc,
+    /// The runtime the PLEG lists, and whose own changes `runtime-events` leaves out.
     pub(crate) pod_runtime: Arc<CriPodRuntime>,
     pub(crate) pod_metrics: PodMetrics,
+    /// The observer the PLEG reports the sandboxes it lists through (the sandbox pair's).
     pub(crate) sandbox_observer: Observer<PodUid, PodSandboxes>,
     pub(crate) settings: PodSettings,
 }
@@ -177,28 +170,8 @@ pub(crate) struct PodPairParts {
 impl PodPair {
     /// The pair from its parts; its side inputs' value ([`PodSideInputs::inputs`]) is made here, once.
     pub(crate) fn new(parts: PodPairParts) -> Self {
-        let PodPairParts {
-            builder,
-            side_inputs,
-            prober,
-            container_gc,
-            pod_runtime,
-            pod_metrics,
-            sandbox_observer,
-            settings,
-        } = parts;
-        let inputs = side_inputs.inputs();
-        Self {
-            builder,
-            side_inputs,
-            inputs,
-            prober,
-            container_gc,
-            pod_runtime,
-            pod_metrics,
-            sandbox_observer,
-            settings,
-        }
+        let inputs = parts.side_inputs.inputs();
+        Self { parts, inputs }
     }
 
     /// The pod engine's side inputs, for status: a clone of the value the engine is built with.
@@ -214,15 +187,18 @@ impl Extension for PodPair {
 
     fn start(self: Box<Self>, ctx: &ExtensionContext) -> Result<Option<Arc<dyn StatusTable>>, BoxError> {
         let PodPair {
-            builder,
-            side_inputs,
+            parts:
+                PodPairParts {
+                    builder,
+                    side_inputs,
+                    prober,
+                    container_gc,
+                    pod_runtime,
+                    pod_metrics,
+                    sandbox_observer,
+                    settings,
+                },
             inputs,
-            prober,
-            container_gc,
-            pod_runtime,
-            pod_metrics,
-            sandbox_observer,
-            settings,
         } = *self;
         let (sup, shutdown) = (ctx.supervisor(), ctx.shutdown());
         let mut engine = side_inputs
