@@ -417,7 +417,6 @@ impl PodData {
                 }
             }
         }
-        drop(requests);
         let mut state = self.lock();
         let State { retries, wanted, tokens, .. } = &mut *state;
         // A retry of a token no longer wanted (its projection changed) would never be made.

@@ -239,7 +239,7 @@ impl<V: NodeView> StatusManager<V> {
             // Someone else changed a condition of ours in the API (the node lifecycle controller sets
             // Ready=False while the node is NotReady, and leaves it when the node is back): a pass over
             // every pod writes it again, as the kubelet's status manager reconciles every 10 s. A write of
-            // the last second may not be in the API's pods yet.
+            // the last `RECONCILE_AFTER` may not be in the API's pods yet.
             let overwritten = all
                 && sent.is_some_and(|(_, at)| at.elapsed() >= RECONCILE_AFTER)
                 && own_conditions_differ(&status, api_pod.status.as_ref());

@@ -160,8 +160,9 @@ pub(crate) struct FakeCri {
     subnet: [u8; 3],
     /// Reported as the image filesystem's mountpoint.
     image_fs: PathBuf,
-    /// The container events (ID, CRI `ContainerEventType`) to `GetContainerEvents` subscribers.
-    events: tokio::sync::broadcast::Sender<(Box<str>, v1::ContainerEventType)>,
+    /// The container events (ID, CRI `ContainerEventType`, when in nanoseconds since the epoch) to
+    /// `GetContainerEvents` subscribers.
+    events: tokio::sync::broadcast::Sender<(Box<str>, v1::ContainerEventType, i64)>,
 }
 
 fn now_nanos() -> i64 {
@@ -204,7 +205,9 @@ impl FakeCri {
     /// Tells the event subscribers, if any, that container `id` had event `kind`.
     fn emit(&self, id: &str, kind: v1::ContainerEventType) {
         // No subscriber: nobody to tell (events are not replayed).
-        let _ = self.events.send((id.into(), kind));
+        if self.events.receiver_count() > 0 {
+            let _ = self.events.send((id.into(), kind, now_nanos()));
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -691,11 +694,11 @@ impl RuntimeService for FakeCri {
         let stream = futures::stream::unfold(Some(events), |events| async move {
             let mut events = events?;
             match events.recv().await {
-                Ok((id, kind)) => {
+                Ok((id, kind, at)) => {
                     let event = v1::ContainerEventResponse {
                         container_id: id.into(),
                         container_event_type: kind as i32,
-                        created_at: now_nanos(),
+                        created_at: at,
                         ..Default::default()
                     };
                     Some((Ok(event), Some(events)))
