@@ -48,6 +48,31 @@ use nodelet_stats::StatsProvider;
 /// The eviction signals from the stats provider.
 struct StatsSignals(StatsProvider);
 
+/// Where the eviction pair reads the node's signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SignalOrigin {
+    /// The machine, through the stats provider (`/proc`, cgroups, `statvfs`, the runtime's image
+    /// filesystem): `nodelet run`.
+    Host,
+    /// Nowhere: a hollow node (`nodelet hollow`) has a made-up host, so it measures nothing and no
+    /// signal is ever under pressure, as kubemark's hollow kubelet over its fake cAdvisor. The machine's
+    /// memory and disks are not the hollow node's: a full disk under the process must not evict its pods.
+    Hollow,
+}
+
+/// A hollow node's signals ([`SignalOrigin::Hollow`]): none measured.
+struct NoSignals;
+
+impl SignalSource for NoSignals {
+    fn observe(&self) -> BoxFuture<'_, Result<Observations, SignalError>> {
+        Box::pin(async { Ok(Observations::new()) })
+    }
+
+    fn pod_usage(&self) -> BoxFuture<'_, Result<BTreeMap<String, PodUsage>, SignalError>> {
+        Box::pin(async { Ok(BTreeMap::new()) })
+    }
+}
+
 /// A configured threshold amount as the eviction pair takes it.
 pub(crate) fn amount(v: &ThresholdValue) -> Amount {
     match v {
@@ -173,6 +198,8 @@ pub(crate) struct PressureState {
 /// What [`start`] needs.
 pub(crate) struct Wiring<'a> {
     pub(crate) config: &'a config::Config,
+    /// Where the signals come from (the stats provider, or nowhere for a hollow node).
+    pub(crate) signals: SignalOrigin,
     pub(crate) stats: StatsProvider,
     pub(crate) desired: Store<PodUid, DesiredPod>,
     pub(crate) actual: Store<PodUid, PodActual>,
@@ -232,7 +259,7 @@ pub(crate) fn start(
     let mut tasks = Vec::with_capacity(4);
     let events = w.events;
     let (sink, evictions) = nodelet_resources::eviction::populator::evictions();
-    if w.config.eviction.local_storage_capacity_isolation {
+    if w.config.eviction.local_storage_capacity_isolation && w.signals == SignalOrigin::Host {
         let measure = w.stats.clone().measure_local_storage_every(
             w.config.eviction.monitoring_period,
             w.config.eviction.local_storage_entry_budget,
@@ -241,7 +268,10 @@ pub(crate) fn start(
         tasks.push(NamedTask::new("local-storage-measure", UntilShutdown, measure));
     }
     let config = eviction_config(&w.config.eviction);
-    let source = Arc::new(StatsSignals(w.stats));
+    let source: Arc<dyn SignalSource> = match w.signals {
+        SignalOrigin::Host => Arc::new(StatsSignals(w.stats)),
+        SignalOrigin::Hollow => Arc::new(NoSignals),
+    };
     let driver = EvictionDriver::new(
         source.clone(),
         sink,

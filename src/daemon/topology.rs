@@ -89,7 +89,8 @@ pub(crate) enum Host {
     /// This machine: memory-backed volumes are tmpfs mounts, local volumes and confined hostPaths binds.
     Real,
     /// A hollow node (`nodelet hollow`): memory-backed volumes are plain directories, as kubemark's fake
-    /// mounter leaves them; everything else is as on a real node.
+    /// mounter leaves them, and the eviction pair reads no signal of the machine (its memory and disks are
+    /// not the hollow node's), as kubemark's fake cAdvisor; everything else is as on a real node.
     Hollow,
 }
 
@@ -246,7 +247,7 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
     let mut tables = StatusTables::default();
     start_builtins(&ctx, &mut tables, standard.in_start_order())?;
     start_stats(core, &stats);
-    start_builtins(&ctx, &mut tables, builtin_extensions(config, pressure_inputs))?;
+    start_builtins(&ctx, &mut tables, builtin_extensions(config, pressure_inputs, core.host))?;
     let pressure = pressure::PressureState { view: ctx.pressure(), events: ctx.events().clone() };
     for ext in extensions {
         let name = ext.name().to_owned();
@@ -367,13 +368,23 @@ impl StandardPairs {
 /// nodelet's own pairs that start as extensions after the stats ([`builtin`]), in start order, at
 /// [`Stage::Pressure`]: the image pair ([`builtin::images::ImageGc`]), then the eviction pair
 /// ([`builtin::eviction::EvictionPair`], given the verdict store's writer and admission made with the pod
-/// pair's stores), which tries the image pair's reclaimer.
-fn builtin_extensions(config: &Arc<config::Config>, pressure: PressureInputs) -> Vec<Builtin> {
+/// pair's stores), which tries the image pair's reclaimer. On a hollow `host` the eviction pair reads no
+/// signal ([`pressure::SignalOrigin::Hollow`]).
+fn builtin_extensions(config: &Arc<config::Config>, pressure: PressureInputs, host: Host) -> Vec<Builtin> {
+    let signals = match host {
+        Host::Hollow => pressure::SignalOrigin::Hollow,
+        Host::Real => pressure::SignalOrigin::Host,
+    };
     vec![
         Builtin::new(Stage::Pressure, builtin::images::ImageGc::new(config)),
         Builtin::new(
             Stage::Pressure,
-            builtin::eviction::EvictionPair::new(config.clone(), pressure.verdict_writer, pressure.admission),
+            builtin::eviction::EvictionPair::new(
+                config.clone(),
+                pressure.verdict_writer,
+                pressure.admission,
+                signals,
+            ),
         ),
     ]
 }
@@ -1061,12 +1072,12 @@ mod tests {
     #[tokio::test]
     async fn the_image_and_eviction_pairs_start_through_extension_start_with_their_tasks_and_no_table() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let core = Core::new(Arc::new(config(dir.path())), Host::Hollow).expect("core");
+        let core = Core::new(Arc::new(config(dir.path())), Host::Real).expect("core");
         let pressure = PressureInputs {
             verdict_writer: reconcile_engine::store().1,
             admission: nodelet_resources::eviction::verdict::Admission::new(),
         };
-        let builtins = builtin_extensions(&core.config, pressure);
+        let builtins = builtin_extensions(&core.config, pressure, core.host);
         let order: Vec<(&str, Stage)> = builtins.iter().map(|b| (b.extension.name(), b.stage)).collect();
         assert_eq!(order, [("images", Stage::Pressure), ("eviction", Stage::Pressure)]);
         let mut tables = StatusTables::default();
@@ -1091,6 +1102,24 @@ mod tests {
         let text = prometheus::TextEncoder::new().encode_to_string(&core.registry.gather()).expect("text");
         assert!(text.contains("reconciler=\"images\""), "the engine reports as before: {text}");
         assert!(text.contains("reconciler=\"eviction\""), "the engine reports as before: {text}");
+        core.shutdown.cancel();
+        core.supervisor.join().await;
+    }
+
+    #[tokio::test]
+    async fn a_hollow_nodes_eviction_pair_measures_no_local_storage_of_the_machine() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let core = Core::new(Arc::new(config(dir.path())), Host::Hollow).expect("core");
+        let pressure = PressureInputs {
+            verdict_writer: reconcile_engine::store().1,
+            admission: nodelet_resources::eviction::verdict::Admission::new(),
+        };
+        let builtins = builtin_extensions(&core.config, pressure, core.host);
+        start_builtins(&context(&core), &mut StatusTables::default(), builtins).expect("started");
+        assert_eq!(
+            core.supervisor.task_names(),
+            ["image-populator", "image-engine", "verdict-populator", "eviction-engine", "eviction-sampler"]
+        );
         core.shutdown.cancel();
         core.supervisor.join().await;
     }
@@ -1190,10 +1219,10 @@ mod tests {
         "pod-engine",
     ];
 
-    /// Every task of a standalone hollow node (no sources, no servers), in start order:
-    /// [`PAIR_TASKS`], the stats', then the image pair's two before the eviction pair's, as when
+    /// The tasks after [`PAIR_TASKS`] of a standalone node (no sources, no servers) on a real host, in
+    /// start order: the stats', then the image pair's two before the eviction pair's, as when
     /// `pressure::start` built them.
-    const HOLLOW_TASKS: &[&str] = &[
+    const PRESSURE_TASKS: &[&str] = &[
         "stats-housekeeping",
         "volume-stats",
         "image-populator",
@@ -1278,13 +1307,14 @@ mod tests {
             value: ThresholdValue::Percentage(100.0),
         }];
         config.eviction.monitoring_period = std::time::Duration::from_millis(100);
-        let core = Core::new(Arc::new(config), Host::Hollow).expect("core");
+        // A real host (over the fake runtime): a hollow one measures no signal.
+        let core = Core::new(Arc::new(config), Host::Real).expect("core");
         let recorder = Recorder { started_after: Arc::default(), calls: Arc::default() };
         let (started_after, calls) = (recorder.started_after.clone(), recorder.calls.clone());
         assemble(&core, &endpoint, vec![Box::new(recorder)]).await.expect("started");
 
         let names = core.supervisor.task_names();
-        let all: Vec<&str> = PAIR_TASKS.iter().chain(HOLLOW_TASKS).copied().collect();
+        let all: Vec<&str> = PAIR_TASKS.iter().chain(PRESSURE_TASKS).copied().collect();
         assert_eq!(names, all, "the node's tasks, in start order");
         let before: Vec<String> =
             started_after.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();

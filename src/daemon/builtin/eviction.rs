@@ -1,7 +1,8 @@
 //! The eviction pair (node pressure) as an [`Extension`]: [`EvictionPair`] builds, through
 //! [`pressure::start`], the eviction engine (`eviction`) with its signal sampler and the verdict
 //! populator, and spawns their tasks on the supervisor, all critical: `local-storage-measure` (with
-//! `localStorageCapacityIsolation`), `verdict-populator`, `eviction-engine`, `eviction-sampler`.
+//! `localStorageCapacityIsolation`, not on a hollow node), `verdict-populator`, `eviction-engine`,
+//! `eviction-sampler`. A hollow node's eviction pair reads no signal (`pressure::SignalOrigin::Hollow`).
 //!
 //! Everything it reads of the node comes from the [`ExtensionContext`]: the node's stats, the pod,
 //! sandbox, volume and verdict stores, the pressure conditions it updates, the event log it records
@@ -29,17 +30,21 @@ pub(crate) struct EvictionPair {
     verdict_writer: Writer<PodUid, Verdict>,
     /// What admission checks pods against.
     admission: Admission,
+    /// Where the signals come from (none on a hollow node).
+    signals: pressure::SignalOrigin,
 }
 
 impl EvictionPair {
     /// The pair as `config` sets it, with the verdict store's writer and admission (made with the pod
-    /// pair's stores, `topology::pod_stores`: the pod pair reads the verdicts).
+    /// pair's stores, `topology::pod_stores`: the pod pair reads the verdicts), reading its signals from
+    /// `signals`.
     pub(crate) fn new(
         config: Arc<config::Config>,
         verdict_writer: Writer<PodUid, Verdict>,
         admission: Admission,
+        signals: pressure::SignalOrigin,
     ) -> Self {
-        Self { config, verdict_writer, admission }
+        Self { config, verdict_writer, admission, signals }
     }
 }
 
@@ -49,10 +54,11 @@ impl Extension for EvictionPair {
     }
 
     fn start(self: Box<Self>, ctx: &ExtensionContext) -> Result<Option<Arc<dyn StatusTable>>, BoxError> {
-        let EvictionPair { config, verdict_writer, admission } = *self;
+        let EvictionPair { config, verdict_writer, admission, signals } = *self;
         let tasks = pressure::start(
             pressure::Wiring {
                 config: &config,
+                signals,
                 stats: ctx.stats().clone(),
                 desired: ctx.pods_desired(),
                 actual: ctx.pods_actual(),
