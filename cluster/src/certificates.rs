@@ -636,6 +636,16 @@ pub(crate) fn swapping_client(
     Client::new(service, default_namespace)
 }
 
+/// The heartbeat client: a [`SwapService`] without the rate limit (the kubelet's heartbeat client has
+/// `QPS = -1`), over the same connection as [`swapping_client`].
+pub(crate) fn heartbeat_client(
+    current: CurrentClient,
+    unauthorized: Arc<Unauthorized>,
+    default_namespace: &str,
+) -> Client {
+    Client::new(SwapService { current, unauthorized }, default_namespace)
+}
+
 // ------------------------------------------------------------------------------------------------ metrics
 
 /// The certificate manager's metrics.
@@ -686,6 +696,9 @@ pub(crate) struct ClientCertConfig {
 pub(crate) struct ClientCerts {
     /// The rate-limited client that follows the current certificate.
     pub(crate) client: Client,
+    /// The same connection without the rate limit, for the Lease and the Node status only (the kubelet's
+    /// heartbeat client, `QPS = -1`): a node's heartbeat never queues behind its other requests.
+    pub(crate) heartbeat: Client,
     /// The current inner client (`None` until bootstrap finished).
     pub(crate) current: CurrentClient,
 }
@@ -784,9 +797,10 @@ pub(crate) async fn start_client(
     }
     let current = task.tx.subscribe();
     let default_ns = "default";
-    let client = swapping_client(current.clone(), unauthorized, layer, default_ns);
+    let client = swapping_client(current.clone(), unauthorized.clone(), layer, default_ns);
+    let heartbeat = heartbeat_client(current.clone(), unauthorized, default_ns);
     let task = NamedTask::new("client-certificate", Lifetime::Bounded, task.run(shutdown.clone()));
-    Ok((ClientCerts { client, current }, task))
+    Ok((ClientCerts { client, heartbeat, current }, task))
 }
 
 /// The client certificate's task: bootstrap when needed, then rotation (or, without rotation, the TTL
@@ -1055,6 +1069,41 @@ impl ServingCerts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An inner client that answers every request at once with an empty object.
+    fn answering_client() -> Client {
+        let service = tower::service_fn(|_req: http::Request<kube::client::Body>| async {
+            let response = http::Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .body(kube::client::Body::from(b"{}".to_vec()))
+                .expect("response");
+            Ok::<_, std::convert::Infallible>(response)
+        });
+        Client::new(service, "default")
+    }
+
+    /// How long three requests through `client` take (paused time: the rate limit's waits only).
+    async fn three_requests(client: &Client) -> Duration {
+        let start = tokio::time::Instant::now();
+        for _ in 0..3 {
+            let request = http::Request::get("/api").body(Vec::new()).expect("request");
+            client.request_text(request).await.expect("answer");
+        }
+        start.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_heartbeat_client_shares_the_connection_but_not_the_rate_limit() {
+        let current = watch::channel(Some(answering_client())).1;
+        let unauthorized = Arc::new(Unauthorized::default());
+        // One request per 10 s after a burst of one.
+        let layer = super::super::ratelimit::RateLimitLayer::new(0.1, 1);
+        let limited = swapping_client(current.clone(), unauthorized.clone(), &layer, "default");
+        let heartbeat = heartbeat_client(current, unauthorized, "default");
+        assert!(three_requests(&limited).await >= Duration::from_secs(19), "the rate limit holds");
+        assert_eq!(three_requests(&heartbeat).await, Duration::ZERO, "the heartbeat never waits for it");
+    }
 
     fn sample(not_before: i64, not_after: i64) -> CertInfo {
         CertInfo { not_before, not_after, subject: String::new(), spki: Vec::new() }

@@ -146,6 +146,8 @@ pub(crate) fn is_status(e: &kube::Error, code: u16) -> bool {
 /// API pod source.
 pub struct Cluster {
     client: Client,
+    /// The unthrottled client of the Lease and the Node status (see `certificates::ClientCerts`).
+    heartbeat: Client,
     pod_data: podobjects::PodData,
     /// The current inner client; the tasks start once it is there (after TLS bootstrap).
     current: certificates::CurrentClient,
@@ -230,6 +232,7 @@ impl Cluster {
                 runtime_class_feed,
                 services: services::ApiServices::default(),
                 client: certs.client,
+                heartbeat: certs.heartbeat,
                 current: certs.current,
                 snapshot,
                 serving,
@@ -341,6 +344,7 @@ impl Cluster {
         }
         let node_sync = node::NodeSync::new(
             self.client.clone(),
+            self.heartbeat.clone(),
             node_name.to_owned(),
             node::NodeSyncConfig {
                 register: cluster.register_node,

@@ -13,6 +13,11 @@
 //!   every quarter of it plus up to 4 % more, random (10 to 10.4 s by default; the kubelet's lease controller
 //!   renews with the same jitter), owned by the Node so it goes with it.
 //!
+//! The Lease renewals and the status patches go through the heartbeat client: the node's connection
+//! without its rate limit (`kubeAPIQPS`), as the kubelet's heartbeat client (`QPS = -1`), so they never
+//! queue behind the node's other requests; each is given up after `nodeStatusUpdateFrequency` (at most
+//! the lease duration), the kubelet's heartbeat timeout. Registration uses the rate-limited client.
+//!
 //! A failed call is retried with back-off; nothing here ever touches a pod.
 
 use std::collections::BTreeMap;
@@ -78,7 +83,10 @@ impl NodeRef {
 
 /// Keeps the Node and its Lease; see the [module docs](self).
 pub(crate) struct NodeSync<V> {
+    /// Registration (the rate-limited client).
     nodes: Api<Node>,
+    /// The status patches (the heartbeat client).
+    statuses: Api<Node>,
     leases: Api<Lease>,
     name: String,
     config: NodeSyncConfig,
@@ -94,17 +102,21 @@ impl<V> std::fmt::Debug for NodeSync<V> {
 }
 
 impl<V: NodeView> NodeSync<V> {
-    /// Keeps Node `name` from `view` (and the runtime's images from `cri`).
+    /// Keeps Node `name` from `view` (and the runtime's images from `cri`): registers it through
+    /// `client`, patches its status and renews its Lease through `heartbeat` (unthrottled, as the kubelet's
+    /// heartbeat client).
     pub(crate) fn new(
         client: kube::Client,
+        heartbeat: kube::Client,
         name: String,
         config: NodeSyncConfig,
         view: Arc<V>,
         cri: nodelet_cri::CriClient,
     ) -> Self {
         Self {
-            nodes: Api::all(client.clone()),
-            leases: Api::namespaced(client, LEASE_NAMESPACE),
+            nodes: Api::all(client),
+            statuses: Api::all(heartbeat.clone()),
+            leases: Api::namespaced(heartbeat, LEASE_NAMESPACE),
             name,
             config,
             view,
@@ -120,9 +132,15 @@ impl<V: NodeView> NodeSync<V> {
 
     /// Registers, updates the status and renews the Lease until `shutdown`.
     pub(crate) async fn run(self, shutdown: CancellationToken) {
-        let this = Arc::new(self);
+        let renewer = LeaseRenewer {
+            leases: self.leases.clone(),
+            name: self.name.clone(),
+            duration: self.config.lease_duration,
+            timeout: heartbeat_timeout(&self.config),
+            registered: self.registered(),
+        };
         // Both on this task: a panic of either is the task's.
-        tokio::join!(this.clone().renew_leases(shutdown.clone()), this.update_status(shutdown));
+        tokio::join!(renewer.run(shutdown.clone()), self.update_status(shutdown));
     }
 
     /// The Node as this node would register it.
@@ -241,8 +259,10 @@ impl<V: NodeView> NodeSync<V> {
         if unchanged {
             return Ok(());
         }
-        let patch = serde_json::json!({ "status": status });
-        match self.nodes.patch_status(&self.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+        let patch = Patch::Strategic(serde_json::json!({ "status": status }));
+        let params = PatchParams::default();
+        let patched = self.statuses.patch_status(&self.name, &params, &patch);
+        match within(heartbeat_timeout(&self.config), patched).await {
             Ok(_) => {
                 *last_sent = Some((status, Instant::now()));
                 Ok(())
@@ -256,15 +276,53 @@ impl<V: NodeView> NodeSync<V> {
             Err(e) => Err(e),
         }
     }
+}
 
-    async fn renew_leases(self: Arc<Self>, shutdown: CancellationToken) {
-        let period = self.config.lease_duration / 4;
-        let mut registered = self.registered();
+/// A heartbeat request (Lease renewal, Node status patch) that got no answer in time.
+#[derive(Debug, thiserror::Error)]
+#[error("no answer from the API server within {0:?}")]
+struct HeartbeatTimeout(Duration);
+
+/// The limit of each heartbeat request: `nodeStatusUpdateFrequency`, at most `nodeLeaseDurationSeconds`
+/// (the kubelet's heartbeat client timeout), so a request stuck on its way is given up and tried again
+/// while the Lease still holds.
+fn heartbeat_timeout(config: &NodeSyncConfig) -> Duration {
+    config.update_frequency.min(config.lease_duration)
+}
+
+/// `request`, or a [`HeartbeatTimeout`] error after `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    request: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    match tokio::time::timeout(timeout, request).await {
+        Ok(result) => result,
+        Err(_) => Err(kube::Error::Service(Box::new(HeartbeatTimeout(timeout)))),
+    }
+}
+
+/// Renews this node's Lease; see the [module docs](self).
+struct LeaseRenewer {
+    leases: Api<Lease>,
+    name: String,
+    /// `nodeLeaseDurationSeconds`; renewed every quarter of it (plus jitter).
+    duration: Duration,
+    /// The limit of each renewal ([`heartbeat_timeout`]).
+    timeout: Duration,
+    /// The Node once registered (the Lease's owner).
+    registered: watch::Receiver<Option<NodeRef>>,
+}
+
+impl LeaseRenewer {
+    /// Renews until `shutdown`: every quarter of the duration plus up to 4 %, after a failure (or a renewal
+    /// with no answer within the timeout) with back-off from 200 ms, at most the period.
+    async fn run(mut self, shutdown: CancellationToken) {
+        let period = self.duration / 4;
         let mut lease: Option<Lease> = None;
         let mut backoff = Backoff::default();
         loop {
-            let node = registered.borrow_and_update().clone();
-            let delay = match self.renew_lease(&mut lease, node).await {
+            let node = self.registered.borrow_and_update().clone();
+            let delay = match within(self.timeout, self.renew(&mut lease, node)).await {
                 Ok(()) => {
                     backoff.reset();
                     jittered(period, fastrand::f64())
@@ -283,9 +341,9 @@ impl<V: NodeView> NodeSync<V> {
         }
     }
 
-    async fn renew_lease(&self, lease: &mut Option<Lease>, node: Option<NodeRef>) -> Result<(), kube::Error> {
+    async fn renew(&self, lease: &mut Option<Lease>, node: Option<NodeRef>) -> Result<(), kube::Error> {
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-        let duration = i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let duration = i32::try_from(self.duration.as_secs()).unwrap_or(i32::MAX);
         let owner = node.map(|n| vec![n.owner_reference()]);
         let current = match lease.take() {
             Some(l) => Some(l),
@@ -343,7 +401,98 @@ pub(crate) fn jittered(period: Duration, r: f64) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
+
+    /// An API server holding node `node`'s Lease: GET and PUT answer it; the first `hang` PUTs get no
+    /// answer at all. Returns the (paused) times of the answered PUTs.
+    fn lease_server(hang: usize) -> (kube::Client, Arc<Mutex<Vec<Instant>>>) {
+        let answered = Arc::new(Mutex::new(Vec::new()));
+        let puts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = answered.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (seen, puts) = (seen.clone(), puts.clone());
+            async move {
+                assert!(
+                    req.uri().path().ends_with("/namespaces/kube-node-lease/leases/node"),
+                    "{}",
+                    req.uri()
+                );
+                if req.method() == http::Method::PUT {
+                    if puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < hang {
+                        std::future::pending::<()>().await;
+                    }
+                    seen.lock().expect("lock").push(Instant::now());
+                }
+                let body = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
+                    "metadata":{"name":"node","namespace":"kube-node-lease","resourceVersion":"1"},"spec":{}}"#;
+                let response = http::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body.as_bytes().to_vec()))
+                    .expect("response");
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        (kube::Client::new(service, "default"), answered)
+    }
+
+    fn renewer(client: kube::Client) -> LeaseRenewer {
+        LeaseRenewer {
+            leases: Api::namespaced(client, LEASE_NAMESPACE),
+            name: "node".to_owned(),
+            duration: Duration::from_secs(40),
+            timeout: Duration::from_secs(10),
+            registered: watch::channel(None).1,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_is_renewed_every_ten_to_ten_point_four_seconds() {
+        let (client, answered) = lease_server(0);
+        let shutdown = CancellationToken::new();
+        let start = Instant::now();
+        tokio::spawn(renewer(client).run(shutdown.clone()));
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        shutdown.cancel();
+        let times = answered.lock().expect("lock").clone();
+        assert!((6..=7).contains(&times.len()), "{} renewals in 61 s", times.len());
+        assert_eq!(times[0], start, "the first renewal at once");
+        for pair in times.windows(2) {
+            let gap = pair[1] - pair[0];
+            assert!(gap >= Duration::from_secs(10) && gap < Duration::from_millis(10_400), "{gap:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_without_an_answer_is_given_up_after_the_timeout_and_tried_again() {
+        let (client, answered) = lease_server(1);
+        let shutdown = CancellationToken::new();
+        let start = Instant::now();
+        tokio::spawn(renewer(client).run(shutdown.clone()));
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        let times = answered.lock().expect("lock").clone();
+        shutdown.cancel();
+        // Given up at 10 s, tried again after 200–240 ms of back-off: renewed long before the 40 s Lease lapses.
+        assert_eq!(times.len(), 1, "{times:?}");
+        let at = times[0] - start;
+        assert!(at >= Duration::from_millis(10_200) && at <= Duration::from_millis(10_240), "{at:?}");
+    }
+
+    #[test]
+    fn the_heartbeat_timeout_is_the_status_update_frequency_at_most_the_lease_duration() {
+        let config = |update: u64, lease: u64| NodeSyncConfig {
+            register: true,
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            update_frequency: Duration::from_secs(update),
+            report_frequency: Duration::from_secs(300),
+            lease_duration: Duration::from_secs(lease),
+        };
+        assert_eq!(heartbeat_timeout(&config(10, 40)), Duration::from_secs(10));
+        assert_eq!(heartbeat_timeout(&config(60, 40)), Duration::from_secs(40));
+    }
 
     #[test]
     fn lease_renewal_is_jittered_by_up_to_four_percent_as_the_kubelets() {
