@@ -520,6 +520,31 @@ impl NodeView for Node {
         List { items, ..List::default() }
     }
 
+    /// The sum (wrapping) of the change counters of everything [`Self::events`] reads: the pod
+    /// stores, the engine's failures and side inputs (sandboxes, verdicts, volumes), the volume and
+    /// claim engines' stores, the probe results, the image pull records, the pressure events and
+    /// the sources' problems. Each counter is bumped after its change lands and only grows, so
+    /// any change makes a new sum.
+    fn events_generation(&self) -> Option<u64> {
+        let volumes = self
+            .volumes
+            .as_ref()
+            .map(|v| v.desired.version().wrapping_add(v.actual.version()).wrapping_add(v.failures.version()));
+        let counters = [
+            Some(self.desired.version()),
+            Some(self.actual.version()),
+            Some(self.failures.version()),
+            Some(self.inputs.version()),
+            Some(self.problems.version()),
+            volumes,
+            self.claims.as_ref().map(|(view, _)| view.version()),
+            self.reconciler.probes().map(Store::version),
+            self.pulls.as_ref().map(nodelet_cri::images::PullRecords::version),
+            self.pressure.as_ref().map(|p| p.events.version()),
+        ];
+        Some(counters.into_iter().flatten().fold(0, u64::wrapping_add))
+    }
+
     fn metrics(&self) -> String {
         let mut running_pods = 0;
         let mut states = [0_i64; 4];
