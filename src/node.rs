@@ -520,6 +520,31 @@ impl NodeView for Node {
         List { items, ..List::default() }
     }
 
+    /// The sum (wrapping) of the change counters of everything [`Self::events`] reads: the pod
+    /// stores, the engine's failures and side inputs (sandboxes, verdicts, volumes), the volume and
+    /// claim engines' stores, the probe results, the image pull records, the pressure events and
+    /// the sources' problems. Each counter is bumped after its change lands and only grows, so
+    /// any change makes a new sum.
+    fn events_generation(&self) -> Option<u64> {
+        let volumes = self
+            .volumes
+            .as_ref()
+            .map(|v| v.desired.version().wrapping_add(v.actual.version()).wrapping_add(v.failures.version()));
+        let counters = [
+            Some(self.desired.version()),
+            Some(self.actual.version()),
+            Some(self.failures.version()),
+            Some(self.inputs.version()),
+            Some(self.problems.version()),
+            volumes,
+            self.claims.as_ref().map(|(view, _)| view.version()),
+            self.reconciler.probes().map(Store::version),
+            self.pulls.as_ref().map(nodelet_cri::images::PullRecords::version),
+            self.pressure.as_ref().map(|p| p.events.version()),
+        ];
+        Some(counters.into_iter().flatten().fold(0, u64::wrapping_add))
+    }
+
     fn metrics(&self) -> String {
         let mut running_pods = 0;
         let mut states = [0_i64; 4];
@@ -980,6 +1005,83 @@ mod tests {
             "volume \"cfg\": configMap \"later\" not found",
         ))));
         assert!(render_failure(&missing).is_some_and(|m| m.ends_with("configMap \"later\" not found")));
+    }
+
+    #[test]
+    fn every_input_of_the_events_moves_their_generation_and_reading_them_does_not() {
+        use nodelet_cri::images::{PullRecord, PullRecords};
+        use nodelet_resources::pod::reconciler::CrashLoopBackOff;
+
+        let (desired, mut desired_writer) = reconcile_engine::store::<PodUid, DesiredPod>();
+        let (actual, mut actual_writer) = reconcile_engine::store::<PodUid, PodActual>();
+        let (failures, _failures_writer) = reconcile_engine::store::<PodUid, PodOpStatus>();
+        let (probes, mut probes_writer) =
+            reconcile_engine::store::<String, nodelet_resources::probe::results::ContainerProbes>();
+        let config = crate::sources::PodConfig::new("node");
+        let pulls = PullRecords::default();
+        let pressure_events = nodelet_resources::common::events::NodeEvents::new();
+        let clock: Clock = Arc::new(|| 1);
+        let node = Node::new(
+            desired,
+            actual,
+            failures,
+            PodReconciler::new(CrashLoopBackOff::default()).with_probes(probes),
+            nodelet_resources::pod::reconciler::PodInputs::default(),
+            clock,
+            Registry::new(),
+            PathBuf::new(),
+            Arc::new(AtomicBool::new(true)),
+            config.problems(),
+            "node".into(),
+        )
+        .expect("node")
+        .with_pulls(pulls.clone())
+        .with_pressure(crate::pressure::PressureState {
+            view: nodelet_resources::eviction::status::PressureView::new(1),
+            events: pressure_events.clone(),
+        });
+        let mut generation = node.events_generation();
+        assert!(generation.is_some(), "the daemon's view has a generation");
+        let mut moved = |what: &str| {
+            let now = node.events_generation();
+            assert_ne!(now, generation, "{what} moves the generation");
+            generation = now;
+        };
+
+        let pod =
+            PodActual { uid: "u1".into(), namespace: "ns".into(), name: "web".into(), ..Default::default() };
+        actual_writer.insert("u1".into(), pod);
+        moved("a pod of the runtime");
+        pulls.set("u1", "app", PullRecord::Present { image: "busybox".into(), at: 1 });
+        moved("an image check");
+        pressure_events.record(
+            nodelet_resources::common::events::Involved::Node,
+            "Warning",
+            "EvictionThresholdMet",
+            "Attempting to reclaim memory".into(),
+            1,
+        );
+        moved("an eviction event");
+        let source = config.add_source("file").expect("source");
+        source.report(
+            Vec::new(),
+            vec![crate::sources::Problem {
+                location: "/m/a.yaml".into(),
+                object: None,
+                message: "bad".into(),
+            }],
+        );
+        moved("a source's problem");
+        let probes =
+            nodelet_resources::probe::results::ContainerProbes::initial("u1", "ns", "web", "app", []);
+        probes_writer.insert("c1".into(), probes);
+        moved("a probe result");
+        desired_writer.remove(&"nothing".to_owned());
+        assert_eq!(node.events_generation(), generation, "a write that changed nothing");
+
+        let events = node.events().items;
+        assert_eq!(events.len(), 3, "the pull, the eviction event and the problem: {events:?}");
+        assert_eq!(node.events_generation(), generation, "reading the events changes nothing");
     }
 
     fn container(name: &str, state: ContainerState) -> ContainerRecord {

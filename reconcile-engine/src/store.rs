@@ -117,9 +117,10 @@ impl<K: Key, V: Send + Sync + 'static> Store<K, V> {
         !self.is_empty() && self.shared.map.contains_key(key)
     }
 
-    /// The number of writes so far. Loaded before a [`get`](Store::get), it tells later whether
-    /// the value read may have changed since: not while the version is the same.
-    pub(crate) fn version(&self) -> u64 {
+    /// The number of writes so far (bumped after each write lands). Loaded before a
+    /// [`get`](Store::get) or a listing, it tells later whether what was read may have changed
+    /// since: not while the version is the same.
+    pub fn version(&self) -> u64 {
         self.shared.version.load(Ordering::Acquire)
     }
 

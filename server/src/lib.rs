@@ -183,6 +183,16 @@ pub trait NodeView: Send + Sync + 'static {
         k8s_openapi::List::default()
     }
 
+    /// A number that stays the same while nothing [`Self::events`] is made from changes: taken
+    /// before a call of `events`, the same number later says that a new call would return no new
+    /// event and no changed count or message (what depends on the time alone may differ: a
+    /// timestamp of "now", an event that aged out), so the cluster's event sink need not call it.
+    /// It must be cheap (a few atomic loads). `None`, the default: unknown, the events may change
+    /// at any time (the sink calls `events` on every pass).
+    fn events_generation(&self) -> Option<u64> {
+        None
+    }
+
     /// The PersistentVolumes with their status, served as a v1 `PersistentVolumeList` on
     /// `/api/v1/persistentvolumes`. Default: none.
     fn persistent_volumes(&self) -> k8s_openapi::List<k8s_openapi::api::core::v1::PersistentVolume> {

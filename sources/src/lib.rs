@@ -65,6 +65,7 @@ pub mod url;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -116,12 +117,20 @@ impl fmt::Display for Problem {
 #[derive(Debug, Clone)]
 pub struct SourceProblems {
     rx: watch::Receiver<Arc<Vec<Problem>>>,
+    /// Counts the changes of the list (bumped after each one is published).
+    version: Arc<AtomicU64>,
 }
 
 impl SourceProblems {
     /// The current problems, sorted by location, object and message.
     pub fn list(&self) -> Arc<Vec<Problem>> {
         self.rx.borrow().clone()
+    }
+
+    /// The number of changes of the list so far. Loaded before a [`list`](Self::list), it tells
+    /// later whether the list may have changed since: not while the version is the same.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 
     #[cfg(test)]
@@ -154,6 +163,8 @@ struct Shared {
     node_name: String,
     store: Store<PodUid, DesiredPod>,
     problems: watch::Sender<Arc<Vec<Problem>>>,
+    /// [`SourceProblems::version`].
+    problems_version: Arc<AtomicU64>,
     state: Mutex<State>,
 }
 
@@ -212,6 +223,7 @@ impl PodConfig {
                 node_name: node_name.into(),
                 store,
                 problems,
+                problems_version: Arc::default(),
                 state: Mutex::new(State {
                     writer,
                     sources: Vec::new(),
@@ -235,7 +247,7 @@ impl PodConfig {
 
     /// The problems of every source.
     pub fn problems(&self) -> SourceProblems {
-        SourceProblems { rx: self.shared.problems.subscribe() }
+        SourceProblems { rx: self.shared.problems.subscribe(), version: self.shared.problems_version.clone() }
     }
 
     #[cfg(test)]
@@ -486,6 +498,7 @@ impl Shared {
             tracing::info!(location = %problem.location, object = problem.object.as_deref(), "pod source problem resolved: {}", problem.message);
         }
         self.problems.send_replace(Arc::new(all.into_iter().collect()));
+        self.problems_version.fetch_add(1, Ordering::Release);
     }
 }
 

@@ -139,8 +139,12 @@ fn problems_are_listed_sorted_and_replaced_per_source() {
     url.set_problems(vec![problem("http://127.0.0.1:1/", "connection refused")]);
     let list: Vec<String> = problems.list().iter().map(ToString::to_string).collect();
     assert_eq!(list, ["/m/a.yaml: worse", "/m/b.yaml: bad", "http://127.0.0.1:1/: connection refused"]);
+    let version = problems.version();
+    url.set_problems(vec![problem("http://127.0.0.1:1/", "connection refused")]);
+    assert_eq!(problems.version(), version, "the same problems again are no change");
     files.report(Vec::new(), Vec::new());
     assert_eq!(problems.list().len(), 1);
+    assert_ne!(problems.version(), version, "a problem resolved is a change");
     url.report(Vec::new(), Vec::new());
     assert!(problems.is_empty());
 }

@@ -339,16 +339,31 @@ pub fn go_duration(d: Duration) -> String {
 /// The last [`PullRecord`] of each (pod UID, container name), shared between the runtime that pulls and
 /// the node view that reports events. Cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct PullRecords(Arc<Mutex<HashMap<(String, String), PullRecord>>>);
+pub struct PullRecords {
+    records: Arc<Mutex<HashMap<(String, String), PullRecord>>>,
+    /// Counts the changes (bumped after each one, outside the lock).
+    version: Arc<std::sync::atomic::AtomicU64>,
+}
 
 impl PullRecords {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PullRecord>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.records.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn changed(&self) {
+        self.version.fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The number of changes so far. Loaded before [`entries`](Self::entries), it tells later
+    /// whether the records may have changed since: not while the version is the same.
+    pub fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Records what happened to the image of `container` of pod `uid`.
     pub fn set(&self, uid: &str, container: &str, record: PullRecord) {
         self.lock().insert((uid.to_owned(), container.to_owned()), record);
+        self.changed();
     }
 
     /// Every record, keyed by (pod UID, container name).
@@ -358,9 +373,16 @@ impl PullRecords {
         all
     }
 
-    /// Forgets the records of pods for which `keep(uid)` is false.
+    /// Forgets the records of pods for which `keep(uid)` is false (a change only if one was there).
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        self.lock().retain(|(uid, _), _| keep(uid));
+        let mut records = self.lock();
+        let before = records.len();
+        records.retain(|(uid, _), _| keep(uid));
+        let removed = records.len() != before;
+        drop(records);
+        if removed {
+            self.changed();
+        }
     }
 }
 
@@ -463,10 +485,17 @@ mod tests {
             "Successfully pulled image \"busybox\" in 1.234s (1.234s including waiting)"
         );
         let records = PullRecords::default();
+        let v0 = records.version();
         records.set("u1", "app", PullRecord::Present { image: "busybox".into(), at: 1 });
         records.set("u2", "app", PullRecord::Pulling { image: "busybox".into(), started_at: 2 });
+        let v1 = records.version();
+        assert_ne!(v1, v0, "a record is a change");
         records.retain(|uid| uid == "u2");
         assert_eq!(records.entries().len(), 1);
+        let v2 = records.version();
+        assert_ne!(v2, v1, "a record forgotten is a change");
+        records.retain(|uid| uid == "u2");
+        assert_eq!(records.version(), v2, "forgetting nothing is none");
     }
 
     #[test]

@@ -117,6 +117,13 @@ impl ClaimView {
         &self.actual
     }
 
+    /// The sum of its stores' [versions](Store::version) (wrapping): the same while none of them
+    /// changed, and with them what [`events`](Self::events) and the status show.
+    pub fn version(&self) -> u64 {
+        let failures = self.failures.as_ref().map_or(0, Store::version);
+        self.desired.version().wrapping_add(self.actual.version()).wrapping_add(failures)
+    }
+
     /// Resolves once both stores have synced: the claims, volumes and classes the sources
     /// declare are known, and so are the bindings recorded before a restart. Also resolves if
     /// the claim engine is gone (there is nothing more to wait for).

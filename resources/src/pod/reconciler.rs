@@ -86,6 +86,23 @@ impl fmt::Debug for PodInputs {
     }
 }
 
+impl PodInputs {
+    /// The sum of the [versions](Store::version) of the stores among them (wrapping): the same
+    /// while none of them changed.
+    pub fn version(&self) -> u64 {
+        [
+            self.failures.as_ref().map(Store::version),
+            self.verdicts.as_ref().map(Store::version),
+            self.volumes.as_ref().map(crate::volume::status::VolumeGate::version),
+            self.sandboxes.as_ref().map(crate::sandbox::status::SandboxView::version),
+            self.surplus.as_ref().map(Store::version),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(0, u64::wrapping_add)
+    }
+}
+
 /// What one pass of the reconciler shares: the side inputs, the pod's newest sandbox and the view's
 /// clocks.
 struct Cx<'a> {

@@ -34,6 +34,11 @@ impl SandboxView {
         &self.actual
     }
 
+    /// The sum of its stores' [versions](Store::version) (wrapping): the same while neither changed.
+    pub fn version(&self) -> u64 {
+        self.actual.version().wrapping_add(self.failures.as_ref().map_or(0, Store::version))
+    }
+
     /// The pod `uid`'s sandboxes as the sandbox pair has them (newest first). A ready sandbox that no
     /// longer fits `pod` (see [`super::desired::SandboxSpec::matches`]) shows as not ready: the pod's
     /// containers must stop so that the sandbox pair can replace it.

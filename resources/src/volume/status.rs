@@ -77,6 +77,12 @@ impl VolumeGate {
         Self { desired, actual, claims: None }
     }
 
+    /// The sum of the two stores' [versions](Store::version) (wrapping): the same while neither
+    /// changed. The claim lookup is not counted.
+    pub fn version(&self) -> u64 {
+        self.desired.version().wrapping_add(self.actual.version())
+    }
+
     /// Says why a pod waits for a claim that is not bound (from the claim engine).
     pub fn with_claims(mut self, claims: Arc<dyn ClaimLookup>) -> Self {
         self.claims = Some(claims);
