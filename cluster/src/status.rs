@@ -107,14 +107,70 @@ pub(crate) struct StatusManager<V> {
     /// What was last written, per target UID: its digest ([`status_digest`]), not the status (a few
     /// kilobytes a pod), and when.
     sent: HashMap<String, ([u8; 32], Instant)>,
-    /// When each (target UID, condition type) last changed status.
-    transitions: HashMap<(String, String), (String, Time)>,
+    /// When each condition of each target last changed status.
+    transitions: Transitions,
     /// Targets deleted with grace 0 already.
     finalized: HashSet<String>,
     /// Targets whose last write failed: when to try again, and the back-off.
     retry: HashMap<String, (Instant, Backoff)>,
     /// The API's pods at the last pass (its changes since name the pods to look at).
     seen_snapshot: Arc<ApiPodSnapshot>,
+}
+
+/// When each condition of each target last changed status: per target UID, its conditions' (type,
+/// status, when). Kept per target rather than per (target, type) pair: a map keeps room for up to twice
+/// the entries it holds, and each pair's entry held its own copy of the UID.
+#[derive(Debug, Default)]
+struct Transitions(HashMap<String, Vec<Transition>>);
+
+/// A condition's type, its status and when it took that status.
+type Transition = (Box<str>, Box<str>, Time);
+
+impl Transitions {
+    /// The conditions of target `uid`.
+    fn of(&mut self, uid: &str) -> TargetTransitions<'_> {
+        TargetTransitions(self.0.entry(uid.to_owned()).or_default())
+    }
+
+    /// Keeps the targets whose UID `keep` accepts.
+    fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.0.retain(|uid, _| keep(uid));
+    }
+
+    #[cfg(test)]
+    fn targets(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// One target's condition transitions ([`Transitions::of`]).
+struct TargetTransitions<'a>(&'a mut Vec<Transition>);
+
+impl TargetTransitions<'_> {
+    /// When condition `type_`, now `status`, took that status: the time kept if its status is the one
+    /// kept; else, for a condition not seen before, `api_same` (the API's time of the same status) or
+    /// `now`; else (its status changed) `now`.
+    fn at(&mut self, type_: &str, status: &str, api_same: Option<&Time>, now: &Time) -> Time {
+        match self.0.iter_mut().find(|(t, _, _)| **t == *type_) {
+            Some((_, kept, at)) => {
+                if **kept != *status {
+                    *kept = status.into();
+                    *at = now.clone();
+                }
+                at.clone()
+            }
+            None => {
+                let at = api_same.unwrap_or(now).clone();
+                self.0.push((type_.into(), status.into(), at.clone()));
+                at
+            }
+        }
+    }
+
+    /// Gives back the room the list grew beyond its conditions.
+    fn done(self) {
+        self.0.shrink_to_fit();
+    }
 }
 
 impl<V> std::fmt::Debug for StatusManager<V> {
@@ -146,7 +202,7 @@ impl<V: NodeView> StatusManager<V> {
             snapshot,
             host_ips,
             sent: HashMap::new(),
-            transitions: HashMap::new(),
+            transitions: Transitions::default(),
             finalized: HashSet::new(),
             retry: HashMap::new(),
             seen_snapshot: Arc::new(ApiPodSnapshot::default()),
@@ -270,7 +326,7 @@ impl<V: NodeView> StatusManager<V> {
         if all {
             // Forget pods that are gone.
             self.sent.retain(|uid, _| live.contains(uid));
-            self.transitions.retain(|(uid, _), _| live.contains(uid));
+            self.transitions.retain(|uid| live.contains(uid));
             self.retry.retain(|uid, _| live.contains(uid));
             self.finalized.retain(|uid| live.contains(uid));
         }
@@ -316,22 +372,16 @@ impl<V: NodeView> StatusManager<V> {
         keep_recorded_qos_class(&mut status, api_status);
         let mut conditions = status.conditions.take().unwrap_or_default();
         let theirs = with_conditions_of_others(pod, api_status, &mut conditions);
+        let mut transitions = self.transitions.of(&target.uid);
         for c in &mut conditions {
-            let key = (target.uid.clone(), c.type_.clone());
             let api_same = api_status
                 .and_then(|s| s.conditions.as_ref())
                 .and_then(|cs| cs.iter().find(|a| a.type_ == c.type_))
                 .filter(|a| a.status == c.status)
-                .and_then(|a| a.last_transition_time.clone());
-            let entry = self
-                .transitions
-                .entry(key)
-                .or_insert_with(|| (c.status.clone(), api_same.clone().unwrap_or_else(|| now.clone())));
-            if entry.0 != c.status {
-                *entry = (c.status.clone(), now.clone());
-            }
-            c.last_transition_time = Some(entry.1.clone());
+                .and_then(|a| a.last_transition_time.as_ref());
+            c.last_transition_time = Some(transitions.at(&c.type_, &c.status, api_same, now));
         }
+        transitions.done();
         conditions.extend(theirs);
         status.conditions = Some(conditions);
         status.nominated_node_name = api_status.and_then(|s| s.nominated_node_name.clone());
@@ -503,6 +553,36 @@ mod tests {
     use nodelet_resources::pod::validation::prepare;
 
     use super::*;
+
+    #[test]
+    fn a_conditions_transition_time_is_kept_until_its_status_changes_and_kept_per_target() {
+        let time = |s: i64| Time(k8s_openapi::jiff::Timestamp::from_second(s).expect("a time in range"));
+        let (t1, t2, t3, api) = (time(1), time(2), time(3), time(100));
+        let mut transitions = Transitions::default();
+        let mut a = transitions.of("a");
+        // First seen: the API's time of the same status, else now.
+        assert_eq!(a.at("Ready", "False", Some(&api), &t1), api);
+        assert_eq!(a.at("Initialized", "True", None, &t1), t1);
+        a.done();
+        let mut a = transitions.of("a");
+        // The same status: the time kept (the API's is not looked at again).
+        assert_eq!(a.at("Ready", "False", None, &t2), api);
+        // Another status: now, then kept.
+        assert_eq!(a.at("Ready", "True", None, &t2), t2);
+        assert_eq!(a.at("Ready", "True", Some(&api), &t3), t2);
+        assert_eq!(a.at("Initialized", "True", None, &t3), t1);
+        a.done();
+        let mut b = transitions.of("b");
+        assert_eq!(b.at("Ready", "False", None, &t3), t3);
+        b.done();
+        // One entry per target, its conditions' list without spare room.
+        assert_eq!(transitions.targets(), 2);
+        assert_eq!(transitions.0.get("a").map(|v| (v.len(), v.capacity())), Some((2, 2)));
+        transitions.retain(|uid| uid == "b");
+        assert_eq!(transitions.targets(), 1);
+        let mut a = transitions.of("a");
+        assert_eq!(a.at("Ready", "True", None, &t3), t3, "a forgotten target starts over");
+    }
 
     fn api_pod<'a>(name: &'a str, uid: &str) -> (&'a str, Arc<ApiPod>) {
         (name, Arc::new(ApiPod { uid: Some(uid.to_owned()), ..ApiPod::default() }))

@@ -22,10 +22,10 @@
 //! Every answer is built from what the node sent; nothing a request carries reaches a file, a mount or a
 //! process.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_cri::v1;
@@ -72,16 +72,31 @@ pub(crate) enum FakeCriError {
     },
 }
 
-/// Labels or annotations as a record keeps them: the pairs sorted by key, each string without spare
-/// capacity (a decoded `HashMap<String, String>` has room for more entries than it holds, and buckets of
-/// 48 bytes each). Answers get a map built from them, as they would get a copy of a kept map.
+/// Labels or annotations as a record keeps them: the pairs sorted by key, each value without spare
+/// capacity, each key shared with every record of the process that has it ([`interned`]; a decoded
+/// `HashMap<String, String>` has room for more entries than it holds, and buckets of 48 bytes each).
+/// Answers get a map built from them, as they would get a copy of a kept map.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Pairs(Box<[(Box<str>, Box<str>)]>);
+struct Pairs(Box<[(Arc<str>, Box<str>)]>);
+
+/// The one copy of label or annotation key `key` in the process. Every sandbox and container of every
+/// hollow node has the same dozen keys or so (`io.kubernetes.pod.uid`, `io.kubernetes.container.hash`,
+/// …), tens of bytes each, so the records share them. Keys are never forgotten: the set is as large as
+/// the distinct keys the pods' sandboxes and containers have had.
+fn interned(key: String) -> Arc<str> {
+    static KEYS: OnceLock<Mutex<HashSet<Arc<str>>>> = OnceLock::new();
+    let mut keys = KEYS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(shared) = keys.get(key.as_str()) {
+        return shared.clone();
+    }
+    let shared: Arc<str> = Arc::from(key);
+    keys.insert(shared.clone());
+    shared
+}
 
 impl Pairs {
     fn new(map: HashMap<String, String>) -> Self {
-        let mut pairs: Vec<_> =
-            map.into_iter().map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str())).collect();
+        let mut pairs: Vec<_> = map.into_iter().map(|(k, v)| (interned(k), v.into_boxed_str())).collect();
         pairs.sort_unstable();
         Self(pairs.into_boxed_slice())
     }
@@ -142,10 +157,13 @@ impl Container {
     }
 }
 
+/// The records are boxed: a map keeps room for up to twice the entries it holds (30 containers take a
+/// table of 64 buckets), and a `Container` or `Sandbox` is hundreds of bytes, so spare buckets hold a
+/// pointer each instead of a record.
 #[derive(Debug, Default)]
 struct State {
-    sandboxes: HashMap<String, Sandbox>,
-    containers: HashMap<String, Container>,
+    sandboxes: HashMap<String, Box<Sandbox>>,
+    containers: HashMap<String, Box<Container>>,
     /// Image id → image.
     images: HashMap<String, v1::Image>,
     /// Host parts of the node's /24 in use.
@@ -220,6 +238,16 @@ impl FakeCri {
     pub(crate) fn counts(&self) -> (usize, usize) {
         let state = self.lock();
         (state.sandboxes.len(), state.containers.len())
+    }
+
+    /// The sizes of the values of its sandbox and container maps.
+    #[cfg(test)]
+    pub(crate) fn record_value_sizes() -> (usize, usize) {
+        fn value_size<K, V>(_: &HashMap<K, V>) -> usize {
+            std::mem::size_of::<V>()
+        }
+        let state = State::default();
+        (value_size(&state.sandboxes), value_size(&state.containers))
     }
 
     /// Serves the runtime on the unix socket `path` until `stop` is cancelled (a stale socket file is
@@ -316,7 +344,7 @@ impl FakeCri {
             ip_host,
             log_directory: config.log_directory.into_boxed_str(),
         };
-        state.sandboxes.insert(id.clone(), sandbox);
+        state.sandboxes.insert(id.clone(), Box::new(sandbox));
         Ok(id)
     }
 
@@ -360,7 +388,7 @@ impl FakeCri {
             labels: Pairs::new(config.labels),
             annotations: Pairs::new(config.annotations),
         };
-        state.containers.insert(id.clone(), container);
+        state.containers.insert(id.clone(), Box::new(container));
         Ok(id)
     }
 
@@ -551,7 +579,7 @@ impl RuntimeService for FakeCri {
             .filter(|c| filter.pod_sandbox_id.is_empty() || *c.sandbox == *filter.pod_sandbox_id)
             .filter(|c| filter.state.as_ref().is_none_or(|f| f.state == c.status.state))
             .filter(|c| selected(&c.labels, &filter.label_selector))
-            .map(Self::container_of)
+            .map(|c| Self::container_of(c))
             .collect();
         Ok(Response::new(v1::ListContainersResponse { containers }))
     }
@@ -808,5 +836,28 @@ impl ImageService for FakeCri {
             image_filesystems: vec![usage],
             container_filesystems: Vec::new(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_share_their_keys_and_keep_their_values() {
+        let map = |uid: &str| {
+            HashMap::from([
+                ("io.kubernetes.pod.uid".to_owned(), uid.to_owned()),
+                ("io.kubernetes.pod.namespace".to_owned(), "default".to_owned()),
+            ])
+        };
+        let (a, b) = (Pairs::new(map("a")), Pairs::new(map("b")));
+        assert_eq!(a.get("io.kubernetes.pod.uid"), Some("a"));
+        assert_eq!(b.get("io.kubernetes.pod.uid"), Some("b"));
+        assert_eq!(a.to_map(), map("a"));
+        for ((ka, _), (kb, _)) in a.0.iter().zip(b.0.iter()) {
+            assert_eq!(ka, kb);
+            assert!(Arc::ptr_eq(ka, kb), "one copy of {ka}");
+        }
     }
 }

@@ -402,3 +402,61 @@ async fn a_subscriber_that_falls_behind_gets_its_stream_ended_not_a_gap() {
     assert_eq!(first.expect_err("the stream ends with an error").code(), tonic::Code::Aborted);
     assert!(stream.next().await.is_none(), "and ends");
 }
+
+/// The labels nodelet puts on a sandbox (`pod` true) or a container of pod `uid` on node `node`.
+fn node_labels(node: &str, uid: &str, pod: bool) -> HashMap<String, String> {
+    use nodelet_cri::labels;
+    let mut l = HashMap::from([
+        (labels::MANAGED.to_owned(), labels::MANAGED_VALUE.to_owned()),
+        (labels::NODE.to_owned(), node.to_owned()),
+        (labels::POD_UID.to_owned(), uid.to_owned()),
+    ]);
+    if pod {
+        l.insert(labels::POD_NAME.to_owned(), format!("pod-{uid}"));
+        l.insert(labels::POD_NAMESPACE.to_owned(), "default".to_owned());
+    } else {
+        l.insert(labels::CONTAINER_NAME.to_owned(), "c".to_owned());
+    }
+    l
+}
+
+#[tokio::test]
+async fn the_stats_summary_kept_between_rounds_has_no_spare_room() {
+    let s = served(0).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = "hollow-stats";
+    for uid in ["a", "b", "c"] {
+        let mut config = sandbox_config(uid, false);
+        config.labels = node_labels(node, uid, true);
+        let sandbox = s.client.run_pod_sandbox(config.clone(), "").await.expect("run");
+        let mut container = container_config("c");
+        container.labels = node_labels(node, uid, false);
+        let id = s.client.create_container(&sandbox, container, config).await.expect("create");
+        s.client.start_container(&id).await.expect("start");
+    }
+    let runtime = nodelet_cri::CriPodRuntime::new(
+        s.client.clone(),
+        nodelet_cri::CriPodRuntimeConfig::default().with_root_dir(dir.path()),
+    );
+    let stats = nodelet_stats::StatsProvider::new(
+        Arc::new(runtime),
+        nodelet_stats::StatsConfig::new(node, dir.path(), dir.path()),
+        nodelet_resources::common::clock::system_clock(),
+    );
+    // The summary as kept (`summary()` answers a copy).
+    let summary = stats.refresh().await.expect("summary");
+    assert_eq!(summary.pods.len(), 3);
+    assert_eq!(summary.pods.capacity(), 3);
+    for pod in &summary.pods {
+        assert_eq!(pod.containers.len(), 1, "{:?}", pod.pod_ref);
+        // A `Vec` grown by one push has room for four.
+        assert_eq!(pod.containers.capacity(), 1, "{:?}", pod.pod_ref);
+        assert_eq!(pod.volume.capacity(), pod.volume.len());
+    }
+}
+
+#[test]
+fn the_fake_runtimes_maps_hold_boxed_records() {
+    // A map's spare buckets (up to as many as it holds) then cost a pointer each, not a record.
+    assert_eq!(FakeCri::record_value_sizes(), (std::mem::size_of::<usize>(), std::mem::size_of::<usize>()));
+}

@@ -525,17 +525,20 @@ impl StatsProvider {
 
         let now = (self.inner.clock)();
         let container_fs = node_stats.runtime.as_ref().and_then(|r| r.container_fs.clone());
-        let mut pods = Vec::new();
+        // Exact capacities: the summary is kept until the next round (a `Vec` grown by `push` keeps room
+        // for up to four `ContainerStats` of a pod's one container, hundreds of bytes each).
+        let mut pods = Vec::with_capacity(disks.len());
         for (uid, (identity, disk)) in disks {
             let Some(sandbox) = newest.get(&uid) else { continue };
             let sstats = sandbox_stats.get(sandbox.id.as_str());
             let pod_cgroup = self.inner.runtime.pod_cgroup(&uid);
             let mut ephemeral_used = 0_u64;
             let mut ephemeral_inodes = 0_u64;
-            let mut container_list = Vec::new();
+            let running_here = running.get(&uid).map(Vec::as_slice).unwrap_or_default();
+            let mut container_list = Vec::with_capacity(running_here.len());
             let mut sum_cpu: Option<u64> = None;
             let mut sum_ws: Option<u64> = None;
-            for c in running.get(&uid).map(Vec::as_slice).unwrap_or_default() {
+            for c in running_here {
                 let name = c.labels.value(labels::CONTAINER_NAME).unwrap_or_default().to_owned();
                 let cs = container_stats.get(c.id.as_str());
                 let fallback = disk.containers.get(c.id.as_str());
@@ -601,7 +604,7 @@ impl StatsProvider {
                 });
             }
             container_list.sort_by(|a, b| a.name.cmp(&b.name));
-            let mut volumes = Vec::new();
+            let mut volumes = Vec::with_capacity(disk.volumes.len());
             for VolumeDisk { name, usage, fs, claim, ephemeral } in &disk.volumes {
                 if *ephemeral {
                     ephemeral_used = ephemeral_used.saturating_add(usage.bytes);
