@@ -1073,12 +1073,7 @@ mod tests {
     /// An inner client that answers every request at once with an empty object.
     fn answering_client() -> Client {
         let service = tower::service_fn(|_req: http::Request<kube::client::Body>| async {
-            let response = http::Response::builder()
-                .status(200)
-                .header("content-type", "application/json")
-                .body(kube::client::Body::from(b"{}".to_vec()))
-                .expect("response");
-            Ok::<_, std::convert::Infallible>(response)
+            crate::test_support::json_response(200, "{}")
         });
         Client::new(service, "default")
     }

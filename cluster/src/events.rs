@@ -270,12 +270,7 @@ mod tests {
                 } else {
                     (201, r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"e"},"involvedObject":{}}"#)
                 };
-                let response = http::Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(kube::client::Body::from(body.as_bytes().to_vec()))
-                    .expect("response");
-                Ok::<_, std::convert::Infallible>(response)
+                crate::test_support::json_response(code, body)
             }
         });
         (kube::Client::new(service, "default"), requests)

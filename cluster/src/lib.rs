@@ -35,6 +35,23 @@ pub mod services;
 pub(crate) mod status;
 pub(crate) mod transport;
 
+#[cfg(test)]
+mod test_support {
+    /// An API server's answer with status `code` and the JSON `body`, for the fake API servers of the
+    /// unit tests (`tower::service_fn` under a `kube::Client`).
+    pub(crate) fn json_response(
+        code: u16,
+        body: &str,
+    ) -> Result<http::Response<kube::client::Body>, std::convert::Infallible> {
+        let response = http::Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(kube::client::Body::from(body.as_bytes().to_vec()))
+            .expect("response");
+        Ok(response)
+    }
+}
+
 use std::time::Duration;
 
 use kube::Client;

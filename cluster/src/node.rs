@@ -427,12 +427,7 @@ mod tests {
                 }
                 let body = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
                     "metadata":{"name":"node","namespace":"kube-node-lease","resourceVersion":"1"},"spec":{}}"#;
-                let response = http::Response::builder()
-                    .status(200)
-                    .header("content-type", "application/json")
-                    .body(kube::client::Body::from(body.as_bytes().to_vec()))
-                    .expect("response");
-                Ok::<_, std::convert::Infallible>(response)
+                crate::test_support::json_response(200, body)
             }
         });
         (kube::Client::new(service, "default"), answered)

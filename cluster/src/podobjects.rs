@@ -675,12 +675,7 @@ mod tests {
                             "status":{"token":"issued","expirationTimestamp":"2099-01-01T00:00:00Z"}}"#,
                     )
                 };
-                let response = http::Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(kube::client::Body::from(body.as_bytes().to_vec()))
-                    .expect("response");
-                Ok::<_, std::convert::Infallible>(response)
+                crate::test_support::json_response(code, body)
             }
         });
         (kube::Client::new(service, "default"), calls)
