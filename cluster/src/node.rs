@@ -443,15 +443,22 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_lease_is_renewed_every_ten_to_ten_point_four_seconds() {
-        let (client, answered) = lease_server(0);
+    /// Runs a renewer against [`lease_server`]`(hang)` for `secs` seconds; returns when it started and the
+    /// times of the answered renewals.
+    async fn renewals(hang: usize, secs: u64) -> (Instant, Vec<Instant>) {
+        let (client, answered) = lease_server(hang);
         let shutdown = CancellationToken::new();
         let start = Instant::now();
         tokio::spawn(renewer(client).run(shutdown.clone()));
-        tokio::time::sleep(Duration::from_secs(61)).await;
+        tokio::time::sleep(Duration::from_secs(secs)).await;
         shutdown.cancel();
         let times = answered.lock().expect("lock").clone();
+        (start, times)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_is_renewed_every_ten_to_ten_point_four_seconds() {
+        let (start, times) = renewals(0, 61).await;
         assert!((6..=7).contains(&times.len()), "{} renewals in 61 s", times.len());
         assert_eq!(times[0], start, "the first renewal at once");
         for pair in times.windows(2) {
@@ -462,13 +469,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_renewal_without_an_answer_is_given_up_after_the_timeout_and_tried_again() {
-        let (client, answered) = lease_server(1);
-        let shutdown = CancellationToken::new();
-        let start = Instant::now();
-        tokio::spawn(renewer(client).run(shutdown.clone()));
-        tokio::time::sleep(Duration::from_secs(11)).await;
-        let times = answered.lock().expect("lock").clone();
-        shutdown.cancel();
+        let (start, times) = renewals(1, 11).await;
         // Given up at 10 s, tried again after 200–240 ms of back-off: renewed long before the 40 s Lease lapses.
         assert_eq!(times.len(), 1, "{times:?}");
         let at = times[0] - start;
