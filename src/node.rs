@@ -27,11 +27,39 @@ use crate::server::{NodeView, StreamTarget, StreamTargetError};
 use crate::sources::SourceProblems;
 
 /// Gauges computed at scrape time from the actual store.
+#[derive(Clone)]
 struct ScrapeGauges {
     running_pods: IntGauge,
     running_containers: IntGaugeVec,
     /// `kubelet_desired_pods{static}`: `static` is `true` for pods not from the API server.
     desired_pods: IntGaugeVec,
+}
+
+impl ScrapeGauges {
+    /// The gauges, registered in `registry`.
+    fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let gauges = ScrapeGauges {
+            running_pods: IntGauge::new(
+                "kubelet_running_pods",
+                "Number of pods that have a running pod sandbox.",
+            )?,
+            running_containers: IntGaugeVec::new(
+                Opts::new("kubelet_running_containers", "Number of containers currently running."),
+                &["container_state"],
+            )?,
+            desired_pods: IntGaugeVec::new(
+                Opts::new(
+                    "kubelet_desired_pods",
+                    "The number of pods the kubelet is being instructed to run. static is true if the pod is not from the apiserver.",
+                ),
+                &["static"],
+            )?,
+        };
+        registry.register(Box::new(gauges.running_pods.clone()))?;
+        registry.register(Box::new(gauges.running_containers.clone()))?;
+        registry.register(Box::new(gauges.desired_pods.clone()))?;
+        Ok(gauges)
+    }
 }
 
 /// The volume engine's stores, for events and metrics.
@@ -89,32 +117,14 @@ impl Node {
         reconciler: PodReconciler,
         inputs: nodelet_resources::pod::reconciler::PodInputs,
         clock: Clock,
-        registry: Registry,
+        metrics: &crate::daemon::MetricFamilies,
         pod_logs_dir: PathBuf,
         runtime_ready: Arc<AtomicBool>,
         problems: SourceProblems,
         node_name: String,
     ) -> Result<Self, prometheus::Error> {
-        let gauges = ScrapeGauges {
-            running_pods: IntGauge::new(
-                "kubelet_running_pods",
-                "Number of pods that have a running pod sandbox.",
-            )?,
-            running_containers: IntGaugeVec::new(
-                Opts::new("kubelet_running_containers", "Number of containers currently running."),
-                &["container_state"],
-            )?,
-            desired_pods: IntGaugeVec::new(
-                Opts::new(
-                    "kubelet_desired_pods",
-                    "The number of pods the kubelet is being instructed to run. static is true if the pod is not from the apiserver.",
-                ),
-                &["static"],
-            )?,
-        };
-        registry.register(Box::new(gauges.running_pods.clone()))?;
-        registry.register(Box::new(gauges.running_containers.clone()))?;
-        registry.register(Box::new(gauges.desired_pods.clone()))?;
+        let gauges = metrics.get(ScrapeGauges::new)?;
+        let registry = metrics.registry().clone();
         Ok(Self {
             stats: None,
             pressure: None,
@@ -1028,7 +1038,7 @@ mod tests {
             PodReconciler::new(CrashLoopBackOff::default()).with_probes(probes),
             nodelet_resources::pod::reconciler::PodInputs::default(),
             clock,
-            Registry::new(),
+            &crate::daemon::MetricFamilies::new(),
             PathBuf::new(),
             Arc::new(AtomicBool::new(true)),
             config.problems(),

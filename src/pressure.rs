@@ -218,7 +218,8 @@ pub(crate) struct Wiring<'a> {
     pub(crate) pressure: PressureView,
     /// The node's event log (eviction events; image GC records there too).
     pub(crate) events: NodeEvents,
-    pub(crate) registry: &'a prometheus::Registry,
+    /// `kubelet_evictions`, `kubelet_node_pressure`... (the eviction driver's).
+    pub(crate) metrics: EvictionMetrics,
     pub(crate) engine_metrics: &'a reconcile_engine::Metrics,
     pub(crate) clock: Clock,
 }
@@ -272,19 +273,13 @@ pub(crate) fn start(
         SignalOrigin::Host => Arc::new(StatsSignals(w.stats)),
         SignalOrigin::Hollow => Arc::new(NoSignals),
     };
-    let driver = EvictionDriver::new(
-        source.clone(),
-        sink,
-        w.actual.clone(),
-        EvictionMetrics::new(w.registry)?,
-        events,
-        w.clock.clone(),
-    )
-    .with_reclaimers(w.reclaimers)
-    .with_pressure(w.pressure)
-    .with_cleanup_check(Arc::new(move |uid: &str| {
-        !w.volumes.keys().iter().any(|k| split_key(k).is_some_and(|(u, _)| u == uid))
-    }));
+    let driver =
+        EvictionDriver::new(source.clone(), sink, w.actual.clone(), w.metrics, events, w.clock.clone())
+            .with_reclaimers(w.reclaimers)
+            .with_pressure(w.pressure)
+            .with_cleanup_check(Arc::new(move |uid: &str| {
+                !w.volumes.keys().iter().any(|k| split_key(k).is_some_and(|(u, _)| u == uid))
+            }));
     let conditions = driver.conditions();
     // The reconciler reads the driver's list of reclaimers when it plans: one an extension adds later
     // is planned for as the built-in ones are.

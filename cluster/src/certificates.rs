@@ -648,16 +648,19 @@ pub(crate) fn heartbeat_client(
 
 // ------------------------------------------------------------------------------------------------ metrics
 
-/// The certificate manager's metrics.
+/// The certificate manager's metrics: `kubelet_certificate_manager_client_ttl_seconds`,
+/// `kubelet_certificate_manager_server_ttl_seconds`,
+/// `kubelet_certificate_manager_client_expiration_renew_errors`.
 #[derive(Debug, Clone)]
-pub(crate) struct CertMetrics {
+pub struct CertMetrics {
     client_ttl: prometheus::Gauge,
     server_ttl: prometheus::Gauge,
     renew_errors: prometheus::IntCounter,
 }
 
 impl CertMetrics {
-    pub(crate) fn new(registry: &prometheus::Registry) -> prometheus::Result<Self> {
+    /// The metrics, registered in `registry`.
+    pub fn new(registry: &prometheus::Registry) -> prometheus::Result<Self> {
         let client_ttl = prometheus::Gauge::new(
             "kubelet_certificate_manager_client_ttl_seconds",
             "Seconds until the node's client certificate expires (negative: expired).",

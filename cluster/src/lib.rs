@@ -56,7 +56,7 @@ use std::time::Duration;
 
 use kube::Client;
 
-pub use certificates::CertError;
+pub use certificates::{CertError, CertMetrics};
 use nodelet_resources::common::task::Lifetime::Bounded;
 use nodelet_resources::common::task::NamedTask;
 pub use pods::fingerprint;
@@ -72,9 +72,6 @@ pub enum ClusterError {
     /// The client certificate could not be set up.
     #[error(transparent)]
     Certificates(#[from] certificates::CertError),
-    /// The certificate manager's metrics could not be registered.
-    #[error("certificate manager metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
     /// The API pod source could not be added to the pod config.
     #[error(transparent)]
     Source(#[from] crate::sources::PodConfigError),
@@ -205,15 +202,14 @@ impl Cluster {
     /// Sets up the client of `cluster` (TLS bootstrap in the background when needed, certificate
     /// rotation; see `certificates`) and adds the API pod source ("api") to `pod_config`; returns it with
     /// its tasks for the daemon to spawn, in order: `client-certificate` and `source-api` (each may end, both
-    /// end at `shutdown`). The metrics go into `registry`.
+    /// end at `shutdown`). The certificate manager records into `metrics`.
     pub async fn connect(
         node_name: &str,
         cluster: &crate::config::ClusterConfig,
         pod_config: &crate::sources::PodConfig,
-        registry: &prometheus::Registry,
+        metrics: CertMetrics,
         shutdown: &tokio_util::sync::CancellationToken,
     ) -> Result<(Self, Vec<NamedTask>), ClusterError> {
-        let metrics = certificates::CertMetrics::new(registry)?;
         let layer = ratelimit::RateLimitLayer::new(cluster.kube_api_qps, cluster.kube_api_burst);
         let (certs, cert_task) = certificates::start_client(
             node_name,

@@ -6,7 +6,8 @@
 //! [`ExtensionContext`]: read-only [`Store`]s of the node's pods (desired and actual), their sandboxes,
 //! the admission and eviction verdicts, volumes (desired and actual), its pressure conditions, the node's
 //! stats ([`StatsProvider`]), the shared engine [`Metrics`] (give the engine its own name and its
-//! series carry it as their `reconciler` label), the `/metrics` registry for its own series, the
+//! series carry it as their `reconciler` label), the `/metrics` registry for its own series (made once per registry
+//! through [`ExtensionContext::metrics`]), the
 //! [`Supervisor`] to spawn its tasks on, the shutdown token, the container runtime's CRI client, the node's
 //! event log ([`NodeEvents`]), its wall clock ([`Clock`]) and the list of node-level [`Reclaimer`]s the
 //! eviction pair tries under disk pressure ([`Reclaimers`]).
@@ -75,7 +76,7 @@ pub struct ExtensionContext {
     pub(crate) pressure: PressureView,
     pub(crate) stats: StatsProvider,
     pub(crate) engine_metrics: Metrics,
-    pub(crate) registry: prometheus::Registry,
+    pub(crate) metrics: super::MetricFamilies,
     pub(crate) supervisor: Supervisor,
     pub(crate) cri: nodelet_cri::CriClient,
     pub(crate) events: NodeEvents,
@@ -144,9 +145,20 @@ impl ExtensionContext {
     pub fn engine_metrics(&self) -> &Metrics {
         &self.engine_metrics
     }
-    /// The `/metrics` registry, for the extension's own series.
+    /// The `/metrics` registry, for the extension's own series (see also [`metrics`](Self::metrics)).
     pub fn registry(&self) -> &prometheus::Registry {
-        &self.registry
+        self.metrics.registry()
+    }
+    /// The extension's metrics of type `T`: made by `make` in the `/metrics` [`registry`](Self::registry)
+    /// the first time, the same metrics every later time (so `make` registers its families once: hollow
+    /// nodes of one process share their registry, see [`MetricFamilies`](super::MetricFamilies)). An error
+    /// of `make` is returned; the next call tries again.
+    pub fn metrics<T, F>(&self, make: F) -> Result<T, prometheus::Error>
+    where
+        T: Clone + Send + Sync + 'static,
+        F: FnOnce(&prometheus::Registry) -> Result<T, prometheus::Error>,
+    {
+        self.metrics.get(make)
     }
     /// Spawns and watches the extension's tasks.
     pub fn supervisor(&self) -> &Supervisor {

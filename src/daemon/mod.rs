@@ -23,6 +23,7 @@ mod builtin;
 mod command;
 mod error;
 pub(crate) mod extension;
+mod families;
 #[cfg(test)]
 mod preload_tests;
 mod runtime;
@@ -34,7 +35,9 @@ use std::sync::Arc;
 pub use command::{BuiltinCommand, Invocation, NodeConfig};
 pub use error::{Error, Stage, StartError};
 pub use extension::{BoxError, Extension, ExtensionContext, NameError, StatusTable};
-pub use supervisor::{Policy, Supervisor, TaskFailure, panic_message};
+pub use families::MetricFamilies;
+pub(crate) use families::NodeFamilies;
+pub use supervisor::{Policy, Supervisor, TaskFailure, TaskRestarts, panic_message};
 pub(crate) use topology::run_hollow;
 
 /// Assembles a node: [`Node::builder`], [`with_extension`](Self::with_extension), [`build`](Self::build).

@@ -53,6 +53,25 @@ const RESTART_MAX: Duration = Duration::from_secs(60);
 /// A task that ran this long before ending starts its back-off again from [`RESTART_INITIAL`].
 const RESTART_RESET_AFTER: Duration = Duration::from_secs(60);
 
+/// `nodelet_task_restarts_total`, by task: what a [`Supervisor`] counts its restarts in.
+#[derive(Debug, Clone)]
+pub struct TaskRestarts(IntCounterVec);
+
+impl TaskRestarts {
+    /// The counter, registered in `registry`.
+    pub fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let restarts = IntCounterVec::new(
+            Opts::new(
+                "nodelet_task_restarts_total",
+                "Restarts of a supervised nodelet task after it ended or panicked before shutdown",
+            ),
+            &["task"],
+        )?;
+        registry.register(Box::new(restarts.clone()))?;
+        Ok(TaskRestarts(restarts))
+    }
+}
+
 /// Spawns named tasks and watches them; cheap to clone (all clones share the tasks).
 #[derive(Debug, Clone)]
 pub struct Supervisor {
@@ -66,21 +85,18 @@ pub struct Supervisor {
 impl Supervisor {
     /// A supervisor whose tasks stop with `shutdown`; registers `nodelet_task_restarts_total` in `registry`.
     pub fn new(shutdown: CancellationToken, registry: &Registry) -> Result<Self, prometheus::Error> {
-        let restarts = IntCounterVec::new(
-            Opts::new(
-                "nodelet_task_restarts_total",
-                "Restarts of a supervised nodelet task after it ended or panicked before shutdown",
-            ),
-            &["task"],
-        )?;
-        registry.register(Box::new(restarts.clone()))?;
-        Ok(Supervisor {
+        Ok(Self::with_restarts(shutdown, TaskRestarts::new(registry)?))
+    }
+
+    /// A supervisor whose tasks stop with `shutdown`, counting its restarts in `restarts`.
+    pub fn with_restarts(shutdown: CancellationToken, restarts: TaskRestarts) -> Self {
+        Supervisor {
             shutdown,
             tracker: TaskTracker::new(),
             failure: Arc::new(watch::channel(None).0),
-            restarts,
+            restarts: restarts.0,
             names: Arc::default(),
-        })
+        }
     }
 
     /// The token cancelled at shutdown.

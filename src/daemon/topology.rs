@@ -28,7 +28,7 @@
 //! | [`make_pairs`] → [`volume_stores`] | the volume engine's builder and desired store, the refresh channel ([`Volumes`]); the pair [`builtin::volumes::VolumePair`] | — |
 //! | [`make_pairs`] → [`pod_stores`] ([`Stage::Pods`]) | the verdict store and admission ([`PressureInputs`], for the eviction pair); the pod engine's builder (the pod reconciler, a copy kept for status); the prober; the container GC surplus store, populator and reclaimer; the sandbox pair (`SandboxPair::new`, its engine `sandboxes` built: watches `pods`, `verdicts`, `volumes`, reads the desired volumes) and the observer the PLEG reports sandboxes through; the pod side inputs [`builtin::pods::PodSideInputs`] and their value, which the engine is built with and status reads ([`Pods`]); the pairs [`builtin::sandboxes::Sandboxes`], [`builtin::pods::PodPair`] | — |
 //! | [`make_pairs`] → [`stats_provider`] | the stats provider | — |
-//! | [`context`] | the [`ExtensionContext`]: the pod, sandbox, verdict and volume stores, the pressure conditions the eviction pair updates, the stats provider, the engine metrics, the registry, the supervisor, the CRI client, the node's events, clock and reclaimers | — |
+//! | [`context`] | the [`ExtensionContext`]: the pod, sandbox, verdict and volume stores, the pressure conditions the eviction pair updates, the stats provider, the engine metrics, the metric families (the `/metrics` registry and what is made in it), the supervisor, the CRI client, the node's events, clock and reclaimers | — |
 //! | [`start_builtins`] ([`StandardPairs::in_start_order`]) | the claim pair (`claims`: watches its related claims and `csi-drivers`; populated from the manifests' objects and the desired pods), [`Stage::Claims`] | `csi-plugin-watcher`, `csi-drivers`, `claim-populator`, `claim-engine` |
 //! | | the volume pair (`volumes`: watches its own actual store as `devices`; the populator reads the desired and actual pods and the verdicts), [`Stage::Volumes`] | `volume-watch`, `volume-refresh`, `volume-populator`, `claim-volume-stats`, `volume-engine` |
 //! | | the sandbox pair, [`Stage::Pods`] | `sandbox-engine`, `sandbox-populator` |
@@ -75,7 +75,9 @@ use tokio_util::sync::CancellationToken;
 use super::builtin;
 use super::error::{Error, Stage, StartCause, StartError};
 use super::extension::{self, BoxError, Extension, ExtensionContext, StatusTables};
+use super::families::NodeFamilies;
 use super::runtime;
+use super::supervisor::TaskRestarts;
 use super::supervisor::{Policy, Supervisor, spawn_tasks};
 use nodelet_node::node_facts;
 
@@ -101,10 +103,9 @@ pub(crate) struct Core {
     pub(crate) host: Host,
     pub(crate) shutdown: CancellationToken,
     pub(crate) supervisor: Supervisor,
-    /// `/metrics`.
-    pub(crate) registry: prometheus::Registry,
-    /// `/metrics/probes`: the prober's metrics are served apart, as the kubelet does.
-    pub(crate) probe_registry: prometheus::Registry,
+    /// `/metrics` and `/metrics/probes`, with the metrics made in them (shared by the hollow nodes of a
+    /// process, see [`MetricFamilies`](super::MetricFamilies)).
+    pub(crate) metrics: NodeFamilies,
     /// The engine metrics every engine reports to, each under its own `reconciler` label.
     pub(crate) engine_metrics: Metrics,
     /// The node's wall clock (the pairs' timestamps; the engines' `View::wall`).
@@ -118,14 +119,22 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// A core with metric families of its own.
     pub(crate) fn new(config: Arc<config::Config>, host: Host) -> Result<Self, prometheus::Error> {
-        let registry = prometheus::Registry::new();
+        Self::with_metrics(config, host, NodeFamilies::default())
+    }
+
+    /// A core recording into `metrics` (a hollow node: the process's families).
+    pub(crate) fn with_metrics(
+        config: Arc<config::Config>,
+        host: Host,
+        metrics: NodeFamilies,
+    ) -> Result<Self, prometheus::Error> {
         let shutdown = CancellationToken::new();
         Ok(Core {
-            supervisor: Supervisor::new(shutdown.clone(), &registry)?,
-            engine_metrics: Metrics::new(&registry)?,
-            probe_registry: prometheus::Registry::new(),
-            registry,
+            supervisor: Supervisor::with_restarts(shutdown.clone(), metrics.main.get(TaskRestarts::new)?),
+            engine_metrics: metrics.main.get(Metrics::new)?,
+            metrics,
             shutdown,
             config,
             host,
@@ -179,7 +188,8 @@ pub(crate) async fn run(
             failure = outer.failed() => Err(Error::TaskFailed(failure)),
         }
     };
-    let result = run_with_runtime(config, &endpoint, Host::Real, extensions, stop).await;
+    let core = Core::new(config, Host::Real).map_err(StartError::at(Stage::Setup))?;
+    let result = run_with_runtime(core, &endpoint, extensions, stop).await;
     // The node's tasks have stopped: now containerd.
     outer_shutdown.cancel();
     let stopped = match embedded {
@@ -193,28 +203,29 @@ pub(crate) async fn run(
 
 /// One hollow node (`nodelet hollow`, see [`crate::hollow`]): the same pairs, sources and cluster tasks as
 /// a real node, over the runtime at `endpoint` (the hollow node's fake runtime) and a host that mounts
-/// nothing ([`Host::Hollow`]), until `stop` is cancelled or a task fails.
+/// nothing ([`Host::Hollow`]), recording into `metrics` (the process's, shared by its hollow nodes), until
+/// `stop` is cancelled or a task fails.
 pub(crate) async fn run_hollow(
     config: Arc<config::Config>,
     endpoint: &str,
+    metrics: NodeFamilies,
     stop: CancellationToken,
 ) -> Result<(), Error> {
+    let core = Core::with_metrics(config, Host::Hollow, metrics).map_err(StartError::at(Stage::Setup))?;
     let stop = async move {
         stop.cancelled().await;
         Ok(())
     };
-    run_with_runtime(config, endpoint, Host::Hollow, Vec::new(), stop).await
+    run_with_runtime(core, endpoint, Vec::new(), stop).await
 }
 
 /// Starts the node ([`assemble`]), waits for `stop` or a failed task, then stops every task.
 async fn run_with_runtime(
-    config: Arc<config::Config>,
+    core: Core,
     endpoint: &str,
-    host: Host,
     extensions: Vec<Box<dyn Extension>>,
     stop: impl Future<Output = Result<(), Error>>,
 ) -> Result<(), Error> {
-    let core = Core::new(config, host).map_err(StartError::at(Stage::Setup))?;
     let started = assemble(&core, endpoint, extensions).await;
     let outcome = match started {
         Ok(()) => tokio::select! {
@@ -265,7 +276,7 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
             pods.reconciler.clone(),
             std::mem::take(&mut pods.status_inputs),
             core.clock.clone(),
-            core.registry.clone(),
+            &core.metrics.main,
             config.pods.pod_logs_dir.clone(),
             runtime.ready.clone(),
             sources.pod_config.problems(),
@@ -275,7 +286,7 @@ async fn assemble(core: &Core, endpoint: &str, extensions: Vec<Box<dyn Extension
         .with_volumes(volumes.view())
         .with_claims(storage.claim_view.clone(), storage.claim_metrics.clone())
         .with_stats(stats.clone())
-        .with_probe_registry(core.probe_registry.clone())
+        .with_probe_registry(core.metrics.probes.registry().clone())
         .with_pressure(pressure)
         .with_facts(runtime.facts.clone())
         .with_csi(storage.csi.clone())
@@ -320,7 +331,7 @@ fn context(
         pressure: PressureView::new((core.clock)()),
         stats: stats.clone(),
         engine_metrics: core.engine_metrics.clone(),
-        registry: core.registry.clone(),
+        metrics: core.metrics.main.clone(),
         supervisor: core.supervisor.clone(),
         cri: runtime.cri.clone(),
         events: core.events.clone(),
@@ -462,7 +473,7 @@ pub(crate) async fn start_runtime(core: &Core, endpoint: &str) -> Result<Runtime
         node_facts::runtime_version(&cri).await,
     ));
     // kubelet_runtime_operations_{total,errors_total,duration_seconds}, counted in every clone of `cri`.
-    cri.set_metrics(nodelet_cri::CriMetrics::new(&core.registry)?);
+    cri.set_metrics(core.metrics.main.get(nodelet_cri::CriMetrics::new)?);
 
     let (health_cri, health_ready, stop) = (cri.clone(), ready.clone(), core.shutdown.clone());
     core.supervisor.spawn_restartable("runtime-health", move || {
@@ -524,9 +535,14 @@ pub(crate) async fn start_sources(core: &Core) -> Result<Sources, StartCause> {
     // Cluster mode: the API server is one more source.
     let cluster = match &config.cluster {
         Some(c) => {
-            let (cluster, tasks) =
-                cluster::Cluster::connect(&config.node_name, c, &pod_config, &core.registry, shutdown)
-                    .await?;
+            let (cluster, tasks) = cluster::Cluster::connect(
+                &config.node_name,
+                c,
+                &pod_config,
+                core.metrics.main.get(cluster::CertMetrics::new)?,
+                shutdown,
+            )
+            .await?;
             spawn_tasks(sup, tasks);
             Some(cluster)
         }
@@ -634,7 +650,7 @@ pub(crate) fn claim_stores(
             .with_objects(Arc::new(node_objects.local()))
             .with_runtime_classes(Arc::new(node_objects.clone())),
     ));
-    let volume_metrics = VolumeMetrics::new(&core.registry)?;
+    let volume_metrics = core.metrics.main.get(VolumeMetrics::new)?;
     // CSI node plugins register by socket in nodelet.storage.csi.pluginDir (<root-dir>/plugins_registry).
     let csi = Arc::new(nodelet_csi::Registry::new(
         &config.storage.csi_plugin_dir,
@@ -656,7 +672,7 @@ pub(crate) fn claim_stores(
     let builder = Engine::builder("claims", reconciler.clone(), Arc::new(driver), claims_desired.clone());
     let claim_view = ClaimView::new(claims_desired.clone(), builder.actual(), reconciler)
         .with_failures(builder.op_status());
-    let claim_metrics = ClaimMetrics::new(&core.registry)?;
+    let claim_metrics = core.metrics.main.get(ClaimMetrics::new)?;
     let mut claim_lookup: Arc<dyn ClaimLookup> = Arc::new(claim_view.clone());
     if let Some(c) = &src.cluster {
         // API pods' claims come from the API server, bound by the control plane.
@@ -792,7 +808,7 @@ pub(crate) fn pod_stores(
 ) -> Result<(Pods, builtin::sandboxes::Sandboxes, builtin::pods::PodPair, PressureInputs), StartCause> {
     let config = &core.config;
     let desired = &src.desired;
-    let pod_metrics = PodMetrics::new(&core.registry)?;
+    let pod_metrics = core.metrics.main.get(PodMetrics::new)?;
     let crash_loop = CrashLoopBackOff {
         initial: config.backoff.container_restart.initial,
         max: config.backoff.container_restart.max,
@@ -803,7 +819,7 @@ pub(crate) fn pod_stores(
     let prober = nodelet_resources::probe::worker::Prober::new(
         Arc::new(storage.pod_runtime.prober().clone()),
         desired.clone(),
-        nodelet_resources::probe::metrics::ProbeMetrics::new(&core.probe_registry)?,
+        core.metrics.probes.get(nodelet_resources::probe::metrics::ProbeMetrics::new)?,
         clock.clone(),
     );
     let probes = prober.results();
@@ -844,7 +860,7 @@ pub(crate) fn pod_stores(
     let mut sandbox_pair = SandboxPair::new(
         storage.pod_runtime.clone(),
         actual.clone(),
-        SandboxMetrics::new(&core.registry)?,
+        core.metrics.main.get(SandboxMetrics::new)?,
         Some(&core.engine_metrics),
         SandboxPairConfig {
             backoff: pod_backoff.clone(),
@@ -1060,7 +1076,7 @@ mod tests {
             pressure: PressureView::new(0),
             stats,
             engine_metrics: core.engine_metrics.clone(),
-            registry: core.registry.clone(),
+            metrics: core.metrics.main.clone(),
             supervisor: core.supervisor.clone(),
             cri,
             events: core.events.clone(),
@@ -1099,7 +1115,9 @@ mod tests {
             "the eviction pair's image reclaimer"
         );
         assert!(tables.is_empty(), "no /extensions/images or /extensions/eviction: {tables:?}");
-        let text = prometheus::TextEncoder::new().encode_to_string(&core.registry.gather()).expect("text");
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&core.metrics.main.registry().gather())
+            .expect("text");
         assert!(text.contains("reconciler=\"images\""), "the engine reports as before: {text}");
         assert!(text.contains("reconciler=\"eviction\""), "the engine reports as before: {text}");
         core.shutdown.cancel();
@@ -1288,7 +1306,9 @@ mod tests {
             "the pod pair's, through the context"
         );
         assert!(tables.is_empty(), "no /extensions/ table of a standard pair: {tables:?}");
-        let text = prometheus::TextEncoder::new().encode_to_string(&core.registry.gather()).expect("text");
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&core.metrics.main.registry().gather())
+            .expect("text");
         for engine in ["claims", "volumes", "sandboxes", "pods"] {
             assert!(text.contains(&format!("reconciler=\"{engine}\"")), "{engine} reports as before: {text}");
         }
@@ -1338,6 +1358,47 @@ mod tests {
         core.shutdown.cancel();
         core.supervisor.join().await;
         runtime_stop.cancel();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn hollow_nodes_of_one_process_start_on_one_set_of_metrics_and_record_into_it() {
+        let metrics = NodeFamilies::default();
+        let mut nodes = Vec::new();
+        for i in 0..2 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (config, endpoint, runtime_stop) = hollow_node(dir.path());
+            let core = Core::with_metrics(Arc::new(config), Host::Hollow, metrics.clone()).expect("core");
+            // A metric registered outside the families would fail the second node with AlreadyReg.
+            assemble(&core, &endpoint, Vec::new()).await.unwrap_or_else(|e| panic!("node {i}: {e}"));
+            nodes.push((dir, core, runtime_stop));
+        }
+        let text =
+            prometheus::TextEncoder::new().encode_to_string(&metrics.main.registry().gather()).expect("text");
+        for family in ["kubelet_runtime_operations_total", "kubelet_evictions_total", "nodelet_task_restarts_total"]
+        {
+            assert_eq!(text.matches(&format!("# TYPE {family} ")).count(), 1, "{family}: {text}");
+        }
+        assert!(text.contains("reconciler=\"pods\""), "{text}");
+        // Each node's `runtime-health` asks its runtime for its status at once: both calls in one counter.
+        let statuses = || {
+            let text = prometheus::TextEncoder::new()
+                .encode_to_string(&metrics.main.registry().gather())
+                .expect("text");
+            text.lines()
+                .find_map(|l| l.strip_prefix("kubelet_runtime_operations_total{operation_type=\"status\"} "))
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        while statuses() < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "status calls counted: {}", statuses());
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        for (_dir, core, runtime_stop) in nodes {
+            core.shutdown.cancel();
+            core.supervisor.join().await;
+            runtime_stop.cancel();
+        }
     }
 
     #[tokio::test]

@@ -139,6 +139,8 @@ pub(crate) async fn run(args: &HollowArgs) -> Result<(), HollowError> {
     let stop = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
     tracing::info!(nodes = nodes.len(), root = %root_dir.display(), "starting hollow nodes");
+    // One set of metrics for every node of the process: none serves `/metrics`.
+    let metrics = crate::daemon::NodeFamilies::default();
     for (index, name, root, socket, config) in nodes {
         let runtime = fake_cri::FakeCri::new(index, root.clone());
         let (runtime_stop, node_stop) = (stop.clone(), stop.clone());
@@ -150,8 +152,9 @@ pub(crate) async fn run(args: &HollowArgs) -> Result<(), HollowError> {
             }
         });
         let endpoint = format!("unix://{}", socket.display());
+        let metrics = metrics.clone();
         tasks.spawn(async move {
-            match crate::daemon::run_hollow(config, &endpoint, node_stop).await {
+            match crate::daemon::run_hollow(config, &endpoint, metrics, node_stop).await {
                 Ok(()) => tracing::info!(node = %name, "hollow node stopped"),
                 Err(e) => tracing::error!(node = %name, error = %e, "hollow node failed"),
             }

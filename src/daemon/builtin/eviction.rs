@@ -70,7 +70,7 @@ impl Extension for EvictionPair {
                 reclaimers: ctx.reclaimers().clone(),
                 pressure: ctx.pressure(),
                 events: ctx.events().clone(),
-                registry: ctx.registry(),
+                metrics: ctx.metrics(nodelet_resources::eviction::metrics::EvictionMetrics::new)?,
                 engine_metrics: ctx.engine_metrics(),
                 clock: ctx.clock().clone(),
             },

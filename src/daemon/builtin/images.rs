@@ -67,7 +67,7 @@ impl Extension for ImageGc {
             ImageReconciler::new(pinned.clone(), policy.minimum_age),
             Arc::new(ImageDriver::new(
                 runtime.clone(),
-                ImageGcMetrics::new(ctx.registry())?,
+                ctx.metrics(ImageGcMetrics::new)?,
                 ctx.events().clone(),
                 ctx.clock().clone(),
             )),
