@@ -69,13 +69,21 @@ def lines(paths):
             yield from f
 
 
+# The node lifecycle controller's --node-monitor-grace-period (default 40 s): a node whose Lease is not
+# renewed for longer is marked NotReady (Unknown) and its pods not Ready.
+NODE_MONITOR_GRACE_S = 40.0
+
+
 def audit(path, w1, w2):
     """The nodes' requests received in [w1, w2) by (verb, resource[/subresource]), the watches they opened
-    in it, and the watches open at w2."""
+    in it, the watches open at w2, and over the whole run the gaps between a node's successful Lease
+    renewals longer than NODE_MONITOR_GRACE_S (count, longest, the nodes that had one)."""
     requests = collections.Counter()
     opened = {}
     closed = set()
     users = set()
+    renewed = {}
+    lapses = {"count": 0, "longest_s": 0.0, "nodes": set()}
     # The API server's audit log rotates at --audit-log-maxsize MB (0 is lumberjack's default, 100 MB: an
     # N=500 run's log was cut there and its window's events went to a backup), keeping the backups
     # beside it as audit-<time>.log: read them all.
@@ -104,8 +112,18 @@ def audit(path, w1, w2):
                 requests[(verb, resource)] += 1
         elif stage == "ResponseComplete" and w1 <= received < w2:
             requests[(verb, resource)] += 1
+        if (verb, resource, stage) == ("update", "leases", "ResponseComplete") and (
+            e.get("responseStatus") or {}
+        ).get("code") == 200:
+            done = ts(e["stageTimestamp"])
+            gap = done - renewed.get(user, done)
+            if gap > NODE_MONITOR_GRACE_S:
+                lapses["count"] += 1
+                lapses["nodes"].add(user)
+                lapses["longest_s"] = max(lapses["longest_s"], gap)
+            renewed[user] = max(done, renewed.get(user, done))
     held = collections.Counter(r for a, (t, r) in opened.items() if t <= w2 and a not in closed)
-    return requests, held, len(users)
+    return requests, held, len(users), lapses
 
 
 def percentile(values, p):
@@ -136,7 +154,7 @@ def run(a):
     w1, w2 = float(a.window[0]), float(a.window[1])
     minutes = (w2 - w1) / 60.0
     base, m1, m2 = (parse_metrics(p) for p in a.metrics)
-    requests, held, users = audit(a.audit, w1, w2)
+    requests, held, users, lapses = audit(a.audit, w1, w2)
     node_rpm = {f"{v} {r}": round(c / minutes, 2) for (v, r), c in sorted(requests.items())}
     node_total = sum(c for (v, _), c in requests.items() if v != "watch") / minutes
     server = by_labels(m2, "apiserver_request_total", ("verb", "resource", "subresource"))
@@ -169,6 +187,9 @@ def run(a):
         "node_requests_per_min_per_node": round(node_total / n, 3),
         "node_requests_by_verb_resource_per_min": node_rpm,
         "audit_node_users": users,
+        "lease_lapses": lapses["count"],
+        "lease_lapsed_nodes": len(lapses["nodes"]),
+        "lease_longest_gap_s": round(lapses["longest_s"], 1),
         "node_watches": sum(held.values()),
         "node_watches_per_node": round(sum(held.values()) / n, 2),
         "node_watches_by_resource": dict(sorted(held.items())),
@@ -197,6 +218,8 @@ def run(a):
         "latency_start_p50_s": round(percentile(llat, 50), 3) if llat else None,
         "latency_start_p99_s": round(percentile(llat, 99), 3) if llat else None,
         **latency_cpu(a, ticks),
+        **phase_cpu("wave", a.wave_cpu, ticks),
+        **phase_cpu("delete", a.delete_cpu, ticks),
         "load_average": a.load,
         "nodes_ready_s": int(a.times[0]),
         "all_running_s": int(a.times[1]),
@@ -220,6 +243,19 @@ def latency_cpu(a, ticks):
     }
 
 
+def phase_cpu(name, figures, ticks):
+    """The API server's and the nodes' CPU (cores) over a phase (wall1 wall2 api1 api2 nodes1 nodes2): the
+    saturation wave (the Deployment created to all pods Running) or the deletion (deleted to all gone)."""
+    if not figures:
+        return {}
+    w1, w2, a1, a2, n1, n2 = (float(x) for x in figures)
+    secs = max(w2 - w1, 1e-9)
+    return {
+        f"{name}_apiserver_cpu_cores": round((a2 - a1) / ticks / secs, 3),
+        f"{name}_nodes_cpu_cores": round((n2 - n1) / ticks / secs, 3),
+    }
+
+
 FIGURES = [
     ("node requests/min per node", "node_requests_per_min_per_node"),
     ("node watches per node", "node_watches_per_node"),
@@ -238,6 +274,9 @@ FIGURES = [
     ("latency pods' start p99 (s)", "latency_start_p99_s"),
     ("all pods Running (s)", "all_running_s"),
     ("all pods gone (s)", "all_gone_s"),
+    ("the nodes' CPU in the wave (cores)", "wave_nodes_cpu_cores"),
+    ("the nodes' CPU while deleting (cores)", "delete_nodes_cpu_cores"),
+    ("Lease renewals > 40 s apart", "lease_lapses"),
 ]
 
 
@@ -385,6 +424,8 @@ def main():
     r.add_argument("--latency-rate", type=float, default=None)
     r.add_argument("--load", default="")
     r.add_argument("--latency-cpu", nargs=6, default=None)
+    r.add_argument("--wave-cpu", nargs=6, default=None)
+    r.add_argument("--delete-cpu", nargs=6, default=None)
     c = sub.add_parser("create")
     for flag in ("--url", "--ca", "--namespace"):
         c.add_argument(flag, required=True)

@@ -20,7 +20,10 @@
 #     counting the binary it shares with the others) and PSS (shared pages split between their users)
 #   - pod start latency p50/p99: from a watch's first sight of the pod (its creation) to its first sight
 #     Running (the SLO's creation to running, as the API shows it)
-#   - how long the Deployment took to be all Running, and all gone after its deletion
+#   - how long the Deployment took to be all Running, and all gone after its deletion, and the API server's
+#     and the nodes' CPU over each of the two phases
+#   - Lease lapses over the whole run (audit): a node's successful Lease renewals more than 40 s apart (the
+#     node lifecycle controller's grace period; the node is then marked NotReady), how many nodes, the longest
 #   - the latency pods (after the steady window, as sig-scalability's density test): LATENCY_PODS more pods
 #     created one at a time at LATENCY_RATE per second, each measured from creation to Running as above,
 #     p50/p99 (the SLO's pod start-up latency: pods created at a sustainable rate), then deleted
@@ -202,7 +205,8 @@ EOF
     --namespace bench --out "$run/watch.txt" &
   WATCHER=$!
   sleep 2
-  local t_create=$SECONDS
+  local t_create=$SECONDS cw1 ca1 cn1
+  cw1=$(date +%s.%N); ca1=$(cpu_ticks "$api_pid"); cn1=$(sum_ticks "${PIDS[@]}")
   $kubectl -n bench create deployment bench --image=busybox:1.36 --replicas="$pods" -- sleep 36000 >/dev/null
   local running=0
   local polls=0
@@ -219,6 +223,7 @@ EOF
   done
   [ "$running" -ge "$pods" ] || die "$kind N=$n: only $running of $pods pods Running after $WAIT s"
   local all_running_s=$((SECONDS - t_create))
+  local wave_cpu; wave_cpu="$cw1 $(date +%s.%N) $ca1 $(cpu_ticks "$api_pid") $cn1 $(sum_ticks "${PIDS[@]}")"
   log "$kind N=$n: $pods pods Running in ${all_running_s}s; settling ${SETTLE}s"
   sleep "$SETTLE"
   # ---- steady window
@@ -260,7 +265,8 @@ EOF
     done
   fi
   # ---- delete
-  local t_delete=$SECONDS
+  local t_delete=$SECONDS dw1 da1 dn1
+  dw1=$(date +%s.%N); da1=$(cpu_ticks "$api_pid"); dn1=$(sum_ticks "${PIDS[@]}")
   $kubectl -n bench delete deployment bench --wait=false >/dev/null
   local left=$pods
   while [ $((SECONDS - t_delete)) -lt "$WAIT" ]; do
@@ -270,6 +276,7 @@ EOF
   done
   [ "$left" = 0 ] || log "$kind N=$n: $left pods still there after $WAIT s"
   local all_gone_s=$((SECONDS - t_delete))
+  local delete_cpu; delete_cpu="$dw1 $(date +%s.%N) $da1 $(cpu_ticks "$api_pid") $dn1 $(sum_ticks "${PIDS[@]}")"
   log "$kind N=$n: pods gone in ${all_gone_s}s"
   kill "$WATCHER" 2>/dev/null || true; WATCHER=""
   # ---- arithmetic
@@ -281,6 +288,7 @@ EOF
     --times "$nodes_ready_s" "$all_running_s" "$all_gone_s" --gone "$left" \
     --latency-watch "$( [ "$latency" -gt 0 ] && echo "$run/latency-watch.txt")" --latency-rate "$LATENCY_RATE" \
     ${lw1:+--latency-cpu "$lw1" "$lw2" "$la1" "$la2" "$ln1" "$ln2"} \
+    --wave-cpu $wave_cpu --delete-cpu $delete_cpu \
     --load "$load" >> "$RESULTS"
   tail -1 "$RESULTS" >&2
   cleanup_run

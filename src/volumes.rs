@@ -606,6 +606,21 @@ pub(crate) async fn claim_volume_stats(
     }
 }
 
+/// Of the volumes found `gone` from the host, those that vanished behind nodelet's back: still desired, and
+/// with the same actual record as when the host was looked at (a teardown that ended meanwhile, or one
+/// whose pod went, removed the volume itself).
+fn behind_our_back(
+    gone: Vec<(VolumeKey, Arc<VolumeActual>)>,
+    desired: &Store<VolumeKey, DesiredVolume>,
+    actual: &Store<VolumeKey, VolumeActual>,
+) -> Vec<(VolumeKey, Arc<VolumeActual>)> {
+    gone.into_iter()
+        .filter(|(k, seen)| {
+            desired.contains_key(k) && actual.get(k).is_some_and(|now| Arc::ptr_eq(&now, seen))
+        })
+        .collect()
+}
+
 /// How often set-up volumes are checked against the host.
 pub(crate) const VOLUME_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -624,8 +639,11 @@ fn still_there(actual: &VolumeActual) -> bool {
 
 /// Every [`VOLUME_CHECK_PERIOD`], reports volumes that vanished behind nodelet's back (a tmpfs or
 /// bind mount unmounted, a directory removed) as uncertain, so the volume reconciler sets them up
-/// again (every setup is idempotent). Stops at `shutdown`.
+/// again (every setup is idempotent). A volume no longer in `desired` (its pod is going: the engine tears
+/// it down) or whose actual record changed while the host was looked at (an operation of the engine's own
+/// ended) is not reported. Stops at `shutdown`.
 pub(crate) async fn watch_volumes(
+    desired: Store<VolumeKey, DesiredVolume>,
     actual: Store<VolumeKey, VolumeActual>,
     observer: reconcile_engine::Observer<VolumeKey, VolumeActual>,
     shutdown: CancellationToken,
@@ -641,7 +659,7 @@ pub(crate) async fn watch_volumes(
         let mounted: Vec<(VolumeKey, Arc<VolumeActual>)> = actual
             .entries()
             .into_iter()
-            .filter(|(_, a)| a.is_mounted() && a.plugin != Plugin::HostPath)
+            .filter(|(k, a)| a.is_mounted() && a.plugin != Plugin::HostPath && desired.contains_key(k))
             .collect();
         if mounted.is_empty() {
             continue;
@@ -651,6 +669,7 @@ pub(crate) async fn watch_volumes(
         })
         .await
         .unwrap_or_default();
+        let gone = behind_our_back(gone, &desired, &actual);
         for (key, a) in gone {
             tracing::warn!(volume = %key, path = %a.path.display(), "volume vanished from the host; setting it up again");
             let update = VolumeActual { state: MountState::Uncertain, ..(*a).clone() };
@@ -658,5 +677,54 @@ pub(crate) async fn watch_volumes(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desired(uid: &str) -> DesiredVolume {
+        DesiredVolume {
+            pod_uid: uid.into(),
+            namespace: "default".into(),
+            pod_name: "p".into(),
+            name: "data".into(),
+            plugin: Plugin::EmptyDir,
+            source: Ok(VolumeSource::EmptyDir { memory: false, size_limit: None }),
+            memory_limit: None,
+            fs_group: None,
+        }
+    }
+
+    fn mounted(path: &str) -> VolumeActual {
+        VolumeActual {
+            plugin: Plugin::EmptyDir,
+            path: path.into(),
+            state: MountState::Mounted,
+            digest: None,
+            tmpfs: false,
+            csi: None,
+        }
+    }
+
+    #[test]
+    fn only_a_volume_still_desired_and_unchanged_since_the_look_vanished_behind_our_back() {
+        let (desired_store, mut desired_writer) = reconcile_engine::store();
+        let (actual, mut actual_writer) = reconcile_engine::store();
+        for uid in ["kept", "going", "torn-down", "redone"] {
+            actual_writer.insert(format!("{uid}/data"), mounted(&format!("/nowhere/{uid}")));
+            if uid != "going" {
+                desired_writer.insert(format!("{uid}/data"), desired(uid));
+            }
+        }
+        // What the host check saw gone: all four, with the records it read.
+        let gone: Vec<_> = actual.entries();
+        // Meanwhile the engine's own operations ended: one volume's record removed, one's rewritten.
+        actual_writer.remove(&"torn-down/data".to_string());
+        actual_writer.insert("redone/data".into(), mounted("/nowhere/redone"));
+        let vanished: Vec<VolumeKey> =
+            behind_our_back(gone, &desired_store, &actual).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(vanished, ["kept/data"]);
     }
 }

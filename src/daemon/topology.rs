@@ -1374,7 +1374,8 @@ mod tests {
         }
         let text =
             prometheus::TextEncoder::new().encode_to_string(&metrics.main.registry().gather()).expect("text");
-        for family in ["kubelet_runtime_operations_total", "kubelet_evictions_total", "nodelet_task_restarts_total"]
+        for family in
+            ["kubelet_runtime_operations_total", "kubelet_evictions_total", "nodelet_task_restarts_total"]
         {
             assert_eq!(text.matches(&format!("# TYPE {family} ")).count(), 1, "{family}: {text}");
         }

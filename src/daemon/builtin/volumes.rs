@@ -132,6 +132,7 @@ impl Extension for VolumePair {
         let (sup, shutdown) = (ctx.supervisor(), ctx.shutdown());
         // Pod volumes and their CSI devices wait for each other.
         let own_actual = builder.actual();
+        let wanted = desired.clone();
         let related = related_volumes(desired, own_actual.clone());
         let mut engine =
             builder.metrics(ctx.engine_metrics()).watches("devices", own_actual, related).build();
@@ -139,7 +140,7 @@ impl Extension for VolumePair {
         sup.spawn(
             "volume-watch",
             Policy::Critical,
-            volumes::watch_volumes(actual.clone(), engine.observer(), shutdown.clone()),
+            volumes::watch_volumes(wanted, actual.clone(), engine.observer(), shutdown.clone()),
         );
         let populator = Populator::new(ctx.pods_desired(), ctx.pods_actual(), writer, Arc::new(renderer))
             .with_claims(claim_lookup)
