@@ -119,36 +119,16 @@ impl<R: Renderer> Populator<R> {
             .collect()
     }
 
-    /// Recomputes the whole desired volume store; returns the number of keys that changed.
+    /// Recomputes the whole desired volume store (every pod's volumes rendered again); returns the number of
+    /// keys that changed.
     pub fn sync(&mut self) -> usize {
         let current = self.writer.reader();
         let mut entries: Vec<(VolumeKey, DesiredVolume)> = Vec::new();
-        self.pods.for_each(|uid, pod| {
-            let stopped = self.is_stopped(uid) && !self.pod_actual.get(uid).is_some_and(|a| a.any_running());
-            if stopped {
-                return;
-            }
-            let volumes = self.volumes_of(pod);
-            // A claim that cannot be looked up now (deleted, lost) takes nothing away from a
-            // pod that has its volume: what is desired stays until the pod goes.
-            for volume in pod.spec().volumes.iter().flatten().filter(|v| v.persistent_volume_claim.is_some())
-            {
-                if !volumes.iter().any(|v| v.name == volume.name) {
-                    let key = super::desired::volume_key(uid, &volume.name);
-                    if let Some(kept) = current.get(&key) {
-                        entries.push((key, (*kept).clone()));
-                    }
-                }
-            }
-            entries.extend(volumes.into_iter().map(|v| (v.key(), v)));
-        });
+        let mut uids: std::collections::BTreeSet<PodUid> = self.pods.keys().into_iter().collect();
         // Pods no longer desired keep their volumes while a container of theirs runs.
-        for (key, volume) in current.entries() {
-            let Some((uid, _)) = split_key(&key) else { continue };
-            let uid = uid.to_owned();
-            if !self.pods.contains_key(&uid) && self.pod_actual.get(&uid).is_some_and(|a| a.any_running()) {
-                entries.push((key, (*volume).clone()));
-            }
+        uids.extend(current.keys().iter().filter_map(|k| split_key(k)).map(|(uid, _)| uid.to_owned()));
+        for uid in &uids {
+            self.pod_entries(uid, &current, &mut entries);
         }
         // The devices of the CSI volumes: desired while any pod volume published from them is.
         let mut devices = std::collections::BTreeMap::new();
@@ -159,6 +139,91 @@ impl<R: Renderer> Populator<R> {
         }
         entries.extend(devices);
         self.writer.replace_all(entries)
+    }
+
+    /// Recomputes the volumes of the pods `uids` only (a pod changed, went, was refused or evicted, or its
+    /// containers stopped), and the CSI devices from the whole store; returns the number of keys that
+    /// changed. The other pods' volumes are not rendered again: a change of one pod costs one pod's
+    /// rendering, not the node's.
+    pub fn sync_pods(&mut self, uids: &[PodUid]) -> usize {
+        if uids.is_empty() {
+            return 0;
+        }
+        let current = self.writer.reader();
+        let pods: std::collections::HashSet<&str> = uids.iter().map(String::as_str).collect();
+        let mut entries = Vec::new();
+        for uid in &pods {
+            self.pod_entries(uid, &current, &mut entries);
+        }
+        let wanted: std::collections::HashSet<&VolumeKey> = entries.iter().map(|(k, _)| k).collect();
+        let stale: Vec<VolumeKey> = current
+            .keys()
+            .into_iter()
+            .filter(|k| split_key(k).is_some_and(|(uid, _)| pods.contains(uid)) && !wanted.contains(k))
+            .collect();
+        let mut changed = 0;
+        for key in stale {
+            changed += usize::from(self.writer.remove(&key).is_some());
+        }
+        for (key, volume) in entries {
+            changed += usize::from(self.writer.upsert(key, volume));
+        }
+        // The devices: desired while any pod volume published from them is.
+        let mut devices: std::collections::BTreeMap<VolumeKey, DesiredVolume> =
+            std::collections::BTreeMap::new();
+        let mut held: Vec<VolumeKey> = Vec::new();
+        current.for_each(|key, volume| {
+            if split_key(key).is_none() {
+                held.push(key.clone());
+            } else if let Some(device) = volume.device() {
+                devices.entry(device.key()).or_insert(device);
+            }
+        });
+        for key in held.into_iter().filter(|k| !devices.contains_key(k)) {
+            changed += usize::from(self.writer.remove(&key).is_some());
+        }
+        for (key, device) in devices {
+            changed += usize::from(self.writer.upsert(key, device));
+        }
+        changed
+    }
+
+    /// The volumes pod `uid` needs now, appended to `out`: its rendered volumes while it is desired and
+    /// not stopped (a claim that cannot be looked up now keeps the volume it has in `current`), else the
+    /// volumes it has in `current` while a container of its still runs, else none.
+    fn pod_entries(
+        &self,
+        uid: &str,
+        current: &Store<VolumeKey, DesiredVolume>,
+        out: &mut Vec<(VolumeKey, DesiredVolume)>,
+    ) {
+        let uid: PodUid = uid.to_owned();
+        let running = || self.pod_actual.get(&uid).is_some_and(|a| a.any_running());
+        let Some(pod) = self.pods.get(&uid) else {
+            if running() {
+                current.for_each(|key, volume| {
+                    if split_key(key).is_some_and(|(u, _)| u == uid) {
+                        out.push((key.clone(), volume.clone()));
+                    }
+                });
+            }
+            return;
+        };
+        if self.is_stopped(&uid) && !running() {
+            return;
+        }
+        let volumes = self.volumes_of(&pod);
+        // A claim that cannot be looked up now (deleted, lost) takes nothing away from a pod that has its
+        // volume: what is desired stays until the pod goes.
+        for volume in pod.spec().volumes.iter().flatten().filter(|v| v.persistent_volume_claim.is_some()) {
+            if !volumes.iter().any(|v| v.name == volume.name) {
+                let key = super::desired::volume_key(&uid, &volume.name);
+                if let Some(kept) = current.get(&key) {
+                    out.push((key, (*kept).clone()));
+                }
+            }
+        }
+        out.extend(volumes.into_iter().map(|v| (v.key(), v)));
     }
 
     /// Populates until `shutdown`: first once the pod sources and the pod engine's
@@ -193,31 +258,32 @@ impl<R: Renderer> Populator<R> {
         let mut resync = tokio::time::interval(RESYNC_PERIOD);
         resync.tick().await;
         loop {
-            let needed = tokio::select! {
+            // `Some(uids)`: those pods' volumes; `None`: everything.
+            let work: Option<Vec<PodUid>> = tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = pods_sub.changed() => { pods_sub.drain(); true }
+                () = pods_sub.changed() => Some(pods_sub.drain()),
                 // The runtime's view changes with every container start and exit; it matters here only
                 // for pods that keep their volumes without being desired, or that were evicted.
-                () = actual_sub.changed() => {
-                    actual_sub.drain().iter().any(|uid| {
+                () = actual_sub.changed() => Some(
+                    actual_sub.drain().into_iter().filter(|uid| {
                         !self.pods.contains_key(uid) || self.is_stopped(uid)
-                    })
-                }
+                    }).collect()
+                ),
                 () = async {
                     match &verdict_sub {
                         Some(sub) => sub.changed().await,
                         None => std::future::pending().await,
                     }
                 } => {
-                    verdict_sub.as_ref().is_some_and(|sub| sub.drain().iter().any(|uid| self.is_stopped(uid)))
+                    Some(verdict_sub.as_ref().map(|sub| sub.drain().into_iter().filter(|uid| self.is_stopped(uid)).collect()).unwrap_or_default())
                 }
-                r = refresh.changed(), if !refresh_closed => { refresh_closed = r.is_err(); true }
-                _ = resync.tick() => true,
+                r = refresh.changed(), if !refresh_closed => { refresh_closed = r.is_err(); None }
+                _ = resync.tick() => None,
             };
-            if !needed {
-                continue;
-            }
-            let changed = self.sync();
+            let changed = match work {
+                Some(uids) => self.sync_pods(&uids),
+                None => self.sync(),
+            };
             if changed > 0 {
                 tracing::debug!(changed, "desired volumes updated");
             }
@@ -439,5 +505,139 @@ mod source_error_tests {
         let failed = SourceError::Render(RenderError::new(std::io::Error::other(msg)));
         assert_ne!(waiting, failed, "a change from waiting to failed is a change of desired state");
         assert!(!SourceError::NotEmptyDir { volume: "t".into() }.is_pending());
+    }
+}
+
+#[cfg(test)]
+mod sync_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::model::actual::{ContainerRecord, ContainerState};
+    use crate::model::pod::PodSource;
+    use crate::volume::desired::{FileEntry, FileSet};
+
+    /// Renders every configMap volume as one file, counting its calls.
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl Renderer for Counting {
+        fn render(
+            &self,
+            pod: &DesiredPod,
+            volume: &Volume,
+            plugin: Plugin,
+        ) -> Result<VolumeSource, RenderError> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            let data =
+                format!("{}:{}", pod.name(), pod.pod.metadata.labels.iter().flatten().count()).into_bytes();
+            let files = FileSet::from([(volume.name.clone(), FileEntry { data, mode: 0o644 })]);
+            Ok(VolumeSource::files(plugin, files))
+        }
+    }
+
+    fn pod(uid: &str, labels: usize) -> DesiredPod {
+        let mut pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid},
+            "spec": {
+                "volumes": [{"name": "cfg", "configMap": {"name": "app"}}, {"name": "scratch", "emptyDir": {}}],
+                "containers": [{"name": "c", "image": "i"}]
+            }
+        }))
+        .expect("test pod");
+        pod.metadata.labels = Some((0..labels).map(|i| (format!("l{i}"), "v".to_owned())).collect());
+        DesiredPod { pod, source: PodSource::Http }
+    }
+
+    fn running(uid: &str) -> PodActual {
+        PodActual {
+            uid: uid.into(),
+            containers: vec![ContainerRecord {
+                state: ContainerState::Running,
+                ..ContainerRecord::default()
+            }],
+            ..PodActual::default()
+        }
+    }
+
+    #[test]
+    fn a_change_of_one_pod_renders_that_pod_only_and_ends_where_a_full_sync_would() {
+        let (pods, mut pods_writer) = reconcile_engine::store();
+        let (pod_actual, mut actual_writer) = reconcile_engine::store();
+        let (volumes, writer) = reconcile_engine::store();
+        let renderer = Arc::new(Counting::default());
+        let mut populator = Populator::new(pods, pod_actual, writer, renderer.clone());
+        for uid in ["a", "b", "c"] {
+            pods_writer.insert(uid.to_owned(), pod(uid, 0));
+        }
+        assert_eq!(populator.sync(), 6);
+        assert_eq!(renderer.0.load(Ordering::Relaxed), 3);
+
+        // One pod changes: one render, its content follows, and a full sync finds nothing left to do.
+        pods_writer.insert("b".to_owned(), pod("b", 2));
+        assert_eq!(populator.sync_pods(&["b".to_owned()]), 1);
+        assert_eq!(renderer.0.load(Ordering::Relaxed), 4);
+        let rendered = volumes.get(&"b/cfg".to_owned()).expect("b's volume");
+        assert!(
+            matches!(&rendered.source, Ok(VolumeSource::Files { files, .. }) if files["cfg"].data == b"b:2")
+        );
+        assert_eq!(populator.sync(), 0, "the same as a full sync");
+
+        // A pod that goes while a container of its runs keeps its volumes; one with nothing running loses
+        // them; nobody else is rendered.
+        actual_writer.insert("a".to_owned(), running("a"));
+        pods_writer.remove(&"a".to_owned());
+        pods_writer.remove(&"c".to_owned());
+        let before = renderer.0.load(Ordering::Relaxed);
+        assert_eq!(populator.sync_pods(&["a".to_owned(), "c".to_owned()]), 2);
+        assert_eq!(renderer.0.load(Ordering::Relaxed), before);
+        let mut keys = volumes.keys();
+        keys.sort();
+        assert_eq!(keys, ["a/cfg", "a/scratch", "b/cfg", "b/scratch"]);
+        assert_eq!(populator.sync(), 0, "the same as a full sync");
+
+        // Its container stops: its volumes go too.
+        actual_writer.remove(&"a".to_owned());
+        assert_eq!(populator.sync_pods(&["a".to_owned()]), 2);
+        assert_eq!(populator.sync(), 0, "the same as a full sync");
+        assert_eq!(volumes.len(), 2);
+        assert_eq!(populator.sync_pods(&[]), 0);
+    }
+
+    #[tokio::test]
+    async fn the_running_populator_renders_only_the_pod_that_changed() {
+        let (pods, mut pods_writer) = reconcile_engine::store();
+        let (pod_actual, mut actual_writer) = reconcile_engine::store::<PodUid, PodActual>();
+        let (volumes, writer) = reconcile_engine::store();
+        let renderer = Arc::new(Counting::default());
+        for uid in ["a", "b", "c"] {
+            pods_writer.insert(uid.to_owned(), pod(uid, 0));
+        }
+        pods_writer.mark_synced();
+        actual_writer.mark_synced();
+        let (_refresh, refresh_rx) = tokio::sync::watch::channel(());
+        let shutdown = CancellationToken::new();
+        let populator = Populator::new(pods, pod_actual, writer, renderer.clone());
+        let task = tokio::spawn(populator.run(refresh_rx, shutdown.clone()));
+        let rendered = |uid: &str, labels: usize| {
+            volumes.get(&format!("{uid}/cfg")).is_some_and(|v| {
+                matches!(&v.source, Ok(VolumeSource::Files { files, .. })
+                    if files["cfg"].data == format!("{uid}:{labels}").into_bytes())
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while volumes.len() != 6 {
+            assert!(std::time::Instant::now() < deadline, "the first sync");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(renderer.0.load(Ordering::Relaxed), 3);
+        pods_writer.insert("b".to_owned(), pod("b", 1));
+        while !rendered("b", 1) {
+            assert!(std::time::Instant::now() < deadline, "b's change");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(renderer.0.load(Ordering::Relaxed), 4, "one pod changed: one render");
+        shutdown.cancel();
+        task.await.expect("populator");
     }
 }
