@@ -218,7 +218,7 @@ pub(crate) struct Wiring<'a> {
     pub(crate) pressure: PressureView,
     /// The node's event log (eviction events; image GC records there too).
     pub(crate) events: NodeEvents,
-    /// `kubelet_evictions`, `kubelet_node_pressure`... (the eviction driver's).
+    /// The eviction driver's `kubelet_evictions_total` and `nodelet_node_pressure`.
     pub(crate) metrics: EvictionMetrics,
     pub(crate) engine_metrics: &'a reconcile_engine::Metrics,
     pub(crate) clock: Clock,

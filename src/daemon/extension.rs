@@ -6,11 +6,11 @@
 //! [`ExtensionContext`]: read-only [`Store`]s of the node's pods (desired and actual), their sandboxes,
 //! the admission and eviction verdicts, volumes (desired and actual), its pressure conditions, the node's
 //! stats ([`StatsProvider`]), the shared engine [`Metrics`] (give the engine its own name and its
-//! series carry it as their `reconciler` label), the `/metrics` registry for its own series (made once per registry
-//! through [`ExtensionContext::metrics`]), the
-//! [`Supervisor`] to spawn its tasks on, the shutdown token, the container runtime's CRI client, the node's
-//! event log ([`NodeEvents`]), its wall clock ([`Clock`]) and the list of node-level [`Reclaimer`]s the
-//! eviction pair tries under disk pressure ([`Reclaimers`]).
+//! series carry it as their `reconciler` label), the `/metrics` registry for its own series (each type of
+//! metrics made once per registry through [`ExtensionContext::metrics`]), the [`Supervisor`] to spawn its
+//! tasks on, the shutdown token, the container runtime's CRI client, the node's event log ([`NodeEvents`]), its
+//! wall clock ([`Clock`]) and the list of node-level [`Reclaimer`]s the eviction pair tries under disk
+//! pressure ([`Reclaimers`]).
 //!
 //! nodelet's own pairs are [`Extension`]s too (`super::builtin`): the claim pair, the volume pair, the
 //! sandbox pair, the pod pair, the image pair (image garbage collection) and the eviction pair (with the

@@ -226,11 +226,12 @@ impl<R: Renderer> Populator<R> {
         out.extend(volumes.into_iter().map(|v| (v.key(), v)));
     }
 
-    /// Populates until `shutdown`: first once the pod sources and the pod engine's
+    /// Populates until `shutdown`: first everything once the pod sources and the pod engine's
     /// reconstruction are complete (then the volume store counts as synced, and teardowns of
-    /// volumes nobody needs may start), then on every change of the pods, whenever a pod is
-    /// refused or evicted (with verdicts), whenever `refresh`
-    /// fires (the objects a [`Renderer`] reads changed), and every [`RESYNC_PERIOD`].
+    /// volumes nobody needs may start); then the pods that changed ([`sync_pods`](Self::sync_pods)) on a
+    /// change of the pods, when a pod is refused or evicted (with verdicts) and when a pod that is going
+    /// stops its containers; and everything ([`sync`](Self::sync)) whenever `refresh` fires (the objects a
+    /// [`Renderer`] reads changed) and every [`RESYNC_PERIOD`].
     pub async fn run<T: Send + Sync>(
         mut self,
         mut refresh: tokio::sync::watch::Receiver<T>,
