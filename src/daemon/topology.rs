@@ -77,8 +77,7 @@ use super::error::{Error, Stage, StartCause, StartError};
 use super::extension::{self, BoxError, Extension, ExtensionContext, StatusTables};
 use super::families::NodeFamilies;
 use super::runtime;
-use super::supervisor::TaskRestarts;
-use super::supervisor::{Policy, Supervisor, spawn_tasks};
+use super::supervisor::{Policy, Supervisor, TaskRestarts, spawn_tasks};
 use nodelet_node::node_facts;
 
 use crate::{claims, cluster, config, node, pressure, server};
@@ -167,6 +166,8 @@ pub(crate) async fn run(
     // out of `/metrics`.
     let outer = Supervisor::new(outer_shutdown.clone(), &prometheus::Registry::new())
         .map_err(StartError::at(Stage::Setup))?;
+    // Made before containerd starts: nothing returns early between its start and its shutdown below.
+    let core = Core::new(config.clone(), Host::Real).map_err(StartError::at(Stage::Setup))?;
     // The container runtime: an external CRI endpoint, or nodelet's own containerd.
     let (endpoint, embedded) = match &config.runtime.endpoint {
         Some(endpoint) => {
@@ -188,7 +189,6 @@ pub(crate) async fn run(
             failure = outer.failed() => Err(Error::TaskFailed(failure)),
         }
     };
-    let core = Core::new(config, Host::Real).map_err(StartError::at(Stage::Setup))?;
     let result = run_with_runtime(core, &endpoint, extensions, stop).await;
     // The node's tasks have stopped: now containerd.
     outer_shutdown.cancel();
