@@ -48,6 +48,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::Backoff;
+use super::lane::HeartbeatLane;
 
 /// The signer of kubelet client certificates.
 pub(crate) const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
@@ -509,14 +510,15 @@ fn write_node_kubeconfig(kubeconfig: &Path, bootstrap: &Path, pem: &Path) -> Res
     Ok(())
 }
 
-/// A client (no rate limit: the outer client has it) from `kubeconfig`, its identity replaced by the
-/// certificate and key in `identity` when given; and the kubeconfig's default namespace. Its requests share
-/// one connection ([`super::transport`]).
+/// The clients (no rate limit: the outer client has it) from `kubeconfig`, its identity replaced by the
+/// certificate and key in `identity` when given; and the kubeconfig's default namespace. The requests of
+/// each share one connection ([`super::transport`]); the Lease client's is its own and is driven on `lane`.
 pub(crate) async fn build_client(
     kubeconfig: &Path,
     identity: Option<&Path>,
     node: &str,
-) -> Result<Client, CertError> {
+    lane: &HeartbeatLane,
+) -> Result<NodeClients, CertError> {
     let file = Kubeconfig::read_from(kubeconfig).map_err(kubeconfig_err(kubeconfig))?;
     let mut config = kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
         .await
@@ -532,20 +534,46 @@ pub(crate) async fn build_client(
         auth.token_file = None;
     }
     super::tune(&mut config, node);
-    super::transport::client(config)
-        .map_err(|source| CertError::Client { path: kubeconfig.display().to_string(), source })
+    let client_err = |source| CertError::Client { path: kubeconfig.display().to_string(), source };
+    // The client's request queue (a task kube's client spawns where it is made) goes on the lane with the
+    // connection.
+    let lease = lane
+        .enter(|| super::transport::client(config.clone(), super::transport::Versions::Http1))
+        .map_err(client_err)?;
+    let api = super::transport::client(config, super::transport::Versions::Any).map_err(client_err)?;
+    Ok(NodeClients { api, lease })
+}
+
+/// The clients of the current credentials.
+#[derive(Clone)]
+pub(crate) struct NodeClients {
+    /// Every request but the Lease's: one connection, driven on the process's runtime.
+    pub(crate) api: Client,
+    /// The Lease renewals: a connection of their own (HTTP/1.1, see [`super::transport::Versions::Http1`]),
+    /// driven on the heartbeat lane ([`HeartbeatLane`]).
+    pub(crate) lease: Client,
+}
+
+/// Which of the [`NodeClients`] a [`SwapService`] sends through.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Conn {
+    /// [`NodeClients::api`].
+    Api,
+    /// [`NodeClients::lease`].
+    Lease,
 }
 
 // ------------------------------------------------------------------------------------------------ the client
 
-/// The current inner client; `None` until TLS bootstrap finished.
-pub(crate) type CurrentClient = watch::Receiver<Option<Client>>;
+/// The current inner clients; `None` until TLS bootstrap finished.
+pub(crate) type CurrentClient = watch::Receiver<Option<NodeClients>>;
 
 /// The service below the rate limit of cluster mode's client: every request goes to the client that is
 /// current at that moment. A 401 answer is logged as an error (at most every 30 s).
 #[derive(Clone)]
 pub(crate) struct SwapService {
     current: CurrentClient,
+    conn: Conn,
     unauthorized: Arc<Unauthorized>,
 }
 
@@ -610,7 +638,10 @@ impl tower::Service<http::Request<kube::client::Body>> for SwapService {
     }
 
     fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
-        let inner = self.current.borrow().clone();
+        let inner = self.current.borrow().as_ref().map(|c| match self.conn {
+            Conn::Api => c.api.clone(),
+            Conn::Lease => c.lease.clone(),
+        });
         let unauthorized = self.unauthorized.clone();
         Box::pin(async move {
             let Some(inner) = inner else {
@@ -632,18 +663,20 @@ pub(crate) fn swapping_client(
     layer: &super::ratelimit::RateLimitLayer,
     default_namespace: &str,
 ) -> Client {
-    let service = tower::Layer::layer(layer, SwapService { current, unauthorized });
+    let service = tower::Layer::layer(layer, SwapService { current, conn: Conn::Api, unauthorized });
     Client::new(service, default_namespace)
 }
 
 /// The heartbeat client: a [`SwapService`] without the rate limit (the kubelet's heartbeat client has
-/// `QPS = -1`), over the same connection as [`swapping_client`].
+/// `QPS = -1`), over `conn`: the connection of [`swapping_client`] ([`Conn::Api`]) or the Lease's
+/// ([`Conn::Lease`]).
 pub(crate) fn heartbeat_client(
     current: CurrentClient,
+    conn: Conn,
     unauthorized: Arc<Unauthorized>,
     default_namespace: &str,
 ) -> Client {
-    Client::new(SwapService { current, unauthorized }, default_namespace)
+    Client::new(SwapService { current, conn, unauthorized }, default_namespace)
 }
 
 // ------------------------------------------------------------------------------------------------ metrics
@@ -699,9 +732,12 @@ pub(crate) struct ClientCertConfig {
 pub(crate) struct ClientCerts {
     /// The rate-limited client that follows the current certificate.
     pub(crate) client: Client,
-    /// The same connection without the rate limit, for the Lease and the Node status only (the kubelet's
-    /// heartbeat client, `QPS = -1`): a node's heartbeat never queues behind its other requests.
+    /// The same connection without the rate limit, for the Node status only (the kubelet's heartbeat
+    /// client, `QPS = -1`): a node's status never queues behind its other requests.
     pub(crate) heartbeat: Client,
+    /// The Lease's client: no rate limit either, over the Lease's own connection, which runs on the
+    /// heartbeat lane.
+    pub(crate) lease: Client,
     /// The current inner client (`None` until bootstrap finished).
     pub(crate) current: CurrentClient,
 }
@@ -721,6 +757,7 @@ pub(crate) async fn start_client(
     config: &ClientCertConfig,
     layer: &super::ratelimit::RateLimitLayer,
     metrics: &CertMetrics,
+    lane: &HeartbeatLane,
     shutdown: &CancellationToken,
 ) -> Result<(ClientCerts, NamedTask), CertError> {
     let store = PemStore::new(&config.cert_dir, "nodelet-client");
@@ -742,6 +779,7 @@ pub(crate) async fn start_client(
         tx: watch::Sender::new(None),
         unauthorized: unauthorized.clone(),
         metrics: metrics.clone(),
+        lane: lane.clone(),
     };
     match (&config.bootstrap_kubeconfig, kubeconfig_cert) {
         (Some(bootstrap), cert) if !matches!(&cert, Some(Ok(info)) if !info.expired_at(now)) => {
@@ -774,8 +812,8 @@ pub(crate) async fn start_client(
             } else {
                 task.info = cert;
             }
-            let client = build_client(&config.kubeconfig, task.identity.as_deref(), node).await?;
-            task.tx.send_replace(Some(client));
+            let clients = build_client(&config.kubeconfig, task.identity.as_deref(), node, lane).await?;
+            task.tx.send_replace(Some(clients));
             unauthorized.set_identity(task.info.clone());
             match &task.info {
                 Some(info) if info.expired_at(now) => error!(
@@ -801,9 +839,11 @@ pub(crate) async fn start_client(
     let current = task.tx.subscribe();
     let default_ns = "default";
     let client = swapping_client(current.clone(), unauthorized.clone(), layer, default_ns);
-    let heartbeat = heartbeat_client(current.clone(), unauthorized, default_ns);
+    let heartbeat = heartbeat_client(current.clone(), Conn::Api, unauthorized.clone(), default_ns);
+    // The outer client's request queue runs on the lane too.
+    let lease = lane.enter(|| heartbeat_client(current.clone(), Conn::Lease, unauthorized, default_ns));
     let task = NamedTask::new("client-certificate", Lifetime::Bounded, task.run(shutdown.clone()));
-    Ok((ClientCerts { client, heartbeat, current }, task))
+    Ok((ClientCerts { client, heartbeat, lease, current }, task))
 }
 
 /// The client certificate's task: bootstrap when needed, then rotation (or, without rotation, the TTL
@@ -817,9 +857,11 @@ struct ClientTask {
     identity: Option<PathBuf>,
     /// The certificate in use; `None` before bootstrap (or with token credentials).
     info: Option<CertInfo>,
-    tx: watch::Sender<Option<Client>>,
+    tx: watch::Sender<Option<NodeClients>>,
     unauthorized: Arc<Unauthorized>,
     metrics: CertMetrics,
+    /// Where the Lease clients' connections run.
+    lane: HeartbeatLane,
 }
 
 impl ClientTask {
@@ -907,8 +949,8 @@ impl ClientTask {
     async fn csr_client(&self) -> Result<Client, CertError> {
         let expired = self.info.as_ref().is_none_or(|i| i.expired_at(now_unix()));
         match (&self.config.bootstrap_kubeconfig, expired) {
-            (Some(bootstrap), true) => build_client(bootstrap, None, &self.node).await,
-            _ => self.tx.borrow().clone().ok_or(CertError::NoCredentials),
+            (Some(bootstrap), true) => Ok(build_client(bootstrap, None, &self.node, &self.lane).await?.api),
+            _ => self.tx.borrow().as_ref().map(|c| c.api.clone()).ok_or(CertError::NoCredentials),
         }
     }
 
@@ -925,7 +967,7 @@ impl ClientTask {
         .await?;
         let bootstrap = self.config.bootstrap_kubeconfig.as_deref().ok_or(CertError::NoCredentials)?;
         write_node_kubeconfig(&self.config.kubeconfig, bootstrap, &self.store.current_path())?;
-        let client = build_client(&self.config.kubeconfig, None, &self.node).await?;
+        let client = build_client(&self.config.kubeconfig, None, &self.node, &self.lane).await?;
         info!(subject = %info.subject, not_after = %format_unix(info.not_after), "TLS bootstrap done");
         self.set(client, info);
         Ok(())
@@ -947,13 +989,14 @@ impl ClientTask {
         let identity = self.store.current_path();
         let points_at_store = kubeconfig_points_at(&self.config.kubeconfig, &identity);
         self.identity = (!points_at_store).then_some(identity);
-        let client = build_client(&self.config.kubeconfig, self.identity.as_deref(), &self.node).await?;
+        let client =
+            build_client(&self.config.kubeconfig, self.identity.as_deref(), &self.node, &self.lane).await?;
         info!(subject = %info.subject, not_after = %format_unix(info.not_after), "rotated the client certificate; API requests use it from now on");
         self.set(client, info);
         Ok(())
     }
 
-    fn set(&mut self, client: Client, info: CertInfo) {
+    fn set(&mut self, client: NodeClients, info: CertInfo) {
         self.metrics.client_ttl.set((info.not_after - now_unix()) as f64);
         self.unauthorized.set_identity(Some(info.clone()));
         self.info = Some(info);
@@ -1073,12 +1116,23 @@ impl ServingCerts {
 mod tests {
     use super::*;
 
-    /// An inner client that answers every request at once with an empty object.
-    fn answering_client() -> Client {
-        let service = tower::service_fn(|_req: http::Request<kube::client::Body>| async {
-            crate::test_support::json_response(200, "{}")
+    /// An inner client that answers every request at once with an empty object, counting them in `count`.
+    fn answering_client(count: Arc<std::sync::atomic::AtomicUsize>) -> Client {
+        let service = tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+            count.fetch_add(1, Ordering::Relaxed);
+            async { crate::test_support::json_response(200, "{}") }
         });
         Client::new(service, "default")
+    }
+
+    /// Inner clients that answer at once, and how many requests each (`api`, `lease`) got.
+    fn answering_clients() -> (NodeClients, [Arc<std::sync::atomic::AtomicUsize>; 2]) {
+        let counts: [Arc<std::sync::atomic::AtomicUsize>; 2] = Default::default();
+        let clients = NodeClients {
+            api: answering_client(counts[0].clone()),
+            lease: answering_client(counts[1].clone()),
+        };
+        (clients, counts)
     }
 
     /// How long three requests through `client` take (paused time: the rate limit's waits only).
@@ -1092,15 +1146,20 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_heartbeat_client_shares_the_connection_but_not_the_rate_limit() {
-        let current = watch::channel(Some(answering_client())).1;
+    async fn the_heartbeat_clients_skip_the_rate_limit_and_the_lease_has_its_own_connection() {
+        let (clients, [api, lease]) = answering_clients();
+        let current = watch::channel(Some(clients)).1;
         let unauthorized = Arc::new(Unauthorized::default());
         // One request per 10 s after a burst of one.
         let layer = super::super::ratelimit::RateLimitLayer::new(0.1, 1);
         let limited = swapping_client(current.clone(), unauthorized.clone(), &layer, "default");
-        let heartbeat = heartbeat_client(current, unauthorized, "default");
+        let status = heartbeat_client(current.clone(), Conn::Api, unauthorized.clone(), "default");
+        let leases = heartbeat_client(current, Conn::Lease, unauthorized, "default");
         assert!(three_requests(&limited).await >= Duration::from_secs(19), "the rate limit holds");
-        assert_eq!(three_requests(&heartbeat).await, Duration::ZERO, "the heartbeat never waits for it");
+        assert_eq!(three_requests(&status).await, Duration::ZERO, "the status patches never wait for it");
+        assert_eq!(three_requests(&leases).await, Duration::ZERO, "nor do the Lease renewals");
+        assert_eq!(api.load(Ordering::Relaxed), 6, "the limited client and the status share a connection");
+        assert_eq!(lease.load(Ordering::Relaxed), 3, "the Lease's connection is its own");
     }
 
     fn sample(not_before: i64, not_after: i64) -> CertInfo {

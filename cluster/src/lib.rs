@@ -13,7 +13,8 @@
 //! Every API call goes through one [`kube::Client`] with the kubelet's client-side rate limit
 //! (`kubeAPIQPS`, `kubeAPIBurst`; see `ratelimit`), which forwards each request to the client of the
 //! current client certificate (`certificates`: TLS bootstrap, rotation, the serving certificate), whose
-//! requests share one HTTP/2 connection (`transport`). With
+//! requests share one HTTP/2 connection (`transport`); the Lease renewals alone have a connection of their
+//! own, and run on the heartbeat lane, a thread of their own ([`lane`]). With
 //! TLS bootstrap the tasks below start once the certificate is issued. None of these tasks ever stops or restarts a
 //! pod because the API server is unreachable: each retries with back-off and catches up when the API
 //! server is back, and the pod source keeps its last complete list meanwhile.
@@ -25,6 +26,7 @@
 pub(crate) mod certificates;
 pub mod csinode;
 pub(crate) mod events;
+pub mod lane;
 pub(crate) mod mirror;
 pub(crate) mod node;
 pub mod podobjects;
@@ -57,6 +59,7 @@ use std::time::Duration;
 use kube::Client;
 
 pub use certificates::{CertError, CertMetrics};
+pub use lane::HeartbeatLane;
 use nodelet_resources::common::task::Lifetime::Bounded;
 use nodelet_resources::common::task::NamedTask;
 pub use pods::fingerprint;
@@ -160,8 +163,12 @@ pub(crate) fn is_status(e: &kube::Error, code: u16) -> bool {
 /// API pod source.
 pub struct Cluster {
     client: Client,
-    /// The unthrottled client of the Lease and the Node status (see `certificates::ClientCerts`).
+    /// The unthrottled client of the Node status (see `certificates::ClientCerts`).
     heartbeat: Client,
+    /// The Lease's client, over a connection of its own on `lane`.
+    lease: Client,
+    /// Where the Lease renewals run.
+    lane: HeartbeatLane,
     pod_data: podobjects::PodData,
     /// The current inner client; the tasks start once it is there (after TLS bootstrap).
     current: certificates::CurrentClient,
@@ -202,12 +209,14 @@ impl Cluster {
     /// Sets up the client of `cluster` (TLS bootstrap in the background when needed, certificate
     /// rotation; see `certificates`) and adds the API pod source ("api") to `pod_config`; returns it with
     /// its tasks for the daemon to spawn, in order: `client-certificate` and `source-api` (each may end, both
-    /// end at `shutdown`). The certificate manager records into `metrics`.
+    /// end at `shutdown`). The certificate manager records into `metrics`; the Lease renewals and their
+    /// connection run on `lane`.
     pub async fn connect(
         node_name: &str,
         cluster: &crate::config::ClusterConfig,
         pod_config: &crate::sources::PodConfig,
         metrics: CertMetrics,
+        lane: HeartbeatLane,
         shutdown: &tokio_util::sync::CancellationToken,
     ) -> Result<(Self, Vec<NamedTask>), ClusterError> {
         let layer = ratelimit::RateLimitLayer::new(cluster.kube_api_qps, cluster.kube_api_burst);
@@ -221,6 +230,7 @@ impl Cluster {
             },
             &layer,
             &metrics,
+            &lane,
             shutdown,
         )
         .await?;
@@ -246,6 +256,8 @@ impl Cluster {
                 services: services::ApiServices::default(),
                 client: certs.client,
                 heartbeat: certs.heartbeat,
+                lease: certs.lease,
+                lane,
                 current: certs.current,
                 snapshot,
                 serving,
@@ -357,7 +369,11 @@ impl Cluster {
         }
         let node_sync = node::NodeSync::new(
             self.client.clone(),
-            self.heartbeat.clone(),
+            node::Heartbeats {
+                status: self.heartbeat.clone(),
+                lease: self.lease.clone(),
+                lane: self.lane.clone(),
+            },
             node_name.to_owned(),
             node::NodeSyncConfig {
                 register: cluster.register_node,

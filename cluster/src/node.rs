@@ -13,10 +13,12 @@
 //!   every quarter of it plus up to 4 % more, random (10 to 10.4 s by default; the kubelet's lease controller
 //!   renews with the same jitter), owned by the Node so it goes with it.
 //!
-//! The Lease renewals and the status patches go through the heartbeat client: the node's connection
-//! without its rate limit (`kubeAPIQPS`), as the kubelet's heartbeat client (`QPS = -1`), so they never
-//! queue behind the node's other requests; each is given up after `nodeStatusUpdateFrequency` (at most
-//! the lease duration), the kubelet's heartbeat timeout. Registration uses the rate-limited client.
+//! The Lease renewals and the status patches go through heartbeat clients without the rate limit
+//! (`kubeAPIQPS`), as the kubelet's heartbeat client (`QPS = -1`), so they never queue behind the node's
+//! other requests: the status patches over the node's connection, the Lease renewals over a connection of
+//! their own, and they run on the heartbeat lane (`super::lane`), so a node whose runtime is busy still
+//! renews on time. Each is given up after `nodeStatusUpdateFrequency` (at most the lease duration), the
+//! kubelet's heartbeat timeout. Registration uses the rate-limited client.
 //!
 //! A failed call is retried with back-off; nothing here ever touches a pod.
 
@@ -33,6 +35,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::lane::HeartbeatLane;
 use super::{Backoff, is_status};
 use crate::server::NodeView;
 
@@ -81,6 +84,16 @@ impl NodeRef {
     }
 }
 
+/// The heartbeats' clients and where the Lease renewals run.
+pub(crate) struct Heartbeats {
+    /// The status patches: the node's connection, unthrottled.
+    pub(crate) status: kube::Client,
+    /// The Lease renewals: their own connection, on `lane`.
+    pub(crate) lease: kube::Client,
+    /// Where the Lease renewals run.
+    pub(crate) lane: HeartbeatLane,
+}
+
 /// Keeps the Node and its Lease; see the [module docs](self).
 pub(crate) struct NodeSync<V> {
     /// Registration (the rate-limited client).
@@ -88,6 +101,7 @@ pub(crate) struct NodeSync<V> {
     /// The status patches (the heartbeat client).
     statuses: Api<Node>,
     leases: Api<Lease>,
+    lane: HeartbeatLane,
     name: String,
     config: NodeSyncConfig,
     view: Arc<V>,
@@ -103,11 +117,11 @@ impl<V> std::fmt::Debug for NodeSync<V> {
 
 impl<V: NodeView> NodeSync<V> {
     /// Keeps Node `name` from `view` (and the runtime's images from `cri`): registers it through
-    /// `client`, patches its status and renews its Lease through `heartbeat` (unthrottled, as the kubelet's
-    /// heartbeat client).
+    /// `client`, patches its status and renews its Lease through the `heartbeats` clients (unthrottled, as
+    /// the kubelet's heartbeat client), the renewals on its lane.
     pub(crate) fn new(
         client: kube::Client,
-        heartbeat: kube::Client,
+        heartbeats: Heartbeats,
         name: String,
         config: NodeSyncConfig,
         view: Arc<V>,
@@ -115,8 +129,9 @@ impl<V: NodeView> NodeSync<V> {
     ) -> Self {
         Self {
             nodes: Api::all(client),
-            statuses: Api::all(heartbeat.clone()),
-            leases: Api::namespaced(heartbeat, LEASE_NAMESPACE),
+            statuses: Api::all(heartbeats.status),
+            leases: Api::namespaced(heartbeats.lease, LEASE_NAMESPACE),
+            lane: heartbeats.lane,
             name,
             config,
             view,
@@ -139,8 +154,14 @@ impl<V: NodeView> NodeSync<V> {
             timeout: heartbeat_timeout(&self.config),
             registered: self.registered(),
         };
-        // Both on this task: a panic of either is the task's.
-        tokio::join!(renewer.run(shutdown.clone()), self.update_status(shutdown));
+        // The renewals on the lane, aborted when this task ends; a panic of either is this task's.
+        let renewals = self.lane.spawn(renewer.run(shutdown.clone()));
+        let (renewed, ()) = tokio::join!(renewals, self.update_status(shutdown));
+        if let Err(e) = renewed
+            && e.is_panic()
+        {
+            std::panic::resume_unwind(e.into_panic());
+        }
     }
 
     /// The Node as this node would register it.
@@ -474,6 +495,29 @@ mod tests {
         assert_eq!(times.len(), 1, "{times:?}");
         let at = times[0] - start;
         assert!(at >= Duration::from_millis(10_200) && at <= Duration::from_millis(10_240), "{at:?}");
+    }
+
+    #[test]
+    fn the_lease_is_renewed_on_its_lane_while_the_nodes_runtime_is_blocked() {
+        let lane = HeartbeatLane::start().expect("lane");
+        let node = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let renewed = node.block_on(async {
+            // Made on the lane, as the Lease's client is: its request queue runs there.
+            let (client, answered) = lane.enter(|| lease_server(0));
+            // Renewed every second.
+            let renewer = LeaseRenewer { duration: Duration::from_secs(4), ..renewer(client) };
+            let shutdown = CancellationToken::new();
+            let renewals = lane.spawn(renewer.run(shutdown.clone()));
+            // The node's runtime (one thread) is busy for 3.5 s without a pause: its thread is blocked, which
+            // is what this test is about (tokio's paused time would not block it).
+            #[allow(clippy::disallowed_methods)]
+            std::thread::sleep(Duration::from_millis(3_500));
+            shutdown.cancel();
+            drop(renewals);
+            answered.lock().expect("lock").len()
+        });
+        // At 0, 1, 2 and 3 s; 3 leaves room for a slow machine.
+        assert!(renewed >= 3, "{renewed} renewals in 3.5 s");
     }
 
     #[test]

@@ -4,13 +4,14 @@
 //! kube-client's own stack (`kube::client::ClientBuilder::try_from`) speaks HTTP/1 only, so each watch
 //! holds a connection of its own (hyper's read and write buffers, its dispatch channel and a TLS session
 //! each). [`client`] builds the same stack from kube's public pieces ([`kube::client::ConfigExt`]) over a
-//! hyper client that also speaks HTTP/2: every request of the client (its watches, the Lease, patches,
-//! events) is a stream of one connection. Each layer kube-client adds is added here the same way: the
+//! hyper client that also speaks HTTP/2: every request of the client (its watches, patches, events) is
+//! a stream of one connection. Each layer kube-client adds is added here the same way: the
 //! TLS configuration with the kubeconfig's identity and CA (and `tls-server-name`), the connect, read and
 //! write timeouts of the connection ([`super::tune`]), the base URI, the retry of server errors, the
 //! authentication (tokens, token files and exec plugins refreshed as kube-client does), the extra headers
 //! (user agent, impersonation) and the `HTTP` tracing span of each request. A kubeconfig with a
-//! `proxy-url` keeps kube-client's HTTP/1 stack. Not set: the expiry kube-client records of a certificate an
+//! `proxy-url` keeps kube-client's HTTP/1 stack. The Lease's client offers HTTP/1.1 alone
+//! ([`Versions::Http1`]). Not set: the expiry kube-client records of a certificate an
 //! exec plugin returns (`kube::Client::valid_until`, which nodelet does not read).
 //!
 //! A dead HTTP/2 connection is found by pings, as client-go's (`ReadIdleTimeout` 30 s, `PingTimeout`
@@ -40,10 +41,22 @@ pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(15);
 /// The TLS sessions a client keeps for resumption.
 const TLS_SESSIONS: usize = 4;
 
-/// A client of `config` (no rate limit) whose requests share one connection: HTTP/2 when the server
-/// negotiates it, else HTTP/1 (a plain `http://` server). A `proxy-url` in `config` gives kube-client's
-/// own (HTTP/1) client.
-pub(crate) fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+/// The HTTP versions a client offers the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Versions {
+    /// HTTP/2 when the server negotiates it, else HTTP/1 (a plain `http://` server): every request of the
+    /// client is a stream of one connection.
+    Any,
+    /// HTTP/1.1 only: one request at a time on a connection, and a request given up before its answer
+    /// closes its connection, so the next one never waits on a connection that stopped answering. For a
+    /// client that sends one small request at a time (the Lease renewals): lighter than an HTTP/2
+    /// connection (no header tables, no stream bookkeeping).
+    Http1,
+}
+
+/// A client of `config` (no rate limit) whose requests share one connection, with the HTTP `versions`
+/// it offers. A `proxy-url` in `config` gives kube-client's own (HTTP/1) client.
+pub(crate) fn client(config: kube::Config, versions: Versions) -> Result<kube::Client, kube::Error> {
     if config.proxy_url.is_some() {
         return Ok(kube::client::ClientBuilder::try_from(config)?.build());
     }
@@ -68,8 +81,11 @@ pub(crate) fn client(config: kube::Config) -> Result<kube::Client, kube::Error> 
             .map_err(|e| kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e)))?;
         https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
-    // ALPN offers h2 and http/1.1
-    let https = https.enable_all_versions().wrap_connector(http);
+    // ALPN offers h2 and http/1.1, or http/1.1 alone
+    let https = match versions {
+        Versions::Any => https.enable_all_versions().wrap_connector(http),
+        Versions::Http1 => https.enable_http1().wrap_connector(http),
+    };
     let mut connector = hyper_timeout::TimeoutConnector::new(https);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);

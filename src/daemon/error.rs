@@ -132,6 +132,9 @@ pub(crate) enum StartCause {
         #[source]
         source: std::io::Error,
     },
+    /// Cluster mode's heartbeat thread (`cluster::HeartbeatLane`) could not be started.
+    #[error("cannot start the thread that renews the node's Lease")]
+    HeartbeatLane(#[source] std::io::Error),
     /// The container runtime's endpoint is not one nodelet can connect to.
     #[error("bad container runtime endpoint {endpoint}")]
     Endpoint {

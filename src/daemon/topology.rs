@@ -115,6 +115,9 @@ pub(crate) struct Core {
     /// container GC (the built-in extension `pods`), image GC (the built-in extension `images`), the
     /// extensions'.
     pub(crate) reclaimers: Reclaimers,
+    /// Where cluster mode renews the Lease ([`cluster::HeartbeatLane`]): given for hollow nodes (the
+    /// process's one lane); a real node starts its own when it joins a cluster.
+    pub(crate) heartbeat_lane: Option<cluster::HeartbeatLane>,
 }
 
 impl Core {
@@ -140,7 +143,13 @@ impl Core {
             clock: system_clock(),
             events: NodeEvents::new(),
             reclaimers: Reclaimers::new(),
+            heartbeat_lane: None,
         })
+    }
+
+    /// This core with cluster mode's Lease renewals on `lane`.
+    pub(crate) fn with_heartbeat_lane(self, lane: cluster::HeartbeatLane) -> Self {
+        Self { heartbeat_lane: Some(lane), ..self }
     }
 }
 
@@ -203,15 +212,18 @@ pub(crate) async fn run(
 
 /// One hollow node (`nodelet hollow`, see [`crate::hollow`]): the same pairs, sources and cluster tasks as
 /// a real node, over the runtime at `endpoint` (the hollow node's fake runtime) and a host that mounts
-/// nothing ([`Host::Hollow`]), recording into `metrics` (the process's, shared by its hollow nodes), until
-/// `stop` is cancelled or a task fails.
+/// nothing ([`Host::Hollow`]), recording into `metrics` and renewing its Lease on `lane` (the process's,
+/// shared by its hollow nodes), until `stop` is cancelled or a task fails.
 pub(crate) async fn run_hollow(
     config: Arc<config::Config>,
     endpoint: &str,
     metrics: NodeFamilies,
+    lane: cluster::HeartbeatLane,
     stop: CancellationToken,
 ) -> Result<(), Error> {
-    let core = Core::with_metrics(config, Host::Hollow, metrics).map_err(StartError::at(Stage::Setup))?;
+    let core = Core::with_metrics(config, Host::Hollow, metrics)
+        .map_err(StartError::at(Stage::Setup))?
+        .with_heartbeat_lane(lane);
     let stop = async move {
         stop.cancelled().await;
         Ok(())
@@ -535,11 +547,16 @@ pub(crate) async fn start_sources(core: &Core) -> Result<Sources, StartCause> {
     // Cluster mode: the API server is one more source.
     let cluster = match &config.cluster {
         Some(c) => {
+            let lane = match &core.heartbeat_lane {
+                Some(lane) => lane.clone(),
+                None => cluster::HeartbeatLane::start().map_err(StartCause::HeartbeatLane)?,
+            };
             let (cluster, tasks) = cluster::Cluster::connect(
                 &config.node_name,
                 c,
                 &pod_config,
                 core.metrics.main.get(cluster::CertMetrics::new)?,
+                lane,
                 shutdown,
             )
             .await?;

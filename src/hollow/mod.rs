@@ -56,6 +56,9 @@ pub(crate) enum HollowError {
         #[source]
         source: std::io::Error,
     },
+    /// The thread that renews the nodes' Leases cannot be started.
+    #[error("cannot start the thread that renews the nodes' Leases: {0}")]
+    HeartbeatLane(#[source] std::io::Error),
     /// A signal handler cannot be installed.
     #[error("signal handler: {0}")]
     Signal(#[source] std::io::Error),
@@ -141,6 +144,8 @@ pub(crate) async fn run(args: &HollowArgs) -> Result<(), HollowError> {
     tracing::info!(nodes = nodes.len(), root = %root_dir.display(), "starting hollow nodes");
     // One set of metrics for every node of the process: none serves `/metrics`.
     let metrics = crate::daemon::NodeFamilies::default();
+    // One thread renews every node's Lease, each over its own connection (see `HeartbeatLane`).
+    let lane = crate::cluster::HeartbeatLane::start().map_err(HollowError::HeartbeatLane)?;
     for (index, name, root, socket, config) in nodes {
         let runtime = fake_cri::FakeCri::new(index, root.clone());
         let (runtime_stop, node_stop) = (stop.clone(), stop.clone());
@@ -152,9 +157,9 @@ pub(crate) async fn run(args: &HollowArgs) -> Result<(), HollowError> {
             }
         });
         let endpoint = format!("unix://{}", socket.display());
-        let metrics = metrics.clone();
+        let (metrics, lane) = (metrics.clone(), lane.clone());
         tasks.spawn(async move {
-            match crate::daemon::run_hollow(config, &endpoint, metrics, node_stop).await {
+            match crate::daemon::run_hollow(config, &endpoint, metrics, lane, node_stop).await {
                 Ok(()) => tracing::info!(node = %name, "hollow node stopped"),
                 Err(e) => tracing::error!(node = %name, error = %e, "hollow node failed"),
             }
