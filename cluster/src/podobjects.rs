@@ -13,7 +13,7 @@
 //!   projection asks, bound to the pod (name and UID). A token is asked for the first time the volume
 //!   renders (the render waits, with no `FailedMount` event, then is redone as soon as the token is there;
 //!   a failed request is a `FailedMount`; up to 16 requests are in flight at once, so a node starting many
-//!   pods waits about one round trip), and again when 80 % of
+//!   pods waits about one round trip; a token issued re-renders its pod's volumes alone), and again when 80 % of
 //!   its lifetime or 24 hours have passed; the old one is served until the new one is there. Tokens of
 //!   pods that are gone are dropped. A failed request is tried again after 0.5 s, doubling to at most
 //!   32 s, as the kubelet's volume manager retries a failed mount: not sooner, however often the volumes
@@ -47,7 +47,7 @@ use nodelet_host::files::{ObjectLookup, TokenError};
 use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::model::volumes::{BoundVolumeError, ClaimLookup};
 use nodelet_resources::pod::validation::CONFIG_SOURCE_ANNOTATION;
-use reconcile_engine::Store;
+use reconcile_engine::{Store, Subscription, Writer};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -110,8 +110,9 @@ struct Claim {
     next_check: tokio::time::Instant,
 }
 
-#[derive(Default)]
 struct State {
+    /// The pods that hold a token: written (and its subscribers told) at each token issued for the pod.
+    issued: Writer<PodUid, ()>,
     objects: HashMap<ObjectKey, Watched>,
     /// Claims by (namespace, name).
     claims: HashMap<(String, String), Claim>,
@@ -143,6 +144,8 @@ impl Retry {
 #[derive(Clone)]
 pub struct PodData {
     state: Arc<Mutex<State>>,
+    /// The reader of `State::issued`.
+    issued: Store<PodUid, ()>,
     wake: Arc<Notify>,
     changed: watch::Sender<()>,
 }
@@ -162,12 +165,31 @@ impl Default for PodData {
 impl PodData {
     /// Nothing yet; its `run` fills it.
     pub fn new() -> Self {
-        Self { state: Arc::default(), wake: Arc::new(Notify::new()), changed: watch::channel(()).0 }
+        let (issued, writer) = reconcile_engine::store();
+        let state = State {
+            issued: writer,
+            objects: HashMap::new(),
+            claims: HashMap::new(),
+            tokens: HashMap::new(),
+            wanted: HashMap::new(),
+            retries: HashMap::new(),
+        };
+        Self {
+            state: Arc::new(Mutex::new(state)),
+            issued,
+            wake: Arc::new(Notify::new()),
+            changed: watch::channel(()).0,
+        }
     }
 
-    /// Changes whenever an object or a token changed (the volumes must be rendered again).
+    /// Changes whenever an object or a claim changed (every pod's volumes must be rendered again).
     pub(crate) fn subscribe(&self) -> watch::Receiver<()> {
         self.changed.subscribe()
+    }
+
+    /// The pods a token was issued for since the last drain (only their volumes must be rendered again).
+    pub fn tokens_issued(&self) -> Subscription<PodUid> {
+        self.issued.subscribe()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -247,6 +269,9 @@ impl PodData {
             live.insert(uid.clone());
         });
         state.tokens.retain(|k, _| live.contains(&k.pod_uid));
+        for gone in self.issued.keys().into_iter().filter(|uid| !live.contains(uid)) {
+            state.issued.remove(&gone);
+        }
         state.wanted.retain(|k, _| live.contains(&k.pod_uid));
         state.retries.retain(|k, _| live.contains(&k.pod_uid));
     }
@@ -397,9 +422,9 @@ impl PodData {
                     let mut state = self.lock();
                     state.wanted.remove(&key);
                     state.retries.remove(&key);
+                    // Its pod's volumes render again (the pod's alone).
+                    state.issued.insert(key.pod_uid.clone(), ());
                     state.tokens.insert(key, token);
-                    drop(state);
-                    self.changed.send_replace(());
                 }
                 Err(e) => {
                     tracing::warn!(
@@ -721,6 +746,27 @@ mod tests {
         tokio::time::sleep_until(start + Duration::from_millis(3_600)).await;
         assert_eq!(calls.load(Ordering::SeqCst), 4);
         assert_eq!(render().map(|r| r.ok()), Some(Some("issued".to_owned())));
+        shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_token_issued_names_its_pod_and_does_not_refresh_every_pod() {
+        let (client, calls) = token_server(0);
+        let (data, pod, shutdown) = start(client);
+        let issued = data.tokens_issued();
+        let everything = data.subscribe();
+        assert!(matches!(
+            data.service_account_token(&pod, "", 3600),
+            Some(Err(TokenError::Requesting { .. }))
+        ));
+        tokio::time::timeout(Duration::from_secs(1), issued.changed()).await.expect("the pod is named");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(issued.drain(), vec!["u1".to_owned()]);
+        assert!(!everything.has_changed().expect("open"), "no refresh of every pod for a token");
+        assert_eq!(
+            data.service_account_token(&pod, "", 3600).map(|r| r.ok()),
+            Some(Some("issued".to_owned()))
+        );
         shutdown.cancel();
     }
 

@@ -775,6 +775,7 @@ pub(crate) fn volume_stores(
             claims: storage.claim_view.clone(),
             objects: src.objects.clone(),
             refresh: (refresh_tx.clone(), refresh),
+            tokens_issued: src.cluster.as_ref().map(|c| c.pod_data().tokens_issued()),
         },
         builtin::volumes::ClaimVolumeStats {
             csi: storage.csi.clone(),

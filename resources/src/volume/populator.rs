@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Volume};
 use reconcile_engine::CancellationToken;
-use reconcile_engine::{Store, Writer};
+use reconcile_engine::{Store, Subscription, Writer};
 
 use super::desired::{
     CsiSource, DesiredVolume, FsGroup, RenderError, SourceError, VolumeKey, VolumeSource, split_key,
@@ -38,6 +38,8 @@ pub struct Populator<R> {
     renderer: Arc<R>,
     claims: Option<Arc<dyn ClaimLookup>>,
     verdicts: Option<Store<PodUid, crate::model::verdict::Verdict>>,
+    /// Pods whose rendered content changed outside the stores (a token issued for them).
+    pod_refresh: Option<Subscription<PodUid>>,
 }
 
 impl<R> std::fmt::Debug for Populator<R> {
@@ -57,7 +59,7 @@ impl<R: Renderer> Populator<R> {
         writer: Writer<VolumeKey, DesiredVolume>,
         renderer: Arc<R>,
     ) -> Self {
-        Self { pods, pod_actual, writer, renderer, claims: None, verdicts: None }
+        Self { pods, pod_actual, writer, renderer, claims: None, verdicts: None, pod_refresh: None }
     }
 
     /// Releases the volumes of pods evicted or refused (their verdict in `verdicts`, read-only)
@@ -72,6 +74,13 @@ impl<R: Renderer> Populator<R> {
     /// through `claims`. A claim that is not bound gets no desired volume (the pod waits).
     pub fn with_claims(mut self, claims: Arc<dyn ClaimLookup>) -> Self {
         self.claims = Some(claims);
+        self
+    }
+
+    /// Renders again the volumes of the pods `pods` names (and theirs only) whenever it does: what their
+    /// renderer reads changed for those pods alone (a service-account token issued for them).
+    pub fn with_pod_refresh(mut self, pods: Subscription<PodUid>) -> Self {
+        self.pod_refresh = Some(pods);
         self
     }
 
@@ -230,8 +239,9 @@ impl<R: Renderer> Populator<R> {
     /// reconstruction are complete (then the volume store counts as synced, and teardowns of
     /// volumes nobody needs may start); then the pods that changed ([`sync_pods`](Self::sync_pods)) on a
     /// change of the pods, when a pod is refused or evicted (with verdicts) and when a pod that is going
-    /// stops its containers; and everything ([`sync`](Self::sync)) whenever `refresh` fires (the objects a
-    /// [`Renderer`] reads changed) and every [`RESYNC_PERIOD`].
+    /// stops its containers, and when the pod refresh ([`with_pod_refresh`](Self::with_pod_refresh)) names
+    /// them; and everything ([`sync`](Self::sync)) whenever `refresh` fires (the objects a [`Renderer`]
+    /// reads changed) and every [`RESYNC_PERIOD`].
     pub async fn run<T: Send + Sync>(
         mut self,
         mut refresh: tokio::sync::watch::Receiver<T>,
@@ -278,6 +288,12 @@ impl<R: Renderer> Populator<R> {
                 } => {
                     Some(verdict_sub.as_ref().map(|sub| sub.drain().into_iter().filter(|uid| self.is_stopped(uid)).collect()).unwrap_or_default())
                 }
+                () = async {
+                    match &self.pod_refresh {
+                        Some(sub) => sub.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => Some(self.pod_refresh.as_ref().map(Subscription::drain).unwrap_or_default()),
                 r = refresh.changed(), if !refresh_closed => { refresh_closed = r.is_err(); None }
                 _ = resync.tick() => None,
             };
@@ -638,6 +654,42 @@ mod sync_tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(renderer.0.load(Ordering::Relaxed), 4, "one pod changed: one render");
+        shutdown.cancel();
+        task.await.expect("populator");
+    }
+
+    #[tokio::test]
+    async fn a_pod_refresh_renders_only_the_pods_it_names() {
+        let (pods, mut pods_writer) = reconcile_engine::store();
+        let (pod_actual, mut actual_writer) = reconcile_engine::store::<PodUid, PodActual>();
+        let (volumes, writer) = reconcile_engine::store();
+        // What cluster mode's pod data writes when a token is issued for a pod.
+        let (issued, mut issued_writer) = reconcile_engine::store::<PodUid, ()>();
+        let renderer = Arc::new(Counting::default());
+        for uid in ["a", "b", "c"] {
+            pods_writer.insert(uid.to_owned(), pod(uid, 0));
+        }
+        pods_writer.mark_synced();
+        actual_writer.mark_synced();
+        let (_refresh, refresh_rx) = tokio::sync::watch::channel(());
+        let shutdown = CancellationToken::new();
+        let populator =
+            Populator::new(pods, pod_actual, writer, renderer.clone()).with_pod_refresh(issued.subscribe());
+        let task = tokio::spawn(populator.run(refresh_rx, shutdown.clone()));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while volumes.len() != 6 {
+            assert!(std::time::Instant::now() < deadline, "the first sync");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(renderer.0.load(Ordering::Relaxed), 3);
+        issued_writer.insert("b".to_owned(), ());
+        while renderer.0.load(Ordering::Relaxed) < 4 {
+            assert!(std::time::Instant::now() < deadline, "b's refresh");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Time for more renders, if there were to be any.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(renderer.0.load(Ordering::Relaxed), 4, "one pod named: one render");
         shutdown.cancel();
         task.await.expect("populator");
     }

@@ -9,8 +9,8 @@
 //! Its stores are made before any pair starts (`super::super::topology`, "stores before engines": the
 //! pod and sandbox pairs read the volume stores as side inputs, status reads its view), so it is given at
 //! construction what only it holds: the engine builder (reconciler and driver inside), the writer of its
-//! desired store, the populator's renderer and claim lookup, and the refresh channel (whose sender cluster
-//! mode holds too). What it reads of the rest of the node comes from the [`ExtensionContext`]: the desired
+//! desired store, the populator's renderer and claim lookup, the refresh channel (whose sender cluster
+//! mode holds too) and, in cluster mode, the pods a service-account token was issued for. What it reads of the rest of the node comes from the [`ExtensionContext`]: the desired
 //! and actual pods and the verdicts (the populator's inputs), the engine metrics, the supervisor and the
 //! shutdown token. It has no status table.
 
@@ -19,13 +19,14 @@ use std::time::Duration;
 
 use nodelet_resources::claim::metrics::ClaimMetrics;
 use nodelet_resources::claim::status::ClaimView;
+use nodelet_resources::model::pod::PodUid;
 use nodelet_resources::model::volumes::ClaimLookup;
 use nodelet_resources::volume::actual::VolumeActual;
 use nodelet_resources::volume::desired::{DesiredVolume, VolumeKey};
 use nodelet_resources::volume::driver::VolumeDriver;
 use nodelet_resources::volume::populator::Populator;
 use nodelet_resources::volume::reconciler::{VolumeReconciler, related_volumes};
-use reconcile_engine::{EngineBuilder, Store, Writer};
+use reconcile_engine::{EngineBuilder, Store, Subscription, Writer};
 use tokio::sync::watch;
 
 use super::log_report;
@@ -54,6 +55,8 @@ pub(crate) struct VolumePair {
     objects: watch::Receiver<Arc<ManifestObjects>>,
     /// The populator's refresh channel: `volume-refresh` (and cluster mode) send, the populator receives.
     refresh: (watch::Sender<()>, watch::Receiver<()>),
+    /// Cluster mode: the pods a service-account token was issued for (their volumes alone render again).
+    tokens_issued: Option<Subscription<PodUid>>,
     /// The CSI plugin registry and the claims' volume metrics, for `claim-volume-stats`.
     csi: Arc<nodelet_csi::Registry>,
     claim_metrics: ClaimMetrics,
@@ -73,6 +76,8 @@ pub(crate) struct VolumeSources {
     pub(crate) objects: watch::Receiver<Arc<ManifestObjects>>,
     /// The refresh channel: `volume-refresh` (and cluster mode) send, the populator receives.
     pub(crate) refresh: (watch::Sender<()>, watch::Receiver<()>),
+    /// Cluster mode: the pods a service-account token was issued for (their volumes alone render again).
+    pub(crate) tokens_issued: Option<Subscription<PodUid>>,
 }
 
 /// What `claim-volume-stats` reads and reports to.
@@ -94,7 +99,7 @@ impl VolumePair {
         sources: VolumeSources,
         stats: ClaimVolumeStats,
     ) -> Self {
-        let VolumeSources { renderer, claim_lookup, claims, objects, refresh } = sources;
+        let VolumeSources { renderer, claim_lookup, claims, objects, refresh, tokens_issued } = sources;
         let ClaimVolumeStats { csi, metrics: claim_metrics, period: stats_period } = stats;
         Self {
             builder,
@@ -104,6 +109,7 @@ impl VolumePair {
             claims,
             objects,
             refresh,
+            tokens_issued,
             csi,
             claim_metrics,
             stats_period,
@@ -125,6 +131,7 @@ impl Extension for VolumePair {
             claims,
             objects,
             refresh: (refresh_tx, refresh),
+            tokens_issued,
             csi,
             claim_metrics,
             stats_period,
@@ -142,9 +149,12 @@ impl Extension for VolumePair {
             Policy::Critical,
             volumes::watch_volumes(wanted, actual.clone(), engine.observer(), shutdown.clone()),
         );
-        let populator = Populator::new(ctx.pods_desired(), ctx.pods_actual(), writer, Arc::new(renderer))
+        let mut populator = Populator::new(ctx.pods_desired(), ctx.pods_actual(), writer, Arc::new(renderer))
             .with_claims(claim_lookup)
             .with_verdicts(ctx.verdicts());
+        if let Some(pods) = tokens_issued {
+            populator = populator.with_pod_refresh(pods);
+        }
         // Populate again when the objects (ConfigMaps, Secrets) or the claims' bindings change.
         sup.spawn(
             "volume-refresh",
