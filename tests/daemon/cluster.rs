@@ -1451,7 +1451,9 @@ async fn ephemeral_containers_from_the_api_run_once_in_the_targets_pid_namespace
         "--",
         "sh",
         "-c",
-        "read line; echo got-$line; ps -o args | grep -c 'sleep 1' >/dev/null && echo sees-main",
+        // main's shell, whose command line is there all along (its `sleep 1` is not, between two sleeps);
+        // the brackets keep grep from matching itself
+        "read line; echo got-$line; ps -o args | grep -q '[w]hile true' && echo sees-main",
     ];
     let (ok, out, err) = kubectl_holding_stdin(n.cluster(), &args, "hello\n", "sees-main").await;
     assert!(ok, "kubectl debug: stdout {out:?}, stderr {err:?}\n{}", n.tail());
