@@ -10,12 +10,13 @@
 //!                    ──▶ events::EventSink (post the node's events, aggregated and rate limited)
 //! ```
 //!
-//! Every API call goes through one [`kube::Client`] with the kubelet's client-side rate limit
-//! (`kubeAPIQPS`, `kubeAPIBurst`; see `ratelimit`), which forwards each request to the client of the
+//! Every API call but the heartbeats goes through one [`kube::Client`] with the kubelet's client-side rate
+//! limit (`kubeAPIQPS`, `kubeAPIBurst`; see `ratelimit`), which forwards each request to the client of the
 //! current client certificate (`certificates`: TLS bootstrap, rotation, the serving certificate), whose
-//! requests share one HTTP/2 connection (`transport`); the Lease renewals alone have a connection of their
-//! own, and run on the heartbeat lane, a thread of their own ([`lane`]). With
-//! TLS bootstrap the tasks below start once the certificate is issued. None of these tasks ever stops or restarts a
+//! requests share one HTTP/2 connection (`transport`). The Node status patches go over that connection
+//! without the rate limit; the Lease renewals, also unthrottled, have a connection of their own and run on
+//! the heartbeat lane, a thread of their own ([`lane`]). With TLS bootstrap the tasks below start once the
+//! certificate is issued. None of these tasks ever stops or restarts a
 //! pod because the API server is unreachable: each retries with back-off and catches up when the API
 //! server is back, and the pod source keeps its last complete list meanwhile.
 //!

@@ -1797,9 +1797,8 @@ fn established_to(pid: u32, port: u16) -> Result<usize, String> {
 
 #[tokio::test]
 async fn the_watches_and_the_status_patches_share_one_connection_and_the_lease_has_its_own() {
-    let (env, cluster) = cluster_or_skip!(
-        "the_watches_and_the_status_patches_share_one_connection_and_the_lease_has_its_own"
-    );
+    let (env, cluster) =
+        cluster_or_skip!("the_watches_and_the_status_patches_share_one_connection_and_the_lease_has_its_own");
     let port = cluster
         .apiserver_url
         .rsplit(':')

@@ -10,9 +10,10 @@
 //! pod and sandbox pairs read the volume stores as side inputs, status reads its view), so it is given at
 //! construction what only it holds: the engine builder (reconciler and driver inside), the writer of its
 //! desired store, the populator's renderer and claim lookup, the refresh channel (whose sender cluster
-//! mode holds too) and, in cluster mode, the pods a service-account token was issued for. What it reads of the rest of the node comes from the [`ExtensionContext`]: the desired
-//! and actual pods and the verdicts (the populator's inputs), the engine metrics, the supervisor and the
-//! shutdown token. It has no status table.
+//! mode holds too) and, in cluster mode, the pods a service-account token was issued for. What it reads
+//! of the rest of the node comes from the [`ExtensionContext`]: the desired and actual pods and the
+//! verdicts (the populator's inputs), the engine metrics, the supervisor and the shutdown token. It has no
+//! status table.
 
 use std::sync::Arc;
 use std::time::Duration;
