@@ -838,7 +838,10 @@ async fn a_dropped_exec_sync_runs_to_its_end() {
         create_and_start(&cri, &sandbox_id, &pod, container_config(&env, &pod, &["sleep", "3600"])).await;
 
     // The caller gives up after 300 ms, while the command sleeps.
-    let command = ["sh", "-c", "sleep 1; echo done > /exec-ran"].map(str::to_owned).to_vec();
+    // Written aside and renamed: the check below never reads the file between its creation and the write.
+    let command = ["sh", "-c", "sleep 1; echo done > /exec-ran.tmp && mv /exec-ran.tmp /exec-ran"]
+        .map(str::to_owned)
+        .to_vec();
     let gave_up = tokio::time::timeout(
         Duration::from_millis(300),
         cri.exec_sync(&container_id, command, Duration::from_secs(10)),
