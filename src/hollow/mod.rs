@@ -176,6 +176,9 @@ pub(crate) async fn run(args: &HollowArgs) -> Result<(), HollowError> {
     Ok(())
 }
 
+/// A trim that takes this long is logged as a warning (with how long it took).
+const SLOW_TRIM: Duration = Duration::from_secs(1);
+
 /// How often `nodelet hollow` gives its allocator's free pages back.
 pub(crate) const TRIM_PERIOD: Duration = Duration::from_secs(60);
 
@@ -191,8 +194,13 @@ pub(crate) async fn trim_periodically(period: Duration, trim: fn() -> bool, stop
             () = stop.cancelled() => return,
             _ = ticks.tick() => {}
         }
+        let started = tokio::time::Instant::now();
         match tokio::task::spawn_blocking(trim).await {
-            Ok(released) => tracing::debug!(released, "allocator trimmed"),
+            // A trim holds each arena's lock while it walks it: a long one stalls every thread that allocates.
+            Ok(released) if started.elapsed() >= SLOW_TRIM => {
+                tracing::warn!(released, took = ?started.elapsed(), "trimming the allocator took long");
+            }
+            Ok(released) => tracing::debug!(released, took = ?started.elapsed(), "allocator trimmed"),
             Err(e) => tracing::warn!(error = %e, "trimming the allocator failed"),
         }
     }
