@@ -21,18 +21,18 @@ use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-/// Where the Lease renewals run: a thread of its own ([`HeartbeatLane::start`]) or, in tests, the current
-/// runtime ([`HeartbeatLane::current`]). Clones share the thread, which ends when the last clone is
-/// dropped.
+/// Where the Lease renewals run: a thread of its own ([`HeartbeatLane::start`]). Clones share the thread,
+/// which ends when the last clone is dropped.
 #[derive(Clone)]
 pub struct HeartbeatLane {
     handle: Handle,
-    _thread: Option<Arc<LaneThread>>,
+    /// Held for its `Drop`, which stops the thread once the last clone goes.
+    _thread: Arc<LaneThread>,
 }
 
 impl std::fmt::Debug for HeartbeatLane {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HeartbeatLane").field("thread", &self._thread.is_some()).finish()
+        f.debug_struct("HeartbeatLane").finish_non_exhaustive()
     }
 }
 
@@ -61,13 +61,7 @@ impl HeartbeatLane {
         std::thread::Builder::new().name(Self::THREAD.to_owned()).spawn(move || {
             runtime.block_on(until.cancelled());
         })?;
-        Ok(Self { handle, _thread: Some(Arc::new(LaneThread { stop })) })
-    }
-
-    /// A lane on the current runtime, without a thread of its own (for tests with paused time, where
-    /// renewals must see the test's clock). Panics outside a tokio runtime.
-    pub fn current() -> Self {
-        Self { handle: Handle::current(), _thread: None }
+        Ok(Self { handle, _thread: Arc::new(LaneThread { stop }) })
     }
 
     /// Calls `make` in the lane's runtime context: what it spawns (a client's request queue, a
@@ -124,8 +118,8 @@ mod tests {
             rx.recv_timeout(Duration::from_secs(10)),
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected)
         );
-        let weak = Arc::downgrade(lane._thread.as_ref().expect("a thread"));
-        let stop = lane._thread.as_ref().expect("a thread").stop.clone();
+        let weak = Arc::downgrade(&lane._thread);
+        let stop = lane._thread.stop.clone();
         drop(lane);
         assert!(weak.upgrade().is_none());
         assert!(stop.is_cancelled(), "the thread is told to stop");

@@ -621,8 +621,16 @@ mod sync_tests {
         assert_eq!(populator.sync_pods(&[]), 0);
     }
 
-    #[tokio::test]
-    async fn the_running_populator_renders_only_the_pod_that_changed() {
+    /// A running populator over pods `a`, `b`, `c` (its pod refresh `pod_refresh`, if any), once its first
+    /// sync rendered each once; returns the pods' writer, the volume store, the render count, and its stop.
+    async fn running_populator(
+        pod_refresh: Option<Subscription<PodUid>>,
+    ) -> (
+        Writer<PodUid, DesiredPod>,
+        Store<VolumeKey, DesiredVolume>,
+        Arc<Counting>,
+        (CancellationToken, tokio::task::JoinHandle<()>),
+    ) {
         let (pods, mut pods_writer) = reconcile_engine::store();
         let (pod_actual, mut actual_writer) = reconcile_engine::store::<PodUid, PodActual>();
         let (volumes, writer) = reconcile_engine::store();
@@ -632,10 +640,30 @@ mod sync_tests {
         }
         pods_writer.mark_synced();
         actual_writer.mark_synced();
-        let (_refresh, refresh_rx) = tokio::sync::watch::channel(());
+        // The writer stays with the task: a dropped one would end the populator's waits.
+        let (refresh, refresh_rx) = tokio::sync::watch::channel(());
         let shutdown = CancellationToken::new();
-        let populator = Populator::new(pods, pod_actual, writer, renderer.clone());
-        let task = tokio::spawn(populator.run(refresh_rx, shutdown.clone()));
+        let mut populator = Populator::new(pods, pod_actual, writer, renderer.clone());
+        if let Some(sub) = pod_refresh {
+            populator = populator.with_pod_refresh(sub);
+        }
+        let stop = shutdown.clone();
+        let task = tokio::spawn(async move {
+            let _keep = (refresh, actual_writer);
+            populator.run(refresh_rx, stop).await;
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while volumes.len() != 6 {
+            assert!(std::time::Instant::now() < deadline, "the first sync");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(renderer.0.load(Ordering::Relaxed), 3);
+        (pods_writer, volumes, renderer, (shutdown, task))
+    }
+
+    #[tokio::test]
+    async fn the_running_populator_renders_only_the_pod_that_changed() {
+        let (mut pods_writer, volumes, renderer, (shutdown, task)) = running_populator(None).await;
         let rendered = |uid: &str, labels: usize| {
             volumes.get(&format!("{uid}/cfg")).is_some_and(|v| {
                 matches!(&v.source, Ok(VolumeSource::Files { files, .. })
@@ -643,11 +671,6 @@ mod sync_tests {
             })
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while volumes.len() != 6 {
-            assert!(std::time::Instant::now() < deadline, "the first sync");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert_eq!(renderer.0.load(Ordering::Relaxed), 3);
         pods_writer.insert("b".to_owned(), pod("b", 1));
         while !rendered("b", 1) {
             assert!(std::time::Instant::now() < deadline, "b's change");
@@ -660,28 +683,11 @@ mod sync_tests {
 
     #[tokio::test]
     async fn a_pod_refresh_renders_only_the_pods_it_names() {
-        let (pods, mut pods_writer) = reconcile_engine::store();
-        let (pod_actual, mut actual_writer) = reconcile_engine::store::<PodUid, PodActual>();
-        let (volumes, writer) = reconcile_engine::store();
         // What cluster mode's pod data writes when a token is issued for a pod.
         let (issued, mut issued_writer) = reconcile_engine::store::<PodUid, ()>();
-        let renderer = Arc::new(Counting::default());
-        for uid in ["a", "b", "c"] {
-            pods_writer.insert(uid.to_owned(), pod(uid, 0));
-        }
-        pods_writer.mark_synced();
-        actual_writer.mark_synced();
-        let (_refresh, refresh_rx) = tokio::sync::watch::channel(());
-        let shutdown = CancellationToken::new();
-        let populator =
-            Populator::new(pods, pod_actual, writer, renderer.clone()).with_pod_refresh(issued.subscribe());
-        let task = tokio::spawn(populator.run(refresh_rx, shutdown.clone()));
+        let (_pods_writer, _volumes, renderer, (shutdown, task)) =
+            running_populator(Some(issued.subscribe())).await;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while volumes.len() != 6 {
-            assert!(std::time::Instant::now() < deadline, "the first sync");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert_eq!(renderer.0.load(Ordering::Relaxed), 3);
         issued_writer.insert("b".to_owned(), ());
         while renderer.0.load(Ordering::Relaxed) < 4 {
             assert!(std::time::Instant::now() < deadline, "b's refresh");
