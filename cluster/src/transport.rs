@@ -17,7 +17,9 @@
 //! A dead HTTP/2 connection is found by pings, as client-go's (`ReadIdleTimeout` 30 s, `PingTimeout`
 //! 15 s): when nothing was read on the connection for [`PING_IDLE`], a ping is sent, and the connection
 //! is closed when its answer does not come within [`PING_TIMEOUT`]; its streams then fail and are
-//! retried on a new connection.
+//! retried on a new connection. Until then the connection stays the client's, however long between two of
+//! its requests: hyper's pool would otherwise set it aside 90 s after the last request it started, open
+//! its streams (the watches) or not, and the next request would open a second connection.
 
 use std::time::Duration;
 
@@ -98,6 +100,15 @@ pub(crate) fn client(config: kube::Config, versions: Versions) -> Result<kube::C
             .http2_keep_alive_interval(PING_IDLE)
             .http2_keep_alive_timeout(PING_TIMEOUT)
             .http2_keep_alive_while_idle(true)
+            // the pool's clock is tokio's (as the pings')
+            .pool_timer(TokioTimer::new())
+            // A connection stays the client's for as long as it is open. hyper's pool counts an HTTP/2
+            // connection idle from the last request it started, whatever streams are still open on it: with
+            // its default (90 s), a node whose watches are open but which sent no other request for 90 s
+            // would open a new connection for its next request, while the first stays open for its watches.
+            // A connection that closes (the server's GOAWAY, a ping unanswered) leaves the pool, and the next
+            // request opens a new one.
+            .pool_idle_timeout(None)
             .build(connector);
 
     // kube-client's layers, outermost first
@@ -149,4 +160,121 @@ pub(crate) fn client(config: kube::Config, versions: Versions) -> Result<kube::C
         .map_err(BoxError::from)
         .service(hyper_client);
     Ok(kube::Client::new(service, default_ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    use http::{Request, Response};
+    use hyper::body::{Bytes, Frame};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use kube::client::Body;
+
+    use super::{Versions, client};
+
+    /// A response body of the test server: empty, or one that never ends (a watch with no events).
+    enum Answer {
+        Done,
+        Open,
+    }
+
+    impl hyper::body::Body for Answer {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            match *self {
+                Answer::Done => Poll::Ready(None),
+                Answer::Open => Poll::Pending,
+            }
+        }
+    }
+
+    /// A loopback HTTPS server that speaks HTTP/2 alone (ALPN `h2`) with a CA of its own: `/watch` answers a
+    /// body that never ends, any other path an empty one. Returns a client configuration that trusts it and
+    /// the count of the connections it accepted.
+    async fn h2_server() -> (kube::Config, Arc<AtomicUsize>) {
+        let ca_key = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("CA key: {e}"));
+        let mut ca_params = rcgen::CertificateParams::new(Vec::new()).unwrap_or_else(|e| panic!("CA: {e}"));
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap_or_else(|e| panic!("CA: {e}"));
+        let key = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("server key: {e}"));
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .and_then(|p| p.signed_by(&key, &ca))
+            .unwrap_or_else(|e| panic!("server certificate: {e}"));
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let mut tls =
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .and_then(|b| b.with_no_client_auth().with_single_cert(vec![cert.der().clone()], key))
+                .unwrap_or_else(|e| panic!("TLS config: {e}"));
+        tls.alpn_protocols = vec![b"h2".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("listen: {e}"));
+        let port = listener.local_addr().unwrap_or_else(|e| panic!("listener: {e}")).port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let answer =
+                        hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
+                            let body = if req.uri().path() == "/watch" { Answer::Open } else { Answer::Done };
+                            Ok::<_, Infallible>(Response::new(body))
+                        });
+                    let served = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), answer)
+                        .await;
+                    if let Err(e) = served {
+                        tracing::debug!("test server: {e}");
+                    }
+                });
+            }
+        });
+        let url = format!("https://127.0.0.1:{port}").parse().unwrap_or_else(|e| panic!("URL: {e}"));
+        let mut config = kube::Config::new(url);
+        config.root_cert = Some(vec![ca.der().to_vec()]);
+        (config, accepted)
+    }
+
+    fn get(path: &str) -> Request<Body> {
+        Request::get(path).body(Body::empty()).unwrap_or_else(|e| panic!("request: {e}"))
+    }
+
+    #[tokio::test]
+    async fn a_connection_with_an_open_watch_serves_the_next_request_however_long_after_the_last() {
+        let (config, accepted) = h2_server().await;
+        let client = client(config, Versions::Any).unwrap_or_else(|e| panic!("client: {e}"));
+        // a watch: its answer's headers came, its body stays open
+        let watch = client.send(get("/watch")).await.unwrap_or_else(|e| panic!("watch: {e}"));
+        let patch = client.send(get("/status")).await.unwrap_or_else(|e| panic!("request: {e}"));
+        assert!(patch.status().is_success(), "{}", patch.status());
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "the watch and the request share one connection");
+        // two minutes without a new request (more than hyper's default idle timeout of its pool, 90 s), while
+        // the watch is open (the connection's pings are answered)
+        tokio::time::pause();
+        tokio::time::advance(Duration::from_secs(120)).await;
+        tokio::time::resume();
+        let patch = client.send(get("/status")).await.unwrap_or_else(|e| panic!("request after 2 min: {e}"));
+        assert!(patch.status().is_success(), "{}", patch.status());
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "the request two minutes after the last went on the watch's connection, not a new one"
+        );
+        drop(watch);
+    }
 }
