@@ -706,8 +706,9 @@ mod tests {
         (kube::Client::new(service, "default"), calls)
     }
 
-    /// The pod data task over `client`, with one API pod desired; returns the pod as renders see it.
-    fn start(client: kube::Client) -> (PodData, Pod, CancellationToken) {
+    /// The pod data task over `client`, with one API pod (UID `u1`) desired; returns the pod as renders see it
+    /// and the writer of the desired pods.
+    fn start(client: kube::Client) -> (PodData, Pod, Writer<PodUid, DesiredPod>, CancellationToken) {
         let (desired, mut writer) = reconcile_engine::store::<PodUid, DesiredPod>();
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
@@ -720,13 +721,13 @@ mod tests {
         let data = PodData::new();
         let shutdown = CancellationToken::new();
         tokio::spawn(data.clone().run(client, desired, shutdown.clone()));
-        (data, seen, shutdown)
+        (data, seen, writer, shutdown)
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_refused_token_request_is_retried_after_half_a_second_doubling_however_often_volumes_render() {
         let (client, calls) = token_server(3);
-        let (data, pod, shutdown) = start(client);
+        let (data, pod, _desired, shutdown) = start(client);
         let start = tokio::time::Instant::now();
         let render = || data.service_account_token(&pod, "", 3600);
         assert!(matches!(render(), Some(Err(TokenError::Requesting { .. }))));
@@ -752,7 +753,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_token_issued_names_its_pod_and_does_not_refresh_every_pod() {
         let (client, calls) = token_server(0);
-        let (data, pod, shutdown) = start(client);
+        let (data, pod, _desired, shutdown) = start(client);
         let issued = data.tokens_issued();
         let everything = data.subscribe();
         assert!(matches!(
@@ -771,9 +772,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_token_of_a_pod_that_is_gone_is_dropped_and_its_pod_no_longer_listed_as_issued() {
+        let (client, calls) = token_server(0);
+        let (data, pod, mut desired, shutdown) = start(client);
+        let issued = data.tokens_issued();
+        let _ = data.service_account_token(&pod, "", 3600);
+        tokio::time::timeout(Duration::from_secs(1), issued.changed()).await.expect("the pod is named");
+        assert_eq!(data.issued.keys(), vec!["u1".to_owned()]);
+        desired.remove(&"u1".to_owned());
+        let mut waited = Duration::ZERO;
+        while !data.issued.is_empty() && waited < Duration::from_secs(1) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            waited += Duration::from_millis(10);
+        }
+        assert!(data.issued.is_empty(), "the pod that is gone is still listed: {:?}", data.issued.keys());
+        assert!(data.lock().tokens.is_empty(), "the pod's token is kept");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_token_refused_for_long_is_asked_for_at_most_every_32_seconds() {
         let (client, calls) = token_server(usize::MAX);
-        let (data, pod, shutdown) = start(client);
+        let (data, pod, _desired, shutdown) = start(client);
         let _ = data.service_account_token(&pod, "", 3600);
         // 0.5 + 1 + 2 + 4 + 8 + 16 + 32 = 63.5 s: 8 requests; then one every 32 s.
         tokio::time::sleep(Duration::from_secs(64)).await;
