@@ -200,6 +200,9 @@ def run(a):
         "server_bytes_per_min_per_node": round(bytes_min / n),
         "apiserver_cpu_cores": round((float(a.cpu[1]) - float(a.cpu[0])) / ticks / secs, 3),
         "etcd_cpu_cores": round((float(a.cpu[3]) - float(a.cpu[2])) / ticks / secs, 3),
+        "steal_cores": (
+            round((float(a.steal[1]) - float(a.steal[0])) / ticks / secs, 3) if a.steal else None
+        ),
         "nodes_cpu_cores": (
             round((float(a.nodes_cpu[1]) - float(a.nodes_cpu[0])) / ticks / secs, 3) if a.nodes_cpu else None
         ),
@@ -208,6 +211,8 @@ def run(a):
         "nodes_rss_mib": round(int(a.rss[2]) / 1024.0, 1),
         "rss_per_node_mib": round(int(a.rss[2]) / 1024.0 / n, 2),
         "pss_per_node_mib": round(int(a.pss) / 1024.0 / n, 2) if a.pss else None,
+        "api_connections": a.connections,
+        "api_connections_per_node": round(a.connections / n, 2) if a.connections is not None else None,
         "pods_seen": seen,
         "pods_running_seen": len(lat),
         "start_latency_p50_s": round(percentile(lat, 50), 3) if lat else None,
@@ -229,18 +234,63 @@ def run(a):
     print(json.dumps(out, sort_keys=True))
 
 
+def connections(port, pids):
+    """The established TCP connections the processes `pids` hold to `port` (the API server's), each socket
+    counted once (processes may share one)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    count = 0
+    seen = set()
+    for pid in pids[:1]:  # one network namespace: every process sees the same table
+        for table in ("tcp", "tcp6"):
+            try:
+                with open(f"/proc/{pid}/net/{table}") as f:
+                    rows = f.readlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                fields = row.split()
+                # remote address "HEX:PORT", state 01 = ESTABLISHED, inode in column 10
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                if fields[3] == "01" and remote_port == port and fields[9] in inodes and fields[9] not in seen:
+                    seen.add(fields[9])
+                    count += 1
+    return count
+
+
 def latency_cpu(a, ticks):
     """The API server's and the nodes' CPU (cores) from the first latency pod's creation to the last one seen
     Running (`--latency-cpu` wall1 wall2 api1 api2 nodes1 nodes2), if the run had a latency phase."""
     if not a.latency_cpu:
         return {}
-    w1, w2, a1, a2, n1, n2 = (float(x) for x in a.latency_cpu)
+    w1, w2, a1, a2, n1, n2 = (float(x) for x in a.latency_cpu[:6])
     secs = max(w2 - w1, 1e-9)
     return {
         "latency_window_s": round(secs, 1),
         "latency_apiserver_cpu_cores": round((a2 - a1) / ticks / secs, 3),
         "latency_nodes_cpu_cores": round((n2 - n1) / ticks / secs, 3),
+        **steal("latency_", a.latency_cpu, secs, ticks),
     }
+
+
+def steal(prefix, figures, secs, ticks):
+    """The CPU the hypervisor took from this machine over a phase (cores), from /proc/stat's steal ticks at
+    its start and end (the last two of `figures`, when there are 8): the same work takes longer when this is
+    high, so figures of runs hours apart are compared with it."""
+    if len(figures) < 8:
+        return {}
+    return {f"{prefix}steal_cores": round((float(figures[7]) - float(figures[6])) / ticks / secs, 3)}
 
 
 def phase_cpu(name, figures, ticks):
@@ -248,11 +298,12 @@ def phase_cpu(name, figures, ticks):
     saturation wave (the Deployment created to all pods Running) or the deletion (deleted to all gone)."""
     if not figures:
         return {}
-    w1, w2, a1, a2, n1, n2 = (float(x) for x in figures)
+    w1, w2, a1, a2, n1, n2 = (float(x) for x in figures[:6])
     secs = max(w2 - w1, 1e-9)
     return {
         f"{name}_apiserver_cpu_cores": round((a2 - a1) / ticks / secs, 3),
         f"{name}_nodes_cpu_cores": round((n2 - n1) / ticks / secs, 3),
+        **steal(f"{name}_", figures, secs, ticks),
     }
 
 
@@ -263,11 +314,13 @@ FIGURES = [
     ("API server requests/min (all)", "server_requests_per_min"),
     ("kube-apiserver CPU (cores)", "apiserver_cpu_cores"),
     ("the nodes' CPU (cores)", "nodes_cpu_cores"),
+    ("CPU the hypervisor took (steal, cores)", "steal_cores"),
     ("kube-apiserver RSS (MiB)", "apiserver_rss_mib"),
     ("etcd CPU (cores)", "etcd_cpu_cores"),
     ("etcd RSS (MiB)", "etcd_rss_mib"),
     ("RSS per hollow node (MiB)", "rss_per_node_mib"),
     ("PSS per hollow node (MiB)", "pss_per_node_mib"),
+    ("the nodes' connections to the API server per node", "api_connections_per_node"),
     ("pod start p50 (s)", "start_latency_p50_s"),
     ("pod start p99 (s)", "start_latency_p99_s"),
     ("latency pods' start p50 (s)", "latency_start_p50_s"),
@@ -423,9 +476,14 @@ def main():
     r.add_argument("--latency-watch", default="")
     r.add_argument("--latency-rate", type=float, default=None)
     r.add_argument("--load", default="")
-    r.add_argument("--latency-cpu", nargs=6, default=None)
-    r.add_argument("--wave-cpu", nargs=6, default=None)
-    r.add_argument("--delete-cpu", nargs=6, default=None)
+    r.add_argument("--latency-cpu", nargs="+", default=None)
+    r.add_argument("--wave-cpu", nargs="+", default=None)
+    r.add_argument("--delete-cpu", nargs="+", default=None)
+    r.add_argument("--connections", type=int, default=None)
+    r.add_argument("--steal", nargs=2, default=None)
+    k = sub.add_parser("connections")
+    k.add_argument("--port", type=int, required=True)
+    k.add_argument("pids", nargs="*", type=int)
     c = sub.add_parser("create")
     for flag in ("--url", "--ca", "--namespace"):
         c.add_argument(flag, required=True)
@@ -443,6 +501,8 @@ def main():
         watch(a)
     elif a.cmd == "create":
         create(a)
+    elif a.cmd == "connections":
+        print(connections(a.port, a.pids))
     else:
         table(a.file)
         extrapolate(a.file)

@@ -113,6 +113,8 @@ trap 'cleanup_run; [ -n "${HOLLOW_BENCH_KEEP:-}" ] || rm -rf "$BASE/run"' EXIT
 
 # /proc figures of a process: "utime+stime in ticks" and "RSS in KiB".
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# the machine's steal time (CPU the hypervisor gave to others), in ticks
+steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
 sum_ticks() { local t=0; for p in "$@"; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 sum_rss() { local t=0; for p in "$@"; do t=$((t + $(rss_kib "$p"))); done; echo "$t"; }
@@ -205,8 +207,8 @@ EOF
     --namespace bench --out "$run/watch.txt" &
   WATCHER=$!
   sleep 2
-  local t_create=$SECONDS cw1 ca1 cn1
-  cw1=$(date +%s.%N); ca1=$(cpu_ticks "$api_pid"); cn1=$(sum_ticks "${PIDS[@]}")
+  local t_create=$SECONDS cw1 ca1 cn1 cs1
+  cw1=$(date +%s.%N); ca1=$(cpu_ticks "$api_pid"); cn1=$(sum_ticks "${PIDS[@]}"); cs1=$(steal_ticks)
   $kubectl -n bench create deployment bench --image=busybox:1.36 --replicas="$pods" -- sleep 36000 >/dev/null
   local running=0
   local polls=0
@@ -223,24 +225,26 @@ EOF
   done
   [ "$running" -ge "$pods" ] || die "$kind N=$n: only $running of $pods pods Running after $WAIT s"
   local all_running_s=$((SECONDS - t_create))
-  local wave_cpu; wave_cpu="$cw1 $(date +%s.%N) $ca1 $(cpu_ticks "$api_pid") $cn1 $(sum_ticks "${PIDS[@]}")"
+  local wave_cpu; wave_cpu="$cw1 $(date +%s.%N) $ca1 $(cpu_ticks "$api_pid") $cn1 $(sum_ticks "${PIDS[@]}") $cs1 $(steal_ticks)"
   log "$kind N=$n: $pods pods Running in ${all_running_s}s; settling ${SETTLE}s"
   sleep "$SETTLE"
   # ---- steady window
   local m1="$run/metrics-1.txt" m2="$run/metrics-2.txt"
-  local a1 e1 a2 e2 n1 n2 w1 w2 lw1="" lw2="" la1="" la2="" ln1="" ln2=""
-  w1=$(date +%s.%N); a1=$(cpu_ticks "$api_pid"); e1=$(cpu_ticks "$etcd_pid"); n1=$(sum_ticks "${PIDS[@]}"); metrics > "$m1"
+  local a1 e1 a2 e2 n1 n2 w1 w2 s1 s2 lw1="" lw2="" la1="" la2="" ln1="" ln2="" ls1="" ls2=""
+  w1=$(date +%s.%N); a1=$(cpu_ticks "$api_pid"); e1=$(cpu_ticks "$etcd_pid"); n1=$(sum_ticks "${PIDS[@]}"); s1=$(steal_ticks); metrics > "$m1"
   sleep "$STEADY"
-  w2=$(date +%s.%N); a2=$(cpu_ticks "$api_pid"); e2=$(cpu_ticks "$etcd_pid"); n2=$(sum_ticks "${PIDS[@]}"); metrics > "$m2"
+  w2=$(date +%s.%N); a2=$(cpu_ticks "$api_pid"); e2=$(cpu_ticks "$etcd_pid"); n2=$(sum_ticks "${PIDS[@]}"); s2=$(steal_ticks); metrics > "$m2"
   local api_rss etcd_rss nodes_rss nodes_pss
   api_rss=$(rss_kib "$api_pid"); etcd_rss=$(rss_kib "$etcd_pid"); nodes_rss=$(sum_rss "${PIDS[@]}")
   nodes_pss=$(sum_pss "${PIDS[@]}")
+  # the nodes' established connections to the API server at the end of the steady window
+  local conns; conns=$(python3 "$HERE/hollow-bench.py" connections --port "$API_PORT" "${PIDS[@]}")
   local load; load=$(cut -d' ' -f1-3 /proc/loadavg)
   # ---- latency pods: created one at a time at a fixed rate beside the saturation pods, then deleted
   local latency=${LATENCY_PODS:-$((2 * started > 100 ? 2 * started : 100))}
   if [ "$latency" -gt 0 ]; then
     log "$kind N=$n: $latency latency pods at ${LATENCY_RATE}/s"
-    lw1=$(date +%s.%N); la1=$(cpu_ticks "$api_pid"); ln1=$(sum_ticks "${PIDS[@]}")
+    lw1=$(date +%s.%N); la1=$(cpu_ticks "$api_pid"); ln1=$(sum_ticks "${PIDS[@]}"); ls1=$(steal_ticks)
     $kubectl create namespace latency >/dev/null
     python3 "$HERE/hollow-bench.py" watch --url "$APISERVER_URL" --ca "$APISERVER_CA" \
       --namespace latency --out "$run/latency-watch.txt" &
@@ -254,7 +258,7 @@ EOF
       [ "$lrunning" -ge "$latency" ] && break
       sleep 2
     done
-    lw2=$(date +%s.%N); la2=$(cpu_ticks "$api_pid"); ln2=$(sum_ticks "${PIDS[@]}")
+    lw2=$(date +%s.%N); la2=$(cpu_ticks "$api_pid"); ln2=$(sum_ticks "${PIDS[@]}"); ls2=$(steal_ticks)
     log "$kind N=$n: $lrunning of $latency latency pods Running ($(cat "$run/latency-create.json"))"
     kill "$LATENCY_WATCHER" 2>/dev/null || true; LATENCY_WATCHER=""
     $kubectl -n latency delete pods --all --wait=false >/dev/null
@@ -265,8 +269,8 @@ EOF
     done
   fi
   # ---- delete
-  local t_delete=$SECONDS dw1 da1 dn1
-  dw1=$(date +%s.%N); da1=$(cpu_ticks "$api_pid"); dn1=$(sum_ticks "${PIDS[@]}")
+  local t_delete=$SECONDS dw1 da1 dn1 ds1
+  dw1=$(date +%s.%N); da1=$(cpu_ticks "$api_pid"); dn1=$(sum_ticks "${PIDS[@]}"); ds1=$(steal_ticks)
   $kubectl -n bench delete deployment bench --wait=false >/dev/null
   local left=$pods
   while [ $((SECONDS - t_delete)) -lt "$WAIT" ]; do
@@ -276,7 +280,7 @@ EOF
   done
   [ "$left" = 0 ] || log "$kind N=$n: $left pods still there after $WAIT s"
   local all_gone_s=$((SECONDS - t_delete))
-  local delete_cpu; delete_cpu="$dw1 $(date +%s.%N) $da1 $(cpu_ticks "$api_pid") $dn1 $(sum_ticks "${PIDS[@]}")"
+  local delete_cpu; delete_cpu="$dw1 $(date +%s.%N) $da1 $(cpu_ticks "$api_pid") $dn1 $(sum_ticks "${PIDS[@]}") $ds1 $(steal_ticks)"
   log "$kind N=$n: pods gone in ${all_gone_s}s"
   kill "$WATCHER" 2>/dev/null || true; WATCHER=""
   # ---- arithmetic
@@ -285,9 +289,10 @@ EOF
     --window "$w1" "$w2" --audit "$run/audit.log" --metrics "$run/metrics-base.txt" "$m1" "$m2" \
     --watch "$run/watch.txt" --ticks "$(getconf CLK_TCK)" \
     --cpu "$a1" "$a2" "$e1" "$e2" --nodes-cpu "$n1" "$n2" --rss "$api_rss" "$etcd_rss" "$nodes_rss" --pss "$nodes_pss" \
+    --connections "$conns" --steal "$s1" "$s2" \
     --times "$nodes_ready_s" "$all_running_s" "$all_gone_s" --gone "$left" \
     --latency-watch "$( [ "$latency" -gt 0 ] && echo "$run/latency-watch.txt")" --latency-rate "$LATENCY_RATE" \
-    ${lw1:+--latency-cpu "$lw1" "$lw2" "$la1" "$la2" "$ln1" "$ln2"} \
+    ${lw1:+--latency-cpu "$lw1" "$lw2" "$la1" "$la2" "$ln1" "$ln2" "$ls1" "$ls2"} \
     --wave-cpu $wave_cpu --delete-cpu $delete_cpu \
     --load "$load" >> "$RESULTS"
   tail -1 "$RESULTS" >&2
