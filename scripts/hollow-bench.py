@@ -354,6 +354,92 @@ def table(path):
                 print(f"  watches held: {r['node_watches_by_resource']}")
 
 
+PLOTS = [
+    ("node requests per node and minute (steady)", "node_requests_per_min_per_node", None),
+    ("watches held per node", "node_watches_per_node", None),
+    ("API bytes per node and minute (all clients)", "server_bytes_per_min_per_node", None),
+    ("kube-apiserver CPU, steady (cores)", "apiserver_cpu_cores", None),
+    ("etcd CPU, steady (cores)", "etcd_cpu_cores", None),
+    ("kube-apiserver RSS (MiB)", "apiserver_rss_mib", None),
+    ("memory per hollow node (PSS, MiB)", "pss_per_node_mib", None),
+    ("latency pods' start p99 (s; SLO 5 s)", "latency_start_p99_s", 5.0),
+]
+COLOURS = {"nodelet": "#1f77b4", "kubemark": "#d62728"}
+
+
+def short(v):
+    """A tick label of at most about 5 characters: 0.123, 12.3, 1.2k, 3.4M."""
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:.3g}{suffix}"
+    return f"{v:.3g}"
+
+
+def plot(path, out):
+    """Writes an SVG with one panel per figure of PLOTS against N (log scale), a line per kind, from the last
+    run of each kind and N in `path` (the table's choice). A run without the figure leaves its point out."""
+    import html
+    import math
+    runs = [json.loads(l) for l in open(path, encoding="utf-8") if l.strip()]
+    by = {(r["kind"], r["asked"]): r for r in runs}
+    ns = sorted({n for _, n in by})
+    if not ns:
+        raise SystemExit("no runs to plot")
+    cols, pw, ph, m = 4, 300, 220, 45
+    rows = (len(PLOTS) + cols - 1) // cols
+    width, height = cols * pw, rows * ph + 30
+    lo, hi = math.log10(min(ns)), math.log10(max(ns))
+    span = hi - lo or 1.0
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+           f'<rect width="{width}" height="{height}" fill="#fff"/>']
+    x_legend = 10
+    for kind, colour in COLOURS.items():
+        svg.append(f'<rect x="{x_legend}" y="10" width="14" height="4" fill="{colour}"/>'
+                   f'<text x="{x_legend + 18}" y="16">{kind}</text>')
+        x_legend += 90
+    svg.append(f'<text x="{x_legend}" y="16" fill="#555">x: N hollow nodes (log scale); the last run of each kind '
+               f'and N in {html.escape(os.path.basename(path))}</text>')
+    for i, (title, key, limit) in enumerate(PLOTS):
+        ox, oy = (i % cols) * pw, 30 + (i // cols) * ph
+        left, right, top, bottom = ox + m, ox + pw - 15, oy + 25, oy + ph - 30
+        values = [r[key] for r in by.values() if isinstance(r.get(key), (int, float))]
+        if limit is not None:
+            values.append(limit)
+        vmax = max(values) if values else 1.0
+        vmax = vmax * 1.1 if vmax > 0 else 1.0
+        def sx(n):
+            return left + (math.log10(n) - lo) / span * (right - left) if span else (left + right) / 2
+        def sy(v):
+            return bottom - v / vmax * (bottom - top)
+        svg.append(f'<text x="{ox + pw / 2}" y="{oy + 14}" text-anchor="middle" font-weight="bold">'
+                   f'{html.escape(title)}</text>')
+        svg.append(f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#000"/>'
+                   f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#000"/>')
+        for frac in (0, 0.5, 1):
+            v = vmax / 1.1 * frac
+            svg.append(f'<text x="{left - 4}" y="{sy(v) + 4:.1f}" text-anchor="end">{short(v)}</text>'
+                       f'<line x1="{left}" y1="{sy(v):.1f}" x2="{right}" y2="{sy(v):.1f}" stroke="#000" '
+                       f'stroke-opacity="0.1"/>')
+        for n in ns:
+            svg.append(f'<text x="{sx(n):.1f}" y="{bottom + 14}" text-anchor="middle">{n}</text>')
+        if limit is not None:
+            svg.append(f'<line x1="{left}" y1="{sy(limit):.1f}" x2="{right}" y2="{sy(limit):.1f}" '
+                       f'stroke="#2ca02c" stroke-dasharray="4 3"/>')
+        for kind, colour in COLOURS.items():
+            points = [(n, by[(kind, n)][key]) for n in ns
+                      if (kind, n) in by and isinstance(by[(kind, n)].get(key), (int, float))]
+            if len(points) > 1:
+                d = " ".join(f"{sx(n):.1f},{sy(v):.1f}" for n, v in points)
+                svg.append(f'<polyline points="{d}" fill="none" stroke="{colour}" stroke-width="2"/>')
+            for n, v in points:
+                svg.append(f'<circle cx="{sx(n):.1f}" cy="{sy(v):.1f}" r="3" fill="{colour}">'
+                           f'<title>{kind} N={n}: {v}</title></circle>')
+    svg.append("</svg>")
+    with open(out, "w", encoding="utf-8") as f:
+        f.write("\n".join(svg) + "\n")
+
+
 def watch(a):
     """Writes "time type name phase" for every event of the pods of namespace a.namespace until killed
     (with the bearer token of $ADMIN_TOKEN)."""
@@ -494,6 +580,9 @@ def main():
         w.add_argument(flag, required=True)
     t = sub.add_parser("table")
     t.add_argument("file")
+    g = sub.add_parser("plot")
+    g.add_argument("file")
+    g.add_argument("out")
     a = p.parse_args()
     if a.cmd == "run":
         run(a)
@@ -503,6 +592,8 @@ def main():
         create(a)
     elif a.cmd == "connections":
         print(connections(a.port, a.pids))
+    elif a.cmd == "plot":
+        plot(a.file, a.out)
     else:
         table(a.file)
         extrapolate(a.file)

@@ -28,6 +28,11 @@
 #     created one at a time at LATENCY_RATE per second, each measured from creation to Running as above,
 #     p50/p99 (the SLO's pod start-up latency: pods created at a sustainable rate), then deleted
 #   - the load average of the machine (1, 5, 15 min) at the end of the steady window
+#   - the nodes' established connections to the API server at the end of the steady window
+#   - the machine's steal time (/proc/stat: CPU the hypervisor gave to others) over each phase, in cores
+#
+# The table is printed at the end, and $BASE/scale.svg plots the per-node figures against N. Two builds are
+# compared with scripts/hollow-ab.sh (both at once), not with runs hours apart on a shared machine.
 #
 # Environment:
 #   HOLLOW_BENCH_NODES          node counts (default "10 100")
@@ -306,4 +311,5 @@ for n in $NODES; do
   done
 done
 python3 "$HERE/hollow-bench.py" table "$RESULTS"
+python3 "$HERE/hollow-bench.py" plot "$RESULTS" "$BASE/scale.svg"
 log "results: $RESULTS"
