@@ -11,7 +11,8 @@
 //! Each node keeps its files in `ROOT/NAME` (certificates, pod directories with the volumes' files,
 //! container log directories): no cgroups, no mounts, no network. Stop with SIGTERM or SIGINT. Every
 //! minute the process gives its allocator's free pages back ([`trim_periodically`]), so that what the nodes
-//! hold in steady state is their live memory, not the start-up's peak.
+//! hold in steady state is their live memory, not the start-up's peak; a trim that took long puts the next
+//! one off ([`next_trim_after`]).
 
 pub(crate) mod fake_cri;
 
@@ -182,25 +183,38 @@ const SLOW_TRIM: Duration = Duration::from_secs(1);
 /// How often `nodelet hollow` gives its allocator's free pages back.
 pub(crate) const TRIM_PERIOD: Duration = Duration::from_secs(60);
 
-/// Calls `trim` (on a blocking thread) every `period` until `stop`. Starting many nodes at once, and each
-/// node's start of its pods, is a peak of memory made and freed: glibc keeps the freed pages
-/// ([`nodelet_node::allocator`]), so without this the process would stay at its high-water mark. Only
-/// `nodelet hollow` does this; `nodelet run` leaves its allocator alone.
+/// After a trim, the next waits at least this many times as long as the trim took.
+const TRIM_SPACING: u32 = 60;
+
+/// How long after a trim that took `took` the next one comes: `period`, or [`TRIM_SPACING`] times `took`
+/// if that is longer. A trim holds each arena's lock while it gives the arena's free pages back, so every
+/// thread that allocates waits for it; while 1,000 nodes start their pods the trims took 1 to 9 s, and the
+/// pages they gave back were taken again at once. So a trim holds the allocator at most 1/60 of the time.
+pub(crate) fn next_trim_after(period: Duration, took: Duration) -> Duration {
+    period.max(took.saturating_mul(TRIM_SPACING))
+}
+
+/// Calls `trim` (on a blocking thread) `period` after the start and then [`next_trim_after`] each trim,
+/// until `stop`. Starting many nodes at once, and each node's start of its pods, is a peak of memory made and
+/// freed: glibc keeps the freed pages ([`nodelet_node::allocator`]), so without this the process would stay
+/// at its high-water mark. Only `nodelet hollow` does this; `nodelet run` leaves its allocator alone.
 pub(crate) async fn trim_periodically(period: Duration, trim: fn() -> bool, stop: CancellationToken) {
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wait = period;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
-            _ = ticks.tick() => {}
+            () = tokio::time::sleep(wait) => {}
         }
         let started = tokio::time::Instant::now();
-        match tokio::task::spawn_blocking(trim).await {
+        let result = tokio::task::spawn_blocking(trim).await;
+        let took = started.elapsed();
+        wait = next_trim_after(period, took);
+        match result {
             // A trim holds each arena's lock while it walks it: a long one stalls every thread that allocates.
-            Ok(released) if started.elapsed() >= SLOW_TRIM => {
-                tracing::warn!(released, took = ?started.elapsed(), "trimming the allocator took long");
+            Ok(released) if took >= SLOW_TRIM => {
+                tracing::warn!(released, ?took, next_in = ?wait, "trimming the allocator took long");
             }
-            Ok(released) => tracing::debug!(released, took = ?started.elapsed(), "allocator trimmed"),
+            Ok(released) => tracing::debug!(released, ?took, "allocator trimmed"),
             Err(e) => tracing::warn!(error = %e, "trimming the allocator failed"),
         }
     }

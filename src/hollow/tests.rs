@@ -285,6 +285,40 @@ async fn the_allocator_is_trimmed_every_period_until_stopped() {
     tokio::time::timeout(Duration::from_secs(1), task).await.expect("ends at stop").expect("no panic");
 }
 
+/// A trim that holds its blocking thread for 50 ms, as `malloc_trim` does (not a timer, so not tokio's).
+#[allow(clippy::disallowed_methods)]
+fn slow_trim() -> bool {
+    SLOW_TRIMS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(50));
+    true
+}
+
+static SLOW_TRIMS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+#[tokio::test]
+async fn a_trim_that_took_long_puts_the_next_one_off() {
+    // every 10 ms, but each trim takes 50 ms: the next waits 60 times that, 3 s
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(trim_periodically(Duration::from_millis(10), slow_trim, stop.clone()));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(2), task).await.expect("ends at stop").expect("no panic");
+    assert_eq!(
+        SLOW_TRIMS.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one trim in 1.5 s, not one every 60 ms"
+    );
+}
+
+#[test]
+fn the_next_trim_waits_the_period_or_sixty_times_the_last_trim() {
+    let minute = Duration::from_secs(60);
+    assert_eq!(next_trim_after(minute, Duration::from_millis(300)), minute);
+    assert_eq!(next_trim_after(minute, Duration::from_secs(1)), minute);
+    assert_eq!(next_trim_after(minute, Duration::from_secs(2)), Duration::from_secs(120));
+    assert_eq!(next_trim_after(minute, Duration::from_millis(8_900)), Duration::from_secs(534));
+}
+
 #[tokio::test]
 async fn labels_and_annotations_come_back_as_sent() {
     use k8s_cri::v1::runtime_service_server::RuntimeService as _;
