@@ -188,8 +188,8 @@ const TRIM_SPACING: u32 = 60;
 
 /// How long after a trim that took `took` the next one comes: `period`, or [`TRIM_SPACING`] times `took`
 /// if that is longer. A trim holds each arena's lock while it gives the arena's free pages back, so every
-/// thread that allocates waits for it; while 1,000 nodes start their pods the trims took 1 to 9 s, and the
-/// pages they gave back were taken again at once. So a trim holds the allocator at most 1/60 of the time.
+/// thread that allocates from that arena waits for it; while 1,000 nodes started their pods the trims took
+/// 1 to 9 s (`docs/scale.md`). So trims hold the allocator at most 1/60 of the time.
 pub(crate) fn next_trim_after(period: Duration, took: Duration) -> Duration {
     period.max(took.saturating_mul(TRIM_SPACING))
 }
