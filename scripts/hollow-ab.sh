@@ -34,8 +34,8 @@ die() { log "ERROR: $*"; exit 1; }
 [ -x "$BIN_A" ] || die "no binary at $BIN_A"
 [ -x "$BIN_B" ] || die "no binary at $BIN_B"
 [ "$HALF" -ge 1 ] || die "AB_NODES must be at least 2"
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-steal() { awk '/^cpu / {print $9}' /proc/stat; }
+# shellcheck disable=SC1091 # cpu_ticks, steal_ticks
+. "$HERE/lib/procstat.sh"
 
 rm -rf "$BASE"; mkdir -p "$BASE/kubeconfigs"
 A=""; B=""
@@ -71,7 +71,7 @@ until [ "$($kubectl get nodes --no-headers 2>/dev/null | awk '$2 == "Ready"' | w
 done
 log "N=$N: all nodes Ready; the wave of $PODS pods"
 sleep 20
-a1=$(ticks "$A"); b1=$(ticks "$B"); s1=$(steal); t1=$(date +%s.%N)
+a1=$(cpu_ticks "$A"); b1=$(cpu_ticks "$B"); s1=$(steal_ticks); t1=$(date +%s.%N)
 $kubectl create namespace bench >/dev/null
 $kubectl -n bench create deployment bench --image=busybox:1.36 --replicas="$PODS" -- sleep 36000 >/dev/null
 t0=$SECONDS
@@ -81,12 +81,12 @@ while true; do
   [ $((SECONDS - t0)) -lt 2700 ] || die "only ${ready:-0} of $PODS pods Ready after 2700 s"
   sleep 3
 done
-a2=$(ticks "$A"); b2=$(ticks "$B"); s2=$(steal); t2=$(date +%s.%N)
+a2=$(cpu_ticks "$A"); b2=$(cpu_ticks "$B"); s2=$(steal_ticks); t2=$(date +%s.%N)
 log "N=$N: all $PODS pods Ready; a steady minute"
 sleep 30
-a3=$(ticks "$A"); b3=$(ticks "$B"); t3=$(date +%s.%N)
+a3=$(cpu_ticks "$A"); b3=$(cpu_ticks "$B"); t3=$(date +%s.%N)
 sleep 60
-a4=$(ticks "$A"); b4=$(ticks "$B"); t4=$(date +%s.%N)
+a4=$(cpu_ticks "$A"); b4=$(cpu_ticks "$B"); t4=$(date +%s.%N)
 $kubectl -n bench get pods -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' >"$BASE/placement.txt"
 pods_a=$(awk -F- -v h="$HALF" '$2 < h' "$BASE/placement.txt" | wc -l)
 pods_b=$(awk -F- -v h="$HALF" '$2 >= h' "$BASE/placement.txt" | wc -l)

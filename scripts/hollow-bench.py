@@ -409,7 +409,7 @@ def plot(path, out):
         vmax = max(values) if values else 1.0
         vmax = vmax * 1.1 if vmax > 0 else 1.0
         def sx(n):
-            return left + (math.log10(n) - lo) / span * (right - left) if span else (left + right) / 2
+            return left + (math.log10(n) - lo) / span * (right - left)
         def sy(v):
             return bottom - v / vmax * (bottom - top)
         svg.append(f'<text x="{ox + pw / 2}" y="{oy + 14}" text-anchor="middle" font-weight="bold">'

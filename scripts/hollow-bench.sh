@@ -116,10 +116,9 @@ cleanup_run() {
 }
 trap 'cleanup_run; [ -n "${HOLLOW_BENCH_KEEP:-}" ] || rm -rf "$BASE/run"' EXIT
 
-# /proc figures of a process: "utime+stime in ticks" and "RSS in KiB".
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-# the machine's steal time (CPU the hypervisor gave to others), in ticks
-steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
+# /proc figures: CPU in ticks (cpu_ticks PID, steal_ticks), RSS and PSS in KiB.
+# shellcheck disable=SC1091 # cpu_ticks, steal_ticks
+. "$HERE/lib/procstat.sh"
 sum_ticks() { local t=0; for p in "$@"; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 sum_rss() { local t=0; for p in "$@"; do t=$((t + $(rss_kib "$p"))); done; echo "$t"; }
