@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 import sys
 
 LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -211,6 +212,7 @@ def run(a):
         "nodes_rss_mib": round(int(a.rss[2]) / 1024.0, 1),
         "rss_per_node_mib": round(int(a.rss[2]) / 1024.0 / n, 2),
         "pss_per_node_mib": round(int(a.pss) / 1024.0 / n, 2) if a.pss else None,
+        **node_socket_bytes(a.socket_bytes, minutes, n),
         "api_connections": a.connections,
         "api_connections_per_node": round(a.connections / n, 2) if a.connections is not None else None,
         "pods_seen": seen,
@@ -234,9 +236,8 @@ def run(a):
     print(json.dumps(out, sort_keys=True))
 
 
-def connections(port, pids):
-    """The established TCP connections the processes `pids` hold to `port` (the API server's), each socket
-    counted once (processes may share one)."""
+def held_sockets(pids):
+    """The inodes of the sockets the processes `pids` hold open."""
     inodes = set()
     for pid in pids:
         try:
@@ -250,6 +251,51 @@ def connections(port, pids):
                 continue
             if target.startswith("socket:["):
                 inodes.add(target[8:-1])
+    return inodes
+
+
+def socket_bytes(port, pids):
+    """The bytes each established TCP connection of the processes `pids` to `port` (the API server's) has
+    received and sent (acknowledged by the peer) since it opened, by socket inode: the kernel's
+    `tcpi_bytes_received` and `tcpi_bytes_acked`, read with `ss -tie`. These are the bytes on the wire (TLS
+    included) between the nodes and the API server, whichever request or watch carried them, counted when
+    they pass and not when a watch ends as `apiserver_response_sizes` counts them."""
+    inodes = held_sockets(pids)
+    out = subprocess.run(["ss", "-tinHe", "state", "established"], capture_output=True, text=True, check=True).stdout
+    counts = {}
+    ino = None
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            # Recv-Q Send-Q local peer ... ino:N ...
+            fields = line.split()
+            peer = fields[3] if len(fields) > 3 else ""
+            inode = next((f[4:] for f in fields if f.startswith("ino:")), None)
+            ino = inode if peer.rsplit(":", 1)[-1] == str(port) and inode in inodes else None
+        elif ino is not None:
+            info = dict(f.split(":", 1) for f in line.split() if f.startswith(("bytes_received:", "bytes_acked:")))
+            counts[ino] = [int(info.get("bytes_received", 0)), int(info.get("bytes_acked", 0))]
+            ino = None
+    return counts
+
+
+def window_bytes(before, after):
+    """The bytes received and sent over the window between two `socket_bytes` snapshots (a connection opened
+    in the window counts whole), and how many connections of the first snapshot closed in it (their bytes
+    since the first snapshot are not counted)."""
+    received = sent = 0
+    for ino, (r, s) in after.items():
+        r0, s0 = before.get(ino, (0, 0))
+        received += r - r0
+        sent += s - s0
+    return received, sent, sum(1 for ino in before if ino not in after)
+
+
+def connections(port, pids):
+    """The established TCP connections the processes `pids` hold to `port` (the API server's), each socket
+    counted once (processes may share one)."""
+    inodes = held_sockets(pids)
     count = 0
     seen = set()
     for pid in pids[:1]:  # one network namespace: every process sees the same table
@@ -267,6 +313,20 @@ def connections(port, pids):
                     seen.add(fields[9])
                     count += 1
     return count
+
+
+def node_socket_bytes(paths, minutes, n):
+    """The bytes the nodes received from and sent to the API server in the window (`--socket-bytes` FILE1
+    FILE2, written by the `socket-bytes` command at its start and end), per minute and per node and minute."""
+    if not paths:
+        return {}
+    before, after = (json.load(open(p, encoding="utf-8")) for p in paths)
+    received, sent, closed = window_bytes(before, after)
+    return {
+        "node_bytes_received_per_min_per_node": round(received / minutes / n),
+        "node_bytes_sent_per_min_per_node": round(sent / minutes / n),
+        "node_connections_closed_in_window": closed,
+    }
 
 
 def latency_cpu(a, ticks):
@@ -311,6 +371,8 @@ FIGURES = [
     ("node requests/min per node", "node_requests_per_min_per_node"),
     ("node watches per node", "node_watches_per_node"),
     ("API bytes/min per node (all clients)", "server_bytes_per_min_per_node"),
+    ("bytes/min per node received from the API server (its connections)", "node_bytes_received_per_min_per_node"),
+    ("bytes/min per node sent to the API server (its connections)", "node_bytes_sent_per_min_per_node"),
     ("API server requests/min (all)", "server_requests_per_min"),
     ("kube-apiserver CPU (cores)", "apiserver_cpu_cores"),
     ("the nodes' CPU (cores)", "nodes_cpu_cores"),
@@ -358,6 +420,7 @@ PLOTS = [
     ("node requests per node and minute (steady)", "node_requests_per_min_per_node", None),
     ("watches held per node", "node_watches_per_node", None),
     ("API bytes per node and minute (all clients)", "server_bytes_per_min_per_node", None),
+    ("bytes per node and minute from the API server", "node_bytes_received_per_min_per_node", None),
     ("kube-apiserver CPU, steady (cores)", "apiserver_cpu_cores", None),
     ("etcd CPU, steady (cores)", "etcd_cpu_cores", None),
     ("kube-apiserver RSS (MiB)", "apiserver_rss_mib", None),
@@ -567,9 +630,13 @@ def main():
     r.add_argument("--delete-cpu", nargs="+", default=None)
     r.add_argument("--connections", type=int, default=None)
     r.add_argument("--steal", nargs=2, default=None)
+    r.add_argument("--socket-bytes", nargs=2, default=None)
     k = sub.add_parser("connections")
     k.add_argument("--port", type=int, required=True)
     k.add_argument("pids", nargs="*", type=int)
+    b = sub.add_parser("socket-bytes")
+    b.add_argument("--port", type=int, required=True)
+    b.add_argument("pids", nargs="*", type=int)
     c = sub.add_parser("create")
     for flag in ("--url", "--ca", "--namespace"):
         c.add_argument(flag, required=True)
@@ -592,6 +659,8 @@ def main():
         create(a)
     elif a.cmd == "connections":
         print(connections(a.port, a.pids))
+    elif a.cmd == "socket-bytes":
+        print(json.dumps(socket_bytes(a.port, a.pids), sort_keys=True))
     elif a.cmd == "plot":
         plot(a.file, a.out)
     else:

@@ -28,7 +28,9 @@
 #     created one at a time at LATENCY_RATE per second, each measured from creation to Running as above,
 #     p50/p99 (the SLO's pod start-up latency: pods created at a sustainable rate), then deleted
 #   - the load average of the machine (1, 5, 15 min) at the end of the steady window
-#   - the nodes' established connections to the API server at the end of the steady window
+#   - the nodes' established connections to the API server at the end of the steady window, and the bytes
+#     those connections received and sent over the window (the kernel's per-socket counts, read with `ss`;
+#     apiserver_response_sizes counts a watch's bytes only when the watch ends)
 #   - the machine's steal time (/proc/stat: CPU the hypervisor gave to others) over each phase, in cores
 #
 # The table is printed at the end, and $BASE/scale.svg plots the per-node figures against N. Two builds are
@@ -236,8 +238,10 @@ EOF
   local m1="$run/metrics-1.txt" m2="$run/metrics-2.txt"
   local a1 e1 a2 e2 n1 n2 w1 w2 s1 s2 lw1="" lw2="" la1="" la2="" ln1="" ln2="" ls1="" ls2=""
   w1=$(date +%s.%N); a1=$(cpu_ticks "$api_pid"); e1=$(cpu_ticks "$etcd_pid"); n1=$(sum_ticks "${PIDS[@]}"); s1=$(steal_ticks); metrics > "$m1"
+  python3 "$HERE/hollow-bench.py" socket-bytes --port "$API_PORT" "${PIDS[@]}" > "$run/sockets-1.json"
   sleep "$STEADY"
   w2=$(date +%s.%N); a2=$(cpu_ticks "$api_pid"); e2=$(cpu_ticks "$etcd_pid"); n2=$(sum_ticks "${PIDS[@]}"); s2=$(steal_ticks); metrics > "$m2"
+  python3 "$HERE/hollow-bench.py" socket-bytes --port "$API_PORT" "${PIDS[@]}" > "$run/sockets-2.json"
   local api_rss etcd_rss nodes_rss nodes_pss
   api_rss=$(rss_kib "$api_pid"); etcd_rss=$(rss_kib "$etcd_pid"); nodes_rss=$(sum_rss "${PIDS[@]}")
   nodes_pss=$(sum_pss "${PIDS[@]}")
@@ -293,7 +297,7 @@ EOF
     --window "$w1" "$w2" --audit "$run/audit.log" --metrics "$run/metrics-base.txt" "$m1" "$m2" \
     --watch "$run/watch.txt" --ticks "$(getconf CLK_TCK)" \
     --cpu "$a1" "$a2" "$e1" "$e2" --nodes-cpu "$n1" "$n2" --rss "$api_rss" "$etcd_rss" "$nodes_rss" --pss "$nodes_pss" \
-    --connections "$conns" --steal "$s1" "$s2" \
+    --connections "$conns" --steal "$s1" "$s2" --socket-bytes "$run/sockets-1.json" "$run/sockets-2.json" \
     --times "$nodes_ready_s" "$all_running_s" "$all_gone_s" --gone "$left" \
     --latency-watch "$( [ "$latency" -gt 0 ] && echo "$run/latency-watch.txt")" --latency-rate "$LATENCY_RATE" \
     ${lw1:+--latency-cpu "$lw1" "$lw2" "$la1" "$la2" "$ln1" "$ln2" "$ls1" "$ls2"} \
