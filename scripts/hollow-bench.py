@@ -320,7 +320,11 @@ def node_socket_bytes(paths, minutes, n):
     FILE2, written by the `socket-bytes` command at its start and end), per minute and per node and minute."""
     if not paths:
         return {}
-    before, after = (json.load(open(p, encoding="utf-8")) for p in paths)
+    snapshots = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            snapshots.append(json.load(f))
+    before, after = snapshots
     received, sent, closed = window_bytes(before, after)
     return {
         "node_bytes_received_per_min_per_node": round(received / minutes / n),
