@@ -396,6 +396,9 @@ impl LeaseRenewer {
                 if l.metadata.owner_references.as_ref().is_none_or(Vec::is_empty) && owner.is_some() {
                     l.metadata.owner_references = owner;
                 }
+                // Not sent back: an update without managedFields keeps the API server's, and they are about
+                // a third of the renewal's body.
+                l.metadata.managed_fields = None;
                 self.leases.replace(&self.name, &PostParams::default(), &l).await?
             }
         };
@@ -495,6 +498,40 @@ mod tests {
         assert_eq!(times.len(), 1, "{times:?}");
         let at = times[0] - start;
         assert!(at >= Duration::from_millis(10_200) && at <= Duration::from_millis(10_240), "{at:?}");
+    }
+
+    #[tokio::test]
+    async fn a_renewal_sends_the_lease_back_without_its_managed_fields() {
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let seen = bodies.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let seen = seen.clone();
+            async move {
+                if req.method() == http::Method::PUT {
+                    let body =
+                        http_body_util::BodyExt::collect(req.into_body()).await.expect("body").to_bytes();
+                    seen.lock()
+                        .expect("lock")
+                        .push(serde_json::from_slice::<serde_json::Value>(&body).expect("json"));
+                }
+                let body = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
+                    "metadata":{"name":"node","namespace":"kube-node-lease","resourceVersion":"7",
+                    "managedFields":[{"manager":"nodelet","operation":"Update","apiVersion":"coordination.k8s.io/v1",
+                    "fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:renewTime":{}}}}]},"spec":{}}"#;
+                crate::test_support::json_response(200, body)
+            }
+        });
+        let renewer = renewer(kube::Client::new(service, "default"));
+        let mut lease = None;
+        renewer.renew(&mut lease, None).await.expect("first renewal");
+        renewer.renew(&mut lease, None).await.expect("second renewal");
+        let bodies = bodies.lock().expect("lock").clone();
+        assert_eq!(bodies.len(), 2, "{bodies:?}");
+        for body in &bodies {
+            assert!(body["metadata"].get("managedFields").is_none(), "{body}");
+            assert_eq!(body["metadata"]["resourceVersion"], "7", "{body}");
+            assert_eq!(body["spec"]["holderIdentity"], "node", "{body}");
+        }
     }
 
     #[test]
