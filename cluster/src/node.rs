@@ -396,8 +396,8 @@ impl LeaseRenewer {
                 if l.metadata.owner_references.as_ref().is_none_or(Vec::is_empty) && owner.is_some() {
                     l.metadata.owner_references = owner;
                 }
-                // Not sent back: an update without managedFields keeps the API server's, and they are about
-                // a third of the renewal's body.
+                // Not sent back: an update without managedFields keeps the API server's, and leaving them out
+                // cut the bytes a renewal sends by about a third (1,060 to 720 on the wire, `docs/scale.md`).
                 l.metadata.managed_fields = None;
                 self.leases.replace(&self.name, &PostParams::default(), &l).await?
             }
