@@ -113,7 +113,8 @@ def audit(path, w1, w2):
                 requests[(verb, resource)] += 1
         elif stage == "ResponseComplete" and w1 <= received < w2:
             requests[(verb, resource)] += 1
-        if (verb, resource, stage) == ("update", "leases", "ResponseComplete") and (
+        # A renewal: nodelet patches its Lease, the kubelet updates it (both 200 when renewed).
+        if verb in ("update", "patch") and (resource, stage) == ("leases", "ResponseComplete") and (
             e.get("responseStatus") or {}
         ).get("code") == 200:
             done = ts(e["stageTimestamp"])
