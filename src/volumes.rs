@@ -102,6 +102,15 @@ impl RuntimeClasses for NodeObjects {
             .and_then(|a| a.get(name))
             .or_else(|| self.manifest().find("RuntimeClass", "default", name))
     }
+
+    /// The API server's classes once listed (asked for now if they were not yet); the manifest
+    /// directory's are always complete.
+    fn listed(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
+        match &self.api_classes {
+            Some(api) => Box::pin(api.wait_listed()),
+            None => Box::pin(std::future::ready(true)),
+        }
+    }
 }
 
 /// Renders configMap, secret, downwardAPI and projected volumes from the [`NodeObjects`] of the pod's

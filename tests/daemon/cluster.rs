@@ -1240,6 +1240,14 @@ async fn a_runtime_class_from_the_api_picks_the_sandbox_handler_and_its_overhead
     let (env, cluster) =
         cluster_or_skip!("a_runtime_class_from_the_api_picks_the_sandbox_handler_and_its_overhead_counts");
     let n = ClusterNode::start(&env, &cluster, "rtclass").await;
+    // A pod naming no class: the node neither lists nor watches RuntimeClasses for it.
+    const WATCHING: &str = "listing and watching RuntimeClasses";
+    n.create_pod(
+        &n.api_pod_manifest("plain", json!({"containers": [{"name": "main", "command": ["sleep", "3600"]}]})),
+    )
+    .await;
+    n.wait_api_running("plain").await;
+    assert!(!n.log().contains(WATCHING), "RuntimeClasses watched before a pod named one\n{}", n.tail());
     // RuntimeClasses are cluster-scoped: one named after this node
     let name = format!("runc-{}", n.node());
     let classes: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(n.client());
@@ -1262,6 +1270,15 @@ async fn a_runtime_class_from_the_api_picks_the_sandbox_handler_and_its_overhead
     assert_eq!(overhead.get("cpu").map(|q| q.0.as_str()), Some("5m"), "{}", pretty(&pod));
     let sandboxes = n.sandboxes_of(&uid(&pod)).await;
     assert_eq!(sandboxes.iter().map(|s| s.runtime_handler.as_str()).collect::<Vec<_>>(), vec!["runc"]);
+    // the first pod naming a class started the watch, and its sandbox waited for the list rather than fail
+    assert!(n.log().contains(WATCHING), "no RuntimeClass watch started\n{}", n.tail());
+    let events: Api<Event> = Api::namespaced(n.client(), n.namespace());
+    let of_pod = ListParams::default().fields("involvedObject.name=classy");
+    let reasons: Vec<String> = match events.list(&of_pod).await {
+        Ok(l) => l.items.into_iter().filter_map(|e| e.reason).collect(),
+        Err(e) => panic!("cannot list the events of pod classy: {e}"),
+    };
+    assert!(!reasons.iter().any(|r| r == "FailedCreatePodSandBox"), "events of pod classy: {reasons:?}");
     let _ = classes.delete(&name, &DeleteParams::default()).await;
     n.shutdown().await;
 }

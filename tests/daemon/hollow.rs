@@ -3,7 +3,8 @@
 //! across them and every pod is Running with its own IP, the Deployment's deletion takes every pod away,
 //! and in between the API server's request counters (`apiserver_request_total`) over two equal steady
 //! windows show no periodic LIST of pods, Secrets or ConfigMaps, a bounded request rate per node and no
-//! growth from one window to the next.
+//! growth from one window to the next, and its watch gauge (`apiserver_longrunning_requests`) shows at
+//! most 3 watches per node and none of RuntimeClasses (no pod names one).
 //!
 //! The nodes read thresholds of `evictionHard` that any machine crosses: a hollow node measures no signal
 //! of the machine, so none of its pods is evicted.
@@ -39,8 +40,14 @@ const MAX_REQUESTS_PER_NODE_SECOND: f64 = 0.17;
 type Counts = BTreeMap<(String, String, String), f64>;
 
 fn parse_request_totals(text: &str) -> Counts {
+    parse_counts(text, "apiserver_request_total")
+}
+
+/// `metric` (a counter or gauge with `verb`, `resource` and `subresource` labels) summed by those three.
+fn parse_counts(text: &str, metric: &str) -> Counts {
     let mut counts = Counts::new();
-    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+    let start = format!("{metric}{{");
+    for line in text.lines().filter(|l| l.starts_with(&start)) {
         let Some((labels, value)) = line.rsplit_once(' ') else { continue };
         let Ok(value) = value.parse::<f64>() else { continue };
         let label = |name: &str| {
@@ -57,9 +64,25 @@ fn parse_request_totals(text: &str) -> Counts {
 }
 
 async fn request_totals(client: &kube::Client) -> Counts {
+    parse_request_totals(&api_server_metrics(client).await)
+}
+
+async fn api_server_metrics(client: &kube::Client) -> String {
     let request = http::Request::get("/metrics").body(Vec::new()).expect("request");
-    let text = client.request_text(request).await.expect("the API server's /metrics");
-    parse_request_totals(&text)
+    client.request_text(request).await.expect("the API server's /metrics")
+}
+
+/// The watches the API server holds (`apiserver_longrunning_requests`, verb WATCH), by resource.
+async fn watches_held(client: &kube::Client) -> BTreeMap<String, f64> {
+    let mut held = BTreeMap::new();
+    for ((verb, resource, _), n) in
+        parse_counts(&api_server_metrics(client).await, "apiserver_longrunning_requests")
+    {
+        if verb == "WATCH" {
+            *held.entry(resource).or_default() += n;
+        }
+    }
+    held
 }
 
 fn delta(before: &Counts, after: &Counts) -> Counts {
@@ -162,6 +185,8 @@ async fn twenty_hollow_nodes_run_a_hundred_pods_without_growing_requests() {
         .spawn()
         .expect("nodelet hollow");
     let client = admin_client(&env).await;
+    // the control plane's own watches (its controllers, the API server's admission informers)
+    let watches_before = watches_held(&client).await;
     let nodes: Api<Node> = Api::all(client.clone());
     wait_until("20 Ready hollow nodes", Duration::from_secs(90), &log, || {
         let nodes = nodes.clone();
@@ -238,6 +263,24 @@ async fn twenty_hollow_nodes_run_a_hundred_pods_without_growing_requests() {
 
     // Steady state: let the last status patches land, then two equal windows.
     sleep(Duration::from_secs(15)).await;
+    // The nodes' watches: their pods, the Services, the ConfigMap their pods use (kube-root-ca.crt); no
+    // RuntimeClasses, which no pod names.
+    let watches_now = watches_held(&client).await;
+    let by_nodes: BTreeMap<&str, f64> = watches_now
+        .iter()
+        .map(|(r, n)| (r.as_str(), n - watches_before.get(r).copied().unwrap_or(0.0)))
+        .filter(|(_, n)| *n != 0.0)
+        .collect();
+    eprintln!("watches opened by the hollow nodes, by resource: {by_nodes:?}");
+    assert!(
+        !by_nodes.contains_key("runtimeclasses"),
+        "RuntimeClasses watched, though no pod names one: {by_nodes:?}"
+    );
+    let per_node = by_nodes.values().sum::<f64>() / f64::from(NODES);
+    assert!(
+        per_node <= 3.25,
+        "{per_node:.2} watches per node (3: pods, Services, one ConfigMap): {by_nodes:?}"
+    );
     let t0 = request_totals(&client).await;
     sleep(WINDOW).await;
     let t1 = request_totals(&client).await;

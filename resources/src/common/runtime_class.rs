@@ -4,10 +4,14 @@
 //! server's RuntimeClass admission) and where such pods may run (`scheduling.nodeSelector`).
 //!
 //! The classes come from wherever the daemon finds them (manifest directory, API server) through
-//! [`RuntimeClasses`]; the pod runtime asks at sandbox creation and admission asks when a pod
-//! arrives, so a class created after its pods takes effect at their next sandbox attempt.
+//! [`RuntimeClasses`]; the pod runtime asks at sandbox creation ([`handler_when_listed`], which first
+//! waits a little for a source read in the background to have its first list) and admission asks when a
+//! pod arrives, so a class created after its pods takes effect at their next sandbox attempt.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
 
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -18,6 +22,14 @@ use crate::model::pod::DesiredPod;
 pub trait RuntimeClasses: Send + Sync + 'static {
     /// The class named `name`, if it exists.
     fn runtime_class(&self, name: &str) -> Option<RuntimeClass>;
+
+    /// Resolves to `true` once [`runtime_class`](Self::runtime_class) answers from a complete list of the
+    /// classes (a source read in the background may start reading only when first asked, and misses
+    /// classes until its first list arrived), or to `false` when that can no longer happen. The default is
+    /// for sources that are always complete: `true` at once.
+    fn listed(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        Box::pin(std::future::ready(true))
+    }
 }
 
 /// Why a pod's runtime class cannot be used.
@@ -29,6 +41,9 @@ pub enum RuntimeClassError {
     /// The pod names a class but the node was given no place to look classes up.
     #[error("runtimeclass.node.k8s.io {0:?}: RuntimeClasses are not available on this node")]
     Unavailable(String),
+    /// The classes have not been listed yet (the API server did not answer in time).
+    #[error("runtimeclass.node.k8s.io {0:?}: the RuntimeClasses have not been listed yet")]
+    NotListed(String),
 }
 
 /// The pod's `runtimeClassName`, when set and not empty.
@@ -46,6 +61,21 @@ pub fn handler(
     let classes = classes.ok_or_else(|| RuntimeClassError::Unavailable(name.to_owned()))?;
     let class = classes.runtime_class(name).ok_or_else(|| RuntimeClassError::NotFound(name.to_owned()))?;
     Ok(Some(class.handler))
+}
+
+/// As [`handler`], after waiting up to `wait` for `classes` to be [listed](RuntimeClasses::listed), so that
+/// the first pod naming a class does not fail for a list still on its way; [`RuntimeClassError::NotListed`]
+/// when it is not by then. Pods that name no class never wait.
+pub async fn handler_when_listed(
+    pod: &DesiredPod,
+    classes: Option<&dyn RuntimeClasses>,
+    wait: Duration,
+) -> Result<Option<String>, RuntimeClassError> {
+    let (Some(name), Some(lookup)) = (class_name(pod), classes) else { return handler(pod, classes) };
+    if !tokio::time::timeout(wait, lookup.listed()).await.unwrap_or(false) {
+        return Err(RuntimeClassError::NotListed(name.to_owned()));
+    }
+    handler(pod, classes)
 }
 
 /// What a pod costs beyond its containers: `spec.overhead` when set (the API server put it there),
@@ -151,6 +181,64 @@ mod tests {
         let err = handler(&unknown, Some(&c)).expect_err("unknown class");
         assert_eq!(err.to_string(), "runtimeclass.node.k8s.io \"nope\" not found");
         assert!(matches!(handler(&named, None), Err(RuntimeClassError::Unavailable(_))));
+    }
+
+    /// Classes that are listed only once `release` is sent `true` (or never, when it is dropped).
+    struct Late(Classes, tokio::sync::watch::Receiver<bool>);
+
+    impl RuntimeClasses for Late {
+        fn runtime_class(&self, name: &str) -> Option<RuntimeClass> {
+            self.0.runtime_class(name)
+        }
+
+        fn listed(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+            let mut listed = self.1.clone();
+            Box::pin(async move { listed.wait_for(|l| *l).await.is_ok() })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sandbox_handler_waits_for_the_first_list_and_only_for_pods_naming_a_class() {
+        let wait = Duration::from_secs(5);
+        let (release, listed) = tokio::sync::watch::channel(false);
+        let late = Late(classes(), listed);
+        let named = pod(serde_json::json!({"runtimeClassName": "sandboxed", "containers": []}));
+        let plain = pod(serde_json::json!({"containers": []}));
+
+        // no class named: no wait, whatever the lookup's state
+        let start = tokio::time::Instant::now();
+        assert_eq!(handler_when_listed(&plain, Some(&late), wait).await, Ok(None));
+        assert_eq!(start.elapsed(), Duration::ZERO);
+
+        // the list arrives 2 s in: the handler then
+        let answer = async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            release.send_replace(true);
+        };
+        let (handler, ()) = tokio::join!(handler_when_listed(&named, Some(&late), wait), answer);
+        assert_eq!(handler, Ok(Some("runsc".to_owned())));
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+
+        // never listed: NotListed after the wait, not NotFound
+        let (release, listed) = tokio::sync::watch::channel(false);
+        let never = Late(classes(), listed);
+        let start = tokio::time::Instant::now();
+        let err = handler_when_listed(&named, Some(&never), wait).await.expect_err("not listed");
+        assert_eq!(err, RuntimeClassError::NotListed("sandboxed".to_owned()));
+        assert_eq!(start.elapsed(), wait);
+        drop(release);
+        // a source that can no longer list says so at once
+        let err = handler_when_listed(&named, Some(&never), wait).await.expect_err("not listed");
+        assert!(err.to_string().contains("have not been listed yet"), "{err}");
+        assert_eq!(start.elapsed(), wait);
+
+        // always-complete sources (the default) answer at once, found or not
+        let unknown = pod(serde_json::json!({"runtimeClassName": "nope", "containers": []}));
+        let c = classes();
+        assert_eq!(handler_when_listed(&named, Some(&c), wait).await, Ok(Some("runsc".to_owned())));
+        let err = handler_when_listed(&unknown, Some(&c), wait).await.expect_err("unknown");
+        assert_eq!(err, RuntimeClassError::NotFound("nope".to_owned()));
+        assert_eq!(start.elapsed(), wait);
     }
 
     #[test]

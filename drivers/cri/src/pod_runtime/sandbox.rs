@@ -16,6 +16,10 @@ use super::{CriPodRuntime, cri_error, spec_error};
 use crate::filter::SandboxFilter;
 use crate::labels;
 
+/// How long a sandbox for a pod naming a RuntimeClass waits for the classes' first list (the API
+/// server's are listed only once a pod names one) before it fails and is tried again with back-off.
+const RUNTIME_CLASS_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl CriPodRuntime {
     /// For a `hostUsers: false` pod: the runtime handler must support user namespaces (CRI `Status`
     /// `runtime_handlers[].features.user_namespaces`), else the sandbox is not created and the error names
@@ -85,7 +89,9 @@ impl SandboxRuntime for CriPodRuntime {
         let pod: &DesiredPod = &spec.pod;
         let started = tokio::time::Instant::now();
         // As the kubelet: the class is looked up at every sandbox creation; a missing one fails it.
-        let handler = super::runtime_class::handler(pod, self.inner.config.runtime_classes.0.as_deref())
+        let classes = self.inner.config.runtime_classes.0.as_deref();
+        let handler = super::runtime_class::handler_when_listed(pod, classes, RUNTIME_CLASS_LIST_WAIT)
+            .await
             .map_err(|e| RuntimeError::new("CreatePodSandboxError", e.to_string()))?
             .unwrap_or_else(|| self.inner.config.runtime_handler.clone());
         let dns = self.dns_config(pod).await?;
