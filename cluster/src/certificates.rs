@@ -537,10 +537,8 @@ pub(crate) async fn build_client(
     let client_err = |source| CertError::Client { path: kubeconfig.display().to_string(), source };
     // The client's request queue (a task kube's client spawns where it is made) goes on the lane with the
     // connection.
-    let lease = lane
-        .enter(|| super::transport::client(config.clone(), super::transport::Versions::Http1))
-        .map_err(client_err)?;
-    let api = super::transport::client(config, super::transport::Versions::Any).map_err(client_err)?;
+    let lease = lane.enter(|| super::transport::reconnecting_client(config.clone())).map_err(client_err)?;
+    let api = super::transport::client(config).map_err(client_err)?;
     Ok(NodeClients { api, lease })
 }
 
@@ -549,8 +547,8 @@ pub(crate) async fn build_client(
 pub(crate) struct NodeClients {
     /// Every request but the Lease's: one connection, driven on the process's runtime.
     pub(crate) api: Client,
-    /// The Lease renewals: a connection of their own (HTTP/1.1, see [`super::transport::Versions::Http1`]),
-    /// driven on the heartbeat lane ([`HeartbeatLane`]).
+    /// The Lease renewals: a connection of their own (HTTP/2, replaced after a renewal without an answer:
+    /// [`super::transport::reconnecting_client`]), driven on the heartbeat lane ([`HeartbeatLane`]).
     pub(crate) lease: Client,
 }
 

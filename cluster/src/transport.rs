@@ -10,9 +10,14 @@
 //! write timeouts of the connection ([`super::tune`]), the base URI, the retry of server errors, the
 //! authentication (tokens, token files and exec plugins refreshed as kube-client does), the extra headers
 //! (user agent, impersonation) and the `HTTP` tracing span of each request. A kubeconfig with a
-//! `proxy-url` keeps kube-client's HTTP/1 stack. The Lease's client offers HTTP/1.1 alone
-//! ([`Versions::Http1`]). Not set: the expiry kube-client records of a certificate an
-//! exec plugin returns (`kube::Client::valid_until`, which nodelet does not read).
+//! `proxy-url` keeps kube-client's HTTP/1 stack. Not set: the expiry kube-client records of a certificate
+//! an exec plugin returns (`kube::Client::valid_until`, which nodelet does not read).
+//!
+//! The Lease's client ([`reconnecting_client`]) is such a client that gives up its connection after a
+//! request that failed without an answer or was given up before it came, and opens a new one for the
+//! next request, as the kubelet closes its heartbeat connections after a failed heartbeat: an HTTP/2
+//! connection that stopped answering would otherwise keep the next renewals until its ping times out
+//! (45 s, past the Lease's 40 s).
 //!
 //! A dead HTTP/2 connection is found by pings, as client-go's (`ReadIdleTimeout` 30 s, `PingTimeout`
 //! 15 s): when nothing was read on the connection for [`PING_IDLE`], a ping is sent, and the connection
@@ -43,22 +48,9 @@ pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(15);
 /// The TLS sessions a client keeps for resumption.
 const TLS_SESSIONS: usize = 4;
 
-/// The HTTP versions a client offers the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Versions {
-    /// HTTP/2 when the server negotiates it, else HTTP/1 (a plain `http://` server): every request of the
-    /// client is a stream of one connection.
-    Any,
-    /// HTTP/1.1 only: one request at a time on a connection, and a request given up before its answer
-    /// closes its connection, so the next one never waits on a connection that stopped answering. For a
-    /// client that sends one small request at a time (the Lease renewals): lighter than an HTTP/2
-    /// connection (no header tables, no stream bookkeeping).
-    Http1,
-}
-
-/// A client of `config` (no rate limit) whose requests share one connection, with the HTTP `versions`
-/// it offers. A `proxy-url` in `config` gives kube-client's own (HTTP/1) client.
-pub(crate) fn client(config: kube::Config, versions: Versions) -> Result<kube::Client, kube::Error> {
+/// A client of `config` (no rate limit) whose requests share one connection, HTTP/2 when the server offers
+/// it. A `proxy-url` in `config` gives kube-client's own (HTTP/1) client.
+pub(crate) fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
     if config.proxy_url.is_some() {
         return Ok(kube::client::ClientBuilder::try_from(config)?.build());
     }
@@ -83,11 +75,8 @@ pub(crate) fn client(config: kube::Config, versions: Versions) -> Result<kube::C
             .map_err(|e| kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e)))?;
         https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
-    // ALPN offers h2 and http/1.1, or http/1.1 alone
-    let https = match versions {
-        Versions::Any => https.enable_all_versions().wrap_connector(http),
-        Versions::Http1 => https.enable_http1().wrap_connector(http),
-    };
+    // ALPN offers h2 and http/1.1
+    let https = https.enable_all_versions().wrap_connector(http);
     let mut connector = hyper_timeout::TimeoutConnector::new(https);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
@@ -162,6 +151,89 @@ pub(crate) fn client(config: kube::Config, versions: Versions) -> Result<kube::C
     Ok(kube::Client::new(service, default_ns))
 }
 
+/// A client of `config` as [`client`], whose connection is replaced after a request that failed without an
+/// answer (a transport error) or was dropped before its answer came (a timeout): the next request builds a
+/// new [`client`], and with it a new connection; the old connection closes once its last request is gone.
+/// An answer of any status keeps the connection. Built (and rebuilt) on the runtime that calls it, which
+/// drives the connection.
+pub(crate) fn reconnecting_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    let first = client(config.clone())?;
+    let default_ns = config.default_namespace.clone();
+    let service = Reconnecting {
+        config: std::sync::Arc::new(config),
+        current: std::sync::Arc::new(std::sync::Mutex::new(Current { client: Some(first), generation: 0 })),
+    };
+    Ok(kube::Client::new(service, default_ns))
+}
+
+/// The client in use and how many were built before it.
+struct Current {
+    client: Option<kube::Client>,
+    generation: u64,
+}
+
+/// The service of [`reconnecting_client`].
+#[derive(Clone)]
+struct Reconnecting {
+    config: std::sync::Arc<kube::Config>,
+    current: std::sync::Arc<std::sync::Mutex<Current>>,
+}
+
+/// Drops the client of `generation` when dropped armed: the request it watches did not get its answer.
+struct GiveUpOnDrop {
+    current: std::sync::Arc<std::sync::Mutex<Current>>,
+    generation: u64,
+    armed: bool,
+}
+
+impl Drop for GiveUpOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // a later client (built after another failure) is left alone
+        if current.generation == self.generation && current.client.take().is_some() {
+            tracing::debug!(
+                "a request got no answer: its connection is given up, the next request opens one"
+            );
+        }
+    }
+}
+
+impl tower::Service<Request<Body>> for Reconnecting {
+    type Response = Response<Body>;
+    type Error = kube::Error;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), kube::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let picked = {
+            let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match &current.client {
+                Some(c) => Ok((c.clone(), current.generation)),
+                None => client((*self.config).clone()).map(|c| {
+                    current.generation += 1;
+                    current.client = Some(c.clone());
+                    (c, current.generation)
+                }),
+            }
+        };
+        let shared = self.current.clone();
+        Box::pin(async move {
+            let (client, generation) = picked?;
+            let mut guard = GiveUpOnDrop { current: shared, generation, armed: true };
+            let answer = client.send(req).await;
+            guard.armed = answer.is_err();
+            answer
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
@@ -176,7 +248,7 @@ mod tests {
     use hyper_util::rt::{TokioExecutor, TokioIo};
     use kube::client::Body;
 
-    use super::{Versions, client};
+    use super::{client, reconnecting_client};
 
     /// A response body of the test server: empty, or one that never ends (a watch with no events).
     enum Answer {
@@ -200,7 +272,7 @@ mod tests {
     }
 
     /// A loopback HTTPS server that speaks HTTP/2 alone (ALPN `h2`) with a CA of its own: `/watch` answers a
-    /// body that never ends, any other path an empty one. Returns a client configuration that trusts it and
+    /// body that never ends, `/hang` never answers, any other path an empty body. Returns a client configuration that trusts it and
     /// the count of the connections it accepted.
     async fn h2_server() -> (kube::Config, Arc<AtomicUsize>) {
         let ca_key = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("CA key: {e}"));
@@ -232,6 +304,9 @@ mod tests {
                     let Ok(tls) = acceptor.accept(tcp).await else { return };
                     let answer =
                         hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
+                            if req.uri().path() == "/hang" {
+                                std::future::pending::<()>().await;
+                            }
                             let body = if req.uri().path() == "/watch" { Answer::Open } else { Answer::Done };
                             Ok::<_, Infallible>(Response::new(body))
                         });
@@ -257,7 +332,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_with_an_open_watch_serves_the_next_request_however_long_after_the_last() {
         let (config, accepted) = h2_server().await;
-        let client = client(config, Versions::Any).unwrap_or_else(|e| panic!("client: {e}"));
+        let client = client(config).unwrap_or_else(|e| panic!("client: {e}"));
         // a watch: its answer's headers came, its body stays open
         let watch = client.send(get("/watch")).await.unwrap_or_else(|e| panic!("watch: {e}"));
         let patch = client.send(get("/status")).await.unwrap_or_else(|e| panic!("request: {e}"));
@@ -276,5 +351,27 @@ mod tests {
             "the request two minutes after the last went on the watch's connection, not a new one"
         );
         drop(watch);
+    }
+
+    #[tokio::test]
+    async fn the_reconnecting_client_opens_a_new_connection_after_a_request_given_up_and_only_then() {
+        let (config, accepted) = h2_server().await;
+        let client = reconnecting_client(config).unwrap_or_else(|e| panic!("client: {e}"));
+        let ok = async |path: &str| {
+            let answer = client.send(get(path)).await.unwrap_or_else(|e| panic!("{path}: {e}"));
+            assert!(answer.status().is_success(), "{path}: {}", answer.status());
+        };
+        for _ in 0..3 {
+            ok("/status").await;
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "answered requests share one connection");
+        // a request given up before its answer (as a renewal past its timeout)
+        let given_up = tokio::time::timeout(Duration::from_millis(300), client.send(get("/hang"))).await;
+        assert!(given_up.is_err(), "/hang answered");
+        ok("/status").await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "the next request went on a new connection");
+        ok("/status").await;
+        ok("/status").await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "and the new connection stays");
     }
 }
