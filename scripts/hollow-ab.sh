@@ -8,7 +8,8 @@
 # ($AB_BIN_A) runs nodes 0 .. N/2-1, process B ($AB_BIN_B) N/2 .. N-1, both started at once; once all are
 # Ready, one Deployment of 30 pods per node; each process's CPU (utime+stime) from its creation until every
 # pod is Ready, divided by the pods the scheduler put on its nodes, then each process's CPU over one
-# steady minute (30 s after). Prints ms per pod and steady cores for A and B, and B/A.
+# steady minute (30 s after), and its memory (PSS, /proc/PID/smaps_rollup) at the minute's end. Prints ms
+# per pod, steady cores and MiB of PSS per node for A and B, and B/A.
 #
 # Environment:
 #   AB_BIN_A, AB_BIN_B      the two nodelet binaries (required)
@@ -87,18 +88,22 @@ sleep 30
 a3=$(cpu_ticks "$A"); b3=$(cpu_ticks "$B"); t3=$(date +%s.%N)
 sleep 60
 a4=$(cpu_ticks "$A"); b4=$(cpu_ticks "$B"); t4=$(date +%s.%N)
+pss_a=$(pss_kib "$A"); pss_b=$(pss_kib "$B")
 $kubectl -n bench get pods -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' >"$BASE/placement.txt"
 pods_a=$(awk -F- -v h="$HALF" '$2 < h' "$BASE/placement.txt" | wc -l)
 pods_b=$(awk -F- -v h="$HALF" '$2 >= h' "$BASE/placement.txt" | wc -l)
 python3 - "$(getconf CLK_TCK)" "$a1" "$a2" "$b1" "$b2" "$s1" "$s2" "$t1" "$t2" "$a3" "$a4" "$b3" "$b4" "$t3" "$t4" \
-  "$pods_a" "$pods_b" <<'EOF' | tee "$BASE/result.txt"
+  "$pods_a" "$pods_b" "$pss_a" "$pss_b" "$HALF" <<'EOF' | tee "$BASE/result.txt"
 import sys
-hz, a1, a2, b1, b2, s1, s2, t1, t2, a3, a4, b3, b4, t3, t4, pa, pb = map(float, sys.argv[1:])
+hz, a1, a2, b1, b2, s1, s2, t1, t2, a3, a4, b3, b4, t3, t4, pa, pb, ma, mb, half = map(float, sys.argv[1:])
 wave, steady = t2 - t1, t4 - t3
 print(f"wave: {wave:.0f} s; the machine's steal time in it: {(s2 - s1) / hz / wave:.3f} cores")
 for name, w1, w2, c1, c2, pods in (("A", a1, a2, a3, a4, pa), ("B", b1, b2, b3, b4, pb)):
     print(f"{name}: wave {(w2 - w1) / hz:.1f} CPU-s for {pods:.0f} pods = {(w2 - w1) / hz * 1000 / pods:.2f} ms per pod;"
           f" steady {(c2 - c1) / hz / steady:.3f} cores")
-print(f"B/A: per pod in the wave {((b2 - b1) / pb) / ((a2 - a1) / pa):.3f}; steady {(b4 - b3) / (a4 - a3):.3f}")
+for name, kib in (("A", ma), ("B", mb)):
+    print(f"{name}: memory {kib / 1024:.1f} MiB PSS, {kib / 1024 / half:.3f} MiB per node")
+print(f"B/A: per pod in the wave {((b2 - b1) / pb) / ((a2 - a1) / pa):.3f}; steady {(b4 - b3) / (a4 - a3):.3f};"
+      f" memory {mb / ma:.3f}")
 EOF
 log "N=$N: done ($BASE/result.txt)"

@@ -126,7 +126,6 @@ rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; 
 sum_rss() { local t=0; for p in "$@"; do t=$((t + $(rss_kib "$p"))); done; echo "$t"; }
 # Proportional set size in KiB: memory shared between processes (kubemark's binary, mapped by every one of
 # its processes) counted once over all of them, not once per process as RSS counts it.
-pss_kib() { awk '/^Pss:/ {print $2}' "/proc/$1/smaps_rollup" 2>/dev/null || echo 0; }
 sum_pss() { local t=0; for p in "$@"; do t=$((t + $(pss_kib "$p"))); done; echo "$t"; }
 # How many pods namespace $1 has, from a LIST of one item (`remainingItemCount`): the wait loops poll this
 # instead of listing every pod (15,000 at N=500) every few seconds, which loaded the API server they measure.
