@@ -414,6 +414,52 @@ async fn nodelet_streaming_cli_to_eof(n: &Nodelet, args: &[&str], input: &[u8]) 
 }
 
 async fn streaming_cli(n: &Nodelet, args: &[&str], input: &[u8], end_input: bool) -> (i32, String, String) {
+    try_streaming_cli(n, args, input, end_input)
+        .await
+        .unwrap_or_else(|| panic!("nodelet {args:?} did not end in time"))
+}
+
+/// How many times containerd's log (`NODELET_TEST_CONTAINERD_LOG`) says it saw the end of an exec's stdin.
+fn runtime_stdin_closes() -> usize {
+    let Ok(path) = std::env::var("NODELET_TEST_CONTAINERD_LOG") else { return 0 };
+    let log = std::fs::read(path).unwrap_or_default();
+    String::from_utf8_lossy(&log).matches("stdin closed").count()
+}
+
+/// As [`nodelet_streaming_cli_to_eof`], tolerating one known loss of the runtime: containerd 2.3.4 now and
+/// then (once in 60 sessions in a loop, 2026-12-06) logs that it saw the end of an exec's stdin
+/// (`Container exec … stdin closed`, after nodelet passed it on) and yet the command never gets it, so
+/// the session does not end; its calls to the shim for that exec then hang too. Such an attempt is
+/// tried once more, and only when the runtime logged a close of stdin during it: a session whose end of
+/// input never reached the runtime fails at once, as does a second loss in a row. Returns (exit code,
+/// stdout, stderr, how long the attempt that ended took).
+async fn exec_to_eof(n: &Nodelet, args: &[&str], input: &[u8]) -> (i32, String, String, Duration) {
+    let before = runtime_stdin_closes();
+    let started = std::time::Instant::now();
+    if let Some((code, out, err)) = try_streaming_cli(n, args, input, true).await {
+        return (code, out, err, started.elapsed());
+    }
+    let closes = runtime_stdin_closes() - before;
+    assert!(
+        closes > 0,
+        "nodelet {args:?} did not end in time, and the runtime never saw the end of its stdin"
+    );
+    eprintln!(
+        "nodelet {args:?} did not end in time though the runtime logged the end of its stdin ({closes} \
+         `stdin closed` in its log meanwhile): the runtime's loss, tried once more"
+    );
+    let started = std::time::Instant::now();
+    let (code, out, err) = nodelet_streaming_cli_to_eof(n, args, input).await;
+    (code, out, err, started.elapsed())
+}
+
+/// As [`streaming_cli`]; `None` when the command did not end within [`EXEC_LIMIT`].
+async fn try_streaming_cli(
+    n: &Nodelet,
+    args: &[&str],
+    input: &[u8],
+    end_input: bool,
+) -> Option<(i32, String, String)> {
     use tokio::io::AsyncWriteExt as _;
     let ca = n.root_dir().join("pki").join("nodelet.crt");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
@@ -444,14 +490,13 @@ async fn streaming_cli(n: &Nodelet, args: &[&str], input: &[u8], end_input: bool
     };
     // written while the output is read (a large input does not fit the pipe)
     let (stdin, output) = tokio::join!(writing, tokio::time::timeout(EXEC_LIMIT, child.wait_with_output()));
-    let output =
-        output.unwrap_or_else(|_| panic!("nodelet {args:?} did not end in time")).expect("nodelet's output");
+    let output = output.ok()?.expect("nodelet's output");
     drop(stdin);
-    (
+    Some((
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    ))
 }
 
 #[tokio::test]
@@ -461,34 +506,28 @@ async fn nodelet_exec_i_ends_with_its_input_over_spdy() {
     let (pod, _) = shell_pod(&n, "eof").await;
 
     // `echo data | nodelet exec -i POD -- cat`: the end of input reaches cat, which ends
-    let started = std::time::Instant::now();
-    let (code, out, err) =
-        nodelet_streaming_cli_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "cat"], b"data\n").await;
+    let (code, out, err, took) =
+        exec_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "cat"], b"data\n").await;
     assert_eq!((code, out.as_str()), (0, "data\n"), "stderr: {err}");
-    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    assert!(took < Duration::from_secs(10), "took {took:?}");
 
     // stdout and stderr stay apart; the exit code is the command's
     let script = "cat; echo err >&2; exit 7";
-    let (code, out, err) = nodelet_streaming_cli_to_eof(
-        &n,
-        &["exec", "-i", &pod, "-c", "app", "--", "sh", "-c", script],
-        b"a\nb\n",
-    )
-    .await;
+    let (code, out, err, _) =
+        exec_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "sh", "-c", script], b"a\nb\n").await;
     assert_eq!((code, out.as_str(), err.as_str()), (7, "a\nb\n", "err\n"));
 
     // no input at all: the end comes at once
-    let (code, out, err) =
-        nodelet_streaming_cli_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "wc", "-c"], b"").await;
+    let (code, out, err, _) =
+        exec_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "wc", "-c"], b"").await;
     assert_eq!((code, out.trim()), (0, "0"), "stderr: {err}");
 
     // far more than the SPDY windows (64 KiB), intact, and more output than one window back
     let input: Vec<u8> = (0..(1 << 20) + 1).map(|i: u32| b'a' + (i % 26) as u8).collect();
-    let (code, out, err) =
-        nodelet_streaming_cli_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "sha256sum"], &input).await;
+    let (code, out, err, _) =
+        exec_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "sha256sum"], &input).await;
     assert_eq!((code, out.as_str()), (0, format!("{}  -\n", sha256_hex(&input)).as_str()), "stderr: {err}");
-    let (code, out, err) =
-        nodelet_streaming_cli_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "cat"], &input).await;
+    let (code, out, err, _) = exec_to_eof(&n, &["exec", "-i", &pod, "-c", "app", "--", "cat"], &input).await;
     assert_eq!(code, 0, "stderr: {err}");
     assert!(out.as_bytes() == input.as_slice(), "cat returned {} bytes of {}", out.len(), input.len());
 
