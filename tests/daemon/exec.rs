@@ -439,7 +439,7 @@ async fn exec_to_eof(n: &Nodelet, args: &[&str], input: &[u8]) -> (i32, String, 
     if let Some((code, out, err)) = try_streaming_cli(n, args, input, true).await {
         return (code, out, err, started.elapsed());
     }
-    let closes = runtime_stdin_closes() - before;
+    let closes = runtime_stdin_closes().saturating_sub(before);
     assert!(
         closes > 0,
         "nodelet {args:?} did not end in time, and the runtime never saw the end of its stdin"
