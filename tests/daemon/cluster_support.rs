@@ -883,25 +883,28 @@ pub(crate) struct ControlPlane {
     controllers: bool,
 }
 
-/// A free loopback port `p` whose `p + 1` is free too (etcd's client and peer ports), and another one.
+/// A free loopback port `p` whose `p + 1` is free too (etcd's client and peer ports), and another one, all
+/// below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`) and drawn at random there. A port the
+/// kernel hands out (`bind` to port 0) can be handed out again, to any outgoing connection of the tests
+/// running beside this one, in the seconds before etcd binds it: in CI etcd's peer port, free when chosen,
+/// was taken by then. Ports below the range are never given to outgoing connections.
 fn free_ports() -> (u16, u16) {
-    let bind = |port: u16| TcpListener::bind((Ipv4Addr::LOCALHOST, port));
-    let port_of = |l: &TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
-    let api = match bind(0) {
-        Ok(l) => l,
-        Err(e) => panic!("cannot find a free port: {e}"),
-    };
-    for _ in 0..100 {
-        let Ok(first) = bind(0) else { continue };
-        let p = port_of(&first);
-        if p == 0 || p == u16::MAX || p + 1 == port_of(&api) {
-            continue;
-        }
-        if bind(p + 1).is_ok() {
-            return (port_of(&api), p);
-        }
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    // 10,000 ports below the range's start (the fixed ports of the test runtimes and the benches are
+    // checked as any other: they are bound, so not free)
+    let (from, to) = (low.saturating_sub(10_000).max(1024), low.saturating_sub(1));
+    let free = |port: u16| TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok();
+    let draw = || fastrand::u16(from..to);
+    let api = (0..1000).map(|_| draw()).find(|&p| free(p));
+    let etcd =
+        (0..1000).map(|_| draw()).find(|&p| Some(p) != api && Some(p + 1) != api && free(p) && free(p + 1));
+    match (api, etcd) {
+        (Some(api), Some(etcd)) => (api, etcd),
+        _ => panic!("cannot find free loopback ports in {from}..{to} (below the ephemeral range)"),
     }
-    panic!("cannot find two adjacent free loopback ports for etcd");
 }
 
 impl ControlPlane {
