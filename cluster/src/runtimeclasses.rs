@@ -5,10 +5,9 @@
 //! The list and watch start only when a lookup first names a class (a pod with a `runtimeClassName`),
 //! not at start-up as the kubelet's informer does: most nodes never run such a pod, and a watch held by
 //! every node is one of the few things each node costs the API server. Until the first list arrived,
-//! lookups find nothing and [`RuntimeClasses::listed`] is pending; once started, the watch stays.
+//! lookups find nothing and [`ApiRuntimeClasses::wait_listed`] is pending (the node's lookup waits on
+//! it before a sandbox names a class); once started, the watch stays.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
@@ -16,7 +15,6 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use kube::{Api, Client};
-use nodelet_resources::common::runtime_class::RuntimeClasses;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -81,16 +79,6 @@ impl ApiRuntimeClasses {
 
     fn want(&self) {
         self.wanted.send_if_modified(|wanted| !std::mem::replace(wanted, true));
-    }
-}
-
-impl RuntimeClasses for ApiRuntimeClasses {
-    fn runtime_class(&self, name: &str) -> Option<RuntimeClass> {
-        self.get(name)
-    }
-
-    fn listed(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
-        Box::pin(self.wait_listed())
     }
 }
 
@@ -173,10 +161,9 @@ mod tests {
 
         // the first lookup misses (nothing listed yet) and starts the feed; the wait ends with the list
         assert!(classes.get("fast").is_none());
-        let listed =
-            tokio::time::timeout(std::time::Duration::from_secs(10), RuntimeClasses::listed(&classes)).await;
+        let listed = tokio::time::timeout(std::time::Duration::from_secs(10), classes.wait_listed()).await;
         assert_eq!(listed.ok(), Some(true));
-        assert_eq!(classes.runtime_class("fast").map(|c| c.handler).as_deref(), Some("runc"));
+        assert_eq!(classes.get("fast").map(|c| c.handler).as_deref(), Some("runc"));
         assert!(classes.get("slow").is_none());
         // one list, then one watch from its resourceVersion, and nothing more
         for _ in 0..20 {
