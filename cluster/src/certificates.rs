@@ -868,14 +868,15 @@ impl ClientTask {
         loop {
             let has_client = self.tx.borrow().is_some();
             let step = match (&self.info, has_client) {
-                (None, false) => self.bootstrap().await,
+                // Boxed: the requests' state is held only while they are under way.
+                (None, false) => Box::pin(self.bootstrap()).await,
                 (None, true) => return, // token credentials: nothing to do
                 (Some(info), true) => {
                     let info = info.clone();
                     if !self.wait_for_renewal(&info, &shutdown).await {
                         return;
                     }
-                    self.renew(&info).await
+                    Box::pin(self.renew(&info)).await
                 }
                 (Some(_), false) => return,
             };

@@ -81,7 +81,8 @@ impl CsiNodeSync {
             let node = self.registered.borrow_and_update().clone();
             let wait = match node {
                 None => None,
-                Some(node) => match self.sync(&node).await {
+                // Boxed: the requests' state is held only while a sync is under way.
+                Some(node) => match Box::pin(self.sync(&node)).await {
                     // As the kubelet: written again when a driver comes or goes or the Node is registered
                     // anew (its garbage collection takes the CSINode with it), never polled.
                     Ok(()) => None,

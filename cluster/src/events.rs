@@ -79,7 +79,8 @@ impl<V: NodeView> EventSink<V> {
                 continue;
             }
             read = generation;
-            undone = self.sync().await;
+            // Boxed: a pass's state (the events' requests) is held only while it runs.
+            undone = Box::pin(self.sync()).await;
         }
     }
 

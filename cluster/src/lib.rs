@@ -187,17 +187,23 @@ impl std::fmt::Debug for Cluster {
 }
 
 /// Runs `task` once the node has client credentials (at once, or after TLS bootstrap); never on shutdown.
-async fn when_ready(
+///
+/// `task` is boxed first: a future an `async` block captures and then awaits takes its size twice in
+/// that block's state (the captured value and the awaited one are laid out apart).
+fn when_ready(
     mut current: certificates::CurrentClient,
     shutdown: tokio_util::sync::CancellationToken,
     task: impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let ready = tokio::select! {
-        () = shutdown.cancelled() => false,
-        ready = current.wait_for(Option::is_some) => ready.is_ok(),
-    };
-    if ready {
-        task.await;
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let task = Box::pin(task);
+    async move {
+        let ready = tokio::select! {
+            () = shutdown.cancelled() => false,
+            ready = current.wait_for(Option::is_some) => ready.is_ok(),
+        };
+        if ready {
+            task.await;
+        }
     }
 }
 
@@ -438,6 +444,40 @@ impl Cluster {
         let run = events.run(shutdown.clone());
         tasks.push(NamedTask::new("events", Bounded, when_ready(self.current, shutdown.clone(), run)));
         tasks
+    }
+}
+
+#[cfg(test)]
+mod when_ready_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_task_waiting_for_credentials_takes_its_size_once_and_runs_once_they_are_there() {
+        let (tx, current) = tokio::sync::watch::channel(None);
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = ran.clone();
+        let big = [7u8; 16 * 1024];
+        let task = async move {
+            tokio::task::yield_now().await;
+            flag.store(big.iter().all(|b| *b == 7), std::sync::atomic::Ordering::SeqCst);
+        };
+        let task_size = std::mem::size_of_val(&task);
+        let waiting = when_ready(current, shutdown, task);
+        assert!(task_size > 16 * 1024);
+        assert!(std::mem::size_of_val(&waiting) < 1024, "{} bytes", std::mem::size_of_val(&waiting));
+        let run = tokio::spawn(waiting);
+        tokio::task::yield_now().await;
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst), "not before the credentials");
+        let answering = || {
+            let service = tower::service_fn(|_req: http::Request<kube::client::Body>| async {
+                crate::test_support::json_response(200, "{}")
+            });
+            kube::Client::new(service, "default")
+        };
+        tx.send_replace(Some(certificates::NodeClients { api: answering(), lease: answering() }));
+        run.await.expect("ran");
+        assert!(ran.load(std::sync::atomic::Ordering::SeqCst));
     }
 }
 

@@ -66,7 +66,8 @@ impl MirrorPods {
                 () = tokio::time::sleep(wait) => {}
             }
             changes.drain();
-            retry_in = match self.sync().await {
+            // Boxed: the requests' state is held only while a sync is under way.
+            retry_in = match Box::pin(self.sync()).await {
                 Ok(()) => {
                     backoff.reset();
                     None

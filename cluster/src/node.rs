@@ -247,7 +247,8 @@ impl<V: NodeView> NodeSync<V> {
         let mut last_sent: Option<(NodeStatus, Instant)> = None;
         let mut backoff = Backoff::default();
         loop {
-            let delay = match self.sync_once(&mut registered, &mut last_sent).await {
+            // Boxed, as the Lease's renewal.
+            let delay = match Box::pin(self.sync_once(&mut registered, &mut last_sent)).await {
                 Ok(()) => {
                     backoff.reset();
                     self.config.update_frequency
@@ -345,7 +346,9 @@ impl LeaseRenewer {
         let mut backoff = Backoff::default();
         loop {
             let node = self.registered.borrow_and_update().clone();
-            let delay = match within(self.timeout, self.renew(&mut lease, node)).await {
+            // Boxed: the request's state (kube's and the HTTP stack's futures, several KiB) is held only
+            // while a renewal is under way, not through the sleep between renewals.
+            let delay = match within(self.timeout, Box::pin(self.renew(&mut lease, node))).await {
                 Ok(()) => {
                     backoff.reset();
                     jittered(period, fastrand::f64())

@@ -43,7 +43,7 @@ use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use nodelet_host::files::{ObjectLookup, TokenError};
+use nodelet_host::files::{ObjectData, ObjectLookup, TokenError};
 use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::model::volumes::{BoundVolumeError, ClaimLookup};
 use nodelet_resources::pod::validation::CONFIG_SOURCE_ANNOTATION;
@@ -87,7 +87,8 @@ struct TokenKey {
 
 /// A token, and when to ask for the next one.
 struct Token {
-    token: String,
+    /// Shared with the files of the volumes rendered from it.
+    token: bytes::Bytes,
     refresh_at: SystemTime,
 }
 
@@ -97,9 +98,23 @@ struct Watched {
     task: tokio::task::AbortHandle,
 }
 
+/// An object as watched, with its content as volumes read it (made once per version, shared by
+/// every volume rendered from it).
 enum Object {
-    ConfigMap(ConfigMap),
-    Secret(Secret),
+    ConfigMap(ConfigMap, ObjectData),
+    Secret(Secret, ObjectData),
+}
+
+impl Object {
+    fn config_map(cm: ConfigMap) -> Object {
+        let data = nodelet_host::files::config_map_data(&cm);
+        Object::ConfigMap(cm, data)
+    }
+
+    fn secret(secret: Secret) -> Object {
+        let data = nodelet_host::files::secret_data(&secret);
+        Object::Secret(secret, data)
+    }
 }
 
 /// A claim an API pod uses, as last read.
@@ -210,7 +225,8 @@ impl PodData {
         'run: loop {
             self.sync_watches(&client, &desired, &mut watches);
             let next_token = self.issue_tokens(&client, &desired).await;
-            let next_claim = self.read_claims(&client, &desired).await;
+            // Boxed: the reads' state is held only while they run.
+            let next_claim = Box::pin(self.read_claims(&client, &desired)).await;
             let next = next_token.map_or(next_claim, |t| t.min(next_claim));
             loop {
                 tokio::select! {
@@ -285,12 +301,12 @@ impl PodData {
             ObjectKey::ConfigMap(..) => {
                 let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
                 let stream = watcher::watcher(api, config).default_backoff();
-                self.follow(key.clone(), stream, Object::ConfigMap).await;
+                self.follow(key.clone(), stream, Object::config_map).await;
             }
             ObjectKey::Secret(..) => {
                 let api: Api<Secret> = Api::namespaced(client, &namespace);
                 let stream = watcher::watcher(api, config).default_backoff();
-                self.follow(key.clone(), stream, Object::Secret).await;
+                self.follow(key.clone(), stream, Object::secret).await;
             }
         }
     }
@@ -528,7 +544,7 @@ async fn request_token(client: &kube::Client, key: &TokenKey) -> Result<Token, k
     let lifetime =
         (SystemTime::UNIX_EPOCH + Duration::from_secs(expires)).duration_since(now).unwrap_or(Duration::ZERO);
     let refresh_at = now + lifetime.mul_f64(0.8).min(TOKEN_MAX_AGE);
-    Ok(Token { token, refresh_at })
+    Ok(Token { token: token.into(), refresh_at })
 }
 
 /// The ConfigMaps and Secrets `pod` refers to.
@@ -577,7 +593,16 @@ impl ObjectLookup for PodData {
         let state = self.lock();
         let watched = state.objects.get(&ObjectKey::ConfigMap(namespace.to_owned(), name.to_owned()))?;
         match watched.value.as_deref() {
-            Some(Object::ConfigMap(c)) => Some(c.clone()),
+            Some(Object::ConfigMap(c, _)) => Some(c.clone()),
+            _ => None,
+        }
+    }
+
+    fn config_map_data(&self, namespace: &str, name: &str) -> Option<ObjectData> {
+        let state = self.lock();
+        let watched = state.objects.get(&ObjectKey::ConfigMap(namespace.to_owned(), name.to_owned()))?;
+        match watched.value.as_deref() {
+            Some(Object::ConfigMap(_, data)) => Some(data.clone()),
             _ => None,
         }
     }
@@ -586,7 +611,16 @@ impl ObjectLookup for PodData {
         let state = self.lock();
         let watched = state.objects.get(&ObjectKey::Secret(namespace.to_owned(), name.to_owned()))?;
         match watched.value.as_deref() {
-            Some(Object::Secret(s)) => Some(s.clone()),
+            Some(Object::Secret(s, _)) => Some(s.clone()),
+            _ => None,
+        }
+    }
+
+    fn secret_data(&self, namespace: &str, name: &str) -> Option<ObjectData> {
+        let state = self.lock();
+        let watched = state.objects.get(&ObjectKey::Secret(namespace.to_owned(), name.to_owned()))?;
+        match watched.value.as_deref() {
+            Some(Object::Secret(_, data)) => Some(data.clone()),
             _ => None,
         }
     }
@@ -596,7 +630,7 @@ impl ObjectLookup for PodData {
         pod: &Pod,
         audience: &str,
         expiration_seconds: i64,
-    ) -> Option<Result<String, TokenError>> {
+    ) -> Option<Result<bytes::Bytes, TokenError>> {
         // Only pods from the API server have a service account the API server issues tokens for.
         let source = pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION));
         if source.map(String::as_str) != Some("api") {
@@ -746,7 +780,7 @@ mod tests {
         assert!(matches!(render(), Some(Err(TokenError::Failed { .. }))));
         tokio::time::sleep_until(start + Duration::from_millis(3_600)).await;
         assert_eq!(calls.load(Ordering::SeqCst), 4);
-        assert_eq!(render().map(|r| r.ok()), Some(Some("issued".to_owned())));
+        assert_eq!(render().map(|r| r.ok()), Some(Some(bytes::Bytes::from_static(b"issued"))));
         shutdown.cancel();
     }
 
@@ -766,7 +800,7 @@ mod tests {
         assert!(!everything.has_changed().expect("open"), "no refresh of every pod for a token");
         assert_eq!(
             data.service_account_token(&pod, "", 3600).map(|r| r.ok()),
-            Some(Some("issued".to_owned()))
+            Some(Some(bytes::Bytes::from_static(b"issued")))
         );
         shutdown.cancel();
     }
@@ -816,5 +850,79 @@ mod tests {
         let secs: Vec<f64> = waits.iter().map(Duration::as_secs_f64).collect();
         assert_eq!(secs, [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 32.0, 32.0]);
         assert_eq!(retry.at, now + Duration::from_secs(32));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_volumes_of_many_pods_share_one_copy_of_a_config_map_and_each_pod_its_token() {
+        // Tokens are issued; anything else (the ConfigMap's watch) is refused.
+        let service = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
+            if req.uri().path().ends_with("/token") {
+                crate::test_support::json_response(
+                    201,
+                    r#"{"kind":"TokenRequest","apiVersion":"authentication.k8s.io/v1","spec":{},
+                        "status":{"token":"issued","expirationTimestamp":"2099-01-01T00:00:00Z"}}"#,
+                )
+            } else {
+                crate::test_support::json_response(
+                    403,
+                    r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","reason":"Forbidden","code":403}"#,
+                )
+            }
+        });
+        let (data, pod, mut desired, shutdown) = start(kube::Client::new(service, "default"));
+        // The kube-api-access volume the API server adds to every pod: a token and the cluster's CA.
+        let projected = serde_json::json!({
+            "name": "kube-api-access",
+            "projected": {"sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            ]},
+        });
+        let volume: k8s_openapi::api::core::v1::Volume =
+            serde_json::from_value(projected.clone()).expect("volume");
+        let mut referring = pod.clone();
+        referring.spec.as_mut().expect("spec").volumes = Some(vec![volume.clone()]);
+        desired.insert("u1".to_owned(), prepare(referring, PodSource::Api, "node").expect("valid"));
+        // The watch of the ConfigMap starts (and fails); its value is set here.
+        let key = ObjectKey::ConfigMap("default".into(), "kube-root-ca.crt".into());
+        tokio::time::timeout(Duration::from_secs(1), async {
+            while !data.lock().objects.contains_key(&key) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the ConfigMap is watched");
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kube-root-ca.crt", "namespace": "default"},
+            "data": {"ca.crt": "-----BEGIN CERTIFICATE-----"},
+        }))
+        .expect("configmap");
+        data.lock().objects.get_mut(&key).expect("watched").value = Some(Arc::new(Object::config_map(cm)));
+
+        let render = |pod: &Pod| nodelet_host::files::volume_files(pod, &volume, &data);
+        assert!(render(&pod).is_err(), "the token is asked for at the first render");
+        let issued = data.tokens_issued();
+        tokio::time::timeout(Duration::from_secs(1), issued.changed()).await.expect("issued");
+        let first = render(&pod).expect("rendered");
+        let again = render(&pod).expect("rendered");
+        assert_eq!(&first["ca.crt"].data[..], b"-----BEGIN CERTIFICATE-----");
+        assert_eq!(&first["token"].data[..], b"issued");
+        assert_eq!(first, again);
+        assert_eq!(first["ca.crt"].data.as_ptr(), again["ca.crt"].data.as_ptr(), "one copy of the CA");
+        assert_eq!(first["token"].data.as_ptr(), again["token"].data.as_ptr(), "one copy of the token");
+        let stored = data.config_map_data("default", "kube-root-ca.crt").expect("watched");
+        assert_eq!(stored["ca.crt"].as_ptr(), first["ca.crt"].data.as_ptr(), "the watched object's bytes");
+
+        // Another pod's volume of the same ConfigMap: the same bytes again.
+        let ca_only: k8s_openapi::api::core::v1::Volume = serde_json::from_value(serde_json::json!({
+            "name": "ca", "configMap": {"name": "kube-root-ca.crt"},
+        }))
+        .expect("volume");
+        let mut other = pod.clone();
+        other.metadata.name = Some("q".into());
+        other.metadata.uid = Some("u2".into());
+        let theirs = nodelet_host::files::volume_files(&other, &ca_only, &data).expect("rendered");
+        assert_eq!(theirs["ca.crt"].data.as_ptr(), first["ca.crt"].data.as_ptr());
+        shutdown.cancel();
     }
 }

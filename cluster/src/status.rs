@@ -248,7 +248,8 @@ impl<V: NodeView> StatusManager<V> {
                 });
             }
             full |= Instant::now() >= full_due;
-            if self.sync(if full { None } else { Some(dirty) }).await == Some(true) {
+            // Boxed: a pass's state (the patches under way) is held only while it runs.
+            if Box::pin(self.sync(if full { None } else { Some(dirty) })).await == Some(true) {
                 last_full = Some(Instant::now());
             }
         }

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::time::{DelayQueue, delay_queue};
+use tokio_util::time::delay_queue;
+
+use crate::timers::Timers;
 
 use crate::executor::OpError;
 use crate::executor::{Completion, Core, Done, ExecutorConfig};
@@ -105,8 +107,12 @@ pub struct OpStatus<Op, E> {
 /// A dropped observation is not retried: observers report again on their next relist, comparing
 /// with the actual store. The [guide](crate::guide) (section 8) has a relist.
 pub struct Observer<K, A> {
-    tx: tokio::sync::mpsc::UnboundedSender<(K, Update<A>, Instant)>,
+    tx: tokio::sync::mpsc::UnboundedSender<Observation<K, A>>,
 }
+
+/// An observation in flight, boxed: a channel allocates its slots 32 at a time, at its creation,
+/// so an unboxed `Update<A>` would cost every engine 32 actual records up front.
+type Observation<K, A> = Box<(K, Update<A>, Instant)>;
 
 impl<K, A> Clone for Observer<K, A> {
     fn clone(&self) -> Self {
@@ -128,7 +134,7 @@ impl<K, A> Observer<K, A> {
     ///
     /// [Instant]: https://docs.rs/tokio/1/tokio/time/struct.Instant.html
     pub fn observe(&self, key: K, update: Update<A>, observed_at: Instant) -> bool {
-        self.tx.send((key, update, observed_at)).is_ok()
+        self.tx.send(Box::new((key, update, observed_at))).is_ok()
     }
 }
 
@@ -436,7 +442,7 @@ where
             completed: Vec::new(),
             children: Map::default(),
             held: Set::default(),
-            rechecks: DelayQueue::new(),
+            rechecks: Timers::new(),
             recheck_keys: Map::default(),
             operations: 0,
             status,
@@ -504,12 +510,12 @@ where
     children: Map<R::Key, Set<R::Key>>,
     /// Keys whose teardown waits for the desired store to sync.
     held: Set<R::Key>,
-    rechecks: DelayQueue<R::Key>,
+    rechecks: Timers<R::Key>,
     recheck_keys: Map<R::Key, delay_queue::Key>,
     operations: u64,
     status: Store<R::Key, OpStatus<R::Op, Dr::Error>>,
     status_writer: Writer<R::Key, OpStatus<R::Op, Dr::Error>>,
-    observations: tokio::sync::mpsc::UnboundedReceiver<(R::Key, Update<A>, Instant)>,
+    observations: tokio::sync::mpsc::UnboundedReceiver<Observation<R::Key, A>>,
     observer: Observer<R::Key, A>,
     /// When the last operation on a key finished, to drop older observations (kept only once an
     /// observer was handed out).
@@ -664,7 +670,8 @@ where
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> RunReport {
         let mut report = RunReport::default();
         tokio::pin!(shutdown);
-        match self.reconstruct(&mut shutdown).await {
+        // Boxed: reconstruction runs once, and its state would otherwise stay in this future's size.
+        match Box::pin(self.reconstruct(&mut shutdown)).await {
             Some(n) => report.reconstructed = n,
             None => return report,
         }
@@ -690,10 +697,13 @@ where
                     synced = self.desired.synced_changed(&mut sync_watch), if !synced_seen => {
                         if synced { Event::Synced } else { Event::Resync }
                     }
-                    Some(expired) = std::future::poll_fn(|cx| rechecks.poll_expired(cx)), if !rechecks.is_empty() => {
-                        Event::Recheck(expired.into_inner())
+                    Some(key) = std::future::poll_fn(|cx| rechecks.poll_expired(cx)), if !rechecks.is_empty() => {
+                        Event::Recheck(key)
                     }
-                    Some((key, update, at)) = self.observations.recv() => Event::Observed(key, update, at),
+                    Some(observed) = self.observations.recv() => {
+                        let (key, update, at) = *observed;
+                        Event::Observed(key, update, at)
+                    }
                     () = self.relations.changed(), if !self.relations.is_empty() => Event::Related,
                     _ = resync.tick() => Event::Resync,
                 }
@@ -735,7 +745,8 @@ where
                 }
                 Event::Observed(key, update, at) => {
                     self.observed(key, update, at);
-                    while let Ok((key, update, at)) = self.observations.try_recv() {
+                    while let Ok(observed) = self.observations.try_recv() {
+                        let (key, update, at) = *observed;
                         self.observed(key, update, at);
                     }
                 }

@@ -28,7 +28,7 @@ use hashbrown::HashTable;
 use slab::Slab;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::time::{DelayQueue, delay_queue};
+use tokio_util::time::delay_queue;
 use tracing::Instrument;
 
 use crate::metrics::{Metrics, OpResult, ReconcilerMetrics};
@@ -244,7 +244,7 @@ pub(crate) struct Core<K: Key, Op: Operation, A: Send + 'static, Dr: Driver<K, O
     futures: FuturesUnordered<OpFuture<K, Op, A, Dr::Error>>,
     /// Operations that finished on their first poll, when they started.
     ready: VecDeque<Finished<K, Op, A, Dr::Error>>,
-    timers: DelayQueue<Idx>,
+    timers: crate::timers::Timers<Idx>,
     rng: fastrand::Rng,
     metrics: ReconcilerMetrics,
 }
@@ -399,7 +399,7 @@ where
             blocked: Vec::new(),
             futures: FuturesUnordered::new(),
             ready: VecDeque::new(),
-            timers: DelayQueue::new(),
+            timers: crate::timers::Timers::new(),
             rng,
             metrics: metrics.for_reconciler(name),
         }
@@ -578,8 +578,8 @@ where
                 let timers = &mut self.timers;
                 tokio::select! {
                     Some(finished) = futures.next(), if !futures.is_empty() => Wake::Finished(finished),
-                    Some(expired) = std::future::poll_fn(|cx| timers.poll_expired(cx)), if !timers.is_empty() => {
-                        Wake::Timer(expired.into_inner())
+                    Some(idx) = std::future::poll_fn(|cx| timers.poll_expired(cx)), if !timers.is_empty() => {
+                        Wake::Timer(idx)
                     }
                     else => std::future::pending().await,
                 }

@@ -264,6 +264,7 @@ pub mod metrics;
 mod reconciler;
 mod relation;
 mod store;
+mod timers;
 
 // Documented with or without the feature, so that the docs and the guide can link to it.
 #[cfg(any(feature = "testing", doc))]

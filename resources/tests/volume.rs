@@ -143,8 +143,10 @@ impl Renderer for MapRenderer {
                 volume.name
             )))
         })?;
-        let files =
-            FileSet::from([("data".into(), FileEntry { data: content.clone().into_bytes(), mode: 0o644 })]);
+        let files = FileSet::from([(
+            "data".into(),
+            FileEntry { data: content.clone().into_bytes().into(), mode: 0o644 },
+        )]);
         Ok(VolumeSource::files(plugin, files))
     }
 }

@@ -982,9 +982,10 @@ where
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
+        // Boxed: a round's state (a summary being gathered) is held only while it runs.
         tokio::select! {
             () = shutdown.cancelled() => return,
-            () = round() => {}
+            () = Box::pin(round()) => {}
         }
     }
 }

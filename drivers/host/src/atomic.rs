@@ -426,7 +426,7 @@ mod tests {
     fn set(entries: &[(&str, &str, u32)]) -> FileSet {
         entries
             .iter()
-            .map(|(p, d, m)| (p.to_string(), FileEntry { data: d.as_bytes().to_vec(), mode: *m }))
+            .map(|(p, d, m)| (p.to_string(), FileEntry { data: d.as_bytes().to_vec().into(), mode: *m }))
             .collect()
     }
 

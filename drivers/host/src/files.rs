@@ -29,7 +29,9 @@
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
+use bytes::Bytes;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume,
 };
@@ -48,12 +50,27 @@ pub const DEFAULT_MODE: u32 = 0o644;
 /// desired state as it is.
 pub use nodelet_resources::volume::desired::{FileEntry, FileSet};
 
+/// A ConfigMap's or Secret's content by key, as volumes read it: shared by every volume rendered
+/// from one version of the object (the files' [`FileEntry::data`] are references to it).
+pub type ObjectData = Arc<BTreeMap<String, Bytes>>;
+
 /// Where ConfigMaps and Secrets come from (in standalone mode: the manifest directory).
 pub trait ObjectLookup {
     /// The ConfigMap `namespace/name`, if it exists.
     fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap>;
     /// The Secret `namespace/name`, if it exists.
     fn secret(&self, namespace: &str, name: &str) -> Option<Secret>;
+    /// The content of the ConfigMap `namespace/name` ([`config_map_data`]), if it exists. By default
+    /// made from [`config_map`](Self::config_map) on each call; a lookup that keeps objects keeps
+    /// this too, so that the volumes rendered from one object share its bytes.
+    fn config_map_data(&self, namespace: &str, name: &str) -> Option<ObjectData> {
+        self.config_map(namespace, name).map(|cm| config_map_data(&cm))
+    }
+    /// The content of the Secret `namespace/name` ([`secret_data`]), if it exists; as
+    /// [`config_map_data`](Self::config_map_data).
+    fn secret_data(&self, namespace: &str, name: &str) -> Option<ObjectData> {
+        self.secret(namespace, name).map(|s| secret_data(&s))
+    }
     /// A token of `pod`'s service account for a projected `serviceAccountToken` (`audience` empty
     /// for the API server's own): `None` where nothing issues tokens (standalone mode), else the token
     /// or why there is none yet.
@@ -62,10 +79,35 @@ pub trait ObjectLookup {
         pod: &Pod,
         audience: &str,
         expiration_seconds: i64,
-    ) -> Option<Result<String, TokenError>> {
+    ) -> Option<Result<Bytes, TokenError>> {
         let _ = (pod, audience, expiration_seconds);
         None
     }
+}
+
+/// A ConfigMap's content by key: `binaryData`, then `data` (which wins for a key in both; the API
+/// server rejects that, and the kubelet reads `data` first).
+pub fn config_map_data(cm: &ConfigMap) -> ObjectData {
+    let mut data = BTreeMap::new();
+    for (k, v) in cm.binary_data.iter().flatten() {
+        data.insert(k.clone(), Bytes::copy_from_slice(&v.0));
+    }
+    for (k, v) in cm.data.iter().flatten() {
+        data.insert(k.clone(), Bytes::copy_from_slice(v.as_bytes()));
+    }
+    Arc::new(data)
+}
+
+/// A Secret's content by key: `data`, then `stringData` (which wins, as the API server merges it).
+pub fn secret_data(secret: &Secret) -> ObjectData {
+    let mut data = BTreeMap::new();
+    for (k, v) in secret.data.iter().flatten() {
+        data.insert(k.clone(), Bytes::copy_from_slice(&v.0));
+    }
+    for (k, v) in secret.string_data.iter().flatten() {
+        data.insert(k.clone(), Bytes::copy_from_slice(v.as_bytes()));
+    }
+    Arc::new(data)
 }
 
 /// A fixed set of ConfigMaps and Secrets, keyed by namespace (`default` when unset) and name.
@@ -463,7 +505,7 @@ impl<'a> Renderer<'a> {
                                 .and_then(|s| s.fs_group)
                                 .is_some();
                             let mode = if has_fs_group { 0o600 } else { mode };
-                            out.insert(path, FileEntry { data: token.into_bytes(), mode });
+                            out.insert(path, FileEntry { data: token, mode });
                         }
                         Err(reason) => {
                             return Err(FilesError::TokenNotReady {
@@ -561,22 +603,13 @@ impl<'a> Renderer<'a> {
             return Err(self.required(format!("{prefix}name")));
         }
         let items = self.items(prefix, items, paths)?;
-        let Some(cm) = self.lookup.config_map(&self.namespace, name) else {
+        let Some(data) = self.lookup.config_map_data(&self.namespace, name) else {
             return if optional.unwrap_or(false) {
                 Ok(())
             } else {
                 Err(FilesError::ConfigMapNotFound { volume: self.volume.to_string(), name: name.to_string() })
             };
         };
-        let mut data: BTreeMap<&str, &[u8]> = BTreeMap::new();
-        for (k, v) in cm.binary_data.iter().flatten() {
-            data.insert(k, &v.0);
-        }
-        // `data` wins over `binaryData` for a key in both (the API server rejects that; the kubelet reads
-        // `data` first).
-        for (k, v) in cm.data.iter().flatten() {
-            data.insert(k, v.as_bytes());
-        }
         self.project(out, prefix, "configMap", name, &data, items, optional.unwrap_or(false), default_mode)
     }
 
@@ -597,20 +630,13 @@ impl<'a> Renderer<'a> {
             );
         }
         let items = self.items(prefix, items, paths)?;
-        let Some(secret) = self.lookup.secret(&self.namespace, name) else {
+        let Some(data) = self.lookup.secret_data(&self.namespace, name) else {
             return if optional.unwrap_or(false) {
                 Ok(())
             } else {
                 Err(FilesError::SecretNotFound { volume: self.volume.to_string(), name: name.to_string() })
             };
         };
-        let mut data: BTreeMap<&str, &[u8]> = BTreeMap::new();
-        for (k, v) in secret.data.iter().flatten() {
-            data.insert(k, &v.0);
-        }
-        for (k, v) in secret.string_data.iter().flatten() {
-            data.insert(k, v.as_bytes());
-        }
         self.project(out, prefix, "secret", name, &data, items, optional.unwrap_or(false), default_mode)
     }
 
@@ -642,7 +668,7 @@ impl<'a> Renderer<'a> {
         prefix: &str,
         kind: &'static str,
         name: &str,
-        data: &BTreeMap<&str, &[u8]>,
+        data: &BTreeMap<String, Bytes>,
         items: Vec<Item>,
         optional: bool,
         default_mode: u32,
@@ -658,14 +684,14 @@ impl<'a> Renderer<'a> {
                         reason,
                     });
                 }
-                out.insert(key.to_string(), FileEntry { data: value.to_vec(), mode: default_mode });
+                out.insert(key.clone(), FileEntry { data: value.clone(), mode: default_mode });
             }
             return Ok(());
         }
         for (i, key, path, mode) in items {
             match data.get(key.as_str()) {
                 Some(value) => {
-                    out.insert(path, FileEntry { data: value.to_vec(), mode: mode.unwrap_or(default_mode) });
+                    out.insert(path, FileEntry { data: value.clone(), mode: mode.unwrap_or(default_mode) });
                 }
                 None if optional => {}
                 None => {
@@ -708,7 +734,7 @@ impl<'a> Renderer<'a> {
                 }
                 (None, None) => return Err(self.required(format!("{field}.fieldRef"))),
             };
-            out.insert(path, FileEntry { data: value.into_bytes(), mode });
+            out.insert(path, FileEntry { data: value.into_bytes().into(), mode });
         }
         Ok(())
     }

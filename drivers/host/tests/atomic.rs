@@ -13,7 +13,7 @@ use nodelet_host::files::{FileEntry, FileSet};
 fn set(entries: &[(&str, &str, u32)]) -> FileSet {
     entries
         .iter()
-        .map(|(p, d, m)| (p.to_string(), FileEntry { data: d.as_bytes().to_vec(), mode: *m }))
+        .map(|(p, d, m)| (p.to_string(), FileEntry { data: d.as_bytes().to_vec().into(), mode: *m }))
         .collect()
 }
 

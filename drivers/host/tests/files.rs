@@ -93,7 +93,7 @@ fn config_map_all_keys_default_mode_and_binary_data() {
     let files = render(json!({"name": "cfg", "configMap": {"name": "app-config"}})).expect("render");
     assert_eq!(files.keys().collect::<Vec<_>>(), ["app.yaml", "log.level", "logo.png"]);
     assert_eq!(text(&files, "app.yaml"), ("port: 8080\n".into(), 0o644));
-    assert_eq!(files["logo.png"].data, [0x89, b'P', b'N', b'G', 0x0d, 0x0a], "binaryData is decoded");
+    assert_eq!(files["logo.png"].data[..], [0x89, b'P', b'N', b'G', 0x0d, 0x0a], "binaryData is decoded");
     let dir = on_disk(&files);
     assert_eq!(read(dir.path(), "app.yaml"), "port: 8080\n");
     assert_eq!(common::mode_of(&dir.path().join("..data/app.yaml")), 0o644);

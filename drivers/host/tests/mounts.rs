@@ -137,7 +137,7 @@ fn stale_atomic_dir_with_a_mount_inside_is_not_deleted_through() {
     std::fs::create_dir_all(old.join("m")).expect("mkdir");
     mounts::mount_tmpfs(&old.join("m"), None, 0o755).expect("mount");
     std::fs::write(old.join("m/precious"), "keep").expect("write");
-    let files: FileSet = [("a".to_string(), FileEntry { data: b"x".to_vec(), mode: 0o644 })].into();
+    let files: FileSet = [("a".to_string(), FileEntry { data: b"x".to_vec().into(), mode: 0o644 })].into();
     let e = write_atomic(&vol, &files);
     assert!(e.is_err(), "removal must stop at the mount: {e:?}");
     assert_eq!(std::fs::read_to_string(old.join("m/precious")).expect("mount content"), "keep");

@@ -24,7 +24,7 @@ fn desired(name: &str, source: VolumeSource) -> DesiredVolume {
 }
 
 fn token_files() -> FileSet {
-    [("token".to_owned(), FileEntry { data: b"made-up".to_vec(), mode: 0o644 })].into_iter().collect()
+    [("token".to_owned(), FileEntry { data: b"made-up".to_vec().into(), mode: 0o644 })].into_iter().collect()
 }
 
 #[tokio::test]

@@ -84,7 +84,7 @@ fn files(entries: &[(&str, &str, u32)]) -> Arc<FileSet> {
     Arc::new(
         entries
             .iter()
-            .map(|(p, d, m)| (p.to_string(), FileEntry { data: d.as_bytes().to_vec(), mode: *m }))
+            .map(|(p, d, m)| (p.to_string(), FileEntry { data: d.as_bytes().to_vec().into(), mode: *m }))
             .collect(),
     )
 }

@@ -99,8 +99,8 @@ fn config_map_key_sub_path_follows_in_volume_symlinks() {
     }
     let s = setup();
     let files: FileSet = [
-        ("app.yaml".to_string(), FileEntry { data: b"from configmap".to_vec(), mode: 0o644 }),
-        ("nested/x".to_string(), FileEntry { data: b"nested".to_vec(), mode: 0o644 }),
+        ("app.yaml".to_string(), FileEntry { data: b"from configmap".to_vec().into(), mode: 0o644 }),
+        ("nested/x".to_string(), FileEntry { data: b"nested".to_vec().into(), mode: 0o644 }),
     ]
     .into();
     write_atomic(&s.vol, &files).expect("write");

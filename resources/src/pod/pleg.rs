@@ -510,7 +510,8 @@ impl<R: PodRuntime> Pleg<R> {
                     self.metrics.pleg_relist_interval.observe((now - last_relist).as_secs_f64());
                     last_relist = now;
                     evented_period = jittered(self.evented_period, fastrand::f64());
-                    self.relist().await
+                    // Boxed: a relist's state (the runtime's answers) is held only while it runs.
+                    Box::pin(self.relist()).await
                 }
                 Scope::Pods(uids) => self.read_pods(uids).await,
             };

@@ -156,6 +156,6 @@ impl<R: SandboxRuntime> SandboxPair<R> {
             SandboxPopulator::new(pods, pod_actual, self.writer).run(shutdown.clone()),
         );
         let engine = self.engine;
-        (Box::pin(async move { engine.run(shutdown.cancelled_owned()).await }), vec![populator])
+        (Box::pin(engine.run(shutdown.cancelled_owned())), vec![populator])
     }
 }

@@ -59,8 +59,9 @@ pub fn volume_path(root: &Path, volume: &DesiredVolume) -> PathBuf {
 /// One file of a configMap, secret, downwardAPI or projected volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileEntry {
-    /// The content.
-    pub data: Vec<u8>,
+    /// The content: shared, not copied, between the volumes rendered from one ConfigMap, Secret or
+    /// token (a clone is a reference count).
+    pub data: bytes::Bytes,
     /// The permission bits (`defaultMode` or the item's `mode`).
     pub mode: u32,
 }

@@ -548,7 +548,7 @@ mod sync_tests {
             self.0.fetch_add(1, Ordering::Relaxed);
             let data =
                 format!("{}:{}", pod.name(), pod.pod.metadata.labels.iter().flatten().count()).into_bytes();
-            let files = FileSet::from([(volume.name.clone(), FileEntry { data, mode: 0o644 })]);
+            let files = FileSet::from([(volume.name.clone(), FileEntry { data: data.into(), mode: 0o644 })]);
             Ok(VolumeSource::files(plugin, files))
         }
     }
@@ -596,7 +596,7 @@ mod sync_tests {
         assert_eq!(renderer.0.load(Ordering::Relaxed), 4);
         let rendered = volumes.get(&"b/cfg".to_owned()).expect("b's volume");
         assert!(
-            matches!(&rendered.source, Ok(VolumeSource::Files { files, .. }) if files["cfg"].data == b"b:2")
+            matches!(&rendered.source, Ok(VolumeSource::Files { files, .. }) if files["cfg"].data[..] == b"b:2"[..])
         );
         assert_eq!(populator.sync(), 0, "the same as a full sync");
 

@@ -22,7 +22,16 @@ pub(crate) mod sandboxes;
 pub(crate) mod volumes;
 
 /// Runs an engine (`run`) and logs its report when it stops.
-async fn log_report(what: &'static str, run: impl Future<Output = reconcile_engine::RunReport>) {
-    let report = run.await;
-    tracing::info!(operations = report.operations, abandoned = report.abandoned, "{what} engine stopped");
+///
+/// `run` is awaited where it is, pinned in the returned future: an `async fn` that awaits its argument
+/// holds it twice (the argument and the awaited value are laid out apart), and an engine's future is
+/// kilobytes.
+fn log_report(
+    what: &'static str,
+    run: impl Future<Output = reconcile_engine::RunReport>,
+) -> impl Future<Output = ()> {
+    use futures::FutureExt;
+    run.map(move |report| {
+        tracing::info!(operations = report.operations, abandoned = report.abandoned, "{what} engine stopped");
+    })
 }
