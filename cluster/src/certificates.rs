@@ -535,10 +535,10 @@ pub(crate) async fn build_client(
     }
     super::tune(&mut config, node);
     let client_err = |source| CertError::Client { path: kubeconfig.display().to_string(), source };
-    // The client's request queue (a task kube's client spawns where it is made) goes on the lane with the
-    // connection.
-    let lease = lane.enter(|| super::transport::reconnecting_client(config.clone())).map_err(client_err)?;
-    let api = super::transport::client(config).map_err(client_err)?;
+    // The Lease's connection is made where its first request is sent: on the lane, by the Lease's outer
+    // client (`heartbeat_client`), whose request queue runs there.
+    let lease = lane.enter(|| super::transport::reconnecting(config.clone())).map_err(client_err)?;
+    let api = super::transport::stack(config).map_err(client_err)?;
     Ok(NodeClients { api, lease })
 }
 
@@ -546,10 +546,10 @@ pub(crate) async fn build_client(
 #[derive(Clone)]
 pub(crate) struct NodeClients {
     /// Every request but the Lease's: one connection, driven on the process's runtime.
-    pub(crate) api: Client,
+    pub(crate) api: super::transport::Stack,
     /// The Lease renewals: a connection of their own (HTTP/2, replaced after a renewal without an answer:
-    /// [`super::transport::reconnecting_client`]), driven on the heartbeat lane ([`HeartbeatLane`]).
-    pub(crate) lease: Client,
+    /// [`super::transport::reconnecting`]), driven on the heartbeat lane ([`HeartbeatLane`]).
+    pub(crate) lease: super::transport::Stack,
 }
 
 /// Which of the [`NodeClients`] a [`SwapService`] sends through.
@@ -624,9 +624,9 @@ impl Unauthorized {
 }
 
 impl tower::Service<http::Request<kube::client::Body>> for SwapService {
-    type Response = http::Response<kube::client::Body>;
-    /// The inner client's error as it is (the outer client hands it on unchanged).
-    type Error = kube::Error;
+    type Response = http::Response<super::transport::StackBody>;
+    /// The inner stack's error as it is (the outer client makes it a `kube::Error` as it would have).
+    type Error = tower::BoxError;
     type Future = std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>,
     >;
@@ -643,9 +643,11 @@ impl tower::Service<http::Request<kube::client::Body>> for SwapService {
         let unauthorized = self.unauthorized.clone();
         Box::pin(async move {
             let Some(inner) = inner else {
-                return Err(kube::Error::Service(Box::new(CertError::NoCredentials)));
+                return Err(
+                    Box::new(kube::Error::Service(Box::new(CertError::NoCredentials))) as tower::BoxError
+                );
             };
-            let res = inner.send(req).await?;
+            let res = super::transport::send(inner, req).await?;
             if res.status() == http::StatusCode::UNAUTHORIZED {
                 unauthorized.log();
             }
@@ -947,10 +949,12 @@ impl ClientTask {
     /// current certificate expired (or before there is one).
     async fn csr_client(&self) -> Result<Client, CertError> {
         let expired = self.info.as_ref().is_none_or(|i| i.expired_at(now_unix()));
-        match (&self.config.bootstrap_kubeconfig, expired) {
-            (Some(bootstrap), true) => Ok(build_client(bootstrap, None, &self.node, &self.lane).await?.api),
-            _ => self.tx.borrow().as_ref().map(|c| c.api.clone()).ok_or(CertError::NoCredentials),
-        }
+        let stack = match (&self.config.bootstrap_kubeconfig, expired) {
+            (Some(bootstrap), true) => build_client(bootstrap, None, &self.node, &self.lane).await?.api,
+            _ => self.tx.borrow().as_ref().map(|c| c.api.clone()).ok_or(CertError::NoCredentials)?,
+        };
+        // CertificateSigningRequests are cluster-scoped: the default namespace is not used.
+        Ok(Client::new(stack, "default"))
     }
 
     async fn bootstrap(&mut self) -> Result<(), CertError> {
@@ -1116,12 +1120,11 @@ mod tests {
     use super::*;
 
     /// An inner client that answers every request at once with an empty object, counting them in `count`.
-    fn answering_client(count: Arc<std::sync::atomic::AtomicUsize>) -> Client {
-        let service = tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+    fn answering_client(count: Arc<std::sync::atomic::AtomicUsize>) -> crate::transport::Stack {
+        crate::transport::stack_of(tower::service_fn(move |_req: http::Request<kube::client::Body>| {
             count.fetch_add(1, Ordering::Relaxed);
             async { crate::test_support::json_response(200, "{}") }
-        });
-        Client::new(service, "default")
+        }))
     }
 
     /// Inner clients that answer at once, and how many requests each (`api`, `lease`) got.

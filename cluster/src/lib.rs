@@ -470,10 +470,9 @@ mod when_ready_tests {
         tokio::task::yield_now().await;
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst), "not before the credentials");
         let answering = || {
-            let service = tower::service_fn(|_req: http::Request<kube::client::Body>| async {
+            transport::stack_of(tower::service_fn(|_req: http::Request<kube::client::Body>| async {
                 crate::test_support::json_response(200, "{}")
-            });
-            kube::Client::new(service, "default")
+            }))
         };
         tx.send_replace(Some(certificates::NodeClients { api: answering(), lease: answering() }));
         run.await.expect("ran");

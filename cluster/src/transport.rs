@@ -3,9 +3,10 @@
 //!
 //! kube-client's own stack (`kube::client::ClientBuilder::try_from`) speaks HTTP/1 only, so each watch
 //! holds a connection of its own (hyper's read and write buffers, its dispatch channel and a TLS session
-//! each). [`client`] builds the same stack from kube's public pieces ([`kube::client::ConfigExt`]) over a
+//! each). [`stack`] builds the same stack from kube's public pieces ([`kube::client::ConfigExt`]) over a
 //! hyper client that also speaks HTTP/2: every request of the client (its watches, patches, events) is
-//! a stream of one connection. Each layer kube-client adds is added here the same way: the
+//! a stream of one connection. A stack has no request queue of its own: cluster mode's clients
+//! (`certificates`) send through an outer `kube::Client` whose queue is enough. Each layer kube-client adds is added here the same way: the
 //! TLS configuration with the kubeconfig's identity and CA (and `tls-server-name`), the connect, read and
 //! write timeouts of the connection ([`super::tune`]), the base URI, the retry of server errors, the
 //! authentication (tokens, token files and exec plugins refreshed as kube-client does), the extra headers
@@ -13,7 +14,7 @@
 //! `proxy-url` keeps kube-client's HTTP/1 stack. Not set: the expiry kube-client records of a certificate
 //! an exec plugin returns (`kube::Client::valid_until`, which nodelet does not read).
 //!
-//! The Lease's client ([`reconnecting_client`]) is such a client that gives up its connection after a
+//! The Lease's stack ([`reconnecting`]) is such a stack that gives up its connection after a
 //! request that failed without an answer or was given up before it came, and opens a new one for the
 //! next request, as the kubelet closes its heartbeat connections after a failed heartbeat: an HTTP/2
 //! connection that stopped answering would otherwise keep the next renewals until its ping times out
@@ -48,13 +49,33 @@ pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(15);
 /// The TLS sessions a client keeps for resumption.
 const TLS_SESSIONS: usize = 4;
 
+/// The HTTP stack of a client, without kube-client's request queue: a clone sends on the stack's
+/// connection. The inner clients of cluster mode are stacks: their requests come through an outer
+/// `kube::Client` ([`super::certificates::SwapService`]), whose queue is enough (kube-client's queue is a
+/// channel whose first 32 slots are allocated when it is made, about 10 KiB, and a task).
+pub(crate) type Stack = tower::util::BoxCloneSyncService<Request<Body>, Response<StackBody>, BoxError>;
+
+/// The response body of a [`Stack`].
+pub(crate) type StackBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, BoxError>;
+
 /// A client of `config` (no rate limit) whose requests share one connection, HTTP/2 when the server offers
-/// it. A `proxy-url` in `config` gives kube-client's own (HTTP/1) client.
+/// it ([`stack`] under kube-client's queue).
+#[cfg(test)]
 pub(crate) fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
-    if config.proxy_url.is_some() {
-        return Ok(kube::client::ClientBuilder::try_from(config)?.build());
-    }
     let default_ns = config.default_namespace.clone();
+    Ok(kube::Client::new(stack(config)?, default_ns))
+}
+
+/// The stack of a client of `config` (no rate limit) whose requests share one connection, HTTP/2 when the
+/// server offers it. A `proxy-url` in `config` gives kube-client's own (HTTP/1) client.
+pub(crate) fn stack(config: kube::Config) -> Result<Stack, kube::Error> {
+    if config.proxy_url.is_some() {
+        let client = kube::client::ClientBuilder::try_from(config)?.build();
+        return Ok(stack_of(tower::service_fn(move |req: Request<Body>| {
+            let client = client.clone();
+            async move { client.send(req).await }
+        })));
+    }
     let auth = config.auth_layer()?;
 
     let mut tls = config.rustls_client_config()?;
@@ -148,31 +169,54 @@ pub(crate) fn client(config: kube::Config) -> Result<kube::Client, kube::Error> 
         )
         .map_err(BoxError::from)
         .service(hyper_client);
-    Ok(kube::Client::new(service, default_ns))
+    Ok(stack_of(service))
 }
 
-/// A client of `config` as [`client`], whose connection is replaced after a request that failed without an
-/// answer (a transport error) or was dropped before its answer came (a timeout): the next request builds a
-/// new [`client`], and with it a new connection; the old connection closes once its last request is gone.
-/// An answer of any status keeps the connection. Built (and rebuilt) on the runtime that calls it, which
-/// drives the connection.
+/// `service` as a [`Stack`]: its answers' bodies boxed, its errors as they are.
+pub(crate) fn stack_of<S, B>(service: S) -> Stack
+where
+    S: tower::Service<Request<Body>, Response = Response<B>> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+    Stack::new(
+        service
+            .map_response(|res: Response<B>| res.map(|b| b.map_err(Into::into).boxed_unsync()))
+            .map_err(Into::into),
+    )
+}
+
+/// [`reconnecting`] under kube-client's queue.
+#[cfg(test)]
 pub(crate) fn reconnecting_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
-    let first = client(config.clone())?;
     let default_ns = config.default_namespace.clone();
-    let service = Reconnecting {
+    Ok(kube::Client::new(reconnecting(config)?, default_ns))
+}
+
+/// A stack of `config` as [`stack`], whose connection is replaced after a request that failed without an
+/// answer (a transport error) or was dropped before its answer came (a timeout): the next request builds a
+/// new [`stack`], and with it a new connection; the old connection closes once its last request is gone.
+/// An answer of any status keeps the connection. The connection is made (and remade) on the runtime that
+/// sends the request, which drives it.
+pub(crate) fn reconnecting(config: kube::Config) -> Result<Stack, kube::Error> {
+    let first = stack(config.clone())?;
+    Ok(Stack::new(Reconnecting {
         config: std::sync::Arc::new(config),
         current: std::sync::Arc::new(std::sync::Mutex::new(Current { client: Some(first), generation: 0 })),
-    };
-    Ok(kube::Client::new(service, default_ns))
+    }))
 }
 
-/// The client in use and how many were built before it.
+/// The stack in use and how many were built before it.
 struct Current {
-    client: Option<kube::Client>,
+    client: Option<Stack>,
     generation: u64,
 }
 
-/// The service of [`reconnecting_client`].
+/// The service of [`reconnecting`].
 #[derive(Clone)]
 struct Reconnecting {
     config: std::sync::Arc<kube::Config>,
@@ -202,12 +246,12 @@ impl Drop for GiveUpOnDrop {
 }
 
 impl tower::Service<Request<Body>> for Reconnecting {
-    type Response = Response<Body>;
-    type Error = kube::Error;
+    type Response = Response<StackBody>;
+    type Error = BoxError;
     type Future =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response<StackBody>, BoxError>> + Send>>;
 
-    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), kube::Error>> {
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), BoxError>> {
         std::task::Poll::Ready(Ok(()))
     }
 
@@ -216,7 +260,7 @@ impl tower::Service<Request<Body>> for Reconnecting {
             let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             match &current.client {
                 Some(c) => Ok((c.clone(), current.generation)),
-                None => client((*self.config).clone()).map(|c| {
+                None => stack((*self.config).clone()).map(|c| {
                     current.generation += 1;
                     current.client = Some(c.clone());
                     (c, current.generation)
@@ -227,11 +271,17 @@ impl tower::Service<Request<Body>> for Reconnecting {
         Box::pin(async move {
             let (client, generation) = picked?;
             let mut guard = GiveUpOnDrop { current: shared, generation, armed: true };
-            let answer = client.send(req).await;
+            let answer = send(client, req).await;
             guard.armed = answer.is_err();
             answer
         })
     }
+}
+
+/// Sends `req` on `stack` (a clone: each request takes its own).
+pub(crate) async fn send(mut stack: Stack, req: Request<Body>) -> Result<Response<StackBody>, BoxError> {
+    use tower::{Service as _, ServiceExt as _};
+    stack.ready().await?.call(req).await
 }
 
 #[cfg(test)]

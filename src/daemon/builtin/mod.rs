@@ -35,3 +35,25 @@ fn log_report(
         tracing::info!(operations = report.operations, abandoned = report.abandoned, "{what} engine stopped");
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_engine_run_under_log_report_takes_its_size_once_and_ends_with_it() {
+        let big = [1u8; 8 * 1024];
+        let run = async move {
+            tokio::task::yield_now().await;
+            reconcile_engine::RunReport { operations: u64::from(big[0]), ..Default::default() }
+        };
+        let run_size = std::mem::size_of_val(&run);
+        let logged = log_report("test", run);
+        assert!(
+            std::mem::size_of_val(&logged) < run_size + 64,
+            "{} against {run_size}",
+            std::mem::size_of_val(&logged)
+        );
+        logged.await;
+    }
+}
