@@ -588,40 +588,46 @@ fn references(pod: &DesiredPod, out: &mut HashSet<ObjectKey>) {
     }
 }
 
+impl PodData {
+    /// The watched ConfigMap `namespace/name`, once listed.
+    fn watched_config_map(&self, namespace: &str, name: &str) -> Option<Arc<Object>> {
+        let key = ObjectKey::ConfigMap(namespace.to_owned(), name.to_owned());
+        self.lock().objects.get(&key)?.value.clone().filter(|o| matches!(**o, Object::ConfigMap(..)))
+    }
+
+    /// The watched Secret `namespace/name`, once listed.
+    fn watched_secret(&self, namespace: &str, name: &str) -> Option<Arc<Object>> {
+        let key = ObjectKey::Secret(namespace.to_owned(), name.to_owned());
+        self.lock().objects.get(&key)?.value.clone().filter(|o| matches!(**o, Object::Secret(..)))
+    }
+}
+
 impl ObjectLookup for PodData {
     fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
-        let state = self.lock();
-        let watched = state.objects.get(&ObjectKey::ConfigMap(namespace.to_owned(), name.to_owned()))?;
-        match watched.value.as_deref() {
-            Some(Object::ConfigMap(c, _)) => Some(c.clone()),
-            _ => None,
+        match &*self.watched_config_map(namespace, name)? {
+            Object::ConfigMap(c, _) => Some(c.clone()),
+            Object::Secret(..) => None,
         }
     }
 
     fn config_map_data(&self, namespace: &str, name: &str) -> Option<ObjectData> {
-        let state = self.lock();
-        let watched = state.objects.get(&ObjectKey::ConfigMap(namespace.to_owned(), name.to_owned()))?;
-        match watched.value.as_deref() {
-            Some(Object::ConfigMap(_, data)) => Some(data.clone()),
-            _ => None,
+        match &*self.watched_config_map(namespace, name)? {
+            Object::ConfigMap(_, data) => Some(data.clone()),
+            Object::Secret(..) => None,
         }
     }
 
     fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
-        let state = self.lock();
-        let watched = state.objects.get(&ObjectKey::Secret(namespace.to_owned(), name.to_owned()))?;
-        match watched.value.as_deref() {
-            Some(Object::Secret(s, _)) => Some(s.clone()),
-            _ => None,
+        match &*self.watched_secret(namespace, name)? {
+            Object::Secret(s, _) => Some(s.clone()),
+            Object::ConfigMap(..) => None,
         }
     }
 
     fn secret_data(&self, namespace: &str, name: &str) -> Option<ObjectData> {
-        let state = self.lock();
-        let watched = state.objects.get(&ObjectKey::Secret(namespace.to_owned(), name.to_owned()))?;
-        match watched.value.as_deref() {
-            Some(Object::Secret(_, data)) => Some(data.clone()),
-            _ => None,
+        match &*self.watched_secret(namespace, name)? {
+            Object::Secret(_, data) => Some(data.clone()),
+            Object::ConfigMap(..) => None,
         }
     }
 

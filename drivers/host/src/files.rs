@@ -88,26 +88,21 @@ pub trait ObjectLookup {
 /// A ConfigMap's content by key: `binaryData`, then `data` (which wins for a key in both; the API
 /// server rejects that, and the kubelet reads `data` first).
 pub fn config_map_data(cm: &ConfigMap) -> ObjectData {
-    let mut data = BTreeMap::new();
-    for (k, v) in cm.binary_data.iter().flatten() {
-        data.insert(k.clone(), Bytes::copy_from_slice(&v.0));
-    }
-    for (k, v) in cm.data.iter().flatten() {
-        data.insert(k.clone(), Bytes::copy_from_slice(v.as_bytes()));
-    }
-    Arc::new(data)
+    object_data(&cm.binary_data, cm.data.iter().flatten().map(|(k, v)| (k, v.as_bytes())))
 }
 
 /// A Secret's content by key: `data`, then `stringData` (which wins, as the API server merges it).
 pub fn secret_data(secret: &Secret) -> ObjectData {
-    let mut data = BTreeMap::new();
-    for (k, v) in secret.data.iter().flatten() {
-        data.insert(k.clone(), Bytes::copy_from_slice(&v.0));
-    }
-    for (k, v) in secret.string_data.iter().flatten() {
-        data.insert(k.clone(), Bytes::copy_from_slice(v.as_bytes()));
-    }
-    Arc::new(data)
+    object_data(&secret.data, secret.string_data.iter().flatten().map(|(k, v)| (k, v.as_bytes())))
+}
+
+/// `binary`'s entries, then `text`'s (which win for a key in both).
+fn object_data<'a>(
+    binary: &'a Option<BTreeMap<String, k8s_openapi::ByteString>>,
+    text: impl Iterator<Item = (&'a String, &'a [u8])>,
+) -> ObjectData {
+    let binary = binary.iter().flatten().map(|(k, v)| (k, v.0.as_slice()));
+    Arc::new(binary.chain(text).map(|(k, v)| (k.clone(), Bytes::copy_from_slice(v))).collect())
 }
 
 /// A fixed set of ConfigMaps and Secrets, keyed by namespace (`default` when unset) and name.
@@ -1132,6 +1127,26 @@ fn config_key_error(key: &str) -> Result<(), ConfigKeyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_data_takes_text_over_binary_for_a_key_in_both() {
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c"},
+            "binaryData": {"both": "YmluYXJ5", "bin": "AAE="},
+            "data": {"both": "text", "txt": "t"},
+        }))
+        .expect("configmap");
+        let data = config_map_data(&cm);
+        let got: Vec<(&str, &[u8])> = data.iter().map(|(k, v)| (k.as_str(), &v[..])).collect();
+        assert_eq!(got, [("bin", &[0u8, 1][..]), ("both", b"text"), ("txt", b"t")]);
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s"},
+            "data": {"both": "YmluYXJ5"},
+            "stringData": {"both": "string"},
+        }))
+        .expect("secret");
+        assert_eq!(&secret_data(&secret)["both"][..], b"string");
+    }
 
     #[test]
     fn a_token_error_names_the_service_account_and_the_failure() {
