@@ -10,11 +10,12 @@
 //! manifest declares for static pods is never an API pod's, and a static pod never reads an API Secret (the
 //! Kubernetes documentation: static pods cannot refer to API objects).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Volume};
 use k8s_openapi::api::node::v1::RuntimeClass;
-use nodelet_host::files::ObjectLookup;
+use nodelet_host::files::{ObjectData, ObjectLookup};
 use nodelet_resources::common::runtime_class::RuntimeClasses;
 use nodelet_resources::model::pod::{DesiredPod, PodSource, PodUid};
 use nodelet_resources::model::volumes::Plugin;
@@ -37,6 +38,8 @@ use crate::sources::ManifestObjects;
 #[derive(Clone)]
 pub(crate) struct NodeObjects {
     manifest: watch::Receiver<Arc<ManifestObjects>>,
+    /// The content of the manifest directory's ConfigMaps and Secrets, as volumes read it.
+    manifest_data: Arc<std::sync::Mutex<ManifestData>>,
     api: Option<crate::cluster::podobjects::PodData>,
     api_classes: Option<crate::cluster::runtimeclasses::ApiRuntimeClasses>,
 }
@@ -53,7 +56,7 @@ impl NodeObjects {
         manifest: watch::Receiver<Arc<ManifestObjects>>,
         api: Option<crate::cluster::podobjects::PodData>,
     ) -> Self {
-        Self { manifest, api, api_classes: None }
+        Self { manifest, manifest_data: Arc::default(), api, api_classes: None }
     }
 
     /// Also looks RuntimeClasses up in the API server's (before the manifest directory's).
@@ -130,6 +133,63 @@ impl ManifestRenderer {
 /// A snapshot of the manifest objects, looked up by kind, namespace and name.
 struct Snapshot(Arc<ManifestObjects>);
 
+/// The content of the manifest directory's ConfigMaps and Secrets as volumes read it, made once per
+/// version of the directory, so that every volume rendered from one object shares its bytes. Holds the
+/// objects that were asked for (at most every object of the directory).
+#[derive(Default)]
+struct ManifestData {
+    /// The version of the directory the entries were made from.
+    of: Option<Arc<ManifestObjects>>,
+    /// By kind (`ConfigMap`, `Secret`), namespace and name.
+    entries: HashMap<(&'static str, String, String), ObjectData>,
+}
+
+/// A [`Snapshot`] whose objects' content is kept in `data` (made on the first render that reads it).
+struct SharedSnapshot<'a> {
+    snapshot: Snapshot,
+    data: &'a std::sync::Mutex<ManifestData>,
+}
+
+impl SharedSnapshot<'_> {
+    fn data(
+        &self,
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+        make: impl FnOnce(&Snapshot) -> Option<ObjectData>,
+    ) -> Option<ObjectData> {
+        let mut data = self.data.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !data.of.as_ref().is_some_and(|of| Arc::ptr_eq(of, &self.snapshot.0)) {
+            *data = ManifestData { of: Some(self.snapshot.0.clone()), entries: HashMap::new() };
+        }
+        let key = (kind, namespace.to_owned(), name.to_owned());
+        if let Some(made) = data.entries.get(&key) {
+            return Some(made.clone());
+        }
+        let made = make(&self.snapshot)?;
+        data.entries.insert(key, made.clone());
+        Some(made)
+    }
+}
+
+impl ObjectLookup for SharedSnapshot<'_> {
+    fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
+        self.snapshot.config_map(namespace, name)
+    }
+
+    fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
+        self.snapshot.secret(namespace, name)
+    }
+
+    fn config_map_data(&self, namespace: &str, name: &str) -> Option<ObjectData> {
+        self.data("ConfigMap", namespace, name, |s| s.config_map_data(namespace, name))
+    }
+
+    fn secret_data(&self, namespace: &str, name: &str) -> Option<ObjectData> {
+        self.data("Secret", namespace, name, |s| s.secret_data(namespace, name))
+    }
+}
+
 impl Snapshot {
     fn find<T: serde::de::DeserializeOwned>(&self, kind: &str, namespace: &str, name: &str) -> Option<T> {
         // The last document wins, as a later `kubectl apply` would.
@@ -168,7 +228,11 @@ impl Renderer for ManifestRenderer {
             (PodSource::Api, None) => {
                 nodelet_host::files::volume_files(&pod.pod, volume, &Snapshot(Arc::default()))
             }
-            _ => nodelet_host::files::volume_files(&pod.pod, volume, &self.objects.manifest()),
+            _ => {
+                let shared =
+                    SharedSnapshot { snapshot: self.objects.manifest(), data: &self.objects.manifest_data };
+                nodelet_host::files::volume_files(&pod.pod, volume, &shared)
+            }
         }
         .map_err(render_error)?;
         Ok(VolumeSource::files(plugin, files))
@@ -715,6 +779,45 @@ mod tests {
             tmpfs: false,
             csi: None,
         }
+    }
+
+    fn manifest_with_ca(content: &str) -> Arc<ManifestObjects> {
+        let value = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "ca", "namespace": "default"},
+            "data": {"ca.crt": content},
+        });
+        let object = crate::sources::file::ManifestObject { file: "/m/ca.yaml".into(), value };
+        Arc::new(ManifestObjects::from([("ConfigMap".to_owned(), vec![object])]))
+    }
+
+    #[test]
+    fn the_volumes_of_static_pods_share_the_bytes_of_one_version_of_a_manifest_object() {
+        let (tx, rx) = watch::channel(manifest_with_ca("first"));
+        let renderer = ManifestRenderer::new(NodeObjects::new(rx, None));
+        let volume: Volume =
+            serde_json::from_value(serde_json::json!({"name": "ca", "configMap": {"name": "ca"}}))
+                .expect("volume");
+        let render = |uid: &str| {
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": uid, "namespace": "default", "uid": uid},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}], "volumes": [volume.clone()]},
+            }))
+            .expect("pod");
+            let pod = DesiredPod { pod, source: PodSource::File("/m/p.yaml".into()) };
+            match renderer.render(&pod, &volume, Plugin::ConfigMap).expect("rendered") {
+                VolumeSource::Files { files, .. } => files["ca.crt"].data.clone(),
+                other => panic!("{other:?}"),
+            }
+        };
+        let (a, b) = (render("a"), render("b"));
+        assert_eq!(&a[..], b"first");
+        assert_eq!(a.as_ptr(), b.as_ptr(), "one copy for both pods");
+        // A new version of the directory: its bytes, shared again.
+        tx.send_replace(manifest_with_ca("second"));
+        let (c, d) = (render("c"), render("d"));
+        assert_eq!(&c[..], b"second");
+        assert_eq!(c.as_ptr(), d.as_ptr());
     }
 
     #[test]
