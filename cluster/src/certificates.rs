@@ -536,7 +536,8 @@ pub(crate) async fn build_client(
     super::tune(&mut config, node);
     let client_err = |source| CertError::Client { path: kubeconfig.display().to_string(), source };
     // The Lease's connection is made where its first request is sent: on the lane, by the Lease's outer
-    // client (`heartbeat_client`), whose request queue runs there.
+    // client (`heartbeat_client`), whose request queue runs there. Made in the lane's context too, so that
+    // anything the stack spawns when it is built runs there.
     let lease = lane.enter(|| super::transport::reconnecting(config.clone())).map_err(client_err)?;
     let api = super::transport::stack(config).map_err(client_err)?;
     Ok(NodeClients { api, lease })

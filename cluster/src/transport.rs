@@ -4,15 +4,15 @@
 //! kube-client's own stack (`kube::client::ClientBuilder::try_from`) speaks HTTP/1 only, so each watch
 //! holds a connection of its own (hyper's read and write buffers, its dispatch channel and a TLS session
 //! each). [`stack`] builds the same stack from kube's public pieces ([`kube::client::ConfigExt`]) over a
-//! hyper client that also speaks HTTP/2: every request of the client (its watches, patches, events) is
-//! a stream of one connection. A stack has no request queue of its own: cluster mode's clients
-//! (`certificates`) send through an outer `kube::Client` whose queue is enough. Each layer kube-client adds is added here the same way: the
-//! TLS configuration with the kubeconfig's identity and CA (and `tls-server-name`), the connect, read and
-//! write timeouts of the connection ([`super::tune`]), the base URI, the retry of server errors, the
-//! authentication (tokens, token files and exec plugins refreshed as kube-client does), the extra headers
-//! (user agent, impersonation) and the `HTTP` tracing span of each request. A kubeconfig with a
-//! `proxy-url` keeps kube-client's HTTP/1 stack. Not set: the expiry kube-client records of a certificate
-//! an exec plugin returns (`kube::Client::valid_until`, which nodelet does not read).
+//! hyper client that also speaks HTTP/2: every request of the client (its watches, patches, events) is a
+//! stream of one connection. A stack has no request queue of its own: cluster mode's clients (`certificates`)
+//! send through an outer `kube::Client` whose queue is enough. Each layer kube-client adds is added here the
+//! same way: the TLS configuration with the kubeconfig's identity and CA (and `tls-server-name`), the
+//! connect, read and write timeouts of the connection ([`super::tune`]), the base URI, the retry of server
+//! errors, the authentication (tokens, token files and exec plugins refreshed as kube-client does), the extra
+//! headers (user agent, impersonation) and the `HTTP` tracing span of each request. A kubeconfig with a
+//! `proxy-url` keeps kube-client's HTTP/1 stack. Not set: the expiry kube-client records of a certificate an
+//! exec plugin returns (`kube::Client::valid_until`, which nodelet does not read).
 //!
 //! The Lease's stack ([`reconnecting`]) is such a stack that gives up its connection after a
 //! request that failed without an answer or was given up before it came, and opens a new one for the

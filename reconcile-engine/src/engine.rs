@@ -16,14 +16,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::time::delay_queue;
 
-use crate::timers::Timers;
-
 use crate::executor::OpError;
 use crate::executor::{Completion, Core, Done, ExecutorConfig};
 use crate::metrics::{Metrics, OpResult};
 use crate::reconciler::View;
 use crate::relation::{RelationSpec, Relations};
 use crate::store::{Subscription, Writer};
+use crate::timers::Timers;
 use crate::{
     BackoffConfig, Driver, Key, Map, Operation, Outcome, Plan, Reconciler, Set, Store, Update, WallClock,
     store,
