@@ -9,6 +9,10 @@
 //! Secrets and tokens only; a static pod's (file, URL, HTTP) the manifest directory's only: a Secret a
 //! manifest declares for static pods is never an API pod's, and a static pod never reads an API Secret (the
 //! Kubernetes documentation: static pods cannot refer to API objects).
+//!
+//! **One copy of an object's content.** The files of every volume rendered from one version of a
+//! ConfigMap or Secret share its bytes: the API's are kept with the watched object (`PodData`), the manifest
+//! directory's once per version of the directory ([`NodeObjects`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
