@@ -247,7 +247,7 @@ impl<V: NodeView> NodeSync<V> {
         let mut last_sent: Option<(NodeStatus, Instant)> = None;
         let mut backoff = Backoff::default();
         loop {
-            // Boxed, as the Lease's renewal.
+            // Boxed: a sync's state (its requests) is held only while it runs, not through the sleep.
             let delay = match Box::pin(self.sync_once(&mut registered, &mut last_sent)).await {
                 Ok(()) => {
                     backoff.reset();

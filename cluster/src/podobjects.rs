@@ -100,20 +100,24 @@ struct Watched {
 
 /// An object as watched, with its content as volumes read it (made once per version, shared by
 /// every volume rendered from it).
-enum Object {
-    ConfigMap(ConfigMap, ObjectData),
-    Secret(Secret, ObjectData),
+struct Object {
+    value: Value,
+    data: ObjectData,
+}
+
+/// A watched object as the API server sent it.
+enum Value {
+    ConfigMap(ConfigMap),
+    Secret(Secret),
 }
 
 impl Object {
     fn config_map(cm: ConfigMap) -> Object {
-        let data = nodelet_host::files::config_map_data(&cm);
-        Object::ConfigMap(cm, data)
+        Object { data: nodelet_host::files::config_map_data(&cm), value: Value::ConfigMap(cm) }
     }
 
     fn secret(secret: Secret) -> Object {
-        let data = nodelet_host::files::secret_data(&secret);
-        Object::Secret(secret, data)
+        Object { data: nodelet_host::files::secret_data(&secret), value: Value::Secret(secret) }
     }
 }
 
@@ -589,46 +593,33 @@ fn references(pod: &DesiredPod, out: &mut HashSet<ObjectKey>) {
 }
 
 impl PodData {
-    /// The watched ConfigMap `namespace/name`, once listed.
-    fn watched_config_map(&self, namespace: &str, name: &str) -> Option<Arc<Object>> {
-        let key = ObjectKey::ConfigMap(namespace.to_owned(), name.to_owned());
-        self.lock().objects.get(&key)?.value.clone().filter(|o| matches!(**o, Object::ConfigMap(..)))
-    }
-
-    /// The watched Secret `namespace/name`, once listed.
-    fn watched_secret(&self, namespace: &str, name: &str) -> Option<Arc<Object>> {
-        let key = ObjectKey::Secret(namespace.to_owned(), name.to_owned());
-        self.lock().objects.get(&key)?.value.clone().filter(|o| matches!(**o, Object::Secret(..)))
+    /// The object of `key`, once its watch listed it.
+    fn watched(&self, key: ObjectKey) -> Option<Arc<Object>> {
+        self.lock().objects.get(&key)?.value.clone()
     }
 }
 
 impl ObjectLookup for PodData {
     fn config_map(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
-        match &*self.watched_config_map(namespace, name)? {
-            Object::ConfigMap(c, _) => Some(c.clone()),
-            Object::Secret(..) => None,
+        match &self.watched(ObjectKey::ConfigMap(namespace.to_owned(), name.to_owned()))?.value {
+            Value::ConfigMap(c) => Some(c.clone()),
+            Value::Secret(_) => None,
         }
     }
 
     fn config_map_data(&self, namespace: &str, name: &str) -> Option<ObjectData> {
-        match &*self.watched_config_map(namespace, name)? {
-            Object::ConfigMap(_, data) => Some(data.clone()),
-            Object::Secret(..) => None,
-        }
+        Some(self.watched(ObjectKey::ConfigMap(namespace.to_owned(), name.to_owned()))?.data.clone())
     }
 
     fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
-        match &*self.watched_secret(namespace, name)? {
-            Object::Secret(s, _) => Some(s.clone()),
-            Object::ConfigMap(..) => None,
+        match &self.watched(ObjectKey::Secret(namespace.to_owned(), name.to_owned()))?.value {
+            Value::Secret(s) => Some(s.clone()),
+            Value::ConfigMap(_) => None,
         }
     }
 
     fn secret_data(&self, namespace: &str, name: &str) -> Option<ObjectData> {
-        match &*self.watched_secret(namespace, name)? {
-            Object::Secret(_, data) => Some(data.clone()),
-            Object::ConfigMap(..) => None,
-        }
+        Some(self.watched(ObjectKey::Secret(namespace.to_owned(), name.to_owned()))?.data.clone())
     }
 
     fn service_account_token(
@@ -859,7 +850,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_volumes_of_many_pods_share_one_copy_of_a_config_map_and_each_pod_its_token() {
+    async fn the_volumes_of_many_pods_share_one_copy_of_a_config_map_and_renders_share_the_pods_token() {
         // Tokens are issued; anything else (the ConfigMap's watch) is refused.
         let service = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
             if req.uri().path().ends_with("/token") {
@@ -884,8 +875,7 @@ mod tests {
                 {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
             ]},
         });
-        let volume: k8s_openapi::api::core::v1::Volume =
-            serde_json::from_value(projected.clone()).expect("volume");
+        let volume: k8s_openapi::api::core::v1::Volume = serde_json::from_value(projected).expect("volume");
         let mut referring = pod.clone();
         referring.spec.as_mut().expect("spec").volumes = Some(vec![volume.clone()]);
         desired.insert("u1".to_owned(), prepare(referring, PodSource::Api, "node").expect("valid"));
